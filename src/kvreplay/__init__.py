@@ -1,0 +1,22 @@
+"""kvreplay: replay LLM request traces through a KV prefix cache and count the prompt tokens it saves.
+
+Public API::
+
+    trace = kvreplay.load_trace("conversation_trace.jsonl")
+    report = kvreplay.replay(trace, policy="s3fifo", capacity=4096)
+    report.total_hit_tokens, report.hit_rate, report.to_dict()
+    results = kvreplay.sweep(trace, capacities=[1000, 4096], policies=["s3fifo", "lru"])
+"""
+
+from .analysis.sweep import sweep
+from .engine.replay import replay
+from .errors import ConfigError, InvariantError, KvreplayError, TraceError
+from .output.report import Report
+from .policies.registry import POLICIES
+from .trace import Trace, load_trace
+
+__version__ = "0.1.0"
+__all__ = [
+    "load_trace", "replay", "sweep", "Trace", "Report", "POLICIES",
+    "KvreplayError", "TraceError", "ConfigError", "InvariantError",
+]

@@ -1,0 +1,1 @@
+"""Analysis over replays: sweeps."""

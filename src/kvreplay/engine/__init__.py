@@ -1,0 +1,1 @@
+"""Replay engines: the reference (plain Python) and the compiled (numba) driver."""

@@ -1,0 +1,148 @@
+"""Replay results: per-request arrays, totals, the spec's invariants, serialisation."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvariantError
+
+
+def window_text(warmup_requests: int, num_requests: int) -> str:
+    """How a figure's window is named everywhere it is printed."""
+    if warmup_requests == 0:
+        return f"whole trace ({num_requests} requests)"
+    return f"after warm-up: requests {warmup_requests + 1}-{num_requests} of {num_requests} (first {warmup_requests} only warm the cache)"
+
+
+@dataclass(eq=False)
+class Report:
+    """The result of one replay.
+
+    Per-request arrays (trace order): ``prompt_tokens`` (the request's
+    input_length), ``hit_tokens`` (= min(hit_blocks * block_size, prompt_tokens))
+    and ``hit_blocks`` (the longest resident prefix, in blocks). Totals count
+    the requests after ``warmup_requests`` (0: the whole trace).
+    """
+
+    policy: str
+    params: dict
+    block_size: int
+    cache_capacity_blocks: int
+    prompt_tokens: np.ndarray
+    hit_tokens: np.ndarray
+    hit_blocks: np.ndarray
+    final_cache_blocks: int
+    counters: dict = field(default_factory=dict)
+    sizes: dict = field(default_factory=dict)
+    warmup_requests: int = 0
+    engine: str = "compiled"
+    trace_source: str = "<memory>"
+    invalid_records: dict | None = None
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.prompt_tokens.shape[0])
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        return int(self.prompt_tokens[self.warmup_requests:].sum())
+
+    @property
+    def total_hit_tokens(self) -> int:
+        return int(self.hit_tokens[self.warmup_requests:].sum())
+
+    @property
+    def hit_rate(self) -> float:
+        """Token-weighted: total_hit_tokens / total_prompt_tokens over the window (0 when no tokens)."""
+        prompt = self.total_prompt_tokens
+        return self.total_hit_tokens / prompt if prompt else 0.0
+
+    @property
+    def window(self) -> str:
+        return window_text(self.warmup_requests, self.num_requests)
+
+    def check_invariants(self, trace) -> None:
+        """Raise InvariantError if this result breaks a rule that holds for every policy."""
+        lengths = np.diff(trace.offsets)
+        problems = []
+        if self.hit_blocks.min(initial=0) < 0 or np.any(self.hit_blocks > lengths):
+            problems.append("hit_blocks outside 0..len(hash_ids)")
+        capped = np.minimum(self.hit_blocks.astype(np.int64) * self.block_size, self.prompt_tokens)
+        if not np.array_equal(capped, self.hit_tokens):
+            problems.append("hit_tokens != min(hit_blocks * block_size, input_length)")
+        if not np.array_equal(self.prompt_tokens, trace.input_length):
+            problems.append("prompt_tokens != input_length")
+        if not 0 <= self.final_cache_blocks <= self.cache_capacity_blocks:
+            problems.append(f"final_cache_blocks {self.final_cache_blocks} outside 0..{self.cache_capacity_blocks}")
+        # A request whose first block never appeared before cannot hit (it cannot be resident, nor in a ghost).
+        if trace.num_accesses:
+            first_seen = np.empty(trace.num_blocks, dtype=np.int64)
+            first_seen[trace.blocks[::-1]] = np.arange(trace.num_accesses - 1, -1, -1)
+            nonempty = lengths > 0
+            starts = trace.offsets[:-1][nonempty]
+            new_first = first_seen[trace.blocks[starts]] == starts
+            if np.any(self.hit_blocks[nonempty][new_first] != 0):
+                problems.append("a request whose first block was never seen before has hits")
+        if problems:
+            raise InvariantError(f"{self.policy} at capacity {self.cache_capacity_blocks}: " + "; ".join(problems))
+
+    def summary(self) -> dict:
+        """The report without per-request data."""
+        out = {
+            "policy": self.policy,
+            "params": dict(self.params),
+            "block_size": self.block_size,
+            "cache_capacity_blocks": self.cache_capacity_blocks,
+            "num_requests": self.num_requests,
+            "total_prompt_tokens": self.total_prompt_tokens,
+            "total_hit_tokens": self.total_hit_tokens,
+            "hit_rate": self.hit_rate,
+            "final_cache_blocks": self.final_cache_blocks,
+            "window": {
+                "warmup_requests": self.warmup_requests,
+                "measured_requests": self.num_requests - self.warmup_requests,
+                "description": self.window,
+            },
+            "counters": dict(self.counters),
+            "sizes": dict(self.sizes),
+            "engine": self.engine,
+            "trace": self.trace_source,
+        }
+        if self.invalid_records:
+            out["invalid_records"] = self.invalid_records
+        return out
+
+    def to_dict(self, per_request: bool = True) -> dict:
+        """JSON-ready dict; ``per_request`` is a list in trace order of
+        ``{"prompt_tokens", "hit_tokens", "hit_blocks"}``."""
+        out = self.summary()
+        if per_request:
+            out["per_request"] = [
+                {"prompt_tokens": p, "hit_tokens": h, "hit_blocks": k}
+                for p, h, k in zip(self.prompt_tokens.tolist(), self.hit_tokens.tolist(), self.hit_blocks.tolist())
+            ]
+        return out
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory and a rename:
+    readers see the old file or the whole new one, never a partial one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,116 @@
+"""What every policy module provides: a parameter list, a reference class, compiled state and ops.
+
+The contract follows libCacheSim's: a residency probe that changes nothing
+(``resident``) and an access that updates state (``access``: a hit refreshes,
+a miss admits and may evict). The replay driver owns the request loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..engine import driver
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable parameter of a policy."""
+
+    name: str
+    default: Any
+    kind: type  # int or float
+    help: str
+    check: Callable[[Any], str | None] = lambda value: None  # returns a complaint or None
+
+    def convert(self, policy: str, value: Any) -> Any:
+        if self.kind is int:
+            if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+                raise ConfigError(f"{policy}: {self.name} must be an integer, not {value!r}")
+            value = int(value)
+        elif self.kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{policy}: {self.name} must be a number, not {value!r}")
+            value = float(value)
+        complaint = self.check(value)
+        if complaint:
+            raise ConfigError(f"{policy}: {self.name} {complaint}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A registered policy.
+
+    reference(capacity, num_blocks, **params) -> object with resident(b), access(b),
+        size() and counters(): the readable engine.
+    make_state(capacity, num_blocks, **params) -> namedtuple of numpy arrays on which the
+        compiled driver's resident/access overloads act.
+    read_state(state) -> (final_cache_blocks, counters dict).
+    sizes(capacity, **params) -> dict of derived sizes shown in reports (e.g. small_cap).
+    """
+
+    name: str
+    summary: str
+    reference: Callable
+    make_state: Callable | None
+    read_state: Callable | None
+    params: tuple[Param, ...] = ()
+    sizes: Callable[..., dict] = field(default=lambda capacity, **params: {})
+
+    def resolve(self, params: dict) -> dict:
+        """Defaults filled in, values converted and checked; unknown names are an error."""
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            allowed = ", ".join(known) or "none"
+            raise ConfigError(f"{self.name}: unknown parameter {unknown[0]!r} (parameters: {allowed})")
+        return {name: p.convert(self.name, params.get(name, p.default)) for name, p in known.items()}
+
+
+def in_range(lo=None, hi=None, lo_open=False, hi_open=False):
+    """A Param.check that bounds a value."""
+
+    def check(value):
+        if lo is not None and (value <= lo if lo_open else value < lo):
+            return f"must be {'>' if lo_open else '>='} {lo}"
+        if hi is not None and (value >= hi if hi_open else value > hi):
+            return f"must be {'<' if hi_open else '<='} {hi}"
+        return None
+
+    return check
+
+
+def register_kernel(state_class, resident_impl, access_impl) -> None:
+    """Make the compiled driver call these njit functions for states of `state_class`."""
+    if not driver.HAVE_NUMBA:
+        return
+    from numba import types
+    from numba.extending import overload
+
+    def matches(state):
+        return isinstance(state, types.BaseNamedTuple) and state.instance_class is state_class
+
+    @overload(driver.resident, inline="always")
+    def _resident(state, block):
+        if matches(state):
+            return lambda state, block: resident_impl(state, block)
+
+    @overload(driver.access, inline="always")
+    def _access(state, block):
+        if matches(state):
+            return lambda state, block: access_impl(state, block)
+
+
+def njit_or_plain(fn):
+    """A kernel helper: numba's njit, inlined into its caller, where numba exists; the plain function otherwise.
+
+    Inlining matters: a real call passes the whole state tuple and pays a reference-count
+    update per array, which costs more than the cache operation itself.
+    """
+    if not driver.HAVE_NUMBA:
+        return fn
+    from numba import njit
+
+    return njit(nogil=True, inline="always")(fn)

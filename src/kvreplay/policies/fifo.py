@@ -1,0 +1,100 @@
+"""FIFO: evict the block admitted longest ago; hits change nothing.
+
+State: one queue of resident blocks in admission order (head = oldest).
+Access of a resident block does nothing; access of a missing block evicts the
+head when the queue holds ``capacity`` blocks, then appends the block at the
+tail.
+
+Parameters: none. Counters: ``admissions``, ``evictions``.
+"""
+
+from __future__ import annotations
+
+from collections import deque, namedtuple
+
+import numpy as np
+
+from .base import PolicySpec, njit_or_plain, register_kernel
+
+
+class FIFO:
+    """Reference FIFO over a deque and a set."""
+
+    def __init__(self, capacity: int, num_blocks: int = 0):
+        self.capacity = capacity
+        self.queue: deque = deque()
+        self.members: set = set()
+        self.stats = {"admissions": 0, "evictions": 0}
+
+    def resident(self, b) -> bool:
+        return b in self.members
+
+    def access(self, b) -> None:
+        if b in self.members:
+            return
+        if len(self.queue) >= self.capacity:
+            self.members.remove(self.queue.popleft())
+            self.stats["evictions"] += 1
+        self.queue.append(b)
+        self.members.add(b)
+        self.stats["admissions"] += 1
+
+    def size(self) -> int:
+        return len(self.queue)
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+
+# ---- compiled engine: a ring buffer (never longer than the number of distinct blocks) -----------
+
+HEAD, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(5)
+FIFOState = namedtuple("FIFOState", ["cached", "ring", "meta"])
+
+
+def make_state(capacity: int, num_blocks: int) -> FIFOState:
+    meta = np.zeros(5, dtype=np.int64)
+    meta[CAPACITY] = capacity
+    return FIFOState(
+        cached=np.zeros(num_blocks, dtype=np.int8),
+        ring=np.zeros(max(1, min(capacity, num_blocks)), dtype=np.int32),
+        meta=meta,
+    )
+
+
+def read_state(state: FIFOState) -> tuple[int, dict]:
+    m = state.meta
+    return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
+
+
+@njit_or_plain
+def _resident(st, b):
+    return st.cached[b] != 0
+
+
+@njit_or_plain
+def _access(st, b):
+    if st.cached[b] != 0:
+        return
+    m, ring = st.meta, st.ring
+    n = ring.shape[0]
+    if m[SIZE] >= m[CAPACITY]:
+        st.cached[ring[m[HEAD]]] = 0
+        m[HEAD] = (m[HEAD] + 1) % n
+        m[SIZE] -= 1
+        m[EVICTIONS] += 1
+    ring[(m[HEAD] + m[SIZE]) % n] = b
+    m[SIZE] += 1
+    st.cached[b] = 1
+    m[ADMISSIONS] += 1
+
+
+register_kernel(FIFOState, _resident, _access)
+
+POLICY = PolicySpec(
+    name="fifo",
+    summary="FIFO: evict the oldest admitted block; hits do not refresh",
+    reference=FIFO,
+    make_state=make_state,
+    read_state=read_state,
+)

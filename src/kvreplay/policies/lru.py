@@ -1,0 +1,133 @@
+"""LRU: evict the block whose last access is oldest.
+
+State: one recency list (head = least recently used, tail = most recent).
+Resident: every block in the list. Access of a resident block moves it to the
+tail; access of a missing block evicts the head when the list holds
+``capacity`` blocks, then appends the block at the tail. Within a request the
+blocks are accessed first to last, so a request's tail blocks end up most
+recent (compare ``lru-tail`` in later versions, which refreshes them tail first).
+
+Parameters: none. Counters: ``admissions``, ``evictions``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+
+from .base import PolicySpec, njit_or_plain, register_kernel
+
+
+class LRU:
+    """Reference LRU over an OrderedDict (first item = least recently used)."""
+
+    def __init__(self, capacity: int, num_blocks: int = 0):
+        self.capacity = capacity
+        self.order: OrderedDict = OrderedDict()
+        self.stats = {"admissions": 0, "evictions": 0}
+
+    def resident(self, b) -> bool:
+        return b in self.order
+
+    def access(self, b) -> None:
+        if b in self.order:
+            self.order.move_to_end(b)
+            return
+        if len(self.order) >= self.capacity:
+            self.order.popitem(last=False)
+            self.stats["evictions"] += 1
+        self.order[b] = None
+        self.stats["admissions"] += 1
+
+    def size(self) -> int:
+        return len(self.order)
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+
+# ---- compiled engine: a doubly linked list threaded through per-block prev/next arrays ----------
+
+HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(6)
+LRUState = namedtuple("LRUState", ["cached", "prev", "next", "meta"])
+
+
+def make_state(capacity: int, num_blocks: int) -> LRUState:
+    meta = np.zeros(6, dtype=np.int64)
+    meta[[HEAD, TAIL, CAPACITY]] = -1, -1, capacity
+    return LRUState(
+        cached=np.zeros(num_blocks, dtype=np.int8),
+        prev=np.full(num_blocks, -1, dtype=np.int32),
+        next=np.full(num_blocks, -1, dtype=np.int32),
+        meta=meta,
+    )
+
+
+def read_state(state: LRUState) -> tuple[int, dict]:
+    m = state.meta
+    return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
+
+
+@njit_or_plain
+def _unlink(st, b):
+    m = st.meta
+    p, n = st.prev[b], st.next[b]
+    if p >= 0:
+        st.next[p] = n
+    else:
+        m[HEAD] = n
+    if n >= 0:
+        st.prev[n] = p
+    else:
+        m[TAIL] = p
+    st.prev[b] = -1
+    st.next[b] = -1
+
+
+@njit_or_plain
+def _append(st, b):
+    m = st.meta
+    tail = m[TAIL]
+    st.prev[b] = tail
+    if tail >= 0:
+        st.next[tail] = b
+    else:
+        m[HEAD] = b
+    m[TAIL] = b
+
+
+@njit_or_plain
+def _resident(st, b):
+    return st.cached[b] != 0
+
+
+@njit_or_plain
+def _access(st, b):
+    m = st.meta
+    if st.cached[b] != 0:
+        if m[TAIL] != b:
+            _unlink(st, b)
+            _append(st, b)
+        return
+    if m[SIZE] >= m[CAPACITY]:
+        victim = m[HEAD]
+        _unlink(st, victim)
+        st.cached[victim] = 0
+        m[SIZE] -= 1
+        m[EVICTIONS] += 1
+    _append(st, b)
+    st.cached[b] = 1
+    m[SIZE] += 1
+    m[ADMISSIONS] += 1
+
+
+register_kernel(LRUState, _resident, _access)
+
+POLICY = PolicySpec(
+    name="lru",
+    summary="LRU: evict the least recently accessed block",
+    reference=LRU,
+    make_state=make_state,
+    read_state=read_state,
+)

@@ -1,0 +1,296 @@
+"""S3FIFO (Yang et al., SOSP 2023, "FIFO queues are all you need"), exactly as the kvreplay spec fixes it.
+
+State: three FIFO queues (head = oldest, tail = newest) and a saturating
+frequency counter per resident block.
+
+- Small ``S``: ``small_cap = round(capacity * small_ratio)`` blocks (Python's
+  round, i.e. half to even: round(2.5) == 2, round(409.6) == 410). New blocks land here.
+- Main ``M``: ``main_cap = capacity - small_cap`` blocks, second-chance eviction.
+- Ghost ``G``: ``ghost_cap = main_cap`` block ids, no payload. Ghost entries are
+  NOT resident: a prefix that reaches a ghost block stops there.
+
+Residency: ``b`` is resident iff ``b in S or b in M``. Final size is ``|S| + |M|``.
+
+Access of ``b`` (every block of every request, after the prefix scan):
+- in S or M: ``freq = min(freq + 1, max_freq)``;
+- in G: remove from G, admit to M with ``freq = ghost_freq`` (0 in the canonical variant);
+- otherwise: admit to S with freq 0.
+
+Admit to S: while ``|S| >= small_cap`` pop the head of S; a popped block with
+freq >= 1 moves to M keeping its freq (not reset), one with freq 0 goes to G.
+Then append at the tail of S.
+
+Admit to M: while ``|M| >= main_cap`` look at the head of M; freq >= 1: pop it,
+decrement its freq and re-append it at the tail (second chance); freq 0: pop it
+into G and stop (exactly one real eviction). Then append at the tail of M.
+
+Insert into G: an id already in G is removed first (it re-enters at the tail);
+otherwise a full G drops its head. Then append at the tail.
+
+Parameters: ``small_ratio`` (0.1), ``max_freq`` (3), ``ghost_freq`` (0).
+Queues of size 0 are rejected: S3FIFO needs ``small_cap >= 1`` and ``main_cap >= 1``
+(capacity 5 at ratio 0.1 gives small_cap 0: use capacity >= 6 or a larger ratio).
+
+Counters: ``admissions`` (new blocks into S), ``promotions`` (S to M),
+``ghost_hits`` (G to M), ``requeues`` (second chances in M), ``evictions``
+(resident blocks sent to G).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque, namedtuple
+
+import numpy as np
+
+from ..errors import ConfigError
+from .base import Param, PolicySpec, in_range, njit_or_plain, register_kernel
+
+
+def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
+    """(small_cap, main_cap, ghost_cap) for a capacity; raises ConfigError when a queue would be empty."""
+    if ghost_freq > max_freq:
+        raise ConfigError(f"s3fifo: ghost_freq {ghost_freq} exceeds max_freq {max_freq}")
+    small_cap = round(capacity * small_ratio)
+    main_cap = capacity - small_cap
+    if small_cap < 1 or main_cap < 1:
+        raise ConfigError(
+            f"s3fifo: capacity {capacity} with small_ratio {small_ratio} gives small_cap {small_cap} and "
+            f"main_cap {main_cap} (round half to even); both queues need at least 1 block"
+        )
+    return small_cap, main_cap, main_cap
+
+
+class S3FIFO:
+    """Reference S3FIFO: the spec's pseudo-code, line by line."""
+
+    def __init__(self, capacity: int, num_blocks: int = 0, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0):
+        self.small_cap, self.main_cap, self.ghost_cap = queue_sizes(capacity, small_ratio, max_freq, ghost_freq)
+        self.max_freq, self.ghost_freq = max_freq, ghost_freq
+        self.small: deque = deque()  # block ids, head = left
+        self.main: deque = deque()
+        self.ghost: OrderedDict = OrderedDict()  # block id -> None, head = first
+        self.freq: dict = {}  # freq of blocks in S or M
+        self.where: dict = {}  # block -> "S" or "M"
+        self.stats = dict.fromkeys(("admissions", "promotions", "ghost_hits", "requeues", "evictions"), 0)
+
+    def resident(self, b) -> bool:
+        return b in self.where
+
+    def access(self, b) -> None:
+        if b in self.where:
+            self.freq[b] = min(self.freq[b] + 1, self.max_freq)
+        elif b in self.ghost:
+            del self.ghost[b]
+            self.stats["ghost_hits"] += 1
+            self._admit_main(b, self.ghost_freq)
+        else:
+            self.stats["admissions"] += 1
+            self._admit_small(b)
+
+    def _admit_small(self, b) -> None:
+        while len(self.small) >= self.small_cap:
+            victim = self.small.popleft()
+            del self.where[victim]
+            vf = self.freq.pop(victim)
+            if vf >= 1:
+                self.stats["promotions"] += 1
+                self._admit_main(victim, vf)  # freq kept, not reset
+            else:
+                self._evict(victim)
+        self.small.append(b)
+        self.where[b], self.freq[b] = "S", 0
+
+    def _admit_main(self, b, freq: int) -> None:
+        while len(self.main) >= self.main_cap:
+            victim = self.main.popleft()
+            if self.freq[victim] >= 1:
+                self.freq[victim] -= 1  # second chance: back to the tail, one credit spent
+                self.main.append(victim)
+                self.stats["requeues"] += 1
+                continue
+            del self.where[victim], self.freq[victim]
+            self._evict(victim)
+            break
+        self.main.append(b)
+        self.where[b], self.freq[b] = "M", freq
+
+    def _evict(self, b) -> None:
+        self.stats["evictions"] += 1
+        if b in self.ghost:
+            del self.ghost[b]
+        elif len(self.ghost) >= self.ghost_cap:
+            self.ghost.popitem(last=False)
+        self.ghost[b] = None
+
+    def size(self) -> int:
+        return len(self.small) + len(self.main)
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+
+# ---- compiled engine ------------------------------------------------------------------------------
+
+NOWHERE, IN_SMALL, IN_MAIN, IN_GHOST = 0, 1, 2, 3
+# meta slots
+S_HEAD, S_SIZE, M_HEAD, M_SIZE, G_HEAD, G_TAIL, G_SIZE = 0, 1, 2, 3, 4, 5, 6
+SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ = 7, 8, 9, 10, 11
+ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS = 12, 13, 14, 15, 16
+META_SLOTS = 17
+
+# S and M are ring buffers (they only pop the head and push the tail); G needs removal
+# from the middle on a ghost hit, so it is a doubly linked list threaded through
+# per-block prev/next arrays (-1 = none).
+S3FIFOState = namedtuple("S3FIFOState", ["where", "freq", "small", "main", "ghost_prev", "ghost_next", "meta"])
+
+
+def make_state(capacity: int, num_blocks: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> S3FIFOState:
+    small_cap, main_cap, ghost_cap = queue_sizes(capacity, small_ratio, max_freq, ghost_freq)
+    meta = np.zeros(META_SLOTS, dtype=np.int64)
+    meta[[SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ]] = small_cap, main_cap, ghost_cap, max_freq, ghost_freq
+    meta[[G_HEAD, G_TAIL]] = -1
+    # Neither queue can hold more distinct blocks than the trace has.
+    return S3FIFOState(
+        where=np.zeros(num_blocks, dtype=np.int8),
+        freq=np.zeros(num_blocks, dtype=np.int8),
+        small=np.zeros(max(1, min(small_cap, num_blocks)), dtype=np.int32),
+        main=np.zeros(max(1, min(main_cap, num_blocks)), dtype=np.int32),
+        ghost_prev=np.full(num_blocks, -1, dtype=np.int32),
+        ghost_next=np.full(num_blocks, -1, dtype=np.int32),
+        meta=meta,
+    )
+
+
+def read_state(state: S3FIFOState) -> tuple[int, dict]:
+    m = state.meta
+    names = ("admissions", "promotions", "ghost_hits", "requeues", "evictions")
+    slots = (ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS)
+    return int(m[S_SIZE] + m[M_SIZE]), {n: int(m[s]) for n, s in zip(names, slots)}
+
+
+@njit_or_plain
+def _ghost_unlink(st, b):
+    m, prev, nxt = st.meta, st.ghost_prev, st.ghost_next
+    p, n = prev[b], nxt[b]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        m[G_HEAD] = n
+    if n >= 0:
+        prev[n] = p
+    else:
+        m[G_TAIL] = p
+    prev[b] = -1
+    nxt[b] = -1
+    m[G_SIZE] -= 1
+    st.where[b] = NOWHERE
+
+
+@njit_or_plain
+def _ghost_insert(st, b):
+    m = st.meta
+    st.meta[EVICTIONS] += 1
+    if st.where[b] == IN_GHOST:
+        _ghost_unlink(st, b)
+    elif m[G_SIZE] >= m[GHOST_CAP]:
+        _ghost_unlink(st, m[G_HEAD])
+    tail = m[G_TAIL]
+    st.ghost_prev[b] = tail
+    if tail >= 0:
+        st.ghost_next[tail] = b
+    else:
+        m[G_HEAD] = b
+    m[G_TAIL] = b
+    m[G_SIZE] += 1
+    st.where[b] = IN_GHOST
+
+
+@njit_or_plain
+def _admit_main(st, b, f):
+    m, ring = st.meta, st.main
+    n = ring.shape[0]
+    while m[M_SIZE] >= m[MAIN_CAP]:
+        head = m[M_HEAD]
+        victim = ring[head]
+        m[M_HEAD] = (head + 1) % n
+        m[M_SIZE] -= 1
+        if st.freq[victim] >= 1:
+            st.freq[victim] -= 1
+            ring[(m[M_HEAD] + m[M_SIZE]) % n] = victim
+            m[M_SIZE] += 1
+            m[REQUEUES] += 1
+        else:
+            _ghost_insert(st, victim)
+            break
+    ring[(m[M_HEAD] + m[M_SIZE]) % n] = b
+    m[M_SIZE] += 1
+    st.where[b] = IN_MAIN
+    st.freq[b] = f
+
+
+@njit_or_plain
+def _admit_small(st, b):
+    m, ring = st.meta, st.small
+    n = ring.shape[0]
+    while m[S_SIZE] >= m[SMALL_CAP]:
+        head = m[S_HEAD]
+        victim = ring[head]
+        m[S_HEAD] = (head + 1) % n
+        m[S_SIZE] -= 1
+        if st.freq[victim] >= 1:
+            m[PROMOTIONS] += 1
+            _admit_main(st, victim, st.freq[victim])
+        else:
+            _ghost_insert(st, victim)
+    ring[(m[S_HEAD] + m[S_SIZE]) % n] = b
+    m[S_SIZE] += 1
+    st.where[b] = IN_SMALL
+    st.freq[b] = 0
+
+
+@njit_or_plain
+def _resident(st, b):
+    w = st.where[b]
+    return w == IN_SMALL or w == IN_MAIN
+
+
+@njit_or_plain
+def _access(st, b):
+    w = st.where[b]
+    if w == IN_SMALL or w == IN_MAIN:
+        if st.freq[b] < st.meta[MAX_FREQ]:
+            st.freq[b] += 1
+    elif w == IN_GHOST:
+        _ghost_unlink(st, b)
+        st.meta[GHOST_HITS] += 1
+        _admit_main(st, b, st.meta[GHOST_FREQ])
+    else:
+        st.meta[ADMISSIONS] += 1
+        _admit_small(st, b)
+
+
+register_kernel(S3FIFOState, _resident, _access)
+
+
+def _sizes(capacity, small_ratio, **_):
+    small_cap, main_cap, ghost_cap = queue_sizes(capacity, small_ratio)
+    return {"small_cap": small_cap, "main_cap": main_cap, "ghost_cap": ghost_cap}
+
+
+def _check_ghost_freq(value):
+    return "must be >= 0" if value < 0 else None
+
+
+POLICY = PolicySpec(
+    name="s3fifo",
+    summary="S3FIFO: small FIFO + second-chance main FIFO + ghost FIFO (Yang et al., SOSP'23)",
+    reference=S3FIFO,
+    make_state=make_state,
+    read_state=read_state,
+    params=(
+        Param("small_ratio", 0.1, float, "small queue share of capacity (rounded half to even)", in_range(0, 1, True, True)),
+        Param("max_freq", 3, int, "saturation of the per-block frequency counter", in_range(0, 127)),
+        Param("ghost_freq", 0, int, "freq of a block re-admitted to main from the ghost queue (<= max_freq)", _check_ghost_freq),
+    ),
+    sizes=_sizes,
+)

@@ -1,0 +1,147 @@
+"""The in-memory trace: columnar, immutable, no per-request Python objects.
+
+Request i reads blocks ``blocks[offsets[i]:offsets[i+1]]``. Block ids are dense
+(0..num_blocks-1), remapped at load time from whatever ids the file used, so
+policies can keep per-block state in flat arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+
+def _frozen(a: np.ndarray, dtype) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A request trace in columnar form.
+
+    Attributes:
+        offsets: int64[n+1], request i's blocks are ``blocks[offsets[i]:offsets[i+1]]``.
+        blocks: int32[offsets[-1]], dense block ids in request order.
+        input_length: int64[n], prompt tokens per request.
+        output_length: int64[n], output tokens per request (0 when the file has none).
+        timestamp: float64[n], arrival time in milliseconds (0 when the file has none).
+        num_blocks: number of distinct block ids (ids are 0..num_blocks-1).
+        block_size: the block size the file declares, or None (the caller chooses).
+        source: where the trace came from (a path, "-" or a description).
+        format: the reader that produced it ("mooncake", "synthetic", ...).
+        original_ids: the file's id for each dense id, when kept (``keep_ids=True``).
+        invalid_records: for ``on_invalid="skip"``: ``{"count": N, "first_lines": [...]}``.
+    """
+
+    offsets: np.ndarray
+    blocks: np.ndarray
+    input_length: np.ndarray
+    output_length: np.ndarray
+    timestamp: np.ndarray
+    num_blocks: int
+    block_size: int | None = None
+    source: str = "<memory>"
+    format: str = "memory"
+    original_ids: np.ndarray | list | None = None
+    invalid_records: dict | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "offsets", _frozen(self.offsets, np.int64))
+        set_(self, "blocks", _frozen(self.blocks, np.int32))
+        set_(self, "input_length", _frozen(self.input_length, np.int64))
+        set_(self, "output_length", _frozen(self.output_length, np.int64))
+        set_(self, "timestamp", _frozen(self.timestamp, np.float64))
+        n = self.input_length.shape[0]
+        if self.offsets.shape != (n + 1,) or self.offsets[0] != 0 or self.offsets[-1] != self.blocks.shape[0]:
+            raise ValueError("offsets must have n+1 entries, start at 0 and end at len(blocks)")
+        if np.any(np.diff(self.offsets) < 0):
+            raise ValueError("offsets must be non-decreasing")
+        if self.output_length.shape != (n,) or self.timestamp.shape != (n,):
+            raise ValueError("every per-request column must have one entry per request")
+        if self.blocks.size and (self.blocks.min() < 0 or self.blocks.max() >= self.num_blocks):
+            raise ValueError("block ids must lie in 0..num_blocks-1")
+
+    @classmethod
+    def from_requests(cls, requests, *, block_size: int | None = None, source: str = "<memory>") -> "Trace":
+        """Build a trace from an iterable of ``(hash_ids, input_length)`` or
+        ``(hash_ids, input_length, timestamp_ms, output_length)`` tuples.
+
+        Hash ids may be any hashable values; they are remapped to dense ids in
+        order of first appearance. Meant for tests and small hand-made traces.
+        """
+        ids: dict = {}
+        offsets, blocks, lengths, stamps, outs = [0], [], [], [], []
+        for req in requests:
+            hash_ids, length = req[0], req[1]
+            stamps.append(req[2] if len(req) > 2 else 0.0)
+            outs.append(req[3] if len(req) > 3 else 0)
+            blocks.extend(ids.setdefault(h, len(ids)) for h in hash_ids)
+            offsets.append(len(blocks))
+            lengths.append(length)
+        return cls(
+            offsets=np.array(offsets), blocks=np.array(blocks, dtype=np.int32),
+            input_length=np.array(lengths, dtype=np.int64), output_length=np.array(outs, dtype=np.int64),
+            timestamp=np.array(stamps, dtype=np.float64), num_blocks=len(ids),
+            block_size=block_size, source=source, format="memory", original_ids=list(ids),
+        )
+
+    def __len__(self) -> int:
+        return self.input_length.shape[0]
+
+    @property
+    def num_requests(self) -> int:
+        return self.input_length.shape[0]
+
+    @property
+    def num_accesses(self) -> int:
+        """Total block accesses (sum of every request's hash_ids length)."""
+        return int(self.blocks.shape[0])
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        return int(self.input_length.sum())
+
+    def request_blocks(self, i: int) -> np.ndarray:
+        """Dense block ids of request i, in order."""
+        return self.blocks[self.offsets[i]:self.offsets[i + 1]]
+
+    def nbytes(self) -> int:
+        """Bytes held by the flat arrays."""
+        return sum(a.nbytes for a in (self.offsets, self.blocks, self.input_length, self.output_length, self.timestamp))
+
+    def sorted_by_time(self) -> "Trace":
+        """The same requests reordered stably by timestamp (ties keep file order)."""
+        order = np.argsort(self.timestamp, kind="stable")
+        if np.array_equal(order, np.arange(len(order))):
+            return self
+        return self.take(order)
+
+    def take(self, order: np.ndarray) -> "Trace":
+        """A trace of the requests at positions `order` (in that order); ids are not renumbered."""
+        order = np.asarray(order, dtype=np.int64)
+        lengths = np.diff(self.offsets)[order]
+        offsets = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        starts = self.offsets[:-1][order]
+        # Gather every request's block range in one vectorised step.
+        index = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return replace(
+            self, offsets=offsets, blocks=self.blocks[index], input_length=self.input_length[order],
+            output_length=self.output_length[order], timestamp=self.timestamp[order],
+        )
+
+    def summary(self) -> dict:
+        """Counts that describe the trace (requests, tokens, blocks)."""
+        return {
+            "source": self.source,
+            "format": self.format,
+            "num_requests": self.num_requests,
+            "total_prompt_tokens": self.total_prompt_tokens,
+            "num_block_accesses": self.num_accesses,
+            "num_unique_blocks": int(self.num_blocks),
+            "declared_block_size": self.block_size,
+        }
