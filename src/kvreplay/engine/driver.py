@@ -66,7 +66,9 @@ if HAVE_NUMBA:
         for i in range(input_length.shape[0]):
             start, end = offsets[i], offsets[i + 1]
             k = 0
-            while start + k < end and resident(state, blocks[start + k]):
+            while start + k < end:
+                if not resident(state, blocks[start + k]):
+                    break
                 k += 1
             for j in range(start, end):
                 access(state, blocks[j])

@@ -1,0 +1,39 @@
+"""Plain-text tables and CSV for the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+
+def fmt(value) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def format_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    """Align `rows` under `columns` ((key, header) pairs); numbers right-aligned."""
+    cells = [[fmt(r.get(key, "")) for key, _ in columns] for r in rows]
+    headers = [h for _, h in columns]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(r.get(key), (int, float)) for r in rows) for key, _ in columns]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out.extend(line(row) for row in cells)
+    return "\n".join(out)
+
+
+def to_csv(rows: list[dict], columns: list[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
