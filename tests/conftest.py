@@ -1,0 +1,39 @@
+"""Shared fixtures: paths to the read-only shared traces (tests using them skip when absent)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+MOONCAKE = SHARED / "traces" / "mooncake"
+CLAUDE_CODE = SHARED / "traces" / "claude-code-samples"
+GOLDEN = SHARED / "golden" / "mooncake_totals.json"
+DATA = Path(__file__).resolve().parent / "data"
+
+ENGINES = ["reference", "compiled"]
+
+# Test modules import the spec oracle (tests/spec_model.py) by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def shared_path(path: Path) -> Path:
+    """The path, or a clean skip when ../shared (or that file) is not there."""
+    if not path.exists():
+        pytest.skip(f"{path} not available (../shared is optional)")
+    return path
+
+
+def golden_cases() -> list[dict]:
+    if not GOLDEN.exists():
+        return []
+    return json.loads(GOLDEN.read_text())["cases"]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    return request.param
