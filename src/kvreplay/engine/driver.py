@@ -17,6 +17,8 @@ the reference engine, and as numba overloads of :func:`resident` and
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 try:
@@ -74,3 +76,24 @@ if HAVE_NUMBA:
                 access(state, blocks[j])
             hit_blocks[i] = k
             hit_tokens[i] = min(k * block_size, input_length[i])
+
+
+def key_cache_on_sources(modules) -> None:
+    """Make the compiled driver's on-disk cache depend on the source of every kernel it inlines.
+
+    numba keys a cached function on its own file only, but the driver inlines each policy's
+    operations from other modules: without this, editing a policy would keep running the
+    stale cached kernel. Relies on numba internals; where they differ, caching is unchanged.
+    """
+    if not HAVE_NUMBA:
+        return
+    try:
+        cache_file = replay_compiled._cache._cache_file
+        stamp = cache_file._source_stamp
+    except AttributeError:  # pragma: no cover - other numba versions
+        return
+    digest = hashlib.sha256()
+    for module in modules:
+        with open(module.__file__, "rb") as f:
+            digest.update(f.read())
+    cache_file._source_stamp = (stamp, digest.hexdigest())

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from ..engine import driver
 from ..errors import ConfigError
-from . import fifo, lru, s3fifo
+from . import base, fifo, lru, s3fifo
 from .base import PolicySpec
 
-POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (s3fifo.POLICY, lru.POLICY, fifo.POLICY)}
+_MODULES = (s3fifo, lru, fifo)
+POLICIES: dict[str, PolicySpec] = {m.POLICY.name: m.POLICY for m in _MODULES}
+driver.key_cache_on_sources((driver, base, *_MODULES))
 
 
 def get_policy(name: str) -> PolicySpec:
