@@ -35,8 +35,8 @@ _INT_LIST_CHARS = b"0123456789,- \t\r\n"
 class _FastRecord(msgspec.Struct):
     input_length: int
     hash_ids: msgspec.Raw
-    timestamp: float | None = None
-    output_length: float | None = None
+    timestamp: float = 0.0
+    output_length: float = 0.0
 
 
 _fast_decoder = msgspec.json.Decoder(list[_FastRecord])
@@ -59,8 +59,8 @@ def _open(path: str):
     return raw
 
 
-def _chunks(path: str, stream) -> Iterator[tuple[int, list[bytes]]]:
-    """Yield (first_line_number, lines) for chunks of about CHUNK_BYTES, split at line ends."""
+def _chunks(path: str, stream) -> Iterator[tuple[int, bytes]]:
+    """Yield (first_line_number, data) for chunks of about CHUNK_BYTES that end at a line end."""
     line_no = 1
     rest = b""
     while True:
@@ -72,7 +72,7 @@ def _chunks(path: str, stream) -> Iterator[tuple[int, list[bytes]]]:
             raise TraceError(path, f"read failed: {e}") from None
         if not data:
             if rest:
-                yield line_no, [rest]
+                yield line_no, rest
             return
         data = rest + data
         cut = data.rfind(b"\n")
@@ -80,9 +80,8 @@ def _chunks(path: str, stream) -> Iterator[tuple[int, list[bytes]]]:
             rest = data
             continue
         rest = data[cut + 1:]
-        lines = data[:cut].split(b"\n")
-        yield line_no, lines
-        line_no += len(lines)
+        yield line_no, data[:cut]
+        line_no += data.count(b"\n", 0, cut) + 1
 
 
 def _describe(value) -> str:
@@ -131,7 +130,7 @@ def _check_record(path: str, line: int, text: bytes):
 
 
 class _Chunk:
-    """Parsed columns of one chunk; ids are an int64 array (fast path) or a list (slow path)."""
+    """Parsed columns of one chunk (numpy arrays); ids are an int64 array (fast path) or a list (slow path)."""
 
     __slots__ = ("ids", "counts", "lengths", "stamps", "outs")
 
@@ -139,38 +138,51 @@ class _Chunk:
         self.ids, self.counts, self.lengths, self.stamps, self.outs = ids, counts, lengths, stamps, outs
 
 
-def _fast_chunk(lines: list[bytes]) -> _Chunk | None:
-    """Parse a chunk whose records are all valid with integer ids; None when the slow path is needed."""
-    lines = [ln for ln in lines if ln.strip()]
-    if not lines:
-        return _Chunk(np.zeros(0, np.int64), np.zeros(0, np.int64), [], [], [])
+def _fast_chunk(data: bytes) -> _Chunk | None:
+    """Parse a chunk whose records are all valid with integer ids; None when the slow path is needed.
+
+    The chunk's lines become one JSON array (empty lines are dropped first; a line of
+    only spaces makes the array invalid JSON and sends the chunk to the slow path). All hash_ids lists are joined into one byte string and
+    parsed by numpy in one call; per-request counts come from counting separators.
+    """
+    data = data.strip()
+    while b"\n\n" in data:  # blank lines
+        data = data.replace(b"\n\n", b"\n")
+    if not data:
+        return _Chunk(np.zeros(0, np.int64), np.zeros(0, np.int64), *(np.zeros(0, t) for t in (np.int64, np.float64, np.int64)))
     try:
-        recs = _fast_decoder.decode(b"[" + b",".join(lines) + b"]")
+        recs = _fast_decoder.decode(b"[" + data.replace(b"\n", b",") + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    raws = [bytes(r.hash_ids) for r in recs]
-    if not all(r[:1] == b"[" for r in raws):
-        return None
-    parts = [r[1:-1] for r in raws]
-    joined = b",".join(p for p in parts if p.strip())
-    if joined.translate(None, _INT_LIST_CHARS):
-        return None
-    counts = np.fromiter((p.count(b",") + 1 if p.strip() else 0 for p in parts), dtype=np.int64, count=len(parts))
-    ids = np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.zeros(0, np.int64)
+    n = len(recs)
+    joined = b";".join([r.hash_ids for r in recs])  # "[1, 2];[];[3]"
+    raw = np.frombuffer(joined, dtype=np.uint8)
+    if joined.count(b"[") != n or joined.translate(None, _INT_LIST_CHARS + b"[];"):
+        return None  # string ids, floats, nested lists...
+    # Request i's list spans bytes bounds[i]+1 .. bounds[i+1]-1; its ids = its commas + 1, or 0 for "[]".
+    bounds = np.concatenate(([-1], np.flatnonzero(raw == ord(";")), [raw.size]))
+    commas_before = np.searchsorted(np.flatnonzero(raw == ord(",")), bounds)
+    counts = np.diff(commas_before) + 1
+    counts[np.diff(bounds) <= 3] = 0
+    body = joined.translate(None, b"[]").replace(b";", b",")
+    # Empty lists leave empty fields (",,"), which numpy's parser does not skip: drop them.
+    while b",," in body:
+        body = body.replace(b",,", b",")
+    body = body.strip(b", \t\r\n")
+    ids = np.fromstring(body, dtype=np.int64, sep=",") if body else np.zeros(0, np.int64)
     # A count mismatch means malformed numbers; |id| near 2**63 may have saturated: re-check slowly.
     if ids.size != counts.sum() or (ids.size and np.abs(ids).max() >= 10**18):
         return None
-    lengths = [r.input_length for r in recs]
-    outs = [r.output_length or 0 for r in recs]
-    if min(lengths) < 0 or min(outs) < 0 or any(not float(o).is_integer() for o in outs):
+    lengths = np.fromiter((r.input_length for r in recs), dtype=np.int64, count=n)
+    stamps = np.fromiter((r.timestamp for r in recs), dtype=np.float64, count=n)
+    outs = np.fromiter((r.output_length for r in recs), dtype=np.float64, count=n)
+    if (lengths < 0).any() or (outs < 0).any() or (outs != np.floor(outs)).any() or not np.isfinite(stamps).all():
         return None
-    stamps = [r.timestamp or 0.0 for r in recs]
-    if not all(math.isfinite(s) for s in stamps):
-        return None
-    return _Chunk(ids, counts, lengths, stamps, [int(o) for o in outs])
+    return _Chunk(ids, counts.astype(np.int64), lengths, stamps, outs.astype(np.int64))
 
 
-def _slow_chunk(path: str, first_line: int, lines: list[bytes], on_invalid: str, invalid: list[int]) -> _Chunk:
+def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int]) -> _Chunk:
+    lines = data.split(b"\n")
     ids: list = []
     counts, lengths, stamps, outs = [], [], [], []
     for k, text in enumerate(lines):
@@ -188,7 +200,8 @@ def _slow_chunk(path: str, first_line: int, lines: list[bytes], on_invalid: str,
         lengths.append(length)
         stamps.append(stamp)
         outs.append(out)
-    return _Chunk(ids, np.array(counts, dtype=np.int64), lengths, stamps, outs)
+    return _Chunk(ids, np.array(counts, dtype=np.int64), np.array(lengths, dtype=np.int64),
+                  np.array(stamps, dtype=np.float64), np.array(outs, dtype=np.int64))
 
 
 def _dense_ids(chunks: list[_Chunk], keep_ids: bool):
@@ -235,15 +248,15 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
     chunks: list[_Chunk] = []
     invalid: list[int] = []
     try:
-        for first_line, lines in _chunks(name, stream):
-            chunk = _fast_chunk(lines)
+        for first_line, data in _chunks(name, stream):
+            chunk = _fast_chunk(data)
             if chunk is None:
-                chunk = _slow_chunk(name, first_line, lines, on_invalid, invalid)
+                chunk = _slow_chunk(name, first_line, data, on_invalid, invalid)
             chunks.append(chunk)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    n = sum(len(c.lengths) for c in chunks)
+    n = sum(c.lengths.shape[0] for c in chunks)
     if n == 0:
         what = f"no valid records ({len(invalid)} invalid)" if invalid else "no requests (empty trace)"
         raise TraceError(name, what)
@@ -253,9 +266,9 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
     return Trace(
         offsets=offsets,
         blocks=blocks,
-        input_length=np.fromiter((x for c in chunks for x in c.lengths), dtype=np.int64, count=n),
-        output_length=np.fromiter((x for c in chunks for x in c.outs), dtype=np.int64, count=n),
-        timestamp=np.fromiter((x for c in chunks for x in c.stamps), dtype=np.float64, count=n),
+        input_length=np.concatenate([c.lengths for c in chunks]),
+        output_length=np.concatenate([c.outs for c in chunks]),
+        timestamp=np.concatenate([c.stamps for c in chunks]),
         num_blocks=num_blocks,
         source=name,
         format="mooncake",
