@@ -68,6 +68,7 @@ def check_all_engines(reqs, block_size, policy, capacity, params):
     assert comp.hit_blocks.tolist() == expected_blocks
     assert comp.final_cache_blocks == expected_final
     assert comp.counters == ref.counters
+    assert comp.stranded_blocks == ref.stranded_blocks
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,10 +9,16 @@ For each request, in trace order:
    (the last block of a prompt is usually partial);
 3. access every block of the request, hit or miss, in order.
 
-Policies never re-implement this loop. A policy supplies ``resident(b)`` (a probe
-that changes nothing) and ``access(b)``: as methods of a small Python class for
-the reference engine, and as numba overloads of :func:`resident` and
-:func:`access` on its state type for the compiled engine.
+Policies never re-implement this loop. A block-level policy supplies
+``resident(b)`` (a probe that changes nothing) and ``access(b)``: as methods of
+a small Python class for the reference engine, and as numba overloads of
+:func:`resident` and :func:`access` on its state type for the compiled engine.
+
+A request-level policy (an engine that pins a running request's blocks, an
+offline bound) may also supply ``hit_limit`` (the most blocks a request may hit,
+e.g. vLLM never hits the block holding the last prompt token) and
+``access_request`` (the whole access phase of step 3, told how many blocks hit).
+The scan and the hit accounting stay here either way.
 """
 
 from __future__ import annotations
@@ -39,23 +45,31 @@ def access(state, block):
     raise NotImplementedError
 
 
+def hit_limit(state, num_blocks, input_length, block_size):
+    """Compiled-engine cap on a request's hit blocks (default: all of its blocks)."""
+    raise NotImplementedError
+
+
+def access_request(state, request, blocks, start, end, hits, input_length, block_size):
+    """Compiled-engine access phase of request `request` (default: access(b) for every block in order)."""
+    raise NotImplementedError
+
+
 def replay_reference(offsets, blocks, input_length, block_size, policy, hit_blocks, hit_tokens) -> None:
-    """Reference engine: plain Python over a policy object with resident()/access()."""
+    """Reference engine: plain Python over a policy object (see policies.base.ReferencePolicy)."""
     offsets = offsets.tolist()
     blocks = blocks.tolist()
     lengths = input_length.tolist()
-    is_resident, touch = policy.resident, policy.access
+    is_resident = policy.resident
     for i in range(len(lengths)):
         request = blocks[offsets[i]:offsets[i + 1]]
+        limit = policy.hit_limit(len(request), lengths[i], block_size)
         k = 0
-        for b in request:
-            if not is_resident(b):
-                break
+        while k < limit and is_resident(request[k]):
             k += 1
-        for b in request:
-            touch(b)
         hit_blocks[i] = k
         hit_tokens[i] = min(k * block_size, lengths[i])
+        policy.access_request(i, request, k, lengths[i], block_size)
 
 
 if HAVE_NUMBA:
@@ -67,18 +81,18 @@ if HAVE_NUMBA:
         """Compiled engine: the same loop as replay_reference, specialised per policy state type."""
         for i in range(input_length.shape[0]):
             start, end = offsets[i], offsets[i + 1]
+            limit = hit_limit(state, end - start, input_length[i], block_size)
             k = 0
-            while start + k < end:
+            while k < limit:
                 if not resident(state, blocks[start + k]):
                     break
                 k += 1
-            for j in range(start, end):
-                access(state, blocks[j])
             hit_blocks[i] = k
             hit_tokens[i] = min(k * block_size, input_length[i])
+            access_request(state, i, blocks, start, end, k, input_length[i], block_size)
 
 
-def key_cache_on_sources(modules) -> None:
+def key_cache_on_sources(paths) -> None:
     """Make the compiled driver's on-disk cache depend on the source of every kernel it inlines.
 
     numba keys a cached function on its own file only, but the driver inlines each policy's
@@ -93,7 +107,7 @@ def key_cache_on_sources(modules) -> None:
     except AttributeError:  # pragma: no cover - other numba versions
         return
     digest = hashlib.sha256()
-    for module in modules:
-        with open(module.__file__, "rb") as f:
+    for path in paths:
+        with open(path, "rb") as f:
             digest.update(f.read())
     cache_file._source_stamp = (stamp, digest.hexdigest())

@@ -31,6 +31,13 @@ def resolve_engine(engine: str) -> str:
     return engine
 
 
+def stranded_blocks(trace: Trace, mask: np.ndarray) -> int:
+    """Resident blocks whose chain predecessor is not resident (see Report.stranded_blocks)."""
+    pred = trace.predecessors
+    has_pred = pred >= 0
+    return int(np.count_nonzero(mask & has_pred & ~mask[np.where(has_pred, pred, 0)]))
+
+
 def check_capacity(capacity) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ConfigError(f"capacity must be a positive whole number of blocks, got {capacity!r}")
@@ -51,7 +58,7 @@ def as_trace(trace) -> Trace:
 def replay(
     trace,
     policy: str = "s3fifo",
-    capacity: int = 4096,
+    capacity: int | None = 4096,
     block_size: int | None = None,
     *,
     engine: str = "compiled",
@@ -63,7 +70,7 @@ def replay(
 
     trace: a Trace or a path to a trace file.
     policy: a registered policy name (case-insensitive): "s3fifo", "lru", "fifo".
-    capacity: cache size in blocks.
+    capacity: cache size in blocks (None: unbounded, for policies where that makes sense).
     block_size: tokens per block; default: the size the trace declares, else 512.
     engine: "compiled" (numba, default) or "reference" (plain Python, the readable oracle).
     warmup_fraction: the first floor(F * N) requests warm the cache but are not counted.
@@ -72,6 +79,8 @@ def replay(
     """
     trace = as_trace(trace)
     spec = get_policy(policy)
+    if capacity is None and spec.capacity != "required":
+        capacity = max(1, trace.num_blocks)  # unbounded: no policy can hold more than every block
     capacity = check_capacity(capacity)
     block_size = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
     if block_size < 1:
@@ -84,17 +93,20 @@ def replay(
     hit_blocks = np.zeros(n, dtype=np.int64)
     hit_tokens = np.zeros(n, dtype=np.int64)
     if engine == "compiled":
-        state = spec.make_state(capacity, trace.num_blocks, **params)
+        state = spec.make_state(capacity, trace, **params)
         driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
         final, counters = spec.read_state(state)
+        mask = spec.resident_mask(state)
     else:
-        cache = spec.reference(capacity, trace.num_blocks, **params)
+        cache = spec.reference(capacity, trace, **params)
         driver.replay_reference(trace.offsets, trace.blocks, trace.input_length, block_size, cache, hit_blocks, hit_tokens)
         final, counters = cache.size(), cache.counters()
+        mask = np.zeros(trace.num_blocks, dtype=bool)
+        mask[list(cache.resident_blocks())] = True
     report = Report(
         policy=spec.name, params=params, block_size=block_size, cache_capacity_blocks=capacity,
         prompt_tokens=np.asarray(trace.input_length), hit_tokens=hit_tokens, hit_blocks=hit_blocks,
-        final_cache_blocks=final, counters=counters, sizes=sizes, warmup_requests=warmup, engine=engine,
+        final_cache_blocks=final, counters=counters, stranded_blocks=stranded_blocks(trace, mask), sizes=sizes, warmup_requests=warmup, engine=engine,
         trace_source=trace.source, invalid_records=trace.invalid_records,
     )
     if check:

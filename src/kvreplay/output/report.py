@@ -22,6 +22,10 @@ def window_text(warmup_requests: int, num_requests: int) -> str:
 class Report:
     """The result of one replay.
 
+    ``stranded_blocks``: blocks resident at the end whose chain predecessor (the block
+    before them where they first appear) is not resident: capacity that cannot serve a
+    prefix hit until the predecessor comes back.
+
     Per-request arrays (trace order): ``prompt_tokens`` (the request's
     input_length), ``hit_tokens`` (= min(hit_blocks * block_size, prompt_tokens))
     and ``hit_blocks`` (the longest resident prefix, in blocks). Totals count
@@ -37,6 +41,7 @@ class Report:
     hit_blocks: np.ndarray
     final_cache_blocks: int
     counters: dict = field(default_factory=dict)
+    stranded_blocks: int = 0
     sizes: dict = field(default_factory=dict)
     warmup_requests: int = 0
     engine: str = "compiled"
@@ -80,8 +85,7 @@ class Report:
             problems.append(f"final_cache_blocks {self.final_cache_blocks} outside 0..{self.cache_capacity_blocks}")
         # A request whose first block never appeared before cannot hit (it cannot be resident, nor in a ghost).
         if trace.num_accesses:
-            first_seen = np.empty(trace.num_blocks, dtype=np.int64)
-            first_seen[trace.blocks[::-1]] = np.arange(trace.num_accesses - 1, -1, -1)
+            first_seen = trace.first_seen
             nonempty = lengths > 0
             starts = trace.offsets[:-1][nonempty]
             new_first = first_seen[trace.blocks[starts]] == starts
@@ -102,6 +106,7 @@ class Report:
             "total_hit_tokens": self.total_hit_tokens,
             "hit_rate": self.hit_rate,
             "final_cache_blocks": self.final_cache_blocks,
+            "stranded_blocks": self.stranded_blocks,
             "window": {
                 "warmup_requests": self.warmup_requests,
                 "measured_requests": self.num_requests - self.warmup_requests,

@@ -43,12 +43,14 @@ class Param:
 class PolicySpec:
     """A registered policy.
 
-    reference(capacity, num_blocks, **params) -> object with resident(b), access(b),
-        size() and counters(): the readable engine.
-    make_state(capacity, num_blocks, **params) -> namedtuple of numpy arrays on which the
-        compiled driver's resident/access overloads act.
+    reference(capacity, trace, **params) -> a ReferencePolicy (resident(b), access(b),
+        size(), counters(), resident_blocks()): the readable engine.
+    make_state(capacity, trace, **params) -> namedtuple of numpy arrays on which the
+        compiled driver's overloads act.
     read_state(state) -> (final_cache_blocks, counters dict).
+    resident_mask(state) -> bool array over block ids: what is resident at the end.
     sizes(capacity, **params) -> dict of derived sizes shown in reports (e.g. small_cap).
+    capacity: "required", "optional" (None means unbounded) or "ignored" (bounds such as infinite).
     """
 
     name: str
@@ -56,8 +58,10 @@ class PolicySpec:
     reference: Callable
     make_state: Callable | None
     read_state: Callable | None
+    resident_mask: Callable | None = None
     params: tuple[Param, ...] = ()
     sizes: Callable[..., dict] = field(default=lambda capacity, **params: {})
+    capacity: str = "required"
 
     def resolve(self, params: dict) -> dict:
         """Defaults filled in, values converted and checked; unknown names are an error."""
@@ -82,8 +86,30 @@ def in_range(lo=None, hi=None, lo_open=False, hi_open=False):
     return check
 
 
-def register_kernel(state_class, resident_impl, access_impl) -> None:
-    """Make the compiled driver call these njit functions for states of `state_class`."""
+class ReferencePolicy:
+    """Base of the reference (plain Python) policies: block-level defaults for the request hooks."""
+
+    def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
+        """The most blocks this request may hit: all of them."""
+        return num_blocks
+
+    def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
+        """Access every block of the request, in order."""
+        for b in blocks:
+            self.access(b)
+
+    def resident_blocks(self):
+        """Every resident block id (for end-of-replay statistics)."""
+        raise NotImplementedError
+
+
+def register_kernel(state_class, resident_impl, access_impl=None, *, access_request_impl=None, hit_limit_impl=None) -> None:
+    """Make the compiled driver call these njit functions for states of `state_class`.
+
+    A block-level policy gives resident_impl(state, b) and access_impl(state, b). A
+    request-level policy may replace the access phase (access_request_impl with the
+    driver's access_request signature) and cap the prefix scan (hit_limit_impl).
+    """
     if not driver.HAVE_NUMBA:
         return
     from numba import types
@@ -97,10 +123,32 @@ def register_kernel(state_class, resident_impl, access_impl) -> None:
         if matches(state):
             return lambda state, block: resident_impl(state, block)
 
-    @overload(driver.access, inline="always")
-    def _access(state, block):
+    if access_impl is not None:
+
+        @overload(driver.access, inline="always")
+        def _access(state, block):
+            if matches(state):
+                return lambda state, block: access_impl(state, block)
+
+    @overload(driver.hit_limit, inline="always")
+    def _hit_limit(state, num_blocks, input_length, block_size):
         if matches(state):
-            return lambda state, block: access_impl(state, block)
+            if hit_limit_impl is None:
+                return lambda state, num_blocks, input_length, block_size: num_blocks
+            return lambda state, num_blocks, input_length, block_size: hit_limit_impl(state, num_blocks, input_length, block_size)
+
+    @overload(driver.access_request, inline="always")
+    def _access_request(state, request, blocks, start, end, hits, input_length, block_size):
+        if matches(state):
+            if access_request_impl is None:
+
+                def every_block(state, request, blocks, start, end, hits, input_length, block_size):
+                    for j in range(start, end):
+                        driver.access(state, blocks[j])
+
+                return every_block
+            return lambda state, request, blocks, start, end, hits, input_length, block_size: access_request_impl(
+                state, request, blocks, start, end, hits, input_length, block_size)
 
 
 def njit_or_plain(fn):

@@ -14,13 +14,13 @@ from collections import deque, namedtuple
 
 import numpy as np
 
-from .base import PolicySpec, njit_or_plain, register_kernel
+from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
 
 
-class FIFO:
+class FIFO(ReferencePolicy):
     """Reference FIFO over a deque and a set."""
 
-    def __init__(self, capacity: int, num_blocks: int = 0):
+    def __init__(self, capacity: int, trace=None):
         self.capacity = capacity
         self.queue: deque = deque()
         self.members: set = set()
@@ -45,6 +45,9 @@ class FIFO:
     def counters(self) -> dict:
         return dict(self.stats)
 
+    def resident_blocks(self):
+        return self.members
+
 
 # ---- compiled engine: a ring buffer (never longer than the number of distinct blocks) -----------
 
@@ -52,7 +55,8 @@ HEAD, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(5)
 FIFOState = namedtuple("FIFOState", ["cached", "ring", "meta"])
 
 
-def make_state(capacity: int, num_blocks: int) -> FIFOState:
+def make_state(capacity: int, trace) -> FIFOState:
+    num_blocks = trace.num_blocks
     meta = np.zeros(5, dtype=np.int64)
     meta[CAPACITY] = capacity
     return FIFOState(
@@ -97,4 +101,5 @@ POLICY = PolicySpec(
     reference=FIFO,
     make_state=make_state,
     read_state=read_state,
+    resident_mask=lambda state: state.cached != 0,
 )

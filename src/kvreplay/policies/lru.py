@@ -16,13 +16,13 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import PolicySpec, njit_or_plain, register_kernel
+from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
 
 
-class LRU:
+class LRU(ReferencePolicy):
     """Reference LRU over an OrderedDict (first item = least recently used)."""
 
-    def __init__(self, capacity: int, num_blocks: int = 0):
+    def __init__(self, capacity: int, trace=None):
         self.capacity = capacity
         self.order: OrderedDict = OrderedDict()
         self.stats = {"admissions": 0, "evictions": 0}
@@ -46,6 +46,9 @@ class LRU:
     def counters(self) -> dict:
         return dict(self.stats)
 
+    def resident_blocks(self):
+        return self.order.keys()
+
 
 # ---- compiled engine: a doubly linked list threaded through per-block prev/next arrays ----------
 
@@ -53,7 +56,8 @@ HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(6)
 LRUState = namedtuple("LRUState", ["cached", "prev", "next", "meta"])
 
 
-def make_state(capacity: int, num_blocks: int) -> LRUState:
+def make_state(capacity: int, trace) -> LRUState:
+    num_blocks = trace.num_blocks
     meta = np.zeros(6, dtype=np.int64)
     meta[[HEAD, TAIL, CAPACITY]] = -1, -1, capacity
     return LRUState(
@@ -130,4 +134,5 @@ POLICY = PolicySpec(
     reference=LRU,
     make_state=make_state,
     read_state=read_state,
+    resident_mask=lambda state: state.cached != 0,
 )

@@ -1,15 +1,36 @@
-"""Names to policies. Names are case-insensitive."""
+"""Names to policies. Names are case-insensitive.
+
+Every module in this package that defines ``POLICY`` (a PolicySpec) is registered.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
+
 from ..engine import driver
 from ..errors import ConfigError
-from . import base, fifo, lru, s3fifo
 from .base import PolicySpec
 
-_MODULES = (s3fifo, lru, fifo)
-POLICIES: dict[str, PolicySpec] = {m.POLICY.name: m.POLICY for m in _MODULES}
-driver.key_cache_on_sources((driver, base, *_MODULES))
+# Listing order; policies not named here follow alphabetically.
+ORDER = ("s3fifo", "lru", "fifo", "lru-tail", "sieve", "clock", "arc", "2q", "lfu", "ttl", "vllm", "radix", "infinite", "belady")
+
+
+def _discover() -> dict[str, PolicySpec]:
+    found = {}
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        spec = getattr(module, "POLICY", None)
+        if isinstance(spec, PolicySpec):
+            found[spec.name] = spec
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return dict(sorted(found.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
+
+
+POLICIES: dict[str, PolicySpec] = _discover()
+# The compiled driver inlines every policy's kernel: key its disk cache on all their sources.
+driver.key_cache_on_sources([driver.__file__, *sorted(str(p) for p in Path(__file__).parent.glob("*.py"))])
 
 
 def get_policy(name: str) -> PolicySpec:

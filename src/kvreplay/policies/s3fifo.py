@@ -43,7 +43,7 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Param, PolicySpec, in_range, njit_or_plain, register_kernel
+from .base import ReferencePolicy, Param, PolicySpec, in_range, njit_or_plain, register_kernel
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -60,10 +60,10 @@ def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghos
     return small_cap, main_cap, main_cap
 
 
-class S3FIFO:
+class S3FIFO(ReferencePolicy):
     """Reference S3FIFO: the spec's pseudo-code, line by line."""
 
-    def __init__(self, capacity: int, num_blocks: int = 0, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0):
+    def __init__(self, capacity: int, trace=None, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0):
         self.small_cap, self.main_cap, self.ghost_cap = queue_sizes(capacity, small_ratio, max_freq, ghost_freq)
         self.max_freq, self.ghost_freq = max_freq, ghost_freq
         self.small: deque = deque()  # block ids, head = left
@@ -125,6 +125,9 @@ class S3FIFO:
     def size(self) -> int:
         return len(self.small) + len(self.main)
 
+    def resident_blocks(self):
+        return self.where.keys()
+
     def counters(self) -> dict:
         return dict(self.stats)
 
@@ -144,7 +147,8 @@ META_SLOTS = 17
 S3FIFOState = namedtuple("S3FIFOState", ["where", "freq", "small", "main", "ghost_prev", "ghost_next", "meta"])
 
 
-def make_state(capacity: int, num_blocks: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> S3FIFOState:
+def make_state(capacity: int, trace, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> S3FIFOState:
+    num_blocks = trace.num_blocks
     small_cap, main_cap, ghost_cap = queue_sizes(capacity, small_ratio, max_freq, ghost_freq)
     meta = np.zeros(META_SLOTS, dtype=np.int64)
     meta[[SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ]] = small_cap, main_cap, ghost_cap, max_freq, ghost_freq
@@ -166,6 +170,10 @@ def read_state(state: S3FIFOState) -> tuple[int, dict]:
     names = ("admissions", "promotions", "ghost_hits", "requeues", "evictions")
     slots = (ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS)
     return int(m[S_SIZE] + m[M_SIZE]), {n: int(m[s]) for n, s in zip(names, slots)}
+
+
+def resident_mask(state: S3FIFOState) -> np.ndarray:
+    return (state.where == IN_SMALL) | (state.where == IN_MAIN)
 
 
 @njit_or_plain
@@ -287,6 +295,7 @@ POLICY = PolicySpec(
     reference=S3FIFO,
     make_state=make_state,
     read_state=read_state,
+    resident_mask=resident_mask,
     params=(
         Param("small_ratio", 0.1, float, "small queue share of capacity (rounded half to even)", in_range(0, 1, True, True)),
         Param("max_freq", 3, int, "saturation of the per-block frequency counter", in_range(0, 127)),

@@ -8,6 +8,7 @@ policies can keep per-block state in flat arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -108,6 +109,24 @@ class Trace:
     def request_blocks(self, i: int) -> np.ndarray:
         """Dense block ids of request i, in order."""
         return self.blocks[self.offsets[i]:self.offsets[i + 1]]
+
+    @cached_property
+    def first_seen(self) -> np.ndarray:
+        """int64[num_blocks]: the flat position (index into `blocks`) of each block's first access."""
+        first = np.empty(self.num_blocks, dtype=np.int64)
+        # Assign in reverse so the earliest position is written last and wins.
+        first[self.blocks[::-1]] = np.arange(self.num_accesses - 1, -1, -1)
+        return first
+
+    @cached_property
+    def predecessors(self) -> np.ndarray:
+        """int32[num_blocks]: the block before each block in the request where it first appears
+        (-1 for a request's first block). With chained hashes this is the block's chain parent."""
+        previous = np.empty(self.num_accesses, dtype=np.int32)
+        previous[1:] = self.blocks[:-1]
+        starts = self.offsets[:-1][np.diff(self.offsets) > 0]
+        previous[starts] = -1
+        return previous[self.first_seen] if self.num_accesses else np.zeros(0, dtype=np.int32)
 
     def nbytes(self) -> int:
         """Bytes held by the flat arrays."""
