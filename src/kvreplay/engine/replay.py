@@ -79,8 +79,8 @@ def replay(
     """
     trace = as_trace(trace)
     spec = get_policy(policy)
-    if capacity is None and spec.capacity != "required":
-        capacity = max(1, trace.num_blocks)  # unbounded: no policy can hold more than every block
+    if spec.capacity == "ignored" or (capacity is None and spec.capacity == "optional"):
+        capacity = max(1, trace.num_blocks)  # unbounded: no cache can hold more than every block
     capacity = check_capacity(capacity)
     block_size = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
     if block_size < 1:

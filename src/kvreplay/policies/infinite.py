@@ -1,0 +1,75 @@
+"""Infinite cache: nothing is ever evicted. The ceiling for a trace.
+
+Resident: every block accessed before. A hit changes nothing; a miss admits the
+block. Capacity is ignored (reports show the number of unique blocks). Its hit
+rate is the most any policy can reach on the trace under prefix semantics: a
+request can only hit blocks that some earlier request accessed.
+
+Parameters: none. Counters: ``admissions`` (distinct blocks), ``evictions`` (always 0).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from .base import PolicySpec, ReferencePolicy, njit_or_plain, register_kernel
+
+
+class Infinite(ReferencePolicy):
+    """Reference infinite cache: a set."""
+
+    def __init__(self, capacity: int, trace=None):
+        self.seen: set = set()
+
+    def resident(self, b) -> bool:
+        return b in self.seen
+
+    def access(self, b) -> None:
+        self.seen.add(b)
+
+    def size(self) -> int:
+        return len(self.seen)
+
+    def counters(self) -> dict:
+        return {"admissions": len(self.seen), "evictions": 0}
+
+    def resident_blocks(self):
+        return self.seen
+
+
+InfiniteState = namedtuple("InfiniteState", ["seen", "meta"])
+
+
+def make_state(capacity: int, trace) -> InfiniteState:
+    return InfiniteState(seen=np.zeros(trace.num_blocks, dtype=np.int8), meta=np.zeros(1, dtype=np.int64))
+
+
+def read_state(state: InfiniteState) -> tuple[int, dict]:
+    return int(state.meta[0]), {"admissions": int(state.meta[0]), "evictions": 0}
+
+
+@njit_or_plain
+def _resident(st, b):
+    return st.seen[b] != 0
+
+
+@njit_or_plain
+def _access(st, b):
+    if st.seen[b] == 0:
+        st.seen[b] = 1
+        st.meta[0] += 1
+
+
+register_kernel(InfiniteState, _resident, _access)
+
+POLICY = PolicySpec(
+    name="infinite",
+    summary="infinite cache: never evicts (the ceiling for a trace)",
+    reference=Infinite,
+    make_state=make_state,
+    read_state=read_state,
+    resident_mask=lambda state: state.seen != 0,
+    capacity="ignored",
+)
