@@ -51,6 +51,36 @@ def _add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-fraction", type=_fraction, default=0.0, metavar="F", help="the first floor(F*N) requests only warm the cache (default 0)")
 
 
+def _param_table() -> dict:
+    """Every policy parameter name -> (Param, names of the policies that take it)."""
+    from .policies.registry import POLICIES
+
+    table: dict = {}
+    for spec in POLICIES.values():
+        for p in spec.params:
+            table.setdefault(p.name, (p, []))[1].append(spec.name)
+    return table
+
+
+def _add_param_options(p: argparse.ArgumentParser) -> None:
+    for name, (param, owners) in _param_table().items():
+        p.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", type=param.kind, default=None,
+                       help=f"{', '.join(owners)}: {param.help} (default {param.default})")
+
+
+def _given_params(args, policy: str) -> dict:
+    from .policies.registry import get_policy
+
+    spec = get_policy(policy)
+    own = {p.name for p in spec.params}
+    given = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    for name in given:
+        if name not in own:
+            owners = ", ".join(_param_table()[name][1])
+            raise ConfigError(f"--{name.replace('_', '-')} applies to {owners}, not {spec.name}")
+    return given
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvreplay", description="Replay LLM request traces through a KV prefix cache.")
     from . import __version__
@@ -60,11 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="replay a trace under one policy and capacity")
     _add_trace_options(run)
-    run.add_argument("--policy", default="s3fifo", help="s3fifo (default), lru or fifo; case-insensitive")
-    run.add_argument("--capacity", type=_positive_int, default=4096, help="cache capacity in blocks (default 4096)")
-    run.add_argument("--small-ratio", type=float, help="s3fifo: small queue share (default 0.1, rounded half to even)")
-    run.add_argument("--max-freq", type=int, help="s3fifo: frequency counter saturation (default 3)")
-    run.add_argument("--ghost-freq", type=int, help="s3fifo: freq of blocks re-admitted from the ghost queue (default 0)")
+    run.add_argument("--policy", default="s3fifo", help="a policy name, case-insensitive (default s3fifo; see `kvreplay policies`)")
+    run.add_argument("--capacity", type=_positive_int, default=None,
+                     help="cache capacity in blocks (default 4096; unbounded for policies where capacity is optional)")
+    _add_param_options(run)
     run.add_argument("--output", "-o", help="write the JSON report to this file (atomically)")
     run.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of a summary")
     run.add_argument("--summary-only", action="store_true", help="leave per_request out of the JSON report")
@@ -73,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_options(sw)
     sw.add_argument("--capacities", type=_capacities, default="auto", help="comma-separated block counts, or auto (default)")
     sw.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
+    sw.add_argument("--bounds", action="store_true", help="add the infinite-cache ceiling and belady (offline MIN) at every capacity")
     sw.add_argument("--jobs", type=_positive_int, default=1, help="replays run at once (threads)")
     sw.add_argument("--output", "-o", help="write results to FILE.json or FILE.csv (atomically)")
     sw.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
@@ -97,11 +127,14 @@ def _encode_json(obj) -> bytes:
 def _cmd_run(args) -> int:
     from .engine.replay import replay
 
-    params = {k: v for k, v in (("small_ratio", args.small_ratio), ("max_freq", args.max_freq), ("ghost_freq", args.ghost_freq)) if v is not None}
-    if params and args.policy.lower() != "s3fifo":
-        raise ConfigError(f"--{next(iter(params)).replace('_', '-')} applies only to s3fifo, not {args.policy}")
+    from .policies.registry import get_policy
+
+    params = _given_params(args, args.policy)
+    capacity = args.capacity
+    if capacity is None and get_policy(args.policy).capacity == "required":
+        capacity = 4096
     trace = _load(args)
-    report = replay(trace, args.policy, args.capacity, args.block_size, engine=args.engine, warmup_fraction=args.warmup_fraction, **params)
+    report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine, warmup_fraction=args.warmup_fraction, **params)
     data = None
     if args.output or args.json:
         data = _encode_json(report.to_dict(per_request=not args.summary_only))
@@ -148,7 +181,10 @@ def _cmd_sweep(args) -> int:
     from .analysis.sweep import points_to_rows, sweep
 
     trace = _load(args)
-    result = sweep(trace, args.capacities, args.policies.split(","), args.block_size,
+    policies = [p for p in args.policies.split(",") if p.strip()]
+    if args.bounds:
+        policies += [p for p in ("infinite", "belady") if p not in policies]
+    result = sweep(trace, args.capacities, policies, args.block_size,
                    warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine)
     if args.output:
         from .output.report import write_atomic
@@ -190,9 +226,9 @@ def _cmd_policies(args) -> int:
     from .policies.registry import POLICIES
 
     for spec in POLICIES.values():
-        print(f"{spec.name:8s} {spec.summary}")
+        print(f"{spec.name:9s} {spec.summary}" + ("" if spec.capacity == "required" else f" [capacity {spec.capacity}]"))
         for p in spec.params:
-            print(f"{'':8s}   {p.name}={p.default}: {p.help}")
+            print(f"{'':9s}   --{p.name.replace('_', '-')} {p.default}: {p.help}")
     return 0
 
 

@@ -62,7 +62,10 @@ def sweep(
     capacities = [check_capacity(c) for c in capacities]
     if not capacities:
         raise ConfigError("no capacities to sweep")
-    grid = [(spec, params, c) for spec, params in _policy_list(policies) for c in capacities]
+    # A policy that ignores capacity (the infinite ceiling) needs one run, not one per capacity.
+    grid = []
+    for spec, params in _policy_list(policies):
+        grid += [(spec, params, c) for c in (capacities[-1:] if spec.capacity == "ignored" else capacities)]
     for spec, params, capacity in grid:  # fail fast on impossible queue sizes, before any replay runs
         spec.sizes(capacity, **params)
 
