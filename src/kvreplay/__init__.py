@@ -6,8 +6,10 @@ Public API::
     report = kvreplay.replay(trace, policy="s3fifo", capacity=4096)
     report.total_hit_tokens, report.hit_rate, report.to_dict()
     results = kvreplay.sweep(trace, capacities=[1000, 4096], policies=["s3fifo", "lru"])
+    curve = kvreplay.mrc(trace, capacities="auto")   # exact LRU curve, one pass
 """
 
+from .analysis.mrc import mrc
 from .analysis.sweep import sweep
 from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, TraceError
@@ -17,6 +19,6 @@ from .trace import Trace, load_trace
 
 __version__ = "0.1.0"
 __all__ = [
-    "load_trace", "replay", "sweep", "Trace", "Report", "POLICIES",
+    "load_trace", "replay", "sweep", "mrc", "Trace", "Report", "POLICIES",
     "KvreplayError", "TraceError", "ConfigError", "InvariantError",
 ]

@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--output", "-o", help="write results to FILE.json or FILE.csv (atomically)")
     sw.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
 
+    mr = sub.add_parser("mrc", help="exact LRU hit curve over many capacities in one pass")
+    _add_trace_options(mr)
+    mr.add_argument("--capacities", type=_capacities, default="auto", help="comma-separated block counts, or auto (default)")
+    mr.add_argument("--output", "-o", help="write the curve to FILE.json or FILE.csv (atomically)")
+    mr.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
+
     sub.add_parser("demo", help="replay a built-in synthetic workload under every policy (no files needed)")
     sub.add_parser("policies", help="list the policies and their parameters")
     return parser
@@ -186,23 +192,46 @@ def _cmd_sweep(args) -> int:
         policies += [p for p in ("infinite", "belady") if p not in policies]
     result = sweep(trace, args.capacities, policies, args.block_size,
                    warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine)
+    _emit(args, result, points_to_rows(result["results"]), SWEEP_COLUMNS,
+          f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; hit rate is token-weighted")
+    return 0
+
+
+MRC_COLUMNS = [
+    ("cache_capacity_blocks", "capacity"), ("total_hit_tokens", "hit tokens"), ("total_prompt_tokens", "prompt tokens"),
+    ("hit_rate", "hit rate"), ("final_cache_blocks", "final blocks"), ("admissions", "admissions"),
+]
+
+
+def _cmd_mrc(args) -> int:
+    from .analysis.mrc import mrc
+
+    trace = _load(args)
+    curve = mrc(trace, args.capacities, args.block_size, warmup_fraction=args.warmup_fraction)
+    _emit(args, curve, curve["points"], MRC_COLUMNS,
+          f"trace {curve['trace']}, policy lru (one-pass stack distances), block size {curve['block_size']}, "
+          f"window: {curve['window']}; hit rate is token-weighted")
+    return 0
+
+
+def _emit(args, document: dict, rows: list[dict], columns, heading: str) -> None:
+    """Write `document` (JSON) or `rows` (CSV) to --output, and print JSON or a table."""
     if args.output:
         from .output.report import write_atomic
         from .output.table import to_csv
 
         if args.output.lower().endswith(".csv"):
-            data = to_csv(points_to_rows(result["results"]), [k for k, _ in SWEEP_COLUMNS]).encode()
+            data = to_csv(rows, [k for k, _ in columns]).encode()
         else:
-            data = _encode_json(result)
+            data = _encode_json(document)
         write_atomic(args.output, data)
     if args.json:
-        sys.stdout.buffer.write(_encode_json(result))
+        sys.stdout.buffer.write(_encode_json(document))
     else:
         from .output.table import format_table
 
-        print(f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; hit rate is token-weighted")
-        print(format_table(points_to_rows(result["results"]), SWEEP_COLUMNS))
-    return 0
+        print(heading)
+        print(format_table(rows, columns))
 
 
 def _cmd_demo(args) -> int:
@@ -239,7 +268,7 @@ def _cmd_policies(args) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "demo": _cmd_demo, "policies": _cmd_policies}
+COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "mrc": _cmd_mrc, "demo": _cmd_demo, "policies": _cmd_policies}
 
 
 def main(argv=None) -> int:

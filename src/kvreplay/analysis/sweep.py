@@ -6,7 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..engine.replay import as_trace, check_capacity, replay
+from ..engine import driver
+from ..engine.replay import DEFAULT_BLOCK_SIZE, as_trace, check_capacity, replay, warmup_count
+from ..output.report import window_text
+from .mrc import mrc
 from ..errors import ConfigError
 from ..policies.registry import get_policy, parse_policy
 
@@ -69,27 +72,35 @@ def sweep(
     for spec, params, capacity in grid:  # fail fast on impossible queue sizes, before any replay runs
         spec.sizes(capacity, **params)
 
+    # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
+    curve = None
+    if engine == "compiled" and driver.HAVE_NUMBA and any(spec.name == "lru" for spec, _, _ in grid):
+        curve = {p["cache_capacity_blocks"]: p for p in mrc(trace, capacities, block_size, warmup_fraction=warmup_fraction)["points"]}
+
     def one(job):
         spec, params, capacity = job
-        return replay(trace, spec.name, capacity, block_size, engine=engine, warmup_fraction=warmup_fraction, **params)
-
-    if jobs > 1:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            reports = list(pool.map(one, grid))
-    else:
-        reports = [one(job) for job in grid]
-    results = []
-    for r in reports:
+        if curve is not None and spec.name == "lru":
+            point = curve[capacity]
+            row = {k: point[k] for k in SWEEP_FIELDS if k in point}
+            row.update(policy="lru", params={}, counters={"admissions": point["admissions"], "evictions": point["evictions"]})
+            return row
+        r = replay(trace, spec.name, capacity, block_size, engine=engine, warmup_fraction=warmup_fraction, **params)
         row = {k: getattr(r, k) for k in SWEEP_FIELDS}
         row["params"] = dict(r.params)
         row["counters"] = dict(r.counters)
-        results.append(row)
-    first = reports[0]
+        return row
+
+    if jobs > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(one, grid))
+    else:
+        results = [one(job) for job in grid]
+    warmup = warmup_count(len(trace), warmup_fraction)
     return {
         "trace": trace.source,
-        "block_size": first.block_size,
+        "block_size": int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE),
         "warmup_fraction": float(warmup_fraction),
-        "window": first.window,
+        "window": window_text(warmup, len(trace)),
         "num_requests": len(trace),
         "results": results,
     }
