@@ -186,6 +186,7 @@ SWEEP_COLUMNS = [
 def _cmd_sweep(args) -> int:
     from .analysis.sweep import points_to_rows, sweep
 
+    _check_table_output(args)
     trace = _load(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     if args.bounds:
@@ -203,9 +204,15 @@ MRC_COLUMNS = [
 ]
 
 
+def _check_table_output(args) -> None:
+    if args.output and not args.output.lower().endswith((".json", ".csv")):
+        raise ConfigError(f"--output {args.output}: the name must end in .json or .csv")
+
+
 def _cmd_mrc(args) -> int:
     from .analysis.mrc import mrc
 
+    _check_table_output(args)
     trace = _load(args)
     curve = mrc(trace, args.capacities, args.block_size, warmup_fraction=args.warmup_fraction)
     _emit(args, curve, curve["points"], MRC_COLUMNS,

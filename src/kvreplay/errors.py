@@ -29,5 +29,14 @@ class ConfigError(KvreplayError, ValueError):
     """An option or parameter value that cannot be used (unknown policy, bad capacity, ...)."""
 
 
+class OutputError(KvreplayError):
+    """An output file cannot be written (missing directory, a directory in the way, no space)."""
+
+    def __init__(self, path: str, msg: str):
+        self.path = path
+        self.msg = msg
+        super().__init__(f"{path}: {msg}")
+
+
 class InvariantError(AssertionError):
     """A replay result broke one of the spec's invariants. Always a bug in kvreplay."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InvariantError
+from ..errors import InvariantError, OutputError
 
 
 def window_text(warmup_requests: int, num_requests: int) -> str:
@@ -137,7 +137,12 @@ def write_atomic(path: str, data: bytes) -> None:
     """Write `data` to `path` via a temporary file in the same directory and a rename:
     readers see the old file or the whole new one, never a partial one."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=directory)
+    if os.path.isdir(path):
+        raise OutputError(path, "is a directory, expected a file name")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise OutputError(path, f"cannot write: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -145,9 +150,11 @@ def write_atomic(path: str, data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):
+            raise OutputError(path, f"cannot write: {e.strerror or e}") from None
         raise

@@ -33,6 +33,8 @@ class Param:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigError(f"{policy}: {self.name} must be a number, not {value!r}")
             value = float(value)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ConfigError(f"{policy}: {self.name} must be a finite number, not {value!r}")
         complaint = self.check(value)
         if complaint:
             raise ConfigError(f"{policy}: {self.name} {complaint}, got {value!r}")

@@ -13,8 +13,19 @@ from functools import cached_property
 import numpy as np
 
 
-def _frozen(a: np.ndarray, dtype) -> np.ndarray:
-    a = np.ascontiguousarray(a, dtype=dtype)
+def _frozen(a, dtype) -> np.ndarray:
+    """A read-only array of `dtype`. An array that is already read-only with that dtype is
+    kept as is (readers hand over fresh arrays that way); anything else is copied, so a
+    caller's later writes never change the trace."""
+    if isinstance(a, np.ndarray) and a.dtype == dtype and not a.flags.writeable and a.flags.c_contiguous:
+        return a
+    a = np.array(a, dtype=dtype, copy=True, order="C")
+    a.flags.writeable = False
+    return a
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """Mark a fresh array read-only so Trace takes it without a copy (for readers)."""
     a.flags.writeable = False
     return a
 
@@ -65,6 +76,10 @@ class Trace:
             raise ValueError("every per-request column must have one entry per request")
         if self.blocks.size and (self.blocks.min() < 0 or self.blocks.max() >= self.num_blocks):
             raise ValueError("block ids must lie in 0..num_blocks-1")
+        if n and (self.input_length.min() < 0 or self.output_length.min() < 0):
+            raise ValueError("input_length and output_length must be non-negative")
+        if not np.isfinite(self.timestamp).all():
+            raise ValueError("timestamps must be finite")
 
     @classmethod
     def from_requests(cls, requests, *, block_size: int | None = None, source: str = "<memory>") -> "Trace":
@@ -113,7 +128,7 @@ class Trace:
     @cached_property
     def first_seen(self) -> np.ndarray:
         """int64[num_blocks]: the flat position (index into `blocks`) of each block's first access."""
-        first = np.empty(self.num_blocks, dtype=np.int64)
+        first = np.full(self.num_blocks, -1, dtype=np.int64)  # -1: an id no request uses
         # Assign in reverse so the earliest position is written last and wins.
         first[self.blocks[::-1]] = np.arange(self.num_accesses - 1, -1, -1)
         return first
@@ -126,7 +141,9 @@ class Trace:
         previous[1:] = self.blocks[:-1]
         starts = self.offsets[:-1][np.diff(self.offsets) > 0]
         previous[starts] = -1
-        return previous[self.first_seen] if self.num_accesses else np.zeros(0, dtype=np.int32)
+        first = self.first_seen
+        return np.where(first >= 0, previous[np.maximum(first, 0)], -1).astype(np.int32) if self.num_accesses \
+            else np.full(self.num_blocks, -1, dtype=np.int32)
 
     def nbytes(self) -> int:
         """Bytes held by the flat arrays."""

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 import msgspec
 import numpy as np
 
-from ..errors import TraceError
-from .model import Trace
+from ..errors import ConfigError, TraceError
+from .model import Trace, frozen
 
 CHUNK_BYTES = 32 << 20
 MAX_REPORTED_LINES = 20
@@ -45,7 +45,10 @@ _fast_decoder = msgspec.json.Decoder(list[_FastRecord])
 def _open(path: str):
     """A binary stream over the file (gzip recognised by its magic bytes), or stdin for "-"."""
     if path == "-":
-        return sys.stdin.buffer
+        stdin = sys.stdin.buffer
+        if hasattr(stdin, "peek") and stdin.peek(2)[:2] == b"\x1f\x8b":
+            return gzip.GzipFile(fileobj=stdin)
+        return stdin
     try:
         raw = open(path, "rb")
     except FileNotFoundError:
@@ -89,8 +92,18 @@ def _describe(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+INT64_MAX = 2**63 - 1
+
+
 def _is_int(x) -> bool:
     return type(x) is int
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _check_record(path: str, line: int, text: bytes):
@@ -108,6 +121,8 @@ def _check_record(path: str, line: int, text: bytes):
         length = int(length)
     if not _is_int(length) or length < 0:
         raise TraceError(path, f"expected a non-negative integer, got {_describe(obj['input_length'])}", line, "input_length")
+    if length > INT64_MAX:
+        raise TraceError(path, f"{length} is too large (the limit is 2**63-1)", line, "input_length")
     if "hash_ids" not in obj:
         raise TraceError(path, "missing", line, "hash_ids")
     ids = obj["hash_ids"]
@@ -119,13 +134,15 @@ def _check_record(path: str, line: int, text: bytes):
     stamp = obj.get("timestamp")
     if stamp is None:
         stamp = 0.0
-    elif not (_is_int(stamp) or isinstance(stamp, float)) or not math.isfinite(stamp):
+    elif not (_is_int(stamp) or isinstance(stamp, float)) or not _finite(stamp):
         raise TraceError(path, f"expected a number, got {_describe(stamp)}", line, "timestamp")
     out = obj.get("output_length")
     if out is None:
         out = 0
     elif not (_is_int(out) or (isinstance(out, float) and out.is_integer())) or out < 0:
         raise TraceError(path, f"expected a non-negative integer, got {_describe(out)}", line, "output_length")
+    elif out > INT64_MAX:
+        raise TraceError(path, f"{_describe(out)} is too large (the limit is 2**63-1)", line, "output_length")
     return ids, length, float(stamp), int(out)
 
 
@@ -155,6 +172,8 @@ def _fast_chunk(data: bytes) -> _Chunk | None:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     n = len(recs)
+    if n != data.count(b"\n") + 1:
+        return None  # two records on a line, or one record over two lines: let the slow path say where
     joined = b";".join([r.hash_ids for r in recs])  # "[1, 2];[];[3]"
     raw = np.frombuffer(joined, dtype=np.uint8)
     if joined.count(b"[") != n or joined.translate(None, _INT_LIST_CHARS + b"[];"):
@@ -173,10 +192,14 @@ def _fast_chunk(data: bytes) -> _Chunk | None:
     # A count mismatch means malformed numbers; |id| near 2**63 may have saturated: re-check slowly.
     if ids.size != counts.sum() or (ids.size and np.abs(ids).max() >= 10**18):
         return None
-    lengths = np.fromiter((r.input_length for r in recs), dtype=np.int64, count=n)
+    try:
+        lengths = np.fromiter((r.input_length for r in recs), dtype=np.int64, count=n)
+    except OverflowError:
+        return None
     stamps = np.fromiter((r.timestamp for r in recs), dtype=np.float64, count=n)
     outs = np.fromiter((r.output_length for r in recs), dtype=np.float64, count=n)
-    if (lengths < 0).any() or (outs < 0).any() or (outs != np.floor(outs)).any() or not np.isfinite(stamps).all():
+    if (lengths < 0).any() or (outs < 0).any() or (outs >= 2.0**63).any() or (outs != np.floor(outs)).any() \
+            or not np.isfinite(stamps).all():
         return None
     return _Chunk(ids, counts.astype(np.int64), lengths, stamps, outs.astype(np.int64))
 
@@ -206,10 +229,13 @@ def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invali
 
 def _dense_ids(chunks: list[_Chunk], keep_ids: bool):
     """Remap every chunk's ids to dense int32 ids 0..U-1; return (blocks, num_blocks, original_ids)."""
-    if all(isinstance(c.ids, np.ndarray) for c in chunks) or all(
-        all(_is_int(h) for h in c.ids) for c in chunks if not isinstance(c.ids, np.ndarray)
-    ):
-        raw = np.concatenate([np.asarray(c.ids, dtype=np.int64) for c in chunks]) if chunks else np.zeros(0, np.int64)
+    raw = None
+    if all(isinstance(c.ids, np.ndarray) or all(_is_int(h) for h in c.ids) for c in chunks):
+        try:
+            raw = np.concatenate([np.asarray(c.ids, dtype=np.int64) for c in chunks]) if chunks else np.zeros(0, np.int64)
+        except OverflowError:
+            raw = None  # ids beyond int64 (e.g. unsigned 64-bit hashes): map them through a dict
+    if raw is not None:
         if raw.size == 0:
             return np.zeros(0, np.int32), 0, (np.zeros(0, np.int64) if keep_ids else None)
         lo, hi = int(raw.min()), int(raw.max())
@@ -242,7 +268,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
     ``trace.invalid_records``.
     """
     if on_invalid not in ("error", "skip"):
-        raise ValueError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
+        raise ConfigError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
     name = "<stdin>" if path == "-" else str(path)
     stream = _open(str(path))
     chunks: list[_Chunk] = []
@@ -254,7 +280,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
                 chunk = _slow_chunk(name, first_line, data, on_invalid, invalid)
             chunks.append(chunk)
     finally:
-        if stream is not sys.stdin.buffer:
+        if path != "-":
             stream.close()
     n = sum(c.lengths.shape[0] for c in chunks)
     if n == 0:
@@ -264,11 +290,11 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.concatenate([c.counts for c in chunks]), out=offsets[1:])
     return Trace(
-        offsets=offsets,
-        blocks=blocks,
-        input_length=np.concatenate([c.lengths for c in chunks]),
-        output_length=np.concatenate([c.outs for c in chunks]),
-        timestamp=np.concatenate([c.stamps for c in chunks]),
+        offsets=frozen(offsets),
+        blocks=frozen(blocks),
+        input_length=frozen(np.concatenate([c.lengths for c in chunks]).astype(np.int64, copy=False)),
+        output_length=frozen(np.concatenate([c.outs for c in chunks]).astype(np.int64, copy=False)),
+        timestamp=frozen(np.concatenate([c.stamps for c in chunks]).astype(np.float64, copy=False)),
         num_blocks=num_blocks,
         source=name,
         format="mooncake",
