@@ -1,0 +1,406 @@
+"""vLLM v1's prefix cache (automatic prefix caching), request by request, as its block pool does it.
+
+Source: vLLM v1, ``vllm/v1/core/block_pool.py`` (BlockPool, BlockHashToBlockMap),
+``kv_cache_utils.py`` (FreeKVCacheBlockQueue, KVCacheBlock), ``single_type_kv_cache_manager.py``
+(FullAttentionManager) and ``kv_cache_manager.py`` (KVCacheManager) of vLLM 0.24.0 to 0.33.0;
+checked request by request against the real code of 0.24.0, 0.28.0 and 0.33.0 by
+``tests/engines/test_vllm_engine.py`` (hit tokens, free queue order, hash holders).
+The trace's hash ids stand for vLLM's block hashes; a full-attention model, one KV cache group.
+
+Replay is sequential: each request is scheduled, prefilled and finished before the next one
+starts, so at every prefix scan nothing is running and every block of the pool is free.
+
+State: a pool of ``capacity`` blocks (vLLM's ``num_gpu_blocks - 1``: vLLM also keeps a null
+block that never holds data). Each block has a reference count (requests using it) and at most
+one hash id. Free blocks (ref_cnt 0) sit in one free queue, head = reused first. A free block
+may still hold its hash: it stays cached (hittable) until it is reused. A hash id may be held
+by several blocks at once (vLLM does not deduplicate); a lookup returns the one that got the
+hash first among those still holding it (``get_one_block`` takes the first entry of an
+insertion-ordered dict).
+
+Resident: a hash id held by at least one block, free or not.
+
+A request with hash ids ``ids`` and ``L`` prompt tokens (block size ``bs``):
+
+1. Hit: the longest prefix of ``ids`` whose hashes are resident, at most ``(L - 1) // bs``
+   blocks (vLLM recomputes at least the last prompt token to get logits, so a block-aligned
+   exact resend hits all its blocks but the last; ``max_cache_hit_length = num_tokens - 1``) or
+   ``L // bs`` with ``last_token_recompute=0``. Never the partial tail block: vLLM hashes
+   full blocks only. The hit blocks are touched: removed from the free queue and pinned
+   (ref_cnt + 1). A hit does not move a block to the recent end by itself; its place in
+   the queue is decided when it is freed again (step 4).
+2. Allocation: the request holds ``ceil(L / bs)`` blocks (its prompt, trailing partial block
+   included). Those beyond the hits are popped from the head of the free queue; a popped
+   block that held a hash loses it (an eviction; the hash stays resident only if another
+   block still holds it).
+3. Prefill: its full blocks, the first ``min(len(ids), L // bs)``, are cached under their ids
+   (hits already are). A block-aligned exact resend therefore recomputes its last block
+   into a NEW block and caches it under the hash an older block already holds: two blocks,
+   one hash (``duplicate_blocks``), unless that older block is the only free one: then it is
+   itself popped, loses the hash and gets it back. A hash repeated within a request is
+   likewise cached once per position.
+4. Finish: the blocks are freed tail block first (``KVCacheManager.free`` frees in reverse).
+   Freed blocks that hold a hash are appended to the tail of the free queue in that order, so
+   the request's last block is evicted before its first; freed blocks without a hash (the
+   partial tail, blocks past ``len(ids)``) are put at the head, to be reused first, the
+   request's last one foremost (``BlockPool.free_blocks``: prepend the hashless, append the
+   hashed).
+
+Hence the free queue is always: [freed blocks without a hash] + [never used blocks] +
+[freed blocks with a hash, least recently freed first]: an LRU over release time, the tail of
+each request's chain ahead of its head.
+
+A request needing more than ``capacity`` blocks would never be scheduled by vLLM (its hit
+blocks count against the free blocks too, so ``allocate_slots`` fails even on an idle pool;
+in practice vLLM refuses to start unless the KV cache holds ``max_model_len`` tokens, and
+rejects longer prompts). kvreplay serves it with the blocks that fit: it holds ``capacity`` blocks, the
+first ``capacity`` blocks of its prompt, as if truncated (never fewer than its hits: a hash
+repeated within a request hits one block several times). Counted in ``oversize_requests``.
+
+Not modelled, because a hash-id trace cannot express it: output tokens (no decode blocks are
+allocated, and the partial prompt tail, which decode would fill and vLLM would then cache
+under a hash including output tokens, stays uncached); concurrent requests (batching,
+preemption, ``watermark``, several requests sharing a pinned block); chunked prefill (with a
+single request at a time it only interleaves steps 2 and 3 and leaves the same state, which
+the engine test checks); sliding-window
+and hybrid models (several KV cache groups); EAGLE's dropped last hit block; LoRA,
+multimodal and ``cache_salt`` extra keys (they only change the hashes: give them distinct hash
+ids); KV connectors and offloading. vLLM's prefix-cache metric counts every lookup of a
+request's ``num_tokens`` as "queries" and the hit tokens as "hits"; here that is prompt_tokens
+and hit_tokens, one lookup per request (vLLM counts a preempted request's lookups apart).
+
+Parameters: ``last_token_recompute`` (1; 0 lifts the ``L - 1`` cap to ``L // bs`` blocks, a
+what-if: no vLLM version does that).
+Counters: ``admissions`` (blocks cached), ``evictions`` (blocks that lost their hash on
+reuse), ``duplicate_blocks`` (blocks cached under a hash another block already held),
+``pinned_peak`` (most blocks pinned at once), ``oversize_requests``.
+``final_cache_blocks``: blocks holding a hash at the end (a duplicated hash counts twice).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque, namedtuple
+
+import numpy as np
+
+from .base import Param, PolicySpec, ReferencePolicy, in_range, njit_or_plain, register_kernel
+
+COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
+
+
+def max_hit_blocks(num_blocks: int, input_length: int, block_size: int, last_token_recompute: int = 1) -> int:
+    """The most blocks a request may hit: full blocks only, and by default not the one with the last token."""
+    cap = (input_length - 1) // block_size if last_token_recompute else input_length // block_size
+    return max(0, min(num_blocks, cap))
+
+
+class VLLM(ReferencePolicy):
+    """Reference vLLM block pool: numbered blocks, reference counts and one free queue.
+
+    Block ids are vLLM's: 1..capacity in first-use order (0 is vLLM's null block), so the
+    engine test can compare this pool with the real one block by block.
+    """
+
+    def __init__(self, capacity: int, trace=None, last_token_recompute: int = 1):
+        self.capacity = capacity
+        self.last_token_recompute = last_token_recompute
+        self.ref_cnt: dict = {}  # block -> requests holding it (absent: 0)
+        self.block_hash: dict = {}  # block -> the hash id it is cached under (absent: none)
+        self.holders: dict = {}  # hash id -> {block: None} in caching order (vLLM's cached_block_hash_to_block)
+        # The free queue, head first, in its three runs (see the module docstring):
+        self.free_hashless: deque = deque()  # freed blocks without a hash, prepended
+        self.next_unused = 1  # never used blocks: next_unused..capacity, in id order
+        self.free_cached: OrderedDict = OrderedDict()  # freed blocks with a hash, appended
+        self.stats = dict.fromkeys(COUNTERS, 0)
+
+    def resident(self, h) -> bool:
+        return h in self.holders
+
+    def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
+        return max_hit_blocks(num_blocks, input_length, block_size, self.last_token_recompute)
+
+    def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
+        need = -(-input_length // block_size)
+        if need > self.capacity:
+            self.stats["oversize_requests"] += 1
+        held_count = max(hits, min(need, self.capacity))
+        full = min(len(blocks), input_length // block_size, held_count)
+        # 1. touch the hit blocks: the first holder of each hash
+        held = [next(iter(self.holders[h])) for h in blocks[:hits]]
+        for b in held:
+            self._touch(b)
+        pinned = len(set(held)) + held_count - hits
+        self.stats["pinned_peak"] = max(self.stats["pinned_peak"], pinned)
+        # 2. the rest from the head of the free queue
+        held += [self._pop_free() for _ in range(held_count - hits)]
+        # 3. prefill: cache the full blocks
+        for j in range(hits, full):
+            self._cache(held[j], blocks[j])
+        # 4. finish: free tail block first
+        self._free(reversed(held))
+
+    def access(self, b) -> None:  # pragma: no cover - vLLM works request by request
+        raise NotImplementedError("vllm accesses blocks through access_request")
+
+    def _touch(self, b) -> None:
+        if self.ref_cnt.get(b, 0) == 0:
+            del self.free_cached[b]  # a hit block has a hash, so it is in the cached run
+        self.ref_cnt[b] = self.ref_cnt.get(b, 0) + 1
+
+    def _pop_free(self) -> int:
+        if self.free_hashless:
+            b = self.free_hashless.popleft()
+        elif self.next_unused <= self.capacity:
+            b = self.next_unused
+            self.next_unused += 1
+        else:
+            b, _ = self.free_cached.popitem(last=False)
+            h = self.block_hash.pop(b)
+            del self.holders[h][b]
+            if not self.holders[h]:
+                del self.holders[h]
+            self.stats["evictions"] += 1
+        self.ref_cnt[b] = 1
+        return b
+
+    def _cache(self, b, h) -> None:
+        if h in self.holders:
+            self.stats["duplicate_blocks"] += 1
+        self.holders.setdefault(h, {})[b] = None
+        self.block_hash[b] = h
+        self.stats["admissions"] += 1
+
+    def _free(self, ordered) -> None:
+        hashless = []
+        for b in ordered:
+            self.ref_cnt[b] -= 1
+            if self.ref_cnt[b] == 0:
+                if b in self.block_hash:
+                    self.free_cached[b] = None
+                else:
+                    hashless.append(b)
+        self.free_hashless.extendleft(reversed(hashless))  # hashless[0] ends up at the head
+
+    def free_queue(self) -> list:
+        """Every free block id, head (reused first) to tail."""
+        return [*self.free_hashless, *range(self.next_unused, self.capacity + 1), *self.free_cached]
+
+    def size(self) -> int:
+        return len(self.block_hash)
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+    def resident_blocks(self):
+        return self.holders.keys()
+
+
+# ---- compiled engine --------------------------------------------------------------------------------
+#
+# Blocks without a hash are interchangeable, and while no request runs they all sit at the head
+# of the free queue (they are only ever prepended; blocks with a hash only ever appended). So
+# the kernel counts them (HASHLESS_FREE) and gives an identity, a "slot", only to blocks that
+# hold a hash: at most min(capacity, trace.num_accesses) of them exist at once (a block gets a
+# hash from one position of one request), so no array is sized by a huge capacity. An evicted
+# block gives its slot back; a block that gets a hash takes one. The reference engine keeps
+# every block by id; the differential tests hold the two together.
+
+CAPACITY, RECOMPUTE, HASHLESS_FREE, QUEUE_HEAD, QUEUE_TAIL, FREE_SLOTS, CACHED_BLOCKS = range(7)
+ADMISSIONS, EVICTIONS, DUPLICATES, PINNED_PEAK, OVERSIZE = range(7, 12)
+META_SLOTS = 12
+
+VLLMState = namedtuple("VLLMState", [
+    "holder_head", "holder_tail",  # per hash id: its holders in caching order (head = what a lookup
+                                   # returns; -1: no holder, the hash is not resident)
+    "slot_hash", "slot_ref",  # per slot: hash id, ref_cnt
+    "queue_prev", "queue_next",  # per slot: the free queue's run of blocks with a hash (ref_cnt 0)
+    "holder_prev", "holder_next",  # per slot: neighbours among the holders of its hash
+    "slot_stack",  # unused slots
+    "held",  # per position of the running request: the slot of its block (cached positions only)
+    "meta",
+])
+
+
+def make_state(capacity: int, trace, last_token_recompute: int = 1) -> VLLMState:
+    num_hashes = max(1, trace.num_blocks)
+    slots = max(1, min(capacity, trace.num_accesses))
+    lengths = np.diff(trace.offsets)
+    meta = np.zeros(META_SLOTS, dtype=np.int64)
+    meta[[CAPACITY, RECOMPUTE, HASHLESS_FREE, FREE_SLOTS]] = capacity, last_token_recompute, capacity, slots
+    meta[[QUEUE_HEAD, QUEUE_TAIL]] = -1
+    return VLLMState(
+        holder_head=np.full(num_hashes, -1, dtype=np.int32),
+        holder_tail=np.full(num_hashes, -1, dtype=np.int32),
+        slot_hash=np.full(slots, -1, dtype=np.int32),
+        slot_ref=np.zeros(slots, dtype=np.int32),
+        queue_prev=np.full(slots, -1, dtype=np.int32),
+        queue_next=np.full(slots, -1, dtype=np.int32),
+        holder_prev=np.full(slots, -1, dtype=np.int32),
+        holder_next=np.full(slots, -1, dtype=np.int32),
+        slot_stack=np.arange(slots - 1, -1, -1, dtype=np.int32),
+        held=np.zeros(max(1, int(lengths.max(initial=0))), dtype=np.int32),
+        meta=meta,
+    )
+
+
+def read_state(state: VLLMState) -> tuple[int, dict]:
+    m = state.meta
+    slots = (ADMISSIONS, EVICTIONS, DUPLICATES, PINNED_PEAK, OVERSIZE)
+    return int(m[CACHED_BLOCKS]), {name: int(m[s]) for name, s in zip(COUNTERS, slots)}
+
+
+def resident_mask(state: VLLMState) -> np.ndarray:
+    return state.holder_head >= 0
+
+
+@njit_or_plain
+def _queue_unlink(st, s):
+    m, prev, nxt = st.meta, st.queue_prev, st.queue_next
+    p, n = prev[s], nxt[s]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        m[QUEUE_HEAD] = n
+    if n >= 0:
+        prev[n] = p
+    else:
+        m[QUEUE_TAIL] = p
+    prev[s] = -1
+    nxt[s] = -1
+
+
+@njit_or_plain
+def _queue_append(st, s):
+    m = st.meta
+    tail = m[QUEUE_TAIL]
+    st.queue_prev[s] = tail
+    if tail >= 0:
+        st.queue_next[tail] = s
+    else:
+        m[QUEUE_HEAD] = s
+    m[QUEUE_TAIL] = s
+
+
+@njit_or_plain
+def _uncache(st, s):
+    """Take slot s's hash away (its block is being reused) and give the slot back."""
+    h = st.slot_hash[s]
+    p, n = st.holder_prev[s], st.holder_next[s]
+    if p >= 0:
+        st.holder_next[p] = n
+    else:
+        st.holder_head[h] = n
+    if n >= 0:
+        st.holder_prev[n] = p
+    else:
+        st.holder_tail[h] = p
+    st.holder_prev[s] = -1
+    st.holder_next[s] = -1
+    st.slot_hash[s] = -1
+    m = st.meta
+    m[CACHED_BLOCKS] -= 1
+    st.slot_stack[m[FREE_SLOTS]] = s
+    m[FREE_SLOTS] += 1
+
+
+@njit_or_plain
+def _cache(st, h):
+    """A pinned block without a hash gets hash h: it takes a slot, last among h's holders."""
+    m = st.meta
+    m[FREE_SLOTS] -= 1
+    s = st.slot_stack[m[FREE_SLOTS]]
+    tail = st.holder_tail[h]
+    st.holder_prev[s] = tail
+    if tail >= 0:
+        st.holder_next[tail] = s
+        m[DUPLICATES] += 1
+    else:
+        st.holder_head[h] = s
+    st.holder_tail[h] = s
+    st.slot_hash[s] = h
+    st.slot_ref[s] = 1
+    m[CACHED_BLOCKS] += 1
+    m[ADMISSIONS] += 1
+    return s
+
+
+@njit_or_plain
+def _resident(st, h):
+    return st.holder_head[h] >= 0
+
+
+@njit_or_plain
+def _hit_limit(st, num_blocks, input_length, block_size):
+    if st.meta[RECOMPUTE] != 0:
+        cap = (input_length - 1) // block_size
+    else:
+        cap = input_length // block_size
+    if cap > num_blocks:
+        cap = num_blocks
+    if cap < 0:
+        cap = 0
+    return cap
+
+
+@njit_or_plain
+def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
+    m = st.meta
+    need = (input_length + block_size - 1) // block_size
+    held_count = need
+    if need > m[CAPACITY]:
+        m[OVERSIZE] += 1
+        held_count = m[CAPACITY]
+    if held_count < hits:
+        held_count = hits
+    full = input_length // block_size
+    if full > end - start:
+        full = end - start
+    if full > held_count:
+        full = held_count
+    # 1. touch the hit blocks
+    pinned = held_count - hits
+    for j in range(hits):
+        s = st.holder_head[blocks[start + j]]
+        if st.slot_ref[s] == 0:
+            _queue_unlink(st, s)
+            pinned += 1
+        st.slot_ref[s] += 1
+        st.held[j] = s
+    if pinned > m[PINNED_PEAK]:
+        m[PINNED_PEAK] = pinned
+    # 2. new blocks from the head of the free queue: hashless ones first, then evict
+    new = held_count - hits
+    take = new if new < m[HASHLESS_FREE] else m[HASHLESS_FREE]
+    m[HASHLESS_FREE] -= take
+    for _ in range(new - take):
+        s = m[QUEUE_HEAD]
+        _queue_unlink(st, s)
+        _uncache(st, s)
+        m[EVICTIONS] += 1
+    # 3. prefill caches the full blocks
+    for j in range(hits, full):
+        st.held[j] = _cache(st, blocks[start + j])
+    # 4. free tail first: hashless blocks to the head (a count), the others to the tail
+    m[HASHLESS_FREE] += held_count - full
+    for j in range(full - 1, -1, -1):
+        s = st.held[j]
+        st.slot_ref[s] -= 1
+        if st.slot_ref[s] == 0:
+            _queue_append(st, s)
+
+
+register_kernel(VLLMState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit)
+
+POLICY = PolicySpec(
+    name="vllm",
+    summary="vLLM v1 prefix cache: pinned running blocks, LRU free queue filled tail block first",
+    reference=VLLM,
+    make_state=make_state,
+    read_state=read_state,
+    resident_mask=resident_mask,
+    params=(
+        Param("last_token_recompute", 1, int,
+              "1: never hit the block holding the last prompt token (vLLM); 0: hit every full block",
+              in_range(0, 1)),
+    ),
+)
