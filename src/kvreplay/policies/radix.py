@@ -1,0 +1,686 @@
+"""SGLang's radix tree prefix cache (``RadixCache``, LRU eviction), one request at a time.
+
+Source: SGLang 0.5.23, ``python/sglang/srt/mem_cache/radix_cache.py`` (the tree), with the
+request flow of ``managers/schedule_batch.py`` (match), ``mem_cache/allocation.py`` and
+``allocator/base.py`` (evict before allocating) and ``mem_cache/common.py`` (release).
+Validated against the real ``RadixCache`` by ``tests/engines/test_radix_engine.py``.
+One block is one SGLang page (``page_size = block_size``); one trace block id is one
+page's content. Requests run sequentially: each finishes before the next starts.
+
+State: a radix tree. Each node holds a run of pages (block ids), its parent, its children
+keyed by their first block id, ``last_access`` (a logical clock) and ``lock_ref``. The
+same block id may sit in several places (under different parents): those are different
+pages, as in SGLang, where the tree is keyed by token sequences.
+
+Resident: a block is a hit only along the tree path from the root: the prefix scan walks
+the tree (``resident(b)`` advances a probe cursor that ``hit_limit`` resets; it touches
+nothing). ``resident_blocks()`` are the ids present anywhere in the tree;
+``size()`` is the number of pages in the tree.
+
+A request with prompt length ``L`` (``P = block_size``, ``pages = ceil(L / P)``):
+
+1. Hit limit: SGLang matches at most ``L - 1`` tokens, page-aligned, so at most
+   ``floor((L - 1) / P)`` blocks hit (and never more than the request has).
+2. Match (``match_prefix``): walk the hit blocks from the root; the root and every node
+   on the path get ``last_access = now``. A match ending inside a node splits it there:
+   a new node takes the matched part, the old node keeps the rest (and keeps its
+   ``last_access = now``, from the match).
+3. Lock the matched path (``inc_lock_ref``): locked nodes are never evicted.
+4. Allocate ``pages - hits`` pages (the partial tail page included). SGLang asks the
+   allocator for ``L - hits*P`` tokens plus one page of slack when ``P > 1``
+   (``alloc_paged_token_slots_extend``: "assume each request needs a new page"), and
+   evicts the shortfall: ``need = pages - hits + (1 if P > 1 else 0) - free`` pages,
+   where ``free = capacity - pages in the tree``. Eviction (``evict``) pops unlocked
+   leaves, least recently accessed first, and frees each whole (all its pages: possibly
+   more than needed) until at least ``need`` pages are freed or nothing is evictable; a
+   parent left childless and unlocked becomes a leaf and joins the candidates.
+5. Insert (``cache_finished_req`` / ``checkpoint``: ``insert`` then a re-match of the
+   inserted key): the prompt's full pages, the first ``min(len(hash_ids), floor(L / P))``
+   blocks, go into the tree; pages already there are shared (SGLang frees the request's
+   duplicates), a divergence inside a node splits it (the tail part keeps the insert's
+   time), the rest becomes a new leaf. The partial tail page is never inserted. Every
+   node on the inserted path ends with ``last_access = now`` (the re-match).
+6. Unlock; the request's pages that are not in the tree are freed.
+
+Time: SGLang stamps nodes with ``time.monotonic()``, read once per match or insert
+(every node touched by that call gets the same stamp) and once per new node. kvreplay
+uses a logical clock that ticks at the match, the insert and the re-match of each
+request; stamps are then strictly ordered between requests, and nodes sharing a stamp
+always lie on one root-to-leaf path, so at most one of them is a leaf: LRU never meets
+a tie (node ids break one anyway).
+
+A request with ``pages > capacity`` can never fit; SGLang refuses such prompts
+(``validate_input_length``) before they reach the cache. kvreplay does the same: the
+request hits nothing, touches nothing, and counts in ``rejected``.
+
+Parameters: none (SGLang's default ``--radix-eviction-policy lru``).
+Counters: ``admissions`` (pages inserted into the tree), ``evictions`` (pages freed by
+eviction), ``evicted_nodes`` (leaves freed), ``node_splits``, ``rejected`` (requests
+larger than the whole cache).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter, namedtuple
+
+import numpy as np
+
+from ..engine import driver
+from .base import PolicySpec, ReferencePolicy, njit_or_plain, register_kernel
+
+
+def request_pages(input_length: int, block_size: int) -> int:
+    """Pages a running request holds: ceil(L / P), its partial tail page included."""
+    return -(-input_length // block_size)
+
+
+def matchable_blocks(num_blocks: int, input_length: int, block_size: int) -> int:
+    """SGLang matches at most L - 1 tokens, page-aligned: floor((L - 1) / P) blocks."""
+    return min(num_blocks, max(input_length - 1, 0) // block_size)
+
+
+def eviction_slack(block_size: int) -> int:
+    """The extra page SGLang's paged allocator asks for per request (none when P == 1)."""
+    return 1 if block_size > 1 else 0
+
+
+class Node:
+    """One radix tree node: a run of pages (block ids) under a parent."""
+
+    __slots__ = ("id", "blocks", "parent", "children", "last_access", "lock_ref")
+
+    def __init__(self, id, blocks, parent, last_access):
+        self.id = id
+        self.blocks = blocks  # list of block ids, one per page
+        self.parent = parent
+        self.children = {}  # first block id -> child Node
+        self.last_access = last_access
+        self.lock_ref = 0
+
+
+class Radix(ReferencePolicy):
+    """Reference radix tree: SGLang's RadixCache operations, one request at a time."""
+
+    def __init__(self, capacity: int, trace=None):
+        self.capacity = capacity
+        self.clock = 0
+        self.ids = itertools.count()
+        self.root = Node(next(self.ids), [], None, 0)
+        self.root.lock_ref = 1  # as in SGLang: the root is never evicted
+        self.evictable_leaves = set()  # unlocked leaves (SGLang's evictable_leaves)
+        self.tree_pages = 0
+        self.page_count = Counter()  # block id -> pages holding it in the tree
+        self.cursor = (self.root, 0)  # the prefix scan's position: node, pages of it matched
+        self.stats = dict.fromkeys(("admissions", "evictions", "evicted_nodes", "node_splits", "rejected"), 0)
+
+    # ---- the prefix scan: a walk down the tree that changes nothing ----
+
+    def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
+        self.cursor = (self.root, 0)
+        if request_pages(input_length, block_size) > self.capacity:
+            return 0  # refused (see access_request)
+        return matchable_blocks(num_blocks, input_length, block_size)
+
+    def resident(self, b) -> bool:
+        """Is `b` the next page on the tree path the scan is following? Moves only the cursor."""
+        node, offset = self.cursor
+        if offset < len(node.blocks):
+            if node.blocks[offset] != b:
+                return False
+            self.cursor = (node, offset + 1)
+            return True
+        child = node.children.get(b)
+        if child is None:
+            return False
+        self.cursor = (child, 1)
+        return True
+
+    def access(self, b) -> None:
+        raise NotImplementedError("radix works on whole requests: the driver calls access_request")
+
+    # ---- one request ----
+
+    def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
+        pages = request_pages(input_length, block_size)
+        if pages > self.capacity:
+            self.stats["rejected"] += 1
+            return
+        if pages == 0:
+            return
+        self.clock += 1
+        matched = self._match(blocks[:hits])
+        self._lock(matched, +1)
+        free = self.capacity - self.tree_pages
+        need = pages - hits + eviction_slack(block_size) - free
+        if need > 0:
+            self._evict(need)
+        self.clock += 1
+        last = self._insert(blocks[:min(len(blocks), input_length // block_size)])
+        self.clock += 1
+        node = last  # the re-match of the inserted key touches its whole path
+        while node is not None:
+            node.last_access = self.clock
+            node = node.parent
+        self._lock(matched, -1)
+
+    def _match(self, blocks):
+        """SGLang's _match_prefix_helper over blocks that are all on the tree path."""
+        node = self.root
+        if not blocks:
+            return node  # an empty key returns the root untouched
+        node.last_access = self.clock
+        i = 0
+        while i < len(blocks) and blocks[i] in node.children:
+            child = node.children[blocks[i]]
+            child.last_access = self.clock
+            n = common_prefix(child.blocks, blocks, i)
+            if n < len(child.blocks):
+                return self._split(child, n)
+            node = child
+            i += n
+        return node
+
+    def _split(self, child, n):
+        """Cut `child` after n pages: a new node takes them, `child` keeps the rest and its identity."""
+        self.stats["node_splits"] += 1
+        new = Node(next(self.ids), child.blocks[:n], child.parent, self.clock)
+        new.lock_ref = child.lock_ref
+        child.blocks = child.blocks[n:]
+        new.parent.children[new.blocks[0]] = new
+        new.children[child.blocks[0]] = child
+        child.parent = new
+        return new
+
+    def _insert(self, blocks):
+        """SGLang's _insert_helper: walk, split at a divergence inside a node, add the rest as a leaf."""
+        node = self.root
+        node.last_access = self.clock
+        i = 0
+        while i < len(blocks) and blocks[i] in node.children:
+            node = node.children[blocks[i]]
+            node.last_access = self.clock
+            n = common_prefix(node.blocks, blocks, i)
+            i += n
+            if n < len(node.blocks):
+                node = self._split(node, n)
+        if i < len(blocks):
+            leaf = Node(next(self.ids), list(blocks[i:]), node, self.clock)
+            node.children[leaf.blocks[0]] = leaf
+            self.tree_pages += len(leaf.blocks)
+            self.page_count.update(leaf.blocks)
+            self.stats["admissions"] += len(leaf.blocks)
+            self._update_leaf_status(node)
+            self._update_leaf_status(leaf)
+            node = leaf
+        return node
+
+    def _evict(self, need):
+        """SGLang's evict: pop leaves by last access until `need` pages are freed; whole leaves only."""
+        heap = [(leaf.last_access, leaf.id, leaf) for leaf in self.evictable_leaves]
+        heapq.heapify(heap)
+        freed = 0
+        while freed < need and heap:
+            _, _, leaf = heapq.heappop(heap)
+            freed += len(leaf.blocks)
+            parent = leaf.parent
+            del parent.children[leaf.blocks[0]]
+            self.evictable_leaves.discard(leaf)
+            self.tree_pages -= len(leaf.blocks)
+            self.page_count.subtract(leaf.blocks)
+            self.stats["evictions"] += len(leaf.blocks)
+            self.stats["evicted_nodes"] += 1
+            self._update_leaf_status(parent)
+            if not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+
+    def _lock(self, node, delta):
+        while node is not self.root:
+            node.lock_ref += delta
+            self._update_leaf_status(node)
+            node = node.parent
+
+    def _update_leaf_status(self, node):
+        if node.lock_ref == 0 and not node.children:
+            self.evictable_leaves.add(node)
+        else:
+            self.evictable_leaves.discard(node)
+
+    # ---- reports ----
+
+    def size(self) -> int:
+        return self.tree_pages
+
+    def resident_blocks(self):
+        return [b for b, n in self.page_count.items() if n > 0]
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+
+def common_prefix(node_blocks, blocks, start) -> int:
+    """How many of node_blocks equal blocks[start:], from the first one."""
+    n = 0
+    limit = min(len(node_blocks), len(blocks) - start)
+    while n < limit and node_blocks[n] == blocks[start + n]:
+        n += 1
+    return n
+
+
+# ---- compiled engine ------------------------------------------------------------------------------
+#
+# Nodes and pages are bump-allocated and never reused, so nothing is freed or moved:
+# - a request creates at most three nodes (a split in the match, a split in the insert,
+#   a new leaf), so 3 * requests + 1 node slots suffice;
+# - a new leaf copies its block ids to the end of an arena, and a node is a (start, length)
+#   range of it; a split cuts the range in two in place. The arena never holds more than
+#   the trace's block accesses.
+# - children: an open-addressing hash table (linear probing, backward-shift deletion) from
+#   (parent node, first block id) to the child, since one block id may start children of
+#   many parents;
+# - evictable leaves: a binary min-heap of (last_access, node) with lazy deletion: an entry
+#   is live iff its node is alive, unlocked, childless and still has that last_access.
+#   `pushed` records each node's newest entry so a live entry is never pushed twice; a
+#   full heap is compacted in place (it holds at least twice the live-node bound).
+
+ROOT = 0
+# meta slots
+CAPACITY, CLOCK, NUM_NODES, ARENA_TOP, TREE_PAGES, HEAP_SIZE, CURSOR_NODE, CURSOR_OFFSET = range(8)
+ADMISSIONS, EVICTIONS, EVICTED_NODES, NODE_SPLITS, REJECTED = range(8, 13)
+META_SLOTS = 13
+COUNTERS = (("admissions", ADMISSIONS), ("evictions", EVICTIONS), ("evicted_nodes", EVICTED_NODES),
+            ("node_splits", NODE_SPLITS), ("rejected", REJECTED))
+
+
+def _called(fn):
+    """A kernel helper compiled as its own (cached) function, not inlined: inlining the
+    request-level work (split, evict, insert, heap upkeep) at every call site made the
+    driver take minutes to compile. These run O(1) times per request or per evicted leaf,
+    so the call overhead does not matter; the per-block probe (_resident, _child) stays
+    inlined. They allocate nothing."""
+    if not driver.HAVE_NUMBA:
+        return fn
+    from numba import njit
+
+    return njit(nogil=True, cache=True)(fn)
+
+
+RadixState = namedtuple("RadixState", [
+    "node_start", "node_len", "node_parent", "node_children", "node_lock", "node_time", "node_alive", "pushed",
+    "arena", "table_parent", "table_block", "table_node", "heap_time", "heap_node", "page_count", "meta",
+])
+
+
+def make_state(capacity: int, trace) -> RadixState:
+    max_nodes = 3 * len(trace) + 1
+    live_nodes = min(capacity, max_nodes) + 1  # a live non-root node holds >= 1 of <= capacity pages
+    table_size = 1 << max(4, int(2 * live_nodes).bit_length())  # load factor <= 1/2
+    heap_size = 2 * live_nodes + 16
+    meta = np.zeros(META_SLOTS, dtype=np.int64)
+    meta[CAPACITY] = capacity
+    meta[NUM_NODES] = 1  # the root
+    node_lock = np.zeros(max_nodes, dtype=np.int32)
+    node_lock[ROOT] = 1
+    node_alive = np.zeros(max_nodes, dtype=np.int8)
+    node_alive[ROOT] = 1
+    return RadixState(
+        node_start=np.zeros(max_nodes, dtype=np.int64),
+        node_len=np.zeros(max_nodes, dtype=np.int32),
+        node_parent=np.full(max_nodes, -1, dtype=np.int32),
+        node_children=np.zeros(max_nodes, dtype=np.int32),
+        node_lock=node_lock,
+        node_time=np.zeros(max_nodes, dtype=np.int64),
+        node_alive=node_alive,
+        pushed=np.full(max_nodes, -1, dtype=np.int64),
+        arena=np.zeros(max(1, trace.num_accesses), dtype=np.int32),
+        table_parent=np.full(table_size, -1, dtype=np.int32),
+        table_block=np.zeros(table_size, dtype=np.int32),
+        table_node=np.zeros(table_size, dtype=np.int32),
+        heap_time=np.zeros(heap_size, dtype=np.int64),
+        heap_node=np.zeros(heap_size, dtype=np.int32),
+        page_count=np.zeros(trace.num_blocks, dtype=np.int32),
+        meta=meta,
+    )
+
+
+def read_state(state: RadixState) -> tuple[int, dict]:
+    m = state.meta
+    return int(m[TREE_PAGES]), {name: int(m[slot]) for name, slot in COUNTERS}
+
+
+def resident_mask(state: RadixState) -> np.ndarray:
+    return state.page_count > 0
+
+
+# -- children table --
+
+@njit_or_plain
+def _slot(st, parent, block):
+    mask = st.table_parent.shape[0] - 1
+    return ((parent * 73856093) ^ (block * 19349663)) & mask
+
+
+@njit_or_plain
+def _child(st, parent, block):
+    """The child of `parent` whose first page is `block`, or -1."""
+    mask = st.table_parent.shape[0] - 1
+    i = _slot(st, parent, block)
+    while st.table_parent[i] >= 0:
+        if st.table_parent[i] == parent and st.table_block[i] == block:
+            return st.table_node[i]
+        i = (i + 1) & mask
+    return -1
+
+
+@_called
+def _set_child(st, parent, block, node):
+    """Map (parent, block) to node, replacing an existing entry."""
+    mask = st.table_parent.shape[0] - 1
+    i = _slot(st, parent, block)
+    while st.table_parent[i] >= 0:
+        if st.table_parent[i] == parent and st.table_block[i] == block:
+            st.table_node[i] = node
+            return
+        i = (i + 1) & mask
+    st.table_parent[i] = parent
+    st.table_block[i] = block
+    st.table_node[i] = node
+
+
+@_called
+def _remove_child(st, parent, block):
+    """Delete (parent, block); shift later entries of the probe run back into the hole."""
+    mask = st.table_parent.shape[0] - 1
+    i = _slot(st, parent, block)
+    while not (st.table_parent[i] == parent and st.table_block[i] == block):
+        i = (i + 1) & mask
+    hole = i
+    j = (i + 1) & mask
+    while st.table_parent[j] >= 0:
+        home = _slot(st, st.table_parent[j], st.table_block[j])
+        # Move j into the hole unless its home lies cyclically in (hole, j].
+        if ((j - home) & mask) >= ((j - hole) & mask):
+            st.table_parent[hole] = st.table_parent[j]
+            st.table_block[hole] = st.table_block[j]
+            st.table_node[hole] = st.table_node[j]
+            hole = j
+        j = (j + 1) & mask
+    st.table_parent[hole] = -1
+
+
+# -- heap of evictable leaves --
+
+@njit_or_plain
+def _before(st, a, b):
+    ta, tb = st.heap_time[a], st.heap_time[b]
+    return ta < tb or (ta == tb and st.heap_node[a] < st.heap_node[b])
+
+
+@njit_or_plain
+def _swap(st, a, b):
+    t, n = st.heap_time[a], st.heap_node[a]
+    st.heap_time[a], st.heap_node[a] = st.heap_time[b], st.heap_node[b]
+    st.heap_time[b], st.heap_node[b] = t, n
+
+
+@_called
+def _sift_down(st, i, size):
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            return
+        best = left
+        if left + 1 < size and _before(st, left + 1, left):
+            best = left + 1
+        if not _before(st, best, i):
+            return
+        _swap(st, i, best)
+        i = best
+
+
+@njit_or_plain
+def _evictable(st, node):
+    return st.node_alive[node] != 0 and st.node_lock[node] == 0 and st.node_children[node] == 0
+
+
+@njit_or_plain
+def _live_entry(st, i):
+    node = st.heap_node[i]
+    return _evictable(st, node) and st.node_time[node] == st.heap_time[i]
+
+
+@_called
+def _compact_heap(st):
+    """Drop dead entries in place and re-heapify."""
+    m = st.meta
+    size = m[HEAP_SIZE]
+    kept = 0
+    for i in range(size):
+        if _live_entry(st, i):
+            st.heap_time[kept] = st.heap_time[i]
+            st.heap_node[kept] = st.heap_node[i]
+            kept += 1
+        elif st.pushed[st.heap_node[i]] == st.heap_time[i]:
+            st.pushed[st.heap_node[i]] = -1
+    m[HEAP_SIZE] = kept
+    for i in range(kept // 2 - 1, -1, -1):
+        _sift_down(st, i, kept)
+
+
+@_called
+def _push_if_evictable(st, node):
+    if not _evictable(st, node) or st.pushed[node] == st.node_time[node]:
+        return
+    m = st.meta
+    if m[HEAP_SIZE] == st.heap_time.shape[0]:
+        _compact_heap(st)
+    i = m[HEAP_SIZE]
+    m[HEAP_SIZE] = i + 1
+    st.heap_time[i] = st.node_time[node]
+    st.heap_node[i] = node
+    st.pushed[node] = st.node_time[node]
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _before(st, i, parent):
+            break
+        _swap(st, i, parent)
+        i = parent
+
+
+@_called
+def _pop_least_recent(st):
+    """The evictable leaf with the oldest last_access (ties: lowest id), or -1."""
+    m = st.meta
+    while m[HEAP_SIZE] > 0:
+        live = _live_entry(st, 0)
+        node, time = st.heap_node[0], st.heap_time[0]
+        size = m[HEAP_SIZE] - 1
+        m[HEAP_SIZE] = size
+        st.heap_time[0], st.heap_node[0] = st.heap_time[size], st.heap_node[size]
+        _sift_down(st, 0, size)
+        if st.pushed[node] == time:
+            st.pushed[node] = -1
+        if live:
+            return node
+    return -1
+
+
+# -- tree operations --
+
+@_called
+def _new_node(st, start, length, parent):
+    m = st.meta
+    node = m[NUM_NODES]
+    m[NUM_NODES] = node + 1
+    st.node_start[node] = start
+    st.node_len[node] = length
+    st.node_parent[node] = parent
+    st.node_children[node] = 0
+    st.node_lock[node] = 0
+    st.node_time[node] = m[CLOCK]
+    st.node_alive[node] = 1
+    return node
+
+
+@_called
+def _split(st, child, n):
+    """Cut `child` after n pages; the new node takes them, `child` keeps the rest (and its id)."""
+    st.meta[NODE_SPLITS] += 1
+    parent = st.node_parent[child]
+    start = st.node_start[child]
+    new = _new_node(st, start, n, parent)
+    st.node_lock[new] = st.node_lock[child]
+    st.node_children[new] = 1
+    st.node_start[child] = start + n
+    st.node_len[child] -= n
+    st.node_parent[child] = new
+    _set_child(st, parent, st.arena[start], new)
+    _set_child(st, new, st.arena[start + n], child)
+    return new
+
+
+@_called
+def _evict(st, need):
+    m = st.meta
+    freed = 0
+    while freed < need:
+        leaf = _pop_least_recent(st)
+        if leaf < 0:
+            return
+        length = st.node_len[leaf]
+        start = st.node_start[leaf]
+        parent = st.node_parent[leaf]
+        freed += length
+        _remove_child(st, parent, st.arena[start])
+        st.node_children[parent] -= 1
+        st.node_alive[leaf] = 0
+        for j in range(start, start + length):
+            st.page_count[st.arena[j]] -= 1
+        m[TREE_PAGES] -= length
+        m[EVICTIONS] += length
+        m[EVICTED_NODES] += 1
+        _push_if_evictable(st, parent)  # a childless unlocked parent is a leaf now (never the root)
+
+
+@_called
+def _insert(st, blocks, start, end):
+    """Insert blocks[start:end] from the root; return the node where the path ends."""
+    m = st.meta
+    clock = m[CLOCK]
+    node = ROOT
+    st.node_time[ROOT] = clock
+    i = start
+    while i < end:
+        child = _child(st, node, blocks[i])
+        if child < 0:
+            break
+        st.node_time[child] = clock
+        cstart, clen = st.node_start[child], st.node_len[child]
+        n = 1  # the first page matched through the table
+        while n < clen and i + n < end and st.arena[cstart + n] == blocks[i + n]:
+            n += 1
+        i += n
+        if n < clen:
+            node = _split(st, child, n)
+            _push_if_evictable(st, child)  # the cut-off tail keeps the insert's time
+        else:
+            node = child
+    if i < end:
+        top = m[ARENA_TOP]
+        for j in range(i, end):
+            st.arena[top + j - i] = blocks[j]
+            st.page_count[blocks[j]] += 1
+        m[ARENA_TOP] = top + end - i
+        leaf = _new_node(st, top, end - i, node)
+        st.node_children[node] += 1
+        _set_child(st, node, blocks[i], leaf)
+        m[TREE_PAGES] += end - i
+        m[ADMISSIONS] += end - i
+        node = leaf
+    return node
+
+
+@njit_or_plain
+def _hit_limit(st, num_blocks, input_length, block_size):
+    m = st.meta
+    m[CURSOR_NODE] = ROOT
+    m[CURSOR_OFFSET] = 0
+    if (input_length + block_size - 1) // block_size > m[CAPACITY]:
+        return 0
+    limit = max(input_length - 1, 0) // block_size
+    return min(num_blocks, limit)
+
+
+@njit_or_plain
+def _resident(st, b):
+    m = st.meta
+    node, offset = m[CURSOR_NODE], m[CURSOR_OFFSET]
+    if offset < st.node_len[node]:
+        if st.arena[st.node_start[node] + offset] != b:
+            return False
+        m[CURSOR_OFFSET] = offset + 1
+        return True
+    child = _child(st, node, b)
+    if child < 0:
+        return False
+    m[CURSOR_NODE] = child
+    m[CURSOR_OFFSET] = 1
+    return True
+
+
+@_called
+def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
+    """One request. The driver's scan has just left the cursor after the `hits` matched pages."""
+    m = st.meta
+    pages = (input_length + block_size - 1) // block_size
+    if pages > m[CAPACITY]:
+        m[REJECTED] += 1
+        return
+    if pages == 0:
+        return
+    # Match: split where the match ends; the cut-off tail keeps the match's time. SGLang
+    # also stamps the matched path here, but that path stays locked until the re-match
+    # below stamps it again, so no eviction can see those stamps: they are skipped.
+    m[CLOCK] += 1
+    matched = m[CURSOR_NODE]
+    if hits > 0 and m[CURSOR_OFFSET] < st.node_len[matched]:
+        st.node_time[matched] = m[CLOCK]
+        tail = matched
+        matched = _split(st, tail, m[CURSOR_OFFSET])
+        _push_if_evictable(st, tail)
+    # Lock the matched path; evict the allocator's shortfall.
+    node = matched
+    while node != ROOT:
+        st.node_lock[node] += 1
+        node = st.node_parent[node]
+    slack = 1 if block_size > 1 else 0
+    need = pages - hits + slack - (m[CAPACITY] - m[TREE_PAGES])
+    if need > 0:
+        _evict(st, need)
+    # Insert the full pages, re-touch the inserted path, unlock.
+    m[CLOCK] += 1
+    full = min(end - start, input_length // block_size)
+    last = _insert(st, blocks, start, start + full)
+    m[CLOCK] += 1
+    node = last
+    while node >= 0:
+        st.node_time[node] = m[CLOCK]
+        node = st.node_parent[node]
+    node = matched
+    while node != ROOT:
+        st.node_lock[node] -= 1
+        node = st.node_parent[node]
+    _push_if_evictable(st, last)  # the only node of the path that can be a leaf
+
+
+register_kernel(RadixState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit)
+
+POLICY = PolicySpec(
+    name="radix",
+    summary="SGLang RadixCache: radix tree of pages, whole-leaf LRU eviction, locked running prefix (SGLang 0.5.23)",
+    reference=Radix,
+    make_state=make_state,
+    read_state=read_state,
+    resident_mask=resident_mask,
+)
