@@ -1,0 +1,194 @@
+"""SIEVE (Zhang, Yang, Yue, Vigfusson, Rashmi, NSDI 2024, "SIEVE is Simpler than LRU"), Algorithm 1.
+
+State: one FIFO queue of resident blocks (head = newest, tail = oldest), a
+``visited`` bit per resident block, and a hand pointing at the next eviction
+candidate (or at nothing, meaning "start from the tail").
+
+Resident: every block in the queue. Final size is the queue's length.
+
+Access of ``b`` (every block of every request, after the prefix scan):
+- resident: ``visited = 1``; nothing moves (lazy promotion);
+- otherwise, if the queue holds ``capacity`` blocks, evict one: start at the hand
+  (at the tail when the hand points at nothing); while the block there is
+  visited, clear its bit and step one place toward the head, wrapping from past
+  the head back to the tail; evict the first unvisited block found, and leave
+  the hand on the block just newer than it (nothing if it was the head, so the
+  next eviction starts again from the tail). Then insert ``b`` at the head with
+  ``visited = 0``.
+
+The hand keeps its place between evictions. Blocks it has passed (older than
+it, their bits just cleared) stay until it wraps round to them again; blocks
+newer than it, every new block included, are examined first, so a new block not
+hit before the hand reaches it goes quickly (the paper's "quick demotion"),
+while a hit keeps a block where it is ("lazy promotion").
+
+Parameters: none. Counters: ``admissions`` (blocks inserted), ``evictions``.
+Source: Algorithm 1 of the NSDI'24 paper; libCacheSim's ``Sieve.c`` (which
+keeps the visited bit as a 0/1 ``freq``) implements the same hand moves.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+
+
+class SIEVE(ReferencePolicy):
+    """Reference SIEVE: the paper's Algorithm 1 over a doubly linked list held in dicts.
+
+    ``newer[b]`` is the neighbour toward the head (the paper's ``b.prev``), ``older[b]``
+    the neighbour toward the tail; None at the ends.
+    """
+
+    def __init__(self, capacity: int, trace=None):
+        self.capacity = capacity
+        self.visited: dict = {}  # resident block -> visited bit
+        self.newer: dict = {}
+        self.older: dict = {}
+        self.head = self.tail = self.hand = None
+        self.stats = {"admissions": 0, "evictions": 0}
+
+    def resident(self, b) -> bool:
+        return b in self.visited
+
+    def access(self, b) -> None:
+        if b in self.visited:
+            self.visited[b] = True
+            return
+        if len(self.visited) >= self.capacity:
+            self._evict()
+        self._insert_at_head(b)
+        self.stats["admissions"] += 1
+
+    def _evict(self) -> None:
+        o = self.hand if self.hand is not None else self.tail
+        while self.visited[o]:
+            self.visited[o] = False
+            o = self.newer[o] if self.newer[o] is not None else self.tail
+        self.hand = self.newer[o]  # None when o is the head: the next eviction starts at the tail
+        self._remove(o)
+        self.stats["evictions"] += 1
+
+    def _insert_at_head(self, b) -> None:
+        self.newer[b], self.older[b] = None, self.head
+        if self.head is not None:
+            self.newer[self.head] = b
+        else:
+            self.tail = b
+        self.head = b
+        self.visited[b] = False
+
+    def _remove(self, b) -> None:
+        newer, older = self.newer.pop(b), self.older.pop(b)
+        if newer is not None:
+            self.older[newer] = older
+        else:
+            self.head = older
+        if older is not None:
+            self.newer[older] = newer
+        else:
+            self.tail = newer
+        del self.visited[b]
+
+    def size(self) -> int:
+        return len(self.visited)
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+    def resident_blocks(self):
+        return self.visited.keys()
+
+
+# ---- compiled engine: the queue threaded through per-block newer/older arrays (-1 = none) -------
+
+HEAD, TAIL, HAND, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(7)
+META_SLOTS = 7
+SIEVEState = namedtuple("SIEVEState", ["cached", "visited", "newer", "older", "meta"])
+
+
+def make_state(capacity: int, trace) -> SIEVEState:
+    num_blocks = trace.num_blocks
+    meta = np.zeros(META_SLOTS, dtype=np.int64)
+    meta[[HEAD, TAIL, HAND, CAPACITY]] = -1, -1, -1, capacity
+    return SIEVEState(
+        cached=np.zeros(num_blocks, dtype=np.int8),
+        visited=np.zeros(num_blocks, dtype=np.int8),
+        newer=np.full(num_blocks, -1, dtype=np.int32),
+        older=np.full(num_blocks, -1, dtype=np.int32),
+        meta=meta,
+    )
+
+
+def read_state(state: SIEVEState) -> tuple[int, dict]:
+    m = state.meta
+    return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
+
+
+def resident_mask(state: SIEVEState) -> np.ndarray:
+    return state.cached != 0
+
+
+@njit_or_plain
+def _evict(st, m):
+    o = m[HAND] if m[HAND] >= 0 else m[TAIL]
+    while st.visited[o] != 0:
+        st.visited[o] = 0
+        o = st.newer[o] if st.newer[o] >= 0 else m[TAIL]
+    newer, older = st.newer[o], st.older[o]
+    m[HAND] = newer
+    if newer >= 0:
+        st.older[newer] = older
+    else:
+        m[HEAD] = older
+    if older >= 0:
+        st.newer[older] = newer
+    else:
+        m[TAIL] = newer
+    st.newer[o] = -1
+    st.older[o] = -1
+    st.cached[o] = 0
+    m[SIZE] -= 1
+    m[EVICTIONS] += 1
+
+
+@njit_or_plain
+def _resident(st, b):
+    return st.cached[b] != 0
+
+
+@njit_or_plain
+def _access(st, b):
+    if st.cached[b] != 0:
+        st.visited[b] = 1
+        return
+    m = st.meta
+    if m[SIZE] >= m[CAPACITY]:
+        _evict(st, m)
+    head = m[HEAD]
+    st.newer[b] = -1
+    st.older[b] = head
+    if head >= 0:
+        st.newer[head] = b
+    else:
+        m[TAIL] = b
+    m[HEAD] = b
+    st.visited[b] = 0
+    st.cached[b] = 1
+    m[SIZE] += 1
+    m[ADMISSIONS] += 1
+
+
+register_kernel(SIEVEState, _resident, _access)
+
+POLICY = PolicySpec(
+    name="sieve",
+    summary="SIEVE: FIFO queue + visited bit + a hand that sweeps tail to head (Zhang et al., NSDI'24)",
+    reference=SIEVE,
+    make_state=make_state,
+    read_state=read_state,
+    resident_mask=resident_mask,
+)

@@ -1,0 +1,225 @@
+"""CLOCK, rule by rule, on tiny hand-built traces (both engines), plus differential tests.
+
+Notation in comments: F=[a1, b0, ^c0] lists the frames in order with each block's counter;
+^ marks the frame under the hand. block_size=1 and input_length = len(hash_ids), so hit
+tokens = hit blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvreplay
+from kvreplay.errors import ConfigError
+from conftest import ENGINES, MOONCAKE, shared_path
+from strategies import requests
+
+
+def run(blocks, capacity, engine, policy="clock", **params):
+    trace = kvreplay.Trace.from_requests([([b], 1) for b in blocks])
+    return kvreplay.replay(trace, policy, capacity, 1, engine=engine, **params)
+
+
+def test_a_hit_earns_a_second_chance(engine):
+    # capacity 2. [a] [b]: F=[^a0, b0]. [a]: hit, F=[^a1, b0].
+    # [c]: a1 -> a0 (second chance), hand to b0: evicted, c takes its frame, the hand
+    #      advances (wrapping to frame 0): F=[^a0, c0].
+    # [a]: hit. FIFO evicts a at [c] and misses here.
+    r = run("abaca", 2, engine)
+    assert r.hit_tokens.tolist() == [0, 0, 1, 0, 1]
+    assert r.counters == {"admissions": 3, "evictions": 1, "second_chances": 1}
+    assert run("abaca", 2, engine, "fifo").hit_tokens.tolist()[-1] == 0
+
+
+def test_a_new_block_starts_with_its_bit_clear(engine):
+    # capacity 2. As above up to [c]: F=[^a0, c0] (c entered with count 0).
+    # [b]: a0 under the hand: evicted. F=[b0, ^c0]. b misses.
+    # Had c entered with its bit set, [c] would have cleared a and b, wrapped, evicted a
+    # (F=[c1, ^b0]) and b would hit.
+    r = run("abacb", 2, engine)
+    assert r.hit_tokens.tolist() == [0, 0, 1, 0, 0]
+    assert r.counters == {"admissions": 4, "evictions": 2, "second_chances": 1}
+
+
+def test_the_hand_advances_past_the_replaced_frame(engine):
+    # capacity 3. [a] [b] [c]: F=[^a0, b0, c0]. [a]: a1.
+    # [d]: a1 -> a0, b0 evicted; d in frame 1; hand to frame 2: F=[a0, d0, ^c0].
+    # [e]: c0 evicted; F=[^a0, d0, e0]. [d]: hit.
+    # A hand left on the replaced frame would evict d at [e].
+    r = run("abcaded", 3, engine)
+    assert r.hit_tokens.tolist() == [0, 0, 0, 1, 0, 0, 1]
+
+
+def test_frames_fill_before_anything_is_evicted(engine):
+    # capacity 3. [a] [b] [c] fill frames 0..2, the hand stays on frame 0.
+    # [d]: a0 evicted (first admitted): F=[d0, ^b0, c0]. [b] [c]: hits, b1, c1.
+    # [a]: b1 -> b0, c1 -> c0, wrap, d0 evicted: F=[a0, ^b0, c0].
+    r = run("abcdbca", 3, engine)
+    assert r.hit_tokens.tolist() == [0, 0, 0, 0, 1, 1, 0]
+    assert r.counters == {"admissions": 5, "evictions": 2, "second_chances": 2}
+
+
+def test_a_full_sweep_clears_every_bit_and_wraps(engine):
+    # capacity 3. [a] [b] [c] [a] [b] [c]: F=[^a1, b1, c1].
+    # [d]: clears a, b, c (3 second chances), wraps, evicts a: F=[d0, ^b0, c0].
+    # [e]: b0 evicted: F=[d0, e0, ^c0]. [c]: hit, c1.
+    # [a]: c1 -> c0, wrap, d0 evicted: F=[a0, ^e0, c0]. [d]: miss.
+    r = run("abcabcdecad", 3, engine)
+    assert r.hit_tokens.tolist() == [0, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0]
+    assert r.counters == {"admissions": 7, "evictions": 4, "second_chances": 4}
+
+
+def test_one_bit_saturates(engine):
+    # capacity 2, bits 1. [a] [a] [a]: a1 (two hits, the bit saturates at 1).
+    # [b]; [c]: a1 -> a0, b0 evicted: F=[^a0, c0]. [d]: a0 evicted. [a]: miss.
+    # An unclamped counter (a2) would survive [d] and hit.
+    r = run("aaabcda", 2, engine, bits=1)
+    assert r.hit_tokens.tolist() == [0, 1, 1, 0, 0, 0, 0]
+    assert r.counters == {"admissions": 5, "evictions": 3, "second_chances": 1}
+
+
+def test_two_bit_counter(engine):
+    # capacity 2, bits 2 (max count 3). [a] [a] [a]: a2. [b]: F=[^a2, b0].
+    # [c]: a2 -> a1, b0 evicted: F=[^a1, c0]. [d]: a1 -> a0, c0 evicted: F=[^a0, d0].
+    # [a]: hit.
+    r = run("aaabcda", 2, engine, bits=2)
+    assert r.hit_tokens.tolist() == [0, 1, 1, 0, 0, 0, 1]
+    assert r.counters == {"admissions": 4, "evictions": 2, "second_chances": 2}
+
+
+def test_two_bit_counter_saturates_at_three(engine):
+    # capacity 2, bits 2. [a] x5: a3 (four hits, clamped at 3). [b]: F=[^a3, b0].
+    # [c] [d] [e]: each spends one of a's credits and evicts the other frame: a3->a2 (b out),
+    # a2->a1 (c out), a1->a0 (d out). [f]: a0 evicted. [a]: miss.
+    # An unclamped counter (a4) would survive [f].
+    r = run("aaaaabcdefa", 2, engine, bits=2)
+    assert r.hit_tokens.tolist() == [0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert r.counters["second_chances"] == 3
+
+
+@pytest.mark.parametrize("bits", [0, 8, 1.5])
+def test_bits_out_of_range_is_a_clear_error(bits, engine):
+    with pytest.raises(ConfigError, match="bits"):
+        run("a", 2, engine, bits=bits)
+
+
+def test_capacity_one(engine):
+    # [a] [a]: a1. [b]: a1 -> a0, the hand wraps onto the same frame, a evicted. [b] hit: b1.
+    # [a]: b1 -> b0, b evicted.
+    r = run("aabba", 1, engine)
+    assert r.hit_tokens.tolist() == [0, 1, 0, 1, 0]
+    assert r.counters == {"admissions": 3, "evictions": 2, "second_chances": 2}
+    assert r.final_cache_blocks == 1
+
+
+def test_capacity_beyond_unique_blocks(engine):
+    r = run("abcabc", 10**9, engine)
+    assert r.hit_tokens.tolist() == [0, 0, 0, 1, 1, 1]
+    assert r.final_cache_blocks == 3
+    assert r.counters == {"admissions": 3, "evictions": 0, "second_chances": 0}
+
+
+def test_multi_block_requests(engine):
+    # capacity 3. [a b c]: F=[^a0, b0, c0]. [a b x]: a, b hit (2) -> a1, b1; x: clears a, b,
+    # evicts c: F=[a0, b0, x0] with the hand on frame 0. [a b c]: 2 hits; c: a1 -> a0, b1 -> b0,
+    # x0 evicted. [x]: miss.
+    trace = kvreplay.Trace.from_requests([(list("abc"), 3), (list("abx"), 3), (list("abc"), 3), (["x"], 1)])
+    r = kvreplay.replay(trace, "clock", 3, 1, engine=engine)
+    assert r.hit_tokens.tolist() == [0, 2, 2, 0]
+    assert r.counters == {"admissions": 6, "evictions": 3, "second_chances": 4}
+
+
+# ---- an independent oracle: libCacheSim's Clock, a FIFO queue with reinsertion ---------------------
+
+class QueueClock:
+    """q[0] is the tail (next eviction candidate); new objects and reinserted ones go to the end."""
+
+    def __init__(self, capacity, bits=1):
+        self.capacity, self.max_freq = capacity, (1 << bits) - 1
+        self.q, self.freq = [], {}
+        self.rewritten = 0
+
+    def resident(self, x):
+        return x in self.freq
+
+    def access(self, x):
+        if x in self.freq:
+            self.freq[x] = min(self.freq[x] + 1, self.max_freq)
+            return
+        if len(self.q) >= self.capacity:
+            while self.freq[self.q[0]] >= 1:
+                self.freq[self.q[0]] -= 1
+                self.rewritten += 1
+                self.q.append(self.q.pop(0))
+            del self.freq[self.q.pop(0)]
+        self.q.append(x)
+        self.freq[x] = 0
+
+
+def naive_replay(reqs, cache, block_size):
+    tokens, blocks = [], []
+    for ids, length in reqs:
+        k = 0
+        while k < len(ids) and cache.resident(ids[k]):
+            k += 1
+        blocks.append(k)
+        tokens.append(min(k * block_size, length))
+        for h in ids:
+            cache.access(h)
+    return tokens, blocks, len(cache.q)
+
+
+def check_engines(reqs, block_size, capacity, bits):
+    trace = kvreplay.Trace.from_requests(reqs)
+    ref, comp = (kvreplay.replay(trace, "clock", capacity, block_size, engine=e, bits=bits) for e in ENGINES)
+    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
+    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
+    assert comp.final_cache_blocks == ref.final_cache_blocks
+    assert comp.counters == ref.counters
+    assert comp.stranded_blocks == ref.stranded_blocks
+    oracle = QueueClock(capacity, bits)
+    tokens, blocks, final = naive_replay(reqs, oracle, block_size)
+    assert ref.hit_tokens.tolist() == tokens
+    assert ref.hit_blocks.tolist() == blocks
+    assert ref.final_cache_blocks == final
+    assert ref.counters["second_chances"] == oracle.rewritten
+    return ref
+
+
+CAPACITIES = st.one_of(st.integers(1, 30), st.sampled_from([45, 4096]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests(), CAPACITIES, st.sampled_from([1, 1, 2, 3]))
+def test_engines_match_each_other_and_libcachesim_queue_form(trace_and_size, capacity, bits):
+    reqs, block_size = trace_and_size
+    check_engines(reqs, block_size, capacity, bits)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("capacity,bits", [(7, 1), (50, 1), (33, 2), (20, 3)])
+def test_long_zipf_trace(seed, capacity, bits):
+    # Thousands of requests over a few hundred blocks: the ring wraps many times.
+    rng = np.random.default_rng(seed)
+    popular = (rng.zipf(1.3, size=4000) % 300).tolist()
+    reqs = []
+    for i in range(1500):
+        k = int(rng.integers(1, 6))
+        ids = [popular[(i * 3 + j) % len(popular)] for j in range(k)]
+        reqs.append((ids, k * 16 - int(rng.integers(0, 16))))
+    r = check_engines(reqs, 16, capacity, bits)
+    assert r.counters["evictions"] > 900 and r.counters["second_chances"] > 300
+
+
+@pytest.mark.parametrize("capacity", [1000, 16384])
+def test_real_trace_reference_equals_compiled(capacity):
+    trace = kvreplay.load_trace(shared_path(MOONCAKE / "conversation_trace.jsonl"))
+    ref, comp = (kvreplay.replay(trace, "clock", capacity, 512, engine=e) for e in ENGINES)
+    assert np.array_equal(ref.hit_tokens, comp.hit_tokens)
+    assert np.array_equal(ref.hit_blocks, comp.hit_blocks)
+    assert ref.counters == comp.counters and ref.counters["second_chances"] > 0
+    assert ref.final_cache_blocks == comp.final_cache_blocks == capacity
+    assert ref.stranded_blocks == comp.stranded_blocks
