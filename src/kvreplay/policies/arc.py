@@ -1,0 +1,284 @@
+"""ARC (Megiddo & Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST 2003), as Figure 4.
+
+State: four LRU lists (head = least recently used, tail = most recent) and a target ``p``.
+
+- ``T1``: resident blocks seen once since they entered the directory (recency).
+- ``T2``: resident blocks seen at least twice (frequency).
+- ``B1``, ``B2``: ghosts: ids recently evicted from T1 / T2, no payload, NOT resident:
+  a prefix that reaches a ghost block stops there.
+- ``p``: the target size of T1, a real number in [0, c] (c = capacity), starting at 0.
+
+Residency: ``b`` is resident iff ``b in T1 or b in T2``. Final size is ``|T1| + |T2|``
+(at most c; the directory ``|T1| + |T2| + |B1| + |B2|`` holds at most 2c ids).
+
+Access of ``x`` (every block of every request, after the prefix scan), Figure 4 case by case:
+
+- I. ``x`` in T1 or T2 (a hit): move x to the MRU end of T2.
+- II. ``x`` in B1: ``p = min(c, p + delta1)`` with ``delta1 = 1`` if ``|B1| >= |B2|`` else
+  ``|B2| / |B1|``; REPLACE(x, p); move x from B1 to the MRU end of T2 (it becomes resident).
+- III. ``x`` in B2: ``p = max(0, p - delta2)`` with ``delta2 = 1`` if ``|B2| >= |B1|`` else
+  ``|B1| / |B2|``; REPLACE(x, p); move x from B2 to the MRU end of T2.
+- IV. ``x`` in none of the lists (a complete miss), with ``L1 = T1 + B1``:
+  A. ``|L1| == c``: if ``|T1| < c``, drop B1's LRU id and REPLACE(x, p); otherwise (B1 is
+     empty) evict T1's LRU block outright (it does not go to B1).
+  B. ``|L1| < c`` and ``|T1| + |T2| + |B1| + |B2| >= c``: if that total is ``2c``, drop B2's
+     LRU id; then REPLACE(x, p).
+  Then put x at the MRU end of T1.
+
+REPLACE(x, p): if T1 is not empty and (``|T1| > p`` or (x in B2 and ``|T1| == p``)), evict
+T1's LRU block to the MRU end of B1; otherwise evict T2's LRU block to the MRU end of B2.
+The deltas are computed with x still in its ghost list (the paper adapts first).
+
+``p`` and the deltas are real numbers, as in the paper (Figure 4 writes the deltas as the
+plain ratios ``|B2|/|B1|`` and ``|B1|/|B2|``, with no rounding, and lets p range over [0, c]). Both engines keep ``p`` as an IEEE float64 and compute it with
+the same operations (``min(c, p + |B2| / |B1|)``, true division of two exact integers), so
+they agree bit for bit; libCacheSim's ARC.c also keeps ``p`` as a double. With a real ``p`` the
+tie rule ``|T1| == p`` only fires when ``p`` happens to be a whole number.
+
+Parameters: none. Counters: ``admissions`` (complete misses, case IV, into T1),
+``ghost_hits`` = ``b1_hits`` + ``b2_hits`` (cases II and III: ghost ids that re-enter the cache
+in T2), ``evictions`` (resident blocks leaving T1 or T2: to a ghost list in REPLACE, or out
+altogether in case IV.A), and ``p`` (the final target, a float). A block entering the cache
+is counted by exactly one of ``admissions`` and ``ghost_hits``, so
+``final_cache_blocks = admissions + ghost_hits - evictions``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+
+from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+
+
+class ARC(ReferencePolicy):
+    """Reference ARC: Figure 4 of the paper, line by line (OrderedDicts, first item = LRU)."""
+
+    def __init__(self, capacity: int, trace=None):
+        self.c = capacity
+        self.p = 0.0
+        self.T1: OrderedDict = OrderedDict()
+        self.T2: OrderedDict = OrderedDict()
+        self.B1: OrderedDict = OrderedDict()
+        self.B2: OrderedDict = OrderedDict()
+        self.stats = dict.fromkeys(("admissions", "evictions", "ghost_hits", "b1_hits", "b2_hits"), 0)
+
+    def resident(self, b) -> bool:
+        return b in self.T1 or b in self.T2
+
+    def access(self, x) -> None:
+        T1, T2, B1, B2, c = self.T1, self.T2, self.B1, self.B2, self.c
+        if x in T1 or x in T2:  # Case I
+            T1.pop(x, None)
+            T2.pop(x, None)
+            T2[x] = None
+        elif x in B1:  # Case II
+            self.stats["ghost_hits"] += 1
+            self.stats["b1_hits"] += 1
+            delta = 1.0 if len(B1) >= len(B2) else len(B2) / len(B1)
+            self.p = min(float(c), self.p + delta)
+            self._replace(x)
+            del B1[x]
+            T2[x] = None
+        elif x in B2:  # Case III
+            self.stats["ghost_hits"] += 1
+            self.stats["b2_hits"] += 1
+            delta = 1.0 if len(B2) >= len(B1) else len(B1) / len(B2)
+            self.p = max(0.0, self.p - delta)
+            self._replace(x)
+            del B2[x]
+            T2[x] = None
+        else:  # Case IV
+            self.stats["admissions"] += 1
+            if len(T1) + len(B1) == c:  # Case A
+                if len(T1) < c:
+                    B1.popitem(last=False)
+                    self._replace(x)
+                else:
+                    T1.popitem(last=False)
+                    self.stats["evictions"] += 1
+            else:  # Case B: |L1| < c
+                total = len(T1) + len(T2) + len(B1) + len(B2)
+                if total >= c:
+                    if total == 2 * c:
+                        B2.popitem(last=False)
+                    self._replace(x)
+            T1[x] = None
+
+    def _replace(self, x) -> None:
+        self.stats["evictions"] += 1
+        if self.T1 and (len(self.T1) > self.p or (x in self.B2 and len(self.T1) == self.p)):
+            victim, _ = self.T1.popitem(last=False)
+            self.B1[victim] = None
+        else:
+            victim, _ = self.T2.popitem(last=False)
+            self.B2[victim] = None
+
+    def size(self) -> int:
+        return len(self.T1) + len(self.T2)
+
+    def resident_blocks(self):
+        return [*self.T1, *self.T2]
+
+    def counters(self) -> dict:
+        return {**self.stats, "p": self.p}
+
+
+# ---- compiled engine ------------------------------------------------------------------------------
+
+# A block is in at most one of the four lists, so all four are threaded through the same
+# per-block prev/next arrays (-1 = none); `where` says which list (0 = none).
+NOWHERE, T1, T2, B1, B2 = 0, 1, 2, 3, 4
+# meta slots: list L's head, tail and size are meta[HEADS + L], meta[TAILS + L], meta[SIZES + L]
+# (L = 1..4; slots 0, 5 and 10 are unused so list ids equal `where` codes).
+HEADS, TAILS, SIZES = 0, 5, 10
+CAPACITY, ADMISSIONS, EVICTIONS, B1_HITS, B2_HITS = 15, 16, 17, 18, 19
+META_SLOTS = 20
+
+# `target` is float64[1]: p is real, so it cannot live in the int64 meta array.
+ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta"])
+
+
+def make_state(capacity: int, trace) -> ARCState:
+    num_blocks = trace.num_blocks
+    meta = np.zeros(META_SLOTS, dtype=np.int64)
+    for lst in (T1, T2, B1, B2):
+        meta[HEADS + lst] = -1
+        meta[TAILS + lst] = -1
+    meta[CAPACITY] = capacity
+    return ARCState(
+        where=np.zeros(num_blocks, dtype=np.int8),
+        prev=np.full(num_blocks, -1, dtype=np.int32),
+        next=np.full(num_blocks, -1, dtype=np.int32),
+        target=np.zeros(1, dtype=np.float64),
+        meta=meta,
+    )
+
+
+def read_state(state: ARCState) -> tuple[int, dict]:
+    m = state.meta
+    b1, b2 = int(m[B1_HITS]), int(m[B2_HITS])
+    counters = {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS]), "ghost_hits": b1 + b2,
+                "b1_hits": b1, "b2_hits": b2, "p": float(state.target[0])}
+    return int(m[SIZES + T1] + m[SIZES + T2]), counters
+
+
+def resident_mask(state: ARCState) -> np.ndarray:
+    return (state.where == T1) | (state.where == T2)
+
+
+@njit_or_plain
+def _unlink(st, b):
+    m = st.meta
+    lst = st.where[b]
+    p, n = st.prev[b], st.next[b]
+    if p >= 0:
+        st.next[p] = n
+    else:
+        m[HEADS + lst] = n
+    if n >= 0:
+        st.prev[n] = p
+    else:
+        m[TAILS + lst] = p
+    st.prev[b] = -1
+    st.next[b] = -1
+    m[SIZES + lst] -= 1
+    st.where[b] = NOWHERE
+
+
+@njit_or_plain
+def _push_mru(st, b, lst):
+    m = st.meta
+    tail = m[TAILS + lst]
+    st.prev[b] = tail
+    if tail >= 0:
+        st.next[tail] = b
+    else:
+        m[HEADS + lst] = b
+    m[TAILS + lst] = b
+    m[SIZES + lst] += 1
+    st.where[b] = lst
+
+
+@njit_or_plain
+def _replace(st, x_in_b2):
+    m = st.meta
+    m[EVICTIONS] += 1
+    t1 = m[SIZES + T1]
+    p = st.target[0]
+    if t1 > 0 and (t1 > p or (x_in_b2 and t1 == p)):
+        source, ghost = T1, B1
+    else:
+        source, ghost = T2, B2
+    victim = m[HEADS + source]
+    _unlink(st, victim)
+    _push_mru(st, victim, ghost)
+
+
+@njit_or_plain
+def _resident(st, b):
+    w = st.where[b]
+    return w == T1 or w == T2
+
+
+@njit_or_plain
+def _access(st, x):
+    # The cases of the reference, arranged so that each list operation is written (and
+    # inlined by numba) once: inlining every case's own copies made compilation take minutes.
+    m = st.meta
+    w = st.where[x]
+    if w == T2 and m[TAILS + T2] == x:  # Case I, already the MRU block of T2
+        return
+    c = m[CAPACITY]
+    replace = False
+    drop = -1  # Case IV: a ghost id dropped from the directory, or T1's LRU block deleted
+    if w == B1:  # Case II
+        m[B1_HITS] += 1
+        b1, b2 = m[SIZES + B1], m[SIZES + B2]
+        delta = 1.0 if b1 >= b2 else b2 / b1
+        st.target[0] = min(float(c), st.target[0] + delta)
+        replace = True
+    elif w == B2:  # Case III
+        m[B2_HITS] += 1
+        b1, b2 = m[SIZES + B1], m[SIZES + B2]
+        delta = 1.0 if b2 >= b1 else b1 / b2
+        st.target[0] = max(0.0, st.target[0] - delta)
+        replace = True
+    elif w == NOWHERE:  # Case IV
+        m[ADMISSIONS] += 1
+        t1, b1 = m[SIZES + T1], m[SIZES + B1]
+        if t1 + b1 == c:  # Case A
+            if t1 < c:
+                drop = m[HEADS + B1]
+                replace = True
+            else:
+                drop = m[HEADS + T1]
+                m[EVICTIONS] += 1
+        else:  # Case B: |L1| < c
+            total = t1 + b1 + m[SIZES + T2] + m[SIZES + B2]
+            if total >= c:
+                if total == 2 * c:
+                    drop = m[HEADS + B2]
+                replace = True
+    if drop >= 0:
+        _unlink(st, drop)
+    if replace:
+        _replace(st, w == B2)
+    if w == NOWHERE:
+        _push_mru(st, x, T1)
+    else:  # Cases I-III: x leaves its list (after REPLACE, as in the paper) for T2's MRU end
+        _unlink(st, x)
+        _push_mru(st, x, T2)
+
+
+register_kernel(ARCState, _resident, _access)
+
+POLICY = PolicySpec(
+    name="arc",
+    summary="ARC: recency list T1 + frequency list T2, ghost lists B1/B2 tune T1's target p (Megiddo & Modha, FAST'03)",
+    reference=ARC,
+    make_state=make_state,
+    read_state=read_state,
+    resident_mask=resident_mask,
+)

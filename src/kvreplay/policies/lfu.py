@@ -1,0 +1,176 @@
+"""LFU: evict the least frequently used block; among those, the least recently used.
+
+State: a frequency per resident block (its accesses since it was last admitted) and its
+last-access order. Resident: every block with a frequency. Access of a resident block adds
+one to its frequency and makes it the most recent; access of a missing block, when
+``capacity`` blocks are resident, first evicts the block with the smallest frequency, the
+least recently accessed one among equals, then admits the new block with frequency 1.
+
+The frequency is in-cache: nothing is remembered about evicted blocks, so a block
+re-admitted after an eviction starts again at 1 however often it was used before (the
+classic LFU of the literature; "perfect LFU", which keeps counts forever, is not this).
+A new block therefore often is the next victim: with a full cache of blocks at frequency
+>= 2, each new block evicts the previous new one.
+
+Parameters: none. Counters: ``admissions``, ``evictions``.
+
+Source: textbook LFU with LRU tie-breaking. The compiled engine is O(1) per access, after
+Shah, Mitra & Matani, "An O(1) algorithm for implementing the LFU cache eviction scheme"
+(2010), with an array of per-frequency lists (each in recency order) indexed by frequency
+and a pointer to the smallest frequency in place of the paper's list of frequency nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import namedtuple
+from itertools import count
+
+import numpy as np
+
+from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+
+
+class LFU(ReferencePolicy):
+    """Reference LFU: the victim is the resident block with the smallest (frequency, last access).
+
+    A heap of (frequency, last_access, block) entries with lazy deletion: an entry whose
+    values are no longer the block's current ones is stale and skipped when popped.
+    """
+
+    def __init__(self, capacity: int, trace=None):
+        self.capacity = capacity
+        self.freq: dict = {}  # resident block -> accesses since admission
+        self.last: dict = {}  # resident block -> tick of its last access
+        self.heap: list = []
+        self.ticks = count()
+        self.stats = {"admissions": 0, "evictions": 0}
+
+    def resident(self, b) -> bool:
+        return b in self.freq
+
+    def access(self, b) -> None:
+        if b not in self.freq:
+            if len(self.freq) >= self.capacity:
+                self._evict()
+            self.freq[b] = 0  # in-cache frequency: starts afresh on every admission
+            self.stats["admissions"] += 1
+        self.freq[b] += 1
+        self.last[b] = next(self.ticks)
+        heapq.heappush(self.heap, (self.freq[b], self.last[b], b))
+
+    def _evict(self) -> None:
+        while True:
+            f, t, b = heapq.heappop(self.heap)
+            if self.freq.get(b) == f and self.last[b] == t:
+                break
+        del self.freq[b], self.last[b]
+        self.stats["evictions"] += 1
+
+    def size(self) -> int:
+        return len(self.freq)
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+    def resident_blocks(self):
+        return self.freq.keys()
+
+
+# ---- compiled engine: frequency buckets -----------------------------------------------------------
+
+# Bucket f is a doubly linked list (through per-block prev/next, -1 = none) of the resident
+# blocks with frequency f, least recent at the head: a block enters bucket f at the access
+# that gave it frequency f and stays until its next access or its eviction, so bucket order
+# is last-access order. The victim is the head of bucket MIN_FREQ. A block's frequency never
+# exceeds its number of accesses in the trace, which sizes the bucket arrays.
+SIZE, CAPACITY, MIN_FREQ, ADMISSIONS, EVICTIONS = range(5)
+LFUState = namedtuple("LFUState", ["freq", "prev", "next", "bucket_head", "bucket_tail", "meta"])
+
+
+def make_state(capacity: int, trace) -> LFUState:
+    num_blocks = trace.num_blocks
+    max_accesses = int(np.bincount(trace.blocks, minlength=1).max())
+    meta = np.zeros(5, dtype=np.int64)
+    meta[CAPACITY] = capacity
+    return LFUState(
+        freq=np.zeros(num_blocks, dtype=np.int32),  # 0 = not resident
+        prev=np.full(num_blocks, -1, dtype=np.int32),
+        next=np.full(num_blocks, -1, dtype=np.int32),
+        bucket_head=np.full(max_accesses + 2, -1, dtype=np.int32),
+        bucket_tail=np.full(max_accesses + 2, -1, dtype=np.int32),
+        meta=meta,
+    )
+
+
+def read_state(state: LFUState) -> tuple[int, dict]:
+    m = state.meta
+    return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
+
+
+@njit_or_plain
+def _unlink(st, b, f):
+    p, n = st.prev[b], st.next[b]
+    if p >= 0:
+        st.next[p] = n
+    else:
+        st.bucket_head[f] = n
+    if n >= 0:
+        st.prev[n] = p
+    else:
+        st.bucket_tail[f] = p
+    st.prev[b] = -1
+    st.next[b] = -1
+
+
+@njit_or_plain
+def _append(st, b, f):
+    tail = st.bucket_tail[f]
+    st.prev[b] = tail
+    if tail >= 0:
+        st.next[tail] = b
+    else:
+        st.bucket_head[f] = b
+    st.bucket_tail[f] = b
+    st.freq[b] = f
+
+
+@njit_or_plain
+def _resident(st, b):
+    return st.freq[b] != 0
+
+
+@njit_or_plain
+def _access(st, b):
+    m = st.meta
+    f = st.freq[b]
+    if f != 0:
+        _unlink(st, b, f)
+        if st.bucket_head[f] < 0 and m[MIN_FREQ] == f:
+            m[MIN_FREQ] = f + 1  # b itself is there now
+        _append(st, b, f + 1)
+        return
+    if m[SIZE] >= m[CAPACITY]:
+        # The cache is full (capacity >= 1), so bucket MIN_FREQ is not empty.
+        low = m[MIN_FREQ]
+        victim = st.bucket_head[low]
+        _unlink(st, victim, low)
+        st.freq[victim] = 0
+        m[SIZE] -= 1
+        m[EVICTIONS] += 1
+    _append(st, b, 1)
+    m[MIN_FREQ] = 1
+    m[SIZE] += 1
+    m[ADMISSIONS] += 1
+
+
+register_kernel(LFUState, _resident, _access)
+
+POLICY = PolicySpec(
+    name="lfu",
+    summary="LFU: evict the least frequently used block (in-cache counts), least recently used among ties",
+    reference=LFU,
+    make_state=make_state,
+    read_state=read_state,
+    resident_mask=lambda state: state.freq != 0,
+)
