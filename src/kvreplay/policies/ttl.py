@@ -43,6 +43,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .base import ReferencePolicy, Param, PolicySpec, njit_or_plain, register_kernel
+from .lru import _append, _unlink  # the same recency list: HEAD/TAIL slots and prev/next fields match
 
 
 class TTL(ReferencePolicy):
@@ -93,6 +94,7 @@ class TTL(ReferencePolicy):
 
 # ---- compiled engine: the LRU list of lru.py plus a last-access time per block ---------------------
 
+# HEAD and TAIL sit in the same meta slots as lru's, so lru's list operations apply unchanged.
 HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS, EXPIRATIONS = range(7)
 TTL_MS, NOW = 0, 1  # slots of `clock` (float64): times are real numbers
 TTLState = namedtuple("TTLState", ["cached", "last", "prev", "next", "times", "clock", "meta"])
@@ -123,34 +125,6 @@ def read_state(state: TTLState) -> tuple[int, dict]:
     m = state.meta
     counters = {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS]), "expirations": int(m[EXPIRATIONS])}
     return int(np.count_nonzero(resident_mask(state))), counters
-
-
-@njit_or_plain
-def _unlink(st, b):
-    m = st.meta
-    p, n = st.prev[b], st.next[b]
-    if p >= 0:
-        st.next[p] = n
-    else:
-        m[HEAD] = n
-    if n >= 0:
-        st.prev[n] = p
-    else:
-        m[TAIL] = p
-    st.prev[b] = -1
-    st.next[b] = -1
-
-
-@njit_or_plain
-def _append(st, b):
-    m = st.meta
-    tail = m[TAIL]
-    st.prev[b] = tail
-    if tail >= 0:
-        st.next[tail] = b
-    else:
-        m[HEAD] = b
-    m[TAIL] = b
 
 
 @njit_or_plain
