@@ -126,24 +126,22 @@ class Trace:
         return self.blocks[self.offsets[i]:self.offsets[i + 1]]
 
     @cached_property
-    def first_seen(self) -> np.ndarray:
-        """int64[num_blocks]: the flat position (index into `blocks`) of each block's first access."""
-        first = np.full(self.num_blocks, -1, dtype=np.int64)  # -1: an id no request uses
-        # Assign in reverse so the earliest position is written last and wins.
-        first[self.blocks[::-1]] = np.arange(self.num_accesses - 1, -1, -1)
-        return first
+    def _first_access(self) -> tuple[np.ndarray, np.ndarray]:
+        from .index import first_access
 
-    @cached_property
+        return first_access(self.offsets, self.blocks, self.num_blocks)
+
+    @property
+    def first_seen(self) -> np.ndarray:
+        """int64[num_blocks]: the flat position (index into `blocks`) of each block's first access
+        (-1 for an id no request uses)."""
+        return self._first_access[0]
+
+    @property
     def predecessors(self) -> np.ndarray:
         """int32[num_blocks]: the block before each block in the request where it first appears
         (-1 for a request's first block). With chained hashes this is the block's chain parent."""
-        previous = np.empty(self.num_accesses, dtype=np.int32)
-        previous[1:] = self.blocks[:-1]
-        starts = self.offsets[:-1][np.diff(self.offsets) > 0]
-        previous[starts] = -1
-        first = self.first_seen
-        return np.where(first >= 0, previous[np.maximum(first, 0)], -1).astype(np.int32) if self.num_accesses \
-            else np.full(self.num_blocks, -1, dtype=np.int32)
+        return self._first_access[1]
 
     def nbytes(self) -> int:
         """Bytes held by the flat arrays."""

@@ -7,7 +7,7 @@ file order.
 
 Two paths produce the same result. The fast path decodes a chunk of lines as
 one JSON array with msgspec, keeps ``hash_ids`` as raw bytes and parses all of
-them with one numpy call; it applies only when every id in the chunk is a
+them in one compiled pass; it applies only when every id in the chunk is a
 plain integer. Anything else (string ids, a bad record) goes through the
 line-by-line path, which checks every field and names the line of each error.
 """
@@ -28,8 +28,6 @@ from .model import Trace, frozen
 
 CHUNK_BYTES = 32 << 20
 MAX_REPORTED_LINES = 20
-# Only digits, separators and signs: then numpy's integer parser is exact.
-_INT_LIST_CHARS = b"0123456789,- \t\r\n"
 
 
 class _FastRecord(msgspec.Struct):
@@ -85,6 +83,64 @@ def _chunks(path: str, stream) -> Iterator[tuple[int, bytes]]:
         rest = data[cut + 1:]
         yield line_no, data[:cut]
         line_no += data.count(b"\n", 0, cut) + 1
+
+
+def _parse_int_lists_py(buf, ids, counts):
+    """Parse ';'-separated JSON lists of plain integers ("[1, 2];[];[3]") into ids and per-list
+    counts. Returns the number of ids, or -1 for anything else (the caller falls back to the
+    validating path): a string, a float, a nested list, a number of more than 18 digits."""
+    n = buf.shape[0]
+    i = 0
+    found = 0
+    for k in range(counts.shape[0]):
+        if k > 0:
+            if i >= n or buf[i] != 59:  # ';'
+                return -1
+            i += 1
+        if i >= n or buf[i] != 91:  # '['
+            return -1
+        i += 1
+        count = 0
+        while True:
+            while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 10 or buf[i] == 13):
+                i += 1
+            if i < n and buf[i] == 93 and count == 0:  # ']' of an empty list
+                i += 1
+                break
+            sign = 1
+            if i < n and buf[i] == 45:  # '-'
+                sign = -1
+                i += 1
+            digits = 0
+            value = 0
+            while i < n and 48 <= buf[i] <= 57:
+                value = value * 10 + (buf[i] - 48)
+                digits += 1
+                i += 1
+            if digits == 0 or digits > 18:
+                return -1
+            ids[found] = sign * value
+            found += 1
+            count += 1
+            while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 10 or buf[i] == 13):
+                i += 1
+            if i < n and buf[i] == 44:  # ','
+                i += 1
+                continue
+            if i < n and buf[i] == 93:  # ']'
+                i += 1
+                break
+            return -1
+        counts[k] = count
+    return found if i == n else -1
+
+
+try:
+    from numba import njit
+
+    _parse_int_lists = njit(cache=True, nogil=True)(_parse_int_lists_py)
+except ImportError:  # pragma: no cover - exercised only where numba is missing
+    _parse_int_lists = _parse_int_lists_py
 
 
 def _describe(value) -> str:
@@ -159,8 +215,8 @@ def _fast_chunk(data: bytes) -> _Chunk | None:
     """Parse a chunk whose records are all valid with integer ids; None when the slow path is needed.
 
     The chunk's lines become one JSON array (empty lines are dropped first; a line of
-    only spaces makes the array invalid JSON and sends the chunk to the slow path). All hash_ids lists are joined into one byte string and
-    parsed by numpy in one call; per-request counts come from counting separators.
+    only spaces makes the array invalid JSON and sends the chunk to the slow path). All
+    hash_ids lists, kept raw by msgspec, are joined and parsed in one compiled pass.
     """
     data = data.strip()
     while b"\n\n" in data:  # blank lines
@@ -175,23 +231,14 @@ def _fast_chunk(data: bytes) -> _Chunk | None:
     if n != data.count(b"\n") + 1:
         return None  # two records on a line, or one record over two lines: let the slow path say where
     joined = b";".join([r.hash_ids for r in recs])  # "[1, 2];[];[3]"
-    raw = np.frombuffer(joined, dtype=np.uint8)
-    if joined.count(b"[") != n or joined.translate(None, _INT_LIST_CHARS + b"[];"):
-        return None  # string ids, floats, nested lists...
-    # Request i's list spans bytes bounds[i]+1 .. bounds[i+1]-1; its ids = its commas + 1, or 0 for "[]".
-    bounds = np.concatenate(([-1], np.flatnonzero(raw == ord(";")), [raw.size]))
-    commas_before = np.searchsorted(np.flatnonzero(raw == ord(",")), bounds)
-    counts = np.diff(commas_before) + 1
-    counts[np.diff(bounds) <= 3] = 0
-    body = joined.translate(None, b"[]").replace(b";", b",")
-    # Empty lists leave empty fields (",,"), which numpy's parser does not skip: drop them.
-    while b",," in body:
-        body = body.replace(b",,", b",")
-    body = body.strip(b", \t\r\n")
-    ids = np.fromstring(body, dtype=np.int64, sep=",") if body else np.zeros(0, np.int64)
-    # A count mismatch means malformed numbers; |id| near 2**63 may have saturated: re-check slowly.
-    if ids.size != counts.sum() or (ids.size and np.abs(ids).max() >= 10**18):
-        return None
+    ids = np.empty(joined.count(b",") + n, dtype=np.int64)  # at most one id per comma, plus one per list
+    counts = np.empty(n, dtype=np.int64)
+    found = _parse_int_lists(np.frombuffer(joined, dtype=np.uint8), ids, counts)
+    if found < 0:
+        return None  # string ids, floats, nested lists, huge numbers...
+    ids = ids[:found]
+    if found and -(2**31) <= ids.min() and ids.max() < 2**31:
+        ids = ids.astype(np.int32)  # halves what the chunks hold until the ids are remapped
     try:
         lengths = np.fromiter((r.input_length for r in recs), dtype=np.int64, count=n)
     except OverflowError:
@@ -227,31 +274,53 @@ def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invali
                   np.array(stamps, dtype=np.float64), np.array(outs, dtype=np.int64))
 
 
+def _int_arrays(chunks: list[_Chunk]) -> list[np.ndarray] | None:
+    """Every chunk's ids as an integer array, or None when some id is a string or beyond int64."""
+    arrays = []
+    for c in chunks:
+        if isinstance(c.ids, np.ndarray):
+            arrays.append(c.ids)
+        elif all(_is_int(h) for h in c.ids):
+            try:
+                arrays.append(np.array(c.ids, dtype=np.int64))
+            except OverflowError:
+                return None  # e.g. unsigned 64-bit hashes: map them through a dict
+        else:
+            return None
+    return arrays
+
+
 def _dense_ids(chunks: list[_Chunk], keep_ids: bool):
-    """Remap every chunk's ids to dense int32 ids 0..U-1; return (blocks, num_blocks, original_ids)."""
-    raw = None
-    if all(isinstance(c.ids, np.ndarray) or all(_is_int(h) for h in c.ids) for c in chunks):
-        try:
-            raw = np.concatenate([np.asarray(c.ids, dtype=np.int64) for c in chunks]) if chunks else np.zeros(0, np.int64)
-        except OverflowError:
-            raw = None  # ids beyond int64 (e.g. unsigned 64-bit hashes): map them through a dict
-    if raw is not None:
-        if raw.size == 0:
+    """Remap every chunk's ids to dense int32 ids 0..U-1; return (blocks, num_blocks, original_ids).
+
+    Memory stays near the final int32 array: chunks are mapped one at a time into it.
+    """
+    arrays = _int_arrays(chunks)
+    if arrays is not None:
+        total = sum(a.size for a in arrays)
+        if total == 0:
             return np.zeros(0, np.int32), 0, (np.zeros(0, np.int64) if keep_ids else None)
-        lo, hi = int(raw.min()), int(raw.max())
-        if lo >= 0 and hi < 4 * raw.size + (1 << 20):
+        lo = min(int(a.min()) for a in arrays if a.size)
+        hi = max(int(a.max()) for a in arrays if a.size)
+        if lo >= 0 and hi < 4 * total + (1 << 20):
             # Small non-negative ids (the usual case): a lookup table beats sorting.
             present = np.zeros(hi + 1, dtype=bool)
-            present[raw] = True
-            remap = np.cumsum(present, dtype=np.int64) - 1
-            blocks = remap[raw].astype(np.int32)
-            num = int(remap[-1] + 1)
+            for a in arrays:
+                present[a] = True
+            remap = np.cumsum(present, dtype=np.int64)
+            num = int(remap[-1])
+            remap = (remap - 1).astype(np.int32)
+            blocks = np.empty(total, dtype=np.int32)
+            pos = 0
+            for c, a in zip(chunks, arrays):
+                blocks[pos:pos + a.size] = remap[a]
+                pos += a.size
+                c.ids = None
             original = np.flatnonzero(present) if keep_ids else None
-        else:
-            original, inverse = np.unique(raw, return_inverse=True)
-            blocks, num = inverse.astype(np.int32).reshape(-1), int(original.size)
-            original = original if keep_ids else None
-        return blocks, num, original
+            return blocks, num, original
+        raw = np.concatenate([a.astype(np.int64, copy=False) for a in arrays])
+        original, inverse = np.unique(raw, return_inverse=True)
+        return inverse.astype(np.int32).reshape(-1), int(original.size), (original if keep_ids else None)
     table: dict = {}
     out = []
     for c in chunks:
