@@ -9,9 +9,10 @@ distance of its j-th block and m_j = max(d_0..d_j). The request hits at least
 j+1 blocks exactly when m_j <= C, so block j adds
 ``min((j+1)*block_size, L) - min(j*block_size, L)`` hit tokens to every capacity
 C >= m_j. One pass computes every m_j (a Fenwick tree over access times counts the
-distinct blocks used since a given time); sorting them gives the hit tokens of
-every capacity at once. Admissions at capacity C are the accesses whose distance
-at access time exceeds C.
+distinct blocks used since a given time) and adds each block's tokens to a
+histogram indexed by m_j; its prefix sums are the hit tokens of every capacity at
+once. Admissions at capacity C are the accesses whose distance at access time
+exceeds C.
 
 The result equals a separate ``lru`` replay at each capacity (tested).
 """
@@ -29,25 +30,25 @@ except ImportError:  # pragma: no cover
     def njit(*args, **kwargs):
         return (lambda f: f) if not (args and callable(args[0])) else args[0]
 
-NEVER = np.iinfo(np.int64).max
-
-
 @njit(cache=True, nogil=True)
-def _distances(offsets, blocks, num_blocks, scan_max, access_distance):  # pragma: no cover - compiled
-    """scan_max[p]: running max of stack distances over the request's blocks up to position p,
-    taken before the request's accesses; access_distance[p]: the distance when block p is accessed."""
+def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at):  # pragma: no cover - compiled
+    """One pass over the trace. hit_tokens_at[d]: hit tokens that need a capacity of exactly d
+    blocks (the running max of stack distances at the prefix scan); accesses_at[d]: accesses whose
+    stack distance when made is d. Index num_blocks + 1 stands for "never" (a first access)."""
     n = blocks.shape[0]
+    never = hit_tokens_at.shape[0] - 1
     tree = np.zeros(n + 1, dtype=np.int32)  # Fenwick over access times 1..n: 1 = a block's latest use
-    last = np.full(num_blocks, -1, dtype=np.int64)
+    last = np.full(never, -1, dtype=np.int64)
     marked = 0
     t = 0
     for i in range(offsets.shape[0] - 1):
         start, end = offsets[i], offsets[i + 1]
+        length = input_length[i]
         running = 0
         for j in range(start, end):
             p = last[blocks[j]]
             if p < 0:
-                d = NEVER
+                d = never
             else:
                 s = 0
                 q = p
@@ -57,12 +58,15 @@ def _distances(offsets, blocks, num_blocks, scan_max, access_distance):  # pragm
                 d = marked - s + 1
             if d > running:
                 running = d
-            scan_max[j] = running
+            if i >= warmup:
+                position = j - start
+                gain = min((position + 1) * block_size, length) - min(position * block_size, length)
+                hit_tokens_at[running] += gain
         for j in range(start, end):
             b = blocks[j]
             p = last[b]
             if p < 0:
-                access_distance[j] = NEVER
+                accesses_at[never] += 1
                 marked += 1
             else:
                 s = 0
@@ -70,7 +74,7 @@ def _distances(offsets, blocks, num_blocks, scan_max, access_distance):  # pragm
                 while q > 0:
                     s += tree[q]
                     q -= q & -q
-                access_distance[j] = marked - s + 1
+                accesses_at[marked - s + 1] += 1
                 q = p
                 while q <= n:
                     tree[q] -= 1
@@ -105,29 +109,18 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     capacities = [check_capacity(c) for c in capacities]
     warmup = warmup_count(len(trace), warmup_fraction)
 
-    n = trace.num_accesses
-    scan_max = np.empty(n, dtype=np.int64)
-    access_distance = np.empty(n, dtype=np.int64)
-    _distances(trace.offsets, trace.blocks, trace.num_blocks, scan_max, access_distance)
-
-    # Tokens block j of its request adds once the capacity reaches scan_max[j].
-    counts = np.diff(trace.offsets)
-    request_of = np.repeat(np.arange(len(trace)), counts)
-    position = np.arange(n) - np.repeat(trace.offsets[:-1], counts)
-    length = trace.input_length[request_of]
-    gain = np.minimum((position + 1) * block_size, length) - np.minimum(position * block_size, length)
-    counted = request_of >= warmup
-    thresholds = scan_max[counted]
-    order = np.argsort(thresholds, kind="stable")
-    cumulative = np.concatenate(([0], np.cumsum(gain[counted][order])))
-    sorted_thresholds = thresholds[order]
-    sorted_access = np.sort(access_distance)
     distinct = trace.num_blocks
+    hit_tokens_at = np.zeros(distinct + 2, dtype=np.int64)
+    accesses_at = np.zeros(distinct + 2, dtype=np.int64)
+    _histograms(trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at)
+    hits_within = np.cumsum(hit_tokens_at)  # [d]: hit tokens at capacity d (d <= distinct)
+    accesses_within = np.cumsum(accesses_at)
+    n = trace.num_accesses
     prompt = int(trace.input_length[warmup:].sum())
     points = []
     for c in capacities:
-        hits = int(cumulative[np.searchsorted(sorted_thresholds, c, side="right")])
-        admissions = int(n - np.searchsorted(sorted_access, c, side="right"))
+        hits = int(hits_within[min(c, distinct)])
+        admissions = int(n - accesses_within[min(c, distinct)])
         final = min(c, distinct)
         points.append({
             "cache_capacity_blocks": c, "total_hit_tokens": hits, "total_prompt_tokens": prompt,
