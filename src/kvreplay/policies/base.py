@@ -164,3 +164,10 @@ def njit_or_plain(fn):
     from numba import njit
 
     return njit(nogil=True, inline="always")(fn)
+
+
+@njit_or_plain
+def wrap(i, n):
+    """``i % n`` for ring-buffer indices (0 <= i < 2n): a compare instead of an integer division
+    on every queue operation (worth up to ~25% of fifo/s3fifo replay time)."""
+    return i - n if i >= n else i

@@ -14,7 +14,7 @@ from collections import deque, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+from .base import ReferencePolicy, wrap, PolicySpec, njit_or_plain, register_kernel
 
 
 class FIFO(ReferencePolicy):
@@ -84,10 +84,10 @@ def _access(st, b):
     n = ring.shape[0]
     if m[SIZE] >= m[CAPACITY]:
         st.cached[ring[m[HEAD]]] = 0
-        m[HEAD] = (m[HEAD] + 1) % n
+        m[HEAD] = wrap(m[HEAD] + 1, n)
         m[SIZE] -= 1
         m[EVICTIONS] += 1
-    ring[(m[HEAD] + m[SIZE]) % n] = b
+    ring[wrap(m[HEAD] + m[SIZE], n)] = b
     m[SIZE] += 1
     st.cached[b] = 1
     m[ADMISSIONS] += 1

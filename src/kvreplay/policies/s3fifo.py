@@ -43,7 +43,7 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ReferencePolicy, Param, PolicySpec, in_range, njit_or_plain, register_kernel
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, njit_or_plain, register_kernel
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -220,17 +220,17 @@ def _admit_main(st, b, f):
     while m[M_SIZE] >= m[MAIN_CAP]:
         head = m[M_HEAD]
         victim = ring[head]
-        m[M_HEAD] = (head + 1) % n
+        m[M_HEAD] = wrap(head + 1, n)
         m[M_SIZE] -= 1
         if st.freq[victim] >= 1:
             st.freq[victim] -= 1
-            ring[(m[M_HEAD] + m[M_SIZE]) % n] = victim
+            ring[wrap(m[M_HEAD] + m[M_SIZE], n)] = victim
             m[M_SIZE] += 1
             m[REQUEUES] += 1
         else:
             _ghost_insert(st, victim)
             break
-    ring[(m[M_HEAD] + m[M_SIZE]) % n] = b
+    ring[wrap(m[M_HEAD] + m[M_SIZE], n)] = b
     m[M_SIZE] += 1
     st.where[b] = IN_MAIN
     st.freq[b] = f
@@ -243,14 +243,14 @@ def _admit_small(st, b):
     while m[S_SIZE] >= m[SMALL_CAP]:
         head = m[S_HEAD]
         victim = ring[head]
-        m[S_HEAD] = (head + 1) % n
+        m[S_HEAD] = wrap(head + 1, n)
         m[S_SIZE] -= 1
         if st.freq[victim] >= 1:
             m[PROMOTIONS] += 1
             _admit_main(st, victim, st.freq[victim])
         else:
             _ghost_insert(st, victim)
-    ring[(m[S_HEAD] + m[S_SIZE]) % n] = b
+    ring[wrap(m[S_HEAD] + m[S_SIZE], n)] = b
     m[S_SIZE] += 1
     st.where[b] = IN_SMALL
     st.freq[b] = 0
