@@ -1,0 +1,68 @@
+"""Which kvreplay code a benchmark measures.
+
+``--code HEAD`` (the default) measures a clean snapshot of a commit (``git archive``
+into benchmarks/.cache/kvreplay-<sha>/), run with the same interpreter and dependencies
+(PYTHONPATH puts the snapshot before the editable install). It keeps uncommitted work
+out of the figures and gives the snapshot its own numba cache: kvreplay keys the
+compiled driver's cache on the source of every policy, so any edit in the working
+tree would otherwise force recompiles in the middle of a timing.
+``--code installed`` measures whatever ``import kvreplay`` finds (the working tree).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(__file__).resolve().parent / ".cache"
+_ENV = "KVREPLAY_BENCH_CODE"
+
+
+def add_argument(ap) -> None:
+    ap.add_argument("--code", default="HEAD", metavar="REF|installed",
+                    help="kvreplay to measure: a git ref, snapshotted (default HEAD), or 'installed'")
+
+
+def snapshot(ref: str) -> tuple[Path, str]:
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    root = CACHE / f"kvreplay-{sha[:12]}"
+    if not (root / "src" / "kvreplay" / "__init__.py").exists():
+        data = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", sha, "src"],
+                              check=True, capture_output=True).stdout
+        root.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(root)
+    return root / "src", sha
+
+
+def activate(code: str) -> str:
+    """Re-exec this script with the chosen code on PYTHONPATH (once); return a description of it."""
+    if os.environ.get(_ENV):
+        return os.environ[_ENV]
+    if code == "installed":
+        status = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty=+uncommitted-changes"],
+                                capture_output=True, text=True).stdout.strip()
+        untracked = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all", "src"],
+                                   capture_output=True, text=True).stdout.strip()
+        desc = f"installed working tree at {status}" + (" (src has uncommitted or untracked files)" if untracked else "")
+        os.environ[_ENV] = desc
+        return desc
+    src, sha = snapshot(code)
+    desc = f"commit {sha[:12]} (clean snapshot in {src.parent.relative_to(REPO)})"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+               **{_ENV: desc})
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    raise AssertionError("unreachable")
+
+
+def check_imported(expected_desc: str) -> str:
+    """Where kvreplay was imported from (to print next to the figures)."""
+    import kvreplay
+
+    return str(Path(kvreplay.__file__).resolve().parent)
