@@ -30,7 +30,7 @@ CHUNK_BYTES = 32 << 20
 MAX_REPORTED_LINES = 20
 
 
-class _FastRecord(msgspec.Struct):
+class _FastRecord(msgspec.Struct, gc=False):
     input_length: int
     hash_ids: msgspec.Raw
     timestamp: float = 0.0
