@@ -107,9 +107,10 @@ class SpecFIFO:
 SPEC_POLICIES = {"s3fifo": SpecS3FIFO, "lru": SpecLRU, "fifo": SpecFIFO}
 
 
-def spec_replay(requests, policy, capacity, block_size, **params):
-    """requests: list of (hash_ids, input_length). Returns (per-request hit_tokens, hit_blocks, final size)."""
-    cache = SPEC_POLICIES[policy](capacity, **params)
+def oracle_replay(requests, cache, block_size):
+    """The spec's loop over any oracle object with resident(h) and access(h) (or access_request(ids)
+    for a request-level oracle). requests: list of (hash_ids, input_length).
+    Returns (per-request hit_tokens, hit_blocks)."""
     hit_tokens, hit_blocks = [], []
     for hash_ids, length in requests:
         k = 0
@@ -117,6 +118,16 @@ def spec_replay(requests, policy, capacity, block_size, **params):
             k += 1
         hit_blocks.append(k)
         hit_tokens.append(min(k * block_size, length))
-        for h in hash_ids:
-            cache.access(h)
+        if hasattr(cache, "access_request"):
+            cache.access_request(hash_ids)
+        else:
+            for h in hash_ids:
+                cache.access(h)
+    return hit_tokens, hit_blocks
+
+
+def spec_replay(requests, policy, capacity, block_size, **params):
+    """requests: list of (hash_ids, input_length). Returns (per-request hit_tokens, hit_blocks, final size)."""
+    cache = SPEC_POLICIES[policy](capacity, **params)
+    hit_tokens, hit_blocks = oracle_replay(requests, cache, block_size)
     return hit_tokens, hit_blocks, cache.size()

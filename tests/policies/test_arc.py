@@ -8,14 +8,13 @@ said otherwise, so hit tokens = hit blocks.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
 from conftest import MOONCAKE, shared_path
-from strategies import requests
+from strategies import engines_agree, zipf_trace, requests
 
 
 def run(reqs, capacity, engine, block_size=1, policy="arc"):
@@ -156,13 +155,7 @@ def test_capacity_beyond_unique_blocks(engine):
 # ---- reference == compiled ------------------------------------------------------------------------
 
 def assert_engines_agree(trace, capacity, block_size):
-    ref = kvreplay.replay(trace, "arc", capacity, block_size, engine="reference")
-    comp = kvreplay.replay(trace, "arc", capacity, block_size, engine="compiled")
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
+    ref, _ = engines_agree(trace, "arc", capacity, block_size)
     c = ref.counters
     # Every block entering the cache is an admission or a ghost hit; ARC never exceeds c.
     assert ref.final_cache_blocks == c["admissions"] + c["ghost_hits"] - c["evictions"]
@@ -178,17 +171,6 @@ def test_engines_agree_on_random_traces(trace_and_size, capacity):
     reqs, block_size = trace_and_size
     assert_engines_agree(kvreplay.Trace.from_requests(reqs), capacity, block_size)
 
-
-def zipf_trace(seed, num_requests=3000, num_blocks=300):
-    # Thousands of requests over a few hundred blocks with Zipf-like reuse.
-    rng = np.random.default_rng(seed)
-    popular = (rng.zipf(1.3, size=6000) % num_blocks).tolist()
-    reqs = []
-    for i in range(num_requests):
-        k = int(rng.integers(1, 6))
-        ids = [popular[(i * 3 + j) % len(popular)] for j in range(k)]
-        reqs.append((ids, k * 16 - int(rng.integers(0, 16))))
-    return kvreplay.Trace.from_requests(reqs)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import kvreplay
 from kvreplay.errors import ConfigError
 from conftest import ENGINES, MOONCAKE, shared_path
-from strategies import requests
+from spec_model import oracle_replay
+from strategies import engines_agree, requests
 
 
 def run(blocks, capacity, engine, policy="clock", **params):
@@ -159,29 +160,12 @@ class QueueClock:
         self.freq[x] = 0
 
 
-def naive_replay(reqs, cache, block_size):
-    tokens, blocks = [], []
-    for ids, length in reqs:
-        k = 0
-        while k < len(ids) and cache.resident(ids[k]):
-            k += 1
-        blocks.append(k)
-        tokens.append(min(k * block_size, length))
-        for h in ids:
-            cache.access(h)
-    return tokens, blocks, len(cache.q)
-
-
 def check_engines(reqs, block_size, capacity, bits):
     trace = kvreplay.Trace.from_requests(reqs)
-    ref, comp = (kvreplay.replay(trace, "clock", capacity, block_size, engine=e, bits=bits) for e in ENGINES)
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
+    ref, comp = engines_agree(trace, "clock", capacity, block_size, bits=bits)
     oracle = QueueClock(capacity, bits)
-    tokens, blocks, final = naive_replay(reqs, oracle, block_size)
+    tokens, blocks = oracle_replay(reqs, oracle, block_size)
+    final = len(oracle.q)
     assert ref.hit_tokens.tolist() == tokens
     assert ref.hit_blocks.tolist() == blocks
     assert ref.final_cache_blocks == final

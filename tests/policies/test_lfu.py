@@ -7,14 +7,13 @@ input_length = len(hash_ids) unless said otherwise, so hit tokens = hit blocks.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
 from conftest import MOONCAKE, shared_path
-from strategies import requests
+from strategies import engines_agree, zipf_trace, requests
 
 
 def run(reqs, capacity, engine, block_size=1, policy="lfu"):
@@ -125,13 +124,7 @@ def brute_force(trace, capacity):
 
 
 def assert_engines_agree(trace, capacity, block_size, oracle=True):
-    ref = kvreplay.replay(trace, "lfu", capacity, block_size, engine="reference")
-    comp = kvreplay.replay(trace, "lfu", capacity, block_size, engine="compiled")
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
+    ref, _ = engines_agree(trace, "lfu", capacity, block_size)
     assert ref.final_cache_blocks == ref.counters["admissions"] - ref.counters["evictions"]
     if oracle:
         hits, final = brute_force(trace, capacity)
@@ -146,18 +139,6 @@ def test_engines_agree_on_random_traces(trace_and_size, capacity):
     reqs, block_size = trace_and_size
     assert_engines_agree(kvreplay.Trace.from_requests(reqs), capacity, block_size)
 
-
-def zipf_trace(seed, num_requests=3000, num_blocks=300):
-    # Thousands of requests over a few hundred blocks with Zipf-like reuse: a few blocks reach
-    # frequencies in the hundreds, the tail churns at frequency 1.
-    rng = np.random.default_rng(seed)
-    popular = (rng.zipf(1.3, size=6000) % num_blocks).tolist()
-    reqs = []
-    for i in range(num_requests):
-        k = int(rng.integers(1, 6))
-        ids = [popular[(i * 3 + j) % len(popular)] for j in range(k)]
-        reqs.append((ids, k * 16 - int(rng.integers(0, 16))))
-    return kvreplay.Trace.from_requests(reqs)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import kvreplay
 from kvreplay.errors import ConfigError
 from conftest import ENGINES, MOONCAKE, shared_path
-from strategies import requests
+from spec_model import oracle_replay
+from strategies import engines_agree, requests
 
 
 def run(reqs, capacity, engine, policy="lru-tail"):
@@ -107,28 +108,12 @@ class ReverseLRU:
             self.order.append(x)
 
 
-def naive_replay(reqs, cache, block_size):
-    tokens, blocks = [], []
-    for ids, length in reqs:
-        k = 0
-        while k < len(ids) and cache.resident(ids[k]):
-            k += 1
-        blocks.append(k)
-        tokens.append(min(k * block_size, length))
-        cache.access_request(ids)
-    return tokens, blocks, len(cache.order)
-
-
 def check_engines(reqs, block_size, capacity):
     trace = kvreplay.Trace.from_requests(reqs)
-    ref, comp = (kvreplay.replay(trace, "lru-tail", capacity, block_size, engine=e) for e in ENGINES)
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
+    ref, comp = engines_agree(trace, "lru-tail", capacity, block_size)
     oracle = ReverseLRU(capacity)
-    tokens, blocks, final = naive_replay(reqs, oracle, block_size)
+    tokens, blocks = oracle_replay(reqs, oracle, block_size)
+    final = len(oracle.order)
     assert ref.hit_tokens.tolist() == tokens
     assert ref.hit_blocks.tolist() == blocks
     assert ref.final_cache_blocks == final

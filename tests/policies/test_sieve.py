@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import kvreplay
 from kvreplay.errors import ConfigError
 from conftest import ENGINES, MOONCAKE, shared_path
-from strategies import requests
+from spec_model import oracle_replay
+from strategies import engines_agree, requests
 
 
 def run(blocks, capacity, engine, policy="sieve"):
@@ -149,29 +150,12 @@ class PaperSieve:
         self.visited[x] = 0
 
 
-def naive_replay(reqs, cache, block_size):
-    tokens, blocks = [], []
-    for ids, length in reqs:
-        k = 0
-        while k < len(ids) and cache.resident(ids[k]):
-            k += 1
-        blocks.append(k)
-        tokens.append(min(k * block_size, length))
-        for h in ids:
-            cache.access(h)
-    return tokens, blocks, len(cache.T)
-
-
 def check_engines(reqs, block_size, capacity):
     trace = kvreplay.Trace.from_requests(reqs)
-    ref, comp = (kvreplay.replay(trace, "sieve", capacity, block_size, engine=e) for e in ENGINES)
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
+    ref, comp = engines_agree(trace, "sieve", capacity, block_size)
     oracle = PaperSieve(capacity)
-    tokens, blocks, final = naive_replay(reqs, oracle, block_size)
+    tokens, blocks = oracle_replay(reqs, oracle, block_size)
+    final = len(oracle.T)
     assert ref.hit_tokens.tolist() == tokens
     assert ref.hit_blocks.tolist() == blocks
     assert ref.final_cache_blocks == final

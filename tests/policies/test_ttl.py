@@ -20,7 +20,7 @@ import kvreplay
 from conftest import MOONCAKE, shared_path
 from kvreplay.errors import ConfigError
 from kvreplay.policies import ttl as ttl_module
-from strategies import requests
+from strategies import engines_agree, requests
 
 
 def make_trace(timed):
@@ -179,13 +179,7 @@ def brute_force(trace, capacity, ttl):
 
 
 def assert_engines_agree(trace, capacity, block_size, ttl, oracle=True):
-    ref = kvreplay.replay(trace, "ttl", capacity, block_size, engine="reference", ttl=ttl)
-    comp = kvreplay.replay(trace, "ttl", capacity, block_size, engine="compiled", ttl=ttl)
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
+    ref, _ = engines_agree(trace, "ttl", capacity, block_size, ttl=ttl)
     c = ref.counters
     assert ref.final_cache_blocks == c["admissions"] - c["evictions"] - c["expirations"]
     if capacity is None:

@@ -19,6 +19,7 @@ import kvreplay
 from kvreplay.errors import ConfigError
 from kvreplay.policies.twoq import queue_sizes
 from conftest import ENGINES, MOONCAKE, shared_path
+from spec_model import oracle_replay
 from strategies import requests
 
 
@@ -196,19 +197,6 @@ class Paper2Q:
             self.A1in.append(x)
 
 
-def naive_replay(reqs, cache, block_size):
-    tokens, blocks = [], []
-    for ids, length in reqs:
-        k = 0
-        while k < len(ids) and cache.resident(ids[k]):
-            k += 1
-        blocks.append(k)
-        tokens.append(min(k * block_size, length))
-        for h in ids:
-            cache.access(h)
-    return tokens, blocks, len(cache.A1in) + len(cache.Am)
-
-
 def check_engines(reqs, block_size, capacity, params):
     trace = kvreplay.Trace.from_requests(reqs)
     results = []
@@ -227,7 +215,9 @@ def check_engines(reqs, block_size, capacity, params):
     assert comp.final_cache_blocks == ref.final_cache_blocks
     assert comp.counters == ref.counters
     assert comp.stranded_blocks == ref.stranded_blocks
-    tokens, blocks, final = naive_replay(reqs, Paper2Q(capacity, **params), block_size)
+    oracle = Paper2Q(capacity, **params)
+    tokens, blocks = oracle_replay(reqs, oracle, block_size)
+    final = len(oracle.A1in) + len(oracle.Am)
     assert ref.hit_tokens.tolist() == tokens
     assert ref.hit_blocks.tolist() == blocks
     assert ref.final_cache_blocks == final

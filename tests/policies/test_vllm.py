@@ -18,7 +18,7 @@ from kvreplay.engine import driver
 from kvreplay.errors import ConfigError
 from kvreplay.policies import vllm
 from conftest import MOONCAKE, shared_path
-from strategies import requests
+from strategies import engines_agree, requests
 
 
 def run(reqs, capacity, engine, block_size=1, **params):
@@ -219,13 +219,7 @@ def test_registered_with_its_parameter():
 
 def check_engines_agree(reqs, block_size, capacity, params):
     trace = kvreplay.Trace.from_requests(reqs)
-    ref = kvreplay.replay(trace, "vllm", capacity, block_size, engine="reference", **params)
-    comp = kvreplay.replay(trace, "vllm", capacity, block_size, engine="compiled", **params)
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
+    ref, _ = engines_agree(trace, "vllm", capacity, block_size, **params)
     return ref
 
 
