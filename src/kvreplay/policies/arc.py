@@ -49,7 +49,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
 
 
 class ARC(ReferencePolicy):
@@ -172,17 +172,7 @@ def resident_mask(state: ARCState) -> np.ndarray:
 def _unlink(st, b):
     m = st.meta
     lst = st.where[b]
-    p, n = st.prev[b], st.next[b]
-    if p >= 0:
-        st.next[p] = n
-    else:
-        m[HEADS + lst] = n
-    if n >= 0:
-        st.prev[n] = p
-    else:
-        m[TAILS + lst] = p
-    st.prev[b] = -1
-    st.next[b] = -1
+    list_unlink(st.prev, st.next, m, HEADS + lst, m, TAILS + lst, b)
     m[SIZES + lst] -= 1
     st.where[b] = NOWHERE
 
@@ -190,13 +180,7 @@ def _unlink(st, b):
 @njit_or_plain
 def _push_mru(st, b, lst):
     m = st.meta
-    tail = m[TAILS + lst]
-    st.prev[b] = tail
-    if tail >= 0:
-        st.next[tail] = b
-    else:
-        m[HEADS + lst] = b
-    m[TAILS + lst] = b
+    list_append(st.prev, st.next, m, HEADS + lst, m, TAILS + lst, b)
     m[SIZES + lst] += 1
     st.where[b] = lst
 

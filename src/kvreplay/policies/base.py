@@ -171,3 +171,36 @@ def wrap(i, n):
     """``i % n`` for ring-buffer indices (0 <= i < 2n): a compare instead of an integer division
     on every queue operation (worth up to ~25% of fifo/s3fifo replay time)."""
     return i - n if i >= n else i
+
+
+# Intrusive doubly linked lists over index arrays (LRU orders, ghost queues, frequency buckets,
+# free queues): node x's neighbours are prev[x] and nxt[x], -1 for none; the list's ends live in
+# heads[head_at] and tails[tail_at] (a slot of a policy's meta array, or one bucket of a per-
+# frequency array). One implementation for every kernel, inlined like the rest.
+
+@njit_or_plain
+def list_unlink(prev, nxt, heads, head_at, tails, tail_at, x):
+    """Take node x out of its list (x must be in it) and clear its links."""
+    p, n = prev[x], nxt[x]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        heads[head_at] = n
+    if n >= 0:
+        prev[n] = p
+    else:
+        tails[tail_at] = p
+    prev[x] = -1
+    nxt[x] = -1
+
+
+@njit_or_plain
+def list_append(prev, nxt, heads, head_at, tails, tail_at, x):
+    """Put node x (in no list) at the tail."""
+    tail = tails[tail_at]
+    prev[x] = tail
+    if tail >= 0:
+        nxt[tail] = x
+    else:
+        heads[head_at] = x
+    tails[tail_at] = x

@@ -28,7 +28,7 @@ from itertools import count
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
 
 
 class LFU(ReferencePolicy):
@@ -110,28 +110,12 @@ def read_state(state: LFUState) -> tuple[int, dict]:
 
 @njit_or_plain
 def _unlink(st, b, f):
-    p, n = st.prev[b], st.next[b]
-    if p >= 0:
-        st.next[p] = n
-    else:
-        st.bucket_head[f] = n
-    if n >= 0:
-        st.prev[n] = p
-    else:
-        st.bucket_tail[f] = p
-    st.prev[b] = -1
-    st.next[b] = -1
+    list_unlink(st.prev, st.next, st.bucket_head, f, st.bucket_tail, f, b)
 
 
 @njit_or_plain
 def _append(st, b, f):
-    tail = st.bucket_tail[f]
-    st.prev[b] = tail
-    if tail >= 0:
-        st.next[tail] = b
-    else:
-        st.bucket_head[f] = b
-    st.bucket_tail[f] = b
+    list_append(st.prev, st.next, st.bucket_head, f, st.bucket_tail, f, b)
     st.freq[b] = f
 
 

@@ -16,7 +16,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
 
 
 class LRU(ReferencePolicy):
@@ -75,30 +75,12 @@ def read_state(state: LRUState) -> tuple[int, dict]:
 
 @njit_or_plain
 def _unlink(st, b):
-    m = st.meta
-    p, n = st.prev[b], st.next[b]
-    if p >= 0:
-        st.next[p] = n
-    else:
-        m[HEAD] = n
-    if n >= 0:
-        st.prev[n] = p
-    else:
-        m[TAIL] = p
-    st.prev[b] = -1
-    st.next[b] = -1
+    list_unlink(st.prev, st.next, st.meta, HEAD, st.meta, TAIL, b)
 
 
 @njit_or_plain
 def _append(st, b):
-    m = st.meta
-    tail = m[TAIL]
-    st.prev[b] = tail
-    if tail >= 0:
-        st.next[tail] = b
-    else:
-        m[HEAD] = b
-    m[TAIL] = b
+    list_append(st.prev, st.next, st.meta, HEAD, st.meta, TAIL, b)
 
 
 @njit_or_plain

@@ -43,7 +43,7 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, njit_or_plain, register_kernel
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, list_append, list_unlink, njit_or_plain, register_kernel
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -178,18 +178,8 @@ def resident_mask(state: S3FIFOState) -> np.ndarray:
 
 @njit_or_plain
 def _ghost_unlink(st, b):
-    m, prev, nxt = st.meta, st.ghost_prev, st.ghost_next
-    p, n = prev[b], nxt[b]
-    if p >= 0:
-        nxt[p] = n
-    else:
-        m[G_HEAD] = n
-    if n >= 0:
-        prev[n] = p
-    else:
-        m[G_TAIL] = p
-    prev[b] = -1
-    nxt[b] = -1
+    m = st.meta
+    list_unlink(st.ghost_prev, st.ghost_next, m, G_HEAD, m, G_TAIL, b)
     m[G_SIZE] -= 1
     st.where[b] = NOWHERE
 
@@ -202,13 +192,7 @@ def _ghost_insert(st, b):
         _ghost_unlink(st, b)
     elif m[G_SIZE] >= m[GHOST_CAP]:
         _ghost_unlink(st, m[G_HEAD])
-    tail = m[G_TAIL]
-    st.ghost_prev[b] = tail
-    if tail >= 0:
-        st.ghost_next[tail] = b
-    else:
-        m[G_HEAD] = b
-    m[G_TAIL] = b
+    list_append(st.ghost_prev, st.ghost_next, m, G_HEAD, m, G_TAIL, b)
     m[G_SIZE] += 1
     st.where[b] = IN_GHOST
 

@@ -48,7 +48,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ReferencePolicy, Param, PolicySpec, njit_or_plain, register_kernel
+from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -158,32 +158,14 @@ def resident_mask(state: TwoQState) -> np.ndarray:
 
 @njit_or_plain
 def _unlink(st, b, head_slot, tail_slot, size_slot):
-    m = st.meta
-    p, n = st.prev[b], st.next[b]
-    if p >= 0:
-        st.next[p] = n
-    else:
-        m[head_slot] = n
-    if n >= 0:
-        st.prev[n] = p
-    else:
-        m[tail_slot] = p
-    st.prev[b] = -1
-    st.next[b] = -1
-    m[size_slot] -= 1
+    list_unlink(st.prev, st.next, st.meta, head_slot, st.meta, tail_slot, b)
+    st.meta[size_slot] -= 1
 
 
 @njit_or_plain
 def _append(st, b, head_slot, tail_slot, size_slot):
-    m = st.meta
-    tail = m[tail_slot]
-    st.prev[b] = tail
-    if tail >= 0:
-        st.next[tail] = b
-    else:
-        m[head_slot] = b
-    m[tail_slot] = b
-    m[size_slot] += 1
+    list_append(st.prev, st.next, st.meta, head_slot, st.meta, tail_slot, b)
+    st.meta[size_slot] += 1
 
 
 @njit_or_plain

@@ -83,7 +83,7 @@ from collections import OrderedDict, deque, namedtuple
 
 import numpy as np
 
-from .base import Param, PolicySpec, ReferencePolicy, in_range, njit_or_plain, register_kernel
+from .base import Param, PolicySpec, ReferencePolicy, in_range, list_append, list_unlink, njit_or_plain, register_kernel
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
 
@@ -255,47 +255,19 @@ def resident_mask(state: VLLMState) -> np.ndarray:
 
 @njit_or_plain
 def _queue_unlink(st, s):
-    m, prev, nxt = st.meta, st.queue_prev, st.queue_next
-    p, n = prev[s], nxt[s]
-    if p >= 0:
-        nxt[p] = n
-    else:
-        m[QUEUE_HEAD] = n
-    if n >= 0:
-        prev[n] = p
-    else:
-        m[QUEUE_TAIL] = p
-    prev[s] = -1
-    nxt[s] = -1
+    list_unlink(st.queue_prev, st.queue_next, st.meta, QUEUE_HEAD, st.meta, QUEUE_TAIL, s)
 
 
 @njit_or_plain
 def _queue_append(st, s):
-    m = st.meta
-    tail = m[QUEUE_TAIL]
-    st.queue_prev[s] = tail
-    if tail >= 0:
-        st.queue_next[tail] = s
-    else:
-        m[QUEUE_HEAD] = s
-    m[QUEUE_TAIL] = s
+    list_append(st.queue_prev, st.queue_next, st.meta, QUEUE_HEAD, st.meta, QUEUE_TAIL, s)
 
 
 @njit_or_plain
 def _uncache(st, s):
     """Take slot s's hash away (its block is being reused) and give the slot back."""
     h = st.slot_hash[s]
-    p, n = st.holder_prev[s], st.holder_next[s]
-    if p >= 0:
-        st.holder_next[p] = n
-    else:
-        st.holder_head[h] = n
-    if n >= 0:
-        st.holder_prev[n] = p
-    else:
-        st.holder_tail[h] = p
-    st.holder_prev[s] = -1
-    st.holder_next[s] = -1
+    list_unlink(st.holder_prev, st.holder_next, st.holder_head, h, st.holder_tail, h, s)
     st.slot_hash[s] = -1
     m = st.meta
     m[CACHED_BLOCKS] -= 1
@@ -309,14 +281,9 @@ def _cache(st, h):
     m = st.meta
     m[FREE_SLOTS] -= 1
     s = st.slot_stack[m[FREE_SLOTS]]
-    tail = st.holder_tail[h]
-    st.holder_prev[s] = tail
-    if tail >= 0:
-        st.holder_next[tail] = s
+    if st.holder_tail[h] >= 0:
         m[DUPLICATES] += 1
-    else:
-        st.holder_head[h] = s
-    st.holder_tail[h] = s
+    list_append(st.holder_prev, st.holder_next, st.holder_head, h, st.holder_tail, h, s)
     st.slot_hash[s] = h
     st.slot_ref[s] = 1
     m[CACHED_BLOCKS] += 1
