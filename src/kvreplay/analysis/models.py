@@ -1,0 +1,306 @@
+"""KV bytes per token of open models, and cache budgets in bytes turned into block counts.
+
+The catalog (``kvreplay/data/models.json``, package data) holds each model's KV-cache shape as
+its Hugging Face ``config.json`` states it; ``source`` is that file's address. It is read once,
+on first use.
+
+Bytes per token (``kv_bytes_per_token``):
+
+- MHA / GQA: ``2 (K and V) x layers x kv_heads x head_dim x bytes_per_element``.
+- MLA (DeepSeek-V3/R1, Kimi K2): ``layers x (kv_lora_rank + qk_rope_head_dim) x bytes``: one
+  compressed latent plus the decoupled RoPE key per token and layer, shared by every head; there is
+  no separate V. The catalog lists it as 1 KV head of that width, as vLLM's MLA cache spec does.
+
+Sliding-window layers (Gemma 2/3, gpt-oss). A sliding layer only ever attends to its last W
+tokens, so an engine with a hybrid allocator (vLLM v1's ``HybridKVCacheCoordinator``) frees its
+blocks once they leave the window; for prefixes much longer than W what a prefix cache keeps per
+token is then the full-attention layers only. An engine without one allocates every layer for
+every token. ``layers="all"`` (the default) counts every layer: the conservative figure, and
+exactly right for an engine without a hybrid allocator. ``layers="full"`` counts only the
+full-attention layers: the long-prefix figure of a hybrid allocator (it ignores the last W tokens
+a sliding layer still holds, at most ``W x sliding bytes`` per request).
+
+Budgets: ``blocks_for_budget(budget_bytes, bytes_per_token, block_size)`` is
+``floor(budget / (bytes_per_token x block_size))``: only whole blocks fit.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+from ..errors import ConfigError
+
+ATTENTION_KINDS = ("mha", "gqa", "mla")
+KV_LAYER_MODES = ("all", "full")
+
+#: Bytes per stored KV element. fp4 is half a byte; its block scale factors are not counted.
+KV_DTYPES: dict[str, Fraction] = {
+    "fp32": Fraction(4), "bf16": Fraction(2), "fp16": Fraction(2),
+    "fp8": Fraction(1), "fp8_e4m3": Fraction(1), "fp8_e5m2": Fraction(1), "int8": Fraction(1),
+    "fp4": Fraction(1, 2),
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One catalog entry. Counts are ints; ``sliding_window`` is None for models without one.
+
+    ``total_params`` / ``active_params``: parameters stored / used per token (equal for dense
+    models; an MoE model activates only its routed experts). ``params_source`` says where they come from.
+    """
+
+    name: str
+    hf_id: str
+    attention: str
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    total_params: int
+    active_params: int
+    source: str
+    params_source: str
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    sliding_window: int | None = None
+    sliding_window_layers: int = 0
+    sliding_window_pattern: str | None = None
+    aliases: tuple[str, ...] = ()
+    notes: str | None = None
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.num_layers - self.sliding_window_layers
+
+    def names(self) -> tuple[str, ...]:
+        """Every name this model answers to (case-insensitive): short name, HF id, its short part, aliases."""
+        return (self.name, self.hf_id, self.hf_id.split("/")[-1], *self.aliases)
+
+
+@lru_cache(maxsize=1)
+def catalog() -> tuple[ModelSpec, ...]:
+    """Every model of the catalog, in file order (read from package data on first call)."""
+    from importlib.resources import files
+
+    raw = json.loads(files("kvreplay.data").joinpath("models.json").read_text(encoding="utf-8"))
+    models = []
+    for entry in raw["models"]:
+        entry = dict(entry)
+        entry["aliases"] = tuple(entry.get("aliases") or ())
+        models.append(ModelSpec(**entry))
+    return tuple(models)
+
+
+@lru_cache(maxsize=1)
+def _by_name() -> dict[str, ModelSpec]:
+    index: dict[str, ModelSpec] = {}
+    for model in catalog():
+        for name in model.names():
+            index.setdefault(name.lower(), model)
+    return index
+
+
+def get_model(name) -> ModelSpec:
+    """The catalog entry for `name`: its short name, Hugging Face id or an alias, case-insensitive.
+
+    A ModelSpec is returned as is. Unknown names raise ConfigError with the closest known names.
+    """
+    if isinstance(name, ModelSpec):
+        return name
+    key = str(name).strip().lower()
+    index = _by_name()
+    if key in index:
+        return index[key]
+    close = difflib.get_close_matches(key, list(index), n=8, cutoff=0.5)
+    suggestions = list(dict.fromkeys(index[c].name for c in close))[:3]
+    hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+    raise ConfigError(f"unknown model {name!r}{hint} (see `kvreplay models`)")
+
+
+def kv_dtype_bytes(kv_dtype: str) -> Fraction:
+    """Bytes per KV element of `kv_dtype` (case-insensitive; see KV_DTYPES)."""
+    key = str(kv_dtype).strip().lower()
+    if key not in KV_DTYPES:
+        raise ConfigError(f"unknown KV dtype {kv_dtype!r} (known: {', '.join(KV_DTYPES)})")
+    return KV_DTYPES[key]
+
+
+def kv_elements_per_token(model, layers: str = "all") -> int:
+    """KV values stored per token (before the dtype): see the module docstring for the formulas."""
+    model = get_model(model)
+    if layers not in KV_LAYER_MODES:
+        raise ConfigError(f"layers must be one of {', '.join(KV_LAYER_MODES)}, got {layers!r}")
+    counted = model.num_layers if layers == "all" else model.full_attention_layers
+    if counted < 1:
+        raise ConfigError(f"{model.name} has no full-attention layers; use layers='all'")
+    if model.attention == "mla":
+        return counted * (model.kv_lora_rank + model.qk_rope_head_dim)
+    return 2 * counted * model.num_kv_heads * model.head_dim
+
+
+def kv_bytes_per_token(model, kv_dtype: str = "bf16", layers: str = "all") -> int:
+    """KV-cache bytes one token takes in `model` stored as `kv_dtype`.
+
+    layers: "all" counts every layer (default); "full" only full-attention layers (what a hybrid
+    allocator keeps for long prefixes of sliding-window models). Equal for models without sliding layers.
+    """
+    total = kv_elements_per_token(model, layers) * kv_dtype_bytes(kv_dtype)
+    if total.denominator != 1:
+        raise ConfigError(f"{get_model(model).name} at {kv_dtype}: {total} bytes per token is not a whole number")
+    return int(total)
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_size(text) -> int:
+    """Bytes in a size such as "80GiB", "1.5TiB", "500 MB" or "4096" (bytes).
+
+    Units, case-insensitive: B; KB, MB, GB, TB (powers of 1000); KiB, MiB, GiB, TiB (powers of
+    1024). Decimals are exact; a fraction of a byte is rounded down. ConfigError for anything
+    else, and for sizes below one byte.
+    """
+    if isinstance(text, bool):
+        raise ConfigError(f"not a size: {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.match(str(text))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise ConfigError(f"not a size: {text!r} (use e.g. 80GiB, 1.5TiB, 500MB; units B, KB..TB, KiB..TiB)")
+        value = math.floor(Fraction(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value < 1:
+        raise ConfigError(f"a size must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
+def blocks_for_budget(budget_bytes: int, bytes_per_token: int, block_size: int) -> int:
+    """Whole blocks of `block_size` tokens that fit in `budget_bytes`: floor(budget / (bytes_per_token * block_size))."""
+    for label, value in (("budget", budget_bytes), ("bytes per token", bytes_per_token), ("block size", block_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{label} must be a positive whole number, got {value!r}")
+    block_bytes = bytes_per_token * block_size
+    blocks = budget_bytes // block_bytes
+    if blocks == 0:
+        raise ConfigError(f"a budget of {format_bytes(budget_bytes)} holds no block of {block_size} tokens "
+                          f"({format_bytes(block_bytes)} each at {bytes_per_token:,} bytes per token)")
+    return blocks
+
+
+def format_bytes(n: int) -> str:
+    """A byte count in binary units for people: 85899345920 -> "80 GiB", 1536 -> "1.5 KiB"."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            text = f"{n / scale:.2f}".rstrip("0").rstrip(".")
+            return f"{text} {unit}"
+    return f"{n} B"
+
+
+def budget_document(bytes_per_token: int, block_size: int, capacities, *, requested=None, model=None,
+                    kv_dtype: str | None = None, layers: str = "all") -> dict:
+    """The JSON ``"budget"`` object: how byte sizes map to the block counts that were replayed.
+
+    capacities: the block counts replayed. requested: for each, the size asked for (text) or None
+    when it was given in blocks. Each capacity lists its ``cache_bytes`` (blocks x block_size x
+    bytes_per_token, at most the budget) and, when a size was asked for, ``budget_bytes``.
+    """
+    spec = get_model(model) if model is not None else None
+    requested = list(requested) if requested is not None else [None] * len(capacities)
+    rows = []
+    for blocks, asked in zip(capacities, requested):
+        row = {"cache_capacity_blocks": int(blocks), "cache_bytes": int(blocks) * block_size * bytes_per_token}
+        if asked is not None:
+            row.update(requested=str(asked), budget_bytes=parse_size(asked))
+        rows.append(row)
+    return {
+        "model": spec.name if spec else None,
+        "hf_id": spec.hf_id if spec else None,
+        "kv_dtype": kv_dtype if spec else None,
+        "kv_layers": layers if spec else None,
+        "bytes_per_token": int(bytes_per_token),
+        "block_size": int(block_size),
+        "bytes_per_block": int(bytes_per_token) * int(block_size),
+        "capacities": rows,
+    }
+
+
+def is_size(capacity) -> bool:
+    """True for a capacity given as a size with a unit ("80GiB"), False for a block count."""
+    return isinstance(capacity, str) and not capacity.strip().isdigit()
+
+
+def resolve_capacities(capacities, block_size: int, *, model=None, kv_dtype: str | None = None,
+                       layers: str | None = None, bytes_per_token: int | None = None):
+    """Block counts for `capacities` (ints, digit strings, or sizes like "80GiB"), and the budget.
+
+    Sizes are converted with ``blocks_for_budget`` at `block_size` and the bytes per token of
+    `model` (at `kv_dtype`, default bf16, and `layers`, default "all") or the given
+    `bytes_per_token`. Returns ``(blocks, budget)``: budget is the ``budget_document`` when a model
+    or bytes_per_token was given, else None. A size with neither raises ConfigError.
+    """
+    if model is not None and bytes_per_token is not None:
+        raise ConfigError("give a model or bytes_per_token, not both")
+    if model is None and (kv_dtype is not None or layers is not None):
+        raise ConfigError("kv_dtype and layers describe a model's KV cache: they need a model")
+    capacities = list(capacities)
+    if model is not None:
+        kv_dtype = (kv_dtype or "bf16").strip().lower()
+        layers = layers or "all"
+        bytes_per_token = kv_bytes_per_token(model, kv_dtype, layers)
+    elif bytes_per_token is None:
+        sizes = [c for c in capacities if is_size(c)]
+        if sizes:
+            raise ConfigError(f"capacity {sizes[0]!r} is a size in bytes: turning it into blocks needs a model "
+                              "or a number of KV bytes per token")
+        return [int(c) for c in capacities], None
+    blocks, requested = [], []
+    for c in capacities:
+        if is_size(c):
+            blocks.append(blocks_for_budget(parse_size(c), int(bytes_per_token), int(block_size)))
+            requested.append(c.strip())
+        else:
+            blocks.append(int(c))
+            requested.append(None)
+    budget = budget_document(int(bytes_per_token), int(block_size), blocks, requested=requested, model=model,
+                             kv_dtype=kv_dtype, layers=layers or "all")
+    return blocks, budget
+
+
+def budget_text(budget: dict) -> str:
+    """One line saying what a budget's bytes per token stand for."""
+    what = (f"{budget['model']}, {budget['kv_dtype']}, "
+            + ("every layer" if budget["kv_layers"] == "all" else "full-attention layers only")
+            if budget["model"] else "as given")
+    return (f"KV {budget['bytes_per_token']:,} B/token ({what}), "
+            f"{format_bytes(budget['bytes_per_block'])} per {budget['block_size']}-token block")
+
+
+def format_params(n: int) -> str:
+    """A parameter count for people: 8030261248 -> "8.03B", 10**12 -> "1T"."""
+    return f"{n / 1e12:.3g}T" if n >= 10**12 else f"{n / 1e9:.3g}B"
+
+
+def describe(model) -> dict:
+    """A catalog entry as a JSON-ready dict, plus ``kv_bytes_per_token`` at bf16 and fp8, counting
+    every layer ("all") and only full-attention layers ("full")."""
+    from dataclasses import asdict
+
+    spec = get_model(model)
+    out = asdict(spec)
+    out["aliases"] = list(spec.aliases)
+    out["full_attention_layers"] = spec.full_attention_layers
+    out["kv_bytes_per_token"] = {
+        layers: {dtype: kv_bytes_per_token(spec, dtype, layers) for dtype in ("bf16", "fp8")} for layers in KV_LAYER_MODES
+    }
+    return out
