@@ -1,0 +1,153 @@
+"""kvreplay.trace.synth: determinism, the block-id model, knob effects, --like fitting, the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import MOONCAKE, shared_path
+
+import kvreplay
+from kvreplay.analysis.stats import stats
+from kvreplay.cli import main
+from kvreplay.errors import ConfigError
+from kvreplay.trace.synth import chat_workload, model_from_knobs, parse_mix, synth, synth_like
+from kvreplay.trace.writers import write_trace
+
+
+def common_prefix_blocks(trace) -> int:
+    """Leading block ids every request has."""
+    first = trace.request_blocks(0)
+    n = min(len(first), int(np.diff(trace.offsets).min()))
+    for i in range(1, len(trace)):
+        b = trace.request_blocks(i)
+        while n and not np.array_equal(b[:n], first[:n]):
+            n -= 1
+    return n
+
+
+def test_same_seed_same_file(tmp_path):
+    paths = []
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        paths.append(tmp_path / f"{name}.jsonl")
+        write_trace(synth(3000, seed=seed), paths[-1], format="mooncake")
+    a, b, c = (p.read_bytes() for p in paths)
+    assert a == b and a != c
+
+
+def test_shape_like_mooncake():
+    for bs in (16, 512):
+        t = synth(2000, seed=1, block_size=bs)
+        assert len(t) == 2000 and t.block_size == bs and t.format == "synthetic"
+        assert np.array_equal(np.diff(t.offsets), -(-t.input_length // bs))  # ceil(L / B) ids per request
+        assert np.all(np.diff(t.timestamp) >= 0) and t.timestamp[0] == 0
+        assert t.timestamp.dtype == np.float64 and np.array_equal(t.timestamp, np.floor(t.timestamp))  # whole ms
+        # dense ids in order of first appearance
+        first = np.unique(t.blocks, return_index=True)[1]
+        assert np.all(np.diff(first) > 0) and t.num_blocks == first.size
+        assert t.session is not None and t.session[0] == 0
+
+
+def test_each_turn_resends_the_previous_prompt():
+    t = synth(3000, seed=3, block_size=64)
+    bs = 64
+    last = {}
+    for i in range(len(t)):
+        s = int(t.session[i])
+        if s in last:
+            j = last[s]
+            assert t.input_length[i] > t.input_length[j]
+            full = int(t.input_length[j]) // bs  # every full block of the previous turn is reused
+            assert np.array_equal(t.request_blocks(i)[:full], t.request_blocks(j)[:full])
+            if t.input_length[j] % bs:  # its partial last block is not (the next turn fills it differently)
+                assert t.request_blocks(i)[full] != t.request_blocks(j)[full]
+        last[s] = i
+
+
+def test_one_prompt_chat_only_and_prefix_scale():
+    model = model_from_knobs(prefixes=1, mix="chat=1", seed=4)
+    prompt = int(model.prompt_tokens[0])
+    for scale in (1, 2):
+        t = synth(500, prefixes=1, mix="chat=1", prefix_scale=scale, seed=4, block_size=64)
+        # every request starts with the same full prompt blocks; the block holding the prompt's
+        # end and the first message belongs to its session
+        assert common_prefix_blocks(t) == (scale * prompt) // 64
+    assert model_from_knobs(prefixes=1, prefix_scale=2, seed=4).prompt_tokens[0] == 2 * prompt
+
+
+def test_rag_shares_prompt_and_document():
+    model = model_from_knobs(prefixes=1, docs=1, mix="rag=1", seed=5)
+    t = synth(300, prefixes=1, docs=1, mix="rag=1", seed=5, block_size=32)
+    assert common_prefix_blocks(t) == int(model.prompt_tokens[0] + model.doc_tokens[0]) // 32
+
+
+def test_turns_and_arrival_rate():
+    t = synth(20_000, turns=1, mix="chat=1", arrival_rate=5.0, seed=6)
+    assert t.num_sessions == len(t)  # one request per session
+    rate = (len(t) - 1) / (t.timestamp[-1] / 1000)
+    assert rate == pytest.approx(5.0, rel=0.03)  # Poisson: sd ~ 0.7% at 20k arrivals
+    many = synth(20_000, turns=8, mix="chat=1", seed=6)
+    assert len(many) / many.num_sessions == pytest.approx(8, rel=0.15)  # truncation cuts the last sessions short
+
+
+def test_mix_and_knob_errors():
+    assert parse_mix("chat=3, agent=1") == {"chat": 0.75, "agent": 0.25}
+    for bad in ("chat=1,foo=1", "chat", "chat=x", "chat=-1", "chat=0"):
+        with pytest.raises(ConfigError):
+            parse_mix(bad)
+    for knobs in ({"prefixes": 0}, {"arrival_rate": -1.0}, {"prefix_scale": 0}, {"turns": 0.5}, {"docs": 0},
+                  {"prefixes": 2.5}, {"block_size": 0}):
+        with pytest.raises(ConfigError):
+            synth(10, **knobs)
+    synth(10, docs=0, mix="chat=1")  # no documents is fine without rag
+
+
+def test_chat_workload_still_there():
+    t = chat_workload(num_conversations=20, seed=1)
+    assert len(t) > 20 and t.format == "synthetic"
+
+
+@pytest.fixture(scope="module")
+def conversation():
+    return kvreplay.load_trace(shared_path(MOONCAKE / "conversation_trace.jsonl"))
+
+
+# Tolerances (docs/synth.md): infinite-cache hit rate within 5 points, mean input length within 10%.
+@pytest.mark.parametrize("scale, speedup, seed", [(1, 1, 0), (1, 1, 1), (4, 1, 0), (1, 4, 0)])
+def test_like_conversation_trace(conversation, scale, speedup, seed):
+    original = stats(conversation, 512)
+    t = synth_like(conversation, scale_requests=scale, speedup=speedup, seed=seed)
+    s = stats(t)
+    assert len(t) == scale * len(conversation) and t.block_size == 512
+    assert abs(s["infinite_cache_hit_rate"] - original["infinite_cache_hit_rate"]) <= 0.05
+    assert s["input_length"]["mean"] == pytest.approx(original["input_length"]["mean"], rel=0.10)
+    assert s["output_length"]["mean"] == pytest.approx(original["output_length"]["mean"], rel=0.10)
+    assert s["request_rate_per_s"] == pytest.approx(speedup * original["request_rate_per_s"], rel=0.10)
+
+
+def test_cli_synth(tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert main(["synth", "-o", str(out), "--requests", "400", "--prefixes", "2", "--mix", "chat=1,agent=1",
+                 "--block-size", "64", "--seed", "9"]) == 0
+    assert "400 requests" in capsys.readouterr().out
+    back = kvreplay.load_trace(out)
+    direct = synth(400, prefixes=2, mix="chat=1,agent=1", block_size=64, seed=9)
+    assert np.array_equal(back.blocks, direct.blocks) and np.array_equal(back.input_length, direct.input_length)
+    assert np.array_equal(back.timestamp, direct.timestamp) and np.array_equal(back.output_length, direct.output_length)
+    for argv in (["--mix", "chat=1,video=1"], ["--prefixes", "0"], ["--arrival-rate", "-2"], ["--turns", "abc"],
+                 ["--speedup", "2"], ["--requests", "0"], ["--like", str(tmp_path / "missing.jsonl")],
+                 ["--like", str(out), "--prefixes", "3"]):
+        try:
+            code = main(["synth", "-o", str(tmp_path / "x.jsonl"), *argv])
+        except SystemExit as e:  # argparse's own checks
+            code = e.code
+        assert code == 2, argv
+        assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_cli_like(conversation, tmp_path, capsys):
+    out = tmp_path / "like.jsonl"
+    assert main(["synth", "-o", str(out), "--like", str(conversation.source), "--scale-requests", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "infinite-cache hit rate" in text and "original" in text and "synthetic" in text
+    assert len(kvreplay.load_trace(out)) == 2 * len(conversation)
