@@ -1,0 +1,232 @@
+"""Trace writers: a :class:`Trace` back to a file that the readers load again.
+
+``write_trace(trace, path, format="mooncake")`` writes one JSON object per line, in
+trace order. Two formats:
+
+- ``mooncake``: ``{"timestamp", "input_length", "output_length", "hash_ids"}``, the
+  timestamp in ms, as an integer when it is whole (as the released traces spell it) and
+  as the shortest float that reads back exactly otherwise.
+- ``bailian``: ``{"chat_id", "parent_chat_id", "timestamp", "input_length",
+  "output_length", "type", "turn", "hash_ids"}``, the timestamp in seconds. ``chat_id``
+  is the request's position in the trace; with a ``session`` column, ``parent_chat_id``
+  is the previous request of the same session (-1 for the first) and ``turn`` counts
+  from 1 within the session; without one, every request is its own one-turn chat.
+  ``type`` is always ``"text"`` (the trace does not keep it).
+
+Round trip: loading what was written gives the same columns, as long as every dense id
+0..num_blocks-1 is used by some request (always true of a loaded or sliced trace; ids
+are renumbered at load, so an unused id would disappear). Bailian stores seconds, so a
+timestamp can come back one ulp away from the original milliseconds.
+
+Writing is atomic: the data goes to a temporary file in the target directory, renamed
+over the target at the end; a failure removes the temporary file and leaves any old file
+as it was. A name ending in ``.gz`` is gzip-compressed; ``-`` writes standard output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+
+import msgspec
+import numpy as np
+
+from ..errors import ConfigError, OutputError
+from .model import Trace
+
+WRITE_FORMATS = ("mooncake", "bailian")
+CHUNK_REQUESTS = 4096  # requests encoded at once: bounds the Python objects alive at a time
+MAX_EXACT_INT = 2**53  # beyond this a whole float is still written as a float
+
+
+class _MooncakeRecord(msgspec.Struct, gc=False):
+    timestamp: int | float
+    input_length: int
+    output_length: int
+    hash_ids: list
+
+
+class _BailianRecord(msgspec.Struct, gc=False):
+    chat_id: int
+    parent_chat_id: int
+    timestamp: float
+    input_length: int
+    output_length: int
+    type: str
+    turn: int
+    hash_ids: list
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def same_file(a, b) -> bool:
+    """True when paths `a` and `b` name the same existing file ("-" is never a file)."""
+    if a is None or b is None or os.fspath(a) == "-" or os.fspath(b) == "-":
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def refuse_overwrite(output, inputs) -> None:
+    """Raise ConfigError when `output` is one of `inputs`: an input is never replaced by an output."""
+    for path in inputs:
+        if same_file(output, path):
+            raise ConfigError(f"-o {os.fspath(output)}: that is the input file; write to another name")
+
+
+@contextmanager
+def atomic_output(path):
+    """A binary stream for `path`: a temporary file in its directory, renamed over `path` when
+    the block ends without error, deleted otherwise. Gzip when the name ends in .gz; "-" is
+    standard output (not atomic, of course)."""
+    path = os.fspath(path)
+    if path == "-":
+        out = sys.stdout.buffer
+        yield out
+        out.flush()
+        return
+    if os.path.isdir(path):
+        raise OutputError(path, "is a directory, expected a file name")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise OutputError(path, f"cannot write: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if path.endswith(".gz"):
+                # mtime=0 and no name in the header: the same trace always gives the same bytes.
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as zipped:
+                    yield zipped
+            else:
+                yield raw
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            raise OutputError(path, f"cannot write: {e.strerror or e}") from None
+        raise
+
+
+def _stamps_ms(timestamp: np.ndarray) -> list:
+    """Timestamps as Python numbers: whole values as ints (0, not 0.0), others as floats."""
+    whole = (timestamp == np.trunc(timestamp)) & (np.abs(timestamp) < MAX_EXACT_INT)
+    floats = timestamp.tolist()
+    if whole.all():
+        return timestamp.astype(np.int64).tolist()
+    ints = np.where(whole, timestamp, 0).astype(np.int64).tolist()
+    return [i if w else f for i, f, w in zip(ints, floats, whole.tolist())]
+
+
+def _id_table(trace: Trace, original_ids: bool):
+    """What to write for each dense id: None (the dense id itself) or an indexable table."""
+    if not original_ids:
+        return None
+    table = trace.original_ids
+    if table is None:
+        raise ConfigError(f"{trace.source}: no original block ids to write (load with keep_ids=True; "
+                          "traces merged from several files keep none)")
+    if len(table) < trace.num_blocks:
+        raise ConfigError(f"the trace's original_ids has {len(table)} entries, expected {trace.num_blocks}")
+    if isinstance(table, np.ndarray) and table.dtype.kind in "iu":
+        return table
+    # Anything else (strings, ints beyond int64) as Python objects; the extra item keeps a 1-d array.
+    items = table.tolist() if isinstance(table, np.ndarray) else list(table)
+    return np.array(items + [None], dtype=object)[:-1]
+
+
+def _sessions(trace: Trace):
+    """(parent, turn) per request from the trace's session column: the previous request of the
+    same session (-1 for the first) and the 1-based position within the session."""
+    n = len(trace)
+    session = getattr(trace, "session", None)
+    if session is None:
+        return np.full(n, -1, dtype=np.int64), np.ones(n, dtype=np.int64)
+    session = np.asarray(session)
+    order = np.argsort(session, kind="stable")  # each session's requests together, in trace order
+    grouped = session[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = grouped[1:] != grouped[:-1]
+    parent_sorted = np.empty(n, dtype=np.int64)
+    parent_sorted[0:1] = -1
+    parent_sorted[1:] = order[:-1]
+    parent_sorted[starts] = -1
+    start_pos = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    turn_sorted = np.arange(n) - start_pos + 1
+    parent = np.empty(n, dtype=np.int64)
+    turn = np.empty(n, dtype=np.int64)
+    parent[order] = parent_sorted
+    turn[order] = turn_sorted
+    return parent, turn
+
+
+def encode_trace(trace: Trace, format: str = "mooncake", *, original_ids: bool = False):
+    """Yield the file's bytes in pieces (one piece per CHUNK_REQUESTS requests), spaced as the
+    released traces are (``{"timestamp": 0, "input_length": 6758, ...}``)."""
+    if format not in WRITE_FORMATS:
+        raise ConfigError(f"cannot write format {format!r} (writable: {', '.join(WRITE_FORMATS)})")
+    table = _id_table(trace, original_ids)
+    n = len(trace)
+    sessions = _sessions(trace) if format == "bailian" else None
+    numeric = table is None or table.dtype.kind in "iu"
+    for start in range(0, n, CHUNK_REQUESTS):
+        stop = min(n, start + CHUNK_REQUESTS)
+        records = _records_for(trace, format, table, sessions, start, stop)
+        if numeric:
+            # No strings but the fixed keys and "text": the spaces can go in by replacement.
+            yield _encoder.encode_lines(records).replace(b",", b", ").replace(b":", b": ")
+        else:
+            yield b"".join(msgspec.json.format(_encoder.encode(r), indent=0) + b"\n" for r in records)
+
+
+def _records_for(trace, fmt, table, sessions, start, stop):
+    lo, hi = int(trace.offsets[start]), int(trace.offsets[stop])
+    dense = trace.blocks[lo:hi]
+    ids = dense.tolist() if table is None else table[dense].tolist()
+    bounds = (trace.offsets[start:stop + 1] - lo).tolist()
+    lengths = trace.input_length[start:stop].tolist()
+    outs = trace.output_length[start:stop].tolist()
+    count = stop - start
+    if fmt == "mooncake":
+        stamps = _stamps_ms(trace.timestamp[start:stop])
+        return [_MooncakeRecord(stamps[k], lengths[k], outs[k], ids[bounds[k]:bounds[k + 1]]) for k in range(count)]
+    seconds = (trace.timestamp[start:stop] / 1000.0).tolist()
+    parents, turns = sessions[0][start:stop].tolist(), sessions[1][start:stop].tolist()
+    return [
+        _BailianRecord(start + k, parents[k], seconds[k], lengths[k], outs[k], "text", turns[k], ids[bounds[k]:bounds[k + 1]])
+        for k in range(count)
+    ]
+
+
+def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: bool = False) -> None:
+    """Write `trace` to `path` in `format` ("mooncake" or "bailian"), one JSON object per line
+    in trace order; atomically (temporary file + rename), gzip when the name ends in .gz,
+    standard output for "-".
+
+    original_ids: write the file's ids (``trace.original_ids``, from ``keep_ids=True``)
+    instead of the dense ids 0..num_blocks-1.
+
+    Raises ConfigError for an unknown format or missing original ids, OutputError when the
+    file cannot be written (nothing is left behind then).
+    """
+    pieces = encode_trace(trace, format, original_ids=original_ids)
+    first = next(pieces, b"")  # check the arguments before a file is created
+    with atomic_output(path) as out:
+        out.write(first)
+        for piece in pieces:
+            out.write(piece)
+
+
+__all__ = ["write_trace", "encode_trace", "atomic_output", "refuse_overwrite", "same_file", "WRITE_FORMATS"]
