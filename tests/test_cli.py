@@ -58,7 +58,7 @@ BAD3 = DATA / "bad_line3.jsonl"  # line 3: input_length -4
 REPORT_FIELDS = {
     "policy", "params", "block_size", "cache_capacity_blocks", "num_requests", "total_prompt_tokens",
     "total_hit_tokens", "hit_rate", "final_cache_blocks", "window", "counters", "stranded_blocks", "sizes",
-    "engine", "trace",
+    "engine", "trace", "metrics",
 }
 
 

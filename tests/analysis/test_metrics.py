@@ -100,3 +100,34 @@ def test_percentiles_are_real_request_values():
     rates = np.array([0.1, 0.2, 0.3, 0.4])
     # "lower": p50 of 4 values -> the 2nd smallest, never an interpolated 0.25.
     assert metrics.percentiles(rates) == {"p50": 0.2, "p90": 0.3, "p99": 0.3}
+
+
+def test_cli_run_prints_and_writes_the_metrics(tmp_path, capsys):
+    from kvreplay.cli import main
+
+    # The same five requests as small_report(), as a Mooncake file (timestamps in ms).
+    lines = [
+        '{"timestamp": 0, "input_length": 8, "output_length": 1, "hash_ids": [1, 2]}',
+        '{"timestamp": 1000, "input_length": 8, "output_length": 1, "hash_ids": [1, 2]}',
+        '{"timestamp": 2500, "input_length": 6, "output_length": 1, "hash_ids": [1, 3]}',
+        '{"timestamp": 3000, "input_length": 4, "output_length": 1, "hash_ids": [4]}',
+        '{"timestamp": 4000, "input_length": 7, "output_length": 1, "hash_ids": [1, 2]}',
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.json"
+    args = ["run", str(path), "--policy", "lru", "--capacity", "10", "--block-size", "4", "--price-hit", "0.1",
+            "--price-miss", "1", "--over-time", "2s", "-o", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "ideal prefill speedup 2.36x" in text  # 33/14
+    assert "p50 66.7%, p90 100.0%, p99 100.0%" in text
+    import json
+
+    doc = json.loads(out.read_text())
+    assert doc["metrics"]["money"]["saved"] == pytest.approx(19 * 0.9e-6)
+    assert [(w["hit_tokens"], w["prompt_tokens"]) for w in doc["over_time"]] == [(8, 16), (4, 10), (7, 7)]
+    for bad in (["--over-time", "0"], ["--over-time", "x"], ["--price-hit", "-1"]):
+        with pytest.raises(SystemExit) as exit_:  # argparse's usage error: exit 2
+            main(args[:-2] + bad)
+        assert exit_.value.code == 2
