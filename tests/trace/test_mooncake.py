@@ -630,3 +630,10 @@ def test_real_trace_paths_and_chunks_agree(real_trace, monkeypatch):
 def test_real_trace_gzip_equals_plain(real_trace, tmp_path):
     p = write(tmp_path, "t.jsonl.gz", gzip.compress(real_trace.read_bytes(), compresslevel=1))
     assert_same_trace(load_trace(p), load_trace(real_trace))
+
+
+def test_output_lengths_beyond_float_precision_stay_exact(tmp_path):
+    # 2**53 + 1 is the first integer a float64 cannot hold; the fast path must not round it.
+    path = tmp_path / "big_out.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 4, "output_length": 9007199254740993, "hash_ids": [1]}\n')
+    assert load_trace(path).output_length.tolist() == [2**53 + 1]

@@ -245,7 +245,9 @@ def _fast_chunk(data: bytes) -> _Chunk | None:
         return None
     stamps = np.fromiter((r.timestamp for r in recs), dtype=np.float64, count=n)
     outs = np.fromiter((r.output_length for r in recs), dtype=np.float64, count=n)
-    if (lengths < 0).any() or (outs < 0).any() or (outs >= 2.0**63).any() or (outs != np.floor(outs)).any() \
+    # output_length decodes as a float (so 100.0 is accepted): from 2**53 on a float cannot hold
+    # every integer, so such files take the exact slow path.
+    if (lengths < 0).any() or (outs < 0).any() or (outs >= 2.0**53).any() or (outs != np.floor(outs)).any() \
             or not np.isfinite(stamps).all():
         return None
     return _Chunk(ids, counts.astype(np.int64), lengths, stamps, outs.astype(np.int64))
