@@ -6,15 +6,26 @@ import os
 
 from .model import Trace
 from .mooncake import read_mooncake
+from .writers import WRITE_FORMATS, write_trace
 
-FORMATS = ("mooncake",)
+FORMATS = ("mooncake", "bailian", "claude-code")
 
 
-def load_trace(path, *, format: str = "auto", on_invalid: str = "error", sort_by_time: bool = False, keep_ids: bool = False) -> Trace:
+def load_trace(path, *, format: str = "auto", on_invalid: str = "error", sort_by_time: bool = False, keep_ids: bool = False,
+               session_arrivals: str = "fixed", session_spacing: float = 60.0, seed: int = 0,
+               subagent_sessions: bool = False) -> Trace:
     """Load a trace file into a columnar :class:`Trace`.
 
-    path: a file (plain or gzip), or "-" for standard input.
-    format: "auto" or "mooncake" (JSONL with input_length, hash_ids, timestamp, output_length).
+    path: a file (plain or gzip), "-" for standard input, a directory (its *.json, *.jsonl,
+        *.ndjson files, optionally .gz, in name order) or a list of those. Several files merge
+        into one trace ordered by time, each file with its own block ids (see trace.ops.merge).
+    format: "auto" (sniffed per file from its first record), "mooncake" (JSONL with
+        input_length, hash_ids, timestamp, output_length), "bailian" (Alibaba Qwen JSONL, 16-token
+        blocks, sessions from parent_chat_id) or "claude-code" (one session per JSON file).
+    session_arrivals, session_spacing, seed: start offsets of Claude Code sessions when several
+        are merged: "fixed" (every `session_spacing` seconds, default 60), "poisson" (exponential
+        gaps of mean `session_spacing`, seeded) or "zero".
+    subagent_sessions: Claude Code: each subagent stream is its own session.
     on_invalid: "error" (default) raises TraceError naming file, line and field
         at the first bad record; "skip" drops bad records and records them in
         ``trace.invalid_records``.
@@ -25,8 +36,12 @@ def load_trace(path, *, format: str = "auto", on_invalid: str = "error", sort_by
         from ..errors import ConfigError
 
         raise ConfigError(f"unknown trace format {format!r} (known: auto, {', '.join(FORMATS)})")
-    trace = read_mooncake(os.fspath(path), on_invalid=on_invalid, keep_ids=keep_ids)
+    from .ops import load_paths
+
+    trace = load_paths(path if isinstance(path, (list, tuple)) else os.fspath(path), format=format, on_invalid=on_invalid,
+                       keep_ids=keep_ids, session_arrivals=session_arrivals, session_spacing=session_spacing, seed=seed,
+                       subagent_sessions=subagent_sessions)
     return trace.sorted_by_time() if sort_by_time else trace
 
 
-__all__ = ["Trace", "load_trace", "read_mooncake", "FORMATS"]
+__all__ = ["Trace", "load_trace", "read_mooncake", "FORMATS", "write_trace", "WRITE_FORMATS"]

@@ -46,6 +46,8 @@ class Trace:
         format: the reader that produced it ("mooncake", "synthetic", ...).
         original_ids: the file's id for each dense id, when kept (``keep_ids=True``).
         invalid_records: for ``on_invalid="skip"``: ``{"count": N, "first_lines": [...]}``.
+        session: int64[n] or None: the session (conversation, agent run, input file) each
+            request belongs to, numbered 0..S-1 by the readers; None when the source has none.
     """
 
     offsets: np.ndarray
@@ -59,6 +61,7 @@ class Trace:
     format: str = "memory"
     original_ids: np.ndarray | list | None = None
     invalid_records: dict | None = field(default=None)
+    session: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -80,6 +83,15 @@ class Trace:
             raise ValueError("input_length and output_length must be non-negative")
         if not np.isfinite(self.timestamp).all():
             raise ValueError("timestamps must be finite")
+        if self.session is not None:
+            raw = np.asarray(self.session)
+            if raw.size and raw.dtype.kind not in "iu":
+                raise ValueError("session ids must be integers")
+            set_(self, "session", _frozen(self.session, np.int64))
+            if self.session.shape != (n,):
+                raise ValueError("every per-request column must have one entry per request")
+            if n and self.session.min() < 0:
+                raise ValueError("session ids must be non-negative")
 
     @classmethod
     def from_requests(cls, requests, *, block_size: int | None = None, source: str = "<memory>") -> "Trace":
@@ -143,9 +155,15 @@ class Trace:
         (-1 for a request's first block). With chained hashes this is the block's chain parent."""
         return self._first_access[1]
 
+    @property
+    def num_sessions(self) -> int | None:
+        """Distinct session ids, or None when the trace has no session column."""
+        return None if self.session is None else int(np.unique(self.session).size)
+
     def nbytes(self) -> int:
         """Bytes held by the flat arrays."""
-        return sum(a.nbytes for a in (self.offsets, self.blocks, self.input_length, self.output_length, self.timestamp))
+        arrays = (self.offsets, self.blocks, self.input_length, self.output_length, self.timestamp)
+        return sum(a.nbytes for a in arrays) + (0 if self.session is None else self.session.nbytes)
 
     def sorted_by_time(self) -> "Trace":
         """The same requests reordered stably by timestamp (ties keep file order)."""
@@ -166,11 +184,12 @@ class Trace:
         return replace(
             self, offsets=offsets, blocks=self.blocks[index], input_length=self.input_length[order],
             output_length=self.output_length[order], timestamp=self.timestamp[order],
+            session=None if self.session is None else self.session[order],
         )
 
     def summary(self) -> dict:
-        """Counts that describe the trace (requests, tokens, blocks)."""
-        return {
+        """Counts that describe the trace (requests, tokens, blocks; sessions when known)."""
+        out = {
             "source": self.source,
             "format": self.format,
             "num_requests": self.num_requests,
@@ -179,3 +198,6 @@ class Trace:
             "num_unique_blocks": int(self.num_blocks),
             "declared_block_size": self.block_size,
         }
+        if self.session is not None:
+            out["num_sessions"] = self.num_sessions
+        return out

@@ -1,0 +1,261 @@
+"""Claude Code session-trace reader: one JSON document per file, one agent session per file.
+
+Shape (as in the released samples)::
+
+    {"id": "trace_0291", "block_size": 64, "hash_id_scope": "local", "models": [...],
+     "requests": [
+        {"t": 0.0, "type": "n", "in": 17869, "out": 426, "hash_ids": [1, 2, ...], ...},
+        {"t": 1148.013, "type": "subagent", "agent_id": "agent_001", ...,
+         "requests": [{"t": 0.0, "type": "n", "in": 11353, "out": 196, "hash_ids": [1584, ...]}, ...]},
+        ...]}
+
+- ``block_size`` (tokens per hash id) is required and becomes ``trace.block_size``.
+- ``hash_id_scope`` must be ``"local"`` when present: ids mean something only inside this
+  file, so readers of several files give each file its own id space.
+- A request has ``t`` (seconds since the start of its stream), ``in`` (prompt tokens),
+  ``hash_ids`` (one id per full block of the prompt; ids are integers or strings) and
+  optionally ``out`` (output tokens) and ``type`` (a string; ``"n"``, ``"s"``, ...).
+- A subagent entry (``"type": "subagent"``, or any entry with its own ``requests``) starts
+  at ``t`` on its parent's clock; its nested requests are timed from the subagent's start
+  and share the file's id space (subagents may nest).
+- Other keys (``model``, ``totals``, ``api_time``, ...) are ignored.
+
+Requests are ordered by absolute time (stable: ties keep document order), so overlapping
+subagents interleave. Timestamps are in ms from the session start. Session: 0 for every
+request, or with ``subagent_sessions=True`` 0 for the main stream and 1, 2, ... for each
+subagent in document order.
+
+Errors name the file, the line (of the offending value; the samples are single-line files)
+and the JSON path of the field, e.g. ``trace.json:1: requests[3].in: expected a
+non-negative integer, got -5``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import msgspec
+import numpy as np
+
+from ..errors import ConfigError, TraceError
+from .model import Trace
+from .mooncake import INT64_MAX, MAX_REPORTED_LINES, _Chunk, _dense_ids, _describe, _finite, _is_int, _open
+
+FORMAT = "claude-code"
+
+
+def _read_all(path: str, name: str) -> bytes:
+    import gzip
+    import zlib
+
+    stream = _open(path)
+    try:
+        return stream.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise TraceError(name, f"truncated or corrupt gzip data ({e})") from None
+    except OSError as e:
+        raise TraceError(name, f"read failed: {e}") from None
+    finally:
+        if path != "-":
+            stream.close()
+
+
+def _value_position(text: str, steps: list) -> int | None:
+    """Index in `text` where the value at the JSON path `steps` (keys and list indices) starts."""
+    decoder = json.JSONDecoder()
+    ws = re.compile(r"[ \t\n\r]*")
+
+    def skip(i: int) -> int:
+        return ws.match(text, i).end()
+
+    try:
+        i = skip(0)
+        for step in steps:
+            if isinstance(step, str):
+                if text[i] != "{":
+                    return None
+                i = skip(i + 1)
+                while True:
+                    key, i = decoder.raw_decode(text, i)
+                    i = skip(i)
+                    if text[i] != ":":
+                        return None
+                    i = skip(i + 1)
+                    if key == step:
+                        break
+                    _, i = decoder.raw_decode(text, i)
+                    i = skip(i)
+                    if text[i] != ",":
+                        return None
+                    i = skip(i + 1)
+            else:
+                if text[i] != "[":
+                    return None
+                i = skip(i + 1)
+                for _ in range(step):
+                    _, i = decoder.raw_decode(text, i)
+                    i = skip(i)
+                    if text[i] != ",":
+                        return None
+                    i = skip(i + 1)
+        return i
+    except (ValueError, IndexError):
+        return None
+
+
+class _Reader:
+    """Walks one decoded document, collecting columns; knows how to place an error."""
+
+    def __init__(self, name: str, data: bytes, on_invalid: str):
+        self.name, self.data, self.on_invalid = name, data, on_invalid
+        self.ids: list = []
+        self.counts: list[int] = []
+        self.lengths: list[int] = []
+        self.stamps: list[float] = []
+        self.outs: list[int] = []
+        self.streams: list[int] = []
+        self.num_streams = 1
+        self.invalid: list[int] = []
+        self._text: str | None = None
+
+    def line(self, steps: list) -> int:
+        if self._text is None:
+            self._text = self.data.decode("utf-8", errors="replace")
+        for depth in range(len(steps), -1, -1):  # a missing key: the line of the object that lacks it
+            pos = _value_position(self._text, steps[:depth])
+            if pos is not None:
+                return self._text.count("\n", 0, pos) + 1
+        return 1
+
+    def fail(self, steps: list, msg: str) -> TraceError:
+        field = "".join(f"[{s}]" if isinstance(s, int) else (f".{s}" if k else s) for k, s in enumerate(steps))
+        return TraceError(self.name, msg, self.line(steps), field or None)
+
+    def walk(self, entries: list, steps: list, start_s: float, stream: int) -> None:
+        for k, entry in enumerate(entries):
+            here = [*steps, k]
+            try:
+                if isinstance(entry, dict) and (entry.get("type") == "subagent" or "requests" in entry):
+                    t = self._time(entry, here)
+                    if "requests" not in entry:
+                        raise self.fail([*here, "requests"], "missing (a subagent entry needs its own requests)")
+                    if not isinstance(entry["requests"], list):
+                        raise self.fail([*here, "requests"], f"expected a list, got {_describe(entry['requests'])}")
+                    sub = self.num_streams
+                    self.num_streams += 1
+                    self.walk(entry["requests"], [*here, "requests"], start_s + t, sub)
+                else:
+                    self._request(entry, here, start_s, stream)
+            except TraceError as e:
+                if self.on_invalid == "error":
+                    raise
+                self.invalid.append(e.line)
+
+    def _time(self, entry: dict, here: list) -> float:
+        if "t" not in entry:
+            raise self.fail([*here, "t"], "missing")
+        t = entry["t"]
+        if not (_is_int(t) or isinstance(t, float)) or not _finite(t) or not _finite(t * 1000.0):
+            raise self.fail([*here, "t"], f"expected a number of seconds, got {_describe(t)}")
+        return float(t)
+
+    def _count(self, entry: dict, here: list, key: str, required: bool) -> int:
+        if entry.get(key) is None:
+            if required:
+                raise self.fail([*here, key], "missing")
+            return 0
+        value = entry[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not _is_int(value) or value < 0:
+            raise self.fail([*here, key], f"expected a non-negative integer, got {_describe(entry[key])}")
+        if value > INT64_MAX:
+            raise self.fail([*here, key], f"{value} is too large (the limit is 2**63-1)")
+        return value
+
+    def _request(self, entry, here: list, start_s: float, stream: int) -> None:
+        if not isinstance(entry, dict):
+            raise self.fail(here, f"expected a JSON object, got {_describe(entry)}")
+        t = self._time(entry, here)
+        length = self._count(entry, here, "in", True)
+        if "hash_ids" not in entry:
+            raise self.fail([*here, "hash_ids"], "missing")
+        ids = entry["hash_ids"]
+        if not isinstance(ids, list):
+            raise self.fail([*here, "hash_ids"], f"expected a list of integers or strings, got {_describe(ids)}")
+        for j, h in enumerate(ids):
+            if not (_is_int(h) or isinstance(h, str)):
+                raise self.fail([*here, "hash_ids"], f"item {j} is {_describe(h)}, expected an integer or a string")
+        out = self._count(entry, here, "out", False)
+        kind = entry.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise self.fail([*here, "type"], f"expected a string, got {_describe(kind)}")
+        stamp = (start_s + t) * 1000.0
+        if not _finite(stamp):
+            raise self.fail([*here, "t"], "the request's absolute time is too large")
+        self.ids.extend(ids)
+        self.counts.append(len(ids))
+        self.lengths.append(length)
+        self.stamps.append(stamp)
+        self.outs.append(out)
+        self.streams.append(stream)
+
+
+def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = False,
+                     subagent_sessions: bool = False) -> Trace:
+    """Read one Claude Code session file (plain, gzip, or "-" for stdin).
+
+    on_invalid: "error" stops at the first bad request (TraceError with file, line and JSON
+        path); "skip" drops bad requests (a bad subagent entry drops its whole stream) and
+        lists their lines in ``trace.invalid_records``. Problems with the document itself
+        (invalid JSON, block_size, hash_id_scope, the top-level requests) always stop.
+    subagent_sessions: give every subagent stream its own session number (default: one
+        session for the whole file).
+    """
+    if on_invalid not in ("error", "skip"):
+        raise ConfigError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
+    name = "<stdin>" if path == "-" else str(path)
+    data = _read_all(str(path), name)
+    if not data.strip():
+        raise TraceError(name, "no requests (empty trace)")
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        found = re.search(r"byte (\d+)", str(e))
+        line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else data.rstrip().count(b"\n") + 1
+        raise TraceError(name, f"invalid JSON ({e})", line) from None
+    reader = _Reader(name, data, on_invalid)
+    if not isinstance(doc, dict):
+        raise TraceError(name, f"expected one JSON object (a Claude Code session), got {_describe(doc)}", 1)
+    if "block_size" not in doc:
+        raise reader.fail(["block_size"], "missing")
+    block_size = doc["block_size"]
+    if not _is_int(block_size) or block_size < 1:
+        raise reader.fail(["block_size"], f"expected a positive integer, got {_describe(block_size)}")
+    scope = doc.get("hash_id_scope", "local")
+    if scope != "local":
+        raise reader.fail(["hash_id_scope"], f"only \"local\" is supported (ids private to the file), got {_describe(scope)}")
+    if "requests" not in doc:
+        raise reader.fail(["requests"], "missing")
+    if not isinstance(doc["requests"], list):
+        raise reader.fail(["requests"], f"expected a list, got {_describe(doc['requests'])}")
+    reader.walk(doc["requests"], ["requests"], 0.0, 0)
+    n = len(reader.lengths)
+    invalid = sorted(reader.invalid)
+    if n == 0:
+        what = f"no valid requests ({len(invalid)} invalid)" if invalid else "no requests (empty trace)"
+        raise TraceError(name, what)
+    blocks, num_blocks, original = _dense_ids([_Chunk(reader.ids, None, None, None, None)], keep_ids)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(reader.counts, out=offsets[1:])
+    streams = np.array(reader.streams, dtype=np.int64)
+    trace = Trace(
+        offsets=offsets, blocks=blocks,
+        input_length=np.array(reader.lengths, dtype=np.int64), output_length=np.array(reader.outs, dtype=np.int64),
+        timestamp=np.array(reader.stamps, dtype=np.float64), num_blocks=num_blocks, block_size=int(block_size),
+        source=name, format=FORMAT, original_ids=original,
+        invalid_records={"count": len(invalid), "first_lines": invalid[:MAX_REPORTED_LINES]} if invalid else None,
+        session=streams if subagent_sessions else np.zeros(n, dtype=np.int64),
+    )
+    return trace.sorted_by_time()

@@ -1,0 +1,232 @@
+"""Operations that build one trace from others."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from .model import Trace
+
+MAX_REPORTED_LINES = 20
+
+
+def _describe_sources(traces: Sequence[Trace]) -> str:
+    if len(traces) <= 3:
+        return ", ".join(t.source for t in traces)
+    return f"{traces[0].source} and {len(traces) - 1} more"
+
+
+def _shared_blocks(traces: Sequence[Trace]) -> tuple[np.ndarray, int, np.ndarray | list]:
+    """Blocks of every trace mapped through their original ids into one id space."""
+    for t in traces:
+        if t.original_ids is None:
+            raise ConfigError(f"{t.source}: sharing ids by their original value needs the file's ids "
+                              "(load the trace with keep_ids=True)")
+    per_trace = [np.asarray(t.original_ids) if isinstance(t.original_ids, np.ndarray) else None for t in traces]
+    if all(a is not None and a.dtype.kind in "iu" for a in per_trace):
+        raw = np.concatenate([a.astype(np.int64)[t.blocks] for a, t in zip(per_trace, traces)])
+        original, inverse = np.unique(raw, return_inverse=True)
+        return inverse.reshape(-1).astype(np.int32), int(original.size), original
+    table: dict = {}
+    out = []
+    for t in traces:
+        ids = list(t.original_ids)
+        out.extend(table.setdefault(ids[b], len(table)) for b in t.blocks.tolist())
+    return np.array(out, dtype=np.int32), len(table), list(table)
+
+
+def merge(traces: Sequence[Trace], namespace: bool = True, offsets_ms: Sequence[float] | None = None) -> Trace:
+    """One trace holding every request of `traces`, ordered by time.
+
+    Requests are ordered stably by timestamp + their input's offset (ties: earlier input
+    first, then file order).
+
+    namespace: True (default) gives each input its own block ids, so two inputs never share
+        a block even when their files use the same ids (ids are private to a session file);
+        the result keeps no original ids. False shares blocks by original id (every input
+        needs ``original_ids``: load with ``keep_ids=True``); the result keeps the union.
+    offsets_ms: one start offset (ms) per input, added to its timestamps (default: none).
+
+    Sessions are renumbered per input: an input without a session column is one session;
+    an input's sessions become consecutive numbers after the previous input's.
+    All inputs must declare the same block size (or all none).
+    """
+    traces = list(traces)
+    if not traces:
+        raise ConfigError("merge needs at least one trace")
+    offsets_ms = [0.0] * len(traces) if offsets_ms is None else [float(x) for x in offsets_ms]
+    if len(offsets_ms) != len(traces):
+        raise ConfigError(f"got {len(offsets_ms)} offsets for {len(traces)} traces")
+    if not np.isfinite(offsets_ms).all():
+        raise ConfigError("offsets must be finite")
+    sizes = {t.block_size for t in traces}
+    if len(sizes) > 1:
+        detail = ", ".join(f"{t.source}: {t.block_size}" for t in traces)
+        raise ConfigError(f"cannot merge traces with different block sizes ({detail})")
+    if namespace:
+        bases = np.cumsum([0] + [t.num_blocks for t in traces])
+        if bases[-1] >= 2**31:
+            raise ConfigError("merged trace has too many distinct blocks (more than 2**31)")
+        blocks = np.concatenate([t.blocks.astype(np.int64) + base for t, base in zip(traces, bases)]).astype(np.int32)
+        num_blocks, original = int(bases[-1]), None
+    else:
+        blocks, num_blocks, original = _shared_blocks(traces)
+    sessions, base = [], 0
+    for t in traces:
+        if t.session is None:
+            local, count = np.zeros(len(t), dtype=np.int64), 1
+        else:
+            values, local = np.unique(t.session, return_inverse=True)
+            local, count = local.reshape(-1), values.size
+        sessions.append(local + base)
+        base += count
+    counts = np.concatenate([np.diff(t.offsets) for t in traces])
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    formats = {t.format for t in traces}
+    invalid = None
+    if any(t.invalid_records for t in traces):
+        lines = [f"{t.source}:{line}" for t in traces if t.invalid_records for line in t.invalid_records["first_lines"]]
+        invalid = {"count": sum(t.invalid_records["count"] for t in traces if t.invalid_records),
+                   "first_lines": lines[:MAX_REPORTED_LINES]}
+    merged = Trace(
+        offsets=offsets, blocks=blocks,
+        input_length=np.concatenate([t.input_length for t in traces]),
+        output_length=np.concatenate([t.output_length for t in traces]),
+        timestamp=np.concatenate([t.timestamp + off for t, off in zip(traces, offsets_ms)]),
+        num_blocks=num_blocks, block_size=traces[0].block_size, source=_describe_sources(traces),
+        format=formats.pop() if len(formats) == 1 else "merged", original_ids=original,
+        invalid_records=invalid, session=np.concatenate(sessions),
+    )
+    order = np.argsort(merged.timestamp, kind="stable")
+    return merged if np.array_equal(order, np.arange(order.size)) else merged.take(order)
+
+
+def session_offsets_ms(count: int, arrivals: str = "fixed", spacing_s: float = 60.0, seed: int = 0) -> np.ndarray:
+    """Start times (ms) of `count` sessions: "fixed" (0, s, 2s, ...), "poisson" (0, then
+    exponential gaps of mean s, seeded) or "zero" (all at 0)."""
+    if arrivals not in ("fixed", "poisson", "zero"):
+        raise ConfigError(f"session arrivals must be fixed, poisson or zero, not {arrivals!r}")
+    if not (np.isfinite(spacing_s) and spacing_s >= 0):
+        raise ConfigError(f"session spacing must be a non-negative number of seconds, got {spacing_s!r}")
+    if arrivals == "zero" or count == 0:
+        return np.zeros(count)
+    if arrivals == "fixed":
+        return np.arange(count) * spacing_s * 1000.0
+    gaps = np.random.default_rng(seed).exponential(spacing_s, size=count - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)]) * 1000.0
+
+
+# Loading several files, a directory, and guessing a file's format.
+
+TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
+SNIFF_BYTES = 1 << 20
+
+
+def trace_paths(path) -> list[str]:
+    """The files `path` names: itself, or a directory's ``*.json``, ``*.jsonl``, ``*.ndjson``
+    (each optionally ``.gz``) in name order, hidden files left out; a list expands each item."""
+    import os
+
+    from ..errors import TraceError
+
+    if isinstance(path, (list, tuple)):
+        if not path:
+            raise ConfigError("no trace files given")
+        return [p for item in path for p in trace_paths(item)]
+    path = os.fspath(path)
+    if path != "-" and os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if not n.startswith(".")
+                       and n.lower().removesuffix(".gz").endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, n)))
+        if not names:
+            raise TraceError(path, "is a directory, expected a trace file")
+        return [os.path.join(path, n) for n in names]
+    return [path]
+
+
+def sniff_format(path: str) -> str:
+    """Guess a file's format from its first non-empty record: a JSON object with ``requests`` and
+    ``block_size`` is Claude Code; with ``chat_id`` or ``parent_chat_id``, Bailian; anything
+    else is read as Mooncake (whose reader then names what is wrong). Standard input is
+    sniffed from what is already buffered (gzip on stdin is read as Mooncake)."""
+    import sys
+
+    import msgspec
+
+    from .mooncake import _open
+
+    if path == "-":
+        stdin = sys.stdin.buffer
+        head = stdin.peek(SNIFF_BYTES) if hasattr(stdin, "peek") else b""
+    else:
+        stream = _open(path)
+        try:
+            head = stream.read(SNIFF_BYTES)
+        except Exception:  # noqa: BLE001 - the reader reports a corrupt file properly
+            head = b""
+        finally:
+            stream.close()
+    text = head.lstrip()
+    first = text.split(b"\n", 1)[0]
+    try:
+        record = msgspec.json.decode(first)
+    except msgspec.DecodeError:
+        record = None
+    if isinstance(record, dict):
+        keys = record.keys()
+    elif text.startswith(b"{"):  # a document spread over lines, or a record longer than the sniffed bytes
+        keys = {k for k in ("requests", "block_size", "chat_id", "parent_chat_id") if b'"%s"' % k.encode() in text}
+        if first.strip() != b"{" and not {"requests", "block_size"} <= keys:
+            keys = {k for k in keys if b'"%s"' % k.encode() in first}
+    else:
+        return "mooncake"
+    if "requests" in keys and "block_size" in keys:
+        return "claude-code"
+    if "chat_id" in keys or "parent_chat_id" in keys:
+        return "bailian"
+    return "mooncake"
+
+
+def start_offsets_ms(traces: Sequence[Trace], arrivals: str = "fixed", spacing_s: float = 60.0, seed: int = 0) -> list[float]:
+    """Start offset (ms) of each trace to merge: Claude Code traces are timed from their session's
+    start and get the next start time of `arrivals` (in order); others keep their clocks (0)."""
+    own_clock = [t.format == "claude-code" for t in traces]
+    starts = iter(session_offsets_ms(sum(own_clock), arrivals, spacing_s, seed).tolist())
+    return [next(starts) if own else 0.0 for own in own_clock]
+
+
+def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_ids: bool = False,
+               session_arrivals: str = "fixed", session_spacing: float = 60.0, seed: int = 0,
+               subagent_sessions: bool = False) -> Trace:
+    """Read one or several trace files (see ``load_trace``); several are merged with ``merge``:
+    ids namespaced per file, ordered by time. Claude Code files are timed from their session's
+    start, so each gets a start offset from `session_arrivals` (in file order); line formats
+    keep their own timestamps."""
+    from .bailian import read_bailian
+    from .claude_code import read_claude_code
+    from .mooncake import read_mooncake
+
+    paths = trace_paths(path)
+    session_offsets_ms(0, session_arrivals, session_spacing, seed)  # check the options before reading
+    traces = []
+    for p in paths:
+        fmt = sniff_format(p) if format == "auto" else format
+        if fmt == "mooncake":
+            traces.append(read_mooncake(p, on_invalid=on_invalid, keep_ids=keep_ids))
+        elif fmt == "bailian":
+            traces.append(read_bailian(p, on_invalid=on_invalid, keep_ids=keep_ids))
+        elif fmt == "claude-code":
+            traces.append(read_claude_code(p, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
+        else:
+            raise ConfigError(f"unknown trace format {fmt!r}")
+    if len(traces) == 1:
+        return traces[0]
+    merged = merge(traces, namespace=True, offsets_ms=start_offsets_ms(traces, session_arrivals, session_spacing, seed))
+    if not isinstance(path, (list, tuple)):
+        from dataclasses import replace
+        import os
+
+        merged = replace(merged, source=os.fspath(path))  # a directory
+    return merged
