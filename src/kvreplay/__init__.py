@@ -10,6 +10,7 @@ Public API::
 """
 
 from .analysis.mrc import mrc
+from .analysis.stats import stats
 from .analysis.sweep import sweep
 from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, TraceError
@@ -19,6 +20,6 @@ from .trace import Trace, load_trace
 
 __version__ = "0.1.0"
 __all__ = [
-    "load_trace", "replay", "sweep", "mrc", "Trace", "Report", "POLICIES",
+    "load_trace", "replay", "sweep", "mrc", "stats", "Trace", "Report", "POLICIES",
     "KvreplayError", "TraceError", "ConfigError", "InvariantError",
 ]

@@ -38,3 +38,21 @@ def test_bad_plot_name_fails_before_replaying(tmp_path, capsys):
     assert main(["mrc", str(trace), "--plot", str(tmp_path / "nodir" / "x.png")]) == 2
     assert "cannot write" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["t.jsonl"]
+
+
+def test_sweep_each_keeps_traces_apart(tmp_path, capsys):
+    # Two files with the same ids: swept --each, the second file's repeat of [1, 2] hits in its own
+    # trace only: t.jsonl (lru, 4 blocks of 4): r2 8 + r3 4 = 12 hits; u.jsonl: [1, 2] then [1, 2] = 8.
+    first = write_trace(tmp_path)
+    second = tmp_path / "u.jsonl"
+    second.write_text("\n".join(LINES[:2]) + "\n")
+    assert main(["sweep", "--each", str(first), str(second), "--block-size", "4", "--capacities", "4", "--policies", "lru",
+                 "--json", "--plot", str(tmp_path / "each.svg")]) == 0
+    captured = capsys.readouterr()
+    import json
+
+    doc = json.loads(captured.out)
+    assert [(r["trace"], r["policy"], r["total_hit_tokens"]) for r in doc["results"]] == [
+        ("t.jsonl", "lru", 12), ("t.jsonl", "infinite", 12), ("u.jsonl", "lru", 8), ("u.jsonl", "infinite", 8)]
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
+    assert (tmp_path / "each.svg").exists()

@@ -1,19 +1,20 @@
-"""Many capacities x policies over one loaded trace, in one process."""
+"""The grid traces x policies x parameters x capacities, run by one of the executors."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import os
+from collections.abc import Mapping
 
 import numpy as np
 
 from ..engine import driver
-from ..engine.replay import DEFAULT_BLOCK_SIZE, as_trace, check_capacity, replay, warmup_count
-from ..output.report import window_text
-from .mrc import mrc
+from ..engine.replay import DEFAULT_BLOCK_SIZE, as_trace, check_capacity, resolve_engine, warmup_count
 from ..errors import ConfigError
+from ..output.report import window_text
 from ..policies.registry import get_policy, parse_policy
+from .executors import SWEEP_FIELDS, Task, run
 
-SWEEP_FIELDS = ("policy", "params", "cache_capacity_blocks", "total_prompt_tokens", "total_hit_tokens", "hit_rate", "final_cache_blocks")
+__all__ = ["sweep", "auto_capacities", "points_to_rows", "SWEEP_FIELDS"]
 
 
 def auto_capacities(num_blocks: int, points: int = 12, smallest: int = 16) -> list[int]:
@@ -24,17 +25,42 @@ def auto_capacities(num_blocks: int, points: int = 12, smallest: int = 16) -> li
 
 
 def _policy_list(policies) -> list[tuple]:
+    """(spec, resolved params) for every policy entry; an entry (name, [params, params]) gives several."""
     out = []
     for p in policies:
         if isinstance(p, str):
             out.append(parse_policy(p))
-        else:
-            name, params = p
-            spec = get_policy(name)
-            out.append((spec, spec.resolve(dict(params))))
+            continue
+        name, params = p
+        spec = get_policy(name)
+        for one in ([params] if isinstance(params, Mapping) else params):
+            out.append((spec, spec.resolve(dict(one))))
     if not out:
         raise ConfigError("no policies to sweep")
     return out
+
+
+def _trace_list(trace) -> tuple[list[str], list, bool]:
+    """(names, traces, several): a Trace or a path is one trace; a list or a dict name -> trace may hold several."""
+    if isinstance(trace, Mapping):
+        names, items = [str(k) for k in trace], list(trace.values())
+    elif isinstance(trace, (list, tuple)):
+        items = list(trace)
+        names = None
+    else:
+        items, names = [trace], None
+    if not items:
+        raise ConfigError("no traces to sweep")
+    traces = [as_trace(t) for t in items]
+    if names is None:
+        names = [t.source if not isinstance(raw, (str, os.PathLike)) else os.fspath(raw) for raw, t in zip(items, traces)]
+        repeated = {n for n in names if names.count(n) > 1}  # two in-memory traces, one file twice
+        seen: dict = {}
+        for i, n in enumerate(names):
+            if n in repeated:
+                seen[n] = seen.get(n, 0) + 1
+                names[i] = f"{n}#{seen[n]}"
+    return names, traces, len(traces) > 1
 
 
 def sweep(
@@ -46,64 +72,100 @@ def sweep(
     warmup_fraction: float = 0.0,
     jobs: int = 1,
     engine: str = "compiled",
+    executor: str = "local",
+    ray_address: str | None = None,
+    progress=None,
 ) -> dict:
-    """Replay every (policy, capacity) pair over one trace.
+    """Replay every (trace, policy, parameters, capacity) combination.
 
-    capacities: a list of block counts, or "auto" (log-spaced up to the number of unique blocks).
-    policies: names ("s3fifo"), "name:key=value:key=value" strings, or (name, params) pairs.
-    warmup_fraction: the first floor(F * N) requests warm the cache and are not counted.
-    jobs: threads running replays at once (the compiled kernels release the GIL).
+    trace: a Trace or a path; or several, as a list or a dict name -> trace (or path).
+    capacities: a list of block counts, or "auto" (log-spaced up to each trace's number of unique blocks).
+    policies: names ("s3fifo"), "name:key=value:key=value" strings, (name, params) pairs, or
+        (name, [params, params, ...]) for several parameter sets of one policy.
+    block_size: tokens per block; default: each trace's declared size, else 512.
+    warmup_fraction: the first floor(F * N) requests of each trace warm the cache and are not counted.
+    jobs: replays running at once (1: one after another in this process).
+    executor: "local" (a pool of `jobs` processes, default), "threads" (`jobs` threads; the compiled
+        kernels release the GIL) or "ray" (tasks on a Ray cluster; see docs/scaling.md).
+    ray_address: for executor="ray": None starts a local Ray instance (with `jobs` CPUs when
+        jobs > 1), "auto" joins the cluster this machine belongs to, "ray://host:10001" a remote one.
+    progress: called as ``progress(done, total)`` from the calling thread: once with done=0 before
+        anything runs, then each time results arrive; `total` is the number of result rows.
 
-    Returns ``{"trace", "block_size", "warmup_fraction", "window", "results": [...]}``; each
-    result has the fields of SWEEP_FIELDS plus ``counters``, ordered by policy then capacity.
+    One trace returns ``{"trace", "block_size", "warmup_fraction", "window", "num_requests", "results"}``;
+    each result has the fields of SWEEP_FIELDS plus ``counters``, ordered by policy (as given), then
+    capacity. Several traces return ``{"trace": [names], "traces": [{"trace", "source", "block_size",
+    "num_requests", "window"}], "block_size" (None if the traces differ), "warmup_fraction", "results"}``,
+    ordered by trace first, and every result starts with its ``trace`` name. The results, their
+    order and their numbers are the same whichever executor and number of jobs ran them.
     """
-    trace = as_trace(trace)
-    if isinstance(capacities, str):
-        if capacities != "auto":
-            raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")
-        capacities = auto_capacities(trace.num_blocks)
-    capacities = [check_capacity(c) for c in capacities]
-    if not capacities:
-        raise ConfigError("no capacities to sweep")
-    # A policy that ignores capacity (the infinite ceiling) needs one run, not one per capacity.
-    grid = []
-    for spec, params in _policy_list(policies):
-        grid += [(spec, params, c) for c in (capacities[-1:] if spec.capacity == "ignored" else capacities)]
-    for spec, params, capacity in grid:  # fail fast on impossible queue sizes, before any replay runs
-        spec.sizes(capacity, **params)
-
+    names, traces, several = _trace_list(trace)
+    if isinstance(capacities, str) and capacities != "auto":
+        raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")
+    if not isinstance(capacities, str):
+        capacities = [check_capacity(c) for c in capacities]
+        if not capacities:
+            raise ConfigError("no capacities to sweep")
+    if block_size is not None and (isinstance(block_size, bool) or int(block_size) < 1):
+        raise ConfigError(f"block_size must be >= 1, got {block_size}")
+    policy_list = _policy_list(policies)
+    resolve_engine(engine)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
-    curve = None
-    if engine == "compiled" and driver.HAVE_NUMBA and any(spec.name == "lru" for spec, _, _ in grid):
-        curve = {p["cache_capacity_blocks"]: p for p in mrc(trace, capacities, block_size, warmup_fraction=warmup_fraction)["points"]}
+    lru_curve = engine == "compiled" and driver.HAVE_NUMBA
 
-    def one(job):
-        spec, params, capacity = job
-        if curve is not None and spec.name == "lru":
-            point = curve[capacity]
-            row = {k: point[k] for k in SWEEP_FIELDS if k in point}
-            row.update(policy="lru", params={}, counters={"admissions": point["admissions"], "evictions": point["evictions"]})
-            return row
-        r = replay(trace, spec.name, capacity, block_size, engine=engine, warmup_fraction=warmup_fraction, **params)
-        row = {k: getattr(r, k) for k in SWEEP_FIELDS}
-        row["params"] = dict(r.params)
-        row["counters"] = dict(r.counters)
+    tasks: list[Task] = []
+    slots: list[list] = []  # per task, where its rows go: [grid position], or [(capacities, [(capacity, position)])] for a curve
+    grid_rows = 0
+    per_trace = []
+    for t, tr in enumerate(traces):
+        caps = auto_capacities(tr.num_blocks) if isinstance(capacities, str) else capacities
+        size = int(block_size or tr.block_size or DEFAULT_BLOCK_SIZE)
+        warmup = warmup_count(len(tr), warmup_fraction)
+        per_trace.append({"trace": names[t], "source": tr.source, "block_size": size, "num_requests": len(tr),
+                          "window": window_text(warmup, len(tr))})
+        common = dict(trace=t, block_size=size, engine=engine, warmup_fraction=float(warmup_fraction))
+        curve_rows = []
+        for spec, params in policy_list:
+            # A policy that ignores capacity (the infinite ceiling) needs one run, not one per capacity.
+            for c in (caps[-1:] if spec.capacity == "ignored" else caps):
+                spec.sizes(c, **params)  # fail fast on impossible queue sizes, before any replay runs
+                if lru_curve and spec.name == "lru":
+                    curve_rows.append((c, grid_rows))
+                else:
+                    tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=c, **common))
+                    slots.append([grid_rows])
+                grid_rows += 1
+        if curve_rows:
+            # One pass serves every lru entry of this trace (lru listed twice shares it too).
+            caps_needed = tuple(sorted({c for c, _ in curve_rows}))
+            tasks.append(Task("lru-curve", capacities=caps_needed, **common))
+            slots.append([(caps_needed, curve_rows)])
+
+    outputs = run(tasks, traces, executor=executor, jobs=jobs,
+                  ray_address=ray_address, progress=progress)
+    results: list = [None] * grid_rows
+    for task, slot, rows in zip(tasks, slots, outputs):
+        if task.kind == "lru-curve":
+            caps_needed, curve_rows = slot[0]
+            by_capacity = dict(zip(caps_needed, rows))
+            for c, position in curve_rows:
+                results[position] = _with_trace(dict(by_capacity[c]), names[task.trace], several)
+        else:
+            results[slot[0]] = _with_trace(rows[0], names[task.trace], several)
+
+    if not several:
+        info = per_trace[0]
+        return {"trace": traces[0].source, "block_size": info["block_size"], "warmup_fraction": float(warmup_fraction),
+                "window": info["window"], "num_requests": info["num_requests"], "results": results}
+    sizes = {info["block_size"] for info in per_trace}
+    return {"trace": names, "traces": per_trace, "block_size": sizes.pop() if len(sizes) == 1 else None,
+            "warmup_fraction": float(warmup_fraction), "results": results}
+
+
+def _with_trace(row: dict, name: str, several: bool) -> dict:
+    if not several:
         return row
-
-    if jobs > 1:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(one, grid))
-    else:
-        results = [one(job) for job in grid]
-    warmup = warmup_count(len(trace), warmup_fraction)
-    return {
-        "trace": trace.source,
-        "block_size": int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE),
-        "warmup_fraction": float(warmup_fraction),
-        "window": window_text(warmup, len(trace)),
-        "num_requests": len(trace),
-        "results": results,
-    }
+    return {"trace": name, **row}
 
 
 def points_to_rows(results: list[dict]) -> list[dict]:
@@ -115,4 +177,3 @@ def points_to_rows(results: list[dict]) -> list[dict]:
         row.pop("counters", None)
         rows.append(row)
     return rows
-
