@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
-
 try:
     from numba import njit
 

@@ -22,6 +22,15 @@ def _figure(width: float = 7.5, height: float = 4.2):
     return fig, fig.add_subplot()
 
 
+def _finish(fig, ax, title: str, legend: bool, which: str = "major"):
+    ax.grid(True, which=which, alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if legend:
+        ax.legend(fontsize=8)
+    return fig
+
+
 def _label(row: dict) -> str:
     params = row.get("params") or {}
     if isinstance(params, dict):
@@ -57,12 +66,7 @@ def curves_figure(results: list[dict], *, title: str = "", bytes_per_block: int 
     ax.set_xlabel(unit + (f", {capacity_note}" if capacity_note else ""))
     ax.set_ylabel("hit rate (% of prompt tokens)")
     ax.set_ylim(bottom=0)
-    ax.grid(True, which="both", alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=10)
-    if lines or ceilings:
-        ax.legend(fontsize=8)
-    return fig
+    return _finish(fig, ax, title, legend=bool(lines or ceilings), which="both")
 
 
 def over_time_figure(series: dict[str, list[dict]], *, title: str = "", x: str = "requests"):
@@ -77,12 +81,7 @@ def over_time_figure(series: dict[str, list[dict]], *, title: str = "", x: str =
     ax.set_xlabel("request number (end of window)" if x == "requests" else "trace time (s, end of window)")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=10)
-    if series:
-        ax.legend(fontsize=8)
-    return fig
+    return _finish(fig, ax, title, legend=bool(series))
 
 
 def request_histogram_figure(rates: dict, *, title: str = ""):
@@ -95,12 +94,7 @@ def request_histogram_figure(rates: dict, *, title: str = ""):
         ax.hist(100 * np.asarray(values), bins=bins, histtype="step", linewidth=1.4, label=label)
     ax.set_xlabel("hit rate of one request (% of its prompt tokens)")
     ax.set_ylabel("requests")
-    ax.grid(True, alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=10)
-    if rates:
-        ax.legend(fontsize=8)
-    return fig
+    return _finish(fig, ax, title, legend=bool(rates))
 
 
 def figure_bytes(fig, fmt: str) -> bytes:

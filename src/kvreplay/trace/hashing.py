@@ -30,14 +30,14 @@ import gzip
 import hashlib
 import math
 import os
-import tempfile
 import zlib
 from typing import Annotated, Callable, Union
 
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError, OutputError, TraceError
+from ..errors import ConfigError, TraceError
+from ..output.report import atomic_output
 from .mooncake import INT64_MAX, _describe, _open
 
 DEFAULT_BLOCK_SIZE = 512
@@ -237,34 +237,9 @@ def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, to
             stream.close()
 
 
-def _temp_beside(out_path: str):
-    if os.path.isdir(out_path):
-        raise OutputError(out_path, "is a directory, expected a file name")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(out_path)))
-    except OSError as e:
-        raise OutputError(out_path, f"cannot write: {e.strerror}") from None
-    return os.fdopen(fd, "wb", buffering=1 << 20), tmp
-
-
 def _convert(name: str, stream, out_path: str, block_size: int, encode, default_salt: str, keep_hashes: bool) -> dict:
-    out, tmp = _temp_beside(out_path)
-    try:
+    with atomic_output(out_path) as out:
         summary = _stream(name, stream, out, block_size, encode, default_salt, keep_hashes)
-        out.close()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, out_path)
-    except BaseException as e:
-        out.close()
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            raise OutputError(out_path, f"cannot write: {e.strerror or e}") from None
-        raise
     summary.update(source=name, output=out_path)
     return summary
 

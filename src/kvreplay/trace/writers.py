@@ -25,16 +25,15 @@ as it was. A name ending in ``.gz`` is gzip-compressed; ``-`` writes standard ou
 
 from __future__ import annotations
 
-import gzip
 import os
 import sys
-import tempfile
 from contextlib import contextmanager
 
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError, OutputError
+from ..errors import ConfigError
+from ..output.report import atomic_output as _atomic_output
 from .model import Trace
 
 WRITE_FORMATS = ("mooncake", "bailian")
@@ -82,42 +81,16 @@ def refuse_overwrite(output, inputs) -> None:
 
 @contextmanager
 def atomic_output(path):
-    """A binary stream for `path`: a temporary file in its directory, renamed over `path` when
-    the block ends without error, deleted otherwise. Gzip when the name ends in .gz; "-" is
-    standard output (not atomic, of course)."""
+    """A binary stream for `path`, written atomically (output/report.py), gzip when the name ends
+    in .gz; "-" is standard output (not atomic, of course)."""
     path = os.fspath(path)
     if path == "-":
         out = sys.stdout.buffer
         yield out
         out.flush()
         return
-    if os.path.isdir(path):
-        raise OutputError(path, "is a directory, expected a file name")
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise OutputError(path, f"cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if path.endswith(".gz"):
-                # mtime=0 and no name in the header: the same trace always gives the same bytes.
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as zipped:
-                    yield zipped
-            else:
-                yield raw
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            raise OutputError(path, f"cannot write: {e.strerror or e}") from None
-        raise
+    with _atomic_output(path, compress=path.endswith(".gz")) as out:
+        yield out
 
 
 def _stamps_ms(timestamp: np.ndarray) -> list:
