@@ -25,6 +25,7 @@ from ..errors import ConfigError, TraceError
 from .model import Trace, frozen
 from .mooncake import (
     INT64_MAX, MAX_REPORTED_LINES, _Chunk, _chunks, _dense_ids, _describe, _finite, _is_int, _open, _parse_int_lists,
+    decode_object, hash_id_list, non_negative_int,
 )
 
 BLOCK_SIZE = 16
@@ -54,29 +55,13 @@ class _BailianChunk(_Chunk):
         self.chats, self.parents, self.lines = chats, parents, lines
 
 
-def _non_negative_int(path, line, obj, key):
-    value = obj[key]
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not _is_int(value) or value < 0:
-        raise TraceError(path, f"expected a non-negative integer, got {_describe(obj[key])}", line, key)
-    if value > INT64_MAX:
-        raise TraceError(path, f"{value} is too large (the limit is 2**63-1)", line, key)
-    return value
-
-
 def _check_record(path: str, line: int, text: bytes):
     """Decode and validate one line; return (hash_ids, input_length, timestamp_ms, output_length, chat, parent)."""
-    try:
-        obj = msgspec.json.decode(text)
-    except msgspec.DecodeError as e:
-        raise TraceError(path, f"invalid JSON ({e})", line) from None
-    if not isinstance(obj, dict):
-        raise TraceError(path, f"expected a JSON object, got {_describe(obj)}", line)
+    obj = decode_object(path, line, text)
     for key in ("chat_id", "parent_chat_id", "timestamp", "input_length", "hash_ids"):
         if key not in obj:
             raise TraceError(path, "missing", line, key)
-    chat = _non_negative_int(path, line, obj, "chat_id")
+    chat = non_negative_int(path, line, obj, "chat_id")
     parent = obj["parent_chat_id"]
     if isinstance(parent, float) and parent.is_integer():
         parent = int(parent)
@@ -86,14 +71,9 @@ def _check_record(path: str, line: int, text: bytes):
     stamp = obj["timestamp"]
     if not (_is_int(stamp) or isinstance(stamp, float)) or not _finite(stamp) or not _finite(stamp * 1000.0):
         raise TraceError(path, f"expected a number of seconds, got {_describe(stamp)}", line, "timestamp")
-    length = _non_negative_int(path, line, obj, "input_length")
-    ids = obj["hash_ids"]
-    if not isinstance(ids, list):
-        raise TraceError(path, f"expected a list of integers or strings, got {_describe(ids)}", line, "hash_ids")
-    for j, h in enumerate(ids):
-        if not (_is_int(h) or isinstance(h, str)):
-            raise TraceError(path, f"item {j} is {_describe(h)}, expected an integer or a string", line, "hash_ids")
-    out = 0 if obj.get("output_length") is None else _non_negative_int(path, line, obj, "output_length")
+    length = non_negative_int(path, line, obj, "input_length")
+    ids = hash_id_list(path, line, obj)
+    out = 0 if obj.get("output_length") is None else non_negative_int(path, line, obj, "output_length")
     kind = obj.get("type")
     if kind is not None and not isinstance(kind, str):
         raise TraceError(path, f"expected a string, got {_describe(kind)}", line, "type")
@@ -135,7 +115,7 @@ def _fast_chunk(first_line: int, data: bytes) -> _BailianChunk | None:
     stamps = np.fromiter((r.timestamp for r in recs), dtype=np.float64, count=n) * 1000.0
     outs = np.fromiter((r.output_length for r in recs), dtype=np.float64, count=n)
     if (lengths < 0).any() or (chats < 0).any() or (parents < -1).any() or (outs < 0).any() \
-            or (outs >= 2.0**63).any() or (outs != np.floor(outs)).any() or not np.isfinite(stamps).all():
+            or (outs >= 2.0**53).any() or (outs != np.floor(outs)).any() or not np.isfinite(stamps).all():
         return None
     return _BailianChunk(ids[:found], counts, lengths, stamps, outs.astype(np.int64), chats, parents, line_numbers)
 

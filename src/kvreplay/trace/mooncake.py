@@ -162,44 +162,55 @@ def _finite(x) -> bool:
         return False
 
 
-def _check_record(path: str, line: int, text: bytes):
-    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length)."""
+def decode_object(path: str, line: int, text: bytes) -> dict:
+    """One line's JSON object, or a TraceError naming the line (shared by the line readers)."""
     try:
         obj = msgspec.json.decode(text)
     except msgspec.DecodeError as e:
         raise TraceError(path, f"invalid JSON ({e})", line) from None
     if not isinstance(obj, dict):
         raise TraceError(path, f"expected a JSON object, got {_describe(obj)}", line)
-    if "input_length" not in obj:
-        raise TraceError(path, "missing", line, "input_length")
-    length = obj["input_length"]
-    if isinstance(length, float) and length.is_integer():
-        length = int(length)
-    if not _is_int(length) or length < 0:
-        raise TraceError(path, f"expected a non-negative integer, got {_describe(obj['input_length'])}", line, "input_length")
-    if length > INT64_MAX:
-        raise TraceError(path, f"{length} is too large (the limit is 2**63-1)", line, "input_length")
-    if "hash_ids" not in obj:
-        raise TraceError(path, "missing", line, "hash_ids")
+    return obj
+
+
+def non_negative_int(path: str, line: int, obj: dict, key: str) -> int:
+    """obj[key] as an int >= 0 (a whole float like 100.0 is accepted), at most 2**63-1."""
+    value = obj[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not _is_int(value) or value < 0:
+        raise TraceError(path, f"expected a non-negative integer, got {_describe(obj[key])}", line, key)
+    if value > INT64_MAX:
+        raise TraceError(path, f"{value} is too large (the limit is 2**63-1)", line, key)
+    return value
+
+
+def hash_id_list(path: str, line: int, obj: dict) -> list:
+    """obj["hash_ids"], checked to be a list of integers or strings."""
     ids = obj["hash_ids"]
     if not isinstance(ids, list):
         raise TraceError(path, f"expected a list of integers or strings, got {_describe(ids)}", line, "hash_ids")
     for j, h in enumerate(ids):
         if not (_is_int(h) or isinstance(h, str)):
             raise TraceError(path, f"item {j} is {_describe(h)}, expected an integer or a string", line, "hash_ids")
+    return ids
+
+
+def _check_record(path: str, line: int, text: bytes):
+    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length)."""
+    obj = decode_object(path, line, text)
+    for key in ("input_length", "hash_ids"):
+        if key not in obj:
+            raise TraceError(path, "missing", line, key)
+    length = non_negative_int(path, line, obj, "input_length")
+    ids = hash_id_list(path, line, obj)
     stamp = obj.get("timestamp")
     if stamp is None:
         stamp = 0.0
     elif not (_is_int(stamp) or isinstance(stamp, float)) or not _finite(stamp):
         raise TraceError(path, f"expected a number, got {_describe(stamp)}", line, "timestamp")
-    out = obj.get("output_length")
-    if out is None:
-        out = 0
-    elif not (_is_int(out) or (isinstance(out, float) and out.is_integer())) or out < 0:
-        raise TraceError(path, f"expected a non-negative integer, got {_describe(out)}", line, "output_length")
-    elif out > INT64_MAX:
-        raise TraceError(path, f"{_describe(out)} is too large (the limit is 2**63-1)", line, "output_length")
-    return ids, length, float(stamp), int(out)
+    out = 0 if obj.get("output_length") is None else non_negative_int(path, line, obj, "output_length")
+    return ids, length, float(stamp), out
 
 
 class _Chunk:
