@@ -13,6 +13,7 @@ import html
 import numpy as np
 
 from ..analysis import metrics
+from ..analysis.stats import stats as trace_stats
 from ..analysis.sweep import sweep
 from ..engine.replay import replay
 from ..errors import ConfigError
@@ -59,6 +60,7 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
     span_ms = float(trace.timestamp.max() - trace.timestamp.min()) if len(trace) else 0.0
     return {
         "trace": {**trace.summary(), "time_span_s": span_ms / 1000.0},
+        "stats": trace_stats(trace, block_size),
         "block_size": curve["block_size"],
         "window": curve["window"],
         "warmup_fraction": warmup_fraction,
@@ -168,8 +170,13 @@ def render(data: dict, *, title: str = "kvreplay report") -> str:
     rows = [["requests", _n(t["num_requests"])], ["prompt tokens", _n(t["total_prompt_tokens"])],
             ["block accesses", _n(t["num_block_accesses"])], ["unique blocks", _n(t["num_unique_blocks"])],
             ["time span", f"{t['time_span_s']:,.1f} s"]]
-    if "num_sessions" in t:
-        rows.append(["sessions", _n(t["num_sessions"])])
+    st = data["stats"]
+    rows.append(["request rate", f"{st['request_rate_per_s']:,.3f} per second"])
+    for key, label in (("input_length", "prompt length (tokens)"), ("output_length", "output length (tokens)")):
+        d = st[key]
+        rows.append([label, f"mean {d['mean']:,.0f}, p50 {d['p50']:,}, p90 {d['p90']:,}, p99 {d['p99']:,}, max {d['max']:,}"])
+    if st.get("sessions"):
+        rows.append(["sessions", f"{st['sessions']['num_sessions']:,} (mean {st['sessions']['mean_turns']:.1f} requests each)"])
     if ceiling is not None:
         rows.append(["infinite-cache hit rate (nothing ever evicted)", _pct(ceiling)])
     parts.append(_table(["", "value"], rows, [False, True]))
