@@ -371,6 +371,7 @@ def _cmd_run(args) -> int:
     from .policies.registry import get_policy
 
     params = _given_params(args, args.policy)
+    _check_output_dir(args.output)
     capacity = args.capacity
     if capacity is None and get_policy(args.policy).capacity == "required":
         capacity = 4096
@@ -534,6 +535,15 @@ MRC_COLUMNS = [
 ]
 
 
+def _check_output_dir(*paths) -> None:
+    """Fail before a long run, not after it, when an output's directory does not exist."""
+    from .errors import OutputError
+
+    for path in paths:
+        if path and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise OutputError(path, "cannot write: No such file or directory")
+
+
 def _check_table_output(args) -> None:
     if args.output and not args.output.lower().endswith((".json", ".csv")):
         raise ConfigError(f"--output {args.output}: the name must end in .json or .csv")
@@ -541,6 +551,7 @@ def _check_table_output(args) -> None:
         from .output.plot import check_plot_path
 
         check_plot_path(args.plot)
+    _check_output_dir(args.output, getattr(args, "plot", None))
 
 
 def _cmd_mrc(args) -> int:
@@ -801,6 +812,7 @@ def _cmd_report(args) -> int:
     from .output.html import report_html
     from .output.report import write_atomic
 
+    _check_output_dir(args.output)
     trace = _load(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     capacities, budget = _resolve_budget(args, trace, args.capacities)

@@ -56,3 +56,16 @@ def test_sweep_each_keeps_traces_apart(tmp_path, capsys):
         ("t.jsonl", "lru", 12), ("t.jsonl", "infinite", 12), ("u.jsonl", "lru", 8), ("u.jsonl", "infinite", 8)]
     assert captured.err == ""  # no progress bar when stderr is not a terminal
     assert (tmp_path / "each.svg").exists()
+
+
+def test_missing_output_directory_fails_before_reading_the_trace(tmp_path, capsys):
+    # The trace is broken too: the output's error comes first, so nothing ran.
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"input_length": "x"}\n')
+    for args in (["report", str(broken), "-o", str(tmp_path / "no" / "r.html")],
+                 ["run", str(broken), "-o", str(tmp_path / "no" / "r.json")],
+                 ["sweep", str(broken), "-o", str(tmp_path / "no" / "s.csv")],
+                 ["mrc", str(broken), "--plot", str(tmp_path / "no" / "m.png")]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "cannot write: No such file or directory" in err and "broken.jsonl:1" not in err
