@@ -337,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     sy = sub.add_parser("synth", help="generate a synthetic workload (chat, RAG, agent sessions), or one like a trace")
     sy.add_argument("--output", "-o", required=True, help="the Mooncake JSONL file to write (atomically; .gz compresses; - for stdout)")
     sy.add_argument("--like", metavar="TRACE", help="fit the generator to this trace and keep its statistics")
+    sy.add_argument("--like-model", choices=("sessions", "prefixes"), default=None,
+                    help="--like: fit sessions with one level of shared prompts (default), or resample requests and "
+                         "copy their shared prefixes (nested prefixes, exact length distribution; docs/synth.md)")
     sy.add_argument("--scale-requests", type=float, default=None, metavar="K", help="--like: K times as many requests (default 1)")
     sy.add_argument("--speedup", type=float, default=None, metavar="K", help="--like: arrivals and think times K times faster (default 1)")
     sy.add_argument("--requests", type=_positive_int, default=None, help="requests to generate (default 10000; --like: the trace's count x K)")
@@ -713,7 +716,7 @@ def _cmd_stats(args) -> int:
 
 def _cmd_synth(args) -> int:
     from .analysis.stats import stats
-    from .trace.synth import compare_table, sessions_of, synth, synth_like
+    from .trace.synth import compare_table, sessions_of, synth, synth_like, synth_like_prefixes
     from .trace.writers import refuse_overwrite, write_trace
 
     knobs = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, *_ in _SYNTH_KNOBS}
@@ -731,15 +734,16 @@ def _cmd_synth(args) -> int:
             if args.scale_requests is not None:
                 raise ConfigError("--requests and --scale-requests: give one of them")
             scale = args.requests / len(original)
-        trace = synth_like(original, scale_requests=scale, speedup=args.speedup if args.speedup is not None else 1.0,
-                           block_size=args.block_size, seed=args.seed)
+        like = synth_like_prefixes if args.like_model == "prefixes" else synth_like
+        trace = like(original, scale_requests=scale, speedup=args.speedup if args.speedup is not None else 1.0,
+                     block_size=args.block_size, seed=args.seed)
         write_trace(trace, args.output, format="mooncake")
         sessions = len(set(sessions_of(original, trace.block_size)[2].tolist()))
         print(f"{args.output}: {len(trace):,} requests like {original.source}, block size {trace.block_size}; "
               "rates are token-weighted over the whole trace", file=out)
         print(compare_table(stats(original, trace.block_size), stats(trace), sessions), file=out)
         return 0
-    for flag in ("--scale-requests", "--speedup"):
+    for flag in ("--scale-requests", "--speedup", "--like-model"):
         if getattr(args, flag[2:].replace("-", "_")) is not None:
             raise ConfigError(f"{flag} applies only with --like TRACE")
     trace = synth(args.requests or 10_000, block_size=args.block_size or 512, seed=args.seed,

@@ -558,3 +558,86 @@ def compare_table(original: dict, synthetic: dict, original_sessions: int | None
     lines = [f"{'':{widths[0]}}  {'original':>{widths[1]}}  {'synthetic':>{widths[2]}}"]
     lines += [f"{a:{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# --like by prefix copying: any prefix tree, not only one level of shared prompts
+
+PARENT_SEARCH = 1024  # requests looked at, backwards from the drawn distance, for a long-enough parent
+
+
+@_njit(cache=True, nogil=True)
+def _copy_prefixes(num_blocks_of, shared, distance, offsets, blocks):  # pragma: no cover - compiled
+    """Fill `blocks`: request j copies the first min(shared[j], len(parent)) blocks of its parent
+    (the request `distance[j]` before it, or the nearest one before that holding `shared[j]`
+    blocks, within PARENT_SEARCH), then takes fresh ids. Returns the number of ids used."""
+    next_id = 0
+    for j in range(offsets.shape[0] - 1):
+        start = offsets[j]
+        take = 0
+        if shared[j] > 0 and j - distance[j] >= 0:
+            best, best_len = -1, -1
+            q = j - distance[j]
+            stop = max(q - PARENT_SEARCH, -1)
+            while q > stop:
+                if num_blocks_of[q] >= shared[j]:
+                    best, best_len = q, num_blocks_of[q]
+                    break
+                if num_blocks_of[q] > best_len:
+                    best, best_len = q, num_blocks_of[q]
+                q -= 1
+            if best >= 0:
+                take = min(shared[j], best_len)
+                for t in range(take):
+                    blocks[start + t] = blocks[offsets[best] + t]
+        for t in range(start + take, offsets[j + 1]):
+            blocks[t] = next_id
+            next_id += 1
+    return next_id
+
+
+def synth_like_prefixes(trace: Trace, *, scale_requests: float = 1.0, speedup: float = 1.0,
+                        block_size: int | None = None, seed: int = 0) -> Trace:
+    """A synthetic trace with `trace`'s prefix structure, by resampling requests.
+
+    For every request i of the trace: k_i = the blocks it shares with earlier requests (its
+    infinite-cache hit blocks), d_i = how many requests back the latest holder of those blocks is,
+    its block count, prompt and output length, and the time since the previous request. Synthetic
+    request j draws one such record (uniformly, with replacement), copies the first k blocks of the
+    request d before it (or of the nearest earlier one holding k blocks), and fills the rest with new
+    blocks; arrivals keep the drawn gaps (divided by `speedup`). Shared prefixes nest to any depth,
+    as in the trace, and a request's hits under an infinite cache are the drawn request's whenever
+    a long enough parent is found.
+    """
+    from ..engine.replay import DEFAULT_BLOCK_SIZE
+
+    scale_requests = _positive("scale_requests", scale_requests)
+    speedup = _positive("speedup", speedup)
+    if len(trace) == 0:
+        raise ConfigError("cannot fit a model to an empty trace")
+    bs = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
+    n0 = len(trace)
+    hit_blocks = np.zeros(n0, np.int64)
+    parent = np.zeros(n0, np.int64)
+    _parents(trace.offsets, trace.blocks, int(trace.num_blocks), hit_blocks, parent)
+    distance = np.where(hit_blocks > 0, np.arange(n0) - parent, 0)
+    counts = np.diff(trace.offsets)
+    order = np.argsort(trace.timestamp, kind="stable")
+    gaps = np.zeros(n0)
+    gaps[order[1:]] = np.diff(trace.timestamp[order])
+
+    n = max(1, int(round(n0 * scale_requests)))
+    rng = np.random.default_rng([seed, 1])
+    pick = rng.integers(0, n0, n)
+    num_blocks_of = counts[pick]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(num_blocks_of, out=offsets[1:])
+    blocks = np.empty(int(offsets[-1]), dtype=np.int64)
+    used = _copy_prefixes(num_blocks_of, hit_blocks[pick], distance[pick], offsets, blocks)
+    time = np.cumsum(gaps[pick] / speedup)
+    return Trace(
+        offsets=offsets, blocks=blocks.astype(np.int32), input_length=trace.input_length[pick],
+        output_length=trace.output_length[pick], timestamp=time - time[0], num_blocks=int(used), block_size=bs,
+        source=f"synthetic like {trace.source} (prefix copy, seed {seed}, x{scale_requests:g} requests, x{speedup:g} speed)",
+        format="synthetic",
+    )
