@@ -37,7 +37,13 @@ class _FastRecord(msgspec.Struct, gc=False):
     output_length: float = 0.0
 
 
-_fast_decoder = msgspec.json.Decoder(list[_FastRecord])
+_fast_decoder = msgspec.json.Decoder(_FastRecord)
+
+
+def _count_byte(data, byte: int, end: int | None = None) -> int:
+    """How many times `byte` occurs in data[:end] (numpy compares whole vectors at a time:
+    about twice as fast as bytes.count)."""
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8, count=-1 if end is None else end) == byte))
 
 
 def _open(path: str):
@@ -82,7 +88,7 @@ def _chunks(path: str, stream) -> Iterator[tuple[int, bytes]]:
             continue
         rest = data[cut + 1:]
         yield line_no, data[:cut]
-        line_no += data.count(b"\n", 0, cut) + 1
+        line_no += _count_byte(data, 10, cut) + 1
 
 
 def _parse_int_lists_py(buf, ids, counts):
@@ -225,24 +231,24 @@ class _Chunk:
 def _fast_chunk(data: bytes) -> _Chunk | None:
     """Parse a chunk whose records are all valid with integer ids; None when the slow path is needed.
 
-    The chunk's lines become one JSON array (empty lines are dropped first; a line of
-    only spaces makes the array invalid JSON and sends the chunk to the slow path). All
+    msgspec decodes the chunk's lines in one call (skipping empty ones); the chunk takes this
+    path only if that gives one record per non-empty line (a line of only spaces, two records on
+    a line or one record over two lines send it to the slow path, which names the line). All
     hash_ids lists, kept raw by msgspec, are joined and parsed in one compiled pass.
     """
-    data = data.strip()
-    while b"\n\n" in data:  # blank lines
-        data = data.replace(b"\n\n", b"\n")
-    if not data:
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    lines = int(np.count_nonzero(np.diff(ends, prepend=-1, append=len(data)) > 1))  # non-empty lines
+    if lines == 0:
         return _Chunk(np.zeros(0, np.int64), np.zeros(0, np.int64), *(np.zeros(0, t) for t in (np.int64, np.float64, np.int64)))
     try:
-        recs = _fast_decoder.decode(b"[" + data.replace(b"\n", b",") + b"]")
+        recs = _fast_decoder.decode_lines(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     n = len(recs)
-    if n != data.count(b"\n") + 1:
-        return None  # two records on a line, or one record over two lines: let the slow path say where
+    if n != lines:
+        return None
     joined = b";".join([r.hash_ids for r in recs])  # "[1, 2];[];[3]"
-    ids = np.empty(joined.count(b",") + n, dtype=np.int64)  # at most one id per comma, plus one per list
+    ids = np.empty(_count_byte(joined, 44) + n, dtype=np.int64)  # at most one id per comma, plus one per list
     counts = np.empty(n, dtype=np.int64)
     found = _parse_int_lists(np.frombuffer(joined, dtype=np.uint8), ids, counts)
     if found < 0:
