@@ -633,12 +633,22 @@ def _read_for_writing(args):
     return load_trace(args.input, format=args.from_format, on_invalid=args.on_invalid, keep_ids=args.keep_ids)
 
 
+def _block_size_note(trace, to: str) -> None:
+    """Mooncake files do not record a block size (replays assume 512): say how to replay this one."""
+    from .engine.replay import DEFAULT_BLOCK_SIZE
+
+    if to == "mooncake" and trace.block_size not in (None, DEFAULT_BLOCK_SIZE):
+        print(f"kvreplay: note: the blocks are {trace.block_size} tokens and Mooncake files do not say so: "
+              f"replay the output with --block-size {trace.block_size}", file=sys.stderr)
+
+
 def _cmd_convert(args) -> int:
     from .trace.writers import write_trace
 
     trace = _read_for_writing(args)
     write_trace(trace, args.output, args.to, original_ids=args.keep_ids)
     print(f"{trace.source}: {len(trace):,} requests ({trace.format}) -> {args.output} ({args.to})", file=sys.stderr)
+    _block_size_note(trace, args.to)
     return 0
 
 
@@ -658,6 +668,7 @@ def _cmd_slice(args) -> int:
     pct = 100 * part.total_prompt_tokens / total if total else 0.0
     share = (f"{pct:.1f}%" if pct >= 1 or pct == 0 else f"{pct:.2g}%") + " of prompt tokens" if total else "no prompt tokens"
     print(f"kept {len(part):,} of {len(trace):,} requests, {share} -> {args.output} ({to})", file=sys.stderr)
+    _block_size_note(part, to)
     return 0
 
 
@@ -682,6 +693,7 @@ def _cmd_merge(args) -> int:
         offsets = start_offsets_ms(traces, args.session_arrivals, args.session_spacing, args.seed)
     merged = merge(traces, namespace=not args.shared_ids, offsets_ms=offsets)
     write_trace(merged, args.output, args.to, original_ids=args.shared_ids)
+    _block_size_note(merged, args.to)
     print(f"merged {len(traces)} inputs: {len(merged):,} requests, {merged.num_sessions:,} sessions, "
           f"{merged.num_blocks:,} unique blocks -> {args.output} ({args.to})", file=sys.stderr)
     if merged.block_size is not None and not (args.to == "bailian" and merged.block_size == 16):

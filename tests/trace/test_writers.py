@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from conftest import MOONCAKE, shared_path
 from kvreplay.cli import main
 from kvreplay.errors import ConfigError, OutputError
+import kvreplay
 from kvreplay.trace import FORMATS, Trace, load_trace, writers
 from kvreplay.trace.writers import encode_trace, refuse_overwrite, write_trace
 from strategies import requests as request_lists
@@ -317,7 +318,8 @@ def test_convert_cli(tmp_path, capsysbinary):
         '"type": "text", "turn": 1, "hash_ids": [7, 3]}\n')
     # and back: the format is recognised from the first record
     assert in_process(capsysbinary, "convert", bailian, "-o", back, "--keep-ids") == \
-        (0, f"{bailian}: 1 requests (bailian) -> {back} (mooncake)\n")
+        (0, f"{bailian}: 1 requests (bailian) -> {back} (mooncake)\n"
+            "kvreplay: note: the blocks are 16 tokens and Mooncake files do not say so: replay the output with --block-size 16\n")
     assert back.read_text() == '{"timestamp": 1500, "input_length": 10, "output_length": 0, "hash_ids": [7, 3]}\n'
 
 
@@ -347,3 +349,25 @@ def test_convert_cli_errors(tmp_path, capsysbinary):
     with pytest.raises(SystemExit) as exit_:
         main(["convert", str(src), "-o", str(out), "--to", "csv"])
     assert exit_.value.code == 2 and b"invalid choice: 'csv'" in capsysbinary.readouterr().err
+
+
+def test_block_size_is_not_lost_silently(tmp_path, capsys):
+    from kvreplay.cli import main
+
+    # A trace of 64-token blocks: Bailian's reader would assume 16, so writing it as Bailian is
+    # refused; as Mooncake (replayed at 512 by default) it is written with a note on stderr.
+    trace = kvreplay.Trace.from_requests([([1, 2], 100), ([1, 2], 100)], block_size=64)
+    with pytest.raises(ConfigError, match="16-token blocks; this trace's are 64"):
+        write_trace(trace, tmp_path / "t.bailian.jsonl", "bailian")
+    assert not (tmp_path / "t.bailian.jsonl").exists()
+    write_trace(trace, tmp_path / "t.jsonl")
+    source = tmp_path / "claude.json"
+    source.write_text('{"block_size": 64, "hash_id_scope": "local", "requests": ['
+                      '{"t": 0, "type": "n", "in": 130, "out": 5, "hash_ids": [1, 2]},'
+                      '{"t": 1, "type": "n", "in": 130, "out": 5, "hash_ids": [1, 2]}]}')
+    assert main(["convert", str(source), "-o", str(tmp_path / "c.jsonl")]) == 0
+    assert "replay the output with --block-size 64" in capsys.readouterr().err
+    assert main(["convert", str(source), "-o", str(tmp_path / "c.b.jsonl"), "--to", "bailian"]) == 2
+    assert "16-token blocks" in capsys.readouterr().err
+    # Replayed at 64 the copy gives the original's hits: 2 blocks x 64 = 128 of 130 tokens.
+    assert kvreplay.replay(kvreplay.load_trace(tmp_path / "c.jsonl"), "infinite", None, 64).total_hit_tokens == 128

@@ -183,6 +183,9 @@ def _records_for(trace, fmt, table, sessions, start, stop):
     ]
 
 
+BAILIAN_BLOCK_SIZE = 16  # what the Bailian reader declares
+
+
 def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: bool = False) -> None:
     """Write `trace` to `path` in `format` ("mooncake" or "bailian"), one JSON object per line
     in trace order; atomically (temporary file + rename), gzip when the name ends in .gz,
@@ -191,9 +194,17 @@ def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: b
     original_ids: write the file's ids (``trace.original_ids``, from ``keep_ids=True``)
     instead of the dense ids 0..num_blocks-1.
 
+    Neither format records the block size: a Mooncake file is replayed at 512 unless --block-size
+    says otherwise, and a Bailian file at 16, so a trace with other blocks cannot be written as
+    Bailian (ConfigError).
+
     Raises ConfigError for an unknown format or missing original ids, OutputError when the
     file cannot be written (nothing is left behind then).
     """
+    if format == "bailian" and trace.block_size not in (None, BAILIAN_BLOCK_SIZE):
+        # The format has no block-size field and its reader assumes 16: anything else would replay wrong.
+        raise ConfigError(f"Bailian files have {BAILIAN_BLOCK_SIZE}-token blocks; this trace's are {trace.block_size} "
+                          "tokens: write it as mooncake and replay with --block-size")
     pieces = encode_trace(trace, format, original_ids=original_ids)
     first = next(pieces, b"")  # check the arguments before a file is created
     with atomic_output(path) as out:
