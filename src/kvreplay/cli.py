@@ -621,6 +621,7 @@ def _cmd_hash(args) -> int:
                        salt=args.salt, keep_hashes=args.keep_hashes)
     print(f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of {s['block_size']} "
           f"({s['unique_blocks']:,} unique) -> {s['output']}", file=sys.stderr)
+    _block_size_note(int(s["block_size"]))
     return 0
 
 
@@ -633,13 +634,15 @@ def _read_for_writing(args):
     return load_trace(args.input, format=args.from_format, on_invalid=args.on_invalid, keep_ids=args.keep_ids)
 
 
-def _block_size_note(trace, to: str) -> None:
-    """Mooncake files do not record a block size (replays assume 512): say how to replay this one."""
+def _block_size_note(trace, to: str = "mooncake") -> None:
+    """Mooncake files do not record a block size (replays assume 512): say how to replay this one.
+    `trace`: a Trace, or a block size."""
     from .engine.replay import DEFAULT_BLOCK_SIZE
 
-    if to == "mooncake" and trace.block_size not in (None, DEFAULT_BLOCK_SIZE):
-        print(f"kvreplay: note: the blocks are {trace.block_size} tokens and Mooncake files do not say so: "
-              f"replay the output with --block-size {trace.block_size}", file=sys.stderr)
+    size = trace if isinstance(trace, int) else trace.block_size
+    if to == "mooncake" and size not in (None, DEFAULT_BLOCK_SIZE):
+        print(f"kvreplay: note: the blocks are {size} tokens and Mooncake files do not say so: "
+              f"replay the output with --block-size {size}", file=sys.stderr)
 
 
 def _cmd_convert(args) -> int:
@@ -761,6 +764,7 @@ def _cmd_synth(args) -> int:
     trace = synth(args.requests or 10_000, block_size=args.block_size or 512, seed=args.seed,
                   **{k: v for k, v in knobs.items() if v is not None})
     write_trace(trace, args.output, format="mooncake")
+    _block_size_note(trace)
     print(f"{args.output}: {trace.source}: {len(trace):,} requests, {trace.total_prompt_tokens:,} prompt tokens, "
           f"{trace.num_blocks:,} unique blocks of {trace.block_size} tokens, {trace.num_sessions:,} sessions "
           f"(kvreplay stats {args.output} describes it)", file=out)

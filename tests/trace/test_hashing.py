@@ -371,7 +371,9 @@ def test_cli_hash_file(tmp_path):
     r = kv("hash", ROUNDTRIP, "-o", out, "--block-size", "4")
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout == b""
-    assert r.stderr.decode() == f"{ROUNDTRIP}: 6 requests, 56 tokens, 12 blocks of 4 (6 unique) -> {out}\n"
+    assert r.stderr.decode() == (f"{ROUNDTRIP}: 6 requests, 56 tokens, 12 blocks of 4 (6 unique) -> {out}\n"
+                                 "kvreplay: note: the blocks are 4 tokens and Mooncake files do not say so: "
+                                 "replay the output with --block-size 4\n")
     assert out.read_text() == ROUNDTRIP_OUT
 
 
