@@ -74,6 +74,8 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
         "budget_note": budget_note,
         "active_params": active_params,
         "price_source": metrics.PRICE_SOURCE,
+        "policy_summaries": [(spec.name, spec.summary) for spec in
+                             dict.fromkeys(parse_policy(p)[0] for p in swept)],
     }
 
 
@@ -231,7 +233,8 @@ def render(data: dict, *, title: str = "kvreplay report") -> str:
                  "<li><b>Hit tokens</b> of a request: min(k &times; block size, prompt tokens), k = its longest run of "
                  "leading blocks resident before the request touches the cache.</li>"
                  "<li><b>Capacity</b>: blocks the cache holds; GiB figures use the KV bytes per token of the model named.</li>"
-                 "<li>Policies are described in kvreplay's docs/policies.md.</li></ul>")
+                 + "".join(f"<li><b>{esc(name)}</b>: {esc(summary)}</li>" for name, summary in data.get("policy_summaries", []))
+                 + "<li>Every policy's exact behaviour is written down in kvreplay's docs/policies.md.</li></ul>")
     parts.append("</body></html>\n")
     return "".join(parts)
 
