@@ -21,11 +21,10 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError, TraceError
+from ..errors import TraceError
 from .model import Trace, frozen
 from .mooncake import (
-    INT64_MAX, MAX_REPORTED_LINES, _Chunk, _chunks, _dense_ids, _describe, _finite, _is_int, _open, _parse_int_lists,
-    _count_byte, decode_object, hash_id_list, non_negative_int,
+    INT64_MAX, MAX_REPORTED_LINES, _Chunk, _dense_ids, _describe, _finite, _is_int, _parse_int_lists, _count_byte, decode_object, empty_trace_error, hash_id_list, non_negative_int, read_chunks,
 )
 
 BLOCK_SIZE = 16
@@ -165,21 +164,7 @@ def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False
     "skip" drops bad records (also a repeated chat_id, and chains of parents that loop) and
     lists their lines in ``trace.invalid_records``.
     """
-    if on_invalid not in ("error", "skip"):
-        raise ConfigError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
-    name = "<stdin>" if path == "-" else str(path)
-    stream = _open(str(path))
-    chunks: list[_BailianChunk] = []
-    invalid: list[int] = []
-    try:
-        for first_line, data in _chunks(name, stream):
-            chunk = _fast_chunk(first_line, data)
-            if chunk is None:
-                chunk = _slow_chunk(name, first_line, data, on_invalid, invalid)
-            chunks.append(chunk)
-    finally:
-        if path != "-":
-            stream.close()
+    name, chunks, invalid = read_chunks(path, on_invalid, _fast_chunk, _slow_chunk)
     cat = {key: np.concatenate([getattr(c, key) for c in chunks]) if chunks else np.zeros(0, np.int64)
            for key in ("counts", "lengths", "stamps", "outs", "chats", "parents", "lines")}
     bad = _link_problems(name, cat, on_invalid)
@@ -188,8 +173,7 @@ def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False
         cat = _without(chunks, cat, bad)
     n = cat["lengths"].shape[0]
     if n == 0:
-        what = f"no valid records ({len(invalid)} invalid)" if invalid else "no requests (empty trace)"
-        raise TraceError(name, what)
+        raise empty_trace_error(name, invalid)
     root, _ = _roots(cat["chats"], cat["parents"])
     _, first, inverse = np.unique(root, return_index=True, return_inverse=True)
     session = np.argsort(np.argsort(first, kind="stable"), kind="stable")[inverse.reshape(-1)]

@@ -348,6 +348,33 @@ def _dense_ids(chunks: list[_Chunk], keep_ids: bool):
     return np.array(out, dtype=np.int32), len(table), (list(table) if keep_ids else None)
 
 
+def read_chunks(path, on_invalid: str, fast_chunk, slow_chunk) -> tuple[str, list, list[int]]:
+    """The line readers' loop: (name, parsed chunks, invalid line numbers). Each chunk of whole
+    lines goes through ``fast_chunk(first_line, data)``, or, when that returns None (anything
+    unusual), through ``slow_chunk(name, first_line, data, on_invalid, invalid)``, which checks
+    every line and names the bad one."""
+    if on_invalid not in ("error", "skip"):
+        raise ConfigError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
+    name = "<stdin>" if path == "-" else str(path)
+    stream = _open(str(path))
+    chunks: list = []
+    invalid: list[int] = []
+    try:
+        for first_line, data in _chunks(name, stream):
+            chunk = fast_chunk(first_line, data)
+            if chunk is None:
+                chunk = slow_chunk(name, first_line, data, on_invalid, invalid)
+            chunks.append(chunk)
+    finally:
+        if path != "-":
+            stream.close()
+    return name, chunks, invalid
+
+
+def empty_trace_error(name: str, invalid: list[int]) -> TraceError:
+    return TraceError(name, f"no valid records ({len(invalid)} invalid)" if invalid else "no requests (empty trace)")
+
+
 def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = False) -> Trace:
     """Read a Mooncake JSONL trace (plain, gzip, or "-" for stdin).
 
@@ -355,25 +382,10 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
     the file, line and field; "skip" drops bad records and lists them in
     ``trace.invalid_records``.
     """
-    if on_invalid not in ("error", "skip"):
-        raise ConfigError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
-    name = "<stdin>" if path == "-" else str(path)
-    stream = _open(str(path))
-    chunks: list[_Chunk] = []
-    invalid: list[int] = []
-    try:
-        for first_line, data in _chunks(name, stream):
-            chunk = _fast_chunk(data)
-            if chunk is None:
-                chunk = _slow_chunk(name, first_line, data, on_invalid, invalid)
-            chunks.append(chunk)
-    finally:
-        if path != "-":
-            stream.close()
+    name, chunks, invalid = read_chunks(path, on_invalid, lambda first_line, data: _fast_chunk(data), _slow_chunk)
     n = sum(c.lengths.shape[0] for c in chunks)
     if n == 0:
-        what = f"no valid records ({len(invalid)} invalid)" if invalid else "no requests (empty trace)"
-        raise TraceError(name, what)
+        raise empty_trace_error(name, invalid)
     blocks, num_blocks, original = _dense_ids(chunks, keep_ids)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.concatenate([c.counts for c in chunks]), out=offsets[1:])
