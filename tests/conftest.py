@@ -28,6 +28,17 @@ def shared_path(path: Path) -> Path:
     return path
 
 
+def write(tmp_path: Path, name: str, content) -> Path:
+    """A test file from text or bytes."""
+    p = tmp_path / name
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return p
+
+
+def jsonl(*records) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
 def golden_cases() -> list[dict]:
     if not GOLDEN.exists():
         return []

@@ -14,15 +14,9 @@ from kvreplay.trace import load_trace, mooncake
 from kvreplay.trace import bailian
 from kvreplay.trace.bailian import read_bailian
 
-from conftest import DATA
+from conftest import DATA, write
 
 CHAT = DATA / "bailian_chat.jsonl"
-
-
-def write(tmp_path, name, text):
-    p = tmp_path / name
-    p.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return p
 
 
 def rec(chat, parent=-1, ts=0.0, length=16, ids=(1,), **extra):

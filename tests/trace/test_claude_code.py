@@ -14,17 +14,11 @@ from kvreplay.errors import TraceError
 from kvreplay.trace import load_trace
 from kvreplay.trace.claude_code import read_claude_code
 
-from conftest import CLAUDE_CODE, DATA, shared_path
+from conftest import CLAUDE_CODE, DATA, shared_path, write
 
 A = DATA / "claude_a.json"
 B = DATA / "claude_b.json"
 SAMPLES = ["trace_0026.json", "trace_0291.json", "trace_0504.json"]
-
-
-def write(tmp_path, name, text):
-    p = tmp_path / name
-    p.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return p
 
 
 def test_columns_by_hand():

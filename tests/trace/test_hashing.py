@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import kvreplay
+from conftest import jsonl, write
 from kvreplay.errors import ConfigError, OutputError, TraceError
 from kvreplay.trace.hashing import chain_hashes, hash_token_log, root_hash
 
@@ -46,16 +47,6 @@ def sha(*parts: bytes) -> bytes:
 
 def le64(*tokens: int) -> bytes:
     return struct.pack(f"<{len(tokens)}q", *tokens)
-
-
-def write(tmp_path: Path, name: str, content) -> Path:
-    p = tmp_path / name
-    p.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return p
-
-
-def jsonl(*records) -> str:
-    return "".join(json.dumps(r) + "\n" for r in records)
 
 
 def leftovers(directory: Path) -> list[str]:

@@ -16,18 +16,12 @@ from kvreplay.errors import ConfigError, TraceError
 from kvreplay.trace import load_trace
 from kvreplay.trace.ops import sniff_format, trace_paths
 
-from conftest import DATA
+from conftest import DATA, write
 
 MOONCAKE = DATA / "mooncake_columns.jsonl"
 BAILIAN = DATA / "bailian_chat.jsonl"
 CLAUDE_A = DATA / "claude_a.json"
 CLAUDE_B = DATA / "claude_b.json"
-
-
-def write(tmp_path, name, text):
-    p = tmp_path / name
-    p.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return p
 
 
 def test_sniff_each_format(tmp_path):

@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from conftest import jsonl, write
 from kvreplay.errors import ConfigError, TraceError
 from kvreplay.trace import load_trace, mooncake
 
@@ -17,16 +18,6 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 REPO = Path(__file__).resolve().parents[2]
 SHARED_TRACES = REPO.parent / "shared" / "traces" / "mooncake"
 COLUMNS = DATA / "mooncake_columns.jsonl"
-
-
-def write(tmp_path: Path, name: str, content) -> Path:
-    p = tmp_path / name
-    p.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return p
-
-
-def jsonl(*records) -> str:
-    return "".join(json.dumps(r) + "\n" for r in records)
 
 
 def decoded(trace) -> list[list]:
