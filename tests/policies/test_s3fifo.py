@@ -156,3 +156,37 @@ def test_s3fifo_differs_from_lru(engine):
     lru = kvreplay.replay(trace, "lru", 4, 1, engine=engine)
     s3 = kvreplay.replay(trace, "s3fifo", 4, 1, engine=engine, small_ratio=0.5)
     assert lru.hit_tokens.tolist() != s3.hit_tokens.tolist()
+
+
+def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step():
+    """The compiled ghost queue is a ring with lazy deletion and compaction (policies/s3fifo.py);
+    after every access its live entries, oldest first, must be the reference's ghost FIFO."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from kvreplay.policies import s3fifo as s
+
+    rng = np.random.default_rng(7)
+    # capacity 4 at ratio 0.25: small 1, main 3, ghost 3 -> a ring of 2*3+2 = 8 slots.
+    state = s.make_state(4, SimpleNamespace(num_blocks=12), small_ratio=0.25)
+    ref = s.S3FIFO(4, small_ratio=0.25)
+    ring_size = state.ghost.shape[0]
+    full_before_insert = 0
+    for b in rng.integers(0, 12, 3000):
+        b = int(b)
+        if state.meta[s.G_COUNT] == ring_size:
+            full_before_insert += 1
+        s._access(state, b)
+        ref.access(b)
+        m = state.meta
+        live = []
+        for k in range(m[s.G_COUNT]):
+            i = (m[s.G_HEAD] + k) % ring_size
+            v = state.ghost[i]
+            if state.where[v] == s.IN_GHOST and state.ghost_slot[v] == i:
+                live.append(int(v))
+        assert live == list(ref.ghost)
+        assert m[s.G_SIZE] == len(ref.ghost)
+        assert sorted(np.flatnonzero(s.resident_mask(state)).tolist()) == sorted(ref.resident_blocks())
+    assert full_before_insert > 0  # the ring did fill up, so compaction ran

@@ -43,7 +43,7 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, list_append, list_unlink, njit_or_plain, register_kernel
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, njit_or_plain, register_kernel
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -135,16 +135,19 @@ class S3FIFO(ReferencePolicy):
 # ---- compiled engine ------------------------------------------------------------------------------
 
 NOWHERE, IN_SMALL, IN_MAIN, IN_GHOST = 0, 1, 2, 3
-# meta slots
-S_HEAD, S_SIZE, M_HEAD, M_SIZE, G_HEAD, G_TAIL, G_SIZE = 0, 1, 2, 3, 4, 5, 6
+# meta slots (G_HEAD: ring index of the ghost ring's oldest entry; G_COUNT: entries in the ring,
+# dead ones included; G_SIZE: live ghost entries)
+S_HEAD, S_SIZE, M_HEAD, M_SIZE, G_HEAD, G_COUNT, G_SIZE = 0, 1, 2, 3, 4, 5, 6
 SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ = 7, 8, 9, 10, 11
 ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS = 12, 13, 14, 15, 16
 META_SLOTS = 17
 
-# S and M are ring buffers (they only pop the head and push the tail); G needs removal
-# from the middle on a ghost hit, so it is a doubly linked list threaded through
-# per-block prev/next arrays (-1 = none).
-S3FIFOState = namedtuple("S3FIFOState", ["where", "freq", "small", "main", "ghost_prev", "ghost_next", "meta"])
+# S and M are ring buffers (they only pop the head and push the tail). G also loses entries from
+# the middle (a ghost hit), so it is a ring with lazy deletion: the entry at ring index i is live
+# iff its block is still IN_GHOST and ghost_slot[block] == i; a ghost hit just changes `where`,
+# and the dead entry is skipped when it reaches the head. A full ring is compacted (live entries
+# are at most half of it, so that is amortised O(1)). Fewer scattered writes than a linked list.
+S3FIFOState = namedtuple("S3FIFOState", ["where", "freq", "small", "main", "ghost", "ghost_slot", "meta"])
 
 
 def make_state(capacity: int, trace, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> S3FIFOState:
@@ -152,15 +155,15 @@ def make_state(capacity: int, trace, small_ratio: float = 0.1, max_freq: int = 3
     small_cap, main_cap, ghost_cap = queue_sizes(capacity, small_ratio, max_freq, ghost_freq)
     meta = np.zeros(META_SLOTS, dtype=np.int64)
     meta[[SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ]] = small_cap, main_cap, ghost_cap, max_freq, ghost_freq
-    meta[[G_HEAD, G_TAIL]] = -1
-    # Neither queue can hold more distinct blocks than the trace has.
+    # No queue can hold more distinct blocks than the trace has.
+    live_ghosts = max(1, min(ghost_cap, num_blocks))
     return S3FIFOState(
         where=np.zeros(num_blocks, dtype=np.int8),
         freq=np.zeros(num_blocks, dtype=np.int8),
         small=np.zeros(max(1, min(small_cap, num_blocks)), dtype=np.int32),
         main=np.zeros(max(1, min(main_cap, num_blocks)), dtype=np.int32),
-        ghost_prev=np.full(num_blocks, -1, dtype=np.int32),
-        ghost_next=np.full(num_blocks, -1, dtype=np.int32),
+        ghost=np.zeros(2 * live_ghosts + 2, dtype=np.int32),
+        ghost_slot=np.zeros(num_blocks, dtype=np.int32),
         meta=meta,
     )
 
@@ -177,22 +180,55 @@ def resident_mask(state: S3FIFOState) -> np.ndarray:
 
 
 @njit_or_plain
-def _ghost_unlink(st, b):
-    m = st.meta
-    list_unlink(st.ghost_prev, st.ghost_next, m, G_HEAD, m, G_TAIL, b)
-    m[G_SIZE] -= 1
-    st.where[b] = NOWHERE
+def _ghost_drop_oldest(st):
+    """Pop ring entries from the head until one live entry is gone (dead ones are skipped)."""
+    m, ring = st.meta, st.ghost
+    n = ring.shape[0]
+    while m[G_COUNT] > 0:
+        i = m[G_HEAD]
+        v = ring[i]
+        m[G_HEAD] = wrap(i + 1, n)
+        m[G_COUNT] -= 1
+        if st.where[v] == IN_GHOST and st.ghost_slot[v] == i:
+            st.where[v] = NOWHERE
+            m[G_SIZE] -= 1
+            return
+
+
+@njit_or_plain
+def _ghost_compact(st):
+    """Keep only the live entries, in order, from the head on."""
+    m, ring = st.meta, st.ghost
+    n = ring.shape[0]
+    head = m[G_HEAD]
+    w = head
+    for k in range(m[G_COUNT]):
+        i = wrap(head + k, n)
+        v = ring[i]
+        if st.where[v] == IN_GHOST and st.ghost_slot[v] == i:
+            ring[w] = v
+            st.ghost_slot[v] = w
+            w = wrap(w + 1, n)
+    m[G_COUNT] = m[G_SIZE]
 
 
 @njit_or_plain
 def _ghost_insert(st, b):
     m = st.meta
     st.meta[EVICTIONS] += 1
-    if st.where[b] == IN_GHOST:
-        _ghost_unlink(st, b)
+    if st.where[b] == IN_GHOST:  # re-enters at the tail (not reached from S or M, kept for the spec)
+        st.where[b] = NOWHERE
+        m[G_SIZE] -= 1
     elif m[G_SIZE] >= m[GHOST_CAP]:
-        _ghost_unlink(st, m[G_HEAD])
-    list_append(st.ghost_prev, st.ghost_next, m, G_HEAD, m, G_TAIL, b)
+        _ghost_drop_oldest(st)
+    ring = st.ghost
+    n = ring.shape[0]
+    if m[G_COUNT] == n:
+        _ghost_compact(st)
+    i = wrap(m[G_HEAD] + m[G_COUNT], n)
+    ring[i] = b
+    st.ghost_slot[b] = i
+    m[G_COUNT] += 1
     m[G_SIZE] += 1
     st.where[b] = IN_GHOST
 
@@ -253,7 +289,9 @@ def _access(st, b):
         if st.freq[b] < st.meta[MAX_FREQ]:
             st.freq[b] += 1
     elif w == IN_GHOST:
-        _ghost_unlink(st, b)
+        # Leave G first: the ring entry is dead from now on (and _admit_main may push to G).
+        st.where[b] = NOWHERE
+        st.meta[G_SIZE] -= 1
         st.meta[GHOST_HITS] += 1
         _admit_main(st, b, st.meta[GHOST_FREQ])
     else:
