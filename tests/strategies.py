@@ -1,4 +1,4 @@
-"""Random traces and the engine-agreement check shared by the differential tests."""
+"""Random traces, small-trace builders and the agreement checks shared by the policy tests."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 import kvreplay
+from conftest import MOONCAKE, shared_path
+from spec_model import oracle_replay
 
 
 @st.composite
@@ -43,14 +45,48 @@ def engines_agree(trace, policy, capacity, block_size, **params):
     return ref, comp
 
 
-def zipf_trace(seed, num_requests=3000, num_blocks=300):
-    """Thousands of requests over a few hundred blocks with Zipf-like reuse (1 to 5 blocks each,
-    block_size 16 with a partial last block)."""
+def zipf_requests(seed, num_requests=1500, num_blocks=300, pool=4000):
+    """Thousands of requests over a few hundred blocks with Zipf-like reuse: (hash_ids,
+    input_length) with 1 to 5 blocks each, block_size 16 with a partial last block."""
     rng = np.random.default_rng(seed)
-    popular = (rng.zipf(1.3, size=6000) % num_blocks).tolist()
+    popular = (rng.zipf(1.3, size=pool) % num_blocks).tolist()
     reqs = []
     for i in range(num_requests):
         k = int(rng.integers(1, 6))
         ids = [popular[(i * 3 + j) % len(popular)] for j in range(k)]
         reqs.append((ids, k * 16 - int(rng.integers(0, 16))))
-    return kvreplay.Trace.from_requests(reqs)
+    return reqs
+
+
+def zipf_trace(seed, num_requests=3000, num_blocks=300):
+    """zipf_requests as a Trace (a longer variant)."""
+    return kvreplay.Trace.from_requests(zipf_requests(seed, num_requests, num_blocks, pool=6000))
+
+
+def replay_blocks(policy, reqs, capacity, engine, block_size=1, **params):
+    """Replay hand-made requests: (hash_ids, input_length or None for len(hash_ids) * block_size)."""
+    trace = kvreplay.Trace.from_requests([(ids, len(ids) * block_size if length is None else length) for ids, length in reqs])
+    return kvreplay.replay(trace, policy, capacity, block_size, engine=engine, **params)
+
+
+def replay_singles(policy, blocks, capacity, engine, **params):
+    """Replay one single-block, one-token request per block (block_size 1)."""
+    return replay_blocks(policy, [([b], 1) for b in blocks], capacity, engine, **params)
+
+
+def assert_matches_oracle(report, reqs, oracle, block_size, size_of):
+    """The report equals `oracle` (a fresh cache object) driven by the spec's loop: per-request
+    hits, and the final size ``size_of(oracle)``."""
+    tokens, blocks = oracle_replay(reqs, oracle, block_size)
+    assert report.hit_tokens.tolist() == tokens
+    assert report.hit_blocks.tolist() == blocks
+    assert report.final_cache_blocks == size_of(oracle)
+
+
+def real_trace_engines_agree(policy, capacity, **params):
+    """Both engines on the Mooncake conversation trace at block size 512 (skips without
+    ../shared); the cache ends full. Returns the reference report."""
+    trace = kvreplay.load_trace(shared_path(MOONCAKE / "conversation_trace.jsonl"))
+    ref, comp = engines_agree(trace, policy, capacity, 512, **params)
+    assert ref.final_cache_blocks == capacity
+    return ref

@@ -3,7 +3,6 @@ per request, on random traces, over tiny, odd and round-half-even capacities and
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -11,7 +10,7 @@ from hypothesis import strategies as st
 import kvreplay
 from kvreplay.errors import ConfigError
 from spec_model import spec_replay
-from strategies import requests
+from strategies import requests, zipf_requests
 
 
 CAPACITIES = st.one_of(st.integers(1, 30), st.sampled_from([15, 25, 45, 4096]))
@@ -72,13 +71,7 @@ def test_lru_fifo_engines_match_spec(trace_and_size, capacity, policy):
 def test_long_traces_with_many_ghost_hits(seed, policy, capacity, params):
     # Thousands of requests over a few hundred blocks with Zipf-like reuse: queues wrap their
     # ring buffers many times and blocks cycle S -> G -> M -> G over and over.
-    rng = np.random.default_rng(seed)
-    popular = (rng.zipf(1.3, size=4000) % 300).tolist()
-    reqs = []
-    for i in range(1500):
-        k = int(rng.integers(1, 6))
-        ids = [popular[(i * 3 + j) % len(popular)] for j in range(k)]
-        reqs.append((ids, k * 16 - int(rng.integers(0, 16))))
+    reqs = zipf_requests(seed)
     check_all_engines(reqs, 16, policy, capacity, params)
     if policy == "s3fifo":
         r = kvreplay.replay(kvreplay.Trace.from_requests(reqs), policy, capacity, 16, **params)

@@ -14,12 +14,11 @@ from hypothesis import strategies as st
 
 import kvreplay
 from conftest import MOONCAKE, shared_path
-from strategies import engines_agree, zipf_trace, requests
+from strategies import engines_agree, replay_blocks, requests, zipf_trace
 
 
 def run(reqs, capacity, engine, block_size=1, policy="arc"):
-    trace = kvreplay.Trace.from_requests([(ids, len(ids) * block_size) for ids in reqs])
-    return kvreplay.replay(trace, policy, capacity, block_size, engine=engine)
+    return replay_blocks(policy, [(ids, None) for ids in reqs], capacity, engine, block_size)
 
 
 def singles(text):

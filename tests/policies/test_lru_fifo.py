@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import kvreplay
+from strategies import replay_singles
 
 
-def run(policy, blocks, capacity, engine):
-    trace = kvreplay.Trace.from_requests([([b], 1) for b in blocks])
-    return kvreplay.replay(trace, policy, capacity, 1, engine=engine)
+run = replay_singles  # run(policy, blocks, capacity, engine)
 
 
 def test_lru_hit_refreshes_recency(engine):

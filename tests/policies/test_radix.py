@@ -20,13 +20,12 @@ from kvreplay.errors import ConfigError
 from kvreplay.policies import radix
 from kvreplay.policies.radix import Radix
 from conftest import MOONCAKE, shared_path
-from strategies import requests
+from strategies import replay_blocks, requests
 
 
 def run(reqs, capacity, engine, block_size=1):
     """reqs: (hash_ids, input_length or None for len(hash_ids) * block_size)."""
-    trace = kvreplay.Trace.from_requests([(ids, len(ids) * block_size if length is None else length) for ids, length in reqs])
-    return kvreplay.replay(trace, "radix", capacity, block_size, engine=engine)
+    return replay_blocks("radix", reqs, capacity, engine, block_size)
 
 
 def full(*requests):

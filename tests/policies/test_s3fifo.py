@@ -13,11 +13,11 @@ import kvreplay
 from kvreplay.errors import ConfigError
 from kvreplay.policies.s3fifo import queue_sizes
 from spec_model import spec_replay
+from strategies import replay_blocks
 
 
 def run(requests, capacity, engine, block_size=1, **params):
-    trace = kvreplay.Trace.from_requests([(ids, len(ids) * block_size if length is None else length) for ids, length in requests])
-    return kvreplay.replay(trace, "s3fifo", capacity, block_size, engine=engine, **params)
+    return replay_blocks("s3fifo", requests, capacity, engine, block_size, **params)
 
 
 def singles(*blocks):

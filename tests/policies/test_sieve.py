@@ -8,21 +8,19 @@ tokens = hit blocks.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.errors import ConfigError
-from conftest import ENGINES, MOONCAKE, shared_path
-from spec_model import oracle_replay
-from strategies import engines_agree, requests
+from strategies import (
+    assert_matches_oracle, engines_agree, real_trace_engines_agree, replay_singles, requests, zipf_requests,
+)
 
 
 def run(blocks, capacity, engine, policy="sieve"):
-    trace = kvreplay.Trace.from_requests([([b], 1) for b in blocks])
-    return kvreplay.replay(trace, policy, capacity, 1, engine=engine)
+    return replay_singles(policy, blocks, capacity, engine)
 
 
 def test_hit_sets_visited_and_the_hand_skips_it(engine):
@@ -151,14 +149,9 @@ class PaperSieve:
 
 
 def check_engines(reqs, block_size, capacity):
-    trace = kvreplay.Trace.from_requests(reqs)
-    ref, comp = engines_agree(trace, "sieve", capacity, block_size)
+    ref, _ = engines_agree(kvreplay.Trace.from_requests(reqs), "sieve", capacity, block_size)
     oracle = PaperSieve(capacity)
-    tokens, blocks = oracle_replay(reqs, oracle, block_size)
-    final = len(oracle.T)
-    assert ref.hit_tokens.tolist() == tokens
-    assert ref.hit_blocks.tolist() == blocks
-    assert ref.final_cache_blocks == final
+    assert_matches_oracle(ref, reqs, oracle, block_size, lambda o: len(o.T))
     return ref, oracle
 
 
@@ -177,13 +170,7 @@ def test_engines_match_each_other_and_the_paper(trace_and_size, capacity):
 def test_long_zipf_trace(seed, capacity):
     # Thousands of requests over a few hundred blocks: the hand wraps many times and skips
     # visited blocks on most evictions.
-    rng = np.random.default_rng(seed)
-    popular = (rng.zipf(1.3, size=4000) % 300).tolist()
-    reqs = []
-    for i in range(1500):
-        k = int(rng.integers(1, 6))
-        ids = [popular[(i * 3 + j) % len(popular)] for j in range(k)]
-        reqs.append((ids, k * 16 - int(rng.integers(0, 16))))
+    reqs = zipf_requests(seed)
     ref, oracle = check_engines(reqs, 16, capacity)
     assert ref.counters["evictions"] > 900
     # skips: visited bits cleared by the hand; wraps: sweeps past the head back to the tail;
@@ -195,10 +182,5 @@ def test_long_zipf_trace(seed, capacity):
 
 @pytest.mark.parametrize("capacity", [1000, 16384])
 def test_real_trace_reference_equals_compiled(capacity):
-    trace = kvreplay.load_trace(shared_path(MOONCAKE / "conversation_trace.jsonl"))
-    ref, comp = (kvreplay.replay(trace, "sieve", capacity, 512, engine=e) for e in ENGINES)
-    assert np.array_equal(ref.hit_tokens, comp.hit_tokens)
-    assert np.array_equal(ref.hit_blocks, comp.hit_blocks)
-    assert ref.counters == comp.counters and ref.counters["evictions"] > 0
-    assert ref.final_cache_blocks == comp.final_cache_blocks == capacity
-    assert ref.stranded_blocks == comp.stranded_blocks
+    ref = real_trace_engines_agree("sieve", capacity)
+    assert ref.counters["evictions"] > 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,14 +17,14 @@ from hypothesis import strategies as st
 import kvreplay
 from kvreplay.errors import ConfigError
 from kvreplay.policies.twoq import queue_sizes
-from conftest import ENGINES, MOONCAKE, shared_path
-from spec_model import oracle_replay
-from strategies import requests
+from conftest import ENGINES
+from strategies import (
+    assert_matches_oracle, engines_agree, real_trace_engines_agree, replay_singles, requests, zipf_requests,
+)
 
 
 def run(blocks, capacity, engine, policy="2q", **params):
-    trace = kvreplay.Trace.from_requests([([b], 1) for b in blocks])
-    return kvreplay.replay(trace, policy, capacity, 1, engine=engine, **params)
+    return replay_singles(policy, blocks, capacity, engine, **params)
 
 
 def test_queue_sizes_round_half_to_even_and_at_least_one():
@@ -199,28 +198,16 @@ class Paper2Q:
 
 def check_engines(reqs, block_size, capacity, params):
     trace = kvreplay.Trace.from_requests(reqs)
-    results = []
-    for engine in ENGINES:
-        try:
-            results.append(kvreplay.replay(trace, "2q", capacity, block_size, engine=engine, **params))
-        except ConfigError:
-            results.append(None)
-    ref, comp = results
-    if ref is None or comp is None:
-        assert ref is None and comp is None, "engines disagree on whether the configuration is valid"
+    try:
+        ref, _ = engines_agree(trace, "2q", capacity, block_size, **params)
+    except ConfigError:
+        for engine in ENGINES:  # both engines must refuse the configuration
+            with pytest.raises(ConfigError):
+                kvreplay.replay(trace, "2q", capacity, block_size, engine=engine, **params)
         assert max(1, round(capacity * params.get("kin", 0.25))) >= capacity
         return None
-    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
-    assert comp.hit_blocks.tolist() == ref.hit_blocks.tolist()
-    assert comp.final_cache_blocks == ref.final_cache_blocks
-    assert comp.counters == ref.counters
-    assert comp.stranded_blocks == ref.stranded_blocks
     oracle = Paper2Q(capacity, **params)
-    tokens, blocks = oracle_replay(reqs, oracle, block_size)
-    final = len(oracle.A1in) + len(oracle.Am)
-    assert ref.hit_tokens.tolist() == tokens
-    assert ref.hit_blocks.tolist() == blocks
-    assert ref.final_cache_blocks == final
+    assert_matches_oracle(ref, reqs, oracle, block_size, lambda o: len(o.A1in) + len(o.Am))
     return ref
 
 
@@ -243,13 +230,7 @@ def test_engines_match_each_other_and_the_paper(trace_and_size, capacity, params
 def test_long_zipf_trace(seed, capacity, params):
     # Thousands of requests over a few hundred blocks: A1in's ring wraps, blocks cycle
     # A1in -> A1out -> Am and out again, and A1out overflows.
-    rng = np.random.default_rng(seed)
-    popular = (rng.zipf(1.3, size=4000) % 300).tolist()
-    reqs = []
-    for i in range(1500):
-        k = int(rng.integers(1, 6))
-        ids = [popular[(i * 3 + j) % len(popular)] for j in range(k)]
-        reqs.append((ids, k * 16 - int(rng.integers(0, 16))))
+    reqs = zipf_requests(seed)
     r = check_engines(reqs, 16, capacity, params)
     c = r.counters
     assert c["ghost_hits"] > 40 and c["am_evictions"] > 20 and c["evictions"] - c["am_evictions"] > 500
@@ -257,10 +238,5 @@ def test_long_zipf_trace(seed, capacity, params):
 
 @pytest.mark.parametrize("capacity", [1000, 16384])
 def test_real_trace_reference_equals_compiled(capacity):
-    trace = kvreplay.load_trace(shared_path(MOONCAKE / "conversation_trace.jsonl"))
-    ref, comp = (kvreplay.replay(trace, "2q", capacity, 512, engine=e) for e in ENGINES)
-    assert np.array_equal(ref.hit_tokens, comp.hit_tokens)
-    assert np.array_equal(ref.hit_blocks, comp.hit_blocks)
-    assert ref.counters == comp.counters and ref.counters["ghost_hits"] > 0
-    assert ref.final_cache_blocks == comp.final_cache_blocks == capacity
-    assert ref.stranded_blocks == comp.stranded_blocks
+    ref = real_trace_engines_agree("2q", capacity)
+    assert ref.counters["ghost_hits"] > 0

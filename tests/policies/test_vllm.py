@@ -18,12 +18,11 @@ from kvreplay.engine import driver
 from kvreplay.errors import ConfigError
 from kvreplay.policies import vllm
 from conftest import MOONCAKE, shared_path
-from strategies import engines_agree, requests
+from strategies import engines_agree, replay_blocks, requests
 
 
 def run(reqs, capacity, engine, block_size=1, **params):
-    trace = kvreplay.Trace.from_requests([(ids, len(ids) * block_size if length is None else length) for ids, length in reqs])
-    return kvreplay.replay(trace, "vllm", capacity, block_size, engine=engine, **params)
+    return replay_blocks("vllm", reqs, capacity, engine, block_size, **params)
 
 
 def reference_pool(reqs, capacity, block_size=1, **params):
