@@ -107,6 +107,19 @@ def _active_params(args):
     return get_model(args.model).active_params
 
 
+def _add_capacities_options(p: argparse.ArgumentParser, what: str) -> None:
+    """--capacities (block counts, sizes or auto) and the options that turn sizes into blocks."""
+    p.add_argument("--capacities", type=_capacities_or_sizes, default="auto",
+                   help=f"{what} or sizes (16GiB, with --model or --bytes-per-token), or auto (default)")
+    _add_budget_options(p)
+
+
+def _add_curve_outputs(p: argparse.ArgumentParser, output_help: str) -> None:
+    p.add_argument("--output", "-o", help=output_help)
+    p.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
+    p.add_argument("--plot", metavar="FILE", help="draw hit rate vs capacity to FILE.png|.svg|.pdf (atomically)")
+
+
 def _add_budget_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="turn sizes (80GiB) into blocks with this model's KV bytes per token (see `kvreplay models`)")
     p.add_argument("--kv-dtype", default=None, help="with --model: KV element type, bf16 (default), fp16, fp8, int8, fp32, fp4")
@@ -249,9 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="replay many capacities x policies over one trace")
     _add_trace_options(sw)
-    sw.add_argument("--capacities", type=_capacities_or_sizes, default="auto",
-                    help="comma-separated block counts or sizes (16GiB, with --model or --bytes-per-token), or auto (default)")
-    _add_budget_options(sw)
+    _add_capacities_options(sw, "comma-separated block counts")
     sw.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
     sw.add_argument("--bounds", action="store_true", help="add the infinite-cache ceiling and belady (offline MIN) at every capacity")
     sw.add_argument("--each", action="store_true",
@@ -261,28 +272,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where replays run: local processes (default), threads, or ray (needs kvreplay[ray]; see docs/scaling.md)")
     sw.add_argument("--ray-address", default=None, metavar="ADDR",
                     help="with --executor ray: auto (this machine's cluster) or ray://HOST:10001 (default: start a local instance)")
-    sw.add_argument("--output", "-o", help="write results to FILE.json or FILE.csv (atomically)")
-    sw.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
-    sw.add_argument("--plot", metavar="FILE", help="draw hit rate vs capacity to FILE.png|.svg|.pdf (atomically)")
+    _add_curve_outputs(sw, "write results to FILE.json or FILE.csv (atomically)")
 
     mr = sub.add_parser("mrc", help="exact LRU hit curve over many capacities in one pass")
     _add_trace_options(mr)
-    mr.add_argument("--capacities", type=_capacities_or_sizes, default="auto",
-                    help="comma-separated block counts or sizes (16GiB, with --model or --bytes-per-token), or auto (default)")
-    _add_budget_options(mr)
-    mr.add_argument("--output", "-o", help="write the curve to FILE.json or FILE.csv (atomically)")
-    mr.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
-    mr.add_argument("--plot", metavar="FILE", help="draw hit rate vs capacity to FILE.png|.svg|.pdf (atomically)")
+    _add_capacities_options(mr, "comma-separated block counts")
+    _add_curve_outputs(mr, "write the curve to FILE.json or FILE.csv (atomically)")
 
     rp = sub.add_parser("report", help="write one self-contained HTML report (curves, hit rate over time, tables)")
     _add_trace_options(rp)
     rp.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
-    rp.add_argument("--capacities", type=_capacities_or_sizes, default="auto",
-                    help="the curve's capacities: block counts or sizes (16GiB, with --model or --bytes-per-token), or auto (default)")
+    _add_capacities_options(rp, "the curve's capacities: block counts")
     rp.add_argument("--capacity", type=_capacity, default=None,
                     help="the capacity of the per-request views, blocks or a size (default: the middle of the curve)")
     rp.add_argument("--bounds", action="store_true", help="add belady (offline MIN) to the curve")
-    _add_budget_options(rp)
     _add_price_options(rp)
     rp.add_argument("--title", help="page title (default: the trace's name)")
     rp.add_argument("--output", "-o", required=True, help="the HTML file to write (atomically)")
