@@ -24,7 +24,8 @@ import numpy as np
 from ..errors import TraceError
 from .model import Trace, frozen
 from .mooncake import (
-    INT64_MAX, MAX_REPORTED_LINES, _Chunk, _dense_ids, _describe, _finite, _is_int, _parse_int_lists, _count_byte, decode_object, empty_trace_error, hash_id_list, non_negative_int, read_chunks,
+    INT64_MAX, MAX_REPORTED_LINES, _Chunk, _count_byte, _dense_ids, _describe, _finite, _is_int, _parse_int_lists,
+    checked_lines, decode_object, empty_trace_error, hash_id_list, non_negative_int, read_chunks,
 )
 
 BLOCK_SIZE = 16
@@ -120,18 +121,9 @@ def _fast_chunk(first_line: int, data: bytes) -> _BailianChunk | None:
 def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int]) -> _BailianChunk:
     cols: list[list] = [[], [], [], [], [], [], []]  # counts, lengths, stamps, outs, chats, parents, lines
     ids: list = []
-    for k, text in enumerate(data.split(b"\n")):
-        if not text.strip():
-            continue
-        try:
-            rec_ids, *values = _check_record(path, first_line + k, text)
-        except TraceError:
-            if on_invalid == "error":
-                raise
-            invalid.append(first_line + k)
-            continue
+    for line, (rec_ids, *values) in checked_lines(path, first_line, data, on_invalid, invalid, _check_record):
         ids.extend(rec_ids)
-        for col, value in zip(cols, (len(rec_ids), *values, first_line + k)):
+        for col, value in zip(cols, (len(rec_ids), *values, line)):
             col.append(value)
     counts, lengths, stamps, outs, chats, parents, lines = cols
     i64 = np.int64

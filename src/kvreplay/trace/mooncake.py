@@ -270,20 +270,27 @@ def _fast_chunk(data: bytes) -> _Chunk | None:
     return _Chunk(ids, counts.astype(np.int64), lengths, stamps, outs.astype(np.int64))
 
 
-def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int]) -> _Chunk:
-    lines = data.split(b"\n")
-    ids: list = []
-    counts, lengths, stamps, outs = [], [], [], []
-    for k, text in enumerate(lines):
+def checked_lines(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int], check):
+    """The slow path's loop: yields (line number, ``check(path, line, text)``) for each non-blank
+    line of a chunk. A bad line raises its TraceError, or with on_invalid="skip" is recorded in
+    `invalid` and left out."""
+    for k, text in enumerate(data.split(b"\n")):
         if not text.strip():
             continue
         try:
-            rec_ids, length, stamp, out = _check_record(path, first_line + k, text)
+            record = check(path, first_line + k, text)
         except TraceError:
             if on_invalid == "error":
                 raise
             invalid.append(first_line + k)
             continue
+        yield first_line + k, record
+
+
+def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int]) -> _Chunk:
+    ids: list = []
+    counts, lengths, stamps, outs = [], [], [], []
+    for _, (rec_ids, length, stamp, out) in checked_lines(path, first_line, data, on_invalid, invalid, _check_record):
         ids.extend(rec_ids)
         counts.append(len(rec_ids))
         lengths.append(length)
