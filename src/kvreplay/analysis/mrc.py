@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import driver
+from ..engine.driver import compiled
 from ..engine.replay import as_trace, check_capacity, warmup_count
 from ..errors import ConfigError
+from . import fenwick
+from .fenwick import fenwick_add, fenwick_sum
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover
-    def njit(*args, **kwargs):
-        return (lambda f: f) if not (args and callable(args[0])) else args[0]
-
-@njit(cache=True, nogil=True)
+@compiled
 def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at):  # pragma: no cover - compiled
     """One pass over the trace. hit_tokens_at[d]: hit tokens that need a capacity of exactly d
     blocks (the running max of stack distances at the prefix scan); accesses_at[d]: accesses whose
@@ -50,12 +48,7 @@ def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at
             if p < 0:
                 d = never
             else:
-                s = 0
-                q = p
-                while q > 0:
-                    s += tree[q]
-                    q -= q & -q
-                d = marked - s + 1
+                d = marked - fenwick_sum(tree, p) + 1
             if d > running:
                 running = d
             if i >= warmup:
@@ -69,22 +62,14 @@ def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at
                 accesses_at[never] += 1
                 marked += 1
             else:
-                s = 0
-                q = p
-                while q > 0:
-                    s += tree[q]
-                    q -= q & -q
-                accesses_at[marked - s + 1] += 1
-                q = p
-                while q <= n:
-                    tree[q] -= 1
-                    q += q & -q
+                accesses_at[marked - fenwick_sum(tree, p) + 1] += 1
+                fenwick_add(tree, p, -1)
             t += 1
-            q = t
-            while q <= n:
-                tree[q] += 1
-                q += q & -q
+            fenwick_add(tree, t, 1)
             last[b] = t
+
+
+driver.key_cache_on_sources([fenwick.__file__], kernel=_histograms)
 
 
 def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0) -> dict:

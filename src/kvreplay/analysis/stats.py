@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import driver
+from ..engine.driver import compiled
 from ..engine.replay import DEFAULT_BLOCK_SIZE, as_trace
 from ..errors import ConfigError
-
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    def njit(*args, **kwargs):
-        return (lambda f: f) if not (args and callable(args[0])) else args[0]
+from . import fenwick
+from .fenwick import fenwick_add, fenwick_sum
 
 PERCENTILES = (50, 90, 99)
 SHARING_DEPTHS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -53,7 +51,7 @@ def bucket_label(k: int) -> str:
     return f"{1 << (k - 1)}-{(1 << k) - 1}"
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
           reuse_hist, key_stride):  # pragma: no cover - compiled
     """One pass: infinite-cache hits per request, trie-shared prefix per request, reuse-distance
@@ -95,27 +93,19 @@ def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit
                 reuse_hist[0] += 1
                 marked += 1
             else:
-                total = 0
-                q = p
-                while q > 0:
-                    total += tree[q]
-                    q -= q & -q
-                d = marked - total  # distinct blocks whose latest use is after p
+                d = marked - fenwick_sum(tree, p)  # distinct blocks whose latest use is after p
                 bucket = 0
                 while d > 0:
                     bucket += 1
                     d >>= 1
                 reuse_hist[bucket + 1] += 1
-                q = p
-                while q <= n_acc:
-                    tree[q] -= 1
-                    q += q & -q
-            q = t
-            while q <= n_acc:
-                tree[q] += 1
-                q += q & -q
+                fenwick_add(tree, p, -1)
+            fenwick_add(tree, t, 1)
             last[b] = t
     return reuse_hist[0]
+
+
+driver.key_cache_on_sources([fenwick.__file__], kernel=_pass)
 
 
 def _percentiles(x: np.ndarray) -> dict:

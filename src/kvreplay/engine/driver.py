@@ -90,8 +90,15 @@ if HAVE_NUMBA:
             access_request(state, i, blocks, start, end, k, input_length[i], block_size)
 
 
-def key_cache_on_sources(paths) -> None:
-    """Make the compiled driver's on-disk cache depend on the source of every kernel it inlines.
+def compiled(fn):
+    """A standalone kernel (readers, analyses): numba's ``njit(cache=True, nogil=True)`` where
+    numba is installed; the plain function otherwise (same results, slower)."""
+    return njit(cache=True, nogil=True)(fn) if HAVE_NUMBA else fn
+
+
+def key_cache_on_sources(paths, kernel=None) -> None:
+    """Make a compiled kernel's on-disk cache (default: the driver's) depend on the source of
+    every helper it inlines from other files.
 
     numba keys a cached function on its own file only, but the driver inlines each policy's
     operations from other modules: without this, editing a policy would keep running the
@@ -100,7 +107,7 @@ def key_cache_on_sources(paths) -> None:
     if not HAVE_NUMBA:
         return
     try:
-        cache_file = replay_compiled._cache._cache_file
+        cache_file = (kernel or replay_compiled)._cache._cache_file
         stamp = cache_file._source_stamp
     except AttributeError:  # pragma: no cover - other numba versions
         return

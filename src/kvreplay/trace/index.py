@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    njit = None
+from ..engine.driver import compiled
 
 
 def _first_access_py(offsets, blocks, first, pred):
@@ -21,7 +18,7 @@ def _first_access_py(offsets, blocks, first, pred):
             previous = b
 
 
-_first_access = njit(cache=True, nogil=True)(_first_access_py) if njit else _first_access_py
+_first_access = compiled(_first_access_py)
 
 
 def first_access(offsets: np.ndarray, blocks: np.ndarray, num_blocks: int) -> tuple[np.ndarray, np.ndarray]:

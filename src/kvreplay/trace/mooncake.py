@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import msgspec
 import numpy as np
 
+from ..engine.driver import compiled
 from ..errors import ConfigError, TraceError
 from .model import Trace, frozen
 
@@ -141,12 +142,7 @@ def _parse_int_lists_py(buf, ids, counts):
     return found if i == n else -1
 
 
-try:
-    from numba import njit
-
-    _parse_int_lists = njit(cache=True, nogil=True)(_parse_int_lists_py)
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    _parse_int_lists = _parse_int_lists_py
+_parse_int_lists = compiled(_parse_int_lists_py)
 
 
 def _describe(value) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 
 from dataclasses import dataclass, field, replace
 
+from ..engine.driver import compiled
 from ..errors import ConfigError
 from .model import Trace
 
@@ -402,14 +403,7 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
 # ---------------------------------------------------------------------------------------------
 # Fitting a model to a trace (--like)
 
-try:
-    from numba import njit as _njit
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    def _njit(*args, **kwargs):
-        return lambda f: f
-
-
-@_njit(cache=True, nogil=True)
+@compiled
 def _parents(offsets, blocks, num_blocks, hit_blocks, parent):  # pragma: no cover - compiled
     """Per request: k = the infinite cache's hit blocks, parent = the latest earlier request that
     accessed its k-th block (-1 when k = 0)."""
@@ -566,7 +560,7 @@ def compare_table(original: dict, synthetic: dict, original_sessions: int | None
 PARENT_SEARCH = 1024  # requests looked at, backwards from the drawn distance, for a long-enough parent
 
 
-@_njit(cache=True, nogil=True)
+@compiled
 def _copy_prefixes(num_blocks_of, shared, distance, offsets, blocks):  # pragma: no cover - compiled
     """Fill `blocks`: request j copies the first min(shared[j], len(parent)) blocks of its parent
     (the request `distance[j]` before it, or the nearest one before that holding `shared[j]`
