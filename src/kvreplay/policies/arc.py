@@ -185,7 +185,7 @@ def _push_mru(st, b, lst):
     st.where[b] = lst
 
 
-@njit_or_plain
+@njit_or_plain(inline=False)
 def _replace(st, x_in_b2):
     m = st.meta
     m[EVICTIONS] += 1

@@ -179,7 +179,7 @@ def resident_mask(state: S3FIFOState) -> np.ndarray:
     return (state.where == IN_SMALL) | (state.where == IN_MAIN)
 
 
-@njit_or_plain
+@njit_or_plain(inline=False)
 def _ghost_drop_oldest(st):
     """Pop ring entries from the head until one live entry is gone (dead ones are skipped)."""
     m, ring = st.meta, st.ghost
@@ -195,7 +195,7 @@ def _ghost_drop_oldest(st):
             return
 
 
-@njit_or_plain
+@njit_or_plain(inline=False)
 def _ghost_compact(st):
     """Keep only the live entries, in order, from the head on."""
     m, ring = st.meta, st.ghost
@@ -233,7 +233,7 @@ def _ghost_insert(st, b):
     st.where[b] = IN_GHOST
 
 
-@njit_or_plain
+@njit_or_plain(inline=False)
 def _admit_main(st, b, f):
     m, ring = st.meta, st.main
     n = ring.shape[0]
