@@ -14,12 +14,22 @@ from .analysis.stats import stats
 from .analysis.sweep import sweep
 from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, TraceError
-from .output.report import Report
+from .engine.report import Report
 from .policies.registry import POLICIES
 from .trace import Trace, load_trace
+from .version import __version__
 
-__version__ = "0.1.0"
+
+
+def report_html(trace, **kwargs) -> str:
+    """The HTML report of `trace` (``kvreplay report``): keyword arguments as for
+    `analysis.overview.collect`, plus `title`."""
+    from .analysis.overview import collect
+    from .output.html import render
+
+    title = kwargs.pop("title", None) or f"kvreplay report: {trace.source}"
+    return render(collect(trace, **kwargs), title=title)
 __all__ = [
-    "load_trace", "replay", "sweep", "mrc", "stats", "Trace", "Report", "POLICIES",
+    "load_trace", "replay", "sweep", "mrc", "stats", "report_html", "Trace", "Report", "POLICIES",
     "KvreplayError", "TraceError", "ConfigError", "InvariantError",
 ]

@@ -132,7 +132,7 @@ def _resolve_budget(args, trace, capacities):
     """Block counts for `capacities` (block counts, sizes, or "auto") at the effective block size,
     and the JSON "budget" object (None without --model or --bytes-per-token)."""
     from .analysis.models import is_size, resolve_capacities
-    from .engine.replay import DEFAULT_BLOCK_SIZE
+    from .trace.model import resolve_block_size
 
     priced = args.model is not None or args.bytes_per_token is not None
     if capacities == "auto":
@@ -149,7 +149,7 @@ def _resolve_budget(args, trace, capacities):
         raise ConfigError("--kv-dtype and --kv-layers need --model")
     if args.model is not None and args.bytes_per_token is not None:
         raise ConfigError("give --model or --bytes-per-token, not both")
-    block_size = args.block_size or trace.block_size or DEFAULT_BLOCK_SIZE
+    block_size = resolve_block_size(args.block_size, trace)
     return resolve_capacities(capacities, block_size, model=args.model, kv_dtype=args.kv_dtype,
                               layers=args.kv_layers, bytes_per_token=args.bytes_per_token)
 
@@ -404,7 +404,7 @@ def _cmd_run(args) -> int:
             document["over_time"] = windows
         data = _encode_json(document)
     if args.output:
-        from .output.report import write_atomic
+        from .files import write_atomic
 
         write_atomic(args.output, data)
     if args.json:
@@ -600,7 +600,7 @@ def _emit(args, document: dict, rows: list[dict], columns, heading: str, trace=N
     if getattr(args, "plot", None):
         _plot_curve(args, document, trace)
     if args.output:
-        from .output.report import write_atomic
+        from .files import write_atomic
         from .output.table import to_csv
 
         if args.output.lower().endswith(".csv"):
@@ -640,7 +640,7 @@ def _read_for_writing(args):
 def _block_size_note(trace, to: str = "mooncake") -> None:
     """Mooncake files do not record a block size (replays assume 512): say how to replay this one.
     `trace`: a Trace, or a block size."""
-    from .engine.replay import DEFAULT_BLOCK_SIZE
+    from .trace.model import DEFAULT_BLOCK_SIZE
 
     size = trace if isinstance(trace, int) else trace.block_size
     if to == "mooncake" and size not in (None, DEFAULT_BLOCK_SIZE):
@@ -764,7 +764,9 @@ def _cmd_synth(args) -> int:
     for flag in ("--scale-requests", "--speedup", "--like-model"):
         if getattr(args, flag[2:].replace("-", "_")) is not None:
             raise ConfigError(f"{flag} applies only with --like TRACE")
-    trace = synth(args.requests or 10_000, block_size=args.block_size or 512, seed=args.seed,
+    from .trace.model import resolve_block_size
+
+    trace = synth(args.requests or 10_000, block_size=resolve_block_size(args.block_size), seed=args.seed,
                   **{k: v for k, v in knobs.items() if v is not None})
     write_trace(trace, args.output, format="mooncake")
     _block_size_note(trace)
@@ -832,8 +834,8 @@ class _Progress:
 
 
 def _cmd_report(args) -> int:
-    from .output.html import report_html
-    from .output.report import write_atomic
+    from . import report_html
+    from .files import write_atomic
 
     _check_output_dir(args.output)
     trace = _load(args)

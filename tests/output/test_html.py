@@ -13,7 +13,7 @@ import pytest
 import kvreplay
 from conftest import MOONCAKE, shared_path
 from kvreplay.cli import main
-from kvreplay.output import html as report
+from kvreplay.analysis.overview import collect
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # .ci/run installs Debian's chromium and sets this, so the browser test runs in CI instead of skipping.
@@ -29,7 +29,7 @@ def small_trace():
 
 def test_collect_holds_the_replays_numbers():
     trace = small_trace()
-    data = report.collect(trace, policies=["lru", "fifo"], capacities=[1, 2, 4], block_size=4)
+    data = collect(trace, policies=["lru", "fifo"], capacities=[1, 2, 4], block_size=4)
     # Infinite cache: r2 8 + r3 4 + r4 7 = 19 of 29 prompt tokens.
     assert data["ceiling"]["total_hit_tokens"] == 19
     assert data["capacities"] == [1, 2, 4]
@@ -45,7 +45,7 @@ def test_collect_holds_the_replays_numbers():
 
 
 def test_page_is_self_contained_and_states_its_window():
-    page = report.report_html(small_trace(), policies=["lru"], capacities=[1, 2, 4], block_size=4, warmup_fraction=0.25)
+    page = kvreplay.report_html(small_trace(), policies=["lru"], capacities=[1, 2, 4], block_size=4, warmup_fraction=0.25)
     assert page.startswith("<!DOCTYPE html>")
     assert page.count("<svg") == 3  # curve, over time, per-request spread
     assert "<script" not in page
@@ -96,7 +96,7 @@ def test_report_renders_in_chromium(tmp_path):
 
     trace = chat_workload(num_conversations=60)
     out = tmp_path / "report.html"
-    out.write_text(report.report_html(trace, policies=["s3fifo", "lru"], engine="reference"))
+    out.write_text(kvreplay.report_html(trace, policies=["s3fifo", "lru"], engine="reference"))
     console = screenshot(out, tmp_path / "report.png")
     assert console == ""
     ink, colour = looks_rendered(tmp_path / "report.png")
@@ -131,7 +131,7 @@ def test_cli_report_failure_leaves_no_file(tmp_path, capsys):
 
 def test_request_rates_in_page_match_metrics():
     trace = small_trace()
-    data = report.collect(trace, policies=["lru"], capacities=[4], block_size=4)
+    data = collect(trace, policies=["lru"], capacities=[4], block_size=4)
     rates = np.asarray(data["focus"][0]["request_hit_rates"])
     # lru at 4 blocks: r1 0, r2 8/8, r3 4/6, r4 7/7.
     assert rates.tolist() == pytest.approx([0.0, 1.0, 4 / 6, 1.0])

@@ -4,10 +4,10 @@ prefix sum up to t counts the blocks last used at or before t."""
 
 from __future__ import annotations
 
-from ..policies.base import njit_or_plain
+from ..jit import helper
 
 
-@njit_or_plain
+@helper
 def fenwick_sum(tree, i):
     """tree[1] + ... + tree[i] (i >= 0)."""
     total = 0
@@ -17,7 +17,7 @@ def fenwick_sum(tree, i):
     return total
 
 
-@njit_or_plain
+@helper
 def fenwick_add(tree, i, delta):
     """Add `delta` at position i (1 <= i < len(tree))."""
     n = tree.shape[0] - 1

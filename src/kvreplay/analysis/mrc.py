@@ -21,14 +21,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import driver
-from ..engine.driver import compiled
+from .. import jit
+from ..jit import kernel
 from ..engine.replay import as_trace, check_capacity, warmup_count
+from ..engine.report import window_text
 from ..errors import ConfigError
+from ..trace.model import resolve_block_size
 from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
 
-@compiled
+def auto_capacities(num_blocks: int, points: int = 12, smallest: int = 16) -> list[int]:
+    """Log-spaced capacities from `smallest` up to the number of unique blocks (the infinite-cache size)."""
+    if num_blocks <= smallest:
+        return [max(num_blocks, smallest)]
+    return sorted({int(c) for c in np.round(np.geomspace(smallest, num_blocks, points))})
+
+
+
+@kernel
 def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at):  # pragma: no cover - compiled
     """One pass over the trace. hit_tokens_at[d]: hit tokens that need a capacity of exactly d
     blocks (the running max of stack distances at the prefix scan); accesses_at[d]: accesses whose
@@ -69,7 +79,7 @@ def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at
             last[b] = t
 
 
-driver.key_cache_on_sources([fenwick.__file__], kernel=_histograms)
+jit.key_cache_on_sources(_histograms, [fenwick.__file__])
 
 
 def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0) -> dict:
@@ -79,12 +89,9 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     with one point per capacity: ``cache_capacity_blocks``, ``total_hit_tokens``,
     ``total_prompt_tokens``, ``hit_rate``, ``final_cache_blocks``, ``admissions``, ``evictions``.
     """
-    from ..engine.replay import DEFAULT_BLOCK_SIZE
-    from ..output.report import window_text
-    from .sweep import auto_capacities
 
     trace = as_trace(trace)
-    block_size = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
+    block_size = resolve_block_size(block_size, trace)
     if block_size < 1:
         raise ConfigError(f"block_size must be >= 1, got {block_size}")
     if isinstance(capacities, str):

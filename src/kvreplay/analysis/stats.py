@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import driver
-from ..engine.driver import compiled
-from ..engine.replay import DEFAULT_BLOCK_SIZE, as_trace
+from .. import jit
+from ..jit import kernel
+from ..engine.replay import as_trace
+from ..trace.model import resolve_block_size
 from ..errors import ConfigError
 from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
@@ -51,7 +52,7 @@ def bucket_label(k: int) -> str:
     return f"{1 << (k - 1)}-{(1 << k) - 1}"
 
 
-@compiled
+@kernel
 def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
           reuse_hist, key_stride):  # pragma: no cover - compiled
     """One pass: infinite-cache hits per request, trie-shared prefix per request, reuse-distance
@@ -105,7 +106,7 @@ def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit
     return reuse_hist[0]
 
 
-driver.key_cache_on_sources([fenwick.__file__], kernel=_pass)
+jit.key_cache_on_sources(_pass, [fenwick.__file__])
 
 
 def _percentiles(x: np.ndarray) -> dict:
@@ -148,7 +149,7 @@ def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.
 
 
 def _block_size(trace, block_size) -> int:
-    size = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
+    size = resolve_block_size(block_size, trace)
     if size < 1:
         raise ConfigError(f"block_size must be >= 1, got {size}")
     return size

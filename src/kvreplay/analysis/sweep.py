@@ -7,21 +7,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..engine import driver
-from ..engine.replay import DEFAULT_BLOCK_SIZE, as_trace, check_capacity, resolve_engine, warmup_count
+from .. import jit
+from ..engine.replay import as_trace, check_capacity, resolve_engine, warmup_count
 from ..errors import ConfigError
-from ..output.report import window_text
+from ..trace.model import resolve_block_size
+from ..engine.report import window_text
 from ..policies.registry import get_policy, parse_policy
 from .executors import SWEEP_FIELDS, Task, run
+from .mrc import auto_capacities
 
 __all__ = ["sweep", "auto_capacities", "points_to_rows", "SWEEP_FIELDS"]
-
-
-def auto_capacities(num_blocks: int, points: int = 12, smallest: int = 16) -> list[int]:
-    """Log-spaced capacities from `smallest` up to the number of unique blocks (the infinite-cache size)."""
-    if num_blocks <= smallest:
-        return [max(num_blocks, smallest)]
-    return sorted({int(c) for c in np.round(np.geomspace(smallest, num_blocks, points))})
 
 
 def _policy_list(policies) -> list[tuple]:
@@ -111,7 +106,7 @@ def sweep(
     policy_list = _policy_list(policies)
     resolve_engine(engine)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
-    lru_curve = engine == "compiled" and driver.HAVE_NUMBA
+    lru_curve = engine == "compiled" and jit.HAVE_NUMBA
 
     tasks: list[Task] = []
     slots: list[list] = []  # per task, where its rows go: [grid position], or [(capacities, [(capacity, position)])] for a curve
@@ -119,7 +114,7 @@ def sweep(
     per_trace = []
     for t, tr in enumerate(traces):
         caps = auto_capacities(tr.num_blocks) if isinstance(capacities, str) else capacities
-        size = int(block_size or tr.block_size or DEFAULT_BLOCK_SIZE)
+        size = resolve_block_size(block_size, tr)
         warmup = warmup_count(len(tr), warmup_fraction)
         per_trace.append({"trace": names[t], "source": tr.source, "block_size": size, "num_requests": len(tr),
                           "window": window_text(warmup, len(tr))})

@@ -23,34 +23,11 @@ The scan and the hit accounting stay here either way.
 
 from __future__ import annotations
 
-import hashlib
+from pathlib import Path
 
-try:
-    from numba import njit
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    HAVE_NUMBA = False
-
-
-def resident(state, block):
-    """Compiled-engine probe: is `block` resident? Each policy overloads this for its state type."""
-    raise NotImplementedError
-
-
-def access(state, block):
-    """Compiled-engine access of `block`. Each policy overloads this for its state type."""
-    raise NotImplementedError
-
-
-def hit_limit(state, num_blocks, input_length, block_size):
-    """Compiled-engine cap on a request's hit blocks (default: all of its blocks)."""
-    raise NotImplementedError
-
-
-def access_request(state, request, blocks, start, end, hits, input_length, block_size):
-    """Compiled-engine access phase of request `request` (default: access(b) for every block in order)."""
-    raise NotImplementedError
+from .. import policies
+from ..jit import HAVE_NUMBA, key_cache_on_sources
+from ..policies.base import access_request, hit_limit, resident
 
 
 def replay_reference(offsets, blocks, input_length, block_size, policy, hit_blocks, hit_tokens) -> None:
@@ -71,6 +48,7 @@ def replay_reference(offsets, blocks, input_length, block_size, policy, hit_bloc
 
 
 if HAVE_NUMBA:
+    from numba import njit
 
     # _nrt=False: the loop allocates nothing, and without it numba updates the reference
     # count of every state array on every access, which made replay 14x slower.
@@ -89,30 +67,5 @@ if HAVE_NUMBA:
             hit_tokens[i] = min(k * block_size, input_length[i])
             access_request(state, i, blocks, start, end, k, input_length[i], block_size)
 
-
-def compiled(fn):
-    """A standalone kernel (readers, analyses): numba's ``njit(cache=True, nogil=True)`` where
-    numba is installed; the plain function otherwise (same results, slower)."""
-    return njit(cache=True, nogil=True)(fn) if HAVE_NUMBA else fn
-
-
-def key_cache_on_sources(paths, kernel=None) -> None:
-    """Make a compiled kernel's on-disk cache (default: the driver's) depend on the source of
-    every helper it inlines from other files.
-
-    numba keys a cached function on its own file only, but the driver inlines each policy's
-    operations from other modules: without this, editing a policy would keep running the
-    stale cached kernel. Relies on numba internals; where they differ, caching is unchanged.
-    """
-    if not HAVE_NUMBA:
-        return
-    try:
-        cache_file = (kernel or replay_compiled)._cache._cache_file
-        stamp = cache_file._source_stamp
-    except AttributeError:  # pragma: no cover - other numba versions
-        return
-    digest = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as f:
-            digest.update(f.read())
-    cache_file._source_stamp = (stamp, digest.hexdigest())
+    # The driver pastes every policy's operations: key its disk cache on all of their sources.
+    key_cache_on_sources(replay_compiled, [__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])

@@ -8,13 +8,13 @@ import warnings
 import numpy as np
 
 from ..errors import ConfigError
-from ..output.report import Report
+from .report import Report
 from ..policies.registry import get_policy
 from ..trace import Trace, load_trace
+from ..trace.model import resolve_block_size
 from . import driver
 
 ENGINES = ("compiled", "reference")
-DEFAULT_BLOCK_SIZE = 512
 _warned_no_numba = False
 
 
@@ -82,9 +82,7 @@ def replay(
     if spec.capacity == "ignored" or (capacity is None and spec.capacity == "optional"):
         capacity = max(1, trace.num_blocks)  # unbounded: no cache can hold more than every block
     capacity = check_capacity(capacity)
-    block_size = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
-    if block_size < 1:
-        raise ConfigError(f"block_size must be >= 1, got {block_size}")
+    block_size = resolve_block_size(block_size, trace)
     params = spec.resolve(params)
     sizes = spec.sizes(capacity, **params)
     warmup = warmup_count(len(trace), warmup_fraction)

@@ -106,7 +106,7 @@ def figure_bytes(fig, fmt: str) -> bytes:
 
 def save_figure(fig, path: str) -> None:
     """Write the figure to `path` (format from the extension), atomically."""
-    from .report import write_atomic
+    from ..files import write_atomic
 
     fmt = FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt is None:

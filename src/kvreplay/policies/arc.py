@@ -49,7 +49,8 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel
 
 
 class ARC(ReferencePolicy):
@@ -168,7 +169,7 @@ def resident_mask(state: ARCState) -> np.ndarray:
     return (state.where == T1) | (state.where == T2)
 
 
-@njit_or_plain
+@helper
 def _unlink(st, b):
     m = st.meta
     lst = st.where[b]
@@ -177,7 +178,7 @@ def _unlink(st, b):
     st.where[b] = NOWHERE
 
 
-@njit_or_plain
+@helper
 def _push_mru(st, b, lst):
     m = st.meta
     list_append(st.prev, st.next, m, HEADS + lst, m, TAILS + lst, b)
@@ -185,7 +186,7 @@ def _push_mru(st, b, lst):
     st.where[b] = lst
 
 
-@njit_or_plain(inline=False)
+@helper(inline=False)
 def _replace(st, x_in_b2):
     m = st.meta
     m[EVICTIONS] += 1
@@ -200,13 +201,13 @@ def _replace(st, x_in_b2):
     _push_mru(st, victim, ghost)
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     w = st.where[b]
     return w == T1 or w == T2
 
 
-@njit_or_plain
+@helper
 def _access(st, x):
     # The cases of the reference, arranged so that each list operation is written (and
     # inlined by numba) once: inlining every case's own copies made compilation take minutes.

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..engine import driver
 from ..errors import ConfigError
+from ..jit import HAVE_NUMBA, helper
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,29 @@ class ReferencePolicy:
         raise NotImplementedError
 
 
+# The compiled engine's view of a policy: the driver (engine/driver.py) calls these four on a
+# policy's state, and each policy overloads them for its state type (register_kernel).
+
+def resident(state, block):
+    """Compiled-engine probe: is `block` resident? Each policy overloads this for its state type."""
+    raise NotImplementedError
+
+
+def access(state, block):
+    """Compiled-engine access of `block`. Each policy overloads this for its state type."""
+    raise NotImplementedError
+
+
+def hit_limit(state, num_blocks, input_length, block_size):
+    """Compiled-engine cap on a request's hit blocks (default: all of its blocks)."""
+    raise NotImplementedError
+
+
+def access_request(state, request, blocks, start, end, hits, input_length, block_size):
+    """Compiled-engine access phase of request `request` (default: access(b) for every block in order)."""
+    raise NotImplementedError
+
+
 def register_kernel(state_class, resident_impl, access_impl=None, *, access_request_impl=None, hit_limit_impl=None) -> None:
     """Make the compiled driver call these njit functions for states of `state_class`.
 
@@ -112,7 +135,7 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
     request-level policy may replace the access phase (access_request_impl with the
     driver's access_request signature) and cap the prefix scan (hit_limit_impl).
     """
-    if not driver.HAVE_NUMBA:
+    if not HAVE_NUMBA:
         return
     from numba import types
     from numba.extending import overload
@@ -120,69 +143,54 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
     def matches(state):
         return isinstance(state, types.BaseNamedTuple) and state.instance_class is state_class
 
-    @overload(driver.resident, inline="always")
+    @overload(resident, inline="always")
     def _resident(state, block):
         if matches(state):
             return lambda state, block: resident_impl(state, block)
 
     if access_impl is not None:
 
-        @overload(driver.access, inline="always")
+        @overload(access, inline="always")
         def _access(state, block):
             if matches(state):
                 return lambda state, block: access_impl(state, block)
 
-    @overload(driver.hit_limit, inline="always")
+    @overload(hit_limit, inline="always")
     def _hit_limit(state, num_blocks, input_length, block_size):
         if matches(state):
             if hit_limit_impl is None:
                 return lambda state, num_blocks, input_length, block_size: num_blocks
             return lambda state, num_blocks, input_length, block_size: hit_limit_impl(state, num_blocks, input_length, block_size)
 
-    @overload(driver.access_request, inline="always")
+    @overload(access_request, inline="always")
     def _access_request(state, request, blocks, start, end, hits, input_length, block_size):
         if matches(state):
             if access_request_impl is None:
 
                 def every_block(state, request, blocks, start, end, hits, input_length, block_size):
                     for j in range(start, end):
-                        driver.access(state, blocks[j])
+                        access(state, blocks[j])
 
                 return every_block
             return lambda state, request, blocks, start, end, hits, input_length, block_size: access_request_impl(
                 state, request, blocks, start, end, hits, input_length, block_size)
 
 
-def njit_or_plain(fn=None, *, inline=True):
-    """A kernel helper: numba's njit, inlined into its caller, where numba exists; the plain function otherwise.
-
-    Inlining matters: a real call passes the whole state tuple and pays a reference-count
-    update per array, which costs more than the cache operation itself.
-    """
-    if fn is None:
-        return lambda f: njit_or_plain(f, inline=inline)
-    if not driver.HAVE_NUMBA:
-        return fn
-    from numba import njit
-
-    if inline:
-        return njit(nogil=True, inline="always")(fn)
-    return njit(nogil=True, _nrt=False)(fn)
-
-
-@njit_or_plain(inline=True)
+@helper
 def wrap(i, n):
     """``i % n`` for ring-buffer indices (0 <= i < 2n): a compare instead of an integer division
-    on every queue operation (worth up to ~25% of fifo/s3fifo replay time)."""
+    on every queue operation (worth up to ~25% of fifo/s3fifo replay time), and no branch
+    (each basic block of a pasted helper costs compile time, see jit.py)."""
     return i - n * (i >= n)
 
 
 # Intrusive doubly linked lists over index arrays (LRU orders, ghost queues, frequency buckets,
 # free queues): node x's neighbours are prev[x] and nxt[x], -1 for none; the list's ends live in
 # heads[head_at] and tails[tail_at] (a slot of a policy's meta array, or one bucket of a per-
-# frequency array). One implementation for every kernel, inlined like the rest.
+# frequency array). One implementation for every kernel, compiled once (LLVM inlines these small
+# functions; pasting them with numba made the kernels with many list splices slow to compile).
 
-@njit_or_plain(inline=False)
+@helper(inline=False)
 def list_unlink(prev, nxt, heads, head_at, tails, tail_at, x):
     """Take node x out of its list (x must be in it) and clear its links."""
     p, n = prev[x], nxt[x]
@@ -198,7 +206,7 @@ def list_unlink(prev, nxt, heads, head_at, tails, tail_at, x):
     nxt[x] = -1
 
 
-@njit_or_plain(inline=False)
+@helper(inline=False)
 def list_append(prev, nxt, heads, head_at, tails, tail_at, x):
     """Put node x (in no list) at the tail."""
     tail = tails[tail_at]

@@ -29,7 +29,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import Param, PolicySpec, ReferencePolicy, in_range, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel
 
 
 def next_use(trace) -> np.ndarray:
@@ -121,7 +122,7 @@ def read_state(state: BeladyState) -> tuple[int, dict]:
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS]), "bypasses": int(m[BYPASSES])}
 
 
-@njit_or_plain
+@helper
 def _heap_push(st, key, b):
     hk, hb, m = st.heap_key, st.heap_block, st.meta
     i = m[HEAP_SIZE]
@@ -137,7 +138,7 @@ def _heap_push(st, key, b):
     hb[i] = b
 
 
-@njit_or_plain
+@helper
 def _heap_pop(st):
     hk, hb, m = st.heap_key, st.heap_block, st.meta
     m[HEAP_SIZE] -= 1
@@ -159,18 +160,18 @@ def _heap_pop(st):
     hb[i] = b
 
 
-@njit_or_plain
+@helper
 def _drop_stale(st):
     while st.key[st.heap_block[0]] != st.heap_key[0]:
         _heap_pop(st)
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.key[b] >= 0
 
 
-@njit_or_plain
+@helper
 def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
     m = st.meta
     for j in range(start, end):

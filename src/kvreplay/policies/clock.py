@@ -35,7 +35,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, Param, PolicySpec, in_range, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel
 
 
 class Clock(ReferencePolicy):
@@ -114,12 +115,12 @@ def resident_mask(state: ClockState) -> np.ndarray:
     return state.cached != 0
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.cached[b] != 0
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     m = st.meta
     if st.cached[b] != 0:

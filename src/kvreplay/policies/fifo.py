@@ -14,7 +14,8 @@ from collections import deque, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, wrap, PolicySpec, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, wrap, PolicySpec, register_kernel
 
 
 class FIFO(ReferencePolicy):
@@ -71,12 +72,12 @@ def read_state(state: FIFOState) -> tuple[int, dict]:
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.cached[b] != 0
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     if st.cached[b] != 0:
         return

@@ -14,7 +14,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import PolicySpec, ReferencePolicy, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import PolicySpec, ReferencePolicy, register_kernel
 
 
 class Infinite(ReferencePolicy):
@@ -50,12 +51,12 @@ def read_state(state: InfiniteState) -> tuple[int, dict]:
     return int(state.meta[0]), {"admissions": int(state.meta[0]), "evictions": 0}
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.seen[b] != 0
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     if st.seen[b] == 0:
         st.seen[b] = 1

@@ -28,7 +28,8 @@ from itertools import count
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel
 
 
 class LFU(ReferencePolicy):
@@ -108,23 +109,23 @@ def read_state(state: LFUState) -> tuple[int, dict]:
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
 
 
-@njit_or_plain
+@helper
 def _unlink(st, b, f):
     list_unlink(st.prev, st.next, st.bucket_head, f, st.bucket_tail, f, b)
 
 
-@njit_or_plain
+@helper
 def _append(st, b, f):
     list_append(st.prev, st.next, st.bucket_head, f, st.bucket_tail, f, b)
     st.freq[b] = f
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.freq[b] != 0
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     m = st.meta
     f = st.freq[b]

@@ -16,7 +16,8 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel
 
 
 class LRU(ReferencePolicy):
@@ -73,22 +74,22 @@ def read_state(state: LRUState) -> tuple[int, dict]:
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
 
 
-@njit_or_plain
+@helper
 def _unlink(st, b):
     list_unlink(st.prev, st.next, st.meta, HEAD, st.meta, TAIL, b)
 
 
-@njit_or_plain
+@helper
 def _append(st, b):
     list_append(st.prev, st.next, st.meta, HEAD, st.meta, TAIL, b)
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.cached[b] != 0
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     m = st.meta
     if st.cached[b] != 0:

@@ -39,7 +39,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 from . import lru
-from .base import PolicySpec, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import PolicySpec, register_kernel
 
 
 class LRUTail(lru.LRU):
@@ -61,7 +62,7 @@ def make_state(capacity: int, trace) -> LRUTailState:
     return LRUTailState(*lru.make_state(capacity, trace))
 
 
-@njit_or_plain
+@helper
 def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
     for j in range(end - 1, start - 1, -1):
         lru._access(st, blocks[j])

@@ -67,8 +67,8 @@ from collections import Counter, namedtuple
 
 import numpy as np
 
-from ..engine import driver
-from .base import PolicySpec, ReferencePolicy, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import PolicySpec, ReferencePolicy, register_kernel
 
 
 def request_pages(input_length: int, block_size: int) -> int:
@@ -293,19 +293,9 @@ COUNTERS = (("admissions", ADMISSIONS), ("evictions", EVICTIONS), ("evicted_node
             ("node_splits", NODE_SPLITS), ("rejected", REJECTED))
 
 
-def _called(fn):
-    """A kernel helper compiled as its own (cached) function, not inlined: inlining the
-    request-level work (split, evict, insert, heap upkeep) at every call site made the
-    driver take minutes to compile. These run O(1) times per request or per evicted leaf,
-    so the call overhead does not matter; the per-block probe (_resident, _child) stays
-    inlined. They allocate nothing."""
-    if not driver.HAVE_NUMBA:
-        return fn
-    from numba import njit
-
-    return njit(nogil=True, cache=True)(fn)
-
-
+# The request-level work below (split, evict, insert, heap upkeep) runs O(1) times per request or
+# evicted leaf: each is its own compiled function (pasting them made the driver take minutes to
+# compile); the per-block probe (_resident, _child) is pasted.
 RadixState = namedtuple("RadixState", [
     "node_start", "node_len", "node_parent", "node_children", "node_lock", "node_time", "node_alive", "pushed",
     "arena", "table_parent", "table_block", "table_node", "heap_time", "heap_node", "page_count", "meta",
@@ -355,13 +345,13 @@ def resident_mask(state: RadixState) -> np.ndarray:
 
 # -- children table --
 
-@njit_or_plain
+@helper
 def _slot(st, parent, block):
     mask = st.table_parent.shape[0] - 1
     return ((parent * 73856093) ^ (block * 19349663)) & mask
 
 
-@njit_or_plain
+@helper
 def _child(st, parent, block):
     """The child of `parent` whose first page is `block`, or -1."""
     mask = st.table_parent.shape[0] - 1
@@ -373,7 +363,7 @@ def _child(st, parent, block):
     return -1
 
 
-@_called
+@helper(inline=False)
 def _set_child(st, parent, block, node):
     """Map (parent, block) to node, replacing an existing entry."""
     mask = st.table_parent.shape[0] - 1
@@ -388,7 +378,7 @@ def _set_child(st, parent, block, node):
     st.table_node[i] = node
 
 
-@_called
+@helper(inline=False)
 def _remove_child(st, parent, block):
     """Delete (parent, block); shift later entries of the probe run back into the hole."""
     mask = st.table_parent.shape[0] - 1
@@ -411,20 +401,20 @@ def _remove_child(st, parent, block):
 
 # -- heap of evictable leaves --
 
-@njit_or_plain
+@helper
 def _before(st, a, b):
     ta, tb = st.heap_time[a], st.heap_time[b]
     return ta < tb or (ta == tb and st.heap_node[a] < st.heap_node[b])
 
 
-@njit_or_plain
+@helper
 def _swap(st, a, b):
     t, n = st.heap_time[a], st.heap_node[a]
     st.heap_time[a], st.heap_node[a] = st.heap_time[b], st.heap_node[b]
     st.heap_time[b], st.heap_node[b] = t, n
 
 
-@_called
+@helper(inline=False)
 def _sift_down(st, i, size):
     while True:
         left = 2 * i + 1
@@ -439,18 +429,18 @@ def _sift_down(st, i, size):
         i = best
 
 
-@njit_or_plain
+@helper
 def _evictable(st, node):
     return st.node_alive[node] != 0 and st.node_lock[node] == 0 and st.node_children[node] == 0
 
 
-@njit_or_plain
+@helper
 def _live_entry(st, i):
     node = st.heap_node[i]
     return _evictable(st, node) and st.node_time[node] == st.heap_time[i]
 
 
-@_called
+@helper(inline=False)
 def _compact_heap(st):
     """Drop dead entries in place and re-heapify."""
     m = st.meta
@@ -468,7 +458,7 @@ def _compact_heap(st):
         _sift_down(st, i, kept)
 
 
-@_called
+@helper(inline=False)
 def _push_if_evictable(st, node):
     if not _evictable(st, node) or st.pushed[node] == st.node_time[node]:
         return
@@ -488,7 +478,7 @@ def _push_if_evictable(st, node):
         i = parent
 
 
-@_called
+@helper(inline=False)
 def _pop_least_recent(st):
     """The evictable leaf with the oldest last_access (ties: lowest id), or -1."""
     m = st.meta
@@ -508,7 +498,7 @@ def _pop_least_recent(st):
 
 # -- tree operations --
 
-@_called
+@helper(inline=False)
 def _new_node(st, start, length, parent):
     m = st.meta
     node = m[NUM_NODES]
@@ -523,7 +513,7 @@ def _new_node(st, start, length, parent):
     return node
 
 
-@_called
+@helper(inline=False)
 def _split(st, child, n):
     """Cut `child` after n pages; the new node takes them, `child` keeps the rest (and its id)."""
     st.meta[NODE_SPLITS] += 1
@@ -540,7 +530,7 @@ def _split(st, child, n):
     return new
 
 
-@_called
+@helper(inline=False)
 def _evict(st, need):
     m = st.meta
     freed = 0
@@ -563,7 +553,7 @@ def _evict(st, need):
         _push_if_evictable(st, parent)  # a childless unlocked parent is a leaf now (never the root)
 
 
-@_called
+@helper(inline=False)
 def _insert(st, blocks, start, end):
     """Insert blocks[start:end] from the root; return the node where the path ends."""
     m = st.meta
@@ -601,7 +591,7 @@ def _insert(st, blocks, start, end):
     return node
 
 
-@njit_or_plain
+@helper
 def _hit_limit(st, num_blocks, input_length, block_size):
     m = st.meta
     m[CURSOR_NODE] = ROOT
@@ -612,7 +602,7 @@ def _hit_limit(st, num_blocks, input_length, block_size):
     return min(num_blocks, limit)
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     m = st.meta
     node, offset = m[CURSOR_NODE], m[CURSOR_OFFSET]
@@ -629,7 +619,7 @@ def _resident(st, b):
     return True
 
 
-@_called
+@helper(inline=False)
 def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
     """One request. The driver's scan has just left the cursor after the `hits` matched pages."""
     m = st.meta

@@ -9,7 +9,6 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from ..engine import driver
 from ..errors import ConfigError
 from .base import PolicySpec
 
@@ -29,8 +28,6 @@ def _discover() -> dict[str, PolicySpec]:
 
 
 POLICIES: dict[str, PolicySpec] = _discover()
-# The compiled driver inlines every policy's kernel: key its disk cache on all their sources.
-driver.key_cache_on_sources([driver.__file__, *sorted(str(p) for p in Path(__file__).parent.glob("*.py"))])
 
 
 def get_policy(name: str) -> PolicySpec:

@@ -43,7 +43,8 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -179,7 +180,7 @@ def resident_mask(state: S3FIFOState) -> np.ndarray:
     return (state.where == IN_SMALL) | (state.where == IN_MAIN)
 
 
-@njit_or_plain(inline=False)
+@helper(inline=False)
 def _ghost_drop_oldest(st):
     """Pop ring entries from the head until one live entry is gone (dead ones are skipped)."""
     m, ring = st.meta, st.ghost
@@ -195,7 +196,7 @@ def _ghost_drop_oldest(st):
             return
 
 
-@njit_or_plain(inline=False)
+@helper(inline=False)
 def _ghost_compact(st):
     """Keep only the live entries, in order, from the head on."""
     m, ring = st.meta, st.ghost
@@ -212,7 +213,7 @@ def _ghost_compact(st):
     m[G_COUNT] = m[G_SIZE]
 
 
-@njit_or_plain
+@helper
 def _ghost_insert(st, b):
     m = st.meta
     st.meta[EVICTIONS] += 1
@@ -233,7 +234,7 @@ def _ghost_insert(st, b):
     st.where[b] = IN_GHOST
 
 
-@njit_or_plain(inline=False)
+@helper(inline=False)
 def _admit_main(st, b, f):
     m, ring = st.meta, st.main
     n = ring.shape[0]
@@ -256,7 +257,7 @@ def _admit_main(st, b, f):
     st.freq[b] = f
 
 
-@njit_or_plain
+@helper
 def _admit_small(st, b):
     m, ring = st.meta, st.small
     n = ring.shape[0]
@@ -276,13 +277,13 @@ def _admit_small(st, b):
     st.freq[b] = 0
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     w = st.where[b]
     return w == IN_SMALL or w == IN_MAIN
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     w = st.where[b]
     if w == IN_SMALL or w == IN_MAIN:

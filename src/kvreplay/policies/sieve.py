@@ -33,7 +33,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, PolicySpec, register_kernel
 
 
 class SIEVE(ReferencePolicy):
@@ -132,7 +133,7 @@ def resident_mask(state: SIEVEState) -> np.ndarray:
     return state.cached != 0
 
 
-@njit_or_plain
+@helper
 def _evict(st, m):
     o = m[HAND] if m[HAND] >= 0 else m[TAIL]
     while st.visited[o] != 0:
@@ -155,12 +156,12 @@ def _evict(st, m):
     m[EVICTIONS] += 1
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.cached[b] != 0
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     if st.cached[b] != 0:
         st.visited[b] = 1

@@ -42,7 +42,8 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, Param, PolicySpec, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, Param, PolicySpec, register_kernel
 from .lru import _append, _unlink  # the same recency list: HEAD/TAIL slots and prev/next fields match
 
 
@@ -127,7 +128,7 @@ def read_state(state: TTLState) -> tuple[int, dict]:
     return int(np.count_nonzero(resident_mask(state))), counters
 
 
-@njit_or_plain
+@helper
 def _drop_head(st):
     m = st.meta
     victim = m[HEAD]
@@ -136,12 +137,12 @@ def _drop_head(st):
     m[SIZE] -= 1
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     return st.cached[b] != 0 and st.clock[NOW] - st.last[b] <= st.clock[TTL_MS]
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     m = st.meta
     if st.cached[b] != 0:
@@ -159,7 +160,7 @@ def _access(st, b):
     st.last[b] = st.clock[NOW]
 
 
-@njit_or_plain
+@helper
 def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
     m = st.meta
     # Expired blocks are a prefix of the list (see the module docstring).

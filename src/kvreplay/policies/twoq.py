@@ -48,7 +48,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -156,19 +157,19 @@ def resident_mask(state: TwoQState) -> np.ndarray:
     return (state.where == IN_A1IN) | (state.where == IN_AM)
 
 
-@njit_or_plain
+@helper
 def _unlink(st, b, head_slot, tail_slot, size_slot):
     list_unlink(st.prev, st.next, st.meta, head_slot, st.meta, tail_slot, b)
     st.meta[size_slot] -= 1
 
 
-@njit_or_plain
+@helper
 def _append(st, b, head_slot, tail_slot, size_slot):
     list_append(st.prev, st.next, st.meta, head_slot, st.meta, tail_slot, b)
     st.meta[size_slot] += 1
 
 
-@njit_or_plain
+@helper
 def _reclaim(st):
     m = st.meta
     if m[A1IN_SIZE] + m[AM_SIZE] < m[CAPACITY]:
@@ -177,7 +178,7 @@ def _reclaim(st):
     if m[A1IN_SIZE] > m[KIN_CAP]:
         ring = st.a1in
         y = ring[m[A1IN_HEAD]]
-        m[A1IN_HEAD] = m[A1IN_HEAD] + 1 if m[A1IN_HEAD] + 1 < ring.shape[0] else 0
+        m[A1IN_HEAD] = wrap(m[A1IN_HEAD] + 1, ring.shape[0])
         m[A1IN_SIZE] -= 1
         if m[OUT_SIZE] >= m[KOUT_CAP]:
             oldest = m[OUT_HEAD]
@@ -192,13 +193,13 @@ def _reclaim(st):
         m[AM_EVICTIONS] += 1
 
 
-@njit_or_plain
+@helper
 def _resident(st, b):
     w = st.where[b]
     return w == IN_A1IN or w == IN_AM
 
 
-@njit_or_plain
+@helper
 def _access(st, b):
     m = st.meta
     w = st.where[b]
@@ -224,7 +225,7 @@ def _access(st, b):
         ring = st.a1in
         n = ring.shape[0]
         pos = m[A1IN_HEAD] + m[A1IN_SIZE]
-        ring[pos if pos < n else pos - n] = b
+        ring[wrap(pos, n)] = b
         m[A1IN_SIZE] += 1
         st.where[b] = IN_A1IN
 

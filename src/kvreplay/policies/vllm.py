@@ -83,7 +83,8 @@ from collections import OrderedDict, deque, namedtuple
 
 import numpy as np
 
-from .base import Param, PolicySpec, ReferencePolicy, in_range, list_append, list_unlink, njit_or_plain, register_kernel
+from ..jit import helper
+from .base import Param, PolicySpec, ReferencePolicy, in_range, list_append, list_unlink, register_kernel
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
 
@@ -253,17 +254,17 @@ def resident_mask(state: VLLMState) -> np.ndarray:
     return state.holder_head >= 0
 
 
-@njit_or_plain
+@helper
 def _queue_unlink(st, s):
     list_unlink(st.queue_prev, st.queue_next, st.meta, QUEUE_HEAD, st.meta, QUEUE_TAIL, s)
 
 
-@njit_or_plain
+@helper
 def _queue_append(st, s):
     list_append(st.queue_prev, st.queue_next, st.meta, QUEUE_HEAD, st.meta, QUEUE_TAIL, s)
 
 
-@njit_or_plain
+@helper
 def _uncache(st, s):
     """Take slot s's hash away (its block is being reused) and give the slot back."""
     h = st.slot_hash[s]
@@ -275,7 +276,7 @@ def _uncache(st, s):
     m[FREE_SLOTS] += 1
 
 
-@njit_or_plain
+@helper
 def _cache(st, h):
     """A pinned block without a hash gets hash h: it takes a slot, last among h's holders."""
     m = st.meta
@@ -291,12 +292,12 @@ def _cache(st, h):
     return s
 
 
-@njit_or_plain
+@helper
 def _resident(st, h):
     return st.holder_head[h] >= 0
 
 
-@njit_or_plain
+@helper
 def _hit_limit(st, num_blocks, input_length, block_size):
     if st.meta[RECOMPUTE] != 0:
         cap = (input_length - 1) // block_size
@@ -309,7 +310,7 @@ def _hit_limit(st, num_blocks, input_length, block_size):
     return cap
 
 
-@njit_or_plain
+@helper
 def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
     m = st.meta
     need = (input_length + block_size - 1) // block_size

@@ -37,10 +37,10 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError, TraceError
-from ..output.report import atomic_output
+from ..files import atomic_output
+from .model import DEFAULT_BLOCK_SIZE
 from .mooncake import INT64_MAX, _describe, _open
 
-DEFAULT_BLOCK_SIZE = 512
 ROOT_PREFIX = b"kvreplay-root"
 TOKENIZERS_HINT = "pip install 'kvreplay[tokenizers]'"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.driver import compiled
+from ..jit import kernel
 
 
 def _first_access_py(offsets, blocks, first, pred):
@@ -18,7 +18,7 @@ def _first_access_py(offsets, blocks, first, pred):
             previous = b
 
 
-_first_access = compiled(_first_access_py)
+_first_access = kernel(_first_access_py)
 
 
 def first_access(offsets: np.ndarray, blocks: np.ndarray, num_blocks: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,22 @@ from functools import cached_property
 
 import numpy as np
 
+from ..errors import ConfigError
+
+# The block size of Mooncake's released traces: used when neither the caller nor the trace says.
+DEFAULT_BLOCK_SIZE = 512
+
+
+def resolve_block_size(block_size, trace=None) -> int:
+    """The block size in use: `block_size` if given, else the one `trace` declares, else 512.
+    Raises ConfigError unless the result is a whole number >= 1."""
+    size = block_size if block_size is not None else getattr(trace, "block_size", None)
+    if size is None:
+        return DEFAULT_BLOCK_SIZE
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ConfigError(f"block_size must be a whole number of tokens >= 1, got {size!r}")
+    return int(size)
+
 
 def _frozen(a, dtype) -> np.ndarray:
     """A read-only array of `dtype`. An array that is already read-only with that dtype is

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import msgspec
 import numpy as np
 
-from ..engine.driver import compiled
+from ..jit import kernel
 from ..errors import ConfigError, TraceError
 from .model import Trace, frozen
 
@@ -142,7 +142,7 @@ def _parse_int_lists_py(buf, ids, counts):
     return found if i == n else -1
 
 
-_parse_int_lists = compiled(_parse_int_lists_py)
+_parse_int_lists = kernel(_parse_int_lists_py)
 
 
 def _describe(value) -> str:

@@ -23,9 +23,9 @@ import numpy as np
 
 from dataclasses import dataclass, field, replace
 
-from ..engine.driver import compiled
+from ..jit import kernel
 from ..errors import ConfigError
-from .model import Trace
+from .model import Trace, resolve_block_size
 
 
 def chat_workload(
@@ -403,7 +403,7 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
 # ---------------------------------------------------------------------------------------------
 # Fitting a model to a trace (--like)
 
-@compiled
+@kernel
 def _parents(offsets, blocks, num_blocks, hit_blocks, parent):  # pragma: no cover - compiled
     """Per request: k = the infinite cache's hit blocks, parent = the latest earlier request that
     accessed its k-th block (-1 when k = 0)."""
@@ -460,11 +460,9 @@ def fit(trace: Trace, block_size: int | None = None) -> Model:
     the time between a request and the next (ms) and the reply lengths are drawn from the
     trace's own values.
     """
-    from ..engine.replay import DEFAULT_BLOCK_SIZE
-
     if len(trace) == 0:
         raise ConfigError("cannot fit a model to an empty trace")
-    bs = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
+    bs = resolve_block_size(block_size, trace)
     parent, hit_blocks, session = sessions_of(trace, bs)
     length = trace.input_length
     starts = np.flatnonzero(parent < 0)
@@ -510,11 +508,9 @@ def synth_like(trace: Trace, *, scale_requests: float = 1.0, speedup: float = 1.
                seed: int = 0) -> Trace:
     """A synthetic trace with `trace`'s statistics (see `fit`): scale_requests times as many
     requests, arriving speedup times faster (session rate x K, think times / K)."""
-    from ..engine.replay import DEFAULT_BLOCK_SIZE
-
     scale_requests = _positive("scale_requests", scale_requests)
     speedup = _positive("speedup", speedup)
-    bs = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
+    bs = resolve_block_size(block_size, trace)
     model = fit(trace, bs)
     if speedup != 1.0:
         chat = model.kinds["chat"]
@@ -560,7 +556,7 @@ def compare_table(original: dict, synthetic: dict, original_sessions: int | None
 PARENT_SEARCH = 1024  # requests looked at, backwards from the drawn distance, for a long-enough parent
 
 
-@compiled
+@kernel
 def _copy_prefixes(num_blocks_of, shared, distance, offsets, blocks):  # pragma: no cover - compiled
     """Fill `blocks`: request j copies the first min(shared[j], len(parent)) blocks of its parent
     (the request `distance[j]` before it, or the nearest one before that holding `shared[j]`
@@ -603,13 +599,11 @@ def synth_like_prefixes(trace: Trace, *, scale_requests: float = 1.0, speedup: f
     as in the trace, and a request's hits under an infinite cache are the drawn request's whenever
     a long enough parent is found.
     """
-    from ..engine.replay import DEFAULT_BLOCK_SIZE
-
     scale_requests = _positive("scale_requests", scale_requests)
     speedup = _positive("speedup", speedup)
     if len(trace) == 0:
         raise ConfigError("cannot fit a model to an empty trace")
-    bs = int(block_size or trace.block_size or DEFAULT_BLOCK_SIZE)
+    bs = resolve_block_size(block_size, trace)
     n0 = len(trace)
     hit_blocks = np.zeros(n0, np.int64)
     parent = np.zeros(n0, np.int64)

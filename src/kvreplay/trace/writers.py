@@ -33,7 +33,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError
-from ..output.report import atomic_output as _atomic_output
+from ..files import atomic_output as _atomic_output
 from .model import Trace
 
 WRITE_FORMATS = ("mooncake", "bailian")
@@ -81,7 +81,7 @@ def refuse_overwrite(output, inputs) -> None:
 
 @contextmanager
 def atomic_output(path):
-    """A binary stream for `path`, written atomically (output/report.py), gzip when the name ends
+    """A binary stream for `path`, written atomically (files.py), gzip when the name ends
     in .gz; "-" is standard output (not atomic, of course)."""
     path = os.fspath(path)
     if path == "-":
