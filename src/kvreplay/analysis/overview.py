@@ -71,15 +71,3 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
         "policy_summaries": [(spec.name, spec.summary) for spec in
                              dict.fromkeys(parse_policy(p)[0] for p in swept)],
     }
-
-
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#1b1b1b;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
-.sub{color:#555;margin-top:0}.note{color:#444;font-size:.92em}
-table{border-collapse:collapse;margin:.8em 0;font-size:.9em}th,td{padding:.3em .7em;border-bottom:1px solid #e3e3e3}
-th{text-align:left;background:#f6f6f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.figure svg{max-width:100%;height:auto}.kpi{display:flex;gap:1em;flex-wrap:wrap;margin:1em 0}
-.kpi div{background:#f4f7fb;border:1px solid #dbe4f0;border-radius:6px;padding:.6em 1em;min-width:10em}
-.kpi b{display:block;font-size:1.4em}
-"""
