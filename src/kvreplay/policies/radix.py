@@ -3,7 +3,7 @@
 Source: SGLang 0.5.23, ``python/sglang/srt/mem_cache/radix_cache.py`` (the tree), with the
 request flow of ``managers/schedule_batch.py`` (match), ``mem_cache/allocation.py`` and
 ``allocator/base.py`` (evict before allocating) and ``mem_cache/common.py`` (release).
-Validated against the real ``RadixCache`` by ``tests/engines/test_radix_engine.py``.
+Validated against the real ``RadixCache`` by ``tests/real_engines/test_radix_engine.py``.
 One block is one SGLang page (``page_size = block_size``); one trace block id is one
 page's content. Requests run sequentially: each finishes before the next starts.
 

@@ -4,7 +4,7 @@ Source: vLLM v1, ``vllm/v1/core/block_pool.py`` (BlockPool, BlockHashToBlockMap)
 ``kv_cache_utils.py`` (FreeKVCacheBlockQueue, KVCacheBlock), ``single_type_kv_cache_manager.py``
 (FullAttentionManager) and ``kv_cache_manager.py`` (KVCacheManager) of vLLM 0.24.0 to 0.33.0;
 checked request by request against the real code of 0.24.0, 0.28.0 and 0.33.0 by
-``tests/engines/test_vllm_engine.py`` (hit tokens, free queue order, hash holders).
+``tests/real_engines/test_vllm_engine.py`` (hit tokens, free queue order, hash holders).
 The trace's hash ids stand for vLLM's block hashes; a full-attention model, one KV cache group.
 
 Replay is sequential: each request is scheduled, prefilled and finished before the next one

@@ -1,9 +1,9 @@
 """kvreplay's ``vllm`` policy against the real vLLM v1 KV cache manager, request by request.
 
-Opt-in (downloads the wheels, ~280 MB each, once, into tests/engines/.cache/):
+Opt-in (downloads the wheels, ~280 MB each, once, into tests/real_engines/.cache/):
 
-    KVREPLAY_ENGINES=1 python -m pytest tests/engines/test_vllm_engine.py
-    python -m pytest -m engines tests/engines            # the same
+    KVREPLAY_ENGINES=1 python -m pytest tests/real_engines/test_vllm_engine.py
+    python -m pytest -m engines tests/real_engines            # the same
     KVREPLAY_VLLM_VERSIONS="0.24.0 0.28.0" ...           # other versions
 
 No GPU and no vLLM install: the wheel's pure-Python modules that make up the prefix cache

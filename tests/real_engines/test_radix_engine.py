@@ -1,10 +1,10 @@
 """kvreplay's ``radix`` policy against SGLang's real ``RadixCache``, request by request.
 
-Opt-in (downloads the sglang wheel, ~40 MB, once, into tests/engines/.cache/; needs torch,
+Opt-in (downloads the sglang wheel, ~40 MB, once, into tests/real_engines/.cache/; needs torch,
 CPU build is enough):
 
-    KVREPLAY_ENGINES=1 python -m pytest tests/engines/test_radix_engine.py
-    python -m pytest -m engines tests/engines                  # the same
+    KVREPLAY_ENGINES=1 python -m pytest tests/real_engines/test_radix_engine.py
+    python -m pytest -m engines tests/real_engines                  # the same
     KVREPLAY_SGLANG_VERSION=0.5.22 ...                          # another version
 
 No GPU and no sglang install: ``sglang/srt/mem_cache/{radix_cache,base_prefix_cache,

@@ -1,7 +1,7 @@
 """Opt-in tests against real engines' code (pytest marker ``engines``).
 
 They download an engine's wheel from PyPI and are skipped unless asked for:
-``python -m pytest -m engines tests/engines`` or ``KVREPLAY_ENGINES=1``; and skipped
+``python -m pytest -m engines tests/real_engines`` or ``KVREPLAY_ENGINES=1``; and skipped
 when the package index cannot be reached.
 """
 
