@@ -115,7 +115,7 @@ def _notice(what: str):
         with lock:
             for cm in shown:
                 cm.__exit__(None, None, None)
-            shown = None  # noqa: F841 - a late timer shows nothing
+            shown = None  # a timer that fires late shows nothing
 
 
 def ensure_compiled(kernel, args, what: str) -> None:

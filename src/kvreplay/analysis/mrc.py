@@ -104,7 +104,9 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     distinct = trace.num_blocks
     hit_tokens_at = np.zeros(distinct + 2, dtype=np.int64)
     accesses_at = np.zeros(distinct + 2, dtype=np.int64)
-    _histograms(trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at)
+    args = (trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at)
+    jit.ensure_compiled(_histograms, args, "the one-pass LRU curve kernel")
+    _histograms(*args)
     hits_within = np.cumsum(hit_tokens_at)  # [d]: hit tokens at capacity d (d <= distinct)
     accesses_within = np.cumsum(accesses_at)
     n = trace.num_accesses

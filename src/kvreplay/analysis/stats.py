@@ -142,8 +142,10 @@ def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.
     stride = max(1, int(trace.num_blocks))
     if trace.num_accesses and (trace.num_accesses + 1) * stride >= 2**62:
         raise ConfigError(f"trace too large for the prefix trie ({trace.num_accesses} accesses x {stride} blocks)")
-    first = _pass(trace.offsets, trace.blocks, trace.input_length, np.int64(block_size), int(trace.num_blocks),
-                  hit_tokens, hit_blocks, shared, reuse, np.int64(stride))
+    args = (trace.offsets, trace.blocks, trace.input_length, np.int64(block_size), int(trace.num_blocks),
+            hit_tokens, hit_blocks, shared, reuse, np.int64(stride))
+    jit.ensure_compiled(_pass, args, "the trace statistics kernel")
+    first = _pass(*args)
     last = int(np.flatnonzero(reuse[1:])[-1]) + 1 if reuse[1:].any() else 0
     return hit_tokens, hit_blocks, shared, {"first_use": int(first), "histogram": reuse[1:last + 1]}
 

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from .. import jit
 from ..errors import ConfigError
 from .report import Report
 from ..policies.registry import get_policy
@@ -92,7 +93,9 @@ def replay(
     hit_tokens = np.zeros(n, dtype=np.int64)
     if engine == "compiled":
         state = spec.make_state(capacity, trace, **params)
-        driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
+        args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
+        jit.ensure_compiled(driver.replay_compiled, args, f"the {spec.name} kernel")
+        driver.replay_compiled(*args)
         final, counters = spec.read_state(state)
         mask = spec.resident_mask(state)
     else:

@@ -1,0 +1,68 @@
+"""jit.py: the compile notice (told only while a kernel really compiles) and the CLI's line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from conftest import MOONCAKE, shared_path
+from kvreplay import jit
+
+pytestmark = pytest.mark.skipif(not jit.HAVE_NUMBA, reason="needs numba")
+
+
+def test_listener_told_once_while_a_kernel_compiles(monkeypatch):
+    from numba import njit
+
+    @njit  # a new dispatcher, never compiled
+    def double(x):
+        return x * 2
+
+    told = []
+
+    @contextmanager
+    def listener(what):
+        told.append(("start", what))
+        yield
+        told.append(("stop", what))
+
+    monkeypatch.setattr(jit, "NOTICE_AFTER_S", 0.0)
+    monkeypatch.setattr(jit, "_listener", listener)
+    args = (np.arange(3),)
+    jit.ensure_compiled(double, args, "the doubling kernel")
+    assert told == [("start", "the doubling kernel"), ("stop", "the doubling kernel")]
+    assert double(*args).tolist() == [0, 2, 4]
+    jit.ensure_compiled(double, args, "the doubling kernel")  # compiled: nobody is told again
+    assert len(told) == 2
+
+
+def test_no_notice_when_quick(monkeypatch):
+    from numba import njit
+
+    @njit
+    def triple(x):
+        return x * 3
+
+    told = []
+    monkeypatch.setattr(jit, "NOTICE_AFTER_S", 3600.0)
+    monkeypatch.setattr(jit, "_listener", lambda what: told.append(what))
+    jit.ensure_compiled(triple, (np.arange(2),), "the tripling kernel")
+    assert told == []
+
+
+def test_cli_says_it_compiles_on_a_cold_cache_only(tmp_path):
+    trace = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    cmd = [sys.executable, "-m", "kvreplay.cli", "run", str(trace), "--policy", "lru", "--capacity", "4096", "--summary-only"]
+    cold = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    warm = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert cold.returncode == 0 and warm.returncode == 0, cold.stderr + warm.stderr
+    line = "kvreplay: compiling the lru kernel (first run only; cached afterwards)…"
+    assert line in cold.stderr.splitlines()
+    assert "compiling" not in warm.stderr
+    assert cold.stdout == warm.stdout
