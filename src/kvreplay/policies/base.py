@@ -169,7 +169,7 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
 
                 def every_block(state, request, blocks, start, end, hits, input_length, block_size):
                     for j in range(start, end):
-                        access(state, blocks[j])
+                        access_impl(state, blocks[j])
 
                 return every_block
             return lambda state, request, blocks, start, end, hits, input_length, block_size: access_request_impl(

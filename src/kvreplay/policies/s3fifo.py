@@ -234,7 +234,7 @@ def _ghost_insert(st, b):
     st.where[b] = IN_GHOST
 
 
-@helper(inline=False)
+@helper
 def _admit_main(st, b, f):
     m, ring = st.meta, st.main
     n = ring.shape[0]
@@ -258,26 +258,6 @@ def _admit_main(st, b, f):
 
 
 @helper
-def _admit_small(st, b):
-    m, ring = st.meta, st.small
-    n = ring.shape[0]
-    while m[S_SIZE] >= m[SMALL_CAP]:
-        head = m[S_HEAD]
-        victim = ring[head]
-        m[S_HEAD] = wrap(head + 1, n)
-        m[S_SIZE] -= 1
-        if st.freq[victim] >= 1:
-            m[PROMOTIONS] += 1
-            _admit_main(st, victim, st.freq[victim])
-        else:
-            _ghost_insert(st, victim)
-    ring[wrap(m[S_HEAD] + m[S_SIZE], n)] = b
-    m[S_SIZE] += 1
-    st.where[b] = IN_SMALL
-    st.freq[b] = 0
-
-
-@helper
 def _resident(st, b):
     w = st.where[b]
     return w == IN_SMALL or w == IN_MAIN
@@ -289,15 +269,39 @@ def _access(st, b):
     if w == IN_SMALL or w == IN_MAIN:
         if st.freq[b] < st.meta[MAX_FREQ]:
             st.freq[b] += 1
-    elif w == IN_GHOST:
+        return
+    m = st.meta
+    if w == IN_GHOST:
         # Leave G first: the ring entry is dead from now on (and _admit_main may push to G).
         st.where[b] = NOWHERE
-        st.meta[G_SIZE] -= 1
-        st.meta[GHOST_HITS] += 1
-        _admit_main(st, b, st.meta[GHOST_FREQ])
+        m[G_SIZE] -= 1
+        m[GHOST_HITS] += 1
+        to_main, f = b, m[GHOST_FREQ]
     else:
-        st.meta[ADMISSIONS] += 1
-        _admit_small(st, b)
+        # Admit to S. S never holds more than small_cap blocks, so "while S is full, pop its
+        # head" pops at most once: an `if`. A popped block with freq >= 1 moves to M (below: the
+        # order does not matter, M and G never hold b) keeping its freq; one with 0 goes to G.
+        m[ADMISSIONS] += 1
+        to_main, f = -1, 0
+        ring = st.small
+        n = ring.shape[0]
+        if m[S_SIZE] >= m[SMALL_CAP]:
+            head = m[S_HEAD]
+            victim = ring[head]
+            m[S_HEAD] = wrap(head + 1, n)
+            m[S_SIZE] -= 1
+            if st.freq[victim] >= 1:
+                m[PROMOTIONS] += 1
+                to_main, f = victim, st.freq[victim]
+            else:
+                _ghost_insert(st, victim)
+        ring[wrap(m[S_HEAD] + m[S_SIZE], n)] = b
+        m[S_SIZE] += 1
+        st.where[b] = IN_SMALL
+        st.freq[b] = 0
+    if to_main >= 0:
+        # One call site for the admission to M (each pasted copy of it costs compile time).
+        _admit_main(st, to_main, f)
 
 
 register_kernel(S3FIFOState, _resident, _access)
