@@ -17,7 +17,7 @@ from .errors import ConfigError, InvariantError, KvreplayError, TraceError
 from .engine.report import Report
 from .policies.registry import POLICIES
 from .trace import Trace, load_trace
-from .version import __version__
+from .version import __version__  # noqa: F401 - kvreplay.__version__
 
 
 

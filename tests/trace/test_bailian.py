@@ -10,7 +10,7 @@ import pytest
 from kvreplay import replay
 from kvreplay.cli import main
 from kvreplay.errors import TraceError
-from kvreplay.trace import load_trace, mooncake
+from kvreplay.trace import jsonl as line_reading, load_trace
 from kvreplay.trace import bailian
 from kvreplay.trace.bailian import read_bailian
 
@@ -80,7 +80,7 @@ def test_gzip_and_fast_slow_paths_agree(tmp_path, monkeypatch):
     plain = read_bailian(str(CHAT), keep_ids=True)
     gz = read_bailian(str(write(tmp_path, "c.gz", gzip.compress(text))), keep_ids=True)
     monkeypatch.setattr(bailian, "_fast_chunk", lambda first_line, data: None)
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 64)  # many tiny chunks on the slow path
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 64)  # many tiny chunks on the slow path
     slow = read_bailian(str(CHAT), keep_ids=True)
     for t in (gz, slow):
         for col in ("offsets", "blocks", "input_length", "output_length", "timestamp", "session", "original_ids"):
@@ -91,7 +91,7 @@ def test_fast_path_chunks_keep_line_numbers(tmp_path, monkeypatch):
     # a repeated chat_id found after the chunks were parsed on the fast path names the right line
     lines = [rec(k) for k in range(1, 8)] + [rec(3)]
     p = write(tmp_path, "d.jsonl", "\n\n".join(lines) + "\n")  # blank line between records
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 200)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 200)
     with pytest.raises(TraceError) as e:
         load_trace(p)
     assert str(e.value) == f"{p}:15: chat_id: 3 appears again (first on line 5)"

@@ -14,7 +14,8 @@ from kvreplay import replay
 from kvreplay.cli import main
 from kvreplay.errors import ConfigError, TraceError
 from kvreplay.trace import load_trace
-from kvreplay.trace.ops import sniff_format, trace_paths
+from kvreplay.trace.formats import sniff_format
+from kvreplay.trace.ops import trace_paths
 
 from conftest import DATA, write
 
@@ -145,3 +146,25 @@ def test_cli_format_choice_and_spacing_checked(capsys):
 def test_sort_by_time_on_single_files_unchanged():
     t = load_trace(BAILIAN, sort_by_time=True)
     assert np.all(np.diff(t.timestamp) >= 0) and t.session.tolist() == [0, 1, 0, 2, 2]
+
+
+def test_formats_come_from_the_reader_registry(monkeypatch, tmp_path, capsys):
+    # Every module of kvreplay.trace with a READER is a format: listed, sniffed and dispatched
+    # from the registry alone. A stand-in format registered at runtime is sniffed and read.
+    from kvreplay.trace import FORMATS, formats
+    from kvreplay.trace.model import Reader, Trace
+
+    assert FORMATS == ("mooncake", "bailian", "claude-code") == formats.FORMATS
+    assert list(formats.READERS) == ["claude-code", "bailian", "mooncake"]  # asked in rank order, catch-all last
+    with pytest.raises(SystemExit):
+        main(["run", str(MOONCAKE), "--format", "nope"])
+    assert "invalid choice: 'nope' (choose from 'auto', 'mooncake', 'bailian', 'claude-code')" in capsys.readouterr().err
+
+    def read_toy(path, *, on_invalid, keep_ids):
+        return Trace.from_requests([([1, 2], 8), ([1, 2], 8)], block_size=4, source=path)
+
+    toy = Reader(name="toy", read=read_toy, rank=5, sniff=lambda keys: "toy" in keys, sniff_keys=("toy",))
+    monkeypatch.setitem(formats.READERS, "toy", toy)
+    path = write(tmp_path, "t.jsonl", '{"toy": 1}\n')
+    assert sniff_format(str(path)) == "toy"
+    assert replay(load_trace(path), "lru", 4).total_hit_tokens == 8

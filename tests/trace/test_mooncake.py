@@ -12,7 +12,7 @@ import pytest
 
 from conftest import jsonl, write
 from kvreplay.errors import ConfigError, TraceError
-from kvreplay.trace import load_trace, mooncake
+from kvreplay.trace import jsonl as line_reading, load_trace, mooncake
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -229,7 +229,7 @@ def test_gzip_input_recognised_by_magic(tmp_path, name):
 def test_gzip_with_tiny_chunks(tmp_path, monkeypatch):
     p = write(tmp_path, "t.gz", gzip.compress(COLUMNS.read_bytes()))
     plain = load_trace(COLUMNS)
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 50)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 50)
     assert_same_trace(load_trace(p), plain)
 
 
@@ -279,7 +279,7 @@ def test_tiny_chunks_give_identical_trace(tmp_path, monkeypatch):
     text = text.replace("\n", "\n\n", 3)  # a few blank lines too
     p = write(tmp_path, "m.jsonl", text)
     normal = load_trace(p, keep_ids=True)
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 50)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 50)
     calls = count_slow_calls(monkeypatch)
     chunked = load_trace(p, keep_ids=True)
     assert calls == []  # all-int chunks took the fast path
@@ -291,7 +291,7 @@ def test_line_longer_than_chunk(tmp_path, monkeypatch):
     recs = [{"input_length": 1, "hash_ids": list(range(60))}, {"input_length": 2, "hash_ids": [3]}]
     p = write(tmp_path, "long.jsonl", jsonl(*recs))
     normal = load_trace(p, keep_ids=True)
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 50)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 50)
     assert_same_trace(load_trace(p, keep_ids=True), normal)
     assert normal.offsets.tolist() == [0, 60, 61]
 
@@ -302,7 +302,7 @@ def test_error_line_number_across_chunks(tmp_path, monkeypatch, chunk):
     lines[4] = ""  # blank line 5 still counts as a line
     lines.insert(9, '{"input_length": 3, "hash_ids": [1, null]}')  # line 10
     p = write(tmp_path, "bad.jsonl", "\n".join(lines) + "\n")
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", chunk)
     with pytest.raises(TraceError) as e:
         load_trace(p)
     assert str(e.value) == f"{p}:10: hash_ids: item 1 is null, expected an integer or a string"
@@ -316,7 +316,7 @@ def test_skip_line_numbers_across_chunks(tmp_path, monkeypatch, chunk):
     lines[6] = ""                     # line 7 blank: not invalid
     lines[8] = '{"hash_ids": [1]}'    # line 9
     p = write(tmp_path, "skip.jsonl", "\n".join(lines) + "\nnope\n")  # line 11
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", chunk)
     t = load_trace(p, on_invalid="skip")
     assert t.invalid_records == {"count": 3, "first_lines": [3, 9, 11]}
     # valid: input_length 0,1,3,4,5,7,9 (2, 6 and 8 were replaced)
@@ -336,7 +336,7 @@ def test_fast_and_slow_paths_identical(tmp_path, monkeypatch):
 
 def test_fast_and_slow_paths_identical_with_small_chunks(tmp_path, monkeypatch):
     p = write(tmp_path, "ints.jsonl", jsonl(*many_records(30)))
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 80)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 80)
     fast = load_trace(p, sort_by_time=True)
     force_slow_path(monkeypatch)
     assert_same_trace(fast, load_trace(p, sort_by_time=True))
@@ -345,7 +345,7 @@ def test_fast_and_slow_paths_identical_with_small_chunks(tmp_path, monkeypatch):
 def test_one_string_id_forces_slow_path_for_its_chunk_only(tmp_path, monkeypatch):
     recs = many_records(30, string_at=17)
     p = write(tmp_path, "onestr.jsonl", jsonl(*recs))
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 200)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 200)
     calls = count_slow_calls(monkeypatch)
     t = load_trace(p, keep_ids=True)
     assert len(calls) == 1 and calls[0] <= 18  # only the chunk holding line 18
@@ -612,7 +612,7 @@ def test_real_trace_columns_match_plain_json(real_trace):
 
 def test_real_trace_paths_and_chunks_agree(real_trace, monkeypatch):
     normal = load_trace(real_trace, keep_ids=True)
-    monkeypatch.setattr(mooncake, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(line_reading, "CHUNK_BYTES", 4096)
     assert_same_trace(load_trace(real_trace, keep_ids=True), normal)
     force_slow_path(monkeypatch)
     assert_same_trace(load_trace(real_trace, keep_ids=True), normal)

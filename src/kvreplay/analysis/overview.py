@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..engine.replay import replay
 from ..errors import ConfigError

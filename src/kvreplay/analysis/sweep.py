@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import numpy as np
 
 from .. import jit
 from ..engine.replay import as_trace, check_capacity, resolve_engine, warmup_count

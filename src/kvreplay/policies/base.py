@@ -1,8 +1,36 @@
-"""What every policy module provides: a parameter list, a reference class, compiled state and ops.
+"""The policy contract: what every policy module provides, written once.
 
-The contract follows libCacheSim's: a residency probe that changes nothing
-(``resident``) and an access that updates state (``access``: a hit refreshes,
-a miss admits and may evict). The replay driver owns the request loop.
+A policy module defines ``POLICY = PolicySpec(...)`` (registry.py finds it) with two engines of
+one behaviour: a reference class (plain Python, the readable oracle) and compiled state + ops.
+
+Operations (reference: methods of a ReferencePolicy; compiled: overloads of the stubs below on
+the policy's state type, registered with ``register_kernel``):
+
+- ``resident(b) -> bool``: is block b resident? A probe: it changes nothing (no recency, no
+  frequency, no counter), however often it is called.
+- ``access(b)``: the policy's reaction to one access of b: a hit refreshes (per policy), a miss
+  admits and may evict. Block-level policies only.
+- ``hit_limit(num_blocks, input_length, block_size) -> int``: the most blocks a request's prefix
+  scan may count (default: all; vLLM and SGLang never reuse the block of the last prompt token).
+- ``access_request(request, blocks, hits, input_length, block_size)``: the access phase of one
+  request, told how many of its leading blocks hit (default: ``access(b)`` for each block in
+  order). Request-level policies (vllm, radix, belady) replace it.
+
+The driver (engine/driver.py) owns the request loop: scan the longest resident prefix with
+``resident`` before touching anything, record ``min(k * block_size, L)``, then ``access_request``.
+Policies never re-implement that loop.
+
+Invariants, checked for every registered policy by tests/policies/test_contract.py:
+1. Both engines give the same hit blocks for every request, the same final size, the same
+   counters and the same stranded blocks.
+2. ``resident`` changes nothing: extra probes leave every later result unchanged.
+3. Resident blocks never exceed the capacity (Report.check_invariants, on every replay).
+4. ``counters()`` (reference) and ``read_state`` (compiled) give the same keys whatever the trace,
+   capacity or engine: integers, never floats.
+
+Not yet in the contract: holding a running request's blocks (pin/unpin) for the serving
+simulator (issue 10, item 2): vllm and radix already pin a request's blocks inside
+``access_request`` (vLLM's ref_cnt, SGLang's lock_ref), but no policy exposes it separately.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import os
 
 from .model import Trace
 from .mooncake import read_mooncake
+from .formats import FORMATS
 from .writers import WRITE_FORMATS, write_trace
 
-FORMATS = ("mooncake", "bailian", "claude-code")
 
 
 def load_trace(path, *, format: str = "auto", on_invalid: str = "error", sort_by_time: bool = False, keep_ids: bool = False,

@@ -22,9 +22,9 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from .model import Trace, frozen
-from .mooncake import (
-    INT64_MAX, MAX_REPORTED_LINES, _Chunk, _count_byte, _dense_ids, _describe, _finite, _is_int, _parse_int_lists,
+from .model import Reader, Trace, frozen
+from .jsonl import (
+    INT64_MAX, MAX_REPORTED_LINES, Chunk, count_byte, dense_ids, describe, finite, is_int, parse_int_lists,
     checked_lines, decode_object, empty_trace_error, hash_id_list, non_negative_int, read_chunks,
 )
 
@@ -45,7 +45,7 @@ class _FastRecord(msgspec.Struct, gc=False):
 _fast_decoder = msgspec.json.Decoder(_FastRecord)
 
 
-class _BailianChunk(_Chunk):
+class _BailianChunk(Chunk):
     """A chunk's columns plus the chat links and the line number of every record."""
 
     __slots__ = ("chats", "parents", "lines")
@@ -65,21 +65,21 @@ def _check_record(path: str, line: int, text: bytes):
     parent = obj["parent_chat_id"]
     if isinstance(parent, float) and parent.is_integer():
         parent = int(parent)
-    if not _is_int(parent) or parent < -1 or parent > INT64_MAX:
-        raise TraceError(path, f"expected -1 or a chat_id (a non-negative integer), got {_describe(obj['parent_chat_id'])}",
+    if not is_int(parent) or parent < -1 or parent > INT64_MAX:
+        raise TraceError(path, f"expected -1 or a chat_id (a non-negative integer), got {describe(obj['parent_chat_id'])}",
                          line, "parent_chat_id")
     stamp = obj["timestamp"]
-    if not (_is_int(stamp) or isinstance(stamp, float)) or not _finite(stamp) or not _finite(stamp * 1000.0):
-        raise TraceError(path, f"expected a number of seconds, got {_describe(stamp)}", line, "timestamp")
+    if not (is_int(stamp) or isinstance(stamp, float)) or not finite(stamp) or not finite(stamp * 1000.0):
+        raise TraceError(path, f"expected a number of seconds, got {describe(stamp)}", line, "timestamp")
     length = non_negative_int(path, line, obj, "input_length")
     ids = hash_id_list(path, line, obj)
     out = 0 if obj.get("output_length") is None else non_negative_int(path, line, obj, "output_length")
     kind = obj.get("type")
     if kind is not None and not isinstance(kind, str):
-        raise TraceError(path, f"expected a string, got {_describe(kind)}", line, "type")
+        raise TraceError(path, f"expected a string, got {describe(kind)}", line, "type")
     turn = obj.get("turn")
-    if turn is not None and not _is_int(turn):
-        raise TraceError(path, f"expected an integer, got {_describe(turn)}", line, "turn")
+    if turn is not None and not is_int(turn):
+        raise TraceError(path, f"expected an integer, got {describe(turn)}", line, "turn")
     return ids, length, float(stamp) * 1000.0, out, chat, parent
 
 
@@ -99,9 +99,9 @@ def _fast_chunk(first_line: int, data: bytes) -> _BailianChunk | None:
     if len(recs) != n:
         return None  # two records on a line or one over two lines: the slow path says where
     joined = b";".join([r.hash_ids for r in recs])
-    ids = np.empty(_count_byte(joined, 44) + n, dtype=np.int64)
+    ids = np.empty(count_byte(joined, 44) + n, dtype=np.int64)
     counts = np.empty(n, dtype=np.int64)
-    found = _parse_int_lists(np.frombuffer(joined, dtype=np.uint8), ids, counts)
+    found = parse_int_lists(np.frombuffer(joined, dtype=np.uint8), ids, counts)
     if found < 0:
         return None
     try:
@@ -169,7 +169,7 @@ def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False
     root, _ = _roots(cat["chats"], cat["parents"])
     _, first, inverse = np.unique(root, return_index=True, return_inverse=True)
     session = np.argsort(np.argsort(first, kind="stable"), kind="stable")[inverse.reshape(-1)]
-    blocks, num_blocks, original = _dense_ids(chunks, keep_ids)
+    blocks, num_blocks, original = dense_ids(chunks, keep_ids)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(cat["counts"], out=offsets[1:])
     invalid.sort()
@@ -226,3 +226,10 @@ def _without(chunks: list[_BailianChunk], cat: dict, keep: np.ndarray) -> dict:
         c.counts = c.counts[rows]
         pos += m
     return {key: value[keep] for key, value in cat.items()}
+
+
+READER = Reader(
+    name="bailian", read=read_bailian, rank=1,
+    sniff=lambda keys: "chat_id" in keys or "parent_chat_id" in keys, sniff_keys=("chat_id", "parent_chat_id"),
+    summary="Alibaba Bailian/Qwen JSONL: 16-token blocks, sessions from parent_chat_id",
+)

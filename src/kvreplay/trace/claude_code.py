@@ -39,8 +39,8 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError, TraceError
-from .model import Trace
-from .mooncake import INT64_MAX, MAX_REPORTED_LINES, _Chunk, _dense_ids, _describe, _finite, _is_int, _open
+from .model import Reader, Trace
+from .jsonl import INT64_MAX, MAX_REPORTED_LINES, Chunk, dense_ids, describe, finite, is_int, open_trace
 
 FORMAT = "claude-code"
 
@@ -49,7 +49,7 @@ def _read_all(path: str, name: str) -> bytes:
     import gzip
     import zlib
 
-    stream = _open(path)
+    stream = open_trace(path)
     try:
         return stream.read()
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
@@ -141,7 +141,7 @@ class _Reader:
                     if "requests" not in entry:
                         raise self.fail([*here, "requests"], "missing (a subagent entry needs its own requests)")
                     if not isinstance(entry["requests"], list):
-                        raise self.fail([*here, "requests"], f"expected a list, got {_describe(entry['requests'])}")
+                        raise self.fail([*here, "requests"], f"expected a list, got {describe(entry['requests'])}")
                     sub = self.num_streams
                     self.num_streams += 1
                     self.walk(entry["requests"], [*here, "requests"], start_s + t, sub)
@@ -156,8 +156,8 @@ class _Reader:
         if "t" not in entry:
             raise self.fail([*here, "t"], "missing")
         t = entry["t"]
-        if not (_is_int(t) or isinstance(t, float)) or not _finite(t) or not _finite(t * 1000.0):
-            raise self.fail([*here, "t"], f"expected a number of seconds, got {_describe(t)}")
+        if not (is_int(t) or isinstance(t, float)) or not finite(t) or not finite(t * 1000.0):
+            raise self.fail([*here, "t"], f"expected a number of seconds, got {describe(t)}")
         return float(t)
 
     def _count(self, entry: dict, here: list, key: str, required: bool) -> int:
@@ -168,31 +168,31 @@ class _Reader:
         value = entry[key]
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if not _is_int(value) or value < 0:
-            raise self.fail([*here, key], f"expected a non-negative integer, got {_describe(entry[key])}")
+        if not is_int(value) or value < 0:
+            raise self.fail([*here, key], f"expected a non-negative integer, got {describe(entry[key])}")
         if value > INT64_MAX:
             raise self.fail([*here, key], f"{value} is too large (the limit is 2**63-1)")
         return value
 
     def _request(self, entry, here: list, start_s: float, stream: int) -> None:
         if not isinstance(entry, dict):
-            raise self.fail(here, f"expected a JSON object, got {_describe(entry)}")
+            raise self.fail(here, f"expected a JSON object, got {describe(entry)}")
         t = self._time(entry, here)
         length = self._count(entry, here, "in", True)
         if "hash_ids" not in entry:
             raise self.fail([*here, "hash_ids"], "missing")
         ids = entry["hash_ids"]
         if not isinstance(ids, list):
-            raise self.fail([*here, "hash_ids"], f"expected a list of integers or strings, got {_describe(ids)}")
+            raise self.fail([*here, "hash_ids"], f"expected a list of integers or strings, got {describe(ids)}")
         for j, h in enumerate(ids):
-            if not (_is_int(h) or isinstance(h, str)):
-                raise self.fail([*here, "hash_ids"], f"item {j} is {_describe(h)}, expected an integer or a string")
+            if not (is_int(h) or isinstance(h, str)):
+                raise self.fail([*here, "hash_ids"], f"item {j} is {describe(h)}, expected an integer or a string")
         out = self._count(entry, here, "out", False)
         kind = entry.get("type")
         if kind is not None and not isinstance(kind, str):
-            raise self.fail([*here, "type"], f"expected a string, got {_describe(kind)}")
+            raise self.fail([*here, "type"], f"expected a string, got {describe(kind)}")
         stamp = (start_s + t) * 1000.0
-        if not _finite(stamp):
+        if not finite(stamp):
             raise self.fail([*here, "t"], "the request's absolute time is too large")
         self.ids.extend(ids)
         self.counts.append(len(ids))
@@ -227,26 +227,26 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
         raise TraceError(name, f"invalid JSON ({e})", line) from None
     reader = _Reader(name, data, on_invalid)
     if not isinstance(doc, dict):
-        raise TraceError(name, f"expected one JSON object (a Claude Code session), got {_describe(doc)}", 1)
+        raise TraceError(name, f"expected one JSON object (a Claude Code session), got {describe(doc)}", 1)
     if "block_size" not in doc:
         raise reader.fail(["block_size"], "missing")
     block_size = doc["block_size"]
-    if not _is_int(block_size) or block_size < 1:
-        raise reader.fail(["block_size"], f"expected a positive integer, got {_describe(block_size)}")
+    if not is_int(block_size) or block_size < 1:
+        raise reader.fail(["block_size"], f"expected a positive integer, got {describe(block_size)}")
     scope = doc.get("hash_id_scope", "local")
     if scope != "local":
-        raise reader.fail(["hash_id_scope"], f"only \"local\" is supported (ids private to the file), got {_describe(scope)}")
+        raise reader.fail(["hash_id_scope"], f"only \"local\" is supported (ids private to the file), got {describe(scope)}")
     if "requests" not in doc:
         raise reader.fail(["requests"], "missing")
     if not isinstance(doc["requests"], list):
-        raise reader.fail(["requests"], f"expected a list, got {_describe(doc['requests'])}")
+        raise reader.fail(["requests"], f"expected a list, got {describe(doc['requests'])}")
     reader.walk(doc["requests"], ["requests"], 0.0, 0)
     n = len(reader.lengths)
     invalid = sorted(reader.invalid)
     if n == 0:
         what = f"no valid requests ({len(invalid)} invalid)" if invalid else "no requests (empty trace)"
         raise TraceError(name, what)
-    blocks, num_blocks, original = _dense_ids([_Chunk(reader.ids, None, None, None, None)], keep_ids)
+    blocks, num_blocks, original = dense_ids([Chunk(reader.ids, None, None, None, None)], keep_ids)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(reader.counts, out=offsets[1:])
     streams = np.array(reader.streams, dtype=np.int64)
@@ -259,3 +259,10 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
         session=streams if subagent_sessions else np.zeros(n, dtype=np.int64),
     )
     return trace.sorted_by_time()
+
+
+READER = Reader(
+    name=FORMAT, read=read_claude_code, rank=0, options=("subagent_sessions",),
+    sniff=lambda keys: "requests" in keys and "block_size" in keys, sniff_keys=("requests", "block_size"),
+    summary="Claude Code session JSON (kv-cache-tester corpus): one session per file, declared block size",
+)

@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import ConfigError, TraceError
 from ..files import atomic_output
 from .model import DEFAULT_BLOCK_SIZE
-from .mooncake import INT64_MAX, _describe, _open
+from .jsonl import INT64_MAX, describe, open_trace
 
 ROOT_PREFIX = b"kvreplay-root"
 TOKENIZERS_HINT = "pip install 'kvreplay[tokenizers]'"
@@ -107,10 +107,10 @@ def _chain(data: bytes, num_blocks: int, step: int, salt: bytes, parent: bytes) 
 
 def _check_tokens(path: str, line: int, field: str, value) -> list:
     if not isinstance(value, list):
-        raise TraceError(path, f"expected a list of token ids (integers), got {_describe(value)}", line, field)
+        raise TraceError(path, f"expected a list of token ids (integers), got {describe(value)}", line, field)
     for j, t in enumerate(value):
         if type(t) is not int:
-            raise TraceError(path, f"item {j} is {_describe(t)}, expected a token id (an integer)", line, field)
+            raise TraceError(path, f"item {j} is {describe(t)}, expected a token id (an integer)", line, field)
         if not 0 <= t <= INT64_MAX:
             raise TraceError(path, f"item {j} is {t}, expected a token id in 0..2**63-1", line, field)
     return value
@@ -123,29 +123,29 @@ def _check_record(path: str, line: int, text: bytes) -> _Record:
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise TraceError(path, f"invalid JSON ({e})", line) from None
     if not isinstance(obj, dict):
-        raise TraceError(path, f"expected a JSON object, got {_describe(obj)}", line)
+        raise TraceError(path, f"expected a JSON object, got {describe(obj)}", line)
     tokens = obj.get("token_ids")
     if tokens is not None:
         _check_tokens(path, line, "token_ids", tokens)
     for key in ("text", "prompt", "namespace", "salt"):
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
-            raise TraceError(path, f"expected a string, got {_describe(value)}", line, key)
+            raise TraceError(path, f"expected a string, got {describe(value)}", line, key)
     stamp = obj.get("timestamp")
-    if stamp is not None and (type(stamp) not in (int, float) or not _finite(stamp)):
-        raise TraceError(path, f"expected a number (milliseconds), got {_describe(stamp)}", line, "timestamp")
+    if stamp is not None and (type(stamp) not in (int, float) or not finite(stamp)):
+        raise TraceError(path, f"expected a number (milliseconds), got {describe(stamp)}", line, "timestamp")
     out = obj.get("output_length")
     if out is not None:
         if not (type(out) is int or (type(out) is float and out.is_integer())) or out < 0:
-            raise TraceError(path, f"expected a non-negative integer, got {_describe(out)}", line, "output_length")
+            raise TraceError(path, f"expected a non-negative integer, got {describe(out)}", line, "output_length")
         if out > INT64_MAX:
-            raise TraceError(path, f"{_describe(out)} is too large (the limit is 2**63-1)", line, "output_length")
+            raise TraceError(path, f"{describe(out)} is too large (the limit is 2**63-1)", line, "output_length")
         out = int(out)
     return _Record(token_ids=tokens, text=obj.get("text"), prompt=obj.get("prompt"), timestamp=stamp,
                    output_length=out, namespace=obj.get("namespace"), salt=obj.get("salt"))
 
 
-def _finite(x) -> bool:
+def finite(x) -> bool:
     try:
         return math.isfinite(x)
     except OverflowError:
@@ -229,7 +229,7 @@ def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, to
     if out_path == "-":
         raise ConfigError("the output must be a file name, not '-' (the trace is renamed into place when complete)")
     name = "<stdin>" if source == "-" else source
-    stream = _open(source)
+    stream = open_trace(source)
     try:
         return _convert(name, stream, out_path, block_size, encode, salt, keep_hashes)
     finally:

@@ -8,6 +8,7 @@ policies can keep per-block state in flat arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 from functools import cached_property
 
 import numpy as np
@@ -217,3 +218,23 @@ class Trace:
         if self.session is not None:
             out["num_sessions"] = self.num_sessions
         return out
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A trace format.
+
+    read(path, *, on_invalid, keep_ids, **options) -> Trace.
+    sniff(keys) -> bool: does a file whose first record has these top-level keys (among
+        `sniff_keys`) look like this format? Readers are asked in `rank` order (lowest first);
+        the first that says yes reads the file.
+    options: the load_trace options this reader takes beyond on_invalid and keep_ids.
+    """
+
+    name: str
+    read: Callable
+    sniff: Callable[[set], bool]
+    sniff_keys: tuple[str, ...] = ()
+    rank: int = 0
+    options: tuple[str, ...] = ()
+    summary: str = ""

@@ -122,7 +122,6 @@ def session_offsets_ms(count: int, arrivals: str = "fixed", spacing_s: float = 6
 # Loading several files, a directory, and guessing a file's format.
 
 TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
-SNIFF_BYTES = 1 << 20
 
 
 def trace_paths(path) -> list[str]:
@@ -146,49 +145,6 @@ def trace_paths(path) -> list[str]:
     return [path]
 
 
-def sniff_format(path: str) -> str:
-    """Guess a file's format from its first non-empty record: a JSON object with ``requests`` and
-    ``block_size`` is Claude Code; with ``chat_id`` or ``parent_chat_id``, Bailian; anything
-    else is read as Mooncake (whose reader then names what is wrong). Standard input is
-    sniffed from what is already buffered (gzip on stdin is read as Mooncake)."""
-    import sys
-
-    import msgspec
-
-    from .mooncake import _open
-
-    if path == "-":
-        stdin = sys.stdin.buffer
-        head = stdin.peek(SNIFF_BYTES) if hasattr(stdin, "peek") else b""
-    else:
-        stream = _open(path)
-        try:
-            head = stream.read(SNIFF_BYTES)
-        except Exception:  # noqa: BLE001 - the reader reports a corrupt file properly
-            head = b""
-        finally:
-            stream.close()
-    text = head.lstrip()
-    first = text.split(b"\n", 1)[0]
-    try:
-        record = msgspec.json.decode(first)
-    except msgspec.DecodeError:
-        record = None
-    if isinstance(record, dict):
-        keys = record.keys()
-    elif text.startswith(b"{"):  # a document spread over lines, or a record longer than the sniffed bytes
-        keys = {k for k in ("requests", "block_size", "chat_id", "parent_chat_id") if b'"%s"' % k.encode() in text}
-        if first.strip() != b"{" and not {"requests", "block_size"} <= keys:
-            keys = {k for k in keys if b'"%s"' % k.encode() in first}
-    else:
-        return "mooncake"
-    if "requests" in keys and "block_size" in keys:
-        return "claude-code"
-    if "chat_id" in keys or "parent_chat_id" in keys:
-        return "bailian"
-    return "mooncake"
-
-
 def start_offsets_ms(traces: Sequence[Trace], arrivals: str = "fixed", spacing_s: float = 60.0, seed: int = 0) -> list[float]:
     """Start offset (ms) of each trace to merge: Claude Code traces are timed from their session's
     start and get the next start time of `arrivals` (in order); others keep their clocks (0)."""
@@ -204,23 +160,14 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
     ids namespaced per file, ordered by time. Claude Code files are timed from their session's
     start, so each gets a start offset from `session_arrivals` (in file order); line formats
     keep their own timestamps."""
-    from .bailian import read_bailian
-    from .claude_code import read_claude_code
-    from .mooncake import read_mooncake
+    from .formats import read, sniff_format
 
     paths = trace_paths(path)
     session_offsets_ms(0, session_arrivals, session_spacing, seed)  # check the options before reading
     traces = []
     for p in paths:
         fmt = sniff_format(p) if format == "auto" else format
-        if fmt == "mooncake":
-            traces.append(read_mooncake(p, on_invalid=on_invalid, keep_ids=keep_ids))
-        elif fmt == "bailian":
-            traces.append(read_bailian(p, on_invalid=on_invalid, keep_ids=keep_ids))
-        elif fmt == "claude-code":
-            traces.append(read_claude_code(p, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
-        else:
-            raise ConfigError(f"unknown trace format {fmt!r}")
+        traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
     if len(traces) == 1:
         return traces[0]
     merged = merge(traces, namespace=True, offsets_ms=start_offsets_ms(traces, session_arrivals, session_spacing, seed))

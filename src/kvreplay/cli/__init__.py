@@ -1,0 +1,100 @@
+"""Command line: parse arguments, call the public API, render. No replay logic lives here.
+
+One module per command family (replay, traces, info), each command's parser next to its handler;
+this module assembles the parser and the one dispatch table. Adding a command touches one module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from ..errors import InvariantError, KvreplayError
+from . import info, replay, traces
+
+FAMILIES = (replay, traces, info)
+COMMANDS = {name: handler for family in FAMILIES for name, handler in family.COMMANDS.items()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..version import __version__
+
+    parser = argparse.ArgumentParser(prog="kvreplay", description="Replay LLM request traces through a KV prefix cache.")
+    parser.add_argument("--version", action="version", version=f"kvreplay {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for family in FAMILIES:
+        for add in family.PARSERS:
+            add(sub)
+    return parser
+
+
+EXIT_BAD_INPUT = 2
+
+
+EXIT_BUG = 3
+
+
+class _CompileNotice:
+    """Shown while a kernel compiles (kvreplay.jit calls it only when that takes a noticeable
+    time): a rich spinner when stderr is a terminal, one line otherwise. Worker processes of a
+    sweep inherit it: there it prints the line only when stderr is not a terminal (the main
+    process's progress bar owns the terminal)."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def __call__(self, what: str):
+        from contextlib import contextmanager
+
+        text = f"compiling {what} (first run only; cached afterwards)…"
+        tty = sys.stderr.isatty()
+
+        @contextmanager
+        def shown():
+            if not tty:
+                print(f"kvreplay: {text}", file=sys.stderr, flush=True)
+                yield
+            elif os.getpid() != self.pid:
+                yield
+            else:
+                from rich.console import Console
+                from rich.errors import LiveError
+
+                try:
+                    with Console(stderr=True).status(text):
+                        yield
+                except LiveError:  # a progress bar is already live: say it in a line above it
+                    print(f"kvreplay: {text}", file=sys.stderr, flush=True)
+                    yield
+
+        return shown()
+
+
+def main(argv=None) -> int:
+    """Entry point of the `kvreplay` command. Exit codes: 0 ok, 2 bad input or options, 3 internal error."""
+    from ..jit import set_compile_listener
+
+    warnings.formatwarning = lambda message, category, *a, **k: f"kvreplay: warning: {message}\n"
+    set_compile_listener(_CompileNotice())
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KvreplayError as e:
+        print(f"kvreplay: {e}" if not hasattr(e, "path") else str(e), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except InvariantError as e:
+        print(f"kvreplay: internal error, please report: {e}", file=sys.stderr)
+        return EXIT_BUG
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Catalog commands: policies, models."""
+
+from __future__ import annotations
+
+import sys
+
+from .common import _encode_json
+
+
+def _parser_policies(sub) -> None:
+    sub.add_parser("policies", help="list the policies and their parameters")
+
+
+
+def _parser_models(sub) -> None:
+    md = sub.add_parser("models", help="list the KV-size catalog: KV bytes per token of open models")
+    md.add_argument("--json", action="store_true", help="print the catalog as JSON")
+
+
+
+def _cmd_policies(args) -> int:
+    from ..policies.registry import POLICIES
+
+    for spec in POLICIES.values():
+        print(f"{spec.name:9s} {spec.summary}" + ("" if spec.capacity == "required" else f" [capacity {spec.capacity}]"))
+        for p in spec.params:
+            print(f"{'':9s}   --{p.name.replace('_', '-')} {p.default}: {p.help}")
+    return 0
+
+
+def _cmd_models(args) -> int:
+    from ..analysis.models import catalog, describe, format_params
+
+    entries = [describe(m) for m in catalog()]
+    if args.json:
+        sys.stdout.buffer.write(_encode_json({"models": entries}))
+        return 0
+    from ..output.table import format_table
+
+    rows = [{
+        "name": e["name"], "attention": e["attention"], "num_layers": e["num_layers"], "num_kv_heads": e["num_kv_heads"],
+        "head_dim": e["head_dim"],
+        "sliding": f"{e['sliding_window_layers']} x {e['sliding_window']}" if e["sliding_window"] else "-",
+        "bf16": e["kv_bytes_per_token"]["all"]["bf16"], "fp8": e["kv_bytes_per_token"]["all"]["fp8"],
+        "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["sliding_window"] else "-",
+        "params": f"{format_params(e['active_params'])} / {format_params(e['total_params'])}", "source": e["source"],
+    } for e in entries]
+    print(format_table(rows, [
+        ("name", "model"), ("attention", "kind"), ("num_layers", "layers"), ("num_kv_heads", "kv heads"),
+        ("head_dim", "head dim"), ("sliding", "sliding layers x window"), ("bf16", "KV B/token bf16"),
+        ("fp8", "KV B/token fp8"), ("full", "bf16 full-attn only"), ("params", "active / total params"), ("source", "source"),
+    ]))
+    print("\nKV bytes per token: MHA/GQA = 2 (K, V) x layers x kv heads x head dim x dtype bytes; "
+          "MLA = layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes\n(one latent per token and layer, shown as 1 kv head "
+          "of that width). Sliding-window models: budgets count every layer (an engine without a hybrid\nallocator keeps them all); "
+          "--kv-layers full counts only full-attention layers (what vLLM's hybrid allocator keeps for long prefixes).\n"
+          "Use: kvreplay run TRACE --capacity 80GiB --model NAME [--kv-dtype fp8]. Details: docs/budgets.md")
+    return 0
+
+
+PARSERS = [_parser_policies, _parser_models]
+COMMANDS = {"policies": _cmd_policies, "models": _cmd_models}

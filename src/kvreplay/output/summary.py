@@ -1,0 +1,95 @@
+"""Plain-text rendering of results for the terminal: run summaries, budgets, table columns."""
+
+from __future__ import annotations
+
+def metrics_summary(m: dict) -> str:
+    pct = m["request_hit_rate_percentiles"]
+    money = m["money"]
+    speed = m["ideal_prefill_speedup"]
+    lines = [
+        "speedup   ideal prefill speedup " + ("infinite" if speed is None else f"{speed:.2f}x") + " = 1/(1 - hit rate)",
+        f"requests  per-request hit rate p50 {100 * pct['p50']:.1f}%, p90 {100 * pct['p90']:.1f}%, p99 {100 * pct['p99']:.1f}% "
+        "(each request counted once)",
+        f"cost      input {money['cost_without_cache']:,.2f} without cache, {money['cost_with_cache']:,.2f} with it, "
+        f"saved {money['saved']:,.2f} (at {money['price_hit_per_million']} hit / {money['price_miss_per_million']} miss "
+        "per million tokens)",
+    ]
+    if "prefill_flops_saved" in m:
+        lines.append(f"compute   prefill FLOPs saved ~ {m['prefill_flops_saved']:.3g} "
+                     f"(2 x {m['active_params']:,} active parameters x hit tokens)")
+    return "\n".join(lines)
+
+
+def over_time_table(windows: list[dict]) -> str:
+    from .table import format_table
+
+    if windows and "first_request" in windows[0]:
+        rows = [dict(w, span=f"requests {w['first_request']}-{w['last_request']}") for w in windows]
+    else:
+        rows = [dict(w, span=f"{w['start_s']:,.0f}-{w['end_s']:,.0f} s") for w in windows]
+    return "hit rate over time (token-weighted per window):\n" + format_table(
+        rows, [("span", "window"), ("requests", "requests"), ("hit_tokens", "hit tokens"), ("prompt_tokens", "prompt tokens"),
+               ("hit_rate", "hit rate")])
+
+
+def run_summary(trace, report, budget=None) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in report.params.items())
+    sizes = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
+    detail = "; ".join(x for x in (params, sizes) if x)
+    lines = [
+        f"trace     {trace.source}: {len(trace):,} requests, {trace.total_prompt_tokens:,} prompt tokens, "
+        f"{trace.num_accesses:,} block accesses, {trace.num_blocks:,} unique blocks",
+        f"policy    {report.policy}" + (f" ({detail})" if detail else ""),
+        f"cache     {report.cache_capacity_blocks:,} blocks x {report.block_size} tokens" + budget_summary(budget),
+        f"window    {report.window}",
+        f"hits      {report.total_hit_tokens:,} of {report.total_prompt_tokens:,} prompt tokens = "
+        f"{100 * report.hit_rate:.2f}% (token-weighted)",
+        f"final     {report.final_cache_blocks:,} blocks resident",
+        "counters  " + ", ".join(f"{k}={v:,}" for k, v in report.counters.items()),
+    ]
+    if report.invalid_records:
+        inv = report.invalid_records
+        lines.append(f"skipped   {inv['count']:,} invalid records (first lines: {', '.join(map(str, inv['first_lines']))})")
+    return "\n".join(lines)
+
+
+def budget_summary(budget) -> str:
+    """The run summary's byte budget, after the block count (empty without one)."""
+    if budget is None:
+        return ""
+    from ..analysis.models import budget_text, format_bytes
+
+    point = budget["capacities"][0]
+    asked = f"; budget {point['requested']} = {point['budget_bytes']:,} B" if "requested" in point else ""
+    return f" = {format_bytes(point['cache_bytes'])} ({point['cache_bytes']:,} B) of KV{asked}\n          {budget_text(budget)}"
+
+
+def with_budget(rows: list[dict], columns, budget):
+    """Table rows and columns with each capacity's KV bytes next to its block count."""
+    if budget is None:
+        return rows, columns
+    from ..analysis.models import format_bytes
+
+    per_block = budget["bytes_per_block"]
+    rows = [dict(r, kv_bytes=format_bytes(r["cache_capacity_blocks"] * per_block)) for r in rows]
+    at = [key for key, _ in columns].index("cache_capacity_blocks") + 1
+    return rows, list(columns[:at]) + [("kv_bytes", "KV bytes")] + list(columns[at:])
+
+
+def budget_heading(budget) -> str:
+    from ..analysis.models import budget_text
+
+    return "" if budget is None else "\n" + budget_text(budget)
+
+
+SWEEP_COLUMNS = [
+    ("policy", "policy"), ("params", "params"), ("cache_capacity_blocks", "capacity"),
+    ("total_hit_tokens", "hit tokens"), ("total_prompt_tokens", "prompt tokens"),
+    ("hit_rate", "hit rate"), ("final_cache_blocks", "final blocks"),
+]
+
+
+MRC_COLUMNS = [
+    ("cache_capacity_blocks", "capacity"), ("total_hit_tokens", "hit tokens"), ("total_prompt_tokens", "prompt tokens"),
+    ("hit_rate", "hit rate"), ("final_cache_blocks", "final blocks"), ("admissions", "admissions"),
+]
