@@ -5,11 +5,8 @@ Every module in this package that defines ``POLICY`` (a PolicySpec) is registere
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from pathlib import Path
-
 from ..errors import ConfigError
+from ..plugins import discover
 from .base import PolicySpec
 
 # Listing order; policies not named here follow alphabetically.
@@ -17,12 +14,7 @@ ORDER = ("s3fifo", "lru", "fifo", "lru-tail", "sieve", "clock", "arc", "2q", "lf
 
 
 def _discover() -> dict[str, PolicySpec]:
-    found = {}
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        module = importlib.import_module(f"{__package__}.{info.name}")
-        spec = getattr(module, "POLICY", None)
-        if isinstance(spec, PolicySpec):
-            found[spec.name] = spec
+    found = discover(__package__, __file__, "POLICY", PolicySpec)
     rank = {name: i for i, name in enumerate(ORDER)}
     return dict(sorted(found.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
 

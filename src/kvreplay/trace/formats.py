@@ -5,26 +5,19 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
-from pathlib import Path
 
 import msgspec
 
 from ..errors import ConfigError
+from ..plugins import discover
 from .model import Reader
 
 SNIFF_BYTES = 1 << 20
 
 
 def _discover() -> dict[str, Reader]:
-    found = {}
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        module = importlib.import_module(f"{__package__}.{info.name}")
-        reader = getattr(module, "READER", None)
-        if isinstance(reader, Reader):
-            found[reader.name] = reader
+    found = discover(__package__, __file__, "READER", Reader)
     return dict(sorted(found.items(), key=lambda item: (item[1].rank, item[0])))
 
 
