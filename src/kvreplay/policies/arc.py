@@ -208,12 +208,12 @@ def _resident(st, b):
 
 
 @helper
-def _access(st, x):
+def _access(st, b):
     # The cases of the reference, arranged so that each list operation is written (and
     # inlined by numba) once: inlining every case's own copies made compilation take minutes.
     m = st.meta
-    w = st.where[x]
-    if w == T2 and m[TAILS + T2] == x:  # Case I, already the MRU block of T2
+    w = st.where[b]
+    if w == T2 and m[TAILS + T2] == b:  # Case I, already the MRU block of T2
         return
     c = m[CAPACITY]
     replace = False
@@ -251,10 +251,10 @@ def _access(st, x):
     if replace:
         _replace(st, w == B2)
     if w == NOWHERE:
-        _push_mru(st, x, T1)
-    else:  # Cases I-III: x leaves its list (after REPLACE, as in the paper) for T2's MRU end
-        _unlink(st, x)
-        _push_mru(st, x, T2)
+        _push_mru(st, b, T1)
+    else:  # Cases I-III: the block leaves its list (after REPLACE, as in the paper) for T2's MRU end
+        _unlink(st, b)
+        _push_mru(st, b, T2)
 
 
 register_kernel(ARCState, _resident, _access)

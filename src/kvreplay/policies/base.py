@@ -136,72 +136,93 @@ class ReferencePolicy:
 # The compiled engine's view of a policy: the driver (engine/driver.py) calls these four on a
 # policy's state, and each policy overloads them for its state type (register_kernel).
 
-def resident(state, block):
-    """Compiled-engine probe: is `block` resident? Each policy overloads this for its state type."""
+def resident(st, b):
+    """Compiled-engine probe: is block `b` resident in state `st`? Each policy overloads this."""
     raise NotImplementedError
 
 
-def access(state, block):
-    """Compiled-engine access of `block`. Each policy overloads this for its state type."""
+def access(st, b):
+    """Compiled-engine access of block `b`. Each block-level policy overloads this."""
     raise NotImplementedError
 
 
-def hit_limit(state, num_blocks, input_length, block_size):
+def hit_limit(st, num_blocks, input_length, block_size):
     """Compiled-engine cap on a request's hit blocks (default: all of its blocks)."""
     raise NotImplementedError
 
 
-def access_request(state, request, blocks, start, end, hits, input_length, block_size):
+def access_request(st, request, blocks, start, end, hits, input_length, block_size):
     """Compiled-engine access phase of request `request` (default: access(b) for every block in order)."""
     raise NotImplementedError
 
 
 def register_kernel(state_class, resident_impl, access_impl=None, *, access_request_impl=None, hit_limit_impl=None) -> None:
-    """Make the compiled driver call these njit functions for states of `state_class`.
+    """Make the compiled driver call these functions (``@helper``s) for states of `state_class`.
 
-    A block-level policy gives resident_impl(state, b) and access_impl(state, b). A
-    request-level policy may replace the access phase (access_request_impl with the
-    driver's access_request signature) and cap the prefix scan (hit_limit_impl).
+    A block-level policy gives resident_impl(st, b) and access_impl(st, b). A request-level
+    policy may replace the access phase (access_request_impl with the signature of
+    :func:`access_request`) and cap the prefix scan (hit_limit_impl). Each op's parameters are
+    named as the stub's: its own body is then what the driver pastes (no wrapper around it, one
+    level less for numba's inliner, whose cost compounds with every level; see jit.py).
     """
     if not HAVE_NUMBA:
         return
+    import inspect
+
     from numba import types
     from numba.extending import overload
 
-    def matches(state):
-        return isinstance(state, types.BaseNamedTuple) and state.instance_class is state_class
+    def body(op, stub):
+        if op is None:
+            return None
+        fn = getattr(op, "py_func", op)
+        if list(inspect.signature(fn).parameters) != list(inspect.signature(stub).parameters):
+            raise TypeError(f"{fn.__qualname__}{inspect.signature(fn)} must take the parameters of {stub.__name__}{inspect.signature(stub)}")
+        return fn
+
+    resident_body = body(resident_impl, resident)
+    access_body = body(access_impl, access)
+    access_request_body = body(access_request_impl, access_request)
+    hit_limit_body = body(hit_limit_impl, hit_limit)
+
+    def matches(st):
+        return isinstance(st, types.BaseNamedTuple) and st.instance_class is state_class
 
     @overload(resident, inline="always")
-    def _resident(state, block):
-        if matches(state):
-            return lambda state, block: resident_impl(state, block)
+    def _resident(st, b):
+        if matches(st):
+            return resident_body
 
-    if access_impl is not None:
+    if access_body is not None:
 
         @overload(access, inline="always")
-        def _access(state, block):
-            if matches(state):
-                return lambda state, block: access_impl(state, block)
+        def _access(st, b):
+            if matches(st):
+                return access_body
 
     @overload(hit_limit, inline="always")
-    def _hit_limit(state, num_blocks, input_length, block_size):
-        if matches(state):
-            if hit_limit_impl is None:
-                return lambda state, num_blocks, input_length, block_size: num_blocks
-            return lambda state, num_blocks, input_length, block_size: hit_limit_impl(state, num_blocks, input_length, block_size)
+    def _hit_limit(st, num_blocks, input_length, block_size):
+        if matches(st):
+            if hit_limit_body is None:
+                return lambda st, num_blocks, input_length, block_size: num_blocks
+            return hit_limit_body
 
-    @overload(access_request, inline="always")
-    def _access_request(state, request, blocks, start, end, hits, input_length, block_size):
-        if matches(state):
-            if access_request_impl is None:
+    # A request-level access phase compiled on its own (helper(inline=False)) stays a call, one
+    # per request: pasting its body would make numba copy all of it into the driver.
+    pasted = access_request_impl is None or getattr(access_request_impl, "targetoptions", {}).get("inline") == "always"
+    options = {"inline": "always"} if pasted else {"jit_options": {"nogil": True, "_nrt": False}}
 
-                def every_block(state, request, blocks, start, end, hits, input_length, block_size):
+    @overload(access_request, **options)
+    def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
+        if matches(st):
+            if access_request_body is None:
+
+                def every_block(st, request, blocks, start, end, hits, input_length, block_size):
                     for j in range(start, end):
-                        access_impl(state, blocks[j])
+                        access_impl(st, blocks[j])  # the op itself: pasted if it is an inline helper
 
                 return every_block
-            return lambda state, request, blocks, start, end, hits, input_length, block_size: access_request_impl(
-                state, request, blocks, start, end, hits, input_length, block_size)
+            return access_request_body
 
 
 @helper

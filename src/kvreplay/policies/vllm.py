@@ -293,8 +293,8 @@ def _cache(st, h):
 
 
 @helper
-def _resident(st, h):
-    return st.holder_head[h] >= 0
+def _resident(st, b):
+    return st.holder_head[b] >= 0
 
 
 @helper
