@@ -238,3 +238,21 @@ def test_unused_block_ids_have_no_predecessor():
         # one request [1, 0]: block 0 follows block 1, block 1 starts the request
         assert t.predecessors[:2].tolist() == [1, -1]
         assert (t.predecessors[2:] == -1).all()
+
+
+@pytest.mark.parametrize("given, declared, expected", [(None, None, 512), (None, 64, 64), (16, 64, 16), (np.int64(4), None, 4)])
+def test_block_size_resolution(given, declared, expected):
+    from kvreplay.trace.model import resolve_block_size
+
+    trace = Trace.from_requests([([1], 8)], block_size=declared)
+    assert resolve_block_size(given, trace) == expected
+
+
+@pytest.mark.parametrize("bad", [0, -4, 1.5, 16.0, True, "16"])
+def test_block_size_must_be_a_positive_whole_number(bad):
+    import kvreplay
+    from kvreplay.errors import ConfigError
+
+    trace = Trace.from_requests([([1], 8)])
+    with pytest.raises(ConfigError, match="block_size must be a whole number of tokens >= 1"):
+        kvreplay.replay(trace, "lru", 4, bad)

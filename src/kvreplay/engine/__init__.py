@@ -1,1 +1,1 @@
-"""Replay engines: the reference (plain Python) and the compiled (numba) driver."""
+"""Replay engines: the reference (plain Python) and the compiled (numba) driver, and their result, the Report."""

@@ -1,1 +1,1 @@
-"""Outputs: reports, tables, files."""
+"""Rendering: text summaries and tables, plots, the HTML page. Nothing here computes results."""
