@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..trace.formats import FORMATS
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -20,7 +20,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _fraction(text: str) -> float:
+def fraction(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -30,23 +30,23 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _capacities(text: str):
+def capacities(text: str):
     if text.strip().lower() == "auto":
         return "auto"
     try:
-        return [_positive_int(part) for part in text.split(",") if part.strip()]
+        return [positive_int(part) for part in text.split(",") if part.strip()]
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"capacities: {e} (use a comma-separated list or 'auto')") from None
 
 
-def _capacity(text: str):
+def capacity(text: str):
     """A block count (int), or a size with a unit ("80GiB", kept as text: it becomes blocks once
     the block size and the KV bytes per token are known; see analysis/models.py)."""
     from ..analysis.models import parse_size
 
     text = text.strip()
     if text.isdigit() or not any(c.isalpha() for c in text):
-        return _positive_int(text)
+        return positive_int(text)
     try:
         parse_size(text)
     except ConfigError as e:
@@ -54,16 +54,16 @@ def _capacity(text: str):
     return text
 
 
-def _capacities_or_sizes(text: str):
+def capacities_or_sizes(text: str):
     if text.strip().lower() == "auto":
         return "auto"
     try:
-        return [_capacity(part) for part in text.split(",") if part.strip()]
+        return [capacity(part) for part in text.split(",") if part.strip()]
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"capacities: {e} (use comma-separated block counts or sizes like 16GiB, or 'auto')") from None
 
 
-def _price(text: str) -> float:
+def price(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -73,16 +73,16 @@ def _price(text: str) -> float:
     return value
 
 
-def _add_price_options(p: argparse.ArgumentParser) -> None:
+def add_price_options(p: argparse.ArgumentParser) -> None:
     from ..analysis.metrics import DEFAULT_PRICE_HIT, DEFAULT_PRICE_MISS
 
-    p.add_argument("--price-hit", type=_price, default=DEFAULT_PRICE_HIT, metavar="P",
+    p.add_argument("--price-hit", type=price, default=DEFAULT_PRICE_HIT, metavar="P",
                    help=f"price per million cached input tokens (default {DEFAULT_PRICE_HIT}, DeepSeek API list price; docs/metrics.md)")
-    p.add_argument("--price-miss", type=_price, default=DEFAULT_PRICE_MISS, metavar="P",
+    p.add_argument("--price-miss", type=price, default=DEFAULT_PRICE_MISS, metavar="P",
                    help=f"price per million uncached input tokens (default {DEFAULT_PRICE_MISS})")
 
 
-def _over_time(text: str):
+def over_time(text: str):
     """--over-time: "N" requests per window, or "Ns" seconds of trace time."""
     unit = "seconds" if text.strip().lower().endswith("s") else "requests"
     number = text.strip().rstrip("sS")
@@ -95,7 +95,7 @@ def _over_time(text: str):
     return unit, value
 
 
-def _active_params(args):
+def active_params(args):
     """Active parameters of --model (for prefill FLOPs saved), or None."""
     if getattr(args, "model", None) is None:
         return None
@@ -104,28 +104,28 @@ def _active_params(args):
     return get_model(args.model).active_params
 
 
-def _add_capacities_options(p: argparse.ArgumentParser, what: str) -> None:
+def add_capacities_options(p: argparse.ArgumentParser, what: str) -> None:
     """--capacities (block counts, sizes or auto) and the options that turn sizes into blocks."""
-    p.add_argument("--capacities", type=_capacities_or_sizes, default="auto",
+    p.add_argument("--capacities", type=capacities_or_sizes, default="auto",
                    help=f"{what} or sizes (16GiB, with --model or --bytes-per-token), or auto (default)")
-    _add_budget_options(p)
+    add_budget_options(p)
 
 
-def _add_curve_outputs(p: argparse.ArgumentParser, output_help: str) -> None:
+def add_curve_outputs(p: argparse.ArgumentParser, output_help: str) -> None:
     p.add_argument("--output", "-o", help=output_help)
     p.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
     p.add_argument("--plot", metavar="FILE", help="draw hit rate vs capacity to FILE.png|.svg|.pdf (atomically)")
 
 
-def _add_budget_options(p: argparse.ArgumentParser) -> None:
+def add_budget_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="turn sizes (80GiB) into blocks with this model's KV bytes per token (see `kvreplay models`)")
     p.add_argument("--kv-dtype", default=None, help="with --model: KV element type, bf16 (default), fp16, fp8, int8, fp32, fp4")
     p.add_argument("--kv-layers", choices=("all", "full"), default=None,
                    help="with --model: count every layer (default) or only full-attention layers (sliding-window models)")
-    p.add_argument("--bytes-per-token", type=_positive_int, default=None, metavar="N", help="KV bytes per token, instead of --model")
+    p.add_argument("--bytes-per-token", type=positive_int, default=None, metavar="N", help="KV bytes per token, instead of --model")
 
 
-def _resolve_budget(args, trace, capacities):
+def resolve_budget(args, trace, capacities):
     """Block counts for `capacities` (block counts, sizes, or "auto") at the effective block size,
     and the JSON "budget" object (None without --model or --bytes-per-token)."""
     from ..analysis.models import is_size, resolve_capacities
@@ -151,7 +151,7 @@ def _resolve_budget(args, trace, capacities):
                               layers=args.kv_layers, bytes_per_token=args.bytes_per_token)
 
 
-class _TracePaths(argparse.Action):
+class TracePaths(argparse.Action):
     """One path stays a string (args.trace); several become a list (also in args.traces)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -159,7 +159,7 @@ class _TracePaths(argparse.Action):
         setattr(namespace, self.dest, values[0] if len(values) == 1 else list(values))
 
 
-def _seconds(text: str) -> float:
+def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -169,25 +169,25 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _add_trace_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", nargs="+", action=_TracePaths,
+def add_trace_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", nargs="+", action=TracePaths,
                    help="trace file(s) (optionally .gz), a directory of them, or - for stdin; several merge into one trace")
     p.add_argument("--format", choices=("auto", *FORMATS), default="auto",
                    help="trace format (default auto: sniffed from each file's first record)")
     p.add_argument("--session-arrivals", choices=("fixed", "poisson", "zero"), default="fixed",
                    help="start times of merged Claude Code sessions: fixed spacing (default), poisson (seeded), zero (all at 0)")
-    p.add_argument("--session-spacing", type=_seconds, default=60.0, metavar="SECONDS",
+    p.add_argument("--session-spacing", type=seconds, default=60.0, metavar="SECONDS",
                    help="gap between session starts (fixed) or mean gap (poisson); default 60")
     p.add_argument("--seed", type=int, default=0, help="seed of --session-arrivals poisson (default 0)")
     p.add_argument("--subagent-sessions", action="store_true", help="Claude Code: each subagent stream is its own session")
-    p.add_argument("--block-size", type=_positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
+    p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
     p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip and count them")
     p.add_argument("--sort-by-time", action="store_true", help="replay in timestamp order (stable) instead of file order")
     p.add_argument("--engine", choices=("compiled", "reference"), default="compiled", help="compiled (numba, default) or reference (plain Python)")
-    p.add_argument("--warmup-fraction", type=_fraction, default=0.0, metavar="F", help="the first floor(F*N) requests only warm the cache (default 0)")
+    p.add_argument("--warmup-fraction", type=fraction, default=0.0, metavar="F", help="the first floor(F*N) requests only warm the cache (default 0)")
 
 
-def _param_table() -> dict:
+def param_table() -> dict:
     """Every policy parameter name -> (Param, names of the policies that take it)."""
     from ..policies.registry import POLICIES
 
@@ -198,13 +198,13 @@ def _param_table() -> dict:
     return table
 
 
-def _add_param_options(p: argparse.ArgumentParser) -> None:
-    for name, (param, owners) in _param_table().items():
+def add_param_options(p: argparse.ArgumentParser) -> None:
+    for name, (param, owners) in param_table().items():
         p.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", type=param.kind, default=None,
                        help=f"{', '.join(owners)}: {param.help} (default {param.default})")
 
 
-def _given_params(args, policy: str) -> dict:
+def given_params(args, policy: str) -> dict:
     from ..policies.registry import get_policy
 
     spec = get_policy(policy)
@@ -212,12 +212,12 @@ def _given_params(args, policy: str) -> dict:
     given = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     for name in given:
         if name not in own:
-            owners = ", ".join(_param_table()[name][1])
+            owners = ", ".join(param_table()[name][1])
             raise ConfigError(f"--{name.replace('_', '-')} applies to {owners}, not {spec.name}")
     return given
 
 
-def _load(args):
+def load(args):
     from ..trace import load_trace
 
     return load_trace(args.trace, format=args.format, on_invalid=args.on_invalid, sort_by_time=args.sort_by_time,
@@ -225,13 +225,13 @@ def _load(args):
                       subagent_sessions=args.subagent_sessions)
 
 
-def _encode_json(obj) -> bytes:
+def encode_json(obj) -> bytes:
     import msgspec
 
     return msgspec.json.format(msgspec.json.encode(obj), indent=1) + b"\n"
 
 
-def _check_output_dir(*paths) -> None:
+def check_output_dir(*paths) -> None:
     """Fail before a long run, not after it, when an output's directory does not exist."""
     from ..errors import OutputError
 
@@ -240,17 +240,17 @@ def _check_output_dir(*paths) -> None:
             raise OutputError(path, "cannot write: No such file or directory")
 
 
-def _check_table_output(args) -> None:
+def check_table_output(args) -> None:
     if args.output and not args.output.lower().endswith((".json", ".csv")):
         raise ConfigError(f"--output {args.output}: the name must end in .json or .csv")
     if getattr(args, "plot", None):
         from ..output.plot import check_plot_path
 
         check_plot_path(args.plot)
-    _check_output_dir(args.output, getattr(args, "plot", None))
+    check_output_dir(args.output, getattr(args, "plot", None))
 
 
-def _plot_curve(args, document: dict, trace) -> None:
+def plot_curve(args, document: dict, trace) -> None:
     """--plot: hit rate vs capacity for a sweep's results or an mrc curve, with the infinite-cache ceiling."""
     from ..output import plot
 
@@ -270,10 +270,10 @@ def _plot_curve(args, document: dict, trace) -> None:
     plot.save_figure(plot.curves_figure(rows, title=title, bytes_per_block=bytes_per_block, capacity_note=note), args.plot)
 
 
-def _emit(args, document: dict, rows: list[dict], columns, heading: str, trace=None) -> None:
+def emit(args, document: dict, rows: list[dict], columns, heading: str, trace=None) -> None:
     """Write `document` (JSON) or `rows` (CSV) to --output, and print JSON or a table."""
     if getattr(args, "plot", None):
-        _plot_curve(args, document, trace)
+        plot_curve(args, document, trace)
     if args.output:
         from ..files import write_atomic
         from ..output.table import to_csv
@@ -281,10 +281,10 @@ def _emit(args, document: dict, rows: list[dict], columns, heading: str, trace=N
         if args.output.lower().endswith(".csv"):
             data = to_csv(rows, [k for k, _ in columns]).encode()
         else:
-            data = _encode_json(document)
+            data = encode_json(document)
         write_atomic(args.output, data)
     if args.json:
-        sys.stdout.buffer.write(_encode_json(document))
+        sys.stdout.buffer.write(encode_json(document))
     else:
         from ..output.table import format_table
 
@@ -292,7 +292,7 @@ def _emit(args, document: dict, rows: list[dict], columns, heading: str, trace=N
         print(format_table(rows, columns))
 
 
-class _Progress:
+class Progress:
     """A rich progress bar on stderr for long runs, only when stderr is a terminal (silent in pipes,
     logs and CI). Use as a context manager; the instance is the ``progress(done, total)`` callback."""
 

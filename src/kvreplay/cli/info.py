@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from .common import _encode_json
+from . import common
 
 
 def _parser_policies(sub) -> None:
     sub.add_parser("policies", help="list the policies and their parameters")
-
-
-
-def _parser_models(sub) -> None:
-    md = sub.add_parser("models", help="list the KV-size catalog: KV bytes per token of open models")
-    md.add_argument("--json", action="store_true", help="print the catalog as JSON")
-
 
 
 def _cmd_policies(args) -> int:
@@ -28,12 +21,17 @@ def _cmd_policies(args) -> int:
     return 0
 
 
+def _parser_models(sub) -> None:
+    md = sub.add_parser("models", help="list the KV-size catalog: KV bytes per token of open models")
+    md.add_argument("--json", action="store_true", help="print the catalog as JSON")
+
+
 def _cmd_models(args) -> int:
     from ..analysis.models import catalog, describe, format_params
 
     entries = [describe(m) for m in catalog()]
     if args.json:
-        sys.stdout.buffer.write(_encode_json({"models": entries}))
+        sys.stdout.buffer.write(common.encode_json({"models": entries}))
         return 0
     from ..output.table import format_table
 

@@ -7,69 +7,24 @@ import sys
 
 from ..errors import ConfigError
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
-from .common import _Progress, _active_params, _add_budget_options, _add_capacities_options, _add_curve_outputs, _add_param_options, _add_price_options, _add_trace_options, _capacity, _check_output_dir, _check_table_output, _emit, _encode_json, _given_params, _load, _over_time, _positive_int, _resolve_budget
+from . import common
 
 
 def _parser_run(sub) -> None:
     run = sub.add_parser("run", help="replay a trace under one policy and capacity")
-    _add_trace_options(run)
+    common.add_trace_options(run)
     run.add_argument("--policy", default="s3fifo", help="a policy name, case-insensitive (default s3fifo; see `kvreplay policies`)")
-    run.add_argument("--capacity", type=_capacity, default=None,
+    run.add_argument("--capacity", type=common.capacity, default=None,
                      help="cache capacity in blocks, or a size like 80GiB with --model or --bytes-per-token "
                           "(default 4096 blocks; unbounded for policies where capacity is optional)")
-    _add_budget_options(run)
-    _add_param_options(run)
-    _add_price_options(run)
-    run.add_argument("--over-time", type=_over_time, metavar="N|Ns",
+    common.add_budget_options(run)
+    common.add_param_options(run)
+    common.add_price_options(run)
+    run.add_argument("--over-time", type=common.over_time, metavar="N|Ns",
                      help="also show the hit rate per window of N requests, or of N seconds of trace time (e.g. 600s)")
     run.add_argument("--output", "-o", help="write the JSON report to this file (atomically)")
     run.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of a summary")
     run.add_argument("--summary-only", action="store_true", help="leave per_request out of the JSON report")
-
-
-
-def _parser_sweep(sub) -> None:
-    sw = sub.add_parser("sweep", help="replay many capacities x policies over one trace")
-    _add_trace_options(sw)
-    _add_capacities_options(sw, "comma-separated block counts")
-    sw.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
-    sw.add_argument("--bounds", action="store_true", help="add the infinite-cache ceiling and belady (offline MIN) at every capacity")
-    sw.add_argument("--each", action="store_true",
-                    help="with several trace files: sweep each one on its own (a trace column) instead of merging them")
-    sw.add_argument("--jobs", type=_positive_int, default=1, help="replays run at once (default 1; local: processes, threads: threads)")
-    sw.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
-                    help="where replays run: local processes (default), threads, or ray (needs kvreplay[ray]; see docs/scaling.md)")
-    sw.add_argument("--ray-address", default=None, metavar="ADDR",
-                    help="with --executor ray: auto (this machine's cluster) or ray://HOST:10001 (default: start a local instance)")
-    _add_curve_outputs(sw, "write results to FILE.json or FILE.csv (atomically)")
-
-
-
-def _parser_mrc(sub) -> None:
-    mr = sub.add_parser("mrc", help="exact LRU hit curve over many capacities in one pass")
-    _add_trace_options(mr)
-    _add_capacities_options(mr, "comma-separated block counts")
-    _add_curve_outputs(mr, "write the curve to FILE.json or FILE.csv (atomically)")
-
-
-
-def _parser_report(sub) -> None:
-    rp = sub.add_parser("report", help="write one self-contained HTML report (curves, hit rate over time, tables)")
-    _add_trace_options(rp)
-    rp.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
-    _add_capacities_options(rp, "the curve's capacities: block counts")
-    rp.add_argument("--capacity", type=_capacity, default=None,
-                    help="the capacity of the per-request views, blocks or a size (default: the middle of the curve)")
-    rp.add_argument("--bounds", action="store_true", help="add belady (offline MIN) to the curve")
-    _add_price_options(rp)
-    rp.add_argument("--title", help="page title (default: the trace's name)")
-    rp.add_argument("--output", "-o", required=True, help="the HTML file to write (atomically)")
-
-
-
-def _parser_demo(sub) -> None:
-    sub.add_parser("demo", help="replay a built-in synthetic workload under every policy (no files needed)")
-
 
 
 def _cmd_run(args) -> int:
@@ -77,20 +32,20 @@ def _cmd_run(args) -> int:
 
     from ..policies.registry import get_policy
 
-    params = _given_params(args, args.policy)
-    _check_output_dir(args.output)
+    params = common.given_params(args, args.policy)
+    common.check_output_dir(args.output)
     capacity = args.capacity
     if capacity is None and get_policy(args.policy).capacity == "required":
         capacity = 4096
-    trace = _load(args)
-    sized, budget = _resolve_budget(args, trace, [] if capacity is None else [capacity])
+    trace = common.load(args)
+    sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity])
     capacity = sized[0] if sized else None
     report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine, warmup_fraction=args.warmup_fraction, **params)
     if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
-        budget = _resolve_budget(args, trace, [report.cache_capacity_blocks])[1]
+        budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks])[1]
     from ..analysis import metrics
 
-    summary = metrics.summarize(report, active_params=_active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)
+    summary = metrics.summarize(report, active_params=common.active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)
     windows = None
     if args.over_time:
         unit, value = args.over_time
@@ -103,7 +58,7 @@ def _cmd_run(args) -> int:
         document["metrics"] = summary
         if windows is not None:
             document["over_time"] = windows
-        data = _encode_json(document)
+        data = common.encode_json(document)
     if args.output:
         from ..files import write_atomic
 
@@ -118,24 +73,40 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _parser_sweep(sub) -> None:
+    sw = sub.add_parser("sweep", help="replay many capacities x policies over one trace")
+    common.add_trace_options(sw)
+    common.add_capacities_options(sw, "comma-separated block counts")
+    sw.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
+    sw.add_argument("--bounds", action="store_true", help="add the infinite-cache ceiling and belady (offline MIN) at every capacity")
+    sw.add_argument("--each", action="store_true",
+                    help="with several trace files: sweep each one on its own (a trace column) instead of merging them")
+    sw.add_argument("--jobs", type=common.positive_int, default=1, help="replays run at once (default 1; local: processes, threads: threads)")
+    sw.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
+                    help="where replays run: local processes (default), threads, or ray (needs kvreplay[ray]; see docs/scaling.md)")
+    sw.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="with --executor ray: auto (this machine's cluster) or ray://HOST:10001 (default: start a local instance)")
+    common.add_curve_outputs(sw, "write results to FILE.json or FILE.csv (atomically)")
+
+
 def _cmd_sweep(args) -> int:
     from ..analysis.sweep import points_to_rows, sweep
 
-    _check_table_output(args)
+    common.check_table_output(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     if args.bounds:
         policies += [p for p in ("infinite", "belady") if p not in policies]
     if args.each and len(args.traces) > 1:
         return _sweep_each(args, policies)
-    trace = _load(args)
-    capacities, budget = _resolve_budget(args, trace, args.capacities)
-    with _Progress("replaying") as progress:
+    trace = common.load(args)
+    capacities, budget = common.resolve_budget(args, trace, args.capacities)
+    with common.Progress("replaying") as progress:
         result = sweep(trace, capacities, policies, args.block_size,
                        warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine,
                        executor=args.executor, ray_address=args.ray_address, progress=progress)
     if budget is not None:
         result["budget"] = budget
-    _emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
+    common.emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
           f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; hit rate is token-weighted"
           + budget_heading(budget),
           trace=trace)
@@ -152,55 +123,79 @@ def _sweep_each(args, policies) -> int:
     for path in args.traces:
         one = copy.copy(args)
         one.trace = path
-        traces[os.path.basename(path.rstrip(os.sep)) or path] = _load(one)
+        traces[os.path.basename(path.rstrip(os.sep)) or path] = common.load(one)
     if args.model is not None or args.bytes_per_token is not None:
         raise ConfigError("--each sweeps capacities in blocks (each trace may have its own block size); drop --model/--bytes-per-token")
-    capacities, _ = _resolve_budget(args, next(iter(traces.values())), args.capacities)
+    capacities, _ = common.resolve_budget(args, next(iter(traces.values())), args.capacities)
     if args.plot and "infinite" not in policies:
         policies.append("infinite")  # each trace's ceiling on the plot
-    with _Progress("replaying") as progress:
+    with common.Progress("replaying") as progress:
         result = sweep(traces, capacities, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
                        engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=progress)
     windows = "; ".join(f"{t['trace']}: block size {t['block_size']}, {t['window']}" for t in result["traces"])
-    _emit(args, result, points_to_rows(result["results"]), [("trace", "trace")] + SWEEP_COLUMNS,
+    common.emit(args, result, points_to_rows(result["results"]), [("trace", "trace")] + SWEEP_COLUMNS,
           f"{len(traces)} traces ({windows}); hit rate is token-weighted", trace=None)
     return 0
+
+
+def _parser_mrc(sub) -> None:
+    mr = sub.add_parser("mrc", help="exact LRU hit curve over many capacities in one pass")
+    common.add_trace_options(mr)
+    common.add_capacities_options(mr, "comma-separated block counts")
+    common.add_curve_outputs(mr, "write the curve to FILE.json or FILE.csv (atomically)")
 
 
 def _cmd_mrc(args) -> int:
     from ..analysis.mrc import mrc
 
-    _check_table_output(args)
-    trace = _load(args)
-    capacities, budget = _resolve_budget(args, trace, args.capacities)
+    common.check_table_output(args)
+    trace = common.load(args)
+    capacities, budget = common.resolve_budget(args, trace, args.capacities)
     curve = mrc(trace, capacities, args.block_size, warmup_fraction=args.warmup_fraction)
     if budget is not None:
         curve["budget"] = budget
-    _emit(args, curve, *with_budget(curve["points"], MRC_COLUMNS, budget),
+    common.emit(args, curve, *with_budget(curve["points"], MRC_COLUMNS, budget),
           f"trace {curve['trace']}, policy lru (one-pass stack distances), block size {curve['block_size']}, "
           f"window: {curve['window']}; hit rate is token-weighted" + budget_heading(budget), trace=trace)
     return 0
+
+
+def _parser_report(sub) -> None:
+    rp = sub.add_parser("report", help="write one self-contained HTML report (curves, hit rate over time, tables)")
+    common.add_trace_options(rp)
+    rp.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
+    common.add_capacities_options(rp, "the curve's capacities: block counts")
+    rp.add_argument("--capacity", type=common.capacity, default=None,
+                    help="the capacity of the per-request views, blocks or a size (default: the middle of the curve)")
+    rp.add_argument("--bounds", action="store_true", help="add belady (offline MIN) to the curve")
+    common.add_price_options(rp)
+    rp.add_argument("--title", help="page title (default: the trace's name)")
+    rp.add_argument("--output", "-o", required=True, help="the HTML file to write (atomically)")
 
 
 def _cmd_report(args) -> int:
     from .. import report_html
     from ..files import write_atomic
 
-    _check_output_dir(args.output)
-    trace = _load(args)
+    common.check_output_dir(args.output)
+    trace = common.load(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
-    capacities, budget = _resolve_budget(args, trace, args.capacities)
-    focus = None if args.capacity is None else _resolve_budget(args, trace, [args.capacity])[0][0]
+    capacities, budget = common.resolve_budget(args, trace, args.capacities)
+    focus = None if args.capacity is None else common.resolve_budget(args, trace, [args.capacity])[0][0]
     note = " ".join(str(budget[k]) for k in ("model", "kv_dtype") if budget.get(k)) if budget else ""
-    with _Progress("replaying") as progress:
+    with common.Progress("replaying") as progress:
         page = report_html(trace, policies=policies, capacities=capacities, focus_capacity=focus,
                            block_size=args.block_size, warmup_fraction=args.warmup_fraction, bounds=args.bounds,
                            engine=args.engine, title=args.title, progress=progress, price_hit=args.price_hit,
-                           price_miss=args.price_miss, active_params=_active_params(args),
+                           price_miss=args.price_miss, active_params=common.active_params(args),
                            bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note)
     write_atomic(args.output, page.encode())
     print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
     return 0
+
+
+def _parser_demo(sub) -> None:
+    sub.add_parser("demo", help="replay a built-in synthetic workload under every policy (no files needed)")
 
 
 def _cmd_demo(args) -> int:

@@ -7,86 +7,17 @@ import sys
 
 from ..errors import ConfigError
 from ..trace.formats import FORMATS
-from .common import _add_trace_options, _encode_json, _load, _positive_int, _seconds
+from . import common
 
 
 def _parser_hash(sub) -> None:
     hs = sub.add_parser("hash", help="turn a token log (JSONL token_ids, or text with --tokenizer) into a Mooncake trace")
     hs.add_argument("input", help="token log (JSONL, optionally gzip), or - for stdin")
     hs.add_argument("--output", "-o", required=True, help="the Mooncake JSONL trace to write (atomically)")
-    hs.add_argument("--block-size", type=_positive_int, default=512, help="tokens per block (default 512; 16 for Bailian-like)")
+    hs.add_argument("--block-size", type=common.positive_int, default=512, help="tokens per block (default 512; 16 for Bailian-like)")
     hs.add_argument("--tokenizer", metavar="TOKENIZER_JSON", help="local tokenizer.json for records with text/prompt (needs kvreplay[tokenizers])")
     hs.add_argument("--salt", default="", help="namespace of records that name none (default: empty)")
     hs.add_argument("--keep-hashes", action="store_true", help="also write each block's sha256 hex digest (block_hashes)")
-
-
-
-def _parser_convert_slice(sub) -> None:
-    from ..trace.writers import WRITE_FORMATS
-
-    cv = sub.add_parser("convert", help="rewrite a trace in another format (Mooncake or Bailian JSONL)")
-    sl = sub.add_parser("slice", help="keep a range of requests, a time window or the first sessions of a trace")
-    for p in (cv, sl):
-        p.add_argument("input", help="trace file (any readable format, optionally gzip), or - for stdin")
-        p.add_argument("--output", "-o", required=True, help="the trace to write (atomically; .gz compresses; - for stdout)")
-        p.add_argument("--from", dest="from_format", default="auto", help="input format (default auto)")
-        p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip them")
-        p.add_argument("--keep-ids", action="store_true", help="write the file's block ids instead of dense ids 0..U-1")
-    cv.add_argument("--to", choices=WRITE_FORMATS, default="mooncake", help="output format (default mooncake)")
-    sl.add_argument("--to", choices=WRITE_FORMATS, default=None, help="output format (default: the input's, else mooncake)")
-    sl.add_argument("--requests", metavar="A:B", help="positions A (inclusive) to B (exclusive), Python-style; "
-                    "negative counts from the end (write --requests=-100: for the last 100)")
-    sl.add_argument("--time", metavar="T0:T1", help="t0 <= timestamp < t1: seconds after the first request, or absolute ms "
-                    "with the suffix ms (e.g. 0:60, 1500ms:90000ms); either side may be empty")
-    sl.add_argument("--sessions", type=_positive_int, metavar="N", help="the first N sessions (traces with sessions only)")
-
-
-
-def _parser_merge(sub) -> None:
-    from ..trace.writers import WRITE_FORMATS
-
-    mg = sub.add_parser("merge", help="merge traces into one, ordered by time (each input keeps its own block ids)")
-    mg.add_argument("inputs", nargs="+", metavar="trace", help="trace files or directories (each directory is one input)")
-    mg.add_argument("--output", "-o", required=True, help="the trace to write (atomically; .gz compresses; - for stdout)")
-    mg.add_argument("--to", choices=WRITE_FORMATS, default="mooncake", help="output format (default mooncake)")
-    mg.add_argument("--format", choices=("auto", *FORMATS), default="auto",
-                    help="input format (default auto: sniffed per file)")
-    mg.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip them")
-    mg.add_argument("--shared-ids", action="store_true",
-                    help="inputs share blocks by their files' ids (default: ids are private to each input)")
-    mg.add_argument("--offsets", metavar="S1,S2,...",
-                    help="start offset in seconds of each input, added to its timestamps (default: Claude Code "
-                         "sessions follow --session-arrivals, other inputs keep their times)")
-    mg.add_argument("--session-arrivals", choices=("fixed", "poisson", "zero"), default="fixed",
-                    help="start times of Claude Code sessions: fixed spacing (default), poisson (seeded), zero")
-    mg.add_argument("--session-spacing", type=_seconds, default=60.0, metavar="SECONDS",
-                    help="gap between session starts (fixed) or mean gap (poisson); default 60")
-    mg.add_argument("--seed", type=int, default=0, help="seed of --session-arrivals poisson (default 0)")
-
-
-
-def _parser_stats(sub) -> None:
-    st = sub.add_parser("stats", help="describe a trace: lengths, unique blocks, infinite-cache hit rate, reuse, sharing")
-    _add_trace_options(st)
-    st.add_argument("--json", action="store_true", help="print the statistics as JSON")
-
-
-
-def _parser_synth(sub) -> None:
-    sy = sub.add_parser("synth", help="generate a synthetic workload (chat, RAG, agent sessions), or one like a trace")
-    sy.add_argument("--output", "-o", required=True, help="the Mooncake JSONL file to write (atomically; .gz compresses; - for stdout)")
-    sy.add_argument("--like", metavar="TRACE", help="fit the generator to this trace and keep its statistics")
-    sy.add_argument("--like-model", choices=("sessions", "prefixes"), default=None,
-                    help="--like: fit sessions with one level of shared prompts (default), or resample requests and "
-                         "copy their shared prefixes (nested prefixes, exact length distribution; docs/synth.md)")
-    sy.add_argument("--scale-requests", type=float, default=None, metavar="K", help="--like: K times as many requests (default 1)")
-    sy.add_argument("--speedup", type=float, default=None, metavar="K", help="--like: arrivals and think times K times faster (default 1)")
-    sy.add_argument("--requests", type=_positive_int, default=None, help="requests to generate (default 10000; --like: the trace's count x K)")
-    for flag, kind, default, text in _SYNTH_KNOBS:
-        sy.add_argument(flag, type=kind, default=None, help=f"{text} (default {default})")
-    sy.add_argument("--block-size", type=_positive_int, default=None, help="tokens per block (default 512; --like: the trace's)")
-    sy.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same file (default 0)")
-
 
 
 def _cmd_hash(args) -> int:
@@ -120,6 +51,26 @@ def _block_size_note(trace, to: str = "mooncake") -> None:
               f"replay the output with --block-size {size}", file=sys.stderr)
 
 
+def _parser_convert_slice(sub) -> None:
+    from ..trace.writers import WRITE_FORMATS
+
+    cv = sub.add_parser("convert", help="rewrite a trace in another format (Mooncake or Bailian JSONL)")
+    sl = sub.add_parser("slice", help="keep a range of requests, a time window or the first sessions of a trace")
+    for p in (cv, sl):
+        p.add_argument("input", help="trace file (any readable format, optionally gzip), or - for stdin")
+        p.add_argument("--output", "-o", required=True, help="the trace to write (atomically; .gz compresses; - for stdout)")
+        p.add_argument("--from", dest="from_format", default="auto", help="input format (default auto)")
+        p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip them")
+        p.add_argument("--keep-ids", action="store_true", help="write the file's block ids instead of dense ids 0..U-1")
+    cv.add_argument("--to", choices=WRITE_FORMATS, default="mooncake", help="output format (default mooncake)")
+    sl.add_argument("--to", choices=WRITE_FORMATS, default=None, help="output format (default: the input's, else mooncake)")
+    sl.add_argument("--requests", metavar="A:B", help="positions A (inclusive) to B (exclusive), Python-style; "
+                    "negative counts from the end (write --requests=-100: for the last 100)")
+    sl.add_argument("--time", metavar="T0:T1", help="t0 <= timestamp < t1: seconds after the first request, or absolute ms "
+                    "with the suffix ms (e.g. 0:60, 1500ms:90000ms); either side may be empty")
+    sl.add_argument("--sessions", type=common.positive_int, metavar="N", help="the first N sessions (traces with sessions only)")
+
+
 def _cmd_convert(args) -> int:
     from ..trace.writers import write_trace
 
@@ -150,6 +101,28 @@ def _cmd_slice(args) -> int:
     return 0
 
 
+def _parser_merge(sub) -> None:
+    from ..trace.writers import WRITE_FORMATS
+
+    mg = sub.add_parser("merge", help="merge traces into one, ordered by time (each input keeps its own block ids)")
+    mg.add_argument("inputs", nargs="+", metavar="trace", help="trace files or directories (each directory is one input)")
+    mg.add_argument("--output", "-o", required=True, help="the trace to write (atomically; .gz compresses; - for stdout)")
+    mg.add_argument("--to", choices=WRITE_FORMATS, default="mooncake", help="output format (default mooncake)")
+    mg.add_argument("--format", choices=("auto", *FORMATS), default="auto",
+                    help="input format (default auto: sniffed per file)")
+    mg.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip them")
+    mg.add_argument("--shared-ids", action="store_true",
+                    help="inputs share blocks by their files' ids (default: ids are private to each input)")
+    mg.add_argument("--offsets", metavar="S1,S2,...",
+                    help="start offset in seconds of each input, added to its timestamps (default: Claude Code "
+                         "sessions follow --session-arrivals, other inputs keep their times)")
+    mg.add_argument("--session-arrivals", choices=("fixed", "poisson", "zero"), default="fixed",
+                    help="start times of Claude Code sessions: fixed spacing (default), poisson (seeded), zero")
+    mg.add_argument("--session-spacing", type=common.seconds, default=60.0, metavar="SECONDS",
+                    help="gap between session starts (fixed) or mean gap (poisson); default 60")
+    mg.add_argument("--seed", type=int, default=0, help="seed of --session-arrivals poisson (default 0)")
+
+
 def _cmd_merge(args) -> int:
     from ..trace import load_trace
     from ..trace.ops import merge, start_offsets_ms
@@ -159,7 +132,7 @@ def _cmd_merge(args) -> int:
     offsets = None
     if args.offsets is not None:
         try:
-            offsets = [1000.0 * _seconds(part) for part in args.offsets.split(",")]
+            offsets = [1000.0 * common.seconds(part) for part in args.offsets.split(",")]
         except argparse.ArgumentTypeError as e:
             raise ConfigError(f"--offsets: {e}") from None
         if len(offsets) != len(args.inputs):
@@ -180,6 +153,23 @@ def _cmd_merge(args) -> int:
     return 0
 
 
+def _parser_stats(sub) -> None:
+    st = sub.add_parser("stats", help="describe a trace: lengths, unique blocks, infinite-cache hit rate, reuse, sharing")
+    common.add_trace_options(st)
+    st.add_argument("--json", action="store_true", help="print the statistics as JSON")
+
+
+def _cmd_stats(args) -> int:
+    from ..analysis.stats import format_stats, stats
+
+    result = stats(common.load(args), args.block_size)
+    if args.json:
+        sys.stdout.buffer.write(common.encode_json(result))
+    else:
+        print(format_stats(result))
+    return 0
+
+
 _SYNTH_KNOBS = [  # flag, type, default, help; the defaults live in kvreplay.trace.synth.synth
     ("--arrival-rate", float, 1.0, "sessions per second (Poisson)"),
     ("--prefix-scale", float, 1.0, "multiplier on system prompt and RAG document lengths"),
@@ -193,15 +183,20 @@ _SYNTH_KNOBS = [  # flag, type, default, help; the defaults live in kvreplay.tra
 ]
 
 
-def _cmd_stats(args) -> int:
-    from ..analysis.stats import format_stats, stats
-
-    result = stats(_load(args), args.block_size)
-    if args.json:
-        sys.stdout.buffer.write(_encode_json(result))
-    else:
-        print(format_stats(result))
-    return 0
+def _parser_synth(sub) -> None:
+    sy = sub.add_parser("synth", help="generate a synthetic workload (chat, RAG, agent sessions), or one like a trace")
+    sy.add_argument("--output", "-o", required=True, help="the Mooncake JSONL file to write (atomically; .gz compresses; - for stdout)")
+    sy.add_argument("--like", metavar="TRACE", help="fit the generator to this trace and keep its statistics")
+    sy.add_argument("--like-model", choices=("sessions", "prefixes"), default=None,
+                    help="--like: fit sessions with one level of shared prompts (default), or resample requests and "
+                         "copy their shared prefixes (nested prefixes, exact length distribution; docs/synth.md)")
+    sy.add_argument("--scale-requests", type=float, default=None, metavar="K", help="--like: K times as many requests (default 1)")
+    sy.add_argument("--speedup", type=float, default=None, metavar="K", help="--like: arrivals and think times K times faster (default 1)")
+    sy.add_argument("--requests", type=common.positive_int, default=None, help="requests to generate (default 10000; --like: the trace's count x K)")
+    for flag, kind, default, text in _SYNTH_KNOBS:
+        sy.add_argument(flag, type=kind, default=None, help=f"{text} (default {default})")
+    sy.add_argument("--block-size", type=common.positive_int, default=None, help="tokens per block (default 512; --like: the trace's)")
+    sy.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same file (default 0)")
 
 
 def _cmd_synth(args) -> int:
