@@ -292,7 +292,7 @@ def test_slice_cli_errors(five, tmp_path, cli):
 
 def test_slice_cli_bailian_keeps_format_and_sessions(tmp_path, cli):
     src = tmp_path / "b.jsonl"
-    write_trace(with_sessions([0, 1, 0, 2, 1]), src, "bailian")
+    write_trace(replace(with_sessions([0, 1, 0, 2, 1]), block_size=16), src, "bailian")
     out = tmp_path / "out.jsonl"
     r = cli("slice", src, "-o", out, "--sessions", "2")
     assert r.returncode == 0, r.stderr

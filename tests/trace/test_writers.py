@@ -104,7 +104,7 @@ def test_timestamps_whole_as_int_fractional_as_float():
 
 def test_bailian_text_by_hand(tmp_path):
     out = tmp_path / "t.jsonl"
-    write_trace(HAND, out, "bailian")
+    write_trace(replace(HAND, block_size=16), out, "bailian")
     assert out.read_text() == (
         '{"chat_id": 0, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 10, "output_length": 5, '
         '"type": "text", "turn": 1, "hash_ids": [0, 1]}\n'
@@ -116,7 +116,7 @@ def test_bailian_text_by_hand(tmp_path):
 def test_bailian_sessions_give_parents_and_turns(tmp_path):
     # session 0: r0, r2, r5; session 1: r1, r4; session 2: r3.
     base = Trace.from_requests([([i], 1, 1000.0 * i) for i in range(6)])
-    trace = replace(base, session=np.array([0, 1, 0, 2, 1, 0]))
+    trace = replace(base, session=np.array([0, 1, 0, 2, 1, 0]), block_size=16)
     out = tmp_path / "t.jsonl"
     write_trace(trace, out, "bailian")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -269,7 +269,7 @@ def test_mooncake_round_trip_original_string_ids(tmp_path, trace):
 def test_bailian_round_trip(tmp_path, trace, sessions):
     session = np.array(sessions[: len(trace)])
     # Microsecond timestamps, as real traces have (a subnormal number of ms loses digits as seconds).
-    trace = replace(trace, session=session, timestamp=np.round(trace.timestamp, 3))
+    trace = replace(trace, session=session, timestamp=np.round(trace.timestamp, 3), block_size=16)
     out = tmp_path / "t.jsonl"
     write_trace(trace, out, "bailian")
     again = load_trace(out, format="bailian")
@@ -312,7 +312,7 @@ def test_convert_cli(tmp_path, capsysbinary):
     out, bailian, back = tmp_path / "out.jsonl", tmp_path / "b.jsonl", tmp_path / "back.jsonl"
     assert in_process(capsysbinary, "convert", src, "-o", out) == (0, f"{src}: 1 requests (mooncake) -> {out} (mooncake)\n")
     assert out.read_text() == '{"timestamp": 1500, "input_length": 10, "output_length": 0, "hash_ids": [1, 0]}\n'
-    assert in_process(capsysbinary, "convert", src, "-o", bailian, "--to", "bailian", "--keep-ids")[0] == 0
+    assert in_process(capsysbinary, "convert", src, "-o", bailian, "--to", "bailian", "--keep-ids", "--block-size", "16")[0] == 0
     assert bailian.read_text() == (
         '{"chat_id": 0, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 10, "output_length": 0, '
         '"type": "text", "turn": 1, "hash_ids": [7, 3]}\n')
@@ -371,3 +371,36 @@ def test_block_size_is_not_lost_silently(tmp_path, capsys):
     assert "16-token blocks" in capsys.readouterr().err
     # Replayed at 64 the copy gives the original's hits: 2 blocks x 64 = 128 of 130 tokens.
     assert kvreplay.replay(kvreplay.load_trace(tmp_path / "c.jsonl"), "infinite", None, 64).total_hit_tokens == 128
+
+
+def test_convert_to_bailian_needs_16_token_blocks(tmp_path, capsys):
+    # docs/formats.md's command on a Mooncake trace (no declared block size: 512 is assumed) is
+    # refused and writes nothing; it used to write a file whose replay gave 0.33% instead of 10.48%.
+    lines = ['{"timestamp": 0, "input_length": 1000, "hash_ids": [1, 2]}',
+             '{"timestamp": 1, "input_length": 1000, "hash_ids": [1, 2]}']
+    src = tmp_path / "trace.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "trace.bailian.jsonl.gz"
+    assert main(["convert", str(src), "-o", str(out), "--to", "bailian"]) == 2
+    err = capsys.readouterr().err
+    assert "does not say its block size, so it is taken as 512 tokens" in err and "--block-size 16" in err
+    assert not out.exists()
+    for command in (["slice", str(src), "-o", str(out), "--to", "bailian", "--requests", "0:1"],
+                    ["merge", str(src), "-o", str(out), "--to", "bailian"]):
+        assert main(command) == 2 and not out.exists()
+        capsys.readouterr()
+    # Declared 16-token blocks: written, and the Bailian file replays like the original at 16.
+    assert main(["convert", str(src), "-o", str(out), "--to", "bailian", "--block-size", "16"]) == 0
+    again = kvreplay.load_trace(out)
+    assert again.format == "bailian" and again.block_size == 16
+    original = kvreplay.replay(kvreplay.load_trace(src), "lru", 8, 16)
+    assert kvreplay.replay(again, "lru", 8).hit_tokens.tolist() == original.hit_tokens.tolist() == [0, 32]
+
+
+def test_declared_block_size_must_agree_with_the_file(tmp_path, capsys):
+    source = tmp_path / "claude.json"
+    source.write_text('{"block_size": 64, "hash_id_scope": "local", "requests": ['
+                      '{"t": 0, "type": "n", "in": 130, "out": 5, "hash_ids": [1, 2]}]}')
+    assert main(["convert", str(source), "-o", str(tmp_path / "c.jsonl"), "--block-size", "16"]) == 2
+    assert "--block-size 16: " in capsys.readouterr().err
+    assert not (tmp_path / "c.jsonl").exists()

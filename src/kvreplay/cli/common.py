@@ -30,15 +30,6 @@ def fraction(text: str) -> float:
     return value
 
 
-def capacities(text: str):
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return [positive_int(part) for part in text.split(",") if part.strip()]
-    except argparse.ArgumentTypeError as e:
-        raise argparse.ArgumentTypeError(f"capacities: {e} (use a comma-separated list or 'auto')") from None
-
-
 def capacity(text: str):
     """A block count (int), or a size with a unit ("80GiB", kept as text: it becomes blocks once
     the block size and the KV bytes per token are known; see analysis/models.py)."""
@@ -135,7 +126,7 @@ def resolve_budget(args, trace, capacities):
     if capacities == "auto":
         if not priced:
             return "auto", None
-        from ..analysis.sweep import auto_capacities
+        from ..analysis.mrc import auto_capacities
 
         capacities = auto_capacities(trace.num_blocks)
     if not priced and any(is_size(c) for c in capacities):

@@ -31,13 +31,30 @@ def _cmd_hash(args) -> int:
     return 0
 
 
+def _add_input_block_size(p) -> None:
+    p.add_argument("--block-size", type=common.positive_int, default=None,
+                   help="tokens per block of the input, when its format does not record it (Mooncake: 512 is assumed)")
+
+
+def _declared(trace, block_size):
+    """`trace` with the block size the user declared (--block-size), which must agree with the file's own."""
+    from dataclasses import replace
+
+    if block_size is None:
+        return trace
+    if trace.block_size is not None and trace.block_size != block_size:
+        raise ConfigError(f"--block-size {block_size}: {trace.source} declares {trace.block_size}-token blocks")
+    return replace(trace, block_size=block_size)
+
+
 def _read_for_writing(args):
     """Load `args.input` for convert/slice, after refusing an output that would replace it."""
     from ..trace import load_trace
     from ..trace.writers import refuse_overwrite
 
     refuse_overwrite(args.output, [args.input])
-    return load_trace(args.input, format=args.from_format, on_invalid=args.on_invalid, keep_ids=args.keep_ids)
+    trace = load_trace(args.input, format=args.from_format, on_invalid=args.on_invalid, keep_ids=args.keep_ids)
+    return _declared(trace, args.block_size)
 
 
 def _block_size_note(trace, to: str = "mooncake") -> None:
@@ -62,6 +79,7 @@ def _parser_convert_slice(sub) -> None:
         p.add_argument("--from", dest="from_format", default="auto", help="input format (default auto)")
         p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip them")
         p.add_argument("--keep-ids", action="store_true", help="write the file's block ids instead of dense ids 0..U-1")
+        _add_input_block_size(p)
     cv.add_argument("--to", choices=WRITE_FORMATS, default="mooncake", help="output format (default mooncake)")
     sl.add_argument("--to", choices=WRITE_FORMATS, default=None, help="output format (default: the input's, else mooncake)")
     sl.add_argument("--requests", metavar="A:B", help="positions A (inclusive) to B (exclusive), Python-style; "
@@ -121,6 +139,7 @@ def _parser_merge(sub) -> None:
     mg.add_argument("--session-spacing", type=common.seconds, default=60.0, metavar="SECONDS",
                     help="gap between session starts (fixed) or mean gap (poisson); default 60")
     mg.add_argument("--seed", type=int, default=0, help="seed of --session-arrivals poisson (default 0)")
+    _add_input_block_size(mg)
 
 
 def _cmd_merge(args) -> int:
@@ -138,7 +157,8 @@ def _cmd_merge(args) -> int:
         if len(offsets) != len(args.inputs):
             raise ConfigError(f"--offsets: got {len(offsets)} offsets for {len(args.inputs)} inputs")
     options = dict(session_arrivals=args.session_arrivals, session_spacing=args.session_spacing, seed=args.seed)
-    traces = [load_trace(p, format=args.format, on_invalid=args.on_invalid, keep_ids=args.shared_ids, **options)
+    traces = [_declared(load_trace(p, format=args.format, on_invalid=args.on_invalid, keep_ids=args.shared_ids, **options),
+                        args.block_size)
               for p in args.inputs]
     if offsets is None:
         offsets = start_offsets_ms(traces, args.session_arrivals, args.session_spacing, args.seed)

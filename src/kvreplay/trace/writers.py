@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..files import atomic_output as _atomic_output
-from .model import Trace
+from .model import DEFAULT_BLOCK_SIZE, Trace
 
 WRITE_FORMATS = ("mooncake", "bailian")
 CHUNK_REQUESTS = 4096  # requests encoded at once: bounds the Python objects alive at a time
@@ -195,14 +195,20 @@ def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: b
     instead of the dense ids 0..num_blocks-1.
 
     Neither format records the block size: a Mooncake file is replayed at 512 unless --block-size
-    says otherwise, and a Bailian file at 16, so a trace with other blocks cannot be written as
-    Bailian (ConfigError).
+    says otherwise, and a Bailian file at 16, so only a trace that declares 16-token blocks can be
+    written as Bailian (ConfigError otherwise; an undeclared block size counts as 512).
 
     Raises ConfigError for an unknown format or missing original ids, OutputError when the
     file cannot be written (nothing is left behind then).
     """
-    if format == "bailian" and trace.block_size not in (None, BAILIAN_BLOCK_SIZE):
-        # The format has no block-size field and its reader assumes 16: anything else would replay wrong.
+    if format == "bailian" and trace.block_size != BAILIAN_BLOCK_SIZE:
+        # The format has no block-size field and its reader assumes 16: anything else would replay
+        # wrong. A trace that does not declare its block size is taken at 512, as a replay takes it.
+        if trace.block_size is None:
+            raise ConfigError(f"Bailian files have {BAILIAN_BLOCK_SIZE}-token blocks; this trace does not say its block "
+                              f"size, so it is taken as {DEFAULT_BLOCK_SIZE} tokens: if its blocks are "
+                              f"{BAILIAN_BLOCK_SIZE} tokens, say so (--block-size {BAILIAN_BLOCK_SIZE}); otherwise "
+                              "write it as mooncake")
         raise ConfigError(f"Bailian files have {BAILIAN_BLOCK_SIZE}-token blocks; this trace's are {trace.block_size} "
                           "tokens: write it as mooncake and replay with --block-size")
     pieces = encode_trace(trace, format, original_ids=original_ids)
