@@ -157,11 +157,18 @@ def test_stranded_blocks(tmp_path):
     assert rep["total_hit_tokens"] == 0
 
 
-def test_run_default_block_size_is_512():
-    # MULTI with 512-token blocks: r4 k=2 -> min(1024, 6) = 6; r6 k=3 -> min(1536, 10) = 10
-    rep = run_json(MULTI, "--policy", "lru", "--capacity", 3)
+def test_run_default_block_size_is_512(tmp_path):
+    # Hashed at 512: the resend hits both blocks, min(2 * 512, 1000) = 1000 tokens.
+    path = tmp_path / "t512.jsonl"
+    path.write_text('{"input_length": 1000, "hash_ids": [1, 2]}\n{"input_length": 1000, "hash_ids": [1, 2]}\n')
+    rep = run_json(path, "--policy", "lru", "--capacity", 3)
     assert rep["block_size"] == 512
-    assert rep["total_hit_tokens"] == 16
+    assert rep["total_hit_tokens"] == 1000
+    # MULTI has 4-token blocks: at the default 512 most of its requests misfit, so no number is
+    # printed (it used to print hits capped at input_length: 16 tokens, silently).
+    r = kv("run", MULTI, "--policy", "lru", "--capacity", 3)
+    assert r.returncode == 2 and r.stdout == b""
+    assert "5 of 6 requests have a number of hash ids that does not fit their input_length at 512-token blocks" in r.stderr.decode()
 
 
 def test_run_human_summary():

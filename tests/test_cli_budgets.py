@@ -69,11 +69,14 @@ def test_run_with_a_model(capsys, trace):
     assert doc["cache_capacity_blocks"] == 2560 and doc["budget"]["kv_dtype"] == "fp8"
 
 
-def test_block_size_option_changes_the_conversion(capsys, trace):
-    # block size 256: a block is 1 MiB x 256 = 256 MiB, so 1 GiB = 4 blocks (r3 hits 2 blocks: min(512, 1024) = 512)
-    doc = run_json(capsys, *RUN, trace, "--block-size", "256", "--capacity", "1GiB", "--bytes-per-token", str(MiB))
+def test_block_size_option_changes_the_conversion(capsys, tmp_path):
+    # block size 256: a block is 1 MiB x 256 = 256 MiB, so 1 GiB = 4 blocks; a trace hashed at 256
+    # (4 ids per 1024 tokens): the resend hits all 4 blocks, min(1024, 1024) = 1024
+    path = tmp_path / "t256.jsonl"
+    path.write_text('{"input_length": 1024, "hash_ids": [1, 2, 3, 4]}\n' * 2)
+    doc = run_json(capsys, *RUN, str(path), "--block-size", "256", "--capacity", "1GiB", "--bytes-per-token", str(MiB))
     assert doc["cache_capacity_blocks"] == 4 and doc["budget"]["block_size"] == 256
-    assert doc["total_hit_tokens"] == 512
+    assert doc["total_hit_tokens"] == 1024
 
 
 def test_run_summary_shows_the_bytes(capsys, trace):

@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from .report import Report
 from ..policies.registry import get_policy
 from ..trace import Trace, load_trace
-from ..trace.model import resolve_block_size
+from ..trace.model import block_size_mismatches, resolve_block_size
 from . import driver
 
 ENGINES = ("compiled", "reference")
@@ -109,6 +109,7 @@ def replay(
         prompt_tokens=np.asarray(trace.input_length), hit_tokens=hit_tokens, hit_blocks=hit_blocks,
         final_cache_blocks=final, counters=counters, stranded_blocks=stranded_blocks(trace, mask), sizes=sizes, warmup_requests=warmup, engine=engine,
         trace_source=trace.source, invalid_records=trace.invalid_records,
+        block_size_mismatches=block_size_mismatches(trace, block_size),
     )
     if check:
         report.check_invariants(trace)

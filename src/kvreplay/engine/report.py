@@ -45,6 +45,7 @@ class Report:
     engine: str = "compiled"
     trace_source: str = "<memory>"
     invalid_records: dict | None = None
+    block_size_mismatches: dict | None = None
 
     @property
     def num_requests(self) -> int:
@@ -117,6 +118,8 @@ class Report:
         }
         if self.invalid_records:
             out["invalid_records"] = self.invalid_records
+        if self.block_size_mismatches:
+            out["block_size_mismatches"] = self.block_size_mismatches
         return out
 
     def to_dict(self, per_request: bool = True) -> dict:

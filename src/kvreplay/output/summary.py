@@ -50,6 +50,11 @@ def run_summary(trace, report, budget=None) -> str:
     if report.invalid_records:
         inv = report.invalid_records
         lines.append(f"skipped   {inv['count']:,} invalid records (first lines: {', '.join(map(str, inv['first_lines']))})")
+    if report.block_size_mismatches:
+        miss = report.block_size_mismatches
+        lines.append(f"misfit    {miss['count']:,} of {report.num_requests:,} requests have a number of hash ids that does not "
+                     f"fit their input_length at {report.block_size}-token blocks (first requests, 0-based: "
+                     f"{', '.join(map(str, miss['first_requests']))}); their hits are capped at input_length")
     return "\n".join(lines)
 
 
