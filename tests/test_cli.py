@@ -658,3 +658,27 @@ def test_real_trace_run(name, tmp_path):
     # the reference engine agrees with the compiled one
     ref = run_json(p, "--policy", "lru", "--capacity", 4096, "--block-size", 512, "--engine", "reference", "--summary-only")
     assert ref["total_hit_tokens"] == rep["total_hit_tokens"]
+
+
+def test_run_output_says_what_it_is(tmp_path):
+    # run writes its JSON report: a .csv name is refused (it used to get JSON inside), nothing is
+    # written; - is standard output, as for the other commands; the input is never overwritten.
+    csv_out = tmp_path / "r.csv"
+    r = kv("run", LVF, "--policy", "lru", "--capacity", 2, "--block-size", 4, "--output", csv_out)
+    assert r.returncode == 2 and not csv_out.exists()
+    assert "run writes its JSON report: name the file .json" in r.stderr.decode()
+    doc = json.loads(ok("run", LVF, "--policy", "lru", "--capacity", 2, "--block-size", 4, "--output", "-"))
+    assert doc["total_hit_tokens"] == 6 and not (Path.cwd() / "-").exists()
+    trace = tmp_path / "t.json"
+    trace.write_bytes(Path(LVF).read_bytes())
+    r = kv("run", trace, "--policy", "lru", "--capacity", 2, "--block-size", 4, "--output", trace)
+    assert r.returncode == 2 and "that is the input file" in r.stderr.decode()
+    assert trace.read_bytes() == Path(LVF).read_bytes()
+
+
+def test_run_says_when_the_capacity_is_the_default():
+    out = ok("run", LVF, "--policy", "lru", "--block-size", 4)
+    assert "cache     4,096 blocks x 4 tokens" in out
+    assert "note      no --capacity given: 4,096 blocks, the default" in out
+    assert "note" not in ok("run", LVF, "--policy", "lru", "--capacity", 2, "--block-size", 4)
+    assert "(at USD 0.07 hit / 0.27 miss per million tokens)" in out and "cost      input USD " in out

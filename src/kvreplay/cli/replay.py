@@ -9,6 +9,8 @@ from ..errors import ConfigError
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
 from . import common
 
+DEFAULT_CAPACITY = 4096  # blocks, when run is given no --capacity
+
 
 def _parser_run(sub) -> None:
     run = sub.add_parser("run", help="replay a trace under one policy and capacity")
@@ -33,10 +35,18 @@ def _cmd_run(args) -> int:
     from ..policies.registry import get_policy
 
     params = common.given_params(args, args.policy)
-    common.check_output_dir(args.output)
+    if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
+        raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
+                          "standard output); sweep and mrc write CSV")
+    common.check_output_dir(None if args.output == "-" else args.output)
+    if args.output and args.output != "-":
+        from ..trace.writers import refuse_overwrite
+
+        refuse_overwrite(args.output, args.traces)
     capacity = args.capacity
-    if capacity is None and get_policy(args.policy).capacity == "required":
-        capacity = 4096
+    defaulted = capacity is None and get_policy(args.policy).capacity == "required"
+    if defaulted:
+        capacity = DEFAULT_CAPACITY
     trace = common.load(args)
     sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity])
     capacity = sized[0] if sized else None
@@ -59,14 +69,17 @@ def _cmd_run(args) -> int:
         if windows is not None:
             document["over_time"] = windows
         data = common.encode_json(document)
-    if args.output:
+    if args.output and args.output != "-":
         from ..files import write_atomic
 
         write_atomic(args.output, data)
-    if args.json:
+    if args.json or args.output == "-":
         sys.stdout.buffer.write(data)
     else:
         print(run_summary(trace, report, budget))
+        if defaulted:
+            print(f"note      no --capacity given: {DEFAULT_CAPACITY:,} blocks, the default (a byte budget: "
+                  "--capacity 80GiB --model NAME)")
         print(metrics_summary(summary))
         if windows is not None:
             print(over_time_table(windows))

@@ -10,8 +10,8 @@ def metrics_summary(m: dict) -> str:
         "speedup   ideal prefill speedup " + ("infinite" if speed is None else f"{speed:.2f}x") + " = 1/(1 - hit rate)",
         f"requests  per-request hit rate p50 {100 * pct['p50']:.1f}%, p90 {100 * pct['p90']:.1f}%, p99 {100 * pct['p99']:.1f}% "
         "(each request counted once)",
-        f"cost      input {money['cost_without_cache']:,.2f} without cache, {money['cost_with_cache']:,.2f} with it, "
-        f"saved {money['saved']:,.2f} (at {money['price_hit_per_million']} hit / {money['price_miss_per_million']} miss "
+        f"cost      input USD {money['cost_without_cache']:,.2f} without cache, {money['cost_with_cache']:,.2f} with it, "
+        f"saved {money['saved']:,.2f} (at USD {money['price_hit_per_million']} hit / {money['price_miss_per_million']} miss "
         "per million tokens)",
     ]
     if "prefill_flops_saved" in m:
