@@ -37,7 +37,6 @@ def auto_capacities(num_blocks: int, points: int = 12, smallest: int = 16) -> li
     return sorted({int(c) for c in np.round(np.geomspace(smallest, num_blocks, points))})
 
 
-
 @kernel
 def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at):  # pragma: no cover - compiled
     """One pass over the trace. hit_tokens_at[d]: hit tokens that need a capacity of exactly d
@@ -92,8 +91,6 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
 
     trace = as_trace(trace)
     block_size = resolve_block_size(block_size, trace)
-    if block_size < 1:
-        raise ConfigError(f"block_size must be >= 1, got {block_size}")
     if isinstance(capacities, str):
         if capacities != "auto":
             raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-
 from ..engine.replay import replay
 from ..errors import ConfigError
 from ..policies.registry import parse_policy

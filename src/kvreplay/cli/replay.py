@@ -38,7 +38,7 @@ def _cmd_run(args) -> int:
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write CSV")
-    common.check_output_dir(None if args.output == "-" else args.output)
+    common.check_output_dir(args.output)
     if args.output and args.output != "-":
         from ..trace.writers import refuse_overwrite
 

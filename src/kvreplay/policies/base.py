@@ -133,8 +133,9 @@ class ReferencePolicy:
         raise NotImplementedError
 
 
-# The compiled engine's view of a policy: the driver (engine/driver.py) calls these four on a
-# policy's state, and each policy overloads them for its state type (register_kernel).
+# The compiled engine's view of a policy: the driver (engine/driver.py) calls resident, hit_limit
+# and access_request on a policy's state, overloaded per state type by register_kernel; `access`
+# fixes the signature of a block-level policy's op.
 
 def resident(st, b):
     """Compiled-engine probe: is block `b` resident in state `st`? Each policy overloads this."""
@@ -142,7 +143,8 @@ def resident(st, b):
 
 
 def access(st, b):
-    """Compiled-engine access of block `b`. Each block-level policy overloads this."""
+    """Compiled-engine access of block `b`: the signature a block-level policy's access op takes
+    (the default access phase calls the op directly)."""
     raise NotImplementedError
 
 
@@ -181,7 +183,7 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
         return fn
 
     resident_body = body(resident_impl, resident)
-    access_body = body(access_impl, access)
+    body(access_impl, access)  # the default access phase below calls the op itself
     access_request_body = body(access_request_impl, access_request)
     hit_limit_body = body(hit_limit_impl, hit_limit)
 
@@ -192,13 +194,6 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
     def _resident(st, b):
         if matches(st):
             return resident_body
-
-    if access_body is not None:
-
-        @overload(access, inline="always")
-        def _access(st, b):
-            if matches(st):
-                return access_body
 
     @overload(hit_limit, inline="always")
     def _hit_limit(st, num_blocks, input_length, block_size):

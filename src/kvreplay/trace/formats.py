@@ -22,7 +22,8 @@ def _discover() -> dict[str, Reader]:
 
 
 READERS: dict[str, Reader] = _discover()
-FORMATS: tuple[str, ...] = tuple(sorted(READERS, key=lambda name: (READERS[name].rank != 99, name)))
+# Listed with the catch-all (the last asked, Mooncake) first, as the default; the others by name.
+FORMATS: tuple[str, ...] = (list(READERS)[-1], *sorted(list(READERS)[:-1]))
 
 
 def get_reader(name: str) -> Reader:

@@ -155,6 +155,11 @@ class Trace:
         return self.blocks[self.offsets[i]:self.offsets[i + 1]]
 
     @cached_property
+    def _misfits(self) -> dict:
+        """block_size_mismatches per block size, computed once (every replay of a sweep reports it)."""
+        return {}
+
+    @cached_property
     def _first_access(self) -> tuple[np.ndarray, np.ndarray]:
         from .index import first_access
 
@@ -232,12 +237,14 @@ def block_size_mismatches(trace, block_size: int) -> dict | None:
     Code corpus). A trace at the wrong block size misfits almost everywhere: see
     :func:`likely_block_size`.
     """
-    counts = np.diff(trace.offsets)
-    length = np.asarray(trace.input_length)
-    bad = np.flatnonzero((counts != -(-length // block_size)) & (counts != length // block_size))
-    if bad.size == 0:
-        return None
-    return {"count": int(bad.size), "first_requests": bad[:MAX_REPORTED_REQUESTS].tolist()}
+    memo = trace._misfits
+    if block_size not in memo:
+        counts = np.diff(trace.offsets)
+        length = np.asarray(trace.input_length)
+        bad = np.flatnonzero((counts != -(-length // block_size)) & (counts != length // block_size))
+        memo[block_size] = {"count": int(bad.size), "first_requests": bad[:MAX_REPORTED_REQUESTS].tolist()} if bad.size else None
+    found = memo[block_size]
+    return None if found is None else {"count": found["count"], "first_requests": list(found["first_requests"])}
 
 
 def likely_block_size(trace) -> int | None:
