@@ -50,7 +50,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays
 
 
 class ARC(ReferencePolicy):
@@ -138,7 +138,7 @@ CAPACITY, ADMISSIONS, EVICTIONS, B1_HITS, B2_HITS = 15, 16, 17, 18, 19
 META_SLOTS = 20
 
 # `target` is float64[1]: p is real, so it cannot live in the int64 meta array.
-ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta"])
+ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace) -> ARCState:
@@ -154,6 +154,7 @@ def make_state(capacity: int, trace) -> ARCState:
         next=np.full(num_blocks, -1, dtype=np.int32),
         target=np.zeros(1, dtype=np.float64),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

@@ -28,9 +28,33 @@ Invariants, checked for every registered policy by tests/policies/test_contract.
 4. ``counters()`` (reference) and ``read_state`` (compiled) give the same keys whatever the trace,
    capacity or engine: integers, never floats.
 
-Not yet in the contract: holding a running request's blocks (pin/unpin) for the serving
-simulator (issue 10, item 2): vllm and radix already pin a request's blocks inside
-``access_request`` (vLLM's ref_cnt, SGLang's lock_ref), but no policy exposes it separately.
+Holding a running request's blocks (pin/unpin), for the serving simulator:
+
+- ``pin(b)`` (block-level policies): ``b`` must be resident; one more hold on it. A held block is
+  never evicted. Holds nest: ``unpin(b)`` removes one, and ``b`` is evictable again at zero.
+- A miss that needs an eviction when every resident block is held is **refused**: the block is
+  not admitted (``resident(b)`` stays false), nothing else changes, and ``refusals`` grows by one.
+  What a policy does with a held block its eviction reaches (skip it, requeue it) is the
+  policy's choice, written in its module docstring and in docs/policies.md.
+- ``pin_request(request, blocks, hits, input_length, block_size) -> handles`` starts a request
+  that will run for a while: its access phase, holding its blocks (default: ``access(b)`` then
+  ``pin(b)`` for each block in order, stopping at the first refused block). ``len(handles)`` is
+  the number of blocks held. The request was refused iff ``refusals`` grew; the caller then
+  releases what was held (a block-level policy holds the leading blocks it admitted; ``vllm``
+  and ``radix`` hold nothing, as their engines allocate all or nothing).
+- ``unpin_request(request, blocks, input_length, block_size, handles)`` ends it: releases its
+  holds in the policy's order (default first to last; ``vllm`` tail first, as
+  ``KVCacheManager.free``; ``radix`` unlocks the request's tree path, as SGLang's
+  ``dec_lock_ref``).
+- Sequential replay (``access_request``) holds nothing across requests, and stays exactly what it
+  was: for ``vllm`` and ``radix`` it *is* ``pin_request`` then ``unpin_request``.
+
+Invariants of the lifecycle, checked for every registered policy by tests/policies/test_lifecycle.py:
+5. Both engines agree on random interleavings of request starts and finishes (hits, blocks held,
+   refusals, final residents, counters).
+6. A held block stays resident; resident blocks never exceed the capacity.
+7. A refusal happens only when every resident block is held (and the cache cannot grow).
+8. Releasing every running request leaves nothing held.
 """
 
 from __future__ import annotations
@@ -117,7 +141,10 @@ def in_range(lo=None, hi=None, lo_open=False, hi_open=False):
 
 
 class ReferencePolicy:
-    """Base of the reference (plain Python) policies: block-level defaults for the request hooks."""
+    """Base of the reference (plain Python) policies: block-level defaults for the request hooks
+    and the holds of running requests (see the contract above)."""
+
+    refusals = 0  # misses refused because every resident block was held
 
     def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
         """The most blocks this request may hit: all of them."""
@@ -131,6 +158,98 @@ class ReferencePolicy:
     def resident_blocks(self):
         """Every resident block id (for end-of-replay statistics)."""
         raise NotImplementedError
+
+    # ---- holds (pin/unpin) ----
+
+    @property
+    def pins(self) -> dict:
+        """Block -> holds on it; a block that is not held is absent."""
+        if "_pins" not in self.__dict__:
+            self._pins = {}
+        return self._pins
+
+    def held(self, b) -> bool:
+        return b in self.pins
+
+    def pin(self, b) -> None:
+        if not self.resident(b):
+            raise ValueError(f"pin({b!r}): only a resident block can be held")
+        self.pins[b] = self.pins.get(b, 0) + 1
+
+    def unpin(self, b) -> None:
+        left = self.pins[b] - 1
+        if left:
+            self.pins[b] = left
+        else:
+            del self.pins[b]
+
+    def held_count(self) -> int:
+        """Blocks with at least one hold."""
+        return len(self.pins)
+
+    def everything_held(self) -> bool:
+        """True when no resident block may be evicted: a miss that needs room is refused."""
+        return len(self.pins) >= self.size()
+
+    def refuse(self) -> None:
+        self.refusals += 1
+
+    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
+        """Access and hold every block in order; stop at the first refused one. The held blocks."""
+        held = []
+        for b in blocks:
+            refusals = self.refusals
+            self.access(b)
+            if self.refusals != refusals:
+                break
+            if self.resident(b):  # (a policy may decline a block without a refusal: belady's bypass)
+                self.pin(b)
+                held.append(b)
+        return held
+
+    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
+        """Release the request's holds, first to last."""
+        for b in handles:
+            self.unpin(b)
+
+
+# ---- holds in the compiled engine: every state has ``pins`` (per block id: holds on it) and
+# ``hold`` (HELD: blocks with at least one hold; REFUSALS). ----
+
+HELD, REFUSALS = 0, 1
+
+
+def hold_arrays(num_blocks: int) -> dict:
+    """The two fields every compiled state adds for holds (see the contract above)."""
+    import numpy as np
+
+    return {"pins": np.zeros(max(1, num_blocks), dtype=np.int32), "hold": np.zeros(2, dtype=np.int64)}
+
+
+def read_holds(state) -> tuple[int, int]:
+    """(blocks held, refusals) of a compiled state."""
+    return int(state.hold[HELD]), int(state.hold[REFUSALS])
+
+
+@helper
+def pin(st, b):
+    """Compiled ``pin``: one more hold on resident block b."""
+    if st.pins[b] == 0:
+        st.hold[HELD] += 1
+    st.pins[b] += 1
+
+
+@helper
+def unpin(st, b):
+    """Compiled ``unpin``: one hold less on b."""
+    st.pins[b] -= 1
+    if st.pins[b] == 0:
+        st.hold[HELD] -= 1
+
+
+@helper
+def refuse(st):
+    st.hold[REFUSALS] += 1
 
 
 # The compiled engine's view of a policy: the driver (engine/driver.py) calls resident, hit_limit
@@ -158,12 +277,26 @@ def access_request(st, request, blocks, start, end, hits, input_length, block_si
     raise NotImplementedError
 
 
-def register_kernel(state_class, resident_impl, access_impl=None, *, access_request_impl=None, hit_limit_impl=None) -> None:
+def pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+    """Compiled ``pin_request`` of request `request` (blocks[start:end]): the access phase, holding
+    its blocks; writes their handles to handles[base:base + n] and returns n (default: access(b)
+    then pin(b) for each block, the handle is the block id)."""
+    raise NotImplementedError
+
+
+def unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
+    """Compiled ``unpin_request``: release the n holds handles[base:base + n] of a pin_request."""
+    raise NotImplementedError
+
+
+def register_kernel(state_class, resident_impl, access_impl=None, *, access_request_impl=None, hit_limit_impl=None,
+                    pin_request_impl=None, unpin_request_impl=None) -> None:
     """Make the compiled driver call these functions (``@helper``s) for states of `state_class`.
 
     A block-level policy gives resident_impl(st, b) and access_impl(st, b). A request-level
     policy may replace the access phase (access_request_impl with the signature of
-    :func:`access_request`) and cap the prefix scan (hit_limit_impl). Each op's parameters are
+    :func:`access_request`), cap the prefix scan (hit_limit_impl) and replace how a running
+    request holds and releases its blocks (pin_request_impl, unpin_request_impl). Each op's parameters are
     named as the stub's: its own body is then what the driver pastes (no wrapper around it, one
     level less for numba's inliner, whose cost compounds with every level; see jit.py).
     """
@@ -186,6 +319,8 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
     body(access_impl, access)  # the default access phase below calls the op itself
     access_request_body = body(access_request_impl, access_request)
     hit_limit_body = body(hit_limit_impl, hit_limit)
+    pin_request_body = body(pin_request_impl, pin_request)
+    unpin_request_body = body(unpin_request_impl, unpin_request)
 
     def matches(st):
         return isinstance(st, types.BaseNamedTuple) and st.instance_class is state_class
@@ -204,10 +339,12 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
 
     # A request-level access phase compiled on its own (helper(inline=False)) stays a call, one
     # per request: pasting its body would make numba copy all of it into the driver.
-    pasted = access_request_impl is None or getattr(access_request_impl, "targetoptions", {}).get("inline") == "always"
-    options = {"inline": "always"} if pasted else {"jit_options": {"nogil": True, "_nrt": False}}
+    def options_of(op):
+        if op is None or getattr(op, "targetoptions", {}).get("inline") == "always":
+            return {"inline": "always"}
+        return {"jit_options": {"nogil": True, "_nrt": False}}
 
-    @overload(access_request, **options)
+    @overload(access_request, **options_of(access_request_impl))
     def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
         if matches(st):
             if access_request_body is None:
@@ -218,6 +355,40 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
 
                 return every_block
             return access_request_body
+
+    @overload(pin_request, **options_of(pin_request_impl))
+    def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+        if matches(st):
+            if pin_request_body is None:
+
+                def hold_every_block(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+                    n = 0
+                    for j in range(start, end):
+                        b = blocks[j]
+                        refusals = st.hold[REFUSALS]
+                        access_impl(st, b)
+                        if st.hold[REFUSALS] != refusals:
+                            break
+                        if resident_impl(st, b):
+                            pin(st, b)
+                            handles[base + n] = b
+                            n += 1
+                    return n
+
+                return hold_every_block
+            return pin_request_body
+
+    @overload(unpin_request, **options_of(unpin_request_impl))
+    def _unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
+        if matches(st):
+            if unpin_request_body is None:
+
+                def release_every_block(st, request, blocks, start, end, input_length, block_size, handles, base, n):
+                    for k in range(n):
+                        unpin(st, handles[base + k])
+
+                return release_every_block
+            return unpin_request_body
 
 
 @helper

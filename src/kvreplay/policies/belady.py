@@ -30,7 +30,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel
+from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays
 
 
 def next_use(trace) -> np.ndarray:
@@ -100,7 +100,7 @@ class Belady(ReferencePolicy):
 # ---- compiled engine: a binary max-heap of (key, block) in arrays, lazy deletion -----------------
 
 SIZE, CAPACITY, HEAP_SIZE, BYPASS, ADMISSIONS, EVICTIONS, BYPASSES = range(7)
-BeladyState = namedtuple("BeladyState", ["key", "next_use", "heap_key", "heap_block", "meta"])
+BeladyState = namedtuple("BeladyState", ["key", "next_use", "heap_key", "heap_block", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace, admit_bypass: int = 0) -> BeladyState:
@@ -114,6 +114,7 @@ def make_state(capacity: int, trace, admit_bypass: int = 0) -> BeladyState:
         heap_key=np.zeros(slots, dtype=np.int64),
         heap_block=np.zeros(slots, dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

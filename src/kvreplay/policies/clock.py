@@ -36,7 +36,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel
+from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays
 
 
 class Clock(ReferencePolicy):
@@ -89,7 +89,7 @@ class Clock(ReferencePolicy):
 
 HAND, SIZE, CAPACITY, MAX_COUNT, ADMISSIONS, EVICTIONS, SECOND_CHANCES = range(7)
 META_SLOTS = 7
-ClockState = namedtuple("ClockState", ["cached", "count", "frames", "meta"])
+ClockState = namedtuple("ClockState", ["cached", "count", "frames", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace, bits: int = 1) -> ClockState:
@@ -102,6 +102,7 @@ def make_state(capacity: int, trace, bits: int = 1) -> ClockState:
         count=np.zeros(num_blocks, dtype=np.int8),
         frames=np.zeros(max(1, min(capacity, num_blocks)), dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

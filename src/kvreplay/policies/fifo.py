@@ -5,6 +5,10 @@ Access of a resident block does nothing; access of a missing block evicts the
 head when the queue holds ``capacity`` blocks, then appends the block at the
 tail.
 
+Holds (pin): a held block at the head goes back to the tail, as if admitted now (a ring
+cannot leave it in place), and the next head is considered. A miss when every resident block is
+held is refused.
+
 Parameters: none. Counters: ``admissions``, ``evictions``.
 """
 
@@ -15,7 +19,7 @@ from collections import deque, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, wrap, PolicySpec, register_kernel
+from .base import ReferencePolicy, wrap, PolicySpec, register_kernel, hold_arrays, HELD, refuse
 
 
 class FIFO(ReferencePolicy):
@@ -34,6 +38,11 @@ class FIFO(ReferencePolicy):
         if b in self.members:
             return
         if len(self.queue) >= self.capacity:
+            if self.everything_held():
+                self.refuse()
+                return
+            while self.held(self.queue[0]):
+                self.queue.rotate(-1)  # held: back to the tail, as if admitted now
             self.members.remove(self.queue.popleft())
             self.stats["evictions"] += 1
         self.queue.append(b)
@@ -53,7 +62,7 @@ class FIFO(ReferencePolicy):
 # ---- compiled engine: a ring buffer (never longer than the number of distinct blocks) -----------
 
 HEAD, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(5)
-FIFOState = namedtuple("FIFOState", ["cached", "ring", "meta"])
+FIFOState = namedtuple("FIFOState", ["cached", "ring", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace) -> FIFOState:
@@ -64,6 +73,7 @@ def make_state(capacity: int, trace) -> FIFOState:
         cached=np.zeros(num_blocks, dtype=np.int8),
         ring=np.zeros(max(1, min(capacity, num_blocks)), dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 
@@ -84,6 +94,12 @@ def _access(st, b):
     m, ring = st.meta, st.ring
     n = ring.shape[0]
     if m[SIZE] >= m[CAPACITY]:
+        if st.hold[HELD] >= m[SIZE]:
+            refuse(st)
+            return
+        while st.pins[ring[m[HEAD]]] != 0:  # held: back to the tail (the ring is full: head == tail + 1)
+            ring[wrap(m[HEAD] + m[SIZE], n)] = ring[m[HEAD]]
+            m[HEAD] = wrap(m[HEAD] + 1, n)
         st.cached[ring[m[HEAD]]] = 0
         m[HEAD] = wrap(m[HEAD] + 1, n)
         m[SIZE] -= 1

@@ -15,7 +15,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import PolicySpec, ReferencePolicy, register_kernel
+from .base import PolicySpec, ReferencePolicy, register_kernel, hold_arrays
 
 
 class Infinite(ReferencePolicy):
@@ -40,11 +40,11 @@ class Infinite(ReferencePolicy):
         return self.seen
 
 
-InfiniteState = namedtuple("InfiniteState", ["seen", "meta"])
+InfiniteState = namedtuple("InfiniteState", ["seen", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace) -> InfiniteState:
-    return InfiniteState(seen=np.zeros(trace.num_blocks, dtype=np.int8), meta=np.zeros(1, dtype=np.int64))
+    return InfiniteState(seen=np.zeros(trace.num_blocks, dtype=np.int8), meta=np.zeros(1, dtype=np.int64), **hold_arrays(trace.num_blocks))
 
 
 def read_state(state: InfiniteState) -> tuple[int, dict]:

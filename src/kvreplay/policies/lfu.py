@@ -29,7 +29,7 @@ from itertools import count
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays
 
 
 class LFU(ReferencePolicy):
@@ -86,7 +86,7 @@ class LFU(ReferencePolicy):
 # is last-access order. The victim is the head of bucket MIN_FREQ. A block's frequency never
 # exceeds its number of accesses in the trace, which sizes the bucket arrays.
 SIZE, CAPACITY, MIN_FREQ, ADMISSIONS, EVICTIONS = range(5)
-LFUState = namedtuple("LFUState", ["freq", "prev", "next", "bucket_head", "bucket_tail", "meta"])
+LFUState = namedtuple("LFUState", ["freq", "prev", "next", "bucket_head", "bucket_tail", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace) -> LFUState:
@@ -101,6 +101,7 @@ def make_state(capacity: int, trace) -> LFUState:
         bucket_head=np.full(max_accesses + 2, -1, dtype=np.int32),
         bucket_tail=np.full(max_accesses + 2, -1, dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

@@ -7,6 +7,10 @@ tail; access of a missing block evicts the head when the list holds
 blocks are accessed first to last, so a request's tail blocks end up most
 recent (compare ``lru-tail`` in later versions, which refreshes them tail first).
 
+Holds (pin): a held block at the least recent end is in use: it moves to the most recent end
+and the next one is considered (requeued, not skipped in place). A miss when every resident block
+is held is refused.
+
 Parameters: none. Counters: ``admissions``, ``evictions``.
 """
 
@@ -17,7 +21,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse
 
 
 class LRU(ReferencePolicy):
@@ -36,7 +40,12 @@ class LRU(ReferencePolicy):
             self.order.move_to_end(b)
             return
         if len(self.order) >= self.capacity:
-            self.order.popitem(last=False)
+            if self.everything_held():
+                self.refuse()
+                return
+            while self.held(victim := next(iter(self.order))):
+                self.order.move_to_end(victim)  # held: in use, so it becomes most recent
+            del self.order[victim]
             self.stats["evictions"] += 1
         self.order[b] = None
         self.stats["admissions"] += 1
@@ -54,7 +63,7 @@ class LRU(ReferencePolicy):
 # ---- compiled engine: a doubly linked list threaded through per-block prev/next arrays ----------
 
 HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(6)
-LRUState = namedtuple("LRUState", ["cached", "prev", "next", "meta"])
+LRUState = namedtuple("LRUState", ["cached", "prev", "next", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace) -> LRUState:
@@ -66,6 +75,7 @@ def make_state(capacity: int, trace) -> LRUState:
         prev=np.full(num_blocks, -1, dtype=np.int32),
         next=np.full(num_blocks, -1, dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 
@@ -98,7 +108,14 @@ def _access(st, b):
             _append(st, b)
         return
     if m[SIZE] >= m[CAPACITY]:
+        if st.hold[HELD] >= m[SIZE]:
+            refuse(st)
+            return
         victim = m[HEAD]
+        while st.pins[victim] != 0:  # held: in use, so it becomes most recent
+            _unlink(st, victim)
+            _append(st, victim)
+            victim = m[HEAD]
         _unlink(st, victim)
         st.cached[victim] = 0
         m[SIZE] -= 1

@@ -68,7 +68,7 @@ from collections import Counter, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import PolicySpec, ReferencePolicy, register_kernel
+from .base import PolicySpec, ReferencePolicy, register_kernel, hold_arrays
 
 
 def request_pages(input_length: int, block_size: int) -> int:
@@ -299,6 +299,7 @@ COUNTERS = (("admissions", ADMISSIONS), ("evictions", EVICTIONS), ("evicted_node
 RadixState = namedtuple("RadixState", [
     "node_start", "node_len", "node_parent", "node_children", "node_lock", "node_time", "node_alive", "pushed",
     "arena", "table_parent", "table_block", "table_node", "heap_time", "heap_node", "page_count", "meta",
+    "pins", "hold",  # holds of running requests (base.hold_arrays)
 ])
 
 
@@ -331,6 +332,7 @@ def make_state(capacity: int, trace) -> RadixState:
         heap_node=np.zeros(heap_size, dtype=np.int32),
         page_count=np.zeros(trace.num_blocks, dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

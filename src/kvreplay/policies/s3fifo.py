@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -148,7 +148,7 @@ META_SLOTS = 17
 # iff its block is still IN_GHOST and ghost_slot[block] == i; a ghost hit just changes `where`,
 # and the dead entry is skipped when it reaches the head. A full ring is compacted (live entries
 # are at most half of it, so that is amortised O(1)). Fewer scattered writes than a linked list.
-S3FIFOState = namedtuple("S3FIFOState", ["where", "freq", "small", "main", "ghost", "ghost_slot", "meta"])
+S3FIFOState = namedtuple("S3FIFOState", ["where", "freq", "small", "main", "ghost", "ghost_slot", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> S3FIFOState:
@@ -166,6 +166,7 @@ def make_state(capacity: int, trace, small_ratio: float = 0.1, max_freq: int = 3
         ghost=np.zeros(2 * live_ghosts + 2, dtype=np.int32),
         ghost_slot=np.zeros(num_blocks, dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

@@ -34,7 +34,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, register_kernel
+from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays
 
 
 class SIEVE(ReferencePolicy):
@@ -108,7 +108,7 @@ class SIEVE(ReferencePolicy):
 
 HEAD, TAIL, HAND, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(7)
 META_SLOTS = 7
-SIEVEState = namedtuple("SIEVEState", ["cached", "visited", "newer", "older", "meta"])
+SIEVEState = namedtuple("SIEVEState", ["cached", "visited", "newer", "older", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace) -> SIEVEState:
@@ -121,6 +121,7 @@ def make_state(capacity: int, trace) -> SIEVEState:
         newer=np.full(num_blocks, -1, dtype=np.int32),
         older=np.full(num_blocks, -1, dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

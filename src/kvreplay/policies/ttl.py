@@ -43,7 +43,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, register_kernel
+from .base import ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays
 from .lru import _append, _unlink  # the same recency list: HEAD/TAIL slots and prev/next fields match
 
 
@@ -98,7 +98,7 @@ class TTL(ReferencePolicy):
 # HEAD and TAIL sit in the same meta slots as lru's, so lru's list operations apply unchanged.
 HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS, EXPIRATIONS = range(7)
 TTL_MS, NOW = 0, 1  # slots of `clock` (float64): times are real numbers
-TTLState = namedtuple("TTLState", ["cached", "last", "prev", "next", "times", "clock", "meta"])
+TTLState = namedtuple("TTLState", ["cached", "last", "prev", "next", "times", "clock", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace, ttl: float = 300.0) -> TTLState:
@@ -115,6 +115,7 @@ def make_state(capacity: int, trace, ttl: float = 300.0) -> TTLState:
         times=times,
         clock=clock,
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

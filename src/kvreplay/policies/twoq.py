@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap
+from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -128,7 +128,7 @@ META_SLOTS = 15
 # (removal from the middle on a ghost hit) are doubly linked lists; a block is in at most one
 # of them, so they share one pair of per-block prev/next arrays (-1 = none), each list with its
 # own head/tail slots in meta.
-TwoQState = namedtuple("TwoQState", ["where", "a1in", "prev", "next", "meta"])
+TwoQState = namedtuple("TwoQState", ["where", "a1in", "prev", "next", "meta", "pins", "hold"])
 
 
 def make_state(capacity: int, trace, kin: float = 0.25, kout: float = 0.5) -> TwoQState:
@@ -143,6 +143,7 @@ def make_state(capacity: int, trace, kin: float = 0.25, kout: float = 0.5) -> Tw
         prev=np.full(num_blocks, -1, dtype=np.int32),
         next=np.full(num_blocks, -1, dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

@@ -84,7 +84,7 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import Param, PolicySpec, ReferencePolicy, in_range, list_append, list_unlink, register_kernel
+from .base import Param, PolicySpec, ReferencePolicy, in_range, list_append, list_unlink, register_kernel, hold_arrays
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
 
@@ -219,6 +219,7 @@ VLLMState = namedtuple("VLLMState", [
     "slot_stack",  # unused slots
     "held",  # per position of the running request: the slot of its block (cached positions only)
     "meta",
+    "pins", "hold",  # holds of running requests (base.hold_arrays)
 ])
 
 
@@ -241,6 +242,7 @@ def make_state(capacity: int, trace, last_token_recompute: int = 1) -> VLLMState
         slot_stack=np.arange(slots - 1, -1, -1, dtype=np.int32),
         held=np.zeros(max(1, int(lengths.max(initial=0))), dtype=np.int32),
         meta=meta,
+        **hold_arrays(trace.num_blocks),
     )
 
 

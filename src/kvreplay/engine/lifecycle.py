@@ -1,0 +1,175 @@
+"""Requests that overlap: starts and finishes in any order, each running request holding its blocks.
+
+The sequential replay (driver.py) finishes every request before the next one starts. Here a
+list of events says when each request starts and when it finishes; between the two it holds its
+blocks (the policy contract's ``pin_request`` / ``unpin_request``, policies/base.py), so the
+prefix cache only gets what running requests leave. This is the engine side of the serving
+simulator: the simulator decides *when* (arrivals, scheduling, time); this module does *what* a
+start and a finish do to the cache, in both engines.
+
+Events: an integer array; ``e >= 0`` starts request ``e`` (the prefix scan, exactly as in the
+sequential replay, then ``pin_request``), ``e < 0`` finishes request ``-e - 1``
+(``unpin_request``). Each request starts at most once and finishes at most once, after its start;
+a request never finished is still running at the end.
+
+A start can be **refused** (the request's missing blocks do not fit beside the blocks running
+requests hold): the result says which, and how many blocks it holds (a block-level policy holds
+the leading blocks it admitted until its finish event releases them; vllm and radix hold none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import jit, policies
+from ..errors import ConfigError
+from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
+from ..policies.base import REFUSALS, hit_limit, pin_request, read_holds, resident, unpin_request
+from ..policies.registry import get_policy
+from ..trace.model import resolve_block_size
+from .replay import as_trace, check_capacity, resolve_engine
+
+
+@dataclass
+class Lifecycle:
+    """What overlapping requests did to one cache (arrays indexed by request)."""
+
+    policy: str
+    capacity: int
+    block_size: int
+    started: np.ndarray  # bool: the request had a start event
+    hit_blocks: np.ndarray  # the longest resident prefix at its start
+    hit_tokens: np.ndarray  # min(hit_blocks * block_size, input_length)
+    held_blocks: np.ndarray  # blocks it held after its start
+    refused: np.ndarray  # bool: its start was refused
+    final_cache_blocks: int
+    resident: np.ndarray  # bool over block ids, at the end
+    held_at_end: int  # blocks still held by requests without a finish event
+    refusals: int
+    counters: dict
+
+
+def check_events(events, num_requests: int) -> np.ndarray:
+    """The events as int64, or ConfigError naming the first one out of order."""
+    events = np.asarray(events, dtype=np.int64)
+    state = np.zeros(num_requests, dtype=np.int8)  # 0 waiting, 1 running, 2 finished
+    for k, e in enumerate(events.tolist()):
+        i = e if e >= 0 else -e - 1
+        if i >= num_requests:
+            raise ConfigError(f"event {k}: request {i} does not exist ({num_requests} requests)")
+        want = 0 if e >= 0 else 1
+        if state[i] != want:
+            what = "starts twice" if e >= 0 else ("finishes before it starts" if state[i] == 0 else "finishes twice")
+            raise ConfigError(f"event {k}: request {i} {what}")
+        state[i] += 1
+    return events
+
+
+def start_reference(policy, i, request, input_length, block_size):
+    """One start in the reference engine: (hit blocks, handles, refused)."""
+    limit = policy.hit_limit(len(request), input_length, block_size)
+    k = 0
+    while k < limit and policy.resident(request[k]):
+        k += 1
+    refusals = policy.refusals
+    handles = policy.pin_request(i, request, k, input_length, block_size)
+    return k, handles, policy.refusals != refusals
+
+
+def run_reference(offsets, blocks, input_length, block_size, policy, events, hit_blocks, held, refused, on_event=None):
+    """Reference engine: plain Python over a policy object. on_event(k) runs after event k (tests)."""
+    offsets, blocks, lengths = offsets.tolist(), blocks.tolist(), input_length.tolist()
+    handles = {}
+    for n, e in enumerate(events.tolist()):
+        if e >= 0:
+            request = blocks[offsets[e]:offsets[e + 1]]
+            hit_blocks[e], handles[e], refused[e] = start_reference(policy, e, request, lengths[e], block_size)
+            held[e] = len(handles[e])
+        else:
+            i = -e - 1
+            policy.unpin_request(i, blocks[offsets[i]:offsets[i + 1]], lengths[i], block_size, handles.pop(i))
+        if on_event is not None:
+            on_event(n)
+
+
+if HAVE_NUMBA:
+    from numba import njit
+
+    @helper
+    def start_compiled(state, i, blocks, start, end, input_length, block_size, handles, base):
+        """One start in the compiled engine: (hit blocks, blocks held, refused)."""
+        limit = hit_limit(state, end - start, input_length, block_size)
+        k = 0
+        while k < limit:
+            if not resident(state, blocks[start + k]):
+                break
+            k += 1
+        refusals = state.hold[REFUSALS]
+        n = pin_request(state, i, blocks, start, end, k, input_length, block_size, handles, base)
+        return k, n, state.hold[REFUSALS] != refusals
+
+    @njit(cache=True, nogil=True, _nrt=False)
+    def run_compiled(offsets, blocks, input_length, block_size, state, events, hit_blocks, held, refused, handles):  # pragma: no cover - compiled
+        """Compiled engine: run_reference's loop. Request i's handles live at handles[offsets[i] + i:]."""
+        for e in events:
+            if e >= 0:
+                k, n, r = start_compiled(state, e, blocks, offsets[e], offsets[e + 1], input_length[e], block_size, handles, offsets[e] + e)
+                hit_blocks[e] = k
+                held[e] = n
+                refused[e] = r
+            else:
+                i = -e - 1
+                unpin_request(state, i, blocks, offsets[i], offsets[i + 1], input_length[i], block_size, handles, offsets[i] + i, held[i])
+
+    key_cache_on_sources(run_compiled, [__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
+
+
+def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_size: int | None = None, *,
+                     engine: str = "compiled", on_event=None, **params) -> Lifecycle:
+    """Run `events` (see the module docstring) over `trace` through one cache of `capacity` blocks.
+
+    on_event(k, cache) (reference engine only) runs after each event, for checks.
+    """
+    trace = as_trace(trace)
+    spec = get_policy(policy)
+    if spec.capacity == "ignored" or (capacity is None and spec.capacity == "optional"):
+        capacity = max(1, trace.num_blocks)
+    capacity = check_capacity(capacity)
+    block_size = resolve_block_size(block_size, trace)
+    params = spec.resolve(params)
+    n = len(trace)
+    events = check_events(events, n)
+    engine = resolve_engine(engine)
+    if on_event is not None and engine != "reference":
+        raise ConfigError("on_event needs the reference engine")
+    hit_blocks = np.zeros(n, dtype=np.int64)
+    held = np.zeros(n, dtype=np.int64)
+    refused = np.zeros(n, dtype=np.bool_)
+    if engine == "compiled":
+        state = spec.make_state(capacity, trace, **params)
+        handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
+        args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, events, hit_blocks, held, refused, handles)
+        jit.ensure_compiled(run_compiled, args, f"the {spec.name} lifecycle kernel")
+        run_compiled(*args)
+        final, counters = spec.read_state(state)
+        mask = spec.resident_mask(state)
+        held_at_end, refusals = read_holds(state)
+    else:
+        cache = spec.reference(capacity, trace, **params)
+        hook = None if on_event is None else (lambda k: on_event(k, cache))
+        run_reference(trace.offsets, trace.blocks, trace.input_length, block_size, cache, events, hit_blocks, held, refused, hook)
+        final, counters = cache.size(), cache.counters()
+        mask = np.zeros(trace.num_blocks, dtype=bool)
+        mask[list(cache.resident_blocks())] = True
+        held_at_end, refusals = cache.held_count(), cache.refusals
+    started = np.zeros(n, dtype=bool)
+    started[events[events >= 0]] = True
+    return Lifecycle(
+        policy=spec.name, capacity=capacity, block_size=block_size, started=started, hit_blocks=hit_blocks,
+        hit_tokens=np.minimum(hit_blocks * block_size, np.asarray(trace.input_length)), held_blocks=held,
+        refused=refused, final_cache_blocks=final, resident=mask, held_at_end=held_at_end, refusals=refusals,
+        counters=counters,
+    )
