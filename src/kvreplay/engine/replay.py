@@ -39,6 +39,12 @@ def stranded_blocks(trace: Trace, mask: np.ndarray) -> int:
     return int(np.count_nonzero(mask & has_pred & ~mask[np.where(has_pred, pred, 0)]))
 
 
+def oversize_requests(trace: Trace, block_size: int, capacity: int, warmup: int) -> int:
+    """Requests after the warm-up whose prompt needs more than `capacity` blocks."""
+    need = -(-np.asarray(trace.input_length[warmup:], dtype=np.int64) // block_size)
+    return int(np.count_nonzero(need > capacity))
+
+
 def check_capacity(capacity) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ConfigError(f"capacity must be a positive whole number of blocks, got {capacity!r}")
@@ -80,7 +86,8 @@ def replay(
     """
     trace = as_trace(trace)
     spec = get_policy(policy)
-    if spec.capacity == "ignored" or (capacity is None and spec.capacity == "optional"):
+    unbounded = spec.capacity == "ignored" or (capacity is None and spec.capacity == "optional")
+    if unbounded:
         capacity = max(1, trace.num_blocks)  # unbounded: no cache can hold more than every block
     capacity = check_capacity(capacity)
     block_size = resolve_block_size(block_size, trace)
@@ -110,6 +117,7 @@ def replay(
         final_cache_blocks=final, counters=counters, stranded_blocks=stranded_blocks(trace, mask), sizes=sizes, warmup_requests=warmup, engine=engine,
         trace_source=trace.source, invalid_records=trace.invalid_records,
         block_size_mismatches=block_size_mismatches(trace, block_size),
+        oversize_requests=0 if unbounded else oversize_requests(trace, block_size, capacity, warmup),
     )
     if check:
         report.check_invariants(trace)

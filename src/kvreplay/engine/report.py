@@ -24,6 +24,11 @@ class Report:
     before them where they first appear) is not resident: capacity that cannot serve a
     prefix hit until the predecessor comes back.
 
+    ``oversize_requests``: requests of the window whose prompt needs more blocks than the whole
+    cache, ``ceil(input_length / block_size) > capacity``. A serving engine cannot run them; the
+    policies differ in what they do with them (radix refuses them, vllm holds the whole cache,
+    the others let them evict their own blocks), so their hits deserve a second look.
+
     Per-request arrays (trace order): ``prompt_tokens`` (the request's
     input_length), ``hit_tokens`` (= min(hit_blocks * block_size, prompt_tokens))
     and ``hit_blocks`` (the longest resident prefix, in blocks). Totals count
@@ -46,6 +51,7 @@ class Report:
     trace_source: str = "<memory>"
     invalid_records: dict | None = None
     block_size_mismatches: dict | None = None
+    oversize_requests: int = 0  # measured requests needing more blocks than the cache: ceil(L / block_size) > capacity
 
     @property
     def num_requests(self) -> int:
@@ -116,6 +122,7 @@ class Report:
             "engine": self.engine,
             "trace": self.trace_source,
         }
+        out["oversize_requests"] = self.oversize_requests
         if self.invalid_records:
             out["invalid_records"] = self.invalid_records
         if self.block_size_mismatches:

@@ -47,6 +47,7 @@ def run_summary(trace, report, budget=None) -> str:
         f"final     {report.final_cache_blocks:,} blocks resident",
         "counters  " + ", ".join(f"{k}={v:,}" for k, v in report.counters.items()),
     ]
+    lines += explanations(trace, report)
     if report.invalid_records:
         inv = report.invalid_records
         lines.append(f"skipped   {inv['count']:,} invalid records (first lines: {', '.join(map(str, inv['first_lines']))})")
@@ -56,6 +57,36 @@ def run_summary(trace, report, budget=None) -> str:
                      f"fit their input_length at {report.block_size}-token blocks (first requests, 0-based: "
                      f"{', '.join(map(str, miss['first_requests']))}); their hits are capped at input_length")
     return "\n".join(lines)
+
+
+# Why a policy may end well below its capacity although the trace has more blocks than that.
+BELOW_CAPACITY = {
+    "s3fifo": "S3FIFO's main queue M fills only when a block is re-accessed while in the small queue S or "
+              "returns from the ghost queue; with little reuse M stays mostly empty (docs/policies.md, S3FIFO details)",
+    "2q": "2Q's Am fills only on a re-access from the ghost A1out",
+    "arc": "ARC's lists fill by its adaptation; ghost hits decide the T1/T2 split",
+    "ttl": "blocks expire after the TTL whatever the capacity",
+    "radix": "SGLang evicts whole leaves, often more pages than a request needs",
+    "vllm": "vLLM's free queue also holds blocks without a hash (partial tails), which cache nothing",
+}
+
+
+def explanations(trace, report) -> list[str]:
+    """Lines that explain surprising but correct figures, where they appear."""
+    lines = []
+    n = report.oversize_requests
+    if n:
+        measured = report.num_requests - report.warmup_requests
+        lines.append(
+            f"oversize  {n:,} of {measured:,} requests ({100 * n / measured:.1f}%) need more than the cache's "
+            f"{report.cache_capacity_blocks:,} blocks (ceil(input_length / block_size)): a serving engine could not run "
+            "them (radix refuses them, vllm holds the whole cache, other policies let them evict their own blocks); "
+            "size the cache for the longest prompt, or read these hits with care")
+    cap = report.cache_capacity_blocks
+    if report.final_cache_blocks < 0.9 * cap and trace.num_blocks >= cap and report.policy in BELOW_CAPACITY:
+        lines.append(f"note      {report.final_cache_blocks:,} of {cap:,} blocks resident at the end "
+                     f"({100 * report.final_cache_blocks / cap:.0f}%): {BELOW_CAPACITY[report.policy]}")
+    return lines
 
 
 def budget_summary(budget) -> str:
