@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -104,3 +105,13 @@ def test_cli(tmp_path, capsys):
     assert "8 of 21 prompt tokens hit = 38.10%" in capsys.readouterr().out
     assert main(["stats", str(tmp_path / "missing.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_requests_per_session_is_one_figure():
+    # Three sessions of 1, 2 and 5 requests: mean 2.67, printed once, with two decimals (it used to
+    # say "mean 2.67 requests per session; ... mean 3").
+    reqs = [([i], 4) for i in range(8)]
+    base = kvreplay.Trace.from_requests(reqs)
+    trace = dataclasses.replace(base, session=np.array([0, 1, 1, 2, 2, 2, 2, 2]))
+    line = [x for x in format_stats(stats(trace, block_size=4)).splitlines() if x.startswith("sessions")][0]
+    assert line == "sessions             3; requests per session mean 2.67  min 1  p50 2  p90 5  p99 5  max 5"

@@ -220,8 +220,8 @@ def stats(trace, block_size: int | None = None) -> dict:
 
 def format_stats(s: dict) -> str:
     """The human-readable text block of `kvreplay stats`."""
-    def pct(d):
-        return "  ".join([f"mean {d['mean']:,.0f}", f"min {d['min']:,}"] + [f"p{q} {d[f'p{q}']:,}" for q in PERCENTILES]
+    def pct(d, mean="{:,.0f}"):
+        return "  ".join(["mean " + mean.format(d["mean"]), f"min {d['min']:,}"] + [f"p{q} {d[f'p{q}']:,}" for q in PERCENTILES]
                          + [f"max {d['max']:,}"])
 
     rate = s["request_rate_per_s"]
@@ -251,6 +251,6 @@ def format_stats(s: dict) -> str:
     lines.append("                     (distinct blocks accessed between two uses of a block)")
     sess = s["sessions"]
     if sess:
-        lines.append(f"sessions             {sess['num_sessions']:,}, mean {sess['mean_turns']:.2f} requests per session; "
-                     f"requests per session {pct(sess['requests_per_session'])}")
+        lines.append(f"sessions             {sess['num_sessions']:,}; requests per session "
+                     f"{pct(sess['requests_per_session'], mean='{:,.2f}')}")
     return "\n".join(lines)
