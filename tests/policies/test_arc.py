@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
+from kvreplay.engine.lifecycle import replay_lifecycle
+from kvreplay.errors import ConfigError
 from conftest import MOONCAKE, shared_path
 from strategies import engines_agree, replay_blocks, requests, zipf_trace
 
@@ -149,6 +151,83 @@ def test_capacity_beyond_unique_blocks(engine):
     assert r.hit_tokens.tolist() == [0, 0, 0, 1, 1, 1]
     assert r.final_cache_blocks == 3
     assert r.counters["evictions"] == 0 and r.counters["p"] == 0.0
+
+
+# ---- holds (pin/unpin): overlapping requests ----------------------------------------------------
+
+def test_holds_requeue_in_the_own_list_fall_back_to_the_other_list_and_refuse(engine):
+    # c = 3, block_size 1; each request is one or two blocks. H = held. Events in order:
+    # R0 [b] starts, runs:    T1=[b(H)]                                               adm 1
+    # R1 [c, d] start/finish: IV.B, totals 1 and 2 < 3. T1=[b(H),c,d]                  adm 3
+    # R2 [e] start/finish:    |L1| = |T1| = 3 = c: IV.A deletes T1's LRU outright; b is held: to
+    #                         T1's MRU end, T1=[c,d,b]; c deleted (no ghost). T1=[d,b,e]  adm 4, ev 1
+    # R0 finishes (b released).
+    # R3 [f]:                 IV.A again: T1's LRU is d (b was requeued behind it): d deleted.
+    #                         T1=[b,e,f]                                           adm 5, ev 2
+    #                         (skipping b in place would have left T1=[b,d,e] and deleted b.)
+    # R4 [b]:                 hit (1 block), b -> T2. T1=[e,f] T2=[b]
+    # R5 [g, h] starts, runs: g: IV.B (|L1|=2, total 3): REPLACE, |T1|=2 > p=0: e -> B1.
+    #                         T1=[f,g(H)] B1=[e]                                    adm 6, ev 3
+    #                         h: |L1| = 3 = c, |T1| = 2 < c: IV.A drops B1's e, REPLACE: f -> B1.
+    #                         T1=[g(H),h(H)] B1=[f]                                 adm 7, ev 4
+    # R6 [i] starts, runs:    |L1| = 3: IV.A drops B1's f; REPLACE chooses T1 (2 > 0), but g and h
+    #                         are held (one full turn, T1 stays [g,h]): T2's LRU b -> B2 instead.
+    #                         T1=[g,h,i] (all held) T2=[] B2=[b]                    adm 8, ev 5
+    # R7 [b]:                 b is a ghost (0 hit blocks); all 3 resident blocks are held: refused,
+    #                         before the B2 hit is counted or p adapted. R7 finishes (holds nothing).
+    # R5 finishes (g, h released).
+    # R8 [b] start/finish:    III: b2_hits 1, delta2 = 1, p = max(0, -1) = 0; REPLACE: |T1|=3 > 0:
+    #                         g -> B1. b -> T2. T1=[h,i(H)] T2=[b] B1=[g]           ghost 1, ev 6
+    # R6 never finishes: i stays held. Residents {h, i, b} = 8 + 1 - 6 = 3 blocks.
+    trace = kvreplay.Trace.from_requests([(list(ids), len(ids)) for ids in
+                                          ("b", "cd", "e", "f", "b", "gh", "i", "b", "b")])
+    events = [0, 1, -2, 2, -3, -1, 3, -4, 4, -5, 5, 6, 7, -8, -6, 8, -9]
+    out = replay_lifecycle(trace, "arc", 3, events, 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert out.held_blocks.tolist() == [1, 2, 1, 1, 1, 2, 1, 0, 1]
+    assert out.refused.tolist() == [False] * 7 + [True, False]
+    resident = {b for b, r in zip(trace.original_ids, out.resident) if r}
+    assert resident == {"h", "i", "b"}
+    assert out.counters == {"admissions": 8, "evictions": 6, "ghost_hits": 1, "b1_hits": 0, "b2_hits": 1, "p": 0.0}
+    assert (out.held_at_end, out.refusals) == (1, 1)
+
+
+@st.composite
+def lifecycles(draw):
+    """(requests, block_size, events): starts in order, finishes interleaved, some never finish."""
+    reqs, block_size = draw(requests(max_requests=30))
+    width = draw(st.integers(1, 6))
+    events, running = [], []
+    for i in range(len(reqs)):
+        while running and (len(running) >= width or draw(st.booleans())):
+            events.append(-running.pop(draw(st.integers(0, len(running) - 1))) - 1)
+        events.append(i)
+        running.append(i)
+    return reqs, block_size, events
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lifecycles(), st.integers(1, 12))
+def test_directory_bounds_hold_under_holds(case, capacity):
+    # Figure 4's invariants, after every start and finish: |T1| + |T2| <= c, |L1| = |T1| + |B1| <= c,
+    # the directory <= 2c, 0 <= p <= c; held blocks are resident, and a full cache stays full.
+    reqs, block_size, events = case
+    seen = {"full": False}
+
+    def check(k, arc):
+        t1, t2, b1, b2, c = len(arc.T1), len(arc.T2), len(arc.B1), len(arc.B2), arc.c
+        assert t1 + t2 <= c and t1 + b1 <= c and t1 + t2 + b1 + b2 <= 2 * c
+        assert 0.0 <= arc.p <= c
+        assert all(b in arc.T1 or b in arc.T2 for b in arc.pins)
+        assert not (b1 or b2) or t1 + t2 == c  # ghosts exist only once the cache is full
+        seen["full"] |= t1 + t2 == c
+        assert not seen["full"] or t1 + t2 == c
+
+    trace = kvreplay.Trace.from_requests(reqs)
+    try:
+        replay_lifecycle(trace, "arc", capacity, events, block_size, engine="reference", on_event=check)
+    except ConfigError:  # (as in test_lifecycle.py: a trace the replay refuses)
+        return
 
 
 # ---- reference == compiled ------------------------------------------------------------------------

@@ -7,11 +7,15 @@ input_length = len(hash_ids) unless said otherwise, so hit tokens = hit blocks.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
+from kvreplay.engine.lifecycle import replay_lifecycle, run_reference
+from kvreplay.errors import ConfigError
+from kvreplay.policies.base import ReferencePolicy
 from conftest import MOONCAKE, shared_path
 from strategies import engines_agree, replay_blocks, requests, zipf_trace
 
@@ -96,6 +100,111 @@ def test_capacity_beyond_unique_blocks(engine):
     assert r.hit_tokens.tolist() == [0, 0, 0, 1, 1, 1]
     assert r.final_cache_blocks == 3
     assert r.counters == {"admissions": 3, "evictions": 0}
+
+
+# ---- holds (pin/unpin): overlapping requests ----------------------------------------------------
+
+def test_held_blocks_are_skipped_in_place_and_a_full_hold_refuses(engine):
+    # capacity 4, block_size 1. H = held; bucket lists are least recent first.
+    # R0 [a] starts, runs: {a:1 H}.  R1 [b], R2 [b] start/finish: b:2 (R2 hits).
+    # R3 [c, x] start/finish: freq 1: [a H, c, x]  freq 2: [b]                     adm 4
+    # R4 [d]: a (least frequent, least recent) is held: skipped in place; c evicted.
+    #         freq 1: [a H, x, d]                                                  adm 5, ev 1
+    # R0 finishes (a released).
+    # R5 [e] starts, runs: a kept its place, so a is evicted, not x (moving a behind the others
+    #         would have evicted x). freq 1: [x, d, e H]                           adm 6, ev 2
+    # R6 [x]: hit (1 block): x:2. freq 1: [d, e H]  freq 2: [b, x]
+    # R7 [f] starts, runs: d evicted. freq 1: [e H, f H]                            adm 7, ev 3
+    # R8 [g]: every block at freq 1 is held: the next frequency, 2: b (less recent than x).
+    #         freq 1: [e H, f H, g]  freq 2: [x]                                     adm 8, ev 4
+    # R9 [h] starts, runs: e, f held, g evicted. freq 1: [e H, f H, h H]             adm 9, ev 5
+    # R10 [i, j]: i: freq 1 all held, x (freq 2) evicted, i admitted and held     adm 10, ev 6
+    #         j: all 4 residents (e, f, h, i) held: refused. R10 holds 1 block, refused.
+    # R10 finishes (i released); R5, R7, R9 never finish: e, f, h stay held.
+    trace = kvreplay.Trace.from_requests([(list(ids), len(ids)) for ids in
+                                          ("a", "b", "b", "cx", "d", "e", "x", "f", "g", "h", "ij")])
+    events = [0, 1, -2, 2, -3, 3, -4, 4, -5, -1, 5, 6, -7, 7, 8, -9, 9, 10, -11]
+    out = replay_lifecycle(trace, "lfu", 4, events, 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert out.held_blocks.tolist() == [1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1]
+    assert out.refused.tolist() == [False] * 10 + [True]
+    resident = {b for b, r in zip(trace.original_ids, out.resident) if r}
+    assert resident == {"e", "f", "h", "i"}
+    assert out.counters == {"admissions": 10, "evictions": 6}
+    assert (out.held_at_end, out.refusals) == (3, 1)
+
+
+class BruteLFU(ReferencePolicy):
+    """LFU from the definition, holds included: the victim is min (frequency, last access) over
+    the resident blocks without a hold (a linear scan); a miss with all of them held is refused."""
+
+    def __init__(self, capacity):
+        self.capacity, self.freq, self.last, self.tick = capacity, {}, {}, 0
+        self.stats = {"admissions": 0, "evictions": 0}
+
+    def resident(self, b):
+        return b in self.freq
+
+    def access(self, b):
+        if b not in self.freq:
+            if len(self.freq) >= self.capacity:
+                unheld = [v for v in self.freq if not self.held(v)]
+                if not unheld:
+                    self.refuse()
+                    return
+                victim = min(unheld, key=lambda v: (self.freq[v], self.last[v]))
+                del self.freq[victim], self.last[victim]
+                self.stats["evictions"] += 1
+            self.freq[b] = 0
+            self.stats["admissions"] += 1
+        self.freq[b] += 1
+        self.last[b] = self.tick
+        self.tick += 1
+
+    def size(self):
+        return len(self.freq)
+
+    def resident_blocks(self):
+        return self.freq.keys()
+
+
+@st.composite
+def lifecycles(draw):
+    """(requests, block_size, events): starts in order, finishes interleaved, some never finish."""
+    reqs, block_size = draw(requests(max_requests=30))
+    width = draw(st.integers(1, 6))
+    events, running = [], []
+    for i in range(len(reqs)):
+        while running and (len(running) >= width or draw(st.booleans())):
+            events.append(-running.pop(draw(st.integers(0, len(running) - 1))) - 1)
+        events.append(i)
+        running.append(i)
+    return reqs, block_size, events
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lifecycles(), st.integers(1, 12))
+def test_overlapping_requests_match_the_brute_force(case, capacity):
+    # Both engines == the definition restricted to unheld blocks, on random overlapping requests.
+    reqs, block_size, events = case
+    trace = kvreplay.Trace.from_requests(reqs)
+    try:
+        outs = [replay_lifecycle(trace, "lfu", capacity, events, block_size, engine=e) for e in ("reference", "compiled")]
+    except ConfigError:  # (as in test_lifecycle.py: a trace the replay refuses)
+        return
+    n = len(trace)
+    hit_blocks, held = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    refused = np.zeros(n, dtype=np.bool_)
+    brute = BruteLFU(outs[0].capacity)
+    run_reference(trace.offsets, trace.blocks, trace.input_length, outs[0].block_size, brute,
+                  np.asarray(events, dtype=np.int64), hit_blocks, held, refused)
+    for out in outs:
+        assert out.hit_blocks.tolist() == hit_blocks.tolist()
+        assert out.held_blocks.tolist() == held.tolist()
+        assert out.refused.tolist() == refused.tolist()
+        assert set(np.flatnonzero(out.resident).tolist()) == set(brute.freq)
+        assert out.counters == brute.stats
+        assert (out.held_at_end, out.refusals) == (brute.held_count(), brute.refusals)
 
 
 # ---- reference == compiled == brute force -------------------------------------------------------

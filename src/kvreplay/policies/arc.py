@@ -29,6 +29,20 @@ REPLACE(x, p): if T1 is not empty and (``|T1| > p`` or (x in B2 and ``|T1| == p`
 T1's LRU block to the MRU end of B1; otherwise evict T2's LRU block to the MRU end of B2.
 The deltas are computed with x still in its ghost list (the paper adapts first).
 
+Holds (pin): a held block is in use by a running request. When REPLACE (or case IV.A's outright
+delete) reaches a held LRU block of T1 or T2, the block moves to the MRU end of its own list, as
+if referenced, but with none of a reference's other effects (p is not adapted, a T1 block stays
+in T1), and the next LRU block of that list is considered. When every block of the list REPLACE
+chose is held (the walk then goes once round it, leaving its order as it was), REPLACE takes the
+other list's unheld LRU block instead, into that list's ghost list (T1 -> B1, T2 -> B2): ARC's
+target p only steers which list gives way, so a list pinned down by running requests makes the
+other one give way, as a cache that must admit the block would. Case IV.A's delete (T1 holds all
+c blocks, T2 and B1 are empty) skips held blocks the same way. A miss (a complete miss or a ghost
+hit) when all c resident blocks are held is refused before anything changes: p, the ghost lists,
+the counters and the directory stay as they were, and a ghost stays a ghost. Either way REPLACE
+moves one block T1 -> B1 or T2 -> B2, which keeps ``|L1|``, ``|L2|`` and the directory as they
+were, so ``|T1| + |T2| <= c``, ``|L1| <= c`` and the directory ``<= 2c`` hold as in the paper.
+
 ``p`` and the deltas are real numbers, as in the paper (Figure 4 writes the deltas as the
 plain ratios ``|B2|/|B1|`` and ``|B1|/|B2|``, with no rounding, and lets p range over [0, c]). Both engines keep ``p`` as an IEEE float64 and compute it with
 the same operations (``min(c, p + |B2| / |B1|)``, true division of two exact integers), so
@@ -50,7 +64,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse
 
 
 class ARC(ReferencePolicy):
@@ -74,7 +88,11 @@ class ARC(ReferencePolicy):
             T1.pop(x, None)
             T2.pop(x, None)
             T2[x] = None
-        elif x in B1:  # Case II
+            return
+        if self.size() >= c and self.everything_held():  # a miss with nothing evictable
+            self.refuse()
+            return
+        if x in B1:  # Case II
             self.stats["ghost_hits"] += 1
             self.stats["b1_hits"] += 1
             delta = 1.0 if len(B1) >= len(B2) else len(B2) / len(B1)
@@ -97,7 +115,7 @@ class ARC(ReferencePolicy):
                     B1.popitem(last=False)
                     self._replace(x)
                 else:
-                    T1.popitem(last=False)
+                    del T1[self._unheld_lru(T1)]
                     self.stats["evictions"] += 1
             else:  # Case B: |L1| < c
                 total = len(T1) + len(T2) + len(B1) + len(B2)
@@ -109,12 +127,26 @@ class ARC(ReferencePolicy):
 
     def _replace(self, x) -> None:
         self.stats["evictions"] += 1
-        if self.T1 and (len(self.T1) > self.p or (x in self.B2 and len(self.T1) == self.p)):
-            victim, _ = self.T1.popitem(last=False)
-            self.B1[victim] = None
-        else:
-            victim, _ = self.T2.popitem(last=False)
-            self.B2[victim] = None
+        chosen, other = (self.T1, self.B1), (self.T2, self.B2)
+        if not (self.T1 and (len(self.T1) > self.p or (x in self.B2 and len(self.T1) == self.p))):
+            chosen, other = other, chosen
+        for source, ghost in (chosen, other):  # the other list only when the chosen one is all held
+            victim = self._unheld_lru(source)
+            if victim is not None:
+                del source[victim]
+                ghost[victim] = None
+                return
+        raise AssertionError("REPLACE with every resident block held: access refuses that miss first")
+
+    def _unheld_lru(self, lst):
+        """lst's least recent block without a hold; each held block before it moves to lst's MRU end
+        (in use). None when every block of lst is held (one full turn: lst's order is unchanged)."""
+        for _ in range(len(lst)):
+            victim = next(iter(lst))
+            if not self.held(victim):
+                return victim
+            lst.move_to_end(victim)
+        return None
 
     def size(self) -> int:
         return len(self.T1) + len(self.T2)
@@ -188,6 +220,20 @@ def _push_mru(st, b, lst):
 
 
 @helper(inline=False)
+def _unheld_lru(st, lst):
+    """The reference's _unheld_lru: list lst's least recent unheld block, each held block before it
+    moved to lst's MRU end; -1 when every block of lst is held (lst is then as it was)."""
+    m = st.meta
+    for _ in range(m[SIZES + lst]):
+        victim = m[HEADS + lst]
+        if st.pins[victim] == 0:
+            return victim
+        _unlink(st, victim)
+        _push_mru(st, victim, lst)
+    return -1
+
+
+@helper(inline=False)
 def _replace(st, x_in_b2):
     m = st.meta
     m[EVICTIONS] += 1
@@ -198,6 +244,11 @@ def _replace(st, x_in_b2):
     else:
         source, ghost = T2, B2
     victim = m[HEADS + source]
+    if victim < 0 or st.pins[victim] != 0:  # held (rare): skip held blocks, else the other list
+        victim = _unheld_lru(st, source)
+        if victim < 0:
+            source, ghost = T1 + T2 - source, B1 + B2 - ghost
+            victim = _unheld_lru(st, source)
     _unlink(st, victim)
     _push_mru(st, victim, ghost)
 
@@ -217,6 +268,9 @@ def _access(st, b):
     if w == T2 and m[TAILS + T2] == b:  # Case I, already the MRU block of T2
         return
     c = m[CAPACITY]
+    if st.hold[HELD] >= c and w != T1 and w != T2:  # a miss with all c resident blocks held
+        refuse(st)
+        return
     replace = False
     drop = -1  # Case IV: a ghost id dropped from the directory, or T1's LRU block deleted
     if w == B1:  # Case II
@@ -240,6 +294,8 @@ def _access(st, b):
                 replace = True
             else:
                 drop = m[HEADS + T1]
+                if st.pins[drop] != 0:
+                    drop = _unheld_lru(st, T1)
                 m[EVICTIONS] += 1
         else:  # Case B: |L1| < c
             total = t1 + b1 + m[SIZES + T2] + m[SIZES + B2]

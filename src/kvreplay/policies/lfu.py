@@ -12,6 +12,14 @@ classic LFU of the literature; "perfect LFU", which keeps counts forever, is not
 A new block therefore often is the next victim: with a full cache of blocks at frequency
 >= 2, each new block evicts the previous new one.
 
+Holds (pin): a held block with the smallest frequency is in use by a running request: it is
+skipped in place (it keeps its bucket, frequency and recency; a hold is not an access, so it
+earns no count) and the next candidate is considered: the next least recent block of the same
+frequency, then the next frequency up. The victim is thus the unheld resident block with the
+smallest (frequency, last access), the definition above restricted to unheld blocks. Moving a
+held block would have to give it a count or a recency it did not earn; left in place, it is the
+first candidate again once released. A miss when every resident block is held is refused.
+
 Parameters: none. Counters: ``admissions``, ``evictions``.
 
 Source: textbook LFU with LRU tie-breaking. The compiled engine is O(1) per access, after
@@ -29,7 +37,7 @@ from itertools import count
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse
 
 
 class LFU(ReferencePolicy):
@@ -53,6 +61,9 @@ class LFU(ReferencePolicy):
     def access(self, b) -> None:
         if b not in self.freq:
             if len(self.freq) >= self.capacity:
+                if self.everything_held():
+                    self.refuse()
+                    return
                 self._evict()
             self.freq[b] = 0  # in-cache frequency: starts afresh on every admission
             self.stats["admissions"] += 1
@@ -61,10 +72,15 @@ class LFU(ReferencePolicy):
         heapq.heappush(self.heap, (self.freq[b], self.last[b], b))
 
     def _evict(self) -> None:
-        while True:
-            f, t, b = heapq.heappop(self.heap)
+        held = []  # current entries of held blocks: skipped in place, pushed back unchanged
+        while True:  # ends: some resident block is not held (access refuses otherwise)
+            entry = f, t, b = heapq.heappop(self.heap)
             if self.freq.get(b) == f and self.last[b] == t:
-                break
+                if not self.held(b):
+                    break
+                held.append(entry)
+        for entry in held:
+            heapq.heappush(self.heap, entry)
         del self.freq[b], self.last[b]
         self.stats["evictions"] += 1
 
@@ -126,6 +142,19 @@ def _resident(st, b):
     return st.freq[b] != 0
 
 
+@helper(inline=False)
+def _unheld_victim(st, low):
+    """The resident block without a hold that is least recent among the least frequent: bucket
+    ``low`` from its head (least recent) on, then the next frequencies; -1 if every block is held."""
+    for f in range(low, st.bucket_head.shape[0]):
+        victim = st.bucket_head[f]
+        while victim >= 0:
+            if st.pins[victim] == 0:
+                return victim
+            victim = st.next[victim]
+    return -1
+
+
 @helper
 def _access(st, b):
     m = st.meta
@@ -137,9 +166,16 @@ def _access(st, b):
         _append(st, b, f + 1)
         return
     if m[SIZE] >= m[CAPACITY]:
-        # The cache is full (capacity >= 1), so bucket MIN_FREQ is not empty.
+        if st.hold[HELD] >= m[SIZE]:
+            refuse(st)
+            return
+        # The cache is full (capacity >= 1), so bucket MIN_FREQ is not empty. Held blocks are
+        # skipped in place (MIN_FREQ stays right: they keep their frequencies).
         low = m[MIN_FREQ]
         victim = st.bucket_head[low]
+        if st.pins[victim] != 0:
+            victim = _unheld_victim(st, low)
+            low = st.freq[victim]
         _unlink(st, victim, low)
         st.freq[victim] = 0
         m[SIZE] -= 1
