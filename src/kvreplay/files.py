@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 
@@ -13,13 +14,28 @@ from .errors import OutputError
 @contextmanager
 def atomic_output(path: str, *, compress: bool = False):
     """A binary stream for `path`: a temporary file in the same directory, renamed over `path` when
-    the block ends without error and deleted otherwise, so readers see the old file or the whole
-    new one, never a partial one. `compress`: gzip (with mtime 0 and no name in the header, so the
+    the block ends without error and deleted otherwise (also on SIGTERM: the CLI turns it into
+    an exception), so readers see the old file or the whole new one, never a partial one. A
+    symlink is written through (its target is replaced); a named pipe or device is written into. `compress`: gzip (with mtime 0 and no name in the header, so the
     same content always gives the same bytes)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise OutputError(path, "is a directory, expected a file name")
-    directory = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)  # a symlink is written through, not replaced
+    if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+        # A named pipe or a device (/dev/stdout): write into it; there is nothing to replace.
+        try:
+            with open(target, "wb") as raw:
+                if compress:
+                    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as zipped:
+                        yield zipped
+                else:
+                    yield raw
+        except OSError as e:
+            raise OutputError(path, f"cannot write: {e.strerror or e}") from None
+        return
+    path = target
+    directory = os.path.dirname(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=directory)
     except OSError as e:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import warnings
 
 from ..errors import InvariantError, KvreplayError
@@ -79,6 +81,9 @@ def main(argv=None) -> int:
     warnings.formatwarning = lambda message, category, *a, **k: f"kvreplay: warning: {message}\n"
     set_compile_listener(_CompileNotice())
     args = build_parser().parse_args(argv)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)  # unwind: temporary output files are removed
     try:
         return COMMANDS[args.command](args)
     except KvreplayError as e:
@@ -94,6 +99,19 @@ def main(argv=None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is so that `finally` blocks and temp-file cleanup run."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def fraction(text: str) -> float:
     try:
         value = float(text)
@@ -169,7 +180,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="start times of merged Claude Code sessions: fixed spacing (default), poisson (seeded), zero (all at 0)")
     p.add_argument("--session-spacing", type=seconds, default=60.0, metavar="SECONDS",
                    help="gap between session starts (fixed) or mean gap (poisson); default 60")
-    p.add_argument("--seed", type=int, default=0, help="seed of --session-arrivals poisson (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of --session-arrivals poisson (default 0)")
     p.add_argument("--subagent-sessions", action="store_true", help="Claude Code: each subagent stream is its own session")
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
     p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip and count them")
@@ -227,13 +238,17 @@ def encode_json(obj) -> bytes:
     return msgspec.json.format(msgspec.json.encode(obj), indent=1) + b"\n"
 
 
-def check_output_dir(*paths) -> None:
-    """Fail before a long run, not after it, when an output's directory does not exist."""
+def check_output_dir(*paths, inputs=()) -> None:
+    """Fail before a long run, not after it, when an output's directory does not exist or an
+    output would replace one of the `inputs` (an input trace is never overwritten)."""
     from ..errors import OutputError
+    from ..trace.writers import refuse_overwrite
 
     for path in paths:
         if path and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise OutputError(path, "cannot write: No such file or directory")
+        if path:
+            refuse_overwrite(path, inputs)
 
 
 def check_table_output(args) -> None:
@@ -243,7 +258,7 @@ def check_table_output(args) -> None:
         from ..output.plot import check_plot_path
 
         check_plot_path(args.plot)
-    check_output_dir(args.output, getattr(args, "plot", None))
+    check_output_dir(args.output, getattr(args, "plot", None), inputs=args.traces)
 
 
 def plot_curve(args, document: dict, trace) -> None:

@@ -38,11 +38,7 @@ def _cmd_run(args) -> int:
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write CSV")
-    common.check_output_dir(args.output)
-    if args.output and args.output != "-":
-        from ..trace.writers import refuse_overwrite
-
-        refuse_overwrite(args.output, args.traces)
+    common.check_output_dir(args.output, inputs=args.traces)
     capacity = args.capacity
     defaulted = capacity is None and get_policy(args.policy).capacity == "required"
     if defaulted:
@@ -99,13 +95,14 @@ def _parser_sweep(sub) -> None:
                     help="where replays run: local processes (default), threads, or ray (needs kvreplay[ray]; see docs/scaling.md)")
     sw.add_argument("--ray-address", default=None, metavar="ADDR",
                     help="with --executor ray: auto (this machine's cluster) or ray://HOST:10001 (default: start a local instance)")
-    common.add_curve_outputs(sw, "write results to FILE.json or FILE.csv (atomically)")
+    common.add_curve_outputs(sw, "write the results table to FILE.csv, FILE.json or FILE.parquet (atomically; "
+                                 ".parquet needs kvreplay[parquet]; columns: docs/formats.md)")
 
 
 def _cmd_sweep(args) -> int:
     from ..analysis.sweep import points_to_rows, sweep
 
-    common.check_table_output(args)
+    _check_table_output(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     if args.bounds:
         policies += [p for p in ("infinite", "belady") if p not in policies]
@@ -119,7 +116,7 @@ def _cmd_sweep(args) -> int:
                        executor=args.executor, ray_address=args.ray_address, progress=progress)
     if budget is not None:
         result["budget"] = budget
-    common.emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
+    _emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
           f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; hit rate is token-weighted"
           + budget_heading(budget),
           trace=trace)
@@ -146,28 +143,75 @@ def _sweep_each(args, policies) -> int:
         result = sweep(traces, capacities, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
                        engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=progress)
     windows = "; ".join(f"{t['trace']}: block size {t['block_size']}, {t['window']}" for t in result["traces"])
-    common.emit(args, result, points_to_rows(result["results"]), [("trace", "trace")] + SWEEP_COLUMNS,
+    _emit(args, result, points_to_rows(result["results"]), [("trace", "trace")] + SWEEP_COLUMNS,
           f"{len(traces)} traces ({windows}); hit rate is token-weighted", trace=None)
     return 0
+
+
+def _check_table_output(args) -> None:
+    """sweep and mrc: --output is .csv, .json or .parquet (pyarrow installed), --plot a known
+    image type; every output's directory exists and no output is an input trace. Checked before
+    anything runs."""
+    if args.output:
+        name = args.output.lower()
+        if not name.endswith((".json", ".csv", ".parquet")):
+            raise ConfigError(f"--output {args.output}: the name must end in .csv, .json or .parquet")
+        if name.endswith(".parquet"):
+            from ..tables import require
+
+            require("pyarrow", f"--output {args.output}")
+    if args.plot:
+        from ..output.plot import check_plot_path
+
+        check_plot_path(args.plot)
+    common.check_output_dir(args.output, args.plot, inputs=args.traces)
+
+
+def _emit(args, result, rows: list[dict], columns, heading: str, trace=None) -> None:
+    """sweep and mrc: --plot; --output as the tidy table (CSV, Parquet) or the JSON document;
+    --json on stdout, else the human table (`rows` under `columns`)."""
+    if args.plot:
+        common.plot_curve(args, result, trace)
+    document = result.to_dict() if args.output or args.json else None
+    if args.output:
+        from ..files import write_atomic
+        from ..output.table import to_csv
+
+        name = args.output.lower()
+        if name.endswith(".csv"):
+            data = to_csv(result.rows(), list(result.columns())).encode()
+        elif name.endswith(".parquet"):
+            data = result.to_parquet_bytes(what=f"--output {args.output}")
+        else:
+            data = common.encode_json(document)
+        write_atomic(args.output, data)
+    if args.json:
+        sys.stdout.buffer.write(common.encode_json(document))
+    else:
+        from ..output.table import format_table
+
+        print(heading)
+        print(format_table(rows, columns))
 
 
 def _parser_mrc(sub) -> None:
     mr = sub.add_parser("mrc", help="exact LRU hit curve over many capacities in one pass")
     common.add_trace_options(mr)
     common.add_capacities_options(mr, "comma-separated block counts")
-    common.add_curve_outputs(mr, "write the curve to FILE.json or FILE.csv (atomically)")
+    common.add_curve_outputs(mr, "write the curve's table to FILE.csv, FILE.json or FILE.parquet (atomically; "
+                                 ".parquet needs kvreplay[parquet]; columns: docs/formats.md)")
 
 
 def _cmd_mrc(args) -> int:
     from ..analysis.mrc import mrc
 
-    common.check_table_output(args)
+    _check_table_output(args)
     trace = common.load(args)
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
     curve = mrc(trace, capacities, args.block_size, warmup_fraction=args.warmup_fraction)
     if budget is not None:
         curve["budget"] = budget
-    common.emit(args, curve, *with_budget(curve["points"], MRC_COLUMNS, budget),
+    _emit(args, curve, *with_budget(curve["points"], MRC_COLUMNS, budget),
           f"trace {curve['trace']}, policy lru (one-pass stack distances), block size {curve['block_size']}, "
           f"window: {curve['window']}; hit rate is token-weighted" + budget_heading(budget), trace=trace)
     return 0
@@ -190,7 +234,7 @@ def _cmd_report(args) -> int:
     from .. import report_html
     from ..files import write_atomic
 
-    common.check_output_dir(args.output)
+    common.check_output_dir(args.output, inputs=args.traces)
     trace = common.load(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     capacities, budget = common.resolve_budget(args, trace, args.capacities)

@@ -23,6 +23,7 @@ def _parser_hash(sub) -> None:
 def _cmd_hash(args) -> int:
     from ..trace.hashing import hash_token_log
 
+    common.check_output_dir(args.output, inputs=[args.input])
     s = hash_token_log(args.input, args.output, block_size=args.block_size, tokenizer=args.tokenizer,
                        salt=args.salt, keep_hashes=args.keep_hashes)
     print(f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of {s['block_size']} "
@@ -138,7 +139,7 @@ def _parser_merge(sub) -> None:
                     help="start times of Claude Code sessions: fixed spacing (default), poisson (seeded), zero")
     mg.add_argument("--session-spacing", type=common.seconds, default=60.0, metavar="SECONDS",
                     help="gap between session starts (fixed) or mean gap (poisson); default 60")
-    mg.add_argument("--seed", type=int, default=0, help="seed of --session-arrivals poisson (default 0)")
+    mg.add_argument("--seed", type=common.non_negative_int, default=0, help="seed of --session-arrivals poisson (default 0)")
     _add_input_block_size(mg)
 
 
@@ -216,7 +217,7 @@ def _parser_synth(sub) -> None:
     for flag, kind, default, text in _SYNTH_KNOBS:
         sy.add_argument(flag, type=kind, default=None, help=f"{text} (default {default})")
     sy.add_argument("--block-size", type=common.positive_int, default=None, help="tokens per block (default 512; --like: the trace's)")
-    sy.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same file (default 0)")
+    sy.add_argument("--seed", type=common.non_negative_int, default=0, help="random seed: the same seed gives the same file (default 0)")
 
 
 def _cmd_synth(args) -> int:
