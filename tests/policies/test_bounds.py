@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import kvreplay
 from conftest import MOONCAKE, shared_path
+from kvreplay.engine.lifecycle import replay_lifecycle
 from strategies import requests
 
 
@@ -116,3 +117,81 @@ def test_bounds_on_a_real_trace(capacity):
     assert np.array_equal(bel.hit_tokens, ref.hit_tokens)
     lru = kvreplay.replay(trace, "lru", capacity, 512)
     assert lru.total_hit_tokens < bel.total_hit_tokens < inf.total_hit_tokens
+
+
+# ---- holds (pin/unpin, policies/base.py): running requests, engine/lifecycle.py ----------------
+
+def test_infinite_holds_change_nothing(engine):
+    # Nothing is evicted, so nothing is refused: three overlapping requests, none finished, hit
+    # exactly as in the sequential replay ([0, 1, 3]) and hold every block they have.
+    trace = trace_of([["a", "b"], ["a", "c"], ["a", "b", "c"]])
+    out = replay_lifecycle(trace, "infinite", None, [0, 1, 2], 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0, 1, 3]
+    assert out.held_blocks.tolist() == [2, 2, 3]
+    assert not out.refused.any()
+    assert out.counters == {"admissions": 3, "evictions": 0}
+    assert (out.held_at_end, out.refusals) == (3, 0)
+
+
+@pytest.mark.parametrize("admit_bypass", [0, 1])
+def test_belady_never_evicts_a_held_block(admit_bypass, engine):
+    # capacity 2, single-block requests a b c b a d: positions 0..5 (6 accesses), next uses:
+    # a@0 -> 4, b@1 -> 3, c@2 -> 8 (none: 6 + 2), b@3 -> 9, a@4 -> 10, d@5 -> 11.
+    # Events: 0 (runs), 1 (finishes), 2 (runs), 3, 0 finishes, 2 finishes, 4 (runs), 5.
+    # admit_bypass 0:
+    #   2 [c]: {a:4 b:3}: the farthest, a, is held: set aside; b evicted, a back on the heap.
+    #   3 [b]: a and c both held -> refused.
+    #   4 [a]: hits (key 10). 5 [d]: a (10) held; c (8) evicted. Resident {a, d}.
+    #   admissions a, b, c, d; evictions b, c.
+    # admit_bypass 1:
+    #   2 [c]: the farthest unheld block is b (3): c's next use 8 is farther -> bypassed (not
+    #     admitted, not held, not refused).
+    #   3 [b]: hits (key 9), held. 4 [a]: hits (key 10), held.
+    #   5 [d]: a and b both held -> refused (before any bypass test). Resident {a, b}.
+    trace = trace_of([["a"], ["b"], ["c"], ["b"], ["a"], ["d"]])
+    events = [0, 1, -2, 2, 3, -1, -3, 4, 5]
+    out = replay_lifecycle(trace, "belady", 2, events, 1, engine=engine, admit_bypass=admit_bypass)
+    resident = {b for b, r in zip(trace.original_ids, out.resident) if r}
+    if admit_bypass == 0:
+        assert out.hit_blocks.tolist() == [0, 0, 0, 0, 1, 0]
+        assert out.held_blocks.tolist() == [1, 1, 1, 0, 1, 1]
+        assert out.refused.tolist() == [False, False, False, True, False, False]
+        assert resident == {"a", "d"}
+        assert out.counters == {"admissions": 4, "evictions": 2, "bypasses": 0}
+    else:
+        assert out.hit_blocks.tolist() == [0, 0, 0, 1, 1, 0]
+        assert out.held_blocks.tolist() == [1, 1, 0, 1, 1, 0]
+        assert out.refused.tolist() == [False, False, False, False, False, True]
+        assert resident == {"a", "b"}
+        assert out.counters == {"admissions": 2, "evictions": 0, "bypasses": 1}
+    assert (out.held_at_end, out.refusals) == (2, 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data(), requests(max_requests=30), st.integers(1, 12))
+def test_belady_bypass_with_overlapping_requests(data, trace_and_size, capacity):
+    # The registry-wide lifecycle tests run belady with its default admit_bypass=0: with 1, both
+    # engines agree too, every held block stays resident and a refusal needs all of them held.
+    reqs, block_size = trace_and_size
+    trace = kvreplay.Trace.from_requests(reqs)
+    events, running = [], []
+    for i in range(len(reqs)):
+        while running and data.draw(st.booleans()):
+            j = data.draw(st.sampled_from(running))
+            running.remove(j)
+            events.append(-j - 1)
+        events.append(i)
+        running.append(i)
+    seen = [0]
+
+    def check(k, cache):
+        assert cache.size() <= capacity and set(cache.pins) <= set(cache.resident_blocks())
+        if cache.refusals != seen[0]:
+            assert cache.everything_held()
+        seen[0] = cache.refusals
+
+    ref = replay_lifecycle(trace, "belady", capacity, events, block_size, engine="reference", on_event=check, admit_bypass=1)
+    comp = replay_lifecycle(trace, "belady", capacity, events, block_size, admit_bypass=1)
+    for field in ("hit_blocks", "held_blocks", "refused", "resident"):
+        assert getattr(ref, field).tolist() == getattr(comp, field).tolist(), field
+    assert (ref.counters, ref.held_at_end, ref.refusals) == (comp.counters, comp.held_at_end, comp.refusals)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
+from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from strategies import (
     assert_matches_oracle, engines_agree, real_trace_engines_agree, replay_singles, requests, zipf_requests,
@@ -189,3 +190,57 @@ def test_long_zipf_trace(seed, capacity, bits):
 def test_real_trace_reference_equals_compiled(capacity):
     ref = real_trace_engines_agree("clock", capacity)
     assert ref.counters["second_chances"] > 0
+
+
+# ---- holds (pin/unpin, policies/base.py): running requests, engine/lifecycle.py ----------------
+
+def test_the_hand_skips_a_held_frame_keeping_its_counter_and_refuses_when_all_are_held(engine):
+    # capacity 3, bits 1, one block per request; "k" starts request k, "-k" finishes it.
+    # 0 [a]: F=[^a0], a held. 1 [a]: hit, a1; 1 finishes (a still held by 0).
+    # 2 [b], 3 [c] (each finishes): F=[^a1, b0, c0].
+    # 4 [d] (runs): a is held: skipped, its counter kept at 1 (no second chance spent or
+    #   counted); b0 evicted. F=[a1, d0, ^c0]. Then 0 finishes.
+    # 5 [e] (finishes): c0 evicted. F=[^a1, d0, e0].
+    # 6 [f] (runs): a1 -> a0 (second chance 1); d held: skipped; e0 evicted. F=[^a0, d0, f0].
+    #   (Had the hand decremented a while it was held, a would have gone here.)
+    # 7 [a, x]: a hits (a1, held); x: a, d, f all held -> refused, holding a.
+    # admissions a..f = 6, evictions b, c, e = 3; held at the end: d, f, a.
+    trace = kvreplay.Trace.from_requests([(list(ids), len(ids)) for ids in ["a", "a", "b", "c", "d", "e", "f", "ax"]])
+    events = [0, 1, -2, 2, -3, 3, -4, 4, -1, 5, -6, 6, 7]
+    out = replay_lifecycle(trace, "clock", 3, events, 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0, 1, 0, 0, 0, 0, 0, 1]
+    assert out.held_blocks.tolist() == [1] * 8
+    assert out.refused.tolist() == [False] * 7 + [True]
+    assert {b for b, r in zip(trace.original_ids, out.resident) if r} == {"a", "d", "f"}
+    assert out.counters == {"admissions": 6, "evictions": 3, "second_chances": 1}
+    assert (out.held_at_end, out.refusals) == (3, 1)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), requests(max_requests=30), st.integers(1, 12), st.sampled_from([2, 3]))
+def test_wider_counters_with_overlapping_requests(data, trace_and_size, capacity, bits):
+    # The registry-wide lifecycle tests run clock with bits=1: with wider counters too, both
+    # engines agree, every held block stays resident and a refusal needs all of them held.
+    reqs, block_size = trace_and_size
+    trace = kvreplay.Trace.from_requests(reqs)
+    events, running = [], []
+    for i in range(len(reqs)):
+        while running and data.draw(st.booleans()):
+            j = data.draw(st.sampled_from(running))
+            running.remove(j)
+            events.append(-j - 1)
+        events.append(i)
+        running.append(i)
+    seen = [0]
+
+    def check(k, cache):
+        assert cache.size() <= capacity and set(cache.pins) <= set(cache.resident_blocks())
+        if cache.refusals != seen[0]:
+            assert cache.everything_held()
+        seen[0] = cache.refusals
+
+    ref = replay_lifecycle(trace, "clock", capacity, events, block_size, engine="reference", on_event=check, bits=bits)
+    comp = replay_lifecycle(trace, "clock", capacity, events, block_size, bits=bits)
+    for field in ("hit_blocks", "held_blocks", "refused", "resident"):
+        assert getattr(ref, field).tolist() == getattr(comp, field).tolist(), field
+    assert (ref.counters, ref.held_at_end, ref.refusals) == (comp.counters, comp.held_at_end, comp.refusals)

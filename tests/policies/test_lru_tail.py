@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
+from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from conftest import MOONCAKE, shared_path
 from strategies import assert_matches_oracle, engines_agree, real_trace_engines_agree, requests, zipf_requests
@@ -158,3 +159,58 @@ def test_real_trace_strands_fewer_blocks_than_lru():
 def test_real_trace_reference_equals_compiled(capacity):
     ref = real_trace_engines_agree("lru-tail", capacity)
     assert ref.counters["evictions"] > 0
+
+
+# ---- holds (pin/unpin, policies/base.py): running requests, engine/lifecycle.py ----------------
+
+def lifecycle(reqs, capacity, events, engine, policy="lru-tail"):
+    trace = kvreplay.Trace.from_requests([(list(ids), len(ids)) for ids in reqs])
+    out = replay_lifecycle(trace, policy, capacity, events, 1, engine=engine)
+    return out, {b for b, r in zip(trace.original_ids, out.resident) if r}
+
+
+def test_a_running_request_holds_tail_first_and_a_refusal_holds_its_tail(engine):
+    # capacity 3; "k" starts request k, "-k" finishes it.
+    # 0 [a b] (runs): b, then a: L=[b, a], both held.
+    # 1 [c] (finishes): L=[b, a, c].
+    # 2 [d] (finishes): head b held -> most recent, L=[a, c, b]; a held -> L=[c, b, a]; c evicted.
+    #   L=[b, a, d].
+    # 3 [x y]: tail first: y: b, a held (requeued: L=[d, b, a]), d evicted; L=[b, a, y], y held.
+    #   x: b, a, y all held -> refused: request 3 holds its tail y (1 block), not its head x.
+    # 3 and 0 finish. 4 [x y]: x is not resident, so nothing hits (y is stranded); y is refreshed
+    #   and held, x evicts b: L=[a, y, x].
+    # admissions a, b, c, d, y, x = 6, evictions c, d, b = 3; 4 still holds x, y.
+    reqs = ["ab", "c", "d", "xy", "xy"]
+    events = [0, 1, -2, 2, -3, 3, -4, -1, 4]
+    out, resident = lifecycle(reqs, 3, events, engine)
+    assert out.hit_blocks.tolist() == [0, 0, 0, 0, 0]
+    assert out.held_blocks.tolist() == [2, 1, 1, 1, 2]
+    assert out.refused.tolist() == [False, False, False, True, False]
+    assert resident == {"a", "x", "y"}
+    assert out.counters == {"admissions": 6, "evictions": 3}
+    assert (out.held_at_end, out.refusals) == (2, 1)
+    # lru (first to last) is refused at y instead, holding x: then request 4 hits x.
+    # (lru: 0 L=[a, b]; 2 evicts c; 3: x evicts d, L=[a, b, x]; y refused; 4: x hits, y evicts a.)
+    out, resident = lifecycle(reqs, 3, events, engine, "lru")
+    assert out.hit_blocks.tolist() == [0, 0, 0, 0, 1]
+    assert out.refused.tolist() == [False, False, False, True, False]
+    assert resident == {"b", "x", "y"}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests(), st.integers(1, 30))
+def test_one_request_at_a_time_is_the_sequential_replay(trace_and_size, capacity):
+    # pin_request accesses in access_request's order, so with one request running at a time
+    # nothing changes, as long as no request has more distinct blocks than the capacity.
+    reqs, block_size = trace_and_size
+    capacity = max([capacity] + [len(set(ids)) for ids, _ in reqs])
+    trace = kvreplay.Trace.from_requests(reqs)
+    events = [e for i in range(len(reqs)) for e in (i, -i - 1)]
+    for engine in ("reference", "compiled"):
+        seq = kvreplay.replay(trace, "lru-tail", capacity, block_size, engine=engine)
+        life = replay_lifecycle(trace, "lru-tail", capacity, events, block_size, engine=engine)
+        assert life.hit_blocks.tolist() == seq.hit_blocks.tolist()
+        assert life.counters == seq.counters
+        assert life.final_cache_blocks == seq.final_cache_blocks
+        assert life.held_blocks.tolist() == [len(ids) for ids, _ in reqs]
+        assert not life.refused.any() and life.held_at_end == 0

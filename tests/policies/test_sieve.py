@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
+from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from strategies import (
     assert_matches_oracle, engines_agree, real_trace_engines_agree, replay_singles, requests, zipf_requests,
@@ -184,3 +185,28 @@ def test_long_zipf_trace(seed, capacity):
 def test_real_trace_reference_equals_compiled(capacity):
     ref = real_trace_engines_agree("sieve", capacity)
     assert ref.counters["evictions"] > 0
+
+
+# ---- holds (pin/unpin, policies/base.py): running requests, engine/lifecycle.py ----------------
+
+def test_the_hand_passes_a_held_block_keeping_its_bit_and_refuses_when_all_are_held(engine):
+    # capacity 3, one block per request; "k" starts request k, "-k" finishes it (held = 1 each).
+    # 0 [a]: Q=[a], a held. 1 [a]: hit, a*; 1 finishes (a still held by 0).
+    # 2 [b], 3 [c] (each finishes): Q=[a*, b, c].
+    # 4 [d] (runs): tail a* is held: passed over in place, its bit kept; b: evicted, hand -> c.
+    #   Q=[a*, ^c, d]. (Without the hold the hand would clear a's bit.) Then 0 finishes.
+    # 5 [e] (finishes): c evicted, hand -> d. Q=[a*, ^d, e].
+    # 6 [f] (finishes): d held: passed; e evicted (the head): hand unset. Q=[a*, d, f].
+    # 7 [g] (runs): tail a*: cleared (kept through its hold, it saves a now); d held: passed;
+    #   f evicted. Q=[a, d, g].
+    # 8 [a, x]: a hits (a*, held); x: a, d, g all held -> refused, holding a.
+    # admissions a..g = 7, evictions b, c, e, f = 4; held at the end: d, g, a.
+    trace = kvreplay.Trace.from_requests([(list(ids), len(ids)) for ids in ["a", "a", "b", "c", "d", "e", "f", "g", "ax"]])
+    events = [0, 1, -2, 2, -3, 3, -4, 4, -1, 5, -6, 6, -7, 7, 8]
+    out = replay_lifecycle(trace, "sieve", 3, events, 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 1]
+    assert out.held_blocks.tolist() == [1] * 9
+    assert out.refused.tolist() == [False] * 8 + [True]
+    assert {b for b, r in zip(trace.original_ids, out.resident) if r} == {"a", "d", "g"}
+    assert out.counters == {"admissions": 7, "evictions": 4}
+    assert (out.held_at_end, out.refusals) == (3, 1)

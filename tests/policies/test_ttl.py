@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import kvreplay
 from conftest import MOONCAKE, shared_path
+from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from kvreplay.policies import ttl as ttl_module
 from strategies import engines_agree, requests
@@ -250,3 +251,75 @@ def test_engines_agree_on_the_real_trace(capacity, ttl):
     assert ref.counters["expirations"] > 10_000
     if capacity is not None:
         assert ref.counters["evictions"] > 10_000
+
+
+# ---- holds (pin/unpin, policies/base.py): running requests, engine/lifecycle.py ----------------
+
+def test_a_held_block_neither_expires_nor_is_evicted_and_all_held_is_refused(engine):
+    # ttl 1 s, capacity 3; "k" starts request k, "-k" finishes it. Each start runs at its
+    # request's time; the clock then moves to the next request's time.
+    # 0 [a]@0 (runs): {a@0}, held.   1 [b]@100 (finishes): {a@0 b@100}.
+    # 2 [c]@200 (runs): {a@0 b@100 c@200}.
+    # 3 [d]@300 (finishes): full; the least recent a is held: skipped in place; b evicted.
+    #   {a@0 c@200 d@300}. Then 2 finishes.
+    # 4 [e]@1250 (runs): expiry: a@0 is past its time but held: kept; c@200 expires (1050 ms);
+    #   d@300 is not due (950 ms). {a@0 d@300 e@1250}.
+    # 5 [x y]@1300: expiry: a held; d at exactly 1000 ms is not due. x: a held, skipped; d
+    #   evicted: {a@0 e@1250 x@1300}, x held. y: a, e, x all held -> refused, holding x.
+    #   The clock moves to 1400: a (1400 ms old) is still resident, as it is held.
+    # 0 finishes. 6 [a]@1400: a is no longer held and 1400 ms old: a miss; expiry drops it; then
+    #   re-admitted (room: {e@1250 x@1300}). {e x a@1400}.
+    # admissions a, b, c, d, e, x, a = 7; evictions b, d = 2; expirations c, a = 2.
+    trace = make_trace([(["a"], 0), (["b"], 100), (["c"], 200), (["d"], 300), (["e"], 1250), (["x", "y"], 1300), (["a"], 1400)])
+    events = [0, 1, -2, 2, 3, -4, -3, 4, 5, -1, 6]
+    upto_5 = events.index(5) + 1
+    out = replay_lifecycle(trace, "ttl", 3, events[:upto_5], 1, engine=engine, ttl=1)
+    assert {b for b, r in zip(trace.original_ids, out.resident) if r} == {"a", "e", "x"}
+    assert out.counters == {"admissions": 6, "evictions": 2, "expirations": 1}
+    out = replay_lifecycle(trace, "ttl", 3, events, 1, engine=engine, ttl=1)
+    assert out.hit_blocks.tolist() == [0] * 7
+    assert out.held_blocks.tolist() == [1] * 7
+    assert out.refused.tolist() == [False] * 5 + [True, False]
+    assert {b for b, r in zip(trace.original_ids, out.resident) if r} == {"e", "x", "a"}
+    assert out.counters == {"admissions": 7, "evictions": 2, "expirations": 2}
+    assert (out.held_at_end, out.refusals) == (3, 1)  # e (request 4), x (5), a (6)
+
+
+@st.composite
+def overlapping(draw, timed):
+    """Events over `timed`: starts in trace order, finishes interleaved at random, some never."""
+    events, running = [], []
+    for i in range(len(timed)):
+        while running and draw(st.booleans()):
+            j = draw(st.sampled_from(running))
+            running.remove(j)
+            events.append(-j - 1)
+        events.append(i)
+        running.append(i)
+    return events
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), timed_requests(), st.integers(1, 12), st.sampled_from([0.25, 1.0, 2.0, 1e-3]))
+def test_overlapping_timed_requests(data, trace_and_size, capacity, ttl):
+    # The registry-wide lifecycle tests run untimed traces, where nothing expires: here blocks
+    # expire while others are held. Both engines agree; after every event a held block is
+    # resident (never expired nor evicted), and a start is refused only when all are held.
+    timed, block_size = trace_and_size
+    trace = kvreplay.Trace.from_requests(timed)
+    events = data.draw(overlapping(timed))
+
+    def check(k, cache):
+        assert cache.size() <= capacity
+        assert set(cache.pins) <= set(cache.resident_blocks())
+        if events[k] >= 0 and cache.refusals != seen[0]:
+            assert len(cache.pins) >= len(cache.last)  # every listed block held
+        seen[0] = cache.refusals
+
+    seen = [0]
+    ref = replay_lifecycle(trace, "ttl", capacity, events, block_size, engine="reference", on_event=check, ttl=ttl)
+    comp = replay_lifecycle(trace, "ttl", capacity, events, block_size, engine="compiled", ttl=ttl)
+    for field in ("hit_blocks", "held_blocks", "refused", "resident"):
+        assert getattr(ref, field).tolist() == getattr(comp, field).tolist(), field
+    assert (ref.final_cache_blocks, ref.counters, ref.held_at_end, ref.refusals) == \
+        (comp.final_cache_blocks, comp.counters, comp.held_at_end, comp.refusals)

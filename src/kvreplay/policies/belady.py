@@ -18,6 +18,17 @@ the cache is full, evicts the resident block with the farthest next use, then ad
 the block, unless ``admit_bypass`` is 1 and the block's own next use is farther than
 every resident block's: then it is not admitted (counted in ``bypasses``).
 
+Holds (pin): a held block is in use, so it is never the victim: a miss evicts the unheld
+resident block with the farthest next use (MIN restricted to what may go). Held blocks met on
+the way down the heap are taken off and pushed back once the victim is found, so every resident
+block keeps its one live heap entry. With ``admit_bypass`` the missing block's next use is
+compared with that victim's, the farthest the cache could give up: a bypassed block is not
+admitted and not held, without a refusal, and the request goes on with its next block. A miss
+at capacity when every resident block is held is refused (before any bypass test). A running
+request (``pin_request``) is ``access_request`` with each admitted or hit block held; its
+handles are the held blocks, released first to last (the default ``unpin_request``: releasing
+changes no next use).
+
 Parameters: ``admit_bypass`` (0). Counters: ``admissions``, ``evictions``, ``bypasses``.
 Needs the whole trace in advance (an offline bound, not a deployable policy).
 """
@@ -30,7 +41,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays
+from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays, HELD, pin, refuse
 
 
 def next_use(trace) -> np.ndarray:
@@ -67,22 +78,51 @@ class Belady(ReferencePolicy):
                 return -neg_key, b
             heapq.heappop(self.heap)  # stale: the block was refreshed or evicted since
 
+    def _farthest_unheld(self) -> tuple[int, int, list]:
+        """_farthest() among unheld blocks, on top of the heap: the held entries above it are
+        taken off and returned (the caller pushes them back)."""
+        aside = []
+        while True:
+            far_key, victim = self._farthest()
+            if not self.held(victim):
+                return far_key, victim, aside
+            aside.append(heapq.heappop(self.heap))
+
     def access_request(self, request, blocks, hits, input_length, block_size) -> None:
+        self._run(request, blocks, hold=False)
+
+    def pin_request(self, request, blocks, hits, input_length, block_size) -> list:
+        return self._run(request, blocks, hold=True)
+
+    def _run(self, request, blocks, hold) -> list:
+        """The access phase; with hold, each block admitted or hit is held. The held blocks."""
         start = self.offsets[request]
+        held = []
         for j, b in enumerate(blocks):
             key = self.next_use[start + j]
             if b not in self.key and len(self.key) >= self.capacity:
-                far_key, victim = self._farthest()
-                if self.admit_bypass and key > far_key:
+                if self.everything_held():
+                    self.refuse()
+                    break
+                far_key, victim, aside = self._farthest_unheld()
+                bypass = self.admit_bypass and key > far_key
+                if not bypass:
+                    heapq.heappop(self.heap)
+                    del self.key[victim]
+                    self.stats["evictions"] += 1
+                for entry in aside:  # held: back on the heap
+                    heapq.heappush(self.heap, entry)
+                if bypass:
                     self.stats["bypasses"] += 1
                     continue
-                heapq.heappop(self.heap)
-                del self.key[victim]
-                self.stats["evictions"] += 1
             if b not in self.key:
                 self.stats["admissions"] += 1
             self.key[b] = key
             heapq.heappush(self.heap, (-key, b))
+            if hold:
+                self.pin(b)
+                held.append(b)
+        return held
 
     def access(self, b) -> None:  # pragma: no cover - Belady needs positions: access_request is used
         raise NotImplementedError("belady accesses blocks through access_request")
@@ -194,7 +234,76 @@ def _access_request(st, request, blocks, start, end, hits, input_length, block_s
         _heap_push(st, key, b)
 
 
-register_kernel(BeladyState, _resident, access_request_impl=_access_request)
+# Holds (the lifecycle engine only; the sequential _access_request above never meets a held
+# block). Held entries taken off the heap wait at the far end of the heap arrays, beyond the heap:
+# each one taken off shrinks the heap by the slot it fills, so the two never overlap.
+
+@helper(inline=False)
+def _farthest_unheld(st):
+    """Drop stale entries and set aside held ones until the top is the farthest unheld resident
+    block (one exists: the caller checked that not everything is held). How many were set aside."""
+    hk, hb = st.heap_key, st.heap_block
+    slots = hk.shape[0]
+    aside = 0
+    while True:
+        b = hb[0]
+        if st.key[b] != hk[0]:
+            _heap_pop(st)  # stale
+        elif st.pins[b] != 0:
+            key = hk[0]
+            _heap_pop(st)
+            aside += 1
+            hk[slots - aside] = key
+            hb[slots - aside] = b
+        else:
+            return aside
+
+
+@helper(inline=False)
+def _put_back(st, aside):
+    """Push the `aside` entries set aside by _farthest_unheld back on the heap."""
+    hk, hb = st.heap_key, st.heap_block
+    slots = hk.shape[0]
+    while aside > 0:
+        key, b = hk[slots - aside], hb[slots - aside]  # read before the push may overwrite the slot
+        aside -= 1
+        _heap_push(st, key, b)
+
+
+@helper(inline=False)
+def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+    m = st.meta
+    n = 0
+    for j in range(start, end):
+        b = blocks[j]
+        key = st.next_use[j]
+        if st.key[b] < 0:
+            if m[SIZE] >= m[CAPACITY]:
+                if st.hold[HELD] >= m[SIZE]:
+                    refuse(st)
+                    break
+                aside = _farthest_unheld(st)
+                bypass = m[BYPASS] != 0 and key > st.heap_key[0]
+                if not bypass:
+                    st.key[st.heap_block[0]] = -1
+                    _heap_pop(st)
+                    m[SIZE] -= 1
+                    m[EVICTIONS] += 1
+                _put_back(st, aside)
+                if bypass:
+                    m[BYPASSES] += 1
+                    continue
+            m[SIZE] += 1
+            m[ADMISSIONS] += 1
+        st.key[b] = key
+        _heap_push(st, key, b)
+        pin(st, b)
+        handles[base + n] = b
+        n += 1
+    return n
+
+
+register_kernel(BeladyState, _resident, access_request_impl=_access_request, pin_request_impl=_pin_request)
 
 POLICY = PolicySpec(
     name="belady",

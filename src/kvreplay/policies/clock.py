@@ -22,6 +22,13 @@ on frame 0, so the circle read from the hand is the admission order:
 libCacheSim's queue formulation (evict at the tail, re-insert a tail with freq
 >= 1 at the head with freq - 1) makes exactly the same decisions.
 
+Holds (pin): a held block is in use, so the hand skips its frame in place without touching its
+counter (no second chance is spent on a block that could not be evicted anyway, and none is
+counted), as PostgreSQL's clock sweep passes a pinned buffer without decrementing its usage
+count. The sweep ends: some frame is unheld, and within ``max_count + 1`` turns of the hand its
+counter reaches 0. A miss when every frame is full and every resident block is held is refused
+(while a frame is free a miss fills it, whatever is held).
+
 Parameters: ``bits`` (1): counter width, 1..7 (libCacheSim's ``n-bit-counter``).
 Counters: ``admissions``, ``evictions``, ``second_chances`` (counter decrements
 by the hand: with ``bits = 1``, reference bits cleared).
@@ -36,7 +43,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays
+from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, refuse
 
 
 class Clock(ReferencePolicy):
@@ -59,15 +66,20 @@ class Clock(ReferencePolicy):
             f = self.frame_of[b]
             self.count[f] = min(self.count[f] + 1, self.max_count)
             return
-        self.stats["admissions"] += 1
         if len(self.frames) < self.capacity:  # a free frame: fill it, the hand stays
+            self.stats["admissions"] += 1
             self.frame_of[b] = len(self.frames)
             self.frames.append(b)
             self.count.append(0)
             return
-        while self.count[self.hand] >= 1:
-            self.count[self.hand] -= 1
-            self.stats["second_chances"] += 1
+        if self.everything_held():
+            self.refuse()
+            return
+        self.stats["admissions"] += 1
+        while self.count[self.hand] >= 1 or self.held(self.frames[self.hand]):
+            if not self.held(self.frames[self.hand]):  # held: in use, skipped with its counter kept
+                self.count[self.hand] -= 1
+                self.stats["second_chances"] += 1
             self.hand = (self.hand + 1) % self.capacity
         del self.frame_of[self.frames[self.hand]]
         self.stats["evictions"] += 1
@@ -128,19 +140,26 @@ def _access(st, b):
         if st.count[b] < m[MAX_COUNT]:
             st.count[b] += 1
         return
-    m[ADMISSIONS] += 1
-    st.cached[b] = 1
-    st.count[b] = 0
     frames = st.frames
     if m[SIZE] < m[CAPACITY]:
+        m[ADMISSIONS] += 1
+        st.cached[b] = 1
+        st.count[b] = 0
         frames[m[SIZE]] = b
         m[SIZE] += 1
         return
+    if st.hold[HELD] >= m[SIZE]:
+        refuse(st)
+        return
+    m[ADMISSIONS] += 1
+    st.cached[b] = 1
+    st.count[b] = 0
     n = frames.shape[0]
     hand = m[HAND]
-    while st.count[frames[hand]] >= 1:
-        st.count[frames[hand]] -= 1
-        m[SECOND_CHANCES] += 1
+    while st.count[frames[hand]] >= 1 or st.pins[frames[hand]] != 0:
+        if st.pins[frames[hand]] == 0:  # held: in use, skipped with its counter kept
+            st.count[frames[hand]] -= 1
+            m[SECOND_CHANCES] += 1
         hand = hand + 1 if hand + 1 < n else 0
     st.cached[frames[hand]] = 0
     m[EVICTIONS] += 1

@@ -5,6 +5,10 @@ block. Capacity is ignored (reports show the number of unique blocks). Its hit
 rate is the most any policy can reach on the trace under prefix semantics: a
 request can only hit blocks that some earlier request accessed.
 
+Holds (pin): nothing is ever evicted, so a held block has nothing to fear and no miss is ever
+refused; the default ``pin_request`` / ``unpin_request`` (access and hold each block in order,
+release first to last) apply, and holds change no result.
+
 Parameters: none. Counters: ``admissions`` (distinct blocks), ``evictions`` (always 0).
 """
 

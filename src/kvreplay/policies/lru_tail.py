@@ -27,6 +27,18 @@ Consequences, by LRU's stack property (the resident set is always the
   unaffected (the prefix scan came first) and so is the resident set afterwards,
   but ``admissions`` and ``evictions`` count these round trips.
 
+Holds (pin): as ``lru``: a held block at the least recent end is in use, moves to the most
+recent end and the next one is considered; a miss when every resident block is held is refused.
+A running request (``pin_request``) is accessed in the same order as ``access_request``, last
+block first, each block held as soon as it is accessed (the default would access first to last
+and change the recency order), so requests run one at a time give the sequential replay as
+long as none has more distinct blocks than ``capacity``. A refusal stops the request at the
+refused block: it holds the blocks after it (its tail, admitted), while the blocks before it,
+its prefix hits included, are neither accessed nor held; once the caller releases the tail it
+stays resident, stranded until its prefix returns (``lru`` would hold a usable leading prefix
+instead). Handles are the held blocks, tail first; releasing them (the default
+``unpin_request``) changes no recency.
+
 Parameters: none. Counters: ``admissions``, ``evictions`` (as ``lru``).
 Source: kvreplay's ``lru`` with the request order of vLLM v1
 (``KVCacheManager.free`` in ``vllm/v1/core/kv_cache_manager.py``: "we free the
@@ -40,7 +52,7 @@ from collections import namedtuple
 
 from . import lru
 from ..jit import helper
-from .base import PolicySpec, register_kernel
+from .base import PolicySpec, register_kernel, pin, REFUSALS
 
 
 class LRUTail(lru.LRU):
@@ -49,6 +61,18 @@ class LRUTail(lru.LRU):
     def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
         for b in reversed(blocks):
             self.access(b)
+
+    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
+        """Access and hold the blocks last to first; stop at the first refused one."""
+        held = []
+        for b in reversed(blocks):
+            refusals = self.refusals
+            self.access(b)
+            if self.refusals != refusals:
+                break
+            self.pin(b)  # lru admits every block it does not refuse
+            held.append(b)
+        return held
 
 
 # ---- compiled engine: lru's list and operations on a state type of its own -------------------------
@@ -68,7 +92,22 @@ def _access_request(st, request, blocks, start, end, hits, input_length, block_s
         lru._access(st, blocks[j])
 
 
-register_kernel(LRUTailState, lru._resident, access_request_impl=_access_request)
+@helper
+def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+    n = 0
+    for j in range(end - 1, start - 1, -1):
+        b = blocks[j]
+        refusals = st.hold[REFUSALS]
+        lru._access(st, b)
+        if st.hold[REFUSALS] != refusals:
+            break
+        pin(st, b)
+        handles[base + n] = b
+        n += 1
+    return n
+
+
+register_kernel(LRUTailState, lru._resident, access_request_impl=_access_request, pin_request_impl=_pin_request)
 
 POLICY = PolicySpec(
     name="lru-tail",

@@ -22,6 +22,13 @@ newer than it, every new block included, are examined first, so a new block not
 hit before the hand reaches it goes quickly (the paper's "quick demotion"),
 while a hit keeps a block where it is ("lazy promotion").
 
+Holds (pin): a held block is in use, so the hand passes over it in place, visited or not, and
+leaves its visited bit untouched (holding is not an access, and a pass that could not evict the
+block does not use up its second chance; PostgreSQL's clock sweep treats a pinned buffer the
+same way); the hand keeps its usual moves, so the block is examined again when the hand comes
+round. The sweep ends: some resident block is unheld, and within two turns of the hand its bit
+is clear. A miss when every resident block is held is refused.
+
 Parameters: none. Counters: ``admissions`` (blocks inserted), ``evictions``.
 Source: Algorithm 1 of the NSDI'24 paper; libCacheSim's ``Sieve.c`` (which
 keeps the visited bit as a 0/1 ``freq``) implements the same hand moves.
@@ -34,7 +41,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays
+from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays, HELD, refuse
 
 
 class SIEVE(ReferencePolicy):
@@ -60,14 +67,18 @@ class SIEVE(ReferencePolicy):
             self.visited[b] = True
             return
         if len(self.visited) >= self.capacity:
+            if self.everything_held():
+                self.refuse()
+                return
             self._evict()
         self._insert_at_head(b)
         self.stats["admissions"] += 1
 
     def _evict(self) -> None:
         o = self.hand if self.hand is not None else self.tail
-        while self.visited[o]:
-            self.visited[o] = False
+        while self.visited[o] or self.held(o):
+            if not self.held(o):  # held: in use, passed over in place with its bit kept
+                self.visited[o] = False
             o = self.newer[o] if self.newer[o] is not None else self.tail
         self.hand = self.newer[o]  # None when o is the head: the next eviction starts at the tail
         self._remove(o)
@@ -137,8 +148,9 @@ def resident_mask(state: SIEVEState) -> np.ndarray:
 @helper
 def _evict(st, m):
     o = m[HAND] if m[HAND] >= 0 else m[TAIL]
-    while st.visited[o] != 0:
-        st.visited[o] = 0
+    while st.visited[o] != 0 or st.pins[o] != 0:
+        if st.pins[o] == 0:  # held: in use, passed over in place with its bit kept
+            st.visited[o] = 0
         o = st.newer[o] if st.newer[o] >= 0 else m[TAIL]
     newer, older = st.newer[o], st.older[o]
     m[HAND] = newer
@@ -169,6 +181,9 @@ def _access(st, b):
         return
     m = st.meta
     if m[SIZE] >= m[CAPACITY]:
+        if st.hold[HELD] >= m[SIZE]:
+            refuse(st)
+            return
         _evict(st, m)
     head = m[HEAD]
     st.newer[b] = -1

@@ -13,6 +13,7 @@ of the list.
 Resident: ``b`` is resident at time ``now`` iff it was accessed and
 ``now - last_access(b) <= ttl * 1000`` (ms): a block is still resident at exactly ``ttl``
 seconds and gone one instant later (Redis' rule: a key expires when ``now > expire_at``).
+A held block is resident whatever its age (see Holds below).
 The prefix scan of request i compares times at ``now_i`` and changes nothing.
 
 Access phase of request i (a request-level policy, at time ``now_i``): first every expired
@@ -26,9 +27,20 @@ Capacity is optional: without one (``replay(trace, "ttl", None, ...)``) the cach
 unbounded (capacity = the trace's number of distinct blocks) and only expiry removes blocks.
 ``final_cache_blocks`` counts the blocks unexpired at the last request's time.
 
+Holds (pin): a held block is in use, so it never expires and is never evicted. It stays
+resident while held whatever its age (a later request's prefix scan may hit it, which refreshes
+it) and keeps its place in the list and its last-access time: moving it would break the list's
+time order, on which expiry relies. Expiry drops the unheld blocks among the expired prefix of
+the list and passes over the held ones, so a block released after its time is up expires at the
+next request's expiry check. A capacity eviction takes the least recently accessed unheld
+block, held blocks skipped in place. A miss at capacity when every resident block is held is
+refused. A running request (``pin_request``) does what ``access_request`` does (expiry, its
+blocks in order, each held once accessed, then the clock moves to the next request's time), so
+requests should start in trace order; a finish does not move the clock.
+
 Parameters: ``ttl`` (300.0 seconds, finite and > 0; one longer than the trace makes this plain LRU).
-Counters: ``admissions``, ``evictions`` (capacity), ``expirations``; at the end
-``final_cache_blocks = admissions - evictions - expirations``.
+Counters: ``admissions``, ``evictions`` (capacity), ``expirations``; at the end of a sequential
+replay ``final_cache_blocks = admissions - evictions - expirations``.
 
 Source: time-to-live expiry with a sliding refresh on access, as in provider-side LLM prompt
 caches (Anthropic's prompt caching keeps a cached prefix 5 minutes, refreshed each time it is
@@ -43,7 +55,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays
+from .base import ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays, HELD, pin, refuse, REFUSALS
 from .lru import _append, _unlink  # the same recency list: HEAD/TAIL slots and prev/next fields match
 
 
@@ -62,23 +74,47 @@ class TTL(ReferencePolicy):
 
     def resident(self, b) -> bool:
         t = self.last.get(b)
-        return t is not None and self.now - t <= self.ttl_ms
+        return t is not None and (self.now - t <= self.ttl_ms or self.held(b))  # held: in use
 
-    def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
-        while self.last and not self.resident(next(iter(self.last))):
-            self.last.popitem(last=False)
-            self.stats["expirations"] += 1
-        for b in blocks:
-            self.access(b)
+    def _expire(self) -> None:
+        """Drop the expired blocks (a prefix of the list), passing over held ones."""
+        expired = []
+        for b, t in self.last.items():
+            if self.now - t <= self.ttl_ms:
+                break
+            if not self.held(b):
+                expired.append(b)
+        for b in expired:
+            del self.last[b]
+        self.stats["expirations"] += len(expired)
+
+    def _tick(self, request: int) -> None:
+        """The clock moves to the next request's time."""
         if request + 1 < len(self.times):
             self.now = max(self.now, self.times[request + 1])
 
+    def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
+        self._expire()
+        for b in blocks:
+            self.access(b)
+        self._tick(request)
+
+    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
+        self._expire()
+        held = super().pin_request(request, blocks, hits, input_length, block_size)
+        self._tick(request)
+        return held
+
     def access(self, b) -> None:
-        if b in self.last:  # resident: access_request has dropped every expired block
+        if b in self.last:  # resident: _expire has dropped every expired unheld block
             self.last.move_to_end(b)
         else:
             if len(self.last) >= self.capacity:
-                self.last.popitem(last=False)
+                if len(self.pins) >= len(self.last):  # everything_held(), as every listed block is resident here
+                    self.refuse()
+                    return
+                victim = next(v for v in self.last if not self.held(v))  # held: skipped in place
+                del self.last[victim]
                 self.stats["evictions"] += 1
             self.stats["admissions"] += 1
         self.last[b] = self.now
@@ -120,7 +156,7 @@ def make_state(capacity: int, trace, ttl: float = 300.0) -> TTLState:
 
 
 def resident_mask(state: TTLState) -> np.ndarray:
-    return (state.cached != 0) & (state.clock[NOW] - state.last <= state.clock[TTL_MS])
+    return (state.cached != 0) & ((state.clock[NOW] - state.last <= state.clock[TTL_MS]) | (state.pins != 0))
 
 
 def read_state(state: TTLState) -> tuple[int, dict]:
@@ -130,17 +166,27 @@ def read_state(state: TTLState) -> tuple[int, dict]:
 
 
 @helper
-def _drop_head(st):
-    m = st.meta
-    victim = m[HEAD]
+def _drop(st, victim):
     _unlink(st, victim)
     st.cached[victim] = 0
-    m[SIZE] -= 1
+    st.meta[SIZE] -= 1
 
 
 @helper
 def _resident(st, b):
-    return st.cached[b] != 0 and st.clock[NOW] - st.last[b] <= st.clock[TTL_MS]
+    return st.cached[b] != 0 and (st.clock[NOW] - st.last[b] <= st.clock[TTL_MS] or st.pins[b] != 0)
+
+
+@helper(inline=False)
+def _expire(st):
+    """Drop the expired blocks (a prefix of the list, see the module docstring), passing over held ones."""
+    x = st.meta[HEAD]
+    while x >= 0 and st.clock[NOW] - st.last[x] > st.clock[TTL_MS]:
+        after = st.next[x]
+        if st.pins[x] == 0:  # held: in use, kept in place
+            _drop(st, x)
+            st.meta[EXPIRATIONS] += 1
+        x = after
 
 
 @helper
@@ -152,7 +198,13 @@ def _access(st, b):
             _append(st, b)
     else:
         if m[SIZE] >= m[CAPACITY]:
-            _drop_head(st)
+            if st.hold[HELD] >= m[SIZE]:  # every listed block is resident here
+                refuse(st)
+                return
+            victim = m[HEAD]
+            while st.pins[victim] != 0:  # held: skipped in place
+                victim = st.next[victim]
+            _drop(st, victim)
             m[EVICTIONS] += 1
         _append(st, b)
         st.cached[b] = 1
@@ -163,18 +215,32 @@ def _access(st, b):
 
 @helper
 def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
-    m = st.meta
-    # Expired blocks are a prefix of the list (see the module docstring).
-    while m[HEAD] >= 0 and not _resident(st, m[HEAD]):
-        _drop_head(st)
-        m[EXPIRATIONS] += 1
+    _expire(st)
     for j in range(start, end):
         _access(st, blocks[j])
     if request + 1 < st.times.shape[0]:
         st.clock[NOW] = max(st.clock[NOW], st.times[request + 1])
 
 
-register_kernel(TTLState, _resident, access_request_impl=_access_request)
+@helper
+def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+    _expire(st)
+    n = 0
+    for j in range(start, end):
+        b = blocks[j]
+        refusals = st.hold[REFUSALS]
+        _access(st, b)
+        if st.hold[REFUSALS] != refusals:
+            break
+        pin(st, b)
+        handles[base + n] = b
+        n += 1
+    if request + 1 < st.times.shape[0]:
+        st.clock[NOW] = max(st.clock[NOW], st.times[request + 1])
+    return n
+
+
+register_kernel(TTLState, _resident, access_request_impl=_access_request, pin_request_impl=_pin_request)
 
 
 def _check_ttl(value):
