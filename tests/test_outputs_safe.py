@@ -103,3 +103,45 @@ def test_a_negative_seed_is_refused(tmp_path, capsys, argv):
         main([a.replace("{t}", str(trace)).replace("{d}", str(tmp_path)) for a in argv])
     assert e.value.code == 2
     assert "must be >= 0, got -1" in capsys.readouterr().err
+
+
+# ---- totals that cannot wrap, sizes that cannot overflow ------------------------------------------
+
+def test_totals_are_exact_beyond_int64():
+    # Two prompts of 2**63 - 1 tokens: int64 sums wrapped to -2 (a hit rate of -256 as a fraction).
+    import kvreplay
+
+    trace = kvreplay.Trace.from_requests([([1], 2**63 - 1), ([1], 2**63 - 1)])
+    report = kvreplay.replay(trace, "lru", 4, 2**31 - 1)
+    assert trace.total_prompt_tokens == report.total_prompt_tokens == 2 * (2**63 - 1)
+    assert report.total_hit_tokens == 2**31 - 1  # the second request hits one block of 2**31 - 1 tokens
+    assert report.hit_rate == (2**31 - 1) / (2 * (2**63 - 1))
+    assert kvreplay.stats(trace, block_size=2**31 - 1)["total_prompt_tokens"] == 2 * (2**63 - 1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"block_size": 2**31}, "block_size 2,147,483,648 is beyond any engine's block"),
+    ({"capacity": 2**62 + 1}, "is beyond any cache"),
+])
+def test_huge_sizes_are_refused_by_the_api(kwargs, message):
+    import kvreplay
+    from kvreplay.errors import ConfigError
+
+    trace = kvreplay.Trace.from_requests([([1], 4)])
+    args = {"capacity": 4, "block_size": 4, **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        kvreplay.replay(trace, "lru", args["capacity"], args["block_size"])
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--capacity", str(10**20), "must be at most 2**62"),
+    ("--block-size", str(10**20), "must be at most 2**62"),
+    ("--seed", str(2**40), "must be below 2**32"),
+])
+def test_huge_options_are_refused_by_the_cli(tmp_path, capsys, option, value, message):
+    trace = write(tmp_path, "t.jsonl", TRACE)
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(trace), "--policy", "lru", option, value] + ([] if option == "--capacity" else ["--capacity", "2"]))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

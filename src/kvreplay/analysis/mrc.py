@@ -26,9 +26,10 @@ from ..jit import kernel
 from ..engine.replay import as_trace, check_capacity, warmup_count
 from ..engine.report import window_text
 from ..errors import ConfigError
-from ..trace.model import resolve_block_size
+from ..trace.model import exact_sum, resolve_block_size
 from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
+from .results import CurveResult
 
 def auto_capacities(num_blocks: int, points: int = 12, smallest: int = 16) -> list[int]:
     """Log-spaced capacities from `smallest` up to the number of unique blocks (the infinite-cache size)."""
@@ -81,12 +82,15 @@ def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at
 jit.key_cache_on_sources(_histograms, [fenwick.__file__])
 
 
-def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0) -> dict:
+def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0) -> CurveResult:
     """Exact LRU hit tokens at every capacity in one pass.
 
-    Returns ``{"trace", "policy": "lru", "block_size", "warmup_fraction", "window", "points": [...]}``
-    with one point per capacity: ``cache_capacity_blocks``, ``total_hit_tokens``,
-    ``total_prompt_tokens``, ``hit_rate``, ``final_cache_blocks``, ``admissions``, ``evictions``.
+    Returns ``{"trace", "policy": "lru", "block_size", "warmup_fraction", "window", "num_requests",
+    "points": [...]}`` with one point per capacity: ``cache_capacity_blocks``, ``total_hit_tokens``,
+    ``total_prompt_tokens``, ``hit_rate``, ``final_cache_blocks``, ``admissions``, ``evictions``,
+    ``oversize_requests``. The dict (a CurveResult) also gives the tidy table: ``rows()``,
+    ``to_dict()`` (the JSON document of ``kvreplay mrc --json``), ``to_pandas()``, ``to_polars()``,
+    ``to_arrow()`` (analysis/results.py).
     """
 
     trace = as_trace(trace)
@@ -107,7 +111,9 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     hits_within = np.cumsum(hit_tokens_at)  # [d]: hit tokens at capacity d (d <= distinct)
     accesses_within = np.cumsum(accesses_at)
     n = trace.num_accesses
-    prompt = int(trace.input_length[warmup:].sum())
+    prompt = exact_sum(trace.input_length[warmup:])
+    # oversize: requests of the window needing more blocks than the cache (engine/replay.py's rule)
+    need = np.sort(-(-np.asarray(trace.input_length[warmup:], dtype=np.int64) // block_size))
     points = []
     for c in capacities:
         hits = int(hits_within[min(c, distinct)])
@@ -117,8 +123,9 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
             "cache_capacity_blocks": c, "total_hit_tokens": hits, "total_prompt_tokens": prompt,
             "hit_rate": hits / prompt if prompt else 0.0, "final_cache_blocks": final,
             "admissions": admissions, "evictions": admissions - final,
+            "oversize_requests": int(need.size - np.searchsorted(need, c, side="right")),
         })
-    return {
-        "trace": trace.source, "policy": "lru", "block_size": block_size,
-        "warmup_fraction": float(warmup_fraction), "window": window_text(warmup, len(trace)), "points": points,
-    }
+    return CurveResult(
+        trace=trace.source, policy="lru", block_size=block_size, warmup_fraction=float(warmup_fraction),
+        window=window_text(warmup, len(trace)), num_requests=len(trace), points=points,
+    )

@@ -26,7 +26,7 @@ import numpy as np
 from .. import jit
 from ..jit import kernel
 from ..engine.replay import as_trace
-from ..trace.model import resolve_block_size
+from ..trace.model import exact_sum, resolve_block_size
 from ..errors import ConfigError
 from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
@@ -172,15 +172,15 @@ def stats(trace, block_size: int | None = None) -> dict:
     hit_tokens, hit_blocks, shared, reuse = infinite_hits(trace, size)
     n = len(trace)
     prompt = trace.total_prompt_tokens
-    hits = int(hit_tokens.sum())
+    hits = exact_sum(hit_tokens)
     duration_ms = float(trace.timestamp.max() - trace.timestamp.min()) if n else 0.0
-    shared_tokens = int(np.minimum(shared * size, trace.input_length).sum())
+    shared_tokens = exact_sum(np.minimum(shared * size, trace.input_length))
     out = {
         "source": trace.source,
         "block_size": size,
         "num_requests": n,
         "total_prompt_tokens": prompt,
-        "total_output_tokens": int(trace.output_length.sum()),
+        "total_output_tokens": exact_sum(trace.output_length),
         "num_block_accesses": trace.num_accesses,
         "num_unique_blocks": int(np.unique(trace.blocks).size) if trace.num_accesses else 0,
         "infinite_cache_hit_tokens": hits,

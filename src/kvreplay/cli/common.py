@@ -10,6 +10,9 @@ from ..errors import ConfigError
 from ..trace.formats import FORMATS
 
 
+LARGEST = 2**62  # counts above this overflow the kernels' 64-bit arithmetic; no cache is that large
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -17,6 +20,8 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value > LARGEST:
+        raise argparse.ArgumentTypeError(f"must be at most 2**62 = {LARGEST:,}, got {value:,}")
     return value
 
 
@@ -28,6 +33,8 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if value >= 2**32:
+        raise argparse.ArgumentTypeError(f"must be below 2**32, got {value:,}")
     return value
 
 

@@ -48,6 +48,8 @@ def oversize_requests(trace: Trace, block_size: int, capacity: int, warmup: int)
 def check_capacity(capacity) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ConfigError(f"capacity must be a positive whole number of blocks, got {capacity!r}")
+    if capacity > 2**62:
+        raise ConfigError(f"capacity {capacity:,} blocks is beyond any cache (at most 2**62)")
     return int(capacity)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvariantError
+from ..trace.model import exact_sum
 
 
 def window_text(warmup_requests: int, num_requests: int) -> str:
@@ -59,11 +60,11 @@ class Report:
 
     @property
     def total_prompt_tokens(self) -> int:
-        return int(self.prompt_tokens[self.warmup_requests:].sum())
+        return exact_sum(self.prompt_tokens[self.warmup_requests:])
 
     @property
     def total_hit_tokens(self) -> int:
-        return int(self.hit_tokens[self.warmup_requests:].sum())
+        return exact_sum(self.hit_tokens[self.warmup_requests:])
 
     @property
     def hit_rate(self) -> float:
@@ -139,3 +140,34 @@ class Report:
                 for p, h, k in zip(self.prompt_tokens.tolist(), self.hit_tokens.tolist(), self.hit_blocks.tolist())
             ]
         return out
+
+    # Per-request table columns (name -> kind); docs/formats.md, "Output tables".
+    REQUEST_COLUMNS = {"request": "int", "prompt_tokens": "int", "hit_tokens": "int", "hit_blocks": "int",
+                       "hit_rate": "float", "measured": "bool"}
+
+    def request_columns(self) -> dict:
+        """The per-request table as numpy columns, in trace order: ``request`` (0-based index),
+        ``prompt_tokens`` and ``hit_tokens`` (tokens), ``hit_blocks`` (blocks), ``hit_rate``
+        (hit_tokens / prompt_tokens, a fraction 0..1; NaN for a request without prompt tokens) and
+        ``measured`` (False for the warm-up requests, which the totals leave out)."""
+        prompt = np.asarray(self.prompt_tokens, dtype=np.int64)
+        hits = np.asarray(self.hit_tokens, dtype=np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(prompt > 0, hits / np.where(prompt > 0, prompt, 1), np.nan)
+        return {"request": np.arange(self.num_requests, dtype=np.int64), "prompt_tokens": prompt, "hit_tokens": hits,
+                "hit_blocks": np.asarray(self.hit_blocks, dtype=np.int64), "hit_rate": rate,
+                "measured": np.arange(self.num_requests) >= self.warmup_requests}
+
+    def to_pandas(self):
+        """The per-request table (request_columns()) as a pandas DataFrame; needs pandas
+        (pip install 'kvreplay[pandas]')."""
+        from ..tables import to_pandas
+
+        return to_pandas(self.request_columns(), self.REQUEST_COLUMNS, what="Report.to_pandas()")
+
+    def to_polars(self):
+        """The per-request table (request_columns()) as a polars DataFrame; needs polars
+        (pip install 'kvreplay[polars]')."""
+        from ..tables import to_polars
+
+        return to_polars(self.request_columns(), self.REQUEST_COLUMNS, what="Report.to_polars()")

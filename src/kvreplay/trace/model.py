@@ -19,6 +19,9 @@ from ..errors import ConfigError
 DEFAULT_BLOCK_SIZE = 512
 
 
+MAX_BLOCK_SIZE = 2**31 - 1  # hit_blocks * block_size stays exact in 64 bits
+
+
 def resolve_block_size(block_size, trace=None) -> int:
     """The block size in use: `block_size` if given, else the one `trace` declares, else 512.
     Raises ConfigError unless the result is a whole number >= 1."""
@@ -27,7 +30,18 @@ def resolve_block_size(block_size, trace=None) -> int:
         return DEFAULT_BLOCK_SIZE
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise ConfigError(f"block_size must be a whole number of tokens >= 1, got {size!r}")
+    if size > MAX_BLOCK_SIZE:
+        raise ConfigError(f"block_size {size:,} is beyond any engine's block (at most 2**31 - 1 = {MAX_BLOCK_SIZE:,} tokens)")
     return int(size)
+
+
+def exact_sum(a: np.ndarray) -> int:
+    """The exact sum of an integer array: numpy's int64 when it cannot wrap, Python ints otherwise."""
+    if a.size == 0:
+        return 0
+    if max(abs(int(a.max())), abs(int(a.min()))) < (2**63 - 1) // a.size:
+        return int(a.sum(dtype=np.int64))
+    return sum(a.tolist())
 
 
 def _frozen(a, dtype) -> np.ndarray:
@@ -148,7 +162,7 @@ class Trace:
 
     @property
     def total_prompt_tokens(self) -> int:
-        return int(self.input_length.sum())
+        return exact_sum(self.input_length)
 
     def request_blocks(self, i: int) -> np.ndarray:
         """Dense block ids of request i, in order."""
