@@ -16,6 +16,8 @@ Every figure here is derived from a Report's per-request arrays over the report'
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ConfigError
@@ -65,6 +67,9 @@ def percentiles(rates: np.ndarray, qs=PERCENTILES) -> dict:
     return {f"p{q}": float(np.percentile(rates, q, method="lower")) for q in qs}
 
 
+MAX_WINDOWS = 10_000  # a table or chart of more windows is unreadable (and the labels cost memory)
+
+
 def over_time(report, timestamp_ms=None, *, requests: int | None = None, seconds: float | None = None) -> list[dict]:
     """Token-weighted hit rate per window of `requests` consecutive requests, or of `seconds`
     of trace time (needs `timestamp_ms`, in trace order). Only requests in the report's window
@@ -90,8 +95,13 @@ def over_time(report, timestamp_ms=None, *, requests: int | None = None, seconds
         if n == 0:
             return []
         t0 = float(t.min())
+        span = float(t.max()) - t0
+        count = math.floor(span / (seconds * 1000.0)) + 1 if math.isfinite(span / (seconds * 1000.0)) else math.inf
+        if count > MAX_WINDOWS:
+            least = span / 1000.0 / (MAX_WINDOWS - 1)
+            raise ConfigError(f"windows of {seconds:g} s over a trace spanning {span / 1000.0:,.6g} s make more than "
+                              f"{MAX_WINDOWS:,} windows: use windows of at least {least:,.6g} s")
         bucket = ((t - t0) // (seconds * 1000.0)).astype(np.int64)
-        count = int(bucket.max()) + 1
         labels = [{"start_s": (t0 / 1000.0) + i * seconds, "end_s": (t0 / 1000.0) + (i + 1) * seconds} for i in range(count)]
     size = len(labels)
     window_prompt = np.bincount(bucket, weights=prompt, minlength=size)[:size]

@@ -173,7 +173,11 @@ def stats(trace, block_size: int | None = None) -> dict:
     n = len(trace)
     prompt = trace.total_prompt_tokens
     hits = exact_sum(hit_tokens)
-    duration_ms = float(trace.timestamp.max() - trace.timestamp.min()) if n else 0.0
+    with np.errstate(over="ignore"):
+        duration_ms = float(trace.timestamp.max() - trace.timestamp.min()) if n else 0.0
+    if not np.isfinite(duration_ms):
+        raise ConfigError(f"{trace.source}: the timestamps span more than a float can hold "
+                          f"({trace.timestamp.min():g} to {trace.timestamp.max():g} ms)")
     shared_tokens = exact_sum(np.minimum(shared * size, trace.input_length))
     out = {
         "source": trace.source,

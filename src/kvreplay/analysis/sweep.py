@@ -14,12 +14,15 @@ from ..engine.report import window_text
 from ..policies.registry import get_policy, parse_policy
 from .executors import SWEEP_FIELDS, Task, run
 from .mrc import auto_capacities
+from .results import SweepResult, params_label
 
-__all__ = ["sweep", "auto_capacities", "points_to_rows", "SWEEP_FIELDS"]
+__all__ = ["sweep", "auto_capacities", "points_to_rows", "SWEEP_FIELDS", "SweepResult"]
 
 
 def _policy_list(policies) -> list[tuple]:
     """(spec, resolved params) for every policy entry; an entry (name, [params, params]) gives several."""
+    if isinstance(policies, str):
+        policies = [p for p in policies.split(",") if p.strip()]  # "lru" or "lru,fifo", not its characters
     out = []
     for p in policies:
         if isinstance(p, str):
@@ -69,7 +72,7 @@ def sweep(
     executor: str = "local",
     ray_address: str | None = None,
     progress=None,
-) -> dict:
+) -> SweepResult:
     """Replay every (trace, policy, parameters, capacity) combination.
 
     trace: a Trace or a path; or several, as a list or a dict name -> trace (or path).
@@ -92,6 +95,10 @@ def sweep(
     "num_requests", "window"}], "block_size" (None if the traces differ), "warmup_fraction", "results"}``,
     ordered by trace first, and every result starts with its ``trace`` name. The results, their
     order and their numbers are the same whichever executor and number of jobs ran them.
+
+    The result is a dict (a SweepResult) that also gives the tidy table: ``rows()``, ``to_dict()``
+    (the JSON document of ``kvreplay sweep --json``), ``to_pandas()``, ``to_polars()``, ``to_arrow()``
+    (analysis/results.py; columns and units in docs/formats.md, "Output tables").
     """
     names, traces, several = _trace_list(trace)
     if isinstance(capacities, str) and capacities != "auto":
@@ -149,11 +156,11 @@ def sweep(
 
     if not several:
         info = per_trace[0]
-        return {"trace": traces[0].source, "block_size": info["block_size"], "warmup_fraction": float(warmup_fraction),
-                "window": info["window"], "num_requests": info["num_requests"], "results": results}
+        return SweepResult(trace=traces[0].source, block_size=info["block_size"], warmup_fraction=float(warmup_fraction),
+                           window=info["window"], num_requests=info["num_requests"], results=results)
     sizes = {info["block_size"] for info in per_trace}
-    return {"trace": names, "traces": per_trace, "block_size": sizes.pop() if len(sizes) == 1 else None,
-            "warmup_fraction": float(warmup_fraction), "results": results}
+    return SweepResult(trace=names, traces=per_trace, block_size=sizes.pop() if len(sizes) == 1 else None,
+                       warmup_fraction=float(warmup_fraction), results=results)
 
 
 def _with_trace(row: dict, name: str, several: bool) -> dict:
@@ -163,11 +170,12 @@ def _with_trace(row: dict, name: str, several: bool) -> dict:
 
 
 def points_to_rows(results: list[dict]) -> list[dict]:
-    """Flatten params into a printable string for tables and CSV."""
+    """Rows for the terminal table: params packed into one printable label (machine outputs use
+    SweepResult.rows(), the tidy table)."""
     rows = []
     for r in results:
         row = dict(r)
-        row["params"] = ";".join(f"{k}={v}" for k, v in r["params"].items())
+        row["params"] = params_label(r["params"])
         row.pop("counters", None)
         rows.append(row)
     return rows

@@ -94,7 +94,7 @@ def _fast_chunk(first_line: int, data: bytes) -> _BailianChunk | None:
         return _BailianChunk(empty, empty, empty, np.zeros(0), empty, empty, empty, empty)
     try:
         recs = _fast_decoder.decode_lines(data)  # skips empty lines
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     if len(recs) != n:
         return None  # two records on a line or one over two lines: the slow path says where
@@ -230,6 +230,7 @@ def _without(chunks: list[_BailianChunk], cat: dict, keep: np.ndarray) -> dict:
 
 READER = Reader(
     name="bailian", read=read_bailian, rank=1,
-    sniff=lambda keys: "chat_id" in keys or "parent_chat_id" in keys, sniff_keys=("chat_id", "parent_chat_id"),
+    # A Mooncake line with an extra chat_id stays Mooncake (other fields are ignored there).
+    sniff=lambda keys: "parent_chat_id" in keys or {"chat_id", "turn"} <= keys, sniff_keys=("chat_id", "parent_chat_id", "turn"),
     summary="Alibaba Bailian/Qwen JSONL: 16-token blocks, sessions from parent_chat_id",
 )

@@ -39,8 +39,8 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError, TraceError
-from .model import Reader, Trace
-from .jsonl import INT64_MAX, MAX_REPORTED_LINES, Chunk, dense_ids, describe, finite, is_int, open_trace
+from .model import MAX_BLOCK_SIZE, Reader, Trace
+from .jsonl import INT64_MAX, MAX_REPORTED_LINES, Chunk, dense_ids, describe, finite, is_int, nesting, open_trace
 
 FORMAT = "claude-code"
 
@@ -221,10 +221,10 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
         raise TraceError(name, "no requests (empty trace)")
     try:
         doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, RecursionError) as e:
         found = re.search(r"byte (\d+)", str(e))
         line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else data.rstrip().count(b"\n") + 1
-        raise TraceError(name, f"invalid JSON ({e})", line) from None
+        raise TraceError(name, f"invalid JSON ({nesting(e)})", line) from None
     reader = _Reader(name, data, on_invalid)
     if not isinstance(doc, dict):
         raise TraceError(name, f"expected one JSON object (a Claude Code session), got {describe(doc)}", 1)
@@ -233,6 +233,8 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
     block_size = doc["block_size"]
     if not is_int(block_size) or block_size < 1:
         raise reader.fail(["block_size"], f"expected a positive integer, got {describe(block_size)}")
+    if block_size > MAX_BLOCK_SIZE:
+        raise reader.fail(["block_size"], f"{block_size:,} is beyond any engine's block (at most {MAX_BLOCK_SIZE:,} tokens)")
     scope = doc.get("hash_id_scope", "local")
     if scope != "local":
         raise reader.fail(["hash_id_scope"], f"only \"local\" is supported (ids private to the file), got {describe(scope)}")
@@ -240,7 +242,10 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
         raise reader.fail(["requests"], "missing")
     if not isinstance(doc["requests"], list):
         raise reader.fail(["requests"], f"expected a list, got {describe(doc['requests'])}")
-    reader.walk(doc["requests"], ["requests"], 0.0, 0)
+    try:
+        reader.walk(doc["requests"], ["requests"], 0.0, 0)
+    except RecursionError:
+        raise TraceError(name, "subagents nested too deeply to read") from None
     n = len(reader.lengths)
     invalid = sorted(reader.invalid)
     if n == 0:
@@ -263,6 +268,6 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
 
 READER = Reader(
     name=FORMAT, read=read_claude_code, rank=0, options=("subagent_sessions",),
-    sniff=lambda keys: "requests" in keys and "block_size" in keys, sniff_keys=("requests", "block_size"),
+    sniff=lambda keys: "requests" in keys, sniff_keys=("requests", "block_size"),
     summary="Claude Code session JSON (kv-cache-tester corpus): one session per file, declared block size",
 )

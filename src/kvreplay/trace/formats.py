@@ -14,6 +14,7 @@ from ..plugins import discover
 from .model import Reader
 
 SNIFF_BYTES = 1 << 20
+WHOLE_DOCUMENT_BYTES = 1 << 30  # a one-document trace is read whole anyway
 
 
 def _discover() -> dict[str, Reader]:
@@ -33,15 +34,15 @@ def get_reader(name: str) -> Reader:
     return reader
 
 
-def _head(path: str) -> bytes:
+def _head(path: str, size: int = SNIFF_BYTES) -> bytes:
     from .jsonl import open_trace
 
     if path == "-":
         stdin = sys.stdin.buffer
-        return stdin.peek(SNIFF_BYTES) if hasattr(stdin, "peek") else b""
+        return stdin.peek(size) if hasattr(stdin, "peek") else b""
     stream = open_trace(path)
     try:
-        return stream.read(SNIFF_BYTES)
+        return stream.read(size)
     except Exception:  # noqa: BLE001 - the reader reports a corrupt file properly
         return b""
     finally:
@@ -56,7 +57,7 @@ def sniff_keys(head: bytes) -> set | None:
     first = text.split(b"\n", 1)[0]
     try:
         record = msgspec.json.decode(first)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         record = None
     if isinstance(record, dict):
         return set(record.keys()) & wanted
@@ -75,11 +76,26 @@ def sniff_format(path: str) -> str:
     """Guess a file's format from its first non-empty record: the first reader (in rank order)
     whose sniff accepts the record's keys; Mooncake, the catch-all, then names what is wrong.
     Standard input is sniffed from what is already buffered (gzip on stdin is read as Mooncake)."""
-    keys = sniff_keys(_head(path))
+    head = _head(path)
+    found = _first_match(sniff_keys(head))
+    if (found == list(READERS)[-1] and path != "-" and len(head) == SNIFF_BYTES and head.lstrip().startswith(b"{")
+            and b"\n" not in head.strip()):
+        # One JSON document longer than the sniffed bytes (a Claude Code session with a large
+        # field before its requests): its keys may come later; look at the whole document.
+        found = _first_match(sniff_keys(_head(path, WHOLE_DOCUMENT_BYTES)))
+    return found
+
+
+def _first_match(keys) -> str:
     for reader in sorted(READERS.values(), key=lambda r: (r.rank, r.name)):
         if keys is not None and reader.sniff(keys):
             return reader.name
     return "mooncake"
+
+
+def tried() -> str:
+    """The formats auto-detection tries, in order (for messages)."""
+    return ", ".join(r.name for r in sorted(READERS.values(), key=lambda r: (r.rank, r.name)))
 
 
 def read(path: str, format: str, *, on_invalid: str, keep_ids: bool, **options):

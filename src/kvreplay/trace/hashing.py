@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import ConfigError, TraceError
 from ..files import atomic_output
 from .model import DEFAULT_BLOCK_SIZE
-from .jsonl import INT64_MAX, describe, open_trace
+from .jsonl import INT64_MAX, describe, nesting, open_trace
 
 ROOT_PREFIX = b"kvreplay-root"
 TOKENIZERS_HINT = "pip install 'kvreplay[tokenizers]'"
@@ -120,8 +120,8 @@ def _check_record(path: str, line: int, text: bytes) -> _Record:
     """Decode one line the generic way and name the first problem; return it as a _Record."""
     try:
         obj = msgspec.json.decode(text)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise TraceError(path, f"invalid JSON ({e})", line) from None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+        raise TraceError(path, f"invalid JSON ({nesting(e)})", line) from None
     if not isinstance(obj, dict):
         raise TraceError(path, f"expected a JSON object, got {describe(obj)}", line)
     tokens = obj.get("token_ids")
@@ -257,7 +257,7 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
             continue
         try:
             rec = decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             rec = _check_record(name, line_no, line)
         tokens = rec.token_ids
         if tokens is None:

@@ -146,12 +146,17 @@ def finite(x) -> bool:
         return False
 
 
+def nesting(e: Exception) -> str:
+    """A decode error's text; a RecursionError says what it means in a trace."""
+    return "nested too deeply" if isinstance(e, RecursionError) else str(e)
+
+
 def decode_object(path: str, line: int, text: bytes) -> dict:
     """One line's JSON object, or a TraceError naming the line (shared by the line readers)."""
     try:
         obj = msgspec.json.decode(text)
-    except msgspec.DecodeError as e:
-        raise TraceError(path, f"invalid JSON ({e})", line) from None
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise TraceError(path, f"invalid JSON ({nesting(e)})", line) from None
     if not isinstance(obj, dict):
         raise TraceError(path, f"expected a JSON object, got {describe(obj)}", line)
     return obj

@@ -65,7 +65,7 @@ def _fast_chunk(data: bytes) -> Chunk | None:
         return Chunk(np.zeros(0, np.int64), np.zeros(0, np.int64), *(np.zeros(0, t) for t in (np.int64, np.float64, np.int64)))
     try:
         recs = _fast_decoder.decode_lines(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     n = len(recs)
     if n != lines:

@@ -160,14 +160,21 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
     ids namespaced per file, ordered by time. Claude Code files are timed from their session's
     start, so each gets a start offset from `session_arrivals` (in file order); line formats
     keep their own timestamps."""
-    from .formats import read, sniff_format
+    from ..errors import TraceError
+    from .formats import READERS, read, sniff_format, tried
 
     paths = trace_paths(path)
     session_offsets_ms(0, session_arrivals, session_spacing, seed)  # check the options before reading
     traces = []
     for p in paths:
         fmt = sniff_format(p) if format == "auto" else format
-        traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
+        try:
+            traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
+        except TraceError as e:
+            if format == "auto" and fmt == list(READERS)[-1] and e.line == 1:
+                # The catch-all took a file no reader recognised: say so, not only what it missed.
+                e.msg += f" (no format recognised the first record: tried {tried()}; read as {fmt}; see --format)"
+            raise
     if len(traces) == 1:
         return traces[0]
     merged = merge(traces, namespace=True, offsets_ms=start_offsets_ms(traces, session_arrivals, session_spacing, seed))
