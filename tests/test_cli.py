@@ -59,7 +59,7 @@ BAD3 = DATA / "bad_line3.jsonl"  # line 3: input_length -4
 REPORT_FIELDS = {
     "policy", "params", "block_size", "cache_capacity_blocks", "num_requests", "total_prompt_tokens",
     "total_hit_tokens", "hit_rate", "final_cache_blocks", "window", "counters", "stranded_blocks", "sizes",
-    "engine", "trace", "metrics",
+    "engine", "trace", "metrics", "oversize_requests",
 }
 
 
@@ -459,10 +459,13 @@ def test_huge_hash_id_does_not_traceback(tmp_path):
 
 # ---------------------------------------------------------------- sweep
 
-SWEEP_CSV_HEADER = "policy,params,cache_capacity_blocks,total_hit_tokens,total_prompt_tokens,hit_rate,final_cache_blocks"
+# The tidy table (docs/formats.md, "Output tables"); lru and fifo have no parameters, so no parameter columns.
+SWEEP_CSV_HEADER = ("trace,policy,params,bound,capacity_kind,cache_capacity_blocks,kv_bytes,kv_gib,total_hit_tokens,"
+                    "total_prompt_tokens,hit_rate,final_cache_blocks,admissions,evictions,oversize_requests,block_size,"
+                    "window,warmup_fraction,warmup_requests,measured_requests")
 SWEEP_KEYS = {"trace", "block_size", "warmup_fraction", "window", "num_requests", "results"}
-RESULT_KEYS = {"policy", "params", "cache_capacity_blocks", "total_prompt_tokens", "total_hit_tokens",
-               "hit_rate", "final_cache_blocks", "counters"}
+RESULT_KEYS = set(SWEEP_CSV_HEADER.split(",")) | {"counters"}
+WHOLE_LVF = {"warmup_requests": 0, "measured_requests": 5, "description": "whole trace (5 requests)"}
 # (policy, capacity, hit tokens, final blocks) for LVF at block size 4 (see the top of this file)
 LVF_SWEEP = [("lru", 2, 6, 2), ("lru", 6, 6, 3), ("fifo", 2, 4, 2), ("fifo", 6, 6, 3)]
 
@@ -479,6 +482,13 @@ def test_sweep_csv(tmp_path):
     assert [int(r["total_prompt_tokens"]) for r in rows] == [20] * 4
     assert [float(r["hit_rate"]) for r in rows] == pytest.approx([0.3, 0.3, 0.2, 0.3])
     assert [r["params"] for r in rows] == [""] * 4
+    # every row names its trace and window; no budget: kv_bytes and kv_gib are empty, not "0"
+    assert {(r["trace"], r["window"], r["warmup_fraction"], r["warmup_requests"], r["measured_requests"],
+             r["block_size"], r["bound"], r["capacity_kind"], r["kv_bytes"], r["kv_gib"]) for r in rows} == {
+        (str(LVF), "whole trace (5 requests)", "0.0", "0", "5", "4", "false", "limit", "", "")}
+    # LRU at 2: 1, 2, 3 are admitted, 3 evicts 2 -> (3, 1); FIFO at 2: 1, 2, 3 (evicts 1), then 1 again
+    # (evicts 2) -> (4, 2); at 6 nothing is evicted
+    assert [(int(r["admissions"]), int(r["evictions"])) for r in rows] == [(3, 1), (3, 0), (4, 2), (3, 0)]
     assert text.splitlines()[0] == f"trace {LVF}, block size 4, window: whole trace (5 requests); hit rate is token-weighted"
     assert no_temp_files(tmp_path)
 
@@ -489,6 +499,9 @@ def test_sweep_csv_s3fifo_params(tmp_path):
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert [r["params"] for r in rows] == ["small_ratio=0.1;max_freq=3;ghost_freq=0",
                                            "small_ratio=0.5;max_freq=3;ghost_freq=0"]
+    # each parameter also has its own column, right after the packed label
+    assert list(rows[0])[:6] == ["trace", "policy", "params", "small_ratio", "max_freq", "ghost_freq"]
+    assert [(r["small_ratio"], r["max_freq"], r["ghost_freq"]) for r in rows] == [("0.1", "3", "0"), ("0.5", "3", "0")]
     # small_ratio 0.1 at 6: 2 hit tokens (hand-worked at the top).
     # small_ratio 0.5 at 6: small_cap 3, main_cap 3. r1..r2: S=[1,2]; r3: 1 in S -> hit 4 (freq 1);
     # r4: S=[1,2,3]; r5: 1 still in S -> hit 2.  Total 6.
@@ -503,8 +516,13 @@ def test_sweep_json_output_and_stdout(tmp_path):
     data = json.loads(out.read_text())
     assert set(data) == SWEEP_KEYS
     assert data["block_size"] == 4 and data["num_requests"] == 5 and data["warmup_fraction"] == 0.0
-    assert data["window"] == "whole trace (5 requests)" and data["trace"] == str(LVF)
+    assert data["window"] == WHOLE_LVF and data["trace"] == str(LVF)
     assert all(set(x) == RESULT_KEYS for x in data["results"])
+    # the JSON rows are the CSV rows (as JSON values), plus each policy's counters
+    assert [x["counters"] for x in data["results"]] == [{"admissions": 3, "evictions": 1}, {"admissions": 3, "evictions": 0},
+                                                        {"admissions": 4, "evictions": 2}, {"admissions": 3, "evictions": 0}]
+    assert {(x["trace"], x["window"], x["warmup_requests"], x["bound"], x["kv_bytes"]) for x in data["results"]} == {
+        (str(LVF), "whole trace (5 requests)", 0, False, None)}
     got = [(x["policy"], x["cache_capacity_blocks"], x["total_hit_tokens"], x["final_cache_blocks"]) for x in data["results"]]
     assert got == LVF_SWEEP
     assert [x["total_prompt_tokens"] for x in data["results"]] == [20] * 4
@@ -520,7 +538,10 @@ def test_sweep_warmup():
     data = json.loads(ok("sweep", LVF, "--capacities", "2,6", "--policies", "lru,fifo", "--block-size", 4,
                          "--warmup-fraction", 0.5, "--json"))
     assert data["warmup_fraction"] == 0.5
-    assert data["window"] == "after warm-up: requests 3-5 of 5 (first 2 only warm the cache)"
+    window = "after warm-up: requests 3-5 of 5 (first 2 only warm the cache)"
+    assert data["window"] == {"warmup_requests": 2, "measured_requests": 3, "description": window}
+    assert {(x["window"], x["warmup_fraction"], x["warmup_requests"], x["measured_requests"]) for x in data["results"]} == {
+        (window, 0.5, 2, 3)}
     assert [x["total_prompt_tokens"] for x in data["results"]] == [second_half] * 4
     assert [x["total_hit_tokens"] for x in data["results"]] == [6, 6, 4, 6]
     text = ok("sweep", LVF, "--capacities", "2", "--policies", "lru", "--block-size", 4, "--warmup-fraction", 0.5)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -115,9 +117,11 @@ def test_mrc_sizes_and_csv(capsys, trace, tmp_path):
                    "--output", str(out_csv))
     assert [(p["cache_capacity_blocks"], p["total_hit_tokens"]) for p in doc["points"]] == [(2, 0), (4, 1024)]
     assert doc["budget"]["capacities"][1]["cache_bytes"] == 2 * GiB
-    lines = out_csv.read_text().splitlines()
-    assert lines[0].startswith("cache_capacity_blocks,kv_bytes,")
-    assert lines[1].startswith("2,1 GiB,0,") and lines[2].startswith("4,2 GiB,1024,")
+    # the CSV is tidy: kv_bytes an integer (blocks x 512 tokens x 1 MiB per token) and kv_gib its GiB, no "1 GiB" text
+    rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
+    assert [(r["policy"], r["cache_capacity_blocks"], r["kv_bytes"], r["kv_gib"], r["total_hit_tokens"]) for r in rows] == [
+        ("lru", "2", str(GiB), "1.0", "0"), ("lru", "4", str(2 * GiB), "2.0", "1024")]
+    assert [p["kv_bytes"] for p in doc["points"]] == [GiB, 2 * GiB]
 
 
 def test_auto_capacities_with_a_model(capsys, trace):

@@ -7,13 +7,14 @@ Public API::
     report.total_hit_tokens, report.hit_rate, report.to_dict()
     results = kvreplay.sweep(trace, capacities=[1000, 4096], policies=["s3fifo", "lru"])
     curve = kvreplay.mrc(trace, capacities="auto")   # exact LRU curve, one pass
+    results.to_pandas(), curve.to_polars(), report.to_pandas()   # tidy tables (docs/formats.md)
 """
 
 from .analysis.mrc import mrc
 from .analysis.stats import stats
 from .analysis.sweep import sweep
 from .engine.replay import replay
-from .errors import ConfigError, InvariantError, KvreplayError, TraceError
+from .errors import ConfigError, InvariantError, KvreplayError, MissingDependencyError, TraceError
 from .engine.report import Report
 from .policies.registry import POLICIES
 from .trace import Trace, load_trace
@@ -23,13 +24,14 @@ from .version import __version__  # noqa: F401 - kvreplay.__version__
 
 def report_html(trace, **kwargs) -> str:
     """The HTML report of `trace` (``kvreplay report``): keyword arguments as for
-    `analysis.overview.collect`, plus `title`."""
+    `analysis.overview.collect`, plus `title` and `zoom` (see `output.html.render`)."""
     from .analysis.overview import collect
     from .output.html import render
 
-    title = kwargs.pop("title", None) or f"kvreplay report: {trace.source}"
-    return render(collect(trace, **kwargs), title=title)
+    title = kwargs.pop("title", None)  # default: "kvreplay report: FILE NAME" (never the directories)
+    zoom = kwargs.pop("zoom", "auto")  # the curve's zoom panel: "auto", False or (lo, hi) percent
+    return render(collect(trace, **kwargs), title=title, zoom=zoom)
 __all__ = [
     "load_trace", "replay", "sweep", "mrc", "stats", "report_html", "Trace", "Report", "POLICIES",
-    "KvreplayError", "TraceError", "ConfigError", "InvariantError",
+    "KvreplayError", "TraceError", "ConfigError", "InvariantError", "MissingDependencyError",
 ]

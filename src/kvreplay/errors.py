@@ -38,5 +38,10 @@ class OutputError(KvreplayError):
         super().__init__(f"{path}: {msg}")
 
 
+class MissingDependencyError(KvreplayError):
+    """An optional library a feature needs (pandas, polars, pyarrow) is not installed; the message
+    names the pip extra that installs it (``pip install 'kvreplay[parquet]'``)."""
+
+
 class InvariantError(AssertionError):
     """A replay result broke one of the spec's invariants. Always a bug in kvreplay."""

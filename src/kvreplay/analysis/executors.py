@@ -55,7 +55,8 @@ class Task:
         return len(self.capacities) if self.kind == "lru-curve" else 1
 
 
-SWEEP_FIELDS = ("policy", "params", "cache_capacity_blocks", "total_prompt_tokens", "total_hit_tokens", "hit_rate", "final_cache_blocks")
+SWEEP_FIELDS = ("policy", "params", "cache_capacity_blocks", "total_prompt_tokens", "total_hit_tokens", "hit_rate",
+                "final_cache_blocks", "oversize_requests")
 
 
 def run_task(trace, task: Task) -> list[dict]:

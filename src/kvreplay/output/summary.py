@@ -101,15 +101,16 @@ def budget_summary(budget) -> str:
 
 
 def with_budget(rows: list[dict], columns, budget):
-    """Table rows and columns with each capacity's KV bytes next to its block count."""
+    """Terminal table rows and columns with each capacity's KV size ("16 GiB") next to its block
+    count. For people only: CSV, JSON and Parquet carry kv_bytes (an integer) and kv_gib."""
     if budget is None:
         return rows, columns
     from ..analysis.models import format_bytes
 
     per_block = budget["bytes_per_block"]
-    rows = [dict(r, kv_bytes=format_bytes(r["cache_capacity_blocks"] * per_block)) for r in rows]
+    rows = [dict(r, kv_size=format_bytes(r["cache_capacity_blocks"] * per_block)) for r in rows]
     at = [key for key, _ in columns].index("cache_capacity_blocks") + 1
-    return rows, list(columns[:at]) + [("kv_bytes", "KV bytes")] + list(columns[at:])
+    return rows, list(columns[:at]) + [("kv_size", "KV bytes")] + list(columns[at:])
 
 
 def budget_heading(budget) -> str:

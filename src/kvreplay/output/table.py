@@ -32,8 +32,10 @@ def format_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
 
 
 def to_csv(rows: list[dict], columns: list[str]) -> str:
+    """CSV of `rows` under `columns`: numbers as Python writes them (full precision), booleans
+    as true/false, a missing value (None) as an empty cell."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: ("true" if v else "false") if isinstance(v, bool) else v for k, v in r.items()} for r in rows)
     return buf.getvalue()
