@@ -33,7 +33,7 @@ def test_collect_holds_the_replays_numbers():
     # Infinite cache: r2 8 + r3 4 + r4 7 = 19 of 29 prompt tokens.
     assert data["ceiling"]["total_hit_tokens"] == 19
     assert data["capacities"] == [1, 2, 4]
-    assert data["focus_capacity"] == 2  # the middle of the curve
+    assert data["focus_capacity"] == 2  # lru reaches half the ceiling there (test_default_operating_point...)
     lru_at_2 = kvreplay.replay(trace, "lru", 2, 4)
     focus = {f["label"]: f for f in data["focus"]}
     assert focus["lru"]["summary"]["total_hit_tokens"] == lru_at_2.total_hit_tokens
@@ -54,6 +54,7 @@ def test_page_is_self_contained_and_states_its_window():
     assert not re.search(r"url\((?!#)", page)
     assert "after warm-up: requests 2-4 of 4" in page
     assert "infinite-cache" in page
+    assert "kvreplay report: &lt;memory&gt;</title>" in page
 
 
 def looks_rendered(png_path) -> tuple[float, int]:
@@ -66,14 +67,14 @@ def looks_rendered(png_path) -> tuple[float, int]:
     return ink, colour
 
 
-def screenshot(html_path, png_path) -> str:
+def screenshot(html_path, png_path, height: int = 2400) -> str:
     """Open the page in headless Chromium; return what its console logged."""
     if CHROMIUM is None:
         if REQUIRE_BROWSER:
             pytest.fail("chromium is required here (KVREPLAY_REQUIRE_OPTIONAL=1) but not installed")
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     done = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,2400",
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size=1200,{height}",
          f"--screenshot={png_path}", "--enable-logging=stderr", "--v=0", f"file://{html_path}"],
         capture_output=True, text=True, timeout=120,
     )
@@ -91,17 +92,35 @@ def test_a_broken_page_is_caught(tmp_path):
     assert ink < 0.001 and colour == 0
 
 
+def colour_pixels(png_path, hex_colour: str, tolerance: float = 0.08) -> int:
+    """Pixels of a screenshot within `tolerance` (RGB, 0..1 per channel) of a colour."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    img = imread(png_path)[..., :3]
+    return int((np.abs(img - np.asarray(to_rgb(hex_colour))).max(axis=2) < tolerance).sum())
+
+
 def test_report_renders_in_chromium(tmp_path):
+    from kvreplay.output.plot import PALETTE
     from kvreplay.trace.synth import chat_workload
 
     trace = chat_workload(num_conversations=60)
     out = tmp_path / "report.html"
-    out.write_text(kvreplay.report_html(trace, policies=["s3fifo", "lru"], engine="reference"))
-    console = screenshot(out, tmp_path / "report.png")
+    policies = ["s3fifo", "lru", "fifo", "sieve", "arc", "vllm"]
+    page = kvreplay.report_html(trace, policies=policies, engine="reference")
+    out.write_text(page)
+    console = screenshot(out, tmp_path / "report.png", height=6000)
     assert console == ""
     ink, colour = looks_rendered(tmp_path / "report.png")
     assert ink > 0.02  # text, tables and charts
     assert colour > 500  # the coloured policy lines of the charts
+    # Each policy's own colour is on screen (drawn lines, markers and histogram edges), and the
+    # page's SVG gives the six series six different colours.
+    assert series_colours(page, "curve-series") == dict(enumerate(PALETTE[:6]))
+    for hex_colour in PALETTE[:6]:
+        assert colour_pixels(tmp_path / "report.png", hex_colour) > 50, hex_colour
+    assert colour_pixels(tmp_path / "report.png", PALETTE[6]) < 5  # a seventh colour no series uses
 
 
 def test_cli_report_on_a_real_trace(tmp_path, capsys):
@@ -117,6 +136,24 @@ def test_cli_report_on_a_real_trace(tmp_path, capsys):
     assert "37.36%" in page  # infinite-cache ceiling, 54,098,411 tokens
     assert "whole trace (12031 requests)" in page
     assert "wrote" in capsys.readouterr().err
+
+
+def test_cli_report_with_warm_up_on_a_real_trace(tmp_path, capsys):
+    # Issue 11's case: --warmup-fraction 0.5 used to put whole-trace requests and prompt tokens
+    # next to a post-warm-up ceiling, under the trace's absolute path.
+    path = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    out = tmp_path / "conv.html"
+    assert main(["report", str(path), "--policies", "s3fifo,lru", "--capacities", "1000,4096,16384",
+                 "--warmup-fraction", "0.5", "-o", str(out)]) == 0
+    page = out.read_text()
+    trace = kvreplay.load_trace(str(path))
+    measured = int(trace.input_length[6015:].sum())  # floor(0.5 x 12,031) = 6,015 warm-up requests
+    kpi = tiles(page)
+    assert kpi["requests measured"] == "6,016"
+    assert kpi["prompt tokens measured"] == f"{measured:,}" == "67,915,607"
+    assert "<title>kvreplay report: conversation_trace.jsonl</title>" in page
+    assert str(path.parent) not in page
+    capsys.readouterr()
 
 
 def test_cli_report_failure_leaves_no_file(tmp_path, capsys):
@@ -135,3 +172,174 @@ def test_request_rates_in_page_match_metrics():
     rates = np.asarray(data["focus"][0]["request_hit_rates"])
     # lru at 4 blocks: r1 0, r2 8/8, r3 4/6, r4 7/7.
     assert rates.tolist() == pytest.approx([0.0, 1.0, 4 / 6, 1.0])
+
+
+# --- one window, named file, explained operating point, no short last window (issue 11 item 6) ---
+
+def window_trace():
+    # block_size 4. With --warmup-fraction 0.5 the first two requests (x, y) only warm the cache;
+    # the measured window is r3 [a, b] (8 tokens) and r4 [a, b] (7 tokens).
+    return kvreplay.Trace.from_requests([
+        (["x", "y"], 8, 0.0), (["x", "y"], 8, 1000.0), (["a", "b"], 8, 2000.0), (["a", "b"], 7, 3000.0),
+    ])
+
+
+def tiles(page: str) -> dict:
+    return dict(re.findall(r'<div data-kpi="([^"]+)">[^<]*<b>([^<]+)</b>', page))
+
+
+def test_tiles_count_only_the_measured_window():
+    data = collect(window_trace(), policies=["lru"], capacities=[1, 4], block_size=4, warmup_fraction=0.5)
+    assert data["window"]["warmup_requests"] == 2 and data["window"]["measured_requests"] == 2
+    m, whole = data["measured"], data["whole_trace"]
+    assert (m["num_requests"], m["total_prompt_tokens"], m["num_block_accesses"], m["num_unique_blocks"]) == (2, 15, 4, 2)
+    assert (whole["num_requests"], whole["total_prompt_tokens"], whole["num_block_accesses"], whole["num_unique_blocks"]) == (4, 31, 8, 4)
+    assert m["time_span_s"] == 1.0 and whole["time_span_s"] == 3.0
+    # Ceiling over the window: r3 misses, r4 hits min(2 x 4, 7) = 7 of 15. Whole trace: r2 8 + r4 7 = 15 of 31.
+    assert data["ceiling"]["total_hit_tokens"] == 7 and data["ceiling"]["total_prompt_tokens"] == 15
+    assert whole["infinite_cache_hit_rate"] == pytest.approx(15 / 31)
+
+    page = kvreplay.report_html(window_trace(), policies=["lru"], capacities=[1, 4], block_size=4, warmup_fraction=0.5)
+    kpi = tiles(page)
+    assert kpi["requests measured"] == "2"  # not the whole trace's 4
+    assert kpi["prompt tokens measured"] == "15"  # not 31
+    assert kpi["unique blocks touched"] == "2"
+    assert kpi["infinite-cache ceiling"] == f"{100 * 7 / 15:.2f}%"
+    # The trace table labels its two columns; the whole trace is there for reference only.
+    assert "measured window (requests 3-4)" in page and "whole trace (for reference)" in page
+    assert "<td>requests</td><td class=\"n\">2</td><td class=\"n\">4</td>" in page
+    assert "<td>prompt tokens</td><td class=\"n\">15</td><td class=\"n\">31</td>" in page
+
+
+def test_without_warm_up_the_tiles_are_the_whole_trace():
+    page = kvreplay.report_html(window_trace(), policies=["lru"], capacities=[1, 4], block_size=4)
+    kpi = tiles(page)
+    assert kpi["requests"] == "4" and kpi["prompt tokens"] == "31" and kpi["unique blocks"] == "4"
+    assert "whole trace (for reference)" not in page
+
+
+def test_page_names_the_file_not_the_machines_path(tmp_path):
+    deep = tmp_path / "home" / "someone" / "private"
+    deep.mkdir(parents=True)
+    trace = deep / "conv.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 1, "hash_ids": [1, 2]}\n'
+                     '{"timestamp": 1000, "input_length": 8, "output_length": 1, "hash_ids": [1, 2]}\n')
+    out = tmp_path / "r.html"
+    assert main(["report", str(trace), "--block-size", "4", "--policies", "lru", "--capacities", "1,2", "-o", str(out)]) == 0
+    page = out.read_text()
+    assert "<title>kvreplay report: conv.jsonl</title>" in page and "<h1>kvreplay report: conv.jsonl</h1>" in page
+    assert "<code>conv.jsonl</code>" in page
+    assert str(deep) not in page and "someone" not in page
+    assert main(["report", str(trace), "--block-size", "4", "--policies", "lru", "--capacities", "1,2",
+                 "--title", "Q3 capacity review", "-o", str(out)]) == 0
+    assert "<title>Q3 capacity review</title>" in out.read_text()
+
+
+def test_default_operating_point_is_where_a_policy_reaches_half_the_ceiling():
+    # Ceiling 19/29 = 65.5%, half 32.8%. At 1 block nothing hits (each request's second block
+    # evicts its first). At 2 blocks lru hits r2 8 + r3 4 + r4 4 = 16/29 = 55.2% >= 32.8%: the
+    # operating point is 2 blocks, not the middle of the curve (4).
+    data = collect(small_trace(), policies=["lru", "fifo"], capacities=[1, 2, 4, 8, 16], block_size=4)
+    assert data["focus_capacity"] == 2 and data["focus_rule"] == "half-ceiling"
+    lru = next(f for f in data["focus"] if f["label"] == "lru")
+    assert lru["summary"]["total_hit_tokens"] == 16
+    assert "half the infinite-cache hit rate (32.76% of 65.52%)" in data["focus_reason"]
+    page = kvreplay.report_html(small_trace(), policies=["lru", "fifo"], capacities=[1, 2, 4, 8, 16], block_size=4)
+    assert "<h2>At 2 blocks</h2>" in page
+    assert "Why this capacity: the smallest capacity on the curve where the best policy reaches half" in page
+    assert tiles(page)["at 2 blocks"] == f"{100 * 16 / 29:.2f}% (lru)"
+    assert "where a policy first reaches half the ceiling" in page
+    assert '<td class="n">2 &#9664;</td>' in page  # marked in the curve's table
+
+
+def test_operating_point_rules():
+    from kvreplay.analysis.overview import choose_focus
+
+    rows = [{"policy": p, "cache_capacity_blocks": c, "hit_rate": h} for p, c, h in (
+        ("lru", 10, 0.05), ("lru", 100, 0.15), ("lru", 1000, 0.25), ("fifo", 10, 0.04), ("fifo", 100, 0.21),
+        ("fifo", 1000, 0.22), ("belady", 10, 0.30), ("belady", 100, 0.35), ("belady", 1000, 0.39))]
+    # Half of 0.40 is 0.20: fifo reaches it at 100 (belady, a bound, at 10 does not count).
+    assert choose_focus(rows, ["lru", "fifo", "belady"], 0.40, [10, 100, 1000])[:2] == (100, "half-ceiling")
+    # No policy reaches half of 0.60: the largest capacity, said so.
+    cap, rule, reason = choose_focus(rows, ["lru", "fifo"], 0.60, [10, 100, 1000])
+    assert (cap, rule) == (1000, "largest") and "no policy reaches half" in reason
+    # No reuse at all: the middle of the curve, said so.
+    assert choose_focus(rows, ["lru"], 0.0, [10, 100, 1000])[:2] == (100, "middle")
+
+
+def test_given_capacity_is_named_as_given():
+    page = kvreplay.report_html(small_trace(), policies=["lru"], capacities=[1, 2, 4], focus_capacity=4, block_size=4)
+    assert "<h2>At 4 blocks</h2>" in page and "Why this capacity: the capacity asked for (--capacity)." in page
+    assert tiles(page)["at 4 blocks"].endswith("(lru)")
+
+
+def test_leftover_requests_join_the_last_time_window():
+    # 262 requests, the first 131 warm-up: 131 measured, 131 // 50 = 2 < 10, so windows of 10
+    # requests: 13 of 10 and 1 left over, which joins the 13th (11 requests) instead of making a
+    # point of its own from one request.
+    requests = [([f"s{i % 7}", f"t{i}"], 8, 1000.0 * i) for i in range(262)]
+    data = collect(kvreplay.Trace.from_requests(requests), policies=["lru"], capacities=[4], block_size=4,
+                   warmup_fraction=0.5)
+    windows = data["focus"][0]["over_time"]
+    assert data["requests_per_time_window"] == 10
+    assert [w["requests"] for w in windows] == [10] * 12 + [11]
+    assert windows[0]["first_request"] == 132 and windows[-1]["last_request"] == 262
+    assert windows[-1]["first_request"] == 252
+    lru = kvreplay.replay(kvreplay.Trace.from_requests(requests), "lru", 4, 4, warmup_fraction=0.5)
+    assert sum(w["hit_tokens"] for w in windows) == lru.total_hit_tokens
+    assert windows[-1]["hit_rate"] == pytest.approx(windows[-1]["hit_tokens"] / windows[-1]["prompt_tokens"])
+    assert data["last_time_window_requests"] == 11
+
+
+def test_merge_short_tail_by_hand():
+    from kvreplay.analysis.overview import merge_short_tail
+
+    windows = [{"first_request": 1, "last_request": 4, "requests": 4, "prompt_tokens": 40, "hit_tokens": 10, "hit_rate": 0.25},
+               {"first_request": 5, "last_request": 5, "requests": 1, "prompt_tokens": 10, "hit_tokens": 10, "hit_rate": 1.0}]
+    assert merge_short_tail(windows, 4) == [{"first_request": 1, "last_request": 5, "requests": 5, "prompt_tokens": 50,
+                                             "hit_tokens": 20, "hit_rate": 0.4}]
+    assert merge_short_tail(windows[:1], 4) == windows[:1]
+    full = [dict(windows[0]), dict(windows[0], first_request=5, last_request=8)]
+    assert merge_short_tail(full, 4) == full
+
+
+# --- charts a colleague can read (issue 11 item 7) ----------------------------------------
+
+def series_colours(page: str, prefix: str) -> dict[int, str]:
+    """Series index -> the colour of its first drawn path, from the page's inline SVG."""
+    out = {}
+    for index, style in re.findall(rf'<g id="{prefix}-(\d+)">\s*<path [^>]*?style="([^"]+)"', page):
+        colour = re.search(r"(?:stroke|fill): (#[0-9a-f]{6})", style).group(1)
+        out.setdefault(int(index), colour)
+    return out
+
+
+ALL_BUT_INFINITE = ["s3fifo", "lru", "fifo", "lru-tail", "sieve", "clock", "arc", "2q", "lfu", "ttl", "vllm", "radix", "belady"]
+
+
+def test_every_series_has_its_own_colour_on_every_chart():
+    from kvreplay.output.plot import PALETTE
+    from kvreplay.trace.synth import chat_workload
+
+    trace = chat_workload(num_conversations=20)
+    page = kvreplay.report_html(trace, policies=ALL_BUT_INFINITE, capacities=[8, 32, 128], engine="reference")
+    curve = series_colours(page, "curve-series")
+    assert sorted(curve) == list(range(13))
+    assert len(set(curve.values())) == 13  # pairwise distinct (s3fifo and vllm used to be both blue)
+    assert curve[0] != curve[10]  # s3fifo, vllm
+    assert [curve[i] for i in range(13)] == list(PALETTE[:13])
+    # The same policy has the same colour on the curve, over time and in its histogram panel.
+    assert series_colours(page, "time-series") == curve
+    assert series_colours(page, "hist-series") == curve
+    # Many series: the curve's table turns round (policies down), so it stays within the page.
+    assert "<th>policy / capacity (blocks)</th>" in page
+
+
+def test_report_zoom_panel_follows_the_zoom_argument():
+    # zoom=(lo, hi) forces the second panel; zoom=False has none; the small trace's curve fills
+    # the chart's height, so "auto" adds none either.
+    kwargs = dict(policies=["lru"], capacities=[1, 2, 4], block_size=4)
+    page = kvreplay.report_html(small_trace(), zoom=(0, 50), **kwargs)
+    assert "curve-zoom-series-0" in page and "zoom: hit rates 0.0-50.0%" in page
+    assert "curve-zoom-series" not in kvreplay.report_html(small_trace(), zoom=False, **kwargs)
+    assert "curve-zoom-series" not in kvreplay.report_html(small_trace(), **kwargs)

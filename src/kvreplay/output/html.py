@@ -13,6 +13,7 @@ import html
 import numpy as np
 
 from ..version import __version__
+from ..analysis.overview import BOUNDS
 from . import plot
 
 CSS = """
@@ -23,7 +24,7 @@ table{border-collapse:collapse;margin:.8em 0;font-size:.9em}th,td{padding:.3em .
 th{text-align:left;background:#f6f6f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .figure svg{max-width:100%;height:auto}.kpi{display:flex;gap:1em;flex-wrap:wrap;margin:1em 0}
 .kpi div{background:#f4f7fb;border:1px solid #dbe4f0;border-radius:6px;padding:.6em 1em;min-width:10em}
-.kpi b{display:block;font-size:1.4em}
+.kpi b{display:block;font-size:1.4em}.wide{overflow-x:auto}.kpi small{display:block;color:#555;font-size:.8em}
 """
 
 
@@ -42,51 +43,94 @@ def _pct(value: float) -> str:
     return f"{100 * value:.2f}%"
 
 
-def _table(headers: list[str], rows: list[list], numeric: list[bool] | None = None) -> str:
+def _table(headers: list[str], rows: list[list], numeric: list[bool] | None = None, raw_headers: bool = False) -> str:
     numeric = numeric or [False] * len(headers)
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    head = "".join(f"<th>{h if raw_headers else html.escape(h)}</th>" for h in headers)
     body = "".join(
         "<tr>" + "".join(f'<td class="n">{c}</td>' if num else f"<td>{c}</td>" for c, num in zip(row, numeric)) + "</tr>"
         for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class=\"wide\"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def _curve_table(data: dict) -> str:
+    """The curve's numbers: capacities down and series across, or the other way round when
+    there are more series than capacities (the table stays narrower than the page)."""
     labels = []
     cells: dict = {}
-    for r in data["curve"]:
-        if r["policy"] == "infinite":
-            continue
-        label = plot._label(r)
+    rows_in = [r for r in data["curve"] if r["policy"] != "infinite"]
+    for r, label in zip(rows_in, plot.curve_labels(rows_in)):
         if label not in labels:
             labels.append(label)
         cells[(label, r["cache_capacity_blocks"])] = r["hit_rate"]
     bpb = data["bytes_per_block"]
+    caps = data["capacities"]
+
+    def cap_text(c):
+        mark = " &#9664;" if c == data["focus_capacity"] else ""
+        return _n(c) + (f" ({c * bpb / plot.GIB:,.2f} GiB)" if bpb else "") + mark
+
+    def cell(label, c):
+        return _pct(cells[(label, c)]) if (label, c) in cells else ""
+
+    if len(labels) > len(caps):
+        headers = ["policy / capacity (blocks" + (", KV GiB" if bpb else "") + ")"] + [cap_text(c) for c in caps]
+        rows = [[html.escape(label)] + [cell(label, c) for c in caps] for label in labels]
+        return _table(headers, rows, [False] + [True] * len(caps), raw_headers=True)
     headers = ["capacity (blocks)"] + (["KV memory (GiB)"] if bpb else []) + labels
     rows = []
-    for c in data["capacities"]:
-        row = [_n(c)] + ([f"{c * bpb / plot.GIB:,.2f}"] if bpb else [])
-        row += [_pct(cells[(l, c)]) if (l, c) in cells else "" for l in labels]
+    for c in caps:
+        mark = " &#9664;" if c == data["focus_capacity"] else ""
+        row = [_n(c) + mark] + ([f"{c * bpb / plot.GIB:,.2f}"] if bpb else [])
+        row += [cell(label, c) for label in labels]
         rows.append(row)
     return _table(headers, rows, [True] * len(headers))
 
 
-def render(data: dict, *, title: str = "kvreplay report") -> str:
-    """The HTML page for `collect`'s data."""
+def _spread(d: dict) -> str:
+    return f"mean {d['mean']:,.0f}, p50 {d['p50']:,}, p90 {d['p90']:,}, p99 {d['p99']:,}, max {d['max']:,}"
+
+
+def _trace_rows(d: dict, ceiling: float | None) -> list[str]:
+    """The trace table's cells for one column (the measured window or the whole trace)."""
+    span = d["time_span_s"]
+    rate = d["request_rate_per_s"]
+    sessions = d.get("sessions")
+    return [
+        _n(d["num_requests"]), _n(d["total_prompt_tokens"]), _n(d["num_block_accesses"]), _n(d["num_unique_blocks"]),
+        "" if span is None else f"{span:,.1f} s", "&ndash;" if rate is None else f"{rate:,.3f} per second",
+        _spread(d["input_length"]), _spread(d["output_length"]),
+        f"{sessions['num_sessions']:,} (mean {sessions['mean_turns']:.1f} requests each)" if sessions else "&ndash;",
+        "" if ceiling is None else _pct(ceiling),
+    ]
+
+
+TRACE_ROWS = ["requests", "prompt tokens", "block accesses", "unique blocks (touched)", "time span", "request rate",
+              "prompt length (tokens)", "output length (tokens)", "sessions", "infinite-cache hit rate (nothing ever evicted)"]
+
+
+def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
+    """The HTML page for `collect`'s data. `title` defaults to "kvreplay report: FILE NAME";
+    `zoom` is passed to `plot.curves_figure` (a second panel on the band where the policies sit)."""
 
     t = data["trace"]
     esc = html.escape
+    title = title or f"kvreplay report: {t['name']}"
+    window = data["window"]
+    warm = window["warmup_requests"] > 0
+    m, whole = data["measured"], data["whole_trace"]
     ceiling = data["ceiling"]["hit_rate"] if data["ceiling"] else None
     focus = data["focus"]
-    best = max(focus, key=lambda f: f["metrics"]["hit_rate"]) if focus else None
+    practical = [f for f in focus if parse_name(f["label"]) not in BOUNDS] or focus
+    best = max(practical, key=lambda f: f["metrics"]["hit_rate"]) if practical else None
     bpb = data["bytes_per_block"]
     focus_cap = data["focus_capacity"]
     focus_mem = f" ({focus_cap * bpb / plot.GIB:,.2f} GiB{', ' + esc(data['budget_note']) if data['budget_note'] else ''})" if bpb else ""
+    styles = {f["label"]: f["series"] for f in focus}
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>",
              f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{CSS}</style></head><body>",
              f"<h1>{esc(title)}</h1>",
-             f"<p class=\"sub\">Trace <code>{esc(str(t['source']))}</code> ({esc(str(t['format']))}), block size {data['block_size']} tokens. "
-             f"Window: {esc(data['window'])}. Generated by kvreplay {esc(__version__)} on "
+             f"<p class=\"sub\">Trace <code>{esc(t['name'])}</code> ({esc(str(t['format']))}), block size {data['block_size']} tokens. "
+             f"Window: {esc(window['description'])}. Generated by kvreplay {esc(__version__)} on "
              f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.</p>",
              "<h2>What this measures</h2>",
              "<p>An LLM server keeps the attention keys and values (the <em>KV cache</em>) of earlier prompts in blocks of "
@@ -95,76 +139,102 @@ def render(data: dict, *, title: str = "kvreplay report") -> str:
              "tokens served that way (token-weighted: long prompts count more). When the cache is full, an <em>eviction "
              "policy</em> decides which block goes; the policies below differ only in that choice. A request's hit is "
              "min(k &times; block size, prompt length) for its k leading cached blocks.</p>"]
-    kpis = [("requests", _n(t["num_requests"])), ("prompt tokens", _n(t["total_prompt_tokens"])),
-            ("unique blocks", _n(t["num_unique_blocks"]))]
+    if warm:
+        parts.append(f"<p class=\"note\"><b>Warm-up.</b> The first {window['warmup_requests']:,} requests "
+                     f"({100 * window['warmup_fraction']:g}% of {whole['num_requests']:,}) only fill the cache: every figure "
+                     f"below counts requests {window['first_request']:,}-{window['last_request']:,} only, except the column "
+                     "marked <em>whole trace</em> in the trace table.</p>")
+    kpis = [("requests" + (" measured" if warm else ""), _n(m["num_requests"]),
+             f"of {whole['num_requests']:,}; the first {window['warmup_requests']:,} warm the cache" if warm else ""),
+            ("prompt tokens" + (" measured" if warm else ""), _n(m["total_prompt_tokens"]), ""),
+            ("unique blocks" + (" touched" if warm else ""), _n(m["num_unique_blocks"]), "")]
     if ceiling is not None:
-        kpis.append(("infinite-cache ceiling", _pct(ceiling)))
+        kpis.append(("infinite-cache ceiling", _pct(ceiling), "nothing ever evicted"))
     if best:
-        kpis.append((f"best at {focus_cap:,} blocks", f"{_pct(best['metrics']['hit_rate'])} ({esc(best['label'])})"))
-    parts.append("<div class=\"kpi\">" + "".join(f"<div>{esc(k)}<b>{v}</b></div>" for k, v in kpis) + "</div>")
+        kpis.append((f"at {focus_cap:,} blocks" + (f" ({focus_cap * bpb / plot.GIB:,.1f} GiB)" if bpb else ""),
+                     f"{_pct(best['metrics']['hit_rate'])} ({esc(best['label'])})",
+                     {"given": "the capacity asked for", "half-ceiling": "where a policy first reaches half the ceiling",
+                      "largest": "the largest capacity swept", "middle": "the middle of the curve"}.get(data["focus_rule"], "")))
+    parts.append("<div class=\"kpi\">" + "".join(
+        f"<div data-kpi=\"{esc(k)}\">{esc(k)}<b>{v}</b>" + (f"<small>{esc(note)}</small>" if note else "") + "</div>"
+        for k, v, note in kpis) + "</div>")
 
     parts.append("<h2>The trace</h2>")
-    rows = [["requests", _n(t["num_requests"])], ["prompt tokens", _n(t["total_prompt_tokens"])],
-            ["block accesses", _n(t["num_block_accesses"])], ["unique blocks", _n(t["num_unique_blocks"])],
-            ["time span", f"{t['time_span_s']:,.1f} s"]]
-    st = data["stats"]
-    rows.append(["request rate", f"{st['request_rate_per_s']:,.3f} per second"])
-    for key, label in (("input_length", "prompt length (tokens)"), ("output_length", "output length (tokens)")):
-        d = st[key]
-        rows.append([label, f"mean {d['mean']:,.0f}, p50 {d['p50']:,}, p90 {d['p90']:,}, p99 {d['p99']:,}, max {d['max']:,}"])
-    if st.get("sessions"):
-        rows.append(["sessions", f"{st['sessions']['num_sessions']:,} (mean {st['sessions']['mean_turns']:.1f} requests each)"])
-    if ceiling is not None:
-        rows.append(["infinite-cache hit rate (nothing ever evicted)", _pct(ceiling)])
-    parts.append(_table(["", "value"], rows, [False, True]))
+    rows_m = _trace_rows(m, ceiling)
+    if warm:
+        rows_w = _trace_rows(whole, whole["infinite_cache_hit_rate"])
+        rows = [[label, a, b] for label, a, b in zip(TRACE_ROWS, rows_m, rows_w)]
+        parts.append(_table(["", f"measured window (requests {window['first_request']:,}-{window['last_request']:,})",
+                             "whole trace (for reference)"], rows, [False, True, True]))
+        parts.append("<p class=\"note\">The measured window's infinite-cache hit rate counts its requests with the cache "
+                     "warmed by the warm-up requests (as every replay on this page does); the whole trace's starts from "
+                     "an empty cache.</p>")
+    else:
+        parts.append(_table(["", "value"], [[label, a] for label, a in zip(TRACE_ROWS, rows_m)], [False, True]))
 
     parts.append("<h2>Hit rate vs cache size</h2>")
-    parts.append("<p class=\"note\">Each line replays the whole trace once per capacity; the dotted line is the ceiling "
-                 "no cache can pass (every block ever seen kept). Log scale on the x axis.</p>")
+    parts.append("<p class=\"note\">Each line replays the trace once per capacity"
+                 + (", counting the measured window's requests" if warm else "")
+                 + "; the dotted line is the ceiling no cache can pass (every block ever seen kept). Log scale on the "
+                 "x axis. When the policies crowd the bottom of the chart, a second panel zooms on their band (shaded "
+                 "on the first). Each policy keeps its colour and marker on every chart of this page.</p>")
     note = data["budget_note"] if bpb else ""
-    fig = plot.curves_figure(data["curve"], bytes_per_block=bpb, capacity_note=note)
+    fig = plot.curves_figure(data["curve"], bytes_per_block=bpb, capacity_note=note, zoom=zoom)
     parts.append(f"<div class=\"figure\">{_svg(fig)}</div>")
     parts.append(_curve_table(data))
 
     parts.append(f"<h2>At {focus_cap:,} blocks{focus_mem}</h2>")
-    money_note = data["focus"][0]["metrics"]["money"] if focus else None
-    headers = ["policy", "hit rate", "ideal prefill speedup", "request p50", "request p90", "request p99", "input cost saved"]
+    parts.append(f"<p class=\"note\">Why this capacity: {esc(data['focus_reason'])}."
+                 + ("" if data["focus_rule"] == "given" else
+                    " Pass <code>--capacity</code> (blocks, or a size such as 32GiB with <code>--model</code>) for "
+                    "another.") + " It is marked &#9664; in the table above.</p>")
+    money_note = focus[0]["metrics"]["money"] if focus else None
+    headers = ["policy", "hit rate", "ideal prefill speedup", "request p50", "request p90", "request p99",
+               "input cost saved (USD)"]
     if data["active_params"]:
         headers.append("prefill PFLOPs saved")
     rows = []
     for f in focus:
-        m = f["metrics"]
-        pct = m["request_hit_rate_percentiles"]
-        speed = m["ideal_prefill_speedup"]
-        row = [esc(f["label"]), _pct(m["hit_rate"]), "&infin;" if speed is None else f"{speed:.2f}&times;",
-               _pct(pct["p50"]), _pct(pct["p90"]), _pct(pct["p99"]), f"{m['money']['saved']:,.2f}"]
+        fm = f["metrics"]
+        pct = fm["request_hit_rate_percentiles"]
+        speed = fm["ideal_prefill_speedup"]
+        row = [esc(f["label"]), _pct(fm["hit_rate"]), "&infin;" if speed is None else f"{speed:.2f}&times;",
+               _pct(pct["p50"]), _pct(pct["p90"]), _pct(pct["p99"]), f"{fm['money']['saved']:,.2f}"]
         if data["active_params"]:
-            row.append(f"{m['prefill_flops_saved'] / 1e15:,.1f}")
+            row.append(f"{fm['prefill_flops_saved'] / 1e15:,.1f}")
         rows.append(row)
     parts.append(_table(headers, rows, [False] + [True] * (len(headers) - 1)))
     if money_note:
         parts.append(f"<p class=\"note\">Ideal prefill speedup = 1/(1 &minus; hit rate), if prefill time were proportional "
                      "to the tokens computed. Request percentiles: the hit rate of single requests, each request counted once. "
-                     f"Input cost saved: prompt tokens at {money_note['price_miss_per_million']} per million without a cache, "
-                     f"hits at {money_note['price_hit_per_million']} per million with it (default prices: "
-                     f"{esc(data['price_source'])})."
+                     f"Input cost saved: the measured window's prompt tokens at {money_note['price_miss_per_million']} USD per "
+                     f"million without a cache, hits at {money_note['price_hit_per_million']} USD per million with it "
+                     f"(default prices: {esc(data['price_source'])})."
                      + (" Prefill FLOPs saved &asymp; 2 &times; active parameters "
                         f"({data['active_params']:,}) &times; hit tokens." if data["active_params"] else "") + "</p>")
 
+    per = data["requests_per_time_window"]
+    last = data.get("last_time_window_requests", per)
     parts.append("<h2>Hit rate over time</h2>")
-    parts.append(f"<p class=\"note\">Token-weighted hit rate per window of {data['requests_per_time_window']:,} consecutive "
-                 f"requests at {focus_cap:,} blocks. A cache starts empty, so the first windows are lower (warm-up).</p>")
-    fig = plot.over_time_figure({f["label"]: f["over_time"] for f in focus})
+    parts.append(f"<p class=\"note\">Token-weighted hit rate per window of {per:,} consecutive measured requests at "
+                 f"{focus_cap:,} blocks"
+                 + (f" (the last window holds {last:,}: the {last - per:,} left over join it rather than make a point of "
+                    "their own)" if last != per else "")
+                 + ". " + ("The cache is already warm when the window starts." if warm else
+                           "A cache starts empty, so the first windows are lower (warm-up).") + "</p>")
+    fig = plot.over_time_figure({f["label"]: f["over_time"] for f in focus}, styles=styles)
     parts.append(f"<div class=\"figure\">{_svg(fig)}</div>")
 
     parts.append("<h2>How hits spread over requests</h2>")
-    parts.append("<p class=\"note\">How many requests reuse none, some or all of their prompt, at "
-                 f"{focus_cap:,} blocks. The headline hit rate weighs tokens; this view weighs requests.</p>")
-    fig = plot.request_histogram_figure({f["label"]: np.asarray(f["request_hit_rates"]) for f in focus})
+    parts.append("<p class=\"note\">How many measured requests reuse none, some or all of their prompt, at "
+                 f"{focus_cap:,} blocks, one panel per policy on the same axes. The headline hit rate weighs tokens; this "
+                 "view weighs requests.</p>")
+    fig = plot.request_histogram_figure({f["label"]: np.asarray(f["request_hit_rates"]) for f in focus}, styles=styles)
     parts.append(f"<div class=\"figure\">{_svg(fig)}</div>")
 
     parts.append("<h2>Definitions</h2><ul class=\"note\">"
-                 f"<li><b>Window</b>: {esc(data['window'])}. Every figure on this page counts only these requests.</li>"
+                 f"<li><b>Window</b>: {esc(window['description'])}. Every figure on this page counts only these requests"
+                 + (" (the trace table also shows the whole trace, in its own column)" if warm else "") + ".</li>"
                  "<li><b>Hit tokens</b> of a request: min(k &times; block size, prompt tokens), k = its longest run of "
                  "leading blocks resident before the request touches the cache.</li>"
                  "<li><b>Capacity</b>: blocks the cache holds; GiB figures use the KV bytes per token of the model named.</li>"
@@ -172,3 +242,8 @@ def render(data: dict, *, title: str = "kvreplay report") -> str:
                  + "<li>Every policy's exact behaviour is written down in kvreplay's docs/policies.md.</li></ul>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def parse_name(label: str) -> str:
+    """The policy name of a label such as "s3fifo:small_ratio=0.2"."""
+    return label.split(":", 1)[0].strip()
