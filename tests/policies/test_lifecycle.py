@@ -6,7 +6,8 @@ finishes, some never finished). For every registered policy:
    counters, what is still held and the refusals;
 6. a held block stays resident, and resident blocks never exceed the capacity (checked after
    every event, reference engine);
-7. a start is refused only when every resident block is held;
+7. a start is refused only when it cannot fit beside the held blocks (``everything_held()``:
+   every resident block held; for vllm and radix, too few unheld blocks for the whole start);
 8. once every request has finished, nothing is held;
 and for vllm and radix, whose sequential access phase is pin_request then unpin_request, running
 requests one at a time gives exactly the sequential replay.

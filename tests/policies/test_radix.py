@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.engine import driver
+from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from kvreplay.policies import radix
 from kvreplay.policies.radix import Radix
@@ -290,3 +291,59 @@ def test_many_touches_without_eviction_then_lru_order(engine):
     assert r.counters["evictions"] == 2 + 1 + 1 + 2
     assert r.counters["node_splits"] == 2
     assert r.final_cache_blocks == 8
+
+
+# ---- overlapping requests (pin_request / unpin_request) ---------------------------------------------
+
+def test_a_locked_path_is_skipped_by_eviction_and_a_start_that_cannot_fit_is_refused(engine):
+    # Capacity 6 pages, block_size 1 (no slack page). "held" = pages on locked paths plus pages
+    # outside the tree; a start is admitted iff its pages beyond the hits fit in 6 - held.
+    # start 0 [a b c]: tree [a b c], locked: held 3.
+    # start 1 [d e]:   2 <= 6 - 3: + [d e] (no eviction: 6 - 3 tree pages - 0 outside = 3 free).
+    # finish 1:        [d e] unlocked (stamped at its finish). held 3, tree 5.
+    # start 2 [f g h]: 3 <= 6 - 3; need 3 - 1 free = 2: the oldest leaf [a b c] is locked, so it
+    #                  is not a candidate (SGLang's evictable_leaves); [d e] goes (2 pages).
+    #                  (Had request 0 finished first, [a b c] would have gone.) tree
+    #                  [a b c], [f g h]: 6 pages, all held.
+    # start 3 [a b x]: limit 2: a b hit -> 2; the match splits [a b]->[c] (split 1) and locks
+    #                  [a b] (already locked by request 0). 1 page > 6 - 6: refused, unlocked.
+    # finish 0:        the path [a b]->[c] is unlocked: [c] is an evictable leaf. held 3.
+    # start 4 [a b x]: 2 hits again (no split: the path ends at [a b]); locking [a b] makes
+    #                  held 5, and 1 <= 6 - 5: admitted. need 1 - 0 free = 1: [c] goes (1 page);
+    #                  + [x] under [a b]. held 6.
+    # finish 2, finish 4: nothing held; tree [a b]->[x], [f g h].
+    reqs = full("a b c", "d e", "f g h", "a b x", "a b x")
+    trace = kvreplay.Trace.from_requests([(ids, len(ids)) for ids, _ in reqs])
+    events = [0, 1, -2, 2, 3, -1, 4, -3, -5]
+    seen = {}
+
+    def look(k, cache):
+        seen[k] = (cache.held_count(), cache.everything_held())
+
+    kw = {"on_event": look} if engine == "reference" else {}
+    out = replay_lifecycle(trace, "radix", 6, events, 1, engine=engine, **kw)
+    assert out.hit_blocks.tolist() == [0, 0, 0, 2, 2]
+    assert out.held_blocks.tolist() == [3, 2, 3, 0, 3]
+    assert out.refused.tolist() == [False, False, False, True, False]
+    assert out.counters == {"admissions": 3 + 2 + 3 + 1, "evictions": 2 + 1, "evicted_nodes": 2, "node_splits": 1, "rejected": 0}
+    assert sorted(trace.original_ids[b] for b in np.flatnonzero(out.resident)) == list("abfghx")
+    assert (out.final_cache_blocks, out.held_at_end, out.refusals) == (6, 0, 1)
+    if engine == "reference":
+        assert seen[4] == (6, True) and seen[5] == (3, False) and seen[6] == (6, True)  # 6 of 6 held
+
+
+def test_a_refused_start_evicts_nothing(engine):
+    # Capacity 4, block_size 1.
+    # start 0 [a b]:   locked, held 2.   start 1 [c], finish 1: tree [a b], [c]; held 2.
+    # start 2 [x y z]: 3 pages > 4 - 2: refused before any eviction, although [c] is evictable
+    #                  and 1 page is free (SGLang's scheduler leaves it waiting).
+    # start 3 [c d]:   limit 1: c hits -> 1 ([c] survived); locking [c] makes held 3; 1 <= 1:
+    #                  admitted, 1 page free: no eviction; + [d] under [c].
+    reqs = full("a b", "c", "x y z", "c d")
+    trace = kvreplay.Trace.from_requests([(ids, len(ids)) for ids, _ in reqs])
+    out = replay_lifecycle(trace, "radix", 4, [0, 1, -2, 2, 3, -4, -1], 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0, 0, 0, 1]
+    assert out.held_blocks.tolist() == [2, 1, 0, 2]
+    assert out.refused.tolist() == [False, False, True, False]
+    assert out.counters == {"admissions": 4, "evictions": 0, "evicted_nodes": 0, "node_splits": 0, "rejected": 0}
+    assert (out.final_cache_blocks, out.held_at_end, out.refusals) == (4, 0, 1)

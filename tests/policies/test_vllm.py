@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.engine import driver
+from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from kvreplay.policies import vllm
 from conftest import MOONCAKE, shared_path
@@ -290,3 +291,63 @@ def test_engines_agree_on_the_conversation_trace(capacity):
     assert comp.final_cache_blocks == ref.final_cache_blocks and comp.counters == ref.counters
     assert comp.stranded_blocks == ref.stranded_blocks
     assert ref.counters["evictions"] > 0 and ref.total_hit_tokens > 0
+
+
+# ---- overlapping requests (pin_request / unpin_request) ---------------------------------------------
+
+def test_running_requests_hold_their_blocks_and_a_start_is_all_or_nothing(engine):
+    # capacity 4, block_size 1. Q as above; "held" blocks are in use (ref_cnt > 0), off the queue.
+    # start 0 [a,b]:     blocks 1, 2 (never used): a@1, b@2 held. Q=[3, 4]
+    # start 1 [c]:       c@3 held. Q=[4]
+    # finish 1:          Q=[4, c@3]
+    # start 2 [d,e]:     needs 2, 2 free: takes 4 and c@3 (c evicted). a@1, b@2, the oldest
+    #                    hashes, are held: not in the queue, never evicted. (Had request 0
+    #                    finished first, Q would be [4, b@2, a@1, c@3] and b would go.) Q=[]
+    # finish 0:          tail first: Q=[b@2, a@1]
+    # start 3 [a,b,f,g]: a, b hit (limit 3, f missing); they are free, so they count: 2 new +
+    #                    2 free hits = 4 > 2 free blocks: refused, although 2 blocks are free
+    #                    (allocate_slots allocates all or nothing). Nothing is touched.
+    # finish 2:          e@3 then d@4 to the tail: Q=[b@2, a@1, e@3, d@4]
+    # start 4 [a,b,f,g]: the same start now fits (4 <= 4): a, b leave the queue, e@3 and d@4
+    #                    are evicted: f@3, g@4. All 4 blocks held (pinned_peak 4, as at start 2).
+    # finish 4:          Q=[g@4, f@3, b@2, a@1]
+    reqs = [(list("ab"), 2), (["c"], 1), (list("de"), 2), (list("abfg"), 4), (list("abfg"), 4)]
+    trace = kvreplay.Trace.from_requests(reqs)
+    events = [0, 1, -2, 2, -1, 3, -3, 4, -5]
+    seen = {}
+
+    def look(k, pool):
+        names = trace.original_ids
+        seen[k] = [f"{names[pool.block_hash[b]]}@{b}" if b in pool.block_hash else str(b) for b in pool.free_queue()]
+        seen[k, "everything_held"] = pool.everything_held()
+
+    kw = {"on_event": look} if engine == "reference" else {}
+    out = replay_lifecycle(trace, "vllm", 4, events, 1, engine=engine, **kw)
+    assert out.hit_blocks.tolist() == [0, 0, 0, 2, 2]
+    assert out.held_blocks.tolist() == [2, 1, 2, 0, 4]
+    assert out.refused.tolist() == [False, False, False, True, False]
+    assert out.counters == {"admissions": 7, "evictions": 3, "duplicate_blocks": 0, "pinned_peak": 4, "oversize_requests": 0}
+    assert sorted(trace.original_ids[b] for b in np.flatnonzero(out.resident)) == list("abfg")
+    assert (out.final_cache_blocks, out.held_at_end, out.refusals) == (4, 0, 1)
+    if engine == "reference":
+        assert seen[3] == []  # after start 2: every block held
+        assert seen[5] == ["b@2", "a@1"] and seen[5, "everything_held"]  # refused start 3
+        assert seen[8] == ["g@4", "f@3", "b@2", "a@1"]
+
+
+def test_a_hit_on_a_running_request_s_block_shares_it(engine):
+    # capacity 3, block_size 1.
+    # start 0 [a,b]:   a@1, b@2 held. Q=[3]
+    # start 1 [a,b,c]: a, b hit blocks 1, 2, held by request 0 (ref_cnt 2): they need no free
+    #                  block, so 1 new block fits in the 1 free one: c@3. Q=[]
+    # start 2 [x]:     1 block needed, none free: refused.
+    # finish 0:        ref_cnt of 1, 2 back to 1: still held, Q=[]
+    # finish 1:        c@3, b@2, a@1 to the tail: Q=[c@3, b@2, a@1], nothing held
+    reqs = [(list("ab"), 2), (list("abc"), 3), (["x"], 1)]
+    trace = kvreplay.Trace.from_requests(reqs)
+    out = replay_lifecycle(trace, "vllm", 3, [0, 1, 2, -1, -2], 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0, 2, 0]
+    assert out.held_blocks.tolist() == [2, 3, 0]
+    assert out.refused.tolist() == [False, False, True]
+    assert out.counters == {"admissions": 3, "evictions": 0, "duplicate_blocks": 0, "pinned_peak": 3, "oversize_requests": 0}
+    assert (out.held_at_end, out.refusals) == (0, 1)

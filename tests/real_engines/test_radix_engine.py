@@ -33,6 +33,12 @@ Compared with kvreplay's ``radix`` (reference and compiled engines): per-request
 tokens, pages freed by eviction, final pages in the tree, and, against the reference
 engine's tree, the whole final tree (every node's path and pages) and the LRU order of
 its leaves.
+
+Overlapping requests (``test_overlapping_requests``): starts and finishes interleaved as in
+engine/lifecycle.py, one request-to-token row per request, ``checkpoint_kv_cache`` after each
+prefill and ``release_kv_cache(checkpoint=True)`` at each finish; admission is kvreplay's rule
+over the real tree's counts. Compared: hits, refusals, (tree, evictable, protected, free) pages
+after every event, the final tree and its leaves' LRU order.
 """
 
 from __future__ import annotations
@@ -388,3 +394,101 @@ def test_conversation_trace_first_500(sglang, capacity):
     assert sum(out["hits"]) > 0
     if capacity < 4096:
         assert out["evicted_pages"] > 0
+
+
+# ---- overlapping requests: kvreplay's pin_request / unpin_request against the real tree ---------------
+
+def run_sglang_lifecycle(sglang, trace, capacity: int, page_size: int, events) -> dict:
+    """Play `events` (engine/lifecycle.py: i starts request i, -i - 1 finishes it) through SGLang's
+    RadixCache, one request-to-token row per request. A start: match (limit L - 1), lock, then
+    admission as kvreplay decides it (the pages beyond the prefix must fit in the allocator's
+    free pages plus the tree's evictable_size(); SGLang's PrefillAdder also reserves decode
+    tokens, which a trace does not have), evict the shortfall, allocate, and
+    ``checkpoint_kv_cache`` after the prefill (insert, re-match, re-lock). A finish:
+    ``release_kv_cache(checkpoint=True)`` (checkpoint, free the row's tail, unlock).
+    (total, evictable, protected, free) pages after every event, and the final tree."""
+    import torch
+
+    rc, base = sglang.rc, sglang.base
+    rc.time = Counter()
+    allocator = PageAllocator(capacity, page_size)
+    tree = rc.RadixCache.create_simulated(mock_allocator=allocator, page_size=page_size)
+    pool = RowPool(torch, int(trace.input_length.max(initial=1)))
+    pool.req_to_token = torch.zeros((len(trace), pool.req_to_token.shape[1]), dtype=torch.int64)
+    tree.req_to_token_pool = pool
+    P = page_size
+    n = len(trace)
+    hits, refused, running, sizes = [0] * n, [False] * n, {}, []
+    for e in events:
+        i = e if e >= 0 else -e - 1
+        L = int(trace.input_length[i])
+        pages = -(-L // P)
+        if e >= 0 and pages <= capacity:
+            ids = trace.blocks[trace.offsets[i]:trace.offsets[i + 1]]
+            tokens = synth_tokens(ids, L, P)
+            match = tree.match_prefix(base.MatchPrefixParams(key=rc.RadixKey(tokens, None, limit=max(L - 1, 0))))
+            prefix, node = match.device_prefix_len, match.last_device_node
+            hits[i] = prefix
+            lock = tree.lock(node)
+            if pages - prefix // P > (allocator.available_size() + tree.evictable_size()) // P:
+                tree.unlock(lock)
+                refused[i] = True
+            else:
+                shortfall = (L - prefix) + (P if P > 1 else 0) - allocator.available_size()
+                if shortfall > 0:
+                    tree.evict_for_alloc(base.EvictParams(num_tokens=shortfall))
+                new_pages = allocator.alloc_pages(pages - prefix // P)
+                slots = torch.tensor([p * P + t for p in new_pages for t in range(P)], dtype=torch.int64)
+                pool.req_to_token[i, :L] = torch.cat([tree.path_device_indices(node)[:prefix], slots])[:L]
+                req = SimpleNamespace(
+                    full_untruncated_fill_ids=tokens, origin_input_ids=tokens, extra_key=None, cache_salt=None,
+                    priority=None, lock=lock, last_node=node,
+                    kv=SimpleNamespace(req_pool_idx=i, swa_evict_floor=0, cache_inserted_len=0, cache_protected_len=prefix),
+                )
+                tree.checkpoint(req, up_to=L)  # checkpoint_kv_cache: the prefill is done, decoding goes on
+                running[i] = req
+        elif e < 0 and i in running:
+            req = running.pop(i)
+            tree.checkpoint(req, up_to=L)  # release_kv_cache(checkpoint=True)
+            protected = req.kv.cache_protected_len
+            if protected < L:
+                allocator.free_segment(pool.req_to_token[i, protected:L])
+            tree.unlock(req.lock)
+        sizes.append((tree.total_size() // P, tree.evictable_size() // P, tree.protected_size() // P, allocator.available_size() // P))
+    return {"hits": hits, "refused": refused, "sizes": sizes, "tree": sglang_tree(tree, P)}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("page_size,capacity,width", [(1, 8, 3), (1, 20, 5), (4, 12, 4), (16, 30, 6)])
+def test_overlapping_requests(sglang, seed, page_size, capacity, width):
+    from kvreplay.engine.lifecycle import replay_lifecycle
+
+    trace = tree_trace(seed, 300, page_size)
+    rng = np.random.default_rng(seed)
+    events, running = [], []
+    for i in range(len(trace)):
+        while running and (len(running) >= width or rng.random() < 0.4):
+            events.append(-running.pop(int(rng.integers(len(running)))) - 1)
+        events.append(i)
+        running.append(i)
+    events += [-i - 1 for i in running]
+    real = run_sglang_lifecycle(sglang, trace, capacity, page_size, events)
+    sizes, last = [], {}
+
+    def look(k, cache):
+        sizes.append((cache.tree_pages, cache.tree_pages - cache.protected, cache.protected, capacity - cache.tree_pages - cache.outside))
+        last["cache"] = cache
+
+    ref = replay_lifecycle(trace, "radix", capacity, events, page_size, engine="reference", on_event=look)
+    comp = replay_lifecycle(trace, "radix", capacity, events, page_size)
+    expected = np.minimum(np.array(real["hits"], dtype=np.int64), trace.input_length).tolist()
+    for ours in (ref, comp):
+        assert ours.hit_tokens.tolist() == expected
+        assert ours.refused.tolist() == real["refused"]
+        assert ours.counters == ref.counters and ours.held_at_end == 0
+    for k, (mine, theirs) in enumerate(zip(sizes, real["sizes"])):
+        assert mine == theirs, f"(tree, evictable, protected, free) pages differ after event {k} ({events[k]})"
+    nodes, leaves = kvreplay_tree(last["cache"])
+    assert nodes == real["tree"][0], "the final trees differ"
+    assert leaves == real["tree"][1], "the leaves' LRU order differs"
+    assert any(real["refused"]) and ref.counters["evictions"] > 0

@@ -21,6 +21,10 @@ every id has one parent, so one vLLM hash), and the test checks that corresponde
 Compared with kvreplay's ``vllm`` (both engines): per-request hit tokens, and at the end the
 whole free queue (block ids in order, with the hash each still holds) and which blocks hold
 each hash, in the order a lookup picks them.
+
+Overlapping requests (``test_overlapping_requests``): starts and finishes interleaved as in
+engine/lifecycle.py, a start refused when ``allocate_slots`` returns None; compared: hits,
+refusals, blocks each request holds, and the free queue after every event.
 """
 
 from __future__ import annotations
@@ -463,3 +467,88 @@ def test_request_larger_than_the_pool_is_not_scheduled(real):
         computed = manager.get_computed_blocks(too_big)
         assert computed[1] == 16  # 4 blocks hit...
         assert manager.allocate_slots(too_big, 1, computed[1], computed[0]) is None  # ...but 5 do not fit
+
+
+# ---- overlapping requests: kvreplay's pin_request / unpin_request against the real manager -----------
+
+def run_real_lifecycle(real: RealVLLM, requests: list, capacity: int, block_size: int, events: list) -> dict:
+    """Play `events` (engine/lifecycle.py: i starts request i, -i - 1 finishes it) through the real
+    KVCacheManager: a start is ``get_computed_blocks`` then ``allocate_slots`` for the whole prompt
+    (None: refused, the request is never scheduled); a finish is ``free``. The free queue (block
+    ids with the hash each holds) after every event."""
+    max_len = max(length for _, length in requests) + block_size
+    with real.active():
+        manager = real.new_manager(capacity, block_size, max_len)
+        pool = manager.block_pool
+        hasher = real.utils.get_request_block_hasher(block_size, real.hashing.sha256)
+        status = importlib.import_module("vllm.v1.request").RequestStatus
+        trace_id_of: dict = {}
+        n = len(requests)
+        hits, held, refused, running, queues = [0] * n, [0] * n, [False] * n, {}, []
+
+        def trace_id(block):
+            return None if block.block_hash is None else trace_id_of[bytes(real.utils.get_block_hash(block.block_hash))]
+
+        for e in events:
+            if e >= 0:
+                ids, length = requests[e]
+                request = FakeRequest(f"r{e}", synth_tokens(ids, length, block_size), hasher, status.WAITING)
+                for h, tid in zip(request.block_hashes, ids):
+                    assert trace_id_of.setdefault(bytes(h), tid) == tid
+                computed = manager.get_computed_blocks(request)
+                if len(computed) > 2:
+                    request.shared_prefix_boundary = computed[2]
+                hits[e] = computed[1]
+                if manager.allocate_slots(request, length - computed[1], computed[1], computed[0]) is None:
+                    refused[e] = True
+                else:
+                    request.status = status.RUNNING
+                    request.num_computed_tokens = length
+                    running[e] = request
+                    held[e] = len(manager.get_blocks(request.request_id).get_block_ids()[0])
+            elif -e - 1 in running:
+                manager.free(running.pop(-e - 1))
+            queues.append([(b.block_id, trace_id(b)) for b in pool.free_block_queue.get_all_free_blocks()])
+    return {"hits": hits, "held": held, "refused": refused, "queues": queues}
+
+
+def overlapping_events(seed: int, n: int, width: int) -> list:
+    """Requests start in order; each start first finishes random running ones (at most `width` run)."""
+    rng = np.random.default_rng(seed)
+    events, running = [], []
+    for i in range(n):
+        while running and (len(running) >= width or rng.random() < 0.4):
+            events.append(-running.pop(int(rng.integers(len(running)))) - 1)
+        events.append(i)
+        running.append(i)
+    events += [-i - 1 for i in running]
+    return events
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("capacity,width", [(8, 2), (10, 4), (16, 6), (64, 8)])
+def test_overlapping_requests(real, seed, capacity, width):
+    # Every prompt fits the pool (at most 8 blocks), so vLLM refuses a start only because
+    # running requests hold too many blocks: allocate_slots' all-or-nothing check.
+    from kvreplay.engine.lifecycle import replay_lifecycle
+
+    requests = tree_trace(seed, 200, 4, 8)
+    events = overlapping_events(seed, len(requests), width)
+    engine = run_real_lifecycle(real, requests, capacity, 4, events)
+    trace = kvreplay.Trace.from_requests(requests)
+    ids = trace.original_ids
+    queues = []
+
+    def look(k, pool):
+        queues.append([(b, ids[pool.block_hash[b]] if b in pool.block_hash else None) for b in pool.free_queue()])
+
+    ref = replay_lifecycle(trace, "vllm", capacity, events, 4, engine="reference", on_event=look)
+    comp = replay_lifecycle(trace, "vllm", capacity, events, 4)
+    for ours in (ref, comp):
+        assert ours.hit_tokens.tolist() == engine["hits"]
+        assert ours.refused.tolist() == engine["refused"]
+        assert ours.held_blocks.tolist() == engine["held"]
+        assert ours.counters == ref.counters and ours.held_at_end == 0
+    for k, (mine, theirs) in enumerate(zip(queues, engine["queues"])):
+        assert mine == theirs, f"free queues differ after event {k} ({events[k]})"
+    assert any(engine["refused"]) == (capacity < 64)  # 8 running prompts of <= 8 blocks always fit in 64

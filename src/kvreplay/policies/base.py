@@ -53,7 +53,10 @@ Invariants of the lifecycle, checked for every registered policy by tests/polici
 5. Both engines agree on random interleavings of request starts and finishes (hits, blocks held,
    refusals, final residents, counters).
 6. A held block stays resident; resident blocks never exceed the capacity.
-7. A refusal happens only when every resident block is held (and the cache cannot grow).
+7. A refusal happens only when the start cannot fit beside the held blocks: for block-level
+   policies, when every resident block is held; for vllm and radix (all or nothing), when the
+   blocks not held are too few for the whole start (``everything_held()`` answers for the last
+   refused start).
 8. Releasing every running request leaves nothing held.
 """
 

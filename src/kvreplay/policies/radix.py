@@ -1,11 +1,12 @@
-"""SGLang's radix tree prefix cache (``RadixCache``, LRU eviction), one request at a time.
+"""SGLang's radix tree prefix cache (``RadixCache``, LRU eviction), request by request.
 
 Source: SGLang 0.5.23, ``python/sglang/srt/mem_cache/radix_cache.py`` (the tree), with the
 request flow of ``managers/schedule_batch.py`` (match), ``mem_cache/allocation.py`` and
 ``allocator/base.py`` (evict before allocating) and ``mem_cache/common.py`` (release).
 Validated against the real ``RadixCache`` by ``tests/real_engines/test_radix_engine.py``.
 One block is one SGLang page (``page_size = block_size``); one trace block id is one
-page's content. Requests run sequentially: each finishes before the next starts.
+page's content. A sequential replay finishes each request before the next starts;
+overlapping requests (engine/lifecycle.py) keep their pages in between: see Holds below.
 
 State: a radix tree. Each node holds a run of pages (block ids), its parent, its children
 keyed by their first block id, ``last_access`` (a logical clock) and ``lock_ref``. The
@@ -30,28 +31,52 @@ A request with prompt length ``L`` (``P = block_size``, ``pages = ceil(L / P)``)
    allocator for ``L - hits*P`` tokens plus one page of slack when ``P > 1``
    (``alloc_paged_token_slots_extend``: "assume each request needs a new page"), and
    evicts the shortfall: ``need = pages - hits + (1 if P > 1 else 0) - free`` pages,
-   where ``free = capacity - pages in the tree``. Eviction (``evict``) pops unlocked
-   leaves, least recently accessed first, and frees each whole (all its pages: possibly
-   more than needed) until at least ``need`` pages are freed or nothing is evictable; a
-   parent left childless and unlocked becomes a leaf and joins the candidates.
+   where ``free = capacity`` minus the pages in the tree and those running requests hold
+   outside it. Eviction (``evict``) pops unlocked leaves, least recently accessed first,
+   and frees each whole (all its pages: possibly more than needed) until at least ``need``
+   pages are freed or nothing is evictable; a parent left childless and unlocked becomes
+   a leaf and joins the candidates.
 5. Insert (``cache_finished_req`` / ``checkpoint``: ``insert`` then a re-match of the
    inserted key): the prompt's full pages, the first ``min(len(hash_ids), floor(L / P))``
    blocks, go into the tree; pages already there are shared (SGLang frees the request's
    duplicates), a divergence inside a node splits it (the tail part keeps the insert's
    time), the rest becomes a new leaf. The partial tail page is never inserted. Every
    node on the inserted path ends with ``last_access = now`` (the re-match).
-6. Unlock; the request's pages that are not in the tree are freed.
+   The inserted path is locked in place of the matched one (``checkpoint`` re-locks).
+6. Release (``release_kv_cache(checkpoint=True)``): the checkpoint's insert and re-match
+   touch the inserted path again (one stamp), it is unlocked, and the request's pages that
+   are not in the tree are freed.
+
+A request's start (``pin_request``) is steps 2 to 5, as SGLang runs them for a request that
+goes on decoding (``checkpoint_kv_cache`` after its prefill); it holds its path and its
+outside pages until its finish (``unpin_request``), step 6; a sequential replay does both at
+once (the release's stamp then only renews stamps nothing has looked at since).
 
 Time: SGLang stamps nodes with ``time.monotonic()``, read once per match or insert
 (every node touched by that call gets the same stamp) and once per new node. kvreplay
 uses a logical clock that ticks at the match, the insert and the re-match of each
-request; stamps are then strictly ordered between requests, and nodes sharing a stamp
-always lie on one root-to-leaf path, so at most one of them is a leaf: LRU never meets
-a tie (node ids break one anyway).
+request, and once at its release; stamps are then strictly ordered between requests, and
+nodes sharing a stamp always lie on one root-to-leaf path, so at most one of them is a
+leaf: LRU never meets a tie (node ids break one anyway).
 
 A request with ``pages > capacity`` can never fit; SGLang refuses such prompts
 (``validate_input_length``) before they reach the cache. kvreplay does the same: the
 request hits nothing, touches nothing, and counts in ``rejected``.
+
+Holds (pin): a running request holds its tree path by ``lock_ref`` and its pages outside the
+tree (the partial tail) until its release. A locked node is never an eviction candidate
+(SGLang keeps only unlocked childless nodes in ``evictable_leaves``): eviction skips it in
+place and the least recent unlocked leaf goes. Admission is all or nothing: after locking
+its match, a start's pages beyond the hits must fit in the pages no running request holds
+(free, or evictable: ``capacity`` minus pages on locked paths minus pages held outside the
+tree), else it is refused before anything is evicted or inserted (SGLang's ``PrefillAdder``
+leaves it waiting; its match, stamps and split, stays, as SGLang matches waiting requests);
+SGLang's admission also reserves decode tokens, which a trace does not have. ``held_count``:
+pages on locked paths plus pages held outside the tree; a block id is held iff a locked page
+holds it; ``everything_held``: the start last refused does not fit (with none waiting: every
+page is held). Checked against the real RadixCache, page counts after every start and
+finish, final tree and LRU order, by
+tests/real_engines/test_radix_engine.py::test_overlapping_requests.
 
 Parameters: none (SGLang's default ``--radix-eviction-policy lru``).
 Counters: ``admissions`` (pages inserted into the tree), ``evictions`` (pages freed by
@@ -68,7 +93,7 @@ from collections import Counter, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import PolicySpec, ReferencePolicy, register_kernel, hold_arrays
+from .base import HELD, PolicySpec, ReferencePolicy, hold_arrays, refuse, register_kernel
 
 
 def request_pages(input_length: int, block_size: int) -> int:
@@ -113,6 +138,9 @@ class Radix(ReferencePolicy):
         self.tree_pages = 0
         self.page_count = Counter()  # block id -> pages holding it in the tree
         self.cursor = (self.root, 0)  # the prefix scan's position: node, pages of it matched
+        self.protected = 0  # pages of locked nodes (SGLang's protected_size)
+        self.outside = 0  # pages running requests hold outside the tree (their partial tails)
+        self.waiting = None  # the last refused start: (its matched node, pages beyond its hits), until one is admitted
         self.stats = dict.fromkeys(("admissions", "evictions", "evicted_nodes", "node_splits", "rejected"), 0)
 
     # ---- the prefix scan: a walk down the tree that changes nothing ----
@@ -143,27 +171,58 @@ class Radix(ReferencePolicy):
     # ---- one request ----
 
     def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
+        handles = self.pin_request(request, blocks, hits, input_length, block_size)
+        self.unpin_request(request, blocks, input_length, block_size, handles)
+
+    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
+        """Admit, prefill and checkpoint the request, keeping its path locked (steps 2 to 5).
+        One handle per page it holds: the locked end node of its tree path for each full page,
+        None for each page outside the tree. [] when rejected (too large) or refused."""
         pages = request_pages(input_length, block_size)
         if pages > self.capacity:
             self.stats["rejected"] += 1
-            return
+            return []
         if pages == 0:
-            return
+            return []
         self.clock += 1
         matched = self._match(blocks[:hits])
         self._lock(matched, +1)
-        free = self.capacity - self.tree_pages
+        # Admission: the pages beyond the hits must fit in the pages no running request holds
+        # (free, or evictable: unlocked tree pages).
+        if pages - hits > self.capacity - self.protected - self.outside:
+            self._lock(matched, -1)
+            self.waiting = (matched, pages - hits)
+            self.refuse()
+            return []
+        self.waiting = None
+        free = self.capacity - self.tree_pages - self.outside
         need = pages - hits + eviction_slack(block_size) - free
         if need > 0:
             self._evict(need)
         self.clock += 1
-        last = self._insert(blocks[:min(len(blocks), input_length // block_size)])
+        full = min(len(blocks), input_length // block_size)
+        last = self._insert(blocks[:full])
         self.clock += 1
-        node = last  # the re-match of the inserted key touches its whole path
+        self._stamp(last)  # the re-match of the inserted key touches its whole path
+        self._lock(last, +1)
+        self._lock(matched, -1)
+        self.outside += pages - full
+        return [last] * full + [None] * (pages - full)
+
+    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
+        """Release (step 6): the final checkpoint touches the path again, then it is unlocked and
+        the pages outside the tree are freed."""
+        full = sum(h is not None for h in handles)
+        self.outside -= len(handles) - full
+        if full:
+            self.clock += 1
+            self._stamp(handles[0])
+            self._lock(handles[0], -1)
+
+    def _stamp(self, node):
         while node is not None:
             node.last_access = self.clock
             node = node.parent
-        self._lock(matched, -1)
 
     def _match(self, blocks):
         """SGLang's _match_prefix_helper over blocks that are all on the tree path."""
@@ -236,7 +295,11 @@ class Radix(ReferencePolicy):
                 heapq.heappush(heap, (parent.last_access, parent.id, parent))
 
     def _lock(self, node, delta):
+        """SGLang's inc_lock_ref / dec_lock_ref: the pages of a node that gets or loses its first
+        lock become protected or evictable again."""
         while node is not self.root:
+            if node.lock_ref == (0 if delta > 0 else 1):
+                self.protected += delta * len(node.blocks)
             node.lock_ref += delta
             self._update_leaf_status(node)
             node = node.parent
@@ -257,6 +320,45 @@ class Radix(ReferencePolicy):
 
     def counters(self) -> dict:
         return dict(self.stats)
+
+    # ---- holds: the locks, read as the contract's pins (recounted from the tree) ----
+
+    def _locked_nodes(self):
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            if node.lock_ref > 0:
+                yield node
+                stack.extend(node.children.values())  # below an unlocked node nothing is locked
+
+    @property
+    def pins(self) -> dict:
+        """Block id -> locked pages holding it."""
+        out = Counter()
+        for node in self._locked_nodes():
+            out.update(node.blocks)
+        return dict(out)
+
+    def held(self, b) -> bool:
+        return b in self.pins
+
+    def held_count(self) -> int:
+        """Pages running requests hold: on locked tree paths, and outside the tree."""
+        return sum(len(node.blocks) for node in self._locked_nodes()) + self.outside
+
+    def everything_held(self) -> bool:
+        """Admission is all or nothing: True when the pages no running request holds are too
+        few for the start last refused (its pages beyond the hits, plus the unlocked pages of its
+        matched path, which it would lock); with no start waiting, when every page is held."""
+        free = self.capacity - self.held_count()
+        if self.waiting is None:
+            return free <= 0
+        node, demand = self.waiting
+        while node is not self.root:
+            if node.lock_ref == 0:
+                demand += len(node.blocks)
+            node = node.parent
+        return demand > free
 
 
 def common_prefix(node_blocks, blocks, start) -> int:
@@ -288,7 +390,8 @@ ROOT = 0
 # meta slots
 CAPACITY, CLOCK, NUM_NODES, ARENA_TOP, TREE_PAGES, HEAP_SIZE, CURSOR_NODE, CURSOR_OFFSET = range(8)
 ADMISSIONS, EVICTIONS, EVICTED_NODES, NODE_SPLITS, REJECTED = range(8, 13)
-META_SLOTS = 13
+OUTSIDE = 13  # pages running requests hold outside the tree (their partial tails)
+META_SLOTS = 14
 COUNTERS = (("admissions", ADMISSIONS), ("evictions", EVICTIONS), ("evicted_nodes", EVICTED_NODES),
             ("node_splits", NODE_SPLITS), ("rejected", REJECTED))
 
@@ -296,9 +399,13 @@ COUNTERS = (("admissions", ADMISSIONS), ("evictions", EVICTIONS), ("evicted_node
 # The request-level work below (split, evict, insert, heap upkeep) runs O(1) times per request or
 # evicted leaf: each is its own compiled function (pasting them made the driver take minutes to
 # compile); the per-block probe (_resident, _child) is pasted.
+# One signature per function: numba compiles a function once per distinct argument types, and a
+# literal argument (0, 1) or an int32 read from an array where other calls pass an int64 is
+# another compile of the whole function; hence the np.int64(...) at some call sites.
 RadixState = namedtuple("RadixState", [
     "node_start", "node_len", "node_parent", "node_children", "node_lock", "node_time", "node_alive", "pushed",
     "arena", "table_parent", "table_block", "table_node", "heap_time", "heap_node", "page_count", "meta",
+    "handles",  # the sequential replay's pin_request handle: the locked node
     "pins", "hold",  # holds of running requests (base.hold_arrays)
 ])
 
@@ -332,6 +439,7 @@ def make_state(capacity: int, trace) -> RadixState:
         heap_node=np.zeros(heap_size, dtype=np.int32),
         page_count=np.zeros(trace.num_blocks, dtype=np.int32),
         meta=meta,
+        handles=np.zeros(1, dtype=np.int64),
         **hold_arrays(trace.num_blocks),
     )
 
@@ -447,7 +555,7 @@ def _compact_heap(st):
     """Drop dead entries in place and re-heapify."""
     m = st.meta
     size = m[HEAP_SIZE]
-    kept = 0
+    kept = np.int64(0)  # (not a literal 0: see "One signature" above)
     for i in range(size):
         if _live_entry(st, i):
             st.heap_time[kept] = st.heap_time[i]
@@ -490,7 +598,7 @@ def _pop_least_recent(st):
         size = m[HEAP_SIZE] - 1
         m[HEAP_SIZE] = size
         st.heap_time[0], st.heap_node[0] = st.heap_time[size], st.heap_node[size]
-        _sift_down(st, 0, size)
+        _sift_down(st, np.int64(0), size)
         if st.pushed[node] == time:
             st.pushed[node] = -1
         if live:
@@ -519,7 +627,7 @@ def _new_node(st, start, length, parent):
 def _split(st, child, n):
     """Cut `child` after n pages; the new node takes them, `child` keeps the rest (and its id)."""
     st.meta[NODE_SPLITS] += 1
-    parent = st.node_parent[child]
+    parent = np.int64(st.node_parent[child])
     start = st.node_start[child]
     new = _new_node(st, start, n, parent)
     st.node_lock[new] = st.node_lock[child]
@@ -542,7 +650,7 @@ def _evict(st, need):
             return
         length = st.node_len[leaf]
         start = st.node_start[leaf]
-        parent = st.node_parent[leaf]
+        parent = np.int64(st.node_parent[leaf])
         freed += length
         _remove_child(st, parent, st.arena[start])
         st.node_children[parent] -= 1
@@ -621,19 +729,46 @@ def _resident(st, b):
     return True
 
 
+LOCK, UNLOCK = np.int64(1), np.int64(-1)  # _lock_path's delta
+
+
 @helper(inline=False)
-def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
-    """One request. The driver's scan has just left the cursor after the `hits` matched pages."""
+def _lock_path(st, node, delta):
+    """inc_lock_ref (delta 1) / dec_lock_ref (-1) from node up to the root; a node's pages are
+    held while it is locked."""
+    while node != ROOT:
+        if st.node_lock[node] == 0:
+            st.hold[HELD] += st.node_len[node]
+        st.node_lock[node] += delta
+        if st.node_lock[node] == 0:
+            st.hold[HELD] -= st.node_len[node]
+        node = st.node_parent[node]
+
+
+@helper(inline=False)
+def _stamp_path(st, node):
+    """A match of the key ending at node: node and its ancestors get last_access = now."""
+    clock = st.meta[CLOCK]
+    while node >= 0:
+        st.node_time[node] = clock
+        node = st.node_parent[node]
+
+
+@helper(inline=False)
+def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+    """Admit one request and keep its path locked; handles[base] = the locked node. The driver's
+    scan has just left the cursor after the `hits` matched pages."""
     m = st.meta
     pages = (input_length + block_size - 1) // block_size
     if pages > m[CAPACITY]:
         m[REJECTED] += 1
-        return
+        return 0
     if pages == 0:
-        return
+        return 0
     # Match: split where the match ends; the cut-off tail keeps the match's time. SGLang
-    # also stamps the matched path here, but that path stays locked until the re-match
-    # below stamps it again, so no eviction can see those stamps: they are skipped.
+    # also stamps the matched path here, but an admitted request keeps that path locked until
+    # the re-match below stamps it again, so no eviction can see those stamps: they are
+    # skipped (and applied only when the start is refused).
     m[CLOCK] += 1
     matched = m[CURSOR_NODE]
     if hits > 0 and m[CURSOR_OFFSET] < st.node_len[matched]:
@@ -641,32 +776,59 @@ def _access_request(st, request, blocks, start, end, hits, input_length, block_s
         tail = matched
         matched = _split(st, tail, m[CURSOR_OFFSET])
         _push_if_evictable(st, tail)
-    # Lock the matched path; evict the allocator's shortfall.
-    node = matched
-    while node != ROOT:
-        st.node_lock[node] += 1
-        node = st.node_parent[node]
+    # Lock the matched path; admit if the rest fits beside what running requests hold.
+    _lock_path(st, matched, LOCK)
+    if pages - hits > m[CAPACITY] - st.hold[HELD]:
+        if hits > 0:
+            _stamp_path(st, matched)
+        _lock_path(st, matched, UNLOCK)
+        _push_if_evictable(st, matched)
+        refuse(st)
+        return 0
+    # Evict the allocator's shortfall.
     slack = 1 if block_size > 1 else 0
-    need = pages - hits + slack - (m[CAPACITY] - m[TREE_PAGES])
+    need = pages - hits + slack - (m[CAPACITY] - m[TREE_PAGES] - m[OUTSIDE])
     if need > 0:
         _evict(st, need)
-    # Insert the full pages, re-touch the inserted path, unlock.
+    # Insert the full pages, re-touch the inserted path, lock it instead of the matched one.
     m[CLOCK] += 1
     full = min(end - start, input_length // block_size)
     last = _insert(st, blocks, start, start + full)
     m[CLOCK] += 1
-    node = last
-    while node >= 0:
-        st.node_time[node] = m[CLOCK]
-        node = st.node_parent[node]
-    node = matched
-    while node != ROOT:
-        st.node_lock[node] -= 1
-        node = st.node_parent[node]
-    _push_if_evictable(st, last)  # the only node of the path that can be a leaf
+    _stamp_path(st, last)
+    _lock_path(st, last, LOCK)
+    _lock_path(st, matched, UNLOCK)
+    m[OUTSIDE] += pages - full
+    st.hold[HELD] += pages - full
+    handles[base] = last
+    return pages
 
 
-register_kernel(RadixState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit)
+@helper(inline=False)
+def _unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
+    """Release: touch the path again (the final checkpoint), unlock it, free the outside pages."""
+    if n == 0:
+        return
+    m = st.meta
+    full = min(end - start, input_length // block_size)
+    m[OUTSIDE] -= n - full
+    st.hold[HELD] -= n - full
+    if full > 0:
+        last = handles[base]
+        m[CLOCK] += 1
+        _stamp_path(st, last)
+        _lock_path(st, last, UNLOCK)
+        _push_if_evictable(st, last)  # the only node of the path that can be a leaf
+
+
+@helper
+def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
+    n = _pin_request(st, request, blocks, start, end, hits, input_length, block_size, st.handles, 0)
+    _unpin_request(st, request, blocks, start, end, input_length, block_size, st.handles, 0, n)
+
+
+register_kernel(RadixState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit,
+                pin_request_impl=_pin_request, unpin_request_impl=_unpin_request)
 
 POLICY = PolicySpec(
     name="radix",

@@ -7,8 +7,9 @@ checked request by request against the real code of 0.24.0, 0.28.0 and 0.33.0 by
 ``tests/real_engines/test_vllm_engine.py`` (hit tokens, free queue order, hash holders).
 The trace's hash ids stand for vLLM's block hashes; a full-attention model, one KV cache group.
 
-Replay is sequential: each request is scheduled, prefilled and finished before the next one
-starts, so at every prefix scan nothing is running and every block of the pool is free.
+A sequential replay schedules, prefills and finishes each request before the next one starts,
+so at every prefix scan nothing is running and every block of the pool is free. Overlapping
+requests (engine/lifecycle.py) keep their blocks between start and finish: see Holds below.
 
 State: a pool of ``capacity`` blocks (vLLM's ``num_gpu_blocks - 1``: vLLM also keeps a null
 block that never holds data). Each block has a reference count (requests using it) and at most
@@ -46,6 +47,9 @@ A request with hash ids ``ids`` and ``L`` prompt tokens (block size ``bs``):
    request's last one foremost (``BlockPool.free_blocks``: prepend the hashless, append the
    hashed).
 
+A request's start (``pin_request``) is steps 1 to 3, vLLM's ``allocate_slots``; it keeps its
+blocks until its finish (``unpin_request``), step 4; a sequential replay does both at once.
+
 Hence the free queue is always: [freed blocks without a hash] + [never used blocks] +
 [freed blocks with a hash, least recently freed first]: an LRU over release time, the tail of
 each request's chain ahead of its head.
@@ -56,14 +60,30 @@ in practice vLLM refuses to start unless the KV cache holds ``max_model_len`` to
 rejects longer prompts). kvreplay serves it with the blocks that fit: it holds ``capacity`` blocks, the
 first ``capacity`` blocks of its prompt, as if truncated (never fewer than its hits: a hash
 repeated within a request hits one block several times). Counted in ``oversize_requests``.
+Among overlapping requests it is held the same way (so running requests one at a time is the
+sequential replay): it needs the whole pool free, and is refused while anything else runs.
+
+Holds (pin): a running request holds its blocks by their ref_cnt, as in vLLM. A held block is
+not in the free queue, so eviction (popping the queue head) never reaches it: nothing is
+skipped or requeued, the next free block goes; a hit on a block another running request holds
+shares it (ref_cnt 2, it needs no free block). Allocation is all or nothing, as
+``allocate_slots``: a start needs its new blocks plus its hit blocks that are free (touching
+takes them out of the free queue); when that exceeds the free blocks (capacity minus the
+blocks running requests hold) the start is refused: nothing is touched or counted, and vLLM's
+scheduler would keep it waiting (``watermark`` 0, no decode blocks). A free block hit twice by
+a repeated hash counts once here, per position in vLLM (chained hashes never repeat).
+``held_count``: blocks with ref_cnt > 0 (the hashless tail too); a hash is held iff one of its
+blocks is; ``everything_held``: the free blocks are too few for the start last refused (with
+none waiting: no block is free). Checked against the real manager, free queue after every
+start and finish, by tests/real_engines/test_vllm_engine.py::test_overlapping_requests.
 
 Not modelled, because a hash-id trace cannot express it: output tokens (no decode blocks are
 allocated, and the partial prompt tail, which decode would fill and vLLM would then cache
-under a hash including output tokens, stays uncached); concurrent requests (batching,
-preemption, ``watermark``, several requests sharing a pinned block); chunked prefill (with a
-single request at a time it only interleaves steps 2 and 3 and leaves the same state, which
-the engine test checks); sliding-window
-and hybrid models (several KV cache groups); EAGLE's dropped last hit block; LoRA,
+under a hash including output tokens, stays uncached); the scheduler around concurrent
+requests (batching limits, preemption, the ``watermark``, decode blocks; see Holds for what
+overlapping requests do model); chunked prefill (with a single request at a time it only
+interleaves steps 2 and 3 and leaves the same state, which the engine test checks);
+sliding-window and hybrid models (several KV cache groups); EAGLE's dropped last hit block; LoRA,
 multimodal and ``cache_salt`` extra keys (they only change the hashes: give them distinct hash
 ids); KV connectors and offloading. vLLM's prefix-cache metric counts every lookup of a
 request's ``num_tokens`` as "queries" and the hit tokens as "hits"; here that is prompt_tokens
@@ -73,7 +93,7 @@ Parameters: ``last_token_recompute`` (1; 0 lifts the ``L - 1`` cap to ``L // bs`
 what-if: no vLLM version does that).
 Counters: ``admissions`` (blocks cached), ``evictions`` (blocks that lost their hash on
 reuse), ``duplicate_blocks`` (blocks cached under a hash another block already held),
-``pinned_peak`` (most blocks pinned at once), ``oversize_requests``.
+``pinned_peak`` (most blocks pinned at once, by all running requests), ``oversize_requests``.
 ``final_cache_blocks``: blocks holding a hash at the end (a duplicated hash counts twice).
 """
 
@@ -84,7 +104,8 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import Param, PolicySpec, ReferencePolicy, in_range, list_append, list_unlink, register_kernel, hold_arrays
+from .base import (HELD, Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, list_append, list_unlink, refuse,
+                   register_kernel)
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
 
@@ -113,6 +134,8 @@ class VLLM(ReferencePolicy):
         self.next_unused = 1  # never used blocks: next_unused..capacity, in id order
         self.free_cached: OrderedDict = OrderedDict()  # freed blocks with a hash, appended
         self.stats = dict.fromkeys(COUNTERS, 0)
+        self.busy = 0  # blocks held by running requests (ref_cnt > 0)
+        self.waiting = None  # the last refused start: (its hit blocks, its new blocks), until a start is admitted
 
     def resident(self, h) -> bool:
         return h in self.holders
@@ -121,24 +144,40 @@ class VLLM(ReferencePolicy):
         return max_hit_blocks(num_blocks, input_length, block_size, self.last_token_recompute)
 
     def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
+        handles = self.pin_request(request, blocks, hits, input_length, block_size)
+        self.unpin_request(request, blocks, input_length, block_size, handles)
+
+    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
+        """Schedule the request (``allocate_slots``): touch its hits, allocate, cache its full
+        blocks, and keep them all. Its held blocks in position order, or [] when refused."""
         need = -(-input_length // block_size)
+        held_count = max(hits, min(need, self.capacity))
+        # all or nothing: the new blocks and the free hit blocks (they leave the free queue)
+        # must fit in the free blocks
+        held = [next(iter(self.holders[h])) for h in blocks[:hits]]
+        demand = held_count - hits + len({b for b in held if self.ref_cnt.get(b, 0) == 0})
+        if demand > self.capacity - self.busy:
+            self.waiting = (held, held_count - hits)
+            self.refuse()
+            return []
+        self.waiting = None
         if need > self.capacity:
             self.stats["oversize_requests"] += 1
-        held_count = max(hits, min(need, self.capacity))
         full = min(len(blocks), input_length // block_size, held_count)
         # 1. touch the hit blocks: the first holder of each hash
-        held = [next(iter(self.holders[h])) for h in blocks[:hits]]
         for b in held:
             self._touch(b)
-        pinned = len(set(held)) + held_count - hits
-        self.stats["pinned_peak"] = max(self.stats["pinned_peak"], pinned)
         # 2. the rest from the head of the free queue
         held += [self._pop_free() for _ in range(held_count - hits)]
+        self.stats["pinned_peak"] = max(self.stats["pinned_peak"], self.busy)
         # 3. prefill: cache the full blocks
         for j in range(hits, full):
             self._cache(held[j], blocks[j])
-        # 4. finish: free tail block first
-        self._free(reversed(held))
+        return held
+
+    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
+        """Finish the request (``KVCacheManager.free``): free its blocks, tail block first."""
+        self._free(reversed(handles))
 
     def access(self, b) -> None:  # pragma: no cover - vLLM works request by request
         raise NotImplementedError("vllm accesses blocks through access_request")
@@ -146,6 +185,7 @@ class VLLM(ReferencePolicy):
     def _touch(self, b) -> None:
         if self.ref_cnt.get(b, 0) == 0:
             del self.free_cached[b]  # a hit block has a hash, so it is in the cached run
+            self.busy += 1
         self.ref_cnt[b] = self.ref_cnt.get(b, 0) + 1
 
     def _pop_free(self) -> int:
@@ -162,6 +202,7 @@ class VLLM(ReferencePolicy):
                 del self.holders[h]
             self.stats["evictions"] += 1
         self.ref_cnt[b] = 1
+        self.busy += 1
         return b
 
     def _cache(self, b, h) -> None:
@@ -176,6 +217,7 @@ class VLLM(ReferencePolicy):
         for b in ordered:
             self.ref_cnt[b] -= 1
             if self.ref_cnt[b] == 0:
+                self.busy -= 1
                 if b in self.block_hash:
                     self.free_cached[b] = None
                 else:
@@ -195,16 +237,46 @@ class VLLM(ReferencePolicy):
     def resident_blocks(self):
         return self.holders.keys()
 
+    # ---- holds: the reference counts, read as the contract's pins (recounted, not the running tally) ----
+
+    @property
+    def pins(self) -> dict:
+        """Hash id -> holds on its blocks, for the hashes one of whose blocks is in use."""
+        out = {}
+        for b, n in self.ref_cnt.items():
+            if n > 0 and b in self.block_hash:
+                h = self.block_hash[b]
+                out[h] = out.get(h, 0) + n
+        return out
+
+    def held(self, h) -> bool:
+        return any(self.ref_cnt.get(b, 0) > 0 for b in self.holders.get(h, ()))
+
+    def held_count(self) -> int:
+        """Pool blocks in use by running requests (hashless ones included)."""
+        return sum(1 for n in self.ref_cnt.values() if n > 0)
+
+    def everything_held(self) -> bool:
+        """Allocation is all or nothing: True when the free blocks are too few for the start last
+        refused (its new blocks plus its free hit blocks; ``allocate_slots``' check); with no
+        start waiting, when no block is free at all."""
+        free = self.capacity - self.held_count()
+        if self.waiting is None:
+            return free <= 0
+        hit_blocks, new = self.waiting
+        return new + len({b for b in hit_blocks if self.ref_cnt.get(b, 0) == 0}) > free
+
 
 # ---- compiled engine --------------------------------------------------------------------------------
 #
-# Blocks without a hash are interchangeable, and while no request runs they all sit at the head
-# of the free queue (they are only ever prepended; blocks with a hash only ever appended). So
-# the kernel counts them (HASHLESS_FREE) and gives an identity, a "slot", only to blocks that
-# hold a hash: at most min(capacity, trace.num_accesses) of them exist at once (a block gets a
-# hash from one position of one request), so no array is sized by a huge capacity. An evicted
-# block gives its slot back; a block that gets a hash takes one. The reference engine keeps
-# every block by id; the differential tests hold the two together.
+# Blocks without a hash are interchangeable, and the free ones all sit at the head of the free
+# queue (they are only ever prepended; blocks with a hash only ever appended), whatever runs. So
+# the kernel counts the free ones (HASHLESS_FREE; held ones count in hold[HELD] only) and gives
+# an identity, a "slot", only to blocks that hold a hash: at most min(capacity,
+# trace.num_accesses) of them exist at once (a block gets a hash from one position of one
+# request), so no array is sized by a huge capacity. An evicted block gives its slot back; a
+# block that gets a hash takes one. The reference engine keeps every block by id; the
+# differential tests hold the two together.
 
 CAPACITY, RECOMPUTE, HASHLESS_FREE, QUEUE_HEAD, QUEUE_TAIL, FREE_SLOTS, CACHED_BLOCKS = range(7)
 ADMISSIONS, EVICTIONS, DUPLICATES, PINNED_PEAK, OVERSIZE = range(7, 12)
@@ -217,14 +289,14 @@ VLLMState = namedtuple("VLLMState", [
     "queue_prev", "queue_next",  # per slot: the free queue's run of blocks with a hash (ref_cnt 0)
     "holder_prev", "holder_next",  # per slot: neighbours among the holders of its hash
     "slot_stack",  # unused slots
-    "held",  # per position of the running request: the slot of its block (cached positions only)
+    "handles",  # the sequential replay's pin_request handles: per cached position, the slot of its block
     "meta",
     "pins", "hold",  # holds of running requests (base.hold_arrays)
 ])
 
 
 def make_state(capacity: int, trace, last_token_recompute: int = 1) -> VLLMState:
-    num_hashes = max(1, trace.num_blocks)
+    num_hashes = trace.num_blocks  # exact: resident_mask is indexed by hash id (an empty trace has none)
     slots = max(1, min(capacity, trace.num_accesses))
     lengths = np.diff(trace.offsets)
     meta = np.zeros(META_SLOTS, dtype=np.int64)
@@ -240,7 +312,7 @@ def make_state(capacity: int, trace, last_token_recompute: int = 1) -> VLLMState
         holder_prev=np.full(slots, -1, dtype=np.int32),
         holder_next=np.full(slots, -1, dtype=np.int32),
         slot_stack=np.arange(slots - 1, -1, -1, dtype=np.int32),
-        held=np.zeros(max(1, int(lengths.max(initial=0))), dtype=np.int32),
+        handles=np.zeros(max(1, int(lengths.max(initial=0))), dtype=np.int64),
         meta=meta,
         **hold_arrays(trace.num_blocks),
     )
@@ -312,34 +384,53 @@ def _hit_limit(st, num_blocks, input_length, block_size):
     return cap
 
 
-@helper
-def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
+@helper(inline=False)
+def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
     m = st.meta
     need = (input_length + block_size - 1) // block_size
     held_count = need
     if need > m[CAPACITY]:
-        m[OVERSIZE] += 1
         held_count = m[CAPACITY]
     if held_count < hits:
         held_count = hits
+    new = held_count - hits
+    # All or nothing: the new blocks and the free hit blocks (they leave the free queue) must
+    # fit in the free blocks. Counted only when the hits might not fit (never in a sequential
+    # replay but for a hash repeated beyond the capacity): a free block is marked -1 once.
+    free = m[CAPACITY] - st.hold[HELD]
+    if new + hits > free:
+        free_hits = 0
+        for j in range(hits):
+            s = st.holder_head[blocks[start + j]]
+            if st.slot_ref[s] == 0:
+                st.slot_ref[s] = -1
+                free_hits += 1
+        for j in range(hits):
+            s = st.holder_head[blocks[start + j]]
+            if st.slot_ref[s] < 0:
+                st.slot_ref[s] = 0
+        if new + free_hits > free:
+            refuse(st)
+            return 0
+    if need > m[CAPACITY]:
+        m[OVERSIZE] += 1
     full = input_length // block_size
     if full > end - start:
         full = end - start
     if full > held_count:
         full = held_count
     # 1. touch the hit blocks
-    pinned = held_count - hits
     for j in range(hits):
         s = st.holder_head[blocks[start + j]]
         if st.slot_ref[s] == 0:
             _queue_unlink(st, s)
-            pinned += 1
+            st.hold[HELD] += 1
         st.slot_ref[s] += 1
-        st.held[j] = s
-    if pinned > m[PINNED_PEAK]:
-        m[PINNED_PEAK] = pinned
+        handles[base + j] = s
+    st.hold[HELD] += new
+    if st.hold[HELD] > m[PINNED_PEAK]:
+        m[PINNED_PEAK] = st.hold[HELD]
     # 2. new blocks from the head of the free queue: hashless ones first, then evict
-    new = held_count - hits
     take = new if new < m[HASHLESS_FREE] else m[HASHLESS_FREE]
     m[HASHLESS_FREE] -= take
     for _ in range(new - take):
@@ -349,17 +440,36 @@ def _access_request(st, request, blocks, start, end, hits, input_length, block_s
         m[EVICTIONS] += 1
     # 3. prefill caches the full blocks
     for j in range(hits, full):
-        st.held[j] = _cache(st, blocks[start + j])
-    # 4. free tail first: hashless blocks to the head (a count), the others to the tail
-    m[HASHLESS_FREE] += held_count - full
+        handles[base + j] = _cache(st, blocks[start + j])
+    return held_count
+
+
+@helper(inline=False)
+def _unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
+    """Free tail first: hashless blocks to the head (a count), the others to the tail."""
+    full = input_length // block_size
+    if full > end - start:
+        full = end - start
+    if full > n:
+        full = n
+    st.meta[HASHLESS_FREE] += n - full
+    st.hold[HELD] -= n - full
     for j in range(full - 1, -1, -1):
-        s = st.held[j]
+        s = handles[base + j]
         st.slot_ref[s] -= 1
         if st.slot_ref[s] == 0:
             _queue_append(st, s)
+            st.hold[HELD] -= 1
 
 
-register_kernel(VLLMState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit)
+@helper
+def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
+    n = _pin_request(st, request, blocks, start, end, hits, input_length, block_size, st.handles, 0)
+    _unpin_request(st, request, blocks, start, end, input_length, block_size, st.handles, 0, n)
+
+
+register_kernel(VLLMState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit,
+                pin_request_impl=_pin_request, unpin_request_impl=_unpin_request)
 
 POLICY = PolicySpec(
     name="vllm",
