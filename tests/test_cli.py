@@ -561,12 +561,13 @@ def test_sweep_capacities_auto():
 def test_sweep_table_output():
     text = ok("sweep", LVF, "--capacities", "2,6", "--policies", "lru,fifo", "--block-size", 4)
     lines = text.splitlines()
-    assert lines[1].split() == ["policy", "params", "capacity", "hit", "tokens", "prompt", "tokens", "hit", "rate",
+    assert lines[1].split() == ["policy", "params", "capacity", "hit", "tokens", "prompt", "tokens", "hit", "rate", "%",
                                 "final", "blocks"]
     rows = [line.split() for line in lines[3:]]
+    # The terminal table speaks percent, as the summaries (machine outputs keep fractions).
     assert [(r[0], int(r[1]), int(r[2]), int(r[3]), r[4], int(r[5])) for r in rows] == [
-        ("lru", 2, 6, 20, "0.3000", 2), ("lru", 6, 6, 20, "0.3000", 3),
-        ("fifo", 2, 4, 20, "0.2000", 2), ("fifo", 6, 6, 20, "0.3000", 3),
+        ("lru", 2, 6, 20, "30.00", 2), ("lru", 6, 6, 20, "30.00", 3),
+        ("fifo", 2, 4, 20, "20.00", 2), ("fifo", 6, 6, 20, "30.00", 3),
     ]
 
 
@@ -625,7 +626,7 @@ def test_demo():
     for r in rows:
         hit, rate = num(r[-4]), float(r[-2])
         assert 0 <= hit <= num(r[-3])
-        assert rate == pytest.approx(hit / num(r[-3]), abs=5e-5)  # printed with 4 decimals
+        assert rate == pytest.approx(100 * hit / num(r[-3]), abs=5e-3)  # a percentage with 2 decimals
     if "infinite" in names:  # the ceiling: no policy hits more than a cache that never evicts
         ceiling = max(num(r[-4]) for r in rows if r[0] == "infinite")
         assert all(num(r[-4]) <= ceiling for r in rows)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+
+import pytest
 
 from kvreplay.cli import main
 
@@ -69,3 +72,24 @@ def test_missing_output_directory_fails_before_reading_the_trace(tmp_path, capsy
         assert main(args) == 2
         err = capsys.readouterr().err
         assert "cannot write: No such file or directory" in err and "broken.jsonl:1" not in err
+
+
+def test_zoom_option_reaches_the_figure(tmp_path, monkeypatch):
+    # --zoom auto|off|LO,HI is parsed and handed to the curve figure (sweep and mrc --plot).
+    from kvreplay.cli import common
+    from kvreplay.output import plot
+
+    assert common.zoom("auto") == "auto" and common.zoom("off") is False and common.zoom("2,8.5") == (2.0, 8.5)
+    for bad in ("8,2", "x", "-1,3", "2,101"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            common.zoom(bad)
+    seen = []
+    real = plot.curves_figure
+    monkeypatch.setattr(plot, "curves_figure", lambda *a, **k: seen.append(k["zoom"]) or real(*a, **k))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        f'{{"timestamp": {i}, "input_length": 40, "output_length": 1, "hash_ids": [{i % 3}, {i}]}}\n' for i in range(12)))
+    for option, expected in (("off", False), ("2,8", (2.0, 8.0)), ("auto", "auto")):
+        assert main(["mrc", str(trace), "--capacities", "2,4", "--block-size", "32", "--plot", str(tmp_path / "c.png"),
+                     "--zoom", option]) == 0
+        assert seen[-1] == expected

@@ -124,6 +124,27 @@ def add_curve_outputs(p: argparse.ArgumentParser, output_help: str) -> None:
     p.add_argument("--output", "-o", help=output_help)
     p.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
     p.add_argument("--plot", metavar="FILE", help="draw hit rate vs capacity to FILE.png|.svg|.pdf (atomically)")
+    add_zoom_option(p)
+
+
+def zoom(text: str):
+    """--zoom: "auto", "off", or "LO,HI" (percent hit rate) for the curve's zoom panel."""
+    text = text.strip().lower()
+    if text in ("auto", "off"):
+        return "auto" if text == "auto" else False
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto, off or LO,HI (percent), got {text!r}") from None
+    if not 0 <= lo < hi <= 100:
+        raise argparse.ArgumentTypeError(f"LO,HI must satisfy 0 <= LO < HI <= 100, got {text!r}")
+    return (lo, hi)
+
+
+def add_zoom_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zoom", type=zoom, default="auto", metavar="auto|off|LO,HI",
+                   help="the hit-rate curve's zoom panel on the low band: auto (when the policies crowd it; "
+                        "default), off, or a band in percent, e.g. 2,8")
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
@@ -258,16 +279,6 @@ def check_output_dir(*paths, inputs=()) -> None:
             refuse_overwrite(path, inputs)
 
 
-def check_table_output(args) -> None:
-    if args.output and not args.output.lower().endswith((".json", ".csv")):
-        raise ConfigError(f"--output {args.output}: the name must end in .json or .csv")
-    if getattr(args, "plot", None):
-        from ..output.plot import check_plot_path
-
-        check_plot_path(args.plot)
-    check_output_dir(args.output, getattr(args, "plot", None), inputs=args.traces)
-
-
 def plot_curve(args, document: dict, trace) -> None:
     """--plot: hit rate vs capacity for a sweep's results or an mrc curve, with the infinite-cache ceiling."""
     from ..output import plot
@@ -285,29 +296,8 @@ def plot_curve(args, document: dict, trace) -> None:
         title = f"{len(document['traces'])} traces, {document['traces'][0]['window'].split(' (')[0]}"
     else:
         title = f"{os.path.basename(document['trace'])}, block size {document['block_size']}, {document['window']}"
-    plot.save_figure(plot.curves_figure(rows, title=title, bytes_per_block=bytes_per_block, capacity_note=note), args.plot)
-
-
-def emit(args, document: dict, rows: list[dict], columns, heading: str, trace=None) -> None:
-    """Write `document` (JSON) or `rows` (CSV) to --output, and print JSON or a table."""
-    if getattr(args, "plot", None):
-        plot_curve(args, document, trace)
-    if args.output:
-        from ..files import write_atomic
-        from ..output.table import to_csv
-
-        if args.output.lower().endswith(".csv"):
-            data = to_csv(rows, [k for k, _ in columns]).encode()
-        else:
-            data = encode_json(document)
-        write_atomic(args.output, data)
-    if args.json:
-        sys.stdout.buffer.write(encode_json(document))
-    else:
-        from ..output.table import format_table
-
-        print(heading)
-        print(format_table(rows, columns))
+    plot.save_figure(plot.curves_figure(rows, title=title, bytes_per_block=bytes_per_block, capacity_note=note,
+                                        zoom=args.zoom), args.plot)
 
 
 class Progress:

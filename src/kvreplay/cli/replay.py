@@ -37,7 +37,7 @@ def _cmd_run(args) -> int:
     params = common.given_params(args, args.policy)
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
-                          "standard output); sweep and mrc write CSV")
+                          "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
     common.check_output_dir(args.output, inputs=args.traces)
     capacity = args.capacity
     defaulted = capacity is None and get_policy(args.policy).capacity == "required"
@@ -222,6 +222,7 @@ def _parser_report(sub) -> None:
     common.add_trace_options(rp)
     rp.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
     common.add_capacities_options(rp, "the curve's capacities: block counts")
+    common.add_zoom_option(rp)
     rp.add_argument("--capacity", type=common.capacity, default=None,
                     help="the capacity of the per-request views, blocks or a size (default: the middle of the curve)")
     rp.add_argument("--bounds", action="store_true", help="add belady (offline MIN) to the curve")
@@ -245,7 +246,8 @@ def _cmd_report(args) -> int:
                            block_size=args.block_size, warmup_fraction=args.warmup_fraction, bounds=args.bounds,
                            engine=args.engine, title=args.title, progress=progress, price_hit=args.price_hit,
                            price_miss=args.price_miss, active_params=common.active_params(args),
-                           bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note)
+                           bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
+                           zoom=args.zoom)
     write_atomic(args.output, page.encode())
     print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
     return 0

@@ -29,7 +29,7 @@ def over_time_table(windows: list[dict]) -> str:
         rows = [dict(w, span=f"{w['start_s']:,.0f}-{w['end_s']:,.0f} s") for w in windows]
     return "hit rate over time (token-weighted per window):\n" + format_table(
         rows, [("span", "window"), ("requests", "requests"), ("hit_tokens", "hit tokens"), ("prompt_tokens", "prompt tokens"),
-               ("hit_rate", "hit rate")])
+               ("hit_rate", "hit rate %")])
 
 
 def run_summary(trace, report, budget=None) -> str:
@@ -122,11 +122,11 @@ def budget_heading(budget) -> str:
 SWEEP_COLUMNS = [
     ("policy", "policy"), ("params", "params"), ("cache_capacity_blocks", "capacity"),
     ("total_hit_tokens", "hit tokens"), ("total_prompt_tokens", "prompt tokens"),
-    ("hit_rate", "hit rate"), ("final_cache_blocks", "final blocks"),
+    ("hit_rate", "hit rate %"), ("final_cache_blocks", "final blocks"),
 ]
 
 
 MRC_COLUMNS = [
     ("cache_capacity_blocks", "capacity"), ("total_hit_tokens", "hit tokens"), ("total_prompt_tokens", "prompt tokens"),
-    ("hit_rate", "hit rate"), ("final_cache_blocks", "final blocks"), ("admissions", "admissions"),
+    ("hit_rate", "hit rate %"), ("final_cache_blocks", "final blocks"), ("admissions", "admissions"),
 ]

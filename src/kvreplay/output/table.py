@@ -17,8 +17,15 @@ def fmt(value) -> str:
 
 
 def format_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
-    """Align `rows` under `columns` ((key, header) pairs); numbers right-aligned."""
-    cells = [[fmt(r.get(key, "")) for key, _ in columns] for r in rows]
+    """Align `rows` under `columns` ((key, header) pairs); numbers right-aligned. A header ending
+    in "%" shows its fraction as a percentage (terminal tables speak percent, as the summaries;
+    machine outputs keep fractions, see docs/formats.md)."""
+    def cell(value, header):
+        if header.endswith("%") and isinstance(value, float):
+            return f"{100 * value:.2f}"
+        return fmt(value)
+
+    cells = [[cell(r.get(key, ""), header) for key, header in columns] for r in rows]
     headers = [h for _, h in columns]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     numeric = [all(isinstance(r.get(key), (int, float)) for r in rows) for key, _ in columns]
