@@ -30,12 +30,12 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 #   line 7: 1..8 20..23 40 41  14 tokens  A B C + 2              -> ids [0, 1, 2]
 ROUNDTRIP = DATA / "tokens_roundtrip.jsonl"
 ROUNDTRIP_OUT = (
-    '{"timestamp":0,"input_length":10,"output_length":7,"hash_ids":[0,1]}\n'
-    '{"timestamp":1500,"input_length":13,"output_length":0,"hash_ids":[0,1,2]}\n'
-    '{"timestamp":2000.5,"input_length":8,"output_length":0,"hash_ids":[0,3]}\n'
-    '{"timestamp":3000,"input_length":8,"output_length":0,"hash_ids":[4,5]}\n'
-    '{"timestamp":0,"input_length":3,"output_length":0,"hash_ids":[]}\n'
-    '{"timestamp":5000,"input_length":14,"output_length":2,"hash_ids":[0,1,2]}\n'
+    '{"timestamp":0,"input_length":10,"output_length":7,"hash_ids":[0,1],"block_size":4}\n'
+    '{"timestamp":1500,"input_length":13,"output_length":0,"hash_ids":[0,1,2],"block_size":4}\n'
+    '{"timestamp":2000.5,"input_length":8,"output_length":0,"hash_ids":[0,3],"block_size":4}\n'
+    '{"timestamp":3000,"input_length":8,"output_length":0,"hash_ids":[4,5],"block_size":4}\n'
+    '{"timestamp":0,"input_length":3,"output_length":0,"hash_ids":[],"block_size":4}\n'
+    '{"timestamp":5000,"input_length":14,"output_length":2,"hash_ids":[0,1,2],"block_size":4}\n'
 )
 ROUNDTRIP_SUMMARY = {"block_size": 4, "requests": 6, "tokens": 56, "blocks": 12, "unique_blocks": 6}
 BAD3 = DATA / "tokens_bad_line3.jsonl"  # line 3: token_ids item 1 is -1
@@ -150,7 +150,7 @@ def test_keep_hashes_writes_the_digests(tmp_path):
     assert recs[1]["block_hashes"] == [h.hex() for h in chain_hashes([1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23, 30], 4)]
     assert recs[3]["block_hashes"] == [h.hex() for h in chain_hashes(list(range(1, 9)), 4, salt=b"tenant-b")]
     assert recs[4]["block_hashes"] == []
-    assert list(recs[0]) == ["timestamp", "input_length", "output_length", "hash_ids", "block_hashes"]
+    assert list(recs[0]) == ["timestamp", "input_length", "output_length", "hash_ids", "block_size", "block_hashes"]
 
 
 def test_namespace_salt_field_and_default_salt(tmp_path):
@@ -362,9 +362,7 @@ def test_cli_hash_file(tmp_path):
     r = kv("hash", ROUNDTRIP, "-o", out, "--block-size", "4")
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout == b""
-    assert r.stderr.decode() == (f"{ROUNDTRIP}: 6 requests, 56 tokens, 12 blocks of 4 (6 unique) -> {out}\n"
-                                 "kvreplay: note: the blocks are 4 tokens and Mooncake files do not say so: "
-                                 "replay the output with --block-size 4\n")
+    assert r.stderr.decode() == f"{ROUNDTRIP}: 6 requests, 56 tokens, 12 blocks of 4 (6 unique) -> {out}\n"
     assert out.read_text() == ROUNDTRIP_OUT
 
 

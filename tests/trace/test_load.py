@@ -32,8 +32,11 @@ def test_sniff_each_format(tmp_path):
     assert sniff_format(str(CLAUDE_B)) == "claude-code"  # one line
     assert sniff_format(str(write(tmp_path, "z.gz", gzip.compress(CLAUDE_B.read_bytes())))) == "claude-code"
     assert sniff_format(str(write(tmp_path, "blank.jsonl", b"\n\n" + BAILIAN.read_bytes()))) == "bailian"
-    # a Bailian record without parent_chat_id is still Bailian; no known keys falls back to Mooncake
-    assert sniff_format(str(write(tmp_path, "c.jsonl", '{"chat_id": 1, "input_length": 3}\n'))) == "bailian"
+    # a Bailian record without parent_chat_id is still Bailian by its chat_id and turn; a Mooncake
+    # line with an extra chat_id is Mooncake (unknown fields are ignored there); no known keys
+    # falls back to Mooncake
+    assert sniff_format(str(write(tmp_path, "c.jsonl", '{"chat_id": 1, "turn": 1, "input_length": 3}\n'))) == "bailian"
+    assert sniff_format(str(write(tmp_path, "m.jsonl", '{"chat_id": 1, "input_length": 3}\n'))) == "mooncake"
     assert sniff_format(str(write(tmp_path, "u.jsonl", '{"foo": 1}\n'))) == "mooncake"
     assert sniff_format(str(write(tmp_path, "g.jsonl", "not json\n"))) == "mooncake"
     # a first record longer than what is sniffed: decided from the keys seen so far
@@ -103,7 +106,8 @@ def test_merge_cli_writes_a_mooncake_trace(tmp_path, capsys):
     out = tmp_path / "m.jsonl"
     assert main(["merge", str(CLAUDE_A), str(CLAUDE_B), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "merged 2 inputs: 7 requests, 2 sessions, 9 unique blocks" in err and "--block-size 64" in err
+    assert "merged 2 inputs: 7 requests, 2 sessions, 9 unique blocks" in err
+    assert load_trace(out).block_size == 64  # written in the records: the replay needs no flag
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["timestamp"] for r in rows] == [0, 10000, 12000, 15000, 17000, 60000, 90000]
     assert rows[5]["hash_ids"] == [6, 7]  # b's ids 1 2 after a's six dense ids

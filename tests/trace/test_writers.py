@@ -318,9 +318,9 @@ def test_convert_cli(tmp_path, capsysbinary):
         '"type": "text", "turn": 1, "hash_ids": [7, 3]}\n')
     # and back: the format is recognised from the first record
     assert in_process(capsysbinary, "convert", bailian, "-o", back, "--keep-ids") == \
-        (0, f"{bailian}: 1 requests (bailian) -> {back} (mooncake)\n"
-            "kvreplay: note: the blocks are 16 tokens and Mooncake files do not say so: replay the output with --block-size 16\n")
-    assert back.read_text() == '{"timestamp": 1500, "input_length": 10, "output_length": 0, "hash_ids": [7, 3]}\n'
+        (0, f"{bailian}: 1 requests (bailian) -> {back} (mooncake)\n")
+    # the Bailian trace's 16-token blocks travel in the record: a replay of `back` needs no flag
+    assert back.read_text() == '{"timestamp": 1500, "input_length": 10, "output_length": 0, "hash_ids": [7, 3], "block_size": 16}\n'
 
 
 def test_convert_cli_stdin_to_stdout_subprocess(tmp_path):
@@ -355,7 +355,8 @@ def test_block_size_is_not_lost_silently(tmp_path, capsys):
     from kvreplay.cli import main
 
     # A trace of 64-token blocks: Bailian's reader would assume 16, so writing it as Bailian is
-    # refused; as Mooncake (replayed at 512 by default) it is written with a note on stderr.
+    # refused; as Mooncake it is written with its block size in every record, so it replays at 64
+    # without a flag (it used to need --block-size 64, with a note on stderr).
     trace = kvreplay.Trace.from_requests([([1, 2], 100), ([1, 2], 100)], block_size=64)
     with pytest.raises(ConfigError, match="16-token blocks; this trace's are 64"):
         write_trace(trace, tmp_path / "t.bailian.jsonl", "bailian")
@@ -366,11 +367,11 @@ def test_block_size_is_not_lost_silently(tmp_path, capsys):
                       '{"t": 0, "type": "n", "in": 130, "out": 5, "hash_ids": [1, 2]},'
                       '{"t": 1, "type": "n", "in": 130, "out": 5, "hash_ids": [1, 2]}]}')
     assert main(["convert", str(source), "-o", str(tmp_path / "c.jsonl")]) == 0
-    assert "replay the output with --block-size 64" in capsys.readouterr().err
+    assert '"block_size": 64}' in (tmp_path / "c.jsonl").read_text().splitlines()[0]
     assert main(["convert", str(source), "-o", str(tmp_path / "c.b.jsonl"), "--to", "bailian"]) == 2
     assert "16-token blocks" in capsys.readouterr().err
     # Replayed at 64 the copy gives the original's hits: 2 blocks x 64 = 128 of 130 tokens.
-    assert kvreplay.replay(kvreplay.load_trace(tmp_path / "c.jsonl"), "infinite", None, 64).total_hit_tokens == 128
+    assert kvreplay.replay(kvreplay.load_trace(tmp_path / "c.jsonl"), "infinite", None).total_hit_tokens == 128
 
 
 def test_convert_to_bailian_needs_16_token_blocks(tmp_path, capsys):

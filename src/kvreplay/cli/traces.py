@@ -28,7 +28,6 @@ def _cmd_hash(args) -> int:
                        salt=args.salt, keep_hashes=args.keep_hashes)
     print(f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of {s['block_size']} "
           f"({s['unique_blocks']:,} unique) -> {s['output']}", file=sys.stderr)
-    _block_size_note(int(s["block_size"]))
     return 0
 
 
@@ -58,17 +57,6 @@ def _read_for_writing(args):
     return _declared(trace, args.block_size)
 
 
-def _block_size_note(trace, to: str = "mooncake") -> None:
-    """Mooncake files do not record a block size (replays assume 512): say how to replay this one.
-    `trace`: a Trace, or a block size."""
-    from ..trace.model import DEFAULT_BLOCK_SIZE
-
-    size = trace if isinstance(trace, int) else trace.block_size
-    if to == "mooncake" and size not in (None, DEFAULT_BLOCK_SIZE):
-        print(f"kvreplay: note: the blocks are {size} tokens and Mooncake files do not say so: "
-              f"replay the output with --block-size {size}", file=sys.stderr)
-
-
 def _parser_convert_slice(sub) -> None:
     from ..trace.writers import WRITE_FORMATS
 
@@ -96,7 +84,6 @@ def _cmd_convert(args) -> int:
     trace = _read_for_writing(args)
     write_trace(trace, args.output, args.to, original_ids=args.keep_ids)
     print(f"{trace.source}: {len(trace):,} requests ({trace.format}) -> {args.output} ({args.to})", file=sys.stderr)
-    _block_size_note(trace, args.to)
     return 0
 
 
@@ -116,7 +103,6 @@ def _cmd_slice(args) -> int:
     pct = 100 * part.total_prompt_tokens / total if total else 0.0
     share = (f"{pct:.1f}%" if pct >= 1 or pct == 0 else f"{pct:.2g}%") + " of prompt tokens" if total else "no prompt tokens"
     print(f"kept {len(part):,} of {len(trace):,} requests, {share} -> {args.output} ({to})", file=sys.stderr)
-    _block_size_note(part, to)
     return 0
 
 
@@ -165,12 +151,8 @@ def _cmd_merge(args) -> int:
         offsets = start_offsets_ms(traces, args.session_arrivals, args.session_spacing, args.seed)
     merged = merge(traces, namespace=not args.shared_ids, offsets_ms=offsets)
     write_trace(merged, args.output, args.to, original_ids=args.shared_ids)
-    _block_size_note(merged, args.to)
     print(f"merged {len(traces)} inputs: {len(merged):,} requests, {merged.num_sessions:,} sessions, "
           f"{merged.num_blocks:,} unique blocks -> {args.output} ({args.to})", file=sys.stderr)
-    if merged.block_size is not None and not (args.to == "bailian" and merged.block_size == 16):
-        print(f"note: the inputs declare {merged.block_size}-token blocks, which {args.to} files do not record: "
-              f"replay the output with --block-size {merged.block_size}", file=sys.stderr)
     return 0
 
 
@@ -257,7 +239,6 @@ def _cmd_synth(args) -> int:
     trace = synth(args.requests or 10_000, block_size=resolve_block_size(args.block_size), seed=args.seed,
                   **{k: v for k, v in knobs.items() if v is not None})
     write_trace(trace, args.output, format="mooncake")
-    _block_size_note(trace)
     print(f"{args.output}: {trace.source}: {len(trace):,} requests, {trace.total_prompt_tokens:,} prompt tokens, "
           f"{trace.num_blocks:,} unique blocks of {trace.block_size} tokens, {trace.num_sessions:,} sessions "
           f"(kvreplay stats {args.output} describes it)", file=out)

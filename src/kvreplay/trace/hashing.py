@@ -64,6 +64,7 @@ class _Out(msgspec.Struct, gc=False):
     input_length: int
     output_length: int
     hash_ids: list[int]
+    block_size: int  # so that a replay of the file needs no --block-size
 
 
 class _OutHex(_Out, gc=False):
@@ -285,8 +286,8 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
         ids = [table.setdefault(d, len(table)) for d in digests]
         stamp = rec.timestamp if rec.timestamp is not None else 0
         output_length = rec.output_length if rec.output_length is not None else 0
-        record = (_OutHex(stamp, length, output_length, ids, [d.hex() for d in digests]) if keep_hashes
-                  else _Out(stamp, length, output_length, ids))
+        record = (_OutHex(stamp, length, output_length, ids, block_size, [d.hex() for d in digests]) if keep_hashes
+                  else _Out(stamp, length, output_length, ids, block_size))
         write(enc(record))
         write(b"\n")
         requests += 1

@@ -2,8 +2,9 @@
 
 Fields: ``input_length`` (tokens, required), ``hash_ids`` (block ids, required:
 integers or strings), ``timestamp`` (ms, optional), ``output_length``
-(optional). Unknown fields are ignored; blank lines are skipped. Requests keep
-file order.
+(optional), ``block_size`` (optional: the first record's declares the trace's block
+size; kvreplay's hash, synth and convert write it in every record). Unknown fields
+are ignored; blank lines are skipped. Requests keep file order.
 
 Two paths produce the same result. The fast path decodes a chunk of lines as
 one JSON array with msgspec, keeps ``hash_ids`` as raw bytes and parses all of
@@ -22,7 +23,7 @@ from .jsonl import (
     MAX_REPORTED_LINES, Chunk, checked_lines, count_byte, decode_object, dense_ids, describe, empty_trace_error, finite,
     hash_id_list, is_int, non_negative_int, parse_int_lists, read_chunks,
 )
-from .model import Reader, Trace, frozen
+from .model import MAX_BLOCK_SIZE, Reader, Trace, frozen
 
 class _FastRecord(msgspec.Struct, gc=False):
     input_length: int
@@ -37,6 +38,10 @@ _fast_decoder = msgspec.json.Decoder(_FastRecord)
 def _check_record(path: str, line: int, text: bytes):
     """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length)."""
     obj = decode_object(path, line, text)
+    if "input_length" not in obj and "hash_ids" not in obj:
+        error = TraceError(path, "missing", line, "input_length")
+        error.unrecognised = True  # not a Mooncake record at all (trace/ops.py says which formats were tried)
+        raise error
     for key in ("input_length", "hash_ids"):
         if key not in obj:
             raise TraceError(path, "missing", line, key)
@@ -106,6 +111,21 @@ def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invali
                   np.array(stamps, dtype=np.float64), np.array(outs, dtype=np.int64))
 
 
+def _declared_block_size(name: str, declared: dict) -> int | None:
+    """The first record's optional ``block_size`` (kvreplay's writers put it in every record)."""
+    try:
+        first = msgspec.json.decode(declared.get("record", b""))
+    except (msgspec.DecodeError, RecursionError):
+        return None  # the record itself was reported or skipped by the reader
+    if not isinstance(first, dict) or first.get("block_size") is None:
+        return None
+    size = first["block_size"]
+    if not is_int(size) or not 1 <= size <= MAX_BLOCK_SIZE:
+        raise TraceError(name, f"expected a whole number of tokens in 1..{MAX_BLOCK_SIZE:,}, got {describe(size)}",
+                         declared["line"], "block_size")
+    return int(size)
+
+
 def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = False) -> Trace:
     """Read a Mooncake JSONL trace (plain, gzip, or "-" for stdin).
 
@@ -113,7 +133,16 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
     the file, line and field; "skip" drops bad records and lists them in
     ``trace.invalid_records``.
     """
-    name, chunks, invalid = read_chunks(path, on_invalid, lambda first_line, data: _fast_chunk(data), _slow_chunk)
+    declared = {}
+
+    def fast(first_line, data):
+        if "record" not in declared and data.strip():
+            lead = data[:len(data) - len(data.lstrip())]
+            declared["line"] = first_line + lead.count(b"\n")
+            declared["record"] = data.lstrip().split(b"\n", 1)[0]
+        return _fast_chunk(data)
+
+    name, chunks, invalid = read_chunks(path, on_invalid, fast, _slow_chunk)
     n = sum(c.lengths.shape[0] for c in chunks)
     if n == 0:
         raise empty_trace_error(name, invalid)
@@ -127,6 +156,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
         output_length=frozen(np.concatenate([c.outs for c in chunks]).astype(np.int64, copy=False)),
         timestamp=frozen(np.concatenate([c.stamps for c in chunks]).astype(np.float64, copy=False)),
         num_blocks=num_blocks,
+        block_size=_declared_block_size(name, declared),
         source=name,
         format="mooncake",
         original_ids=original,

@@ -171,7 +171,7 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
         try:
             traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
         except TraceError as e:
-            if format == "auto" and fmt == list(READERS)[-1] and e.line == 1 and (e.field, e.msg) == ("input_length", "missing"):
+            if format == "auto" and fmt == list(READERS)[-1] and e.line == 1 and getattr(e, "unrecognised", False):
                 # The catch-all took a file no reader recognised: say so, not only what it missed.
                 e.msg += f" (no format recognised the first record: tried {tried()}; read as {fmt}; see --format)"
             raise

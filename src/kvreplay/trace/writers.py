@@ -41,11 +41,12 @@ CHUNK_REQUESTS = 4096  # requests encoded at once: bounds the Python objects ali
 MAX_EXACT_INT = 2**53  # beyond this a whole float is still written as a float
 
 
-class _MooncakeRecord(msgspec.Struct, gc=False):
+class _MooncakeRecord(msgspec.Struct, gc=False, omit_defaults=True):
     timestamp: int | float
     input_length: int
     output_length: int
     hash_ids: list
+    block_size: int | None = None  # the trace's, when it declares one (the reader takes the first record's)
 
 
 class _BailianRecord(msgspec.Struct, gc=False):
@@ -174,7 +175,8 @@ def _records_for(trace, fmt, table, sessions, start, stop):
     count = stop - start
     if fmt == "mooncake":
         stamps = _stamps_ms(trace.timestamp[start:stop])
-        return [_MooncakeRecord(stamps[k], lengths[k], outs[k], ids[bounds[k]:bounds[k + 1]]) for k in range(count)]
+        size = trace.block_size
+        return [_MooncakeRecord(stamps[k], lengths[k], outs[k], ids[bounds[k]:bounds[k + 1]], size) for k in range(count)]
     seconds = (trace.timestamp[start:stop] / 1000.0).tolist()
     parents, turns = sessions[0][start:stop].tolist(), sessions[1][start:stop].tolist()
     return [
@@ -194,9 +196,10 @@ def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: b
     original_ids: write the file's ids (``trace.original_ids``, from ``keep_ids=True``)
     instead of the dense ids 0..num_blocks-1.
 
-    Neither format records the block size: a Mooncake file is replayed at 512 unless --block-size
-    says otherwise, and a Bailian file at 16, so only a trace that declares 16-token blocks can be
-    written as Bailian (ConfigError otherwise; an undeclared block size counts as 512).
+    A Mooncake file records the block size the trace declares in every record (``"block_size"``,
+    read from the first one), so a round trip needs no --block-size; an undeclared one is left out
+    (a replay then takes 512). A Bailian file is replayed at 16, so only a trace that declares
+    16-token blocks can be written as Bailian (ConfigError otherwise; undeclared counts as 512).
 
     Raises ConfigError for an unknown format or missing original ids, OutputError when the
     file cannot be written (nothing is left behind then).
