@@ -115,3 +115,30 @@ def test_report_on_a_single_request_without_timestamps(tmp_path, capsys):
     out = tmp_path / "r.html"
     code, _, _ = run_cli(capsys, "report", str(path), "-o", str(out))
     assert code == 0 and out.read_text().startswith("<!DOCTYPE html>")
+
+
+# ---- the Python API names the bad argument with a kvreplay error -----------------------------------
+
+def _tiny():
+    return kvreplay.Trace.from_requests([([1, 2], 8), ([1, 3], 8)])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda t: kvreplay.replay(t, "lru", 4, 4, warmup_fraction="x"), "warmup fraction must be in"),
+    (lambda t: kvreplay.replay(None, "lru", 4, 4), "trace must be a Trace or a path"),
+    (lambda t: kvreplay.replay(5, "lru", 4, 4), "trace must be a Trace or a path"),
+    (lambda t: kvreplay.stats(None), "trace must be a Trace or a path"),
+    (lambda t: kvreplay.load_trace(None), "a trace is a path to a trace file"),
+    (lambda t: kvreplay.sweep(t, capacities=None, policies=["lru"]), "capacities must be a list"),
+    (lambda t: kvreplay.sweep(t, capacities=[4], policies=5), "policies must be a list"),
+    (lambda t: kvreplay.mrc(t, capacities=None), "capacities must be a list"),
+    (lambda t: kvreplay.Trace.from_requests([([1], -5)]), "must be non-negative"),
+    (lambda t: kvreplay.Trace.from_requests([(5, 5)]), "request 0: hash_ids must be a list"),
+    (lambda t: kvreplay.Trace.from_requests([([1], 2.5)]), "request 0: input_length must be a whole number"),
+    (lambda t: kvreplay.Trace.from_requests(["ab"]), "request 0: expected (hash_ids, input_length"),
+])
+def test_api_arguments_raise_kvreplay_errors(call, message):
+    with pytest.raises(kvreplay.KvreplayError) as e:
+        call(_tiny())
+    assert message in str(e.value)
+    assert isinstance(e.value, ValueError)  # ConfigError is a ValueError: old `except ValueError` still works

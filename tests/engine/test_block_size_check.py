@@ -81,13 +81,20 @@ def test_the_library_replays_and_records_misfits():
 
 def test_hashed_at_16_then_replayed_without_the_flag(tmp_path, capsys):
     # The case: `kvreplay hash --block-size 16`, then `kvreplay run` without --block-size
-    # printed a 99.75% hit rate and a 395x speedup; now it stops and says what to pass.
+    # printed a 99.75% hit rate and a 395x speedup. Now the file says its block size, so the
+    # replay is right without the flag; a copy without it (as the released traces are) stops and
+    # says what to pass.
     log = tmp_path / "tokens.jsonl"
     prefix = list(range(100))
     log.write_text("".join(json.dumps({"token_ids": prefix + [1000 + i] * (5 + i)}) + "\n" for i in range(6)))
     trace = tmp_path / "t.jsonl"
     assert main(["hash", str(log), "-o", str(trace), "--block-size", "16"]) == 0
     capsys.readouterr()
-    assert main(["run", str(trace), "--policy", "lru", "--capacity", "100"]) == 2
+    assert main(["run", str(trace), "--policy", "lru", "--capacity", "100"]) == 0
+    assert "cache     100 blocks x 16 tokens" in capsys.readouterr().out
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "block_size"}) + "\n"
+                            for line in trace.read_text().splitlines()))
+    assert main(["run", str(bare), "--policy", "lru", "--capacity", "100"]) == 2
     assert "the hash ids fit 16-token blocks, not 512: pass --block-size 16" in capsys.readouterr().err
-    assert main(["run", str(trace), "--policy", "lru", "--capacity", "100", "--block-size", "16"]) == 0
+    assert main(["run", str(bare), "--policy", "lru", "--capacity", "100", "--block-size", "16"]) == 0

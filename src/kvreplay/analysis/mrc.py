@@ -99,6 +99,8 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
         if capacities != "auto":
             raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")
         capacities = auto_capacities(trace.num_blocks)
+    if not isinstance(capacities, (list, tuple, range)) and not hasattr(capacities, "tolist"):
+        raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")
     capacities = [check_capacity(c) for c in capacities]
     warmup = warmup_count(len(trace), warmup_fraction)
 

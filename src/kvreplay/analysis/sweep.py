@@ -23,6 +23,8 @@ def _policy_list(policies) -> list[tuple]:
     """(spec, resolved params) for every policy entry; an entry (name, [params, params]) gives several."""
     if isinstance(policies, str):
         policies = [p for p in policies.split(",") if p.strip()]  # "lru" or "lru,fifo", not its characters
+    if not isinstance(policies, (list, tuple)):
+        raise ConfigError(f"policies must be a list of policy names (or 'lru,fifo'), got {policies!r}")
     out = []
     for p in policies:
         if isinstance(p, str):
@@ -101,7 +103,8 @@ def sweep(
     (analysis/results.py; columns and units in docs/formats.md, "Output tables").
     """
     names, traces, several = _trace_list(trace)
-    if isinstance(capacities, str) and capacities != "auto":
+    if (isinstance(capacities, str) and capacities != "auto") or not isinstance(capacities, (str, list, tuple, range)) \
+            and not hasattr(capacities, "tolist"):
         raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")
     if not isinstance(capacities, str):
         capacities = [check_capacity(c) for c in capacities]

@@ -54,7 +54,12 @@ class Lifecycle:
 
 def check_events(events, num_requests: int) -> np.ndarray:
     """The events as int64, or ConfigError naming the first one out of order."""
-    events = np.asarray(events, dtype=np.int64)
+    try:
+        events = np.asarray(events, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"events must be whole numbers (request i starts: i; it finishes: -i-1), got {events!r}") from None
+    if events.ndim != 1:
+        raise ConfigError(f"events must be a flat list, got shape {events.shape}")
     state = np.zeros(num_requests, dtype=np.int8)  # 0 waiting, 1 running, 2 finished
     for k, e in enumerate(events.tolist()):
         i = e if e >= 0 else -e - 1

@@ -55,13 +55,18 @@ def check_capacity(capacity) -> int:
 
 def warmup_count(num_requests: int, warmup_fraction: float) -> int:
     """floor(F * N): the first requests that only warm the cache."""
-    if not 0.0 <= warmup_fraction < 1.0:
+    if isinstance(warmup_fraction, bool) or not isinstance(warmup_fraction, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= warmup_fraction < 1.0:
         raise ConfigError(f"warmup fraction must be in [0, 1), got {warmup_fraction!r}")
     return int(np.floor(warmup_fraction * num_requests))
 
 
 def as_trace(trace) -> Trace:
-    return trace if isinstance(trace, Trace) else load_trace(os.fspath(trace))
+    if isinstance(trace, Trace):
+        return trace
+    if not isinstance(trace, (str, os.PathLike)):
+        raise ConfigError(f"trace must be a Trace or a path to a trace file, got {type(trace).__name__} {trace!r}")
+    return load_trace(os.fspath(trace))
 
 
 def replay(

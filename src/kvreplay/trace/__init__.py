@@ -38,7 +38,8 @@ def load_trace(path, *, format: str = "auto", on_invalid: str = "error", sort_by
         raise ConfigError(f"unknown trace format {format!r} (known: auto, {', '.join(FORMATS)})")
     from .ops import load_paths
 
-    trace = load_paths(path if isinstance(path, (list, tuple)) else os.fspath(path), format=format, on_invalid=on_invalid,
+    trace = load_paths(path if isinstance(path, (list, tuple)) or not isinstance(path, os.PathLike) else os.fspath(path),
+                       format=format, on_invalid=on_invalid,
                        keep_ids=keep_ids, session_arrivals=session_arrivals, session_spacing=session_spacing, seed=seed,
                        subagent_sessions=subagent_sessions)
     return trace.sorted_by_time() if sort_by_time else trace

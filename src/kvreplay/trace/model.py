@@ -103,26 +103,26 @@ class Trace:
         set_(self, "timestamp", _frozen(self.timestamp, np.float64))
         n = self.input_length.shape[0]
         if self.offsets.shape != (n + 1,) or self.offsets[0] != 0 or self.offsets[-1] != self.blocks.shape[0]:
-            raise ValueError("offsets must have n+1 entries, start at 0 and end at len(blocks)")
+            raise ConfigError("offsets must have n+1 entries, start at 0 and end at len(blocks)")
         if np.any(np.diff(self.offsets) < 0):
-            raise ValueError("offsets must be non-decreasing")
+            raise ConfigError("offsets must be non-decreasing")
         if self.output_length.shape != (n,) or self.timestamp.shape != (n,):
-            raise ValueError("every per-request column must have one entry per request")
+            raise ConfigError("every per-request column must have one entry per request")
         if self.blocks.size and (self.blocks.min() < 0 or self.blocks.max() >= self.num_blocks):
-            raise ValueError("block ids must lie in 0..num_blocks-1")
+            raise ConfigError("block ids must lie in 0..num_blocks-1")
         if n and (self.input_length.min() < 0 or self.output_length.min() < 0):
-            raise ValueError("input_length and output_length must be non-negative")
+            raise ConfigError("input_length and output_length must be non-negative")
         if not np.isfinite(self.timestamp).all():
-            raise ValueError("timestamps must be finite")
+            raise ConfigError("timestamps must be finite")
         if self.session is not None:
             raw = np.asarray(self.session)
             if raw.size and raw.dtype.kind not in "iu":
-                raise ValueError("session ids must be integers")
+                raise ConfigError("session ids must be integers")
             set_(self, "session", _frozen(self.session, np.int64))
             if self.session.shape != (n,):
-                raise ValueError("every per-request column must have one entry per request")
+                raise ConfigError("every per-request column must have one entry per request")
             if n and self.session.min() < 0:
-                raise ValueError("session ids must be non-negative")
+                raise ConfigError("session ids must be non-negative")
 
     @classmethod
     def from_requests(cls, requests, *, block_size: int | None = None, source: str = "<memory>") -> "Trace":
@@ -134,8 +134,16 @@ class Trace:
         """
         ids: dict = {}
         offsets, blocks, lengths, stamps, outs = [0], [], [], [], []
-        for req in requests:
+        for i, req in enumerate(requests):
+            if not isinstance(req, (tuple, list)) or not 2 <= len(req) <= 4 or isinstance(req[0], (str, bytes)):
+                raise ConfigError(f"request {i}: expected (hash_ids, input_length[, timestamp_ms, output_length]), got {req!r}")
             hash_ids, length = req[0], req[1]
+            try:
+                hash_ids = list(hash_ids)
+            except TypeError:
+                raise ConfigError(f"request {i}: hash_ids must be a list of ids, got {hash_ids!r}") from None
+            if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
+                raise ConfigError(f"request {i}: input_length must be a whole number of tokens, got {length!r}")
             stamps.append(req[2] if len(req) > 2 else 0.0)
             outs.append(req[3] if len(req) > 3 else 0)
             blocks.extend(ids.setdefault(h, len(ids)) for h in hash_ids)

@@ -135,6 +135,8 @@ def trace_paths(path) -> list[str]:
         if not path:
             raise ConfigError("no trace files given")
         return [p for item in path for p in trace_paths(item)]
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"a trace is a path to a trace file (or a Trace), got {type(path).__name__} {path!r}")
     path = os.fspath(path)
     if path != "-" and os.path.isdir(path):
         names = sorted(n for n in os.listdir(path) if not n.startswith(".")
