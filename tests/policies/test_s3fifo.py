@@ -190,3 +190,65 @@ def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step():
         assert m[s.G_SIZE] == len(ref.ghost)
         assert sorted(np.flatnonzero(s.resident_mask(state)).tolist()) == sorted(ref.resident_blocks())
     assert full_before_insert > 0  # the ring did fill up, so compaction ran
+
+
+# ---- holds (pin/unpin): overlapping requests, engine/lifecycle.py ----
+
+def lifecycle(requests, events, **params):
+    """(trace, replay_lifecycle runner) for single-token blocks: input_length = len(hash_ids)."""
+    from kvreplay.engine.lifecycle import replay_lifecycle
+
+    trace = kvreplay.Trace.from_requests([(ids, len(ids)) for ids in requests])
+    return trace, lambda engine: replay_lifecycle(trace, "s3fifo", 4, events, 1, engine=engine, small_ratio=0.5, **params)
+
+
+def resident_ids(trace, out):
+    return {b for b, r in zip(trace.original_ids, out.resident) if r}
+
+
+def test_held_blocks_stay_in_s_s_grows_over_small_cap_then_drains(engine):
+    # capacity 4, ratio 0.5: small_cap 2, main_cap 2, ghost_cap 2. R<i> = request i.
+    # R0=[a] starts and runs: S=[a(0)], a held.
+    # R1=[a] runs and finishes: 1 hit, a(1).  R2=[b] runs and finishes: S=[a(1), b(0)].
+    # R3=[c] (runs, finishes): S full; its head a is held: back to the tail with freq 1 (no
+    #   decrement, no requeue counted): S=[b, a]; b(0) -> G=[b]; S=[a, c].
+    # R0 finishes. R4=[d]: head a(1) -> M=[a(1)] (its freq kept); S=[c, d]. promotions 1.
+    # R5=[e, f, g] starts and runs: e: c -> G=[b, c], S=[d, e]; f: d -> G=[c, d] (b dropped),
+    #   S=[e, f]; g: S holds only held blocks: g joins them, S=[e, f, g] (1 over small_cap),
+    #   M's limit 2 - 1 = 1 and M=[a] holds 1: nothing to give up (|S| + |M| = 4).
+    # R6=[h] starts: S holds only held blocks again: S=[e, f, g, h], M's limit 0, so M gives up
+    #   a by second chance: a(1) -> a(0) at the tail (requeues 1), then a -> G=[d, a].
+    # R7=[i] starts: e, f, g, h are held and the cache is full: refused, nothing moves.
+    # R5 and R6 finish. R8=[j]: S=[e, f, g, h] drains as "while |S| >= small_cap" says:
+    #   e, f -> G while S is over, then g -> G at small_cap: G=[f, g], S=[h, j], M=[].
+    requests = [["a"], ["a"], ["b"], ["c"], ["d"], ["e", "f", "g"], ["h"], ["i"], ["j"]]
+    events = [0, 1, -2, 2, -3, 3, -4, -1, 4, -5, 5, 6, 7, -8, -6, -7, 8, -9]
+    trace, run_it = lifecycle(requests, events)
+    out = run_it(engine)
+    assert out.hit_blocks.tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert out.held_blocks.tolist() == [1, 1, 1, 1, 1, 3, 1, 0, 1]
+    assert out.refused.tolist() == [False] * 7 + [True, False]
+    assert resident_ids(trace, out) == {"h", "j"}
+    # admissions: a b c d e f g h j (i refused); evictions: b, c, d, a, e, f, g
+    assert out.counters == {"admissions": 9, "promotions": 1, "ghost_hits": 0, "requeues": 1, "evictions": 7}
+    assert (out.final_cache_blocks, out.held_at_end, out.refusals) == (2, 0, 1)
+
+
+def test_when_m_holds_only_held_blocks_promotions_and_ghost_hits_go_elsewhere(engine):
+    # capacity 4, ratio 0.5 (small_cap 2, main_cap 2, ghost_cap 2).
+    # R0=[a, b], R1=[a, b] (2 hits: a(1), b(1)), R2=[c] (a -> M), R3=[d] (b -> M): M=[a(1), b(1)],
+    #   S=[c(0), d(0)]; R4=[d]: 1 hit, d(1). Each runs and finishes.
+    # R5=[a, b] starts and runs: 2 hits, both held: M is at its limit with only held blocks.
+    # R6=[e]: c(0) -> G=[c]; S=[d(1), e].
+    # R7=[f]: d(1) would move to M, which gives up nothing: d goes to G instead (an eviction,
+    #   not a promotion): G=[c, d]; S=[e, f].
+    # R8=[c]: a ghost hit (no prefix hit), but M gives up nothing: c leaves G and waits in S
+    #   (a ghost hit, not an admission): e(0) -> G=[d, e]; S=[f, c].
+    requests = [["a", "b"], ["a", "b"], ["c"], ["d"], ["d"], ["a", "b"], ["e"], ["f"], ["c"]]
+    events = [0, -1, 1, -2, 2, -3, 3, -4, 4, -5, 5, 6, -7, 7, -8, 8, -9, -6]
+    trace, run_it = lifecycle(requests, events)
+    out = run_it(engine)
+    assert out.hit_blocks.tolist() == [0, 2, 0, 0, 1, 2, 0, 0, 0]
+    assert not out.refused.any()
+    assert resident_ids(trace, out) == {"a", "b", "c", "f"}
+    assert out.counters == {"admissions": 6, "promotions": 2, "ghost_hits": 1, "requeues": 0, "evictions": 3}

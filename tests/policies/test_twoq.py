@@ -240,3 +240,33 @@ def test_long_zipf_trace(seed, capacity, params):
 def test_real_trace_reference_equals_compiled(capacity):
     ref = real_trace_engines_agree("2q", capacity)
     assert ref.counters["ghost_hits"] > 0
+
+
+def test_holds_requeue_a_held_victim_fall_back_to_the_other_queue_and_refuse(engine):
+    # Overlapping requests (engine/lifecycle.py). Capacity 3: kin_cap 1, kout_cap 2. R<i> =
+    # request i; each runs and finishes unless said otherwise.
+    # R0..R2=[a] [b] [c]: A1in=[a, b, c]. R3=[d]: a -> A1out; R4=[e]: b -> A1out=[a, b];
+    # A1in=[c, d, e]. R5=[a]: ghost hit, c -> A1out=[b, c], Am=[a]. R6=[b]: ghost hit,
+    # d -> A1out=[c, d], Am=[a, b], A1in=[e].
+    # R7=[a, b] starts and runs: 2 hits, Am=[a, b] (least recent first), both held.
+    # R8=[f]: the reclaim picks Am (|A1in| = kin_cap), whose blocks are all held (each moves to
+    #   the recent end: one pass, order unchanged), so A1in gives up e -> A1out=[d, e]; A1in=[f].
+    # R9=[g] starts and runs: the same, f -> A1out=[e, f]; A1in=[g].
+    # R10=[h] starts: a, b, g are held and the cache is full: refused, nothing moves.
+    # R7 finishes. R11=[a] starts and runs: hit, Am=[b, a]. R12=[b]: hit, Am=[a, b].
+    # R13=[i]: Am's least recent a is held: it moves to the recent end, b (unheld) is evicted
+    #   (not remembered): Am=[a], A1in=[g, i].
+    from kvreplay.engine.lifecycle import replay_lifecycle
+
+    requests = [["a"], ["b"], ["c"], ["d"], ["e"], ["a"], ["b"], ["a", "b"], ["f"], ["g"], ["h"], ["a"], ["b"], ["i"]]
+    trace = kvreplay.Trace.from_requests([(ids, len(ids)) for ids in requests])
+    events = [0, -1, 1, -2, 2, -3, 3, -4, 4, -5, 5, -6, 6, -7, 7, 8, -9, 9, 10, -11, -8, 11, 12, -13, 13, -14, -10, -12]
+    out = replay_lifecycle(trace, "2q", 3, events, 1, engine=engine)
+    assert out.hit_blocks.tolist() == [0] * 7 + [2, 0, 0, 0, 1, 1, 0]
+    assert out.held_blocks.tolist() == [1] * 7 + [2, 1, 1, 0, 1, 1, 1]
+    assert out.refused.tolist() == [False] * 10 + [True, False, False, False]
+    assert {b for b, r in zip(trace.original_ids, out.resident) if r} == {"a", "g", "i"}
+    # admissions a b c d e f g i (h refused; the second a and b are ghost hits); evictions:
+    # a b c d (A1in, R3-R6), e f (A1in, for Am), b (Am, R13)
+    assert out.counters == {"admissions": 8, "ghost_hits": 2, "evictions": 7, "am_evictions": 1}
+    assert (out.final_cache_blocks, out.held_at_end, out.refusals) == (3, 0, 1)

@@ -48,6 +48,9 @@ Holding a running request's blocks (pin/unpin), for the serving simulator:
   ``dec_lock_ref``).
 - Sequential replay (``access_request``) holds nothing across requests, and stays exactly what it
   was: for ``vllm`` and ``radix`` it *is* ``pin_request`` then ``unpin_request``.
+- Callers with holds go through ``pin_request``. A compiled policy may build its sequential
+  ``access`` without the hold checks, to keep the replay kernel's compile time (s3fifo and 2q
+  do: their ops are built twice, with and without holds, and ``pin_request`` uses the one with).
 
 Invariants of the lifecycle, checked for every registered policy by tests/policies/test_lifecycle.py:
 5. Both engines agree on random interleavings of request starts and finishes (hits, blocks held,

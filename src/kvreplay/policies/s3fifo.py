@@ -27,12 +27,35 @@ into G and stop (exactly one real eviction). Then append at the tail of M.
 Insert into G: an id already in G is removed first (it re-enters at the tail);
 otherwise a full G drops its head. Then append at the tail.
 
+Holds (pin): a held block is in use by a running request and is never evicted. Where the rules
+above would pop a held block from the head of S or M, it goes back to the tail of its own queue
+with its freq unchanged (requeued, not skipped in place: a ring cannot leave it there; and being
+in use is not a second chance: no decrement, no ``requeues``), and the next head is considered;
+a queue whose blocks are all held gives up nothing (one pass, its order unchanged).
+
+- S holds only held blocks when a block must enter it: the block enters anyway (S goes over
+  ``small_cap``) and, if the cache is full, M gives up one block instead (second chance). While
+  S is over ``small_cap`` by ``k``, M's limit is ``main_cap - k``, so ``|S| + |M|`` never exceeds
+  the capacity. The next admission to S drains it by the rule above ("while ``|S| >=
+  small_cap``"). So the new blocks of running requests stay on probation in S however many there
+  are, and once released their cold ones (freq 0) leave quickly, the paper's quick demotion,
+  instead of reaching M unfiltered.
+- M at its limit holds only held blocks: a block S promotes goes to G instead (an eviction, not
+  a promotion), and a ghost hit waits in S, at its tail with freq ``ghost_freq`` (a ghost hit, not
+  an admission).
+- A miss when every resident block is held and ``|S| + |M|`` is the capacity is refused before
+  anything moves (the block stays where it was, in G or nowhere). With every block held and room
+  left, the miss is admitted without an eviction (S going over ``small_cap`` if it must).
+
+With no holds none of this happens: S never exceeds ``small_cap``, the rules above are exact,
+and the kernel's sequential op is compiled without any of it (``_ops``).
+
 Parameters: ``small_ratio`` (0.1), ``max_freq`` (3), ``ghost_freq`` (0).
 Queues of size 0 are rejected: S3FIFO needs ``small_cap >= 1`` and ``main_cap >= 1``
 (capacity 5 at ratio 0.1 gives small_cap 0: use capacity >= 6 or a larger ratio).
 
 Counters: ``admissions`` (new blocks into S), ``promotions`` (S to M),
-``ghost_hits`` (G to M), ``requeues`` (second chances in M), ``evictions``
+``ghost_hits`` (G to M; to S when M gives up nothing, holds), ``requeues`` (second chances in M), ``evictions``
 (resident blocks sent to G).
 """
 
@@ -44,7 +67,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, REFUSALS, pin, refuse
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -66,6 +89,7 @@ class S3FIFO(ReferencePolicy):
 
     def __init__(self, capacity: int, trace=None, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0):
         self.small_cap, self.main_cap, self.ghost_cap = queue_sizes(capacity, small_ratio, max_freq, ghost_freq)
+        self.capacity = capacity
         self.max_freq, self.ghost_freq = max_freq, ghost_freq
         self.small: deque = deque()  # block ids, head = left
         self.main: deque = deque()
@@ -80,29 +104,65 @@ class S3FIFO(ReferencePolicy):
     def access(self, b) -> None:
         if b in self.where:
             self.freq[b] = min(self.freq[b] + 1, self.max_freq)
-        elif b in self.ghost:
+            return
+        if self.everything_held() and self.size() >= self.capacity:
+            self.refuse()  # nothing can make room
+            return
+        if b in self.ghost:
             del self.ghost[b]
             self.stats["ghost_hits"] += 1
-            self._admit_main(b, self.ghost_freq)
+            if len(self.main) >= self._main_limit() and all(map(self.held, self.main)):
+                self._admit_small(b, self.ghost_freq)  # M can give up nothing: b waits in S
+            else:
+                self._admit_main(b, self.ghost_freq)
         else:
             self.stats["admissions"] += 1
-            self._admit_small(b)
+            self._admit_small(b, 0)
 
-    def _admit_small(self, b) -> None:
+    def _main_limit(self) -> int:
+        """main_cap, less what S holds beyond small_cap (only ever held blocks made it go over)."""
+        return self.main_cap - max(0, len(self.small) - self.small_cap)
+
+    def _unheld_head(self, queue: deque) -> bool:
+        """Held heads go back to the tail (in use: freq kept) until the head is unheld; False when
+        every block of the queue is held (after one pass, in the order it had)."""
+        for _ in range(len(queue)):
+            if not self.held(queue[0]):
+                return True
+            queue.rotate(-1)
+        return False
+
+    def _admit_small(self, b, freq: int) -> None:
         while len(self.small) >= self.small_cap:
+            if not self._unheld_head(self.small):
+                # S holds only held blocks: b joins them (S goes over small_cap), and M gives up
+                # a block if that makes |S| + |M| exceed the capacity (M's limit drops by one).
+                self._free_main(self._main_limit())
+                break
             victim = self.small.popleft()
             del self.where[victim]
             vf = self.freq.pop(victim)
-            if vf >= 1:
+            if vf >= 1 and self._admit_main(victim, vf):  # freq kept, not reset
                 self.stats["promotions"] += 1
-                self._admit_main(victim, vf)  # freq kept, not reset
             else:
-                self._evict(victim)
+                self._evict(victim)  # freq 0, or M at its limit holds only held blocks
         self.small.append(b)
-        self.where[b], self.freq[b] = "S", 0
+        self.where[b], self.freq[b] = "S", freq
 
-    def _admit_main(self, b, freq: int) -> None:
-        while len(self.main) >= self.main_cap:
+    def _admit_main(self, b, freq: int) -> bool:
+        """Append b to M after making room; False (nothing moved) when M can give up nothing."""
+        if not self._free_main(self._main_limit()):
+            return False
+        self.main.append(b)
+        self.where[b], self.freq[b] = "M", freq
+        return True
+
+    def _free_main(self, limit: int) -> bool:
+        """Second chance until M holds fewer than `limit` blocks (one real eviction at most);
+        False when M holds only held blocks."""
+        while len(self.main) >= limit:
+            if not self._unheld_head(self.main):
+                return False
             victim = self.main.popleft()
             if self.freq[victim] >= 1:
                 self.freq[victim] -= 1  # second chance: back to the tail, one credit spent
@@ -112,8 +172,7 @@ class S3FIFO(ReferencePolicy):
             del self.where[victim], self.freq[victim]
             self._evict(victim)
             break
-        self.main.append(b)
-        self.where[b], self.freq[b] = "M", freq
+        return True
 
     def _evict(self, b) -> None:
         self.stats["evictions"] += 1
@@ -137,11 +196,13 @@ class S3FIFO(ReferencePolicy):
 
 NOWHERE, IN_SMALL, IN_MAIN, IN_GHOST = 0, 1, 2, 3
 # meta slots (G_HEAD: ring index of the ghost ring's oldest entry; G_COUNT: entries in the ring,
-# dead ones included; G_SIZE: live ghost entries)
+# dead ones included; G_SIZE: live ghost entries; M_LIMIT: main_cap less what S holds beyond
+# small_cap, which only held blocks make it do, so main_cap without holds)
 S_HEAD, S_SIZE, M_HEAD, M_SIZE, G_HEAD, G_COUNT, G_SIZE = 0, 1, 2, 3, 4, 5, 6
 SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ = 7, 8, 9, 10, 11
 ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS = 12, 13, 14, 15, 16
-META_SLOTS = 17
+M_LIMIT = 17
+META_SLOTS = 18
 
 # S and M are ring buffers (they only pop the head and push the tail). G also loses entries from
 # the middle (a ghost hit), so it is a ring with lazy deletion: the entry at ring index i is live
@@ -155,13 +216,14 @@ def make_state(capacity: int, trace, small_ratio: float = 0.1, max_freq: int = 3
     num_blocks = trace.num_blocks
     small_cap, main_cap, ghost_cap = queue_sizes(capacity, small_ratio, max_freq, ghost_freq)
     meta = np.zeros(META_SLOTS, dtype=np.int64)
-    meta[[SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ]] = small_cap, main_cap, ghost_cap, max_freq, ghost_freq
-    # No queue can hold more distinct blocks than the trace has.
+    meta[[SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ, M_LIMIT]] = small_cap, main_cap, ghost_cap, max_freq, ghost_freq, main_cap
+    # No queue can hold more distinct blocks than the trace has; S may hold the whole capacity
+    # (held blocks, see the module docstring).
     live_ghosts = max(1, min(ghost_cap, num_blocks))
     return S3FIFOState(
         where=np.zeros(num_blocks, dtype=np.int8),
         freq=np.zeros(num_blocks, dtype=np.int8),
-        small=np.zeros(max(1, min(small_cap, num_blocks)), dtype=np.int32),
+        small=np.zeros(max(1, min(capacity, num_blocks)), dtype=np.int32),
         main=np.zeros(max(1, min(main_cap, num_blocks)), dtype=np.int32),
         ghost=np.zeros(2 * live_ghosts + 2, dtype=np.int32),
         ghost_slot=np.zeros(num_blocks, dtype=np.int32),
@@ -235,11 +297,108 @@ def _ghost_insert(st, b):
     st.where[b] = IN_GHOST
 
 
-@helper
-def _admit_main(st, b, f):
-    m, ring = st.meta, st.main
+# ---- holds: the rare paths, compiled once each and only into the op of running requests ----
+
+@helper(inline=False)
+def _to_ghost(st, b):
+    """_ghost_insert for the rare paths: compiled once, not pasted into each of them."""
+    _ghost_insert(st, b)
+
+
+@helper(inline=False)
+def _main_requeue_held(st):
+    """M's held heads go back to its tail (in use: freq kept) until its head is unheld: True;
+    False when M holds only held blocks (one pass, order unchanged) or none."""
+    m, ring, pins = st.meta, st.main, st.pins
     n = ring.shape[0]
-    while m[M_SIZE] >= m[MAIN_CAP]:
+    for _ in range(m[M_SIZE]):
+        head = m[M_HEAD]
+        v = ring[head]
+        if pins[v] == 0:
+            return True
+        ring[wrap(head + m[M_SIZE], n)] = v  # a full ring: the tail slot is the head's own
+        m[M_HEAD] = wrap(head + 1, n)
+    return False
+
+
+@helper(inline=False)
+def _miss_held(st, b, w):
+    """The start of a miss with holds: (where b is, its freq if it enters S); where < 0: refused.
+    Refused when every resident block is held and the cache is full: nothing can make room (held
+    blocks are resident and never more than the capacity, so one comparison says both). A ghost
+    hit when M is at its limit with only held blocks (or none) leaves G and waits in S with freq
+    ghost_freq: M gives up nothing (a ghost hit, not an admission: the admission to S counts one,
+    so it is taken back here)."""
+    m = st.meta
+    if st.hold[HELD] >= m[SMALL_CAP] + m[MAIN_CAP]:
+        refuse(st)
+        return -1, 0
+    if w == IN_GHOST and m[M_SIZE] >= m[M_LIMIT] and \
+            (m[M_SIZE] == 0 or st.pins[st.main[m[M_HEAD]]] != 0) and not _main_requeue_held(st):
+        st.where[b] = NOWHERE
+        m[G_SIZE] -= 1
+        m[GHOST_HITS] += 1
+        m[ADMISSIONS] -= 1
+        return NOWHERE, m[GHOST_FREQ]
+    return w, 0
+
+
+@helper(inline=False)
+def _main_blocked(st, b):
+    """M is at its limit: requeue its held heads. False when its head can go; True when M holds
+    only held blocks: then b, which S promoted, goes to G instead (a ghost hit was sent to S by
+    _miss_held; S going over small_cap while M gives nothing would have been refused)."""
+    if st.pins[st.main[st.meta[M_HEAD]]] == 0 or _main_requeue_held(st):
+        return False
+    st.meta[PROMOTIONS] -= 1  # counted by access before M turned out to give up nothing
+    _to_ghost(st, np.int64(b))
+    return True
+
+
+@helper(inline=False)
+def _small_drain(st, b, f):
+    """The admission of b (freq f) to a full S, with holds: pop heads as the rule says ("while
+    |S| >= small_cap"), held ones going back to the tail (one pass at most). While S is
+    over, a popped block with freq >= 1 moves to M, which has room (its limit grows as S
+    shrinks), one with 0 to G. True when S is at small_cap with an unheld head: the caller pops
+    it and admits b. False when S holds only held blocks: b joined them here (S one more over
+    small_cap) and M's limit dropped by one, M giving up a block if it was at it (second chance;
+    M has an unheld block, or the miss would have been refused)."""
+    m, ring, pins = st.meta, st.small, st.pins
+    n = ring.shape[0]
+    if m[S_SIZE] == m[SMALL_CAP] and pins[ring[m[S_HEAD]]] == 0:
+        return True  # the common case
+    held = 0  # held heads requeued since the last pop
+    while held < m[S_SIZE]:
+        head = m[S_HEAD]
+        victim = ring[head]
+        if pins[victim] != 0:
+            ring[wrap(head + m[S_SIZE], n)] = victim
+            m[S_HEAD] = wrap(head + 1, n)
+            held += 1
+            continue
+        if m[S_SIZE] == m[SMALL_CAP]:
+            return True
+        held = 0
+        m[S_HEAD] = wrap(head + 1, n)
+        m[S_SIZE] -= 1
+        m[M_LIMIT] += 1
+        if st.freq[victim] >= 1:
+            m[PROMOTIONS] += 1
+            main = st.main
+            main[wrap(m[M_HEAD] + m[M_SIZE], main.shape[0])] = victim
+            m[M_SIZE] += 1
+            st.where[victim] = IN_MAIN
+        else:
+            _to_ghost(st, np.int64(victim))
+    ring[wrap(m[S_HEAD] + m[S_SIZE], n)] = b
+    m[S_SIZE] += 1
+    st.where[b] = IN_SMALL
+    st.freq[b] = f
+    ring = st.main
+    n = ring.shape[0]
+    while m[M_SIZE] >= m[M_LIMIT]:
+        _main_requeue_held(st)
         head = m[M_HEAD]
         victim = ring[head]
         m[M_HEAD] = wrap(head + 1, n)
@@ -250,12 +409,100 @@ def _admit_main(st, b, f):
             m[M_SIZE] += 1
             m[REQUEUES] += 1
         else:
-            _ghost_insert(st, victim)
+            _to_ghost(st, np.int64(victim))
             break
-    ring[wrap(m[M_HEAD] + m[M_SIZE], n)] = b
-    m[M_SIZE] += 1
-    st.where[b] = IN_MAIN
-    st.freq[b] = f
+    m[M_LIMIT] -= 1
+    return False
+
+
+def _ops(holds):
+    """The compiled access op, built twice. holds=False is sequential replay, which never holds a
+    block: `holds` is a closure constant, so numba prunes every `if holds` branch before typing
+    and the replay kernel is the spec's code alone (it compiles as fast as it did without holds;
+    S never holds more than small_cap blocks there, so M_LIMIT is main_cap). holds=True is the op
+    of running requests (_pin_request), with the rules of the module docstring."""
+
+    @helper
+    def admit_main(st, b, f):
+        """Append b to M with freq f after making room (second chance)."""
+        m, ring = st.meta, st.main
+        n = ring.shape[0]
+        while m[M_SIZE] >= m[M_LIMIT]:
+            if holds:
+                if _main_blocked(st, b):
+                    return
+            head = m[M_HEAD]
+            victim = ring[head]
+            m[M_HEAD] = wrap(head + 1, n)
+            m[M_SIZE] -= 1
+            if st.freq[victim] >= 1:
+                st.freq[victim] -= 1
+                ring[wrap(m[M_HEAD] + m[M_SIZE], n)] = victim
+                m[M_SIZE] += 1
+                m[REQUEUES] += 1
+            else:
+                _ghost_insert(st, victim)
+                break
+        ring[wrap(m[M_HEAD] + m[M_SIZE], n)] = b
+        m[M_SIZE] += 1
+        st.where[b] = IN_MAIN
+        st.freq[b] = f
+
+    @helper
+    def access(st, b):
+        w = st.where[b]
+        if w == IN_SMALL or w == IN_MAIN:
+            if st.freq[b] < st.meta[MAX_FREQ]:
+                st.freq[b] += 1
+            return
+        m = st.meta
+        fb = 0  # b's freq if it enters S
+        if holds:
+            w, fb = _miss_held(st, b, w)
+            if w < 0:
+                return
+        if w == IN_GHOST:
+            # Leave G first: the ring entry is dead from now on (and admit_main may push to G).
+            st.where[b] = NOWHERE
+            m[G_SIZE] -= 1
+            m[GHOST_HITS] += 1
+            to_main, f = b, m[GHOST_FREQ]
+        else:
+            # Admit to S. S never holds more than small_cap blocks without holds, so "while S is
+            # full, pop its head" pops at most once: an `if` (with holds, S over small_cap or a
+            # held head take the rare path, _small_drain). A popped block with freq >= 1 moves
+            # to M (below: the order does not matter, M and G never hold b) keeping its freq;
+            # one with 0 goes to G.
+            m[ADMISSIONS] += 1
+            to_main, f = -1, 0
+            ring = st.small
+            n = ring.shape[0]
+            if m[S_SIZE] >= m[SMALL_CAP]:
+                if holds:
+                    if not _small_drain(st, b, fb):
+                        return  # S holds only held blocks: b joined them, M gave one up
+                head = m[S_HEAD]
+                victim = ring[head]
+                m[S_HEAD] = wrap(head + 1, n)
+                m[S_SIZE] -= 1
+                if st.freq[victim] >= 1:
+                    m[PROMOTIONS] += 1
+                    to_main, f = victim, st.freq[victim]
+                else:
+                    _ghost_insert(st, victim)
+            ring[wrap(m[S_HEAD] + m[S_SIZE], n)] = b
+            m[S_SIZE] += 1
+            st.where[b] = IN_SMALL
+            st.freq[b] = fb
+        if to_main >= 0:
+            # One call site for the admission to M (each pasted copy of it costs compile time).
+            admit_main(st, to_main, f)
+
+    return access
+
+
+_access = _ops(holds=False)
+_access_held = _ops(holds=True)
 
 
 @helper
@@ -265,47 +512,23 @@ def _resident(st, b):
 
 
 @helper
-def _access(st, b):
-    w = st.where[b]
-    if w == IN_SMALL or w == IN_MAIN:
-        if st.freq[b] < st.meta[MAX_FREQ]:
-            st.freq[b] += 1
-        return
-    m = st.meta
-    if w == IN_GHOST:
-        # Leave G first: the ring entry is dead from now on (and _admit_main may push to G).
-        st.where[b] = NOWHERE
-        m[G_SIZE] -= 1
-        m[GHOST_HITS] += 1
-        to_main, f = b, m[GHOST_FREQ]
-    else:
-        # Admit to S. S never holds more than small_cap blocks, so "while S is full, pop its
-        # head" pops at most once: an `if`. A popped block with freq >= 1 moves to M (below: the
-        # order does not matter, M and G never hold b) keeping its freq; one with 0 goes to G.
-        m[ADMISSIONS] += 1
-        to_main, f = -1, 0
-        ring = st.small
-        n = ring.shape[0]
-        if m[S_SIZE] >= m[SMALL_CAP]:
-            head = m[S_HEAD]
-            victim = ring[head]
-            m[S_HEAD] = wrap(head + 1, n)
-            m[S_SIZE] -= 1
-            if st.freq[victim] >= 1:
-                m[PROMOTIONS] += 1
-                to_main, f = victim, st.freq[victim]
-            else:
-                _ghost_insert(st, victim)
-        ring[wrap(m[S_HEAD] + m[S_SIZE], n)] = b
-        m[S_SIZE] += 1
-        st.where[b] = IN_SMALL
-        st.freq[b] = 0
-    if to_main >= 0:
-        # One call site for the admission to M (each pasted copy of it costs compile time).
-        _admit_main(st, to_main, f)
+def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+    """The default pin_request (policies/base.py) over the hold-aware op: access then hold each
+    block in order, stopping at the first refused one (a block not refused is resident)."""
+    n = 0
+    for j in range(start, end):
+        b = blocks[j]
+        refusals = st.hold[REFUSALS]
+        _access_held(st, b)
+        if st.hold[REFUSALS] != refusals:
+            break
+        pin(st, b)
+        handles[base + n] = b
+        n += 1
+    return n
 
 
-register_kernel(S3FIFOState, _resident, _access)
+register_kernel(S3FIFOState, _resident, _access, pin_request_impl=_pin_request)
 
 
 def _sizes(capacity, small_ratio, **_):

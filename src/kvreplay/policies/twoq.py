@@ -33,6 +33,17 @@ means ``|A1in| = capacity > kin_cap``. So ``kin_cap`` must be below capacity:
 capacity 1 is rejected, as is a ``kin`` that rounds to the whole capacity (a
 clear ConfigError, never a loop). ``kin_cap`` and ``kout_cap`` are at least 1.
 
+Holds (pin): a held block is in use by a running request and is never evicted. Where a reclaim
+would evict one, each queue treats it as it treats a block in use: A1in's held head goes back to
+A1in's tail (requeued, not skipped in place: a FIFO as if it had just entered; a hold is not a
+re-reference, which 2Q keeps from promoting a correlated burst, so it does not move to Am), Am's
+held least recent block moves to Am's most recent end (LRU), and the next candidate is
+considered. When the queue the reclaim chose holds only held blocks (one pass, order
+unchanged), the other queue gives up its first unheld block instead (from A1in: to A1out; from
+Am: not remembered), so ``|A1in| + |Am|`` never exceeds the capacity. A miss when the cache is
+full and every resident block is held is refused before anything moves (a ghost stays in A1out).
+Without holds none of this happens; the kernel's sequential op is compiled without it (``_ops``).
+
 Parameters: ``kin`` (0.25, A1in's share of capacity), ``kout`` (0.5, A1out's
 length as a share of capacity; the paper's recommended values).
 Counters: ``admissions`` (new blocks into A1in), ``ghost_hits`` (A1out to Am),
@@ -49,7 +60,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays
+from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, HELD, REFUSALS, pin, refuse
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -83,6 +94,8 @@ class TwoQ(ReferencePolicy):
             self.am.move_to_end(b)
         elif b in self.a1in:
             pass
+        elif self.size() >= self.capacity and self.everything_held():
+            self.refuse()  # nothing can make room
         elif b in self.a1out:
             del self.a1out[b]
             self.stats["ghost_hits"] += 1
@@ -97,7 +110,11 @@ class TwoQ(ReferencePolicy):
         if len(self.a1in) + len(self.am) < self.capacity:
             return  # a free slot
         self.stats["evictions"] += 1
-        if len(self.a1in) > self.kin_cap:
+        from_a1in = len(self.a1in) > self.kin_cap
+        if not self._unheld_first(self.a1in if from_a1in else self.am):
+            from_a1in = not from_a1in  # that queue holds only held blocks: the other one gives one up
+            self._unheld_first(self.a1in if from_a1in else self.am)
+        if from_a1in:
             y, _ = self.a1in.popitem(last=False)
             if len(self.a1out) >= self.kout_cap:
                 self.a1out.popitem(last=False)
@@ -105,6 +122,16 @@ class TwoQ(ReferencePolicy):
         else:
             self.am.popitem(last=False)  # not remembered
             self.stats["am_evictions"] += 1
+
+    def _unheld_first(self, queue: OrderedDict) -> bool:
+        """Held blocks at the front go to the back (A1in: its tail; Am: its most recent end) until
+        the first one is unheld; False when every block is held (one pass, order unchanged)."""
+        for _ in range(len(queue)):
+            first = next(iter(queue))
+            if not self.held(first):
+                return True
+            queue.move_to_end(first)
+        return False
 
     def size(self) -> int:
         return len(self.a1in) + len(self.am)
@@ -170,28 +197,135 @@ def _append(st, b, head_slot, tail_slot, size_slot):
     st.meta[size_slot] += 1
 
 
-@helper
-def _reclaim(st):
+# ---- holds: the rare paths, compiled once each and only into the op of running requests ----
+
+@helper(inline=False)
+def _a1in_requeue_held(st):
+    """Held heads of A1in go back to its tail until the head is unheld: True; False when every
+    block of A1in is held (one pass, order unchanged) or A1in is empty."""
+    m, ring = st.meta, st.a1in
+    n = ring.shape[0]
+    for _ in range(m[A1IN_SIZE]):
+        head = m[A1IN_HEAD]
+        y = ring[head]
+        if st.pins[y] == 0:
+            return True
+        ring[wrap(head + m[A1IN_SIZE], n)] = y  # a full ring: the tail slot is the head's own
+        m[A1IN_HEAD] = wrap(head + 1, n)
+    return False
+
+
+@helper(inline=False)
+def _am_requeue_held(st):
+    """Am's held least recent blocks move to its most recent end until the least recent one is
+    unheld: True; False when every block of Am is held (one pass, order unchanged) or Am is empty."""
     m = st.meta
-    if m[A1IN_SIZE] + m[AM_SIZE] < m[CAPACITY]:
-        return
-    m[EVICTIONS] += 1
-    if m[A1IN_SIZE] > m[KIN_CAP]:
-        ring = st.a1in
-        y = ring[m[A1IN_HEAD]]
-        m[A1IN_HEAD] = wrap(m[A1IN_HEAD] + 1, ring.shape[0])
-        m[A1IN_SIZE] -= 1
-        if m[OUT_SIZE] >= m[KOUT_CAP]:
-            oldest = m[OUT_HEAD]
-            _unlink(st, oldest, OUT_HEAD, OUT_TAIL, OUT_SIZE)
-            st.where[oldest] = NOWHERE
-        _append(st, y, OUT_HEAD, OUT_TAIL, OUT_SIZE)
-        st.where[y] = IN_A1OUT
-    else:
+    for _ in range(m[AM_SIZE]):
         victim = m[AM_HEAD]
+        if st.pins[victim] == 0:
+            return True
         _unlink(st, victim, AM_HEAD, AM_TAIL, AM_SIZE)
-        st.where[victim] = NOWHERE
-        m[AM_EVICTIONS] += 1
+        _append(st, victim, AM_HEAD, AM_TAIL, AM_SIZE)
+    return False
+
+
+@helper(inline=False)
+def _refused(st):
+    """A miss with holds: refused when every resident block is held and the cache is full
+    (held blocks are resident and never more than the capacity: one comparison says both)."""
+    if st.hold[HELD] >= st.meta[CAPACITY]:
+        refuse(st)
+        return True
+    return False
+
+
+@helper(inline=False)
+def _reclaim_from_a1in(st, from_a1in):
+    """With holds, the queue a reclaim evicts from (True: A1in), its first block unheld: held
+    blocks of the chosen queue are requeued; if it holds only held blocks, the other queue gives
+    up its first unheld block instead (there is one: the miss was not refused)."""
+    if from_a1in:
+        if _a1in_requeue_held(st):
+            return True
+        _am_requeue_held(st)
+        return False
+    if _am_requeue_held(st):
+        return False
+    _a1in_requeue_held(st)
+    return True
+
+
+def _ops(holds):
+    """The compiled access op, built twice. holds=False is sequential replay, which never holds a
+    block: `holds` is a closure constant, so numba prunes every `if holds` branch before typing
+    and the replay kernel is the paper's code alone (it compiles as fast as it did without
+    holds). holds=True is the op of running requests (_pin_request), with the rules of the
+    module docstring."""
+
+    @helper
+    def reclaim(st):
+        m = st.meta
+        if m[A1IN_SIZE] + m[AM_SIZE] < m[CAPACITY]:
+            return
+        m[EVICTIONS] += 1
+        from_a1in = m[A1IN_SIZE] > m[KIN_CAP]
+        if holds:
+            from_a1in = _reclaim_from_a1in(st, from_a1in)
+        if from_a1in:
+            ring = st.a1in
+            y = ring[m[A1IN_HEAD]]
+            m[A1IN_HEAD] = wrap(m[A1IN_HEAD] + 1, ring.shape[0])
+            m[A1IN_SIZE] -= 1
+            if m[OUT_SIZE] >= m[KOUT_CAP]:
+                oldest = m[OUT_HEAD]
+                _unlink(st, oldest, OUT_HEAD, OUT_TAIL, OUT_SIZE)
+                st.where[oldest] = NOWHERE
+            _append(st, y, OUT_HEAD, OUT_TAIL, OUT_SIZE)
+            st.where[y] = IN_A1OUT
+        else:
+            victim = m[AM_HEAD]
+            _unlink(st, victim, AM_HEAD, AM_TAIL, AM_SIZE)
+            st.where[victim] = NOWHERE
+            m[AM_EVICTIONS] += 1
+
+    @helper
+    def access(st, b):
+        m = st.meta
+        w = st.where[b]
+        if w == IN_AM:
+            if m[AM_TAIL] != b:
+                _unlink(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
+                _append(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
+            return
+        if w == IN_A1IN:
+            return
+        # A miss. One reclaim call site: every inlined copy costs compile time.
+        if holds:
+            if _refused(st):
+                return
+        if w == IN_A1OUT:
+            _unlink(st, b, OUT_HEAD, OUT_TAIL, OUT_SIZE)
+            st.where[b] = NOWHERE
+            m[GHOST_HITS] += 1
+        else:
+            m[ADMISSIONS] += 1
+        reclaim(st)
+        if w == IN_A1OUT:
+            _append(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
+            st.where[b] = IN_AM
+        else:
+            ring = st.a1in
+            n = ring.shape[0]
+            pos = m[A1IN_HEAD] + m[A1IN_SIZE]
+            ring[wrap(pos, n)] = b
+            m[A1IN_SIZE] += 1
+            st.where[b] = IN_A1IN
+
+    return access
+
+
+_access = _ops(holds=False)
+_access_held = _ops(holds=True)
 
 
 @helper
@@ -201,37 +335,23 @@ def _resident(st, b):
 
 
 @helper
-def _access(st, b):
-    m = st.meta
-    w = st.where[b]
-    if w == IN_AM:
-        if m[AM_TAIL] != b:
-            _unlink(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
-            _append(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
-        return
-    if w == IN_A1IN:
-        return
-    # A miss. One reclaim call site: every inlined copy costs compile time.
-    if w == IN_A1OUT:
-        _unlink(st, b, OUT_HEAD, OUT_TAIL, OUT_SIZE)
-        st.where[b] = NOWHERE
-        m[GHOST_HITS] += 1
-    else:
-        m[ADMISSIONS] += 1
-    _reclaim(st)
-    if w == IN_A1OUT:
-        _append(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
-        st.where[b] = IN_AM
-    else:
-        ring = st.a1in
-        n = ring.shape[0]
-        pos = m[A1IN_HEAD] + m[A1IN_SIZE]
-        ring[wrap(pos, n)] = b
-        m[A1IN_SIZE] += 1
-        st.where[b] = IN_A1IN
+def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
+    """The default pin_request (policies/base.py) over the hold-aware op: access then hold each
+    block in order, stopping at the first refused one (a block not refused is resident)."""
+    n = 0
+    for j in range(start, end):
+        b = blocks[j]
+        refusals = st.hold[REFUSALS]
+        _access_held(st, b)
+        if st.hold[REFUSALS] != refusals:
+            break
+        pin(st, b)
+        handles[base + n] = b
+        n += 1
+    return n
 
 
-register_kernel(TwoQState, _resident, _access)
+register_kernel(TwoQState, _resident, _access, pin_request_impl=_pin_request)
 
 
 def _sizes(capacity, kin, kout, **_):
