@@ -90,3 +90,58 @@ def real_trace_engines_agree(policy, capacity, **params):
     ref, comp = engines_agree(trace, policy, capacity, 512, **params)
     assert ref.final_cache_blocks == capacity
     return ref
+
+
+# ---- overlapping requests (the holding contract, policies/base.py) --------------------------------
+
+@st.composite
+def overlapping_events(draw, num_requests, width=None):
+    """Lifecycle events for `num_requests` requests: they start in trace order, finishes are
+    interleaved at random (at most `width` run at once, when given), and some never finish."""
+    events, running = [], []
+    for i in range(num_requests):
+        while running and ((width is not None and len(running) >= width) or draw(st.booleans())):
+            j = draw(st.sampled_from(running))
+            running.remove(j)
+            events.append(-j - 1)
+        events.append(i)
+        running.append(i)
+    keep = draw(st.integers(0, len(running)))
+    events += [-i - 1 for i in draw(st.permutations(running))[keep:]]
+    return events
+
+
+@st.composite
+def lifecycles(draw, max_requests=30):
+    """(requests, block_size, events) for replay_lifecycle."""
+    reqs, block_size = draw(requests(max_requests=max_requests))
+    return reqs, block_size, draw(overlapping_events(len(reqs), draw(st.integers(1, 6))))
+
+
+def hold_checks(capacity):
+    """An on_event check of the holding invariants (reference engine): the cache stays within its
+    capacity, held blocks are resident, and a refusal finds every resident block held."""
+    seen = [0]
+
+    def check(k, cache):
+        assert cache.size() <= capacity
+        assert set(cache.pins) <= set(cache.resident_blocks()), "a held block was evicted"
+        if cache.refusals != seen[0]:
+            assert cache.everything_held(), "refused while an unheld block could go"
+        seen[0] = cache.refusals
+
+    return check
+
+
+def lifecycles_agree(trace, policy, capacity, events, block_size, *, check=None, **params):
+    """Run `events` in both engines (the reference one with `check` after every event) and assert
+    they agree on everything a Lifecycle holds; (ref, comp)."""
+    from kvreplay.engine.lifecycle import replay_lifecycle
+
+    ref = replay_lifecycle(trace, policy, capacity, events, block_size, engine="reference", on_event=check, **params)
+    comp = replay_lifecycle(trace, policy, capacity, events, block_size, engine="compiled", **params)
+    for name in ("hit_blocks", "held_blocks", "refused", "resident"):
+        assert getattr(ref, name).tolist() == getattr(comp, name).tolist(), name
+    assert (ref.final_cache_blocks, ref.counters, ref.held_at_end, ref.refusals) == \
+        (comp.final_cache_blocks, comp.counters, comp.held_at_end, comp.refusals)
+    return ref, comp

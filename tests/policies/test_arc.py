@@ -16,7 +16,7 @@ import kvreplay
 from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from conftest import MOONCAKE, shared_path
-from strategies import engines_agree, replay_blocks, requests, zipf_trace
+from strategies import engines_agree, lifecycles, replay_blocks, requests, zipf_trace
 
 
 def run(reqs, capacity, engine, block_size=1, policy="arc"):
@@ -190,20 +190,6 @@ def test_holds_requeue_in_the_own_list_fall_back_to_the_other_list_and_refuse(en
     assert resident == {"h", "i", "b"}
     assert out.counters == {"admissions": 8, "evictions": 6, "ghost_hits": 1, "b1_hits": 0, "b2_hits": 1, "p": 0.0}
     assert (out.held_at_end, out.refusals) == (1, 1)
-
-
-@st.composite
-def lifecycles(draw):
-    """(requests, block_size, events): starts in order, finishes interleaved, some never finish."""
-    reqs, block_size = draw(requests(max_requests=30))
-    width = draw(st.integers(1, 6))
-    events, running = [], []
-    for i in range(len(reqs)):
-        while running and (len(running) >= width or draw(st.booleans())):
-            events.append(-running.pop(draw(st.integers(0, len(running) - 1))) - 1)
-        events.append(i)
-        running.append(i)
-    return reqs, block_size, events
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

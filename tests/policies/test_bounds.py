@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import kvreplay
 from conftest import MOONCAKE, shared_path
 from kvreplay.engine.lifecycle import replay_lifecycle
-from strategies import requests
+from strategies import hold_checks, lifecycles_agree, overlapping_events, requests
 
 
 def trace_of(blocks_per_request):
@@ -174,24 +174,5 @@ def test_belady_bypass_with_overlapping_requests(data, trace_and_size, capacity)
     # engines agree too, every held block stays resident and a refusal needs all of them held.
     reqs, block_size = trace_and_size
     trace = kvreplay.Trace.from_requests(reqs)
-    events, running = [], []
-    for i in range(len(reqs)):
-        while running and data.draw(st.booleans()):
-            j = data.draw(st.sampled_from(running))
-            running.remove(j)
-            events.append(-j - 1)
-        events.append(i)
-        running.append(i)
-    seen = [0]
-
-    def check(k, cache):
-        assert cache.size() <= capacity and set(cache.pins) <= set(cache.resident_blocks())
-        if cache.refusals != seen[0]:
-            assert cache.everything_held()
-        seen[0] = cache.refusals
-
-    ref = replay_lifecycle(trace, "belady", capacity, events, block_size, engine="reference", on_event=check, admit_bypass=1)
-    comp = replay_lifecycle(trace, "belady", capacity, events, block_size, admit_bypass=1)
-    for field in ("hit_blocks", "held_blocks", "refused", "resident"):
-        assert getattr(ref, field).tolist() == getattr(comp, field).tolist(), field
-    assert (ref.counters, ref.held_at_end, ref.refusals) == (comp.counters, comp.held_at_end, comp.refusals)
+    events = data.draw(overlapping_events(len(reqs)))
+    lifecycles_agree(trace, "belady", capacity, events, block_size, check=hold_checks(capacity), admit_bypass=1)

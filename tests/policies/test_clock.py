@@ -15,7 +15,8 @@ import kvreplay
 from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from strategies import (
-    assert_matches_oracle, engines_agree, real_trace_engines_agree, replay_singles, requests, zipf_requests,
+    assert_matches_oracle, engines_agree, hold_checks, lifecycles_agree, overlapping_events, real_trace_engines_agree,
+    replay_singles, requests, zipf_requests,
 )
 
 
@@ -223,24 +224,5 @@ def test_wider_counters_with_overlapping_requests(data, trace_and_size, capacity
     # engines agree, every held block stays resident and a refusal needs all of them held.
     reqs, block_size = trace_and_size
     trace = kvreplay.Trace.from_requests(reqs)
-    events, running = [], []
-    for i in range(len(reqs)):
-        while running and data.draw(st.booleans()):
-            j = data.draw(st.sampled_from(running))
-            running.remove(j)
-            events.append(-j - 1)
-        events.append(i)
-        running.append(i)
-    seen = [0]
-
-    def check(k, cache):
-        assert cache.size() <= capacity and set(cache.pins) <= set(cache.resident_blocks())
-        if cache.refusals != seen[0]:
-            assert cache.everything_held()
-        seen[0] = cache.refusals
-
-    ref = replay_lifecycle(trace, "clock", capacity, events, block_size, engine="reference", on_event=check, bits=bits)
-    comp = replay_lifecycle(trace, "clock", capacity, events, block_size, bits=bits)
-    for field in ("hit_blocks", "held_blocks", "refused", "resident"):
-        assert getattr(ref, field).tolist() == getattr(comp, field).tolist(), field
-    assert (ref.counters, ref.held_at_end, ref.refusals) == (comp.counters, comp.held_at_end, comp.refusals)
+    events = data.draw(overlapping_events(len(reqs)))
+    lifecycles_agree(trace, "clock", capacity, events, block_size, check=hold_checks(capacity), bits=bits)

@@ -17,7 +17,7 @@ from kvreplay.engine.lifecycle import replay_lifecycle, run_reference
 from kvreplay.errors import ConfigError
 from kvreplay.policies.base import ReferencePolicy
 from conftest import MOONCAKE, shared_path
-from strategies import engines_agree, replay_blocks, requests, zipf_trace
+from strategies import engines_agree, lifecycles, replay_blocks, requests, zipf_trace
 
 
 def run(reqs, capacity, engine, block_size=1, policy="lfu"):
@@ -166,20 +166,6 @@ class BruteLFU(ReferencePolicy):
 
     def resident_blocks(self):
         return self.freq.keys()
-
-
-@st.composite
-def lifecycles(draw):
-    """(requests, block_size, events): starts in order, finishes interleaved, some never finish."""
-    reqs, block_size = draw(requests(max_requests=30))
-    width = draw(st.integers(1, 6))
-    events, running = [], []
-    for i in range(len(reqs)):
-        while running and (len(running) >= width or draw(st.booleans())):
-            events.append(-running.pop(draw(st.integers(0, len(running) - 1))) - 1)
-        events.append(i)
-        running.append(i)
-    return reqs, block_size, events
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

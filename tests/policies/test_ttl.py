@@ -21,7 +21,7 @@ from conftest import MOONCAKE, shared_path
 from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from kvreplay.policies import ttl as ttl_module
-from strategies import engines_agree, requests
+from strategies import engines_agree, lifecycles_agree, overlapping_events, requests
 
 
 def make_trace(timed):
@@ -285,20 +285,6 @@ def test_a_held_block_neither_expires_nor_is_evicted_and_all_held_is_refused(eng
     assert (out.held_at_end, out.refusals) == (3, 1)  # e (request 4), x (5), a (6)
 
 
-@st.composite
-def overlapping(draw, timed):
-    """Events over `timed`: starts in trace order, finishes interleaved at random, some never."""
-    events, running = [], []
-    for i in range(len(timed)):
-        while running and draw(st.booleans()):
-            j = draw(st.sampled_from(running))
-            running.remove(j)
-            events.append(-j - 1)
-        events.append(i)
-        running.append(i)
-    return events
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), timed_requests(), st.integers(1, 12), st.sampled_from([0.25, 1.0, 2.0, 1e-3]))
 def test_overlapping_timed_requests(data, trace_and_size, capacity, ttl):
@@ -307,7 +293,7 @@ def test_overlapping_timed_requests(data, trace_and_size, capacity, ttl):
     # resident (never expired nor evicted), and a start is refused only when all are held.
     timed, block_size = trace_and_size
     trace = kvreplay.Trace.from_requests(timed)
-    events = data.draw(overlapping(timed))
+    events = data.draw(overlapping_events(len(timed)))
 
     def check(k, cache):
         assert cache.size() <= capacity
@@ -317,9 +303,4 @@ def test_overlapping_timed_requests(data, trace_and_size, capacity, ttl):
         seen[0] = cache.refusals
 
     seen = [0]
-    ref = replay_lifecycle(trace, "ttl", capacity, events, block_size, engine="reference", on_event=check, ttl=ttl)
-    comp = replay_lifecycle(trace, "ttl", capacity, events, block_size, engine="compiled", ttl=ttl)
-    for field in ("hit_blocks", "held_blocks", "refused", "resident"):
-        assert getattr(ref, field).tolist() == getattr(comp, field).tolist(), field
-    assert (ref.final_cache_blocks, ref.counters, ref.held_at_end, ref.refusals) == \
-        (comp.final_cache_blocks, comp.counters, comp.held_at_end, comp.refusals)
+    lifecycles_agree(trace, "ttl", capacity, events, block_size, check=check, ttl=ttl)
