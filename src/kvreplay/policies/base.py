@@ -296,13 +296,15 @@ def unpin_request(st, request, blocks, start, end, input_length, block_size, han
 
 
 def register_kernel(state_class, resident_impl, access_impl=None, *, access_request_impl=None, hit_limit_impl=None,
-                    pin_request_impl=None, unpin_request_impl=None) -> None:
+                    pin_request_impl=None, unpin_request_impl=None, held_access_impl=None) -> None:
     """Make the compiled driver call these functions (``@helper``s) for states of `state_class`.
 
     A block-level policy gives resident_impl(st, b) and access_impl(st, b). A request-level
     policy may replace the access phase (access_request_impl with the signature of
     :func:`access_request`), cap the prefix scan (hit_limit_impl) and replace how a running
-    request holds and releases its blocks (pin_request_impl, unpin_request_impl). Each op's parameters are
+    request holds and releases its blocks (pin_request_impl, unpin_request_impl). A policy whose
+    access op is compiled without the hold checks gives the op with them as held_access_impl: the
+    default pin_request calls that one. Each op's parameters are
     named as the stub's: its own body is then what the driver pastes (no wrapper around it, one
     level less for numba's inliner, whose cost compounds with every level; see jit.py).
     """
@@ -326,6 +328,7 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
     access_request_body = body(access_request_impl, access_request)
     hit_limit_body = body(hit_limit_impl, hit_limit)
     pin_request_body = body(pin_request_impl, pin_request)
+    held_access = access_impl if held_access_impl is None else held_access_impl
     unpin_request_body = body(unpin_request_impl, unpin_request)
 
     def matches(st):
@@ -372,7 +375,7 @@ def register_kernel(state_class, resident_impl, access_impl=None, *, access_requ
                     for j in range(start, end):
                         b = blocks[j]
                         refusals = st.hold[REFUSALS]
-                        access_impl(st, b)
+                        held_access(st, b)
                         if st.hold[REFUSALS] != refusals:
                             break
                         if resident_impl(st, b):

@@ -67,7 +67,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, REFUSALS, pin, refuse
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, refuse
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -420,7 +420,7 @@ def _ops(holds):
     block: `holds` is a closure constant, so numba prunes every `if holds` branch before typing
     and the replay kernel is the spec's code alone (it compiles as fast as it did without holds;
     S never holds more than small_cap blocks there, so M_LIMIT is main_cap). holds=True is the op
-    of running requests (_pin_request), with the rules of the module docstring."""
+    of running requests (the default pin_request, through held_access_impl), with the rules of the module docstring."""
 
     @helper
     def admit_main(st, b, f):
@@ -511,24 +511,7 @@ def _resident(st, b):
     return w == IN_SMALL or w == IN_MAIN
 
 
-@helper
-def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
-    """The default pin_request (policies/base.py) over the hold-aware op: access then hold each
-    block in order, stopping at the first refused one (a block not refused is resident)."""
-    n = 0
-    for j in range(start, end):
-        b = blocks[j]
-        refusals = st.hold[REFUSALS]
-        _access_held(st, b)
-        if st.hold[REFUSALS] != refusals:
-            break
-        pin(st, b)
-        handles[base + n] = b
-        n += 1
-    return n
-
-
-register_kernel(S3FIFOState, _resident, _access, pin_request_impl=_pin_request)
+register_kernel(S3FIFOState, _resident, _access, held_access_impl=_access_held)
 
 
 def _sizes(capacity, small_ratio, **_):

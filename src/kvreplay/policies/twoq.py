@@ -60,7 +60,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, HELD, REFUSALS, pin, refuse
+from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, HELD, refuse
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -259,7 +259,7 @@ def _ops(holds):
     """The compiled access op, built twice. holds=False is sequential replay, which never holds a
     block: `holds` is a closure constant, so numba prunes every `if holds` branch before typing
     and the replay kernel is the paper's code alone (it compiles as fast as it did without
-    holds). holds=True is the op of running requests (_pin_request), with the rules of the
+    holds). holds=True is the op of running requests (the default pin_request, through held_access_impl), with the rules of the
     module docstring."""
 
     @helper
@@ -334,24 +334,7 @@ def _resident(st, b):
     return w == IN_A1IN or w == IN_AM
 
 
-@helper
-def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
-    """The default pin_request (policies/base.py) over the hold-aware op: access then hold each
-    block in order, stopping at the first refused one (a block not refused is resident)."""
-    n = 0
-    for j in range(start, end):
-        b = blocks[j]
-        refusals = st.hold[REFUSALS]
-        _access_held(st, b)
-        if st.hold[REFUSALS] != refusals:
-            break
-        pin(st, b)
-        handles[base + n] = b
-        n += 1
-    return n
-
-
-register_kernel(TwoQState, _resident, _access, pin_request_impl=_pin_request)
+register_kernel(TwoQState, _resident, _access, held_access_impl=_access_held)
 
 
 def _sizes(capacity, kin, kout, **_):
