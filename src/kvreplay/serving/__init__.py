@@ -8,6 +8,9 @@ policies, never inside ``engine/``:
 
 - ``instance``: one pool of C blocks; running requests hold their blocks through the policies'
   pin/unpin contract (``policies/base.py``), the rest is the prefix cache the policy evicts.
+  What a start and a finish do to the cache, in both engines, is ``engine/lifecycle.py``
+  (``replay_lifecycle``: events in any order; a start may be refused when the held blocks leave
+  no room); the simulator decides when they happen.
 - ``scheduler``: vLLM-style and SGLang-style batching, each rule cited to its source file.
 - ``timing``: the TimeModel interface (roofline from the model and GPU catalogs, measured
   profiles such as Dynamo's NPZ format, instant).
