@@ -1,0 +1,102 @@
+"""The GPU catalog: dense peak TFLOP/s, memory bandwidth and memory of common inference accelerators.
+
+Read from package data (``kvreplay/data/gpus.json``) once, on first use. Every figure is per GPU,
+dense (without 2:4 structured sparsity: NVIDIA datasheets print the sparse figure, so the catalog
+holds half of it), and each entry's ``source`` names the vendor datasheet it comes from
+(docs/serving.md has the table).
+
+``memory_gb`` is the datasheet's capacity in decimal GB (10^9 bytes). The CUDA driver usually
+reports a little more (an H100 80GB shows 81,559 MiB, about 85.5e9 bytes), so a KV capacity
+computed from the datasheet figure errs on the small side; ``kv_capacity_blocks`` takes
+``total_memory_bytes=`` for a measured figure.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import ConfigError
+
+#: Compute dtypes the roofline knows, and the catalog field holding each one's peak.
+COMPUTE_DTYPES = {"bf16": "bf16_tflops", "fp16": "bf16_tflops", "fp8": "fp8_tflops"}
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One catalog entry. ``fp8_tflops`` is None on parts without FP8 tensor cores (A100)."""
+
+    name: str
+    vendor: str
+    form_factor: str
+    bf16_tflops: float
+    fp8_tflops: float | None
+    bandwidth_gbps: float
+    memory_gb: float
+    source: str
+    corroborated_by: str | None = None
+    aliases: tuple[str, ...] = ()
+    notes: str | None = None
+
+    @property
+    def memory_bytes(self) -> int:
+        """Datasheet memory in bytes (decimal GB x 10^9)."""
+        return int(round(self.memory_gb * 1e9))
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_gbps * 1e9
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s of one GPU at `dtype` (bf16/fp16 or fp8)."""
+        key = str(dtype).strip().lower()
+        if key not in COMPUTE_DTYPES:
+            raise ConfigError(f"unknown compute dtype {dtype!r} (known: {', '.join(COMPUTE_DTYPES)})")
+        tflops = getattr(self, COMPUTE_DTYPES[key])
+        if tflops is None:
+            raise ConfigError(f"{self.name} has no {key} tensor cores (its catalog entry lists none); use bf16")
+        return float(tflops) * 1e12
+
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+@lru_cache(maxsize=1)
+def gpu_catalog() -> tuple[GPUSpec, ...]:
+    """Every GPU of the catalog, in file order."""
+    from importlib.resources import files
+
+    raw = json.loads(files("kvreplay.data").joinpath("gpus.json").read_text(encoding="utf-8"))
+    out = []
+    for entry in raw["gpus"]:
+        entry = dict(entry)
+        entry["aliases"] = tuple(entry.get("aliases") or ())
+        out.append(GPUSpec(**entry))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def _by_name() -> dict[str, GPUSpec]:
+    index: dict[str, GPUSpec] = {}
+    for gpu in gpu_catalog():
+        for name in gpu.names():
+            index.setdefault(name.lower(), gpu)
+    return index
+
+
+def get_gpu(name) -> GPUSpec:
+    """The catalog entry for `name` or one of its aliases (case-insensitive); a GPUSpec is returned
+    as is. Unknown names raise ConfigError naming the closest known ones."""
+    if isinstance(name, GPUSpec):
+        return name
+    key = str(name).strip().lower()
+    index = _by_name()
+    if key in index:
+        return index[key]
+    close = difflib.get_close_matches(key, list(index), n=6, cutoff=0.4)
+    suggestions = list(dict.fromkeys(index[c].name for c in close))[:3]
+    hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+    known = ", ".join(g.name for g in gpu_catalog())
+    raise ConfigError(f"unknown GPU {name!r}{hint} (known: {known})")

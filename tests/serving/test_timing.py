@@ -1,0 +1,404 @@
+"""Time models (serving/timing.py) and the GPU catalog, checked against numbers worked by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kvreplay.errors import ConfigError, KvreplayError
+from kvreplay.serving.gpus import get_gpu, gpu_catalog
+from kvreplay.serving.timing import (
+    DynamoNpzProfile,
+    InstantTimeModel,
+    PolynomialProfile,
+    ProfileError,
+    RooflineTimeModel,
+    StepBatch,
+    TimeModel,
+    _sum_min,
+    kv_capacity,
+    kv_capacity_blocks,
+    load_time_model,
+)
+
+# ------------------------------------------------------------------------------------------
+# GPU catalog
+
+
+def test_catalog_has_the_required_gpus_with_sources():
+    names = {g.name for g in gpu_catalog()}
+    assert {"A100-80GB", "H100", "H200", "B200", "L40S", "MI300X"} <= names
+    for g in gpu_catalog():
+        assert g.source.startswith(("NVIDIA ", "AMD ")) and "http" in g.source
+        assert g.bf16_tflops > 0 and g.bandwidth_gbps > 0 and g.memory_gb > 0
+        # dense FP8 is about twice dense BF16 on every part that has it (L40S: 733 vs 2 x 362.05,
+        # as its datasheet prints them)
+        if g.fp8_tflops is not None:
+            assert g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.02)
+
+
+@pytest.mark.parametrize("name, bf16, fp8, bw, mem", [
+    ("A100-80GB", 312, None, 2039, 80),   # datasheet: 312 (624 sparse); no FP8
+    ("H100", 989.5, 1979, 3350, 80),      # datasheet: 1,979* / 3,958* with sparsity, halved
+    ("H200", 989.5, 1979, 4800, 141),
+    ("B200", 2250, 4500, 7700, 180),      # HGX B200: 4.5 / 9 PFLOPS with sparsity, halved
+    ("L40S", 362.05, 733, 864, 48),
+    ("MI300X", 1307.4, 2614.9, 5300, 192),
+])
+def test_catalog_values(name, bf16, fp8, bw, mem):
+    g = get_gpu(name)
+    assert (g.bf16_tflops, g.fp8_tflops, g.bandwidth_gbps, g.memory_gb) == (bf16, fp8, bw, mem)
+
+
+def test_gpu_names_are_case_insensitive_with_aliases():
+    assert get_gpu("h100-sxm").name == "H100"
+    assert get_gpu("a100").name == "A100-80GB"
+    assert get_gpu(get_gpu("L40S")) is get_gpu("l40s")
+
+
+def test_unknown_gpu_names_the_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown GPU 'H900'.*did you mean.*H100"):
+        get_gpu("H900")
+    with pytest.raises(ConfigError, match="unknown GPU"):
+        RooflineTimeModel("Llama-3.1-8B", "TPU-v5", 1)
+
+
+def test_fp8_on_a100_is_refused():
+    with pytest.raises(ConfigError, match="A100-80GB has no fp8"):
+        RooflineTimeModel("Llama-3.1-8B", "A100", 1, dtype="fp8")
+
+
+# ------------------------------------------------------------------------------------------
+# StepBatch and instant
+
+
+def test_instant_is_always_zero():
+    m = InstantTimeModel()
+    assert isinstance(m, TimeModel)
+    assert m.step_time(StepBatch()) == 0.0
+    assert m.step_time(StepBatch([8192], [0], [1000] * 256)) == 0.0
+    assert load_time_model("instant").name == "instant"
+
+
+def test_step_batch_needs_one_cached_count_per_prefill():
+    with pytest.raises(ConfigError, match="prefill_new has 2 entries but prefill_cached 1"):
+        StepBatch(prefill_new=[1, 2], prefill_cached=[0])
+    b = StepBatch([100, 50], [0, 10], [7, 8, 9])
+    assert b.num_tokens == 153 and not b.is_empty and StepBatch().is_empty
+
+
+# ------------------------------------------------------------------------------------------
+# Roofline, worked by hand from the catalogs.
+# Llama-3.1-8B: 8,030,261,248 params (dense), 32 layers, 32 heads x 128 = attention width 4096,
+# 8 KV heads: KV 2 x 32 x 8 x 128 x 2 B = 131,072 B/token at bf16; weights 16,060,522,496 B.
+# H100: 989.5e12 FLOP/s dense bf16, 3.35e12 B/s. Defaults mfu 0.5, mbu 0.6:
+# compute roof 494.75e12 FLOP/s, memory roof 2.01e12 B/s.
+
+
+def test_roofline_compute_bound_prefill():
+    m = RooflineTimeModel("Llama-3.1-8B", "H100", 1)
+    b = StepBatch(prefill_new=[8192], prefill_cached=[0])
+    # matmuls: 2 x 8,030,261,248 x 8192                      = 131,567,800,287,232
+    # attention: 4 x 4096 x 32 layers x (8192 x 8193 / 2 = 33,558,528 causal pairs)
+    #                                                         =  17,594,333,528,064
+    flops = 131_567_800_287_232 + 17_594_333_528_064           # 149,162,133,815,296
+    # bytes: weights 16,060,522,496 + KV touched 8192 x 131,072 = 1,073,741,824
+    nbytes = 16_060_522_496 + 1_073_741_824                     # 17,134,264,320
+    assert m.work(b) == (flops, nbytes)
+    compute_s = flops / 494.75e12                                # 0.301490 s
+    memory_s = nbytes / 2.01e12                                  # 0.008525 s
+    assert compute_s == pytest.approx(0.3014899, rel=1e-6)
+    assert memory_s == pytest.approx(0.0085245, rel=1e-4)
+    assert m.step_time(b) == pytest.approx(compute_s, rel=1e-12)
+    assert m.breakdown(b)["bound"] == "compute"
+
+
+def test_roofline_memory_bound_decode():
+    m = RooflineTimeModel("Llama-3.1-8B", "H100", 1)
+    b = StepBatch(decode_context=[1000])
+    # bytes: weights 16,060,522,496 + KV 1000 x 131,072 = 131,072,000 -> 16,191,594,496 B
+    # flops: 2 x 8,030,261,248 + 4 x 4096 x 32 x 1000 = 524,288,000 -> 16,584,810,496
+    assert m.work(b) == (16_584_810_496, 16_191_594_496)
+    assert m.step_time(b) == pytest.approx(16_191_594_496 / 2.01e12, rel=1e-12)   # 8.0555 ms
+    assert m.step_time(b) == pytest.approx(0.0080555, rel=1e-4)
+    assert m.breakdown(b)["bound"] == "memory"
+    # a fixed per-step overhead is added on top, an empty step costs nothing
+    m2 = RooflineTimeModel("Llama-3.1-8B", "H100", 1, overhead_s=0.002)
+    assert m2.step_time(b) == pytest.approx(16_191_594_496 / 2.01e12 + 0.002, rel=1e-12)
+    assert m2.step_time(StepBatch()) == 0.0
+
+
+def test_roofline_tensor_parallel_splits_weights_and_kv_heads():
+    # Llama-3.1-70B at TP 8 on H100: weights 70,553,706,496 x 2 / 8 = 17,638,426,624 B per GPU;
+    # 8 KV heads / 8 ranks = 1 head per GPU: 2 x 80 x 1 x 128 x 2 = 40,960 B/token per GPU.
+    m = RooflineTimeModel("Llama-3.1-70B", "H100", 8)
+    b = StepBatch(decode_context=[1000])
+    flops, nbytes = m.work(b)
+    assert nbytes == 17_638_426_624 + 40_960 * 1000              # 17,679,386,624
+    assert m.step_time(b) == pytest.approx(17_679_386_624 / 2.01e12, rel=1e-12)   # 8.7957 ms
+    # flops per GPU: (2 x 70,553,706,496 + 4 x (64 x 128) x 80 x 1000) / 8
+    assert flops == (2 * 70_553_706_496 + 4 * 8192 * 80 * 1000) / 8
+
+
+def test_roofline_cached_context_costs_attention_only():
+    m = RooflineTimeModel("Llama-3.1-8B", "H100", 1)
+    cold = m.work(StepBatch([3], [0]))
+    warm = m.work(StepBatch([3], [2]))
+    # 3 new tokens after 2 cached: keys 3 + 4 + 5 = 12 = 3 x 2 + 3 x 4 / 2 (cold: 1 + 2 + 3 = 6)
+    assert warm[0] - cold[0] == 4 * 4096 * 32 * (12 - 6)
+    assert warm[1] - cold[1] == 131_072 * 2                     # the 2 cached tokens' KV is read
+
+
+def test_roofline_moe_reads_only_routed_weights_at_small_batch():
+    # Qwen3-30B-A3B: 30.5e9 total, 3.3e9 active params; 48 layers x 4 KV heads x 128:
+    # KV 2 x 48 x 4 x 128 x 2 = 98,304 B/token. One decode token reads 3.3e9 x 2 B of weights.
+    m = RooflineTimeModel("Qwen3-30B-A3B", "H100", 1)
+    assert m.work(StepBatch(decode_context=[1]))[1] == 6_600_000_000 + 98_304
+    # 10 tokens could route to 10 x 6.6e9 B > 61e9 B: capped at every expert
+    assert m.work(StepBatch(decode_context=[1] * 10))[1] == 61_000_000_000 + 98_304 * 10
+
+
+def test_roofline_sliding_window_layers_clip_attention():
+    assert _sum_min(1, 5, 3) == 1 + 2 + 3 + 3 + 3
+    assert _sum_min(4, 6, 3) == 9 and _sum_min(1, 3, 5) == 6 and _sum_min(2, 4, 3) == 2 + 3 + 3
+    # gpt-oss-20b: 24 layers, 12 sliding (window 128), 64 heads x 64 = width 4096, 3.6e9 active.
+    # One decode at context 1000: keys 12 x 1000 (full) + 12 x 128 (sliding).
+    m = RooflineTimeModel("gpt-oss-20b", "H100", 1)
+    flops, nbytes = m.work(StepBatch(decode_context=[1000]))
+    assert flops == 2 * 3_600_000_000 + 4 * 4096 * (12 * 1000 + 12 * 128)
+    # KV per layer-token: 2 x 8 x 64 x 2 = 2048 B; touched 12 x 1000 + 12 x 128
+    assert nbytes == 3_600_000_000 * 2 + 2048 * (12 * 1000 + 12 * 128)
+
+
+def test_roofline_bad_inputs():
+    for tp in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="tp"):
+            RooflineTimeModel("Llama-3.1-8B", "H100", tp)
+    with pytest.raises(ConfigError, match="not divisible by tp=3"):
+        RooflineTimeModel("Llama-3.1-8B", "H100", 3)
+    with pytest.raises(ConfigError, match="mfu"):
+        RooflineTimeModel("Llama-3.1-8B", "H100", 1, mfu=0)
+    with pytest.raises(ConfigError, match="mbu"):
+        RooflineTimeModel("Llama-3.1-8B", "H100", 1, mbu=1.5)
+    with pytest.raises(ConfigError, match="overhead_s"):
+        RooflineTimeModel("Llama-3.1-8B", "H100", 1, overhead_s=-1)
+    with pytest.raises(ConfigError, match="unknown model"):
+        RooflineTimeModel("Llama-9-8B", "H100", 1)
+    with pytest.raises(ConfigError, match="needs gpu"):
+        load_time_model("roofline", model="Llama-3.1-8B")
+    assert load_time_model("roofline", model="Llama-3.1-8B", gpu="H100", tp=1).describe()["gpu"] == "H100"
+
+
+# ------------------------------------------------------------------------------------------
+# KV capacity after weights (vLLM's rule)
+
+
+def test_kv_capacity_llama70b_on_8x_h100_tp8():
+    # per GPU: 80e9 B x 0.9 = 72,000,000,000 usable
+    #   weights 70,553,706,496 x 2 B / 8 = 17,638,426,624  -> 54,361,573,376 B left
+    #   KV per token per GPU 40,960 B (1 of 8 KV heads), x 16 tokens = 655,360 B per block
+    #   54,361,573,376 // 655,360 = 82,949 blocks (82,949 x 655,360 = 54,361,456,640)
+    c = kv_capacity("Llama-3.1-70B", "H100", tp=8, block_size=16)
+    assert c.weight_bytes_per_gpu == 17_638_426_624
+    assert c.kv_bytes_available == 54_361_573_376
+    assert c.kv_bytes_per_token_per_gpu == 40_960
+    assert c.blocks == 82_949 and c.tokens == 82_949 * 16
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, 0.9) == 82_949
+    # with the memory the driver reports (81,559 MiB = 85,520,809,984 B):
+    # 85,520,809,984 x 0.9 - 17,638,426,624 = 59,330,302,361.6 -> // 655,360 = 90,530
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, total_memory_bytes=81_559 * 2**20) == 90_530
+
+
+def test_kv_capacity_bad_inputs():
+    with pytest.raises(ConfigError, match="weights per GPU"):
+        kv_capacity_blocks("Llama-3.1-405B", "H100", 1)
+    with pytest.raises(ConfigError, match="tp"):
+        kv_capacity_blocks("Llama-3.1-8B", "H100", 0)
+    with pytest.raises(ConfigError, match="gpu_memory_utilization"):
+        kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16, 0)
+    with pytest.raises(ConfigError, match="block_size"):
+        kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 0)
+    with pytest.raises(ConfigError, match="unknown GPU"):
+        kv_capacity_blocks("Llama-3.1-8B", "H101", 1)
+
+
+# ------------------------------------------------------------------------------------------
+# Dynamo NPZ profile
+
+
+def write_npz(path, **overrides):
+    arrays = {
+        "prefill_isl": np.array([100.0, 1000.0, 4000.0]),
+        "prefill_ttft_ms": np.array([10.0, 40.0, 130.0]),
+        "decode_active_kv_tokens": np.array([1000.0, 5000.0, 9000.0]),   # rows
+        "decode_context_length": np.array([100.0, 1100.0]),              # columns
+        "decode_itl": np.array([[10.0, 12.0], [18.0, 24.0], [26.0, 36.0]]),
+    }
+    arrays.update(overrides)
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.fixture
+def profile(tmp_path):
+    return DynamoNpzProfile(write_npz(tmp_path / "p.npz"))
+
+
+def test_npz_prefill_interpolates_and_extrapolates(profile):
+    # segment [100, 1000]: slope 30 / 900 = 1/30; segment [1000, 4000]: slope 90 / 3000 = 0.03
+    assert profile.interp_prefill(550) == pytest.approx(25.0)       # 10 + 450 / 30
+    assert profile.interp_prefill(2500) == pytest.approx(85.0)      # 40 + 1500 x 0.03
+    assert profile.interp_prefill(1000) == pytest.approx(40.0)      # a grid point
+    assert profile.interp_prefill(40) == pytest.approx(8.0)         # below: 10 - 60 / 30
+    assert profile.interp_prefill(5000) == pytest.approx(160.0)     # above: 130 + 1000 x 0.03
+
+
+def test_npz_decode_bilinear_inside_and_outside_both_axes(profile):
+    # inside, cell rows [1000, 5000] x cols [100, 1100], tx = ty = 0.5:
+    #   z1 = 10 + 0.5 x 8 = 14, z2 = 12 + 0.5 x 12 = 18, z = 14 + 0.5 x 4 = 16
+    assert profile.interp_decode(3000, 600) == pytest.approx(16.0)
+    assert profile.interp_decode(5000, 1100) == pytest.approx(24.0)  # a grid point
+    # above both axes: last row cell [5000, 9000], tx = 1.5; ty = (2100 - 100) / 1000 = 2:
+    #   z1 = 18 + 1.5 x 8 = 30, z2 = 24 + 1.5 x 12 = 42, z = 30 + 2 x 12 = 54
+    assert profile.interp_decode(11000, 2100) == pytest.approx(54.0)
+    # below both axes: first cell, tx = -0.25, ty = -0.1:
+    #   z1 = 10 - 0.25 x 8 = 8, z2 = 12 - 0.25 x 12 = 9, z = 8 - 0.1 x 1 = 7.9
+    assert profile.interp_decode(0, 0) == pytest.approx(7.9)
+    # inside on x, below on y: cell [5000, 9000], tx = 0.5, ty = -0.05:
+    #   z1 = 18 + 4 = 22, z2 = 24 + 6 = 30, z = 22 - 0.05 x 8 = 21.6
+    assert profile.interp_decode(7000, 50) == pytest.approx(21.6)
+
+
+def test_npz_step_follows_dynamo_batch_rules(profile):
+    # prefill: k = 2, isl = (0 + 300 + 200 + 501) // 2 = 500, prefix = 200 // 2 = 100:
+    #   tokens = 2 x (500 - 100) = 800 (Dynamo's integer means drop the 801st), 10 + 700 / 30 ms
+    # decode: b = 2, context = 1201 // 2 = 600, active = 1201 (sum of contexts, none given):
+    #   tx = 201 / 4000, z1 = 10 + 8 tx, z2 = 12 + 12 tx, z = z1 + 0.5 (z2 - z1)
+    b = StepBatch(prefill_new=[300, 501], prefill_cached=[0, 200], decode_context=[500, 701])
+    prefill, decode = profile.step_parts_ms(b)
+    assert prefill == pytest.approx(10 + 700 / 30)
+    tx = 201 / 4000
+    assert decode == pytest.approx((10 + 8 * tx) + 0.5 * ((12 + 12 * tx) - (10 + 8 * tx)))
+    assert profile.step_time(b) == pytest.approx((prefill + decode) / 1000)   # summed, in seconds
+    # the scheduler's physical active KV replaces the sum when given: (3000, 600) -> 16 ms
+    b2 = StepBatch(prefill_new=[300, 501], prefill_cached=[0, 200], decode_context=[500, 701], active_kv_tokens=3000)
+    assert profile.step_parts_ms(b2)[1] == pytest.approx(16.0)
+    assert profile.step_time(StepBatch()) == 0.0
+    # a prefill of only cached tokens charges nothing
+    assert profile.step_parts_ms(StepBatch([0], [500]))[0] == 0.0
+
+
+def test_npz_clamps_prefill_at_zero_and_decode_at_one_ms(tmp_path):
+    p = DynamoNpzProfile(write_npz(tmp_path / "small.npz",
+                                   prefill_isl=np.array([1000.0, 2000.0]), prefill_ttft_ms=np.array([5.0, 105.0]),
+                                   decode_itl=np.array([[0.2, 0.3], [0.4, 0.5], [0.6, 0.7]])))
+    assert p.interp_prefill(10) == pytest.approx(-94.0)   # 5 + (10 - 1000) x 0.1
+    assert p.prefill_ms(1, 10, 0) == 0.0                   # max(., 0)
+    assert p.decode_ms(1, 3000, 600) == 1.0                # 0.35 ms raised to Dynamo's 1 ms floor
+    assert DynamoNpzProfile(tmp_path / "small.npz", min_decode_ms=0).decode_ms(1, 3000, 600) == pytest.approx(0.35)
+
+
+def test_load_time_model_picks_the_profile_by_suffix(tmp_path):
+    path = write_npz(tmp_path / "prof.npz")
+    m = load_time_model(str(path))
+    assert isinstance(m, DynamoNpzProfile) and m.describe()["decode_grid"] == [3, 2]
+    with pytest.raises(ConfigError, match="unknown time model"):
+        load_time_model("fast")
+
+
+@pytest.mark.parametrize("overrides, field, message", [
+    ({"decode_itl": None}, "decode_itl", "missing"),
+    ({"prefill_isl": np.array([100, 1000, 4000])}, "prefill_isl", "dtype int64"),
+    ({"prefill_isl": np.array([100.0, 1000.0, 1000.0])}, "prefill_isl", "must rise strictly"),
+    ({"decode_context_length": np.array([100.0])}, "decode_context_length", "at least 2 points"),
+    ({"decode_itl": np.array([[1.0, 2.0], [3.0, 4.0]])}, "decode_itl", r"shape \(2, 2\), expected \(3, 2\)"),
+    ({"prefill_ttft_ms": np.array([1.0, 2.0])}, "prefill_ttft_ms", "has 2 values"),
+    ({"decode_itl": np.array([10.0, 12.0])}, "decode_itl", "must be 2-D"),
+    ({"prefill_ttft_ms": np.array([1.0, np.nan, 3.0])}, "prefill_ttft_ms", "NaN"),
+])
+def test_malformed_npz_names_file_and_field(tmp_path, overrides, field, message):
+    path = write_npz(tmp_path / "bad.npz", **overrides)
+    with pytest.raises(ProfileError, match=message) as info:
+        DynamoNpzProfile(path)
+    err = info.value
+    assert isinstance(err, ConfigError) and isinstance(err, KvreplayError)
+    assert err.path == str(path) and err.field == field
+    assert str(err).startswith(f"{path}: {field}: ")
+
+
+def test_npz_that_is_not_a_profile(tmp_path):
+    text = tmp_path / "notes.npz"
+    text.write_text("prefill_isl,prefill_ttft_ms\n1,2\n")
+    with pytest.raises(ProfileError, match=f"{text}: not a NumPy .npz archive"):
+        DynamoNpzProfile(text)
+    with pytest.raises(ProfileError, match="no such file"):
+        DynamoNpzProfile(tmp_path / "absent.npz")
+    single = tmp_path / "one.npz"
+    with open(single, "wb") as f:
+        np.save(f, np.arange(3.0))
+    with pytest.raises(ProfileError, match="single array"):
+        DynamoNpzProfile(single)
+
+
+# ------------------------------------------------------------------------------------------
+# Polynomial coefficients file
+
+
+def write_poly(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
+POLY = {"format": "kvreplay-step-polynomial", "version": 1, "unit": "ms", "source": "hand-made",
+        "terms": [{"coef": 2.0},
+                  {"coef": 0.01, "prefill_tokens": 1},
+                  {"coef": 1e-6, "prefill_tokens": 2},
+                  {"coef": 0.5, "decode_batch": 1},
+                  {"coef": 0.001, "decode_context": 1}]}
+
+
+def test_polynomial_profile(tmp_path):
+    m = load_time_model(str(write_poly(tmp_path / "poly.json", POLY)))
+    assert isinstance(m, PolynomialProfile)
+    b = StepBatch(prefill_new=[1000], prefill_cached=[0], decode_context=[2000, 3000])
+    # 2 + 0.01 x 1000 + 1e-6 x 1000^2 + 0.5 x 2 + 0.001 x 5000 = 2 + 10 + 1 + 1 + 5 = 19 ms
+    assert m.step_time(b) == pytest.approx(0.019)
+    assert m.step_time(StepBatch()) == 0.0                       # the constant is not charged idle
+    assert m.step_time(StepBatch(decode_context=[1000])) == pytest.approx((2 + 0.5 + 1) / 1000)
+    v = PolynomialProfile.variables(StepBatch([10, 20], [5, 0], [4, 6]))
+    assert v == {"prefill_tokens": 30, "prefill_requests": 2, "prefill_context": 5, "decode_batch": 2,
+                 "decode_context": 10, "decode_mean_context": 5.0}
+    floor = PolynomialProfile(document={**POLY, "unit": "s", "terms": [{"coef": -1.0}], "min": 0.25})
+    assert floor.step_time(b) == 0.25
+
+
+@pytest.mark.parametrize("doc, field, message", [
+    ({**POLY, "format": "other"}, "format", "must be 'kvreplay-step-polynomial'"),
+    ({**POLY, "version": 2}, "version", "unsupported version"),
+    ({**POLY, "unit": "min"}, "unit", "must be one of"),
+    ({**POLY, "terms": []}, "terms", "non-empty list"),
+    ({**POLY, "terms": [{"prefill_tokens": 1}]}, "terms[0].coef", "missing"),
+    ({**POLY, "terms": [{"coef": "1"}]}, "terms[0].coef", "finite number"),
+    ({**POLY, "terms": [{"coef": 1, "batch": 1}]}, "terms[0].batch", "unknown variable"),
+    ({**POLY, "terms": [{"coef": 1, "decode_batch": 0.5}]}, "terms[0].decode_batch", "whole number"),
+    ({**POLY, "extra": 1}, "extra", "unknown key"),
+])
+def test_malformed_polynomial_names_file_and_field(tmp_path, doc, field, message):
+    path = write_poly(tmp_path / "bad.json", doc)
+    with pytest.raises(ProfileError, match=message) as info:
+        PolynomialProfile(path)
+    assert info.value.field == field and str(info.value).startswith(f"{path}: {field}: ")
+
+
+def test_polynomial_file_that_is_not_json(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text("{terms: [")
+    with pytest.raises(ProfileError, match=f"{path}: not JSON"):
+        PolynomialProfile(path)
+    with pytest.raises(ProfileError, match="no such file"):
+        PolynomialProfile(tmp_path / "absent.json")
+    with pytest.raises(ProfileError, match="must be a JSON object"):
+        PolynomialProfile(write_poly(tmp_path / "list.json", [1, 2]))
