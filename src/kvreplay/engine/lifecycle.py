@@ -154,7 +154,7 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
     held = np.zeros(n, dtype=np.int64)
     refused = np.zeros(n, dtype=np.bool_)
     if engine == "compiled":
-        state = spec.make_state(capacity, trace, **params)
+        state = (spec.held_state or spec.make_state)(capacity, trace, **params)
         handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
         args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, events, hit_blocks, held, refused, handles)
         jit.ensure_compiled(run_compiled, args, f"the {spec.name} lifecycle kernel")

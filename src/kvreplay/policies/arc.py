@@ -170,7 +170,8 @@ CAPACITY, ADMISSIONS, EVICTIONS, B1_HITS, B2_HITS = 15, 16, 17, 18, 19
 META_SLOTS = 20
 
 # `target` is float64[1]: p is real, so it cannot live in the int64 meta array.
-ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta", "pins", "hold"])
+ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta"])
+ARCHeldState = namedtuple("ARCHeldState", [*ARCState._fields, "pins", "hold"])  # running requests' holds
 
 
 def make_state(capacity: int, trace) -> ARCState:
@@ -186,8 +187,11 @@ def make_state(capacity: int, trace) -> ARCState:
         next=np.full(num_blocks, -1, dtype=np.int32),
         target=np.zeros(1, dtype=np.float64),
         meta=meta,
-        **hold_arrays(trace.num_blocks),
     )
+
+
+def make_held_state(capacity: int, trace) -> ARCHeldState:
+    return ARCHeldState(*make_state(capacity, trace), **hold_arrays(trace.num_blocks))
 
 
 def read_state(state: ARCState) -> tuple[int, dict]:
@@ -233,88 +237,104 @@ def _unheld_lru(st, lst):
     return -1
 
 
-@helper(inline=False)
-def _replace(st, x_in_b2):
-    m = st.meta
-    m[EVICTIONS] += 1
-    t1 = m[SIZES + T1]
-    p = st.target[0]
-    if t1 > 0 and (t1 > p or (x_in_b2 and t1 == p)):
-        source, ghost = T1, B1
-    else:
-        source, ghost = T2, B2
-    victim = m[HEADS + source]
-    if victim < 0 or st.pins[victim] != 0:  # held (rare): skip held blocks, else the other list
-        victim = _unheld_lru(st, source)
-        if victim < 0:
-            source, ghost = T1 + T2 - source, B1 + B2 - ghost
-            victim = _unheld_lru(st, source)
-    _unlink(st, victim)
-    _push_mru(st, victim, ghost)
-
-
 @helper
 def _resident(st, b):
     w = st.where[b]
     return w == T1 or w == T2
 
 
-@helper
-def _access(st, b):
-    # The cases of the reference, arranged so that each list operation is written (and
-    # inlined by numba) once: inlining every case's own copies made compilation take minutes.
-    m = st.meta
-    w = st.where[b]
-    if w == T2 and m[TAILS + T2] == b:  # Case I, already the MRU block of T2
-        return
-    c = m[CAPACITY]
-    if st.hold[HELD] >= c and w != T1 and w != T2:  # a miss with all c resident blocks held
-        refuse(st)
-        return
-    replace = False
-    drop = -1  # Case IV: a ghost id dropped from the directory, or T1's LRU block deleted
-    if w == B1:  # Case II
-        m[B1_HITS] += 1
-        b1, b2 = m[SIZES + B1], m[SIZES + B2]
-        delta = 1.0 if b1 >= b2 else b2 / b1
-        st.target[0] = min(float(c), st.target[0] + delta)
-        replace = True
-    elif w == B2:  # Case III
-        m[B2_HITS] += 1
-        b1, b2 = m[SIZES + B1], m[SIZES + B2]
-        delta = 1.0 if b2 >= b1 else b1 / b2
-        st.target[0] = max(0.0, st.target[0] - delta)
-        replace = True
-    elif w == NOWHERE:  # Case IV
-        m[ADMISSIONS] += 1
-        t1, b1 = m[SIZES + T1], m[SIZES + B1]
-        if t1 + b1 == c:  # Case A
-            if t1 < c:
-                drop = m[HEADS + B1]
-                replace = True
-            else:
-                drop = m[HEADS + T1]
-                if st.pins[drop] != 0:
-                    drop = _unheld_lru(st, T1)
-                m[EVICTIONS] += 1
-        else:  # Case B: |L1| < c
-            total = t1 + b1 + m[SIZES + T2] + m[SIZES + B2]
-            if total >= c:
-                if total == 2 * c:
-                    drop = m[HEADS + B2]
-                replace = True
-    if drop >= 0:
-        _unlink(st, drop)
-    if replace:
-        _replace(st, w == B2)
-    if w == NOWHERE:
-        _push_mru(st, b, T1)
-    else:  # Cases I-III: the block leaves its list (after REPLACE, as in the paper) for T2's MRU end
-        _unlink(st, b)
-        _push_mru(st, b, T2)
+def _ops(holds):
+    """The access op (and its REPLACE), built twice. `holds` is a closure constant, so numba prunes
+    the hold checks from the op of sequential replay, which never holds a block and runs on the
+    state without ``pins`` (ARCState): that kernel is the one before holds existed, code and state
+    (adding them cost it half its speed: docs/performance.md §9). The op with the checks runs on
+    ARCHeldState, for running requests (engine/lifecycle.py)."""
+
+    @helper(inline=False)
+    def replace_op(st, x_in_b2):
+        m = st.meta
+        m[EVICTIONS] += 1
+        t1 = m[SIZES + T1]
+        p = st.target[0]
+        if t1 > 0 and (t1 > p or (x_in_b2 and t1 == p)):
+            source, ghost = T1, B1
+        else:
+            source, ghost = T2, B2
+        victim = m[HEADS + source]
+        if holds:
+            if victim < 0 or st.pins[victim] != 0:  # held (rare): skip held blocks, else the other list
+                victim = _unheld_lru(st, source)
+                if victim < 0:
+                    source, ghost = T1 + T2 - source, B1 + B2 - ghost
+                    victim = _unheld_lru(st, source)
+        _unlink(st, victim)
+        _push_mru(st, victim, ghost)
+
+    @helper
+    def access(st, b):
+        # The cases of the reference, arranged so that each list operation is written (and
+        # inlined by numba) once: inlining every case's own copies made compilation take minutes.
+        m = st.meta
+        w = st.where[b]
+        if w == T2 and m[TAILS + T2] == b:  # Case I, already the MRU block of T2
+            return
+        c = m[CAPACITY]
+        if holds:
+            if st.hold[HELD] >= c and w != T1 and w != T2:  # a miss with all c resident blocks held
+                refuse(st)
+                return
+        replace = False
+        drop = -1  # Case IV: a ghost id dropped from the directory, or T1's LRU block deleted
+        if w == B1:  # Case II
+            m[B1_HITS] += 1
+            b1, b2 = m[SIZES + B1], m[SIZES + B2]
+            delta = 1.0 if b1 >= b2 else b2 / b1
+            st.target[0] = min(float(c), st.target[0] + delta)
+            replace = True
+        elif w == B2:  # Case III
+            m[B2_HITS] += 1
+            b1, b2 = m[SIZES + B1], m[SIZES + B2]
+            delta = 1.0 if b2 >= b1 else b1 / b2
+            st.target[0] = max(0.0, st.target[0] - delta)
+            replace = True
+        elif w == NOWHERE:  # Case IV
+            m[ADMISSIONS] += 1
+            t1, b1 = m[SIZES + T1], m[SIZES + B1]
+            if t1 + b1 == c:  # Case A
+                if t1 < c:
+                    drop = m[HEADS + B1]
+                    replace = True
+                else:
+                    drop = m[HEADS + T1]
+                    if holds:
+                        if st.pins[drop] != 0:
+                            drop = _unheld_lru(st, T1)
+                    m[EVICTIONS] += 1
+            else:  # Case B: |L1| < c
+                total = t1 + b1 + m[SIZES + T2] + m[SIZES + B2]
+                if total >= c:
+                    if total == 2 * c:
+                        drop = m[HEADS + B2]
+                    replace = True
+        if drop >= 0:
+            _unlink(st, drop)
+        if replace:
+            replace_op(st, w == B2)
+        if w == NOWHERE:
+            _push_mru(st, b, T1)
+        else:  # Cases I-III: the block leaves its list (after REPLACE, as in the paper) for T2's MRU end
+            _unlink(st, b)
+            _push_mru(st, b, T2)
+
+    return access
+
+
+_access = _ops(False)
+_access_held = _ops(True)
 
 
 register_kernel(ARCState, _resident, _access)
+register_kernel(ARCHeldState, _resident, _access_held)
 
 POLICY = PolicySpec(
     name="arc",
@@ -323,4 +343,5 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=read_state,
     resident_mask=resident_mask,
+    held_state=make_held_state,
 )

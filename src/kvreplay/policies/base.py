@@ -107,6 +107,9 @@ class PolicySpec:
         size(), counters(), resident_blocks()): the readable engine.
     make_state(capacity, trace, **params) -> namedtuple of numpy arrays on which the
         compiled driver's overloads act.
+    held_state(capacity, trace, **params) -> the state running requests use (engine/lifecycle.py),
+        when it differs from make_state's: a policy whose sequential state has no ``pins`` keeps
+        its replay kernel exactly as it was before holds (docs/performance.md §9). None: make_state.
     read_state(state) -> (final_cache_blocks, counters dict).
     resident_mask(state) -> bool array over block ids: what is resident at the end.
     sizes(capacity, **params) -> dict of derived sizes shown in reports (e.g. small_cap).
@@ -119,6 +122,7 @@ class PolicySpec:
     make_state: Callable | None
     read_state: Callable | None
     resident_mask: Callable | None = None
+    held_state: Callable | None = None
     params: tuple[Param, ...] = ()
     sizes: Callable[..., dict] = field(default=lambda capacity, **params: {})
     capacity: str = "required"

@@ -133,41 +133,57 @@ def _resident(st, b):
     return st.cached[b] != 0
 
 
-@helper
-def _access(st, b):
-    m = st.meta
-    if st.cached[b] != 0:
-        if st.count[b] < m[MAX_COUNT]:
-            st.count[b] += 1
-        return
-    frames = st.frames
-    if m[SIZE] < m[CAPACITY]:
+def _ops(holds):
+    """The access op, built twice: `holds` is a closure constant, so numba prunes the hold checks
+    from sequential replay's op (which never holds a block: the kernel is the one before holds
+    existed) and keeps them in the op running requests use (held_access_impl; docs/performance.md §9)."""
+
+    @helper
+    def access(st, b):
+        m = st.meta
+        if st.cached[b] != 0:
+            if st.count[b] < m[MAX_COUNT]:
+                st.count[b] += 1
+            return
+        frames = st.frames
+        if m[SIZE] < m[CAPACITY]:
+            m[ADMISSIONS] += 1
+            st.cached[b] = 1
+            st.count[b] = 0
+            frames[m[SIZE]] = b
+            m[SIZE] += 1
+            return
+        if holds:
+            if st.hold[HELD] >= m[SIZE]:
+                refuse(st)
+                return
         m[ADMISSIONS] += 1
         st.cached[b] = 1
         st.count[b] = 0
-        frames[m[SIZE]] = b
-        m[SIZE] += 1
-        return
-    if st.hold[HELD] >= m[SIZE]:
-        refuse(st)
-        return
-    m[ADMISSIONS] += 1
-    st.cached[b] = 1
-    st.count[b] = 0
-    n = frames.shape[0]
-    hand = m[HAND]
-    while st.count[frames[hand]] >= 1 or st.pins[frames[hand]] != 0:
-        if st.pins[frames[hand]] == 0:  # held: in use, skipped with its counter kept
-            st.count[frames[hand]] -= 1
-            m[SECOND_CHANCES] += 1
-        hand = hand + 1 if hand + 1 < n else 0
-    st.cached[frames[hand]] = 0
-    m[EVICTIONS] += 1
-    frames[hand] = b
-    m[HAND] = hand + 1 if hand + 1 < n else 0
+        n = frames.shape[0]
+        hand = m[HAND]
+        if holds:
+            while st.count[frames[hand]] >= 1 or st.pins[frames[hand]] != 0:
+                if st.pins[frames[hand]] == 0:  # held: in use, skipped with its counter kept
+                    st.count[frames[hand]] -= 1
+                    m[SECOND_CHANCES] += 1
+                hand = hand + 1 if hand + 1 < n else 0
+        else:
+            while st.count[frames[hand]] >= 1:
+                st.count[frames[hand]] -= 1
+                m[SECOND_CHANCES] += 1
+                hand = hand + 1 if hand + 1 < n else 0
+        st.cached[frames[hand]] = 0
+        m[EVICTIONS] += 1
+        frames[hand] = b
+        m[HAND] = hand + 1 if hand + 1 < n else 0
+
+    return access
 
 
-register_kernel(ClockState, _resident, _access)
+_access = _ops(False)
+_access_held = _ops(True)
+register_kernel(ClockState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="clock",

@@ -87,30 +87,40 @@ def _resident(st, b):
     return st.cached[b] != 0
 
 
-@helper
-def _access(st, b):
-    if st.cached[b] != 0:
-        return
-    m, ring = st.meta, st.ring
-    n = ring.shape[0]
-    if m[SIZE] >= m[CAPACITY]:
-        if st.hold[HELD] >= m[SIZE]:
-            refuse(st)
+def _ops(holds):
+    """The access op, built twice: `holds` is a closure constant, so numba prunes the hold checks
+    from sequential replay's op (which never holds a block: the kernel is the one before holds
+    existed) and keeps them in the op running requests use (held_access_impl; docs/performance.md §9)."""
+
+    @helper
+    def access(st, b):
+        if st.cached[b] != 0:
             return
-        while st.pins[ring[m[HEAD]]] != 0:  # held: back to the tail (the ring is full: head == tail + 1)
-            ring[wrap(m[HEAD] + m[SIZE], n)] = ring[m[HEAD]]
+        m, ring = st.meta, st.ring
+        n = ring.shape[0]
+        if m[SIZE] >= m[CAPACITY]:
+            if holds:
+                if st.hold[HELD] >= m[SIZE]:
+                    refuse(st)
+                    return
+                while st.pins[ring[m[HEAD]]] != 0:  # held: back to the tail (the ring is full: head == tail + 1)
+                    ring[wrap(m[HEAD] + m[SIZE], n)] = ring[m[HEAD]]
+                    m[HEAD] = wrap(m[HEAD] + 1, n)
+            st.cached[ring[m[HEAD]]] = 0
             m[HEAD] = wrap(m[HEAD] + 1, n)
-        st.cached[ring[m[HEAD]]] = 0
-        m[HEAD] = wrap(m[HEAD] + 1, n)
-        m[SIZE] -= 1
-        m[EVICTIONS] += 1
-    ring[wrap(m[HEAD] + m[SIZE], n)] = b
-    m[SIZE] += 1
-    st.cached[b] = 1
-    m[ADMISSIONS] += 1
+            m[SIZE] -= 1
+            m[EVICTIONS] += 1
+        ring[wrap(m[HEAD] + m[SIZE], n)] = b
+        m[SIZE] += 1
+        st.cached[b] = 1
+        m[ADMISSIONS] += 1
+
+    return access
 
 
-register_kernel(FIFOState, _resident, _access)
+_access = _ops(False)
+_access_held = _ops(True)
+register_kernel(FIFOState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="fifo",

@@ -155,38 +155,49 @@ def _unheld_victim(st, low):
     return -1
 
 
-@helper
-def _access(st, b):
-    m = st.meta
-    f = st.freq[b]
-    if f != 0:
-        _unlink(st, b, f)
-        if st.bucket_head[f] < 0 and m[MIN_FREQ] == f:
-            m[MIN_FREQ] = f + 1  # b itself is there now
-        _append(st, b, f + 1)
-        return
-    if m[SIZE] >= m[CAPACITY]:
-        if st.hold[HELD] >= m[SIZE]:
-            refuse(st)
+def _ops(holds):
+    """The access op, built twice: `holds` is a closure constant, so numba prunes the hold checks
+    from sequential replay's op (which never holds a block: the kernel is the one before holds
+    existed) and keeps them in the op running requests use (held_access_impl; docs/performance.md §9)."""
+
+    @helper
+    def access(st, b):
+        m = st.meta
+        f = st.freq[b]
+        if f != 0:
+            _unlink(st, b, f)
+            if st.bucket_head[f] < 0 and m[MIN_FREQ] == f:
+                m[MIN_FREQ] = f + 1  # b itself is there now
+            _append(st, b, f + 1)
             return
-        # The cache is full (capacity >= 1), so bucket MIN_FREQ is not empty. Held blocks are
-        # skipped in place (MIN_FREQ stays right: they keep their frequencies).
-        low = m[MIN_FREQ]
-        victim = st.bucket_head[low]
-        if st.pins[victim] != 0:
-            victim = _unheld_victim(st, low)
-            low = st.freq[victim]
-        _unlink(st, victim, low)
-        st.freq[victim] = 0
-        m[SIZE] -= 1
-        m[EVICTIONS] += 1
-    _append(st, b, 1)
-    m[MIN_FREQ] = 1
-    m[SIZE] += 1
-    m[ADMISSIONS] += 1
+        if m[SIZE] >= m[CAPACITY]:
+            if holds:
+                if st.hold[HELD] >= m[SIZE]:
+                    refuse(st)
+                    return
+            # The cache is full (capacity >= 1), so bucket MIN_FREQ is not empty. Held blocks are
+            # skipped in place (MIN_FREQ stays right: they keep their frequencies).
+            low = m[MIN_FREQ]
+            victim = st.bucket_head[low]
+            if holds:
+                if st.pins[victim] != 0:
+                    victim = _unheld_victim(st, low)
+                    low = st.freq[victim]
+            _unlink(st, victim, low)
+            st.freq[victim] = 0
+            m[SIZE] -= 1
+            m[EVICTIONS] += 1
+        _append(st, b, 1)
+        m[MIN_FREQ] = 1
+        m[SIZE] += 1
+        m[ADMISSIONS] += 1
+
+    return access
 
 
-register_kernel(LFUState, _resident, _access)
+_access = _ops(False)
+_access_held = _ops(True)
+register_kernel(LFUState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="lfu",

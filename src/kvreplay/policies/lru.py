@@ -99,34 +99,45 @@ def _resident(st, b):
     return st.cached[b] != 0
 
 
-@helper
-def _access(st, b):
-    m = st.meta
-    if st.cached[b] != 0:
-        if m[TAIL] != b:
-            _unlink(st, b)
-            _append(st, b)
-        return
-    if m[SIZE] >= m[CAPACITY]:
-        if st.hold[HELD] >= m[SIZE]:
-            refuse(st)
+def _ops(holds):
+    """The access op, built twice: `holds` is a closure constant, so numba prunes the hold checks
+    from sequential replay's op (which never holds a block: the kernel is the one before holds
+    existed) and keeps them in the op running requests use (held_access_impl; docs/performance.md §9)."""
+
+    @helper
+    def access(st, b):
+        m = st.meta
+        if st.cached[b] != 0:
+            if m[TAIL] != b:
+                _unlink(st, b)
+                _append(st, b)
             return
-        victim = m[HEAD]
-        while st.pins[victim] != 0:  # held: in use, so it becomes most recent
-            _unlink(st, victim)
-            _append(st, victim)
+        if m[SIZE] >= m[CAPACITY]:
+            if holds:
+                if st.hold[HELD] >= m[SIZE]:
+                    refuse(st)
+                    return
             victim = m[HEAD]
-        _unlink(st, victim)
-        st.cached[victim] = 0
-        m[SIZE] -= 1
-        m[EVICTIONS] += 1
-    _append(st, b)
-    st.cached[b] = 1
-    m[SIZE] += 1
-    m[ADMISSIONS] += 1
+            if holds:
+                while st.pins[victim] != 0:  # held: in use, so it becomes most recent
+                    _unlink(st, victim)
+                    _append(st, victim)
+                    victim = m[HEAD]
+            _unlink(st, victim)
+            st.cached[victim] = 0
+            m[SIZE] -= 1
+            m[EVICTIONS] += 1
+        _append(st, b)
+        st.cached[b] = 1
+        m[SIZE] += 1
+        m[ADMISSIONS] += 1
+
+    return access
 
 
-register_kernel(LRUState, _resident, _access)
+_access = _ops(False)
+_access_held = _ops(True)
+register_kernel(LRUState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="lru",

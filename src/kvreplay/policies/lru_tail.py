@@ -98,7 +98,7 @@ def _pin_request(st, request, blocks, start, end, hits, input_length, block_size
     for j in range(end - 1, start - 1, -1):
         b = blocks[j]
         refusals = st.hold[REFUSALS]
-        lru._access(st, b)
+        lru._access_held(st, b)
         if st.hold[REFUSALS] != refusals:
             break
         pin(st, b)

@@ -146,60 +146,76 @@ def resident_mask(state: SIEVEState) -> np.ndarray:
 
 
 @helper
-def _evict(st, m):
-    o = m[HAND] if m[HAND] >= 0 else m[TAIL]
-    while st.visited[o] != 0 or st.pins[o] != 0:
-        if st.pins[o] == 0:  # held: in use, passed over in place with its bit kept
-            st.visited[o] = 0
-        o = st.newer[o] if st.newer[o] >= 0 else m[TAIL]
-    newer, older = st.newer[o], st.older[o]
-    m[HAND] = newer
-    if newer >= 0:
-        st.older[newer] = older
-    else:
-        m[HEAD] = older
-    if older >= 0:
-        st.newer[older] = newer
-    else:
-        m[TAIL] = newer
-    st.newer[o] = -1
-    st.older[o] = -1
-    st.cached[o] = 0
-    m[SIZE] -= 1
-    m[EVICTIONS] += 1
-
-
-@helper
 def _resident(st, b):
     return st.cached[b] != 0
 
 
-@helper
-def _access(st, b):
-    if st.cached[b] != 0:
-        st.visited[b] = 1
-        return
-    m = st.meta
-    if m[SIZE] >= m[CAPACITY]:
-        if st.hold[HELD] >= m[SIZE]:
-            refuse(st)
+def _ops(holds):
+    """The access op (and its eviction), built twice: `holds` is a closure constant, so numba prunes
+    the hold checks from sequential replay's op (which never holds a block: the kernel is the one
+    before holds existed) and keeps them in the op running requests use (held_access_impl;
+    docs/performance.md §9)."""
+
+    @helper
+    def evict(st, m):
+        o = m[HAND] if m[HAND] >= 0 else m[TAIL]
+        if holds:
+            while st.visited[o] != 0 or st.pins[o] != 0:
+                if st.pins[o] == 0:  # held: in use, passed over in place with its bit kept
+                    st.visited[o] = 0
+                o = st.newer[o] if st.newer[o] >= 0 else m[TAIL]
+        else:
+            while st.visited[o] != 0:
+                st.visited[o] = 0
+                o = st.newer[o] if st.newer[o] >= 0 else m[TAIL]
+        newer, older = st.newer[o], st.older[o]
+        m[HAND] = newer
+        if newer >= 0:
+            st.older[newer] = older
+        else:
+            m[HEAD] = older
+        if older >= 0:
+            st.newer[older] = newer
+        else:
+            m[TAIL] = newer
+        st.newer[o] = -1
+        st.older[o] = -1
+        st.cached[o] = 0
+        m[SIZE] -= 1
+        m[EVICTIONS] += 1
+
+
+    @helper
+    def access(st, b):
+        if st.cached[b] != 0:
+            st.visited[b] = 1
             return
-        _evict(st, m)
-    head = m[HEAD]
-    st.newer[b] = -1
-    st.older[b] = head
-    if head >= 0:
-        st.newer[head] = b
-    else:
-        m[TAIL] = b
-    m[HEAD] = b
-    st.visited[b] = 0
-    st.cached[b] = 1
-    m[SIZE] += 1
-    m[ADMISSIONS] += 1
+        m = st.meta
+        if m[SIZE] >= m[CAPACITY]:
+            if holds:
+                if st.hold[HELD] >= m[SIZE]:
+                    refuse(st)
+                    return
+            evict(st, m)
+        head = m[HEAD]
+        st.newer[b] = -1
+        st.older[b] = head
+        if head >= 0:
+            st.newer[head] = b
+        else:
+            m[TAIL] = b
+        m[HEAD] = b
+        st.visited[b] = 0
+        st.cached[b] = 1
+        m[SIZE] += 1
+        m[ADMISSIONS] += 1
+
+    return access
 
 
-register_kernel(SIEVEState, _resident, _access)
+_access = _ops(False)
+_access_held = _ops(True)
+register_kernel(SIEVEState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="sieve",
