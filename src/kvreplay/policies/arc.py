@@ -64,7 +64,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse, built_twice
 
 
 class ARC(ReferencePolicy):
@@ -329,8 +329,7 @@ def _ops(holds):
     return access
 
 
-_access = _ops(False)
-_access_held = _ops(True)
+_access, _access_held = built_twice(_ops)
 
 
 register_kernel(ARCState, _resident, _access)

@@ -241,6 +241,15 @@ def read_holds(state) -> tuple[int, int]:
     return int(state.hold[HELD]), int(state.hold[REFUSALS])
 
 
+def built_twice(ops):
+    """(op, held op) from ``ops(holds)``: the access op built for sequential replay, which never
+    holds a block (``holds`` False: a closure constant, so numba prunes every ``if holds:`` branch
+    before typing and the replay kernel is the one without holds), and for running requests
+    (``holds`` True: give it to register_kernel as held_access_impl). Hold checks in the replay
+    kernel had cost arc half its speed (docs/performance.md §9)."""
+    return ops(False), ops(True)
+
+
 @helper
 def pin(st, b):
     """Compiled ``pin``: one more hold on resident block b."""

@@ -37,7 +37,7 @@ from itertools import count
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse, built_twice
 
 
 class LFU(ReferencePolicy):
@@ -156,9 +156,7 @@ def _unheld_victim(st, low):
 
 
 def _ops(holds):
-    """The access op, built twice: `holds` is a closure constant, so numba prunes the hold checks
-    from sequential replay's op (which never holds a block: the kernel is the one before holds
-    existed) and keeps them in the op running requests use (held_access_impl; docs/performance.md §9)."""
+    """The access op with or without the hold checks (base.built_twice)."""
 
     @helper
     def access(st, b):
@@ -195,8 +193,7 @@ def _ops(holds):
     return access
 
 
-_access = _ops(False)
-_access_held = _ops(True)
+_access, _access_held = built_twice(_ops)
 register_kernel(LFUState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(

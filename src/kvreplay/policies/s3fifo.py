@@ -67,7 +67,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, refuse
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, refuse, built_twice
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -501,8 +501,7 @@ def _ops(holds):
     return access
 
 
-_access = _ops(holds=False)
-_access_held = _ops(holds=True)
+_access, _access_held = built_twice(_ops)  # see base.built_twice
 
 
 @helper

@@ -60,7 +60,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, HELD, refuse
+from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, HELD, refuse, built_twice
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -324,8 +324,7 @@ def _ops(holds):
     return access
 
 
-_access = _ops(holds=False)
-_access_held = _ops(holds=True)
+_access, _access_held = built_twice(_ops)  # see base.built_twice
 
 
 @helper
