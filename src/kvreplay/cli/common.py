@@ -13,29 +13,27 @@ from ..trace.formats import FORMATS
 LARGEST = 2**62  # counts above this overflow the kernels' 64-bit arithmetic; no cache is that large
 
 
-def positive_int(text: str) -> int:
+def whole_number(text: str, low: int, high: int, high_text: str) -> int:
+    """An argparse value: a whole number in low..high."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    if value > LARGEST:
-        raise argparse.ArgumentTypeError(f"must be at most 2**62 = {LARGEST:,}, got {value:,}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+    if value > high:
+        raise argparse.ArgumentTypeError(f"must be {high_text}, got {value:,}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """Counts and sizes: 1..2**62."""
+    return whole_number(text, 1, LARGEST, f"at most 2**62 = {LARGEST:,}")
 
 
 def non_negative_int(text: str) -> int:
-    """An argparse type: a whole number >= 0 (seeds)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    if value >= 2**32:
-        raise argparse.ArgumentTypeError(f"must be below 2**32, got {value:,}")
-    return value
+    """Seeds: 0..2**32-1."""
+    return whole_number(text, 0, 2**32 - 1, "below 2**32")
 
 
 def fraction(text: str) -> float:
