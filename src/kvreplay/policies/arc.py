@@ -64,7 +64,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice, refused_when_all_held
 
 
 class ARC(ReferencePolicy):
@@ -89,8 +89,7 @@ class ARC(ReferencePolicy):
             T2.pop(x, None)
             T2[x] = None
             return
-        if self.size() >= c and self.everything_held():  # a miss with nothing evictable
-            self.refuse()
+        if self.size() >= c and self.refused_when_all_held():  # a miss with nothing evictable
             return
         if x in B1:  # Case II
             self.stats["ghost_hits"] += 1
@@ -280,8 +279,7 @@ def _ops(holds):
             return
         c = m[CAPACITY]
         if holds:
-            if st.hold[HELD] >= c and w != T1 and w != T2:  # a miss with all c resident blocks held
-                refuse(st)
+            if w != T1 and w != T2 and refused_when_all_held(st, c):  # a miss, all c resident blocks held
                 return
         replace = False
         drop = -1  # Case IV: a ghost id dropped from the directory, or T1's LRU block deleted

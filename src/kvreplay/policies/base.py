@@ -204,6 +204,13 @@ class ReferencePolicy:
     def refuse(self) -> None:
         self.refusals += 1
 
+    def refused_when_all_held(self) -> bool:
+        """The contract's refusal: when every resident block is held, count a refusal: True."""
+        if self.everything_held():
+            self.refuse()
+            return True
+        return False
+
     def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
         """Access and hold every block in order; stop at the first refused one. The held blocks."""
         held = []
@@ -269,6 +276,16 @@ def unpin(st, b):
 @helper
 def refuse(st):
     st.hold[REFUSALS] += 1
+
+
+@helper
+def refused_when_all_held(st, resident):
+    """The contract's refusal, compiled: when all `resident` blocks are held (held blocks are
+    resident, so HELD >= resident says it), count a refusal and return True; else False."""
+    if st.hold[HELD] >= resident:
+        refuse(st)
+        return True
+    return False
 
 
 # The compiled engine's view of a policy: the driver (engine/driver.py) calls resident, hit_limit

@@ -41,7 +41,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays, HELD, pin, refuse
+from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays, pin, refused_when_all_held
 
 
 def next_use(trace) -> np.ndarray:
@@ -101,8 +101,7 @@ class Belady(ReferencePolicy):
         for j, b in enumerate(blocks):
             key = self.next_use[start + j]
             if b not in self.key and len(self.key) >= self.capacity:
-                if self.everything_held():
-                    self.refuse()
+                if self.refused_when_all_held():
                     break
                 far_key, victim, aside = self._farthest_unheld()
                 bypass = self.admit_bypass and key > far_key
@@ -279,8 +278,7 @@ def _pin_request(st, request, blocks, start, end, hits, input_length, block_size
         key = st.next_use[j]
         if st.key[b] < 0:
             if m[SIZE] >= m[CAPACITY]:
-                if st.hold[HELD] >= m[SIZE]:
-                    refuse(st)
+                if refused_when_all_held(st, m[SIZE]):
                     break
                 aside = _farthest_unheld(st)
                 bypass = m[BYPASS] != 0 and key > st.heap_key[0]

@@ -43,7 +43,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays, built_twice, refused_when_all_held
 
 
 class Clock(ReferencePolicy):
@@ -72,8 +72,7 @@ class Clock(ReferencePolicy):
             self.frames.append(b)
             self.count.append(0)
             return
-        if self.everything_held():
-            self.refuse()
+        if self.refused_when_all_held():
             return
         self.stats["admissions"] += 1
         while self.count[self.hand] >= 1 or self.held(self.frames[self.hand]):
@@ -152,8 +151,7 @@ def _ops(holds):
             m[SIZE] += 1
             return
         if holds:
-            if st.hold[HELD] >= m[SIZE]:
-                refuse(st)
+            if refused_when_all_held(st, m[SIZE]):
                 return
         m[ADMISSIONS] += 1
         st.cached[b] = 1

@@ -19,7 +19,7 @@ from collections import deque, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, wrap, PolicySpec, register_kernel, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, wrap, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held
 
 
 class FIFO(ReferencePolicy):
@@ -38,8 +38,7 @@ class FIFO(ReferencePolicy):
         if b in self.members:
             return
         if len(self.queue) >= self.capacity:
-            if self.everything_held():
-                self.refuse()
+            if self.refused_when_all_held():
                 return
             while self.held(self.queue[0]):
                 self.queue.rotate(-1)  # held: back to the tail, as if admitted now
@@ -98,8 +97,7 @@ def _ops(holds):
         n = ring.shape[0]
         if m[SIZE] >= m[CAPACITY]:
             if holds:
-                if st.hold[HELD] >= m[SIZE]:
-                    refuse(st)
+                if refused_when_all_held(st, m[SIZE]):
                     return
                 while st.pins[ring[m[HEAD]]] != 0:  # held: back to the tail (the ring is full: head == tail + 1)
                     ring[wrap(m[HEAD] + m[SIZE], n)] = ring[m[HEAD]]

@@ -37,7 +37,7 @@ from itertools import count
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice, refused_when_all_held
 
 
 class LFU(ReferencePolicy):
@@ -61,8 +61,7 @@ class LFU(ReferencePolicy):
     def access(self, b) -> None:
         if b not in self.freq:
             if len(self.freq) >= self.capacity:
-                if self.everything_held():
-                    self.refuse()
+                if self.refused_when_all_held():
                     return
                 self._evict()
             self.freq[b] = 0  # in-cache frequency: starts afresh on every admission
@@ -170,8 +169,7 @@ def _ops(holds):
             return
         if m[SIZE] >= m[CAPACITY]:
             if holds:
-                if st.hold[HELD] >= m[SIZE]:
-                    refuse(st)
+                if refused_when_all_held(st, m[SIZE]):
                     return
             # The cache is full (capacity >= 1), so bucket MIN_FREQ is not empty. Held blocks are
             # skipped in place (MIN_FREQ stays right: they keep their frequencies).

@@ -21,7 +21,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice, refused_when_all_held
 
 
 class LRU(ReferencePolicy):
@@ -40,8 +40,7 @@ class LRU(ReferencePolicy):
             self.order.move_to_end(b)
             return
         if len(self.order) >= self.capacity:
-            if self.everything_held():
-                self.refuse()
+            if self.refused_when_all_held():
                 return
             while self.held(victim := next(iter(self.order))):
                 self.order.move_to_end(victim)  # held: in use, so it becomes most recent
@@ -112,8 +111,7 @@ def _ops(holds):
             return
         if m[SIZE] >= m[CAPACITY]:
             if holds:
-                if st.hold[HELD] >= m[SIZE]:
-                    refuse(st)
+                if refused_when_all_held(st, m[SIZE]):
                     return
             victim = m[HEAD]
             if holds:

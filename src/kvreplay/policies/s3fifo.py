@@ -67,7 +67,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, built_twice, refused_when_all_held
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -105,8 +105,7 @@ class S3FIFO(ReferencePolicy):
         if b in self.where:
             self.freq[b] = min(self.freq[b] + 1, self.max_freq)
             return
-        if self.everything_held() and self.size() >= self.capacity:
-            self.refuse()  # nothing can make room
+        if self.size() >= self.capacity and self.refused_when_all_held():  # nothing can make room
             return
         if b in self.ghost:
             del self.ghost[b]
@@ -330,8 +329,7 @@ def _miss_held(st, b, w):
     ghost_freq: M gives up nothing (a ghost hit, not an admission: the admission to S counts one,
     so it is taken back here)."""
     m = st.meta
-    if st.hold[HELD] >= m[SMALL_CAP] + m[MAIN_CAP]:
-        refuse(st)
+    if refused_when_all_held(st, m[SMALL_CAP] + m[MAIN_CAP]):
         return -1, 0
     if w == IN_GHOST and m[M_SIZE] >= m[M_LIMIT] and \
             (m[M_SIZE] == 0 or st.pins[st.main[m[M_HEAD]]] != 0) and not _main_requeue_held(st):

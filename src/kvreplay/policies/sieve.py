@@ -41,7 +41,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held
 
 
 class SIEVE(ReferencePolicy):
@@ -67,8 +67,7 @@ class SIEVE(ReferencePolicy):
             self.visited[b] = True
             return
         if len(self.visited) >= self.capacity:
-            if self.everything_held():
-                self.refuse()
+            if self.refused_when_all_held():
                 return
             self._evict()
         self._insert_at_head(b)
@@ -190,8 +189,7 @@ def _ops(holds):
         m = st.meta
         if m[SIZE] >= m[CAPACITY]:
             if holds:
-                if st.hold[HELD] >= m[SIZE]:
-                    refuse(st)
+                if refused_when_all_held(st, m[SIZE]):
                     return
             evict(st, m)
         head = m[HEAD]

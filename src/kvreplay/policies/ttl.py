@@ -55,7 +55,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays, HELD, pin, refuse, REFUSALS
+from .base import ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays, pin, REFUSALS, refused_when_all_held
 from .lru import _append, _unlink  # the same recency list: HEAD/TAIL slots and prev/next fields match
 
 
@@ -198,8 +198,7 @@ def _access(st, b):
             _append(st, b)
     else:
         if m[SIZE] >= m[CAPACITY]:
-            if st.hold[HELD] >= m[SIZE]:  # every listed block is resident here
-                refuse(st)
+            if refused_when_all_held(st, m[SIZE]):  # every listed block is resident here
                 return
             victim = m[HEAD]
             while st.pins[victim] != 0:  # held: skipped in place

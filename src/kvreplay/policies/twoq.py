@@ -60,7 +60,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, HELD, refuse, built_twice
+from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, built_twice, refused_when_all_held
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -230,16 +230,6 @@ def _am_requeue_held(st):
 
 
 @helper(inline=False)
-def _refused(st):
-    """A miss with holds: refused when every resident block is held and the cache is full
-    (held blocks are resident and never more than the capacity: one comparison says both)."""
-    if st.hold[HELD] >= st.meta[CAPACITY]:
-        refuse(st)
-        return True
-    return False
-
-
-@helper(inline=False)
 def _reclaim_from_a1in(st, from_a1in):
     """With holds, the queue a reclaim evicts from (True: A1in), its first block unheld: held
     blocks of the chosen queue are requeued; if it holds only held blocks, the other queue gives
@@ -301,7 +291,7 @@ def _ops(holds):
             return
         # A miss. One reclaim call site: every inlined copy costs compile time.
         if holds:
-            if _refused(st):
+            if refused_when_all_held(st, st.meta[CAPACITY]):  # held blocks are resident: full and all held
                 return
         if w == IN_A1OUT:
             _unlink(st, b, OUT_HEAD, OUT_TAIL, OUT_SIZE)
