@@ -9,7 +9,8 @@ For each request, in trace order:
    (the last block of a prompt is usually partial);
 3. access every block of the request, hit or miss, in order.
 
-Policies never re-implement this loop. A block-level policy supplies
+Policies never re-implement this loop; the serving lifecycle (lifecycle.py) scans a starting
+request with the same functions (prefix_reference, prefix_compiled). A block-level policy supplies
 ``resident(b)`` (a probe that changes nothing) and ``access(b)``: as methods of
 a small Python class for the reference engine, and as numba overloads of
 :func:`resident` and :func:`access` on its state type for the compiled engine.
@@ -26,8 +27,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import policies
-from ..jit import HAVE_NUMBA, key_cache_on_sources
+from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
 from ..policies.base import access_request, hit_limit, resident
+
+
+def prefix_reference(policy, is_resident, request, input_length, block_size) -> int:
+    """Steps 1-2 in the reference engine: the longest resident prefix, in blocks, touching nothing."""
+    limit = policy.hit_limit(len(request), input_length, block_size)
+    k = 0
+    while k < limit and is_resident(request[k]):
+        k += 1
+    return k
 
 
 def replay_reference(offsets, blocks, input_length, block_size, policy, hit_blocks, hit_tokens) -> None:
@@ -38,17 +48,25 @@ def replay_reference(offsets, blocks, input_length, block_size, policy, hit_bloc
     is_resident = policy.resident
     for i in range(len(lengths)):
         request = blocks[offsets[i]:offsets[i + 1]]
-        limit = policy.hit_limit(len(request), lengths[i], block_size)
-        k = 0
-        while k < limit and is_resident(request[k]):
-            k += 1
-        hit_blocks[i] = k
+        k = hit_blocks[i] = prefix_reference(policy, is_resident, request, lengths[i], block_size)
         hit_tokens[i] = min(k * block_size, lengths[i])
         policy.access_request(i, request, k, lengths[i], block_size)
 
 
 if HAVE_NUMBA:
     from numba import njit
+
+    @helper
+    def prefix_compiled(state, blocks, start, end, input_length, block_size):
+        """Steps 1-2 in the compiled engine (prefix_reference): blocks[start:end]'s longest
+        resident prefix, touching nothing. The serving lifecycle (lifecycle.py) scans with it too."""
+        limit = hit_limit(state, end - start, input_length, block_size)
+        k = 0
+        while k < limit:
+            if not resident(state, blocks[start + k]):
+                break
+            k += 1
+        return k
 
     # _nrt=False: the loop allocates nothing, and without it numba updates the reference
     # count of every state array on every access, which made replay 14x slower.
@@ -57,12 +75,7 @@ if HAVE_NUMBA:
         """Compiled engine: the same loop as replay_reference, specialised per policy state type."""
         for i in range(input_length.shape[0]):
             start, end = offsets[i], offsets[i + 1]
-            limit = hit_limit(state, end - start, input_length[i], block_size)
-            k = 0
-            while k < limit:
-                if not resident(state, blocks[start + k]):
-                    break
-                k += 1
+            k = prefix_compiled(state, blocks, start, end, input_length[i], block_size)
             hit_blocks[i] = k
             hit_tokens[i] = min(k * block_size, input_length[i])
             access_request(state, i, blocks, start, end, k, input_length[i], block_size)

@@ -27,9 +27,11 @@ import numpy as np
 from .. import jit, policies
 from ..errors import ConfigError
 from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
-from ..policies.base import REFUSALS, hit_limit, pin_request, read_holds, resident, unpin_request
+from ..policies.base import REFUSALS, pin_request, read_holds, unpin_request
 from ..policies.registry import get_policy
 from ..trace.model import resolve_block_size
+from . import driver
+from .driver import prefix_reference
 from .replay import as_trace, check_capacity, resolve_engine
 
 
@@ -75,10 +77,7 @@ def check_events(events, num_requests: int) -> np.ndarray:
 
 def start_reference(policy, i, request, input_length, block_size):
     """One start in the reference engine: (hit blocks, handles, refused)."""
-    limit = policy.hit_limit(len(request), input_length, block_size)
-    k = 0
-    while k < limit and policy.resident(request[k]):
-        k += 1
+    k = prefix_reference(policy, policy.resident, request, input_length, block_size)
     refusals = policy.refusals
     handles = policy.pin_request(i, request, k, input_length, block_size)
     return k, handles, policy.refusals != refusals
@@ -106,12 +105,7 @@ if HAVE_NUMBA:
     @helper
     def start_compiled(state, i, blocks, start, end, input_length, block_size, handles, base):
         """One start in the compiled engine: (hit blocks, blocks held, refused)."""
-        limit = hit_limit(state, end - start, input_length, block_size)
-        k = 0
-        while k < limit:
-            if not resident(state, blocks[start + k]):
-                break
-            k += 1
+        k = driver.prefix_compiled(state, blocks, start, end, input_length, block_size)
         refusals = state.hold[REFUSALS]
         n = pin_request(state, i, blocks, start, end, k, input_length, block_size, handles, base)
         return k, n, state.hold[REFUSALS] != refusals
@@ -129,7 +123,7 @@ if HAVE_NUMBA:
                 i = -e - 1
                 unpin_request(state, i, blocks, offsets[i], offsets[i + 1], input_length[i], block_size, handles, offsets[i] + i, held[i])
 
-    key_cache_on_sources(run_compiled, [__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
+    key_cache_on_sources(run_compiled, [__file__, driver.__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
 
 
 def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_size: int | None = None, *,
