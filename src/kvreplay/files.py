@@ -16,8 +16,9 @@ def atomic_output(path: str, *, compress: bool = False):
     """A binary stream for `path`: a temporary file in the same directory, renamed over `path` when
     the block ends without error and deleted otherwise (also on SIGTERM: the CLI turns it into
     an exception), so readers see the old file or the whole new one, never a partial one. A
-    symlink is written through (its target is replaced); a named pipe or device is written into. `compress`: gzip (with mtime 0 and no name in the header, so the
-    same content always gives the same bytes)."""
+    symlink is written through (its target is replaced); a named pipe or device is written into.
+    `compress`: gzip (with mtime 0 and no name in the header, so the same content always gives the
+    same bytes)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise OutputError(path, "is a directory, expected a file name")
@@ -25,12 +26,8 @@ def atomic_output(path: str, *, compress: bool = False):
     if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
         # A named pipe or a device (/dev/stdout): write into it; there is nothing to replace.
         try:
-            with open(target, "wb") as raw:
-                if compress:
-                    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as zipped:
-                        yield zipped
-                else:
-                    yield raw
+            with open(target, "wb") as raw, _maybe_gzip(raw, compress) as out:
+                yield out
         except OSError as e:
             raise OutputError(path, f"cannot write: {e.strerror or e}") from None
         return
@@ -41,12 +38,8 @@ def atomic_output(path: str, *, compress: bool = False):
     except OSError as e:
         raise OutputError(path, f"cannot write: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as raw:
-            if compress:
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as zipped:
-                    yield zipped
-            else:
-                yield raw
+        with os.fdopen(fd, "wb", buffering=1 << 20) as raw, _maybe_gzip(raw, compress) as out:
+            yield out
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
@@ -59,6 +52,16 @@ def atomic_output(path: str, *, compress: bool = False):
         if isinstance(e, OSError):
             raise OutputError(path, f"cannot write: {e.strerror or e}") from None
         raise
+
+
+@contextmanager
+def _maybe_gzip(raw, compress: bool):
+    """`raw`, or a gzip stream over it that is closed (its trailer written) when the block ends."""
+    if not compress:
+        yield raw
+        return
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as zipped:
+        yield zipped
 
 
 def write_atomic(path: str, data: bytes) -> None:
