@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .. import tables
 from ..engine.replay import warmup_count
-from ..engine.report import window_text
+from ..engine.report import window_object
 from ..policies.registry import POLICIES
 
 GIB = 2**30
@@ -74,12 +74,6 @@ KINDS = {c.name: c.kind for c in COLUMNS}
 def params_label(params: dict) -> str:
     """The packed label of a parameter set: ``small_ratio=0.1;max_freq=3;ghost_freq=0``."""
     return ";".join(f"{k}={v}" for k, v in params.items())
-
-
-def window_object(warmup_requests: int, num_requests: int) -> dict:
-    """The window as run's JSON report gives it (Report.summary()["window"])."""
-    return {"warmup_requests": warmup_requests, "measured_requests": num_requests - warmup_requests,
-            "description": window_text(warmup_requests, num_requests)}
 
 
 def param_column(name: str) -> str:

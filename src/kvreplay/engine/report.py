@@ -17,6 +17,12 @@ def window_text(warmup_requests: int, num_requests: int) -> str:
     return f"after warm-up: requests {warmup_requests + 1}-{num_requests} of {num_requests} (first {warmup_requests} only warm the cache)"
 
 
+def window_object(warmup_requests: int, num_requests: int) -> dict:
+    """The window as every JSON output gives it (run's report, sweep and mrc documents)."""
+    return {"warmup_requests": warmup_requests, "measured_requests": num_requests - warmup_requests,
+            "description": window_text(warmup_requests, num_requests)}
+
+
 @dataclass(eq=False)
 class Report:
     """The result of one replay.
@@ -113,11 +119,7 @@ class Report:
             "hit_rate": self.hit_rate,
             "final_cache_blocks": self.final_cache_blocks,
             "stranded_blocks": self.stranded_blocks,
-            "window": {
-                "warmup_requests": self.warmup_requests,
-                "measured_requests": self.num_requests - self.warmup_requests,
-                "description": self.window,
-            },
+            "window": window_object(self.warmup_requests, self.num_requests),
             "counters": dict(self.counters),
             "sizes": dict(self.sizes),
             "engine": self.engine,
