@@ -56,5 +56,34 @@ def _cmd_models(args) -> int:
     return 0
 
 
-PARSERS = [_parser_policies, _parser_models]
-COMMANDS = {"policies": _cmd_policies, "models": _cmd_models}
+def _parser_gpus(sub) -> None:
+    gp = sub.add_parser("gpus", help="list the GPU catalog the serving simulator uses (peak FLOP/s, bandwidth, memory)")
+    gp.add_argument("--json", action="store_true", help="print the catalog as JSON")
+
+
+def _cmd_gpus(args) -> int:
+    from dataclasses import asdict
+
+    from ..serving.gpus import gpu_catalog
+
+    entries = [asdict(g) for g in gpu_catalog()]
+    if args.json:
+        sys.stdout.buffer.write(common.encode_json({"gpus": entries}))
+        return 0
+    from ..output.table import format_table
+
+    def num(v):
+        return "-" if v is None else f"{v:,}"
+
+    rows = [{"name": e["name"], "aliases": ", ".join(e["aliases"]) or "-", "bf16": num(e["bf16_tflops"]),
+             "fp8": num(e["fp8_tflops"]), "bw": num(e["bandwidth_gbps"]), "mem": num(e["memory_gb"])}
+            for e in entries]
+    print(format_table(rows, [("name", "gpu"), ("aliases", "also"), ("bf16", "dense BF16 TFLOP/s"),
+                              ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("mem", "memory GB")]))
+    print("\nDense figures (datasheets print 2:4-sparse ones, halved here); each entry's source is in --json and "
+          "docs/serving.md.\nUse: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N]")
+    return 0
+
+
+PARSERS = [_parser_policies, _parser_models, _parser_gpus]
+COMMANDS = {"policies": _cmd_policies, "models": _cmd_models, "gpus": _cmd_gpus}

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..analysis.models import get_model, kv_bytes_per_token
 from ..errors import ConfigError
+from ..jit import HAVE_NUMBA, helper
 from .gpus import GPUSpec, get_gpu
 
 #: Default model-FLOPs utilization of the roofline (fraction of dense peak a prefill sustains).
@@ -686,3 +687,131 @@ def load_time_model(spec, *, model=None, gpu=None, tp: int = 1, **roofline_optio
         return PolynomialProfile(text)
     raise ConfigError(f"unknown time model {spec!r}: use instant, roofline, a Dynamo profile FILE.npz "
                       "or a polynomial FILE.json")
+
+
+# --------------------------------------------------------------------------------------------
+# The compiled form: the simulator's kernel times its steps without calling Python.
+#
+# ``packed(model)`` flattens a time model into one float64 array (its first entry says which
+# model); ``step_seconds(packed, agg)`` computes a step's duration from the step's aggregates
+# (AGG_* below), with the same formulas as each model's ``step_time``. tests/serving/test_timing.py
+# checks the two agree on random batches.
+
+(AGG_PREFILL_REQS, AGG_PREFILL_NEW, AGG_PREFILL_CACHED, AGG_DECODE_REQS, AGG_DECODE_CTX, AGG_ACTIVE_KV,
+ AGG_KEYS_FULL, AGG_TOUCHED_FULL, AGG_KEYS_SW, AGG_TOUCHED_SW, AGG_DONE_REQS, AGG_DONE_CTX) = range(12)
+NUM_AGG = 12
+KIND_INSTANT, KIND_ROOFLINE, KIND_NPZ, KIND_POLY = 0, 1, 2, 3
+# Roofline layout after the kind.
+(R_ACTIVE_PARAMS, R_ATTN_WIDTH, R_LAYERS_FULL, R_LAYERS_SW, R_WINDOW, R_WEIGHT_BYTES, R_ACTIVE_WEIGHT_BYTES, R_TP,
+ R_KV_LAYER_TOKEN, R_FLOPS, R_BYTES_PER_S, R_OVERHEAD) = range(1, 13)
+
+
+def packed(model: TimeModel) -> np.ndarray:
+    """`model` as the float64 array ``step_seconds`` reads (see above)."""
+    if isinstance(model, InstantTimeModel):
+        return np.array([KIND_INSTANT], dtype=np.float64)
+    if isinstance(model, RooflineTimeModel):
+        return np.array([KIND_ROOFLINE, model.model.active_params, model.attn_width, model.layers_full,
+                         model.layers_sw, model.window or 0, model.weight_bytes, model.active_weight_bytes,
+                         model.tp, model.kv_per_layer_token_gpu, model.peak_flops * model.mfu,
+                         model.bandwidth * model.mbu, model.overhead_s], dtype=np.float64)
+    if isinstance(model, DynamoNpzProfile):
+        z = np.asarray(model.decode_itl, dtype=np.float64)
+        return np.concatenate([[KIND_NPZ, model.min_decode_ms, len(model.prefill_isl)], model.prefill_isl,
+                               model.prefill_ttft_ms, [z.shape[0], z.shape[1]], model.decode_active_kv_tokens,
+                               model.decode_context_length, z.ravel()]).astype(np.float64)
+    if isinstance(model, PolynomialProfile):
+        names = list(POLY_VARIABLES)
+        out = [KIND_POLY, model.scale, model.min_value, len(model.terms)]
+        for coef, powers in model.terms:
+            exps = [0.0] * len(names)
+            for var, exp in powers:
+                exps[names.index(var)] = exp
+            out += [coef, *exps]
+        return np.array(out, dtype=np.float64)
+    raise ConfigError(f"the simulator cannot run the time model {type(model).__name__}: it needs one of "
+                      "instant, roofline, a Dynamo .npz or a polynomial .json (or packed() for it)")
+
+
+def roofline_window(tm: np.ndarray) -> int:
+    """The sliding window a packed model needs the simulator's aggregates for (0: none)."""
+    return int(tm[R_WINDOW]) if tm[0] == KIND_ROOFLINE else 0
+
+
+def _segment_sorted(xs_start, n, tm, x):
+    """tm[xs_start:xs_start+n] rises: the segment i (0..n-2) holding x, ends extended (as _segment)."""
+    lo, hi = 0, n - 2
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tm[xs_start + mid] <= x:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _lerp_compiled(x1, y1, x2, y2, x):
+    return (y2 - y1) / (x2 - x1) * (x - x1) + y1
+
+
+def step_seconds(tm, agg):
+    """The duration of a step with aggregates `agg` under the packed model `tm` (seconds)."""
+    kind = tm[0]
+    empty = agg[AGG_PREFILL_REQS] == 0 and agg[AGG_DECODE_REQS] == 0
+    if kind == KIND_INSTANT or empty:
+        return 0.0
+    if kind == KIND_ROOFLINE:
+        tokens = agg[AGG_PREFILL_NEW] + agg[AGG_DECODE_REQS]
+        flops = (2.0 * tm[R_ACTIVE_PARAMS] * tokens + 4.0 * tm[R_ATTN_WIDTH]
+                 * (tm[R_LAYERS_FULL] * agg[AGG_KEYS_FULL] + tm[R_LAYERS_SW] * agg[AGG_KEYS_SW]))
+        weights = min(tm[R_WEIGHT_BYTES], tm[R_ACTIVE_WEIGHT_BYTES] * tokens) / tm[R_TP]
+        kv = tm[R_KV_LAYER_TOKEN] * (tm[R_LAYERS_FULL] * agg[AGG_TOUCHED_FULL] + tm[R_LAYERS_SW] * agg[AGG_TOUCHED_SW])
+        return max(flops / tm[R_TP] / tm[R_FLOPS], (weights + kv) / tm[R_BYTES_PER_S]) + tm[R_OVERHEAD]
+    if kind == KIND_NPZ:
+        n = int(tm[2])
+        px, py = 3, 3 + n
+        r, c = int(tm[3 + 2 * n]), int(tm[4 + 2 * n])
+        dx, dy = 5 + 2 * n, 5 + 2 * n + r
+        dz = dy + c
+        prefill = 0.0
+        k = agg[AGG_PREFILL_REQS]
+        if k > 0:
+            prefix = agg[AGG_PREFILL_CACHED]
+            isl = prefix + agg[AGG_PREFILL_NEW]
+            new = (isl // k) - (prefix // k)
+            if new > 0:
+                x = k * new
+                i = _segment_sorted(px, n, tm, x)
+                prefill = max(_lerp_compiled(tm[px + i], tm[py + i], tm[px + i + 1], tm[py + i + 1], x), 0.0)
+        decode = 0.0
+        b = agg[AGG_DECODE_REQS] + agg[AGG_DONE_REQS]
+        if b > 0:
+            ctx = agg[AGG_DECODE_CTX] + agg[AGG_DONE_CTX]
+            x = agg[AGG_ACTIVE_KV]
+            y = ctx // b
+            i = _segment_sorted(dx, r, tm, x)
+            j = _segment_sorted(dy, c, tm, y)
+            x1, x2, y1, y2 = tm[dx + i], tm[dx + i + 1], tm[dy + j], tm[dy + j + 1]
+            z1 = _lerp_compiled(x1, tm[dz + i * c + j], x2, tm[dz + (i + 1) * c + j], x)
+            z2 = _lerp_compiled(x1, tm[dz + i * c + j + 1], x2, tm[dz + (i + 1) * c + j + 1], x)
+            decode = max(_lerp_compiled(y1, z1, y2, z2, y), tm[1])
+        return (prefill + decode) / 1000.0
+    # KIND_POLY: variables in POLY_VARIABLES order
+    b = agg[AGG_DECODE_REQS]
+    v0, v1, v2 = agg[AGG_PREFILL_NEW], agg[AGG_PREFILL_REQS], agg[AGG_PREFILL_CACHED]
+    v3, v4 = b, agg[AGG_DECODE_CTX]
+    v5 = v4 / b if b > 0 else 0.0
+    total = 0.0
+    for t in range(int(tm[3])):
+        at = 4 + t * 7
+        term = tm[at]
+        term *= v0 ** tm[at + 1] * v1 ** tm[at + 2] * v2 ** tm[at + 3]
+        term *= v3 ** tm[at + 4] * v4 ** tm[at + 5] * v5 ** tm[at + 6]
+        total += term
+    return max(total, tm[2]) * tm[1]
+
+
+if HAVE_NUMBA:
+    _segment_sorted = helper(_segment_sorted)
+    _lerp_compiled = helper(_lerp_compiled)
+    step_seconds = helper(inline=False)(step_seconds)

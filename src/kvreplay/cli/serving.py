@@ -1,0 +1,247 @@
+"""The serving command: ``kvreplay simulate`` (one instance; a load sweep with --speedups/--rates)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import ConfigError
+from . import common
+
+
+def number_list(text: str) -> list[float]:
+    """Comma-separated positive numbers (loads)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {part!r}") from None
+        if not (value > 0 and value != float("inf")):
+            raise argparse.ArgumentTypeError(f"every load must be a positive finite number, got {part}")
+        out.append(value)
+    return out
+
+
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def unit_fraction(text: str) -> float:
+    value = positive_number(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _parser_simulate(sub) -> None:
+    sim = sub.add_parser("simulate", help="serve a trace on a simulated engine: concurrency, scheduler, TTFT",
+                         description="Serve the trace on one simulated engine instance: requests arrive at their "
+                                     "timestamps, a vLLM- or SGLang-style scheduler batches them, running requests "
+                                     "hold their KV blocks and the prefix cache gets the rest. Reports TTFT, TPOT, "
+                                     "throughput and the hit rate under concurrency (docs/serving.md).")
+    common.add_trace_options(sim)
+    sim.add_argument("--policy", default=None,
+                     help="prefix cache policy (default: vllm for --engine-style vllm, radix for sglang; any "
+                          "policy of `kvreplay policies`)")
+    sim.add_argument("--capacity", type=common.capacity, default=None,
+                     help="the KV pool in blocks (or a size like 40GiB with --model); default with --gpu: what is "
+                          "left of GPU memory after the weights")
+    common.add_budget_options(sim)
+    sim.add_argument("--gpu", help="GPU for the roofline time model and the default pool (see `kvreplay gpus`)")
+    sim.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs per instance (default 1)")
+    sim.add_argument("--gpu-memory-utilization", type=unit_fraction, default=0.9,
+                     help="fraction of GPU memory for weights and KV, as vLLM's flag (default 0.9)")
+    sim.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
+                     help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default) or "
+                          "sglang (prefill batches first, reserves decode room, retracts)")
+    sim.add_argument("--schedule", choices=("fcfs", "lpm"), default="fcfs",
+                     help="sglang: waiting-queue order, fcfs (default) or lpm (longest cached prefix first)")
+    sim.add_argument("--max-num-batched-tokens", type=common.positive_int, default=8192,
+                     help="tokens per step (vllm; default 8192)")
+    sim.add_argument("--max-num-seqs", type=common.positive_int, default=256,
+                     help="running requests at most (default 256)")
+    sim.add_argument("--no-chunked-prefill", action="store_true", help="a prompt waits for a step that fits it whole")
+    sim.add_argument("--chunked-prefill-size", type=common.positive_int, default=8192,
+                     help="sglang: prefill tokens per step (default 8192, SGLang's value for 60-160 GB GPUs)")
+    sim.add_argument("--max-prefill-tokens", type=common.positive_int, default=16384,
+                     help="sglang without chunked prefill: prompt tokens per prefill batch (default 16384)")
+    sim.add_argument("--time-model", default=None,
+                     help="instant, roofline (default with --gpu and --model), a Dynamo profile FILE.npz or a "
+                          "polynomial FILE.json")
+    sim.add_argument("--mfu", type=unit_fraction, default=None, help="roofline: compute efficiency (default 0.5)")
+    sim.add_argument("--mbu", type=unit_fraction, default=None, help="roofline: bandwidth efficiency (default 0.6)")
+    sim.add_argument("--step-overhead-ms", type=common.seconds, default=None, metavar="MS",
+                     help="roofline: fixed cost per step in ms (default 0)")
+    load = sim.add_mutually_exclusive_group()
+    load.add_argument("--speedup", type=positive_number, default=None,
+                      help="divide the trace's inter-arrival times by X (2: twice the load)")
+    load.add_argument("--rate", type=positive_number, default=None,
+                      help="Poisson arrivals at R requests/s instead of the timestamps (seeded by --seed)")
+    load.add_argument("--speedups", type=number_list, default=None, metavar="X,Y,...",
+                      help="load sweep: one simulation per speedup (table and --plot of TTFT and hit rate vs load)")
+    load.add_argument("--rates", type=number_list, default=None, metavar="R,S,...",
+                      help="load sweep over Poisson rates (requests/s)")
+    sim.add_argument("--slo-ttft", type=positive_number, default=None, metavar="MS",
+                     help="goodput counts requests whose TTFT is at most MS milliseconds")
+    sim.add_argument("--slo-tpot", type=positive_number, default=None, metavar="MS",
+                     help="goodput counts requests whose TPOT is at most MS milliseconds")
+    sim.add_argument("--no-output-kv", action="store_true",
+                     help="generated tokens take no KV blocks (the sequential replay's assumption)")
+    common.add_param_options(sim)
+    sim.add_argument("--output", "-o", help="write the results: .json (report), .csv or .parquet (per request; a "
+                                             "load sweep writes its rows), atomically")
+    sim.add_argument("--plot", help="write a figure (.png, .svg, .pdf): TTFT CDF and the engine over time; for a "
+                                    "load sweep, TTFT and hit rate against load")
+    sim.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of the summary")
+    sim.add_argument("--summary-only", action="store_true", help="leave per_request out of the JSON report")
+
+
+def _options(args, trace) -> dict:
+    """simulate()'s keyword arguments from the command line."""
+    from ..serving.simulate import Scheduler
+
+    if args.warmup_fraction:
+        raise ConfigError("simulate reports the whole trace: --warmup-fraction does not apply (the report gives "
+                          "the hit rate over time instead)")
+    if args.engine != "compiled":
+        raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
+    capacity = args.capacity
+    if capacity is not None:
+        sized, _ = common.resolve_budget(args, trace, [capacity])
+        capacity = sized[0]
+    time_model = args.time_model
+    if time_model is None:
+        if args.gpu is None or args.model is None:
+            raise ConfigError("simulate needs a time model: --gpu NAME --model NAME (roofline), --time-model "
+                              "FILE.npz (a Dynamo profile) or FILE.json, or --time-model instant (no service time)")
+        time_model = "roofline"
+    roofline = {k: v for k, v in (("mfu", args.mfu), ("mbu", args.mbu)) if v is not None}
+    if args.step_overhead_ms is not None:
+        roofline["overhead_s"] = args.step_overhead_ms / 1000.0
+    if roofline and str(time_model).lower() != "roofline":
+        raise ConfigError("--mfu, --mbu and --step-overhead-ms apply to the roofline time model")
+    if roofline:
+        from ..serving.timing import load_time_model
+
+        time_model = load_time_model("roofline", model=args.model, gpu=args.gpu, tp=args.tp, **roofline)
+    scheduler = Scheduler(style=args.engine_style, max_num_batched_tokens=args.max_num_batched_tokens,
+                          max_num_seqs=args.max_num_seqs, chunked_prefill=not args.no_chunked_prefill,
+                          schedule_policy=args.schedule, chunked_prefill_size=args.chunked_prefill_size,
+                          max_prefill_tokens=args.max_prefill_tokens)
+    if args.schedule != "fcfs" and args.engine_style != "sglang":
+        raise ConfigError("--schedule lpm is SGLang's: add --engine-style sglang")
+    policy = args.policy
+    params = common.given_params(args, policy) if policy else {}
+    return dict(policy=policy, capacity=capacity, block_size=args.block_size, engine_style=args.engine_style,
+                time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp,
+                gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
+                slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv, **params)
+
+
+def _check_outputs(args) -> None:
+    if args.output:
+        name = args.output.lower()
+        if not name.endswith((".json", ".csv", ".parquet")):
+            raise ConfigError(f"--output {args.output}: the name must end in .json, .csv or .parquet")
+        if name.endswith(".parquet"):
+            from ..tables import require
+
+            require("pyarrow", f"--output {args.output}")
+    if args.plot:
+        from ..output.plot import check_plot_path
+
+        check_plot_path(args.plot)
+    common.check_output_dir(args.output, args.plot, inputs=args.traces)
+
+
+def _cmd_simulate(args) -> int:
+    from ..files import write_atomic
+    from ..serving.simulate import load_sweep, simulate
+
+    _check_outputs(args)
+    trace = common.load(args)
+    options = _options(args, trace)
+    if args.speedups is not None or args.rates is not None:
+        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, **options)
+        return _emit_sweep(args, trace, rows)
+    report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    if args.plot:
+        from ..output import plot
+
+        plot.save_figure(plot.serving_figure(report, title=os.path.basename(trace.source)), args.plot)
+    if args.output:
+        name = args.output.lower()
+        if name.endswith(".json"):
+            data = common.encode_json(report.to_dict(per_request=not args.summary_only))
+        else:
+            data = _table_bytes(args.output, report.request_columns(), REQUEST_KINDS)
+        write_atomic(args.output, data)
+    if args.json:
+        sys.stdout.buffer.write(common.encode_json(report.to_dict(per_request=not args.summary_only)))
+    else:
+        from ..output.serving import simulate_summary
+
+        print(simulate_summary(trace, report))
+    return 0
+
+
+REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
+                 "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
+                 "status": "str"}
+SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "ttft_p50_s": "float",
+               "ttft_p90_s": "float", "ttft_p99_s": "float", "tpot_p50_s": "float", "hit_rate": "float",
+               "sequential_hit_rate": "float", "requests_per_s": "float", "goodput_per_s": "float",
+               "preemptions": "int", "peak_running": "int", "stable": "bool", "backlog_s": "float", "finished": "int",
+               "rejected": "int"}
+
+
+def _table_bytes(path: str, columns: dict, kinds: dict) -> bytes:
+    """A table as CSV or Parquet bytes (by `path`'s extension)."""
+    import numpy as np
+
+    data = {k: (v.tolist() if isinstance(v, np.ndarray) else list(v)) for k, v in columns.items()}
+    data = {k: [None if isinstance(x, float) and x != x else x for x in v] for k, v in data.items()}
+    if path.lower().endswith(".parquet"):
+        from ..tables import parquet_bytes
+
+        return parquet_bytes(data, kinds, what=f"--output {path}")
+    from ..output.table import to_csv
+
+    n = len(next(iter(data.values()))) if data else 0
+    rows = [{k: data[k][i] for k in kinds} for i in range(n)]
+    return to_csv(rows, list(kinds)).encode()
+
+
+def _emit_sweep(args, trace, rows: list[dict]) -> int:
+    from ..files import write_atomic
+
+    if args.plot:
+        from ..output import plot
+
+        plot.save_figure(plot.load_figure(rows, title=os.path.basename(trace.source)), args.plot)
+    if args.output:
+        if args.output.lower().endswith(".json"):
+            data = common.encode_json({"trace": trace.source, "rows": rows})
+        else:
+            data = _table_bytes(args.output, {k: [r[k] for r in rows] for k in SWEEP_KINDS}, SWEEP_KINDS)
+        write_atomic(args.output, data)
+    if args.json:
+        sys.stdout.buffer.write(common.encode_json({"trace": trace.source, "rows": rows}))
+    else:
+        from ..output.serving import load_table
+
+        print(load_table(trace, rows))
+    return 0
+
+
+PARSERS = (_parser_simulate,)
+COMMANDS = {"simulate": _cmd_simulate}

@@ -1,0 +1,111 @@
+"""Terminal text for ``kvreplay simulate``: the summary of one run and the load-sweep table."""
+
+from __future__ import annotations
+
+import os
+
+from .table import format_table
+
+
+def _seconds(x: float) -> str:
+    if x != x:
+        return "-"
+    if x < 1:
+        return f"{1000 * x:,.1f} ms"
+    return f"{x:,.2f} s"
+
+
+def _describe_time(tm: dict) -> str:
+    name = tm.get("time_model")
+    if name == "roofline":
+        return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
+                f"{tm.get('mbu')}, {1000 * tm.get('overhead_s', 0):g} ms per step)")
+    if name == "dynamo-npz":
+        return f"measured profile {tm.get('path')} (Dynamo NPZ format, read as Dynamo's mocker does)"
+    if name == "polynomial":
+        return f"polynomial fit {tm.get('path')}" + (f" ({tm['source']})" if tm.get("source") else "")
+    return "instant: every step takes 0 s (TTFT and TPOT are 0; the hit rate is the sequential one's limit)"
+
+
+def _describe_scheduler(s: dict) -> str:
+    if s["style"] == "sglang":
+        return (f"sglang-style ({s['schedule_policy']}, chunked prefill {s['chunked_prefill_size']:,} tokens, "
+                f"{s['max_num_seqs']:,} running at most, decode room reserved, retraction)")
+    chunk = "chunked prefill" if s["chunked_prefill"] else "no chunked prefill"
+    return (f"vllm-style v1 ({s['max_num_batched_tokens']:,} tokens and {s['max_num_seqs']:,} requests per step, "
+            f"{chunk}, preempt the newest)")
+
+
+def simulate_summary(trace, report) -> str:
+    from ..serving.simulate import backlog_s, is_unstable
+
+    s = report.summary()
+    cfg = report.config()
+    arr = cfg["arrivals"]
+    span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
+    load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
+            else f"trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
+    lines = [
+        f"trace      {os.path.basename(trace.source)}: {s['requests']:,} requests, {s['prompt_tokens']:,} prompt "
+        f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {_seconds(span)} ({load})",
+        f"engine     {_describe_scheduler(cfg['scheduler'])}; cache policy {report.policy}",
+    ]
+    src = cfg["capacity_source"]
+    pool = f"pool       {report.capacity_blocks:,} blocks of {report.block_size} tokens ({report.capacity_blocks * report.block_size:,} tokens)"
+    if src.get("kind") == "gpu_memory":
+        pool += (f": {src['tp']} x {src['gpu']} {src['total_memory_bytes'] / 1e9:g} GB x "
+                 f"{src['gpu_memory_utilization']:g} - {src['model']} weights "
+                 f"{src['weight_bytes_per_gpu'] / 1e9:.1f} GB per GPU, {src['kv_bytes_per_token_per_gpu']:,.0f} KV "
+                 "bytes per token per GPU")
+    elif src.get("kind") == "unbounded":
+        pool += ": unbounded (every block fits)"
+    lines.append(pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"))
+    lines.append(f"time       {_describe_time(cfg['time_model'])}")
+    lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
+                 + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has)"
+                    if s["rejected"] else ""))
+    lat = s["latency_s"]
+    rows = []
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "end to end"), ("queueing", "queueing")):
+        st = lat[key]
+        rows.append({"what": label, "mean": _seconds(st["mean"]), "p50": _seconds(st["p50"]),
+                     "p90": _seconds(st["p90"]), "p99": _seconds(st["p99"]), "max": _seconds(st["max"]),
+                     "n": st["count"]})
+    lines.append("")
+    lines.append(format_table(rows, [("what", "latency"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
+                                     ("p99", "p99"), ("max", "max"), ("n", "requests")]))
+    lines.append("")
+    seq = s["sequential_hit_rate"]
+    lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
+                 "schedule)" + (f"; sequential replay, same policy and pool: {100 * seq:.2f}%" if seq is not None else ""))
+    tp = s["throughput"]
+    lines.append(f"throughput {tp['requests_per_s']:,.3f} requests/s, {tp['input_tokens_per_s']:,.0f} input and "
+                 f"{tp['output_tokens_per_s']:,.0f} output tokens/s (over {_seconds(s['duration_s'])})")
+    gp = s["goodput"]
+    if gp["slo_ttft_s"] is not None or gp["slo_tpot_s"] is not None:
+        slos = " and ".join(f"{name} <= {1000 * v:g} ms" for name, v in (("TTFT", gp["slo_ttft_s"]),
+                                                                         ("TPOT", gp["slo_tpot_s"])) if v is not None)
+        lines.append(f"goodput    {gp['requests_per_s']:,.3f} requests/s meet {slos} "
+                     f"({gp['good_requests']:,} of {s['finished']:,})")
+    lines.append(f"KV pool    peak held by running requests {s['peak_running_kv_blocks']:,} blocks "
+                 f"({100 * s['peak_running_kv_fraction']:.0f}% of the pool); peak {s['peak_running_requests']:,} "
+                 f"running, {s['peak_waiting_requests']:,} waiting; {s['preemptions']:,} preemptions of "
+                 f"{s['preempted_requests']:,} requests ({s['recomputed_tokens']:,} tokens recomputed)")
+    if is_unstable(report):
+        lines.append(f"warning    the instance cannot keep up with this load: it finished {_seconds(backlog_s(report))} "
+                     "after the last arrival, so TTFT is mostly queueing and grows with the trace's length. Lower "
+                     "the load (--speedup 0.5), add GPUs (--tp), or sweep it: --speedups 0.25,0.5,1")
+    return "\n".join(lines)
+
+
+def load_table(trace, rows: list[dict]) -> str:
+    shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else f"{r['load']:g}/s"),
+                  ttft50=_seconds(r["ttft_p50_s"]), ttft90=_seconds(r["ttft_p90_s"]),
+                  ok="yes" if r["stable"] else "no") for r in rows]
+    head = (f"{os.path.basename(trace.source)}: TTFT and hit rate against load (whole trace; hit rate % at first "
+            "schedule, sequential % for the same policy and pool)")
+    table = format_table(shown, [("load_text", "load"), ("policy", "policy"), ("capacity_blocks", "pool blocks"),
+                                 ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("hit_rate", "hit rate %"),
+                                 ("sequential_hit_rate", "sequential %"), ("requests_per_s", "req/s"),
+                                 ("preemptions", "preemptions"), ("ok", "keeps up")])
+    return head + "\n" + table

@@ -1,0 +1,579 @@
+"""One engine instance in simulated time: a scheduler, one KV pool, continuous batching in steps.
+
+The compiled loop of the serving simulator (simulate.py builds its inputs and reads its outputs).
+docs/serving.md, "The simulator" and "Schedulers", states every rule with its source.
+
+The pool is the policy's cache of ``capacity`` blocks (policies/base.py's hold contract):
+
+- A request's prompt is admitted with ``pin_request`` over its prompt blocks (the prefix hit is
+  the longest resident prefix at that moment, as in the sequential replay), and held until it
+  finishes.
+- Generated tokens fill decode blocks. Each new one is pinned as it is needed, under an id no
+  prompt in the trace has (``decode ids``, after the request's prompt blocks in ``blocks``): the
+  trace cannot say which later prompt repeats this output, so a decode block takes room, is
+  cached after the request finishes (as vLLM caches full generated blocks) and is never hit.
+- What running requests hold cannot be evicted; the rest is the prefix cache the policy manages.
+- A request is preempted (vLLM) or retracted (SGLang) when a running request needs a block and
+  none can be freed: its blocks are released and it is recomputed later (its prompt plus the
+  tokens it had generated, with a fresh prefix lookup).
+
+Requests: ``target`` is the number of tokens to compute before the request's next token comes
+out: its prompt ``L`` at first, ``L + g`` after a preemption with ``g`` tokens generated (vLLM
+recomputes prompt and output). ``computed`` counts tokens in KV (hits included). A prefill step
+computes ``min(target - computed, budget)``; when ``computed == target`` the step outputs a
+token. A decode step feeds one token and outputs the next. A request ends when it has output
+``max(O, 1)`` tokens (a request returns at least one).
+
+Blocks: with ``computed + new`` tokens in KV after a step, a request needs
+``P + max(0, ceil((computed + new) / bs) - ceil(L / bs))`` block positions: its ``P`` prompt
+blocks, then decode positions. Position ``P + j`` is the request's j-th decode id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import policies
+from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
+from ..policies.base import HELD, REFUSALS, pin_request, unpin_request
+from . import timing
+from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_DONE_CTX, AGG_DONE_REQS, AGG_KEYS_FULL,
+                     AGG_KEYS_SW, AGG_PREFILL_CACHED, AGG_PREFILL_NEW, AGG_PREFILL_REQS, AGG_TOUCHED_FULL,
+                     AGG_TOUCHED_SW, NUM_AGG, step_seconds)
+
+# cfg (int64) slots
+(C_STYLE, C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
+ C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_DONE_IN_DECODE) = range(15)
+NUM_CFG = 15
+STYLE_VLLM, STYLE_SGLANG = 0, 1
+# fcfg (float64) slots: SGLang's new-token ratio
+F_RATIO_INIT, F_RATIO_MIN, F_RATIO_DECAY, F_CLIP_MAX_NEW = range(4)
+NUM_FCFG = 4
+# counters
+(K_STEPS, K_PREEMPTIONS, K_DECODE_BLOCKS, K_PEAK_HELD, K_PEAK_RUNNING, K_PEAK_WAITING, K_REJECTED, K_PREFILL_STEPS,
+ K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS) = range(13)
+NUM_COUNTERS = 13
+COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "peak_running", "peak_waiting",
+                 "rejected", "prefill_steps", "stalls", "recomputed_tokens", "prefill_tokens", "decode_tokens",
+                 "refused_admissions")
+# request status
+WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+# time series columns
+S_TIME, S_RUNNING, S_WAITING, S_HELD, S_HIT, S_PROMPT = range(6)
+NUM_SERIES = 6
+
+
+def extra_blocks(tokens, prompt_tokens, block_size):
+    """Decode positions a request needs with `tokens` in KV (beyond its prompt's blocks)."""
+    e = (tokens + block_size - 1) // block_size - (prompt_tokens + block_size - 1) // block_size
+    return e if e > 0 else 0
+
+
+if HAVE_NUMBA:
+    from numba import njit
+
+    extra_blocks = helper(extra_blocks)
+
+    @helper(inline=False)
+    def _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, block_size):
+        """Finish or preempt request i: its decode singles tail first, then its admitted range."""
+        start = offsets[i]
+        hb = start + i
+        for j in range(base_len[i] + dec_pinned[i] - 1, base_len[i] - 1, -1):
+            unpin_request(state, i, blocks, start + j, start + j + 1, block_size, block_size, handles, hb + j, 1)
+        unpin_request(state, i, blocks, start, start + base_len[i], base_input[i], block_size, handles, hb, base_n[i])
+        dec_pinned[i] = 0
+        base_n[i] = 0
+        base_len[i] = 0
+
+    @helper(inline=False)
+    def _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, block_size, capacity, counters):
+        """Pin decode singles until request i covers `want` positions; False when the pool is full."""
+        start = offsets[i]
+        while base_len[i] + dec_pinned[i] < want:
+            if state.hold[HELD] >= capacity:
+                return False
+            j = base_len[i] + dec_pinned[i]
+            refusals = state.hold[REFUSALS]
+            pin_request(state, i, blocks, start + j, start + j + 1, 0, block_size, block_size, handles, start + i + j)
+            if state.hold[REFUSALS] != refusals:
+                return False
+            dec_pinned[i] += 1
+            counters[K_DECODE_BLOCKS] += 1
+        return True
+
+    @helper(inline=False)
+    def _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, target,
+               block_size, capacity, precheck, output_kv, hit_out):
+        """Schedule request i for `target` tokens: scan its prefix, pin its prompt range (all or
+        nothing). Returns hit tokens, or -1 when it does not fit now (nothing held, nothing counted)."""
+        start = offsets[i]
+        ext = extra_blocks(target, L[i], block_size) if output_kv else 0
+        n_pos = P[i] + ext
+        if precheck:
+            unheld = 0
+            for j in range(n_pos):
+                if state.pins[blocks[start + j]] == 0:
+                    unheld += 1
+            if state.hold[HELD] + unheld > capacity:
+                return -1
+        k = driver_prefix(state, blocks, start, start + n_pos, target, block_size)
+        refusals = state.hold[REFUSALS]
+        n = pin_request(state, i, blocks, start, start + n_pos, k, target, block_size, handles, start + i)
+        if state.hold[REFUSALS] != refusals:
+            if n > 0:
+                unpin_request(state, i, blocks, start, start + n_pos, target, block_size, handles, start + i, n)
+            return -1
+        base_len[i] = n_pos
+        base_input[i] = target
+        base_n[i] = n
+        dec_pinned[i] = 0
+        hit_out[0] = k
+        hit = k * block_size
+        return hit if hit < target else target
+
+    from ..engine.driver import prefix_compiled
+
+    @helper(inline=False)
+    def driver_prefix(state, blocks, start, end, input_length, block_size):
+        """The sequential replay's prefix scan (engine/driver.py), compiled once here."""
+        return prefix_compiled(state, blocks, start, end, input_length, block_size)
+
+    @njit(cache=True, nogil=True)
+    def run_instance(offsets, blocks, P, L, O, arrival, state, handles, tm, cfg, fcfg,
+                     sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
+                     counters, series, series_meta):  # pragma: no cover - compiled
+        n = L.shape[0]
+        style = cfg[C_STYLE]
+        capacity = cfg[C_CAPACITY]
+        bs = cfg[C_BLOCK_SIZE]
+        precheck = cfg[C_PRECHECK] != 0
+        output_kv = cfg[C_OUTPUT_KV] != 0
+        window = cfg[C_WINDOW]
+        max_seqs = cfg[C_MAX_SEQS]
+        # per-request scratch
+        computed = np.zeros(n, dtype=np.int64)
+        target = np.zeros(n, dtype=np.int64)
+        generated = np.zeros(n, dtype=np.int64)
+        base_len = np.zeros(n, dtype=np.int64)
+        base_input = np.zeros(n, dtype=np.int64)
+        base_n = np.zeros(n, dtype=np.int64)
+        dec_pinned = np.zeros(n, dtype=np.int64)
+        new_tokens = np.zeros(n, dtype=np.int64)  # scheduled this step
+        decoding = np.zeros(n, dtype=np.bool_)  # its prompt is computed: each step feeds one token
+        outputs = np.maximum(O, 1)
+        # waiting queue: a ring buffer (arrivals at the back, preempted requests at the front)
+        qcap = n + 1
+        queue = np.zeros(qcap, dtype=np.int64)
+        qhead = 0
+        qlen = 0
+        running = np.zeros(n + 1, dtype=np.int64)
+        nrun = 0
+        batch = np.zeros(n + 1, dtype=np.int64)
+        agg = np.zeros(NUM_AGG, dtype=np.float64)
+        hit_out = np.zeros(1, dtype=np.int64)
+        lpm_key = np.zeros(n, dtype=np.int64)
+        order = np.zeros(n + 1, dtype=np.int64)
+        ratio = fcfg[F_RATIO_INIT]
+        clip = np.int64(fcfg[F_CLIP_MAX_NEW])
+        chunk_req = -1  # SGLang: the request whose prompt is being chunked
+        next_arrival = 0
+        now = 0.0
+        done = 0
+        hit_sum = 0
+        prompt_sum = 0
+        stride = 1
+        nseries = 0
+        series_cap = series.shape[0]
+        while done < n:
+            # 1. arrivals
+            while next_arrival < n:
+                i = next_arrival
+                if cfg[C_ONE_AT_A_TIME] != 0 and (nrun > 0 or qlen > 0):
+                    break
+                if arrival[i] > now:
+                    if nrun == 0 and qlen == 0:
+                        now = arrival[i]  # idle: jump to the next arrival
+                    else:
+                        break
+                next_arrival += 1
+                need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
+                if need > capacity:
+                    status[i] = REJECTED
+                    counters[K_REJECTED] += 1
+                    done += 1
+                    continue
+                status[i] = WAITING
+                target[i] = L[i]
+                queue[(qhead + qlen) % qcap] = i
+                qlen += 1
+                if cfg[C_ONE_AT_A_TIME] != 0:
+                    break
+            if done >= n:
+                break
+            if nrun == 0 and qlen == 0:
+                ratio = fcfg[F_RATIO_INIT]  # SGLang resets its estimate when idle
+                continue
+            if qlen > counters[K_PEAK_WAITING]:
+                counters[K_PEAK_WAITING] = qlen
+            # 2. schedule
+            budget = cfg[C_MAX_BATCHED]
+            nbatch = 0
+            preempted = False
+            prefill_batch = False
+            if style == STYLE_VLLM:
+                # 2a. running requests first, in admission order
+                r = 0
+                while r < nrun:
+                    i = running[r]
+                    if budget <= 0:
+                        break
+                    if computed[i] < target[i]:
+                        want_new = target[i] - computed[i]
+                        if want_new > budget:
+                            want_new = budget
+                    else:
+                        want_new = 1
+                    want = P[i] + (extra_blocks(computed[i] + want_new, L[i], bs) if output_kv else 0)
+                    ok = True
+                    while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
+                                    capacity, counters):
+                        # preempt the most recently admitted request (it may be i itself)
+                        victim = running[nrun - 1]
+                        nrun -= 1
+                        if new_tokens[victim] > 0:
+                            budget += new_tokens[victim]
+                            new_tokens[victim] = 0
+                        _release(state, victim, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                 dec_pinned, bs)
+                        computed[victim] = 0
+                        decoding[victim] = False
+                        target[victim] = L[victim] + generated[victim]
+                        status[victim] = WAITING
+                        preempts[victim] += 1
+                        counters[K_PREEMPTIONS] += 1
+                        qhead = (qhead - 1 + qcap) % qcap
+                        queue[qhead] = victim
+                        qlen += 1
+                        preempted = True
+                        if victim == i:
+                            ok = False
+                            break
+                    if not ok:
+                        break
+                    new_tokens[i] = want_new
+                    budget -= want_new
+                    r += 1
+                # 2b. waiting requests, FCFS, only in a step without preemption
+                if not preempted:
+                    while qlen > 0 and budget > 0 and nrun < max_seqs:
+                        i = queue[qhead]
+                        hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out)
+                        if hit < 0:
+                            counters[K_REFUSED_ADMISSIONS] += 1
+                            break
+                        qhead = (qhead + 1) % qcap
+                        qlen -= 1
+                        if status[i] == WAITING and preempts[i] == 0 and generated[i] == 0:
+                            sched_s[i] = now
+                            hit_tokens[i] = hit
+                            hit_blocks[i] = hit_out[0]
+                            hit_sum += hit
+                            prompt_sum += L[i]
+                        else:
+                            counters[K_RECOMPUTED_TOKENS] += target[i] - hit
+                        status[i] = RUNNING
+                        computed[i] = hit
+                        want_new = target[i] - hit
+                        if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
+                            # without chunked prefill a prompt waits for a step with room for all of it
+                            _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                     dec_pinned, bs)
+                            qhead = (qhead - 1 + qcap) % qcap
+                            queue[qhead] = i
+                            qlen += 1
+                            status[i] = WAITING
+                            break
+                        if want_new > budget:
+                            want_new = budget
+                        running[nrun] = i
+                        nrun += 1
+                        new_tokens[i] = want_new
+                        budget -= want_new
+            else:
+                # SGLang: a prefill batch when one can be formed (decodes pause), else a decode batch
+                npre = 0
+                rem_total = (capacity - state.hold[HELD]) * bs
+                for r in range(nrun):
+                    i = running[r]
+                    if i != chunk_req:
+                        left = outputs[i] - generated[i]
+                        rem_total -= (left if left < clip else clip) * ratio
+                chunking = cfg[C_CHUNKED] != 0
+                rem_chunk = cfg[C_CHUNK_SIZE] if chunking else np.int64(1) << 62
+                rem_input = cfg[C_MAX_PREFILL]
+                if chunk_req >= 0:
+                    i = chunk_req
+                    m = target[i] - computed[i]
+                    if m > rem_chunk:
+                        m = rem_chunk - rem_chunk % bs if rem_chunk >= bs else rem_chunk
+                    else:
+                        chunk_req = -1
+                        left = outputs[i] - generated[i]
+                        rem_total -= left if left < clip else clip
+                    new_tokens[i] = m
+                    npre += 1
+                    rem_chunk -= m
+                    rem_input -= m
+                    rem_total -= _ceil_page(m, bs)
+                if chunk_req < 0 and qlen > 0:
+                    if cfg[C_LPM] != 0 and qlen <= cfg[C_LPM_FCFS_ABOVE]:
+                        # longest cached prefix first (stable), matched before sorting
+                        for q in range(qlen):
+                            i = queue[(qhead + q) % qcap]
+                            order[q] = i
+                            lpm_key[i] = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
+                        _sort_by_key_desc(order, qlen, lpm_key)
+                        for q in range(qlen):
+                            queue[(qhead + q) % qcap] = order[q]
+                    while qlen > 0 and nrun < max_seqs and rem_total > 0 and rem_chunk > 0 and rem_input > 0:
+                        i = queue[qhead]
+                        k = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
+                        hit = k * bs if k * bs < target[i] else target[i]
+                        extend = target[i] - hit
+                        left = outputs[i] - generated[i]
+                        reserve = left if left < clip else clip
+                        if extend + reserve + bs >= rem_total:
+                            break
+                        if not chunking and npre > 0 and _ceil_page(extend, bs) >= rem_input:
+                            break
+                        hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out)
+                        if hit < 0:
+                            counters[K_REFUSED_ADMISSIONS] += 1
+                            break
+                        qhead = (qhead + 1) % qcap
+                        qlen -= 1
+                        if preempts[i] == 0:
+                            sched_s[i] = now
+                            hit_tokens[i] = hit
+                            hit_blocks[i] = hit_out[0]
+                            hit_sum += hit
+                            prompt_sum += L[i]
+                        else:
+                            counters[K_RECOMPUTED_TOKENS] += target[i] - hit
+                        status[i] = RUNNING
+                        computed[i] = hit
+                        extend = target[i] - hit
+                        running[nrun] = i
+                        nrun += 1
+                        npre += 1
+                        if extend > rem_chunk:
+                            m = rem_chunk - rem_chunk % bs if rem_chunk >= bs else rem_chunk
+                            new_tokens[i] = m
+                            chunk_req = i
+                            rem_total -= _ceil_page(m, bs) + bs
+                            rem_chunk -= m
+                            break
+                        new_tokens[i] = extend
+                        rem_total -= _ceil_page(extend, bs) + bs + reserve
+                        rem_chunk -= _ceil_page(extend, bs)
+                        rem_input -= _ceil_page(extend, bs)
+                if npre == 0:
+                    # decode batch: every decoding request feeds one token; retract when blocks run out
+                    retracted = False
+                    r = 0
+                    while r < nrun:
+                        i = running[r]
+                        if not decoding[i]:
+                            r += 1
+                            continue
+                        want = P[i] + (extra_blocks(computed[i] + 1, L[i], bs) if output_kv else 0)
+                        ok = True
+                        while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
+                                        capacity, counters):
+                            # fewest generated tokens first, the longest prompt on ties; keep one
+                            v = -1
+                            for q in range(nrun):
+                                j = running[q]
+                                if not decoding[j]:
+                                    continue
+                                if v < 0 or generated[j] < generated[v] or (generated[j] == generated[v] and L[j] > L[v]):
+                                    v = j
+                            if v < 0 or nrun <= 1:
+                                ok = False
+                                break
+                            new_tokens[v] = 0
+                            _release(state, v, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                     dec_pinned, bs)
+                            computed[v] = 0
+                            decoding[v] = False
+                            target[v] = L[v] + generated[v]
+                            status[v] = WAITING
+                            preempts[v] += 1
+                            counters[K_PREEMPTIONS] += 1
+                            queue[(qhead + qlen) % qcap] = v
+                            qlen += 1
+                            retracted = True
+                            # drop v from the running list, keeping the order
+                            w = 0
+                            for q in range(nrun):
+                                if running[q] != v:
+                                    running[w] = running[q]
+                                    w += 1
+                                elif q < r:
+                                    r -= 1
+                            nrun = w
+                            if v == i:
+                                ok = False
+                                break
+                        if not ok:
+                            if status[i] == RUNNING:
+                                r += 1  # no room even alone: it waits (cannot happen for admitted requests)
+                            continue
+                        new_tokens[i] = 1
+                        r += 1
+                    if retracted:
+                        out_sum = 0
+                        max_sum = 0
+                        for q in range(nrun):
+                            j = running[q]
+                            out_sum += generated[j]
+                            max_sum += outputs[j]
+                        ratio = (out_sum + 20.0 * nrun) / (max_sum + 1.0)
+                        if ratio > 1.0:
+                            ratio = 1.0
+                    else:
+                        ratio -= fcfg[F_RATIO_DECAY]
+                        if ratio < fcfg[F_RATIO_MIN]:
+                            ratio = fcfg[F_RATIO_MIN]
+            # 3. the step's batch and its duration
+            agg[:] = 0.0
+            for r in range(nrun):
+                i = running[r]
+                m = new_tokens[i]
+                if m <= 0:
+                    continue
+                batch[nbatch] = i
+                nbatch += 1
+                c = computed[i]
+                if not decoding[i]:
+                    agg[AGG_PREFILL_REQS] += 1
+                    agg[AGG_PREFILL_NEW] += m
+                    agg[AGG_PREFILL_CACHED] += c
+                    agg[AGG_KEYS_FULL] += m * c + m * (m + 1) // 2
+                    agg[AGG_TOUCHED_FULL] += c + m
+                    if window > 0:
+                        agg[AGG_KEYS_SW] += _sum_min_c(c + 1, c + m, window)
+                        tw = window + m - 1
+                        agg[AGG_TOUCHED_SW] += c + m if c + m < tw else tw
+                    if c + m == target[i] and cfg[C_DONE_IN_DECODE] != 0:
+                        agg[AGG_DONE_REQS] += 1
+                        agg[AGG_DONE_CTX] += target[i]
+                else:
+                    x = c + 1
+                    agg[AGG_DECODE_REQS] += 1
+                    agg[AGG_DECODE_CTX] += x
+                    agg[AGG_KEYS_FULL] += x
+                    agg[AGG_TOUCHED_FULL] += x
+                    if window > 0:
+                        xw = x if x < window else window
+                        agg[AGG_KEYS_SW] += xw
+                        agg[AGG_TOUCHED_SW] += xw
+            if nbatch == 0:
+                counters[K_STALLS] += 1
+                if next_arrival < n and arrival[next_arrival] > now:
+                    now = arrival[next_arrival]
+                    continue
+                if next_arrival < n:
+                    continue
+                break  # nothing can ever run: should not happen (see the rejection rule)
+            # the tokens of every request that emits a token this step (Dynamo's decode input)
+            agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX] + agg[AGG_DONE_CTX]
+            dt = step_seconds(tm, agg)
+            now += dt
+            counters[K_STEPS] += 1
+            if agg[AGG_PREFILL_REQS] > 0:
+                counters[K_PREFILL_STEPS] += 1
+            counters[K_PREFILL_TOKENS] += np.int64(agg[AGG_PREFILL_NEW])
+            counters[K_DECODE_TOKENS] += np.int64(agg[AGG_DECODE_REQS])
+            if state.hold[HELD] > counters[K_PEAK_HELD]:
+                counters[K_PEAK_HELD] = state.hold[HELD]
+            if nrun > counters[K_PEAK_RUNNING]:
+                counters[K_PEAK_RUNNING] = nrun
+            # 4. apply: tokens computed, tokens out, finishes
+            for b in range(nbatch):
+                i = batch[b]
+                m = new_tokens[i]
+                new_tokens[i] = 0
+                computed[i] += m
+                computed_total[i] += m
+                if computed[i] >= target[i]:
+                    generated[i] += 1
+                    if generated[i] == 1:
+                        first_s[i] = now
+                    if generated[i] >= outputs[i]:
+                        _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                 dec_pinned, bs)
+                        status[i] = FINISHED
+                        finish_s[i] = now
+                        done += 1
+                    else:
+                        target[i] = computed[i] + 1
+                        decoding[i] = True
+            # compact the running list (finished requests leave, order kept)
+            w = 0
+            for r in range(nrun):
+                i = running[r]
+                if status[i] == RUNNING:
+                    running[w] = i
+                    w += 1
+            nrun = w
+            # 5. time series, thinned by doubling the stride when full
+            if counters[K_STEPS] % stride == 0:
+                if nseries == series_cap:
+                    for s in range(series_cap // 2):
+                        for col in range(NUM_SERIES):
+                            series[s, col] = series[2 * s + 1, col]
+                    nseries = series_cap // 2
+                    stride *= 2
+                series[nseries, S_TIME] = now
+                series[nseries, S_RUNNING] = nrun
+                series[nseries, S_WAITING] = qlen
+                series[nseries, S_HELD] = state.hold[HELD]
+                series[nseries, S_HIT] = hit_sum
+                series[nseries, S_PROMPT] = prompt_sum
+                nseries += 1
+        series_meta[0] = nseries
+        series_meta[1] = stride
+        return now
+
+    @helper
+    def _ceil_page(tokens, bs):
+        return (tokens + bs - 1) // bs * bs
+
+    @helper(inline=False)
+    def _sort_by_key_desc(order, count, key):
+        """Stable insertion sort of order[:count] by key[order[q]], largest first."""
+        for a in range(1, count):
+            v = order[a]
+            b = a - 1
+            while b >= 0 and key[order[b]] < key[v]:
+                order[b + 1] = order[b]
+                b -= 1
+            order[b + 1] = v
+
+    @helper
+    def _sum_min_c(a, b, w):
+        """sum(min(k, w) for k in a..b), a <= b (timing._sum_min)."""
+        if b <= w:
+            return (a + b) * (b - a + 1) // 2
+        if a > w:
+            return w * (b - a + 1)
+        return (a + w) * (w - a + 1) // 2 + w * (b - w)
+
+    key_cache_on_sources(run_instance, [__file__, timing.__file__, str(Path(__file__).parents[1] / "engine" / "driver.py"),
+                                        *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])

@@ -1,0 +1,242 @@
+"""SimReport: what one simulated instance did, per request and in summary.
+
+Definitions (docs/serving.md, "Outputs"), all over the requests that finished, in seconds:
+
+- queueing delay = scheduled - arrival (its first schedule);
+- TTFT = first token - arrival; E2E = finish - arrival;
+- TPOT = (finish - first token) / (output tokens - 1), per request with at least 2 output tokens;
+- percentiles are nearest-rank on the sorted values at index ``round((n - 1) x p / 100)`` (halves
+  away from zero), as Dynamo's replay report computes them: every figure is one request's value;
+- throughput = finished requests (or their tokens) / the last finish time (arrivals start at 0);
+- goodput = finished requests meeting every given SLO / the last finish time;
+- hit rate = hit tokens at each request's first schedule / prompt tokens, token-weighted, over the
+  finished requests (whole trace: no warm-up window).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .instance import FINISHED, REJECTED, S_HELD, S_HIT, S_PROMPT, S_RUNNING, S_TIME, S_WAITING
+
+PERCENTILES = (50, 90, 99)
+LATENCIES = ("ttft", "tpot", "e2e", "queueing")
+
+
+def nearest_rank(sorted_values: np.ndarray, p: float) -> float:
+    """The value at index round((n - 1) * p / 100) of sorted values (halves away from zero)."""
+    n = len(sorted_values)
+    if n == 0:
+        return float("nan")
+    return float(sorted_values[int(math.floor((n - 1) * p / 100.0 + 0.5))])
+
+
+def latency_stats(values: np.ndarray) -> dict:
+    """mean, p50, p90, p99, max (seconds); count. NaN-free input."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    out = {"count": int(v.size)}
+    out["mean"] = float(v.mean()) if v.size else float("nan")
+    for p in PERCENTILES:
+        out[f"p{p}"] = nearest_rank(v, p)
+    out["max"] = float(v[-1]) if v.size else float("nan")
+    return out
+
+
+@dataclass
+class SimReport:
+    """One instance's simulation of a trace (see the module docstring for every definition)."""
+
+    policy: str
+    params: dict
+    capacity_blocks: int
+    block_size: int
+    scheduler: dict
+    time_model: dict
+    arrivals: dict
+    output_kv: bool
+    trace_source: str
+    arrival_s: np.ndarray
+    scheduled_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    prompt_tokens: np.ndarray
+    hit_tokens: np.ndarray
+    output_tokens: np.ndarray
+    preemptions: np.ndarray
+    status: np.ndarray
+    counters: dict
+    policy_counters: dict
+    series: np.ndarray
+    end_s: float
+    sequential_hit_rate: float | None = None
+    capacity_source: dict = field(default_factory=dict)
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+
+    # ---- per request ----
+    @property
+    def finished(self) -> np.ndarray:
+        return self.status == FINISHED
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def queueing_s(self) -> np.ndarray:
+        return self.scheduled_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Per request; NaN for requests with fewer than 2 output tokens (or unfinished)."""
+        out = np.maximum(self.output_tokens, 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = (self.finish_s - self.first_token_s) / (out - 1)
+        return np.where(out >= 2, t, np.nan)
+
+    # ---- summary ----
+    @property
+    def num_requests(self) -> int:
+        return int(self.status.size)
+
+    @property
+    def num_finished(self) -> int:
+        return int(self.finished.sum())
+
+    @property
+    def num_rejected(self) -> int:
+        return int((self.status == REJECTED).sum())
+
+    @property
+    def hit_rate(self) -> float:
+        """Hit tokens at first schedule / prompt tokens, over finished requests (token-weighted)."""
+        ok = self.finished
+        prompt = int(self.prompt_tokens[ok].sum())
+        return int(self.hit_tokens[ok].sum()) / prompt if prompt else 0.0
+
+    @property
+    def duration_s(self) -> float:
+        ok = self.finished
+        return float(self.finish_s[ok].max()) if ok.any() else 0.0
+
+    def good(self) -> np.ndarray:
+        """Finished requests meeting every SLO given (all finished ones when none is)."""
+        ok = self.finished.copy()
+        if self.slo_ttft_s is not None:
+            ok &= self.ttft_s <= self.slo_ttft_s
+        if self.slo_tpot_s is not None:
+            tpot = self.tpot_s
+            ok &= np.isnan(tpot) | (tpot <= self.slo_tpot_s)
+        return ok
+
+    def latencies(self) -> dict:
+        ok = self.finished
+        tpot = self.tpot_s[ok]
+        return {
+            "ttft": latency_stats(self.ttft_s[ok]),
+            "tpot": latency_stats(tpot[~np.isnan(tpot)]),
+            "e2e": latency_stats(self.e2e_s[ok]),
+            "queueing": latency_stats(self.queueing_s[ok]),
+        }
+
+    def summary(self) -> dict:
+        ok = self.finished
+        dur = self.duration_s
+        per_s = (lambda x: x / dur) if dur > 0 else (lambda x: float("nan"))
+        out_tokens = int(np.maximum(self.output_tokens[ok], 1).sum())
+        in_tokens = int(self.prompt_tokens[ok].sum())
+        good = self.good()
+        held_peak = self.counters.get("peak_held_blocks", 0)
+        return {
+            "window": {"kind": "whole_trace", "requests": self.num_requests,
+                       "text": f"whole trace ({self.num_requests:,} requests; hit rates over the finished ones)"},
+            "requests": self.num_requests, "finished": self.num_finished, "rejected": self.num_rejected,
+            "duration_s": dur,
+            "hit_rate": self.hit_rate, "sequential_hit_rate": self.sequential_hit_rate,
+            "hit_tokens": int(self.hit_tokens[ok].sum()), "prompt_tokens": in_tokens, "output_tokens": out_tokens,
+            "latency_s": self.latencies(),
+            "throughput": {"requests_per_s": per_s(self.num_finished), "input_tokens_per_s": per_s(in_tokens),
+                           "output_tokens_per_s": per_s(out_tokens)},
+            "goodput": {"requests_per_s": per_s(int(good.sum())), "good_requests": int(good.sum()),
+                        "slo_ttft_s": self.slo_ttft_s, "slo_tpot_s": self.slo_tpot_s},
+            "preemptions": int(self.counters.get("preemptions", 0)),
+            "preempted_requests": int((self.preemptions > 0).sum()),
+            "recomputed_tokens": int(self.counters.get("recomputed_tokens", 0)),
+            "peak_running_requests": int(self.counters.get("peak_running", 0)),
+            "peak_waiting_requests": int(self.counters.get("peak_waiting", 0)),
+            "peak_running_kv_blocks": int(held_peak),
+            "peak_running_kv_fraction": held_peak / self.capacity_blocks if self.capacity_blocks else 0.0,
+            "steps": int(self.counters.get("steps", 0)),
+            "evictions": self.policy_counters.get("evictions"),
+        }
+
+    def request_columns(self) -> dict:
+        """Per request, in trace order (seconds; NaN where it never happened)."""
+        return {
+            "arrival_s": self.arrival_s, "scheduled_s": self.scheduled_s, "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s, "prompt_tokens": self.prompt_tokens, "hit_tokens": self.hit_tokens,
+            "output_tokens": self.output_tokens, "preemptions": self.preemptions,
+            "status": np.where(self.finished, "finished", np.where(self.status == REJECTED, "rejected", "unfinished")),
+        }
+
+    def series_columns(self) -> dict:
+        """Sampled engine state over simulated time: cumulative hit rate, running, waiting, held KV."""
+        s = self.series
+        prompt = s[:, S_PROMPT]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            hit = np.where(prompt > 0, s[:, S_HIT] / prompt, np.nan)
+        return {"time_s": s[:, S_TIME], "running": s[:, S_RUNNING].astype(np.int64),
+                "waiting": s[:, S_WAITING].astype(np.int64), "running_kv_blocks": s[:, S_HELD].astype(np.int64),
+                "cumulative_hit_rate": hit}
+
+    def config(self) -> dict:
+        return {"policy": self.policy, "params": self.params, "capacity_blocks": self.capacity_blocks,
+                "block_size": self.block_size, "scheduler": self.scheduler, "time_model": self.time_model,
+                "arrivals": self.arrivals, "output_kv": self.output_kv, "trace": self.trace_source,
+                "capacity_source": self.capacity_source}
+
+    def to_dict(self, per_request: bool = True) -> dict:
+        doc = {"config": self.config(), "summary": self.summary(), "counters": self.counters,
+               "policy_counters": self.policy_counters}
+        if per_request:
+            cols = self.request_columns()
+            doc["per_request"] = {k: [None if isinstance(x, float) and math.isnan(x) else x for x in v.tolist()]
+                                  for k, v in cols.items()}
+        return doc
+
+    def to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.request_columns())
+
+    def to_polars(self):
+        import polars as pl
+
+        return pl.DataFrame(self.request_columns())
+
+    def check_invariants(self) -> None:
+        """arrival <= scheduled <= first token <= finish for finished requests; counts add up."""
+        from ..errors import InvariantError
+
+        ok = self.finished
+        a, s, f, e = self.arrival_s[ok], self.scheduled_s[ok], self.first_token_s[ok], self.finish_s[ok]
+        eps = 1e-9
+        for name, lo, hi in (("scheduled < arrival", a, s), ("first token < scheduled", s, f),
+                             ("finish < first token", f, e)):
+            bad = np.flatnonzero(hi < lo - eps * np.maximum(1.0, np.abs(lo)))
+            if bad.size:
+                raise InvariantError(f"request {int(np.flatnonzero(ok)[bad[0]])}: {name}")
+        if np.any(self.hit_tokens > self.prompt_tokens):
+            raise InvariantError("a request hit more tokens than its prompt")
+        if self.counters.get("peak_held_blocks", 0) > self.capacity_blocks:
+            raise InvariantError("running requests held more blocks than the pool has")
+        if self.num_finished + self.num_rejected != self.num_requests:
+            raise InvariantError(f"{self.num_requests - self.num_finished - self.num_rejected} requests neither "
+                                 "finished nor were rejected")

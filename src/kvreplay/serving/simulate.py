@@ -1,0 +1,362 @@
+"""``kvreplay.simulate``: one engine instance serving a trace in simulated time.
+
+Builds the instance kernel's inputs (instance.py), runs it and returns a SimReport (report.py).
+The rules (arrivals, schedulers, the pool, time) are in docs/serving.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import jit
+from ..errors import ConfigError
+from ..policies.registry import get_policy
+from ..trace.model import Trace, resolve_block_size
+from ..engine.replay import as_trace, check_capacity
+from . import instance
+from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_DONE_IN_DECODE, C_LPM, C_LPM_FCFS_ABOVE,
+                       C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK, C_STYLE,
+                       C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
+                       NUM_FCFG, NUM_SERIES, STYLE_SGLANG, STYLE_VLLM, extra_blocks)
+from .report import SimReport
+from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
+
+#: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
+#: for every other policy it checks first that the start fits beside the held blocks.
+REQUEST_LEVEL = ("vllm", "radix")
+ENGINE_STYLES = ("vllm", "sglang")
+#: Engine-faithful default policy per engine style.
+STYLE_POLICY = {"vllm": "vllm", "sglang": "radix"}
+SERIES_POINTS = 4096
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """Scheduler settings (docs/serving.md, "Schedulers", gives each default's source)."""
+
+    style: str = "vllm"
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    chunked_prefill: bool = True
+    # SGLang only
+    schedule_policy: str = "fcfs"  # fcfs | lpm
+    chunked_prefill_size: int = 8192
+    max_prefill_tokens: int = 16384
+    lpm_fcfs_above: int = 128  # SGLang falls back from lpm to fcfs above this many waiting requests
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio: float = 0.1
+    new_token_ratio_decay: float = 0.001
+    clip_max_new_tokens: int = 4096
+
+    def __post_init__(self):
+        if self.style not in ENGINE_STYLES:
+            raise ConfigError(f"unknown engine style {self.style!r} (known: {', '.join(ENGINE_STYLES)})")
+        for name in ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill_size", "max_prefill_tokens",
+                     "clip_max_new_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"{name} must be a whole number >= 1, got {v!r}")
+        if self.schedule_policy not in ("fcfs", "lpm"):
+            raise ConfigError(f"unknown SGLang schedule policy {self.schedule_policy!r} (known: fcfs, lpm)")
+
+    def to_dict(self) -> dict:
+        out = {"style": self.style, "max_num_batched_tokens": self.max_num_batched_tokens,
+               "max_num_seqs": self.max_num_seqs, "chunked_prefill": self.chunked_prefill}
+        if self.style == "sglang":
+            out.update(schedule_policy=self.schedule_policy, chunked_prefill_size=self.chunked_prefill_size,
+                       max_prefill_tokens=self.max_prefill_tokens, lpm_fcfs_above=self.lpm_fcfs_above,
+                       init_new_token_ratio=self.init_new_token_ratio, min_new_token_ratio=self.min_new_token_ratio,
+                       new_token_ratio_decay=self.new_token_ratio_decay)
+        return out
+
+
+def arrivals(trace: Trace, *, speedup: float | None = None, rate: float | None = None, seed: int = 0) -> np.ndarray:
+    """Arrival times in seconds, in trace order: the trace's timestamps (ms) shifted so the first
+    is 0 and divided by `speedup`, or a Poisson process of `rate` requests/s (seeded) in trace order."""
+    n = len(trace)
+    if rate is not None and speedup is not None:
+        raise ConfigError("give --speedup (scale the trace's timestamps) or --rate (Poisson arrivals), not both")
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0 or rate == float("inf"):
+            raise ConfigError(f"rate must be a positive number of requests per second, got {rate!r}")
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+        if n:
+            gaps[0] = 0.0
+        return np.cumsum(gaps)
+    speedup = 1.0 if speedup is None else speedup
+    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not speedup > 0 or speedup == float("inf"):
+        raise ConfigError(f"speedup must be a positive number, got {speedup!r}")
+    ts = np.asarray(trace.timestamp, dtype=np.float64)
+    if not n:
+        return ts
+    return (ts - ts.min()) / 1000.0 / speedup
+
+
+def decode_trace(trace: Trace, block_size: int, output_kv: bool) -> tuple[Trace, np.ndarray]:
+    """`trace` with each request's decode ids after its prompt blocks (instance.py's layout), and
+    the prompt block counts P."""
+    P = np.diff(trace.offsets)
+    L = np.asarray(trace.input_length, dtype=np.int64)
+    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1)
+    if output_kv:
+        full = (L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size
+        D = np.maximum(full, 0)
+    else:
+        D = np.zeros_like(P)
+    total = P + D
+    offsets = np.zeros(len(trace) + 1, dtype=np.int64)
+    np.cumsum(total, out=offsets[1:])
+    blocks = np.empty(int(offsets[-1]), dtype=np.int32)
+    if blocks.size and trace.num_blocks + int(D.sum()) > np.iinfo(np.int32).max:
+        raise ConfigError("too many blocks for one simulation (more than 2**31 ids with the decode blocks)")
+    # prompt blocks: each request's run, shifted by the decode blocks before it
+    shift = np.repeat(offsets[:-1] - trace.offsets[:-1], P)
+    blocks[np.arange(trace.num_accesses) + shift] = trace.blocks
+    # decode ids: fresh, numbered after every prompt id
+    dec_pos = np.repeat(offsets[:-1] + P, D) + (np.arange(int(D.sum())) - np.repeat(np.cumsum(D) - D, D))
+    blocks[dec_pos] = trace.num_blocks + np.arange(int(D.sum()), dtype=np.int64)
+    ext = Trace(offsets=offsets, blocks=blocks, input_length=L, output_length=trace.output_length,
+                timestamp=trace.timestamp, num_blocks=trace.num_blocks + int(D.sum()), block_size=block_size,
+                source=trace.source, format=trace.format)
+    return ext, P.astype(np.int64)
+
+
+@dataclass
+class RawRun:
+    """What the kernel returned, in trace order."""
+
+    arrival_s: np.ndarray
+    scheduled_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    hit_tokens: np.ndarray
+    hit_blocks: np.ndarray
+    preemptions: np.ndarray
+    computed_tokens: np.ndarray
+    status: np.ndarray
+    counters: dict
+    series: np.ndarray
+    end_s: float
+    policy_counters: dict = field(default_factory=dict)
+
+
+def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_model: TimeModel,
+             scheduler: Scheduler, arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None) -> RawRun:
+    """One instance over `trace` with these arrivals: the kernel's raw outputs in trace order."""
+    if not jit.HAVE_NUMBA:
+        raise ConfigError("the serving simulator needs numba (pip install numba)")
+    spec = get_policy(policy)
+    params = spec.resolve(params or {})
+    n = len(trace)
+    order = np.argsort(arrival_s, kind="stable")
+    sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
+    ext, P = decode_trace(sorted_trace, block_size, output_kv)
+    state = (spec.held_state or spec.make_state)(capacity, ext, **params)
+    handles = np.zeros(ext.num_accesses + n + 1, dtype=np.int64)
+    tm = packed(time_model)
+    cfg = np.zeros(NUM_CFG, dtype=np.int64)
+    cfg[C_STYLE] = STYLE_SGLANG if scheduler.style == "sglang" else STYLE_VLLM
+    cfg[C_MAX_BATCHED] = scheduler.max_num_batched_tokens
+    cfg[C_MAX_SEQS] = scheduler.max_num_seqs
+    cfg[C_CHUNKED] = int(scheduler.chunked_prefill)
+    cfg[C_CAPACITY] = capacity
+    cfg[C_BLOCK_SIZE] = block_size
+    cfg[C_PRECHECK] = int(spec.name not in REQUEST_LEVEL)
+    cfg[C_ONE_AT_A_TIME] = int(tm[0] == KIND_INSTANT)
+    cfg[C_OUTPUT_KV] = int(output_kv)
+    cfg[C_LPM] = int(scheduler.schedule_policy == "lpm")
+    cfg[C_CHUNK_SIZE] = scheduler.chunked_prefill_size
+    cfg[C_LPM_FCFS_ABOVE] = scheduler.lpm_fcfs_above
+    cfg[C_MAX_PREFILL] = scheduler.max_prefill_tokens
+    cfg[C_WINDOW] = roofline_window(tm)
+    cfg[C_DONE_IN_DECODE] = 1
+    fcfg = np.zeros(NUM_FCFG, dtype=np.float64)
+    fcfg[F_RATIO_INIT] = scheduler.init_new_token_ratio
+    fcfg[F_RATIO_MIN] = scheduler.min_new_token_ratio
+    fcfg[F_RATIO_DECAY] = scheduler.new_token_ratio_decay
+    fcfg[F_CLIP_MAX_NEW] = scheduler.clip_max_new_tokens
+    arr_sorted = np.ascontiguousarray(arrival_s[order], dtype=np.float64)
+    L = np.asarray(sorted_trace.input_length, dtype=np.int64)
+    O = np.asarray(sorted_trace.output_length, dtype=np.int64)
+    sched = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    hit_tokens = np.zeros(n, dtype=np.int64)
+    hit_blocks = np.zeros(n, dtype=np.int64)
+    preempts = np.zeros(n, dtype=np.int64)
+    computed = np.zeros(n, dtype=np.int64)
+    status = np.zeros(n, dtype=np.int8)
+    counters = np.zeros(NUM_COUNTERS, dtype=np.int64)
+    series = np.zeros((SERIES_POINTS, NUM_SERIES), dtype=np.float64)
+    series_meta = np.zeros(2, dtype=np.int64)
+    args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, state, handles, tm, cfg, fcfg, sched, first, finish,
+            hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta)
+    jit.ensure_compiled(instance.run_instance, args, f"the serving simulator for {spec.name}")
+    end = instance.run_instance(*args)
+    _, policy_counters = spec.read_state(state)
+    inv = np.empty(n, dtype=np.int64)
+    inv[order] = np.arange(n)
+    back = lambda a: a[inv]  # noqa: E731 - sorted order back to trace order
+    return RawRun(
+        arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=back(sched), first_token_s=back(first),
+        finish_s=back(finish), hit_tokens=back(hit_tokens), hit_blocks=back(hit_blocks), preemptions=back(preempts),
+        computed_tokens=back(computed), status=back(status),
+        counters=dict(zip(instance.COUNTER_NAMES, counters.tolist())), series=series[:series_meta[0]].copy(),
+        end_s=float(end), policy_counters=policy_counters,
+    )
+
+
+def resolve_capacity(capacity, *, model=None, gpu=None, tp: int = 1, block_size: int = 16,
+                     gpu_memory_utilization: float = 0.9) -> tuple[int, dict]:
+    """The pool in blocks and where it came from: `capacity` as given, else what is left of the
+    GPUs' memory after the weights (timing.kv_capacity, as vLLM sizes its pool)."""
+    if capacity is not None:
+        return check_capacity(capacity), {"kind": "given"}
+    if gpu is None or model is None:
+        raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
+                          "the weights, as vLLM sizes it)")
+    from .timing import kv_capacity
+
+    kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization)
+    if kv.blocks < 1:
+        raise ConfigError(f"{kv.to_dict()}: the weights leave no room for KV on this GPU at this --tp")
+    return int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict()}
+
+
+def simulate(trace, policy: str | None = None, capacity: int | None = None, block_size: int | None = None, *,
+             engine_style: str = "vllm", time_model="instant", model=None, gpu=None, tp: int = 1,
+             gpu_memory_utilization: float = 0.9, speedup: float | None = None, rate: float | None = None,
+             seed: int = 0, scheduler: Scheduler | None = None, slo_ttft_ms: float | None = None,
+             slo_tpot_ms: float | None = None, output_kv: bool = True, compare_sequential: bool = True,
+             check: bool = True, **params):
+    """Serve `trace` on one simulated engine instance and return a SimReport.
+
+    policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang").
+    capacity: the KV pool in blocks (running requests and the prefix cache share it); default:
+        what `gpu` x `tp` have left after `model`'s weights at `gpu_memory_utilization`.
+    time_model: "instant", "roofline" (needs model and gpu), a Dynamo profile "FILE.npz", a
+        polynomial "FILE.json", or a TimeModel.
+    speedup / rate: arrivals: the trace's timestamps divided by `speedup`, or a Poisson process of
+        `rate` requests/s (seeded by `seed`).
+    scheduler: a Scheduler (its style must match engine_style); default: engine_style's defaults.
+    output_kv: generated tokens fill KV blocks (False: only prompts take room, as the sequential
+        replay assumes).
+    compare_sequential: also replay the trace sequentially (same policy, capacity) for comparison.
+    """
+    from ..engine.replay import replay
+
+    trace = as_trace(trace)
+    if engine_style not in ENGINE_STYLES:
+        raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
+    policy = policy or STYLE_POLICY[engine_style]
+    spec = get_policy(policy)
+    block_size = resolve_block_size(block_size, trace)
+    if scheduler is None:
+        scheduler = Scheduler(style=engine_style)
+    elif scheduler.style != engine_style:
+        raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
+    if spec.capacity == "ignored":
+        # an unbounded pool: every prompt block and every decode block fits
+        ext, _ = decode_trace(trace, block_size, output_kv)
+        capacity, source = max(1, ext.num_blocks), {"kind": "unbounded"}
+    else:
+        capacity, source = resolve_capacity(capacity, model=model, gpu=gpu, tp=tp, block_size=block_size,
+                                            gpu_memory_utilization=gpu_memory_utilization)
+    tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
+    arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
+    raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
+                   scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params)
+    sequential = None
+    if compare_sequential:
+        sequential = replay(trace, spec.name, None if spec.capacity == "ignored" else capacity, block_size,
+                            **params).hit_rate
+    for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
+    arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
+                    else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
+    report = SimReport(
+        policy=spec.name, params=spec.resolve(params), capacity_blocks=capacity, block_size=block_size,
+        scheduler=scheduler.to_dict(), time_model=tm.describe(), arrivals=arrival_info, output_kv=output_kv,
+        trace_source=trace.source, arrival_s=raw.arrival_s, scheduled_s=raw.scheduled_s,
+        first_token_s=raw.first_token_s, finish_s=raw.finish_s,
+        prompt_tokens=np.asarray(trace.input_length, dtype=np.int64), hit_tokens=raw.hit_tokens,
+        output_tokens=np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1), preemptions=raw.preemptions,
+        status=raw.status, counters=raw.counters, policy_counters=raw.policy_counters, series=raw.series,
+        end_s=raw.end_s, sequential_hit_rate=sequential, capacity_source=source,
+        slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
+        slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
+    )
+    if check:
+        report.check_invariants()
+        _check_tokens(report, raw)
+    return report
+
+
+def _check_tokens(report, raw: RawRun) -> None:
+    """Tokens are conserved: every finished request computed its prompt's misses, one token per
+    output after the first, and whatever its preemptions made it recompute."""
+    from ..errors import InvariantError
+
+    ok = report.finished & (report.preemptions == 0)
+    want = report.prompt_tokens[ok] - report.hit_tokens[ok] + report.output_tokens[ok] - 1
+    got = raw.computed_tokens[ok]
+    if np.any(got != want):
+        i = int(np.flatnonzero(ok)[np.flatnonzero(got != want)[0]])
+        raise InvariantError(f"request {i}: computed {int(raw.computed_tokens[i])} tokens, expected "
+                             f"{int(report.prompt_tokens[i] - report.hit_tokens[i] + report.output_tokens[i] - 1)}")
+    total = int(raw.computed_tokens.sum())
+    if total != raw.counters["prefill_tokens"] + raw.counters["decode_tokens"]:
+        raise InvariantError("the steps' tokens do not add up to the requests' tokens")
+
+
+def backlog_s(report) -> float:
+    """How long after the last arrival the instance kept working (seconds): a queue that cannot
+    keep up shows as a backlog that grows with the trace."""
+    ok = report.finished
+    if not ok.any():
+        return 0.0
+    return max(0.0, float(report.finish_s[ok].max() - report.arrival_s.max()))
+
+
+def is_unstable(report) -> bool:
+    """The instance could not keep up: it finished more than max(60 s, 10% of the arrival span)
+    after the last arrival (docs/serving.md, "Reading the results")."""
+    span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
+    return backlog_s(report) > max(60.0, 0.1 * span)
+
+
+def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=None, **options) -> list[dict]:
+    """simulate() at each load (trace timestamps / speedup, or Poisson rates) for each policy and
+    capacity: one tidy row per run (load, policy, capacity, TTFT p50/p90/p99 in s, hit rates,
+    throughput, preemptions, stable). `options` go to simulate()."""
+    if (speedups is None) == (rates is None):
+        raise ConfigError("give the loads as speedups or as rates (one of the two)")
+    trace = as_trace(trace)
+    loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
+    policies = policies or [options.pop("policy", None)]
+    capacities = capacities or [options.pop("capacity", None)]
+    rows = []
+    for policy in policies:
+        for capacity in capacities:
+            sequential = None
+            for kind, value in loads:
+                r = simulate(trace, policy, capacity, speedup=value if kind == "speedup" else None,
+                             rate=value if kind == "rate" else None, compare_sequential=sequential is None,
+                             **options)
+                if sequential is None:
+                    sequential = r.sequential_hit_rate
+                s = r.summary()
+                ttft = s["latency_s"]["ttft"]
+                rows.append({
+                    "load_kind": kind, "load": value, "policy": r.policy, "capacity_blocks": r.capacity_blocks,
+                    "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
+                    "tpot_p50_s": s["latency_s"]["tpot"]["p50"], "hit_rate": s["hit_rate"],
+                    "sequential_hit_rate": sequential, "requests_per_s": s["throughput"]["requests_per_s"],
+                    "goodput_per_s": s["goodput"]["requests_per_s"], "preemptions": s["preemptions"],
+                    "peak_running": s["peak_running_requests"], "stable": not is_unstable(r),
+                    "backlog_s": backlog_s(r), "finished": s["finished"], "rejected": s["rejected"],
+                })
+    return rows
