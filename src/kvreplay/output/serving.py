@@ -44,7 +44,7 @@ def simulate_summary(trace, report) -> str:
     arr = cfg["arrivals"]
     span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
     load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
-            else f"trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
+            else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
     lines = [
         f"trace      {os.path.basename(trace.source)}: {s['requests']:,} requests, {s['prompt_tokens']:,} prompt "
         f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {_seconds(span)} ({load})",

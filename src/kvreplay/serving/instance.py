@@ -39,25 +39,27 @@ from .. import policies
 from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
 from ..policies.base import HELD, REFUSALS, pin_request, unpin_request
 from . import timing
-from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_DONE_CTX, AGG_DONE_REQS, AGG_KEYS_FULL,
+from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FULL,
                      AGG_KEYS_SW, AGG_PREFILL_CACHED, AGG_PREFILL_NEW, AGG_PREFILL_REQS, AGG_TOUCHED_FULL,
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
 
 # cfg (int64) slots
 (C_STYLE, C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
- C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_DONE_IN_DECODE) = range(15)
-NUM_CFG = 15
+ C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW) = range(14)
+NUM_CFG = 14
 STYLE_VLLM, STYLE_SGLANG = 0, 1
 # fcfg (float64) slots: SGLang's new-token ratio
 F_RATIO_INIT, F_RATIO_MIN, F_RATIO_DECAY, F_CLIP_MAX_NEW = range(4)
 NUM_FCFG = 4
 # counters
 (K_STEPS, K_PREEMPTIONS, K_DECODE_BLOCKS, K_PEAK_HELD, K_PEAK_RUNNING, K_PEAK_WAITING, K_REJECTED, K_PREFILL_STEPS,
- K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS) = range(13)
-NUM_COUNTERS = 13
+ K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS, K_PIN_CALLS, K_POSITIONS,
+ K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS) = range(18)
+NUM_COUNTERS = 18
 COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "peak_running", "peak_waiting",
                  "rejected", "prefill_steps", "stalls", "recomputed_tokens", "prefill_tokens", "decode_tokens",
-                 "refused_admissions")
+                 "refused_admissions", "pin_calls", "positions_pinned", "state_out_of_room", "max_pin_calls",
+                 "max_positions")
 # request status
 WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 # time series columns
@@ -75,6 +77,21 @@ if HAVE_NUMBA:
     from numba import njit
 
     extra_blocks = helper(extra_blocks)
+
+    @helper
+    def _room(counters, positions):
+        """Count one more pin_request of `positions` blocks, or False (and stop the run) when the
+        policy state was sized for fewer: radix and belady allocate per call and per position
+        (simulate.py sizes them, and runs again with more room when this says no)."""
+        if counters[K_OUT_OF_ROOM] != 0:
+            return False
+        if (counters[K_MAX_PIN_CALLS] >= 0 and counters[K_PIN_CALLS] + 1 > counters[K_MAX_PIN_CALLS]) or \
+                (counters[K_MAX_POSITIONS] >= 0 and counters[K_POSITIONS] + positions > counters[K_MAX_POSITIONS]):
+            counters[K_OUT_OF_ROOM] = 1
+            return False
+        counters[K_PIN_CALLS] += 1
+        counters[K_POSITIONS] += positions
+        return True
 
     @helper(inline=False)
     def _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, block_size):
@@ -96,6 +113,8 @@ if HAVE_NUMBA:
             if state.hold[HELD] >= capacity:
                 return False
             j = base_len[i] + dec_pinned[i]
+            if not _room(counters, 1):
+                return False
             refusals = state.hold[REFUSALS]
             pin_request(state, i, blocks, start + j, start + j + 1, 0, block_size, block_size, handles, start + i + j)
             if state.hold[REFUSALS] != refusals:
@@ -106,7 +125,7 @@ if HAVE_NUMBA:
 
     @helper(inline=False)
     def _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, target,
-               block_size, capacity, precheck, output_kv, hit_out):
+               block_size, capacity, precheck, output_kv, hit_out, counters):
         """Schedule request i for `target` tokens: scan its prefix, pin its prompt range (all or
         nothing). Returns hit tokens, or -1 when it does not fit now (nothing held, nothing counted)."""
         start = offsets[i]
@@ -120,6 +139,8 @@ if HAVE_NUMBA:
             if state.hold[HELD] + unheld > capacity:
                 return -1
         k = driver_prefix(state, blocks, start, start + n_pos, target, block_size)
+        if not _room(counters, n_pos):
+            return -1
         refusals = state.hold[REFUSALS]
         n = pin_request(state, i, blocks, start, start + n_pos, k, target, block_size, handles, start + i)
         if state.hold[REFUSALS] != refusals:
@@ -188,6 +209,8 @@ if HAVE_NUMBA:
         nseries = 0
         series_cap = series.shape[0]
         while done < n:
+            if counters[K_OUT_OF_ROOM] != 0:
+                return now
             # 1. arrivals
             while next_arrival < n:
                 i = next_arrival
@@ -200,7 +223,12 @@ if HAVE_NUMBA:
                         break
                 next_arrival += 1
                 need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
-                if need > capacity:
+                never = need > capacity
+                if style == STYLE_SGLANG:
+                    # SGLang's admission needs prompt + reserved outputs + a page below the pool
+                    left = outputs[i] if outputs[i] < clip else clip
+                    never = never or L[i] + left + bs >= capacity * bs
+                if never:
                     status[i] = REJECTED
                     counters[K_REJECTED] += 1
                     done += 1
@@ -222,7 +250,6 @@ if HAVE_NUMBA:
             budget = cfg[C_MAX_BATCHED]
             nbatch = 0
             preempted = False
-            prefill_batch = False
             if style == STYLE_VLLM:
                 # 2a. running requests first, in admission order
                 r = 0
@@ -271,7 +298,7 @@ if HAVE_NUMBA:
                     while qlen > 0 and budget > 0 and nrun < max_seqs:
                         i = queue[qhead]
                         hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out)
+                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
                         if hit < 0:
                             counters[K_REFUSED_ADMISSIONS] += 1
                             break
@@ -286,8 +313,10 @@ if HAVE_NUMBA:
                         else:
                             counters[K_RECOMPUTED_TOKENS] += target[i] - hit
                         status[i] = RUNNING
-                        computed[i] = hit
-                        want_new = target[i] - hit
+                        # the last prompt token is always computed (it gives the first token's
+                        # logits), even when a block-level policy hit the whole prompt
+                        computed[i] = hit if hit < target[i] else target[i] - 1
+                        want_new = target[i] - computed[i]
                         if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
                             # without chunked prefill a prompt waits for a step with room for all of it
                             _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
@@ -343,7 +372,7 @@ if HAVE_NUMBA:
                         i = queue[qhead]
                         k = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
                         hit = k * bs if k * bs < target[i] else target[i]
-                        extend = target[i] - hit
+                        extend = target[i] - hit if hit < target[i] else 1
                         left = outputs[i] - generated[i]
                         reserve = left if left < clip else clip
                         if extend + reserve + bs >= rem_total:
@@ -351,7 +380,7 @@ if HAVE_NUMBA:
                         if not chunking and npre > 0 and _ceil_page(extend, bs) >= rem_input:
                             break
                         hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out)
+                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
                         if hit < 0:
                             counters[K_REFUSED_ADMISSIONS] += 1
                             break
@@ -366,8 +395,10 @@ if HAVE_NUMBA:
                         else:
                             counters[K_RECOMPUTED_TOKENS] += target[i] - hit
                         status[i] = RUNNING
-                        computed[i] = hit
-                        extend = target[i] - hit
+                        # the last prompt token is always computed (it gives the first token's
+                        # logits), even when a block-level policy hit the whole prompt
+                        computed[i] = hit if hit < target[i] else target[i] - 1
+                        extend = target[i] - computed[i]
                         running[nrun] = i
                         nrun += 1
                         npre += 1
@@ -470,9 +501,6 @@ if HAVE_NUMBA:
                         agg[AGG_KEYS_SW] += _sum_min_c(c + 1, c + m, window)
                         tw = window + m - 1
                         agg[AGG_TOUCHED_SW] += c + m if c + m < tw else tw
-                    if c + m == target[i] and cfg[C_DONE_IN_DECODE] != 0:
-                        agg[AGG_DONE_REQS] += 1
-                        agg[AGG_DONE_CTX] += target[i]
                 else:
                     x = c + 1
                     agg[AGG_DECODE_REQS] += 1
@@ -490,9 +518,20 @@ if HAVE_NUMBA:
                     continue
                 if next_arrival < n:
                     continue
-                break  # nothing can ever run: should not happen (see the rejection rule)
-            # the tokens of every request that emits a token this step (Dynamo's decode input)
-            agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX] + agg[AGG_DONE_CTX]
+                # nothing can ever run (the rejection rule at arrival should prevent it): the
+                # waiting requests are rejected, so that none is left silently unfinished
+                while qlen > 0:
+                    i = queue[qhead]
+                    qhead = (qhead + 1) % qcap
+                    qlen -= 1
+                    status[i] = REJECTED
+                    counters[K_REJECTED] += 1
+                    done += 1
+                if nrun == 0:
+                    break
+                continue
+            # the decoding requests' tokens (Dynamo's decode input)
+            agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX]
             dt = step_seconds(tm, agg)
             now += dt
             counters[K_STEPS] += 1

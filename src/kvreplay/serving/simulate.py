@@ -16,10 +16,10 @@ from ..policies.registry import get_policy
 from ..trace.model import Trace, resolve_block_size
 from ..engine.replay import as_trace, check_capacity
 from . import instance
-from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_DONE_IN_DECODE, C_LPM, C_LPM_FCFS_ABOVE,
+from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM, C_LPM_FCFS_ABOVE,
                        C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK, C_STYLE,
                        C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
-                       NUM_FCFG, NUM_SERIES, STYLE_SGLANG, STYLE_VLLM, extra_blocks)
+                       NUM_FCFG, NUM_SERIES, STYLE_SGLANG, STYLE_VLLM)
 from .report import SimReport
 from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
 
@@ -142,6 +142,27 @@ class RawRun:
     policy_counters: dict = field(default_factory=dict)
 
 
+#: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
+#: belady: heap entries), sized by the trace it is built from.
+SIZED_PER_CALL = ("radix", "belady")
+
+
+def _roomier(ext: Trace, calls: int, positions: int) -> Trace:
+    """`ext` with dummy requests appended (block 0, never run) so that a policy state built from
+    it has room for `calls` pin_request calls and `positions` positions."""
+    extra_requests = max(0, calls - len(ext))
+    extra_positions = max(extra_requests, positions - ext.num_accesses)
+    lengths = np.ones(extra_requests, dtype=np.int64)
+    if extra_requests:
+        lengths[-1] += extra_positions - extra_requests
+    offsets = np.concatenate([ext.offsets, ext.offsets[-1] + np.cumsum(lengths)])
+    blocks = np.concatenate([ext.blocks, np.zeros(int(lengths.sum()), dtype=np.int32)])
+    pad = lambda a: np.concatenate([np.asarray(a), np.ones(extra_requests, dtype=np.asarray(a).dtype)])  # noqa: E731
+    return Trace(offsets=offsets, blocks=blocks, input_length=pad(ext.input_length),
+                 output_length=pad(ext.output_length), timestamp=pad(ext.timestamp),
+                 num_blocks=max(1, ext.num_blocks), block_size=ext.block_size, source=ext.source, format=ext.format)
+
+
 def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_model: TimeModel,
              scheduler: Scheduler, arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None) -> RawRun:
     """One instance over `trace` with these arrivals: the kernel's raw outputs in trace order."""
@@ -153,7 +174,6 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     order = np.argsort(arrival_s, kind="stable")
     sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
     ext, P = decode_trace(sorted_trace, block_size, output_kv)
-    state = (spec.held_state or spec.make_state)(capacity, ext, **params)
     handles = np.zeros(ext.num_accesses + n + 1, dtype=np.int64)
     tm = packed(time_model)
     cfg = np.zeros(NUM_CFG, dtype=np.int64)
@@ -171,7 +191,6 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     cfg[C_LPM_FCFS_ABOVE] = scheduler.lpm_fcfs_above
     cfg[C_MAX_PREFILL] = scheduler.max_prefill_tokens
     cfg[C_WINDOW] = roofline_window(tm)
-    cfg[C_DONE_IN_DECODE] = 1
     fcfg = np.zeros(NUM_FCFG, dtype=np.float64)
     fcfg[F_RATIO_INIT] = scheduler.init_new_token_ratio
     fcfg[F_RATIO_MIN] = scheduler.min_new_token_ratio
@@ -191,10 +210,29 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     counters = np.zeros(NUM_COUNTERS, dtype=np.int64)
     series = np.zeros((SERIES_POINTS, NUM_SERIES), dtype=np.float64)
     series_meta = np.zeros(2, dtype=np.int64)
-    args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, state, handles, tm, cfg, fcfg, sched, first, finish,
-            hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta)
-    jit.ensure_compiled(instance.run_instance, args, f"the serving simulator for {spec.name}")
-    end = instance.run_instance(*args)
+    # radix and belady allocate per pin_request call and per position pinned: size their state
+    # for every request, every decode block and one recomputation of each, and run again with
+    # twice the room in the rare case preemptions need more (the run is deterministic)
+    decode_blocks = ext.num_accesses - sorted_trace.num_accesses
+    calls, positions = 2 * n + decode_blocks + 1, 2 * ext.num_accesses + 1
+    while True:
+        sizing = ext if spec.name not in SIZED_PER_CALL else _roomier(ext, calls, positions)
+        state = (spec.held_state or spec.make_state)(capacity, sizing, **params)
+        for a in (sched, first, finish):
+            a.fill(np.nan)
+        for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles):
+            a.fill(0)
+        if spec.name in SIZED_PER_CALL:
+            counters[instance.K_MAX_PIN_CALLS], counters[instance.K_MAX_POSITIONS] = calls, positions
+        else:
+            counters[instance.K_MAX_PIN_CALLS] = counters[instance.K_MAX_POSITIONS] = -1
+        args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, state, handles, tm, cfg, fcfg, sched, first, finish,
+                hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta)
+        jit.ensure_compiled(instance.run_instance, args, f"the serving simulator for {spec.name}")
+        end = instance.run_instance(*args)
+        if counters[instance.K_OUT_OF_ROOM] == 0:
+            break
+        calls, positions = 2 * calls, 2 * positions
     _, policy_counters = spec.read_state(state)
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
@@ -301,12 +339,12 @@ def _check_tokens(report, raw: RawRun) -> None:
     from ..errors import InvariantError
 
     ok = report.finished & (report.preemptions == 0)
-    want = report.prompt_tokens[ok] - report.hit_tokens[ok] + report.output_tokens[ok] - 1
+    want = np.maximum(report.prompt_tokens[ok] - report.hit_tokens[ok], 1) + report.output_tokens[ok] - 1
     got = raw.computed_tokens[ok]
     if np.any(got != want):
         i = int(np.flatnonzero(ok)[np.flatnonzero(got != want)[0]])
         raise InvariantError(f"request {i}: computed {int(raw.computed_tokens[i])} tokens, expected "
-                             f"{int(report.prompt_tokens[i] - report.hit_tokens[i] + report.output_tokens[i] - 1)}")
+                             f"{int(max(report.prompt_tokens[i] - report.hit_tokens[i], 1) + report.output_tokens[i] - 1)}")
     total = int(raw.computed_tokens.sum())
     if total != raw.counters["prefill_tokens"] + raw.counters["decode_tokens"]:
         raise InvariantError("the steps' tokens do not add up to the requests' tokens")

@@ -401,14 +401,10 @@ class DynamoNpzProfile(TimeModel):
       prefill part (``decode_start_ms = now_ms + prefill``; tokens are stamped at
       ``decode_start_ms + decode``), so the two are summed, not overlapped.
 
-    Two things the simulator must feed as Dynamo does to agree with it: (1) Dynamo's decode group
-    is every running request whose known tokens are all computed after this step's scheduling,
-    which includes a request whose prompt finished in this very step (its first token comes out at
-    the end of the step's decode part): list it in ``decode_context`` too, with its prompt length;
-    (2) Dynamo's vLLM scheduler passes ``active_kv_tokens = num_active_blocks x block_size`` (every
-    block held by a running request, shared prefix blocks once, partial blocks whole): pass it as
-    ``StepBatch.active_kv_tokens``; when None, the sum of ``decode_context`` is used (the
-    "scheduled logical KV tokens" newer perf_model.rs documents). An interpolation error in Dynamo
+    What the simulator feeds, as Dynamo 1.6.1 (its ``aisimulate-core`` 0.13.0 scheduler) does: the
+    decode group is the requests decoding in the step (a request whose prompt completes in the step
+    adds nothing to it), and ``active_kv_tokens`` is the sum of their sequence lengths (None here).
+    Checked per request against Dynamo by tests/real_engines/test_dynamo_replay.py. An interpolation error in Dynamo
     yields 0 ms (``unwrap_or(0.0)``); with extrapolation on there is none for finite inputs.
     """
 
@@ -698,8 +694,8 @@ def load_time_model(spec, *, model=None, gpu=None, tp: int = 1, **roofline_optio
 # checks the two agree on random batches.
 
 (AGG_PREFILL_REQS, AGG_PREFILL_NEW, AGG_PREFILL_CACHED, AGG_DECODE_REQS, AGG_DECODE_CTX, AGG_ACTIVE_KV,
- AGG_KEYS_FULL, AGG_TOUCHED_FULL, AGG_KEYS_SW, AGG_TOUCHED_SW, AGG_DONE_REQS, AGG_DONE_CTX) = range(12)
-NUM_AGG = 12
+ AGG_KEYS_FULL, AGG_TOUCHED_FULL, AGG_KEYS_SW, AGG_TOUCHED_SW) = range(10)
+NUM_AGG = 10
 KIND_INSTANT, KIND_ROOFLINE, KIND_NPZ, KIND_POLY = 0, 1, 2, 3
 # Roofline layout after the kind.
 (R_ACTIVE_PARAMS, R_ATTN_WIDTH, R_LAYERS_FULL, R_LAYERS_SW, R_WINDOW, R_WEIGHT_BYTES, R_ACTIVE_WEIGHT_BYTES, R_TP,
@@ -784,9 +780,9 @@ def step_seconds(tm, agg):
                 i = _segment_sorted(px, n, tm, x)
                 prefill = max(_lerp_compiled(tm[px + i], tm[py + i], tm[px + i + 1], tm[py + i + 1], x), 0.0)
         decode = 0.0
-        b = agg[AGG_DECODE_REQS] + agg[AGG_DONE_REQS]
+        b = agg[AGG_DECODE_REQS]
         if b > 0:
-            ctx = agg[AGG_DECODE_CTX] + agg[AGG_DONE_CTX]
+            ctx = agg[AGG_DECODE_CTX]
             x = agg[AGG_ACTIVE_KV]
             y = ctx // b
             i = _segment_sorted(dx, r, tm, x)
