@@ -402,3 +402,42 @@ def test_polynomial_file_that_is_not_json(tmp_path):
         PolynomialProfile(tmp_path / "absent.json")
     with pytest.raises(ProfileError, match="must be a JSON object"):
         PolynomialProfile(write_poly(tmp_path / "list.json", [1, 2]))
+
+
+# ------------------------------------------------------------------------------------------
+# The compiled form the simulator's kernel runs agrees with each model's step_time
+
+
+def _models(tmp_path):
+    npz = tmp_path / "p.npz"
+    np.savez(npz, prefill_isl=np.array([128.0, 1024.0, 8192.0]), prefill_ttft_ms=np.array([9.0, 30.0, 520.0]),
+             decode_active_kv_tokens=np.array([0.0, 5e4, 4e5]), decode_context_length=np.array([128.0, 4096.0]),
+             decode_itl=np.array([[6.0, 6.5], [7.5, 8.0], [18.0, 19.0]]))
+    poly = {"format": "kvreplay-step-polynomial", "unit": "ms", "min": 0.5,
+            "terms": [{"coef": 4.2}, {"coef": 0.021, "prefill_tokens": 1}, {"coef": 3.1e-7, "prefill_tokens": 2},
+                      {"coef": 0.05, "decode_batch": 1}, {"coef": 0.0009, "decode_mean_context": 1},
+                      {"coef": 1e-6, "prefill_context": 1, "prefill_requests": 1}]}
+    return [InstantTimeModel(), RooflineTimeModel("Llama-3.1-8B", "H100"), RooflineTimeModel("gemma-2-9b", "A100", 1),
+            RooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8"), DynamoNpzProfile(npz),
+            PolynomialProfile(document=poly)]
+
+
+def test_compiled_step_time_matches_each_model(tmp_path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kvreplay.serving.timing import aggregates, packed, roofline_window, step_seconds
+
+    models = _models(tmp_path)
+
+    @settings(max_examples=200, deadline=None)
+    @given(prefill=st.lists(st.tuples(st.integers(1, 9000), st.integers(0, 60000)), max_size=4),
+           decode=st.lists(st.integers(1, 130000), max_size=40))
+    def check(prefill, decode):
+        batch = StepBatch(tuple(n for n, _ in prefill), tuple(c for _, c in prefill), tuple(decode))
+        for m in models:
+            tm = packed(m)
+            got = step_seconds(tm, aggregates(batch, roofline_window(tm)))
+            assert got == pytest.approx(m.step_time(batch), rel=1e-12, abs=1e-15), m.name
+
+    check()

@@ -90,6 +90,10 @@ def _parser_simulate(sub) -> None:
                       help="load sweep: one simulation per speedup (table and --plot of TTFT and hit rate vs load)")
     load.add_argument("--rates", type=number_list, default=None, metavar="R,S,...",
                       help="load sweep over Poisson rates (requests/s)")
+    sim.add_argument("--policies", default=None, metavar="P,Q,...",
+                     help="load sweep: the policies to compare (default: --policy)")
+    sim.add_argument("--capacities", type=common.capacities_or_sizes, default=None, metavar="C,D,...",
+                     help="load sweep: the pools to compare, in blocks or sizes with --model (default: --capacity)")
     sim.add_argument("--slo-ttft", type=positive_number, default=None, metavar="MS",
                      help="goodput counts requests whose TTFT is at most MS milliseconds")
     sim.add_argument("--slo-tpot", type=positive_number, default=None, metavar="MS",
@@ -170,8 +174,23 @@ def _cmd_simulate(args) -> int:
     _check_outputs(args)
     trace = common.load(args)
     options = _options(args, trace)
-    if args.speedups is not None or args.rates is not None:
-        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, **options)
+    sweeping = args.speedups is not None or args.rates is not None
+    if not sweeping and (args.policies or args.capacities):
+        raise ConfigError("--policies and --capacities compare runs in a load sweep: add --speedups or --rates "
+                          "(one run: --policy, --capacity)")
+    if sweeping:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
+        capacities = None
+        if args.capacities is not None:
+            if args.capacities == "auto":
+                raise ConfigError("--capacities auto does not apply to a load sweep: give block counts or sizes")
+            capacities = common.resolve_budget(args, trace, args.capacities)[0]
+        if policies:
+            options.pop("policy")
+        if capacities:
+            options.pop("capacity")
+        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
+                          capacities=capacities, **options)
         return _emit_sweep(args, trace, rows)
     report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
     if args.plot:

@@ -345,3 +345,119 @@ def check_plot_path(path: str | None) -> None:
     """Fail before a long run, not after it."""
     if path and os.path.splitext(path)[1].lower() not in FORMATS:
         raise ConfigError(f"--plot {path}: the name must end in {', '.join(FORMATS)}")
+
+
+def serving_figure(report, *, title: str = ""):
+    """`kvreplay simulate --plot`: the TTFT CDF, and over simulated time the cumulative hit rate,
+    the running and waiting requests, and the KV blocks running requests hold."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10.0, 6.4), layout="constrained")
+    axes = fig.subplots(2, 2)
+    ok = report.finished
+    ttft = np.sort(report.ttft_s[ok])
+    ax = axes[0, 0]
+    if ttft.size:
+        ax.step(ttft, np.arange(1, ttft.size + 1) / ttft.size * 100, where="post", color=PALETTE[0], linewidth=1.4)
+        if ttft[-1] > 0 and ttft[0] > 0 and ttft[-1] / ttft[0] > 100:
+            ax.set_xscale("log")
+        for p, color in ((50, PALETTE[1]), (90, PALETTE[3])):
+            v = ttft[int(np.floor((ttft.size - 1) * p / 100 + 0.5))]
+            ax.axvline(v, color=color, linestyle="--", linewidth=1, label=f"p{p} {v:,.3g} s")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("TTFT (s)")
+    ax.set_ylabel("requests (%)")
+    ax.set_title("time to first token", fontsize=9)
+    cols = report.series_columns()
+    t = cols["time_s"]
+    ax = axes[0, 1]
+    ax.plot(t, 100 * cols["cumulative_hit_rate"], color=PALETTE[2], linewidth=1.3, label="under concurrency")
+    if report.sequential_hit_rate is not None:
+        ax.axhline(100 * report.sequential_hit_rate, color=CEILING_COLOR, linestyle=":", linewidth=1.2,
+                   label="sequential replay (whole trace)")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("hit rate so far (%)")
+    ax.set_title("hit rate of the requests scheduled so far (token-weighted)", fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    # the engine's state, sampled at steps: averaged (line) and its peak (shade) per time bin
+    mid, running = _binned(t, cols["running"])
+    _, waiting = _binned(t, cols["waiting"])
+    _, held = _binned(t, 100.0 * cols["running_kv_blocks"] / report.capacity_blocks)
+    ax = axes[1, 0]
+    for (mean, peak), color, label in ((running, PALETTE[0], "running"), (waiting, PALETTE[3], "waiting")):
+        ax.fill_between(mid, mean, peak, color=color, alpha=0.2, linewidth=0)
+        ax.plot(mid, mean, color=color, linewidth=1.2, label=f"{label} (mean; shade: peak)")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("requests")
+    ax.set_title("requests in the engine", fontsize=9)
+    ax.legend(loc="upper left", fontsize=8)
+    ax = axes[1, 1]
+    ax.fill_between(mid, held[0], held[1], color=PALETTE[4], alpha=0.2, linewidth=0)
+    ax.plot(mid, held[0], color=PALETTE[4], linewidth=1.2, label="mean (shade: peak)")
+    ax.set_ylim(0, 105)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("pool held by running requests (%)")
+    ax.set_title(f"running KV ({report.capacity_blocks:,} blocks of {report.block_size} tokens)", fontsize=9)
+    for a in axes.flat:
+        a.grid(True, alpha=0.3)
+    head = f"{title}: " if title else ""
+    fig.suptitle(f"{head}{report.policy}, {report.scheduler['style']}-style scheduler, whole trace", fontsize=10)
+    return fig
+
+
+def _binned(t, values, bins: int = 150):
+    """Sampled values in `bins` equal time bins: (bin centres, (mean, peak)); empty bins dropped."""
+    import numpy as np
+
+    t = np.asarray(t, dtype=float)
+    v = np.asarray(values, dtype=float)
+    if t.size == 0:
+        return t, (v, v)
+    edges = np.linspace(t.min(), t.max() + 1e-9, bins + 1)
+    which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+    count = np.bincount(which, minlength=bins)
+    total = np.bincount(which, weights=v, minlength=bins)
+    peak = np.full(bins, -np.inf)
+    np.maximum.at(peak, which, v)
+    keep = count > 0
+    return ((edges[:-1] + edges[1:]) / 2)[keep], ((total / np.maximum(count, 1))[keep], peak[keep])
+
+
+def load_figure(rows: list[dict], *, title: str = ""):
+    """`kvreplay simulate --speedups/--rates --plot`: TTFT p50 and p90 against load, and the hit
+    rate under concurrency against load (its sequential value dotted), one colour per policy and pool."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+    ax_t, ax_h = fig.subplots(1, 2)
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["policy"], r["capacity_blocks"]), []).append(r)
+    kind = rows[0]["load_kind"] if rows else "speedup"
+    for i, ((policy, cap), rs) in enumerate(groups.items()):
+        style = series_style(i)
+        xs = [r["load"] for r in rs]
+        label = f"{policy}, {cap:,} blocks"
+        ax_t.plot(xs, [r["ttft_p50_s"] for r in rs], label=f"{label} p50", linewidth=1.3, **style)
+        ax_t.plot(xs, [r["ttft_p90_s"] for r in rs], label=f"{label} p90", linewidth=1.0, alpha=0.7,
+                  color=style["color"], marker=style["marker"], linestyle="--")
+        ax_h.plot(xs, [100 * r["hit_rate"] for r in rs], label=label, linewidth=1.3, **style)
+        if rs[0]["sequential_hit_rate"] is not None:
+            ax_h.axhline(100 * rs[0]["sequential_hit_rate"], color=style["color"], linestyle=":", linewidth=1)
+    xlabel = "load (x the trace's arrival rate)" if kind == "speedup" else "arrival rate (requests/s)"
+    for ax in (ax_t, ax_h):
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("TTFT (s)")
+    ax_t.set_title("TTFT p50 (solid) and p90 (dashed)", fontsize=9)
+    ax_h.set_ylabel("hit rate (%)")
+    ax_h.set_ylim(bottom=0)
+    ax_h.set_title("hit rate under concurrency (dotted: sequential replay)", fontsize=9)
+    ax_h.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
+    fig.suptitle(f"{title}: TTFT and hit rate against load, whole trace" if title else
+                 "TTFT and hit rate against load, whole trace", fontsize=10)
+    return fig

@@ -57,6 +57,11 @@ def simulate_summary(trace, report) -> str:
                  f"{src['gpu_memory_utilization']:g} - {src['model']} weights "
                  f"{src['weight_bytes_per_gpu'] / 1e9:.1f} GB per GPU, {src['kv_bytes_per_token_per_gpu']:,.0f} KV "
                  "bytes per token per GPU")
+    elif src.get("gpu_memory_blocks") is not None:
+        fits = src["gpu_memory_blocks"]
+        pool += (f", as given; {src['tp']} x {src['gpu']} hold{'s' if src['tp'] == 1 else ''} {fits:,} blocks after "
+                 f"{src['model']}'s weights" + (f": this pool is {report.capacity_blocks / max(fits, 1):,.1f}x "
+                                                 "the KV room they have (a what-if)" if report.capacity_blocks > fits else ""))
     elif src.get("kind") == "unbounded":
         pool += ": unbounded (every block fits)"
     lines.append(pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"))

@@ -251,15 +251,24 @@ def resolve_capacity(capacity, *, model=None, gpu=None, tp: int = 1, block_size:
     """The pool in blocks and where it came from: `capacity` as given, else what is left of the
     GPUs' memory after the weights (timing.kv_capacity, as vLLM sizes its pool)."""
     if capacity is not None:
-        return check_capacity(capacity), {"kind": "given"}
+        capacity = check_capacity(capacity)
+        source = {"kind": "given"}
+        if gpu is not None and model is not None:
+            # say how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if)
+            from .timing import kv_capacity
+
+            try:
+                fits = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization).blocks
+            except ConfigError:  # the weights leave no room: the given pool is a what-if
+                fits = 0
+            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp)
+        return capacity, source
     if gpu is None or model is None:
         raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
                           "the weights, as vLLM sizes it)")
     from .timing import kv_capacity
 
-    kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization)
-    if kv.blocks < 1:
-        raise ConfigError(f"{kv.to_dict()}: the weights leave no room for KV on this GPU at this --tp")
+    kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization)  # ConfigError when nothing is left
     return int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict()}
 
 

@@ -811,3 +811,31 @@ if HAVE_NUMBA:
     _segment_sorted = helper(_segment_sorted)
     _lerp_compiled = helper(_lerp_compiled)
     step_seconds = helper(inline=False)(step_seconds)
+
+
+def aggregates(batch: StepBatch, window: int = 0) -> np.ndarray:
+    """The AGG_* array of a StepBatch, as the simulator's kernel accumulates it (instance.py)."""
+    agg = np.zeros(NUM_AGG, dtype=np.float64)
+    for n, c in zip(batch.prefill_new, batch.prefill_cached):
+        n, c = int(n), int(c)
+        if n <= 0:
+            continue
+        agg[AGG_PREFILL_REQS] += 1
+        agg[AGG_PREFILL_NEW] += n
+        agg[AGG_PREFILL_CACHED] += c
+        agg[AGG_KEYS_FULL] += n * c + n * (n + 1) // 2
+        agg[AGG_TOUCHED_FULL] += c + n
+        if window:
+            agg[AGG_KEYS_SW] += _sum_min(c + 1, c + n, window)
+            agg[AGG_TOUCHED_SW] += min(c + n, window + n - 1)
+    for x in batch.decode_context:
+        x = int(x)
+        agg[AGG_DECODE_REQS] += 1
+        agg[AGG_DECODE_CTX] += x
+        agg[AGG_KEYS_FULL] += x
+        agg[AGG_TOUCHED_FULL] += x
+        if window:
+            agg[AGG_KEYS_SW] += min(x, window)
+            agg[AGG_TOUCHED_SW] += min(x, window)
+    agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX] if batch.active_kv_tokens is None else batch.active_kv_tokens
+    return agg

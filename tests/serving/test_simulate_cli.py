@@ -1,0 +1,106 @@
+"""`kvreplay simulate` and `kvreplay gpus` end to end, through a real subprocess."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from conftest import MOONCAKE, jsonl, shared_path, write
+from test_cli import fails, ok
+
+# block size 4; the 1-second polynomial makes every step last 1 s (tests/serving/test_simulate.py
+# works the same two requests by hand: first tokens at 1 s and 2 s, both finish at 3 s, B hits 4)
+TWO = jsonl({"timestamp": 0, "input_length": 8, "output_length": 3, "hash_ids": [1, 2], "block_size": 4},
+            {"timestamp": 500, "input_length": 8, "output_length": 2, "hash_ids": [1, 3], "block_size": 4})
+ONE_SECOND = json.dumps({"format": "kvreplay-step-polynomial", "unit": "s", "terms": [{"coef": 1.0}]})
+
+
+@pytest.fixture
+def files(tmp_path):
+    return write(tmp_path, "two.jsonl", TWO), write(tmp_path, "one_second.json", ONE_SECOND), tmp_path
+
+
+def test_summary_table(files):
+    trace, tm, _ = files
+    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm)
+    assert "2 requests, 16 prompt tokens, 5 output tokens" in out
+    assert "pool       100 blocks of 4 tokens (400 tokens)" in out
+    # TTFT 1 s and 1.5 s: mean 1.25, nearest-rank p50 of two values is the second
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines()}
+    assert rows["TTFT"][1:] == ["1.25", "s", "1.50", "s", "1.50", "s", "1.50", "s", "1.50", "s", "2"]
+    assert rows["queueing"][1:5] == ["250.0", "ms", "500.0", "ms"]  # B waits from 0.5 s to the step at 1 s
+    assert "hit rate   25.00% of prompt tokens under concurrency" in out
+    assert "sequential replay, same policy and pool: 25.00%" in out
+    assert "cannot keep up" not in out
+
+
+def test_json_csv_parquet_outputs(files):
+    trace, tm, d = files
+    doc = json.loads(ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--json"))
+    assert doc["per_request"]["first_token_s"] == [1.0, 2.0]
+    assert doc["per_request"]["hit_tokens"] == [0, 4]
+    assert doc["summary"]["latency_s"]["ttft"]["mean"] == 1.25
+    assert doc["config"]["scheduler"]["max_num_batched_tokens"] == 8192
+    ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--output", d / "r.csv")
+    rows = list(csv.DictReader(io.StringIO((d / "r.csv").read_text())))
+    assert [r["finish_s"] for r in rows] == ["3.0", "3.0"] and rows[1]["hit_tokens"] == "4"
+    pq = pytest.importorskip("pyarrow.parquet")
+    ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--output", d / "r.parquet")
+    assert pq.read_table(d / "r.parquet").column("scheduled_s").to_pylist() == [0.0, 1.0]
+
+
+def test_load_sweep_table_and_plot(files):
+    trace, tm, d = files
+    out = ok("simulate", trace, "--time-model", tm, "--speedups", "1,4", "--policies", "vllm,lru",
+             "--capacities", "100", "--plot", d / "load.png", "--output", d / "load.csv")
+    assert "TTFT and hit rate against load" in out
+    lines = [line for line in out.splitlines() if line.startswith("x")]
+    assert len(lines) == 4 and lines[0].split()[:2] == ["x1", "vllm"]
+    assert (d / "load.png").read_bytes()[:4] == b"\x89PNG"
+    rows = list(csv.DictReader(io.StringIO((d / "load.csv").read_text())))
+    assert [(r["policy"], r["load"]) for r in rows] == [("vllm", "1.0"), ("vllm", "4.0"), ("lru", "1.0"), ("lru", "4.0")]
+
+
+def test_plot_of_one_run(files):
+    trace, tm, d = files
+    ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--plot", d / "sim.svg")
+    assert b"<svg" in (d / "sim.svg").read_bytes()[:400]
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "simulate needs a time model: --gpu NAME --model NAME"),
+    (("--time-model", "instant"), "give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME"),
+    (("--time-model", "instant", "--capacity", "10", "--schedule", "lpm"), "--schedule lpm is SGLang's"),
+    (("--time-model", "instant", "--capacity", "10", "--policies", "lru"), "--policies and --capacities compare runs"),
+    (("--time-model", "instant", "--capacity", "10", "--warmup-fraction", "0.5"), "whole trace"),
+    (("--time-model", "instant", "--capacity", "10", "--output", "x.txt"), "must end in .json, .csv or .parquet"),
+    (("--time-model", "roofline", "--capacity", "10"), "the roofline time model needs model and gpu"),
+    (("--time-model", "instant", "--capacity", "10", "--mfu", "0.4"), "apply to the roofline time model"),
+    (("--time-model", "nope.npz", "--capacity", "10"), "nope.npz: no such file"),
+    (("--model", "Llama-3.1-405B", "--gpu", "H100"), "needs 811.7 GB of weights per GPU"),
+    (("--model", "Llama-3.1-8B", "--gpu", "H999"), "H999"),
+])
+def test_bad_options_exit_2_with_one_line(files, args, message):
+    trace, _, _ = files
+    assert message in fails("simulate", trace, *args)
+
+
+def test_gpus_lists_the_catalog():
+    out = ok("gpus")
+    for name in ("A100-80GB", "H100", "H200", "B200", "L40S", "MI300X"):
+        assert name in out
+    doc = json.loads(ok("gpus", "--json"))
+    h100 = next(g for g in doc["gpus"] if g["name"] == "H100")
+    assert h100["bf16_tflops"] == 989.5 and h100["bandwidth_gbps"] == 3350
+
+
+def test_conversation_trace_as_the_issue_asks():
+    path = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    out = ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--policy", "vllm")
+    assert "pool       833 blocks of 512 tokens (426,496 tokens): 1 x H100 80 GB x 0.9" in out
+    assert "12,031 finished" in out
+    # one H100 cannot keep up with this trace's arrivals for an 8B model: the output says so
+    assert "cannot keep up with this load" in out
