@@ -8,6 +8,8 @@ Public API::
     results = kvreplay.sweep(trace, capacities=[1000, 4096], policies=["s3fifo", "lru"])
     curve = kvreplay.mrc(trace, capacities="auto")   # exact LRU curve, one pass
     results.to_pandas(), curve.to_polars(), report.to_pandas()   # tidy tables (docs/formats.md)
+    sim = kvreplay.simulate(trace, "vllm", model="Llama-3.1-8B", gpu="H100", time_model="roofline")
+    sim.summary()["latency_s"]["ttft"], sim.hit_rate   # serving: TTFT, hit rate under concurrency
 """
 
 from .analysis.mrc import mrc
@@ -17,6 +19,8 @@ from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, MissingDependencyError, TraceError
 from .engine.report import Report
 from .policies.registry import POLICIES
+from .serving.report import SimReport
+from .serving.simulate import simulate
 from .trace import Trace, load_trace
 from .version import __version__  # noqa: F401 - kvreplay.__version__
 
@@ -30,8 +34,15 @@ def report_html(trace, **kwargs) -> str:
 
     title = kwargs.pop("title", None)  # default: "kvreplay report: FILE NAME" (never the directories)
     zoom = kwargs.pop("zoom", "auto")  # the curve's zoom panel: "auto", False or (lo, hi) percent
-    return render(collect(trace, **kwargs), title=title, zoom=zoom)
+    serving = kwargs.pop("serving", None)  # serving.simulate.serving_section's keywords (gpu, model, ...)
+    data = collect(trace, **kwargs)
+    if serving:
+        from .serving.simulate import serving_section
+
+        data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), **serving)
+    return render(data, title=title, zoom=zoom)
 __all__ = [
-    "load_trace", "replay", "sweep", "mrc", "stats", "report_html", "Trace", "Report", "POLICIES",
+    "load_trace", "replay", "sweep", "mrc", "stats", "simulate", "report_html", "Trace", "Report", "SimReport",
+    "POLICIES",
     "KvreplayError", "TraceError", "ConfigError", "InvariantError", "MissingDependencyError",
 ]

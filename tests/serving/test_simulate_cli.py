@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import MOONCAKE, jsonl, shared_path, write
-from test_cli import fails, ok
+from test_cli import fails, kv, ok
 
 # block size 4; the 1-second polynomial makes every step last 1 s (tests/serving/test_simulate.py
 # works the same two requests by hand: first tokens at 1 s and 2 s, both finish at 3 s, B hits 4)
@@ -104,3 +104,17 @@ def test_conversation_trace_as_the_issue_asks():
     assert "12,031 finished" in out
     # one H100 cannot keep up with this trace's arrivals for an 8B model: the output says so
     assert "cannot keep up with this load" in out
+
+
+def test_report_has_a_serving_section_with_gpu(files):
+    trace, _, d = files
+    r = kv("report", trace, "--model", "Llama-3.1-8B", "--gpu", "H100", "--speedups", "1,2", "--capacities", "10,100",
+           "-o", d / "r.html")
+    assert r.returncode == 0 and "wrote" in r.stderr.decode()
+    page = (d / "r.html").read_text()
+    assert "<h2>Serving on 1 &times; H100 (Llama-3.1-8B)</h2>" in page
+    # 0.9 x 80e9 B - 8,030,261,248 x 2 B of weights = 55,939,477,504 B; 131,072 B per token x 4 tokens
+    # = 524,288 B per block: 106,696.7, so 106,696 blocks
+    assert "a pool of 106,696 blocks of 4 tokens" in page
+    assert page.count("<td>&times;1</td>") == 1 and page.count("<td>&times;2</td>") == 1
+    assert "needs --model" in fails("report", trace, "--gpu", "H100", "-o", d / "x.html")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -229,6 +230,12 @@ def _parser_report(sub) -> None:
     common.add_price_options(rp)
     rp.add_argument("--title", help="page title (default: the trace's name)")
     rp.add_argument("--output", "-o", required=True, help="the HTML file to write (atomically)")
+    rp.add_argument("--gpu", help="add a serving section: one instance on this GPU (with --model) at several loads "
+                                  "(kvreplay simulate; see `kvreplay gpus`)")
+    rp.add_argument("--tp", type=common.positive_int, default=1, help="with --gpu: tensor-parallel GPUs (default 1)")
+    rp.add_argument("--time-model", default="roofline", help="with --gpu: roofline (default), FILE.npz or FILE.json")
+    rp.add_argument("--speedups", default="0.25,0.5,1", metavar="X,Y,...",
+                    help="with --gpu: the loads, as factors on the trace's arrival rate (default 0.25,0.5,1)")
 
 
 def _cmd_report(args) -> int:
@@ -236,6 +243,18 @@ def _cmd_report(args) -> int:
     from ..files import write_atomic
 
     common.check_output_dir(args.output, inputs=args.traces)
+    serving = None
+    if args.gpu:
+        from .serving import number_list
+
+        if args.model is None:
+            raise ConfigError("--gpu needs --model (the weights to place and to run)")
+        try:
+            speedups = number_list(args.speedups)
+        except argparse.ArgumentTypeError as e:
+            raise ConfigError(f"--speedups: {e}") from None
+        serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
+                   "speedups": speedups}
     trace = common.load(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
@@ -247,7 +266,7 @@ def _cmd_report(args) -> int:
                            engine=args.engine, title=args.title, progress=progress, price_hit=args.price_hit,
                            price_miss=args.price_miss, active_params=common.active_params(args),
                            bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
-                           zoom=args.zoom)
+                           zoom=args.zoom, serving=serving)
     write_atomic(args.output, page.encode())
     print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
     return 0

@@ -108,6 +108,36 @@ TRACE_ROWS = ["requests", "prompt tokens", "block accesses", "unique blocks (tou
               "prompt length (tokens)", "output length (tokens)", "sessions", "infinite-cache hit rate (nothing ever evicted)"]
 
 
+def _serving_section(sv: dict, name: str) -> list[str]:
+    """`kvreplay report --gpu`: one simulated instance at several loads (serving/simulate.py)."""
+    esc = html.escape
+    src = sv["capacity_source"]
+    tm = sv["time_model"]
+    out = [f"<h2>Serving on {src['tp']} &times; {esc(src['gpu'])} ({esc(src['model'])})</h2>",
+           f"<p class=\"note\">One engine instance serves the whole trace in simulated time, its arrivals sped up or "
+           f"slowed down by each load factor: a vLLM-style scheduler ({sv['scheduler']['max_num_batched_tokens']:,} "
+           f"tokens and {sv['scheduler']['max_num_seqs']:,} requests per step, chunked prefill), policy "
+           f"<code>{esc(sv['policy'])}</code>, a pool of {src['blocks']:,} blocks of {sv['block_size']} tokens (what "
+           f"{src['gpu_memory_utilization']:g} of the GPU memory holds after {src['weight_bytes_per_gpu'] / 1e9:.1f} GB "
+           f"of weights per GPU) shared by running requests and the prefix cache; steps timed by the "
+           f"{esc(str(tm.get('time_model')))} model (MFU {tm.get('mfu', '-')}, MBU {tm.get('mbu', '-')}). Hit rate: at "
+           "each request's first schedule, token-weighted, whole trace; <em>sequential</em> is the same policy and pool "
+           "with one request at a time. docs/serving.md has every rule.</p>"]
+    from .serving import seconds_text
+
+    rows = [[f"&times;{r['load']:g}", seconds_text(r["ttft_p50_s"]), seconds_text(r["ttft_p90_s"]), _pct(r["hit_rate"]),
+             _pct(r["sequential_hit_rate"]), f"{r['requests_per_s']:,.3f}", _n(r["preemptions"]),
+             "yes" if r["stable"] else "<b>no</b>"] for r in sv["rows"]]
+    out.append(_table(["load", "TTFT p50", "TTFT p90", "hit rate", "sequential", "requests/s", "preemptions",
+                       "keeps up"], rows, [False] + [True] * 7, raw_headers=False))
+    fig = plot.load_figure(sv["rows"], title=name)
+    out.append(f"<div class=\"figure\">{_svg(fig)}</div>")
+    if not all(r["stable"] for r in sv["rows"]):
+        out.append("<p class=\"note\">Where it does not keep up, the queue grows for as long as the trace lasts, so "
+                   "TTFT measures the backlog, not the engine: size for the loads it keeps up with.</p>")
+    return out
+
+
 def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     """The HTML page for `collect`'s data. `title` defaults to "kvreplay report: FILE NAME";
     `zoom` is passed to `plot.curves_figure` (a second panel on the band where the policies sit)."""
@@ -231,6 +261,9 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
                  "view weighs requests.</p>")
     fig = plot.request_histogram_figure({f["label"]: np.asarray(f["request_hit_rates"]) for f in focus}, styles=styles)
     parts.append(f"<div class=\"figure\">{_svg(fig)}</div>")
+
+    if data.get("serving"):
+        parts.extend(_serving_section(data["serving"], t["name"]))
 
     parts.append("<h2>Definitions</h2><ul class=\"note\">"
                  f"<li><b>Window</b>: {esc(window['description'])}. Every figure on this page counts only these requests"

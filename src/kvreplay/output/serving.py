@@ -7,7 +7,7 @@ import os
 from .table import format_table
 
 
-def _seconds(x: float) -> str:
+def seconds_text(x: float) -> str:
     if x != x:
         return "-"
     if x < 1:
@@ -47,7 +47,7 @@ def simulate_summary(trace, report) -> str:
             else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
     lines = [
         f"trace      {os.path.basename(trace.source)}: {s['requests']:,} requests, {s['prompt_tokens']:,} prompt "
-        f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {_seconds(span)} ({load})",
+        f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {seconds_text(span)} ({load})",
         f"engine     {_describe_scheduler(cfg['scheduler'])}; cache policy {report.policy}",
     ]
     src = cfg["capacity_source"]
@@ -73,8 +73,8 @@ def simulate_summary(trace, report) -> str:
     rows = []
     for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "end to end"), ("queueing", "queueing")):
         st = lat[key]
-        rows.append({"what": label, "mean": _seconds(st["mean"]), "p50": _seconds(st["p50"]),
-                     "p90": _seconds(st["p90"]), "p99": _seconds(st["p99"]), "max": _seconds(st["max"]),
+        rows.append({"what": label, "mean": seconds_text(st["mean"]), "p50": seconds_text(st["p50"]),
+                     "p90": seconds_text(st["p90"]), "p99": seconds_text(st["p99"]), "max": seconds_text(st["max"]),
                      "n": st["count"]})
     lines.append("")
     lines.append(format_table(rows, [("what", "latency"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
@@ -85,7 +85,7 @@ def simulate_summary(trace, report) -> str:
                  "schedule)" + (f"; sequential replay, same policy and pool: {100 * seq:.2f}%" if seq is not None else ""))
     tp = s["throughput"]
     lines.append(f"throughput {tp['requests_per_s']:,.3f} requests/s, {tp['input_tokens_per_s']:,.0f} input and "
-                 f"{tp['output_tokens_per_s']:,.0f} output tokens/s (over {_seconds(s['duration_s'])})")
+                 f"{tp['output_tokens_per_s']:,.0f} output tokens/s (over {seconds_text(s['duration_s'])})")
     gp = s["goodput"]
     if gp["slo_ttft_s"] is not None or gp["slo_tpot_s"] is not None:
         slos = " and ".join(f"{name} <= {1000 * v:g} ms" for name, v in (("TTFT", gp["slo_ttft_s"]),
@@ -97,7 +97,7 @@ def simulate_summary(trace, report) -> str:
                  f"running, {s['peak_waiting_requests']:,} waiting; {s['preemptions']:,} preemptions of "
                  f"{s['preempted_requests']:,} requests ({s['recomputed_tokens']:,} tokens recomputed)")
     if is_unstable(report):
-        lines.append(f"warning    the instance cannot keep up with this load: it finished {_seconds(backlog_s(report))} "
+        lines.append(f"warning    the instance cannot keep up with this load: it finished {seconds_text(backlog_s(report))} "
                      "after the last arrival, so TTFT is mostly queueing and grows with the trace's length. Lower "
                      "the load (--speedup 0.5), add GPUs (--tp), or sweep it: --speedups 0.25,0.5,1")
     return "\n".join(lines)
@@ -105,7 +105,7 @@ def simulate_summary(trace, report) -> str:
 
 def load_table(trace, rows: list[dict]) -> str:
     shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else f"{r['load']:g}/s"),
-                  ttft50=_seconds(r["ttft_p50_s"]), ttft90=_seconds(r["ttft_p90_s"]),
+                  ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
                   ok="yes" if r["stable"] else "no") for r in rows]
     head = (f"{os.path.basename(trace.source)}: TTFT and hit rate against load (whole trace; hit rate % at first "
             "schedule, sequential % for the same policy and pool)")

@@ -407,3 +407,18 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
                     "backlog_s": backlog_s(r), "finished": s["finished"], "rejected": s["rejected"],
                 })
     return rows
+
+
+def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
+                    policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9) -> dict:
+    """What `kvreplay report --gpu` shows: a load sweep of one instance whose pool is what the GPUs
+    hold after the weights, with the engine-faithful policy (JSON-ready)."""
+    rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
+                      tp=tp, time_model=time_model, block_size=block_size,
+                      gpu_memory_utilization=gpu_memory_utilization)
+    bs = resolve_block_size(block_size, trace)
+    _, source = resolve_capacity(None, model=model, gpu=gpu, tp=tp, block_size=bs,
+                                 gpu_memory_utilization=gpu_memory_utilization)
+    tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
+    return {"rows": rows, "capacity_source": source, "time_model": tm.describe(),
+            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": bs}
