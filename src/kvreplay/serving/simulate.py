@@ -45,9 +45,9 @@ class Scheduler:
     chunked_prefill_size: int = 8192
     max_prefill_tokens: int = 16384
     lpm_fcfs_above: int = 128  # SGLang falls back from lpm to fcfs above this many waiting requests
-    init_new_token_ratio: float = 0.7
-    min_new_token_ratio: float = 0.1
-    new_token_ratio_decay: float = 0.001
+    init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness 1.0
+    min_new_token_ratio: float = 0.7 * 0.14  # x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+    new_token_ratio_decay: float = (0.7 - 0.7 * 0.14) / 600  # over SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
     clip_max_new_tokens: int = 4096
 
     def __post_init__(self):
