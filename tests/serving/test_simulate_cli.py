@@ -76,7 +76,7 @@ def test_plot_of_one_run(files):
     (("--time-model", "instant", "--capacity", "10", "--schedule", "lpm"), "--schedule lpm is SGLang's"),
     (("--time-model", "instant", "--capacity", "10", "--policies", "lru"), "--policies and --capacities compare runs"),
     (("--time-model", "instant", "--capacity", "10", "--warmup-fraction", "0.5"), "whole trace"),
-    (("--time-model", "instant", "--capacity", "10", "--output", "x.txt"), "must end in .json, .csv or .parquet"),
+    (("--time-model", "instant", "--capacity", "10", "--output", "x.txt"), "must end in .csv, .json or .parquet"),
     (("--time-model", "roofline", "--capacity", "10"), "the roofline time model needs model and gpu"),
     (("--time-model", "instant", "--capacity", "10", "--mfu", "0.4"), "apply to the roofline time model"),
     (("--time-model", "nope.npz", "--capacity", "10"), "nope.npz: no such file"),

@@ -328,3 +328,22 @@ class Progress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
         return False
+
+
+def check_table_outputs(args) -> None:
+    """sweep, mrc and simulate: --output is .csv, .json or .parquet (pyarrow installed), --plot a known
+    image type; every output's directory exists and no output is an input trace. Checked before
+    anything runs."""
+    if args.output:
+        name = args.output.lower()
+        if not name.endswith((".json", ".csv", ".parquet")):
+            raise ConfigError(f"--output {args.output}: the name must end in .csv, .json or .parquet")
+        if name.endswith(".parquet"):
+            from ..tables import require
+
+            require("pyarrow", f"--output {args.output}")
+    if args.plot:
+        from ..output.plot import check_plot_path
+
+        check_plot_path(args.plot)
+    check_output_dir(args.output, args.plot, inputs=args.traces)

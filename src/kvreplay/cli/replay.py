@@ -103,7 +103,7 @@ def _parser_sweep(sub) -> None:
 def _cmd_sweep(args) -> int:
     from ..analysis.sweep import points_to_rows, sweep
 
-    _check_table_output(args)
+    common.check_table_outputs(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     if args.bounds:
         policies += [p for p in ("infinite", "belady") if p not in policies]
@@ -149,25 +149,6 @@ def _sweep_each(args, policies) -> int:
     return 0
 
 
-def _check_table_output(args) -> None:
-    """sweep and mrc: --output is .csv, .json or .parquet (pyarrow installed), --plot a known
-    image type; every output's directory exists and no output is an input trace. Checked before
-    anything runs."""
-    if args.output:
-        name = args.output.lower()
-        if not name.endswith((".json", ".csv", ".parquet")):
-            raise ConfigError(f"--output {args.output}: the name must end in .csv, .json or .parquet")
-        if name.endswith(".parquet"):
-            from ..tables import require
-
-            require("pyarrow", f"--output {args.output}")
-    if args.plot:
-        from ..output.plot import check_plot_path
-
-        check_plot_path(args.plot)
-    common.check_output_dir(args.output, args.plot, inputs=args.traces)
-
-
 def _emit(args, result, rows: list[dict], columns, heading: str, trace=None) -> None:
     """sweep and mrc: --plot; --output as the tidy table (CSV, Parquet) or the JSON document;
     --json on stdout, else the human table (`rows` under `columns`)."""
@@ -206,7 +187,7 @@ def _parser_mrc(sub) -> None:
 def _cmd_mrc(args) -> int:
     from ..analysis.mrc import mrc
 
-    _check_table_output(args)
+    common.check_table_outputs(args)
     trace = common.load(args)
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
     curve = mrc(trace, capacities, args.block_size, warmup_fraction=args.warmup_fraction)

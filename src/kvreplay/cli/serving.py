@@ -151,27 +151,11 @@ def _options(args, trace) -> dict:
                 slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv, **params)
 
 
-def _check_outputs(args) -> None:
-    if args.output:
-        name = args.output.lower()
-        if not name.endswith((".json", ".csv", ".parquet")):
-            raise ConfigError(f"--output {args.output}: the name must end in .json, .csv or .parquet")
-        if name.endswith(".parquet"):
-            from ..tables import require
-
-            require("pyarrow", f"--output {args.output}")
-    if args.plot:
-        from ..output.plot import check_plot_path
-
-        check_plot_path(args.plot)
-    common.check_output_dir(args.output, args.plot, inputs=args.traces)
-
-
 def _cmd_simulate(args) -> int:
     from ..files import write_atomic
     from ..serving.simulate import load_sweep, simulate
 
-    _check_outputs(args)
+    common.check_table_outputs(args)
     trace = common.load(args)
     options = _options(args, trace)
     sweeping = args.speedups is not None or args.rates is not None

@@ -54,12 +54,12 @@ NUM_FCFG = 4
 # counters
 (K_STEPS, K_PREEMPTIONS, K_DECODE_BLOCKS, K_PEAK_HELD, K_PEAK_RUNNING, K_PEAK_WAITING, K_REJECTED, K_PREFILL_STEPS,
  K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS, K_PIN_CALLS, K_POSITIONS,
- K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS) = range(18)
-NUM_COUNTERS = 18
+ K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS, K_HIT_SUM, K_PROMPT_SUM) = range(20)
+NUM_COUNTERS = 20
 COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "peak_running", "peak_waiting",
                  "rejected", "prefill_steps", "stalls", "recomputed_tokens", "prefill_tokens", "decode_tokens",
                  "refused_admissions", "pin_calls", "positions_pinned", "state_out_of_room", "max_pin_calls",
-                 "max_positions")
+                 "max_positions", "first_hit_tokens", "first_prompt_tokens")
 # request status
 WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 # time series columns
@@ -155,6 +155,40 @@ if HAVE_NUMBA:
         hit = k * block_size
         return hit if hit < target else target
 
+    @helper(inline=False)
+    def _started(i, hit, hit_blocks_i, now, L, target, computed, status, preempts, sched_s, hit_tokens, hit_blocks,
+                 counters):
+        """Request i was admitted with `hit` tokens cached: its first schedule is recorded (a
+        recomputation after a preemption is counted apart), and it runs."""
+        if preempts[i] == 0:
+            sched_s[i] = now
+            hit_tokens[i] = hit
+            hit_blocks[i] = hit_blocks_i
+            counters[K_HIT_SUM] += hit
+            counters[K_PROMPT_SUM] += L[i]
+        else:
+            counters[K_RECOMPUTED_TOKENS] += target[i] - hit
+        status[i] = RUNNING
+        # the last prompt token is always computed (it gives the first token's logits), even
+        # when a block-level policy hit the whole prompt
+        computed[i] = hit if hit < target[i] else target[i] - 1
+
+    @helper(inline=False)
+    def _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs,
+                    computed, decoding, target, generated, status, preempts, new_tokens, counters):
+        """Preempt (vLLM) or retract (SGLang) request v: its blocks are released and it waits to
+        recompute its prompt and the tokens it generated. Returns the tokens it had this step."""
+        given = new_tokens[v]
+        new_tokens[v] = 0
+        _release(state, v, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs)
+        computed[v] = 0
+        decoding[v] = False
+        target[v] = L[v] + generated[v]
+        status[v] = WAITING
+        preempts[v] += 1
+        counters[K_PREEMPTIONS] += 1
+        return given
+
     from ..engine.driver import prefix_compiled
 
     @helper(inline=False)
@@ -203,8 +237,6 @@ if HAVE_NUMBA:
         next_arrival = 0
         now = 0.0
         done = 0
-        hit_sum = 0
-        prompt_sum = 0
         stride = 1
         nseries = 0
         series_cap = series.shape[0]
@@ -270,17 +302,9 @@ if HAVE_NUMBA:
                         # preempt the most recently admitted request (it may be i itself)
                         victim = running[nrun - 1]
                         nrun -= 1
-                        if new_tokens[victim] > 0:
-                            budget += new_tokens[victim]
-                            new_tokens[victim] = 0
-                        _release(state, victim, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                 dec_pinned, bs)
-                        computed[victim] = 0
-                        decoding[victim] = False
-                        target[victim] = L[victim] + generated[victim]
-                        status[victim] = WAITING
-                        preempts[victim] += 1
-                        counters[K_PREEMPTIONS] += 1
+                        budget += _taken_back(victim, state, blocks, offsets, P, L, handles, base_len, base_input,
+                                              base_n, dec_pinned, bs, computed, decoding, target, generated,
+                                              status, preempts, new_tokens, counters)
                         qhead = (qhead - 1 + qcap) % qcap
                         queue[qhead] = victim
                         qlen += 1
@@ -304,18 +328,8 @@ if HAVE_NUMBA:
                             break
                         qhead = (qhead + 1) % qcap
                         qlen -= 1
-                        if status[i] == WAITING and preempts[i] == 0 and generated[i] == 0:
-                            sched_s[i] = now
-                            hit_tokens[i] = hit
-                            hit_blocks[i] = hit_out[0]
-                            hit_sum += hit
-                            prompt_sum += L[i]
-                        else:
-                            counters[K_RECOMPUTED_TOKENS] += target[i] - hit
-                        status[i] = RUNNING
-                        # the last prompt token is always computed (it gives the first token's
-                        # logits), even when a block-level policy hit the whole prompt
-                        computed[i] = hit if hit < target[i] else target[i] - 1
+                        _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
+                                 hit_blocks, counters)
                         want_new = target[i] - computed[i]
                         if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
                             # without chunked prefill a prompt waits for a step with room for all of it
@@ -386,18 +400,8 @@ if HAVE_NUMBA:
                             break
                         qhead = (qhead + 1) % qcap
                         qlen -= 1
-                        if preempts[i] == 0:
-                            sched_s[i] = now
-                            hit_tokens[i] = hit
-                            hit_blocks[i] = hit_out[0]
-                            hit_sum += hit
-                            prompt_sum += L[i]
-                        else:
-                            counters[K_RECOMPUTED_TOKENS] += target[i] - hit
-                        status[i] = RUNNING
-                        # the last prompt token is always computed (it gives the first token's
-                        # logits), even when a block-level policy hit the whole prompt
-                        computed[i] = hit if hit < target[i] else target[i] - 1
+                        _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
+                                 hit_blocks, counters)
                         extend = target[i] - computed[i]
                         running[nrun] = i
                         nrun += 1
@@ -437,15 +441,9 @@ if HAVE_NUMBA:
                             if v < 0 or nrun <= 1:
                                 ok = False
                                 break
-                            new_tokens[v] = 0
-                            _release(state, v, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                     dec_pinned, bs)
-                            computed[v] = 0
-                            decoding[v] = False
-                            target[v] = L[v] + generated[v]
-                            status[v] = WAITING
-                            preempts[v] += 1
-                            counters[K_PREEMPTIONS] += 1
+                            _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                        dec_pinned, bs, computed, decoding, target, generated, status, preempts,
+                                        new_tokens, counters)
                             queue[(qhead + qlen) % qcap] = v
                             qlen += 1
                             retracted = True
@@ -583,8 +581,8 @@ if HAVE_NUMBA:
                 series[nseries, S_RUNNING] = nrun
                 series[nseries, S_WAITING] = qlen
                 series[nseries, S_HELD] = state.hold[HELD]
-                series[nseries, S_HIT] = hit_sum
-                series[nseries, S_PROMPT] = prompt_sum
+                series[nseries, S_HIT] = counters[K_HIT_SUM]
+                series[nseries, S_PROMPT] = counters[K_PROMPT_SUM]
                 nseries += 1
         series_meta[0] = nseries
         series_meta[1] = stride
