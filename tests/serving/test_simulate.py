@@ -213,10 +213,15 @@ def small_traces(draw):
 HOLDS_IN_SEQUENCE = ("vllm", "radix", "lru", "infinite")
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+# every policy under the vLLM-style scheduler; the SGLang-style one (a kernel of its own per policy:
+# compile time) with its own policy and two block-level ones
+LIMIT_CASES = [(p, "vllm") for p in sorted(POLICIES)] + [(p, "sglang") for p in ("radix", "lru", "s3fifo")]
+
+
+@pytest.mark.parametrize("policy, style", LIMIT_CASES)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trace=small_traces(), capacity=st.integers(4, 12), style=st.sampled_from(["vllm", "sglang"]))
-def test_instant_time_is_one_request_at_a_time(policy, trace, capacity, style):
+@given(trace=small_traces(), capacity=st.integers(4, 12))
+def test_instant_time_is_one_request_at_a_time(policy, style, trace, capacity):
     capacity = max(capacity, 10) if policy == "s3fifo" else capacity  # s3fifo's queues need >= 1 block each
     # arrivals never go back in time here, so the simulator serves requests in trace order, each
     # alone: its hits are those of the policy's lifecycle with each request started and finished

@@ -196,397 +196,403 @@ if HAVE_NUMBA:
         """The sequential replay's prefix scan (engine/driver.py), compiled once here."""
         return prefix_compiled(state, blocks, start, end, input_length, block_size)
 
-    @njit(cache=True, nogil=True)
-    def run_instance(offsets, blocks, P, L, O, arrival, state, handles, tm, cfg, fcfg,
-                     sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
-                     counters, series, series_meta):  # pragma: no cover - compiled
-        n = L.shape[0]
-        style = cfg[C_STYLE]
-        capacity = cfg[C_CAPACITY]
-        bs = cfg[C_BLOCK_SIZE]
-        precheck = cfg[C_PRECHECK] != 0
-        output_kv = cfg[C_OUTPUT_KV] != 0
-        window = cfg[C_WINDOW]
-        max_seqs = cfg[C_MAX_SEQS]
-        # per-request scratch
-        computed = np.zeros(n, dtype=np.int64)
-        target = np.zeros(n, dtype=np.int64)
-        generated = np.zeros(n, dtype=np.int64)
-        base_len = np.zeros(n, dtype=np.int64)
-        base_input = np.zeros(n, dtype=np.int64)
-        base_n = np.zeros(n, dtype=np.int64)
-        dec_pinned = np.zeros(n, dtype=np.int64)
-        new_tokens = np.zeros(n, dtype=np.int64)  # scheduled this step
-        decoding = np.zeros(n, dtype=np.bool_)  # its prompt is computed: each step feeds one token
-        outputs = np.maximum(O, 1)
-        # waiting queue: a ring buffer (arrivals at the back, preempted requests at the front)
-        qcap = n + 1
-        queue = np.zeros(qcap, dtype=np.int64)
-        qhead = 0
-        qlen = 0
-        running = np.zeros(n + 1, dtype=np.int64)
-        nrun = 0
-        batch = np.zeros(n + 1, dtype=np.int64)
-        agg = np.zeros(NUM_AGG, dtype=np.float64)
-        hit_out = np.zeros(1, dtype=np.int64)
-        lpm_key = np.zeros(n, dtype=np.int64)
-        order = np.zeros(n + 1, dtype=np.int64)
-        ratio = fcfg[F_RATIO_INIT]
-        clip = np.int64(fcfg[F_CLIP_MAX_NEW])
-        chunk_req = -1  # SGLang: the request whose prompt is being chunked
-        next_arrival = 0
-        now = 0.0
-        done = 0
-        stride = 1
-        nseries = 0
-        series_cap = series.shape[0]
-        while done < n:
-            if counters[K_OUT_OF_ROOM] != 0:
-                return now
-            # 1. arrivals
-            while next_arrival < n:
-                i = next_arrival
-                if cfg[C_ONE_AT_A_TIME] != 0 and (nrun > 0 or qlen > 0):
-                    break
-                if arrival[i] > now:
-                    if nrun == 0 and qlen == 0:
-                        now = arrival[i]  # idle: jump to the next arrival
-                    else:
+    def _make_kernel(style):
+        """The loop for one scheduler style: `style` is a compile-time constant, so numba drops the
+        other scheduler's code from the kernel (less to compile)."""
+
+        @njit(cache=True, nogil=True)
+        def run_instance(offsets, blocks, P, L, O, arrival, state, handles, tm, cfg, fcfg,
+                         sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
+                         counters, series, series_meta):  # pragma: no cover - compiled
+            n = L.shape[0]
+            capacity = cfg[C_CAPACITY]
+            bs = cfg[C_BLOCK_SIZE]
+            precheck = cfg[C_PRECHECK] != 0
+            output_kv = cfg[C_OUTPUT_KV] != 0
+            window = cfg[C_WINDOW]
+            max_seqs = cfg[C_MAX_SEQS]
+            # per-request scratch
+            computed = np.zeros(n, dtype=np.int64)
+            target = np.zeros(n, dtype=np.int64)
+            generated = np.zeros(n, dtype=np.int64)
+            base_len = np.zeros(n, dtype=np.int64)
+            base_input = np.zeros(n, dtype=np.int64)
+            base_n = np.zeros(n, dtype=np.int64)
+            dec_pinned = np.zeros(n, dtype=np.int64)
+            new_tokens = np.zeros(n, dtype=np.int64)  # scheduled this step
+            decoding = np.zeros(n, dtype=np.bool_)  # its prompt is computed: each step feeds one token
+            outputs = np.maximum(O, 1)
+            # waiting queue: a ring buffer (arrivals at the back, preempted requests at the front)
+            qcap = n + 1
+            queue = np.zeros(qcap, dtype=np.int64)
+            qhead = 0
+            qlen = 0
+            running = np.zeros(n + 1, dtype=np.int64)
+            nrun = 0
+            batch = np.zeros(n + 1, dtype=np.int64)
+            agg = np.zeros(NUM_AGG, dtype=np.float64)
+            hit_out = np.zeros(1, dtype=np.int64)
+            lpm_key = np.zeros(n, dtype=np.int64)
+            order = np.zeros(n + 1, dtype=np.int64)
+            ratio = fcfg[F_RATIO_INIT]
+            clip = np.int64(fcfg[F_CLIP_MAX_NEW])
+            chunk_req = -1  # SGLang: the request whose prompt is being chunked
+            next_arrival = 0
+            now = 0.0
+            done = 0
+            stride = 1
+            nseries = 0
+            series_cap = series.shape[0]
+            while done < n:
+                if counters[K_OUT_OF_ROOM] != 0:
+                    return now
+                # 1. arrivals
+                while next_arrival < n:
+                    i = next_arrival
+                    if cfg[C_ONE_AT_A_TIME] != 0 and (nrun > 0 or qlen > 0):
                         break
-                next_arrival += 1
-                need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
-                never = need > capacity
-                if style == STYLE_SGLANG:
-                    # SGLang's admission needs prompt + reserved outputs + a page below the pool
-                    left = outputs[i] if outputs[i] < clip else clip
-                    never = never or L[i] + left + bs >= capacity * bs
-                if never:
-                    status[i] = REJECTED
-                    counters[K_REJECTED] += 1
-                    done += 1
+                    if arrival[i] > now:
+                        if nrun == 0 and qlen == 0:
+                            now = arrival[i]  # idle: jump to the next arrival
+                        else:
+                            break
+                    next_arrival += 1
+                    need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
+                    never = need > capacity
+                    if style == STYLE_SGLANG:
+                        # SGLang's admission needs prompt + reserved outputs + a page below the pool
+                        left = outputs[i] if outputs[i] < clip else clip
+                        never = never or L[i] + left + bs >= capacity * bs
+                    if never:
+                        status[i] = REJECTED
+                        counters[K_REJECTED] += 1
+                        done += 1
+                        continue
+                    status[i] = WAITING
+                    target[i] = L[i]
+                    queue[(qhead + qlen) % qcap] = i
+                    qlen += 1
+                    if cfg[C_ONE_AT_A_TIME] != 0:
+                        break
+                if done >= n:
+                    break
+                if nrun == 0 and qlen == 0:
+                    ratio = fcfg[F_RATIO_INIT]  # SGLang resets its estimate when idle
                     continue
-                status[i] = WAITING
-                target[i] = L[i]
-                queue[(qhead + qlen) % qcap] = i
-                qlen += 1
-                if cfg[C_ONE_AT_A_TIME] != 0:
-                    break
-            if done >= n:
-                break
-            if nrun == 0 and qlen == 0:
-                ratio = fcfg[F_RATIO_INIT]  # SGLang resets its estimate when idle
-                continue
-            if qlen > counters[K_PEAK_WAITING]:
-                counters[K_PEAK_WAITING] = qlen
-            # 2. schedule
-            budget = cfg[C_MAX_BATCHED]
-            nbatch = 0
-            preempted = False
-            if style == STYLE_VLLM:
-                # 2a. running requests first, in admission order
-                r = 0
-                while r < nrun:
-                    i = running[r]
-                    if budget <= 0:
-                        break
-                    if computed[i] < target[i]:
-                        want_new = target[i] - computed[i]
-                        if want_new > budget:
-                            want_new = budget
-                    else:
-                        want_new = 1
-                    want = P[i] + (extra_blocks(computed[i] + want_new, L[i], bs) if output_kv else 0)
-                    ok = True
-                    while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
-                                    capacity, counters):
-                        # preempt the most recently admitted request (it may be i itself)
-                        victim = running[nrun - 1]
-                        nrun -= 1
-                        budget += _taken_back(victim, state, blocks, offsets, P, L, handles, base_len, base_input,
-                                              base_n, dec_pinned, bs, computed, decoding, target, generated,
-                                              status, preempts, new_tokens, counters)
-                        qhead = (qhead - 1 + qcap) % qcap
-                        queue[qhead] = victim
-                        qlen += 1
-                        preempted = True
-                        if victim == i:
-                            ok = False
-                            break
-                    if not ok:
-                        break
-                    new_tokens[i] = want_new
-                    budget -= want_new
-                    r += 1
-                # 2b. waiting requests, FCFS, only in a step without preemption
-                if not preempted:
-                    while qlen > 0 and budget > 0 and nrun < max_seqs:
-                        i = queue[qhead]
-                        hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
-                        if hit < 0:
-                            counters[K_REFUSED_ADMISSIONS] += 1
-                            break
-                        qhead = (qhead + 1) % qcap
-                        qlen -= 1
-                        _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
-                                 hit_blocks, counters)
-                        want_new = target[i] - computed[i]
-                        if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
-                            # without chunked prefill a prompt waits for a step with room for all of it
-                            _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                     dec_pinned, bs)
-                            qhead = (qhead - 1 + qcap) % qcap
-                            queue[qhead] = i
-                            qlen += 1
-                            status[i] = WAITING
-                            break
-                        if want_new > budget:
-                            want_new = budget
-                        running[nrun] = i
-                        nrun += 1
-                        new_tokens[i] = want_new
-                        budget -= want_new
-            else:
-                # SGLang: a prefill batch when one can be formed (decodes pause), else a decode batch
-                npre = 0
-                rem_total = (capacity - state.hold[HELD]) * bs
-                for r in range(nrun):
-                    i = running[r]
-                    if i != chunk_req:
-                        left = outputs[i] - generated[i]
-                        rem_total -= (left if left < clip else clip) * ratio
-                chunking = cfg[C_CHUNKED] != 0
-                rem_chunk = cfg[C_CHUNK_SIZE] if chunking else np.int64(1) << 62
-                rem_input = cfg[C_MAX_PREFILL]
-                if chunk_req >= 0:
-                    i = chunk_req
-                    m = target[i] - computed[i]
-                    if m > rem_chunk:
-                        m = rem_chunk - rem_chunk % bs if rem_chunk >= bs else rem_chunk
-                    else:
-                        chunk_req = -1
-                        left = outputs[i] - generated[i]
-                        rem_total -= left if left < clip else clip
-                    new_tokens[i] = m
-                    npre += 1
-                    rem_chunk -= m
-                    rem_input -= m
-                    rem_total -= _ceil_page(m, bs)
-                if chunk_req < 0 and qlen > 0:
-                    if cfg[C_LPM] != 0 and qlen <= cfg[C_LPM_FCFS_ABOVE]:
-                        # longest cached prefix first (stable), matched before sorting
-                        for q in range(qlen):
-                            i = queue[(qhead + q) % qcap]
-                            order[q] = i
-                            lpm_key[i] = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
-                        _sort_by_key_desc(order, qlen, lpm_key)
-                        for q in range(qlen):
-                            queue[(qhead + q) % qcap] = order[q]
-                    while qlen > 0 and nrun < max_seqs and rem_total > 0 and rem_chunk > 0 and rem_input > 0:
-                        i = queue[qhead]
-                        k = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
-                        hit = k * bs if k * bs < target[i] else target[i]
-                        extend = target[i] - hit if hit < target[i] else 1
-                        left = outputs[i] - generated[i]
-                        reserve = left if left < clip else clip
-                        if extend + reserve + bs >= rem_total:
-                            break
-                        if not chunking and npre > 0 and _ceil_page(extend, bs) >= rem_input:
-                            break
-                        hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                     dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
-                        if hit < 0:
-                            counters[K_REFUSED_ADMISSIONS] += 1
-                            break
-                        qhead = (qhead + 1) % qcap
-                        qlen -= 1
-                        _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
-                                 hit_blocks, counters)
-                        extend = target[i] - computed[i]
-                        running[nrun] = i
-                        nrun += 1
-                        npre += 1
-                        if extend > rem_chunk:
-                            m = rem_chunk - rem_chunk % bs if rem_chunk >= bs else rem_chunk
-                            new_tokens[i] = m
-                            chunk_req = i
-                            rem_total -= _ceil_page(m, bs) + bs
-                            rem_chunk -= m
-                            break
-                        new_tokens[i] = extend
-                        rem_total -= _ceil_page(extend, bs) + bs + reserve
-                        rem_chunk -= _ceil_page(extend, bs)
-                        rem_input -= _ceil_page(extend, bs)
-                if npre == 0:
-                    # decode batch: every decoding request feeds one token; retract when blocks run out
-                    retracted = False
+                if qlen > counters[K_PEAK_WAITING]:
+                    counters[K_PEAK_WAITING] = qlen
+                # 2. schedule
+                budget = cfg[C_MAX_BATCHED]
+                nbatch = 0
+                preempted = False
+                if style == STYLE_VLLM:
+                    # 2a. running requests first, in admission order
                     r = 0
                     while r < nrun:
                         i = running[r]
-                        if not decoding[i]:
-                            r += 1
-                            continue
-                        want = P[i] + (extra_blocks(computed[i] + 1, L[i], bs) if output_kv else 0)
+                        if budget <= 0:
+                            break
+                        if computed[i] < target[i]:
+                            want_new = target[i] - computed[i]
+                            if want_new > budget:
+                                want_new = budget
+                        else:
+                            want_new = 1
+                        want = P[i] + (extra_blocks(computed[i] + want_new, L[i], bs) if output_kv else 0)
                         ok = True
                         while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
                                         capacity, counters):
-                            # fewest generated tokens first, the longest prompt on ties; keep one
-                            v = -1
-                            for q in range(nrun):
-                                j = running[q]
-                                if not decoding[j]:
-                                    continue
-                                if v < 0 or generated[j] < generated[v] or (generated[j] == generated[v] and L[j] > L[v]):
-                                    v = j
-                            if v < 0 or nrun <= 1:
-                                ok = False
-                                break
-                            _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                        dec_pinned, bs, computed, decoding, target, generated, status, preempts,
-                                        new_tokens, counters)
-                            queue[(qhead + qlen) % qcap] = v
+                            # preempt the most recently admitted request (it may be i itself)
+                            victim = running[nrun - 1]
+                            nrun -= 1
+                            budget += _taken_back(victim, state, blocks, offsets, P, L, handles, base_len, base_input,
+                                                  base_n, dec_pinned, bs, computed, decoding, target, generated,
+                                                  status, preempts, new_tokens, counters)
+                            qhead = (qhead - 1 + qcap) % qcap
+                            queue[qhead] = victim
                             qlen += 1
-                            retracted = True
-                            # drop v from the running list, keeping the order
-                            w = 0
-                            for q in range(nrun):
-                                if running[q] != v:
-                                    running[w] = running[q]
-                                    w += 1
-                                elif q < r:
-                                    r -= 1
-                            nrun = w
-                            if v == i:
+                            preempted = True
+                            if victim == i:
                                 ok = False
                                 break
                         if not ok:
-                            if status[i] == RUNNING:
-                                r += 1  # no room even alone: it waits (cannot happen for admitted requests)
-                            continue
-                        new_tokens[i] = 1
+                            break
+                        new_tokens[i] = want_new
+                        budget -= want_new
                         r += 1
-                    if retracted:
-                        out_sum = 0
-                        max_sum = 0
-                        for q in range(nrun):
-                            j = running[q]
-                            out_sum += generated[j]
-                            max_sum += outputs[j]
-                        ratio = (out_sum + 20.0 * nrun) / (max_sum + 1.0)
-                        if ratio > 1.0:
-                            ratio = 1.0
-                    else:
-                        ratio -= fcfg[F_RATIO_DECAY]
-                        if ratio < fcfg[F_RATIO_MIN]:
-                            ratio = fcfg[F_RATIO_MIN]
-            # 3. the step's batch and its duration
-            agg[:] = 0.0
-            for r in range(nrun):
-                i = running[r]
-                m = new_tokens[i]
-                if m <= 0:
-                    continue
-                batch[nbatch] = i
-                nbatch += 1
-                c = computed[i]
-                if not decoding[i]:
-                    agg[AGG_PREFILL_REQS] += 1
-                    agg[AGG_PREFILL_NEW] += m
-                    agg[AGG_PREFILL_CACHED] += c
-                    agg[AGG_KEYS_FULL] += m * c + m * (m + 1) // 2
-                    agg[AGG_TOUCHED_FULL] += c + m
-                    if window > 0:
-                        agg[AGG_KEYS_SW] += _sum_min_c(c + 1, c + m, window)
-                        tw = window + m - 1
-                        agg[AGG_TOUCHED_SW] += c + m if c + m < tw else tw
+                    # 2b. waiting requests, FCFS, only in a step without preemption
+                    if not preempted:
+                        while qlen > 0 and budget > 0 and nrun < max_seqs:
+                            i = queue[qhead]
+                            hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                         dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
+                            if hit < 0:
+                                counters[K_REFUSED_ADMISSIONS] += 1
+                                break
+                            qhead = (qhead + 1) % qcap
+                            qlen -= 1
+                            _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
+                                     hit_blocks, counters)
+                            want_new = target[i] - computed[i]
+                            if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
+                                # without chunked prefill a prompt waits for a step with room for all of it
+                                _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                         dec_pinned, bs)
+                                qhead = (qhead - 1 + qcap) % qcap
+                                queue[qhead] = i
+                                qlen += 1
+                                status[i] = WAITING
+                                break
+                            if want_new > budget:
+                                want_new = budget
+                            running[nrun] = i
+                            nrun += 1
+                            new_tokens[i] = want_new
+                            budget -= want_new
                 else:
-                    x = c + 1
-                    agg[AGG_DECODE_REQS] += 1
-                    agg[AGG_DECODE_CTX] += x
-                    agg[AGG_KEYS_FULL] += x
-                    agg[AGG_TOUCHED_FULL] += x
-                    if window > 0:
-                        xw = x if x < window else window
-                        agg[AGG_KEYS_SW] += xw
-                        agg[AGG_TOUCHED_SW] += xw
-            if nbatch == 0:
-                counters[K_STALLS] += 1
-                if next_arrival < n and arrival[next_arrival] > now:
-                    now = arrival[next_arrival]
-                    continue
-                if next_arrival < n:
-                    continue
-                # nothing can ever run (the rejection rule at arrival should prevent it): the
-                # waiting requests are rejected, so that none is left silently unfinished
-                while qlen > 0:
-                    i = queue[qhead]
-                    qhead = (qhead + 1) % qcap
-                    qlen -= 1
-                    status[i] = REJECTED
-                    counters[K_REJECTED] += 1
-                    done += 1
-                if nrun == 0:
-                    break
-                continue
-            # the decoding requests' tokens (Dynamo's decode input)
-            agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX]
-            dt = step_seconds(tm, agg)
-            now += dt
-            counters[K_STEPS] += 1
-            if agg[AGG_PREFILL_REQS] > 0:
-                counters[K_PREFILL_STEPS] += 1
-            counters[K_PREFILL_TOKENS] += np.int64(agg[AGG_PREFILL_NEW])
-            counters[K_DECODE_TOKENS] += np.int64(agg[AGG_DECODE_REQS])
-            if state.hold[HELD] > counters[K_PEAK_HELD]:
-                counters[K_PEAK_HELD] = state.hold[HELD]
-            if nrun > counters[K_PEAK_RUNNING]:
-                counters[K_PEAK_RUNNING] = nrun
-            # 4. apply: tokens computed, tokens out, finishes
-            for b in range(nbatch):
-                i = batch[b]
-                m = new_tokens[i]
-                new_tokens[i] = 0
-                computed[i] += m
-                computed_total[i] += m
-                if computed[i] >= target[i]:
-                    generated[i] += 1
-                    if generated[i] == 1:
-                        first_s[i] = now
-                    if generated[i] >= outputs[i]:
-                        _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                 dec_pinned, bs)
-                        status[i] = FINISHED
-                        finish_s[i] = now
-                        done += 1
+                    # SGLang: a prefill batch when one can be formed (decodes pause), else a decode batch
+                    npre = 0
+                    rem_total = (capacity - state.hold[HELD]) * bs
+                    for r in range(nrun):
+                        i = running[r]
+                        if i != chunk_req:
+                            left = outputs[i] - generated[i]
+                            rem_total -= (left if left < clip else clip) * ratio
+                    chunking = cfg[C_CHUNKED] != 0
+                    rem_chunk = cfg[C_CHUNK_SIZE] if chunking else np.int64(1) << 62
+                    rem_input = cfg[C_MAX_PREFILL]
+                    if chunk_req >= 0:
+                        i = chunk_req
+                        m = target[i] - computed[i]
+                        if m > rem_chunk:
+                            m = rem_chunk - rem_chunk % bs if rem_chunk >= bs else rem_chunk
+                        else:
+                            chunk_req = -1
+                            left = outputs[i] - generated[i]
+                            rem_total -= left if left < clip else clip
+                        new_tokens[i] = m
+                        npre += 1
+                        rem_chunk -= m
+                        rem_input -= m
+                        rem_total -= _ceil_page(m, bs)
+                    if chunk_req < 0 and qlen > 0:
+                        if cfg[C_LPM] != 0 and qlen <= cfg[C_LPM_FCFS_ABOVE]:
+                            # longest cached prefix first (stable), matched before sorting
+                            for q in range(qlen):
+                                i = queue[(qhead + q) % qcap]
+                                order[q] = i
+                                lpm_key[i] = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
+                            _sort_by_key_desc(order, qlen, lpm_key)
+                            for q in range(qlen):
+                                queue[(qhead + q) % qcap] = order[q]
+                        while qlen > 0 and nrun < max_seqs and rem_total > 0 and rem_chunk > 0 and rem_input > 0:
+                            i = queue[qhead]
+                            k = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
+                            hit = k * bs if k * bs < target[i] else target[i]
+                            extend = target[i] - hit if hit < target[i] else 1
+                            left = outputs[i] - generated[i]
+                            reserve = left if left < clip else clip
+                            if extend + reserve + bs >= rem_total:
+                                break
+                            if not chunking and npre > 0 and _ceil_page(extend, bs) >= rem_input:
+                                break
+                            hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                         dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
+                            if hit < 0:
+                                counters[K_REFUSED_ADMISSIONS] += 1
+                                break
+                            qhead = (qhead + 1) % qcap
+                            qlen -= 1
+                            _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
+                                     hit_blocks, counters)
+                            extend = target[i] - computed[i]
+                            running[nrun] = i
+                            nrun += 1
+                            npre += 1
+                            if extend > rem_chunk:
+                                m = rem_chunk - rem_chunk % bs if rem_chunk >= bs else rem_chunk
+                                new_tokens[i] = m
+                                chunk_req = i
+                                rem_total -= _ceil_page(m, bs) + bs
+                                rem_chunk -= m
+                                break
+                            new_tokens[i] = extend
+                            rem_total -= _ceil_page(extend, bs) + bs + reserve
+                            rem_chunk -= _ceil_page(extend, bs)
+                            rem_input -= _ceil_page(extend, bs)
+                    if npre == 0:
+                        # decode batch: every decoding request feeds one token; retract when blocks run out
+                        retracted = False
+                        r = 0
+                        while r < nrun:
+                            i = running[r]
+                            if not decoding[i]:
+                                r += 1
+                                continue
+                            want = P[i] + (extra_blocks(computed[i] + 1, L[i], bs) if output_kv else 0)
+                            ok = True
+                            while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
+                                            capacity, counters):
+                                # fewest generated tokens first, the longest prompt on ties; keep one
+                                v = -1
+                                for q in range(nrun):
+                                    j = running[q]
+                                    if not decoding[j]:
+                                        continue
+                                    if v < 0 or generated[j] < generated[v] or (generated[j] == generated[v] and L[j] > L[v]):
+                                        v = j
+                                if v < 0 or nrun <= 1:
+                                    ok = False
+                                    break
+                                _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                            dec_pinned, bs, computed, decoding, target, generated, status, preempts,
+                                            new_tokens, counters)
+                                queue[(qhead + qlen) % qcap] = v
+                                qlen += 1
+                                retracted = True
+                                # drop v from the running list, keeping the order
+                                w = 0
+                                for q in range(nrun):
+                                    if running[q] != v:
+                                        running[w] = running[q]
+                                        w += 1
+                                    elif q < r:
+                                        r -= 1
+                                nrun = w
+                                if v == i:
+                                    ok = False
+                                    break
+                            if not ok:
+                                if status[i] == RUNNING:
+                                    r += 1  # no room even alone: it waits (cannot happen for admitted requests)
+                                continue
+                            new_tokens[i] = 1
+                            r += 1
+                        if retracted:
+                            out_sum = 0
+                            max_sum = 0
+                            for q in range(nrun):
+                                j = running[q]
+                                out_sum += generated[j]
+                                max_sum += outputs[j]
+                            ratio = (out_sum + 20.0 * nrun) / (max_sum + 1.0)
+                            if ratio > 1.0:
+                                ratio = 1.0
+                        else:
+                            ratio -= fcfg[F_RATIO_DECAY]
+                            if ratio < fcfg[F_RATIO_MIN]:
+                                ratio = fcfg[F_RATIO_MIN]
+                # 3. the step's batch and its duration
+                agg[:] = 0.0
+                for r in range(nrun):
+                    i = running[r]
+                    m = new_tokens[i]
+                    if m <= 0:
+                        continue
+                    batch[nbatch] = i
+                    nbatch += 1
+                    c = computed[i]
+                    if not decoding[i]:
+                        agg[AGG_PREFILL_REQS] += 1
+                        agg[AGG_PREFILL_NEW] += m
+                        agg[AGG_PREFILL_CACHED] += c
+                        agg[AGG_KEYS_FULL] += m * c + m * (m + 1) // 2
+                        agg[AGG_TOUCHED_FULL] += c + m
+                        if window > 0:
+                            agg[AGG_KEYS_SW] += _sum_min_c(c + 1, c + m, window)
+                            tw = window + m - 1
+                            agg[AGG_TOUCHED_SW] += c + m if c + m < tw else tw
                     else:
-                        target[i] = computed[i] + 1
-                        decoding[i] = True
-            # compact the running list (finished requests leave, order kept)
-            w = 0
-            for r in range(nrun):
-                i = running[r]
-                if status[i] == RUNNING:
-                    running[w] = i
-                    w += 1
-            nrun = w
-            # 5. time series, thinned by doubling the stride when full
-            if counters[K_STEPS] % stride == 0:
-                if nseries == series_cap:
-                    for s in range(series_cap // 2):
-                        for col in range(NUM_SERIES):
-                            series[s, col] = series[2 * s + 1, col]
-                    nseries = series_cap // 2
-                    stride *= 2
-                series[nseries, S_TIME] = now
-                series[nseries, S_RUNNING] = nrun
-                series[nseries, S_WAITING] = qlen
-                series[nseries, S_HELD] = state.hold[HELD]
-                series[nseries, S_HIT] = counters[K_HIT_SUM]
-                series[nseries, S_PROMPT] = counters[K_PROMPT_SUM]
-                nseries += 1
-        series_meta[0] = nseries
-        series_meta[1] = stride
-        return now
+                        x = c + 1
+                        agg[AGG_DECODE_REQS] += 1
+                        agg[AGG_DECODE_CTX] += x
+                        agg[AGG_KEYS_FULL] += x
+                        agg[AGG_TOUCHED_FULL] += x
+                        if window > 0:
+                            xw = x if x < window else window
+                            agg[AGG_KEYS_SW] += xw
+                            agg[AGG_TOUCHED_SW] += xw
+                if nbatch == 0:
+                    counters[K_STALLS] += 1
+                    if next_arrival < n and arrival[next_arrival] > now:
+                        now = arrival[next_arrival]
+                        continue
+                    if next_arrival < n:
+                        continue
+                    # nothing can ever run (the rejection rule at arrival should prevent it): the
+                    # waiting requests are rejected, so that none is left silently unfinished
+                    while qlen > 0:
+                        i = queue[qhead]
+                        qhead = (qhead + 1) % qcap
+                        qlen -= 1
+                        status[i] = REJECTED
+                        counters[K_REJECTED] += 1
+                        done += 1
+                    if nrun == 0:
+                        break
+                    continue
+                # the decoding requests' tokens (Dynamo's decode input)
+                agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX]
+                dt = step_seconds(tm, agg)
+                now += dt
+                counters[K_STEPS] += 1
+                if agg[AGG_PREFILL_REQS] > 0:
+                    counters[K_PREFILL_STEPS] += 1
+                counters[K_PREFILL_TOKENS] += np.int64(agg[AGG_PREFILL_NEW])
+                counters[K_DECODE_TOKENS] += np.int64(agg[AGG_DECODE_REQS])
+                if state.hold[HELD] > counters[K_PEAK_HELD]:
+                    counters[K_PEAK_HELD] = state.hold[HELD]
+                if nrun > counters[K_PEAK_RUNNING]:
+                    counters[K_PEAK_RUNNING] = nrun
+                # 4. apply: tokens computed, tokens out, finishes
+                for b in range(nbatch):
+                    i = batch[b]
+                    m = new_tokens[i]
+                    new_tokens[i] = 0
+                    computed[i] += m
+                    computed_total[i] += m
+                    if computed[i] >= target[i]:
+                        generated[i] += 1
+                        if generated[i] == 1:
+                            first_s[i] = now
+                        if generated[i] >= outputs[i]:
+                            _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                     dec_pinned, bs)
+                            status[i] = FINISHED
+                            finish_s[i] = now
+                            done += 1
+                        else:
+                            target[i] = computed[i] + 1
+                            decoding[i] = True
+                # compact the running list (finished requests leave, order kept)
+                w = 0
+                for r in range(nrun):
+                    i = running[r]
+                    if status[i] == RUNNING:
+                        running[w] = i
+                        w += 1
+                nrun = w
+                # 5. time series, thinned by doubling the stride when full
+                if counters[K_STEPS] % stride == 0:
+                    if nseries == series_cap:
+                        for s in range(series_cap // 2):
+                            for col in range(NUM_SERIES):
+                                series[s, col] = series[2 * s + 1, col]
+                        nseries = series_cap // 2
+                        stride *= 2
+                    series[nseries, S_TIME] = now
+                    series[nseries, S_RUNNING] = nrun
+                    series[nseries, S_WAITING] = qlen
+                    series[nseries, S_HELD] = state.hold[HELD]
+                    series[nseries, S_HIT] = counters[K_HIT_SUM]
+                    series[nseries, S_PROMPT] = counters[K_PROMPT_SUM]
+                    nseries += 1
+            series_meta[0] = nseries
+            series_meta[1] = stride
+            return now
+
+        return run_instance
+
 
     @helper
     def _ceil_page(tokens, bs):
@@ -612,5 +618,9 @@ if HAVE_NUMBA:
             return w * (b - a + 1)
         return (a + w) * (w - a + 1) // 2 + w * (b - w)
 
-    key_cache_on_sources(run_instance, [__file__, timing.__file__, str(Path(__file__).parents[1] / "engine" / "driver.py"),
-                                        *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
+    run_vllm = _make_kernel(STYLE_VLLM)
+    run_sglang = _make_kernel(STYLE_SGLANG)
+    for _kernel in (run_vllm, run_sglang):
+        key_cache_on_sources(_kernel, [__file__, timing.__file__, str(Path(__file__).parents[1] / "engine" / "driver.py"),
+                                       *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
+

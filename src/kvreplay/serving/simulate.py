@@ -228,8 +228,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             counters[instance.K_MAX_PIN_CALLS] = counters[instance.K_MAX_POSITIONS] = -1
         args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, state, handles, tm, cfg, fcfg, sched, first, finish,
                 hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta)
-        jit.ensure_compiled(instance.run_instance, args, f"the serving simulator for {spec.name}")
-        end = instance.run_instance(*args)
+        kernel = instance.run_sglang if scheduler.style == "sglang" else instance.run_vllm
+        jit.ensure_compiled(kernel, args, f"the {scheduler.style}-style serving simulator for {spec.name}")
+        end = kernel(*args)
         if counters[instance.K_OUT_OF_ROOM] == 0:
             break
         calls, positions = 2 * calls, 2 * positions
