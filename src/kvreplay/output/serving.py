@@ -96,6 +96,10 @@ def simulate_summary(trace, report) -> str:
                  f"({100 * s['peak_running_kv_fraction']:.0f}% of the pool); peak {s['peak_running_requests']:,} "
                  f"running, {s['peak_waiting_requests']:,} waiting; {s['preemptions']:,} preemptions of "
                  f"{s['preempted_requests']:,} requests ({s['recomputed_tokens']:,} tokens recomputed)")
+    if s.get("extra_evictions") is not None:
+        lines.append(f"evictions  {s['evictions']:,} blocks evicted by the policy; the sequential replay evicts "
+                     f"{s['sequential_evictions']:,}: running requests forced out {s['extra_evictions']:+,} more "
+                     "(the blocks they hold and their decode blocks)")
     if is_unstable(report):
         lines.append(f"warning    the instance cannot keep up with this load: it finished {seconds_text(backlog_s(report))} "
                      "after the last arrival, so TTFT is mostly queueing and grows with the trace's length. Lower "

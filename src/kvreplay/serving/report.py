@@ -72,6 +72,7 @@ class SimReport:
     series: np.ndarray
     end_s: float
     sequential_hit_rate: float | None = None
+    sequential_evictions: int | None = None  # the policy's evictions in the sequential replay
     capacity_source: dict = field(default_factory=dict)
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -175,6 +176,11 @@ class SimReport:
             "peak_running_kv_fraction": held_peak / self.capacity_blocks if self.capacity_blocks else 0.0,
             "steps": int(self.counters.get("steps", 0)),
             "evictions": self.policy_counters.get("evictions"),
+            "sequential_evictions": self.sequential_evictions,
+            # what running requests forced out beyond what one request at a time does: the blocks
+            # they hold shrink the cache, and their decode blocks push cached prefixes out
+            "extra_evictions": (None if self.sequential_evictions is None or self.policy_counters.get("evictions") is None
+                                else self.policy_counters["evictions"] - self.sequential_evictions),
         }
 
     def request_columns(self) -> dict:

@@ -317,9 +317,10 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
                    scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params)
     sequential = None
+    sequential_evictions = None
     if compare_sequential:
-        sequential = replay(trace, spec.name, None if spec.capacity == "ignored" else capacity, block_size,
-                            **params).hit_rate
+        seq = replay(trace, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **params)
+        sequential, sequential_evictions = seq.hit_rate, seq.counters.get("evictions")
     for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
             raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
@@ -333,7 +334,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         prompt_tokens=np.asarray(trace.input_length, dtype=np.int64), hit_tokens=raw.hit_tokens,
         output_tokens=np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1), preemptions=raw.preemptions,
         status=raw.status, counters=raw.counters, policy_counters=raw.policy_counters, series=raw.series,
-        end_s=raw.end_s, sequential_hit_rate=sequential, capacity_source=source,
+        end_s=raw.end_s, sequential_hit_rate=sequential, sequential_evictions=sequential_evictions,
+        capacity_source=source,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
     )
