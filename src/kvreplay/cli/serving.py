@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from ..errors import ConfigError
@@ -179,8 +178,9 @@ def _cmd_simulate(args) -> int:
     report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
     if args.plot:
         from ..output import plot
+        from ..output.serving import trace_name
 
-        plot.save_figure(plot.serving_figure(report, title=os.path.basename(trace.source)), args.plot)
+        plot.save_figure(plot.serving_figure(report, title=trace_name(trace)), args.plot)
     if args.output:
         name = args.output.lower()
         if name.endswith(".json"):
@@ -229,8 +229,9 @@ def _emit_sweep(args, trace, rows: list[dict]) -> int:
 
     if args.plot:
         from ..output import plot
+        from ..output.serving import trace_name
 
-        plot.save_figure(plot.load_figure(rows, title=os.path.basename(trace.source)), args.plot)
+        plot.save_figure(plot.load_figure(rows, title=trace_name(trace)), args.plot)
     if args.output:
         if args.output.lower().endswith(".json"):
             data = common.encode_json({"trace": trace.source, "rows": rows})

@@ -7,6 +7,11 @@ import os
 from .table import format_table
 
 
+def trace_name(trace) -> str:
+    """The trace's file or directory name (a directory's path may end in a slash)."""
+    return os.path.basename(str(trace.source).rstrip("/")) or str(trace.source)
+
+
 def seconds_text(x: float) -> str:
     if x != x:
         return "-"
@@ -46,7 +51,7 @@ def simulate_summary(trace, report) -> str:
     load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
             else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
     lines = [
-        f"trace      {os.path.basename(trace.source)}: {s['requests']:,} requests, {s['prompt_tokens']:,} prompt "
+        f"trace      {trace_name(trace)}: {s['requests']:,} requests, {s['prompt_tokens']:,} prompt "
         f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {seconds_text(span)} ({load})",
         f"engine     {_describe_scheduler(cfg['scheduler'])}; cache policy {report.policy}",
     ]
@@ -111,7 +116,7 @@ def load_table(trace, rows: list[dict]) -> str:
     shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else f"{r['load']:g}/s"),
                   ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
                   ok="yes" if r["stable"] else "no") for r in rows]
-    head = (f"{os.path.basename(trace.source)}: TTFT and hit rate against load (whole trace; hit rate % at first "
+    head = (f"{trace_name(trace)}: TTFT and hit rate against load (whole trace; hit rate % at first "
             "schedule, sequential % for the same policy and pool)")
     table = format_table(shown, [("load_text", "load"), ("policy", "policy"), ("capacity_blocks", "pool blocks"),
                                  ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("hit_rate", "hit rate %"),
