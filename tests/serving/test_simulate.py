@@ -49,6 +49,7 @@ def test_two_requests_step_by_step():
     assert r.hit_tokens.tolist() == [0, 4]
     assert r.ttft_s.tolist() == [1.0, 1.5]
     assert r.tpot_s.tolist() == [1.0, 1.0]
+    assert r.latencies()["itl"]["count"] == 3 and r.latencies()["itl"]["mean"] == 1.0
     assert r.counters["steps"] == 3
     # tokens: A computes 8 + 2 (its 2nd and 3rd outputs feed one token each), B 4 + 1
     assert r.counters["prefill_tokens"] + r.counters["decode_tokens"] == 15
@@ -82,6 +83,11 @@ def test_vllm_preempts_the_newest_request_and_recomputes_it():
     assert r.hit_tokens.tolist() == [0, 0]  # at each request's first schedule
     assert r.counters["peak_held_blocks"] == 4
     assert r.summary()["preempted_requests"] == 1
+    # inter-token gaps: A 8 x 1 s; B 4 x 1 s, 5 s (its 5th token at 5 s, its 6th at 10 s), 3 x 1 s
+    itl = r.latencies()["itl"]
+    assert itl["count"] == 16 and itl["mean"] == 20 / 16 and itl["max"] == 5.0
+    assert 1.0 <= itl["p50"] <= 1.001  # from the log histogram: at most 0.1% above the true value
+    assert itl["p99"] == 5.0  # nearest rank round(15 x 0.99) = 15: the largest gap
 
 
 def test_sglang_reserves_decode_room_before_admitting():

@@ -76,14 +76,16 @@ def simulate_summary(trace, report) -> str:
                     if s["rejected"] else ""))
     lat = s["latency_s"]
     rows = []
-    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "end to end"), ("queueing", "queueing")):
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end to end"),
+                       ("queueing", "queueing")):
         st = lat[key]
         rows.append({"what": label, "mean": seconds_text(st["mean"]), "p50": seconds_text(st["p50"]),
                      "p90": seconds_text(st["p90"]), "p99": seconds_text(st["p99"]), "max": seconds_text(st["max"]),
                      "n": st["count"]})
     lines.append("")
     lines.append(format_table(rows, [("what", "latency"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
-                                     ("p99", "p99"), ("max", "max"), ("n", "requests")]))
+                                     ("p99", "p99"), ("max", "max"), ("n", "count")]))
+    lines.append("(count: finished requests; for ITL, the gaps between consecutive tokens of a request)")
     lines.append("")
     seq = s["sequential_hit_rate"]
     lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "

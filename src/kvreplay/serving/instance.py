@@ -62,6 +62,13 @@ COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "p
                  "max_positions", "first_hit_tokens", "first_prompt_tokens")
 # request status
 WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+# inter-token latency: sum, max, count, then a histogram: bin 0 holds gaps <= ITL_MIN_S, bin k >= 1
+# gaps in (ITL_MIN_S x ITL_RATIO^(k-1), ITL_MIN_S x ITL_RATIO^k] (0.1% apart, as Dynamo's DDSketch)
+ITL_SUM, ITL_MAX, ITL_COUNT = range(3)
+ITL_HEAD = 3
+ITL_MIN_S = 1e-6
+ITL_RATIO = 1.001
+ITL_BINS = 23100  # up to ITL_MIN_S x 1.001^23099, about 1e4 s; longer gaps count in the last bin
 # time series columns
 S_TIME, S_RUNNING, S_WAITING, S_HELD, S_HIT, S_PROMPT = range(6)
 NUM_SERIES = 6
@@ -203,8 +210,10 @@ if HAVE_NUMBA:
         @njit(cache=True, nogil=True)
         def run_instance(offsets, blocks, P, L, O, arrival, state, handles, tm, cfg, fcfg,
                          sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
-                         counters, series, series_meta):  # pragma: no cover - compiled
+                         counters, series, series_meta, itl):  # pragma: no cover - compiled
             n = L.shape[0]
+            last_token = np.zeros(n, dtype=np.float64)
+            itl_bins = itl.shape[0] - ITL_HEAD
             capacity = cfg[C_CAPACITY]
             bs = cfg[C_BLOCK_SIZE]
             precheck = cfg[C_PRECHECK] != 0
@@ -555,6 +564,20 @@ if HAVE_NUMBA:
                         generated[i] += 1
                         if generated[i] == 1:
                             first_s[i] = now
+                        else:
+                            # the gap since its previous token, into a log histogram (ITL_RATIO apart)
+                            gap = now - last_token[i]
+                            itl[ITL_SUM] += gap
+                            itl[ITL_COUNT] += 1
+                            if gap > itl[ITL_MAX]:
+                                itl[ITL_MAX] = gap
+                            k = 0
+                            if gap > ITL_MIN_S:
+                                k = int(np.log(gap / ITL_MIN_S) / np.log(ITL_RATIO)) + 1
+                                if k >= itl_bins:
+                                    k = itl_bins - 1
+                            itl[ITL_HEAD + k] += 1
+                        last_token[i] = now
                         if generated[i] >= outputs[i]:
                             _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                      dec_pinned, bs)

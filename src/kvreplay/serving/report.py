@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .instance import FINISHED, REJECTED, S_HELD, S_HIT, S_PROMPT, S_RUNNING, S_TIME, S_WAITING
+from .instance import FINISHED, ITL_COUNT, ITL_HEAD, ITL_MAX, ITL_MIN_S, ITL_RATIO, ITL_SUM, REJECTED, S_HELD, S_HIT, S_PROMPT, S_RUNNING, S_TIME, S_WAITING
 
 PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft", "tpot", "e2e", "queueing")
@@ -71,6 +71,7 @@ class SimReport:
     policy_counters: dict
     series: np.ndarray
     end_s: float
+    itl_histogram: np.ndarray | None = None  # instance.py's ITL array (sum, max, count, log histogram)
     sequential_hit_rate: float | None = None
     sequential_evictions: int | None = None  # the policy's evictions in the sequential replay
     capacity_source: dict = field(default_factory=dict)
@@ -137,12 +138,31 @@ class SimReport:
             ok &= np.isnan(tpot) | (tpot <= self.slo_tpot_s)
         return ok
 
+    def itl_stats(self) -> dict:
+        """Every gap between two consecutive tokens of a request (all requests): mean and max exact,
+        percentiles from the log histogram, at most 0.1% above the true value (the bin's upper edge
+        at the nearest rank)."""
+        h = self.itl_histogram
+        if h is None or h[ITL_COUNT] == 0:
+            return {"count": 0, "mean": float("nan"), **{f"p{p}": float("nan") for p in PERCENTILES},
+                    "max": float("nan")}
+        count = int(h[ITL_COUNT])
+        cum = np.cumsum(h[ITL_HEAD:])
+        out = {"count": count, "mean": float(h[ITL_SUM] / count)}
+        for p in PERCENTILES:
+            rank = int(math.floor((count - 1) * p / 100.0 + 0.5))  # 0-based, as nearest_rank
+            k = int(np.searchsorted(cum, rank + 1))
+            out[f"p{p}"] = min(ITL_MIN_S * ITL_RATIO ** k, float(h[ITL_MAX])) if k else 0.0
+        out["max"] = float(h[ITL_MAX])
+        return out
+
     def latencies(self) -> dict:
         ok = self.finished
         tpot = self.tpot_s[ok]
         return {
             "ttft": latency_stats(self.ttft_s[ok]),
             "tpot": latency_stats(tpot[~np.isnan(tpot)]),
+            "itl": self.itl_stats(),
             "e2e": latency_stats(self.e2e_s[ok]),
             "queueing": latency_stats(self.queueing_s[ok]),
         }

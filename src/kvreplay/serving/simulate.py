@@ -140,6 +140,7 @@ class RawRun:
     series: np.ndarray
     end_s: float
     policy_counters: dict = field(default_factory=dict)
+    itl: np.ndarray | None = None
 
 
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
@@ -210,6 +211,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     counters = np.zeros(NUM_COUNTERS, dtype=np.int64)
     series = np.zeros((SERIES_POINTS, NUM_SERIES), dtype=np.float64)
     series_meta = np.zeros(2, dtype=np.int64)
+    itl = np.zeros(instance.ITL_HEAD + instance.ITL_BINS, dtype=np.float64)
     # radix and belady allocate per pin_request call and per position pinned: size their state
     # for every request, every decode block and one recomputation of each, and run again with
     # twice the room in the rare case preemptions need more (the run is deterministic)
@@ -220,14 +222,14 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         state = (spec.held_state or spec.make_state)(capacity, sizing, **params)
         for a in (sched, first, finish):
             a.fill(np.nan)
-        for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles):
+        for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles, itl):
             a.fill(0)
         if spec.name in SIZED_PER_CALL:
             counters[instance.K_MAX_PIN_CALLS], counters[instance.K_MAX_POSITIONS] = calls, positions
         else:
             counters[instance.K_MAX_PIN_CALLS] = counters[instance.K_MAX_POSITIONS] = -1
         args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, state, handles, tm, cfg, fcfg, sched, first, finish,
-                hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta)
+                hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, itl)
         kernel = instance.run_sglang if scheduler.style == "sglang" else instance.run_vllm
         jit.ensure_compiled(kernel, args, f"the {scheduler.style}-style serving simulator for {spec.name}")
         end = kernel(*args)
@@ -243,7 +245,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         finish_s=back(finish), hit_tokens=back(hit_tokens), hit_blocks=back(hit_blocks), preemptions=back(preempts),
         computed_tokens=back(computed), status=back(status),
         counters=dict(zip(instance.COUNTER_NAMES, counters.tolist())), series=series[:series_meta[0]].copy(),
-        end_s=float(end), policy_counters=policy_counters,
+        end_s=float(end), policy_counters=policy_counters, itl=itl,
     )
 
 
@@ -334,7 +336,7 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         prompt_tokens=np.asarray(trace.input_length, dtype=np.int64), hit_tokens=raw.hit_tokens,
         output_tokens=np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1), preemptions=raw.preemptions,
         status=raw.status, counters=raw.counters, policy_counters=raw.policy_counters, series=raw.series,
-        end_s=raw.end_s, sequential_hit_rate=sequential, sequential_evictions=sequential_evictions,
+        end_s=raw.end_s, itl_histogram=raw.itl, sequential_hit_rate=sequential, sequential_evictions=sequential_evictions,
         capacity_source=source,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
