@@ -233,14 +233,16 @@ class ReferencePolicy:
 # ---- holds in the compiled engine: every state has ``pins`` (per block id: holds on it) and
 # ``hold`` (HELD: blocks with at least one hold; REFUSALS). ----
 
-HELD, REFUSALS = 0, 1
+# hold slots: blocks held, refused misses, and releases (a block's last hold removed: a policy
+# that scans for an unheld block can skip the scan while nothing was released since it found none)
+HELD, REFUSALS, RELEASES = 0, 1, 2
 
 
 def hold_arrays(num_blocks: int) -> dict:
     """The two fields every compiled state adds for holds (see the contract above)."""
     import numpy as np
 
-    return {"pins": np.zeros(max(1, num_blocks), dtype=np.int32), "hold": np.zeros(2, dtype=np.int64)}
+    return {"pins": np.zeros(max(1, num_blocks), dtype=np.int32), "hold": np.zeros(3, dtype=np.int64)}
 
 
 def read_holds(state) -> tuple[int, int]:
@@ -271,6 +273,7 @@ def unpin(st, b):
     st.pins[b] -= 1
     if st.pins[b] == 0:
         st.hold[HELD] -= 1
+        st.hold[RELEASES] += 1
 
 
 @helper

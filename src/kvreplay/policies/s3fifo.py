@@ -67,7 +67,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, wrap, Param, PolicySpec, in_range, register_kernel, hold_arrays, built_twice, refused_when_all_held
+from .base import (RELEASES, Param, PolicySpec, ReferencePolicy, built_twice, hold_arrays, in_range,
+                   refused_when_all_held, register_kernel, wrap)
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -201,7 +202,12 @@ S_HEAD, S_SIZE, M_HEAD, M_SIZE, G_HEAD, G_COUNT, G_SIZE = 0, 1, 2, 3, 4, 5, 6
 SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ = 7, 8, 9, 10, 11
 ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS = 12, 13, 14, 15, 16
 M_LIMIT = 17
-META_SLOTS = 18
+# with holds: 1 + the hold[RELEASES] count at which a pass over S found every block held (0: none
+# found). Until a block is released, S stays all held (only blocks pinned right after their
+# admission join it), so _small_drain skips its pass: S was one more held block per miss
+# (7,000-block passes made the serving simulator 13x slower under load; docs/performance.md §10).
+S_ALL_HELD = 18
+META_SLOTS = 19
 
 # S and M are ring buffers (they only pop the head and push the tail). G also loses entries from
 # the middle (a ghost hit), so it is a ring with lazy deletion: the entry at ring index i is live
@@ -367,6 +373,8 @@ def _small_drain(st, b, f):
     if m[S_SIZE] == m[SMALL_CAP] and pins[ring[m[S_HEAD]]] == 0:
         return True  # the common case
     held = 0  # held heads requeued since the last pop
+    if m[S_ALL_HELD] == st.hold[RELEASES] + 1:
+        held = m[S_SIZE]  # nothing released since S was found all held: a pass would only rotate it
     while held < m[S_SIZE]:
         head = m[S_HEAD]
         victim = ring[head]
@@ -389,6 +397,7 @@ def _small_drain(st, b, f):
             st.where[victim] = IN_MAIN
         else:
             _to_ghost(st, np.int64(victim))
+    m[S_ALL_HELD] = st.hold[RELEASES] + 1
     ring[wrap(m[S_HEAD] + m[S_SIZE], n)] = b
     m[S_SIZE] += 1
     st.where[b] = IN_SMALL
