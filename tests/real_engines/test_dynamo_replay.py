@@ -86,6 +86,27 @@ def test_conversation_trace_agrees(replay, profile, conversation, capacity, spee
         assert abs(1e3 * ours_s - theirs_ms) <= 0.10 * theirs_ms, (1e3 * ours_s, theirs_ms)
 
 
+@pytest.mark.parametrize("speedup", [1.0, 4.0])
+def test_round_robin_over_four_workers_agrees(replay, profile, conversation, speedup):
+    # Dynamo's round_robin cycles over the workers in arrival order, as kvreplay's round-robin
+    import kvreplay
+    from kvreplay.serving.simulate import simulate
+
+    ours = simulate(kvreplay.load_trace(str(conversation)), policy="vllm", capacity=20000, block_size=BLOCK,
+                    time_model=profile, speedup=speedup, instances=4, router="round-robin",
+                    compare_sequential=False)
+    s = replay(str(conversation), trace_block_size=BLOCK, num_workers=4, router_mode="round_robin",
+               arrival_speedup_ratio=speedup,
+               extra_engine_args={"engine": {"block_size": BLOCK, "num_gpu_blocks": 20000,
+                                             "timing_model": {"type": "external", "provider": "dynamo_profile",
+                                                              "config": {"path": profile}}}}).summary
+    assert ours.num_finished == s["completed_requests"]
+    assert abs(ours.hit_rate - s["first_admission_prefix_cache_reused_ratio"]) <= 0.02
+    ttft = ours.latencies()["ttft"]
+    for ours_s, theirs_ms in ((ttft["p50"], s["median_ttft_ms"]), (ttft["p90"], s["p90_ttft_ms"])):
+        assert abs(1e3 * ours_s - theirs_ms) <= 0.10 * theirs_ms, (1e3 * ours_s, theirs_ms)
+
+
 # ---- a hand-made trace, request by request ---------------------------------------------------------
 
 def _r(t, n, out, ids):

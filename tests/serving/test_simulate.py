@@ -335,3 +335,62 @@ def test_conversation_trace_under_load():
     # replay hits plus what sharing blocks among running requests adds (small here)
     assert abs(s["hit_rate"] - s["sequential_hit_rate"]) < 0.02
     assert s["latency_s"]["ttft"]["p50"] > 0
+
+
+# ------------------------------------------------------------------------------------------
+# Several instances behind a router that does not read their state
+
+
+def test_routes():
+    from kvreplay.serving.simulate import route
+
+    t = trace_of((["a", "b"], 8, 300, 1), (["c"], 4, 100, 1), (["a", "d"], 8, 200, 1), (["c", "e"], 8, 0, 1))
+    arr = arrivals(t)
+    # round-robin by arrival: request 3 (0 ms), 1 (100), 2 (200), 0 (300) -> instances 0, 1, 0, 1
+    assert route(t, arr, 2, "round-robin").tolist() == [1, 1, 0, 0]
+    # session without session ids: by the first block (dense ids a=0, c=2): requests sharing it stay together
+    assert route(t, arr, 2, "session").tolist() == [0, 0, 0, 0]
+    assert route(t, arr, 3, "session").tolist() == [0, 2, 0, 2]
+    r1, r2 = route(t, arr, 3, "random", seed=5), route(t, arr, 3, "random", seed=5)
+    assert r1.tolist() == r2.tolist() and set(r1.tolist()) <= {0, 1, 2}
+    with pytest.raises(ConfigError, match="least-loaded"):
+        route(t, arr, 2, "least-loaded")
+
+
+@pytest.mark.parametrize("policy", ["vllm", "lru", "s3fifo", "radix"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=small_traces(), n=st.integers(2, 4), router=st.sampled_from(["round-robin", "random", "session"]))
+def test_n_instances_are_n_sequential_replays(policy, trace, n, router):
+    # with instant time and no output KV, each instance serves its requests one at a time: per
+    # request, the hits of a sequential replay of the requests that instance received
+    capacity = 10 if policy == "s3fifo" else 6
+    sim = simulate(trace, policy, capacity, time_model="instant", output_kv=False, instances=n, router=router,
+                   engine_style="sglang" if policy == "radix" else "vllm")
+    assert sim.instance is not None and sim.instances == n
+    for k in range(n):
+        idx = np.flatnonzero(sim.instance == k)
+        if not idx.size:
+            continue
+        sub = trace.take(idx)
+        seq = kvreplay.replay(sub, policy, capacity)
+        served = sim.finished[idx]
+        upto = np.flatnonzero(~served)[0] if (~served).any() else idx.size
+        if policy in HOLDS_IN_SEQUENCE:
+            assert np.array_equal(sim.hit_tokens[idx][:upto], seq.hit_tokens[:upto])
+    assert sim.summary()["instances"] == n
+    assert sum(r["requests"] for r in sim.per_instance()) == len(trace)
+
+
+def test_two_instances_step_by_step():
+    # round-robin sends A (0 s) to instance 0 and B (0.5 s) to instance 1: B no longer hits A's [a]
+    # block, and it starts at once (0.5 s, its own idle instance) instead of at 1 s
+    t = trace_of((["a", "b"], 8, 0, 3), (["a", "c"], 8, 500, 2))
+    r = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2)
+    assert r.instance.tolist() == [0, 1]
+    assert r.hit_tokens.tolist() == [0, 0]
+    assert r.scheduled_s.tolist() == [0.0, 0.5]
+    assert r.first_token_s.tolist() == [1.0, 1.5]
+    assert r.finish_s.tolist() == [3.0, 2.5]
+    assert r.instance_busy_s == [3.0, 2.0]
+    assert r.load_balance() == 3.0 / 2.5
+    assert r.summary()["sequential_hit_rate"] == 0.0  # each instance's replay alone

@@ -118,3 +118,12 @@ def test_report_has_a_serving_section_with_gpu(files):
     assert "a pool of 106,696 blocks of 4 tokens" in page
     assert page.count("<td>&times;1</td>") == 1 and page.count("<td>&times;2</td>") == 1
     assert "needs --model" in fails("report", trace, "--gpu", "H100", "-o", d / "x.html")
+
+
+def test_several_instances(files):
+    trace, tm, d = files
+    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--instances", 2, "--output", d / "c.csv")
+    assert "cluster    2 identical instances (each with the pool above), router round-robin" in out
+    assert "busiest instance worked 1.20x the mean" in out  # busy 3 s and 2 s
+    rows = list(csv.DictReader(io.StringIO((d / "c.csv").read_text())))
+    assert [r["instance"] for r in rows] == ["0", "1"]

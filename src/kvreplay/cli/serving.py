@@ -97,6 +97,11 @@ def _parser_simulate(sub) -> None:
                      help="goodput counts requests whose TTFT is at most MS milliseconds")
     sim.add_argument("--slo-tpot", type=positive_number, default=None, metavar="MS",
                      help="goodput counts requests whose TPOT is at most MS milliseconds")
+    sim.add_argument("--instances", type=common.positive_int, default=1,
+                     help="identical engine instances, each with the pool and time model above (default 1)")
+    sim.add_argument("--router", choices=("round-robin", "random", "session"), default="round-robin",
+                     help="with --instances: round-robin by arrival (default), random (seeded by --seed), or "
+                          "session (sticky: by session id, else by the request's first block)")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -147,7 +152,8 @@ def _options(args, trace) -> dict:
     return dict(policy=policy, capacity=capacity, block_size=args.block_size, engine_style=args.engine_style,
                 time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp,
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
-                slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv, **params)
+                slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv,
+                instances=args.instances, router=args.router, **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -199,7 +205,7 @@ def _cmd_simulate(args) -> int:
 
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
-                 "status": "str"}
+                 "status": "str", "instance": "int"}
 SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "ttft_p50_s": "float",
                "ttft_p90_s": "float", "ttft_p99_s": "float", "tpot_p50_s": "float", "hit_rate": "float",
                "sequential_hit_rate": "float", "requests_per_s": "float", "goodput_per_s": "float",

@@ -71,6 +71,11 @@ def simulate_summary(trace, report) -> str:
         pool += ": unbounded (every block fits)"
     lines.append(pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"))
     lines.append(f"time       {_describe_time(cfg['time_model'])}")
+    if report.instances > 1:
+        balance = report.load_balance()
+        lines.append(f"cluster    {report.instances} identical instances (each with the pool above), router "
+                     f"{report.router}; load balance: the busiest instance worked "
+                     + (f"{balance:.2f}x the mean" if balance is not None else "-"))
     lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
                  + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has)"
                     if s["rejected"] else ""))
@@ -107,6 +112,12 @@ def simulate_summary(trace, report) -> str:
         lines.append(f"evictions  {s['evictions']:,} blocks evicted by the policy; the sequential replay evicts "
                      f"{s['sequential_evictions']:,}: running requests forced out {s['extra_evictions']:+,} more "
                      "(the blocks they hold and their decode blocks)")
+    if report.instances > 1:
+        rows = [dict(r, ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
+                     busy=seconds_text(r["busy_s"])) for r in report.per_instance()]
+        lines.append("")
+        lines.append(format_table(rows, [("instance", "instance"), ("requests", "requests"), ("hit_rate", "hit rate %"),
+                                         ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("busy", "busy")]))
     if is_unstable(report):
         lines.append(f"warning    the instance cannot keep up with this load: it finished {seconds_text(backlog_s(report))} "
                      "after the last arrival, so TTFT is mostly queueing and grows with the trace's length. Lower "

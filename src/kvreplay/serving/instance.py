@@ -54,12 +54,12 @@ NUM_FCFG = 4
 # counters
 (K_STEPS, K_PREEMPTIONS, K_DECODE_BLOCKS, K_PEAK_HELD, K_PEAK_RUNNING, K_PEAK_WAITING, K_REJECTED, K_PREFILL_STEPS,
  K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS, K_PIN_CALLS, K_POSITIONS,
- K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS, K_HIT_SUM, K_PROMPT_SUM) = range(20)
-NUM_COUNTERS = 20
+ K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS, K_HIT_SUM, K_PROMPT_SUM, K_BUSY_US) = range(21)
+NUM_COUNTERS = 21
 COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "peak_running", "peak_waiting",
                  "rejected", "prefill_steps", "stalls", "recomputed_tokens", "prefill_tokens", "decode_tokens",
                  "refused_admissions", "pin_calls", "positions_pinned", "state_out_of_room", "max_pin_calls",
-                 "max_positions", "first_hit_tokens", "first_prompt_tokens")
+                 "max_positions", "first_hit_tokens", "first_prompt_tokens", "busy_us")
 # request status
 WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 # inter-token latency: sum, max, count, then a histogram: bin 0 holds gaps <= ITL_MIN_S, bin k >= 1
@@ -544,6 +544,7 @@ if HAVE_NUMBA:
                 agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX]
                 dt = step_seconds(tm, agg)
                 now += dt
+                counters[K_BUSY_US] += np.int64(dt * 1e6 + 0.5)
                 counters[K_STEPS] += 1
                 if agg[AGG_PREFILL_REQS] > 0:
                     counters[K_PREFILL_STEPS] += 1

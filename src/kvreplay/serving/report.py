@@ -77,6 +77,30 @@ class SimReport:
     capacity_source: dict = field(default_factory=dict)
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    instances: int = 1
+    router: str | None = None
+    instance: np.ndarray | None = None  # per request: the instance that served it (several instances)
+    instance_busy_s: list = field(default_factory=list)  # per instance: the time its steps took
+
+    def per_instance(self) -> list[dict]:
+        """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
+        which = np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance
+        out = []
+        for k in range(self.instances):
+            mine = (which == k) & self.finished
+            prompt = int(self.prompt_tokens[mine].sum())
+            ttft = np.sort(self.ttft_s[mine])
+            out.append({"instance": k, "requests": int((which == k).sum()), "finished": int(mine.sum()),
+                        "hit_rate": int(self.hit_tokens[mine].sum()) / prompt if prompt else 0.0,
+                        "ttft_p50_s": nearest_rank(ttft, 50), "ttft_p90_s": nearest_rank(ttft, 90),
+                        "busy_s": self.instance_busy_s[k] if k < len(self.instance_busy_s) else None})
+        return out
+
+    def load_balance(self) -> float | None:
+        """max / mean busy time over the instances (1.0: perfectly even)."""
+        busy = [b for b in self.instance_busy_s if b is not None]
+        mean = sum(busy) / len(busy) if busy else 0.0
+        return max(busy) / mean if mean > 0 else None
 
     # ---- per request ----
     @property
@@ -195,6 +219,8 @@ class SimReport:
             "peak_running_kv_blocks": int(held_peak),
             "peak_running_kv_fraction": held_peak / self.capacity_blocks if self.capacity_blocks else 0.0,
             "steps": int(self.counters.get("steps", 0)),
+            "instances": self.instances, "router": self.router,
+            "load_balance_max_over_mean_busy": self.load_balance(),
             "evictions": self.policy_counters.get("evictions"),
             "sequential_evictions": self.sequential_evictions,
             # what running requests forced out beyond what one request at a time does: the blocks
@@ -210,6 +236,7 @@ class SimReport:
             "finish_s": self.finish_s, "prompt_tokens": self.prompt_tokens, "hit_tokens": self.hit_tokens,
             "output_tokens": self.output_tokens, "preemptions": self.preemptions,
             "status": np.where(self.finished, "finished", np.where(self.status == REJECTED, "rejected", "unfinished")),
+            "instance": np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance,
         }
 
     def series_columns(self) -> dict:
@@ -226,11 +253,14 @@ class SimReport:
         return {"policy": self.policy, "params": self.params, "capacity_blocks": self.capacity_blocks,
                 "block_size": self.block_size, "scheduler": self.scheduler, "time_model": self.time_model,
                 "arrivals": self.arrivals, "output_kv": self.output_kv, "trace": self.trace_source,
+                "instances": self.instances, "router": self.router,
                 "capacity_source": self.capacity_source}
 
     def to_dict(self, per_request: bool = True) -> dict:
         doc = {"config": self.config(), "summary": self.summary(), "counters": self.counters,
                "policy_counters": self.policy_counters}
+        if self.instances > 1:
+            doc["per_instance"] = self.per_instance()
         if per_request:
             cols = self.request_columns()
             doc["per_request"] = {k: [None if isinstance(x, float) and math.isnan(x) else x for x in v.tolist()]

@@ -280,8 +280,9 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
              gpu_memory_utilization: float = 0.9, speedup: float | None = None, rate: float | None = None,
              seed: int = 0, scheduler: Scheduler | None = None, slo_ttft_ms: float | None = None,
              slo_tpot_ms: float | None = None, output_kv: bool = True, compare_sequential: bool = True,
-             check: bool = True, **params):
-    """Serve `trace` on one simulated engine instance and return a SimReport.
+             check: bool = True, instances: int = 1, router: str = "round-robin", **params):
+    """Serve `trace` on one simulated engine instance (or `instances` identical ones behind a
+    state-independent `router`: see ROUTERS) and return a SimReport.
 
     policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang").
     capacity: the KV pool in blocks (running requests and the prefix cache share it); default:
@@ -316,13 +317,27 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
                                             gpu_memory_utilization=gpu_memory_utilization)
     tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
-    raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
-                   scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params)
+    instance_of = route(trace, arrival_s, instances, router, seed)
+    parts = []  # (request indices, RawRun, sequential Report or None), one per instance
+    for k in range(instances):
+        idx = np.flatnonzero(instance_of == k)
+        sub = trace if instances == 1 else trace.take(idx)
+        raw_k = run_once(sub, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
+                         scheduler=scheduler, arrival_s=arrival_s[idx], output_kv=output_kv, params=params)
+        seq_k = None
+        if compare_sequential:
+            seq_k = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **params)
+        parts.append((idx, raw_k, seq_k))
+    raw = parts[0][1] if instances == 1 else _merged(parts, len(trace))
     sequential = None
     sequential_evictions = None
     if compare_sequential:
-        seq = replay(trace, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **params)
-        sequential, sequential_evictions = seq.hit_rate, seq.counters.get("evictions")
+        # each instance's requests through its own cache, one at a time (N replays for N instances)
+        prompt = int(np.asarray(trace.input_length).sum())
+        hits = sum(int(seq_k.hit_tokens.sum()) for _, _, seq_k in parts)
+        sequential = hits / prompt if prompt else 0.0
+        evictions = [seq_k.counters.get("evictions") for _, _, seq_k in parts]
+        sequential_evictions = None if None in evictions else sum(evictions)
     for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
             raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
@@ -337,7 +352,9 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         output_tokens=np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1), preemptions=raw.preemptions,
         status=raw.status, counters=raw.counters, policy_counters=raw.policy_counters, series=raw.series,
         end_s=raw.end_s, itl_histogram=raw.itl, sequential_hit_rate=sequential, sequential_evictions=sequential_evictions,
-        capacity_source=source,
+        capacity_source=source, instances=instances, router=router if instances > 1 else None,
+        instance=instance_of if instances > 1 else None,
+        instance_busy_s=[p[1].counters["busy_us"] / 1e6 for p in parts],
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
     )
@@ -345,6 +362,71 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+#: Routers that do not look at the instances' state: their choice is fixed by the trace, so N
+#: instances are N independent simulations of the requests each receives (docs/serving.md).
+ROUTERS = ("round-robin", "random", "session")
+
+
+def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed: int = 0) -> np.ndarray:
+    """The instance (0..instances-1) of each request, in trace order.
+
+    round-robin: the k-th arrival (stable by time) goes to k mod N, as Dynamo's round_robin;
+    random: uniformly at random, seeded; session: by the trace's session id (sid mod N), or
+    without sessions by the request's first block id (mod N), so a conversation's turns, which
+    share their first block, stay on one instance.
+    """
+    if isinstance(instances, bool) or not isinstance(instances, (int, np.integer)) or instances < 1:
+        raise ConfigError(f"instances must be a whole number >= 1, got {instances!r}")
+    if router not in ROUTERS:
+        raise ConfigError(f"unknown router {router!r} (known: {', '.join(ROUTERS)}; routers that read the "
+                          "instances' state, such as least-loaded and kv-aware, are not built yet)")
+    n = len(trace)
+    if instances == 1:
+        return np.zeros(n, dtype=np.int64)
+    if router == "round-robin":
+        out = np.empty(n, dtype=np.int64)
+        out[np.argsort(arrival_s, kind="stable")] = np.arange(n) % instances
+        return out
+    if router == "random":
+        return np.random.default_rng(seed).integers(0, instances, size=n).astype(np.int64)
+    if trace.session is not None:
+        return np.asarray(trace.session, dtype=np.int64) % instances
+    lengths = np.diff(trace.offsets)
+    first = np.where(lengths > 0, trace.blocks[np.minimum(trace.offsets[:-1], max(len(trace.blocks) - 1, 0))], 0)
+    return first.astype(np.int64) % instances
+
+
+def _merged(parts, n: int) -> RawRun:
+    """The instances' runs as one, in trace order: per-request columns scattered back, counts
+    summed, peaks the largest, the time series left out (each instance has its own clock)."""
+    def column(name, dtype, fill):
+        out = np.full(n, fill, dtype=dtype)
+        for idx, raw, _ in parts:
+            out[idx] = getattr(raw, name)
+        return out
+
+    peaks = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
+    counters = {}
+    for _, raw, _ in parts:
+        for key, value in raw.counters.items():
+            counters[key] = max(counters.get(key, value), value) if key in peaks else counters.get(key, 0) + value
+    policy_counters = {}
+    for _, raw, _ in parts:
+        for key, value in raw.policy_counters.items():
+            policy_counters[key] = policy_counters.get(key, 0) + value
+    itl = sum(raw.itl for _, raw, _ in parts)
+    itl[instance.ITL_MAX] = max(raw.itl[instance.ITL_MAX] for _, raw, _ in parts)
+    return RawRun(
+        arrival_s=column("arrival_s", np.float64, np.nan), scheduled_s=column("scheduled_s", np.float64, np.nan),
+        first_token_s=column("first_token_s", np.float64, np.nan), finish_s=column("finish_s", np.float64, np.nan),
+        hit_tokens=column("hit_tokens", np.int64, 0), hit_blocks=column("hit_blocks", np.int64, 0),
+        preemptions=column("preemptions", np.int64, 0), computed_tokens=column("computed_tokens", np.int64, 0),
+        status=column("status", np.int8, 0), counters=counters,
+        series=np.zeros((0, parts[0][1].series.shape[1])), end_s=max(raw.end_s for _, raw, _ in parts),
+        policy_counters=policy_counters, itl=itl,
+    )
 
 
 def _check_tokens(report, raw: RawRun) -> None:
