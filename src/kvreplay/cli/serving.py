@@ -11,17 +11,10 @@ from . import common
 
 def number_list(text: str) -> list[float]:
     """Comma-separated positive numbers (loads)."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            value = float(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {part!r}") from None
-        if not (value > 0 and value != float("inf")):
-            raise argparse.ArgumentTypeError(f"every load must be a positive finite number, got {part}")
-        out.append(value)
-    return out
+    try:
+        return [positive_number(part.strip()) for part in text.split(",")]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"every load must be a positive finite number: {e}") from None
 
 
 def positive_number(text: str) -> float:

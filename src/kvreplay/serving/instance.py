@@ -181,6 +181,20 @@ if HAVE_NUMBA:
         computed[i] = hit if hit < target[i] else target[i] - 1
 
     @helper(inline=False)
+    def _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs, capacity,
+                  precheck, output_kv, hit_out, now, target, computed, status, preempts, sched_s, hit_tokens,
+                  hit_blocks, counters):
+        """Admit the waiting request i (_admit) and start it (_started); False when it does not fit."""
+        hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, target[i],
+                     bs, capacity, precheck, output_kv, hit_out, counters)
+        if hit < 0:
+            counters[K_REFUSED_ADMISSIONS] += 1
+            return False
+        _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens, hit_blocks,
+                 counters)
+        return True
+
+    @helper(inline=False)
     def _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs,
                     computed, decoding, target, generated, status, preempts, new_tokens, counters):
         """Preempt (vLLM) or retract (SGLang) request v: its blocks are released and it waits to
@@ -333,15 +347,12 @@ if HAVE_NUMBA:
                     if not preempted:
                         while qlen > 0 and budget > 0 and nrun < max_seqs:
                             i = queue[qhead]
-                            hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                         dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
-                            if hit < 0:
-                                counters[K_REFUSED_ADMISSIONS] += 1
+                            if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                             dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
+                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, counters):
                                 break
                             qhead = (qhead + 1) % qcap
                             qlen -= 1
-                            _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
-                                     hit_blocks, counters)
                             want_new = target[i] - computed[i]
                             if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
                                 # without chunked prefill a prompt waits for a step with room for all of it
@@ -405,15 +416,12 @@ if HAVE_NUMBA:
                                 break
                             if not chunking and npre > 0 and _ceil_page(extend, bs) >= rem_input:
                                 break
-                            hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                         dec_pinned, target[i], bs, capacity, precheck, output_kv, hit_out, counters)
-                            if hit < 0:
-                                counters[K_REFUSED_ADMISSIONS] += 1
+                            if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                             dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
+                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, counters):
                                 break
                             qhead = (qhead + 1) % qcap
                             qlen -= 1
-                            _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens,
-                                     hit_blocks, counters)
                             extend = target[i] - computed[i]
                             running[nrun] = i
                             nrun += 1
