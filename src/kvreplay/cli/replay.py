@@ -279,6 +279,8 @@ def _cmd_demo(args) -> int:
     print(format_table(points_to_rows(result["results"]), SWEEP_COLUMNS))
     print(f"\n{len(result['results'])} replays in {time.perf_counter() - started:.1f} s (reference engine).")
     print("Try it on a real trace:  kvreplay run TRACE.jsonl --policy s3fifo --capacity 4096")
+    print("Serve it on a GPU:       kvreplay simulate TRACE.jsonl --model Llama-3.1-8B --gpu H100  (TTFT, hit rate "
+          "under load)")
     return 0
 
 
