@@ -77,7 +77,9 @@ def simulate_summary(trace, report) -> str:
                      f"{report.router}; load balance: the busiest instance worked "
                      + (f"{balance:.2f}x the mean" if balance is not None else "-"))
     lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
-                 + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has)"
+                 + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has"
+                    + (f"; {report.counters.get('never_admitted', 0):,} of them waited and could never be "
+                       "admitted again" if report.counters.get("never_admitted") else "") + ")"
                     if s["rejected"] else ""))
     lat = s["latency_s"]
     rows = []

@@ -54,12 +54,13 @@ NUM_FCFG = 4
 # counters
 (K_STEPS, K_PREEMPTIONS, K_DECODE_BLOCKS, K_PEAK_HELD, K_PEAK_RUNNING, K_PEAK_WAITING, K_REJECTED, K_PREFILL_STEPS,
  K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS, K_PIN_CALLS, K_POSITIONS,
- K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS, K_HIT_SUM, K_PROMPT_SUM, K_BUSY_US) = range(21)
-NUM_COUNTERS = 21
+ K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS, K_HIT_SUM, K_PROMPT_SUM, K_BUSY_US, K_NEVER_ADMITTED,
+ K_STUCK) = range(23)
+NUM_COUNTERS = 23
 COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "peak_running", "peak_waiting",
                  "rejected", "prefill_steps", "stalls", "recomputed_tokens", "prefill_tokens", "decode_tokens",
                  "refused_admissions", "pin_calls", "positions_pinned", "state_out_of_room", "max_pin_calls",
-                 "max_positions", "first_hit_tokens", "first_prompt_tokens", "busy_us")
+                 "max_positions", "first_hit_tokens", "first_prompt_tokens", "busy_us", "never_admitted", "stuck")
 # request status
 WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 # inter-token latency: sum, max, count, then a histogram: bin 0 holds gaps <= ITL_MIN_S, bin k >= 1
@@ -536,18 +537,21 @@ if HAVE_NUMBA:
                         continue
                     if next_arrival < n:
                         continue
-                    # nothing can ever run (the rejection rule at arrival should prevent it): the
-                    # waiting requests are rejected, so that none is left silently unfinished
+                    # nothing runs, nothing will arrive, and the waiting requests do not fit an
+                    # empty instance (the arrival rule catches all but SGLang's retracted requests
+                    # whose outputs outgrow its 4096-token clip): they are rejected and counted
                     while qlen > 0:
                         i = queue[qhead]
                         qhead = (qhead + 1) % qcap
                         qlen -= 1
                         status[i] = REJECTED
                         counters[K_REJECTED] += 1
+                        counters[K_NEVER_ADMITTED] += 1
                         done += 1
                     if nrun == 0:
                         break
-                    continue
+                    counters[K_STUCK] = nrun  # running requests that can no longer be scheduled: a bug
+                    return now
                 # the decoding requests' tokens (Dynamo's decode input)
                 agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX]
                 dt = step_seconds(tm, agg)

@@ -233,6 +233,11 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         kernel = instance.run_sglang if scheduler.style == "sglang" else instance.run_vllm
         jit.ensure_compiled(kernel, args, f"the {scheduler.style}-style serving simulator for {spec.name}")
         end = kernel(*args)
+        if counters[instance.K_STUCK]:
+            from ..errors import InvariantError
+
+            raise InvariantError(f"the simulator stalled with {int(counters[instance.K_STUCK])} running requests "
+                                 "that can no longer be scheduled")
         if counters[instance.K_OUT_OF_ROOM] == 0:
             break
         calls, positions = 2 * calls, 2 * positions
