@@ -127,3 +127,10 @@ def test_several_instances(files):
     assert "busiest instance worked 1.20x the mean" in out  # busy 3 s and 2 s
     rows = list(csv.DictReader(io.StringIO((d / "c.csv").read_text())))
     assert [r["instance"] for r in rows] == ["0", "1"]
+
+
+def test_session_router_warns_when_instances_get_nothing(files):
+    trace, tm, _ = files
+    # both requests start with block 1: the session router (no session ids) sends both to one instance
+    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--instances", 2, "--router", "session")
+    assert "warning    1 of 2 instances received no request (the session router keys" in out

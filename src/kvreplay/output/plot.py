@@ -362,8 +362,10 @@ def serving_figure(report, *, title: str = ""):
         ax.step(ttft, np.arange(1, ttft.size + 1) / ttft.size * 100, where="post", color=PALETTE[0], linewidth=1.4)
         if ttft[-1] > 0 and ttft[0] > 0 and ttft[-1] / ttft[0] > 100:
             ax.set_xscale("log")
+        from ..serving.report import nearest_rank
+
         for p, color in ((50, PALETTE[1]), (90, PALETTE[3])):
-            v = ttft[int(np.floor((ttft.size - 1) * p / 100 + 0.5))]
+            v = nearest_rank(ttft, p)
             ax.axvline(v, color=color, linestyle="--", linewidth=1, label=f"p{p} {v:,.3g} s")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("TTFT (s)")

@@ -115,6 +115,12 @@ def simulate_summary(trace, report) -> str:
                      f"{s['sequential_evictions']:,}: running requests forced out {s['extra_evictions']:+,} more "
                      "(the blocks they hold and their decode blocks)")
     if report.instances > 1:
+        idle = [r["instance"] for r in report.per_instance() if r["requests"] == 0]
+        if idle:
+            lines.append(f"warning    {len(idle)} of {report.instances} instances received no request"
+                         + (" (the session router keys on each request's first block when the trace has no session "
+                            "ids, and requests that share a system prompt share that block)"
+                            if report.router == "session" else ""))
         rows = [dict(r, ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
                      busy=seconds_text(r["busy_s"])) for r in report.per_instance()]
         lines.append("")

@@ -43,10 +43,10 @@ from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FU
                      AGG_KEYS_SW, AGG_PREFILL_CACHED, AGG_PREFILL_NEW, AGG_PREFILL_REQS, AGG_TOUCHED_FULL,
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
 
-# cfg (int64) slots
-(C_STYLE, C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
- C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW) = range(14)
-NUM_CFG = 14
+# cfg (int64) slots (the scheduler style is no slot: each style has its kernel, run_vllm / run_sglang)
+(C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
+ C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW) = range(13)
+NUM_CFG = 13
 STYLE_VLLM, STYLE_SGLANG = 0, 1
 # fcfg (float64) slots: SGLang's new-token ratio
 F_RATIO_INIT, F_RATIO_MIN, F_RATIO_DECAY, F_CLIP_MAX_NEW = range(4)

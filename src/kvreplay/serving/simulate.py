@@ -17,9 +17,9 @@ from ..trace.model import Trace, resolve_block_size
 from ..engine.replay import as_trace, check_capacity
 from . import instance
 from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM, C_LPM_FCFS_ABOVE,
-                       C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK, C_STYLE,
+                       C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK,
                        C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
-                       NUM_FCFG, NUM_SERIES, STYLE_SGLANG, STYLE_VLLM)
+                       NUM_FCFG, NUM_SERIES)
 from .report import SimReport
 from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
 
@@ -94,17 +94,22 @@ def arrivals(trace: Trace, *, speedup: float | None = None, rate: float | None =
     return (ts - ts.min()) / 1000.0 / speedup
 
 
+def decode_blocks(trace: Trace, block_size: int, output_kv: bool) -> np.ndarray:
+    """Per request: the decode blocks its outputs need beyond its prompt's (instance.extra_blocks
+    at its last token: L + max(O, 1) - 1 tokens in KV); none without output KV."""
+    if not output_kv:
+        return np.zeros(len(trace), dtype=np.int64)
+    L = np.asarray(trace.input_length, dtype=np.int64)
+    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1)
+    return np.maximum((L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size, 0)
+
+
 def decode_trace(trace: Trace, block_size: int, output_kv: bool) -> tuple[Trace, np.ndarray]:
     """`trace` with each request's decode ids after its prompt blocks (instance.py's layout), and
     the prompt block counts P."""
     P = np.diff(trace.offsets)
     L = np.asarray(trace.input_length, dtype=np.int64)
-    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1)
-    if output_kv:
-        full = (L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size
-        D = np.maximum(full, 0)
-    else:
-        D = np.zeros_like(P)
+    D = decode_blocks(trace, block_size, output_kv)
     total = P + D
     offsets = np.zeros(len(trace) + 1, dtype=np.int64)
     np.cumsum(total, out=offsets[1:])
@@ -178,7 +183,6 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     handles = np.zeros(ext.num_accesses + n + 1, dtype=np.int64)
     tm = packed(time_model)
     cfg = np.zeros(NUM_CFG, dtype=np.int64)
-    cfg[C_STYLE] = STYLE_SGLANG if scheduler.style == "sglang" else STYLE_VLLM
     cfg[C_MAX_BATCHED] = scheduler.max_num_batched_tokens
     cfg[C_MAX_SEQS] = scheduler.max_num_seqs
     cfg[C_CHUNKED] = int(scheduler.chunked_prefill)
@@ -306,6 +310,9 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     trace = as_trace(trace)
     if engine_style not in ENGINE_STYLES:
         raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
+    for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
     block_size = resolve_block_size(block_size, trace)
@@ -315,8 +322,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
     if spec.capacity == "ignored":
         # an unbounded pool: every prompt block and every decode block fits
-        ext, _ = decode_trace(trace, block_size, output_kv)
-        capacity, source = max(1, ext.num_blocks), {"kind": "unbounded"}
+        num_ids = trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum())
+        capacity, source = max(1, num_ids), {"kind": "unbounded"}
     else:
         capacity, source = resolve_capacity(capacity, model=model, gpu=gpu, tp=tp, block_size=block_size,
                                             gpu_memory_utilization=gpu_memory_utilization)
@@ -343,9 +350,6 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         sequential = hits / prompt if prompt else 0.0
         evictions = [seq_k.counters.get("evictions") for _, _, seq_k in parts]
         sequential_evictions = None if None in evictions else sum(evictions)
-    for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-            raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     report = SimReport(
