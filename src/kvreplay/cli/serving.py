@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import ConfigError
+from ..serving.router import ROUTERS
 from . import common
 
 
@@ -92,9 +93,18 @@ def _parser_simulate(sub) -> None:
                      help="goodput counts requests whose TPOT is at most MS milliseconds")
     sim.add_argument("--instances", type=common.positive_int, default=1,
                      help="identical engine instances, each with the pool and time model above (default 1)")
-    sim.add_argument("--router", choices=("round-robin", "random", "session"), default="round-robin",
-                     help="with --instances: round-robin by arrival (default), random (seeded by --seed), or "
-                          "session (sticky: by session id, else by the request's first block)")
+    sim.add_argument("--router", choices=ROUTERS, default="round-robin",
+                     help="with --instances: round-robin by arrival (default), random (seeded by --seed), "
+                          "session (sticky: by session id, else by the request's first block), least-loaded "
+                          "(fewest requests in flight), or a cache-aware preset: kv-aware (= dynamo, NVIDIA "
+                          "Dynamo's KV router cost), sglang (SGLang router's cache-aware policy), llm-d "
+                          "(weighted prefix/KV/queue scorers), mooncake (Conductor: least estimated TTFT); "
+                          "docs/serving.md, \"Routers\"")
+    sim.add_argument("--router-lag-ms", type=float, default=0.0, metavar="MS",
+                     help="a state-aware router reads the instances' load as of a snapshot taken every MS ms "
+                          "(default 0: current)")
+    sim.add_argument("--router-option", action="append", default=[], metavar="NAME=VALUE",
+                     help="a router preset's parameter (e.g. prefill_load_scale=2 for kv-aware); repeatable")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -146,7 +156,8 @@ def _options(args, trace) -> dict:
                 time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp,
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
                 slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv,
-                instances=args.instances, router=args.router, **params)
+                instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,
+                router_options=_router_options(args.router_option), **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -248,3 +259,17 @@ def _emit_sweep(args, trace, rows: list[dict]) -> int:
 
 PARSERS = (_parser_simulate,)
 COMMANDS = {"simulate": _cmd_simulate}
+
+
+def _router_options(items) -> dict:
+    """NAME=VALUE pairs of --router-option, the values as numbers."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ConfigError(f"--router-option wants NAME=NUMBER, got {item!r}")
+    return out

@@ -42,11 +42,13 @@ from . import timing
 from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FULL,
                      AGG_KEYS_SW, AGG_PREFILL_CACHED, AGG_PREFILL_NEW, AGG_PREFILL_REQS, AGG_TOUCHED_FULL,
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
+from . import router as _router
+from .router import NUM_VIEW, R_LAG_S, ROUTER_FIXED, ROUTER_LEAST_LOADED, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_REQUESTS, V_RUNNING, V_WAITING
 
 # cfg (int64) slots (the scheduler style is no slot: each style has its kernel, run_vllm / run_sglang)
 (C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
- C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW) = range(13)
-NUM_CFG = 13
+ C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_ROUTER) = range(14)
+NUM_CFG = 14
 STYLE_VLLM, STYLE_SGLANG = 0, 1
 # fcfg (float64) slots: SGLang's new-token ratio
 F_RATIO_INIT, F_RATIO_MIN, F_RATIO_DECAY, F_CLIP_MAX_NEW = range(4)
@@ -213,6 +215,8 @@ if HAVE_NUMBA:
 
     from ..engine.driver import prefix_compiled
 
+    _router_pick = _router.pick_instance
+
     @helper(inline=False)
     def driver_prefix(state, blocks, start, end, input_length, block_size):
         """The sequential replay's prefix scan (engine/driver.py), compiled once here."""
@@ -223,10 +227,11 @@ if HAVE_NUMBA:
         other scheduler's code from the kernel (less to compile)."""
 
         @njit(cache=True, nogil=True)
-        def run_instance(offsets, blocks, P, L, O, arrival, state, handles, tm, cfg, fcfg,
-                         sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
-                         counters, series, series_meta, itl):  # pragma: no cover - compiled
+        def run_cluster(offsets, blocks, P, L, O, arrival, states, handles, tm, cfg, fcfg, rcfg, assigned, inst_of,
+                        sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
+                        counters, series, series_meta, itl):  # pragma: no cover - compiled
             n = L.shape[0]
+            N = len(states)
             last_token = np.zeros(n, dtype=np.float64)
             itl_bins = itl.shape[0] - ITL_HEAD
             capacity = cfg[C_CAPACITY]
@@ -235,6 +240,8 @@ if HAVE_NUMBA:
             output_kv = cfg[C_OUTPUT_KV] != 0
             window = cfg[C_WINDOW]
             max_seqs = cfg[C_MAX_SEQS]
+            one_at_a_time = cfg[C_ONE_AT_A_TIME] != 0
+            router = cfg[C_ROUTER]
             # per-request scratch
             computed = np.zeros(n, dtype=np.int64)
             target = np.zeros(n, dtype=np.int64)
@@ -246,41 +253,166 @@ if HAVE_NUMBA:
             new_tokens = np.zeros(n, dtype=np.int64)  # scheduled this step
             decoding = np.zeros(n, dtype=np.bool_)  # its prompt is computed: each step feeds one token
             outputs = np.maximum(O, 1)
-            # waiting queue: a ring buffer (arrivals at the back, preempted requests at the front)
-            qcap = n + 1
-            queue = np.zeros(qcap, dtype=np.int64)
-            qhead = 0
-            qlen = 0
-            running = np.zeros(n + 1, dtype=np.int64)
-            nrun = 0
-            batch = np.zeros(n + 1, dtype=np.int64)
+            # waiting queues: one linked list per instance (arrivals at the back, vLLM's preempted
+            # requests at the front); a request waits on at most one instance
+            qnext = np.full(n, -1, dtype=np.int64)
+            qprev = np.full(n, -1, dtype=np.int64)
+            qhead = np.full(N, -1, dtype=np.int64)
+            qtail = np.full(N, -1, dtype=np.int64)
+            qlen = np.zeros(N, dtype=np.int64)
+            # running requests per instance, in admission order
+            rcap = (n if n < max_seqs else max_seqs) + 1
+            running_all = np.zeros((N, rcap), dtype=np.int64)
+            nrun_all = np.zeros(N, dtype=np.int64)
+            # an instance's next event: the end of its step in flight (busy) or the time it
+            # schedules next (not busy); inf: idle until a request is routed to it
+            end_t = np.full(N, np.inf)
+            busy = np.zeros(N, dtype=np.bool_)
+            ratio_all = np.full(N, fcfg[F_RATIO_INIT])
+            chunk_all = np.full(N, -1, dtype=np.int64)  # SGLang: the request whose prompt is being chunked
+            # what the router knows (router.py's rules; lagged by rcfg[R_LAG_S] when set)
+            view = np.zeros((N, NUM_VIEW), dtype=np.float64)
+            seen = np.zeros((N, NUM_VIEW), dtype=np.float64)
+            lag = rcfg[R_LAG_S]
+            snap_k = 0.0
+            next_snap = 0.0 if lag > 0 else np.inf
+            overlap = np.zeros(N, dtype=np.int64)
+            routed_overlap = np.zeros(n, dtype=np.int64)
             agg = np.zeros(NUM_AGG, dtype=np.float64)
             hit_out = np.zeros(1, dtype=np.int64)
             lpm_key = np.zeros(n, dtype=np.int64)
             order = np.zeros(n + 1, dtype=np.int64)
-            ratio = fcfg[F_RATIO_INIT]
             clip = np.int64(fcfg[F_CLIP_MAX_NEW])
-            chunk_req = -1  # SGLang: the request whose prompt is being chunked
             next_arrival = 0
-            now = 0.0
+            last_now = 0.0
             done = 0
+            steps_all = 0
             stride = 1
             nseries = 0
             series_cap = series.shape[0]
             while done < n:
-                if counters[K_OUT_OF_ROOM] != 0:
-                    return now
-                # 1. arrivals
-                while next_arrival < n:
+                # the earliest instance event, and the next arrival
+                j = -1
+                te = np.inf
+                for q in range(N):
+                    if end_t[q] < te:
+                        te = end_t[q]
+                        j = q
+                ta = arrival[next_arrival] if next_arrival < n else np.inf
+                if one_at_a_time and j >= 0:
+                    ta = np.inf  # instant time: a request runs to its end before the next one arrives
+                if next_snap <= ta and next_snap <= te and next_snap < np.inf:
+                    # the router's view refreshes every `lag` seconds: the state at k x lag (no
+                    # snapshot is taken while nothing changes)
+                    seen[:, :] = view[:, :]
+                    nxt = ta if ta < te else te
+                    if nxt == np.inf:
+                        next_snap = np.inf
+                    else:
+                        k_last = np.floor(nxt / lag)
+                        snap_k = snap_k + 1.0 if k_last <= snap_k else k_last
+                        next_snap = snap_k * lag
+                    continue
+                if j >= 0 and busy[j] and te <= ta:
+                    # ---- the end of instance j's step: tokens computed, tokens out, finishes ----
+                    busy[j] = False
+                    now = te
+                    last_now = now
+                    state = states[j]
+                    cj = counters[j]
+                    running = running_all[j]
+                    nrun = nrun_all[j]
+                    for r in range(nrun):
+                        i = running[r]
+                        m = new_tokens[i]
+                        if m <= 0:
+                            continue
+                        new_tokens[i] = 0
+                        computed[i] += m
+                        computed_total[i] += m
+                        if computed[i] >= target[i]:
+                            generated[i] += 1
+                            if generated[i] == 1:
+                                first_s[i] = now
+                                view[j, V_PREFILL_TOKENS] -= L[i] - routed_overlap[i]
+                            else:
+                                # the gap since its previous token, into a log histogram (ITL_RATIO apart)
+                                gap = now - last_token[i]
+                                itl[ITL_SUM] += gap
+                                itl[ITL_COUNT] += 1
+                                if gap > itl[ITL_MAX]:
+                                    itl[ITL_MAX] = gap
+                                k = 0
+                                if gap > ITL_MIN_S:
+                                    k = int(np.log(gap / ITL_MIN_S) / np.log(ITL_RATIO)) + 1
+                                    if k >= itl_bins:
+                                        k = itl_bins - 1
+                                itl[ITL_HEAD + k] += 1
+                            last_token[i] = now
+                            if generated[i] >= outputs[i]:
+                                _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                         dec_pinned, bs)
+                                status[i] = FINISHED
+                                finish_s[i] = now
+                                done += 1
+                                view[j, V_REQUESTS] -= 1
+                                view[j, V_BLOCKS] -= P[i]
+                            else:
+                                target[i] = computed[i] + 1
+                                decoding[i] = True
+                    # compact the running list (finished requests leave, order kept)
+                    w = 0
+                    for r in range(nrun):
+                        i = running[r]
+                        if status[i] == RUNNING:
+                            running[w] = i
+                            w += 1
+                    nrun_all[j] = w
+                    view[j, V_HELD] = state.hold[HELD]
+                    # time series of the whole cluster, thinned by doubling the stride when full
+                    steps_all += 1
+                    if steps_all % stride == 0:
+                        if nseries == series_cap:
+                            for s in range(series_cap // 2):
+                                for col in range(NUM_SERIES):
+                                    series[s, col] = series[2 * s + 1, col]
+                            nseries = series_cap // 2
+                            stride *= 2
+                        series[nseries, S_TIME] = now
+                        tot_run = 0
+                        tot_wait = 0
+                        tot_held = 0
+                        tot_hit = 0
+                        tot_prompt = 0
+                        for q in range(N):
+                            tot_run += nrun_all[q]
+                            tot_wait += qlen[q]
+                            tot_held += states[q].hold[HELD]
+                            tot_hit += counters[q, K_HIT_SUM]
+                            tot_prompt += counters[q, K_PROMPT_SUM]
+                        series[nseries, S_RUNNING] = tot_run
+                        series[nseries, S_WAITING] = tot_wait
+                        series[nseries, S_HELD] = tot_held
+                        series[nseries, S_HIT] = tot_hit
+                        series[nseries, S_PROMPT] = tot_prompt
+                        nseries += 1
+                    continue
+                if next_arrival < n and ta <= te:
+                    # ---- an arrival: the router picks an instance ----
                     i = next_arrival
-                    if cfg[C_ONE_AT_A_TIME] != 0 and (nrun > 0 or qlen > 0):
-                        break
-                    if arrival[i] > now:
-                        if nrun == 0 and qlen == 0:
-                            now = arrival[i]  # idle: jump to the next arrival
-                        else:
-                            break
                     next_arrival += 1
+                    now = ta
+                    last_now = now
+                    if router == ROUTER_FIXED:
+                        j = assigned[i]
+                    else:
+                        src = seen if lag > 0 else view
+                        if router != ROUTER_LEAST_LOADED:
+                            for q in range(N):
+                                overlap[q] = driver_prefix(states[q], blocks, offsets[i], offsets[i] + P[i], L[i], bs)
+                        j = _router_pick(router, rcfg, src, overlap, P[i], L[i], bs, tm, agg)
+                    inst_of[i] = j
+                    cj = counters[j]
                     need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
                     never = need > capacity
                     if style == STYLE_SGLANG:
@@ -289,23 +421,39 @@ if HAVE_NUMBA:
                         never = never or L[i] + left + bs >= capacity * bs
                     if never:
                         status[i] = REJECTED
-                        counters[K_REJECTED] += 1
+                        cj[K_REJECTED] += 1
                         done += 1
                         continue
                     status[i] = WAITING
                     target[i] = L[i]
-                    queue[(qhead + qlen) % qcap] = i
-                    qlen += 1
-                    if cfg[C_ONE_AT_A_TIME] != 0:
-                        break
-                if done >= n:
-                    break
-                if nrun == 0 and qlen == 0:
-                    ratio = fcfg[F_RATIO_INIT]  # SGLang resets its estimate when idle
+                    _q_push_back(j, i, qhead, qtail, qlen, qnext, qprev)
+                    ov = overlap[j] * bs if router != ROUTER_FIXED else 0
+                    routed_overlap[i] = ov if ov < L[i] else L[i]
+                    view[j, V_REQUESTS] += 1
+                    view[j, V_PREFILL_TOKENS] += L[i] - routed_overlap[i]
+                    view[j, V_BLOCKS] += P[i]
+                    if not busy[j] and end_t[j] == np.inf:
+                        end_t[j] = now  # an idle instance wakes
                     continue
-                if qlen > counters[K_PEAK_WAITING]:
-                    counters[K_PEAK_WAITING] = qlen
-                # 2. schedule
+                if j < 0:
+                    break  # nothing will happen any more
+                # ---- instance j schedules its next step at time te ----
+                now = te
+                last_now = now
+                state = states[j]
+                cj = counters[j]
+                running = running_all[j]
+                nrun = nrun_all[j]
+                ratio = ratio_all[j]
+                chunk_req = chunk_all[j]
+                if nrun == 0 and qlen[j] == 0:
+                    ratio_all[j] = fcfg[F_RATIO_INIT]  # SGLang resets its estimate when idle
+                    end_t[j] = np.inf
+                    continue
+                if counters[j, K_OUT_OF_ROOM] != 0:
+                    return now
+                if qlen[j] > cj[K_PEAK_WAITING]:
+                    cj[K_PEAK_WAITING] = qlen[j]
                 budget = cfg[C_MAX_BATCHED]
                 nbatch = 0
                 preempted = False
@@ -325,16 +473,14 @@ if HAVE_NUMBA:
                         want = P[i] + (extra_blocks(computed[i] + want_new, L[i], bs) if output_kv else 0)
                         ok = True
                         while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
-                                        capacity, counters):
+                                        capacity, cj):
                             # preempt the most recently admitted request (it may be i itself)
                             victim = running[nrun - 1]
                             nrun -= 1
                             budget += _taken_back(victim, state, blocks, offsets, P, L, handles, base_len, base_input,
                                                   base_n, dec_pinned, bs, computed, decoding, target, generated,
-                                                  status, preempts, new_tokens, counters)
-                            qhead = (qhead - 1 + qcap) % qcap
-                            queue[qhead] = victim
-                            qlen += 1
+                                                  status, preempts, new_tokens, cj)
+                            _q_push_front(j, victim, qhead, qtail, qlen, qnext, qprev)
                             preempted = True
                             if victim == i:
                                 ok = False
@@ -346,22 +492,19 @@ if HAVE_NUMBA:
                         r += 1
                     # 2b. waiting requests, FCFS, only in a step without preemption
                     if not preempted:
-                        while qlen > 0 and budget > 0 and nrun < max_seqs:
-                            i = queue[qhead]
+                        while qlen[j] > 0 and budget > 0 and nrun < max_seqs:
+                            i = qhead[j]
                             if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                              dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
-                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, counters):
+                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj):
                                 break
-                            qhead = (qhead + 1) % qcap
-                            qlen -= 1
+                            _q_pop_front(j, qhead, qtail, qlen, qnext, qprev)
                             want_new = target[i] - computed[i]
                             if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
                                 # without chunked prefill a prompt waits for a step with room for all of it
                                 _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                          dec_pinned, bs)
-                                qhead = (qhead - 1 + qcap) % qcap
-                                queue[qhead] = i
-                                qlen += 1
+                                _q_push_front(j, i, qhead, qtail, qlen, qnext, qprev)
                                 status[i] = WAITING
                                 break
                             if want_new > budget:
@@ -396,18 +539,24 @@ if HAVE_NUMBA:
                         rem_chunk -= m
                         rem_input -= m
                         rem_total -= _ceil_page(m, bs)
-                    if chunk_req < 0 and qlen > 0:
-                        if cfg[C_LPM] != 0 and qlen <= cfg[C_LPM_FCFS_ABOVE]:
+                    if chunk_req < 0 and qlen[j] > 0:
+                        if cfg[C_LPM] != 0 and qlen[j] <= cfg[C_LPM_FCFS_ABOVE]:
                             # longest cached prefix first (stable), matched before sorting
-                            for q in range(qlen):
-                                i = queue[(qhead + q) % qcap]
-                                order[q] = i
+                            count = 0
+                            i = qhead[j]
+                            while i >= 0:
+                                order[count] = i
+                                count += 1
                                 lpm_key[i] = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
-                            _sort_by_key_desc(order, qlen, lpm_key)
-                            for q in range(qlen):
-                                queue[(qhead + q) % qcap] = order[q]
-                        while qlen > 0 and nrun < max_seqs and rem_total > 0 and rem_chunk > 0 and rem_input > 0:
-                            i = queue[qhead]
+                                i = qnext[i]
+                            _sort_by_key_desc(order, count, lpm_key)
+                            qhead[j] = -1
+                            qtail[j] = -1
+                            qlen[j] = 0
+                            for q in range(count):
+                                _q_push_back(j, order[q], qhead, qtail, qlen, qnext, qprev)
+                        while qlen[j] > 0 and nrun < max_seqs and rem_total > 0 and rem_chunk > 0 and rem_input > 0:
+                            i = qhead[j]
                             k = driver_prefix(state, blocks, offsets[i], offsets[i] + P[i], target[i], bs)
                             hit = k * bs if k * bs < target[i] else target[i]
                             extend = target[i] - hit if hit < target[i] else 1
@@ -419,10 +568,9 @@ if HAVE_NUMBA:
                                 break
                             if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                              dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
-                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, counters):
+                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj):
                                 break
-                            qhead = (qhead + 1) % qcap
-                            qlen -= 1
+                            _q_pop_front(j, qhead, qtail, qlen, qnext, qprev)
                             extend = target[i] - computed[i]
                             running[nrun] = i
                             nrun += 1
@@ -450,23 +598,22 @@ if HAVE_NUMBA:
                             want = P[i] + (extra_blocks(computed[i] + 1, L[i], bs) if output_kv else 0)
                             ok = True
                             while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
-                                            capacity, counters):
+                                            capacity, cj):
                                 # fewest generated tokens first, the longest prompt on ties; keep one
                                 v = -1
                                 for q in range(nrun):
-                                    j = running[q]
-                                    if not decoding[j]:
+                                    u = running[q]
+                                    if not decoding[u]:
                                         continue
-                                    if v < 0 or generated[j] < generated[v] or (generated[j] == generated[v] and L[j] > L[v]):
-                                        v = j
+                                    if v < 0 or generated[u] < generated[v] or (generated[u] == generated[v] and L[u] > L[v]):
+                                        v = u
                                 if v < 0 or nrun <= 1:
                                     ok = False
                                     break
                                 _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                             dec_pinned, bs, computed, decoding, target, generated, status, preempts,
-                                            new_tokens, counters)
-                                queue[(qhead + qlen) % qcap] = v
-                                qlen += 1
+                                            new_tokens, cj)
+                                _q_push_back(j, v, qhead, qtail, qlen, qnext, qprev)
                                 retracted = True
                                 # drop v from the running list, keeping the order
                                 w = 0
@@ -490,9 +637,9 @@ if HAVE_NUMBA:
                             out_sum = 0
                             max_sum = 0
                             for q in range(nrun):
-                                j = running[q]
-                                out_sum += generated[j]
-                                max_sum += outputs[j]
+                                u = running[q]
+                                out_sum += generated[u]
+                                max_sum += outputs[u]
                             ratio = (out_sum + 20.0 * nrun) / (max_sum + 1.0)
                             if ratio > 1.0:
                                 ratio = 1.0
@@ -500,6 +647,12 @@ if HAVE_NUMBA:
                             ratio -= fcfg[F_RATIO_DECAY]
                             if ratio < fcfg[F_RATIO_MIN]:
                                 ratio = fcfg[F_RATIO_MIN]
+                nrun_all[j] = nrun
+                ratio_all[j] = ratio
+                chunk_all[j] = chunk_req
+                view[j, V_WAITING] = qlen[j]
+                view[j, V_RUNNING] = nrun
+                view[j, V_HELD] = state.hold[HELD]
                 # 3. the step's batch and its duration
                 agg[:] = 0.0
                 for r in range(nrun):
@@ -507,7 +660,6 @@ if HAVE_NUMBA:
                     m = new_tokens[i]
                     if m <= 0:
                         continue
-                    batch[nbatch] = i
                     nbatch += 1
                     c = computed[i]
                     if not decoding[i]:
@@ -531,103 +683,80 @@ if HAVE_NUMBA:
                             agg[AGG_KEYS_SW] += xw
                             agg[AGG_TOUCHED_SW] += xw
                 if nbatch == 0:
-                    counters[K_STALLS] += 1
-                    if next_arrival < n and arrival[next_arrival] > now:
-                        now = arrival[next_arrival]
-                        continue
+                    cj[K_STALLS] += 1
                     if next_arrival < n:
+                        end_t[j] = np.inf  # waits for a request routed to it
                         continue
                     # nothing runs, nothing will arrive, and the waiting requests do not fit an
                     # empty instance (the arrival rule catches all but SGLang's retracted requests
                     # whose outputs outgrow its 4096-token clip): they are rejected and counted
-                    while qlen > 0:
-                        i = queue[qhead]
-                        qhead = (qhead + 1) % qcap
-                        qlen -= 1
+                    while qlen[j] > 0:
+                        i = _q_pop_front(j, qhead, qtail, qlen, qnext, qprev)
                         status[i] = REJECTED
-                        counters[K_REJECTED] += 1
-                        counters[K_NEVER_ADMITTED] += 1
+                        cj[K_REJECTED] += 1
+                        cj[K_NEVER_ADMITTED] += 1
                         done += 1
+                        view[j, V_REQUESTS] -= 1
+                    end_t[j] = np.inf
                     if nrun == 0:
-                        break
-                    counters[K_STUCK] = nrun  # running requests that can no longer be scheduled: a bug
+                        continue
+                    cj[K_STUCK] = nrun  # running requests that can no longer be scheduled: a bug
                     return now
                 # the decoding requests' tokens (Dynamo's decode input)
                 agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX]
                 dt = step_seconds(tm, agg)
-                now += dt
-                counters[K_BUSY_US] += np.int64(dt * 1e6 + 0.5)
-                counters[K_STEPS] += 1
+                end_t[j] = now + dt
+                busy[j] = True
+                cj[K_BUSY_US] += np.int64(dt * 1e6 + 0.5)
+                cj[K_STEPS] += 1
                 if agg[AGG_PREFILL_REQS] > 0:
-                    counters[K_PREFILL_STEPS] += 1
-                counters[K_PREFILL_TOKENS] += np.int64(agg[AGG_PREFILL_NEW])
-                counters[K_DECODE_TOKENS] += np.int64(agg[AGG_DECODE_REQS])
-                if state.hold[HELD] > counters[K_PEAK_HELD]:
-                    counters[K_PEAK_HELD] = state.hold[HELD]
-                if nrun > counters[K_PEAK_RUNNING]:
-                    counters[K_PEAK_RUNNING] = nrun
-                # 4. apply: tokens computed, tokens out, finishes
-                for b in range(nbatch):
-                    i = batch[b]
-                    m = new_tokens[i]
-                    new_tokens[i] = 0
-                    computed[i] += m
-                    computed_total[i] += m
-                    if computed[i] >= target[i]:
-                        generated[i] += 1
-                        if generated[i] == 1:
-                            first_s[i] = now
-                        else:
-                            # the gap since its previous token, into a log histogram (ITL_RATIO apart)
-                            gap = now - last_token[i]
-                            itl[ITL_SUM] += gap
-                            itl[ITL_COUNT] += 1
-                            if gap > itl[ITL_MAX]:
-                                itl[ITL_MAX] = gap
-                            k = 0
-                            if gap > ITL_MIN_S:
-                                k = int(np.log(gap / ITL_MIN_S) / np.log(ITL_RATIO)) + 1
-                                if k >= itl_bins:
-                                    k = itl_bins - 1
-                            itl[ITL_HEAD + k] += 1
-                        last_token[i] = now
-                        if generated[i] >= outputs[i]:
-                            _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                     dec_pinned, bs)
-                            status[i] = FINISHED
-                            finish_s[i] = now
-                            done += 1
-                        else:
-                            target[i] = computed[i] + 1
-                            decoding[i] = True
-                # compact the running list (finished requests leave, order kept)
-                w = 0
-                for r in range(nrun):
-                    i = running[r]
-                    if status[i] == RUNNING:
-                        running[w] = i
-                        w += 1
-                nrun = w
-                # 5. time series, thinned by doubling the stride when full
-                if counters[K_STEPS] % stride == 0:
-                    if nseries == series_cap:
-                        for s in range(series_cap // 2):
-                            for col in range(NUM_SERIES):
-                                series[s, col] = series[2 * s + 1, col]
-                        nseries = series_cap // 2
-                        stride *= 2
-                    series[nseries, S_TIME] = now
-                    series[nseries, S_RUNNING] = nrun
-                    series[nseries, S_WAITING] = qlen
-                    series[nseries, S_HELD] = state.hold[HELD]
-                    series[nseries, S_HIT] = counters[K_HIT_SUM]
-                    series[nseries, S_PROMPT] = counters[K_PROMPT_SUM]
-                    nseries += 1
+                    cj[K_PREFILL_STEPS] += 1
+                cj[K_PREFILL_TOKENS] += np.int64(agg[AGG_PREFILL_NEW])
+                cj[K_DECODE_TOKENS] += np.int64(agg[AGG_DECODE_REQS])
+                if state.hold[HELD] > cj[K_PEAK_HELD]:
+                    cj[K_PEAK_HELD] = state.hold[HELD]
+                if nrun > cj[K_PEAK_RUNNING]:
+                    cj[K_PEAK_RUNNING] = nrun
             series_meta[0] = nseries
             series_meta[1] = stride
-            return now
+            return last_now
 
-        return run_instance
+        return run_cluster
+
+
+    @helper
+    def _q_push_back(j, i, qhead, qtail, qlen, qnext, qprev):
+        qprev[i] = qtail[j]
+        qnext[i] = -1
+        if qtail[j] >= 0:
+            qnext[qtail[j]] = i
+        else:
+            qhead[j] = i
+        qtail[j] = i
+        qlen[j] += 1
+
+    @helper
+    def _q_push_front(j, i, qhead, qtail, qlen, qnext, qprev):
+        qnext[i] = qhead[j]
+        qprev[i] = -1
+        if qhead[j] >= 0:
+            qprev[qhead[j]] = i
+        else:
+            qtail[j] = i
+        qhead[j] = i
+        qlen[j] += 1
+
+    @helper
+    def _q_pop_front(j, qhead, qtail, qlen, qnext, qprev):
+        i = qhead[j]
+        qhead[j] = qnext[i]
+        if qhead[j] >= 0:
+            qprev[qhead[j]] = -1
+        else:
+            qtail[j] = -1
+        qnext[i] = -1
+        qlen[j] -= 1
+        return i
 
 
     @helper
@@ -657,6 +786,7 @@ if HAVE_NUMBA:
     run_vllm = _make_kernel(STYLE_VLLM)
     run_sglang = _make_kernel(STYLE_SGLANG)
     for _kernel in (run_vllm, run_sglang):
-        key_cache_on_sources(_kernel, [__file__, timing.__file__, str(Path(__file__).parents[1] / "engine" / "driver.py"),
+        key_cache_on_sources(_kernel, [__file__, timing.__file__, _router.__file__,
+                                       str(Path(__file__).parents[1] / "engine" / "driver.py"),
                                        *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
 

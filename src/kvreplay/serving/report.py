@@ -81,6 +81,7 @@ class SimReport:
     router: str | None = None
     instance: np.ndarray | None = None  # per request: the instance that served it (several instances)
     instance_busy_s: list = field(default_factory=list)  # per instance: the time its steps took
+    router_lag_ms: float = 0.0  # the age of the instance state a state-aware router reads
 
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""

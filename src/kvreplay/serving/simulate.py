@@ -18,9 +18,10 @@ from ..engine.replay import as_trace, check_capacity
 from . import instance
 from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM, C_LPM_FCFS_ABOVE,
                        C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK,
-                       C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
+                       C_ROUTER, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
                        NUM_FCFG, NUM_SERIES)
 from .report import SimReport
+from .router import FIXED, ROUTER_FIXED, ROUTERS, router_config, router_kind
 from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
 
 #: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
@@ -146,6 +147,8 @@ class RawRun:
     end_s: float
     policy_counters: dict = field(default_factory=dict)
     itl: np.ndarray | None = None
+    instance: np.ndarray | None = None  # per request: the instance that served it
+    per_instance: list = field(default_factory=list)  # per instance: its counters
 
 
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
@@ -170,13 +173,24 @@ def _roomier(ext: Trace, calls: int, positions: int) -> Trace:
 
 
 def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_model: TimeModel,
-             scheduler: Scheduler, arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None) -> RawRun:
-    """One instance over `trace` with these arrivals: the kernel's raw outputs in trace order."""
+             scheduler: Scheduler, arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None,
+             instances: int = 1, router: str = "round-robin", assigned: np.ndarray | None = None,
+             rcfg: np.ndarray | None = None) -> RawRun:
+    """`instances` identical instances over `trace` with these arrivals, behind `router` (fixed
+    routers: `assigned` gives each request's instance): the kernel's raw outputs in trace order."""
     if not jit.HAVE_NUMBA:
         raise ConfigError("the serving simulator needs numba (pip install numba)")
+    from numba import typed
+
     spec = get_policy(policy)
     params = spec.resolve(params or {})
     n = len(trace)
+    N = instances
+    kind = router_kind(router)
+    if rcfg is None:
+        rcfg = router_config(router, capacity=capacity)
+    if assigned is None:
+        assigned = np.zeros(n, dtype=np.int64)
     order = np.argsort(arrival_s, kind="stable")
     sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
     ext, P = decode_trace(sorted_trace, block_size, output_kv)
@@ -196,12 +210,14 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     cfg[C_LPM_FCFS_ABOVE] = scheduler.lpm_fcfs_above
     cfg[C_MAX_PREFILL] = scheduler.max_prefill_tokens
     cfg[C_WINDOW] = roofline_window(tm)
+    cfg[C_ROUTER] = kind
     fcfg = np.zeros(NUM_FCFG, dtype=np.float64)
     fcfg[F_RATIO_INIT] = scheduler.init_new_token_ratio
     fcfg[F_RATIO_MIN] = scheduler.min_new_token_ratio
     fcfg[F_RATIO_DECAY] = scheduler.new_token_ratio_decay
     fcfg[F_CLIP_MAX_NEW] = scheduler.clip_max_new_tokens
     arr_sorted = np.ascontiguousarray(arrival_s[order], dtype=np.float64)
+    assigned_sorted = np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order])
     L = np.asarray(sorted_trace.input_length, dtype=np.int64)
     O = np.asarray(sorted_trace.output_length, dtype=np.int64)
     sched = np.full(n, np.nan)
@@ -212,49 +228,70 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     preempts = np.zeros(n, dtype=np.int64)
     computed = np.zeros(n, dtype=np.int64)
     status = np.zeros(n, dtype=np.int8)
-    counters = np.zeros(NUM_COUNTERS, dtype=np.int64)
+    inst_of = np.zeros(n, dtype=np.int64)
+    counters = np.zeros((N, NUM_COUNTERS), dtype=np.int64)
     series = np.zeros((SERIES_POINTS, NUM_SERIES), dtype=np.float64)
     series_meta = np.zeros(2, dtype=np.int64)
     itl = np.zeros(instance.ITL_HEAD + instance.ITL_BINS, dtype=np.float64)
-    # radix and belady allocate per pin_request call and per position pinned: size their state
-    # for every request, every decode block and one recomputation of each, and run again with
-    # twice the room in the rare case preemptions need more (the run is deterministic)
-    decode_blocks = ext.num_accesses - sorted_trace.num_accesses
-    calls, positions = 2 * n + decode_blocks + 1, 2 * ext.num_accesses + 1
+    # radix and belady allocate per pin_request call and per position pinned: size each
+    # instance's state for its requests, their decode blocks and one recomputation of each (a
+    # state-aware router's share is unknown before the run: twice an even share), and run again
+    # with twice the room for an instance that needed more (the run is deterministic)
+    dec = np.diff(ext.offsets) - P
+    calls = np.empty(N, dtype=np.int64)
+    positions = np.empty(N, dtype=np.int64)
+    for k in range(N):
+        mine = assigned_sorted == k if kind == ROUTER_FIXED else slice(None)
+        share = 1.0 if kind == ROUTER_FIXED or N == 1 else min(1.0, 2.0 / N)
+        calls[k] = int(2 * share * (np.count_nonzero(L[mine] >= 0) + dec[mine].sum())) + 8
+        positions[k] = int(2 * share * (np.diff(ext.offsets)[mine].sum())) + 8
     while True:
-        sizing = ext if spec.name not in SIZED_PER_CALL else _roomier(ext, calls, positions)
-        state = (spec.held_state or spec.make_state)(capacity, sizing, **params)
+        states = typed.List()
+        for k in range(N):
+            sizing = ext if spec.name not in SIZED_PER_CALL else _roomier(ext, int(calls[k]), int(positions[k]))
+            states.append((spec.held_state or spec.make_state)(capacity, sizing, **params))
         for a in (sched, first, finish):
             a.fill(np.nan)
-        for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles, itl):
+        for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles, itl,
+                  inst_of):
             a.fill(0)
         if spec.name in SIZED_PER_CALL:
-            counters[instance.K_MAX_PIN_CALLS], counters[instance.K_MAX_POSITIONS] = calls, positions
+            counters[:, instance.K_MAX_PIN_CALLS], counters[:, instance.K_MAX_POSITIONS] = calls, positions
         else:
-            counters[instance.K_MAX_PIN_CALLS] = counters[instance.K_MAX_POSITIONS] = -1
-        args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, state, handles, tm, cfg, fcfg, sched, first, finish,
-                hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, itl)
+            counters[:, instance.K_MAX_PIN_CALLS] = counters[:, instance.K_MAX_POSITIONS] = -1
+        args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, states, handles, tm, cfg, fcfg, rcfg, assigned_sorted,
+                inst_of, sched, first, finish, hit_tokens, hit_blocks, preempts, computed, status, counters, series,
+                series_meta, itl)
         kernel = instance.run_sglang if scheduler.style == "sglang" else instance.run_vllm
         jit.ensure_compiled(kernel, args, f"the {scheduler.style}-style serving simulator for {spec.name}")
         end = kernel(*args)
-        if counters[instance.K_STUCK]:
+        stuck = counters[:, instance.K_STUCK]
+        if stuck.any():
             from ..errors import InvariantError
 
-            raise InvariantError(f"the simulator stalled with {int(counters[instance.K_STUCK])} running requests "
+            raise InvariantError(f"the simulator stalled with {int(stuck.sum())} running requests "
                                  "that can no longer be scheduled")
-        if counters[instance.K_OUT_OF_ROOM] == 0:
+        short = counters[:, instance.K_OUT_OF_ROOM] != 0
+        if not short.any():
             break
-        calls, positions = 2 * calls, 2 * positions
-    _, policy_counters = spec.read_state(state)
+        calls[short] *= 2
+        positions[short] *= 2
+    policy_counters = {}
+    for st in states:
+        for key, value in spec.read_state(st)[1].items():
+            policy_counters[key] = policy_counters.get(key, 0) + value
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
     back = lambda a: a[inv]  # noqa: E731 - sorted order back to trace order
+    per_instance = [dict(zip(instance.COUNTER_NAMES, row.tolist())) for row in counters]
+    peaks = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
+    merged = {key: (max if key in peaks else sum)(c[key] for c in per_instance) for key in instance.COUNTER_NAMES}
     return RawRun(
         arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=back(sched), first_token_s=back(first),
         finish_s=back(finish), hit_tokens=back(hit_tokens), hit_blocks=back(hit_blocks), preemptions=back(preempts),
-        computed_tokens=back(computed), status=back(status),
-        counters=dict(zip(instance.COUNTER_NAMES, counters.tolist())), series=series[:series_meta[0]].copy(),
-        end_s=float(end), policy_counters=policy_counters, itl=itl,
+        computed_tokens=back(computed), status=back(status), counters=merged,
+        series=series[:series_meta[0]].copy(), end_s=float(end), policy_counters=policy_counters, itl=itl,
+        instance=back(inst_of), per_instance=per_instance,
     )
 
 
@@ -289,7 +326,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
              gpu_memory_utilization: float = 0.9, speedup: float | None = None, rate: float | None = None,
              seed: int = 0, scheduler: Scheduler | None = None, slo_ttft_ms: float | None = None,
              slo_tpot_ms: float | None = None, output_kv: bool = True, compare_sequential: bool = True,
-             check: bool = True, instances: int = 1, router: str = "round-robin", **params):
+             check: bool = True, instances: int = 1, router: str = "round-robin", router_lag_ms: float = 0.0,
+             router_options: dict | None = None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind a
     state-independent `router`: see ROUTERS) and return a SimReport.
 
@@ -329,26 +367,27 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
                                             gpu_memory_utilization=gpu_memory_utilization)
     tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
-    instance_of = route(trace, arrival_s, instances, router, seed)
-    parts = []  # (request indices, RawRun, sequential Report or None), one per instance
-    for k in range(instances):
-        idx = np.flatnonzero(instance_of == k)
-        sub = trace if instances == 1 else trace.take(idx)
-        raw_k = run_once(sub, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
-                         scheduler=scheduler, arrival_s=arrival_s[idx], output_kv=output_kv, params=params)
-        seq_k = None
-        if compare_sequential:
-            seq_k = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **params)
-        parts.append((idx, raw_k, seq_k))
-    raw = parts[0][1] if instances == 1 else _merged(parts, len(trace))
+    kind = router_kind(router) if instances > 1 else ROUTER_FIXED
+    assigned = route(trace, arrival_s, instances, router, seed) if kind == ROUTER_FIXED else None
+    rcfg = router_config(router, capacity=capacity, lag_ms=router_lag_ms, options=router_options)
+    raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
+                   scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params,
+                   instances=instances, router=router if instances > 1 else "round-robin", assigned=assigned,
+                   rcfg=rcfg)
+    instance_of = raw.instance
     sequential = None
     sequential_evictions = None
     if compare_sequential:
         # each instance's requests through its own cache, one at a time (N replays for N instances)
+        hits = 0
+        evictions = []
+        for k in range(instances):
+            sub = trace if instances == 1 else trace.take(np.flatnonzero(instance_of == k))
+            seq_k = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **params)
+            hits += int(seq_k.hit_tokens.sum())
+            evictions.append(seq_k.counters.get("evictions"))
         prompt = int(np.asarray(trace.input_length).sum())
-        hits = sum(int(seq_k.hit_tokens.sum()) for _, _, seq_k in parts)
         sequential = hits / prompt if prompt else 0.0
-        evictions = [seq_k.counters.get("evictions") for _, _, seq_k in parts]
         sequential_evictions = None if None in evictions else sum(evictions)
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
@@ -363,7 +402,7 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         end_s=raw.end_s, itl_histogram=raw.itl, sequential_hit_rate=sequential, sequential_evictions=sequential_evictions,
         capacity_source=source, instances=instances, router=router if instances > 1 else None,
         instance=instance_of if instances > 1 else None,
-        instance_busy_s=[p[1].counters["busy_us"] / 1e6 for p in parts],
+        instance_busy_s=[c["busy_us"] / 1e6 for c in raw.per_instance], router_lag_ms=router_lag_ms,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
     )
@@ -372,10 +411,6 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         _check_tokens(report, raw)
     return report
 
-
-#: Routers that do not look at the instances' state: their choice is fixed by the trace, so N
-#: instances are N independent simulations of the requests each receives (docs/serving.md).
-ROUTERS = ("round-robin", "random", "session")
 
 
 def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed: int = 0) -> np.ndarray:
@@ -389,8 +424,9 @@ def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed
     if isinstance(instances, bool) or not isinstance(instances, (int, np.integer)) or instances < 1:
         raise ConfigError(f"instances must be a whole number >= 1, got {instances!r}")
     if router not in ROUTERS:
-        raise ConfigError(f"unknown router {router!r} (known: {', '.join(ROUTERS)}; routers that read the "
-                          "instances' state, such as least-loaded and kv-aware, are not built yet)")
+        raise ConfigError(f"unknown router {router!r} (known: {', '.join(ROUTERS)})")
+    if router not in FIXED:
+        raise ConfigError(f"router {router!r} reads the instances' state: it routes during the run, not before")
     n = len(trace)
     if instances == 1:
         return np.zeros(n, dtype=np.int64)
@@ -405,37 +441,6 @@ def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed
     lengths = np.diff(trace.offsets)
     first = np.where(lengths > 0, trace.blocks[np.minimum(trace.offsets[:-1], max(len(trace.blocks) - 1, 0))], 0)
     return first.astype(np.int64) % instances
-
-
-def _merged(parts, n: int) -> RawRun:
-    """The instances' runs as one, in trace order: per-request columns scattered back, counts
-    summed, peaks the largest, the time series left out (each instance has its own clock)."""
-    def column(name, dtype, fill):
-        out = np.full(n, fill, dtype=dtype)
-        for idx, raw, _ in parts:
-            out[idx] = getattr(raw, name)
-        return out
-
-    peaks = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
-    counters = {}
-    for _, raw, _ in parts:
-        for key, value in raw.counters.items():
-            counters[key] = max(counters.get(key, value), value) if key in peaks else counters.get(key, 0) + value
-    policy_counters = {}
-    for _, raw, _ in parts:
-        for key, value in raw.policy_counters.items():
-            policy_counters[key] = policy_counters.get(key, 0) + value
-    itl = sum(raw.itl for _, raw, _ in parts)
-    itl[instance.ITL_MAX] = max(raw.itl[instance.ITL_MAX] for _, raw, _ in parts)
-    return RawRun(
-        arrival_s=column("arrival_s", np.float64, np.nan), scheduled_s=column("scheduled_s", np.float64, np.nan),
-        first_token_s=column("first_token_s", np.float64, np.nan), finish_s=column("finish_s", np.float64, np.nan),
-        hit_tokens=column("hit_tokens", np.int64, 0), hit_blocks=column("hit_blocks", np.int64, 0),
-        preemptions=column("preemptions", np.int64, 0), computed_tokens=column("computed_tokens", np.int64, 0),
-        status=column("status", np.int8, 0), counters=counters,
-        series=np.zeros((0, parts[0][1].series.shape[1])), end_s=max(raw.end_s for _, raw, _ in parts),
-        policy_counters=policy_counters, itl=itl,
-    )
 
 
 def _check_tokens(report, raw: RawRun) -> None:
