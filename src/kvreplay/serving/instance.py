@@ -43,12 +43,13 @@ from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FU
                      AGG_KEYS_SW, AGG_PREFILL_CACHED, AGG_PREFILL_NEW, AGG_PREFILL_REQS, AGG_TOUCHED_FULL,
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
 from . import router as _router
-from .router import NUM_VIEW, R_LAG_S, ROUTER_FIXED, ROUTER_LEAST_LOADED, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_REQUESTS, V_RUNNING, V_WAITING
+from .router import (NUM_VIEW, R_LAG_S, R_SEED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_LEAST_LOADED, ROUTER_MOONCAKE,
+                     ROUTER_SGLANG, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_QUEUE_S, V_REQUESTS, V_RUNNING, V_WAITING)
 
 # cfg (int64) slots (the scheduler style is no slot: each style has its kernel, run_vllm / run_sglang)
 (C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
- C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_ROUTER) = range(14)
-NUM_CFG = 14
+ C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_ROUTER, C_PROMPT_IDS) = range(15)
+NUM_CFG = 15
 STYLE_VLLM, STYLE_SGLANG = 0, 1
 # fcfg (float64) slots: SGLang's new-token ratio
 F_RATIO_INIT, F_RATIO_MIN, F_RATIO_DECAY, F_CLIP_MAX_NEW = range(4)
@@ -216,6 +217,7 @@ if HAVE_NUMBA:
     from ..engine.driver import prefix_compiled
 
     _router_pick = _router.pick_instance
+    _prefill_estimate = _router.prefill_estimate
 
     @helper(inline=False)
     def driver_prefix(state, blocks, start, end, input_length, block_size):
@@ -277,7 +279,15 @@ if HAVE_NUMBA:
             snap_k = 0.0
             next_snap = 0.0 if lag > 0 else np.inf
             overlap = np.zeros(N, dtype=np.int64)
+            depth = np.zeros(N, dtype=np.int64)
             routed_overlap = np.zeros(n, dtype=np.int64)
+            routed_est = np.zeros(n, dtype=np.float64)
+            # kv-aware: holds on each prompt block by the requests in flight per instance;
+            # sglang: the blocks of the prompts routed to each instance (its approximate tree)
+            tracked = router == ROUTER_DYNAMO or router == ROUTER_SGLANG
+            track = np.zeros((N if tracked else 1, cfg[C_PROMPT_IDS] if tracked else 1), dtype=np.int32)
+            if router != ROUTER_FIXED:
+                np.random.seed(np.int64(rcfg[R_SEED]))
             agg = np.zeros(NUM_AGG, dtype=np.float64)
             hit_out = np.zeros(1, dtype=np.int64)
             lpm_key = np.zeros(n, dtype=np.int64)
@@ -335,6 +345,7 @@ if HAVE_NUMBA:
                             if generated[i] == 1:
                                 first_s[i] = now
                                 view[j, V_PREFILL_TOKENS] -= L[i] - routed_overlap[i]
+                                view[j, V_QUEUE_S] -= routed_est[i]
                             else:
                                 # the gap since its previous token, into a log histogram (ITL_RATIO apart)
                                 gap = now - last_token[i]
@@ -356,7 +367,12 @@ if HAVE_NUMBA:
                                 finish_s[i] = now
                                 done += 1
                                 view[j, V_REQUESTS] -= 1
-                                view[j, V_BLOCKS] -= P[i]
+                                if router == ROUTER_DYNAMO:
+                                    for k in range(L[i] // bs):
+                                        b = blocks[offsets[i] + k]
+                                        track[j, b] -= 1
+                                        if track[j, b] == 0:
+                                            view[j, V_BLOCKS] -= 1
                             else:
                                 target[i] = computed[i] + 1
                                 decoding[i] = True
@@ -407,10 +423,23 @@ if HAVE_NUMBA:
                         j = assigned[i]
                     else:
                         src = seen if lag > 0 else view
-                        if router != ROUTER_LEAST_LOADED:
-                            for q in range(N):
-                                overlap[q] = driver_prefix(states[q], blocks, offsets[i], offsets[i] + P[i], L[i], bs)
-                        j = _router_pick(router, rcfg, src, overlap, P[i], L[i], bs, tm, agg)
+                        start = offsets[i]
+                        full = L[i] // bs
+                        for q in range(N):
+                            if router == ROUTER_SGLANG:
+                                # the router's tree of the prompts it routed to q
+                                k = 0
+                                while k < P[i] and track[q, blocks[start + k]] != 0:
+                                    k += 1
+                                overlap[q] = k
+                            elif router != ROUTER_LEAST_LOADED:
+                                overlap[q] = driver_prefix(states[q], blocks, start, start + P[i], L[i], bs)
+                            if router == ROUTER_DYNAMO:
+                                k = 0
+                                while k < full and track[q, blocks[start + k]] != 0:
+                                    k += 1
+                                depth[q] = k
+                        j = _router_pick(router, rcfg, src, overlap, depth, P[i], L[i], bs, tm, agg)
                     inst_of[i] = j
                     cj = counters[j]
                     need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
@@ -431,7 +460,19 @@ if HAVE_NUMBA:
                     routed_overlap[i] = ov if ov < L[i] else L[i]
                     view[j, V_REQUESTS] += 1
                     view[j, V_PREFILL_TOKENS] += L[i] - routed_overlap[i]
-                    view[j, V_BLOCKS] += P[i]
+                    if router == ROUTER_DYNAMO:
+                        # unique prompt blocks in flight (full blocks, as Dynamo hashes them)
+                        for k in range(L[i] // bs):
+                            b = blocks[offsets[i] + k]
+                            if track[j, b] == 0:
+                                view[j, V_BLOCKS] += 1
+                            track[j, b] += 1
+                    elif router == ROUTER_SGLANG:
+                        for k in range(P[i]):
+                            track[j, blocks[offsets[i] + k]] = 1
+                    elif router == ROUTER_MOONCAKE:
+                        routed_est[i] = _prefill_estimate(tm, agg, L[i], routed_overlap[i])
+                        view[j, V_QUEUE_S] += routed_est[i]
                     if not busy[j] and end_t[j] == np.inf:
                         end_t[j] = now  # an idle instance wakes
                     continue

@@ -38,13 +38,13 @@ STATE_AWARE = {"least-loaded": ROUTER_LEAST_LOADED, "kv-aware": ROUTER_DYNAMO, "
 ROUTERS = FIXED + tuple(STATE_AWARE)
 
 # view columns: the router's own bookkeeping, then what instances report
-(V_REQUESTS, V_PREFILL_TOKENS, V_BLOCKS, V_RUNNING, V_WAITING, V_HELD) = range(6)
-NUM_VIEW = 6
+(V_REQUESTS, V_PREFILL_TOKENS, V_BLOCKS, V_QUEUE_S, V_RUNNING, V_WAITING, V_HELD) = range(7)
+NUM_VIEW = 7
 
 # rcfg (float64) slots
 (R_LAG_S, R_PREFILL_SCALE, R_SG_ABS, R_SG_REL, R_SG_CACHE, R_LLMD_PREFIX, R_LLMD_KV, R_LLMD_QUEUE,
- R_CAPACITY) = range(9)
-NUM_RCFG = 9
+ R_CAPACITY, R_SEED) = range(10)
+NUM_RCFG = 10
 
 #: Each preset's parameters and defaults (docs/serving.md gives their sources).
 DEFAULTS = {
@@ -55,7 +55,8 @@ DEFAULTS = {
 DEFAULTS["dynamo"] = DEFAULTS["kv-aware"]
 
 
-def router_config(router: str, *, capacity: int, lag_ms: float = 0.0, options: dict | None = None) -> np.ndarray:
+def router_config(router: str, *, capacity: int, lag_ms: float = 0.0, options: dict | None = None,
+                  seed: int = 0) -> np.ndarray:
     """The kernel's router settings (rcfg) and its kind, checked."""
     if router not in ROUTERS:
         raise ConfigError(f"unknown router {router!r} (known: {', '.join(ROUTERS)})")
@@ -73,6 +74,7 @@ def router_config(router: str, *, capacity: int, lag_ms: float = 0.0, options: d
     rcfg = np.zeros(NUM_RCFG, dtype=np.float64)
     rcfg[R_LAG_S] = lag_ms / 1000.0
     rcfg[R_CAPACITY] = capacity
+    rcfg[R_SEED] = seed
     rcfg[R_PREFILL_SCALE] = values.get("prefill_load_scale", 1.0)
     rcfg[R_SG_ABS] = values.get("balance_abs_threshold", 0.0)
     rcfg[R_SG_REL] = values.get("balance_rel_threshold", 0.0)
@@ -87,39 +89,46 @@ def router_kind(router: str) -> int:
     return STATE_AWARE.get(router, ROUTER_FIXED)
 
 
-def reads_cache(kind: int) -> bool:
-    """Does this router look up the request's prefix in every instance's cache?"""
-    return kind in (ROUTER_DYNAMO, ROUTER_SGLANG, ROUTER_LLMD, ROUTER_MOONCAKE)
-
-
-def pick_instance(kind, rcfg, view, overlap, prompt_blocks, prompt_tokens, block_size, tm, agg):
-    """The instance a state-aware router sends the request to (ties: the lowest index); `agg`
-    is scratch for the time model."""
+def pick_instance(kind, rcfg, view, overlap, depth, prompt_blocks, prompt_tokens, block_size, tm, agg):
+    """The instance a state-aware router sends the request to. `overlap[q]`: the request's
+    leading blocks instance q holds, as this router sees them (its cache for kv-aware, llm-d and
+    mooncake; what was routed there for sglang); `depth[q]`: its leading blocks already in flight
+    on q (kv-aware). `agg`: scratch for the time model."""
     N = view.shape[0]
     best = 0
     if kind == ROUTER_LEAST_LOADED:
-        # fewest requests in flight (waiting + running), as the router counts them
+        # fewest requests in flight (routed, not finished); ties: the lowest index
         for q in range(1, N):
             if view[q, V_REQUESTS] < view[best, V_REQUESTS]:
                 best = q
         return best
     if kind == ROUTER_DYNAMO:
-        # Dynamo's KV router: prefill_load_scale x (prefill blocks in flight + the request's
-        # blocks not cached there) + the blocks of the requests in flight; the lowest cost
+        # Dynamo's KV router (kv-router selector/default.rs worker_logit, defaults of 1.6.1):
+        # prefill_load_scale x max(0, (prefill tokens in flight + prompt tokens) / block size -
+        # overlap) + (unique prompt blocks in flight + this prompt's full blocks not yet in flight);
+        # the lowest cost, ties at random (seeded here, unseeded in Dynamo)
+        full = prompt_tokens // block_size
         best_cost = np.inf
+        ties = 0
         for q in range(N):
-            new_blocks = prompt_blocks - overlap[q]
-            prefill = view[q, V_PREFILL_TOKENS] / block_size + new_blocks
-            cost = rcfg[R_PREFILL_SCALE] * (prefill if prefill > 0 else 0.0) + view[q, V_BLOCKS]
+            ov = overlap[q] if overlap[q] < full else full
+            prefill = (view[q, V_PREFILL_TOKENS] + prompt_tokens) / block_size - ov
+            cost = rcfg[R_PREFILL_SCALE] * (prefill if prefill > 0 else 0.0) + view[q, V_BLOCKS] + full - depth[q]
             if cost < best_cost:
                 best_cost = cost
                 best = q
+                ties = 1
+            elif cost == best_cost:
+                ties += 1
+                if np.random.randint(0, ties) == 0:
+                    best = q
         return best
     if kind == ROUTER_SGLANG:
-        # SGLang's cache-aware router: when the load is imbalanced (max - min above the absolute
-        # threshold and max above the relative threshold x min) the least loaded instance; else
-        # the best prefix match if its match ratio is above cache_threshold, else the instance
-        # with the most free cache
+        # SGLang's cache-aware router (sgl-model-gateway policies/cache_aware.rs, launcher
+        # defaults): when the load (requests in flight) is imbalanced, max - min above the absolute
+        # threshold and max above the relative threshold x min, the least loaded; else the
+        # instance with the longest match in the tree of routed prompts if the match ratio is
+        # above cache_threshold; else the least loaded
         lo = 0
         hi = 0
         for q in range(1, N):
@@ -136,44 +145,59 @@ def pick_instance(kind, rcfg, view, overlap, prompt_blocks, prompt_tokens, block
                 best = q
         if prompt_blocks > 0 and overlap[best] / prompt_blocks > rcfg[R_SG_CACHE]:
             return best
-        best = 0
-        for q in range(1, N):
-            if view[q, V_HELD] < view[best, V_HELD]:
-                best = q
-        return best
+        return lo
     if kind == ROUTER_LLMD:
-        # llm-d's scheduler: weighted scorers, each in [0, 1], the highest total wins
+        # llm-d's scheduler (GIE scorers, weights prefix 3 / queue 2 / kv-cache 2): precise prefix
+        # score (leading blocks cached there, min-max normalised over the instances that hold any;
+        # none: 0), queue score (waiting requests, min-max normalised, inverted), KV score
+        # (1 - blocks in use / pool); the highest weighted sum, ties at random
         qmin = view[0, V_WAITING]
         qmax = view[0, V_WAITING]
-        for q in range(1, N):
-            w = view[q, V_WAITING]
-            if w < qmin:
-                qmin = w
-            if w > qmax:
-                qmax = w
-        best_score = -np.inf
+        omin = -1
+        omax = -1
         for q in range(N):
-            prefix = overlap[q] / prompt_blocks if prompt_blocks > 0 else 0.0
+            w = view[q, V_WAITING]
+            qmin = w if w < qmin else qmin
+            qmax = w if w > qmax else qmax
+            if overlap[q] > 0:
+                omin = overlap[q] if omin < 0 or overlap[q] < omin else omin
+                omax = overlap[q] if overlap[q] > omax else omax
+        best_score = -np.inf
+        ties = 0
+        for q in range(N):
+            prefix = 0.0
+            if overlap[q] > 0:
+                prefix = 1.0 if omax == omin else (overlap[q] - omin) / (omax - omin)
             kv = 1.0 - view[q, V_HELD] / rcfg[R_CAPACITY]
             queue = 1.0 if qmax == qmin else (qmax - view[q, V_WAITING]) / (qmax - qmin)
             score = rcfg[R_LLMD_PREFIX] * prefix + rcfg[R_LLMD_KV] * kv + rcfg[R_LLMD_QUEUE] * queue
             if score > best_score:
                 best_score = score
                 best = q
+                ties = 1
+            elif score == best_score:
+                ties += 1
+                if np.random.randint(0, ties) == 0:
+                    best = q
         return best
-    # ROUTER_MOONCAKE: Mooncake's Conductor: the least estimated TTFT = the queue's prefill time
-    # (the prompt tokens routed there and not yet prefilled) + this prompt's uncached part
+    # ROUTER_MOONCAKE: Mooncake's Conductor (FAST'25 Algorithm 1, local reuse): the least
+    # estimated TTFT = the predicted prefill times of the requests queued there + this prompt's
+    # prefill after its cached prefix there
     best_t = np.inf
     for q in range(N):
-        cached = overlap[q] * block_size
-        if cached > prompt_tokens:
-            cached = prompt_tokens
-        t = _prefill_seconds(tm, agg, view[q, V_PREFILL_TOKENS], 0.0) + \
-            _prefill_seconds(tm, agg, prompt_tokens - cached, cached)
+        t = view[q, V_QUEUE_S] + prefill_estimate(tm, agg, prompt_tokens, overlap[q] * block_size)
         if t < best_t:
             best_t = t
             best = q
     return best
+
+
+def prefill_estimate(tm, agg, prompt_tokens, cached):
+    """The time model's prefill time of a prompt with `cached` tokens cached (the last token is
+    always computed)."""
+    if cached >= prompt_tokens:
+        cached = prompt_tokens - 1 if prompt_tokens > 0 else 0
+    return _prefill_seconds(tm, agg, prompt_tokens - cached, cached)
 
 
 def _prefill_seconds(tm, agg, new, cached):
@@ -193,6 +217,7 @@ if HAVE_NUMBA:
     from .timing import step_seconds
 
     _prefill_seconds = helper(_prefill_seconds, inline=False)
+    prefill_estimate = helper(prefill_estimate, inline=False)
     pick_instance = helper(pick_instance, inline=False)
 else:  # pragma: no cover - the simulator needs numba
     from .timing import step_seconds

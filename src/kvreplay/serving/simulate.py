@@ -18,7 +18,7 @@ from ..engine.replay import as_trace, check_capacity
 from . import instance
 from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM, C_LPM_FCFS_ABOVE,
                        C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK,
-                       C_ROUTER, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
+                       C_PROMPT_IDS, C_ROUTER, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
                        NUM_FCFG, NUM_SERIES)
 from .report import SimReport
 from .router import FIXED, ROUTER_FIXED, ROUTERS, router_config, router_kind
@@ -211,6 +211,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     cfg[C_MAX_PREFILL] = scheduler.max_prefill_tokens
     cfg[C_WINDOW] = roofline_window(tm)
     cfg[C_ROUTER] = kind
+    cfg[C_PROMPT_IDS] = max(1, trace.num_blocks)
     fcfg = np.zeros(NUM_FCFG, dtype=np.float64)
     fcfg[F_RATIO_INIT] = scheduler.init_new_token_ratio
     fcfg[F_RATIO_MIN] = scheduler.min_new_token_ratio
@@ -369,7 +370,7 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
     kind = router_kind(router) if instances > 1 else ROUTER_FIXED
     assigned = route(trace, arrival_s, instances, router, seed) if kind == ROUTER_FIXED else None
-    rcfg = router_config(router, capacity=capacity, lag_ms=router_lag_ms, options=router_options)
+    rcfg = router_config(router, capacity=capacity, lag_ms=router_lag_ms, options=router_options, seed=seed)
     raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
                    scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params,
                    instances=instances, router=router if instances > 1 else "round-robin", assigned=assigned,
