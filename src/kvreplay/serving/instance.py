@@ -37,19 +37,21 @@ import numpy as np
 
 from .. import policies
 from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
-from ..policies.base import HELD, REFUSALS, pin_request, unpin_request
+from ..policies.base import HELD, REFUSALS, hit_limit, pin_request, unpin_request
 from . import timing
 from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FULL,
                      AGG_KEYS_SW, AGG_PREFILL_CACHED, AGG_PREFILL_NEW, AGG_PREFILL_REQS, AGG_TOUCHED_FULL,
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
 from . import router as _router
+from . import tiers as _tiers
+from .tiers import drain, tier_admitted, tier_prefix
 from .router import (NUM_VIEW, R_LAG_S, R_SEED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_LEAST_LOADED, ROUTER_MOONCAKE,
                      ROUTER_SGLANG, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_QUEUE_S, V_REQUESTS, V_RUNNING, V_WAITING)
 
 # cfg (int64) slots (the scheduler style is no slot: each style has its kernel, run_vllm / run_sglang)
 (C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
- C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_ROUTER, C_PROMPT_IDS) = range(15)
-NUM_CFG = 15
+ C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_ROUTER, C_PROMPT_IDS, C_TIER_OVERLAP) = range(16)
+NUM_CFG = 16
 STYLE_VLLM, STYLE_SGLANG = 0, 1
 # fcfg (float64) slots: SGLang's new-token ratio
 F_RATIO_INIT, F_RATIO_MIN, F_RATIO_DECAY, F_CLIP_MAX_NEW = range(4)
@@ -58,12 +60,13 @@ NUM_FCFG = 4
 (K_STEPS, K_PREEMPTIONS, K_DECODE_BLOCKS, K_PEAK_HELD, K_PEAK_RUNNING, K_PEAK_WAITING, K_REJECTED, K_PREFILL_STEPS,
  K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS, K_PIN_CALLS, K_POSITIONS,
  K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS, K_HIT_SUM, K_PROMPT_SUM, K_BUSY_US, K_NEVER_ADMITTED,
- K_STUCK) = range(23)
-NUM_COUNTERS = 23
+ K_STUCK, K_LOAD_US) = range(24)
+NUM_COUNTERS = 24
 COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "peak_running", "peak_waiting",
                  "rejected", "prefill_steps", "stalls", "recomputed_tokens", "prefill_tokens", "decode_tokens",
                  "refused_admissions", "pin_calls", "positions_pinned", "state_out_of_room", "max_pin_calls",
-                 "max_positions", "first_hit_tokens", "first_prompt_tokens", "busy_us", "never_admitted", "stuck")
+                 "max_positions", "first_hit_tokens", "first_prompt_tokens", "busy_us", "never_admitted", "stuck",
+                 "load_us")
 # request status
 WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 # inter-token latency: sum, max, count, then a histogram: bin 0 holds gaps <= ITL_MIN_S, bin k >= 1
@@ -105,29 +108,33 @@ if HAVE_NUMBA:
         return True
 
     @helper(inline=False)
-    def _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, block_size):
+    def _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, block_size,
+                 tiers, j):
         """Finish or preempt request i: its decode singles tail first, then its admitted range."""
         start = offsets[i]
         hb = start + i
-        for j in range(base_len[i] + dec_pinned[i] - 1, base_len[i] - 1, -1):
-            unpin_request(state, i, blocks, start + j, start + j + 1, block_size, block_size, handles, hb + j, 1)
+        for q in range(base_len[i] + dec_pinned[i] - 1, base_len[i] - 1, -1):
+            unpin_request(state, i, blocks, start + q, start + q + 1, block_size, block_size, handles, hb + q, 1)
         unpin_request(state, i, blocks, start, start + base_len[i], base_input[i], block_size, handles, hb, base_n[i])
+        drain(state, tiers, j)  # (a ttl policy may expire blocks as they are released)
         dec_pinned[i] = 0
         base_n[i] = 0
         base_len[i] = 0
 
     @helper(inline=False)
-    def _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, block_size, capacity, counters):
+    def _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, block_size, capacity, counters,
+              tiers, j):
         """Pin decode singles until request i covers `want` positions; False when the pool is full."""
         start = offsets[i]
         while base_len[i] + dec_pinned[i] < want:
             if state.hold[HELD] >= capacity:
                 return False
-            j = base_len[i] + dec_pinned[i]
+            q = base_len[i] + dec_pinned[i]
             if not _room(counters, 1):
                 return False
             refusals = state.hold[REFUSALS]
-            pin_request(state, i, blocks, start + j, start + j + 1, 0, block_size, block_size, handles, start + i + j)
+            pin_request(state, i, blocks, start + q, start + q + 1, 0, block_size, block_size, handles, start + i + q)
+            drain(state, tiers, j)
             if state.hold[REFUSALS] != refusals:
                 return False
             dec_pinned[i] += 1
@@ -136,20 +143,23 @@ if HAVE_NUMBA:
 
     @helper(inline=False)
     def _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, target,
-               block_size, capacity, precheck, output_kv, hit_out, counters):
-        """Schedule request i for `target` tokens: scan its prefix, pin its prompt range (all or
-        nothing). Returns hit tokens, or -1 when it does not fit now (nothing held, nothing counted)."""
+               block_size, capacity, precheck, output_kv, hit_out, counters, tiers, j, tier_row, tier_scratch,
+               first, load_s):
+        """Schedule request i for `target` tokens: scan its prefix (HBM, then the tiers below),
+        pin its prompt range (all or nothing). Returns hit tokens, or -1 when it does not fit now
+        (nothing held, nothing counted)."""
         start = offsets[i]
         ext = extra_blocks(target, L[i], block_size) if output_kv else 0
         n_pos = P[i] + ext
         if precheck:
             unheld = 0
-            for j in range(n_pos):
-                if state.pins[blocks[start + j]] == 0:
+            for q in range(n_pos):
+                if state.pins[blocks[start + q]] == 0:
                     unheld += 1
             if state.hold[HELD] + unheld > capacity:
                 return -1
         k = driver_prefix(state, blocks, start, start + n_pos, target, block_size)
+        k2 = tier_prefix(state, tiers, j, blocks, start, k, hit_limit(state, n_pos, target, block_size), tier_scratch)
         if not _room(counters, n_pos):
             return -1
         refusals = state.hold[REFUSALS]
@@ -157,7 +167,11 @@ if HAVE_NUMBA:
         if state.hold[REFUSALS] != refusals:
             if n > 0:
                 unpin_request(state, i, blocks, start, start + n_pos, target, block_size, handles, start + i, n)
+            drain(state, tiers, j)
             return -1
+        load_s[i] += tier_admitted(tiers, j, blocks, start, k, n_pos, tier_scratch, tier_row, first)
+        drain(state, tiers, j)
+        k = k2
         base_len[i] = n_pos
         base_input[i] = target
         base_n[i] = n
@@ -187,10 +201,12 @@ if HAVE_NUMBA:
     @helper(inline=False)
     def _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs, capacity,
                   precheck, output_kv, hit_out, now, target, computed, status, preempts, sched_s, hit_tokens,
-                  hit_blocks, counters):
-        """Admit the waiting request i (_admit) and start it (_started); False when it does not fit."""
+                  hit_blocks, counters, tiers, j, tier_hits, load_s):
+        """Admit the waiting request i (_admit) and start it (_started); False when it does not fit.
+        Its hits per tier are kept at its first schedule (tier_hits[i]; row n is scratch)."""
         hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, target[i],
-                     bs, capacity, precheck, output_kv, hit_out, counters)
+                     bs, capacity, precheck, output_kv, hit_out, counters, tiers, j, tier_hits[i],
+                     tier_hits[tier_hits.shape[0] - 1], preempts[i] == 0, load_s)
         if hit < 0:
             counters[K_REFUSED_ADMISSIONS] += 1
             return False
@@ -200,12 +216,12 @@ if HAVE_NUMBA:
 
     @helper(inline=False)
     def _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs,
-                    computed, decoding, target, generated, status, preempts, new_tokens, counters):
+                    computed, decoding, target, generated, status, preempts, new_tokens, counters, tiers, j):
         """Preempt (vLLM) or retract (SGLang) request v: its blocks are released and it waits to
         recompute its prompt and the tokens it generated. Returns the tokens it had this step."""
         given = new_tokens[v]
         new_tokens[v] = 0
-        _release(state, v, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs)
+        _release(state, v, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs, tiers, j)
         computed[v] = 0
         decoding[v] = False
         target[v] = L[v] + generated[v]
@@ -231,7 +247,7 @@ if HAVE_NUMBA:
         @njit(cache=True, nogil=True)
         def run_cluster(offsets, blocks, P, L, O, arrival, states, handles, tm, cfg, fcfg, rcfg, assigned, inst_of,
                         sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
-                        counters, series, series_meta, itl):  # pragma: no cover - compiled
+                        counters, series, series_meta, itl, tiers, tier_hits):  # pragma: no cover - compiled
             n = L.shape[0]
             N = len(states)
             last_token = np.zeros(n, dtype=np.float64)
@@ -255,6 +271,8 @@ if HAVE_NUMBA:
             new_tokens = np.zeros(n, dtype=np.int64)  # scheduled this step
             decoding = np.zeros(n, dtype=np.bool_)  # its prompt is computed: each step feeds one token
             outputs = np.maximum(O, 1)
+            load_s = np.zeros(n, dtype=np.float64)  # KV to load from the tiers before its prefill
+            overlap_load = cfg[C_TIER_OVERLAP] != 0
             # waiting queues: one linked list per instance (arrivals at the back, vLLM's preempted
             # requests at the front); a request waits on at most one instance
             qnext = np.full(n, -1, dtype=np.int64)
@@ -362,7 +380,7 @@ if HAVE_NUMBA:
                             last_token[i] = now
                             if generated[i] >= outputs[i]:
                                 _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                         dec_pinned, bs)
+                                         dec_pinned, bs, tiers, j)
                                 status[i] = FINISHED
                                 finish_s[i] = now
                                 done += 1
@@ -514,13 +532,13 @@ if HAVE_NUMBA:
                         want = P[i] + (extra_blocks(computed[i] + want_new, L[i], bs) if output_kv else 0)
                         ok = True
                         while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
-                                        capacity, cj):
+                                        capacity, cj, tiers, j):
                             # preempt the most recently admitted request (it may be i itself)
                             victim = running[nrun - 1]
                             nrun -= 1
                             budget += _taken_back(victim, state, blocks, offsets, P, L, handles, base_len, base_input,
                                                   base_n, dec_pinned, bs, computed, decoding, target, generated,
-                                                  status, preempts, new_tokens, cj)
+                                                  status, preempts, new_tokens, cj, tiers, j)
                             _q_push_front(j, victim, qhead, qtail, qlen, qnext, qprev)
                             preempted = True
                             if victim == i:
@@ -537,14 +555,15 @@ if HAVE_NUMBA:
                             i = qhead[j]
                             if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                              dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
-                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj):
+                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj, tiers, j,
+                                             tier_hits, load_s):
                                 break
                             _q_pop_front(j, qhead, qtail, qlen, qnext, qprev)
                             want_new = target[i] - computed[i]
                             if cfg[C_CHUNKED] == 0 and want_new > budget and nrun > 0:
                                 # without chunked prefill a prompt waits for a step with room for all of it
                                 _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                         dec_pinned, bs)
+                                         dec_pinned, bs, tiers, j)
                                 _q_push_front(j, i, qhead, qtail, qlen, qnext, qprev)
                                 status[i] = WAITING
                                 break
@@ -609,7 +628,8 @@ if HAVE_NUMBA:
                                 break
                             if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                              dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
-                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj):
+                                             computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj, tiers, j,
+                                             tier_hits, load_s):
                                 break
                             _q_pop_front(j, qhead, qtail, qlen, qnext, qprev)
                             extend = target[i] - computed[i]
@@ -639,7 +659,7 @@ if HAVE_NUMBA:
                             want = P[i] + (extra_blocks(computed[i] + 1, L[i], bs) if output_kv else 0)
                             ok = True
                             while not _grow(state, i, blocks, offsets, P, L, handles, base_len, dec_pinned, want, bs,
-                                            capacity, cj):
+                                            capacity, cj, tiers, j):
                                 # fewest generated tokens first, the longest prompt on ties; keep one
                                 v = -1
                                 for q in range(nrun):
@@ -653,7 +673,7 @@ if HAVE_NUMBA:
                                     break
                                 _taken_back(v, state, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                             dec_pinned, bs, computed, decoding, target, generated, status, preempts,
-                                            new_tokens, cj)
+                                            new_tokens, cj, tiers, j)
                                 _q_push_back(j, v, qhead, qtail, qlen, qnext, qprev)
                                 retracted = True
                                 # drop v from the running list, keeping the order
@@ -696,12 +716,15 @@ if HAVE_NUMBA:
                 view[j, V_HELD] = state.hold[HELD]
                 # 3. the step's batch and its duration
                 agg[:] = 0.0
+                load = 0.0
                 for r in range(nrun):
                     i = running[r]
                     m = new_tokens[i]
                     if m <= 0:
                         continue
                     nbatch += 1
+                    load += load_s[i]
+                    load_s[i] = 0.0
                     c = computed[i]
                     if not decoding[i]:
                         agg[AGG_PREFILL_REQS] += 1
@@ -746,6 +769,10 @@ if HAVE_NUMBA:
                 # the decoding requests' tokens (Dynamo's decode input)
                 agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX]
                 dt = step_seconds(tm, agg)
+                if load > 0.0:
+                    # KV loaded from the tiers: before the step's compute, or beside it layer by layer
+                    cj[K_LOAD_US] += np.int64(load * 1e6 + 0.5)
+                    dt = (dt if dt > load else load) if overlap_load else dt + load
                 end_t[j] = now + dt
                 busy[j] = True
                 cj[K_BUSY_US] += np.int64(dt * 1e6 + 0.5)
@@ -827,7 +854,7 @@ if HAVE_NUMBA:
     run_vllm = _make_kernel(STYLE_VLLM)
     run_sglang = _make_kernel(STYLE_SGLANG)
     for _kernel in (run_vllm, run_sglang):
-        key_cache_on_sources(_kernel, [__file__, timing.__file__, _router.__file__,
+        key_cache_on_sources(_kernel, [__file__, timing.__file__, _router.__file__, _tiers.__file__,
                                        str(Path(__file__).parents[1] / "engine" / "driver.py"),
                                        *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
 

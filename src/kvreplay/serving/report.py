@@ -82,6 +82,7 @@ class SimReport:
     instance: np.ndarray | None = None  # per request: the instance that served it (several instances)
     instance_busy_s: list = field(default_factory=list)  # per instance: the time its steps took
     router_lag_ms: float = 0.0  # the age of the instance state a state-aware router reads
+    tiers: dict | None = None  # tiers below HBM: hit tokens per tier (simulate.tier_summary)
 
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
@@ -222,6 +223,7 @@ class SimReport:
             "steps": int(self.counters.get("steps", 0)),
             "instances": self.instances, "router": self.router,
             "load_balance_max_over_mean_busy": self.load_balance(),
+            "tiers": None if self.tiers is None else {k: v for k, v in self.tiers.items() if k != "tokens_per_tier"},
             "evictions": self.policy_counters.get("evictions"),
             "sequential_evictions": self.sequential_evictions,
             # what running requests forced out beyond what one request at a time does: the blocks
@@ -238,6 +240,7 @@ class SimReport:
             "output_tokens": self.output_tokens, "preemptions": self.preemptions,
             "status": np.where(self.finished, "finished", np.where(self.status == REJECTED, "rejected", "unfinished")),
             "instance": np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance,
+            **({} if self.tiers is None else {f"hit_tokens_{k}": v for k, v in self.tiers["tokens_per_tier"].items()}),
         }
 
     def series_columns(self) -> dict:
@@ -254,7 +257,7 @@ class SimReport:
         return {"policy": self.policy, "params": self.params, "capacity_blocks": self.capacity_blocks,
                 "block_size": self.block_size, "scheduler": self.scheduler, "time_model": self.time_model,
                 "arrivals": self.arrivals, "output_kv": self.output_kv, "trace": self.trace_source,
-                "instances": self.instances, "router": self.router,
+                "instances": self.instances, "router": self.router, "router_lag_ms": self.router_lag_ms,
                 "capacity_source": self.capacity_source}
 
     def to_dict(self, per_request: bool = True) -> dict:

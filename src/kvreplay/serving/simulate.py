@@ -18,9 +18,11 @@ from ..engine.replay import as_trace, check_capacity
 from . import instance
 from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM, C_LPM_FCFS_ABOVE,
                        C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK,
-                       C_PROMPT_IDS, C_ROUTER, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
+                       C_PROMPT_IDS, C_ROUTER, C_TIER_OVERLAP, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
                        NUM_FCFG, NUM_SERIES)
+from ..policies.base import with_eviction_log
 from .report import SimReport
+from .tiers import Pools
 from .router import FIXED, ROUTER_FIXED, ROUTERS, router_config, router_kind
 from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
 
@@ -149,6 +151,64 @@ class RawRun:
     itl: np.ndarray | None = None
     instance: np.ndarray | None = None  # per request: the instance that served it
     per_instance: list = field(default_factory=list)  # per instance: its counters
+    tier_hits: np.ndarray | None = None  # per request: hit blocks per tier below HBM, then 1 + the last one's tier
+    tier_totals: list = field(default_factory=list)  # per tier: demoted, promoted, evicted, resident blocks
+
+
+def resolve_tiers(tiers, global_store, *, block_size: int, model=None, kv_dtype: str = "bf16"):
+    """(tiers below HBM, the HBM pool if --tiers gave it, bytes per block or None)."""
+    from .tiers import Tier, global_store as parse_global, parse_tiers
+
+    block_bytes = None
+    if model is not None:
+        from ..analysis.models import kv_bytes_per_token
+
+        block_bytes = int(kv_bytes_per_token(model, kv_dtype)) * block_size
+    hbm = None
+    out = []
+    if tiers is not None:
+        if isinstance(tiers, str):
+            hbm, out = parse_tiers(tiers, block_size=block_size, block_bytes=block_bytes)
+        else:
+            out = list(tiers)
+            if not all(isinstance(t, Tier) for t in out):
+                raise ConfigError("tiers: give a text such as 'dram=64GiB@64GB/s' or a list of tiers.Tier")
+    if global_store is not None:
+        if any(t.shared for t in out):
+            raise ConfigError("the global store is given twice (--tiers global=... and --global-store)")
+        out.append(global_store if isinstance(global_store, Tier)
+                   else parse_global(global_store, block_size=block_size, block_bytes=block_bytes))
+    if any(t.bandwidth for t in out) and block_bytes is None:
+        raise ConfigError("a tier's bandwidth needs the model's KV bytes per block: give --model")
+    return out, hbm, block_bytes
+
+
+def tier_summary(tiers, tier_hits, hit_tokens, hit_blocks, block_size, status, prompt_tokens, totals, block_bytes,
+                 copies, overlap, load_us) -> dict:
+    """Hit tokens per tier at first schedule (HBM first), over the finished requests: a request's
+    min(k x block_size, L) cap comes off the tier of its last hit block."""
+    from .instance import FINISHED
+
+    ok = status == FINISHED
+    T = len(tiers)
+    blocks = tier_hits[:, :T]
+    tokens = blocks * block_size
+    hbm = (hit_blocks - blocks.sum(axis=1)) * block_size
+    excess = hit_blocks * block_size - hit_tokens
+    last = tier_hits[:, T]
+    hbm = hbm - np.where(last == 0, excess, 0)
+    for t in range(T):
+        tokens[:, t] -= np.where(last == t + 1, excess, 0)
+    prompt = int(prompt_tokens[ok].sum())
+    rows = [{"name": "hbm", "hit_tokens": int(hbm[ok].sum()),
+             "hit_rate": int(hbm[ok].sum()) / prompt if prompt else 0.0}]
+    for t, tier in enumerate(tiers):
+        row = tier.to_dict(block_bytes)
+        row.update(hit_tokens=int(tokens[ok, t].sum()), hit_rate=int(tokens[ok, t].sum()) / prompt if prompt else 0.0,
+                   **totals[t])
+        rows.append(row)
+    return {"copies": copies, "overlap": overlap, "load_s": load_us / 1e6, "block_bytes": block_bytes, "tiers": rows,
+            "tokens_per_tier": {"hbm": hbm, **{tier.name: tokens[:, t] for t, tier in enumerate(tiers)}}}
 
 
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
@@ -175,7 +235,8 @@ def _roomier(ext: Trace, calls: int, positions: int) -> Trace:
 def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_model: TimeModel,
              scheduler: Scheduler, arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None,
              instances: int = 1, router: str = "round-robin", assigned: np.ndarray | None = None,
-             rcfg: np.ndarray | None = None) -> RawRun:
+             rcfg: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
+             tier_overlap: bool = False, block_bytes: int | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (fixed
     routers: `assigned` gives each request's instance): the kernel's raw outputs in trace order."""
     if not jit.HAVE_NUMBA:
@@ -212,6 +273,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     cfg[C_WINDOW] = roofline_window(tm)
     cfg[C_ROUTER] = kind
     cfg[C_PROMPT_IDS] = max(1, trace.num_blocks)
+    cfg[C_TIER_OVERLAP] = int(tier_overlap)
+    tiers = list(tiers or [])
+    tier_hits = np.zeros((n + 1, len(tiers) + 1), dtype=np.int64)
+    log_size = capacity + int(np.diff(ext.offsets).max(initial=0)) + 1
     fcfg = np.zeros(NUM_FCFG, dtype=np.float64)
     fcfg[F_RATIO_INIT] = scheduler.init_new_token_ratio
     fcfg[F_RATIO_MIN] = scheduler.min_new_token_ratio
@@ -250,7 +315,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         states = typed.List()
         for k in range(N):
             sizing = ext if spec.name not in SIZED_PER_CALL else _roomier(ext, int(calls[k]), int(positions[k]))
-            states.append((spec.held_state or spec.make_state)(capacity, sizing, **params))
+            state = (spec.held_state or spec.make_state)(capacity, sizing, **params)
+            states.append(with_eviction_log(state, log_size) if tiers else state)
+        pools = Pools(tiers, N, ext.num_blocks, block_bytes=block_bytes, copies=tier_copies)
+        tier_hits.fill(0)
         for a in (sched, first, finish):
             a.fill(np.nan)
         for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles, itl,
@@ -262,7 +330,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             counters[:, instance.K_MAX_PIN_CALLS] = counters[:, instance.K_MAX_POSITIONS] = -1
         args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, states, handles, tm, cfg, fcfg, rcfg, assigned_sorted,
                 inst_of, sched, first, finish, hit_tokens, hit_blocks, preempts, computed, status, counters, series,
-                series_meta, itl)
+                series_meta, itl, pools.arrays, tier_hits)
         kernel = instance.run_sglang if scheduler.style == "sglang" else instance.run_vllm
         jit.ensure_compiled(kernel, args, f"the {scheduler.style}-style serving simulator for {spec.name}")
         end = kernel(*args)
@@ -292,7 +360,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         finish_s=back(finish), hit_tokens=back(hit_tokens), hit_blocks=back(hit_blocks), preemptions=back(preempts),
         computed_tokens=back(computed), status=back(status), counters=merged,
         series=series[:series_meta[0]].copy(), end_s=float(end), policy_counters=policy_counters, itl=itl,
-        instance=back(inst_of), per_instance=per_instance,
+        instance=back(inst_of), per_instance=per_instance, tier_hits=tier_hits[:n][inv],
+        tier_totals=[pools.totals(t) for t in range(len(tiers))],
     )
 
 
@@ -328,7 +397,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
              seed: int = 0, scheduler: Scheduler | None = None, slo_ttft_ms: float | None = None,
              slo_tpot_ms: float | None = None, output_kv: bool = True, compare_sequential: bool = True,
              check: bool = True, instances: int = 1, router: str = "round-robin", router_lag_ms: float = 0.0,
-             router_options: dict | None = None, **params):
+             router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
+             tier_overlap: bool = False, kv_dtype: str = "bf16", **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind a
     state-independent `router`: see ROUTERS) and return a SimReport.
 
@@ -343,6 +413,10 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     output_kv: generated tokens fill KV blocks (False: only prompts take room, as the sequential
         replay assumes).
     compare_sequential: also replay the trace sequentially (same policy, capacity) for comparison.
+    instances / router / router_lag_ms / router_options: a cluster (see router.py).
+    tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
+        list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
+        tier_copies "move" | "keep"; tier_overlap: loads overlap compute (tiers.py).
     """
     from ..engine.replay import replay
 
@@ -359,6 +433,12 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         scheduler = Scheduler(style=engine_style)
     elif scheduler.style != engine_style:
         raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
+    tier_list, hbm, block_bytes = resolve_tiers(tiers, global_store, block_size=block_size, model=model,
+                                                kv_dtype=kv_dtype)
+    if hbm is not None:
+        if capacity is not None and capacity != hbm:
+            raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
+        capacity = hbm
     if spec.capacity == "ignored":
         # an unbounded pool: every prompt block and every decode block fits
         num_ids = trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum())
@@ -374,7 +454,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
                    scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params,
                    instances=instances, router=router if instances > 1 else "round-robin", assigned=assigned,
-                   rcfg=rcfg)
+                   rcfg=rcfg, tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap,
+                   block_bytes=block_bytes)
     instance_of = raw.instance
     sequential = None
     sequential_evictions = None
@@ -404,6 +485,9 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         capacity_source=source, instances=instances, router=router if instances > 1 else None,
         instance=instance_of if instances > 1 else None,
         instance_busy_s=[c["busy_us"] / 1e6 for c in raw.per_instance], router_lag_ms=router_lag_ms,
+        tiers=tier_summary(tier_list, raw.tier_hits, raw.hit_tokens, raw.hit_blocks, block_size, raw.status,
+                           np.asarray(trace.input_length), raw.tier_totals, block_bytes, tier_copies, tier_overlap,
+                           raw.counters.get("load_us", 0)) if tier_list else None,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
     )
