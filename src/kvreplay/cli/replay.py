@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..errors import ConfigError
+from ..output.serving import tiers_text
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
 from . import common
 
@@ -23,6 +24,12 @@ def _parser_run(sub) -> None:
     common.add_budget_options(run)
     common.add_param_options(run)
     common.add_price_options(run)
+    run.add_argument("--tiers", default=None, metavar="SPEC",
+                     help="memory tiers below the cache, which is then the GPU pool: dram=64GiB,ssd=2TiB:fifo "
+                          "(NAME=SIZE[:lru|fifo], sizes in blocks or bytes with --model; hbm=SIZE sets the cache); "
+                          "evicted blocks are demoted, hits counted per tier (docs/serving.md, \"Tiers\")")
+    run.add_argument("--tier-copies", choices=("move", "keep"), default="move",
+                     help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy")
     run.add_argument("--over-time", type=common.over_time, metavar="N|Ns",
                      help="also show the hit rate per window of N requests, or of N seconds of trace time (e.g. 600s)")
     run.add_argument("--output", "-o", help="write the JSON report to this file (atomically)")
@@ -47,7 +54,11 @@ def _cmd_run(args) -> int:
     trace = common.load(args)
     sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity])
     capacity = sized[0] if sized else None
-    report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine, warmup_fraction=args.warmup_fraction, **params)
+    tiers = {}
+    if args.tiers:
+        tiers = dict(tiers=args.tiers, tier_copies=args.tier_copies, model=getattr(args, "model", None))
+    report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
+                    warmup_fraction=args.warmup_fraction, **tiers, **params)
     if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
         budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks])[1]
     from ..analysis import metrics
@@ -74,6 +85,8 @@ def _cmd_run(args) -> int:
         sys.stdout.buffer.write(data)
     else:
         print(run_summary(trace, report, budget))
+        if report.tiers is not None:
+            print(tiers_text(report.tiers))
         if defaulted:
             print(f"note      no --capacity given: {DEFAULT_CAPACITY:,} blocks, the default (a byte budget: "
                   "--capacity 80GiB --model NAME)")

@@ -105,6 +105,18 @@ def _parser_simulate(sub) -> None:
                           "(default 0: current)")
     sim.add_argument("--router-option", action="append", default=[], metavar="NAME=VALUE",
                      help="a router preset's parameter (e.g. prefill_load_scale=2 for kv-aware); repeatable")
+    sim.add_argument("--tiers", default=None, metavar="SPEC",
+                     help="memory tiers below each instance's GPU pool: dram=64GiB@64GB/s,ssd=2TiB@7GB/s:fifo "
+                          "(NAME=SIZE[@BANDWIDTH][:lru|fifo]; sizes in blocks or bytes with --model; hbm=SIZE sets "
+                          "the pool); a lower-tier hit costs its load time (docs/serving.md, \"Tiers\")")
+    sim.add_argument("--global-store", default=None, metavar="SIZE@BANDWIDTH",
+                     help="a store every instance shares, below its tiers (Mooncake Store, LMCache): 3TiB@25GB/s")
+    sim.add_argument("--tier-copies", choices=("move", "keep"), default="move",
+                     help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy "
+                          "(keep: as vLLM's CPU offload, HiCache, LMCache and Mooncake Store do)")
+    sim.add_argument("--tier-overlap", action="store_true",
+                     help="loading from the tiers overlaps the step's compute layer by layer (max of the two; "
+                          "default: the load comes first)")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -157,6 +169,8 @@ def _options(args, trace) -> dict:
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
                 slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv,
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,
+                tiers=args.tiers, global_store=args.global_store, tier_copies=args.tier_copies,
+                tier_overlap=args.tier_overlap,
                 router_options=_router_options(args.router_option), **params)
 
 

@@ -78,6 +78,9 @@ def replay(
     engine: str = "compiled",
     warmup_fraction: float = 0.0,
     check: bool = True,
+    tiers=None,
+    tier_copies: str = "move",
+    model=None,
     **params,
 ) -> Report:
     """Replay `trace` through a prefix cache and return a :class:`Report`.
@@ -89,6 +92,10 @@ def replay(
     engine: "compiled" (numba, default) or "reference" (plain Python, the readable oracle).
     warmup_fraction: the first floor(F * N) requests warm the cache but are not counted.
     check: verify the spec's invariants (cheap; on by default).
+    tiers: memory tiers below the cache, which is then HBM ("dram=64GiB,ssd=2TiB:fifo", sizes in
+        bytes with `model`; or a list of serving.tiers.Tier): evicted blocks are demoted, a hit
+        prefix runs through every tier, and the report splits hit tokens per tier
+        (docs/serving.md, "Tiers"). tier_copies: "move" (default) or "keep".
     **params: policy parameters (e.g. small_ratio=0.1, max_freq=3, ghost_freq=0 for s3fifo).
     """
     trace = as_trace(trace)
@@ -105,7 +112,20 @@ def replay(
     n = len(trace)
     hit_blocks = np.zeros(n, dtype=np.int64)
     hit_tokens = np.zeros(n, dtype=np.int64)
-    if engine == "compiled":
+    tier_list = None
+    if tiers is not None:
+        from ..serving.simulate import resolve_tiers
+        from ..serving.tiers import replay_tiers
+
+        tier_list, hbm, _ = resolve_tiers(tiers, None, block_size=block_size, model=model)
+        if hbm is not None and hbm != capacity:
+            raise ConfigError(f"the cache is given twice: capacity {capacity} and tiers hbm={hbm}")
+        if any(t.shared for t in tier_list):
+            raise ConfigError("a global store is shared by instances: use kvreplay simulate --global-store")
+        hit_blocks, hit_tokens, tier_hits, counters, final, totals = replay_tiers(
+            trace, spec, capacity, params, tier_list, block_size, engine, tier_copies)
+        mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are not counted with tiers)
+    elif engine == "compiled":
         state = spec.make_state(capacity, trace, **params)
         args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
         jit.ensure_compiled(driver.replay_compiled, args, f"the {spec.name} kernel")
@@ -126,6 +146,15 @@ def replay(
         block_size_mismatches=block_size_mismatches(trace, block_size),
         oversize_requests=0 if unbounded else oversize_requests(trace, block_size, capacity, warmup),
     )
+    if tier_list is not None:
+        from ..serving.simulate import tier_rows
+        from ..serving.tiers import split_by_tier
+
+        per_request = split_by_tier(tier_list, tier_hits, hit_blocks, hit_tokens, block_size)
+        measured = np.arange(n) >= warmup
+        report.tiers = {"copies": tier_copies,
+                        "tiers": tier_rows(tier_list, per_request, measured, trace.input_length, totals),
+                        "tokens_per_tier": per_request}
     if check:
         report.check_invariants(trace)
     return report

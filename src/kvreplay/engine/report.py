@@ -59,6 +59,7 @@ class Report:
     invalid_records: dict | None = None
     block_size_mismatches: dict | None = None
     oversize_requests: int = 0  # measured requests needing more blocks than the cache: ceil(L / block_size) > capacity
+    tiers: dict | None = None  # with tiers below the cache: hit tokens per tier (serving/tiers.py)
 
     @property
     def num_requests(self) -> int:
@@ -126,6 +127,8 @@ class Report:
             "trace": self.trace_source,
         }
         out["oversize_requests"] = self.oversize_requests
+        if self.tiers is not None:
+            out["tiers"] = {k: v for k, v in self.tiers.items() if k != "tokens_per_tier"}
         if self.invalid_records:
             out["invalid_records"] = self.invalid_records
         if self.block_size_mismatches:

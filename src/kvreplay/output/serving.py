@@ -73,8 +73,9 @@ def simulate_summary(trace, report) -> str:
     lines.append(f"time       {_describe_time(cfg['time_model'])}")
     if report.instances > 1:
         balance = report.load_balance()
+        lag = f" reading state {report.router_lag_ms:g} ms old" if report.router_lag_ms else ""
         lines.append(f"cluster    {report.instances} identical instances (each with the pool above), router "
-                     f"{report.router}; load balance: the busiest instance worked "
+                     f"{report.router}{lag}; load balance: the busiest instance worked "
                      + (f"{balance:.2f}x the mean" if balance is not None else "-"))
     lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
                  + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has"
@@ -97,6 +98,8 @@ def simulate_summary(trace, report) -> str:
     seq = s["sequential_hit_rate"]
     lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
                  "schedule)" + (f"; sequential replay, same policy and pool: {100 * seq:.2f}%" if seq is not None else ""))
+    if report.tiers is not None:
+        lines.append(tiers_text(report.tiers))
     tp = s["throughput"]
     lines.append(f"throughput {tp['requests_per_s']:,.3f} requests/s, {tp['input_tokens_per_s']:,.0f} input and "
                  f"{tp['output_tokens_per_s']:,.0f} output tokens/s (over {seconds_text(s['duration_s'])})")
@@ -144,3 +147,19 @@ def load_table(trace, rows: list[dict]) -> str:
                                  ("sequential_hit_rate", "sequential %"), ("requests_per_s", "req/s"),
                                  ("preemptions", "preemptions"), ("ok", "keeps up")])
     return head + "\n" + table
+
+
+def tiers_text(tiers: dict) -> str:
+    """Hit tokens per tier (HBM first), as run and simulate print them."""
+    lines = [f"tiers     hit tokens by where they were found (copies {tiers['copies']}d up"
+             + (", loads overlapped with compute" if tiers.get("overlap") else "") + ")"]
+    for row in tiers["tiers"]:
+        given = "" if row["name"] == "hbm" or str(row["size"]).isdigit() else f"{row['size']} = "
+        size = "" if row["name"] == "hbm" else f"{given}{row['blocks']:,} blocks, {row['policy']}" + \
+            (", shared by every instance" if row.get("shared") else "")
+        bw = row.get("bandwidth_bytes_per_s")
+        load = f", {row['load_ms_per_block']:.2f} ms/block at {bw / 1e9:g} GB/s" if bw and row.get("load_ms_per_block") else ""
+        lines.append(f"  {row['name']:<8} {row['hit_rate']:7.2%} of prompt tokens ({row['hit_tokens']:,}) {size}{load}")
+    if tiers.get("load_s"):
+        lines.append(f"  loading from the tiers took {seconds_text(tiers['load_s'])} of step time")
+    return "\n".join(lines)

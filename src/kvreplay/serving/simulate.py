@@ -178,37 +178,35 @@ def resolve_tiers(tiers, global_store, *, block_size: int, model=None, kv_dtype:
             raise ConfigError("the global store is given twice (--tiers global=... and --global-store)")
         out.append(global_store if isinstance(global_store, Tier)
                    else parse_global(global_store, block_size=block_size, block_bytes=block_bytes))
-    if any(t.bandwidth for t in out) and block_bytes is None:
-        raise ConfigError("a tier's bandwidth needs the model's KV bytes per block: give --model")
     return out, hbm, block_bytes
 
 
 def tier_summary(tiers, tier_hits, hit_tokens, hit_blocks, block_size, status, prompt_tokens, totals, block_bytes,
                  copies, overlap, load_us) -> dict:
-    """Hit tokens per tier at first schedule (HBM first), over the finished requests: a request's
-    min(k x block_size, L) cap comes off the tier of its last hit block."""
+    """Hit tokens per tier at first schedule (HBM first), over the finished requests."""
     from .instance import FINISHED
+    from .tiers import split_by_tier
 
     ok = status == FINISHED
-    T = len(tiers)
-    blocks = tier_hits[:, :T]
-    tokens = blocks * block_size
-    hbm = (hit_blocks - blocks.sum(axis=1)) * block_size
-    excess = hit_blocks * block_size - hit_tokens
-    last = tier_hits[:, T]
-    hbm = hbm - np.where(last == 0, excess, 0)
-    for t in range(T):
-        tokens[:, t] -= np.where(last == t + 1, excess, 0)
-    prompt = int(prompt_tokens[ok].sum())
-    rows = [{"name": "hbm", "hit_tokens": int(hbm[ok].sum()),
-             "hit_rate": int(hbm[ok].sum()) / prompt if prompt else 0.0}]
-    for t, tier in enumerate(tiers):
-        row = tier.to_dict(block_bytes)
-        row.update(hit_tokens=int(tokens[ok, t].sum()), hit_rate=int(tokens[ok, t].sum()) / prompt if prompt else 0.0,
-                   **totals[t])
+    per_request = split_by_tier(tiers, tier_hits, hit_blocks, hit_tokens, block_size)
+    return {"copies": copies, "overlap": overlap, "load_s": load_us / 1e6, "block_bytes": block_bytes,
+            "tiers": tier_rows(tiers, per_request, ok, prompt_tokens, totals, block_bytes),
+            "tokens_per_tier": per_request}
+
+
+def tier_rows(tiers, per_request: dict, measured, prompt_tokens, totals, block_bytes=None) -> list[dict]:
+    """One row per tier (HBM first): its hit tokens and their share of the measured prompt tokens."""
+    prompt = int(np.asarray(prompt_tokens)[measured].sum())
+    rows = []
+    for name, tokens in per_request.items():
+        hit = int(tokens[measured].sum())
+        row = {"name": name}
+        if name != "hbm":
+            t = [x.name for x in tiers].index(name)
+            row.update(tiers[t].to_dict(block_bytes), **totals[t])
+        row.update(hit_tokens=hit, hit_rate=hit / prompt if prompt else 0.0)
         rows.append(row)
-    return {"copies": copies, "overlap": overlap, "load_s": load_us / 1e6, "block_bytes": block_bytes, "tiers": rows,
-            "tokens_per_tier": {"hbm": hbm, **{tier.name: tokens[:, t] for t, tier in enumerate(tiers)}}}
+    return rows
 
 
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
@@ -435,6 +433,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
     tier_list, hbm, block_bytes = resolve_tiers(tiers, global_store, block_size=block_size, model=model,
                                                 kv_dtype=kv_dtype)
+    if any(t.bandwidth for t in tier_list) and block_bytes is None:
+        raise ConfigError("a tier's bandwidth needs the model's KV bytes per block: give --model")
     if hbm is not None:
         if capacity is not None and capacity != hbm:
             raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
@@ -459,13 +459,17 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     instance_of = raw.instance
     sequential = None
     sequential_evictions = None
+    if compare_sequential and any(t.shared for t in tier_list):
+        compare_sequential = False  # a store shared by instances has no sequential counterpart per instance
     if compare_sequential:
-        # each instance's requests through its own cache, one at a time (N replays for N instances)
+        # each instance's requests through its own cache (and tiers), one at a time (N replays for N instances)
+        tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
         hits = 0
         evictions = []
         for k in range(instances):
             sub = trace if instances == 1 else trace.take(np.flatnonzero(instance_of == k))
-            seq_k = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **params)
+            seq_k = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args,
+                           **params)
             hits += int(seq_k.hit_tokens.sum())
             evictions.append(seq_k.counters.get("evictions"))
         prompt = int(np.asarray(trace.input_length).sum())

@@ -363,3 +363,144 @@ if HAVE_NUMBA:
     tier_prefix = helper(tier_prefix, inline=False)
     tier_admitted = helper(tier_admitted, inline=False)
     drain = helper(drain, inline=False)
+
+
+# ---- sequential replay with tiers (kvreplay run --tiers): the driver's loop, the prefix scan
+# run through the tiers ----
+
+def replay_reference(offsets, blocks, input_length, block_size, policy, tiers: list[Tier], hit_blocks, hit_tokens,
+                     tier_hits, copies: str = "move") -> list:
+    """The readable engine: `policy` a reference policy (its eviction log turned on here), each
+    tier an OrderedDict in LRU or FIFO order. Returns the tiers' final contents."""
+    from collections import OrderedDict
+
+    policy.evicted = []
+    pools = [OrderedDict() for _ in tiers]
+    T = len(tiers)
+    move = copies == "move"
+
+    def demote(b):
+        for t, pool in enumerate(pools):
+            if b in pool:
+                if tiers[t].policy == "lru":
+                    pool.move_to_end(b)
+                return
+            victim = pool.popitem(last=False)[0] if len(pool) >= tiers[t].blocks else None
+            pool[b] = None
+            if victim is None:
+                return
+            b = victim
+
+    for i in range(len(input_length)):
+        request = [int(x) for x in blocks[offsets[i]:offsets[i + 1]]]
+        L = int(input_length[i])
+        limit = policy.hit_limit(len(request), L, block_size)
+        k = 0
+        while k < limit and policy.resident(request[k]):
+            k += 1
+        k2 = k
+        counts = [0] * (T + 1)
+        while k2 < limit:
+            b = request[k2]
+            if policy.resident(b):
+                counts[T] = 0
+            else:
+                t = next((t for t, pool in enumerate(pools) if b in pool), -1)
+                if t < 0:
+                    break
+                counts[t] += 1
+                counts[T] = t + 1
+                if not move and tiers[t].policy == "lru":
+                    pools[t].move_to_end(b)
+            k2 += 1
+        hit_blocks[i] = k2
+        hit_tokens[i] = min(k2 * block_size, L)
+        tier_hits[i, :] = counts
+        policy.access_request(i, request, k, L, block_size)
+        if move:
+            for b in request[k:]:
+                for pool in pools:
+                    pool.pop(b, None)
+        log, policy.evicted = policy.evicted, []
+        for b in log:
+            if not policy.resident(b):
+                demote(b)
+    return [list(pool) for pool in pools]
+
+
+if HAVE_NUMBA:
+    from numba import njit
+
+    from ..engine.driver import prefix_compiled
+    from ..policies.base import access_request, hit_limit
+
+    @njit(cache=True, nogil=True)
+    def replay_compiled(offsets, blocks, input_length, block_size, state, tiers, hit_blocks, hit_tokens,
+                        tier_hits):  # pragma: no cover - compiled
+        """The compiled engine (replay_reference's loop)."""
+        for i in range(input_length.shape[0]):
+            start, end = offsets[i], offsets[i + 1]
+            L = input_length[i]
+            k = prefix_compiled(state, blocks, start, end, L, block_size)
+            k2 = tier_prefix(state, tiers, 0, blocks, start, k, hit_limit(state, end - start, L, block_size),
+                             tier_hits[i])
+            hit_blocks[i] = k2
+            hit_tokens[i] = min(k2 * block_size, L)
+            access_request(state, i, blocks, start, end, k, L, block_size)
+            tier_admitted(tiers, 0, blocks, start, k, end - start, tier_hits[i], tier_hits[i], False)
+            drain(state, tiers, 0)
+
+    from pathlib import Path as _Path
+
+    from .. import policies as _policies
+    from ..jit import key_cache_on_sources
+
+    key_cache_on_sources(replay_compiled, [__file__, str(_Path(__file__).parents[1] / "engine" / "driver.py"),
+                                           *sorted(str(p) for p in _Path(_policies.__file__).parent.glob("*.py"))])
+
+
+def replay_tiers(trace, spec, capacity: int, params: dict, tiers: list[Tier], block_size: int, engine: str,
+                 copies: str = "move"):
+    """Hits with the tiers (sequential, one request at a time): (hit_blocks, hit_tokens,
+    tier_hits (n x T+1), policy counters, final HBM blocks, per-tier counts)."""
+    n = len(trace)
+    hit_blocks = np.zeros(n, dtype=np.int64)
+    hit_tokens = np.zeros(n, dtype=np.int64)
+    tier_hits = np.zeros((n, len(tiers) + 1), dtype=np.int64)
+    if engine == "compiled":
+        from .. import jit
+        from ..policies.base import with_eviction_log
+
+        if not jit.HAVE_NUMBA:
+            raise ConfigError("tiers need the compiled engine's numba (pip install numba), or --engine reference")
+        log = capacity + int(np.diff(trace.offsets).max(initial=0)) + 1
+        state = with_eviction_log((spec.held_state or spec.make_state)(capacity, trace, **params), log)
+        pools = Pools(tiers, 1, trace.num_blocks, copies=copies)
+        args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, pools.arrays, hit_blocks,
+                hit_tokens, tier_hits)
+        jit.ensure_compiled(replay_compiled, args, f"the {spec.name} kernel with tiers")
+        replay_compiled(*args)
+        final, counters = spec.read_state(state)
+        totals = [pools.totals(t) for t in range(len(tiers))]
+    else:
+        cache = spec.reference(capacity, trace, **params)
+        contents = replay_reference(trace.offsets, trace.blocks, trace.input_length, block_size, cache, tiers,
+                                    hit_blocks, hit_tokens, tier_hits, copies)
+        final, counters = cache.size(), cache.counters()
+        totals = [{"resident": len(c)} for c in contents]
+    return hit_blocks, hit_tokens, tier_hits, counters, final, totals
+
+
+def split_by_tier(tiers: list[Tier], tier_hits, hit_blocks, hit_tokens, block_size: int) -> dict:
+    """Hit tokens per request per tier (HBM first): block counts x block size, the
+    min(k x block_size, L) cap taken off the tier of the last hit block."""
+    T = len(tiers)
+    tokens = tier_hits[:, :T] * block_size
+    hbm = (hit_blocks - tier_hits[:, :T].sum(axis=1)) * block_size
+    excess = hit_blocks * block_size - hit_tokens
+    last = tier_hits[:, T]
+    hbm = hbm - np.where(last == 0, excess, 0)
+    out = {"hbm": hbm}
+    for t, tier in enumerate(tiers):
+        out[tier.name] = tokens[:, t] - np.where(last == t + 1, excess, 0)
+    return out

@@ -1,0 +1,169 @@
+"""Routers that read the instances' state (serving/router.py): each preset's rule worked by hand,
+the router's lag, and the limit every router must keep (instant time: each instance's requests
+replay sequentially)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvreplay
+from kvreplay.errors import ConfigError
+from kvreplay.serving.router import (NUM_VIEW, ROUTER_DYNAMO, ROUTER_LLMD, ROUTER_MOONCAKE,
+                                     ROUTER_SGLANG, STATE_AWARE, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_QUEUE_S,
+                                     V_REQUESTS, V_WAITING, pick_instance, router_config)
+from kvreplay.serving.simulate import simulate
+from kvreplay.serving.timing import NUM_AGG, PolynomialProfile, packed
+
+from conftest import MOONCAKE, shared_path
+from sim_cases import HOLDS_IN_SEQUENCE, ONE_SECOND, small_traces, trace_of
+
+TM = packed(ONE_SECOND)
+
+
+def pick(kind, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, block_size=16, **options):
+    name = {ROUTER_DYNAMO: "kv-aware", ROUTER_SGLANG: "sglang", ROUTER_LLMD: "llm-d"}.get(kind, "least-loaded")
+    rcfg = router_config(name, capacity=100, options=options)
+    view = np.asarray(view, dtype=np.float64)
+    full = np.zeros((view.shape[0], NUM_VIEW))
+    full[:, :view.shape[1]] = view
+    return int(pick_instance(kind, rcfg, full, np.asarray(overlap, dtype=np.int64),
+                             np.zeros(len(overlap), dtype=np.int64) if depth is None else np.asarray(depth),
+                             prompt_blocks, prompt_tokens, block_size, TM, np.zeros(NUM_AGG)))
+
+
+def row(**cols):
+    names = {"requests": V_REQUESTS, "prefill": V_PREFILL_TOKENS, "blocks": V_BLOCKS, "queue_s": V_QUEUE_S,
+             "waiting": V_WAITING, "held": V_HELD}
+    out = [0.0] * NUM_VIEW
+    for k, v in cols.items():
+        out[names[k]] = v
+    return out
+
+
+def test_dynamo_cost_by_hand():
+    # 64-token prompt, 16-token blocks: 4 full blocks. cost = scale x max(0, (prefill in flight +
+    # 64) / 16 - overlap) + blocks in flight + 4 - depth.
+    # instance 0: 160 tokens to prefill, 10 blocks in flight, all 4 blocks cached:
+    #   (160 + 64) / 16 - 4 + 10 + 4 = 24;  instance 1: idle, nothing cached: 64 / 16 + 4 = 8
+    assert pick(ROUTER_DYNAMO, [row(prefill=160, blocks=10), row()], [4, 0]) == 1
+    # instance 0 idle with the prefix cached: 4 - 4 + 4 = 4 beats instance 1's 8
+    assert pick(ROUTER_DYNAMO, [row(), row()], [4, 0]) == 0
+    # its prefix already in flight there (depth 4) lowers the decode term: 8 - 4 = 4 < 8 - 0 ...
+    # ... against an instance holding 1 block more in flight: 4 + 1 = 5 vs 4
+    assert pick(ROUTER_DYNAMO, [row(blocks=1), row(blocks=4)], [0, 0], depth=[0, 4]) == 1
+    # prefill_load_scale 0: only the blocks in flight count
+    assert pick(ROUTER_DYNAMO, [row(prefill=0, blocks=3), row(prefill=1000, blocks=2)], [4, 0],
+                prefill_load_scale=0.0) == 1
+
+
+def test_sglang_cache_aware_by_hand():
+    # imbalanced (70 - 2 > 64 and 70 > 1.5 x 2): the least loaded, whatever is cached
+    assert pick(ROUTER_SGLANG, [row(requests=70), row(requests=2)], [4, 0]) == 1
+    # balanced: the best match, 3 of 4 blocks = 0.75 > 0.3
+    assert pick(ROUTER_SGLANG, [row(requests=3), row(requests=2)], [3, 0]) == 0
+    # balanced, a match of 1 of 4 = 0.25 <= 0.3: the least loaded
+    assert pick(ROUTER_SGLANG, [row(requests=3), row(requests=2)], [1, 0]) == 1
+    assert pick(ROUTER_SGLANG, [row(requests=3), row(requests=2)], [1, 0], cache_threshold=0.2) == 0
+
+
+def test_llmd_scorers_by_hand():
+    # prefix (min-max over instances holding any): [1, 0]; queue (waiting 5 vs 0): [0, 1];
+    # KV: 1 - held / 100 = [0.9, 0.5]. 3 x 1 + 2 x 0 + 2 x 0.9 = 4.8 against 0 + 2 + 1 = 3
+    assert pick(ROUTER_LLMD, [row(waiting=5, held=10), row(waiting=0, held=50)], [4, 2]) == 0
+    # without the prefix weight the queue and the free KV win
+    assert pick(ROUTER_LLMD, [row(waiting=5, held=10), row(waiting=0, held=50)], [4, 2], prefix_weight=0.0) == 1
+
+
+def test_mooncake_least_estimated_ttft_by_hand():
+    # every prefill takes 1 s in this time model: queue 5 s + 1 s against 0 + 1 s
+    assert pick(ROUTER_MOONCAKE, [row(queue_s=5.0), row(queue_s=0.0)], [4, 0]) == 1
+    assert pick(ROUTER_MOONCAKE, [row(queue_s=0.5), row(queue_s=0.0)], [4, 0]) == 1
+    # a prompt fully cached still computes its last token, so the estimate never drops to zero
+    per_token = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "unit": "s",
+                                            "terms": [{"coef": 0.01, "prefill_tokens": 1}]})
+    rcfg = router_config("mooncake", capacity=100)
+    view = np.zeros((2, NUM_VIEW))
+    view[0, V_QUEUE_S] = 0.2
+    # instance 0: 0.2 s queued + (64 - 48) x 0.01 = 0.36 s; instance 1: 64 x 0.01 = 0.64 s
+    got = pick_instance(ROUTER_MOONCAKE, rcfg, view, np.array([3, 0]), np.zeros(2, dtype=np.int64), 4, 64, 16,
+                        packed(per_token), np.zeros(NUM_AGG))
+    assert got == 0
+
+
+def test_least_loaded_counts_requests_in_flight():
+    # A (10 outputs, 0 s) keeps instance 0 busy to 10 s; B (0.5 s, 1 output) goes to the idle
+    # instance 1 and finishes at 1.5 s; C (3 s) finds instance 1 empty again. Round-robin would
+    # send C back to instance 0.
+    t = trace_of((["a"], 4, 0, 10), (["b"], 4, 500, 1), (["c"], 4, 3000, 1))
+    ll = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="least-loaded")
+    assert ll.instance.tolist() == [0, 1, 1]
+    assert ll.first_token_s.tolist() == [1.0, 1.5, 4.0]
+    rr = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="round-robin")
+    assert rr.instance.tolist() == [0, 1, 0]
+    assert rr.first_token_s[2] == 4.0  # instance 0 batches C with A's decode
+
+
+def test_kv_aware_follows_the_cached_prefix():
+    # A [a, b] on one instance (a random tie: both idle); B [a, b, c] at 2 s, after A finished,
+    # goes where [a, b] is cached: cost 12 / 4 - 2 + 3 = 4 against 12 / 4 + 3 = 6
+    t = trace_of((["a", "b"], 8, 0, 1), (["a", "b", "c"], 12, 2000, 1))
+    for seed in range(4):
+        r = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="kv-aware", seed=seed)
+        assert r.instance[1] == r.instance[0]
+        assert r.hit_tokens.tolist() == [0, 8]
+
+
+def test_router_lag_reads_an_old_snapshot():
+    # least-loaded reading the state of 10 s ago sees every instance idle for the first 10 s: ties
+    # go to instance 0, so all three requests pile there; without lag they spread
+    t = trace_of((["a"], 4, 0, 20), (["b"], 4, 1000, 20), (["c"], 4, 2000, 20))
+    fresh = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="least-loaded")
+    assert fresh.instance.tolist() == [0, 1, 0]
+    stale = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="least-loaded", router_lag_ms=10000)
+    assert stale.instance.tolist() == [0, 0, 0]
+    assert stale.summary()["instances"] == 2 and stale.router_lag_ms == 10000
+
+
+def test_router_configuration_errors():
+    with pytest.raises(ConfigError, match="unknown router"):
+        router_config("nearest", capacity=10)
+    with pytest.raises(ConfigError, match="unknown option"):
+        router_config("kv-aware", capacity=10, options={"temperature": 1.0})
+    with pytest.raises(ConfigError, match="lag"):
+        router_config("kv-aware", capacity=10, lag_ms=-1)
+    assert set(STATE_AWARE) == {"least-loaded", "kv-aware", "dynamo", "sglang", "llm-d", "mooncake"}
+
+
+@pytest.mark.parametrize("router", ["least-loaded", "kv-aware", "sglang", "llm-d", "mooncake"])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=small_traces(), n=st.integers(2, 4), seed=st.integers(0, 3))
+def test_instant_time_each_instance_replays_sequentially(router, trace, n, seed):
+    # whatever a router decides, with instant time and no output KV each instance serves its
+    # requests one at a time: per request, the hits of a sequential replay of that instance's requests
+    sim = simulate(trace, "lru", 6, time_model="instant", output_kv=False, instances=n, router=router, seed=seed)
+    assert "lru" in HOLDS_IN_SEQUENCE
+    assert sim.num_finished + sim.num_rejected == len(trace)
+    for k in range(n):
+        idx = np.flatnonzero(sim.instance == k)
+        if idx.size:
+            seq = kvreplay.replay(trace.take(idx), "lru", 6)
+            ok = sim.finished[idx]
+            assert np.array_equal(sim.hit_tokens[idx][ok], seq.hit_tokens[ok])
+
+
+def test_cache_aware_routing_on_the_conversation_trace():
+    # 4 instances of 2,000 blocks, each step timed by a 1 ms + 0.05 ms/token polynomial: routing
+    # on the cached prefix keeps conversations together, round-robin scatters them
+    trace = kvreplay.load_trace(str(shared_path(MOONCAKE / "conversation_trace.jsonl")))
+    tm = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "unit": "s",
+                                     "terms": [{"coef": 0.001}, {"coef": 5e-5, "prefill_tokens": 1}]})
+    rates = {}
+    for router in ("round-robin", "kv-aware", "mooncake"):
+        r = simulate(trace, "lru", 2000, 512, time_model=tm, instances=4, router=router, compare_sequential=False)
+        assert r.num_finished == len(trace)
+        rates[router] = r.hit_rate
+    assert rates["kv-aware"] > rates["round-robin"] + 0.05
+    assert rates["mooncake"] > rates["round-robin"] + 0.05
