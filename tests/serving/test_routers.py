@@ -167,3 +167,33 @@ def test_cache_aware_routing_on_the_conversation_trace():
         rates[router] = r.hit_rate
     assert rates["kv-aware"] > rates["round-robin"] + 0.05
     assert rates["mooncake"] > rates["round-robin"] + 0.05
+
+
+def test_cluster_sweep_is_the_same_wherever_it_runs():
+    # instances x routers x tiers x loads: the rows in grid order, equal to single runs, and the
+    # same from a process pool and from Ray
+    import os
+
+    from kvreplay.serving.simulate import load_sweep
+    from kvreplay.trace.synth import chat_workload
+
+    trace = chat_workload(num_conversations=40, seed=7)
+    grid = dict(speedups=[0.5, 2.0], policies=["lru"], capacities=[60], instances=[1, 3],
+                routers=["round-robin", "kv-aware"], tiers=[None, "dram=100"], time_model=ONE_SECOND)
+    here = load_sweep(trace, **grid)
+    assert len(here) == 2 * 2 * 2 * 2
+    assert [(r["instances"], r["router"], r["tiers"], r["load"]) for r in here[:4]] == [
+        (1, "-", "none", 0.5), (1, "-", "none", 2.0), (1, "-", "dram=100", 0.5), (1, "-", "dram=100", 2.0)]
+    one = simulate(trace, "lru", 60, time_model=ONE_SECOND, instances=3, router="kv-aware", tiers="dram=100",
+                   speedup=2.0)
+    row = here[-1]
+    assert (row["instances"], row["router"], row["tiers"], row["load"]) == (3, "kv-aware", "dram=100", 2.0)
+    assert row["hit_rate"] == one.hit_rate and row["ttft_p90_s"] == one.latencies()["ttft"]["p90"]
+    assert row["hbm_hit_rate"] == one.tiers["tiers"][0]["hit_rate"]
+    assert load_sweep(trace, jobs=2, **grid) == here
+    if os.environ.get("KVREPLAY_REQUIRE_OPTIONAL") == "1":
+        import ray
+    else:
+        ray = pytest.importorskip("ray")
+    assert load_sweep(trace, jobs=2, executor="ray", **grid) == here
+    assert not ray.is_initialized()

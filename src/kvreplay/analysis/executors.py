@@ -38,6 +38,8 @@ class Task:
     kind "replay": replay `policy` with `params` at `capacity`; yields one result row.
     kind "lru-curve": the exact LRU curve at every capacity in `capacities` (one pass, mrc);
     yields one row per capacity.
+    kind "simulate": the serving simulator with `options` (keyword arguments of
+    serving.simulate.simulate, as (name, value) pairs); yields one row (serving.simulate.sweep_row).
     """
 
     kind: str
@@ -49,6 +51,7 @@ class Task:
     block_size: int = 512
     engine: str = "compiled"
     warmup_fraction: float = 0.0
+    options: tuple = ()
 
     @property
     def rows(self) -> int:
@@ -61,6 +64,10 @@ SWEEP_FIELDS = ("policy", "params", "cache_capacity_blocks", "total_prompt_token
 
 def run_task(trace, task: Task) -> list[dict]:
     """The result rows of one task (the same function runs in every executor)."""
+    if task.kind == "simulate":
+        from ..serving.simulate import sweep_row
+
+        return [sweep_row(trace, dict(task.options))]
     if task.kind == "lru-curve":
         from .mrc import mrc
 

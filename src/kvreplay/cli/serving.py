@@ -87,6 +87,19 @@ def _parser_simulate(sub) -> None:
                      help="load sweep: the policies to compare (default: --policy)")
     sim.add_argument("--capacities", type=common.capacities_or_sizes, default=None, metavar="C,D,...",
                      help="load sweep: the pools to compare, in blocks or sizes with --model (default: --capacity)")
+    sim.add_argument("--instances-list", type=_positive_ints, default=None, metavar="N,M,...", help="sweep: the cluster sizes to compare (default: --instances)")
+    sim.add_argument("--routers", default=None, metavar="R,S,...",
+                     help="sweep: the routers to compare (default: --router)")
+    sim.add_argument("--tier-list", default=None, metavar="SPEC;SPEC;...",
+                     help="sweep: the --tiers to compare, separated by ';' (none: HBM only), e.g. "
+                          "\"none;dram=64GiB@64GB/s;dram=256GiB@64GB/s\"")
+    sim.add_argument("--jobs", type=common.positive_int, default=1,
+                     help="sweep: runs at once (default 1; local: processes, threads: threads)")
+    sim.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
+                     help="sweep: where runs go: local processes (default), threads, or ray (kvreplay[ray]; "
+                          "docs/scaling.md); the rows are the same wherever they ran")
+    sim.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="with --executor ray: auto or ray://HOST:10001 (default: start a local instance)")
     sim.add_argument("--slo-ttft", type=positive_number, default=None, metavar="MS",
                      help="goodput counts requests whose TTFT is at most MS milliseconds")
     sim.add_argument("--slo-tpot", type=positive_number, default=None, metavar="MS",
@@ -181,11 +194,18 @@ def _cmd_simulate(args) -> int:
     common.check_table_outputs(args)
     trace = common.load(args)
     options = _options(args, trace)
-    sweeping = args.speedups is not None or args.rates is not None
+    grid = args.instances_list or args.routers or args.tier_list
+    sweeping = args.speedups is not None or args.rates is not None or bool(grid)
     if not sweeping and (args.policies or args.capacities):
         raise ConfigError("--policies and --capacities compare runs in a load sweep: add --speedups or --rates "
                           "(one run: --policy, --capacity)")
+    if not sweeping and (args.jobs > 1 or args.executor != "local" or args.ray_address):
+        raise ConfigError("--jobs, --executor and --ray-address run a sweep's runs: add --speedups, --rates, "
+                          "--instances-list, --routers or --tier-list")
     if sweeping:
+        if args.speedups is None and args.rates is None:
+            args.speedups = [args.speedup or 1.0] if args.rate is None else None
+            args.rates = [args.rate] if args.rate is not None else None
         policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
         capacities = None
         if args.capacities is not None:
@@ -196,8 +216,23 @@ def _cmd_simulate(args) -> int:
             options.pop("policy")
         if capacities:
             options.pop("capacity")
-        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
-                          capacities=capacities, **options)
+        if args.instances_list:
+            options.pop("instances")
+        routers = [r.strip() for r in args.routers.split(",") if r.strip()] if args.routers else None
+        if routers:
+            unknown = [r for r in routers if r not in ROUTERS]
+            if unknown:
+                raise ConfigError(f"--routers: unknown router {unknown[0]!r} (known: {', '.join(ROUTERS)})")
+            options.pop("router")
+        tier_list = None
+        if args.tier_list:
+            tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
+            options.pop("tiers")
+        with common.Progress("simulating") as progress:
+            rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
+                              capacities=capacities, instances=args.instances_list, routers=routers, tiers=tier_list,
+                              jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
+                              progress=progress, **options)
         return _emit_sweep(args, trace, rows)
     report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
     if args.plot:
@@ -224,9 +259,10 @@ def _cmd_simulate(args) -> int:
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
                  "status": "str", "instance": "int"}
-SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "ttft_p50_s": "float",
-               "ttft_p90_s": "float", "ttft_p99_s": "float", "tpot_p50_s": "float", "hit_rate": "float",
-               "sequential_hit_rate": "float", "requests_per_s": "float", "goodput_per_s": "float",
+SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "instances": "int",
+               "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
+               "tpot_p50_s": "float", "hit_rate": "float", "hbm_hit_rate": "float", "sequential_hit_rate": "float",
+               "load_balance": "float", "requests_per_s": "float", "goodput_per_s": "float",
                "preemptions": "int", "peak_running": "int", "stable": "bool", "backlog_s": "float", "finished": "int",
                "rejected": "int"}
 
@@ -287,3 +323,8 @@ def _router_options(items) -> dict:
         if not sep or not name.strip():
             raise ConfigError(f"--router-option wants NAME=NUMBER, got {item!r}")
     return out
+
+
+def _positive_ints(text: str) -> list[int]:
+    """N,M,...: whole numbers >= 1."""
+    return [common.positive_int(part) for part in text.split(",") if part.strip()]

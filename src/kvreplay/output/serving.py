@@ -142,8 +142,12 @@ def load_table(trace, rows: list[dict]) -> str:
                   ok="yes" if r["stable"] else "no") for r in rows]
     head = (f"{trace_name(trace)}: TTFT and hit rate against load (whole trace; hit rate % at first "
             "schedule, sequential % for the same policy and pool)")
+    cluster = any(r.get("instances", 1) > 1 for r in rows) or len({r.get("router") for r in rows}) > 1
+    tiered = any(r.get("tiers", "none") != "none" for r in rows)
+    extra = ([("instances", "instances"), ("router", "router")] if cluster else []) + \
+        ([("tiers", "tiers"), ("hbm_hit_rate", "HBM hit %")] if tiered else [])
     table = format_table(shown, [("load_text", "load"), ("policy", "policy"), ("capacity_blocks", "pool blocks"),
-                                 ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("hit_rate", "hit rate %"),
+                                 *extra, ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("hit_rate", "hit rate %"),
                                  ("sequential_hit_rate", "sequential %"), ("requests_per_s", "req/s"),
                                  ("preemptions", "preemptions"), ("ok", "keeps up")])
     return head + "\n" + table

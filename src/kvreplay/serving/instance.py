@@ -386,7 +386,7 @@ if HAVE_NUMBA:
                                 done += 1
                                 view[j, V_REQUESTS] -= 1
                                 if router == ROUTER_DYNAMO:
-                                    for k in range(L[i] // bs):
+                                    for k in range(_full_blocks(L[i], P[i], bs)):
                                         b = blocks[offsets[i] + k]
                                         track[j, b] -= 1
                                         if track[j, b] == 0:
@@ -442,7 +442,7 @@ if HAVE_NUMBA:
                     else:
                         src = seen if lag > 0 else view
                         start = offsets[i]
-                        full = L[i] // bs
+                        full = _full_blocks(L[i], P[i], bs)
                         for q in range(N):
                             if router == ROUTER_SGLANG:
                                 # the router's tree of the prompts it routed to q
@@ -480,7 +480,7 @@ if HAVE_NUMBA:
                     view[j, V_PREFILL_TOKENS] += L[i] - routed_overlap[i]
                     if router == ROUTER_DYNAMO:
                         # unique prompt blocks in flight (full blocks, as Dynamo hashes them)
-                        for k in range(L[i] // bs):
+                        for k in range(_full_blocks(L[i], P[i], bs)):
                             b = blocks[offsets[i] + k]
                             if track[j, b] == 0:
                                 view[j, V_BLOCKS] += 1
@@ -826,6 +826,12 @@ if HAVE_NUMBA:
         qlen[j] -= 1
         return i
 
+
+    @helper
+    def _full_blocks(prompt_tokens, prompt_blocks, bs):
+        """The prompt's full blocks, as Dynamo hashes them (at most its block ids)."""
+        full = prompt_tokens // bs
+        return full if full < prompt_blocks else prompt_blocks
 
     @helper
     def _ceil_page(tokens, bs):

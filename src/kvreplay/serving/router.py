@@ -108,6 +108,7 @@ def pick_instance(kind, rcfg, view, overlap, depth, prompt_blocks, prompt_tokens
         # overlap) + (unique prompt blocks in flight + this prompt's full blocks not yet in flight);
         # the lowest cost, ties at random (seeded here, unseeded in Dynamo)
         full = prompt_tokens // block_size
+        full = full if full < prompt_blocks else prompt_blocks
         best_cost = np.inf
         ties = 0
         for q in range(N):

@@ -449,7 +449,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
     kind = router_kind(router) if instances > 1 else ROUTER_FIXED
-    assigned = route(trace, arrival_s, instances, router, seed) if kind == ROUTER_FIXED else None
+    assigned = (route(trace, arrival_s, instances, router if router in FIXED else "round-robin", seed)
+                if kind == ROUTER_FIXED else None)
     rcfg = router_config(router, capacity=capacity, lag_ms=router_lag_ms, options=router_options, seed=seed)
     raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
                    scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params,
@@ -565,38 +566,61 @@ def is_unstable(report) -> bool:
     return backlog_s(report) > max(60.0, 0.1 * span)
 
 
-def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=None, **options) -> list[dict]:
-    """simulate() at each load (trace timestamps / speedup, or Poisson rates) for each policy and
-    capacity: one tidy row per run (load, policy, capacity, TTFT p50/p90/p99 in s, hit rates,
-    throughput, preemptions, stable). `options` go to simulate()."""
+def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=None, instances=None, routers=None,
+               tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None, progress=None,
+               **options) -> list[dict]:
+    """simulate() over the grid policies x capacities x instances x routers x tiers x loads (trace
+    timestamps / speedup, or Poisson rates): one tidy row per run (sweep_row). The runs go to
+    `executor` ("local": a pool of `jobs` processes, "threads", or "ray"; analysis/executors.py):
+    the rows, in grid order, are the same wherever they ran. `options` go to simulate()."""
+    from itertools import product
+
+    from ..analysis.executors import Task, run
+
     if (speedups is None) == (rates is None):
         raise ConfigError("give the loads as speedups or as rates (one of the two)")
     trace = as_trace(trace)
     loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
     policies = policies or [options.pop("policy", None)]
     capacities = capacities or [options.pop("capacity", None)]
-    rows = []
-    for policy in policies:
-        for capacity in capacities:
-            sequential = None
-            for kind, value in loads:
-                r = simulate(trace, policy, capacity, speedup=value if kind == "speedup" else None,
-                             rate=value if kind == "rate" else None, compare_sequential=sequential is None,
-                             **options)
-                if sequential is None:
-                    sequential = r.sequential_hit_rate
-                s = r.summary()
-                ttft = s["latency_s"]["ttft"]
-                rows.append({
-                    "load_kind": kind, "load": value, "policy": r.policy, "capacity_blocks": r.capacity_blocks,
-                    "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
-                    "tpot_p50_s": s["latency_s"]["tpot"]["p50"], "hit_rate": s["hit_rate"],
-                    "sequential_hit_rate": sequential, "requests_per_s": s["throughput"]["requests_per_s"],
-                    "goodput_per_s": s["goodput"]["requests_per_s"], "preemptions": s["preemptions"],
-                    "peak_running": s["peak_running_requests"], "stable": not is_unstable(r),
-                    "backlog_s": backlog_s(r), "finished": s["finished"], "rejected": s["rejected"],
-                })
+    instances = instances or [options.pop("instances", 1)]
+    routers = routers or [options.pop("router", "round-robin")]
+    tiers = tiers or [options.pop("tiers", None)]
+    tasks = []
+    for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
+        for k, (kind, value) in enumerate(loads):
+            opts = dict(options, policy=policy, capacity=capacity, instances=n, router=router, tiers=tier,
+                        speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
+                        # the sequential replay does not depend on the load: once per group
+                        compare_sequential=k == 0 and options.get("compare_sequential", True))
+            tasks.append(Task(kind="simulate", trace=0, options=tuple(sorted(opts.items()))))
+    rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
+                                  progress=progress)]
+    for g in range(0, len(rows), len(loads)):
+        for row in rows[g:g + len(loads)]:
+            row["sequential_hit_rate"] = rows[g]["sequential_hit_rate"]
     return rows
+
+
+def sweep_row(trace, options: dict) -> dict:
+    """One run of a sweep as a row: load, configuration, TTFT, hit rates, throughput, stability."""
+    r = simulate(trace, **options)
+    s = r.summary()
+    ttft = s["latency_s"]["ttft"]
+    kind = "speedup" if options.get("rate") is None else "rate"
+    tiers = r.tiers["tiers"] if r.tiers is not None else None
+    return {
+        "load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+        "policy": r.policy, "capacity_blocks": r.capacity_blocks, "instances": r.instances,
+        "router": r.router or "-", "tiers": options.get("tiers") or "none",
+        "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
+        "tpot_p50_s": s["latency_s"]["tpot"]["p50"], "hit_rate": s["hit_rate"],
+        "hbm_hit_rate": tiers[0]["hit_rate"] if tiers else s["hit_rate"],
+        "sequential_hit_rate": r.sequential_hit_rate, "requests_per_s": s["throughput"]["requests_per_s"],
+        "goodput_per_s": s["goodput"]["requests_per_s"], "preemptions": s["preemptions"],
+        "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
+        "stable": not is_unstable(r), "backlog_s": backlog_s(r), "finished": s["finished"], "rejected": s["rejected"],
+    }
 
 
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
