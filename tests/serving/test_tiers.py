@@ -187,3 +187,23 @@ def test_cli_run_and_simulate_with_tiers(tmp_path, capsys):
                  "dram=1GiB"]) == 2
     assert "--model" in capsys.readouterr().err
     assert len(t) == 3
+
+
+def test_sweep_over_dram_sizes(capsys):
+    trace = kvreplay.load_trace(str(shared_path(MOONCAKE / "conversation_trace.jsonl"))).take(np.arange(3000))
+    result = kvreplay.sweep(trace, [0, 1000, 4000], ["lru", "s3fifo"], hbm=500)
+    rows = result["results"]
+    assert [(r["policy"], r["cache_capacity_blocks"], r["dram_blocks"]) for r in rows] == [
+        ("lru", 500, 0), ("lru", 500, 1000), ("lru", 500, 4000), ("s3fifo", 500, 0), ("s3fifo", 500, 1000),
+        ("s3fifo", 500, 4000)]
+    for r in rows:
+        assert r["hit_rate"] == pytest.approx(r["hbm_hit_rate"] + r["dram_hit_rate"])
+    # lru over an exclusive LRU tier: one LRU of the combined size
+    for r in rows[:3]:
+        assert r["total_hit_tokens"] == kvreplay.replay(trace, "lru", 500 + r["dram_blocks"]).total_hit_tokens
+    one = kvreplay.replay(trace, "s3fifo", 500, tiers="dram=4000")
+    assert rows[5]["total_hit_tokens"] == one.total_hit_tokens
+    assert rows[3]["dram_hit_rate"] == 0.0 and rows[3]["hit_rate"] == kvreplay.replay(trace, "s3fifo", 500).hit_rate
+    path = str(shared_path(MOONCAKE / "conversation_trace.jsonl"))
+    assert main(["sweep", path, "--hbm", "2000", "--policies", "lru"]) == 2
+    assert "--dram-sizes" in capsys.readouterr().err

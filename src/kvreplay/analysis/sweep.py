@@ -74,6 +74,7 @@ def sweep(
     executor: str = "local",
     ray_address: str | None = None,
     progress=None,
+    hbm: int | None = None,
 ) -> SweepResult:
     """Replay every (trace, policy, parameters, capacity) combination.
 
@@ -90,6 +91,11 @@ def sweep(
         jobs > 1), "auto" joins the cluster this machine belongs to, "ray://host:10001" a remote one.
     progress: called as ``progress(done, total)`` from the calling thread: once with done=0 before
         anything runs, then each time results arrive; `total` is the number of result rows.
+    hbm: sweep a DRAM tier instead: the cache is `hbm` blocks (the GPU pool) and each capacity is
+        the size of an LRU tier below it (serving/tiers.py, copies moved; 0: none); each row adds
+        dram_blocks, hbm_hit_rate and dram_hit_rate (each a share of the prompt tokens). (For an
+        LRU cache the total is also `kvreplay mrc` at hbm + size: an LRU cache over an exclusive
+        LRU tier is one LRU of their combined size.)
 
     One trace returns ``{"trace", "block_size", "warmup_fraction", "window", "num_requests", "results"}``;
     each result has the fields of SWEEP_FIELDS plus ``counters``, ordered by policy (as given), then
@@ -106,7 +112,19 @@ def sweep(
     if (isinstance(capacities, str) and capacities != "auto") or not isinstance(capacities, (str, list, tuple, range)) \
             and not hasattr(capacities, "tolist"):
         raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")
-    if not isinstance(capacities, str):
+    if hbm is not None:
+        hbm = check_capacity(hbm)
+        if isinstance(capacities, str):
+            raise ConfigError("with hbm, the capacities are DRAM tier sizes: give them (block counts, 0 for none)")
+        tiers = []
+        for c in capacities:
+            if isinstance(c, bool) or int(c) != c or c < 0:
+                raise ConfigError(f"a DRAM tier size must be a whole number of blocks >= 0, got {c!r}")
+            tiers.append(int(c))
+        capacities = tiers
+        if not capacities:
+            raise ConfigError("no capacities to sweep")
+    elif not isinstance(capacities, str):
         capacities = [check_capacity(c) for c in capacities]
         if not capacities:
             raise ConfigError("no capacities to sweep")
@@ -115,7 +133,7 @@ def sweep(
     policy_list = _policy_list(policies)
     resolve_engine(engine)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
-    lru_curve = engine == "compiled" and jit.HAVE_NUMBA
+    lru_curve = engine == "compiled" and jit.HAVE_NUMBA and hbm is None
 
     tasks: list[Task] = []
     slots: list[list] = []  # per task, where its rows go: [grid position], or [(capacities, [(capacity, position)])] for a curve
@@ -132,9 +150,14 @@ def sweep(
         for spec, params in policy_list:
             # A policy that ignores capacity (the infinite ceiling) needs one run, not one per capacity.
             for c in (caps[-1:] if spec.capacity == "ignored" else caps):
-                spec.sizes(c, **params)  # fail fast on impossible queue sizes, before any replay runs
+                spec.sizes(c if hbm is None else hbm, **params)  # fail fast on impossible sizes, before any replay runs
                 if lru_curve and spec.name == "lru":
                     curve_rows.append((c, grid_rows))
+                elif hbm is not None:
+                    tiers = (("tiers", f"dram={c}" if c > 0 else None),)
+                    tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=hbm,
+                                      options=tiers, **common))
+                    slots.append([grid_rows])
                 else:
                     tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=c, **common))
                     slots.append([grid_rows])

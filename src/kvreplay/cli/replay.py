@@ -102,6 +102,11 @@ def _parser_sweep(sub) -> None:
     common.add_capacities_options(sw, "comma-separated block counts")
     sw.add_argument("--policies", default="s3fifo,lru,fifo", help="comma-separated; parameters as name:key=value:key=value")
     sw.add_argument("--bounds", action="store_true", help="add the infinite-cache ceiling and belady (offline MIN) at every capacity")
+    sw.add_argument("--hbm", type=common.positive_int, default=None, metavar="BLOCKS",
+                    help="sweep a DRAM tier (--dram-sizes) below a cache of BLOCKS, the GPU pool; rows split the hits "
+                         "into HBM and DRAM (docs/serving.md, \"Tiers\")")
+    sw.add_argument("--dram-sizes", type=_sizes, default=None, metavar="D,E,...",
+                    help="with --hbm: the DRAM tier's sizes in blocks (0: none)")
     sw.add_argument("--each", action="store_true",
                     help="with several trace files: sweep each one on its own (a trace column) instead of merging them")
     sw.add_argument("--jobs", type=common.positive_int, default=1, help="replays run at once (default 1; local: processes, threads: threads)")
@@ -122,7 +127,11 @@ def _cmd_sweep(args) -> int:
         policies += [p for p in ("infinite", "belady") if p not in policies]
     if args.each and len(args.traces) > 1:
         return _sweep_each(args, policies)
+    if (args.hbm is None) != (args.dram_sizes is None):
+        raise ConfigError("--hbm and --dram-sizes go together (a DRAM tier's sizes below a fixed GPU pool)")
     trace = common.load(args)
+    if args.hbm is not None:
+        return _sweep_dram(args, trace, policies)
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
     with common.Progress("replaying") as progress:
         result = sweep(trace, capacities, policies, args.block_size,
@@ -133,6 +142,39 @@ def _cmd_sweep(args) -> int:
     _emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
           f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; hit rate is token-weighted"
           + budget_heading(budget),
+          trace=trace)
+    return 0
+
+
+def _sizes(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        if part.strip():
+            if not part.strip().isdigit():
+                raise argparse.ArgumentTypeError(f"a DRAM tier size is a whole number of blocks >= 0, got {part!r}")
+            out.append(int(part))
+    return out
+
+
+DRAM_COLUMNS = [("policy", "policy"), ("params", "params"), ("cache_capacity_blocks", "HBM blocks"),
+                ("dram_blocks", "DRAM blocks"), ("hit_rate", "hit rate %"), ("hbm_hit_rate", "from HBM %"),
+                ("dram_hit_rate", "from DRAM %")]
+
+
+def _sweep_dram(args, trace, policies) -> int:
+    """`sweep --hbm C --capacities D1,D2`: a DRAM tier's sizes below a fixed GPU pool."""
+    from ..analysis.sweep import points_to_rows, sweep
+
+    if not args.dram_sizes:
+        raise ConfigError("--hbm: give the DRAM tier's sizes with --dram-sizes (block counts; 0 for none)")
+    sizes = args.dram_sizes
+    with common.Progress("replaying") as progress:
+        result = sweep(trace, sizes, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
+                       engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=progress,
+                       hbm=args.hbm)
+    _emit(args, result, points_to_rows(result["results"]), DRAM_COLUMNS,
+          f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; a DRAM tier (LRU, "
+          f"copies moved) below {args.hbm:,} blocks of HBM; hit rates are token-weighted shares of the prompt tokens",
           trace=trace)
     return 0
 
