@@ -2,14 +2,22 @@
 """kvreplay's serving simulator against NVIDIA Dynamo's offline replay (ai-dynamo 1.6.1), in one process.
 
 For each trace x capacity C (blocks of 512 tokens) x arrival speedup X, both simulators serve the
-trace on one vLLM-style instance with the same NPZ timing profile:
+trace on one vLLM-style instance (or --workers W of them) with the same NPZ timing profile:
 
     kvreplay:  simulate(trace, policy="vllm", capacity=C, block_size=512, engine_style="vllm",
-                        time_model=NPZ, speedup=X, output_kv=True, compare_sequential=False)
-    Dynamo:    run_trace_replay(TRACE, trace_block_size=512, num_workers=1, arrival_speedup_ratio=X,
+                        time_model=NPZ, speedup=X, output_kv=True, compare_sequential=False,
+                        instances=W, router=R)
+    Dynamo:    run_trace_replay(TRACE, trace_block_size=512, num_workers=W, router_mode=MODE,
+                        arrival_speedup_ratio=X,
                         extra_engine_args={"engine": {"block_size": 512, "num_gpu_blocks": C,
                             "timing_model": {"type": "external", "provider": "dynamo_profile",
                                              "config": {"path": NPZ}}}})
+
+with W = --workers (default 1) and MODE = --router: round_robin (the default; kvreplay's
+R = "round-robin") or kv_router (Dynamo's KV router; kvreplay's R = "kv-aware", the same cost).
+C is per worker. Dynamo's kv_router breaks cost ties at random and unseeded, so its figures vary a
+little from run to run (those shown are from the last timed run; the per-request comparison uses
+the capture run); kvreplay seeds its ties (seed 0).
 
 and the script prints, per configuration: prefix reuse (kvreplay ``hit_rate``; Dynamo
 ``first_admission_prefix_cache_reused_ratio``), TTFT mean/p50/p90/p99, TPOT p50, completed
@@ -27,7 +35,8 @@ or given with --profile FILE.
 Usage (needs ai-dynamo 1.6.1 and kvreplay in one environment):
 
     /tmp/dynvenv/bin/python benchmarks/dynamo_compare.py [--trace T ...] [--capacities 2000,20000]
-        [--speedups 0.25,1.0] [--repeat 3] [--profile FILE.npz] [--json OUT.json|-] [--per-request DIR]
+        [--speedups 0.25,1.0] [--repeat 3] [--workers 1] [--router round_robin|kv_router]
+        [--profile FILE.npz] [--json OUT.json|-] [--per-request DIR]
 
 Speedup 0.25 stretches the conversation trace's arrivals 4x (a load one instance keeps up with
 under this profile); 1.0 is the trace's own rate, which it does not keep up with (queues grow).
@@ -58,6 +67,8 @@ MOONCAKE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "m
 TRACES = [MOONCAKE / "conversation_trace.jsonl", MOONCAKE / "synthetic_trace.jsonl"]
 BLOCK_SIZE = 512
 REUSE_FLAG_POINTS = 1.0
+# --router (Dynamo's router_mode) -> kvreplay's router
+ROUTERS = {"round_robin": "round-robin", "kv_router": "kv-aware"}
 TTFT_FLAG_PCT = 3.0
 
 
@@ -98,27 +109,30 @@ def dynamo_available() -> tuple[bool, str]:
         return True, "unknown"
 
 
-def dynamo_kwargs(capacity: int, speedup: float, profile: str, capture: bool = False) -> dict:
+def dynamo_kwargs(capacity: int, speedup: float, profile: str, capture: bool = False, workers: int = 1,
+                  router: str = "round_robin") -> dict:
     return dict(
         extra_engine_args={"engine": {"block_size": BLOCK_SIZE, "num_gpu_blocks": int(capacity),
                                       "timing_model": {"type": "external", "provider": "dynamo_profile",
                                                        "config": {"path": profile}}}},
-        trace_block_size=BLOCK_SIZE, num_workers=1, arrival_speedup_ratio=float(speedup),
-        capture_per_request=capture,
+        trace_block_size=BLOCK_SIZE, num_workers=int(workers), router_mode=router,
+        arrival_speedup_ratio=float(speedup), capture_per_request=capture,
     )
 
 
-def run_dynamo(trace_path, capacity, speedup, profile, capture=False):
+def run_dynamo(trace_path, capacity, speedup, profile, capture=False, workers=1, router="round_robin"):
     from dynamo.replay import run_trace_replay
 
-    return run_trace_replay(str(trace_path), **dynamo_kwargs(capacity, speedup, profile, capture))
+    return run_trace_replay(str(trace_path), **dynamo_kwargs(capacity, speedup, profile, capture, workers, router))
 
 
-def run_kvreplay(trace, capacity, speedup, profile):
+def run_kvreplay(trace, capacity, speedup, profile, workers=1, router="round_robin"):
+    """`router` in Dynamo's spelling (ROUTERS maps it to kvreplay's)."""
     from kvreplay.serving.simulate import simulate
 
     return simulate(trace, policy="vllm", capacity=capacity, block_size=BLOCK_SIZE, engine_style="vllm",
-                    time_model=profile, speedup=speedup, output_kv=True, compare_sequential=False)
+                    time_model=profile, speedup=speedup, output_kv=True, compare_sequential=False,
+                    instances=int(workers), router=ROUTERS[router])
 
 
 def timed(fn):
@@ -234,19 +248,21 @@ def per_request(report, records) -> dict:
 
 # ---- the run ------------------------------------------------------------------------------------
 
-def run_config(trace_path, trace, capacity, speedup, profile, repeat, have_dynamo, per_request_dir, quiet_wait):
-    row = {"trace": Path(trace_path).name, "capacity": capacity, "speedup": speedup}
+def run_config(trace_path, trace, capacity, speedup, profile, repeat, have_dynamo, per_request_dir, quiet_wait,
+               workers=1, router="round_robin"):
+    row = {"trace": Path(trace_path).name, "capacity": capacity, "speedup": speedup, "workers": workers,
+           "router": router}
     # kvreplay: the first call in the process is "cold" (numba compiles or loads its cache), the rest warm
     cold = {}
     if not getattr(run_config, "_warmed", False):
-        rep, w, c = timed(lambda: run_kvreplay(trace, capacity, speedup, profile))
+        rep, w, c = timed(lambda: run_kvreplay(trace, capacity, speedup, profile, workers, router))
         cold = {"wall_s": w, "cpu_s": c}
         run_config._warmed = True
     else:
-        rep = run_kvreplay(trace, capacity, speedup, profile)
+        rep = run_kvreplay(trace, capacity, speedup, profile, workers, router)
 
     def k_once():
-        _, w, c = timed(lambda: run_kvreplay(trace, capacity, speedup, profile))
+        _, w, c = timed(lambda: run_kvreplay(trace, capacity, speedup, profile, workers, router))
         return w, c
 
     krec = measure(k_once, repeat, quiet_wait=quiet_wait)
@@ -255,11 +271,13 @@ def run_config(trace_path, trace, capacity, speedup, profile, repeat, have_dynam
     if not have_dynamo:
         return row
     # Dynamo: one run with per-request capture (also its warm-up), then `repeat` timed runs without
-    drep, dw, dc = timed(lambda: run_dynamo(trace_path, capacity, speedup, profile, capture=True))
+    drep, dw, dc = timed(lambda: run_dynamo(trace_path, capacity, speedup, profile, capture=True,
+                                            workers=workers, router=router))
     walls_native = []
 
     def d_once():
-        r, w, c = timed(lambda: run_dynamo(trace_path, capacity, speedup, profile))
+        r, w, c = timed(lambda: run_dynamo(trace_path, capacity, speedup, profile, workers=workers,
+                                           router=router))
         walls_native.append(r.summary["wall_time_ms"] / 1e3)
         d_once.last = r
         return w, c
@@ -277,6 +295,8 @@ def run_config(trace_path, trace, capacity, speedup, profile, repeat, have_dynam
     if per_request_dir:
         os.makedirs(per_request_dir, exist_ok=True)
         name = f"{Path(trace_path).stem}_C{capacity}_x{speedup:g}.npz"
+        if workers != 1 or router != "round_robin":
+            name = f"{Path(trace_path).stem}_W{workers}_{router}_C{capacity}_x{speedup:g}.npz"
         np.savez(os.path.join(per_request_dir, name), **arrays)
     return row
 
@@ -342,6 +362,9 @@ def main(argv=None) -> int:
     ap.add_argument("--capacities", default="2000,20000", help="blocks of 512 tokens, comma-separated")
     ap.add_argument("--speedups", default="0.25,1.0", help="arrival speedups (timestamps / X), comma-separated")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per simulator and configuration (medians)")
+    ap.add_argument("--workers", type=int, default=1, help="workers (kvreplay instances), each with C blocks")
+    ap.add_argument("--router", choices=sorted(ROUTERS), default="round_robin",
+                    help="Dynamo's router_mode; kvreplay's router round-robin / kv-aware")
     ap.add_argument("--profile", default=None, help="Dynamo NPZ profile (default: make_profile() into a temp dir)")
     ap.add_argument("--json", default=None, metavar="OUT", help="write every figure as JSON (- : stdout)")
     ap.add_argument("--per-request", default=None, metavar="DIR", help="save matched per-request arrays (.npz) here")
@@ -356,6 +379,9 @@ def main(argv=None) -> int:
         print(f"trace(s) not found: {', '.join(missing)}", file=sys.stderr)
         return 2
     capacities = [int(x) for x in a.capacities.split(",") if x.strip()]
+    if a.workers < 1:
+        print(f"--workers must be >= 1, got {a.workers}", file=sys.stderr)
+        return 2
     speedups = [float(x) for x in a.speedups.split(",") if x.strip()]
     have_dynamo, dyn_info = dynamo_available()
     if not have_dynamo:
@@ -365,7 +391,8 @@ def main(argv=None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="dynamo_compare_")
     profile = a.profile or make_profile(tmp.name)
     print(f"kvreplay {getattr(kvreplay, '__version__', '?')}, ai-dynamo {dyn_info if have_dynamo else 'missing'}, "
-          f"python {platform.python_version()}, profile {profile}", file=sys.stderr)
+          f"python {platform.python_version()}, profile {profile}, workers {a.workers}, router {a.router}",
+          file=sys.stderr)
     rows, loads = [], {}
     for tp in traces:
         trace, lw, lc = timed(lambda: kvreplay.load_trace(str(tp)))
@@ -373,14 +400,19 @@ def main(argv=None) -> int:
         for c in capacities:
             for x in speedups:
                 print(f"{tp.name} C={c} x{x:g} ...", file=sys.stderr, flush=True)
-                rows.append(run_config(tp, trace, c, x, profile, a.repeat, have_dynamo, a.per_request, a.quiet_wait))
+                rows.append(run_config(tp, trace, c, x, profile, a.repeat, have_dynamo, a.per_request, a.quiet_wait,
+                                       a.workers, a.router))
+    if a.workers != 1 or a.router != "round_robin":
+        print(f"\n{a.workers} workers of C blocks each, Dynamo router_mode={a.router} "
+              f"(kvreplay instances={a.workers}, router={ROUTERS[a.router]!r})")
     print_tables(rows, have_dynamo)
     print("\nkvreplay trace loading (not in the simulate times; Dynamo's times include its own parsing): "
           + ", ".join(f"{k} {v['wall_s']:.2f} s" for k, v in loads.items()))
     if a.json:
         doc = {"kvreplay_version": getattr(kvreplay, "__version__", None), "dynamo": dyn_info if have_dynamo else None,
                "profile": profile, "profile_arrays": {k: v.tolist() for k, v in profile_arrays().items()}
-               if not a.profile else None, "block_size": BLOCK_SIZE, "repeat": a.repeat, "trace_load": loads,
+               if not a.profile else None, "block_size": BLOCK_SIZE, "repeat": a.repeat, "workers": a.workers,
+               "router": a.router, "kvreplay_router": ROUTERS[a.router], "trace_load": loads,
                "rows": rows, "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
         text = json.dumps(doc, indent=1, default=float)
         if a.json == "-":
