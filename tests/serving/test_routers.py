@@ -31,7 +31,7 @@ def pick(kind, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, blo
     full[:, :view.shape[1]] = view
     return int(pick_instance(kind, rcfg, full, np.asarray(overlap, dtype=np.int64),
                              np.zeros(len(overlap), dtype=np.int64) if depth is None else np.asarray(depth),
-                             prompt_blocks, prompt_tokens, block_size, TM, np.zeros(NUM_AGG)))
+                             np.zeros(len(overlap)), prompt_blocks, prompt_tokens, block_size, TM, np.zeros(NUM_AGG)))
 
 
 def row(**cols):
@@ -88,9 +88,13 @@ def test_mooncake_least_estimated_ttft_by_hand():
     view = np.zeros((2, NUM_VIEW))
     view[0, V_QUEUE_S] = 0.2
     # instance 0: 0.2 s queued + (64 - 48) x 0.01 = 0.36 s; instance 1: 64 x 0.01 = 0.64 s
-    got = pick_instance(ROUTER_MOONCAKE, rcfg, view, np.array([3, 0]), np.zeros(2, dtype=np.int64), 4, 64, 16,
-                        packed(per_token), np.zeros(NUM_AGG))
+    got = pick_instance(ROUTER_MOONCAKE, rcfg, view, np.array([3, 0]), np.zeros(2, dtype=np.int64), np.zeros(2), 4,
+                        64, 16, packed(per_token), np.zeros(NUM_AGG))
     assert got == 0
+    # ... unless loading those 48 tokens from a tier takes longer than computing them: 0.5 s
+    got = pick_instance(ROUTER_MOONCAKE, rcfg, view, np.array([3, 0]), np.zeros(2, dtype=np.int64),
+                        np.array([0.5, 0.0]), 4, 64, 16, packed(per_token), np.zeros(NUM_AGG))
+    assert got == 1
 
 
 def test_least_loaded_counts_requests_in_flight():

@@ -44,7 +44,7 @@ from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FU
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
 from . import router as _router
 from . import tiers as _tiers
-from .tiers import drain, tier_admitted, tier_prefix
+from .tiers import drain, fetch_seconds, tier_admitted, tier_prefix
 from .router import (NUM_VIEW, R_LAG_S, R_SEED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_LEAST_LOADED, ROUTER_MOONCAKE,
                      ROUTER_SGLANG, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_QUEUE_S, V_REQUESTS, V_RUNNING, V_WAITING)
 
@@ -298,6 +298,9 @@ if HAVE_NUMBA:
             next_snap = 0.0 if lag > 0 else np.inf
             overlap = np.zeros(N, dtype=np.int64)
             depth = np.zeros(N, dtype=np.int64)
+            fetch = np.zeros(N, dtype=np.float64)  # mooncake: the load time of the prefix from the tiers
+            n_tiers = tiers[6][0]
+            route_counts = np.zeros(tier_hits.shape[1], dtype=np.int64)
             routed_overlap = np.zeros(n, dtype=np.int64)
             routed_est = np.zeros(n, dtype=np.float64)
             # kv-aware: holds on each prompt block by the requests in flight per instance;
@@ -452,12 +455,19 @@ if HAVE_NUMBA:
                                 overlap[q] = k
                             elif router != ROUTER_LEAST_LOADED:
                                 overlap[q] = driver_prefix(states[q], blocks, start, start + P[i], L[i], bs)
+                                if router == ROUTER_MOONCAKE and n_tiers > 0:
+                                    # Conductor's view: the prefix in the instance's own tiers and in
+                                    # the global store too, at the time it takes to load
+                                    overlap[q] = tier_prefix(states[q], tiers, q, blocks, start, overlap[q],
+                                                             hit_limit(states[q], P[i], L[i], bs), route_counts,
+                                                             False)
+                                    fetch[q] = fetch_seconds(tiers, route_counts)
                             if router == ROUTER_DYNAMO:
                                 k = 0
                                 while k < full and track[q, blocks[start + k]] != 0:
                                     k += 1
                                 depth[q] = k
-                        j = _router_pick(router, rcfg, src, overlap, depth, P[i], L[i], bs, tm, agg)
+                        j = _router_pick(router, rcfg, src, overlap, depth, fetch, P[i], L[i], bs, tm, agg)
                     inst_of[i] = j
                     cj = counters[j]
                     need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
@@ -489,7 +499,7 @@ if HAVE_NUMBA:
                         for k in range(P[i]):
                             track[j, blocks[offsets[i] + k]] = 1
                     elif router == ROUTER_MOONCAKE:
-                        routed_est[i] = _prefill_estimate(tm, agg, L[i], routed_overlap[i])
+                        routed_est[i] = _prefill_estimate(tm, agg, L[i], routed_overlap[i]) + fetch[j]
                         view[j, V_QUEUE_S] += routed_est[i]
                     if not busy[j] and end_t[j] == np.inf:
                         end_t[j] = now  # an idle instance wakes

@@ -89,11 +89,12 @@ def router_kind(router: str) -> int:
     return STATE_AWARE.get(router, ROUTER_FIXED)
 
 
-def pick_instance(kind, rcfg, view, overlap, depth, prompt_blocks, prompt_tokens, block_size, tm, agg):
+def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt_tokens, block_size, tm, agg):
     """The instance a state-aware router sends the request to. `overlap[q]`: the request's
-    leading blocks instance q holds, as this router sees them (its cache for kv-aware, llm-d and
-    mooncake; what was routed there for sglang); `depth[q]`: its leading blocks already in flight
-    on q (kv-aware). `agg`: scratch for the time model."""
+    leading blocks instance q holds, as this router sees them (its GPU cache for kv-aware and
+    llm-d; with its tiers and the global store for mooncake; what was routed there for sglang);
+    `depth[q]`: its leading blocks already in flight on q (kv-aware); `fetch[q]`: the time to
+    load the part of that prefix below HBM (mooncake). `agg`: scratch for the time model."""
     N = view.shape[0]
     best = 0
     if kind == ROUTER_LEAST_LOADED:
@@ -181,12 +182,13 @@ def pick_instance(kind, rcfg, view, overlap, depth, prompt_blocks, prompt_tokens
                 if np.random.randint(0, ties) == 0:
                     best = q
         return best
-    # ROUTER_MOONCAKE: Mooncake's Conductor (FAST'25 Algorithm 1, local reuse): the least
-    # estimated TTFT = the predicted prefill times of the requests queued there + this prompt's
-    # prefill after its cached prefix there
+    # ROUTER_MOONCAKE: Mooncake's Conductor (FAST'25 Algorithm 1): the least estimated TTFT =
+    # the predicted prefill times of the requests queued there + the time to load the prefix it
+    # reaches (its tiers; the global store, which any instance reads) + this prompt's prefill
+    # after that prefix
     best_t = np.inf
     for q in range(N):
-        t = view[q, V_QUEUE_S] + prefill_estimate(tm, agg, prompt_tokens, overlap[q] * block_size)
+        t = view[q, V_QUEUE_S] + fetch[q] + prefill_estimate(tm, agg, prompt_tokens, overlap[q] * block_size)
         if t < best_t:
             best_t = t
             best = q

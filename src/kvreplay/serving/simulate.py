@@ -23,7 +23,7 @@ from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM,
 from ..policies.base import with_eviction_log
 from .report import SimReport
 from .tiers import Pools
-from .router import FIXED, ROUTER_FIXED, ROUTERS, router_config, router_kind
+from .router import FIXED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_SGLANG, ROUTERS, router_config, router_kind
 from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
 
 #: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
@@ -209,6 +209,9 @@ def tier_rows(tiers, per_request: dict, measured, prompt_tokens, totals, block_b
     return rows
 
 
+#: The most memory the kv-aware and sglang routers may take for their per-instance block tables.
+TRACK_BYTES = 4 << 30
+
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
 #: belady: heap entries), sized by the trace it is built from.
 SIZED_PER_CALL = ("radix", "belady")
@@ -271,6 +274,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     cfg[C_WINDOW] = roofline_window(tm)
     cfg[C_ROUTER] = kind
     cfg[C_PROMPT_IDS] = max(1, trace.num_blocks)
+    if kind in (ROUTER_DYNAMO, ROUTER_SGLANG) and N * max(1, trace.num_blocks) * 4 > TRACK_BYTES:
+        raise ConfigError(f"router {router!r} tracks each instance's blocks: {N} instances x {trace.num_blocks:,} block "
+                          f"ids take {N * trace.num_blocks * 4 / 2**30:.1f} GiB (more than {TRACK_BYTES / 2**30:.0f} GiB); "
+                          "use fewer instances, or the mooncake or least-loaded router")
     cfg[C_TIER_OVERLAP] = int(tier_overlap)
     tiers = list(tiers or [])
     tier_hits = np.zeros((n + 1, len(tiers) + 1), dtype=np.int64)

@@ -284,16 +284,17 @@ def tier_of(tiers, j, b):
     return -1
 
 
-def tier_prefix(state, tiers, j, blocks, start, k, limit, counts):
+def tier_prefix(state, tiers, j, blocks, start, k, limit, counts, touch=True):
     """How far the hit prefix reaches with the tiers: from position k (HBM's own prefix), the
     blocks each in HBM or in some tier of instance j, up to `limit` positions. counts[t] gets
     the blocks read from tier t (a block in HBM is read from HBM), counts[-1] 1 + the tier of the
-    last hit block (0: HBM). With copies kept, an LRU tier refreshes the blocks read from it."""
+    last hit block (0: HBM). With copies kept, an LRU tier refreshes the blocks read from it
+    (`touch`; a router's look changes nothing)."""
     T = tiers[6][TC_TIERS]
     counts[:] = 0
     if T == 0:
         return k
-    keep = tiers[6][TC_MOVE] == 0
+    keep = tiers[6][TC_MOVE] == 0 and touch
     while k < limit:
         b = blocks[start + k]
         if resident(state, b):
@@ -308,6 +309,15 @@ def tier_prefix(state, tiers, j, blocks, start, k, limit, counts):
                 pool_touch(tiers, tiers[4][t, j], b)
         k += 1
     return k
+
+
+def fetch_seconds(tiers, counts):
+    """The load time of `counts[t]` blocks from each tier t."""
+    T = tiers[6][TC_TIERS]
+    load = 0.0
+    for t in range(T):
+        load += counts[t] * tiers[5][t]
+    return load
 
 
 def tier_admitted(tiers, j, blocks, start, k, end, counts, row, first):
@@ -361,6 +371,7 @@ if HAVE_NUMBA:
     demote = helper(demote, inline=False)
     tier_of = helper(tier_of)
     tier_prefix = helper(tier_prefix, inline=False)
+    fetch_seconds = helper(fetch_seconds)
     tier_admitted = helper(tier_admitted, inline=False)
     drain = helper(drain, inline=False)
 
