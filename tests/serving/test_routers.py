@@ -201,3 +201,58 @@ def test_cluster_sweep_is_the_same_wherever_it_runs():
         ray = pytest.importorskip("ray")
     assert load_sweep(trace, jobs=2, executor="ray", **grid) == here
     assert not ray.is_initialized()
+
+
+def test_prefill_decode_disaggregation_by_hand():
+    # 1 prefill + 2 decode instances, every step 1 s; Llama-3.1-8B: 131,072 KV bytes per token, so
+    # an 8-token prompt's KV (1 MiB) crosses a 2.097152 MB/s link in 0.5 s.
+    # A (0 s, 3 outputs): prefill 0-1 s (first token at 1 s), KV at decode instance 1 at 1.5 s, its
+    #   2nd token at 2.5 s, 3rd at 3.5 s.
+    # B (0.2 s, 2 outputs, shares [a]) and C (0.4 s, 1 output) wait for A's step, then prefill
+    #   together 1-2 s (B hits [a]: 4 tokens; C 8): first tokens at 2 s. C is done (it never moves);
+    #   B's KV reaches decode instance 2 (instance 1 holds A) at 2.5 s, its 2nd token at 3.5 s.
+    t = trace_of((["a", "b"], 8, 0, 3), (["a", "c"], 8, 200, 2), (["d", "e"], 8, 400, 1))
+    r = simulate(t, "vllm", 100, 4, time_model=ONE_SECOND, prefill_instances=1, decode_instances=2,
+                 kv_link="2.097152MB/s", model="Llama-3.1-8B")
+    assert r.instance.tolist() == [0, 0, 0]
+    assert r.decode_instance.tolist() == [1, 2, -1]
+    assert r.first_token_s.tolist() == [1.0, 2.0, 2.0]
+    assert r.finish_s.tolist() == [3.5, 3.5, 2.0]
+    assert r.hit_tokens.tolist() == [0, 4, 0]
+    assert r.instance_busy_s == [2.0, 2.0, 1.0]
+    d = r.summary()["disaggregation"]
+    assert d == {"prefill_instances": 1, "decode_instances": 2, "handoffs": 2, "transfer_s": 1.0}
+    assert [row["role"] for row in r.per_instance()] == ["prefill", "decode", "decode"]
+    # without a link the KV moves at once: A decodes 1-3 s, B 2-3 s
+    at_once = simulate(t, "vllm", 100, 4, time_model=ONE_SECOND, prefill_instances=1, decode_instances=2)
+    assert at_once.finish_s.tolist() == [3.0, 3.0, 2.0]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=small_traces(), p=st.integers(1, 3), d=st.integers(1, 3))
+def test_disaggregated_prefill_hits_are_the_prefill_instances_replays(trace, p, d):
+    # instant time, no output KV: each prefill instance's requests hit what a sequential replay of
+    # them does (decode instances hold the KV they receive, never a prefix hit)
+    sim = simulate(trace, "lru", 6, time_model="instant", output_kv=False, prefill_instances=p, decode_instances=d)
+    assert sim.num_finished + sim.num_rejected == len(trace)
+    assert set(sim.instance.tolist()) <= set(range(p))
+    moved = sim.decode_instance[sim.finished & (sim.output_tokens > 1)]
+    assert np.all((moved >= p) & (moved < p + d))
+    for k in range(p):
+        idx = np.flatnonzero(sim.instance == k)
+        if idx.size:
+            seq = kvreplay.replay(trace.take(idx), "lru", 6)
+            ok = sim.finished[idx]
+            assert np.array_equal(sim.hit_tokens[idx][ok], seq.hit_tokens[ok])
+
+
+def test_disaggregation_errors():
+    t = trace_of((["a"], 4, 0, 2))
+    with pytest.raises(ConfigError, match="both"):
+        simulate(t, "vllm", 10, prefill_instances=2)
+    with pytest.raises(ConfigError, match="vLLM-style"):
+        simulate(t, "radix", 10, engine_style="sglang", prefill_instances=1, decode_instances=1)
+    with pytest.raises(ConfigError, match="--model"):
+        simulate(t, "vllm", 10, prefill_instances=1, decode_instances=1, kv_link="25GB/s")
+    with pytest.raises(ConfigError, match="disaggregation"):
+        simulate(t, "vllm", 10, kv_link="25GB/s")

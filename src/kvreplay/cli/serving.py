@@ -113,6 +113,14 @@ def _parser_simulate(sub) -> None:
                           "Dynamo's KV router cost), sglang (SGLang router's cache-aware policy), llm-d "
                           "(weighted prefix/KV/queue scorers), mooncake (Conductor: least estimated TTFT); "
                           "docs/serving.md, \"Routers\"")
+    sim.add_argument("--prefill-instances", type=common.positive_int, default=None, metavar="P",
+                     help="prefill/decode disaggregation: P prefill instances behind --router (with "
+                          "--decode-instances); each request's KV then moves to the least loaded decode instance")
+    sim.add_argument("--decode-instances", type=common.positive_int, default=None, metavar="D",
+                     help="prefill/decode disaggregation: D decode instances (with --prefill-instances)")
+    sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
+                     help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
+                          "(needs --model; default: at once)")
     sim.add_argument("--router-lag-ms", type=float, default=0.0, metavar="MS",
                      help="a state-aware router reads the instances' load as of a snapshot taken every MS ms "
                           "(default 0: current)")
@@ -183,7 +191,8 @@ def _options(args, trace) -> dict:
                 slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv,
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,
                 tiers=args.tiers, global_store=args.global_store, tier_copies=args.tier_copies,
-                tier_overlap=args.tier_overlap,
+                tier_overlap=args.tier_overlap, prefill_instances=args.prefill_instances,
+                decode_instances=args.decode_instances, kv_link=args.kv_link,
                 router_options=_router_options(args.router_option), **params)
 
 

@@ -74,7 +74,12 @@ def simulate_summary(trace, report) -> str:
     if report.instances > 1:
         balance = report.load_balance()
         lag = f" reading state {report.router_lag_ms:g} ms old" if report.router_lag_ms else ""
-        lines.append(f"cluster    {report.instances} identical instances (each with the pool above), router "
+        roles = ""
+        if report.prefill_instances is not None:
+            d = s["disaggregation"]
+            roles = (f" ({d['prefill_instances']} prefill, {d['decode_instances']} decode: {d['handoffs']:,} requests' KV "
+                     f"moved, {seconds_text(d['transfer_s'])} of transfer)")
+        lines.append(f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
                      f"{report.router}{lag}; load balance: the busiest instance worked "
                      + (f"{balance:.2f}x the mean" if balance is not None else "-"))
     lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
@@ -127,8 +132,10 @@ def simulate_summary(trace, report) -> str:
         rows = [dict(r, ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
                      busy=seconds_text(r["busy_s"])) for r in report.per_instance()]
         lines.append("")
-        lines.append(format_table(rows, [("instance", "instance"), ("requests", "requests"), ("hit_rate", "hit rate %"),
-                                         ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("busy", "busy")]))
+        role = [("role", "role")] if report.prefill_instances is not None else []
+        lines.append(format_table(rows, [("instance", "instance"), *role, ("requests", "requests"),
+                                         ("hit_rate", "hit rate %"), ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"),
+                                         ("busy", "busy")]))
     if is_unstable(report):
         lines.append(f"warning    the instance cannot keep up with this load: it finished {seconds_text(backlog_s(report))} "
                      "after the last arrival, so TTFT is mostly queueing and grows with the trace's length. Lower "

@@ -50,8 +50,9 @@ from .router import (NUM_VIEW, R_LAG_S, R_SEED, ROUTER_DYNAMO, ROUTER_FIXED, ROU
 
 # cfg (int64) slots (the scheduler style is no slot: each style has its kernel, run_vllm / run_sglang)
 (C_MAX_BATCHED, C_MAX_SEQS, C_CHUNKED, C_CAPACITY, C_BLOCK_SIZE, C_PRECHECK, C_ONE_AT_A_TIME, C_OUTPUT_KV,
- C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_ROUTER, C_PROMPT_IDS, C_TIER_OVERLAP) = range(16)
-NUM_CFG = 16
+ C_LPM, C_CHUNK_SIZE, C_LPM_FCFS_ABOVE, C_MAX_PREFILL, C_WINDOW, C_ROUTER, C_PROMPT_IDS, C_TIER_OVERLAP,
+ C_PREFILL) = range(17)
+NUM_CFG = 17
 STYLE_VLLM, STYLE_SGLANG = 0, 1
 # fcfg (float64) slots: SGLang's new-token ratio
 F_RATIO_INIT, F_RATIO_MIN, F_RATIO_DECAY, F_CLIP_MAX_NEW = range(4)
@@ -60,13 +61,13 @@ NUM_FCFG = 4
 (K_STEPS, K_PREEMPTIONS, K_DECODE_BLOCKS, K_PEAK_HELD, K_PEAK_RUNNING, K_PEAK_WAITING, K_REJECTED, K_PREFILL_STEPS,
  K_STALLS, K_RECOMPUTED_TOKENS, K_PREFILL_TOKENS, K_DECODE_TOKENS, K_REFUSED_ADMISSIONS, K_PIN_CALLS, K_POSITIONS,
  K_OUT_OF_ROOM, K_MAX_PIN_CALLS, K_MAX_POSITIONS, K_HIT_SUM, K_PROMPT_SUM, K_BUSY_US, K_NEVER_ADMITTED,
- K_STUCK, K_LOAD_US) = range(24)
-NUM_COUNTERS = 24
+ K_STUCK, K_LOAD_US, K_HANDOFFS, K_TRANSFER_US) = range(26)
+NUM_COUNTERS = 26
 COUNTER_NAMES = ("steps", "preemptions", "decode_blocks", "peak_held_blocks", "peak_running", "peak_waiting",
                  "rejected", "prefill_steps", "stalls", "recomputed_tokens", "prefill_tokens", "decode_tokens",
                  "refused_admissions", "pin_calls", "positions_pinned", "state_out_of_room", "max_pin_calls",
                  "max_positions", "first_hit_tokens", "first_prompt_tokens", "busy_us", "never_admitted", "stuck",
-                 "load_us")
+                 "load_us", "handoffs", "transfer_us")
 # request status
 WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 # inter-token latency: sum, max, count, then a histogram: bin 0 holds gaps <= ITL_MIN_S, bin k >= 1
@@ -182,9 +183,16 @@ if HAVE_NUMBA:
 
     @helper(inline=False)
     def _started(i, hit, hit_blocks_i, now, L, target, computed, status, preempts, sched_s, hit_tokens, hit_blocks,
-                 counters):
+                 counters, kv_in, decoding):
         """Request i was admitted with `hit` tokens cached: its first schedule is recorded (a
-        recomputation after a preemption is counted apart), and it runs."""
+        recomputation after a preemption is counted apart), and it runs. A request whose KV came
+        from a prefill instance (kv_in) starts decoding: everything but its next token is in KV."""
+        if kv_in[i]:
+            kv_in[i] = False
+            status[i] = RUNNING
+            computed[i] = target[i] - 1
+            decoding[i] = True
+            return
         if preempts[i] == 0:
             sched_s[i] = now
             hit_tokens[i] = hit
@@ -201,7 +209,7 @@ if HAVE_NUMBA:
     @helper(inline=False)
     def _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, bs, capacity,
                   precheck, output_kv, hit_out, now, target, computed, status, preempts, sched_s, hit_tokens,
-                  hit_blocks, counters, tiers, j, tier_hits, load_s):
+                  hit_blocks, counters, tiers, j, tier_hits, load_s, kv_in, decoding):
         """Admit the waiting request i (_admit) and start it (_started); False when it does not fit.
         Its hits per tier are kept at its first schedule (tier_hits[i]; row n is scratch)."""
         hit = _admit(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n, dec_pinned, target[i],
@@ -211,7 +219,7 @@ if HAVE_NUMBA:
             counters[K_REFUSED_ADMISSIONS] += 1
             return False
         _started(i, hit, hit_out[0], now, L, target, computed, status, preempts, sched_s, hit_tokens, hit_blocks,
-                 counters)
+                 counters, kv_in, decoding)
         return True
 
     @helper(inline=False)
@@ -247,7 +255,7 @@ if HAVE_NUMBA:
         @njit(cache=True, nogil=True)
         def run_cluster(offsets, blocks, P, L, O, arrival, states, handles, tm, cfg, fcfg, rcfg, assigned, inst_of,
                         sched_s, first_s, finish_s, hit_tokens, hit_blocks, preempts, computed_total, status,
-                        counters, series, series_meta, itl, tiers, tier_hits):  # pragma: no cover - compiled
+                        counters, series, series_meta, itl, tiers, tier_hits, xfer_s, decode_of):  # pragma: no cover - compiled
             n = L.shape[0]
             N = len(states)
             last_token = np.zeros(n, dtype=np.float64)
@@ -272,6 +280,14 @@ if HAVE_NUMBA:
             decoding = np.zeros(n, dtype=np.bool_)  # its prompt is computed: each step feeds one token
             outputs = np.maximum(O, 1)
             load_s = np.zeros(n, dtype=np.float64)  # KV to load from the tiers before its prefill
+            # prefill/decode disaggregation: instances 0..n_prefill-1 prefill, the others decode; a
+            # request whose first token came out moves to a decode instance after its KV transfer
+            disagg = cfg[C_PREFILL] > 0
+            n_prefill = cfg[C_PREFILL] if disagg else N
+            kv_in = np.zeros(n, dtype=np.bool_)  # its KV arrived from a prefill instance
+            hq_t = np.zeros(n + 1, dtype=np.float64)  # transfers in flight: a heap by arrival time
+            hq_i = np.zeros(n + 1, dtype=np.int64)
+            hn = 0
             overlap_load = cfg[C_TIER_OVERLAP] != 0
             # waiting queues: one linked list per instance (arrivals at the back, vLLM's preempted
             # requests at the front); a request waits on at most one instance
@@ -329,9 +345,16 @@ if HAVE_NUMBA:
                     if end_t[q] < te:
                         te = end_t[q]
                         j = q
-                ta = arrival[next_arrival] if next_arrival < n else np.inf
-                if one_at_a_time and j >= 0:
-                    ta = np.inf  # instant time: a request runs to its end before the next one arrives
+                ta_trace = arrival[next_arrival] if next_arrival < n else np.inf
+                th = hq_t[0] if hn > 0 else np.inf
+                if one_at_a_time:
+                    # instant time: a request runs to its end (through its decode instance) before
+                    # the next one arrives
+                    if j >= 0 or hn > 0:
+                        ta_trace = np.inf
+                    if j >= 0:
+                        th = np.inf
+                ta = ta_trace if ta_trace <= th else th
                 if next_snap <= ta and next_snap <= te and next_snap < np.inf:
                     # the router's view refreshes every `lag` seconds: the state at k x lag (no
                     # snapshot is taken while nothing changes)
@@ -381,14 +404,25 @@ if HAVE_NUMBA:
                                         k = itl_bins - 1
                                 itl[ITL_HEAD + k] += 1
                             last_token[i] = now
-                            if generated[i] >= outputs[i]:
+                            if generated[i] < outputs[i] and disagg and j < n_prefill:
+                                # prefill done: its blocks stay cached here, its KV goes to a decode
+                                # instance (heap push: arrives after the transfer)
                                 _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                          dec_pinned, bs, tiers, j)
-                                status[i] = FINISHED
-                                finish_s[i] = now
-                                done += 1
+                                status[i] = WAITING_ARRIVAL
+                                target[i] = computed[i] + 1
+                                cj[K_HANDOFFS] += 1
+                                cj[K_TRANSFER_US] += np.int64(xfer_s[i] * 1e6 + 0.5)
+                                hn = _heap_push(hq_t, hq_i, hn, now + xfer_s[i], i)
+                            if generated[i] >= outputs[i] or status[i] == WAITING_ARRIVAL:
+                                if status[i] != WAITING_ARRIVAL:
+                                    _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                             dec_pinned, bs, tiers, j)
+                                    status[i] = FINISHED
+                                    finish_s[i] = now
+                                    done += 1
                                 view[j, V_REQUESTS] -= 1
-                                if router == ROUTER_DYNAMO:
+                                if router == ROUTER_DYNAMO and j < n_prefill:
                                     for k in range(_full_blocks(L[i], P[i], bs)):
                                         b = blocks[offsets[i] + k]
                                         track[j, b] -= 1
@@ -434,7 +468,32 @@ if HAVE_NUMBA:
                         series[nseries, S_PROMPT] = tot_prompt
                         nseries += 1
                     continue
-                if next_arrival < n and ta <= te:
+                if ta < np.inf and ta <= te and ta != ta_trace:
+                    # ---- a request's KV arrives from its prefill instance: the least loaded
+                    # decode instance (fewest requests in flight) takes it ----
+                    i = hq_i[0]
+                    hn = _heap_pop(hq_t, hq_i, hn)
+                    now = ta
+                    last_now = now
+                    j = n_prefill
+                    for q in range(n_prefill + 1, N):
+                        if view[q, V_REQUESTS] < view[j, V_REQUESTS]:
+                            j = q
+                    decode_of[i] = j
+                    need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
+                    if need > capacity:
+                        status[i] = REJECTED
+                        counters[j, K_REJECTED] += 1
+                        done += 1
+                        continue
+                    status[i] = WAITING
+                    kv_in[i] = True
+                    _q_push_back(j, i, qhead, qtail, qlen, qnext, qprev)
+                    view[j, V_REQUESTS] += 1
+                    if not busy[j] and end_t[j] == np.inf:
+                        end_t[j] = now
+                    continue
+                if ta < np.inf and ta <= te:
                     # ---- an arrival: the router picks an instance ----
                     i = next_arrival
                     next_arrival += 1
@@ -446,7 +505,7 @@ if HAVE_NUMBA:
                         src = seen if lag > 0 else view
                         start = offsets[i]
                         full = _full_blocks(L[i], P[i], bs)
-                        for q in range(N):
+                        for q in range(n_prefill):
                             if router == ROUTER_SGLANG:
                                 # the router's tree of the prompts it routed to q
                                 k = 0
@@ -467,7 +526,8 @@ if HAVE_NUMBA:
                                 while k < full and track[q, blocks[start + k]] != 0:
                                     k += 1
                                 depth[q] = k
-                        j = _router_pick(router, rcfg, src, overlap, depth, fetch, P[i], L[i], bs, tm, agg)
+                        j = _router_pick(router, rcfg, src[:n_prefill], overlap[:n_prefill], depth[:n_prefill],
+                                         fetch[:n_prefill], P[i], L[i], bs, tm, agg)
                     inst_of[i] = j
                     cj = counters[j]
                     need = P[i] + (extra_blocks(L[i] + outputs[i] - 1, L[i], bs) if output_kv else 0)
@@ -566,7 +626,7 @@ if HAVE_NUMBA:
                             if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                              dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
                                              computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj, tiers, j,
-                                             tier_hits, load_s):
+                                             tier_hits, load_s, kv_in, decoding):
                                 break
                             _q_pop_front(j, qhead, qtail, qlen, qnext, qprev)
                             want_new = target[i] - computed[i]
@@ -639,7 +699,7 @@ if HAVE_NUMBA:
                             if not _schedule(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
                                              dec_pinned, bs, capacity, precheck, output_kv, hit_out, now, target,
                                              computed, status, preempts, sched_s, hit_tokens, hit_blocks, cj, tiers, j,
-                                             tier_hits, load_s):
+                                             tier_hits, load_s, kv_in, decoding):
                                 break
                             _q_pop_front(j, qhead, qtail, qlen, qnext, qprev)
                             extend = target[i] - computed[i]
@@ -758,7 +818,7 @@ if HAVE_NUMBA:
                             agg[AGG_TOUCHED_SW] += xw
                 if nbatch == 0:
                     cj[K_STALLS] += 1
-                    if next_arrival < n:
+                    if next_arrival < n or hn > 0:
                         end_t[j] = np.inf  # waits for a request routed to it
                         continue
                     # nothing runs, nothing will arrive, and the waiting requests do not fit an
@@ -836,6 +896,43 @@ if HAVE_NUMBA:
         qlen[j] -= 1
         return i
 
+
+    @helper(inline=False)
+    def _heap_push(ht, hi, hn, t, i):
+        """Push (t, i) on the binary heap ht/hi of hn entries (earliest t first, then the lowest i)."""
+        k = hn
+        ht[k] = t
+        hi[k] = i
+        while k > 0:
+            parent = (k - 1) // 2
+            if ht[parent] < ht[k] or (ht[parent] == ht[k] and hi[parent] < hi[k]):
+                break
+            ht[parent], ht[k] = ht[k], ht[parent]
+            hi[parent], hi[k] = hi[k], hi[parent]
+            k = parent
+        return hn + 1
+
+    @helper(inline=False)
+    def _heap_pop(ht, hi, hn):
+        """Drop the heap's top (read it first); returns the new size."""
+        hn -= 1
+        ht[0] = ht[hn]
+        hi[0] = hi[hn]
+        k = 0
+        while True:
+            a = 2 * k + 1
+            if a >= hn:
+                break
+            b = a + 1
+            c = a
+            if b < hn and (ht[b] < ht[a] or (ht[b] == ht[a] and hi[b] < hi[a])):
+                c = b
+            if ht[k] < ht[c] or (ht[k] == ht[c] and hi[k] < hi[c]):
+                break
+            ht[c], ht[k] = ht[k], ht[c]
+            hi[c], hi[k] = hi[k], hi[c]
+            k = c
+        return hn
 
     @helper
     def _full_blocks(prompt_tokens, prompt_blocks, bs):

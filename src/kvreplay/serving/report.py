@@ -83,6 +83,8 @@ class SimReport:
     instance_busy_s: list = field(default_factory=list)  # per instance: the time its steps took
     router_lag_ms: float = 0.0  # the age of the instance state a state-aware router reads
     tiers: dict | None = None  # tiers below HBM: hit tokens per tier (simulate.tier_summary)
+    prefill_instances: int | None = None  # disaggregated: instances 0..P-1 prefill, the rest decode
+    decode_instance: np.ndarray | None = None  # disaggregated: per request, its decode instance (-1: none)
 
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
@@ -92,7 +94,11 @@ class SimReport:
             mine = (which == k) & self.finished
             prompt = int(self.prompt_tokens[mine].sum())
             ttft = np.sort(self.ttft_s[mine])
-            out.append({"instance": k, "requests": int((which == k).sum()), "finished": int(mine.sum()),
+            role = None if self.prefill_instances is None else ("prefill" if k < self.prefill_instances else "decode")
+            if role == "decode":
+                mine = (self.decode_instance == k) & self.finished
+            out.append({"instance": k, "role": role, "requests": int(mine.sum() if role == "decode" else (which == k).sum()),
+                        "finished": int(mine.sum()),
                         "hit_rate": int(self.hit_tokens[mine].sum()) / prompt if prompt else 0.0,
                         "ttft_p50_s": nearest_rank(ttft, 50), "ttft_p90_s": nearest_rank(ttft, 90),
                         "busy_s": self.instance_busy_s[k] if k < len(self.instance_busy_s) else None})
@@ -224,6 +230,11 @@ class SimReport:
             "instances": self.instances, "router": self.router,
             "load_balance_max_over_mean_busy": self.load_balance(),
             "tiers": None if self.tiers is None else {k: v for k, v in self.tiers.items() if k != "tokens_per_tier"},
+            "disaggregation": None if self.prefill_instances is None else {
+                "prefill_instances": self.prefill_instances,
+                "decode_instances": self.instances - self.prefill_instances,
+                "handoffs": int(self.counters.get("handoffs", 0)),
+                "transfer_s": self.counters.get("transfer_us", 0) / 1e6},
             "evictions": self.policy_counters.get("evictions"),
             "sequential_evictions": self.sequential_evictions,
             # what running requests forced out beyond what one request at a time does: the blocks
@@ -241,6 +252,7 @@ class SimReport:
             "status": np.where(self.finished, "finished", np.where(self.status == REJECTED, "rejected", "unfinished")),
             "instance": np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance,
             **({} if self.tiers is None else {f"hit_tokens_{k}": v for k, v in self.tiers["tokens_per_tier"].items()}),
+            **({} if self.decode_instance is None else {"decode_instance": self.decode_instance}),
         }
 
     def series_columns(self) -> dict:

@@ -18,7 +18,7 @@ from ..engine.replay import as_trace, check_capacity
 from . import instance
 from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM, C_LPM_FCFS_ABOVE,
                        C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK,
-                       C_PROMPT_IDS, C_ROUTER, C_TIER_OVERLAP, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
+                       C_PREFILL, C_PROMPT_IDS, C_ROUTER, C_TIER_OVERLAP, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
                        NUM_FCFG, NUM_SERIES)
 from ..policies.base import with_eviction_log
 from .report import SimReport
@@ -153,6 +153,7 @@ class RawRun:
     per_instance: list = field(default_factory=list)  # per instance: its counters
     tier_hits: np.ndarray | None = None  # per request: hit blocks per tier below HBM, then 1 + the last one's tier
     tier_totals: list = field(default_factory=list)  # per tier: demoted, promoted, evicted, resident blocks
+    decode_instance: np.ndarray | None = None  # disaggregated: per request, its decode instance (-1: none)
 
 
 def resolve_tiers(tiers, global_store, *, block_size: int, model=None, kv_dtype: str = "bf16"):
@@ -237,7 +238,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              scheduler: Scheduler, arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None,
              instances: int = 1, router: str = "round-robin", assigned: np.ndarray | None = None,
              rcfg: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
-             tier_overlap: bool = False, block_bytes: int | None = None) -> RawRun:
+             tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
+             transfer_s: np.ndarray | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (fixed
     routers: `assigned` gives each request's instance): the kernel's raw outputs in trace order."""
     if not jit.HAVE_NUMBA:
@@ -279,6 +281,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                           f"ids take {N * trace.num_blocks * 4 / 2**30:.1f} GiB (more than {TRACK_BYTES / 2**30:.0f} GiB); "
                           "use fewer instances, or the mooncake or least-loaded router")
     cfg[C_TIER_OVERLAP] = int(tier_overlap)
+    cfg[C_PREFILL] = prefill_instances
+    xfer = np.zeros(n, dtype=np.float64) if transfer_s is None else np.ascontiguousarray(np.asarray(transfer_s)[order])
+    decode_of = np.full(n, -1, dtype=np.int64)
     tiers = list(tiers or [])
     tier_hits = np.zeros((n + 1, len(tiers) + 1), dtype=np.int64)
     log_size = capacity + int(np.diff(ext.offsets).max(initial=0)) + 1
@@ -329,13 +334,14 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles, itl,
                   inst_of):
             a.fill(0)
+        decode_of.fill(-1)
         if spec.name in SIZED_PER_CALL:
             counters[:, instance.K_MAX_PIN_CALLS], counters[:, instance.K_MAX_POSITIONS] = calls, positions
         else:
             counters[:, instance.K_MAX_PIN_CALLS] = counters[:, instance.K_MAX_POSITIONS] = -1
         args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, states, handles, tm, cfg, fcfg, rcfg, assigned_sorted,
                 inst_of, sched, first, finish, hit_tokens, hit_blocks, preempts, computed, status, counters, series,
-                series_meta, itl, pools.arrays, tier_hits)
+                series_meta, itl, pools.arrays, tier_hits, xfer, decode_of)
         kernel = instance.run_sglang if scheduler.style == "sglang" else instance.run_vllm
         jit.ensure_compiled(kernel, args, f"the {scheduler.style}-style serving simulator for {spec.name}")
         end = kernel(*args)
@@ -365,7 +371,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         finish_s=back(finish), hit_tokens=back(hit_tokens), hit_blocks=back(hit_blocks), preemptions=back(preempts),
         computed_tokens=back(computed), status=back(status), counters=merged,
         series=series[:series_meta[0]].copy(), end_s=float(end), policy_counters=policy_counters, itl=itl,
-        instance=back(inst_of), per_instance=per_instance, tier_hits=tier_hits[:n][inv],
+        instance=back(inst_of), per_instance=per_instance, tier_hits=tier_hits[:n][inv], decode_instance=back(decode_of),
         tier_totals=[pools.totals(t) for t in range(len(tiers))],
     )
 
@@ -403,7 +409,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
              slo_tpot_ms: float | None = None, output_kv: bool = True, compare_sequential: bool = True,
              check: bool = True, instances: int = 1, router: str = "round-robin", router_lag_ms: float = 0.0,
              router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
-             tier_overlap: bool = False, kv_dtype: str = "bf16", **params):
+             tier_overlap: bool = False, kv_dtype: str = "bf16", prefill_instances: int | None = None,
+             decode_instances: int | None = None, kv_link: str | None = None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind a
     state-independent `router`: see ROUTERS) and return a SimReport.
 
@@ -422,6 +429,10 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
         tier_copies "move" | "keep"; tier_overlap: loads overlap compute (tiers.py).
+    prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
+        router sends requests to prefill instances; after its first token a request's KV crosses
+        `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
+        decode instance, which decodes the rest.
     """
     from ..engine.replay import replay
 
@@ -455,15 +466,41 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
                                             gpu_memory_utilization=gpu_memory_utilization)
     tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
-    kind = router_kind(router) if instances > 1 else ROUTER_FIXED
-    assigned = (route(trace, arrival_s, instances, router if router in FIXED else "round-robin", seed)
+    disagg = prefill_instances is not None or decode_instances is not None
+    transfer_s = None
+    if disagg:
+        for name, value in (("prefill_instances", prefill_instances), ("decode_instances", decode_instances)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigError(f"{name} must be a whole number >= 1 (disaggregation needs both), got {value!r}")
+        if instances not in (1, prefill_instances + decode_instances):
+            raise ConfigError(f"instances {instances} differs from prefill + decode instances "
+                              f"({prefill_instances} + {decode_instances})")
+        if engine_style != "vllm":
+            raise ConfigError("prefill/decode disaggregation is simulated with the vLLM-style scheduler")
+        instances = prefill_instances + decode_instances
+        transfer_s = np.zeros(len(trace))
+        if kv_link is not None:
+            from .tiers import parse_bandwidth
+
+            if block_bytes is None:
+                raise ConfigError("the KV link's transfer time needs the model's KV bytes: give --model")
+            bw = parse_bandwidth(kv_link)
+            per_token = block_bytes / block_size
+            transfer_s = np.asarray(trace.input_length, dtype=np.float64) * per_token / bw
+    elif kv_link is not None:
+        raise ConfigError("--kv-link applies to prefill/decode disaggregation: add --prefill-instances and "
+                          "--decode-instances")
+    routed = prefill_instances if disagg else instances
+    kind = router_kind(router) if routed > 1 else ROUTER_FIXED
+    assigned = (route(trace, arrival_s, routed, router if router in FIXED else "round-robin", seed)
                 if kind == ROUTER_FIXED else None)
     rcfg = router_config(router, capacity=capacity, lag_ms=router_lag_ms, options=router_options, seed=seed)
     raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
                    scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params,
                    instances=instances, router=router if instances > 1 else "round-robin", assigned=assigned,
                    rcfg=rcfg, tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap,
-                   block_bytes=block_bytes)
+                   block_bytes=block_bytes, prefill_instances=prefill_instances if disagg else 0,
+                   transfer_s=transfer_s)
     instance_of = raw.instance
     sequential = None
     sequential_evictions = None
@@ -482,7 +519,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
             evictions.append(seq_k.counters.get("evictions"))
         prompt = int(np.asarray(trace.input_length).sum())
         sequential = hits / prompt if prompt else 0.0
-        sequential_evictions = None if None in evictions else sum(evictions)
+        # (decode instances evict too, and have no sequential counterpart)
+        sequential_evictions = None if None in evictions or disagg else sum(evictions)
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     report = SimReport(
@@ -497,6 +535,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         capacity_source=source, instances=instances, router=router if instances > 1 else None,
         instance=instance_of if instances > 1 else None,
         instance_busy_s=[c["busy_us"] / 1e6 for c in raw.per_instance], router_lag_ms=router_lag_ms,
+        prefill_instances=prefill_instances if disagg else None,
+        decode_instance=raw.decode_instance if disagg else None,
         tiers=tier_summary(tier_list, raw.tier_hits, raw.hit_tokens, raw.hit_blocks, block_size, raw.status,
                            np.asarray(trace.input_length), raw.tier_totals, block_bytes, tier_copies, tier_overlap,
                            raw.counters.get("load_us", 0)) if tier_list else None,
