@@ -159,8 +159,10 @@ if HAVE_NUMBA:
                     unheld += 1
             if state.hold[HELD] + unheld > capacity:
                 return -1
+        # the hit limit first: a radix state's scan leaves its cursor where pin_request continues
+        limit = hit_limit(state, n_pos, target, block_size)
         k = driver_prefix(state, blocks, start, start + n_pos, target, block_size)
-        k2 = tier_prefix(state, tiers, j, blocks, start, k, hit_limit(state, n_pos, target, block_size), tier_scratch)
+        k2 = tier_prefix(state, tiers, j, blocks, start, k, limit, tier_scratch)
         if not _room(counters, n_pos):
             return -1
         refusals = state.hold[REFUSALS]

@@ -295,9 +295,10 @@ def tier_prefix(state, tiers, j, blocks, start, k, limit, counts, touch=True):
     if T == 0:
         return k
     keep = tiers[6][TC_MOVE] == 0 and touch
+    gaps = hbm_gaps(state)
     while k < limit:
         b = blocks[start + k]
-        if resident(state, b):
+        if gaps and in_hbm(state, b):
             counts[counts.shape[0] - 1] = 0
         else:
             t = tier_of(tiers, j, b)
@@ -356,12 +357,41 @@ def drain(state, tiers, j):
     if T > 0:
         for q in range(n):
             b = hold[LOG_HEAD + q]
-            if not resident(state, b):
+            if not in_hbm(state, b):
                 demote(tiers, 0, j, b)
     hold[LOG_COUNT] = 0
 
 
 from ..policies.base import LOG_COUNT, LOG_HEAD, resident  # noqa: E402
+
+
+def in_hbm(state, b):
+    """Is block b anywhere in the GPU cache? (A radix tree's `resident` follows one path, so its
+    ids are read from its page counts.)"""
+    if hasattr(state, "page_count"):
+        return state.page_count.get(b, 0) > 0 if isinstance(state.page_count, dict) else state.page_count[b] > 0
+    return state.resident(b) if hasattr(state, "resident") else resident(state, b)
+
+
+def hbm_gaps(state) -> bool:
+    """May a hit prefix continue through a GPU-cached block after a stretch loaded from a tier?
+    Yes for a cache of blocks; not for a radix tree, whose path ends where its match ends."""
+    return not hasattr(state, "page_count")
+
+
+if HAVE_NUMBA:
+    from numba.extending import overload
+
+    @overload(in_hbm, inline="always")
+    def _in_hbm(state, b):
+        if "page_count" in getattr(state, "fields", ()):
+            return lambda state, b: state.page_count[b] > 0
+        return lambda state, b: resident(state, b)
+
+    @overload(hbm_gaps, inline="always")
+    def _hbm_gaps(state):
+        gaps = "page_count" not in getattr(state, "fields", ())
+        return lambda state: gaps
 
 if HAVE_NUMBA:
     _unlink = helper(_unlink)
@@ -413,7 +443,7 @@ def replay_reference(offsets, blocks, input_length, block_size, policy, tiers: l
         counts = [0] * (T + 1)
         while k2 < limit:
             b = request[k2]
-            if policy.resident(b):
+            if hbm_gaps(policy) and in_hbm(policy, b):
                 counts[T] = 0
             else:
                 t = next((t for t, pool in enumerate(pools) if b in pool), -1)
@@ -434,7 +464,7 @@ def replay_reference(offsets, blocks, input_length, block_size, policy, tiers: l
                     pool.pop(b, None)
         log, policy.evicted = policy.evicted, []
         for b in log:
-            if not policy.resident(b):
+            if not in_hbm(policy, b):
                 demote(b)
     return [list(pool) for pool in pools]
 
@@ -452,9 +482,10 @@ if HAVE_NUMBA:
         for i in range(input_length.shape[0]):
             start, end = offsets[i], offsets[i + 1]
             L = input_length[i]
+            # the hit limit first: a radix state's scan leaves its cursor where access_request continues
+            limit = hit_limit(state, end - start, L, block_size)
             k = prefix_compiled(state, blocks, start, end, L, block_size)
-            k2 = tier_prefix(state, tiers, 0, blocks, start, k, hit_limit(state, end - start, L, block_size),
-                             tier_hits[i])
+            k2 = tier_prefix(state, tiers, 0, blocks, start, k, limit, tier_hits[i])
             hit_blocks[i] = k2
             hit_tokens[i] = min(k2 * block_size, L)
             access_request(state, i, blocks, start, end, k, L, block_size)
