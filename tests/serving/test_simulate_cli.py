@@ -64,6 +64,21 @@ def test_load_sweep_table_and_plot(files):
     assert [(r["policy"], r["load"]) for r in rows] == [("vllm", "1.0"), ("vllm", "4.0"), ("lru", "1.0"), ("lru", "4.0")]
 
 
+def test_cluster_sweep_table(files):
+    trace, tm, d = files
+    out = ok("simulate", trace, "--time-model", tm, "--capacity", "100", "--instances-list", "1,2", "--routers",
+             "round-robin,least-loaded", "--tier-list", "none;dram=4", "--output", d / "grid.csv")
+    assert "instances" in out and "HBM hit %" in out
+    rows = list(csv.DictReader(io.StringIO((d / "grid.csv").read_text())))
+    assert [(r["instances"], r["router"], r["tiers"]) for r in rows] == [
+        ("1", "-", "none"), ("1", "-", "dram=4"), ("1", "-", "none"), ("1", "-", "dram=4"),
+        ("2", "round-robin", "none"), ("2", "round-robin", "dram=4"), ("2", "least-loaded", "none"),
+        ("2", "least-loaded", "dram=4")]
+    out = ok("simulate", trace, "--time-model", tm, "--capacity", "100", "--prefill-instances", "1",
+             "--decode-instances", "1")
+    assert "1 prefill, 1 decode" in out and "decode" in out
+
+
 def test_plot_of_one_run(files):
     trace, tm, d = files
     ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--plot", d / "sim.svg")
@@ -75,6 +90,10 @@ def test_plot_of_one_run(files):
     (("--time-model", "instant"), "give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME"),
     (("--time-model", "instant", "--capacity", "10", "--schedule", "lpm"), "--schedule lpm is SGLang's"),
     (("--time-model", "instant", "--capacity", "10", "--policies", "lru"), "--policies and --capacities compare runs"),
+    (("--time-model", "instant", "--capacity", "10", "--jobs", "2"), "--jobs, --executor and --ray-address run a sweep"),
+    (("--time-model", "instant", "--capacity", "10", "--routers", "nearest", "--speedups", "1"), "unknown router"),
+    (("--time-model", "instant", "--capacity", "10", "--kv-link", "25GB/s"), "disaggregation"),
+    (("--time-model", "instant", "--capacity", "10", "--tiers", "dram=1GiB"), "give --model"),
     (("--time-model", "instant", "--capacity", "10", "--warmup-fraction", "0.5"), "whole trace"),
     (("--time-model", "instant", "--capacity", "10", "--output", "x.txt"), "must end in .csv, .json or .parquet"),
     (("--time-model", "roofline", "--capacity", "10"), "the roofline time model needs model and gpu"),

@@ -225,21 +225,19 @@ def _cmd_simulate(args) -> int:
             options.pop("policy")
         if capacities:
             options.pop("capacity")
-        if args.instances_list:
-            options.pop("instances")
-        routers = [r.strip() for r in args.routers.split(",") if r.strip()] if args.routers else None
-        if routers:
-            unknown = [r for r in routers if r not in ROUTERS]
-            if unknown:
-                raise ConfigError(f"--routers: unknown router {unknown[0]!r} (known: {', '.join(ROUTERS)})")
-            options.pop("router")
-        tier_list = None
+        instances = args.instances_list or [options.pop("instances")]
+        options.pop("instances", None)
+        routers = [r.strip() for r in args.routers.split(",") if r.strip()] if args.routers else [options["router"]]
+        unknown = [r for r in routers if r not in ROUTERS]
+        if unknown:
+            raise ConfigError(f"--routers: unknown router {unknown[0]!r} (known: {', '.join(ROUTERS)})")
+        options.pop("router")
+        tier_list = [options.pop("tiers")]
         if args.tier_list:
             tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
-            options.pop("tiers")
         with common.Progress("simulating") as progress:
             rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
-                              capacities=capacities, instances=args.instances_list, routers=routers, tiers=tier_list,
+                              capacities=capacities, instances=instances, routers=routers, tiers=tier_list,
                               jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
                               progress=progress, **options)
         return _emit_sweep(args, trace, rows)
