@@ -43,6 +43,10 @@ the counters and the directory stay as they were, and a ghost stays a ghost. Eit
 moves one block T1 -> B1 or T2 -> B2, which keeps ``|L1|``, ``|L2|`` and the directory as they
 were, so ``|T1| + |T2| <= c``, ``|L1| <= c`` and the directory ``<= 2c`` hold as in the paper.
 
+Eviction log (base.py): REPLACE's victim (it leaves T1 or T2 for a ghost list) and case IV.A's
+deleted block, on the held state only (ARCHeldState: ARCState, the sequential one, has no
+``hold`` array to log into). Moves T1 -> T2 and ghost drops are not logged.
+
 ``p`` and the deltas are real numbers, as in the paper (Figure 4 writes the deltas as the
 plain ratios ``|B2|/|B1|`` and ``|B1|/|B2|``, with no rounding, and lets p range over [0, c]). Both engines keep ``p`` as an IEEE float64 and compute it with
 the same operations (``min(c, p + |B2| / |B1|)``, true division of two exact integers), so
@@ -64,7 +68,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice, refused_when_all_held
+from .base import (ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice,
+                   refused_when_all_held, log_eviction)
 
 
 class ARC(ReferencePolicy):
@@ -114,7 +119,9 @@ class ARC(ReferencePolicy):
                     B1.popitem(last=False)
                     self._replace(x)
                 else:
-                    del T1[self._unheld_lru(T1)]
+                    victim = self._unheld_lru(T1)
+                    del T1[victim]
+                    self.note_evicted(victim)
                     self.stats["evictions"] += 1
             else:  # Case B: |L1| < c
                 total = len(T1) + len(T2) + len(B1) + len(B2)
@@ -134,6 +141,7 @@ class ARC(ReferencePolicy):
             if victim is not None:
                 del source[victim]
                 ghost[victim] = None
+                self.note_evicted(victim)
                 return
         raise AssertionError("REPLACE with every resident block held: access refuses that miss first")
 
@@ -268,6 +276,8 @@ def _ops(holds):
                     victim = _unheld_lru(st, source)
         _unlink(st, victim)
         _push_mru(st, victim, ghost)
+        if holds:  # (ARCState, the sequential one, has no hold array: no log)
+            log_eviction(st, victim)
 
     @helper
     def access(st, b):
@@ -307,6 +317,7 @@ def _ops(holds):
                     if holds:
                         if st.pins[drop] != 0:
                             drop = _unheld_lru(st, T1)
+                        log_eviction(st, drop)  # deleted outright below: resident no more
                     m[EVICTIONS] += 1
             else:  # Case B: |L1| < c
                 total = t1 + b1 + m[SIZES + T2] + m[SIZES + B2]

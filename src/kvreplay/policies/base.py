@@ -61,6 +61,32 @@ Invariants of the lifecycle, checked for every registered policy by tests/polici
    blocks not held are too few for the whole start (``everything_held()`` answers for the last
    refused start).
 8. Releasing every running request leaves nothing held.
+
+The eviction log, for a memory tier below the cache that takes what the cache evicts
+(write-back). Off by default; ``with_eviction_log(state, size)`` turns it on for a compiled
+state, ``policy.evicted = []`` for a reference policy:
+
+- A block is logged exactly when it stops being resident (``resident(b)`` goes from True to
+  False) because of an eviction, once, at that moment, in the order it happens. Moving inside
+  the policy is not logged (s3fifo S -> M, arc T1 -> T2); a block sent to a ghost
+  list (s3fifo G, arc B1/B2, 2q A1out) is logged as it leaves the resident set; dropping a
+  ghost id logs nothing. A block evicted and re-admitted within one request is logged each time
+  it is evicted.
+- Per policy: ``vllm`` logs a hash when its last holding block is reused (a duplicated hash
+  stays resident while another block holds it); ``radix`` logs, for each evicted leaf, its
+  pages first to last, a block id when the last page holding it anywhere in the tree goes
+  (its resident set: the ids in the tree);
+  ``belady`` logs an evicted block, never a bypassed one; ``ttl`` logs an expired block when
+  its residency ends: at the end of a request's access phase, when the clock moves to the next
+  request's time (unheld blocks past their time, least recent first), and at the release of a
+  held block whose time is up (``unpin_request``), not when the next request drops them;
+  ``infinite`` never logs.
+- Compiled: every eviction path calls ``log_eviction(st, victim)``: a shape check when the log
+  is off (``hold`` of 3 slots). arc's sequential state has no ``hold``: its log is on the held
+  state (``spec.held_state``), which the serving layer and the lifecycle use anyway.
+- Checked by tests/policies/test_eviction_log.py: both engines log the same blocks in the same
+  order, request by request, sequentially and under holds, and the log is what left the
+  resident set.
 """
 
 from __future__ import annotations
@@ -155,6 +181,12 @@ class ReferencePolicy:
     and the holds of running requests (see the contract above)."""
 
     refusals = 0  # misses refused because every resident block was held
+    evicted = None  # a list: the eviction log (see the contract above); None: off
+
+    def note_evicted(self, b) -> None:
+        """Block b has just stopped being resident by an eviction: log it when the log is on."""
+        if self.evicted is not None:
+            self.evicted.append(b)
 
     def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
         """The most blocks this request may hit: all of them."""
@@ -236,6 +268,10 @@ class ReferencePolicy:
 # hold slots: blocks held, refused misses, and releases (a block's last hold removed: a policy
 # that scans for an unheld block can skip the scan while nothing was released since it found none)
 HELD, REFUSALS, RELEASES = 0, 1, 2
+# the eviction log's slots, when hold is longer than LOG_HEAD (with_eviction_log): blocks logged
+# since the last take, blocks that found the log full; the log itself from LOG_HEAD on
+LOG_COUNT, LOG_LOST = 3, 4
+LOG_HEAD = 5
 
 
 def hold_arrays(num_blocks: int) -> dict:
@@ -243,6 +279,86 @@ def hold_arrays(num_blocks: int) -> dict:
     import numpy as np
 
     return {"pins": np.zeros(max(1, num_blocks), dtype=np.int32), "hold": np.zeros(3, dtype=np.int64)}
+
+
+def with_eviction_log(state, size: int):
+    """The compiled state with an eviction log of `size` blocks (see the contract above): a longer
+    ``hold`` array, its first slots kept. The numba type is the same, so nothing recompiles.
+    `size` must cover the evictions between two take_evictions: one operation logs only blocks
+    resident before it or admitted by it, so capacity + its block count always suffices."""
+    import numpy as np
+
+    if "hold" not in getattr(state, "_fields", ()):
+        raise ConfigError(f"{type(state).__name__} has no hold array: log evictions on the held state (spec.held_state or spec.make_state)")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ConfigError(f"eviction log size must be a whole number >= 1, got {size!r}")
+    new = np.zeros(LOG_HEAD + int(size), dtype=np.int64)
+    new[:3] = state.hold[:3]
+    return state._replace(hold=new)
+
+
+def take_evictions(state):
+    """The blocks logged since the last take, in eviction order (a copy); the log is emptied.
+    RuntimeError when blocks found the log full: they are lost, and stay counted (LOG_LOST)."""
+    hold = state.hold
+    if hold.shape[0] <= LOG_HEAD:
+        raise ConfigError("this state logs no evictions: make it with with_eviction_log(state, size)")
+    if hold[LOG_LOST] > 0:
+        raise RuntimeError(f"the eviction log of {hold.shape[0] - LOG_HEAD} blocks was full: "
+                           f"{int(hold[LOG_LOST])} evictions were not logged; give with_eviction_log a larger size")
+    n = int(hold[LOG_COUNT])
+    out = hold[LOG_HEAD:LOG_HEAD + n].copy()
+    hold[LOG_COUNT] = 0
+    return out
+
+
+@helper(inline=False)
+def _log_append(hold, b):
+    """Compiled once: the part of log_eviction that runs only with the log on."""
+    n = hold[LOG_COUNT]
+    if n < hold.shape[0] - LOG_HEAD:
+        hold[LOG_HEAD + n] = b
+        hold[LOG_COUNT] = n + 1
+    else:
+        hold[LOG_LOST] += 1
+
+
+if HAVE_NUMBA:
+    from llvmlite import ir
+    from numba.core import cgutils, types as _types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def rarely(typingctx, cond):
+        """`cond`, marked unlikely for LLVM (``llvm.expect``), so that the block it guards is laid
+        out off the hot path: without it, the never-taken log branch made the lru and s3fifo
+        replay kernels 3-6% slower (docs/policies.md, "Eviction log")."""
+
+        def codegen(context, builder, signature, args):
+            bit = ir.IntType(1)
+            expect = cgutils.get_or_insert_function(builder.module, ir.FunctionType(bit, [bit, bit]), "llvm.expect.i1")
+            return builder.call(expect, [args[0], ir.Constant(bit, 0)])
+
+        return _types.boolean(_types.boolean), codegen
+else:
+    def rarely(cond):
+        return cond
+
+
+@helper
+def log_eviction(st, b):
+    """Log block b, which has just stopped being resident by an eviction. With the log off (hold
+    of 3 slots) this is one comparison, pasted into every eviction path of the replay kernels."""
+    if rarely(st.hold.shape[0] > LOG_HEAD):
+        _log_append(st.hold, b)
+
+
+@helper
+def clear_evictions(st):
+    """Compiled take_evictions for a caller that read the log in place: the log is emptied (a
+    count of lost blocks, LOG_LOST, stays: check it first)."""
+    if st.hold.shape[0] > LOG_HEAD:
+        st.hold[LOG_COUNT] = 0
 
 
 def read_holds(state) -> tuple[int, int]:

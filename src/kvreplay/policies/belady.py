@@ -29,6 +29,8 @@ request (``pin_request``) is ``access_request`` with each admitted or hit block 
 handles are the held blocks, released first to last (the default ``unpin_request``: releasing
 changes no next use).
 
+Eviction log (base.py): each evicted block; a bypassed block was never resident, so it is not.
+
 Parameters: ``admit_bypass`` (0). Counters: ``admissions``, ``evictions``, ``bypasses``.
 Needs the whole trace in advance (an offline bound, not a deployable policy).
 """
@@ -41,7 +43,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays, pin, refused_when_all_held
+from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays, pin, refused_when_all_held, log_eviction
 
 
 def next_use(trace) -> np.ndarray:
@@ -108,6 +110,7 @@ class Belady(ReferencePolicy):
                 if not bypass:
                     heapq.heappop(self.heap)
                     del self.key[victim]
+                    self.note_evicted(victim)
                     self.stats["evictions"] += 1
                 for entry in aside:  # held: back on the heap
                     heapq.heappush(self.heap, entry)
@@ -223,7 +226,9 @@ def _access_request(st, request, blocks, start, end, hits, input_length, block_s
                 if m[BYPASS] != 0 and key > st.heap_key[0]:
                     m[BYPASSES] += 1
                     continue
-                st.key[st.heap_block[0]] = -1
+                victim = st.heap_block[0]
+                st.key[victim] = -1
+                log_eviction(st, victim)
                 _heap_pop(st)
                 m[SIZE] -= 1
                 m[EVICTIONS] += 1
@@ -283,7 +288,9 @@ def _pin_request(st, request, blocks, start, end, hits, input_length, block_size
                 aside = _farthest_unheld(st)
                 bypass = m[BYPASS] != 0 and key > st.heap_key[0]
                 if not bypass:
-                    st.key[st.heap_block[0]] = -1
+                    victim = st.heap_block[0]
+                    st.key[victim] = -1
+                    log_eviction(st, victim)
                     _heap_pop(st)
                     m[SIZE] -= 1
                     m[EVICTIONS] += 1

@@ -43,7 +43,8 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays, built_twice, refused_when_all_held
+from .base import (ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays, built_twice,
+                   refused_when_all_held, log_eviction)
 
 
 class Clock(ReferencePolicy):
@@ -81,6 +82,7 @@ class Clock(ReferencePolicy):
                 self.stats["second_chances"] += 1
             self.hand = (self.hand + 1) % self.capacity
         del self.frame_of[self.frames[self.hand]]
+        self.note_evicted(self.frames[self.hand])
         self.stats["evictions"] += 1
         self.frames[self.hand], self.count[self.hand] = b, 0
         self.frame_of[b] = self.hand
@@ -170,6 +172,7 @@ def _ops(holds):
                 m[SECOND_CHANCES] += 1
                 hand = hand + 1 if hand + 1 < n else 0
         st.cached[frames[hand]] = 0
+        log_eviction(st, frames[hand])
         m[EVICTIONS] += 1
         frames[hand] = b
         m[HAND] = hand + 1 if hand + 1 < n else 0

@@ -19,7 +19,7 @@ from collections import deque, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, wrap, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held
+from .base import ReferencePolicy, wrap, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held, log_eviction
 
 
 class FIFO(ReferencePolicy):
@@ -42,7 +42,9 @@ class FIFO(ReferencePolicy):
                 return
             while self.held(self.queue[0]):
                 self.queue.rotate(-1)  # held: back to the tail, as if admitted now
-            self.members.remove(self.queue.popleft())
+            victim = self.queue.popleft()
+            self.members.remove(victim)
+            self.note_evicted(victim)
             self.stats["evictions"] += 1
         self.queue.append(b)
         self.members.add(b)
@@ -102,7 +104,9 @@ def _ops(holds):
                 while st.pins[ring[m[HEAD]]] != 0:  # held: back to the tail (the ring is full: head == tail + 1)
                     ring[wrap(m[HEAD] + m[SIZE], n)] = ring[m[HEAD]]
                     m[HEAD] = wrap(m[HEAD] + 1, n)
-            st.cached[ring[m[HEAD]]] = 0
+            victim = ring[m[HEAD]]
+            st.cached[victim] = 0
+            log_eviction(st, victim)
             m[HEAD] = wrap(m[HEAD] + 1, n)
             m[SIZE] -= 1
             m[EVICTIONS] += 1

@@ -37,7 +37,8 @@ from itertools import count
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice, refused_when_all_held
+from .base import (ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice,
+                   refused_when_all_held, log_eviction)
 
 
 class LFU(ReferencePolicy):
@@ -81,6 +82,7 @@ class LFU(ReferencePolicy):
         for entry in held:
             heapq.heappush(self.heap, entry)
         del self.freq[b], self.last[b]
+        self.note_evicted(b)
         self.stats["evictions"] += 1
 
     def size(self) -> int:
@@ -181,6 +183,7 @@ def _ops(holds):
                     low = st.freq[victim]
             _unlink(st, victim, low)
             st.freq[victim] = 0
+            log_eviction(st, victim)
             m[SIZE] -= 1
             m[EVICTIONS] += 1
         _append(st, b, 1)

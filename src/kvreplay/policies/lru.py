@@ -21,7 +21,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice, refused_when_all_held
+from .base import (ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice,
+                   refused_when_all_held, log_eviction)
 
 
 class LRU(ReferencePolicy):
@@ -45,6 +46,7 @@ class LRU(ReferencePolicy):
             while self.held(victim := next(iter(self.order))):
                 self.order.move_to_end(victim)  # held: in use, so it becomes most recent
             del self.order[victim]
+            self.note_evicted(victim)
             self.stats["evictions"] += 1
         self.order[b] = None
         self.stats["admissions"] += 1
@@ -121,6 +123,7 @@ def _ops(holds):
                     victim = m[HEAD]
             _unlink(st, victim)
             st.cached[victim] = 0
+            log_eviction(st, victim)
             m[SIZE] -= 1
             m[EVICTIONS] += 1
         _append(st, b)

@@ -78,6 +78,9 @@ page is held). Checked against the real RadixCache, page counts after every star
 finish, final tree and LRU order, by
 tests/real_engines/test_radix_engine.py::test_overlapping_requests.
 
+Eviction log (base.py): an evicted leaf's pages first to last, each block id when the last page
+holding it anywhere in the tree goes (resident_blocks: the ids present in the tree).
+
 Parameters: none (SGLang's default ``--radix-eviction-policy lru``).
 Counters: ``admissions`` (pages inserted into the tree), ``evictions`` (pages freed by
 eviction), ``evicted_nodes`` (leaves freed), ``node_splits``, ``rejected`` (requests
@@ -93,7 +96,7 @@ from collections import Counter, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import HELD, PolicySpec, ReferencePolicy, hold_arrays, refuse, register_kernel
+from .base import HELD, PolicySpec, ReferencePolicy, hold_arrays, log_eviction, refuse, register_kernel
 
 
 def request_pages(input_length: int, block_size: int) -> int:
@@ -287,7 +290,10 @@ class Radix(ReferencePolicy):
             del parent.children[leaf.blocks[0]]
             self.evictable_leaves.discard(leaf)
             self.tree_pages -= len(leaf.blocks)
-            self.page_count.subtract(leaf.blocks)
+            for b in leaf.blocks:  # first to last; a block id goes with the last page holding it
+                self.page_count[b] -= 1
+                if self.page_count[b] == 0:
+                    self.note_evicted(b)
             self.stats["evictions"] += len(leaf.blocks)
             self.stats["evicted_nodes"] += 1
             self._update_leaf_status(parent)
@@ -655,8 +661,11 @@ def _evict(st, need):
         _remove_child(st, parent, st.arena[start])
         st.node_children[parent] -= 1
         st.node_alive[leaf] = 0
-        for j in range(start, start + length):
-            st.page_count[st.arena[j]] -= 1
+        for j in range(start, start + length):  # first to last; a block id goes with its last page
+            b = st.arena[j]
+            st.page_count[b] -= 1
+            if st.page_count[b] == 0:
+                log_eviction(st, b)
         m[TREE_PAGES] -= length
         m[EVICTIONS] += length
         m[EVICTED_NODES] += 1

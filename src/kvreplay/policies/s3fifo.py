@@ -50,6 +50,9 @@ a queue whose blocks are all held gives up nothing (one pass, its order unchange
 With no holds none of this happens: S never exceeds ``small_cap``, the rules above are exact,
 and the kernel's sequential op is compiled without any of it (``_ops``).
 
+Eviction log (base.py): every block sent to G from S or M (``evictions``) is logged as it goes;
+S -> M and a ghost hit are moves, not logged.
+
 Parameters: ``small_ratio`` (0.1), ``max_freq`` (3), ``ghost_freq`` (0).
 Queues of size 0 are rejected: S3FIFO needs ``small_cap >= 1`` and ``main_cap >= 1``
 (capacity 5 at ratio 0.1 gives small_cap 0: use capacity >= 6 or a larger ratio).
@@ -67,7 +70,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import (RELEASES, Param, PolicySpec, ReferencePolicy, built_twice, hold_arrays, in_range,
+from .base import (RELEASES, Param, PolicySpec, ReferencePolicy, built_twice, hold_arrays, in_range, log_eviction,
                    refused_when_all_held, register_kernel, wrap)
 
 
@@ -176,6 +179,7 @@ class S3FIFO(ReferencePolicy):
 
     def _evict(self, b) -> None:
         self.stats["evictions"] += 1
+        self.note_evicted(b)  # it leaves S or M: resident no more
         if b in self.ghost:
             del self.ghost[b]
         elif len(self.ghost) >= self.ghost_cap:
@@ -285,6 +289,7 @@ def _ghost_compact(st):
 def _ghost_insert(st, b):
     m = st.meta
     st.meta[EVICTIONS] += 1
+    log_eviction(st, b)  # b leaves S or M: resident no more
     if st.where[b] == IN_GHOST:  # re-enters at the tail (not reached from S or M, kept for the spec)
         st.where[b] = NOWHERE
         m[G_SIZE] -= 1

@@ -41,7 +41,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held
+from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held, log_eviction
 
 
 class SIEVE(ReferencePolicy):
@@ -81,6 +81,7 @@ class SIEVE(ReferencePolicy):
             o = self.newer[o] if self.newer[o] is not None else self.tail
         self.hand = self.newer[o]  # None when o is the head: the next eviction starts at the tail
         self._remove(o)
+        self.note_evicted(o)
         self.stats["evictions"] += 1
 
     def _insert_at_head(self, b) -> None:
@@ -177,6 +178,7 @@ def _ops(holds):
         st.newer[o] = -1
         st.older[o] = -1
         st.cached[o] = 0
+        log_eviction(st, o)
         m[SIZE] -= 1
         m[EVICTIONS] += 1
 

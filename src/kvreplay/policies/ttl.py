@@ -38,6 +38,12 @@ refused. A running request (``pin_request``) does what ``access_request`` does (
 blocks in order, each held once accessed, then the clock moves to the next request's time), so
 requests should start in trace order; a finish does not move the clock.
 
+Eviction log (base.py): expiry is lazy, but its moment is known, so the log is exact. When the
+clock moves (the end of an access phase), the unheld blocks whose time is then up stop being
+resident: they are logged there, least recent first, and the next expiry check drops them
+without logging them again. A held block whose time is up is logged at its last release
+(``unpin_request``). Capacity evictions are logged as they happen.
+
 Parameters: ``ttl`` (300.0 seconds, finite and > 0; one longer than the trace makes this plain LRU).
 Counters: ``admissions``, ``evictions`` (capacity), ``expirations``; at the end of a sequential
 replay ``final_cache_blocks = admissions - evictions - expirations``.
@@ -55,7 +61,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays, pin, REFUSALS, refused_when_all_held
+from .base import (ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays, pin, unpin, REFUSALS, LOG_HEAD,
+                   refused_when_all_held, log_eviction, rarely)
 from .lru import _append, _unlink  # the same recency list: HEAD/TAIL slots and prev/next fields match
 
 
@@ -92,6 +99,17 @@ class TTL(ReferencePolicy):
         """The clock moves to the next request's time."""
         if request + 1 < len(self.times):
             self.now = max(self.now, self.times[request + 1])
+            if self.evicted is not None:
+                self._note_expired()
+
+    def _note_expired(self) -> None:
+        """The clock has moved: the unheld blocks past their time stop being resident now (the
+        next request's _expire drops them), so the eviction log gets them now."""
+        for b, t in self.last.items():
+            if self.now - t <= self.ttl_ms:
+                break
+            if not self.held(b):
+                self.note_evicted(b)
 
     def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
         self._expire()
@@ -105,6 +123,13 @@ class TTL(ReferencePolicy):
         self._tick(request)
         return held
 
+    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
+        """Release first to last; a block whose time is up stops being resident at its last release."""
+        for b in handles:
+            self.unpin(b)
+            if not self.resident(b):
+                self.note_evicted(b)
+
     def access(self, b) -> None:
         if b in self.last:  # resident: _expire has dropped every expired unheld block
             self.last.move_to_end(b)
@@ -115,6 +140,7 @@ class TTL(ReferencePolicy):
                     return
                 victim = next(v for v in self.last if not self.held(v))  # held: skipped in place
                 del self.last[victim]
+                self.note_evicted(victim)
                 self.stats["evictions"] += 1
             self.stats["admissions"] += 1
         self.last[b] = self.now
@@ -204,6 +230,7 @@ def _access(st, b):
             while st.pins[victim] != 0:  # held: skipped in place
                 victim = st.next[victim]
             _drop(st, victim)
+            log_eviction(st, victim)
             m[EVICTIONS] += 1
         _append(st, b)
         st.cached[b] = 1
@@ -212,13 +239,32 @@ def _access(st, b):
     st.last[b] = st.clock[NOW]
 
 
+@helper(inline=False)
+def _log_expired(st):
+    """The clock has moved: log the unheld blocks past their time (they stop being resident now;
+    the next request's _expire drops them without logging them again)."""
+    x = st.meta[HEAD]
+    while x >= 0 and st.clock[NOW] - st.last[x] > st.clock[TTL_MS]:
+        if st.pins[x] == 0:
+            log_eviction(st, x)
+        x = st.next[x]
+
+
+@helper
+def _tick(st, request):
+    """The clock moves to the next request's time."""
+    if request + 1 < st.times.shape[0]:
+        st.clock[NOW] = max(st.clock[NOW], st.times[request + 1])
+        if rarely(st.hold.shape[0] > LOG_HEAD):  # the eviction log is on
+            _log_expired(st)
+
+
 @helper
 def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
     _expire(st)
     for j in range(start, end):
         _access(st, blocks[j])
-    if request + 1 < st.times.shape[0]:
-        st.clock[NOW] = max(st.clock[NOW], st.times[request + 1])
+    _tick(st, request)
 
 
 @helper
@@ -234,12 +280,22 @@ def _pin_request(st, request, blocks, start, end, hits, input_length, block_size
         pin(st, b)
         handles[base + n] = b
         n += 1
-    if request + 1 < st.times.shape[0]:
-        st.clock[NOW] = max(st.clock[NOW], st.times[request + 1])
+    _tick(st, request)
     return n
 
 
-register_kernel(TTLState, _resident, access_request_impl=_access_request, pin_request_impl=_pin_request)
+@helper
+def _unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
+    """Release first to last; a block whose time is up stops being resident at its last release."""
+    for k in range(n):
+        b = handles[base + k]
+        unpin(st, b)
+        if st.pins[b] == 0 and st.clock[NOW] - st.last[b] > st.clock[TTL_MS]:
+            log_eviction(st, b)
+
+
+register_kernel(TTLState, _resident, access_request_impl=_access_request, pin_request_impl=_pin_request,
+                unpin_request_impl=_unpin_request)
 
 
 def _check_ttl(value):

@@ -44,6 +44,9 @@ Am: not remembered), so ``|A1in| + |Am|`` never exceeds the capacity. A miss whe
 full and every resident block is held is refused before anything moves (a ghost stays in A1out).
 Without holds none of this happens; the kernel's sequential op is compiled without it (``_ops``).
 
+Eviction log (base.py): the block each reclaim evicts (A1in's head, to A1out, or Am's least
+recent block) is logged; A1out -> Am is a ghost hit, not logged.
+
 Parameters: ``kin`` (0.25, A1in's share of capacity), ``kout`` (0.5, A1out's
 length as a share of capacity; the paper's recommended values).
 Counters: ``admissions`` (new blocks into A1in), ``ghost_hits`` (A1out to Am),
@@ -60,7 +63,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..jit import helper
-from .base import ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, built_twice, refused_when_all_held
+from .base import (ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, built_twice,
+                   refused_when_all_held, log_eviction)
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -116,11 +120,13 @@ class TwoQ(ReferencePolicy):
             self._unheld_first(self.a1in if from_a1in else self.am)
         if from_a1in:
             y, _ = self.a1in.popitem(last=False)
+            self.note_evicted(y)
             if len(self.a1out) >= self.kout_cap:
                 self.a1out.popitem(last=False)
             self.a1out[y] = None
         else:
-            self.am.popitem(last=False)  # not remembered
+            victim, _ = self.am.popitem(last=False)  # not remembered
+            self.note_evicted(victim)
             self.stats["am_evictions"] += 1
 
     def _unheld_first(self, queue: OrderedDict) -> bool:
@@ -266,6 +272,7 @@ def _ops(holds):
             y = ring[m[A1IN_HEAD]]
             m[A1IN_HEAD] = wrap(m[A1IN_HEAD] + 1, ring.shape[0])
             m[A1IN_SIZE] -= 1
+            log_eviction(st, y)
             if m[OUT_SIZE] >= m[KOUT_CAP]:
                 oldest = m[OUT_HEAD]
                 _unlink(st, oldest, OUT_HEAD, OUT_TAIL, OUT_SIZE)
@@ -276,6 +283,7 @@ def _ops(holds):
             victim = m[AM_HEAD]
             _unlink(st, victim, AM_HEAD, AM_TAIL, AM_SIZE)
             st.where[victim] = NOWHERE
+            log_eviction(st, victim)
             m[AM_EVICTIONS] += 1
 
     @helper

@@ -89,6 +89,9 @@ ids); KV connectors and offloading. vLLM's prefix-cache metric counts every look
 request's ``num_tokens`` as "queries" and the hit tokens as "hits"; here that is prompt_tokens
 and hit_tokens, one lookup per request (vLLM counts a preempted request's lookups apart).
 
+Eviction log (base.py): a hash is logged when its last holding block is reused (step 2); a
+duplicated hash stays resident, and unlogged, while another block holds it.
+
 Parameters: ``last_token_recompute`` (1; 0 lifts the ``L - 1`` cap to ``L // bs`` blocks, a
 what-if: no vLLM version does that).
 Counters: ``admissions`` (blocks cached), ``evictions`` (blocks that lost their hash on
@@ -104,8 +107,8 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..jit import helper
-from .base import (HELD, Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, list_append, list_unlink, refuse,
-                   register_kernel)
+from .base import (HELD, Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, list_append, list_unlink, log_eviction,
+                   refuse, register_kernel)
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
 
@@ -200,6 +203,7 @@ class VLLM(ReferencePolicy):
             del self.holders[h][b]
             if not self.holders[h]:
                 del self.holders[h]
+                self.note_evicted(h)  # its last holder: the hash is resident no more
             self.stats["evictions"] += 1
         self.ref_cnt[b] = 1
         self.busy += 1
@@ -343,6 +347,8 @@ def _uncache(st, s):
     """Take slot s's hash away (its block is being reused) and give the slot back."""
     h = st.slot_hash[s]
     list_unlink(st.holder_prev, st.holder_next, st.holder_head, h, st.holder_tail, h, s)
+    if st.holder_head[h] < 0:  # its last holder: the hash is resident no more
+        log_eviction(st, h)
     st.slot_hash[s] = -1
     m = st.meta
     m[CACHED_BLOCKS] -= 1
