@@ -81,7 +81,7 @@ def test_keep_copies_take_room_twice():
     assert keep.tiers["copies"] == "keep"
 
 
-TIERED = [name for name in POLICIES if name != "ttl"]
+TIERED = list(POLICIES)
 
 
 @pytest.mark.parametrize("policy", TIERED)
