@@ -91,7 +91,7 @@ def extra_blocks(tokens, prompt_tokens, block_size):
 if HAVE_NUMBA:
     from numba import njit
 
-    extra_blocks = helper(extra_blocks)
+    extra_blocks = helper(extra_blocks, inline=False)
 
     @helper
     def _room(counters, positions):
@@ -864,7 +864,7 @@ if HAVE_NUMBA:
         return run_cluster
 
 
-    @helper
+    @helper(inline=False)
     def _q_push_back(j, i, qhead, qtail, qlen, qnext, qprev):
         qprev[i] = qtail[j]
         qnext[i] = -1
@@ -875,7 +875,7 @@ if HAVE_NUMBA:
         qtail[j] = i
         qlen[j] += 1
 
-    @helper
+    @helper(inline=False)
     def _q_push_front(j, i, qhead, qtail, qlen, qnext, qprev):
         qnext[i] = qhead[j]
         qprev[i] = -1
@@ -886,7 +886,7 @@ if HAVE_NUMBA:
         qhead[j] = i
         qlen[j] += 1
 
-    @helper
+    @helper(inline=False)
     def _q_pop_front(j, qhead, qtail, qlen, qnext, qprev):
         i = qhead[j]
         qhead[j] = qnext[i]
@@ -936,13 +936,13 @@ if HAVE_NUMBA:
             k = c
         return hn
 
-    @helper
+    @helper(inline=False)
     def _full_blocks(prompt_tokens, prompt_blocks, bs):
         """The prompt's full blocks, as Dynamo hashes them (at most its block ids)."""
         full = prompt_tokens // bs
         return full if full < prompt_blocks else prompt_blocks
 
-    @helper
+    @helper(inline=False)
     def _ceil_page(tokens, bs):
         return (tokens + bs - 1) // bs * bs
 
@@ -957,7 +957,7 @@ if HAVE_NUMBA:
                 b -= 1
             order[b + 1] = v
 
-    @helper
+    @helper(inline=False)
     def _sum_min_c(a, b, w):
         """sum(min(k, w) for k in a..b), a <= b (timing._sum_min)."""
         if b <= w:

@@ -382,26 +382,26 @@ def hbm_gaps(state) -> bool:
 if HAVE_NUMBA:
     from numba.extending import overload
 
-    @overload(in_hbm, inline="always")
+    @overload(in_hbm)
     def _in_hbm(state, b):
         if "page_count" in getattr(state, "fields", ()):
             return lambda state, b: state.page_count[b] > 0
         return lambda state, b: resident(state, b)
 
-    @overload(hbm_gaps, inline="always")
+    @overload(hbm_gaps)
     def _hbm_gaps(state):
         gaps = "page_count" not in getattr(state, "fields", ())
         return lambda state: gaps
 
 if HAVE_NUMBA:
-    _unlink = helper(_unlink)
-    _append = helper(_append)
-    pool_remove = helper(pool_remove)
-    pool_touch = helper(pool_touch)
+    _unlink = helper(_unlink, inline=False)
+    _append = helper(_append, inline=False)
+    pool_remove = helper(pool_remove, inline=False)
+    pool_touch = helper(pool_touch, inline=False)
     demote = helper(demote, inline=False)
-    tier_of = helper(tier_of)
+    tier_of = helper(tier_of, inline=False)
     tier_prefix = helper(tier_prefix, inline=False)
-    fetch_seconds = helper(fetch_seconds)
+    fetch_seconds = helper(fetch_seconds, inline=False)
     tier_admitted = helper(tier_admitted, inline=False)
     drain = helper(drain, inline=False)
 
