@@ -1,4 +1,4 @@
-"""``kvreplay.simulate``: one engine instance serving a trace in simulated time.
+"""``kvreplay.simulate``: engine instances serving a trace in simulated time.
 
 Builds the instance kernel's inputs (instance.py), runs it and returns a SimReport (report.py).
 The rules (arrivals, schedulers, the pool, time) are in docs/serving.md.
@@ -411,8 +411,8 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
              router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
              tier_overlap: bool = False, kv_dtype: str = "bf16", prefill_instances: int | None = None,
              decode_instances: int | None = None, kv_link: str | None = None, **params):
-    """Serve `trace` on one simulated engine instance (or `instances` identical ones behind a
-    state-independent `router`: see ROUTERS) and return a SimReport.
+    """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
+    `router`: one of router.ROUTERS) and return a SimReport.
 
     policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang").
     capacity: the KV pool in blocks (running requests and the prefix cache share it); default:
