@@ -23,7 +23,7 @@ from sim_cases import HOLDS_IN_SEQUENCE, ONE_SECOND, small_traces, trace_of
 TM = packed(ONE_SECOND)
 
 
-def pick(kind, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, block_size=16, **options):
+def pick(kind, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, block_size=16, fetch=None, **options):
     name = {ROUTER_DYNAMO: "kv-aware", ROUTER_SGLANG: "sglang", ROUTER_LLMD: "llm-d"}.get(kind, "least-loaded")
     rcfg = router_config(name, capacity=100, options=options)
     view = np.asarray(view, dtype=np.float64)
@@ -31,7 +31,8 @@ def pick(kind, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, blo
     full[:, :view.shape[1]] = view
     return int(pick_instance(kind, rcfg, full, np.asarray(overlap, dtype=np.int64),
                              np.zeros(len(overlap), dtype=np.int64) if depth is None else np.asarray(depth),
-                             np.zeros(len(overlap)), prompt_blocks, prompt_tokens, block_size, TM, np.zeros(NUM_AGG)))
+                             np.zeros(len(overlap)) if fetch is None else np.asarray(fetch, dtype=np.float64),
+                             prompt_blocks, prompt_tokens, block_size, TM, np.zeros(NUM_AGG)))
 
 
 def row(**cols):
@@ -54,6 +55,9 @@ def test_dynamo_cost_by_hand():
     # its prefix already in flight there (depth 4) lowers the decode term: 8 - 4 = 4 < 8 - 0 ...
     # ... against an instance holding 1 block more in flight: 4 + 1 = 5 vs 4
     assert pick(ROUTER_DYNAMO, [row(blocks=1), row(blocks=4)], [0, 0], depth=[0, 4]) == 1
+    # blocks past the GPU prefix found in the tiers earn a credit (0.75 each in DRAM): instance 1
+    # with 4 of them in DRAM costs 4 - 3 + 4 = 5 against instance 0's 4 - 1 + 4 = 7
+    assert pick(ROUTER_DYNAMO, [row(), row()], [1, 0], fetch=[0.0, 3.0]) == 1
     # prefill_load_scale 0: only the blocks in flight count
     assert pick(ROUTER_DYNAMO, [row(prefill=0, blocks=3), row(prefill=1000, blocks=2)], [4, 0],
                 prefill_load_scale=0.0) == 1
@@ -118,6 +122,22 @@ def test_kv_aware_follows_the_cached_prefix():
         r = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="kv-aware", seed=seed)
         assert r.instance[1] == r.instance[0]
         assert r.hit_tokens.tolist() == [0, 8]
+
+
+def test_kv_aware_credits_a_prefix_in_dram():
+    # pools of 3 blocks over a DRAM tier each. A [a b x] lands on one instance; when B [c d y] lands
+    # there too it pushes A's blocks into that instance's DRAM. C [a b z] then goes after them: the
+    # 2 blocks in DRAM earn 2 x 0.75 credit (cost 12 / 4 - 1.5 + 3 = 4.5 against 6), and it hits
+    # 8 tokens from DRAM
+    t = trace_of((["a", "b", "x"], 12, 0, 1), (["c", "d", "y"], 12, 2000, 1), (["a", "b", "z"], 12, 4000, 1))
+    pushed = 0
+    for seed in range(8):
+        r = simulate(t, "vllm", 3, time_model=ONE_SECOND, instances=2, router="kv-aware", seed=seed, tiers="dram=4")
+        assert r.instance[2] == r.instance[0] and r.hit_tokens[2] == 8
+        if r.instance[1] == r.instance[0]:
+            pushed += 1
+            assert r.tiers["tokens_per_tier"]["dram"][2] == 8
+    assert pushed > 0
 
 
 def test_router_lag_reads_an_old_snapshot():

@@ -44,7 +44,7 @@ from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FU
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
 from . import router as _router
 from . import tiers as _tiers
-from .tiers import drain, fetch_seconds, tier_admitted, tier_prefix
+from .tiers import drain, fetch_seconds, tier_admitted, tier_credit, tier_prefix
 from .router import (NUM_VIEW, R_LAG_S, R_SEED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_LEAST_LOADED, ROUTER_MOONCAKE,
                      ROUTER_SGLANG, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_QUEUE_S, V_REQUESTS, V_RUNNING, V_WAITING)
 
@@ -523,6 +523,11 @@ if HAVE_NUMBA:
                                                              hit_limit(states[q], P[i], L[i], bs), route_counts,
                                                              False)
                                     fetch[q] = fetch_seconds(tiers, route_counts)
+                                elif router == ROUTER_DYNAMO and n_tiers > 0:
+                                    # Dynamo's per-tier credit for the blocks past the GPU prefix
+                                    tier_prefix(states[q], tiers, q, blocks, start, overlap[q],
+                                                hit_limit(states[q], P[i], L[i], bs), route_counts, False)
+                                    fetch[q] = tier_credit(tiers, route_counts)
                             if router == ROUTER_DYNAMO:
                                 k = 0
                                 while k < full and track[q, blocks[start + k]] != 0:

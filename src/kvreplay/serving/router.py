@@ -94,7 +94,9 @@ def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt
     leading blocks instance q holds, as this router sees them (its GPU cache for kv-aware and
     llm-d; with its tiers and the global store for mooncake; what was routed there for sglang);
     `depth[q]`: its leading blocks already in flight on q (kv-aware); `fetch[q]`: the time to
-    load the part of that prefix below HBM (mooncake). `agg`: scratch for the time model."""
+    load the part of that prefix below HBM (mooncake), or the credit for the blocks found in the
+    tiers past the GPU prefix (kv-aware: 0.75 a block in the first tier, 0.25 below, 0.5 in a
+    global store). `agg`: scratch for the time model."""
     N = view.shape[0]
     best = 0
     if kind == ROUTER_LEAST_LOADED:
@@ -106,7 +108,8 @@ def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt
     if kind == ROUTER_DYNAMO:
         # Dynamo's KV router (kv-router selector/default.rs worker_logit, defaults of 1.6.1):
         # prefill_load_scale x max(0, (prefill tokens in flight + prompt tokens) / block size -
-        # overlap) + (unique prompt blocks in flight + this prompt's full blocks not yet in flight);
+        # overlap - tier credits) + (unique prompt blocks in flight + this prompt's full blocks
+        # not yet in flight);
         # the lowest cost, ties at random (seeded here, unseeded in Dynamo)
         full = prompt_tokens // block_size
         full = full if full < prompt_blocks else prompt_blocks
@@ -114,7 +117,7 @@ def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt
         ties = 0
         for q in range(N):
             ov = overlap[q] if overlap[q] < full else full
-            prefill = (view[q, V_PREFILL_TOKENS] + prompt_tokens) / block_size - ov
+            prefill = (view[q, V_PREFILL_TOKENS] + prompt_tokens) / block_size - ov - fetch[q]
             cost = rcfg[R_PREFILL_SCALE] * (prefill if prefill > 0 else 0.0) + view[q, V_BLOCKS] + full - depth[q]
             if cost < best_cost:
                 best_cost = cost

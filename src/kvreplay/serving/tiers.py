@@ -183,10 +183,16 @@ class Pools:
             if tier.bandwidth and block_bytes:
                 self.seconds[t] = block_bytes / tier.bandwidth
         self.cfg = np.array([T, int(copies == "move")], dtype=np.int64)
+        # the kv-aware router's credit per block found in each tier (Dynamo's KvRouterConfig:
+        # host_cache_hit_weight 0.75 for the first tier, disk_cache_hit_weight 0.25 below it,
+        # shared_cache_multiplier 0.5 for a shared store)
+        self.credit = np.zeros(max(T, 1), dtype=np.float64)
+        for t, tier in enumerate(self.tiers):
+            self.credit[t] = 0.5 if tier.shared else (0.75 if t == 0 else 0.25)
 
     @property
     def arrays(self):
-        return (self.nxt, self.prv, self.inn, self.meta, self.pool_of, self.seconds, self.cfg)
+        return (self.nxt, self.prv, self.inn, self.meta, self.pool_of, self.seconds, self.cfg, self.credit)
 
     def totals(self, t: int) -> dict:
         """Tier t's counts summed over its pools: demoted into it, promoted out of it, evicted from it."""
@@ -321,6 +327,15 @@ def fetch_seconds(tiers, counts):
     return load
 
 
+def tier_credit(tiers, counts):
+    """The kv-aware router's overlap credit for `counts[t]` blocks found in each tier t."""
+    T = tiers[6][TC_TIERS]
+    credit = 0.0
+    for t in range(T):
+        credit += counts[t] * tiers[7][t]
+    return credit
+
+
 def tier_admitted(tiers, j, blocks, start, k, end, counts, row, first):
     """The request's blocks start+k..end entered HBM, `counts` of them read from the tiers
     (tier_prefix): their load seconds. With copies moved, each block that entered HBM leaves the
@@ -402,6 +417,7 @@ if HAVE_NUMBA:
     tier_of = helper(tier_of, inline=False)
     tier_prefix = helper(tier_prefix, inline=False)
     fetch_seconds = helper(fetch_seconds, inline=False)
+    tier_credit = helper(tier_credit, inline=False)
     tier_admitted = helper(tier_admitted, inline=False)
     drain = helper(drain, inline=False)
 
