@@ -141,14 +141,23 @@ def test_kv_aware_credits_a_prefix_in_dram():
 
 
 def test_router_lag_reads_an_old_snapshot():
-    # least-loaded reading the state of 10 s ago sees every instance idle for the first 10 s: ties
-    # go to instance 0, so all three requests pile there; without lag they spread
-    t = trace_of((["a"], 4, 0, 20), (["b"], 4, 1000, 20), (["c"], 4, 2000, 20))
-    fresh = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="least-loaded")
-    assert fresh.instance.tolist() == [0, 1, 0]
-    stale = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="least-loaded", router_lag_ms=10000)
-    assert stale.instance.tolist() == [0, 0, 0]
-    assert stale.summary()["instances"] == 2 and stale.router_lag_ms == 10000
+    # llm-d scoring only free KV (1 - blocks held by running requests / pool), which instances
+    # report: fresh, B (0.5 s) sees A's blocks held and goes to the other instance; reading the
+    # state of 10 s ago both look empty, a tie broken at random, so some seeds send B to A's
+    t = trace_of((["a", "b"], 8, 0, 5), (["c", "d"], 8, 500, 5))
+    only_kv = {"prefix_weight": 0.0, "queue_weight": 0.0}
+    stale_same = 0
+    for seed in range(8):
+        fresh = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="llm-d", seed=seed,
+                         router_options=only_kv)
+        assert fresh.instance[1] != fresh.instance[0]
+        stale = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="llm-d", seed=seed,
+                         router_options=only_kv, router_lag_ms=10000)
+        stale_same += int(stale.instance[1] == stale.instance[0])
+    assert 0 < stale_same < 8
+    # the router's own counts are never stale: least-loaded spreads A and B whatever the lag
+    lagged = simulate(t, "vllm", 100, time_model=ONE_SECOND, instances=2, router="least-loaded", router_lag_ms=10000)
+    assert lagged.instance.tolist() == [0, 1] and lagged.router_lag_ms == 10000
 
 
 def test_router_configuration_errors():

@@ -358,9 +358,9 @@ if HAVE_NUMBA:
                         th = np.inf
                 ta = ta_trace if ta_trace <= th else th
                 if next_snap <= ta and next_snap <= te and next_snap < np.inf:
-                    # the router's view refreshes every `lag` seconds: the state at k x lag (no
-                    # snapshot is taken while nothing changes)
-                    seen[:, :] = view[:, :]
+                    # what instances report (running, waiting, blocks held) reaches the router
+                    # every `lag` seconds: the state at k x lag (no snapshot while nothing changes)
+                    seen[:, V_RUNNING:] = view[:, V_RUNNING:]  # what instances report
                     nxt = ta if ta < te else te
                     if nxt == np.inf:
                         next_snap = np.inf
@@ -504,7 +504,11 @@ if HAVE_NUMBA:
                     if router == ROUTER_FIXED:
                         j = assigned[i]
                     else:
-                        src = seen if lag > 0 else view
+                        src = view
+                        if lag > 0:
+                            # the router's own counts are current; what instances report is the snapshot's
+                            seen[:, :V_RUNNING] = view[:, :V_RUNNING]
+                            src = seen
                         start = offsets[i]
                         full = _full_blocks(L[i], P[i], bs)
                         for q in range(n_prefill):

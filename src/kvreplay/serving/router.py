@@ -8,11 +8,11 @@ Two kinds:
 - **State-aware** (least-loaded and the cache-aware presets): the compiled loop (instance.py)
   asks ``pick_instance`` at each arrival, with what the router knows of every instance:
 
-  - ``view`` columns (V_*): what the router tracks itself (requests in flight, prompt tokens routed
-    and not yet prefilled, prompt blocks of requests in flight: Dynamo's ``ActiveSequences``
-    style bookkeeping) and what instances report (running, waiting, blocks held). With
-    ``--router-lag-ms`` the router sees a snapshot taken every lag ms instead (the state at
-    k x lag), as routers read published metrics.
+  - ``view`` columns (V_*): what the router tracks itself, always current (requests in flight,
+    prompt tokens routed and not yet prefilled, prompt blocks of requests in flight: Dynamo's
+    ``ActiveSequences`` style bookkeeping; Mooncake's predicted queue time), and what instances
+    report (running, waiting, blocks held). With ``--router-lag-ms`` the reported columns come
+    from a snapshot taken every lag ms (the state at k x lag), as routers scrape metrics.
   - ``overlap``: per instance, the blocks of the request's longest cached prefix there, by the
     sequential replay's own prefix scan: the router's index of KV events is exact and immediate
     (Dynamo applies events at the end of each forward pass; kvreplay caches a prompt when it is
