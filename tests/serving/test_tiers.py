@@ -1,4 +1,4 @@
-"""Memory tiers below HBM (serving/tiers.py): parsing, hand-worked demotions and promotions, the
+"""Memory tiers below HBM (engine/tiers.py): parsing, hand-worked demotions and promotions, the
 compiled engine against the reference, and the limits: an exclusive LRU + LRU chain is one LRU
 of their combined size, sequentially, in the simulator, and with a global store."""
 
@@ -16,7 +16,7 @@ from kvreplay.cli import main
 from kvreplay.errors import ConfigError
 from kvreplay.policies.registry import POLICIES
 from kvreplay.serving.simulate import simulate
-from kvreplay.serving.tiers import Tier, global_store, parse_bandwidth, parse_tiers
+from kvreplay.engine.tiers import Tier, global_store, parse_bandwidth, parse_tiers
 
 from conftest import MOONCAKE, shared_path
 from sim_cases import HOLDS_IN_SEQUENCE, small_traces, trace_of

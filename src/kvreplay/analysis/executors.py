@@ -38,8 +38,9 @@ class Task:
     kind "replay": replay `policy` with `params` at `capacity`; yields one result row.
     kind "lru-curve": the exact LRU curve at every capacity in `capacities` (one pass, mrc);
     yields one row per capacity.
-    kind "simulate": the serving simulator with `options` (keyword arguments of
-    serving.simulate.simulate, as (name, value) pairs); yields one row (serving.simulate.sweep_row).
+    kind "call": `function(trace, dict(options))`, a module-level function (so it pickles by
+    name to workers), yields its one row: the serving simulator's sweeps send
+    serving.simulate.sweep_row this way (executors sit below serving and never import it).
     """
 
     kind: str
@@ -52,6 +53,7 @@ class Task:
     engine: str = "compiled"
     warmup_fraction: float = 0.0
     options: tuple = ()
+    function: object = None
 
     @property
     def rows(self) -> int:
@@ -64,10 +66,8 @@ SWEEP_FIELDS = ("policy", "params", "cache_capacity_blocks", "total_prompt_token
 
 def run_task(trace, task: Task) -> list[dict]:
     """The result rows of one task (the same function runs in every executor)."""
-    if task.kind == "simulate":
-        from ..serving.simulate import sweep_row
-
-        return [sweep_row(trace, dict(task.options))]
+    if task.kind == "call":
+        return [task.function(trace, dict(task.options))]
     if task.kind == "lru-curve":
         from .mrc import mrc
 

@@ -92,7 +92,7 @@ def sweep(
     progress: called as ``progress(done, total)`` from the calling thread: once with done=0 before
         anything runs, then each time results arrive; `total` is the number of result rows.
     hbm: sweep a DRAM tier instead: the cache is `hbm` blocks (the GPU pool) and each capacity is
-        the size of an LRU tier below it (serving/tiers.py, copies moved; 0: none); each row adds
+        the size of an LRU tier below it (engine/tiers.py, copies moved; 0: none); each row adds
         dram_blocks, hbm_hit_rate and dram_hit_rate (each a share of the prompt tokens). (For an
         LRU cache the total is also `kvreplay mrc` at hbm + size: an LRU cache over an exclusive
         LRU tier is one LRU of their combined size.)

@@ -56,7 +56,7 @@ def _cmd_run(args) -> int:
     capacity = sized[0] if sized else None
     tiers = {}
     if args.tiers:
-        tiers = dict(tiers=args.tiers, tier_copies=args.tier_copies, model=getattr(args, "model", None))
+        tiers = dict(tiers=args.tiers, tier_copies=args.tier_copies, tier_block_bytes=_block_bytes(args, trace))
     report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
                     warmup_fraction=args.warmup_fraction, **tiers, **params)
     if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
@@ -94,6 +94,18 @@ def _cmd_run(args) -> int:
         if windows is not None:
             print(over_time_table(windows))
     return 0
+
+
+def _block_bytes(args, trace):
+    """The KV bytes of one block, for tier sizes in bytes: --bytes-per-token, or --model's."""
+    from ..trace.model import resolve_block_size
+
+    per_token = getattr(args, "bytes_per_token", None)
+    if per_token is None and getattr(args, "model", None):
+        from ..analysis.models import kv_bytes_per_token
+
+        per_token = kv_bytes_per_token(args.model, getattr(args, "kv_dtype", None) or "bf16")
+    return None if per_token is None else int(per_token) * resolve_block_size(args.block_size, trace)
 
 
 def _parser_sweep(sub) -> None:

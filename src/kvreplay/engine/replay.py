@@ -80,7 +80,7 @@ def replay(
     check: bool = True,
     tiers=None,
     tier_copies: str = "move",
-    model=None,
+    tier_block_bytes: int | None = None,
     **params,
 ) -> Report:
     """Replay `trace` through a prefix cache and return a :class:`Report`.
@@ -92,10 +92,11 @@ def replay(
     engine: "compiled" (numba, default) or "reference" (plain Python, the readable oracle).
     warmup_fraction: the first floor(F * N) requests warm the cache but are not counted.
     check: verify the spec's invariants (cheap; on by default).
-    tiers: memory tiers below the cache, which is then HBM ("dram=64GiB,ssd=2TiB:fifo", sizes in
-        bytes with `model`; or a list of serving.tiers.Tier): evicted blocks are demoted, a hit
-        prefix runs through every tier, and the report splits hit tokens per tier
-        (docs/serving.md, "Tiers"). tier_copies: "move" (default) or "keep".
+    tiers: memory tiers below the cache, which is then HBM ("dram=64000,ssd=2TiB:fifo": sizes in
+        blocks, or in bytes with `tier_block_bytes`, the KV bytes of one block; or a list of
+        engine.tiers.Tier): evicted blocks are demoted, a hit prefix runs through every tier, and
+        the report splits hit tokens per tier (docs/serving.md, "Tiers"). tier_copies: "move"
+        (default) or "keep".
     **params: policy parameters (e.g. small_ratio=0.1, max_freq=3, ghost_freq=0 for s3fifo).
     """
     trace = as_trace(trace)
@@ -114,10 +115,9 @@ def replay(
     hit_tokens = np.zeros(n, dtype=np.int64)
     tier_list = None
     if tiers is not None:
-        from ..serving.simulate import resolve_tiers
-        from ..serving.tiers import replay_tiers
+        from .tiers import replay_tiers, resolve_tiers
 
-        tier_list, hbm, _ = resolve_tiers(tiers, None, block_size=block_size, model=model)
+        tier_list, hbm = resolve_tiers(tiers, None, block_size=block_size, block_bytes=tier_block_bytes)
         if hbm is not None and hbm != capacity:
             raise ConfigError(f"the cache is given twice: capacity {capacity} and tiers hbm={hbm}")
         if any(t.shared for t in tier_list):
@@ -147,8 +147,7 @@ def replay(
         oversize_requests=0 if unbounded else oversize_requests(trace, block_size, capacity, warmup),
     )
     if tier_list is not None:
-        from ..serving.simulate import tier_rows
-        from ..serving.tiers import split_by_tier
+        from .tiers import split_by_tier, tier_rows
 
         per_request = split_by_tier(tier_list, tier_hits, hit_blocks, hit_tokens, block_size)
         measured = np.arange(n) >= warmup

@@ -37,14 +37,14 @@ import numpy as np
 
 from .. import policies
 from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
-from ..policies.base import HELD, REFUSALS, hit_limit, pin_request, unpin_request
+from ..policies.base import HELD, REFUSALS, pin_request, unpin_request
 from . import timing
 from .timing import (AGG_ACTIVE_KV, AGG_DECODE_CTX, AGG_DECODE_REQS, AGG_KEYS_FULL,
                      AGG_KEYS_SW, AGG_PREFILL_CACHED, AGG_PREFILL_NEW, AGG_PREFILL_REQS, AGG_TOUCHED_FULL,
                      AGG_TOUCHED_SW, NUM_AGG, step_seconds)
 from . import router as _router
-from . import tiers as _tiers
-from .tiers import drain, fetch_seconds, tier_admitted, tier_credit, tier_prefix
+from ..engine import tiers as _tiers
+from ..engine.tiers import drain, fetch_seconds, prefix_limit, tier_admitted, tier_credit, tier_prefix
 from .router import (NUM_VIEW, R_LAG_S, R_SEED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_LEAST_LOADED, ROUTER_MOONCAKE,
                      ROUTER_SGLANG, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_QUEUE_S, V_REQUESTS, V_RUNNING, V_WAITING)
 
@@ -160,7 +160,7 @@ if HAVE_NUMBA:
             if state.hold[HELD] + unheld > capacity:
                 return -1
         # the hit limit first: a radix state's scan leaves its cursor where pin_request continues
-        limit = hit_limit(state, n_pos, target, block_size)
+        limit = prefix_limit(state, n_pos, target, block_size)
         k = driver_prefix(state, blocks, start, start + n_pos, target, block_size)
         k2 = tier_prefix(state, tiers, j, blocks, start, k, limit, tier_scratch)
         if not _room(counters, n_pos):
@@ -524,13 +524,13 @@ if HAVE_NUMBA:
                                     # Conductor's view: the prefix in the instance's own tiers and in
                                     # the global store too, at the time it takes to load
                                     overlap[q] = tier_prefix(states[q], tiers, q, blocks, start, overlap[q],
-                                                             hit_limit(states[q], P[i], L[i], bs), route_counts,
+                                                             prefix_limit(states[q], P[i], L[i], bs), route_counts,
                                                              False)
                                     fetch[q] = fetch_seconds(tiers, route_counts)
                                 elif router == ROUTER_DYNAMO and n_tiers > 0:
                                     # Dynamo's per-tier credit for the blocks past the GPU prefix
                                     tier_prefix(states[q], tiers, q, blocks, start, overlap[q],
-                                                hit_limit(states[q], P[i], L[i], bs), route_counts, False)
+                                                prefix_limit(states[q], P[i], L[i], bs), route_counts, False)
                                     fetch[q] = tier_credit(tiers, route_counts)
                             if router == ROUTER_DYNAMO:
                                 k = 0

@@ -22,7 +22,7 @@ from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM,
                        NUM_FCFG, NUM_SERIES)
 from ..policies.base import with_eviction_log
 from .report import SimReport
-from .tiers import Pools
+from ..engine.tiers import Pools
 from .router import FIXED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_SGLANG, ROUTERS, router_config, router_kind
 from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
 
@@ -157,57 +157,30 @@ class RawRun:
 
 
 def resolve_tiers(tiers, global_store, *, block_size: int, model=None, kv_dtype: str = "bf16"):
-    """(tiers below HBM, the HBM pool if --tiers gave it, bytes per block or None)."""
-    from .tiers import Tier, global_store as parse_global, parse_tiers
+    """(tiers below HBM, the HBM pool if --tiers gave it, bytes per block or None): the model
+    turns sizes in bytes into blocks (engine/tiers.py)."""
+    from ..engine.tiers import resolve_tiers as resolve
 
     block_bytes = None
     if model is not None:
         from ..analysis.models import kv_bytes_per_token
 
         block_bytes = int(kv_bytes_per_token(model, kv_dtype)) * block_size
-    hbm = None
-    out = []
-    if tiers is not None:
-        if isinstance(tiers, str):
-            hbm, out = parse_tiers(tiers, block_size=block_size, block_bytes=block_bytes)
-        else:
-            out = list(tiers)
-            if not all(isinstance(t, Tier) for t in out):
-                raise ConfigError("tiers: give a text such as 'dram=64GiB@64GB/s' or a list of tiers.Tier")
-    if global_store is not None:
-        if any(t.shared for t in out):
-            raise ConfigError("the global store is given twice (--tiers global=... and --global-store)")
-        out.append(global_store if isinstance(global_store, Tier)
-                   else parse_global(global_store, block_size=block_size, block_bytes=block_bytes))
+    out, hbm = resolve(tiers, global_store, block_size=block_size, block_bytes=block_bytes)
     return out, hbm, block_bytes
 
 
 def tier_summary(tiers, tier_hits, hit_tokens, hit_blocks, block_size, status, prompt_tokens, totals, block_bytes,
                  copies, overlap, load_us) -> dict:
     """Hit tokens per tier at first schedule (HBM first), over the finished requests."""
+    from ..engine.tiers import split_by_tier, tier_rows
     from .instance import FINISHED
-    from .tiers import split_by_tier
 
     ok = status == FINISHED
     per_request = split_by_tier(tiers, tier_hits, hit_blocks, hit_tokens, block_size)
     return {"copies": copies, "overlap": overlap, "load_s": load_us / 1e6, "block_bytes": block_bytes,
             "tiers": tier_rows(tiers, per_request, ok, prompt_tokens, totals, block_bytes),
             "tokens_per_tier": per_request}
-
-
-def tier_rows(tiers, per_request: dict, measured, prompt_tokens, totals, block_bytes=None) -> list[dict]:
-    """One row per tier (HBM first): its hit tokens and their share of the measured prompt tokens."""
-    prompt = int(np.asarray(prompt_tokens)[measured].sum())
-    rows = []
-    for name, tokens in per_request.items():
-        hit = int(tokens[measured].sum())
-        row = {"name": name}
-        if name != "hbm":
-            t = [x.name for x in tiers].index(name)
-            row.update(tiers[t].to_dict(block_bytes), **totals[t])
-        row.update(hit_tokens=hit, hit_rate=hit / prompt if prompt else 0.0)
-        rows.append(row)
-    return rows
 
 
 #: The most memory the kv-aware and sglang routers may take for their per-instance block tables.
@@ -480,7 +453,7 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         instances = prefill_instances + decode_instances
         transfer_s = np.zeros(len(trace))
         if kv_link is not None:
-            from .tiers import parse_bandwidth
+            from ..engine.tiers import parse_bandwidth
 
             if block_bytes is None:
                 raise ConfigError("the KV link's transfer time needs the model's KV bytes: give --model")
@@ -640,7 +613,7 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
                         # the sequential replay does not depend on the load: once per group
                         compare_sequential=k == 0 and options.get("compare_sequential", True))
-            tasks.append(Task(kind="simulate", trace=0, options=tuple(sorted(opts.items()))))
+            tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
     rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
                                   progress=progress)]
     for g in range(0, len(rows), len(loads)):

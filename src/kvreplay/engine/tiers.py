@@ -1,5 +1,7 @@
 """Memory tiers below the GPU pool: CPU DRAM, SSD, a remote or global store (docs/serving.md, "Tiers").
 
+Used by the sequential replay (`kvreplay run --tiers`) and the serving simulator alike.
+
 The GPU pool (HBM) is the policy's cache. Below it, a chain of tiers, each a pool of blocks with
 its own policy (LRU by default, or FIFO), size and load bandwidth:
 
@@ -80,7 +82,7 @@ def parse_bandwidth(text: str) -> float:
 
 def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) -> int:
     """A tier's size in blocks: a block count, or a size ("64GiB") with the model's block bytes."""
-    from ..analysis.models import parse_size
+    from ..units import parse_size
 
     text = str(size).strip()
     if text.isdigit():
@@ -377,7 +379,13 @@ def drain(state, tiers, j):
     hold[LOG_COUNT] = 0
 
 
-from ..policies.base import LOG_COUNT, LOG_HEAD, resident  # noqa: E402
+from ..policies.base import LOG_COUNT, LOG_HEAD, hit_limit, resident  # noqa: E402
+
+
+def prefix_limit(state, num_blocks, input_length, block_size):
+    """The policy's hit limit, compiled apart (pasted into a large kernel it trips numba's
+    pedantic SSA check into printing warnings)."""
+    return hit_limit(state, num_blocks, input_length, block_size)
 
 
 def in_hbm(state, b):
@@ -417,6 +425,7 @@ if HAVE_NUMBA:
     tier_of = helper(tier_of, inline=False)
     tier_prefix = helper(tier_prefix, inline=False)
     fetch_seconds = helper(fetch_seconds, inline=False)
+    prefix_limit = helper(prefix_limit, inline=False)
     tier_credit = helper(tier_credit, inline=False)
     tier_admitted = helper(tier_admitted, inline=False)
     drain = helper(drain, inline=False)
@@ -488,8 +497,8 @@ def replay_reference(offsets, blocks, input_length, block_size, policy, tiers: l
 if HAVE_NUMBA:
     from numba import njit
 
-    from ..engine.driver import prefix_compiled
-    from ..policies.base import access_request, hit_limit
+    from .driver import prefix_compiled
+    from ..policies.base import access_request
 
     @njit(cache=True, nogil=True)
     def replay_compiled(offsets, blocks, input_length, block_size, state, tiers, hit_blocks, hit_tokens,
@@ -499,7 +508,7 @@ if HAVE_NUMBA:
             start, end = offsets[i], offsets[i + 1]
             L = input_length[i]
             # the hit limit first: a radix state's scan leaves its cursor where access_request continues
-            limit = hit_limit(state, end - start, L, block_size)
+            limit = prefix_limit(state, end - start, L, block_size)
             k = prefix_compiled(state, blocks, start, end, L, block_size)
             k2 = tier_prefix(state, tiers, 0, blocks, start, k, limit, tier_hits[i])
             hit_blocks[i] = k2
@@ -562,3 +571,39 @@ def split_by_tier(tiers: list[Tier], tier_hits, hit_blocks, hit_tokens, block_si
     for t, tier in enumerate(tiers):
         out[tier.name] = tokens[:, t] - np.where(last == t + 1, excess, 0)
     return out
+
+
+def resolve_tiers(tiers, global_store_spec=None, *, block_size: int, block_bytes: int | None = None):
+    """(tiers below HBM, the HBM pool if the text gave it): `tiers` a text such as
+    "dram=64GiB@64GB/s,ssd=2TiB" (sizes in bytes need `block_bytes`) or a list of Tier; a
+    global store spec "SIZE@BANDWIDTH" is added last."""
+    hbm = None
+    out = []
+    if tiers is not None:
+        if isinstance(tiers, str):
+            hbm, out = parse_tiers(tiers, block_size=block_size, block_bytes=block_bytes)
+        else:
+            out = list(tiers)
+            if not all(isinstance(t, Tier) for t in out):
+                raise ConfigError("tiers: give a text such as 'dram=64GiB@64GB/s' or a list of Tier")
+    if global_store_spec is not None:
+        if any(t.shared for t in out):
+            raise ConfigError("the global store is given twice (--tiers global=... and --global-store)")
+        out.append(global_store_spec if isinstance(global_store_spec, Tier)
+                   else global_store(global_store_spec, block_size=block_size, block_bytes=block_bytes))
+    return out, hbm
+
+
+def tier_rows(tiers, per_request: dict, measured, prompt_tokens, totals, block_bytes=None) -> list[dict]:
+    """One row per tier (HBM first): its hit tokens and their share of the measured prompt tokens."""
+    prompt = int(np.asarray(prompt_tokens)[measured].sum())
+    rows = []
+    for name, tokens in per_request.items():
+        hit = int(tokens[measured].sum())
+        row = {"name": name}
+        if name != "hbm":
+            t = [x.name for x in tiers].index(name)
+            row.update(tiers[t].to_dict(block_bytes), **totals[t])
+        row.update(hit_tokens=hit, hit_rate=hit / prompt if prompt else 0.0)
+        rows.append(row)
+    return rows
