@@ -320,22 +320,21 @@ def tier_prefix(state, tiers, j, blocks, start, k, limit, counts, touch=True):
     return k
 
 
+def _weighted(counts, weights, n):
+    total = 0.0
+    for t in range(n):
+        total += counts[t] * weights[t]
+    return total
+
+
 def fetch_seconds(tiers, counts):
     """The load time of `counts[t]` blocks from each tier t."""
-    T = tiers[6][TC_TIERS]
-    load = 0.0
-    for t in range(T):
-        load += counts[t] * tiers[5][t]
-    return load
+    return _weighted(counts, tiers[5], tiers[6][TC_TIERS])
 
 
 def tier_credit(tiers, counts):
     """The kv-aware router's overlap credit for `counts[t]` blocks found in each tier t."""
-    T = tiers[6][TC_TIERS]
-    credit = 0.0
-    for t in range(T):
-        credit += counts[t] * tiers[7][t]
-    return credit
+    return _weighted(counts, tiers[7], tiers[6][TC_TIERS])
 
 
 def tier_admitted(tiers, j, blocks, start, k, end, counts, row, first):
@@ -343,13 +342,11 @@ def tier_admitted(tiers, j, blocks, start, k, end, counts, row, first):
     (tier_prefix): their load seconds. With copies moved, each block that entered HBM leaves the
     tiers (the prefix's and any recomputed block found below). `first`: add counts to `row` (the
     request's split at its first schedule)."""
-    pool_of, seconds = tiers[4], tiers[5]
+    pool_of = tiers[4]
     T = tiers[6][TC_TIERS]
-    load = 0.0
     if T == 0:
-        return load
-    for t in range(T):
-        load += counts[t] * seconds[t]
+        return 0.0
+    load = fetch_seconds(tiers, counts)
     if first:
         for c in range(counts.shape[0]):
             row[c] = counts[c]
@@ -424,6 +421,7 @@ if HAVE_NUMBA:
     demote = helper(demote, inline=False)
     tier_of = helper(tier_of, inline=False)
     tier_prefix = helper(tier_prefix, inline=False)
+    _weighted = helper(_weighted)
     fetch_seconds = helper(fetch_seconds, inline=False)
     prefix_limit = helper(prefix_limit, inline=False)
     tier_credit = helper(tier_credit, inline=False)
