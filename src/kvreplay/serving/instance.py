@@ -406,33 +406,32 @@ if HAVE_NUMBA:
                                         k = itl_bins - 1
                                 itl[ITL_HEAD + k] += 1
                             last_token[i] = now
-                            if generated[i] < outputs[i] and disagg and j < n_prefill:
-                                # prefill done: its blocks stay cached here, its KV goes to a decode
-                                # instance (heap push: arrives after the transfer)
-                                _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                         dec_pinned, bs, tiers, j)
+                            if generated[i] < outputs[i] and not (disagg and j < n_prefill):
+                                target[i] = computed[i] + 1
+                                decoding[i] = True
+                                continue
+                            # the request leaves instance j: finished, or (a prefill instance) its
+                            # prompt done, its blocks staying cached here while its KV goes to a
+                            # decode instance, arriving after the transfer (heap push)
+                            _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
+                                     dec_pinned, bs, tiers, j)
+                            if generated[i] >= outputs[i]:
+                                status[i] = FINISHED
+                                finish_s[i] = now
+                                done += 1
+                            else:
                                 status[i] = WAITING_ARRIVAL
                                 target[i] = computed[i] + 1
                                 cj[K_HANDOFFS] += 1
                                 cj[K_TRANSFER_US] += np.int64(xfer_s[i] * 1e6 + 0.5)
                                 hn = _heap_push(hq_t, hq_i, hn, now + xfer_s[i], i)
-                            if generated[i] >= outputs[i] or status[i] == WAITING_ARRIVAL:
-                                if status[i] != WAITING_ARRIVAL:
-                                    _release(state, i, blocks, offsets, P, L, handles, base_len, base_input, base_n,
-                                             dec_pinned, bs, tiers, j)
-                                    status[i] = FINISHED
-                                    finish_s[i] = now
-                                    done += 1
-                                view[j, V_REQUESTS] -= 1
-                                if router == ROUTER_DYNAMO and j < n_prefill:
-                                    for k in range(_full_blocks(L[i], P[i], bs)):
-                                        b = blocks[offsets[i] + k]
-                                        track[j, b] -= 1
-                                        if track[j, b] == 0:
-                                            view[j, V_BLOCKS] -= 1
-                            else:
-                                target[i] = computed[i] + 1
-                                decoding[i] = True
+                            view[j, V_REQUESTS] -= 1
+                            if router == ROUTER_DYNAMO and j < n_prefill:
+                                for k in range(_full_blocks(L[i], P[i], bs)):
+                                    b = blocks[offsets[i] + k]
+                                    track[j, b] -= 1
+                                    if track[j, b] == 0:
+                                        view[j, V_BLOCKS] -= 1
                     # compact the running list (finished requests leave, order kept)
                     w = 0
                     for r in range(nrun):

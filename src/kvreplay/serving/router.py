@@ -119,14 +119,7 @@ def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt
             ov = overlap[q] if overlap[q] < full else full
             prefill = (view[q, V_PREFILL_TOKENS] + prompt_tokens) / block_size - ov - fetch[q]
             cost = rcfg[R_PREFILL_SCALE] * (prefill if prefill > 0 else 0.0) + view[q, V_BLOCKS] + full - depth[q]
-            if cost < best_cost:
-                best_cost = cost
-                best = q
-                ties = 1
-            elif cost == best_cost:
-                ties += 1
-                if np.random.randint(0, ties) == 0:
-                    best = q
+            best_cost, best, ties = _lowest(cost, q, best_cost, best, ties)
         return best
     if kind == ROUTER_SGLANG:
         # SGLang's cache-aware router (sgl-model-gateway policies/cache_aware.rs, launcher
@@ -167,7 +160,7 @@ def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt
             if overlap[q] > 0:
                 omin = overlap[q] if omin < 0 or overlap[q] < omin else omin
                 omax = overlap[q] if overlap[q] > omax else omax
-        best_score = -np.inf
+        best_cost = np.inf
         ties = 0
         for q in range(N):
             prefix = 0.0
@@ -176,14 +169,7 @@ def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt
             kv = 1.0 - view[q, V_HELD] / rcfg[R_CAPACITY]
             queue = 1.0 if qmax == qmin else (qmax - view[q, V_WAITING]) / (qmax - qmin)
             score = rcfg[R_LLMD_PREFIX] * prefix + rcfg[R_LLMD_KV] * kv + rcfg[R_LLMD_QUEUE] * queue
-            if score > best_score:
-                best_score = score
-                best = q
-                ties = 1
-            elif score == best_score:
-                ties += 1
-                if np.random.randint(0, ties) == 0:
-                    best = q
+            best_cost, best, ties = _lowest(-score, q, best_cost, best, ties)  # the highest score
         return best
     # ROUTER_MOONCAKE: Mooncake's Conductor (FAST'25 Algorithm 1): the least estimated TTFT =
     # the predicted prefill times of the requests queued there + the time to load the prefix it
@@ -196,6 +182,19 @@ def pick_instance(kind, rcfg, view, overlap, depth, fetch, prompt_blocks, prompt
             best_t = t
             best = q
     return best
+
+
+def _lowest(cost, q, best_cost, best, ties):
+    """One step of picking the lowest cost with ties broken uniformly at random (reservoir
+    sampling over the tied instances, as Dynamo's selector and llm-d's shuffled picker do):
+    (best cost, best instance, ties so far) after instance q."""
+    if cost < best_cost:
+        return cost, q, 1
+    if cost == best_cost:
+        ties += 1
+        if np.random.randint(0, ties) == 0:
+            return cost, q, ties
+    return best_cost, best, ties
 
 
 def prefill_estimate(tm, agg, prompt_tokens, cached):
@@ -224,6 +223,7 @@ if HAVE_NUMBA:
 
     _prefill_seconds = helper(_prefill_seconds, inline=False)
     prefill_estimate = helper(prefill_estimate, inline=False)
+    _lowest = helper(_lowest)
     pick_instance = helper(pick_instance, inline=False)
 else:  # pragma: no cover - the simulator needs numba
     from .timing import step_seconds

@@ -286,14 +286,15 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     # instance's state for its requests, their decode blocks and one recomputation of each (a
     # state-aware router's share is unknown before the run: twice an even share), and run again
     # with twice the room for an instance that needed more (the run is deterministic)
-    dec = np.diff(ext.offsets) - P
+    lengths = np.diff(ext.offsets)
+    dec = lengths - P
+    share = 1.0 if kind == ROUTER_FIXED or N == 1 else min(1.0, 2.0 / N)
     calls = np.empty(N, dtype=np.int64)
     positions = np.empty(N, dtype=np.int64)
     for k in range(N):
         mine = assigned_sorted == k if kind == ROUTER_FIXED else slice(None)
-        share = 1.0 if kind == ROUTER_FIXED or N == 1 else min(1.0, 2.0 / N)
-        calls[k] = int(2 * share * (np.count_nonzero(L[mine] >= 0) + dec[mine].sum())) + 8
-        positions[k] = int(2 * share * (np.diff(ext.offsets)[mine].sum())) + 8
+        calls[k] = int(2 * share * (len(L[mine]) + dec[mine].sum())) + 8
+        positions[k] = int(2 * share * lengths[mine].sum()) + 8
     while True:
         states = typed.List()
         for k in range(N):
