@@ -53,6 +53,29 @@ def replay_reference(offsets, blocks, input_length, block_size, policy, hit_bloc
         policy.access_request(i, request, k, lengths[i], block_size)
 
 
+def replay_native(spec, state, offsets, blocks, input_length, block_size, hit_blocks, hit_tokens) -> None:
+    """The compiled engine: the same loop in C (policies/<name>.c instantiates it per policy)."""
+    import numpy as np
+
+    from .. import native
+
+    table, record = spec.compiled(state)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    blocks = np.ascontiguousarray(blocks, dtype=np.int32)
+    input_length = np.ascontiguousarray(input_length, dtype=np.int64)
+    _c_replay()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(input_length),
+                input_length.shape[0], block_size, native.ptr(hit_blocks), native.ptr(hit_tokens))
+
+
+def _c_replay():
+    import ctypes
+
+    from .. import native
+
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    return native.function("kv_replay", None, p, p, p, p, p, i, i, p, p)
+
+
 if HAVE_NUMBA:
     from numba import njit
 

@@ -126,6 +126,15 @@ if HAVE_NUMBA:
     key_cache_on_sources(run_compiled, [__file__, driver.__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
 
 
+def _c_run_events():
+    import ctypes
+
+    from .. import native
+
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    return native.function("kv_run_events", None, p, p, p, p, p, i, p, i, p, p, p, p)
+
+
 def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_size: int | None = None, *,
                      engine: str = "compiled", on_event=None, **params) -> Lifecycle:
     """Run `events` (see the module docstring) over `trace` through one cache of `capacity` blocks.
@@ -147,7 +156,24 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
     hit_blocks = np.zeros(n, dtype=np.int64)
     held = np.zeros(n, dtype=np.int64)
     refused = np.zeros(n, dtype=np.bool_)
-    if engine == "compiled":
+    if engine == "compiled" and spec.native:
+        from .. import native
+
+        state = (spec.held_state or spec.make_state)(capacity, trace, **params)
+        handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
+        table, record = spec.compiled(state)
+        offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
+        blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
+        lengths = np.ascontiguousarray(trace.input_length, dtype=np.int64)
+        refused8 = np.zeros(n, dtype=np.int8)
+        _c_run_events()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(lengths),
+                        block_size, native.ptr(events), events.shape[0], native.ptr(hit_blocks), native.ptr(held),
+                        native.ptr(refused8), native.ptr(handles))
+        refused[:] = refused8 != 0
+        final, counters = spec.read_state(state)
+        mask = spec.resident_mask(state)
+        held_at_end, refusals = read_holds(state)
+    elif engine == "compiled":
         state = (spec.held_state or spec.make_state)(capacity, trace, **params)
         handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
         args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, events, hit_blocks, held, refused, handles)

@@ -125,6 +125,12 @@ def replay(
         hit_blocks, hit_tokens, tier_hits, counters, final, totals = replay_tiers(
             trace, spec, capacity, params, tier_list, block_size, engine, tier_copies)
         mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are not counted with tiers)
+    elif engine == "compiled" and spec.native:
+        state = spec.make_state(capacity, trace, **params)
+        driver.replay_native(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
+                             hit_tokens)
+        final, counters = spec.read_state(state)
+        mask = spec.resident_mask(state)
     elif engine == "compiled":
         state = spec.make_state(capacity, trace, **params)
         args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)

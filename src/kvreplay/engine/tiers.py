@@ -192,6 +192,21 @@ class Pools:
         for t, tier in enumerate(self.tiers):
             self.credit[t] = 0.5 if tier.shared else (0.75 if t == 0 else 0.25)
 
+    def record(self) -> np.ndarray:
+        """The compiled core's view of the pools (engine/tiers/pools.h), checked against its layout."""
+        from .. import native
+
+        layout = native.layout("tiers")
+        cfg_slots = layout.slot("cfg")
+        cfg = np.zeros(len(cfg_slots), dtype=np.int64)
+        cfg[cfg_slots.TIERS], cfg[cfg_slots.MOVE] = self.cfg
+        cfg[cfg_slots.IDS], cfg[cfg_slots.INSTANCES] = self.nxt.shape[1], self.pool_of.shape[1]
+        self._c_cfg = cfg  # kept alive with the pools
+        arrays = {"next": self.nxt.reshape(-1), "prev": self.prv.reshape(-1), "inside": self.inn.reshape(-1),
+                  "meta": self.meta.reshape(-1), "pool_of": self.pool_of.reshape(-1), "seconds": self.seconds,
+                  "credit": self.credit, "cfg": cfg}
+        return native.bind(arrays, layout, "tier pools")
+
     @property
     def arrays(self):
         return (self.nxt, self.prv, self.inn, self.meta, self.pool_of, self.seconds, self.cfg, self.credit)
@@ -532,7 +547,24 @@ def replay_tiers(trace, spec, capacity: int, params: dict, tiers: list[Tier], bl
     hit_blocks = np.zeros(n, dtype=np.int64)
     hit_tokens = np.zeros(n, dtype=np.int64)
     tier_hits = np.zeros((n, len(tiers) + 1), dtype=np.int64)
-    if engine == "compiled":
+    if engine == "compiled" and spec.native:
+        from .. import native
+        from ..policies.base import with_eviction_log
+
+        log = capacity + int(np.diff(trace.offsets).max(initial=0)) + 1
+        state = with_eviction_log((spec.held_state or spec.make_state)(capacity, trace, **params), log)
+        pools = Pools(tiers, 1, trace.num_blocks, copies=copies)
+        table, record = spec.compiled(state)
+        pool_record = pools.record()
+        offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
+        blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
+        lengths = np.ascontiguousarray(trace.input_length, dtype=np.int64)
+        _c_replay_tiers()(table, native.ptr(record), native.ptr(pool_record), native.ptr(offsets), native.ptr(blocks),
+                          native.ptr(lengths), n, block_size, native.ptr(hit_blocks), native.ptr(hit_tokens),
+                          native.ptr(tier_hits))
+        final, counters = spec.read_state(state)
+        totals = [pools.totals(t) for t in range(len(tiers))]
+    elif engine == "compiled":
         from .. import jit
         from ..policies.base import with_eviction_log
 
@@ -554,6 +586,15 @@ def replay_tiers(trace, spec, capacity: int, params: dict, tiers: list[Tier], bl
         final, counters = cache.size(), cache.counters()
         totals = [{"resident": len(c)} for c in contents]
     return hit_blocks, hit_tokens, tier_hits, counters, final, totals
+
+
+def _c_replay_tiers():
+    import ctypes
+
+    from .. import native
+
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    return native.function("kv_replay_tiers", None, p, p, p, p, p, p, i, i, p, p, p)
 
 
 def split_by_tier(tiers: list[Tier], tier_hits, hit_blocks, hit_tokens, block_size: int) -> dict:

@@ -140,6 +140,8 @@ class PolicySpec:
     resident_mask(state) -> bool array over block ids: what is resident at the end.
     sizes(capacity, **params) -> dict of derived sizes shown in reports (e.g. small_cap).
     capacity: "required", "optional" (None means unbounded) or "ignored" (bounds such as infinite).
+    native: the name of its compiled operations in the core (``kv_policy_<native>`` in
+        policies/<module>.c; None: numba only, while the port lasts).
     """
 
     name: str
@@ -152,6 +154,15 @@ class PolicySpec:
     params: tuple[Param, ...] = ()
     sizes: Callable[..., dict] = field(default=lambda capacity, **params: {})
     capacity: str = "required"
+    native: str | None = None
+
+    def compiled(self, state) -> tuple[int, "np.ndarray"]:
+        """(the address of its C table, the record of `state` its operations take): the arrays of
+        `state` must stay alive while C works on them."""
+        from .. import native
+
+        table, layout = native.policy(self.native)
+        return table, native.bind(state, layout, f"{self.name} state")
 
     def resolve(self, params: dict) -> dict:
         """Defaults filled in, values converted and checked; unknown names are an error."""

@@ -123,6 +123,7 @@ register_kernel(FIFOState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="fifo",
+    native="fifo",
     summary="FIFO: evict the oldest admitted block; hits do not refresh",
     reference=FIFO,
     make_state=make_state,

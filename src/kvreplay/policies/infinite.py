@@ -71,6 +71,7 @@ register_kernel(InfiniteState, _resident, _access)
 
 POLICY = PolicySpec(
     name="infinite",
+    native="infinite",
     summary="infinite cache: never evicts (the ceiling for a trace)",
     reference=Infinite,
     make_state=make_state,

@@ -139,6 +139,7 @@ register_kernel(LRUState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="lru",
+    native="lru",
     summary="LRU: evict the least recently accessed block",
     reference=LRU,
     make_state=make_state,

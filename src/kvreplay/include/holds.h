@@ -1,0 +1,58 @@
+/* Holds of running requests and the eviction log: the compiled half of policies/base.py's
+ * contract (the rules are written there, once).
+ *
+ * Every policy state starts with KvHolds: ``pins`` (per block id: holds on it) and ``hold``
+ * (HELD: blocks with at least one hold; REFUSALS; RELEASES: last holds removed, so a policy that
+ * scans for an unheld block can skip the scan while nothing was released since it found none).
+ * A ``hold`` longer than LOG_HEAD carries the eviction log: LOG_COUNT blocks logged since the last
+ * take, LOG_LOST blocks that found it full, the log itself from LOG_HEAD on.
+ */
+#ifndef KV_HOLDS_H
+#define KV_HOLDS_H
+
+#include "kv.h"
+
+typedef struct {
+    KV_FIELD(i32, pins)
+    KV_FIELD(i64, hold)
+} KvHolds;
+
+#define KV_HOLDS_SPEC " pins:i4 hold:i8"
+
+enum { HELD, REFUSALS, RELEASES, LOG_COUNT, LOG_LOST, LOG_HEAD };
+
+/* One more hold on resident block b. */
+static inline void kv_pin(KvHolds *h, i32 b) {
+    if (h->pins[b] == 0) h->hold[HELD] += 1;
+    h->pins[b] += 1;
+}
+
+/* One hold less on b. */
+static inline void kv_unpin(KvHolds *h, i32 b) {
+    h->pins[b] -= 1;
+    if (h->pins[b] == 0) {
+        h->hold[HELD] -= 1;
+        h->hold[RELEASES] += 1;
+    }
+}
+
+static inline void kv_refuse(KvHolds *h) { h->hold[REFUSALS] += 1; }
+
+/* The contract's refusal: when all `resident` blocks are held, count a refusal and say so. */
+static inline int kv_refused_when_all_held(KvHolds *h, i64 resident) {
+    if (h->hold[HELD] >= resident) {
+        kv_refuse(h);
+        return 1;
+    }
+    return 0;
+}
+
+void kv_log_append(KvHolds *h, i64 b);
+
+/* Block b has just stopped being resident by an eviction: log it when the log is on (one
+ * compare, marked unlikely, when it is off). */
+static inline void kv_log_eviction(KvHolds *h, i64 b) {
+    if (KV_UNLIKELY(h->hold_n > LOG_HEAD)) kv_log_append(h, b);
+}
+
+#endif

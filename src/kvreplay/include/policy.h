@@ -1,0 +1,128 @@
+/* A policy's compiled operations: the C half of policies/base.py's contract (the rules, and
+ * which policy may replace which operation, are written there).
+ *
+ * Each policy file (policies/NAME.c, beside policies/NAME.py) defines its state struct, its
+ * operations, and one exported table ``kv_policy_NAME`` (Python finds it by name). Drivers (the
+ * sequential replay, overlapping requests, tiers, the serving simulator) call a policy through
+ * its table, one call per request or per block range; the sequential replay's loop itself is
+ * instantiated in each policy file (KV_REPLAY), so its per-block probe and access are inlined.
+ */
+#ifndef KV_POLICY_H
+#define KV_POLICY_H
+
+#include "holds.h"
+
+typedef struct KvPolicy {
+    const char *name;
+    const char *layout;  /* " field:dtype ...", then " | meta= slot slot ..." for its meta array */
+    /* a probe: is block b resident? changes nothing */
+    int (*resident)(void *st, i64 b);
+    /* the most blocks this request's prefix scan may count */
+    i64 (*hit_limit)(void *st, i64 num_blocks, i64 input_length, i64 block_size);
+    /* the access phase of one request in a sequential replay, told its hits */
+    void (*access_request)(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
+                           i64 input_length, i64 block_size);
+    /* a request that will run a while: its access phase, holding its blocks; their handles go to
+     * handles[base:base + n]; returns n (refused iff hold[REFUSALS] grew) */
+    i64 (*pin_request)(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 input_length,
+                       i64 block_size, i64 *handles, i64 base);
+    /* release the n holds handles[base:base + n] of a pin_request, in the policy's order */
+    void (*unpin_request)(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 input_length,
+                          i64 block_size, const i64 *handles, i64 base, i64 n);
+    /* is block b anywhere in the cache? (a radix tree's resident() follows one path) */
+    int (*in_hbm)(void *st, i64 b);
+    /* may a hit prefix continue through a cached block after a stretch loaded from a tier? (not
+     * for a radix tree, whose path ends where its match ends) */
+    int hbm_gaps;
+    /* the sequential replay of n requests (engine/driver.py's loop, with this policy inlined) */
+    void (*replay)(void *st, const i64 *offsets, const i32 *blocks, const i64 *input_length, i64 n,
+                   i64 block_size, i64 *hit_blocks, i64 *hit_tokens);
+} KvPolicy;
+
+/* The prefix scan every driver uses: the longest resident prefix of blocks[start:end], at most
+ * the policy's hit limit, touching nothing. */
+static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 start, i64 end, i64 input_length,
+                            i64 block_size) {
+    i64 limit = p->hit_limit(st, end - start, input_length, block_size);
+    i64 k = 0;
+    while (k < limit && p->resident(st, blocks[start + k])) k++;
+    return k;
+}
+
+/* The sequential replay's loop for one policy, its probe, limit and access phase inlined:
+ * scan the longest resident prefix before touching anything, record min(k * bs, L), then the
+ * access phase. */
+#define KV_REPLAY(name, State, RESIDENT, HIT_LIMIT, ACCESS_REQUEST)                                   \
+    static void name##_replay(void *vst, const i64 *offsets, const i32 *blocks, const i64 *input_length, \
+                              i64 n, i64 block_size, i64 *hit_blocks, i64 *hit_tokens) {            \
+        State *st = (State *)vst;                                                                    \
+        for (i64 i = 0; i < n; i++) {                                                                \
+            i64 start = offsets[i], end = offsets[i + 1], L = input_length[i];                       \
+            i64 limit = HIT_LIMIT(st, end - start, L, block_size);                                   \
+            i64 k = 0;                                                                               \
+            while (k < limit && RESIDENT(st, blocks[start + k])) k++;                                \
+            hit_blocks[i] = k;                                                                       \
+            hit_tokens[i] = kv_min(k * block_size, L);                                               \
+            ACCESS_REQUEST(st, i, blocks, start, end, k, L, block_size);                             \
+        }                                                                                            \
+    }
+
+/* A block-level policy from RESIDENT(st, b) and ACCESS(st, b, holds): ``holds`` is a constant,
+ * 0 in the sequential replay (the compiler drops every hold check) and 1 for running requests.
+ * The defaults of base.py: every block may hit; the access phase accesses each block in order;
+ * pin_request accesses and holds each block in order, stopping at the first refused one (a block
+ * the policy declines without a refusal is not held); unpin_request releases first to last. */
+#define KV_BLOCK_POLICY(name, State, LAYOUT, RESIDENT, ACCESS)                                         \
+    static inline i64 name##_limit_all(State *st, i64 num_blocks, i64 L, i64 bs) {                    \
+        (void)st; (void)L; (void)bs;                                                                  \
+        return num_blocks;                                                                            \
+    }                                                                                                 \
+    static inline void name##_access_all(State *st, i64 request, const i32 *blocks, i64 start, i64 end, \
+                                         i64 hits, i64 L, i64 bs) {                                   \
+        (void)request; (void)hits; (void)L; (void)bs;                                                 \
+        for (i64 j = start; j < end; j++) ACCESS(st, blocks[j], 0);                                   \
+    }                                                                                                 \
+    KV_REPLAY(name, State, RESIDENT, name##_limit_all, name##_access_all)                             \
+    static int name##_resident_op(void *st, i64 b) { return RESIDENT((State *)st, b); }               \
+    static i64 name##_hit_limit_op(void *st, i64 num_blocks, i64 L, i64 bs) {                         \
+        return name##_limit_all((State *)st, num_blocks, L, bs);                                      \
+    }                                                                                                 \
+    static void name##_access_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end,  \
+                                         i64 hits, i64 L, i64 bs) {                                   \
+        name##_access_all((State *)st, request, blocks, start, end, hits, L, bs);                     \
+    }                                                                                                 \
+    static i64 name##_pin_request_op(void *vst, i64 request, const i32 *blocks, i64 start, i64 end,    \
+                                     i64 hits, i64 L, i64 bs, i64 *handles, i64 base) {               \
+        State *st = (State *)vst;                                                                     \
+        (void)request; (void)hits; (void)L; (void)bs;                                                 \
+        i64 n = 0;                                                                                    \
+        for (i64 j = start; j < end; j++) {                                                           \
+            i32 b = blocks[j];                                                                        \
+            i64 refusals = st->h.hold[REFUSALS];                                                      \
+            ACCESS(st, b, 1);                                                                         \
+            if (st->h.hold[REFUSALS] != refusals) break;                                              \
+            if (RESIDENT(st, b)) {                                                                    \
+                kv_pin(&st->h, b);                                                                    \
+                handles[base + n] = b;                                                                \
+                n++;                                                                                  \
+            }                                                                                         \
+        }                                                                                             \
+        return n;                                                                                     \
+    }                                                                                                 \
+    static void name##_unpin_request_op(void *vst, i64 request, const i32 *blocks, i64 start, i64 end, \
+                                        i64 L, i64 bs, const i64 *handles, i64 base, i64 n) {         \
+        State *st = (State *)vst;                                                                     \
+        (void)request; (void)blocks; (void)start; (void)end; (void)L; (void)bs;                       \
+        for (i64 k = 0; k < n; k++) kv_unpin(&st->h, (i32)handles[base + k]);                         \
+    }                                                                                                 \
+    KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
+        #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
+        name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay,         \
+    };
+
+/* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */
+#define KV_STATE(State, FIELDS) typedef struct { KvHolds h; FIELDS(KV_FIELD) } State;
+/* Its layout string, with the slot names of its meta array (SLOTS(S) lists S(name) each). */
+#define KV_LAYOUT(FIELDS, SLOTS) KV_HOLDS_SPEC FIELDS(KV_FIELD_SPEC) " | meta=" SLOTS(KV_SLOT_SPEC)
+
+#endif
