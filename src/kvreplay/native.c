@@ -13,10 +13,11 @@
 KV_EXPORT const char kv_source_hash[] = KV_SOURCE_HASH;
 
 static struct PyModuleDef core_module = {
-    PyModuleDef_HEAD_INIT, "_core",
-    "kvreplay's compiled core (C): policies, replay drivers and the serving simulator's loop. "
-    "Python calls it through ctypes (kvreplay/native.py).",
-    -1, NULL,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_core",
+    .m_doc = "kvreplay's compiled core (C): policies, replay drivers and the serving simulator's loop. "
+             "Python calls it through ctypes (kvreplay/native.py).",
+    .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__core(void) {

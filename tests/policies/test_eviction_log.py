@@ -25,8 +25,8 @@ import kvreplay
 from kvreplay import policies
 from kvreplay.engine import driver, lifecycle
 from kvreplay.errors import ConfigError
-from kvreplay.jit import HAVE_NUMBA, key_cache_on_sources
-from kvreplay.policies.base import (LOG_COUNT, LOG_HEAD, LOG_LOST, access_request, clear_evictions, hold_arrays,
+from kvreplay.jit import HAVE_NUMBA
+from kvreplay.policies.base import (LOG_COUNT, LOG_HEAD, LOG_LOST, clear_evictions, hold_arrays,
                                     log_eviction, take_evictions, with_eviction_log)
 from kvreplay.policies.registry import POLICIES, get_policy
 from strategies import lifecycles, requests
@@ -40,20 +40,6 @@ CONFIGS = [(name, {}) for name in NAMES] + [("belady", {"admit_bypass": 1}), ("t
 IDS = [name + "".join(f"-{k}={v}" for k, v in params.items()) for name, params in CONFIGS]
 CAPACITIES = st.one_of(st.integers(1, 12), st.sampled_from([20, 64]))
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-if HAVE_NUMBA:
-    from numba import njit
-
-    @njit(cache=True, nogil=True, _nrt=False)
-    def one_request(offsets, blocks, input_length, block_size, state, i):  # pragma: no cover - compiled
-        """The body of driver.replay_compiled for request i alone: its scan, then its access phase."""
-        start, end = offsets[i], offsets[i + 1]
-        k = driver.prefix_compiled(state, blocks, start, end, input_length[i], block_size)
-        access_request(state, i, blocks, start, end, k, input_length[i], block_size)
-        return k
-
-    key_cache_on_sources(one_request, [__file__, driver.__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
-
 
 @st.composite
 def timed(draw, case):
@@ -121,7 +107,7 @@ def test_sequential_logs_agree_request_by_request(name, params, data, capacity):
         request = blocks[offsets[i]:offsets[i + 1]]
         k = driver.prefix_reference(ref, ref.resident, request, lengths[i], block_size)
         ref.access_request(i, request, k, lengths[i], block_size)
-        assert one_request(trace.offsets, trace.blocks, trace.input_length, block_size, state, i) == k
+        assert driver.one_request(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, i) == k
         log = take_evictions(state).tolist()
         assert log == ref.evicted, f"request {i}"
         ref.evicted.clear()
@@ -155,8 +141,8 @@ def test_logs_agree_under_holds_event_by_event(name, params, data, capacity):
         else:
             ref.unpin_request(i, request, lengths[i], block_size, ref_handles.pop(i))
             admitted = Counter()
-        lifecycle.run_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, np.array([e], np.int64),
-                               hit_blocks, held, refused, handles)
+        lifecycle.run_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, [e], hit_blocks,
+                            held, refused, handles)
         if e >= 0:
             assert (hit_blocks[i], held[i], refused[i]) == (k, len(ref_handles[i]), ref_refused)
         log = take_evictions(state).tolist()
@@ -193,12 +179,12 @@ def test_the_log_changes_nothing(name, params, data, capacity):
                 state = with_eviction_log(state, 1)  # far too small: overflowing changes nothing either
             hit_blocks = np.zeros(n, np.int64)
             if kernel == "replay":
-                driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks,
-                                       np.zeros(n, np.int64))
+                driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
+                                    np.zeros(n, np.int64))
             else:
-                lifecycle.run_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state,
-                                       np.array(events, np.int64), hit_blocks, np.zeros(n, np.int64),
-                                       np.zeros(n, np.bool_), np.zeros(trace.num_accesses + n, np.int64))
+                lifecycle.run_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, events,
+                                    hit_blocks, np.zeros(n, np.int64), np.zeros(n, np.bool_),
+                                    np.zeros(trace.num_accesses + n, np.int64))
             out.append((hit_blocks.tolist(), spec.read_state(state), spec.resident_mask(state).tolist(),
                         state.hold[:3].tolist()))
         results.append(out)
@@ -209,7 +195,8 @@ def test_a_full_log_loses_blocks_and_says_so():
     # lru, capacity 1: each request of one new block evicts the previous one.
     trace = kvreplay.Trace.from_requests([([b], 1) for b in "abcd"])
     state = with_eviction_log(get_policy("lru").make_state(1, trace), 2)
-    driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, 1, state, np.zeros(4, np.int64), np.zeros(4, np.int64))
+    driver.replay_state(get_policy("lru"), state, trace.offsets, trace.blocks, trace.input_length, 1, np.zeros(4, np.int64),
+                        np.zeros(4, np.int64))
     assert state.hold[LOG_COUNT] == 2 and state.hold[LOG_LOST] == 1  # a, b logged; c found the log full
     assert state.hold[LOG_HEAD:].tolist() == [0, 1]
     with pytest.raises(RuntimeError, match="1 evictions were not logged"):
@@ -266,7 +253,7 @@ def logs_per_request(name, reqs, capacity, **params):
     for i, request in enumerate(trace.blocks[o:e].tolist() for o, e in zip(trace.offsets[:-1], trace.offsets[1:])):
         k = driver.prefix_reference(ref, ref.resident, request, len(request), 1)
         ref.access_request(i, request, k, len(request), 1)
-        one_request(trace.offsets, trace.blocks, trace.input_length, 1, state, i)
+        driver.one_request(spec, state, trace.offsets, trace.blocks, trace.input_length, 1, i)
         log = take_evictions(state).tolist()
         assert log == ref.evicted
         ref.evicted.clear()

@@ -12,6 +12,16 @@ KV_EXPORT void kv_replay(const KvPolicy *p, void *st, const i64 *offsets, const 
     p->replay(st, offsets, blocks, input_length, n, block_size, hit_blocks, hit_tokens);
 }
 
+/* Request i alone, as the loop body of a replay (its scan, then its access phase): for tests
+ * that look at a policy between requests. */
+KV_EXPORT void kv_one_request(const KvPolicy *p, void *st, const i64 *offsets, const i32 *blocks,
+                              const i64 *input_length, i64 block_size, i64 i, i64 *hit_blocks) {
+    i64 start = offsets[i], end = offsets[i + 1];
+    i64 k = kv_prefix(p, st, blocks, start, end, input_length[i], block_size);
+    p->access_request(st, i, blocks, start, end, k, input_length[i], block_size);
+    hit_blocks[0] = k;
+}
+
 i64 kv_request_start(const KvPolicy *p, void *st, i64 request, const i32 *blocks, i64 start, i64 end,
                      i64 input_length, i64 block_size, i64 *handles, i64 base, i64 *held, int *refused) {
     KvHolds *h = (KvHolds *)st;

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .. import policies
 from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
 from ..policies.base import access_request, hit_limit, resident
@@ -55,8 +57,6 @@ def replay_reference(offsets, blocks, input_length, block_size, policy, hit_bloc
 
 def replay_native(spec, state, offsets, blocks, input_length, block_size, hit_blocks, hit_tokens) -> None:
     """The compiled engine: the same loop in C (policies/<name>.c instantiates it per policy)."""
-    import numpy as np
-
     from .. import native
 
     table, record = spec.compiled(state)
@@ -65,6 +65,39 @@ def replay_native(spec, state, offsets, blocks, input_length, block_size, hit_bl
     input_length = np.ascontiguousarray(input_length, dtype=np.int64)
     _c_replay()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(input_length),
                 input_length.shape[0], block_size, native.ptr(hit_blocks), native.ptr(hit_tokens))
+
+
+def replay_state(spec, state, offsets, blocks, input_length, block_size, hit_blocks, hit_tokens) -> None:
+    """The compiled engine over `state`: C where the policy is ported, numba otherwise."""
+    if spec.native:
+        replay_native(spec, state, offsets, blocks, input_length, block_size, hit_blocks, hit_tokens)
+    else:
+        replay_compiled(offsets, blocks, input_length, block_size, state, hit_blocks, hit_tokens)
+
+
+def one_request(spec, state, offsets, blocks, input_length, block_size, i) -> int:
+    """The compiled engine's loop body for request i alone (its scan, then its access phase): its
+    hit blocks. For tests that check a policy between requests."""
+    hit_blocks = np.zeros(1, dtype=np.int64)
+    if not spec.native:
+        return int(one_request_compiled(offsets, blocks, input_length, block_size, state, i))
+    table, record = spec.compiled(state)
+    from .. import native
+
+    blocks = np.ascontiguousarray(blocks, dtype=np.int32)
+    lengths = np.ascontiguousarray(input_length, dtype=np.int64)
+    _c_one_request()(table, native.ptr(record), native.ptr(np.ascontiguousarray(offsets, dtype=np.int64)),
+                     native.ptr(blocks), native.ptr(lengths), block_size, i, native.ptr(hit_blocks))
+    return int(hit_blocks[0])
+
+
+def _c_one_request():
+    import ctypes
+
+    from .. import native
+
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    return native.function("kv_one_request", None, p, p, p, p, p, i, i, p)
 
 
 def _c_replay():
@@ -102,6 +135,15 @@ if HAVE_NUMBA:
             hit_blocks[i] = k
             hit_tokens[i] = min(k * block_size, input_length[i])
             access_request(state, i, blocks, start, end, k, input_length[i], block_size)
+
+    @njit(cache=True, nogil=True, _nrt=False)
+    def one_request_compiled(offsets, blocks, input_length, block_size, state, i):  # pragma: no cover - compiled
+        start, end = offsets[i], offsets[i + 1]
+        k = prefix_compiled(state, blocks, start, end, input_length[i], block_size)
+        access_request(state, i, blocks, start, end, k, input_length[i], block_size)
+        return k
+
+    key_cache_on_sources(one_request_compiled, [__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
 
     # The driver pastes every policy's operations: key its disk cache on all of their sources.
     key_cache_on_sources(replay_compiled, [__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])

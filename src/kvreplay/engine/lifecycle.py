@@ -126,6 +126,26 @@ if HAVE_NUMBA:
     key_cache_on_sources(run_compiled, [__file__, driver.__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
 
 
+def run_state(spec, state, offsets, blocks, input_length, block_size, events, hit_blocks, held, refused,
+              handles) -> None:
+    """The compiled engine's events over `state` (refused: a bool array): C where the policy is
+    ported, numba otherwise. Request i's handles live at handles[offsets[i] + i:]."""
+    events = np.ascontiguousarray(events, dtype=np.int64)
+    if not spec.native:
+        run_compiled(offsets, blocks, input_length, block_size, state, events, hit_blocks, held, refused, handles)
+        return
+    from .. import native
+
+    table, record = spec.compiled(state)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    blocks = np.ascontiguousarray(blocks, dtype=np.int32)
+    lengths = np.ascontiguousarray(input_length, dtype=np.int64)
+    refused8 = refused.view(np.int8)
+    _c_run_events()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(lengths),
+                    block_size, native.ptr(events), events.shape[0], native.ptr(hit_blocks), native.ptr(held),
+                    native.ptr(refused8), native.ptr(handles))
+
+
 def _c_run_events():
     import ctypes
 
@@ -157,19 +177,10 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
     held = np.zeros(n, dtype=np.int64)
     refused = np.zeros(n, dtype=np.bool_)
     if engine == "compiled" and spec.native:
-        from .. import native
-
         state = (spec.held_state or spec.make_state)(capacity, trace, **params)
         handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
-        table, record = spec.compiled(state)
-        offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
-        blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
-        lengths = np.ascontiguousarray(trace.input_length, dtype=np.int64)
-        refused8 = np.zeros(n, dtype=np.int8)
-        _c_run_events()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(lengths),
-                        block_size, native.ptr(events), events.shape[0], native.ptr(hit_blocks), native.ptr(held),
-                        native.ptr(refused8), native.ptr(handles))
-        refused[:] = refused8 != 0
+        run_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, events, hit_blocks, held,
+                  refused, handles)
         final, counters = spec.read_state(state)
         mask = spec.resident_mask(state)
         held_at_end, refusals = read_holds(state)
