@@ -106,3 +106,24 @@ def test_every_registered_policy_is_checked():
     # The parametrisations above come from the registry itself; guard against an empty registry
     # making them pass vacuously.
     assert len(NAMES) >= 14 and {"s3fifo", "lru", "fifo", "vllm", "radix"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_compiled_layout_is_the_python_one(name):
+    # Python builds and reads a state by the layout its C file declares (native.py): every field C
+    # names exists with its dtype, and every meta slot C names has the index Python uses.
+    import importlib
+
+    from kvreplay import native
+    from kvreplay.trace.model import Trace
+
+    spec = get_policy(name)
+    if not spec.native:
+        pytest.skip(f"{name} is not ported to the compiled core yet")
+    table, layout = native.policy(spec.native)
+    state = (spec.held_state or spec.make_state)(64, Trace.from_requests([([1, 2, 3], 3)]), **spec.resolve({}))
+    native.bind(state, layout, name)  # raises on a missing or retyped field
+    assert sorted(f for f, _ in layout.fields) == sorted(state._fields)
+    module = importlib.import_module(spec.reference.__module__)
+    for index, slot in enumerate(layout.slots["meta"]):
+        assert getattr(module, slot) == index, f"{name}: meta slot {slot}"

@@ -44,6 +44,7 @@ class Infinite(ReferencePolicy):
         return self.seen
 
 
+SIZE = 0  # meta slot: distinct blocks seen
 InfiniteState = namedtuple("InfiniteState", ["seen", "meta", "pins", "hold"])
 
 
@@ -52,7 +53,7 @@ def make_state(capacity: int, trace) -> InfiniteState:
 
 
 def read_state(state: InfiniteState) -> tuple[int, dict]:
-    return int(state.meta[0]), {"admissions": int(state.meta[0]), "evictions": 0}
+    return int(state.meta[SIZE]), {"admissions": int(state.meta[SIZE]), "evictions": 0}
 
 
 @helper
@@ -64,7 +65,7 @@ def _resident(st, b):
 def _access(st, b):
     if st.seen[b] == 0:
         st.seen[b] = 1
-        st.meta[0] += 1
+        st.meta[SIZE] += 1
 
 
 register_kernel(InfiniteState, _resident, _access)
