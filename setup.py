@@ -17,6 +17,10 @@ def c_sources():
     return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / PACKAGE).rglob("*.c"))
 
 
+def c_headers():
+    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / PACKAGE).rglob("*.h"))
+
+
 def source_hash():
     """sha256 over every .c and .h file of the package, by path and content (native.py computes the same)."""
     digest = hashlib.sha256()
@@ -33,6 +37,6 @@ flags = ["-std=c11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-par
 flags += ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if DEBUG else ["-O3"]
 
 setup(ext_modules=[Extension(
-    "kvreplay._core", sources=c_sources(), define_macros=[("KV_SOURCE_HASH", f'"{source_hash()}"')],
+    "kvreplay._core", sources=c_sources(), depends=c_headers(), define_macros=[("KV_SOURCE_HASH", f'"{source_hash()}"')],
     extra_compile_args=flags, extra_link_args=["-fsanitize=address,undefined"] if DEBUG else [],
 )])

@@ -118,9 +118,10 @@ def _string(library, symbol: str) -> str:
     return ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(library, symbol))).decode()
 
 
-def bind(state, layout: Layout, what: str = "state") -> np.ndarray:
+def bind(state, layout: Layout, what: str = "state", inputs=()) -> np.ndarray:
     """The int64 record (address, length per field, in the layout's order) a C function takes for
-    `state` (a namedtuple of arrays, or a dict); the arrays must stay alive while C uses them."""
+    `state` (a namedtuple of arrays, or a dict); the arrays must stay alive while C uses them.
+    Fields named in `inputs` are only read by C, so they may be read-only (a trace's arrays)."""
     get = state.get if isinstance(state, dict) else (lambda name: getattr(state, name, None))
     record = np.empty(2 * len(layout.fields), dtype=np.int64)
     for k, (name, dtype) in enumerate(layout.fields):
@@ -128,7 +129,7 @@ def bind(state, layout: Layout, what: str = "state") -> np.ndarray:
         if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != 1 or not a.flags.c_contiguous:
             got = "missing" if a is None else f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}"
             raise ConfigError(f"{what}: field {name!r} must be a contiguous 1-D {np.dtype(dtype).name} array ({got})")
-        if not a.flags.writeable:
+        if not a.flags.writeable and name not in inputs:
             raise ConfigError(f"{what}: field {name!r} is read-only")
         record[2 * k] = a.ctypes.data
         record[2 * k + 1] = a.shape[0]

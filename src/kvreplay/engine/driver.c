@@ -22,14 +22,26 @@ KV_EXPORT void kv_one_request(const KvPolicy *p, void *st, const i64 *offsets, c
     hit_blocks[0] = k;
 }
 
-i64 kv_request_start(const KvPolicy *p, void *st, i64 request, const i32 *blocks, i64 start, i64 end,
-                     i64 input_length, i64 block_size, i64 *handles, i64 base, i64 *held, int *refused) {
+KvStart kv_request_start(const KvPolicy *p, void *st, KvTiers *tiers, i64 instance, const i32 *to_global, i64 request,
+                         const i32 *blocks, const i32 *local, i64 start, i64 end, i64 input_length, i64 block_size,
+                         i64 *handles, i64 base, i64 *counts, i64 *row) {
     KvHolds *h = (KvHolds *)st;
-    i64 k = kv_prefix(p, st, blocks, start, end, input_length, block_size);
+    const i32 *ids = local == NULL ? blocks : local;
+    KvStart out = {0, 0, 0, 0, 0.0};
+    /* the hit limit first: a radix state's scan leaves its cursor where pin_request continues */
+    i64 limit = p->hit_limit(st, end - start, input_length, block_size);
+    i64 k = 0;
+    while (k < limit && p->resident(st, ids[start + k])) k++;
+    out.hits = out.reach = k;
+    if (tiers != NULL) out.reach = kv_tier_prefix(p, st, tiers, instance, blocks, local, start, k, limit, counts, 1);
     i64 refusals = h->hold[REFUSALS];
-    *held = p->pin_request(st, request, blocks, start, end, k, input_length, block_size, handles, base);
-    *refused = h->hold[REFUSALS] != refusals;
-    return k;
+    out.held = p->pin_request(st, request, ids, start, end, k, input_length, block_size, handles, base);
+    out.refused = h->hold[REFUSALS] != refusals;
+    if (tiers != NULL) {
+        if (!out.refused) out.load_s = kv_tier_admitted(tiers, instance, blocks, start, k, end - start, counts, row);
+        kv_tier_drain(p, st, tiers, instance, to_global);
+    }
+    return out;
 }
 
 /* events: e >= 0 starts request e, e < 0 finishes request -e - 1; request i's handles live at
@@ -40,10 +52,11 @@ KV_EXPORT void kv_run_events(const KvPolicy *p, void *st, const i64 *offsets, co
     for (i64 q = 0; q < num_events; q++) {
         i64 e = events[q];
         if (e >= 0) {
-            int r;
-            hit_blocks[e] = kv_request_start(p, st, e, blocks, offsets[e], offsets[e + 1], input_length[e], block_size,
-                                             handles, offsets[e] + e, &held[e], &r);
-            refused[e] = (i8)r;
+            KvStart r = kv_request_start(p, st, NULL, 0, NULL, e, blocks, NULL, offsets[e], offsets[e + 1],
+                                         input_length[e], block_size, handles, offsets[e] + e, NULL, NULL);
+            hit_blocks[e] = r.hits;
+            held[e] = r.held;
+            refused[e] = (i8)r.refused;
         } else {
             i64 i = -e - 1;
             p->unpin_request(st, i, blocks, offsets[i], offsets[i + 1], input_length[i], block_size, handles,

@@ -199,8 +199,8 @@ class Pools:
         layout = native.layout("tiers")
         cfg_slots = layout.slot("cfg")
         cfg = np.zeros(len(cfg_slots), dtype=np.int64)
-        cfg[cfg_slots.TIERS], cfg[cfg_slots.MOVE] = self.cfg
-        cfg[cfg_slots.IDS], cfg[cfg_slots.INSTANCES] = self.nxt.shape[1], self.pool_of.shape[1]
+        cfg[cfg_slots.TIER_COUNT], cfg[cfg_slots.TIER_MOVE] = self.cfg
+        cfg[cfg_slots.TIER_IDS], cfg[cfg_slots.TIER_INSTANCES] = self.nxt.shape[1], self.pool_of.shape[1]
         self._c_cfg = cfg  # kept alive with the pools
         arrays = {"next": self.nxt.reshape(-1), "prev": self.prv.reshape(-1), "inside": self.inn.reshape(-1),
                   "meta": self.meta.reshape(-1), "pool_of": self.pool_of.reshape(-1), "seconds": self.seconds,

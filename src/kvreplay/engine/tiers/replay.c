@@ -13,11 +13,11 @@ KV_EXPORT void kv_replay_tiers(const KvPolicy *p, void *st, KvTiers *t, const i6
         i64 limit = p->hit_limit(st, end - start, L, block_size);
         i64 k = 0;
         while (k < limit && p->resident(st, blocks[start + k])) k++;
-        i64 k2 = kv_tier_prefix(p, st, t, 0, blocks, start, k, limit, counts, 1);
+        i64 k2 = kv_tier_prefix(p, st, t, 0, blocks, NULL, start, k, limit, counts, 1);
         hit_blocks[i] = k2;
         hit_tokens[i] = kv_min(k2 * block_size, L);
         p->access_request(st, i, blocks, start, end, k, L, block_size);
         kv_tier_admitted(t, 0, blocks, start, k, end - start, counts, NULL);
-        kv_tier_drain(p, st, t, 0);
+        kv_tier_drain(p, st, t, 0, NULL);
     }
 }

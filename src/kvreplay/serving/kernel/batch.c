@@ -1,0 +1,129 @@
+/* A step's batch: its aggregates and duration when it starts (the time model prices it), and
+ * what its end does: each request's tokens computed, a token out for every request whose tokens
+ * are all computed (its first token, or the next one of its decode), finishes and handovers. */
+#include <math.h>
+
+#include "../routing/router.h"
+#include "../timing/step.h"
+#include "sim.h"
+
+/* Price instance j's step (its requests' new_tokens); 0 when the step is empty. */
+int batch_start(Sim *s, i64 j) {
+    Inst *q = &s->inst[j];
+    f64 *agg = s->agg;
+    i64 window = s->io->cfg[WINDOW], nbatch = 0;
+    f64 load = 0.0;
+    for (int a = 0; a < NUM_AGG; a++) agg[a] = 0.0;
+    for (i64 r = 0; r < q->nrun; r++) {
+        i64 i = q->running[r], m = s->new_tokens[i];
+        if (m <= 0) continue;
+        nbatch++;
+        load += s->load_s[i];
+        s->load_s[i] = 0.0;
+        i64 c = s->computed[i];
+        if (!s->decoding[i]) {
+            agg[AGG_PREFILL_REQS] += 1;
+            agg[AGG_PREFILL_NEW] += (f64)m;
+            agg[AGG_PREFILL_CACHED] += (f64)c;
+            agg[AGG_KEYS_FULL] += (f64)(m * c + m * (m + 1) / 2);
+            agg[AGG_TOUCHED_FULL] += (f64)(c + m);
+            if (window > 0) {
+                agg[AGG_KEYS_SW] += (f64)kv_sum_min(c + 1, c + m, window);
+                agg[AGG_TOUCHED_SW] += (f64)kv_min(c + m, window + m - 1);
+            }
+        } else {
+            i64 x = c + 1;
+            agg[AGG_DECODE_REQS] += 1;
+            agg[AGG_DECODE_CTX] += (f64)x;
+            agg[AGG_KEYS_FULL] += (f64)x;
+            agg[AGG_TOUCHED_FULL] += (f64)x;
+            if (window > 0) {
+                agg[AGG_KEYS_SW] += (f64)kv_min(x, window);
+                agg[AGG_TOUCHED_SW] += (f64)kv_min(x, window);
+            }
+        }
+    }
+    if (nbatch == 0) return 0;
+    agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX];  /* the decoding requests' tokens (Dynamo's decode input) */
+    f64 dt = kv_step_seconds(s->io->tm, agg);
+    i64 *c = q->counters;
+    if (load > 0.0) {
+        /* KV loaded from the tiers: before the step's compute, or beside it layer by layer */
+        c[load_us] += (i64)(load * 1e6 + 0.5);
+        dt = s->io->cfg[TIER_OVERLAP] ? (dt > load ? dt : load) : dt + load;
+    }
+    q->end_t = s->now + dt;
+    q->busy = 1;
+    c[busy_us] += (i64)(dt * 1e6 + 0.5);
+    c[steps] += 1;
+    if (agg[AGG_PREFILL_REQS] > 0) c[prefill_steps] += 1;
+    c[prefill_tokens] += (i64)agg[AGG_PREFILL_NEW];
+    c[decode_tokens] += (i64)agg[AGG_DECODE_REQS];
+    metrics_peaks(s, j);
+    return 1;
+}
+
+void heap_push(Sim *s, f64 t, i64 i);
+
+/* Request i's last token came out on instance j (finished), or its prompt is done on a prefill
+ * instance: it leaves j. Its blocks stay cached there; a handover waits for its KV transfer. */
+static void leave(Sim *s, i64 j, i64 i) {
+    SimIO *io = s->io;
+    req_release(s, j, i);
+    if (s->generated[i] >= s->outputs[i]) {
+        io->status[i] = FINISHED;
+        io->finish_s[i] = s->now;
+        s->done += 1;
+    } else {
+        io->status[i] = WAITING_ARRIVAL;
+        s->target[i] = s->computed[i] + 1;
+        s->inst[j].counters[handoffs] += 1;
+        s->inst[j].counters[transfer_us] += (i64)(io->transfer_s[i] * 1e6 + 0.5);
+        heap_push(s, s->now + io->transfer_s[i], i);
+    }
+    s->inst[j].view[V_REQUESTS] -= 1;
+    if (s->router != NULL && s->router->kind->left != NULL) s->router->kind->left(s->router->state, s, i, j);
+}
+
+/* One token out of request i on instance j, stamped now. */
+static void token_out(Sim *s, i64 j, i64 i) {
+    SimIO *io = s->io;
+    s->generated[i] += 1;
+    if (s->generated[i] == 1) {
+        io->first_token_s[i] = s->now;
+        s->inst[j].view[V_PREFILL_TOKENS] -= (f64)(io->L[i] - s->routed_overlap[i]);
+        if (s->router != NULL && s->router->kind->first_token != NULL)
+            s->router->kind->first_token(s->router->state, s, i, j);
+    } else {
+        metrics_token_gap(s, s->now - s->last_token[i]);
+    }
+    s->last_token[i] = s->now;
+}
+
+void batch_end(Sim *s, i64 j) {
+    Inst *q = &s->inst[j];
+    q->busy = 0;
+    int prefill_only = s->disagg && j < s->n_prefill;
+    for (i64 r = 0; r < q->nrun; r++) {
+        i64 i = q->running[r], m = s->new_tokens[i];
+        if (m <= 0) continue;
+        s->new_tokens[i] = 0;
+        s->computed[i] += m;
+        s->io->computed_total[i] += m;
+        if (s->computed[i] < s->target[i]) continue;
+        token_out(s, j, i);
+        if (s->generated[i] < s->outputs[i] && !prefill_only) {
+            s->target[i] = s->computed[i] + 1;
+            s->decoding[i] = 1;
+            continue;
+        }
+        leave(s, j, i);
+    }
+    /* the running list without the requests that left, order kept */
+    i64 w = 0;
+    for (i64 r = 0; r < q->nrun; r++)
+        if (s->io->status[q->running[r]] == RUNNING) q->running[w++] = q->running[r];
+    q->nrun = w;
+    q->view[V_HELD] = (f64)((KvHolds *)q->state)->hold[HELD];
+    metrics_series(s);
+}

@@ -1,0 +1,366 @@
+/* The simulator's event loop (sim.h lists the files it calls). Time jumps from event to event:
+ *
+ * - the end of an instance's step (batch.c: tokens out, finishes, handovers);
+ * - an arrival: the router picks an instance, the request joins its queue (or is rejected when it
+ *   could never fit), an idle instance wakes;
+ * - a request's KV arriving at a decode instance after its transfer (disaggregation);
+ * - an instance scheduling its next step (vllm.c or sglang.c, then batch.c prices it);
+ * - a snapshot of what instances report, every ROUTER_LAG_S seconds, for a lagged router.
+ *
+ * Ties: a step that ends at an arrival's time is applied first, and an arrival at a step end
+ * joins before the instance schedules. With instant time (ONE_AT_A_TIME) a request runs to its
+ * end, through its decode instance, before the next one arrives. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../include/list.h"
+#include "../routing/router.h"
+#include "../timing/step.h"
+#include "ids.h"
+#include "sim.h"
+
+KV_EXPORT const char kv_layout_sim[] = SIM_FIELDS(KV_FIELD_SPEC) " | cfg=" SIM_CFG_SLOTS(KV_SLOT_SPEC)
+    " | fcfg=" SIM_FCFG_SLOTS(KV_SLOT_SPEC) " | counters=" SIM_COUNTER_SLOTS(KV_SLOT_SPEC)
+    " | status=" SIM_STATUS_SLOTS(KV_SLOT_SPEC) " | series=" SIM_SERIES_SLOTS(KV_SLOT_SPEC)
+    " | itl=" SIM_ITL_SLOTS(KV_SLOT_SPEC) " | view=" SIM_VIEW_SLOTS(KV_SLOT_SPEC);
+
+/* ---- waiting queues: one list over the requests per instance (a request waits on at most one) ---- */
+
+void queue_push_back(Sim *s, Inst *q, i64 i) {
+    kv_list64_append(s->qprev, s->qnext, &q->qhead, &q->qtail, i);
+    q->qlen += 1;
+}
+
+void queue_push_front(Sim *s, Inst *q, i64 i) {
+    kv_list64_prepend(s->qprev, s->qnext, &q->qhead, &q->qtail, i);
+    q->qlen += 1;
+}
+
+i64 queue_pop_front(Sim *s, Inst *q) {
+    q->qlen -= 1;
+    return kv_list64_pop_front(s->qprev, s->qnext, &q->qhead, &q->qtail);
+}
+
+/* ---- transfers in flight: a binary heap, the earliest arrival first, then the lowest request ---- */
+
+static inline int heap_before(const Sim *s, i64 a, i64 b) {
+    return s->heap_t[a] < s->heap_t[b] || (s->heap_t[a] == s->heap_t[b] && s->heap_i[a] < s->heap_i[b]);
+}
+
+static inline void heap_swap(Sim *s, i64 a, i64 b) {
+    f64 t = s->heap_t[a];
+    s->heap_t[a] = s->heap_t[b];
+    s->heap_t[b] = t;
+    i64 i = s->heap_i[a];
+    s->heap_i[a] = s->heap_i[b];
+    s->heap_i[b] = i;
+}
+
+void heap_push(Sim *s, f64 t, i64 i) {
+    i64 k = s->heap_n++;
+    s->heap_t[k] = t;
+    s->heap_i[k] = i;
+    while (k > 0) {
+        i64 parent = (k - 1) / 2;
+        if (heap_before(s, parent, k)) break;
+        heap_swap(s, parent, k);
+        k = parent;
+    }
+}
+
+static void heap_pop(Sim *s) {
+    s->heap_n -= 1;
+    s->heap_t[0] = s->heap_t[s->heap_n];
+    s->heap_i[0] = s->heap_i[s->heap_n];
+    for (i64 k = 0;;) {
+        i64 a = 2 * k + 1, b = a + 1, c = a;
+        if (a >= s->heap_n) break;
+        if (b < s->heap_n && heap_before(s, b, a)) c = b;
+        if (heap_before(s, k, c)) break;
+        heap_swap(s, c, k);
+        k = c;
+    }
+}
+
+/* ---- events ---- */
+
+static inline void wake(Inst *q, f64 now) {
+    if (!q->busy && q->end_t == INFINITY) q->end_t = now;
+}
+
+/* Can request i never fit an empty instance? (then it is rejected on arrival) */
+static int never_fits(Sim *s, i64 i) {
+    i64 bs = s->bs, L = s->io->L[i];
+    if (req_needed_positions(s, i, L + s->outputs[i] - 1) > s->capacity) return 1;
+    if (s->io->cfg[STYLE] == STYLE_SGLANG) {
+        /* SGLang's admission needs prompt + reserved outputs + a page below the pool */
+        i64 clip = s->io->cfg[CLIP_MAX_NEW];
+        i64 left = s->outputs[i] < clip ? s->outputs[i] : clip;
+        if (L + left + bs >= s->capacity * bs) return 1;
+    }
+    return 0;
+}
+
+static void arrival(Sim *s, i64 i) {
+    SimIO *io = s->io;
+    i64 j;
+    for (i64 q = 0; q < s->N; q++) s->overlap[q] = 0;
+    if (s->router == NULL) {
+        j = io->assigned[i];
+    } else {
+        const f64 *view = s->view;
+        if (io->fcfg[ROUTER_LAG_S] > 0) {
+            /* the router's own counts are current; what instances report is the snapshot's */
+            for (i64 q = 0; q < s->N; q++)
+                memcpy(s->seen + q * NUM_VIEW, s->view + q * NUM_VIEW, V_REPORTED * sizeof(f64));
+            view = s->seen;
+        }
+        j = s->router->kind->pick(s->router->state, s, i, view, s->n_prefill);
+    }
+    io->instance[i] = j;
+    Inst *q = &s->inst[j];
+    if (never_fits(s, i)) {
+        io->status[i] = REJECTED;
+        q->counters[rejected] += 1;
+        s->done += 1;
+        return;
+    }
+    if (!req_route_ids(s, j, i)) return;
+    io->status[i] = WAITING;
+    s->target[i] = io->L[i];
+    queue_push_back(s, q, i);
+    s->routed_overlap[i] = s->router == NULL ? 0 : kv_min(s->overlap[j] * s->bs, io->L[i]);
+    q->view[V_REQUESTS] += 1;
+    q->view[V_PREFILL_TOKENS] += (f64)(io->L[i] - s->routed_overlap[i]);
+    if (s->router != NULL && s->router->kind->routed != NULL) s->router->kind->routed(s->router->state, s, i, j);
+    wake(q, s->now);
+}
+
+/* request i's KV arrives from its prefill instance: the least loaded decode instance (fewest
+ * requests in flight) takes it */
+static void handover(Sim *s, i64 i) {
+    SimIO *io = s->io;
+    i64 j = s->n_prefill;
+    for (i64 q = s->n_prefill + 1; q < s->N; q++)
+        if (s->inst[q].view[V_REQUESTS] < s->inst[j].view[V_REQUESTS]) j = q;
+    io->decode_instance[i] = j;
+    Inst *q = &s->inst[j];
+    if (req_needed_positions(s, i, io->L[i] + s->outputs[i] - 1) > s->capacity) {
+        io->status[i] = REJECTED;
+        q->counters[rejected] += 1;
+        s->done += 1;
+        return;
+    }
+    if (!req_route_ids(s, j, i)) return;
+    io->status[i] = WAITING;
+    s->kv_in[i] = 1;
+    queue_push_back(s, q, i);
+    q->view[V_REQUESTS] += 1;
+    wake(q, s->now);
+}
+
+/* Instance j schedules a step: 0 when the run must stop (a state out of room, or a stall). */
+static int schedule(Sim *s, i64 j, i64 next_arrival) {
+    Inst *q = &s->inst[j];
+    i64 *c = q->counters;
+    if (q->nrun == 0 && q->qlen == 0) {
+        q->ratio = s->io->fcfg[RATIO_INIT];  /* SGLang resets its estimate when idle */
+        q->end_t = INFINITY;
+        return 1;
+    }
+    if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
+    if (s->io->cfg[STYLE] == STYLE_SGLANG) sglang_schedule(s, j);
+    else vllm_schedule(s, j);
+    if (s->failed) return 0;
+    q->view[V_WAITING] = (f64)q->qlen;
+    q->view[V_RUNNING] = (f64)q->nrun;
+    q->view[V_HELD] = (f64)((KvHolds *)q->state)->hold[HELD];
+    if (batch_start(s, j)) return 1;
+    c[stalls] += 1;
+    q->end_t = INFINITY;
+    if (next_arrival < s->n || s->heap_n > 0) return 1;  /* it waits for a request routed to it */
+    /* nothing runs, nothing will arrive, and the waiting requests do not fit an empty instance
+     * (the arrival rule catches all but SGLang's retracted requests whose outputs outgrow its
+     * reservation clip): they are rejected and counted */
+    while (q->qlen > 0) {
+        i64 i = queue_pop_front(s, q);
+        s->io->status[i] = REJECTED;
+        c[rejected] += 1;
+        c[never_admitted] += 1;
+        s->done += 1;
+        q->view[V_REQUESTS] -= 1;
+    }
+    if (q->nrun == 0) return 1;
+    c[stuck] = q->nrun;  /* running requests that can no longer be scheduled: a bug */
+    return 0;
+}
+
+static void run(Sim *s) {
+    SimIO *io = s->io;
+    i64 n = s->n, next_arrival = 0;
+    int one_at_a_time = io->cfg[ONE_AT_A_TIME] != 0;
+    f64 lag = io->fcfg[ROUTER_LAG_S], snap_k = 0.0;
+    f64 next_snap = lag > 0 ? 0.0 : INFINITY;
+    f64 last_now = 0.0;
+    while (s->done < n) {
+        /* the earliest instance event, and the next arrival or transfer */
+        i64 j = -1;
+        f64 te = INFINITY;
+        for (i64 q = 0; q < s->N; q++)
+            if (s->inst[q].end_t < te) {
+                te = s->inst[q].end_t;
+                j = q;
+            }
+        f64 ta_trace = next_arrival < n ? io->arrival[next_arrival] : INFINITY;
+        f64 th = s->heap_n > 0 ? s->heap_t[0] : INFINITY;
+        if (one_at_a_time) {
+            if (j >= 0 || s->heap_n > 0) ta_trace = INFINITY;
+            if (j >= 0) th = INFINITY;
+        }
+        f64 ta = ta_trace <= th ? ta_trace : th;
+        if (next_snap <= ta && next_snap <= te && next_snap < INFINITY) {
+            /* what instances report (running, waiting, blocks held) reaches the router every `lag`
+             * seconds: the state at k x lag (no snapshot while nothing changes) */
+            for (i64 q = 0; q < s->N; q++)
+                memcpy(s->seen + q * NUM_VIEW + V_REPORTED, s->view + q * NUM_VIEW + V_REPORTED,
+                       (NUM_VIEW - V_REPORTED) * sizeof(f64));
+            f64 nxt = ta < te ? ta : te;
+            if (nxt == INFINITY) {
+                next_snap = INFINITY;
+            } else {
+                f64 k_last = floor(nxt / lag);
+                snap_k = k_last <= snap_k ? snap_k + 1.0 : k_last;
+                next_snap = snap_k * lag;
+            }
+            continue;
+        }
+        if (j >= 0 && s->inst[j].busy && te <= ta) {
+            s->now = last_now = te;
+            batch_end(s, j);
+            continue;
+        }
+        if (ta < INFINITY && ta <= te) {
+            s->now = last_now = ta;
+            if (ta != ta_trace) {
+                i64 i = s->heap_i[0];
+                heap_pop(s);
+                handover(s, i);
+            } else {
+                arrival(s, next_arrival++);
+            }
+            if (s->failed) break;
+            continue;
+        }
+        if (j < 0) break;  /* nothing will happen any more */
+        s->now = last_now = te;
+        if (!schedule(s, j, next_arrival)) break;
+    }
+    io->series_meta[0] = s->nseries;
+    io->series_meta[1] = s->stride;
+    io->end_s[0] = last_now;
+}
+
+/* ---- setting up and tearing down ---- */
+
+static void *zeros(i64 n, size_t size) { return calloc((size_t)(n > 0 ? n : 1), size); }
+
+static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, const KvRouterKind *router_kind) {
+    memset(s, 0, sizeof *s);
+    const i64 *cfg = io->cfg;
+    s->io = io;
+    s->policy = policy;
+    s->tiers = tiers;
+    s->T = tiers == NULL ? 0 : kv_tiers_count(tiers);
+    s->n = cfg[REQUESTS];
+    s->N = cfg[INSTANCES];
+    s->disagg = cfg[PREFILL_INSTANCES] > 0;
+    s->n_prefill = s->disagg ? cfg[PREFILL_INSTANCES] : s->N;
+    s->bs = cfg[BLOCK_SIZE];
+    s->capacity = cfg[CAPACITY];
+    s->output_kv = cfg[OUTPUT_KV] != 0;
+    s->precheck = cfg[PRECHECK] != 0;
+    s->stride = 1;
+    s->rng = (uint64_t)cfg[SEED];
+    i64 n = s->n, positions = io->offsets[n];
+    s->computed = zeros(n, sizeof(i64));
+    s->target = zeros(n, sizeof(i64));
+    s->generated = zeros(n, sizeof(i64));
+    s->new_tokens = zeros(n, sizeof(i64));
+    s->base_len = zeros(n, sizeof(i64));
+    s->base_input = zeros(n, sizeof(i64));
+    s->base_n = zeros(n, sizeof(i64));
+    s->dec_pinned = zeros(n, sizeof(i64));
+    s->decoding = zeros(n, sizeof(i8));
+    s->kv_in = zeros(n, sizeof(i8));
+    s->outputs = zeros(n, sizeof(i64));
+    for (i64 i = 0; i < n; i++) s->outputs[i] = io->O[i] > 1 ? io->O[i] : 1;
+    s->load_s = zeros(n, sizeof(f64));
+    s->last_token = zeros(n, sizeof(f64));
+    s->qnext = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
+    s->qprev = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
+    for (i64 i = 0; i < n; i++) s->qnext[i] = s->qprev[i] = -1;
+    s->routed_overlap = zeros(n, sizeof(i64));
+    s->lblocks = zeros(positions, sizeof(i32));
+    s->lpm_key = zeros(n, sizeof(i64));
+    s->order = zeros(n + 1, sizeof(i64));
+    s->tier_scratch = zeros(s->T + 1, sizeof(i64));
+    i64 max_prompt = 1;
+    for (i64 i = 0; i < n; i++) max_prompt = kv_max(max_prompt, io->P[i]);
+    s->route_scratch = zeros(max_prompt, sizeof(i32));
+    s->overlap = zeros(s->N, sizeof(i64));
+    s->view = zeros(s->N * NUM_VIEW, sizeof(f64));
+    s->seen = zeros(s->N * NUM_VIEW, sizeof(f64));
+    s->heap_t = zeros(n + 1, sizeof(f64));
+    s->heap_i = zeros(n + 1, sizeof(i64));
+    s->ids_cap = zeros(s->N, sizeof(i64));
+    s->inst = zeros(s->N, sizeof(Inst));
+    i64 rcap = (n < cfg[MAX_SEQS] ? n : cfg[MAX_SEQS]) + 1;
+    for (i64 q = 0; q < s->N; q++) {
+        Inst *in = &s->inst[q];
+        in->state = (void *)io->states[q];
+        in->ids = io->state_ids[q] > 0 ? ids_new(io->state_ids[q]) : NULL;
+        s->ids_cap[q] = io->state_ids[q] > 0 ? io->state_ids[q] : -io->state_ids[q];
+        in->counters = io->counters + q * NUM_SIM_COUNTERS;
+        in->running = zeros(rcap, sizeof(i64));
+        in->qhead = in->qtail = -1;
+        in->end_t = INFINITY;
+        in->ratio = io->fcfg[RATIO_INIT];
+        in->chunk_req = -1;
+        in->view = s->view + q * NUM_VIEW;
+    }
+    if (router_kind != NULL) {
+        s->router = calloc(1, sizeof(Router));
+        s->router->kind = router_kind;
+        s->router->state = router_kind->init == NULL ? NULL : router_kind->init(s, io->rparams);
+    }
+}
+
+static void teardown(Sim *s) {
+    if (s->router != NULL) {
+        if (s->router->kind->release != NULL) s->router->kind->release(s->router->state);
+        free(s->router);
+    }
+    route_free_tables(s, s->router_tables);
+    for (i64 q = 0; q < s->N; q++) {
+        free(s->inst[q].running);
+        ids_free(s->inst[q].ids);
+    }
+    void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
+                     s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->qnext, s->qprev,
+                     s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->route_scratch,
+                     s->overlap, s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst};
+    for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);
+}
+
+/* Run the simulation `io` describes (serving/kernel/__init__.py fills it): io->cfg[ROUTER] is an
+ * index into kv_routers, or ROUTER_FIXED (io->assigned gives each request's instance). Every
+ * instance's policy state is a record at io->states[q] over io->state_ids[q] local ids (> 0), or
+ * over the trace's -io->state_ids[q] ids (<= 0: no id map). */
+KV_EXPORT void kv_simulate(SimIO *io, const KvPolicy *policy, KvTiers *tiers) {
+    Sim s;
+    i64 router = io->cfg[ROUTER];
+    setup(&s, io, policy, tiers, router == ROUTER_FIXED ? NULL : kv_routers[router]);
+    run(&s);
+    teardown(&s);
+}

@@ -1,0 +1,172 @@
+/* The serving simulator's compiled loop: what its files share (docs/serving.md, "The simulator"
+ * and "Schedulers", states every rule with its source; serving/kernel/__init__.py builds the
+ * inputs and reads the outputs).
+ *
+ *   loop.c      the event loop: step ends, arrivals (routed), KV transfers, router snapshots
+ *   vllm.c      the vLLM v1 scheduler style, its one preemption routine
+ *   sglang.c    the SGLang scheduler style, its one retraction routine
+ *   batch.c     a step's batch: its aggregates and duration, then what its end does
+ *   requests.c  a request's blocks: admission, growth, release (the only caller of pin/unpin)
+ *   metrics.c   the inter-token histogram, the time series, peaks
+ *   ids.c       per-instance block ids: each instance's policy state is sized by the ids routed to it
+ *
+ * Requests are in arrival order. Request i's block positions are blocks[offsets[i]:offsets[i+1]]:
+ * its P[i] prompt blocks (the trace's ids), then its decode blocks (ids no prompt has). Those are
+ * global ids; an instance's policy state, tier pools and router tables use its own local ids
+ * (ids.c), which a request's positions take when it is routed or handed over (lblocks).
+ */
+#ifndef KV_SIM_H
+#define KV_SIM_H
+
+#include "../../engine/tiers/pools.h"
+#include "../../include/policy.h"
+
+/* ---- settings: named slots of cfg (i64) and fcfg (f64); Python fills them by these names ---- */
+#define SIM_CFG_SLOTS(S)                                                                              \
+    S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
+    S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
+    S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS)
+#define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
+enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
+enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
+enum { STYLE_VLLM, STYLE_SGLANG };
+#define ROUTER_FIXED (-1)
+
+/* ---- per-instance counters (a row each); Python reads them by these names ---- */
+#define SIM_COUNTER_SLOTS(S)                                                                          \
+    S(steps) S(preemptions) S(decode_blocks) S(peak_held_blocks) S(peak_running) S(peak_waiting)       \
+    S(rejected) S(prefill_steps) S(stalls) S(recomputed_tokens) S(prefill_tokens) S(decode_tokens)     \
+    S(refused_admissions) S(pin_calls) S(positions_pinned) S(state_out_of_room) S(max_pin_calls)       \
+    S(max_positions) S(first_hit_tokens) S(first_prompt_tokens) S(busy_us) S(never_admitted) S(stuck)  \
+    S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room)
+enum { SIM_COUNTER_SLOTS(KV_SLOT_ENUM) NUM_SIM_COUNTERS };
+
+/* request status (Python reads these names too) */
+#define SIM_STATUS_SLOTS(S) S(WAITING_ARRIVAL) S(WAITING) S(RUNNING) S(FINISHED) S(REJECTED)
+enum { SIM_STATUS_SLOTS(KV_SLOT_ENUM) NUM_SIM_STATUS };
+
+/* the time series' columns */
+#define SIM_SERIES_SLOTS(S) S(S_TIME) S(S_RUNNING) S(S_WAITING) S(S_HELD) S(S_HIT) S(S_PROMPT)
+enum { SIM_SERIES_SLOTS(KV_SLOT_ENUM) NUM_SERIES };
+
+/* the inter-token latency array: sum, max, count, then a log histogram: bin 0 holds gaps <=
+ * ITL_MIN_S, bin k >= 1 gaps in (ITL_MIN_S x ITL_RATIO^(k-1), ITL_MIN_S x ITL_RATIO^k] (0.1%
+ * apart, as Dynamo's DDSketch); the last bin also takes every longer gap */
+#define SIM_ITL_SLOTS(S) S(ITL_SUM) S(ITL_MAX) S(ITL_COUNT)
+enum { SIM_ITL_SLOTS(KV_SLOT_ENUM) ITL_HEAD };
+#define ITL_MIN_S 1e-6
+#define ITL_RATIO 1.001
+
+/* what a router sees of each instance: its own bookkeeping (always current), then what instances
+ * report (lagged by ROUTER_LAG_S when set) */
+#define SIM_VIEW_SLOTS(S) S(V_REQUESTS) S(V_PREFILL_TOKENS) S(V_BLOCKS) S(V_QUEUE_S) S(V_RUNNING) S(V_WAITING) S(V_HELD)
+enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
+#define V_REPORTED V_RUNNING /* the first reported column */
+
+/* ---- the inputs and outputs Python passes (bound by name: serving/kernel/__init__.py) ---- */
+#define SIM_FIELDS(F)                                                                                  \
+    F(i64, offsets) F(i32, blocks) F(i64, P) F(i64, L) F(i64, O) F(f64, arrival) F(i64, assigned)       \
+    F(f64, transfer_s) F(i64, states) F(i64, state_ids) F(f64, tm) F(i64, cfg) F(f64, fcfg) F(f64, rparams) \
+    F(f64, scheduled_s) F(f64, first_token_s) F(f64, finish_s) F(i64, hit_tokens) F(i64, hit_blocks)       \
+    F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
+    F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
+    F(f64, end_s)
+
+typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
+
+/* ---- the kernel's own state ---- */
+typedef struct Ids Ids; /* ids.c */
+typedef struct Router Router; /* serving/routing/router.h */
+
+typedef struct {
+    void *state;       /* its policy state (a record) */
+    Ids *ids;          /* its local block ids (NULL: global ids are local ones) */
+    i64 *counters;     /* its row of SimIO.counters */
+    i64 *running;      /* running requests, in admission order */
+    i64 nrun;
+    i64 qhead, qtail, qlen; /* its waiting queue: a list over requests */
+    f64 end_t;         /* the end of its step in flight (busy) or when it schedules next; inf: idle */
+    int busy;
+    f64 ratio;         /* SGLang's new-token ratio */
+    i64 chunk_req;     /* SGLang: the request whose prompt is being chunked (-1: none) */
+    f64 *view;         /* its row of the router's view (NUM_VIEW) */
+} Inst;
+
+typedef struct Sim {
+    SimIO *io;
+    const KvPolicy *policy;
+    KvTiers *tiers;
+    i64 n, N, n_prefill, bs, capacity, T;
+    int disagg, output_kv, precheck;
+    Inst *inst;
+    Router *router;
+    /* per request */
+    i64 *computed, *target, *generated, *new_tokens;
+    i64 *base_len, *base_input, *base_n, *dec_pinned; /* what it holds: requests.c */
+    i8 *decoding, *kv_in;
+    i64 *outputs;
+    f64 *load_s, *last_token;
+    i64 *qnext, *qprev;
+    i64 *routed_overlap;
+    i32 *lblocks;      /* its positions' local ids on the instance that holds it */
+    i64 *lpm_key, *order;
+    i64 *tier_scratch; /* T + 1 */
+    /* routing */
+    i64 *overlap;       /* per instance: the prefix the router saw there for this arrival (blocks) */
+    i32 *route_scratch; /* a prompt's ids on an instance it is not routed to yet */
+    i64 *ids_cap;       /* per instance: how many ids its state and tables hold */
+    i32 **router_tables;
+    uint64_t rng;
+    /* the router's view of every instance, and its lagged copy */
+    f64 *view, *seen;
+    /* transfers in flight (disaggregation): a heap by arrival time */
+    f64 *heap_t;
+    i64 *heap_i, heap_n;
+    /* time series */
+    i64 steps_all, stride, nseries;
+    f64 agg[16];
+    i64 done;
+    f64 now;
+    int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
+} Sim;
+
+/* ---- requests.c ---- */
+i64 req_needed_positions(const Sim *s, i64 i, i64 tokens);
+i64 req_schedule(Sim *s, i64 j, i64 i);
+int req_grow(Sim *s, i64 j, i64 i, i64 want);
+void req_release(Sim *s, i64 j, i64 i);
+i64 req_take_back(Sim *s, i64 j, i64 v);
+i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 tokens);
+int req_route_ids(Sim *s, i64 j, i64 i);
+
+/* ---- queues (loop.c) ---- */
+void queue_push_back(Sim *s, Inst *q, i64 i);
+void queue_push_front(Sim *s, Inst *q, i64 i);
+i64 queue_pop_front(Sim *s, Inst *q);
+
+/* ---- schedulers: fill new_tokens of the instance's step; the running list may change ---- */
+void vllm_schedule(Sim *s, i64 j);
+void sglang_schedule(Sim *s, i64 j);
+
+/* ---- batch.c ---- */
+int batch_start(Sim *s, i64 j);
+void batch_end(Sim *s, i64 j);
+
+/* ---- metrics.c ---- */
+void metrics_token_gap(Sim *s, f64 gap);
+void metrics_series(Sim *s);
+void metrics_peaks(Sim *s, i64 j);
+
+/* ---- the time model (serving/timing/step.c) ---- */
+f64 kv_step_seconds(const f64 *tm, const f64 *agg);
+f64 kv_prefill_estimate(const f64 *tm, i64 prompt_tokens, i64 cached);
+i64 kv_time_model_window(const f64 *tm);
+
+static inline i64 sim_full_blocks(i64 prompt_tokens, i64 prompt_blocks, i64 bs) {
+    /* the prompt's full blocks, as Dynamo hashes them (at most its block ids) */
+    return kv_min(prompt_tokens / bs, prompt_blocks);
+}
+
+static inline i64 sim_ceil_page(i64 tokens, i64 bs) { return (tokens + bs - 1) / bs * bs; }
+
+#endif

@@ -1,0 +1,62 @@
+/* The vLLM v1 scheduler style (docs/serving.md, "vLLM v1" cites vllm/v1/core/sched/scheduler.py):
+ * running requests first, in admission order, each as many tokens as the budget leaves (a
+ * prefill chunk, or 1 to decode); when one needs a block and none is free, the newest running
+ * request is preempted (possibly itself) and goes back to the front of the waiting queue; waiting
+ * requests join, first come first served, only in a step that preempted nothing. */
+#include "sim.h"
+
+/* Preempt the newest running request of instance j: its blocks are released, and it waits at the
+ * front of the queue to recompute its prompt and the tokens it generated. Returns it. */
+static i64 preempt_newest(Sim *s, i64 j, i64 *budget) {
+    Inst *q = &s->inst[j];
+    i64 victim = q->running[q->nrun - 1];
+    q->nrun -= 1;
+    *budget += req_take_back(s, j, victim);
+    queue_push_front(s, q, victim);
+    return victim;
+}
+
+void vllm_schedule(Sim *s, i64 j) {
+    Inst *q = &s->inst[j];
+    const i64 *cfg = s->io->cfg;
+    i64 budget = cfg[MAX_BATCHED];
+    int preempted = 0;
+    /* 1. running requests first, in admission order */
+    for (i64 r = 0; r < q->nrun && budget > 0;) {
+        i64 i = q->running[r];
+        i64 want_new = s->computed[i] < s->target[i] ? kv_min(s->target[i] - s->computed[i], budget) : 1;
+        i64 want = req_needed_positions(s, i, s->computed[i] + want_new);
+        int ok = 1;
+        while (!req_grow(s, j, i, want)) {
+            if (s->failed) return;
+            preempted = 1;
+            if (preempt_newest(s, j, &budget) == i) {
+                ok = 0;
+                break;
+            }
+        }
+        if (!ok) break;
+        s->new_tokens[i] = want_new;
+        budget -= want_new;
+        r++;
+    }
+    if (preempted) return;
+    /* 2. waiting requests, first come first served */
+    while (q->qlen > 0 && budget > 0 && q->nrun < cfg[MAX_SEQS]) {
+        i64 i = q->qhead;
+        if (!req_schedule(s, j, i)) break;
+        queue_pop_front(s, q);
+        i64 want_new = s->target[i] - s->computed[i];
+        if (cfg[CHUNKED] == 0 && want_new > budget && q->nrun > 0) {
+            /* without chunked prefill a prompt waits for a step with room for all of it */
+            req_release(s, j, i);
+            queue_push_front(s, q, i);
+            s->io->status[i] = WAITING;
+            break;
+        }
+        want_new = kv_min(want_new, budget);
+        q->running[q->nrun++] = i;
+        s->new_tokens[i] = want_new;
+        budget -= want_new;
+    }
+}

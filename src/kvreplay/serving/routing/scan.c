@@ -1,0 +1,73 @@
+/* What routers share (router.h): prefix scans of an instance they may route to, random ties,
+ * tables over an instance's ids. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../kernel/ids.h"
+#include "router.h"
+
+i64 route_local_id(Sim *s, i64 q, i64 b) {
+    Ids *ids = s->inst[q].ids;
+    return ids == NULL ? b : ids_get(ids, b);
+}
+
+i64 route_gpu_prefix(Sim *s, i64 q, i64 i) {
+    void *st = s->inst[q].state;
+    i64 start = s->io->offsets[i], P = s->io->P[i];
+    i64 limit = s->policy->hit_limit(st, P, s->io->L[i], s->bs);
+    i64 k = 0;
+    while (k < limit) {
+        i64 b = route_local_id(s, q, s->io->blocks[start + k]);
+        if (b < 0 || !s->policy->resident(st, b)) break;
+        k++;
+    }
+    return k;
+}
+
+i64 route_tier_prefix(Sim *s, i64 q, i64 i, i64 k, i64 *counts) {
+    void *st = s->inst[q].state;
+    i64 start = s->io->offsets[i], P = s->io->P[i];
+    i64 limit = s->policy->hit_limit(st, P, s->io->L[i], s->bs);
+    /* the prompt's ids on q (-1: never routed there), for the policy's probes */
+    for (i64 m = 0; m < P; m++) s->route_scratch[m] = (i32)route_local_id(s, q, s->io->blocks[start + m]);
+    return kv_tier_prefix(s->policy, st, s->tiers, q, s->io->blocks + start, s->route_scratch, 0, k, limit, counts, 0);
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+i64 route_random_below(Sim *s, i64 n) {
+    /* unbiased: reject the top of the range that n does not divide */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % (uint64_t)n;
+    uint64_t x;
+    do x = splitmix64(&s->rng); while (x >= limit);
+    return (i64)(x % (uint64_t)n);
+}
+
+void route_lowest(Sim *s, Lowest *l, f64 cost, i64 q) {
+    if (cost < l->cost) {
+        l->cost = cost;
+        l->best = q;
+        l->ties = 1;
+    } else if (cost == l->cost) {
+        l->ties += 1;
+        if (route_random_below(s, l->ties) == 0) l->best = q;
+    }
+}
+
+i32 **route_tables(Sim *s) {
+    i32 **tables = calloc((size_t)s->N, sizeof(i32 *));
+    for (i64 q = 0; q < s->N; q++) tables[q] = calloc((size_t)kv_max(1, s->ids_cap[q]), sizeof(i32));
+    s->router_tables = tables;
+    return tables;
+}
+
+void route_free_tables(Sim *s, i32 **tables) {
+    if (tables == NULL) return;
+    for (i64 q = 0; q < s->N; q++) free(tables[q]);
+    free(tables);
+}

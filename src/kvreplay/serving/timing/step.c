@@ -1,0 +1,109 @@
+/* The packed time models' step durations (step.h). */
+#include <math.h>
+
+#include "step.h"
+
+KV_EXPORT const char kv_layout_timing[] = " | agg=" AGG_SLOTS(KV_SLOT_SPEC) " | kind=" TIME_KIND_SLOTS(KV_SLOT_SPEC)
+                                          " | roofline=" ROOFLINE_SLOTS(KV_SLOT_SPEC);
+
+/* tm[start:start+n] rises: the segment i (0..n-2) holding x, its ends extended */
+static i64 segment(const f64 *tm, i64 start, i64 n, f64 x) {
+    i64 lo = 0, hi = n - 2;
+    while (lo < hi) {
+        i64 mid = (lo + hi + 1) / 2;
+        if (tm[start + mid] <= x) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+static inline f64 lerp(f64 x1, f64 y1, f64 x2, f64 y2, f64 x) { return (y2 - y1) / (x2 - x1) * (x - x1) + y1; }
+
+static f64 roofline(const f64 *tm, const f64 *agg) {
+    f64 tokens = agg[AGG_PREFILL_NEW] + agg[AGG_DECODE_REQS];
+    f64 flops = 2.0 * tm[R_ACTIVE_PARAMS] * tokens
+                + 4.0 * tm[R_ATTN_WIDTH] * (tm[R_LAYERS_FULL] * agg[AGG_KEYS_FULL] + tm[R_LAYERS_SW] * agg[AGG_KEYS_SW]);
+    f64 weights = kv_fmin(tm[R_WEIGHT_BYTES], tm[R_ACTIVE_WEIGHT_BYTES] * tokens) / tm[R_TP];
+    f64 kv = tm[R_KV_LAYER_TOKEN] * (tm[R_LAYERS_FULL] * agg[AGG_TOUCHED_FULL] + tm[R_LAYERS_SW] * agg[AGG_TOUCHED_SW]);
+    return kv_fmax(flops / tm[R_TP] / tm[R_FLOPS], (weights + kv) / tm[R_BYTES_PER_S]) + tm[R_OVERHEAD];
+}
+
+/* Dynamo's NPZ profile: prefill by the batch's new tokens, decode by (active KV, context) */
+static f64 npz(const f64 *tm, const f64 *agg) {
+    i64 n = (i64)tm[2];
+    i64 px = 3, py = 3 + n;
+    i64 r = (i64)tm[3 + 2 * n], c = (i64)tm[4 + 2 * n];
+    i64 dx = 5 + 2 * n, dy = 5 + 2 * n + r, dz = dy + c;
+    f64 prefill = 0.0, decode = 0.0;
+    f64 k = agg[AGG_PREFILL_REQS];
+    if (k > 0) {
+        f64 prefix = agg[AGG_PREFILL_CACHED];
+        f64 isl = prefix + agg[AGG_PREFILL_NEW];
+        f64 fresh = floor(isl / k) - floor(prefix / k);
+        if (fresh > 0) {
+            f64 x = k * fresh;
+            i64 i = segment(tm, px, n, x);
+            prefill = kv_fmax(lerp(tm[px + i], tm[py + i], tm[px + i + 1], tm[py + i + 1], x), 0.0);
+        }
+    }
+    f64 b = agg[AGG_DECODE_REQS];
+    if (b > 0) {
+        f64 x = agg[AGG_ACTIVE_KV];
+        f64 y = floor(agg[AGG_DECODE_CTX] / b);
+        i64 i = segment(tm, dx, r, x), j = segment(tm, dy, c, y);
+        f64 x1 = tm[dx + i], x2 = tm[dx + i + 1], y1 = tm[dy + j], y2 = tm[dy + j + 1];
+        f64 z1 = lerp(x1, tm[dz + i * c + j], x2, tm[dz + (i + 1) * c + j], x);
+        f64 z2 = lerp(x1, tm[dz + i * c + j + 1], x2, tm[dz + (i + 1) * c + j + 1], x);
+        decode = kv_fmax(lerp(y1, z1, y2, z2, y), tm[1]);
+    }
+    return (prefill + decode) / 1000.0;
+}
+
+/* a polynomial in the batch's variables (serving/timing.py POLY_VARIABLES order) */
+static f64 polynomial(const f64 *tm, const f64 *agg) {
+    f64 b = agg[AGG_DECODE_REQS];
+    f64 v[6] = {agg[AGG_PREFILL_NEW], agg[AGG_PREFILL_REQS], agg[AGG_PREFILL_CACHED], b, agg[AGG_DECODE_CTX],
+                b > 0 ? agg[AGG_DECODE_CTX] / b : 0.0};
+    f64 total = 0.0;
+    i64 terms = (i64)tm[3];
+    for (i64 t = 0; t < terms; t++) {
+        const f64 *term = tm + 4 + t * 7;
+        /* the products grouped as serving/timing.py groups them (same rounding) */
+        f64 value = term[0];
+        value *= pow(v[0], term[1]) * pow(v[1], term[2]) * pow(v[2], term[3]);
+        value *= pow(v[3], term[4]) * pow(v[4], term[5]) * pow(v[5], term[6]);
+        total += value;
+    }
+    return kv_fmax(total, tm[2]) * tm[1];
+}
+
+f64 kv_step_seconds(const f64 *tm, const f64 *agg) {
+    i64 kind = (i64)tm[0];
+    if (kind == KIND_INSTANT || (agg[AGG_PREFILL_REQS] == 0 && agg[AGG_DECODE_REQS] == 0)) return 0.0;
+    if (kind == KIND_ROOFLINE) return roofline(tm, agg);
+    if (kind == KIND_NPZ) return npz(tm, agg);
+    return polynomial(tm, agg);
+}
+
+i64 kv_sum_min(i64 a, i64 b, i64 w) {
+    if (b <= w) return (a + b) * (b - a + 1) / 2;
+    if (a > w) return w * (b - a + 1);
+    return (a + w) * (w - a + 1) / 2 + w * (b - w);
+}
+
+KV_EXPORT f64 kv_prefill_estimate(const f64 *tm, i64 prompt_tokens, i64 cached) {
+    if (cached >= prompt_tokens) cached = prompt_tokens > 0 ? prompt_tokens - 1 : 0;
+    i64 fresh = prompt_tokens - cached;
+    if (fresh <= 0) return 0.0;
+    f64 agg[NUM_AGG] = {0};
+    agg[AGG_PREFILL_REQS] = 1;
+    agg[AGG_PREFILL_NEW] = (f64)fresh;
+    agg[AGG_PREFILL_CACHED] = (f64)cached;
+    agg[AGG_KEYS_FULL] = (f64)fresh * (f64)cached + (f64)fresh * (f64)(fresh + 1) / 2;
+    agg[AGG_TOUCHED_FULL] = (f64)(cached + fresh);
+    return kv_step_seconds(tm, agg);
+}
+
+i64 kv_time_model_window(const f64 *tm) { return (i64)tm[0] == KIND_ROOFLINE ? (i64)tm[R_WINDOW] : 0; }
+
+/* for tests: the step time of one aggregate array (serving/timing.py compares it with step_time) */
+KV_EXPORT f64 kv_step_seconds_of(const f64 *tm, const f64 *agg) { return kv_step_seconds(tm, agg); }

@@ -1,0 +1,31 @@
+/* A step's duration from its aggregates, for each packed time model (serving/timing.py's
+ * ``packed`` lays them out; its ``step_time`` methods are the same formulas in Python, and
+ * tests/serving/test_timing.py holds the two together). */
+#ifndef KV_TIMING_STEP_H
+#define KV_TIMING_STEP_H
+
+#include "../../include/kv.h"
+
+/* a step's aggregates (batch.c accumulates them over the requests in the step) */
+#define AGG_SLOTS(S) S(AGG_PREFILL_REQS) S(AGG_PREFILL_NEW) S(AGG_PREFILL_CACHED) S(AGG_DECODE_REQS) \
+    S(AGG_DECODE_CTX) S(AGG_ACTIVE_KV) S(AGG_KEYS_FULL) S(AGG_TOUCHED_FULL) S(AGG_KEYS_SW) S(AGG_TOUCHED_SW)
+enum { AGG_SLOTS(KV_SLOT_ENUM) NUM_AGG };
+
+/* tm[0]: the model's kind */
+#define TIME_KIND_SLOTS(S) S(KIND_INSTANT) S(KIND_ROOFLINE) S(KIND_NPZ) S(KIND_POLY)
+enum { TIME_KIND_SLOTS(KV_SLOT_ENUM) NUM_TIME_KINDS };
+
+/* the roofline's slots, after the kind */
+#define ROOFLINE_SLOTS(S) S(R_KIND) S(R_ACTIVE_PARAMS) S(R_ATTN_WIDTH) S(R_LAYERS_FULL) S(R_LAYERS_SW) S(R_WINDOW) \
+    S(R_WEIGHT_BYTES) S(R_ACTIVE_WEIGHT_BYTES) S(R_TP) S(R_KV_LAYER_TOKEN) S(R_FLOPS) S(R_BYTES_PER_S) S(R_OVERHEAD)
+enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
+
+f64 kv_step_seconds(const f64 *tm, const f64 *agg);
+/* one prefill of `prompt_tokens` with `cached` of them cached (the last token is always computed) */
+f64 kv_prefill_estimate(const f64 *tm, i64 prompt_tokens, i64 cached);
+/* the sliding window the model needs aggregates for (0: none) */
+i64 kv_time_model_window(const f64 *tm);
+/* sum(min(k, w) for k in a..b), a <= b */
+i64 kv_sum_min(i64 a, i64 b, i64 w);
+
+#endif
