@@ -312,6 +312,7 @@ register_kernel(BeladyState, _resident, access_request_impl=_access_request, pin
 
 POLICY = PolicySpec(
     name="belady",
+    native="belady",
     summary="Belady's MIN (offline): evict the block whose next use is farthest",
     reference=Belady,
     make_state=make_state,

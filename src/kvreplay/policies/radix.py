@@ -841,6 +841,7 @@ register_kernel(RadixState, _resident, access_request_impl=_access_request, hit_
 
 POLICY = PolicySpec(
     name="radix",
+    native="radix",
     summary="SGLang RadixCache: radix tree of pages, whole-leaf LRU eviction, locked running prefix (SGLang 0.5.23)",
     reference=Radix,
     make_state=make_state,

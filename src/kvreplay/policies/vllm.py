@@ -479,6 +479,7 @@ register_kernel(VLLMState, _resident, access_request_impl=_access_request, hit_l
 
 POLICY = PolicySpec(
     name="vllm",
+    native="vllm",
     summary="vLLM v1 prefix cache: pinned running blocks, LRU free queue filled tail block first",
     reference=VLLM,
     make_state=make_state,

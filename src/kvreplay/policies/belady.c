@@ -1,0 +1,195 @@
+/* Belady's MIN, compiled (the rules, the reference engine and the numba engine: belady.py). A
+ * binary max-heap of (next use, block) in arrays with lazy deletion: an entry is live iff its key
+ * is the block's current one (key[b], -1: not resident). Every access pushes one entry. */
+#include "../include/policy.h"
+
+#define FIELDS(F) F(i64, key) F(i64, next_use) F(i64, heap_key) F(i32, heap_block) F(i64, meta)
+#define SLOTS(S) S(SIZE) S(CAPACITY) S(HEAP_SIZE) S(BYPASS) S(ADMISSIONS) S(EVICTIONS) S(BYPASSES)
+KV_STATE(Belady, FIELDS)
+enum { SLOTS(KV_SLOT_ENUM) };
+
+static inline int belady_resident(Belady *st, i64 b) { return st->key[b] >= 0; }
+
+static inline i64 belady_hit_limit(Belady *st, i64 num_blocks, i64 L, i64 bs) {
+    (void)st; (void)L; (void)bs;
+    return num_blocks;
+}
+
+static inline void belady_heap_push(Belady *st, i64 key, i64 b) {
+    i64 *restrict hk = st->heap_key;
+    i32 *restrict hb = st->heap_block;
+    i64 *m = st->meta;
+    i64 i = m[HEAP_SIZE];
+    m[HEAP_SIZE] = i + 1;
+    while (i > 0) {
+        i64 parent = (i - 1) / 2;
+        if (hk[parent] >= key) break;
+        hk[i] = hk[parent];
+        hb[i] = hb[parent];
+        i = parent;
+    }
+    hk[i] = key;
+    hb[i] = (i32)b;
+}
+
+static inline void belady_heap_pop(Belady *st) {
+    i64 *restrict hk = st->heap_key;
+    i32 *restrict hb = st->heap_block;
+    i64 *m = st->meta;
+    i64 n = m[HEAP_SIZE] - 1;
+    m[HEAP_SIZE] = n;
+    i64 key = hk[n];
+    i32 b = hb[n];
+    i64 i = 0;
+    for (;;) {
+        i64 child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && hk[child + 1] > hk[child]) child++;
+        if (hk[child] <= key) break;
+        hk[i] = hk[child];
+        hb[i] = hb[child];
+        i = child;
+    }
+    hk[i] = key;
+    hb[i] = b;
+}
+
+static inline void belady_drop_stale(Belady *st) {
+    while (st->key[st->heap_block[0]] != st->heap_key[0]) belady_heap_pop(st);
+}
+
+/* The sequential access phase: it never meets a held block. */
+static inline void belady_access_request(Belady *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
+                                         i64 L, i64 bs) {
+    (void)request; (void)hits; (void)L; (void)bs;
+    i64 *m = st->meta;
+    i64 *key_of = st->key;
+    const i64 *next_use = st->next_use;
+    for (i64 j = start; j < end; j++) {
+        i64 b = blocks[j];
+        i64 key = next_use[j];
+        if (key_of[b] < 0) {
+            if (m[SIZE] >= m[CAPACITY]) {
+                belady_drop_stale(st);
+                if (m[BYPASS] != 0 && key > st->heap_key[0]) {
+                    m[BYPASSES] += 1;
+                    continue;
+                }
+                i64 victim = st->heap_block[0];
+                key_of[victim] = -1;
+                kv_log_eviction(&st->h, victim);
+                belady_heap_pop(st);
+                m[SIZE] -= 1;
+                m[EVICTIONS] += 1;
+            }
+            m[SIZE] += 1;
+            m[ADMISSIONS] += 1;
+        }
+        key_of[b] = key;
+        belady_heap_push(st, key, b);
+    }
+}
+
+/* Holds (running requests only). Held entries taken off the heap wait at the far end of the heap
+ * arrays, beyond the heap: each one taken off shrinks the heap by the slot it fills. */
+
+/* Drop stale entries and set aside held ones until the top is the farthest unheld resident block
+ * (one exists: the caller checked that not everything is held). How many were set aside. */
+static i64 belady_farthest_unheld(Belady *st) {
+    i64 slots = st->heap_key_n;
+    i64 aside = 0;
+    for (;;) {
+        i64 b = st->heap_block[0];
+        if (st->key[b] != st->heap_key[0]) {
+            belady_heap_pop(st); /* stale */
+        } else if (st->h.pins[b] != 0) {
+            i64 key = st->heap_key[0];
+            belady_heap_pop(st);
+            aside++;
+            st->heap_key[slots - aside] = key;
+            st->heap_block[slots - aside] = (i32)b;
+        } else {
+            return aside;
+        }
+    }
+}
+
+/* Push the `aside` entries set aside by belady_farthest_unheld back on the heap. */
+static void belady_put_back(Belady *st, i64 aside) {
+    i64 slots = st->heap_key_n;
+    while (aside > 0) {
+        i64 key = st->heap_key[slots - aside], b = st->heap_block[slots - aside]; /* before the push overwrites it */
+        aside--;
+        belady_heap_push(st, key, b);
+    }
+}
+
+static i64 belady_pin_request(Belady *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
+                              i64 L, i64 bs, i64 *handles, i64 base) {
+    (void)request; (void)hits; (void)L; (void)bs;
+    i64 *m = st->meta;
+    i64 n = 0;
+    for (i64 j = start; j < end; j++) {
+        i64 b = blocks[j];
+        i64 key = st->next_use[j];
+        if (st->key[b] < 0) {
+            if (m[SIZE] >= m[CAPACITY]) {
+                if (kv_refused_when_all_held(&st->h, m[SIZE])) break;
+                i64 aside = belady_farthest_unheld(st);
+                int bypass = m[BYPASS] != 0 && key > st->heap_key[0];
+                if (!bypass) {
+                    i64 victim = st->heap_block[0];
+                    st->key[victim] = -1;
+                    kv_log_eviction(&st->h, victim);
+                    belady_heap_pop(st);
+                    m[SIZE] -= 1;
+                    m[EVICTIONS] += 1;
+                }
+                belady_put_back(st, aside);
+                if (bypass) {
+                    m[BYPASSES] += 1;
+                    continue;
+                }
+            }
+            m[SIZE] += 1;
+            m[ADMISSIONS] += 1;
+        }
+        st->key[b] = key;
+        belady_heap_push(st, key, b);
+        kv_pin(&st->h, (i32)b);
+        handles[base + n] = b;
+        n++;
+    }
+    return n;
+}
+
+/* The default release: first to last (releasing changes no next use). */
+static void belady_unpin_request(Belady *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 L, i64 bs,
+                                 const i64 *handles, i64 base, i64 n) {
+    (void)request; (void)blocks; (void)start; (void)end; (void)L; (void)bs;
+    for (i64 k = 0; k < n; k++) kv_unpin(&st->h, (i32)handles[base + k]);
+}
+
+KV_REPLAY(belady, Belady, belady_resident, belady_hit_limit, belady_access_request)
+
+static int belady_resident_op(void *st, i64 b) { return belady_resident((Belady *)st, b); }
+static i64 belady_hit_limit_op(void *st, i64 num_blocks, i64 L, i64 bs) {
+    return belady_hit_limit((Belady *)st, num_blocks, L, bs);
+}
+static void belady_access_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 L,
+                                     i64 bs) {
+    belady_access_request((Belady *)st, request, blocks, start, end, hits, L, bs);
+}
+static i64 belady_pin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 L,
+                                 i64 bs, i64 *handles, i64 base) {
+    return belady_pin_request((Belady *)st, request, blocks, start, end, hits, L, bs, handles, base);
+}
+static void belady_unpin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 L, i64 bs,
+                                    const i64 *handles, i64 base, i64 n) {
+    belady_unpin_request((Belady *)st, request, blocks, start, end, L, bs, handles, base, n);
+}
+
+KV_EXPORT const KvPolicy kv_policy_belady = {
+    "belady", KV_LAYOUT(FIELDS, SLOTS), belady_resident_op, belady_hit_limit_op, belady_access_request_op,
+    belady_pin_request_op, belady_unpin_request_op, belady_resident_op, 1, belady_replay,
+};
