@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+from collections import namedtuple
 import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
@@ -80,10 +81,11 @@ class Layout:
     slots: dict
 
     def slot(self, array: str):
-        """The slot indices of `array` as attributes: ``layout.slot("meta").SIZE``."""
+        """The slot indices of `array` as a namedtuple: ``layout.slot("meta").SIZE`` (``.names``: in order)."""
         names = self.slots[array]
-        return type(f"{array}_slots", (), {**{n: i for i, n in enumerate(names)}, "__len__": lambda s: len(names),
-                                            "names": tuple(names)})()
+        cls = namedtuple(f"{array}_slots", names)
+        cls.names = property(lambda s: s._fields)
+        return cls(*range(len(names)))
 
 
 def parse_layout(text: str) -> Layout:

@@ -1,4 +1,4 @@
-"""Routers that read the instances' state (serving/router.py): each preset's rule worked by hand,
+"""Routers that read the instances' state (serving/routing/): each preset's rule worked by hand,
 the router's lag, and the limit every router must keep (instant time: each instance's requests
 replay sequentially)."""
 
@@ -11,34 +11,30 @@ from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.errors import ConfigError
-from kvreplay.serving.router import (NUM_VIEW, ROUTER_DYNAMO, ROUTER_LLMD, ROUTER_MOONCAKE,
-                                     ROUTER_SGLANG, STATE_AWARE, V_BLOCKS, V_HELD, V_PREFILL_TOKENS, V_QUEUE_S,
-                                     V_REQUESTS, V_WAITING, pick_instance, router_config)
+from kvreplay.serving import routing
+from kvreplay.serving.kernel import slots
 from kvreplay.serving.simulate import simulate
-from kvreplay.serving.timing import NUM_AGG, PolynomialProfile, packed
+from kvreplay.serving.timing import PolynomialProfile, packed
 
 from conftest import MOONCAKE, shared_path
 from sim_cases import HOLDS_IN_SEQUENCE, ONE_SECOND, small_traces, trace_of
 
 TM = packed(ONE_SECOND)
+VIEW = slots("view")  # the columns of what a router sees of an instance (serving/kernel/sim.h)
+ROUTER_DYNAMO, ROUTER_SGLANG, ROUTER_LLMD, ROUTER_MOONCAKE = "kv-aware", "sglang", "llm-d", "mooncake"
 
 
-def pick(kind, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, block_size=16, fetch=None, **options):
-    name = {ROUTER_DYNAMO: "kv-aware", ROUTER_SGLANG: "sglang", ROUTER_LLMD: "llm-d"}.get(kind, "least-loaded")
-    rcfg = router_config(name, capacity=100, options=options)
-    view = np.asarray(view, dtype=np.float64)
-    full = np.zeros((view.shape[0], NUM_VIEW))
-    full[:, :view.shape[1]] = view
-    return int(pick_instance(kind, rcfg, full, np.asarray(overlap, dtype=np.int64),
-                             np.zeros(len(overlap), dtype=np.int64) if depth is None else np.asarray(depth),
-                             np.zeros(len(overlap)) if fetch is None else np.asarray(fetch, dtype=np.float64),
-                             prompt_blocks, prompt_tokens, block_size, TM, np.zeros(NUM_AGG)))
+def pick(router, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, block_size=16, fetch=None,
+         time_model=TM, **options):
+    return routing.rule(router, view, overlap, depth=depth, fetch=fetch, prompt_blocks=prompt_blocks,
+                        prompt_tokens=prompt_tokens, block_size=block_size, time_model=time_model, capacity=100,
+                        options=options)
 
 
 def row(**cols):
-    names = {"requests": V_REQUESTS, "prefill": V_PREFILL_TOKENS, "blocks": V_BLOCKS, "queue_s": V_QUEUE_S,
-             "waiting": V_WAITING, "held": V_HELD}
-    out = [0.0] * NUM_VIEW
+    names = {"requests": VIEW.V_REQUESTS, "prefill": VIEW.V_PREFILL_TOKENS, "blocks": VIEW.V_BLOCKS,
+             "queue_s": VIEW.V_QUEUE_S, "waiting": VIEW.V_WAITING, "held": VIEW.V_HELD}
+    out = [0.0] * len(VIEW)
     for k, v in cols.items():
         out[names[k]] = v
     return out
@@ -88,17 +84,11 @@ def test_mooncake_least_estimated_ttft_by_hand():
     # a prompt fully cached still computes its last token, so the estimate never drops to zero
     per_token = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "unit": "s",
                                             "terms": [{"coef": 0.01, "prefill_tokens": 1}]})
-    rcfg = router_config("mooncake", capacity=100)
-    view = np.zeros((2, NUM_VIEW))
-    view[0, V_QUEUE_S] = 0.2
+    view = [row(queue_s=0.2), row()]
     # instance 0: 0.2 s queued + (64 - 48) x 0.01 = 0.36 s; instance 1: 64 x 0.01 = 0.64 s
-    got = pick_instance(ROUTER_MOONCAKE, rcfg, view, np.array([3, 0]), np.zeros(2, dtype=np.int64), np.zeros(2), 4,
-                        64, 16, packed(per_token), np.zeros(NUM_AGG))
-    assert got == 0
+    assert pick(ROUTER_MOONCAKE, view, [3, 0], time_model=packed(per_token)) == 0
     # ... unless loading those 48 tokens from a tier takes longer than computing them: 0.5 s
-    got = pick_instance(ROUTER_MOONCAKE, rcfg, view, np.array([3, 0]), np.zeros(2, dtype=np.int64),
-                        np.array([0.5, 0.0]), 4, 64, 16, packed(per_token), np.zeros(NUM_AGG))
-    assert got == 1
+    assert pick(ROUTER_MOONCAKE, view, [3, 0], fetch=[0.5, 0.0], time_model=packed(per_token)) == 1
 
 
 def test_least_loaded_counts_requests_in_flight():
@@ -162,12 +152,16 @@ def test_router_lag_reads_an_old_snapshot():
 
 def test_router_configuration_errors():
     with pytest.raises(ConfigError, match="unknown router"):
-        router_config("nearest", capacity=10)
+        routing.parameters("nearest")
     with pytest.raises(ConfigError, match="unknown option"):
-        router_config("kv-aware", capacity=10, options={"temperature": 1.0})
+        routing.parameters("kv-aware", {"temperature": 1.0})
+    t = trace_of((["a"], 4, 0, 1))
     with pytest.raises(ConfigError, match="lag"):
-        router_config("kv-aware", capacity=10, lag_ms=-1)
-    assert set(STATE_AWARE) == {"least-loaded", "kv-aware", "dynamo", "sglang", "llm-d", "mooncake"}
+        simulate(t, "vllm", 10, time_model=ONE_SECOND, instances=2, router="kv-aware", router_lag_ms=-1)
+    # the registry is the core's (serving/routing/registry.c), aliases included
+    assert set(routing.state_aware()) == {"least-loaded", "kv-aware", "dynamo", "sglang", "llm-d", "mooncake"}
+    assert routing.state_aware()["dynamo"] == routing.state_aware()["kv-aware"]
+    assert routing.names()[:3] == ("round-robin", "random", "session")
 
 
 @pytest.mark.parametrize("router", ["least-loaded", "kv-aware", "sglang", "llm-d", "mooncake"])

@@ -18,7 +18,8 @@ from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from kvreplay.policies.registry import POLICIES
 from kvreplay.serving.report import latency_stats, nearest_rank
-from kvreplay.serving.simulate import Scheduler, arrivals, decode_trace, load_sweep, simulate
+from kvreplay.serving.run import decode_trace
+from kvreplay.serving.simulate import Scheduler, arrivals, load_sweep, simulate
 
 from conftest import MOONCAKE, shared_path
 from sim_cases import HOLDS_IN_SEQUENCE, ONE_SECOND, small_traces, trace_of

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from kvreplay.errors import ConfigError, KvreplayError
-from kvreplay.serving.gpus import get_gpu, gpu_catalog
+from kvreplay.serving.timing import get_gpu, gpu_catalog
+from kvreplay.serving.timing.models import _sum_min
 from kvreplay.serving.timing import (
     DynamoNpzProfile,
     InstantTimeModel,
@@ -17,7 +18,6 @@ from kvreplay.serving.timing import (
     RooflineTimeModel,
     StepBatch,
     TimeModel,
-    _sum_min,
     kv_capacity,
     kv_capacity_blocks,
     load_time_model,

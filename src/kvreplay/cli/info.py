@@ -64,7 +64,7 @@ def _parser_gpus(sub) -> None:
 def _cmd_gpus(args) -> int:
     from dataclasses import asdict
 
-    from ..serving.gpus import gpu_catalog
+    from ..serving.timing import gpu_catalog
 
     entries = [asdict(g) for g in gpu_catalog()]
     if args.json:

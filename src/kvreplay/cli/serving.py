@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import ConfigError
-from ..serving.router import ROUTERS
+from ..serving import routing
 from . import common
 
 
@@ -106,7 +106,7 @@ def _parser_simulate(sub) -> None:
                      help="goodput counts requests whose TPOT is at most MS milliseconds")
     sim.add_argument("--instances", type=common.positive_int, default=1,
                      help="identical engine instances, each with the pool and time model above (default 1)")
-    sim.add_argument("--router", choices=ROUTERS, default="round-robin",
+    sim.add_argument("--router", choices=routing.names(), default="round-robin",
                      help="with --instances: round-robin by arrival (default), random (seeded by --seed), "
                           "session (sticky: by session id, else by the request's first block), least-loaded "
                           "(fewest requests in flight), or a cache-aware preset: kv-aware (= dynamo, NVIDIA "
@@ -159,9 +159,10 @@ def _options(args, trace) -> dict:
     if args.engine != "compiled":
         raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
     capacity = args.capacity
-    if capacity is not None:
-        sized, _ = common.resolve_budget(args, trace, [capacity])
-        capacity = sized[0]
+    if capacity is not None and args.bytes_per_token is not None:
+        capacity = common.resolve_budget(args, trace, [capacity])[0][0]  # (simulate sizes KV from --model)
+    if args.model is None and (args.kv_dtype is not None or args.kv_layers is not None):
+        raise ConfigError("--kv-dtype and --kv-layers need --model")
     time_model = args.time_model
     if time_model is None:
         if args.gpu is None or args.model is None:
@@ -176,7 +177,8 @@ def _options(args, trace) -> dict:
     if roofline:
         from ..serving.timing import load_time_model
 
-        time_model = load_time_model("roofline", model=args.model, gpu=args.gpu, tp=args.tp, **roofline)
+        time_model = load_time_model("roofline", model=args.model, gpu=args.gpu, tp=args.tp,
+                                     kv_dtype=args.kv_dtype or "bf16", **roofline)
     scheduler = Scheduler(style=args.engine_style, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_num_seqs=args.max_num_seqs, chunked_prefill=not args.no_chunked_prefill,
                           schedule_policy=args.schedule, chunked_prefill_size=args.chunked_prefill_size,
@@ -191,7 +193,8 @@ def _options(args, trace) -> dict:
                 slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv,
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,
                 tiers=args.tiers, global_store=args.global_store, tier_copies=args.tier_copies,
-                tier_overlap=args.tier_overlap, prefill_instances=args.prefill_instances,
+                tier_overlap=args.tier_overlap, kv_dtype=args.kv_dtype, kv_layers=args.kv_layers,
+                prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link,
                 router_options=_router_options(args.router_option), **params)
 
@@ -220,7 +223,8 @@ def _cmd_simulate(args) -> int:
         if args.capacities is not None:
             if args.capacities == "auto":
                 raise ConfigError("--capacities auto does not apply to a load sweep: give block counts or sizes")
-            capacities = common.resolve_budget(args, trace, args.capacities)[0]
+            capacities = (common.resolve_budget(args, trace, args.capacities)[0] if args.bytes_per_token is not None
+                          else list(args.capacities))
         if policies:
             options.pop("policy")
         if capacities:
@@ -228,9 +232,9 @@ def _cmd_simulate(args) -> int:
         instances = args.instances_list or [options.pop("instances")]
         options.pop("instances", None)
         routers = [r.strip() for r in args.routers.split(",") if r.strip()] if args.routers else [options["router"]]
-        unknown = [r for r in routers if r not in ROUTERS]
+        unknown = [r for r in routers if r not in routing.names()]
         if unknown:
-            raise ConfigError(f"--routers: unknown router {unknown[0]!r} (known: {', '.join(ROUTERS)})")
+            raise ConfigError(f"--routers: unknown router {unknown[0]!r} (known: {', '.join(routing.names())})")
         options.pop("router")
         tier_list = [options.pop("tiers")]
         if args.tier_list:

@@ -12,6 +12,25 @@
 
 #include "holds.h"
 
+/* A block pool driven as vLLM's scheduler drives it, chunk by chunk (serving/kernel/requests.c
+ * says when each is called; policies/vllm.c is the one pool that has these). */
+typedef struct KvPaged {
+    /* blocks no running request holds */
+    i64 (*free_blocks)(void *st);
+    /* how many of the k hit blocks ids[start:start+k] sit in the free queue (distinct blocks) */
+    i64 (*evictable)(void *st, const i32 *ids, i64 start, i64 k);
+    /* hold the k hit blocks: their handles go to handles[base:base + k] */
+    void (*touch)(void *st, const i32 *ids, i64 start, i64 k, i64 *handles, i64 base);
+    /* hold m more blocks, without a hash, from the head of the free queue (evicting cached ones
+     * when no block without a hash is free) */
+    void (*allocate)(void *st, i64 m);
+    /* a held block without a hash gets hash id: its handle */
+    i64 (*cache)(void *st, i64 id);
+    /* free a request's blocks, its last first: `hashed` blocks with handles[base:base + hashed],
+     * then `unhashed` blocks after them */
+    void (*release)(void *st, const i64 *handles, i64 base, i64 hashed, i64 unhashed);
+} KvPaged;
+
 typedef struct KvPolicy {
     const char *name;
     const char *layout;  /* " field:dtype ...", then " | meta= slot slot ..." for its meta array */
@@ -37,6 +56,11 @@ typedef struct KvPolicy {
     /* the sequential replay of n requests (engine/driver.py's loop, with this policy inlined) */
     void (*replay)(void *st, const i64 *offsets, const i32 *blocks, const i64 *input_length, i64 n,
                    i64 block_size, i64 *hit_blocks, i64 *hit_tokens);
+    /* pin_request over consecutive ranges of a request is pin_request over their union (block-level
+     * policies): the simulator may then hold a request's blocks chunk by chunk */
+    int piecewise;
+    /* vLLM's pool, driven chunk by chunk (NULL: no such pool) */
+    const KvPaged *paged;
 } KvPolicy;
 
 /* The prefix scan every driver uses: the longest resident prefix of blocks[start:end], at most
@@ -117,7 +141,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     }                                                                                                 \
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
-        name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay,         \
+        name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, \
     };
 
 /* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */

@@ -414,5 +414,5 @@ static void radix_unpin_request_op(void *st, i64 request, const i32 *blocks, i64
 
 KV_EXPORT const KvPolicy kv_policy_radix = {
     "radix", KV_LAYOUT(FIELDS, SLOTS), radix_resident_op, radix_hit_limit_op, radix_access_request_op,
-    radix_pin_request_op, radix_unpin_request_op, radix_in_hbm_op, 0, radix_replay,
+    radix_pin_request_op, radix_unpin_request_op, radix_in_hbm_op, 0, radix_replay, 0, NULL,
 };

@@ -164,7 +164,84 @@ static void vllm_unpin_request_op(void *st, i64 request, const i32 *blocks, i64 
     vllm_unpin_request((VLLM *)st, request, blocks, start, end, input_length, block_size, handles, base, n);
 }
 
+/* ---- the pool chunk by chunk, as vLLM's scheduler drives it (include/policy.h KvPaged; the
+ * simulator's requests.c: kv_cache_manager.py allocate_slots and free of vLLM 0.33.0) ---- */
+
+static i64 paged_free(void *vst) {
+    VLLM *st = vst;
+    return st->meta[CAPACITY] - st->h.hold[HELD];
+}
+
+/* hit blocks with ref_cnt 0 (in the free queue), each block once (a hash repeated in a request
+ * hits one block) */
+static i64 paged_evictable(void *vst, const i32 *ids, i64 start, i64 k) {
+    VLLM *st = vst;
+    i64 count = 0;
+    for (i64 j = 0; j < k; j++) {
+        i64 s = st->holder_head[ids[start + j]];
+        if (st->slot_ref[s] == 0) {
+            st->slot_ref[s] = -1;
+            count++;
+        }
+    }
+    for (i64 j = 0; j < k; j++) {
+        i64 s = st->holder_head[ids[start + j]];
+        if (st->slot_ref[s] < 0) st->slot_ref[s] = 0;
+    }
+    return count;
+}
+
+static void paged_touch(void *vst, const i32 *ids, i64 start, i64 k, i64 *handles, i64 base) {
+    VLLM *st = vst;
+    i64 *m = st->meta;
+    for (i64 j = 0; j < k; j++) {
+        i64 s = st->holder_head[ids[start + j]];
+        if (st->slot_ref[s] == 0) {
+            kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
+            st->h.hold[HELD] += 1;
+        }
+        st->slot_ref[s] += 1;
+        handles[base + j] = s;
+    }
+    if (st->h.hold[HELD] > m[PINNED_PEAK]) m[PINNED_PEAK] = st->h.hold[HELD];
+}
+
+static void paged_allocate(void *vst, i64 count) {
+    VLLM *st = vst;
+    i64 *m = st->meta;
+    st->h.hold[HELD] += count;
+    if (st->h.hold[HELD] > m[PINNED_PEAK]) m[PINNED_PEAK] = st->h.hold[HELD];
+    i64 take = count < m[HASHLESS_FREE] ? count : m[HASHLESS_FREE];
+    m[HASHLESS_FREE] -= take;
+    for (i64 q = take; q < count; q++) {
+        i64 s = m[QUEUE_HEAD];
+        kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
+        vllm_uncache(st, s);
+        m[EVICTIONS] += 1;
+    }
+}
+
+static i64 paged_cache(void *vst, i64 id) { return vllm_cache((VLLM *)vst, id); }
+
+static void paged_release(void *vst, const i64 *handles, i64 base, i64 hashed, i64 unhashed) {
+    VLLM *st = vst;
+    i64 *m = st->meta;
+    m[HASHLESS_FREE] += unhashed;
+    st->h.hold[HELD] -= unhashed;
+    for (i64 j = hashed - 1; j >= 0; j--) {
+        i64 s = handles[base + j];
+        st->slot_ref[s] -= 1;
+        if (st->slot_ref[s] == 0) {
+            kv_list_append(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
+            st->h.hold[HELD] -= 1;
+        }
+    }
+}
+
+static const KvPaged vllm_paged = {paged_free, paged_evictable, paged_touch, paged_allocate, paged_cache,
+                                   paged_release};
+
 KV_EXPORT const KvPolicy kv_policy_vllm = {
     "vllm", KV_LAYOUT(FIELDS, SLOTS), vllm_resident_op, vllm_hit_limit_op, vllm_access_request_op,
-    vllm_pin_request_op, vllm_unpin_request_op, vllm_resident_op, 1, vllm_replay,
+    vllm_pin_request_op, vllm_unpin_request_op, vllm_resident_op, 1, vllm_replay, 0, &vllm_paged,
 };

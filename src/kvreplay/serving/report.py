@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .instance import FINISHED, ITL_COUNT, ITL_HEAD, ITL_MAX, ITL_MIN_S, ITL_RATIO, ITL_SUM, REJECTED, S_HELD, S_HIT, S_PROMPT, S_RUNNING, S_TIME, S_WAITING
+from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
+
+FINISHED, REJECTED = STATUS.FINISHED, STATUS.REJECTED
+ITL_SUM, ITL_MAX, ITL_COUNT = ITL.ITL_SUM, ITL.ITL_MAX, ITL.ITL_COUNT
+S_TIME, S_RUNNING, S_WAITING, S_HELD, S_HIT, S_PROMPT = (SERIES.S_TIME, SERIES.S_RUNNING, SERIES.S_WAITING,
+                                                         SERIES.S_HELD, SERIES.S_HIT, SERIES.S_PROMPT)
 
 PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft", "tpot", "e2e", "queueing")
@@ -71,7 +76,7 @@ class SimReport:
     policy_counters: dict
     series: np.ndarray
     end_s: float
-    itl_histogram: np.ndarray | None = None  # instance.py's ITL array (sum, max, count, log histogram)
+    itl_histogram: np.ndarray | None = None  # the kernel's ITL array (sum, max, count, log histogram: sim.h)
     sequential_hit_rate: float | None = None
     sequential_evictions: int | None = None  # the policy's evictions in the sequential replay
     capacity_source: dict = field(default_factory=dict)

@@ -18,7 +18,7 @@ from ..errors import ConfigError, InvariantError
 from ..policies.base import with_eviction_log
 from ..policies.registry import get_policy
 from ..trace.model import Trace
-from . import kernel
+from . import kernel, routing
 from .timing import KIND_INSTANT, TimeModel, packed, roofline_window
 
 #: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
@@ -99,6 +99,34 @@ def decode_trace(trace: Trace, block_size: int, output_kv: bool) -> tuple[Trace,
     return ext, P.astype(np.int64)
 
 
+def hashed_prompts(trace: Trace, block_size: int) -> Trace:
+    """`trace` as vLLM's pool sees it: a prompt's blocks are its ceil(L / bs) blocks, the full ones
+    under the trace's ids and the partial last one under an id no block has (vLLM hashes a block
+    only once it is full: when outputs fill it, its tokens are the request's own). A prompt with
+    fewer ids than full blocks gets fresh ids for the rest."""
+    L = np.asarray(trace.input_length, dtype=np.int64)
+    P = np.diff(trace.offsets)
+    known = np.minimum(P, L // block_size)
+    want = -(-L // block_size)
+    if np.array_equal(known, want) and np.array_equal(P, want):
+        return trace
+    offsets = np.zeros(len(trace) + 1, dtype=np.int64)
+    np.cumsum(want, out=offsets[1:])
+    blocks = np.empty(int(offsets[-1]), dtype=np.int32)
+    fresh = want - known
+    if trace.num_blocks + int(fresh.sum()) > np.iinfo(np.int32).max:
+        raise ConfigError("too many blocks for one simulation (more than 2**31 ids)")
+    keep = np.repeat(np.arange(len(trace)), known)
+    within = np.arange(int(known.sum())) - np.repeat(np.cumsum(known) - known, known)
+    blocks[offsets[:-1][keep] + within] = trace.blocks[trace.offsets[:-1][keep] + within]
+    new = np.repeat(np.arange(len(trace)), fresh)
+    within = np.arange(int(fresh.sum())) - np.repeat(np.cumsum(fresh) - fresh, fresh)
+    blocks[offsets[:-1][new] + np.repeat(known, fresh) + within] = trace.num_blocks + np.arange(int(fresh.sum()))
+    return Trace(offsets=offsets, blocks=blocks, input_length=L, output_length=trace.output_length,
+                 timestamp=trace.timestamp, num_blocks=trace.num_blocks + int(fresh.sum()), block_size=block_size,
+                 source=trace.source, format=trace.format)
+
+
 def decode_blocks(trace: Trace, block_size: int, output_kv: bool) -> np.ndarray:
     """Per request: the decode blocks its outputs need beyond its prompt's (at its last token:
     L + max(O, 1) - 1 tokens in KV); none without output KV."""
@@ -160,13 +188,14 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     routed = prefill_instances if prefill_instances else N
     order = np.argsort(arrival_s, kind="stable")
     sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
-    ext, P = decode_trace(sorted_trace, block_size, output_kv)
+    mode = kernel.mode(spec, scheduler.style)
+    ext, P = decode_trace(hashed_prompts(sorted_trace, block_size) if mode == "MODE_PAGED" else sorted_trace,
+                          block_size, output_kv)
     tm = packed(time_model)
     router_index, rparams = -1, np.zeros(1)
     if router is not None:
-        router_index, defaults = kernel.routers()[router]
-        options = {**defaults, **(router_options or {})}
-        rparams = np.array([options[k] for k in defaults] or [0.0], dtype=np.float64)
+        router_index = routing.state_aware()[router][0]
+        rparams = routing.parameters(router, router_options)
     assigned_sorted = (np.zeros(n, dtype=np.int64) if assigned is None
                        else np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order]))
     cfg = kernel.settings({

@@ -1,38 +1,30 @@
 """``kvreplay.simulate``: engine instances serving a trace in simulated time.
 
-Builds the instance kernel's inputs (instance.py), runs it and returns a SimReport (report.py).
-The rules (arrivals, schedulers, the pool, time) are in docs/serving.md.
+simulate() resolves the configuration (config.resolve: block size, KV dtype, pool, tiers), the
+time model, the arrivals and the router, runs the compiled loop (run.py) and returns a SimReport
+(report.py); load_sweep() runs a grid of them. The rules (arrivals, schedulers, the pool, time)
+are in docs/serving.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from .. import jit
+from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
-from ..trace.model import Trace, resolve_block_size
-from ..engine.replay import as_trace, check_capacity
-from . import instance
-from .instance import (C_BLOCK_SIZE, C_CAPACITY, C_CHUNK_SIZE, C_CHUNKED, C_LPM, C_LPM_FCFS_ABOVE,
-                       C_MAX_BATCHED, C_MAX_PREFILL, C_MAX_SEQS, C_ONE_AT_A_TIME, C_OUTPUT_KV, C_PRECHECK,
-                       C_PREFILL, C_PROMPT_IDS, C_ROUTER, C_TIER_OVERLAP, C_WINDOW, F_CLIP_MAX_NEW, F_RATIO_DECAY, F_RATIO_INIT, F_RATIO_MIN, NUM_CFG, NUM_COUNTERS,
-                       NUM_FCFG, NUM_SERIES)
-from ..policies.base import with_eviction_log
+from ..trace.model import Trace
+from . import routing
+from .config import resolve
 from .report import SimReport
-from ..engine.tiers import Pools
-from .router import FIXED, ROUTER_DYNAMO, ROUTER_FIXED, ROUTER_SGLANG, ROUTERS, router_config, router_kind
-from .timing import KIND_INSTANT, TimeModel, load_time_model, packed, roofline_window
+from .run import decode_blocks, run_once
+from .timing import load_time_model
 
-#: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
-#: for every other policy it checks first that the start fits beside the held blocks.
-REQUEST_LEVEL = ("vllm", "radix")
 ENGINE_STYLES = ("vllm", "sglang")
 #: Engine-faithful default policy per engine style.
 STYLE_POLICY = {"vllm": "vllm", "sglang": "radix"}
-SERIES_POINTS = 4096
 
 
 @dataclass(frozen=True)
@@ -97,300 +89,37 @@ def arrivals(trace: Trace, *, speedup: float | None = None, rate: float | None =
     return (ts - ts.min()) / 1000.0 / speedup
 
 
-def decode_blocks(trace: Trace, block_size: int, output_kv: bool) -> np.ndarray:
-    """Per request: the decode blocks its outputs need beyond its prompt's (instance.extra_blocks
-    at its last token: L + max(O, 1) - 1 tokens in KV); none without output KV."""
-    if not output_kv:
-        return np.zeros(len(trace), dtype=np.int64)
-    L = np.asarray(trace.input_length, dtype=np.int64)
-    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1)
-    return np.maximum((L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size, 0)
-
-
-def decode_trace(trace: Trace, block_size: int, output_kv: bool) -> tuple[Trace, np.ndarray]:
-    """`trace` with each request's decode ids after its prompt blocks (instance.py's layout), and
-    the prompt block counts P."""
-    P = np.diff(trace.offsets)
-    L = np.asarray(trace.input_length, dtype=np.int64)
-    D = decode_blocks(trace, block_size, output_kv)
-    total = P + D
-    offsets = np.zeros(len(trace) + 1, dtype=np.int64)
-    np.cumsum(total, out=offsets[1:])
-    blocks = np.empty(int(offsets[-1]), dtype=np.int32)
-    if blocks.size and trace.num_blocks + int(D.sum()) > np.iinfo(np.int32).max:
-        raise ConfigError("too many blocks for one simulation (more than 2**31 ids with the decode blocks)")
-    # prompt blocks: each request's run, shifted by the decode blocks before it
-    shift = np.repeat(offsets[:-1] - trace.offsets[:-1], P)
-    blocks[np.arange(trace.num_accesses) + shift] = trace.blocks
-    # decode ids: fresh, numbered after every prompt id
-    dec_pos = np.repeat(offsets[:-1] + P, D) + (np.arange(int(D.sum())) - np.repeat(np.cumsum(D) - D, D))
-    blocks[dec_pos] = trace.num_blocks + np.arange(int(D.sum()), dtype=np.int64)
-    ext = Trace(offsets=offsets, blocks=blocks, input_length=L, output_length=trace.output_length,
-                timestamp=trace.timestamp, num_blocks=trace.num_blocks + int(D.sum()), block_size=block_size,
-                source=trace.source, format=trace.format)
-    return ext, P.astype(np.int64)
-
-
-@dataclass
-class RawRun:
-    """What the kernel returned, in trace order."""
-
-    arrival_s: np.ndarray
-    scheduled_s: np.ndarray
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    hit_tokens: np.ndarray
-    hit_blocks: np.ndarray
-    preemptions: np.ndarray
-    computed_tokens: np.ndarray
-    status: np.ndarray
-    counters: dict
-    series: np.ndarray
-    end_s: float
-    policy_counters: dict = field(default_factory=dict)
-    itl: np.ndarray | None = None
-    instance: np.ndarray | None = None  # per request: the instance that served it
-    per_instance: list = field(default_factory=list)  # per instance: its counters
-    tier_hits: np.ndarray | None = None  # per request: hit blocks per tier below HBM, then 1 + the last one's tier
-    tier_totals: list = field(default_factory=list)  # per tier: demoted, promoted, evicted, resident blocks
-    decode_instance: np.ndarray | None = None  # disaggregated: per request, its decode instance (-1: none)
-
-
-def resolve_tiers(tiers, global_store, *, block_size: int, model=None, kv_dtype: str = "bf16"):
-    """(tiers below HBM, the HBM pool if --tiers gave it, bytes per block or None): the model
-    turns sizes in bytes into blocks (engine/tiers.py)."""
-    from ..engine.tiers import resolve_tiers as resolve
-
-    block_bytes = None
-    if model is not None:
-        from ..analysis.models import kv_bytes_per_token
-
-        block_bytes = int(kv_bytes_per_token(model, kv_dtype)) * block_size
-    out, hbm = resolve(tiers, global_store, block_size=block_size, block_bytes=block_bytes)
-    return out, hbm, block_bytes
-
-
-def tier_summary(tiers, tier_hits, hit_tokens, hit_blocks, block_size, status, prompt_tokens, totals, block_bytes,
-                 copies, overlap, load_us) -> dict:
+def tier_summary(tiers, raw, block_size, prompt_tokens, block_bytes, copies, overlap) -> dict:
     """Hit tokens per tier at first schedule (HBM first), over the finished requests."""
     from ..engine.tiers import split_by_tier, tier_rows
-    from .instance import FINISHED
+    from .report import FINISHED
 
-    ok = status == FINISHED
-    per_request = split_by_tier(tiers, tier_hits, hit_blocks, hit_tokens, block_size)
-    return {"copies": copies, "overlap": overlap, "load_s": load_us / 1e6, "block_bytes": block_bytes,
-            "tiers": tier_rows(tiers, per_request, ok, prompt_tokens, totals, block_bytes),
+    ok = raw.status == FINISHED
+    per_request = split_by_tier(tiers, raw.tier_hits, raw.hit_blocks, raw.hit_tokens, block_size)
+    return {"copies": copies, "overlap": overlap, "load_s": raw.counters.get("load_us", 0) / 1e6,
+            "block_bytes": block_bytes,
+            "tiers": tier_rows(tiers, per_request, ok, prompt_tokens, raw.tier_totals, block_bytes),
             "tokens_per_tier": per_request}
 
 
-#: The most memory the kv-aware and sglang routers may take for their per-instance block tables.
-TRACK_BYTES = 4 << 30
-
-#: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
-#: belady: heap entries), sized by the trace it is built from.
-SIZED_PER_CALL = ("radix", "belady")
-
-
-def _roomier(ext: Trace, calls: int, positions: int) -> Trace:
-    """`ext` with dummy requests appended (block 0, never run) so that a policy state built from
-    it has room for `calls` pin_request calls and `positions` positions."""
-    extra_requests = max(0, calls - len(ext))
-    extra_positions = max(extra_requests, positions - ext.num_accesses)
-    lengths = np.ones(extra_requests, dtype=np.int64)
-    if extra_requests:
-        lengths[-1] += extra_positions - extra_requests
-    offsets = np.concatenate([ext.offsets, ext.offsets[-1] + np.cumsum(lengths)])
-    blocks = np.concatenate([ext.blocks, np.zeros(int(lengths.sum()), dtype=np.int32)])
-    pad = lambda a: np.concatenate([np.asarray(a), np.ones(extra_requests, dtype=np.asarray(a).dtype)])  # noqa: E731
-    return Trace(offsets=offsets, blocks=blocks, input_length=pad(ext.input_length),
-                 output_length=pad(ext.output_length), timestamp=pad(ext.timestamp),
-                 num_blocks=max(1, ext.num_blocks), block_size=ext.block_size, source=ext.source, format=ext.format)
-
-
-def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_model: TimeModel,
-             scheduler: Scheduler, arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None,
-             instances: int = 1, router: str = "round-robin", assigned: np.ndarray | None = None,
-             rcfg: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
-             tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
-             transfer_s: np.ndarray | None = None) -> RawRun:
-    """`instances` identical instances over `trace` with these arrivals, behind `router` (fixed
-    routers: `assigned` gives each request's instance): the kernel's raw outputs in trace order."""
-    if not jit.HAVE_NUMBA:
-        raise ConfigError("the serving simulator needs numba (pip install numba)")
-    from numba import typed
-
-    spec = get_policy(policy)
-    params = spec.resolve(params or {})
-    n = len(trace)
-    N = instances
-    kind = router_kind(router)
-    if rcfg is None:
-        rcfg = router_config(router, capacity=capacity)
-    if assigned is None:
-        assigned = np.zeros(n, dtype=np.int64)
-    order = np.argsort(arrival_s, kind="stable")
-    sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
-    ext, P = decode_trace(sorted_trace, block_size, output_kv)
-    handles = np.zeros(ext.num_accesses + n + 1, dtype=np.int64)
-    tm = packed(time_model)
-    cfg = np.zeros(NUM_CFG, dtype=np.int64)
-    cfg[C_MAX_BATCHED] = scheduler.max_num_batched_tokens
-    cfg[C_MAX_SEQS] = scheduler.max_num_seqs
-    cfg[C_CHUNKED] = int(scheduler.chunked_prefill)
-    cfg[C_CAPACITY] = capacity
-    cfg[C_BLOCK_SIZE] = block_size
-    cfg[C_PRECHECK] = int(spec.name not in REQUEST_LEVEL)
-    cfg[C_ONE_AT_A_TIME] = int(tm[0] == KIND_INSTANT)
-    cfg[C_OUTPUT_KV] = int(output_kv)
-    cfg[C_LPM] = int(scheduler.schedule_policy == "lpm")
-    cfg[C_CHUNK_SIZE] = scheduler.chunked_prefill_size
-    cfg[C_LPM_FCFS_ABOVE] = scheduler.lpm_fcfs_above
-    cfg[C_MAX_PREFILL] = scheduler.max_prefill_tokens
-    cfg[C_WINDOW] = roofline_window(tm)
-    cfg[C_ROUTER] = kind
-    cfg[C_PROMPT_IDS] = max(1, trace.num_blocks)
-    if kind in (ROUTER_DYNAMO, ROUTER_SGLANG) and N * max(1, trace.num_blocks) * 4 > TRACK_BYTES:
-        raise ConfigError(f"router {router!r} tracks each instance's blocks: {N} instances x {trace.num_blocks:,} block "
-                          f"ids take {N * trace.num_blocks * 4 / 2**30:.1f} GiB (more than {TRACK_BYTES / 2**30:.0f} GiB); "
-                          "use fewer instances, or the mooncake or least-loaded router")
-    cfg[C_TIER_OVERLAP] = int(tier_overlap)
-    cfg[C_PREFILL] = prefill_instances
-    xfer = np.zeros(n, dtype=np.float64) if transfer_s is None else np.ascontiguousarray(np.asarray(transfer_s)[order])
-    decode_of = np.full(n, -1, dtype=np.int64)
-    tiers = list(tiers or [])
-    tier_hits = np.zeros((n + 1, len(tiers) + 1), dtype=np.int64)
-    log_size = capacity + int(np.diff(ext.offsets).max(initial=0)) + 1
-    fcfg = np.zeros(NUM_FCFG, dtype=np.float64)
-    fcfg[F_RATIO_INIT] = scheduler.init_new_token_ratio
-    fcfg[F_RATIO_MIN] = scheduler.min_new_token_ratio
-    fcfg[F_RATIO_DECAY] = scheduler.new_token_ratio_decay
-    fcfg[F_CLIP_MAX_NEW] = scheduler.clip_max_new_tokens
-    arr_sorted = np.ascontiguousarray(arrival_s[order], dtype=np.float64)
-    assigned_sorted = np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order])
-    L = np.asarray(sorted_trace.input_length, dtype=np.int64)
-    O = np.asarray(sorted_trace.output_length, dtype=np.int64)
-    sched = np.full(n, np.nan)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    hit_tokens = np.zeros(n, dtype=np.int64)
-    hit_blocks = np.zeros(n, dtype=np.int64)
-    preempts = np.zeros(n, dtype=np.int64)
-    computed = np.zeros(n, dtype=np.int64)
-    status = np.zeros(n, dtype=np.int8)
-    inst_of = np.zeros(n, dtype=np.int64)
-    counters = np.zeros((N, NUM_COUNTERS), dtype=np.int64)
-    series = np.zeros((SERIES_POINTS, NUM_SERIES), dtype=np.float64)
-    series_meta = np.zeros(2, dtype=np.int64)
-    itl = np.zeros(instance.ITL_HEAD + instance.ITL_BINS, dtype=np.float64)
-    # radix and belady allocate per pin_request call and per position pinned: size each
-    # instance's state for its requests, their decode blocks and one recomputation of each (a
-    # state-aware router's share is unknown before the run: twice an even share), and run again
-    # with twice the room for an instance that needed more (the run is deterministic)
-    lengths = np.diff(ext.offsets)
-    dec = lengths - P
-    share = 1.0 if kind == ROUTER_FIXED or N == 1 else min(1.0, 2.0 / N)
-    calls = np.empty(N, dtype=np.int64)
-    positions = np.empty(N, dtype=np.int64)
-    for k in range(N):
-        mine = assigned_sorted == k if kind == ROUTER_FIXED else slice(None)
-        calls[k] = int(2 * share * (len(L[mine]) + dec[mine].sum())) + 8
-        positions[k] = int(2 * share * lengths[mine].sum()) + 8
-    while True:
-        states = typed.List()
-        for k in range(N):
-            sizing = ext if spec.name not in SIZED_PER_CALL else _roomier(ext, int(calls[k]), int(positions[k]))
-            state = (spec.held_state or spec.make_state)(capacity, sizing, **params)
-            states.append(with_eviction_log(state, log_size) if tiers else state)
-        pools = Pools(tiers, N, ext.num_blocks, block_bytes=block_bytes, copies=tier_copies)
-        tier_hits.fill(0)
-        for a in (sched, first, finish):
-            a.fill(np.nan)
-        for a in (hit_tokens, hit_blocks, preempts, computed, status, counters, series, series_meta, handles, itl,
-                  inst_of):
-            a.fill(0)
-        decode_of.fill(-1)
-        if spec.name in SIZED_PER_CALL:
-            counters[:, instance.K_MAX_PIN_CALLS], counters[:, instance.K_MAX_POSITIONS] = calls, positions
-        else:
-            counters[:, instance.K_MAX_PIN_CALLS] = counters[:, instance.K_MAX_POSITIONS] = -1
-        args = (ext.offsets, ext.blocks, P, L, O, arr_sorted, states, handles, tm, cfg, fcfg, rcfg, assigned_sorted,
-                inst_of, sched, first, finish, hit_tokens, hit_blocks, preempts, computed, status, counters, series,
-                series_meta, itl, pools.arrays, tier_hits, xfer, decode_of)
-        kernel = instance.run_sglang if scheduler.style == "sglang" else instance.run_vllm
-        jit.ensure_compiled(kernel, args, f"the {scheduler.style}-style serving simulator for {spec.name}")
-        end = kernel(*args)
-        stuck = counters[:, instance.K_STUCK]
-        if stuck.any():
-            from ..errors import InvariantError
-
-            raise InvariantError(f"the simulator stalled with {int(stuck.sum())} running requests "
-                                 "that can no longer be scheduled")
-        short = counters[:, instance.K_OUT_OF_ROOM] != 0
-        if not short.any():
-            break
-        calls[short] *= 2
-        positions[short] *= 2
-    policy_counters = {}
-    for st in states:
-        for key, value in spec.read_state(st)[1].items():
-            policy_counters[key] = policy_counters.get(key, 0) + value
-    inv = np.empty(n, dtype=np.int64)
-    inv[order] = np.arange(n)
-    back = lambda a: a[inv]  # noqa: E731 - sorted order back to trace order
-    per_instance = [dict(zip(instance.COUNTER_NAMES, row.tolist())) for row in counters]
-    peaks = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
-    merged = {key: (max if key in peaks else sum)(c[key] for c in per_instance) for key in instance.COUNTER_NAMES}
-    return RawRun(
-        arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=back(sched), first_token_s=back(first),
-        finish_s=back(finish), hit_tokens=back(hit_tokens), hit_blocks=back(hit_blocks), preemptions=back(preempts),
-        computed_tokens=back(computed), status=back(status), counters=merged,
-        series=series[:series_meta[0]].copy(), end_s=float(end), policy_counters=policy_counters, itl=itl,
-        instance=back(inst_of), per_instance=per_instance, tier_hits=tier_hits[:n][inv], decode_instance=back(decode_of),
-        tier_totals=[pools.totals(t) for t in range(len(tiers))],
-    )
-
-
-def resolve_capacity(capacity, *, model=None, gpu=None, tp: int = 1, block_size: int = 16,
-                     gpu_memory_utilization: float = 0.9) -> tuple[int, dict]:
-    """The pool in blocks and where it came from: `capacity` as given, else what is left of the
-    GPUs' memory after the weights (timing.kv_capacity, as vLLM sizes its pool)."""
-    if capacity is not None:
-        capacity = check_capacity(capacity)
-        source = {"kind": "given"}
-        if gpu is not None and model is not None:
-            # say how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if)
-            from .timing import kv_capacity
-
-            try:
-                fits = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization).blocks
-            except ConfigError:  # the weights leave no room: the given pool is a what-if
-                fits = 0
-            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp)
-        return capacity, source
-    if gpu is None or model is None:
-        raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
-                          "the weights, as vLLM sizes it)")
-    from .timing import kv_capacity
-
-    kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization)  # ConfigError when nothing is left
-    return int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict()}
-
-
-def simulate(trace, policy: str | None = None, capacity: int | None = None, block_size: int | None = None, *,
+def simulate(trace, policy: str | None = None, capacity=None, block_size: int | None = None, *,
              engine_style: str = "vllm", time_model="instant", model=None, gpu=None, tp: int = 1,
              gpu_memory_utilization: float = 0.9, speedup: float | None = None, rate: float | None = None,
              seed: int = 0, scheduler: Scheduler | None = None, slo_ttft_ms: float | None = None,
              slo_tpot_ms: float | None = None, output_kv: bool = True, compare_sequential: bool = True,
              check: bool = True, instances: int = 1, router: str = "round-robin", router_lag_ms: float = 0.0,
              router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
-             tier_overlap: bool = False, kv_dtype: str = "bf16", prefill_instances: int | None = None,
-             decode_instances: int | None = None, kv_link: str | None = None, **params):
+             tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
+             prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
+             **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
-    `router`: one of router.ROUTERS) and return a SimReport.
+    `router`: one of routing.names()) and return a SimReport.
 
     policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang").
-    capacity: the KV pool in blocks (running requests and the prefix cache share it); default:
-        what `gpu` x `tp` have left after `model`'s weights at `gpu_memory_utilization`.
+    capacity: the KV pool in blocks, or a size ("80GiB", with `model`); running requests and the
+        prefix cache share it; default: what `gpu` x `tp` have left after `model`'s weights at
+        `gpu_memory_utilization`. kv_dtype / kv_layers: how `model`'s KV is stored (config.resolve
+        sizes the pool, the tiers and the time model's KV reads with them).
     time_model: "instant", "roofline" (needs model and gpu), a Dynamo profile "FILE.npz", a
         polynomial "FILE.json", or a TimeModel.
     speedup / rate: arrivals: the trace's timestamps divided by `speedup`, or a Poisson process of
@@ -399,17 +128,15 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     output_kv: generated tokens fill KV blocks (False: only prompts take room, as the sequential
         replay assumes).
     compare_sequential: also replay the trace sequentially (same policy, capacity) for comparison.
-    instances / router / router_lag_ms / router_options: a cluster (see router.py).
+    instances / router / router_lag_ms / router_options: a cluster (routing/).
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
-        tier_copies "move" | "keep"; tier_overlap: loads overlap compute (tiers.py).
+        tier_copies "move" | "keep"; tier_overlap: loads overlap compute (engine/tiers.py).
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
         decode instance, which decodes the rest.
     """
-    from ..engine.replay import replay
-
     trace = as_trace(trace)
     if engine_style not in ENGINE_STYLES:
         raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
@@ -418,83 +145,44 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
             raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
-    block_size = resolve_block_size(block_size, trace)
     if scheduler is None:
         scheduler = Scheduler(style=engine_style)
     elif scheduler.style != engine_style:
         raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
-    tier_list, hbm, block_bytes = resolve_tiers(tiers, global_store, block_size=block_size, model=model,
-                                                kv_dtype=kv_dtype)
-    if any(t.bandwidth for t in tier_list) and block_bytes is None:
-        raise ConfigError("a tier's bandwidth needs the model's KV bytes per block: give --model")
-    if hbm is not None:
-        if capacity is not None and capacity != hbm:
-            raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
-        capacity = hbm
+    routing.check(router)
+    if isinstance(router_lag_ms, bool) or not isinstance(router_lag_ms, (int, float)) \
+            or not 0 <= router_lag_ms < float("inf"):
+        raise ConfigError(f"router lag must be a number of milliseconds >= 0, got {router_lag_ms!r}")
+    # an unbounded pool: every prompt block and every decode block fits
+    unbounded = None
     if spec.capacity == "ignored":
-        # an unbounded pool: every prompt block and every decode block fits
-        num_ids = trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum())
-        capacity, source = max(1, num_ids), {"kind": "unbounded"}
-    else:
-        capacity, source = resolve_capacity(capacity, model=model, gpu=gpu, tp=tp, block_size=block_size,
-                                            gpu_memory_utilization=gpu_memory_utilization)
-    tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
+        bs = resolve(trace, block_size=block_size, capacity=1, model=model, kv_dtype=kv_dtype).block_size
+        unbounded = trace.num_blocks + int(decode_blocks(trace, bs, output_kv).sum())
+    sizes = resolve(trace, block_size=block_size, capacity=capacity, model=model, kv_dtype=kv_dtype,
+                    kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
+                    global_store=global_store, unbounded_ids=unbounded)
+    block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
+    tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype)
+          if str(time_model).strip().lower() == "roofline" else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
-    disagg = prefill_instances is not None or decode_instances is not None
-    transfer_s = None
-    if disagg:
-        for name, value in (("prefill_instances", prefill_instances), ("decode_instances", decode_instances)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ConfigError(f"{name} must be a whole number >= 1 (disaggregation needs both), got {value!r}")
-        if instances not in (1, prefill_instances + decode_instances):
-            raise ConfigError(f"instances {instances} differs from prefill + decode instances "
-                              f"({prefill_instances} + {decode_instances})")
-        if engine_style != "vllm":
-            raise ConfigError("prefill/decode disaggregation is simulated with the vLLM-style scheduler")
-        instances = prefill_instances + decode_instances
-        transfer_s = np.zeros(len(trace))
-        if kv_link is not None:
-            from ..engine.tiers import parse_bandwidth
-
-            if block_bytes is None:
-                raise ConfigError("the KV link's transfer time needs the model's KV bytes: give --model")
-            bw = parse_bandwidth(kv_link)
-            per_token = block_bytes / block_size
-            transfer_s = np.asarray(trace.input_length, dtype=np.float64) * per_token / bw
-    elif kv_link is not None:
-        raise ConfigError("--kv-link applies to prefill/decode disaggregation: add --prefill-instances and "
-                          "--decode-instances")
+    disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
+                                                    engine_style, block_bytes, block_size)
     routed = prefill_instances if disagg else instances
-    kind = router_kind(router) if routed > 1 else ROUTER_FIXED
-    assigned = (route(trace, arrival_s, routed, router if router in FIXED else "round-robin", seed)
-                if kind == ROUTER_FIXED else None)
-    rcfg = router_config(router, capacity=capacity, lag_ms=router_lag_ms, options=router_options, seed=seed)
+    fixed = routed == 1 or router in routing.FIXED
+    assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
+        if fixed else None
+    routing.parameters(router, router_options)  # checked before the run
     raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
                    scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params,
-                   instances=instances, router=router if instances > 1 else "round-robin", assigned=assigned,
-                   rcfg=rcfg, tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap,
-                   block_bytes=block_bytes, prefill_instances=prefill_instances if disagg else 0,
-                   transfer_s=transfer_s)
-    instance_of = raw.instance
-    sequential = None
-    sequential_evictions = None
-    if compare_sequential and any(t.shared for t in tier_list):
-        compare_sequential = False  # a store shared by instances has no sequential counterpart per instance
-    if compare_sequential:
-        # each instance's requests through its own cache (and tiers), one at a time (N replays for N instances)
-        tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
-        hits = 0
-        evictions = []
-        for k in range(instances):
-            sub = trace if instances == 1 else trace.take(np.flatnonzero(instance_of == k))
-            seq_k = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args,
-                           **params)
-            hits += int(seq_k.hit_tokens.sum())
-            evictions.append(seq_k.counters.get("evictions"))
-        prompt = int(np.asarray(trace.input_length).sum())
-        sequential = hits / prompt if prompt else 0.0
-        # (decode instances evict too, and have no sequential counterpart)
-        sequential_evictions = None if None in evictions or disagg else sum(evictions)
+                   instances=instances, router=None if fixed else router, router_options=router_options,
+                   router_lag_ms=router_lag_ms, seed=seed, assigned=assigned, tiers=tier_list,
+                   tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
+                   prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s)
+    sequential, sequential_evictions = None, None
+    if compare_sequential and not any(t.shared for t in tier_list):
+        # (a store shared by instances has no sequential counterpart per instance)
+        sequential, sequential_evictions = _sequential(trace, spec, params, capacity, block_size, tier_list,
+                                                       tier_copies, raw.instance, instances, disagg)
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     report = SimReport(
@@ -506,14 +194,13 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
         output_tokens=np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1), preemptions=raw.preemptions,
         status=raw.status, counters=raw.counters, policy_counters=raw.policy_counters, series=raw.series,
         end_s=raw.end_s, itl_histogram=raw.itl, sequential_hit_rate=sequential, sequential_evictions=sequential_evictions,
-        capacity_source=source, instances=instances, router=router if instances > 1 else None,
-        instance=instance_of if instances > 1 else None,
+        capacity_source=sizes.capacity_source, instances=instances, router=router if instances > 1 else None,
+        instance=raw.instance if instances > 1 else None,
         instance_busy_s=[c["busy_us"] / 1e6 for c in raw.per_instance], router_lag_ms=router_lag_ms,
         prefill_instances=prefill_instances if disagg else None,
         decode_instance=raw.decode_instance if disagg else None,
-        tiers=tier_summary(tier_list, raw.tier_hits, raw.hit_tokens, raw.hit_blocks, block_size, raw.status,
-                           np.asarray(trace.input_length), raw.tier_totals, block_bytes, tier_copies, tier_overlap,
-                           raw.counters.get("load_us", 0)) if tier_list else None,
+        tiers=tier_summary(tier_list, raw, block_size, np.asarray(trace.input_length), block_bytes, tier_copies,
+                           tier_overlap) if tier_list else None,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
     )
@@ -523,35 +210,53 @@ def simulate(trace, policy: str | None = None, capacity: int | None = None, bloc
     return report
 
 
+def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link, engine_style, block_bytes,
+                    block_size):
+    """(disaggregated?, instances, each request's KV transfer seconds or None)."""
+    if prefill_instances is None and decode_instances is None:
+        if kv_link is not None:
+            raise ConfigError("--kv-link applies to prefill/decode disaggregation: add --prefill-instances and "
+                              "--decode-instances")
+        return False, instances, None
+    for name, value in (("prefill_instances", prefill_instances), ("decode_instances", decode_instances)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ConfigError(f"{name} must be a whole number >= 1 (disaggregation needs both), got {value!r}")
+    if instances not in (1, prefill_instances + decode_instances):
+        raise ConfigError(f"instances {instances} differs from prefill + decode instances "
+                          f"({prefill_instances} + {decode_instances})")
+    if engine_style != "vllm":
+        raise ConfigError("prefill/decode disaggregation is simulated with the vLLM-style scheduler")
+    transfer_s = np.zeros(len(trace))
+    if kv_link is not None:
+        from ..engine.tiers import parse_bandwidth
+
+        if block_bytes is None:
+            raise ConfigError("the KV link's transfer time needs the model's KV bytes: give --model")
+        transfer_s = np.asarray(trace.input_length, dtype=np.float64) * (block_bytes / block_size) / parse_bandwidth(kv_link)
+    return True, prefill_instances + decode_instances, transfer_s
+
+
+def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copies, instance_of, instances, disagg):
+    """Each instance's requests through its own cache (and tiers), one at a time (N replays for N
+    instances): the hit rate over the whole trace, and the evictions (None with decode instances,
+    which evict too and have no sequential counterpart)."""
+    from ..engine.replay import replay
+
+    tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
+    hits = 0
+    evictions = []
+    for k in range(instances):
+        sub = trace if instances == 1 else trace.take(np.flatnonzero(instance_of == k))
+        seq = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args, **params)
+        hits += int(seq.hit_tokens.sum())
+        evictions.append(seq.counters.get("evictions"))
+    prompt = int(np.asarray(trace.input_length).sum())
+    return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions))
+
 
 def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed: int = 0) -> np.ndarray:
-    """The instance (0..instances-1) of each request, in trace order.
-
-    round-robin: the k-th arrival (stable by time) goes to k mod N, as Dynamo's round_robin;
-    random: uniformly at random, seeded; session: by the trace's session id (sid mod N), or
-    without sessions by the request's first block id (mod N), so a conversation's turns, which
-    share their first block, stay on one instance.
-    """
-    if isinstance(instances, bool) or not isinstance(instances, (int, np.integer)) or instances < 1:
-        raise ConfigError(f"instances must be a whole number >= 1, got {instances!r}")
-    if router not in ROUTERS:
-        raise ConfigError(f"unknown router {router!r} (known: {', '.join(ROUTERS)})")
-    if router not in FIXED:
-        raise ConfigError(f"router {router!r} reads the instances' state: it routes during the run, not before")
-    n = len(trace)
-    if instances == 1:
-        return np.zeros(n, dtype=np.int64)
-    if router == "round-robin":
-        out = np.empty(n, dtype=np.int64)
-        out[np.argsort(arrival_s, kind="stable")] = np.arange(n) % instances
-        return out
-    if router == "random":
-        return np.random.default_rng(seed).integers(0, instances, size=n).astype(np.int64)
-    if trace.session is not None:
-        return np.asarray(trace.session, dtype=np.int64) % instances
-    lengths = np.diff(trace.offsets)
-    first = np.where(lengths > 0, trace.blocks[np.minimum(trace.offsets[:-1], max(len(trace.blocks) - 1, 0))], 0)
-    return first.astype(np.int64) % instances
+    """The instance of each request under a fixed router (routing.route)."""
+    return routing.route(trace, arrival_s, instances, router, seed)
 
 
 def _check_tokens(report, raw: RawRun) -> None:
@@ -651,9 +356,8 @@ def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", sp
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
                       tp=tp, time_model=time_model, block_size=block_size,
                       gpu_memory_utilization=gpu_memory_utilization)
-    bs = resolve_block_size(block_size, trace)
-    _, source = resolve_capacity(None, model=model, gpu=gpu, tp=tp, block_size=bs,
-                                 gpu_memory_utilization=gpu_memory_utilization)
+    sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
+                    gpu_memory_utilization=gpu_memory_utilization)
     tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
-    return {"rows": rows, "capacity_source": source, "time_model": tm.describe(),
-            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": bs}
+    return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
+            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size}

@@ -60,20 +60,22 @@ def run(arrays: dict, policy_table: int, tiers_record: np.ndarray | None) -> Non
     _kv_simulate()(native.ptr(record), policy_table, None if tiers_record is None else native.ptr(tiers_record))
 
 
-@lru_cache(maxsize=None)
-def routers() -> dict:
-    """The state-aware routers the core has: {name: (index, {parameter: default})}, aliases included."""
+def mode(spec, style: str) -> str:
+    """How `spec`'s requests hold their blocks under a scheduler style ("MODE_WHOLE",
+    "MODE_PIECEWISE" or "MODE_PAGED": requests.c)."""
+    table, _ = native.policy(spec.native)
+    fn = native.function("kv_sim_mode", ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
+    return layout().slots["mode"][fn(table, 0 if style == "vllm" else 1)]
+
+
+def itl_bins() -> tuple[float, float]:
+    """(ITL_MIN_S, ITL_RATIO): the inter-token histogram's first bin edge and its ratio (sim.h)."""
     lib = native.lib()
-    count = native.function("kv_router_count", ctypes.c_int64)()
-    out = {}
-    for k in range(count):
-        name = native.function("kv_router_name", ctypes.c_char_p, ctypes.c_int64)(k).decode()
-        aliases = native.function("kv_router_aliases", ctypes.c_char_p, ctypes.c_int64)(k).decode().split()
-        params = {}
-        for item in native.function("kv_router_params", ctypes.c_char_p, ctypes.c_int64)(k).decode().split():
-            key, _, value = item.partition("=")
-            params[key] = float(value)
-        for n in [name, *aliases]:
-            out[n] = (k, params)
-    del lib
-    return out
+    return ctypes.c_double.in_dll(lib, "kv_itl_min_s").value, ctypes.c_double.in_dll(lib, "kv_itl_ratio").value
+
+
+STATUS = slots("status")  # WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED
+SERIES = slots("series")  # the time series' columns: S_TIME, S_RUNNING, ...
+ITL = slots("itl")  # ITL_SUM, ITL_MAX, ITL_COUNT; the histogram follows (ITL_HEAD = len(ITL))
+ITL_HEAD = len(ITL.names)
+ITL_MIN_S, ITL_RATIO = itl_bins()

@@ -23,7 +23,7 @@
 KV_EXPORT const char kv_layout_sim[] = SIM_FIELDS(KV_FIELD_SPEC) " | cfg=" SIM_CFG_SLOTS(KV_SLOT_SPEC)
     " | fcfg=" SIM_FCFG_SLOTS(KV_SLOT_SPEC) " | counters=" SIM_COUNTER_SLOTS(KV_SLOT_SPEC)
     " | status=" SIM_STATUS_SLOTS(KV_SLOT_SPEC) " | series=" SIM_SERIES_SLOTS(KV_SLOT_SPEC)
-    " | itl=" SIM_ITL_SLOTS(KV_SLOT_SPEC) " | view=" SIM_VIEW_SLOTS(KV_SLOT_SPEC);
+    " | itl=" SIM_ITL_SLOTS(KV_SLOT_SPEC) " | view=" SIM_VIEW_SLOTS(KV_SLOT_SPEC) " | mode= MODE_WHOLE MODE_PIECEWISE MODE_PAGED";
 
 /* ---- waiting queues: one list over the requests per instance (a request waits on at most one) ---- */
 
@@ -105,7 +105,6 @@ static int never_fits(Sim *s, i64 i) {
 static void arrival(Sim *s, i64 i) {
     SimIO *io = s->io;
     i64 j;
-    for (i64 q = 0; q < s->N; q++) s->overlap[q] = 0;
     if (s->router == NULL) {
         j = io->assigned[i];
     } else {
@@ -116,7 +115,7 @@ static void arrival(Sim *s, i64 i) {
                 memcpy(s->seen + q * NUM_VIEW, s->view + q * NUM_VIEW, V_REPORTED * sizeof(f64));
             view = s->seen;
         }
-        j = s->router->kind->pick(s->router->state, s, i, view, s->n_prefill);
+        j = route_pick(s, i, view, s->n_prefill);
     }
     io->instance[i] = j;
     Inst *q = &s->inst[j];
@@ -130,7 +129,7 @@ static void arrival(Sim *s, i64 i) {
     io->status[i] = WAITING;
     s->target[i] = io->L[i];
     queue_push_back(s, q, i);
-    s->routed_overlap[i] = s->router == NULL ? 0 : kv_min(s->overlap[j] * s->bs, io->L[i]);
+    s->routed_overlap[i] = s->router == NULL ? 0 : kv_min(s->router->overlap[j] * s->bs, io->L[i]);
     q->view[V_REQUESTS] += 1;
     q->view[V_PREFILL_TOKENS] += (f64)(io->L[i] - s->routed_overlap[i]);
     if (s->router != NULL && s->router->kind->routed != NULL) s->router->kind->routed(s->router->state, s, i, j);
@@ -170,6 +169,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
         return 1;
     }
     if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
+    i64 preempted = c[preemptions];
     if (s->io->cfg[STYLE] == STYLE_SGLANG) sglang_schedule(s, j);
     else vllm_schedule(s, j);
     if (s->failed) return 0;
@@ -178,6 +178,12 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
     q->view[V_HELD] = (f64)((KvHolds *)q->state)->hold[HELD];
     if (batch_start(s, j)) return 1;
     c[stalls] += 1;
+    if (c[preemptions] != preempted) {
+        /* a step that only preempted (a request preempting itself, alone): the engine schedules
+         * again at once, and waiting requests may start now */
+        q->end_t = s->now;
+        return 1;
+    }
     q->end_t = INFINITY;
     if (next_arrival < s->n || s->heap_n > 0) return 1;  /* it waits for a request routed to it */
     /* nothing runs, nothing will arrive, and the waiting requests do not fit an empty instance
@@ -265,9 +271,17 @@ static void run(Sim *s) {
 
 static void *zeros(i64 n, size_t size) { return calloc((size_t)(n > 0 ? n : 1), size); }
 
+/* How a policy's requests hold their blocks under a scheduler style (requests.c). */
+KV_EXPORT i64 kv_sim_mode(const KvPolicy *policy, i64 style) {
+    if (style != STYLE_VLLM) return MODE_WHOLE;
+    if (policy->paged != NULL) return MODE_PAGED;
+    return policy->piecewise ? MODE_PIECEWISE : MODE_WHOLE;
+}
+
 static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, const KvRouterKind *router_kind) {
     memset(s, 0, sizeof *s);
     const i64 *cfg = io->cfg;
+    s->mode = (int)kv_sim_mode(policy, cfg[STYLE]);
     s->io = io;
     s->policy = policy;
     s->tiers = tiers;
@@ -308,7 +322,6 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     i64 max_prompt = 1;
     for (i64 i = 0; i < n; i++) max_prompt = kv_max(max_prompt, io->P[i]);
     s->route_scratch = zeros(max_prompt, sizeof(i32));
-    s->overlap = zeros(s->N, sizeof(i64));
     s->view = zeros(s->N * NUM_VIEW, sizeof(f64));
     s->seen = zeros(s->N * NUM_VIEW, sizeof(f64));
     s->heap_t = zeros(n + 1, sizeof(f64));
@@ -330,15 +343,22 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
         in->view = s->view + q * NUM_VIEW;
     }
     if (router_kind != NULL) {
-        s->router = calloc(1, sizeof(Router));
-        s->router->kind = router_kind;
-        s->router->state = router_kind->init == NULL ? NULL : router_kind->init(s, io->rparams);
+        Router *r = s->router = calloc(1, sizeof(Router));
+        r->kind = router_kind;
+        r->params = io->rparams;
+        r->overlap = zeros(s->N, sizeof(i64));
+        r->depth = zeros(s->N, sizeof(i64));
+        r->fetch = zeros(s->N, sizeof(f64));
+        r->state = router_kind->init == NULL ? NULL : router_kind->init(s);
     }
 }
 
 static void teardown(Sim *s) {
     if (s->router != NULL) {
         if (s->router->kind->release != NULL) s->router->kind->release(s->router->state);
+        free(s->router->overlap);
+        free(s->router->depth);
+        free(s->router->fetch);
         free(s->router);
     }
     route_free_tables(s, s->router_tables);
@@ -349,7 +369,7 @@ static void teardown(Sim *s) {
     void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
                      s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->qnext, s->qprev,
                      s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->route_scratch,
-                     s->overlap, s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst};
+                     s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);
 }
 

@@ -4,6 +4,10 @@
 
 #include "sim.h"
 
+/* the inter-token histogram's bins, for Python to read it */
+KV_EXPORT const f64 kv_itl_min_s = ITL_MIN_S;
+KV_EXPORT const f64 kv_itl_ratio = ITL_RATIO;
+
 void metrics_token_gap(Sim *s, f64 gap) {
     f64 *itl = s->io->itl;
     i64 bins = s->io->itl_n - ITL_HEAD;

@@ -1,11 +1,24 @@
-/* A request's blocks on its instance: the only code of the simulator that pins and unpins
- * (policies/base.py's hold contract; engine/driver.c's kv_request_start starts it, as it starts
- * overlapping requests in the engine). docs/serving.md, "The pool", states the rules.
+/* A request's blocks on its instance: the only code of the simulator that holds and releases
+ * blocks (policies/base.py's hold contract; engine/driver.c's kv_request_start starts a request,
+ * as it starts overlapping requests in the engine). docs/serving.md, "The pool", states the rules.
  *
- * What request i holds: base_len[i] positions pinned at its admission (its prompt blocks, and the
- * decode blocks a recomputation needs) as one pin_request of base_n[i] handles, then dec_pinned[i]
- * decode blocks pinned one at a time as its tokens need them. Handles live at
- * handles[offsets[i] + i + position]. */
+ * Three ways to hold a request's blocks (Sim.mode, chosen by the scheduler style and the policy):
+ *
+ * - PAGED (vLLM style, the vllm policy): as vLLM's KVCacheManager does it (kv_cache_manager.py
+ *   allocate_slots / free of vLLM 0.33.0). Admission checks that the whole sequence fits, then
+ *   holds the hit blocks and only the blocks of this step's tokens; each step adds the blocks its
+ *   tokens need. A block gets its hash (it is cached) when the tokens scheduled so far fill it,
+ *   generated tokens included; a request is freed last block first, blocks without a hash to the
+ *   head of the free queue. base_len[i]: blocks held; base_n[i]: of them hashed (their handles).
+ * - PIECEWISE (vLLM style, block-level policies): the same chunk by chunk holding, through
+ *   pin_request over consecutive ranges (which block-level policies compose): base_len[i]
+ *   positions held, base_n[i] handles.
+ * - WHOLE (SGLang style; policies whose pin_request does not compose: radix, ttl, lru-tail,
+ *   belady): a request's prompt (and what a recomputation needs) is held at admission, base_len[i]
+ *   positions in one pin_request of base_n[i] handles; decode blocks then one at a time
+ *   (dec_pinned[i]), released tail first before the admitted range.
+ *
+ * Handles live at handles[offsets[i] + i + position]. */
 #include "../../engine/driver.h"
 #include "ids.h"
 #include "sim.h"
@@ -14,6 +27,9 @@ static inline i64 *ctr(Sim *s, i64 j) { return s->inst[j].counters; }
 static inline const i32 *to_global(Sim *s, i64 j) { return s->inst[j].ids == NULL ? NULL : s->inst[j].ids->to_global; }
 static inline const i32 *local_ids(Sim *s, i64 j) { return s->inst[j].ids == NULL ? NULL : s->lblocks; }
 static inline const i32 *policy_ids(Sim *s, i64 j) { return s->inst[j].ids == NULL ? s->io->blocks : s->lblocks; }
+static inline void drain(Sim *s, i64 j) {
+    if (s->T > 0) kv_tier_drain(s->policy, s->inst[j].state, s->tiers, j, to_global(s, j));
+}
 
 /* Decode positions a request needs with `tokens` in KV, beyond its prompt's blocks. */
 static inline i64 extra_blocks(i64 tokens, i64 prompt_tokens, i64 bs) {
@@ -23,6 +39,11 @@ static inline i64 extra_blocks(i64 tokens, i64 prompt_tokens, i64 bs) {
 
 i64 req_needed_positions(const Sim *s, i64 i, i64 tokens) {
     return s->io->P[i] + (s->output_kv ? extra_blocks(tokens, s->io->L[i], s->bs) : 0);
+}
+
+/* tokens that take room in KV (generated ones do not without output KV) */
+static inline i64 kv_tokens(const Sim *s, i64 i, i64 tokens) {
+    return s->output_kv ? tokens : kv_min(tokens, s->io->L[i]);
 }
 
 /* Count one more pin_request of `positions` blocks, or say no (and stop the run) when the policy
@@ -42,8 +63,6 @@ static int room(Sim *s, i64 j, i64 positions) {
     return 1;
 }
 
-/* Give request i's positions instance j's ids (at its routing, or its handover to a decode
- * instance); 0 when j's id space is full (the run stops; Python sizes it again). */
 int req_route_ids(Sim *s, i64 j, i64 i) {
     Ids *ids = s->inst[j].ids;
     if (ids == NULL) return 1;
@@ -59,47 +78,10 @@ int req_route_ids(Sim *s, i64 j, i64 i) {
     return 1;
 }
 
-/* Admit request i on instance j for target[i] tokens: scan its prefix (HBM, then the tiers),
- * pin its positions (all or nothing). Returns its hit tokens, or -1 when it does not fit now
- * (nothing held). *hit_blocks: the prefix in blocks, through the tiers. */
-static i64 admit(Sim *s, i64 j, i64 i, i64 *hit_blocks) {
-    void *st = s->inst[j].state;
-    KvHolds *h = (KvHolds *)st;
-    const i32 *ids = policy_ids(s, j);
-    i64 start = s->io->offsets[i], target = s->target[i];
-    i64 n_pos = req_needed_positions(s, i, target);
-    if (s->precheck) {
-        /* block-level policies: does the start fit beside the held blocks? (so a request that must
-         * wait touches nothing) */
-        i64 unheld = 0;
-        for (i64 q = 0; q < n_pos; q++) unheld += h->pins[ids[start + q]] == 0;
-        if (h->hold[HELD] + unheld > s->capacity) return -1;
-    }
-    if (!room(s, j, n_pos)) return -1;
-    int first = s->io->preemptions[i] == 0;
-    i64 *row = first ? s->io->tier_hits + i * (s->T + 1) : NULL;
-    KvStart r = kv_request_start(s->policy, st, s->T > 0 ? s->tiers : NULL, j, to_global(s, j), i, s->io->blocks,
-                                 local_ids(s, j), start, start + n_pos, target, s->bs, s->io->handles, start + i,
-                                 s->tier_scratch, row);
-    if (r.refused) {
-        if (r.held > 0) {
-            s->policy->unpin_request(st, i, ids, start, start + n_pos, target, s->bs, s->io->handles, start + i, r.held);
-            if (s->T > 0) kv_tier_drain(s->policy, st, s->tiers, j, to_global(s, j));
-        }
-        return -1;
-    }
-    s->load_s[i] += r.load_s;
-    s->base_len[i] = n_pos;
-    s->base_input[i] = target;
-    s->base_n[i] = r.held;
-    s->dec_pinned[i] = 0;
-    *hit_blocks = r.reach;
-    return kv_min(r.reach * s->bs, target);
-}
-
-/* Request i was admitted with `hit` tokens cached: its first schedule is recorded (a
- * recomputation after a preemption is counted apart), and it runs. A request whose KV came from a
- * prefill instance starts decoding: everything but its next token is in KV. */
+/* Request i was admitted with `hit` tokens cached (hit_blocks through the tiers): its first
+ * schedule is recorded (a recomputation after a preemption is counted apart), and it runs. A
+ * request whose KV came from a prefill instance starts decoding: everything but its next token is
+ * in KV. */
 static void started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks) {
     SimIO *io = s->io;
     if (s->kv_in[i]) {
@@ -124,29 +106,220 @@ static void started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks) {
     s->computed[i] = hit < s->target[i] ? hit : s->target[i] - 1;
 }
 
-i64 req_schedule(Sim *s, i64 j, i64 i) {
-    i64 hit_blocks = 0;
-    i64 hit = admit(s, j, i, &hit_blocks);
-    if (hit < 0) {
-        ctr(s, j)[refused_admissions] += 1;
-        return 0;
-    }
-    started(s, j, i, hit, hit_blocks);
-    return 1;
+/* The longest prefix request i finds on instance j for target[i] tokens (blocks), through the
+ * tiers too when `reach` is given (a look: nothing is touched). */
+static i64 probe(Sim *s, i64 j, i64 i, i64 positions, i64 *reach) {
+    void *st = s->inst[j].state;
+    const i32 *ids = policy_ids(s, j);
+    i64 start = s->io->offsets[i];
+    i64 limit = s->policy->hit_limit(st, positions, s->target[i], s->bs);
+    i64 k = 0;
+    while (k < limit && s->policy->resident(st, ids[start + k])) k++;
+    if (reach != NULL)
+        *reach = s->T > 0 ? kv_tier_prefix(s->policy, st, s->tiers, j, s->io->blocks, local_ids(s, j), start, k, limit,
+                                            s->tier_scratch, 0)
+                          : k;
+    return k;
 }
 
-int req_grow(Sim *s, i64 j, i64 i, i64 want) {
+i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 tokens) {
+    i64 saved = s->target[i];
+    s->target[i] = tokens;
+    i64 k = probe(s, j, i, s->io->P[i], NULL);
+    s->target[i] = saved;
+    return k;
+}
+
+/* ---- held whole, or chunk by chunk through pin_request ---- */
+
+/* Hold positions [0, want) of request i, its hit prefix counted at its start: -1 when they do
+ * not fit now (nothing held), else its hit tokens; *hit_blocks through the tiers. */
+static i64 start_positions(Sim *s, i64 j, i64 i, i64 want, i64 *hit_blocks) {
     void *st = s->inst[j].state;
     KvHolds *h = (KvHolds *)st;
     const i32 *ids = policy_ids(s, j);
+    i64 start = s->io->offsets[i], target = s->target[i];
+    if (!room(s, j, want)) return -1;
+    int first = s->io->preemptions[i] == 0;
+    i64 *row = first ? s->io->tier_hits + i * (s->T + 1) : NULL;
+    KvStart r = kv_request_start(s->policy, st, s->T > 0 ? s->tiers : NULL, j, to_global(s, j), i, s->io->blocks,
+                                 local_ids(s, j), start, start + want, target, s->bs, s->io->handles, start + i,
+                                 s->tier_scratch, row);
+    if (r.refused) {
+        if (r.held > 0) {
+            s->policy->unpin_request(st, i, ids, start, start + want, target, s->bs, s->io->handles, start + i, r.held);
+            drain(s, j);
+        }
+        return -1;
+    }
+    (void)h;
+    s->load_s[i] += r.load_s;
+    s->base_len[i] = want;
+    s->base_input[i] = target;
+    s->base_n[i] = r.held;
+    s->dec_pinned[i] = 0;
+    *hit_blocks = r.reach;
+    return kv_min(r.reach * s->bs, target);
+}
+
+/* block-level policies: do `positions` positions of request i fit beside the held blocks? (so a
+ * request that must wait touches nothing) */
+static int fits(Sim *s, i64 j, i64 i, i64 from, i64 to) {
+    if (!s->precheck) return 1;
+    KvHolds *h = (KvHolds *)s->inst[j].state;
+    const i32 *ids = policy_ids(s, j);
+    i64 start = s->io->offsets[i], unheld = 0;
+    for (i64 q = from; q < to; q++) unheld += h->pins[ids[start + q]] == 0;
+    return h->hold[HELD] + unheld <= s->capacity;
+}
+
+/* ---- vLLM's pool, chunk by chunk ---- */
+
+/* Give the blocks of request i that its first `tokens` tokens fill their hashes. */
+static void paged_cache_full(Sim *s, i64 j, i64 i, i64 tokens) {
+    const KvPaged *pool = s->policy->paged;
+    void *st = s->inst[j].state;
+    const i32 *ids = policy_ids(s, j);
     i64 start = s->io->offsets[i];
+    i64 full = kv_min(kv_min(tokens, s->target[i]), kv_tokens(s, i, s->target[i])) / s->bs;
+    full = kv_min(full, s->base_len[i]);
+    for (i64 q = s->base_n[i]; q < full; q++) s->io->handles[start + i + q] = pool->cache(st, ids[start + q]);
+    if (full > s->base_n[i]) {
+        s->base_n[i] = full;
+        drain(s, j);
+    }
+}
+
+/* vLLM's admission of request i for at most `budget` tokens this step: the whole sequence must
+ * fit (its blocks beyond the hit, plus the hit blocks sitting in the free queue), then it holds its
+ * hit blocks and the blocks of this step's tokens. Returns the tokens it computes this step, 0
+ * when it must wait (chunked prefill off and too few tokens left), -1 when it does not fit. */
+static i64 paged_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
+    const KvPaged *pool = s->policy->paged;
+    void *st = s->inst[j].state;
+    const i32 *ids = policy_ids(s, j);
+    i64 start = s->io->offsets[i], bs = s->bs, N = s->target[i];
+    i64 positions = s->io->offsets[i + 1] - start;
+    i64 reach;
+    i64 k = probe(s, j, i, positions, &reach);
+    /* (< N: vLLM's limit leaves the last token); a request whose KV came from a prefill instance
+     * has all but its next token */
+    i64 hit = s->kv_in[i] ? N - 1 : reach * bs;
+    i64 want = N - hit;
+    if (!partial && want > budget) return 0;
+    i64 n = kv_min(want, budget);
+    i64 evictable = pool->evictable(st, ids, start, k);
+    if (kv_ceil_div(kv_tokens(s, i, N), bs) - k + evictable > pool->free_blocks(st)) return -1;
+    i64 blocks_now = kv_ceil_div(kv_tokens(s, i, hit + n), bs);
+    int first = s->io->preemptions[i] == 0;
+    if (s->T > 0) {
+        /* the blocks found in the tiers are loaded: touch them there, as the scan that admits does */
+        kv_tier_prefix(s->policy, st, s->tiers, j, s->io->blocks, local_ids(s, j), start, k,
+                       s->policy->hit_limit(st, positions, N, bs), s->tier_scratch, 1);
+    }
+    pool->touch(st, ids, start, k, s->io->handles, start + i);
+    pool->allocate(st, blocks_now - k);
+    s->base_len[i] = blocks_now;
+    s->base_n[i] = k;
+    s->base_input[i] = N;
+    s->dec_pinned[i] = 0;
+    if (s->T > 0)
+        s->load_s[i] += kv_tier_admitted(s->tiers, j, s->io->blocks, start, k, blocks_now, s->tier_scratch,
+                                         first ? s->io->tier_hits + i * (s->T + 1) : NULL);
+    drain(s, j);
+    started(s, j, i, hit, reach);
+    paged_cache_full(s, j, i, s->computed[i] + n);
+    return n;
+}
+
+static int paged_grow(Sim *s, i64 j, i64 i, i64 tokens) {
+    const KvPaged *pool = s->policy->paged;
+    void *st = s->inst[j].state;
+    i64 need = kv_ceil_div(kv_tokens(s, i, tokens), s->bs) - s->base_len[i];
+    if (need > pool->free_blocks(st)) return 0;
+    if (need > 0) {
+        pool->allocate(st, need);
+        s->base_len[i] += need;
+        i64 decode_from = kv_max(s->base_len[i] - need, s->io->P[i]);
+        if (s->base_len[i] > decode_from) ctr(s, j)[decode_blocks] += s->base_len[i] - decode_from;
+        drain(s, j);
+    }
+    paged_cache_full(s, j, i, tokens);
+    return 1;
+}
+
+/* ---- what the schedulers call ---- */
+
+i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
+    if (s->mode == MODE_PAGED) {
+        i64 n = paged_admit(s, j, i, budget, partial);
+        if (n < 0) ctr(s, j)[refused_admissions] += 1;
+        return n > 0 ? n : 0;
+    }
+    i64 target = s->target[i];
+    i64 reach;
+    i64 full = req_needed_positions(s, i, target);
+    probe(s, j, i, full, &reach);
+    i64 hit = kv_min(reach * s->bs, target);
+    i64 computed = hit < target && !s->kv_in[i] ? hit : target - 1;
+    i64 want = target - computed;
+    if (!partial && want > budget) return 0;
+    i64 n = kv_min(want, budget);
+    i64 hit_blocks = 0;
+    i64 got = -1;
+    if (fits(s, j, i, 0, full)) {
+        i64 now = s->mode == MODE_PIECEWISE ? kv_max(req_needed_positions(s, i, computed + n), reach) : full;
+        got = start_positions(s, j, i, kv_min(now, full), &hit_blocks);
+    }
+    if (got < 0) {
+        ctr(s, j)[refused_admissions] += 1;
+        return 0;
+    }
+    started(s, j, i, got, hit_blocks);
+    return kv_min(target - s->computed[i], budget);
+}
+
+i64 req_schedule(Sim *s, i64 j, i64 i) {
+    i64 target = s->target[i];
+    i64 full = req_needed_positions(s, i, target), hit_blocks = 0;
+    i64 got = fits(s, j, i, 0, full) ? start_positions(s, j, i, full, &hit_blocks) : -1;
+    if (got < 0) {
+        ctr(s, j)[refused_admissions] += 1;
+        return 0;
+    }
+    started(s, j, i, got, hit_blocks);
+    return 1;
+}
+
+int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
+    if (s->mode == MODE_PAGED) return paged_grow(s, j, i, tokens);
+    void *st = s->inst[j].state;
+    KvHolds *h = (KvHolds *)st;
+    const i32 *ids = policy_ids(s, j);
+    i64 start = s->io->offsets[i], want = req_needed_positions(s, i, tokens);
+    if (s->mode == MODE_PIECEWISE) {
+        i64 from = s->base_len[i];
+        if (from >= want) return 1;
+        if (!fits(s, j, i, from, want) || !room(s, j, want - from)) return 0;
+        i64 refusals = h->hold[REFUSALS];
+        i64 n = s->policy->pin_request(st, i, ids, start + from, start + want, 0, s->target[i], s->bs, s->io->handles,
+                                       start + i + from);
+        drain(s, j);
+        s->base_n[i] += n;
+        s->base_len[i] = from + n;
+        if (h->hold[REFUSALS] != refusals) return 0;
+        i64 decode_from = kv_max(from, s->io->P[i]);
+        if (want > decode_from) ctr(s, j)[decode_blocks] += want - decode_from;
+        return 1;
+    }
+    /* WHOLE: decode blocks one at a time */
     while (s->base_len[i] + s->dec_pinned[i] < want) {
         if (h->hold[HELD] >= s->capacity) return 0;
         i64 q = s->base_len[i] + s->dec_pinned[i];
         if (!room(s, j, 1)) return 0;
         i64 refusals = h->hold[REFUSALS];
         s->policy->pin_request(st, i, ids, start + q, start + q + 1, 0, s->bs, s->bs, s->io->handles, start + i + q);
-        if (s->T > 0) kv_tier_drain(s->policy, st, s->tiers, j, to_global(s, j));
+        drain(s, j);
         if (h->hold[REFUSALS] != refusals) return 0;
         s->dec_pinned[i] += 1;
         ctr(s, j)[decode_blocks] += 1;
@@ -158,12 +331,16 @@ void req_release(Sim *s, i64 j, i64 i) {
     void *st = s->inst[j].state;
     const i32 *ids = policy_ids(s, j);
     i64 start = s->io->offsets[i], base = start + i;
-    /* its decode singles tail first, then its admitted range */
-    for (i64 q = s->base_len[i] + s->dec_pinned[i] - 1; q >= s->base_len[i]; q--)
-        s->policy->unpin_request(st, i, ids, start + q, start + q + 1, s->bs, s->bs, s->io->handles, base + q, 1);
-    s->policy->unpin_request(st, i, ids, start, start + s->base_len[i], s->base_input[i], s->bs, s->io->handles, base,
-                             s->base_n[i]);
-    if (s->T > 0) kv_tier_drain(s->policy, st, s->tiers, j, to_global(s, j));  /* (ttl may expire released blocks) */
+    if (s->mode == MODE_PAGED) {
+        s->policy->paged->release(st, s->io->handles, base, s->base_n[i], s->base_len[i] - s->base_n[i]);
+    } else {
+        /* its decode singles tail first, then its admitted range */
+        for (i64 q = s->base_len[i] + s->dec_pinned[i] - 1; q >= s->base_len[i]; q--)
+            s->policy->unpin_request(st, i, ids, start + q, start + q + 1, s->bs, s->bs, s->io->handles, base + q, 1);
+        s->policy->unpin_request(st, i, ids, start, start + s->base_len[i], s->base_input[i], s->bs, s->io->handles,
+                                 base, s->base_n[i]);
+    }
+    drain(s, j);  /* (ttl may expire released blocks) */
     s->dec_pinned[i] = 0;
     s->base_n[i] = 0;
     s->base_len[i] = 0;
@@ -180,16 +357,4 @@ i64 req_take_back(Sim *s, i64 j, i64 v) {
     s->io->preemptions[v] += 1;
     ctr(s, j)[preemptions] += 1;
     return given;
-}
-
-/* the cached prefix (blocks) request i would get on its instance j now, for `tokens` tokens
- * (SGLang's longest-prefix ordering and its admission budget read it) */
-i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 tokens) {
-    const i32 *ids = policy_ids(s, j);
-    i64 start = s->io->offsets[i];
-    void *st = s->inst[j].state;
-    i64 limit = s->policy->hit_limit(st, s->io->P[i], tokens, s->bs);
-    i64 k = 0;
-    while (k < limit && s->policy->resident(st, ids[start + k])) k++;
-    return k;
 }

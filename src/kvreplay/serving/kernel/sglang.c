@@ -129,9 +129,8 @@ static void decode_batch(Sim *s, i64 j) {
             r++;
             continue;
         }
-        i64 want = req_needed_positions(s, i, s->computed[i] + 1);
         int ok = 1;
-        while (!req_grow(s, j, i, want)) {
+        while (!req_grow(s, j, i, s->computed[i] + 1)) {
             if (s->failed) return;
             i64 v = retract(s, j, &r);
             if (v < 0) {

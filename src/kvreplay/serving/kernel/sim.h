@@ -30,6 +30,8 @@
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
 enum { STYLE_VLLM, STYLE_SGLANG };
+/* how requests hold their blocks (requests.c) */
+enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED };
 #define ROUTER_FIXED (-1)
 
 /* ---- per-instance counters (a row each); Python reads them by these names ---- */
@@ -97,7 +99,7 @@ typedef struct Sim {
     const KvPolicy *policy;
     KvTiers *tiers;
     i64 n, N, n_prefill, bs, capacity, T;
-    int disagg, output_kv, precheck;
+    int disagg, output_kv, precheck, mode;
     Inst *inst;
     Router *router;
     /* per request */
@@ -112,7 +114,6 @@ typedef struct Sim {
     i64 *lpm_key, *order;
     i64 *tier_scratch; /* T + 1 */
     /* routing */
-    i64 *overlap;       /* per instance: the prefix the router saw there for this arrival (blocks) */
     i32 *route_scratch; /* a prompt's ids on an instance it is not routed to yet */
     i64 *ids_cap;       /* per instance: how many ids its state and tables hold */
     i32 **router_tables;
@@ -131,12 +132,23 @@ typedef struct Sim {
 } Sim;
 
 /* ---- requests.c ---- */
+/* positions request i needs with `tokens` tokens in KV (its prompt's, then decode blocks) */
 i64 req_needed_positions(const Sim *s, i64 i, i64 tokens);
+/* admit waiting request i for at most `budget` tokens this step (`partial`: it may take fewer than
+ * it needs): the tokens it computes, 0 when it waits (nothing held) */
+i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial);
+/* admit waiting request i with all it needs held at once (SGLang): 1, or 0 when it waits */
 i64 req_schedule(Sim *s, i64 j, i64 i);
-int req_grow(Sim *s, i64 j, i64 i, i64 want);
+/* hold what request i needs with `tokens` tokens in KV: 0 when the pool is out of room */
+int req_grow(Sim *s, i64 j, i64 i, i64 tokens);
+/* release request i's blocks (finished, preempted or handed over) */
 void req_release(Sim *s, i64 j, i64 i);
+/* preempt (vLLM) or retract (SGLang) request v: released, it waits to recompute its prompt and
+ * outputs; the tokens it had this step */
 i64 req_take_back(Sim *s, i64 j, i64 v);
+/* the cached prefix (blocks) request i would get on instance j for `tokens` tokens */
 i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 tokens);
+/* give request i's positions instance j's ids (at routing or handover); 0 when j's ids are full */
 int req_route_ids(Sim *s, i64 j, i64 i);
 
 /* ---- queues (loop.c) ---- */

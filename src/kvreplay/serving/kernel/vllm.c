@@ -25,9 +25,8 @@ void vllm_schedule(Sim *s, i64 j) {
     for (i64 r = 0; r < q->nrun && budget > 0;) {
         i64 i = q->running[r];
         i64 want_new = s->computed[i] < s->target[i] ? kv_min(s->target[i] - s->computed[i], budget) : 1;
-        i64 want = req_needed_positions(s, i, s->computed[i] + want_new);
         int ok = 1;
-        while (!req_grow(s, j, i, want)) {
+        while (!req_grow(s, j, i, s->computed[i] + want_new)) {
             if (s->failed) return;
             preempted = 1;
             if (preempt_newest(s, j, &budget) == i) {
@@ -41,22 +40,16 @@ void vllm_schedule(Sim *s, i64 j) {
         r++;
     }
     if (preempted) return;
-    /* 2. waiting requests, first come first served */
+    /* 2. waiting requests, first come first served; the head that cannot start stops the loop.
+     * Without chunked prefill a prompt waits for a step with room for all of it (unless nothing
+     * runs: vLLM would wait forever, as it requires a budget of max_model_len then) */
     while (q->qlen > 0 && budget > 0 && q->nrun < cfg[MAX_SEQS]) {
         i64 i = q->qhead;
-        if (!req_schedule(s, j, i)) break;
+        i64 n = req_admit(s, j, i, budget, cfg[CHUNKED] != 0 || q->nrun == 0);
+        if (n <= 0) break;
         queue_pop_front(s, q);
-        i64 want_new = s->target[i] - s->computed[i];
-        if (cfg[CHUNKED] == 0 && want_new > budget && q->nrun > 0) {
-            /* without chunked prefill a prompt waits for a step with room for all of it */
-            req_release(s, j, i);
-            queue_push_front(s, q, i);
-            s->io->status[i] = WAITING;
-            break;
-        }
-        want_new = kv_min(want_new, budget);
         q->running[q->nrun++] = i;
-        s->new_tokens[i] = want_new;
-        budget -= want_new;
+        s->new_tokens[i] = n;
+        budget -= n;
     }
 }

@@ -6,24 +6,23 @@
  *
  * the lowest cost, ties at random (seeded here, unseeded in Dynamo). Its bookkeeping is
  * ActiveSequences' (sequences/single.rs, prompt_registry.rs): each prompt's full blocks (as Dynamo
- * hashes them) are held by the requests in flight on a worker, counted once per worker; prompt
- * tokens are charged at routing (minus the overlap) and released at the first token (loop.c keeps
- * V_PREFILL_TOKENS). With tiers, blocks past the GPU prefix found in the worker's tiers earn
- * Dynamo's per-tier credit (engine/tiers: 0.75 first tier, 0.25 below, 0.5 a global store). */
+ * hashes them) are held by the requests in flight on a worker, counted once per worker (V_BLOCKS);
+ * prompt tokens are charged at routing (minus the overlap) and released at the first token (the
+ * kernel keeps V_PREFILL_TOKENS). With tiers, blocks past the GPU prefix found in the worker's
+ * tiers earn Dynamo's per-tier credit (engine/tiers: 0.75 first tier, 0.25 below, 0.5 a global
+ * store). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "router.h"
 
 typedef struct {
-    f64 prefill_load_scale;
     i32 **holds; /* per instance, per local id: requests in flight holding the block */
     i64 *counts;
 } KvAware;
 
-static void *init(Sim *s, const f64 *params) {
+static void *init(Sim *s) {
     KvAware *r = calloc(1, sizeof *r);
-    r->prefill_load_scale = params[0];
     r->holds = route_tables(s);
     r->counts = calloc((size_t)(s->T + 1), sizeof(i64));
     return r;
@@ -32,33 +31,36 @@ static void *init(Sim *s, const f64 *params) {
 static void release(void *st) {
     KvAware *r = st;
     free(r->counts);
-    free(r);  /* (the tables go with the Sim: route_free_tables) */
+    free(r);  /* (the tables go with the Sim) */
 }
 
-static i64 pick(void *st, Sim *s, i64 i, const f64 *view, i64 routed) {
+static void look(void *st, Sim *s, i64 i, i64 q, i64 *overlap, i64 *depth, f64 *fetch) {
     KvAware *r = st;
-    const i64 *P = s->io->P, *L = s->io->L;
-    i64 start = s->io->offsets[i], bs = s->bs;
-    i64 full = sim_full_blocks(L[i], P[i], bs);
+    *overlap = route_gpu_prefix(s, q, i);
+    if (s->T > 0) {
+        route_tier_prefix(s, q, i, *overlap, r->counts);
+        *fetch = kv_tier_credit(s->tiers, r->counts);
+    }
+    i64 full = sim_full_blocks(s->io->L[i], s->io->P[i], s->bs), start = s->io->offsets[i], k = 0;
+    while (k < full) {
+        i64 b = route_local_id(s, q, s->io->blocks[start + k]);
+        if (b < 0 || r->holds[q][b] == 0) break;
+        k++;
+    }
+    *depth = k;
+}
+
+static i64 rule(const f64 *params, const RouteInput *in) {
+    f64 prefill_load_scale = params[0];
+    i64 bs = in->block_size, full = in->prompt_tokens / bs;
+    full = full < in->prompt_blocks ? full : in->prompt_blocks;
     Lowest low = {INFINITY, 0, 0};
-    for (i64 q = 0; q < routed; q++) {
-        i64 overlap = s->overlap[q] = route_gpu_prefix(s, q, i);
-        f64 credit = 0.0;
-        if (s->T > 0) {
-            route_tier_prefix(s, q, i, overlap, r->counts);
-            credit = kv_tier_credit(s->tiers, r->counts);
-        }
-        i64 depth = 0;
-        while (depth < full) {
-            i64 b = route_local_id(s, q, s->io->blocks[start + depth]);
-            if (b < 0 || r->holds[q][b] == 0) break;
-            depth++;
-        }
-        const f64 *v = view + q * NUM_VIEW;
-        i64 ov = overlap < full ? overlap : full;
-        f64 prefill = (v[V_PREFILL_TOKENS] + (f64)L[i]) / (f64)bs - (f64)ov - credit;
-        f64 cost = r->prefill_load_scale * (prefill > 0 ? prefill : 0.0) + v[V_BLOCKS] + (f64)full - (f64)depth;
-        route_lowest(s, &low, cost, q);
+    for (i64 q = 0; q < in->instances; q++) {
+        const f64 *v = in->view + q * NUM_VIEW;
+        i64 ov = in->overlap[q] < full ? in->overlap[q] : full;
+        f64 prefill = (v[V_PREFILL_TOKENS] + (f64)in->prompt_tokens) / (f64)bs - (f64)ov - in->fetch[q];
+        f64 cost = prefill_load_scale * (prefill > 0 ? prefill : 0.0) + v[V_BLOCKS] + (f64)full - (f64)in->depth[q];
+        route_lowest(in->rng, &low, cost, q);
     }
     return low.best;
 }
@@ -85,5 +87,5 @@ static void left(void *st, Sim *s, i64 i, i64 j) {
     }
 }
 
-const KvRouterKind kv_router_kv_aware = {"kv-aware", "dynamo", " prefill_load_scale=1.0", init, release, pick, routed,
-                                         NULL, left};
+const KvRouterKind kv_router_kv_aware = {"kv-aware", "dynamo", " prefill_load_scale=1.0", init, release, look, rule,
+                                         routed, NULL, left};

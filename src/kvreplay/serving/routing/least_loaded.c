@@ -3,11 +3,11 @@
  * machine"), and SGLang router's fallback. */
 #include "router.h"
 
-static i64 pick(void *st, Sim *s, i64 i, const f64 *view, i64 routed) {
+static i64 rule(const f64 *params, const RouteInput *in) {
     i64 best = 0;
-    for (i64 q = 1; q < routed; q++)
-        if (view[q * NUM_VIEW + V_REQUESTS] < view[best * NUM_VIEW + V_REQUESTS]) best = q;
+    for (i64 q = 1; q < in->instances; q++)
+        if (in->view[q * NUM_VIEW + V_REQUESTS] < in->view[best * NUM_VIEW + V_REQUESTS]) best = q;
     return best;
 }
 
-const KvRouterKind kv_router_least_loaded = {"least-loaded", "", "", NULL, NULL, pick, NULL, NULL, NULL};
+const KvRouterKind kv_router_least_loaded = {"least-loaded", "", "", NULL, NULL, NULL, rule, NULL, NULL, NULL};

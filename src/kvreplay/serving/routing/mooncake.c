@@ -8,13 +8,12 @@
 #include "router.h"
 
 typedef struct {
-    f64 *fetch, *estimate; /* per instance at this arrival; per request once routed */
+    f64 *estimate; /* per request, once routed: its predicted prefill time */
     i64 *counts;
 } Mooncake;
 
-static void *init(Sim *s, const f64 *params) {
+static void *init(Sim *s) {
     Mooncake *r = calloc(1, sizeof *r);
-    r->fetch = calloc((size_t)s->N, sizeof(f64));
     r->estimate = calloc((size_t)s->n + 1, sizeof(f64));
     r->counts = calloc((size_t)(s->T + 1), sizeof(i64));
     return r;
@@ -22,28 +21,29 @@ static void *init(Sim *s, const f64 *params) {
 
 static void release(void *st) {
     Mooncake *r = st;
-    free(r->fetch);
     free(r->estimate);
     free(r->counts);
     free(r);
 }
 
-static i64 pick(void *st, Sim *s, i64 i, const f64 *view, i64 routed) {
+/* Conductor's view: the prefix in the instance's own tiers and in the global store too, at the
+ * time it takes to load */
+static void look(void *st, Sim *s, i64 i, i64 q, i64 *overlap, i64 *depth, f64 *fetch) {
     Mooncake *r = st;
+    i64 k = route_gpu_prefix(s, q, i);
+    if (s->T > 0) {
+        k = route_tier_prefix(s, q, i, k, r->counts);
+        *fetch = kv_tier_fetch_seconds(s->tiers, r->counts);
+    }
+    *overlap = k;
+}
+
+static i64 rule(const f64 *params, const RouteInput *in) {
     i64 best = 0;
     f64 best_t = INFINITY;
-    for (i64 q = 0; q < routed; q++) {
-        i64 k = route_gpu_prefix(s, q, i);
-        r->fetch[q] = 0.0;
-        if (s->T > 0) {
-            /* Conductor's view: the prefix in the instance's own tiers and in the global store too,
-             * at the time it takes to load */
-            k = route_tier_prefix(s, q, i, k, r->counts);
-            r->fetch[q] = kv_tier_fetch_seconds(s->tiers, r->counts);
-        }
-        s->overlap[q] = k;
-        f64 t = view[q * NUM_VIEW + V_QUEUE_S] + r->fetch[q]
-                + kv_prefill_estimate(s->io->tm, s->io->L[i], k * s->bs);
+    for (i64 q = 0; q < in->instances; q++) {
+        f64 t = in->view[q * NUM_VIEW + V_QUEUE_S] + in->fetch[q]
+                + kv_prefill_estimate(in->tm, in->prompt_tokens, in->overlap[q] * in->block_size);
         if (t < best_t) {
             best_t = t;
             best = q;
@@ -52,10 +52,10 @@ static i64 pick(void *st, Sim *s, i64 i, const f64 *view, i64 routed) {
     return best;
 }
 
-/* its predicted prefill time joins the instance's queue until its first token (loop.c) */
-static void on_routed(void *st, Sim *s, i64 i, i64 j) {
+/* its predicted prefill time joins the instance's queue until its first token */
+static void routed(void *st, Sim *s, i64 i, i64 j) {
     Mooncake *r = st;
-    r->estimate[i] = kv_prefill_estimate(s->io->tm, s->io->L[i], s->routed_overlap[i]) + r->fetch[j];
+    r->estimate[i] = kv_prefill_estimate(s->io->tm, s->io->L[i], s->routed_overlap[i]) + s->router->fetch[j];
     s->inst[j].view[V_QUEUE_S] += r->estimate[i];
 }
 
@@ -64,4 +64,4 @@ static void first_token(void *st, Sim *s, i64 i, i64 j) {
     s->inst[j].view[V_QUEUE_S] -= r->estimate[i];
 }
 
-const KvRouterKind kv_router_mooncake = {"mooncake", "", "", init, release, pick, on_routed, first_token, NULL};
+const KvRouterKind kv_router_mooncake = {"mooncake", "", "", init, release, look, rule, routed, first_token, NULL};

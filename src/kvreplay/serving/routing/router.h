@@ -1,27 +1,42 @@
 /* Routers that read the instances' state: which instance serves an arriving request
  * (docs/serving.md, "Routers", cites each rule's source). One file per router, each defining one
  * KvRouterKind; registry.c lists them (a new router is one file and one line there). Routers fixed
- * by the trace (round-robin, random, session) are computed before the run (routing/fixed.py).
+ * by the trace (round-robin, random, session) are computed before the run (routing/__init__.py).
  *
- * What a router sees of each instance is the kernel's view (sim.h V_*: requests in flight, prompt
- * tokens routed and not yet prefilled, Mooncake's predicted queue time, and what instances report:
- * running, waiting, blocks held; the reported columns lagged by --router-lag-ms), plus whatever it
- * keeps itself (its state, per instance over the instance's local block ids). */
+ * A router's decision is split in two: look(), what it sees of each instance for this request
+ * (from the instance's cache, its tiers, and the router's own state), and rule(), the choice from
+ * what it saw and the view: a pure function of its inputs, so its formula is tested by hand
+ * (tests/serving/test_routers.py through kv_route_rule). What every router sees is the kernel's
+ * view (sim.h V_*): its own bookkeeping, always current (requests in flight, prompt tokens routed
+ * and not yet prefilled, Mooncake's predicted queue time, blocks in flight), and what instances
+ * report (running, waiting, blocks held), lagged by --router-lag-ms when set. */
 #ifndef KV_ROUTER_H
 #define KV_ROUTER_H
 
 #include "../kernel/sim.h"
 
+typedef struct {
+    const f64 *view;    /* NUM_VIEW per instance */
+    const i64 *overlap; /* per instance: the request's leading blocks cached there, as this router sees them */
+    const i64 *depth;   /* per instance: of its full blocks, the leading ones already in flight there */
+    const f64 *fetch;   /* per instance: the load seconds (mooncake) or the credit (kv-aware) of its tier blocks */
+    i64 instances, prompt_blocks, prompt_tokens, block_size;
+    const f64 *tm;      /* the time model (a prefill's estimate) */
+    f64 capacity;       /* blocks per instance */
+    uint64_t *rng;      /* ties at random: seeded, reproducible */
+} RouteInput;
+
 typedef struct KvRouterKind {
     const char *name;
     const char *aliases;  /* other names it answers to, space separated ("" for none) */
-    const char *params;   /* " name=default ..." (Python checks --router-option against these) */
-    /* its state, with its parameters (in `params` order) */
-    void *(*init)(Sim *s, const f64 *params);
+    const char *params;   /* " name=default ...": its parameters, in the order rule() reads them */
+    void *(*init)(Sim *s);
     void (*release)(void *st);
-    /* the instance (0..routed-1) for request i; view: what it sees of each instance (NUM_VIEW each) */
-    i64 (*pick)(void *st, Sim *s, i64 i, const f64 *view, i64 routed);
-    /* request i joined instance j's queue (after pick) */
+    /* what it sees of instance q for request i (NULL: nothing but the view) */
+    void (*look)(void *st, Sim *s, i64 i, i64 q, i64 *overlap, i64 *depth, f64 *fetch);
+    /* the instance (0..in->instances-1) for the request */
+    i64 (*rule)(const f64 *params, const RouteInput *in);
+    /* request i joined instance j's queue */
     void (*routed)(void *st, Sim *s, i64 i, i64 j);
     /* request i's first token came out on instance j */
     void (*first_token)(void *st, Sim *s, i64 i, i64 j);
@@ -32,9 +47,15 @@ typedef struct KvRouterKind {
 struct Router {
     const KvRouterKind *kind;
     void *state;
+    const f64 *params;
+    i64 *overlap, *depth;
+    f64 *fetch;
 };
 
 extern const KvRouterKind *const kv_routers[];
+
+/* the instance the router picks for request i (loop.c) */
+i64 route_pick(Sim *s, i64 i, const f64 *view, i64 routed);
 
 /* ---- what routers share (scan.c) ---- */
 /* request i's longest prefix cached in instance q's GPU pool (the policy's scan, its hit limit) */
@@ -42,16 +63,17 @@ i64 route_gpu_prefix(Sim *s, i64 q, i64 i);
 /* from GPU prefix k, how far the prefix reaches through q's tiers and the global store;
  * counts: blocks per tier (T + 1 entries, see engine/tiers/pools.h) */
 i64 route_tier_prefix(Sim *s, i64 q, i64 i, i64 k, i64 *counts);
-/* the router's random numbers: seeded, reproducible (splitmix64) */
-i64 route_random_below(Sim *s, i64 n);
+/* a uniform integer in [0, n) */
+i64 route_random_below(uint64_t *rng, i64 n);
 /* the lowest cost with ties broken uniformly at random (reservoir sampling over the tied
  * instances, as Dynamo's selector and llm-d's shuffled picker do) */
 typedef struct { f64 cost; i64 best, ties; } Lowest;
-void route_lowest(Sim *s, Lowest *l, f64 cost, i64 q);
-/* per-instance arrays over local ids: one row per instance, as wide as its id space */
+void route_lowest(uint64_t *rng, Lowest *l, f64 cost, i64 q);
+/* per-instance tables over local ids: one row per instance, as wide as its id space (freed with
+ * the Sim) */
 i32 **route_tables(Sim *s);
 void route_free_tables(Sim *s, i32 **tables);
-/* instance q's local id of global id b (-1: never routed there) */
+/* instance q's local id of trace id b (-1: never routed there) */
 i64 route_local_id(Sim *s, i64 q, i64 b);
 
 #endif

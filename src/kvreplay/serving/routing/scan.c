@@ -40,23 +40,45 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-i64 route_random_below(Sim *s, i64 n) {
+i64 route_random_below(uint64_t *rng, i64 n) {
     /* unbiased: reject the top of the range that n does not divide */
     uint64_t limit = UINT64_MAX - UINT64_MAX % (uint64_t)n;
     uint64_t x;
-    do x = splitmix64(&s->rng); while (x >= limit);
+    do x = splitmix64(rng); while (x >= limit);
     return (i64)(x % (uint64_t)n);
 }
 
-void route_lowest(Sim *s, Lowest *l, f64 cost, i64 q) {
+void route_lowest(uint64_t *rng, Lowest *l, f64 cost, i64 q) {
     if (cost < l->cost) {
         l->cost = cost;
         l->best = q;
         l->ties = 1;
     } else if (cost == l->cost) {
         l->ties += 1;
-        if (route_random_below(s, l->ties) == 0) l->best = q;
+        if (route_random_below(rng, l->ties) == 0) l->best = q;
     }
+}
+
+i64 route_pick(Sim *s, i64 i, const f64 *view, i64 routed) {
+    Router *r = s->router;
+    for (i64 q = 0; q < routed; q++) {
+        r->overlap[q] = r->depth[q] = 0;
+        r->fetch[q] = 0.0;
+        if (r->kind->look != NULL) r->kind->look(r->state, s, i, q, &r->overlap[q], &r->depth[q], &r->fetch[q]);
+    }
+    RouteInput in = {view, r->overlap, r->depth, r->fetch, routed, s->io->P[i], s->io->L[i], s->bs, s->io->tm,
+                     (f64)s->capacity, &s->rng};
+    return r->kind->rule(r->params, &in);
+}
+
+/* For tests: router k's rule on given inputs (tests/serving/test_routers.py works each by hand). */
+KV_EXPORT i64 kv_route_rule(i64 k, const f64 *params, const f64 *view, const i64 *overlap, const i64 *depth,
+                            const f64 *fetch, i64 instances, i64 prompt_blocks, i64 prompt_tokens, i64 block_size,
+                            const f64 *tm, f64 capacity, i64 seed) {
+    uint64_t rng = (uint64_t)seed;
+    RouteInput in = {view, overlap, depth, fetch, instances, prompt_blocks, prompt_tokens, block_size, tm, capacity,
+                     &rng};
+    return kv_routers[k]->rule(params, &in);
 }
 
 i32 **route_tables(Sim *s) {

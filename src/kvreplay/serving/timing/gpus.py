@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 #: Compute dtypes the roofline knows, and the catalog field holding each one's peak.
 COMPUTE_DTYPES = {"bf16": "bf16_tflops", "fp16": "bf16_tflops", "fp8": "fp8_tflops"}

@@ -1,0 +1,120 @@
+"""One resolve(): a serving configuration's sizes, worked out once.
+
+Block size, model, KV dtype (and which layers count), the GPU pool, the tiers below it: every
+size the simulator, its sweeps and the CLI use comes from :func:`resolve`, so a KV dtype, say,
+sizes the GPU pool, every tier and the time model's KV reads alike (docs/serving.md, "The pool").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..analysis.models import kv_bytes_per_token, resolve_capacities
+from ..engine.replay import check_capacity
+from ..engine.tiers import Tier, resolve_tiers
+from ..errors import ConfigError
+from ..trace.model import resolve_block_size
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A configuration's sizes. capacity: the GPU pool of one instance, in blocks; block_bytes:
+    one block's KV bytes over the whole model (None without a model); capacity_source: how the
+    pool was sized (given, in bytes, or what the GPUs hold after the weights)."""
+
+    block_size: int
+    capacity: int | None
+    capacity_source: dict
+    tiers: tuple = ()
+    model: str | None = None
+    kv_dtype: str = "bf16"
+    bytes_per_token: int | None = None
+    block_bytes: int | None = None
+    gpu: str | None = None
+    tp: int = 1
+    budget: dict | None = field(default=None, compare=False)
+
+    def describe(self) -> dict:
+        out = {"block_size": self.block_size, "capacity_blocks": self.capacity, "kv_dtype": self.kv_dtype,
+               "capacity_source": self.capacity_source}
+        if self.model is not None:
+            out.update(model=self.model, kv_bytes_per_token=self.bytes_per_token, kv_block_bytes=self.block_bytes)
+        if self.tiers:
+            out["tiers"] = [t.to_dict(self.block_bytes) for t in self.tiers]
+        return out
+
+
+def kv_dtype_of(kv_dtype, model) -> str:
+    if kv_dtype is not None and model is None:
+        raise ConfigError("kv_dtype describes a model's KV cache: it needs a model (--model)")
+    return (kv_dtype or "bf16").strip().lower()
+
+
+def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=None, kv_dtype: str | None = None,
+            kv_layers: str | None = None, gpu=None, tp: int = 1, gpu_memory_utilization: float = 0.9, tiers=None,
+            global_store=None, unbounded_ids: int | None = None) -> Sizes:
+    """The sizes of a configuration.
+
+    block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
+    pool in blocks, or a size ("80GiB", needs `model`); None: what `gpu` x `tp` hold after
+    `model`'s weights at `gpu_memory_utilization` (as vLLM sizes its pool), or `--tiers hbm=`.
+    kv_dtype / kv_layers: how the model's KV is stored (bf16, all layers by default). tiers /
+    global_store: the tiers below the pool (engine/tiers.py syntax; sizes in bytes need `model`).
+    unbounded_ids: a policy without a capacity (infinite) gets a pool of that many blocks.
+    """
+    block_size = resolve_block_size(block_size, trace)
+    kv_dtype = kv_dtype_of(kv_dtype, model)
+    if kv_layers is not None and model is None:
+        raise ConfigError("kv_layers describes a model's KV cache: it needs a model (--model)")
+    bytes_per_token = block_bytes = None
+    if model is not None:
+        bytes_per_token = int(kv_bytes_per_token(model, kv_dtype, kv_layers or "all"))
+        block_bytes = bytes_per_token * block_size
+    tier_list, hbm = resolve_tiers(tiers, global_store, block_size=block_size, block_bytes=block_bytes)
+    if any(t.bandwidth for t in tier_list) and block_bytes is None:
+        raise ConfigError("a tier's bandwidth needs the model's KV bytes per block: give --model")
+    if hbm is not None:
+        if capacity is not None and _blocks(capacity, block_size, model, kv_dtype, kv_layers)[0] != hbm:
+            raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
+        capacity = hbm
+    budget = None
+    if unbounded_ids is not None:
+        blocks, source = max(1, int(unbounded_ids)), {"kind": "unbounded"}
+    elif capacity is not None:
+        blocks, budget = _blocks(capacity, block_size, model, kv_dtype, kv_layers)
+        source = {"kind": "given"} if budget is None else {"kind": "bytes", "size": str(capacity).strip()}
+        if gpu is not None and model is not None:
+            # how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if)
+            from .timing import kv_capacity
+
+            try:
+                fits = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, kv_dtype=kv_dtype).blocks
+            except ConfigError:  # the weights leave no room: the given pool is a what-if
+                fits = 0
+            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp)
+    else:
+        if gpu is None or model is None:
+            raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
+                              "the weights, as vLLM sizes it)")
+        from .timing import kv_capacity
+
+        kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, kv_dtype=kv_dtype)
+        blocks, source = int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
+    return Sizes(block_size=block_size, capacity=blocks, capacity_source=source, tiers=tuple(tier_list),
+                 model=None if model is None else str(model), kv_dtype=kv_dtype, bytes_per_token=bytes_per_token,
+                 block_bytes=block_bytes, gpu=None if gpu is None else str(gpu), tp=tp, budget=budget)
+
+
+def _blocks(capacity, block_size, model, kv_dtype, kv_layers) -> tuple[int, dict | None]:
+    """A capacity in blocks (a count, or a size with a model) and its budget document (sizes only)."""
+    if isinstance(capacity, str) and not capacity.strip().isdigit():
+        blocks, budget = resolve_capacities([capacity], block_size, model=model,
+                                            kv_dtype=kv_dtype if model is not None else None,
+                                            layers=kv_layers if model is not None else None)
+        return check_capacity(blocks[0]), budget
+    if isinstance(capacity, str):
+        capacity = int(capacity)
+    return check_capacity(capacity), None
+
+
+__all__ = ["Sizes", "Tier", "resolve"]

@@ -1,0 +1,54 @@
+"""Time models: how long one engine step (one forward pass of a continuous batch) takes.
+
+The simulator describes each step as a ``StepBatch`` and asks a ``TimeModel`` for its duration in
+seconds (docs/serving.md, "Time models", has the formulas, defaults and sources):
+
+- ``InstantTimeModel`` ("instant"): every step takes 0 s.
+- ``RooflineTimeModel`` ("roofline"): from the model catalog (analysis/models.py) and the GPU
+  catalog (gpus.py): ``max(FLOPs / (peak x MFU), bytes / (bandwidth x MBU)) + overhead``.
+- ``DynamoNpzProfile`` (``FILE.npz``): NVIDIA Dynamo's measured profile, read and interpolated the
+  way Dynamo's mocker does.
+- ``PolynomialProfile`` (``FILE.json``): a fitted polynomial in the step's aggregates.
+
+models.py: the batch, the base class, instant and roofline; profiles.py: the measured ones;
+capacity.py: the KV pool a GPU holds after the weights; gpus.py: the GPU catalog; packed.py: the
+form the compiled loop (step.c) reads.
+"""
+
+from __future__ import annotations
+
+from ...errors import ConfigError
+from .capacity import KVCapacity, kv_capacity, kv_capacity_blocks
+from .gpus import GPUSpec, get_gpu, gpu_catalog
+from .models import (DEFAULT_MBU, DEFAULT_MFU, DEFAULT_OVERHEAD_S, WEIGHT_DTYPE_BYTES, InstantTimeModel,
+                     RooflineTimeModel, StepBatch, TimeModel, kv_bytes_per_token_per_gpu)
+from .packed import AGG, KIND_INSTANT, NUM_AGG, aggregates, packed, roofline_window, step_seconds
+from .profiles import DYNAMO_SOURCES, POLY_FORMAT, POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile, ProfileError
+
+
+TIME_MODEL_NAMES = ("instant", "roofline")
+
+
+def load_time_model(spec, *, model=None, gpu=None, tp: int = 1, **roofline_options) -> TimeModel:
+    """The TimeModel `spec` names: ``"instant"``, ``"roofline"`` (needs `model` and `gpu`; `tp`
+    and the RooflineTimeModel keywords apply), a ``.npz`` path (DynamoNpzProfile) or a ``.json``
+    path (PolynomialProfile). A TimeModel is returned as is."""
+    if isinstance(spec, TimeModel):
+        return spec
+    text = str(spec).strip()
+    key = text.lower()
+    if key == "instant":
+        return InstantTimeModel()
+    if key == "roofline":
+        missing = [n for n, v in (("model", model), ("gpu", gpu)) if v is None]
+        if missing:
+            raise ConfigError(f"the roofline time model needs {' and '.join(missing)} (e.g. --model Llama-3.1-8B "
+                              "--gpu H100)")
+        return RooflineTimeModel(model, gpu, tp, **roofline_options)
+    if key.endswith(".npz"):
+        return DynamoNpzProfile(text)
+    if key.endswith(".json"):
+        return PolynomialProfile(text)
+    raise ConfigError(f"unknown time model {spec!r}: use instant, roofline, a Dynamo profile FILE.npz "
+                      "or a polynomial FILE.json")
+

@@ -1,0 +1,107 @@
+"""The time models in the form the compiled loop reads (serving/timing/step.c).
+
+``packed(model)`` flattens a time model into one float64 array (its first slot says which model);
+``step_seconds(packed, agg)`` is the C step time of a step's aggregates (AGG slots, named by the C
+side), the same formulas as each model's ``step_time``: tests/serving/test_timing.py holds the two
+together on random batches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+import numpy as np
+
+from ... import native
+from ...errors import ConfigError
+from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
+from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
+
+_LAYOUT = native.layout("timing")
+AGG = _LAYOUT.slot("agg")
+KIND = _LAYOUT.slot("kind")
+ROOF = _LAYOUT.slot("roofline")
+NUM_AGG = len(AGG.names)
+KIND_INSTANT, KIND_ROOFLINE, KIND_NPZ, KIND_POLY = KIND.KIND_INSTANT, KIND.KIND_ROOFLINE, KIND.KIND_NPZ, KIND.KIND_POLY
+
+
+def packed(model: TimeModel) -> np.ndarray:
+    """`model` as the float64 array ``step_seconds`` reads (see above)."""
+    if isinstance(model, InstantTimeModel):
+        return np.array([KIND_INSTANT], dtype=np.float64)
+    if isinstance(model, RooflineTimeModel):
+        return _roofline(model)
+    if isinstance(model, DynamoNpzProfile):
+        z = np.asarray(model.decode_itl, dtype=np.float64)
+        return np.concatenate([[KIND_NPZ, model.min_decode_ms, len(model.prefill_isl)], model.prefill_isl,
+                               model.prefill_ttft_ms, [z.shape[0], z.shape[1]], model.decode_active_kv_tokens,
+                               model.decode_context_length, z.ravel()]).astype(np.float64)
+    if isinstance(model, PolynomialProfile):
+        names = list(POLY_VARIABLES)
+        out = [KIND_POLY, model.scale, model.min_value, len(model.terms)]
+        for coef, powers in model.terms:
+            exps = [0.0] * len(names)
+            for var, exp in powers:
+                exps[names.index(var)] = exp
+            out += [coef, *exps]
+        return np.array(out, dtype=np.float64)
+    raise ConfigError(f"the simulator cannot run the time model {type(model).__name__}: it needs one of "
+                      "instant, roofline, a Dynamo .npz or a polynomial .json (or packed() for it)")
+
+
+def _roofline(model: RooflineTimeModel) -> np.ndarray:
+    values = {"R_KIND": KIND_ROOFLINE, "R_ACTIVE_PARAMS": model.model.active_params, "R_ATTN_WIDTH": model.attn_width,
+              "R_LAYERS_FULL": model.layers_full, "R_LAYERS_SW": model.layers_sw, "R_WINDOW": model.window or 0,
+              "R_WEIGHT_BYTES": model.weight_bytes, "R_ACTIVE_WEIGHT_BYTES": model.active_weight_bytes,
+              "R_TP": model.tp, "R_KV_LAYER_TOKEN": model.kv_per_layer_token_gpu,
+              "R_FLOPS": model.peak_flops * model.mfu, "R_BYTES_PER_S": model.bandwidth * model.mbu,
+              "R_OVERHEAD": model.overhead_s}
+    return np.array([values[name] for name in ROOF.names], dtype=np.float64)
+
+
+def roofline_window(tm: np.ndarray) -> int:
+    """The sliding window a packed model needs the simulator's aggregates for (0: none)."""
+    return int(tm[ROOF.R_WINDOW]) if tm[0] == KIND_ROOFLINE else 0
+
+
+@lru_cache(maxsize=None)
+def _c_step_seconds():
+    return native.function("kv_step_seconds_of", ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def step_seconds(tm: np.ndarray, agg: np.ndarray) -> float:
+    """The compiled loop's duration of a step with aggregates `agg` under the packed model `tm`."""
+    tm = np.ascontiguousarray(tm, dtype=np.float64)
+    agg = np.ascontiguousarray(agg, dtype=np.float64)
+    if agg.shape != (NUM_AGG,):
+        raise ConfigError(f"aggregates must be {NUM_AGG} numbers, got shape {agg.shape}")
+    return float(_c_step_seconds()(tm.ctypes.data, agg.ctypes.data))
+
+
+def aggregates(batch: StepBatch, window: int = 0) -> np.ndarray:
+    """The AGG_* array of a StepBatch, as the simulator's kernel accumulates it (kernel/batch.c)."""
+    agg = np.zeros(NUM_AGG, dtype=np.float64)
+    for n, c in zip(batch.prefill_new, batch.prefill_cached):
+        n, c = int(n), int(c)
+        if n <= 0:
+            continue
+        agg[AGG.AGG_PREFILL_REQS] += 1
+        agg[AGG.AGG_PREFILL_NEW] += n
+        agg[AGG.AGG_PREFILL_CACHED] += c
+        agg[AGG.AGG_KEYS_FULL] += n * c + n * (n + 1) // 2
+        agg[AGG.AGG_TOUCHED_FULL] += c + n
+        if window:
+            agg[AGG.AGG_KEYS_SW] += _sum_min(c + 1, c + n, window)
+            agg[AGG.AGG_TOUCHED_SW] += min(c + n, window + n - 1)
+    for x in batch.decode_context:
+        x = int(x)
+        agg[AGG.AGG_DECODE_REQS] += 1
+        agg[AGG.AGG_DECODE_CTX] += x
+        agg[AGG.AGG_KEYS_FULL] += x
+        agg[AGG.AGG_TOUCHED_FULL] += x
+        if window:
+            agg[AGG.AGG_KEYS_SW] += min(x, window)
+            agg[AGG.AGG_TOUCHED_SW] += min(x, window)
+    agg[AGG.AGG_ACTIVE_KV] = agg[AGG.AGG_DECODE_CTX] if batch.active_kv_tokens is None else batch.active_kv_tokens
+    return agg
