@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import kernel
 
 
-def _first_access_py(offsets, blocks, first, pred):
-    for i in range(offsets.shape[0] - 1):
-        previous = -1
-        for p in range(offsets[i], offsets[i + 1]):
-            b = blocks[p]
-            if first[b] < 0:
-                first[b] = p
-                pred[b] = previous
-            previous = b
+def _first_access(offsets, blocks, first, pred) -> None:
+    """Compiled: index.c."""
+    import ctypes
 
+    from .. import native
 
-_first_access = kernel(_first_access_py)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    blocks = np.ascontiguousarray(blocks, dtype=np.int32)
+    native.function("kv_first_access", None, p, i, p, p, p)(offsets.ctypes.data, offsets.shape[0] - 1, blocks.ctypes.data,
+                                                           first.ctypes.data, pred.ctypes.data)
 
 
 def first_access(offsets: np.ndarray, blocks: np.ndarray, num_blocks: int) -> tuple[np.ndarray, np.ndarray]:
