@@ -44,8 +44,9 @@ moves one block T1 -> B1 or T2 -> B2, which keeps ``|L1|``, ``|L2|`` and the dir
 were, so ``|T1| + |T2| <= c``, ``|L1| <= c`` and the directory ``<= 2c`` hold as in the paper.
 
 Eviction log (base.py): REPLACE's victim (it leaves T1 or T2 for a ghost list) and case IV.A's
-deleted block, on the held state only (ARCHeldState: ARCState, the sequential one, has no
-``hold`` array to log into). Moves T1 -> T2 and ghost drops are not logged.
+deleted block, on the state with holds (ARCHeldState: make_state's, which the compiled core
+replays sequentially too; ARCState, numba's sequential one, has no ``hold`` array to log into).
+Moves T1 -> T2 and ghost drops are not logged.
 
 ``p`` and the deltas are real numbers, as in the paper (Figure 4 writes the deltas as the
 plain ratios ``|B2|/|B1|`` and ``|B1|/|B2|``, with no rounding, and lets p range over [0, c]). Both engines keep ``p`` as an IEEE float64 and compute it with
@@ -175,13 +176,19 @@ NOWHERE, T1, T2, B1, B2 = 0, 1, 2, 3, 4
 HEADS, TAILS, SIZES = 0, 5, 10
 CAPACITY, ADMISSIONS, EVICTIONS, B1_HITS, B2_HITS = 15, 16, 17, 18, 19
 META_SLOTS = 20
+# the same slots one by one (arc.c's layout names every slot; HEADS, TAILS and SIZES are the unused ones)
+T1_HEAD, T2_HEAD, B1_HEAD, B2_HEAD = (HEADS + lst for lst in (T1, T2, B1, B2))
+T1_TAIL, T2_TAIL, B1_TAIL, B2_TAIL = (TAILS + lst for lst in (T1, T2, B1, B2))
+T1_SIZE, T2_SIZE, B1_SIZE, B2_SIZE = (SIZES + lst for lst in (T1, T2, B1, B2))
 
 # `target` is float64[1]: p is real, so it cannot live in the int64 meta array.
 ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta"])
 ARCHeldState = namedtuple("ARCHeldState", [*ARCState._fields, "pins", "hold"])  # running requests' holds
 
 
-def make_state(capacity: int, trace) -> ARCState:
+def make_sequential_state(capacity: int, trace) -> ARCState:
+    """The state without holds that numba's sequential kernel was built for (docs/performance.md §9);
+    the compiled core (arc.c) has one state, with holds: make_state's."""
     num_blocks = trace.num_blocks
     meta = np.zeros(META_SLOTS, dtype=np.int64)
     for lst in (T1, T2, B1, B2):
@@ -197,8 +204,13 @@ def make_state(capacity: int, trace) -> ARCState:
     )
 
 
-def make_held_state(capacity: int, trace) -> ARCHeldState:
-    return ARCHeldState(*make_state(capacity, trace), **hold_arrays(trace.num_blocks))
+def make_state(capacity: int, trace) -> ARCHeldState:
+    """The state of every replay (sequential, running requests, tiers): ARCState's arrays and the
+    holds; the compiled core's sequential replay leaves the hold checks out (arc.c)."""
+    return ARCHeldState(*make_sequential_state(capacity, trace), **hold_arrays(trace.num_blocks))
+
+
+make_held_state = make_state  # spec.held_state: the same state
 
 
 def read_state(state: ARCState) -> tuple[int, dict]:
@@ -346,6 +358,7 @@ register_kernel(ARCHeldState, _resident, _access_held)
 
 POLICY = PolicySpec(
     name="arc",
+    native="arc",
     summary="ARC: recency list T1 + frequency list T2, ghost lists B1/B2 tune T1's target p (Megiddo & Modha, FAST'03)",
     reference=ARC,
     make_state=make_state,

@@ -80,6 +80,7 @@ class LRUTail(lru.LRU):
 # Same fields as lru.LRUState (so lru's njit helpers apply), a distinct class so that the
 # driver's access phase can be overloaded for it alone.
 LRUTailState = namedtuple("LRUTailState", lru.LRUState._fields)
+HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = lru.HEAD, lru.TAIL, lru.SIZE, lru.CAPACITY, lru.ADMISSIONS, lru.EVICTIONS  # meta slots (lru's; lru_tail.c names them)
 
 
 def make_state(capacity: int, trace) -> LRUTailState:
@@ -111,6 +112,7 @@ register_kernel(LRUTailState, lru._resident, access_request_impl=_access_request
 
 POLICY = PolicySpec(
     name="lru-tail",
+    native="lru_tail",
     summary="LRU with each request's blocks refreshed tail first (its first block ends most recent)",
     reference=LRUTail,
     make_state=make_state,

@@ -304,6 +304,7 @@ def _check_ttl(value):
 
 POLICY = PolicySpec(
     name="ttl",
+    native="ttl",
     summary="TTL: a block expires ttl seconds of trace time after its last access; optional LRU capacity",
     reference=TTL,
     make_state=make_state,

@@ -350,6 +350,7 @@ def _check_kout(value):
 
 POLICY = PolicySpec(
     name="2q",
+    native="twoq",
     summary="2Q (full version): FIFO A1in + ghost FIFO A1out + LRU Am (Johnson & Shasha, VLDB'94)",
     reference=TwoQ,
     make_state=make_state,
