@@ -158,13 +158,17 @@ def test_s3fifo_differs_from_lru(engine):
     assert lru.hit_tokens.tolist() != s3.hit_tokens.tolist()
 
 
-def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step():
-    """The compiled ghost queue is a ring with lazy deletion and compaction (policies/s3fifo.py);
-    after every access its live entries, oldest first, must be the reference's ghost FIFO."""
+@pytest.mark.parametrize("kernel", ["c", "numba"])
+def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step(kernel):
+    """The compiled ghost queue is a ring with lazy deletion and compaction (policies/s3fifo.py
+    and s3fifo.c); after every access its live entries, oldest first, must be the reference's
+    ghost FIFO. Both compiled kernels: the C core's (one single-block request at a time) and
+    numba's access op (which the serving simulator's kernel still calls)."""
     from types import SimpleNamespace
 
     import numpy as np
 
+    from kvreplay.engine import driver
     from kvreplay.policies import s3fifo as s
 
     rng = np.random.default_rng(7)
@@ -173,11 +177,16 @@ def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step():
     ref = s.S3FIFO(4, small_ratio=0.25)
     ring_size = state.ghost.shape[0]
     full_before_insert = 0
-    for b in rng.integers(0, 12, 3000):
-        b = int(b)
+    accesses = rng.integers(0, 12, 3000).astype(np.int32)
+    offsets = np.arange(accesses.shape[0] + 1, dtype=np.int64)
+    lengths = np.ones(accesses.shape[0], dtype=np.int64)
+    for i, b in enumerate(accesses.tolist()):
         if state.meta[s.G_COUNT] == ring_size:
             full_before_insert += 1
-        s._access(state, b)
+        if kernel == "c":
+            driver.one_request(s.POLICY, state, offsets, accesses, lengths, 1, i)  # its scan, then access(b)
+        else:
+            s._access(state, b)
         ref.access(b)
         m = state.meta
         live = []

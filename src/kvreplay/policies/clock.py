@@ -185,6 +185,7 @@ register_kernel(ClockState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="clock",
+    native="clock",
     summary="CLOCK: circular frames with a reference bit (or n-bit counter) and a sweeping hand",
     reference=Clock,
     make_state=make_state,

@@ -199,6 +199,7 @@ register_kernel(LFUState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="lfu",
+    native="lfu",
     summary="LFU: evict the least frequently used block (in-cache counts), least recently used among ties",
     reference=LFU,
     make_state=make_state,

@@ -536,6 +536,7 @@ def _check_ghost_freq(value):
 
 POLICY = PolicySpec(
     name="s3fifo",
+    native="s3fifo",
     summary="S3FIFO: small FIFO + second-chance main FIFO + ghost FIFO (Yang et al., SOSP'23)",
     reference=S3FIFO,
     make_state=make_state,

@@ -215,6 +215,7 @@ register_kernel(SIEVEState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="sieve",
+    native="sieve",
     summary="SIEVE: FIFO queue + visited bit + a hand that sweeps tail to head (Zhang et al., NSDI'24)",
     reference=SIEVE,
     make_state=make_state,
