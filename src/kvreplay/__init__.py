@@ -12,8 +12,6 @@ Public API::
     sim.summary()["latency_s"]["ttft"], sim.hit_rate   # serving: TTFT, hit rate under concurrency
 """
 
-from .analysis.mrc import mrc
-from .analysis.stats import stats
 from .analysis.sweep import sweep
 from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, MissingDependencyError, TraceError
@@ -24,6 +22,19 @@ from .serving.simulate import simulate
 from .trace import Trace, load_trace
 from .version import __version__  # noqa: F401 - kvreplay.__version__
 
+
+
+def __getattr__(name):
+    """mrc and stats are compiled with numba, which is imported when they are first used."""
+    if name == "mrc":
+        from .analysis.mrc import mrc
+
+        return mrc
+    if name == "stats":
+        from .analysis.stats import stats
+
+        return stats
+    raise AttributeError(f"module 'kvreplay' has no attribute {name!r}")
 
 
 def report_html(trace, **kwargs) -> str:
@@ -41,6 +52,8 @@ def report_html(trace, **kwargs) -> str:
 
         data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), **serving)
     return render(data, title=title, zoom=zoom)
+
+
 __all__ = [
     "load_trace", "replay", "sweep", "mrc", "stats", "simulate", "report_html", "Trace", "Report", "SimReport",
     "POLICIES",

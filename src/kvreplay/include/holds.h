@@ -47,12 +47,12 @@ static inline int kv_refused_when_all_held(KvHolds *h, i64 resident) {
     return 0;
 }
 
-void kv_log_append(KvHolds *h, i64 b);
+void kv_log_append(i64 *hold, i64 hold_n, i64 b);
 
 /* Block b has just stopped being resident by an eviction: log it when the log is on (one
  * compare, marked unlikely, when it is off). */
 static inline void kv_log_eviction(KvHolds *h, i64 b) {
-    if (KV_UNLIKELY(h->hold_n > LOG_HEAD)) kv_log_append(h, b);
+    if (KV_UNLIKELY(h->hold_n > LOG_HEAD)) kv_log_append(h->hold, h->hold_n, b);
 }
 
 #endif

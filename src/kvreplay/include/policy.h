@@ -79,7 +79,8 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
 #define KV_REPLAY(name, State, RESIDENT, HIT_LIMIT, ACCESS_REQUEST)                                   \
     static void name##_replay(void *vst, const i64 *offsets, const i32 *blocks, const i64 *input_length, \
                               i64 n, i64 block_size, i64 *hit_blocks, i64 *hit_tokens) {            \
-        State *st = (State *)vst;                                                                    \
+        State local = *(State *)vst; /* the arrays' addresses in a local the loop never lets escape */ \
+        State *st = &local;                                                                          \
         for (i64 i = 0; i < n; i++) {                                                                \
             i64 start = offsets[i], end = offsets[i + 1], L = input_length[i];                       \
             i64 limit = HIT_LIMIT(st, end - start, L, block_size);                                   \
