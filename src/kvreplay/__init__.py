@@ -12,6 +12,20 @@ Public API::
     sim.summary()["latency_s"]["ttft"], sim.hit_rate   # serving: TTFT, hit rate under concurrency
 """
 
+import os as _os
+import sys as _sys
+
+from . import native as _native
+from .errors import ConfigError as _ConfigError
+
+try:
+    _native.lib()  # the compiled core: built by pip install (its absence or a stale build is said once)
+except _ConfigError as _e:
+    if _os.path.basename(_sys.argv[0]) == "kvreplay" or _sys.argv[:1] == ["-m"]:
+        print(f"kvreplay: {_e}", file=_sys.stderr)  # the command: one line, no traceback
+        raise SystemExit(2) from None
+    raise
+
 from .analysis.sweep import sweep
 from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, MissingDependencyError, TraceError

@@ -121,7 +121,7 @@ def test_the_compiled_layout_is_the_python_one(name):
     if not spec.native:
         pytest.skip(f"{name} is not ported to the compiled core yet")
     table, layout = native.policy(spec.native)
-    state = (spec.held_state or spec.make_state)(64, Trace.from_requests([([1, 2, 3], 3)]), **spec.resolve({}))
+    state = spec.make_state(64, Trace.from_requests([([1, 2, 3], 3)]), **spec.resolve({}))
     native.bind(state, layout, name)  # raises on a missing or retyped field
     assert sorted(f for f, _ in layout.fields) == sorted(state._fields)
     module = importlib.import_module(spec.reference.__module__)

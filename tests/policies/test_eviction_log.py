@@ -14,7 +14,6 @@ ttl with a short ttl so that blocks expire, s3fifo with a larger S), at small ca
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,16 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
-from kvreplay import policies
 from kvreplay.engine import driver, lifecycle
 from kvreplay.errors import ConfigError
-from kvreplay.jit import HAVE_NUMBA
-from kvreplay.policies.base import (LOG_COUNT, LOG_HEAD, LOG_LOST, clear_evictions, hold_arrays,
-                                    log_eviction, take_evictions, with_eviction_log)
+from kvreplay.policies.base import LOG_COUNT, LOG_HEAD, LOG_LOST, hold_arrays, take_evictions, with_eviction_log
 from kvreplay.policies.registry import POLICIES, get_policy
 from strategies import lifecycles, requests
 
-pytestmark = pytest.mark.skipif(not HAVE_NUMBA, reason="the compiled engine needs numba")
 
 NAMES = sorted(POLICIES)
 # Variants whose evictions differ: bypassed blocks (never logged), expiring blocks, a larger S.
@@ -58,7 +53,7 @@ def engines(name, params, trace, capacity):
     params = spec.resolve(params)
     try:
         ref = spec.reference(capacity, trace, **params)
-        state = (spec.held_state or spec.make_state)(capacity, trace, **params)
+        state = spec.make_state(capacity, trace, **params)
     except ConfigError:
         return None
     ref.evicted = []
@@ -164,7 +159,7 @@ def test_the_log_changes_nothing(name, params, data, capacity):
         capacity = max(1, trace.num_blocks)
     params = spec.resolve(params)
     try:
-        make = spec.held_state or spec.make_state
+        make = spec.make_state
         make(capacity, trace, **params)
     except ConfigError:
         return
@@ -205,6 +200,16 @@ def test_a_full_log_loses_blocks_and_says_so():
         take_evictions(state)
 
 
+def log_eviction(state, b):
+    """The C log_eviction (include/holds.h) on `state`'s hold array."""
+    import ctypes
+
+    from kvreplay import native
+
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    native.function("kv_log_eviction_into", None, p, i, i)(state.hold.ctypes.data, state.hold.shape[0], b)
+
+
 def test_log_helpers_from_python():
     trace = kvreplay.Trace.from_requests([([1, 2], 2)])
     state = get_policy("lru").make_state(2, trace)
@@ -219,32 +224,17 @@ def test_log_helpers_from_python():
     log_eviction(logged, 0)
     assert take_evictions(logged).tolist() == [1, 0]
     assert take_evictions(logged).tolist() == []
-    log_eviction(logged, 1)
-    clear_evictions(logged)
-    assert take_evictions(logged).tolist() == []
     with pytest.raises(ConfigError, match=">= 1"):
         with_eviction_log(state, 0)
     assert hold_arrays(5)["hold"].shape == (3,)
 
 
-def test_arc_logs_on_its_held_state_only():
-    # numba's sequential state (ARCState) has no hold array; the compiled core's one state is the
-    # held one, which make_state and held_state both give
-    from kvreplay.policies import arc
-
-    trace = kvreplay.Trace.from_requests([([1, 2], 2)])
-    spec = get_policy("arc")
-    with pytest.raises(ConfigError, match="held state"):
-        with_eviction_log(arc.make_sequential_state(2, trace), 4)
-    assert with_eviction_log(spec.held_state(2, trace), 4).hold.shape == (LOG_HEAD + 4,)
-    assert with_eviction_log(spec.make_state(2, trace), 4).hold.shape == (LOG_HEAD + 4,)
-
-
-def test_every_policy_has_a_held_state_with_hold():
+def test_every_policy_state_has_holds_and_can_log():
     trace = kvreplay.Trace.from_requests([([1, 2], 2)])
     for name, spec in POLICIES.items():
-        state = (spec.held_state or spec.make_state)(20, trace, **spec.resolve({}))
+        state = spec.make_state(20, trace, **spec.resolve({}))
         assert state.hold.shape == (3,), name
+        assert with_eviction_log(state, 4).hold.shape == (LOG_HEAD + 4,), name
 
 
 # ---- hand-worked cases --------------------------------------------------------------------------

@@ -158,12 +158,10 @@ def test_s3fifo_differs_from_lru(engine):
     assert lru.hit_tokens.tolist() != s3.hit_tokens.tolist()
 
 
-@pytest.mark.parametrize("kernel", ["c", "numba"])
-def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step(kernel):
-    """The compiled ghost queue is a ring with lazy deletion and compaction (policies/s3fifo.py
-    and s3fifo.c); after every access its live entries, oldest first, must be the reference's
-    ghost FIFO. Both compiled kernels: the C core's (one single-block request at a time) and
-    numba's access op (which the serving simulator's kernel still calls)."""
+def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step():
+    """The compiled ghost queue is a ring with lazy deletion and compaction (s3fifo.c); after
+    every access (one single-block request at a time) its live entries, oldest first, must be the
+    reference's ghost FIFO."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -183,17 +181,14 @@ def test_compiled_ghost_ring_matches_the_reference_queue_step_by_step(kernel):
     for i, b in enumerate(accesses.tolist()):
         if state.meta[s.G_COUNT] == ring_size:
             full_before_insert += 1
-        if kernel == "c":
-            driver.one_request(s.POLICY, state, offsets, accesses, lengths, 1, i)  # its scan, then access(b)
-        else:
-            s._access(state, b)
+        driver.one_request(s.POLICY, state, offsets, accesses, lengths, 1, i)  # its scan, then access(b)
         ref.access(b)
         m = state.meta
         live = []
         for k in range(m[s.G_COUNT]):
-            i = (m[s.G_HEAD] + k) % ring_size
-            v = state.ghost[i]
-            if state.where[v] == s.IN_GHOST and state.ghost_slot[v] == i:
+            slot = (m[s.G_HEAD] + k) % ring_size
+            v = state.ghost[slot]
+            if state.where[v] == s.IN_GHOST and state.ghost_slot[v] == slot:
                 live.append(int(v))
         assert live == list(ref.ghost)
         assert m[s.G_SIZE] == len(ref.ghost)

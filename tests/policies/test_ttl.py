@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
+from kvreplay.engine import driver
 from conftest import MOONCAKE, shared_path
 from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
@@ -146,7 +147,7 @@ def test_the_residency_probe_changes_nothing():
     state = ttl_module.make_state(10, trace, ttl=1)
     state.cached[0], state.meta[ttl_module.SIZE], state.clock[ttl_module.NOW] = 1, 1, 2000.0
     before = [a.copy() for a in state]
-    assert not ttl_module._resident(state, 0)
+    assert not driver.resident(ttl_module.POLICY, state, 0)
     assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(state, before))
 
 

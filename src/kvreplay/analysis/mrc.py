@@ -30,13 +30,7 @@ from ..trace.model import exact_sum, resolve_block_size
 from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
 from .results import CurveResult
-
-def auto_capacities(num_blocks: int, points: int = 12, smallest: int = 16) -> list[int]:
-    """Log-spaced capacities from `smallest` up to the number of unique blocks (the infinite-cache size)."""
-    if num_blocks <= smallest:
-        return [max(num_blocks, smallest)]
-    return sorted({int(c) for c in np.round(np.geomspace(smallest, num_blocks, points))})
-
+from .capacities import auto_capacities
 
 @kernel
 def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at):  # pragma: no cover - compiled

@@ -12,8 +12,8 @@ from ..errors import ConfigError
 from ..trace.model import resolve_block_size
 from ..engine.report import window_text
 from ..policies.registry import get_policy, parse_policy
+from .capacities import auto_capacities
 from .executors import SWEEP_FIELDS, Task, run
-from .mrc import auto_capacities
 from .results import SweepResult, params_label
 
 __all__ = ["sweep", "auto_capacities", "points_to_rows", "SWEEP_FIELDS", "SweepResult"]

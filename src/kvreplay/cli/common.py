@@ -163,7 +163,7 @@ def resolve_budget(args, trace, capacities):
     if capacities == "auto":
         if not priced:
             return "auto", None
-        from ..analysis.mrc import auto_capacities
+        from ..analysis.capacities import auto_capacities
 
         capacities = auto_capacities(trace.num_blocks)
     if not priced and any(is_size(c) for c in capacities):
@@ -211,7 +211,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
     p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip and count them")
     p.add_argument("--sort-by-time", action="store_true", help="replay in timestamp order (stable) instead of file order")
-    p.add_argument("--engine", choices=("compiled", "reference"), default="compiled", help="compiled (numba, default) or reference (plain Python)")
+    p.add_argument("--engine", choices=("compiled", "reference"), default="compiled", help="compiled (C, default) or reference (plain Python)")
     p.add_argument("--warmup-fraction", type=fraction, default=0.0, metavar="F", help="the first floor(F*N) requests only warm the cache (default 0)")
 
 

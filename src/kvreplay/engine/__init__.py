@@ -1,1 +1,1 @@
-"""Replay engines: the reference (plain Python) and the compiled (numba) driver, and their result, the Report."""
+"""Replay engines: the reference (plain Python) and the compiled (C) driver, and their result, the Report."""

@@ -12,6 +12,9 @@ KV_EXPORT void kv_replay(const KvPolicy *p, void *st, const i64 *offsets, const 
     p->replay(st, offsets, blocks, input_length, n, block_size, hit_blocks, hit_tokens);
 }
 
+/* A policy's probe (for tests: it changes nothing). */
+KV_EXPORT i64 kv_resident(const KvPolicy *p, void *st, i64 b) { return p->resident(st, b); }
+
 /* Request i alone, as the loop body of a replay (its scan, then its access phase): for tests
  * that look at a policy between requests. */
 KV_EXPORT void kv_one_request(const KvPolicy *p, void *st, const i64 *offsets, const i32 *blocks,
@@ -38,7 +41,9 @@ KvStart kv_request_start(const KvPolicy *p, void *st, KvTiers *tiers, i64 instan
     out.held = p->pin_request(st, request, ids, start, end, k, input_length, block_size, handles, base);
     out.refused = h->hold[REFUSALS] != refusals;
     if (tiers != NULL) {
-        if (!out.refused) out.load_s = kv_tier_admitted(tiers, instance, blocks, start, k, end - start, counts, row);
+        if (!out.refused)
+            out.load_s = kv_tier_admitted(tiers, instance, blocks, start, k,
+                                          kv_cached_blocks(p, st, end - start, input_length, block_size), counts, row);
         kv_tier_drain(p, st, tiers, instance, to_global);
     }
     return out;

@@ -19,15 +19,15 @@ the leading blocks it admitted until its finish event releases them; vllm and ra
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
-from pathlib import Path
+from functools import lru_cache
 
 import numpy as np
 
-from .. import jit, policies
+from .. import native
 from ..errors import ConfigError
-from ..jit import HAVE_NUMBA, helper, key_cache_on_sources
-from ..policies.base import REFUSALS, pin_request, read_holds, unpin_request
+from ..policies.base import read_holds
 from ..policies.registry import get_policy
 from ..trace.model import resolve_block_size
 from . import driver
@@ -99,58 +99,22 @@ def run_reference(offsets, blocks, input_length, block_size, policy, events, hit
             on_event(n)
 
 
-if HAVE_NUMBA:
-    from numba import njit
-
-    @helper
-    def start_compiled(state, i, blocks, start, end, input_length, block_size, handles, base):
-        """One start in the compiled engine: (hit blocks, blocks held, refused)."""
-        k = driver.prefix_compiled(state, blocks, start, end, input_length, block_size)
-        refusals = state.hold[REFUSALS]
-        n = pin_request(state, i, blocks, start, end, k, input_length, block_size, handles, base)
-        return k, n, state.hold[REFUSALS] != refusals
-
-    @njit(cache=True, nogil=True, _nrt=False)
-    def run_compiled(offsets, blocks, input_length, block_size, state, events, hit_blocks, held, refused, handles):  # pragma: no cover - compiled
-        """Compiled engine: run_reference's loop. Request i's handles live at handles[offsets[i] + i:]."""
-        for e in events:
-            if e >= 0:
-                k, n, r = start_compiled(state, e, blocks, offsets[e], offsets[e + 1], input_length[e], block_size, handles, offsets[e] + e)
-                hit_blocks[e] = k
-                held[e] = n
-                refused[e] = r
-            else:
-                i = -e - 1
-                unpin_request(state, i, blocks, offsets[i], offsets[i + 1], input_length[i], block_size, handles, offsets[i] + i, held[i])
-
-    key_cache_on_sources(run_compiled, [__file__, driver.__file__, *sorted(str(p) for p in Path(policies.__file__).parent.glob("*.py"))])
-
-
 def run_state(spec, state, offsets, blocks, input_length, block_size, events, hit_blocks, held, refused,
               handles) -> None:
-    """The compiled engine's events over `state` (refused: a bool array): C where the policy is
-    ported, numba otherwise. Request i's handles live at handles[offsets[i] + i:]."""
+    """The compiled engine's events over `state` (refused: a bool array), in C (engine/driver.c
+    kv_run_events, which starts requests with kv_request_start). Request i's handles live at
+    handles[offsets[i] + i:]."""
     events = np.ascontiguousarray(events, dtype=np.int64)
-    if not spec.native:
-        run_compiled(offsets, blocks, input_length, block_size, state, events, hit_blocks, held, refused, handles)
-        return
-    from .. import native
-
     table, record = spec.compiled(state)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    blocks = np.ascontiguousarray(blocks, dtype=np.int32)
-    lengths = np.ascontiguousarray(input_length, dtype=np.int64)
+    offsets, blocks, lengths = driver.trace_arrays(offsets, blocks, input_length)
     refused8 = refused.view(np.int8)
     _c_run_events()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(lengths),
                     block_size, native.ptr(events), events.shape[0], native.ptr(hit_blocks), native.ptr(held),
                     native.ptr(refused8), native.ptr(handles))
 
 
+@lru_cache(maxsize=None)
 def _c_run_events():
-    import ctypes
-
-    from .. import native
-
     p, i = ctypes.c_void_p, ctypes.c_int64
     return native.function("kv_run_events", None, p, p, p, p, p, i, p, i, p, p, p, p)
 
@@ -176,20 +140,11 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
     hit_blocks = np.zeros(n, dtype=np.int64)
     held = np.zeros(n, dtype=np.int64)
     refused = np.zeros(n, dtype=np.bool_)
-    if engine == "compiled" and spec.native:
-        state = (spec.held_state or spec.make_state)(capacity, trace, **params)
+    if engine == "compiled":
+        state = spec.make_state(capacity, trace, **params)
         handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
         run_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, events, hit_blocks, held,
                   refused, handles)
-        final, counters = spec.read_state(state)
-        mask = spec.resident_mask(state)
-        held_at_end, refusals = read_holds(state)
-    elif engine == "compiled":
-        state = (spec.held_state or spec.make_state)(capacity, trace, **params)
-        handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
-        args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, events, hit_blocks, held, refused, handles)
-        jit.ensure_compiled(run_compiled, args, f"the {spec.name} lifecycle kernel")
-        run_compiled(*args)
         final, counters = spec.read_state(state)
         mask = spec.resident_mask(state)
         held_at_end, refusals = read_holds(state)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 
-from .. import jit
 from ..errors import ConfigError
 from .report import Report
 from ..policies.registry import get_policy
@@ -16,19 +14,12 @@ from ..trace.model import block_size_mismatches, resolve_block_size
 from . import driver
 
 ENGINES = ("compiled", "reference")
-_warned_no_numba = False
 
 
 def resolve_engine(engine: str) -> str:
-    """The engine that will actually run: "compiled" falls back to "reference" without numba."""
-    global _warned_no_numba
+    """The engine to run: "compiled" (C, the default) or "reference" (plain Python)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
-    if engine == "compiled" and not driver.HAVE_NUMBA:
-        if not _warned_no_numba:
-            warnings.warn("numba is not installed: using the reference engine (slow)", RuntimeWarning, stacklevel=3)
-            _warned_no_numba = True
-        return "reference"
     return engine
 
 
@@ -89,7 +80,7 @@ def replay(
     policy: a registered policy name (case-insensitive): "s3fifo", "lru", "fifo".
     capacity: cache size in blocks (None: unbounded, for policies where that makes sense).
     block_size: tokens per block; default: the size the trace declares, else 512.
-    engine: "compiled" (numba, default) or "reference" (plain Python, the readable oracle).
+    engine: "compiled" (C, default) or "reference" (plain Python, the readable oracle).
     warmup_fraction: the first floor(F * N) requests warm the cache but are not counted.
     check: verify the spec's invariants (cheap; on by default).
     tiers: memory tiers below the cache, which is then HBM ("dram=64000,ssd=2TiB:fifo": sizes in
@@ -125,17 +116,10 @@ def replay(
         hit_blocks, hit_tokens, tier_hits, counters, final, totals = replay_tiers(
             trace, spec, capacity, params, tier_list, block_size, engine, tier_copies)
         mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are not counted with tiers)
-    elif engine == "compiled" and spec.native:
-        state = spec.make_state(capacity, trace, **params)
-        driver.replay_native(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
-                             hit_tokens)
-        final, counters = spec.read_state(state)
-        mask = spec.resident_mask(state)
     elif engine == "compiled":
         state = spec.make_state(capacity, trace, **params)
-        args = (trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
-        jit.ensure_compiled(driver.replay_compiled, args, f"the {spec.name} kernel")
-        driver.replay_compiled(*args)
+        driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
+                            hit_tokens)
         final, counters = spec.read_state(state)
         mask = spec.resident_mask(state)
     else:

@@ -19,7 +19,8 @@ typedef struct {
 
 #define KV_HOLDS_SPEC " pins:i4 hold:i8"
 
-enum { HELD, REFUSALS, RELEASES, LOG_COUNT, LOG_LOST, LOG_HEAD };
+#define HOLD_SLOTS(S) S(HELD) S(REFUSALS) S(RELEASES) S(LOG_COUNT) S(LOG_LOST)
+enum { HOLD_SLOTS(KV_SLOT_ENUM) LOG_HEAD };
 
 /* One more hold on resident block b. */
 static inline void kv_pin(KvHolds *h, i32 b) {

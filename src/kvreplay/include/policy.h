@@ -61,7 +61,16 @@ typedef struct KvPolicy {
     int piecewise;
     /* vLLM's pool, driven chunk by chunk (NULL: no such pool) */
     const KvPaged *paged;
+    /* of a request's num_blocks leading blocks, how many its access phase caches (NULL: all;
+     * vllm and radix cache full blocks only, never the prompt's partial tail) */
+    i64 (*cached_blocks)(void *st, i64 num_blocks, i64 input_length, i64 block_size);
 } KvPolicy;
+
+/* The blocks a request's access phase caches (the ones that enter the cache, so leave the tiers
+ * below when copies move). */
+static inline i64 kv_cached_blocks(const KvPolicy *p, void *st, i64 num_blocks, i64 input_length, i64 block_size) {
+    return p->cached_blocks == NULL ? num_blocks : p->cached_blocks(st, num_blocks, input_length, block_size);
+}
 
 /* The prefix scan every driver uses: the longest resident prefix of blocks[start:end], at most
  * the policy's hit limit, touching nothing. */
@@ -142,7 +151,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     }                                                                                                 \
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
-        name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, \
+        name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, NULL, \
     };
 
 /* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */

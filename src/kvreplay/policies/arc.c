@@ -3,7 +3,7 @@
  * the same per-block prev/next arrays; `where` says which list (NOWHERE = none). List L's head,
  * tail and size are meta[HEADS + L], meta[TAILS + L], meta[SIZES + L]. p is real: target[0].
  *
- * One state, with holds (arc.py's ARCHeldState): the sequential replay runs the op built without
+ * One state, with holds (arc.py's ARCState): the sequential replay runs the op built without
  * the hold checks (holds = 0), running requests the one with them; both log evictions. */
 #include "../include/list.h"
 #include "../include/policy.h"

@@ -44,9 +44,7 @@ moves one block T1 -> B1 or T2 -> B2, which keeps ``|L1|``, ``|L2|`` and the dir
 were, so ``|T1| + |T2| <= c``, ``|L1| <= c`` and the directory ``<= 2c`` hold as in the paper.
 
 Eviction log (base.py): REPLACE's victim (it leaves T1 or T2 for a ghost list) and case IV.A's
-deleted block, on the state with holds (ARCHeldState: make_state's, which the compiled core
-replays sequentially too; ARCState, numba's sequential one, has no ``hold`` array to log into).
-Moves T1 -> T2 and ghost drops are not logged.
+deleted block. Moves T1 -> T2 and ghost drops are not logged.
 
 ``p`` and the deltas are real numbers, as in the paper (Figure 4 writes the deltas as the
 plain ratios ``|B2|/|B1|`` and ``|B1|/|B2|``, with no rounding, and lets p range over [0, c]). Both engines keep ``p`` as an IEEE float64 and compute it with
@@ -68,9 +66,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import (ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice,
-                   refused_when_all_held, log_eviction)
+from .base import ReferencePolicy, PolicySpec, hold_arrays
 
 
 class ARC(ReferencePolicy):
@@ -182,13 +178,12 @@ T1_TAIL, T2_TAIL, B1_TAIL, B2_TAIL = (TAILS + lst for lst in (T1, T2, B1, B2))
 T1_SIZE, T2_SIZE, B1_SIZE, B2_SIZE = (SIZES + lst for lst in (T1, T2, B1, B2))
 
 # `target` is float64[1]: p is real, so it cannot live in the int64 meta array.
-ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta"])
-ARCHeldState = namedtuple("ARCHeldState", [*ARCState._fields, "pins", "hold"])  # running requests' holds
+ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta", "pins", "hold"])
 
 
-def make_sequential_state(capacity: int, trace) -> ARCState:
-    """The state without holds that numba's sequential kernel was built for (docs/performance.md §9);
-    the compiled core (arc.c) has one state, with holds: make_state's."""
+def make_state(capacity: int, trace) -> ARCState:
+    """The state of every replay (sequential, running requests, tiers); the sequential replay's
+    access leaves the hold checks out (arc.c)."""
     num_blocks = trace.num_blocks
     meta = np.zeros(META_SLOTS, dtype=np.int64)
     for lst in (T1, T2, B1, B2):
@@ -201,16 +196,8 @@ def make_sequential_state(capacity: int, trace) -> ARCState:
         next=np.full(num_blocks, -1, dtype=np.int32),
         target=np.zeros(1, dtype=np.float64),
         meta=meta,
+        **hold_arrays(num_blocks),
     )
-
-
-def make_state(capacity: int, trace) -> ARCHeldState:
-    """The state of every replay (sequential, running requests, tiers): ARCState's arrays and the
-    holds; the compiled core's sequential replay leaves the hold checks out (arc.c)."""
-    return ARCHeldState(*make_sequential_state(capacity, trace), **hold_arrays(trace.num_blocks))
-
-
-make_held_state = make_state  # spec.held_state: the same state
 
 
 def read_state(state: ARCState) -> tuple[int, dict]:
@@ -225,137 +212,6 @@ def resident_mask(state: ARCState) -> np.ndarray:
     return (state.where == T1) | (state.where == T2)
 
 
-@helper
-def _unlink(st, b):
-    m = st.meta
-    lst = st.where[b]
-    list_unlink(st.prev, st.next, m, HEADS + lst, m, TAILS + lst, b)
-    m[SIZES + lst] -= 1
-    st.where[b] = NOWHERE
-
-
-@helper
-def _push_mru(st, b, lst):
-    m = st.meta
-    list_append(st.prev, st.next, m, HEADS + lst, m, TAILS + lst, b)
-    m[SIZES + lst] += 1
-    st.where[b] = lst
-
-
-@helper(inline=False)
-def _unheld_lru(st, lst):
-    """The reference's _unheld_lru: list lst's least recent unheld block, each held block before it
-    moved to lst's MRU end; -1 when every block of lst is held (lst is then as it was)."""
-    m = st.meta
-    for _ in range(m[SIZES + lst]):
-        victim = m[HEADS + lst]
-        if st.pins[victim] == 0:
-            return victim
-        _unlink(st, victim)
-        _push_mru(st, victim, lst)
-    return -1
-
-
-@helper
-def _resident(st, b):
-    w = st.where[b]
-    return w == T1 or w == T2
-
-
-def _ops(holds):
-    """The access op (and its REPLACE), built twice. `holds` is a closure constant, so numba prunes
-    the hold checks from the op of sequential replay, which never holds a block and runs on the
-    state without ``pins`` (ARCState): that kernel is the one before holds existed, code and state
-    (adding them cost it half its speed: docs/performance.md §9). The op with the checks runs on
-    ARCHeldState, for running requests (engine/lifecycle.py)."""
-
-    @helper(inline=False)
-    def replace_op(st, x_in_b2):
-        m = st.meta
-        m[EVICTIONS] += 1
-        t1 = m[SIZES + T1]
-        p = st.target[0]
-        if t1 > 0 and (t1 > p or (x_in_b2 and t1 == p)):
-            source, ghost = T1, B1
-        else:
-            source, ghost = T2, B2
-        victim = m[HEADS + source]
-        if holds:
-            if victim < 0 or st.pins[victim] != 0:  # held (rare): skip held blocks, else the other list
-                victim = _unheld_lru(st, source)
-                if victim < 0:
-                    source, ghost = T1 + T2 - source, B1 + B2 - ghost
-                    victim = _unheld_lru(st, source)
-        _unlink(st, victim)
-        _push_mru(st, victim, ghost)
-        if holds:  # (ARCState, the sequential one, has no hold array: no log)
-            log_eviction(st, victim)
-
-    @helper
-    def access(st, b):
-        # The cases of the reference, arranged so that each list operation is written (and
-        # inlined by numba) once: inlining every case's own copies made compilation take minutes.
-        m = st.meta
-        w = st.where[b]
-        if w == T2 and m[TAILS + T2] == b:  # Case I, already the MRU block of T2
-            return
-        c = m[CAPACITY]
-        if holds:
-            if w != T1 and w != T2 and refused_when_all_held(st, c):  # a miss, all c resident blocks held
-                return
-        replace = False
-        drop = -1  # Case IV: a ghost id dropped from the directory, or T1's LRU block deleted
-        if w == B1:  # Case II
-            m[B1_HITS] += 1
-            b1, b2 = m[SIZES + B1], m[SIZES + B2]
-            delta = 1.0 if b1 >= b2 else b2 / b1
-            st.target[0] = min(float(c), st.target[0] + delta)
-            replace = True
-        elif w == B2:  # Case III
-            m[B2_HITS] += 1
-            b1, b2 = m[SIZES + B1], m[SIZES + B2]
-            delta = 1.0 if b2 >= b1 else b1 / b2
-            st.target[0] = max(0.0, st.target[0] - delta)
-            replace = True
-        elif w == NOWHERE:  # Case IV
-            m[ADMISSIONS] += 1
-            t1, b1 = m[SIZES + T1], m[SIZES + B1]
-            if t1 + b1 == c:  # Case A
-                if t1 < c:
-                    drop = m[HEADS + B1]
-                    replace = True
-                else:
-                    drop = m[HEADS + T1]
-                    if holds:
-                        if st.pins[drop] != 0:
-                            drop = _unheld_lru(st, T1)
-                        log_eviction(st, drop)  # deleted outright below: resident no more
-                    m[EVICTIONS] += 1
-            else:  # Case B: |L1| < c
-                total = t1 + b1 + m[SIZES + T2] + m[SIZES + B2]
-                if total >= c:
-                    if total == 2 * c:
-                        drop = m[HEADS + B2]
-                    replace = True
-        if drop >= 0:
-            _unlink(st, drop)
-        if replace:
-            replace_op(st, w == B2)
-        if w == NOWHERE:
-            _push_mru(st, b, T1)
-        else:  # Cases I-III: the block leaves its list (after REPLACE, as in the paper) for T2's MRU end
-            _unlink(st, b)
-            _push_mru(st, b, T2)
-
-    return access
-
-
-_access, _access_held = built_twice(_ops)
-
-
-register_kernel(ARCState, _resident, _access)
-register_kernel(ARCHeldState, _resident, _access_held)
-
 POLICY = PolicySpec(
     name="arc",
     native="arc",
@@ -364,5 +220,4 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=read_state,
     resident_mask=resident_mask,
-    held_state=make_held_state,
 )

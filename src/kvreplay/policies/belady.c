@@ -191,5 +191,5 @@ static void belady_unpin_request_op(void *st, i64 request, const i32 *blocks, i6
 
 KV_EXPORT const KvPolicy kv_policy_belady = {
     "belady", KV_LAYOUT(FIELDS, SLOTS), belady_resident_op, belady_hit_limit_op, belady_access_request_op,
-    belady_pin_request_op, belady_unpin_request_op, belady_resident_op, 1, belady_replay, 0, NULL,
+    belady_pin_request_op, belady_unpin_request_op, belady_resident_op, 1, belady_replay, 0, NULL, NULL,
 };

@@ -42,8 +42,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import Param, PolicySpec, ReferencePolicy, in_range, register_kernel, hold_arrays, pin, refused_when_all_held, log_eviction
+from .base import Param, PolicySpec, ReferencePolicy, in_range, hold_arrays
 
 
 def next_use(trace) -> np.ndarray:
@@ -165,150 +164,10 @@ def read_state(state: BeladyState) -> tuple[int, dict]:
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS]), "bypasses": int(m[BYPASSES])}
 
 
-@helper
-def _heap_push(st, key, b):
-    hk, hb, m = st.heap_key, st.heap_block, st.meta
-    i = m[HEAP_SIZE]
-    m[HEAP_SIZE] += 1
-    while i > 0:
-        parent = (i - 1) // 2
-        if hk[parent] >= key:
-            break
-        hk[i] = hk[parent]
-        hb[i] = hb[parent]
-        i = parent
-    hk[i] = key
-    hb[i] = b
-
-
-@helper
-def _heap_pop(st):
-    hk, hb, m = st.heap_key, st.heap_block, st.meta
-    m[HEAP_SIZE] -= 1
-    n = m[HEAP_SIZE]
-    key, b = hk[n], hb[n]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and hk[child + 1] > hk[child]:
-            child += 1
-        if hk[child] <= key:
-            break
-        hk[i] = hk[child]
-        hb[i] = hb[child]
-        i = child
-    hk[i] = key
-    hb[i] = b
-
-
-@helper
-def _drop_stale(st):
-    while st.key[st.heap_block[0]] != st.heap_key[0]:
-        _heap_pop(st)
-
-
-@helper
-def _resident(st, b):
-    return st.key[b] >= 0
-
-
-@helper
-def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
-    m = st.meta
-    for j in range(start, end):
-        b = blocks[j]
-        key = st.next_use[j]
-        if st.key[b] < 0:
-            if m[SIZE] >= m[CAPACITY]:
-                _drop_stale(st)
-                if m[BYPASS] != 0 and key > st.heap_key[0]:
-                    m[BYPASSES] += 1
-                    continue
-                victim = st.heap_block[0]
-                st.key[victim] = -1
-                log_eviction(st, victim)
-                _heap_pop(st)
-                m[SIZE] -= 1
-                m[EVICTIONS] += 1
-            m[SIZE] += 1
-            m[ADMISSIONS] += 1
-        st.key[b] = key
-        _heap_push(st, key, b)
-
-
 # Holds (the lifecycle engine only; the sequential _access_request above never meets a held
 # block). Held entries taken off the heap wait at the far end of the heap arrays, beyond the heap:
 # each one taken off shrinks the heap by the slot it fills, so the two never overlap.
 
-@helper(inline=False)
-def _farthest_unheld(st):
-    """Drop stale entries and set aside held ones until the top is the farthest unheld resident
-    block (one exists: the caller checked that not everything is held). How many were set aside."""
-    hk, hb = st.heap_key, st.heap_block
-    slots = hk.shape[0]
-    aside = 0
-    while True:
-        b = hb[0]
-        if st.key[b] != hk[0]:
-            _heap_pop(st)  # stale
-        elif st.pins[b] != 0:
-            key = hk[0]
-            _heap_pop(st)
-            aside += 1
-            hk[slots - aside] = key
-            hb[slots - aside] = b
-        else:
-            return aside
-
-
-@helper(inline=False)
-def _put_back(st, aside):
-    """Push the `aside` entries set aside by _farthest_unheld back on the heap."""
-    hk, hb = st.heap_key, st.heap_block
-    slots = hk.shape[0]
-    while aside > 0:
-        key, b = hk[slots - aside], hb[slots - aside]  # read before the push may overwrite the slot
-        aside -= 1
-        _heap_push(st, key, b)
-
-
-@helper(inline=False)
-def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
-    m = st.meta
-    n = 0
-    for j in range(start, end):
-        b = blocks[j]
-        key = st.next_use[j]
-        if st.key[b] < 0:
-            if m[SIZE] >= m[CAPACITY]:
-                if refused_when_all_held(st, m[SIZE]):
-                    break
-                aside = _farthest_unheld(st)
-                bypass = m[BYPASS] != 0 and key > st.heap_key[0]
-                if not bypass:
-                    victim = st.heap_block[0]
-                    st.key[victim] = -1
-                    log_eviction(st, victim)
-                    _heap_pop(st)
-                    m[SIZE] -= 1
-                    m[EVICTIONS] += 1
-                _put_back(st, aside)
-                if bypass:
-                    m[BYPASSES] += 1
-                    continue
-            m[SIZE] += 1
-            m[ADMISSIONS] += 1
-        st.key[b] = key
-        _heap_push(st, key, b)
-        pin(st, b)
-        handles[base + n] = b
-        n += 1
-    return n
-
-
-register_kernel(BeladyState, _resident, access_request_impl=_access_request, pin_request_impl=_pin_request)
 
 POLICY = PolicySpec(
     name="belady",

@@ -42,9 +42,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import (ReferencePolicy, Param, PolicySpec, in_range, register_kernel, hold_arrays, built_twice,
-                   refused_when_all_held, log_eviction)
+from .base import ReferencePolicy, Param, PolicySpec, in_range, hold_arrays
 
 
 class Clock(ReferencePolicy):
@@ -128,60 +126,6 @@ def read_state(state: ClockState) -> tuple[int, dict]:
 def resident_mask(state: ClockState) -> np.ndarray:
     return state.cached != 0
 
-
-@helper
-def _resident(st, b):
-    return st.cached[b] != 0
-
-
-def _ops(holds):
-    """The access op with or without the hold checks (base.built_twice)."""
-
-    @helper
-    def access(st, b):
-        m = st.meta
-        if st.cached[b] != 0:
-            if st.count[b] < m[MAX_COUNT]:
-                st.count[b] += 1
-            return
-        frames = st.frames
-        if m[SIZE] < m[CAPACITY]:
-            m[ADMISSIONS] += 1
-            st.cached[b] = 1
-            st.count[b] = 0
-            frames[m[SIZE]] = b
-            m[SIZE] += 1
-            return
-        if holds:
-            if refused_when_all_held(st, m[SIZE]):
-                return
-        m[ADMISSIONS] += 1
-        st.cached[b] = 1
-        st.count[b] = 0
-        n = frames.shape[0]
-        hand = m[HAND]
-        if holds:
-            while st.count[frames[hand]] >= 1 or st.pins[frames[hand]] != 0:
-                if st.pins[frames[hand]] == 0:  # held: in use, skipped with its counter kept
-                    st.count[frames[hand]] -= 1
-                    m[SECOND_CHANCES] += 1
-                hand = hand + 1 if hand + 1 < n else 0
-        else:
-            while st.count[frames[hand]] >= 1:
-                st.count[frames[hand]] -= 1
-                m[SECOND_CHANCES] += 1
-                hand = hand + 1 if hand + 1 < n else 0
-        st.cached[frames[hand]] = 0
-        log_eviction(st, frames[hand])
-        m[EVICTIONS] += 1
-        frames[hand] = b
-        m[HAND] = hand + 1 if hand + 1 < n else 0
-
-    return access
-
-
-_access, _access_held = built_twice(_ops)
-register_kernel(ClockState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="clock",

@@ -18,8 +18,7 @@ from collections import deque, namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import ReferencePolicy, wrap, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held, log_eviction
+from .base import ReferencePolicy, PolicySpec, hold_arrays
 
 
 class FIFO(ReferencePolicy):
@@ -82,44 +81,6 @@ def read_state(state: FIFOState) -> tuple[int, dict]:
     m = state.meta
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
 
-
-@helper
-def _resident(st, b):
-    return st.cached[b] != 0
-
-
-def _ops(holds):
-    """The access op with or without the hold checks (base.built_twice)."""
-
-    @helper
-    def access(st, b):
-        if st.cached[b] != 0:
-            return
-        m, ring = st.meta, st.ring
-        n = ring.shape[0]
-        if m[SIZE] >= m[CAPACITY]:
-            if holds:
-                if refused_when_all_held(st, m[SIZE]):
-                    return
-                while st.pins[ring[m[HEAD]]] != 0:  # held: back to the tail (the ring is full: head == tail + 1)
-                    ring[wrap(m[HEAD] + m[SIZE], n)] = ring[m[HEAD]]
-                    m[HEAD] = wrap(m[HEAD] + 1, n)
-            victim = ring[m[HEAD]]
-            st.cached[victim] = 0
-            log_eviction(st, victim)
-            m[HEAD] = wrap(m[HEAD] + 1, n)
-            m[SIZE] -= 1
-            m[EVICTIONS] += 1
-        ring[wrap(m[HEAD] + m[SIZE], n)] = b
-        m[SIZE] += 1
-        st.cached[b] = 1
-        m[ADMISSIONS] += 1
-
-    return access
-
-
-_access, _access_held = built_twice(_ops)
-register_kernel(FIFOState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="fifo",

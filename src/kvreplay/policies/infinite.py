@@ -18,8 +18,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import PolicySpec, ReferencePolicy, register_kernel, hold_arrays
+from .base import PolicySpec, ReferencePolicy, hold_arrays
 
 
 class Infinite(ReferencePolicy):
@@ -55,20 +54,6 @@ def make_state(capacity: int, trace) -> InfiniteState:
 def read_state(state: InfiniteState) -> tuple[int, dict]:
     return int(state.meta[SIZE]), {"admissions": int(state.meta[SIZE]), "evictions": 0}
 
-
-@helper
-def _resident(st, b):
-    return st.seen[b] != 0
-
-
-@helper
-def _access(st, b):
-    if st.seen[b] == 0:
-        st.seen[b] = 1
-        st.meta[SIZE] += 1
-
-
-register_kernel(InfiniteState, _resident, _access)
 
 POLICY = PolicySpec(
     name="infinite",

@@ -36,9 +36,7 @@ from itertools import count
 
 import numpy as np
 
-from ..jit import helper
-from .base import (ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice,
-                   refused_when_all_held, log_eviction)
+from .base import ReferencePolicy, PolicySpec, hold_arrays
 
 
 class LFU(ReferencePolicy):
@@ -126,76 +124,6 @@ def read_state(state: LFUState) -> tuple[int, dict]:
     m = state.meta
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
 
-
-@helper
-def _unlink(st, b, f):
-    list_unlink(st.prev, st.next, st.bucket_head, f, st.bucket_tail, f, b)
-
-
-@helper
-def _append(st, b, f):
-    list_append(st.prev, st.next, st.bucket_head, f, st.bucket_tail, f, b)
-    st.freq[b] = f
-
-
-@helper
-def _resident(st, b):
-    return st.freq[b] != 0
-
-
-@helper(inline=False)
-def _unheld_victim(st, low):
-    """The resident block without a hold that is least recent among the least frequent: bucket
-    ``low`` from its head (least recent) on, then the next frequencies; -1 if every block is held."""
-    for f in range(low, st.bucket_head.shape[0]):
-        victim = st.bucket_head[f]
-        while victim >= 0:
-            if st.pins[victim] == 0:
-                return victim
-            victim = st.next[victim]
-    return -1
-
-
-def _ops(holds):
-    """The access op with or without the hold checks (base.built_twice)."""
-
-    @helper
-    def access(st, b):
-        m = st.meta
-        f = st.freq[b]
-        if f != 0:
-            _unlink(st, b, f)
-            if st.bucket_head[f] < 0 and m[MIN_FREQ] == f:
-                m[MIN_FREQ] = f + 1  # b itself is there now
-            _append(st, b, f + 1)
-            return
-        if m[SIZE] >= m[CAPACITY]:
-            if holds:
-                if refused_when_all_held(st, m[SIZE]):
-                    return
-            # The cache is full (capacity >= 1), so bucket MIN_FREQ is not empty. Held blocks are
-            # skipped in place (MIN_FREQ stays right: they keep their frequencies).
-            low = m[MIN_FREQ]
-            victim = st.bucket_head[low]
-            if holds:
-                if st.pins[victim] != 0:
-                    victim = _unheld_victim(st, low)
-                    low = st.freq[victim]
-            _unlink(st, victim, low)
-            st.freq[victim] = 0
-            log_eviction(st, victim)
-            m[SIZE] -= 1
-            m[EVICTIONS] += 1
-        _append(st, b, 1)
-        m[MIN_FREQ] = 1
-        m[SIZE] += 1
-        m[ADMISSIONS] += 1
-
-    return access
-
-
-_access, _access_held = built_twice(_ops)
-register_kernel(LFUState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="lfu",

@@ -20,9 +20,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import (ReferencePolicy, PolicySpec, list_append, list_unlink, register_kernel, hold_arrays, built_twice,
-                   refused_when_all_held, log_eviction)
+from .base import ReferencePolicy, PolicySpec, hold_arrays
 
 
 class LRU(ReferencePolicy):
@@ -84,58 +82,6 @@ def read_state(state: LRUState) -> tuple[int, dict]:
     m = state.meta
     return int(m[SIZE]), {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS])}
 
-
-@helper
-def _unlink(st, b):
-    list_unlink(st.prev, st.next, st.meta, HEAD, st.meta, TAIL, b)
-
-
-@helper
-def _append(st, b):
-    list_append(st.prev, st.next, st.meta, HEAD, st.meta, TAIL, b)
-
-
-@helper
-def _resident(st, b):
-    return st.cached[b] != 0
-
-
-def _ops(holds):
-    """The access op with or without the hold checks (base.built_twice)."""
-
-    @helper
-    def access(st, b):
-        m = st.meta
-        if st.cached[b] != 0:
-            if m[TAIL] != b:
-                _unlink(st, b)
-                _append(st, b)
-            return
-        if m[SIZE] >= m[CAPACITY]:
-            if holds:
-                if refused_when_all_held(st, m[SIZE]):
-                    return
-            victim = m[HEAD]
-            if holds:
-                while st.pins[victim] != 0:  # held: in use, so it becomes most recent
-                    _unlink(st, victim)
-                    _append(st, victim)
-                    victim = m[HEAD]
-            _unlink(st, victim)
-            st.cached[victim] = 0
-            log_eviction(st, victim)
-            m[SIZE] -= 1
-            m[EVICTIONS] += 1
-        _append(st, b)
-        st.cached[b] = 1
-        m[SIZE] += 1
-        m[ADMISSIONS] += 1
-
-    return access
-
-
-_access, _access_held = built_twice(_ops)
-register_kernel(LRUState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="lru",

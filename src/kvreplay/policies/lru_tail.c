@@ -66,5 +66,5 @@ static void lru_tail_unpin_request_op(void *vst, i64 request, const i32 *blocks,
 KV_EXPORT const KvPolicy kv_policy_lru_tail = {"lru_tail", KV_LAYOUT(FIELDS, SLOTS), lru_tail_resident_op,
                                                lru_tail_hit_limit_op, lru_tail_access_request_op,
                                                lru_tail_pin_request_op, lru_tail_unpin_request_op,
-                                               lru_tail_resident_op, 1, lru_tail_replay, 0, NULL,
+                                               lru_tail_resident_op, 1, lru_tail_replay, 0, NULL, NULL,
 };

@@ -51,8 +51,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from . import lru
-from ..jit import helper
-from .base import PolicySpec, register_kernel, pin, REFUSALS
+from .base import PolicySpec
 
 
 class LRUTail(lru.LRU):
@@ -86,29 +85,6 @@ HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = lru.HEAD, lru.TAIL, lru.SIZE
 def make_state(capacity: int, trace) -> LRUTailState:
     return LRUTailState(*lru.make_state(capacity, trace))
 
-
-@helper
-def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
-    for j in range(end - 1, start - 1, -1):
-        lru._access(st, blocks[j])
-
-
-@helper
-def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
-    n = 0
-    for j in range(end - 1, start - 1, -1):
-        b = blocks[j]
-        refusals = st.hold[REFUSALS]
-        lru._access_held(st, b)
-        if st.hold[REFUSALS] != refusals:
-            break
-        pin(st, b)
-        handles[base + n] = b
-        n += 1
-    return n
-
-
-register_kernel(LRUTailState, lru._resident, access_request_impl=_access_request, pin_request_impl=_pin_request)
 
 POLICY = PolicySpec(
     name="lru-tail",

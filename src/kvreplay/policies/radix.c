@@ -412,7 +412,13 @@ static void radix_unpin_request_op(void *st, i64 request, const i32 *blocks, i64
     radix_unpin_request((Radix *)st, request, blocks, start, end, input_length, block_size, handles, base, n);
 }
 
+/* a request caches its full blocks only: never the prompt's partial tail */
+static i64 radix_cached_blocks(void *st, i64 num_blocks, i64 input_length, i64 block_size) {
+    if (kv_ceil_div(input_length, block_size) > ((Radix *)st)->meta[CAPACITY]) return 0;  /* refused */
+    return kv_min(num_blocks, input_length / block_size);
+}
+
 KV_EXPORT const KvPolicy kv_policy_radix = {
     "radix", KV_LAYOUT(FIELDS, SLOTS), radix_resident_op, radix_hit_limit_op, radix_access_request_op,
-    radix_pin_request_op, radix_unpin_request_op, radix_in_hbm_op, 0, radix_replay, 0, NULL,
+    radix_pin_request_op, radix_unpin_request_op, radix_in_hbm_op, 0, radix_replay, 0, NULL, radix_cached_blocks,
 };

@@ -95,8 +95,7 @@ from collections import Counter, namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import HELD, PolicySpec, ReferencePolicy, hold_arrays, log_eviction, refuse, register_kernel
+from .base import PolicySpec, ReferencePolicy, hold_arrays
 
 
 def request_pages(input_length: int, block_size: int) -> int:
@@ -147,6 +146,12 @@ class Radix(ReferencePolicy):
         self.stats = dict.fromkeys(("admissions", "evictions", "evicted_nodes", "node_splits", "rejected"), 0)
 
     # ---- the prefix scan: a walk down the tree that changes nothing ----
+
+    def cached_blocks(self, num_blocks: int, input_length: int, block_size: int) -> int:
+        """Its full pages: the partial tail page is never inserted (none when it is refused)."""
+        if request_pages(input_length, block_size) > self.capacity:
+            return 0
+        return min(num_blocks, input_length // block_size)
 
     def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
         self.cursor = (self.root, 0)
@@ -402,12 +407,7 @@ COUNTERS = (("admissions", ADMISSIONS), ("evictions", EVICTIONS), ("evicted_node
             ("node_splits", NODE_SPLITS), ("rejected", REJECTED))
 
 
-# The request-level work below (split, evict, insert, heap upkeep) runs O(1) times per request or
-# evicted leaf: each is its own compiled function (pasting them made the driver take minutes to
-# compile); the per-block probe (_resident, _child) is pasted.
-# One signature per function: numba compiles a function once per distinct argument types, and a
-# literal argument (0, 1) or an int32 read from an array where other calls pass an int64 is
-# another compile of the whole function; hence the np.int64(...) at some call sites.
+# The compiled operations over this state are radix.c.
 RadixState = namedtuple("RadixState", [
     "node_start", "node_len", "node_parent", "node_children", "node_lock", "node_time", "node_alive", "pushed",
     "arena", "table_parent", "table_block", "table_node", "heap_time", "heap_node", "page_count", "meta",
@@ -461,383 +461,15 @@ def resident_mask(state: RadixState) -> np.ndarray:
 
 # -- children table --
 
-@helper
-def _slot(st, parent, block):
-    mask = st.table_parent.shape[0] - 1
-    return ((parent * 73856093) ^ (block * 19349663)) & mask
-
-
-@helper
-def _child(st, parent, block):
-    """The child of `parent` whose first page is `block`, or -1."""
-    mask = st.table_parent.shape[0] - 1
-    i = _slot(st, parent, block)
-    while st.table_parent[i] >= 0:
-        if st.table_parent[i] == parent and st.table_block[i] == block:
-            return st.table_node[i]
-        i = (i + 1) & mask
-    return -1
-
-
-@helper(inline=False)
-def _set_child(st, parent, block, node):
-    """Map (parent, block) to node, replacing an existing entry."""
-    mask = st.table_parent.shape[0] - 1
-    i = _slot(st, parent, block)
-    while st.table_parent[i] >= 0:
-        if st.table_parent[i] == parent and st.table_block[i] == block:
-            st.table_node[i] = node
-            return
-        i = (i + 1) & mask
-    st.table_parent[i] = parent
-    st.table_block[i] = block
-    st.table_node[i] = node
-
-
-@helper(inline=False)
-def _remove_child(st, parent, block):
-    """Delete (parent, block); shift later entries of the probe run back into the hole."""
-    mask = st.table_parent.shape[0] - 1
-    i = _slot(st, parent, block)
-    while not (st.table_parent[i] == parent and st.table_block[i] == block):
-        i = (i + 1) & mask
-    hole = i
-    j = (i + 1) & mask
-    while st.table_parent[j] >= 0:
-        home = _slot(st, st.table_parent[j], st.table_block[j])
-        # Move j into the hole unless its home lies cyclically in (hole, j].
-        if ((j - home) & mask) >= ((j - hole) & mask):
-            st.table_parent[hole] = st.table_parent[j]
-            st.table_block[hole] = st.table_block[j]
-            st.table_node[hole] = st.table_node[j]
-            hole = j
-        j = (j + 1) & mask
-    st.table_parent[hole] = -1
-
 
 # -- heap of evictable leaves --
-
-@helper
-def _before(st, a, b):
-    ta, tb = st.heap_time[a], st.heap_time[b]
-    return ta < tb or (ta == tb and st.heap_node[a] < st.heap_node[b])
-
-
-@helper
-def _swap(st, a, b):
-    t, n = st.heap_time[a], st.heap_node[a]
-    st.heap_time[a], st.heap_node[a] = st.heap_time[b], st.heap_node[b]
-    st.heap_time[b], st.heap_node[b] = t, n
-
-
-@helper(inline=False)
-def _sift_down(st, i, size):
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            return
-        best = left
-        if left + 1 < size and _before(st, left + 1, left):
-            best = left + 1
-        if not _before(st, best, i):
-            return
-        _swap(st, i, best)
-        i = best
-
-
-@helper
-def _evictable(st, node):
-    return st.node_alive[node] != 0 and st.node_lock[node] == 0 and st.node_children[node] == 0
-
-
-@helper
-def _live_entry(st, i):
-    node = st.heap_node[i]
-    return _evictable(st, node) and st.node_time[node] == st.heap_time[i]
-
-
-@helper(inline=False)
-def _compact_heap(st):
-    """Drop dead entries in place and re-heapify."""
-    m = st.meta
-    size = m[HEAP_SIZE]
-    kept = np.int64(0)  # (not a literal 0: see "One signature" above)
-    for i in range(size):
-        if _live_entry(st, i):
-            st.heap_time[kept] = st.heap_time[i]
-            st.heap_node[kept] = st.heap_node[i]
-            kept += 1
-        elif st.pushed[st.heap_node[i]] == st.heap_time[i]:
-            st.pushed[st.heap_node[i]] = -1
-    m[HEAP_SIZE] = kept
-    for i in range(kept // 2 - 1, -1, -1):
-        _sift_down(st, i, kept)
-
-
-@helper(inline=False)
-def _push_if_evictable(st, node):
-    if not _evictable(st, node) or st.pushed[node] == st.node_time[node]:
-        return
-    m = st.meta
-    if m[HEAP_SIZE] == st.heap_time.shape[0]:
-        _compact_heap(st)
-    i = m[HEAP_SIZE]
-    m[HEAP_SIZE] = i + 1
-    st.heap_time[i] = st.node_time[node]
-    st.heap_node[i] = node
-    st.pushed[node] = st.node_time[node]
-    while i > 0:
-        parent = (i - 1) // 2
-        if not _before(st, i, parent):
-            break
-        _swap(st, i, parent)
-        i = parent
-
-
-@helper(inline=False)
-def _pop_least_recent(st):
-    """The evictable leaf with the oldest last_access (ties: lowest id), or -1."""
-    m = st.meta
-    while m[HEAP_SIZE] > 0:
-        live = _live_entry(st, 0)
-        node, time = st.heap_node[0], st.heap_time[0]
-        size = m[HEAP_SIZE] - 1
-        m[HEAP_SIZE] = size
-        st.heap_time[0], st.heap_node[0] = st.heap_time[size], st.heap_node[size]
-        _sift_down(st, np.int64(0), size)
-        if st.pushed[node] == time:
-            st.pushed[node] = -1
-        if live:
-            return node
-    return -1
 
 
 # -- tree operations --
 
-@helper(inline=False)
-def _new_node(st, start, length, parent):
-    m = st.meta
-    node = m[NUM_NODES]
-    m[NUM_NODES] = node + 1
-    st.node_start[node] = start
-    st.node_len[node] = length
-    st.node_parent[node] = parent
-    st.node_children[node] = 0
-    st.node_lock[node] = 0
-    st.node_time[node] = m[CLOCK]
-    st.node_alive[node] = 1
-    return node
-
-
-@helper(inline=False)
-def _split(st, child, n):
-    """Cut `child` after n pages; the new node takes them, `child` keeps the rest (and its id)."""
-    st.meta[NODE_SPLITS] += 1
-    parent = np.int64(st.node_parent[child])
-    start = st.node_start[child]
-    new = _new_node(st, start, n, parent)
-    st.node_lock[new] = st.node_lock[child]
-    st.node_children[new] = 1
-    st.node_start[child] = start + n
-    st.node_len[child] -= n
-    st.node_parent[child] = new
-    _set_child(st, parent, st.arena[start], new)
-    _set_child(st, new, st.arena[start + n], child)
-    return new
-
-
-@helper(inline=False)
-def _evict(st, need):
-    m = st.meta
-    freed = 0
-    while freed < need:
-        leaf = _pop_least_recent(st)
-        if leaf < 0:
-            return
-        length = st.node_len[leaf]
-        start = st.node_start[leaf]
-        parent = np.int64(st.node_parent[leaf])
-        freed += length
-        _remove_child(st, parent, st.arena[start])
-        st.node_children[parent] -= 1
-        st.node_alive[leaf] = 0
-        for j in range(start, start + length):  # first to last; a block id goes with its last page
-            b = st.arena[j]
-            st.page_count[b] -= 1
-            if st.page_count[b] == 0:
-                log_eviction(st, b)
-        m[TREE_PAGES] -= length
-        m[EVICTIONS] += length
-        m[EVICTED_NODES] += 1
-        _push_if_evictable(st, parent)  # a childless unlocked parent is a leaf now (never the root)
-
-
-@helper(inline=False)
-def _insert(st, blocks, start, end):
-    """Insert blocks[start:end] from the root; return the node where the path ends."""
-    m = st.meta
-    clock = m[CLOCK]
-    node = ROOT
-    st.node_time[ROOT] = clock
-    i = start
-    while i < end:
-        child = _child(st, node, blocks[i])
-        if child < 0:
-            break
-        st.node_time[child] = clock
-        cstart, clen = st.node_start[child], st.node_len[child]
-        n = 1  # the first page matched through the table
-        while n < clen and i + n < end and st.arena[cstart + n] == blocks[i + n]:
-            n += 1
-        i += n
-        if n < clen:
-            node = _split(st, child, n)
-            _push_if_evictable(st, child)  # the cut-off tail keeps the insert's time
-        else:
-            node = child
-    if i < end:
-        top = m[ARENA_TOP]
-        for j in range(i, end):
-            st.arena[top + j - i] = blocks[j]
-            st.page_count[blocks[j]] += 1
-        m[ARENA_TOP] = top + end - i
-        leaf = _new_node(st, top, end - i, node)
-        st.node_children[node] += 1
-        _set_child(st, node, blocks[i], leaf)
-        m[TREE_PAGES] += end - i
-        m[ADMISSIONS] += end - i
-        node = leaf
-    return node
-
-
-@helper
-def _hit_limit(st, num_blocks, input_length, block_size):
-    m = st.meta
-    m[CURSOR_NODE] = ROOT
-    m[CURSOR_OFFSET] = 0
-    if (input_length + block_size - 1) // block_size > m[CAPACITY]:
-        return 0
-    limit = max(input_length - 1, 0) // block_size
-    return min(num_blocks, limit)
-
-
-@helper
-def _resident(st, b):
-    m = st.meta
-    node, offset = m[CURSOR_NODE], m[CURSOR_OFFSET]
-    if offset < st.node_len[node]:
-        if st.arena[st.node_start[node] + offset] != b:
-            return False
-        m[CURSOR_OFFSET] = offset + 1
-        return True
-    child = _child(st, node, b)
-    if child < 0:
-        return False
-    m[CURSOR_NODE] = child
-    m[CURSOR_OFFSET] = 1
-    return True
-
 
 LOCK, UNLOCK = np.int64(1), np.int64(-1)  # _lock_path's delta
 
-
-@helper(inline=False)
-def _lock_path(st, node, delta):
-    """inc_lock_ref (delta 1) / dec_lock_ref (-1) from node up to the root; a node's pages are
-    held while it is locked."""
-    while node != ROOT:
-        if st.node_lock[node] == 0:
-            st.hold[HELD] += st.node_len[node]
-        st.node_lock[node] += delta
-        if st.node_lock[node] == 0:
-            st.hold[HELD] -= st.node_len[node]
-        node = st.node_parent[node]
-
-
-@helper(inline=False)
-def _stamp_path(st, node):
-    """A match of the key ending at node: node and its ancestors get last_access = now."""
-    clock = st.meta[CLOCK]
-    while node >= 0:
-        st.node_time[node] = clock
-        node = st.node_parent[node]
-
-
-@helper(inline=False)
-def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
-    """Admit one request and keep its path locked; handles[base] = the locked node. The driver's
-    scan has just left the cursor after the `hits` matched pages."""
-    m = st.meta
-    pages = (input_length + block_size - 1) // block_size
-    if pages > m[CAPACITY]:
-        m[REJECTED] += 1
-        return 0
-    if pages == 0:
-        return 0
-    # Match: split where the match ends; the cut-off tail keeps the match's time. SGLang
-    # also stamps the matched path here, but an admitted request keeps that path locked until
-    # the re-match below stamps it again, so no eviction can see those stamps: they are
-    # skipped (and applied only when the start is refused).
-    m[CLOCK] += 1
-    matched = m[CURSOR_NODE]
-    if hits > 0 and m[CURSOR_OFFSET] < st.node_len[matched]:
-        st.node_time[matched] = m[CLOCK]
-        tail = matched
-        matched = _split(st, tail, m[CURSOR_OFFSET])
-        _push_if_evictable(st, tail)
-    # Lock the matched path; admit if the rest fits beside what running requests hold.
-    _lock_path(st, matched, LOCK)
-    if pages - hits > m[CAPACITY] - st.hold[HELD]:
-        if hits > 0:
-            _stamp_path(st, matched)
-        _lock_path(st, matched, UNLOCK)
-        _push_if_evictable(st, matched)
-        refuse(st)
-        return 0
-    # Evict the allocator's shortfall.
-    slack = 1 if block_size > 1 else 0
-    need = pages - hits + slack - (m[CAPACITY] - m[TREE_PAGES] - m[OUTSIDE])
-    if need > 0:
-        _evict(st, need)
-    # Insert the full pages, re-touch the inserted path, lock it instead of the matched one.
-    m[CLOCK] += 1
-    full = min(end - start, input_length // block_size)
-    last = _insert(st, blocks, start, start + full)
-    m[CLOCK] += 1
-    _stamp_path(st, last)
-    _lock_path(st, last, LOCK)
-    _lock_path(st, matched, UNLOCK)
-    m[OUTSIDE] += pages - full
-    st.hold[HELD] += pages - full
-    handles[base] = last
-    return pages
-
-
-@helper(inline=False)
-def _unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
-    """Release: touch the path again (the final checkpoint), unlock it, free the outside pages."""
-    if n == 0:
-        return
-    m = st.meta
-    full = min(end - start, input_length // block_size)
-    m[OUTSIDE] -= n - full
-    st.hold[HELD] -= n - full
-    if full > 0:
-        last = handles[base]
-        m[CLOCK] += 1
-        _stamp_path(st, last)
-        _lock_path(st, last, UNLOCK)
-        _push_if_evictable(st, last)  # the only node of the path that can be a leaf
-
-
-@helper
-def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
-    n = _pin_request(st, request, blocks, start, end, hits, input_length, block_size, st.handles, 0)
-    _unpin_request(st, request, blocks, start, end, input_length, block_size, st.handles, 0, n)
-
-
-register_kernel(RadixState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit,
-                pin_request_impl=_pin_request, unpin_request_impl=_unpin_request)
 
 POLICY = PolicySpec(
     name="radix",

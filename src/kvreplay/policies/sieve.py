@@ -40,8 +40,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import ReferencePolicy, PolicySpec, register_kernel, hold_arrays, built_twice, refused_when_all_held, log_eviction
+from .base import ReferencePolicy, PolicySpec, hold_arrays
 
 
 class SIEVE(ReferencePolicy):
@@ -144,74 +143,6 @@ def read_state(state: SIEVEState) -> tuple[int, dict]:
 def resident_mask(state: SIEVEState) -> np.ndarray:
     return state.cached != 0
 
-
-@helper
-def _resident(st, b):
-    return st.cached[b] != 0
-
-
-def _ops(holds):
-    """The access op with or without the hold checks (base.built_twice)."""
-
-    @helper
-    def evict(st, m):
-        o = m[HAND] if m[HAND] >= 0 else m[TAIL]
-        if holds:
-            while st.visited[o] != 0 or st.pins[o] != 0:
-                if st.pins[o] == 0:  # held: in use, passed over in place with its bit kept
-                    st.visited[o] = 0
-                o = st.newer[o] if st.newer[o] >= 0 else m[TAIL]
-        else:
-            while st.visited[o] != 0:
-                st.visited[o] = 0
-                o = st.newer[o] if st.newer[o] >= 0 else m[TAIL]
-        newer, older = st.newer[o], st.older[o]
-        m[HAND] = newer
-        if newer >= 0:
-            st.older[newer] = older
-        else:
-            m[HEAD] = older
-        if older >= 0:
-            st.newer[older] = newer
-        else:
-            m[TAIL] = newer
-        st.newer[o] = -1
-        st.older[o] = -1
-        st.cached[o] = 0
-        log_eviction(st, o)
-        m[SIZE] -= 1
-        m[EVICTIONS] += 1
-
-
-    @helper
-    def access(st, b):
-        if st.cached[b] != 0:
-            st.visited[b] = 1
-            return
-        m = st.meta
-        if m[SIZE] >= m[CAPACITY]:
-            if holds:
-                if refused_when_all_held(st, m[SIZE]):
-                    return
-            evict(st, m)
-        head = m[HEAD]
-        st.newer[b] = -1
-        st.older[b] = head
-        if head >= 0:
-            st.newer[head] = b
-        else:
-            m[TAIL] = b
-        m[HEAD] = b
-        st.visited[b] = 0
-        st.cached[b] = 1
-        m[SIZE] += 1
-        m[ADMISSIONS] += 1
-
-    return access
-
-
-_access, _access_held = built_twice(_ops)
-register_kernel(SIEVEState, _resident, _access, held_access_impl=_access_held)
 
 POLICY = PolicySpec(
     name="sieve",

@@ -155,5 +155,5 @@ static void ttl_unpin_request_op(void *vst, i64 request, const i32 *blocks, i64 
 
 KV_EXPORT const KvPolicy kv_policy_ttl = {"ttl", KV_LAYOUT(FIELDS, SLOTS), ttl_resident_op, ttl_hit_limit_op,
                                           ttl_access_request_op, ttl_pin_request_op, ttl_unpin_request_op,
-                                          ttl_resident_op, 1, ttl_replay, 0, NULL,
+                                          ttl_resident_op, 1, ttl_replay, 0, NULL, NULL,
 };

@@ -60,10 +60,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import (ReferencePolicy, Param, PolicySpec, register_kernel, hold_arrays, pin, unpin, REFUSALS, LOG_HEAD,
-                   refused_when_all_held, log_eviction, rarely)
-from .lru import _append, _unlink  # the same recency list: HEAD/TAIL slots and prev/next fields match
+from .base import ReferencePolicy, Param, PolicySpec, hold_arrays
 
 
 class TTL(ReferencePolicy):
@@ -189,113 +186,6 @@ def read_state(state: TTLState) -> tuple[int, dict]:
     m = state.meta
     counters = {"admissions": int(m[ADMISSIONS]), "evictions": int(m[EVICTIONS]), "expirations": int(m[EXPIRATIONS])}
     return int(np.count_nonzero(resident_mask(state))), counters
-
-
-@helper
-def _drop(st, victim):
-    _unlink(st, victim)
-    st.cached[victim] = 0
-    st.meta[SIZE] -= 1
-
-
-@helper
-def _resident(st, b):
-    return st.cached[b] != 0 and (st.clock[NOW] - st.last[b] <= st.clock[TTL_MS] or st.pins[b] != 0)
-
-
-@helper(inline=False)
-def _expire(st):
-    """Drop the expired blocks (a prefix of the list, see the module docstring), passing over held ones."""
-    x = st.meta[HEAD]
-    while x >= 0 and st.clock[NOW] - st.last[x] > st.clock[TTL_MS]:
-        after = st.next[x]
-        if st.pins[x] == 0:  # held: in use, kept in place
-            _drop(st, x)
-            st.meta[EXPIRATIONS] += 1
-        x = after
-
-
-@helper
-def _access(st, b):
-    m = st.meta
-    if st.cached[b] != 0:
-        if m[TAIL] != b:
-            _unlink(st, b)
-            _append(st, b)
-    else:
-        if m[SIZE] >= m[CAPACITY]:
-            if refused_when_all_held(st, m[SIZE]):  # every listed block is resident here
-                return
-            victim = m[HEAD]
-            while st.pins[victim] != 0:  # held: skipped in place
-                victim = st.next[victim]
-            _drop(st, victim)
-            log_eviction(st, victim)
-            m[EVICTIONS] += 1
-        _append(st, b)
-        st.cached[b] = 1
-        m[SIZE] += 1
-        m[ADMISSIONS] += 1
-    st.last[b] = st.clock[NOW]
-
-
-@helper(inline=False)
-def _log_expired(st):
-    """The clock has moved: log the unheld blocks past their time (they stop being resident now;
-    the next request's _expire drops them without logging them again)."""
-    x = st.meta[HEAD]
-    while x >= 0 and st.clock[NOW] - st.last[x] > st.clock[TTL_MS]:
-        if st.pins[x] == 0:
-            log_eviction(st, x)
-        x = st.next[x]
-
-
-@helper
-def _tick(st, request):
-    """The clock moves to the next request's time."""
-    if request + 1 < st.times.shape[0]:
-        st.clock[NOW] = max(st.clock[NOW], st.times[request + 1])
-        if rarely(st.hold.shape[0] > LOG_HEAD):  # the eviction log is on
-            _log_expired(st)
-
-
-@helper
-def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
-    _expire(st)
-    for j in range(start, end):
-        _access(st, blocks[j])
-    _tick(st, request)
-
-
-@helper
-def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
-    _expire(st)
-    n = 0
-    for j in range(start, end):
-        b = blocks[j]
-        refusals = st.hold[REFUSALS]
-        _access(st, b)
-        if st.hold[REFUSALS] != refusals:
-            break
-        pin(st, b)
-        handles[base + n] = b
-        n += 1
-    _tick(st, request)
-    return n
-
-
-@helper
-def _unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
-    """Release first to last; a block whose time is up stops being resident at its last release."""
-    for k in range(n):
-        b = handles[base + k]
-        unpin(st, b)
-        if st.pins[b] == 0 and st.clock[NOW] - st.last[b] > st.clock[TTL_MS]:
-            log_eviction(st, b)
-
-
-register_kernel(TTLState, _resident, access_request_impl=_access_request, pin_request_impl=_pin_request,
-                unpin_request_impl=_unpin_request)
 
 
 def _check_ttl(value):

@@ -62,9 +62,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from ..jit import helper
-from .base import (ReferencePolicy, Param, PolicySpec, list_append, list_unlink, register_kernel, wrap, hold_arrays, built_twice,
-                   refused_when_all_held, log_eviction)
+from .base import ReferencePolicy, Param, PolicySpec, hold_arrays
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -191,147 +189,7 @@ def resident_mask(state: TwoQState) -> np.ndarray:
     return (state.where == IN_A1IN) | (state.where == IN_AM)
 
 
-@helper
-def _unlink(st, b, head_slot, tail_slot, size_slot):
-    list_unlink(st.prev, st.next, st.meta, head_slot, st.meta, tail_slot, b)
-    st.meta[size_slot] -= 1
-
-
-@helper
-def _append(st, b, head_slot, tail_slot, size_slot):
-    list_append(st.prev, st.next, st.meta, head_slot, st.meta, tail_slot, b)
-    st.meta[size_slot] += 1
-
-
 # ---- holds: the rare paths, compiled once each and only into the op of running requests ----
-
-@helper(inline=False)
-def _a1in_requeue_held(st):
-    """Held heads of A1in go back to its tail until the head is unheld: True; False when every
-    block of A1in is held (one pass, order unchanged) or A1in is empty."""
-    m, ring = st.meta, st.a1in
-    n = ring.shape[0]
-    for _ in range(m[A1IN_SIZE]):
-        head = m[A1IN_HEAD]
-        y = ring[head]
-        if st.pins[y] == 0:
-            return True
-        ring[wrap(head + m[A1IN_SIZE], n)] = y  # a full ring: the tail slot is the head's own
-        m[A1IN_HEAD] = wrap(head + 1, n)
-    return False
-
-
-@helper(inline=False)
-def _am_requeue_held(st):
-    """Am's held least recent blocks move to its most recent end until the least recent one is
-    unheld: True; False when every block of Am is held (one pass, order unchanged) or Am is empty."""
-    m = st.meta
-    for _ in range(m[AM_SIZE]):
-        victim = m[AM_HEAD]
-        if st.pins[victim] == 0:
-            return True
-        _unlink(st, victim, AM_HEAD, AM_TAIL, AM_SIZE)
-        _append(st, victim, AM_HEAD, AM_TAIL, AM_SIZE)
-    return False
-
-
-@helper(inline=False)
-def _reclaim_from_a1in(st, from_a1in):
-    """With holds, the queue a reclaim evicts from (True: A1in), its first block unheld: held
-    blocks of the chosen queue are requeued; if it holds only held blocks, the other queue gives
-    up its first unheld block instead (there is one: the miss was not refused)."""
-    if from_a1in:
-        if _a1in_requeue_held(st):
-            return True
-        _am_requeue_held(st)
-        return False
-    if _am_requeue_held(st):
-        return False
-    _a1in_requeue_held(st)
-    return True
-
-
-def _ops(holds):
-    """The compiled access op, built twice. holds=False is sequential replay, which never holds a
-    block: `holds` is a closure constant, so numba prunes every `if holds` branch before typing
-    and the replay kernel is the paper's code alone (it compiles as fast as it did without
-    holds). holds=True is the op of running requests (the default pin_request, through held_access_impl), with the rules of the
-    module docstring."""
-
-    @helper
-    def reclaim(st):
-        m = st.meta
-        if m[A1IN_SIZE] + m[AM_SIZE] < m[CAPACITY]:
-            return
-        m[EVICTIONS] += 1
-        from_a1in = m[A1IN_SIZE] > m[KIN_CAP]
-        if holds:
-            from_a1in = _reclaim_from_a1in(st, from_a1in)
-        if from_a1in:
-            ring = st.a1in
-            y = ring[m[A1IN_HEAD]]
-            m[A1IN_HEAD] = wrap(m[A1IN_HEAD] + 1, ring.shape[0])
-            m[A1IN_SIZE] -= 1
-            log_eviction(st, y)
-            if m[OUT_SIZE] >= m[KOUT_CAP]:
-                oldest = m[OUT_HEAD]
-                _unlink(st, oldest, OUT_HEAD, OUT_TAIL, OUT_SIZE)
-                st.where[oldest] = NOWHERE
-            _append(st, y, OUT_HEAD, OUT_TAIL, OUT_SIZE)
-            st.where[y] = IN_A1OUT
-        else:
-            victim = m[AM_HEAD]
-            _unlink(st, victim, AM_HEAD, AM_TAIL, AM_SIZE)
-            st.where[victim] = NOWHERE
-            log_eviction(st, victim)
-            m[AM_EVICTIONS] += 1
-
-    @helper
-    def access(st, b):
-        m = st.meta
-        w = st.where[b]
-        if w == IN_AM:
-            if m[AM_TAIL] != b:
-                _unlink(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
-                _append(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
-            return
-        if w == IN_A1IN:
-            return
-        # A miss. One reclaim call site: every inlined copy costs compile time.
-        if holds:
-            if refused_when_all_held(st, st.meta[CAPACITY]):  # held blocks are resident: full and all held
-                return
-        if w == IN_A1OUT:
-            _unlink(st, b, OUT_HEAD, OUT_TAIL, OUT_SIZE)
-            st.where[b] = NOWHERE
-            m[GHOST_HITS] += 1
-        else:
-            m[ADMISSIONS] += 1
-        reclaim(st)
-        if w == IN_A1OUT:
-            _append(st, b, AM_HEAD, AM_TAIL, AM_SIZE)
-            st.where[b] = IN_AM
-        else:
-            ring = st.a1in
-            n = ring.shape[0]
-            pos = m[A1IN_HEAD] + m[A1IN_SIZE]
-            ring[wrap(pos, n)] = b
-            m[A1IN_SIZE] += 1
-            st.where[b] = IN_A1IN
-
-    return access
-
-
-_access, _access_held = built_twice(_ops)  # see base.built_twice
-
-
-@helper
-def _resident(st, b):
-    w = st.where[b]
-    return w == IN_A1IN or w == IN_AM
-
-
-register_kernel(TwoQState, _resident, _access, held_access_impl=_access_held)
 
 
 def _sizes(capacity, kin, kout, **_):

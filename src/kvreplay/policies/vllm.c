@@ -241,7 +241,13 @@ static void paged_release(void *vst, const i64 *handles, i64 base, i64 hashed, i
 static const KvPaged vllm_paged = {paged_free, paged_evictable, paged_touch, paged_allocate, paged_cache,
                                    paged_release};
 
+/* a request caches its full blocks only: never the prompt's partial tail */
+static i64 vllm_cached_blocks(void *st, i64 num_blocks, i64 input_length, i64 block_size) {
+    /* (a request longer than the pool holds its first `capacity` blocks: vllm.py) */
+    return kv_min(kv_min(num_blocks, input_length / block_size), ((VLLM *)st)->meta[CAPACITY]);
+}
+
 KV_EXPORT const KvPolicy kv_policy_vllm = {
     "vllm", KV_LAYOUT(FIELDS, SLOTS), vllm_resident_op, vllm_hit_limit_op, vllm_access_request_op,
-    vllm_pin_request_op, vllm_unpin_request_op, vllm_resident_op, 1, vllm_replay, 0, &vllm_paged,
+    vllm_pin_request_op, vllm_unpin_request_op, vllm_resident_op, 1, vllm_replay, 0, &vllm_paged, vllm_cached_blocks,
 };

@@ -106,9 +106,7 @@ from collections import OrderedDict, deque, namedtuple
 
 import numpy as np
 
-from ..jit import helper
-from .base import (HELD, Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, list_append, list_unlink, log_eviction,
-                   refuse, register_kernel)
+from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
 
@@ -142,6 +140,10 @@ class VLLM(ReferencePolicy):
 
     def resident(self, h) -> bool:
         return h in self.holders
+
+    def cached_blocks(self, num_blocks: int, input_length: int, block_size: int) -> int:
+        """Its full blocks (at most the pool): a partial tail is never cached."""
+        return min(num_blocks, input_length // block_size, self.capacity)
 
     def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
         return max_hit_blocks(num_blocks, input_length, block_size, self.last_token_recompute)
@@ -331,151 +333,6 @@ def read_state(state: VLLMState) -> tuple[int, dict]:
 def resident_mask(state: VLLMState) -> np.ndarray:
     return state.holder_head >= 0
 
-
-@helper
-def _queue_unlink(st, s):
-    list_unlink(st.queue_prev, st.queue_next, st.meta, QUEUE_HEAD, st.meta, QUEUE_TAIL, s)
-
-
-@helper
-def _queue_append(st, s):
-    list_append(st.queue_prev, st.queue_next, st.meta, QUEUE_HEAD, st.meta, QUEUE_TAIL, s)
-
-
-@helper
-def _uncache(st, s):
-    """Take slot s's hash away (its block is being reused) and give the slot back."""
-    h = st.slot_hash[s]
-    list_unlink(st.holder_prev, st.holder_next, st.holder_head, h, st.holder_tail, h, s)
-    if st.holder_head[h] < 0:  # its last holder: the hash is resident no more
-        log_eviction(st, h)
-    st.slot_hash[s] = -1
-    m = st.meta
-    m[CACHED_BLOCKS] -= 1
-    st.slot_stack[m[FREE_SLOTS]] = s
-    m[FREE_SLOTS] += 1
-
-
-@helper
-def _cache(st, h):
-    """A pinned block without a hash gets hash h: it takes a slot, last among h's holders."""
-    m = st.meta
-    m[FREE_SLOTS] -= 1
-    s = st.slot_stack[m[FREE_SLOTS]]
-    if st.holder_tail[h] >= 0:
-        m[DUPLICATES] += 1
-    list_append(st.holder_prev, st.holder_next, st.holder_head, h, st.holder_tail, h, s)
-    st.slot_hash[s] = h
-    st.slot_ref[s] = 1
-    m[CACHED_BLOCKS] += 1
-    m[ADMISSIONS] += 1
-    return s
-
-
-@helper
-def _resident(st, b):
-    return st.holder_head[b] >= 0
-
-
-@helper
-def _hit_limit(st, num_blocks, input_length, block_size):
-    if st.meta[RECOMPUTE] != 0:
-        cap = (input_length - 1) // block_size
-    else:
-        cap = input_length // block_size
-    if cap > num_blocks:
-        cap = num_blocks
-    if cap < 0:
-        cap = 0
-    return cap
-
-
-@helper(inline=False)
-def _pin_request(st, request, blocks, start, end, hits, input_length, block_size, handles, base):
-    m = st.meta
-    need = (input_length + block_size - 1) // block_size
-    held_count = need
-    if need > m[CAPACITY]:
-        held_count = m[CAPACITY]
-    if held_count < hits:
-        held_count = hits
-    new = held_count - hits
-    # All or nothing: the new blocks and the free hit blocks (they leave the free queue) must
-    # fit in the free blocks. Counted only when the hits might not fit (never in a sequential
-    # replay but for a hash repeated beyond the capacity): a free block is marked -1 once.
-    free = m[CAPACITY] - st.hold[HELD]
-    if new + hits > free:
-        free_hits = 0
-        for j in range(hits):
-            s = st.holder_head[blocks[start + j]]
-            if st.slot_ref[s] == 0:
-                st.slot_ref[s] = -1
-                free_hits += 1
-        for j in range(hits):
-            s = st.holder_head[blocks[start + j]]
-            if st.slot_ref[s] < 0:
-                st.slot_ref[s] = 0
-        if new + free_hits > free:
-            refuse(st)
-            return 0
-    if need > m[CAPACITY]:
-        m[OVERSIZE] += 1
-    full = input_length // block_size
-    if full > end - start:
-        full = end - start
-    if full > held_count:
-        full = held_count
-    # 1. touch the hit blocks
-    for j in range(hits):
-        s = st.holder_head[blocks[start + j]]
-        if st.slot_ref[s] == 0:
-            _queue_unlink(st, s)
-            st.hold[HELD] += 1
-        st.slot_ref[s] += 1
-        handles[base + j] = s
-    st.hold[HELD] += new
-    if st.hold[HELD] > m[PINNED_PEAK]:
-        m[PINNED_PEAK] = st.hold[HELD]
-    # 2. new blocks from the head of the free queue: hashless ones first, then evict
-    take = new if new < m[HASHLESS_FREE] else m[HASHLESS_FREE]
-    m[HASHLESS_FREE] -= take
-    for _ in range(new - take):
-        s = m[QUEUE_HEAD]
-        _queue_unlink(st, s)
-        _uncache(st, s)
-        m[EVICTIONS] += 1
-    # 3. prefill caches the full blocks
-    for j in range(hits, full):
-        handles[base + j] = _cache(st, blocks[start + j])
-    return held_count
-
-
-@helper(inline=False)
-def _unpin_request(st, request, blocks, start, end, input_length, block_size, handles, base, n):
-    """Free tail first: hashless blocks to the head (a count), the others to the tail."""
-    full = input_length // block_size
-    if full > end - start:
-        full = end - start
-    if full > n:
-        full = n
-    st.meta[HASHLESS_FREE] += n - full
-    st.hold[HELD] -= n - full
-    for j in range(full - 1, -1, -1):
-        s = handles[base + j]
-        st.slot_ref[s] -= 1
-        if st.slot_ref[s] == 0:
-            _queue_append(st, s)
-            st.hold[HELD] -= 1
-
-
-@helper
-def _access_request(st, request, blocks, start, end, hits, input_length, block_size):
-    n = _pin_request(st, request, blocks, start, end, hits, input_length, block_size, st.handles, 0)
-    _unpin_request(st, request, blocks, start, end, input_length, block_size, st.handles, 0, n)
-
-
-register_kernel(VLLMState, _resident, access_request_impl=_access_request, hit_limit_impl=_hit_limit,
-                pin_request_impl=_pin_request, unpin_request_impl=_unpin_request)
 
 POLICY = PolicySpec(
     name="vllm",

@@ -250,7 +250,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     runs = 0
     while True:
         runs += 1
-        make = spec.held_state or spec.make_state
+        make = spec.make_state
         states, records = [], []
         for k in range(N):
             base = roomier(ext, int(calls[k]), int(positions[k])) if spec.name in SIZED_PER_CALL else ext

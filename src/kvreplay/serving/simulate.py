@@ -259,7 +259,7 @@ def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed
     return routing.route(trace, arrival_s, instances, router, seed)
 
 
-def _check_tokens(report, raw: RawRun) -> None:
+def _check_tokens(report, raw) -> None:
     """Tokens are conserved: every finished request computed its prompt's misses, one token per
     output after the first, and whatever its preemptions made it recompute."""
     from ..errors import InvariantError

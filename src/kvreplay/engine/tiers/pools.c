@@ -120,6 +120,14 @@ f64 kv_tier_admitted(KvTiers *t, i64 j, const i32 *blocks, i64 start, i64 k, i64
     return load;
 }
 
+void kv_tier_entered(KvTiers *t, i64 j, i64 b) {
+    if (t->cfg[TIER_MOVE] == 0) return;
+    for (i64 tier = 0; tier < kv_tiers_count(t); tier++) {
+        i64 p = kv_tier_pool(t, tier, j);
+        if (t->inside[at(t, p, b)] != 0) pool_remove(t, p, b);
+    }
+}
+
 void kv_tier_drain(const KvPolicy *p, void *st, KvTiers *t, i64 j, const i32 *to_global) {
     KvHolds *h = (KvHolds *)st;
     if (h->hold_n <= LOG_HEAD) return;

@@ -46,6 +46,8 @@ f64 kv_tier_credit(const KvTiers *t, const i64 *counts);
  * their load seconds; with copies moved each block that entered HBM leaves the tiers. `row`
  * (when not NULL) gets a copy of counts. */
 f64 kv_tier_admitted(KvTiers *t, i64 j, const i32 *blocks, i64 start, i64 k, i64 end, const i64 *counts, i64 *row);
+/* Block b (the pools' id) entered instance j's HBM: with copies moved it leaves the tiers. */
+void kv_tier_entered(KvTiers *t, i64 j, i64 b);
 /* Demote what the HBM policy evicted since the last drain (its eviction log), in order; the log
  * holds the state's ids, `to_global` turns them into the pools' (NULL: the same ids). */
 void kv_tier_drain(const KvPolicy *p, void *st, KvTiers *t, i64 j, const i32 *to_global);

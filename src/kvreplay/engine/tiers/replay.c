@@ -17,7 +17,7 @@ KV_EXPORT void kv_replay_tiers(const KvPolicy *p, void *st, KvTiers *t, const i6
         hit_blocks[i] = k2;
         hit_tokens[i] = kv_min(k2 * block_size, L);
         p->access_request(st, i, blocks, start, end, k, L, block_size);
-        kv_tier_admitted(t, 0, blocks, start, k, end - start, counts, NULL);
+        kv_tier_admitted(t, 0, blocks, start, k, kv_cached_blocks(p, st, end - start, L, block_size), counts, NULL);
         kv_tier_drain(p, st, t, 0, NULL);
     }
 }

@@ -183,7 +183,10 @@ static void paged_cache_full(Sim *s, i64 j, i64 i, i64 tokens) {
     i64 start = s->io->offsets[i];
     i64 full = kv_min(kv_min(tokens, s->target[i]), kv_tokens(s, i, s->target[i])) / s->bs;
     full = kv_min(full, s->base_len[i]);
-    for (i64 q = s->base_n[i]; q < full; q++) s->io->handles[start + i + q] = pool->cache(st, ids[start + q]);
+    for (i64 q = s->base_n[i]; q < full; q++) {
+        s->io->handles[start + i + q] = pool->cache(st, ids[start + q]);
+        if (s->T > 0) kv_tier_entered(s->tiers, j, s->io->blocks[start + q]);  /* it is in HBM now */
+    }
     if (full > s->base_n[i]) {
         s->base_n[i] = full;
         drain(s, j);
@@ -223,8 +226,8 @@ static i64 paged_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     s->base_n[i] = k;
     s->base_input[i] = N;
     s->dec_pinned[i] = 0;
-    if (s->T > 0)
-        s->load_s[i] += kv_tier_admitted(s->tiers, j, s->io->blocks, start, k, blocks_now, s->tier_scratch,
+    if (s->T > 0)  /* the load time of what the tiers hold (those blocks leave them when cached, below) */
+        s->load_s[i] += kv_tier_admitted(s->tiers, j, s->io->blocks, start, k, k, s->tier_scratch,
                                          first ? s->io->tier_hits + i * (s->T + 1) : NULL);
     drain(s, j);
     started(s, j, i, hit, reach);

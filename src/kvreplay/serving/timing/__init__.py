@@ -52,3 +52,9 @@ def load_time_model(spec, *, model=None, gpu=None, tp: int = 1, **roofline_optio
     raise ConfigError(f"unknown time model {spec!r}: use instant, roofline, a Dynamo profile FILE.npz "
                       "or a polynomial FILE.json")
 
+
+__all__ = ["AGG", "DEFAULT_MBU", "DEFAULT_MFU", "DEFAULT_OVERHEAD_S", "DYNAMO_SOURCES", "GPUSpec", "KIND_INSTANT",
+           "KVCapacity", "NUM_AGG", "POLY_FORMAT", "POLY_VARIABLES", "TIME_MODEL_NAMES", "WEIGHT_DTYPE_BYTES",
+           "DynamoNpzProfile", "InstantTimeModel", "PolynomialProfile", "ProfileError", "RooflineTimeModel",
+           "StepBatch", "TimeModel", "aggregates", "get_gpu", "gpu_catalog", "kv_bytes_per_token_per_gpu",
+           "kv_capacity", "kv_capacity_blocks", "load_time_model", "packed", "roofline_window", "step_seconds"]

@@ -1,0 +1,132 @@
+"""The tiers' text syntax: ``--tiers hbm=4096,dram=64GiB@64GB/s,ssd=2TiB@7GB/s:fifo`` and
+``--global-store SIZE@BANDWIDTH`` (the rules: engine/tiers/__init__.py)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ...errors import ConfigError
+
+POLICIES = ("lru", "fifo")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One tier below HBM."""
+
+    name: str
+    blocks: int
+    bandwidth: float | None = None  # bytes per second; None: loads take no time
+    policy: str = "lru"
+    shared: bool = False  # one pool for every instance (a global store)
+    size_text: str = ""
+
+    def to_dict(self, block_bytes: int | None = None) -> dict:
+        out = {"name": self.name, "blocks": self.blocks, "policy": self.policy, "shared": self.shared,
+               "bandwidth_bytes_per_s": self.bandwidth, "size": self.size_text or str(self.blocks)}
+        if block_bytes and self.bandwidth:
+            out["load_ms_per_block"] = 1e3 * block_bytes / self.bandwidth
+        return out
+
+
+_BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([KMGT]i?B)/s\s*$", re.IGNORECASE)
+_BW_SCALE = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30,
+             "tib": 2.0**40}
+
+
+def parse_bandwidth(text: str) -> float:
+    """Bytes per second in "64GB/s", "7 GB/s", "12.5GiB/s"; "inf" for loads that take no time."""
+    if str(text).strip().lower() in ("inf", "unbounded"):
+        return float("inf")
+    m = _BANDWIDTH.match(str(text))
+    if not m:
+        raise ConfigError(f"not a bandwidth: {text!r} (use e.g. 64GB/s, 7GB/s, 25GiB/s, or inf)")
+    value = float(m.group(1)) * _BW_SCALE[m.group(2).lower()]
+    if not value > 0:
+        raise ConfigError(f"a bandwidth must be positive, got {text!r}")
+    return value
+
+
+def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) -> int:
+    """A tier's size in blocks: a block count, or a size ("64GiB") with the model's block bytes."""
+    from ...units import parse_size
+
+    text = str(size).strip()
+    if text.isdigit():
+        blocks = int(text)
+    else:
+        if block_bytes is None:
+            raise ConfigError(f"{what}: {text!r} is a size in bytes: give --model to turn it into blocks, "
+                              "or give the size in blocks")
+        blocks = parse_size(text) // block_bytes
+    if blocks < 1:
+        raise ConfigError(f"{what}: {text!r} holds no block")
+    return int(blocks)
+
+
+def parse_tiers(text: str, *, block_size: int, block_bytes: int | None = None) -> tuple[int | None, list[Tier]]:
+    """``--tiers hbm=4096,dram=64GiB@64GB/s,ssd=2TiB@7GB/s:fifo``: the HBM pool in blocks (None
+    when not given) and the tiers below it, in order. Each tier: NAME=SIZE[@BANDWIDTH][:POLICY];
+    sizes in blocks, or bytes with a model; a tier named "global" is shared by every instance."""
+    hbm = None
+    tiers: list[Tier] = []
+    for part in [p.strip() for p in str(text).split(",") if p.strip()]:
+        name, sep, rest = part.partition("=")
+        name = name.strip().lower()
+        if not sep or not name or not rest.strip():
+            raise ConfigError(f"--tiers: {part!r} is not NAME=SIZE[@BANDWIDTH][:POLICY]")
+        policy = "lru"
+        if ":" in rest:
+            rest, policy = rest.rsplit(":", 1)
+            policy = policy.strip().lower()
+            if policy not in POLICIES:
+                raise ConfigError(f"--tiers: {name}: unknown tier policy {policy!r} (known: {', '.join(POLICIES)})")
+        size, _, bw = rest.partition("@")
+        blocks = tier_blocks(size, block_size=block_size, block_bytes=block_bytes, what=f"--tiers {name}")
+        if name == "hbm":
+            if bw or policy != "lru" and ":" in part:
+                raise ConfigError("--tiers hbm=SIZE: the GPU pool has no bandwidth here, and its policy is --policy")
+            if hbm is not None or tiers:
+                raise ConfigError("--tiers: hbm comes first, once")
+            hbm = blocks
+            continue
+        if any(t.name == name for t in tiers):
+            raise ConfigError(f"--tiers: tier {name!r} is given twice")
+        bandwidth = parse_bandwidth(bw) if bw.strip() else None
+        tiers.append(Tier(name=name, blocks=blocks, bandwidth=None if bandwidth == float("inf") else bandwidth,
+                          policy=policy, shared=name == "global", size_text=size.strip()))
+    if not tiers and hbm is None:
+        raise ConfigError("--tiers: give at least one tier (e.g. dram=64GiB@64GB/s)")
+    if any(t.shared for t in tiers[:-1]):
+        raise ConfigError("--tiers: the global store is the last tier")
+    return hbm, tiers
+
+
+def global_store(text: str, *, block_size: int, block_bytes: int | None = None) -> Tier:
+    """``--global-store SIZE[@BANDWIDTH][:POLICY]``: a tier every instance shares."""
+    _, tiers = parse_tiers(f"global={text}", block_size=block_size, block_bytes=block_bytes)
+    return tiers[0]
+
+
+def resolve_tiers(tiers, global_store_spec=None, *, block_size: int, block_bytes: int | None = None):
+    """(tiers below HBM, the HBM pool if the text gave it): `tiers` a text such as
+    "dram=64GiB@64GB/s,ssd=2TiB" (sizes in bytes need `block_bytes`) or a list of Tier; a
+    global store spec "SIZE@BANDWIDTH" is added last."""
+    hbm = None
+    out = []
+    if tiers is not None:
+        if isinstance(tiers, str):
+            hbm, out = parse_tiers(tiers, block_size=block_size, block_bytes=block_bytes)
+        else:
+            out = list(tiers)
+            if not all(isinstance(t, Tier) for t in out):
+                raise ConfigError("tiers: give a text such as 'dram=64GiB@64GB/s' or a list of Tier")
+    if global_store_spec is not None:
+        if any(t.shared for t in out):
+            raise ConfigError("the global store is given twice (--tiers global=... and --global-store)")
+        out.append(global_store_spec if isinstance(global_store_spec, Tier)
+                   else global_store(global_store_spec, block_size=block_size, block_bytes=block_bytes))
+    return out, hbm
+
+
