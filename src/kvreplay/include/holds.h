@@ -37,6 +37,11 @@ static inline void kv_unpin(KvHolds *h, i32 b) {
     }
 }
 
+/* The default release of a request's holds: its n handles (block ids), first to last. */
+static inline void kv_unpin_handles(KvHolds *h, const i64 *handles, i64 base, i64 n) {
+    for (i64 k = 0; k < n; k++) kv_unpin(h, (i32)handles[base + k]);
+}
+
 static inline void kv_refuse(KvHolds *h) { h->hold[REFUSALS] += 1; }
 
 /* The contract's refusal: when all `resident` blocks are held, count a refusal and say so. */

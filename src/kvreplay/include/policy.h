@@ -147,11 +147,40 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
                                         i64 L, i64 bs, const i64 *handles, i64 base, i64 n) {         \
         State *st = (State *)vst;                                                                     \
         (void)request; (void)blocks; (void)start; (void)end; (void)L; (void)bs;                       \
-        for (i64 k = 0; k < n; k++) kv_unpin(&st->h, (i32)handles[base + k]);                         \
+        kv_unpin_handles(&st->h, handles, base, n);                                                   \
     }                                                                                                 \
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
         name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, NULL, \
+    };
+
+/* A request-level policy (its own hit limit, access phase, holds) from its typed operations (each
+ * takes `State *st` first): RESIDENT, HIT_LIMIT and ACCESS_REQUEST, inlined into its sequential
+ * loop, PIN_REQUEST, UNPIN_REQUEST, and IN_HBM (RESIDENT but for a radix tree); HBM_GAPS, PAGED
+ * and CACHED_BLOCKS as in KvPolicy (PAGED and CACHED_BLOCKS may be NULL). */
+#define KV_REQUEST_POLICY(name, State, LAYOUT, RESIDENT, HIT_LIMIT, ACCESS_REQUEST, PIN_REQUEST, UNPIN_REQUEST,     \
+                          IN_HBM, HBM_GAPS, PAGED, CACHED_BLOCKS)                                                  \
+    KV_REPLAY(name, State, RESIDENT, HIT_LIMIT, ACCESS_REQUEST)                                                    \
+    static int name##_resident_op(void *st, i64 b) { return RESIDENT((State *)st, b); }                          \
+    static int name##_in_hbm_op(void *st, i64 b) { return IN_HBM((State *)st, b); }                              \
+    static i64 name##_hit_limit_op(void *st, i64 num_blocks, i64 L, i64 bs) {                                    \
+        return HIT_LIMIT((State *)st, num_blocks, L, bs);                                                        \
+    }                                                                                                            \
+    static void name##_access_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, \
+                                         i64 L, i64 bs) {                                                        \
+        ACCESS_REQUEST((State *)st, request, blocks, start, end, hits, L, bs);                                   \
+    }                                                                                                            \
+    static i64 name##_pin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,     \
+                                     i64 L, i64 bs, i64 *handles, i64 base) {                                    \
+        return PIN_REQUEST((State *)st, request, blocks, start, end, hits, L, bs, handles, base);                \
+    }                                                                                                            \
+    static void name##_unpin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 L,     \
+                                        i64 bs, const i64 *handles, i64 base, i64 n) {                           \
+        UNPIN_REQUEST((State *)st, request, blocks, start, end, L, bs, handles, base, n);                        \
+    }                                                                                                            \
+    KV_EXPORT const KvPolicy kv_policy_##name = {                                                                \
+        #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op, name##_pin_request_op, \
+        name##_unpin_request_op, name##_in_hbm_op, HBM_GAPS, name##_replay, 0, PAGED, CACHED_BLOCKS,            \
     };
 
 /* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */

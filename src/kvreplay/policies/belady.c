@@ -167,29 +167,8 @@ static i64 belady_pin_request(Belady *st, i64 request, const i32 *blocks, i64 st
 static void belady_unpin_request(Belady *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 L, i64 bs,
                                  const i64 *handles, i64 base, i64 n) {
     (void)request; (void)blocks; (void)start; (void)end; (void)L; (void)bs;
-    for (i64 k = 0; k < n; k++) kv_unpin(&st->h, (i32)handles[base + k]);
+    kv_unpin_handles(&st->h, handles, base, n);
 }
 
-KV_REPLAY(belady, Belady, belady_resident, belady_hit_limit, belady_access_request)
-
-static int belady_resident_op(void *st, i64 b) { return belady_resident((Belady *)st, b); }
-static i64 belady_hit_limit_op(void *st, i64 num_blocks, i64 L, i64 bs) {
-    return belady_hit_limit((Belady *)st, num_blocks, L, bs);
-}
-static void belady_access_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 L,
-                                     i64 bs) {
-    belady_access_request((Belady *)st, request, blocks, start, end, hits, L, bs);
-}
-static i64 belady_pin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 L,
-                                 i64 bs, i64 *handles, i64 base) {
-    return belady_pin_request((Belady *)st, request, blocks, start, end, hits, L, bs, handles, base);
-}
-static void belady_unpin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 L, i64 bs,
-                                    const i64 *handles, i64 base, i64 n) {
-    belady_unpin_request((Belady *)st, request, blocks, start, end, L, bs, handles, base, n);
-}
-
-KV_EXPORT const KvPolicy kv_policy_belady = {
-    "belady", KV_LAYOUT(FIELDS, SLOTS), belady_resident_op, belady_hit_limit_op, belady_access_request_op,
-    belady_pin_request_op, belady_unpin_request_op, belady_resident_op, 1, belady_replay, 0, NULL, NULL,
-};
+KV_REQUEST_POLICY(belady, Belady, KV_LAYOUT(FIELDS, SLOTS), belady_resident, belady_hit_limit,
+                  belady_access_request, belady_pin_request, belady_unpin_request, belady_resident, 1, NULL, NULL)

@@ -391,26 +391,8 @@ static inline void radix_access_request(Radix *st, i64 request, const i32 *block
     radix_unpin_request(st, request, blocks, start, end, input_length, block_size, st->handles, 0, n);
 }
 
-KV_REPLAY(radix, Radix, radix_resident, radix_hit_limit, radix_access_request)
-
-static int radix_resident_op(void *st, i64 b) { return radix_resident((Radix *)st, b); }
 /* in_hbm: is block b anywhere in the tree (resident() follows one path) */
-static int radix_in_hbm_op(void *st, i64 b) { return ((Radix *)st)->page_count[b] > 0; }
-static i64 radix_hit_limit_op(void *st, i64 num_blocks, i64 input_length, i64 block_size) {
-    return radix_hit_limit((Radix *)st, num_blocks, input_length, block_size);
-}
-static void radix_access_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
-                                    i64 input_length, i64 block_size) {
-    radix_access_request((Radix *)st, request, blocks, start, end, hits, input_length, block_size);
-}
-static i64 radix_pin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
-                                i64 input_length, i64 block_size, i64 *handles, i64 base) {
-    return radix_pin_request((Radix *)st, request, blocks, start, end, hits, input_length, block_size, handles, base);
-}
-static void radix_unpin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 input_length,
-                                   i64 block_size, const i64 *handles, i64 base, i64 n) {
-    radix_unpin_request((Radix *)st, request, blocks, start, end, input_length, block_size, handles, base, n);
-}
+static inline int radix_in_hbm(Radix *st, i64 b) { return st->page_count[b] > 0; }
 
 /* a request caches its full blocks only: never the prompt's partial tail */
 static i64 radix_cached_blocks(void *st, i64 num_blocks, i64 input_length, i64 block_size) {
@@ -418,7 +400,5 @@ static i64 radix_cached_blocks(void *st, i64 num_blocks, i64 input_length, i64 b
     return kv_min(num_blocks, input_length / block_size);
 }
 
-KV_EXPORT const KvPolicy kv_policy_radix = {
-    "radix", KV_LAYOUT(FIELDS, SLOTS), radix_resident_op, radix_hit_limit_op, radix_access_request_op,
-    radix_pin_request_op, radix_unpin_request_op, radix_in_hbm_op, 0, radix_replay, 0, NULL, radix_cached_blocks,
-};
+KV_REQUEST_POLICY(radix, Radix, KV_LAYOUT(FIELDS, SLOTS), radix_resident, radix_hit_limit, radix_access_request,
+                  radix_pin_request, radix_unpin_request, radix_in_hbm, 0, NULL, radix_cached_blocks)

@@ -12,6 +12,7 @@
  * main_cap) and with them for running requests, whose rare paths are the plain static functions
  * below. */
 #include "../include/policy.h"
+#include "../include/ring.h"
 
 #define FIELDS(F) F(i8, where) F(i8, freq) F(i32, small) F(i32, main) F(i32, ghost) F(i32, ghost_slot) F(i64, meta)
 #define SLOTS(S)                                                                                    \
@@ -102,18 +103,7 @@ static void to_ghost(S3FIFO *st, i64 b) { ghost_insert(st, b); }
 /* M's held heads go back to its tail (in use: freq kept) until its head is unheld: 1; 0 when M
  * holds only held blocks (one pass, order unchanged) or none. */
 static int main_requeue_held(S3FIFO *st) {
-    i64 *m = st->meta;
-    i32 *ring = st->main;
-    const i32 *pins = st->h.pins;
-    i64 n = st->main_n;
-    for (i64 k = 0, size = m[M_SIZE]; k < size; k++) {
-        i64 head = m[M_HEAD];
-        i32 v = ring[head];
-        if (pins[v] == 0) return 1;
-        ring[kv_wrap(head + m[M_SIZE], n)] = v;  /* a full ring: the tail slot is the head's own */
-        m[M_HEAD] = kv_wrap(head + 1, n);
-    }
-    return 0;
+    return kv_ring_requeue_held(st->main, st->main_n, &st->meta[M_HEAD], st->meta[M_SIZE], st->h.pins);
 }
 
 /* The start of a miss with holds: where b is (< 0: refused), and *fb its freq if it enters S.

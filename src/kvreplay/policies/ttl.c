@@ -108,23 +108,9 @@ static inline void ttl_access_request(TTL *st, i64 request, const i32 *blocks, i
     ttl_tick(st, request);
 }
 
-KV_REPLAY(ttl, TTL, ttl_resident, ttl_hit_limit, ttl_access_request)
-
-static int ttl_resident_op(void *st, i64 b) { return ttl_resident((TTL *)st, b); }
-
-static i64 ttl_hit_limit_op(void *st, i64 num_blocks, i64 L, i64 bs) {
-    return ttl_hit_limit((TTL *)st, num_blocks, L, bs);
-}
-
-static void ttl_access_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 L,
-                                  i64 bs) {
-    ttl_access_request((TTL *)st, request, blocks, start, end, hits, L, bs);
-}
-
 /* What access_request does, each block held once accessed; stop at the first refused one. */
-static i64 ttl_pin_request_op(void *vst, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 L, i64 bs,
-                              i64 *handles, i64 base) {
-    TTL *st = (TTL *)vst;
+static i64 ttl_pin_request(TTL *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits, i64 L, i64 bs,
+                           i64 *handles, i64 base) {
     (void)hits; (void)L; (void)bs;
     ttl_expire(st);
     i64 n = 0;
@@ -142,9 +128,8 @@ static i64 ttl_pin_request_op(void *vst, i64 request, const i32 *blocks, i64 sta
 }
 
 /* Release first to last; a block whose time is up stops being resident at its last release. */
-static void ttl_unpin_request_op(void *vst, i64 request, const i32 *blocks, i64 start, i64 end, i64 L, i64 bs,
-                                 const i64 *handles, i64 base, i64 n) {
-    TTL *st = (TTL *)vst;
+static void ttl_unpin_request(TTL *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 L, i64 bs,
+                              const i64 *handles, i64 base, i64 n) {
     (void)request; (void)blocks; (void)start; (void)end; (void)L; (void)bs;
     for (i64 k = 0; k < n; k++) {
         i32 b = (i32)handles[base + k];
@@ -153,7 +138,5 @@ static void ttl_unpin_request_op(void *vst, i64 request, const i32 *blocks, i64 
     }
 }
 
-KV_EXPORT const KvPolicy kv_policy_ttl = {"ttl", KV_LAYOUT(FIELDS, SLOTS), ttl_resident_op, ttl_hit_limit_op,
-                                          ttl_access_request_op, ttl_pin_request_op, ttl_unpin_request_op,
-                                          ttl_resident_op, 1, ttl_replay, 0, NULL, NULL,
-};
+KV_REQUEST_POLICY(ttl, TTL, KV_LAYOUT(FIELDS, SLOTS), ttl_resident, ttl_hit_limit, ttl_access_request,
+                  ttl_pin_request, ttl_unpin_request, ttl_resident, 1, NULL, NULL)

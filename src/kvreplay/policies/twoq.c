@@ -4,6 +4,7 @@
  * block is in at most one of them. */
 #include "../include/list.h"
 #include "../include/policy.h"
+#include "../include/ring.h"
 
 #define FIELDS(F) F(i8, where) F(i32, a1in) F(i32, prev) F(i32, next) F(i64, meta)
 #define SLOTS(S)                                                                                     \
@@ -27,14 +28,7 @@ static inline int twoq_resident(TwoQ *st, i64 b) {
 /* Held heads of A1in go back to its tail until the head is unheld: 1; 0 when every block of A1in
  * is held (one pass, order unchanged) or A1in is empty. */
 static int twoq_a1in_requeue_held(i64 *restrict m, i32 *restrict ring, i64 n, const i32 *restrict pins) {
-    for (i64 k = 0, size = m[A1IN_SIZE]; k < size; k++) {
-        i64 head = m[A1IN_HEAD];
-        i32 y = ring[head];
-        if (pins[y] == 0) return 1;
-        ring[kv_wrap(head + m[A1IN_SIZE], n)] = y;  /* a full ring: the tail slot is the head's own */
-        m[A1IN_HEAD] = kv_wrap(head + 1, n);
-    }
-    return 0;
+    return kv_ring_requeue_held(ring, n, &m[A1IN_HEAD], m[A1IN_SIZE], pins);
 }
 
 /* Am's held least recent blocks move to its most recent end until the least recent one is

@@ -53,13 +53,61 @@ static inline i64 vllm_cache(VLLM *st, i64 h) {
     return s;
 }
 
+/* The hit blocks with ref_cnt 0 (in the free queue), each block once: a hash repeated within a
+ * request hits one block (a free block is marked -1 while it is counted). */
+static i64 vllm_free_hits(VLLM *st, const i32 *blocks, i64 start, i64 hits) {
+    i64 count = 0;
+    for (i64 j = 0; j < hits; j++) {
+        i64 s = st->holder_head[blocks[start + j]];
+        if (st->slot_ref[s] == 0) {
+            st->slot_ref[s] = -1;
+            count++;
+        }
+    }
+    for (i64 j = 0; j < hits; j++) {
+        i64 s = st->holder_head[blocks[start + j]];
+        if (st->slot_ref[s] < 0) st->slot_ref[s] = 0;
+    }
+    return count;
+}
+
+/* Hold the k hit blocks ids[start:start+k] (ref_cnt + 1; a free one leaves the free queue);
+ * their slots go to handles[base:base + k]. */
+static void vllm_touch(VLLM *st, const i32 *ids, i64 start, i64 k, i64 *handles, i64 base) {
+    i64 *m = st->meta;
+    for (i64 j = 0; j < k; j++) {
+        i64 s = st->holder_head[ids[start + j]];
+        if (st->slot_ref[s] == 0) {
+            kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
+            st->h.hold[HELD] += 1;
+        }
+        st->slot_ref[s] += 1;
+        handles[base + j] = s;
+    }
+    if (st->h.hold[HELD] > m[PINNED_PEAK]) m[PINNED_PEAK] = st->h.hold[HELD];
+}
+
+/* Hold `count` new blocks without a hash, from the head of the free queue: the blocks without a
+ * hash first, then cached ones, which lose their hash (an eviction). */
+static void vllm_allocate(VLLM *st, i64 count) {
+    i64 *m = st->meta;
+    st->h.hold[HELD] += count;
+    if (st->h.hold[HELD] > m[PINNED_PEAK]) m[PINNED_PEAK] = st->h.hold[HELD];
+    i64 take = count < m[HASHLESS_FREE] ? count : m[HASHLESS_FREE];
+    m[HASHLESS_FREE] -= take;
+    for (i64 q = take; q < count; q++) {
+        i64 s = m[QUEUE_HEAD];
+        kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
+        vllm_uncache(st, s);
+        m[EVICTIONS] += 1;
+    }
+}
+
 static i64 vllm_pin_request(VLLM *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
                             i64 input_length, i64 block_size, i64 *handles, i64 base) {
     (void)request;
     i64 *m = st->meta;
     i64 *hold = st->h.hold;
-    i32 *holder_head = st->holder_head;
-    i32 *slot_ref = st->slot_ref;
     i64 need = (input_length + block_size - 1) / block_size;
     i64 held_count = need;
     if (need > m[CAPACITY]) held_count = m[CAPACITY];
@@ -70,19 +118,7 @@ static i64 vllm_pin_request(VLLM *st, i64 request, const i32 *blocks, i64 start,
      * but for a hash repeated beyond the capacity): a free block is marked -1 once. */
     i64 free = m[CAPACITY] - hold[HELD];
     if (new + hits > free) {
-        i64 free_hits = 0;
-        for (i64 j = 0; j < hits; j++) {
-            i64 s = holder_head[blocks[start + j]];
-            if (slot_ref[s] == 0) {
-                slot_ref[s] = -1;
-                free_hits++;
-            }
-        }
-        for (i64 j = 0; j < hits; j++) {
-            i64 s = holder_head[blocks[start + j]];
-            if (slot_ref[s] < 0) slot_ref[s] = 0;
-        }
-        if (new + free_hits > free) {
+        if (new + vllm_free_hits(st, blocks, start, hits) > free) {
             kv_refuse(&st->h);
             return 0;
         }
@@ -91,27 +127,8 @@ static i64 vllm_pin_request(VLLM *st, i64 request, const i32 *blocks, i64 start,
     i64 full = input_length / block_size;
     if (full > end - start) full = end - start;
     if (full > held_count) full = held_count;
-    /* 1. touch the hit blocks */
-    for (i64 j = 0; j < hits; j++) {
-        i64 s = holder_head[blocks[start + j]];
-        if (slot_ref[s] == 0) {
-            kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
-            hold[HELD] += 1;
-        }
-        slot_ref[s] += 1;
-        handles[base + j] = s;
-    }
-    hold[HELD] += new;
-    if (hold[HELD] > m[PINNED_PEAK]) m[PINNED_PEAK] = hold[HELD];
-    /* 2. new blocks from the head of the free queue: hashless ones first, then evict */
-    i64 take = new < m[HASHLESS_FREE] ? new : m[HASHLESS_FREE];
-    m[HASHLESS_FREE] -= take;
-    for (i64 q = take; q < new; q++) {
-        i64 s = m[QUEUE_HEAD];
-        kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
-        vllm_uncache(st, s);
-        m[EVICTIONS] += 1;
-    }
+    vllm_touch(st, blocks, start, hits, handles, base);  /* 1. touch the hit blocks */
+    vllm_allocate(st, new);  /* 2. new blocks from the head of the free queue */
     /* 3. prefill caches the full blocks */
     for (i64 j = hits; j < full; j++) handles[base + j] = vllm_cache(st, blocks[start + j]);
     return held_count;
@@ -145,25 +162,6 @@ static inline void vllm_access_request(VLLM *st, i64 request, const i32 *blocks,
     vllm_unpin_request(st, request, blocks, start, end, input_length, block_size, st->handles, 0, n);
 }
 
-KV_REPLAY(vllm, VLLM, vllm_resident, vllm_hit_limit, vllm_access_request)
-
-static int vllm_resident_op(void *st, i64 b) { return vllm_resident((VLLM *)st, b); }
-static i64 vllm_hit_limit_op(void *st, i64 num_blocks, i64 input_length, i64 block_size) {
-    return vllm_hit_limit((VLLM *)st, num_blocks, input_length, block_size);
-}
-static void vllm_access_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
-                                   i64 input_length, i64 block_size) {
-    vllm_access_request((VLLM *)st, request, blocks, start, end, hits, input_length, block_size);
-}
-static i64 vllm_pin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
-                               i64 input_length, i64 block_size, i64 *handles, i64 base) {
-    return vllm_pin_request((VLLM *)st, request, blocks, start, end, hits, input_length, block_size, handles, base);
-}
-static void vllm_unpin_request_op(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 input_length,
-                                  i64 block_size, const i64 *handles, i64 base, i64 n) {
-    vllm_unpin_request((VLLM *)st, request, blocks, start, end, input_length, block_size, handles, base, n);
-}
-
 /* ---- the pool chunk by chunk, as vLLM's scheduler drives it (include/policy.h KvPaged; the
  * simulator's requests.c: kv_cache_manager.py allocate_slots and free of vLLM 0.33.0) ---- */
 
@@ -172,54 +170,13 @@ static i64 paged_free(void *vst) {
     return st->meta[CAPACITY] - st->h.hold[HELD];
 }
 
-/* hit blocks with ref_cnt 0 (in the free queue), each block once (a hash repeated in a request
- * hits one block) */
-static i64 paged_evictable(void *vst, const i32 *ids, i64 start, i64 k) {
-    VLLM *st = vst;
-    i64 count = 0;
-    for (i64 j = 0; j < k; j++) {
-        i64 s = st->holder_head[ids[start + j]];
-        if (st->slot_ref[s] == 0) {
-            st->slot_ref[s] = -1;
-            count++;
-        }
-    }
-    for (i64 j = 0; j < k; j++) {
-        i64 s = st->holder_head[ids[start + j]];
-        if (st->slot_ref[s] < 0) st->slot_ref[s] = 0;
-    }
-    return count;
-}
+static i64 paged_evictable(void *vst, const i32 *ids, i64 start, i64 k) { return vllm_free_hits(vst, ids, start, k); }
 
 static void paged_touch(void *vst, const i32 *ids, i64 start, i64 k, i64 *handles, i64 base) {
-    VLLM *st = vst;
-    i64 *m = st->meta;
-    for (i64 j = 0; j < k; j++) {
-        i64 s = st->holder_head[ids[start + j]];
-        if (st->slot_ref[s] == 0) {
-            kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
-            st->h.hold[HELD] += 1;
-        }
-        st->slot_ref[s] += 1;
-        handles[base + j] = s;
-    }
-    if (st->h.hold[HELD] > m[PINNED_PEAK]) m[PINNED_PEAK] = st->h.hold[HELD];
+    vllm_touch(vst, ids, start, k, handles, base);
 }
 
-static void paged_allocate(void *vst, i64 count) {
-    VLLM *st = vst;
-    i64 *m = st->meta;
-    st->h.hold[HELD] += count;
-    if (st->h.hold[HELD] > m[PINNED_PEAK]) m[PINNED_PEAK] = st->h.hold[HELD];
-    i64 take = count < m[HASHLESS_FREE] ? count : m[HASHLESS_FREE];
-    m[HASHLESS_FREE] -= take;
-    for (i64 q = take; q < count; q++) {
-        i64 s = m[QUEUE_HEAD];
-        kv_list_unlink(st->queue_prev, st->queue_next, &m[QUEUE_HEAD], &m[QUEUE_TAIL], s);
-        vllm_uncache(st, s);
-        m[EVICTIONS] += 1;
-    }
-}
+static void paged_allocate(void *vst, i64 count) { vllm_allocate(vst, count); }
 
 static i64 paged_cache(void *vst, i64 id) { return vllm_cache((VLLM *)vst, id); }
 
@@ -247,7 +204,5 @@ static i64 vllm_cached_blocks(void *st, i64 num_blocks, i64 input_length, i64 bl
     return kv_min(kv_min(num_blocks, input_length / block_size), ((VLLM *)st)->meta[CAPACITY]);
 }
 
-KV_EXPORT const KvPolicy kv_policy_vllm = {
-    "vllm", KV_LAYOUT(FIELDS, SLOTS), vllm_resident_op, vllm_hit_limit_op, vllm_access_request_op,
-    vllm_pin_request_op, vllm_unpin_request_op, vllm_resident_op, 1, vllm_replay, 0, &vllm_paged, vllm_cached_blocks,
-};
+KV_REQUEST_POLICY(vllm, VLLM, KV_LAYOUT(FIELDS, SLOTS), vllm_resident, vllm_hit_limit, vllm_access_request,
+                  vllm_pin_request, vllm_unpin_request, vllm_resident, 1, &vllm_paged, vllm_cached_blocks)

@@ -102,6 +102,23 @@ static int never_fits(Sim *s, i64 i) {
     return 0;
 }
 
+/* Request i joins instance j's queue (the instance's ids given to its blocks), or is rejected
+ * when it could never fit: 1 when it joined. */
+static int join(Sim *s, i64 j, i64 i, int never) {
+    Inst *q = &s->inst[j];
+    if (never) {
+        s->io->status[i] = REJECTED;
+        q->counters[rejected] += 1;
+        s->done += 1;
+        return 0;
+    }
+    if (!req_route_ids(s, j, i)) return 0;
+    s->io->status[i] = WAITING;
+    queue_push_back(s, q, i);
+    q->view[V_REQUESTS] += 1;
+    return 1;
+}
+
 static void arrival(Sim *s, i64 i) {
     SimIO *io = s->io;
     i64 j;
@@ -119,18 +136,9 @@ static void arrival(Sim *s, i64 i) {
     }
     io->instance[i] = j;
     Inst *q = &s->inst[j];
-    if (never_fits(s, i)) {
-        io->status[i] = REJECTED;
-        q->counters[rejected] += 1;
-        s->done += 1;
-        return;
-    }
-    if (!req_route_ids(s, j, i)) return;
-    io->status[i] = WAITING;
+    if (!join(s, j, i, never_fits(s, i))) return;
     s->target[i] = io->L[i];
-    queue_push_back(s, q, i);
     s->routed_overlap[i] = s->router == NULL ? 0 : kv_min(s->router->overlap[j] * s->bs, io->L[i]);
-    q->view[V_REQUESTS] += 1;
     q->view[V_PREFILL_TOKENS] += (f64)(io->L[i] - s->routed_overlap[i]);
     if (s->router != NULL && s->router->kind->routed != NULL) s->router->kind->routed(s->router->state, s, i, j);
     wake(q, s->now);
@@ -144,19 +152,9 @@ static void handover(Sim *s, i64 i) {
     for (i64 q = s->n_prefill + 1; q < s->N; q++)
         if (s->inst[q].view[V_REQUESTS] < s->inst[j].view[V_REQUESTS]) j = q;
     io->decode_instance[i] = j;
-    Inst *q = &s->inst[j];
-    if (req_needed_positions(s, i, io->L[i] + s->outputs[i] - 1) > s->capacity) {
-        io->status[i] = REJECTED;
-        q->counters[rejected] += 1;
-        s->done += 1;
-        return;
-    }
-    if (!req_route_ids(s, j, i)) return;
-    io->status[i] = WAITING;
+    if (!join(s, j, i, req_needed_positions(s, i, io->L[i] + s->outputs[i] - 1) > s->capacity)) return;
     s->kv_in[i] = 1;
-    queue_push_back(s, q, i);
-    q->view[V_REQUESTS] += 1;
-    wake(q, s->now);
+    wake(&s->inst[j], s->now);
 }
 
 /* Instance j schedules a step: 0 when the run must stop (a state out of room, or a stall). */
