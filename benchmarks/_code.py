@@ -3,9 +3,9 @@
 ``--code HEAD`` (the default) measures a clean snapshot of a commit (``git archive``
 into benchmarks/.cache/kvreplay-<sha>/), run with the same interpreter and dependencies
 (PYTHONPATH puts the snapshot before the editable install). It keeps uncommitted work
-out of the figures and gives the snapshot its own numba cache: kvreplay keys the
-compiled driver's cache on the source of every policy, so any edit in the working
-tree would otherwise force recompiles in the middle of a timing.
+out of the figures and gives the snapshot its own build of the compiled core (setup.py
+builds it into the snapshot, as pip install would) and its own numba cache (numba compiled
+the engines before commit 253f65a, and still compiles the analysis kernels).
 ``--code installed`` measures whatever ``import kvreplay`` finds (the working tree).
 """
 
@@ -34,11 +34,16 @@ def snapshot(ref: str) -> tuple[Path, str]:
                          check=True, capture_output=True, text=True).stdout.strip()
     root = CACHE / f"kvreplay-{sha[:12]}"
     if not (root / "src" / "kvreplay" / "__init__.py").exists():
-        data = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", sha, "src"],
-                              check=True, capture_output=True).stdout
+        has_setup = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{sha}:setup.py"],
+                                   capture_output=True).returncode == 0
+        data = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", sha, "src",
+                               *(["setup.py"] if has_setup else [])], check=True, capture_output=True).stdout
         root.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(root)
+        if has_setup:  # the compiled core, built with the machine's C compiler (as pip install does)
+            subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=root, check=True,
+                           capture_output=True)
     # Byte-compile it, as `pip install` does: without .pyc files (PYTHONDONTWRITEBYTECODE is set
     # on some machines) every run would recompile ~50 modules from source, ~0.04 s of start-up
     # that no installed copy pays.

@@ -11,8 +11,12 @@ style, arrivals at the trace's rate x --speedup.
    through `load_sweep` on a process pool of --jobs workers (kvreplay simulate --instances-list
    16,64 --routers ... --jobs 2): the sweep's wall time and the CPU time of this process and its
    children.
+3. Memory: 64 instances on the 1M-request trace, one fresh process per router, each instance's
+   state over its own ids (the default) and, for comparison, every instance over the trace's ids
+   (`local_ids=False`, as before per-instance ids): peak RSS of each process, and the results
+   must be identical (every per-request field).
 
-    python benchmarks/cluster_scale.py [--parts scale,sweep] [--sweep-requests 1000000] [--jobs 2]
+    python benchmarks/cluster_scale.py [--parts scale,sweep,memory] [--sweep-requests 1000000] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -73,6 +77,66 @@ def sweep(trace, requests, jobs, speedup):
     print(f"\nsweep of {len(rows)} runs: {wall:.0f} s wall, {cpu:.0f} s CPU (this process and its workers)\n")
 
 
+MEMORY_FIELDS = ("scheduled_s", "first_token_s", "finish_s", "hit_tokens", "preemptions", "instance")
+
+
+def memory_one(trace_path, requests, router, local, speedup, out):
+    """One 64-instance run in this (fresh) process: its figures and peak RSS, saved to `out`."""
+    import json
+
+    import numpy as np
+
+    from kvreplay.serving import run as run_module
+
+    trace = repeated(kvreplay.load_trace(trace_path), requests)
+    original = run_module.run_once
+    if not local:  # every instance over the trace's ids
+        run_module.run_once = lambda *a, **k: original(*a, **{**k, "local_ids": False})
+        import kvreplay.serving.simulate as sim_module
+
+        sim_module.run_once = run_module.run_once
+    t, c = time.perf_counter(), time.process_time()
+    r = simulate(trace, instances=64, router=router, speedup=speedup, **OPTIONS)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    np.savez(out + ".npz", **{f: np.asarray(getattr(r, f)) for f in MEMORY_FIELDS})
+    with open(out + ".json", "w") as f:
+        json.dump({"router": router, "local": local, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_kib / 1024,
+                   "hit_rate": r.hit_rate, "requests": len(trace)}, f)
+
+
+def memory(trace_path, requests, routers, speedup):
+    import json
+    import subprocess
+    import tempfile
+
+    import numpy as np
+
+    print(f"## Memory: 64 instances, {requests:,} requests (conversation trace repeated), x{speedup:g}\n")
+    print("| router | ids | peak RSS | wall s | CPU s | hit rate | identical |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for router in routers:
+            outs = {}
+            for local in (True, False):
+                out = os.path.join(tmp, f"{router}-{local}")
+                subprocess.run([sys.executable, __file__, "--memory-one", router, str(int(local)), out,
+                                "--trace", trace_path, "--sweep-requests", str(requests), "--sweep-speedup", str(speedup)],
+                               check=True)
+                with open(out + ".json") as f:
+                    outs[local] = json.load(f)
+                outs[local]["arrays"] = np.load(out + ".npz")
+            same = all(np.array_equal(outs[True]["arrays"][k], outs[False]["arrays"][k], equal_nan=True)
+                       for k in MEMORY_FIELDS)
+            for local in (True, False):
+                o = outs[local]
+                ids = "per instance" if local else "the trace's"
+                print(f"| {router} | {ids} | {o['peak_rss_mib'] / 1024:.2f} GB | "
+                      f"{o['wall_s']:.1f} | {o['cpu_s']:.1f} | {100 * o['hit_rate']:.2f}% | {'yes' if same else 'NO'} |",
+                      flush=True)
+    print()
+
+
 def main(argv=None) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,7 +148,15 @@ def main(argv=None) -> int:
     p.add_argument("--sweep-requests", type=int, default=1_000_000)
     p.add_argument("--sweep-speedup", type=float, default=16.0)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--memory-routers", default="round-robin,least-loaded,mooncake")
+    p.add_argument("--memory-one", nargs=3, metavar=("ROUTER", "LOCAL", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.memory_one:
+        router, local, out = args.memory_one
+        memory_one(args.trace, args.sweep_requests, router, local == "1", args.sweep_speedup, out)
+        return 0
+    if "memory" in args.parts:
+        memory(args.trace, args.sweep_requests, args.memory_routers.split(","), args.sweep_speedup)
     trace = kvreplay.load_trace(args.trace)
     if "scale" in args.parts:
         scale(trace, args.routers.split(","), args.speedup)

@@ -98,7 +98,7 @@ def bench_compiled(trace, policy: str, capacity: int, runs: int) -> dict:
     def kernel():
         state = spec.make_state(capacity, sized_by, **params)
         t0, c0 = time.perf_counter(), time.thread_time()
-        driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
+        replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens)
         return time.perf_counter() - t0, time.thread_time() - c0
 
     def api():
@@ -395,3 +395,14 @@ def memory_tables(args, big, results) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens):
+    """The compiled engine's loop alone: C since commit 253f65a (driver.replay_state), numba before."""
+    from kvreplay.engine import driver
+
+    if hasattr(driver, "replay_state"):
+        driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
+                            hit_tokens)
+    else:
+        driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)

@@ -66,7 +66,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, hold_arrays
+from .base import ReferencePolicy, PolicySpec, hold_arrays, meta_slots
 
 
 class ARC(ReferencePolicy):
@@ -169,13 +169,14 @@ class ARC(ReferencePolicy):
 NOWHERE, T1, T2, B1, B2 = 0, 1, 2, 3, 4
 # meta slots: list L's head, tail and size are meta[HEADS + L], meta[TAILS + L], meta[SIZES + L]
 # (L = 1..4; slots 0, 5 and 10 are unused so list ids equal `where` codes).
-HEADS, TAILS, SIZES = 0, 5, 10
-CAPACITY, ADMISSIONS, EVICTIONS, B1_HITS, B2_HITS = 15, 16, 17, 18, 19
-META_SLOTS = 20
+META = meta_slots("arc")  # the meta array's slots, by the names arc.c gives them
+HEADS, TAILS, SIZES = META.HEADS, META.TAILS, META.SIZES
+CAPACITY, ADMISSIONS, EVICTIONS, B1_HITS, B2_HITS = META.CAPACITY, META.ADMISSIONS, META.EVICTIONS, META.B1_HITS, META.B2_HITS
+META_SLOTS = len(META)
 # the same slots one by one (arc.c's layout names every slot; HEADS, TAILS and SIZES are the unused ones)
-T1_HEAD, T2_HEAD, B1_HEAD, B2_HEAD = (HEADS + lst for lst in (T1, T2, B1, B2))
-T1_TAIL, T2_TAIL, B1_TAIL, B2_TAIL = (TAILS + lst for lst in (T1, T2, B1, B2))
-T1_SIZE, T2_SIZE, B1_SIZE, B2_SIZE = (SIZES + lst for lst in (T1, T2, B1, B2))
+T1_HEAD, T2_HEAD, B1_HEAD, B2_HEAD = META.T1_HEAD, META.T2_HEAD, META.B1_HEAD, META.B2_HEAD
+T1_TAIL, T2_TAIL, B1_TAIL, B2_TAIL = META.T1_TAIL, META.T2_TAIL, META.B1_TAIL, META.B2_TAIL
+T1_SIZE, T2_SIZE, B1_SIZE, B2_SIZE = META.T1_SIZE, META.T2_SIZE, META.B1_SIZE, META.B2_SIZE
 
 # `target` is float64[1]: p is real, so it cannot live in the int64 meta array.
 ARCState = namedtuple("ARCState", ["where", "prev", "next", "target", "meta", "pins", "hold"])

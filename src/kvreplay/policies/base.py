@@ -288,6 +288,12 @@ HELD, REFUSALS, RELEASES, LOG_COUNT, LOG_LOST = HOLD.HELD, HOLD.REFUSALS, HOLD.R
 LOG_HEAD = len(HOLD)
 
 
+def meta_slots(symbol: str):
+    """The slots of a policy's meta array by the names its C file gives them (``KV_LAYOUT``): Python
+    sizes and reads the array by name, so the two never disagree on an index."""
+    return native.policy(symbol)[1].slot("meta")
+
+
 def hold_arrays(num_blocks: int) -> dict:
     """The two fields every compiled state adds for holds (see the contract above)."""
     return {"pins": np.zeros(max(1, num_blocks), dtype=np.int32), "hold": np.zeros(3, dtype=np.int64)}

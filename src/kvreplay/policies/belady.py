@@ -42,7 +42,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import Param, PolicySpec, ReferencePolicy, in_range, hold_arrays
+from .base import Param, PolicySpec, ReferencePolicy, in_range, hold_arrays, meta_slots
 
 
 def next_use(trace) -> np.ndarray:
@@ -140,7 +140,8 @@ class Belady(ReferencePolicy):
 
 # ---- compiled engine: a binary max-heap of (key, block) in arrays, lazy deletion -----------------
 
-SIZE, CAPACITY, HEAP_SIZE, BYPASS, ADMISSIONS, EVICTIONS, BYPASSES = range(7)
+META = meta_slots("belady")  # the meta array's slots, by the names belady.c gives them
+SIZE, CAPACITY, HEAP_SIZE, BYPASS, ADMISSIONS, EVICTIONS, BYPASSES = META.SIZE, META.CAPACITY, META.HEAP_SIZE, META.BYPASS, META.ADMISSIONS, META.EVICTIONS, META.BYPASSES
 BeladyState = namedtuple("BeladyState", ["key", "next_use", "heap_key", "heap_block", "meta", "pins", "hold"])
 
 

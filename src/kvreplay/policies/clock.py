@@ -42,7 +42,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, Param, PolicySpec, in_range, hold_arrays
+from .base import ReferencePolicy, Param, PolicySpec, in_range, hold_arrays, meta_slots
 
 
 class Clock(ReferencePolicy):
@@ -98,8 +98,9 @@ class Clock(ReferencePolicy):
 
 # ---- compiled engine: a ring of min(capacity, num_blocks) frames; the counter lives per block ---
 
-HAND, SIZE, CAPACITY, MAX_COUNT, ADMISSIONS, EVICTIONS, SECOND_CHANCES = range(7)
-META_SLOTS = 7
+META = meta_slots("clock")  # the meta array's slots, by the names clock.c gives them
+HAND, SIZE, CAPACITY, MAX_COUNT, ADMISSIONS, EVICTIONS, SECOND_CHANCES = META.HAND, META.SIZE, META.CAPACITY, META.MAX_COUNT, META.ADMISSIONS, META.EVICTIONS, META.SECOND_CHANCES
+META_SLOTS = len(META)
 ClockState = namedtuple("ClockState", ["cached", "count", "frames", "meta", "pins", "hold"])
 
 

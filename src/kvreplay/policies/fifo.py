@@ -18,7 +18,7 @@ from collections import deque, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, hold_arrays
+from .base import ReferencePolicy, PolicySpec, hold_arrays, meta_slots
 
 
 class FIFO(ReferencePolicy):
@@ -61,7 +61,8 @@ class FIFO(ReferencePolicy):
 
 # ---- compiled engine: a ring buffer (never longer than the number of distinct blocks) -----------
 
-HEAD, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(5)
+META = meta_slots("fifo")  # the meta array's slots, by the names fifo.c gives them
+HEAD, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = META.HEAD, META.SIZE, META.CAPACITY, META.ADMISSIONS, META.EVICTIONS
 FIFOState = namedtuple("FIFOState", ["cached", "ring", "meta", "pins", "hold"])
 
 

@@ -18,7 +18,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import PolicySpec, ReferencePolicy, hold_arrays
+from .base import PolicySpec, ReferencePolicy, hold_arrays, meta_slots
 
 
 class Infinite(ReferencePolicy):
@@ -43,7 +43,8 @@ class Infinite(ReferencePolicy):
         return self.seen
 
 
-SIZE = 0  # meta slot: distinct blocks seen
+META = meta_slots("infinite")  # the meta array's slots, by the names infinite.c gives them
+SIZE = META.SIZE  # meta slot: distinct blocks seen
 InfiniteState = namedtuple("InfiniteState", ["seen", "meta", "pins", "hold"])
 
 

@@ -36,7 +36,7 @@ from itertools import count
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, hold_arrays
+from .base import ReferencePolicy, PolicySpec, hold_arrays, meta_slots
 
 
 class LFU(ReferencePolicy):
@@ -100,7 +100,8 @@ class LFU(ReferencePolicy):
 # that gave it frequency f and stays until its next access or its eviction, so bucket order
 # is last-access order. The victim is the head of bucket MIN_FREQ. A block's frequency never
 # exceeds its number of accesses in the trace, which sizes the bucket arrays.
-SIZE, CAPACITY, MIN_FREQ, ADMISSIONS, EVICTIONS = range(5)
+META = meta_slots("lfu")  # the meta array's slots, by the names lfu.c gives them
+SIZE, CAPACITY, MIN_FREQ, ADMISSIONS, EVICTIONS = META.SIZE, META.CAPACITY, META.MIN_FREQ, META.ADMISSIONS, META.EVICTIONS
 LFUState = namedtuple("LFUState", ["freq", "prev", "next", "bucket_head", "bucket_tail", "meta", "pins", "hold"])
 
 

@@ -20,7 +20,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, hold_arrays
+from .base import ReferencePolicy, PolicySpec, hold_arrays, meta_slots
 
 
 class LRU(ReferencePolicy):
@@ -61,7 +61,8 @@ class LRU(ReferencePolicy):
 
 # ---- compiled engine: a doubly linked list threaded through per-block prev/next arrays ----------
 
-HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(6)
+META = meta_slots("lru")  # the meta array's slots, by the names lru.c gives them
+HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = META.HEAD, META.TAIL, META.SIZE, META.CAPACITY, META.ADMISSIONS, META.EVICTIONS
 LRUState = namedtuple("LRUState", ["cached", "prev", "next", "meta", "pins", "hold"])
 
 

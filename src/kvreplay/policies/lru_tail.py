@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from . import lru
-from .base import PolicySpec
+from .base import PolicySpec, meta_slots
 
 
 class LRUTail(lru.LRU):
@@ -79,7 +79,8 @@ class LRUTail(lru.LRU):
 # Same fields as lru.LRUState (so lru's njit helpers apply), a distinct class so that the
 # driver's access phase can be overloaded for it alone.
 LRUTailState = namedtuple("LRUTailState", lru.LRUState._fields)
-HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = lru.HEAD, lru.TAIL, lru.SIZE, lru.CAPACITY, lru.ADMISSIONS, lru.EVICTIONS  # meta slots (lru's; lru_tail.c names them)
+META = meta_slots("lru_tail")  # the meta array's slots, by the names lru_tail.c gives them
+HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = META.HEAD, META.TAIL, META.SIZE, META.CAPACITY, META.ADMISSIONS, META.EVICTIONS  # meta slots (lru's; lru_tail.c names them)
 
 
 def make_state(capacity: int, trace) -> LRUTailState:

@@ -95,7 +95,7 @@ from collections import Counter, namedtuple
 
 import numpy as np
 
-from .base import PolicySpec, ReferencePolicy, hold_arrays
+from .base import PolicySpec, ReferencePolicy, hold_arrays, meta_slots
 
 
 def request_pages(input_length: int, block_size: int) -> int:
@@ -399,10 +399,11 @@ def common_prefix(node_blocks, blocks, start) -> int:
 
 ROOT = 0
 # meta slots
-CAPACITY, CLOCK, NUM_NODES, ARENA_TOP, TREE_PAGES, HEAP_SIZE, CURSOR_NODE, CURSOR_OFFSET = range(8)
-ADMISSIONS, EVICTIONS, EVICTED_NODES, NODE_SPLITS, REJECTED = range(8, 13)
-OUTSIDE = 13  # pages running requests hold outside the tree (their partial tails)
-META_SLOTS = 14
+META = meta_slots("radix")  # the meta array's slots, by the names radix.c gives them
+CAPACITY, CLOCK, NUM_NODES, ARENA_TOP, TREE_PAGES, HEAP_SIZE, CURSOR_NODE, CURSOR_OFFSET = META.CAPACITY, META.CLOCK, META.NUM_NODES, META.ARENA_TOP, META.TREE_PAGES, META.HEAP_SIZE, META.CURSOR_NODE, META.CURSOR_OFFSET
+ADMISSIONS, EVICTIONS, EVICTED_NODES, NODE_SPLITS, REJECTED = META.ADMISSIONS, META.EVICTIONS, META.EVICTED_NODES, META.NODE_SPLITS, META.REJECTED
+OUTSIDE = META.OUTSIDE  # pages running requests hold outside the tree (their partial tails)
+META_SLOTS = len(META)
 COUNTERS = (("admissions", ADMISSIONS), ("evictions", EVICTIONS), ("evicted_nodes", EVICTED_NODES),
             ("node_splits", NODE_SPLITS), ("rejected", REJECTED))
 

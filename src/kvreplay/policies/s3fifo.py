@@ -69,7 +69,7 @@ from collections import OrderedDict, deque, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range
+from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, meta_slots
 
 
 def queue_sizes(capacity: int, small_ratio: float = 0.1, max_freq: int = 3, ghost_freq: int = 0) -> tuple[int, int, int]:
@@ -200,16 +200,17 @@ NOWHERE, IN_SMALL, IN_MAIN, IN_GHOST = 0, 1, 2, 3
 # meta slots (G_HEAD: ring index of the ghost ring's oldest entry; G_COUNT: entries in the ring,
 # dead ones included; G_SIZE: live ghost entries; M_LIMIT: main_cap less what S holds beyond
 # small_cap, which only held blocks make it do, so main_cap without holds)
-S_HEAD, S_SIZE, M_HEAD, M_SIZE, G_HEAD, G_COUNT, G_SIZE = 0, 1, 2, 3, 4, 5, 6
-SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ = 7, 8, 9, 10, 11
-ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS = 12, 13, 14, 15, 16
-M_LIMIT = 17
+META = meta_slots("s3fifo")  # the meta array's slots, by the names s3fifo.c gives them
+S_HEAD, S_SIZE, M_HEAD, M_SIZE, G_HEAD, G_COUNT, G_SIZE = META.S_HEAD, META.S_SIZE, META.M_HEAD, META.M_SIZE, META.G_HEAD, META.G_COUNT, META.G_SIZE
+SMALL_CAP, MAIN_CAP, GHOST_CAP, MAX_FREQ, GHOST_FREQ = META.SMALL_CAP, META.MAIN_CAP, META.GHOST_CAP, META.MAX_FREQ, META.GHOST_FREQ
+ADMISSIONS, PROMOTIONS, GHOST_HITS, REQUEUES, EVICTIONS = META.ADMISSIONS, META.PROMOTIONS, META.GHOST_HITS, META.REQUEUES, META.EVICTIONS
+M_LIMIT = META.M_LIMIT
 # with holds: 1 + the hold[RELEASES] count at which a pass over S found every block held (0: none
 # found). Until a block is released, S stays all held (only blocks pinned right after their
 # admission join it), so _small_drain skips its pass: S was one more held block per miss
 # (7,000-block passes made the serving simulator 13x slower under load; docs/performance.md §10).
-S_ALL_HELD = 18
-META_SLOTS = 19
+S_ALL_HELD = META.S_ALL_HELD
+META_SLOTS = len(META)
 
 # S and M are ring buffers (they only pop the head and push the tail). G also loses entries from
 # the middle (a ghost hit), so it is a ring with lazy deletion: the entry at ring index i is live

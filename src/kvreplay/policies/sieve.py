@@ -40,7 +40,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, PolicySpec, hold_arrays
+from .base import ReferencePolicy, PolicySpec, hold_arrays, meta_slots
 
 
 class SIEVE(ReferencePolicy):
@@ -116,8 +116,9 @@ class SIEVE(ReferencePolicy):
 
 # ---- compiled engine: the queue threaded through per-block newer/older arrays (-1 = none) -------
 
-HEAD, TAIL, HAND, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = range(7)
-META_SLOTS = 7
+META = meta_slots("sieve")  # the meta array's slots, by the names sieve.c gives them
+HEAD, TAIL, HAND, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = META.HEAD, META.TAIL, META.HAND, META.SIZE, META.CAPACITY, META.ADMISSIONS, META.EVICTIONS
+META_SLOTS = len(META)
 SIEVEState = namedtuple("SIEVEState", ["cached", "visited", "newer", "older", "meta", "pins", "hold"])
 
 

@@ -60,7 +60,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .base import ReferencePolicy, Param, PolicySpec, hold_arrays
+from .base import ReferencePolicy, Param, PolicySpec, hold_arrays, meta_slots
 
 
 class TTL(ReferencePolicy):
@@ -155,7 +155,8 @@ class TTL(ReferencePolicy):
 # ---- compiled engine: the LRU list of lru.py plus a last-access time per block ---------------------
 
 # HEAD and TAIL sit in the same meta slots as lru's, so lru's list operations apply unchanged.
-HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS, EXPIRATIONS = range(7)
+META = meta_slots("ttl")  # the meta array's slots, by the names ttl.c gives them
+HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS, EXPIRATIONS = META.HEAD, META.TAIL, META.SIZE, META.CAPACITY, META.ADMISSIONS, META.EVICTIONS, META.EXPIRATIONS
 TTL_MS, NOW = 0, 1  # slots of `clock` (float64): times are real numbers
 TTLState = namedtuple("TTLState", ["cached", "last", "prev", "next", "times", "clock", "meta", "pins", "hold"])
 

@@ -62,7 +62,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import ReferencePolicy, Param, PolicySpec, hold_arrays
+from .base import ReferencePolicy, Param, PolicySpec, hold_arrays, meta_slots
 
 
 def queue_sizes(capacity: int, kin: float = 0.25, kout: float = 0.5) -> tuple[int, int]:
@@ -151,9 +151,10 @@ class TwoQ(ReferencePolicy):
 
 NOWHERE, IN_A1IN, IN_AM, IN_A1OUT = 0, 1, 2, 3
 # meta slots
-A1IN_HEAD, A1IN_SIZE, AM_HEAD, AM_TAIL, AM_SIZE, OUT_HEAD, OUT_TAIL, OUT_SIZE = range(8)
-CAPACITY, KIN_CAP, KOUT_CAP, ADMISSIONS, GHOST_HITS, EVICTIONS, AM_EVICTIONS = range(8, 15)
-META_SLOTS = 15
+META = meta_slots("twoq")  # the meta array's slots, by the names twoq.c gives them
+A1IN_HEAD, A1IN_SIZE, AM_HEAD, AM_TAIL, AM_SIZE, OUT_HEAD, OUT_TAIL, OUT_SIZE = META.A1IN_HEAD, META.A1IN_SIZE, META.AM_HEAD, META.AM_TAIL, META.AM_SIZE, META.OUT_HEAD, META.OUT_TAIL, META.OUT_SIZE
+CAPACITY, KIN_CAP, KOUT_CAP, ADMISSIONS, GHOST_HITS, EVICTIONS, AM_EVICTIONS = META.CAPACITY, META.KIN_CAP, META.KOUT_CAP, META.ADMISSIONS, META.GHOST_HITS, META.EVICTIONS, META.AM_EVICTIONS
+META_SLOTS = len(META)
 
 # A1in only pops its head and pushes its tail: a ring buffer. Am (move to the tail) and A1out
 # (removal from the middle on a ghost hit) are doubly linked lists; a block is in at most one

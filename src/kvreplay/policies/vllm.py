@@ -106,7 +106,7 @@ from collections import OrderedDict, deque, namedtuple
 
 import numpy as np
 
-from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range
+from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, meta_slots
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
 
@@ -284,9 +284,10 @@ class VLLM(ReferencePolicy):
 # block that gets a hash takes one. The reference engine keeps every block by id; the
 # differential tests hold the two together.
 
-CAPACITY, RECOMPUTE, HASHLESS_FREE, QUEUE_HEAD, QUEUE_TAIL, FREE_SLOTS, CACHED_BLOCKS = range(7)
-ADMISSIONS, EVICTIONS, DUPLICATES, PINNED_PEAK, OVERSIZE = range(7, 12)
-META_SLOTS = 12
+META = meta_slots("vllm")  # the meta array's slots, by the names vllm.c gives them
+CAPACITY, RECOMPUTE, HASHLESS_FREE, QUEUE_HEAD, QUEUE_TAIL, FREE_SLOTS, CACHED_BLOCKS = META.CAPACITY, META.RECOMPUTE, META.HASHLESS_FREE, META.QUEUE_HEAD, META.QUEUE_TAIL, META.FREE_SLOTS, META.CACHED_BLOCKS
+ADMISSIONS, EVICTIONS, DUPLICATES, PINNED_PEAK, OVERSIZE = META.ADMISSIONS, META.EVICTIONS, META.DUPLICATES, META.PINNED_PEAK, META.OVERSIZE
+META_SLOTS = len(META)
 
 VLLMState = namedtuple("VLLMState", [
     "holder_head", "holder_tail",  # per hash id: its holders in caching order (head = what a lookup
