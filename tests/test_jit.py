@@ -55,6 +55,25 @@ def test_no_notice_when_quick(monkeypatch):
     assert told == []
 
 
+def test_a_slow_cache_load_is_not_called_a_compile(monkeypatch):
+    # CI once printed "compiling" on a warm run: loading from the disk cache took longer than
+    # NOTICE_AFTER_S on a busy machine. Only numba's own compile event starts the clock.
+    import time
+
+    class SlowCacheLoad:  # like a dispatcher whose compile() finds the signature in its cache
+        overloads = {}
+
+        def compile(self, sig):
+            time.sleep(0.3)
+
+    told = []
+    monkeypatch.setattr(jit, "NOTICE_AFTER_S", 0.0)
+    monkeypatch.setattr(jit, "_listener", lambda what: told.append(what))
+    jit.ensure_compiled(SlowCacheLoad(), (np.arange(2),), "a cached kernel")
+    time.sleep(0.05)
+    assert told == []
+
+
 def test_cli_says_it_compiles_on_a_cold_cache_only(tmp_path):
     # the one-pass LRU curve is a numba kernel (the replays are C: they never compile)
     trace = shared_path(MOONCAKE / "conversation_trace.jsonl")

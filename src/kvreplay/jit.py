@@ -125,12 +125,19 @@ def set_compile_listener(listener) -> None:
 
 @contextmanager
 def _notice(what: str):
+    """Tell the listener about `what` once numba has really been compiling for NOTICE_AFTER_S.
+
+    The clock starts at numba's own "numba:compile" event, which a load from the disk cache never
+    fires: however slow a busy machine makes a cache load, it is not announced as a compile."""
     listener = _listener
     if listener is None or NOTICE_AFTER_S is None:
         yield
         return
+    from numba.core import event
+
     shown = []
     lock = threading.Lock()
+    timers = []
 
     def show():
         with lock:
@@ -139,14 +146,26 @@ def _notice(what: str):
                 cm.__enter__()
                 shown.append(cm)
 
-    timer = threading.Timer(NOTICE_AFTER_S, show)
-    timer.daemon = True
-    timer.start()
+    class _OnCompile(event.Listener):
+        def on_start(self, _event):
+            with lock:
+                if timers or shown is None:
+                    return
+                timer = threading.Timer(NOTICE_AFTER_S, show)
+                timer.daemon = True
+                timers.append(timer)
+            timer.start()
+
+        def on_end(self, _event):
+            pass
+
     try:
-        yield
+        with event.install_listener("numba:compile", _OnCompile()):
+            yield
     finally:
-        timer.cancel()
         with lock:
+            for timer in timers:
+                timer.cancel()
             for cm in shown:
                 cm.__exit__(None, None, None)
             shown = None  # a timer that fires late shows nothing
