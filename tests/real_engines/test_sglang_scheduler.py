@@ -23,22 +23,23 @@ schedule, first token time, finish time, preemptions:
 Cases (``test_same_requests_as_sglang``): requests 0-299 and 2000-2299 of ../shared's Mooncake
 conversation trace, a light pool (4000 pages) and a tight one (300 pages; the largest request
 needs 237), fcfs and lpm, and fcfs without chunked prefill. A case fails if fewer requests agree
-than ``EXPECTED`` (measured when this test was written) and is an expected failure while any
-disagrees; ``KVREPLAY_SGLANG_STRICT=1`` asks for full agreement. Requests agreeing on all five
-fields then (kvreplay at ba1bbc1 and 2651f63):
+than ``EXPECTED`` and is an expected failure while any disagrees; ``KVREPLAY_SGLANG_STRICT=1``
+asks for full agreement. Requests agreeing on all five fields, when this test was written (e779a1f)
+and after the rules the step tests isolate were adopted (docs/serving.md, "Against SGLang's own
+scheduler"):
 
     case (of 300)                 light fcfs  light lpm  tight fcfs  tight lpm  light no-chunk  tight no-chunk
-    conversation 0-299               272         270         20          20          299             159
-    conversation 2000-2299           248         275         36          36          300             116
+    conversation 0-299            272 -> 300  270 -> 300  20 -> 300   20 -> 223  299 -> 300      159 -> 300
+    conversation 2000-2299        248 -> 290  275 -> 300  36 -> 300   36 -> 300  300 -> 300      116 -> 300
 
 The focused tests (``test_prefill_step_*``, ``STEPS``) give SGLang's PrefillAdder one waiting
 queue and state (built by a short trace) and compare the requests it admits and the tokens it
 gives each -- and every step end and request -- with the same step in kvreplay;
 test_prefill_step_sglang pins SGLang's own decision, and test_prefill_step_kvreplay is an
-expected failure, with SGLang's file:line as the reason, where kvreplay departs. Each departure
-there is the first divergence of some whole-trace case above (same-batch prefix hits at t=0; the
-continuing chunk charged its raw tokens; a chunked request's whole prompt held; no batch_is_full
-gate).
+expected failure, with SGLang's file:line as the reason, where kvreplay departs. Each scenario was
+the first divergence of some whole-trace case (same-batch prefix hits at t=0; the continuing chunk
+charged its raw tokens; a chunked request's whole prompt counted as taken; no batch_is_full gate;
+...); all but one now agree.
 """
 
 from __future__ import annotations
@@ -175,20 +176,22 @@ for _slice in SLICES:
 #: fields): a case that agrees less fails; one that agrees on fewer than all requests is an
 #: expected failure (kvreplay's departures, DEPARTURES) until kvreplay agrees on all.
 EXPECTED = {  # requests agreeing on all five fields, of 300
-    "conversation-0-300-light-fcfs": 272, "conversation-0-300-light-lpm": 270,
-    "conversation-0-300-tight-fcfs": 20, "conversation-0-300-tight-lpm": 20,
-    "conversation-0-300-light-fcfs-no-chunked-prefill": 299, "conversation-0-300-tight-fcfs-no-chunked-prefill": 159,
-    "conversation-2000-2300-light-fcfs": 248, "conversation-2000-2300-light-lpm": 275,
-    "conversation-2000-2300-tight-fcfs": 36, "conversation-2000-2300-tight-lpm": 36,
+    "conversation-0-300-light-fcfs": 300, "conversation-0-300-light-lpm": 300,
+    "conversation-0-300-tight-fcfs": 300, "conversation-0-300-tight-lpm": 223,
+    "conversation-0-300-light-fcfs-no-chunked-prefill": 300, "conversation-0-300-tight-fcfs-no-chunked-prefill": 300,
+    "conversation-2000-2300-light-fcfs": 290, "conversation-2000-2300-light-lpm": 300,
+    "conversation-2000-2300-tight-fcfs": 300, "conversation-2000-2300-tight-lpm": 300,
     "conversation-2000-2300-light-fcfs-no-chunked-prefill": 300,
-    "conversation-2000-2300-tight-fcfs-no-chunked-prefill": 116,
+    "conversation-2000-2300-tight-fcfs-no-chunked-prefill": 300,
 }
 
 DEPARTURES = (
-    "kvreplay's sglang style departs from SGLang 0.5.23; test_prefill_step_* isolates each departure: "
-    "same-batch hits, the continuing chunk's raw-token charge, a chunked request's whole prompt held "
-    "from its first chunk, the candidate's own evictable prefix counted as room, no batch_is_full gate, "
-    "decode eviction ahead of need")
+    "kvreplay's sglang style departs from SGLang 0.5.23 where docs/serving.md's SGLang table says it "
+    "does not model it: a chunked prompt held whole from its first chunk (SGLang allocates chunk by chunk: "
+    "schedule_policy.py add_chunked_req, allocation.py alloc_for_extend), so a second request may find no "
+    "room for two steps (conversation 0-299, tight, lpm, at 97.33 s); a finished request's output pages "
+    "are pages of their own where SGLang appends them to its path (radix_cache.py cache_finished_req), so "
+    "eviction frees other leaves (conversation 2000-2299, light, fcfs: request 279)")
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -236,81 +239,72 @@ def small(**kw) -> harness.Settings:
 # name: (rows (hash_ids, prompt tokens, arrival ms, outputs), settings, deciding step index,
 #        SGLang's batch at that step [(request, cached prefix, tokens given)], departure or None)
 STEPS = {
+    # request 1 shares page 1 with request 0, admitted in the same batch: SGLang matches it against the
+    # tree before admission (scheduler.py:4260 init_next_round_input) and a prefix enters the tree only
+    # once computed (batch_result_processor.py:394 checkpoint_kv_cache), so it hits 0 and computes 48
+    # tokens (kvreplay, whose tree holds an admitted prompt whole, cuts the hit there: sglang.c
+    # computed_prefix)
     "same-batch-prefix": (
         [([1, 2, 3], 48, 0.0, 2), ([1, 4, 5], 48, 0.0, 2)], small(chunked_prefill_size=256), 0,
-        [(0, 0, 48), (1, 0, 48)],
-        "request 1 shares page 1 with request 0, admitted in the same batch: SGLang matches it against "
-        f"the tree before admission ({SCHED}:4260 init_next_round_input) and a prefix enters the tree "
-        "only once computed (batch_result_processor.py:394 checkpoint_kv_cache), so it hits 0 and "
-        "computes 48 tokens; kvreplay pins request 0's whole prompt at admission (requests.c:285 "
-        "req_schedule -> start_positions) and request 1 hits those uncomputed blocks (16 tokens)"),
+        [(0, 0, 48), (1, 0, 48)], None),
+    # the continuing chunk (20 tokens) is charged ceil_paged(20) = 32 to rem_chunk_tokens and
+    # rem_input_tokens (schedule_policy.py:917, 938, 943 _update_prefill_budget, from add_chunked_req :1207), leaving 32:
+    # request 1 (30 -> 32) fills it and request 2 waits a step
     "continuing-chunk-charged-whole-pages": (
         [(list(range(1, 7)), 84, 0.0, 2), ([11, 12], 30, 0.0, 2), ([21], 10, 0.0, 2)], small(), 1,
-        [(0, 64, 20), (1, 0, 30)],
-        "the continuing chunk (20 tokens) is charged ceil_paged(20) = 32 to rem_chunk_tokens and "
-        f"rem_input_tokens ({SP}:917, 938, 943 _update_prefill_budget, from add_chunked_req :1207), "
-        "leaving 32: request 1 (30 -> 32) fills it and request 2 waits a step; kvreplay charges the raw "
-        "20 (sglang.c:63-64 rem_chunk -= m) and admits request 2 in the same step"),
+        [(0, 64, 20), (1, 0, 30)], None),
+    # after the continuing chunk (60 -> 64) nothing is left; with 4 tokens left SGLang would still not
+    # start a chunk below a page (schedule_policy.py:1665 floor to whole pages, :1672 extend_len <= 0 -> OTHER)
     "no-sub-page-chunk": (
         [(list(range(1, 9)), 124, 0.0, 2), ([11, 12, 13], 40, 0.0, 2)], small(), 1,
-        [(0, 64, 60)],
-        "after the continuing chunk (60 -> 64) nothing is left; with 4 tokens left SGLang would still "
-        f"not start a chunk below a page ({SP}:1665 floor to whole pages, :1672 extend_len <= 0 -> "
-        "OTHER); kvreplay charges 60 raw, then cuts request 1 to the 4 tokens left (sglang.c:82 "
-        "m = rem_chunk when rem_chunk < bs)"),
+        [(0, 64, 60)], None),
+    # SGLang allocates a chunked request chunk by chunk: its last chunk (36) is still free KV and is
+    # reserved once, ceil(36) + a page + its outputs (schedule_policy.py:1207, prefill_budget.py:156-168 reserve), leaving 62 > 30 +
+    # 2 + 16 for request 1 (kvreplay, which holds the prompt whole, counts its uncomputed pages as room:
+    # sglang.c start_budget)
     "chunked-prompt-not-held": (
         [(list(range(1, 8)), 100, 0.0, 2), ([11, 12], 30, 0.0, 2)], small(num_pages=12), 1,
-        [(0, 64, 36), (1, 0, 16)],
-        "SGLang allocates a chunked request chunk by chunk: its last chunk (36) is still free KV and is "
-        f"reserved once, ceil(36) + a page + its outputs ({SP}:1207, {BUDGET}:156-168 reserve), leaving "
-        "62 > 30 + 2 + 16 for request 1; kvreplay held request 0's whole prompt at its first chunk "
-        "(requests.c WHOLE mode) and subtracts the last chunk again (sglang.c:65), 30 < 48: request 1 "
-        "waits a step"),
+        [(0, 64, 36), (1, 0, 16)], None),
+    # request 2's 64-token prefix is evictable; SGLang locks it before checking the budget (schedule_policy.py:1431
+    # _lock_node, prefill_budget.py:91-101 remaining_total = available + evictable) so it has 173.9 - 64 = 109.9 < 32
+    # + 70 + 16 and decodes instead (then batch_is_full keeps it out until request 1 finishes)
     "own-prefix-locked": (
         [([1, 2, 3, 4], 64, 0.0, 1), ([10, 11, 12, 13], 64, 0.0, 100), ([1, 2, 3, 4, 5, 6], 96, 50.0, 70)],
-        small(num_pages=20, chunked_prefill_size=256), 5, [(1, None, 1)],
-        "request 2's 64-token prefix is evictable; SGLang locks it before checking the budget "
-        f"({SP}:1431 _lock_node, {BUDGET}:91-101 remaining_total = available + evictable) so it has "
-        "173.9 - 64 = 109.9 < 32 + 70 + 16 and decodes instead (then batch_is_full keeps it out until "
-        "request 1 finishes); kvreplay counts the candidate's own unpinned prefix as room "
-        "(sglang.c:47 rem_total from the held blocks) and admits it at 50 ms"),
+        small(num_pages=20, chunked_prefill_size=256), 5, [(1, None, 1)], None),
+    # request 1 does not fit at 50 ms; SGLang then sets batch_is_full (scheduler.py:4282) and forms no prefill
+    # batch while it is set (scheduler.py:4099) -- it is cleared when a running request leaves, here when request
+    # 0 finishes at 40 s
     "batch-is-full": (
         [([1, 2, 3, 4], 64, 0.0, 4000), ([11, 12], 32, 50.0, 1290)],
-        small(num_pages=260, chunked_prefill_size=256), 5, [(0, None, 1)],
-        f"request 1 does not fit at 50 ms (both agree); SGLang then sets batch_is_full ({SCHED}:4282) "
-        f"and forms no prefill batch while it is set ({SCHED}:4099) -- it is cleared when a running "
-        "request leaves, here when request 0 finishes at 40 s; kvreplay tries every step "
-        "(sglang.c:167) and admits request 1 at 0.14 s, as the new-token ratio decays"),
+        small(num_pages=260, chunked_prefill_size=256), 5, [(0, None, 1)], None),
+    # every decode step SGLang evicts the tree until a page per running request is free
+    # (allocation.py:584-585 alloc_paged_token_slots_decode, besides check_decode_mem's exact need): the
+    # cached 4-page prefix of request 0 goes at the first decode though neither request needs a page,
+    # and request 3 hits 0 (kvreplay: sglang.c decode_batch, req_evict_ahead)
     "decode-evicts-ahead": (
         [([1, 2, 3, 4], 64, 0.0, 1), ([10, 11], 17, 0.0, 10), ([12, 13], 17, 0.0, 10),
          ([1, 2, 3, 4, 99], 70, 50.0, 2)], small(num_pages=9, chunked_prefill_size=256, max_prefill_tokens=512),
-        2, [(1, None, 1), (2, None, 1)],
-        "every decode step SGLang evicts the tree until a page per running request is free "
-        f"({ALLOC}:584-585 alloc_paged_token_slots_decode, besides check_decode_mem's exact need): the "
-        "cached 4-page prefix of request 0 goes at the first decode though neither request needs a "
-        "page, and request 3 hits 0; kvreplay evicts only for a block it allocates (requests.c:316) "
-        "and request 3 hits 64"),
+        2, [(1, None, 1), (2, None, 1)], None),
     "max-new-tokens-clipped": (
         [([1, 2, 3, 4, 5, 6], 96, 0.0, 60)], small(num_pages=10, chunked_prefill_size=256), 0,
         [(0, 0, 96)],
         "prompt 96 + 60 outputs + a page does not fit 160 tokens: SGLang clips max_new_tokens to "
         f"160 - 96 - 16 - 1 = 47 when the request arrives ({SCHED}:2723 init_req_max_new_tokens, "
         "mem_cache/allocator/base.py:104) and serves it; kvreplay rejects it on arrival (loop.c:100)"),
+    # lpm: request 1 has no cached prefix but shares 48 tokens with request 0 in the waiting queue, so
+    # SGLang sorts it last (schedule_policy.py:365-383 temporary_deprioritized, :441
+    # _sort_by_longest_prefix) and cuts it to the 32 tokens left (kvreplay compares the blocks that
+    # hold the first 32 tokens: sglang.c shares_short_prefix)
     "in-batch-prefix-deprioritized": (
         [([1, 2, 3, 4], 64, 0.0, 2), ([1, 2, 3, 5], 64, 0.0, 2), ([7, 8], 32, 0.0, 2)],
         small(chunked_prefill_size=128, max_prefill_tokens=256, schedule_policy="lpm"), 0,
-        [(0, 0, 64), (2, 0, 32), (1, 0, 32)],
-        "lpm: request 1 has no cached prefix but shares 48 tokens with request 0 in the waiting queue, "
-        f"so SGLang sorts it last ({SP}:365-383 temporary_deprioritized, :441 _sort_by_longest_prefix) "
-        "and cuts it to the 32 tokens left; kvreplay keeps arrival order (docs/serving.md says it does "
-        "not model this) and, its prefix being pinned in the same batch, gives it a 48-token hit"),
+        [(0, 0, 64), (2, 0, 32), (1, 0, 32)], None),
+    # both requests have as many outputs and as long a prompt when the pool runs out (request 1's prefill
+    # paused request 0's decode); SGLang's retraction order sorts them stably and pops the last (schedule_batch.py:3576
+    # sort(reverse=True), :3467 pop()): request 1 is retracted
     "retraction-tie": (
         [([1], 16, 0.0, 300), ([2], 16, 10.0, 300)], small(num_pages=36, chunked_prefill_size=256), 1,
-        [(1, 0, 16)],
-        "both requests have as many outputs and as long a prompt when the pool runs out (request 1's "
-        "prefill paused request 0's decode); SGLang's retraction order sorts them stably and pops the "
-        f"last ({SB}:3576 sort(reverse=True), :3467 pop()): request 1 is retracted; kvreplay keeps the "
-        "first on a tie (sglang.c:106-107 strict comparisons) and retracts request 0"),
+        [(1, 0, 16)], None),
     # where the two agree
     "lpm-order": (
         [([1, 2, 3, 4], 64, 0.0, 1), ([5, 6], 32, 0.0, 1), ([9, 10, 11], 40, 1000.0, 2), ([5, 6, 7], 40, 1000.0, 2),
@@ -349,6 +343,19 @@ def kvreplay_step_run(trace, settings):
                                                     {"coef": settings.step_seconds_per_prefill_token,
                                                      "prefill_tokens": 1}]})
     chunking = settings.chunked_prefill_size is not None
+    from kvreplay.serving import run as run_module
+
+    points, run_module.SERIES_POINTS = run_module.SERIES_POINTS, 1 << 16  # every step end, not thinned
+    try:
+        return _simulate_steps(trace, settings, profile, chunking)
+    finally:
+        run_module.SERIES_POINTS = points
+
+
+def _simulate_steps(trace, settings, profile, chunking):
+    import kvreplay
+    from kvreplay.serving.simulate import Scheduler
+
     return kvreplay.simulate(
         trace, policy="radix", capacity=settings.num_pages, block_size=settings.page_size, engine_style="sglang",
         time_model=profile,

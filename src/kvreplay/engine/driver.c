@@ -27,12 +27,13 @@ KV_EXPORT void kv_one_request(const KvPolicy *p, void *st, const i64 *offsets, c
 
 KvStart kv_request_start(const KvPolicy *p, void *st, KvTiers *tiers, i64 instance, const i32 *to_global, i64 request,
                          const i32 *blocks, const i32 *local, i64 start, i64 end, i64 input_length, i64 block_size,
-                         i64 *handles, i64 base, i64 *counts, i64 *row) {
+                         i64 max_hits, i64 *handles, i64 base, i64 *counts, i64 *row) {
     KvHolds *h = (KvHolds *)st;
     const i32 *ids = local == NULL ? blocks : local;
     KvStart out = {0, 0, 0, 0, 0.0};
     /* the hit limit first: a radix state's scan leaves its cursor where pin_request continues */
     i64 limit = p->hit_limit(st, end - start, input_length, block_size);
+    if (max_hits >= 0 && max_hits < limit) limit = max_hits;
     i64 k = 0;
     while (k < limit && p->resident(st, ids[start + k])) k++;
     out.hits = out.reach = k;
@@ -58,7 +59,7 @@ KV_EXPORT void kv_run_events(const KvPolicy *p, void *st, const i64 *offsets, co
         i64 e = events[q];
         if (e >= 0) {
             KvStart r = kv_request_start(p, st, NULL, 0, NULL, e, blocks, NULL, offsets[e], offsets[e + 1],
-                                         input_length[e], block_size, handles, offsets[e] + e, NULL, NULL);
+                                         input_length[e], block_size, -1, handles, offsets[e] + e, NULL, NULL);
             hit_blocks[e] = r.hits;
             held[e] = r.held;
             refused[e] = (i8)r.refused;

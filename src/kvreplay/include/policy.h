@@ -64,12 +64,37 @@ typedef struct KvPolicy {
     /* of a request's num_blocks leading blocks, how many its access phase caches (NULL: all;
      * vllm and radix cache full blocks only, never the prompt's partial tail) */
     i64 (*cached_blocks)(void *st, i64 num_blocks, i64 input_length, i64 block_size);
+    /* SGLang's radix tree, as its scheduler drives it (NULL: no such tree) */
+    const struct KvTree *tree;
 } KvPolicy;
+
+/* What SGLang's scheduler does to its tree beyond a request's start and release. */
+typedef struct KvTree {
+    /* of the k leading blocks of blocks[start:] that the last prefix scan matched, how many no
+     * running request locks (so locking them takes that much evictable room) */
+    i64 (*unheld_prefix)(void *st, const i32 *blocks, i64 start, i64 k);
+    /* match_prefix of a waiting request's first n blocks, which stamps the path it follows
+     * (splitting where it ends inside a node): the blocks matched, *new_nodes the nodes made */
+    i64 (*touch_prefix)(void *st, const i32 *blocks, i64 start, i64 n, i64 *new_nodes);
+    /* evict until `blocks` blocks are free, or nothing evictable is left */
+    void (*evict_to_free)(void *st, i64 blocks);
+} KvTree;
 
 /* The blocks a request's access phase caches (the ones that enter the cache, so leave the tiers
  * below when copies move). */
 static inline i64 kv_cached_blocks(const KvPolicy *p, void *st, i64 num_blocks, i64 input_length, i64 block_size) {
     return p->cached_blocks == NULL ? num_blocks : p->cached_blocks(st, num_blocks, input_length, block_size);
+}
+
+/* The matched prefix's blocks no running request holds (KvTree.unheld_prefix; else the blocks
+ * without a pin, or vLLM's hit blocks in its free queue). */
+static inline i64 kv_unheld_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 start, i64 k) {
+    if (p->tree != NULL) return p->tree->unheld_prefix(st, blocks, start, k);
+    if (p->paged != NULL) return p->paged->evictable(st, blocks, start, k);
+    const KvHolds *h = (const KvHolds *)st;
+    i64 n = 0;
+    for (i64 q = 0; q < k; q++) n += h->pins[blocks[start + q]] == 0;
+    return n;
 }
 
 /* The prefix scan every driver uses: the longest resident prefix of blocks[start:end], at most
@@ -151,15 +176,15 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     }                                                                                                 \
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
-        name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, NULL, \
+        name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, NULL, NULL, \
     };
 
 /* A request-level policy (its own hit limit, access phase, holds) from its typed operations (each
  * takes `State *st` first): RESIDENT, HIT_LIMIT and ACCESS_REQUEST, inlined into its sequential
  * loop, PIN_REQUEST, UNPIN_REQUEST, and IN_HBM (RESIDENT but for a radix tree); HBM_GAPS, PAGED
- * and CACHED_BLOCKS as in KvPolicy (PAGED and CACHED_BLOCKS may be NULL). */
+ * CACHED_BLOCKS and TREE as in KvPolicy (the last three may be NULL). */
 #define KV_REQUEST_POLICY(name, State, LAYOUT, RESIDENT, HIT_LIMIT, ACCESS_REQUEST, PIN_REQUEST, UNPIN_REQUEST,     \
-                          IN_HBM, HBM_GAPS, PAGED, CACHED_BLOCKS)                                                  \
+                          IN_HBM, HBM_GAPS, PAGED, CACHED_BLOCKS, TREE)                                            \
     KV_REPLAY(name, State, RESIDENT, HIT_LIMIT, ACCESS_REQUEST)                                                    \
     static int name##_resident_op(void *st, i64 b) { return RESIDENT((State *)st, b); }                          \
     static int name##_in_hbm_op(void *st, i64 b) { return IN_HBM((State *)st, b); }                              \
@@ -181,6 +206,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                                \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op, name##_pin_request_op, \
         name##_unpin_request_op, name##_in_hbm_op, HBM_GAPS, name##_replay, 0, PAGED, CACHED_BLOCKS,            \
+        TREE,                                                                                                    \
     };
 
 /* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */

@@ -171,4 +171,4 @@ static void belady_unpin_request(Belady *st, i64 request, const i32 *blocks, i64
 }
 
 KV_REQUEST_POLICY(belady, Belady, KV_LAYOUT(FIELDS, SLOTS), belady_resident, belady_hit_limit,
-                  belady_access_request, belady_pin_request, belady_unpin_request, belady_resident, 1, NULL, NULL)
+                  belady_access_request, belady_pin_request, belady_unpin_request, belady_resident, 1, NULL, NULL, NULL)

@@ -40,4 +40,4 @@ static void lru_tail_unpin_request(LRU *st, i64 request, const i32 *blocks, i64 
 }
 
 KV_REQUEST_POLICY(lru_tail, LRU, KV_LAYOUT(FIELDS, SLOTS), lru_resident, lru_tail_hit_limit, lru_tail_access_request,
-                  lru_tail_pin_request, lru_tail_unpin_request, lru_resident, 1, NULL, NULL)
+                  lru_tail_pin_request, lru_tail_unpin_request, lru_resident, 1, NULL, NULL, NULL)

@@ -224,10 +224,11 @@ static void radix_evict(Radix *st, i64 need) {
     }
 }
 
-/* Insert blocks[start:end] from the root; return the node where the path ends. */
-static i64 radix_insert(Radix *st, const i32 *blocks, i64 start, i64 end) {
-    i64 *m = st->meta;
-    i64 clock = m[CLOCK];
+/* Follow blocks[start:end] from the root (_match_prefix_helper): every node entered takes the
+ * clock, and a node the match ends inside is split there. Returns the node where the match ends;
+ * *reached: the position after it. */
+static i64 radix_walk(Radix *st, const i32 *blocks, i64 start, i64 end, i64 *reached) {
+    i64 clock = st->meta[CLOCK];
     i64 node = ROOT;
     st->node_time[ROOT] = clock;
     i64 i = start;
@@ -247,6 +248,15 @@ static i64 radix_insert(Radix *st, const i32 *blocks, i64 start, i64 end) {
             node = child;
         }
     }
+    *reached = i;
+    return node;
+}
+
+/* Insert blocks[start:end] from the root; return the node where the path ends. */
+static i64 radix_insert(Radix *st, const i32 *blocks, i64 start, i64 end) {
+    i64 *m = st->meta;
+    i64 i;
+    i64 node = radix_walk(st, blocks, start, end, &i);
     if (i < end) {
         i64 top = m[ARENA_TOP];
         i32 *restrict arena = st->arena;
@@ -400,5 +410,46 @@ static i64 radix_cached_blocks(void *st, i64 num_blocks, i64 input_length, i64 b
     return kv_min(num_blocks, input_length / block_size);
 }
 
+/* match_prefix of a request that waits (SGLang matches the waiting queue to sort it, and touches
+ * it now and then: schedule_policy.py calc_priority): its path is stamped, split where the match
+ * ends; returns the pages matched, *new_nodes the nodes the split made. */
+static i64 radix_touch_prefix(void *vst, const i32 *blocks, i64 start, i64 n, i64 *new_nodes) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta, nodes = m[NUM_NODES], reached;
+    m[CLOCK] += 1;
+    i64 node = radix_walk(st, blocks, start, start + n, &reached);
+    radix_push_if_evictable(st, node);  /* a leaf it ends on has a new time */
+    *new_nodes = m[NUM_NODES] - nodes;
+    return reached - start;
+}
+
+/* The pages of the path the last scan matched that no request locks (SGLang's evictable pages of
+ * it): locks run from a node up to the root, so they are the path's unlocked end. */
+static i64 radix_unheld_prefix(void *vst, const i32 *blocks, i64 start, i64 k) {
+    (void)blocks; (void)start;
+    const Radix *st = (const Radix *)vst;
+    if (k == 0) return 0;
+    i64 node = st->meta[CURSOR_NODE], n = 0;
+    if (node != ROOT && st->node_lock[node] == 0) {
+        n += st->meta[CURSOR_OFFSET];
+        node = st->node_parent[node];
+        while (node != ROOT && st->node_lock[node] == 0) {
+            n += st->node_len[node];
+            node = st->node_parent[node];
+        }
+    }
+    return n;
+}
+
+/* evict_to_free_tokens: the allocator's shortfall of `blocks` free pages */
+static void radix_evict_to_free(void *vst, i64 blocks) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta;
+    i64 need = blocks - (m[CAPACITY] - m[TREE_PAGES] - m[OUTSIDE]);
+    if (need > 0) radix_evict(st, need);
+}
+
+static const KvTree radix_tree = {radix_unheld_prefix, radix_touch_prefix, radix_evict_to_free};
+
 KV_REQUEST_POLICY(radix, Radix, KV_LAYOUT(FIELDS, SLOTS), radix_resident, radix_hit_limit, radix_access_request,
-                  radix_pin_request, radix_unpin_request, radix_in_hbm, 0, NULL, radix_cached_blocks)
+                  radix_pin_request, radix_unpin_request, radix_in_hbm, 0, NULL, radix_cached_blocks, &radix_tree)

@@ -139,4 +139,4 @@ static void ttl_unpin_request(TTL *st, i64 request, const i32 *blocks, i64 start
 }
 
 KV_REQUEST_POLICY(ttl, TTL, KV_LAYOUT(FIELDS, SLOTS), ttl_resident, ttl_hit_limit, ttl_access_request,
-                  ttl_pin_request, ttl_unpin_request, ttl_resident, 1, NULL, NULL)
+                  ttl_pin_request, ttl_unpin_request, ttl_resident, 1, NULL, NULL, NULL)

@@ -205,4 +205,4 @@ static i64 vllm_cached_blocks(void *st, i64 num_blocks, i64 input_length, i64 bl
 }
 
 KV_REQUEST_POLICY(vllm, VLLM, KV_LAYOUT(FIELDS, SLOTS), vllm_resident, vllm_hit_limit, vllm_access_request,
-                  vllm_pin_request, vllm_unpin_request, vllm_resident, 1, &vllm_paged, vllm_cached_blocks)
+                  vllm_pin_request, vllm_unpin_request, vllm_resident, 1, &vllm_paged, vllm_cached_blocks, NULL)

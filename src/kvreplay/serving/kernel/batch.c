@@ -123,6 +123,7 @@ void batch_end(Sim *s, i64 j) {
     i64 w = 0;
     for (i64 r = 0; r < q->nrun; r++)
         if (s->io->status[q->running[r]] == RUNNING) q->running[w++] = q->running[r];
+    if (w < q->nrun) q->batch_full = 0;  /* SGLang: a request left the running batch */
     q->nrun = w;
     q->view[V_HELD] = (f64)((KvHolds *)q->state)->hold[HELD];
     metrics_series(s);

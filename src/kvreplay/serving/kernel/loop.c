@@ -338,6 +338,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
         in->end_t = INFINITY;
         in->ratio = io->fcfg[RATIO_INIT];
         in->chunk_req = -1;
+        in->batch_full = 0;
         in->view = s->view + q * NUM_VIEW;
     }
     if (router_kind != NULL) {

@@ -122,19 +122,45 @@ static i64 probe(Sim *s, i64 j, i64 i, i64 positions, i64 *reach) {
     return k;
 }
 
-i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 tokens) {
-    i64 saved = s->target[i];
-    s->target[i] = tokens;
-    i64 k = probe(s, j, i, s->io->P[i], NULL);
-    s->target[i] = saved;
+i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 max_blocks) {
+    i64 positions = s->io->P[i];
+    return probe(s, j, i, max_blocks >= 0 && max_blocks < positions ? max_blocks : positions, NULL);
+}
+
+i64 req_touch_prefix(Sim *s, i64 j, i64 i, i64 n) {
+    const KvPolicy *p = s->policy;
+    n = kv_min(n, s->io->P[i]);
+    if (p->tree == NULL) return req_cached_prefix(s, j, i, n);
+    i64 *c = ctr(s, j);
+    /* a split makes a node: count it as a call in the state's room (each has room for three) */
+    if (c[state_out_of_room] != 0) return 0;
+    if (c[max_pin_calls] >= 0 && c[pin_calls] + 1 > c[max_pin_calls]) {
+        c[state_out_of_room] = 1;
+        s->failed = 1;
+        return 0;
+    }
+    i64 made = 0;
+    i64 k = p->tree->touch_prefix(s->inst[j].state, policy_ids(s, j), s->io->offsets[i], n, &made);
+    c[pin_calls] += made;
     return k;
+}
+
+void req_evict_ahead(Sim *s, i64 j, i64 blocks) {
+    if (s->policy->tree == NULL) return;
+    s->policy->tree->evict_to_free(s->inst[j].state, blocks);
+    drain(s, j);
+}
+
+i64 req_unheld_prefix(Sim *s, i64 j, i64 i, i64 k) {
+    return kv_unheld_prefix(s->policy, s->inst[j].state, policy_ids(s, j), s->io->offsets[i], k);
 }
 
 /* ---- held whole, or chunk by chunk through pin_request ---- */
 
-/* Hold positions [0, want) of request i, its hit prefix counted at its start: -1 when they do
- * not fit now (nothing held), else its hit tokens; *hit_blocks through the tiers. */
-static i64 start_positions(Sim *s, i64 j, i64 i, i64 want, i64 *hit_blocks) {
+/* Hold positions [0, want) of request i, its hit prefix (at most max_hits blocks: negative, no
+ * bound) counted at its start: -1 when they do not fit now (nothing held), else its hit tokens;
+ * *hit_blocks through the tiers. */
+static i64 start_positions(Sim *s, i64 j, i64 i, i64 want, i64 max_hits, i64 *hit_blocks) {
     void *st = s->inst[j].state;
     KvHolds *h = (KvHolds *)st;
     const i32 *ids = policy_ids(s, j);
@@ -143,7 +169,7 @@ static i64 start_positions(Sim *s, i64 j, i64 i, i64 want, i64 *hit_blocks) {
     int first = s->io->preemptions[i] == 0;
     i64 *row = first ? s->io->tier_hits + i * (s->T + 1) : NULL;
     KvStart r = kv_request_start(s->policy, st, s->T > 0 ? s->tiers : NULL, j, to_global(s, j), i, s->io->blocks,
-                                 local_ids(s, j), start, start + want, target, s->bs, s->io->handles, start + i,
+                                 local_ids(s, j), start, start + want, target, s->bs, max_hits, s->io->handles, start + i,
                                  s->tier_scratch, row);
     if (r.refused) {
         if (r.held > 0) {
@@ -272,7 +298,7 @@ i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     i64 got = -1;
     if (fits(s, j, i, 0, full)) {
         i64 now = s->mode == MODE_PIECEWISE ? kv_max(req_needed_positions(s, i, computed + n), reach) : full;
-        got = start_positions(s, j, i, kv_min(now, full), &hit_blocks);
+        got = start_positions(s, j, i, kv_min(now, full), -1, &hit_blocks);
     }
     if (got < 0) {
         ctr(s, j)[refused_admissions] += 1;
@@ -282,10 +308,10 @@ i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     return kv_min(target - s->computed[i], budget);
 }
 
-i64 req_schedule(Sim *s, i64 j, i64 i) {
+i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits) {
     i64 target = s->target[i];
     i64 full = req_needed_positions(s, i, target), hit_blocks = 0;
-    i64 got = fits(s, j, i, 0, full) ? start_positions(s, j, i, full, &hit_blocks) : -1;
+    i64 got = fits(s, j, i, 0, full) ? start_positions(s, j, i, full, max_hits, &hit_blocks) : -1;
     if (got < 0) {
         ctr(s, j)[refused_admissions] += 1;
         return 0;

@@ -19,13 +19,91 @@ static void sort_by_key_desc(i64 *order, i64 count, const i64 *key) {
     }
 }
 
-/* longest cached prefix first (stable), matched before sorting */
-static void longest_prefix_first(Sim *s, i64 j) {
+/* The pages a prompt still to compute shares with the ones in flight (Pending: requests admitted
+ * in this pass and the one being chunked). SGLang matches a prefix against its tree, which a page
+ * enters once computed (batch_result_processor.py checkpoint_kv_cache, cache_unfinished_req);
+ * kvreplay's tree holds an admitted prompt whole. So a prefix of k pages is cut at the first page
+ * a request in flight has still to compute (prompts share positions: ids are chained). */
+typedef struct {
+    i64 chunk;      /* the request being chunked when the pass began, or -1 */
+    i64 first_new;  /* the pass's admissions: the running list from here on */
+} Pending;
+
+/* k cut at the first page request r has still to compute, if i shares the pages up to it */
+static i64 cut_at(Sim *s, i64 i, i64 r, i64 k) {
+    const i64 *off = s->io->offsets;
+    const i32 *ids = s->io->blocks;
+    i64 from = s->computed[r] / s->bs;
+    if (from >= k) return k;
+    i64 n = kv_min(k, off[r + 1] - off[r]), q = 0;
+    while (q < n && ids[off[i] + q] == ids[off[r] + q]) q++;
+    return q > from ? from : k;
+}
+
+static i64 computed_prefix(Sim *s, i64 j, i64 i, i64 k, const Pending *p) {
+    Inst *q = &s->inst[j];
+    if (p->chunk >= 0) k = cut_at(s, i, p->chunk, k);
+    for (i64 r = p->first_new; r < q->nrun; r++) k = cut_at(s, i, q->running[r], k);
+    return k;
+}
+
+/* request i's cached prefix (blocks) as SGLang's tree has it; *cut: where a request in flight cut
+ * it (-1: nowhere) */
+static i64 tree_prefix(Sim *s, i64 j, i64 i, const Pending *p, i64 *cut) {
+    i64 k = req_cached_prefix(s, j, i, -1);
+    i64 seen = computed_prefix(s, j, i, k, p);
+    *cut = -1;
+    if (seen < k) {
+        k = req_cached_prefix(s, j, i, seen);  /* the scan ends there: req_unheld_prefix looks at it */
+        *cut = seen;
+    }
+    return k;
+}
+
+/* match_prefix of waiting request i's whole sequence (prompt and outputs, whole pages), which
+ * stamps its path */
+static i64 touch_waiting(Sim *s, i64 j, i64 i, const Pending *p) {
+    i64 n = s->target[i] / s->bs;
+    return req_touch_prefix(s, j, i, computed_prefix(s, j, i, n, p));
+}
+
+enum {
+    IN_BATCH_PREFIX_TOKENS = 32,  /* IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = ..._DEPRIORITIZE_THRESHOLD */
+    WAITING_QUEUE_PREFIX_MATCH_MAX = 128,
+    WAITING_PREFIX_REFRESH_INTERVAL = 32,
+};
+
+/* Does request i share its first IN_BATCH_PREFIX_TOKENS tokens with request r? (ids are per
+ * block: the blocks that hold them, with both sequences that long) */
+static int shares_short_prefix(Sim *s, i64 i, i64 r) {
+    i64 m = kv_ceil_div(IN_BATCH_PREFIX_TOKENS, s->bs);
+    const i64 *off = s->io->offsets;
+    if (s->target[i] < IN_BATCH_PREFIX_TOKENS || s->target[r] < IN_BATCH_PREFIX_TOKENS) return 0;
+    if (off[i + 1] - off[i] < m || off[r + 1] - off[r] < m) return 0;
+    for (i64 q = 0; q < m; q++)
+        if (s->io->blocks[off[i] + q] != s->io->blocks[off[r] + q]) return 0;
+    return 1;
+}
+
+/* lpm (SchedulePolicy._compute_prefix_matches, _sort_by_longest_prefix): every waiting request is
+ * matched in queue order; one whose cached prefix is at most IN_BATCH_PREFIX_TOKENS and that shares
+ * that many tokens with an earlier such request goes last (in-batch prefix caching: the first one
+ * will cache them); the others sort by their prefix, longest first (stable). */
+static void longest_prefix_first(Sim *s, i64 j, const Pending *p) {
     Inst *q = &s->inst[j];
     i64 count = 0;
     for (i64 i = q->qhead; i >= 0; i = s->qnext[i]) {
+        i64 k = touch_waiting(s, j, i, p);
+        s->lpm_key[i] = k;
+        if (k * s->bs <= IN_BATCH_PREFIX_TOKENS)
+            for (i64 a = 0; a < count; a++) {
+                i64 r = s->order[a];  /* in the waiting tree: matched short, not put last */
+                if (s->lpm_key[r] >= 0 && s->lpm_key[r] * s->bs <= IN_BATCH_PREFIX_TOKENS && shares_short_prefix(s, i, r)) {
+                    s->lpm_key[i] = -1;
+                    break;
+                }
+            }
         s->order[count++] = i;
-        s->lpm_key[i] = req_cached_prefix(s, j, i, s->target[i]);
     }
     sort_by_key_desc(s->order, count, s->lpm_key);
     q->qhead = q->qtail = -1;
@@ -33,69 +111,159 @@ static void longest_prefix_first(Sim *s, i64 j) {
     for (i64 k = 0; k < count; k++) queue_push_back(s, q, s->order[k]);
 }
 
+/* SchedulePolicy.calc_priority: lpm while at most LPM_FCFS_ABOVE wait, else first come first
+ * served, when every WAITING_PREFIX_REFRESH_INTERVAL-th pass touches the first
+ * WAITING_QUEUE_PREFIX_MATCH_MAX waiting sequences, the head last (_touch_waiting_prefixes). */
+static void calc_priority(Sim *s, i64 j, const Pending *p) {
+    Inst *q = &s->inst[j];
+    if (q->qlen == 0) return;
+    if (s->io->cfg[LPM] != 0 && q->qlen <= s->io->cfg[LPM_FCFS_ABOVE]) {
+        longest_prefix_first(s, j, p);
+        return;
+    }
+    if (q->refresh_calls++ % WAITING_PREFIX_REFRESH_INTERVAL != 0) return;
+    i64 count = 0;
+    for (i64 i = q->qhead; i >= 0 && count < WAITING_QUEUE_PREFIX_MATCH_MAX; i = s->qnext[i]) s->order[count++] = i;
+    for (i64 a = count - 1; a >= 0; a--) touch_waiting(s, j, s->order[a], p);
+}
+
+/* what a request may still decode, as the budget counts it (at most CLIP_MAX_NEW) */
 static inline i64 reserved(Sim *s, i64 i) {
     i64 left = s->outputs[i] - s->generated[i], clip = s->io->cfg[CLIP_MAX_NEW];
     return left < clip ? left : clip;
 }
 
-/* The prefill batch (PrefillAdder); returns the requests in it. */
+/* what an admitted prompt's last chunk reserves for its outputs (min(max_new_tokens, CLIP)) */
+static inline i64 reserved_at_last_chunk(Sim *s, i64 i) { return kv_min(s->outputs[i], s->io->cfg[CLIP_MAX_NEW]); }
+
+/* One prefill pass's budgets (PrefillAdder, mem_cache/prefill_budget.py PrefillBudget):
+ * rem_total is remaining_total, the pool's free and evictable tokens less what admitted requests
+ * will still take; rem_chunk and rem_input the chunk size and the prefill token budget left. */
+typedef struct {
+    f64 rem_total;
+    i64 rem_chunk, rem_input;
+    int chunking;
+} Budget;
+
+enum { CONTINUE, NO_TOKEN, OTHER };  /* AddReqResult */
+
+static int budget_state(const Budget *b) {
+    if (b->rem_total <= 0) return NO_TOKEN;
+    if (b->rem_input <= 0) return OTHER;
+    if (b->chunking && b->rem_chunk <= 0) return OTHER;
+    return CONTINUE;
+}
+
+/* _update_prefill_budget: an admitted extend is charged in whole pages, plus a page of rounding
+ * and the outputs it reserves. */
+static void charge(Budget *b, i64 extend, i64 outputs, i64 bs) {
+    i64 paged = sim_ceil_page(extend, bs);
+    b->rem_total -= (f64)(paged + bs + outputs);
+    b->rem_input -= paged;
+    b->rem_chunk -= paged;
+}
+
+/* The pass's starting budget. kvreplay holds a chunked prompt whole from its first chunk; SGLang
+ * has allocated only the pages of its computed tokens, so the rest counts as room here. */
+static Budget start_budget(Sim *s, i64 j) {
+    Inst *q = &s->inst[j];
+    const i64 *cfg = s->io->cfg;
+    i64 bs = s->bs;
+    KvHolds *h = (KvHolds *)q->state;
+    Budget b = {(f64)((s->capacity - h->hold[HELD]) * bs), 0, cfg[MAX_PREFILL], cfg[CHUNKED] != 0};
+    b.rem_chunk = b.chunking ? cfg[CHUNK_SIZE] : (i64)1 << 62;
+    for (i64 r = 0; r < q->nrun; r++)
+        if (q->running[r] != q->chunk_req) b.rem_total -= (f64)reserved(s, q->running[r]) * q->ratio;
+    if (q->chunk_req >= 0) {
+        i64 i = q->chunk_req, ahead = s->base_len[i] - kv_ceil_div(s->computed[i], bs);
+        if (ahead > 0) b.rem_total += (f64)(ahead * bs);
+    }
+    return b;
+}
+
+/* add_chunked_req: the next chunk of the prompt being chunked, at most the chunk size and the
+ * room left (it always makes progress). */
+static void next_chunk(Sim *s, Inst *q, Budget *b) {
+    i64 i = q->chunk_req, m = s->target[i] - s->computed[i];
+    i64 room = kv_min(b->rem_chunk, (i64)b->rem_total);
+    if (room <= 0) room = b->rem_chunk;
+    int last = m <= room;
+    if (!last) m = room;
+    else q->chunk_req = -1;
+    s->new_tokens[i] = m;
+    charge(b, m, last ? reserved_at_last_chunk(s, i) : 0, s->bs);
+}
+
+/* add_one_req for the head of the queue: admits it (the whole prompt, or a first chunk of whole
+ * pages) or says why not. *npre counts the batch's requests. */
+static int add_one(Sim *s, i64 j, Budget *b, Pending *p, i64 *npre) {
+    Inst *q = &s->inst[j];
+    i64 bs = s->bs, i = q->qhead, cut;
+    i64 k = tree_prefix(s, j, i, p, &cut);
+    i64 unheld = req_unheld_prefix(s, j, i, k) * bs;  /* locked before the check (schedule_policy.py _lock_node) */
+    i64 hit = kv_min(k * bs, s->target[i]);
+    i64 extend = hit < s->target[i] ? s->target[i] - hit : 1;  /* (a block-level policy may hit it all) */
+    i64 n = extend, outputs = reserved_at_last_chunk(s, i);
+    int chunked = b->chunking && sim_ceil_page(extend, bs) > b->rem_chunk;
+    if (chunked) n = (hit + b->rem_chunk / bs * bs) / bs * bs - hit;  /* whole pages, ending on a page */
+    int res = CONTINUE;
+    if (!((f64)(extend + reserved(s, i) + bs) < b->rem_total - (f64)unheld)) res = NO_TOKEN;
+    /* without chunked prefill the first request may exceed the prefill budget */
+    else if (!b->chunking && *npre > 0 && sim_ceil_page(extend, bs) >= b->rem_input) res = OTHER;
+    else if (chunked && n <= 0) res = OTHER;
+    if (res != CONTINUE) {
+        req_touch_prefix(s, j, i, k);  /* it was matched (init_next_round_input) */
+        return res;
+    }
+    if (chunked) outputs = 0;
+    if (!req_schedule(s, j, i, cut)) return OTHER;  /* kvreplay holds the whole prompt: it may not fit yet */
+    queue_pop_front(s, q);
+    q->running[q->nrun++] = i;
+    *npre += 1;
+    s->new_tokens[i] = chunked ? n : s->target[i] - s->computed[i];
+    if (chunked) q->chunk_req = i;
+    b->rem_total -= (f64)unheld;
+    charge(b, n, outputs, bs);
+    return budget_state(b);
+}
+
+/* The prefill batch (get_new_batch_prefill); returns the requests in it. */
 static i64 prefill_batch(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     const i64 *cfg = s->io->cfg;
-    i64 bs = s->bs, npre = 0;
-    KvHolds *h = (KvHolds *)q->state;
-    f64 rem_total = (f64)((s->capacity - h->hold[HELD]) * bs);
-    for (i64 r = 0; r < q->nrun; r++)
-        if (q->running[r] != q->chunk_req) rem_total -= (f64)reserved(s, q->running[r]) * q->ratio;
-    int chunking = cfg[CHUNKED] != 0;
-    i64 rem_chunk = chunking ? cfg[CHUNK_SIZE] : (i64)1 << 62;
-    i64 rem_input = cfg[MAX_PREFILL];
-    if (q->chunk_req >= 0) {
-        i64 i = q->chunk_req, m = s->target[i] - s->computed[i];
-        if (m > rem_chunk) {
-            m = rem_chunk >= bs ? rem_chunk - rem_chunk % bs : rem_chunk;
-        } else {
-            q->chunk_req = -1;
-            rem_total -= (f64)reserved(s, i);
+    i64 running = q->nrun - (q->chunk_req >= 0), npre = 0;
+    if (running == 0) q->batch_full = 0;
+    if (q->chunk_req < 0) {
+        if (q->batch_full || q->qlen == 0) return 0;
+        if (running >= cfg[MAX_SEQS]) {
+            q->batch_full = 1;
+            return 0;
         }
-        s->new_tokens[i] = m;
-        npre++;
-        rem_chunk -= m;
-        rem_input -= m;
-        rem_total -= (f64)sim_ceil_page(m, bs);
     }
-    if (q->chunk_req >= 0 || q->qlen == 0) return npre;
-    if (cfg[LPM] != 0 && q->qlen <= cfg[LPM_FCFS_ABOVE]) longest_prefix_first(s, j);
-    while (q->qlen > 0 && q->nrun < cfg[MAX_SEQS] && rem_total > 0 && rem_chunk > 0 && rem_input > 0) {
-        i64 i = q->qhead;
-        i64 hit = kv_min(req_cached_prefix(s, j, i, s->target[i]) * bs, s->target[i]);
-        i64 extend = hit < s->target[i] ? s->target[i] - hit : 1;
-        i64 reserve = reserved(s, i);
-        if ((f64)(extend + reserve + bs) >= rem_total) break;
-        if (!chunking && npre > 0 && sim_ceil_page(extend, bs) >= rem_input) break;
-        if (!req_schedule(s, j, i)) break;
-        queue_pop_front(s, q);
-        extend = s->target[i] - s->computed[i];
-        q->running[q->nrun++] = i;
+    Pending pending = {q->chunk_req, q->nrun};
+    calc_priority(s, j, &pending);
+    Budget b = start_budget(s, j);
+    if (q->chunk_req >= 0) {
+        next_chunk(s, q, &b);
         npre++;
-        if (extend > rem_chunk) {
-            i64 m = rem_chunk >= bs ? rem_chunk - rem_chunk % bs : rem_chunk;
-            s->new_tokens[i] = m;
-            q->chunk_req = i;
-            rem_total -= (f64)(sim_ceil_page(m, bs) + bs);
-            rem_chunk -= m;
+    }
+    while (q->qlen > 0 && budget_state(&b) != OTHER) {
+        if (q->nrun >= cfg[MAX_SEQS]) {
+            q->batch_full = 1;
             break;
         }
-        s->new_tokens[i] = extend;
-        rem_total -= (f64)(sim_ceil_page(extend, bs) + bs + reserve);
-        rem_chunk -= sim_ceil_page(extend, bs);
-        rem_input -= sim_ceil_page(extend, bs);
+        if (q->batch_full) break;
+        int res = add_one(s, j, &b, &pending, &npre);
+        if (res == CONTINUE) continue;
+        if (res == NO_TOKEN) q->batch_full = npre > 0 || running > 0;
+        break;
     }
     return npre;
 }
 
 /* Retract one decoding request of instance j for a request that found no block: the fewest
- * generated tokens first, the longest prompt on ties, never the last one; it waits at the back
+ * generated tokens first, the longest prompt on ties, the last admitted of equals (SGLang pops
+ * the end of a stable sort), never the last one; it waits at the back
  * of the queue. Returns it, or -1 when none may go. *r: the caller's place in the running list. */
 static i64 retract(Sim *s, i64 j, i64 *r) {
     Inst *q = &s->inst[j];
@@ -104,7 +272,7 @@ static i64 retract(Sim *s, i64 j, i64 *r) {
         i64 u = q->running[k];
         if (!s->decoding[u]) continue;
         if (v < 0 || s->generated[u] < s->generated[v]
-            || (s->generated[u] == s->generated[v] && s->io->L[u] > s->io->L[v]))
+            || (s->generated[u] == s->generated[v] && s->io->L[u] >= s->io->L[v]))
             v = u;
     }
     if (v < 0 || q->nrun <= 1) return -1;
@@ -123,6 +291,13 @@ static i64 retract(Sim *s, i64 j, i64 *r) {
 static void decode_batch(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     int retracted = 0;
+    /* a page per decoding request is made free ahead, but not in the instant limit, which is the
+     * sequential replay */
+    if (s->io->cfg[ONE_AT_A_TIME] == 0) {
+        i64 decoding = 0;
+        for (i64 r = 0; r < q->nrun; r++) decoding += s->decoding[q->running[r]];
+        req_evict_ahead(s, j, decoding);
+    }
     for (i64 r = 0; r < q->nrun;) {
         i64 i = q->running[r];
         if (!s->decoding[i]) {
@@ -138,6 +313,7 @@ static void decode_batch(Sim *s, i64 j) {
                 break;
             }
             retracted = 1;
+            q->batch_full = 0;  /* a request left the running batch */
             if (v == i) {
                 ok = 0;
                 break;

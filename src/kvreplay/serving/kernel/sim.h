@@ -91,6 +91,8 @@ typedef struct {
     int busy;
     f64 ratio;         /* SGLang's new-token ratio */
     i64 chunk_req;     /* SGLang: the request whose prompt is being chunked (-1: none) */
+    int batch_full;    /* SGLang's running_batch.batch_is_full: no prefill until a request leaves */
+    i64 refresh_calls; /* SGLang's _waiting_prefix_refresh_calls */
     f64 *view;         /* its row of the router's view (NUM_VIEW) */
 } Inst;
 
@@ -137,8 +139,9 @@ i64 req_needed_positions(const Sim *s, i64 i, i64 tokens);
 /* admit waiting request i for at most `budget` tokens this step (`partial`: it may take fewer than
  * it needs): the tokens it computes, 0 when it waits (nothing held) */
 i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial);
-/* admit waiting request i with all it needs held at once (SGLang): 1, or 0 when it waits */
-i64 req_schedule(Sim *s, i64 j, i64 i);
+/* admit waiting request i with all it needs held at once (SGLang), its hit at most max_hits blocks
+ * (negative: no bound): 1, or 0 when it waits */
+i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits);
 /* hold what request i needs with `tokens` tokens in KV: 0 when the pool is out of room */
 int req_grow(Sim *s, i64 j, i64 i, i64 tokens);
 /* release request i's blocks (finished, preempted or handed over) */
@@ -146,8 +149,17 @@ void req_release(Sim *s, i64 j, i64 i);
 /* preempt (vLLM) or retract (SGLang) request v: released, it waits to recompute its prompt and
  * outputs; the tokens it had this step */
 i64 req_take_back(Sim *s, i64 j, i64 v);
-/* the cached prefix (blocks) request i would get on instance j for `tokens` tokens */
-i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 tokens);
+/* the cached prefix (blocks) request i would get now on instance j, at most max_blocks (negative:
+ * no bound); a policy's scan (a radix tree's cursor) ends there */
+i64 req_cached_prefix(Sim *s, i64 j, i64 i, i64 max_blocks);
+/* a radix tree's match of waiting request i's first n blocks, which stamps its path: the blocks
+ * matched (a policy without touch_prefix: its cached prefix, touching nothing) */
+i64 req_touch_prefix(Sim *s, i64 j, i64 i, i64 n);
+/* a radix tree's eviction until `blocks` blocks are free (SGLang's decode allocates a page per
+ * request ahead: allocation.py alloc_paged_token_slots_decode) */
+void req_evict_ahead(Sim *s, i64 j, i64 blocks);
+/* of the k blocks req_cached_prefix has just matched for request i, how many no request holds */
+i64 req_unheld_prefix(Sim *s, i64 j, i64 i, i64 k);
 /* give request i's positions instance j's ids (at routing or handover); 0 when j's ids are full */
 int req_route_ids(Sim *s, i64 j, i64 i);
 
