@@ -126,6 +126,21 @@ def test_simulator_instant_limit_with_tiers(policy, trace, dram):
         assert np.array_equal(sim.tiers["tokens_per_tier"][name][:upto], seq.tiers["tokens_per_tier"][name][:upto])
 
 
+def test_simulator_demotes_a_full_step_once_like_the_sequential_replay():
+    # hypothesis found it: HBM holds 8 blocks (vllm), DRAM 3. The simulator drained HBM's
+    # evictions to DRAM after allocating a step's blocks as well as after caching them, so a block
+    # evicted and re-cached within request 4's step ([5,1,1,3,1]) was demoted too and pushed
+    # block 0 out of DRAM. Drained once, after the step's caching (as the sequential replay does),
+    # block 0 is still in DRAM when request 5 ([0, 1]) arrives: 4 tokens from DRAM, none from HBM.
+    reqs = [([0], 4), ([2], 4), ([3, 4], 8), ([1, 1, 1], 12), ([5, 1, 1, 3, 1], 17), ([0, 1], 5)]
+    trace = trace_of(*[(ids, length, 1000 * i, 0) for i, (ids, length) in enumerate(reqs)])
+    sim = simulate(trace, "vllm", 8, time_model="instant", output_kv=False, tiers="dram=3", engine_style="vllm")
+    seq = kvreplay.replay(trace, "vllm", 8, tiers="dram=3")
+    assert sim.hit_tokens.tolist() == seq.hit_tokens.tolist() == [0, 0, 0, 0, 0, 4]
+    assert sim.tiers["tokens_per_tier"]["dram"].tolist() == [0, 0, 0, 0, 0, 4]
+    assert sim.tiers["tokens_per_tier"]["hbm"].tolist() == [0] * 6
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=small_traces(), store=st.integers(1, 10))
 def test_one_instance_with_a_global_store_is_one_bigger_cache(trace, store):

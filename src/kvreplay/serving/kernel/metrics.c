@@ -14,12 +14,16 @@ void metrics_token_gap(Sim *s, f64 gap) {
     itl[ITL_SUM] += gap;
     itl[ITL_COUNT] += 1;
     if (gap > itl[ITL_MAX]) itl[ITL_MAX] = gap;
-    i64 k = 0;
-    if (gap > ITL_MIN_S) {
-        k = (i64)(log(gap / ITL_MIN_S) / log(ITL_RATIO)) + 1;
-        if (k >= bins) k = bins - 1;
+    if (gap != s->itl_gap) {
+        i64 k = 0;
+        if (gap > ITL_MIN_S) {
+            k = (i64)(log(gap / ITL_MIN_S) / log(ITL_RATIO)) + 1;
+            if (k >= bins) k = bins - 1;
+        }
+        s->itl_gap = gap;
+        s->itl_bin = k;
     }
-    itl[ITL_HEAD + k] += 1;
+    itl[ITL_HEAD + s->itl_bin] += 1;
 }
 
 /* one row of the whole cluster after a step, every `stride` steps */

@@ -213,10 +213,10 @@ static void paged_cache_full(Sim *s, i64 j, i64 i, i64 tokens) {
         s->io->handles[start + i + q] = pool->cache(st, ids[start + q]);
         if (s->T > 0) kv_tier_entered(s->tiers, j, s->io->blocks[start + q]);  /* it is in HBM now */
     }
-    if (full > s->base_n[i]) {
-        s->base_n[i] = full;
-        drain(s, j);
-    }
+    if (full > s->base_n[i]) s->base_n[i] = full;
+    /* the step's evictions go down only now: a block this step evicted and cached again stays in
+     * HBM alone, as in the sequential replay (engine/tiers/replay.c drains after the access) */
+    drain(s, j);
 }
 
 /* vLLM's admission of request i for at most `budget` tokens this step: the whole sequence must
@@ -255,7 +255,6 @@ static i64 paged_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     if (s->T > 0)  /* the load time of what the tiers hold (those blocks leave them when cached, below) */
         s->load_s[i] += kv_tier_admitted(s->tiers, j, s->io->blocks, start, k, k, s->tier_scratch,
                                          first ? s->io->tier_hits + i * (s->T + 1) : NULL);
-    drain(s, j);
     started(s, j, i, hit, reach);
     paged_cache_full(s, j, i, s->computed[i] + n);
     return n;
@@ -271,9 +270,10 @@ static int paged_grow(Sim *s, i64 j, i64 i, i64 tokens) {
         s->base_len[i] += need;
         i64 decode_from = kv_max(s->base_len[i] - need, s->io->P[i]);
         if (s->base_len[i] > decode_from) ctr(s, j)[decode_blocks] += s->base_len[i] - decode_from;
-        drain(s, j);
+    } else if (kv_min(tokens, s->target[i]) / s->bs <= s->base_n[i]) {
+        return 1;  /* no block filled, none allocated: nothing to cache or drain */
     }
-    paged_cache_full(s, j, i, tokens);
+    paged_cache_full(s, j, i, tokens);  /* (it drains the evictions) */
     return 1;
 }
 

@@ -127,6 +127,8 @@ typedef struct Sim {
     i64 *heap_i, heap_n;
     /* time series */
     i64 steps_all, stride, nseries;
+    f64 itl_gap;  /* the last inter-token gap binned, and its bin (a decode step's gaps repeat) */
+    i64 itl_bin;
     f64 agg[16];
     i64 done;
     f64 now;
