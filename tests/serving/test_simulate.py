@@ -259,6 +259,19 @@ def test_invariants_hold_under_load(trace, capacity, style, policy):
     assert r.counters["peak_running"] <= 3
 
 
+def test_sglang_decode_page_locks_nothing_else():
+    # hypothesis found it: 10 pages of 4 tokens. Request 1 ([0]*5, 17 tokens, 9 outputs) decodes
+    # alone while request 0's 4 pages sit evictable in the tree; the FCFS refresh had matched the
+    # waiting requests, leaving the radix cursor on request 0's path, and pinning a decode page
+    # (no hits) locked that path: 6 + 4 pages held, the 7th page refused, the run stalled.
+    t = trace_of(([1, 0, 0, 0], 16, 0, 0), ([0] * 5, 17, 0, 9), ([1, 0], 5, 0, 0), *[([0], 1, 0, 0)] * 6)
+    r = simulate(t, "radix", 10, engine_style="sglang", time_model=ONE_SECOND,
+                 scheduler=Scheduler(style="sglang", max_num_batched_tokens=8, chunked_prefill_size=8, max_num_seqs=3),
+                 compare_sequential=False)
+    assert r.num_finished == 9 and r.num_rejected == 0
+    assert r.hit_tokens.tolist() == [0, 0, 4, 0, 0, 0, 0, 0, 0]  # request 2 hits request 0's first page
+
+
 def test_same_seed_same_bytes(tmp_path):
     t = trace_of((["a", "b"], 8, 0, 3), (["a", "c"], 8, 500, 2), (["d"], 4, 700, 4))
     a = simulate(t, "vllm", 6, time_model=ONE_SECOND, rate=3.0, seed=7).to_dict()

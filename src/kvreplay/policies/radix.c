@@ -343,7 +343,9 @@ static i64 radix_pin_request(Radix *st, i64 request, const i32 *blocks, i64 star
      * re-match below stamps it again, so no eviction can see those stamps: they are skipped (and
      * applied only when the start is refused). */
     m[CLOCK] += 1;
-    i64 matched = m[CURSOR_NODE];
+    /* the path the scan before this call matched; without hits, nothing (a decode page is pinned
+     * without a scan: the cursor is then a later scan's, of another request) */
+    i64 matched = hits > 0 ? m[CURSOR_NODE] : ROOT;
     if (hits > 0 && m[CURSOR_OFFSET] < st->node_len[matched]) {
         st->node_time[matched] = m[CLOCK];
         i64 tail = matched;
