@@ -34,10 +34,14 @@ def snapshot(ref: str) -> tuple[Path, str]:
                          check=True, capture_output=True, text=True).stdout.strip()
     root = CACHE / f"kvreplay-{sha[:12]}"
     if not (root / "src" / "kvreplay" / "__init__.py").exists():
-        has_setup = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{sha}:setup.py"],
-                                   capture_output=True).returncode == 0
-        data = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", sha, "src",
-                               *(["setup.py"] if has_setup else [])], check=True, capture_output=True).stdout
+        def has(path):
+            return subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{sha}:{path}"],
+                                  capture_output=True).returncode == 0
+
+        has_setup = has("setup.py")  # (setup.py reads the package layout from pyproject.toml)
+        extra = [f for f in ("setup.py", "pyproject.toml") if has_setup and has(f)]
+        data = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", sha, "src", *extra],
+                              check=True, capture_output=True).stdout
         root.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(root)

@@ -393,10 +393,6 @@ def memory_tables(args, big, results) -> None:
         print(f"\n`{mem_cli['command']}`: {mem_cli['wall_s']:.1f} s (load + replay + checks, in-process)")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens):
     """The compiled engine's loop alone: C since commit 253f65a (driver.replay_state), numba before."""
     from kvreplay.engine import driver
@@ -406,3 +402,7 @@ def replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens):
                             hit_tokens)
     else:
         driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
