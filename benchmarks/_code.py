@@ -5,7 +5,7 @@ into benchmarks/.cache/kvreplay-<sha>/), run with the same interpreter and depen
 (PYTHONPATH puts the snapshot before the editable install). It keeps uncommitted work
 out of the figures and gives the snapshot its own build of the compiled core (setup.py
 builds it into the snapshot, as pip install would) and its own numba cache (numba compiled
-the engines before commit 253f65a, and still compiles the analysis kernels).
+the engines before commit 6e7a47a, and still compiles the analysis kernels).
 ``--code installed`` measures whatever ``import kvreplay`` finds (the working tree).
 """
 

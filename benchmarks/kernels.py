@@ -74,7 +74,7 @@ if __name__ == "__main__":
 
 
 def replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens):
-    """The compiled engine's loop alone: C since commit 253f65a (driver.replay_state), numba before."""
+    """The compiled engine's loop alone: C since commit 6e7a47a (driver.replay_state), numba before."""
     from kvreplay.engine import driver
 
     if hasattr(driver, "replay_state"):
