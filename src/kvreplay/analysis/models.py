@@ -71,6 +71,24 @@ class ModelSpec:
     sliding_window_pattern: str | None = None
     aliases: tuple[str, ...] = ()
     notes: str | None = None
+    #: from the same config.json: the residual width, the dense MLP's width (None for MoE), the
+    #: vocabulary, and whether the LM head shares the embedding's weights
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
+    tie_word_embeddings: bool = False
+
+    @property
+    def lm_head_params(self) -> int:
+        """Parameters of the output projection (vocab x hidden; 0 when the catalog lacks them)."""
+        return (self.vocab_size or 0) * (self.hidden_size or 0)
+
+    @property
+    def body_params(self) -> int:
+        """Active parameters a token multiplies through in the layers: active_params less the
+        embedding table (a lookup) and the LM head (charged apart, on logits rows only)."""
+        embedding = self.lm_head_params
+        return self.active_params - embedding - (0 if self.tie_word_embeddings else embedding)
 
     @property
     def full_attention_layers(self) -> int:

@@ -1,0 +1,44 @@
+"""The catalog's hidden/intermediate/vocab sizes (models.json): the dense models' parameter
+counts recomputed from them match total_params (exactly where the catalog has the exact count)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvreplay.analysis.models import catalog, get_model
+
+
+def dense_params(m) -> int:
+    H, I, V = m.hidden_size, m.intermediate_size, m.vocab_size
+    h, kv, d = m.num_attention_heads, m.num_kv_heads, m.head_dim
+    layer = H * h * d + 2 * H * kv * d + h * d * H + 3 * H * I + 2 * H  # q, k, v, o, gate/up/down, 2 norms
+    if m.name.startswith("Qwen2.5"):
+        layer += (h + 2 * kv) * d  # q/k/v biases
+    if m.name.startswith("Qwen3"):
+        layer += 2 * d  # q_norm, k_norm
+    if m.name.startswith("gemma"):
+        layer += 2 * H  # pre/post feed-forward norms
+    return m.num_layers * layer + V * H * (1 if m.tie_word_embeddings else 2) + H
+
+
+@pytest.mark.parametrize("name", ["Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.1-405B"])
+def test_llama_counts_are_exact(name):
+    m = get_model(name)
+    assert dense_params(m) == m.total_params
+
+
+def test_every_dense_model_within_0_2_percent():
+    # the others' total_params are rounded (7.61B) or include a vision tower (gemma-3: 1.4%, skipped)
+    for m in catalog():
+        assert m.hidden_size and m.vocab_size, m.name
+        if m.intermediate_size is None or m.name.startswith("gemma-3"):
+            continue
+        assert abs(dense_params(m) - m.total_params) / m.total_params < 0.002, m.name
+
+
+def test_body_params_leave_out_the_embedding_and_lm_head():
+    m = get_model("Llama-3.1-8B")  # untied: 2 x 128256 x 4096 out of 8,030,261,248
+    assert m.lm_head_params == 525_336_576
+    assert m.body_params == 8_030_261_248 - 2 * 525_336_576
+    g = get_model("gemma-2-9b")  # tied: one table
+    assert g.body_params == g.active_params - 256_000 * 3584
