@@ -14,9 +14,9 @@ import threading
 import warnings
 
 from ..errors import InvariantError, KvreplayError
-from . import info, replay, serving, traces
+from . import calibrate, info, replay, serving, traces
 
-FAMILIES = (replay, serving, traces, info)
+FAMILIES = (replay, serving, calibrate, traces, info)
 COMMANDS = {name: handler for family in FAMILIES for name, handler in family.COMMANDS.items()}
 
 
