@@ -76,12 +76,17 @@ def _cmd_gpus(args) -> int:
         return "-" if v is None else f"{v:,}"
 
     rows = [{"name": e["name"], "aliases": ", ".join(e["aliases"]) or "-", "bf16": num(e["bf16_tflops"]),
-             "fp8": num(e["fp8_tflops"]), "bw": num(e["bandwidth_gbps"]), "mem": num(e["memory_gb"])}
+             "fp8": num(e["fp8_tflops"]), "bw": num(e["bandwidth_gbps"]), "mem": num(e["memory_gb"]),
+             "link": num(e["link_gbps"]), "kind": e["link_kind"], "topology": e["link_topology"]}
             for e in entries]
     print(format_table(rows, [("name", "gpu"), ("aliases", "also"), ("bf16", "dense BF16 TFLOP/s"),
-                              ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("mem", "memory GB")]))
-    print("\nDense figures (datasheets print 2:4-sparse ones, halved here); each entry's source is in --json and "
-          "docs/serving.md.\nUse: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N]")
+                              ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("mem", "memory GB"),
+                              ("link", "link GB/s each way"), ("kind", "interconnect"), ("topology", "topology")]))
+    print("\nDense figures (datasheets print 2:4-sparse ones, halved here). Link: the GPU-to-GPU interconnect per "
+          "GPU in one direction (datasheets print both directions added); switch: any pair at that figure, mesh: one "
+          "link to each peer (a pair gets its share), pcie: no GPU link. Each entry's sources are in --json and "
+          "docs/serving.md.\n"
+          "Use: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N] [--weights-dtype fp8]")
     return 0
 
 

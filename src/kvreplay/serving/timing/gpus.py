@@ -9,6 +9,12 @@ holds half of it), and each entry's ``source`` names the vendor datasheet it com
 reports a little more (an H100 80GB shows 81,559 MiB, about 85.5e9 bytes), so a KV capacity
 computed from the datasheet figure errs on the small side; ``kv_capacity_blocks`` takes
 ``total_memory_bytes=`` for a measured figure.
+
+``link_gbps`` is the GPU's scale-up interconnect (NVLink; AMD Infinity Fabric/xGMI; PCIe on a part
+without either), in GB/s PER DIRECTION per GPU: datasheets print both directions added, so the
+catalog holds half of their figure. ``link_topology`` says how the GPUs of one server share it:
+``switch`` (NVSwitch: any pair exchanges ``link_gbps`` each way), ``mesh`` (one link to each peer:
+a pair gets ``link_gbps / peers``; MI300X) or ``pcie``. ``link_source`` quotes the datasheet.
 """
 
 from __future__ import annotations
@@ -35,8 +41,13 @@ class GPUSpec:
     fp8_tflops: float | None
     bandwidth_gbps: float
     memory_gb: float
+    link_gbps: float
+    link_kind: str
+    link_topology: str
     source: str
+    link_source: str
     corroborated_by: str | None = None
+    link_corroborated_by: str | None = None
     aliases: tuple[str, ...] = ()
     notes: str | None = None
 
@@ -48,6 +59,11 @@ class GPUSpec:
     @property
     def bandwidth_bytes_per_s(self) -> float:
         return self.bandwidth_gbps * 1e9
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """Scale-up interconnect bandwidth of one GPU, one direction, in bytes/s (``link_gbps`` x 10^9)."""
+        return self.link_gbps * 1e9
 
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense peak FLOP/s of one GPU at `dtype` (bf16/fp16 or fp8)."""
