@@ -35,6 +35,10 @@ def unit_fraction(text: str) -> float:
     return value
 
 
+#: --weights-dtype's values (serving/timing/gpus.py WEIGHTS_COMPUTE_DTYPE; bytes: models.WEIGHT_DTYPE_BYTES).
+WEIGHTS_DTYPES = ("bf16", "fp16", "fp8", "int4")
+
+
 def _parser_simulate(sub) -> None:
     sim = sub.add_parser("simulate", help="serve a trace on a simulated engine: concurrency, scheduler, TTFT",
                          description="Serve the trace on one simulated engine instance: requests arrive at their "
@@ -49,6 +53,10 @@ def _parser_simulate(sub) -> None:
                      help="the KV pool in blocks (or a size like 40GiB with --model); default with --gpu: what is "
                           "left of GPU memory after the weights")
     common.add_budget_options(sim)
+    sim.add_argument("--weights-dtype", type=str.lower, choices=WEIGHTS_DTYPES, default=None,
+                     help="with --gpu and --model: the weights' type, bf16 (default), fp16, fp8 (fp8 weights and "
+                          "GEMMs; GPUs with FP8 tensor cores) or int4 (weight-only, bf16 GEMMs): the memory the "
+                          "weights take before the KV pool, and the roofline's weight reads and compute peak")
     sim.add_argument("--gpu", help="GPU for the roofline time model and the default pool (see `kvreplay gpus`)")
     sim.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs per instance (default 1)")
     sim.add_argument("--gpu-memory-utilization", type=unit_fraction, default=0.9,
@@ -163,6 +171,10 @@ def _options(args, trace) -> dict:
         capacity = common.resolve_budget(args, trace, [capacity])[0][0]  # (simulate sizes KV from --model)
     if args.model is None and (args.kv_dtype is not None or args.kv_layers is not None):
         raise ConfigError("--kv-dtype and --kv-layers need --model")
+    if args.weights_dtype is not None and (args.gpu is None or args.model is None):
+        raise ConfigError("--weights-dtype sizes the model's weights on the GPUs (before the KV pool) and the "
+                          "roofline's GEMMs: it needs --gpu and --model")
+    weights_dtype = args.weights_dtype or "bf16"
     time_model = args.time_model
     if time_model is None:
         if args.gpu is None or args.model is None:
@@ -178,7 +190,7 @@ def _options(args, trace) -> dict:
         from ..serving.timing import load_time_model
 
         time_model = load_time_model("roofline", model=args.model, gpu=args.gpu, tp=args.tp,
-                                     kv_dtype=args.kv_dtype or "bf16", **roofline)
+                                     kv_dtype=args.kv_dtype or "bf16", dtype=weights_dtype, **roofline)
     scheduler = Scheduler(style=args.engine_style, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_num_seqs=args.max_num_seqs, chunked_prefill=not args.no_chunked_prefill,
                           schedule_policy=args.schedule, chunked_prefill_size=args.chunked_prefill_size,
@@ -194,6 +206,7 @@ def _options(args, trace) -> dict:
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,
                 tiers=args.tiers, global_store=args.global_store, tier_copies=args.tier_copies,
                 tier_overlap=args.tier_overlap, kv_dtype=args.kv_dtype, kv_layers=args.kv_layers,
+                weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link,
                 router_options=_router_options(args.router_option), **params)

@@ -1,8 +1,9 @@
 """One resolve(): a serving configuration's sizes, worked out once.
 
-Block size, model, KV dtype (and which layers count), the GPU pool, the tiers below it: every
-size the simulator, its sweeps and the CLI use comes from :func:`resolve`, so a KV dtype, say,
-sizes the GPU pool, every tier and the time model's KV reads alike (docs/serving.md, "The pool").
+Block size, model, KV dtype (and which layers count), weights dtype, the GPU pool, the tiers below
+it: every size the simulator, its sweeps and the CLI use comes from :func:`resolve`, so a KV dtype,
+say, sizes the GPU pool, every tier and the time model's KV reads alike, and a weights dtype the
+pool and the roofline's weight reads and GEMMs (docs/serving.md, "The pool").
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ class Sizes:
     gpu: str | None = None
     tp: int = 1
     budget: dict | None = field(default=None, compare=False)
+    weights_dtype: str = "bf16"
 
     def describe(self) -> dict:
         out = {"block_size": self.block_size, "capacity_blocks": self.capacity, "kv_dtype": self.kv_dtype,
-               "capacity_source": self.capacity_source}
+               "weights_dtype": self.weights_dtype, "capacity_source": self.capacity_source}
         if self.model is not None:
             out.update(model=self.model, kv_bytes_per_token=self.bytes_per_token, kv_block_bytes=self.block_bytes)
         if self.tiers:
@@ -50,20 +52,34 @@ def kv_dtype_of(kv_dtype, model) -> str:
     return (kv_dtype or "bf16").strip().lower()
 
 
+def weights_dtype_of(weights_dtype, gpu) -> str:
+    """The weights dtype (default bf16), checked against `gpu` when there is one (gpus.py)."""
+    from .timing.gpus import check_weights_dtype, compute_dtype
+
+    key = str(weights_dtype or "bf16").strip().lower()
+    if gpu is None:
+        compute_dtype(key)  # an unknown name: a ConfigError naming --weights-dtype
+        return key
+    return check_weights_dtype(key, gpu)
+
+
 def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=None, kv_dtype: str | None = None,
             kv_layers: str | None = None, gpu=None, tp: int = 1, gpu_memory_utilization: float = 0.9, tiers=None,
-            global_store=None, unbounded_ids: int | None = None) -> Sizes:
+            global_store=None, unbounded_ids: int | None = None, weights_dtype: str | None = None) -> Sizes:
     """The sizes of a configuration.
 
     block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
     pool in blocks, or a size ("80GiB", needs `model`); None: what `gpu` x `tp` hold after
     `model`'s weights at `gpu_memory_utilization` (as vLLM sizes its pool), or `--tiers hbm=`.
-    kv_dtype / kv_layers: how the model's KV is stored (bf16, all layers by default). tiers /
+    kv_dtype / kv_layers: how the model's KV is stored (bf16, all layers by default). weights_dtype:
+    the model's weights (bf16 default, fp16, fp8, int4), which the pool `gpu` holds is sized after;
+    refused on a `gpu` that cannot run it (fp8 without FP8 tensor cores). tiers /
     global_store: the tiers below the pool (engine/tiers.py syntax; sizes in bytes need `model`).
     unbounded_ids: a policy without a capacity (infinite) gets a pool of that many blocks.
     """
     block_size = resolve_block_size(block_size, trace)
     kv_dtype = kv_dtype_of(kv_dtype, model)
+    weights_dtype = weights_dtype_of(weights_dtype, gpu)
     if kv_layers is not None and model is None:
         raise ConfigError("kv_layers describes a model's KV cache: it needs a model (--model)")
     bytes_per_token = block_bytes = None
@@ -88,21 +104,24 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
             from .timing import kv_capacity
 
             try:
-                fits = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, kv_dtype=kv_dtype).blocks
+                fits = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype,
+                                   kv_dtype=kv_dtype).blocks
             except ConfigError:  # the weights leave no room: the given pool is a what-if
                 fits = 0
-            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp)
+            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp,
+                          weights_dtype=weights_dtype)
     else:
         if gpu is None or model is None:
             raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
                               "the weights, as vLLM sizes it)")
         from .timing import kv_capacity
 
-        kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, kv_dtype=kv_dtype)
+        kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype, kv_dtype=kv_dtype)
         blocks, source = int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
     return Sizes(block_size=block_size, capacity=blocks, capacity_source=source, tiers=tuple(tier_list),
                  model=None if model is None else str(model), kv_dtype=kv_dtype, bytes_per_token=bytes_per_token,
-                 block_bytes=block_bytes, gpu=None if gpu is None else str(gpu), tp=tp, budget=budget)
+                 block_bytes=block_bytes, gpu=None if gpu is None else str(gpu), tp=tp, budget=budget,
+                 weights_dtype=weights_dtype)
 
 
 def _blocks(capacity, block_size, model, kv_dtype, kv_layers) -> tuple[int, dict | None]:

@@ -1,9 +1,9 @@
 """``kvreplay.simulate``: engine instances serving a trace in simulated time.
 
-simulate() resolves the configuration (config.resolve: block size, KV dtype, pool, tiers), the
-time model, the arrivals and the router, runs the compiled loop (run.py) and returns a SimReport
-(report.py); load_sweep() runs a grid of them. The rules (arrivals, schedulers, the pool, time)
-are in docs/serving.md.
+simulate() resolves the configuration (config.resolve: block size, KV and weights dtypes, pool,
+tiers), the time model, the arrivals and the router, runs the compiled loop (run.py) and returns a
+SimReport (report.py); load_sweep() runs a grid of them. The rules (arrivals, schedulers, the pool,
+time) are in docs/serving.md.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
              tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
-             **params):
+             weights_dtype: str = "bf16", **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -119,7 +119,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     capacity: the KV pool in blocks, or a size ("80GiB", with `model`); running requests and the
         prefix cache share it; default: what `gpu` x `tp` have left after `model`'s weights at
         `gpu_memory_utilization`. kv_dtype / kv_layers: how `model`'s KV is stored (config.resolve
-        sizes the pool, the tiers and the time model's KV reads with them).
+        sizes the pool, the tiers and the time model's KV reads with them). weights_dtype: `model`'s
+        weights, bf16 (default), fp16, fp8 (fp8 GEMMs) or int4 (weight-only, bf16 GEMMs): the
+        weights the pool on `gpu` is sized after, and the roofline's weight bytes and compute peak;
+        refused on a GPU that cannot run it (fp8 without FP8 tensor cores: A100).
     time_model: "instant", "roofline" (needs model and gpu), a Dynamo profile "FILE.npz", a
         polynomial "FILE.json", or a TimeModel.
     speedup / rate: arrivals: the trace's timestamps divided by `speedup`, or a Poisson process of
@@ -160,10 +163,14 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         unbounded = trace.num_blocks + int(decode_blocks(trace, bs, output_kv).sum())
     sizes = resolve(trace, block_size=block_size, capacity=capacity, model=model, kv_dtype=kv_dtype,
                     kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
-                    global_store=global_store, unbounded_ids=unbounded)
+                    global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
-    tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype)
-          if str(time_model).strip().lower() == "roofline" else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
+    tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
+          if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
+    tm_dtype = getattr(tm, "dtype", None)
+    if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
+        raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
+                          f"{sizes.weights_dtype!r}: give the same weights dtype to both")
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
@@ -208,6 +215,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _is_roofline(time_model) -> bool:
+    """A roofline named by its spec ("roofline", or a variant "roofline-..."): it takes the dtypes."""
+    return isinstance(time_model, str) and time_model.strip().lower().startswith("roofline")
 
 
 def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link, engine_style, block_bytes,
@@ -350,14 +362,17 @@ def sweep_row(trace, options: dict) -> dict:
 
 
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
-                    policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9) -> dict:
+                    policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
+                    weights_dtype: str = "bf16") -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of one instance whose pool is what the GPUs
-    hold after the weights, with the engine-faithful policy (JSON-ready)."""
+    hold after the weights (at `weights_dtype`), with the engine-faithful policy (JSON-ready)."""
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
                       tp=tp, time_model=time_model, block_size=block_size,
-                      gpu_memory_utilization=gpu_memory_utilization)
+                      gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization)
-    tm = load_time_model(time_model, model=model, gpu=gpu, tp=tp)
+                    gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
+    tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
+          if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
     return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
+            "weights_dtype": sizes.weights_dtype,
             "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size}

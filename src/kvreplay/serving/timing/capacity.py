@@ -8,7 +8,7 @@ import numpy as np
 
 from ...analysis.models import get_model
 from ...errors import ConfigError
-from .gpus import get_gpu
+from .gpus import check_weights_dtype, get_gpu
 from .models import _check_fraction, _check_tp, _weight_bytes, kv_bytes_per_token_per_gpu
 
 
@@ -27,6 +27,7 @@ class KVCapacity:
     kv_bytes_available: float
     kv_bytes_per_token_per_gpu: float
     blocks: int
+    weights_dtype: str = "bf16"
 
     @property
     def tokens(self) -> int:
@@ -40,9 +41,12 @@ class KVCapacity:
 
 def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9, *,
                 dtype: str = "bf16", kv_dtype: str = "bf16", total_memory_bytes: int | None = None) -> KVCapacity:
-    """The KV pool vLLM allocates per GPU, as ``KVCapacity`` (see ``kv_capacity_blocks``)."""
+    """The KV pool vLLM allocates per GPU, as ``KVCapacity`` (see ``kv_capacity_blocks``). `dtype`
+    is the weights dtype (bf16, fp16, fp8, int4: ``--weights-dtype``), refused where the GPU cannot
+    run it (gpus.check_weights_dtype)."""
     spec = get_model(model)
     g = get_gpu(gpu)
+    dtype = check_weights_dtype(dtype, g)
     tp = _check_tp(tp)
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise ConfigError(f"block_size must be a whole number >= 1, got {block_size!r}")
@@ -55,15 +59,17 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
     available = usable - weights
     per_token = kv_bytes_per_token_per_gpu(spec, tp, kv_dtype)
     if available <= 0:
+        smaller = [d for d in ("fp8", "int4") if _weight_bytes(d) < _weight_bytes(dtype)]
+        hint = f", or use smaller weights (--weights-dtype {' or '.join(smaller)})" if smaller else ""
         raise ConfigError(f"{spec.name} at {dtype} over tp={tp} needs {weights / 1e9:.1f} GB of weights per GPU, "
                           f"more than the {usable / 1e9:.1f} GB a {g.name} gives at "
-                          f"gpu_memory_utilization={util}: raise tp or the utilization")
+                          f"gpu_memory_utilization={util}: raise tp or the utilization{hint}")
     blocks = int(available // (per_token * block_size))
     if blocks < 1:
         raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: {available / 1e9:.3f} GB left after weights "
                           f"holds no {block_size}-token block")
     return KVCapacity(spec.name, g.name, tp, int(block_size), util, total, usable, weights, available,
-                      per_token, blocks)
+                      per_token, blocks, dtype)
 
 
 def kv_capacity_blocks(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9, *,
@@ -71,8 +77,9 @@ def kv_capacity_blocks(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory
     """KV blocks left on each GPU after the weights, as vLLM sizes its pool.
 
     ``floor((total_memory x gpu_memory_utilization - weights / tp) / (kv_bytes_per_token_per_gpu x
-    block_size))``: vLLM's worker requests ``total x utilization``, subtracts the memory the model
-    holds, and divides what is left by the page size of every layer (vllm/v1/worker/gpu_worker.py
+    block_size))``, the weights at `dtype` (bf16 2 bytes each, fp8 1, int4 0.5): vLLM's worker
+    requests ``total x utilization``, subtracts the memory the model holds, and divides what is
+    left by the page size of every layer (vllm/v1/worker/gpu_worker.py
     ``determine_available_memory``; vllm/v1/core/kv_cache_utils.py ``get_num_blocks``). Ignored, so
     this is an upper bound: the activation peak of the profiling run, CUDA graphs, NCCL and other
     non-torch memory (typically a few GB). ``total_memory_bytes`` defaults to the datasheet's

@@ -15,6 +15,10 @@ without either), in GB/s PER DIRECTION per GPU: datasheets print both directions
 catalog holds half of their figure. ``link_topology`` says how the GPUs of one server share it:
 ``switch`` (NVSwitch: any pair exchanges ``link_gbps`` each way), ``mesh`` (one link to each peer:
 a pair gets ``link_gbps / peers``; MI300X) or ``pcie``. ``link_source`` quotes the datasheet.
+
+Weights dtypes (``--weights-dtype``): ``compute_dtype`` maps each to the precision its GEMMs run at
+(int4 is weight-only, w4a16: bf16 GEMMs), and ``check_weights_dtype`` refuses one the GPU cannot
+run (fp8 without FP8 tensor cores).
 """
 
 from __future__ import annotations
@@ -28,6 +32,25 @@ from ...errors import ConfigError
 
 #: Compute dtypes the roofline knows, and the catalog field holding each one's peak.
 COMPUTE_DTYPES = {"bf16": "bf16_tflops", "fp16": "bf16_tflops", "fp8": "fp8_tflops"}
+
+#: Weights dtypes (``--weights-dtype``) and the dtype their GEMMs are computed at: bf16/fp16 as
+#: themselves, fp8 weights with fp8 GEMMs (W8A8), int4 weight-only (W4A16: 4-bit weights,
+#: dequantized in the kernel, GEMMs at bf16). Their bytes per weight: models.WEIGHT_DTYPE_BYTES.
+WEIGHTS_COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int4": "bf16"}
+
+
+def _weights_key(weights_dtype) -> str:
+    key = str(weights_dtype).strip().lower()
+    if key not in WEIGHTS_COMPUTE_DTYPE:
+        raise ConfigError(f"unknown weights dtype {weights_dtype!r} for --weights-dtype "
+                          f"(known: {', '.join(WEIGHTS_COMPUTE_DTYPE)})")
+    return key
+
+
+def compute_dtype(weights_dtype) -> str:
+    """The dtype the GEMMs run at with `weights_dtype` weights: bf16->bf16, fp16->fp16, fp8->fp8,
+    int4->bf16 (weight-only quantization). Unknown names raise ConfigError."""
+    return WEIGHTS_COMPUTE_DTYPE[_weights_key(weights_dtype)]
 
 
 @dataclass(frozen=True)
@@ -75,8 +98,27 @@ class GPUSpec:
             raise ConfigError(f"{self.name} has no {key} tensor cores (its catalog entry lists none); use bf16")
         return float(tflops) * 1e12
 
+    def weights_peak_flops(self, weights_dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s of one GPU's GEMMs with `weights_dtype` weights: the peak at
+        ``compute_dtype(weights_dtype)``, after ``check_weights_dtype`` (the roofline's compute peak)."""
+        check_weights_dtype(weights_dtype, self)
+        return self.peak_flops(compute_dtype(weights_dtype))
+
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+
+def check_weights_dtype(weights_dtype, gpu) -> str:
+    """`weights_dtype` normalized (bf16, fp16, fp8, int4), or a ConfigError naming --weights-dtype
+    and the GPU when `gpu` cannot run it: fp8 weights run fp8 GEMMs, which need FP8 tensor cores
+    (the A100 has none)."""
+    key = _weights_key(weights_dtype)
+    g = get_gpu(gpu)
+    needed = compute_dtype(key)
+    if getattr(g, COMPUTE_DTYPES[needed]) is None:
+        raise ConfigError(f"--weights-dtype {key} runs {needed} GEMMs, and {g.name} has no {needed} tensor cores "
+                          f"(its catalog entry lists none): use --weights-dtype bf16 or int4 on the {g.name}")
+    return key
 
 
 @lru_cache(maxsize=1)

@@ -34,8 +34,9 @@ DEFAULT_MFU = 0.5
 DEFAULT_MBU = 0.6
 #: Default fixed cost of one step (scheduling, sampling, launch), seconds. 0: see docs/serving.md.
 DEFAULT_OVERHEAD_S = 0.0
-#: Bytes per weight element for the roofline's weight dtypes.
-WEIGHT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+#: Bytes per weight element for the roofline's weight dtypes (int4: weight-only 4-bit, W4A16; the
+#: GEMM dtype of each is gpus.compute_dtype's). Quantization scales are not counted.
+WEIGHT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int4": 0.5}
 
 @dataclass(frozen=True)
 class StepBatch:
@@ -103,11 +104,12 @@ def _check_fraction(label: str, value, *, allow_zero: bool = False) -> float:
     return v
 
 
-def _weight_bytes(dtype: str) -> int:
+def _weight_bytes(dtype: str) -> float:
+    """Bytes per weight at `dtype` (a float: int4 is half a byte)."""
     key = str(dtype).strip().lower()
     if key not in WEIGHT_DTYPE_BYTES:
-        raise ConfigError(f"unknown weight dtype {dtype!r} (known: {', '.join(WEIGHT_DTYPE_BYTES)})")
-    return WEIGHT_DTYPE_BYTES[key]
+        raise ConfigError(f"unknown weights dtype {dtype!r} (--weights-dtype; known: {', '.join(WEIGHT_DTYPE_BYTES)})")
+    return float(WEIGHT_DTYPE_BYTES[key])
 
 
 def kv_bytes_per_token_per_gpu(model, tp: int, kv_dtype: str = "bf16") -> float:
@@ -169,7 +171,7 @@ class RooflineTimeModel(TimeModel):
         self.dtype = str(dtype).strip().lower()
         self.kv_dtype = str(kv_dtype).strip().lower()
         wbytes = _weight_bytes(self.dtype)
-        self.peak_flops = self.gpu.peak_flops(self.dtype)
+        self.peak_flops = self.gpu.weights_peak_flops(self.dtype)  # GEMMs at gpus.compute_dtype(dtype)
         self.bandwidth = self.gpu.bandwidth_bytes_per_s
         self.mfu = _check_fraction("mfu", mfu)
         self.mbu = _check_fraction("mbu", mbu)
