@@ -97,7 +97,7 @@ def test_plot_of_one_run(files):
     (("--time-model", "instant", "--capacity", "10", "--warmup-fraction", "0.5"), "whole trace"),
     (("--time-model", "instant", "--capacity", "10", "--output", "x.txt"), "must end in .csv, .json or .parquet"),
     (("--time-model", "roofline", "--capacity", "10"), "the roofline time model needs model and gpu"),
-    (("--time-model", "instant", "--capacity", "10", "--mfu", "0.4"), "apply to the roofline time model"),
+    (("--time-model", "instant", "--capacity", "10", "--mfu", "0.4"), "set the uncalibrated roofline (--time-model roofline-raw)"),
     (("--time-model", "nope.npz", "--capacity", "10"), "nope.npz: no such file"),
     (("--model", "Llama-3.1-405B", "--gpu", "H100"), "needs 811.7 GB of weights per GPU"),
     (("--model", "Llama-3.1-8B", "--gpu", "H999"), "H999"),

@@ -16,6 +16,7 @@ from kvreplay.serving.timing import (
     PolynomialProfile,
     ProfileError,
     RooflineTimeModel,
+    CalibratedRooflineTimeModel,
     StepBatch,
     TimeModel,
     kv_capacity,
@@ -419,7 +420,10 @@ def _models(tmp_path):
                       {"coef": 1e-6, "prefill_context": 1, "prefill_requests": 1}]}
     return [InstantTimeModel(), RooflineTimeModel("Llama-3.1-8B", "H100"), RooflineTimeModel("gemma-2-9b", "A100", 1),
             RooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8"), DynamoNpzProfile(npz),
-            PolynomialProfile(document=poly)]
+            PolynomialProfile(document=poly), CalibratedRooflineTimeModel("Llama-3.1-8B", "H100"),
+            CalibratedRooflineTimeModel("gemma-2-9b", "A100", 1).at_band("high"),
+            CalibratedRooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8").at_band("low"),
+            CalibratedRooflineTimeModel("Qwen3-30B-A3B", "B200", 2)]
 
 
 def test_compiled_step_time_matches_each_model(tmp_path):
@@ -441,3 +445,70 @@ def test_compiled_step_time_matches_each_model(tmp_path):
             assert got == pytest.approx(m.step_time(batch), rel=1e-12, abs=1e-15), m.name
 
     check()
+
+
+# ------------------------------------------------------------------------------------------
+# The calibrated roofline (roofline.py): each term by hand, with round coefficients
+
+ROUND = {"e_gemm": 0.5, "e_weights": 0.5, "gemm_floor_s": 1e-6, "e_attn_prefill": 0.5, "e_kv_prefill": 0.5,
+         "attn_floor_prefill_s": 1e-5, "e_attn_decode": 0.25, "e_kv_decode": 0.5, "attn_floor_decode_s": 2e-5,
+         "allreduce_latency_s": 5e-6, "allreduce_bus_bytes_per_s": 1e11, "per_layer_s": 1e-6, "per_step_s": 1e-3}
+
+
+def test_calibrated_decode_terms_by_hand():
+    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
+    t = m.terms(StepBatch(decode_context=(1000,)))
+    # layers: body 6,979,588,096 params x 2 bytes over 3.35e12 B/s x 0.5 (memory-bound), + 4 x 32 GEMM floors
+    assert t["gemm"] == pytest.approx(6_979_588_096 * 2 / (3.35e12 * 0.5) + 128e-6)
+    # LM head on 1 row: 525,336,576 x 2 bytes at half the bandwidth, + a floor
+    assert t["lm_head"] == pytest.approx(525_336_576 * 2 / (3.35e12 * 0.5) + 1e-6)
+    # attention: 32 x 20 us floors + 1000 tokens x 32 layers x 4096 KV bytes per layer-token (8 heads x 128 x 2 x 2)
+    # at half the bandwidth (FLOPs 4 x 4096 x 32 x 1000 at a quarter of 989.5 TFLOP/s are less)
+    assert t["attn_decode"] == pytest.approx(32 * 2e-5 + 1000 * 32 * 4096 / (3.35e12 * 0.5))
+    assert t["allreduce"] == 0.0 and t["attn_prefill"] == 0.0
+    assert t["overhead"] == pytest.approx(32e-6 + 1e-3)
+    assert m.step_time(StepBatch(decode_context=(1000,))) == pytest.approx(sum(t.values()))
+
+
+def test_calibrated_prefill_charges_the_lm_head_on_one_row_and_tp_all_reduces():
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, coefficients=ROUND)
+    t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,)))
+    body = m.model.body_params
+    assert t["gemm"] == pytest.approx(2 * body * 2048 / 4 / (989.5e12 * 0.5) + 4 * 80 * 1e-6)  # compute-bound
+    # the LM head: 1 row (the prompt's last token), memory-bound: 128256 x 8192 x 2 bytes / 4 GPUs
+    assert t["lm_head"] == pytest.approx(128256 * 8192 * 2 / 4 / (3.35e12 * 0.5) + 1e-6)
+    # two all-reduces per layer of 2048 tokens x 8192 x 2 bytes: 2 x 3/4 x 33.5 MB at 100 GB/s
+    assert t["allreduce"] == pytest.approx(2 * 80 * (5e-6 + 1.5 * 2048 * 8192 * 2 / 1e11))
+    # causal attention: 4 x (64 heads x 128 / 4) x 2048 x 2049 / 2 per layer, compute-bound
+    flops = 4 * 2048 * 80 * 2048 * 2049 / 2
+    kv_bytes = m.kv_per_layer_token_gpu * 80 * 2048 + 4 * 2048 * 2048 * 80
+    assert t["attn_prefill"] == pytest.approx(80 * 1e-5 + max(flops / (989.5e12 * 0.5), kv_bytes / (3.35e12 * 0.5)))
+
+
+def test_calibrated_band_scales_each_kind_of_step():
+    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
+    lo, hi = m.at_band("low"), m.at_band("high")
+    for batch, phase in ((StepBatch((512,), (0,)), "prefill"), (StepBatch(decode_context=(900,) * 8), "decode"),
+                         (StepBatch((512,), (0,), (900,) * 8), "mixed")):
+        t = m.step_time(batch)
+        assert lo.step_time(batch) == pytest.approx(t * m.calibration.band(phase)[0])
+        assert hi.step_time(batch) == pytest.approx(t * m.calibration.band(phase)[1])
+        assert lo.step_time(batch) < t < hi.step_time(batch)
+
+
+def test_calibrated_gpu_without_measurements_borrows_its_relatives():
+    b200 = CalibratedRooflineTimeModel("Llama-3.1-8B", "B200")
+    assert b200.calibration.borrowed and b200.calibration.measured_on == "H200"
+    assert b200.describe()["borrowed_calibration"] is True
+    h100 = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
+    assert not h100.calibration.borrowed and h100.describe()["calibrated_on"] == "H100"
+
+
+def test_roofline_options_belong_to_roofline_raw():
+    with pytest.raises(ConfigError, match="roofline-raw"):
+        load_time_model("roofline", model="Llama-3.1-8B", gpu="H100", mfu=0.4)
+    raw = load_time_model("roofline-raw", model="Llama-3.1-8B", gpu="H100", mfu=0.4)
+    assert isinstance(raw, RooflineTimeModel) and raw.mfu == 0.4 and raw.name == "roofline-raw"
+    assert isinstance(load_time_model("roofline", model="Llama-3.1-8B", gpu="H100"), CalibratedRooflineTimeModel)
+    with pytest.raises(ConfigError, match="unknown roofline coefficient"):
+        CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", coefficients={"e_magic": 1.0})

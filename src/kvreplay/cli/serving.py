@@ -76,12 +76,14 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--max-prefill-tokens", type=common.positive_int, default=16384,
                      help="sglang without chunked prefill: prompt tokens per prefill batch (default 16384)")
     sim.add_argument("--time-model", default=None,
-                     help="instant, roofline (default with --gpu and --model), a Dynamo profile FILE.npz or a "
+                     help="instant, roofline (default with --gpu and --model: calibrated on measured kernels, "
+                          "with error bands), roofline-raw (uncalibrated), a Dynamo profile FILE.npz or a "
                           "polynomial FILE.json")
-    sim.add_argument("--mfu", type=unit_fraction, default=None, help="roofline: compute efficiency (default 0.5)")
-    sim.add_argument("--mbu", type=unit_fraction, default=None, help="roofline: bandwidth efficiency (default 0.6)")
+    sim.add_argument("--mfu", type=unit_fraction, default=None,
+                     help="roofline-raw (giving it picks the uncalibrated roofline): compute efficiency (default 0.5)")
+    sim.add_argument("--mbu", type=unit_fraction, default=None, help="roofline-raw: bandwidth efficiency (default 0.6)")
     sim.add_argument("--step-overhead-ms", type=common.seconds, default=None, metavar="MS",
-                     help="roofline: fixed cost per step in ms (default 0)")
+                     help="roofline-raw: fixed cost per step in ms (default 0)")
     load = sim.add_mutually_exclusive_group()
     load.add_argument("--speedup", type=positive_number, default=None,
                       help="divide the trace's inter-arrival times by X (2: twice the load)")
@@ -184,12 +186,12 @@ def _options(args, trace) -> dict:
     roofline = {k: v for k, v in (("mfu", args.mfu), ("mbu", args.mbu)) if v is not None}
     if args.step_overhead_ms is not None:
         roofline["overhead_s"] = args.step_overhead_ms / 1000.0
-    if roofline and str(time_model).lower() != "roofline":
-        raise ConfigError("--mfu, --mbu and --step-overhead-ms apply to the roofline time model")
-    if roofline:
+    if roofline and str(time_model).lower() not in ("roofline", "roofline-raw"):
+        raise ConfigError("--mfu, --mbu and --step-overhead-ms set the uncalibrated roofline (--time-model roofline-raw)")
+    if roofline:  # they make the roofline the uncalibrated one
         from ..serving.timing import load_time_model
 
-        time_model = load_time_model("roofline", model=args.model, gpu=args.gpu, tp=args.tp,
+        time_model = load_time_model("roofline-raw", model=args.model, gpu=args.gpu, tp=args.tp,
                                      kv_dtype=args.kv_dtype or "bf16", dtype=weights_dtype, **roofline)
     scheduler = Scheduler(style=args.engine_style, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_num_seqs=args.max_num_seqs, chunked_prefill=not args.no_chunked_prefill,

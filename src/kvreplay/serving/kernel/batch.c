@@ -40,6 +40,7 @@ int batch_start(Sim *s, i64 j) {
             if (window > 0) {
                 agg[AGG_KEYS_SW] += (f64)kv_min(x, window);
                 agg[AGG_TOUCHED_SW] += (f64)kv_min(x, window);
+                agg[AGG_DECODE_SW] += (f64)kv_min(x, window);
             }
         }
     }

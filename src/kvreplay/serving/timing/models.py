@@ -157,7 +157,7 @@ class RooflineTimeModel(TimeModel):
     the absorbed decode kernel multiplies over; prefill attention is overestimated by that.
     """
 
-    name = "roofline"
+    name = "roofline-raw"
 
     def __init__(self, model, gpu, tp: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
                  mfu: float = DEFAULT_MFU, mbu: float = DEFAULT_MBU, overhead_s: float = DEFAULT_OVERHEAD_S):

@@ -17,19 +17,24 @@ from ... import native
 from ...errors import ConfigError
 from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
+from .roofline import CalibratedRooflineTimeModel
 
 _LAYOUT = native.layout("timing")
 AGG = _LAYOUT.slot("agg")
 KIND = _LAYOUT.slot("kind")
 ROOF = _LAYOUT.slot("roofline")
+CAL = _LAYOUT.slot("calibrated")
 NUM_AGG = len(AGG.names)
 KIND_INSTANT, KIND_ROOFLINE, KIND_NPZ, KIND_POLY = KIND.KIND_INSTANT, KIND.KIND_ROOFLINE, KIND.KIND_NPZ, KIND.KIND_POLY
+KIND_CALIBRATED = KIND.KIND_CALIBRATED
 
 
 def packed(model: TimeModel) -> np.ndarray:
     """`model` as the float64 array ``step_seconds`` reads (see above)."""
     if isinstance(model, InstantTimeModel):
         return np.array([KIND_INSTANT], dtype=np.float64)
+    if isinstance(model, CalibratedRooflineTimeModel):
+        return _calibrated(model)
     if isinstance(model, RooflineTimeModel):
         return _roofline(model)
     if isinstance(model, DynamoNpzProfile):
@@ -60,9 +65,32 @@ def _roofline(model: RooflineTimeModel) -> np.ndarray:
     return np.array([values[name] for name in ROOF.names], dtype=np.float64)
 
 
+def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
+    c, scale = model.c, model.scale
+    values = {"C_KIND": KIND_CALIBRATED, "C_LAYERS": model.model.num_layers, "C_LAYERS_FULL": model.layers_full,
+              "C_LAYERS_SW": model.layers_sw, "C_WINDOW": model.window or 0, "C_TP": model.tp,
+              "C_BODY_PARAMS": model.body_params, "C_BODY_WEIGHT_BYTES": model.body_weight_bytes,
+              "C_ACTIVE_BODY_WEIGHT_BYTES": model.active_body_weight_bytes, "C_HEAD_PARAMS": model.head_params,
+              "C_HEAD_WEIGHT_BYTES": model.head_weight_bytes, "C_HIDDEN": model.hidden,
+              "C_ATTN_WIDTH": model.attn_width / model.tp, "C_KV_LAYER_TOKEN": model.kv_per_layer_token_gpu,
+              "C_PEAK": model.peak_flops, "C_ATTN_PEAK": model.attn_peak, "C_BW": model.bandwidth,
+              "C_E_GEMM": c["e_gemm"], "C_E_WEIGHTS": c["e_weights"], "C_GEMM_FLOOR": c["gemm_floor_s"],
+              "C_E_ATTN_PREFILL": c["e_attn_prefill"], "C_E_KV_PREFILL": c["e_kv_prefill"],
+              "C_ATTN_FLOOR_PREFILL": c["attn_floor_prefill_s"], "C_E_ATTN_DECODE": c["e_attn_decode"],
+              "C_E_KV_DECODE": c["e_kv_decode"], "C_ATTN_FLOOR_DECODE": c["attn_floor_decode_s"],
+              "C_AR_LATENCY": c["allreduce_latency_s"], "C_AR_BUS": c["allreduce_bus_bytes_per_s"],
+              "C_PER_LAYER": c["per_layer_s"], "C_PER_STEP": c["per_step_s"], "C_SCALE_PREFILL": scale["prefill"],
+              "C_SCALE_DECODE": scale["decode"], "C_SCALE_MIXED": scale["mixed"]}
+    return np.array([values[name] for name in CAL.names], dtype=np.float64)
+
+
 def roofline_window(tm: np.ndarray) -> int:
     """The sliding window a packed model needs the simulator's aggregates for (0: none)."""
-    return int(tm[ROOF.R_WINDOW]) if tm[0] == KIND_ROOFLINE else 0
+    if tm[0] == KIND_ROOFLINE:
+        return int(tm[ROOF.R_WINDOW])
+    if tm[0] == KIND_CALIBRATED:
+        return int(tm[CAL.C_WINDOW])
+    return 0
 
 
 @lru_cache(maxsize=None)
@@ -103,5 +131,6 @@ def aggregates(batch: StepBatch, window: int = 0) -> np.ndarray:
         if window:
             agg[AGG.AGG_KEYS_SW] += min(x, window)
             agg[AGG.AGG_TOUCHED_SW] += min(x, window)
+            agg[AGG.AGG_DECODE_SW] += min(x, window)
     agg[AGG.AGG_ACTIVE_KV] = agg[AGG.AGG_DECODE_CTX] if batch.active_kv_tokens is None else batch.active_kv_tokens
     return agg

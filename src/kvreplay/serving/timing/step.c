@@ -4,7 +4,8 @@
 #include "step.h"
 
 KV_EXPORT const char kv_layout_timing[] = " | agg=" AGG_SLOTS(KV_SLOT_SPEC) " | kind=" TIME_KIND_SLOTS(KV_SLOT_SPEC)
-                                          " | roofline=" ROOFLINE_SLOTS(KV_SLOT_SPEC);
+                                          " | roofline=" ROOFLINE_SLOTS(KV_SLOT_SPEC)
+                                          " | calibrated=" CALIBRATED_SLOTS(KV_SLOT_SPEC);
 
 /* tm[start:start+n] rises: the segment i (0..n-2) holding x, its ends extended */
 static i64 segment(const f64 *tm, i64 start, i64 n, f64 x) {
@@ -25,6 +26,39 @@ static f64 roofline(const f64 *tm, const f64 *agg) {
     f64 weights = kv_fmin(tm[R_WEIGHT_BYTES], tm[R_ACTIVE_WEIGHT_BYTES] * tokens) / tm[R_TP];
     f64 kv = tm[R_KV_LAYER_TOKEN] * (tm[R_LAYERS_FULL] * agg[AGG_TOUCHED_FULL] + tm[R_LAYERS_SW] * agg[AGG_TOUCHED_SW]);
     return kv_fmax(flops / tm[R_TP] / tm[R_FLOPS], (weights + kv) / tm[R_BYTES_PER_S]) + tm[R_OVERHEAD];
+}
+
+/* the calibrated roofline: the sum of its kernels' times (serving/timing/roofline.py terms()) */
+static f64 calibrated(const f64 *tm, const f64 *agg) {
+    f64 tp = tm[C_TP], layers = tm[C_LAYERS], bw = tm[C_BW];
+    f64 prefill_reqs = agg[AGG_PREFILL_REQS], decodes = agg[AGG_DECODE_REQS];
+    f64 tokens = agg[AGG_PREFILL_NEW] + decodes, rows = prefill_reqs + decodes;
+    f64 flops = 2.0 * tm[C_BODY_PARAMS] * tokens / tp;
+    f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
+    f64 t = kv_fmax(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS])) + 4.0 * layers * tm[C_GEMM_FLOOR];
+    if (tm[C_HEAD_PARAMS] > 0)
+        t += kv_fmax(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_PEAK] * tm[C_E_GEMM]),
+                     tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_E_WEIGHTS])) + tm[C_GEMM_FLOOR];
+    f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
+    if (prefill_reqs > 0) {
+        f64 keys_f = agg[AGG_KEYS_FULL] - agg[AGG_DECODE_CTX], keys_s = agg[AGG_KEYS_SW] - agg[AGG_DECODE_SW];
+        f64 touched_f = agg[AGG_TOUCHED_FULL] - agg[AGG_DECODE_CTX], touched_s = agg[AGG_TOUCHED_SW] - agg[AGG_DECODE_SW];
+        f64 f = 4.0 * width * (lf * keys_f + lsw * keys_s);
+        f64 b = kv * (lf * touched_f + lsw * touched_s) + 4.0 * width * agg[AGG_PREFILL_NEW] * layers;
+        t += layers * tm[C_ATTN_FLOOR_PREFILL]
+             + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_PREFILL]), b / (bw * tm[C_E_KV_PREFILL]));
+    }
+    if (decodes > 0) {
+        f64 ctx = agg[AGG_DECODE_CTX], ctx_s = agg[AGG_DECODE_SW];
+        f64 f = 4.0 * width * (lf * ctx + lsw * ctx_s), b = kv * (lf * ctx + lsw * ctx_s);
+        t += layers * tm[C_ATTN_FLOOR_DECODE]
+             + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (bw * tm[C_E_KV_DECODE]));
+    }
+    if (tp > 1 && tm[C_HIDDEN] > 0)
+        t += 2.0 * layers * (tm[C_AR_LATENCY] + 2.0 * (tp - 1.0) / tp * tokens * tm[C_HIDDEN] * 2.0 / tm[C_AR_BUS]);
+    t += layers * tm[C_PER_LAYER] + tm[C_PER_STEP];
+    f64 scale = prefill_reqs > 0 ? (decodes > 0 ? tm[C_SCALE_MIXED] : tm[C_SCALE_PREFILL]) : tm[C_SCALE_DECODE];
+    return t * scale;
 }
 
 /* Dynamo's NPZ profile: prefill by the batch's new tokens, decode by (active KV, context) */
@@ -81,6 +115,7 @@ f64 kv_step_seconds(const f64 *tm, const f64 *agg) {
     if (kind == KIND_INSTANT || (agg[AGG_PREFILL_REQS] == 0 && agg[AGG_DECODE_REQS] == 0)) return 0.0;
     if (kind == KIND_ROOFLINE) return roofline(tm, agg);
     if (kind == KIND_NPZ) return npz(tm, agg);
+    if (kind == KIND_CALIBRATED) return calibrated(tm, agg);
     return polynomial(tm, agg);
 }
 
@@ -103,7 +138,11 @@ KV_EXPORT f64 kv_prefill_estimate(const f64 *tm, i64 prompt_tokens, i64 cached) 
     return kv_step_seconds(tm, agg);
 }
 
-i64 kv_time_model_window(const f64 *tm) { return (i64)tm[0] == KIND_ROOFLINE ? (i64)tm[R_WINDOW] : 0; }
+i64 kv_time_model_window(const f64 *tm) {
+    if ((i64)tm[0] == KIND_ROOFLINE) return (i64)tm[R_WINDOW];
+    if ((i64)tm[0] == KIND_CALIBRATED) return (i64)tm[C_WINDOW];
+    return 0;
+}
 
 /* for tests: the step time of one aggregate array (serving/timing.py compares it with step_time) */
 KV_EXPORT f64 kv_step_seconds_of(const f64 *tm, const f64 *agg) { return kv_step_seconds(tm, agg); }

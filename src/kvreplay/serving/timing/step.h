@@ -8,17 +8,29 @@
 
 /* a step's aggregates (batch.c accumulates them over the requests in the step) */
 #define AGG_SLOTS(S) S(AGG_PREFILL_REQS) S(AGG_PREFILL_NEW) S(AGG_PREFILL_CACHED) S(AGG_DECODE_REQS) \
-    S(AGG_DECODE_CTX) S(AGG_ACTIVE_KV) S(AGG_KEYS_FULL) S(AGG_TOUCHED_FULL) S(AGG_KEYS_SW) S(AGG_TOUCHED_SW)
+    S(AGG_DECODE_CTX) S(AGG_ACTIVE_KV) S(AGG_KEYS_FULL) S(AGG_TOUCHED_FULL) S(AGG_KEYS_SW) S(AGG_TOUCHED_SW) \
+    S(AGG_DECODE_SW)
 enum { AGG_SLOTS(KV_SLOT_ENUM) NUM_AGG };
 
 /* tm[0]: the model's kind */
-#define TIME_KIND_SLOTS(S) S(KIND_INSTANT) S(KIND_ROOFLINE) S(KIND_NPZ) S(KIND_POLY)
+#define TIME_KIND_SLOTS(S) S(KIND_INSTANT) S(KIND_ROOFLINE) S(KIND_NPZ) S(KIND_POLY) S(KIND_CALIBRATED)
 enum { TIME_KIND_SLOTS(KV_SLOT_ENUM) NUM_TIME_KINDS };
 
 /* the roofline's slots, after the kind */
 #define ROOFLINE_SLOTS(S) S(R_KIND) S(R_ACTIVE_PARAMS) S(R_ATTN_WIDTH) S(R_LAYERS_FULL) S(R_LAYERS_SW) S(R_WINDOW) \
     S(R_WEIGHT_BYTES) S(R_ACTIVE_WEIGHT_BYTES) S(R_TP) S(R_KV_LAYER_TOKEN) S(R_FLOPS) S(R_BYTES_PER_S) S(R_OVERHEAD)
 enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
+
+/* the calibrated roofline's slots (serving/timing/roofline.py): the model's shape per GPU, the
+ * GPU's peaks, the fitted coefficients, then a factor per kind of step (1; an end of the
+ * calibration's band when the simulator runs the band) */
+#define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
+    S(C_BODY_PARAMS) S(C_BODY_WEIGHT_BYTES) S(C_ACTIVE_BODY_WEIGHT_BYTES) S(C_HEAD_PARAMS) S(C_HEAD_WEIGHT_BYTES) \
+    S(C_HIDDEN) S(C_ATTN_WIDTH) S(C_KV_LAYER_TOKEN) S(C_PEAK) S(C_ATTN_PEAK) S(C_BW)                           \
+    S(C_E_GEMM) S(C_E_WEIGHTS) S(C_GEMM_FLOOR) S(C_E_ATTN_PREFILL) S(C_E_KV_PREFILL) S(C_ATTN_FLOOR_PREFILL)   \
+    S(C_E_ATTN_DECODE) S(C_E_KV_DECODE) S(C_ATTN_FLOOR_DECODE) S(C_AR_LATENCY) S(C_AR_BUS) S(C_PER_LAYER)       \
+    S(C_PER_STEP) S(C_SCALE_PREFILL) S(C_SCALE_DECODE) S(C_SCALE_MIXED)
+enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
 
 f64 kv_step_seconds(const f64 *tm, const f64 *agg);
 /* one prefill of `prompt_tokens` with `cached` of them cached (the last token is always computed) */

@@ -1,0 +1,201 @@
+"""The calibrated roofline ("roofline", the default): a step as the sum of its kernels' times, each
+at its own efficiency, fitted on measured GPU kernels (benchmarks/calibrate.py; the numbers and
+their sources: kvreplay/data/roofline_calibration.json; docs/serving.md, "roofline").
+
+Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) and R logits rows
+(one per request in the step):
+
+- layer GEMMs: ``max(2 x body x T / tp / (peak x e_gemm), weights / tp / (bw x e_weights)) +
+  4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding and LM head left
+  out; an MoE reads at most the experts its tokens route to);
+- the LM head on the R logits rows only: ``max(2 x vocab x hidden x R / tp / (peak x e_gemm),
+  vocab x hidden x bytes / tp / (bw x e_weights)) + gemm_floor``;
+- prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e), (KV read + q/o)
+  / (bw x e_kv))``, causal keys as the raw roofline counts them;
+- decode attention: the same with its own floor and efficiencies, over the decodes' contexts;
+- TP all-reduce (tp > 1): two per layer, ``latency + 2 (tp - 1) / tp x T x hidden x 2 bytes / bus``
+  (a GPU without measurements: its relative's bus scaled by the two catalog link speeds);
+- overheads: ``layers x per_layer + per_step``.
+
+Attention and the all-reduce run at bf16 whatever the weights' dtype; GEMMs at the weights'
+compute dtype (fp8 weights: fp8 tensor cores; int4 weights are dequantised to bf16).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...errors import ConfigError
+from .models import RooflineTimeModel, StepBatch, _sum_min
+
+#: the fitted coefficients (per GPU) and what the model is built from
+COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s",
+                "e_attn_decode", "e_kv_decode", "attn_floor_decode_s", "allreduce_latency_s",
+                "allreduce_bus_bytes_per_s", "per_layer_s", "per_step_s")
+PHASES = ("prefill", "decode", "mixed")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One GPU's fitted coefficients, the bands of measured/predicted ratios per phase, and where
+    they come from (measured on this GPU, or borrowed from its nearest measured relative)."""
+
+    gpu: str
+    coefficients: dict
+    bands: dict  # phase -> (low, high) ratio of measured to predicted step time
+    measured_on: str  # the GPU whose kernels were fitted
+    borrowed: bool
+    fitted_range: dict  # models, tp, contexts and batches the fit saw
+
+    def band(self, phase: str) -> tuple[float, float]:
+        lo, hi = self.bands.get(phase, self.bands.get("mixed", (1.0, 1.0)))
+        return float(lo), float(hi)
+
+
+@lru_cache(maxsize=1)
+def calibration_data() -> dict:
+    from importlib.resources import files
+
+    return json.loads(files("kvreplay.data").joinpath("roofline_calibration.json").read_text(encoding="utf-8"))
+
+
+def calibration_for(gpu_name: str) -> Calibration:
+    """The calibration of catalog GPU `gpu_name`: its own, or its nearest measured relative's."""
+    data = calibration_data()
+    gpus = data["gpus"]
+    measured = gpu_name in gpus
+    source = gpu_name if measured else data["relatives"].get(gpu_name)
+    if source is None or source not in gpus:
+        raise ConfigError(f"no roofline calibration for {gpu_name}, nor a measured relative: use "
+                          "--time-model roofline-raw or a measured profile (FILE.npz / FILE.json)")
+    entry = gpus[source]
+    bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
+    if not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
+        bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
+    return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]))
+
+
+def phase_of(batch: StepBatch) -> str:
+    prefill = any(int(n) > 0 for n in batch.prefill_new)
+    return "mixed" if prefill and batch.decode_context else ("prefill" if prefill else "decode")
+
+
+class CalibratedRooflineTimeModel(RooflineTimeModel):
+    """The roofline with each kernel at its fitted efficiency (the module docstring has the terms)."""
+
+    name = "roofline"
+
+    def __init__(self, model, gpu, tp: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
+                 coefficients: dict | None = None):
+        super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
+        coefficients = dict(coefficients or {})
+        unknown = sorted(set(coefficients) - set(COEFFICIENTS))
+        if unknown:
+            raise ConfigError(f"unknown roofline coefficient(s) {', '.join(unknown)} (known: {', '.join(COEFFICIENTS)})")
+        if set(coefficients) >= set(COEFFICIENTS):  # every one given (benchmarks/calibrate.py fitting)
+            self.calibration = Calibration(self.gpu.name, coefficients, {}, "given", False, {})
+        else:
+            self.calibration = calibration_for(self.gpu.name)
+        c = dict(self.calibration.coefficients)
+        if self.calibration.borrowed:  # the relative's all-reduce at this GPU's own link speed
+            from .gpus import get_gpu
+
+            relative = get_gpu(self.calibration.measured_on)
+            c["allreduce_bus_bytes_per_s"] *= self.gpu.link_bytes_per_s / relative.link_bytes_per_s
+        c.update(coefficients)
+        self.c = c
+        self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
+        spec = self.model
+        from .models import _weight_bytes
+
+        wbytes = _weight_bytes(self.dtype)
+        head = spec.lm_head_params
+        self.hidden = spec.hidden_size or 0
+        self.head_params = head
+        self.body_params = spec.body_params if head else spec.active_params
+        stored_body = spec.total_params - head - (0 if spec.tie_word_embeddings else head)
+        self.body_weight_bytes = (stored_body if head else spec.total_params) * wbytes
+        self.active_body_weight_bytes = self.body_params * wbytes
+        self.head_weight_bytes = head * wbytes
+        self.attn_peak = self.gpu.peak_flops("bf16")
+
+    def terms(self, batch: StepBatch) -> dict:
+        """Each term of the step's time, seconds (their sum is step_time)."""
+        c, tp = self.c, self.tp
+        layers = self.model.num_layers
+        prefill_new = sum(int(n) for n in batch.prefill_new if int(n) > 0)
+        prefill_reqs = sum(1 for n in batch.prefill_new if int(n) > 0)
+        decodes = len(batch.decode_context)
+        tokens = prefill_new + decodes
+        rows = prefill_reqs + decodes
+        out = dict.fromkeys(("gemm", "lm_head", "attn_prefill", "attn_decode", "allreduce", "overhead"), 0.0)
+        if tokens == 0:
+            return out
+        peak, bw = self.peak_flops, self.bandwidth
+        flops = 2.0 * self.body_params * tokens / tp
+        weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
+        out["gemm"] = max(flops / (peak * c["e_gemm"]), weights / (bw * c["e_weights"])) + 4 * layers * c["gemm_floor_s"]
+        if self.head_params:
+            hf = 2.0 * self.head_params * rows / tp
+            out["lm_head"] = (max(hf / (peak * c["e_gemm"]), self.head_weight_bytes / tp / (bw * c["e_weights"]))
+                              + c["gemm_floor_s"])
+        w, width = self.window, self.attn_width / tp
+        kv_lt = self.kv_per_layer_token_gpu
+        if prefill_reqs:
+            keys_f = keys_s = touched_f = touched_s = 0
+            for n, cached in zip(batch.prefill_new, batch.prefill_cached):
+                n, cached = int(n), int(cached)
+                if n <= 0:
+                    continue
+                keys_f += n * cached + n * (n + 1) // 2
+                touched_f += cached + n
+                if w:
+                    keys_s += _sum_min(cached + 1, cached + n, w)
+                    touched_s += min(cached + n, w + n - 1)
+            f = 4.0 * width * (self.layers_full * keys_f + self.layers_sw * keys_s)
+            b = kv_lt * (self.layers_full * touched_f + self.layers_sw * touched_s) + 4.0 * width * prefill_new * layers
+            out["attn_prefill"] = (layers * c["attn_floor_prefill_s"]
+                                   + max(f / (self.attn_peak * c["e_attn_prefill"]), b / (bw * c["e_kv_prefill"])))
+        if decodes:
+            ctx = sum(int(x) for x in batch.decode_context)
+            ctx_s = sum(min(int(x), w) for x in batch.decode_context) if w else 0
+            f = 4.0 * width * (self.layers_full * ctx + self.layers_sw * ctx_s)
+            b = kv_lt * (self.layers_full * ctx + self.layers_sw * ctx_s)
+            out["attn_decode"] = (layers * c["attn_floor_decode_s"]
+                                  + max(f / (self.attn_peak * c["e_attn_decode"]), b / (bw * c["e_kv_decode"])))
+        if tp > 1 and self.hidden:
+            message = tokens * self.hidden * 2.0
+            out["allreduce"] = 2 * layers * (c["allreduce_latency_s"]
+                                             + 2.0 * (tp - 1) / tp * message / c["allreduce_bus_bytes_per_s"])
+        out["overhead"] = layers * c["per_layer_s"] + c["per_step_s"]
+        return out
+
+    def step_time(self, batch: StepBatch) -> float:
+        if batch.is_empty:
+            return 0.0
+        return float(sum(self.terms(batch).values())) * self.scale[phase_of(batch)]
+
+    def at_band(self, end: str) -> "CalibratedRooflineTimeModel":
+        """This model with every step's time at the low or high end of its kind's band (prefill,
+        decode or mixed): the measured/predicted ratios the calibration saw."""
+        import copy
+
+        if end not in ("low", "high"):
+            raise ConfigError(f"end must be low or high, got {end!r}")
+        other = copy.copy(self)
+        other.scale = {p: self.calibration.band(p)[0 if end == "low" else 1] for p in PHASES}
+        return other
+
+    def breakdown(self, batch: StepBatch) -> dict:
+        t = self.terms(batch)
+        return {**t, "step_s": self.step_time(batch)}
+
+    def describe(self) -> dict:
+        cal = self.calibration
+        return {"time_model": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
+                "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
+                "borrowed_calibration": cal.borrowed, "bands": {p: list(cal.band(p)) for p in PHASES},
+                "coefficients": dict(self.c), "peak_tflops": self.peak_flops / 1e12,
+                "bandwidth_gbps": self.gpu.bandwidth_gbps}
