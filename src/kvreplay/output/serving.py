@@ -23,8 +23,16 @@ def seconds_text(x: float) -> str:
 def _describe_time(tm: dict) -> str:
     name = tm.get("time_model")
     if name == "roofline":
-        return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
-                f"{tm.get('mbu')}, {1000 * tm.get('overhead_s', 0):g} ms per step)")
+        where = (f"calibrated on {tm.get('calibrated_on')}'s measured kernels"
+                 + (f" (no measurements of {tm.get('gpu')}: its nearest measured relative's)"
+                    if tm.get("borrowed_calibration") else ""))
+        bands = tm.get("bands", {})
+        band = ", ".join(f"{p} x{lo:.2f}-{hi:.2f}" for p, (lo, hi) in bands.items())
+        return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')}, weights {tm.get('dtype')}, KV "
+                f"{tm.get('kv_dtype')}; {where}; measured / predicted step time {band} (5-95%)")
+    if name == "roofline-raw":
+        return (f"roofline-raw: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
+                f"{tm.get('mbu')}, {1000 * tm.get('overhead_s', 0):g} ms per step; uncalibrated, no error band)")
     if name == "dynamo-npz":
         return f"measured profile {tm.get('path')} (Dynamo NPZ format, read as Dynamo's mocker does)"
     if name == "polynomial":
@@ -59,7 +67,7 @@ def simulate_summary(trace, report) -> str:
     pool = f"pool       {report.capacity_blocks:,} blocks of {report.block_size} tokens ({report.capacity_blocks * report.block_size:,} tokens)"
     if src.get("kind") == "gpu_memory":
         pool += (f": {src['tp']} x {src['gpu']} {src['total_memory_bytes'] / 1e9:g} GB x "
-                 f"{src['gpu_memory_utilization']:g} - {src['model']} weights "
+                 f"{src['gpu_memory_utilization']:g} - {src['model']} weights at {src.get('weights_dtype', 'bf16')} "
                  f"{src['weight_bytes_per_gpu'] / 1e9:.1f} GB per GPU, {src['kv_bytes_per_token_per_gpu']:,.0f} KV "
                  "bytes per token per GPU")
     elif src.get("gpu_memory_blocks") is not None:
@@ -88,17 +96,28 @@ def simulate_summary(trace, report) -> str:
                        "admitted again" if report.counters.get("never_admitted") else "") + ")"
                     if s["rejected"] else ""))
     lat = s["latency_s"]
+    band = s.get("latency_band_s")
     rows = []
     for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end to end"),
                        ("queueing", "queueing")):
         st = lat[key]
-        rows.append({"what": label, "mean": seconds_text(st["mean"]), "p50": seconds_text(st["p50"]),
-                     "p90": seconds_text(st["p90"]), "p99": seconds_text(st["p99"]), "max": seconds_text(st["max"]),
-                     "n": st["count"]})
+        row = {"what": label, "mean": seconds_text(st["mean"]), "p50": seconds_text(st["p50"]),
+               "p90": seconds_text(st["p90"]), "p99": seconds_text(st["p99"]), "max": seconds_text(st["max"]),
+               "n": st["count"]}
+        if band is not None:
+            for stat in ("p50", "p90"):
+                lo, hi = band[key][stat]
+                row[f"{stat}_band"] = f"{seconds_text(lo)} - {seconds_text(hi)}"
+        rows.append(row)
     lines.append("")
-    lines.append(format_table(rows, [("what", "latency"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"),
-                                     ("p99", "p99"), ("max", "max"), ("n", "count")]))
+    cols = [("what", "latency"), ("mean", "mean"), ("p50", "p50")]
+    cols += [("p50_band", "p50 band")] if band is not None else []
+    cols += [("p90", "p90")] + ([("p90_band", "p90 band")] if band is not None else [])
+    lines.append(format_table(rows, cols + [("p99", "p99"), ("max", "max"), ("n", "count")]))
     lines.append("(count: finished requests; for ITL, the gaps between consecutive tokens of a request)")
+    if band is not None:
+        lines.append("(band: the same run with every step at the low / high end of the calibrated roofline's "
+                     "measured/predicted step-time ratios, 5th-95th percentile; see the time line above)")
     lines.append("")
     seq = s["sequential_hit_rate"]
     lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
@@ -136,6 +155,8 @@ def simulate_summary(trace, report) -> str:
         lines.append(format_table(rows, [("instance", "instance"), *role, ("requests", "requests"),
                                          ("hit_rate", "hit rate %"), ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"),
                                          ("busy", "busy")]))
+    for text in (band or {}).get("warnings", []):
+        lines.append(f"warning    calibration: {text}")
     if is_unstable(report):
         lines.append(f"warning    the instance cannot keep up with this load: it finished {seconds_text(backlog_s(report))} "
                      "after the last arrival, so TTFT is mostly queueing and grows with the trace's length. Lower "

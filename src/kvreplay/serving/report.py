@@ -90,6 +90,9 @@ class SimReport:
     tiers: dict | None = None  # tiers below HBM: hit tokens per tier (simulate.tier_summary)
     prefill_instances: int | None = None  # disaggregated: instances 0..P-1 prefill, the rest decode
     decode_instance: np.ndarray | None = None  # disaggregated: per request, its decode instance (-1: none)
+    #: the calibrated roofline's error band: "low" and "high", each the latencies() of the same run
+    #: with every step at that end of its kind's measured/predicted band; "bands" those ratios
+    band: dict | None = None
 
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
@@ -204,6 +207,20 @@ class SimReport:
             "queueing": latency_stats(self.queueing_s[ok]),
         }
 
+    def latency_band(self) -> dict | None:
+        """Per latency and statistic, [low, high]: the same run with every step at the low and the
+        high end of the time model's calibration band (None without a calibrated time model)."""
+        if self.band is None:
+            return None
+        lo, hi = self.band["low"], self.band["high"]
+        out = {key: {stat: [lo[key][stat], hi[key][stat]] for stat in lo[key] if stat != "count"} for key in lo}
+        out["calibrated_on"] = self.time_model.get("calibrated_on")
+        out["ratio_bands"] = self.band["bands"]
+        out["warnings"] = list(self.band.get("warnings", []))
+        out["text"] = ("each latency's range when every step takes the low / high end of the calibrated roofline's "
+                       "measured/predicted step-time band (5th-95th percentile, per prefill, decode and mixed step)")
+        return out
+
     def summary(self) -> dict:
         ok = self.finished
         dur = self.duration_s
@@ -220,6 +237,7 @@ class SimReport:
             "hit_rate": self.hit_rate, "sequential_hit_rate": self.sequential_hit_rate,
             "hit_tokens": int(self.hit_tokens[ok].sum()), "prompt_tokens": in_tokens, "output_tokens": out_tokens,
             "latency_s": self.latencies(),
+            "latency_band_s": self.latency_band(),
             "throughput": {"requests_per_s": per_s(self.num_finished), "input_tokens_per_s": per_s(in_tokens),
                            "output_tokens_per_s": per_s(out_tokens)},
             "goodput": {"requests_per_s": per_s(int(good.sum())), "good_requests": int(good.sum()),

@@ -185,6 +185,18 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                    router_lag_ms=router_lag_ms, seed=seed, assigned=assigned, tiers=tier_list,
                    tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                    prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s)
+    band = None
+    if hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
+        band = {"bands": {p: list(tm.calibration.band(p)) for p in ("prefill", "decode", "mixed")}}
+        for end in ("low", "high"):
+            other = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size,
+                             time_model=tm.at_band(end), scheduler=scheduler, arrival_s=arrival_s,
+                             output_kv=output_kv, params=params, instances=instances,
+                             router=None if fixed else router, router_options=router_options,
+                             router_lag_ms=router_lag_ms, seed=seed, assigned=assigned, tiers=tier_list,
+                             tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
+                             prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s)
+            band[end] = other
     sequential, sequential_evictions = None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
@@ -211,10 +223,51 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
     )
+    if band is not None:
+        from dataclasses import replace
+
+        for end in ("low", "high"):
+            other = band[end]
+            band[end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
+                                finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
+                                band=None).latencies()
+        band["warnings"] = _calibration_warnings(tm, trace, report)
+        report.band = band
     if check:
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _calibration_warnings(tm, trace, report) -> list[str]:
+    """Where this run leaves what the calibrated roofline was fitted and checked on."""
+    cal = tm.calibration
+    rng = cal.fitted_range
+    out = []
+    if cal.borrowed:
+        out.append(f"{cal.gpu} has no kernel measurements: its coefficients are its nearest measured relative's "
+                   f"({cal.measured_on}) at {cal.gpu}'s own peaks, and its band is the cross-GPU check's")
+    spec = tm.model
+    if rng.get("models") and spec.name not in rng["models"]:
+        kind = ("an MoE model" if spec.active_params != spec.total_params else "a model") + \
+            (" with MLA attention" if spec.kv_lora_rank else "") + \
+            (" with sliding-window layers" if spec.sliding_window_layers else "")
+        out.append(f"{spec.name} is {kind} outside the calibration's checked models ({', '.join(rng['models'])}): "
+                   "its terms are extrapolated from dense-model kernels")
+    if rng.get("tp") and tm.tp not in rng["tp"]:
+        out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
+    longest = int((np.asarray(trace.input_length) + np.asarray(trace.output_length)).max()) if len(trace) else 0
+    if rng.get("max_context") and longest > rng["max_context"]:
+        n = int(((np.asarray(trace.input_length) + np.asarray(trace.output_length)) > rng["max_context"]).sum())
+        out.append(f"{n:,} requests reach contexts beyond the calibrated {rng['max_context']:,} tokens "
+                   f"(up to {longest:,}): attention there is extrapolated")
+    peak = int(report.counters.get("peak_running", 0))
+    if rng.get("max_decode_batch") and peak > rng["max_decode_batch"]:
+        out.append(f"up to {peak} requests ran in one step, beyond the calibrated {rng['max_decode_batch']}")
+    if tm.dtype != "bf16":
+        out.append(f"the GEMM efficiencies were fitted on bf16 kernels; {tm.dtype} weights use them at the "
+                   f"{tm.dtype} peak")
+    return out
 
 
 def _is_roofline(time_model) -> bool:

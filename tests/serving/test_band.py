@@ -1,0 +1,68 @@
+"""The calibrated roofline's error band through simulate(): the run again at both ends of the
+measured/predicted band, the warnings where a run leaves the calibrated range, and the CLI's
+columns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kvreplay
+from sim_cases import trace_of
+
+
+def small_trace():
+    return trace_of(*[([3 * i, 3 * i + 1, 3 * i + 2], 40, 100 * i, 5) for i in range(12)], block_size=16)
+
+
+def test_band_brackets_every_latency():
+    r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline")
+    band = r.summary()["latency_band_s"]
+    lat = r.summary()["latency_s"]
+    for key in ("ttft", "tpot", "e2e"):
+        for stat in ("mean", "p50", "p90"):
+            lo, hi = band[key][stat]
+            assert lo <= lat[key][stat] * (1 + 1e-12) and lat[key][stat] <= hi * (1 + 1e-12), (key, stat)
+            assert lo < hi
+    assert band["calibrated_on"] == "H100" and set(band["ratio_bands"]) == {"prefill", "decode", "mixed"}
+    assert band["warnings"] == []  # a checked model on a measured GPU, short contexts, bf16
+
+
+def test_band_of_an_isolated_request_is_its_steps_times_the_ratios():
+    # one request, alone: its first token is one prefill step, so TTFT x the prefill band's ends
+    t = trace_of(([0, 1, 2, 3], 64, 0, 1), block_size=16)
+    r = kvreplay.simulate(t, "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline")
+    lo, hi = r.band["bands"]["prefill"]
+    ttft = float(r.ttft_s[0])
+    assert r.summary()["latency_band_s"]["ttft"]["p50"] == pytest.approx([ttft * lo, ttft * hi])
+
+
+def test_raw_roofline_has_no_band_and_warnings_name_the_range():
+    raw = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline-raw")
+    assert raw.summary()["latency_band_s"] is None
+    r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Qwen3-30B-A3B", gpu="B200", tp=2, time_model="roofline")
+    warnings = r.summary()["latency_band_s"]["warnings"]
+    assert any("B200 has no kernel measurements" in w and "H200" in w for w in warnings)
+    assert any("Qwen3-30B-A3B is an MoE model" in w for w in warnings)
+
+
+def test_cli_prints_the_band_columns(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with open(path, "w") as f:
+        for i in range(12):
+            f.write(json.dumps({"timestamp": 100 * i, "input_length": 40, "output_length": 5,
+                                "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2]}) + "\n")
+    cmd = [sys.executable, "-m", "kvreplay.cli", "simulate", str(path), "--model", "Llama-3.1-8B", "--gpu", "H100",
+           "--block-size", "16"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "p50 band" in out.stdout and "p90 band" in out.stdout
+    assert "calibrated on H100's measured kernels" in out.stdout
+    doc = json.loads(subprocess.run(cmd + ["--json", "--summary-only"], capture_output=True, text=True,
+                                    timeout=120).stdout)
+    band = doc["summary"]["latency_band_s"] if "summary" in doc else doc["latency_band_s"]
+    assert np.all(np.diff(band["ttft"]["p50"]) > 0)
