@@ -444,6 +444,9 @@ def load_figure(rows: list[dict], *, title: str = ""):
         xs = [r["load"] for r in rs]
         label = f"{policy}, {cap:,} blocks"
         ax_t.plot(xs, [r["ttft_p50_s"] for r in rs], label=f"{label} p50", linewidth=1.3, **style)
+        if all(r.get("ttft_p50_low_s") is not None for r in rs):  # the calibrated roofline's band
+            ax_t.fill_between(xs, [r["ttft_p50_low_s"] for r in rs], [r["ttft_p50_high_s"] for r in rs],
+                              color=style["color"], alpha=0.15, linewidth=0)
         ax_t.plot(xs, [r["ttft_p90_s"] for r in rs], label=f"{label} p90", linewidth=1.0, alpha=0.7,
                   color=style["color"], marker=style["marker"], linestyle="--")
         ax_h.plot(xs, [100 * r["hit_rate"] for r in rs], label=label, linewidth=1.3, **style)
@@ -455,7 +458,9 @@ def load_figure(rows: list[dict], *, title: str = ""):
         ax.grid(True, alpha=0.3)
     ax_t.set_yscale("log")
     ax_t.set_ylabel("TTFT (s)")
-    ax_t.set_title("TTFT p50 (solid) and p90 (dashed)", fontsize=9)
+    banded = any(r.get("ttft_p50_low_s") is not None for r in rows)
+    ax_t.set_title("TTFT p50 (solid) and p90 (dashed)" + ("; shaded: p50's calibration band" if banded else ""),
+                   fontsize=9)
     ax_h.set_ylabel("hit rate (%)")
     ax_h.set_ylim(bottom=0)
     ax_h.set_title("hit rate under concurrency (dotted: sequential replay)", fontsize=9)

@@ -166,7 +166,10 @@ def simulate_summary(trace, report) -> str:
 
 def load_table(trace, rows: list[dict]) -> str:
     shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else f"{r['load']:g}/s"),
-                  ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
+                  ttft50=seconds_text(r["ttft_p50_s"]) + (f" [{seconds_text(r['ttft_p50_low_s'])} - "
+                                                          f"{seconds_text(r['ttft_p50_high_s'])}]"
+                                                          if r.get("ttft_p50_low_s") is not None else ""),
+                  ttft90=seconds_text(r["ttft_p90_s"]),
                   ok="yes" if r["stable"] else "no") for r in rows]
     head = (f"{trace_name(trace)}: TTFT and hit rate against load (whole trace; hit rate % at first "
             "schedule, sequential % for the same policy and pool)")

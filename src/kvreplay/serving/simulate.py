@@ -411,7 +411,17 @@ def sweep_row(trace, options: dict) -> dict:
         "goodput_per_s": s["goodput"]["requests_per_s"], "preemptions": s["preemptions"],
         "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
         "stable": not is_unstable(r), "backlog_s": backlog_s(r), "finished": s["finished"], "rejected": s["rejected"],
+        **_band_columns(s.get("latency_band_s")),
     }
+
+
+def _band_columns(band) -> dict:
+    """A sweep row's band columns (low / high of TTFT p50, p90, p99 and TPOT p50; None without one)."""
+    out = {}
+    for key, stat in (("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"), ("tpot", "p50")):
+        lo, hi = band[key][stat] if band is not None else (None, None)
+        out[f"{key}_{stat}_low_s"], out[f"{key}_{stat}_high_s"] = lo, hi
+    return out
 
 
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
