@@ -66,3 +66,23 @@ def test_cli_prints_the_band_columns(tmp_path):
                                     timeout=120).stdout)
     band = doc["summary"]["latency_band_s"] if "summary" in doc else doc["latency_band_s"]
     assert np.all(np.diff(band["ttft"]["p50"]) > 0)
+
+
+def test_sweep_csv_has_the_band_columns(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with open(path, "w") as f:
+        for i in range(12):
+            f.write(json.dumps({"timestamp": 100 * i, "input_length": 40, "output_length": 5,
+                                "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2]}) + "\n")
+    out = tmp_path / "sweep.csv"
+    cmd = [sys.executable, "-m", "kvreplay.cli", "simulate", str(path), "--model", "Llama-3.1-8B", "--gpu", "H100",
+           "--block-size", "16", "--speedups", "1,2", "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import csv
+
+    rows = list(csv.DictReader(open(out)))
+    assert len(rows) == 2
+    for r in rows:
+        assert float(r["ttft_p50_low_s"]) <= float(r["ttft_p50_s"]) <= float(r["ttft_p50_high_s"])
+        assert float(r["tpot_p50_low_s"]) < float(r["tpot_p50_high_s"])
