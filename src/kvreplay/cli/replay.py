@@ -281,7 +281,10 @@ def _parser_report(sub) -> None:
     rp.add_argument("--gpu", help="add a serving section: one instance on this GPU (with --model) at several loads "
                                   "(kvreplay simulate; see `kvreplay gpus`)")
     rp.add_argument("--tp", type=common.positive_int, default=1, help="with --gpu: tensor-parallel GPUs (default 1)")
-    rp.add_argument("--time-model", default="roofline", help="with --gpu: roofline (default), FILE.npz or FILE.json")
+    rp.add_argument("--time-model", default="roofline",
+                    help="with --gpu: roofline (default, calibrated, with its band), roofline-raw, FILE.npz or FILE.json")
+    rp.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16",
+                    help="with --gpu: the weights' dtype (sizes them before the KV pool; fp8 needs fp8 tensor cores)")
     rp.add_argument("--speedups", default="0.25,0.5,1", metavar="X,Y,...",
                     help="with --gpu: the loads, as factors on the trace's arrival rate (default 0.25,0.5,1)")
 
@@ -302,7 +305,7 @@ def _cmd_report(args) -> int:
         except argparse.ArgumentTypeError as e:
             raise ConfigError(f"--speedups: {e}") from None
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
-                   "speedups": speedups}
+                   "speedups": speedups, "weights_dtype": args.weights_dtype}
     trace = common.load(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     capacities, budget = common.resolve_budget(args, trace, args.capacities)

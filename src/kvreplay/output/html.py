@@ -120,12 +120,22 @@ def _serving_section(sv: dict, name: str) -> list[str]:
            f"<code>{esc(sv['policy'])}</code>, a pool of {src['blocks']:,} blocks of {sv['block_size']} tokens (what "
            f"{src['gpu_memory_utilization']:g} of the GPU memory holds after {src['weight_bytes_per_gpu'] / 1e9:.1f} GB "
            f"of weights per GPU) shared by running requests and the prefix cache; steps timed by the "
-           f"{esc(str(tm.get('time_model')))} model (MFU {tm.get('mfu', '-')}, MBU {tm.get('mbu', '-')}). Hit rate: at "
+           + (f"calibrated roofline (fitted on {esc(str(tm.get('calibrated_on')))}'s measured kernels; TTFT p50 shown "
+              "with its band: the run at both ends of the measured/predicted step-time ratios)"
+              if tm.get("time_model") == "roofline" else
+              f"{esc(str(tm.get('time_model')))} model (MFU {tm.get('mfu', '-')}, MBU {tm.get('mbu', '-')})")
+           + f", weights {esc(str(src.get('weights_dtype', 'bf16')))}. Hit rate: at "
            "each request's first schedule, token-weighted, whole trace; <em>sequential</em> is the same policy and pool "
            "with one request at a time. docs/serving.md has every rule.</p>"]
     from .serving import seconds_text
 
-    rows = [[f"&times;{r['load']:g}", seconds_text(r["ttft_p50_s"]), seconds_text(r["ttft_p90_s"]), _pct(r["hit_rate"]),
+    def p50(r):
+        text = seconds_text(r["ttft_p50_s"])
+        if r.get("ttft_p50_low_s") is not None:
+            text += f" [{seconds_text(r['ttft_p50_low_s'])} - {seconds_text(r['ttft_p50_high_s'])}]"
+        return text
+
+    rows = [[f"&times;{r['load']:g}", p50(r), seconds_text(r["ttft_p90_s"]), _pct(r["hit_rate"]),
              _pct(r["sequential_hit_rate"]), f"{r['requests_per_s']:,.3f}", _n(r["preemptions"]),
              "yes" if r["stable"] else "<b>no</b>"] for r in sv["rows"]]
     out.append(_table(["load", "TTFT p50", "TTFT p90", "hit rate", "sequential", "requests/s", "preemptions",
