@@ -281,9 +281,8 @@ def _check_header(path, names, line) -> None:
         seen[c] = n
 
 
-def _jsonl_rows(path: str, text: str):
-    """(line, keys) of the first record, then (line, record) per record."""
-    keys = None
+def _json_objects(path: str, text: str, what: str):
+    """(line, object) for each non-blank line of JSON Lines `text`; each must be an object (`what`)."""
     for i, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
@@ -292,7 +291,14 @@ def _jsonl_rows(path: str, text: str):
         except json.JSONDecodeError as e:
             raise StepsError(path, f"not JSON: {e.msg} at column {e.colno}", i) from None
         if not isinstance(rec, dict):
-            raise StepsError(path, f"must be a JSON object (one step per line), got {type(rec).__name__}", i)
+            raise StepsError(path, f"must be {what}, got {type(rec).__name__}", i)
+        yield i, rec
+
+
+def _jsonl_rows(path: str, text: str):
+    """(line, keys) of the first record, then (line, record) per record."""
+    keys = None
+    for i, rec in _json_objects(path, text, "a JSON object (one step per line)"):
         if keys is None:
             keys = list(rec)
             _check_header(path, keys, i)
@@ -478,17 +484,7 @@ def _bench_results(path: str, text: str) -> list:
         return out
     if doc is not None:
         raise StepsError(path, f"must be a benchmark result (a JSON object), got {type(doc).__name__}", 1)
-    out = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise StepsError(path, f"not JSON: {e.msg} at column {e.colno}", i) from None
-        if not isinstance(rec, dict):
-            raise StepsError(path, f"must be a benchmark result (a JSON object), got {type(rec).__name__}", i)
-        out.append((i, rec))
+    out = list(_json_objects(path, text, "a benchmark result (a JSON object)"))
     if not out:
         raise StepsError(path, "empty: no benchmark results")
     return out

@@ -134,6 +134,24 @@ def _sum_min(a: int, b: int, w: int) -> int:
     return (a + w) * (w - a + 1) // 2 + w * (b - w)
 
 
+def prefill_keys(batch: StepBatch, window) -> tuple[int, int, int, int]:
+    """The prefills' attention work: (query-key pairs over full layers, over sliding layers, KV
+    entries touched in full layers, in sliding layers). A chunk of n new tokens after c cached has
+    ``n x c + n (n + 1) / 2`` causal pairs and touches ``c + n`` entries; a sliding layer of window
+    W counts ``min(keys, W)`` per query and touches at most ``W + n - 1``."""
+    keys_full = keys_sw = touched_full = touched_sw = 0
+    for n, c in zip(batch.prefill_new, batch.prefill_cached):
+        n, c = int(n), int(c)
+        if n <= 0:
+            continue
+        keys_full += n * c + n * (n + 1) // 2
+        touched_full += c + n
+        if window:
+            keys_sw += _sum_min(c + 1, c + n, window)
+            touched_sw += min(c + n, window + n - 1)
+    return keys_full, keys_sw, touched_full, touched_sw
+
+
 class RooflineTimeModel(TimeModel):
     """Step time from peak compute and memory bandwidth (per GPU, TP-way sharded).
 
@@ -196,16 +214,7 @@ class RooflineTimeModel(TimeModel):
         if tokens == 0:
             return 0.0, 0.0
         w = self.window
-        keys_full = touched_full = keys_sw = touched_sw = 0
-        for n, c in zip(batch.prefill_new, batch.prefill_cached):
-            n, c = int(n), int(c)
-            if n <= 0:
-                continue
-            keys_full += n * c + n * (n + 1) // 2
-            touched_full += c + n
-            if w:
-                keys_sw += _sum_min(c + 1, c + n, w)
-                touched_sw += min(c + n, w + n - 1)
+        keys_full, keys_sw, touched_full, touched_sw = prefill_keys(batch, w)
         ctx = batch.decode_context
         if len(ctx):
             total_ctx = int(sum(ctx))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...errors import ConfigError
-from .models import RooflineTimeModel, StepBatch, _sum_min
+from .models import RooflineTimeModel, StepBatch, prefill_keys
 
 #: the fitted coefficients (per GPU) and what the model is built from
 COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s",
@@ -144,16 +144,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         w, width = self.window, self.attn_width / tp
         kv_lt = self.kv_per_layer_token_gpu
         if prefill_reqs:
-            keys_f = keys_s = touched_f = touched_s = 0
-            for n, cached in zip(batch.prefill_new, batch.prefill_cached):
-                n, cached = int(n), int(cached)
-                if n <= 0:
-                    continue
-                keys_f += n * cached + n * (n + 1) // 2
-                touched_f += cached + n
-                if w:
-                    keys_s += _sum_min(cached + 1, cached + n, w)
-                    touched_s += min(cached + n, w + n - 1)
+            keys_f, keys_s, touched_f, touched_s = prefill_keys(batch, w)
             f = 4.0 * width * (self.layers_full * keys_f + self.layers_sw * keys_s)
             b = kv_lt * (self.layers_full * touched_f + self.layers_sw * touched_s) + 4.0 * width * prefill_new * layers
             out["attn_prefill"] = (layers * c["attn_floor_prefill_s"]
