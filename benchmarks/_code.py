@@ -80,3 +80,14 @@ def check_imported(expected_desc: str) -> str:
     import kvreplay
 
     return str(Path(kvreplay.__file__).resolve().parent)
+
+
+def replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens):
+    """The compiled engine's loop alone: C since commit 6e7a47a (driver.replay_state), numba before."""
+    from kvreplay.engine import driver
+
+    if hasattr(driver, "replay_state"):
+        driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
+                            hit_tokens)
+    else:
+        driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)

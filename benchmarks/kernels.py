@@ -59,7 +59,7 @@ def main() -> None:
                 hit_blocks = np.zeros(len(trace), np.int64)
                 hit_tokens = np.zeros(len(trace), np.int64)
                 t0 = time.thread_time()
-                replay_kernel(spec, state, trace, 512, hit_blocks, hit_tokens)
+                _code.replay_kernel(spec, state, trace, 512, hit_blocks, hit_tokens)
                 if run:  # the first run compiles or loads the kernel
                     times.append(time.thread_time() - t0)
             figures.append(round(accesses / statistics.median(times) / 1e6, 1))
@@ -71,14 +71,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens):
-    """The compiled engine's loop alone: C since commit 6e7a47a (driver.replay_state), numba before."""
-    from kvreplay.engine import driver
-
-    if hasattr(driver, "replay_state"):
-        driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
-                            hit_tokens)
-    else:
-        driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)

@@ -98,7 +98,7 @@ def bench_compiled(trace, policy: str, capacity: int, runs: int) -> dict:
     def kernel():
         state = spec.make_state(capacity, sized_by, **params)
         t0, c0 = time.perf_counter(), time.thread_time()
-        replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens)
+        _code.replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens)
         return time.perf_counter() - t0, time.thread_time() - c0
 
     def api():
@@ -391,18 +391,6 @@ def memory_tables(args, big, results) -> None:
           "the `kvreplay run` row borrows the s3fifo baseline.")
     if mem_cli:
         print(f"\n`{mem_cli['command']}`: {mem_cli['wall_s']:.1f} s (load + replay + checks, in-process)")
-
-
-def replay_kernel(spec, state, trace, block_size, hit_blocks, hit_tokens):
-    """The compiled engine's loop alone: C since commit 6e7a47a (driver.replay_state), numba before."""
-    from kvreplay.engine import driver
-
-    if hasattr(driver, "replay_state"):
-        driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
-                            hit_tokens)
-    else:
-        driver.replay_compiled(trace.offsets, trace.blocks, trace.input_length, block_size, state, hit_blocks, hit_tokens)
-
 
 if __name__ == "__main__":
     sys.exit(main())
