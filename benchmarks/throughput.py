@@ -392,5 +392,6 @@ def memory_tables(args, big, results) -> None:
     if mem_cli:
         print(f"\n`{mem_cli['command']}`: {mem_cli['wall_s']:.1f} s (load + replay + checks, in-process)")
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,6 +19,16 @@ def small_trace():
     return trace_of(*[([3 * i, 3 * i + 1, 3 * i + 2], 40, 100 * i, 5) for i in range(12)], block_size=16)
 
 
+def trace_file(tmp_path):
+    """small_trace() as a Mooncake JSONL file."""
+    path = tmp_path / "t.jsonl"
+    with open(path, "w") as f:
+        for i in range(12):
+            f.write(json.dumps({"timestamp": 100 * i, "input_length": 40, "output_length": 5,
+                                "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2]}) + "\n")
+    return path
+
+
 def test_band_brackets_every_latency():
     r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline")
     band = r.summary()["latency_band_s"]
@@ -51,11 +61,7 @@ def test_raw_roofline_has_no_band_and_warnings_name_the_range():
 
 
 def test_cli_prints_the_band_columns(tmp_path):
-    path = tmp_path / "t.jsonl"
-    with open(path, "w") as f:
-        for i in range(12):
-            f.write(json.dumps({"timestamp": 100 * i, "input_length": 40, "output_length": 5,
-                                "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2]}) + "\n")
+    path = trace_file(tmp_path)
     cmd = [sys.executable, "-m", "kvreplay.cli", "simulate", str(path), "--model", "Llama-3.1-8B", "--gpu", "H100",
            "--block-size", "16"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -69,11 +75,7 @@ def test_cli_prints_the_band_columns(tmp_path):
 
 
 def test_sweep_csv_has_the_band_columns(tmp_path):
-    path = tmp_path / "t.jsonl"
-    with open(path, "w") as f:
-        for i in range(12):
-            f.write(json.dumps({"timestamp": 100 * i, "input_length": 40, "output_length": 5,
-                                "hash_ids": [3 * i, 3 * i + 1, 3 * i + 2]}) + "\n")
+    path = trace_file(tmp_path)
     out = tmp_path / "sweep.csv"
     cmd = [sys.executable, "-m", "kvreplay.cli", "simulate", str(path), "--model", "Llama-3.1-8B", "--gpu", "H100",
            "--block-size", "16", "--speedups", "1,2", "-o", str(out)]
