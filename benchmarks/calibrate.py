@@ -275,7 +275,7 @@ class Measured:
         self.ns = sorted({n for n, _ in self.gemm})
         self.ks = sorted({k for _, k in self.gemm})
         self.ctx = tables["ctx"]
-        self.gen = tables["gen"]
+        self.gen = tables["gen"].assign(ctxlen=tables["gen"].step + 1)  # the table's step: tokens before this one
         ar = tables["ar"]
         self.ar = {int(n): (p.sort_values("message_size").message_size.to_numpy(float),
                             p.sort_values("message_size").latency.to_numpy(float) / 1e3) for n, p in ar.groupby("num_gpus")}
@@ -297,8 +297,7 @@ class Measured:
         k0, k1 = bracket(k, self.ks)
 
         def at(nn, kk):
-            t = self._gemm_at(m, nn, kk)
-            return t
+            return self._gemm_at(m, nn, kk)
 
         def lin(v, a, b, fa, fb):
             return fa if a == b else fa + (fb - fa) * (v - a) / (b - a)
@@ -334,8 +333,7 @@ class Measured:
         return self._attn(self.ctx, "isl", b, s, h, kv)
 
     def gen_time(self, b, ctx, h, kv):
-        t = self.gen.assign(ctxlen=self.gen.step + 1)
-        return self._attn(t, "ctxlen", b, ctx, h, kv)
+        return self._attn(self.gen, "ctxlen", b, ctx, h, kv)
 
     def ar_time(self, n, elements):
         xs, ys = self.ar[n]
@@ -402,7 +400,7 @@ def step_table(meas: Measured, gpu_name: str, coefficients: dict):
     return rows
 
 
-def raw_table(rows, gpu_name, *, calibrated_default=False):
+def raw_table(rows, gpu_name):
     """The same steps under the raw roofline (MFU 0.5, MBU 0.6)."""
     from kvreplay.serving.timing.models import RooflineTimeModel, StepBatch
 

@@ -179,24 +179,17 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
         if fixed else None
     routing.parameters(router, router_options)  # checked before the run
-    raw = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size, time_model=tm,
-                   scheduler=scheduler, arrival_s=arrival_s, output_kv=output_kv, params=params,
-                   instances=instances, router=None if fixed else router, router_options=router_options,
-                   router_lag_ms=router_lag_ms, seed=seed, assigned=assigned, tiers=tier_list,
-                   tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
-                   prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s)
+    run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=arrival_s,
+               output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
+               router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
+               tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
+               prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s)
+    raw = run_once(trace, time_model=tm, **run)
     band = None
     if hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
         band = {"bands": {p: list(tm.calibration.band(p)) for p in ("prefill", "decode", "mixed")}}
         for end in ("low", "high"):
-            other = run_once(trace, policy=spec.name, capacity=capacity, block_size=block_size,
-                             time_model=tm.at_band(end), scheduler=scheduler, arrival_s=arrival_s,
-                             output_kv=output_kv, params=params, instances=instances,
-                             router=None if fixed else router, router_options=router_options,
-                             router_lag_ms=router_lag_ms, seed=seed, assigned=assigned, tiers=tier_list,
-                             tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
-                             prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s)
-            band[end] = other
+            band[end] = run_once(trace, time_model=tm.at_band(end), **run)
     sequential, sequential_evictions = None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
@@ -256,9 +249,10 @@ def _calibration_warnings(tm, trace, report) -> list[str]:
                    "its terms are extrapolated from dense-model kernels")
     if rng.get("tp") and tm.tp not in rng["tp"]:
         out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
-    longest = int((np.asarray(trace.input_length) + np.asarray(trace.output_length)).max()) if len(trace) else 0
+    context = np.asarray(trace.input_length) + np.asarray(trace.output_length)
+    longest = int(context.max()) if len(trace) else 0
     if rng.get("max_context") and longest > rng["max_context"]:
-        n = int(((np.asarray(trace.input_length) + np.asarray(trace.output_length)) > rng["max_context"]).sum())
+        n = int((context > rng["max_context"]).sum())
         out.append(f"{n:,} requests reach contexts beyond the calibrated {rng['max_context']:,} tokens "
                    f"(up to {longest:,}): attention there is extrapolated")
     peak = int(report.counters.get("peak_running", 0))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...errors import ConfigError
-from .models import RooflineTimeModel, StepBatch, prefill_keys
+from .models import RooflineTimeModel, StepBatch, _weight_bytes, prefill_keys
 
 #: the fitted coefficients (per GPU) and what the model is built from
 COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s",
@@ -108,8 +108,6 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.c = c
         self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
         spec = self.model
-        from .models import _weight_bytes
-
         wbytes = _weight_bytes(self.dtype)
         head = spec.lm_head_params
         self.hidden = spec.hidden_size or 0
