@@ -56,6 +56,7 @@ from conftest import MOONCAKE, shared_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
 import sglang_scheduler as harness  # noqa: E402
+import per_request  # noqa: E402
 
 pytestmark = pytest.mark.engines
 
@@ -119,35 +120,25 @@ def slice_rows(name: str, start: int, n: int) -> list:
 
 # ---- the comparison -------------------------------------------------------------------------------
 
-def compare(real, rows: list, settings: harness.Settings) -> dict:
-    """Serve `rows` on both; per field the share of requests that agree, and the disagreements."""
+def as_requests(rows: list, settings: harness.Settings):
+    """`rows` as kvreplay's trace and as the harness's requests (the trace's arrival times)."""
     import kvreplay
     from kvreplay.serving.simulate import arrivals
 
     trace = kvreplay.Trace.from_requests(rows, block_size=settings.page_size)
     arrival = arrivals(trace)
-    requests = [harness.TraceRequest([int(x) for x in trace.request_blocks(i)], int(trace.input_length[i]),
-                                     int(trace.output_length[i]), float(arrival[i])) for i in range(len(trace))]
+    return trace, [harness.TraceRequest([int(x) for x in trace.request_blocks(i)], int(trace.input_length[i]),
+                                        int(trace.output_length[i]), float(arrival[i])) for i in range(len(trace))]
+
+
+def compare(real, rows: list, settings: harness.Settings) -> dict:
+    """Serve `rows` on both; per field the share of requests that agree, and the disagreements."""
+    trace, requests = as_requests(rows, settings)
     engine = harness.run(requests, settings, real)
     ours = kvreplay_run(trace, settings)
     n = len(requests)
-    agree = np.ones(n, dtype=bool)
-    share, diffs = {}, []
-    for name in FIELDS:
-        theirs = np.array([np.nan if x is None else x for x in engine.column(name)], dtype=np.float64)
-        mine = np.asarray(getattr(ours, name), dtype=np.float64)
-        same = (np.isnan(theirs) & np.isnan(mine)) | (np.abs(theirs - mine) <= 1e-6)
-        share[name] = float(same.mean())
-        agree &= same
-        for i in np.flatnonzero(~same):
-            # when it shows: the earlier of the two times, or (hits, preemptions) the first schedule
-            times = [theirs[i], mine[i]] if name.endswith("_s") else [
-                np.nan if engine.requests[i].scheduled_s is None else engine.requests[i].scheduled_s,
-                float(ours.scheduled_s[i])]
-            when = np.inf if np.all(np.isnan(times)) else float(np.nanmin(times))
-            diffs.append((when, int(i), name, theirs[i], mine[i]))
-    diffs.sort()
-    return {"agreement": float(agree.mean()), "fields": share, "diffs": diffs, "n": n, "engine": engine,
+    agreement, share, diffs = per_request.compare(engine, ours, FIELDS)
+    return {"agreement": agreement, "fields": share, "diffs": diffs, "n": n, "engine": engine,
             "ours": ours}
 
 
@@ -320,22 +311,14 @@ STEPS = {
 
 
 def run_steps(real, name):
-    import kvreplay
-    from kvreplay.serving.simulate import arrivals
-
     rows, settings, _, _, _ = STEPS[name]
-    trace = kvreplay.Trace.from_requests(rows, block_size=settings.page_size)
-    arrival = arrivals(trace)
-    requests = [harness.TraceRequest([int(x) for x in trace.request_blocks(i)], int(trace.input_length[i]),
-                                     int(trace.output_length[i]), float(arrival[i])) for i in range(len(trace))]
+    trace, requests = as_requests(rows, settings)
     engine = harness.run(requests, settings, real)
     ours = kvreplay_step_run(trace, settings)
     return engine, ours
 
 
 def kvreplay_step_run(trace, settings):
-    import kvreplay
-    from kvreplay.serving.simulate import Scheduler
     from kvreplay.serving.timing import PolynomialProfile
 
     profile = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "version": 1, "unit": "s",

@@ -51,6 +51,7 @@ from conftest import MOONCAKE, shared_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
 import vllm_scheduler as harness  # noqa: E402
+import per_request  # noqa: E402
 
 pytestmark = pytest.mark.engines
 
@@ -137,24 +138,9 @@ def compare(real, simulate, rows: list, settings: harness.Settings) -> dict:
     engine = harness.run(requests, settings, real)
     ours = simulate(trace, settings)
     n = len(requests)
-    agree = np.ones(n, dtype=bool)
-    share, diffs = {}, []
-    for name in FIELDS:
-        theirs = np.array([np.nan if x is None else x for x in engine.column(name)], dtype=np.float64)
-        mine = np.asarray(getattr(ours, name), dtype=np.float64)
-        same = (np.isnan(theirs) & np.isnan(mine)) | (np.abs(theirs - mine) <= 1e-6)
-        share[name] = float(same.mean())
-        agree &= same
-        for i in np.flatnonzero(~same):
-            # when it shows: the earlier of the two times, or (hits, preemptions) the first schedule
-            times = [theirs[i], mine[i]] if name.endswith("_s") else [
-                np.nan if engine.requests[i].scheduled_s is None else engine.requests[i].scheduled_s,
-                float(ours.scheduled_s[i])]
-            when = np.inf if np.all(np.isnan(times)) else float(np.nanmin(times))
-            diffs.append((when, int(i), name, theirs[i], mine[i]))
-    diffs.sort()
+    agreement, share, diffs = per_request.compare(engine, ours, FIELDS)
     rejected_engine = [i for i, r in enumerate(engine.requests) if r.status == "rejected"]
-    return {"agreement": float(agree.mean()), "fields": share, "diffs": diffs, "n": n,
+    return {"agreement": agreement, "fields": share, "diffs": diffs, "n": n,
             "rejected_engine": rejected_engine, "engine": engine, "ours": ours}
 
 
