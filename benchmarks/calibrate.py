@@ -460,31 +460,60 @@ def silicon_runs(t: Tables):
     return out
 
 
-def simulate_run(run, make_model):
-    """The run in kvreplay (see the module docstring, 4): (TTFT s, TPOT s), means over the
-    requests after the first B. An fp8 run stores its KV at fp8 too (aiconfigurator's "precision")."""
+def _serve(run, time_model, n, arrivals_s):
     import kvreplay
     from kvreplay.serving.simulate import Scheduler
 
-    B, isl, osl = run["concurrency"], run["isl"], run["osl"]
-    n = 3 * B
-    blocks = -(-isl // 16)
-    requests = [(list(range(i * blocks, (i + 1) * blocks)), isl, 0.0, osl) for i in range(n)]
+    blocks = -(-run["isl"] // 16)
+    requests = [(list(range(i * blocks, (i + 1) * blocks)), run["isl"], float(t) * 1e3, run["osl"])
+                for i, t in enumerate(arrivals_s)]
     trace = kvreplay.Trace.from_requests(requests, block_size=16)
-    r = kvreplay.simulate(trace, "vllm", None, 16, time_model=make_model(run), model=run["model"], gpu=run["gpu"],
-                          tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["weights"],
-                          scheduler=Scheduler(style="vllm", max_num_seqs=B), compare_sequential=False, check=False)
+    return kvreplay.simulate(trace, "vllm", None, 16, time_model=time_model, model=run["model"], gpu=run["gpu"],
+                             tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["weights"],
+                             scheduler=Scheduler(style="vllm", max_num_seqs=run["concurrency"]),
+                             compare_sequential=False, check=False)
+
+
+def simulate_run(run, make_model, client="burst"):
+    """The run in kvreplay (see the module docstring, 4): (TTFT s, TPOT s), means over the
+    requests after the first B. An fp8 run stores its KV at fp8 too (aiconfigurator's "precision").
+
+    client: how B benchmark clients are approximated (docs/performance.md section 13 compares them):
+    "burst": 3B requests at t=0, max_num_seqs B, TTFT from schedule (the server's queue left out);
+    "closed": B clients in a closed loop (request i+B is sent when request i finishes), all
+    starting at t=0, TTFT from send; "staggered": the same loop with the clients' first sends
+    spread evenly over one request's latency (the desynchronised steady state)."""
+    B = run["concurrency"]
+    n = (3 if client == "burst" else 4) * B
+    tm = make_model(run)
+    arrivals = np.zeros(n)
+    if client == "burst":
+        r = _serve(run, tm, n, arrivals)
+        start = r.scheduled_s
+    else:
+        if client == "staggered":  # one request's latency from a synchronised first wave
+            first = _serve(run, tm, B, arrivals[:B])
+            period = float(np.mean(first.finish_s))
+            arrivals = np.concatenate([np.arange(B) * period / B + w * period for w in range(n // B)])
+        for _ in range(2 * n // B + 2):  # the loop's fixed point: each wave's sends from the last one's finishes
+            r = _serve(run, tm, n, arrivals)
+            sends = arrivals.copy()
+            sends[B:] = r.finish_s[:-B]
+            if np.allclose(sends, arrivals):
+                break
+            arrivals = sends
+        start = r.arrival_s
     ok = r.finished & (np.arange(n) >= B)
-    ttft = float(np.mean((r.first_token_s - r.scheduled_s)[ok]))
+    ttft = float(np.mean((r.first_token_s - start)[ok]))
     tpot = float(np.mean(((r.finish_s - r.first_token_s) / np.maximum(r.output_tokens - 1, 1))[ok]))
     return ttft, tpot
 
 
-def e2e_errors(runs, make_model):
+def e2e_errors(runs, make_model, client="burst"):
     rows = []
     for run in runs:
         try:
-            ttft, tpot = simulate_run(run, make_model)
+            ttft, tpot = simulate_run(run, make_model, client)
         except Exception as e:  # (a configuration kvreplay refuses: said, not counted)
             rows.append({**run, "error": str(e)})
             continue
@@ -518,6 +547,8 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="print the held-back tables from the shipped coefficients")
     ap.add_argument("--json", default=None, help="also write every table as JSON here")
     ap.add_argument("--e2e", action="store_true", help="also simulate aiconfigurator's silicon vLLM serving runs")
+    ap.add_argument("--client", choices=("burst", "closed", "staggered"), default="burst",
+                    help="with --e2e: how the runs' B benchmark clients are approximated (simulate_run)")
     args = ap.parse_args()
     from kvreplay.serving.timing.gpus import get_gpu
 
@@ -552,9 +583,10 @@ def main() -> int:
                     r["model"], r["gpu"], r["tp"], dtype=r["weights"],
                     coefficients=None if coefficients is None else coefficients[r["gpu"]]["coefficients"]))):
             for gpu in ("H100", "H200"):
-                rows = e2e_errors([r for r in runs if r["gpu"] == gpu], make)
+                rows = e2e_errors([r for r in runs if r["gpu"] == gpu], make, args.client)
                 s = e2e_summary(rows)
-                print_e2e(f"end to end, {gpu}: aiconfigurator silicon vLLM runs against kvreplay, {label}", s)
+                print_e2e(f"end to end, {gpu}: aiconfigurator silicon vLLM runs against kvreplay, {label}, "
+                          f"{args.client} clients", s)
                 report.setdefault("e2e", {}).setdefault(label, {})[gpu] = s
     if not args.check:
         gpus = {}
