@@ -34,7 +34,7 @@ def test_summary_table(files):
     assert rows["queueing"][1:5] == ["250.0", "ms", "500.0", "ms"]  # B waits from 0.5 s to the step at 1 s
     assert "hit rate   25.00% of prompt tokens under concurrency" in out
     assert "sequential replay, same policy and pool: 25.00%" in out
-    assert "cannot keep up" not in out
+    assert "keeps up   yes" in out and "keeps up   NO" not in out
 
 
 def test_json_csv_parquet_outputs(files):
@@ -122,7 +122,7 @@ def test_conversation_trace_as_the_issue_asks():
     assert "pool       833 blocks of 512 tokens (426,496 tokens): 1 x H100 80 GB x 0.9" in out
     assert "12,031 finished" in out
     # one H100 cannot keep up with this trace's arrivals for an 8B model: the output says so
-    assert "cannot keep up with this load" in out
+    assert "keeps up   NO (300.00 s windows); in the worst window (arrivals from 3,300.00 s)" in out
 
 
 def test_report_has_a_serving_section_with_gpu(files):

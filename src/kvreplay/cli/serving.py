@@ -289,8 +289,9 @@ SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_b
                "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
                "tpot_p50_s": "float", "hit_rate": "float", "hbm_hit_rate": "float", "sequential_hit_rate": "float",
                "load_balance": "float", "requests_per_s": "float", "goodput_per_s": "float",
-               "preemptions": "int", "peak_running": "int", "stable": "bool", "backlog_s": "float", "finished": "int",
-               "rejected": "int",
+               "preemptions": "int", "peak_running": "int", "stable": "bool", "backlog_s": "float",
+               "verdict_window_s": "float", "worst_queue_p90_s": "float", "worst_window_start_s": "float",
+               "finished": "int", "rejected": "int",
                # the calibrated roofline's band (empty for other time models)
                **{f"{k}_{e}_s": "float" for k in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50") for e in ("low", "high")}}
 

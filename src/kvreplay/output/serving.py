@@ -50,7 +50,7 @@ def _describe_scheduler(s: dict) -> str:
 
 
 def simulate_summary(trace, report) -> str:
-    from ..serving.simulate import backlog_s, is_unstable
+    from ..serving.verdict import keeps_up
 
     s = report.summary()
     cfg = report.config()
@@ -157,11 +157,34 @@ def simulate_summary(trace, report) -> str:
                                          ("busy", "busy")]))
     for text in (band or {}).get("warnings", []):
         lines.append(f"warning    calibration: {text}")
-    if is_unstable(report):
-        lines.append(f"warning    the instance cannot keep up with this load: it finished {seconds_text(backlog_s(report))} "
-                     "after the last arrival, so TTFT is mostly queueing and grows with the trace's length. Lower "
-                     "the load (--speedup 0.5), add GPUs (--tp), or sweep it: --speedups 0.25,0.5,1")
+    lines.append(verdict_text(keeps_up(report), instances=report.instances))
     return "\n".join(lines)
+
+
+def verdict_text(v: dict, *, instances: int) -> str:
+    """One line for the summary: keeps up, or where it does not and what would."""
+    win = f"{seconds_text(v['window_s'])} windows"
+    if v["keeps_up"]:
+        return (f"keeps up   yes: worst p90 queueing {seconds_text(v['worst_queue_p90_s'])} in {win} (allowed "
+                f"{seconds_text(v['allowed_queue_s'])}), backlog {seconds_text(v['backlog_s'])}")
+    where = ""
+    if v["worst_window_start_s"] is not None:
+        where = (f"; in the worst window (arrivals from {seconds_text(v['worst_window_start_s'])}) p90 queueing is "
+                 f"{seconds_text(v['worst_queue_p90_s'])} against {seconds_text(v['allowed_queue_s'])} allowed")
+    text = (f"keeps up   NO ({win}){where}; it finished {seconds_text(v['backlog_s'])} after the last arrival "
+            f"(allowed {seconds_text(v['backlog_limit_s'])})")
+    fix = v.get("fix")
+    if fix:
+        options = []
+        if fix["load"] is not None:
+            options.append(f"about {fix['load']['value']:.3g} ({fix['load']['flag']} {fix['load']['value']:.3g}, "
+                           f"x{fix['load_scale']:.2g} of this load)")
+        options.append(f"about {fix['instances']} instances (--instances {fix['instances']}, now {instances})")
+        why = (f"the busiest window needs {fix['busiest_window_utilisation']:.0%} of the instances' measured rate"
+               if fix["basis"] == "work" else "bursts within a window queue for longer than the allowance")
+        text += ("\n           estimated to keep up at " + " or ".join(options) + f" ({why}); sweep around it to "
+                 "confirm: --speedups / --instances-list")
+    return text
 
 
 def load_table(trace, rows: list[dict]) -> str:

@@ -222,6 +222,8 @@ class SimReport:
         return out
 
     def summary(self) -> dict:
+        from .verdict import keeps_up
+
         ok = self.finished
         dur = self.duration_s
         per_s = (lambda x: x / dur) if dur > 0 else (lambda x: float("nan"))
@@ -238,6 +240,7 @@ class SimReport:
             "hit_tokens": int(self.hit_tokens[ok].sum()), "prompt_tokens": in_tokens, "output_tokens": out_tokens,
             "latency_s": self.latencies(),
             "latency_band_s": self.latency_band(),
+            "keeps_up": keeps_up(self),
             "throughput": {"requests_per_s": per_s(self.num_finished), "input_tokens_per_s": per_s(in_tokens),
                            "output_tokens_per_s": per_s(out_tokens)},
             "goodput": {"requests_per_s": per_s(int(good.sum())), "good_requests": int(good.sum()),

@@ -20,6 +20,7 @@ from . import routing
 from .config import resolve
 from .report import SimReport
 from .run import decode_blocks, run_once
+from .verdict import keeps_up
 from .timing import load_time_model
 
 ENGINE_STYLES = ("vllm", "sglang")
@@ -335,22 +336,6 @@ def _check_tokens(report, raw) -> None:
         raise InvariantError("the steps' tokens do not add up to the requests' tokens")
 
 
-def backlog_s(report) -> float:
-    """How long after the last arrival the instance kept working (seconds): a queue that cannot
-    keep up shows as a backlog that grows with the trace."""
-    ok = report.finished
-    if not ok.any():
-        return 0.0
-    return max(0.0, float(report.finish_s[ok].max() - report.arrival_s.max()))
-
-
-def is_unstable(report) -> bool:
-    """The instance could not keep up: it finished more than max(60 s, 10% of the arrival span)
-    after the last arrival (docs/serving.md, "Reading the results")."""
-    span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
-    return backlog_s(report) > max(60.0, 0.1 * span)
-
-
 def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=None, instances=None, routers=None,
                tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None, progress=None,
                **options) -> list[dict]:
@@ -404,9 +389,15 @@ def sweep_row(trace, options: dict) -> dict:
         "sequential_hit_rate": r.sequential_hit_rate, "requests_per_s": s["throughput"]["requests_per_s"],
         "goodput_per_s": s["goodput"]["requests_per_s"], "preemptions": s["preemptions"],
         "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
-        "stable": not is_unstable(r), "backlog_s": backlog_s(r), "finished": s["finished"], "rejected": s["rejected"],
+        **_verdict_columns(keeps_up(r)), "finished": s["finished"], "rejected": s["rejected"],
         **_band_columns(s.get("latency_band_s")),
     }
+
+
+def _verdict_columns(v: dict) -> dict:
+    """A sweep row's keeps-up columns (serving/verdict.py)."""
+    return {"stable": v["keeps_up"], "backlog_s": v["backlog_s"], "verdict_window_s": v["window_s"],
+            "worst_queue_p90_s": v["worst_queue_p90_s"], "worst_window_start_s": v["worst_window_start_s"]}
 
 
 def _band_columns(band) -> dict:

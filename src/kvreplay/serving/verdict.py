@@ -1,0 +1,113 @@
+"""Does a simulated deployment keep up with its load? Judged per time window, from the queue.
+
+A run keeps up when, in every window of arrivals, the 90th percentile of the requests' queueing
+delay (first schedule - arrival) stays within the service time of the median request (first
+schedule to last token), or 1 s if that is shorter, and the engine finishes within max(60 s, 10% of
+the arrival span) of the last arrival. A whole-trace rule alone misses bursts: a queue that drains
+by the end of the trace can still hold requests for hours in its busiest window.
+
+The window is 5 minutes, or a quarter of the arrival span when the trace is shorter than 20
+minutes (never under 1 s). When a run does not keep up, the verdict names its worst window and
+estimates what would: the load scale, or the instance count, at which the busiest window's work
+(prompt tokens not hit + output tokens arriving in it) fits in 90% of what the instances processed
+per busy second over the run; when that window fits on average but queues within it (a burst
+shorter than the window), the scale is its p90 queueing over the allowance. The estimate is a first
+guess to sweep around, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .report import nearest_rank
+
+WINDOW_S = 300.0
+MIN_QUEUE_S = 1.0
+TARGET_BUSY = 0.9
+
+
+def backlog_s(report) -> float:
+    """How long after the last arrival the engine kept working (seconds)."""
+    ok = report.finished
+    if not ok.any():
+        return 0.0
+    return max(0.0, float(report.finish_s[ok].max() - report.arrival_s.max()))
+
+
+def default_window_s(span_s: float) -> float:
+    return WINDOW_S if span_s >= 4 * WINDOW_S else max(span_s / 4, 1.0)
+
+
+def _windows(arrival_s: np.ndarray, window_s: float) -> tuple[np.ndarray, float]:
+    """Each arrival's window (the last one closed at the last arrival) and the first's start."""
+    if not arrival_s.size:
+        return np.zeros(0, dtype=np.int64), 0.0
+    t0 = float(arrival_s.min())
+    last = max(math.ceil((float(arrival_s.max()) - t0) / window_s) - 1, 0)
+    return np.minimum(np.floor((arrival_s - t0) / window_s).astype(np.int64), last), t0
+
+
+def keeps_up(report, window_s: float | None = None) -> dict:
+    """The verdict (JSON-ready): keeps_up, the window, the worst window's p90 queueing delay and
+    its start, the allowance it was held to, the backlog, and (when it does not keep up) a fix."""
+    ok = report.finished
+    arrival = report.arrival_s
+    span = float(arrival.max() - arrival.min()) if arrival.size else 0.0
+    w = float(window_s) if window_s else default_window_s(span)
+    backlog, backlog_limit = backlog_s(report), max(60.0, 0.1 * span)
+    out = {"window_s": w, "backlog_s": backlog, "backlog_limit_s": backlog_limit, "worst_window_start_s": None,
+           "worst_queue_p90_s": 0.0, "allowed_queue_s": MIN_QUEUE_S, "fix": None}
+    if not ok.any():
+        out.update(keeps_up=False, reason="no request finished")
+        return out
+    queue = (report.scheduled_s - arrival)[ok]
+    service = np.sort((report.finish_s - report.scheduled_s)[ok])
+    allowed = max(nearest_rank(service, 50), MIN_QUEUE_S)
+    index, t0 = _windows(arrival[ok], w)
+    worst, worst_k = -1.0, 0
+    for k in np.unique(index):
+        p90 = nearest_rank(np.sort(queue[index == k]), 90)
+        if p90 > worst:
+            worst, worst_k = p90, int(k)
+    out.update(allowed_queue_s=allowed, worst_queue_p90_s=worst, worst_window_start_s=t0 + worst_k * w)
+    queue_ok, drained = worst <= allowed, backlog <= backlog_limit
+    out["keeps_up"] = bool(queue_ok and drained)
+    if out["keeps_up"]:
+        out["reason"] = "every window's p90 queueing delay is within the allowance and the queue drains"
+        return out
+    out["reason"] = ("queueing" if not queue_ok else "") + (" and " if not (queue_ok or drained) else "") + \
+        ("backlog" if not drained else "")
+    out["fix"] = _fix(report, w, worst, allowed)
+    return out
+
+
+def _fix(report, window_s: float, worst_queue_s: float, allowed_s: float) -> dict | None:
+    """The load scale and instance count estimated to keep up (None when the run gives no rate).
+
+    When the busiest window's work exceeds TARGET_BUSY of the instances' measured rate, scale by
+    that excess; when it fits on average but queues within the window (a burst shorter than the
+    window), scale by the worst window's p90 queueing over its allowance."""
+    ok = report.finished
+    work = (np.maximum(report.prompt_tokens - report.hit_tokens, 0) + np.maximum(report.output_tokens, 1))[ok]
+    busy = [b for b in report.instance_busy_s if b]
+    busy_total = float(sum(busy)) if busy else report.duration_s * report.instances
+    if busy_total <= 0 or work.sum() <= 0:
+        return None
+    rate = float(work.sum()) / busy_total  # tokens per busy second of one instance
+    index, t0 = _windows(report.arrival_s[ok], window_s)
+    per_window = np.bincount(index, weights=work.astype(np.float64))
+    peak_k = int(np.argmax(per_window))
+    need = float(per_window[peak_k]) / window_s / (rate * report.instances)
+    factor = need / TARGET_BUSY if need > TARGET_BUSY else max(worst_queue_s / allowed_s, 1.0)
+    scale = 1.0 / factor
+    arrivals = report.arrivals or {}
+    load = None
+    if arrivals.get("kind") == "poisson":
+        load = {"flag": "--rate", "value": float(arrivals["rate_per_s"]) * scale}
+    elif arrivals.get("kind") == "trace":
+        load = {"flag": "--speedup", "value": float(arrivals.get("speedup", 1.0)) * scale}
+    instances = max(report.instances + 1, math.ceil(report.instances * factor))
+    return {"load_scale": scale, "load": load, "instances": instances, "busiest_window_start_s": t0 + peak_k * window_s,
+            "busiest_window_utilisation": need, "basis": "work" if need > TARGET_BUSY else "queueing"}
