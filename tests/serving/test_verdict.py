@@ -70,3 +70,84 @@ def test_sweep_rows_carry_the_verdict():
                       time_model=ONE_SECOND, scheduler=Scheduler(max_num_seqs=1))
     assert rows[0]["stable"] is False and rows[0]["worst_queue_p90_s"] == 8.0
     assert rows[0]["verdict_window_s"] == 250.0 and rows[0]["worst_window_start_s"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# A sweep keeps its rows when one run breaks an invariant
+
+
+def _breaks_on_random(monkeypatch):
+    import kvreplay.serving.simulate as sim
+    from kvreplay.errors import InvariantError
+
+    real = sim.simulate
+
+    def fake(trace, **options):
+        if options.get("router") == "random":
+            raise InvariantError("1 requests neither finished nor were rejected")
+        return real(trace, **options)
+
+    monkeypatch.setattr(sim, "simulate", fake)
+
+
+def test_a_failed_run_keeps_the_other_rows(monkeypatch):
+    _breaks_on_random(monkeypatch)
+    rows = load_sweep(burst_then_quiet(), speedups=[1.0, 2.0], policies=["lru"], capacities=[100], block_size=4,
+                      time_model=ONE_SECOND, instances=[2], routers=["round-robin", "random"])
+    assert [r["router"] for r in rows] == ["round-robin", "round-robin", "random", "random"]
+    assert [r["error"] is None for r in rows] == [True, True, False, False]
+    assert rows[2]["error"] == "internal error, please report: 1 requests neither finished nor were rejected"
+    assert rows[0]["finished"] == 11 and rows[2]["stable"] is None
+
+
+def test_cli_writes_every_other_row_and_exits_3(monkeypatch, tmp_path, capsys):
+    from kvreplay.cli import main
+
+    from conftest import write
+
+    _breaks_on_random(monkeypatch)
+    lines = "\n".join('{"timestamp": %d, "input_length": 4, "output_length": 1, "hash_ids": [%d]}' % (1000 * k, k)
+                      for k in range(6))
+    trace = write(tmp_path, "t.jsonl", lines + "\n")
+    out = tmp_path / "rows.csv"
+    code = main(["simulate", str(trace), "--block-size", "4", "--capacity", "100", "--time-model", "instant",
+                 "--instances", "2", "--routers", "round-robin,random", "--speedups", "1,2", "-o", str(out)])
+    assert code == 3
+    text = out.read_text().splitlines()
+    assert len(text) == 5
+    header = text[0].split(",")
+    err = header.index("error")
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    assert [r["router"] for r in rows] == ["round-robin", "round-robin", "random", "random"]
+    assert rows[0]["error"] == "" and rows[2]["error"].startswith("internal error, please report")
+    assert err > 0
+    captured = capsys.readouterr()
+    assert "2 of 4 runs failed; the other rows are written" in captured.err
+    assert "failed     load 1, lru" not in captured.out and "failed     load 1" in captured.out
+
+
+def test_cluster_rows_run_their_own_sequential_replay():
+    # two instances, least-loaded: which requests share an instance depends on the load, and so
+    # does the sequential replay of each instance's share; each row equals its standalone run
+    t = trace_of(*[([f"p{k % 3}", f"q{k}"], 8, 1000 * k, 3) for k in range(12)])
+    rows = load_sweep(t, speedups=[1.0, 4.0], policies=["lru"], capacities=[3], block_size=4,
+                      time_model=ONE_SECOND, instances=[2], routers=["least-loaded"])
+    alone = [simulate(t, "lru", 3, block_size=4, time_model=ONE_SECOND, instances=2, router="least-loaded",
+                      speedup=r["load"]).sequential_hit_rate for r in rows]
+    assert [r["sequential_hit_rate"] for r in rows] == alone
+    assert alone[0] != alone[1]  # the old sweep reused the first load's value for both
+
+
+def test_load_plot_has_one_series_per_router():
+    from kvreplay.output.plot import load_figure
+
+    rows = [{"load_kind": "speedup", "load": x, "policy": "vllm", "capacity_blocks": 10, "instances": 5,
+             "router": router, "tiers": "none", "ttft_p50_s": 1.0 + x, "ttft_p90_s": 2.0 + x, "hit_rate": 0.1,
+             "sequential_hit_rate": 0.1} for router in ("round-robin", "kv-aware") for x in (1.0, 2.0)]
+    fig = load_figure(rows, title="t")
+    labels = [line.get_label() for line in fig.axes[1].get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["router round-robin", "router kv-aware"]
+    colours = {line.get_color() for line in fig.axes[1].get_lines() if not line.get_label().startswith("_")}
+    assert len(colours) == 2

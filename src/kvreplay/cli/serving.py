@@ -291,7 +291,7 @@ SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_b
                "load_balance": "float", "requests_per_s": "float", "goodput_per_s": "float",
                "preemptions": "int", "peak_running": "int", "stable": "bool", "backlog_s": "float",
                "verdict_window_s": "float", "worst_queue_p90_s": "float", "worst_window_start_s": "float",
-               "finished": "int", "rejected": "int",
+               "finished": "int", "rejected": "int", "error": "str",
                # the calibrated roofline's band (empty for other time models)
                **{f"{k}_{e}_s": "float" for k in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50") for e in ("low", "high")}}
 
@@ -320,12 +320,13 @@ def _emit_sweep(args, trace, rows: list[dict]) -> int:
         from ..output import plot
         from ..output.serving import trace_name
 
-        plot.save_figure(plot.load_figure(rows, title=trace_name(trace)), args.plot)
+        title = trace_name(trace) + (f"; {args.model} on {args.tp} x {args.gpu} per instance" if getattr(args, "gpu", None) else "")
+        plot.save_figure(plot.load_figure([r for r in rows if r["error"] is None], title=title), args.plot)
     if args.output:
         if args.output.lower().endswith(".json"):
             data = common.encode_json({"trace": trace.source, "rows": rows})
         else:
-            data = _table_bytes(args.output, {k: [r[k] for r in rows] for k in SWEEP_KINDS}, SWEEP_KINDS)
+            data = _table_bytes(args.output, {k: [r.get(k) for r in rows] for k in SWEEP_KINDS}, SWEEP_KINDS)
         write_atomic(args.output, data)
     if args.json:
         sys.stdout.buffer.write(common.encode_json({"trace": trace.source, "rows": rows}))
@@ -333,6 +334,13 @@ def _emit_sweep(args, trace, rows: list[dict]) -> int:
         from ..output.serving import load_table
 
         print(load_table(trace, rows))
+    failed = [r for r in rows if r["error"] is not None]
+    for r in failed:
+        print(f"kvreplay: the run at load {r['load']:g} ({r['policy']}, {r['instances']} instance(s), router "
+              f"{r['router']}, tiers {r['tiers']}) failed: {r['error']}", file=sys.stderr)
+    if failed:
+        print(f"kvreplay: {len(failed)} of {len(rows)} runs failed; the other rows are written", file=sys.stderr)
+        return 3 if any(r.get("internal_error") for r in failed) else 2
     return 0
 
 

@@ -347,6 +347,23 @@ def check_plot_path(path: str | None) -> None:
         raise ConfigError(f"--plot {path}: the name must end in {', '.join(FORMATS)}")
 
 
+def _deployment_text(report) -> str:
+    """What a serving plot's title names: GPU, instances, router, tiers, policy, scheduler, load."""
+    tm = report.time_model or {}
+    parts = []
+    if tm.get("gpu"):
+        parts.append(f"{tm.get('model', '')} on {tm.get('tp', 1)} x {tm['gpu']}".strip())
+    if report.instances > 1:
+        parts.append(f"{report.instances} instances, router {report.router}")
+    if report.tiers is not None:
+        parts.append("tiers " + " + ".join(row["name"] for row in report.tiers["tiers"]))
+    parts.append(f"{report.policy}, {report.scheduler['style']}-style scheduler")
+    arr = report.arrivals or {}
+    parts.append(f"Poisson {arr['rate_per_s']:g}/s" if arr.get("kind") == "poisson"
+                 else f"load x{arr.get('speedup', 1.0):g}")
+    return "; ".join(parts)
+
+
 def serving_figure(report, *, title: str = ""):
     """`kvreplay simulate --plot`: the TTFT CDF, and over simulated time the cumulative hit rate,
     the running and waiting requests, and the KV blocks running requests hold."""
@@ -386,7 +403,8 @@ def serving_figure(report, *, title: str = ""):
     # the engine's state, sampled at steps: averaged (line) and its peak (shade) per time bin
     mid, running = _binned(t, cols["running"])
     _, waiting = _binned(t, cols["waiting"])
-    _, held = _binned(t, 100.0 * cols["running_kv_blocks"] / report.capacity_blocks)
+    # the series sums every instance's held blocks: as a share of all their pools together
+    _, held = _binned(t, 100.0 * cols["running_kv_blocks"] / (report.capacity_blocks * max(report.instances, 1)))
     ax = axes[1, 0]
     for (mean, peak), color, label in ((running, PALETTE[0], "running"), (waiting, PALETTE[3], "waiting")):
         ax.fill_between(mid, mean, peak, color=color, alpha=0.2, linewidth=0)
@@ -402,11 +420,13 @@ def serving_figure(report, *, title: str = ""):
     ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("pool held by running requests (%)")
-    ax.set_title(f"running KV ({report.capacity_blocks:,} blocks of {report.block_size} tokens)", fontsize=9)
+    pools = (f"{report.instances} pools of {report.capacity_blocks:,} blocks together" if report.instances > 1
+             else f"{report.capacity_blocks:,} blocks")
+    ax.set_title(f"running KV ({pools}, {report.block_size} tokens each)", fontsize=9)
     for a in axes.flat:
         a.grid(True, alpha=0.3)
     head = f"{title}: " if title else ""
-    fig.suptitle(f"{head}{report.policy}, {report.scheduler['style']}-style scheduler, whole trace", fontsize=10)
+    fig.suptitle(f"{head}{_deployment_text(report)}, whole trace", fontsize=10)
     return fig
 
 
@@ -428,21 +448,33 @@ def _binned(t, values, bins: int = 150):
     return ((edges[:-1] + edges[1:]) / 2)[keep], ((total / np.maximum(count, 1))[keep], peak[keep])
 
 
+def _config_label(config: dict, varies: list[str]) -> str:
+    """A load-plot series' label: the configuration fields that differ between series."""
+    text = {"policy": lambda v: str(v), "capacity_blocks": lambda v: f"{v:,} blocks",
+            "instances": lambda v: f"{v} instance" + ("s" if v != 1 else ""), "router": lambda v: f"router {v}",
+            "tiers": lambda v: "HBM only" if v in (None, "none") else f"tiers {v}"}
+    return ", ".join(text[k](config[k]) for k in varies)
+
+
 def load_figure(rows: list[dict], *, title: str = ""):
     """`kvreplay simulate --speedups/--rates --plot`: TTFT p50 and p90 against load, and the hit
-    rate under concurrency against load (its sequential value dotted), one colour per policy and pool."""
+    rate under concurrency against load (its sequential value dotted): one series, with its own colour
+    and marker, per configuration (policy, pool, instances, router, tiers), labelled by what differs."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10.0, 4.0), layout="constrained")
     ax_t, ax_h = fig.subplots(1, 2)
+    keys = ("policy", "capacity_blocks", "instances", "router", "tiers")
     groups: dict = {}
-    for r in rows:
-        groups.setdefault((r["policy"], r["capacity_blocks"]), []).append(r)
+    for r in rows:  # one series per configuration
+        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    varies = [k for i, k in enumerate(keys) if len({g[i] for g in groups}) > 1] or ["policy", "capacity_blocks"]
     kind = rows[0]["load_kind"] if rows else "speedup"
-    for i, ((policy, cap), rs) in enumerate(groups.items()):
+    for i, (config, rs) in enumerate(groups.items()):
         style = series_style(i)
+        rs = sorted(rs, key=lambda r: r["load"])
         xs = [r["load"] for r in rs]
-        label = f"{policy}, {cap:,} blocks"
+        label = _config_label(dict(zip(keys, config)), varies)
         ax_t.plot(xs, [r["ttft_p50_s"] for r in rs], label=f"{label} p50", linewidth=1.3, **style)
         if all(r.get("ttft_p50_low_s") is not None for r in rs):  # the calibrated roofline's band
             ax_t.fill_between(xs, [r["ttft_p50_low_s"] for r in rs], [r["ttft_p50_high_s"] for r in rs],

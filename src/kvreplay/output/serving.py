@@ -188,6 +188,8 @@ def verdict_text(v: dict, *, instances: int) -> str:
 
 
 def load_table(trace, rows: list[dict]) -> str:
+    failed = [r for r in rows if r.get("error") is not None]
+    rows = [r for r in rows if r.get("error") is None]
     shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else f"{r['load']:g}/s"),
                   ttft50=seconds_text(r["ttft_p50_s"]) + (f" [{seconds_text(r['ttft_p50_low_s'])} - "
                                                           f"{seconds_text(r['ttft_p50_high_s'])}]"
@@ -204,6 +206,9 @@ def load_table(trace, rows: list[dict]) -> str:
                                  *extra, ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("hit_rate", "hit rate %"),
                                  ("sequential_hit_rate", "sequential %"), ("requests_per_s", "req/s"),
                                  ("preemptions", "preemptions"), ("ok", "keeps up")])
+    for r in failed:
+        table += (f"\nfailed     load {r['load']:g}, {r['policy']}, {r['instances']} instance(s), router {r['router']}, "
+                  f"tiers {r['tiers']}: {r['error']}")
     return head + "\n" + table
 
 

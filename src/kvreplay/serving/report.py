@@ -21,33 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
+from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
 
 FINISHED, REJECTED = STATUS.FINISHED, STATUS.REJECTED
 ITL_SUM, ITL_MAX, ITL_COUNT = ITL.ITL_SUM, ITL.ITL_MAX, ITL.ITL_COUNT
 S_TIME, S_RUNNING, S_WAITING, S_HELD, S_HIT, S_PROMPT = (SERIES.S_TIME, SERIES.S_RUNNING, SERIES.S_WAITING,
                                                          SERIES.S_HELD, SERIES.S_HIT, SERIES.S_PROMPT)
 
-PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft", "tpot", "e2e", "queueing")
-
-
-def nearest_rank(sorted_values: np.ndarray, p: float) -> float:
-    """The value at index round((n - 1) * p / 100) of sorted values (halves away from zero)."""
-    n = len(sorted_values)
-    if n == 0:
-        return float("nan")
-    return float(sorted_values[int(math.floor((n - 1) * p / 100.0 + 0.5))])
-
-
-def latency_stats(values: np.ndarray) -> dict:
-    """mean, p50, p90, p99, max (seconds); count. NaN-free input."""
-    v = np.sort(np.asarray(values, dtype=np.float64))
-    out = {"count": int(v.size)}
-    out["mean"] = float(v.mean()) if v.size else float("nan")
-    for p in PERCENTILES:
-        out[f"p{p}"] = nearest_rank(v, p)
-    out["max"] = float(v[-1]) if v.size else float("nan")
-    return out
 
 
 @dataclass

@@ -361,23 +361,39 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
         for k, (kind, value) in enumerate(loads):
             opts = dict(options, policy=policy, capacity=capacity, instances=n, router=router, tiers=tier,
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
-                        # the sequential replay does not depend on the load: once per group
-                        compare_sequential=k == 0 and options.get("compare_sequential", True))
+                        # one instance's sequential replay does not depend on the load: once per
+                        # group; a cluster's does (it replays each instance's share, and the router's
+                        # split depends on the arrivals), so every cluster row runs its own
+                        compare_sequential=(k == 0 or n > 1) and options.get("compare_sequential", True))
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
     rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
                                   progress=progress)]
     for g in range(0, len(rows), len(loads)):
         for row in rows[g:g + len(loads)]:
-            row["sequential_hit_rate"] = rows[g]["sequential_hit_rate"]
+            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None:
+                row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
     return rows
 
 
 def sweep_row(trace, options: dict) -> dict:
-    """One run of a sweep as a row: load, configuration, TTFT, hit rates, throughput, stability."""
-    r = simulate(trace, **options)
-    s = r.summary()
-    ttft = s["latency_s"]["ttft"]
+    """One run of a sweep as a row: load, configuration, TTFT, hit rates, throughput, stability.
+    A run that breaks an internal invariant gives a row with its configuration and `error`, so the
+    sweep's other rows are kept (the CLI writes them and exits 3); a refused configuration
+    (ConfigError) still stops the sweep, with nothing written."""
+    from ..errors import InvariantError
+
     kind = "speedup" if options.get("rate") is None else "rate"
+    try:
+        r = simulate(trace, **options)
+        s = r.summary()
+    except InvariantError as e:
+        internal = True
+        return {"load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+                "policy": options.get("policy") or "-", "capacity_blocks": options.get("capacity"),
+                "instances": options.get("instances", 1), "router": options.get("router") or "-",
+                "tiers": options.get("tiers") or "none", "stable": None,
+                "error": ("internal error, please report: " if internal else "") + str(e), "internal_error": internal}
+    ttft = s["latency_s"]["ttft"]
     tiers = r.tiers["tiers"] if r.tiers is not None else None
     return {
         "load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
@@ -390,7 +406,7 @@ def sweep_row(trace, options: dict) -> dict:
         "goodput_per_s": s["goodput"]["requests_per_s"], "preemptions": s["preemptions"],
         "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
         **_verdict_columns(keeps_up(r)), "finished": s["finished"], "rejected": s["rejected"],
-        **_band_columns(s.get("latency_band_s")),
+        **_band_columns(s.get("latency_band_s")), "error": None,
     }
 
 

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .report import nearest_rank
+from .stats import nearest_rank
 
 WINDOW_S = 300.0
 MIN_QUEUE_S = 1.0
