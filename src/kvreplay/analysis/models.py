@@ -77,6 +77,9 @@ class ModelSpec:
     intermediate_size: int | None = None
     vocab_size: int | None = None
     tie_word_embeddings: bool = False
+    #: the context length vLLM derives from config.json (see the catalog's _comment); prompts
+    #: plus outputs beyond it are refused
+    max_model_len: int | None = None
 
     @property
     def lm_head_params(self) -> int:

@@ -128,6 +128,9 @@ def _parser_simulate(sub) -> None:
                           "--decode-instances); each request's KV then moves to the least loaded decode instance")
     sim.add_argument("--decode-instances", type=common.positive_int, default=None, metavar="D",
                      help="prefill/decode disaggregation: D decode instances (with --prefill-instances)")
+    sim.add_argument("--max-model-len", type=common.positive_int, default=None, metavar="TOKENS",
+                     help="the context limit: requests whose prompt + outputs exceed it are refused at arrival "
+                          "and counted apart, as vLLM refuses them (default: --model's, from its config.json)")
     sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
                      help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
                           "(needs --model; default: at once)")
@@ -210,7 +213,7 @@ def _options(args, trace) -> dict:
                 tier_overlap=args.tier_overlap, kv_dtype=args.kv_dtype, kv_layers=args.kv_layers,
                 weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
-                decode_instances=args.decode_instances, kv_link=args.kv_link,
+                decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
                 router_options=_router_options(args.router_option), **params)
 
 

@@ -59,7 +59,7 @@ def simulate_summary(trace, report) -> str:
     load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
             else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
     lines = [
-        f"trace      {trace_name(trace)}: {s['requests']:,} requests, {s['prompt_tokens']:,} prompt "
+        f"trace      {trace_name(trace)}: {s['requests']:,} requests, {int(report.prompt_tokens.sum()):,} prompt "
         f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {seconds_text(span)} ({load})",
         f"engine     {_describe_scheduler(cfg['scheduler'])}; cache policy {report.policy}",
     ]
@@ -94,7 +94,12 @@ def simulate_summary(trace, report) -> str:
                  + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has"
                     + (f"; {report.counters.get('never_admitted', 0):,} of them waited and could never be "
                        "admitted again" if report.counters.get("never_admitted") else "") + ")"
-                    if s["rejected"] else ""))
+                    if s["rejected"] else "")
+                 + (f", {s['refused_context']:,} refused at arrival (prompt + outputs over max_model_len "
+                    f"{s['max_model_len']:,}, from {s['max_model_len_source']}; --max-model-len changes it)"
+                    if s["refused_context"] else ""))
+    if s["max_model_len"] is not None and not s["refused_context"]:
+        lines[-1] += f"; context limit {s['max_model_len']:,} tokens ({s['max_model_len_source']})"
     lat = s["latency_s"]
     band = s.get("latency_band_s")
     rows = []

@@ -23,7 +23,7 @@ import numpy as np
 from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
 from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
 
-FINISHED, REJECTED = STATUS.FINISHED, STATUS.REJECTED
+FINISHED, REJECTED, REFUSED = STATUS.FINISHED, STATUS.REJECTED, STATUS.REFUSED
 ITL_SUM, ITL_MAX, ITL_COUNT = ITL.ITL_SUM, ITL.ITL_MAX, ITL.ITL_COUNT
 S_TIME, S_RUNNING, S_WAITING, S_HELD, S_HIT, S_PROMPT = (SERIES.S_TIME, SERIES.S_RUNNING, SERIES.S_WAITING,
                                                          SERIES.S_HELD, SERIES.S_HIT, SERIES.S_PROMPT)
@@ -74,6 +74,8 @@ class SimReport:
     #: the calibrated roofline's error band: "low" and "high", each the latencies() of the same run
     #: with every step at that end of its kind's measured/predicted band; "bands" those ratios
     band: dict | None = None
+    max_model_len: int | None = None  # requests whose prompt + outputs exceed it were refused at arrival
+    max_model_len_source: str | None = None
 
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
@@ -136,6 +138,11 @@ class SimReport:
     @property
     def num_rejected(self) -> int:
         return int((self.status == REJECTED).sum())
+
+    @property
+    def num_refused(self) -> int:
+        """Requests refused at arrival for exceeding max_model_len (they never reach an instance)."""
+        return int((self.status == REFUSED).sum())
 
     @property
     def hit_rate(self) -> float:
@@ -214,8 +221,11 @@ class SimReport:
         held_peak = self.counters.get("peak_held_blocks", 0)
         return {
             "window": {"kind": "whole_trace", "requests": self.num_requests,
-                       "text": f"whole trace ({self.num_requests:,} requests; hit rates over the finished ones)"},
+                       "text": f"whole trace ({self.num_requests:,} requests; hit rates, token totals and latencies "
+                               "over the finished ones)"},
             "requests": self.num_requests, "finished": self.num_finished, "rejected": self.num_rejected,
+            "refused_context": self.num_refused, "max_model_len": self.max_model_len,
+            "max_model_len_source": self.max_model_len_source,
             "duration_s": dur,
             "hit_rate": self.hit_rate, "sequential_hit_rate": self.sequential_hit_rate,
             "hit_tokens": int(self.hit_tokens[ok].sum()), "prompt_tokens": in_tokens, "output_tokens": out_tokens,
@@ -256,7 +266,8 @@ class SimReport:
             "arrival_s": self.arrival_s, "scheduled_s": self.scheduled_s, "first_token_s": self.first_token_s,
             "finish_s": self.finish_s, "prompt_tokens": self.prompt_tokens, "hit_tokens": self.hit_tokens,
             "output_tokens": self.output_tokens, "preemptions": self.preemptions,
-            "status": np.where(self.finished, "finished", np.where(self.status == REJECTED, "rejected", "unfinished")),
+            "status": np.where(self.finished, "finished", np.where(self.status == REJECTED, "rejected", np.where(
+                self.status == REFUSED, "refused", "unfinished"))),
             "instance": np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance,
             **({} if self.tiers is None else {f"hit_tokens_{k}": v for k, v in self.tiers["tokens_per_tier"].items()}),
             **({} if self.decode_instance is None else {"decode_instance": self.decode_instance}),
@@ -316,6 +327,6 @@ class SimReport:
             raise InvariantError("a request hit more tokens than its prompt")
         if self.counters.get("peak_held_blocks", 0) > self.capacity_blocks:
             raise InvariantError("running requests held more blocks than the pool has")
-        if self.num_finished + self.num_rejected != self.num_requests:
-            raise InvariantError(f"{self.num_requests - self.num_finished - self.num_rejected} requests neither "
-                                 "finished nor were rejected")
+        settled = self.num_finished + self.num_rejected + self.num_refused
+        if settled != self.num_requests:
+            raise InvariantError(f"{self.num_requests - settled} requests neither finished nor were rejected")

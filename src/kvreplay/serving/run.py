@@ -173,7 +173,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              router: str | None = None, router_options: dict | None = None, router_lag_ms: float = 0.0,
              seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
-             transfer_s: np.ndarray | None = None, local_ids: bool = True) -> RawRun:
+             transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -208,6 +208,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "WINDOW": roofline_window(tm), "ROUTER": router_index, "TIER_OVERLAP": int(tier_overlap),
         "PREFILL_INSTANCES": prefill_instances, "INSTANCES": N, "REQUESTS": n,
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
+        "MAX_MODEL_LEN": max_model_len or 0,
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,

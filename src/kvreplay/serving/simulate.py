@@ -18,7 +18,7 @@ from ..policies.registry import get_policy
 from ..trace.model import Trace
 from . import routing
 from .config import resolve
-from .report import SimReport
+from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .verdict import keeps_up
 from .timing import load_time_model
@@ -112,7 +112,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
              tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
-             weights_dtype: str = "bf16", **params):
+             weights_dtype: str = "bf16", max_model_len: int | None = None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -136,6 +136,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
         tier_copies "move" | "keep"; tier_overlap: loads overlap compute (engine/tiers.py).
+    max_model_len: the context limit: a request whose prompt + outputs exceed it is refused at
+        arrival, before routing, and counted apart (vLLM's frontend refuses prompt + max_tokens >
+        max_model_len). Default: `model`'s catalog value (vLLM's derivation from its config.json);
+        none without a model.
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
@@ -161,7 +165,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     unbounded = None
     if spec.capacity == "ignored":
         bs = resolve(trace, block_size=block_size, capacity=1, model=model, kv_dtype=kv_dtype).block_size
-        unbounded = trace.num_blocks + int(decode_blocks(trace, bs, output_kv).sum())
+        # (+2: SGLang's admission keeps a page free beyond a request's prompt and outputs)
+        unbounded = trace.num_blocks + int(decode_blocks(trace, bs, output_kv).sum()) + 2
     sizes = resolve(trace, block_size=block_size, capacity=capacity, model=model, kv_dtype=kv_dtype,
                     kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
                     global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype)
@@ -173,6 +178,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
                           f"{sizes.weights_dtype!r}: give the same weights dtype to both")
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
+    max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
     routed = prefill_instances if disagg else instances
@@ -184,7 +190,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
-               prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s)
+               prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
+               max_model_len=max_model_len)
     raw = run_once(trace, time_model=tm, **run)
     band = None
     if hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
@@ -195,7 +202,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
         sequential, sequential_evictions = _sequential(trace, spec, params, capacity, block_size, tier_list,
-                                                       tier_copies, raw.instance, instances, disagg)
+                                                       tier_copies, raw.instance, instances, disagg,
+                                                       raw.status == FINISHED)
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     report = SimReport(
@@ -216,6 +224,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                            tier_overlap) if tier_list else None,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
+        max_model_len=max_model_len, max_model_len_source=max_len_source,
     )
     if band is not None:
         from dataclasses import replace
@@ -231,6 +240,21 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _max_model_len(value, model) -> tuple[int | None, str | None]:
+    """The context limit and where it comes from (`value`, else `model`'s catalog entry)."""
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= 2 ** 40:
+            raise ConfigError(f"max_model_len must be a whole number of tokens from 1 to 2^40, got {value!r}")
+        return int(value), "given"
+    if model is None:
+        return None, None
+    from ..analysis.models import get_model
+
+    spec = get_model(model) if isinstance(model, str) else model
+    limit = getattr(spec, "max_model_len", None)
+    return (None, None) if limit is None else (int(limit), f"{spec.name}'s config.json (as vLLM derives it)")
 
 
 def _calibration_warnings(tm, trace, report) -> list[str]:
@@ -296,21 +320,27 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
     return True, prefill_instances + decode_instances, transfer_s
 
 
-def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copies, instance_of, instances, disagg):
-    """Each instance's requests through its own cache (and tiers), one at a time (N replays for N
-    instances): the hit rate over the whole trace, and the evictions (None with decode instances,
-    which evict too and have no sequential counterpart)."""
+def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copies, instance_of, instances, disagg,
+                finished):
+    """Each instance's finished requests through its own cache (and tiers), one at a time (N
+    replays for N instances): the hit rate over the same requests as the concurrent one (rejected
+    and refused requests left out of both), and the evictions (None with decode instances, which
+    evict too and have no sequential counterpart)."""
     from ..engine.replay import replay
 
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
     hits = 0
     evictions = []
     for k in range(instances):
-        sub = trace if instances == 1 else trace.take(np.flatnonzero(instance_of == k))
+        mine = finished if instances == 1 else finished & (instance_of == k)
+        sub = trace if mine.all() else trace.take(np.flatnonzero(mine))
+        if len(sub) == 0:
+            evictions.append(0)
+            continue
         seq = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args, **params)
         hits += int(seq.hit_tokens.sum())
         evictions.append(seq.counters.get("evictions"))
-    prompt = int(np.asarray(trace.input_length).sum())
+    prompt = int(np.asarray(trace.input_length)[finished].sum())
     return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions))
 
 

@@ -122,6 +122,15 @@ static int join(Sim *s, i64 j, i64 i, int never) {
 static void arrival(Sim *s, i64 i) {
     SimIO *io = s->io;
     i64 j;
+    if (io->cfg[MAX_MODEL_LEN] > 0 && io->L[i] + s->outputs[i] > io->cfg[MAX_MODEL_LEN]) {
+        /* past the model's context: refused before any instance sees it, as vLLM's frontend
+         * refuses prompt + max_tokens > max_model_len (counted on instance 0's row) */
+        io->status[i] = REFUSED;
+        io->instance[i] = -1;
+        s->inst[0].counters[refused_context] += 1;
+        s->done += 1;
+        return;
+    }
     if (s->router == NULL) {
         j = io->assigned[i];
     } else {
@@ -256,7 +265,19 @@ static void run(Sim *s) {
             if (s->failed) break;
             continue;
         }
-        if (j < 0) break;  /* nothing will happen any more */
+        if (j < 0) {
+            /* nothing is scheduled and nothing arrives: an instance that stalled waiting for an
+             * arrival that was then refused or rejected settles its queue now (schedule() runs its
+             * waiting requests, or rejects those that cannot start) */
+            int settle = 0;
+            for (i64 q = 0; q < s->N; q++)
+                if (s->inst[q].qlen > 0 && !s->inst[q].busy) {
+                    s->inst[q].end_t = s->now;
+                    settle = 1;
+                }
+            if (!settle) break;  /* nothing will happen any more */
+            continue;
+        }
         s->now = last_now = te;
         if (!schedule(s, j, next_arrival)) break;
     }

@@ -25,7 +25,7 @@
 #define SIM_CFG_SLOTS(S)                                                                              \
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
-    S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS)
+    S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN)
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
@@ -40,11 +40,11 @@ enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED };
     S(rejected) S(prefill_steps) S(stalls) S(recomputed_tokens) S(prefill_tokens) S(decode_tokens)     \
     S(refused_admissions) S(pin_calls) S(positions_pinned) S(state_out_of_room) S(max_pin_calls)       \
     S(max_positions) S(first_hit_tokens) S(first_prompt_tokens) S(busy_us) S(never_admitted) S(stuck)  \
-    S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room)
+    S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context)
 enum { SIM_COUNTER_SLOTS(KV_SLOT_ENUM) NUM_SIM_COUNTERS };
 
 /* request status (Python reads these names too) */
-#define SIM_STATUS_SLOTS(S) S(WAITING_ARRIVAL) S(WAITING) S(RUNNING) S(FINISHED) S(REJECTED)
+#define SIM_STATUS_SLOTS(S) S(WAITING_ARRIVAL) S(WAITING) S(RUNNING) S(FINISHED) S(REJECTED) S(REFUSED)
 enum { SIM_STATUS_SLOTS(KV_SLOT_ENUM) NUM_SIM_STATUS };
 
 /* the time series' columns */
