@@ -130,8 +130,12 @@ def simulate_summary(trace, report) -> str:
     if report.tiers is not None:
         lines.append(tiers_text(report.tiers))
     tp = s["throughput"]
-    lines.append(f"throughput {tp['requests_per_s']:,.3f} requests/s, {tp['input_tokens_per_s']:,.0f} input and "
-                 f"{tp['output_tokens_per_s']:,.0f} output tokens/s (over {seconds_text(s['duration_s'])})")
+    if s["duration_s"] > 0:
+        lines.append(f"throughput {tp['requests_per_s']:,.3f} requests/s, {tp['input_tokens_per_s']:,.0f} input and "
+                     f"{tp['output_tokens_per_s']:,.0f} output tokens/s (over {seconds_text(s['duration_s'])})")
+    else:
+        lines.append("throughput none to show: every request finished at 0 s (no service time: --time-model instant, "
+                     "or nothing finished)")
     gp = s["goodput"]
     if gp["slo_ttft_s"] is not None or gp["slo_tpot_s"] is not None:
         slos = " and ".join(f"{name} <= {1000 * v:g} ms" for name, v in (("TTFT", gp["slo_ttft_s"]),
@@ -144,8 +148,11 @@ def simulate_summary(trace, report) -> str:
                  f"{s['preempted_requests']:,} requests ({s['recomputed_tokens']:,} tokens recomputed)")
     if s.get("extra_evictions") is not None:
         lines.append(f"evictions  {s['evictions']:,} blocks evicted by the policy; the sequential replay evicts "
-                     f"{s['sequential_evictions']:,}: running requests forced out {s['extra_evictions']:+,} more "
-                     "(the blocks they hold and their decode blocks)")
+                     f"{s['sequential_evictions']:,}: " + (
+                         f"running requests forced out {s['extra_evictions']:,} more (the blocks they hold and their "
+                         "decode blocks)" if s["fewer_evictions"] == 0 else
+                         f"{s['fewer_evictions']:,} fewer under concurrency (requests served together reuse blocks "
+                         "one at a time would have evicted and read again)"))
     if report.instances > 1:
         idle = [r["instance"] for r in report.per_instance() if r["requests"] == 0]
         if idle:
@@ -219,7 +226,8 @@ def load_table(trace, rows: list[dict]) -> str:
 
 def tiers_text(tiers: dict) -> str:
     """Hit tokens per tier (HBM first), as run and simulate print them."""
-    lines = [f"tiers     hit tokens by where they were found (copies {tiers['copies']}d up"
+    copies = {"move": "moved up", "keep": "copied up, kept below"}.get(tiers["copies"], tiers["copies"])
+    lines = [f"tiers     hit tokens by where they were found (blocks found below HBM are {copies}"
              + (", loads overlapped with compute" if tiers.get("overlap") else "") + ")"]
     for row in tiers["tiers"]:
         given = "" if row["name"] == "hbm" or str(row["size"]).isdigit() else f"{row['size']} = "

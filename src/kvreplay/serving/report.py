@@ -214,10 +214,12 @@ class SimReport:
 
         ok = self.finished
         dur = self.duration_s
-        per_s = (lambda x: x / dur) if dur > 0 else (lambda x: float("nan"))
+        per_s = (lambda x: x / dur) if dur > 0 else (lambda x: None)  # no duration: no rate (JSON null)
         out_tokens = int(np.maximum(self.output_tokens[ok], 1).sum())
         in_tokens = int(self.prompt_tokens[ok].sum())
         good = self.good()
+        diff = (None if self.sequential_evictions is None or self.policy_counters.get("evictions") is None
+                else self.policy_counters["evictions"] - self.sequential_evictions)
         held_peak = self.counters.get("peak_held_blocks", 0)
         return {
             "window": {"kind": "whole_trace", "requests": self.num_requests,
@@ -256,8 +258,9 @@ class SimReport:
             "sequential_evictions": self.sequential_evictions,
             # what running requests forced out beyond what one request at a time does: the blocks
             # they hold shrink the cache, and their decode blocks push cached prefixes out
-            "extra_evictions": (None if self.sequential_evictions is None or self.policy_counters.get("evictions") is None
-                                else self.policy_counters["evictions"] - self.sequential_evictions),
+            # (never negative: when concurrency evicts fewer, fewer_evictions says by how many)
+            "extra_evictions": None if diff is None else max(diff, 0),
+            "fewer_evictions": None if diff is None else max(-diff, 0),
         }
 
     def request_columns(self) -> dict:

@@ -275,6 +275,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         io["states"] = np.array([native_address(r) for _, r in records], dtype=np.int64)
         io["state_ids"] = spaces if use_map else -spaces
         kernel.run(io, records[0][0], None if pools is None else pools.record())
+        if counters[:, C["time_overflow"]].any():
+            raise ConfigError(f"a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
+                              f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
+                              "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
         stuck = counters[:, C["stuck"]]
         if stuck.any():
             raise InvariantError(f"the simulator stalled with {int(stuck.sum())} running requests "

@@ -80,14 +80,25 @@ def arrivals(trace: Trace, *, speedup: float | None = None, rate: float | None =
         gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
         if n:
             gaps[0] = 0.0
-        return np.cumsum(gaps)
+        return _within_clock(np.cumsum(gaps), f"rate {rate!r}")
     speedup = 1.0 if speedup is None else speedup
     if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not speedup > 0 or speedup == float("inf"):
         raise ConfigError(f"speedup must be a positive number, got {speedup!r}")
     ts = np.asarray(trace.timestamp, dtype=np.float64)
     if not n:
         return ts
-    return (ts - ts.min()) / 1000.0 / speedup
+    return _within_clock((ts - ts.min()) / 1000.0 / speedup, f"speedup {speedup!r}")
+
+
+def _within_clock(arrival_s: np.ndarray, what: str) -> np.ndarray:
+    """Arrivals the simulated clock can hold (kernel.MAX_TIME_S), else refused naming the load."""
+    from .kernel import MAX_TIME_S
+
+    last = float(arrival_s.max()) if arrival_s.size else 0.0
+    if not last <= MAX_TIME_S / 10:
+        raise ConfigError(f"{what} puts the last arrival at {last:g} s, beyond the {MAX_TIME_S / 10:g} s a run may "
+                          "span: give a larger --speedup or --rate")
+    return arrival_s
 
 
 def tier_summary(tiers, raw, block_size, prompt_tokens, block_bytes, copies, overlap) -> dict:

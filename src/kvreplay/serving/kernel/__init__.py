@@ -74,7 +74,10 @@ def itl_bins() -> tuple[float, float]:
     return ctypes.c_double.in_dll(lib, "kv_itl_min_s").value, ctypes.c_double.in_dll(lib, "kv_itl_ratio").value
 
 
-STATUS = slots("status")  # WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED
+STATUS = slots("status")  # WAITING_ARRIVAL, WAITING, RUNNING, FINISHED, REJECTED, REFUSED
+#: sim.h's SIM_MAX_STEP_S and SIM_MAX_TIME_S: the longest step and the latest simulated time a run
+#: may reach (tests/serving/test_limits.py checks both sides of each)
+MAX_STEP_S, MAX_TIME_S = 1e7, 1e11
 SERIES = slots("series")  # the time series' columns: S_TIME, S_RUNNING, ...
 ITL = slots("itl")  # ITL_SUM, ITL_MAX, ITL_COUNT; the histogram follows (ITL_HEAD = len(ITL))
 ITL_HEAD = len(ITL.names)

@@ -53,6 +53,13 @@ int batch_start(Sim *s, i64 j) {
         c[load_us] += (i64)(load * 1e6 + 0.5);
         dt = s->io->cfg[TIER_OVERLAP] ? (dt > load ? dt : load) : dt + load;
     }
+    if (!(dt >= 0.0) || dt > SIM_MAX_STEP_S || s->now + dt > SIM_MAX_TIME_S) {
+        /* a step time no clock or counter can hold (a time model's huge overhead or latency):
+         * the run stops, and Python refuses it naming the inputs */
+        c[time_overflow] = 1;
+        s->failed = 1;
+        return 1;
+    }
     q->end_t = s->now + dt;
     q->busy = 1;
     c[busy_us] += (i64)(dt * 1e6 + 0.5);

@@ -279,7 +279,7 @@ static void run(Sim *s) {
             continue;
         }
         s->now = last_now = te;
-        if (!schedule(s, j, next_arrival)) break;
+        if (!schedule(s, j, next_arrival) || s->failed) break;
     }
     io->series_meta[0] = s->nseries;
     io->series_meta[1] = s->stride;

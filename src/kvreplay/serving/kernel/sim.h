@@ -40,8 +40,13 @@ enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED };
     S(rejected) S(prefill_steps) S(stalls) S(recomputed_tokens) S(prefill_tokens) S(decode_tokens)     \
     S(refused_admissions) S(pin_calls) S(positions_pinned) S(state_out_of_room) S(max_pin_calls)       \
     S(max_positions) S(first_hit_tokens) S(first_prompt_tokens) S(busy_us) S(never_admitted) S(stuck)  \
-    S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context)
+    S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context) S(time_overflow)
 enum { SIM_COUNTER_SLOTS(KV_SLOT_ENUM) NUM_SIM_COUNTERS };
+
+/* the longest step and the latest simulated time a run may reach (seconds): beyond them the
+ * microsecond counters (i64) and the clock lose their meaning, so the run stops */
+#define SIM_MAX_STEP_S 1e7
+#define SIM_MAX_TIME_S 1e11
 
 /* request status (Python reads these names too) */
 #define SIM_STATUS_SLOTS(S) S(WAITING_ARRIVAL) S(WAITING) S(RUNNING) S(FINISHED) S(REJECTED) S(REFUSED)
