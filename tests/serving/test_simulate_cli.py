@@ -153,3 +153,19 @@ def test_session_router_warns_when_instances_get_nothing(files):
     # both requests start with block 1: the session router (no session ids) sends both to one instance
     out = ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--instances", 2, "--router", "session")
     assert "warning    1 of 2 instances received no request (the session router keys" in out
+
+
+@pytest.mark.parametrize("extra", [(), ("--speedups", "1,2")])
+def test_output_never_replaces_the_time_model(files, extra):
+    trace, tm, _ = files
+    before = open(tm, "rb").read()
+    assert "that is the input file" in fails("simulate", trace, "--capacity", 100, "--time-model", tm, *extra,
+                                             "--output", tm)
+    assert open(tm, "rb").read() == before
+
+
+def test_report_never_replaces_the_time_model(files):
+    trace, tm, _ = files
+    before = open(tm, "rb").read()
+    assert "that is the input file" in fails("report", trace, "--capacity", 100, "--time-model", tm, "-o", tm)
+    assert open(tm, "rb").read() == before

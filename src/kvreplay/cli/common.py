@@ -346,4 +346,14 @@ def check_table_outputs(args) -> None:
         from ..output.plot import check_plot_path
 
         check_plot_path(args.plot)
-    check_output_dir(args.output, args.plot, inputs=args.traces)
+    check_output_dir(args.output, args.plot, inputs=inputs_of(args))
+
+
+def inputs_of(args) -> list[str]:
+    """Every file a command reads, so no output replaces one: the traces and a --time-model
+    profile (FILE.npz / FILE.json)."""
+    out = list(getattr(args, "traces", None) or [])
+    tm = getattr(args, "time_model", None)
+    if isinstance(tm, str) and os.path.isfile(tm):
+        out.append(tm)
+    return out

@@ -293,7 +293,7 @@ def _cmd_report(args) -> int:
     from .. import report_html
     from ..files import write_atomic
 
-    common.check_output_dir(args.output, inputs=args.traces)
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     serving = None
     if args.gpu:
         from .serving import number_list

@@ -264,18 +264,20 @@ def _cmd_simulate(args) -> int:
                               progress=progress, **options)
         return _emit_sweep(args, trace, rows)
     report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    files = {}  # every output's bytes first, then the files: a failure leaves none behind
+    if args.output:
+        name = args.output.lower()
+        if name.endswith(".json"):
+            files[args.output] = common.encode_json(report.to_dict(per_request=not args.summary_only))
+        else:
+            files[args.output] = _table_bytes(args.output, report.request_columns(), REQUEST_KINDS)
     if args.plot:
         from ..output import plot
         from ..output.serving import trace_name
 
-        plot.save_figure(plot.serving_figure(report, title=trace_name(trace)), args.plot)
-    if args.output:
-        name = args.output.lower()
-        if name.endswith(".json"):
-            data = common.encode_json(report.to_dict(per_request=not args.summary_only))
-        else:
-            data = _table_bytes(args.output, report.request_columns(), REQUEST_KINDS)
-        write_atomic(args.output, data)
+        files[args.plot] = plot.plot_bytes(plot.serving_figure(report, title=trace_name(trace)), args.plot)
+    for path, data in files.items():
+        write_atomic(path, data)
     if args.json:
         sys.stdout.buffer.write(common.encode_json(report.to_dict(per_request=not args.summary_only)))
     else:
@@ -319,18 +321,22 @@ def _table_bytes(path: str, columns: dict, kinds: dict) -> bytes:
 def _emit_sweep(args, trace, rows: list[dict]) -> int:
     from ..files import write_atomic
 
+    files = {}  # every output's bytes first, then the files: a failure leaves none behind
+    if args.output:
+        if args.output.lower().endswith(".json"):
+            files[args.output] = common.encode_json({"trace": trace.source, "rows": rows})
+        else:
+            files[args.output] = _table_bytes(args.output, {k: [r.get(k) for r in rows] for k in SWEEP_KINDS},
+                                              SWEEP_KINDS)
     if args.plot:
         from ..output import plot
         from ..output.serving import trace_name
 
         title = trace_name(trace) + (f"; {args.model} on {args.tp} x {args.gpu} per instance" if getattr(args, "gpu", None) else "")
-        plot.save_figure(plot.load_figure([r for r in rows if r["error"] is None], title=title), args.plot)
-    if args.output:
-        if args.output.lower().endswith(".json"):
-            data = common.encode_json({"trace": trace.source, "rows": rows})
-        else:
-            data = _table_bytes(args.output, {k: [r.get(k) for r in rows] for k in SWEEP_KINDS}, SWEEP_KINDS)
-        write_atomic(args.output, data)
+        files[args.plot] = plot.plot_bytes(plot.load_figure([r for r in rows if r["error"] is None], title=title),
+                                           args.plot)
+    for path, data in files.items():
+        write_atomic(path, data)
     if args.json:
         sys.stdout.buffer.write(common.encode_json({"trace": trace.source, "rows": rows}))
     else:

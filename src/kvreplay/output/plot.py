@@ -331,14 +331,19 @@ def figure_bytes(fig, fmt: str) -> bytes:
     return buf.getvalue()
 
 
+def plot_bytes(fig, path: str) -> bytes:
+    """The figure rendered in `path`'s format (from its extension)."""
+    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise ConfigError(f"--plot {path}: the name must end in {', '.join(FORMATS)}")
+    return figure_bytes(fig, fmt)
+
+
 def save_figure(fig, path: str) -> None:
     """Write the figure to `path` (format from the extension), atomically."""
     from ..files import write_atomic
 
-    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
-    if fmt is None:
-        raise ConfigError(f"--plot {path}: the name must end in {', '.join(FORMATS)}")
-    write_atomic(path, figure_bytes(fig, fmt))
+    write_atomic(path, plot_bytes(fig, path))
 
 
 def check_plot_path(path: str | None) -> None:
