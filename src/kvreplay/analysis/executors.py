@@ -86,7 +86,9 @@ def run_task(trace, task: Task) -> list[dict]:
     if task.options:  # a DRAM tier below the cache (sweep's hbm=): its size and each tier's share
         rows = r.tiers["tiers"] if r.tiers is not None else [{"hit_rate": r.hit_rate}]
         row.update(dram_blocks=rows[1]["blocks"] if len(rows) > 1 else 0, hbm_hit_rate=rows[0]["hit_rate"],
-                   dram_hit_rate=rows[1]["hit_rate"] if len(rows) > 1 else 0.0)
+                   dram_hit_rate=rows[1]["hit_rate"] if len(rows) > 1 else 0.0,
+                   hbm_hit_tokens=int(rows[0].get("hit_tokens", r.total_hit_tokens)),
+                   dram_hit_tokens=int(rows[1]["hit_tokens"]) if len(rows) > 1 else 0)
     row["params"] = dict(r.params)
     row["counters"] = dict(r.counters)
     return [row]

@@ -67,6 +67,14 @@ COLUMNS = (
     Column("warmup_requests", "int", "requests", "floor(F x requests): requests that only warm the cache"),
     Column("measured_requests", "int", "requests", "requests counted (the window)"),
 )
+#: A sweep of a DRAM tier below a fixed GPU pool (sweep --hbm --dram-sizes) adds these, after hit_rate.
+TIER_COLUMNS = (
+    Column("dram_blocks", "int", "blocks", "the DRAM tier's size below the cache (0: none); the cache is the GPU pool"),
+    Column("hbm_hit_tokens", "int", "tokens", "hit tokens found in the GPU pool"),
+    Column("dram_hit_tokens", "int", "tokens", "hit tokens found in the DRAM tier (loaded up)"),
+    Column("hbm_hit_rate", "float", "fraction 0..1", "hbm_hit_tokens / total_prompt_tokens"),
+    Column("dram_hit_rate", "float", "fraction 0..1", "dram_hit_tokens / total_prompt_tokens"),
+)
 PARAMS_AFTER = "params"
 KINDS = {c.name: c.kind for c in COLUMNS}
 
@@ -116,11 +124,14 @@ class _Tidy(dict):
     def columns(self) -> dict[str, str]:
         """Column name -> kind ("int", "float", "bool", "str"), in table order."""
         params = _param_kinds(self._results())
+        tiered = any("dram_blocks" in r for r in self._results())
         out = {}
         for c in COLUMNS:
             out[c.name] = c.kind
             if c.name == PARAMS_AFTER:
                 out.update(params)
+            if c.name == "hit_rate" and tiered:
+                out.update({t.name: t.kind for t in TIER_COLUMNS})
         return out
 
     def rows(self, bytes_per_block: int | None = None) -> list[dict]:
@@ -153,6 +164,7 @@ class _Tidy(dict):
                 "block_size": ctx["block_size"], "window": ctx["window"]["description"],
                 "warmup_fraction": ctx["warmup_fraction"], "warmup_requests": ctx["window"]["warmup_requests"],
                 "measured_requests": ctx["window"]["measured_requests"],
+                **{t.name: r.get(t.name) for t in TIER_COLUMNS},
             }
             out.append({name: row.get(name) for name in names})
         return out

@@ -52,6 +52,14 @@ def _cmd_run(args) -> int:
     if defaulted:
         capacity = DEFAULT_CAPACITY
     trace = common.load(args)
+    if defaulted and args.tiers:  # an explicit --tiers hbm=SIZE replaces the default capacity
+        from ..engine.tiers.parse import parse_tiers
+        from ..trace.model import resolve_block_size
+
+        hbm, _ = parse_tiers(args.tiers, block_size=resolve_block_size(args.block_size, trace),
+                             block_bytes=_block_bytes(args, trace))
+        if hbm is not None:
+            capacity, defaulted = hbm, False
     sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity])
     capacity = sized[0] if sized else None
     tiers = {}
@@ -139,6 +147,9 @@ def _cmd_sweep(args) -> int:
         policies += [p for p in ("infinite", "belady") if p not in policies]
     if args.each and len(args.traces) > 1:
         return _sweep_each(args, policies)
+    if args.hbm is not None and args.capacities != "auto":
+        raise ConfigError("--capacities with --hbm: the cache is then the GPU pool of --hbm blocks and the sizes "
+                          "swept are the DRAM tier's (--dram-sizes); drop --capacities")
     if (args.hbm is None) != (args.dram_sizes is None):
         raise ConfigError("--hbm and --dram-sizes go together (a DRAM tier's sizes below a fixed GPU pool)")
     trace = common.load(args)
@@ -162,8 +173,9 @@ def _sizes(text: str) -> list[int]:
     out = []
     for part in text.split(","):
         if part.strip():
-            if not part.strip().isdigit():
-                raise argparse.ArgumentTypeError(f"a DRAM tier size is a whole number of blocks >= 0, got {part!r}")
+            if not part.strip().isdigit() or int(part) > 2 ** 40:
+                raise argparse.ArgumentTypeError(f"a DRAM tier size is a whole number of blocks from 0 to 2^40, "
+                                                 f"got {part!r}")
             out.append(int(part))
     return out
 

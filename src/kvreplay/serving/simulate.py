@@ -16,7 +16,7 @@ from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
 from ..trace.model import Trace
-from . import routing
+from . import limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
@@ -169,9 +169,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     elif scheduler.style != engine_style:
         raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
     routing.check(router)
-    if isinstance(router_lag_ms, bool) or not isinstance(router_lag_ms, (int, float)) \
-            or not 0 <= router_lag_ms < float("inf"):
-        raise ConfigError(f"router lag must be a number of milliseconds >= 0, got {router_lag_ms!r}")
+    router_lag_ms = limits.check_router_lag(router_lag_ms)
+    instances = limits.check_instances(instances)
+    tier_overlap = limits.check_flag(tier_overlap, "tier_overlap")
+    output_kv = limits.check_flag(output_kv, "output_kv")
     # an unbounded pool: every prompt block and every decode block fits
     unbounded = None
     if spec.capacity == "ignored":
@@ -182,6 +183,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                     kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
                     global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
+    limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
     tm_dtype = getattr(tm, "dtype", None)
@@ -407,6 +409,7 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
                         # split depends on the arrivals), so every cluster row runs its own
                         compare_sequential=(k == 0 or n > 1) and options.get("compare_sequential", True))
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
+    limits.check_sweep_size(len(tasks))
     rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
                                   progress=progress)]
     for g in range(0, len(rows), len(loads)):

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
 
 from ...errors import ConfigError
 
 POLICIES = ("lru", "fifo")
+MAX_BLOCKS = 2 ** 40  # a tier's blocks, at most (its pool's arrays and byte counts stay in int64)
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,22 @@ class Tier:
     policy: str = "lru"
     shared: bool = False  # one pool for every instance (a global store)
     size_text: str = ""
+
+    def __post_init__(self):
+        what = f"Tier(name={self.name!r})"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError(f"Tier: name must be a non-empty text, got {self.name!r}")
+        if isinstance(self.blocks, bool) or not isinstance(self.blocks, numbers.Integral) \
+                or not 1 <= self.blocks <= MAX_BLOCKS:
+            raise ConfigError(f"{what}: blocks must be a whole number from 1 to 2^40, got {self.blocks!r}")
+        if self.bandwidth is not None and (isinstance(self.bandwidth, bool) or not isinstance(self.bandwidth, numbers.Real)
+                                           or not 0 < self.bandwidth < float("inf")):
+            raise ConfigError(f"{what}: bandwidth must be a positive number of bytes per second (None: loads take "
+                              f"no time), got {self.bandwidth!r}")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"{what}: policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if not isinstance(self.shared, bool):
+            raise ConfigError(f"{what}: shared must be True or False, got {self.shared!r}")
 
     def to_dict(self, block_bytes: int | None = None) -> dict:
         out = {"name": self.name, "blocks": self.blocks, "policy": self.policy, "shared": self.shared,
@@ -62,10 +80,13 @@ def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) ->
         blocks = parse_size(text) // block_bytes
     if blocks < 1:
         raise ConfigError(f"{what}: {text!r} holds no block")
+    if blocks > MAX_BLOCKS:
+        raise ConfigError(f"{what}: {text!r} is {blocks:,} blocks; at most 2^40 = {MAX_BLOCKS:,}")
     return int(blocks)
 
 
-def parse_tiers(text: str, *, block_size: int, block_bytes: int | None = None) -> tuple[int | None, list[Tier]]:
+def parse_tiers(text: str, *, block_size: int, block_bytes: int | None = None,
+                flag: str = "--tiers") -> tuple[int | None, list[Tier]]:
     """``--tiers hbm=4096,dram=64GiB@64GB/s,ssd=2TiB@7GB/s:fifo``: the HBM pool in blocks (None
     when not given) and the tiers below it, in order. Each tier: NAME=SIZE[@BANDWIDTH][:POLICY];
     sizes in blocks, or bytes with a model; a tier named "global" is shared by every instance."""
@@ -75,15 +96,19 @@ def parse_tiers(text: str, *, block_size: int, block_bytes: int | None = None) -
         name, sep, rest = part.partition("=")
         name = name.strip().lower()
         if not sep or not name or not rest.strip():
-            raise ConfigError(f"--tiers: {part!r} is not NAME=SIZE[@BANDWIDTH][:POLICY]")
+            raise ConfigError(f"{flag}: {part!r} is not NAME=SIZE[@BANDWIDTH][:POLICY]")
         policy = "lru"
         if ":" in rest:
             rest, policy = rest.rsplit(":", 1)
             policy = policy.strip().lower()
             if policy not in POLICIES:
-                raise ConfigError(f"--tiers: {name}: unknown tier policy {policy!r} (known: {', '.join(POLICIES)})")
-        size, _, bw = rest.partition("@")
-        blocks = tier_blocks(size, block_size=block_size, block_bytes=block_bytes, what=f"--tiers {name}")
+                raise ConfigError(f"{flag}: {name}: unknown tier policy {policy!r} (known: {', '.join(POLICIES)})")
+        size, at, bw = rest.partition("@")
+        shown = rest if flag == "--global-store" else part  # (the store's text has no name)
+        if at and not bw.strip():
+            raise ConfigError(f"{flag}: {shown!r}: nothing after '@': give a bandwidth (e.g. 64GB/s), or leave out "
+                              "'@' for loads that take no time")
+        blocks = tier_blocks(size, block_size=block_size, block_bytes=block_bytes, what=flag if flag != "--tiers" else f"--tiers {name}")
         if name == "hbm":
             if bw or policy != "lru" and ":" in part:
                 raise ConfigError("--tiers hbm=SIZE: the GPU pool has no bandwidth here, and its policy is --policy")
@@ -93,7 +118,10 @@ def parse_tiers(text: str, *, block_size: int, block_bytes: int | None = None) -
             continue
         if any(t.name == name for t in tiers):
             raise ConfigError(f"--tiers: tier {name!r} is given twice")
-        bandwidth = parse_bandwidth(bw) if bw.strip() else None
+        try:
+            bandwidth = parse_bandwidth(bw) if bw.strip() else None
+        except ConfigError as e:
+            raise ConfigError(f"{flag if flag == '--global-store' else f'--tiers {name}'}: {e}") from None
         tiers.append(Tier(name=name, blocks=blocks, bandwidth=None if bandwidth == float("inf") else bandwidth,
                           policy=policy, shared=name == "global", size_text=size.strip()))
     if not tiers and hbm is None:
@@ -105,7 +133,7 @@ def parse_tiers(text: str, *, block_size: int, block_bytes: int | None = None) -
 
 def global_store(text: str, *, block_size: int, block_bytes: int | None = None) -> Tier:
     """``--global-store SIZE[@BANDWIDTH][:POLICY]``: a tier every instance shares."""
-    _, tiers = parse_tiers(f"global={text}", block_size=block_size, block_bytes=block_bytes)
+    _, tiers = parse_tiers(f"global={text}", block_size=block_size, block_bytes=block_bytes, flag="--global-store")
     return tiers[0]
 
 

@@ -17,8 +17,9 @@ void metrics_token_gap(Sim *s, f64 gap) {
     if (gap != s->itl_gap) {
         i64 k = 0;
         if (gap > ITL_MIN_S) {
-            k = (i64)(log(gap / ITL_MIN_S) / log(ITL_RATIO)) + 1;
-            if (k >= bins) k = bins - 1;
+            /* bounded before the cast: an infinite or huge gap lands in the last bin */
+            f64 x = log(gap / ITL_MIN_S) / log(ITL_RATIO) + 1.0;
+            k = x < (f64)(bins - 1) ? (i64)x : bins - 1;
         }
         s->itl_gap = gap;
         s->itl_bin = k;

@@ -156,6 +156,26 @@ class DynamoNpzProfile(TimeModel):
                 "min_decode_ms": self.min_decode_ms, "follows": DYNAMO_SOURCES}
 
 
+MAX_PROFILE_VALUES = 10_000_000  # an array's values, at most (a real profile has thousands)
+
+
+def _check_member_size(path: str, npz, key: str) -> None:
+    """Refuse a member whose header declares more values than a profile can have, before
+    NumPy allocates them."""
+    name = key if key in npz.zip.namelist() else f"{key}.npy"
+    try:
+        with npz.zip.open(name) as f:
+            version = np.lib.format.read_magic(f)
+            shape = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                     else np.lib.format.read_array_header_2_0(f))[0]
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile, EOFError):
+        raise ProfileError(path, "is not a NumPy array (.npy member)", key) from None
+    values = math.prod(int(d) for d in shape)
+    if values > MAX_PROFILE_VALUES:
+        raise ProfileError(path, f"declares shape {tuple(shape)}: {values:,} values, more than a profile can have "
+                                 f"({MAX_PROFILE_VALUES:,})", key)
+
+
 def _read_npz(path: str) -> dict:
     if not os.path.exists(path):
         raise ProfileError(path, "no such file")
@@ -172,10 +192,13 @@ def _read_npz(path: str) -> dict:
             if key not in npz.files:
                 raise ProfileError(path, f"missing (Dynamo's profile has {', '.join(NPZ_KEYS)}; "
                                          f"this file has {', '.join(npz.files) or 'no arrays'})", key)
+            _check_member_size(path, npz, key)
             try:
                 arr = npz[key]
-            except (ValueError, OSError, zipfile.BadZipFile) as e:
+            except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError) as e:
                 raise ProfileError(path, f"unreadable ({e})", key) from None
+            if not isinstance(arr, np.ndarray):
+                raise ProfileError(path, "is not a NumPy array (.npy member)", key)
             if arr.dtype != np.float64:
                 raise ProfileError(path, f"dtype {arr.dtype}: Dynamo reads every array as float64 "
                                          "(ndarray_npy Array<f64>) and refuses other dtypes; save with "
@@ -218,6 +241,7 @@ POLY_VARIABLES = {
 }
 POLY_FORMAT = "kvreplay-step-polynomial"
 POLY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+MAX_EXPONENT = 8  # a step-time polynomial past degree 8 in tokens overflows floats
 
 
 class PolynomialProfile(TimeModel):
@@ -283,14 +307,22 @@ def _read_json(path: str) -> dict:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ProfileError(path, f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise ProfileError(path, "nested too deep to be a profile (a kvreplay-step-polynomial is two levels deep)") from None
     if not isinstance(doc, dict):
         raise ProfileError(path, f"must be a JSON object with \"format\": \"{POLY_FORMAT}\", got {type(doc).__name__}")
     return doc
 
 
 def _number(path, field, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProfileError(path, f"must be a finite number, got {value!r}", field)
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(float(value))
+    except OverflowError:  # an integer past the float range
+        finite = False
+    if not finite:
+        big = isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30
+        shown = f"an integer of {len(str(abs(value)))} digits" if big else repr(value)
+        raise ProfileError(path, f"must be a finite number, got {shown}", field)
     return float(value)
 
 
@@ -325,8 +357,10 @@ def _parse_poly(path: str, doc: dict):
                 continue
             if var not in POLY_VARIABLES:
                 raise ProfileError(path, f"unknown variable (known: {', '.join(POLY_VARIABLES)})", f"{where}.{var}")
-            if isinstance(exp, bool) or not isinstance(exp, int) or exp < 0:
-                raise ProfileError(path, f"exponent must be a whole number >= 0, got {exp!r}", f"{where}.{var}")
+            if isinstance(exp, bool) or not isinstance(exp, int) or not 0 <= exp <= MAX_EXPONENT:
+                shown = repr(exp) if not isinstance(exp, int) or abs(exp) < 10 ** 30 else "a huge integer"
+                raise ProfileError(path, f"exponent must be a whole number from 0 to {MAX_EXPONENT}, got {shown}",
+                                   f"{where}.{var}")
             if exp:
                 powers.append((var, exp))
         terms.append((coef, tuple(powers)))
