@@ -151,3 +151,31 @@ def test_load_plot_has_one_series_per_router():
     assert labels == ["router round-robin", "router kv-aware"]
     colours = {line.get_color() for line in fig.axes[1].get_lines() if not line.get_label().startswith("_")}
     assert len(colours) == 2
+
+
+def test_busy_axis_compresses_idle_gaps():
+    from kvreplay.output.plot import _busy_axis, _clock
+
+    # busy 0-10 s and 1,000-1,010 s: the 990 s gap (over 5% of the span) is drawn 3% of the 20 s busy
+    t = [0.0, 5.0, 10.0, 1000.0, 1005.0, 1010.0]
+    to_axis, from_axis, gaps = _busy_axis(t)
+    assert gaps == [(10.0, 1000.0)]
+    assert to_axis([0.0, 10.0, 1000.0, 1010.0]).tolist() == pytest.approx([0.0, 10.0, 10.6, 20.6])
+    assert from_axis(15.6) == pytest.approx(1005.0)
+    assert _clock(3600 * 100 + 26) == "100:00:26"
+    # no long gap: the identity
+    to_axis, _, gaps = _busy_axis([0.0, 1.0, 2.0])
+    assert gaps == [] and to_axis([1.5]).tolist() == [1.5]
+
+
+def test_balance_by_requests_prefill_and_hit_rate():
+    # two instances, round-robin: instance 0 gets requests 0 and 2 (the second hits [a]), instance 1
+    # gets 1 and 3 (no hits); 4-token blocks, 8-token prompts
+    t = trace_of((["a", "b"], 8, 0, 1), (["c", "d"], 8, 10_000, 1), (["a", "e"], 8, 20_000, 1),
+                 (["f", "g"], 8, 30_000, 1))
+    r = simulate(t, "lru", 100, block_size=4, time_model=ONE_SECOND, instances=2, router="round-robin")
+    b = r.balance()
+    assert b["requests_max_over_mean"] == 1.0
+    # prefill tokens computed: instance 0 8 + 4 = 12, instance 1 16; mean 14
+    assert b["prefill_tokens_max_over_mean"] == pytest.approx(16 / 14)
+    assert (b["hit_rate_min"], b["hit_rate_max"]) == (0.0, 4 / 16)

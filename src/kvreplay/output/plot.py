@@ -394,14 +394,16 @@ def serving_figure(report, *, title: str = ""):
     ax.set_ylabel("requests (%)")
     ax.set_title("time to first token", fontsize=9)
     cols = report.series_columns()
-    t = cols["time_s"]
+    to_axis, from_axis, gaps = _busy_axis(cols["time_s"]) if len(cols["time_s"]) else (None, None, [])
+    t = to_axis(cols["time_s"]) if gaps else cols["time_s"]  # idle gaps compressed (marked on each panel)
+    time_label = "simulated time" + (" (h:mm:ss; idle gaps compressed, shaded)" if gaps else " (s)")
     ax = axes[0, 1]
     ax.plot(t, 100 * cols["cumulative_hit_rate"], color=PALETTE[2], linewidth=1.3, label="under concurrency")
     if report.sequential_hit_rate is not None:
         ax.axhline(100 * report.sequential_hit_rate, color=CEILING_COLOR, linestyle=":", linewidth=1.2,
                    label="sequential replay (whole trace)")
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("simulated time (s)")
+    ax.set_xlabel(time_label)
     ax.set_ylabel("hit rate so far (%)")
     ax.set_title("hit rate of the requests scheduled so far (token-weighted)", fontsize=9)
     ax.legend(loc="lower right", fontsize=8)
@@ -414,7 +416,7 @@ def serving_figure(report, *, title: str = ""):
     for (mean, peak), color, label in ((running, PALETTE[0], "running"), (waiting, PALETTE[3], "waiting")):
         ax.fill_between(mid, mean, peak, color=color, alpha=0.2, linewidth=0)
         ax.plot(mid, mean, color=color, linewidth=1.2, label=f"{label} (mean; shade: peak)")
-    ax.set_xlabel("simulated time (s)")
+    ax.set_xlabel(time_label)
     ax.set_ylabel("requests")
     ax.set_title("requests in the engine", fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
@@ -423,16 +425,77 @@ def serving_figure(report, *, title: str = ""):
     ax.plot(mid, held[0], color=PALETTE[4], linewidth=1.2, label="mean (shade: peak)")
     ax.set_ylim(0, 105)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_xlabel("simulated time (s)")
+    ax.set_xlabel(time_label)
     ax.set_ylabel("pool held by running requests (%)")
     pools = (f"{report.instances} pools of {report.capacity_blocks:,} blocks together" if report.instances > 1
              else f"{report.capacity_blocks:,} blocks")
     ax.set_title(f"running KV ({pools}, {report.block_size} tokens each)", fontsize=9)
     for a in axes.flat:
         a.grid(True, alpha=0.3)
+    for a in (axes[0, 1], axes[1, 0], axes[1, 1]):
+        _mark_gaps(a, to_axis, from_axis, gaps)
     head = f"{title}: " if title else ""
     fig.suptitle(f"{head}{_deployment_text(report)}, whole trace", fontsize=10)
     return fig
+
+
+def _busy_axis(t, *, gap_share: float = 0.05, keep_share: float = 0.03):
+    """A time axis with the idle gaps compressed: gaps between samples (steps) longer than
+    `gap_share` of the span and 20 times the samples' median spacing are each drawn `keep_share`
+    of the busy time wide. (to_axis(t),
+    from_axis(x), gaps [(start, end), ...] in seconds); without such gaps both maps are the identity."""
+    import numpy as np
+
+    t = np.sort(np.asarray(t, dtype=float))
+    span = float(t[-1] - t[0]) if t.size > 1 else 0.0
+    gaps = []
+    if span > 0:
+        d = np.diff(t)
+        long = d > max(gap_share * span, 20 * float(np.median(d)))  # (not the samples' own spacing)
+        gaps = [(float(t[i]), float(t[i + 1])) for i in np.flatnonzero(long)]
+    busy = span - sum(b - a for a, b in gaps)
+    src, dst = [float(t[0]) if t.size else 0.0], [float(t[0]) if t.size else 0.0]
+    for a, b in gaps:
+        dst.append(dst[-1] + (a - src[-1]))
+        src.append(a)
+        dst.append(dst[-1] + max(keep_share * busy, 1e-9))
+        src.append(b)
+    if t.size:
+        dst.append(dst[-1] + (float(t[-1]) - src[-1]))
+        src.append(float(t[-1]))
+    src_a, dst_a = np.array(src), np.array(dst)
+    if len(src_a) < 2 or not gaps:
+        return (lambda x: np.asarray(x, dtype=float)), (lambda x: np.asarray(x, dtype=float)), []
+    return (lambda x: np.interp(x, src_a, dst_a)), (lambda x: np.interp(x, dst_a, src_a)), gaps
+
+
+def _mark_gaps(ax, to_axis, from_axis, gaps) -> None:
+    """Shade each compressed idle gap, say how long it was, and label ticks in real seconds."""
+    from matplotlib.ticker import FuncFormatter
+
+    for a, b in gaps:
+        x0, x1 = float(to_axis(a)), float(to_axis(b))
+        ax.axvspan(x0, x1, color="0.85", linewidth=0)
+        ax.text((x0 + x1) / 2, 0.5, f"idle {_duration(b - a)}", transform=ax.get_xaxis_transform(), rotation=90,
+                ha="center", va="center", fontsize=7, color="0.35")
+    if gaps:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _clock(float(from_axis(x)))))
+
+
+def _clock(seconds: float) -> str:
+    """h:mm:ss of simulated time (the ticks of an axis whose gaps are compressed)."""
+    whole = max(int(round(seconds)), 0)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def _binned(t, values, bins: int = 150):

@@ -87,9 +87,13 @@ def simulate_summary(trace, report) -> str:
             d = s["disaggregation"]
             roles = (f" ({d['prefill_instances']} prefill, {d['decode_instances']} decode: {d['handoffs']:,} requests' KV "
                      f"moved, {seconds_text(d['transfer_s'])} of transfer)")
+        b = report.balance()
+        x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+        spread = ("" if b["hit_rate_min"] is None else
+                  f", hit rates {100 * b['hit_rate_min']:.2f}%-{100 * b['hit_rate_max']:.2f}%")
         lines.append(f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
-                     f"{report.router}{lag}; load balance: the busiest instance worked "
-                     + (f"{balance:.2f}x the mean" if balance is not None else "-"))
+                     f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
+                     f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
     lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
                  + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has"
                     + (f"; {report.counters.get('never_admitted', 0):,} of them waited and could never be "

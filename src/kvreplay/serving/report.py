@@ -95,6 +95,27 @@ class SimReport:
                         "busy_s": self.instance_busy_s[k] if k < len(self.instance_busy_s) else None})
         return out
 
+    def balance(self) -> dict | None:
+        """How evenly the instances share the work (several instances): max / mean of requests,
+        prefill tokens computed (prompt tokens not hit) and busy time, and the spread of their
+        hit rates (token-weighted, finished requests)."""
+        if self.instances < 2:
+            return None
+        rows = self.per_instance()
+        which = np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance
+        ok = self.finished
+        prefill = [int((self.prompt_tokens - self.hit_tokens)[ok & (which == k)].sum()) for k in range(self.instances)]
+
+        def ratio(values):
+            mean = sum(values) / len(values) if values else 0
+            return max(values) / mean if mean > 0 else None
+
+        rates = [r["hit_rate"] for r in rows if r["finished"]]
+        return {"requests_max_over_mean": ratio([r["requests"] for r in rows]),
+                "prefill_tokens_max_over_mean": ratio(prefill),
+                "busy_max_over_mean": self.load_balance(),
+                "hit_rate_min": min(rates) if rates else None, "hit_rate_max": max(rates) if rates else None}
+
     def load_balance(self) -> float | None:
         """max / mean busy time over the instances (1.0: perfectly even)."""
         busy = [b for b in self.instance_busy_s if b is not None]
@@ -248,6 +269,7 @@ class SimReport:
             "steps": int(self.counters.get("steps", 0)),
             "instances": self.instances, "router": self.router,
             "load_balance_max_over_mean_busy": self.load_balance(),
+            "balance": self.balance(),
             "tiers": None if self.tiers is None else {k: v for k, v in self.tiers.items() if k != "tokens_per_tier"},
             "disaggregation": None if self.prefill_instances is None else {
                 "prefill_instances": self.prefill_instances,
