@@ -60,6 +60,10 @@ def report_html(trace, **kwargs) -> str:
     title = kwargs.pop("title", None)  # default: "kvreplay report: FILE NAME" (never the directories)
     zoom = kwargs.pop("zoom", "auto")  # the curve's zoom panel: "auto", False or (lo, hi) percent
     serving = kwargs.pop("serving", None)  # serving.simulate.serving_section's keywords (gpu, model, ...)
+    if serving:
+        from .serving.simulate import deployment_focus
+
+        kwargs = deployment_focus(trace, kwargs, serving)  # the GPU pool as the operating point, vllm on the curve
     data = collect(trace, **kwargs)
     if serving:
         from .serving.simulate import serving_section

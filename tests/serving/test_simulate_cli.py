@@ -137,6 +137,20 @@ def test_report_has_a_serving_section_with_gpu(files):
     assert "a pool of 106,696 blocks of 4 tokens" in page
     assert page.count("<td>&times;1</td>") == 1 and page.count("<td>&times;2</td>") == 1
     assert "needs --model" in fails("report", trace, "--gpu", "H100", "-o", d / "x.html")
+    # the operating point is that pool, and the curves carry vllm, the serving section's policy
+    assert "Why this capacity: the KV pool of the serving section&#x27;s deployment: 1 x H100" in page
+    assert 'data-kpi="at 106,696 blocks' in page and "<code>vllm</code>" in page
+
+
+def test_report_serving_section_as_a_cluster(files):
+    trace, _, d = files
+    r = kv("report", trace, "--model", "Llama-3.1-8B", "--gpu", "H100", "--speedups", "1", "--capacities", "10,100",
+           "--instances", "3", "--router", "kv-aware", "-o", d / "c.html")
+    assert r.returncode == 0, r.stderr.decode()
+    page = (d / "c.html").read_text()
+    assert "<h2>Serving on 3 &times; 1 &times; H100 (Llama-3.1-8B)</h2>" in page
+    assert "3 identical engine instances behind the <code>kv-aware</code> router serve" in page
+    assert "add --gpu and --model" in fails("report", trace, "--instances", "3", "-o", d / "x.html")
 
 
 def test_several_instances(files):

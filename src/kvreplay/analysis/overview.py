@@ -116,7 +116,8 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
             block_size: int | None = None, warmup_fraction: float = 0.0, bounds: bool = False,
             active_params: int | None = None, bytes_per_block: int | None = None, budget_note: str = "",
             price_hit: float = metrics.DEFAULT_PRICE_HIT, price_miss: float = metrics.DEFAULT_PRICE_MISS,
-            progress=None, engine: str = "compiled") -> dict:
+            progress=None, engine: str = "compiled", focus_rule: str = "given",
+            focus_reason: str = "the capacity asked for (--capacity)") -> dict:
     """Everything the report shows, as plain data.
 
     The curve comes from `sweep` over `capacities` (plus the infinite-cache ceiling, and
@@ -141,8 +142,7 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
     ceiling = next((r for r in results if r["policy"] == "infinite"), None)
     if focus_capacity is None:
         focus_capacity, focus_rule, focus_reason = choose_focus(results, names, ceiling["hit_rate"] if ceiling else None, caps)
-    else:
-        focus_rule, focus_reason = "given", "the capacity asked for (--capacity)"
+
     n = len(trace)
     window = window_info(n, warmup_fraction)
     measured_n = window["measured_requests"]

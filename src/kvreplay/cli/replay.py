@@ -299,6 +299,11 @@ def _parser_report(sub) -> None:
                     help="with --gpu: the weights' dtype (sizes them before the KV pool; fp8 needs fp8 tensor cores)")
     rp.add_argument("--speedups", default="0.25,0.5,1", metavar="X,Y,...",
                     help="with --gpu: the loads, as factors on the trace's arrival rate (default 0.25,0.5,1)")
+    rp.add_argument("--instances", type=common.positive_int, default=1,
+                    help="with --gpu: identical instances behind --router, as kvreplay simulate (default 1)")
+    rp.add_argument("--router", default="round-robin", help="with --gpu and --instances: the router (as simulate)")
+    rp.add_argument("--tiers", default=None, metavar="SPEC",
+                    help="with --gpu: tiers below each instance's pool, as simulate (dram=64GiB@64GB/s)")
 
 
 def _cmd_report(args) -> int:
@@ -317,7 +322,10 @@ def _cmd_report(args) -> int:
         except argparse.ArgumentTypeError as e:
             raise ConfigError(f"--speedups: {e}") from None
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
-                   "speedups": speedups, "weights_dtype": args.weights_dtype}
+                   "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
+                   "router": args.router, "tiers": args.tiers}
+    elif args.instances != 1 or args.router != "round-robin" or args.tiers:
+        raise ConfigError("--instances, --router and --tiers shape the serving section: add --gpu and --model")
     trace = common.load(args)
     policies = [p for p in args.policies.split(",") if p.strip()]
     capacities, budget = common.resolve_budget(args, trace, args.capacities)

@@ -109,12 +109,18 @@ TRACE_ROWS = ["requests", "prompt tokens", "block accesses", "unique blocks (tou
 
 
 def _serving_section(sv: dict, name: str) -> list[str]:
-    """`kvreplay report --gpu`: one simulated instance at several loads (serving/simulate.py)."""
+    """`kvreplay report --gpu`: the simulated deployment (instances, router, tiers) at several loads
+    (serving/simulate.py)."""
     esc = html.escape
     src = sv["capacity_source"]
     tm = sv["time_model"]
-    out = [f"<h2>Serving on {src['tp']} &times; {esc(src['gpu'])} ({esc(src['model'])})</h2>",
-           f"<p class=\"note\">One engine instance serves the whole trace in simulated time, its arrivals sped up or "
+    n = sv.get("instances", 1)
+    who = ("One engine instance serves" if n == 1 else
+           f"{n} identical engine instances behind the <code>{esc(sv.get('router', 'round-robin'))}</code> router serve")
+    below = f", with tiers <code>{esc(sv['tiers'])}</code> below each pool" if sv.get("tiers") else ""
+    out = [f"<h2>Serving on {n} &times; {src['tp']} &times; {esc(src['gpu'])} ({esc(src['model'])})</h2>"
+           if n > 1 else f"<h2>Serving on {src['tp']} &times; {esc(src['gpu'])} ({esc(src['model'])})</h2>",
+           f"<p class=\"note\">{who} the whole trace{below} in simulated time, its arrivals sped up or "
            f"slowed down by each load factor: a vLLM-style scheduler ({sv['scheduler']['max_num_batched_tokens']:,} "
            f"tokens and {sv['scheduler']['max_num_seqs']:,} requests per step, chunked prefill), policy "
            f"<code>{esc(sv['policy'])}</code>, a pool of {src['blocks']:,} blocks of {sv['block_size']} tokens (what "
@@ -193,7 +199,8 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     if best:
         kpis.append((f"at {focus_cap:,} blocks" + (f" ({focus_cap * bpb / plot.GIB:,.1f} GiB)" if bpb else ""),
                      f"{_pct(best['metrics']['hit_rate'])} ({esc(best['label'])})",
-                     {"given": "the capacity asked for", "half-ceiling": "where a policy first reaches half the ceiling",
+                     {"given": "the capacity asked for", "gpu-pool": "the serving section's GPU pool (one instance)",
+                      "half-ceiling": "where a policy first reaches half the ceiling",
                       "largest": "the largest capacity swept", "middle": "the middle of the curve"}.get(data["focus_rule"], "")))
     parts.append("<div class=\"kpi\">" + "".join(
         f"<div data-kpi=\"{esc(k)}\">{esc(k)}<b>{v}</b>" + (f"<small>{esc(note)}</small>" if note else "") + "</div>"
