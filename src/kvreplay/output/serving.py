@@ -213,15 +213,24 @@ def load_table(trace, rows: list[dict]) -> str:
                   ttft90=seconds_text(r["ttft_p90_s"]),
                   ok="yes" if r["stable"] else "no") for r in rows]
     head = (f"{trace_name(trace)}: TTFT and hit rate against load (whole trace; hit rate % at first "
-            "schedule, sequential % for the same policy and pool)")
+            "schedule, sequential % for the same policy and pool over the same finished requests")
+    if rows and any(r.get("slo_attainment") is not None for r in rows):
+        r0 = next(r for r in rows if r.get("slo_attainment") is not None)
+        slos = " and ".join(f"{k} <= {1000 * v:g} ms" for k, v in (("TTFT", r0.get("slo_ttft_s")),
+                                                                   ("TPOT", r0.get("slo_tpot_s"))) if v is not None)
+        head += f"; goodput: finished requests meeting {slos} per second, SLO met %: their share"
+    head += ")"
     cluster = any(r.get("instances", 1) > 1 for r in rows) or len({r.get("router") for r in rows}) > 1
     tiered = any(r.get("tiers", "none") != "none" for r in rows)
     extra = ([("instances", "instances"), ("router", "router")] if cluster else []) + \
         ([("tiers", "tiers"), ("hbm_hit_rate", "HBM hit %")] if tiered else [])
+    slo = any(r.get("slo_attainment") is not None for r in rows)
+    shown = [dict(r, slo_met=f"{100 * r['slo_attainment']:.1f}") if slo else r for r in shown]
+    slo_columns = [("goodput_per_s", "goodput req/s"), ("slo_met", "SLO met %")] if slo else []
     table = format_table(shown, [("load_text", "load"), ("policy", "policy"), ("capacity_blocks", "pool blocks"),
                                  *extra, ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("hit_rate", "hit rate %"),
                                  ("sequential_hit_rate", "sequential %"), ("requests_per_s", "req/s"),
-                                 ("preemptions", "preemptions"), ("ok", "keeps up")])
+                                 *slo_columns, ("preemptions", "preemptions"), ("ok", "keeps up")])
     for r in failed:
         table += (f"\nfailed     load {r['load']:g}, {r['policy']}, {r['instances']} instance(s), router {r['router']}, "
                   f"tiers {r['tiers']}: {r['error']}")

@@ -447,7 +447,11 @@ def sweep_row(trace, options: dict) -> dict:
         "tpot_p50_s": s["latency_s"]["tpot"]["p50"], "hit_rate": s["hit_rate"],
         "hbm_hit_rate": tiers[0]["hit_rate"] if tiers else s["hit_rate"],
         "sequential_hit_rate": r.sequential_hit_rate, "requests_per_s": s["throughput"]["requests_per_s"],
-        "goodput_per_s": s["goodput"]["requests_per_s"], "preemptions": s["preemptions"],
+        "goodput_per_s": s["goodput"]["requests_per_s"],
+        "slo_attainment": (s["goodput"]["good_requests"] / s["finished"] if s["finished"] and (
+            r.slo_ttft_s is not None or r.slo_tpot_s is not None) else None),
+        "slo_ttft_s": r.slo_ttft_s, "slo_tpot_s": r.slo_tpot_s,
+        "preemptions": s["preemptions"],
         "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
         **_verdict_columns(keeps_up(r)), "finished": s["finished"], "rejected": s["rejected"],
         **_band_columns(s.get("latency_band_s")), "error": None,
