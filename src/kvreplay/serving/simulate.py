@@ -177,8 +177,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     unbounded = None
     if spec.capacity == "ignored":
         bs = resolve(trace, block_size=block_size, capacity=1, model=model, kv_dtype=kv_dtype).block_size
-        # (+2: SGLang's admission keeps a page free beyond a request's prompt and outputs)
-        unbounded = trace.num_blocks + int(decode_blocks(trace, bs, output_kv).sum()) + 2
+        # every position (a request may repeat an id; each position holds a block), every decode
+        # block, and 2 more: SGLang's admission keeps a page free beyond a request's prompt and outputs
+        unbounded = max(trace.num_blocks, trace.num_accesses) + int(decode_blocks(trace, bs, output_kv).sum()) + 2
     sizes = resolve(trace, block_size=block_size, capacity=capacity, model=model, kv_dtype=kv_dtype,
                     kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
                     global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype)
