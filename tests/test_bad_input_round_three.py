@@ -58,6 +58,8 @@ def two(tmp_path):
     (("--max-model-len", "0"), "--max-model-len"),
     (("--policy", "vllm", "--small-ratio", "0.2"), "--small-ratio applies to s3fifo, not vllm"),
     (("--policy", "vllm", "--ttl", "5"), "--ttl applies to ttl, not vllm"),
+    (("--policy", ""), "policy (--policy) must be a policy's name"),
+    (("--model", "Llama-3.1-8B", "--kv-dtype", "fp3"), "unknown KV dtype 'fp3'"),
 ])
 def test_simulate_refuses(two, capsys, args, message):
     assert message in refused(capsys, "simulate", two, *SIM, *args)
@@ -182,6 +184,8 @@ TRACE = kvreplay.Trace.from_requests([([1], 4, 0.0, 1), ([2], 4, 1000.0, 1)], bl
     (dict(router_lag_ms=1e-300, instances=2, router="least-loaded"), "router lag"),
     (dict(max_model_len=-3), "max_model_len must be a whole number"),
     (dict(speedup=1e-308), "speedup 1e-308"),
+    (dict(policy=""), "policy (--policy)"),
+    (dict(seed="a"), "seed (--seed)"),
 ])
 def test_simulate_api_raises_kvreplay_errors(kw, message):
     with pytest.raises(KvreplayError) as e:

@@ -162,6 +162,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
             raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
+    if policy is not None and (not isinstance(policy, str) or not policy.strip()):
+        raise ConfigError(f"policy (--policy) must be a policy's name (or None for the engine's), got {policy!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 63:
+        raise ConfigError(f"seed (--seed) must be a whole number from 0 to 2^63 - 1, got {seed!r}")
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
     if scheduler is None:
