@@ -189,5 +189,5 @@ TRACE = kvreplay.Trace.from_requests([([1], 4, 0.0, 1), ([2], 4, 1000.0, 1)], bl
 ])
 def test_simulate_api_raises_kvreplay_errors(kw, message):
     with pytest.raises(KvreplayError) as e:
-        kvreplay.simulate(TRACE, "lru", 10, **kw)
+        kvreplay.simulate(TRACE, **{"policy": "lru", "capacity": 10, **kw})
     assert message in str(e.value)
