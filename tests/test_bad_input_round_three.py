@@ -191,3 +191,15 @@ def test_simulate_api_raises_kvreplay_errors(kw, message):
     with pytest.raises(KvreplayError) as e:
         kvreplay.simulate(TRACE, **{"policy": "lru", "capacity": 10, **kw})
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: kvreplay.simulate(TRACE, "lru", 10, model="Llama-3.1-8B", kv_dtype=1.5),
+    lambda: kvreplay.sweep(TRACE, [2, 4], ["lru"], block_size="x"),
+    lambda: kvreplay.sweep(TRACE, [2, 4], ["lru"], block_size=float("inf")),
+    lambda: kvreplay.sweep(TRACE, [2, 4], ["lru"], block_size=[]),
+])
+def test_api_arguments_of_the_wrong_type(call):
+    # (found by trying every bad value on every argument of replay, simulate, sweep and mrc)
+    with pytest.raises(KvreplayError, match="kv_dtype|block_size"):
+        call()

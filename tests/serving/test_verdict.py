@@ -179,3 +179,19 @@ def test_balance_by_requests_prefill_and_hit_rate():
     # prefill tokens computed: instance 0 8 + 4 = 12, instance 1 16; mean 14
     assert b["prefill_tokens_max_over_mean"] == pytest.approx(16 / 14)
     assert (b["hit_rate_min"], b["hit_rate_max"]) == (0.0, 4 / 16)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_worst_window_p90_matches_nearest_rank_per_window(seed):
+    import numpy as np
+
+    from kvreplay.serving.stats import nearest_rank
+    from kvreplay.serving.verdict import _worst_window_p90
+
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, 7, size=200)
+    queue = rng.exponential(3.0, size=200)
+    per = {int(k): nearest_rank(np.sort(queue[index == k]), 90) for k in np.unique(index)}
+    want = max(per.values())
+    got, k = _worst_window_p90(index, queue)
+    assert got == want and per[k] == want

@@ -248,6 +248,8 @@ def resolve_capacities(capacities, block_size: int, *, model=None, kv_dtype: str
         raise ConfigError("kv_dtype and layers describe a model's KV cache: they need a model")
     capacities = list(capacities)
     if model is not None:
+        if kv_dtype is not None and not isinstance(kv_dtype, str):
+            raise ConfigError(f"kv_dtype (--kv-dtype) must be a dtype's name such as bf16 or fp8, got {kv_dtype!r}")
         kv_dtype = (kv_dtype or "bf16").strip().lower()
         layers = layers or "all"
         bytes_per_token = kv_bytes_per_token(model, kv_dtype, layers)

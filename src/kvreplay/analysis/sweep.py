@@ -128,8 +128,8 @@ def sweep(
         capacities = [check_capacity(c) for c in capacities]
         if not capacities:
             raise ConfigError("no capacities to sweep")
-    if block_size is not None and (isinstance(block_size, bool) or int(block_size) < 1):
-        raise ConfigError(f"block_size must be >= 1, got {block_size}")
+    if block_size is not None:
+        resolve_block_size(block_size)  # a whole number of tokens from 1 (ConfigError naming it otherwise)
     policy_list = _policy_list(policies)
     resolve_engine(engine)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.

@@ -49,6 +49,8 @@ class Sizes:
 def kv_dtype_of(kv_dtype, model) -> str:
     if kv_dtype is not None and model is None:
         raise ConfigError("kv_dtype describes a model's KV cache: it needs a model (--model)")
+    if kv_dtype is not None and not isinstance(kv_dtype, str):
+        raise ConfigError(f"kv_dtype (--kv-dtype) must be a dtype's name such as bf16 or fp8, got {kv_dtype!r}")
     return (kv_dtype or "bf16").strip().lower()
 
 
