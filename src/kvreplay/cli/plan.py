@@ -1,0 +1,96 @@
+"""plan: the cheapest deployment that meets an SLO at each load (serving/plan.py; docs/plan.md)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from ..errors import ConfigError
+from . import common
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
+_SCALE = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """Seconds in "2s", "50ms", "5m", "1h" (a bare number is seconds)."""
+    import argparse
+
+    m = _DURATION.match(str(text))
+    if not m or not float(m.group(1)) > 0:
+        raise argparse.ArgumentTypeError(f"a duration such as 2s, 50ms or 5m, got {text!r}")
+    return float(m.group(1)) * _SCALE[m.group(2)]
+
+
+def _parser_plan(sub) -> None:
+    pl = sub.add_parser("plan", help="the cheapest deployment (GPU, TP, instances, tiers, router, policy) that meets "
+                                     "TTFT/TPOT/E2E SLOs at each load, with its cost")
+    common.add_trace_options(pl)
+    pl.add_argument("--model", required=True, help="the model served (see `kvreplay models`)")
+    pl.add_argument("--slo-ttft-p90", type=duration, default=None, metavar="T", help="TTFT p90 limit, e.g. 2s")
+    pl.add_argument("--slo-tpot-p90", type=duration, default=None, metavar="T", help="TPOT p90 limit, e.g. 50ms")
+    pl.add_argument("--slo-e2e-p99", type=duration, default=None, metavar="T", help="end-to-end p99 limit, e.g. 60s")
+    pl.add_argument("--window", type=duration, default=None, metavar="T",
+                    help="every SLO must hold in every window of arrivals this long (default 5m, or a quarter of "
+                         "the arrival span under 20 minutes)")
+    pl.add_argument("--gpus", default="H100", help="comma-separated GPUs to consider (default H100; `kvreplay gpus`)")
+    pl.add_argument("--tp", default="1", metavar="N,M,...", help="tensor-parallel degrees to consider (default 1)")
+    pl.add_argument("--tiers", default="none", metavar="SPEC;SPEC",
+                    help="';'-separated tier sets below each instance's pool, none for HBM only "
+                         "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
+    pl.add_argument("--routers", default="round-robin", help="comma-separated routers (default round-robin)")
+    pl.add_argument("--policies", default="vllm", help="comma-separated cache policies (default vllm)")
+    pl.add_argument("--loads", default="1", metavar="X,Y,...",
+                    help="loads to plan for, as multiples of the trace's arrival rate (default 1)")
+    pl.add_argument("--price", action="append", default=[], metavar="NAME=USD",
+                    help="override a price: GPU=USD/h (per GPU-hour) or dram=USD/GiB-month; repeat for several")
+    pl.add_argument("--pricing", choices=("on-demand", "reserved"), default="on-demand",
+                    help="which catalog price of the GPUs (default on-demand)")
+    pl.add_argument("--judge", choices=("pessimistic", "centre"), default="pessimistic",
+                    help="judge the SLOs at the time model's pessimistic band end (default) or its centre")
+    pl.add_argument("--max-instances", type=common.positive_int, default=64,
+                    help="the most instances the search tries per configuration (default 64)")
+    pl.add_argument("--time-model", default="roofline", help="roofline (default, calibrated), roofline-raw, FILE")
+    pl.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16")
+    pl.add_argument("--output", "-o", default=None, help="write the plan as JSON (atomically)")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+
+
+def _cmd_plan(args) -> int:
+    from ..serving.plan import plan
+    from ..serving.prices import Prices, parse_overrides
+    from ..serving.slo import SLO
+    from .serving import number_list
+
+    if args.output and not args.output.lower().endswith(".json"):
+        raise ConfigError(f"--output {args.output}: the plan is written as JSON (name it .json)")
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
+    slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
+    prices = Prices(parse_overrides(args.price), args.pricing)
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    try:
+        loads, tps = number_list(args.loads), [common.positive_int(x) for x in split(args.tp)]
+    except Exception as e:  # argparse.ArgumentTypeError from the list parsers
+        raise ConfigError(f"--loads / --tp: {e}") from None
+    tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
+    trace = common.load(args)
+    with common.Progress("planning"):
+        result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
+                      routers=split(args.routers), policies=split(args.policies), loads=loads, window_s=args.window,
+                      prices=prices, judge_at=args.judge, max_instances=args.max_instances,
+                      time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size)
+    if args.output:
+        from ..files import write_atomic
+
+        write_atomic(args.output, common.encode_json(result))
+    if args.json:
+        sys.stdout.buffer.write(common.encode_json(result))
+    else:
+        from ..output.plan import plan_text
+
+        print(plan_text(trace, result))
+    return 0
+
+
+PARSERS = (_parser_plan,)
+COMMANDS = {"plan": _cmd_plan}

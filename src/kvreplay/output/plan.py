@@ -1,0 +1,53 @@
+"""`kvreplay plan`'s table: per load, the cheapest configuration meeting the SLOs and its runners-up."""
+
+from __future__ import annotations
+
+from .serving import seconds_text, trace_name
+from .table import format_table
+
+
+def _row(r: dict, rank: str) -> dict:
+    b = r.get("binding") or {}
+    return {"rank": rank, "gpu": f"{r['instances']} x {r['tp']} x {r['gpu']}", "tiers": r["tiers"], "router": r["router"],
+            "policy": r["policy"], "cost": f"{r['cost_per_hour']:,.2f}",
+            "in": "-" if r["usd_per_million_input"] is None else f"{r['usd_per_million_input']:,.3f}",
+            "binding": (f"{b.get('objective')} {seconds_text(b.get('value_s', 0))} / {seconds_text(b.get('limit_s', 0))} "
+                        f"(window from {seconds_text(b.get('window_start_s', 0))})" if b else "-"),
+            "hit": f"{100 * r['hit_rate']:.2f}",
+            "att": "-" if r["attainment"] is None else f"{100 * r['attainment']:.1f}"}
+
+
+WHERE = {"pessimistic": "the pessimistic end of the time model's band (where it has one)",
+         "centre": "the centre of the time model's band"}
+COLUMNS = [("rank", ""), ("gpu", "instances x TP x GPU"), ("tiers", "tiers"), ("router", "router"), ("policy", "policy"),
+           ("cost", "USD/h"), ("in", "USD/M input"), ("hit", "hit rate %"), ("att", "SLO met %"),
+           ("binding", "binding objective (worst window)")]
+
+
+def plan_text(trace, result: dict) -> str:
+    lines = [f"plan       {trace_name(trace)}: the cheapest deployment meeting {result['slo']} in every window, "
+             f"judged at {WHERE[result['judged_at']]}; {result['pricing']} prices",
+             f"search     {result['runs']:,} simulations, {result['cache_hits']:,} answered from the cache; "
+             + ("monotonicity held on every run (more instances never missed an SLO fewer met)"
+                if not result["monotonicity_violations"] else
+                f"{len(result['monotonicity_violations'])} monotonicity violations: "
+                + "; ".join(f"{v['config']} at x{v['load']:g} passes at {v['passes_at']} but fails at {v['fails_at']}"
+                            for v in result["monotonicity_violations"][:3]))]
+    for block in result["loads"]:
+        lines.append("")
+        head = f"load x{block['load']:g}: {block['evaluated']} configurations searched, {block['pruned']} pruned " \
+               "(even their fewest possible instances cost more than the best)"
+        lines.append(head + (f", {len(block['skipped'])} skipped" if block["skipped"] else ""))
+        if block["best"] is None:
+            c = block.get("closest")
+            lines.append("  no configuration meets the SLOs" + (f"; closest: {c['config']} at {c['instances']} "
+                                                                  f"instances: {c['why']}" if c else ""))
+        else:
+            rows = [_row(block["best"], "best")] + [_row(r, str(k + 2)) for k, r in enumerate(block["runners_up"])]
+            lines.append(format_table(rows, COLUMNS))
+            best = block["best"]
+            lines.append(f"  judged {best['judged_at']}; windows of {seconds_text(best['window_s'])}; prices: "
+                         + "; ".join(f"{k} {v}" for k, v in best["price_sources"].items()))
+        for s in block["skipped"]:
+            lines.append(f"  skipped {s['config']}: {s['reason']}")
+    return "\n".join(lines)

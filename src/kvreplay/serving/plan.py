@@ -1,0 +1,265 @@
+"""`kvreplay plan`: the cheapest deployment that meets an SLO at each load (docs/plan.md).
+
+The grid is GPU x TP x tiers x router x policy. For each configuration and load, the search
+finds the fewest identical instances that meet every objective in every window (slo.py):
+doubling from 1 until one passes, then bisecting between the last failure and the first pass.
+That relies on one monotonicity: adding an instance never makes a deployment miss an SLO it met.
+Every run the search makes is checked against it, and each violation is reported.
+
+Configurations are tried cheapest first, by the price of one instance. A configuration whose
+smallest possible cost (the instances its last failure proved too few, plus one) is already above
+the best passing cost is pruned, and counted. Runs are cached by (trace digest, configuration,
+instances, load), so a refined search, or the same point reached twice, simulates once.
+
+Where the time model has an error band (the calibrated roofline), a configuration is judged on
+the band's pessimistic run (`judge="pessimistic"`, the default) or on its centre; each result
+says which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from itertools import product
+
+import numpy as np
+
+from ..errors import ConfigError
+from .prices import Prices
+from .slo import SLO, judge
+
+JUDGES = ("pessimistic", "centre")
+
+
+@dataclass(frozen=True)
+class Config:
+    gpu: str
+    tp: int
+    tiers: str | None
+    router: str
+    policy: str | None
+
+    def text(self) -> str:
+        return (f"{self.gpu} x{self.tp}, tiers {self.tiers or 'none'}, router {self.router}, "
+                f"policy {self.policy or 'vllm'}")
+
+
+@dataclass
+class Search:
+    """The state of one plan: its cache of runs and what it counted."""
+
+    trace: object
+    model: str
+    slo: SLO
+    prices: Prices
+    window_s: float | None
+    judge: str
+    options: dict
+    max_instances: int
+    cache: dict = field(default_factory=dict)
+    runs: int = 0
+    cache_hits: int = 0
+    violations: list = field(default_factory=list)
+
+    def digest(self) -> str:
+        t = self.trace
+        h = hashlib.sha256()
+        for a in (t.offsets, t.blocks, t.input_length, t.output_length, t.timestamp):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()[:16]
+
+
+def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,), routers=("round-robin",),
+         policies=(None,), loads=(1.0,), window_s: float | None = None, prices: Prices | None = None,
+         judge_at: str = "pessimistic", max_instances: int = 64, runners_up: int = 3, **options) -> dict:
+    """The cheapest configuration per load meeting `slo`, its runners-up, and what the search did
+    (JSON-ready). `loads`: multiples of the trace's arrival rate. `options` go to simulate()."""
+    from ..engine.replay import as_trace
+
+    if judge_at not in JUDGES:
+        raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {judge_at!r}")
+    if not any(True for _ in slo.objectives()):
+        raise ConfigError("give at least one SLO (--slo-ttft-p90, --slo-tpot-p90 or --slo-e2e-p99)")
+    s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
+               judge=judge_at, options=options, max_instances=max_instances)
+    configs = [Config(g, int(t), tr, r, p) for g, t, tr, r, p in product(gpus, tps, tiers, routers, policies)]
+    out = {"slo": slo.text(), "judged_at": judge_at, "pricing": s.prices.pricing, "loads": []}
+    for load in loads:
+        out["loads"].append(_plan_load(s, configs, float(load), runners_up))
+    out.update(runs=s.runs, cache_hits=s.cache_hits, monotonicity_violations=s.violations,
+               trace_digest=s.digest())
+    return out
+
+
+def _plan_load(s: Search, configs: list, load: float, runners_up: int) -> dict:
+    """Every configuration at one load, cheapest instance first; prune what cannot beat the best."""
+    priced, skipped = [], []
+    for c in configs:
+        try:
+            priced.append((instance_cost(s, c)[0], c))
+        except ConfigError as e:
+            skipped.append({"config": c.text(), "reason": str(e)})
+    priced.sort(key=lambda x: x[0])
+    results, pruned, best = [], 0, math.inf
+    for per_instance, c in priced:
+        if per_instance >= best:  # even one instance costs more than the best found
+            pruned += 1
+            continue
+        r = _fewest_instances(s, c, load, max_cost=best, per_instance=per_instance)
+        if r.get("pruned"):
+            pruned += 1
+            continue
+        results.append(r)
+        if r["meets"]:
+            best = min(best, r["cost_per_hour"])
+    passing = sorted((r for r in results if r["meets"]), key=lambda r: r["cost_per_hour"])
+    out = {"load": load, "best": passing[0] if passing else None, "runners_up": passing[1:1 + runners_up],
+           "pruned": pruned, "skipped": skipped, "evaluated": len(results)}
+    if not passing:
+        out["closest"] = _closest(s, results, load)
+    return out
+
+
+def instance_cost(s: Search, c: Config) -> tuple[float, dict]:
+    """USD per hour of one instance (its GPUs, and its DRAM tier) and the prices' sources."""
+    gpu_hour, gpu_source = s.prices.gpu_hour(c.gpu)
+    cost, sources = gpu_hour * c.tp, {"gpu": gpu_source}
+    gib = _dram_gib(c.tiers)
+    if gib:
+        dram, dram_source = s.prices.dram_gib_hour()
+        cost += gib * dram
+        sources["dram"] = dram_source
+    return cost, sources
+
+
+def _dram_gib(tiers: str | None) -> float:
+    """GiB of the DRAM tier in a --tiers text (sizes in bytes; 0 without one)."""
+    from ..units import parse_size
+
+    if not tiers:
+        return 0.0
+    for part in tiers.split(","):
+        name, _, rest = part.partition("=")
+        if name.strip().lower() == "dram":
+            size = rest.split("@")[0].split(":")[0].strip()
+            if size.isdigit():
+                raise ConfigError(f"--tiers {tiers}: give the DRAM tier's size in bytes (256GiB) to price it")
+            return parse_size(size) / 2 ** 30
+    return 0.0
+
+
+def _fewest_instances(s: Search, c: Config, load: float, *, max_cost: float, per_instance: float) -> dict:
+    """Double, then bisect, for the fewest instances meeting the SLO (or the largest tried)."""
+    lo, hi = 0, None  # lo: instances known too few; hi: instances known enough
+    n = 1
+    while n <= s.max_instances:
+        if per_instance * n >= max_cost:
+            return {"pruned": True}
+        if evaluate(s, c, n, load)["meets"]:
+            hi = n
+            break
+        lo, n = n, n * 2
+    if hi is None and lo < s.max_instances:  # the last doubling jumped past the limit
+        if per_instance * s.max_instances < max_cost and evaluate(s, c, s.max_instances, load)["meets"]:
+            hi = s.max_instances
+        else:
+            lo = s.max_instances
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if evaluate(s, c, mid, load)["meets"]:
+            hi = mid
+        else:
+            lo = mid
+    n = hi if hi is not None else max(lo, 1)
+    return _result(s, c, n, load)
+
+
+def evaluate(s: Search, c: Config, n: int, load: float) -> dict:
+    """One run, from the cache when this point was simulated before; checks monotonicity."""
+    key = (c, n, load)
+    if key in s.cache:
+        s.cache_hits += 1
+        return s.cache[key]
+    from .simulate import simulate
+
+    report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
+                      tiers=c.tiers, speedup=load, compare_sequential=False, **s.options)
+    s.runs += 1
+    judged = report
+    at = "centre (no band)"
+    if report.band is not None and s.judge == "pessimistic":
+        judged, at = report.band["runs"]["high"], "pessimistic end of the band"
+    elif report.band is not None:
+        at = "centre of the band"
+    verdict = judge(judged, s.slo, s.window_s)
+    entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": at, "report": report}
+    s.cache[key] = entry
+    _check_monotone(s, c, load)
+    return entry
+
+
+def _check_monotone(s: Search, c: Config, load: float) -> None:
+    done = sorted((n, e["meets"]) for (cc, n, ld), e in s.cache.items() if cc == c and ld == load)
+    for (n1, m1), (n2, m2) in zip(done, done[1:]):
+        if m1 and not m2:
+            v = {"config": c.text(), "load": load, "passes_at": n1, "fails_at": n2}
+            if v not in s.violations:
+                s.violations.append(v)
+
+
+def _result(s: Search, c: Config, n: int, load: float) -> dict:
+    e = evaluate(s, c, n, load)
+    r, v = e["report"], e["verdict"]
+    per_instance, sources = instance_cost(s, c)
+    cost = per_instance * n
+    summ = r.summary()
+    hours = summ["duration_s"] / 3600 if summ["duration_s"] else None
+    per_m = (lambda tokens: cost * hours / tokens * 1e6 if hours and tokens else None)  # noqa: E731
+    return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
+            "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
+            "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
+            "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
+            "hit_rate": summ["hit_rate"], "binding": v["binding"], "window_s": v["window_s"],
+            "goodput_per_s": v["goodput_per_s"], "attainment": v["attainment"],
+            "unserved_requests": v["unserved_requests"],
+            "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"]}
+
+
+def _closest(s: Search, results: list, load: float) -> dict | None:
+    """No configuration met the SLO: the nearest miss and why it misses."""
+    if not results:
+        return None
+    near = min(results, key=lambda r: (r["unserved_requests"], (r["binding"] or {}).get("ratio", math.inf)))
+    return {**near, "why": _why(s, near)}
+
+
+def _why(s: Search, r: dict) -> str:
+    if r["unserved_requests"]:
+        return (f"{r['unserved_requests']:,} requests cannot be served at all on {r['gpu']} x{r['tp']} (past the "
+                "pool or max_model_len): more instances do not help")
+    b = r["binding"] or {}
+    floor = _alone_floor(s, r)
+    if b.get("objective") == "TTFT p90" and floor is not None and floor > b["limit_s"]:
+        return (f"TTFT p90 cannot go below {floor:.3g} s on {r['gpu']} x{r['tp']}: the p90 prompt alone takes that "
+                f"long (limit {b['limit_s']:g} s)")
+    return (f"at {r['instances']} instances (--max-instances) the window from {b.get('window_start_s', 0):,.0f} s "
+            f"still has {b.get('objective')} {b.get('value_s', 0):.3g} s against {b.get('limit_s', 0):g} s: the "
+            "trace's burst needs more instances for its peak window")
+
+
+def _alone_floor(s: Search, r: dict) -> float | None:
+    """The nearest-rank p90 of each prompt's prefill alone on one instance (no queue, no hit)."""
+    from .simulate import _is_roofline
+    from .timing import load_time_model
+    from .timing.models import StepBatch
+
+    tm_name = s.options.get("time_model", "roofline")
+    if not _is_roofline(tm_name):
+        return None
+    tm = load_time_model(tm_name, model=s.model, gpu=r["gpu"], tp=r["tp"])
+    lengths = np.sort(np.asarray(s.trace.input_length))
+    p90 = int(lengths[int(math.floor((lengths.size - 1) * 0.9 + 0.5))])
+    chunk = 8192
+    steps = [StepBatch(prefill_new=(min(chunk, p90 - done),), prefill_cached=(done,)) for done in range(0, p90, chunk)]
+    return float(sum(tm.step_time(b) for b in steps))

@@ -1,0 +1,67 @@
+"""What a deployment costs (`kvreplay plan`): GPU-hours and DRAM from the shipped catalog
+(data/prices.json: each price with its source and date) or the user's --price overrides."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+
+from ..errors import ConfigError
+
+HOURS_PER_MONTH = 730.0
+PRICINGS = ("on-demand", "reserved")
+_PRICE = re.compile(r"^\s*([A-Za-z0-9._-]+)\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(/h|/GiB-month)?\s*$")
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict:
+    from importlib.resources import files
+
+    return json.loads(files("kvreplay.data").joinpath("prices.json").read_text(encoding="utf-8"))
+
+
+def parse_overrides(items) -> dict:
+    """--price H100=2.49/h, --price dram=0.5/GiB-month: {name: USD} (GPUs per GPU-hour, dram per
+    GiB-month; the unit, when given, must match)."""
+    out = {}
+    for item in items or ():
+        m = _PRICE.match(str(item))
+        if not m:
+            raise ConfigError(f"--price wants GPU=USD/h or dram=USD/GiB-month, got {item!r}")
+        name, value, unit = m.group(1), float(m.group(2)), m.group(3)
+        memory = name.lower() == "dram"
+        if unit is not None and (unit == "/h") == memory:
+            raise ConfigError(f"--price {item}: {'dram is priced per GiB-month' if memory else 'a GPU is priced per hour (/h)'}")
+        if not value > 0:
+            raise ConfigError(f"--price {item}: a price must be positive")
+        out["dram" if memory else name] = value
+    return out
+
+
+class Prices:
+    """GPU and DRAM prices, each with where it came from."""
+
+    def __init__(self, overrides: dict | None = None, pricing: str = "on-demand"):
+        if pricing not in PRICINGS:
+            raise ConfigError(f"pricing must be one of {', '.join(PRICINGS)}, got {pricing!r}")
+        self.pricing = pricing
+        self.overrides = dict(overrides or {})
+
+    def gpu_hour(self, gpu: str) -> tuple[float, str]:
+        """USD per GPU-hour and its source."""
+        if gpu in self.overrides:
+            return self.overrides[gpu], "--price"
+        entry = catalog()["gpus"].get(gpu)
+        if entry is None:
+            raise ConfigError(f"no price for {gpu} in the catalog (it has {', '.join(catalog()['gpus'])}): give "
+                              f"--price {gpu}=USD/h")
+        key = "on_demand_per_hour" if self.pricing == "on-demand" else "reserved_per_hour"
+        return float(entry[key]), f"{entry['source']} ({entry['date']}, {self.pricing})"
+
+    def dram_gib_hour(self) -> tuple[float, str]:
+        """USD per GiB-hour of DRAM and its source."""
+        if "dram" in self.overrides:
+            return self.overrides["dram"] / HOURS_PER_MONTH, "--price"
+        entry = catalog()["memory"]["dram"]
+        return float(entry["per_gib_month"]) / HOURS_PER_MONTH, f"{entry['source']} ({entry['date']})"

@@ -1,0 +1,114 @@
+"""`kvreplay plan` (serving/plan.py, slo.py, prices.py): the fewest instances by doubling and
+bisection, hand-worked with 1 s steps; pruning, the cache, monotonicity, prices and SLO windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvreplay.errors import ConfigError
+from kvreplay.serving.plan import plan
+from kvreplay.serving.prices import Prices, parse_overrides
+from kvreplay.serving.simulate import Scheduler, simulate
+from kvreplay.serving.slo import SLO, judge
+
+from sim_cases import ONE_SECOND, trace_of
+
+# eight one-block prompts (1 output each) at 0 s; one request per step: an instance serving k of
+# them gives TTFTs 1, 2, ..., k s
+EIGHT = trace_of(*[([f"r{k}"], 4, 0, 1) for k in range(8)])
+ONE_AT_A_TIME = dict(block_size=4, time_model=ONE_SECOND, scheduler=Scheduler(max_num_seqs=1))
+
+
+def test_fewest_instances_by_doubling_then_bisection():
+    # TTFT p90 (nearest rank, index round(7 x 0.9) = 6 of the 8 sorted TTFTs):
+    #   1 instance 1..8 s -> 7 s; 2 instances 1,1,2,2,3,3,4,4 -> 4 s; 4 instances 1x4, 2x4 -> 2 s (meets);
+    #   3 instances (3, 3 and 2 requests) 1,1,1,2,2,2,3,3 -> 3 s. Runs: 1, 2, 4, then 3: the answer is 4
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **ONE_AT_A_TIME)
+    best = out["loads"][0]["best"]
+    assert best["instances"] == 4 and best["gpus"] == 4 and best["cost_per_hour"] == 8.0
+    assert best["binding"]["objective"] == "TTFT p90" and best["binding"]["value_s"] == 2.0
+    assert best["judged_at"] == "centre (no band)" and best["price_sources"] == {"gpu": "--price"}
+    assert out["runs"] == 4 and out["monotonicity_violations"] == []
+    # USD per million input tokens: 8 USD/h over the run's 2 s, for 32 prompt tokens
+    assert best["usd_per_million_input"] == pytest.approx(8.0 * (2 / 3600) / 32 * 1e6)
+
+
+def test_dominated_configurations_are_pruned_and_runs_cached():
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"], loads=[1.0, 1.0],
+               prices=Prices({"H100": 2.0, "H200": 100.0}), **ONE_AT_A_TIME)
+    first, again = out["loads"]
+    assert first["best"]["gpu"] == "H100" and first["pruned"] == 1  # one H200 (100 USD/h) > 4 H100s (8 USD/h)
+    assert again["best"]["instances"] == 4
+    assert out["runs"] == 4 and out["cache_hits"] >= 4  # the second load is answered from the cache
+
+
+def test_unreachable_slo_says_why():
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=0.5), prices=Prices({"H100": 2.0}), max_instances=8,
+               **ONE_AT_A_TIME)
+    block = out["loads"][0]
+    assert block["best"] is None
+    closest = block["closest"]
+    assert closest["instances"] == 8 and closest["binding"]["value_s"] == 1.0
+    assert "at 8 instances (--max-instances)" in closest["why"] and "TTFT p90 1 s against 0.5 s" in closest["why"]
+
+
+def test_judge_names_the_binding_window():
+    # a burst of 8 at 0 s and a lone request at 100 s: windows of 25 s; the first binds
+    t = trace_of(*[([f"r{k}"], 4, 0, 1) for k in range(8)], (["late"], 4, 100_000, 1))
+    r = simulate(t, "vllm", 100, compare_sequential=False, **ONE_AT_A_TIME)
+    v = judge(r, SLO(ttft_p90_s=2.0))
+    assert v["window_s"] == 25.0 and v["windows"] == 2 and not v["meets"]
+    assert v["binding"] == {"ratio": 3.5, "objective": "TTFT p90", "value_s": 7.0, "limit_s": 2.0,
+                            "window_start_s": 0.0}
+    # goodput: requests with TTFT <= 2 s (two of the burst and the late one) over the run's 101 s
+    assert v["attainment"] == 3 / 9 and v["goodput_per_s"] == pytest.approx(3 / 101)
+
+
+def test_prices():
+    assert parse_overrides(["H100=2.49/h", "dram=0.5/GiB-month", "H200=3"]) == {"H100": 2.49, "dram": 0.5, "H200": 3.0}
+    for bad in ("H100", "H100=-1/h", "dram=1/h", "H100=2/GiB-month"):
+        with pytest.raises(ConfigError, match="--price"):
+            parse_overrides([bad])
+    usd, source = Prices().gpu_hour("H100")
+    assert usd == 3.0 and "mercatus-ai.com" in source and "2026-05" in source
+    assert Prices(pricing="reserved").gpu_hour("H100")[0] == 1.8
+    with pytest.raises(ConfigError, match="no price for B200"):
+        Prices().gpu_hour("B200")
+    gib_hour, _ = Prices().dram_gib_hour()
+    assert gib_hour == pytest.approx(0.52 / 730)
+
+
+def test_a_dram_tier_is_priced():
+    from kvreplay.serving.plan import Config, Search, instance_cost
+
+    s = Search(trace=EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=1.0), prices=Prices({"H100": 2.0, "dram": 7.3}),
+               window_s=None, judge="centre", options={}, max_instances=4)
+    cost, sources = instance_cost(s, Config("H100", 2, "dram=100GiB@64GB/s", "round-robin", None))
+    assert cost == pytest.approx(2 * 2.0 + 100 * 7.3 / 730) and sources["dram"] == "--price"
+    with pytest.raises(ConfigError, match="in bytes"):
+        instance_cost(s, Config("H100", 1, "dram=100", "round-robin", None))
+
+
+def test_cli_plan_table_and_json(tmp_path):
+    import json
+
+    from conftest import jsonl, write
+    from test_cli import fails, kv
+
+    lines = jsonl(*[{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [k]} for k in range(8)])
+    trace = write(tmp_path, "eight.jsonl", lines)
+    profile = write(tmp_path, "one.json", json.dumps({"format": "kvreplay-step-polynomial", "unit": "s",
+                                                       "terms": [{"coef": 1.0}]}))
+    out = tmp_path / "plan.json"
+    r = kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--block-size", "4", "--time-model",
+           profile, "--price", "H100=2/h", "-o", out)
+    assert r.returncode == 0, r.stderr.decode()
+    text = r.stdout.decode()
+    # vLLM's default batch (256 requests, 8,192 tokens) prefills all eight in one 1 s step: one instance
+    assert "best  1 x 1 x H100" in text and "TTFT p90 1.00 s / 2.00 s" in text
+    doc = json.loads(out.read_text())
+    assert doc["loads"][0]["best"]["instances"] == 1 and doc["runs"] == 1
+    assert "a duration such as 2s" in kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "fast").stderr.decode()
+    assert "give at least one SLO" in fails("plan", trace, "--model", "Llama-3.1-8B", "--block-size", "4")
+    assert "no price for B200" in kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "B200",
+                                     "--block-size", "4", "--time-model", profile).stdout.decode()
