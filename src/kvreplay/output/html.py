@@ -146,7 +146,9 @@ def _serving_section(sv: dict, name: str) -> list[str]:
              "yes" if r["stable"] else "<b>no</b>"] for r in sv["rows"]]
     out.append(_table(["load", "TTFT p50", "TTFT p90", "hit rate", "sequential", "requests/s", "preemptions",
                        "keeps up"], rows, [False] + [True] * 7, raw_headers=False))
-    fig = plot.load_figure(sv["rows"], title=name)
+    deployment = f"{src['model']} on {n} x {src['tp']} x {src['gpu']}" + (f", router {sv.get('router')}" if n > 1 else "") \
+        + (f", tiers {sv['tiers']}" if sv.get("tiers") else "")
+    fig = plot.load_figure(sv["rows"], title=f"{name}; {deployment}")
     out.append(f"<div class=\"figure\">{_svg(fig)}</div>")
     if not all(r["stable"] for r in sv["rows"]):
         out.append("<p class=\"note\">Where it does not keep up, the queue grows for as long as the trace lasts, so "
