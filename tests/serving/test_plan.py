@@ -112,3 +112,29 @@ def test_cli_plan_table_and_json(tmp_path):
     assert "give at least one SLO" in fails("plan", trace, "--model", "Llama-3.1-8B", "--block-size", "4")
     assert "no price for B200" in kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "B200",
                                      "--block-size", "4", "--time-model", profile).stdout.decode()
+
+
+def test_rates_and_a_tier_that_cannot_pay_for_itself():
+    # Poisson arrivals at 1,000 requests/s (all eight within a few ms: the same queue as at 0 s).
+    # A DRAM tier changes nothing here (every step takes 1 s) but costs 1 USD/h per GiB: its config
+    # can never beat 4 plain instances at 8 USD/h, so it is pruned before its 4th instance
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), rates=[1000.0], tiers=[None, "dram=1GiB"],
+               prices=Prices({"H100": 2.0, "dram": 730.0}), **ONE_AT_A_TIME)
+    block = out["loads"][0]
+    assert block["load_kind"] == "rate" and block["load"] == 1000.0
+    assert block["best"]["tiers"] == "none" and block["best"]["instances"] == 4
+    assert block["pruned"] == 1 and block["tier_economics"] == []
+
+
+def test_cache_savings_with_the_roofline():
+    # four requests sharing a 2-block prefix (block size 16): the last three hit it (32 tokens each)
+    t = trace_of(*[(["p", "q", f"r{k}"], 48, 1000 * k, 4) for k in range(4)], block_size=16)
+    out = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16,
+               time_model="roofline-raw")
+    best = out["loads"][0]["best"]
+    assert best["instances"] == 1 and best["hit_tokens"] == 96 and best["hit_rate"] == 96 / 192
+    per_token = best["prefill_seconds_per_token"]
+    assert 0 < per_token < 1e-3  # an 8B prefill on one H100: microseconds per token
+    # hit tokens per hour x seconds of prefill per token x USD per instance-second
+    per_hour = 96 / (best["duration_s"] / 3600)
+    assert best["cache_saved_per_hour"] == pytest.approx(per_hour * per_token * 2.0 / 3600)

@@ -42,6 +42,8 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--policies", default="vllm", help="comma-separated cache policies (default vllm)")
     pl.add_argument("--loads", default="1", metavar="X,Y,...",
                     help="loads to plan for, as multiples of the trace's arrival rate (default 1)")
+    pl.add_argument("--rates", default=None, metavar="R,S,...",
+                    help="instead of --loads: Poisson arrivals at these requests per second")
     pl.add_argument("--price", action="append", default=[], metavar="NAME=USD",
                     help="override a price: GPU=USD/h (per GPU-hour) or dram=USD/GiB-month; repeat for several")
     pl.add_argument("--pricing", choices=("on-demand", "reserved"), default="on-demand",
@@ -70,13 +72,15 @@ def _cmd_plan(args) -> int:
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     try:
         loads, tps = number_list(args.loads), [common.positive_int(x) for x in split(args.tp)]
+        rates = number_list(args.rates) if args.rates else None
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
-        raise ConfigError(f"--loads / --tp: {e}") from None
+        raise ConfigError(f"--loads / --rates / --tp: {e}") from None
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
     trace = common.load(args)
     with common.Progress("planning"):
         result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
-                      routers=split(args.routers), policies=split(args.policies), loads=loads, window_s=args.window,
+                      routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
+                      window_s=args.window,
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
                       time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size)
     if args.output:

@@ -31,11 +31,12 @@ def plan_text(trace, result: dict) -> str:
              + ("monotonicity held on every run (more instances never missed an SLO fewer met)"
                 if not result["monotonicity_violations"] else
                 f"{len(result['monotonicity_violations'])} monotonicity violations: "
-                + "; ".join(f"{v['config']} at x{v['load']:g} passes at {v['passes_at']} but fails at {v['fails_at']}"
+                + "; ".join(f"{v['config']} at {v['load']:g} ({v['load_kind']}) passes at {v['passes_at']} but fails at {v['fails_at']}"
                             for v in result["monotonicity_violations"][:3]))]
     for block in result["loads"]:
         lines.append("")
-        head = f"load x{block['load']:g}: {block['evaluated']} configurations searched, {block['pruned']} pruned " \
+        what = f"load x{block['load']:g}" if block["load_kind"] == "speedup" else f"Poisson {block['load']:g} requests/s"
+        head = f"{what}: {block['evaluated']} configurations searched, {block['pruned']} pruned " \
                "(even their fewest possible instances cost more than the best)"
         lines.append(head + (f", {len(block['skipped'])} skipped" if block["skipped"] else ""))
         if block["best"] is None:
@@ -48,6 +49,18 @@ def plan_text(trace, result: dict) -> str:
             best = block["best"]
             lines.append(f"  judged {best['judged_at']}; windows of {seconds_text(best['window_s'])}; prices: "
                          + "; ".join(f"{k} {v}" for k, v in best["price_sources"].items()))
+            if best.get("cache_saved_per_hour") is not None:
+                lines.append(f"  the prefix cache saves about {best['cache_saved_per_hour']:,.2f} USD/h of prefill "
+                             f"(hit tokens x {1e6 * best['prefill_seconds_per_token']:.1f} us per token in a full "
+                             "prefill step x the instance's price)")
+        for t in block["tier_economics"]:
+            v = t["versus_none"]
+            lines.append(f"  tiers {t['tiers']} on {t['config'].split(',')[0]}: {t['instances']} instances, "
+                         f"{t['cost_per_hour']:,.2f} USD/h" + (
+                             f" against {v['instances']} without tiers ({v['cost_per_hour']:,.2f} USD/h): "
+                             f"{v['gpus_saved']:+d} GPUs saved, {v['saves_per_hour']:+,.2f} USD/h, TTFT p90 "
+                             f"{seconds_text(v['ttft_p90_with_tiers_s'])} against {seconds_text(v['ttft_p90_s'])}"
+                             if v else " (HBM only did not pass or was not searched)"))
         for s in block["skipped"]:
             lines.append(f"  skipped {s['config']}: {s['reason']}")
     return "\n".join(lines)

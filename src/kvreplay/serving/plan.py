@@ -71,10 +71,11 @@ class Search:
 
 
 def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,), routers=("round-robin",),
-         policies=(None,), loads=(1.0,), window_s: float | None = None, prices: Prices | None = None,
+         policies=(None,), loads=(1.0,), rates=None, window_s: float | None = None, prices: Prices | None = None,
          judge_at: str = "pessimistic", max_instances: int = 64, runners_up: int = 3, **options) -> dict:
     """The cheapest configuration per load meeting `slo`, its runners-up, and what the search did
-    (JSON-ready). `loads`: multiples of the trace's arrival rate. `options` go to simulate()."""
+    (JSON-ready). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson arrivals at
+    these requests per second. `options` go to simulate()."""
     from ..engine.replay import as_trace
 
     if judge_at not in JUDGES:
@@ -85,14 +86,15 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
                judge=judge_at, options=options, max_instances=max_instances)
     configs = [Config(g, int(t), tr, r, p) for g, t, tr, r, p in product(gpus, tps, tiers, routers, policies)]
     out = {"slo": slo.text(), "judged_at": judge_at, "pricing": s.prices.pricing, "loads": []}
-    for load in loads:
-        out["loads"].append(_plan_load(s, configs, float(load), runners_up))
+    points = [("rate", float(r)) for r in rates] if rates is not None else [("speedup", float(x)) for x in loads]
+    for point in points:
+        out["loads"].append(_plan_load(s, configs, point, runners_up))
     out.update(runs=s.runs, cache_hits=s.cache_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest())
     return out
 
 
-def _plan_load(s: Search, configs: list, load: float, runners_up: int) -> dict:
+def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
     """Every configuration at one load, cheapest instance first; prune what cannot beat the best."""
     priced, skipped = [], []
     for c in configs:
@@ -114,10 +116,32 @@ def _plan_load(s: Search, configs: list, load: float, runners_up: int) -> dict:
         if r["meets"]:
             best = min(best, r["cost_per_hour"])
     passing = sorted((r for r in results if r["meets"]), key=lambda r: r["cost_per_hour"])
-    out = {"load": load, "best": passing[0] if passing else None, "runners_up": passing[1:1 + runners_up],
-           "pruned": pruned, "skipped": skipped, "evaluated": len(results)}
+    out = {"load_kind": load[0], "load": load[1], "best": passing[0] if passing else None,
+           "runners_up": passing[1:1 + runners_up], "pruned": pruned, "skipped": skipped, "evaluated": len(results),
+           "tier_economics": _tier_economics(results)}
     if not passing:
         out["closest"] = _closest(s, results, load)
+    return out
+
+
+def _tier_economics(results: list) -> list:
+    """Per passing configuration with tiers: what it costs against the same GPU, TP, router and
+    policy without them (the GPUs the tier saves and their price, or the TTFT it buys)."""
+    plain = {(r["gpu"], r["tp"], r["router"], r["policy"]): r for r in results if r["tiers"] == "none" and r["meets"]}
+    out = []
+    for r in results:
+        if r["tiers"] == "none" or not r["meets"]:
+            continue
+        base = plain.get((r["gpu"], r["tp"], r["router"], r["policy"]))
+        row = {"config": r["config"], "tiers": r["tiers"], "instances": r["instances"], "cost_per_hour": r["cost_per_hour"]}
+        if base is None:
+            row["versus_none"] = None  # HBM only did not pass, or was pruned before it was searched
+        else:
+            row["versus_none"] = {"instances": base["instances"], "cost_per_hour": base["cost_per_hour"],
+                                  "gpus_saved": base["gpus"] - r["gpus"],
+                                  "saves_per_hour": base["cost_per_hour"] - r["cost_per_hour"],
+                                  "ttft_p90_s": base["ttft_p90_s"], "ttft_p90_with_tiers_s": r["ttft_p90_s"]}
+        out.append(row)
     return out
 
 
@@ -149,7 +173,7 @@ def _dram_gib(tiers: str | None) -> float:
     return 0.0
 
 
-def _fewest_instances(s: Search, c: Config, load: float, *, max_cost: float, per_instance: float) -> dict:
+def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per_instance: float) -> dict:
     """Double, then bisect, for the fewest instances meeting the SLO (or the largest tried)."""
     lo, hi = 0, None  # lo: instances known too few; hi: instances known enough
     n = 1
@@ -175,7 +199,7 @@ def _fewest_instances(s: Search, c: Config, load: float, *, max_cost: float, per
     return _result(s, c, n, load)
 
 
-def evaluate(s: Search, c: Config, n: int, load: float) -> dict:
+def evaluate(s: Search, c: Config, n: int, load: tuple) -> dict:
     """One run, from the cache when this point was simulated before; checks monotonicity."""
     key = (c, n, load)
     if key in s.cache:
@@ -184,7 +208,8 @@ def evaluate(s: Search, c: Config, n: int, load: float) -> dict:
     from .simulate import simulate
 
     report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
-                      tiers=c.tiers, speedup=load, compare_sequential=False, **s.options)
+                      tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
+                      rate=load[1] if load[0] == "rate" else None, compare_sequential=False, **s.options)
     s.runs += 1
     judged = report
     at = "centre (no band)"
@@ -199,16 +224,16 @@ def evaluate(s: Search, c: Config, n: int, load: float) -> dict:
     return entry
 
 
-def _check_monotone(s: Search, c: Config, load: float) -> None:
+def _check_monotone(s: Search, c: Config, load: tuple) -> None:
     done = sorted((n, e["meets"]) for (cc, n, ld), e in s.cache.items() if cc == c and ld == load)
     for (n1, m1), (n2, m2) in zip(done, done[1:]):
         if m1 and not m2:
-            v = {"config": c.text(), "load": load, "passes_at": n1, "fails_at": n2}
+            v = {"config": c.text(), "load": load[1], "load_kind": load[0], "passes_at": n1, "fails_at": n2}
             if v not in s.violations:
                 s.violations.append(v)
 
 
-def _result(s: Search, c: Config, n: int, load: float) -> dict:
+def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
     e = evaluate(s, c, n, load)
     r, v = e["report"], e["verdict"]
     per_instance, sources = instance_cost(s, c)
@@ -216,7 +241,11 @@ def _result(s: Search, c: Config, n: int, load: float) -> dict:
     summ = r.summary()
     hours = summ["duration_s"] / 3600 if summ["duration_s"] else None
     per_m = (lambda tokens: cost * hours / tokens * 1e6 if hours and tokens else None)  # noqa: E731
+    per_token = _prefill_seconds_per_token(s, c)
+    saved = (summ["hit_tokens"] / hours * per_token * per_instance / 3600 if hours and per_token is not None else None)
     return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
+            "cache_saved_per_hour": saved, "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"],
+            "hit_tokens": summ["hit_tokens"],
             "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
             "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
             "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
@@ -226,7 +255,29 @@ def _result(s: Search, c: Config, n: int, load: float) -> dict:
             "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"]}
 
 
-def _closest(s: Search, results: list, load: float) -> dict | None:
+def _prefill_seconds_per_token(s: Search, c: Config) -> float | None:
+    """Seconds one instance spends per prompt token in a full 8,192-token prefill step (the time
+    model's; None for a time model that is not a function of the GPU)."""
+    from .timing.models import StepBatch
+
+    tm = _time_model(s, c)
+    if tm is None:
+        return None
+    chunk = 8192
+    return float(tm.step_time(StepBatch(prefill_new=(chunk,), prefill_cached=(0,)))) / chunk
+
+
+def _time_model(s: Search, c: Config):
+    from .simulate import _is_roofline
+    from .timing import load_time_model
+
+    name = s.options.get("time_model", "roofline")
+    if not _is_roofline(name):
+        return None
+    return load_time_model(name, model=s.model, gpu=c.gpu, tp=c.tp, dtype=s.options.get("weights_dtype", "bf16"))
+
+
+def _closest(s: Search, results: list, load: tuple) -> dict | None:
     """No configuration met the SLO: the nearest miss and why it misses."""
     if not results:
         return None
@@ -250,14 +301,11 @@ def _why(s: Search, r: dict) -> str:
 
 def _alone_floor(s: Search, r: dict) -> float | None:
     """The nearest-rank p90 of each prompt's prefill alone on one instance (no queue, no hit)."""
-    from .simulate import _is_roofline
-    from .timing import load_time_model
     from .timing.models import StepBatch
 
-    tm_name = s.options.get("time_model", "roofline")
-    if not _is_roofline(tm_name):
+    tm = _time_model(s, Config(r["gpu"], r["tp"], None, r["router"], None))
+    if tm is None:
         return None
-    tm = load_time_model(tm_name, model=s.model, gpu=r["gpu"], tp=r["tp"])
     lengths = np.sort(np.asarray(s.trace.input_length))
     p90 = int(lengths[int(math.floor((lengths.size - 1) * 0.9 + 0.5))])
     chunk = 8192
