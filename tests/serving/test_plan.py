@@ -138,3 +138,16 @@ def test_cache_savings_with_the_roofline():
     # hit tokens per hour x seconds of prefill per token x USD per instance-second
     per_hour = 96 / (best["duration_s"] / 3600)
     assert best["cache_saved_per_hour"] == pytest.approx(per_hour * per_token * 2.0 / 3600)
+
+
+def test_pessimistic_and_centre_counts():
+    # the calibrated roofline has a band: probes run at its high end; the centre count is searched
+    # below the pessimistic one. Four 48-token requests a second apart meet a 5 s TTFT on one H100
+    t = trace_of(*[(["p", "q", f"r{k}"], 48, 1000 * k, 4) for k in range(4)], block_size=16)
+    out = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16)
+    best = out["loads"][0]["best"]
+    assert best["judged_at"] == "pessimistic end of the band" and best["instances"] == 1
+    assert best["instances_at_centre"] == 1 and out["runs"] == 1  # (n = 1: no centre probe is needed)
+    centre = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16,
+                  judge_at="centre")["loads"][0]["best"]
+    assert centre["judged_at"] == "centre of the band" and centre["instances_at_centre"] is None

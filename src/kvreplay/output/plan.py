@@ -13,13 +13,15 @@ def _row(r: dict, rank: str) -> dict:
             "in": "-" if r["usd_per_million_input"] is None else f"{r['usd_per_million_input']:,.3f}",
             "binding": (f"{b.get('objective')} {seconds_text(b.get('value_s', 0))} / {seconds_text(b.get('limit_s', 0))} "
                         f"(window from {seconds_text(b.get('window_start_s', 0))})" if b else "-"),
+            "centre": "-" if r.get("instances_at_centre") is None else str(r["instances_at_centre"]),
             "hit": f"{100 * r['hit_rate']:.2f}",
             "att": "-" if r["attainment"] is None else f"{100 * r['attainment']:.1f}"}
 
 
 WHERE = {"pessimistic": "the pessimistic end of the time model's band (where it has one)",
          "centre": "the centre of the time model's band"}
-COLUMNS = [("rank", ""), ("gpu", "instances x TP x GPU"), ("tiers", "tiers"), ("router", "router"), ("policy", "policy"),
+COLUMNS = [("rank", ""), ("gpu", "instances x TP x GPU"), ("centre", "at band centre"), ("tiers", "tiers"),
+           ("router", "router"), ("policy", "policy"),
            ("cost", "USD/h"), ("in", "USD/M input"), ("hit", "hit rate %"), ("att", "SLO met %"),
            ("binding", "binding objective (worst window)")]
 

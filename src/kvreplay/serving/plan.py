@@ -58,6 +58,7 @@ class Search:
     options: dict
     max_instances: int
     cache: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)
     runs: int = 0
     cache_hits: int = 0
     violations: list = field(default_factory=list)
@@ -199,38 +200,58 @@ def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per
     return _result(s, c, n, load)
 
 
-def evaluate(s: Search, c: Config, n: int, load: tuple) -> dict:
-    """One run, from the cache when this point was simulated before; checks monotonicity."""
-    key = (c, n, load)
+def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) -> dict:
+    """One run, from the cache when this point was simulated before; checks monotonicity. `end`:
+    "high" or "centre" of the time model's band (default: the one the plan judges at); a time model
+    without a band has only its centre."""
+    banded = _time_model(s, c) is not None and hasattr(_time_model(s, c), "at_band")
+    end = (end or ("high" if s.judge == "pessimistic" else "centre")) if banded else "centre"
+    key = (c, n, load, end)
     if key in s.cache:
         s.cache_hits += 1
         return s.cache[key]
     from .simulate import simulate
 
+    options = dict(s.options)
+    if banded:  # one run at that end of the band (not the band's three)
+        tm = _time_model(s, c)
+        options["time_model"] = tm.at_band("high") if end == "high" else tm
     report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
                       tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
-                      rate=load[1] if load[0] == "rate" else None, compare_sequential=False, **s.options)
+                      rate=load[1] if load[0] == "rate" else None, compare_sequential=False, band_runs=False,
+                      **options)
     s.runs += 1
-    judged = report
-    at = "centre (no band)"
-    if report.band is not None and s.judge == "pessimistic":
-        judged, at = report.band["runs"]["high"], "pessimistic end of the band"
-    elif report.band is not None:
-        at = "centre of the band"
-    verdict = judge(judged, s.slo, s.window_s)
+    at = ("pessimistic end of the band" if end == "high" else "centre of the band") if banded else "centre (no band)"
+    verdict = judge(report, s.slo, s.window_s)
     entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": at, "report": report}
     s.cache[key] = entry
-    _check_monotone(s, c, load)
+    _check_monotone(s, c, load, end)
     return entry
 
 
-def _check_monotone(s: Search, c: Config, load: tuple) -> None:
-    done = sorted((n, e["meets"]) for (cc, n, ld), e in s.cache.items() if cc == c and ld == load)
+def _check_monotone(s: Search, c: Config, load: tuple, end: str) -> None:
+    done = sorted((n, e["meets"]) for (cc, n, ld, en), e in s.cache.items() if cc == c and ld == load and en == end)
     for (n1, m1), (n2, m2) in zip(done, done[1:]):
         if m1 and not m2:
             v = {"config": c.text(), "load": load[1], "load_kind": load[0], "passes_at": n1, "fails_at": n2}
             if v not in s.violations:
                 s.violations.append(v)
+
+
+def _centre_instances(s: Search, c: Config, n: int, load: tuple) -> int | None:
+    """Judged at the band's pessimistic end, `n` instances meet the SLO: the fewest that meet it
+    at the band's centre (at most n: the centre's steps are never slower). None without a band."""
+    e = evaluate(s, c, n, load)
+    if not e["judged_at"].startswith("pessimistic") or not e["meets"]:
+        return None
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if evaluate(s, c, mid, load, "centre")["meets"]:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
@@ -247,6 +268,7 @@ def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
             "cache_saved_per_hour": saved, "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"],
             "hit_tokens": summ["hit_tokens"],
             "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
+            "instances_at_centre": _centre_instances(s, c, n, load),
             "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
             "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
             "hit_rate": summ["hit_rate"], "binding": v["binding"], "window_s": v["window_s"],
@@ -268,13 +290,19 @@ def _prefill_seconds_per_token(s: Search, c: Config) -> float | None:
 
 
 def _time_model(s: Search, c: Config):
+    """The plan's time model on `c`'s GPUs (None for one that is not a function of them)."""
     from .simulate import _is_roofline
     from .timing import load_time_model
 
     name = s.options.get("time_model", "roofline")
     if not _is_roofline(name):
         return None
-    return load_time_model(name, model=s.model, gpu=c.gpu, tp=c.tp, dtype=s.options.get("weights_dtype", "bf16"))
+    key = ("time model", c.gpu, c.tp)
+    if key not in s.models:
+        s.models[key] = load_time_model(name, model=s.model, gpu=c.gpu, tp=c.tp,
+                                        dtype=s.options.get("weights_dtype", "bf16"),
+                                        kv_dtype=s.options.get("kv_dtype") or "bf16")
+    return s.models[key]
 
 
 def _closest(s: Search, results: list, load: tuple) -> dict | None:

@@ -123,7 +123,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
              tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
-             weights_dtype: str = "bf16", max_model_len: int | None = None, **params):
+             weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -147,6 +147,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
         tier_copies "move" | "keep"; tier_overlap: loads overlap compute (engine/tiers.py).
+    band_runs: with the calibrated roofline, also run the trace at both ends of its error band
+        (False: the one run; kvreplay plan passes a band's end as the time model itself).
     max_model_len: the context limit: a request whose prompt + outputs exceed it is refused at
         arrival, before routing, and counted apart (vLLM's frontend refuses prompt + max_tokens >
         max_model_len). Default: `model`'s catalog value (vLLM's derivation from its config.json);
@@ -212,7 +214,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                max_model_len=max_model_len)
     raw = run_once(trace, time_model=tm, **run)
     band = None
-    if hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
+    if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
         band = {"bands": {p: list(tm.calibration.band(p)) for p in ("prefill", "decode", "mixed")}}
         for end in ("low", "high"):
             band[end] = run_once(trace, time_model=tm.at_band(end), **run)
