@@ -42,6 +42,8 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--policies", default="vllm", help="comma-separated cache policies (default vllm)")
     pl.add_argument("--loads", default="1", metavar="X,Y,...",
                     help="loads to plan for, as multiples of the trace's arrival rate (default 1)")
+    pl.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
+                    help="reshape the arrivals over the span (as simulate --rate-profile)")
     pl.add_argument("--rates", default=None, metavar="R,S,...",
                     help="instead of --loads: Poisson arrivals at these requests per second")
     pl.add_argument("--price", action="append", default=[], metavar="NAME=USD",
@@ -82,7 +84,8 @@ def _cmd_plan(args) -> int:
                       routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
                       window_s=args.window,
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
-                      time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size)
+                      time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
+                      rate_profile=args.rate_profile)
     if args.output:
         from ..files import write_atomic
 

@@ -128,6 +128,9 @@ def _parser_simulate(sub) -> None:
                           "--decode-instances); each request's KV then moves to the least loaded decode instance")
     sim.add_argument("--decode-instances", type=common.positive_int, default=None, metavar="D",
                      help="prefill/decode disaggregation: D decode instances (with --prefill-instances)")
+    sim.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
+                     help="reshape the arrivals so their rate follows a profile over the span: diurnal (peak 14:00, "
+                          "3:1) or a CSV of fraction,multiplier (docs/serving.md)")
     sim.add_argument("--max-model-len", type=common.positive_int, default=None, metavar="TOKENS",
                      help="the context limit: requests whose prompt + outputs exceed it are refused at arrival "
                           "and counted apart, as vLLM refuses them (default: --model's, from its config.json)")
@@ -214,6 +217,7 @@ def _options(args, trace) -> dict:
                 weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
+                rate_profile=args.rate_profile,
                 router_options=_router_options(args.router_option), **params)
 
 

@@ -58,6 +58,8 @@ def simulate_summary(trace, report) -> str:
     span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
     load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
             else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
+    if arr.get("rate_profile"):
+        load += f", reshaped by the rate profile {arr['rate_profile']}"
     lines = [
         f"trace      {trace_name(trace)}: {s['requests']:,} requests, {int(report.prompt_tokens.sum()):,} prompt "
         f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {seconds_text(span)} ({load})",

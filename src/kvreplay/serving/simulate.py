@@ -123,7 +123,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
              tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
-             weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True, **params):
+             weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
+             rate_profile=None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -138,7 +139,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     time_model: "instant", "roofline" (needs model and gpu), a Dynamo profile "FILE.npz", a
         polynomial "FILE.json", or a TimeModel.
     speedup / rate: arrivals: the trace's timestamps divided by `speedup`, or a Poisson process of
-        `rate` requests/s (seeded by `seed`).
+        `rate` requests/s (seeded by `seed`). rate_profile: "diurnal", a FILE or (fraction,
+        multiplier) points: the arrivals reshaped so their rate follows it over the span (profile.py).
     scheduler: a Scheduler (its style must match engine_style); default: engine_style's defaults.
     output_kv: generated tokens fill KV blocks (False: only prompts take room, as the sequential
         replay assumes).
@@ -198,6 +200,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
                           f"{sizes.weights_dtype!r}: give the same weights dtype to both")
     arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
+    profile_name = None
+    if rate_profile is not None:
+        from .profile import load_profile, reshape
+
+        points, profile_name = load_profile(rate_profile)
+        arrival_s = reshape(arrival_s, points)
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
@@ -226,6 +234,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                                                        raw.status == FINISHED)
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
+    if profile_name is not None:
+        arrival_info["rate_profile"] = profile_name
     report = SimReport(
         policy=spec.name, params=spec.resolve(params), capacity_blocks=capacity, block_size=block_size,
         scheduler=scheduler.to_dict(), time_model=tm.describe(), arrivals=arrival_info, output_kv=output_kv,
