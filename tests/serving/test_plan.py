@@ -151,3 +151,27 @@ def test_pessimistic_and_centre_counts():
     centre = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16,
                   judge_at="centre")["loads"][0]["best"]
     assert centre["judged_at"] == "centre of the band" and centre["instances_at_centre"] is None
+
+
+def test_a_refined_plan_reuses_the_cached_runs(tmp_path):
+    cache = str(tmp_path / "runs")
+    first = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
+                 cache_dir=cache, **ONE_AT_A_TIME)
+    assert first["runs"] == 4 and first["disk_hits"] == 0 and len(list((tmp_path / "runs").iterdir())) == 4
+    # a looser SLO walks the same points (1, 2, 4, then 3, which now passes: TTFT p90 3 s <= 3 s)
+    again = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=3.0), prices=Prices({"H100": 2.0}),
+                 cache_dir=cache, **ONE_AT_A_TIME)
+    assert again["runs"] == 0 and again["disk_hits"] == 4
+    assert again["loads"][0]["best"]["instances"] == 3 and again["trace_digest"] == first["trace_digest"]
+
+
+@pytest.mark.parametrize("executor", ["threads", "local"])
+def test_parallel_search_gives_the_same_answer(executor):
+    kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"],
+              prices=Prices({"H100": 2.0, "H200": 3.0}), **ONE_AT_A_TIME)
+    alone = plan(EIGHT, **kw)
+    together = plan(EIGHT, jobs=2, executor=executor, **kw)
+    a, b = alone["loads"][0], together["loads"][0]
+    assert b["best"]["config"] == a["best"]["config"] and b["best"]["instances"] == a["best"]["instances"] == 4
+    assert together["parallel"] and b["pruned"] == 0 and [r["gpu"] for r in b["runners_up"]] == ["H200"]
+    assert together["runs"] == 8  # each GPU's search: 1, 2, 4 and 3 instances

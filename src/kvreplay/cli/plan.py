@@ -56,6 +56,14 @@ def _parser_plan(sub) -> None:
                     help="the most instances the search tries per configuration (default 64)")
     pl.add_argument("--time-model", default="roofline", help="roofline (default, calibrated), roofline-raw, FILE")
     pl.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16")
+    pl.add_argument("--cache", default=None, metavar="DIR",
+                    help="keep every simulation in DIR (named by the trace's digest and its configuration), so a "
+                         "later or refined plan reuses them; SLOs are judged again each time")
+    pl.add_argument("--jobs", type=common.positive_int, default=1,
+                    help="search this many configurations at once (default 1: one after another, with pruning)")
+    pl.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
+                    help="where parallel searches run: local processes (default), threads, or ray (kvreplay[ray])")
+    pl.add_argument("--ray-address", default=None, metavar="ADDR", help="with --executor ray: auto or ray://HOST:10001")
     pl.add_argument("--output", "-o", default=None, help="write the plan as JSON (atomically)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
 
@@ -85,7 +93,8 @@ def _cmd_plan(args) -> int:
                       window_s=args.window,
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
                       time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
-                      rate_profile=args.rate_profile)
+                      rate_profile=args.rate_profile, cache_dir=args.cache, jobs=args.jobs, executor=args.executor,
+                      ray_address=args.ray_address)
     if args.output:
         from ..files import write_atomic
 

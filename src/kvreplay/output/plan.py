@@ -29,7 +29,9 @@ COLUMNS = [("rank", ""), ("gpu", "instances x TP x GPU"), ("centre", "at band ce
 def plan_text(trace, result: dict) -> str:
     lines = [f"plan       {trace_name(trace)}: the cheapest deployment meeting {result['slo']} in every window, "
              f"judged at {WHERE[result['judged_at']]}; {result['pricing']} prices",
-             f"search     {result['runs']:,} simulations, {result['cache_hits']:,} answered from the cache; "
+             f"search     {result['runs']:,} simulations, {result['cache_hits']:,} answered from memory"
+             + (f", {result['disk_hits']:,} from {result['cache_dir']}" if result.get("cache_dir") else "")
+             + (" (configurations searched in parallel: none pruned)" if result.get("parallel") else "") + "; "
              + ("monotonicity held on every run (more instances never missed an SLO fewer met)"
                 if not result["monotonicity_violations"] else
                 f"{len(result['monotonicity_violations'])} monotonicity violations: "

@@ -19,7 +19,9 @@ says which.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -46,6 +48,55 @@ class Config:
 
 
 @dataclass
+class Run:
+    """What the plan keeps of one simulation: the per-request times its SLOs are judged on and
+    the run's summary (slo.judge reads the same attributes as from a SimReport)."""
+
+    policy: str
+    summary: dict
+    arrival_s: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    finished: np.ndarray
+
+    @classmethod
+    def of(cls, report) -> "Run":
+        return cls(report.policy, report.summary(), report.arrival_s, report.ttft_s, report.tpot_s, report.e2e_s,
+                   report.finished)
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.finished.size)
+
+    @property
+    def num_finished(self) -> int:
+        return int(self.finished.sum())
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.summary["duration_s"])
+
+    def save(self, path) -> None:
+        import io
+
+        from ..files import write_atomic
+
+        buf = io.BytesIO()
+        np.savez(buf, arrival_s=self.arrival_s, ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s,
+                 finished=self.finished, doc=np.frombuffer(json.dumps(
+                     {"policy": self.policy, "summary": self.summary}, default=float).encode(), dtype=np.uint8))
+        write_atomic(str(path), buf.getvalue())
+
+    @classmethod
+    def load(cls, path) -> "Run":
+        with np.load(path, allow_pickle=False) as z:
+            doc = json.loads(z["doc"].tobytes().decode())
+            return cls(doc["policy"], doc["summary"], z["arrival_s"], z["ttft_s"], z["tpot_s"], z["e2e_s"],
+                       z["finished"])
+
+
+@dataclass
 class Search:
     """The state of one plan: its cache of runs and what it counted."""
 
@@ -57,26 +108,34 @@ class Search:
     judge: str
     options: dict
     max_instances: int
+    cache_dir: str | None = None
     cache: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
     runs: int = 0
     cache_hits: int = 0
+    disk_hits: int = 0
     violations: list = field(default_factory=list)
 
     def digest(self) -> str:
-        t = self.trace
-        h = hashlib.sha256()
-        for a in (t.offsets, t.blocks, t.input_length, t.output_length, t.timestamp):
-            h.update(np.ascontiguousarray(a).tobytes())
-        return h.hexdigest()[:16]
+        if "digest" not in self.models:
+            t = self.trace
+            h = hashlib.sha256()
+            for a in (t.offsets, t.blocks, t.input_length, t.output_length, t.timestamp):
+                h.update(np.ascontiguousarray(a).tobytes())
+            self.models["digest"] = h.hexdigest()[:32]
+        return self.models["digest"]
 
 
 def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,), routers=("round-robin",),
          policies=(None,), loads=(1.0,), rates=None, window_s: float | None = None, prices: Prices | None = None,
-         judge_at: str = "pessimistic", max_instances: int = 64, runners_up: int = 3, **options) -> dict:
+         judge_at: str = "pessimistic", max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None,
+         jobs: int = 1, executor: str = "local", ray_address: str | None = None, **options) -> dict:
     """The cheapest configuration per load meeting `slo`, its runners-up, and what the search did
     (JSON-ready). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson arrivals at
-    these requests per second. `options` go to simulate()."""
+    these requests per second. `cache_dir`: keep every run there, named by the trace's digest and
+    its configuration, for later plans to reuse. `jobs` / `executor` / `ray_address`: search the
+    configurations at once on processes, threads or Ray (analysis/executors.py; nothing is pruned
+    then, since no search waits for another's best). `options` go to simulate()."""
     from ..engine.replay import as_trace
 
     if judge_at not in JUDGES:
@@ -84,14 +143,18 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     if not any(True for _ in slo.objectives()):
         raise ConfigError("give at least one SLO (--slo-ttft-p90, --slo-tpot-p90 or --slo-e2e-p99)")
     s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
-               judge=judge_at, options=options, max_instances=max_instances)
+               judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir)
+    if cache_dir is not None:
+        os.makedirs(cache_dir, exist_ok=True)
+    parallel = jobs > 1 or executor != "local"
     configs = [Config(g, int(t), tr, r, p) for g, t, tr, r, p in product(gpus, tps, tiers, routers, policies)]
     out = {"slo": slo.text(), "judged_at": judge_at, "pricing": s.prices.pricing, "loads": []}
     points = [("rate", float(r)) for r in rates] if rates is not None else [("speedup", float(x)) for x in loads]
     for point in points:
-        out["loads"].append(_plan_load(s, configs, point, runners_up))
-    out.update(runs=s.runs, cache_hits=s.cache_hits, monotonicity_violations=s.violations,
-               trace_digest=s.digest())
+        out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address)
+                            if parallel else _plan_load(s, configs, point, runners_up))
+    out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
+               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel)
     return out
 
 
@@ -116,6 +179,45 @@ def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
         results.append(r)
         if r["meets"]:
             best = min(best, r["cost_per_hour"])
+    return _summarise(s, load, results, skipped, pruned, runners_up)
+
+
+def _plan_load_parallel(s: Search, configs: list, load: tuple, runners_up: int, jobs: int, executor: str,
+                        ray_address) -> dict:
+    """Every configuration's search at once, on an executor (none is pruned)."""
+    from ..analysis.executors import Task, run
+
+    shared = {"model": s.model, "slo": s.slo, "prices": s.prices, "window_s": s.window_s, "judge": s.judge,
+              "options": s.options, "max_instances": s.max_instances, "cache_dir": s.cache_dir}
+    tasks = [Task(kind="call", trace=0, function=search_task,
+                  options=(("config", c), ("load", load), ("search", shared))) for c in configs]
+    results, skipped = [], []
+    for (out,) in run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address):
+        if "skipped" in out:
+            skipped.append(out["skipped"])
+            continue
+        results.append(out["result"])
+        s.runs += out["runs"]
+        s.cache_hits += out["cache_hits"]
+        s.disk_hits += out["disk_hits"]
+        s.violations += [v for v in out["violations"] if v not in s.violations]
+    return _summarise(s, load, results, skipped, 0, runners_up)
+
+
+def search_task(trace, options: dict) -> dict:
+    """One configuration's search at one load, in a worker (the executors call it by name)."""
+    s = Search(trace=trace, **options["search"])
+    c = options["config"]
+    try:
+        per_instance = instance_cost(s, c)[0]
+    except ConfigError as e:
+        return {"skipped": {"config": c.text(), "reason": str(e)}}
+    r = _fewest_instances(s, c, options["load"], max_cost=math.inf, per_instance=per_instance)
+    return {"result": r, "runs": s.runs, "cache_hits": s.cache_hits, "disk_hits": s.disk_hits,
+            "violations": s.violations}
+
+
+def _summarise(s: Search, load: tuple, results: list, skipped: list, pruned: int, runners_up: int) -> dict:
     passing = sorted((r for r in results if r["meets"]), key=lambda r: r["cost_per_hour"])
     out = {"load_kind": load[0], "load": load[1], "best": passing[0] if passing else None,
            "runners_up": passing[1:1 + runners_up], "pruned": pruned, "skipped": skipped, "evaluated": len(results),
@@ -212,21 +314,38 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
         return s.cache[key]
     from .simulate import simulate
 
-    options = dict(s.options)
-    if banded:  # one run at that end of the band (not the band's three)
-        tm = _time_model(s, c)
-        options["time_model"] = tm.at_band("high") if end == "high" else tm
-    report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
-                      tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
-                      rate=load[1] if load[0] == "rate" else None, compare_sequential=False, band_runs=False,
-                      **options)
-    s.runs += 1
+    path = _cache_path(s, c, n, load, end)
+    if path is not None and os.path.exists(path):
+        run, s.disk_hits = Run.load(path), s.disk_hits + 1
+    else:
+        options = dict(s.options)
+        if banded:  # one run at that end of the band (not the band's three)
+            tm = _time_model(s, c)
+            options["time_model"] = tm.at_band("high") if end == "high" else tm
+        report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
+                          tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
+                          rate=load[1] if load[0] == "rate" else None, compare_sequential=False, band_runs=False,
+                          **options)
+        s.runs += 1
+        run = Run.of(report)
+        if path is not None:
+            run.save(path)
     at = ("pessimistic end of the band" if end == "high" else "centre of the band") if banded else "centre (no band)"
-    verdict = judge(report, s.slo, s.window_s)
-    entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": at, "report": report}
+    verdict = judge(run, s.slo, s.window_s)
+    entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": at, "report": run}
     s.cache[key] = entry
     _check_monotone(s, c, load, end)
     return entry
+
+
+def _cache_path(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
+    """The run's file in the cache directory: named by the trace's digest and everything the run
+    depends on (not the SLOs: a run is judged again for each)."""
+    if s.cache_dir is None:
+        return None
+    key = json.dumps([s.digest(), s.model, [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end,
+                      sorted((k, repr(v)) for k, v in s.options.items())])
+    return os.path.join(s.cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
 
 
 def _check_monotone(s: Search, c: Config, load: tuple, end: str) -> None:
@@ -259,7 +378,7 @@ def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
     r, v = e["report"], e["verdict"]
     per_instance, sources = instance_cost(s, c)
     cost = per_instance * n
-    summ = r.summary()
+    summ = r.summary
     hours = summ["duration_s"] / 3600 if summ["duration_s"] else None
     per_m = (lambda tokens: cost * hours / tokens * 1e6 if hours and tokens else None)  # noqa: E731
     per_token = _prefill_seconds_per_token(s, c)
