@@ -11,6 +11,8 @@ def _row(r: dict, rank: str) -> dict:
     return {"rank": rank, "gpu": f"{r['instances']} x {r['tp']} x {r['gpu']}", "tiers": r["tiers"], "router": r["router"],
             "policy": r["policy"], "cost": f"{r['cost_per_hour']:,.2f}",
             "in": "-" if r["usd_per_million_input"] is None else f"{r['usd_per_million_input']:,.3f}",
+            "out": "-" if r["usd_per_million_output"] is None else f"{r['usd_per_million_output']:,.2f}",
+            "good": "-" if r["goodput_per_s"] is None else f"{r['goodput_per_s']:,.3f}",
             "binding": (f"{b.get('objective')} {seconds_text(b.get('value_s', 0))} / {seconds_text(b.get('limit_s', 0))} "
                         f"(window from {seconds_text(b.get('window_start_s', 0))})" if b else "-"),
             "centre": "-" if r.get("instances_at_centre") is None else str(r["instances_at_centre"]),
@@ -22,7 +24,8 @@ WHERE = {"pessimistic": "the pessimistic end of the time model's band (where it 
          "centre": "the centre of the time model's band"}
 COLUMNS = [("rank", ""), ("gpu", "instances x TP x GPU"), ("centre", "at band centre"), ("tiers", "tiers"),
            ("router", "router"), ("policy", "policy"),
-           ("cost", "USD/h"), ("in", "USD/M input"), ("hit", "hit rate %"), ("att", "SLO met %"),
+           ("cost", "USD/h"), ("in", "USD/M input"), ("out", "USD/M output"), ("hit", "hit rate %"),
+           ("good", "goodput req/s"), ("att", "SLO met %"),
            ("binding", "binding objective (worst window)")]
 
 
