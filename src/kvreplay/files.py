@@ -68,3 +68,15 @@ def write_atomic(path: str, data: bytes) -> None:
     """Write `data` to `path` atomically (see atomic_output)."""
     with atomic_output(path) as out:
         out.write(data)
+
+
+def read_text(path: str, error, missing: str = "no such file") -> str:
+    """A small input file's UTF-8 text; `error(path, message)` (a kvreplay error class taking the
+    path) when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise error(path, missing) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(path, f"unreadable ({e})") from None

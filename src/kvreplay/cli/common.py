@@ -118,6 +118,19 @@ def add_capacities_options(p: argparse.ArgumentParser, what: str) -> None:
     add_budget_options(p)
 
 
+def add_executor_options(p: argparse.ArgumentParser, what: str, jobs_default: str = "default 1") -> None:
+    """--jobs, --executor and --ray-address: where the command's `what` (replays, runs, searches) go
+    (analysis/executors.py; docs/scaling.md)."""
+    p.add_argument("--jobs", type=positive_int, default=1,
+                   help=f"{what} at once ({jobs_default}; local: processes, threads: threads)")
+    p.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
+                   help=f"where {what} go: local processes (default), threads, or ray (needs kvreplay[ray]; "
+                        "docs/scaling.md); the results are the same wherever they ran")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --executor ray: auto (this machine's cluster) or ray://HOST:10001 (default: start a "
+                        "local instance)")
+
+
 def add_curve_outputs(p: argparse.ArgumentParser, output_help: str) -> None:
     p.add_argument("--output", "-o", help=output_help)
     p.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")

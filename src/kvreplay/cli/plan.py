@@ -59,11 +59,8 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--cache", default=None, metavar="DIR",
                     help="keep every simulation in DIR (named by the trace's digest and its configuration), so a "
                          "later or refined plan reuses them; SLOs are judged again each time")
-    pl.add_argument("--jobs", type=common.positive_int, default=1,
-                    help="search this many configurations at once (default 1: one after another, with pruning)")
-    pl.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
-                    help="where parallel searches run: local processes (default), threads, or ray (kvreplay[ray])")
-    pl.add_argument("--ray-address", default=None, metavar="ADDR", help="with --executor ray: auto or ray://HOST:10001")
+    common.add_executor_options(pl, "configurations' searches",
+                                "default 1: one after another, pruning what cannot beat the best")
     pl.add_argument("--output", "-o", default=None, help="write the plan as JSON (atomically)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
 

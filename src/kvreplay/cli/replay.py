@@ -129,11 +129,7 @@ def _parser_sweep(sub) -> None:
                     help="with --hbm: the DRAM tier's sizes in blocks (0: none)")
     sw.add_argument("--each", action="store_true",
                     help="with several trace files: sweep each one on its own (a trace column) instead of merging them")
-    sw.add_argument("--jobs", type=common.positive_int, default=1, help="replays run at once (default 1; local: processes, threads: threads)")
-    sw.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
-                    help="where replays run: local processes (default), threads, or ray (needs kvreplay[ray]; see docs/scaling.md)")
-    sw.add_argument("--ray-address", default=None, metavar="ADDR",
-                    help="with --executor ray: auto (this machine's cluster) or ray://HOST:10001 (default: start a local instance)")
+    common.add_executor_options(sw, "replays")
     common.add_curve_outputs(sw, "write the results table to FILE.csv, FILE.json or FILE.parquet (atomically; "
                                  ".parquet needs kvreplay[parquet]; columns: docs/formats.md)")
 

@@ -103,13 +103,7 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--tier-list", default=None, metavar="SPEC;SPEC;...",
                      help="sweep: the --tiers to compare, separated by ';' (none: HBM only), e.g. "
                           "\"none;dram=64GiB@64GB/s;dram=256GiB@64GB/s\"")
-    sim.add_argument("--jobs", type=common.positive_int, default=1,
-                     help="sweep: runs at once (default 1; local: processes, threads: threads)")
-    sim.add_argument("--executor", choices=("local", "threads", "ray"), default="local",
-                     help="sweep: where runs go: local processes (default), threads, or ray (kvreplay[ray]; "
-                          "docs/scaling.md); the rows are the same wherever they ran")
-    sim.add_argument("--ray-address", default=None, metavar="ADDR",
-                     help="with --executor ray: auto or ray://HOST:10001 (default: start a local instance)")
+    common.add_executor_options(sim, "a sweep's runs")
     sim.add_argument("--slo-ttft", type=positive_number, default=None, metavar="MS",
                      help="goodput counts requests whose TTFT is at most MS milliseconds")
     sim.add_argument("--slo-tpot", type=positive_number, default=None, metavar="MS",

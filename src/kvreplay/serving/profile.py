@@ -18,11 +18,11 @@ import csv
 import io
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError, TraceError
+from ..files import read_text
 
 GRID = 4097
 
@@ -43,12 +43,7 @@ def load_profile(spec) -> tuple[np.ndarray, str]:
 
 
 def _read(path: str) -> np.ndarray:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError(path, "no such file (--rate-profile: diurnal or a FILE)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(path, f"unreadable ({e})") from None
+    text = read_text(path, TraceError, "no such file (--rate-profile: diurnal or a FILE)")
     if path.lower().endswith(".json"):
         try:
             doc = json.loads(text)

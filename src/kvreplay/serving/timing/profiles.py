@@ -8,7 +8,6 @@ import json
 import math
 import os
 import zipfile
-from pathlib import Path
 
 import numpy as np
 
@@ -297,12 +296,9 @@ class PolynomialProfile(TimeModel):
 
 
 def _read_json(path: str) -> dict:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(path, f"unreadable ({e})") from None
+    from ...files import read_text
+
+    text = read_text(path, ProfileError)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
