@@ -6,6 +6,7 @@ import gzip
 import os
 import stat
 import tempfile
+import zlib
 from contextlib import contextmanager
 
 from .errors import OutputError
@@ -70,13 +71,29 @@ def write_atomic(path: str, data: bytes) -> None:
         out.write(data)
 
 
-def read_text(path: str, error, missing: str = "no such file") -> str:
-    """A small input file's UTF-8 text; `error(path, message)` (a kvreplay error class taking the
-    path) when it is missing or unreadable."""
+def open_input(path: str, error, what: str, missing: str = "no such file"):
+    """A binary stream over an input file, gunzipped when its first bytes are gzip's magic;
+    `error(path, message)` (a kvreplay error class taking the path) when it is missing, a
+    directory (`what`: what was expected instead) or cannot be opened."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        raw = open(path, "rb")
     except FileNotFoundError:
         raise error(path, missing) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise error(path, f"unreadable ({e})") from None
+    except IsADirectoryError:
+        raise error(path, f"is a directory, expected {what}") from None
+    except OSError as e:
+        raise error(path, f"cannot open: {e.strerror}") from None
+    if raw.peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw)
+    return raw
+
+
+def read_text(path: str, error, what: str, missing: str = "no such file") -> str:
+    """A small input file's UTF-8 text (open_input's errors; `error` too when it is not UTF-8)."""
+    with open_input(path, error, what, missing) as f:
+        try:
+            return f.read().decode("utf-8")
+        except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt gzip stream
+            raise error(path, f"truncated or corrupt gzip data ({e})") from None
+        except UnicodeDecodeError as e:
+            raise error(path, f"not UTF-8 text (byte {e.start})") from None

@@ -43,7 +43,7 @@ def load_profile(spec) -> tuple[np.ndarray, str]:
 
 
 def _read(path: str) -> np.ndarray:
-    text = read_text(path, TraceError, "no such file (--rate-profile: diurnal or a FILE)")
+    text = read_text(path, TraceError, "a rate profile", "no such file (--rate-profile: diurnal or a FILE)")
     if path.lower().endswith(".json"):
         try:
             doc = json.loads(text)

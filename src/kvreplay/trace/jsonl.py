@@ -36,17 +36,9 @@ def open_trace(path: str):
         if hasattr(stdin, "peek") and stdin.peek(2)[:2] == b"\x1f\x8b":
             return gzip.GzipFile(fileobj=stdin)
         return stdin
-    try:
-        raw = open(path, "rb")
-    except FileNotFoundError:
-        raise TraceError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceError(path, "is a directory, expected a trace file") from None
-    except OSError as e:
-        raise TraceError(path, f"cannot open: {e.strerror}") from None
-    if raw.peek(2)[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)
-    return raw
+    from ..files import open_input
+
+    return open_input(path, TraceError, "a trace file")
 
 
 def _chunks(path: str, stream) -> Iterator[tuple[int, bytes]]:

@@ -26,12 +26,12 @@ argument; nothing is printed.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 import math
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -193,19 +193,12 @@ def read_steps(path, format: str = "auto", *, bench_statistic: str = "mean", pre
 
 
 def _read_text(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise StepsError(path, "no such file") from None
-    except IsADirectoryError:
-        raise StepsError(path, "is a directory, expected a file of step measurements") from None
-    except OSError as e:
-        raise StepsError(path, f"cannot open: {e.strerror}") from None
-    if data[:2] == b"\x1f\x8b":
+    from ...files import open_input
+
+    with open_input(path, StepsError, "a file of step measurements") as f:
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
+            data = f.read()
+        except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt gzip stream
             raise StepsError(path, f"truncated or corrupt gzip data ({e})") from None
     try:
         return data.decode("utf-8-sig")

@@ -298,7 +298,7 @@ class PolynomialProfile(TimeModel):
 def _read_json(path: str) -> dict:
     from ...files import read_text
 
-    text = read_text(path, ProfileError)
+    text = read_text(path, ProfileError, "a polynomial profile (JSON)")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
