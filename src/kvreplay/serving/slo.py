@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .stats import nearest_rank
+from .stats import window_percentiles
 from .verdict import _windows, default_window_s
 
 
@@ -45,21 +45,17 @@ def judge(report, slo: SLO, window_s: float | None = None) -> dict:
     w = float(window_s) if window_s else default_window_s(span)
     ok = report.finished
     index, t0 = _windows(arrival, w)
+    windows = int(np.unique(index[ok]).size)
+    # every window's percentile of each objective; the worst ratio binds (the earliest window,
+    # then the first objective, on a tie)
+    candidates = []
+    for order, (name, p, limit, attr) in enumerate(slo.objectives()):
+        wins, values = window_percentiles(index[ok], getattr(report, attr)[ok], p)
+        candidates += [(-float(v) / limit, int(k), order, name, float(v), limit) for k, v in zip(wins, values)]
     worst = {"ratio": -1.0}
-    windows = 0
-    for k in np.unique(index[ok]):
-        mine = ok & (index == k)
-        windows += 1
-        for name, p, limit, attr in slo.objectives():
-            values = getattr(report, attr)[mine]
-            values = np.sort(values[~np.isnan(values)])
-            if not values.size:
-                continue
-            value = nearest_rank(values, p)
-            ratio = value / limit
-            if ratio > worst["ratio"]:
-                worst = {"ratio": ratio, "objective": name, "value_s": value, "limit_s": limit,
-                         "window_start_s": t0 + int(k) * w}
+    if candidates:
+        neg, k, _, name, value, limit = min(candidates)
+        worst = {"ratio": -neg, "objective": name, "value_s": value, "limit_s": limit, "window_start_s": t0 + k * w}
     unserved = report.num_requests - report.num_finished
     good = _good(report, slo)
     dur = report.duration_s

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .stats import nearest_rank  # (the service time's median)
+from .stats import nearest_rank, window_percentiles
 
 WINDOW_S = 300.0
 MIN_QUEUE_S = 1.0
@@ -51,14 +51,10 @@ def _windows(arrival_s: np.ndarray, window_s: float) -> tuple[np.ndarray, float]
 
 def _worst_window_p90(index: np.ndarray, queue: np.ndarray) -> tuple[float, int]:
     """The largest nearest-rank p90 of `queue` over the windows in `index`, and its window (the
-    first on a tie): one sort for every window."""
-    order = np.lexsort((queue, index))
-    win, q = index[order], queue[order]
-    starts = np.flatnonzero(np.r_[True, win[1:] != win[:-1]])
-    counts = np.diff(np.r_[starts, win.size])
-    p90 = q[starts + np.floor((counts - 1) * 90 / 100.0 + 0.5).astype(np.int64)]  # as stats.nearest_rank
+    first on a tie)."""
+    wins, p90 = window_percentiles(index, queue, 90)
     best = int(np.argmax(p90))
-    return float(p90[best]), int(win[starts[best]])
+    return float(p90[best]), int(wins[best])
 
 
 def keeps_up(report, window_s: float | None = None) -> dict:
