@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ConfigError
 from .prices import Prices
 from .slo import SLO, judge
+from .stats import nearest_rank
 
 JUDGES = ("pessimistic", "centre")
 
@@ -306,7 +307,8 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     """One run, from the cache when this point was simulated before; checks monotonicity. `end`:
     "high" or "centre" of the time model's band (default: the one the plan judges at); a time model
     without a band has only its centre."""
-    banded = _time_model(s, c) is not None and hasattr(_time_model(s, c), "at_band")
+    tm = _time_model(s, c)
+    banded = tm is not None and hasattr(tm, "at_band")
     end = (end or ("high" if s.judge == "pessimistic" else "centre")) if banded else "centre"
     key = (c, n, load, end)
     if key in s.cache:
@@ -320,7 +322,6 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     else:
         options = dict(s.options)
         if banded:  # one run at that end of the band (not the band's three)
-            tm = _time_model(s, c)
             options["time_model"] = tm.at_band("high") if end == "high" else tm
         report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
                           tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
@@ -454,7 +455,7 @@ def _alone_floor(s: Search, r: dict) -> float | None:
     if tm is None:
         return None
     lengths = np.sort(np.asarray(s.trace.input_length))
-    p90 = int(lengths[int(math.floor((lengths.size - 1) * 0.9 + 0.5))])
+    p90 = int(nearest_rank(lengths, 90))
     chunk = 8192
     steps = [StepBatch(prefill_new=(min(chunk, p90 - done),), prefill_cached=(done,)) for done in range(0, p90, chunk)]
     return float(sum(tm.step_time(b) for b in steps))
