@@ -50,8 +50,6 @@ def _describe_scheduler(s: dict) -> str:
 
 
 def simulate_summary(trace, report) -> str:
-    from ..serving.verdict import keeps_up
-
     s = report.summary()
     cfg = report.config()
     arr = cfg["arrivals"]
@@ -175,7 +173,7 @@ def simulate_summary(trace, report) -> str:
                                          ("busy", "busy")]))
     for text in (band or {}).get("warnings", []):
         lines.append(f"warning    calibration: {text}")
-    lines.append(verdict_text(keeps_up(report), instances=report.instances))
+    lines.append(verdict_text(s["keeps_up"], instances=report.instances))
     return "\n".join(lines)
 
 

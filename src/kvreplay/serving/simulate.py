@@ -20,7 +20,6 @@ from . import limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
-from .verdict import keeps_up
 from .timing import load_time_model
 
 ENGINE_STYLES = ("vllm", "sglang")
@@ -473,7 +472,7 @@ def sweep_row(trace, options: dict) -> dict:
         "slo_ttft_s": r.slo_ttft_s, "slo_tpot_s": r.slo_tpot_s,
         "preemptions": s["preemptions"],
         "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
-        **_verdict_columns(keeps_up(r)), "finished": s["finished"], "rejected": s["rejected"],
+        **_verdict_columns(s["keeps_up"]), "finished": s["finished"], "rejected": s["rejected"],
         **_band_columns(s.get("latency_band_s")), "error": None,
     }
 
