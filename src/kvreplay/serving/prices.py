@@ -1,5 +1,5 @@
-"""What a deployment costs (`kvreplay plan`): GPU-hours and DRAM from the shipped catalog
-(data/prices.json: each price with its source and date) or the user's --price overrides."""
+"""What a deployment costs (`kvreplay plan`): GPU-hours and DRAM/SSD tiers from the shipped
+catalog (data/prices.json: each price with its source and date) or the user's --price overrides."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ..errors import ConfigError
 
 HOURS_PER_MONTH = 730.0
 PRICINGS = ("on-demand", "reserved")
+MEMORIES = ("dram", "ssd")  # tiers priced per GiB-month
 _PRICE = re.compile(r"^\s*([A-Za-z0-9._-]+)\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(/h|/GiB-month)?\s*$")
 
 
@@ -22,25 +23,25 @@ def catalog() -> dict:
 
 
 def parse_overrides(items) -> dict:
-    """--price H100=2.49/h, --price dram=0.5/GiB-month: {name: USD} (GPUs per GPU-hour, dram per
-    GiB-month; the unit, when given, must match)."""
+    """--price H100=2.49/h, --price dram=0.5/GiB-month: {name: USD} (GPUs per GPU-hour, dram and
+    ssd per GiB-month; the unit, when given, must match)."""
     out = {}
     for item in items or ():
         m = _PRICE.match(str(item))
         if not m:
-            raise ConfigError(f"--price wants GPU=USD/h or dram=USD/GiB-month, got {item!r}")
+            raise ConfigError(f"--price wants GPU=USD/h, dram=USD/GiB-month or ssd=USD/GiB-month, got {item!r}")
         name, value, unit = m.group(1), float(m.group(2)), m.group(3)
-        memory = name.lower() == "dram"
+        memory = name.lower() in MEMORIES
         if unit is not None and (unit == "/h") == memory:
-            raise ConfigError(f"--price {item}: {'dram is priced per GiB-month' if memory else 'a GPU is priced per hour (/h)'}")
+            raise ConfigError(f"--price {item}: {name.lower() + ' is priced per GiB-month' if memory else 'a GPU is priced per hour (/h)'}")
         if not value > 0:
             raise ConfigError(f"--price {item}: a price must be positive")
-        out["dram" if memory else name] = value
+        out[name.lower() if memory else name] = value
     return out
 
 
 class Prices:
-    """GPU and DRAM prices, each with where it came from."""
+    """GPU, DRAM and SSD prices, each with where it came from."""
 
     def __init__(self, overrides: dict | None = None, pricing: str = "on-demand"):
         if pricing not in PRICINGS:
@@ -59,9 +60,9 @@ class Prices:
         key = "on_demand_per_hour" if self.pricing == "on-demand" else "reserved_per_hour"
         return float(entry[key]), f"{entry['source']} ({entry['date']}, {self.pricing})"
 
-    def dram_gib_hour(self) -> tuple[float, str]:
-        """USD per GiB-hour of DRAM and its source."""
-        if "dram" in self.overrides:
-            return self.overrides["dram"] / HOURS_PER_MONTH, "--price"
-        entry = catalog()["memory"]["dram"]
+    def memory_gib_hour(self, kind: str) -> tuple[float, str]:
+        """USD per GiB-hour of a "dram" or "ssd" tier and its source."""
+        if kind in self.overrides:
+            return self.overrides[kind] / HOURS_PER_MONTH, "--price"
+        entry = catalog()["memory"][kind]
         return float(entry["per_gib_month"]) / HOURS_PER_MONTH, f"{entry['source']} ({entry['date']})"
