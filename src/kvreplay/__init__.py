@@ -10,6 +10,8 @@ Public API::
     results.to_pandas(), curve.to_polars(), report.to_pandas()   # tidy tables (docs/formats.md)
     sim = kvreplay.simulate(trace, "vllm", model="Llama-3.1-8B", gpu="H100", time_model="roofline")
     sim.summary()["latency_s"]["ttft"], sim.hit_rate   # serving: TTFT, hit rate under concurrency
+    p = kvreplay.plan(trace, model="Llama-3.1-8B", slo=kvreplay.SLO(ttft_p90_s=2.0), gpus=["H100", "H200"])
+    p["loads"][0]["best"], p.to_pandas()   # the cheapest deployment meeting the SLO; every try
 """
 
 import os as _os
@@ -31,7 +33,9 @@ from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, MissingDependencyError, TraceError
 from .engine.report import Report
 from .policies.registry import POLICIES
+from .serving.plan import plan
 from .serving.report import SimReport
+from .serving.slo import SLO
 from .serving.simulate import simulate
 from .trace import Trace, load_trace
 from .version import __version__  # noqa: F401 - kvreplay.__version__
@@ -60,6 +64,7 @@ def report_html(trace, **kwargs) -> str:
     title = kwargs.pop("title", None)  # default: "kvreplay report: FILE NAME" (never the directories)
     zoom = kwargs.pop("zoom", "auto")  # the curve's zoom panel: "auto", False or (lo, hi) percent
     serving = kwargs.pop("serving", None)  # serving.simulate.serving_section's keywords (gpu, model, ...)
+    plan = kwargs.pop("plan", None)  # a plan (kvreplay.plan's result, or load_plan of its JSON) for its section
     if serving:
         from .serving.simulate import deployment_focus
 
@@ -69,11 +74,14 @@ def report_html(trace, **kwargs) -> str:
         from .serving.simulate import serving_section
 
         data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), **serving)
+    if plan is not None:
+        data["plan"] = plan
     return render(data, title=title, zoom=zoom)
 
 
 __all__ = [
-    "load_trace", "replay", "sweep", "mrc", "stats", "simulate", "report_html", "Trace", "Report", "SimReport",
+    "load_trace", "replay", "sweep", "mrc", "stats", "simulate", "plan", "SLO", "report_html", "Trace", "Report",
+    "SimReport",
     "POLICIES",
     "KvreplayError", "TraceError", "ConfigError", "InvariantError", "MissingDependencyError",
 ]

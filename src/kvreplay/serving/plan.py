@@ -119,20 +119,25 @@ class Search:
 
     def digest(self) -> str:
         if "digest" not in self.models:
-            t = self.trace
-            h = hashlib.sha256()
-            for a in (t.offsets, t.blocks, t.input_length, t.output_length, t.timestamp):
-                h.update(np.ascontiguousarray(a).tobytes())
-            self.models["digest"] = h.hexdigest()[:32]
+            self.models["digest"] = trace_digest(self.trace)
         return self.models["digest"]
+
+
+def trace_digest(trace) -> str:
+    """sha256 of the trace's arrays (blocks, lengths, times), the first 32 hex digits: what names
+    the plan's cached runs, and what `kvreplay report --plan` checks a plan against."""
+    h = hashlib.sha256()
+    for a in (trace.offsets, trace.blocks, trace.input_length, trace.output_length, trace.timestamp):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:32]
 
 
 def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,), routers=("round-robin",),
          policies=(None,), loads=(1.0,), rates=None, window_s: float | None = None, prices: Prices | None = None,
          judge_at: str = "pessimistic", max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None,
-         jobs: int = 1, executor: str = "local", ray_address: str | None = None, **options) -> dict:
-    """The cheapest configuration per load meeting `slo`, its runners-up, and what the search did
-    (JSON-ready). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson arrivals at
+         jobs: int = 1, executor: str = "local", ray_address: str | None = None, **options):
+    """The cheapest configuration per load meeting `slo`, its runners-up, and what the search did:
+    a PlanResult (a JSON-ready dict; `.to_pandas()` has one row per configuration tried). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson arrivals at
     these requests per second. `cache_dir`: keep every run there, named by the trace's digest and
     its configuration, for later plans to reuse. `jobs` / `executor` / `ray_address`: search the
     configurations at once on processes, threads or Ray (analysis/executors.py; nothing is pruned
@@ -149,18 +154,22 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
         os.makedirs(cache_dir, exist_ok=True)
     parallel = jobs > 1 or executor != "local"
     configs = [Config(g, int(t), tr, r, p) for g, t, tr, r, p in product(gpus, tps, tiers, routers, policies)]
-    out = {"slo": slo.text(), "judged_at": judge_at, "pricing": s.prices.pricing, "loads": []}
+    out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing, "loads": []}
     points = [("rate", float(r)) for r in rates] if rates is not None else [("speedup", float(x)) for x in loads]
     for point in points:
         out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address)
                             if parallel else _plan_load(s, configs, point, runners_up))
     out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel)
-    return out
+    from .plan_result import PlanResult
+
+    return PlanResult(out)
 
 
 def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
-    """Every configuration at one load, cheapest instance first; prune what cannot beat the best."""
+    """Every configuration at one load, cheapest instance first; prune what cannot beat the best.
+    A tiered configuration whose HBM-only twin passed is searched up to the twin's instance count
+    instead of pruned, for its tier economics (the GPUs the tier saves, or the TTFT it buys)."""
     priced, skipped = [], []
     for c in configs:
         try:
@@ -168,19 +177,45 @@ def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
         except ConfigError as e:
             skipped.append({"config": c.text(), "reason": str(e)})
     priced.sort(key=lambda x: x[0])
-    results, pruned, best = [], 0, math.inf
+    results, pruned, best = [], [], math.inf
     for per_instance, c in priced:
-        if per_instance >= best:  # even one instance costs more than the best found
-            pruned += 1
+        twin = _passing_twin(results, c)
+        if twin is not None:
+            r = _fewest_instances(s, c, load, max_cost=math.inf, per_instance=per_instance, limit=twin["instances"])
+        elif per_instance >= best:  # even one instance costs more than the best found
+            pruned.append(_pruned(c, 1, per_instance, best))
             continue
-        r = _fewest_instances(s, c, load, max_cost=best, per_instance=per_instance)
+        else:
+            r = _fewest_instances(s, c, load, max_cost=best, per_instance=per_instance)
         if r.get("pruned"):
-            pruned += 1
+            pruned.append(_pruned(c, r["at"], per_instance, best))
             continue
         results.append(r)
         if r["meets"]:
             best = min(best, r["cost_per_hour"])
     return _summarise(s, load, results, skipped, pruned, runners_up)
+
+
+def _passing_twin(results: list, c: Config) -> dict | None:
+    """The searched HBM-only configuration with `c`'s GPU, TP, router and policy, if it passed."""
+    if c.tiers is None:
+        return None
+    for r in results:
+        if r["meets"] and r["tiers"] == "none" and (r["gpu"], r["tp"], r["router"], r["policy_asked"]) == (
+                c.gpu, c.tp, c.router, c.policy):
+            return r
+    return None
+
+
+def _pruned(c: Config, instances: int, per_instance: float, best: float) -> dict:
+    return {**_config_columns(c), "verdict": "pruned", "instances": instances, "cost_per_hour": per_instance * instances,
+            "why": f"{instances} instances, the fewest it could still need, cost {per_instance * instances:,.2f} "
+                   f"USD/h, not below the best found ({best:,.2f} USD/h)"}
+
+
+def _config_columns(c: Config) -> dict:
+    return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
+            "policy": c.policy or "vllm"}
 
 
 def _plan_load_parallel(s: Search, configs: list, load: tuple, runners_up: int, jobs: int, executor: str,
@@ -192,17 +227,18 @@ def _plan_load_parallel(s: Search, configs: list, load: tuple, runners_up: int, 
               "options": s.options, "max_instances": s.max_instances, "cache_dir": s.cache_dir}
     tasks = [Task(kind="call", trace=0, function=search_task,
                   options=(("config", c), ("load", load), ("search", shared))) for c in configs]
-    results, skipped = [], []
+    results, skipped, found = [], [], []
     for (out,) in run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address):
         if "skipped" in out:
             skipped.append(out["skipped"])
             continue
         results.append(out["result"])
+        found += out["probes"]
         s.runs += out["runs"]
         s.cache_hits += out["cache_hits"]
         s.disk_hits += out["disk_hits"]
         s.violations += [v for v in out["violations"] if v not in s.violations]
-    return _summarise(s, load, results, skipped, 0, runners_up)
+    return _summarise(s, load, results, skipped, [], runners_up, found)
 
 
 def search_task(trace, options: dict) -> dict:
@@ -215,92 +251,139 @@ def search_task(trace, options: dict) -> dict:
         return {"skipped": {"config": c.text(), "reason": str(e)}}
     r = _fewest_instances(s, c, options["load"], max_cost=math.inf, per_instance=per_instance)
     return {"result": r, "runs": s.runs, "cache_hits": s.cache_hits, "disk_hits": s.disk_hits,
-            "violations": s.violations}
+            "violations": s.violations, "probes": probes(s, options["load"])}
 
 
-def _summarise(s: Search, load: tuple, results: list, skipped: list, pruned: int, runners_up: int) -> dict:
+def _summarise(s: Search, load: tuple, results: list, skipped: list, pruned: list, runners_up: int,
+               found: list | None = None) -> dict:
     passing = sorted((r for r in results if r["meets"]), key=lambda r: r["cost_per_hour"])
+    for r in results:
+        r["verdict"] = "meets" if r["meets"] else "misses"
+        r["why"] = _passes_because(r) if r["meets"] else _why(s, r)
+    tried = results + pruned + [{"config": k["config"], "verdict": "skipped", "why": k["reason"]} for k in skipped]
     out = {"load_kind": load[0], "load": load[1], "best": passing[0] if passing else None,
-           "runners_up": passing[1:1 + runners_up], "pruned": pruned, "skipped": skipped, "evaluated": len(results),
-           "tier_economics": _tier_economics(results)}
+           "runners_up": passing[1:1 + runners_up], "pruned": len(pruned), "skipped": skipped, "evaluated": len(results),
+           "tier_economics": _tier_economics(results), "tried": tried,
+           "probes": sorted(probes(s, load) if found is None else found, key=lambda p: (p["config"], p["instances"]))}
     if not passing:
         out["closest"] = _closest(s, results, load)
     return out
 
 
+def probes(s: Search, load: tuple) -> list:
+    """Every run judged at `load` (each configuration at each instance count the search tried, at
+    the band end it judges): cost, TTFT p90 and verdict, for the cost-vs-TTFT plot."""
+    out = []
+    for (c, n, ld, end), e in s.cache.items():
+        if ld != load or (s.judge == "pessimistic" and e["judged_at"] == "centre of the band"):
+            continue  # (the runs searching the band centre's count are not the judged ones)
+        out.append({"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "instances": n,
+                    "cost_per_hour": instance_cost(s, c)[0] * n, "meets": e["meets"],
+                    "ttft_p90_s": e["report"].summary["latency_s"]["ttft"]["p90"],
+                    "worst_window_ttft_p90_s": e["verdict"]["worst_window_s"].get("TTFT p90")})
+    return out
+
+
+def _passes_because(r: dict) -> str:
+    b = r["binding"] or {}
+    return (f"the fewest instances that pass: {b.get('objective')} {b.get('value_s', 0):.3g} s against "
+            f"{b.get('limit_s', 0):g} s in the binding window (from {b.get('window_start_s', 0):,.0f} s), judged at "
+            f"the {r['judged_at']}")
+
+
 def _tier_economics(results: list) -> list:
-    """Per passing configuration with tiers: what it costs against the same GPU, TP, router and
-    policy without them (the GPUs the tier saves and their price, or the TTFT it buys)."""
-    plain = {(r["gpu"], r["tp"], r["router"], r["policy"]): r for r in results if r["tiers"] == "none" and r["meets"]}
+    """Per searched configuration with tiers: what it costs against the same GPU, TP, router and
+    policy without them (the GPUs the tier saves and their price, and the TTFT each gets). A tiered
+    configuration is searched up to its HBM-only twin's count, so one that misses there saves none."""
+    plain = {(r["gpu"], r["tp"], r["router"], r["policy_asked"]): r for r in results
+             if r["tiers"] == "none" and r["meets"]}
     out = []
     for r in results:
-        if r["tiers"] == "none" or not r["meets"]:
+        if r["tiers"] == "none":
             continue
-        base = plain.get((r["gpu"], r["tp"], r["router"], r["policy"]))
-        row = {"config": r["config"], "tiers": r["tiers"], "instances": r["instances"], "cost_per_hour": r["cost_per_hour"]}
+        base = plain.get((r["gpu"], r["tp"], r["router"], r["policy_asked"]))
+        if base is None and not r["meets"]:
+            continue
+        row = {"config": r["config"], "tiers": r["tiers"], "instances": r["instances"], "meets": r["meets"],
+               "cost_per_hour": r["cost_per_hour"], "ttft_p90_s": r["ttft_p90_s"]}
         if base is None:
             row["versus_none"] = None  # HBM only did not pass, or was pruned before it was searched
         else:
+            saved = base["gpus"] - r["gpus"] if r["meets"] else 0
             row["versus_none"] = {"instances": base["instances"], "cost_per_hour": base["cost_per_hour"],
-                                  "gpus_saved": base["gpus"] - r["gpus"],
-                                  "saves_per_hour": base["cost_per_hour"] - r["cost_per_hour"],
-                                  "ttft_p90_s": base["ttft_p90_s"], "ttft_p90_with_tiers_s": r["ttft_p90_s"]}
+                                  "gpus_saved": saved,
+                                  "saves_per_hour": base["cost_per_hour"] - r["cost_per_hour"] if r["meets"] else None,
+                                  "ttft_p90_s": base["ttft_p90_s"], "ttft_p90_with_tiers_s": r["ttft_p90_s"],
+                                  "same_instances": r["instances"] == base["instances"]}
         out.append(row)
     return out
 
 
 def instance_cost(s: Search, c: Config) -> tuple[float, dict]:
-    """USD per hour of one instance (its GPUs, and its DRAM tier) and the prices' sources."""
+    """USD per hour of one instance (its GPUs, and its DRAM and SSD tiers) and the prices' sources."""
     gpu_hour, gpu_source = s.prices.gpu_hour(c.gpu)
     cost, sources = gpu_hour * c.tp, {"gpu": gpu_source}
-    gib = _dram_gib(c.tiers)
-    if gib:
-        dram, dram_source = s.prices.dram_gib_hour()
-        cost += gib * dram
-        sources["dram"] = dram_source
+    for kind, gib in tier_gib(c.tiers).items():
+        price, sources[kind] = s.prices.memory_gib_hour(kind)
+        cost += gib * price
     return cost, sources
 
 
-def _dram_gib(tiers: str | None) -> float:
-    """GiB of the DRAM tier in a --tiers text (sizes in bytes; 0 without one)."""
+def tier_gib(tiers: str | None) -> dict:
+    """GiB per priced kind ("dram", "ssd") of the tiers in a --tiers text. A tier must be sized in
+    bytes and named dram or ssd to be priced."""
     from ..units import parse_size
+    from .prices import MEMORIES
 
-    if not tiers:
-        return 0.0
-    for part in tiers.split(","):
+    out = {}
+    for part in (tiers or "").split(","):
         name, _, rest = part.partition("=")
-        if name.strip().lower() == "dram":
-            size = rest.split("@")[0].split(":")[0].strip()
-            if size.isdigit():
-                raise ConfigError(f"--tiers {tiers}: give the DRAM tier's size in bytes (256GiB) to price it")
-            return parse_size(size) / 2 ** 30
-    return 0.0
+        name = name.strip().lower()
+        if not name or name == "hbm":
+            continue
+        if name == "global":
+            raise ConfigError(f"--tiers {tiers}: plan prices each instance's tiers; a store shared by every "
+                              "instance (global) is not priced or searched")
+        if name not in MEMORIES:
+            raise ConfigError(f"--tiers {tiers}: name the tier dram or ssd to price it, not {name!r}")
+        size = rest.split("@")[0].split(":")[0].strip()
+        if size.isdigit():
+            raise ConfigError(f"--tiers {tiers}: give the {name} tier's size in bytes (256GiB) to price it")
+        out[name] = out.get(name, 0.0) + parse_size(size) / 2 ** 30
+    return out
 
 
-def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per_instance: float) -> dict:
-    """Double, then bisect, for the fewest instances meeting the SLO (or the largest tried)."""
-    lo, hi = 0, None  # lo: instances known too few; hi: instances known enough
-    n = 1
-    while n <= s.max_instances:
-        if per_instance * n >= max_cost:
-            return {"pruned": True}
-        if evaluate(s, c, n, load)["meets"]:
+def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per_instance: float,
+                      limit: int | None = None) -> dict:
+    """Double, then bisect, for the fewest instances meeting the SLO, up to `limit` (default
+    --max-instances) and below `max_cost`: the result at the fewest that pass (or at the most
+    tried), or {"pruned": True, "at": n} when the fewest it could still need, n, cost `max_cost`
+    or more."""
+    top = min(limit or s.max_instances, s.max_instances)
+    affordable = top if math.isinf(max_cost) else min(top, math.ceil(max_cost / per_instance) - 1)
+    if affordable < 1:
+        return {"pruned": True, "at": 1}
+    lo, hi, n = 0, None, 1  # lo: instances known too few; hi: instances known enough
+    while hi is None:
+        n = min(n, affordable)
+        e = evaluate(s, c, n, load)
+        if e["meets"]:
             hi = n
+        elif e["verdict"]["unserved_requests"]:  # past max_model_len or the pool: so on every instance count
+            return _result(s, c, n, load)
+        elif n == affordable:
             break
-        lo, n = n, n * 2
-    if hi is None and lo < s.max_instances:  # the last doubling jumped past the limit
-        if per_instance * s.max_instances < max_cost and evaluate(s, c, s.max_instances, load)["meets"]:
-            hi = s.max_instances
         else:
-            lo = s.max_instances
-    while hi is not None and hi - lo > 1:
+            lo, n = n, n * 2
+    if hi is None:
+        return {"pruned": True, "at": n + 1} if affordable < top else _result(s, c, top, load)
+    while hi - lo > 1:
         mid = (lo + hi) // 2
         if evaluate(s, c, mid, load)["meets"]:
             hi = mid
         else:
             lo = mid
-    n = hi if hi is not None else max(lo, 1)
-    return _result(s, c, n, load)
+    return _result(s, c, hi, load)
 
 
 def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) -> dict:
@@ -385,13 +468,14 @@ def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
     per_token = _prefill_seconds_per_token(s, c)
     saved = (summ["hit_tokens"] / hours * per_token * per_instance / 3600 if hours and per_token is not None else None)
     return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
-            "cache_saved_per_hour": saved, "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"],
+            "policy_asked": c.policy, "load_kind": load[0], "load": load[1], "cache_saved_per_hour": saved, "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"],
             "hit_tokens": summ["hit_tokens"],
             "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
             "instances_at_centre": _centre_instances(s, c, n, load),
             "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
             "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
             "hit_rate": summ["hit_rate"], "binding": v["binding"], "window_s": v["window_s"],
+            "worst_window_s": v["worst_window_s"],
             "goodput_per_s": v["goodput_per_s"], "attainment": v["attainment"],
             "unserved_requests": v["unserved_requests"],
             "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"]}
@@ -439,23 +523,39 @@ def _why(s: Search, r: dict) -> str:
                 "pool or max_model_len): more instances do not help")
     b = r["binding"] or {}
     floor = _alone_floor(s, r)
-    if b.get("objective") == "TTFT p90" and floor is not None and floor > b["limit_s"]:
-        return (f"TTFT p90 cannot go below {floor:.3g} s on {r['gpu']} x{r['tp']}: the p90 prompt alone takes that "
-                f"long (limit {b['limit_s']:g} s)")
+    if b.get("objective") == "TTFT p90" and floor is not None and floor[0] > b["limit_s"]:
+        return (f"TTFT p90 cannot go below {floor[0]:.3g} s on {r['gpu']} x{r['tp']} in the window from "
+                f"{floor[1]:,.0f} s: its p90 prompt alone, with no queue and no cache hit, takes that long (limit "
+                f"{b['limit_s']:g} s; the run's hit rate is {100 * r['hit_rate']:.1f}%)")
     return (f"at {r['instances']} instances (--max-instances) the window from {b.get('window_start_s', 0):,.0f} s "
             f"still has {b.get('objective')} {b.get('value_s', 0):.3g} s against {b.get('limit_s', 0):g} s: the "
             "trace's burst needs more instances for its peak window")
 
 
-def _alone_floor(s: Search, r: dict) -> float | None:
-    """The nearest-rank p90 of each prompt's prefill alone on one instance (no queue, no hit)."""
-    from .timing.models import StepBatch
+def _alone_floor(s: Search, r: dict) -> tuple[float, float] | None:
+    """The worst window's nearest-rank p90 of each prompt's prefill alone on one instance (no
+    queue, no hit), and that window's start; windows as the SLO judgement cuts the run's arrivals."""
+    from .stats import window_percentiles
+    from .verdict import _windows
 
     tm = _time_model(s, Config(r["gpu"], r["tp"], None, r["router"], None))
     if tm is None:
         return None
-    lengths = np.sort(np.asarray(s.trace.input_length))
-    p90 = int(nearest_rank(lengths, 90))
-    chunk = 8192
-    steps = [StepBatch(prefill_new=(min(chunk, p90 - done),), prefill_cached=(done,)) for done in range(0, p90, chunk)]
-    return float(sum(tm.step_time(b) for b in steps))
+    run = evaluate(s, Config(r["gpu"], r["tp"], None if r["tiers"] == "none" else r["tiers"], r["router"],
+                             r["policy_asked"]), r["instances"], (r["load_kind"], r["load"]))["report"]
+    lengths = np.asarray(s.trace.input_length)
+    if lengths.size != run.arrival_s.size:
+        return None
+    unique, inverse = np.unique(lengths, return_inverse=True)
+    alone = np.array([_prefill_alone(tm, int(n)) for n in unique])[inverse]
+    index, t0 = _windows(run.arrival_s, r["window_s"])
+    wins, p90 = window_percentiles(index, alone, 90)
+    k = int(np.argmax(p90))
+    return float(p90[k]), t0 + int(wins[k]) * r["window_s"]
+
+
+def _prefill_alone(tm, tokens: int, chunk: int = 8192) -> float:
+    from .timing.models import StepBatch
+
+    return float(sum(tm.step_time(StepBatch(prefill_new=(min(chunk, tokens - done),), prefill_cached=(done,)))
+                     for done in range(0, tokens, chunk)))

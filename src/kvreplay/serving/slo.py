@@ -33,13 +33,18 @@ class SLO:
             if limit is not None:
                 yield name, p, float(limit), attr
 
+    def limits(self) -> dict:
+        """{"ttft_p90_s": 2.0, ...}: the limits given."""
+        return {k: v for k, v in (("ttft_p90_s", self.ttft_p90_s), ("tpot_p90_s", self.tpot_p90_s),
+                                  ("e2e_p99_s", self.e2e_p99_s)) if v is not None}
+
     def text(self) -> str:
         return " and ".join(f"{name} <= {limit:g} s" for name, _, limit, _ in self.objectives())
 
 
 def judge(report, slo: SLO, window_s: float | None = None) -> dict:
     """Does `report` meet `slo` in every window? (JSON-ready: meets, the binding window, its
-    objective and value, every window's worst ratio, goodput and attainment.)"""
+    objective and value, each objective's worst window value, goodput and attainment.)"""
     arrival = report.arrival_s
     span = float(arrival.max() - arrival.min()) if arrival.size else 0.0
     w = float(window_s) if window_s else default_window_s(span)
@@ -52,6 +57,9 @@ def judge(report, slo: SLO, window_s: float | None = None) -> dict:
     for order, (name, p, limit, attr) in enumerate(slo.objectives()):
         wins, values = window_percentiles(index[ok], getattr(report, attr)[ok], p)
         candidates += [(-float(v) / limit, int(k), order, name, float(v), limit) for k, v in zip(wins, values)]
+    worst_of = {}  # each objective's worst window value
+    for _, _, _, name, value, _ in candidates:
+        worst_of[name] = max(worst_of.get(name, value), value)
     worst = {"ratio": -1.0}
     if candidates:
         neg, k, _, name, value, limit = min(candidates)
@@ -60,7 +68,8 @@ def judge(report, slo: SLO, window_s: float | None = None) -> dict:
     good = _good(report, slo)
     dur = report.duration_s
     return {"meets": bool(worst["ratio"] <= 1.0 and unserved == 0 and windows > 0), "window_s": w, "windows": windows,
-            "binding": worst if worst["ratio"] >= 0 else None, "unserved_requests": int(unserved),
+            "binding": worst if worst["ratio"] >= 0 else None, "worst_window_s": worst_of,
+            "unserved_requests": int(unserved),
             "goodput_per_s": good / dur if dur > 0 else None,
             "attainment": good / report.num_requests if report.num_requests else None}
 

@@ -1,0 +1,102 @@
+"""What `kvreplay.plan()` returns: the plan's JSON document, with one tidy row per configuration
+tried at each load (its verdict and why) as pandas, polars, Arrow, Parquet or CSV.
+
+Columns (docs/plan.md): the load, the configuration, the verdict ("meets", "misses", "pruned" or
+"skipped") and why, `chosen` for each load's best, the instances and cost, and the run's figures
+(empty for pruned and skipped rows, which were not run to the end).
+"""
+
+from __future__ import annotations
+
+from .. import tables
+
+ROW_KINDS = {
+    "load_kind": "str", "load": "float", "config": "str", "gpu": "str", "tp": "int", "tiers": "str", "router": "str",
+    "policy": "str", "verdict": "str", "why": "str", "chosen": "bool", "instances": "int",
+    "instances_at_centre": "int", "gpus": "int", "cost_per_hour": "float", "usd_per_million_input": "float",
+    "usd_per_million_output": "float", "cache_saved_per_hour": "float", "hit_rate": "float", "ttft_p90_s": "float",
+    "tpot_p90_s": "float", "worst_window_ttft_p90_s": "float", "worst_window_tpot_p90_s": "float",
+    "worst_window_e2e_p99_s": "float", "binding_objective": "str", "binding_value_s": "float",
+    "binding_limit_s": "float", "binding_window_start_s": "float", "window_s": "float", "goodput_per_s": "float",
+    "attainment": "float", "unserved_requests": "int", "judged_at": "str",
+}
+_WORST = {"TTFT p90": "worst_window_ttft_p90_s", "TPOT p90": "worst_window_tpot_p90_s",
+          "E2E p99": "worst_window_e2e_p99_s"}
+
+
+def _missing_nan(v):
+    """NaN (a percentile with no value, e.g. TPOT of one-token outputs) is a missing value."""
+    return None if isinstance(v, float) and v != v else v
+
+
+class PlanResult(dict):
+    """The plan (a dict: slo, loads, runs, ...; see plan()) with tidy-table methods."""
+
+    def rows(self) -> list[dict]:
+        out = []
+        for block in self["loads"]:
+            best = block["best"]
+            for r in block["tried"]:
+                row = {"load_kind": block["load_kind"], "load": block["load"], **r,
+                       "chosen": best is not None and r is best}
+                b = r.get("binding") or {}
+                row.update(binding_objective=b.get("objective"), binding_value_s=b.get("value_s"),
+                           binding_limit_s=b.get("limit_s"), binding_window_start_s=b.get("window_start_s"))
+                for name, value in (r.get("worst_window_s") or {}).items():
+                    row[_WORST[name]] = value
+                out.append({k: _missing_nan(row.get(k)) for k in ROW_KINDS})
+        return out
+
+    def _columns(self) -> dict:
+        return tables.columns_of(self.rows(), ROW_KINDS)
+
+    def _header(self) -> dict:
+        return {k: v for k, v in self.items() if k != "loads"}
+
+    def to_pandas(self):
+        """One row per configuration tried at each load (needs pandas: pip install 'kvreplay[pandas]')."""
+        return tables.to_pandas(self._columns(), ROW_KINDS)
+
+    def to_polars(self):
+        """The rows as a polars DataFrame (needs polars: pip install 'kvreplay[polars]')."""
+        return tables.to_polars(self._columns(), ROW_KINDS)
+
+    def to_arrow(self, what: str = "to_arrow()"):
+        """The rows as a pyarrow Table; schema metadata b"kvreplay" holds the plan without its loads."""
+        return tables.to_arrow(self._columns(), ROW_KINDS, metadata=self._header(), what=what)
+
+    def to_parquet_bytes(self, what: str = "a Parquet file") -> bytes:
+        return tables.parquet_bytes(self._columns(), ROW_KINDS, metadata=self._header(), what=what)
+
+    def to_csv(self) -> str:
+        from ..output.table import to_csv
+
+        return to_csv(self.rows(), list(ROW_KINDS))
+
+
+def load_plan(path: str, trace=None) -> PlanResult:
+    """A plan written by `kvreplay plan -o FILE.json`, checked to be a plan and, with `trace`, to
+    have been made from this trace (its digest), so a report never shows another trace's plan."""
+    import msgspec
+
+    from ..errors import ConfigError
+    from ..files import read_text
+
+    def error(p, message):
+        return ConfigError(f"--plan {p}: {message}")
+
+    try:
+        doc = msgspec.json.decode(read_text(path, error, "a plan (kvreplay plan -o FILE.json)"))
+    except msgspec.DecodeError as e:
+        raise error(path, f"not JSON ({e})") from None
+    if not isinstance(doc, dict) or not {"loads", "slo", "trace_digest"} <= set(doc) or not all(
+            isinstance(b, dict) and "tried" in b and "probes" in b for b in doc["loads"]):
+        raise error(path, "not a plan written by this kvreplay's `kvreplay plan -o FILE.json`")
+    if trace is not None:
+        from .plan import trace_digest
+
+        mine = trace_digest(trace)
+        if doc["trace_digest"] != mine:
+            raise error(path, f"made from another trace, or with another --block-size or format (its trace digest "
+                              f"is {doc['trace_digest']}, this trace's is {mine})")
+    return PlanResult(doc)
