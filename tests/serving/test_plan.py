@@ -3,6 +3,8 @@ bisection, hand-worked with 1 s steps; pruning, the cache, monotonicity, prices 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kvreplay.errors import ConfigError
@@ -74,8 +76,10 @@ def test_prices():
     assert Prices(pricing="reserved").gpu_hour("H100")[0] == 1.8
     with pytest.raises(ConfigError, match="no price for B200"):
         Prices().gpu_hour("B200")
-    gib_hour, _ = Prices().dram_gib_hour()
+    gib_hour, _ = Prices().memory_gib_hour("dram")
     assert gib_hour == pytest.approx(0.52 / 730)
+    assert Prices().memory_gib_hour("ssd")[0] == pytest.approx(0.0097 / 730)
+    assert Prices({"ssd": 0.02}).memory_gib_hour("ssd") == (pytest.approx(0.02 / 730), "--price")
 
 
 def test_a_dram_tier_is_priced():
@@ -87,6 +91,12 @@ def test_a_dram_tier_is_priced():
     assert cost == pytest.approx(2 * 2.0 + 100 * 7.3 / 730) and sources["dram"] == "--price"
     with pytest.raises(ConfigError, match="in bytes"):
         instance_cost(s, Config("H100", 1, "dram=100", "round-robin", None))
+    # an SSD tier under the DRAM tier: each at its own price (the catalog's for the SSD)
+    cost, sources = instance_cost(s, Config("H100", 1, "dram=100GiB@64GB/s,ssd=2TiB@7GB/s", "round-robin", None))
+    assert cost == pytest.approx(2.0 + 100 * 7.3 / 730 + 2048 * 0.0097 / 730) and "oscoo.com" in sources["ssd"]
+    for bad, match in (("cxl=1TiB@30GB/s", "name the tier dram or ssd"), ("global=1TiB", "not priced")):
+        with pytest.raises(ConfigError, match=match):
+            instance_cost(s, Config("H100", 1, bad, "round-robin", None))
 
 
 def test_cli_plan_table_and_json(tmp_path):
@@ -116,14 +126,32 @@ def test_cli_plan_table_and_json(tmp_path):
 
 def test_rates_and_a_tier_that_cannot_pay_for_itself():
     # Poisson arrivals at 1,000 requests/s (all eight within a few ms: the same queue as at 0 s).
-    # A DRAM tier changes nothing here (every step takes 1 s) but costs 1 USD/h per GiB: its config
-    # can never beat 4 plain instances at 8 USD/h, so it is pruned before its 4th instance
+    # A DRAM tier changes nothing here (every step takes 1 s) but costs 1 USD/h per GiB on each
+    # instance. HBM only passes at 4 instances, so the tiered twin is searched up to 4 (1, 2, 4, 3:
+    # it passes at 4, like its twin) instead of being pruned: it saves no GPU and costs 4 USD/h more
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), rates=[1000.0], tiers=[None, "dram=1GiB"],
                prices=Prices({"H100": 2.0, "dram": 730.0}), **ONE_AT_A_TIME)
     block = out["loads"][0]
     assert block["load_kind"] == "rate" and block["load"] == 1000.0
     assert block["best"]["tiers"] == "none" and block["best"]["instances"] == 4
-    assert block["pruned"] == 1 and block["tier_economics"] == []
+    assert block["pruned"] == 0 and [r["cost_per_hour"] for r in block["runners_up"]] == [12.0]
+    (t,) = block["tier_economics"]
+    assert t["instances"] == 4 and t["meets"] and t["versus_none"]["gpus_saved"] == 0
+    assert t["versus_none"]["saves_per_hour"] == -4.0 and t["versus_none"]["same_instances"]
+    assert [r["verdict"] for r in block["tried"]] == ["meets", "meets"]
+    assert block["tried"][0]["why"].startswith("the fewest instances that pass: TTFT p90 2 s against 2 s")
+
+
+def test_a_tier_is_searched_no_further_than_its_twin_and_pruning_is_explained():
+    # with an H200 priced at 100 USD/h the H200 is pruned before one instance (4 H100s: 8 USD/h);
+    # the DRAM tier on H100 is searched only up to 4 instances
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"], tiers=[None, "dram=1GiB"],
+               prices=Prices({"H100": 2.0, "H200": 100.0, "dram": 730.0}), **ONE_AT_A_TIME)
+    tried = {(r["gpu"], r["tiers"]): r for r in out["loads"][0]["tried"]}
+    assert tried[("H200", "none")]["verdict"] == "pruned" and tried[("H200", "dram=1GiB")]["verdict"] == "pruned"
+    assert tried[("H200", "none")]["why"] == ("1 instances, the fewest it could still need, cost 100.00 USD/h, not "
+                                               "below the best found (8.00 USD/h)")
+    assert tried[("H100", "dram=1GiB")]["instances"] == 4 and out["runs"] == 8
 
 
 def test_cache_savings_with_the_roofline():
@@ -175,3 +203,101 @@ def test_parallel_search_gives_the_same_answer(executor):
     assert b["best"]["config"] == a["best"]["config"] and b["best"]["instances"] == a["best"]["instances"] == 4
     assert together["parallel"] and b["pruned"] == 0 and [r["gpu"] for r in b["runners_up"]] == ["H200"]
     assert together["runs"] == 8  # each GPU's search: 1, 2, 4 and 3 instances
+
+
+def test_rows_one_per_configuration_tried_and_the_same_on_every_executor():
+    # H100 at 2 USD/h passes at 4 instances (8 USD/h); H200 at 3 USD/h is searched after it and
+    # pruned at 3 instances (9 USD/h, not below 8); B200 has no price and is skipped
+    kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200", "B200"],
+              prices=Prices({"H100": 2.0, "H200": 3.0}), **ONE_AT_A_TIME)
+    alone = plan(EIGHT, **kw)
+    rows = alone.rows()
+    assert [(r["gpu"], r["verdict"], r["instances"], r["chosen"]) for r in rows] == [
+        ("H100", "meets", 4, True), ("H200", "pruned", 3, False), (None, "skipped", None, False)]
+    assert rows[1]["cost_per_hour"] == 9.0 and rows[1]["ttft_p90_s"] is None
+    assert "no price for B200" in rows[2]["why"]
+    assert rows[0]["worst_window_ttft_p90_s"] == 2.0 and rows[0]["binding_objective"] == "TTFT p90"
+    # the probes behind the plot: H100 at 1, 2, 4, 3 and H200 at 1, 2 (2 x 3 USD/h < 8; then 3 is pruned)
+    probes = [(p["gpu"], p["instances"], p["meets"]) for p in alone["loads"][0]["probes"]]
+    assert sorted(probes) == [("H100", 1, False), ("H100", 2, False), ("H100", 3, False), ("H100", 4, True),
+                              ("H200", 1, False), ("H200", 2, False)]
+    # processes, threads (and Ray, where installed) search every configuration to its end (nothing
+    # is pruned), and give the same rows wherever they run
+    local = plan(EIGHT, jobs=2, executor="local", **kw)
+    assert local.rows() == plan(EIGHT, jobs=2, executor="threads", **kw).rows()
+    assert [(r["gpu"], r["verdict"], r["instances"]) for r in local.rows()] == [
+        ("H100", "meets", 4), ("H200", "meets", 4), (None, "skipped", None)]
+    if os.environ.get("KVREPLAY_REQUIRE_OPTIONAL") == "1":
+        import ray
+    else:
+        ray = pytest.importorskip("ray")
+    assert plan(EIGHT, jobs=2, executor="ray", **kw).rows() == local.rows()
+    assert not ray.is_initialized()
+
+
+def test_rows_as_tables(tmp_path):
+    import csv
+    import io
+
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"],
+               prices=Prices({"H100": 2.0, "H200": 3.0}), **ONE_AT_A_TIME)
+    got = list(csv.DictReader(io.StringIO(out.to_csv())))
+    assert [(r["gpu"], r["verdict"], r["chosen"], r["instances"]) for r in got] == [
+        ("H100", "meets", "true", "4"), ("H200", "pruned", "false", "3")]
+    frame = out.to_pandas()
+    assert frame["instances"].tolist() == [4, 3] and str(frame["cost_per_hour"].dtype) == "float64"
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(io.BytesIO(out.to_parquet_bytes()))
+    assert table.column("verdict").to_pylist() == ["meets", "pruned"]
+    assert b"trace_digest" in table.schema.metadata[b"kvreplay"]
+
+
+def test_pareto_frontier_by_hand():
+    from kvreplay.output.plan_plot import frontier
+
+    # (cost, TTFT): (4, 1) beats (5, 2); (1, 9) and (2, 3) are on the frontier; (3, 3) is not
+    assert frontier([(5, 2), (1, 9), (4, 1), (2, 3), (3, 3)]) == [(1, 9), (2, 3), (4, 1)]
+
+
+def test_unreachable_ttft_names_the_prefill_floor():
+    # 20,000-token prompts on one H100 (roofline-raw): each prefill alone is three steps of 8,192,
+    # 8,192 and 3,616 new tokens; a 10 ms TTFT p90 is below that in every window
+    from kvreplay.serving.timing import load_time_model
+    from kvreplay.serving.timing.models import StepBatch
+
+    t = trace_of(*[([f"r{k}"], 20_000, 1000 * k, 1) for k in range(4)], block_size=16)
+    out = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=0.01), prices=Prices({"H100": 2.0}), block_size=16,
+               time_model="roofline-raw", max_instances=2)
+    tm = load_time_model("roofline-raw", model="Llama-3.1-8B", gpu="H100", tp=1)
+    alone = sum(tm.step_time(StepBatch(prefill_new=(n,), prefill_cached=(done,)))
+                for n, done in ((8192, 0), (8192, 8192), (3616, 16384)))
+    why = out["loads"][0]["closest"]["why"]
+    assert why.startswith(f"TTFT p90 cannot go below {alone:.3g} s on H100 x1 in the window from 0 s")
+
+
+def test_report_plan_section_is_checked_against_its_trace(tmp_path):
+    import json
+
+    from conftest import jsonl, write
+    from test_cli import fails, kv
+
+    lines = jsonl(*[{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [k]} for k in range(8)])
+    trace = write(tmp_path, "eight.jsonl", lines)
+    other = write(tmp_path, "other.jsonl", jsonl({"timestamp": 0, "input_length": 4, "output_length": 1,
+                                                  "hash_ids": [1]}))
+    profile = write(tmp_path, "one.json", json.dumps({"format": "kvreplay-step-polynomial", "unit": "s",
+                                                       "terms": [{"coef": 1.0}]}))
+    made = tmp_path / "plan.json"
+    assert kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--block-size", "4", "--time-model",
+              profile, "--price", "H100=2/h", "-o", made, "--plot", tmp_path / "plan.svg").returncode == 0
+    assert "chosen (cheapest meeting every SLO)" in (tmp_path / "plan.svg").read_text()
+    page = tmp_path / "r.html"
+    r = kv("report", trace, "--block-size", "4", "--plan", made, "-o", page, "--capacities", "10,20")
+    assert r.returncode == 0, r.stderr.decode()
+    text = page.read_text()
+    assert "Plan: the cheapest deployment meeting TTFT p90 &lt;= 2 s" in text and "1 &times; 1 &times; H100" in text
+    assert "made from another trace" in fails("report", other, "--block-size", "4", "--plan", made, "-o",
+                                              tmp_path / "x.html", "--capacities", "10,20")
+    assert "not a plan" in fails("report", trace, "--block-size", "4", "--plan", profile, "-o", tmp_path / "x.html",
+                                 "--capacities", "10,20")
+    assert not (tmp_path / "x.html").exists()

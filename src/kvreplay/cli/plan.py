@@ -56,12 +56,20 @@ def _parser_plan(sub) -> None:
                     help="the most instances the search tries per configuration (default 64)")
     pl.add_argument("--time-model", default="roofline", help="roofline (default, calibrated), roofline-raw, FILE")
     pl.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16")
+    pl.add_argument("--max-model-len", type=common.positive_int, default=None, metavar="TOKENS",
+                    help="the context limit (default: the model's, from its config.json); requests past it are "
+                         "refused, and a configuration that refuses any misses the SLOs")
     pl.add_argument("--cache", default=None, metavar="DIR",
                     help="keep every simulation in DIR (named by the trace's digest and its configuration), so a "
                          "later or refined plan reuses them; SLOs are judged again each time")
     common.add_executor_options(pl, "configurations' searches",
                                 "default 1: one after another, pruning what cannot beat the best")
-    pl.add_argument("--output", "-o", default=None, help="write the plan as JSON (atomically)")
+    pl.add_argument("--output", "-o", default=None,
+                    help="write the plan: .json (the whole plan), .csv or .parquet (one row per configuration tried "
+                         "at each load, with its verdict and why); atomically")
+    pl.add_argument("--plot", default=None, metavar="FILE",
+                    help="plot cost against TTFT p90 for every run, with the Pareto frontier, the SLO and the chosen "
+                         "deployment (.png, .svg or .pdf)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
 
 
@@ -71,9 +79,7 @@ def _cmd_plan(args) -> int:
     from ..serving.slo import SLO
     from .serving import number_list
 
-    if args.output and not args.output.lower().endswith(".json"):
-        raise ConfigError(f"--output {args.output}: the plan is written as JSON (name it .json)")
-    common.check_output_dir(args.output, inputs=common.inputs_of(args))
+    common.check_table_outputs(args)
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
@@ -90,12 +96,9 @@ def _cmd_plan(args) -> int:
                       window_s=args.window,
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
                       time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
-                      rate_profile=args.rate_profile, cache_dir=args.cache, jobs=args.jobs, executor=args.executor,
-                      ray_address=args.ray_address)
-    if args.output:
-        from ..files import write_atomic
-
-        write_atomic(args.output, common.encode_json(result))
+                      rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
+                      jobs=args.jobs, executor=args.executor, ray_address=args.ray_address)
+    _write_outputs(args, result)
     if args.json:
         sys.stdout.buffer.write(common.encode_json(result))
     else:
@@ -103,6 +106,25 @@ def _cmd_plan(args) -> int:
 
         print(plan_text(trace, result))
     return 0
+
+
+def _write_outputs(args, result) -> None:
+    """--output and --plot: every file's bytes first, then the files (a failure leaves none)."""
+    from ..files import write_atomic
+
+    files = {}
+    if args.output:
+        name = args.output.lower()
+        files[args.output] = (common.encode_json(result) if name.endswith(".json") else
+                              result.to_parquet_bytes(what=f"--output {args.output}") if name.endswith(".parquet")
+                              else result.to_csv().encode())
+    if args.plot:
+        from ..output.plan_plot import pareto_figure
+        from ..output.plot import plot_bytes
+
+        files[args.plot] = plot_bytes(pareto_figure(result), args.plot)
+    for path, data in files.items():
+        write_atomic(path, data)
 
 
 PARSERS = (_parser_plan,)

@@ -300,6 +300,9 @@ def _parser_report(sub) -> None:
     rp.add_argument("--router", default="round-robin", help="with --gpu and --instances: the router (as simulate)")
     rp.add_argument("--tiers", default=None, metavar="SPEC",
                     help="with --gpu: tiers below each instance's pool, as simulate (dram=64GiB@64GB/s)")
+    rp.add_argument("--plan", default=None, metavar="FILE.json",
+                    help="add a plan section from `kvreplay plan ... -o FILE.json` on this trace (checked by its "
+                         "digest): the cheapest deployment per load, tier economics and the cost-vs-TTFT plot")
 
 
 def _cmd_report(args) -> int:
@@ -323,6 +326,11 @@ def _cmd_report(args) -> int:
     elif args.instances != 1 or args.router != "round-robin" or args.tiers:
         raise ConfigError("--instances, --router and --tiers shape the serving section: add --gpu and --model")
     trace = common.load(args)
+    plan = None
+    if args.plan:
+        from ..serving.plan_result import load_plan
+
+        plan = load_plan(args.plan, trace)
     policies = [p for p in args.policies.split(",") if p.strip()]
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
     focus = None if args.capacity is None else common.resolve_budget(args, trace, [args.capacity])[0][0]
@@ -333,7 +341,7 @@ def _cmd_report(args) -> int:
                            engine=args.engine, title=args.title, progress=progress, price_hit=args.price_hit,
                            price_miss=args.price_miss, active_params=common.active_params(args),
                            bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
-                           zoom=args.zoom, serving=serving)
+                           zoom=args.zoom, serving=serving, plan=plan)
     write_atomic(args.output, page.encode())
     print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
     return 0

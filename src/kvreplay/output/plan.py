@@ -29,6 +29,27 @@ COLUMNS = [("rank", ""), ("gpu", "instances x TP x GPU"), ("centre", "at band ce
            ("binding", "binding objective (worst window)")]
 
 
+def tier_verdict(v: dict) -> str:
+    """What a passing tier does against HBM only: the GPUs it saves, and the USD/h either way."""
+    gpus = f"{v['gpus_saved']:,} GPU{'' if v['gpus_saved'] == 1 else 's'}"
+    if v["saves_per_hour"] >= 0:
+        return f"saves {gpus} and {v['saves_per_hour']:,.2f} USD/h"
+    return f"saves {gpus} and costs {-v['saves_per_hour']:,.2f} USD/h more"
+
+
+def tier_line(t: dict) -> str:
+    v = t["versus_none"]
+    head = f"tiers {t['tiers']} on {t['config'].split(',')[0]}: "
+    if v is None:
+        return head + f"{t['instances']} instances, {t['cost_per_hour']:,.2f} USD/h (HBM only did not pass)"
+    if not t["meets"]:
+        return head + (f"misses the SLOs at the {t['instances']} instances HBM only needs (TTFT p90 "
+                       f"{seconds_text(t['ttft_p90_s'])} against {seconds_text(v['ttft_p90_s'])}): it saves no GPU")
+    return head + (f"{t['instances']} instances at {t['cost_per_hour']:,.2f} USD/h against {v['instances']} without "
+                   f"tiers at {v['cost_per_hour']:,.2f}: {tier_verdict(v)}; TTFT p90 "
+                   f"{seconds_text(v['ttft_p90_with_tiers_s'])} against {seconds_text(v['ttft_p90_s'])} (whole trace)")
+
+
 def plan_text(trace, result: dict) -> str:
     lines = [f"plan       {trace_name(trace)}: the cheapest deployment meeting {result['slo']} in every window, "
              f"judged at {WHERE[result['judged_at']]}; {result['pricing']} prices",
@@ -61,13 +82,7 @@ def plan_text(trace, result: dict) -> str:
                              f"(hit tokens x {1e6 * best['prefill_seconds_per_token']:.1f} us per token in a full "
                              "prefill step x the instance's price)")
         for t in block["tier_economics"]:
-            v = t["versus_none"]
-            lines.append(f"  tiers {t['tiers']} on {t['config'].split(',')[0]}: {t['instances']} instances, "
-                         f"{t['cost_per_hour']:,.2f} USD/h" + (
-                             f" against {v['instances']} without tiers ({v['cost_per_hour']:,.2f} USD/h): "
-                             f"{v['gpus_saved']:+d} GPUs saved, {v['saves_per_hour']:+,.2f} USD/h, TTFT p90 "
-                             f"{seconds_text(v['ttft_p90_with_tiers_s'])} against {seconds_text(v['ttft_p90_s'])}"
-                             if v else " (HBM only did not pass or was not searched)"))
+            lines.append("  " + tier_line(t))
         for s in block["skipped"]:
             lines.append(f"  skipped {s['config']}: {s['reason']}")
     return "\n".join(lines)
