@@ -241,7 +241,10 @@ def test_rows_as_tables(tmp_path):
 
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"],
                prices=Prices({"H100": 2.0, "H200": 3.0}), **ONE_AT_A_TIME)
-    got = list(csv.DictReader(io.StringIO(out.to_csv())))
+    from kvreplay.output.table import to_csv
+    from kvreplay.serving.plan_result import ROW_KINDS
+
+    got = list(csv.DictReader(io.StringIO(to_csv(out.rows(), list(ROW_KINDS)))))
     assert [(r["gpu"], r["verdict"], r["chosen"], r["instances"]) for r in got] == [
         ("H100", "meets", "true", "4"), ("H200", "pruned", "false", "3")]
     frame = out.to_pandas()

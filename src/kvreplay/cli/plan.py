@@ -115,9 +115,15 @@ def _write_outputs(args, result) -> None:
     files = {}
     if args.output:
         name = args.output.lower()
-        files[args.output] = (common.encode_json(result) if name.endswith(".json") else
-                              result.to_parquet_bytes(what=f"--output {args.output}") if name.endswith(".parquet")
-                              else result.to_csv().encode())
+        if name.endswith(".json"):
+            files[args.output] = common.encode_json(result)
+        elif name.endswith(".parquet"):
+            files[args.output] = result.to_parquet_bytes(what=f"--output {args.output}")
+        else:
+            from ..output.table import to_csv
+            from ..serving.plan_result import ROW_KINDS
+
+            files[args.output] = to_csv(result.rows(), list(ROW_KINDS)).encode()
     if args.plot:
         from ..output.plan_plot import pareto_figure
         from ..output.plot import plot_bytes

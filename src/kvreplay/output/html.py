@@ -286,7 +286,7 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     if data.get("plan"):
         from .plan_html import plan_section
 
-        parts.extend(plan_section(data["plan"], _svg))
+        parts.extend(plan_section(data["plan"], _svg, _table))
 
     parts.append("<h2>Definitions</h2><ul class=\"note\">"
                  f"<li><b>Window</b>: {esc(window['description'])}. Every figure on this page counts only these requests"

@@ -9,8 +9,9 @@ from .plan import WHERE, tier_verdict
 from .serving import seconds_text
 
 
-def plan_section(result: dict, svg) -> list[str]:
-    """The section's HTML parts; `svg(fig)` inlines a figure."""
+def plan_section(result: dict, svg, table) -> list[str]:
+    """The section's HTML parts; `svg(fig)` inlines a figure, `table(headers, rows, numeric,
+    raw_headers)` writes a table (output/html.py's)."""
     from .plan_plot import pareto_figure
 
     esc = html.escape
@@ -24,14 +25,12 @@ def plan_section(result: dict, svg) -> list[str]:
               f"{len(result['monotonicity_violations'])} runs broke monotonicity (see the plan's JSON).")
            + " docs/plan.md has every rule.</p>"]
     for block in result["loads"]:
-        out += _load_block(block)
+        out += _load_block(block, table)
     out.append(f"<div class=\"figure\">{svg(pareto_figure(result))}</div>")
     return out
 
 
-def _load_block(block: dict) -> list[str]:
-    from .html import _table
-
+def _load_block(block: dict, table) -> list[str]:
     esc = html.escape
     what = f"load &times;{block['load']:g}" if block["load_kind"] == "speedup" else \
         f"Poisson {block['load']:g} requests/s"
@@ -53,7 +52,7 @@ def _load_block(block: dict) -> list[str]:
                      f"{100 * r['hit_rate']:.2f}%",
                      f"{esc(str(b.get('objective')))} {seconds_text(b.get('value_s', 0))} / "
                      f"{seconds_text(b.get('limit_s', 0))} (from {seconds_text(b.get('window_start_s', 0))})"])
-    out.append(_table(["", "instances &times; TP &times; GPU", "at band centre", "tiers", "router", "policy", "USD/h",
+    out.append(table(["", "instances &times; TP &times; GPU", "at band centre", "tiers", "router", "policy", "USD/h",
                        "USD/M input", "hit rate", "binding objective (worst window)"], rows,
                       [False, False, True, False, False, False, True, True, True, False], raw_headers=True))
     for t in block["tier_economics"]:

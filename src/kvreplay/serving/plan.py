@@ -119,17 +119,10 @@ class Search:
 
     def digest(self) -> str:
         if "digest" not in self.models:
+            from .plan_result import trace_digest
+
             self.models["digest"] = trace_digest(self.trace)
         return self.models["digest"]
-
-
-def trace_digest(trace) -> str:
-    """sha256 of the trace's arrays (blocks, lengths, times), the first 32 hex digits: what names
-    the plan's cached runs, and what `kvreplay report --plan` checks a plan against."""
-    h = hashlib.sha256()
-    for a in (trace.offsets, trace.blocks, trace.input_length, trace.output_length, trace.timestamp):
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:32]
 
 
 def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,), routers=("round-robin",),

@@ -1,5 +1,6 @@
 """What `kvreplay.plan()` returns: the plan's JSON document, with one tidy row per configuration
-tried at each load (its verdict and why) as pandas, polars, Arrow, Parquet or CSV.
+tried at each load (its verdict and why) as pandas, polars, Arrow or Parquet (`plan -o FILE.csv`
+writes the same rows as CSV).
 
 Columns (docs/plan.md): the load, the configuration, the verdict ("meets", "misses", "pruned" or
 "skipped") and why, `chosen` for each load's best, the instances and cost, and the run's figures
@@ -7,6 +8,10 @@ Columns (docs/plan.md): the load, the configuration, the verdict ("meets", "miss
 """
 
 from __future__ import annotations
+
+import hashlib
+
+import numpy as np
 
 from .. import tables
 
@@ -68,10 +73,14 @@ class PlanResult(dict):
     def to_parquet_bytes(self, what: str = "a Parquet file") -> bytes:
         return tables.parquet_bytes(self._columns(), ROW_KINDS, metadata=self._header(), what=what)
 
-    def to_csv(self) -> str:
-        from ..output.table import to_csv
 
-        return to_csv(self.rows(), list(ROW_KINDS))
+def trace_digest(trace) -> str:
+    """sha256 of the trace's arrays (blocks, lengths, times), the first 32 hex digits: what names
+    the plan's cached runs, and what `kvreplay report --plan` checks a plan against."""
+    h = hashlib.sha256()
+    for a in (trace.offsets, trace.blocks, trace.input_length, trace.output_length, trace.timestamp):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:32]
 
 
 def load_plan(path: str, trace=None) -> PlanResult:
@@ -93,8 +102,6 @@ def load_plan(path: str, trace=None) -> PlanResult:
             isinstance(b, dict) and "tried" in b and "probes" in b for b in doc["loads"]):
         raise error(path, "not a plan written by this kvreplay's `kvreplay plan -o FILE.json`")
     if trace is not None:
-        from .plan import trace_digest
-
         mine = trace_digest(trace)
         if doc["trace_digest"] != mine:
             raise error(path, f"made from another trace, or with another --block-size or format (its trace digest "
