@@ -1,0 +1,331 @@
+"""vLLM v1's hybrid KV cache manager: prefix caching for models whose layers keep different
+kinds of KV (full attention, a sliding window, chunked-local attention, Mamba state), request
+by request, as vLLM 0.33.0's coordinator and its one shared block pool do it.
+
+Source: vLLM 0.33.0, ``vllm/v1/core/kv_cache_coordinator.py`` (HybridKVCacheCoordinator),
+``single_type_kv_cache_manager.py`` (FullAttentionManager, SlidingWindowManager,
+ChunkedLocalAttentionManager, MambaManager), ``block_pool.py``, ``kv_cache_manager.py``;
+checked request by request against those modules by tests/real_engines/test_vllm_hybrid.py.
+docs/policies.md ("Hybrid models") has the rules in prose; the line references below are to
+that wheel.
+
+Groups. The model's layers are split into KV cache groups (models.json ``kv_groups``): each has
+a kind (full, sliding window W, chunked-local C, mamba) and its own blocks, all taken from one
+pool of ``capacity`` block ids. A block id holds one group's KV for ``block_size`` tokens of one
+request (vLLM pads every group to one page size, so any block id fits any group). Groups of the
+same kind and size form one *spec group*: a hit needs every one of them. The trace's hash ids
+stand for vLLM's block hashes, one chain shared by every group; a cached block is keyed by
+(group, hash id), so each group caches its own copy of a prefix.
+
+A request with hash ids ``ids`` and ``P`` prompt tokens (block size ``bs``), one at a time:
+
+1. Hit (``find_longest_cache_hit``, coord:806-941). The cap is ``(P - 1) // bs`` blocks (the
+   last prompt token is recomputed). Full attention first: the longest run of cached blocks from
+   block 0 (every full group). Then each other spec group, in group order, searches up to the
+   current bound:
+   - sliding window W: the largest e <= bound whose ``need = ceil((W - 1) / bs)`` blocks before
+     it are all cached (a scan from the right); or, if no run of ``need`` exists, the run of
+     cached blocks from block 0 (stm:968-1064);
+   - chunked local C: every whole chunk before the bound counts without a lookup, then the run
+     of cached blocks from the bound's chunk start (stm:1276-1425);
+   - mamba: the rightmost cached state at or below the bound, alone (stm:1469-1546).
+   With one full spec group and one other, one pass decides; otherwise the passes repeat until
+   the bound stops shrinking. The hit is the bound. The *junction* (``shared_prefix_boundary``)
+   is the longest group result, when it is longer than the hit.
+2. Prefill, in chunks of ``chunk_tokens`` (vLLM's ``max_num_batched_tokens``); a Mamba model's
+   chunks also end at ``floor((P - 1) / bs) * bs`` and at the junction (sched:546-662). Each chunk
+   is one ``allocate_slots`` (kvm:380-627):
+   - ``remove_skipped_blocks``: a sliding-window group frees its blocks wholly before
+     ``computed - W + 1`` tokens, chunked local those before the current chunk start, mamba
+     every state but the last (stm:655-735, 1148-1183, 1381-1425, 1608-1657); freed highest
+     index first;
+   - on the first chunk, the hit blocks are touched (taken out of the free queue): all of full
+     attention's, a window's last ``need``, mamba's one state; the rest of the hit stays where it
+     is in the queue (stm:268-325);
+   - new blocks for the chunk, group by group in group order, from the free queue's head; a
+     block popped with a hash loses it (an eviction);
+   - caching (cache_blocks, coord:358-381): full attention hashes every full block computed so
+     far; a sliding-window group, with vLLM's default ``prefix_cache_retention_interval`` 0,
+     hashes only the ``need`` blocks ending at ``floor((P - 1) / bs)`` and at the junction
+     (stm:1066-1146); mamba likewise only the state blocks ending there (stm:1548-1606), and a
+     state exists only at a chunk's end. ``retention=None`` hashes every block a group computes
+     (vLLM's dense mode).
+3. Finish (``KVCacheManager.free``): each group in group order frees its blocks tail first.
+   Freed blocks with a hash go to the free queue's tail (evicted last, least recently freed
+   first); without one, to its head (reused first), a group's batch in order (pool:816-849).
+
+The free queue is therefore, as in policies/vllm.py: [freed blocks without a hash] + [never used
+blocks] + [freed blocks with a hash, least recently freed first].
+
+Not modelled: output tokens (requests finish after their prefill: no decode blocks, nothing
+cached past the prompt); EAGLE's dropped block; partial (sub-block) Mamba hits, which need
+``--prefix-match-unit``; KV connectors. A request whose blocks do not fit the pool is truncated
+to the chunks that fit (``oversize_requests``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+KINDS = ("full", "sliding_window", "chunked_local", "mamba")
+COUNTERS = ("admissions", "evictions", "duplicate_blocks", "oversize_requests")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One spec group: `copies` KV cache groups of one kind (vLLM splits a kind's layers into
+    groups of equal size; each group id has its own blocks). `window` (sliding_window) and
+    `chunk` (chunked_local) in tokens."""
+
+    kind: str
+    copies: int = 1
+    window: int | None = None
+    chunk: int | None = None
+
+
+class HybridPool:
+    """The shared block pool and the per-(group, hash) cache of vLLM's hybrid manager."""
+
+    def __init__(self, capacity: int, groups: list[Group], block_size: int, *, retention: int | None = 0,
+                 chunk_tokens: int = 8192):
+        self.capacity, self.bs, self.retention, self.chunk_tokens = capacity, block_size, retention, chunk_tokens
+        self.spec_groups = groups
+        # group ids in vLLM's order: each spec group's copies consecutively, in the given order
+        self.group_kind = [(s, g) for s, g in enumerate(groups) for _ in range(g.copies)]
+        self.lookup_order = sorted(range(len(groups)), key=lambda s: groups[s].kind != "full")
+        self.hashed: dict = {}  # (group id, hash id) -> {block: None}, first cached first
+        self.block_key: dict = {}  # block -> (group id, hash id) it is cached under
+        self.free_hashless: deque = deque()
+        self.next_unused = 1
+        self.free_cached: OrderedDict = OrderedDict()
+        self.stats = dict.fromkeys(COUNTERS, 0)
+
+    # -- the pool ------------------------------------------------------------------------------
+
+    def free_count(self) -> int:
+        return len(self.free_hashless) + (self.capacity - self.next_unused + 1) + len(self.free_cached)
+
+    def _pop(self) -> int:
+        if self.free_hashless:
+            return self.free_hashless.popleft()
+        if self.next_unused <= self.capacity:
+            self.next_unused += 1
+            return self.next_unused - 1
+        b, _ = self.free_cached.popitem(last=False)
+        key = self.block_key.pop(b)
+        holders = self.hashed[key]
+        del holders[b]
+        if not holders:
+            del self.hashed[key]
+        self.stats["evictions"] += 1
+        return b
+
+    def _touch(self, b: int) -> None:
+        del self.free_cached[b]  # a hit block is cached, and free between requests
+
+    def _free(self, blocks: list[int]) -> None:
+        """pool.free_blocks: hashed blocks appended in order, the others prepended as a batch."""
+        hashless = [b for b in blocks if b not in self.block_key]
+        self.free_hashless.extendleft(reversed(hashless))
+        for b in blocks:
+            if b in self.block_key:
+                self.free_cached[b] = None
+
+    def _cache(self, gid: int, h, b: int) -> None:
+        key = (gid, h)
+        holders = self.hashed.setdefault(key, {})
+        if holders:
+            self.stats["duplicate_blocks"] += 1
+        holders[b] = None
+        self.block_key[b] = key
+        self.stats["admissions"] += 1
+
+    def cached(self, s: int, h) -> int | None:
+        """The block of spec group s cached under h (its first group's), if every copy has one."""
+        gids = self._gids(s)
+        if not all((g, h) in self.hashed for g in gids):
+            return None
+        return next(iter(self.hashed[(gids[0], h)]))
+
+    def _gids(self, s: int) -> list[int]:
+        return [gid for gid, (ss, _) in enumerate(self.group_kind) if ss == s]
+
+    # -- step 1: the hit -----------------------------------------------------------------------
+
+    def find_hit(self, ids: list, prompt_tokens: int) -> tuple[int, int]:
+        """(hit blocks, junction blocks): the coordinator's agreement over every spec group."""
+        bound = max(0, min(len(ids), (prompt_tokens - 1) // self.bs))
+        simple = len(self.spec_groups) == 2 and self.spec_groups[self.lookup_order[0]].kind == "full"
+        longest = 0
+        while True:
+            start = bound
+            for s in self.lookup_order:
+                bound = self._find(s, ids, bound)
+                longest = max(longest, bound)
+            if bound >= start or simple:
+                break
+        return bound, (longest if longest > bound else 0)
+
+    def _find(self, s: int, ids: list, bound: int) -> int:
+        g = self.spec_groups[s]
+        if g.kind == "full":
+            k = 0
+            while k < bound and self.cached(s, ids[k]) is not None:
+                k += 1
+            return k
+        if g.kind == "sliding_window":
+            need = -(-(g.window - 1) // self.bs)
+            run = 0
+            for i in range(bound - 1, -1, -1):
+                if self.cached(s, ids[i]) is not None:
+                    run += 1
+                    if run >= need:
+                        return i + need
+                else:
+                    run = 0
+            return run
+        if g.kind == "chunked_local":
+            start = (bound * self.bs) // g.chunk * g.chunk // self.bs
+            k = start
+            while k < bound and self.cached(s, ids[k]) is not None:
+                k += 1
+            return k
+        for i in range(bound - 1, -1, -1):  # mamba
+            if self.cached(s, ids[i]) is not None:
+                return i + 1
+        return 0
+
+    # -- steps 2 and 3 -------------------------------------------------------------------------
+
+    def serve(self, ids: list, prompt_tokens: int) -> int:
+        """One request, start to finish: its hit in blocks."""
+        hit, junction = self.find_hit(ids, prompt_tokens)
+        tables = [[] for _ in self.group_kind]  # per group id: block or None (vLLM's null block)
+        cached_upto = [0] * len(self.group_kind)
+        last_state = [None] * len(self.group_kind)  # mamba: MambaManager.last_state_block_idx
+        done = hit * self.bs
+        for end in self._chunk_ends(hit, junction, prompt_tokens):
+            if not self._allocate(ids, tables, cached_upto, last_state, hit, junction, done, end, prompt_tokens):
+                self.stats["oversize_requests"] += 1
+                break
+            done = end
+        for table in tables:  # finish: group order, each tail first
+            self._free([b for b in reversed(table) if b is not None])
+        return hit
+
+    def _chunk_ends(self, hit: int, junction: int, prompt_tokens: int) -> list[int]:
+        bs, ends, t = self.bs, [], hit * self.bs
+        stops = set()
+        if any(g.kind == "mamba" for g in self.spec_groups):
+            stops = {(prompt_tokens - 1) // bs * bs, junction * bs}
+        while t < prompt_tokens:
+            end = min(t + self.chunk_tokens, prompt_tokens)
+            inside = sorted(x for x in stops if t < x < end)
+            if inside:
+                end = inside[0]
+            elif end < prompt_tokens and stops:
+                end = max(t + bs, end // bs * bs)  # an intermediate Mamba chunk ends on a block boundary
+            ends.append(end)
+            t = end
+        return ends
+
+    def _allocate(self, ids, tables, cached_upto, last_state, hit, junction, done, end, prompt_tokens) -> bool:
+        bs = self.bs
+        self._remove_skipped(tables, last_state, done)
+        first = not any(tables)
+        touched = self._hit_blocks(ids, hit) if first else {}
+        new = [self._new_count(gid, tables[gid], hit if first else None, end) for gid in range(len(tables))]
+        if sum(new) + sum(len(v) for v in touched.values()) > self.free_count():
+            return False
+        for gid, blocks in touched.items():  # touch every group's hit blocks first
+            for b in blocks:
+                if b is not None:
+                    self._touch(b)
+            tables[gid] = list(blocks)
+            cached_upto[gid] = len(blocks)
+        for gid in range(len(tables)):
+            if new[gid] and tables[gid] and self.group_kind[gid][1].kind == "mamba":
+                last_state[gid] = len(tables[gid]) - 1
+            self._extend(gid, tables[gid], new[gid], end)
+        full = min(end, len(ids) * bs) // bs
+        for gid, (s, g) in enumerate(self.group_kind):
+            keep = self._mask(g, prompt_tokens, junction)
+            for j in range(cached_upto[gid], full):
+                b = tables[gid][j] if j < len(tables[gid]) else None
+                if b is not None and (keep is None or j in keep):
+                    self._cache(gid, ids[j], b)
+            cached_upto[gid] = max(cached_upto[gid], full)
+        return True
+
+    def _hit_blocks(self, ids, hit: int) -> dict:
+        """Per group id: its table after the hit (add_local_computed_blocks): the blocks it
+        touches, None where the hit is skipped (outside a window, before a chunk, not the last
+        mamba state)."""
+        out = {}
+        for gid, (s, g) in enumerate(self.group_kind):
+            blocks = [next(iter(self.hashed[(gid, ids[j])])) if (gid, ids[j]) in self.hashed else None
+                      for j in range(hit)]
+            skip = self._skipped_blocks(g, hit * self.bs)
+            out[gid] = [None] * min(skip, hit) + blocks[skip:]
+        return out
+
+    def _skipped_blocks(self, g: Group, computed: int) -> int:
+        if g.kind == "sliding_window":
+            return max(0, computed - g.window + 1) // self.bs
+        if g.kind == "chunked_local":
+            return computed // g.chunk * g.chunk // self.bs
+        if g.kind == "mamba":
+            return max(0, computed - 1) // self.bs
+        return 0
+
+    def _remove_skipped(self, tables, last_state, computed: int) -> None:
+        for gid, (s, g) in enumerate(self.group_kind):
+            table = tables[gid]
+            k = min(self._skipped_blocks(g, computed), len(table))
+            freed = []
+            for i in range(k - 1, -1, -1):
+                if table[i] is None:
+                    if g.kind == "mamba":
+                        continue  # mamba's table has gaps between states: the walk goes on
+                    break
+                freed.append(table[i])
+                table[i] = None
+            self._free(freed)
+            last = last_state[gid]  # mamba: the state the previous chunk started from, once copied on
+            if last is not None and last < -(-computed // self.bs) - 1 and table[last] is not None:
+                self._free([table[last]])
+                table[last] = None
+
+    def _new_count(self, gid: int, table: list, hit: int | None, end: int) -> int:
+        g = self.group_kind[gid][1]
+        slots = -(-end // self.bs)
+        have = hit if hit is not None else len(table)
+        if g.kind == "mamba":
+            return 1 if slots > have else 0
+        return max(0, slots - have)
+
+    def _extend(self, gid: int, table: list, count: int, end: int) -> None:
+        g = self.group_kind[gid][1]
+        slots = -(-end // self.bs)
+        if g.kind == "mamba":
+            if count:
+                table.extend([None] * (slots - 1 - len(table)))
+                table.append(self._pop())
+            return
+        table.extend(self._pop() for _ in range(count))
+
+    def _mask(self, g: Group, prompt_tokens: int, junction: int) -> set | None:
+        """The block indexes a group may hash (None: all): reachable_block_mask."""
+        if g.kind in ("full", "chunked_local") or self.retention is None:
+            return None
+        ends = {(prompt_tokens - 1) // self.bs}
+        if junction:
+            ends.add(junction)
+        if g.kind == "mamba":
+            return {e - 1 for e in ends if e > 0}
+        need = -(-(g.window - 1) // self.bs)
+        return {j for e in ends for j in range(max(0, e - need), e)}
+
+    def resident_count(self) -> int:
+        return len(self.block_key)
