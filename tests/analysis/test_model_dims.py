@@ -28,10 +28,11 @@ def test_llama_counts_are_exact(name):
 
 
 def test_every_dense_model_within_0_2_percent():
-    # the others' total_params are rounded (7.61B) or include a vision tower (gemma-3: 1.4%, skipped)
+    # the others' total_params are rounded (7.61B) or include a vision tower (gemma-3: 1.4%, skipped); a
+    # Mamba hybrid (Nemotron-H) has layers of other shapes and its card's rounded count (skipped)
     for m in catalog():
         assert m.hidden_size and m.vocab_size, m.name
-        if m.intermediate_size is None or m.name.startswith("gemma-3"):
+        if m.intermediate_size is None or m.name.startswith("gemma-3") or m.mamba_layers:  # (Mamba layers: other shapes)
             continue
         assert abs(dense_params(m) - m.total_params) / m.total_params < 0.002, m.name
 

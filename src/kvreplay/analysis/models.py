@@ -80,6 +80,10 @@ class ModelSpec:
     #: the context length vLLM derives from config.json (see the catalog's _comment); prompts
     #: plus outputs beyond it are refused
     max_model_len: int | None = None
+    #: the KV cache groups, layer 0's kind first ({"kind", "layers", "window" | "chunk" |
+    #: "state_bytes"}; analysis/kv_groups.py); None: one full-attention group of every layer
+    kv_groups: tuple | None = None
+    kv_groups_source: str | None = None
 
     @property
     def lm_head_params(self) -> int:
@@ -95,7 +99,26 @@ class ModelSpec:
 
     @property
     def full_attention_layers(self) -> int:
+        if self.kv_groups:
+            return sum(g["layers"] for g in self.kv_groups if g["kind"] == "full")
         return self.num_layers - self.sliding_window_layers
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that keep KV per token: every layer but Mamba / linear-attention ones (whose
+        state is fixed per request) and, in Nemotron-H, MLP-only ones."""
+        if self.kv_groups:
+            return sum(g["layers"] for g in self.kv_groups if g["kind"] != "mamba")
+        return self.num_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """More than one kind of KV cache group (sliding window, chunked local, Mamba)."""
+        return bool(self.kv_groups) and len({g["kind"] for g in self.kv_groups}) > 1
+
+    @property
+    def mamba_layers(self) -> int:
+        return sum(g["layers"] for g in self.kv_groups or () if g["kind"] == "mamba")
 
     def names(self) -> tuple[str, ...]:
         """Every name this model answers to (case-insensitive): short name, HF id, its short part, aliases."""
@@ -112,6 +135,8 @@ def catalog() -> tuple[ModelSpec, ...]:
     for entry in raw["models"]:
         entry = dict(entry)
         entry["aliases"] = tuple(entry.get("aliases") or ())
+        if entry.get("kv_groups"):
+            entry["kv_groups"] = tuple(entry["kv_groups"])
         models.append(ModelSpec(**entry))
     return tuple(models)
 
@@ -155,7 +180,7 @@ def kv_elements_per_token(model, layers: str = "all") -> int:
     model = get_model(model)
     if layers not in KV_LAYER_MODES:
         raise ConfigError(f"layers must be one of {', '.join(KV_LAYER_MODES)}, got {layers!r}")
-    counted = model.num_layers if layers == "all" else model.full_attention_layers
+    counted = model.kv_layers if layers == "all" else model.full_attention_layers
     if counted < 1:
         raise ConfigError(f"{model.name} has no full-attention layers; use layers='all'")
     if model.attention == "mla":
@@ -201,7 +226,7 @@ def format_bytes(n: int) -> str:
 
 
 def budget_document(bytes_per_token: int, block_size: int, capacities, *, requested=None, model=None,
-                    kv_dtype: str | None = None, layers: str = "all") -> dict:
+                    kv_dtype: str | None = None, layers: str = "all", layout=None) -> dict:
     """The JSON ``"budget"`` object: how byte sizes map to the block counts that were replayed.
 
     capacities: the block counts replayed. requested: for each, the size asked for (text) or None
@@ -211,8 +236,9 @@ def budget_document(bytes_per_token: int, block_size: int, capacities, *, reques
     spec = get_model(model) if model is not None else None
     requested = list(requested) if requested is not None else [None] * len(capacities)
     rows = []
+    per_block = int(bytes_per_token) * int(block_size) if layout is None else layout.bytes_per_block
     for blocks, asked in zip(capacities, requested):
-        row = {"cache_capacity_blocks": int(blocks), "cache_bytes": int(blocks) * block_size * bytes_per_token}
+        row = {"cache_capacity_blocks": int(blocks), "cache_bytes": int(blocks) * per_block}
         if asked is not None:
             row.update(requested=str(asked), budget_bytes=parse_size(asked))
         rows.append(row)
@@ -223,8 +249,11 @@ def budget_document(bytes_per_token: int, block_size: int, capacities, *, reques
         "kv_layers": layers if spec else None,
         "bytes_per_token": int(bytes_per_token),
         "block_size": int(block_size),
-        "bytes_per_block": int(bytes_per_token) * int(block_size),
+        "bytes_per_block": per_block,
         "capacities": rows,
+        # hybrid semantics only (a full-semantics budget keeps its fields)
+        **({} if layout is None else {"kv_semantics": "hybrid", "kv_layout": layout.text(),
+                                      "vllm_block_size": layout.vllm_block_size}),
     }
 
 
@@ -234,13 +263,15 @@ def is_size(capacity) -> bool:
 
 
 def resolve_capacities(capacities, block_size: int, *, model=None, kv_dtype: str | None = None,
-                       layers: str | None = None, bytes_per_token: int | None = None):
+                       layers: str | None = None, bytes_per_token: int | None = None, layout=None):
     """Block counts for `capacities` (ints, digit strings, or sizes like "80GiB"), and the budget.
 
     Sizes are converted with ``blocks_for_budget`` at `block_size` and the bytes per token of
     `model` (at `kv_dtype`, default bf16, and `layers`, default "all") or the given
-    `bytes_per_token`. Returns ``(blocks, budget)``: budget is the ``budget_document`` when a model
-    or bytes_per_token was given, else None. A size with neither raises ConfigError.
+    `bytes_per_token`. `layout` (analysis.kv_groups.Layout, hybrid semantics): a block id costs
+    its ``bytes_per_block`` instead (vLLM's groups in one pool). Returns ``(blocks, budget)``:
+    budget is the ``budget_document`` when a model or bytes_per_token was given, else None. A size
+    with neither raises ConfigError.
     """
     if model is not None and bytes_per_token is not None:
         raise ConfigError("give a model or bytes_per_token, not both")
@@ -262,18 +293,31 @@ def resolve_capacities(capacities, block_size: int, *, model=None, kv_dtype: str
     blocks, requested = [], []
     for c in capacities:
         if is_size(c):
-            blocks.append(blocks_for_budget(parse_size(c), int(bytes_per_token), int(block_size)))
+            blocks.append(blocks_for_budget(parse_size(c), int(bytes_per_token), int(block_size)) if layout is None
+                          else blocks_for_block_bytes(parse_size(c), layout.bytes_per_block, block_size))
             requested.append(c.strip())
         else:
             blocks.append(int(c))
             requested.append(None)
     budget = budget_document(int(bytes_per_token), int(block_size), blocks, requested=requested, model=model,
-                             kv_dtype=kv_dtype, layers=layers or "all")
+                             kv_dtype=kv_dtype, layers=layers or "all", layout=layout)
     return blocks, budget
+
+
+def blocks_for_block_bytes(budget_bytes: int, block_bytes: int, block_size: int) -> int:
+    """Whole block ids of `block_bytes` each in `budget_bytes` (a hybrid layout's blocks)."""
+    blocks = budget_bytes // block_bytes
+    if blocks == 0:
+        raise ConfigError(f"a budget of {format_bytes(budget_bytes)} holds no block id of {block_size} tokens "
+                          f"({format_bytes(block_bytes)} each in the model's hybrid layout)")
+    return blocks
 
 
 def budget_text(budget: dict) -> str:
     """One line saying what a budget's bytes per token stand for."""
+    if budget.get("kv_semantics") == "hybrid":
+        return (f"KV {budget['model']}, {budget['kv_dtype']}, vLLM's hybrid layout: {budget['kv_layout']} "
+                f"({format_bytes(budget['bytes_per_block'])} per block id)")
     what = (f"{budget['model']}, {budget['kv_dtype']}, "
             + ("every layer" if budget["kv_layers"] == "all" else "full-attention layers only")
             if budget["model"] else "as given")
