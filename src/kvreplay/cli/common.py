@@ -164,11 +164,16 @@ def add_budget_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-layers", choices=("all", "full"), default=None,
                    help="with --model: count every layer (default) or only full-attention layers (sliding-window models)")
     p.add_argument("--bytes-per-token", type=positive_int, default=None, metavar="N", help="KV bytes per token, instead of --model")
+    p.add_argument("--kv-semantics", choices=("auto", "hybrid", "full"), default="auto",
+                   help="with a hybrid --model (sliding-window, chunked-local or Mamba layers): hybrid replays vLLM's "
+                        "hybrid manager (policy vllm; a hit must be served by every layer group), full replays every "
+                        "layer as full attention; auto (default): hybrid where vLLM 0.33.0 uses it by default")
 
 
-def resolve_budget(args, trace, capacities):
+def resolve_budget(args, trace, capacities, *, hybrid: bool = False):
     """Block counts for `capacities` (block counts, sizes, or "auto") at the effective block size,
-    and the JSON "budget" object (None without --model or --bytes-per-token)."""
+    and the JSON "budget" object (None without --model or --bytes-per-token). `hybrid`: the
+    command replays hybrid semantics (run), so sizes count vLLM's layout of --model's groups."""
     from ..analysis.models import is_size, resolve_capacities
     from ..trace.model import resolve_block_size
 
@@ -188,8 +193,44 @@ def resolve_budget(args, trace, capacities):
     if args.model is not None and args.bytes_per_token is not None:
         raise ConfigError("give --model or --bytes-per-token, not both")
     block_size = resolve_block_size(args.block_size, trace)
+    layout = kv_layout(args, block_size) if hybrid else None
+    if not hybrid and getattr(args, "kv_semantics", "auto") == "hybrid":
+        raise ConfigError("--kv-semantics hybrid: only run replays vLLM's hybrid manager so far (sweep, mrc and "
+                          "report replay full semantics)")
     return resolve_capacities(capacities, block_size, model=args.model, kv_dtype=args.kv_dtype,
-                              layers=args.kv_layers, bytes_per_token=args.bytes_per_token)
+                              layers=args.kv_layers, bytes_per_token=args.bytes_per_token, layout=layout)
+
+
+def kv_semantics(args) -> str:
+    """"hybrid" or "full": --kv-semantics, with auto resolved from --model (analysis/kv_groups.py)."""
+    from ..analysis.kv_groups import resolve_semantics
+
+    asked = getattr(args, "kv_semantics", "auto")
+    if asked == "hybrid" and args.model is None:
+        raise ConfigError("--kv-semantics hybrid needs --model (the model's layer groups)")
+    semantics = resolve_semantics(args.model, asked)
+    if semantics == "hybrid" and getattr(args, "kv_layers", None) is not None:
+        raise ConfigError("--kv-layers counts bytes per token for full semantics; with hybrid semantics a block id "
+                          "costs what vLLM's layout gives (give --kv-semantics full to use --kv-layers)")
+    if semantics == "hybrid" and not _is_hybrid(args.model):
+        raise ConfigError(f"--kv-semantics hybrid: {args.model} has one kind of layer (no sliding-window, "
+                          "chunked-local or Mamba groups); its semantics are full")
+    return semantics
+
+
+def _is_hybrid(model) -> bool:
+    from ..analysis.models import get_model
+
+    return get_model(model).is_hybrid
+
+
+def kv_layout(args, block_size: int):
+    """vLLM's layout of --model's groups under hybrid semantics (None for full semantics)."""
+    if getattr(args, "model", None) is None or kv_semantics(args) != "hybrid":
+        return None
+    from ..analysis.kv_groups import layout
+
+    return layout(args.model, block_size, args.kv_dtype or "bf16")
 
 
 class TracePaths(argparse.Action):

@@ -17,7 +17,8 @@ DEFAULT_CAPACITY = 4096  # blocks, when run is given no --capacity
 def _parser_run(sub) -> None:
     run = sub.add_parser("run", help="replay a trace under one policy and capacity")
     common.add_trace_options(run)
-    run.add_argument("--policy", default="s3fifo", help="a policy name, case-insensitive (default s3fifo; see `kvreplay policies`)")
+    run.add_argument("--policy", default=None, help="a policy name, case-insensitive (default s3fifo, or vllm for a "
+                                                    "hybrid --model under hybrid semantics; see `kvreplay policies`)")
     run.add_argument("--capacity", type=common.capacity, default=None,
                      help="cache capacity in blocks, or a size like 80GiB with --model or --bytes-per-token "
                           "(default 4096 blocks; unbounded for policies where capacity is optional)")
@@ -42,6 +43,13 @@ def _cmd_run(args) -> int:
 
     from ..policies.registry import get_policy
 
+    semantics = common.kv_semantics(args) if args.model is not None else "full"
+    if args.policy is None:
+        args.policy = "vllm" if semantics == "hybrid" else "s3fifo"
+    elif semantics == "hybrid" and get_policy(args.policy).name != "vllm":
+        if args.kv_semantics == "hybrid":
+            raise ConfigError(f"--kv-semantics hybrid is vLLM's hybrid manager: --policy vllm, not {args.policy}")
+        semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
     params = common.given_params(args, args.policy)
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
@@ -60,15 +68,20 @@ def _cmd_run(args) -> int:
                              block_bytes=_block_bytes(args, trace))
         if hbm is not None:
             capacity, defaulted = hbm, False
-    sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity])
+    hybrid = semantics == "hybrid"
+    sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity], hybrid=hybrid)
     capacity = sized[0] if sized else None
     tiers = {}
     if args.tiers:
         tiers = dict(tiers=args.tiers, tier_copies=args.tier_copies, tier_block_bytes=_block_bytes(args, trace))
+    if hybrid:
+        from ..trace.model import resolve_block_size
+
+        tiers["kv_groups"] = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
     report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
                     warmup_fraction=args.warmup_fraction, **tiers, **params)
     if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
-        budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks])[1]
+        budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks], hybrid=hybrid)[1]
     from ..analysis import metrics
 
     summary = metrics.summarize(report, active_params=common.active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)

@@ -72,6 +72,9 @@ def replay(
     tiers=None,
     tier_copies: str = "move",
     tier_block_bytes: int | None = None,
+    kv_groups=None,
+    kv_retention: int | None = 0,
+    prefill_chunk: int = 8192,
     **params,
 ) -> Report:
     """Replay `trace` through a prefix cache and return a :class:`Report`.
@@ -88,6 +91,13 @@ def replay(
         engine.tiers.Tier): evicted blocks are demoted, a hit prefix runs through every tier, and
         the report splits hit tokens per tier (docs/serving.md, "Tiers"). tier_copies: "move"
         (default) or "keep".
+    kv_groups: a hybrid model's KV cache groups (policies.hybrid.Group, in vLLM's group order;
+        analysis.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
+        manager, whose hit is the longest prefix every group can serve (policies/hybrid.py).
+        capacity is then in block ids of the shared pool. kv_retention: vLLM's
+        prefix_cache_retention_interval (0, its default: sliding-window and Mamba groups cache
+        only what a hit at a prompt's end or a shared-prefix junction needs; None: every block).
+        prefill_chunk: tokens per prefill step (vLLM's max_num_batched_tokens).
     **params: policy parameters (e.g. small_ratio=0.1, max_freq=3, ghost_freq=0 for s3fifo).
     """
     trace = as_trace(trace)
@@ -105,7 +115,23 @@ def replay(
     hit_blocks = np.zeros(n, dtype=np.int64)
     hit_tokens = np.zeros(n, dtype=np.int64)
     tier_list = None
-    if tiers is not None:
+    hybrid = None
+    if kv_groups is not None:
+        if spec.name != "vllm" or tiers is not None:
+            raise ConfigError(f"kv_groups (hybrid semantics) model vLLM's hybrid manager: policy vllm without tiers, not "
+                              f"{spec.name}{' with tiers' if tiers is not None else ''} (kv_semantics='full' replays "
+                              "every layer as full attention)")
+        from ..policies.hybrid import replay_hybrid
+
+        hit_blocks, pool = replay_hybrid(trace, capacity, kv_groups, block_size, retention=kv_retention,
+                                         chunk_tokens=prefill_chunk)
+        hit_tokens = np.minimum(hit_blocks * block_size, np.asarray(trace.input_length, dtype=np.int64))
+        final, counters = pool.resident_count(), dict(pool.stats)
+        mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are per group: not counted)
+        engine = "reference"
+        hybrid = {"groups": [vars(g) for g in kv_groups], "retention": kv_retention, "prefill_chunk": prefill_chunk,
+                  "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
+    elif tiers is not None:
         from .tiers import replay_tiers, resolve_tiers
 
         tier_list, hbm = resolve_tiers(tiers, None, block_size=block_size, block_bytes=tier_block_bytes)
@@ -136,6 +162,7 @@ def replay(
         block_size_mismatches=block_size_mismatches(trace, block_size),
         oversize_requests=0 if unbounded else oversize_requests(trace, block_size, capacity, warmup),
     )
+    report.kv_semantics = {"semantics": "hybrid", **hybrid} if hybrid else None
     if tier_list is not None:
         from .tiers import split_by_tier, tier_rows
 

@@ -60,6 +60,7 @@ class Report:
     block_size_mismatches: dict | None = None
     oversize_requests: int = 0  # measured requests needing more blocks than the cache: ceil(L / block_size) > capacity
     tiers: dict | None = None  # with tiers below the cache: hit tokens per tier (serving/tiers.py)
+    kv_semantics: dict | None = None  # a hybrid model's groups under vLLM's hybrid manager (policies/hybrid.py)
 
     @property
     def num_requests(self) -> int:
@@ -129,6 +130,8 @@ class Report:
         out["oversize_requests"] = self.oversize_requests
         if self.tiers is not None:
             out["tiers"] = {k: v for k, v in self.tiers.items() if k != "tokens_per_tier"}
+        if self.kv_semantics is not None:  # (hybrid only: a full-semantics report keeps the spec's fields)
+            out["kv_semantics"] = self.kv_semantics
         if self.invalid_records:
             out["invalid_records"] = self.invalid_records
         if self.block_size_mismatches:

@@ -32,6 +32,35 @@ def over_time_table(windows: list[dict]) -> str:
                ("hit_rate", "hit rate %")])
 
 
+def semantics_lines(report, budget) -> list[str]:
+    """What a hit means for the model: hybrid (every layer group must serve it) or full."""
+    model = (budget or {}).get("model")
+    hybrid = report.kv_semantics
+    if hybrid:
+        return [f"kv        hybrid semantics: vLLM 0.33.0's hybrid manager over {model or 'the given groups'}'s layer "
+                f"groups ({budget['kv_layout'] if budget else ', '.join(g['kind'] for g in hybrid['groups'])}); a hit "
+                "is the longest prefix every group can serve; sliding-window and Mamba groups cache only what a hit at "
+                "a prompt's end or a shared prefix needs (prefix_cache_retention_interval "
+                f"{hybrid['retention']}); --kv-semantics full replays every layer as full attention"] + _block_note(budget)
+    if model:
+        from ..analysis.models import get_model
+
+        if get_model(model).is_hybrid:
+            return [f"kv        full semantics: every layer of {model} treated as full attention (its sliding-window, "
+                    "chunked-local or Mamba groups are not modelled; --policy vllm --kv-semantics hybrid models them)"]
+    return []
+
+
+def _block_note(budget) -> list[str]:
+    vllm_bs = (budget or {}).get("vllm_block_size")
+    if not vllm_bs or vllm_bs == budget["block_size"]:
+        return []
+    return [f"          vLLM 0.33.0 would use {vllm_bs}-token blocks for {budget['model']} (an attention page must hold "
+            f"a Mamba state); this trace's hash ids are {budget['block_size']}-token blocks, so hits and states are "
+            f"counted at {budget['block_size']}: re-hash a token log with kvreplay hash --block-size {vllm_bs} for "
+            "vLLM's own granularity"]
+
+
 def run_summary(trace, report, budget=None) -> str:
     params = ", ".join(f"{k}={v}" for k, v in report.params.items())
     sizes = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
@@ -40,6 +69,7 @@ def run_summary(trace, report, budget=None) -> str:
         f"trace     {trace.source}: {len(trace):,} requests, {trace.total_prompt_tokens:,} prompt tokens, "
         f"{trace.num_accesses:,} block accesses, {trace.num_blocks:,} unique blocks",
         f"policy    {report.policy}" + (f" ({detail})" if detail else ""),
+        *semantics_lines(report, budget),
         f"cache     {report.cache_capacity_blocks:,} blocks x {report.block_size} tokens" + budget_summary(budget),
         f"window    {report.window}",
         f"hits      {report.total_hit_tokens:,} of {report.total_prompt_tokens:,} prompt tokens = "

@@ -329,3 +329,16 @@ class HybridPool:
 
     def resident_count(self) -> int:
         return len(self.block_key)
+
+
+def replay_hybrid(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
+                  chunk_tokens: int = 8192):
+    """Every request of `trace` in order through one HybridPool: (hit blocks, the pool)."""
+    import numpy as np
+
+    pool = HybridPool(capacity, list(groups), block_size, retention=retention, chunk_tokens=chunk_tokens)
+    offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
+    hits = np.zeros(len(lengths), dtype=np.int64)
+    for i in range(len(lengths)):
+        hits[i] = pool.serve(blocks[offsets[i]:offsets[i + 1]], lengths[i])
+    return hits, pool
