@@ -24,6 +24,7 @@ on a multi-turn workload and on Mooncake's conversation trace (its 512-token blo
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import random
 import sys
 import types
@@ -182,3 +183,25 @@ def test_mooncake_conversation(real, groups, capacity):
     ours, evictions = kvreplay_hits(requests, capacity, GROUPS[groups], 0, 512)
     assert ours == engine
     assert sum(engine) > 0 and evictions > 0
+
+
+@pytest.mark.parametrize("retention", [None, 0], ids=["dense", "retention0"])
+def test_pr_43447_collapse_and_its_fix(real, retention):
+    # benchmarks/hybrid_retention.py's scenario, at the pool where the sessions' full-attention
+    # blocks fill 25% of it: with every sliding-window block cached (before vLLM PR #43447) the
+    # warm rounds hit nothing; with retention 0 (the fix, 0.33.0's default) they hit ~99%. vLLM's
+    # own manager agrees request by request in both modes
+    spec = importlib.util.spec_from_file_location(
+        "hybrid_retention", Path(__file__).resolve().parents[2] / "benchmarks" / "hybrid_retention.py")
+    scenario = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scenario)
+    from kvreplay.analysis.kv_groups import layout
+
+    groups = list(layout("gemma-3-27b-it", BS).groups)
+    requests = scenario.sessions_round_robin(5, 21000)
+    capacity = 4 * sum(len(ids) for ids, _ in requests[-5:])
+    engine = run_real(real, requests, capacity, groups, retention, 8192)
+    ours, _ = kvreplay_hits(requests, capacity, groups, retention, 8192)
+    assert ours == engine
+    warm = sum(engine[5:]) / sum(length for _, length in requests[5:])
+    assert (warm < 0.01) if retention is None else (warm > 0.95)
