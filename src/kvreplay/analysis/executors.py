@@ -83,7 +83,7 @@ def run_task(trace, task: Task) -> list[dict]:
     r = replay(trace, task.policy, task.capacity, task.block_size, engine=task.engine,
                warmup_fraction=task.warmup_fraction, **dict(task.options), **dict(task.params))
     row = {k: getattr(r, k) for k in SWEEP_FIELDS}
-    if task.options:  # a DRAM tier below the cache (sweep's hbm=): its size and each tier's share
+    if "tiers" in dict(task.options):  # a DRAM tier below the cache (sweep's hbm=): its size and each tier's share
         rows = r.tiers["tiers"] if r.tiers is not None else [{"hit_rate": r.hit_rate}]
         row.update(dram_blocks=rows[1]["blocks"] if len(rows) > 1 else 0, hbm_hit_rate=rows[0]["hit_rate"],
                    dram_hit_rate=rows[1]["hit_rate"] if len(rows) > 1 else 0.0,

@@ -75,6 +75,7 @@ def sweep(
     ray_address: str | None = None,
     progress=None,
     hbm: int | None = None,
+    kv_groups=None,
 ) -> SweepResult:
     """Replay every (trace, policy, parameters, capacity) combination.
 
@@ -96,6 +97,8 @@ def sweep(
         dram_blocks, hbm_hit_rate and dram_hit_rate (each a share of the prompt tokens). (For an
         LRU cache the total is also `kvreplay mrc` at hbm + size: an LRU cache over an exclusive
         LRU tier is one LRU of their combined size.)
+    kv_groups: a hybrid model's KV cache groups (analysis.kv_groups.layout(...).groups): every
+        policy must be "vllm", replayed with vLLM's hybrid manager (replay's kv_groups).
 
     One trace returns ``{"trace", "block_size", "warmup_fraction", "window", "num_requests", "results"}``;
     each result has the fields of SWEEP_FIELDS plus ``counters``, ordered by policy (as given), then
@@ -132,6 +135,12 @@ def sweep(
         resolve_block_size(block_size)  # a whole number of tokens from 1 (ConfigError naming it otherwise)
     policy_list = _policy_list(policies)
     resolve_engine(engine)
+    if kv_groups is not None:
+        others = sorted({spec.name for spec, _ in policy_list if spec.name != "vllm"})
+        if others or hbm is not None:
+            raise ConfigError("kv_groups (hybrid semantics) are vLLM's hybrid manager: sweep policy vllm only"
+                              + (f", not {', '.join(others)}" if others else ", without hbm"))
+    hybrid = () if kv_groups is None else (("kv_groups", tuple(kv_groups)),)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
     lru_curve = engine == "compiled" and jit.HAVE_NUMBA and hbm is None
 
@@ -159,7 +168,8 @@ def sweep(
                                       options=tiers, **common))
                     slots.append([grid_rows])
                 else:
-                    tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=c, **common))
+                    tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=c,
+                                      options=hybrid, **common))
                     slots.append([grid_rows])
                 grid_rows += 1
         if curve_rows:

@@ -195,7 +195,7 @@ def resolve_budget(args, trace, capacities, *, hybrid: bool = False):
     block_size = resolve_block_size(args.block_size, trace)
     layout = kv_layout(args, block_size) if hybrid else None
     if not hybrid and getattr(args, "kv_semantics", "auto") == "hybrid":
-        raise ConfigError("--kv-semantics hybrid: only run replays vLLM's hybrid manager so far (sweep, mrc and "
+        raise ConfigError("--kv-semantics hybrid: only run and sweep replay vLLM's hybrid manager so far (mrc and "
                           "report replay full semantics)")
     return resolve_capacities(capacities, block_size, model=args.model, kv_dtype=args.kv_dtype,
                               layers=args.kv_layers, bytes_per_token=args.bytes_per_token, layout=layout)

@@ -43,7 +43,7 @@ def _cmd_run(args) -> int:
 
     from ..policies.registry import get_policy
 
-    semantics = common.kv_semantics(args) if args.model is not None else "full"
+    semantics = common.kv_semantics(args)
     if args.policy is None:
         args.policy = "vllm" if semantics == "hybrid" else "s3fifo"
     elif semantics == "hybrid" and get_policy(args.policy).name != "vllm":
@@ -164,11 +164,17 @@ def _cmd_sweep(args) -> int:
     trace = common.load(args)
     if args.hbm is not None:
         return _sweep_dram(args, trace, policies)
-    capacities, budget = common.resolve_budget(args, trace, args.capacities)
+    hybrid = _sweep_semantics(args, policies) == "hybrid"
+    capacities, budget = common.resolve_budget(args, trace, args.capacities, hybrid=hybrid)
+    groups = None
+    if hybrid:
+        from ..trace.model import resolve_block_size
+
+        groups = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
     with common.Progress("replaying") as progress:
         result = sweep(trace, capacities, policies, args.block_size,
                        warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine,
-                       executor=args.executor, ray_address=args.ray_address, progress=progress)
+                       executor=args.executor, ray_address=args.ray_address, progress=progress, kv_groups=groups)
     if budget is not None:
         result["budget"] = budget
     _emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
@@ -176,6 +182,20 @@ def _cmd_sweep(args) -> int:
           + budget_heading(budget),
           trace=trace)
     return 0
+
+
+def _sweep_semantics(args, policies: list[str]) -> str:
+    """A hybrid --model sweeps hybrid semantics when every policy is vllm (auto) or when asked
+    (then every policy must be vllm); else full semantics, as the heading says."""
+    from ..policies.registry import get_policy
+
+    semantics = common.kv_semantics(args)
+    only_vllm = all(get_policy(p.split(":")[0].strip()).name == "vllm" for p in policies)
+    if semantics == "hybrid" and not only_vllm:
+        if args.kv_semantics == "hybrid":
+            raise ConfigError("--kv-semantics hybrid is vLLM's hybrid manager: sweep --policies vllm only")
+        return "full"
+    return semantics
 
 
 def _sizes(text: str) -> list[int]:

@@ -144,9 +144,17 @@ def with_budget(rows: list[dict], columns, budget):
 
 
 def budget_heading(budget) -> str:
-    from ..analysis.models import budget_text
+    from ..analysis.models import budget_text, get_model
 
-    return "" if budget is None else "\n" + budget_text(budget)
+    if budget is None:
+        return ""
+    text = "\n" + budget_text(budget)
+    if budget.get("kv_semantics") == "hybrid":
+        text += "\nkv semantics: hybrid (vLLM 0.33.0's hybrid manager: a hit is the longest prefix every layer group serves)"
+    elif budget.get("model") and get_model(budget["model"]).is_hybrid:
+        text += ("\nkv semantics: full (every layer as full attention; --policies vllm replays vLLM's hybrid manager "
+                 "over the model's layer groups)")
+    return text
 
 
 SWEEP_COLUMNS = [

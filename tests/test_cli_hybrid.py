@@ -1,0 +1,56 @@
+"""The CLI under hybrid semantics: a hybrid --model picks vLLM's hybrid manager, sizes count vLLM's
+block ids, every output says which semantics ran, and contradictory flags exit 2 naming the flag."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import jsonl, write
+from test_cli import fails, ok
+
+GIB = 2**30
+
+
+def _trace(tmp_path):
+    # block size 512, chained ids: a 3-block prompt and its 4-block continuation
+    lines = jsonl({"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 3]},
+                  {"timestamp": 1, "input_length": 2048, "output_length": 1, "hash_ids": [1, 2, 3, 4]})
+    return write(tmp_path, "two.jsonl", lines)
+
+
+def test_run_defaults_to_hybrid_for_a_hybrid_model(tmp_path):
+    trace = _trace(tmp_path)
+    # gpt-oss-120b at 512-token blocks: a block id is 18 layers x 512 x 2 x 8 x 64 x 2 B = 18 MiB,
+    # so 1 GiB holds 56 of them (full semantics: 36 layers, 28 blocks)
+    doc = json.loads(ok("run", trace, "--model", "gpt-oss-120b", "--capacity", "1GiB", "--json"))
+    assert doc["policy"] == "vllm" and doc["cache_capacity_blocks"] == GIB // (18 * 512 * 2048)
+    assert doc["kv_semantics"]["semantics"] == "hybrid" and doc["budget"]["kv_semantics"] == "hybrid"
+    # the continuation: full attention matches blocks 1-3 (cap (2048 - 1) // 512 = 3); the window
+    # (128 tokens: 1 block) has the block ending at floor((1536 - 1) / 512) = 2 cached, not block 3
+    # (retention 0 caches only the block before the prompt's end), so the hit ends after block 2
+    assert doc["total_hit_tokens"] == 1024
+    text = ok("run", trace, "--model", "gpt-oss-120b", "--capacity", "1GiB")
+    assert "kv        hybrid semantics: vLLM 0.33.0's hybrid manager" in text
+    full = json.loads(ok("run", trace, "--model", "gpt-oss-120b", "--capacity", "1GiB", "--policy", "vllm",
+                         "--kv-semantics", "full", "--json"))
+    assert full["cache_capacity_blocks"] == GIB // (36 * 512 * 2048) and full["total_hit_tokens"] == 1536
+    assert "kv_semantics" not in full
+    assert "full semantics: every layer of gpt-oss-120b" in ok("run", trace, "--model", "gpt-oss-120b",
+                                                               "--capacity", "1GiB", "--policy", "lru")
+
+
+def test_sweep_hybrid_and_the_flags_that_contradict_it(tmp_path):
+    trace = _trace(tmp_path)
+    text = ok("sweep", trace, "--model", "gpt-oss-120b", "--policies", "vllm", "--capacities", "1GiB")
+    assert "kv semantics: hybrid" in text and "56" in text
+    assert "kv semantics: full" in ok("sweep", trace, "--model", "gpt-oss-120b", "--policies", "vllm,lru",
+                                      "--capacities", "1GiB")
+    assert "sweep --policies vllm only" in fails("sweep", trace, "--model", "gpt-oss-120b", "--policies", "lru",
+                                                 "--capacities", "1GiB", "--kv-semantics", "hybrid")
+    assert "--policy vllm, not lru" in fails("run", trace, "--model", "gpt-oss-120b", "--policy", "lru",
+                                             "--kv-semantics", "hybrid")
+    assert "--kv-semantics hybrid needs --model" in fails("run", trace, "--kv-semantics", "hybrid")
+    assert "one kind of layer" in fails("run", trace, "--model", "Llama-3.1-8B", "--kv-semantics", "hybrid")
+    assert "--kv-layers counts bytes" in fails("run", trace, "--model", "gpt-oss-120b", "--kv-layers", "full")
+    assert "only run and sweep" in fails("mrc", trace, "--model", "gpt-oss-120b", "--kv-semantics", "hybrid",
+                                         "--capacities", "1GiB")
