@@ -54,3 +54,11 @@ def test_sweep_hybrid_and_the_flags_that_contradict_it(tmp_path):
     assert "--kv-layers counts bytes" in fails("run", trace, "--model", "gpt-oss-120b", "--kv-layers", "full")
     assert "only run and sweep" in fails("mrc", trace, "--model", "gpt-oss-120b", "--kv-semantics", "hybrid",
                                          "--capacities", "1GiB")
+
+
+def test_simulate_refuses_a_time_model_without_mamba_layers(tmp_path):
+    # the roofline times attention and MLP layers only: Qwen3-Next's 36 Gated DeltaNet layers would
+    # be timed as attention, so simulate says so instead of printing wrong TTFTs
+    trace = _trace(tmp_path)
+    assert "no Mamba or linear-attention layers yet" in fails("simulate", trace, "--model", "Qwen3-Next-80B-A3B",
+                                                              "--gpu", "H100", "--tp", "4")
