@@ -38,22 +38,33 @@ def _cmd_models(args) -> int:
     rows = [{
         "name": e["name"], "attention": e["attention"], "num_layers": e["num_layers"], "num_kv_heads": e["num_kv_heads"],
         "head_dim": e["head_dim"],
-        "sliding": f"{e['sliding_window_layers']} x {e['sliding_window']}" if e["sliding_window"] else "-",
+        "groups": _groups_text(e["kv_groups"]),
         "bf16": e["kv_bytes_per_token"]["all"]["bf16"], "fp8": e["kv_bytes_per_token"]["all"]["fp8"],
-        "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["sliding_window"] else "-",
+        "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["kv_groups"] else "-",
         "params": f"{format_params(e['active_params'])} / {format_params(e['total_params'])}", "source": e["source"],
     } for e in entries]
     print(format_table(rows, [
         ("name", "model"), ("attention", "kind"), ("num_layers", "layers"), ("num_kv_heads", "kv heads"),
-        ("head_dim", "head dim"), ("sliding", "sliding layers x window"), ("bf16", "KV B/token bf16"),
+        ("head_dim", "head dim"), ("groups", "KV groups (layers)"), ("bf16", "KV B/token bf16"),
         ("fp8", "KV B/token fp8"), ("full", "bf16 full-attn only"), ("params", "active / total params"), ("source", "source"),
     ]))
     print("\nKV bytes per token: MHA/GQA = 2 (K, V) x layers x kv heads x head dim x dtype bytes; "
           "MLA = layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes\n(one latent per token and layer, shown as 1 kv head "
-          "of that width). Sliding-window models: budgets count every layer (an engine without a hybrid\nallocator keeps them all); "
-          "--kv-layers full counts only full-attention layers (what vLLM's hybrid allocator keeps for long prefixes).\n"
-          "Use: kvreplay run TRACE --capacity 80GiB --model NAME [--kv-dtype fp8]. Details: docs/budgets.md")
+          "of that width); Mamba / linear-attention layers keep a state per request, no KV per token.\nHybrid models "
+          "(sw: sliding window, chunk: chunked local, mamba): kvreplay run --model replays vLLM's hybrid manager over\n"
+          "these groups and sizes the pool as vLLM lays them out; --kv-semantics full counts every KV layer per token.\n"
+          "Use: kvreplay run TRACE --capacity 80GiB --model NAME [--kv-dtype fp8]. Details: docs/budgets.md, "
+          "docs/policies.md")
     return 0
+
+
+def _groups_text(groups) -> str:
+    """"18 sw128 + 18 full": each KV cache group's layers and kind (- for one full-attention group)."""
+    if not groups:
+        return "-"
+    names = {"full": lambda g: "full", "sliding_window": lambda g: f"sw{g['window']}",
+             "chunked_local": lambda g: f"chunk{g['chunk']}", "mamba": lambda g: "mamba"}
+    return " + ".join(f"{g['layers']} {names[g['kind']](g)}" for g in groups)
 
 
 def _parser_gpus(sub) -> None:
