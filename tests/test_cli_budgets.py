@@ -139,7 +139,7 @@ def test_models_table(capsys):
     assert llama.split()[:8] == ["Llama-3.1-8B", "gqa", "32", "8", "128", "-", "131,072", "65,536"]
     assert "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json" in llama
     gemma = next(line for line in out.splitlines() if line.startswith("gemma-3-27b-it "))
-    assert "52 x 1024" in gemma and "507,904" in gemma and "81,920" in gemma
+    assert "52 sw1024 + 10 full" in gemma and "507,904" in gemma and "81,920" in gemma
     deepseek = next(line for line in out.splitlines() if line.startswith("DeepSeek-V3 "))
     assert deepseek.split()[:7] == ["DeepSeek-V3", "mla", "61", "1", "576", "-", "70,272"]
     assert "37B / 671B" in deepseek

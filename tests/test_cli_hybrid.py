@@ -51,7 +51,10 @@ def test_sweep_hybrid_and_the_flags_that_contradict_it(tmp_path):
                                              "--kv-semantics", "hybrid")
     assert "--kv-semantics hybrid needs --model" in fails("run", trace, "--kv-semantics", "hybrid")
     assert "one kind of layer" in fails("run", trace, "--model", "Llama-3.1-8B", "--kv-semantics", "hybrid")
-    assert "--kv-layers counts bytes" in fails("run", trace, "--model", "gpt-oss-120b", "--kv-layers", "full")
+    assert "--kv-layers counts bytes" in fails("run", trace, "--model", "gpt-oss-120b", "--kv-layers", "full",
+                                               "--kv-semantics", "hybrid")
+    # --kv-layers alone asks for bytes per token: full semantics (s3fifo, the usual default policy)
+    assert "policy    s3fifo" in ok("run", trace, "--model", "gpt-oss-120b", "--kv-layers", "full")
     assert "only run and sweep" in fails("mrc", trace, "--model", "gpt-oss-120b", "--kv-semantics", "hybrid",
                                          "--capacities", "1GiB")
 

@@ -208,10 +208,12 @@ def kv_semantics(args) -> str:
     asked = getattr(args, "kv_semantics", "auto")
     if asked == "hybrid" and args.model is None:
         raise ConfigError("--kv-semantics hybrid needs --model (the model's layer groups)")
+    if getattr(args, "kv_layers", None) is not None:  # bytes per token: full semantics' way to count
+        if asked == "hybrid":
+            raise ConfigError("--kv-layers counts bytes per token for full semantics; with --kv-semantics hybrid a "
+                              "block id costs what vLLM's layout gives: drop one of them")
+        return "full"
     semantics = resolve_semantics(args.model, asked)
-    if semantics == "hybrid" and getattr(args, "kv_layers", None) is not None:
-        raise ConfigError("--kv-layers counts bytes per token for full semantics; with hybrid semantics a block id "
-                          "costs what vLLM's layout gives (give --kv-semantics full to use --kv-layers)")
     if semantics == "hybrid" and not _is_hybrid(args.model):
         raise ConfigError(f"--kv-semantics hybrid: {args.model} has one kind of layer (no sliding-window, "
                           "chunked-local or Mamba groups); its semantics are full")

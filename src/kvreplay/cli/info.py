@@ -52,7 +52,8 @@ def _cmd_models(args) -> int:
           "MLA = layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes\n(one latent per token and layer, shown as 1 kv head "
           "of that width); Mamba / linear-attention layers keep a state per request, no KV per token.\nHybrid models "
           "(sw: sliding window, chunk: chunked local, mamba): kvreplay run --model replays vLLM's hybrid manager over\n"
-          "these groups and sizes the pool as vLLM lays them out; --kv-semantics full counts every KV layer per token.\n"
+          "these groups and sizes the pool as vLLM lays them out; --kv-semantics full counts every KV layer per token,\n"
+          "and --kv-layers full counts only full-attention layers (bytes per token under full semantics).\n"
           "Use: kvreplay run TRACE --capacity 80GiB --model NAME [--kv-dtype fp8]. Details: docs/budgets.md, "
           "docs/policies.md")
     return 0
