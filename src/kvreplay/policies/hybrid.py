@@ -57,6 +57,10 @@ A request with hash ids ``ids`` and ``P`` prompt tokens (block size ``bs``), one
 The free queue is therefore, as in policies/vllm.py: [freed blocks without a hash] + [never used
 blocks] + [freed blocks with a hash, least recently freed first].
 
+Compiled: ``replay_hybrid_compiled`` runs the same replay in C (hybrid.c: dense ids for hash ids,
+index-linked lists as in vllm.c), equal request by request (hits, counters, resident count:
+tests/policies/test_hybrid_compiled.py); ``kvreplay.replay`` runs it unless engine="reference".
+
 Not modelled: output tokens (requests finish after their prefill: no decode blocks, nothing
 cached past the prompt); EAGLE's dropped block; partial (sub-block) Mamba hits, which need
 ``--prefix-match-unit``; KV connectors. A request whose blocks do not fit the pool is truncated
@@ -67,6 +71,10 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
 
 KINDS = ("full", "sliding_window", "chunked_local", "mamba")
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "oversize_requests")
@@ -333,12 +341,78 @@ class HybridPool:
 
 def replay_hybrid(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
                   chunk_tokens: int = 8192):
-    """Every request of `trace` in order through one HybridPool: (hit blocks, the pool)."""
-    import numpy as np
-
+    """Every request of `trace` in order through one HybridPool: (hit blocks, the pool). The
+    readable reference; replay_hybrid_compiled (below) is the same replay in C."""
     pool = HybridPool(capacity, list(groups), block_size, retention=retention, chunk_tokens=chunk_tokens)
     offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
     hits = np.zeros(len(lengths), dtype=np.int64)
     for i in range(len(lengths)):
         hits[i] = pool.serve(blocks[offsets[i]:offsets[i + 1]], lengths[i])
     return hits, pool
+
+
+KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}  # hybrid.c's K_FULL .. K_MAMBA
+
+
+def _positive(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"hybrid semantics: {what} must be a positive whole number, got {value!r}")
+    return int(value)
+
+
+def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
+                           chunk_tokens: int = 8192):
+    """replay_hybrid compiled (hybrid.c), the same replay request by request: (hit blocks, the
+    counters as HybridPool.stats, the resident count as HybridPool.resident_count()).
+
+    retention: None (dense) or a whole number >= 0; any number is vLLM's sparse mode, as in the
+    reference. A hash id repeated within a request's hit (never in chained hashes) is refused,
+    where the reference fails."""
+    import ctypes
+
+    from .. import native
+
+    groups = list(groups)
+    if not groups:
+        raise ConfigError("hybrid semantics need at least one KV cache group")
+    for g in groups:
+        if g.kind not in KIND_CODES:
+            raise ConfigError(f"hybrid semantics: unknown group kind {g.kind!r} (known: {', '.join(KINDS)})")
+        _positive(g.copies, f"{g.kind} copies")
+        if g.kind == "sliding_window":
+            _positive(g.window, "a sliding window")
+        if g.kind == "chunked_local":
+            _positive(g.chunk, "a local-attention chunk")
+    if retention is not None and (isinstance(retention, bool) or not isinstance(retention, (int, np.integer))
+                                  or retention < 0):
+        raise ConfigError(f"hybrid semantics: retention must be None or a whole number >= 0, got {retention!r}")
+    capacity = _positive(capacity, "capacity")
+    if capacity >= 2**31 - 1:
+        raise ConfigError(f"hybrid semantics: capacity {capacity:,} block ids is beyond the compiled engine (2**31 - 2)")
+    block_size, chunk_tokens = _positive(block_size, "block size"), _positive(chunk_tokens, "chunk tokens")
+    offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
+    blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
+    lengths = np.ascontiguousarray(trace.input_length, dtype=np.int64)
+    n = lengths.shape[0]
+    spec = np.array([[KIND_CODES[g.kind], g.copies, g.window or 0, g.chunk or 0] for g in groups], dtype=np.int64)
+    kind, copies, window, chunk = (np.ascontiguousarray(spec[:, k]) for k in range(4))
+    hits = np.zeros(n, dtype=np.int64)
+    out = np.zeros(5, dtype=np.int64)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    fn = native.function("kv_hybrid_replay", ctypes.c_int64, p, i, p, i, i, p, i, i, i, p, p, p, p, i, i, p, p)
+    rc = fn(offsets.ctypes.data, n, blocks.ctypes.data, blocks.shape[0], int(trace.num_blocks), lengths.ctypes.data,
+            capacity, block_size, len(groups), kind.ctypes.data, copies.ctypes.data, window.ctypes.data,
+            chunk.ctypes.data, -1 if retention is None else min(int(retention), 2**62), min(chunk_tokens, 2**62),
+            hits.ctypes.data, out.ctypes.data)
+    if rc == -1:
+        raise MemoryError("hybrid semantics: the compiled replay could not allocate its state")
+    if rc > 0:
+        raise ConfigError(f"hybrid semantics: request {rc - 1} repeats a hash id within its cache hit (vLLM's "
+                          "chained block hashes never repeat within a prompt)")
+    if rc == -3:
+        raise RuntimeError("hybrid semantics: the compiled replay's free queue ran dry after its fit check (a bug)")
+    if rc != 0:
+        raise ConfigError(f"hybrid semantics: the compiled replay refused its input (code {rc}: a block id outside "
+                          "the trace's range, malformed offsets, or a length, window or block size beyond 2**52 "
+                          "tokens, 2**24 for the block size)")
+    return hits, dict(zip(COUNTERS, (int(x) for x in out[:4]))), int(out[4])

@@ -1,0 +1,557 @@
+/* vLLM 0.33.0's hybrid KV cache manager, compiled: the rules and the reference engine are
+ * policies/hybrid.py (HybridPool, replay_hybrid); this is the same replay, request by request,
+ * with the trace's dense block ids for hash ids.
+ *
+ * The pool: block ids 1..capacity (0 is "no block", vLLM's null block and the reference's None).
+ * Its free queue is three runs, as in vllm.c: freed blocks without a hash (a ring, head reused
+ * first, a batch prepended in its order), the never-used blocks (a counter), freed blocks with a
+ * hash (a list linked through the blocks, least recently freed at the head). A cached block has a
+ * key, dense id * G + gid (G: the number of KV cache group ids, so one id's keys share a cache
+ * line); the blocks holding one key are a list linked through the blocks in the order they got
+ * it (keys[key] is its head, what a lookup returns, duplicates after it; the head's hp is the
+ * tail, so a key costs 4 bytes).
+ *
+ * A request's block table per KV cache group id is an array of block ids with 0 for a skipped
+ * slot; `lo` bounds its run of leading zeros (every entry below it is 0), so the walks that free
+ * skipped blocks and the finish start where the blocks are, not at block 0. A Mamba group's
+ * table is mostly gaps (a state per chunk, the older ones freed): it keeps only its states, with
+ * their indexes, in order. Every array is allocated here and freed before returning; nothing is
+ * global. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/kv.h"
+
+enum { K_FULL = 0, K_SLIDING = 1, K_CHUNKED = 2, K_MAMBA = 3 };
+enum { HY_ADMISSIONS, HY_EVICTIONS, HY_DUPLICATES, HY_OVERSIZE, HY_RESIDENT, HY_COUNTERS };
+/* return codes: 0 done; HY_NOMEM; HY_BADARG; HY_INTERNAL (the free queue ran dry where the fit
+ * check said it could not); r > 0: request r - 1 touches one block twice (a hash id repeated
+ * within its hit, which vLLM's chained hashes never do; the reference fails there too) */
+#define HY_NOMEM (-1)
+#define HY_BADARG (-2)
+#define HY_INTERNAL (-3)
+#define HY_REPEAT (-4)
+
+typedef struct {
+    i32 key;      /* id * G + gid it is cached under, -1: none */
+    i32 lp, ln;   /* links in the free queue's cached run; lp -1: not in it */
+    i32 hp, hn;   /* links among the holders of its key (the head's hp: the tail) */
+} HBlock;
+
+typedef struct {
+    int kind;
+    i64 window, chunk, need; /* need: blocks a sliding-window hit must end with */
+    i64 gid0, copies;
+} HSpec;
+
+typedef struct {
+    int kind;
+    i64 window, chunk, need;
+    i32 *table;  /* the block table (0: skipped); mamba: only its states, in order, at pos */
+    i64 *pos;    /* mamba: each state's index in the block table */
+    i64 ns;      /* mamba: states held */
+    i64 len, lo, cached_upto, last, newc; /* len: the block table's length */
+    i64 keep[4]; /* this request's block indexes it may hash: [keep[0], keep[1]) and [keep[2], keep[3]) */
+} HGroup;
+
+typedef struct {
+    i64 capacity, bs, nb, G, S, chunk_tokens, tcap;
+    int dense, simple, has_mamba;
+    int shift; /* log2(bs) when bs is a power of 2, else -1 */
+    i32 *scratch; /* tcap: a batch of hashless blocks being freed */
+    HBlock *blk;
+    i32 *keys; /* per key: its first holder, 0: none */
+    i32 *ring; /* the hashless run: ring[(head + k) % capacity], k < ring_count */
+    i64 ring_head, ring_count;
+    i64 next_unused;
+    i64 lru_count; /* the cached run: a circular list through blk with blk[0] its sentinel */
+    i64 c[HY_COUNTERS];
+    HSpec *spec;
+    int *order; /* lookup order: full attention's spec groups first */
+    HGroup *g;
+} HPool;
+
+/* ---- the free queue ---------------------------------------------------------------------- */
+
+/* x / bs for x >= 0 (a shift for the usual power-of-2 block sizes: a division costs tens of cycles) */
+static inline i64 hy_div(const HPool *p, i64 x) { return p->shift >= 0 ? x >> p->shift : x / p->bs; }
+
+static inline i64 hy_free_count(const HPool *p) {
+    return p->ring_count + (p->capacity - p->next_unused + 1) + p->lru_count;
+}
+
+static inline void hy_lru_unlink(HPool *p, i32 b) {
+    HBlock *blk = p->blk, *x = &blk[b];
+    blk[x->lp].ln = x->ln;
+    blk[x->ln].lp = x->lp;
+    x->lp = -1;
+    p->lru_count--;
+}
+
+static inline void hy_push_front(HPool *p, i32 b) {
+    p->ring_head = p->ring_head == 0 ? p->capacity - 1 : p->ring_head - 1;
+    p->ring[p->ring_head] = b;
+    p->ring_count++;
+}
+
+/* A free block from the queue's head; one with a hash loses it (an eviction). 0: none left. */
+static inline i32 hy_pop(HPool *p) {
+    if (p->ring_count) {
+        i32 b = p->ring[p->ring_head];
+        p->ring_head = p->ring_head + 1 == p->capacity ? 0 : p->ring_head + 1;
+        p->ring_count--;
+        return b;
+    }
+    if (p->next_unused <= p->capacity) return (i32)p->next_unused++;
+    i32 b = p->blk[0].ln; /* the head */
+    if (KV_UNLIKELY(!b)) return 0;
+    hy_lru_unlink(p, b);
+    HBlock *x = &p->blk[b];
+    i32 *head = &p->keys[x->key];
+    if (*head == b) {
+        if (x->hn) p->blk[x->hn].hp = x->hp; /* the tail */
+        *head = x->hn;
+    } else {
+        p->blk[x->hp].hn = x->hn;
+        if (x->hn) p->blk[x->hn].hp = x->hp; else p->blk[*head].hp = x->hp;
+    }
+    x->hp = x->hn = 0;
+    x->key = -1;
+    p->c[HY_RESIDENT]--;
+    p->c[HY_EVICTIONS]++;
+    i32 next = p->blk[0].ln;
+    if (next) __builtin_prefetch(&p->keys[p->blk[next].key], 1); /* the next eviction's key */
+    return b;
+}
+
+/* pool.free_blocks of t[hi-1], t[hi-2], ..., t[lo] (zeros skipped): the hashed ones appended to
+ * the cached run in that order, the others prepended to the hashless run as a batch in that order. */
+static void hy_free_desc(HPool *p, const i32 *t, i64 lo, i64 hi) {
+    HBlock *blk = p->blk;
+    i32 *batch = p->scratch;
+    i32 tail = blk[0].lp;
+    i64 n = 0, appended = 0;
+    for (i64 i = hi - 1; i >= lo; i--) {
+        i32 b = t[i];
+        if (!b) continue;
+        HBlock *x = &blk[b];
+        if (x->key >= 0) { /* appended to the cached run */
+            x->lp = tail;
+            x->ln = 0;
+            blk[tail].ln = b;
+            tail = b;
+            appended++;
+        } else {
+            batch[n++] = b;
+        }
+    }
+    blk[0].lp = tail;
+    p->lru_count += appended;
+    while (n) hy_push_front(p, batch[--n]);
+}
+
+/* Block b (without a hash) is cached by group gid under dense id `id`, last among its holders. */
+static inline void hy_cache(HPool *p, i64 gid, i64 id, i32 b) {
+    i64 key = id * p->G + gid;
+    i32 *head = &p->keys[key];
+    HBlock *x = &p->blk[b];
+    x->hn = 0;
+    if (*head) {
+        p->c[HY_DUPLICATES]++;
+        HBlock *h = &p->blk[*head];
+        p->blk[h->hp].hn = b;
+        x->hp = h->hp;
+        h->hp = b;
+    } else {
+        *head = b;
+        x->hp = b;
+    }
+    x->key = (i32)key;
+    p->c[HY_ADMISSIONS]++;
+    p->c[HY_RESIDENT]++;
+}
+
+/* ---- step 1: the hit --------------------------------------------------------------------- */
+
+/* Every copy of spec group s has a block cached under id. */
+static inline int hy_cached(const HPool *p, const HSpec *s, i64 id) {
+    const i32 *k = p->keys + id * p->G + s->gid0;
+    if (KV_LIKELY(s->copies == 1)) return *k != 0;
+    for (i64 c = 0; c < s->copies; c++)
+        if (!k[c]) return 0;
+    return 1;
+}
+
+static i64 hy_find(const HPool *p, const HSpec *s, const i32 *ids, i64 bound) {
+    switch (s->kind) {
+    case K_FULL: {
+        i64 k = 0;
+        while (k < bound && hy_cached(p, s, ids[k])) k++;
+        return k;
+    }
+    case K_SLIDING: {
+        i64 run = 0;
+        for (i64 i = bound - 1; i >= 0; i--) {
+            if (hy_cached(p, s, ids[i])) {
+                run++;
+                if (run >= s->need) return i + s->need;
+            } else {
+                run = 0;
+            }
+        }
+        return run;
+    }
+    case K_CHUNKED: {
+        i64 k = (bound * p->bs) / s->chunk * s->chunk / p->bs;
+        while (k < bound && hy_cached(p, s, ids[k])) k++;
+        return k;
+    }
+    default: /* mamba */
+        for (i64 i = bound - 1; i >= 0; i--)
+            if (hy_cached(p, s, ids[i])) return i + 1;
+        return 0;
+    }
+}
+
+/* (hit, junction) as HybridPool.find_hit */
+static i64 hy_find_hit(const HPool *p, const i32 *ids, i64 nids, i64 prompt, i64 *junction) {
+    i64 bound = prompt >= 1 ? hy_div(p, prompt - 1) : 0;
+    if (bound > nids) bound = nids;
+    i64 longest = 0;
+    for (;;) {
+        i64 start = bound;
+        for (i64 o = 0; o < p->S; o++) {
+            bound = hy_find(p, &p->spec[p->order[o]], ids, bound);
+            if (bound > longest) longest = bound;
+        }
+        if (bound >= start || p->simple) break;
+    }
+    *junction = longest > bound ? longest : 0;
+    return bound;
+}
+
+/* ---- steps 2 and 3 ----------------------------------------------------------------------- */
+
+static inline i64 hy_skipped(const HPool *p, const HGroup *g, i64 computed) {
+    switch (g->kind) {
+    case K_SLIDING: return hy_div(p, kv_max(0, computed - g->window + 1));
+    case K_CHUNKED: return hy_div(p, computed / g->chunk * g->chunk);
+    case K_MAMBA: return hy_div(p, kv_max(0, computed - 1));
+    default: return 0;
+    }
+}
+
+static int hy_grow(HPool *p, i64 need) {
+    if (need <= p->tcap) return 1;
+    i64 cap = kv_max(need, 2 * p->tcap);
+    if (cap > (i64)(SIZE_MAX / sizeof(i64))) return 0;
+    for (i64 gid = 0; gid < p->G; gid++) {
+        HGroup *g = &p->g[gid];
+        i32 *t = realloc(g->table, (size_t)cap * sizeof(i32));
+        if (!t) return 0;
+        g->table = t;
+        if (g->kind == K_MAMBA) { /* (its states' indexes) */
+            i64 *q = realloc(g->pos, (size_t)cap * sizeof(i64));
+            if (!q) return 0;
+            g->pos = q;
+        }
+    }
+    i32 *q = realloc(p->scratch, (size_t)cap * sizeof(i32));
+    if (!q) return 0;
+    p->scratch = q;
+    p->tcap = cap;
+    return 1;
+}
+
+static void hy_remove_skipped(HPool *p, i64 computed) {
+    i64 ceil_blocks = hy_div(p, computed + p->bs - 1);
+    for (i64 gid = 0; gid < p->G; gid++) {
+        HGroup *g = &p->g[gid];
+        if (g->kind == K_FULL) continue; /* skips nothing */
+        i32 *t = g->table;
+        i64 k = kv_min(hy_skipped(p, g, computed), g->len);
+        if (g->kind == K_MAMBA) { /* the walk goes on through the gaps: every state below k */
+            i64 m = 0;
+            while (m < g->ns && g->pos[m] < k) m++;
+            i64 last = g->last;
+            int drop_last = last >= 0 && last < ceil_blocks - 1;
+            if (m) hy_free_desc(p, t, 0, m);
+            i64 w = 0;
+            for (i64 r = m; r < g->ns; r++) {
+                if (drop_last && g->pos[r] == last) { /* the state the previous chunk started from */
+                    hy_free_desc(p, t, r, r + 1);
+                    continue;
+                }
+                t[w] = t[r], g->pos[w] = g->pos[r], w++;
+            }
+            g->ns = w;
+            continue;
+        }
+        i64 i = k - 1; /* the walk stops at the first skipped slot below k */
+        while (i >= g->lo && t[i]) i--;
+        if (i + 1 < k) {
+            hy_free_desc(p, t, i + 1, k);
+            memset(t + i + 1, 0, (size_t)(k - i - 1) * sizeof(i32));
+            if (i < g->lo) g->lo = k;
+        }
+    }
+}
+
+/* The block indexes group g may hash in this request (reachable_block_mask), as two ranges in
+ * order, disjoint: e1 the prompt's floor((P - 1) / bs), e2 the junction (0: none). */
+static void hy_keep_ranges(const HPool *p, HGroup *g, i64 e1, i64 e2) {
+    i64 *r = g->keep;
+    if (p->dense || g->kind == K_FULL || g->kind == K_CHUNKED) {
+        r[0] = 0, r[1] = INT64_MAX, r[2] = r[3] = 0;
+        return;
+    }
+    i64 span = g->kind == K_MAMBA ? 1 : g->need; /* mamba: the state block ending there */
+    i64 a0 = kv_max(0, e1 - span), a1 = e1, b0 = 0, b1 = 0;
+    if (e2) b0 = kv_max(0, e2 - span), b1 = e2;
+    if (b0 < a0) {
+        i64 t0 = a0, t1 = a1;
+        a0 = b0, a1 = b1, b0 = t0, b1 = t1;
+    }
+    if (b0 < a1) { /* overlapping: one range */
+        a1 = kv_max(a1, b1);
+        b0 = b1 = 0;
+    }
+    r[0] = a0, r[1] = a1, r[2] = b0, r[3] = b1;
+}
+
+/* One allocate_slots: tokens done..end. 1: done; 0: does not fit; < 0: an error code. */
+static int hy_allocate(HPool *p, const i32 *ids, i64 nids, i64 hit, i64 done, i64 end, int first) {
+    const i64 G = p->G, bs = p->bs;
+    hy_remove_skipped(p, done);
+    i64 slots = hy_div(p, end + bs - 1);
+    i64 total = first ? hit * G : 0; /* (the reference counts every slot of the hit, skipped ones too) */
+    for (i64 gid = 0; gid < G; gid++) {
+        HGroup *g = &p->g[gid];
+        i64 have = first ? hit : g->len;
+        g->newc = g->kind == K_MAMBA ? (slots > have) : kv_max(0, slots - have);
+        total += g->newc;
+    }
+    if (total > hy_free_count(p)) return 0;
+    if (slots > p->tcap && !hy_grow(p, slots)) return HY_NOMEM;
+    if (first) { /* touch the hit blocks each group keeps (add_local_computed_blocks): they leave the free queue */
+        for (i64 gid = 0; gid < G; gid++) {
+            HGroup *g = &p->g[gid];
+            i64 skip = kv_min(hy_skipped(p, g, hit * bs), hit);
+            const i32 *k = p->keys + gid;
+            i32 *t = g->table;
+            int mamba = g->kind == K_MAMBA;
+            if (!mamba) memset(t, 0, (size_t)skip * sizeof(i32));
+            i64 lo = skip;
+            for (i64 j = skip; j < hit; j++) {
+                i32 b = k[(i64)ids[j] * G];
+                if (!b) {
+                    if (!mamba) t[j] = 0;
+                    if (lo == j) lo++;
+                    continue;
+                }
+                if (KV_UNLIKELY(p->blk[b].lp < 0)) return HY_REPEAT; /* touched twice: a repeated id */
+                hy_lru_unlink(p, b);
+                if (mamba) t[g->ns] = b, g->pos[g->ns++] = j;
+                else t[j] = b;
+            }
+            g->len = g->cached_upto = hit;
+            g->lo = lo;
+        }
+    }
+    for (i64 gid = 0; gid < G; gid++) { /* new blocks, group by group */
+        HGroup *g = &p->g[gid];
+        if (!g->newc) continue;
+        if (g->kind == K_MAMBA) {
+            if (g->len) g->last = g->len - 1;
+            i32 b = hy_pop(p);
+            if (KV_UNLIKELY(!b)) return HY_INTERNAL;
+            g->table[g->ns] = b, g->pos[g->ns++] = slots - 1;
+            g->len = slots;
+        } else {
+            for (i64 c = 0; c < g->newc; c++) {
+                i32 b = hy_pop(p);
+                if (KV_UNLIKELY(!b)) return HY_INTERNAL;
+                g->table[g->len++] = b;
+            }
+        }
+    }
+    i64 full = hy_div(p, kv_min(end, nids * bs));
+    for (i64 gid = 0; gid < G; gid++) { /* cache_blocks */
+        HGroup *g = &p->g[gid];
+        if (g->cached_upto >= full) continue;
+        i64 top = kv_min(full, g->len);
+        if (g->kind == K_MAMBA) { /* the states not cached yet: the last ones */
+            const i64 *r = g->keep;
+            i64 q = g->ns;
+            while (q > 0 && g->pos[q - 1] >= g->cached_upto) q--;
+            for (; q < g->ns; q++) {
+                i64 j = g->pos[q];
+                if (j < top && ((j >= r[0] && j < r[1]) || (j >= r[2] && j < r[3]))) hy_cache(p, gid, ids[j], g->table[q]);
+            }
+            g->cached_upto = full;
+            continue;
+        }
+        for (int r = 0; r < 4; r += 2) {
+            i64 lo = kv_max(g->cached_upto, g->keep[r]), hi = kv_min(top, g->keep[r + 1]);
+            for (i64 j = lo; j < hi; j++) {
+                i32 b = g->table[j];
+                if (b) hy_cache(p, gid, ids[j], b);
+            }
+        }
+        g->cached_upto = full;
+    }
+    return 1;
+}
+
+/* One request, start to finish: its hit in blocks (< 0: an error code). */
+static i64 hy_serve(HPool *p, const i32 *ids, i64 nids, i64 prompt) {
+    const i64 bs = p->bs;
+    i64 junction;
+    i64 hit = hy_find_hit(p, ids, nids, prompt, &junction);
+    if (!hy_grow(p, hit)) return HY_NOMEM;
+    for (i64 gid = 0; gid < p->G; gid++) {
+        HGroup *g = &p->g[gid];
+        g->len = g->lo = g->cached_upto = g->ns = 0;
+        g->last = -1;
+        hy_keep_ranges(p, g, prompt >= 1 ? hy_div(p, prompt - 1) : 0, junction);
+    }
+    i64 stop1 = -1, stop2 = -1; /* a Mamba model's chunks also end here */
+    if (p->has_mamba && prompt > 0) {
+        stop1 = hy_div(p, prompt - 1) * bs;
+        stop2 = junction * bs;
+    }
+    i64 t = hit * bs;
+    int first = 1;
+    while (t < prompt) {
+        i64 end = p->chunk_tokens < prompt - t ? t + p->chunk_tokens : prompt;
+        if (p->has_mamba) {
+            i64 inside = -1;
+            if (t < stop1 && stop1 < end) inside = stop1;
+            if (t < stop2 && stop2 < end && (inside < 0 || stop2 < inside)) inside = stop2;
+            if (inside >= 0) end = inside;
+            else if (end < prompt) end = kv_max(t + bs, hy_div(p, end) * bs);
+        }
+        int r = hy_allocate(p, ids, nids, hit, t, end, first);
+        if (r < 0) return r;
+        if (!r) {
+            p->c[HY_OVERSIZE]++;
+            break;
+        }
+        t = end;
+        first = 0;
+    }
+    for (i64 gid = 0; gid < p->G; gid++) { /* finish: group order, each tail first */
+        HGroup *g = &p->g[gid];
+        if (g->kind == K_MAMBA) hy_free_desc(p, g->table, 0, g->ns);
+        else if (g->len > g->lo) hy_free_desc(p, g->table, g->lo, g->len);
+    }
+    return hit;
+}
+
+static void hy_release(HPool *p) {
+    if (p->g)
+        for (i64 gid = 0; gid < p->G; gid++) free(p->g[gid].table), free(p->g[gid].pos);
+    free(p->g);
+    free(p->scratch);
+    free(p->order);
+    free(p->spec);
+    free(p->ring);
+    free(p->keys);
+    free(p->blk);
+}
+
+/* The whole trace through one pool (replay_hybrid_compiled in hybrid.py).
+ * offsets (n + 1), blocks (num_accesses dense ids < num_blocks), input_length (n): the trace;
+ * kind/copies/window/chunk (num_specs): the spec groups in vLLM's order (kind: 0 full,
+ * 1 sliding_window, 2 chunked_local, 3 mamba); retention: -1 dense (None), else sparse;
+ * hits (n): out, hit blocks per request; counters (5): out, admissions, evictions,
+ * duplicate_blocks, oversize_requests, resident blocks at the end.
+ * Returns 0, HY_NOMEM (-1), HY_BADARG (-2), HY_INTERNAL (-3), or r > 0: request r - 1 repeats a
+ * hash id within its hit. */
+KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64 num_accesses, i64 num_blocks,
+                               const i64 *input_length,
+                               i64 capacity, i64 block_size, i64 num_specs, const i64 *kind, const i64 *copies,
+                               const i64 *window, const i64 *chunk, i64 retention, i64 chunk_tokens, i64 *hits,
+                               i64 *counters) {
+    const i64 too_long = (i64)1 << 52; /* (tokens, far from overflowing any sum below) */
+    if (n < 0 || num_blocks < 0 || capacity < 1 || capacity >= INT32_MAX || block_size < 1 ||
+        block_size > (1 << 24) || num_specs < 1 || chunk_tokens < 1)
+        return HY_BADARG;
+    if (offsets[0] < 0 || offsets[n] > num_accesses) return HY_BADARG;
+    for (i64 i = 0; i < n; i++)
+        if (offsets[i + 1] < offsets[i] || input_length[i] > too_long) return HY_BADARG;
+    uint32_t out_of_range = 0; /* (branch free: vectorized) */
+    for (i64 j = offsets[0]; j < offsets[n]; j++) out_of_range |= (uint32_t)blocks[j] >= (uint64_t)num_blocks;
+    if (out_of_range) return HY_BADARG;
+    HPool pool;
+    memset(&pool, 0, sizeof pool);
+    HPool *p = &pool;
+    p->capacity = capacity;
+    p->bs = block_size;
+    p->nb = num_blocks;
+    p->S = num_specs;
+    p->chunk_tokens = chunk_tokens;
+    p->dense = retention < 0;
+    p->next_unused = 1;
+    p->shift = -1;
+    for (int k = 0; k < 62; k++)
+        if (block_size == (i64)1 << k) p->shift = k;
+    i64 G = 0;
+    for (i64 s = 0; s < num_specs; s++) {
+        if (kind[s] < K_FULL || kind[s] > K_MAMBA || copies[s] < 1 || copies[s] > INT32_MAX) return HY_BADARG;
+        if (kind[s] == K_SLIDING && (window[s] < 1 || window[s] > too_long)) return HY_BADARG;
+        if (kind[s] == K_CHUNKED && (chunk[s] < 1 || chunk[s] > too_long)) return HY_BADARG;
+        G += copies[s];
+        if (G > INT32_MAX) return HY_BADARG;
+    }
+    p->G = G;
+    if (num_blocks > 0 && G > INT32_MAX / num_blocks) return HY_NOMEM; /* a key is an i32 */
+    i64 nkeys = G * num_blocks;
+    p->blk = malloc((size_t)(capacity + 1) * sizeof(HBlock));
+    p->keys = calloc((size_t)(nkeys > 0 ? nkeys : 1), sizeof(i32));
+    p->ring = malloc((size_t)capacity * sizeof(i32));
+    p->spec = malloc((size_t)num_specs * sizeof(HSpec));
+    p->order = malloc((size_t)num_specs * sizeof(int));
+    p->g = calloc((size_t)G, sizeof(HGroup));
+    if (!p->blk || !p->keys || !p->ring || !p->spec || !p->order || !p->g) {
+        hy_release(p);
+        return HY_NOMEM;
+    }
+    for (i64 b = 0; b <= capacity; b++) p->blk[b] = (HBlock){-1, -1, 0, 0, 0};
+    p->blk[0].lp = p->blk[0].ln = 0; /* the cached run's sentinel: empty */
+    i64 gid = 0, o = 0;
+    for (i64 s = 0; s < num_specs; s++) {
+        HSpec *sp = &p->spec[s];
+        sp->kind = (int)kind[s];
+        sp->window = window[s];
+        sp->chunk = chunk[s];
+        sp->need = sp->kind == K_SLIDING ? kv_ceil_div(window[s] - 1, block_size) : 0;
+        sp->gid0 = gid;
+        sp->copies = copies[s];
+        if (sp->kind == K_MAMBA) p->has_mamba = 1;
+        for (i64 c = 0; c < copies[s]; c++, gid++) {
+            HGroup *g = &p->g[gid];
+            g->kind = sp->kind;
+            g->window = sp->window;
+            g->chunk = sp->chunk;
+            g->need = sp->need;
+            g->last = -1;
+        }
+        if (sp->kind == K_FULL) p->order[o++] = (int)s;
+    }
+    for (i64 s = 0; s < num_specs; s++)
+        if (kind[s] != K_FULL) p->order[o++] = (int)s;
+    p->simple = num_specs == 2 && p->spec[p->order[0]].kind == K_FULL;
+    i64 rc = 0;
+    for (i64 i = 0; i < n; i++) {
+        i64 h = hy_serve(p, blocks + offsets[i], offsets[i + 1] - offsets[i], input_length[i]);
+        if (h < 0) {
+            rc = h == HY_REPEAT ? i + 1 : h;
+            break;
+        }
+        hits[i] = h;
+    }
+    for (int k = 0; k < HY_COUNTERS; k++) counters[k] = p->c[k];
+    hy_release(p);
+    return rc;
+}
