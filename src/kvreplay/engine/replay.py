@@ -121,14 +121,17 @@ def replay(
             raise ConfigError(f"kv_groups (hybrid semantics) model vLLM's hybrid manager: policy vllm without tiers, not "
                               f"{spec.name}{' with tiers' if tiers is not None else ''} (kv_semantics='full' replays "
                               "every layer as full attention)")
-        from ..policies.hybrid import replay_hybrid
+        from ..policies.hybrid import replay_hybrid, replay_hybrid_compiled
 
-        hit_blocks, pool = replay_hybrid(trace, capacity, kv_groups, block_size, retention=kv_retention,
-                                         chunk_tokens=prefill_chunk)
+        if engine == "compiled":
+            hit_blocks, counters, final = replay_hybrid_compiled(trace, capacity, kv_groups, block_size,
+                                                                 retention=kv_retention, chunk_tokens=prefill_chunk)
+        else:
+            hit_blocks, pool = replay_hybrid(trace, capacity, kv_groups, block_size, retention=kv_retention,
+                                             chunk_tokens=prefill_chunk)
+            final, counters = pool.resident_count(), dict(pool.stats)
         hit_tokens = np.minimum(hit_blocks * block_size, np.asarray(trace.input_length, dtype=np.int64))
-        final, counters = pool.resident_count(), dict(pool.stats)
         mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are per group: not counted)
-        engine = "reference"
         hybrid = {"groups": [vars(g) for g in kv_groups], "retention": kv_retention, "prefill_chunk": prefill_chunk,
                   "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
     elif tiers is not None:
