@@ -51,7 +51,8 @@ def layouts(draw, block_size):
     if shape == "sliding":
         groups = [Group("full"), Group("sliding_window", window=window())]
     elif shape == "k_sliding":
-        groups = [Group("full", draw(st.integers(1, 2))), Group("sliding_window", draw(st.integers(2, 4)), window=window())]
+        groups = [Group("full", draw(st.integers(1, 2))),
+                  Group("sliding_window", draw(st.integers(2, 4)), window=window())]
     elif shape == "chunked":
         groups = [Group("full"), Group("chunked_local", draw(st.integers(1, 2)), chunk=chunk())]
     elif shape == "mamba":

@@ -386,7 +386,8 @@ static int hy_allocate(HPool *p, const i32 *ids, i64 nids, i64 hit, i64 done, i6
             while (q > 0 && g->pos[q - 1] >= g->cached_upto) q--;
             for (; q < g->ns; q++) {
                 i64 j = g->pos[q];
-                if (j < top && ((j >= r[0] && j < r[1]) || (j >= r[2] && j < r[3]))) hy_cache(p, gid, ids[j], g->table[q]);
+                if (j < top && ((j >= r[0] && j < r[1]) || (j >= r[2] && j < r[3])))
+                    hy_cache(p, gid, ids[j], g->table[q]);
             }
             g->cached_upto = full;
             continue;

@@ -388,7 +388,8 @@ def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, ret
         raise ConfigError(f"hybrid semantics: retention must be None or a whole number >= 0, got {retention!r}")
     capacity = _positive(capacity, "capacity")
     if capacity >= 2**31 - 1:
-        raise ConfigError(f"hybrid semantics: capacity {capacity:,} block ids is beyond the compiled engine (2**31 - 2)")
+        raise ConfigError(f"hybrid semantics: capacity {capacity:,} block ids is beyond the compiled engine "
+                          "(2**31 - 2)")
     block_size, chunk_tokens = _positive(block_size, "block size"), _positive(chunk_tokens, "chunk tokens")
     offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
     blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
