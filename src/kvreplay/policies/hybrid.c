@@ -150,6 +150,21 @@ static void hy_free_desc(HPool *p, const i32 *t, i64 lo, i64 hi) {
     while (n) hy_push_front(p, batch[--n]);
 }
 
+/* pool.free_blocks of one block */
+static inline void hy_free_one(HPool *p, i32 b) {
+    HBlock *blk = p->blk, *x = &blk[b];
+    if (x->key < 0) {
+        hy_push_front(p, b);
+        return;
+    }
+    i32 tail = blk[0].lp;
+    x->lp = tail;
+    x->ln = 0;
+    blk[tail].ln = b;
+    blk[0].lp = b;
+    p->lru_count++;
+}
+
 /* Block b (without a hash) is cached by group gid under dense id `id`, last among its holders. */
 static inline void hy_cache(HPool *p, i64 gid, i64 id, i32 b) {
     i64 key = id * p->G + gid;
@@ -275,11 +290,12 @@ static void hy_remove_skipped(HPool *p, i64 computed) {
             while (m < g->ns && g->pos[m] < k) m++;
             i64 last = g->last;
             int drop_last = last >= 0 && last < ceil_blocks - 1;
-            if (m) hy_free_desc(p, t, 0, m);
+            if (m == 1) hy_free_one(p, t[0]);
+            else if (m) hy_free_desc(p, t, 0, m);
             i64 w = 0;
             for (i64 r = m; r < g->ns; r++) {
                 if (drop_last && g->pos[r] == last) { /* the state the previous chunk started from */
-                    hy_free_desc(p, t, r, r + 1);
+                    hy_free_one(p, t[r]);
                     continue;
                 }
                 t[w] = t[r], g->pos[w] = g->pos[r], w++;
@@ -443,7 +459,10 @@ static i64 hy_serve(HPool *p, const i32 *ids, i64 nids, i64 prompt) {
     }
     for (i64 gid = 0; gid < p->G; gid++) { /* finish: group order, each tail first */
         HGroup *g = &p->g[gid];
-        if (g->kind == K_MAMBA) hy_free_desc(p, g->table, 0, g->ns);
+        if (g->kind == K_MAMBA) {
+            if (g->ns == 1) hy_free_one(p, g->table[0]);
+            else hy_free_desc(p, g->table, 0, g->ns);
+        }
         else if (g->len > g->lo) hy_free_desc(p, g->table, g->lo, g->len);
     }
     return hit;
