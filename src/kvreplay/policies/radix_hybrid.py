@@ -1,0 +1,929 @@
+"""SGLang's hybrid prefix caches (sliding-window and Mamba models), request by request, as
+SGLang 0.5.23's ``UnifiedRadixCache`` does it.
+
+Source: SGLang 0.5.23, ``python/sglang/srt/``; the references ``file:line`` below are to that
+tree (``mem_cache/`` unless they say otherwise). In 0.5.23 both hybrids are one class,
+``UnifiedRadixCache`` (unified_radix_cache.py:199), built with the tree components (FULL, SWA),
+(FULL, MAMBA) or (FULL, SWA, MAMBA) (registry.py:149-220); its tree is ``UnifiedTreeCore``
+(unified_cache/unified_tree_core.py, Python) or the bundled Rust core (the default), which behave
+alike. Checked request by request (hit, and every pool and the tree after it) against SGLang's
+own cache code run on CPU, both tree cores, by tests/real_engines/test_sglang_hybrid.py;
+tests/policies/test_radix_hybrid.py holds hand-worked cases and the per-request hits SGLang's code
+gave on 24 scenarios with decoding.
+
+Modelling choices
+-----------------
+* One trace block is one SGLang page (``page_size = block_size``, P below); its hash id stands
+  for the page's P tokens, so the tree is keyed by block ids. Block ids missing past the end of a
+  trace's list (a prompt longer than its ids) are pages nobody shares: each gets a key of its own.
+* A request is (hash ids, prompt tokens L), served alone from start to finish, as kvreplay's
+  other policies: match, prefill (in chunks of ``chunk_tokens``, SGLang's
+  ``--chunked-prefill-size``; ``None``: one chunk), an insert after every chunk but the last
+  (``checkpoint_kv_cache``), the final insert and release (``release_kv_cache``), and nothing
+  else: no decode, so outputs are not cached (a request finishes after its first token, as with
+  ``max_new_tokens = 1``). ``UnifiedRadix.serve(..., out_len=O)`` also plays O - 1 decode steps
+  and caches their tokens; the regression against SGLang's code uses it, the replay does not.
+* The model's layers come as kvreplay ``Group`` s (policies/hybrid.py): a ``sliding_window``
+  group makes the tree's SWA component with its window W (all of them must share one window, as
+  SGLang's model has one ``sliding_window_size``); a ``chunked_local`` group counts as a sliding
+  window of its chunk size, as SGLang runs Llama 4 (``attention_chunk_size`` becomes the sliding
+  window: model_executor/model_runner_components/load_model_utils.py:144-158, its architecture is
+  in configs/model_config.py:2651's hybrid-SWA list); a ``mamba`` group makes the MAMBA
+  component; ``full`` is always there (a model with no full-attention group is SGLang's
+  ``PureSWARadixCache``, a plain radix tree: not this module). Which models SGLang really runs as
+  hybrids (is_hybrid_swa_model, uses_ssm_state) is the caller's business.
+* Pools, in pages (P tokens) or slots: ``full_pages`` (the full-attention KV pool; every cached
+  page holds its full KV), ``swa_pages`` (the sliding-window pool; default SGLang's
+  ``--swa-full-tokens-ratio`` 0.8 of the full pool, page-aligned: pool_configurator.py
+  _solve_pool_sizes), ``mamba_slots`` (state slots; SGLang sizes them from memory,
+  ``--max-mamba-cache-size`` or ``--mamba-full-memory-ratio``, so there is no default in pages:
+  ``None`` gives more slots than the tree can ever hold, full_pages + 4). A request whose prompt
+  does not fit the full pool at all is refused (``rejected``; SGLang refuses prompts longer than
+  its pool, managers/utils.py:260-290); one that cannot get its pages even after evicting all it
+  may is aborted, keeping what its earlier chunks inserted (``oversize_requests``; SGLang's
+  PrefillAdder budget, not modelled, would have held it back or capped its chunk).
+* Mamba: ``mamba_strategy`` ``"extra_buffer"`` (default: SGLang's ``auto`` with the overlap
+  scheduler on, arg_groups/overrides.py:477-486; required for P > 1) or ``"no_buffer"`` (P = 1
+  only, components/mamba.py:77-80). The model's ``mamba_chunk_size`` is taken as 64 (FLA's
+  CHUNK_SIZE, the default of arg_groups/overrides.py:1897-1925), so the checkpoint grid is
+  ``max(64, P)``.
+
+The cache
+---------
+A radix tree of pages. A node holds a run of pages (its key), children keyed by their first
+page, ``time`` (``last_access_time``, a counter read once per stamp: components/base.py:161-165),
+and per component: FULL KV (always present: a device-only tree), SWA KV (live, or a
+*tombstone*: full KV kept, window KV gone), a Mamba state (or none), and a lock count each.
+SWA and Mamba each have an LRU list of the nodes holding their data (unified_tree_core.py:213-389);
+full-KV eviction goes by leaf and ``time``.
+
+A request with prompt L (hit limit L - 1, schedule_batch.py:1766):
+
+1. Match (unified_tree_core.py:905-984): walk the first floor((L - 1) / P) pages from the root;
+   a mismatch inside a node splits it (the upper part is the match's). A node is an acceptable
+   end iff every component agrees (all are asked, in order: their checks keep state):
+   - SWA (components/swa.py:357-377): ``run`` starts at +inf; a tombstone sets it to 0 and fails;
+     a live node adds its tokens and passes iff ``run >= W``. So before the first tombstone every
+     node passes; after one, a hit needs W live tokens since it.
+   - Mamba (components/mamba.py:151-162): the node holds a state (the deepest state wins; a
+     split's upper part never has one, mamba.py:322-332).
+   The hit is the depth of the deepest acceptable node ("best"). Then (unified_tree_core.py:
+   1012-1068): SWA refreshes its LRU from best upward over W + P tokens, live nodes only, best
+   hottest (swa.py:332-355, unified_tree_core.py:332-355); Mamba moves best's state to MRU
+   (mamba.py:127-149); best and its ancestors get ``time = t, t - 1e-5, ...`` from one new t.
+   Branching points: SWA ``floorP(full-KV match)`` if beyond the hit (swa.py:379-421); Mamba the
+   same floored to the checkpoint grid (mamba.py:164-194).
+   Mamba copies best's state into a fresh request slot (evicting one state if none is free,
+   mamba.py:196-225).
+2. Lock best (unified_tree_core.py:730-743): FULL on best..root (full.py:282-329); SWA on best and
+   its ancestors until W tokens are covered, tombstones too, the last one the boundary
+   (swa.py:849-902); Mamba on best only (mamba.py:465-491). Locked data is never evicted.
+3. Prefill, chunk by chunk (the first chunk ``floorP(chunk_tokens)`` when the rest of the prompt,
+   page-rounded, exceeds it, later ones ``chunk_tokens``: managers/schedule_policy.py:1646-1672,
+   1140-1220). Per chunk [s, e) (mem_cache/allocation.py:374-488): Mamba slots first (1 for the
+   request unless it copied one, + 2 ping-pong slots with extra_buffer; allocation.py:298-324);
+   then the KV: ask for e - s tokens (+ one page when P > 1: allocation.py:174-200), evict the
+   shortfall of each pool (allocator/swa.py:210-220; base.py:155-169), take
+   ceil(e/P) - ceil(s/P) new pages in the full pool and as many in the SWA pool.
+   extra_buffer: the forward keeps a state at ``s + floor((e - s) / grid) * grid`` when
+   ``e - s >= grid``, moved to the Mamba branching point when that lies in the chunk on the
+   grid from s (managers/schedule_batch.py:3137-3235).
+   With both SWA and Mamba, a match needs all three components, the SWA branching point is not
+   used (Mamba decides where an insert stops, swa.py:1012-1015).
+4. After a chunk that is not the last: checkpoint (unified_radix_cache.py:1164-1335):
+   - the key length is the chunk end, cut at a pending SWA branching point beyond what the
+     request already has in the tree (swa.py:999-1028; not with Mamba), or at the tracked state
+     (extra_buffer: that state's slot goes to the tree and a new one, evicting a state if none is
+     free, replaces it; no state tracked in the chunk: nothing at all is inserted; no_buffer: the
+     chunk end, with a copy of the running state in a new slot) (mamba.py:527-682);
+   - the request frees its own SWA KV left of the window (common.py:75-138): with
+     ``pre = key - 1`` and cursor ``c`` (its SWA freed below c), if ``pre - W >= c + 1``:
+     ``c = max(c, in-tree length)``, freed up to ``floorP(pre - ceilP(max(W, P)))`` (not past the
+     last Mamba state - W with both components, unified_radix_cache.py:3771-3777);
+   - insert ``floorP(key)`` pages (unified_tree_core.py:1129-1465): along existing nodes, a
+     tombstone at positions >= c is split at c and *recovered* from the request's KV
+     (swa.py:434-513); the request's other pages there are duplicates and freed (full only below
+     c); the rest becomes a new leaf, tombstone below c; its live part, if longer than
+     ceilP(W), is split once so that its last ceilP(W) tokens are a node of their own, the older
+     part entering the SWA LRU first (swa.py:515-624); Mamba puts the state on the node where
+     the key ends (mamba.py:227-253; one already there: refreshed, the new one freed); the SWA
+     LRU is refreshed from there as at a match;
+   - the lock moves to that node; the in-tree length becomes the key; an SWA branch inserted
+     frees out of window again up to the chunk end (swa.py:1051-1069).
+5. After the last chunk the request finishes (release_kv_cache, common.py:400-444): the same
+   insert without the out-of-window free (so the whole prompt past c is inserted live), Mamba
+   donating the request's state (extra_buffer: the tracked one, if any: mamba.py:582-602), then
+   its pages outside the tree are freed and it is unlocked.
+
+Eviction (``evict_for_alloc``, unified_radix_cache.py:697-1058): per component, FULL then SWA
+then MAMBA, until that pool has its shortfall free: FULL pops unlocked leaves oldest ``time``
+first and deletes them with all their data, a parent left a leaf joining in (full.py:209-244,
+unified_tree_core.py:1903-1929); SWA / MAMBA walk their LRU from the cold end skipping nodes
+locked in that component: an unlocked leaf is deleted whole, any other node loses just that
+component's data (an SWA tombstone also drops the node's Mamba state:
+unified_tree_core.py:2125-2210), until the shortfall is met (swa.py:742-841, mamba.py:373-457).
+
+Counters: ``admissions`` (pages inserted into the tree), ``evictions`` (full-KV pages freed by
+eviction), ``swa_evictions`` (SWA pages freed by eviction: tombstoned or with their node),
+``mamba_evictions`` (states), ``evicted_nodes``, ``node_splits``, ``rejected``,
+``oversize_requests``.
+
+Not modelled: decode in the replay (see above), the admission budget (PrefillAdder /
+SWAPrefillBudget: requests are served one at a time and their chunks never capped; SGLang would
+shorten a continuing chunk when free + evictable SWA is below it, prefill_budget.py:274-278),
+overlapping requests and batches of several (their matches before any insert), HiCache /
+host tiers, PD disaggregation, speculative decoding, DCP, the unified memory pool, session and
+streaming caches, ``--mamba-max-states-per-path`` (off by default),
+``SGLANG_OPT_RELEASE_PREFILL_SWA`` (off by default).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from .hybrid import Group
+
+COUNTERS = ("admissions", "evictions", "swa_evictions", "mamba_evictions", "evicted_nodes", "node_splits",
+            "rejected", "oversize_requests")
+SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio (arg_groups/fields/schedule.py:150-162)
+SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL (environ.py:730): decode-time SWA frees
+MAMBA_CHUNK_SIZE = 64  # FLA CHUNK_SIZE, the default model mamba_chunk_size (arg_groups/overrides.py:1897-1925)
+MAMBA_TRACK_INTERVAL = 256  # --mamba-track-interval (arg_groups/fields/exec_.py:530): decode-time states
+PING_PONG_SLOTS = 2  # extra_buffer with the overlap scheduler (memory_pool.py:1393-1400)
+INF = float("inf")
+
+
+class Node:
+    """A radix tree node: a run of pages and, per component, its data and lock count."""
+
+    __slots__ = ("key", "parent", "children", "time", "full_lock", "swa", "swa_lock", "swa_uuid", "mamba",
+                 "mamba_lock", "serial")
+
+    def __init__(self, key, parent, time, serial):
+        self.key = key  # list of page keys (block ids)
+        self.parent = parent
+        self.children = {}  # first page -> child
+        self.time = time  # last_access_time
+        self.full_lock = 0
+        self.swa = False  # live SWA KV (False: a tombstone, or no SWA component)
+        self.swa_lock = 0
+        self.swa_uuid = None  # the SWA lock boundary mark (components/swa.py:849-902)
+        self.mamba = False  # holds a Mamba state
+        self.mamba_lock = 0
+        self.serial = serial
+
+
+class LRU:
+    """UnifiedLRUList (unified_tree_core.py:213-389): a doubly linked list, MRU first."""
+
+    def __init__(self):
+        self.head, self.tail = object(), object()
+        self.next = {self.head: self.tail}
+        self.prev = {self.tail: self.head}
+
+    def __contains__(self, node):
+        return node in self.next
+
+    def __len__(self):
+        return len(self.next) - 1
+
+    def _link_after(self, a, node):
+        b = self.next[a]
+        self.next[a], self.prev[node], self.next[node], self.prev[b] = node, a, b, node
+
+    def remove(self, node):
+        a, b = self.prev.pop(node), self.next.pop(node)
+        self.next[a], self.prev[b] = b, a
+
+    def insert_mru(self, node):
+        self._link_after(self.head, node)
+
+    def insert_after(self, a, node):
+        """`node` just colder than `a` (a split's new parent beside its child)."""
+        self._link_after(a, node)
+
+    def move_after(self, a, node):
+        self.remove(node)
+        self._link_after(a, node)
+
+    def coldest_unlocked(self, locked):
+        """get_lru_no_lock."""
+        return self.warmer_unlocked(self.tail, locked)
+
+    def warmer_unlocked(self, node, locked):
+        """get_prev_no_lock: the next node towards MRU that `locked` says is free."""
+        x = self.prev[node]
+        while x is not self.head and locked(x):
+            x = self.prev[x]
+        return None if x is self.head else x
+
+    def order(self):
+        """MRU first."""
+        out, x = [], self.next[self.head]
+        while x is not self.tail:
+            out.append(x)
+            x = self.next[x]
+        return out
+
+
+class _Request:
+    """What SGLang's Req / ReqKvInfo carry for the cache (managers/schedule_batch.py:951+)."""
+
+    def __init__(self, keys, prompt_tokens):
+        self.keys = keys
+        self.prompt_tokens = prompt_tokens
+        self.protected = 0  # cache_protected_len: [0, protected) is the tree's (tokens)
+        self.swa_cursor = 0  # get_evicted_seqlen(SWA): the request freed its SWA KV below this
+        self.computed = 0  # kv_committed_len: tokens whose KV the request has (tree's or its own)
+        self.lock = None  # (node, SWA boundary uuid)
+        self.swa_branch = None  # swa_branching_seqlen (tokens)
+        self.mamba_branch = None  # mamba_branching_seqlen (tokens)
+        self.mamba_slots = 0  # state slots it holds (its own one, plus the ping-pong pair)
+        self.has_own_slot = False
+        self.has_ping_pong = False
+        self.track = None  # mamba_last_track_seqlen
+        self.prev_track = None  # mamba_prev_track_seqlen
+
+
+class UnifiedRadix:
+    """SGLang 0.5.23's UnifiedRadixCache with FULL and SWA and / or MAMBA components."""
+
+    def __init__(self, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
+                 mamba_slots: int | None = None, chunk_tokens: int | None = 8192, mamba_strategy: str = "extra_buffer"):
+        groups = [g if isinstance(g, Group) else Group(**g) for g in groups]
+        kinds = {g.kind for g in groups}
+        if "full" not in kinds:
+            raise ValueError("SGLang's hybrid caches need a full-attention group "
+                             "(all-SWA models use a plain radix tree)")
+        unknown = kinds - {"full", "sliding_window", "chunked_local", "mamba"}
+        if unknown:
+            raise ValueError(f"unknown group kinds: {sorted(unknown)}")
+        windows = {g.window if g.kind == "sliding_window" else g.chunk for g in groups
+                   if g.kind in ("sliding_window", "chunked_local")}
+        if len(windows) > 1:
+            raise ValueError(f"SGLang's SWA tree has one window; the groups give {sorted(windows)}")
+        if any(w is None or w <= 0 for w in windows):
+            raise ValueError("a sliding-window (or chunked-local) group needs a positive window (chunk)")
+        if block_size < 1 or full_pages < 1:
+            raise ValueError("block_size and full_pages must be positive")
+        self.P = P = block_size
+        self.has_swa = bool(windows)
+        self.W = windows.pop() if windows else None
+        self.has_mamba = "mamba" in kinds
+        if mamba_strategy not in ("extra_buffer", "no_buffer"):
+            raise ValueError(f"mamba_strategy must be extra_buffer or no_buffer, got {mamba_strategy!r}")
+        if self.has_mamba and mamba_strategy == "no_buffer" and P != 1:
+            raise ValueError("SGLang's no_buffer Mamba cache needs page size 1 (components/mamba.py:77-80)")
+        self.extra_buffer = self.has_mamba and mamba_strategy == "extra_buffer"
+        if chunk_tokens is not None and chunk_tokens < P:
+            raise ValueError(f"chunk_tokens ({chunk_tokens}) must hold at least one page ({P})")
+        self.chunk_tokens = chunk_tokens
+        self.full_pages = full_pages
+        if swa_pages is None:
+            swa_pages = int(full_pages * P * SWA_FULL_TOKENS_RATIO) // P
+        self.swa_pages = swa_pages if self.has_swa else 0
+        if mamba_slots is None:
+            mamba_slots = full_pages + 4  # more than the tree (<= 1 state per page) and a request can hold
+        # a running request holds its slot (+ the ping-pong pair), the state it hit (locked) and, at a
+        # checkpoint, one more: with fewer, SGLang's allocation asserts (mamba.py:527-553)
+        least = 1 + (PING_PONG_SLOTS if mamba_strategy == "extra_buffer" else 0) + 2
+        if self.has_mamba and mamba_slots < least:
+            raise ValueError(f"{mamba_slots} Mamba state slots cannot serve one request ({mamba_strategy}: {least})")
+        self.mamba_slots_total = mamba_slots if self.has_mamba else 0
+        # checkpoint grid (runtime_context.py:1958-1979)
+        self.mamba_chunk = max(MAMBA_CHUNK_SIZE, P)
+        self.grid = math.lcm(self.mamba_chunk, P)
+        self.track_grid = math.lcm(self.grid, MAMBA_TRACK_INTERVAL)
+        self.full_free = full_pages
+        self.swa_free = self.swa_pages
+        self.mamba_free = self.mamba_slots_total
+        self.clock = 0.0
+        self.serials = 0
+        self.uuids = 0
+        self.requests = 0
+        self.root = self._node([], None)
+        self.root.full_lock = self.root.swa_lock = self.root.mamba_lock = 1  # unified_tree_core.py:500-506
+        self.swa_lru = LRU()
+        self.mamba_lru = LRU()
+        self.tree_pages = 0
+        self.stats = dict.fromkeys(COUNTERS, 0)
+
+    # ---- small helpers ---------------------------------------------------------------------------
+
+    def _tick(self) -> float:
+        """get_and_increase_time_counter (components/base.py:161-165)."""
+        t = self.clock
+        self.clock += 1.0
+        return t
+
+    def _node(self, key, parent):
+        node = Node(key, parent, self._tick(), self.serials)  # last_access_time ...
+        self._tick()  # ... and creation_time, two reads (unified_tree_core.py:126-127)
+        self.serials += 1
+        return node
+
+    def _ceil_page(self, tokens: int) -> int:
+        return -(-tokens // self.P) * self.P
+
+    def _evictable_leaf(self, node) -> bool:
+        """_is_device_leaf (unified_tree_core.py:2348-2364): no lock in any component, no child."""
+        return (node is not self.root and not node.children and node.full_lock == 0 and node.swa_lock == 0
+                and node.mamba_lock == 0)
+
+    def resident_count(self) -> int:
+        """Pages in the tree (each holds its full-attention KV)."""
+        return self.tree_pages
+
+    def swa_resident_count(self) -> int:
+        """Pages of the tree with live SWA KV."""
+        return sum(len(n.key) for n in self.swa_lru.order())
+
+    def mamba_state_count(self) -> int:
+        return len(self.mamba_lru)
+
+    def nodes(self):
+        """Every node but the root, depth first, with its start position in pages."""
+        stack = [(c, 0) for c in self.root.children.values()]
+        while stack:
+            node, start = stack.pop()
+            yield node, start
+            stack.extend((c, start + len(node.key)) for c in node.children.values())
+
+    # ---- the tree: split, match, insert ----------------------------------------------------------
+
+    def _split(self, child, k: int):
+        """_split_node (unified_tree_core.py:1467-1530): a new node takes child's first k pages."""
+        self.stats["node_splits"] += 1
+        new = self._node(child.key[:k], child.parent)
+        new.full_lock = child.full_lock  # full.py:150 ...
+        new.swa_lock, new.swa, new.swa_uuid = child.swa_lock, child.swa, child.swa_uuid  # swa.py:626-692
+        child.swa_uuid = None  # the window boundary is the older edge: it moves up
+        # Mamba: the new upper part has no state and no lock (mamba.py:322-332)
+        child.key = child.key[k:]
+        child.parent = new
+        new.children = {child.key[0]: child}
+        new.parent.children[new.key[0]] = new
+        if new.swa:
+            self.swa_lru.insert_after(child, new)  # beside its child, just colder
+        child.time = self._tick()
+        return new
+
+    def _common(self, node_key, key, start, stop=None) -> int:
+        """How many of node_key's pages equal key[start:stop], from the first (floored to pages:
+        keys are pages already)."""
+        n, limit = 0, min(len(node_key), (len(key) if stop is None else stop) - start)
+        while n < limit and node_key[n] == key[start + n]:
+            n += 1
+        return n
+
+    def _refresh_swa(self, node) -> None:
+        """reset_node_and_window_ancestors_mru over W + P tokens (swa.py:332-355)."""
+        prev, covered = self.swa_lru.head, 0
+        while node is not self.root and covered < self.W + self.P:
+            if node.swa:
+                self.swa_lru.move_after(prev, node)
+                prev = node
+            covered += len(node.key) * self.P
+            node = node.parent
+
+    def _match(self, key):
+        """(best node, hit pages, full-KV match pages): _match_prefix_helper and its post-processing."""
+        if not key:
+            return self.root, 0, 0  # an empty (page-aligned) key: the empty match, nothing touched
+        P, W = self.P, self.W
+        run = INF  # the SWA validator's state (swa.py:357-377)
+
+        def acceptable(n) -> bool:
+            nonlocal run
+            ok = True
+            if self.has_swa:
+                if not n.swa:
+                    run, ok = 0, False
+                else:
+                    run += len(n.key) * P
+                    ok = run >= W
+            if self.has_mamba and not n.mamba:
+                ok = False
+            return ok
+
+        node, best, best_len, full_hit, pos = self.root, self.root, 0, 0, 0
+        while pos < len(key) and key[pos] in node.children:
+            child = node.children[key[pos]]
+            m = self._common(child.key, key, pos)
+            full_hit += m
+            if m < len(child.key):
+                child = self._split(child, m)
+                if acceptable(child):
+                    best, best_len = child, pos + m
+                break
+            node = child
+            if acceptable(child):
+                best, best_len = child, pos + m
+            pos += m
+        if self.has_swa:
+            self._refresh_swa(best)
+        if self.has_mamba and best.mamba:
+            self.mamba_lru.move_after(self.mamba_lru.head, best)
+        t = self._tick()  # _match_post_processor (unified_tree_core.py:1030-1034)
+        n = best
+        while n is not None:
+            n.time = t
+            t -= 0.00001
+            n = n.parent
+        return best, best_len, full_hit
+
+    def _insert(self, req, n: int):
+        """Insert the request's first n pages (unified_tree_core.py:1129-1465).
+        Returns (target node, mamba state already there)."""
+        P, key = self.P, req.keys
+        protected, cursor = req.protected // P, req.swa_cursor // P  # prev_prefix_len, SWA cursor (pages)
+        self.root.time = self._tick()  # _touch_node(root)
+        if n == 0:
+            return self.root, True  # an empty key: nothing inserted (begin_insert)
+        node, t = self.root, 0
+        while t < n and key[t] in node.children:  # WALK / OVERLAP (1282-1366)
+            child = node.children[key[t]]
+            child.time = self._tick()  # _touch_node
+            m = self._common(child.key, key, t, n)
+            if m < len(child.key):
+                child = self._split(child, m)
+            consumed = m
+            if self.has_swa and protected < t + m and not child.swa:
+                live = max(t, cursor)  # a tombstone at positions >= the cursor is recovered (swa.py:471-513)
+                if live < t + m:
+                    if live > t:
+                        self._split(child, live - t)  # _clip_to_window: the upper part stays a tombstone
+                    # _recover_from_incoming (swa.py:454-469): the node keeps one full copy (its own, or
+                    # the request's), the request's SWA KV becomes the node's
+                    self.full_free += t + m - live
+                    child.swa = True
+                    self.swa_lru.insert_mru(child)  # SWARebuild / RecoverSWAWithLockedFull
+                    consumed = live - t
+            dup = max(0, protected - t)  # the request's own pages there are duplicates (1348-1365)
+            if dup < consumed:
+                lo, hi = t + dup, t + consumed
+                self.full_free += hi - lo
+                if self.has_swa:
+                    self.swa_free += max(0, hi - max(lo, cursor))  # below the cursor: full only
+            node, t = child, t + m
+        leaf = None
+        if t < n:  # COMMIT (1383-1421): the rest is a new leaf
+            leaf = self._node(list(key[t:n]), node)
+            node.children[leaf.key[0]] = leaf
+            self.tree_pages += n - t
+            self.stats["admissions"] += n - t
+        target = leaf if leaf is not None else node
+        if self.has_swa and leaf is not None:  # swa.py:515-591
+            live = max(t, cursor)
+            if live < n:
+                if live > t:
+                    self._split(leaf, live - t)  # below the cursor: a tombstone
+                tail = -(-self.W // P)  # _maybe_split_leaf_for_swa_lock: cap at ceilP(W) (593-624)
+                older = self._split(leaf, len(leaf.key) - tail) if len(leaf.key) > tail else None
+                if older is not None:
+                    older.swa = True
+                    self.swa_lru.insert_mru(older)
+                leaf.swa = True
+                self.swa_lru.insert_mru(leaf)
+        exist = False
+        if self.has_mamba:  # mamba.py:227-253
+            if leaf is not None or not target.mamba:
+                target.mamba = True
+                self.mamba_lru.insert_mru(target)
+                if leaf is None:
+                    target.time = self._tick()
+            else:
+                self.mamba_lru.move_after(self.mamba_lru.head, target)
+                target.time = self._tick()
+                exist = True
+        if self.has_swa:  # TAIL: INSERT_END refresh (1449-1465)
+            self._refresh_swa(target)
+        return target, exist
+
+    # ---- locks -------------------------------------------------------------------------------------
+
+    def _lock(self, node):
+        """inc_lock_ref (unified_tree_core.py:730-743): a receipt (node, SWA boundary uuid)."""
+        n = node
+        while n is not self.root:  # FULL: the path to the root
+            n.full_lock += 1
+            n = n.parent
+        uuid = None
+        if self.has_swa:  # SWA: the nodes covering the last W tokens, tombstones too
+            n, covered = node, 0
+            while n is not self.root and covered < self.W:
+                n.swa_lock += 1
+                covered += len(n.key) * self.P
+                if covered >= self.W:
+                    if n.swa_uuid is None:
+                        self.uuids += 1
+                        n.swa_uuid = self.uuids
+                    uuid = n.swa_uuid
+                n = n.parent
+        if self.has_mamba and node is not self.root:  # MAMBA: the node itself
+            node.mamba_lock += 1
+        return node, uuid
+
+    def _unlock(self, receipt) -> None:
+        """dec_lock_ref (unified_tree_core.py:783-796)."""
+        node, uuid = receipt
+        if self.has_swa:  # swa.py:904-950: down to the boundary mark
+            n = node
+            while n is not self.root:
+                n.swa_lock -= 1
+                if uuid is not None and n.swa_uuid == uuid:
+                    break
+                n = n.parent
+        if self.has_mamba and node is not self.root:
+            node.mamba_lock -= 1
+        n = node
+        while n is not self.root:
+            n.full_lock -= 1
+            n = n.parent
+
+    # ---- eviction ----------------------------------------------------------------------------------
+
+    def _available(self, ct: str) -> int:
+        """_component_available_size: tokens for FULL / SWA, slots for MAMBA."""
+        return {"full": self.full_free * self.P, "swa": self.swa_free * self.P, "mamba": self.mamba_free}[ct]
+
+    def _delete_leaf(self, node, freed) -> None:
+        """_delete_unbacked_device_leaf (unified_tree_core.py:1903-1929): all of its data goes."""
+        pages = len(node.key)
+        self.full_free += pages
+        self.tree_pages -= pages
+        freed["full"] += pages * self.P
+        self.stats["evictions"] += pages
+        self.stats["evicted_nodes"] += 1
+        if node.swa:
+            self.swa_lru.remove(node)
+            self.swa_free += pages
+            freed["swa"] += pages * self.P
+            self.stats["swa_evictions"] += pages
+        if node.mamba:
+            self.mamba_lru.remove(node)
+            self.mamba_free += 1
+            freed["mamba"] += 1
+            self.stats["mamba_evictions"] += 1
+        del node.parent.children[node.key[0]]
+
+    def _drop_mamba(self, node, freed) -> None:
+        node.mamba = False
+        self.mamba_lru.remove(node)
+        self.mamba_free += 1
+        freed["mamba"] += 1
+        self.stats["mamba_evictions"] += 1
+
+    def _tombstone(self, ct: str, node, freed) -> None:
+        """An internal (or locked-leaf) victim loses one component's data; an SWA tombstone also
+        drops the node's state (_cascade_evict: priorities FULL 2 > SWA 1 > MAMBA 0 on internal
+        nodes, unified_tree_core.py:2125-2210)."""
+        if ct == "swa":
+            pages = len(node.key)
+            node.swa = False
+            self.swa_lru.remove(node)
+            self.swa_free += pages
+            freed["swa"] += pages * self.P
+            self.stats["swa_evictions"] += pages
+            if node.mamba:
+                self._drop_mamba(node, freed)
+        else:
+            self._drop_mamba(node, freed)
+
+    def _evict(self, full_tokens: int = 0, swa_tokens: int = 0, mamba: int = 0) -> None:
+        """evict_for_alloc with component shortfalls (unified_radix_cache.py:697-1058)."""
+        request = {"full": full_tokens, "swa": swa_tokens, "mamba": mamba}
+        target = {ct: self._available(ct) + r for ct, r in request.items() if r > 0}
+        freed = {"full": 0, "swa": 0, "mamba": 0}
+
+        def reached(ct):
+            return ct in target and self._available(ct) >= target[ct]
+
+        for ct in ["full"] + (["swa"] if self.has_swa else []) + (["mamba"] if self.has_mamba else []):
+            to_target = ct == "full" and request[ct] > 0
+            if reached(ct) or (not to_target and freed[ct] >= request[ct]):
+                continue
+            if ct == "full":
+                self._evict_full_leaves(freed, reached)
+            else:
+                self._evict_aux(ct, request[ct], freed, reached)
+
+    def _evict_full_leaves(self, freed, reached) -> None:
+        """full.py:209-244: a heap of unlocked leaves by last access; a parent left a leaf joins it."""
+        heap = [(n.time, n.serial, n) for n, _ in self.nodes() if self._evictable_leaf(n)]
+        heapq.heapify(heap)
+        while heap:
+            _, _, x = heapq.heappop(heap)
+            if not self._evictable_leaf(x) or x.parent is None or x.parent.children.get(x.key[0]) is not x:
+                continue
+            self._delete_leaf(x, freed)
+            if reached("full"):
+                return
+            if self._evictable_leaf(x.parent):
+                heapq.heappush(heap, (x.parent.time, x.parent.serial, x.parent))
+
+    def _evict_aux(self, ct: str, quota: int, freed, reached) -> None:
+        """swa.py:742-841 / mamba.py:373-457: the component's LRU from its cold end."""
+        lru = self.swa_lru if ct == "swa" else self.mamba_lru
+        locked = (lambda n: n.swa_lock > 0) if ct == "swa" else (lambda n: n.mamba_lock > 0)
+        cursor = lru.coldest_unlocked(locked)
+        while True:
+            if cursor is not None and cursor not in lru:
+                cursor = lru.coldest_unlocked(locked)
+            if freed[ct] >= quota or cursor is None:
+                return
+            x = cursor
+            cursor = lru.warmer_unlocked(x, locked)
+            if self._evictable_leaf(x):
+                self._delete_leaf(x, freed)
+            else:
+                self._tombstone(ct, x, freed)
+            if reached(ct):
+                return
+
+    # ---- one request -------------------------------------------------------------------------------
+
+    def serve(self, pages, prompt_tokens: int, out_len: int = 1) -> int:
+        """One request from match to release: its hit in pages. `pages`: the page keys of its prompt
+        (and, with out_len > 1, of its prompt followed by its output tokens); out_len - 1 decode
+        steps follow the prefill (out_len = 1: none, as in a kvreplay trace)."""
+        P, L = self.P, prompt_tokens
+        self.requests += 1
+        if L <= 0:
+            return 0
+        if -(-L // P) > self.full_pages:  # can never fit: refused (managers/utils.py:260-290)
+            self.stats["rejected"] += 1
+            return 0
+        if out_len > 1 and not (self.has_swa or self.has_mamba):
+            # a FULL-only tree also splits the leaf at the prompt's end after caching outputs
+            # (unified_radix_cache.py:1257-1283): not modelled
+            raise NotImplementedError("decode steps on a FULL-only tree are not modelled")
+        total = L + out_len - 1
+        keys = list(pages[: total // P])
+        keys += [("unshared", self.requests, j) for j in range(len(keys), total // P)]
+        req = _Request(keys, L)
+        best, hit, full_hit = self._match(keys[: (L - 1) // P])
+        if self.has_swa and full_hit > hit:
+            req.swa_branch = full_hit * P
+        if self.has_mamba:
+            aligned = full_hit * P // self.grid * self.grid
+            if aligned > hit * P:
+                req.mamba_branch = aligned
+            if best.mamba:  # copy-on-write into a fresh slot (mamba.py:196-225)
+                if self.mamba_free == 0:
+                    receipt = self._lock(best)
+                    self._evict(mamba=1)
+                    self._unlock(receipt)
+                if self.mamba_free == 0:
+                    self.stats["oversize_requests"] += 1
+                    return hit
+                self.mamba_free -= 1
+                req.mamba_slots += 1
+                req.has_own_slot = True
+        req.protected = req.computed = hit * P
+        req.lock = self._lock(best)
+        pos, first = hit * P, True
+        while pos < L:
+            end = self._chunk_end(pos, L, first)
+            if not self._allocate(req, pos, end):
+                self._abort(req)
+                return hit
+            if self.extra_buffer:
+                self._track_prefill(req, pos, end)
+            req.computed = end
+            if end < L or out_len > 1:
+                self._checkpoint(req, end, finished=False)
+            pos, first = end, False
+        for k in range(1, out_len):
+            if not self._decode_step(req, k):
+                self._abort(req)
+                return hit
+        self._release(req)
+        return hit
+
+    def _chunk_end(self, pos: int, L: int, first: bool) -> int:
+        """PrefillAdder (managers/schedule_policy.py) with no binding budget: the first chunk is cut
+        at floorP(chunk) when the rest of the prompt, page-rounded, exceeds it (1646-1672), later
+        ones at the chunk (1140-1220)."""
+        c = self.chunk_tokens
+        if c is None:
+            return L
+        if first:
+            if self._ceil_page(L - pos) <= c:
+                return L
+            return pos + c // self.P * self.P
+        return pos + min(L - pos, c)
+
+    def _allocate(self, req, start: int, end: int) -> bool:
+        """alloc_for_extend (allocation.py:374-488): state slots, then the KV of [start, end)."""
+        P = self.P
+        if self.has_mamba:  # ensure_mamba_capacity + HybridReqToTokenPool.alloc (allocation.py:298-324)
+            needed = (0 if req.has_own_slot else 1)
+            if self.extra_buffer and not req.has_ping_pong:
+                needed += PING_PONG_SLOTS
+            if self.mamba_free < needed:
+                self._evict(mamba=needed - self.mamba_free)
+            if self.mamba_free < needed:
+                return False
+            self.mamba_free -= needed
+            req.mamba_slots += needed
+            req.has_own_slot = True
+            req.has_ping_pong = req.has_ping_pong or self.extra_buffer
+        self._make_room((end - start) + (P if P > 1 else 0))
+        new = -(-end // P) - -(-start // P)
+        if new > self.full_free or (self.has_swa and new > self.swa_free):
+            return False
+        self.full_free -= new
+        if self.has_swa:
+            self.swa_free -= new
+        return True
+
+    def _make_room(self, demand: int) -> None:
+        """evict_to_free_tokens: each pool's shortfall of `demand` tokens (allocator/swa.py:210-220,
+        allocator/base.py:155-169)."""
+        full_short = max(0, demand - self.full_free * self.P)
+        swa_short = max(0, demand - self.swa_free * self.P) if self.has_swa else 0
+        if full_short or swa_short:
+            self._evict(full_tokens=full_short, swa_tokens=swa_short)
+
+    def _track_prefill(self, req, start: int, end: int) -> None:
+        """Where the forward keeps a state (extra_buffer, non-DCP; schedule_batch.py:3137-3235)."""
+        extend = end - start
+        if extend < self.grid:
+            return
+        aligned = start + extend // self.grid * self.grid
+        limit = end if start + extend // MAMBA_CHUNK_SIZE * MAMBA_CHUNK_SIZE == aligned else aligned + 1
+        b = req.mamba_branch
+        if b is not None and start < b < limit and (b - start) % self.mamba_chunk == 0:
+            aligned = b
+        req.track = aligned
+
+    def _decode_step(self, req, k: int) -> bool:
+        """Decode step k (1-based: k output tokens so far) before its forward: maybe_evict_swa
+        (schedule_batch.py:4068-4123), then one token (alloc_for_decode_default, allocation.py:625-665)."""
+        P = self.P
+        if self.has_swa and k - 1 >= 1:
+            seqlen = req.prompt_tokens + k
+            if seqlen - 1 - self.W >= req.swa_cursor + SWA_EVICTION_INTERVAL:
+                self._free_out_of_window(req, seqlen - 1)
+        committed = req.computed
+        self._make_room(1 if P == 1 else P)
+        if committed % P == 0:
+            if self.full_free < 1 or (self.has_swa and self.swa_free < 1):
+                return False
+            self.full_free -= 1
+            if self.has_swa:
+                self.swa_free -= 1
+        req.computed = committed + 1
+        if self.extra_buffer and req.computed % self.track_grid == 0:  # batch_result_processor.py:1650-1668
+            req.prev_track, req.track = req.track, req.computed
+        return True
+
+    def _free_out_of_window(self, req, pre_len: int) -> None:
+        """free_swa_out_of_window_slots (common.py:75-138): the request's own SWA KV left of its
+        window goes back; the cursor only moves forward, page by page."""
+        if not self.has_swa:
+            return
+        P, W = self.P, self.W
+        if pre_len - W < req.swa_cursor + 1:
+            return
+        cursor = max(req.swa_cursor, req.protected)  # swa_dead_lo (schedule_batch.py:994-1000)
+        req.swa_cursor = cursor
+        threshold = pre_len - self._ceil_page(max(W, P))
+        if self.has_mamba and req.track is not None:  # swa_retain_floor (unified_radix_cache.py:3771-3777)
+            threshold = min(threshold, req.track - W)
+        new = max(cursor, threshold) // P * P
+        if new > cursor:
+            self.swa_free += (new - cursor) // P
+            req.swa_cursor = new
+
+    def _checkpoint(self, req, up_to: int, *, finished: bool) -> None:
+        """checkpoint_into_tree (unified_radix_cache.py:1164-1335)."""
+        P = self.P
+        key_len, branch = up_to, None
+        if self.has_swa and not self.has_mamba:  # swa.py:999-1028
+            b = req.swa_branch
+            if b is not None and b > req.protected and b <= up_to:
+                branch, key_len = b, min(key_len, b)
+        mamba_value = False  # a state slot prepared for the insert (mamba.py:604-682)
+        if self.has_mamba:
+            if self.extra_buffer:
+                if finished:
+                    cache_len = self._finished_checkpoint(req, up_to)
+                    mamba_value = cache_len is not None
+                    cache_len = cache_len or 0
+                else:
+                    cache_len = req.track or 0
+                    if req.track is not None:
+                        self._take_slot()  # the request's tracked slot is donated, a new one replaces it
+                        mamba_value = True
+            else:
+                cache_len = up_to
+                if not finished:
+                    self._take_slot()  # a copy of the running state
+                mamba_value = True
+            key_len = min(key_len, cache_len)
+        if not finished:
+            self._free_out_of_window(req, key_len - 1)
+        if key_len <= 0:
+            self._mamba_cleanup(req, finished, mamba_value, inserted=False)
+            return
+        n = key_len // P
+        target, exist = self._insert(req, n)
+        self._unlock(req.lock)
+        req.lock = self._lock(target)
+        req.protected = n * P
+        if branch is not None and n * P >= branch:  # cleanup_after_caching_req (swa.py:1051-1069)
+            req.swa_branch = None
+            if not finished:
+                self._free_out_of_window(req, req.computed - 1)
+        self._mamba_cleanup(req, finished, mamba_value, inserted=mamba_value and not exist and n > 0)
+
+    def _take_slot(self) -> None:
+        """_alloc_mamba_slot (mamba.py:527-553): evict one state if none is free."""
+        if self.mamba_free == 0:
+            self._evict(mamba=1)
+        if self.mamba_free == 0:
+            raise RuntimeError("no Mamba state slot can be freed (SGLang asserts here too)")
+        self.mamba_free -= 1
+
+    def _finished_checkpoint(self, req, owned: int):
+        """_select_finished_checkpoint (mamba.py:582-602): the tracked length, or None."""
+        cache_len = req.track or 0
+        if cache_len <= owned:
+            return cache_len
+        if req.prev_track is None or req.prev_track > owned:
+            return None
+        return req.prev_track
+
+    def _mamba_cleanup(self, req, finished: bool, mamba_value: bool, inserted: bool) -> None:
+        """cleanup_after_caching_req (mamba.py:684-727): slot bookkeeping."""
+        if not self.has_mamba:
+            return
+        if finished:
+            if self.extra_buffer:  # free_mamba_cache(keep the donated one if it went in)
+                kept = 1 if inserted else 0
+                self.mamba_free += req.mamba_slots - kept
+            elif not inserted:
+                self.mamba_free += req.mamba_slots
+            req.mamba_slots = 0
+            req.has_own_slot = req.has_ping_pong = False
+        else:
+            if mamba_value and not inserted:
+                self.mamba_free += 1
+            req.track = req.prev_track = None
+
+    def _release(self, req) -> None:
+        """release_kv_cache(checkpoint=True) (common.py:400-444)."""
+        owned = req.computed
+        self._checkpoint(req, owned, finished=True)
+        held = -(-owned // self.P) - req.protected // self.P
+        self.full_free += held  # free_kv_row: [protected, owned)
+        if self.has_swa:  # ... full only below the SWA cursor
+            self.swa_free += max(0, -(-owned // self.P) - max(req.protected, req.swa_cursor) // self.P)
+        self._unlock(req.lock)
+        req.lock = None
+
+    def _abort(self, req) -> None:
+        """Give back what the request holds, inserting nothing more (the pages it could not get)."""
+        self.stats["oversize_requests"] += 1
+        owned = req.computed
+        self.full_free += max(0, -(-owned // self.P) - req.protected // self.P)
+        if self.has_swa:
+            self.swa_free += max(0, -(-owned // self.P) - max(req.protected, req.swa_cursor) // self.P)
+        self.mamba_free += req.mamba_slots
+        req.mamba_slots = 0
+        if req.lock is not None:
+            self._unlock(req.lock)
+            req.lock = None
+
+    # ---- checks ------------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Between requests every page and slot is free or in the tree; nothing is locked."""
+        pages = live = states = 0
+        for node, _ in self.nodes():
+            assert node.full_lock == node.swa_lock == node.mamba_lock == 0, "a lock outlived its request"
+            pages += len(node.key)
+            live += len(node.key) if node.swa else 0
+            states += node.mamba
+        assert pages == self.tree_pages and self.full_free + pages == self.full_pages, "full pages leaked"
+        assert self.swa_free + live == self.swa_pages, "SWA pages leaked"
+        assert self.mamba_free + states == self.mamba_slots_total, "Mamba slots leaked"
+        assert live == sum(len(n.key) for n in self.swa_lru.order()) and states == len(self.mamba_lru)
+
+
+def replay_radix_hybrid(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
+                        mamba_slots: int | None = None, chunk_tokens: int | None = 8192,
+                        mamba_strategy: str = "extra_buffer"):
+    """Every request of `trace` in order through one UnifiedRadix: (hit blocks, the cache)."""
+    import numpy as np
+
+    cache = UnifiedRadix(list(groups), block_size, full_pages=full_pages, swa_pages=swa_pages,
+                         mamba_slots=mamba_slots, chunk_tokens=chunk_tokens, mamba_strategy=mamba_strategy)
+    offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
+    hits = np.zeros(len(lengths), dtype=np.int64)
+    for i in range(len(lengths)):
+        hits[i] = cache.serve(blocks[offsets[i]:offsets[i + 1]], lengths[i])
+    return hits, cache
