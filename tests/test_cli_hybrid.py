@@ -47,7 +47,7 @@ def test_sweep_hybrid_and_the_flags_that_contradict_it(tmp_path):
                                       "--capacities", "1GiB")
     assert "sweep --policies vllm only" in fails("sweep", trace, "--model", "gpt-oss-120b", "--policies", "lru",
                                                  "--capacities", "1GiB", "--kv-semantics", "hybrid")
-    assert "--policy vllm, not lru" in fails("run", trace, "--model", "gpt-oss-120b", "--policy", "lru",
+    assert "(--policy radix), not lru" in fails("run", trace, "--model", "gpt-oss-120b", "--policy", "lru",
                                              "--kv-semantics", "hybrid")
     assert "--kv-semantics hybrid needs --model" in fails("run", trace, "--kv-semantics", "hybrid")
     assert "one kind of layer" in fails("run", trace, "--model", "Llama-3.1-8B", "--kv-semantics", "hybrid")
@@ -65,3 +65,17 @@ def test_simulate_refuses_a_time_model_without_mamba_layers(tmp_path):
     trace = _trace(tmp_path)
     assert "no Mamba or linear-attention layers yet" in fails("simulate", trace, "--model", "Qwen3-Next-80B-A3B",
                                                               "--gpu", "H100", "--tp", "4")
+
+
+def test_run_radix_is_sglangs_hybrid_cache(tmp_path):
+    import kvreplay
+    from kvreplay.analysis.kv_groups import sglang_layout
+
+    trace = _trace(tmp_path)
+    # SGLang's pools for gpt-oss-120b at 512-token pages: 18 full layers + 0.8 x 18 sliding layers
+    # = 18,874,368 + 15,099,494 = 33,973,862 B per full-pool page, so 1 GiB is 31 pages
+    doc = json.loads(ok("run", trace, "--model", "gpt-oss-120b", "--capacity", "1GiB", "--policy", "radix", "--json"))
+    assert doc["cache_capacity_blocks"] == GIB // 33_973_862 == 31
+    assert doc["kv_semantics"]["source"].startswith("SGLang 0.5.23 UnifiedRadixCache")
+    same = kvreplay.replay(str(trace), "radix", 31, 512, kv_groups=sglang_layout("gpt-oss-120b", 512).groups)
+    assert doc["total_hit_tokens"] == same.total_hit_tokens

@@ -48,8 +48,11 @@ class Layout:
     bytes_per_block: int  # what one block id costs: group_size x page_bytes
     block_size: int
     vllm_block_size: int  # the block size vLLM 0.33.0 would choose (Mamba hybrids raise it)
+    note: str | None = None  # another engine's layout, in words (sglang_layout)
 
     def text(self) -> str:
+        if self.note:
+            return self.note
         parts = []
         for g in self.groups:
             what = {"full": "full attention", "sliding_window": f"sliding window {g.window}",
@@ -80,6 +83,30 @@ def layout(model, block_size: int, kv_dtype: str = "bf16", *, semantics: str = "
     groups = tuple(Group(k["kind"], copies=math.ceil(k["layers"] / group_size), window=k.get("window"),
                          chunk=k.get("chunk")) for k in kinds)
     return Layout(spec.name, groups, group_size, page, group_size * page, block_size, vllm_bs)
+
+
+SWA_FULL_TOKENS_RATIO = 0.8  # SGLang 0.5.23's --swa-full-tokens-ratio default
+
+
+def sglang_layout(model, block_size: int, kv_dtype: str = "bf16", *, tp: int = 1) -> Layout:
+    """SGLang's pools for `model` (policy radix, hybrid semantics): a full-attention pool of pages
+    holding every full layer, and a sliding-window pool of 0.8 as many pages holding every
+    sliding layer (``--swa-full-tokens-ratio``, mem_cache/pool_configurator.py). A page of the full
+    pool therefore costs its full layers plus 0.8 x its sliding layers. SGLang sizes a Mamba
+    state pool from memory apart (``--max-mamba-cache-size``): it is not in these bytes."""
+    spec = get_model(model)
+    per_token = 2 * spec.num_kv_heads * spec.head_dim * kv_dtype_bytes(kv_dtype) / tp
+    page = int(per_token * block_size)
+    local = ("sliding_window", "chunked_local")  # SGLang runs chunked-local attention as a window of the chunk
+    full = spec.full_attention_layers
+    sliding = sum(k["layers"] for k in spec.kv_groups or () if k["kind"] in local)
+    groups = tuple(Group("sliding_window", window=k.get("window") or k.get("chunk")) if k["kind"] in local
+                   else Group(k["kind"]) for k in spec.kv_groups or ({"kind": "full"},))
+    per_page = int(full * page + SWA_FULL_TOKENS_RATIO * sliding * page)
+    note = (f"SGLang pools: {full} full layers per page" + (f", plus 0.8 x {sliding} sliding layers" if sliding else "")
+            + (" (its Mamba state pool is sized apart, not in these bytes)" if spec.mamba_layers else "")
+            + f", {per_page:,} bytes per full-pool page of {block_size} tokens")
+    return Layout(spec.name, groups, full, page, per_page, block_size, block_size, note)
 
 
 def resolve_semantics(model, semantics: str | None) -> str:

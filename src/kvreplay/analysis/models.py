@@ -316,8 +316,8 @@ def blocks_for_block_bytes(budget_bytes: int, block_bytes: int, block_size: int)
 def budget_text(budget: dict) -> str:
     """One line saying what a budget's bytes per token stand for."""
     if budget.get("kv_semantics") == "hybrid":
-        return (f"KV {budget['model']}, {budget['kv_dtype']}, vLLM's hybrid layout: {budget['kv_layout']} "
-                f"({format_bytes(budget['bytes_per_block'])} per block id)")
+        return (f"KV {budget['model']}, {budget['kv_dtype']}, hybrid layout: {budget['kv_layout']} "
+                f"({format_bytes(budget['bytes_per_block'])} per block)")
     what = (f"{budget['model']}, {budget['kv_dtype']}, "
             + ("every layer" if budget["kv_layers"] == "all" else "full-attention layers only")
             if budget["model"] else "as given")

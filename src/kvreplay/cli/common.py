@@ -227,12 +227,14 @@ def _is_hybrid(model) -> bool:
 
 
 def kv_layout(args, block_size: int):
-    """vLLM's layout of --model's groups under hybrid semantics (None for full semantics)."""
+    """The engine's layout of --model's groups under hybrid semantics: SGLang's pools for policy
+    radix, vLLM's block pool otherwise (None for full semantics)."""
     if getattr(args, "model", None) is None or kv_semantics(args) != "hybrid":
         return None
-    from ..analysis.kv_groups import layout
+    from ..analysis.kv_groups import layout, sglang_layout
 
-    return layout(args.model, block_size, args.kv_dtype or "bf16")
+    policy = str(getattr(args, "policy", "") or "").split(":")[0].strip().lower()
+    return (sglang_layout if policy == "radix" else layout)(args.model, block_size, args.kv_dtype or "bf16")
 
 
 class TracePaths(argparse.Action):

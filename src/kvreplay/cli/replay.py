@@ -46,9 +46,10 @@ def _cmd_run(args) -> int:
     semantics = common.kv_semantics(args)
     if args.policy is None:
         args.policy = "vllm" if semantics == "hybrid" else "s3fifo"
-    elif semantics == "hybrid" and get_policy(args.policy).name != "vllm":
+    elif semantics == "hybrid" and get_policy(args.policy).name not in ("vllm", "radix"):
         if args.kv_semantics == "hybrid":
-            raise ConfigError(f"--kv-semantics hybrid is vLLM's hybrid manager: --policy vllm, not {args.policy}")
+            raise ConfigError(f"--kv-semantics hybrid is vLLM's hybrid manager (--policy vllm) or SGLang's "
+                              f"(--policy radix), not {args.policy}")
         semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
     params = common.given_params(args, args.policy)
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):

@@ -93,8 +93,10 @@ def replay(
         (default) or "keep".
     kv_groups: a hybrid model's KV cache groups (policies.hybrid.Group, in vLLM's group order;
         analysis.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
-        manager, whose hit is the longest prefix every group can serve (policies/hybrid.py).
-        capacity is then in block ids of the shared pool. kv_retention: vLLM's
+        manager, whose hit is the longest prefix every group can serve (policies/hybrid.py);
+        capacity is then in block ids of the shared pool. For policy "radix": SGLang 0.5.23's
+        UnifiedRadixCache (policies/radix_hybrid.py; reference engine only), capacity its
+        full-attention pool in pages, the sliding-window pool 0.8 of it. kv_retention: vLLM's
         prefix_cache_retention_interval (0, its default: sliding-window and Mamba groups cache
         only what a hit at a prompt's end or a shared-prefix junction needs; None: every block).
         prefill_chunk: tokens per prefill step (vLLM's max_num_batched_tokens).
@@ -117,23 +119,13 @@ def replay(
     tier_list = None
     hybrid = None
     if kv_groups is not None:
-        if spec.name != "vllm" or tiers is not None:
-            raise ConfigError(f"kv_groups (hybrid semantics) model vLLM's hybrid manager: policy vllm without tiers, not "
-                              f"{spec.name}{' with tiers' if tiers is not None else ''} (kv_semantics='full' replays "
-                              "every layer as full attention)")
-        from ..policies.hybrid import replay_hybrid, replay_hybrid_compiled
-
-        if engine == "compiled":
-            hit_blocks, counters, final = replay_hybrid_compiled(trace, capacity, kv_groups, block_size,
-                                                                 retention=kv_retention, chunk_tokens=prefill_chunk)
-        else:
-            hit_blocks, pool = replay_hybrid(trace, capacity, kv_groups, block_size, retention=kv_retention,
-                                             chunk_tokens=prefill_chunk)
-            final, counters = pool.resident_count(), dict(pool.stats)
+        if tiers is not None:
+            raise ConfigError("kv_groups (hybrid semantics) and tiers do not go together yet (kv_semantics='full' "
+                              "replays every layer as full attention, with tiers)")
+        hit_blocks, counters, final, engine, hybrid = _replay_hybrid(trace, spec.name, capacity, kv_groups,
+                                                                     block_size, engine, kv_retention, prefill_chunk)
         hit_tokens = np.minimum(hit_blocks * block_size, np.asarray(trace.input_length, dtype=np.int64))
         mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are per group: not counted)
-        hybrid = {"groups": [vars(g) for g in kv_groups], "retention": kv_retention, "prefill_chunk": prefill_chunk,
-                  "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
     elif tiers is not None:
         from .tiers import replay_tiers, resolve_tiers
 
@@ -177,3 +169,34 @@ def replay(
     if check:
         report.check_invariants(trace)
     return report
+
+
+def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, engine: str, retention,
+                   chunk: int):
+    """Hybrid semantics: vLLM's hybrid manager (policy vllm; compiled or reference) or SGLang's
+    UnifiedRadixCache (policy radix; reference only; capacity = its full-attention pool in pages):
+    (hit blocks, counters, resident count, the engine that ran, the report's kv_semantics)."""
+    if policy == "vllm":
+        from ..policies.hybrid import replay_hybrid, replay_hybrid_compiled
+
+        if engine == "compiled":
+            hits, counters, final = replay_hybrid_compiled(trace, capacity, groups, block_size, retention=retention,
+                                                           chunk_tokens=chunk)
+        else:
+            hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk)
+            final, counters = pool.resident_count(), dict(pool.stats)
+        about = {"retention": retention, "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
+    elif policy == "radix":
+        from ..policies.radix_hybrid import replay_radix_hybrid
+
+        hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
+        final, counters, engine = cache.resident_count(), dict(cache.stats), "reference"
+        about = {"swa_full_tokens_ratio": 0.8,
+                 "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py); capacity: its full-attention "
+                           "pool in pages"}
+    else:
+        raise ConfigError(f"kv_groups (hybrid semantics) are vLLM's hybrid manager (policy vllm) or SGLang's "
+                          f"UnifiedRadixCache (policy radix), not {policy} (kv_semantics='full' replays every layer "
+                          "as full attention)")
+    return hits, counters, final, engine, {"groups": [vars(g) for g in groups], "prefill_chunk": chunk, **about}
+

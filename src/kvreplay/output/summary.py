@@ -37,8 +37,13 @@ def semantics_lines(report, budget) -> list[str]:
     model = (budget or {}).get("model")
     hybrid = report.kv_semantics
     if hybrid:
+        groups = budget['kv_layout'] if budget else ', '.join(g['kind'] for g in hybrid['groups'])
+        if "retention" not in hybrid:  # SGLang's UnifiedRadixCache
+            return [f"kv        hybrid semantics: SGLang 0.5.23's UnifiedRadixCache over {model or 'the given groups'}'s "
+                    f"layer groups ({groups}); a match must end where every component (window KV, Mamba state) is "
+                    "live; --kv-semantics full replays every layer as full attention"]
         return [f"kv        hybrid semantics: vLLM 0.33.0's hybrid manager over {model or 'the given groups'}'s layer "
-                f"groups ({budget['kv_layout'] if budget else ', '.join(g['kind'] for g in hybrid['groups'])}); a hit "
+                f"groups ({groups}); a hit "
                 "is the longest prefix every group can serve; sliding-window and Mamba groups cache only what a hit at "
                 "a prompt's end or a shared prefix needs (prefix_cache_retention_interval "
                 f"{hybrid['retention']}); --kv-semantics full replays every layer as full attention"] + _block_note(budget)
