@@ -14,6 +14,9 @@ and CPU time of this thread (benchmarks/_quiet.py: the machine is shared; runs d
 other processes were busy are retried and counted as not clean), and the fastest run's rate
 (a busy neighbour on the shared host slows a run by up to ~1.6x, not always seen as contention).
 Every cell also checks that the compiled engine's hits and counters equal the reference's.
+For scale, each pool also times the single-group vLLM pool of policies/vllm.c (policy vllm with
+full semantics: every layer full attention, one block per block access) in the same way: the
+host's speed varies over time, and that row says what one group costs at that moment.
 Prints a Markdown table.
 """
 
@@ -52,7 +55,9 @@ def main() -> None:
     code = _code.activate(args.code)
     import kvreplay
     from kvreplay.analysis.kv_groups import layout
+    from kvreplay.engine import driver
     from kvreplay.policies.hybrid import replay_hybrid, replay_hybrid_compiled
+    from kvreplay.policies.registry import get_policy
 
     trace = kvreplay.load_trace(args.trace)
     accesses = int(trace.blocks.shape[0])
@@ -63,7 +68,24 @@ def main() -> None:
     print("| layout | groups | pool (block ids) | engine | wall s | CPU s | M block accesses / CPU-s "
           "| M block accesses / wall-s | best run, M / CPU-s | clean runs | hit blocks | evictions |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|")
-    for model in MODELS:
+    vllm = get_policy("vllm")
+
+    def single_group(capacity: int) -> None:
+        state = vllm.make_state(capacity, trace, **vllm.resolve({}))
+        hit_blocks, hit_tokens = np.zeros(len(trace), dtype=np.int64), np.zeros(len(trace), dtype=np.int64)
+        driver.replay_state(vllm, state, trace.offsets, trace.blocks, trace.input_length, BLOCK_SIZE, hit_blocks,
+                            hit_tokens)
+
+    for model in MODELS + ("(scale)",):
+        if model == "(scale)":
+            for capacity in capacities:
+                single_group(capacity)
+                s = _quiet.summary(_quiet.measure(timed(lambda: single_group(capacity)), args.runs))
+                print(f"| (any, full semantics) | 1x full | {capacity:,} | vllm.c | {s['wall_median']:.4f} "
+                      f"| {s['cpu_median']:.4f} | {accesses / s['cpu_median'] / 1e6:.2f} "
+                      f"| {accesses / s['wall_median'] / 1e6:.2f} | {accesses / s['cpu_min'] / 1e6:.2f} "
+                      f"| {s['clean_runs']}/{s['runs']} | | |", flush=True)
+            continue
         groups = list(layout(model, BLOCK_SIZE).groups)
         shape = " + ".join(f"{g.copies}x {g.kind}" + (f" {g.window}" if g.window else "") for g in groups)
         for capacity in capacities:

@@ -117,7 +117,6 @@ static inline i32 hy_pop(HPool *p) {
     }
     x->hp = x->hn = 0;
     x->key = -1;
-    p->c[HY_RESIDENT]--;
     p->c[HY_EVICTIONS]++;
     i32 next = p->blk[0].ln;
     if (next) __builtin_prefetch(&p->keys[p->blk[next].key], 1); /* the next eviction's key */
@@ -183,7 +182,6 @@ static inline void hy_cache(HPool *p, i64 gid, i64 id, i32 b) {
     }
     x->key = (i32)key;
     p->c[HY_ADMISSIONS]++;
-    p->c[HY_RESIDENT]++;
 }
 
 /* ---- step 1: the hit --------------------------------------------------------------------- */
@@ -571,6 +569,7 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
         }
         hits[i] = h;
     }
+    p->c[HY_RESIDENT] = p->c[HY_ADMISSIONS] - p->c[HY_EVICTIONS]; /* every admission is resident or evicted */
     for (int k = 0; k < HY_COUNTERS; k++) counters[k] = p->c[k];
     hy_release(p);
     return rc;
