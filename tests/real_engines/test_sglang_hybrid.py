@@ -71,7 +71,6 @@ import importlib.abc
 import importlib.machinery
 import math
 import os
-import random
 import sys
 import types
 from array import array
@@ -79,13 +78,13 @@ from pathlib import Path
 
 import pytest
 
-import kvreplay
+from conftest import MOONCAKE, shared_path
 from kvreplay.policies.hybrid import Group
 from kvreplay.policies.radix_hybrid import UnifiedRadix
-from conftest import MOONCAKE, shared_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
 from sglang_scheduler import SGLangMissing, extracted_root  # noqa: E402
+from hybrid_workloads import BS, mooncake, multi_turn  # noqa: E402
 from test_radix_engine import VERSION, synth_tokens  # noqa: E402
 
 pytestmark = pytest.mark.engines
@@ -548,38 +547,6 @@ def compare(real, core, requests, groups, P, **pools):
 
 # ---- workloads ----------------------------------------------------------------------------------------
 
-BS = 16
-
-
-def multi_turn(seed: int = 1, n: int = 300) -> list:
-    """Conversations that grow by a few blocks per turn over three shared system prompts (as
-    test_vllm_hybrid.py's)."""
-    rng = random.Random(seed)
-    counter = iter(range(1, 10**9))
-    new = lambda k: [next(counter) for _ in range(k)]  # noqa: E731
-    systems = [new(rng.randrange(5, 30)) for _ in range(3)]
-    conversations, out = [], []
-    for _ in range(n):
-        if conversations and rng.random() < 0.6:
-            c = rng.choice(conversations)
-            c.extend(new(rng.randrange(1, 12)))
-        else:
-            c = list(rng.choice(systems)) + new(rng.randrange(1, 20))
-            conversations.append(c)
-        out.append((list(c), len(c) * BS - rng.randrange(0, BS)))
-    return out
-
-
-def mooncake(n: int = 400) -> list:
-    """The conversation trace's first n requests, each 512-token block a 16-token one."""
-    path = shared_path(MOONCAKE / "conversation_trace.jsonl")
-    trace = kvreplay.load_trace(path, keep_ids=True)
-    ids = trace.original_ids
-    out = []
-    for k in range(n):
-        blocks = [int(ids[b]) for b in trace.blocks[trace.offsets[k]:trace.offsets[k + 1]]]
-        out.append((blocks, -(-int(trace.input_length[k]) // 32)))
-    return out
 
 
 LAYOUTS = {
@@ -655,7 +622,7 @@ def test_multi_turn_page_size_1(real, core, layout, pool):
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("pool", ["small", "large"])
 def test_mooncake_conversation(real, core, layout, pool):
-    requests = mooncake()
+    requests = mooncake(shared_path(MOONCAKE / "conversation_trace.jsonl"))
     full = 3000 if pool == "small" else 6000
     pools = dict(full_pages=full, swa_pages=int(full * 0.8) if pool == "large" else 1000,
                  mamba_slots=300 if pool == "small" else 6000, strategy="extra_buffer", chunk=512)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import random
 import sys
 import types
 from pathlib import Path
@@ -33,15 +32,15 @@ from pathlib import Path
 import pytest
 
 import kvreplay
-from kvreplay.policies.hybrid import Group
 from conftest import MOONCAKE, shared_path
+from kvreplay.policies.hybrid import Group
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
+from hybrid_workloads import BS, mooncake, multi_turn  # noqa: E402
 from test_vllm_engine import REAL_MODULES, FakeRequest, RealVLLM, _ENGINES, _required, synth_tokens  # noqa: E402
 
 pytestmark = pytest.mark.engines
 
-BS = 16
 GROUPS = {
     "full+sliding128": [Group("sliding_window", window=128), Group("full")],
     "full+3xsliding64": [Group("sliding_window", 3, window=64), Group("full")],
@@ -126,36 +125,6 @@ def run_real(real, requests, capacity: int, groups, retention, chunk: int) -> li
     return hits
 
 
-def multi_turn(seed: int = 1, n: int = 300) -> list:
-    """Conversations that grow by a few blocks per turn over three shared system prompts."""
-    rng = random.Random(seed)
-    counter = iter(range(1, 10**9))
-    new = lambda k: [next(counter) for _ in range(k)]  # noqa: E731
-    systems = [new(rng.randrange(5, 30)) for _ in range(3)]
-    conversations, out = [], []
-    for _ in range(n):
-        if conversations and rng.random() < 0.6:
-            c = rng.choice(conversations)
-            c.extend(new(rng.randrange(1, 12)))
-        else:
-            c = list(rng.choice(systems)) + new(rng.randrange(1, 20))
-            conversations.append(c)
-        out.append((list(c), len(c) * BS - rng.randrange(0, BS)))
-    return out
-
-
-def mooncake(n: int = 400) -> list:
-    """The conversation trace's first n requests, each 512-token block a 16-token one."""
-    path = shared_path(MOONCAKE / "conversation_trace.jsonl")
-    trace = kvreplay.load_trace(path, keep_ids=True)
-    ids = trace.original_ids
-    out = []
-    for k in range(n):
-        blocks = [int(ids[b]) for b in trace.blocks[trace.offsets[k]:trace.offsets[k + 1]]]
-        out.append((blocks, -(-int(trace.input_length[k]) // 32)))
-    return out
-
-
 def kvreplay_hits(requests, capacity: int, groups, retention, chunk: int) -> tuple[list, int]:
     """Per-request hit tokens and the evictions (so a test knows its pool was under pressure)."""
     trace = kvreplay.Trace.from_requests(requests)
@@ -178,7 +147,7 @@ def test_multi_turn(real, groups, retention, capacity):
 @pytest.mark.parametrize("groups", ["full+sliding128", "full+mamba"])
 @pytest.mark.parametrize("capacity", [1500, 6000])
 def test_mooncake_conversation(real, groups, capacity):
-    requests = mooncake()
+    requests = mooncake(shared_path(MOONCAKE / "conversation_trace.jsonl"))
     engine = run_real(real, requests, capacity, GROUPS[groups], 0, 512)
     ours, evictions = kvreplay_hits(requests, capacity, GROUPS[groups], 0, 512)
     assert ours == engine
