@@ -98,7 +98,8 @@ def sweep(
         LRU cache the total is also `kvreplay mrc` at hbm + size: an LRU cache over an exclusive
         LRU tier is one LRU of their combined size.)
     kv_groups: a hybrid model's KV cache groups (analysis.kv_groups.layout(...).groups): every
-        policy must be "vllm", replayed with vLLM's hybrid manager (replay's kv_groups).
+        policy must be "vllm" (vLLM's hybrid manager) or every one "radix" (SGLang's, with
+        sglang_layout's groups), as replay's kv_groups.
 
     One trace returns ``{"trace", "block_size", "warmup_fraction", "window", "num_requests", "results"}``;
     each result has the fields of SWEEP_FIELDS plus ``counters``, ordered by policy (as given), then
@@ -136,10 +137,11 @@ def sweep(
     policy_list = _policy_list(policies)
     resolve_engine(engine)
     if kv_groups is not None:
-        others = sorted({spec.name for spec, _ in policy_list if spec.name != "vllm"})
-        if others or hbm is not None:
-            raise ConfigError("kv_groups (hybrid semantics) are vLLM's hybrid manager: sweep policy vllm only"
-                              + (f", not {', '.join(others)}" if others else ", without hbm"))
+        engines = {spec.name for spec, _ in policy_list}
+        if engines not in ({"vllm"}, {"radix"}) or hbm is not None:
+            raise ConfigError("kv_groups (hybrid semantics) are one engine's hybrid cache: sweep policy vllm "
+                              "(vLLM's hybrid manager) or radix (SGLang's UnifiedRadixCache), one of them, without hbm; "
+                              f"got {', '.join(sorted(engines))}")
     hybrid = () if kv_groups is None else (("kv_groups", tuple(kv_groups)),)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
     lru_curve = engine == "compiled" and jit.HAVE_NUMBA and hbm is None

@@ -191,11 +191,14 @@ def _sweep_semantics(args, policies: list[str]) -> str:
     from ..policies.registry import get_policy
 
     semantics = common.kv_semantics(args)
-    only_vllm = all(get_policy(p.split(":")[0].strip()).name == "vllm" for p in policies)
-    if semantics == "hybrid" and not only_vllm:
+    names = {get_policy(p.split(":")[0].strip()).name for p in policies}
+    if semantics == "hybrid" and names not in ({"vllm"}, {"radix"}):
         if args.kv_semantics == "hybrid":
-            raise ConfigError("--kv-semantics hybrid is vLLM's hybrid manager: sweep --policies vllm only")
+            raise ConfigError("--kv-semantics hybrid is one engine's hybrid cache: sweep --policies vllm (vLLM's) or "
+                              "--policies radix (SGLang's), one of them")
         return "full"
+    if semantics == "hybrid":
+        args.policy = names.pop()  # (common.kv_layout sizes the pool as that engine lays it out)
     return semantics
 
 

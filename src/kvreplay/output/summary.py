@@ -155,7 +155,8 @@ def budget_heading(budget) -> str:
         return ""
     text = "\n" + budget_text(budget)
     if budget.get("kv_semantics") == "hybrid":
-        text += "\nkv semantics: hybrid (vLLM 0.33.0's hybrid manager: a hit is the longest prefix every layer group serves)"
+        engine = "SGLang 0.5.23's UnifiedRadixCache" if "SGLang" in budget["kv_layout"] else "vLLM 0.33.0's hybrid manager"
+        text += f"\nkv semantics: hybrid ({engine}: a hit is the longest prefix every layer group serves)"
     elif budget.get("model") and get_model(budget["model"]).is_hybrid:
         text += ("\nkv semantics: full (every layer as full attention; --policies vllm replays vLLM's hybrid manager "
                  "over the model's layer groups)")
