@@ -34,6 +34,7 @@ from ..policies.hybrid import Group
 from .models import get_model, kv_dtype_bytes
 
 SEMANTICS = ("auto", "hybrid", "full")
+ENGINES = {"vllm": "vLLM 0.33.0's hybrid manager", "sglang": "SGLang 0.5.23's UnifiedRadixCache"}
 _KERNEL_BLOCK = 16  # vLLM's default cache block size and the smallest attention kernel block
 
 
@@ -49,6 +50,7 @@ class Layout:
     block_size: int
     vllm_block_size: int  # the block size vLLM 0.33.0 would choose (Mamba hybrids raise it)
     note: str | None = None  # another engine's layout, in words (sglang_layout)
+    engine: str = "vllm"  # whose layout: a key of ENGINES
 
     def text(self) -> str:
         if self.note:
@@ -67,9 +69,7 @@ def layout(model, block_size: int, kv_dtype: str = "bf16", *, semantics: str = "
     spec = get_model(model)
     if semantics not in ("hybrid", "full"):
         raise ConfigError(f"kv semantics must be hybrid or full, got {semantics!r}")
-    per_token = 2 * spec.num_kv_heads * spec.head_dim * kv_dtype_bytes(kv_dtype) / tp
-    if spec.attention == "mla":
-        per_token = (spec.kv_lora_rank + spec.qk_rope_head_dim) * kv_dtype_bytes(kv_dtype)
+    per_token = _layer_bytes_per_token(spec, kv_dtype, tp)
     attn_page = int(per_token * block_size)
     kinds = list(spec.kv_groups or ({"kind": "full", "layers": spec.num_layers},))
     if semantics == "full" or len({k["kind"] for k in kinds}) == 1:
@@ -95,8 +95,7 @@ def sglang_layout(model, block_size: int, kv_dtype: str = "bf16", *, tp: int = 1
     pool therefore costs its full layers plus 0.8 x its sliding layers. SGLang sizes a Mamba
     state pool from memory apart (``--max-mamba-cache-size``): it is not in these bytes."""
     spec = get_model(model)
-    per_token = 2 * spec.num_kv_heads * spec.head_dim * kv_dtype_bytes(kv_dtype) / tp
-    page = int(per_token * block_size)
+    page = int(_layer_bytes_per_token(spec, kv_dtype, tp) * block_size)
     local = ("sliding_window", "chunked_local")  # SGLang runs chunked-local attention as a window of the chunk
     full = spec.full_attention_layers
     sliding = sum(k["layers"] for k in spec.kv_groups or () if k["kind"] in local)
@@ -106,7 +105,14 @@ def sglang_layout(model, block_size: int, kv_dtype: str = "bf16", *, tp: int = 1
     note = (f"SGLang pools: {full} full layers per page" + (f", plus 0.8 x {sliding} sliding layers" if sliding else "")
             + (" (its Mamba state pool is sized apart, not in these bytes)" if spec.mamba_layers else "")
             + f", {per_page:,} bytes per full-pool page of {block_size} tokens")
-    return Layout(spec.name, groups, full, page, per_page, block_size, block_size, note)
+    return Layout(spec.name, groups, full, page, per_page, block_size, block_size, note, engine="sglang")
+
+
+def _layer_bytes_per_token(spec, kv_dtype: str, tp: int):
+    """KV bytes one attention layer keeps per token per TP rank (MLA: one latent, not split)."""
+    if spec.attention == "mla":
+        return (spec.kv_lora_rank + spec.qk_rope_head_dim) * kv_dtype_bytes(kv_dtype)
+    return 2 * spec.num_kv_heads * spec.head_dim * kv_dtype_bytes(kv_dtype) / tp
 
 
 def resolve_semantics(model, semantics: str | None) -> str:

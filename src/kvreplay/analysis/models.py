@@ -252,8 +252,8 @@ def budget_document(bytes_per_token: int, block_size: int, capacities, *, reques
         "bytes_per_block": per_block,
         "capacities": rows,
         # hybrid semantics only (a full-semantics budget keeps its fields)
-        **({} if layout is None else {"kv_semantics": "hybrid", "kv_layout": layout.text(),
-                                      "vllm_block_size": layout.vllm_block_size}),
+        **({} if layout is None else {"kv_semantics": "hybrid", "kv_engine": layout.engine,
+                                      "kv_layout": layout.text(), "vllm_block_size": layout.vllm_block_size}),
     }
 
 

@@ -131,6 +131,12 @@ def add_executor_options(p: argparse.ArgumentParser, what: str, jobs_default: st
                         "local instance)")
 
 
+def add_max_model_len(p: argparse.ArgumentParser, refused: str) -> None:
+    """--max-model-len for simulate and plan: what happens to a request past it is `refused`."""
+    p.add_argument("--max-model-len", type=positive_int, default=None, metavar="TOKENS",
+                   help=f"the context limit (default: --model's, from its config.json): {refused}")
+
+
 def add_curve_outputs(p: argparse.ArgumentParser, output_help: str) -> None:
     p.add_argument("--output", "-o", help=output_help)
     p.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")

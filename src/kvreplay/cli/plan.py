@@ -56,9 +56,8 @@ def _parser_plan(sub) -> None:
                     help="the most instances the search tries per configuration (default 64)")
     pl.add_argument("--time-model", default="roofline", help="roofline (default, calibrated), roofline-raw, FILE")
     pl.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16")
-    pl.add_argument("--max-model-len", type=common.positive_int, default=None, metavar="TOKENS",
-                    help="the context limit (default: the model's, from its config.json); requests past it are "
-                         "refused, and a configuration that refuses any misses the SLOs")
+    common.add_max_model_len(pl, "requests past it are refused, and a configuration that refuses any misses "
+                                 "the SLOs")
     pl.add_argument("--cache", default=None, metavar="DIR",
                     help="keep every simulation in DIR (named by the trace's digest and its configuration), so a "
                          "later or refined plan reuses them; SLOs are judged again each time")

@@ -125,9 +125,8 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
                      help="reshape the arrivals so their rate follows a profile over the span: diurnal (peak 14:00, "
                           "3:1) or a CSV of fraction,multiplier (docs/serving.md)")
-    sim.add_argument("--max-model-len", type=common.positive_int, default=None, metavar="TOKENS",
-                     help="the context limit: requests whose prompt + outputs exceed it are refused at arrival "
-                          "and counted apart, as vLLM refuses them (default: --model's, from its config.json)")
+    common.add_max_model_len(sim, "requests whose prompt + outputs exceed it are refused at arrival and counted "
+                                  "apart, as vLLM refuses them")
     sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
                      help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
                           "(needs --model; default: at once)")

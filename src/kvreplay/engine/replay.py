@@ -185,13 +185,14 @@ def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, e
         else:
             hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk)
             final, counters = pool.resident_count(), dict(pool.stats)
-        about = {"retention": retention, "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
+        about = {"engine": "vllm", "retention": retention,
+                 "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
     elif policy == "radix":
         from ..policies.radix_hybrid import replay_radix_hybrid
 
         hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
         final, counters, engine = cache.resident_count(), dict(cache.stats), "reference"
-        about = {"swa_full_tokens_ratio": 0.8,
+        about = {"engine": "sglang", "swa_full_tokens_ratio": 0.8,
                  "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py); capacity: its full-attention "
                            "pool in pages"}
     else:

@@ -38,7 +38,7 @@ def semantics_lines(report, budget) -> list[str]:
     hybrid = report.kv_semantics
     if hybrid:
         groups = budget['kv_layout'] if budget else ', '.join(g['kind'] for g in hybrid['groups'])
-        if "retention" not in hybrid:  # SGLang's UnifiedRadixCache
+        if hybrid["engine"] == "sglang":
             return [f"kv        hybrid semantics: SGLang 0.5.23's UnifiedRadixCache over {model or 'the given groups'}'s "
                     f"layer groups ({groups}); a match must end where every component (window KV, Mamba state) is "
                     "live; --kv-semantics full replays every layer as full attention"]
@@ -155,8 +155,10 @@ def budget_heading(budget) -> str:
         return ""
     text = "\n" + budget_text(budget)
     if budget.get("kv_semantics") == "hybrid":
-        engine = "SGLang 0.5.23's UnifiedRadixCache" if "SGLang" in budget["kv_layout"] else "vLLM 0.33.0's hybrid manager"
-        text += f"\nkv semantics: hybrid ({engine}: a hit is the longest prefix every layer group serves)"
+        from ..analysis.kv_groups import ENGINES
+
+        text += (f"\nkv semantics: hybrid ({ENGINES[budget['kv_engine']]}: a hit is the longest prefix every layer "
+                 "group serves)")
     elif budget.get("model") and get_model(budget["model"]).is_hybrid:
         text += ("\nkv semantics: full (every layer as full attention; --policies vllm replays vLLM's hybrid manager "
                  "over the model's layer groups)")
