@@ -75,3 +75,14 @@ def test_concurrent_hit_rate_never_passes_the_ceiling(style, instances, router, 
         bound = simulate(trace.take(np.flatnonzero(ok)), "infinite", None, engine_style=style,
                          time_model=ONE_SECOND).sequential_hit_rate
         assert hit / prompt <= bound + 1e-12
+
+
+def test_hybrid_model_says_its_semantics_are_full():
+    # gpt-oss-120b interleaves sliding-window layers: the simulator serves them as full attention
+    # and says so in the summary (and the text output's warning); a dense model says nothing
+    t = trace_of((["a", "b"], 8, 0, 2), (["a", "c"], 8, 100, 3))
+    s = simulate(t, "vllm", 100, model="gpt-oss-120b").summary()
+    assert s["kv_semantics"]["semantics"] == "full"
+    assert s["kv_semantics"]["model_groups"] == ["full", "sliding_window"]
+    assert "kvreplay run --model" in s["kv_semantics"]["text"]
+    assert simulate(t, "vllm", 100, model="Qwen3-8B").summary()["kv_semantics"] is None

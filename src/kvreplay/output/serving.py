@@ -171,6 +171,8 @@ def simulate_summary(trace, report) -> str:
         lines.append(format_table(rows, [("instance", "instance"), *role, ("requests", "requests"),
                                          ("hit_rate", "hit rate %"), ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"),
                                          ("busy", "busy")]))
+    if report.kv_semantics is not None:
+        lines.append(f"warning    KV semantics: {report.kv_semantics['text']}")
     for text in (band or {}).get("warnings", []):
         lines.append(f"warning    calibration: {text}")
     lines.append(verdict_text(s["keeps_up"], instances=report.instances))

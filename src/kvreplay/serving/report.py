@@ -76,6 +76,9 @@ class SimReport:
     band: dict | None = None
     max_model_len: int | None = None  # requests whose prompt + outputs exceed it were refused at arrival
     max_model_len_source: str | None = None
+    #: a hybrid model (sliding-window, chunked-local or Mamba layers) served with every layer as full
+    #: attention: what simulate models of it (None for a model with one kind of layer, or none)
+    kv_semantics: dict | None = None
 
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
@@ -249,6 +252,7 @@ class SimReport:
             "requests": self.num_requests, "finished": self.num_finished, "rejected": self.num_rejected,
             "refused_context": self.num_refused, "max_model_len": self.max_model_len,
             "max_model_len_source": self.max_model_len_source,
+            "kv_semantics": self.kv_semantics,
             "duration_s": dur,
             "hit_rate": self.hit_rate, "sequential_hit_rate": self.sequential_hit_rate,
             "hit_tokens": int(self.hit_tokens[ok].sum()), "prompt_tokens": in_tokens, "output_tokens": out_tokens,

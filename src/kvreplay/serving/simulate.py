@@ -253,7 +253,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                            tier_overlap) if tier_list else None,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
-        max_model_len=max_model_len, max_model_len_source=max_len_source,
+        max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=_kv_semantics(model),
     )
     if band is not None:
         from dataclasses import replace
@@ -272,6 +272,23 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _kv_semantics(model) -> dict | None:
+    """What the simulator models of a hybrid `model`'s layer groups: every layer as full attention
+    (its pool, hits and evictions), said on every output. None for a model with one kind of layer."""
+    if model is None:
+        return None
+    from ..analysis.models import get_model
+
+    spec = get_model(model) if isinstance(model, str) else model
+    if not getattr(spec, "is_hybrid", False):
+        return None
+    kinds = sorted({g["kind"] if isinstance(g, dict) else g.kind for g in spec.kv_groups})
+    return {"semantics": "full", "model_groups": kinds,
+            "text": f"{spec.name} has {', '.join(kinds)} layer groups, but the simulator serves every layer as full "
+                    "attention (its pool, hits and evictions); `kvreplay run --model` replays vLLM's hybrid manager "
+                    "for the hit rate the groups give"}
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:
