@@ -131,6 +131,7 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
         capacity = max(1, trace.num_blocks)
     capacity = check_capacity(capacity)
     block_size = resolve_block_size(block_size, trace)
+    spec.check_block_size(block_size)
     params = spec.resolve(params)
     n = len(trace)
     events = check_events(events, n)

@@ -109,6 +109,7 @@ def replay(
         capacity = max(1, trace.num_blocks)  # unbounded: no cache can hold more than every block
     capacity = check_capacity(capacity)
     block_size = resolve_block_size(block_size, trace)
+    spec.check_block_size(block_size)
     params = spec.resolve(params)
     sizes = spec.sizes(capacity, **params)
     warmup = warmup_count(len(trace), warmup_fraction)

@@ -128,6 +128,9 @@ class Report:
             "trace": self.trace_source,
         }
         out["oversize_requests"] = self.oversize_requests
+        if self.policy == "deepseek":  # the usage fields DeepSeek's API returns, summed over the window
+            out["usage"] = {"prompt_cache_hit_tokens": self.total_hit_tokens,
+                            "prompt_cache_miss_tokens": self.total_prompt_tokens - self.total_hit_tokens}
         if self.tiers is not None:
             out["tiers"] = {k: v for k, v in self.tiers.items() if k != "tokens_per_tier"}
         if self.kv_semantics is not None:  # (hybrid only: a full-semantics report keeps the spec's fields)

@@ -82,7 +82,7 @@ def run_summary(trace, report, budget=None) -> str:
         f"final     {report.final_cache_blocks:,} blocks resident",
         "counters  " + ", ".join(f"{k}={v:,}" for k, v in report.counters.items()),
     ]
-    lines += explanations(trace, report)
+    lines += explanations(trace, report) + deepseek_lines(report)
     if report.invalid_records:
         inv = report.invalid_records
         lines.append(f"skipped   {inv['count']:,} invalid records (first lines: {', '.join(map(str, inv['first_lines']))})")
@@ -121,6 +121,25 @@ def explanations(trace, report) -> list[str]:
     if report.final_cache_blocks < 0.9 * cap and trace.num_blocks >= cap and report.policy in BELOW_CAPACITY:
         lines.append(f"note      {report.final_cache_blocks:,} of {cap:,} blocks resident at the end "
                      f"({100 * report.final_cache_blocks / cap:.0f}%): {BELOW_CAPACITY[report.policy]}")
+    return lines
+
+
+def deepseek_lines(report) -> list[str]:
+    """DeepSeek's usage fields, and what the model is (docs/policies.md, "DeepSeek's API cache")."""
+    if report.policy != "deepseek":
+        return []
+    usage = report.summary()["usage"]
+    lines = [f"usage     prompt_cache_hit_tokens={usage['prompt_cache_hit_tokens']:,}, prompt_cache_miss_tokens="
+             f"{usage['prompt_cache_miss_tokens']:,} (as DeepSeek's API reports them, summed over the window)",
+             "model     DeepSeek's disk cache as its docs describe it (no code to check against): a hit must match a "
+             "whole 64-token prefix unit, persisted at a prompt's end, at common prefixes and every "
+             f"{report.params['interval']:,} tokens, ready {report.params['delay']:g} s later, gone "
+             f"{report.params['ttl']:g} s after its last use; the disk is not modelled as full (no capacity); "
+             "units at the end of outputs are not modelled (a trace has no ids for them)"]
+    if report.block_size > 64:
+        lines.append(f"note      units end on 64-token boundaries, this trace's ids on {report.block_size}-token "
+                     f"blocks: each hit is rounded down to the block (up to {report.block_size - 64} tokens under "
+                     "DeepSeek's); token logs hashed at --block-size 64 give it exactly")
     return lines
 
 

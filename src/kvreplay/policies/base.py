@@ -141,6 +141,7 @@ class PolicySpec:
     capacity: "required", "optional" (None means unbounded) or "ignored" (bounds such as infinite).
     native: the name of its compiled operations in the core (``kv_policy_<native>`` in
         policies/<module>.c; None: a policy with the reference engine only).
+    check_block_size(block_size): refuses a block size the policy cannot use (ConfigError).
     """
 
     name: str
@@ -153,6 +154,8 @@ class PolicySpec:
     sizes: Callable[..., dict] = field(default=lambda capacity, **params: {})
     capacity: str = "required"
     native: str | None = None
+    #: raises ConfigError for a block size the policy cannot work with (deepseek: 64-token units)
+    check_block_size: Callable[[int], None] = field(default=lambda block_size: None)
 
     def compiled(self, state) -> tuple[int, "np.ndarray"]:
         """(the address of its C table, the record of `state` its operations take): the arrays of

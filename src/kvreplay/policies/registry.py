@@ -10,7 +10,8 @@ from ..plugins import discover
 from .base import PolicySpec
 
 # Listing order; policies not named here follow alphabetically.
-ORDER = ("s3fifo", "lru", "fifo", "lru-tail", "sieve", "clock", "arc", "2q", "lfu", "ttl", "vllm", "radix", "infinite", "belady")
+ORDER = ("s3fifo", "lru", "fifo", "lru-tail", "sieve", "clock", "arc", "2q", "lfu", "ttl", "vllm", "radix", "deepseek",
+         "infinite", "belady")
 
 
 def _discover() -> dict[str, PolicySpec]:

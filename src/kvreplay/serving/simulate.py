@@ -25,6 +25,10 @@ from .timing import load_time_model
 ENGINE_STYLES = ("vllm", "sglang")
 #: Engine-faithful default policy per engine style.
 STYLE_POLICY = {"vllm": "vllm", "sglang": "radix"}
+#: Policies whose engine's scheduler the simulator does not model: refused, not pretended.
+NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler and hardware are not public, so the "
+                          "simulator has no model of them; `kvreplay run --policy deepseek` gives its cache's hits and "
+                          "cost"}
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         raise ConfigError(f"seed (--seed) must be a whole number from 0 to 2^63 - 1, got {seed!r}")
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
+    if spec.name in NOT_SERVED:
+        raise ConfigError(f"policy {spec.name!r} (--policy): {NOT_SERVED[spec.name]}")
     if scheduler is None:
         scheduler = Scheduler(style=engine_style)
     elif scheduler.style != engine_style:
