@@ -104,3 +104,21 @@ def test_simulate_refuses_it():
 def test_parameters_are_checked(bad):
     with pytest.raises(ConfigError, match=next(iter(bad))):
         run([([1], 64, 0)], "compiled", **bad)
+
+
+def test_the_seeds_live_tests_as_scenarios():
+    # benchmarks/deepseek_scenarios.py: hand-worked, 64-token blocks, 60 s apart
+    # exact extension: 3,520 tokens (55 whole units) + 64 appended: 3,520 / 3,584 = 98.21%
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "deepseek_scenarios.py"
+    spec = importlib.util.spec_from_file_location("deepseek_scenarios", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = {row["scenario"]: (row["hit_tokens"], row["prompt_tokens"]) for row in module.run()}
+    assert rows["exact extension"] == (3520, 3584)
+    # stable long prefix: 30,000 = 468 whole units + 48 tokens; the common prefix (468 units) is
+    # persisted at the 2nd request and hit by the 6th: 29,952 of 30,060 = 99.64%
+    assert rows["stable long prefix"] == (29952, 30060)
+    assert rows["first line changes"] == (0, 2000)
