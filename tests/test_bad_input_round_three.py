@@ -57,7 +57,7 @@ def two(tmp_path):
     (("--rate", "1e-300"), "beyond the 1e+10 s a run may span"),
     (("--max-model-len", "0"), "--max-model-len"),
     (("--policy", "vllm", "--small-ratio", "0.2"), "--small-ratio applies to s3fifo, not vllm"),
-    (("--policy", "vllm", "--ttl", "5"), "--ttl applies to ttl, not vllm"),
+    (("--policy", "vllm", "--ttl", "5"), "--ttl applies to ttl, deepseek, not vllm"),
     (("--policy", ""), "policy (--policy) must be a policy's name"),
     (("--model", "Llama-3.1-8B", "--kv-dtype", "fp3"), "unknown KV dtype 'fp3'"),
 ])

@@ -280,20 +280,22 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
 
 
 def param_table() -> dict:
-    """Every policy parameter name -> (Param, names of the policies that take it)."""
+    """Every policy parameter name -> [(policy name, its Param), ...] for the policies that take it."""
     from ..policies.registry import POLICIES
 
     table: dict = {}
     for spec in POLICIES.values():
         for p in spec.params:
-            table.setdefault(p.name, (p, []))[1].append(spec.name)
+            table.setdefault(p.name, []).append((spec.name, p))
     return table
 
 
 def add_param_options(p: argparse.ArgumentParser) -> None:
-    for name, (param, owners) in param_table().items():
-        p.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", type=param.kind, default=None,
-                       help=f"{', '.join(owners)}: {param.help} (default {param.default})")
+    for name, owners in param_table().items():
+        # a name several policies take (ttl: ttl and deepseek) says each one's meaning and default
+        text = "; ".join(f"{policy}: {param.help} (default {param.default})" for policy, param in owners)
+        p.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", type=owners[0][1].kind, default=None,
+                       help=text)
 
 
 def given_params(args, policy: str) -> dict:
@@ -304,7 +306,7 @@ def given_params(args, policy: str) -> dict:
     given = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     for name in given:
         if name not in own:
-            owners = ", ".join(param_table()[name][1])
+            owners = ", ".join(policy for policy, _ in param_table()[name])
             raise ConfigError(f"--{name.replace('_', '-')} applies to {owners}, not {spec.name}")
     return given
 
