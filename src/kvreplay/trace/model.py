@@ -79,6 +79,8 @@ class Trace:
         invalid_records: for ``on_invalid="skip"``: ``{"count": N, "first_lines": [...]}``.
         session: int64[n] or None: the session (conversation, agent run, input file) each
             request belongs to, numbered 0..S-1 by the readers; None when the source has none.
+        retention: per-request KV retention priorities (trace/retention.py: TensorRT-LLM's
+            token-range priorities), or None when the source gives none.
     """
 
     offsets: np.ndarray
@@ -93,6 +95,7 @@ class Trace:
     original_ids: np.ndarray | list | None = None
     invalid_records: dict | None = field(default=None)
     session: np.ndarray | None = None
+    retention: object | None = None  # trace.retention.Retention
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -123,6 +126,8 @@ class Trace:
                 raise ConfigError("every per-request column must have one entry per request")
             if n and self.session.min() < 0:
                 raise ConfigError("session ids must be non-negative")
+        if self.retention is not None and self.retention.num_requests != n:
+            raise ConfigError("retention ranges must be given for every request (an empty list for none)")
 
     @classmethod
     def from_requests(cls, requests, *, block_size: int | None = None, source: str = "<memory>") -> "Trace":
@@ -207,7 +212,8 @@ class Trace:
     def nbytes(self) -> int:
         """Bytes held by the flat arrays."""
         arrays = (self.offsets, self.blocks, self.input_length, self.output_length, self.timestamp)
-        return sum(a.nbytes for a in arrays) + (0 if self.session is None else self.session.nbytes)
+        return sum(a.nbytes for a in arrays) + (0 if self.session is None else self.session.nbytes) + \
+            (0 if self.retention is None else self.retention.nbytes())
 
     def sorted_by_time(self) -> "Trace":
         """The same requests reordered stably by timestamp (ties keep file order)."""
@@ -229,6 +235,7 @@ class Trace:
             self, offsets=offsets, blocks=self.blocks[index], input_length=self.input_length[order],
             output_length=self.output_length[order], timestamp=self.timestamp[order],
             session=None if self.session is None else self.session[order],
+            retention=None if self.retention is None else self.retention.take(order),
         )
 
     def summary(self) -> dict:
@@ -244,6 +251,9 @@ class Trace:
         }
         if self.session is not None:
             out["num_sessions"] = self.num_sessions
+        if self.retention is not None:
+            with_ranges = np.diff(self.retention.offsets) > 0
+            out["requests_with_priorities"] = int(with_ranges.sum())
         return out
 
 

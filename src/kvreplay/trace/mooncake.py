@@ -3,8 +3,10 @@
 Fields: ``input_length`` (tokens, required), ``hash_ids`` (block ids, required:
 integers or strings), ``timestamp`` (ms, optional), ``output_length``
 (optional), ``block_size`` (optional: the first record's declares the trace's block
-size; kvreplay's hash, synth and convert write it in every record). Unknown fields
-are ignored; blank lines are skipped. Requests keep file order.
+size; kvreplay's hash, synth and convert write it in every record), ``priority`` and
+``priority_ranges`` (optional KV retention priorities, trace/retention.py: ``priority`` P is one
+range over the whole prompt; ``priority_ranges`` is ``[[start, end or null, P, duration_ms or
+null], ...]``). Unknown fields are ignored; blank lines are skipped. Requests keep file order.
 
 Two paths produce the same result. The fast path decodes a chunk of lines as
 one JSON array with msgspec, keeps ``hash_ids`` as raw bytes and parses all of
@@ -24,19 +26,52 @@ from .jsonl import (
     hash_id_list, is_int, non_negative_int, parse_int_lists, read_chunks,
 )
 from .model import MAX_BLOCK_SIZE, Reader, Trace, frozen
+from .retention import Retention, check_range
 
 class _FastRecord(msgspec.Struct, gc=False):
     input_length: int
     hash_ids: msgspec.Raw
     timestamp: float = 0.0
     output_length: float = 0.0
+    priority: msgspec.Raw | None = None  # (a record with priorities takes the slow path)
+    priority_ranges: msgspec.Raw | None = None
+
+
+class _Chunk(Chunk):
+    """A chunk's columns plus each record's retention ranges (None: no record in it has any)."""
+
+    __slots__ = ("ranges",)
+
+    def __init__(self, ids, counts, lengths, stamps, outs, ranges=None):
+        super().__init__(ids, counts, lengths, stamps, outs)
+        self.ranges = ranges
 
 
 _fast_decoder = msgspec.json.Decoder(_FastRecord)
 
 
+def _ranges(path: str, line: int, obj: dict) -> list:
+    """A record's retention ranges: ``priority`` (one range over the prompt), ``priority_ranges``."""
+    if obj.get("priority") is not None and obj.get("priority_ranges") is not None:
+        raise TraceError(path, "give priority or priority_ranges, not both", line, "priority")
+    if obj.get("priority") is not None:
+        out = [(0, None, obj["priority"], None)]
+        field = "priority"
+    else:
+        raw = obj.get("priority_ranges") or []
+        field = "priority_ranges"
+        if not isinstance(raw, list) or not all(isinstance(r, list) and len(r) == 4 for r in raw):
+            raise TraceError(path, "expected a list of [start, end or null, priority, duration_ms or null]", line, field)
+        out = [tuple(r) for r in raw]
+    for r in out:
+        problem = check_range(*r)
+        if problem:
+            raise TraceError(path, problem, line, field)
+    return out
+
+
 def _check_record(path: str, line: int, text: bytes):
-    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length)."""
+    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length, ranges)."""
     obj = decode_object(path, line, text)
     if "input_length" not in obj and "hash_ids" not in obj:
         error = TraceError(path, "missing", line, "input_length")
@@ -53,7 +88,7 @@ def _check_record(path: str, line: int, text: bytes):
     elif not (is_int(stamp) or isinstance(stamp, float)) or not finite(stamp):
         raise TraceError(path, f"expected a number, got {describe(stamp)}", line, "timestamp")
     out = 0 if obj.get("output_length") is None else non_negative_int(path, line, obj, "output_length")
-    return ids, length, float(stamp), out
+    return ids, length, float(stamp), out, _ranges(path, line, obj)
 
 
 def _fast_chunk(data: bytes) -> Chunk | None:
@@ -73,7 +108,7 @@ def _fast_chunk(data: bytes) -> Chunk | None:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     n = len(recs)
-    if n != lines:
+    if n != lines or any(r.priority is not None or r.priority_ranges is not None for r in recs):
         return None
     joined = b";".join([r.hash_ids for r in recs])  # "[1, 2];[];[3]"
     ids = np.empty(count_byte(joined, 44) + n, dtype=np.int64)  # at most one id per comma, plus one per list
@@ -100,15 +135,29 @@ def _fast_chunk(data: bytes) -> Chunk | None:
 
 def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int]) -> Chunk:
     ids: list = []
-    counts, lengths, stamps, outs = [], [], [], []
-    for _, (rec_ids, length, stamp, out) in checked_lines(path, first_line, data, on_invalid, invalid, _check_record):
+    counts, lengths, stamps, outs, ranges = [], [], [], [], []
+    for _, (rec_ids, length, stamp, out, rec_ranges) in checked_lines(path, first_line, data, on_invalid, invalid,
+                                                                      _check_record):
         ids.extend(rec_ids)
         counts.append(len(rec_ids))
         lengths.append(length)
         stamps.append(stamp)
         outs.append(out)
-    return Chunk(ids, np.array(counts, dtype=np.int64), np.array(lengths, dtype=np.int64),
-                  np.array(stamps, dtype=np.float64), np.array(outs, dtype=np.int64))
+        ranges.append(rec_ranges)
+    return _Chunk(ids, np.array(counts, dtype=np.int64), np.array(lengths, dtype=np.int64),
+                  np.array(stamps, dtype=np.float64), np.array(outs, dtype=np.int64),
+                  ranges if any(ranges) else None)
+
+
+def _retention(chunks: list) -> Retention | None:
+    """The trace's retention ranges (None when no record has any)."""
+    if all(getattr(c, "ranges", None) is None for c in chunks):
+        return None
+    per_request = []
+    for c in chunks:
+        ranges = getattr(c, "ranges", None)
+        per_request += ranges if ranges is not None else [[] for _ in range(c.lengths.shape[0])]
+    return Retention.from_lists(per_request)
 
 
 def _declared_block_size(name: str, declared: dict) -> int | None:
@@ -161,6 +210,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
         format="mooncake",
         original_ids=original,
         invalid_records={"count": len(invalid), "first_lines": invalid[:MAX_REPORTED_LINES]} if invalid else None,
+        retention=_retention(chunks),
     )
 
 

@@ -47,6 +47,7 @@ class _MooncakeRecord(msgspec.Struct, gc=False, omit_defaults=True):
     output_length: int
     hash_ids: list
     block_size: int | None = None  # the trace's, when it declares one (the reader takes the first record's)
+    priority_ranges: list | None = None  # retention ranges (trace/retention.py), when the request has any
 
 
 class _BailianRecord(msgspec.Struct, gc=False):
@@ -176,7 +177,11 @@ def _records_for(trace, fmt, table, sessions, start, stop):
     if fmt == "mooncake":
         stamps = _stamps_ms(trace.timestamp[start:stop])
         size = trace.block_size
-        return [_MooncakeRecord(stamps[k], lengths[k], outs[k], ids[bounds[k]:bounds[k + 1]], size) for k in range(count)]
+        ret = trace.retention
+        ranges = [None] * count if ret is None else [[list(r) for r in ret.ranges(start + k)] or None
+                                                     for k in range(count)]
+        return [_MooncakeRecord(stamps[k], lengths[k], outs[k], ids[bounds[k]:bounds[k + 1]], size, ranges[k])
+                for k in range(count)]
     seconds = (trace.timestamp[start:stop] / 1000.0).tolist()
     parents, turns = sessions[0][start:stop].tolist(), sessions[1][start:stop].tolist()
     return [
@@ -204,6 +209,9 @@ def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: b
     Raises ConfigError for an unknown format or missing original ids, OutputError when the
     file cannot be written (nothing is left behind then).
     """
+    if format == "bailian" and trace.retention is not None:
+        raise ConfigError("this trace has KV retention priorities, which Bailian files cannot hold: write it as "
+                          "mooncake (its priority_ranges field keeps them)")
     if format == "bailian" and trace.block_size != BAILIAN_BLOCK_SIZE:
         # The format has no block-size field and its reader assumes 16: anything else would replay
         # wrong. A trace that does not declare its block size is taken at 512, as a replay takes it.
