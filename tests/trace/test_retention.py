@@ -71,3 +71,24 @@ def test_bailian_cannot_hold_them(tmp_path):
     with pytest.raises(ConfigError, match="cannot hold"):
         write_trace(t, str(tmp_path / "b.jsonl"), "bailian")
     assert not (tmp_path / "b.jsonl").exists()
+
+
+def test_synth_gives_system_prompts_a_priority_class():
+    from kvreplay.trace.synth import synth
+
+    t = synth(300, block_size=64, system_priority=90, system_priority_ms=60_000.0)
+    plain = synth(300, block_size=64)
+    assert plain.retention is None and t.blocks.tolist() == plain.blocks.tolist()  # the same workload
+    rows = ranges(t)
+    assert all(len(r) <= 1 for r in rows) and sum(map(len, rows)) > 250
+    for r, length in zip(rows, t.input_length.tolist()):
+        for start, end, priority, duration in r:
+            assert (start, priority, duration) == (0, 90, 60_000.0) and 0 < end <= length
+    # requests of one session share their system prompt, so their ranges end at the same token
+    ends = {}
+    for sess, r in zip(t.session.tolist(), rows):
+        if r:
+            ends.setdefault(sess, set()).add(r[0][1])
+    assert all(len(v) == 1 for v in ends.values())
+    with pytest.raises(ConfigError, match="system_priority_ms needs system_priority"):
+        synth(10, system_priority_ms=5.0)

@@ -183,6 +183,9 @@ _SYNTH_KNOBS = [  # flag, type, default, help; the defaults live in kvreplay.tra
     ("--mix", str, "chat=0.6,rag=0.2,agent=0.2", "session kinds and weights"),
     ("--think-time", float, 30.0, "mean seconds between turns (agents: a tenth)"),
     ("--zipf", float, 1.1, "Zipf exponent of prompt and document popularity"),
+    ("--system-priority", int, None, "a priority class for system prompts: their tokens' KV retention priority, "
+                                     "0-100 (TensorRT-LLM's; docs/formats.md)"),
+    ("--system-priority-ms", float, None, "with --system-priority: how long the priority lasts (ms)"),
 ]
 
 

@@ -346,8 +346,11 @@ def _block_ids(length, prompt_len, doc_prompt, doc_len, doc, session, block_size
     return offsets, rank[inverse.reshape(-1)], int(uniq.size)
 
 
-def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: int = 0, source: str = "synthetic") -> Trace:
-    """`num_requests` requests from `model`: the first ones in time of a stream of sessions."""
+def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: int = 0, source: str = "synthetic",
+             system_priority: int | None = None, system_priority_ms: float | None = None) -> Trace:
+    """`num_requests` requests from `model`: the first ones in time of a stream of sessions.
+    system_priority: each request's system-prompt tokens get this KV retention priority (0-100,
+    for a duration of system_priority_ms when given; trace/retention.py); None: no priorities."""
     num_requests = _positive("requests", num_requests, integer=True)
     block_size = _positive("block_size", block_size, integer=True)
     mean_turns = sum(p * model.kinds[k].turns.mean() for k, p in model.mix.items())
@@ -372,16 +375,26 @@ def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: in
     sess_rank = np.empty(uniq.size, dtype=np.int64)
     sess_rank[np.argsort(first_at, kind="stable")] = np.arange(uniq.size)
     time = r["time"][order]
+    retention = None
+    if system_priority is not None or system_priority_ms is not None:
+        from .retention import Retention
+
+        if system_priority is None:
+            raise ConfigError("system_priority_ms needs system_priority (the priority it lasts for)")
+        prompt = np.minimum(s["prompt_len"][sess], length).tolist()
+        retention = Retention.from_lists([[(0, int(p), system_priority, system_priority_ms)] if p > 0 else []
+                                          for p in prompt])
     return Trace(
         offsets=offsets, blocks=blocks, input_length=length, output_length=r["output"][order],
         timestamp=time - time[0], num_blocks=num_blocks, block_size=block_size, source=source,
-        format="synthetic", session=sess_rank[inverse.reshape(-1)],
+        format="synthetic", session=sess_rank[inverse.reshape(-1)], retention=retention,
     )
 
 
 def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: float = 1.0, prefixes: int = 8,
           docs: int = 200, turns: float = 4.0, agent_steps: float = 10.0, mix="chat=0.6,rag=0.2,agent=0.2",
-          think_time: float = 30.0, zipf: float = 1.1, block_size: int = 512, seed: int = 0) -> Trace:
+          think_time: float = 30.0, zipf: float = 1.1, block_size: int = 512, seed: int = 0,
+          system_priority: int | None = None, system_priority_ms: float | None = None) -> Trace:
     """A synthetic multi-turn workload (deterministic for a seed; see the module docstring).
 
     requests: requests in the trace (the first ones in time).
@@ -393,10 +406,14 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
     mix: session kinds and weights, "chat=0.6,rag=0.2,agent=0.2" or a dict.
     think_time: mean seconds between turns of a chat/RAG session (exponential); agents: a tenth.
     block_size: tokens per block of the hash ids.
+    system_priority / system_priority_ms: a priority class for system prompts: every request's
+        system-prompt tokens get this KV retention priority (0-100), for that many ms when given
+        (TensorRT-LLM's token-range retention; trace/retention.py). None: no priorities.
     """
     model = model_from_knobs(arrival_rate=arrival_rate, prefix_scale=prefix_scale, prefixes=prefixes, docs=docs,
                              turns=turns, agent_steps=agent_steps, mix=mix, think_time=think_time, zipf=zipf, seed=seed)
-    return generate(model, requests, block_size=block_size, seed=seed,
+    return generate(model, requests, block_size=block_size, seed=seed, system_priority=system_priority,
+                    system_priority_ms=system_priority_ms,
                     source=f"synthetic (seed {seed}, {requests} requests, mix {','.join(f'{k}={v:g}' for k, v in model.mix.items())})")
 
 
