@@ -47,7 +47,8 @@ static inline i64 ds_hit_limit(DeepSeek *st, i64 num_blocks, i64 L, i64 bs) {
     return ds_hit(st, st->ids + start, kv_min(num_blocks, st->offsets[i + 1] - start), L, bs, &building);
 }
 
-/* Unit ids[0:e] persisted now (counter: a new one's), or refreshed while it lives. */
+/* Unit ids[0:e] persisted now (counter: a new one's), or refreshed while it lives (its blocks'
+ * residency is set once per request, over the longest unit: ds_access_request). */
 static void ds_persist(DeepSeek *st, const i32 *ids, i64 e, i64 counter) {
     if (e <= 0) return;
     f64 now = st->clock[NOW];
@@ -58,7 +59,6 @@ static void ds_persist(DeepSeek *st, const i32 *ids, i64 e, i64 counter) {
         st->meta[counter] += 1;
     }
     st->last[key] = now;
-    for (i64 j = 0; j < e; j++) st->cover[ids[j]] = now;
 }
 
 static inline void ds_access_request(DeepSeek *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
@@ -80,7 +80,7 @@ static inline void ds_access_request(DeepSeek *st, i64 request, const i32 *block
         for (i64 e = per; e < top; e += per) ds_persist(st, ids, e, INTERVAL_UNITS);
     ds_persist(st, ids, top, INPUT_UNITS);
     f64 now = st->clock[NOW];
-    for (i64 j = 0; j < top; j++) st->seen[ids[j]] = now;
+    for (i64 j = 0; j < top; j++) st->seen[ids[j]] = st->cover[ids[j]] = now; /* every unit of now is within top */
     st->meta[CURSOR] = request + 1;
     if (request + 1 < st->times_n) {
         f64 t = st->times[request + 1];

@@ -143,8 +143,6 @@ class DeepSeek(ReferencePolicy):
             self.stats["units"] += 1
             self.stats[kind] += 1
         self.last[key] = self.now
-        for b in ids[:e]:
-            self.cover[b] = self.now
 
     def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
         hit, building = self._hit(blocks, input_length, block_size)  # (= hits: the scan stops at the unit)
@@ -163,8 +161,8 @@ class DeepSeek(ReferencePolicy):
         for e in range(per, top, per) if per else ():
             self._persist(blocks, e, "interval_units")
         self._persist(blocks, top, "input_units")
-        for b in blocks[:top]:
-            self.seen[b] = self.now
+        for b in blocks[:top]:  # every unit persisted or hit now is a prefix of the first top blocks
+            self.seen[b] = self.cover[b] = self.now
         self._tick(request)
 
     def _tick(self, request: int) -> None:
