@@ -136,6 +136,8 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
     n = len(trace)
     events = check_events(events, n)
     engine = resolve_engine(engine)
+    if engine == "compiled" and not spec.native:
+        engine = "reference"  # a policy with the reference engine only
     if on_event is not None and engine != "reference":
         raise ConfigError("on_event needs the reference engine")
     hit_blocks = np.zeros(n, dtype=np.int64)

@@ -114,6 +114,11 @@ def replay(
     sizes = spec.sizes(capacity, **params)
     warmup = warmup_count(len(trace), warmup_fraction)
     engine = resolve_engine(engine)
+    if engine == "compiled" and not spec.native:
+        engine = "reference"  # a policy with the reference engine only (the report says which ran)
+    if tiers is not None and not spec.native:
+        raise ConfigError(f"policy {spec.name!r} has no compiled operations for tiers"
+                          + (" (it has its own host pool: host_blocks)" if spec.name == "trtllm" else ""))
     n = len(trace)
     hit_blocks = np.zeros(n, dtype=np.int64)
     hit_tokens = np.zeros(n, dtype=np.int64)

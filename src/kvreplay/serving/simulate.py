@@ -28,7 +28,10 @@ STYLE_POLICY = {"vllm": "vllm", "sglang": "radix"}
 #: Policies whose engine's scheduler the simulator does not model: refused, not pretended.
 NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler and hardware are not public, so the "
                           "simulator has no model of them; `kvreplay run --policy deepseek` gives its cache's hits and "
-                          "cost"}
+                          "cost",
+              "trtllm": "TensorRT-LLM's scheduler (its capacity scheduler and in-flight batching) is not modelled, "
+                        "so the simulator cannot serve its cache; `kvreplay run --policy trtllm` replays the cache "
+                        "one request at a time"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,361 @@
+"""trtllm: TensorRT-LLM's KV cache block reuse (its radix tree of blocks and prioritized LRU).
+
+Source: NVIDIA/TensorRT-LLM (Apache-2.0), ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``
+at commit 002ba6a7cc5eb28f180d45d4a91142d9d927a606 (mid-2025, about v0.20-1.0rc; KVM below),
+``evictionPolicy.cpp`` at fc07e755 (EP), ``executor.h``'s ``KvCacheRetentionConfig`` (EX) and
+``kvCacheRetentionConfig.cpp`` (KRC). Checked against the numbers of its own unit tests
+(``cpp/tests/unit_tests/batch_manager/kvCacheManagerTest.cpp`` at 000a01de and
+``evictionPolicyTest.cpp``) in tests/policies/test_trtllm.py: the scenarios a block-level trace
+can express, each expectation the test's own, cited. The wheel's block manager needs CUDA (its
+constructor creates CUDA streams and pinned pools), so it cannot be driven here.
+
+One request at a time (its prompt: outputs are not modelled, as in every sequential replay):
+
+1. **Keys.** A request's lookup keys are the blocks of its first ``L - 1`` tokens (the last prompt
+   token is never reused; KVM:1115-1121): the trace's ids for the ``floor((L - 1) / B)`` full
+   ones, then the partial tail. It holds ``ceil(L / B)`` blocks (KVM:1892).
+2. **Match** (``loadOrAllocateBlocks``, KVM:956-1081). From the tree's root, each key that is a
+   child of the last matched block is reused: taken out of the free queue (``claimBlock``),
+   onboarded first if it sits in the host pool (KVM:872-888), its priority replaced only if the
+   request gives its tokens one. The first key that does not match ends matching; it and every
+   later block come from ``getFreeBlock`` at the request's priority for them (default 35).
+3. **getFreeBlock** (KVM:750-793, EP:106-122): the front of the lowest-priority non-empty queue
+   of the GPU pool (101 FIFO queues, priorities 0-100). If that block holds KV, its priority is
+   at least ``offload_min_priority`` (30, EP:33) and the host pool has a free block, it is
+   offloaded: it moves to the host pool keeping its place in the tree, and the host pool's
+   candidate (its lowest-priority front) gives up its slot and is dropped. Whatever block is
+   reused is detached from the tree with its whole subtree (``freeChildren``, KVM:731-748); the
+   subtree's blocks become free blocks without KV.
+4. **Store at release** (KVM:1391-1447): the keys are walked from the root again; while a key
+   exists, the request's own block there is not inserted; from the first one that does not, the
+   request's blocks are inserted as a chain. Then its blocks are released, last first, each to
+   the end of its priority's queue (EP:130-144).
+5. **Which free blocks may go.** By default (``leaf_only`` 0) any free block, as the
+   evictionPolicy.cpp read at fc07e755 does and as TensorRT-LLM does since PR #7922 (2025);
+   evicting a block with cached children drops them too (step 3). ``leaf_only`` 1 is the earlier
+   rule, inferred from that era's unit tests (three of them need it) and comments: a free block
+   waits outside the queues while one of its children is free in the same pool, and joins the
+   end of its queue when the last such child is claimed. The two differ most on long chains: on
+   the conversation trace at 10,000 blocks, 21.56% (0) against 16.84% (1), because a parent that
+   waited re-enters its queue behind newer blocks.
+6. **Priorities** (EX:527-548, KRC:127-175): a trace's retention ranges (docs/formats.md) give
+   a block the priority and duration of the range holding its first token; none: 35. A block
+   whose priority is not 35 and that has a duration expires that long after its release: at the
+   next request (``refreshBlocks``, EP:195-219) it goes to the end of the priority-35 queue.
+
+What a hash-id trace cannot give: **partial reuse.** TensorRT-LLM also reuses part of a block
+whose first tokens match (``enablePartialReuse``, on by default, copying it when another request
+holds it). A trace names whole blocks, so only whole blocks are matched here; the partial tail of
+a prompt is stored under a key no later request matches. TensorRT-LLM can reuse up to ``B - 1``
+more tokens per hit (an extended prompt reuses all of its predecessor's ``L - 1`` tokens).
+
+Engines: the reference engine only (this module; not ported to the compiled core yet: about 4 s
+on the conversation trace). ``simulate`` refuses it: TensorRT-LLM's scheduler is not modelled.
+
+Resident: a block whose id is in the tree, in either pool. ``final_cache_blocks`` counts the GPU
+pool's; the capacity is the GPU pool's blocks (``host_blocks`` more sit in host memory).
+Counters: ``reused_blocks``, ``missed_blocks``, ``offloaded``, ``onboarded``, ``dropped``
+(blocks with KV detached from the tree: evicted, with their subtrees), ``expired``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .base import Param, PolicySpec, ReferencePolicy, in_range
+
+DEFAULT_PRIORITY = 35  # kDefaultRetentionPriority, EX:529
+LEVELS = 2  # the GPU pool (0) and the host pool (1)
+COUNTERS = ("reused_blocks", "missed_blocks", "offloaded", "onboarded", "dropped", "expired")
+
+
+class Block:
+    __slots__ = ("id", "level", "key", "parent", "children", "refs", "priority", "duration", "expires", "queued")
+
+    def __init__(self, i: int, level: int):
+        self.id, self.level = i, level
+        self.key = None  # its block id in the trace (a partial tail: a key no one matches), None: no KV
+        self.parent = None
+        self.children: dict = {}
+        self.refs = 0
+        self.priority, self.duration, self.expires = DEFAULT_PRIORITY, None, None
+        self.queued = False  # in its level's queue for its priority (else claimed, or waiting: leaf-only)
+
+
+class TensorRTLLM(ReferencePolicy):
+    """Reference: the block objects, the tree, 2 x 101 FIFO queues."""
+
+    def __init__(self, capacity: int, trace=None, host_blocks: int = 0, leaf_only: int = 0,
+                 offload_min_priority: int = 30):
+        self.leaf_only, self.offload_min = bool(leaf_only), offload_min_priority
+        self.blocks = [Block(i, 0) for i in range(capacity)] + [Block(capacity + i, 1) for i in range(host_blocks)]
+        self.queues = [[OrderedDict() for _ in range(101)] for _ in range(LEVELS)]
+        for b in self.blocks:
+            self._queue(b)
+        self.root = Block(-1, 0)
+        self.where: dict = {}  # key -> the blocks holding it in the tree
+        self.times = trace.timestamp.tolist() if trace is not None else []
+        self.retention = getattr(trace, "retention", None)
+        self.cursor, self.now = 0, (self.times[0] if self.times else 0.0)
+        self.offsets = trace.offsets.tolist() if trace is not None else [0]
+        self.ids = trace.blocks.tolist() if trace is not None else []
+        self.expiring: dict = {}  # block id -> block, for the blocks whose priority runs out
+        self.partial_keys = 0
+        self.stats = dict.fromkeys(COUNTERS, 0)
+        self.free_gpu = capacity  # GPU blocks no request holds
+
+    # -- the queues ------------------------------------------------------------------------------
+
+    def _queue(self, b: Block) -> None:
+        self.queues[b.level][b.priority][b.id] = b
+        b.queued = True
+
+    def _unqueue(self, b: Block) -> None:
+        if b.queued:
+            del self.queues[b.level][b.priority][b.id]
+            b.queued = False
+
+    def _has_free_child(self, b: Block) -> bool:
+        return any(c.refs == 0 and c.level == b.level for c in b.children.values())
+
+    def _release(self, b: Block) -> None:
+        """releaseBlock: to the end of its queue (leaf-only: once no child of its pool is free)."""
+        if b.duration is not None and b.priority != DEFAULT_PRIORITY:
+            b.expires = self.now + b.duration
+            self.expiring[b.id] = b
+        if not (self.leaf_only and self._has_free_child(b)):
+            self._queue(b)
+
+    def _claim(self, b: Block) -> None:
+        """claimBlock: out of the free queue; a waiting parent may become a leaf."""
+        self._unqueue(b)
+        b.expires = None
+        self.expiring.pop(b.id, None)
+        p = b.parent
+        if self.leaf_only and p is not None and p is not self.root and p.refs == 0 and not p.queued \
+                and p.level == b.level and not any(c is not b and c.refs == 0 and c.level == p.level
+                                                   for c in p.children.values()):
+            self._queue(p)
+
+    def _front(self, level: int) -> Block | None:
+        for q in self.queues[level]:
+            if q:
+                return next(iter(q.values()))
+        return None
+
+    # -- the tree --------------------------------------------------------------------------------
+
+    def _detach(self, b: Block) -> None:
+        """b and its subtree leave the tree (freeChildren); the subtree's blocks become free blocks
+        without KV (at the end of the priority-35 queue). b was claimed: its parent has been told."""
+        stack = list(b.children.values())
+        self._unlink(b)
+        while stack:
+            c = stack.pop()
+            stack.extend(c.children.values())
+            self._unqueue(c)
+            self._unlink(c)
+            c.priority, c.duration, c.expires = DEFAULT_PRIORITY, None, None
+            self.expiring.pop(c.id, None)
+            self._queue(c)
+
+    def _unlink(self, b: Block) -> None:
+        if b.key is not None and b.parent is not None:
+            if b.parent.children.get(b.key) is b:
+                del b.parent.children[b.key]
+            holders = self.where[b.key]
+            holders.discard(b)
+            if not holders:
+                del self.where[b.key]
+            self.stats["dropped"] += 1
+        b.parent, b.key, b.children = None, None, {}
+
+    def _free_block(self, priority: int | None, duration) -> Block | None:
+        """getFreeBlock: a block to hold new KV, or None when the GPU pool has none free."""
+        b = self._front(0)
+        if b is None:
+            return None
+        host = self._front(1)
+        if b.key is not None and b.priority >= self.offload_min and host is not None:
+            self._claim(b)
+            self._claim(host)
+            b.level, host.level = 1, 0  # the slots swap: b keeps its place in the tree, now on the host
+            b.duration, b.expires = None, None
+            self.stats["offloaded"] += 1
+            self._release(b)
+            b = host
+        else:
+            self._claim(b)
+        self._detach(b)
+        b.priority = DEFAULT_PRIORITY if priority is None else priority
+        b.duration = duration
+        return b
+
+    def _onboard(self, b: Block) -> bool:
+        """A matched block on the host comes back to the GPU pool: False when no GPU block is free."""
+        slot = self._free_block(None, None)
+        if slot is None:
+            return False
+        slot.level, b.level = 1, 0
+        self._release(slot)
+        self.stats["onboarded"] += 1
+        return True
+
+    # -- a request -------------------------------------------------------------------------------
+
+    def _ranges(self, request: int) -> list:
+        return [] if self.retention is None else self.retention.ranges(request)
+
+    @staticmethod
+    def block_retention(ranges: list, j: int, block_size: int):
+        """(priority, duration ms) of block j: the range holding its first token (KRC:127-175)."""
+        first = j * block_size
+        for start, end, priority, duration in ranges:
+            if end is not None and end <= first:
+                continue
+            return (priority, duration) if first >= start else (None, None)
+        return None, None
+
+    def _walk(self, ids: list, input_length: int, block_size: int) -> list:
+        """The matched blocks of the request's first floor((L - 1) / B) ids, touching nothing."""
+        full = max(0, input_length - 1) // block_size
+        node, out = self.root, []
+        for key in ids[:full]:
+            node = node.children.get(key)
+            if node is None:
+                break
+            out.append(node)
+        return out
+
+    def resident(self, b) -> bool:
+        return b in self.where
+
+    def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
+        """The blocks the next request's walk from the root matches (requests come in trace order)."""
+        i = self.cursor
+        if i + 1 >= len(self.offsets):
+            return 0
+        return len(self._walk(self.ids[self.offsets[i]:self.offsets[i + 1]], input_length, block_size))
+
+    def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
+        """One request alone: admitted (addSequence), then released (removeSequence)."""
+        held = self.pin_request(request, blocks, hits, input_length, block_size)
+        self.unpin_request(request, blocks, input_length, block_size, held)
+
+    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
+        """addSequence: the matched blocks claimed (onboarded from the host), the rest from
+        getFreeBlock; the blocks it holds, in order. Refused (nothing held) when the GPU pool has
+        too few free blocks for them (TensorRT-LLM's scheduler would not admit it)."""
+        if request < len(self.times):  # refreshBlocks, at the request's time
+            self._refresh(self.times[request])
+        self.cursor = request + 1
+        ranges = self._ranges(request)
+        matched = self._walk(blocks, input_length, block_size)[:hits]
+        need = -(-input_length // block_size)
+        onboard = sum(b.level == 1 for b in matched)
+        free = self.free_gpu - sum(1 for b in matched if b.level == 0 and b.refs == 0)
+        if need - len(matched) + onboard > free:
+            self._refused = True
+            self.refuse()
+            return []
+        self._refused = False
+        held = []
+        for j, b in enumerate(matched):
+            self._claim(b)
+            if b.level == 1:
+                self._onboard(b)
+            priority, duration = self.block_retention(ranges, j, block_size)
+            if priority is not None:
+                b.priority = priority
+            b.duration = duration
+            self._hold(b)
+            held.append(b)
+            self.stats["reused_blocks"] += 1
+        for j in range(len(held), need):
+            b = self._free_block(*self.block_retention(ranges, j, block_size))
+            if b is None:  # (cannot happen: every free block is reachable once its free children go)
+                raise RuntimeError("trtllm: the free queues ran dry after the admission check (a bug)")
+            self._hold(b)
+            held.append(b)
+            self.stats["missed_blocks"] += 1
+        return held
+
+    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
+        """removeSequence: its blocks stored for reuse, then released last first."""
+        self._store(blocks, handles, input_length, block_size)
+        for b in reversed(handles):
+            b.refs -= 1
+            self.free_gpu += b.refs == 0 and b.level == 0
+            self._release(b)
+
+    def _hold(self, b: Block) -> None:
+        b.refs += 1
+        self.free_gpu -= b.refs == 1 and b.level == 0  # (a swap of two free blocks' pools keeps the count)
+
+    def everything_held(self) -> bool:
+        """The last refused start found too few free GPU blocks (a start is all or nothing)."""
+        return getattr(self, "_refused", False)
+
+    def _store(self, ids: list, held: list, input_length: int, block_size: int) -> None:
+        """storeBlocks: the keys of the first L - 1 tokens, the request's blocks from the first missing one."""
+        tokens = max(0, input_length - 1)
+        keys = list(ids[:tokens // block_size])
+        if tokens % block_size:
+            self.partial_keys += 1
+            keys.append(("partial", self.partial_keys))  # a partial tail no later request matches
+        node = self.root
+        for key, b in zip(keys, held):
+            child = node.children.get(key)
+            if child is not None:
+                node = child
+                continue
+            if b.parent is None:  # (a matched block is in the tree already)
+                b.key, b.parent = key, node
+                node.children[key] = b
+                self.where.setdefault(key, set()).add(b)
+            node = b
+
+    def _refresh(self, now: float) -> None:
+        """refreshBlocks: blocks whose priority has run out fall back to 35 (the end of its queue)."""
+        self.now = max(self.now, now)
+        for b in sorted((b for b in self.expiring.values() if b.expires <= self.now), key=lambda b: (b.expires, b.id)):
+            del self.expiring[b.id]
+            was = b.queued
+            self._unqueue(b)
+            b.priority, b.duration, b.expires = DEFAULT_PRIORITY, None, None
+            if was:
+                self._queue(b)
+            self.stats["expired"] += 1
+
+    def access(self, b) -> None:
+        raise NotImplementedError("trtllm is request-level: access_request")
+
+    def size(self) -> int:
+        return sum(1 for blocks in self.where.values() for b in blocks if b.level == 0 and not _partial(b.key))
+
+    def resident_blocks(self):
+        return [k for k, blocks in self.where.items() if not _partial(k) and any(b.level == 0 for b in blocks)]
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+
+def _partial(key) -> bool:
+    return isinstance(key, tuple)
+
+
+POLICY = PolicySpec(
+    name="trtllm",
+    native=None,
+    summary="TensorRT-LLM's block reuse: a radix tree of blocks, 101 priority FIFO queues (lowest first), leaf-only "
+            "eviction, host offload (host_blocks), token-range retention priorities from the trace",
+    reference=TensorRTLLM,
+    make_state=None,
+    read_state=None,
+    params=(Param("host_blocks", 0, int, "blocks of the host (secondary) pool evicted blocks are offloaded to",
+                  in_range(lo=0)),
+            Param("leaf_only", 0, int, "1: only blocks without free children are evicted (before PR #7922, inferred); "
+                  "0: any free block (after PR #7922)", in_range(0, 1)),
+            Param("offload_min_priority", 30, int, "the lowest priority whose blocks are offloaded, not dropped",
+                  in_range(0, 100))),
+)
