@@ -11,10 +11,11 @@ from kvreplay.errors import InvariantError
 from kvreplay.policies.registry import POLICIES as REGISTRY
 
 # The spec's rules hold for every policy; vllm and radix also cap hits at (L-1)//block_size
-# blocks (the engines always recompute the last prompt token; trtllm too), and deepseek hits whole 64-token
+# blocks (the engines always recompute the last prompt token; trtllm and llamacpp too, whose hits are also
+# one slot's), and deepseek hits whole 64-token
 # prefix units only, ready a delay after they are persisted: tested in their own modules
 # (tests/policies/test_deepseek.py states these rules for its units).
-POLICIES = [name for name in REGISTRY if name not in ("vllm", "radix", "trtllm", "deepseek")]
+POLICIES = [name for name in REGISTRY if name not in ("vllm", "radix", "trtllm", "llamacpp", "deepseek")]
 BIG = 1000  # capacity large enough that nothing is evicted in these tiny traces
 
 

@@ -10,7 +10,7 @@ from ..plugins import discover
 from .base import PolicySpec
 
 # Listing order; policies not named here follow alphabetically.
-ORDER = ("s3fifo", "lru", "fifo", "lru-tail", "sieve", "clock", "arc", "2q", "lfu", "ttl", "vllm", "radix", "trtllm", "deepseek",
+ORDER = ("s3fifo", "lru", "fifo", "lru-tail", "sieve", "clock", "arc", "2q", "lfu", "ttl", "vllm", "radix", "trtllm", "llamacpp", "deepseek",
          "infinite", "belady")
 
 

@@ -31,7 +31,9 @@ NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler an
                           "cost",
               "trtllm": "TensorRT-LLM's scheduler (its capacity scheduler and in-flight batching) is not modelled, "
                         "so the simulator cannot serve its cache; `kvreplay run --policy trtllm` replays the cache "
-                        "one request at a time"}
+                        "one request at a time",
+              "llamacpp": "llama.cpp server's loop (its slots under concurrency, deferred tasks) is not modelled; "
+                          "`kvreplay run --policy llamacpp` replays its slots one request at a time"}
 
 
 @dataclass(frozen=True)
