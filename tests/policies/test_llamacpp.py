@@ -10,8 +10,8 @@ are single tokens too, new to every prompt, so only the prompts' structure matte
 
 from __future__ import annotations
 
+import importlib.util
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +19,13 @@ import pytest
 import kvreplay
 from kvreplay.errors import ConfigError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "real_engines"))
-from llamacpp_server import CONFIGS, workload  # noqa: E402
+# the opt-in test's harness, loaded by path (tests/real_engines is not put on sys.path: its
+# conftest would shadow this directory's)
+_spec = importlib.util.spec_from_file_location(
+    "llamacpp_harness", Path(__file__).resolve().parents[1] / "real_engines" / "llamacpp_server.py")
+_harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_harness)
+CONFIGS, workload = _harness.CONFIGS, _harness.workload
 
 SERVER_CACHE_N = {  # observed on llama-server 0c1e57098 (tests/real_engines/test_llamacpp_server.py)
     "parallel-2": [0, 0, 60, 60, 30, 0, 73, 73, 83, 0, 9, 84],
