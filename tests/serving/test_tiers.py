@@ -81,7 +81,7 @@ def test_keep_copies_take_room_twice():
     assert keep.tiers["copies"] == "keep"
 
 
-TIERED = list(POLICIES)
+TIERED = [name for name, spec in POLICIES.items() if spec.native]  # (tiers need the compiled core)
 
 
 @pytest.mark.parametrize("policy", TIERED)
@@ -222,3 +222,14 @@ def test_sweep_over_dram_sizes(capsys):
     path = str(shared_path(MOONCAKE / "conversation_trace.jsonl"))
     assert main(["sweep", path, "--hbm", "2000", "--policies", "lru"]) == 2
     assert "--dram-sizes" in capsys.readouterr().err
+
+
+def test_a_reference_only_policy_is_refused_with_tiers():
+    import kvreplay
+    from kvreplay.errors import ConfigError
+
+    t = kvreplay.Trace.from_requests([(["a"], 4)])
+    for name, spec in POLICIES.items():
+        if not spec.native:
+            with pytest.raises(ConfigError, match="no compiled operations for tiers"):
+                kvreplay.replay(t, name, 10, 4, tiers="dram=100")
