@@ -333,3 +333,18 @@ def take_evictions(state):
 def read_holds(state) -> tuple[int, int]:
     """(blocks held, refusals) of a compiled state."""
     return int(state.hold[HELD]), int(state.hold[REFUSALS])
+
+
+class RequestOnlyPolicy(ReferencePolicy):
+    """A request-level reference policy that holds nothing while a request runs (deepseek's disk,
+    llama.cpp's slots): a start is its access phase, a finish changes nothing."""
+
+    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
+        self.access_request(request, blocks, hits, input_length, block_size)
+        return []
+
+    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
+        pass
+
+    def access(self, b) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is request-level: access_request")

@@ -65,7 +65,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, meta_slots
+from .base import Param, PolicySpec, RequestOnlyPolicy, hold_arrays, in_range, meta_slots
 
 UNIT = 64  # DeepSeek's storage unit, tokens
 COUNTERS = ("units", "input_units", "common_prefix_units", "interval_units", "unit_hits", "construction_misses")
@@ -84,7 +84,7 @@ def unit_blocks(tokens: int, block_size: int) -> int:
     return tokens // UNIT * UNIT // block_size
 
 
-class DeepSeek(ReferencePolicy):
+class DeepSeek(RequestOnlyPolicy):
     """Reference: dicts from block id to times (ms)."""
 
     def __init__(self, capacity: int, trace=None, interval: int = 4096, delay: float = 5.0, ttl: float = 14400.0):
@@ -169,17 +169,6 @@ class DeepSeek(ReferencePolicy):
         self.cursor = request + 1
         if request + 1 < len(self.times):
             self.now = max(self.now, self.times[request + 1])
-
-    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
-        """A running request: its access phase; it holds nothing (a disk cache is not full)."""
-        self.access_request(request, blocks, hits, input_length, block_size)
-        return []
-
-    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
-        pass
-
-    def access(self, b) -> None:
-        raise NotImplementedError("deepseek is request-level: access_request")
 
     def size(self) -> int:
         return sum(1 for b in self.cover if self.resident(b))

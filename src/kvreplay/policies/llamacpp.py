@@ -55,7 +55,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import ConfigError
-from .base import Param, PolicySpec, ReferencePolicy, in_range
+from .base import Param, PolicySpec, RequestOnlyPolicy, in_range
 
 AUTO_SLOTS = 4  # -np auto: 4 slots over one unified KV cache (server.cpp:156-160)
 COUNTERS = ("slot_hits", "loads", "saves", "cache_evictions", "rejected")
@@ -81,7 +81,7 @@ class Slot:
         self.id, self.ids, self.tokens, self.last_used = i, [], 0, -1
 
 
-class LlamaCpp(ReferencePolicy):
+class LlamaCpp(RequestOnlyPolicy):
     """Reference: the slots and the host cache as lists."""
 
     def __init__(self, capacity: int, trace=None, slots: int = 0, similarity: float = 0.1, cache_ram: int = 8192,
@@ -264,17 +264,6 @@ class LlamaCpp(ReferencePolicy):
         slot.ids = list(blocks[:-(-input_length // block_size)]) if slot.tokens else []  # (the prompt's blocks)
         self.clock += 1
         slot.last_used = self.clock
-
-    def pin_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> list:
-        """A running request: its access phase (the simulator does not model llama.cpp's server loop)."""
-        self.access_request(request, blocks, hits, input_length, block_size)
-        return []
-
-    def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
-        pass
-
-    def access(self, b) -> None:
-        raise NotImplementedError("llamacpp is request-level: access_request")
 
     def resident_blocks(self):
         out = set()
