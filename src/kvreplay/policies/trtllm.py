@@ -90,6 +90,7 @@ class TensorRTLLM(ReferencePolicy):
         self.leaf_only, self.offload_min = bool(leaf_only), offload_min_priority
         self.blocks = [Block(i, 0) for i in range(capacity)] + [Block(capacity + i, 1) for i in range(host_blocks)]
         self.queues = [[OrderedDict() for _ in range(101)] for _ in range(LEVELS)]
+        self.nonempty = [0] * LEVELS  # per level: bit p set while queue p holds a block
         for b in self.blocks:
             self._queue(b)
         self.root = Block(-1, 0)
@@ -108,11 +109,15 @@ class TensorRTLLM(ReferencePolicy):
 
     def _queue(self, b: Block) -> None:
         self.queues[b.level][b.priority][b.id] = b
+        self.nonempty[b.level] |= 1 << b.priority
         b.queued = True
 
     def _unqueue(self, b: Block) -> None:
         if b.queued:
-            del self.queues[b.level][b.priority][b.id]
+            q = self.queues[b.level][b.priority]
+            del q[b.id]
+            if not q:
+                self.nonempty[b.level] &= ~(1 << b.priority)
             b.queued = False
 
     def _has_free_child(self, b: Block) -> bool:
@@ -138,10 +143,11 @@ class TensorRTLLM(ReferencePolicy):
             self._queue(p)
 
     def _front(self, level: int) -> Block | None:
-        for q in self.queues[level]:
-            if q:
-                return next(iter(q.values()))
-        return None
+        """The front of the level's lowest-priority non-empty queue (a bit per non-empty queue)."""
+        mask = self.nonempty[level]
+        if not mask:
+            return None
+        return next(iter(self.queues[level][(mask & -mask).bit_length() - 1].values()))
 
     # -- the tree --------------------------------------------------------------------------------
 
@@ -175,8 +181,8 @@ class TensorRTLLM(ReferencePolicy):
         b = self._front(0)
         if b is None:
             return None
-        host = self._front(1)
-        if b.key is not None and b.priority >= self.offload_min and host is not None:
+        host = self._front(1) if b.key is not None and b.priority >= self.offload_min else None
+        if host is not None:
             self._claim(b)
             self._claim(host)
             b.level, host.level = 1, 0  # the slots swap: b keeps its place in the tree, now on the host
