@@ -61,6 +61,16 @@ def frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def ragged_take(offsets: np.ndarray, order) -> tuple[np.ndarray, np.ndarray]:
+    """Rows `order` of a ragged column whose row i is ``[offsets[i], offsets[i+1])``: (the new
+    offsets, the flat index of their entries), gathered in one vectorised step."""
+    order = np.asarray(order, dtype=np.int64)
+    lengths = np.diff(offsets)[order]
+    out = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out, np.repeat(offsets[:-1][order] - out[:-1], lengths) + np.arange(out[-1])
+
+
 @dataclass(frozen=True, eq=False)
 class Trace:
     """A request trace in columnar form.
@@ -225,12 +235,7 @@ class Trace:
     def take(self, order: np.ndarray) -> "Trace":
         """A trace of the requests at positions `order` (in that order); ids are not renumbered."""
         order = np.asarray(order, dtype=np.int64)
-        lengths = np.diff(self.offsets)[order]
-        offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        starts = self.offsets[:-1][order]
-        # Gather every request's block range in one vectorised step.
-        index = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        offsets, index = ragged_take(self.offsets, order)
         return replace(
             self, offsets=offsets, blocks=self.blocks[index], input_length=self.input_length[order],
             output_length=self.output_length[order], timestamp=self.timestamp[order],

@@ -91,11 +91,9 @@ class Retention:
 
     def take(self, order) -> "Retention":
         """The ranges of the requests at positions `order`, in that order."""
-        order = np.asarray(order, dtype=np.int64)
-        counts = np.diff(self.offsets)[order]
-        offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        index = np.repeat(self.offsets[:-1][order] - offsets[:-1], counts) + np.arange(offsets[-1])
+        from .model import ragged_take
+
+        offsets, index = ragged_take(self.offsets, order)
         return Retention(offsets, self.start[index], self.end[index], self.priority[index], self.duration_ms[index])
 
     @staticmethod
