@@ -49,7 +49,7 @@ holds it). A trace names whole blocks, so only whole blocks are matched here; th
 a prompt is stored under a key no later request matches. TensorRT-LLM can reuse up to ``B - 1``
 more tokens per hit (an extended prompt reuses all of its predecessor's ``L - 1`` tokens).
 
-Engines: the reference engine only (this module; not ported to the compiled core yet: about 4 s
+Engines: the reference engine only (this module; not ported to the compiled core yet: about 2.6 s
 on the conversation trace). ``simulate`` refuses it: TensorRT-LLM's scheduler is not modelled.
 
 Resident: a block whose id is in the tree, in either pool. ``final_cache_blocks`` counts the GPU
