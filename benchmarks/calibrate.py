@@ -128,8 +128,11 @@ class Tables:
 
 
 def kernels(t: Tables, gpu_dir: str) -> dict:
-    g = t.read(gpu_dir, "gemm", "gemm_perf.parquet")
-    g = g[(g.gemm_dtype == "bfloat16")]
+    g_all = t.read(gpu_dir, "gemm", "gemm_perf.parquet")
+    g = g_all[(g_all.gemm_dtype == "bfloat16")]
+    # fp8 per-tensor (W8A8 with the input quantised per call: vLLM's Fp8LinearMethod, as FP8
+    # checkpoints such as nvidia/Llama-3.1-8B-Instruct-FP8 run); A100's tables have none
+    g8 = g_all[(g_all.gemm_dtype == "fp8")]
     ctx = t.read(gpu_dir, "attention", "context_attention_perf.parquet")
     gen = t.read(gpu_dir, "attention", "generation_attention_perf.parquet")
     def sel(a):
@@ -151,7 +154,10 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
 
     ar = pd.concat([ar[["num_gpus", "message_size", "latency"]], nccl[["num_gpus", "message_size", "latency"]]])
     ar = ar.groupby(["num_gpus", "message_size"], as_index=False).latency.min()
-    return {"gemm": g, "ctx": ctx, "gen": gen, "ar": ar}
+    out = {"gemm": g, "ctx": ctx, "gen": gen, "ar": ar}
+    if len(g8):
+        out["gemm_fp8"] = g8
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +167,13 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
 def gemm_model(c, gpu, m, n, k):
     peak, bw = gpu.peak_flops("bf16"), gpu.bandwidth_bytes_per_s
     return np.maximum(2.0 * m * n * k / (peak * c["e_gemm"]), 2.0 * (m * k + k * n + m * n) / (bw * c["e_weights"])) + c["gemm_floor_s"]
+
+
+def gemm_fp8_model(c, gpu, m, n, k):
+    """An fp8 GEMM with its input's quantisation (a bf16 read, an fp8 write of m x k elements)."""
+    peak, bw = gpu.peak_flops("fp8"), gpu.bandwidth_bytes_per_s
+    return (np.maximum(2.0 * m * n * k / (peak * c["e_gemm_fp8"]), (m * k + k * n + 2.0 * m * n) / (bw * c["e_weights_fp8"]))
+            + c["gemm_floor_fp8_s"] + 3.0 * m * k / (bw * c["e_quant_fp8"]))
 
 
 def ctx_model(c, gpu, b, s, h, kv, d):
@@ -226,6 +239,7 @@ def fit_family(names, start, predict, measured):
 START = {"e_gemm": 0.7, "e_weights": 0.8, "gemm_floor_s": 5e-6, "e_attn_prefill": 0.5, "e_kv_prefill": 0.5,
          "attn_floor_prefill_s": 2e-5, "e_attn_decode": 0.3, "e_kv_decode": 0.6, "attn_floor_decode_s": 1e-5,
          "allreduce_latency_s": 1e-5, "allreduce_bus_bytes_per_s": 3e11, "per_layer_s": 0.0, "per_step_s": 0.0}
+START_FP8 = {"e_gemm_fp8": 0.6, "e_weights_fp8": 0.8, "gemm_floor_fp8_s": 5e-6, "e_quant_fp8": 0.3}
 
 
 def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
@@ -237,6 +251,13 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     fitted, errs["gemm"] = fit_family(["e_gemm", "e_weights", "gemm_floor_s"], c,
                                       lambda cc: gemm_model(cc, gpu, m, n, k), y / 1e3)
     c.update(fitted)
+    if "gemm_fp8" in tables:
+        g = tables["gemm_fp8"]
+        g = g[(g.n >= 256) & (g.k >= 256)]
+        m, n, k, y = (g[x].to_numpy(float) for x in ("m", "n", "k", "latency"))
+        c.update(START_FP8)
+        fitted, errs["gemm_fp8"] = fit_family(list(START_FP8), c, lambda cc: gemm_fp8_model(cc, gpu, m, n, k), y / 1e3)
+        c.update(fitted)
     x = tables["ctx"]
     args = [x[a].to_numpy(float) for a in ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim")]
     fitted, errs["attn_prefill"] = fit_family(["e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s"], c,
@@ -266,8 +287,10 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
 
 
 class Measured:
-    def __init__(self, tables):
-        g = tables["gemm"]
+    """A GPU's measured kernels, looked up at any shape (gemm: "gemm" bf16 or "gemm_fp8")."""
+
+    def __init__(self, tables, gemm="gemm"):
+        g = tables[gemm]
         self.gemm = {}
         for (n, k), part in g.groupby(["n", "k"]):
             part = part.sort_values("m")
@@ -340,8 +363,9 @@ class Measured:
         return float(np.interp(np.log(elements), np.log(xs), ys)) if elements <= xs[-1] else float(ys[-1] * elements / xs[-1])
 
 
-def composed_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ctx: int):
-    """A step's time from measured kernels: None where a table lacks the shape."""
+def composed_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ctx: int, head: Measured | None = None):
+    """A step's time from measured kernels: None where a table lacks the shape (the LM head's
+    GEMM from `head`'s tables, default `meas`)."""
     H, I, V, d = spec.hidden_size, spec.intermediate_size, spec.vocab_size, spec.head_dim
     h, kv = spec.num_attention_heads // tp, max(1, spec.num_kv_heads // tp)
     T = sum(prefill) + decodes
@@ -361,8 +385,8 @@ def composed_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ct
             return None
         attn += t
     ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
-    head = meas.gemm_time(rows, V // tp, H)
-    return spec.num_layers * (layer + attn + ar) + head
+    lm_head = (head or meas).gemm_time(rows, V // tp, H)
+    return spec.num_layers * (layer + attn + ar) + lm_head
 
 
 def step_shapes():
@@ -379,7 +403,9 @@ def step_shapes():
                 yield "mixed", [n], b, ctx
 
 
-def step_table(meas: Measured, gpu_name: str, coefficients: dict):
+def step_table(meas: Measured, gpu_name: str, coefficients: dict, dtype: str = "bf16", head: Measured | None = None):
+    """Composed steps of the DENSE models against the calibrated roofline's predictions. fp8: `meas`
+    holds the fp8 GEMMs, `head` the bf16 ones the LM head runs (fp8 checkpoints keep it bf16)."""
     from kvreplay.analysis.models import get_model
     from kvreplay.serving.timing.models import StepBatch
     from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
@@ -388,9 +414,9 @@ def step_table(meas: Measured, gpu_name: str, coefficients: dict):
     for name, tps in DENSE:
         spec = get_model(name)
         for tp in tps:
-            model = CalibratedRooflineTimeModel(name, gpu_name, tp, coefficients=coefficients)
+            model = CalibratedRooflineTimeModel(name, gpu_name, tp, dtype=dtype, coefficients=coefficients)
             for phase, prefill, b, ctx in step_shapes():
-                measured = composed_step(meas, spec, tp, prefill, b, ctx)
+                measured = composed_step(meas, spec, tp, prefill, b, ctx, head=head)
                 if measured is None:
                     continue
                 batch = StepBatch(prefill_new=tuple(prefill), prefill_cached=(0,) * len(prefill),
@@ -400,7 +426,7 @@ def step_table(meas: Measured, gpu_name: str, coefficients: dict):
     return rows
 
 
-def raw_table(rows, gpu_name):
+def raw_table(rows, gpu_name, dtype="bf16"):
     """The same steps under the raw roofline (MFU 0.5, MBU 0.6)."""
     from kvreplay.serving.timing.models import RooflineTimeModel, StepBatch
 
@@ -409,7 +435,7 @@ def raw_table(rows, gpu_name):
     for r in rows:
         key = (r["model"], r["tp"])
         if key not in cache:
-            cache[key] = RooflineTimeModel(r["model"], gpu_name, r["tp"])
+            cache[key] = RooflineTimeModel(r["model"], gpu_name, r["tp"], dtype=dtype)
         batch = StepBatch(prefill_new=tuple(r["prefill"]), prefill_cached=(0,) * len(r["prefill"]),
                           decode_context=(r["ctx"],) * r["decodes"])
         out.append({**r, "predicted_s": cache[key].step_time(batch)})
@@ -556,6 +582,7 @@ def main() -> int:
     t = Tables(whl)
     tabs = {name: kernels(t, d) for name, d in GPUS.items()}
     meas = {name: Measured(tabs[name]) for name in GPUS}
+    meas8 = {name: Measured(tabs[name], "gemm_fp8") for name in GPUS if "gemm_fp8" in tabs[name]}
     report = {}
     if args.check:
         shipped = json.loads(OUT.read_text())
@@ -571,6 +598,12 @@ def main() -> int:
         raw = summary(raw_table(rows, name))
         print_summary(f"{name} steps, roofline-raw (MFU 0.5, MBU 0.6)", raw)
         report[name] = {"calibrated": s, "raw": raw}
+        if name in meas8:  # fp8 weights: the same steps with the measured fp8 GEMMs
+            rows = step_table(meas8[name], name, fit, "fp8", head=meas[name])
+            s8, raw8 = summary(rows), summary(raw_table(rows, name, "fp8"))
+            print_summary(f"{name} fp8 steps ({held}), predicted with {FIT_GPU}'s coefficients", s8)
+            print_summary(f"{name} fp8 steps, roofline-raw (MFU 0.5, MBU 0.6)", raw8)
+            report[name].update({"calibrated_fp8": s8, "raw_fp8": raw8})
     if args.e2e:
         from kvreplay.serving.timing.models import RooflineTimeModel
         from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
@@ -596,6 +629,10 @@ def main() -> int:
             gpus[name] = {"coefficients": {k: float(v) for k, v in own.items()},
                           "bands": {p: v["band"] for p, v in summary(rows).items()},
                           "step_error": {p: v["mape"] for p, v in summary(rows).items()}}
+            if name in meas8:
+                s8 = summary(step_table(meas8[name], name, own, "fp8", head=meas[name]))
+                gpus[name]["bands_fp8"] = {p: v["band"] for p, v in s8.items()}
+                gpus[name]["step_error_fp8"] = {p: v["mape"] for p, v in s8.items()}
         # Decode steps in real serving also pay what no kernel table holds (sampling, scheduling,
         # norms and activations): where silicon runs exist, the decode band takes in their TPOT's
         # measured/simulated spread (5-95%) too.
@@ -609,6 +646,9 @@ def main() -> int:
                 r["model"], r["gpu"], r["tp"], dtype=r["weights"], kv_dtype=r["weights"], coefficients=coef)))
             lo, hi = gpus[name]["bands"]["decode"]
             gpus[name]["bands"]["decode"] = [min(lo, e2e["tpot"]["band"][0]), max(hi, e2e["tpot"]["band"][1])]
+            if "bands_fp8" in gpus[name]:
+                lo, hi = gpus[name]["bands_fp8"]["decode"]
+                gpus[name]["bands_fp8"]["decode"] = [min(lo, e2e["tpot"]["band"][0]), max(hi, e2e["tpot"]["band"][1])]
             gpus[name]["e2e_tpot_band"] = e2e["tpot"]["band"]
         transfer = {}
         for name in GPUS:

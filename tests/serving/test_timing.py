@@ -485,6 +485,28 @@ def test_calibrated_prefill_charges_the_lm_head_on_one_row_and_tp_all_reduces():
     assert t["attn_prefill"] == pytest.approx(80 * 1e-5 + max(flops / (989.5e12 * 0.5), kv_bytes / (3.35e12 * 0.5)))
 
 
+FP8 = {"e_gemm_fp8": 0.5, "e_weights_fp8": 0.5, "gemm_floor_fp8_s": 2e-6, "e_quant_fp8": 0.25}
+
+
+def test_calibrated_fp8_gemms_quantise_their_inputs_and_keep_the_lm_head_bf16():
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients={**ROUND, **FP8})
+    t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,)))
+    body = m.model.body_params
+    # quantised inputs per token: 80 layers x (2 x 8192 replicated + (64 x 128 + 28672) / 4 sharded)
+    assert m.quant_bytes_per_token == 3 * 80 * (2 * 8192 + (64 * 128 + 28672) / 4)
+    assert t["gemm"] == pytest.approx(2 * body * 2048 / 4 / (1979e12 * 0.5) + 4 * 80 * 2e-6
+                                      + 2048 * 3 * 2_048_000 / (3.35e12 * 0.25))
+    # the LM head at bf16 bytes and the bf16 coefficients, as in the bf16 test above
+    assert t["lm_head"] == pytest.approx(128256 * 8192 * 2 / 4 / (3.35e12 * 0.5) + 1e-6)
+    bf16 = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, coefficients={**ROUND, **FP8})
+    assert bf16.quant_bytes_per_token == 0.0 and bf16.gemm_c == (0.5, 0.5, 1e-6)
+
+
+def test_calibrated_fp8_needs_fp8_coefficients():
+    with pytest.raises(ConfigError, match="no fp8 GEMM coefficients"):
+        CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients=ROUND)
+
+
 def test_calibrated_band_scales_each_kind_of_step():
     m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
     lo, hi = m.at_band("low"), m.at_band("high")

@@ -8,8 +8,15 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - layer GEMMs: ``max(2 x body x T / tp / (peak x e_gemm), weights / tp / (bw x e_weights)) +
   4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding and LM head left
   out; an MoE reads at most the experts its tokens route to);
+- fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
+  coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
+  GEMMs) plus the activations' quantisation before each GEMM, ``3 bytes x T x inputs / (bw x
+  e_quant_fp8)`` (a bf16 read and an fp8 write of every GEMM input element; inputs per token:
+  ``quant_inputs_per_token``);
 - the LM head on the R logits rows only: ``max(2 x vocab x hidden x R / tp / (peak x e_gemm),
-  vocab x hidden x bytes / tp / (bw x e_weights)) + gemm_floor``;
+  vocab x hidden x bytes / tp / (bw x e_weights)) + gemm_floor``, at bf16 whatever the weights
+  (fp8 checkpoints keep lm_head in bf16: e.g. nvidia/Llama-3.1-8B-Instruct-FP8's
+  hf_quant_config.json excludes it);
 - prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e), (KV read + q/o)
   / (bw x e_kv))``, causal keys as the raw roofline counts them;
 - decode attention: the same with its own floor and efficiencies, over the decodes' contexts;
@@ -18,7 +25,8 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - overheads: ``layers x per_layer + per_step``.
 
 Attention and the all-reduce run at bf16 whatever the weights' dtype; GEMMs at the weights'
-compute dtype (fp8 weights: fp8 tensor cores; int4 weights are dequantised to bf16).
+compute dtype (fp8 weights: fp8 tensor cores; int4 weights are dequantised to bf16, at the bf16
+coefficients).
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from .models import RooflineTimeModel, StepBatch, _weight_bytes, prefill_keys
 COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s",
                 "e_attn_decode", "e_kv_decode", "attn_floor_decode_s", "allreduce_latency_s",
                 "allreduce_bus_bytes_per_s", "per_layer_s", "per_step_s")
+#: the fp8 GEMMs' coefficients (a GPU with FP8 tensor cores and measured fp8 GEMMs)
+FP8_COEFFICIENTS = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s", "e_quant_fp8")
 PHASES = ("prefill", "decode", "mixed")
 
 
@@ -48,9 +58,11 @@ class Calibration:
     measured_on: str  # the GPU whose kernels were fitted
     borrowed: bool
     fitted_range: dict  # models, tp, contexts and batches the fit saw
+    bands_fp8: dict | None = None  # the same with fp8 weights (steps of the measured fp8 GEMMs)
 
-    def band(self, phase: str) -> tuple[float, float]:
-        lo, hi = self.bands.get(phase, self.bands.get("mixed", (1.0, 1.0)))
+    def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
+        bands = self.bands_fp8 if fp8 and self.bands_fp8 else self.bands
+        lo, hi = bands.get(phase, bands.get("mixed", (1.0, 1.0)))
         return float(lo), float(hi)
 
 
@@ -72,9 +84,25 @@ def calibration_for(gpu_name: str) -> Calibration:
                           "--time-model roofline-raw or a measured profile (FILE.npz / FILE.json)")
     entry = gpus[source]
     bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
+    bands_fp8 = {p: tuple(v) for p, v in entry.get("bands_fp8", {}).items()} or None
     if not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
         bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
-    return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]))
+        bands_fp8 = None
+    return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
+                       bands_fp8)
+
+
+def quant_inputs_per_token(spec, tp: int) -> float:
+    """Elements of GEMM input one token quantises to fp8 on one GPU of a TP group, over the
+    layers: q/k/v and gate/up read the hidden state (replicated), o and down their sharded inputs
+    (attention width / tp, MLP width / tp). An MoE without a dense MLP width: 4 x hidden per
+    layer (an approximation, said in docs/serving.md)."""
+    hidden = spec.hidden_size or 0
+    if spec.intermediate_size:
+        per_layer = 2.0 * hidden + (spec.num_attention_heads * spec.head_dim + spec.intermediate_size) / tp
+    else:
+        per_layer = 4.0 * hidden
+    return per_layer * spec.num_layers
 
 
 def phase_of(batch: StepBatch) -> str:
@@ -91,7 +119,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                  coefficients: dict | None = None):
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         coefficients = dict(coefficients or {})
-        unknown = sorted(set(coefficients) - set(COEFFICIENTS))
+        unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS))
         if unknown:
             raise ConfigError(f"unknown roofline coefficient(s) {', '.join(unknown)} (known: {', '.join(COEFFICIENTS)})")
         if set(coefficients) >= set(COEFFICIENTS):  # every one given (benchmarks/calibrate.py fitting)
@@ -118,6 +146,17 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.active_body_weight_bytes = self.body_params * wbytes
         self.head_weight_bytes = head * wbytes
         self.attn_peak = self.gpu.peak_flops("bf16")
+        self.fp8 = self.dtype == "fp8"  # fp8 tensor cores (gpus.check_weights_dtype refuses a GPU without)
+        if self.fp8 and not set(FP8_COEFFICIENTS) <= set(c):
+            raise ConfigError(f"the roofline calibration of {self.calibration.measured_on} has no fp8 GEMM "
+                              f"coefficients for --weights-dtype fp8 on the {self.gpu.name}: use "
+                              "--time-model roofline-raw or a measured profile")
+        # the GEMMs' coefficients at the weights' compute dtype; the LM head stays at bf16
+        g = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s") if self.fp8 else ("e_gemm", "e_weights", "gemm_floor_s")
+        self.gemm_c = tuple(c[k] for k in g)
+        self.head_peak = self.attn_peak
+        self.head_weight_bytes = head * 2.0 if self.fp8 else self.head_weight_bytes
+        self.quant_bytes_per_token = 3.0 * quant_inputs_per_token(spec, self.tp) if self.fp8 else 0.0
 
     def terms(self, batch: StepBatch) -> dict:
         """Each term of the step's time, seconds (their sum is step_time)."""
@@ -134,10 +173,13 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         peak, bw = self.peak_flops, self.bandwidth
         flops = 2.0 * self.body_params * tokens / tp
         weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
-        out["gemm"] = max(flops / (peak * c["e_gemm"]), weights / (bw * c["e_weights"])) + 4 * layers * c["gemm_floor_s"]
+        e_gemm, e_weights, floor = self.gemm_c
+        out["gemm"] = max(flops / (peak * e_gemm), weights / (bw * e_weights)) + 4 * layers * floor
+        if self.fp8:
+            out["gemm"] += tokens * self.quant_bytes_per_token / (bw * c["e_quant_fp8"])
         if self.head_params:
             hf = 2.0 * self.head_params * rows / tp
-            out["lm_head"] = (max(hf / (peak * c["e_gemm"]), self.head_weight_bytes / tp / (bw * c["e_weights"]))
+            out["lm_head"] = (max(hf / (self.head_peak * c["e_gemm"]), self.head_weight_bytes / tp / (bw * c["e_weights"]))
                               + c["gemm_floor_s"])
         w, width = self.window, self.attn_width / tp
         kv_lt = self.kv_per_layer_token_gpu
@@ -174,7 +216,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if end not in ("low", "high"):
             raise ConfigError(f"end must be low or high, got {end!r}")
         other = copy.copy(self)
-        other.scale = {p: self.calibration.band(p)[0 if end == "low" else 1] for p in PHASES}
+        other.scale = {p: self.calibration.band(p, self.fp8)[0 if end == "low" else 1] for p in PHASES}
         return other
 
     def breakdown(self, batch: StepBatch) -> dict:
@@ -185,6 +227,6 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         cal = self.calibration
         return {"time_model": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
                 "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
-                "borrowed_calibration": cal.borrowed, "bands": {p: list(cal.band(p)) for p in PHASES},
+                "borrowed_calibration": cal.borrowed, "bands": {p: list(cal.band(p, self.fp8)) for p in PHASES},
                 "coefficients": dict(self.c), "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps}

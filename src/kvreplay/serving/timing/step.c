@@ -36,9 +36,11 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     f64 flops = 2.0 * tm[C_BODY_PARAMS] * tokens / tp;
     f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
     f64 t = kv_fmax(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS])) + 4.0 * layers * tm[C_GEMM_FLOOR];
+    if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
+        t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)
-        t += kv_fmax(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_PEAK] * tm[C_E_GEMM]),
-                     tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_E_WEIGHTS])) + tm[C_GEMM_FLOOR];
+        t += kv_fmax(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_HEAD_PEAK] * tm[C_HEAD_E_GEMM]),
+                     tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_HEAD_E_WEIGHTS])) + tm[C_HEAD_FLOOR];
     f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
     if (prefill_reqs > 0) {
         f64 keys_f = agg[AGG_KEYS_FULL] - agg[AGG_DECODE_CTX], keys_s = agg[AGG_KEYS_SW] - agg[AGG_DECODE_SW];
