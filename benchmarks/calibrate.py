@@ -644,11 +644,10 @@ def main() -> int:
             coef = gpus[name]["coefficients"]
             e2e = e2e_summary(e2e_errors(mine, lambda r: CalibratedRooflineTimeModel(
                 r["model"], r["gpu"], r["tp"], dtype=r["weights"], kv_dtype=r["weights"], coefficients=coef)))
-            lo, hi = gpus[name]["bands"]["decode"]
-            gpus[name]["bands"]["decode"] = [min(lo, e2e["tpot"]["band"][0]), max(hi, e2e["tpot"]["band"][1])]
-            if "bands_fp8" in gpus[name]:
-                lo, hi = gpus[name]["bands_fp8"]["decode"]
-                gpus[name]["bands_fp8"]["decode"] = [min(lo, e2e["tpot"]["band"][0]), max(hi, e2e["tpot"]["band"][1])]
+            for key in ("bands", "bands_fp8"):
+                if key in gpus[name]:
+                    lo, hi = gpus[name][key]["decode"]
+                    gpus[name][key]["decode"] = [min(lo, e2e["tpot"]["band"][0]), max(hi, e2e["tpot"]["band"][1])]
             gpus[name]["e2e_tpot_band"] = e2e["tpot"]["band"]
         transfer = {}
         for name in GPUS:

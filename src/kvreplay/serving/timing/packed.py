@@ -75,7 +75,7 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_ATTN_WIDTH": model.attn_width / model.tp, "C_KV_LAYER_TOKEN": model.kv_per_layer_token_gpu,
               "C_PEAK": model.peak_flops, "C_ATTN_PEAK": model.attn_peak, "C_BW": model.bandwidth,
               "C_E_GEMM": model.gemm_c[0], "C_E_WEIGHTS": model.gemm_c[1], "C_GEMM_FLOOR": model.gemm_c[2],
-              "C_HEAD_PEAK": model.head_peak, "C_HEAD_E_GEMM": c["e_gemm"], "C_HEAD_E_WEIGHTS": c["e_weights"],
+              "C_HEAD_E_GEMM": c["e_gemm"], "C_HEAD_E_WEIGHTS": c["e_weights"],
               "C_HEAD_FLOOR": c["gemm_floor_s"], "C_QUANT_BYTES_PER_TOKEN": model.quant_bytes_per_token,
               "C_E_QUANT": c.get("e_quant_fp8", 1.0),
               "C_E_ATTN_PREFILL": c["e_attn_prefill"], "C_E_KV_PREFILL": c["e_kv_prefill"],

@@ -137,6 +137,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
         spec = self.model
         wbytes = _weight_bytes(self.dtype)
+        self.fp8 = self.dtype == "fp8"  # fp8 tensor cores (gpus.check_weights_dtype refuses a GPU without)
         head = spec.lm_head_params
         self.hidden = spec.hidden_size or 0
         self.head_params = head
@@ -144,9 +145,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         stored_body = spec.total_params - head - (0 if spec.tie_word_embeddings else head)
         self.body_weight_bytes = (stored_body if head else spec.total_params) * wbytes
         self.active_body_weight_bytes = self.body_params * wbytes
-        self.head_weight_bytes = head * wbytes
-        self.attn_peak = self.gpu.peak_flops("bf16")
-        self.fp8 = self.dtype == "fp8"  # fp8 tensor cores (gpus.check_weights_dtype refuses a GPU without)
+        self.head_weight_bytes = head * (_weight_bytes("bf16") if self.fp8 else wbytes)  # fp8: lm_head kept bf16
+        self.attn_peak = self.gpu.peak_flops("bf16")  # attention's, and the LM head's
         if self.fp8 and not set(FP8_COEFFICIENTS) <= set(c):
             raise ConfigError(f"the roofline calibration of {self.calibration.measured_on} has no fp8 GEMM "
                               f"coefficients for --weights-dtype fp8 on the {self.gpu.name}: use "
@@ -154,8 +154,6 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         # the GEMMs' coefficients at the weights' compute dtype; the LM head stays at bf16
         g = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s") if self.fp8 else ("e_gemm", "e_weights", "gemm_floor_s")
         self.gemm_c = tuple(c[k] for k in g)
-        self.head_peak = self.attn_peak
-        self.head_weight_bytes = head * 2.0 if self.fp8 else self.head_weight_bytes
         self.quant_bytes_per_token = 3.0 * quant_inputs_per_token(spec, self.tp) if self.fp8 else 0.0
 
     def terms(self, batch: StepBatch) -> dict:
@@ -179,7 +177,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             out["gemm"] += tokens * self.quant_bytes_per_token / (bw * c["e_quant_fp8"])
         if self.head_params:
             hf = 2.0 * self.head_params * rows / tp
-            out["lm_head"] = (max(hf / (self.head_peak * c["e_gemm"]), self.head_weight_bytes / tp / (bw * c["e_weights"]))
+            out["lm_head"] = (max(hf / (self.attn_peak * c["e_gemm"]), self.head_weight_bytes / tp / (bw * c["e_weights"]))
                               + c["gemm_floor_s"])
         w, width = self.window, self.attn_width / tp
         kv_lt = self.kv_per_layer_token_gpu

@@ -39,7 +39,7 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
         t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)
-        t += kv_fmax(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_HEAD_PEAK] * tm[C_HEAD_E_GEMM]),
+        t += kv_fmax(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_ATTN_PEAK] * tm[C_HEAD_E_GEMM]),
                      tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_HEAD_E_WEIGHTS])) + tm[C_HEAD_FLOOR];
     f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
     if (prefill_reqs > 0) {
