@@ -502,6 +502,24 @@ def test_calibrated_fp8_gemms_quantise_their_inputs_and_keep_the_lm_head_bf16():
     assert bf16.quant_bytes_per_token == 0.0 and bf16.gemm_c == (0.5, 0.5, 1e-6)
 
 
+def test_calibrated_fp8_gemms_compute_whole_256_row_tiles_above_128_rows():
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients={**ROUND, **FP8})
+    body = m.model.body_params
+    quant = 3 * 2_048_000 / (3.35e12 * 0.25)
+    # 2049 rows run as 9 x 256 = 2304 (vLLM's sm90 fp8 tiles of 128 rows in clusters of 2)
+    t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,), decode_context=(900,)))
+    assert t["gemm"] == pytest.approx(2 * body * 2304 / 4 / (1979e12 * 0.5) + 4 * 80 * 2e-6 + 2049 * quant)
+    # at most 128 rows: as they are (here bound by the weight reads)
+    t = m.terms(StepBatch(decode_context=(900,) * 100))
+    weights = m.active_body_weight_bytes / 4
+    assert t["gemm"] == pytest.approx(max(2 * body * 100 / 4 / (1979e12 * 0.5), weights / (3.35e12 * 0.5))
+                                      + 4 * 80 * 2e-6 + 100 * quant)
+    # bf16 GEMMs compute every row as it is
+    bf16 = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, coefficients={**ROUND, **FP8})
+    t = bf16.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,), decode_context=(900,)))
+    assert t["gemm"] == pytest.approx(2 * body * 2049 / 4 / (989.5e12 * 0.5) + 4 * 80 * 1e-6)
+
+
 def test_calibrated_fp8_needs_fp8_coefficients():
     with pytest.raises(ConfigError, match="no fp8 GEMM coefficients"):
         CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients=ROUND)

@@ -17,7 +17,7 @@ from ... import native
 from ...errors import ConfigError
 from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
-from .roofline import CalibratedRooflineTimeModel
+from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, CalibratedRooflineTimeModel
 
 _LAYOUT = native.layout("timing")
 AGG = _LAYOUT.slot("agg")
@@ -78,6 +78,7 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_HEAD_E_GEMM": c["e_gemm"], "C_HEAD_E_WEIGHTS": c["e_weights"],
               "C_HEAD_FLOOR": c["gemm_floor_s"], "C_QUANT_BYTES_PER_TOKEN": model.quant_bytes_per_token,
               "C_E_QUANT": c.get("e_quant_fp8", 1.0),
+              "C_TILE_ABOVE": FP8_TILE_ABOVE, "C_TILE_ROWS": FP8_TILE_ROWS if model.fp8 else 0,
               "C_E_ATTN_PREFILL": c["e_attn_prefill"], "C_E_KV_PREFILL": c["e_kv_prefill"],
               "C_ATTN_FLOOR_PREFILL": c["attn_floor_prefill_s"], "C_E_ATTN_DECODE": c["e_attn_decode"],
               "C_E_KV_DECODE": c["e_kv_decode"], "C_ATTN_FLOOR_DECODE": c["attn_floor_decode_s"],

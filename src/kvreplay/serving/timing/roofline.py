@@ -10,9 +10,10 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   out; an MoE reads at most the experts its tokens route to);
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
-  GEMMs) plus the activations' quantisation before each GEMM, ``3 bytes x T x inputs / (bw x
-  e_quant_fp8)`` (a bf16 read and an fp8 write of every GEMM input element; inputs per token:
-  ``quant_inputs_per_token``);
+  GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
+  128-row tiles in clusters of 2, so T rounds up to a multiple of 256), plus the activations'
+  quantisation before each GEMM, ``3 bytes x T x inputs / (bw x e_quant_fp8)`` (a bf16 read and an
+  fp8 write of every GEMM input element; inputs per token: ``quant_inputs_per_token``);
 - the LM head on the R logits rows only: ``max(2 x vocab x hidden x R / tp / (peak x e_gemm),
   vocab x hidden x bytes / tp / (bw x e_weights)) + gemm_floor``, at bf16 whatever the weights
   (fp8 checkpoints keep lm_head in bf16: e.g. nvidia/Llama-3.1-8B-Instruct-FP8's
@@ -45,6 +46,16 @@ COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_p
 #: the fp8 GEMMs' coefficients (a GPU with FP8 tensor cores and measured fp8 GEMMs)
 FP8_COEFFICIENTS = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s", "e_quant_fp8")
 PHASES = ("prefill", "decode", "mixed")
+#: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
+#: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
+#: sm90_fp8_config_default: TileShape 128 x 128 x 128, ClusterShape 2 x 1 x 1; at most 128 rows it
+#: picks smaller tiles, and those GEMMs are bound by their weight reads)
+FP8_TILE_ABOVE, FP8_TILE_ROWS = 128, 256
+
+
+def fp8_gemm_rows(tokens: int) -> int:
+    """The rows an fp8 GEMM of `tokens` rows computes (FP8_TILE_ROWS)."""
+    return tokens if tokens <= FP8_TILE_ABOVE else -(-tokens // FP8_TILE_ROWS) * FP8_TILE_ROWS
 
 
 @dataclass(frozen=True)
@@ -169,7 +180,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if tokens == 0:
             return out
         peak, bw = self.peak_flops, self.bandwidth
-        flops = 2.0 * self.body_params * tokens / tp
+        flops = 2.0 * self.body_params * (fp8_gemm_rows(tokens) if self.fp8 else tokens) / tp
         weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
         e_gemm, e_weights, floor = self.gemm_c
         out["gemm"] = max(flops / (peak * e_gemm), weights / (bw * e_weights)) + 4 * layers * floor

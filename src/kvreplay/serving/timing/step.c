@@ -33,7 +33,10 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     f64 tp = tm[C_TP], layers = tm[C_LAYERS], bw = tm[C_BW];
     f64 prefill_reqs = agg[AGG_PREFILL_REQS], decodes = agg[AGG_DECODE_REQS];
     f64 tokens = agg[AGG_PREFILL_NEW] + decodes, rows = prefill_reqs + decodes;
-    f64 flops = 2.0 * tm[C_BODY_PARAMS] * tokens / tp;
+    /* fp8: the rows its tiles compute (C_TILE_ROWS 0: every row as it is) */
+    f64 rows_computed = tm[C_TILE_ROWS] > 0 && tokens > tm[C_TILE_ABOVE]
+                            ? ceil(tokens / tm[C_TILE_ROWS]) * tm[C_TILE_ROWS] : tokens;
+    f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tp;
     f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
     f64 t = kv_fmax(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS])) + 4.0 * layers * tm[C_GEMM_FLOOR];
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
