@@ -94,16 +94,9 @@ static inline void hy_push_front(HPool *p, i32 b) {
     p->ring_count++;
 }
 
-/* A free block from the queue's head; one with a hash loses it (an eviction). 0: none left. */
-static inline i32 hy_pop(HPool *p) {
-    if (p->ring_count) {
-        i32 b = p->ring[p->ring_head];
-        p->ring_head = p->ring_head + 1 == p->capacity ? 0 : p->ring_head + 1;
-        p->ring_count--;
-        return b;
-    }
-    if (p->next_unused <= p->capacity) return (i32)p->next_unused++;
-    i32 b = p->blk[0].ln; /* the head */
+/* The cached run's head, which loses its hash (an eviction). 0: none left. */
+static inline i32 hy_evict_head(HPool *p) {
+    i32 b = p->blk[0].ln;
     if (KV_UNLIKELY(!b)) return 0;
     hy_lru_unlink(p, b);
     HBlock *x = &p->blk[b];
@@ -121,6 +114,32 @@ static inline i32 hy_pop(HPool *p) {
     i32 next = p->blk[0].ln;
     if (next) __builtin_prefetch(&p->keys[p->blk[next].key], 1); /* the next eviction's key */
     return b;
+}
+
+/* A free block from the queue's head; one with a hash loses it (an eviction). 0: none left. */
+static inline i32 hy_pop(HPool *p) {
+    if (p->ring_count) {
+        i32 b = p->ring[p->ring_head];
+        p->ring_head = p->ring_head + 1 == p->capacity ? 0 : p->ring_head + 1;
+        p->ring_count--;
+        return b;
+    }
+    if (p->next_unused <= p->capacity) return (i32)p->next_unused++;
+    return hy_evict_head(p);
+}
+
+/* `count` calls of hy_pop into dst, each run of the queue in turn: 1, or 0 when it ran dry. */
+static int hy_pop_n(HPool *p, i32 *dst, i64 count) {
+    i64 k = 0;
+    for (; k < count && p->ring_count; k++) {
+        dst[k] = p->ring[p->ring_head];
+        p->ring_head = p->ring_head + 1 == p->capacity ? 0 : p->ring_head + 1;
+        p->ring_count--;
+    }
+    for (; k < count && p->next_unused <= p->capacity; k++) dst[k] = (i32)p->next_unused++;
+    for (; k < count; k++)
+        if (!(dst[k] = hy_evict_head(p))) return 0;
+    return 1;
 }
 
 /* pool.free_blocks of t[hi-1], t[hi-2], ..., t[lo] (zeros skipped): the hashed ones appended to
@@ -382,11 +401,8 @@ static int hy_allocate(HPool *p, const i32 *ids, i64 nids, i64 hit, i64 done, i6
             g->table[g->ns] = b, g->pos[g->ns++] = slots - 1;
             g->len = slots;
         } else {
-            for (i64 c = 0; c < g->newc; c++) {
-                i32 b = hy_pop(p);
-                if (KV_UNLIKELY(!b)) return HY_INTERNAL;
-                g->table[g->len++] = b;
-            }
+            if (KV_UNLIKELY(!hy_pop_n(p, g->table + g->len, g->newc))) return HY_INTERNAL;
+            g->len += g->newc;
         }
     }
     i64 full = hy_div(p, kv_min(end, nids * bs));
@@ -498,8 +514,10 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
     if (offsets[0] < 0 || offsets[n] > num_accesses) return HY_BADARG;
     for (i64 i = 0; i < n; i++)
         if (offsets[i + 1] < offsets[i] || input_length[i] > too_long) return HY_BADARG;
-    uint32_t out_of_range = 0; /* (branch free: vectorized) */
-    for (i64 j = offsets[0]; j < offsets[n]; j++) out_of_range |= (uint32_t)blocks[j] >= (uint64_t)num_blocks;
+    /* (branch free, one type: vectorized; an i32 id is below 2^31, so beyond it only negatives are out) */
+    const uint32_t limit = num_blocks > INT32_MAX ? (uint32_t)1 << 31 : (uint32_t)num_blocks;
+    uint32_t out_of_range = 0;
+    for (i64 j = offsets[0]; j < offsets[n]; j++) out_of_range |= (uint32_t)blocks[j] >= limit;
     if (out_of_range) return HY_BADARG;
     HPool pool;
     memset(&pool, 0, sizeof pool);
