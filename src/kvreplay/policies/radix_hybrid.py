@@ -307,6 +307,7 @@ class UnifiedRadix:
         self.swa_lru = LRU()
         self.mamba_lru = LRU()
         self.tree_pages = 0
+        self.leaves = set()  # every node but the root without a child (kept at each insert and delete)
         self.stats = dict.fromkeys(COUNTERS, 0)
 
     # ---- small helpers ---------------------------------------------------------------------------
@@ -471,6 +472,8 @@ class UnifiedRadix:
         if t < n:  # COMMIT (1383-1421): the rest is a new leaf
             leaf = self._node(list(key[t:n]), node)
             node.children[leaf.key[0]] = leaf
+            self.leaves.discard(node)
+            self.leaves.add(leaf)
             self.tree_pages += n - t
             self.stats["admissions"] += n - t
         target = leaf if leaf is not None else node
@@ -567,6 +570,9 @@ class UnifiedRadix:
             freed["mamba"] += 1
             self.stats["mamba_evictions"] += 1
         del node.parent.children[node.key[0]]
+        self.leaves.discard(node)
+        if not node.parent.children and node.parent is not self.root:
+            self.leaves.add(node.parent)
 
     def _drop_mamba(self, node, freed) -> None:
         node.mamba = False
@@ -611,7 +617,7 @@ class UnifiedRadix:
 
     def _evict_full_leaves(self, freed, reached) -> None:
         """full.py:209-244: a heap of unlocked leaves by last access; a parent left a leaf joins it."""
-        heap = [(n.time, n.serial, n) for n, _ in self.nodes() if self._evictable_leaf(n)]
+        heap = self._evictable_leaves()
         heapq.heapify(heap)
         while heap:
             _, _, x = heapq.heappop(heap)
@@ -622,6 +628,13 @@ class UnifiedRadix:
                 return
             if self._evictable_leaf(x.parent):
                 heapq.heappush(heap, (x.parent.time, x.parent.serial, x.parent))
+
+    def _evictable_leaves(self) -> list:
+        """(time, serial, node) of every evictable leaf (_evictable_leaf), from the tree's leaf set
+        (SGLang walks the tree for them; the heap's order is by (time, serial), unique, so the
+        set's order does not matter)."""
+        return [(n.time, n.serial, n) for n in self.leaves
+                if n.full_lock == 0 and n.swa_lock == 0 and n.mamba_lock == 0]
 
     def _evict_aux(self, ct: str, quota: int, freed, reached) -> None:
         """swa.py:742-841 / mamba.py:373-457: the component's LRU from its cold end."""
@@ -912,6 +925,7 @@ class UnifiedRadix:
         assert self.swa_free + live == self.swa_pages, "SWA pages leaked"
         assert self.mamba_free + states == self.mamba_slots_total, "Mamba slots leaked"
         assert live == sum(len(n.key) for n in self.swa_lru.order()) and states == len(self.mamba_lru)
+        assert self.leaves == {n for n, _ in self.nodes() if not n.children}, "the leaf set is stale"
 
 
 def replay_radix_hybrid(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
