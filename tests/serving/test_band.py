@@ -60,6 +60,18 @@ def test_raw_roofline_has_no_band_and_warnings_name_the_range():
     assert any("Qwen3-30B-A3B is an MoE model" in w for w in warnings)
 
 
+def test_weights_dtype_warnings_name_what_was_not_measured():
+    def warnings(dtype):
+        r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline",
+                              weights_dtype=dtype)
+        return r.summary()["latency_band_s"]["warnings"]
+
+    assert warnings("fp8") == []  # fp8 GEMMs have their own fitted coefficients (H100's fp8 kernels)
+    assert [w for w in warnings("int4") if "int4" in w] == [
+        "no int4 GEMMs were measured: int4 weights are read at half a byte each and their GEMMs run at the bf16 "
+        "kernels' fitted coefficients (dequantised to bf16)"]
+
+
 def test_cli_prints_the_band_columns(tmp_path):
     path = trace_file(tmp_path)
     cmd = [sys.executable, "-m", "kvreplay.cli", "simulate", str(path), "--model", "Llama-3.1-8B", "--gpu", "H100",

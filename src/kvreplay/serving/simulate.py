@@ -343,9 +343,11 @@ def _calibration_warnings(tm, trace, report) -> list[str]:
     peak = int(report.counters.get("peak_running", 0))
     if rng.get("max_decode_batch") and peak > rng["max_decode_batch"]:
         out.append(f"up to {peak} requests ran in one step, beyond the calibrated {rng['max_decode_batch']}")
-    if tm.dtype != "bf16":
-        out.append(f"the GEMM efficiencies were fitted on bf16 kernels; {tm.dtype} weights use them at the "
-                   f"{tm.dtype} peak")
+    if tm.dtype == "int4":
+        out.append("no int4 GEMMs were measured: int4 weights are read at half a byte each and their GEMMs run at "
+                   "the bf16 kernels' fitted coefficients (dequantised to bf16)")
+    elif tm.dtype == "fp16":
+        out.append("no fp16 GEMMs were measured: fp16 weights use the bf16 kernels' fitted coefficients")
     return out
 
 
