@@ -30,6 +30,10 @@ blocks; ``multi_turn_rows``) at the heavy and tight settings. The pool C is vLLM
 Also: other slices of both Mooncake traces (800 conversation requests; synthetic requests 0-599
 and 2000-2499) at five pools from light to very tight (4000 blocks down to 150 with 16 sequences).
 
+The harness's hybrid groups (``Settings.groups``) are checked too. Requests that run one at a
+time, each with one output token, must get the hits of kvreplay's hybrid replay, which
+test_vllm_hybrid.py checks against vLLM's KVCacheManager.
+
 What makes them agree (serving/kernel/requests.c, the PAGED mode; docs/serving.md, "vLLM v1"):
 vLLM 0.33.0 admits a request only if its whole sequence fits (``scheduler_reserve_full_isl``),
 allocates its blocks chunk by chunk, caches only the blocks filled by the tokens scheduled so
@@ -234,3 +238,34 @@ def test_harness_rejects_what_never_fits(real):
     out = harness.run(reqs, settings, real)
     assert [r.status for r in out.requests] == ["rejected", "finished"]
     assert out.requests[1].finish_s == 3.0
+
+
+@pytest.mark.parametrize("groups, capacity", [
+    ("sliding128", 300), ("sliding128", 3000), ("3xsliding64", 600), ("chunked1024", 600)])
+def test_harness_hybrid_groups_one_request_at_a_time(real, groups, capacity):
+    # The harness's hybrid path (vLLM's HybridKVCacheCoordinator under the real Scheduler): requests
+    # 1000 s apart with one output token each run alone and finish after their prefill, which is
+    # the sequential replay kvreplay's hybrid engine checks against vLLM's KVCacheManager
+    # (test_vllm_hybrid.py). So every request's hit at its first schedule must equal
+    # kvreplay.replay(..., kv_groups=...)'s.
+    import kvreplay
+    from kvreplay.analysis.kv_groups import Group
+
+    layouts = {"sliding128": [Group("sliding_window", window=128), Group("full")],
+               "3xsliding64": [Group("sliding_window", 3, window=64), Group("full")],
+               "chunked1024": [Group("chunked_local", chunk=1024), Group("full")]}
+    rows = [(ids, L, 1e6 * k, 1) for k, (ids, L, _, _) in enumerate(mooncake_rows(300))]
+    trace = kvreplay.Trace.from_requests(rows, block_size=BLOCK)
+    settings = harness.Settings(block_size=BLOCK, usable_blocks=capacity, max_num_batched_tokens=8192,
+                                max_num_seqs=256, step_seconds=STEP_S, groups=layouts[groups])
+    from kvreplay.serving.simulate import arrivals
+
+    requests = harness.requests_from_trace(trace, arrivals(trace))
+    engine = harness.run(requests, settings, real)
+    ours = kvreplay.replay(trace, "vllm", capacity, BLOCK, kv_groups=layouts[groups])
+    # (a request too long for the pool is rejected by the harness and oversize in the replay)
+    served = [k for k, r in enumerate(engine.requests) if r.status == "finished"]
+    assert len(served) >= 250
+    hits = np.asarray(ours.hit_tokens)
+    assert [engine.requests[k].hit_tokens for k in served] == [int(hits[k]) for k in served]
+    assert sum(engine.requests[k].hit_tokens for k in served) > 0

@@ -69,6 +69,16 @@ registry first fills itself, ``get_current_vllm_config_or_none`` and the platfor
 ``register_custom_kv_cache_specs`` (out-of-tree specs only). ``run`` asserts that the manager is
 vLLM's ``UnitaryKVCacheCoordinator`` over a ``FullAttentionManager``.)
 
+Hybrid layer groups
+-------------------
+``Settings.groups`` (full, sliding_window and chunked_local groups, as kvreplay's layouts give
+them) builds a hybrid ``KVCacheConfig``, with ``prefix_cache_retention_interval`` from
+``Settings.retention``, vLLM's default 0. The same wheel modules then run vLLM's
+``HybridKVCacheCoordinator`` with its ``SlidingWindowManager`` and
+``ChunkedLocalAttentionManager``; ``run`` asserts those managers. Every group has one KV head of
+size 1, so all groups have the same page size and vLLM's page-size unification pads nothing.
+Mamba groups are not driven.
+
 Tokens
 ------
 Prompt block j of a request is its trace hash id repeated ``block_size`` times (the partial tail:
@@ -416,6 +426,10 @@ class Settings:
     step_seconds: float = 0.01
     max_model_len: int | None = None  # default: every request's prompt + outputs + a block (never binds)
     log_steps: bool = False
+    #: KV cache groups (kvreplay.analysis.kv_groups.Group: full, sliding_window, chunked_local), in
+    #: vLLM's order, for its HybridKVCacheCoordinator; None: one full-attention group
+    groups: list | None = None
+    retention: int | None = 0  # KVCacheConfig.prefix_cache_retention_interval (vLLM's default 0; None: dense)
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -460,6 +474,34 @@ class RunResult:
                 **({"steps": self.steps} if self.steps else {})}
 
 
+_MANAGERS = {"full": "FullAttentionManager", "sliding_window": "SlidingWindowManager",
+             "chunked_local": "ChunkedLocalAttentionManager"}
+
+
+def _kv_cache_config(real: RealVLLM, settings: Settings):
+    """One full-attention group, or settings.groups (every group the same page size: one KV head
+    of size 1, so vLLM's page-size unification has nothing to pad)."""
+    i, bs = real.interface, settings.block_size
+    common = dict(block_size=bs, num_kv_heads=1, head_size=1, dtype=None)
+    if settings.groups is None:
+        specs = [i.FullAttentionSpec(**common)]
+    else:
+        specs = []
+        for g in settings.groups:
+            if g.kind not in _MANAGERS:
+                raise ValueError(f"the harness drives attention groups only, not {g.kind!r}")
+            for _ in range(g.copies):
+                if g.kind == "full":
+                    specs.append(i.FullAttentionSpec(**common))
+                elif g.kind == "sliding_window":
+                    specs.append(i.SlidingWindowSpec(**common, sliding_window=g.window))
+                else:
+                    specs.append(i.ChunkedLocalAttentionSpec(**common, attention_chunk_size=g.chunk))
+    groups = [i.KVCacheGroupSpec(layer_names=[f"layer.{k}"], kv_cache_spec=s) for k, s in enumerate(specs)]
+    extra = {} if settings.groups is None else {"prefix_cache_retention_interval": settings.retention}
+    return i.KVCacheConfig(num_blocks=settings.num_gpu_blocks, kv_cache_tensors=[], kv_cache_groups=groups, **extra)
+
+
 def prompt_tokens(ids, length: int, block_size: int) -> list:
     """Block j is ids[j] repeated (the partial tail: its first tokens)."""
     num_blocks = -(-length // block_size)
@@ -493,18 +535,15 @@ def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> Run
         cache_cfg = real.cache_config.CacheConfig(block_size=bs, enable_prefix_caching=True)
         cache_cfg.num_gpu_blocks = settings.num_gpu_blocks
         vllm_config = vllm_config_view(real, sched_cfg, cache_cfg, max_len)
-        interface = real.interface
-        spec = interface.FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=None)
-        kv_cache_config = interface.KVCacheConfig(
-            num_blocks=settings.num_gpu_blocks, kv_cache_tensors=[],
-            kv_cache_groups=[interface.KVCacheGroupSpec(layer_names=["layer.0"], kv_cache_spec=spec)])
+        kv_cache_config = _kv_cache_config(real, settings)
         scheduler = real.sched.Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                                          structured_output_manager=_NoStructuredOutput(), block_size=bs,
                                          log_stats=False)
         coordinator = scheduler.kv_cache_manager.coordinator
         managers = [type(m).__name__ for m in coordinator.single_type_managers]
-        assert type(coordinator).__name__ == "UnitaryKVCacheCoordinator" and managers == ["FullAttentionManager"], \
-            (type(coordinator).__name__, managers)
+        expect = ("UnitaryKVCacheCoordinator", ["FullAttentionManager"]) if settings.groups is None else \
+            ("HybridKVCacheCoordinator", [_MANAGERS[g.kind] for g in settings.groups for _ in range(g.copies)])
+        assert (type(coordinator).__name__, managers) == expect, (type(coordinator).__name__, managers)
         Request = real.request_module.Request
         SamplingParams = real.sampling.SamplingParams
         hasher = real.utils.get_request_block_hasher(bs, real.hashing.sha256)

@@ -85,4 +85,10 @@ def test_hybrid_model_says_its_semantics_are_full():
     assert s["kv_semantics"]["semantics"] == "full"
     assert s["kv_semantics"]["model_groups"] == ["full", "sliding_window"]
     assert "kvreplay run --model" in s["kv_semantics"]["text"]
+    # its 36 KV layers are 18 sliding + 18 full: a full-semantics block costs 36 layers' bytes, a
+    # vLLM block id one group's 18, so the same bytes hold 2x the ids; gemma-3-27b-it's 62 layers
+    # are 6 sliding groups of 10 (52 layers, padded to 60) and one full group of 10: 62 / 10
+    assert s["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0 and "2.0x the block ids" in s["kv_semantics"]["text"]
+    gemma = simulate(t, "vllm", 100, model="gemma-3-27b-it").summary()["kv_semantics"]
+    assert gemma["hybrid_block_ids_ratio"] == 6.2
     assert simulate(t, "vllm", 100, model="Qwen3-8B").summary()["kv_semantics"] is None

@@ -287,7 +287,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
 
 def _kv_semantics(model) -> dict | None:
     """What the simulator models of a hybrid `model`'s layer groups: every layer as full attention
-    (its pool, hits and evictions), said on every output. None for a model with one kind of layer."""
+    (its pool, hits and evictions), said on every output with what vLLM's hybrid manager would
+    hold instead in the same bytes. None for a model with one kind of layer."""
     if model is None:
         return None
     from ..analysis.models import get_model
@@ -296,10 +297,27 @@ def _kv_semantics(model) -> dict | None:
     if not getattr(spec, "is_hybrid", False):
         return None
     kinds = sorted({g["kind"] if isinstance(g, dict) else g.kind for g in spec.kv_groups})
-    return {"semantics": "full", "model_groups": kinds,
-            "text": f"{spec.name} has {', '.join(kinds)} layer groups, but the simulator serves every layer as full "
-                    "attention (its pool, hits and evictions); `kvreplay run --model` replays vLLM's hybrid manager "
-                    "for the hit rate the groups give"}
+    out = {"semantics": "full", "model_groups": kinds,
+           "text": f"{spec.name} has {', '.join(kinds)} layer groups, but the simulator serves every layer as full "
+                   "attention (its pool, hits and evictions); `kvreplay run --model` replays vLLM's hybrid manager "
+                   "for the hit rate the groups give"}
+    if "mamba" in kinds:  # (a Mamba hybrid's layout depends on the block size; the roofline refuses it)
+        return out
+    from ..analysis.kv_groups import layout, resolve_semantics
+    from ..analysis.models import kv_bytes_per_token
+
+    ratio = kv_bytes_per_token(spec) * 16 / layout(spec, 16).bytes_per_block
+    out["hybrid_block_ids_ratio"] = round(ratio, 3)
+    if resolve_semantics(spec.name, None) == "full":  # Llama 4: vLLM's own default is full attention
+        out["text"] = (f"{spec.name} has {', '.join(kinds)} layer groups; vLLM 0.33.0 serves its chunked-local "
+                       "layers as full attention, as this run does, unless "
+                       "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (then the same KV bytes hold "
+                       f"{ratio:.1f}x the block ids)")
+        return out
+    out["text"] += (f". In the same KV bytes vLLM's hybrid manager holds {ratio:.1f}x the block ids (a block id "
+                    "holds one group's layers) and frees the blocks that leave a window, so under KV pressure "
+                    "vLLM can queue far less than this run (docs/policies.md, 'What it changes')")
+    return out
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:
