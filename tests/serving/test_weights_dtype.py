@@ -204,3 +204,46 @@ def test_every_catalog_gpu_has_a_positive_link_with_a_source():
     doc = json.loads(ok("gpus", "--json"))
     assert all(e["link_gbps"] > 0 and e["link_source"] for e in doc["gpus"])
     assert "link GB/s each way" in ok("gpus")
+
+
+# ------------------------------------------------------------------------------------------
+# The released checkpoint's weights (models.json checkpoint_weights)
+
+
+def test_checkpoint_weights_name_the_nearest_weights_dtype():
+    from kvreplay.analysis.models import get_model
+
+    assert get_model("gpt-oss-120b").checkpoint_weights == "mxfp4"
+    assert get_model("gpt-oss-120b").checkpoint_weights_dtype == "int4"  # 4.25 bits a weight: half a byte is nearest
+    assert get_model("DeepSeek-V3").checkpoint_weights_dtype == "fp8"
+    assert get_model("Llama-3.1-8B").checkpoint_weights is None
+    assert get_model("Llama-3.1-8B").checkpoint_weights_dtype == "bf16"
+    assert get_model("Llama-3.1-8B").checkpoint_note() is None
+
+
+def test_weights_that_do_not_fit_name_the_checkpoints_dtype():
+    # gpt-oss-120b at bf16: 116.8e9 x 2 = 233.6 GB against 80 GB x 0.9 = 72.0 GB on one H100; its
+    # checkpoint is MXFP4, which the refusal says (int4, half a byte: 58.4 GB, fits)
+    with pytest.raises(ConfigError) as e:
+        kv_capacity("gpt-oss-120b", "H100", 1)
+    assert "needs 233.6 GB of weights per GPU, more than the 72.0 GB" in str(e.value)
+    assert "checkpoint stores its weights as mxfp4" in str(e.value) and "nearest --weights-dtype is int4" in str(e.value)
+    assert kv_capacity("gpt-oss-120b", "H100", 1, dtype="int4").weight_bytes_per_gpu == pytest.approx(58.4e9)
+    # a bf16 checkpoint says nothing of it
+    with pytest.raises(ConfigError) as e:
+        kv_capacity("Llama-3.1-405B", "H100", 1)
+    assert "checkpoint" not in str(e.value)
+
+
+def test_simulate_warns_when_the_weights_are_not_the_checkpoints():
+    def warnings(model, dtype, tp):
+        r = kvreplay.simulate(TRACE, "vllm", None, 16, model=model, gpu="H200", tp=tp, time_model="roofline",
+                              weights_dtype=dtype)
+        return r.summary()["latency_band_s"]["warnings"]
+
+    assert any(w.startswith("weights at int4, but DeepSeek-V3's checkpoint stores its weights as fp8-block")
+               for w in warnings("DeepSeek-V3", "int4", 8))
+    fp8 = warnings("DeepSeek-V3", "fp8", 8)
+    assert not any("checkpoint stores" in w for w in fp8)
+    assert any("fitted on per-tensor W8A8 kernels; DeepSeek-V3's block-scaled fp8 weights" in w for w in fp8)
+    assert not any("checkpoint" in w or "W8A8" in w for w in warnings("Llama-3.1-8B", "fp8", 1))

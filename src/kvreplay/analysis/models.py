@@ -84,6 +84,22 @@ class ModelSpec:
     #: "state_bytes"}; analysis/kv_groups.py); None: one full-attention group of every layer
     kv_groups: tuple | None = None
     kv_groups_source: str | None = None
+    #: how the released checkpoint stores its weights when not bf16 ("fp8-block": fp8 with a scale
+    #: per 128 x 128 block; "mxfp4"), and what its config.json says; None: bf16
+    checkpoint_weights: str | None = None
+    checkpoint_weights_source: str | None = None
+
+    @property
+    def checkpoint_weights_dtype(self) -> str:
+        """The --weights-dtype nearest the checkpoint's weights (mxfp4: int4, half a byte a weight)."""
+        return {"fp8-block": "fp8", "mxfp4": "int4"}.get(self.checkpoint_weights or "bf16", "bf16")
+
+    def checkpoint_note(self) -> str | None:
+        """A sentence on the checkpoint's weights, or None for a bf16 checkpoint."""
+        if not self.checkpoint_weights:
+            return None
+        return (f"{self.name}'s checkpoint stores its weights as {self.checkpoint_weights} ({self.hf_id} "
+                f"{self.checkpoint_weights_source}); the nearest --weights-dtype is {self.checkpoint_weights_dtype}")
 
     @property
     def lm_head_params(self) -> int:

@@ -361,6 +361,11 @@ def _calibration_warnings(tm, trace, report) -> list[str]:
     peak = int(report.counters.get("peak_running", 0))
     if rng.get("max_decode_batch") and peak > rng["max_decode_batch"]:
         out.append(f"up to {peak} requests ran in one step, beyond the calibrated {rng['max_decode_batch']}")
+    if spec.checkpoint_weights and tm.dtype != spec.checkpoint_weights_dtype:
+        out.append(f"weights at {tm.dtype}, but {spec.checkpoint_note()}")
+    elif spec.checkpoint_weights == "fp8-block" and tm.dtype == "fp8":
+        out.append(f"the fp8 GEMMs were fitted on per-tensor W8A8 kernels; {spec.name}'s block-scaled fp8 weights "
+                   "(a scale per 128 x 128 block) run other kernels")
     if tm.dtype == "int4":
         out.append("no int4 GEMMs were measured: int4 weights are read at half a byte each and their GEMMs run at "
                    "the bf16 kernels' fitted coefficients (dequantised to bf16)")

@@ -61,9 +61,11 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
     if available <= 0:
         smaller = [d for d in ("fp8", "int4") if _weight_bytes(d) < _weight_bytes(dtype)]
         hint = f", or use smaller weights (--weights-dtype {' or '.join(smaller)})" if smaller else ""
+        note = spec.checkpoint_note() if spec.checkpoint_weights_dtype != dtype else None
         raise ConfigError(f"{spec.name} at {dtype} over tp={tp} needs {weights / 1e9:.1f} GB of weights per GPU, "
                           f"more than the {usable / 1e9:.1f} GB a {g.name} gives at "
-                          f"gpu_memory_utilization={util}: raise tp or the utilization{hint}")
+                          f"gpu_memory_utilization={util}: raise tp or the utilization{hint}"
+                          + (f". {note}" if note else ""))
     blocks = int(available // (per_token * block_size))
     if blocks < 1:
         raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: {available / 1e9:.3f} GB left after weights "
