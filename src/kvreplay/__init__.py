@@ -65,11 +65,15 @@ def report_html(trace, **kwargs) -> str:
     zoom = kwargs.pop("zoom", "auto")  # the curve's zoom panel: "auto", False or (lo, hi) percent
     serving = kwargs.pop("serving", None)  # serving.simulate.serving_section's keywords (gpu, model, ...)
     plan = kwargs.pop("plan", None)  # a plan (kvreplay.plan's result, or load_plan of its JSON) for its section
+    model = kwargs.pop("model", None)  # the model the byte budget is for: a hybrid one's semantics are stated
     if serving:
         from .serving.simulate import deployment_focus
 
         kwargs = deployment_focus(trace, kwargs, serving)  # the GPU pool as the operating point, vllm on the curve
     data = collect(trace, **kwargs)
+    from .output.summary import full_semantics_note
+
+    data["kv_semantics_note"] = full_semantics_note(model or (serving or {}).get("model"))
     if serving:
         from .serving.simulate import serving_section
 

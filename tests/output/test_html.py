@@ -57,6 +57,23 @@ def test_page_is_self_contained_and_states_its_window():
     assert "kvreplay report: &lt;memory&gt;</title>" in page
 
 
+def test_page_states_a_hybrid_models_semantics():
+    # gpt-oss-120b's sliding-window layers: the page's replays serve every layer as full attention,
+    # and it says so, naming the commands that replay its groups; a dense model's page says nothing
+    def note(model):
+        page = kvreplay.report_html(small_trace(), policies=["lru"], capacities=[1, 2], block_size=4, model=model)
+        found = re.findall(r'data-note="kv-semantics"><b>KV semantics.</b> ([^<]+)</p>', page)
+        return found[0] if found else None
+
+    text = note("gpt-oss-120b")
+    assert text.startswith("gpt-oss-120b has full, sliding_window layer groups, but every replay here serves every "
+                           "layer as full attention")
+    assert "kvreplay run --model gpt-oss-120b" in text
+    assert note("Llama-4-Scout").startswith("Llama-4-Scout-17B-16E-Instruct has chunked_local, full layer groups. "
+                                            "vLLM 0.33.0 serves its chunked-local layers as full attention")
+    assert note("Llama-3.1-8B") is None and note(None) is None
+
+
 def looks_rendered(png_path) -> tuple[float, int]:
     """(share of pixels that are not near-white, number of saturated colour pixels) of a screenshot."""
     from matplotlib.image import imread

@@ -378,7 +378,7 @@ def _cmd_report(args) -> int:
                            engine=args.engine, title=args.title, progress=progress, price_hit=args.price_hit,
                            price_miss=args.price_miss, active_params=common.active_params(args),
                            bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
-                           zoom=args.zoom, serving=serving, plan=plan)
+                           zoom=args.zoom, serving=serving, plan=plan, model=budget.get("model") if budget else None)
     write_atomic(args.output, page.encode())
     print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
     return 0

@@ -187,6 +187,9 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
              "tokens served that way (token-weighted: long prompts count more). When the cache is full, an <em>eviction "
              "policy</em> decides which block goes; the policies below differ only in that choice. A request's hit is "
              "min(k &times; block size, prompt length) for its k leading cached blocks.</p>"]
+    if data.get("kv_semantics_note"):
+        parts.append(f"<p class=\"note\" data-note=\"kv-semantics\"><b>KV semantics.</b> "
+                     f"{esc(data['kv_semantics_note'])}</p>")
     if warm:
         parts.append(f"<p class=\"note\"><b>Warm-up.</b> The first {window['warmup_requests']:,} requests "
                      f"({100 * window['warmup_fraction']:g}% of {whole['num_requests']:,}) only fill the cache: every figure "

@@ -184,6 +184,24 @@ def budget_heading(budget) -> str:
     return text
 
 
+def full_semantics_note(model) -> str | None:
+    """For a hybrid `model` replayed with every layer as full attention (mrc, report): what that
+    leaves out and which command replays its groups. None for a model with one kind of layer."""
+    from ..analysis.kv_groups import resolve_semantics
+    from ..analysis.models import get_model
+
+    if model is None or not get_model(model).is_hybrid:
+        return None
+    spec = get_model(model)
+    kinds = ", ".join(sorted({g["kind"] for g in spec.kv_groups}))
+    if resolve_semantics(spec.name, None) == "full":  # Llama 4: vLLM 0.33.0's own default
+        return (f"{spec.name} has {kinds} layer groups. vLLM 0.33.0 serves its chunked-local layers as full "
+                "attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, as every replay here does.")
+    return (f"{spec.name} has {kinds} layer groups, but every replay here serves every layer as full attention "
+            f"(its KV bytes and its hits). `kvreplay run --model {spec.name}` and `kvreplay sweep --policies vllm "
+            f"--model {spec.name}` replay vLLM's hybrid manager over its groups (docs/policies.md, 'Hybrid models').")
+
+
 SWEEP_COLUMNS = [
     ("policy", "policy"), ("params", "params"), ("cache_capacity_blocks", "capacity"),
     ("total_hit_tokens", "hit tokens"), ("total_prompt_tokens", "prompt tokens"),
