@@ -35,6 +35,19 @@ def test_fewest_instances_by_doubling_then_bisection():
     assert best["usd_per_million_input"] == pytest.approx(8.0 * (2 / 3600) / 32 * 1e6)
 
 
+def test_a_hybrid_models_plan_says_its_semantics():
+    # gpt-oss-120b's sliding-window layers: every configuration is served with full-attention layers,
+    # which the plan's result and its text say (with the block-id ratio vLLM's hybrid manager has)
+    from kvreplay.output.plan import plan_text
+
+    out = plan(EIGHT, model="gpt-oss-120b", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
+               weights_dtype="int4", **ONE_AT_A_TIME)
+    assert out["kv_semantics"]["semantics"] == "full" and out["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0
+    assert "warning    KV semantics: gpt-oss-120b has full, sliding_window layer groups" in plan_text(EIGHT, out)
+    dense = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **ONE_AT_A_TIME)
+    assert dense["kv_semantics"] is None and "KV semantics" not in plan_text(EIGHT, dense)
+
+
 def test_dominated_configurations_are_pruned_and_runs_cached():
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"], loads=[1.0, 1.0],
                prices=Prices({"H100": 2.0, "H200": 100.0}), **ONE_AT_A_TIME)

@@ -24,6 +24,9 @@ def plan_section(result: dict, svg, table) -> list[str]:
               result["monotonicity_violations"] else
               f"{len(result['monotonicity_violations'])} runs broke monotonicity (see the plan's JSON).")
            + " docs/plan.md has every rule.</p>"]
+    if result.get("kv_semantics"):
+        out.append(f"<p class=\"note\" data-note=\"plan-kv-semantics\"><b>KV semantics.</b> "
+                   f"{esc(result['kv_semantics']['text'])}</p>")
     for block in result["loads"]:
         out += _load_block(block, table)
     out.append(f"<div class=\"figure\">{svg(pareto_figure(result))}</div>")
