@@ -44,6 +44,10 @@ def test_a_hybrid_models_plan_says_its_semantics():
                weights_dtype="int4", **ONE_AT_A_TIME)
     assert out["kv_semantics"]["semantics"] == "full" and out["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0
     assert "warning    KV semantics: gpt-oss-120b has full, sliding_window layer groups" in plan_text(EIGHT, out)
+    import kvreplay
+
+    page = kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2], block_size=4, plan=out)
+    assert 'data-note="plan-kv-semantics"><b>KV semantics.</b> gpt-oss-120b has full, sliding_window' in page
     dense = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **ONE_AT_A_TIME)
     assert dense["kv_semantics"] is None and "KV semantics" not in plan_text(EIGHT, dense)
 
