@@ -144,6 +144,10 @@ def test_models_table(capsys):
     assert deepseek.split()[:7] == ["DeepSeek-V3", "mla", "61", "1", "576", "-", "70,272"]
     assert "37B / 671B" in deepseek
     assert "--kv-layers full counts only full-attention layers" in out
+    # the checkpoint's weights: bf16 unless the catalog says otherwise
+    assert llama.split()[-2] == "bf16" and deepseek.split()[-2] == "fp8-block"
+    gpt_oss = next(line for line in out.splitlines() if line.startswith("gpt-oss-120b "))
+    assert gpt_oss.split()[-2] == "mxfp4"
 
 
 def test_models_json(capsys):
@@ -152,6 +156,9 @@ def test_models_json(capsys):
     by_name = {m["name"]: m for m in doc["models"]}
     assert by_name["Llama-3.1-8B"]["kv_bytes_per_token"]["all"] == {"bf16": 131_072, "fp8": 65_536}
     assert by_name["Qwen3-235B-A22B"]["active_params"] == 22_000_000_000
+    assert by_name["gpt-oss-120b"]["checkpoint_weights"] == "mxfp4"
+    assert "quant_method mxfp4" in by_name["gpt-oss-120b"]["checkpoint_weights_source"]
+    assert by_name["Llama-3.1-8B"]["checkpoint_weights"] is None
 
 
 @pytest.mark.parametrize("argv, message", [
