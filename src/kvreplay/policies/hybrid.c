@@ -54,11 +54,17 @@ typedef struct {
     i64 keep[4]; /* this request's block indexes it may hash: [keep[0], keep[1]) and [keep[2], keep[3]) */
 } HGroup;
 
+/* One request's state: a group per KV cache group id, each table with room for tcap blocks. */
 typedef struct {
-    i64 capacity, bs, nb, G, S, chunk_tokens, tcap;
+    HGroup *g;
+    i64 tcap;
+} HReq;
+
+typedef struct {
+    i64 capacity, bs, nb, G, S, chunk_tokens, scap;
     int dense, simple, has_mamba;
     int shift; /* log2(bs) when bs is a power of 2, else -1 */
-    i32 *scratch; /* tcap: a batch of hashless blocks being freed */
+    i32 *scratch; /* scap: a batch of hashless blocks being freed */
     HBlock *blk;
     i32 *keys; /* per key: its first holder, 0: none */
     i32 *ring; /* the hashless run: ring[(head + k) % capacity], k < ring_count */
@@ -68,7 +74,6 @@ typedef struct {
     i64 c[HY_COUNTERS];
     HSpec *spec;
     int *order; /* lookup order: full attention's spec groups first */
-    HGroup *g;
 } HPool;
 
 /* ---- the free queue ---------------------------------------------------------------------- */
@@ -273,32 +278,39 @@ static inline i64 hy_skipped(const HPool *p, const HGroup *g, i64 computed) {
     }
 }
 
-static int hy_grow(HPool *p, i64 need) {
-    if (need <= p->tcap) return 1;
-    i64 cap = kv_max(need, 2 * p->tcap);
-    if (cap > (i64)(SIZE_MAX / sizeof(i64))) return 0;
-    for (i64 gid = 0; gid < p->G; gid++) {
-        HGroup *g = &p->g[gid];
-        i32 *t = realloc(g->table, (size_t)cap * sizeof(i32));
-        if (!t) return 0;
-        g->table = t;
-        if (g->kind == K_MAMBA) { /* (its states' indexes) */
-            i64 *q = realloc(g->pos, (size_t)cap * sizeof(i64));
-            if (!q) return 0;
-            g->pos = q;
+/* Room for `need` blocks in each of rq's tables and in the pool's scratch: 0 when out of memory. */
+static int hy_grow(HPool *p, HReq *rq, i64 need) {
+    if (need <= rq->tcap && need <= p->scap) return 1;
+    if (need > (i64)(SIZE_MAX / sizeof(i64)) / 2) return 0;
+    if (need > rq->tcap) {
+        i64 cap = kv_max(need, 2 * rq->tcap);
+        for (i64 gid = 0; gid < p->G; gid++) {
+            HGroup *g = &rq->g[gid];
+            i32 *t = realloc(g->table, (size_t)cap * sizeof(i32));
+            if (!t) return 0;
+            g->table = t;
+            if (g->kind == K_MAMBA) { /* (its states' indexes) */
+                i64 *q = realloc(g->pos, (size_t)cap * sizeof(i64));
+                if (!q) return 0;
+                g->pos = q;
+            }
         }
+        rq->tcap = cap;
     }
-    i32 *q = realloc(p->scratch, (size_t)cap * sizeof(i32));
-    if (!q) return 0;
-    p->scratch = q;
-    p->tcap = cap;
+    if (need > p->scap) {
+        i64 cap = kv_max(need, 2 * p->scap);
+        i32 *q = realloc(p->scratch, (size_t)cap * sizeof(i32));
+        if (!q) return 0;
+        p->scratch = q;
+        p->scap = cap;
+    }
     return 1;
 }
 
-static void hy_remove_skipped(HPool *p, i64 computed) {
+static void hy_remove_skipped(HPool *p, HReq *rq, i64 computed) {
     i64 ceil_blocks = hy_div(p, computed + p->bs - 1);
     for (i64 gid = 0; gid < p->G; gid++) {
-        HGroup *g = &p->g[gid];
+        HGroup *g = &rq->g[gid];
         if (g->kind == K_FULL) continue; /* skips nothing */
         i32 *t = g->table;
         i64 k = kv_min(hy_skipped(p, g, computed), g->len);
@@ -353,22 +365,23 @@ static void hy_keep_ranges(const HPool *p, HGroup *g, i64 e1, i64 e2) {
 }
 
 /* One allocate_slots: tokens done..end. 1: done; 0: does not fit; < 0: an error code. */
-static int hy_allocate(HPool *p, const i32 *ids, i64 nids, i64 hit, i64 done, i64 end, int first) {
+static int hy_allocate(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 hit, i64 done, i64 end, int first) {
     const i64 G = p->G, bs = p->bs;
-    hy_remove_skipped(p, done);
+    HGroup *groups = rq->g;
+    hy_remove_skipped(p, rq, done);
     i64 slots = hy_div(p, end + bs - 1);
     i64 total = first ? hit * G : 0; /* (the reference counts every slot of the hit, skipped ones too) */
     for (i64 gid = 0; gid < G; gid++) {
-        HGroup *g = &p->g[gid];
+        HGroup *g = &groups[gid];
         i64 have = first ? hit : g->len;
         g->newc = g->kind == K_MAMBA ? (slots > have) : kv_max(0, slots - have);
         total += g->newc;
     }
     if (total > hy_free_count(p)) return 0;
-    if (slots > p->tcap && !hy_grow(p, slots)) return HY_NOMEM;
+    if ((slots > rq->tcap || slots > p->scap) && !hy_grow(p, rq, slots)) return HY_NOMEM;
     if (first) { /* touch the hit blocks each group keeps (add_local_computed_blocks): they leave the free queue */
         for (i64 gid = 0; gid < G; gid++) {
-            HGroup *g = &p->g[gid];
+            HGroup *g = &groups[gid];
             i64 skip = kv_min(hy_skipped(p, g, hit * bs), hit);
             const i32 *k = p->keys + gid;
             i32 *t = g->table;
@@ -392,7 +405,7 @@ static int hy_allocate(HPool *p, const i32 *ids, i64 nids, i64 hit, i64 done, i6
         }
     }
     for (i64 gid = 0; gid < G; gid++) { /* new blocks, group by group */
-        HGroup *g = &p->g[gid];
+        HGroup *g = &groups[gid];
         if (!g->newc) continue;
         if (g->kind == K_MAMBA) {
             if (g->len) g->last = g->len - 1;
@@ -407,7 +420,7 @@ static int hy_allocate(HPool *p, const i32 *ids, i64 nids, i64 hit, i64 done, i6
     }
     i64 full = hy_div(p, kv_min(end, nids * bs));
     for (i64 gid = 0; gid < G; gid++) { /* cache_blocks */
-        HGroup *g = &p->g[gid];
+        HGroup *g = &groups[gid];
         if (g->cached_upto >= full) continue;
         i64 top = kv_min(full, g->len);
         if (g->kind == K_MAMBA) { /* the states not cached yet: the last ones */
@@ -434,18 +447,38 @@ static int hy_allocate(HPool *p, const i32 *ids, i64 nids, i64 hit, i64 done, i6
     return 1;
 }
 
-/* One request, start to finish: its hit in blocks (< 0: an error code). */
-static i64 hy_serve(HPool *p, const i32 *ids, i64 nids, i64 prompt) {
-    const i64 bs = p->bs;
-    i64 junction;
-    i64 hit = hy_find_hit(p, ids, nids, prompt, &junction);
-    if (!hy_grow(p, hit)) return HY_NOMEM;
+/* A request's start: its hit in blocks (*junction: where full attention matched further, 0:
+ * none), its groups emptied and told which blocks they may hash. */
+static i64 hy_start(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt, i64 *junction) {
+    i64 hit = hy_find_hit(p, ids, nids, prompt, junction);
     for (i64 gid = 0; gid < p->G; gid++) {
-        HGroup *g = &p->g[gid];
+        HGroup *g = &rq->g[gid];
         g->len = g->lo = g->cached_upto = g->ns = 0;
         g->last = -1;
-        hy_keep_ranges(p, g, prompt >= 1 ? hy_div(p, prompt - 1) : 0, junction);
+        hy_keep_ranges(p, g, prompt >= 1 ? hy_div(p, prompt - 1) : 0, *junction);
     }
+    return hit;
+}
+
+/* A request's end (kv_cache_manager.free): group by group, each tail first. */
+static void hy_finish(HPool *p, HReq *rq) {
+    for (i64 gid = 0; gid < p->G; gid++) {
+        HGroup *g = &rq->g[gid];
+        if (g->kind == K_MAMBA) {
+            if (g->ns == 1) hy_free_one(p, g->table[0]);
+            else hy_free_desc(p, g->table, 0, g->ns);
+        }
+        else if (g->len > g->lo) hy_free_desc(p, g->table, g->lo, g->len);
+    }
+}
+
+/* One request, start to finish, prefill only (the sequential replay): its hit in blocks (< 0: an
+ * error code). */
+static i64 hy_serve(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt) {
+    const i64 bs = p->bs;
+    i64 junction;
+    i64 hit = hy_start(p, rq, ids, nids, prompt, &junction);
+    if (!hy_grow(p, rq, hit)) return HY_NOMEM;
     i64 stop1 = -1, stop2 = -1; /* a Mamba model's chunks also end here */
     if (p->has_mamba && prompt > 0) {
         stop1 = hy_div(p, prompt - 1) * bs;
@@ -462,7 +495,7 @@ static i64 hy_serve(HPool *p, const i32 *ids, i64 nids, i64 prompt) {
             if (inside >= 0) end = inside;
             else if (end < prompt) end = kv_max(t + bs, hy_div(p, end) * bs);
         }
-        int r = hy_allocate(p, ids, nids, hit, t, end, first);
+        int r = hy_allocate(p, rq, ids, nids, hit, t, end, first);
         if (r < 0) return r;
         if (!r) {
             p->c[HY_OVERSIZE]++;
@@ -471,21 +504,37 @@ static i64 hy_serve(HPool *p, const i32 *ids, i64 nids, i64 prompt) {
         t = end;
         first = 0;
     }
-    for (i64 gid = 0; gid < p->G; gid++) { /* finish: group order, each tail first */
-        HGroup *g = &p->g[gid];
-        if (g->kind == K_MAMBA) {
-            if (g->ns == 1) hy_free_one(p, g->table[0]);
-            else hy_free_desc(p, g->table, 0, g->ns);
-        }
-        else if (g->len > g->lo) hy_free_desc(p, g->table, g->lo, g->len);
-    }
+    hy_finish(p, rq);
     return hit;
 }
 
+/* A request state for pool p's groups (its tables empty): 0 when out of memory. */
+static int hy_req_init(const HPool *p, HReq *rq) {
+    rq->tcap = 0;
+    rq->g = calloc((size_t)p->G, sizeof(HGroup));
+    if (!rq->g) return 0;
+    for (i64 s = 0; s < p->S; s++) {
+        const HSpec *sp = &p->spec[s];
+        for (i64 c = 0; c < sp->copies; c++) {
+            HGroup *g = &rq->g[sp->gid0 + c];
+            g->kind = sp->kind;
+            g->window = sp->window;
+            g->chunk = sp->chunk;
+            g->need = sp->need;
+            g->last = -1;
+        }
+    }
+    return 1;
+}
+
+static void hy_req_release(const HPool *p, HReq *rq) {
+    if (rq->g)
+        for (i64 gid = 0; gid < p->G; gid++) free(rq->g[gid].table), free(rq->g[gid].pos);
+    free(rq->g);
+    rq->g = NULL;
+}
+
 static void hy_release(HPool *p) {
-    if (p->g)
-        for (i64 gid = 0; gid < p->G; gid++) free(p->g[gid].table), free(p->g[gid].pos);
-    free(p->g);
     free(p->scratch);
     free(p->order);
     free(p->spec);
@@ -548,8 +597,7 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
     p->ring = malloc((size_t)capacity * sizeof(i32));
     p->spec = malloc((size_t)num_specs * sizeof(HSpec));
     p->order = malloc((size_t)num_specs * sizeof(int));
-    p->g = calloc((size_t)G, sizeof(HGroup));
-    if (!p->blk || !p->keys || !p->ring || !p->spec || !p->order || !p->g) {
+    if (!p->blk || !p->keys || !p->ring || !p->spec || !p->order) {
         hy_release(p);
         return HY_NOMEM;
     }
@@ -565,22 +613,20 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
         sp->gid0 = gid;
         sp->copies = copies[s];
         if (sp->kind == K_MAMBA) p->has_mamba = 1;
-        for (i64 c = 0; c < copies[s]; c++, gid++) {
-            HGroup *g = &p->g[gid];
-            g->kind = sp->kind;
-            g->window = sp->window;
-            g->chunk = sp->chunk;
-            g->need = sp->need;
-            g->last = -1;
-        }
+        gid += copies[s];
         if (sp->kind == K_FULL) p->order[o++] = (int)s;
     }
     for (i64 s = 0; s < num_specs; s++)
         if (kind[s] != K_FULL) p->order[o++] = (int)s;
     p->simple = num_specs == 2 && p->spec[p->order[0]].kind == K_FULL;
+    HReq req; /* one at a time: each request's state in turn */
+    if (!hy_req_init(p, &req)) {
+        hy_release(p);
+        return HY_NOMEM;
+    }
     i64 rc = 0;
     for (i64 i = 0; i < n; i++) {
-        i64 h = hy_serve(p, blocks + offsets[i], offsets[i + 1] - offsets[i], input_length[i]);
+        i64 h = hy_serve(p, &req, blocks + offsets[i], offsets[i + 1] - offsets[i], input_length[i]);
         if (h < 0) {
             rc = h == HY_REPEAT ? i + 1 : h;
             break;
@@ -589,6 +635,7 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
     }
     p->c[HY_RESIDENT] = p->c[HY_ADMISSIONS] - p->c[HY_EVICTIONS]; /* every admission is resident or evicted */
     for (int k = 0; k < HY_COUNTERS; k++) counters[k] = p->c[k];
+    hy_req_release(p, &req);
     hy_release(p);
     return rc;
 }
