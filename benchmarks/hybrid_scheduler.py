@@ -89,7 +89,11 @@ def main() -> int:
     if not args.trace.exists():
         print(f"(no {args.trace})")
         return 0
-    real = harness.real_vllm()
+    try:
+        real = harness.real_vllm()
+    except harness.VLLMMissing as e:
+        print(f"(vLLM's scheduler cannot run here: {e})")
+        return 0
     requests = harness.load_jsonl(str(args.trace), args.limit, args.speedup)
     budget = int(args.gib * 2**30)
     L = layout(MODEL, BLOCK)
