@@ -172,10 +172,10 @@ def gemm_model(c, gpu, m, n, k):
 def gemm_fp8_model(c, gpu, m, n, k):
     """An fp8 GEMM with its input's quantisation (a bf16 read, an fp8 write of m x k elements), its
     compute on the rows its tiles cover (roofline.fp8_gemm_rows)."""
-    from kvreplay.serving.timing.roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS
+    from kvreplay.serving.timing.roofline import fp8_gemm_rows
 
     peak, bw = gpu.peak_flops("fp8"), gpu.bandwidth_bytes_per_s
-    rows = np.where(m > FP8_TILE_ABOVE, np.ceil(m / FP8_TILE_ROWS) * FP8_TILE_ROWS, m)
+    rows = fp8_gemm_rows(m)
     return (np.maximum(2.0 * rows * n * k / (peak * c["e_gemm_fp8"]), (m * k + k * n + 2.0 * m * n) / (bw * c["e_weights_fp8"]))
             + c["gemm_floor_fp8_s"] + 3.0 * m * k / (bw * c["e_quant_fp8"]))
 

@@ -53,9 +53,11 @@ PHASES = ("prefill", "decode", "mixed")
 FP8_TILE_ABOVE, FP8_TILE_ROWS = 128, 256
 
 
-def fp8_gemm_rows(tokens: int) -> int:
-    """The rows an fp8 GEMM of `tokens` rows computes (FP8_TILE_ROWS)."""
-    return tokens if tokens <= FP8_TILE_ABOVE else -(-tokens // FP8_TILE_ROWS) * FP8_TILE_ROWS
+def fp8_gemm_rows(tokens):
+    """The rows an fp8 GEMM of `tokens` rows computes (FP8_TILE_ROWS): an int, or a numpy array of
+    them elementwise (benchmarks/calibrate.py's kernel tables)."""
+    whole = -(-tokens // FP8_TILE_ROWS) * FP8_TILE_ROWS
+    return tokens + (tokens > FP8_TILE_ABOVE) * (whole - tokens)
 
 
 @dataclass(frozen=True)
