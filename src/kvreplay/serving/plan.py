@@ -152,10 +152,10 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     for point in points:
         out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address)
                             if parallel else _plan_load(s, configs, point, runners_up))
-    from .simulate import _kv_semantics
+    from .simulate import simulator_kv_semantics
 
     out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
-               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=_kv_semantics(model))
+               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=simulator_kv_semantics(model))
     from .plan_result import PlanResult
 
     return PlanResult(out)

@@ -264,7 +264,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                            tier_overlap) if tier_list else None,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
-        max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=_kv_semantics(model),
+        max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=simulator_kv_semantics(model),
     )
     if band is not None:
         from dataclasses import replace
@@ -285,7 +285,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     return report
 
 
-def _kv_semantics(model) -> dict | None:
+def simulator_kv_semantics(model) -> dict | None:
     """What the simulator models of a hybrid `model`'s layer groups: every layer as full attention
     (its pool, hits and evictions), said on every output with what vLLM's hybrid manager would
     hold instead in the same bytes. None for a model with one kind of layer."""
