@@ -633,8 +633,7 @@ class UnifiedRadix:
         """(time, serial, node) of every evictable leaf (_evictable_leaf), from the tree's leaf set
         (SGLang walks the tree for them; the heap's order is by (time, serial), unique, so the
         set's order does not matter)."""
-        return [(n.time, n.serial, n) for n in self.leaves
-                if n.full_lock == 0 and n.swa_lock == 0 and n.mamba_lock == 0]
+        return [(n.time, n.serial, n) for n in self.leaves if self._evictable_leaf(n)]
 
     def _evict_aux(self, ct: str, quota: int, freed, reached) -> None:
         """swa.py:742-841 / mamba.py:373-457: the component's LRU from its cold end."""
