@@ -109,8 +109,9 @@ Per request (trace order): ``scheduled_s`` (start of the step that first schedul
 ``preemptions`` (``Request.num_preemptions``), ``status`` (``finished`` or ``rejected``).
 
 Rejected on arrival (never given to vLLM), as kvreplay does: a request whose prompt plus outputs
-need more KV blocks than the usable pool, ``ceil((L + max(O, 1) - 1) / block_size) > usable``.
-vLLM itself would admit such a request if its prompt fits, then preempt everything, itself
+need more KV blocks than the usable pool, ``ceil((L + max(O, 1) - 1) / block_size) > usable``
+(with hybrid groups, that many blocks in each group, a sliding-window or chunked-local group's
+capped by its spec's own ``max_admission_blocks_per_request``, summed over the groups). vLLM itself would admit such a request if its prompt fits, then preempt everything, itself
 included, and wedge; with ``max_model_len`` set from the pool, the input processor would refuse
 the prompt or ``check_stop`` would cut its outputs.
 """
@@ -513,8 +514,25 @@ def prompt_tokens(ids, length: int, block_size: int) -> list:
     return tokens[:length]
 
 
-def blocks_needed(r: TraceRequest, block_size: int) -> int:
-    return -(-(r.input_length + max(r.output_length, 1) - 1) // block_size)
+def blocks_needed(r: TraceRequest, block_size: int, caps: list | None = None) -> int:
+    """The blocks request r holds at its last token, alone: one group's, or with hybrid groups
+    every group's, each capped by vLLM's own max_admission_blocks_per_request where vLLM caps it
+    (caps: per group, None for no cap)."""
+    slots = -(-(r.input_length + max(r.output_length, 1) - 1) // block_size)
+    return slots if caps is None else sum(slots if c is None else min(slots, c) for c in caps)
+
+
+def admission_caps(real: RealVLLM, kv_cache_config, settings: Settings, max_len: int) -> list | None:
+    """Per KV cache group, the cap vLLM's admission gate puts on its blocks
+    (single_type_kv_cache_manager.py get_manager_for_kv_cache_spec: sliding-window and
+    chunked-local specs, from their own max_admission_blocks_per_request), None elsewhere."""
+    if settings.groups is None:
+        return None
+    i = real.interface
+    capped = (i.SlidingWindowSpec, i.ChunkedLocalAttentionSpec)
+    return [g.kv_cache_spec.max_admission_blocks_per_request(max_in_flight_tokens=settings.max_num_batched_tokens,
+                                                              max_model_len=max_len)
+            if isinstance(g.kv_cache_spec, capped) else None for g in kv_cache_config.kv_cache_groups]
 
 
 def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> RunResult:
@@ -539,6 +557,7 @@ def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> Run
         scheduler = real.sched.Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                                          structured_output_manager=_NoStructuredOutput(), block_size=bs,
                                          log_stats=False)
+        caps = admission_caps(real, kv_cache_config, settings, max_len)
         coordinator = scheduler.kv_cache_manager.coordinator
         managers = [type(m).__name__ for m in coordinator.single_type_managers]
         expect = ("UnitaryKVCacheCoordinator", ["FullAttentionManager"]) if settings.groups is None else \
@@ -582,7 +601,7 @@ def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> Run
                 i = order[k]
                 k += 1
                 r = requests[i]
-                if blocks_needed(r, bs) > settings.usable_blocks or r.input_length >= max_len:
+                if blocks_needed(r, bs, caps) > settings.usable_blocks or r.input_length >= max_len:
                     results[i].status = "rejected"
                     continue
                 rid = f"r{i}"

@@ -20,70 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../include/kv.h"
-
-enum { K_FULL = 0, K_SLIDING = 1, K_CHUNKED = 2, K_MAMBA = 3 };
-enum { HY_ADMISSIONS, HY_EVICTIONS, HY_DUPLICATES, HY_OVERSIZE, HY_RESIDENT, HY_COUNTERS };
-/* return codes: 0 done; HY_NOMEM; HY_BADARG; HY_INTERNAL (the free queue ran dry where the fit
- * check said it could not); r > 0: request r - 1 touches one block twice (a hash id repeated
- * within its hit, which vLLM's chained hashes never do; the reference fails there too) */
-#define HY_NOMEM (-1)
-#define HY_BADARG (-2)
-#define HY_INTERNAL (-3)
-#define HY_REPEAT (-4)
-
-typedef struct {
-    i32 key;      /* id * G + gid it is cached under, -1: none */
-    i32 lp, ln;   /* links in the free queue's cached run; lp -1: not in it */
-    i32 hp, hn;   /* links among the holders of its key (the head's hp: the tail) */
-} HBlock;
-
-typedef struct {
-    int kind;
-    i64 window, chunk, need; /* need: blocks a sliding-window hit must end with */
-    i64 gid0, copies;
-} HSpec;
-
-typedef struct {
-    int kind;
-    i64 window, chunk, need;
-    i32 *table;  /* the block table (0: skipped); mamba: only its states, in order, at pos */
-    i64 *pos;    /* mamba: each state's index in the block table */
-    i64 ns;      /* mamba: states held */
-    i64 len, lo, cached_upto, last, newc; /* len: the block table's length */
-    i64 keep[4]; /* this request's block indexes it may hash: [keep[0], keep[1]) and [keep[2], keep[3]) */
-} HGroup;
-
-/* One request's state: a group per KV cache group id, each table with room for tcap blocks. */
-typedef struct {
-    HGroup *g;
-    i64 tcap;
-} HReq;
-
-typedef struct {
-    i64 capacity, bs, nb, G, S, chunk_tokens, scap;
-    int dense, simple, has_mamba;
-    int shift; /* log2(bs) when bs is a power of 2, else -1 */
-    i32 *scratch; /* scap: a batch of hashless blocks being freed */
-    HBlock *blk;
-    i32 *keys; /* per key: its first holder, 0: none */
-    i32 *ring; /* the hashless run: ring[(head + k) % capacity], k < ring_count */
-    i64 ring_head, ring_count;
-    i64 next_unused;
-    i64 lru_count; /* the cached run: a circular list through blk with blk[0] its sentinel */
-    i64 c[HY_COUNTERS];
-    HSpec *spec;
-    int *order; /* lookup order: full attention's spec groups first */
-} HPool;
+#include "hybrid.h"
 
 /* ---- the free queue ---------------------------------------------------------------------- */
 
 /* x / bs for x >= 0 (a shift for the usual power-of-2 block sizes: a division costs tens of cycles) */
 static inline i64 hy_div(const HPool *p, i64 x) { return p->shift >= 0 ? x >> p->shift : x / p->bs; }
-
-static inline i64 hy_free_count(const HPool *p) {
-    return p->ring_count + (p->capacity - p->next_unused + 1) + p->lru_count;
-}
 
 static inline void hy_lru_unlink(HPool *p, i32 b) {
     HBlock *blk = p->blk, *x = &blk[b];
@@ -156,7 +98,7 @@ static void hy_free_desc(HPool *p, const i32 *t, i64 lo, i64 hi) {
     i64 n = 0, appended = 0;
     for (i64 i = hi - 1; i >= lo; i--) {
         i32 b = t[i];
-        if (!b) continue;
+        if (!b || (p->ref && --p->ref[b] > 0)) continue; /* (still held by another request) */
         HBlock *x = &blk[b];
         if (x->key >= 0) { /* appended to the cached run */
             x->lp = tail;
@@ -175,6 +117,7 @@ static void hy_free_desc(HPool *p, const i32 *t, i64 lo, i64 hi) {
 
 /* pool.free_blocks of one block */
 static inline void hy_free_one(HPool *p, i32 b) {
+    if (p->ref && --p->ref[b] > 0) return;
     HBlock *blk = p->blk, *x = &blk[b];
     if (x->key < 0) {
         hy_push_front(p, b);
@@ -251,8 +194,8 @@ static i64 hy_find(const HPool *p, const HSpec *s, const i32 *ids, i64 bound) {
 }
 
 /* (hit, junction) as HybridPool.find_hit */
-static i64 hy_find_hit(const HPool *p, const i32 *ids, i64 nids, i64 prompt, i64 *junction) {
-    i64 bound = prompt >= 1 ? hy_div(p, prompt - 1) : 0;
+i64 hy_find_hit(const HPool *p, const i32 *ids, i64 nids, i64 tokens, i64 *junction) {
+    i64 bound = tokens >= 1 ? hy_div(p, tokens - 1) : 0;
     if (bound > nids) bound = nids;
     i64 longest = 0;
     for (;;) {
@@ -278,8 +221,7 @@ static inline i64 hy_skipped(const HPool *p, const HGroup *g, i64 computed) {
     }
 }
 
-/* Room for `need` blocks in each of rq's tables and in the pool's scratch: 0 when out of memory. */
-static int hy_grow(HPool *p, HReq *rq, i64 need) {
+int hy_grow(HPool *p, HReq *rq, i64 need) {
     if (need <= rq->tcap && need <= p->scap) return 1;
     if (need > (i64)(SIZE_MAX / sizeof(i64)) / 2) return 0;
     if (need > rq->tcap) {
@@ -307,7 +249,7 @@ static int hy_grow(HPool *p, HReq *rq, i64 need) {
     return 1;
 }
 
-static void hy_remove_skipped(HPool *p, HReq *rq, i64 computed) {
+void hy_remove_skipped(HPool *p, HReq *rq, i64 computed) {
     i64 ceil_blocks = hy_div(p, computed + p->bs - 1);
     for (i64 gid = 0; gid < p->G; gid++) {
         HGroup *g = &rq->g[gid];
@@ -364,20 +306,55 @@ static void hy_keep_ranges(const HPool *p, HGroup *g, i64 e1, i64 e2) {
     r[0] = a0, r[1] = a1, r[2] = b0, r[3] = b1;
 }
 
-/* One allocate_slots: tokens done..end. 1: done; 0: does not fit; < 0: an error code. */
-static int hy_allocate(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 hit, i64 done, i64 end, int first) {
+/* New blocks group g needs for `slots` slots, holding `have` */
+static inline i64 hy_new_count(const HGroup *g, i64 slots, i64 have) {
+    return g->kind == K_MAMBA ? (slots > have) : kv_max(0, slots - have);
+}
+
+/* A sliding-window or chunked-local group's max_admission_blocks_per_request (kv_cache_interface.py
+ * SlidingWindowSpec / ChunkedLocalAttentionSpec): what one request may hold at its peak. */
+static inline i64 hy_admission_cap(const HPool *p, int kind, i64 window, i64 chunk) {
+    i64 limit = p->max_len > 0 ? p->max_len : INT64_MAX / 4;
+    if (kind == K_SLIDING) return kv_ceil_div(kv_min(window - 1 + p->in_flight, limit), p->bs) + 1;
+    if (kind == K_CHUNKED) return kv_ceil_div(kv_min(chunk + p->in_flight, limit), p->bs);
+    return INT64_MAX;
+}
+
+i64 hy_peak(const HPool *p, i64 tokens) {
+    i64 slots = kv_ceil_div(tokens, p->bs), total = 0;
+    for (i64 k = 0; k < p->S; k++) {
+        const HSpec *sp = &p->spec[k];
+        total += sp->copies * kv_min(slots, hy_admission_cap(p, sp->kind, sp->window, sp->chunk));
+    }
+    return total;
+}
+
+i64 hy_needed(const HPool *p, const HReq *rq, const i32 *ids, i64 hit, i64 tokens, int first, int admission) {
+    i64 slots = hy_div(p, tokens + p->bs - 1), total = 0;
+    for (i64 gid = 0; gid < p->G; gid++) {
+        const HGroup *g = &rq->g[gid];
+        i64 required = admission ? kv_min(slots, hy_admission_cap(p, g->kind, g->window, g->chunk)) : slots;
+        if (!first) { /* a running request: no new hits (stm:230-236) */
+            total += kv_max(required - g->len, 0);
+            continue;
+        }
+        /* the blocks beyond the hit and the window's skipped blocks, then the hit blocks a touch
+         * takes out of the free queue (stm:238-266) */
+        i64 skipped = hy_skipped(p, g, hit * p->bs);
+        total += kv_max(required - kv_max(skipped, hit), 0);
+        const i32 *k = p->keys + gid;
+        for (i64 j = kv_min(skipped, hit); j < hit; j++) {
+            i32 b = k[(i64)ids[j] * p->G];
+            if (b && p->blk[b].lp >= 0) total++;
+        }
+    }
+    return total;
+}
+
+int hy_take(HPool *p, HReq *rq, const i32 *ids, i64 hit, i64 end, i64 cached, int first) {
     const i64 G = p->G, bs = p->bs;
     HGroup *groups = rq->g;
-    hy_remove_skipped(p, rq, done);
     i64 slots = hy_div(p, end + bs - 1);
-    i64 total = first ? hit * G : 0; /* (the reference counts every slot of the hit, skipped ones too) */
-    for (i64 gid = 0; gid < G; gid++) {
-        HGroup *g = &groups[gid];
-        i64 have = first ? hit : g->len;
-        g->newc = g->kind == K_MAMBA ? (slots > have) : kv_max(0, slots - have);
-        total += g->newc;
-    }
-    if (total > hy_free_count(p)) return 0;
     if ((slots > rq->tcap || slots > p->scap) && !hy_grow(p, rq, slots)) return HY_NOMEM;
     if (first) { /* touch the hit blocks each group keeps (add_local_computed_blocks): they leave the free queue */
         for (i64 gid = 0; gid < G; gid++) {
@@ -395,8 +372,12 @@ static int hy_allocate(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 hit, i6
                     if (lo == j) lo++;
                     continue;
                 }
-                if (KV_UNLIKELY(p->blk[b].lp < 0)) return HY_REPEAT; /* touched twice: a repeated id */
-                hy_lru_unlink(p, b);
+                if (p->ref) { /* held by other requests too, or taken out of the free queue */
+                    if (p->ref[b]++ == 0) hy_lru_unlink(p, b);
+                } else {
+                    if (KV_UNLIKELY(p->blk[b].lp < 0)) return HY_REPEAT; /* touched twice: a repeated id */
+                    hy_lru_unlink(p, b);
+                }
                 if (mamba) t[g->ns] = b, g->pos[g->ns++] = j;
                 else t[j] = b;
             }
@@ -406,19 +387,24 @@ static int hy_allocate(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 hit, i6
     }
     for (i64 gid = 0; gid < G; gid++) { /* new blocks, group by group */
         HGroup *g = &groups[gid];
-        if (!g->newc) continue;
+        i64 newc = hy_new_count(g, slots, g->len);
+        if (!newc) continue;
         if (g->kind == K_MAMBA) {
             if (g->len) g->last = g->len - 1;
             i32 b = hy_pop(p);
             if (KV_UNLIKELY(!b)) return HY_INTERNAL;
+            if (p->ref) p->ref[b] = 1;
             g->table[g->ns] = b, g->pos[g->ns++] = slots - 1;
             g->len = slots;
         } else {
-            if (KV_UNLIKELY(!hy_pop_n(p, g->table + g->len, g->newc))) return HY_INTERNAL;
-            g->len += g->newc;
+            i32 *dst = g->table + g->len;
+            if (KV_UNLIKELY(!hy_pop_n(p, dst, newc))) return HY_INTERNAL;
+            if (p->ref)
+                for (i64 k = 0; k < newc; k++) p->ref[dst[k]] = 1;
+            g->len += newc;
         }
     }
-    i64 full = hy_div(p, kv_min(end, nids * bs));
+    i64 full = hy_div(p, cached);
     for (i64 gid = 0; gid < G; gid++) { /* cache_blocks */
         HGroup *g = &groups[gid];
         if (g->cached_upto >= full) continue;
@@ -447,10 +433,20 @@ static int hy_allocate(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 hit, i6
     return 1;
 }
 
-/* A request's start: its hit in blocks (*junction: where full attention matched further, 0:
- * none), its groups emptied and told which blocks they may hash. */
-static i64 hy_start(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt, i64 *junction) {
-    i64 hit = hy_find_hit(p, ids, nids, prompt, junction);
+/* One allocate_slots of the sequential replay: tokens done..end. 1: done; 0: does not fit; < 0:
+ * an error code. (Its fit check counts every slot of the hit, skipped ones too, as the reference
+ * does; the simulator asks hy_needed, vLLM's own count.) */
+static int hy_allocate(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 hit, i64 done, i64 end, int first) {
+    hy_remove_skipped(p, rq, done);
+    i64 slots = hy_div(p, end + p->bs - 1);
+    i64 total = first ? hit * p->G : 0;
+    for (i64 gid = 0; gid < p->G; gid++) total += hy_new_count(&rq->g[gid], slots, first ? hit : rq->g[gid].len);
+    if (total > hy_free_count(p)) return 0;
+    return hy_take(p, rq, ids, hit, end, kv_min(end, nids * p->bs), first);
+}
+
+i64 hy_start(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 tokens, i64 prompt, i64 *junction) {
+    i64 hit = hy_find_hit(p, ids, nids, tokens, junction);
     for (i64 gid = 0; gid < p->G; gid++) {
         HGroup *g = &rq->g[gid];
         g->len = g->lo = g->cached_upto = g->ns = 0;
@@ -460,8 +456,7 @@ static i64 hy_start(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt, i6
     return hit;
 }
 
-/* A request's end (kv_cache_manager.free): group by group, each tail first. */
-static void hy_finish(HPool *p, HReq *rq) {
+void hy_finish(HPool *p, HReq *rq) {
     for (i64 gid = 0; gid < p->G; gid++) {
         HGroup *g = &rq->g[gid];
         if (g->kind == K_MAMBA) {
@@ -477,7 +472,7 @@ static void hy_finish(HPool *p, HReq *rq) {
 static i64 hy_serve(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt) {
     const i64 bs = p->bs;
     i64 junction;
-    i64 hit = hy_start(p, rq, ids, nids, prompt, &junction);
+    i64 hit = hy_start(p, rq, ids, nids, prompt, prompt, &junction);
     if (!hy_grow(p, rq, hit)) return HY_NOMEM;
     i64 stop1 = -1, stop2 = -1; /* a Mamba model's chunks also end here */
     if (p->has_mamba && prompt > 0) {
@@ -508,8 +503,7 @@ static i64 hy_serve(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt) {
     return hit;
 }
 
-/* A request state for pool p's groups (its tables empty): 0 when out of memory. */
-static int hy_req_init(const HPool *p, HReq *rq) {
+int hy_req_init(const HPool *p, HReq *rq) {
     rq->tcap = 0;
     rq->g = calloc((size_t)p->G, sizeof(HGroup));
     if (!rq->g) return 0;
@@ -527,14 +521,15 @@ static int hy_req_init(const HPool *p, HReq *rq) {
     return 1;
 }
 
-static void hy_req_release(const HPool *p, HReq *rq) {
+void hy_req_release(const HPool *p, HReq *rq) {
     if (rq->g)
         for (i64 gid = 0; gid < p->G; gid++) free(rq->g[gid].table), free(rq->g[gid].pos);
     free(rq->g);
     rq->g = NULL;
 }
 
-static void hy_release(HPool *p) {
+void hy_release(HPool *p) {
+    free(p->ref);
     free(p->scratch);
     free(p->order);
     free(p->spec);
@@ -543,34 +538,14 @@ static void hy_release(HPool *p) {
     free(p->blk);
 }
 
-/* The whole trace through one pool (replay_hybrid_compiled in hybrid.py).
- * offsets (n + 1), blocks (num_accesses dense ids < num_blocks), input_length (n): the trace;
- * kind/copies/window/chunk (num_specs): the spec groups in vLLM's order (kind: 0 full,
- * 1 sliding_window, 2 chunked_local, 3 mamba); retention: -1 dense (None), else sparse;
- * hits (n): out, hit blocks per request; counters (5): out, admissions, evictions,
- * duplicate_blocks, oversize_requests, resident blocks at the end.
- * Returns 0, HY_NOMEM (-1), HY_BADARG (-2), HY_INTERNAL (-3), or r > 0: request r - 1 repeats a
- * hash id within its hit. */
-KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64 num_accesses, i64 num_blocks,
-                               const i64 *input_length,
-                               i64 capacity, i64 block_size, i64 num_specs, const i64 *kind, const i64 *copies,
-                               const i64 *window, const i64 *chunk, i64 retention, i64 chunk_tokens, i64 *hits,
-                               i64 *counters) {
-    const i64 too_long = (i64)1 << 52; /* (tokens, far from overflowing any sum below) */
-    if (n < 0 || num_blocks < 0 || capacity < 1 || capacity >= INT32_MAX || block_size < 1 ||
-        block_size > (1 << 24) || num_specs < 1 || chunk_tokens < 1)
+int hy_pool_init(HPool *p, i64 capacity, i64 block_size, i64 num_blocks, i64 num_specs, const i64 *kind,
+                 const i64 *copies, const i64 *window, const i64 *chunk, i64 retention, i64 chunk_tokens, int refs) {
+    memset(p, 0, sizeof *p);
+    /* (tokens, far from overflowing any sum the pool makes) */
+    const i64 too_long = (i64)1 << 52;
+    if (capacity < 1 || capacity >= INT32_MAX || block_size < 1 || block_size > (1 << 24) || num_specs < 1 ||
+        chunk_tokens < 1 || num_blocks < 0)
         return HY_BADARG;
-    if (offsets[0] < 0 || offsets[n] > num_accesses) return HY_BADARG;
-    for (i64 i = 0; i < n; i++)
-        if (offsets[i + 1] < offsets[i] || input_length[i] > too_long) return HY_BADARG;
-    /* (branch free, one type: vectorized; an i32 id is below 2^31, so beyond it only negatives are out) */
-    const uint32_t limit = num_blocks > INT32_MAX ? (uint32_t)1 << 31 : (uint32_t)num_blocks;
-    uint32_t out_of_range = 0;
-    for (i64 j = offsets[0]; j < offsets[n]; j++) out_of_range |= (uint32_t)blocks[j] >= limit;
-    if (out_of_range) return HY_BADARG;
-    HPool pool;
-    memset(&pool, 0, sizeof pool);
-    HPool *p = &pool;
     p->capacity = capacity;
     p->bs = block_size;
     p->nb = num_blocks;
@@ -597,8 +572,10 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
     p->ring = malloc((size_t)capacity * sizeof(i32));
     p->spec = malloc((size_t)num_specs * sizeof(HSpec));
     p->order = malloc((size_t)num_specs * sizeof(int));
-    if (!p->blk || !p->keys || !p->ring || !p->spec || !p->order) {
+    p->ref = refs ? calloc((size_t)(capacity + 1), sizeof(i32)) : NULL;
+    if (!p->blk || !p->keys || !p->ring || !p->spec || !p->order || (refs && !p->ref)) {
         hy_release(p);
+        memset(p, 0, sizeof *p);
         return HY_NOMEM;
     }
     for (i64 b = 0; b <= capacity; b++) p->blk[b] = (HBlock){-1, -1, 0, 0, 0};
@@ -619,6 +596,37 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
     for (i64 s = 0; s < num_specs; s++)
         if (kind[s] != K_FULL) p->order[o++] = (int)s;
     p->simple = num_specs == 2 && p->spec[p->order[0]].kind == K_FULL;
+    return 0;
+}
+
+/* The whole trace through one pool (replay_hybrid_compiled in hybrid.py).
+ * offsets (n + 1), blocks (num_accesses dense ids < num_blocks), input_length (n): the trace;
+ * kind/copies/window/chunk (num_specs): the spec groups in vLLM's order (kind: 0 full,
+ * 1 sliding_window, 2 chunked_local, 3 mamba); retention: -1 dense (None), else sparse;
+ * hits (n): out, hit blocks per request; counters (5): out, admissions, evictions,
+ * duplicate_blocks, oversize_requests, resident blocks at the end.
+ * Returns 0, HY_NOMEM (-1), HY_BADARG (-2), HY_INTERNAL (-3), or r > 0: request r - 1 repeats a
+ * hash id within its hit. */
+KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64 num_accesses, i64 num_blocks,
+                               const i64 *input_length,
+                               i64 capacity, i64 block_size, i64 num_specs, const i64 *kind, const i64 *copies,
+                               const i64 *window, const i64 *chunk, i64 retention, i64 chunk_tokens, i64 *hits,
+                               i64 *counters) {
+    const i64 too_long = (i64)1 << 52; /* (tokens, far from overflowing any sum below) */
+    if (n < 0 || num_blocks < 0) return HY_BADARG; /* (the pool's settings: hy_pool_init) */
+    if (offsets[0] < 0 || offsets[n] > num_accesses) return HY_BADARG;
+    for (i64 i = 0; i < n; i++)
+        if (offsets[i + 1] < offsets[i] || input_length[i] > too_long) return HY_BADARG;
+    /* (branch free, one type: vectorized; an i32 id is below 2^31, so beyond it only negatives are out) */
+    const uint32_t limit = num_blocks > INT32_MAX ? (uint32_t)1 << 31 : (uint32_t)num_blocks;
+    uint32_t out_of_range = 0;
+    for (i64 j = offsets[0]; j < offsets[n]; j++) out_of_range |= (uint32_t)blocks[j] >= limit;
+    if (out_of_range) return HY_BADARG;
+    HPool pool;
+    HPool *p = &pool;
+    int init = hy_pool_init(p, capacity, block_size, num_blocks, num_specs, kind, copies, window, chunk, retention,
+                            chunk_tokens, 0);
+    if (init) return init;
     HReq req; /* one at a time: each request's state in turn */
     if (!hy_req_init(p, &req)) {
         hy_release(p);

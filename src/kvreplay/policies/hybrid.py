@@ -360,19 +360,10 @@ def _positive(value, what: str) -> int:
     return int(value)
 
 
-def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
-                           chunk_tokens: int = 8192):
-    """replay_hybrid compiled (hybrid.c), the same replay request by request: (hit blocks, the
-    counters as HybridPool.stats, the resident count as HybridPool.resident_count()).
-
-    retention: None (dense) or a whole number >= 0; any number is vLLM's sparse mode, as in the
-    reference. A hash id repeated within a request's hit (never in chained hashes) is refused,
-    where the reference fails."""
-    import ctypes
-
-    from .. import native
-
-    groups = list(groups)
+def check_groups(groups, retention) -> list:
+    """`groups` as a list, each a known kind with positive copies, window and chunk where its kind
+    has them, and `retention` None or a whole number >= 0 (ConfigError otherwise)."""
+    groups = list(groups or ())
     if not groups:
         raise ConfigError("hybrid semantics need at least one KV cache group")
     for g in groups:
@@ -386,6 +377,22 @@ def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, ret
     if retention is not None and (isinstance(retention, bool) or not isinstance(retention, (int, np.integer))
                                   or retention < 0):
         raise ConfigError(f"hybrid semantics: retention must be None or a whole number >= 0, got {retention!r}")
+    return groups
+
+
+def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
+                           chunk_tokens: int = 8192):
+    """replay_hybrid compiled (hybrid.c), the same replay request by request: (hit blocks, the
+    counters as HybridPool.stats, the resident count as HybridPool.resident_count()).
+
+    retention: None (dense) or a whole number >= 0; any number is vLLM's sparse mode, as in the
+    reference. A hash id repeated within a request's hit (never in chained hashes) is refused,
+    where the reference fails."""
+    import ctypes
+
+    from .. import native
+
+    groups = check_groups(groups, retention)
     capacity = _positive(capacity, "capacity")
     if capacity >= 2**31 - 1:
         raise ConfigError(f"hybrid semantics: capacity {capacity:,} block ids is beyond the compiled engine "

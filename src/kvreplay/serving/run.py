@@ -173,11 +173,15 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              router: str | None = None, router_options: dict | None = None, router_lag_ms: float = 0.0,
              seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
-             transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None) -> RawRun:
+             transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
+             kv_groups: list | None = None, kv_retention: int | None = 0) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
-    results, more memory: tests compare the two)."""
+    results, more memory: tests compare the two). kv_groups (analysis/kv_groups.py's Groups, in
+    vLLM's order): a hybrid model's layer groups under vLLM's hybrid KV cache manager
+    (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
+    shared pool, prefix_cache_retention_interval kv_retention."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -189,6 +193,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     order = np.argsort(arrival_s, kind="stable")
     sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
     mode = kernel.mode(spec, scheduler.style)
+    groups = hybrid_groups(kv_groups, kv_retention, spec.name, scheduler.style, tiers, prefill_instances, output_kv)
     ext, P = decode_trace(hashed_prompts(sorted_trace, block_size) if mode == "MODE_PAGED" else sorted_trace,
                           block_size, output_kv)
     tm = packed(time_model)
@@ -208,7 +213,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "WINDOW": roofline_window(tm), "ROUTER": router_index, "TIER_OVERLAP": int(tier_overlap),
         "PREFILL_INSTANCES": prefill_instances, "INSTANCES": N, "REQUESTS": n,
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
-        "MAX_MODEL_LEN": max_model_len or 0,
+        "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
+        "RETENTION": -1 if kv_retention is None else 0,
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -232,6 +238,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "counters": np.zeros(N * len(names), dtype=np.int64), "series": np.zeros(SERIES_POINTS * 6),
         "series_meta": np.zeros(2, dtype=np.int64), "itl": np.zeros(3 + ITL_BINS),
         "handles": np.zeros(ext.num_accesses + n + 1, dtype=np.int64), "end_s": np.zeros(1),
+        "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
     }
     spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
@@ -264,7 +271,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         for key in ("scheduled_s", "first_token_s", "finish_s"):
             io[key].fill(np.nan)
         for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
-                    "counters", "series", "series_meta", "itl", "handles", "end_s"):
+                    "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters"):
             io[key].fill(0)
         io["decode_instance"].fill(-1)
         counters = io["counters"].reshape(N, len(names))
@@ -279,6 +286,13 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             raise ConfigError(f"a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
                               f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
                               "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
+        failed = counters[:, C["hybrid_error"]]
+        if failed.any():
+            code = int(failed[failed != 0][0])
+            if code == -1:
+                raise MemoryError("hybrid semantics: the simulator could not allocate its pools")
+            raise InvariantError(f"hybrid semantics: the simulator's pool failed (code {code}: "
+                                 f"{'a hash id repeated within a hit' if code == -4 else 'its free queue ran dry'})")
         stuck = counters[:, C["stuck"]]
         if stuck.any():
             raise InvariantError(f"the simulator stalled with {int(stuck.sum())} running requests "
@@ -291,9 +305,13 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         positions[short] *= 2
         spaces[out_of_ids] = np.minimum(spaces[out_of_ids] * 2, max(1, ext.num_blocks))
     policy_counters = {}
-    for st in states:
-        for key, value in spec.read_state(st)[1].items():
-            policy_counters[key] = policy_counters.get(key, 0) + value
+    if len(groups):  # (the vllm state is not used: the hybrid pools' counters)
+        for key, value in zip(HYBRID_COUNTERS, io["hybrid_counters"].reshape(N, -1).sum(axis=0).tolist()):
+            policy_counters[key] = int(value)
+    else:
+        for st in states:
+            for key, value in spec.read_state(st)[1].items():
+                policy_counters[key] = policy_counters.get(key, 0) + value
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
     back = lambda a: a[inv]  # noqa: E731 - arrival order back to trace order
@@ -311,6 +329,33 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         tier_totals=[] if pools is None else [pools.totals(t) for t in range(T)],
         id_spaces=spaces.tolist(), runs=runs,
     )
+
+
+#: hybrid.h's pool counters, per instance
+HYBRID_COUNTERS = ("admissions", "evictions", "duplicate_blocks", "oversize_requests", "resident_blocks")
+
+
+def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_instances: int,
+                  output_kv: bool) -> np.ndarray:
+    """The kernel's `groups` array (kind, copies, window, chunk per spec group; empty: full
+    semantics), refusing what the simulator's hybrid manager does not model."""
+    if not kv_groups:
+        return np.zeros(0, dtype=np.int64)
+    from ..policies.hybrid import KIND_CODES, check_groups
+
+    kv_groups = check_groups(kv_groups, retention)
+    why = [w for ok, w in ((policy == "vllm", f"policy vllm (not {policy})"),
+                           (style == "vllm", "the vLLM scheduler style (SGLang's hybrid radix caches are not "
+                                             "in the simulator yet)"),
+                           (not tiers, "no tiers"), (not prefill_instances, "no prefill/decode disaggregation"),
+                           (output_kv, "output KV"),
+                           (all(g.kind != "mamba" for g in kv_groups), "attention groups only (Mamba state is not "
+                                                                       "simulated yet)")) if not ok]
+    if why:
+        raise ConfigError("hybrid KV semantics in the simulator need " + "; ".join(why)
+                          + " (kv_semantics='full' serves every layer as full attention)")
+    return np.array([[KIND_CODES[g.kind], g.copies, g.window or 0, g.chunk or 0] for g in kv_groups],
+                    dtype=np.int64).ravel()
 
 
 def native_address(record: np.ndarray) -> int:

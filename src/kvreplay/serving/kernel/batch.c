@@ -133,6 +133,6 @@ void batch_end(Sim *s, i64 j) {
         if (s->io->status[q->running[r]] == RUNNING) q->running[w++] = q->running[r];
     if (w < q->nrun) q->batch_full = 0;  /* SGLang: a request left the running batch */
     q->nrun = w;
-    q->view[V_HELD] = (f64)((KvHolds *)q->state)->hold[HELD];
+    q->view[V_HELD] = (f64)req_held(s, j);
     metrics_series(s);
 }

@@ -23,7 +23,7 @@
 KV_EXPORT const char kv_layout_sim[] = SIM_FIELDS(KV_FIELD_SPEC) " | cfg=" SIM_CFG_SLOTS(KV_SLOT_SPEC)
     " | fcfg=" SIM_FCFG_SLOTS(KV_SLOT_SPEC) " | counters=" SIM_COUNTER_SLOTS(KV_SLOT_SPEC)
     " | status=" SIM_STATUS_SLOTS(KV_SLOT_SPEC) " | series=" SIM_SERIES_SLOTS(KV_SLOT_SPEC)
-    " | itl=" SIM_ITL_SLOTS(KV_SLOT_SPEC) " | view=" SIM_VIEW_SLOTS(KV_SLOT_SPEC) " | mode= MODE_WHOLE MODE_PIECEWISE MODE_PAGED";
+    " | itl=" SIM_ITL_SLOTS(KV_SLOT_SPEC) " | view=" SIM_VIEW_SLOTS(KV_SLOT_SPEC) " | mode= MODE_WHOLE MODE_PIECEWISE MODE_PAGED MODE_HYBRID";
 
 /* ---- waiting queues: one list over the requests per instance (a request waits on at most one) ---- */
 
@@ -92,6 +92,7 @@ static inline void wake(Inst *q, f64 now) {
 /* Can request i never fit an empty instance? (then it is rejected on arrival) */
 static int never_fits(Sim *s, i64 i) {
     i64 bs = s->bs, L = s->io->L[i];
+    if (s->mode == MODE_HYBRID) return hyb_peak(s, L + s->outputs[i] - 1) > s->capacity;
     if (req_needed_positions(s, i, L + s->outputs[i] - 1) > s->capacity) return 1;
     if (s->io->cfg[STYLE] == STYLE_SGLANG) {
         /* SGLang's admission needs prompt + reserved outputs + a page below the pool */
@@ -182,7 +183,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
     if (s->failed) return 0;
     q->view[V_WAITING] = (f64)q->qlen;
     q->view[V_RUNNING] = (f64)q->nrun;
-    q->view[V_HELD] = (f64)((KvHolds *)q->state)->hold[HELD];
+    q->view[V_HELD] = (f64)req_held(s, j);
     if (batch_start(s, j)) return 1;
     c[stalls] += 1;
     if (c[preemptions] != preempted) {
@@ -362,6 +363,13 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
         in->batch_full = 0;
         in->view = s->view + q * NUM_VIEW;
     }
+    if (cfg[HYBRID_GROUPS] > 0) { /* a hybrid model's layer groups (the vLLM style, policy vllm: Python checks) */
+        s->mode = MODE_HYBRID;
+        if (!hyb_setup(s)) {
+            s->inst[0].counters[hybrid_error] = s->inst[0].counters[hybrid_error] ? s->inst[0].counters[hybrid_error] : -1;
+            s->failed = 1;
+        }
+    }
     if (router_kind != NULL) {
         Router *r = s->router = calloc(1, sizeof(Router));
         r->kind = router_kind;
@@ -382,6 +390,7 @@ static void teardown(Sim *s) {
         free(s->router);
     }
     route_free_tables(s, s->router_tables);
+    hyb_teardown(s);
     for (i64 q = 0; q < s->N; q++) {
         free(s->inst[q].running);
         ids_free(s->inst[q].ids);

@@ -45,7 +45,7 @@ void metrics_series(Sim *s) {
     for (i64 q = 0; q < s->N; q++) {
         run += s->inst[q].nrun;
         wait += s->inst[q].qlen;
-        held += ((KvHolds *)s->inst[q].state)->hold[HELD];
+        held += req_held(s, q);
         hit += s->inst[q].counters[first_hit_tokens];
         prompt += s->inst[q].counters[first_prompt_tokens];
     }
@@ -60,7 +60,7 @@ void metrics_series(Sim *s) {
 
 void metrics_peaks(Sim *s, i64 j) {
     i64 *c = s->inst[j].counters;
-    i64 held = ((KvHolds *)s->inst[j].state)->hold[HELD];
+    i64 held = req_held(s, j);
     if (held > c[peak_held_blocks]) c[peak_held_blocks] = held;
     if (s->inst[j].nrun > c[peak_running]) c[peak_running] = s->inst[j].nrun;
 }

@@ -18,6 +18,9 @@
  *   positions in one pin_request of base_n[i] handles; decode blocks then one at a time
  *   (dec_pinned[i]), released tail first before the admitted range.
  *
+ * A fourth, HYBRID (vLLM style, the vllm policy, a hybrid model's layer groups), is vLLM's hybrid
+ * KV cache manager: hybrid.c holds those requests' blocks.
+ *
  * Handles live at handles[offsets[i] + i + position]. */
 #include "../../engine/driver.h"
 #include "ids.h"
@@ -82,7 +85,7 @@ int req_route_ids(Sim *s, i64 j, i64 i) {
  * schedule is recorded (a recomputation after a preemption is counted apart), and it runs. A
  * request whose KV came from a prefill instance starts decoding: everything but its next token is
  * in KV. */
-static void started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks) {
+void req_started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks) {
     SimIO *io = s->io;
     if (s->kv_in[i]) {
         s->kv_in[i] = 0;
@@ -255,7 +258,7 @@ static i64 paged_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     if (s->T > 0)  /* the load time of what the tiers hold (those blocks leave them when cached, below) */
         s->load_s[i] += kv_tier_admitted(s->tiers, j, s->io->blocks, start, k, k, s->tier_scratch,
                                          first ? s->io->tier_hits + i * (s->T + 1) : NULL);
-    started(s, j, i, hit, reach);
+    req_started(s, j, i, hit, reach);
     paged_cache_full(s, j, i, s->computed[i] + n);
     return n;
 }
@@ -280,8 +283,8 @@ static int paged_grow(Sim *s, i64 j, i64 i, i64 tokens) {
 /* ---- what the schedulers call ---- */
 
 i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
-    if (s->mode == MODE_PAGED) {
-        i64 n = paged_admit(s, j, i, budget, partial);
+    if (s->mode == MODE_PAGED || s->mode == MODE_HYBRID) {
+        i64 n = s->mode == MODE_PAGED ? paged_admit(s, j, i, budget, partial) : hyb_admit(s, j, i, budget, partial);
         if (n < 0) ctr(s, j)[refused_admissions] += 1;
         return n > 0 ? n : 0;
     }
@@ -304,7 +307,7 @@ i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
         ctr(s, j)[refused_admissions] += 1;
         return 0;
     }
-    started(s, j, i, got, hit_blocks);
+    req_started(s, j, i, got, hit_blocks);
     return kv_min(target - s->computed[i], budget);
 }
 
@@ -316,12 +319,13 @@ i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits) {
         ctr(s, j)[refused_admissions] += 1;
         return 0;
     }
-    started(s, j, i, got, hit_blocks);
+    req_started(s, j, i, got, hit_blocks);
     return 1;
 }
 
 int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
     if (s->mode == MODE_PAGED) return paged_grow(s, j, i, tokens);
+    if (s->mode == MODE_HYBRID) return hyb_grow(s, j, i, tokens);
     void *st = s->inst[j].state;
     KvHolds *h = (KvHolds *)st;
     const i32 *ids = policy_ids(s, j);
@@ -360,7 +364,9 @@ void req_release(Sim *s, i64 j, i64 i) {
     void *st = s->inst[j].state;
     const i32 *ids = policy_ids(s, j);
     i64 start = s->io->offsets[i], base = start + i;
-    if (s->mode == MODE_PAGED) {
+    if (s->mode == MODE_HYBRID) {
+        hyb_release(s, j, i);
+    } else if (s->mode == MODE_PAGED) {
         s->policy->paged->release(st, s->io->handles, base, s->base_n[i], s->base_len[i] - s->base_n[i]);
     } else {
         /* its decode singles tail first, then its admitted range */
@@ -373,6 +379,10 @@ void req_release(Sim *s, i64 j, i64 i) {
     s->dec_pinned[i] = 0;
     s->base_n[i] = 0;
     s->base_len[i] = 0;
+}
+
+i64 req_held(const Sim *s, i64 j) {
+    return s->mode == MODE_HYBRID ? hyb_held(s, j) : ((KvHolds *)s->inst[j].state)->hold[HELD];
 }
 
 i64 req_take_back(Sim *s, i64 j, i64 v) {

@@ -9,6 +9,7 @@
  *   requests.c  a request's blocks: admission, growth, release (the only caller of pin/unpin)
  *   metrics.c   the inter-token histogram, the time series, peaks
  *   ids.c       per-instance block ids: each instance's policy state is sized by the ids routed to it
+ *   hybrid.c    a request's blocks under vLLM's hybrid KV cache manager (a hybrid model's layer groups)
  *
  * Requests are in arrival order. Request i's block positions are blocks[offsets[i]:offsets[i+1]]:
  * its P[i] prompt blocks (the trace's ids), then its decode blocks (ids no prompt has). Those are
@@ -25,13 +26,14 @@
 #define SIM_CFG_SLOTS(S)                                                                              \
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
-    S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN)
+    S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
+    S(HYBRID_GROUPS) S(RETENTION)
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
 enum { STYLE_VLLM, STYLE_SGLANG };
 /* how requests hold their blocks (requests.c) */
-enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED };
+enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID };
 #define ROUTER_FIXED (-1)
 
 /* ---- per-instance counters (a row each); Python reads them by these names ---- */
@@ -40,7 +42,8 @@ enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED };
     S(rejected) S(prefill_steps) S(stalls) S(recomputed_tokens) S(prefill_tokens) S(decode_tokens)     \
     S(refused_admissions) S(pin_calls) S(positions_pinned) S(state_out_of_room) S(max_pin_calls)       \
     S(max_positions) S(first_hit_tokens) S(first_prompt_tokens) S(busy_us) S(never_admitted) S(stuck)  \
-    S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context) S(time_overflow)
+    S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context) S(time_overflow)           \
+    S(hybrid_error)
 enum { SIM_COUNTER_SLOTS(KV_SLOT_ENUM) NUM_SIM_COUNTERS };
 
 /* the longest step and the latest simulated time a run may reach (seconds): beyond them the
@@ -77,12 +80,14 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(f64, scheduled_s) F(f64, first_token_s) F(f64, finish_s) F(i64, hit_tokens) F(i64, hit_blocks)       \
     F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
-    F(f64, end_s)
+    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
 /* ---- the kernel's own state ---- */
 typedef struct Ids Ids; /* ids.c */
+typedef struct HPool HPool; /* policies/hybrid.h */
+typedef struct HReq HReq;
 typedef struct Router Router; /* serving/routing/router.h */
 
 typedef struct {
@@ -137,6 +142,9 @@ typedef struct Sim {
     f64 agg[16];
     i64 done;
     f64 now;
+    /* MODE_HYBRID: each instance's pool, each request's block tables (hybrid.c) */
+    HPool *pools;
+    HReq *hreqs;
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
 } Sim;
 
@@ -169,6 +177,23 @@ void req_evict_ahead(Sim *s, i64 j, i64 blocks);
 i64 req_unheld_prefix(Sim *s, i64 j, i64 i, i64 k);
 /* give request i's positions instance j's ids (at routing or handover); 0 when j's ids are full */
 int req_route_ids(Sim *s, i64 j, i64 i);
+
+/* the blocks instance j's requests hold */
+i64 req_held(const Sim *s, i64 j);
+/* request i starts on instance j with `hit` tokens cached (hit_blocks through the tiers) */
+void req_started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks);
+
+/* ---- hybrid.c: MODE_HYBRID's side of the functions above ---- */
+int hyb_setup(Sim *s);  /* 0: out of memory */
+void hyb_teardown(Sim *s);
+i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial);
+int hyb_grow(Sim *s, i64 j, i64 i, i64 tokens);
+void hyb_release(Sim *s, i64 j, i64 i);
+i64 hyb_held(const Sim *s, i64 j);
+/* the blocks a request with `tokens` tokens in KV holds at its peak, alone */
+i64 hyb_peak(const Sim *s, i64 tokens);
+/* the hit a request of `tokens` tokens with these (instance j's) ids would get on instance j, blocks */
+i64 hyb_prefix(const Sim *s, i64 j, const i32 *ids, i64 nids, i64 tokens);
 
 /* ---- queues (loop.c) ---- */
 void queue_push_back(Sim *s, Inst *q, i64 i);

@@ -14,6 +14,17 @@ i64 route_local_id(Sim *s, i64 q, i64 b) {
 i64 route_gpu_prefix(Sim *s, i64 q, i64 i) {
     void *st = s->inst[q].state;
     i64 start = s->io->offsets[i], P = s->io->P[i];
+    if (s->mode == MODE_HYBRID) {
+        /* the coordinator's hit on q over the prompt's ids there, up to the first id never routed
+         * to q (no group has it cached; with a full-attention group the hit ends before it) */
+        i64 m = 0;
+        for (; m < P; m++) {
+            i64 b = route_local_id(s, q, s->io->blocks[start + m]);
+            if (b < 0) break;
+            s->route_scratch[m] = (i32)b;
+        }
+        return hyb_prefix(s, q, s->route_scratch, m, s->io->L[i]);
+    }
     i64 limit = s->policy->hit_limit(st, P, s->io->L[i], s->bs);
     i64 k = 0;
     while (k < limit) {

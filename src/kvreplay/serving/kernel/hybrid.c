@@ -1,0 +1,145 @@
+/* A request's blocks under vLLM 0.33.0's hybrid KV cache manager (MODE_HYBRID: the vLLM style
+ * with a hybrid model's layer groups). requests.c hands its admission, growth and release here;
+ * docs/serving.md, "Hybrid layer groups", states the rules.
+ *
+ * Each instance has one pool (policies/hybrid.h, with reference counts: requests overlap), each
+ * running request a block table per KV cache group. Its steps are allocate_slots
+ * (kv_cache_manager.py:380-627):
+ *
+ * - admission (a waiting or preempted request, scheduler.py:1434 with
+ *   full_sequence_must_fit): the coordinator's hit (hy_find_hit) for its num_tokens; then the
+ *   whole sequence must fit, counted by get_num_blocks_to_allocate with the admission cap
+ *   (sliding-window and chunked-local groups hold at most max_admission_blocks_per_request,
+ *   from max_num_batched_tokens and max_model_len), and this step's slots must fit, counted
+ *   without it; then the hit blocks are touched, the step's new blocks taken, and blocks cached;
+ * - each later step: remove_skipped_blocks at the tokens computed so far (a window's blocks
+ *   behind it are freed), then the step's slots (0 when they do not fit: the scheduler
+ *   preempts), cached up to num_tokens;
+ * - release (finished or preempted): every group's blocks, tail first.
+ *
+ * The block ids are the instance's (requests.c's policy_ids); generated tokens' blocks have ids
+ * no prompt has, so only the request that made them hits them (after a preemption). */
+#include <stdlib.h>
+
+#include "../../policies/hybrid.h"
+#include "ids.h"
+#include "sim.h"
+
+static inline const i32 *ids_of(const Sim *s, i64 j, i64 i) {
+    return (s->inst[j].ids == NULL ? s->io->blocks : s->lblocks) + s->io->offsets[i];
+}
+
+static inline i64 positions(const Sim *s, i64 i) { return s->io->offsets[i + 1] - s->io->offsets[i]; }
+
+static void error(Sim *s, i64 j, int code) {
+    s->inst[j].counters[hybrid_error] = code;
+    s->failed = 1;
+}
+
+int hyb_setup(Sim *s) {
+    const i64 *cfg = s->io->cfg, *g = s->io->groups;
+    i64 S = cfg[HYBRID_GROUPS];
+    s->pools = calloc((size_t)s->N, sizeof(HPool));
+    s->hreqs = calloc((size_t)(s->n > 0 ? s->n : 1), sizeof(HReq));
+    i64 *kind = malloc((size_t)S * 4 * sizeof(i64));
+    if (!s->pools || !s->hreqs || !kind) {
+        free(kind);
+        return 0;
+    }
+    i64 *copies = kind + S, *window = kind + 2 * S, *chunk = kind + 3 * S;
+    for (i64 k = 0; k < S; k++) kind[k] = g[4 * k], copies[k] = g[4 * k + 1], window[k] = g[4 * k + 2], chunk[k] = g[4 * k + 3];
+    int ok = 1;
+    for (i64 q = 0; q < s->N && ok; q++) {
+        HPool *p = &s->pools[q];
+        int rc = hy_pool_init(p, s->capacity, s->bs, kv_max(1, s->ids_cap[q]), S, kind, copies, window, chunk,
+                              cfg[RETENTION], kv_max(1, cfg[MAX_BATCHED]), 1);
+        if (rc) {
+            s->inst[q].counters[hybrid_error] = rc;
+            ok = 0;
+            break;
+        }
+        p->in_flight = cfg[MAX_BATCHED]; /* max_concurrent_batches 1: one step's tokens */
+        p->max_len = cfg[MAX_MODEL_LEN];
+    }
+    free(kind);
+    return ok;
+}
+
+void hyb_teardown(Sim *s) {
+    if (s->pools == NULL) return;
+    for (i64 i = 0; i < s->n; i++)
+        if (s->hreqs[i].g != NULL) hy_req_release(&s->pools[0], &s->hreqs[i]);
+    for (i64 q = 0; q < s->N; q++)
+        if (s->pools[q].blk != NULL) {
+            for (int k = 0; k < HY_COUNTERS; k++) s->io->hybrid_counters[q * HY_COUNTERS + k] = s->pools[q].c[k];
+            s->io->hybrid_counters[q * HY_COUNTERS + HY_RESIDENT] = s->pools[q].c[HY_ADMISSIONS] - s->pools[q].c[HY_EVICTIONS];
+            hy_release(&s->pools[q]);
+        }
+    free(s->pools);
+    free(s->hreqs);
+    s->pools = NULL;
+    s->hreqs = NULL;
+}
+
+i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
+    HPool *p = &s->pools[j];
+    HReq *rq = &s->hreqs[i];
+    const i32 *ids = ids_of(s, j, i);
+    i64 nids = positions(s, i), N = s->target[i], bs = s->bs;
+    if (rq->g == NULL && !hy_req_init(p, rq)) {
+        error(s, j, HY_NOMEM);
+        return 0;
+    }
+    i64 junction;
+    i64 k = hy_start(p, rq, ids, nids, N, s->io->L[i], &junction); /* (touches nothing yet) */
+    i64 hit = k * bs, want = N - hit;
+    if (!partial && want > budget) return 0;
+    i64 n = kv_min(want, budget), free_now = hy_free_count(p);
+    i64 whole = p->max_len > 0 ? kv_min(N, p->max_len) : N;
+    if (hy_needed(p, rq, ids, k, whole, 1, 1) > free_now || hy_needed(p, rq, ids, k, hit + n, 1, 0) > free_now)
+        return -1;
+    int rc = hy_take(p, rq, ids, k, hit + n, kv_min(hit + n, N), 1);
+    if (rc < 0) {
+        error(s, j, rc);
+        return 0;
+    }
+    s->base_len[i] = kv_ceil_div(hit + n, bs);
+    s->base_input[i] = N;
+    req_started(s, j, i, hit, k);
+    return n;
+}
+
+int hyb_grow(Sim *s, i64 j, i64 i, i64 tokens) {
+    HPool *p = &s->pools[j];
+    HReq *rq = &s->hreqs[i];
+    hy_remove_skipped(p, rq, s->computed[i]); /* (even when the step's slots then do not fit) */
+    if (hy_needed(p, rq, NULL, 0, tokens, 0, 0) > hy_free_count(p)) return 0;
+    int rc = hy_take(p, rq, ids_of(s, j, i), 0, tokens, kv_min(tokens, s->target[i]), 0);
+    if (rc < 0) {
+        error(s, j, rc);
+        return 0;
+    }
+    i64 slots = kv_ceil_div(tokens, s->bs);
+    if (slots > s->base_len[i]) {
+        i64 decode_from = kv_max(s->base_len[i], s->io->P[i]);
+        if (slots > decode_from) s->inst[j].counters[decode_blocks] += slots - decode_from;
+        s->base_len[i] = slots;
+    }
+    return 1;
+}
+
+void hyb_release(Sim *s, i64 j, i64 i) {
+    HReq *rq = &s->hreqs[i];
+    if (rq->g == NULL) return;
+    hy_finish(&s->pools[j], rq);
+    hy_req_release(&s->pools[j], rq);
+}
+
+i64 hyb_peak(const Sim *s, i64 tokens) { return hy_peak(&s->pools[0], tokens); }
+
+i64 hyb_held(const Sim *s, i64 j) { return s->capacity - hy_free_count(&s->pools[j]); }
+
+i64 hyb_prefix(const Sim *s, i64 j, const i32 *ids, i64 nids, i64 tokens) {
+    i64 junction;
+    return hy_find_hit(&s->pools[j], ids, nids, tokens, &junction);
+}
