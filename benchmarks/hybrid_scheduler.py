@@ -2,8 +2,8 @@
 KVCacheManager (tests/real_engines/vllm_scheduler.py drives them, unmodified, on CPU), for
 docs/policies.md ("Hybrid models", "What it changes").
 
-kvreplay's `simulate` does not model hybrid layer groups yet (it serves every layer as full
-attention and says so). This is the comparison it should reproduce, from the real engine: the
+kvreplay's `simulate` serves them the same way (serving/kernel/hybrid.c; --kv-semantics auto picks
+hybrid for gpt-oss-120b): each of its rows must equal the real engine's row above it. The
 conversation trace's first --limit requests at their trace times (divided by --speedup), each
 step a constant --step-ms (the harness's time model: TTFT here is scheduling and KV room, not
 kernel time), vLLM's default step budget (8,192 tokens, 256 requests), gpt-oss-120b's groups at
@@ -17,8 +17,10 @@ kernel time), vLLM's default step budget (8,192 tokens, 256 requests), gpt-oss-1
 
     python benchmarks/hybrid_scheduler.py [--gib 40] [--limit 1000] [--speedup 1] [--step-ms 20]
 
-A third row is `kvreplay simulate` of the same requests with the same step time: full semantics,
-the only ones it has, for which it matches vLLM's scheduler (tests/real_engines/test_vllm_scheduler.py).
+After each vLLM row, `kvreplay simulate` of the same requests with the same step time and the same
+semantics (full: kv_semantics="full"; hybrid: model="gpt-oss-120b", its default), which match
+vLLM's scheduler request by request (tests/real_engines/test_vllm_scheduler.py). Both sides use
+gpt-oss-120b's context limit, 131,072 tokens (vLLM's admission cap for the sliding window uses it).
 
 Needs the vLLM 0.33.0 wheel and numpy, msgspec and pydantic (as the harness says). Prints a
 Markdown table.
@@ -36,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 MODEL, BLOCK = "gpt-oss-120b", 512
+MAX_LEN = 131072  # gpt-oss-120b's max_model_len (its config.json, as vLLM derives it)
 
 
 def row(label, result, requests, blocks, seconds) -> str:
@@ -48,9 +51,9 @@ def row(label, result, requests, blocks, seconds) -> str:
             f"| {sum(r.preemptions for r, _ in done):,} | {seconds:.2f} s |")
 
 
-def kvreplay_row(requests, blocks, settings) -> str:
-    """`kvreplay simulate` of the same requests, settings and step time (full semantics: the only
-    ones it has), as tests/real_engines/test_vllm_scheduler.py runs it."""
+def kvreplay_row(requests, blocks, settings, semantics: str) -> str:
+    """`kvreplay simulate` of the same requests, settings and step time under `semantics`, as
+    tests/real_engines/test_vllm_scheduler.py runs it."""
     import kvreplay
     from kvreplay.serving.simulate import Scheduler
     from kvreplay.serving.timing import PolynomialProfile
@@ -61,13 +64,14 @@ def kvreplay_row(requests, blocks, settings) -> str:
                                           "terms": [{"coef": settings.step_seconds}]})
     t = time.perf_counter()
     r = kvreplay.simulate(trace, policy="vllm", capacity=blocks, block_size=BLOCK, engine_style="vllm",
-                          time_model=profile, compare_sequential=False,
-                          scheduler=Scheduler(max_num_batched_tokens=8192, max_num_seqs=256))
+                          time_model=profile, compare_sequential=False, model=MODEL, kv_semantics=semantics,
+                          max_model_len=MAX_LEN, scheduler=Scheduler(max_num_batched_tokens=8192, max_num_seqs=256))
+    assert r.kv_semantics["semantics"] == semantics, r.kv_semantics
     seconds = time.perf_counter() - t
     ok = np.isfinite(r.first_token_s)
     ttft = (r.first_token_s - r.arrival_s)[ok]
     hit = 100 * float(np.sum(r.hit_tokens[ok])) / float(np.sum(trace.input_length[ok]))
-    return (f"| kvreplay simulate, full semantics | {blocks:,} | {int(ok.sum()):,} / {len(requests):,} "
+    return (f"| kvreplay simulate, {semantics} semantics | {blocks:,} | {int(ok.sum()):,} / {len(requests):,} "
             f"| {np.mean(ttft):.2f} s | {np.percentile(ttft, 50):.2f} s | {np.percentile(ttft, 90):.2f} s "
             f"| {hit:.2f}% | {int(np.sum(r.preemptions)):,} | {seconds:.2f} s |")
 
@@ -108,12 +112,12 @@ def main() -> int:
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for label, blocks, groups in runs:
         settings = harness.Settings(block_size=BLOCK, usable_blocks=int(blocks), max_num_batched_tokens=8192,
-                                    max_num_seqs=256, step_seconds=args.step_ms / 1000.0, groups=groups)
+                                    max_num_seqs=256, step_seconds=args.step_ms / 1000.0, groups=groups,
+                                    max_model_len=MAX_LEN)
         t = time.perf_counter()
         result = harness.run(requests, settings, real)
         print(row(label, result, requests, int(blocks), time.perf_counter() - t), flush=True)
-        if groups is None:
-            print(kvreplay_row(requests, int(blocks), settings), flush=True)
+        print(kvreplay_row(requests, int(blocks), settings, "full" if groups is None else "hybrid"), flush=True)
     return 0
 
 

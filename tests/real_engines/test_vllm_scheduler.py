@@ -269,3 +269,83 @@ def test_harness_hybrid_groups_one_request_at_a_time(real, groups, capacity):
     hits = np.asarray(ours.hit_tokens)
     assert [engine.requests[k].hit_tokens for k in served] == [int(hits[k]) for k in served]
     assert sum(engine.requests[k].hit_tokens for k in served) > 0
+
+
+# ---- hybrid layer groups under concurrency ---------------------------------------------------------
+
+HYBRID_LAYOUTS = {"sliding128": [("sliding_window", 1, 128), ("full", 1, None)],
+                  "3xsliding64": [("sliding_window", 3, 64), ("full", 1, None)],
+                  "chunked1024": [("chunked_local", 1, 1024), ("full", 1, None)]}
+HYBRID_POOLS = {"heavy": HEAVY, "tight": TIGHT}
+HYBRID_CASES = {f"{kind}-{layout}-{pool}": (kind, layout, HYBRID_POOLS[pool])
+                for kind in ("mooncake", "multiturn") for layout in HYBRID_LAYOUTS for pool in HYBRID_POOLS}
+HYBRID_CASES["conversation-800-sliding128-tiny"] = ("conversation-800", "sliding128", POOLS["tiny"])
+HYBRID_CASES["conversation-800-sliding128-medium"] = ("conversation-800", "sliding128", POOLS["medium"])
+
+
+def hybrid_groups(layout: str) -> list:
+    from kvreplay.analysis.kv_groups import Group
+
+    return [Group(kind, copies, window=size if kind == "sliding_window" else None,
+                  chunk=size if kind == "chunked_local" else None) for kind, copies, size in HYBRID_LAYOUTS[layout]]
+
+
+@pytest.mark.parametrize("case", list(HYBRID_CASES))
+def test_same_requests_as_vllm_hybrid(real, case):
+    # vLLM's HybridKVCacheCoordinator under its real Scheduler against the simulator's hybrid mode
+    # (serving/kernel/hybrid.c) with the same groups: every request's five fields agree exactly.
+    from kvreplay.serving.run import run_once
+    from kvreplay.serving.simulate import Scheduler
+    from kvreplay.serving.timing import PolynomialProfile
+
+    kind, layout, params = HYBRID_CASES[case]
+    groups = hybrid_groups(layout)
+    rows = rows_for(kind)
+    max_len = max(L + max(O, 1) for _, L, _, O in rows) + BLOCK  # the harness's default
+    settings = harness.Settings(block_size=BLOCK, step_seconds=STEP_S, groups=groups, max_model_len=max_len, **params)
+
+    def simulate(trace, settings):
+        from kvreplay.serving.simulate import arrivals
+
+        profile = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "version": 1, "unit": "s",
+                                              "terms": [{"coef": settings.step_seconds}]})
+        return run_once(trace, policy="vllm", capacity=settings.usable_blocks, block_size=BLOCK, time_model=profile,
+                        scheduler=Scheduler(max_num_batched_tokens=settings.max_num_batched_tokens,
+                                            max_num_seqs=settings.max_num_seqs),
+                        arrival_s=arrivals(trace), kv_groups=groups, max_model_len=max_len)
+
+    import kvreplay
+    from kvreplay.serving.simulate import arrivals
+
+    simulate.Trace, simulate.arrivals = kvreplay.Trace, arrivals
+    result = compare(real, simulate, rows, settings)
+    rejected_ours = np.flatnonzero(np.isnan(np.asarray(result["ours"].scheduled_s, dtype=np.float64))).tolist()
+    assert rejected_ours == result["rejected_engine"], "different requests rejected as never fitting the pool"
+    assert result["agreement"] == 1.0, report(result)
+    assert sum(r.hit_tokens for r in result["engine"].requests) > 0
+
+
+def test_simulate_gpt_oss_hybrid_as_vllm(real):
+    # The public path: kvreplay.simulate(model="gpt-oss-120b") picks hybrid semantics by itself, and
+    # serves the multi-turn trace as vLLM's scheduler does with gpt-oss-120b's groups (a 128-token
+    # window and full attention), at its context limit.
+    import kvreplay
+    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.serving.simulate import Scheduler, arrivals
+    from kvreplay.serving.timing import PolynomialProfile
+
+    groups = list(layout("gpt-oss-120b", BLOCK).groups)
+    settings = harness.Settings(block_size=BLOCK, step_seconds=STEP_S, groups=groups, max_model_len=131072, **HEAVY)
+    profile = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "version": 1, "unit": "s",
+                                          "terms": [{"coef": STEP_S}]})
+
+    def simulate(trace, settings):
+        return kvreplay.simulate(trace, policy="vllm", capacity=settings.usable_blocks, block_size=BLOCK,
+                                 model="gpt-oss-120b", time_model=profile, compare_sequential=False,
+                                 scheduler=Scheduler(max_num_batched_tokens=settings.max_num_batched_tokens,
+                                                     max_num_seqs=settings.max_num_seqs))
+
+    simulate.Trace, simulate.arrivals = kvreplay.Trace, arrivals
+    result = compare(real, simulate, multi_turn_rows(), settings)
+    assert result["ours"].kv_semantics["semantics"] == "hybrid"
+    assert result["agreement"] == 1.0, report(result)

@@ -77,18 +77,31 @@ def test_concurrent_hit_rate_never_passes_the_ceiling(style, instances, router, 
         assert hit / prompt <= bound + 1e-12
 
 
-def test_hybrid_model_says_its_semantics_are_full():
-    # gpt-oss-120b interleaves sliding-window layers: the simulator serves them as full attention
-    # and says so in the summary (and the text output's warning); a dense model says nothing
+def test_hybrid_model_says_its_semantics():
+    # gpt-oss-120b interleaves sliding-window layers: by default the simulator serves them with vLLM's
+    # hybrid manager and says so; asked for full semantics (or where the hybrid manager is not
+    # modelled: tiers) it serves every layer as full attention and says that, with the block-id
+    # ratio the hybrid layout would have; a dense model says nothing
     t = trace_of((["a", "b"], 8, 0, 2), (["a", "c"], 8, 100, 3))
     s = simulate(t, "vllm", 100, model="gpt-oss-120b").summary()
-    assert s["kv_semantics"]["semantics"] == "full"
-    assert s["kv_semantics"]["model_groups"] == ["full", "sliding_window"]
-    assert "kvreplay run --model" in s["kv_semantics"]["text"]
+    assert s["kv_semantics"]["semantics"] == "hybrid" and s["kv_semantics"]["block_ids"] == 100
+    assert [g["kind"] for g in s["kv_semantics"]["groups"]] == ["sliding_window", "full"]
+    assert "(block ids as given," in s["kv_semantics"]["text"]
+    full = simulate(t, "vllm", 100, model="gpt-oss-120b", kv_semantics="full").summary()["kv_semantics"]
+    assert full["semantics"] == "full" and full["model_groups"] == ["full", "sliding_window"]
+    assert "as asked (kv_semantics='full')" in full["text"]
     # its 36 KV layers are 18 sliding + 18 full: a full-semantics block costs 36 layers' bytes, a
     # vLLM block id one group's 18, so the same bytes hold 2x the ids; gemma-3-27b-it's 62 layers
     # are 6 sliding groups of 10 (52 layers, padded to 60) and one full group of 10: 62 / 10
-    assert s["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0 and "2.0x the block ids" in s["kv_semantics"]["text"]
-    gemma = simulate(t, "vllm", 100, model="gemma-3-27b-it").summary()["kv_semantics"]
+    assert full["hybrid_block_ids_ratio"] == 2.0 and "2.0x the block ids" in full["text"]
+    gemma = simulate(t, "vllm", 100, model="gemma-3-27b-it", kv_semantics="full").summary()["kv_semantics"]
     assert gemma["hybrid_block_ids_ratio"] == 6.2
+    tiered = simulate(t, "vllm", 100, model="gpt-oss-120b", tiers="dram=4").summary()["kv_semantics"]
+    assert tiered["semantics"] == "full" and "does not model tiers below HBM" in tiered["text"]
+    with pytest.raises(ConfigError, match="does not model tiers below HBM"):
+        simulate(t, "vllm", 100, model="gpt-oss-120b", tiers="dram=4", kv_semantics="hybrid")
+    with pytest.raises(ConfigError, match="the SGLang scheduler style"):
+        simulate(t, None, 100, model="gpt-oss-120b", engine_style="sglang", kv_semantics="hybrid")
+    with pytest.raises(ConfigError, match="Qwen3-8B has one kind of layer"):
+        simulate(t, "vllm", 100, model="Qwen3-8B", kv_semantics="hybrid")
     assert simulate(t, "vllm", 100, model="Qwen3-8B").summary()["kv_semantics"] is None

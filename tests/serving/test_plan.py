@@ -36,17 +36,24 @@ def test_fewest_instances_by_doubling_then_bisection():
 
 
 def test_a_hybrid_models_plan_says_its_semantics():
-    # gpt-oss-120b's sliding-window layers: every configuration is served with full-attention layers,
-    # which the plan's result and its text say (with the block-id ratio vLLM's hybrid manager has)
+    # gpt-oss-120b's sliding-window layers: untiered vLLM configurations run vLLM's hybrid manager
+    # (each run's report says so too); with a tiered configuration among them every configuration
+    # serves every layer as full attention, so that all compare under one semantics, and the plan's
+    # result and text say why (with the block-id ratio vLLM's hybrid manager has)
     from kvreplay.output.plan import plan_text
 
     out = plan(EIGHT, model="gpt-oss-120b", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
                weights_dtype="int4", **ONE_AT_A_TIME)
-    assert out["kv_semantics"]["semantics"] == "full" and out["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0
-    assert "warning    KV semantics: gpt-oss-120b has full, sliding_window layer groups" in plan_text(EIGHT, out)
+    assert out["kv_semantics"]["semantics"] == "hybrid"
+    assert "semantics  gpt-oss-120b's layer groups: every configuration runs vLLM 0.33.0's hybrid" in plan_text(EIGHT, out)
+    tiered = plan(EIGHT, model="gpt-oss-120b", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
+                  weights_dtype="int4", tiers=(None, "dram=64GiB@64GB/s"), **ONE_AT_A_TIME)
+    assert tiered["kv_semantics"]["semantics"] == "full" and tiered["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0
+    assert "compare under the same semantics" in tiered["kv_semantics"]["text"]
+    assert "warning    KV semantics: gpt-oss-120b has full, sliding_window layer groups" in plan_text(EIGHT, tiered)
     import kvreplay
 
-    page = kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2], block_size=4, plan=out)
+    page = kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2], block_size=4, plan=tiered)
     assert 'data-note="plan-kv-semantics"><b>KV semantics.</b> gpt-oss-120b has full, sliding_window' in page
     dense = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **ONE_AT_A_TIME)
     assert dense["kv_semantics"] is None and "KV semantics" not in plan_text(EIGHT, dense)

@@ -55,13 +55,16 @@ class Layout:
     def text(self) -> str:
         if self.note:
             return self.note
+        return f"{self.groups_text()}, {self.bytes_per_block:,} bytes per block id of {self.block_size} tokens"
+
+    def groups_text(self) -> str:
+        """Its groups and layers per group, in words."""
         parts = []
         for g in self.groups:
             what = {"full": "full attention", "sliding_window": f"sliding window {g.window}",
                     "chunked_local": f"chunked local {g.chunk}", "mamba": "mamba state"}[g.kind]
             parts.append(what + (f" x{g.copies} groups" if g.copies > 1 else ""))
-        return (f"{', '.join(parts)}; {self.group_size} layers per group, {self.bytes_per_block:,} bytes per block id "
-                f"of {self.block_size} tokens")
+        return f"{', '.join(parts)}; {self.group_size} layers per group"
 
 
 def layout(model, block_size: int, kv_dtype: str = "bf16", *, semantics: str = "hybrid", tp: int = 1) -> Layout:

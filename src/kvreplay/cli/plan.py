@@ -56,6 +56,10 @@ def _parser_plan(sub) -> None:
                     help="the most instances the search tries per configuration (default 64)")
     pl.add_argument("--time-model", default="roofline", help="roofline (default, calibrated), roofline-raw, FILE")
     pl.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16")
+    pl.add_argument("--kv-semantics", choices=("auto", "hybrid", "full"), default="auto",
+                    help="a hybrid --model's layer groups: hybrid serves them with vLLM's hybrid KV cache manager, "
+                         "full every layer as full attention; auto (default): hybrid where vLLM uses it and every "
+                         "configuration can run it (policy vllm, no tiers), else full for all")
     common.add_max_model_len(pl, "requests past it are refused, and a configuration that refuses any misses "
                                  "the SLOs")
     pl.add_argument("--cache", default=None, metavar="DIR",
@@ -96,6 +100,7 @@ def _cmd_plan(args) -> int:
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
                       time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
                       rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
+                      kv_semantics=args.kv_semantics,
                       jobs=args.jobs, executor=args.executor, ray_address=args.ray_address)
     _write_outputs(args, result)
     if args.json:

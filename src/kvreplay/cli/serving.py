@@ -210,7 +210,7 @@ def _options(args, trace) -> dict:
                 weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
-                rate_profile=args.rate_profile,
+                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics,
                 router_options=_router_options(args.router_option), **params)
 
 

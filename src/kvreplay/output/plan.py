@@ -61,8 +61,9 @@ def plan_text(trace, result: dict) -> str:
                 f"{len(result['monotonicity_violations'])} monotonicity violations: "
                 + "; ".join(f"{v['config']} at {v['load']:g} ({v['load_kind']}) passes at {v['passes_at']} but fails at {v['fails_at']}"
                             for v in result["monotonicity_violations"][:3]))]
-    if result.get("kv_semantics"):  # a hybrid model, every configuration served with full-attention layers
-        lines.append(f"warning    KV semantics: {result['kv_semantics']['text']}")
+    note = result.get("kv_semantics")
+    if note:  # a hybrid model: its configurations' semantics (a warning when they serve it as full attention)
+        lines.append(("semantics  " if note["semantics"] == "hybrid" else "warning    KV semantics: ") + note["text"])
     for block in result["loads"]:
         lines.append("")
         what = f"load x{block['load']:g}" if block["load_kind"] == "speedup" else f"Poisson {block['load']:g} requests/s"

@@ -77,6 +77,11 @@ def simulate_summary(trace, report) -> str:
                                                  "the KV room they have (a what-if)" if report.capacity_blocks > fits else ""))
     elif src.get("kind") == "unbounded":
         pool += ": unbounded (every block fits)"
+    hybrid = report.kv_semantics if (report.kv_semantics or {}).get("semantics") == "hybrid" else None
+    if hybrid is not None:  # block ids of vLLM's hybrid layout: a block id holds one group's layers
+        pool = pool.replace(" blocks of ", " block ids of ", 1).replace(" blocks after ", " blocks (full semantics) after ")
+        pool += (f"; vLLM's hybrid layout, {hybrid['bytes_per_block_id']:,} bytes per block id: full-attention "
+                 f"semantics hold {hybrid['full_semantics_blocks']:,} blocks in the same bytes")
     lines.append(pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"))
     lines.append(f"time       {_describe_time(cfg['time_model'])}")
     if report.instances > 1:
@@ -171,7 +176,9 @@ def simulate_summary(trace, report) -> str:
         lines.append(format_table(rows, [("instance", "instance"), *role, ("requests", "requests"),
                                          ("hit_rate", "hit rate %"), ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"),
                                          ("busy", "busy")]))
-    if report.kv_semantics is not None:
+    if hybrid is not None:
+        lines.append(f"semantics  {hybrid['text']}")
+    elif report.kv_semantics is not None:
         lines.append(f"warning    KV semantics: {report.kv_semantics['text']}")
     for text in (band or {}).get("warnings", []):
         lines.append(f"warning    calibration: {text}")

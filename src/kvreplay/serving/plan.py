@@ -141,6 +141,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
         raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {judge_at!r}")
     if not any(True for _ in slo.objectives()):
         raise ConfigError("give at least one SLO (--slo-ttft-p90, --slo-tpot-p90 or --slo-e2e-p99)")
+    options, semantics_note = plan_semantics(model, options, tiers, policies)
     s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir)
     if cache_dir is not None:
@@ -152,13 +153,28 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     for point in points:
         out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address)
                             if parallel else _plan_load(s, configs, point, runners_up))
-    from .simulate import simulator_kv_semantics
-
     out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
-               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=simulator_kv_semantics(model))
+               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note)
     from .plan_result import PlanResult
 
     return PlanResult(out)
+
+
+def plan_semantics(model, options: dict, tiers, policies) -> tuple[dict, dict | None]:
+    """The options every run gets, with one KV semantics for all (a hybrid model's configurations
+    compare under the same semantics), and the plan's kv_semantics note."""
+    from .semantics import plan_note
+
+    asked = options.get("kv_semantics", "auto")
+    engine = options.get("engine_style", "vllm")
+    hybrid_ok = engine == "vllm" and not any(tiers) and all(p in (None, "vllm") for p in policies)
+    if asked == "auto" and not hybrid_ok:
+        options = {**options, "kv_semantics": "full"}
+        return options, plan_note(model, "full", "its configurations include tiers, another policy than vllm or the "
+                                                 "SGLang style, which the simulator's hybrid manager does not model: "
+                                                 "every configuration serves every layer as full attention, so all "
+                                                 "compare under the same semantics")
+    return options, plan_note(model, asked, None)
 
 
 def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
@@ -417,12 +433,17 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     return entry
 
 
+#: what a cached run's meaning depends on beyond its inputs: 2 since auto KV semantics serve a
+#: hybrid model with vLLM's hybrid manager (runs cached before served it as full attention)
+CACHE_VERSION = 2
+
+
 def _cache_path(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
     """The run's file in the cache directory: named by the trace's digest and everything the run
     depends on (not the SLOs: a run is judged again for each)."""
     if s.cache_dir is None:
         return None
-    key = json.dumps([s.digest(), s.model, [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end,
+    key = json.dumps([CACHE_VERSION, s.digest(), s.model, [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end,
                       sorted((k, repr(v)) for k, v in s.options.items())])
     return os.path.join(s.cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
 

@@ -20,6 +20,7 @@ from . import limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
+from .semantics import choose
 from .timing import load_time_model
 
 ENGINE_STYLES = ("vllm", "sglang")
@@ -132,7 +133,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
-             rate_profile=None, **params):
+             rate_profile=None, kv_semantics: str = "auto", **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -163,6 +164,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         arrival, before routing, and counted apart (vLLM's frontend refuses prompt + max_tokens >
         max_model_len). Default: `model`'s catalog value (vLLM's derivation from its config.json);
         none without a model.
+    kv_semantics: a hybrid `model`'s layer groups (sliding window, chunked local): "hybrid" serves
+        them with vLLM 0.33.0's hybrid KV cache manager (policy vllm, the vLLM style; a block id
+        holds one group's layers, so a size or the GPU memory holds more of them), "full" every
+        layer as full attention, "auto" (default) hybrid where vLLM uses it by default and the
+        simulator models it (serving/semantics.py), else full; the report's kv_semantics says which.
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
@@ -198,6 +204,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         # every position (a request may repeat an id; each position holds a block), every decode
         # block, and 2 more: SGLang's admission keeps a page free beyond a request's prompt and outputs
         unbounded = max(trace.num_blocks, trace.num_accesses) + int(decode_blocks(trace, bs, output_kv).sum()) + 2
+    asked_capacity = capacity
     sizes = resolve(trace, block_size=block_size, capacity=capacity, model=model, kv_dtype=kv_dtype,
                     kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
                     global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype)
@@ -219,6 +226,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
+    semantics = choose(model, kv_semantics, policy=spec.name, engine_style=engine_style, tiers=tier_list,
+                       disagg=disagg, output_kv=output_kv, kv_layers=kv_layers, capacity=asked_capacity, sizes=sizes, tp=tp)
+    if semantics.hybrid:
+        capacity = semantics.capacity
     routed = prefill_instances if disagg else instances
     fixed = routed == 1 or router in routing.FIXED
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
@@ -229,7 +240,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
-               max_model_len=max_model_len)
+               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None)
     raw = run_once(trace, time_model=tm, **run)
     band = None
     if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
@@ -239,9 +250,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     sequential, sequential_evictions = None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
+        hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=scheduler.max_num_batched_tokens) \
+            if semantics.hybrid else {}
         sequential, sequential_evictions = _sequential(trace, spec, params, capacity, block_size, tier_list,
                                                        tier_copies, raw.instance, instances, disagg,
-                                                       raw.status == FINISHED)
+                                                       raw.status == FINISHED, hybrid)
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     if profile_name is not None:
@@ -264,7 +277,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                            tier_overlap) if tier_list else None,
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
-        max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=simulator_kv_semantics(model),
+        max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=semantics.note,
     )
     if band is not None:
         from dataclasses import replace
@@ -283,41 +296,6 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
-
-
-def simulator_kv_semantics(model) -> dict | None:
-    """What the simulator models of a hybrid `model`'s layer groups: every layer as full attention
-    (its pool, hits and evictions), said on every output with what vLLM's hybrid manager would
-    hold instead in the same bytes. None for a model with one kind of layer."""
-    if model is None:
-        return None
-    from ..analysis.models import get_model
-
-    spec = get_model(model) if isinstance(model, str) else model
-    if not getattr(spec, "is_hybrid", False):
-        return None
-    kinds = sorted({g["kind"] if isinstance(g, dict) else g.kind for g in spec.kv_groups})
-    out = {"semantics": "full", "model_groups": kinds,
-           "text": f"{spec.name} has {', '.join(kinds)} layer groups, but the simulator serves every layer as full "
-                   "attention (its pool, hits and evictions); `kvreplay run --model` replays vLLM's hybrid manager "
-                   "for the hit rate the groups give"}
-    if "mamba" in kinds:  # (a Mamba hybrid's layout depends on the block size; the roofline refuses it)
-        return out
-    from ..analysis.kv_groups import layout, resolve_semantics
-    from ..analysis.models import kv_bytes_per_token
-
-    ratio = kv_bytes_per_token(spec) * 16 / layout(spec, 16).bytes_per_block
-    out["hybrid_block_ids_ratio"] = round(ratio, 3)
-    if resolve_semantics(spec.name, None) == "full":  # Llama 4: vLLM's own default is full attention
-        out["text"] = (f"{spec.name} has {', '.join(kinds)} layer groups; vLLM 0.33.0 serves its chunked-local "
-                       "layers as full attention, as this run does, unless "
-                       "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (then the same KV bytes hold "
-                       f"{ratio:.1f}x the block ids)")
-        return out
-    out["text"] += (f". In the same KV bytes vLLM's hybrid manager holds {ratio:.1f}x the block ids (a block id "
-                    "holds one group's layers) and frees the blocks that leave a window, so under KV pressure "
-                    "vLLM can queue far less than this run (docs/policies.md, 'What it changes')")
-    return out
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:
@@ -406,11 +384,12 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
 
 
 def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copies, instance_of, instances, disagg,
-                finished):
+                finished, hybrid: dict):
     """Each instance's finished requests through its own cache (and tiers), one at a time (N
     replays for N instances): the hit rate over the same requests as the concurrent one (rejected
     and refused requests left out of both), and the evictions (None with decode instances, which
-    evict too and have no sequential counterpart)."""
+    evict too and have no sequential counterpart). `hybrid`: replay()'s kv_groups and prefill_chunk
+    (hybrid semantics, whose sequential replay is vLLM's hybrid manager too)."""
     from ..engine.replay import replay
 
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
@@ -422,7 +401,8 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
         if len(sub) == 0:
             evictions.append(0)
             continue
-        seq = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args, **params)
+        seq = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args,
+                     **hybrid, **params)
         hits += int(seq.hit_tokens.sum())
         evictions.append(seq.counters.get("evictions"))
     prompt = int(np.asarray(trace.input_length)[finished].sum())

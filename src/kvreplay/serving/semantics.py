@@ -1,0 +1,155 @@
+"""Which KV semantics a simulation of a hybrid model runs, and what its pool holds under them
+(docs/serving.md, "Hybrid layer groups").
+
+A hybrid model (sliding-window or chunked-local layers beside full attention) is served with
+vLLM 0.33.0's hybrid KV cache manager when ``kv_semantics`` is "hybrid", or "auto" where vLLM uses
+it by default (analysis/kv_groups.py resolve_semantics: not Llama 4's chunked-local layers) and
+the simulator models it: policy vllm, the vLLM scheduler style, output KV, no tiers, no
+prefill/decode disaggregation, attention groups only (no Mamba state). Otherwise every layer is
+served as full attention, and the report says why.
+
+Under hybrid semantics a block id holds one group's layers (analysis/kv_groups.py layout), so the
+same KV bytes hold more block ids than under full semantics, where a block holds every layer: a
+size or the GPU memory left after the weights is divided by the layout's bytes per block id; a
+pool given in blocks is taken as block ids as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """What one simulation serves a model's layers as."""
+
+    hybrid: bool
+    groups: tuple = ()  # of policies.hybrid.Group (hybrid)
+    capacity: int = 0  # the pool's block ids (hybrid)
+    note: dict | None = None  # the report's kv_semantics (None: a model with one kind of layer)
+
+
+def _unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool, kinds) -> list[str]:
+    """What this simulation has that the simulator's hybrid manager does not model."""
+    checks = ((policy == "vllm", f"policy {policy}, not vllm"),
+              (engine_style == "vllm", "the SGLang scheduler style (its hybrid radix caches are in `kvreplay run` "
+                                       "only)"),
+              (not tiers, "tiers below HBM"), (not disagg, "prefill/decode disaggregation"),
+              (output_kv, "no output KV"), ("mamba" not in kinds, "Mamba state (not simulated yet)"))
+    return [why for ok, why in checks if not ok]
+
+
+def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool,
+           kv_layers, capacity, sizes, tp: int) -> Semantics:
+    """The semantics of one simulation of `model` (its pool `sizes` as full semantics size it)."""
+    from ..analysis.kv_groups import SEMANTICS, resolve_semantics
+    from ..analysis.models import get_model
+
+    if kv_semantics not in SEMANTICS:
+        raise ConfigError(f"kv_semantics (--kv-semantics) must be one of {', '.join(SEMANTICS)}, got {kv_semantics!r}")
+    if model is None:
+        if kv_semantics == "hybrid":
+            raise ConfigError("kv_semantics='hybrid' needs a model (--model): its layer groups")
+        return Semantics(False)
+    spec = get_model(model)
+    if not spec.is_hybrid:
+        if kv_semantics == "hybrid":
+            raise ConfigError(f"kv_semantics='hybrid': {spec.name} has one kind of layer; its semantics are full")
+        return Semantics(False)
+    if kv_layers is not None:
+        if kv_semantics == "hybrid":
+            raise ConfigError("kv_layers (--kv-layers) counts bytes per token for full semantics; with hybrid "
+                              "semantics a block id costs what vLLM's layout gives: drop one of them")
+        return Semantics(False, note=full_note(spec, "kv_layers (--kv-layers) counts bytes for full semantics"))
+    kinds = sorted({g["kind"] for g in spec.kv_groups})
+    semantics = resolve_semantics(spec.name, kv_semantics)
+    if semantics == "full":
+        why = "as asked (kv_semantics='full')" if kv_semantics == "full" else None
+        return Semantics(False, note=full_note(spec, why))
+    missing = _unmodelled(policy, engine_style, tiers, disagg, output_kv, kinds)
+    if missing:
+        if kv_semantics == "hybrid":
+            raise ConfigError("kv_semantics='hybrid': the simulator's hybrid manager does not model "
+                              + "; ".join(missing) + " (kv_semantics='full' serves every layer as full attention)")
+        return Semantics(False, note=full_note(spec, "the simulator's hybrid manager does not model "
+                                                     + "; ".join(missing)))
+    return _hybrid(spec, capacity, sizes, tp)
+
+
+def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
+    from ..analysis.kv_groups import layout
+    from ..analysis.models import blocks_for_block_bytes, is_size, parse_size
+
+    bs, dtype = sizes.block_size, sizes.kv_dtype
+    whole = layout(spec.name, bs, dtype)
+    if capacity is None:  # the GPU memory left after the weights, per GPU, in per-rank pages
+        per_rank = layout(spec.name, bs, dtype, tp=tp)
+        ids = int(sizes.capacity_source["kv_bytes_available"] // per_rank.bytes_per_block)
+        if ids < 1:
+            raise ConfigError(f"{spec.name} on {sizes.gpu} x tp={tp}: the memory left after the weights holds no "
+                              f"block id of its hybrid layout ({per_rank.bytes_per_block:,} bytes)")
+        cost = per_rank.bytes_per_block
+        how = "the GPU memory left after the weights, per GPU"
+    elif is_size(capacity):
+        ids = blocks_for_block_bytes(parse_size(capacity), whole.bytes_per_block, bs)
+        cost, how = whole.bytes_per_block, f"{str(capacity).strip()} of KV"
+    else:
+        ids, cost, how = int(sizes.capacity), whole.bytes_per_block, "block ids as given"
+    text = (f"{spec.name}'s layer groups under vLLM 0.33.0's hybrid KV cache manager ({whole.groups_text()}): a hit must be "
+            f"served by every group and a window's blocks are freed as it moves; the pool is {ids:,} block ids "
+            f"({how}, {cost:,} bytes per block id)")
+    if how != "block ids as given":
+        text += f", where full-attention semantics hold {sizes.capacity:,} blocks in the same bytes"
+    note = {"semantics": "hybrid", "engine": "vllm", "groups": [vars(g) for g in whole.groups],
+            "block_ids": ids, "bytes_per_block_id": int(cost), "full_semantics_blocks": int(sizes.capacity),
+            "retention": 0, "source": "vLLM 0.33.0 HybridKVCacheCoordinator (serving/kernel/hybrid.c)", "text": text}
+    return Semantics(True, tuple(whole.groups), ids, note)
+
+
+def full_note(spec, why: str | None) -> dict:
+    """The report's kv_semantics for a hybrid model served with every layer as full attention."""
+    kinds = sorted({g["kind"] for g in spec.kv_groups})
+    out = {"semantics": "full", "model_groups": kinds}
+    ratio = None if "mamba" in kinds else _ratio(spec)  # (a Mamba layout depends on the block size)
+    if ratio is not None:
+        out["hybrid_block_ids_ratio"] = ratio
+    if why is None and "chunked_local" in kinds:  # Llama 4: vLLM's own default
+        out["text"] = (f"{spec.name} has {', '.join(kinds)} layer groups; vLLM 0.33.0 serves its chunked-local "
+                       "layers as full attention, as this run does, unless "
+                       "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (then the same KV bytes hold "
+                       f"{ratio:.1f}x the block ids: kv_semantics='hybrid')")
+        return out
+    out["text"] = (f"{spec.name} has {', '.join(kinds)} layer groups, but this run serves every layer as full "
+                   f"attention{': ' + why if why else ''}"
+                   + (f"; in the same KV bytes vLLM's hybrid manager holds {ratio:.1f}x the block ids and frees the "
+                      "blocks that leave a window" if ratio else ""))
+    return out
+
+
+def plan_note(model, asked: str, why: str | None) -> dict | None:
+    """A plan's kv_semantics: what its runs of a hybrid `model` serve under `asked` ("full" when
+    `why` says why all of them do); each run's report has its own."""
+    from ..analysis.kv_groups import resolve_semantics
+    from ..analysis.models import get_model
+
+    if model is None or not get_model(model).is_hybrid:
+        return None
+    spec = get_model(model)
+    kinds = sorted({g["kind"] for g in spec.kv_groups})
+    semantics = resolve_semantics(spec.name, asked)
+    if semantics == "full" or "mamba" in kinds:
+        return full_note(spec, why or ("as asked (kv_semantics='full')" if asked == "full" else
+                                       "Mamba state is not simulated yet" if "mamba" in kinds else None))
+    return {"semantics": "hybrid", "model_groups": kinds,
+            "text": f"{spec.name}'s layer groups: every configuration runs vLLM 0.33.0's hybrid KV cache manager (a "
+                    "block id holds one group's layers, so the same bytes hold more of them; a window's blocks are "
+                    "freed as it moves)"}
+
+
+def _ratio(spec) -> float:
+    from ..analysis.kv_groups import layout
+    from ..analysis.models import kv_bytes_per_token
+
+    return round(kv_bytes_per_token(spec) * 16 / layout(spec, 16).bytes_per_block, 3)

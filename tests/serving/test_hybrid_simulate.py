@@ -1,0 +1,161 @@
+"""The simulator's hybrid mode (vLLM's hybrid KV cache manager: serving/kernel/hybrid.c).
+
+Hand-worked cases for its rules, a differential test against the vLLM pool it generalises (one
+full-attention group is vLLM's single-group manager: the PAGED mode, which
+tests/real_engines/test_vllm_scheduler.py checks against vLLM's scheduler), and the public
+paths (simulate's semantics, the CLI). tests/real_engines/test_vllm_scheduler.py checks the mode
+against vLLM 0.33.0's own HybridKVCacheCoordinator under its Scheduler, request by request.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvreplay
+from kvreplay.analysis.kv_groups import Group
+from kvreplay.errors import ConfigError
+from kvreplay.serving.run import run_once
+from kvreplay.serving.simulate import Scheduler, simulate
+from kvreplay.serving.timing import PolynomialProfile
+
+SW4 = [Group("sliding_window", window=4), Group("full")]
+
+
+def step(seconds: float) -> PolynomialProfile:
+    return PolynomialProfile(document={"format": "kvreplay-step-polynomial", "version": 1, "unit": "s",
+                                       "terms": [{"coef": seconds}]})
+
+
+def test_a_window_frees_its_blocks_and_the_admission_gate_caps_it():
+    # Blocks of 4 tokens, a 4-token window beside full attention, 8 tokens per step (vLLM's
+    # max_num_batched_tokens, the admission cap's in-flight tokens), one request of 40 prompt
+    # tokens (10 blocks) and one output token, then the same prompt 100 s later.
+    #
+    # The admission gate asks for its whole sequence: full attention's 10 blocks, and the window's
+    # min(10, ceil((4 - 1 + 8) / 4) + 1 = 4): 14 blocks. A pool of 13 rejects it on arrival.
+    # With 14 it prefills in 5 steps of 8 tokens (first token at 5 s). Before the last chunk the
+    # window frees its blocks below (32 - 4 + 1) // 4 = 7, so it holds blocks 7, 8 and then 9
+    # beside full attention's 10: a peak of 13. The window group hashes only the block ending at
+    # the prompt's last full boundary, (40 - 1) // 4 = 9 (block 8), so the second request hits
+    # 9 blocks (36 tokens) in both groups, recomputes 4 tokens in one step (first token at 101 s),
+    # and caches its full block 9 a second time (a duplicate).
+    rows = [(list(range(1, 11)), 40, 0.0, 1), (list(range(1, 11)), 40, 100_000.0, 1)]
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    kw = dict(policy="vllm", block_size=4, time_model=step(1.0), arrival_s=np.array([0.0, 100.0]),
+              scheduler=Scheduler(max_num_batched_tokens=8, max_num_seqs=4), kv_groups=SW4, max_model_len=1000)
+    tight = run_once(trace, capacity=13, **kw)
+    assert tight.counters["rejected"] == 2 and np.isnan(tight.first_token_s).all()
+    r = run_once(trace, capacity=14, **kw)
+    assert r.hit_tokens.tolist() == [0, 36]
+    assert r.first_token_s.tolist() == [5.0, 101.0]
+    assert r.counters["peak_held_blocks"] == 13
+    assert r.policy_counters == {"admissions": 12, "evictions": 0, "duplicate_blocks": 1, "oversize_requests": 0,
+                                 "resident_blocks": 12}
+    # full semantics in one group: the same 10 blocks fit a pool of 10, and hit the same 36 tokens
+    full = run_once(trace, capacity=10, **{**kw, "kv_groups": None})
+    assert full.hit_tokens.tolist() == [0, 36] and full.counters["peak_held_blocks"] == 10
+
+
+def test_a_window_that_moves_on_keeps_a_long_prompt_from_being_preempted():
+    # A 40-token prompt in a pool of 14 under hybrid semantics (the case above) against the same
+    # bytes under full semantics: a full-semantics block holds both groups' layers, so 14 hybrid
+    # block ids are 7 full-semantics blocks, which cannot hold the request at all.
+    rows = [(list(range(1, 11)), 40, 0.0, 1)]
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    kw = dict(policy="vllm", block_size=4, time_model=step(1.0), arrival_s=np.array([0.0]),
+              scheduler=Scheduler(max_num_batched_tokens=8, max_num_seqs=4), max_model_len=1000)
+    assert run_once(trace, capacity=14, kv_groups=SW4, **kw).counters["rejected"] == 0
+    assert run_once(trace, capacity=7, **kw).counters["rejected"] == 1
+
+
+@st.composite
+def workloads(draw):
+    n = draw(st.integers(1, 40))
+    rows, t = [], 0.0
+    for _ in range(n):
+        blocks = draw(st.integers(1, 8))
+        base = draw(st.integers(0, 3)) * 100
+        ids = [base + k for k in range(blocks)]
+        length = blocks * 4 - draw(st.integers(0, 3))
+        t += draw(st.floats(0.0, 3000.0))
+        rows.append((ids, length, t, draw(st.integers(1, 12))))
+    return rows
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.integers(12, 60), st.sampled_from([4, 8, 16, 64]), st.integers(1, 3),
+       st.sampled_from([None, "kv-aware"]))
+def test_one_full_group_is_vllms_single_group_pool(rows, capacity, budget, instances, router):
+    # vLLM's hybrid manager over one full-attention group is its single-group manager: the hybrid
+    # mode (its own pool, reference counts, get_num_blocks_to_allocate) must serve every request
+    # exactly as the PAGED mode (policies/vllm.c's BlockPool) does, on one instance or several
+    # (routed by the hybrid hit where the router reads the cache)
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    arrival = np.asarray(trace.timestamp, dtype=np.float64) / 1000.0
+    kw = dict(policy="vllm", capacity=capacity, block_size=4, time_model=step(0.5), arrival_s=arrival,
+              scheduler=Scheduler(max_num_batched_tokens=budget, max_num_seqs=4), instances=instances,
+              router=router if instances > 1 else None,
+              assigned=None if router and instances > 1 else np.arange(len(rows)) % instances)
+    paged = run_once(trace, **kw)
+    hybrid = run_once(trace, kv_groups=[Group("full")], **kw)
+    for name in ("scheduled_s", "first_token_s", "finish_s", "hit_tokens", "preemptions", "status", "instance"):
+        assert np.array_equal(getattr(paged, name), getattr(hybrid, name), equal_nan=True), name
+    for name in ("preemptions", "rejected", "peak_held_blocks", "decode_blocks", "steps"):
+        assert paged.counters[name] == hybrid.counters[name], name
+    for name in ("admissions", "evictions", "duplicate_blocks"):
+        assert paged.policy_counters[name] == hybrid.policy_counters[name], name
+
+
+def test_simulate_sizes_the_hybrid_pool_by_the_layout():
+    # 40 GiB of gpt-oss-120b's KV at 512-token blocks: a full-semantics block holds its 36 KV layers
+    # (8 KV heads x 64 x 2 (K, V) x 2 bytes x 36 x 512 = 37,748,736 bytes), a hybrid block id one
+    # group's 18 layers (18,874,368): 1,137 blocks against 2,275 block ids
+    t = kvreplay.Trace.from_requests([(["a", "b"], 900, 0, 2)], block_size=512)
+    r = simulate(t, "vllm", "40GiB", model="gpt-oss-120b", time_model="instant")
+    k = r.kv_semantics
+    assert r.capacity_blocks == 2275 and k["block_ids"] == 2275 and k["full_semantics_blocks"] == 1137
+    assert k["bytes_per_block_id"] == 18_874_368
+    full = simulate(t, "vllm", "40GiB", model="gpt-oss-120b", time_model="instant", kv_semantics="full")
+    assert full.capacity_blocks == 1137
+    # the GPU memory left after the weights, per GPU, in per-rank pages: tp=2 halves a page
+    g = simulate(t, "vllm", None, model="gpt-oss-120b", gpu="H100", tp=2, weights_dtype="int4", time_model="instant")
+    left = g.kv_semantics
+    assert left["bytes_per_block_id"] == 18_874_368 // 2
+    assert g.capacity_blocks == left["block_ids"] == int(2 * left["full_semantics_blocks"]) + 1  # (rounding)
+
+
+def test_mamba_hybrids_are_served_as_full_attention_and_say_why():
+    t = kvreplay.Trace.from_requests([(["a", "b"], 900, 0, 2)], block_size=512)
+    r = simulate(t, "vllm", 100, model="Qwen3-Next-80B-A3B", time_model="instant")
+    assert r.kv_semantics["semantics"] == "full" and "Mamba state (not simulated yet)" in r.kv_semantics["text"]
+    with pytest.raises(ConfigError, match="Mamba state"):
+        simulate(t, "vllm", 100, model="Qwen3-Next-80B-A3B", time_model="instant", kv_semantics="hybrid")
+
+
+def test_cli_simulate_says_hybrid_and_full_semantics(tmp_path, capsys):
+    from kvreplay.cli import main
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 1000 * k, "input_length": 1000, "output_length": 3,
+                                        "hash_ids": [1, 2]}) + "\n" for k in range(3)))
+    assert main(["simulate", str(path), "--model", "gpt-oss-120b", "--capacity", "40GiB", "--time-model", "instant",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["kv_semantics"]["semantics"] == "hybrid" and doc["summary"]["kv_semantics"]["block_ids"] == 2275
+    assert main(["simulate", str(path), "--model", "gpt-oss-120b", "--capacity", "40GiB", "--time-model", "instant"]) == 0
+    text = capsys.readouterr().out
+    assert "pool       2,275 block ids of 512 tokens" in text
+    assert "full-attention semantics hold 1,137 blocks in the same bytes" in text
+    assert "semantics  gpt-oss-120b's layer groups under vLLM 0.33.0's hybrid KV cache manager" in text
+    assert main(["simulate", str(path), "--model", "gpt-oss-120b", "--capacity", "40GiB", "--time-model", "instant",
+                 "--kv-semantics", "full"]) == 0
+    text = capsys.readouterr().out
+    assert "pool       1,137 blocks of 512 tokens" in text and "warning    KV semantics:" in text
+    assert main(["simulate", str(path), "--model", "gpt-oss-120b", "--capacity", "40GiB", "--time-model", "instant",
+                 "--kv-semantics", "hybrid", "--engine-style", "sglang"]) == 2
+    assert "the SGLang scheduler style" in capsys.readouterr().err
