@@ -90,15 +90,18 @@ static int hy_pop_n(HPool *p, i32 *dst, i64 count) {
 }
 
 /* pool.free_blocks of t[hi-1], t[hi-2], ..., t[lo] (zeros skipped): the hashed ones appended to
- * the cached run in that order, the others prepended to the hashless run as a batch in that order. */
-static void hy_free_desc(HPool *p, const i32 *t, i64 lo, i64 hi) {
+ * the cached run in that order, the others prepended to the hashless run as a batch in that order;
+ * with reference counts (`refs`, a constant in each caller), only the blocks no request holds. */
+static inline __attribute__((always_inline)) void hy_free_desc_(HPool *p, const i32 *t, i64 lo, i64 hi,
+                                                               const int refs) {
     HBlock *blk = p->blk;
+    i32 *const ref = p->ref;
     i32 *batch = p->scratch;
     i32 tail = blk[0].lp;
     i64 n = 0, appended = 0;
     for (i64 i = hi - 1; i >= lo; i--) {
         i32 b = t[i];
-        if (!b || (p->ref && --p->ref[b] > 0)) continue; /* (still held by another request) */
+        if (!b || (refs && --ref[b] > 0)) continue; /* (still held by another request) */
         HBlock *x = &blk[b];
         if (x->key >= 0) { /* appended to the cached run */
             x->lp = tail;
@@ -113,6 +116,11 @@ static void hy_free_desc(HPool *p, const i32 *t, i64 lo, i64 hi) {
     blk[0].lp = tail;
     p->lru_count += appended;
     while (n) hy_push_front(p, batch[--n]);
+}
+
+static void hy_free_desc(HPool *p, const i32 *t, i64 lo, i64 hi) {
+    if (p->ref) hy_free_desc_(p, t, lo, hi, 1);
+    else hy_free_desc_(p, t, lo, hi, 0);
 }
 
 /* pool.free_blocks of one block */
@@ -351,9 +359,11 @@ i64 hy_needed(const HPool *p, const HReq *rq, const i32 *ids, i64 hit, i64 token
     return total;
 }
 
-int hy_take(HPool *p, HReq *rq, const i32 *ids, i64 hit, i64 end, i64 cached, int first) {
+static inline __attribute__((always_inline)) int hy_take_(HPool *p, HReq *rq, const i32 *ids, i64 hit, i64 end,
+                                                         i64 cached, int first) {
     const i64 G = p->G, bs = p->bs;
     HGroup *groups = rq->g;
+    i32 *const ref = p->ref;
     i64 slots = hy_div(p, end + bs - 1);
     if ((slots > rq->tcap || slots > p->scap) && !hy_grow(p, rq, slots)) return HY_NOMEM;
     if (first) { /* touch the hit blocks each group keeps (add_local_computed_blocks): they leave the free queue */
@@ -372,8 +382,8 @@ int hy_take(HPool *p, HReq *rq, const i32 *ids, i64 hit, i64 end, i64 cached, in
                     if (lo == j) lo++;
                     continue;
                 }
-                if (p->ref) { /* held by other requests too, or taken out of the free queue */
-                    if (p->ref[b]++ == 0) hy_lru_unlink(p, b);
+                if (ref) { /* held by other requests too, or taken out of the free queue */
+                    if (ref[b]++ == 0) hy_lru_unlink(p, b);
                 } else {
                     if (KV_UNLIKELY(p->blk[b].lp < 0)) return HY_REPEAT; /* touched twice: a repeated id */
                     hy_lru_unlink(p, b);
@@ -393,14 +403,14 @@ int hy_take(HPool *p, HReq *rq, const i32 *ids, i64 hit, i64 end, i64 cached, in
             if (g->len) g->last = g->len - 1;
             i32 b = hy_pop(p);
             if (KV_UNLIKELY(!b)) return HY_INTERNAL;
-            if (p->ref) p->ref[b] = 1;
+            if (ref) ref[b] = 1;
             g->table[g->ns] = b, g->pos[g->ns++] = slots - 1;
             g->len = slots;
         } else {
             i32 *dst = g->table + g->len;
             if (KV_UNLIKELY(!hy_pop_n(p, dst, newc))) return HY_INTERNAL;
-            if (p->ref)
-                for (i64 k = 0; k < newc; k++) p->ref[dst[k]] = 1;
+            if (ref)
+                for (i64 k = 0; k < newc; k++) ref[dst[k]] = 1;
             g->len += newc;
         }
     }
@@ -433,6 +443,10 @@ int hy_take(HPool *p, HReq *rq, const i32 *ids, i64 hit, i64 end, i64 cached, in
     return 1;
 }
 
+int hy_take(HPool *p, HReq *rq, const i32 *ids, i64 hit, i64 end, i64 cached, int first) {
+    return hy_take_(p, rq, ids, hit, end, cached, first);
+}
+
 /* One allocate_slots of the sequential replay: tokens done..end. 1: done; 0: does not fit; < 0:
  * an error code. (Its fit check counts every slot of the hit, skipped ones too, as the reference
  * does; the simulator asks hy_needed, vLLM's own count.) */
@@ -442,7 +456,7 @@ static int hy_allocate(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 hit, i6
     i64 total = first ? hit * p->G : 0;
     for (i64 gid = 0; gid < p->G; gid++) total += hy_new_count(&rq->g[gid], slots, first ? hit : rq->g[gid].len);
     if (total > hy_free_count(p)) return 0;
-    return hy_take(p, rq, ids, hit, end, kv_min(end, nids * p->bs), first);
+    return hy_take_(p, rq, ids, hit, end, kv_min(end, nids * p->bs), first);
 }
 
 i64 hy_start(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 tokens, i64 prompt, i64 *junction) {
