@@ -66,8 +66,9 @@ def test_page_states_a_hybrid_models_semantics():
         return found[0] if found else None
 
     text = note("gpt-oss-120b")
-    assert text.startswith("gpt-oss-120b has full, sliding_window layer groups, but every replay here serves every "
-                           "layer as full attention")
+    assert text.startswith("gpt-oss-120b has full, sliding_window layer groups, but every replay here (and "
+                           "simulation, in a report) serves every layer as full attention")
+    assert "kvreplay simulate --model gpt-oss-120b` serves them with it" in text
     assert "kvreplay run --model gpt-oss-120b" in text
     assert note("Llama-4-Scout").startswith("Llama-4-Scout-17B-16E-Instruct has chunked_local, full layer groups. "
                                             "vLLM 0.33.0 serves its chunked-local layers as full attention")

@@ -159,3 +159,19 @@ def test_cli_simulate_says_hybrid_and_full_semantics(tmp_path, capsys):
     assert main(["simulate", str(path), "--model", "gpt-oss-120b", "--capacity", "40GiB", "--time-model", "instant",
                  "--kv-semantics", "hybrid", "--engine-style", "sglang"]) == 2
     assert "the SGLang scheduler style" in capsys.readouterr().err
+
+
+def test_a_sweep_serves_every_run_under_one_semantics(tmp_path):
+    # A load sweep of a hybrid model: every row under hybrid semantics (and the table says so); with
+    # a tiered configuration in the grid, every row under full semantics, saying why
+    from kvreplay.output.serving import load_table
+    from kvreplay.serving.simulate import load_sweep
+
+    t = kvreplay.Trace.from_requests([(["a", "b"], 900, 0, 2), (["a", "c"], 900, 500, 2)], block_size=512)
+    opts = dict(model="gpt-oss-120b", capacity="10GiB", time_model="instant")
+    rows = load_sweep(t, speedups=[1, 2], **opts)
+    assert [r["kv_semantics"] for r in rows] == ["hybrid", "hybrid"] and rows[0]["capacity_blocks"] == 568
+    assert "\nsemantics  gpt-oss-120b's layer groups under vLLM 0.33.0's hybrid" in load_table(t, rows)
+    mixed = load_sweep(t, speedups=[1], tiers=[None, "dram=20GiB"], **opts)
+    assert [r["kv_semantics"] for r in mixed] == ["full", "full"] and mixed[0]["capacity_blocks"] == 284
+    assert "so that they compare under one semantics" in load_table(t, mixed)

@@ -49,7 +49,7 @@ def test_a_hybrid_models_plan_says_its_semantics():
     tiered = plan(EIGHT, model="gpt-oss-120b", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
                   weights_dtype="int4", tiers=(None, "dram=64GiB@64GB/s"), **ONE_AT_A_TIME)
     assert tiered["kv_semantics"]["semantics"] == "full" and tiered["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0
-    assert "compare under the same semantics" in tiered["kv_semantics"]["text"]
+    assert "so that they compare under one semantics" in tiered["kv_semantics"]["text"]
     assert "warning    KV semantics: gpt-oss-120b has full, sliding_window layer groups" in plan_text(EIGHT, tiered)
     import kvreplay
 

@@ -287,7 +287,8 @@ def _cmd_simulate(args) -> int:
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
                  "status": "str", "instance": "int"}
-SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "instances": "int",
+SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "kv_semantics": "str",
+               "instances": "int",
                "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
                "tpot_p50_s": "float", "hit_rate": "float", "hbm_hit_rate": "float", "sequential_hit_rate": "float",
                "load_balance": "float", "requests_per_s": "float", "goodput_per_s": "float", "slo_attainment": "float",

@@ -240,6 +240,10 @@ def load_table(trace, rows: list[dict]) -> str:
                                  *extra, ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("hit_rate", "hit rate %"),
                                  ("sequential_hit_rate", "sequential %"), ("requests_per_s", "req/s"),
                                  *slo_columns, ("preemptions", "preemptions"), ("ok", "keeps up")])
+    for text in dict.fromkeys(r["kv_semantics_text"] for r in rows if r.get("kv_semantics_text")):
+        hybrid = any(r.get("kv_semantics") == "hybrid" and r["kv_semantics_text"] == text for r in rows)
+        table += ("\nsemantics  " if hybrid else "\nwarning    KV semantics: ") + text + \
+            (" (pool blocks: block ids of this layout)" if hybrid else "")
     for r in failed:
         table += (f"\nfailed     load {r['load']:g}, {r['policy']}, {r['instances']} instance(s), router {r['router']}, "
                   f"tiers {r['tiers']}: {r['error']}")

@@ -197,9 +197,10 @@ def full_semantics_note(model) -> str | None:
     if resolve_semantics(spec.name, None) == "full":  # Llama 4: vLLM 0.33.0's own default
         return (f"{spec.name} has {kinds} layer groups. vLLM 0.33.0 serves its chunked-local layers as full "
                 "attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, as every replay here does.")
-    return (f"{spec.name} has {kinds} layer groups, but every replay here serves every layer as full attention "
-            f"(its KV bytes and its hits). `kvreplay run --model {spec.name}` and `kvreplay sweep --policies vllm "
-            f"--model {spec.name}` replay vLLM's hybrid manager over its groups (docs/policies.md, 'Hybrid models').")
+    return (f"{spec.name} has {kinds} layer groups, but every replay here (and simulation, in a report) serves every "
+            f"layer as full attention (its KV bytes and its hits). `kvreplay run --model {spec.name}` and `kvreplay "
+            f"sweep --policies vllm --model {spec.name}` replay vLLM's hybrid manager over its groups, and `kvreplay "
+            f"simulate --model {spec.name}` serves them with it (docs/policies.md, 'Hybrid models').")
 
 
 SWEEP_COLUMNS = [

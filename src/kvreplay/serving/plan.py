@@ -141,7 +141,9 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
         raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {judge_at!r}")
     if not any(True for _ in slo.objectives()):
         raise ConfigError("give at least one SLO (--slo-ttft-p90, --slo-tpot-p90 or --slo-e2e-p99)")
-    options, semantics_note = plan_semantics(model, options, tiers, policies)
+    from .semantics import one_semantics
+
+    options, semantics_note = one_semantics(model, options, tiers, policies)
     s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir)
     if cache_dir is not None:
@@ -158,23 +160,6 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     from .plan_result import PlanResult
 
     return PlanResult(out)
-
-
-def plan_semantics(model, options: dict, tiers, policies) -> tuple[dict, dict | None]:
-    """The options every run gets, with one KV semantics for all (a hybrid model's configurations
-    compare under the same semantics), and the plan's kv_semantics note."""
-    from .semantics import plan_note
-
-    asked = options.get("kv_semantics", "auto")
-    engine = options.get("engine_style", "vllm")
-    hybrid_ok = engine == "vllm" and not any(tiers) and all(p in (None, "vllm") for p in policies)
-    if asked == "auto" and not hybrid_ok:
-        options = {**options, "kv_semantics": "full"}
-        return options, plan_note(model, "full", "its configurations include tiers, another policy than vllm or the "
-                                                 "SGLang style, which the simulator's hybrid manager does not model: "
-                                                 "every configuration serves every layer as full attention, so all "
-                                                 "compare under the same semantics")
-    return options, plan_note(model, asked, None)
 
 
 def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:

@@ -121,11 +121,28 @@ def full_note(spec, why: str | None) -> dict:
                        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (then the same KV bytes hold "
                        f"{ratio:.1f}x the block ids: kv_semantics='hybrid')")
         return out
-    out["text"] = (f"{spec.name} has {', '.join(kinds)} layer groups, but this run serves every layer as full "
-                   f"attention{': ' + why if why else ''}"
+    out["text"] = (f"{spec.name} has {', '.join(kinds)} layer groups, but every layer is served as full attention "
+                   f"here{': ' + why if why else ''}"
                    + (f"; in the same KV bytes vLLM's hybrid manager holds {ratio:.1f}x the block ids and frees the "
                       "blocks that leave a window" if ratio else ""))
     return out
+
+
+def one_semantics(model, options: dict, tiers, policies) -> tuple[dict, dict | None]:
+    """A grid's runs (plan's configurations, a simulate sweep): `options` with one KV semantics for
+    all of them, so that a hybrid model's configurations compare under the same semantics (auto:
+    hybrid when every one can run it, else full for all), and the grid's kv_semantics note."""
+    asked = options.get("kv_semantics", "auto")
+    engine = options.get("engine_style", "vllm")
+    policies = [p.split(":")[0].strip().lower() if isinstance(p, str) else p for p in policies]
+    hybrid_ok = engine == "vllm" and not any(tiers) and all(p in (None, "vllm") for p in policies)
+    if asked == "auto" and not hybrid_ok:
+        options = {**options, "kv_semantics": "full"}
+        return options, plan_note(model, "full", "the configurations include tiers, another policy than vllm or the "
+                                                 "SGLang style, which the simulator's hybrid manager does not model, "
+                                                 "and all of them are served the same way so that they compare under "
+                                                 "one semantics")
+    return options, plan_note(model, asked, None)
 
 
 def plan_note(model, asked: str, why: str | None) -> dict | None:

@@ -451,6 +451,11 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
     instances = instances or [options.pop("instances", 1)]
     routers = routers or [options.pop("router", "round-robin")]
     tiers = tiers or [options.pop("tiers", None)]
+    from .semantics import one_semantics
+
+    asked = options.get("kv_semantics", "auto")
+    options, note = one_semantics(options.get("model"), options, tiers, policies)  # one semantics for the grid
+    forced = note if asked == "auto" and options.get("kv_semantics") == "full" else None
     tasks = []
     for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
         for k, (kind, value) in enumerate(loads):
@@ -468,6 +473,10 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
         for row in rows[g:g + len(loads)]:
             if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None:
                 row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
+    if forced is not None:  # every run full because of the grid: say why
+        for row in rows:
+            if row.get("kv_semantics_text"):
+                row["kv_semantics_text"] = forced["text"]
     return rows
 
 
@@ -494,6 +503,8 @@ def sweep_row(trace, options: dict) -> dict:
     return {
         "load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
         "policy": r.policy, "capacity_blocks": r.capacity_blocks, "instances": r.instances,
+        "kv_semantics": (r.kv_semantics or {}).get("semantics"),
+        "kv_semantics_text": (r.kv_semantics or {}).get("text"),
         "router": r.router or "-", "tiers": options.get("tiers") or "none",
         "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
         "tpot_p50_s": s["latency_s"]["tpot"]["p50"], "hit_rate": s["hit_rate"],
@@ -531,10 +542,12 @@ def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", sp
                     tiers: str | None = None) -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
-    `weights_dtype`), with the engine-faithful policy (JSON-ready)."""
+    `weights_dtype`), with the engine-faithful policy (JSON-ready). A hybrid model is served with
+    every layer as full attention, as the report's curves replay it (its note says so)."""
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
                       tp=tp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
-                      tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
+                      tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
+                      kv_semantics="full")  # (the report's curves and pool are full semantics: one for all)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
                     gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
