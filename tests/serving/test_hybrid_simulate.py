@@ -175,3 +175,24 @@ def test_a_sweep_serves_every_run_under_one_semantics(tmp_path):
     mixed = load_sweep(t, speedups=[1], tiers=[None, "dram=20GiB"], **opts)
     assert [r["kv_semantics"] for r in mixed] == ["full", "full"] and mixed[0]["capacity_blocks"] == 284
     assert "so that they compare under one semantics" in load_table(t, mixed)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.integers(12, 40), st.sampled_from([8, 16]))
+def test_instances_behind_a_fixed_router_are_independent_pools(rows, capacity, budget):
+    # Two instances with requests routed alternately (fixed before the run): each has its own
+    # hybrid pool over its own compact ids, so each serves its share exactly as one instance serving
+    # that share alone does (a window's frees, the shared pool, the hits: nothing crosses over)
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    arrival = np.asarray(trace.timestamp, dtype=np.float64) / 1000.0
+    kw = dict(policy="vllm", capacity=capacity, block_size=4, time_model=step(0.5), kv_groups=SW4,
+              scheduler=Scheduler(max_num_batched_tokens=budget, max_num_seqs=4), max_model_len=1000)
+    which = np.arange(len(rows)) % 2
+    both = run_once(trace, arrival_s=arrival, instances=2, assigned=which, **kw)
+    for k in (0, 1):
+        mine = np.flatnonzero(which == k)
+        if not mine.size:
+            continue
+        alone = run_once(trace.take(mine), arrival_s=arrival[mine], **kw)
+        for name in ("first_token_s", "finish_s", "hit_tokens", "preemptions", "status"):
+            assert np.array_equal(getattr(both, name)[mine], getattr(alone, name), equal_nan=True), (k, name)

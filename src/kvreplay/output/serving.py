@@ -80,8 +80,9 @@ def simulate_summary(trace, report) -> str:
     hybrid = report.kv_semantics if (report.kv_semantics or {}).get("semantics") == "hybrid" else None
     if hybrid is not None:  # block ids of vLLM's hybrid layout: a block id holds one group's layers
         pool = pool.replace(" blocks of ", " block ids of ", 1).replace(" blocks after ", " blocks (full semantics) after ")
-        pool += (f"; vLLM's hybrid layout, {hybrid['bytes_per_block_id']:,} bytes per block id: full-attention "
-                 f"semantics hold {hybrid['full_semantics_blocks']:,} blocks in the same bytes")
+        pool += f"; vLLM's hybrid layout, {hybrid['bytes_per_block_id']:,} bytes per block id"
+        if hybrid.get("full_semantics_blocks") is not None:  # (a pool given in block ids has no bytes to compare)
+            pool += f": full-attention semantics hold {hybrid['full_semantics_blocks']:,} blocks in the same bytes"
     lines.append(pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"))
     lines.append(f"time       {_describe_time(cfg['time_model'])}")
     if report.instances > 1:

@@ -36,8 +36,9 @@ def _unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: 
     checks = ((policy == "vllm", f"policy {policy}, not vllm"),
               (engine_style == "vllm", "the SGLang scheduler style (its hybrid radix caches are in `kvreplay run` "
                                        "only)"),
-              (not tiers, "tiers below HBM"), (not disagg, "prefill/decode disaggregation"),
-              (output_kv, "no output KV"), ("mamba" not in kinds, "Mamba state (not simulated yet)"))
+              (not tiers, "tiers below HBM (--tiers, --global-store)"),
+              (not disagg, "prefill/decode disaggregation (--prefill-instances)"),
+              (output_kv, "prompt-only KV (output_kv=False, --no-output-kv)"), ("mamba" not in kinds, "Mamba state (not simulated yet)"))
     return [why for ok, why in checks if not ok]
 
 
@@ -100,10 +101,12 @@ def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
     text = (f"{spec.name}'s layer groups under vLLM 0.33.0's hybrid KV cache manager ({whole.groups_text()}): a hit must be "
             f"served by every group and a window's blocks are freed as it moves; the pool is {ids:,} block ids "
             f"({how}, {cost:,} bytes per block id)")
-    if how != "block ids as given":
+    given = how == "block ids as given"
+    if not given:
         text += f", where full-attention semantics hold {sizes.capacity:,} blocks in the same bytes"
     note = {"semantics": "hybrid", "engine": "vllm", "groups": [vars(g) for g in whole.groups],
-            "block_ids": ids, "bytes_per_block_id": int(cost), "full_semantics_blocks": int(sizes.capacity),
+            "block_ids": ids, "bytes_per_block_id": int(cost),
+            "full_semantics_blocks": None if given else int(sizes.capacity),
             "retention": 0, "source": "vLLM 0.33.0 HybridKVCacheCoordinator (serving/kernel/hybrid.c)", "text": text}
     return Semantics(True, tuple(whole.groups), ids, note)
 
