@@ -349,3 +349,53 @@ def test_simulate_gpt_oss_hybrid_as_vllm(real):
     result = compare(real, simulate, multi_turn_rows(), settings)
     assert result["ours"].kv_semantics["semantics"] == "hybrid"
     assert result["agreement"] == 1.0, report(result)
+
+
+def claude_code_rows(name: str) -> list:
+    """A Claude Code sample (64-token blocks): (hash_ids, L, timestamp_ms, O) per request. Its ids
+    cover full blocks only; a prompt's partial tail gets an id of its own (as vLLM never hashes a
+    partial block, no other request can share it)."""
+    import kvreplay
+
+    from conftest import CLAUDE_CODE
+
+    t = kvreplay.load_trace(str(shared_path(CLAUDE_CODE / name)))
+    rows = []
+    for i in range(len(t)):
+        ids, L = t.blocks[t.offsets[i]:t.offsets[i + 1]].tolist(), int(t.input_length[i])
+        ids += [10**8 + i] * (-(-L // 64) - len(ids))
+        rows.append((ids, L, float(t.timestamp[i]), int(t.output_length[i])))
+    return rows
+
+
+@pytest.mark.parametrize("sample, model, capacity", [
+    ("trace_0291.json", "gpt-oss-120b", 2000), ("trace_0291.json", "gpt-oss-120b", 3000),
+    ("trace_0291.json", "gemma-3-27b-it", 3000), ("trace_0291.json", "gemma-3-27b-it", 6000)])
+def test_simulate_claude_code_hybrid_as_vllm(real, sample, model, capacity):
+    # Claude Code sessions (64-token blocks, prompts up to ~100k tokens) through
+    # kvreplay.simulate(model=...) and vLLM's Scheduler with the model's own groups: gpt-oss-120b
+    # (a 128-token window and full attention) and gemma-3-27b-it (six 1,024-token window groups and
+    # one full group, so a request holds 7 block tables from one pool), two pools each (hit rates 78-89%;
+    # 2 preemptions at gpt-oss-120b's 2,000 block ids)
+    import kvreplay
+    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.serving.simulate import Scheduler, arrivals
+    from kvreplay.serving.timing import PolynomialProfile
+
+    bs = 64
+    groups = list(layout(model, bs).groups)
+    settings = harness.Settings(block_size=bs, step_seconds=STEP_S, groups=groups, max_model_len=131072,
+                                usable_blocks=capacity, max_num_seqs=64, max_num_batched_tokens=8192)
+    profile = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "version": 1, "unit": "s",
+                                          "terms": [{"coef": STEP_S}]})
+
+    def simulate(trace, settings):
+        return kvreplay.simulate(trace, policy="vllm", capacity=settings.usable_blocks, block_size=bs, model=model,
+                                 time_model=profile, compare_sequential=False, max_model_len=131072,
+                                 scheduler=Scheduler(max_num_batched_tokens=8192, max_num_seqs=64))
+
+    simulate.Trace, simulate.arrivals = kvreplay.Trace, arrivals
+    result = compare(real, simulate, claude_code_rows(sample), settings)
+    assert result["ours"].kv_semantics["semantics"] == "hybrid"
+    assert result["agreement"] == 1.0, report(result)
+    assert sum(r.hit_tokens for r in result["engine"].requests) > 0
