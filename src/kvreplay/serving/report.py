@@ -76,8 +76,9 @@ class SimReport:
     band: dict | None = None
     max_model_len: int | None = None  # requests whose prompt + outputs exceed it were refused at arrival
     max_model_len_source: str | None = None
-    #: a hybrid model (sliding-window, chunked-local or Mamba layers) served with every layer as full
-    #: attention: what simulate models of it (None for a model with one kind of layer, or none)
+    #: a hybrid model's (sliding-window, chunked-local or Mamba layers) KV semantics: vLLM's hybrid
+    #: manager ("hybrid": its groups, block ids) or every layer as full attention ("full", and why);
+    #: None for a model with one kind of layer, or none (serving/semantics.py)
     kv_semantics: dict | None = None
 
     def per_instance(self) -> list[dict]:

@@ -343,16 +343,12 @@ def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_
         return np.zeros(0, dtype=np.int64)
     from ..policies.hybrid import KIND_CODES, check_groups
 
+    from .semantics import unmodelled
+
     kv_groups = check_groups(kv_groups, retention)
-    why = [w for ok, w in ((policy == "vllm", f"policy vllm (not {policy})"),
-                           (style == "vllm", "the vLLM scheduler style (SGLang's hybrid radix caches are not "
-                                             "in the simulator yet)"),
-                           (not tiers, "no tiers"), (not prefill_instances, "no prefill/decode disaggregation"),
-                           (output_kv, "output KV"),
-                           (all(g.kind != "mamba" for g in kv_groups), "attention groups only (Mamba state is not "
-                                                                       "simulated yet)")) if not ok]
+    why = unmodelled(policy, style, tiers, prefill_instances > 0, output_kv, {g.kind for g in kv_groups})
     if why:
-        raise ConfigError("hybrid KV semantics in the simulator need " + "; ".join(why)
+        raise ConfigError("the simulator's hybrid manager does not model " + "; ".join(why)
                           + " (kv_semantics='full' serves every layer as full attention)")
     return np.array([[KIND_CODES[g.kind], g.copies, g.window or 0, g.chunk or 0] for g in kv_groups],
                     dtype=np.int64).ravel()

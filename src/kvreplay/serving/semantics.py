@@ -31,7 +31,7 @@ class Semantics:
     note: dict | None = None  # the report's kv_semantics (None: a model with one kind of layer)
 
 
-def _unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool, kinds) -> list[str]:
+def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool, kinds) -> list[str]:
     """What this simulation has that the simulator's hybrid manager does not model."""
     checks = ((policy == "vllm", f"policy {policy}, not vllm"),
               (engine_style == "vllm", "the SGLang scheduler style (its hybrid radix caches are in `kvreplay run` "
@@ -69,7 +69,7 @@ def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, d
     if semantics == "full":
         why = "as asked (kv_semantics='full')" if kv_semantics == "full" else None
         return Semantics(False, note=full_note(spec, why))
-    missing = _unmodelled(policy, engine_style, tiers, disagg, output_kv, kinds)
+    missing = unmodelled(policy, engine_style, tiers, disagg, output_kv, kinds)
     if missing:
         if kv_semantics == "hybrid":
             raise ConfigError("kv_semantics='hybrid': the simulator's hybrid manager does not model "
