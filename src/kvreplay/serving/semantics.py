@@ -98,9 +98,9 @@ def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
         cost, how = whole.bytes_per_block, f"{str(capacity).strip()} of KV"
     else:
         ids, cost, how = int(sizes.capacity), whole.bytes_per_block, "block ids as given"
-    text = (f"{spec.name}'s layer groups under vLLM 0.33.0's hybrid KV cache manager ({whole.groups_text()}): a hit must be "
-            f"served by every group and a window's blocks are freed as it moves; the pool is {ids:,} block ids "
-            f"({how}, {cost:,} bytes per block id)")
+    text = (f"{spec.name}'s layer groups under vLLM 0.33.0's hybrid KV cache manager ({whole.groups_text()}): a hit "
+            "must be served by every group, and the blocks that leave a window or a local-attention chunk are freed; "
+            f"the pool is {ids:,} block ids ({how}, {cost:,} bytes per block id)")
     given = how == "block ids as given"
     if not given:
         text += f", where full-attention semantics hold {sizes.capacity:,} blocks in the same bytes"
@@ -164,8 +164,8 @@ def plan_note(model, asked: str, why: str | None) -> dict | None:
                                        "Mamba state is not simulated yet" if "mamba" in kinds else None))
     return {"semantics": "hybrid", "model_groups": kinds,
             "text": f"{spec.name}'s layer groups: every configuration runs vLLM 0.33.0's hybrid KV cache manager (a "
-                    "block id holds one group's layers, so the same bytes hold more of them; a window's blocks are "
-                    "freed as it moves)"}
+                    "block id holds one group's layers, so the same bytes hold more of them; the blocks that leave a "
+                    "window or a local-attention chunk are freed)"}
 
 
 def _ratio(spec) -> float:
