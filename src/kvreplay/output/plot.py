@@ -427,9 +427,11 @@ def serving_figure(report, *, title: str = ""):
     ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel(time_label)
     ax.set_ylabel("pool held by running requests (%)")
-    pools = (f"{report.instances} pools of {report.capacity_blocks:,} blocks together" if report.instances > 1
-             else f"{report.capacity_blocks:,} blocks")
-    ax.set_title(f"running KV ({pools}, {report.block_size} tokens each)", fontsize=9)
+    unit = "block ids" if (report.kv_semantics or {}).get("semantics") == "hybrid" else "blocks"  # (vLLM's hybrid layout)
+    pools = (f"{report.instances} pools of {report.capacity_blocks:,} {unit} together" if report.instances > 1
+             else f"{report.capacity_blocks:,} {unit}")
+    ax.set_title(f"running KV ({pools}, {report.block_size} tokens each"
+                 + (", hybrid layer groups" if unit == "block ids" else "") + ")", fontsize=9)
     for a in axes.flat:
         a.grid(True, alpha=0.3)
     for a in (axes[0, 1], axes[1, 0], axes[1, 1]):
