@@ -152,12 +152,13 @@ def simulate_summary(trace, report) -> str:
                                                                          ("TPOT", gp["slo_tpot_s"])) if v is not None)
         lines.append(f"goodput    {gp['requests_per_s']:,.3f} requests/s meet {slos} "
                      f"({gp['good_requests']:,} of {s['finished']:,})")
-    lines.append(f"KV pool    peak held by running requests {s['peak_running_kv_blocks']:,} blocks "
+    ids = "block ids" if (report.kv_semantics or {}).get("semantics") == "hybrid" else "blocks"
+    lines.append(f"KV pool    peak held by running requests {s['peak_running_kv_blocks']:,} {ids} "
                  f"({100 * s['peak_running_kv_fraction']:.0f}% of the pool); peak {s['peak_running_requests']:,} "
                  f"running, {s['peak_waiting_requests']:,} waiting; {s['preemptions']:,} preemptions of "
                  f"{s['preempted_requests']:,} requests ({s['recomputed_tokens']:,} tokens recomputed)")
     if s.get("extra_evictions") is not None:
-        lines.append(f"evictions  {s['evictions']:,} blocks evicted by the policy; the sequential replay evicts "
+        lines.append(f"evictions  {s['evictions']:,} {ids} evicted by the policy; the sequential replay evicts "
                      f"{s['sequential_evictions']:,}: " + (
                          f"running requests forced out {s['extra_evictions']:,} more (the blocks they hold and their "
                          "decode blocks)" if s["fewer_evictions"] == 0 else
