@@ -196,3 +196,10 @@ def test_instances_behind_a_fixed_router_are_independent_pools(rows, capacity, b
         alone = run_once(trace.take(mine), arrival_s=arrival[mine], **kw)
         for name in ("first_token_s", "finish_s", "hit_tokens", "preemptions", "status"):
             assert np.array_equal(getattr(both, name)[mine], getattr(alone, name), equal_nan=True), (k, name)
+
+
+def test_a_pool_beyond_the_hybrid_engine_is_refused_naming_it():
+    t = kvreplay.Trace.from_requests([([1, 2], 8, 0, 1)], block_size=4)
+    with pytest.raises(ConfigError, match="refuses a capacity of 2,147,483,648 block ids"):
+        run_once(t, policy="vllm", capacity=2**31, block_size=4, time_model=step(1.0), scheduler=Scheduler(),
+                 arrival_s=np.zeros(1), kv_groups=SW4)

@@ -291,6 +291,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             code = int(failed[failed != 0][0])
             if code == -1:
                 raise MemoryError("hybrid semantics: the simulator could not allocate its pools")
+            if code == -2:
+                raise ConfigError(f"hybrid semantics: the simulator's pool refuses a capacity of {capacity:,} block "
+                                  f"ids at {block_size}-token blocks (at most 2**31 - 2 ids and 2**24 tokens a block)")
             raise InvariantError(f"hybrid semantics: the simulator's pool failed (code {code}: "
                                  f"{'a hash id repeated within a hit' if code == -4 else 'its free queue ran dry'})")
         stuck = counters[:, C["stuck"]]

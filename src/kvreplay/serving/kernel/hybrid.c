@@ -66,7 +66,13 @@ int hyb_setup(Sim *s) {
 }
 
 void hyb_teardown(Sim *s) {
-    if (s->pools == NULL) return;
+    if (s->pools == NULL || s->hreqs == NULL) { /* (its setup ran out of memory before any pool) */
+        free(s->pools);
+        free(s->hreqs);
+        s->pools = NULL;
+        s->hreqs = NULL;
+        return;
+    }
     for (i64 i = 0; i < s->n; i++)
         if (s->hreqs[i].g != NULL) hy_req_release(&s->pools[0], &s->hreqs[i]);
     for (i64 q = 0; q < s->N; q++)

@@ -410,6 +410,6 @@ KV_EXPORT void kv_simulate(SimIO *io, const KvPolicy *policy, KvTiers *tiers) {
     Sim s;
     i64 router = io->cfg[ROUTER];
     setup(&s, io, policy, tiers, router == ROUTER_FIXED ? NULL : kv_routers[router]);
-    run(&s);
+    if (!s.failed) run(&s); /* (a hybrid pool that could not be set up: Python refuses the run) */
     teardown(&s);
 }
