@@ -33,12 +33,13 @@ class Semantics:
 
 def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool, kinds) -> list[str]:
     """What this simulation has that the simulator's hybrid manager does not model."""
-    checks = ((policy == "vllm", f"policy {policy}, not vllm"),
+    checks = ((policy == "vllm", f"a policy other than vllm ({policy})"),
               (engine_style == "vllm", "the SGLang scheduler style (its hybrid radix caches are in `kvreplay run` "
                                        "only)"),
               (not tiers, "tiers below HBM (--tiers, --global-store)"),
               (not disagg, "prefill/decode disaggregation (--prefill-instances)"),
-              (output_kv, "prompt-only KV (output_kv=False, --no-output-kv)"), ("mamba" not in kinds, "Mamba state (not simulated yet)"))
+              (output_kv, "prompt-only KV (output_kv=False, --no-output-kv)"),
+              ("mamba" not in kinds, "Mamba state (not simulated yet)"))
     return [why for ok, why in checks if not ok]
 
 
