@@ -203,3 +203,35 @@ def test_a_pool_beyond_the_hybrid_engine_is_refused_naming_it():
     with pytest.raises(ConfigError, match="refuses a capacity of 2,147,483,648 block ids"):
         run_once(t, policy="vllm", capacity=2**31, block_size=4, time_model=step(1.0), scheduler=Scheduler(),
                  arrival_s=np.zeros(1), kv_groups=SW4)
+
+
+@st.composite
+def layouts(draw):
+    kind = draw(st.sampled_from(["sliding", "3sliding", "chunked", "two"]))
+    w = draw(st.integers(1, 20))
+    if kind == "sliding":
+        return [Group("sliding_window", window=w), Group("full")]
+    if kind == "3sliding":
+        return [Group("sliding_window", 3, window=w), Group("full")]
+    if kind == "chunked":
+        return [Group("chunked_local", chunk=draw(st.integers(1, 24))), Group("full")]
+    return [Group("full"), Group("sliding_window", window=w), Group("chunked_local", chunk=draw(st.integers(1, 24)))]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), layouts(), st.integers(0, 40), st.sampled_from([4, 8, 64]))
+def test_requests_one_at_a_time_hit_as_the_sequential_hybrid_replay(rows, groups, extra, budget):
+    # Requests 1,000 s apart with one output token each run alone and finish after their prefill:
+    # the simulator's hybrid mode must give each the hit of kvreplay.replay(kv_groups=...), the
+    # sequential engine that tests/real_engines/test_vllm_hybrid.py checks against vLLM's own
+    # KVCacheManager, with the same prefill chunk (max_num_batched_tokens)
+    rows = [(ids, length, 1e6 * k, 1) for k, (ids, length, _, _) in enumerate(rows)]
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    blocks = max(-(-length // 4) for _, length, _, _ in rows)
+    capacity = sum(g.copies for g in groups) * blocks + extra  # every request fits its pool alone
+    sim = run_once(trace, policy="vllm", capacity=capacity, block_size=4, time_model=step(0.5),
+                   arrival_s=np.asarray(trace.timestamp, dtype=np.float64) / 1000.0, kv_groups=groups,
+                   scheduler=Scheduler(max_num_batched_tokens=budget, max_num_seqs=4), max_model_len=1000)
+    seq = kvreplay.replay(trace, "vllm", capacity, 4, kv_groups=groups, prefill_chunk=budget)
+    assert seq.counters["oversize_requests"] == 0 and sim.counters["rejected"] == 0
+    assert sim.hit_tokens.tolist() == np.asarray(seq.hit_tokens).tolist()
