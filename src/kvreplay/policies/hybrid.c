@@ -542,6 +542,11 @@ void hy_req_release(const HPool *p, HReq *rq) {
     rq->g = NULL;
 }
 
+void hy_counters(HPool *p, i64 *out) {
+    p->c[HY_RESIDENT] = p->c[HY_ADMISSIONS] - p->c[HY_EVICTIONS]; /* every admission is resident or evicted */
+    for (int k = 0; k < HY_COUNTERS; k++) out[k] = p->c[k];
+}
+
 void hy_release(HPool *p) {
     free(p->ref);
     free(p->scratch);
@@ -655,8 +660,7 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
         }
         hits[i] = h;
     }
-    p->c[HY_RESIDENT] = p->c[HY_ADMISSIONS] - p->c[HY_EVICTIONS]; /* every admission is resident or evicted */
-    for (int k = 0; k < HY_COUNTERS; k++) counters[k] = p->c[k];
+    hy_counters(p, counters);
     hy_req_release(p, &req);
     hy_release(p);
     return rc;

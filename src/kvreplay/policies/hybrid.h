@@ -74,6 +74,8 @@ static inline i64 hy_free_count(const HPool *p) {
 int hy_pool_init(HPool *p, i64 capacity, i64 block_size, i64 num_blocks, i64 num_specs, const i64 *kind,
                  const i64 *copies, const i64 *window, const i64 *chunk, i64 retention, i64 chunk_tokens, int refs);
 void hy_release(HPool *p);
+/* The pool's counters (HY_COUNTERS of them, the resident blocks last) into out. */
+void hy_counters(HPool *p, i64 *out);
 /* A request state for pool p's groups (its tables empty): 0 when out of memory. */
 int hy_req_init(const HPool *p, HReq *rq);
 void hy_req_release(const HPool *p, HReq *rq);

@@ -340,8 +340,8 @@ HYBRID_COUNTERS = ("admissions", "evictions", "duplicate_blocks", "oversize_requ
 
 def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_instances: int,
                   output_kv: bool) -> np.ndarray:
-    """The kernel's `groups` array (kind, copies, window, chunk per spec group; empty: full
-    semantics), refusing what the simulator's hybrid manager does not model."""
+    """The kernel's `groups` array (the spec groups' kinds, then their copies, windows and chunks;
+    empty: full semantics), refusing what the simulator's hybrid manager does not model."""
     if not kv_groups:
         return np.zeros(0, dtype=np.int64)
     from ..policies.hybrid import KIND_CODES, check_groups
@@ -354,7 +354,7 @@ def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_
         raise ConfigError("the simulator's hybrid manager does not model " + "; ".join(why)
                           + " (kv_semantics='full' serves every layer as full attention)")
     return np.array([[KIND_CODES[g.kind], g.copies, g.window or 0, g.chunk or 0] for g in kv_groups],
-                    dtype=np.int64).ravel()
+                    dtype=np.int64).T.ravel()
 
 
 def native_address(record: np.ndarray) -> int:

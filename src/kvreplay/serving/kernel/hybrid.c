@@ -25,9 +25,7 @@
 #include "ids.h"
 #include "sim.h"
 
-static inline const i32 *ids_of(const Sim *s, i64 j, i64 i) {
-    return (s->inst[j].ids == NULL ? s->io->blocks : s->lblocks) + s->io->offsets[i];
-}
+static inline const i32 *ids_of(const Sim *s, i64 j, i64 i) { return policy_ids(s, j) + s->io->offsets[i]; }
 
 static inline i64 positions(const Sim *s, i64 i) { return s->io->offsets[i + 1] - s->io->offsets[i]; }
 
@@ -37,32 +35,26 @@ static void error(Sim *s, i64 j, int code) {
 }
 
 int hyb_setup(Sim *s) {
-    const i64 *cfg = s->io->cfg, *g = s->io->groups;
+    const i64 *cfg = s->io->cfg, *g = s->io->groups; /* kinds, then copies, windows, chunks: S each */
     i64 S = cfg[HYBRID_GROUPS];
     s->pools = calloc((size_t)s->N, sizeof(HPool));
     s->hreqs = calloc((size_t)(s->n > 0 ? s->n : 1), sizeof(HReq));
-    i64 *kind = malloc((size_t)S * 4 * sizeof(i64));
-    if (!s->pools || !s->hreqs || !kind) {
-        free(kind);
+    if (!s->pools || !s->hreqs) {
+        error(s, 0, HY_NOMEM);
         return 0;
     }
-    i64 *copies = kind + S, *window = kind + 2 * S, *chunk = kind + 3 * S;
-    for (i64 k = 0; k < S; k++) kind[k] = g[4 * k], copies[k] = g[4 * k + 1], window[k] = g[4 * k + 2], chunk[k] = g[4 * k + 3];
-    int ok = 1;
-    for (i64 q = 0; q < s->N && ok; q++) {
+    for (i64 q = 0; q < s->N; q++) {
         HPool *p = &s->pools[q];
-        int rc = hy_pool_init(p, s->capacity, s->bs, kv_max(1, s->ids_cap[q]), S, kind, copies, window, chunk,
+        int rc = hy_pool_init(p, s->capacity, s->bs, kv_max(1, s->ids_cap[q]), S, g, g + S, g + 2 * S, g + 3 * S,
                               cfg[RETENTION], kv_max(1, cfg[MAX_BATCHED]), 1);
         if (rc) {
-            s->inst[q].counters[hybrid_error] = rc;
-            ok = 0;
-            break;
+            error(s, q, rc);
+            return 0;
         }
         p->in_flight = cfg[MAX_BATCHED]; /* max_concurrent_batches 1: one step's tokens */
         p->max_len = cfg[MAX_MODEL_LEN];
     }
-    free(kind);
-    return ok;
+    return 1;
 }
 
 void hyb_teardown(Sim *s) {
@@ -77,8 +69,7 @@ void hyb_teardown(Sim *s) {
         if (s->hreqs[i].g != NULL) hy_req_release(&s->pools[0], &s->hreqs[i]);
     for (i64 q = 0; q < s->N; q++)
         if (s->pools[q].blk != NULL) {
-            for (int k = 0; k < HY_COUNTERS; k++) s->io->hybrid_counters[q * HY_COUNTERS + k] = s->pools[q].c[k];
-            s->io->hybrid_counters[q * HY_COUNTERS + HY_RESIDENT] = s->pools[q].c[HY_ADMISSIONS] - s->pools[q].c[HY_EVICTIONS];
+            hy_counters(&s->pools[q], s->io->hybrid_counters + q * HY_COUNTERS);
             hy_release(&s->pools[q]);
         }
     free(s->pools);

@@ -365,10 +365,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     }
     if (cfg[HYBRID_GROUPS] > 0) { /* a hybrid model's layer groups (the vLLM style, policy vllm: Python checks) */
         s->mode = MODE_HYBRID;
-        if (!hyb_setup(s)) {
-            s->inst[0].counters[hybrid_error] = s->inst[0].counters[hybrid_error] ? s->inst[0].counters[hybrid_error] : -1;
-            s->failed = 1;
-        }
+        hyb_setup(s); /* (a failure sets hybrid_error and s->failed) */
     }
     if (router_kind != NULL) {
         Router *r = s->router = calloc(1, sizeof(Router));

@@ -29,7 +29,6 @@
 static inline i64 *ctr(Sim *s, i64 j) { return s->inst[j].counters; }
 static inline const i32 *to_global(Sim *s, i64 j) { return s->inst[j].ids == NULL ? NULL : s->inst[j].ids->to_global; }
 static inline const i32 *local_ids(Sim *s, i64 j) { return s->inst[j].ids == NULL ? NULL : s->lblocks; }
-static inline const i32 *policy_ids(Sim *s, i64 j) { return s->inst[j].ids == NULL ? s->io->blocks : s->lblocks; }
 static inline void drain(Sim *s, i64 j) {
     if (s->T > 0) kv_tier_drain(s->policy, s->inst[j].state, s->tiers, j, to_global(s, j));
 }

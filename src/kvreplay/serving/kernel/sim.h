@@ -184,7 +184,7 @@ i64 req_held(const Sim *s, i64 j);
 void req_started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks);
 
 /* ---- hybrid.c: MODE_HYBRID's side of the functions above ---- */
-int hyb_setup(Sim *s);  /* 0: out of memory */
+int hyb_setup(Sim *s);  /* 0: a pool could not be set up (hybrid_error says why; the run stops) */
 void hyb_teardown(Sim *s);
 i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial);
 int hyb_grow(Sim *s, i64 j, i64 i, i64 tokens);
@@ -224,5 +224,9 @@ static inline i64 sim_full_blocks(i64 prompt_tokens, i64 prompt_blocks, i64 bs) 
 }
 
 static inline i64 sim_ceil_page(i64 tokens, i64 bs) { return (tokens + bs - 1) / bs * bs; }
+
+/* the ids instance j's policy state (or hybrid pool) knows request positions by: its local ids,
+ * or the trace's when it has no id map */
+static inline const i32 *policy_ids(const Sim *s, i64 j) { return s->inst[j].ids == NULL ? s->io->blocks : s->lblocks; }
 
 #endif
