@@ -152,7 +152,7 @@ def simulate_summary(trace, report) -> str:
                                                                          ("TPOT", gp["slo_tpot_s"])) if v is not None)
         lines.append(f"goodput    {gp['requests_per_s']:,.3f} requests/s meet {slos} "
                      f"({gp['good_requests']:,} of {s['finished']:,})")
-    ids = "block ids" if (report.kv_semantics or {}).get("semantics") == "hybrid" else "blocks"
+    ids = "block ids" if hybrid is not None else "blocks"
     lines.append(f"KV pool    peak held by running requests {s['peak_running_kv_blocks']:,} {ids} "
                  f"({100 * s['peak_running_kv_fraction']:.0f}% of the pool); peak {s['peak_running_requests']:,} "
                  f"running, {s['peak_waiting_requests']:,} waiting; {s['preemptions']:,} preemptions of "
