@@ -30,6 +30,11 @@ blocks; ``multi_turn_rows``) at the heavy and tight settings. The pool C is vLLM
 Also: other slices of both Mooncake traces (800 conversation requests; synthetic requests 0-599
 and 2000-2499) at five pools from light to very tight (4000 blocks down to 150 with 16 sequences).
 
+Hybrid layer groups under concurrency (``HYBRID_CASES``): sliding-window, chunked-local and Mamba
+(align mode) layouts beside full attention, against the simulator's hybrid mode; with Mamba, the
+real Scheduler's block-aligned prefill split and MambaManager's one-state-per-step rule are in
+play (each of them, removed from the simulator, breaks agreement on most requests).
+
 The harness's hybrid groups (``Settings.groups``) are checked too. Requests that run one at a
 time, each with one output token, must get the hits of kvreplay's hybrid replay, which
 test_vllm_hybrid.py checks against vLLM's KVCacheManager.
@@ -275,7 +280,9 @@ def test_harness_hybrid_groups_one_request_at_a_time(real, groups, capacity):
 
 HYBRID_LAYOUTS = {"sliding128": [("sliding_window", 1, 128), ("full", 1, None)],
                   "3xsliding64": [("sliding_window", 3, 64), ("full", 1, None)],
-                  "chunked1024": [("chunked_local", 1, 1024), ("full", 1, None)]}
+                  "chunked1024": [("chunked_local", 1, 1024), ("full", 1, None)],
+                  "mamba": [("full", 1, None), ("mamba", 1, None)],
+                  "sliding128+mamba": [("full", 1, None), ("sliding_window", 1, 128), ("mamba", 1, None)]}
 HYBRID_POOLS = {"heavy": HEAVY, "tight": TIGHT}
 HYBRID_CASES = {f"{kind}-{layout}-{pool}": (kind, layout, HYBRID_POOLS[pool])
                 for kind in ("mooncake", "multiturn") for layout in HYBRID_LAYOUTS for pool in HYBRID_POOLS}

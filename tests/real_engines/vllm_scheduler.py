@@ -75,9 +75,12 @@ Hybrid layer groups
 them) builds a hybrid ``KVCacheConfig``, with ``prefix_cache_retention_interval`` from
 ``Settings.retention``, vLLM's default 0. The same wheel modules then run vLLM's
 ``HybridKVCacheCoordinator`` with its ``SlidingWindowManager`` and
-``ChunkedLocalAttentionManager``; ``run`` asserts those managers. Every group has one KV head of
-size 1, so all groups have the same page size and vLLM's page-size unification pads nothing.
-Mamba groups are not driven.
+``ChunkedLocalAttentionManager``, and for a ``mamba`` group its ``MambaManager`` in "align" mode
+(``CacheConfig(mamba_cache_mode="align")``, so the real ``Scheduler`` also runs its
+``_mamba_block_aligned_split``; vLLM's defaults otherwise: no speculative or prefill-checkpoint
+blocks, block hashes at the block size, no shared-prefix checkpoint); ``run`` asserts those
+managers. Every attention group has one KV head of size 1 and a Mamba group a one-element state,
+so page sizes never enter (the pool is counted in blocks).
 
 Tokens
 ------
@@ -111,7 +114,8 @@ Per request (trace order): ``scheduled_s`` (start of the step that first schedul
 Rejected on arrival (never given to vLLM), as kvreplay does: a request whose prompt plus outputs
 need more KV blocks than the usable pool, ``ceil((L + max(O, 1) - 1) / block_size) > usable``
 (with hybrid groups, that many blocks in each group, a sliding-window or chunked-local group's
-capped by its spec's own ``max_admission_blocks_per_request``, summed over the groups). vLLM itself would admit such a request if its prompt fits, then preempt everything, itself
+capped by its spec's own ``max_admission_blocks_per_request`` and a Mamba group's by the 2 state
+pages of ``MambaSpec.max_memory_usage_bytes`` in align mode, summed over the groups). vLLM itself would admit such a request if its prompt fits, then preempt everything, itself
 included, and wedge; with ``max_model_len`` set from the pool, the input processor would refuse
 the prompt or ``check_stop`` would cut its outputs.
 """
@@ -427,7 +431,7 @@ class Settings:
     step_seconds: float = 0.01
     max_model_len: int | None = None  # default: every request's prompt + outputs + a block (never binds)
     log_steps: bool = False
-    #: KV cache groups (kvreplay.analysis.kv_groups.Group: full, sliding_window, chunked_local), in
+    #: KV cache groups (kvreplay.analysis.kv_groups.Group: full, sliding_window, chunked_local, mamba), in
     #: vLLM's order, for its HybridKVCacheCoordinator; None: one full-attention group
     groups: list | None = None
     retention: int | None = 0  # KVCacheConfig.prefix_cache_retention_interval (vLLM's default 0; None: dense)
@@ -476,12 +480,12 @@ class RunResult:
 
 
 _MANAGERS = {"full": "FullAttentionManager", "sliding_window": "SlidingWindowManager",
-             "chunked_local": "ChunkedLocalAttentionManager"}
+             "chunked_local": "ChunkedLocalAttentionManager", "mamba": "MambaManager"}
 
 
 def _kv_cache_config(real: RealVLLM, settings: Settings):
-    """One full-attention group, or settings.groups (every group the same page size: one KV head
-    of size 1, so vLLM's page-size unification has nothing to pad)."""
+    """One full-attention group, or settings.groups (attention groups with one KV head of size 1,
+    Mamba groups in align mode with a one-element state: the pool is counted in blocks)."""
     i, bs = real.interface, settings.block_size
     common = dict(block_size=bs, num_kv_heads=1, head_size=1, dtype=None)
     if settings.groups is None:
@@ -490,14 +494,18 @@ def _kv_cache_config(real: RealVLLM, settings: Settings):
         specs = []
         for g in settings.groups:
             if g.kind not in _MANAGERS:
-                raise ValueError(f"the harness drives attention groups only, not {g.kind!r}")
+                raise ValueError(f"the harness drives full, sliding_window, chunked_local and mamba groups, "
+                                 f"not {g.kind!r}")
             for _ in range(g.copies):
                 if g.kind == "full":
                     specs.append(i.FullAttentionSpec(**common))
                 elif g.kind == "sliding_window":
                     specs.append(i.SlidingWindowSpec(**common, sliding_window=g.window))
-                else:
+                elif g.kind == "chunked_local":
                     specs.append(i.ChunkedLocalAttentionSpec(**common, attention_chunk_size=g.chunk))
+                else:  # a state of one element: vLLM's page-size unification pads it to the attention page
+                    specs.append(i.MambaSpec(block_size=bs, shapes=((1,),), dtypes=(None,), page_size_padded=None,
+                                             mamba_cache_mode="align"))
     groups = [i.KVCacheGroupSpec(layer_names=[f"layer.{k}"], kv_cache_spec=s) for k, s in enumerate(specs)]
     extra = {} if settings.groups is None else {"prefix_cache_retention_interval": settings.retention}
     return i.KVCacheConfig(num_blocks=settings.num_gpu_blocks, kv_cache_tensors=[], kv_cache_groups=groups, **extra)
@@ -530,9 +538,16 @@ def admission_caps(real: RealVLLM, kv_cache_config, settings: Settings, max_len:
         return None
     i = real.interface
     capped = (i.SlidingWindowSpec, i.ChunkedLocalAttentionSpec)
-    return [g.kv_cache_spec.max_admission_blocks_per_request(max_in_flight_tokens=settings.max_num_batched_tokens,
-                                                              max_model_len=max_len)
-            if isinstance(g.kv_cache_spec, capped) else None for g in kv_cache_config.kv_cache_groups]
+
+    def cap(spec):
+        if isinstance(spec, capped):
+            return spec.max_admission_blocks_per_request(max_in_flight_tokens=settings.max_num_batched_tokens,
+                                                         max_model_len=max_len)
+        if isinstance(spec, i.MambaSpec):  # align mode: max_memory_usage_bytes is 2 state pages
+            return 2 + spec.num_speculative_blocks + spec.num_prefill_checkpoint_blocks
+        return None
+
+    return [cap(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups]
 
 
 def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> RunResult:
@@ -550,7 +565,9 @@ def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> Run
             max_model_len=max_len, is_encoder_decoder=False,
             max_num_batched_tokens=settings.max_num_batched_tokens, max_num_seqs=settings.max_num_seqs,
             enable_chunked_prefill=settings.enable_chunked_prefill, async_scheduling=False)
-        cache_cfg = real.cache_config.CacheConfig(block_size=bs, enable_prefix_caching=True)
+        mamba = any(g.kind == "mamba" for g in settings.groups or ())
+        cache_cfg = real.cache_config.CacheConfig(block_size=bs, enable_prefix_caching=True,
+                                                  **({"mamba_cache_mode": "align"} if mamba else {}))
         cache_cfg.num_gpu_blocks = settings.num_gpu_blocks
         vllm_config = vllm_config_view(real, sched_cfg, cache_cfg, max_len)
         kv_cache_config = _kv_cache_config(real, settings)

@@ -328,11 +328,27 @@ static inline i64 hy_admission_cap(const HPool *p, int kind, i64 window, i64 chu
     return INT64_MAX;
 }
 
+/* MambaSpec.max_memory_usage_bytes in align mode: 2 state pages per request (no speculative or
+ * prefill-checkpoint blocks), the most it holds at once. */
+static inline i64 hy_peak_cap(const HPool *p, const HSpec *sp) {
+    return sp->kind == K_MAMBA ? 2 : hy_admission_cap(p, sp->kind, sp->window, sp->chunk);
+}
+
+int hy_hit_cached_this_step(const HPool *p, const i32 *ids, i64 hit) {
+    if (!p->stamp || hit < 1) return 0;
+    const i32 *stamp = p->stamp + (i64)ids[hit - 1] * p->G;
+    for (i64 s = 0; s < p->S; s++)
+        if (p->spec[s].kind == K_MAMBA)
+            for (i64 c = 0; c < p->spec[s].copies; c++)
+                if (stamp[p->spec[s].gid0 + c] == p->step) return 1;
+    return 0;
+}
+
 i64 hy_peak(const HPool *p, i64 tokens) {
     i64 slots = kv_ceil_div(tokens, p->bs), total = 0;
     for (i64 k = 0; k < p->S; k++) {
         const HSpec *sp = &p->spec[k];
-        total += sp->copies * kv_min(slots, hy_admission_cap(p, sp->kind, sp->window, sp->chunk));
+        total += sp->copies * kv_min(slots, hy_peak_cap(p, sp));
     }
     return total;
 }
@@ -342,14 +358,17 @@ i64 hy_needed(const HPool *p, const HReq *rq, const i32 *ids, i64 hit, i64 token
     for (i64 gid = 0; gid < p->G; gid++) {
         const HGroup *g = &rq->g[gid];
         i64 required = admission ? kv_min(slots, hy_admission_cap(p, g->kind, g->window, g->chunk)) : slots;
+        /* a Mamba group (align mode) takes one state block a step at most: physical_block_cap
+         * (stm:1692-1795) */
+        i64 cap = g->kind == K_MAMBA ? 1 : INT64_MAX;
         if (!first) { /* a running request: no new hits (stm:230-236) */
-            total += kv_max(required - g->len, 0);
+            total += kv_min(kv_max(required - g->len, 0), cap);
             continue;
         }
         /* the blocks beyond the hit and the window's skipped blocks, then the hit blocks a touch
          * takes out of the free queue (stm:238-266) */
         i64 skipped = hy_skipped(p, g, hit * p->bs);
-        total += kv_max(required - kv_max(skipped, hit), 0);
+        total += kv_min(kv_max(required - kv_max(skipped, hit), 0), cap);
         const i32 *k = p->keys + gid;
         for (i64 j = kv_min(skipped, hit); j < hit; j++) {
             i32 b = k[(i64)ids[j] * p->G];
@@ -425,8 +444,10 @@ static inline __attribute__((always_inline)) int hy_take_(HPool *p, HReq *rq, co
             while (q > 0 && g->pos[q - 1] >= g->cached_upto) q--;
             for (; q < g->ns; q++) {
                 i64 j = g->pos[q];
-                if (j < top && ((j >= r[0] && j < r[1]) || (j >= r[2] && j < r[3])))
+                if (j < top && ((j >= r[0] && j < r[1]) || (j >= r[2] && j < r[3]))) {
                     hy_cache(p, gid, ids[j], g->table[q]);
+                    if (p->stamp) p->stamp[(i64)ids[j] * G + gid] = p->step;
+                }
             }
             g->cached_upto = full;
             continue;
@@ -549,6 +570,7 @@ void hy_counters(HPool *p, i64 *out) {
 
 void hy_release(HPool *p) {
     free(p->ref);
+    free(p->stamp);
     free(p->scratch);
     free(p->order);
     free(p->spec);
@@ -615,6 +637,14 @@ int hy_pool_init(HPool *p, i64 capacity, i64 block_size, i64 num_blocks, i64 num
     for (i64 s = 0; s < num_specs; s++)
         if (kind[s] != K_FULL) p->order[o++] = (int)s;
     p->simple = num_specs == 2 && p->spec[p->order[0]].kind == K_FULL;
+    if (refs && p->has_mamba) {
+        p->stamp = calloc((size_t)(nkeys > 0 ? nkeys : 1), sizeof(i32));
+        if (!p->stamp) {
+            hy_release(p);
+            memset(p, 0, sizeof *p);
+            return HY_NOMEM;
+        }
+    }
     return 0;
 }
 

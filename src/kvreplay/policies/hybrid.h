@@ -43,6 +43,7 @@ typedef struct {
 typedef struct HReq {
     HGroup *g;
     i64 tcap;
+    i64 junction; /* the simulator's: the shared-prefix boundary of its last lookup, in tokens */
 } HReq;
 
 typedef struct HPool {
@@ -62,6 +63,8 @@ typedef struct HPool {
     /* the simulator's pool (NULL, 0: the sequential replay's, one request at a time) */
     i32 *ref;     /* per block: the requests holding it (vLLM's ref_cnt); a block is in the free queue at 0 */
     i64 in_flight, max_len; /* the admission cap's max_in_flight_tokens and max_model_len (0: none) */
+    i32 *stamp; /* a Mamba model's, per key: the step that last cached it in a Mamba group (NULL: none) */
+    i32 step;   /* this step's number (hy_step_starts) */
 } HPool;
 
 static inline i64 hy_free_count(const HPool *p) {
@@ -93,8 +96,15 @@ void hy_remove_skipped(HPool *p, HReq *rq, i64 computed);
  * starting with `hit` hit blocks (ids: its block ids; `admission`: vLLM's full-sequence gate,
  * which caps sliding-window and chunked-local groups); else a running request. */
 i64 hy_needed(const HPool *p, const HReq *rq, const i32 *ids, i64 hit, i64 tokens, int first, int admission);
+/* new_step_starts: the Mamba states cached from now on are this step's (the simulator's, refs). */
+static inline void hy_step_starts(HPool *p) { p->step++; }
+/* A Mamba group's hit state (the last of `hit` hit blocks) was cached in this step: vLLM's
+ * MambaManager then refuses the request this step (get_num_blocks_to_allocate's
+ * cached_blocks_this_step). */
+int hy_hit_cached_this_step(const HPool *p, const i32 *ids, i64 hit);
 /* The blocks a request of `tokens` tokens holds at its peak on its own (vLLM's admission gate for
- * the whole sequence: sliding-window and chunked-local groups capped). */
+ * the whole sequence: sliding-window and chunked-local groups capped; a Mamba group, in align
+ * mode, 2: MambaSpec.max_memory_usage_bytes). */
 i64 hy_peak(const HPool *p, i64 tokens);
 /* The blocks of one allocate_slots up to `end` tokens (its fit checked): on the first, the hit
  * blocks are touched; then new blocks, group by group; then every full block below `cached`

@@ -38,8 +38,7 @@ def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: b
                                        "only)"),
               (not tiers, "tiers below HBM (--tiers, --global-store)"),
               (not disagg, "prefill/decode disaggregation (--prefill-instances)"),
-              (output_kv, "prompt-only KV (output_kv=False, --no-output-kv)"),
-              ("mamba" not in kinds, "Mamba state (not simulated yet)"))
+              (output_kv, "prompt-only KV (output_kv=False, --no-output-kv)"))
     return [why for ok, why in checks if not ok]
 
 

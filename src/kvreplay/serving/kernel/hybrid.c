@@ -17,6 +17,11 @@
  *   preempts), cached up to num_tokens;
  * - release (finished or preempted): every group's blocks, tail first.
  *
+ * A Mamba group (align mode, MambaManager) holds one state block per step, the previous one
+ * freed a step later; its prefill chunks end where the scheduler's _mamba_block_aligned_split
+ * ends them (hyb_split: block aligned, at the last cacheable boundary and at the shared-prefix
+ * junction), and a request whose hit state another request cached in this step waits a step.
+ *
  * The block ids are the instance's (requests.c's policy_ids); generated tokens' blocks have ids
  * no prompt has, so only the request that made them hits them (after a preemption). */
 #include <stdlib.h>
@@ -78,6 +83,29 @@ void hyb_teardown(Sim *s) {
     s->hreqs = NULL;
 }
 
+void hyb_step_starts(Sim *s, i64 j) { hy_step_starts(&s->pools[j]); }
+
+int hyb_mamba(const Sim *s) { return s->pools[0].has_mamba; }
+
+i64 hyb_split(const Sim *s, i64 i, i64 start, i64 n) {
+    const i64 bs = s->bs, num_tokens = s->io->L[i] + s->generated[i];
+    i64 prefill_end = kv_max(s->io->L[i], num_tokens - 1);
+    if (start >= prefill_end) return n;
+    i64 last_cache = kv_max((num_tokens - 1) / bs * bs, 0); /* get_mamba_prefill_checkpoint_position */
+    i64 end = start + n;
+    if (end < prefill_end) { /* chunk ends block aligned (the prompt's last chunk exempt) */
+        i64 aligned = end / bs * bs;
+        if (aligned > start || bs <= s->io->cfg[MAX_BATCHED]) end = aligned;
+    }
+    i64 junction = s->hreqs[i].junction;
+    i64 stops[3] = {start % bs ? (start / bs + 1) * bs : 0, last_cache,
+                    start < junction && junction < end ? start + (junction - start) / bs * bs : 0};
+    i64 stop = end;
+    for (int k = 0; k < 3; k++)
+        if (start < stops[k] && stops[k] < stop) stop = stops[k];
+    return kv_max(stop - start, 0);
+}
+
 i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     HPool *p = &s->pools[j];
     HReq *rq = &s->hreqs[i];
@@ -89,9 +117,15 @@ i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     }
     i64 junction;
     i64 k = hy_start(p, rq, ids, nids, N, s->io->L[i], &junction); /* (touches nothing yet) */
+    rq->junction = junction * bs;
     i64 hit = k * bs, want = N - hit;
     if (!partial && want > budget) return 0;
     i64 n = kv_min(want, budget), free_now = hy_free_count(p);
+    if (p->has_mamba) {
+        n = hyb_split(s, i, hit, n);
+        if (n == 0) return 0;
+        if (hy_hit_cached_this_step(p, ids, k)) return -1;
+    }
     i64 whole = p->max_len > 0 ? kv_min(N, p->max_len) : N;
     if (hy_needed(p, rq, ids, k, whole, 1, 1) > free_now || hy_needed(p, rq, ids, k, hit + n, 1, 0) > free_now)
         return -1;

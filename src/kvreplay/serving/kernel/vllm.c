@@ -21,10 +21,16 @@ void vllm_schedule(Sim *s, i64 j) {
     const i64 *cfg = s->io->cfg;
     i64 budget = cfg[MAX_BATCHED];
     int preempted = 0;
+    int mamba = s->mode == MODE_HYBRID && hyb_mamba(s);
+    if (s->mode == MODE_HYBRID) hyb_step_starts(s, j);
     /* 1. running requests first, in admission order */
     for (i64 r = 0; r < q->nrun && budget > 0;) {
         i64 i = q->running[r];
         i64 want_new = s->computed[i] < s->target[i] ? kv_min(s->target[i] - s->computed[i], budget) : 1;
+        if (mamba && (want_new = hyb_split(s, i, s->computed[i], want_new)) == 0) {
+            r++; /* no block-aligned chunk fits the budget: it waits a step (scheduler.py:890) */
+            continue;
+        }
         int ok = 1;
         while (!req_grow(s, j, i, s->computed[i] + want_new)) {
             if (s->failed) return;
