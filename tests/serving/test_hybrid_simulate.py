@@ -129,12 +129,60 @@ def test_simulate_sizes_the_hybrid_pool_by_the_layout():
     assert g.capacity_blocks == left["block_ids"] == int(2 * left["full_semantics_blocks"]) + 1  # (rounding)
 
 
-def test_mamba_hybrids_are_served_as_full_attention_and_say_why():
+MAMBA = [Group("full"), Group("mamba")]
+
+
+def test_a_mamba_group_hits_only_at_saved_states_and_its_chunks_end_there():
+    # Blocks of 4 tokens, full attention beside a Mamba group (vLLM's MambaManager, align mode),
+    # 16 tokens per step, 1 s per step.
+    #
+    # A (17 tokens, ids 1-5) at 0 s: the scheduler's block-aligned split ends its first chunk at
+    # its last cacheable boundary, (17 - 1) // 4 * 4 = 16, so
+    # it prefills in two steps (16 + 1 tokens): first token at 2 s. The Mamba group saves only the
+    # state at the prompt's last full block (block 3, after 16 tokens).
+    # B (18 tokens, ids 1, 2, 3, 9, 10) at 10 s: full attention matches blocks 0-2, but no Mamba
+    # state is saved there, so its hit is 0 (full semantics: 12). Full attention matched further:
+    # a shared-prefix junction at 12 tokens, where its chunks stop: 12, then 4 (to 16, its last
+    # cacheable boundary), then 2 tokens: first token at 13 s. Its state at 12 is saved.
+    # C (18 tokens, ids 1, 2, 3, 11, 12) at 20 s: hits 12 tokens at B's junction state and
+    # prefills 4 + 2 tokens: first token at 22 s.
+    rows = [([1, 2, 3, 4, 5], 17, 0.0, 1), ([1, 2, 3, 9, 10], 18, 10_000.0, 1), ([1, 2, 3, 11, 12], 18, 20_000.0, 1)]
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    kw = dict(policy="vllm", block_size=4, time_model=step(1.0), arrival_s=np.array([0.0, 10.0, 20.0]),
+              scheduler=Scheduler(max_num_batched_tokens=16, max_num_seqs=4), max_model_len=1000)
+    r = run_once(trace, capacity=40, kv_groups=MAMBA, **kw)
+    assert r.hit_tokens.tolist() == [0, 0, 12]
+    assert r.first_token_s.tolist() == [2.0, 13.0, 22.0]
+    full = run_once(trace, capacity=40, **kw)  # full semantics: one chunk each after the hit
+    assert full.hit_tokens.tolist() == [0, 12, 12]
+    assert full.first_token_s.tolist() == [2.0, 11.0, 21.0]
+
+
+def test_a_mamba_state_cached_in_this_step_is_hit_a_step_later():
+    # Two identical 17-token prompts at 0 s, 40 tokens per step. A's first chunk (16 tokens, the
+    # split above) caches its blocks and its Mamba state at 16 tokens in step 0. The second
+    # request would hit them in the same step, but MambaManager refuses a hit on a state cached
+    # in this step (its cached_blocks_this_step): it is scheduled at 1 s with a 16-token hit, and
+    # both first tokens come at 2 s. Full attention alone hits in the same step (first token 1 s).
+    rows = [([1, 2, 3, 4, 5], 17, 0.0, 1), ([1, 2, 3, 4, 5], 17, 0.0, 1)]
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    kw = dict(policy="vllm", block_size=4, time_model=step(1.0), arrival_s=np.array([0.0, 0.0]),
+              scheduler=Scheduler(max_num_batched_tokens=40, max_num_seqs=4), max_model_len=1000)
+    r = run_once(trace, capacity=40, kv_groups=MAMBA, **kw)
+    assert r.scheduled_s.tolist() == [0.0, 1.0] and r.hit_tokens.tolist() == [0, 16]
+    assert r.first_token_s.tolist() == [2.0, 2.0]
+    full = run_once(trace, capacity=40, **kw)
+    assert full.scheduled_s.tolist() == [0.0, 0.0] and full.first_token_s.tolist() == [1.0, 1.0]
+
+
+def test_mamba_hybrids_are_simulated_with_their_groups():
     t = kvreplay.Trace.from_requests([(["a", "b"], 900, 0, 2)], block_size=512)
     r = simulate(t, "vllm", 100, model="Qwen3-Next-80B-A3B", time_model="instant")
-    assert r.kv_semantics["semantics"] == "full" and "Mamba state (not simulated yet)" in r.kv_semantics["text"]
-    with pytest.raises(ConfigError, match="Mamba state"):
-        simulate(t, "vllm", 100, model="Qwen3-Next-80B-A3B", time_model="instant", kv_semantics="hybrid")
+    assert r.kv_semantics["semantics"] == "hybrid"
+    assert [g["kind"] for g in r.kv_semantics["groups"]] == ["mamba", "full"]
+    assert "a Mamba group hits only where its state was saved" in r.kv_semantics["text"]
+    full = simulate(t, "vllm", 100, model="Qwen3-Next-80B-A3B", time_model="instant", kv_semantics="full")
+    assert full.kv_semantics["semantics"] == "full"
 
 
 def test_cli_simulate_says_hybrid_and_full_semantics(tmp_path, capsys):

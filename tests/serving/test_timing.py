@@ -552,3 +552,27 @@ def test_roofline_options_belong_to_roofline_raw():
     assert isinstance(load_time_model("roofline", model="Llama-3.1-8B", gpu="H100"), CalibratedRooflineTimeModel)
     with pytest.raises(ConfigError, match="unknown roofline coefficient"):
         CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", coefficients={"e_magic": 1.0})
+
+
+def test_calibrated_roofline_prices_mamba_layers_by_their_state():
+    # Qwen3-Next-80B-A3B: 12 attention layers, 36 Gated DeltaNet layers of 1,097,728 state bytes.
+    # Attention runs on the 12 only; the state term reads and writes each layer's state once per
+    # request in the step and updates it per token (roofline.py's module docstring).
+    from kvreplay.serving.timing import CalibratedRooflineTimeModel
+
+    m = CalibratedRooflineTimeModel("Qwen3-Next-80B-A3B", "H100", tp=4)
+    c = m.c
+    assert (m.attn_layers, m.layers_full, m.mamba_layers, m.state_bytes) == (12, 12, 36, 1_097_728)
+    decode = StepBatch([], [], [1000] * 8)
+    # 2 x 1,097,728 B x 36 layers x 8 requests / 4 GPUs = 158,072,832 B; 6 x 548,864 x 36 x 8 / 4 FLOPs
+    nbytes, flops = 158_072_832, 237_109_248
+    want = 36 * c["attn_floor_decode_s"] + max(flops / (m.attn_peak * c["e_attn_decode"]),
+                                               nbytes / (m.bandwidth * c["e_kv_decode"]))
+    terms = m.terms(decode)
+    assert terms["mamba"] == pytest.approx(want, rel=1e-12)
+    assert terms["attn_decode"] > 0 and terms["attn_decode"] < 36 * c["attn_floor_decode_s"]
+    # a step's state traffic grows with its requests, not with their contexts
+    longer = m.terms(StepBatch([], [], [100_000] * 8))
+    assert longer["mamba"] == pytest.approx(want, rel=1e-12) and longer["attn_decode"] > terms["attn_decode"]
+    # a model without Mamba layers has no such term
+    assert "mamba" not in CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").terms(decode)

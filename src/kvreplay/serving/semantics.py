@@ -5,8 +5,8 @@ A hybrid model (sliding-window or chunked-local layers beside full attention) is
 vLLM 0.33.0's hybrid KV cache manager when ``kv_semantics`` is "hybrid", or "auto" where vLLM uses
 it by default (analysis/kv_groups.py resolve_semantics: not Llama 4's chunked-local layers) and
 the simulator models it: policy vllm, the vLLM scheduler style, output KV, no tiers, no
-prefill/decode disaggregation, attention groups only (no Mamba state). Otherwise every layer is
-served as full attention, and the report says why.
+prefill/decode disaggregation; Mamba groups in vLLM's align mode. Otherwise every layer is served
+as full attention, and the report says why.
 
 Under hybrid semantics a block id holds one group's layers (analysis/kv_groups.py layout), so the
 same KV bytes hold more block ids than under full semantics, where a block holds every layer: a
@@ -99,8 +99,8 @@ def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
     else:
         ids, cost, how = int(sizes.capacity), whole.bytes_per_block, "block ids as given"
     text = (f"{spec.name}'s layer groups under vLLM 0.33.0's hybrid KV cache manager ({whole.groups_text()}): a hit "
-            "must be served by every group, and the blocks that leave a window or a local-attention chunk are freed; "
-            f"the pool is {ids:,} block ids ({how}, {cost:,} bytes per block id)")
+            f"must be served by every group, {_freed(g.kind for g in whole.groups)}; the pool is {ids:,} block ids ({how}, "
+            f"{cost:,} bytes per block id)")
     given = how == "block ids as given"
     if not given:
         text += f", where full-attention semantics hold {sizes.capacity:,} blocks in the same bytes"
@@ -109,6 +109,19 @@ def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
             "full_semantics_blocks": None if given else int(sizes.capacity),
             "retention": 0, "source": "vLLM 0.33.0 HybridKVCacheCoordinator (serving/kernel/hybrid.c)", "text": text}
     return Semantics(True, tuple(whole.groups), ids, note)
+
+
+def _freed(kinds) -> str:
+    """What the hybrid manager frees and keeps, for a layout's kinds of group."""
+    kinds = set(kinds)
+    parts = []
+    if kinds & {"sliding_window", "chunked_local"}:
+        parts.append("the blocks that leave a window or a local-attention chunk are freed")
+    if "mamba" in kinds:
+        parts.append("a Mamba group hits only where its state was saved (MambaManager's align mode: at the "
+                     "prompt's last block boundary and a shared-prefix junction; prefill chunks end at block "
+                     "boundaries) and holds one state block per step")
+    return " and ".join(parts) or "each group evicts on its own"
 
 
 def full_note(spec, why: str | None) -> dict:
@@ -159,13 +172,12 @@ def plan_note(model, asked: str, why: str | None) -> dict | None:
     spec = get_model(model)
     kinds = sorted({g["kind"] for g in spec.kv_groups})
     semantics = resolve_semantics(spec.name, asked)
-    if semantics == "full" or "mamba" in kinds:
-        return full_note(spec, why or ("as asked (kv_semantics='full')" if asked == "full" else
-                                       "Mamba state is not simulated yet" if "mamba" in kinds else None))
+    if semantics == "full":
+        return full_note(spec, why or ("as asked (kv_semantics='full')" if asked == "full" else None))
+    freed = _freed(kinds)
     return {"semantics": "hybrid", "model_groups": kinds,
             "text": f"{spec.name}'s layer groups: every configuration runs vLLM 0.33.0's hybrid KV cache manager (a "
-                    "block id holds one group's layers, so the same bytes hold more of them; the blocks that leave a "
-                    "window or a local-attention chunk are freed)"}
+                    f"block id holds one group's layers; {freed})"}
 
 
 def _ratio(spec) -> float:

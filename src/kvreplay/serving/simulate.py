@@ -325,9 +325,14 @@ def _calibration_warnings(tm, trace, report) -> list[str]:
     if rng.get("models") and spec.name not in rng["models"]:
         kind = ("an MoE model" if spec.active_params != spec.total_params else "a model") + \
             (" with MLA attention" if spec.kv_lora_rank else "") + \
-            (" with sliding-window layers" if spec.sliding_window_layers else "")
+            (" with sliding-window layers" if spec.sliding_window_layers else "") + \
+            (" with Mamba / linear-attention layers" if spec.mamba_layers else "")
         out.append(f"{spec.name} is {kind} outside the calibration's checked models ({', '.join(rng['models'])}): "
                    "its terms are extrapolated from dense-model kernels")
+    if getattr(tm, "mamba_layers", 0):
+        out.append(f"{spec.name}'s {tm.mamba_layers} Mamba / linear-attention layers are priced by the roofline's "
+                   "state term (state read and write per request, state update per token), which no measurement "
+                   "checks: the band covers the attention and GEMM terms only")
     if rng.get("tp") and tm.tp not in rng["tp"]:
         out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
     context = np.asarray(trace.input_length) + np.asarray(trace.output_length)

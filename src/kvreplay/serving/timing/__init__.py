@@ -51,11 +51,11 @@ def load_time_model(spec, *, model=None, gpu=None, tp: int = 1, **roofline_optio
         from ...analysis.models import get_model
 
         spec_model = get_model(model)
-        if spec_model.mamba_layers:
-            raise ConfigError(f"the {key} time model has no Mamba or linear-attention layers yet, and "
+        if key == "roofline-raw" and spec_model.mamba_layers:
+            raise ConfigError(f"the roofline-raw time model has no Mamba or linear-attention layers, and "
                               f"{spec_model.name} has {spec_model.mamba_layers}: its step times would be wrong. "
-                              "Give a measured profile (--time-model FILE.json, kvreplay calibrate-profile), or "
-                              "use kvreplay run for its hit rates")
+                              "Use the default roofline (its Mamba state term: docs/serving.md), or a measured "
+                              "profile (--time-model FILE.json, kvreplay calibrate-profile)")
         if key == "roofline-raw":
             return RooflineTimeModel(model, gpu, tp, **roofline_options)
         raw = sorted(k for k in RAW_OPTIONS if roofline_options.get(k) is not None)

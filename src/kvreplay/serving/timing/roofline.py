@@ -23,7 +23,15 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - decode attention: the same with its own floor and efficiencies, over the decodes' contexts;
 - TP all-reduce (tp > 1): two per layer, ``latency + 2 (tp - 1) / tp x T x hidden x 2 bytes / bus``
   (a GPU without measurements: its relative's bus scaled by the two catalog link speeds);
-- overheads: ``layers x per_layer + per_step``.
+- overheads: ``layers x per_layer + per_step``;
+- Mamba / linear-attention layers (Qwen3-Next's Gated DeltaNet, Nemotron-H's and Granite 4's
+  Mamba-2; ``mamba_term``), not measured: each of the M layers reads and writes its fixed state
+  once per request in the step, ``2 x state x R / tp`` bytes at ``e_kv_decode``, and updates it per
+  token, ``6 x state / 2 x T / tp`` FLOPs (about 6 FLOPs per bf16 state element: decay, the
+  rank-1 update and the read-out) at the phase's attention efficiency, plus the phase's
+  attention floor per layer. Attention then runs on the attention layers only (their KV bytes
+  per layer). Their projections are in the GEMMs (active parameters). The calibration's band
+  does not cover this term, and the run says so.
 
 Attention and the all-reduce run at bf16 whatever the weights' dtype; GEMMs at the weights'
 compute dtype (fp8 weights: fp8 tensor cores; int4 weights are dequantised to bf16, at the bf16
@@ -168,6 +176,25 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         g = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s") if self.fp8 else ("e_gemm", "e_weights", "gemm_floor_s")
         self.gemm_c = tuple(c[k] for k in g)
         self.quant_bytes_per_token = 3.0 * quant_inputs_per_token(spec, self.tp) if self.fp8 else 0.0
+        self.mamba_layers = spec.mamba_layers
+        if self.mamba_layers:  # attention on the attention layers only; the state term apart
+            attn_layers = spec.kv_layers
+            self.layers_full = attn_layers - self.layers_sw
+            self.kv_per_layer_token_gpu = self.kv_per_token_gpu / attn_layers
+            self.attn_layers = attn_layers
+            self.state_bytes = sum(g["layers"] * g["state_bytes"] for g in spec.kv_groups if g["kind"] == "mamba") \
+                / self.mamba_layers
+        else:
+            self.attn_layers = spec.num_layers
+
+    def mamba_term(self, tokens: int, rows: int, prefill: bool) -> float:
+        """The Mamba / linear-attention layers' state read, write and update (the module docstring)."""
+        c, m = self.c, self.mamba_layers
+        nbytes = 2.0 * self.state_bytes * m * rows / self.tp
+        flops = 6.0 * self.state_bytes / 2.0 * m * tokens / self.tp
+        floor, e = (c["attn_floor_prefill_s"], c["e_attn_prefill"]) if prefill else \
+            (c["attn_floor_decode_s"], c["e_attn_decode"])
+        return m * floor + max(flops / (self.attn_peak * e), nbytes / (self.bandwidth * c["e_kv_decode"]))
 
     def terms(self, batch: StepBatch) -> dict:
         """Each term of the step's time, seconds (their sum is step_time)."""
@@ -198,15 +225,17 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             keys_f, keys_s, touched_f, touched_s = prefill_keys(batch, w)
             f = 4.0 * width * (self.layers_full * keys_f + self.layers_sw * keys_s)
             b = kv_lt * (self.layers_full * touched_f + self.layers_sw * touched_s) + 4.0 * width * prefill_new * layers
-            out["attn_prefill"] = (layers * c["attn_floor_prefill_s"]
+            out["attn_prefill"] = (self.attn_layers * c["attn_floor_prefill_s"]
                                    + max(f / (self.attn_peak * c["e_attn_prefill"]), b / (bw * c["e_kv_prefill"])))
         if decodes:
             ctx = sum(int(x) for x in batch.decode_context)
             ctx_s = sum(min(int(x), w) for x in batch.decode_context) if w else 0
             f = 4.0 * width * (self.layers_full * ctx + self.layers_sw * ctx_s)
             b = kv_lt * (self.layers_full * ctx + self.layers_sw * ctx_s)
-            out["attn_decode"] = (layers * c["attn_floor_decode_s"]
+            out["attn_decode"] = (self.attn_layers * c["attn_floor_decode_s"]
                                   + max(f / (self.attn_peak * c["e_attn_decode"]), b / (bw * c["e_kv_decode"])))
+        if self.mamba_layers:
+            out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
             message = tokens * self.hidden * 2.0
             out["allreduce"] = 2 * layers * (c["allreduce_latency_s"]
