@@ -16,6 +16,7 @@ kernel time), vLLM's default step budget (8,192 tokens, 256 requests), gpt-oss-1
   (analysis/kv_groups.py), retention 0 (vLLM's default).
 
     python benchmarks/hybrid_scheduler.py [--gib 40] [--limit 1000] [--speedup 1] [--step-ms 20]
+    python benchmarks/hybrid_scheduler.py --model Qwen3-Next-80B-A3B   # 3 Mamba groups (align) + full
 
 After each vLLM row, `kvreplay simulate` of the same requests with the same step time and the same
 semantics (full: kv_semantics="full"; hybrid: model="gpt-oss-120b", its default), which match
@@ -23,7 +24,7 @@ vLLM's scheduler request by request (tests/real_engines/test_vllm_scheduler.py).
 gpt-oss-120b's context limit, 131,072 tokens (vLLM's admission cap for the sliding window uses it).
 
 Needs the vLLM 0.33.0 wheel and numpy, msgspec and pydantic (as the harness says). Prints a
-Markdown table.
+Markdown table. --model picks another hybrid model of the catalog (its own groups and context limit).
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
-MODEL, BLOCK = "gpt-oss-120b", 512
-MAX_LEN = 131072  # gpt-oss-120b's max_model_len (its config.json, as vLLM derives it)
+BLOCK = 512
 
 
 def row(label, result, requests, blocks, seconds) -> str:
@@ -51,7 +51,7 @@ def row(label, result, requests, blocks, seconds) -> str:
             f"| {sum(r.preemptions for r, _ in done):,} | {seconds:.2f} s |")
 
 
-def kvreplay_row(requests, blocks, settings, semantics: str) -> str:
+def kvreplay_row(requests, blocks, settings, semantics: str, model: str) -> str:
     """`kvreplay simulate` of the same requests, settings and step time under `semantics`, as
     tests/real_engines/test_vllm_scheduler.py runs it."""
     import kvreplay
@@ -64,8 +64,8 @@ def kvreplay_row(requests, blocks, settings, semantics: str) -> str:
                                           "terms": [{"coef": settings.step_seconds}]})
     t = time.perf_counter()
     r = kvreplay.simulate(trace, policy="vllm", capacity=blocks, block_size=BLOCK, engine_style="vllm",
-                          time_model=profile, compare_sequential=False, model=MODEL, kv_semantics=semantics,
-                          max_model_len=MAX_LEN, scheduler=Scheduler(max_num_batched_tokens=8192, max_num_seqs=256))
+                          time_model=profile, compare_sequential=False, model=model, kv_semantics=semantics,
+                          max_model_len=settings.max_model_len, scheduler=Scheduler(max_num_batched_tokens=8192, max_num_seqs=256))
     assert r.kv_semantics["semantics"] == semantics, r.kv_semantics
     seconds = time.perf_counter() - t
     ok = np.isfinite(r.first_token_s)
@@ -83,12 +83,13 @@ def main() -> int:
     ap.add_argument("--speedup", type=float, default=1.0, help="divide the trace's timestamps by this")
     ap.add_argument("--step-ms", type=float, default=20.0, help="every step's duration")
     ap.add_argument("--trace", type=Path, default=TRACE)
+    ap.add_argument("--model", default="gpt-oss-120b", help="a hybrid model of the catalog")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "tests" / "real_engines"))
     import vllm_scheduler as harness
 
     from kvreplay.analysis.kv_groups import layout
-    from kvreplay.analysis.models import kv_bytes_per_token
+    from kvreplay.analysis.models import get_model, kv_bytes_per_token
 
     if not args.trace.exists():
         print(f"(no {args.trace})")
@@ -100,11 +101,13 @@ def main() -> int:
         return 0
     requests = harness.load_jsonl(str(args.trace), args.limit, args.speedup)
     budget = int(args.gib * 2**30)
-    L = layout(MODEL, BLOCK)
-    runs = (("full semantics (every layer full attention)", budget // (kv_bytes_per_token(MODEL) * BLOCK), None),
+    model = get_model(args.model).name
+    max_len = get_model(model).max_model_len  # its config.json's, as vLLM derives it
+    L = layout(model, BLOCK)
+    runs = (("full semantics (every layer full attention)", budget // (kv_bytes_per_token(model) * BLOCK), None),
             ("hybrid semantics (vLLM's hybrid coordinator)", budget // L.bytes_per_block, list(L.groups)))
     shape = " + ".join(f"{g.copies}x {g.kind}" + (f" {g.window}" if g.window else "") for g in L.groups)
-    print(f"vLLM {harness.VERSION}'s Scheduler (real); {MODEL} ({shape}), {args.gib:g} GiB of KV, "
+    print(f"vLLM {harness.VERSION}'s Scheduler (real); {model} ({shape}), {args.gib:g} GiB of KV, "
           f"{BLOCK}-token blocks; {args.trace.name}, first {len(requests):,} requests, timestamps / {args.speedup:g}; "
           f"every step {args.step_ms:g} ms; 8,192 tokens and 256 requests per step\n")
     print("| semantics | block ids | first token / requests | TTFT mean | p50 | p90 | hit rate (first schedule, "
@@ -113,11 +116,11 @@ def main() -> int:
     for label, blocks, groups in runs:
         settings = harness.Settings(block_size=BLOCK, usable_blocks=int(blocks), max_num_batched_tokens=8192,
                                     max_num_seqs=256, step_seconds=args.step_ms / 1000.0, groups=groups,
-                                    max_model_len=MAX_LEN)
+                                    max_model_len=max_len)
         t = time.perf_counter()
         result = harness.run(requests, settings, real)
         print(row(label, result, requests, int(blocks), time.perf_counter() - t), flush=True)
-        print(kvreplay_row(requests, int(blocks), settings, "full" if groups is None else "hybrid"), flush=True)
+        print(kvreplay_row(requests, int(blocks), settings, "full" if groups is None else "hybrid", model), flush=True)
     return 0
 
 

@@ -377,13 +377,15 @@ def claude_code_rows(name: str) -> list:
 
 @pytest.mark.parametrize("sample, model, capacity", [
     ("trace_0291.json", "gpt-oss-120b", 2000), ("trace_0291.json", "gpt-oss-120b", 3000),
-    ("trace_0291.json", "gemma-3-27b-it", 3000), ("trace_0291.json", "gemma-3-27b-it", 6000)])
+    ("trace_0291.json", "gemma-3-27b-it", 3000), ("trace_0291.json", "gemma-3-27b-it", 6000),
+    ("trace_0291.json", "Qwen3-Next-80B-A3B", 2000), ("trace_0291.json", "Qwen3-Next-80B-A3B", 4000)])
 def test_simulate_claude_code_hybrid_as_vllm(real, sample, model, capacity):
     # Claude Code sessions (64-token blocks, prompts up to ~100k tokens) through
     # kvreplay.simulate(model=...) and vLLM's Scheduler with the model's own groups: gpt-oss-120b
     # (a 128-token window and full attention) and gemma-3-27b-it (six 1,024-token window groups and
-    # one full group, so a request holds 7 block tables from one pool), two pools each (hit rates 78-89%;
-    # 2 preemptions at gpt-oss-120b's 2,000 block ids)
+    # one full group, so a request holds 7 block tables from one pool) and Qwen3-Next-80B-A3B (three
+    # Mamba groups in align mode and one full group), two pools each (hit rates 78-89%; 2 preemptions
+    # at gpt-oss-120b's 2,000 block ids)
     import kvreplay
     from kvreplay.analysis.kv_groups import layout
     from kvreplay.serving.simulate import Scheduler, arrivals

@@ -255,7 +255,7 @@ def test_a_pool_beyond_the_hybrid_engine_is_refused_naming_it():
 
 @st.composite
 def layouts(draw):
-    kind = draw(st.sampled_from(["sliding", "3sliding", "chunked", "two"]))
+    kind = draw(st.sampled_from(["sliding", "3sliding", "chunked", "two", "mamba", "sliding+mamba"]))
     w = draw(st.integers(1, 20))
     if kind == "sliding":
         return [Group("sliding_window", window=w), Group("full")]
@@ -263,6 +263,10 @@ def layouts(draw):
         return [Group("sliding_window", 3, window=w), Group("full")]
     if kind == "chunked":
         return [Group("chunked_local", chunk=draw(st.integers(1, 24))), Group("full")]
+    if kind == "mamba":
+        return [Group("full"), Group("mamba", draw(st.integers(1, 3)))]
+    if kind == "sliding+mamba":
+        return [Group("full"), Group("sliding_window", window=w), Group("mamba")]
     return [Group("full"), Group("sliding_window", window=w), Group("chunked_local", chunk=draw(st.integers(1, 24)))]
 
 

@@ -419,8 +419,9 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
 
 
 #: what a cached run's meaning depends on beyond its inputs: 2 since auto KV semantics serve a
-#: hybrid model with vLLM's hybrid manager (runs cached before served it as full attention)
-CACHE_VERSION = 2
+#: hybrid model with vLLM's hybrid manager (runs cached before served it as full attention); 3
+#: since they serve Mamba hybrids with it too
+CACHE_VERSION = 3
 
 
 def _cache_path(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
