@@ -328,3 +328,25 @@ def test_report_plan_section_is_checked_against_its_trace(tmp_path):
     assert "not a plan" in fails("report", trace, "--block-size", "4", "--plan", profile, "-o", tmp_path / "x.html",
                                  "--capacities", "10,20")
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_plan_says_where_its_calibrated_roofline_leaves_what_was_measured():
+    # The plan's runs skip the band's warnings (band_runs=False), so the plan says them itself,
+    # once each over its configurations: Qwen3-Next is an MoE with Gated DeltaNet layers, whose
+    # state term no measurement checks; Llama-3.1-8B at bf16 on H100 at tp 1 with 5-token
+    # contexts is inside what was measured, and gets none
+    import kvreplay
+    from kvreplay.output.plan import plan_text
+
+    slo = SLO(ttft_p90_s=60.0)
+    out = plan(EIGHT, model="Qwen3-Next-80B-A3B", slo=slo, prices=Prices({"H100": 2.0}), gpus=("H100",),
+               tps=(2, 4), weights_dtype="fp8", block_size=4, max_instances=2)
+    warnings = out["calibration_warnings"]
+    assert len(warnings) == 2 and "36 Mamba / linear-attention layers" in warnings[1]
+    assert "an MoE model with Mamba / linear-attention layers outside the calibration's checked models" in warnings[0]
+    text = plan_text(EIGHT, out)
+    assert text.count("warning    calibration: ") == 2
+    page = kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2], block_size=4, plan=out)
+    assert 'data-note="plan-calibration"><b>Time model.</b>' in page
+    dense = plan(EIGHT, model="Llama-3.1-8B", slo=slo, prices=Prices({"H100": 2.0}), block_size=4, max_instances=2)
+    assert dense["calibration_warnings"] == [] and "warning    calibration" not in plan_text(EIGHT, dense)

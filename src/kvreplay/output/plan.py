@@ -64,6 +64,7 @@ def plan_text(trace, result: dict) -> str:
     note = result.get("kv_semantics")
     if note:  # a hybrid model: its configurations' semantics (a warning when they serve it as full attention)
         lines.append(("semantics  " if note["semantics"] == "hybrid" else "warning    KV semantics: ") + note["text"])
+    lines += [f"warning    calibration: {text}" for text in result.get("calibration_warnings") or ()]
     for block in result["loads"]:
         lines.append("")
         what = f"load x{block['load']:g}" if block["load_kind"] == "speedup" else f"Poisson {block['load']:g} requests/s"

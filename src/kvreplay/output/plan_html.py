@@ -27,6 +27,9 @@ def plan_section(result: dict, svg, table) -> list[str]:
     if result.get("kv_semantics"):
         out.append(f"<p class=\"note\" data-note=\"plan-kv-semantics\"><b>KV semantics.</b> "
                    f"{esc(result['kv_semantics']['text'])}</p>")
+    if result.get("calibration_warnings"):
+        out.append("<p class=\"note\" data-note=\"plan-calibration\"><b>Time model.</b> Where the calibrated roofline "
+                   "leaves what it was checked on: " + "; ".join(esc(w) for w in result["calibration_warnings"]) + ".</p>")
     for block in result["loads"]:
         out += _load_block(block, table)
     out.append(f"<div class=\"figure\">{svg(pareto_figure(result))}</div>")

@@ -156,7 +156,8 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
         out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address)
                             if parallel else _plan_load(s, configs, point, runners_up))
     out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
-               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note)
+               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
+               calibration_warnings=_calibration_warnings(s, configs))
     from .plan_result import PlanResult
 
     return PlanResult(out)
@@ -509,6 +510,19 @@ def _time_model(s: Search, c: Config):
                                         dtype=s.options.get("weights_dtype", "bf16"),
                                         kv_dtype=s.options.get("kv_dtype") or "bf16")
     return s.models[key]
+
+
+def _calibration_warnings(s: Search, configs: list) -> list[str]:
+    """Where the configurations' calibrated rooflines leave what they were fitted and checked on
+    (simulate.calibration_warnings: GPU, model, TP, context, weights), each said once."""
+    from .simulate import calibration_warnings
+
+    out: dict = {}
+    for c in configs:
+        tm = _time_model(s, c)
+        if tm is not None and hasattr(tm, "calibration"):
+            out.update(dict.fromkeys(calibration_warnings(tm, s.trace)))
+    return list(out)
 
 
 def _closest(s: Search, results: list, load: tuple) -> dict | None:

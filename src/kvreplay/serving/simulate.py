@@ -315,6 +315,17 @@ def _max_model_len(value, model) -> tuple[int | None, str | None]:
 
 def _calibration_warnings(tm, trace, report) -> list[str]:
     """Where this run leaves what the calibrated roofline was fitted and checked on."""
+    out = calibration_warnings(tm, trace)
+    rng = tm.calibration.fitted_range
+    peak = int(report.counters.get("peak_running", 0))
+    if rng.get("max_decode_batch") and peak > rng["max_decode_batch"]:
+        out.append(f"up to {peak} requests ran in one step, beyond the calibrated {rng['max_decode_batch']}")
+    return out
+
+
+def calibration_warnings(tm, trace) -> list[str]:
+    """Where serving `trace` with the calibrated roofline `tm` leaves what it was fitted and
+    checked on, before any run (the batch a run reaches: _calibration_warnings)."""
     cal = tm.calibration
     rng = cal.fitted_range
     out = []
@@ -341,9 +352,6 @@ def _calibration_warnings(tm, trace, report) -> list[str]:
         n = int((context > rng["max_context"]).sum())
         out.append(f"{n:,} requests reach contexts beyond the calibrated {rng['max_context']:,} tokens "
                    f"(up to {longest:,}): attention there is extrapolated")
-    peak = int(report.counters.get("peak_running", 0))
-    if rng.get("max_decode_batch") and peak > rng["max_decode_batch"]:
-        out.append(f"up to {peak} requests ran in one step, beyond the calibrated {rng['max_decode_batch']}")
     if spec.checkpoint_weights and tm.dtype != spec.checkpoint_weights_dtype:
         out.append(f"weights at {tm.dtype}, but {spec.checkpoint_note()}")
     elif spec.checkpoint_weights == "fp8-block" and tm.dtype == "fp8":
