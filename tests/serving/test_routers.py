@@ -271,7 +271,9 @@ def test_disaggregated_prefill_hits_are_the_prefill_instances_replays(trace, p, 
 
 def test_disaggregation_errors():
     t = trace_of((["a"], 4, 0, 2))
-    with pytest.raises(ConfigError, match="both"):
+    with pytest.raises(ConfigError, match=r"decode_instances \(--decode-instances\) must be a whole number >= 1 "
+                                          r"\(disaggregation needs both --prefill-instances and --decode-instances\), "
+                                          "got None"):
         simulate(t, "vllm", 10, prefill_instances=2)
     with pytest.raises(ConfigError, match="vLLM-style"):
         simulate(t, "radix", 10, engine_style="sglang", prefill_instances=1, decode_instances=1)

@@ -380,7 +380,9 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
         return False, instances, None
     for name, value in (("prefill_instances", prefill_instances), ("decode_instances", decode_instances)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ConfigError(f"{name} must be a whole number >= 1 (disaggregation needs both), got {value!r}")
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{name} ({flag}) must be a whole number >= 1 (disaggregation needs both "
+                              f"--prefill-instances and --decode-instances), got {value!r}")
     if instances not in (1, prefill_instances + decode_instances):
         raise ConfigError(f"instances {instances} differs from prefill + decode instances "
                           f"({prefill_instances} + {decode_instances})")
