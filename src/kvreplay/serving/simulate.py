@@ -473,6 +473,8 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
     forced = note if asked == "auto" and options.get("kv_semantics") == "full" else None
     tasks = []
     for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
+        if n == 1 and router != routers[0]:
+            continue  # one instance has no routing: its run is the same under every router, listed once
         for k, (kind, value) in enumerate(loads):
             opts = dict(options, policy=policy, capacity=capacity, instances=n, router=router, tiers=tier,
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
