@@ -423,7 +423,9 @@ def _models(tmp_path):
             PolynomialProfile(document=poly), CalibratedRooflineTimeModel("Llama-3.1-8B", "H100"),
             CalibratedRooflineTimeModel("gemma-2-9b", "A100", 1).at_band("high"),
             CalibratedRooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8").at_band("low"),
-            CalibratedRooflineTimeModel("Qwen3-30B-A3B", "B200", 2)]
+            CalibratedRooflineTimeModel("Qwen3-30B-A3B", "B200", 2),
+            CalibratedRooflineTimeModel("Qwen3-Next-80B-A3B", "H100", 4, dtype="fp8"),  # Mamba layers' state term
+            CalibratedRooflineTimeModel("Nemotron-H-8B", "H200", 1).at_band("high")]
 
 
 def test_compiled_step_time_matches_each_model(tmp_path):
@@ -574,5 +576,7 @@ def test_calibrated_roofline_prices_mamba_layers_by_their_state():
     # a step's state traffic grows with its requests, not with their contexts
     longer = m.terms(StepBatch([], [], [100_000] * 8))
     assert longer["mamba"] == pytest.approx(want, rel=1e-12) and longer["attn_decode"] > terms["attn_decode"]
+    assert m.describe()["mamba_layers"] == 36 and m.describe()["mamba_state_bytes_per_layer"] == 1_097_728
     # a model without Mamba layers has no such term
-    assert "mamba" not in CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").terms(decode)
+    llama = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
+    assert "mamba" not in llama.terms(decode) and "mamba_layers" not in llama.describe()

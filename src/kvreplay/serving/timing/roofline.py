@@ -224,7 +224,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if prefill_reqs:
             keys_f, keys_s, touched_f, touched_s = prefill_keys(batch, w)
             f = 4.0 * width * (self.layers_full * keys_f + self.layers_sw * keys_s)
-            b = kv_lt * (self.layers_full * touched_f + self.layers_sw * touched_s) + 4.0 * width * prefill_new * layers
+            b = (kv_lt * (self.layers_full * touched_f + self.layers_sw * touched_s)
+                 + 4.0 * width * prefill_new * self.attn_layers)
             out["attn_prefill"] = (self.attn_layers * c["attn_floor_prefill_s"]
                                    + max(f / (self.attn_peak * c["e_attn_prefill"]), b / (bw * c["e_kv_prefill"])))
         if decodes:
@@ -269,4 +270,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
                 "borrowed_calibration": cal.borrowed, "bands": {p: list(cal.band(p, self.fp8)) for p in PHASES},
                 "coefficients": dict(self.c), "peak_tflops": self.peak_flops / 1e12,
-                "bandwidth_gbps": self.gpu.bandwidth_gbps}
+                "bandwidth_gbps": self.gpu.bandwidth_gbps,
+                **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
+                    "mamba_term": "unmeasured: state read and write per request, update per token"}
+                   if self.mamba_layers else {})}

@@ -45,19 +45,28 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         t += kv_fmax(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_ATTN_PEAK] * tm[C_HEAD_E_GEMM]),
                      tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_HEAD_E_WEIGHTS])) + tm[C_HEAD_FLOOR];
     f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
+    f64 attn_layers = tm[C_ATTN_LAYERS]; /* (all of them but Mamba / linear-attention layers) */
     if (prefill_reqs > 0) {
         f64 keys_f = agg[AGG_KEYS_FULL] - agg[AGG_DECODE_CTX], keys_s = agg[AGG_KEYS_SW] - agg[AGG_DECODE_SW];
         f64 touched_f = agg[AGG_TOUCHED_FULL] - agg[AGG_DECODE_CTX], touched_s = agg[AGG_TOUCHED_SW] - agg[AGG_DECODE_SW];
         f64 f = 4.0 * width * (lf * keys_f + lsw * keys_s);
-        f64 b = kv * (lf * touched_f + lsw * touched_s) + 4.0 * width * agg[AGG_PREFILL_NEW] * layers;
-        t += layers * tm[C_ATTN_FLOOR_PREFILL]
+        f64 b = kv * (lf * touched_f + lsw * touched_s) + 4.0 * width * agg[AGG_PREFILL_NEW] * attn_layers;
+        t += attn_layers * tm[C_ATTN_FLOOR_PREFILL]
              + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_PREFILL]), b / (bw * tm[C_E_KV_PREFILL]));
     }
     if (decodes > 0) {
         f64 ctx = agg[AGG_DECODE_CTX], ctx_s = agg[AGG_DECODE_SW];
         f64 f = 4.0 * width * (lf * ctx + lsw * ctx_s), b = kv * (lf * ctx + lsw * ctx_s);
-        t += layers * tm[C_ATTN_FLOOR_DECODE]
+        t += attn_layers * tm[C_ATTN_FLOOR_DECODE]
              + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (bw * tm[C_E_KV_DECODE]));
+    }
+    if (tm[C_MAMBA_LAYERS] > 0) { /* the state term (roofline.py mamba_term) */
+        f64 m = tm[C_MAMBA_LAYERS], state = tm[C_STATE_BYTES];
+        f64 nbytes = 2.0 * state * m * rows / tp, f = 6.0 * state / 2.0 * m * tokens / tp;
+        int prefill = prefill_reqs > 0;
+        f64 floor_s = prefill ? tm[C_ATTN_FLOOR_PREFILL] : tm[C_ATTN_FLOOR_DECODE];
+        f64 e = prefill ? tm[C_E_ATTN_PREFILL] : tm[C_E_ATTN_DECODE];
+        t += m * floor_s + kv_fmax(f / (tm[C_ATTN_PEAK] * e), nbytes / (bw * tm[C_E_KV_DECODE]));
     }
     if (tp > 1 && tm[C_HIDDEN] > 0)
         t += 2.0 * layers * (tm[C_AR_LATENCY] + 2.0 * (tp - 1.0) / tp * tokens * tm[C_HIDDEN] * 2.0 / tm[C_AR_BUS]);
