@@ -225,15 +225,17 @@ def test_a_sweep_serves_every_run_under_one_semantics(tmp_path):
     assert "so that they compare under one semantics" in load_table(t, mixed)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads(), st.integers(12, 40), st.sampled_from([8, 16]))
-def test_instances_behind_a_fixed_router_are_independent_pools(rows, capacity, budget):
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.integers(12, 40), st.sampled_from([8, 16]),
+       st.sampled_from([SW4, MAMBA, [Group("full"), Group("sliding_window", window=4), Group("mamba")]]))
+def test_instances_behind_a_fixed_router_are_independent_pools(rows, capacity, budget, groups):
     # Two instances with requests routed alternately (fixed before the run): each has its own
     # hybrid pool over its own compact ids, so each serves its share exactly as one instance serving
-    # that share alone does (a window's frees, the shared pool, the hits: nothing crosses over)
+    # that share alone does (a window's frees, the shared pool, the hits, a Mamba state cached in
+    # this step: nothing crosses over)
     trace = kvreplay.Trace.from_requests(rows, block_size=4)
     arrival = np.asarray(trace.timestamp, dtype=np.float64) / 1000.0
-    kw = dict(policy="vllm", capacity=capacity, block_size=4, time_model=step(0.5), kv_groups=SW4,
+    kw = dict(policy="vllm", capacity=capacity, block_size=4, time_model=step(0.5), kv_groups=groups,
               scheduler=Scheduler(max_num_batched_tokens=budget, max_num_seqs=4), max_model_len=1000)
     which = np.arange(len(rows)) % 2
     both = run_once(trace, arrival_s=arrival, instances=2, assigned=which, **kw)
