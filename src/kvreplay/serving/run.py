@@ -349,7 +349,7 @@ def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_
     from .semantics import unmodelled
 
     kv_groups = check_groups(kv_groups, retention)
-    why = unmodelled(policy, style, tiers, prefill_instances > 0, output_kv, {g.kind for g in kv_groups})
+    why = unmodelled(policy, style, tiers, prefill_instances > 0, output_kv)
     if why:
         raise ConfigError("the simulator's hybrid manager does not model " + "; ".join(why)
                           + " (kv_semantics='full' serves every layer as full attention)")

@@ -31,7 +31,7 @@ class Semantics:
     note: dict | None = None  # the report's kv_semantics (None: a model with one kind of layer)
 
 
-def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool, kinds) -> list[str]:
+def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool) -> list[str]:
     """What this simulation has that the simulator's hybrid manager does not model."""
     checks = ((policy == "vllm", f"a policy other than vllm ({policy})"),
               (engine_style == "vllm", "the SGLang scheduler style (its hybrid radix caches are in `kvreplay run` "
@@ -64,12 +64,11 @@ def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, d
             raise ConfigError("kv_layers (--kv-layers) counts bytes per token for full semantics; with hybrid "
                               "semantics a block id costs what vLLM's layout gives: drop one of them")
         return Semantics(False, note=full_note(spec, "kv_layers (--kv-layers) counts bytes for full semantics"))
-    kinds = sorted({g["kind"] for g in spec.kv_groups})
     semantics = resolve_semantics(spec.name, kv_semantics)
     if semantics == "full":
         why = "as asked (kv_semantics='full')" if kv_semantics == "full" else None
         return Semantics(False, note=full_note(spec, why))
-    missing = unmodelled(policy, engine_style, tiers, disagg, output_kv, kinds)
+    missing = unmodelled(policy, engine_style, tiers, disagg, output_kv)
     if missing:
         if kv_semantics == "hybrid":
             raise ConfigError("kv_semantics='hybrid': the simulator's hybrid manager does not model "
