@@ -137,7 +137,7 @@ def kvreplay_hits(requests, capacity: int, groups, retention, chunk: int) -> tup
 @pytest.mark.parametrize("capacity", [500, 3000])
 def test_multi_turn(real, groups, retention, capacity):
     requests = multi_turn()
-    for chunk in (8192, 64):
+    for chunk in (8192, 64, 10):  # (10: a block wider than the budget, sub-block Mamba chunks)
         engine = run_real(real, requests, capacity, GROUPS[groups], retention, chunk)
         ours, evictions = kvreplay_hits(requests, capacity, GROUPS[groups], retention, chunk)
         assert ours == engine

@@ -273,7 +273,7 @@ def layouts(draw):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads(), layouts(), st.integers(0, 40), st.sampled_from([4, 8, 64]))
+@given(workloads(), layouts(), st.integers(0, 40), st.sampled_from([2, 3, 4, 8, 64]))
 def test_requests_one_at_a_time_hit_as_the_sequential_hybrid_replay(rows, groups, extra, budget):
     # Requests 1,000 s apart with one output token each run alone and finish after their prefill:
     # the simulator's hybrid mode must give each the hit of kvreplay.replay(kv_groups=...), the

@@ -502,6 +502,23 @@ void hy_finish(HPool *p, HReq *rq) {
     }
 }
 
+i64 hy_mamba_split(i64 bs, i64 prompt, i64 num_tokens, i64 max_prefill, i64 junction, i64 start, i64 n) {
+    i64 prefill_end = kv_max(prompt, num_tokens - 1);
+    if (start >= prefill_end) return n;
+    i64 last_cache = kv_max((num_tokens - 1) / bs * bs, 0); /* get_mamba_prefill_checkpoint_position */
+    i64 end = start + n;
+    if (end < prefill_end) { /* chunk ends block aligned (the prompt's last chunk exempt) */
+        i64 aligned = end / bs * bs;
+        if (aligned > start || bs <= max_prefill) end = aligned;
+    }
+    i64 stops[3] = {start % bs ? (start / bs + 1) * bs : 0, last_cache,
+                    start < junction && junction < end ? start + (junction - start) / bs * bs : 0};
+    i64 stop = end;
+    for (int k = 0; k < 3; k++)
+        if (start < stops[k] && stops[k] < stop) stop = stops[k];
+    return kv_max(stop - start, 0);
+}
+
 /* One request, start to finish, prefill only (the sequential replay): its hit in blocks (< 0: an
  * error code). */
 static i64 hy_serve(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt) {
@@ -509,22 +526,12 @@ static i64 hy_serve(HPool *p, HReq *rq, const i32 *ids, i64 nids, i64 prompt) {
     i64 junction;
     i64 hit = hy_start(p, rq, ids, nids, prompt, prompt, &junction);
     if (!hy_grow(p, rq, hit)) return HY_NOMEM;
-    i64 stop1 = -1, stop2 = -1; /* a Mamba model's chunks also end here */
-    if (p->has_mamba && prompt > 0) {
-        stop1 = hy_div(p, prompt - 1) * bs;
-        stop2 = junction * bs;
-    }
     i64 t = hit * bs;
     int first = 1;
     while (t < prompt) {
         i64 end = p->chunk_tokens < prompt - t ? t + p->chunk_tokens : prompt;
-        if (p->has_mamba) {
-            i64 inside = -1;
-            if (t < stop1 && stop1 < end) inside = stop1;
-            if (t < stop2 && stop2 < end && (inside < 0 || stop2 < inside)) inside = stop2;
-            if (inside >= 0) end = inside;
-            else if (end < prompt) end = kv_max(t + bs, hy_div(p, end) * bs);
-        }
+        if (p->has_mamba) /* (never 0 with the whole budget) */
+            end = t + hy_mamba_split(bs, prompt, prompt, p->chunk_tokens, junction * bs, t, end - t);
         int r = hy_allocate(p, rq, ids, nids, hit, t, end, first);
         if (r < 0) return r;
         if (!r) {

@@ -102,6 +102,12 @@ static inline void hy_step_starts(HPool *p) { p->step++; }
  * MambaManager then refuses the request this step (get_num_blocks_to_allocate's
  * cached_blocks_this_step). */
 int hy_hit_cached_this_step(const HPool *p, const i32 *ids, i64 hit);
+/* Scheduler._mamba_block_aligned_split (scheduler.py:546-662) at vLLM's defaults (no EAGLE, no
+ * prefill-checkpoint blocks, no partial hits): the tokens of a chunk of n from `start` for a
+ * request of `prompt` prompt and `num_tokens` tokens (junction: its shared-prefix boundary in
+ * tokens; max_prefill: the step's token budget), cut to end where a Mamba state must be cached;
+ * 0: no aligned chunk fits (policies/hybrid.py mamba_split is the same). */
+i64 hy_mamba_split(i64 bs, i64 prompt, i64 num_tokens, i64 max_prefill, i64 junction, i64 start, i64 n);
 /* The blocks a request of `tokens` tokens holds at its peak on its own (vLLM's admission gate for
  * the whole sequence: sliding-window and chunked-local groups capped; a Mamba group, in align
  * mode, 2: MambaSpec.max_memory_usage_bytes). */

@@ -80,6 +80,30 @@ KINDS = ("full", "sliding_window", "chunked_local", "mamba")
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "oversize_requests")
 
 
+def mamba_split(bs: int, prompt: int, num_tokens: int, max_prefill: int, junction: int, start: int, n: int) -> int:
+    """vLLM 0.33.0's Scheduler._mamba_block_aligned_split (scheduler.py:546-662) at its defaults
+    (no EAGLE, no prefill-checkpoint blocks, hashes at the block size, no shared-prefix
+    checkpoint): the tokens of a chunk of `n` from `start` for a request of `prompt` prompt and
+    `num_tokens` tokens, `junction` its shared-prefix boundary (tokens), `max_prefill` the step's
+    token budget. A chunk that does not end the prefill ends block aligned (unless a block is
+    wider than the budget), and stops at the last cacheable boundary and at the junction; 0: no
+    aligned chunk fits this step. serving/kernel's hyb_split and hybrid.c's hy_mamba_split are
+    the same."""
+    prefill_end = max(prompt, num_tokens - 1)
+    if start >= prefill_end:
+        return n
+    last_cache = max((num_tokens - 1) // bs * bs, 0)
+    end = start + n
+    if end < prefill_end:
+        aligned = end // bs * bs
+        if aligned > start or bs <= max_prefill:
+            end = aligned
+    stops = (((start // bs) + 1) * bs if start % bs else 0, last_cache,
+             start + (junction - start) // bs * bs if start < junction < end else 0)
+    end = min((x for x in stops if start < x < end), default=end)
+    return max(end - start, 0)
+
+
 @dataclass(frozen=True)
 class Group:
     """One spec group: `copies` KV cache groups of one kind (vLLM splits a kind's layers into
@@ -224,18 +248,13 @@ class HybridPool:
 
     def _chunk_ends(self, hit: int, junction: int, prompt_tokens: int) -> list[int]:
         bs, ends, t = self.bs, [], hit * self.bs
-        stops = set()
-        if any(g.kind == "mamba" for g in self.spec_groups):
-            stops = {(prompt_tokens - 1) // bs * bs, junction * bs}
+        mamba = any(g.kind == "mamba" for g in self.spec_groups)
         while t < prompt_tokens:
-            end = min(t + self.chunk_tokens, prompt_tokens)
-            inside = sorted(x for x in stops if t < x < end)
-            if inside:
-                end = inside[0]
-            elif end < prompt_tokens and stops:
-                end = max(t + bs, end // bs * bs)  # an intermediate Mamba chunk ends on a block boundary
-            ends.append(end)
-            t = end
+            n = min(self.chunk_tokens, prompt_tokens - t)
+            if mamba:  # where the scheduler ends a Mamba model's chunk (never 0 with the whole budget)
+                n = mamba_split(bs, prompt_tokens, prompt_tokens, self.chunk_tokens, junction * bs, t, n)
+            ends.append(t + n)
+            t += n
         return ends
 
     def _allocate(self, ids, tables, cached_upto, last_state, hit, junction, done, end, prompt_tokens) -> bool:

@@ -88,22 +88,8 @@ void hyb_step_starts(Sim *s, i64 j) { hy_step_starts(&s->pools[j]); }
 int hyb_mamba(const Sim *s) { return s->pools[0].has_mamba; }
 
 i64 hyb_split(const Sim *s, i64 i, i64 start, i64 n) {
-    const i64 bs = s->bs, num_tokens = s->io->L[i] + s->generated[i];
-    i64 prefill_end = kv_max(s->io->L[i], num_tokens - 1);
-    if (start >= prefill_end) return n;
-    i64 last_cache = kv_max((num_tokens - 1) / bs * bs, 0); /* get_mamba_prefill_checkpoint_position */
-    i64 end = start + n;
-    if (end < prefill_end) { /* chunk ends block aligned (the prompt's last chunk exempt) */
-        i64 aligned = end / bs * bs;
-        if (aligned > start || bs <= s->io->cfg[MAX_BATCHED]) end = aligned;
-    }
-    i64 junction = s->hreqs[i].junction;
-    i64 stops[3] = {start % bs ? (start / bs + 1) * bs : 0, last_cache,
-                    start < junction && junction < end ? start + (junction - start) / bs * bs : 0};
-    i64 stop = end;
-    for (int k = 0; k < 3; k++)
-        if (start < stops[k] && stops[k] < stop) stop = stops[k];
-    return kv_max(stop - start, 0);
+    return hy_mamba_split(s->bs, s->io->L[i], s->io->L[i] + s->generated[i], s->io->cfg[MAX_BATCHED],
+                          s->hreqs[i].junction, start, n);
 }
 
 i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {

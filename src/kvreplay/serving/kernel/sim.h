@@ -194,9 +194,8 @@ i64 hyb_held(const Sim *s, i64 j);
 i64 hyb_peak(const Sim *s, i64 tokens);
 void hyb_step_starts(Sim *s, i64 j); /* (vLLM's new_step_starts) */
 int hyb_mamba(const Sim *s);         /* the layout has a Mamba group */
-/* Scheduler._mamba_block_aligned_split (scheduler.py:546-662, vLLM's defaults: no EAGLE, no
- * prefill-checkpoint blocks, no partial hits): request i's chunk of n tokens from `start`, cut
- * to end where a Mamba state must be cached; 0: none fits this step. */
+/* request i's chunk of n tokens from `start`, cut where the scheduler's Mamba split cuts it
+ * (policies/hybrid.h hy_mamba_split); 0: none fits this step */
 i64 hyb_split(const Sim *s, i64 i, i64 start, i64 n);
 /* the hit a request of `tokens` tokens with these (instance j's) ids would get on instance j, blocks */
 i64 hyb_prefix(const Sim *s, i64 j, const i32 *ids, i64 nids, i64 tokens);
