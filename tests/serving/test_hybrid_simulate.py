@@ -181,6 +181,10 @@ def test_mamba_hybrids_are_simulated_with_their_groups():
     assert r.kv_semantics["semantics"] == "hybrid"
     assert [g["kind"] for g in r.kv_semantics["groups"]] == ["mamba", "full"]
     assert "a Mamba group hits only where its state was saved" in r.kv_semantics["text"]
+    # vLLM raises Qwen3-Next's block to 544 tokens (a page must hold a state): the run says it counts at 512
+    assert r.kv_semantics["vllm_block_size"] == 544
+    assert "vLLM 0.33.0 would use 544-token blocks" in r.kv_semantics["text"]
+    assert "counted at 512" in r.kv_semantics["text"]
     full = simulate(t, "vllm", 100, model="Qwen3-Next-80B-A3B", time_model="instant", kv_semantics="full")
     assert full.kv_semantics["semantics"] == "full"
 

@@ -103,8 +103,12 @@ def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
     given = how == "block ids as given"
     if not given:
         text += f", where full-attention semantics hold {sizes.capacity:,} blocks in the same bytes"
+    if whole.vllm_block_size != bs:  # (a Mamba hybrid: vLLM raises the block until a page holds a state)
+        text += (f"; vLLM 0.33.0 would use {whole.vllm_block_size}-token blocks for {spec.name} (an attention page "
+                 f"must hold a Mamba state): this trace's ids are {bs}-token blocks, so hits, states and the pool are "
+                 f"counted at {bs} (kvreplay hash --block-size {whole.vllm_block_size} re-hashes a token log)")
     note = {"semantics": "hybrid", "engine": "vllm", "groups": [vars(g) for g in whole.groups],
-            "block_ids": ids, "bytes_per_block_id": int(cost),
+            "block_ids": ids, "bytes_per_block_id": int(cost), "vllm_block_size": int(whole.vllm_block_size),
             "full_semantics_blocks": None if given else int(sizes.capacity),
             "retention": 0, "source": "vLLM 0.33.0 HybridKVCacheCoordinator (serving/kernel/hybrid.c)", "text": text}
     return Semantics(True, tuple(whole.groups), ids, note)
