@@ -125,6 +125,12 @@ def test_bad_input_is_refused():
                        ([Group("full")], {"chunk_tokens": 0})):
         with pytest.raises(ConfigError):
             replay_hybrid_compiled(ok, 10, groups, 4, **kw)
+    # a retention interval > 0 keeps a state per segment too, which neither engine models: refused,
+    # not replayed as the default 0
+    with pytest.raises(ConfigError, match="prefix_cache_retention_interval 64 is not modelled"):
+        replay_hybrid_compiled(ok, 10, [Group("full"), Group("mamba")], 4, retention=64)
+    with pytest.raises(ConfigError, match="prefix_cache_retention_interval 64 is not modelled"):
+        kvreplay.replay(ok, "vllm", 10, 4, kv_groups=[Group("full"), Group("mamba")], kv_retention=64)
 
 
 def test_mooncake_conversation_with_gpt_oss_layout():

@@ -381,7 +381,8 @@ def _positive(value, what: str) -> int:
 
 def check_groups(groups, retention) -> list:
     """`groups` as a list, each a known kind with positive copies, window and chunk where its kind
-    has them, and `retention` None or a whole number >= 0 (ConfigError otherwise)."""
+    has them, and `retention` None (dense) or 0, vLLM's default (ConfigError otherwise: an
+    interval > 0 also keeps one state per segment, which is not modelled)."""
     groups = list(groups or ())
     if not groups:
         raise ConfigError("hybrid semantics need at least one KV cache group")
@@ -396,6 +397,9 @@ def check_groups(groups, retention) -> list:
     if retention is not None and (isinstance(retention, bool) or not isinstance(retention, (int, np.integer))
                                   or retention < 0):
         raise ConfigError(f"hybrid semantics: retention must be None or a whole number >= 0, got {retention!r}")
+    if retention is not None and retention > 0:
+        raise ConfigError(f"hybrid semantics: prefix_cache_retention_interval {retention} is not modelled (it also "
+                          "keeps a block per interval-sized segment): use 0, vLLM's default, or None (dense)")
     return groups
 
 
@@ -404,8 +408,7 @@ def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, ret
     """replay_hybrid compiled (hybrid.c), the same replay request by request: (hit blocks, the
     counters as HybridPool.stats, the resident count as HybridPool.resident_count()).
 
-    retention: None (dense) or a whole number >= 0; any number is vLLM's sparse mode, as in the
-    reference. A hash id repeated within a request's hit (never in chained hashes) is refused,
+    retention: None (dense) or 0 (vLLM's default sparse mode), as in the reference. A hash id repeated within a request's hit (never in chained hashes) is refused,
     where the reference fails."""
     import ctypes
 

@@ -164,7 +164,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         arrival, before routing, and counted apart (vLLM's frontend refuses prompt + max_tokens >
         max_model_len). Default: `model`'s catalog value (vLLM's derivation from its config.json);
         none without a model.
-    kv_semantics: a hybrid `model`'s layer groups (sliding window, chunked local): "hybrid" serves
+    kv_semantics: a hybrid `model`'s layer groups (sliding window, chunked local, Mamba): "hybrid" serves
         them with vLLM 0.33.0's hybrid KV cache manager (policy vllm, the vLLM style; a block id
         holds one group's layers, so a size or the GPU memory holds more of them), "full" every
         layer as full attention, "auto" (default) hybrid where vLLM uses it by default and the
