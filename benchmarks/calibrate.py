@@ -165,18 +165,23 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
 
 
 def gemm_model(c, gpu, m, n, k):
+    from kvreplay.serving.timing.roofline import soft_max
+
+    """A bf16 GEMM: compute (k0 more of K per tile: roofline.py's tile term) or its bytes."""
     peak, bw = gpu.peak_flops("bf16"), gpu.bandwidth_bytes_per_s
-    return np.maximum(2.0 * m * n * k / (peak * c["e_gemm"]), 2.0 * (m * k + k * n + m * n) / (bw * c["e_weights"])) + c["gemm_floor_s"]
+    return (soft_max(2.0 * m * n * (k + c["gemm_k0"]) / (peak * c["e_gemm"]), 2.0 * (m * k + k * n + m * n) / (bw * c["e_weights"]),
+                     c["gemm_overlap_p"]) + c["gemm_floor_s"])
 
 
 def gemm_fp8_model(c, gpu, m, n, k):
     """An fp8 GEMM with its input's quantisation (a bf16 read, an fp8 write of m x k elements), its
-    compute on the rows its tiles cover (roofline.fp8_gemm_rows)."""
-    from kvreplay.serving.timing.roofline import fp8_gemm_rows
+    compute on the rows its tiles cover (roofline.fp8_gemm_rows) and k0 more of K per tile."""
+    from kvreplay.serving.timing.roofline import fp8_gemm_rows, soft_max
 
     peak, bw = gpu.peak_flops("fp8"), gpu.bandwidth_bytes_per_s
-    rows = fp8_gemm_rows(m)
-    return (np.maximum(2.0 * rows * n * k / (peak * c["e_gemm_fp8"]), (m * k + k * n + 2.0 * m * n) / (bw * c["e_weights_fp8"]))
+    rows = fp8_gemm_rows(m, c["fp8_partial_rows"])
+    return (soft_max(2.0 * rows * n * (k + c["gemm_k0_fp8"]) / (peak * c["e_gemm_fp8"]), (m * k + k * n + 2.0 * m * n) / (bw * c["e_weights_fp8"]),
+                     c["gemm_overlap_p_fp8"])
             + c["gemm_floor_fp8_s"] + 3.0 * m * k / (bw * c["e_quant_fp8"]))
 
 
@@ -191,7 +196,8 @@ def gen_model(c, gpu, b, ctx, h, kv, d):
     peak, bw = gpu.peak_flops("bf16"), gpu.bandwidth_bytes_per_s
     f = 4.0 * b * h * d * ctx
     by = 2.0 * b * ctx * kv * d * 2
-    return np.maximum(f / (peak * c["e_attn_decode"]), by / (bw * c["e_kv_decode"])) + c["attn_floor_decode_s"]
+    return (np.maximum(f / (peak * c["e_attn_decode"]), by / (bw * c["e_kv_decode"])) + c["attn_floor_decode_s"]
+            + b * c["attn_per_request_decode_s"])
 
 
 def ar_model(c, n, elements):
@@ -240,10 +246,12 @@ def fit_family(names, start, predict, measured):
     return dict(zip(names, np.exp(x))), err
 
 
-START = {"e_gemm": 0.7, "e_weights": 0.8, "gemm_floor_s": 5e-6, "e_attn_prefill": 0.5, "e_kv_prefill": 0.5,
+START = {"e_gemm": 0.7, "e_weights": 0.8, "gemm_floor_s": 5e-6, "gemm_k0": 100.0, "gemm_overlap_p": 4.0, "e_attn_prefill": 0.5, "e_kv_prefill": 0.5,
          "attn_floor_prefill_s": 2e-5, "e_attn_decode": 0.3, "e_kv_decode": 0.6, "attn_floor_decode_s": 1e-5,
+         "attn_per_request_decode_s": 2e-8,
          "allreduce_latency_s": 1e-5, "allreduce_bus_bytes_per_s": 3e11, "per_layer_s": 0.0, "per_step_s": 0.0}
-START_FP8 = {"e_gemm_fp8": 0.6, "e_weights_fp8": 0.8, "gemm_floor_fp8_s": 5e-6, "e_quant_fp8": 0.3}
+START_FP8 = {"e_gemm_fp8": 0.6, "e_weights_fp8": 0.8, "gemm_floor_fp8_s": 5e-6, "gemm_k0_fp8": 300.0, "fp8_partial_rows": 50.0, "gemm_overlap_p_fp8": 4.0,
+             "e_quant_fp8": 0.3}
 
 
 def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
@@ -252,7 +260,7 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     g = tables["gemm"]
     g = g[(g.n >= 256) & (g.k >= 256)]
     m, n, k, y = (g[x].to_numpy(float) for x in ("m", "n", "k", "latency"))
-    fitted, errs["gemm"] = fit_family(["e_gemm", "e_weights", "gemm_floor_s"], c,
+    fitted, errs["gemm"] = fit_family(["e_gemm", "e_weights", "gemm_floor_s", "gemm_k0", "gemm_overlap_p"], c,
                                       lambda cc: gemm_model(cc, gpu, m, n, k), y / 1e3)
     c.update(fitted)
     if "gemm_fp8" in tables:
@@ -270,7 +278,8 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     x = tables["gen"]
     args = [x.batch_size.to_numpy(float), x.step.to_numpy(float) + 1, x.num_heads.to_numpy(float),
             x.num_key_value_heads.to_numpy(float), x.head_dim.to_numpy(float)]
-    fitted, errs["attn_decode"] = fit_family(["e_attn_decode", "e_kv_decode", "attn_floor_decode_s"], c,
+    fitted, errs["attn_decode"] = fit_family(["e_attn_decode", "e_kv_decode", "attn_floor_decode_s",
+                                              "attn_per_request_decode_s"], c,
                                              lambda cc: gen_model(cc, gpu, *args), x.latency.to_numpy(float) / 1e3)
     c.update(fitted)
     x = tables["ar"]

@@ -522,6 +522,60 @@ def test_calibrated_fp8_gemms_compute_whole_256_row_tiles_above_128_rows():
     assert t["gemm"] == pytest.approx(2 * body * 2049 / 4 / (989.5e12 * 0.5) + 4 * 80 * 1e-6)
 
 
+def test_calibrated_gemm_tile_term_adds_k0_to_every_gemm_k_by_hand():
+    # Llama-3.1-8B at TP 1: output columns per token over 32 layers: q/k/v (32 + 2 x 8) x 128 = 6144,
+    # o 4096, gate/up 2 x 14336, down 4096: 43,008 a layer, 1,376,256 in all
+    from kvreplay.serving.timing.roofline import gemm_outputs_per_token
+
+    spec = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND).model
+    assert gemm_outputs_per_token(spec, 1) == 1_376_256
+    # at TP 2: q/k/v (16 + 2 x 4) x 128 = 3072, o 4096, gate/up 14336, down 4096: 25,600 a layer
+    assert gemm_outputs_per_token(spec, 2) == 25_600 * 32
+    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "gemm_k0": 100.0})
+    t = m.terms(StepBatch(prefill_new=(4096,), prefill_cached=(0,)))
+    body = m.model.body_params
+    # compute-bound: every GEMM computes as if k were k + 100
+    assert t["gemm"] == pytest.approx(2 * (body + 100 * 1_376_256) * 4096 / (989.5e12 * 0.5) + 4 * 32 * 1e-6)
+    # the LM head (k = hidden 4096): one row, memory-bound, unchanged; its FLOPs x (1 + 100 / 4096)
+    assert m.head_flop_params == pytest.approx(525_336_576 * (1 + 100 / 4096))
+    off = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
+    assert off.body_flop_params == body and off.head_flop_params == 525_336_576
+
+
+def test_calibrated_gemm_overlap_is_a_p_norm_of_compute_and_memory():
+    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "gemm_overlap_p": 2.0})
+    t = m.terms(StepBatch(decode_context=(1000,) * 64))
+    body = m.model.body_params
+    compute = 2 * body * 64 / (989.5e12 * 0.5)
+    memory = 6_979_588_096 * 2 / (3.35e12 * 0.5)
+    assert t["gemm"] == pytest.approx((compute ** 2 + memory ** 2) ** 0.5 + 4 * 32 * 1e-6)
+    plain = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
+    assert plain.terms(StepBatch(decode_context=(1000,) * 64))["gemm"] == pytest.approx(max(compute, memory) + 128e-6)
+
+
+def test_calibrated_fp8_partial_row_block_costs_fall_linearly_to_the_next_boundary():
+    from kvreplay.serving.timing.roofline import fp8_gemm_rows
+
+    # 2049 rows: 2304 computed, + all 50 (a block holding one row); 2176: half of them; 2304: none
+    assert fp8_gemm_rows(2049, 50.0) == pytest.approx(2304 + 50)
+    assert fp8_gemm_rows(2176, 50.0) == pytest.approx(2304 + 128 / 255 * 50)
+    assert fp8_gemm_rows(2304, 50.0) == 2304 and fp8_gemm_rows(100, 50.0) == 100  # (at most 128: as they are)
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8",
+                                    coefficients={**ROUND, **FP8, "fp8_partial_rows": 50.0})
+    body = m.model.body_params
+    t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,), decode_context=(900,)))
+    quant = 3 * 2_048_000 / (3.35e12 * 0.25)
+    assert t["gemm"] == pytest.approx(2 * body * 2354 / 4 / (1979e12 * 0.5) + 4 * 80 * 2e-6 + 2049 * quant)
+
+
+def test_calibrated_decode_attention_pays_a_cost_per_request_per_layer():
+    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1,
+                                    coefficients={**ROUND, "attn_per_request_decode_s": 1e-7})
+    t = m.terms(StepBatch(decode_context=(1000,) * 10))
+    # 32 layers x (20 us floor + 10 requests x 0.1 us) + 10,000 tokens' KV at half the bandwidth
+    assert t["attn_decode"] == pytest.approx(32 * (2e-5 + 10 * 1e-7) + 10_000 * 32 * 4096 / (3.35e12 * 0.5))
+
+
 def test_calibrated_fp8_needs_fp8_coefficients():
     with pytest.raises(ConfigError, match="no fp8 GEMM coefficients"):
         CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients=ROUND)

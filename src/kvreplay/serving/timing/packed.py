@@ -65,12 +65,17 @@ def _roofline(model: RooflineTimeModel) -> np.ndarray:
     return np.array([values[name] for name in ROOF.names], dtype=np.float64)
 
 
+def _p(p) -> float:
+    """A soft_max exponent for step.c: 0 for none (the plain max)."""
+    return 0.0 if p is None or p == float("inf") else float(p)
+
+
 def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
     c, scale = model.c, model.scale
     values = {"C_KIND": KIND_CALIBRATED, "C_LAYERS": model.model.num_layers, "C_LAYERS_FULL": model.layers_full,
               "C_LAYERS_SW": model.layers_sw, "C_WINDOW": model.window or 0, "C_TP": model.tp,
-              "C_BODY_PARAMS": model.body_params, "C_BODY_WEIGHT_BYTES": model.body_weight_bytes,
-              "C_ACTIVE_BODY_WEIGHT_BYTES": model.active_body_weight_bytes, "C_HEAD_PARAMS": model.head_params,
+              "C_BODY_PARAMS": model.body_flop_params, "C_BODY_WEIGHT_BYTES": model.body_weight_bytes,
+              "C_ACTIVE_BODY_WEIGHT_BYTES": model.active_body_weight_bytes, "C_HEAD_PARAMS": model.head_flop_params,
               "C_HEAD_WEIGHT_BYTES": model.head_weight_bytes, "C_HIDDEN": model.hidden,
               "C_ATTN_WIDTH": model.attn_width / model.tp, "C_KV_LAYER_TOKEN": model.kv_per_layer_token_gpu,
               "C_PEAK": model.peak_flops, "C_ATTN_PEAK": model.attn_peak, "C_BW": model.bandwidth,
@@ -85,7 +90,10 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_AR_LATENCY": c["allreduce_latency_s"], "C_AR_BUS": c["allreduce_bus_bytes_per_s"],
               "C_PER_LAYER": c["per_layer_s"], "C_PER_STEP": c["per_step_s"], "C_SCALE_PREFILL": scale["prefill"],
               "C_SCALE_DECODE": scale["decode"], "C_SCALE_MIXED": scale["mixed"], "C_ATTN_LAYERS": model.attn_layers,
-              "C_MAMBA_LAYERS": model.mamba_layers, "C_STATE_BYTES": model.state_bytes if model.mamba_layers else 0.0}
+              "C_MAMBA_LAYERS": model.mamba_layers, "C_STATE_BYTES": model.state_bytes if model.mamba_layers else 0.0,
+              "C_TILE_PARTIAL": c["fp8_partial_rows"] if model.fp8 else 0.0,
+              "C_GEMM_P": _p(model.gemm_p), "C_HEAD_P": _p(c["gemm_overlap_p"]),
+              "C_ATTN_PER_REQ_DECODE": c["attn_per_request_decode_s"]}
     return np.array([values[name] for name in CAL.names], dtype=np.float64)
 
 

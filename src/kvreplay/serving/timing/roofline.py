@@ -5,9 +5,12 @@ their sources: kvreplay/data/roofline_calibration.json; docs/serving.md, "roofli
 Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) and R logits rows
 (one per request in the step):
 
-- layer GEMMs: ``max(2 x body x T / tp / (peak x e_gemm), weights / tp / (bw x e_weights)) +
-  4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding and LM head left
-  out; an MoE reads at most the experts its tokens route to);
+- layer GEMMs: ``max(2 x (body / tp + k0 x n) x T / (peak x e_gemm), weights / tp / (bw x
+  e_weights)) + 4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding and
+  LM head left out; an MoE reads at most the experts its tokens route to). The tile term ``k0 x
+  n``: an m x n x k GEMM computes as if k were k + k0 (``gemm_k0``, fitted: each output tile's
+  prologue and epilogue, which the measured tables show as a slowdown at small k), over the
+  GEMMs' n output columns per token (``gemm_outputs_per_token``);
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
   GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
@@ -20,7 +23,10 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   hf_quant_config.json excludes it);
 - prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e), (KV read + q/o)
   / (bw x e_kv))``, causal keys as the raw roofline counts them;
-- decode attention: the same with its own floor and efficiencies, over the decodes' contexts;
+- decode attention: the same with its own floor and efficiencies, over the decodes' contexts,
+  plus ``layers x decodes x attn_per_request_decode_s`` (a cost per request per layer);
+- the GEMMs' compute and memory times combine as ``soft_max`` (a p-norm, ``gemm_overlap_p``:
+  they overlap imperfectly near the ridge point), the LM head's too;
 - TP all-reduce (tp > 1): two per layer, ``latency + 2 (tp - 1) / tp x T x hidden x 2 bytes / bus``
   (a GPU without measurements: its relative's bus scaled by the two catalog link speeds);
 - overheads: ``layers x per_layer + per_step``;
@@ -53,6 +59,10 @@ COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_p
                 "allreduce_bus_bytes_per_s", "per_layer_s", "per_step_s")
 #: the fp8 GEMMs' coefficients (a GPU with FP8 tensor cores and measured fp8 GEMMs)
 FP8_COEFFICIENTS = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s", "e_quant_fp8")
+#: the GEMMs' shape terms (fitted; absent, each is off: no tile term, no partial-block cost, the
+#: plain max of compute and memory)
+SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_fp8": 0.0,
+                      "fp8_partial_rows": 0.0, "gemm_overlap_p_fp8": float("inf"), "attn_per_request_decode_s": 0.0}
 PHASES = ("prefill", "decode", "mixed")
 #: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
 #: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
@@ -61,11 +71,25 @@ PHASES = ("prefill", "decode", "mixed")
 FP8_TILE_ABOVE, FP8_TILE_ROWS = 128, 256
 
 
-def fp8_gemm_rows(tokens):
-    """The rows an fp8 GEMM of `tokens` rows computes (FP8_TILE_ROWS): an int, or a numpy array of
-    them elementwise (benchmarks/calibrate.py's kernel tables)."""
+def fp8_gemm_rows(tokens, partial_rows=0.0):
+    """The rows an fp8 GEMM of `tokens` rows computes (FP8_TILE_ROWS), plus up to `partial_rows`
+    when its last block of rows is partial (``fp8_partial_rows``, fitted). The measured tables time
+    256 j + 1 rows slower than 256 (j + 1), by about that many rows' compute; between those two
+    measured points the cost falls linearly, as the composed steps interpolate them. An int, or a
+    numpy array of them elementwise (benchmarks/calibrate.py's kernel tables)."""
     whole = -(-tokens // FP8_TILE_ROWS) * FP8_TILE_ROWS
-    return tokens + (tokens > FP8_TILE_ABOVE) * (whole - tokens)
+    tiled = tokens > FP8_TILE_ABOVE
+    empty = (whole - tokens) / (FP8_TILE_ROWS - 1.0)  # 1 at 256 j + 1 rows, 0 at 256 (j + 1)
+    return tokens + tiled * (whole - tokens) + tiled * empty * partial_rows
+
+
+def soft_max(compute, memory, p):
+    """A GEMM's time from its compute and its memory times: ``(compute^p + memory^p)^(1/p)``, the
+    two overlapping imperfectly (``gemm_overlap_p``, fitted; p -> infinity is the plain roofline's
+    max). Scalars or numpy arrays."""
+    if p is None or p == float("inf"):
+        return compute if compute > memory else memory
+    return (compute ** p + memory ** p) ** (1.0 / p)
 
 
 @dataclass(frozen=True)
@@ -113,6 +137,22 @@ def calibration_for(gpu_name: str) -> Calibration:
                        bands_fp8)
 
 
+def gemm_outputs_per_token(spec, tp: int) -> float:
+    """Output columns (n) of the layers' GEMMs one token computes on one GPU of a TP group, over
+    the layers: the tile term's count (``gemm_k0``). Dense: q/k/v ((heads / tp + 2 x kv heads /
+    tp) x head_dim), o (hidden), gate/up (2 x MLP width / tp) and down (hidden). Other models
+    (MoE, MLA): every body GEMM taken as k = hidden, n = its parameters / hidden (an
+    approximation, said in docs/serving.md)."""
+    hidden = spec.hidden_size or 0
+    if not hidden:
+        return 0.0
+    if spec.intermediate_size:
+        qkv = (spec.num_attention_heads / tp + 2 * max(1.0, spec.num_kv_heads / tp)) * spec.head_dim
+        return (qkv + 2.0 * hidden + 2.0 * spec.intermediate_size / tp) * spec.num_layers
+    body = spec.body_params if spec.lm_head_params else spec.active_params
+    return body / tp / hidden
+
+
 def quant_inputs_per_token(spec, tp: int) -> float:
     """Elements of GEMM input one token quantises to fp8 on one GPU of a TP group, over the
     layers: q/k/v and gate/up read the hidden state (replicated), o and down their sharded inputs
@@ -140,7 +180,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                  coefficients: dict | None = None):
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         coefficients = dict(coefficients or {})
-        unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS))
+        unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS) - set(SHAPE_COEFFICIENTS))
         if unknown:
             raise ConfigError(f"unknown roofline coefficient(s) {', '.join(unknown)} (known: {', '.join(COEFFICIENTS)})")
         if set(coefficients) >= set(COEFFICIENTS):  # every one given (benchmarks/calibrate.py fitting)
@@ -154,6 +194,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             relative = get_gpu(self.calibration.measured_on)
             c["allreduce_bus_bytes_per_s"] *= self.gpu.link_bytes_per_s / relative.link_bytes_per_s
         c.update(coefficients)
+        c = {**SHAPE_COEFFICIENTS, **c}
         self.c = c
         self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
         spec = self.model
@@ -174,8 +215,14 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                               "--time-model roofline-raw or a measured profile")
         # the GEMMs' coefficients at the weights' compute dtype; the LM head stays at bf16
         g = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s") if self.fp8 else ("e_gemm", "e_weights", "gemm_floor_s")
+        self.gemm_p = c["gemm_overlap_p_fp8" if self.fp8 else "gemm_overlap_p"]
         self.gemm_c = tuple(c[k] for k in g)
         self.quant_bytes_per_token = 3.0 * quant_inputs_per_token(spec, self.tp) if self.fp8 else 0.0
+        # the tile term: each output tile's fixed cost, as k0 more of K (its prologue and
+        # epilogue), over the body's GEMMs (gemm_outputs_per_token) and the LM head's (k = hidden)
+        k0 = c["gemm_k0_fp8" if self.fp8 else "gemm_k0"]
+        self.body_flop_params = self.body_params + self.tp * k0 * gemm_outputs_per_token(spec, self.tp)
+        self.head_flop_params = head * (1.0 + c["gemm_k0"] / self.hidden) if self.hidden else head
         self.mamba_layers = spec.mamba_layers
         if self.mamba_layers:  # attention on the attention layers only; the state term apart
             attn_layers = spec.kv_layers
@@ -209,16 +256,17 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if tokens == 0:
             return out
         peak, bw = self.peak_flops, self.bandwidth
-        flops = 2.0 * self.body_params * (fp8_gemm_rows(tokens) if self.fp8 else tokens) / tp
+        rows_computed = fp8_gemm_rows(tokens, c["fp8_partial_rows"]) if self.fp8 else tokens
+        flops = 2.0 * self.body_flop_params * rows_computed / tp
         weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
         e_gemm, e_weights, floor = self.gemm_c
-        out["gemm"] = max(flops / (peak * e_gemm), weights / (bw * e_weights)) + 4 * layers * floor
+        out["gemm"] = soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p) + 4 * layers * floor
         if self.fp8:
             out["gemm"] += tokens * self.quant_bytes_per_token / (bw * c["e_quant_fp8"])
         if self.head_params:
-            hf = 2.0 * self.head_params * rows / tp
-            out["lm_head"] = (max(hf / (self.attn_peak * c["e_gemm"]), self.head_weight_bytes / tp / (bw * c["e_weights"]))
-                              + c["gemm_floor_s"])
+            hf = 2.0 * self.head_flop_params * rows / tp
+            out["lm_head"] = (soft_max(hf / (self.attn_peak * c["e_gemm"]), self.head_weight_bytes / tp / (bw * c["e_weights"]),
+                                       c["gemm_overlap_p"]) + c["gemm_floor_s"])
         w, width = self.window, self.attn_width / tp
         kv_lt = self.kv_per_layer_token_gpu
         if prefill_reqs:
@@ -233,7 +281,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             ctx_s = sum(min(int(x), w) for x in batch.decode_context) if w else 0
             f = 4.0 * width * (self.layers_full * ctx + self.layers_sw * ctx_s)
             b = kv_lt * (self.layers_full * ctx + self.layers_sw * ctx_s)
-            out["attn_decode"] = (self.attn_layers * c["attn_floor_decode_s"]
+            out["attn_decode"] = (self.attn_layers * (c["attn_floor_decode_s"] + decodes * c["attn_per_request_decode_s"])
                                   + max(f / (self.attn_peak * c["e_attn_decode"]), b / (bw * c["e_kv_decode"])))
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
@@ -269,7 +317,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         return {"time_model": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
                 "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
                 "borrowed_calibration": cal.borrowed, "bands": {p: list(cal.band(p, self.fp8)) for p in PHASES},
-                "coefficients": dict(self.c), "peak_tflops": self.peak_flops / 1e12,
+                "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps,
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
                     "mamba_term": "unmeasured: state read and write per request, update per token"}

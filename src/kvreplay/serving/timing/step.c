@@ -28,22 +28,32 @@ static f64 roofline(const f64 *tm, const f64 *agg) {
     return kv_fmax(flops / tm[R_TP] / tm[R_FLOPS], (weights + kv) / tm[R_BYTES_PER_S]) + tm[R_OVERHEAD];
 }
 
+/* a GEMM's time from its compute and memory times (roofline.py soft_max; p 0: their max) */
+static f64 soft_max(f64 compute, f64 memory, f64 p) {
+    if (p <= 0) return kv_fmax(compute, memory);
+    return pow(pow(compute, p) + pow(memory, p), 1.0 / p);
+}
+
 /* the calibrated roofline: the sum of its kernels' times (serving/timing/roofline.py terms()) */
 static f64 calibrated(const f64 *tm, const f64 *agg) {
     f64 tp = tm[C_TP], layers = tm[C_LAYERS], bw = tm[C_BW];
     f64 prefill_reqs = agg[AGG_PREFILL_REQS], decodes = agg[AGG_DECODE_REQS];
     f64 tokens = agg[AGG_PREFILL_NEW] + decodes, rows = prefill_reqs + decodes;
     /* fp8: the rows its tiles compute (C_TILE_ROWS 0: every row as it is) */
-    f64 rows_computed = tm[C_TILE_ROWS] > 0 && tokens > tm[C_TILE_ABOVE]
-                            ? ceil(tokens / tm[C_TILE_ROWS]) * tm[C_TILE_ROWS] : tokens;
+    f64 rows_computed = tokens;
+    if (tm[C_TILE_ROWS] > 0 && tokens > tm[C_TILE_ABOVE]) {  /* (and a partial last block's cost) */
+        rows_computed = ceil(tokens / tm[C_TILE_ROWS]) * tm[C_TILE_ROWS];
+        rows_computed += (rows_computed - tokens) / (tm[C_TILE_ROWS] - 1.0) * tm[C_TILE_PARTIAL];
+    }
     f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tp;
     f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
-    f64 t = kv_fmax(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS])) + 4.0 * layers * tm[C_GEMM_FLOOR];
+    f64 t = soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
+            + 4.0 * layers * tm[C_GEMM_FLOOR];
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
         t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)
-        t += kv_fmax(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_ATTN_PEAK] * tm[C_HEAD_E_GEMM]),
-                     tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_HEAD_E_WEIGHTS])) + tm[C_HEAD_FLOOR];
+        t += soft_max(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_ATTN_PEAK] * tm[C_HEAD_E_GEMM]),
+                      tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_HEAD_E_WEIGHTS]), tm[C_HEAD_P]) + tm[C_HEAD_FLOOR];
     f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
     f64 attn_layers = tm[C_ATTN_LAYERS]; /* (all of them but Mamba / linear-attention layers) */
     if (prefill_reqs > 0) {
@@ -57,7 +67,7 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     if (decodes > 0) {
         f64 ctx = agg[AGG_DECODE_CTX], ctx_s = agg[AGG_DECODE_SW];
         f64 f = 4.0 * width * (lf * ctx + lsw * ctx_s), b = kv * (lf * ctx + lsw * ctx_s);
-        t += attn_layers * tm[C_ATTN_FLOOR_DECODE]
+        t += attn_layers * (tm[C_ATTN_FLOOR_DECODE] + decodes * tm[C_ATTN_PER_REQ_DECODE])
              + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (bw * tm[C_E_KV_DECODE]));
     }
     if (tm[C_MAMBA_LAYERS] > 0) { /* the state term (roofline.py mamba_term) */
