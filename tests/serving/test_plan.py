@@ -350,3 +350,15 @@ def test_a_plan_says_where_its_calibrated_roofline_leaves_what_was_measured():
     assert 'data-note="plan-calibration"><b>Time model.</b>' in page
     dense = plan(EIGHT, model="Llama-3.1-8B", slo=slo, prices=Prices({"H100": 2.0}), block_size=4, max_instances=2)
     assert dense["calibration_warnings"] == [] and "warning    calibration" not in plan_text(EIGHT, dense)
+
+
+def test_a_cached_run_is_not_reused_under_another_roofline_calibration(tmp_path, monkeypatch):
+    import kvreplay.serving.plan as plan_module
+
+    kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), cache_dir=str(tmp_path),
+              **ONE_AT_A_TIME)
+    first = plan(EIGHT, **kw)
+    assert first["runs"] >= 1 and first["disk_hits"] == 0
+    assert plan(EIGHT, **kw)["disk_hits"] >= 1  # the same calibration: runs read back from the directory
+    monkeypatch.setattr(plan_module, "_calibration_digest", lambda: "a-refit")
+    assert plan(EIGHT, **kw)["disk_hits"] == 0  # a refit: no run of before reused

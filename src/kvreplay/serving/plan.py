@@ -425,12 +425,20 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
 CACHE_VERSION = 3
 
 
+def _calibration_digest() -> str:
+    """The shipped roofline calibration's digest: a refit changes every calibrated run's times, so
+    runs cached under other coefficients are not reused."""
+    from .timing.roofline import calibration_data
+
+    return hashlib.sha256(json.dumps(calibration_data()["gpus"], sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _cache_path(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
     """The run's file in the cache directory: named by the trace's digest and everything the run
     depends on (not the SLOs: a run is judged again for each)."""
     if s.cache_dir is None:
         return None
-    key = json.dumps([CACHE_VERSION, s.digest(), s.model, [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end,
+    key = json.dumps([CACHE_VERSION, _calibration_digest(), s.digest(), s.model, [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end,
                       sorted((k, repr(v)) for k, v in s.options.items())])
     return os.path.join(s.cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
 
