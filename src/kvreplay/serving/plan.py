@@ -23,6 +23,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import product
 
 import numpy as np
@@ -425,6 +426,7 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
 CACHE_VERSION = 3
 
 
+@lru_cache(maxsize=1)
 def _calibration_digest() -> str:
     """The shipped roofline calibration's digest: a refit changes every calibrated run's times, so
     runs cached under other coefficients are not reused."""

@@ -67,7 +67,7 @@ def _roofline(model: RooflineTimeModel) -> np.ndarray:
 
 def _p(p) -> float:
     """A soft_max exponent for step.c: 0 for none (the plain max)."""
-    return 0.0 if p is None or p == float("inf") else float(p)
+    return 0.0 if p == float("inf") else float(p)
 
 
 def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:

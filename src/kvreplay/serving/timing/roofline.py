@@ -85,9 +85,9 @@ def fp8_gemm_rows(tokens, partial_rows=0.0):
 
 def soft_max(compute, memory, p):
     """A GEMM's time from its compute and its memory times: ``(compute^p + memory^p)^(1/p)``, the
-    two overlapping imperfectly (``gemm_overlap_p``, fitted; p -> infinity is the plain roofline's
-    max). Scalars or numpy arrays."""
-    if p is None or p == float("inf"):
+    two overlapping imperfectly (``gemm_overlap_p``, fitted; p infinite is the plain roofline's
+    max, scalars only). Scalars or, at a finite p, numpy arrays (benchmarks/calibrate.py)."""
+    if p == float("inf"):
         return compute if compute > memory else memory
     return (compute ** p + memory ** p) ** (1.0 / p)
 
