@@ -43,12 +43,15 @@ def test_band_brackets_every_latency():
 
 
 def test_band_of_an_isolated_request_is_its_steps_times_the_ratios():
-    # one request, alone: its first token is one prefill step, so TTFT x the prefill band's ends
+    # one request, alone: its first token is the serving front end's latency (frontend_s, outside
+    # the band) plus one prefill step, whose time x the prefill band's ends bound it
     t = trace_of(([0, 1, 2, 3], 64, 0, 1), block_size=16)
     r = kvreplay.simulate(t, "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline")
     lo, hi = r.band["bands"]["prefill"]
-    ttft = float(r.ttft_s[0])
-    assert r.summary()["latency_band_s"]["ttft"]["p50"] == pytest.approx([ttft * lo, ttft * hi])
+    frontend = r.time_model["coefficients"]["frontend_s"]
+    step = float(r.ttft_s[0]) - frontend
+    assert frontend > 0 and step > 0
+    assert r.summary()["latency_band_s"]["ttft"]["p50"] == pytest.approx([frontend + step * lo, frontend + step * hi])
 
 
 def test_raw_roofline_has_no_band_and_warnings_name_the_range():

@@ -59,6 +59,23 @@ def test_two_requests_step_by_step():
     assert s["latency_s"]["ttft"]["p50"] == 1.5 and s["latency_s"]["ttft"]["max"] == 1.5
 
 
+def test_the_frontend_latency_delays_each_request_at_the_engine():
+    # the calibrated roofline's frontend_s: a request reaches the engine that long after it arrives,
+    # so every request's schedule, first token and finish move by it and its TTFT holds it; its
+    # arrival and TPOT do not move (the engine sees the same arrivals, all shifted alike)
+    from kvreplay.serving.timing import CalibratedRooflineTimeModel
+
+    t = trace_of((["a", "b"], 8, 0, 3), (["a", "c"], 8, 500, 2), (["d"], 4, 520, 4))
+    runs = [simulate(t, "vllm", 100, time_model=CalibratedRooflineTimeModel(
+        "Llama-3.1-8B", "H100", coefficients={"frontend_s": f}), band_runs=False) for f in (0.0, 0.25)]
+    assert np.array_equal(runs[0].arrival_s, runs[1].arrival_s)
+    assert np.array_equal(runs[0].arrival_s, [0.0, 0.5, 0.52])
+    for field in ("scheduled_s", "first_token_s", "finish_s"):
+        assert getattr(runs[1], field) == pytest.approx(getattr(runs[0], field) + 0.25, abs=1e-9)
+    assert runs[1].ttft_s == pytest.approx(runs[0].ttft_s + 0.25, abs=1e-9)
+    assert runs[1].tpot_s == pytest.approx(runs[0].tpot_s, abs=1e-9)
+
+
 def test_vllm_preempts_the_newest_request_and_recomputes_it():
     # block size 4, a pool of 4 blocks. A and B: 4 tokens (1 block), 9 outputs, both at 0 s.
     # Each needs ceil((4 + 9 - 1) / 4) = 3 blocks in the end: both cannot finish together.

@@ -576,6 +576,33 @@ def test_calibrated_decode_attention_pays_a_cost_per_request_per_layer():
     assert t["attn_decode"] == pytest.approx(32 * (2e-5 + 10 * 1e-7) + 10_000 * 32 * 4096 / (3.35e12 * 0.5))
 
 
+def test_calibrated_all_reduce_waits_a_skew_per_doubling_of_the_group():
+    # in a real step each all-reduce also waits for the last GPU (allreduce_skew_s x log2(tp)):
+    # Llama-3.1-70B at TP 8, 80 layers, 2 all-reduces each, skew 10 us x 3 = 30 us more per call
+    batch = StepBatch(decode_context=(1000,) * 4)
+    off = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8, coefficients=ROUND)
+    on = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8, coefficients={**ROUND, "allreduce_skew_s": 1e-5})
+    assert on.terms(batch)["allreduce"] - off.terms(batch)["allreduce"] == pytest.approx(2 * 80 * 3e-5)
+    assert on.allreduce_latency_s == pytest.approx(5e-6 + 3e-5)
+    # one GPU has no all-reduce, so no skew
+    one = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "allreduce_skew_s": 1e-5})
+    assert one.terms(batch)["allreduce"] == 0.0
+
+
+def test_calibrated_frontend_latency_is_outside_the_step():
+    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "frontend_s": 0.02})
+    plain = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
+    batch = StepBatch((512,), (0,), (900,) * 8)
+    assert m.frontend_s == 0.02 and plain.frontend_s == 0.0
+    assert m.step_time(batch) == plain.step_time(batch)
+
+
+def test_the_shipped_calibration_holds_the_serving_terms_fitted_on_silicon_runs():
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8")
+    assert m.c["allreduce_skew_s"] > 0 and m.frontend_s > 0
+    assert m.c["frontend_s"] == CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").frontend_s
+
+
 def test_calibrated_fp8_needs_fp8_coefficients():
     with pytest.raises(ConfigError, match="no fp8 GEMM coefficients"):
         CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients=ROUND)
@@ -596,6 +623,15 @@ def test_calibrated_gpu_without_measurements_borrows_its_relatives():
     b200 = CalibratedRooflineTimeModel("Llama-3.1-8B", "B200")
     assert b200.calibration.borrowed and b200.calibration.measured_on == "H200"
     assert b200.describe()["borrowed_calibration"] is True
+    # B200's bands: H200's coefficients checked on B200's own measured kernels, not the cross-GPU spread
+    from kvreplay.serving.timing.roofline import calibration_data
+
+    checked = calibration_data()["relative_bands"]["B200"]
+    assert checked["relative"] == "H200"
+    assert b200.calibration.band("prefill") == tuple(checked["bands"]["prefill"])
+    assert b200.calibration.band("prefill", fp8=True) == tuple(checked["bands_fp8"]["prefill"])
+    mi300x = CalibratedRooflineTimeModel("Llama-3.1-8B", "MI300X")  # no kernels measured: the transfer spread
+    assert mi300x.calibration.band("prefill") == tuple(calibration_data()["transfer_bands"]["prefill"])
     h100 = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
     assert not h100.calibration.borrowed and h100.describe()["calibrated_on"] == "H100"
 

@@ -28,8 +28,11 @@ def _describe_time(tm: dict) -> str:
                     if tm.get("borrowed_calibration") else ""))
         bands = tm.get("bands", {})
         band = ", ".join(f"{p} x{lo:.2f}-{hi:.2f}" for p, (lo, hi) in bands.items())
+        coef = tm.get("coefficients") or {}
+        frontend = (f"; each request {1000 * coef['frontend_s']:.1f} ms outside the engine (API server, fitted "
+                    "on silicon serving runs)" if coef.get("frontend_s") else "")
         return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')}, weights {tm.get('dtype')}, KV "
-                f"{tm.get('kv_dtype')}; {where}; measured / predicted step time {band} (5-95%)")
+                f"{tm.get('kv_dtype')}; {where}; measured / predicted step time {band} (5-95%){frontend}")
     if name == "roofline-raw":
         return (f"roofline-raw: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
                 f"{tm.get('mbu')}, {1000 * tm.get('overhead_s', 0):g} ms per step; uncalibrated, no error band)")

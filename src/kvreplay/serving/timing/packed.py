@@ -87,7 +87,7 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_E_ATTN_PREFILL": c["e_attn_prefill"], "C_E_KV_PREFILL": c["e_kv_prefill"],
               "C_ATTN_FLOOR_PREFILL": c["attn_floor_prefill_s"], "C_E_ATTN_DECODE": c["e_attn_decode"],
               "C_E_KV_DECODE": c["e_kv_decode"], "C_ATTN_FLOOR_DECODE": c["attn_floor_decode_s"],
-              "C_AR_LATENCY": c["allreduce_latency_s"], "C_AR_BUS": c["allreduce_bus_bytes_per_s"],
+              "C_AR_LATENCY": model.allreduce_latency_s, "C_AR_BUS": c["allreduce_bus_bytes_per_s"],
               "C_PER_LAYER": c["per_layer_s"], "C_PER_STEP": c["per_step_s"], "C_SCALE_PREFILL": scale["prefill"],
               "C_SCALE_DECODE": scale["decode"], "C_SCALE_MIXED": scale["mixed"], "C_ATTN_LAYERS": model.attn_layers,
               "C_MAMBA_LAYERS": model.mamba_layers, "C_STATE_BYTES": model.state_bytes if model.mamba_layers else 0.0,

@@ -27,9 +27,15 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   plus ``layers x decodes x attn_per_request_decode_s`` (a cost per request per layer);
 - the GEMMs' compute and memory times combine as ``soft_max`` (a p-norm, ``gemm_overlap_p``:
   they overlap imperfectly near the ridge point), the LM head's too;
-- TP all-reduce (tp > 1): two per layer, ``latency + 2 (tp - 1) / tp x T x hidden x 2 bytes / bus``
-  (a GPU without measurements: its relative's bus scaled by the two catalog link speeds);
+- TP all-reduce (tp > 1): two per layer, ``latency + skew x log2(tp) + 2 (tp - 1) / tp x T x hidden x
+  2 bytes / bus`` (a GPU without measurements: its relative's bus scaled by the two catalog link
+  speeds). ``latency`` is the isolated kernel's; ``skew`` (``allreduce_skew_s``) the wait for the
+  last GPU of the group in a real step, which no kernel table holds: fitted on silicon serving runs;
 - overheads: ``layers x per_layer + per_step``;
+- outside the step: ``frontend_s``, each request's latency outside the engine (the API server's
+  HTTP handling, tokenisation, detokenisation and streaming), fitted on silicon serving runs too;
+  simulate() delays each request's arrival at the engine by it, so its TTFT and end-to-end latency
+  include it (its TPOT does not);
 - Mamba / linear-attention layers (Qwen3-Next's Gated DeltaNet, Nemotron-H's and Granite 4's
   Mamba-2; ``mamba_term``), not measured: each of the M layers reads and writes its fixed state
   once per request in the step, ``2 x state x R / tp`` bytes at ``e_kv_decode``, and updates it per
@@ -47,6 +53,7 @@ coefficients).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -62,7 +69,12 @@ FP8_COEFFICIENTS = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s", "e_quant_
 #: the GEMMs' shape terms (fitted; absent, each is off: no tile term, no partial-block cost, the
 #: plain max of compute and memory)
 SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_fp8": 0.0,
-                      "fp8_partial_rows": 0.0, "gemm_overlap_p_fp8": float("inf"), "attn_per_request_decode_s": 0.0}
+                      "fp8_partial_rows": 0.0, "gemm_overlap_p_fp8": float("inf"), "attn_per_request_decode_s": 0.0,
+                      "allreduce_skew_s": 0.0, "frontend_s": 0.0}
+#: what no kernel table holds, fitted on silicon serving runs (benchmarks/calibrate_e2e.py): an
+#: all-reduce's wait for the last of its GPUs, per log2(tp), and a request's latency outside the
+#: engine (the API server's HTTP, tokenisation and streaming)
+SERVING_COEFFICIENTS = ("allreduce_skew_s", "frontend_s")
 PHASES = ("prefill", "decode", "mixed")
 #: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
 #: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
@@ -130,7 +142,11 @@ def calibration_for(gpu_name: str) -> Calibration:
     entry = gpus[source]
     bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
     bands_fp8 = {p: tuple(v) for p, v in entry.get("bands_fp8", {}).items()} or None
-    if not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
+    checked = data.get("relative_bands", {}).get(gpu_name)
+    if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
+        bands = {p: tuple(v) for p, v in checked["bands"].items()}
+        bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
+    elif not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
         bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
         bands_fp8 = None
     return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
@@ -197,6 +213,10 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         c = {**SHAPE_COEFFICIENTS, **c}
         self.c = c
         self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
+        # in a step, an all-reduce also waits for the last of its GPUs to arrive: the isolated
+        # kernel's latency plus a skew growing with log2 of the group (fitted on silicon runs)
+        self.allreduce_latency_s = c["allreduce_latency_s"] + c["allreduce_skew_s"] * math.log2(max(self.tp, 1))
+        self.frontend_s = c["frontend_s"]  # each request's latency outside the engine (simulate adds it)
         spec = self.model
         wbytes = _weight_bytes(self.dtype)
         self.fp8 = self.dtype == "fp8"  # fp8 tensor cores (gpus.check_weights_dtype refuses a GPU without)
@@ -287,7 +307,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
             message = tokens * self.hidden * 2.0
-            out["allreduce"] = 2 * layers * (c["allreduce_latency_s"]
+            out["allreduce"] = 2 * layers * (self.allreduce_latency_s
                                              + 2.0 * (tp - 1) / tp * message / c["allreduce_bus_bytes_per_s"])
         out["overhead"] = layers * c["per_layer_s"] + c["per_step_s"]
         return out
