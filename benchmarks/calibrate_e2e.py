@@ -1,0 +1,194 @@
+"""End to end: aiconfigurator's silicon vLLM serving runs against kvreplay's simulation of them,
+and the fit of the serving stack's non-kernel terms (`python benchmarks/calibrate.py --e2e`).
+
+**The runs.** aiconfigurator's ``systems/silicon_sample.csv`` (in the wheel calibrate.py reads):
+vLLM, aggregated serving, dense models of kvreplay's catalog, fixed ISL and OSL, concurrency B.
+Two groups, by their ``silicon_data_source``:
+
+- ``2026-04-06``: Llama-3.1-70B FP8 on H100, H200 and B200 at TP 1-8, ISL 1024/8192, OSL
+  1024/8192, B 4-64 (its nvfp4 runs on B200 are left out: kvreplay has no fp4 weights);
+- ``gap-analysis``: Qwen3-32B bf16 (H100) and Llama-3.1-8B FP8 (H200) under vLLM 0.12, and three
+  Qwen3-32B FP8 runs served through Dynamo 0.8.
+
+**The client.** aiconfigurator's evaluation pipeline benchmarks a concurrency B with 10 B
+requests (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``: ``--request-count v*10``;
+``bench_serving_runner.py``: ``num_prompts = v * 10``) and reports the mean TTFT and ITL over all
+of them. A closed loop of B clients starts with all B sending at once: the first B requests are
+a burst that queues behind its own prefills (aiconfigurator's queueing design calls it the
+transient window, ``docs/design/queueing_model.md``), and the other 9 B run in the steady state.
+kvreplay simulates both and weights them as the benchmark does:
+
+    TTFT = (B x W + (N - B) x S) / N,  N = 10 B
+
+W: the burst, B requests at t = 0 under max_num_seqs = B, each from its arrival. S: the steady
+state of B clients in a closed loop, each sending its next request when its last one finishes,
+their first sends spread evenly over one request's latency (a real server's arrivals are not
+synchronised: the fixed point of the simulated loop keeps whatever phase it starts with), averaged
+over the requests after the first B. TPOT likewise (W's and S's mean over requests of (finish -
+first token) / (OSL - 1)).
+
+**The non-kernel terms** (the calibrated roofline's ``allreduce_skew_s`` and ``frontend_s``,
+docs/serving.md "roofline") are fitted on H100's ``2026-04-06`` runs only, and
+checked on H200's and B200's, which the fit never saw: least absolute relative error of TTFT and
+TPOT, linear in the terms (each run simulated at zero and at a probe value of each; the final
+table simulates the fitted values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SILICON_MODELS = {"Qwen/Qwen3-32B": "Qwen3-32B", "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B"}
+SILICON_GPUS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
+FIT_GPU = "H100"
+FIT_SOURCE = "2026-04-06"
+PER_CLIENT = 10  # aiconfigurator's request count per concurrency
+WEIGHTS = {"": "bf16", "fp8": "fp8"}  # gemm_quant_mode -> kvreplay's --weights-dtype (nvfp4: none)
+PROBE = {"allreduce_skew_s": 5e-6, "frontend_s": 0.02}
+
+
+def source_of(raw: str) -> str:
+    if "2026-04-06" in raw:
+        return "2026-04-06"
+    return "gap-analysis (vLLM 0.12)" if "aic-auto-gap-analysis" in raw and "dynamo" not in raw else "dynamo 0.8"
+
+
+def silicon_runs(rows):
+    """The runs kvreplay can simulate, and a count of those left out by reason."""
+    out, left = [], {}
+    for r in rows:
+        if (r["backend"] != "vllm" or r["mode"] != "agg" or r["system"] not in SILICON_GPUS
+                or r["model_path"] not in SILICON_MODELS or (r["pp_size"] or "1") != "1"):
+            continue
+        if r["gemm_quant_mode"] not in WEIGHTS:
+            left[f"{r['gemm_quant_mode']} weights"] = left.get(f"{r['gemm_quant_mode']} weights", 0) + 1
+            continue
+        out.append({"id": r["id"], "gpu": SILICON_GPUS[r["system"]], "model": SILICON_MODELS[r["model_path"]],
+                    "weights": WEIGHTS[r["gemm_quant_mode"]], "tp": int(r["tp_size"]),
+                    "concurrency": int(r["batch_size"]), "isl": int(r["isl"]), "osl": int(r["osl"]),
+                    "ttft_s": float(r["silicon_ttft_ms"]) / 1e3, "tpot_s": float(r["silicon_tpot_ms"]) / 1e3,
+                    "source": source_of(r["silicon_data_source"])})
+    return out, left
+
+
+def serve(run, time_model, arrivals_s):
+    import kvreplay
+    from kvreplay.serving.simulate import Scheduler
+
+    blocks = -(-run["isl"] // 16)
+    requests = [(list(range(i * blocks, (i + 1) * blocks)), run["isl"], float(t) * 1e3, run["osl"])
+                for i, t in enumerate(arrivals_s)]
+    trace = kvreplay.Trace.from_requests(requests, block_size=16)
+    return kvreplay.simulate(trace, "vllm", None, 16, time_model=time_model, model=run["model"], gpu=run["gpu"],
+                             tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["weights"],
+                             scheduler=Scheduler(style="vllm", max_num_seqs=run["concurrency"]),
+                             compare_sequential=False, check=False, band_runs=False)
+
+
+def _means(r, mask):
+    ttft = r.first_token_s - r.arrival_s
+    tpot = (r.finish_s - r.first_token_s) / np.maximum(r.output_tokens - 1, 1)
+    ok = r.finished & mask
+    return float(np.mean(ttft[ok])), float(np.mean(tpot[ok]))
+
+
+def burst(run, tm):
+    """W: B requests at t = 0."""
+    B = run["concurrency"]
+    return _means(serve(run, tm, np.zeros(B)), np.ones(B, bool))
+
+
+def steady(run, tm, waves: int = 4):
+    """S: B closed-loop clients whose first sends are spread over one request's latency."""
+    B = run["concurrency"]
+    n = waves * B
+    period = float(np.mean(serve(run, tm, np.zeros(B)).finish_s))
+    arrivals = np.concatenate([np.arange(B) * period / B + w * period for w in range(waves)])
+    for _ in range(2 * waves + 2):  # the loop's fixed point: each request sent when its client's last one ended
+        r = serve(run, tm, arrivals)
+        sends = arrivals.copy()
+        sends[B:] = r.finish_s[:-B]
+        if np.allclose(sends, arrivals):
+            break
+        arrivals = np.sort(sends)
+    return _means(r, np.arange(n) >= B)
+
+
+def benchmark(run, tm):
+    """The benchmark's means over its N = 10 B requests: B in the burst, the rest steady."""
+    (wt, wp), (st, sp) = burst(run, tm), steady(run, tm)
+    share = 1.0 / PER_CLIENT
+    return share * wt + (1 - share) * st, share * wp + (1 - share) * sp
+
+
+def simulate_runs(runs, make_model):
+    rows = []
+    for run in runs:
+        try:
+            ttft, tpot = benchmark(run, make_model(run))
+        except Exception as e:  # a configuration kvreplay refuses (memory): said, not counted
+            rows.append({**run, "error": str(e)})
+            continue
+        rows.append({**run, "sim_ttft_s": ttft, "sim_tpot_s": tpot})
+    return rows
+
+
+def fit_terms(runs, make_model):
+    """The serving terms (PROBE's) by least absolute relative error of TTFT and TPOT over `runs`,
+    from simulations at zero and at each term's probe value (both latencies are linear in them
+    but for scheduling)."""
+    base = simulate_runs(runs, lambda r: make_model(r, {}))
+    probes = {k: simulate_runs(runs, lambda r, k=k: make_model(r, {k: v})) for k, v in PROBE.items()}
+    A, y = [], []
+    for i, b in enumerate(base):
+        if "error" in b:
+            continue
+        for key in ("ttft", "tpot"):
+            measured = b[f"{key}_s"]
+            slopes = [(probes[k][i][f"sim_{key}_s"] - b[f"sim_{key}_s"]) / PROBE[k] for k in PROBE]
+            A.append([s / measured for s in slopes])
+            y.append(1.0 - b[f"sim_{key}_s"] / measured)
+    A, y = np.array(A), np.array(y)
+    w = np.ones_like(y)
+    for _ in range(50):  # least absolute relative error (reweighted least squares): runs whose
+        # queue the KV pool sets (TTFT tens of seconds) do not pull the terms
+        x, *_ = np.linalg.lstsq(A * w[:, None], y * w, rcond=None)
+        w = 1.0 / np.sqrt(np.maximum(np.abs(A @ x - y), 0.01))
+    return {k: max(float(v), 0.0) for k, v in zip(PROBE, x)}
+
+
+def summary(rows):
+    ok = [r for r in rows if "error" not in r]
+    out = {"runs": len(ok), "refused": len(rows) - len(ok)}
+    if not ok:
+        return out
+    for key in ("ttft", "tpot"):
+        ratios = np.array([r[f"{key}_s"] / r[f"sim_{key}_s"] for r in ok])
+        out[key] = {"mape": float(np.mean(np.abs(1 / ratios - 1))), "median_ratio": float(np.median(ratios)),
+                    "min_ratio": float(ratios.min()), "max_ratio": float(ratios.max()),
+                    "band": [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]}
+    return out
+
+
+def groups(rows):
+    """(GPU, source) -> rows, and each source over all GPUs."""
+    out = {}
+    for r in rows:
+        out.setdefault((r["gpu"], r["source"]), []).append(r)
+    return dict(sorted(out.items()))
+
+
+def print_table(title, by_group):
+    print(f"\n{title}\n")
+    print("| GPU | runs | source | TTFT error (MAPE) | TTFT measured / simulated, median [5-95%] | TPOT error | "
+          "TPOT measured / simulated, median [5-95%] |")
+    print("| --- | ---: | --- | ---: | --- | ---: | --- |")
+    for (gpu, source), s in by_group.items():
+        if "ttft" not in s:
+            continue
+        t, p = s["ttft"], s["tpot"]
+        runs = f"{s['runs']} (+{s['refused']} refused)" if s["refused"] else str(s["runs"])
+        print(f"| {gpu} | {runs} | {source} | "
+              f"{100 * t['mape']:.1f}% | {t['median_ratio']:.2f} [{t['band'][0]:.2f}-{t['band'][1]:.2f}] | "
+              f"{100 * p['mape']:.1f}% | {p['median_ratio']:.2f} [{p['band'][0]:.2f}-{p['band'][1]:.2f}] |")
