@@ -145,3 +145,27 @@ def lifecycles_agree(trace, policy, capacity, events, block_size, *, check=None,
     assert (ref.final_cache_blocks, ref.counters, ref.held_at_end, ref.refusals) == \
         (comp.final_cache_blocks, comp.counters, comp.held_at_end, comp.refusals)
     return ref, comp
+
+
+@st.composite
+def chained_requests(draw, max_requests=40, max_fresh=8):
+    """(requests, block size): each request a prefix of an earlier one (or nothing) plus fresh
+    ids, so prefixes are shared and no id repeats within a request, as with vLLM's chained block
+    hashes; lengths usually end in a partial block, sometimes aligned, sometimes disagreeing."""
+    block_size = draw(st.sampled_from([1, 2, 4, 16]))
+    fresh = iter(range(10**9))
+    out = []
+    for _ in range(draw(st.integers(1, max_requests))):
+        ids = []
+        if out and draw(st.booleans()):
+            parent = draw(st.sampled_from(out))[0]
+            ids = parent[: draw(st.integers(0, len(parent)))]
+        ids = ids + [next(fresh) for _ in range(draw(st.integers(0 if ids else 1, max_fresh)))]
+        n = len(ids)
+        length = draw(st.one_of(
+            st.integers(max(1, (n - 1) * block_size + 1), max(1, n * block_size)),
+            st.just(n * block_size),
+            st.integers(0, (n + 2) * block_size),
+        ))
+        out.append((ids, length))
+    return out, block_size

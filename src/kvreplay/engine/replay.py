@@ -95,7 +95,7 @@ def replay(
         analysis.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
         manager, whose hit is the longest prefix every group can serve (policies/hybrid.py);
         capacity is then in block ids of the shared pool. For policy "radix": SGLang 0.5.23's
-        UnifiedRadixCache (policies/radix_hybrid.py; reference engine only), capacity its
+        UnifiedRadixCache (policies/radix_hybrid.py; compiled: radix_hybrid.c), capacity its
         full-attention pool in pages, the sliding-window pool 0.8 of it. kv_retention: vLLM's
         prefix_cache_retention_interval (0, its default: sliding-window and Mamba groups cache
         only what a hit at a prompt's end or a shared-prefix junction needs; None: every block).
@@ -179,8 +179,8 @@ def replay(
 
 def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, engine: str, retention,
                    chunk: int):
-    """Hybrid semantics: vLLM's hybrid manager (policy vllm; compiled or reference) or SGLang's
-    UnifiedRadixCache (policy radix; reference only; capacity = its full-attention pool in pages):
+    """Hybrid semantics: vLLM's hybrid manager (policy vllm) or SGLang's UnifiedRadixCache (policy
+    radix; capacity = its full-attention pool in pages), each compiled or reference:
     (hit blocks, counters, resident count, the engine that ran, the report's kv_semantics)."""
     if policy == "vllm":
         from ..policies.hybrid import replay_hybrid, replay_hybrid_compiled
@@ -194,13 +194,17 @@ def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, e
         about = {"engine": "vllm", "retention": retention,
                  "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
     elif policy == "radix":
-        from ..policies.radix_hybrid import replay_radix_hybrid
+        from ..policies.radix_hybrid import replay_radix_hybrid, replay_radix_hybrid_compiled
 
-        hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
-        final, counters, engine = cache.resident_count(), dict(cache.stats), "reference"
+        if engine == "compiled":
+            hits, counters, final, _, _ = replay_radix_hybrid_compiled(trace, groups, block_size, full_pages=capacity,
+                                                                       chunk_tokens=chunk)
+        else:
+            hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
+            final, counters = cache.resident_count(), dict(cache.stats)
         about = {"engine": "sglang", "swa_full_tokens_ratio": 0.8,
-                 "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py); capacity: its full-attention "
-                           "pool in pages"}
+                 "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py, compiled in radix_hybrid.c); "
+                           "capacity: its full-attention pool in pages"}
     else:
         raise ConfigError(f"kv_groups (hybrid semantics) are vLLM's hybrid manager (policy vllm) or SGLang's "
                           f"UnifiedRadixCache (policy radix), not {policy} (kv_semantics='full' replays every layer "

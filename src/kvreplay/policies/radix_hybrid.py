@@ -940,3 +940,43 @@ def replay_radix_hybrid(trace, groups, block_size: int, *, full_pages: int, swa_
     for i in range(len(lengths)):
         hits[i] = cache.serve(blocks[offsets[i]:offsets[i + 1]], lengths[i])
     return hits, cache
+
+
+#: kv_radix_hybrid_replay's return codes
+_FAILURES = {-1: (MemoryError, "the compiled replay could not allocate its state"),
+             -2: (RuntimeError, "no Mamba state slot can be freed (SGLang asserts here too)"),
+             -3: (RuntimeError, "the compiled replay's pools disagree with its tree (a bug)"),
+             -4: (ValueError, "the compiled replay refused its settings")}
+
+
+def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
+                                 mamba_slots: int | None = None, chunk_tokens: int | None = 8192,
+                                 mamba_strategy: str = "extra_buffer"):
+    """replay_radix_hybrid compiled (radix_hybrid.c), the same replay request by request: (hit
+    blocks, the counters as UnifiedRadix.stats, and the tree's pages, live SWA pages and Mamba
+    states after it)."""
+    import ctypes
+
+    import numpy as np
+
+    from .. import native
+
+    spec = UnifiedRadix(list(groups), block_size, full_pages=full_pages, swa_pages=swa_pages, mamba_slots=mamba_slots,
+                        chunk_tokens=chunk_tokens, mamba_strategy=mamba_strategy)  # (its checks and sizes)
+    settings = np.array([spec.P, spec.W if spec.has_swa else 0, spec.has_mamba, spec.extra_buffer, spec.full_pages,
+                         spec.swa_pages, spec.mamba_slots_total, -1 if chunk_tokens is None else chunk_tokens,
+                         spec.grid, spec.mamba_chunk], dtype=np.int64)
+    offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
+    blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
+    lengths = np.ascontiguousarray(trace.input_length, dtype=np.int64)
+    hits = np.zeros(lengths.shape[0], dtype=np.int64)
+    out = np.zeros(len(COUNTERS) + 3, dtype=np.int64)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    fn = native.function("kv_radix_hybrid_replay", ctypes.c_int64, p, i, p, i, p, p, p, p)
+    rc = fn(offsets.ctypes.data, lengths.shape[0], blocks.ctypes.data, int(trace.num_blocks), lengths.ctypes.data,
+            settings.ctypes.data, hits.ctypes.data, out.ctypes.data)
+    if rc != 0:
+        kind, message = _FAILURES.get(rc, (RuntimeError, f"the compiled replay failed (code {rc})"))
+        raise kind(f"SGLang hybrid cache: {message}")
+    stats = dict(zip(COUNTERS, (int(x) for x in out[:len(COUNTERS)])))
+    return hits, stats, int(out[-3]), int(out[-2]), int(out[-1])

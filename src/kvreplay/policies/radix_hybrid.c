@@ -1,0 +1,959 @@
+/* SGLang 0.5.23's UnifiedRadixCache (FULL with SWA and / or MAMBA), compiled. The rules, their
+ * sources in SGLang's tree and the readable reference are in radix_hybrid.py; this file follows
+ * the reference function by function, under the same names, and the differential test
+ * (tests/policies/test_radix_hybrid_compiled.py) holds the two equal request by request.
+ *
+ * Layout: nodes are bump-allocated in creation order (a node's id is SGLang's serial) and never
+ * reused; a node's key is a (start, length) range of a key arena; children are an open-addressing
+ * table from (parent, first key) to the child; the SWA and Mamba LRU lists are doubly linked
+ * through per-node links (MRU first); the leaves are an indexed set. Times are doubles, as SGLang's
+ * (a match stamps t, t - 1e-5, ... up the path). Keys are i64: a trace's block ids, and past them
+ * one id per page a prompt has no id for (a page nobody shares). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/kv.h"
+
+enum { C_ADMISSIONS, C_EVICTIONS, C_SWA_EVICTIONS, C_MAMBA_EVICTIONS, C_EVICTED_NODES, C_NODE_SPLITS,
+       C_REJECTED, C_OVERSIZE, NUM_COUNTERS };
+enum { FULL, SWA, MAMBA };
+enum { MAMBA_CHUNK_SIZE = 64, PING_PONG_SLOTS = 2 };
+#define NONE (-1)
+#define ROOT 0
+
+/* a node of the tree; its links in the SWA and Mamba LRU lists (index SWA_LIST, MAMBA_LIST) */
+typedef struct {
+    i64 kstart, swa_uuid; /* its key in the arena; its SWA lock boundary mark (0: none) */
+    f64 time;             /* last_access_time */
+    i32 klen, parent, nchild, full_lock, swa_lock, mamba_lock, leaf_pos;
+    i32 prev[2], next[2];
+    i8 swa, mamba, alive, is_dirty, in[2];
+} Node;
+
+enum { SWA_LIST, MAMBA_LIST };
+
+typedef struct {
+    i32 first, last; /* MRU and LRU ends (NONE: empty) */
+    int which;       /* SWA_LIST or MAMBA_LIST */
+} Lru;
+
+typedef struct {
+    /* settings */
+    i64 P, W, full_pages, swa_pages, mamba_total, chunk, grid, mamba_chunk;
+    int has_swa, has_mamba, extra_buffer;
+    /* nodes, in creation order (a node's id is SGLang's serial) */
+    Node *n;
+    i64 nodes, node_cap;
+    Lru swa_lru, mamba_lru;
+    /* the key arena */
+    i64 *keys;
+    i64 key_top, key_cap;
+    /* children: (parent, first key) -> child */
+    i32 *tparent, *tnode;
+    i64 *tkey;
+    i64 tsize, tcount;
+    /* the leaves (every node but the root without a child) */
+    i32 *leaves;
+    i64 nleaves;
+    /* the full eviction's heap of leaves by (time, id): persistent, with lazy deletion (an entry is
+     * live while its node is an evictable leaf at that time); nodes whose time, locks or children
+     * changed since the last eviction are pushed again first (dirty) */
+    i32 *heap;
+    f64 *heap_time;
+    i64 heap_size, heap_cap;
+    i32 *dirty;
+    i64 ndirty;
+    /* pools, clock, counters */
+    i64 full_free, swa_free, mamba_free, tree_pages, uuids;
+    f64 clock;
+    i64 stats[NUM_COUNTERS];
+    /* the eviction in progress (evict_for_alloc's request, target and freed, per component) */
+    i64 ev_request[3], ev_target[3], ev_freed[3];
+    int ev_has_target[3];
+    int failed; /* 1: a state slot could not be freed (SGLang asserts there); -1: out of memory */
+} U;
+
+typedef struct {
+    const i64 *keys;
+    i64 prompt_tokens, protected, swa_cursor, computed;
+    i32 lock_node;
+    i64 lock_uuid; /* 0: none */
+    i64 swa_branch, mamba_branch, track, prev_track; /* NONE: none */
+    i64 mamba_slots;
+    int has_own_slot, has_ping_pong;
+} Req;
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+static int grow(void **p, i64 n, size_t size) {
+    void *q = realloc(*p, (size_t)n * size);
+    if (q == NULL) return 0;
+    *p = q;
+    return 1;
+}
+
+static int grow_nodes(U *u, i64 at_least) {
+    i64 cap = kv_max(u->node_cap ? 2 * u->node_cap : 1024, at_least);
+    int ok = grow((void **)&u->n, cap, sizeof(Node)) && grow((void **)&u->leaves, cap, sizeof(i32))
+             && grow((void **)&u->dirty, cap, sizeof(i32));
+    if (ok) u->node_cap = cap;
+    return ok;
+}
+
+static void free_all(U *u) {
+    void *ps[] = {u->n, u->leaves, u->heap, u->heap_time, u->dirty, u->keys, u->tparent, u->tnode, u->tkey};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+}
+
+/* ---- LRU lists (UnifiedLRUList: MRU first) ---------------------------------------------------- */
+
+static void lru_remove(U *u, Lru *l, i32 x) {
+    int w = l->which;
+    i32 a = u->n[x].prev[w], b = u->n[x].next[w];
+    if (a != NONE) u->n[a].next[w] = b; else l->first = b;
+    if (b != NONE) u->n[b].prev[w] = a; else l->last = a;
+    u->n[x].in[w] = 0;
+}
+
+/* link x just colder than a (a NONE: at the MRU end) */
+static void lru_link_after(U *u, Lru *l, i32 a, i32 x) {
+    int w = l->which;
+    i32 b = a == NONE ? l->first : u->n[a].next[w];
+    if (a == NONE) l->first = x; else u->n[a].next[w] = x;
+    u->n[x].prev[w] = a;
+    u->n[x].next[w] = b;
+    if (b != NONE) u->n[b].prev[w] = x; else l->last = x;
+    u->n[x].in[w] = 1;
+}
+
+static void lru_move_after(U *u, Lru *l, i32 a, i32 x) {
+    lru_remove(u, l, x);
+    lru_link_after(u, l, a, x);
+}
+
+static inline int locked_in(const U *u, int ct, i32 x) {
+    return ct == SWA ? u->n[x].swa_lock > 0 : u->n[x].mamba_lock > 0;
+}
+
+/* get_prev_no_lock: from x (NONE: the LRU end itself) towards MRU, the first node not locked */
+static i32 lru_warmer_unlocked(const U *u, const Lru *l, int ct, i32 x) {
+    int w = l->which;
+    i32 y = x == NONE ? l->last : u->n[x].prev[w];
+    while (y != NONE && locked_in(u, ct, y)) y = u->n[y].prev[w];
+    return y;
+}
+
+/* ---- children and leaves ---------------------------------------------------------------------- */
+
+static inline i64 slot_of(const U *u, i64 parent, i64 key) {
+    uint64_t h = (uint64_t)parent * 0x9E3779B97F4A7C15ull ^ (uint64_t)key * 0xC2B2AE3D27D4EB4Full;
+    return (i64)((h ^ (h >> 29)) & (uint64_t)(u->tsize - 1));
+}
+
+static i32 child_of(const U *u, i64 parent, i64 key) {
+    i64 mask = u->tsize - 1, i = slot_of(u, parent, key);
+    while (u->tparent[i] != NONE) {
+        if (u->tparent[i] == parent && u->tkey[i] == key) return u->tnode[i];
+        i = (i + 1) & mask;
+    }
+    return NONE;
+}
+
+static void table_put(U *u, i64 parent, i64 key, i32 node) {
+    i64 mask = u->tsize - 1, i = slot_of(u, parent, key);
+    while (u->tparent[i] != NONE) {
+        if (u->tparent[i] == parent && u->tkey[i] == key) {
+            u->tnode[i] = node;
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+    u->tparent[i] = (i32)parent;
+    u->tkey[i] = key;
+    u->tnode[i] = node;
+    u->tcount++;
+}
+
+static int table_resize(U *u, i64 size) {
+    i32 *op = u->tparent, *on = u->tnode;
+    i64 *ok = u->tkey, osize = u->tsize;
+    u->tparent = malloc((size_t)size * sizeof(i32));
+    u->tnode = malloc((size_t)size * sizeof(i32));
+    u->tkey = malloc((size_t)size * sizeof(i64));
+    if (!u->tparent || !u->tnode || !u->tkey) return 0;
+    for (i64 i = 0; i < size; i++) u->tparent[i] = NONE;
+    u->tsize = size;
+    u->tcount = 0;
+    for (i64 i = 0; i < osize; i++)
+        if (op[i] != NONE) table_put(u, op[i], ok[i], on[i]);
+    free(op);
+    free(on);
+    free(ok);
+    return 1;
+}
+
+/* (parent, key) -> node, replacing an entry there; 0: out of memory */
+static int set_child(U *u, i64 parent, i64 key, i32 node) {
+    if (2 * (u->tcount + 1) > u->tsize && !table_resize(u, 2 * u->tsize)) return 0;
+    table_put(u, parent, key, node);
+    return 1;
+}
+
+static void remove_child(U *u, i64 parent, i64 key) {
+    i64 mask = u->tsize - 1, i = slot_of(u, parent, key);
+    while (!(u->tparent[i] == parent && u->tkey[i] == key)) i = (i + 1) & mask;
+    i64 hole = i, j = (i + 1) & mask;
+    while (u->tparent[j] != NONE) { /* backward shift: j moves into the hole unless its home is in (hole, j] */
+        i64 home = slot_of(u, u->tparent[j], u->tkey[j]);
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            u->tparent[hole] = u->tparent[j];
+            u->tkey[hole] = u->tkey[j];
+            u->tnode[hole] = u->tnode[j];
+            hole = j;
+        }
+        j = (j + 1) & mask;
+    }
+    u->tparent[hole] = NONE;
+    u->tcount--;
+}
+
+static void leaf_add(U *u, i32 x) {
+    if (x == ROOT || u->n[x].leaf_pos != NONE) return;
+    u->n[x].leaf_pos = (i32)u->nleaves;
+    u->leaves[u->nleaves++] = x;
+}
+
+static void leaf_discard(U *u, i32 x) {
+    i32 p = u->n[x].leaf_pos;
+    if (p == NONE) return;
+    i32 last = u->leaves[--u->nleaves];
+    u->leaves[p] = last;
+    u->n[last].leaf_pos = p;
+    u->n[x].leaf_pos = NONE;
+}
+
+/* ---- nodes --------------------------------------------------------------------------------------- */
+
+static inline f64 tick(U *u) {
+    f64 t = u->clock;
+    u->clock += 1.0;
+    return t;
+}
+
+/* x's time, locks or children changed: the next full eviction looks at it again */
+static inline void mark(U *u, i32 x) {
+    if (u->n[x].is_dirty) return;
+    u->n[x].is_dirty = 1;
+    u->dirty[u->ndirty++] = x;
+}
+
+static inline void set_time(U *u, i32 x, f64 t) {
+    u->n[x].time = t;
+    mark(u, x);
+}
+
+static inline i64 first_key(const U *u, i32 x) { return u->keys[u->n[x].kstart]; }
+
+/* _node: last_access_time and creation_time, two reads of the clock; NONE when out of memory */
+static i32 new_node(U *u, i64 kstart, i64 klen, i32 parent) {
+    if (u->nodes == u->node_cap && !grow_nodes(u, 0)) return NONE;
+    i32 x = (i32)u->nodes++;
+    u->n[x].kstart = kstart;
+    u->n[x].klen = (i32)klen;
+    u->n[x].parent = parent;
+    u->n[x].nchild = 0;
+    u->n[x].full_lock = u->n[x].swa_lock = u->n[x].mamba_lock = 0;
+    u->n[x].leaf_pos = NONE;
+    u->n[x].swa_uuid = 0;
+    u->n[x].is_dirty = 0;
+    set_time(u, x, tick(u));
+    tick(u);
+    u->n[x].swa = u->n[x].mamba = 0;
+    u->n[x].alive = 1;
+    u->n[x].in[SWA_LIST] = u->n[x].in[MAMBA_LIST] = 0;
+    return x;
+}
+
+/* _split_node: a new node takes child's first k pages (NONE: out of memory) */
+static i32 split(U *u, i32 child, i64 k) {
+    u->stats[C_NODE_SPLITS]++;
+    i32 nw = new_node(u, u->n[child].kstart, k, u->n[child].parent);
+    if (nw == NONE) return NONE;
+    u->n[nw].full_lock = u->n[child].full_lock;
+    u->n[nw].swa_lock = u->n[child].swa_lock;
+    u->n[nw].swa = u->n[child].swa;
+    u->n[nw].swa_uuid = u->n[child].swa_uuid;
+    u->n[child].swa_uuid = 0; /* the window boundary is the older edge: it moves up */
+    u->n[child].kstart += k;
+    u->n[child].klen -= (i32)k;
+    u->n[child].parent = nw;
+    u->n[nw].nchild = 1;
+    if (!set_child(u, nw, first_key(u, child), child)) return NONE;
+    if (!set_child(u, u->n[nw].parent, first_key(u, nw), nw)) return NONE; /* replaces child there */
+    if (u->n[nw].swa) lru_link_after(u, &u->swa_lru, child, nw);              /* beside its child, just colder */
+    set_time(u, child, tick(u));
+    return nw;
+}
+
+static inline int evictable_leaf(const U *u, i32 x) {
+    return x != ROOT && u->n[x].nchild == 0 && u->n[x].full_lock == 0 && u->n[x].swa_lock == 0 && u->n[x].mamba_lock == 0;
+}
+
+/* how many of node x's pages equal key[start:stop] from its first */
+static i64 common(const U *u, i32 x, const i64 *key, i64 start, i64 stop) {
+    i64 n = 0, limit = kv_min(u->n[x].klen, stop - start);
+    const i64 *k = u->keys + u->n[x].kstart;
+    while (n < limit && k[n] == key[start + n]) n++;
+    return n;
+}
+
+static void refresh_swa(U *u, i32 x) {
+    i32 prev = NONE;
+    i64 covered = 0;
+    while (x != ROOT && covered < u->W + u->P) {
+        if (u->n[x].swa) {
+            lru_move_after(u, &u->swa_lru, prev, x);
+            prev = x;
+        }
+        covered += u->n[x].klen * u->P;
+        x = u->n[x].parent;
+    }
+}
+
+/* ---- match and insert -------------------------------------------------------------------------------- */
+
+typedef struct { i32 best; i64 hit, full_hit; } Match;
+
+/* the SWA and Mamba validators' verdict on x (the SWA one keeps its run) */
+static int acceptable(const U *u, i32 x, f64 *run) {
+    int ok = 1;
+    if (u->has_swa) {
+        if (!u->n[x].swa) {
+            *run = 0;
+            ok = 0;
+        } else {
+            *run += (f64)u->n[x].klen * (f64)u->P;
+            ok = *run >= (f64)u->W;
+        }
+    }
+    if (u->has_mamba && !u->n[x].mamba) ok = 0;
+    return ok;
+}
+
+static int match(U *u, const i64 *key, i64 len, Match *out) {
+    out->best = ROOT;
+    out->hit = out->full_hit = 0;
+    if (len == 0) return 1;
+    f64 run = 1e300; /* +inf */
+    i32 node = ROOT;
+    i64 pos = 0;
+    while (pos < len) {
+        i32 child = child_of(u, node, key[pos]);
+        if (child == NONE) break;
+        i64 m = common(u, child, key, pos, len);
+        out->full_hit += m;
+        if (m < u->n[child].klen) {
+            child = split(u, child, m);
+            if (child == NONE) return 0;
+            if (acceptable(u, child, &run)) out->best = child, out->hit = pos + m;
+            break;
+        }
+        node = child;
+        if (acceptable(u, child, &run)) out->best = child, out->hit = pos + m;
+        pos += m;
+    }
+    i32 best = out->best;
+    if (u->has_swa) refresh_swa(u, best);
+    if (u->has_mamba && u->n[best].mamba) lru_move_after(u, &u->mamba_lru, NONE, best);
+    f64 t = tick(u);
+    for (i32 x = best; x != NONE; x = u->n[x].parent) {
+        set_time(u, x, t);
+        t -= 0.00001;
+    }
+    return 1;
+}
+
+/* insert the request's first n pages: the target node (NONE: out of memory), *exist: a Mamba state
+ * was there already */
+static i32 insert(U *u, const Req *r, i64 n, int *exist) {
+    const i64 *key = r->keys;
+    i64 P = u->P, protected = r->protected / P, cursor = r->swa_cursor / P;
+    set_time(u, ROOT, tick(u));
+    *exist = 1;
+    if (n == 0) return ROOT;
+    i32 node = ROOT;
+    i64 t = 0;
+    while (t < n) {
+        i32 child = child_of(u, node, key[t]);
+        if (child == NONE) break;
+        set_time(u, child, tick(u));
+        i64 m = common(u, child, key, t, n);
+        if (m < u->n[child].klen && (child = split(u, child, m)) == NONE) return NONE;
+        i64 consumed = m;
+        if (u->has_swa && protected < t + m && !u->n[child].swa) {
+            i64 live = kv_max(t, cursor); /* a tombstone at positions >= the cursor is recovered */
+            if (live < t + m) {
+                if (live > t && split(u, child, live - t) == NONE) return NONE;
+                u->full_free += t + m - live;
+                u->n[child].swa = 1;
+                lru_link_after(u, &u->swa_lru, NONE, child);
+                consumed = live - t;
+            }
+        }
+        i64 dup = kv_max(0, protected - t); /* the request's own pages there are duplicates */
+        if (dup < consumed) {
+            i64 lo = t + dup, hi = t + consumed;
+            u->full_free += hi - lo;
+            if (u->has_swa) u->swa_free += kv_max(0, hi - kv_max(lo, cursor));
+        }
+        node = child;
+        t += m;
+    }
+    i32 leaf = NONE;
+    if (t < n) { /* the rest is a new leaf */
+        if (u->key_top + (n - t) > u->key_cap) {
+            i64 cap = kv_max(2 * u->key_cap, u->key_top + (n - t));
+            if (!grow((void **)&u->keys, cap, sizeof(i64))) return NONE;
+            u->key_cap = cap;
+        }
+        memcpy(u->keys + u->key_top, key + t, (size_t)(n - t) * sizeof(i64));
+        leaf = new_node(u, u->key_top, n - t, node);
+        if (leaf == NONE) return NONE;
+        u->key_top += n - t;
+        if (!set_child(u, node, key[t], leaf)) return NONE;
+        u->n[node].nchild++;
+        leaf_discard(u, node);
+        leaf_add(u, leaf);
+        u->tree_pages += n - t;
+        u->stats[C_ADMISSIONS] += n - t;
+    }
+    i32 target = leaf != NONE ? leaf : node;
+    if (u->has_swa && leaf != NONE) {
+        i64 live = kv_max(t, cursor);
+        if (live < n) {
+            if (live > t && split(u, leaf, live - t) == NONE) return NONE; /* below the cursor: a tombstone */
+            i64 tail = kv_ceil_div(u->W, P);                               /* the window's last pages apart */
+            if (u->n[leaf].klen > tail) {
+                i32 older = split(u, leaf, u->n[leaf].klen - tail);
+                if (older == NONE) return NONE;
+                u->n[older].swa = 1;
+                lru_link_after(u, &u->swa_lru, NONE, older);
+            }
+            u->n[leaf].swa = 1;
+            lru_link_after(u, &u->swa_lru, NONE, leaf);
+        }
+    }
+    *exist = 0;
+    if (u->has_mamba) {
+        if (leaf != NONE || !u->n[target].mamba) {
+            u->n[target].mamba = 1;
+            lru_link_after(u, &u->mamba_lru, NONE, target);
+            if (leaf == NONE) set_time(u, target, tick(u));
+        } else {
+            lru_move_after(u, &u->mamba_lru, NONE, target);
+            set_time(u, target, tick(u));
+            *exist = 1;
+        }
+    }
+    if (u->has_swa) refresh_swa(u, target);
+    return target;
+}
+
+/* ---- locks ------------------------------------------------------------------------------------------- */
+
+static void lock(U *u, Req *r, i32 node) {
+    for (i32 x = node; x != ROOT; x = u->n[x].parent) u->n[x].full_lock++;
+    i64 uuid = 0;
+    if (u->has_swa) {
+        i64 covered = 0;
+        for (i32 x = node; x != ROOT && covered < u->W; x = u->n[x].parent) {
+            u->n[x].swa_lock++;
+            covered += u->n[x].klen * u->P;
+            if (covered >= u->W) {
+                if (u->n[x].swa_uuid == 0) u->n[x].swa_uuid = ++u->uuids;
+                uuid = u->n[x].swa_uuid;
+            }
+        }
+    }
+    if (u->has_mamba && node != ROOT) u->n[node].mamba_lock++;
+    r->lock_node = node;
+    r->lock_uuid = uuid;
+}
+
+static void unlock(U *u, i32 node, i64 uuid) {
+    if (u->has_swa)
+        for (i32 x = node; x != ROOT; x = u->n[x].parent) {
+            u->n[x].swa_lock--;
+            mark(u, x);
+            if (uuid != 0 && u->n[x].swa_uuid == uuid) break;
+        }
+    if (u->has_mamba && node != ROOT) u->n[node].mamba_lock--;
+    for (i32 x = node; x != ROOT; x = u->n[x].parent) {
+        u->n[x].full_lock--;
+        mark(u, x);
+    }
+}
+
+/* ---- eviction -------------------------------------------------------------------------------------- */
+
+static inline i64 available(const U *u, int ct) {
+    return ct == FULL ? u->full_free * u->P : ct == SWA ? u->swa_free * u->P : u->mamba_free;
+}
+
+static inline int reached(const U *u, int ct) {
+    return u->ev_has_target[ct] && available(u, ct) >= u->ev_target[ct];
+}
+
+static void drop_mamba(U *u, i32 x) {
+    u->n[x].mamba = 0;
+    lru_remove(u, &u->mamba_lru, x);
+    u->mamba_free++;
+    u->ev_freed[MAMBA]++;
+    u->stats[C_MAMBA_EVICTIONS]++;
+}
+
+static void delete_leaf(U *u, i32 x) {
+    i64 pages = u->n[x].klen;
+    u->full_free += pages;
+    u->tree_pages -= pages;
+    u->ev_freed[FULL] += pages * u->P;
+    u->stats[C_EVICTIONS] += pages;
+    u->stats[C_EVICTED_NODES]++;
+    if (u->n[x].swa) {
+        lru_remove(u, &u->swa_lru, x);
+        u->swa_free += pages;
+        u->ev_freed[SWA] += pages * u->P;
+        u->stats[C_SWA_EVICTIONS] += pages;
+    }
+    if (u->n[x].mamba) drop_mamba(u, x);
+    i32 p = u->n[x].parent;
+    remove_child(u, p, first_key(u, x));
+    u->n[p].nchild--;
+    u->n[x].alive = 0;
+    leaf_discard(u, x);
+    mark(u, p);
+    if (u->n[p].nchild == 0) leaf_add(u, p);
+}
+
+/* an internal (or locked-leaf) victim loses one component's data; an SWA tombstone also drops its state */
+static void tombstone(U *u, int ct, i32 x) {
+    if (ct == SWA) {
+        i64 pages = u->n[x].klen;
+        u->n[x].swa = 0;
+        lru_remove(u, &u->swa_lru, x);
+        u->swa_free += pages;
+        u->ev_freed[SWA] += pages * u->P;
+        u->stats[C_SWA_EVICTIONS] += pages;
+        if (u->n[x].mamba) drop_mamba(u, x);
+    } else {
+        drop_mamba(u, x);
+    }
+}
+
+static inline int heap_before(const U *u, i64 a, i64 b) {
+    f64 ta = u->heap_time[a], tb = u->heap_time[b];
+    return ta < tb || (ta == tb && u->heap[a] < u->heap[b]);
+}
+
+static inline void heap_swap(U *u, i64 a, i64 b) {
+    i32 x = u->heap[a];
+    f64 t = u->heap_time[a];
+    u->heap[a] = u->heap[b], u->heap_time[a] = u->heap_time[b];
+    u->heap[b] = x, u->heap_time[b] = t;
+}
+
+static void heap_down(U *u, i64 i) {
+    for (;;) {
+        i64 l = 2 * i + 1, best = i;
+        if (l < u->heap_size && heap_before(u, l, best)) best = l;
+        if (l + 1 < u->heap_size && heap_before(u, l + 1, best)) best = l + 1;
+        if (best == i) return;
+        heap_swap(u, i, best);
+        i = best;
+    }
+}
+
+static inline int live_entry(const U *u, i64 i) {
+    i32 x = u->heap[i];
+    return u->n[x].alive && evictable_leaf(u, x) && u->n[x].time == u->heap_time[i];
+}
+
+/* 0: out of memory */
+static int heap_push(U *u, i32 x) {
+    if (u->heap_size == u->heap_cap) {
+        i64 kept = 0; /* drop the dead entries first; grow if most are live */
+        for (i64 i = 0; i < u->heap_size; i++)
+            if (live_entry(u, i)) u->heap[kept] = u->heap[i], u->heap_time[kept++] = u->heap_time[i];
+        u->heap_size = kept;
+        for (i64 i = kept / 2 - 1; i >= 0; i--) heap_down(u, i);
+        if (2 * kept >= u->heap_cap) {
+            i64 cap = u->heap_cap ? 2 * u->heap_cap : 1024;
+            if (!grow((void **)&u->heap, cap, sizeof(i32)) || !grow((void **)&u->heap_time, cap, sizeof(f64))) return 0;
+            u->heap_cap = cap;
+        }
+    }
+    i64 i = u->heap_size++;
+    u->heap[i] = x;
+    u->heap_time[i] = u->n[x].time;
+    while (i > 0 && heap_before(u, i, (i - 1) / 2)) {
+        heap_swap(u, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    return 1;
+}
+
+static void heap_pop(U *u) {
+    heap_swap(u, 0, --u->heap_size);
+    heap_down(u, 0);
+}
+
+/* full.py: the unlocked leaves oldest first (SGLang builds that heap anew at each call: the
+ * persistent one pops the same nodes in the same order); a parent left a leaf joins it. 0: out of
+ * memory */
+static int evict_full_leaves(U *u) {
+    for (i64 k = 0; k < u->ndirty; k++) {
+        i32 x = u->dirty[k];
+        u->n[x].is_dirty = 0;
+        if (u->n[x].alive && evictable_leaf(u, x) && !heap_push(u, x)) return 0;
+    }
+    u->ndirty = 0;
+    while (u->heap_size > 0) {
+        int live = live_entry(u, 0);
+        i32 x = u->heap[0];
+        heap_pop(u);
+        if (!live) continue;
+        i32 p = u->n[x].parent;
+        delete_leaf(u, x);
+        if (reached(u, FULL)) return 1;
+        if (evictable_leaf(u, p) && !heap_push(u, p)) return 0;
+    }
+    return 1;
+}
+
+/* swa.py / mamba.py: the component's LRU from its cold end, skipping what is locked in it */
+static void evict_aux(U *u, int ct, i64 quota) {
+    Lru *l = ct == SWA ? &u->swa_lru : &u->mamba_lru;
+    i32 cursor = lru_warmer_unlocked(u, l, ct, NONE);
+    for (;;) {
+        if (cursor != NONE && !u->n[cursor].in[l->which]) cursor = lru_warmer_unlocked(u, l, ct, NONE);
+        if (u->ev_freed[ct] >= quota || cursor == NONE) return;
+        i32 x = cursor;
+        cursor = lru_warmer_unlocked(u, l, ct, x);
+        if (evictable_leaf(u, x)) delete_leaf(u, x);
+        else tombstone(u, ct, x);
+        if (reached(u, ct)) return;
+    }
+}
+
+/* evict_for_alloc with each component's shortfall (tokens for FULL and SWA, slots for MAMBA) */
+static void evict(U *u, i64 full_tokens, i64 swa_tokens, i64 mamba) {
+    i64 request[3] = {full_tokens, swa_tokens, mamba};
+    for (int ct = 0; ct < 3; ct++) {
+        u->ev_request[ct] = request[ct];
+        u->ev_has_target[ct] = request[ct] > 0;
+        u->ev_target[ct] = available(u, ct) + request[ct];
+        u->ev_freed[ct] = 0;
+    }
+    int order[3] = {FULL, SWA, MAMBA};
+    for (int k = 0; k < 3; k++) {
+        int ct = order[k];
+        if ((ct == SWA && !u->has_swa) || (ct == MAMBA && !u->has_mamba)) continue;
+        int to_target = ct == FULL && request[ct] > 0;
+        if (reached(u, ct) || (!to_target && u->ev_freed[ct] >= request[ct])) continue;
+        if (ct == FULL) {
+            if (!evict_full_leaves(u)) u->failed = -1;
+        } else {
+            evict_aux(u, ct, request[ct]);
+        }
+    }
+}
+
+/* ---- one request ---------------------------------------------------------------------------------- */
+
+static inline i64 ceil_page(const U *u, i64 tokens) { return kv_ceil_div(tokens, u->P) * u->P; }
+
+static void make_room(U *u, i64 demand) {
+    i64 full_short = kv_max(0, demand - u->full_free * u->P);
+    i64 swa_short = u->has_swa ? kv_max(0, demand - u->swa_free * u->P) : 0;
+    if (full_short || swa_short) evict(u, full_short, swa_short, 0);
+}
+
+static i64 chunk_end(const U *u, i64 pos, i64 L, int first) {
+    i64 c = u->chunk;
+    if (c < 0) return L;
+    if (first) return ceil_page(u, L - pos) <= c ? L : pos + c / u->P * u->P;
+    return pos + kv_min(L - pos, c);
+}
+
+static int allocate(U *u, Req *r, i64 start, i64 end) {
+    if (u->has_mamba) {
+        i64 needed = r->has_own_slot ? 0 : 1;
+        if (u->extra_buffer && !r->has_ping_pong) needed += PING_PONG_SLOTS;
+        if (u->mamba_free < needed) evict(u, 0, 0, needed - u->mamba_free);
+        if (u->mamba_free < needed) return 0;
+        u->mamba_free -= needed;
+        r->mamba_slots += needed;
+        r->has_own_slot = 1;
+        r->has_ping_pong = r->has_ping_pong || u->extra_buffer;
+    }
+    make_room(u, (end - start) + (u->P > 1 ? u->P : 0));
+    i64 nw = kv_ceil_div(end, u->P) - kv_ceil_div(start, u->P);
+    if (nw > u->full_free || (u->has_swa && nw > u->swa_free)) return 0;
+    u->full_free -= nw;
+    if (u->has_swa) u->swa_free -= nw;
+    return 1;
+}
+
+static void track_prefill(const U *u, Req *r, i64 start, i64 end) {
+    i64 extend = end - start;
+    if (extend < u->grid) return;
+    i64 aligned = start + extend / u->grid * u->grid;
+    i64 limit = start + extend / MAMBA_CHUNK_SIZE * MAMBA_CHUNK_SIZE == aligned ? end : aligned + 1;
+    i64 b = r->mamba_branch;
+    if (b != NONE && start < b && b < limit && (b - start) % u->mamba_chunk == 0) aligned = b;
+    r->track = aligned;
+}
+
+static void free_out_of_window(U *u, Req *r, i64 pre_len) {
+    if (!u->has_swa || pre_len - u->W < r->swa_cursor + 1) return;
+    i64 cursor = kv_max(r->swa_cursor, r->protected);
+    r->swa_cursor = cursor;
+    i64 threshold = pre_len - ceil_page(u, kv_max(u->W, u->P));
+    if (u->has_mamba && r->track != NONE) threshold = kv_min(threshold, r->track - u->W);
+    i64 nw = kv_max(cursor, threshold) / u->P * u->P;
+    if (nw > cursor) {
+        u->swa_free += (nw - cursor) / u->P;
+        r->swa_cursor = nw;
+    }
+}
+
+static int take_slot(U *u) {
+    if (u->mamba_free == 0) evict(u, 0, 0, 1);
+    if (u->mamba_free == 0) {
+        u->failed = 1;
+        return 0;
+    }
+    u->mamba_free--;
+    return 1;
+}
+
+/* _select_finished_checkpoint: the tracked length, or NONE */
+static i64 finished_checkpoint(const Req *r, i64 owned) {
+    i64 cache_len = r->track == NONE ? 0 : r->track;
+    if (cache_len <= owned) return cache_len;
+    if (r->prev_track == NONE || r->prev_track > owned) return NONE;
+    return r->prev_track;
+}
+
+static void mamba_cleanup(U *u, Req *r, int finished, int mamba_value, int inserted) {
+    if (!u->has_mamba) return;
+    if (finished) {
+        if (u->extra_buffer) u->mamba_free += r->mamba_slots - (inserted ? 1 : 0);
+        else if (!inserted) u->mamba_free += r->mamba_slots;
+        r->mamba_slots = 0;
+        r->has_own_slot = r->has_ping_pong = 0;
+    } else {
+        if (mamba_value && !inserted) u->mamba_free++;
+        r->track = r->prev_track = NONE;
+    }
+}
+
+/* checkpoint_into_tree; 0: out of memory or a state slot could not be freed */
+static int checkpoint(U *u, Req *r, i64 up_to, int finished) {
+    i64 P = u->P, key_len = up_to, branch = NONE, cache_len = 0;
+    if (u->has_swa && !u->has_mamba) {
+        i64 b = r->swa_branch;
+        if (b != NONE && b > r->protected && b <= up_to) {
+            branch = b;
+            key_len = kv_min(key_len, b);
+        }
+    }
+    int mamba_value = 0;
+    if (u->has_mamba) {
+        if (u->extra_buffer) {
+            if (finished) {
+                i64 c = finished_checkpoint(r, up_to);
+                mamba_value = c != NONE;
+                cache_len = c == NONE ? 0 : c;
+            } else {
+                cache_len = r->track == NONE ? 0 : r->track;
+                if (r->track != NONE) {
+                    if (!take_slot(u)) return 0; /* the tracked slot is donated, a new one replaces it */
+                    mamba_value = 1;
+                }
+            }
+        } else {
+            cache_len = up_to;
+            if (!finished && !take_slot(u)) return 0; /* a copy of the running state */
+            mamba_value = 1;
+        }
+        key_len = kv_min(key_len, cache_len);
+    }
+    if (!finished) free_out_of_window(u, r, key_len - 1);
+    if (key_len <= 0) {
+        mamba_cleanup(u, r, finished, mamba_value, 0);
+        return 1;
+    }
+    i64 n = key_len / P;
+    int exist;
+    i32 target = insert(u, r, n, &exist);
+    if (target == NONE) return 0;
+    unlock(u, r->lock_node, r->lock_uuid);
+    lock(u, r, target);
+    r->protected = n * P;
+    if (branch != NONE && n * P >= branch) {
+        r->swa_branch = NONE;
+        if (!finished) free_out_of_window(u, r, r->computed - 1);
+    }
+    mamba_cleanup(u, r, finished, mamba_value, mamba_value && !exist && n > 0);
+    return 1;
+}
+
+static i64 swa_held(const U *u, const Req *r, i64 owned) {
+    return kv_max(0, kv_ceil_div(owned, u->P) - kv_max(r->protected, r->swa_cursor) / u->P);
+}
+
+static int release(U *u, Req *r) {
+    i64 owned = r->computed;
+    if (!checkpoint(u, r, owned, 1)) return 0;
+    u->full_free += kv_ceil_div(owned, u->P) - r->protected / u->P;
+    if (u->has_swa) u->swa_free += swa_held(u, r, owned);
+    unlock(u, r->lock_node, r->lock_uuid);
+    r->lock_node = NONE;
+    return 1;
+}
+
+static void abort_request(U *u, Req *r) {
+    u->stats[C_OVERSIZE]++;
+    i64 owned = r->computed;
+    u->full_free += kv_max(0, kv_ceil_div(owned, u->P) - r->protected / u->P);
+    if (u->has_swa) u->swa_free += swa_held(u, r, owned);
+    u->mamba_free += r->mamba_slots;
+    r->mamba_slots = 0;
+    if (r->lock_node != NONE) {
+        unlock(u, r->lock_node, r->lock_uuid);
+        r->lock_node = NONE;
+    }
+}
+
+/* one request from match to release: its hit in pages; -1: out of memory or a slot not freed */
+static i64 serve(U *u, const i64 *keys, i64 L) {
+    i64 P = u->P;
+    if (L <= 0) return 0;
+    if (kv_ceil_div(L, P) > u->full_pages) { /* can never fit: refused */
+        u->stats[C_REJECTED]++;
+        return 0;
+    }
+    Req r = {.keys = keys, .prompt_tokens = L, .lock_node = NONE, .swa_branch = NONE, .mamba_branch = NONE,
+             .track = NONE, .prev_track = NONE};
+    Match m;
+    if (!match(u, keys, (L - 1) / P, &m)) return -1;
+    if (u->has_swa && m.full_hit > m.hit) r.swa_branch = m.full_hit * P;
+    if (u->has_mamba) {
+        i64 aligned = m.full_hit * P / u->grid * u->grid;
+        if (aligned > m.hit * P) r.mamba_branch = aligned;
+        if (u->n[m.best].mamba) { /* copy-on-write into a fresh slot */
+            if (u->mamba_free == 0) {
+                Req hold;
+                lock(u, &hold, m.best);
+                evict(u, 0, 0, 1);
+                unlock(u, hold.lock_node, hold.lock_uuid);
+            }
+            if (u->mamba_free == 0) {
+                u->stats[C_OVERSIZE]++;
+                return m.hit;
+            }
+            u->mamba_free--;
+            r.mamba_slots++;
+            r.has_own_slot = 1;
+        }
+    }
+    r.protected = r.computed = m.hit * P;
+    lock(u, &r, m.best);
+    i64 pos = m.hit * P;
+    int first = 1;
+    while (pos < L) {
+        i64 end = chunk_end(u, pos, L, first);
+        if (!allocate(u, &r, pos, end)) {
+            abort_request(u, &r);
+            return m.hit;
+        }
+        if (u->extra_buffer) track_prefill(u, &r, pos, end);
+        r.computed = end;
+        if (end < L && !checkpoint(u, &r, end, 0)) return -1;
+        pos = end;
+        first = 0;
+    }
+    return release(u, &r) ? m.hit : -1;
+}
+
+/* between requests: every page and slot is free or in the tree, nothing is locked */
+static int consistent(const U *u) {
+    i64 pages = 0, live = 0, states = 0;
+    for (i64 x = 1; x < u->nodes; x++) {
+        if (!u->n[x].alive) continue;
+        if (u->n[x].full_lock || u->n[x].swa_lock || u->n[x].mamba_lock) return 0;
+        pages += u->n[x].klen;
+        live += u->n[x].swa ? u->n[x].klen : 0;
+        states += u->n[x].mamba;
+        if ((u->n[x].nchild == 0) != (u->n[x].leaf_pos != NONE)) return 0;
+    }
+    return pages == u->tree_pages && u->full_free + pages == u->full_pages && u->swa_free + live == u->swa_pages
+           && u->mamba_free + states == u->mamba_total;
+}
+
+/* The replay (radix_hybrid.py replay_radix_hybrid): every request in order, alone. settings:
+ * P, W (0: no SWA), has_mamba, extra_buffer, full_pages, swa_pages, mamba_slots, chunk tokens (-1:
+ * none), grid, mamba_chunk. out: the counters, then the tree's pages, its live SWA pages and its
+ * Mamba states. Returns 0; -1 out of memory; -2 a Mamba state slot could not be freed (SGLang
+ * asserts there); -3 the pools disagree with the tree after the replay (a bug); -4 bad input. */
+KV_EXPORT i64 kv_radix_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64 num_blocks,
+                                      const i64 *lengths, const i64 *settings, i64 *hits, i64 *out) {
+    U u;
+    memset(&u, 0, sizeof u);
+    u.P = settings[0], u.W = settings[1], u.has_mamba = settings[2] != 0, u.extra_buffer = settings[3] != 0;
+    u.full_pages = settings[4], u.swa_pages = settings[5], u.mamba_total = settings[6], u.chunk = settings[7];
+    u.grid = settings[8], u.mamba_chunk = settings[9];
+    u.has_swa = u.W > 0;
+    if (u.P < 1 || u.full_pages < 1 || u.swa_pages < 0 || u.mamba_total < 0 || u.grid < 1 || n < 0) return -4;
+    u.full_free = u.full_pages;
+    u.swa_free = u.swa_pages;
+    u.mamba_free = u.mamba_total;
+    u.swa_lru = (Lru){NONE, NONE, SWA_LIST};
+    u.mamba_lru = (Lru){NONE, NONE, MAMBA_LIST};
+    i64 max_pages = 0;
+    for (i64 i = 0; i < n; i++) max_pages = kv_max(max_pages, lengths[i] / u.P);
+    i64 *keys = malloc((size_t)(max_pages + 1) * sizeof(i64));
+    i64 rc = 0;
+    if (keys == NULL || !grow_nodes(&u, 0) || !table_resize(&u, 1024)) {
+        rc = -1;
+        goto done;
+    }
+    i32 root = new_node(&u, 0, 0, NONE); /* (empty key) */
+    u.n[root].full_lock = u.n[root].swa_lock = u.n[root].mamba_lock = 1;
+    i64 unshared = num_blocks;
+    for (i64 i = 0; i < n; i++) {
+        i64 L = lengths[i], pages = L > 0 ? L / u.P : 0, have = offsets[i + 1] - offsets[i];
+        for (i64 q = 0; q < pages; q++) keys[q] = q < have ? (i64)blocks[offsets[i] + q] : unshared++;
+        hits[i] = serve(&u, keys, L);
+        if (hits[i] < 0 || u.failed < 0) {
+            rc = u.failed > 0 ? -2 : -1;
+            goto done;
+        }
+    }
+    if (!consistent(&u)) {
+        rc = -3;
+        goto done;
+    }
+    for (int k = 0; k < NUM_COUNTERS; k++) out[k] = u.stats[k];
+    i64 live = 0, states = 0;
+    for (i64 x = 1; x < u.nodes; x++)
+        if (u.n[x].alive) live += u.n[x].swa ? u.n[x].klen : 0, states += u.n[x].mamba;
+    out[NUM_COUNTERS] = u.tree_pages;
+    out[NUM_COUNTERS + 1] = live;
+    out[NUM_COUNTERS + 2] = states;
+done:
+    free(keys);
+    free_all(&u);
+    return rc;
+}
