@@ -1,8 +1,10 @@
 """Hybrid KV semantics' replay throughput: block accesses per second of the compiled engine
 (policies/hybrid.c, ``replay_hybrid_compiled``) and of the reference (policies/hybrid.py,
-``replay_hybrid``), vLLM 0.33.0's hybrid manager request by request.
+``replay_hybrid``), vLLM 0.33.0's hybrid manager request by request; with ``--policy radix``,
+SGLang 0.5.23's UnifiedRadixCache (policies/radix_hybrid.c and .py; the pool: its full-attention
+pages, the SWA pool 0.8 of it).
 
-    python benchmarks/hybrid.py [--runs 5] [--reference-runs 5] [--capacities 2275,100000] [--code HEAD|REF|installed]
+    python benchmarks/hybrid.py [--policy vllm|radix] [--runs 5] [--reference-runs 5] [--capacities 2275,100000] [--code HEAD|REF|installed]
 
 The Mooncake conversation trace (12,031 requests, 288,500 block accesses of 512 tokens) with
 two layouts at block size 512: gpt-oss-120b (a sliding window of 128 tokens and full attention,
@@ -44,8 +46,29 @@ def timed(fn):
     return once
 
 
+def replayers(policy: str, trace, groups):
+    """(compiled, reference) replays of one pool size, each returning (hits, counters, resident)."""
+    if policy == "vllm":
+        from kvreplay.policies.hybrid import replay_hybrid, replay_hybrid_compiled
+
+        def reference(capacity):
+            hits, pool = replay_hybrid(trace, capacity, groups, BLOCK_SIZE)
+            return hits, pool.stats, pool.resident_count()
+
+        return (lambda capacity: replay_hybrid_compiled(trace, capacity, groups, BLOCK_SIZE)), reference
+    from kvreplay.policies.radix_hybrid import replay_radix_hybrid, replay_radix_hybrid_compiled
+
+    def reference(capacity):
+        hits, cache = replay_radix_hybrid(trace, groups, BLOCK_SIZE, full_pages=capacity)
+        return hits, cache.stats, cache.resident_count()
+
+    return (lambda capacity: replay_radix_hybrid_compiled(trace, groups, BLOCK_SIZE, full_pages=capacity)[:3]), reference
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", choices=("vllm", "radix"), default="vllm",
+                    help="vllm: vLLM's hybrid manager; radix: SGLang's UnifiedRadixCache")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--reference-runs", type=int, default=5, help="runs of the reference (0: skip it)")
     ap.add_argument("--capacities", default="2275,100000", help="pool sizes in block ids, comma separated")
@@ -56,7 +79,6 @@ def main() -> None:
     import kvreplay
     from kvreplay.analysis.kv_groups import layout
     from kvreplay.engine import driver
-    from kvreplay.policies.hybrid import replay_hybrid, replay_hybrid_compiled
     from kvreplay.policies.registry import get_policy
 
     trace = kvreplay.load_trace(args.trace)
@@ -64,7 +86,8 @@ def main() -> None:
     capacities = [int(c) for c in args.capacities.split(",")]
     print(f"kvreplay: {code} ({_code.check_imported(code)})")
     print(f"trace: {args.trace.name}, {len(trace):,} requests, {accesses:,} block accesses, block size {BLOCK_SIZE}; "
-          f"retention 0, prefill chunk 8192; median of {args.runs} runs (reference: {args.reference_runs})\n")
+          f"policy {args.policy}; retention 0, prefill chunk 8192; median of {args.runs} runs (reference: "
+          f"{args.reference_runs})\n")
     print("| layout | groups | pool (block ids) | engine | wall s | CPU s | M block accesses / CPU-s "
           "| M block accesses / wall-s | best run, M / CPU-s | clean runs | hit blocks | evictions |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|")
@@ -88,16 +111,16 @@ def main() -> None:
             continue
         groups = list(layout(model, BLOCK_SIZE).groups)
         shape = " + ".join(f"{g.copies}x {g.kind}" + (f" {g.window}" if g.window else "") for g in groups)
+        compiled_of, reference_of = replayers(args.policy, trace, groups)
         for capacity in capacities:
-            compiled = lambda: replay_hybrid_compiled(trace, capacity, groups, BLOCK_SIZE)  # noqa: E731
+            compiled = lambda: compiled_of(capacity)  # noqa: E731
             hits, counters, resident = compiled()  # untimed: loads the core, warms the caches
             rows = [("compiled", compiled, args.runs)]
             if args.reference_runs:
-                ref_hits, pool = replay_hybrid(trace, capacity, groups, BLOCK_SIZE)
-                same = np.array_equal(hits, ref_hits) and counters == pool.stats and resident == pool.resident_count()
+                ref_hits, ref_counters, ref_resident = reference_of(capacity)
+                same = np.array_equal(hits, ref_hits) and counters == ref_counters and resident == ref_resident
                 assert same, f"{model} at {capacity}: the compiled engine differs from the reference"
-                reference = lambda: replay_hybrid(trace, capacity, groups, BLOCK_SIZE)  # noqa: E731
-                rows.append(("reference", reference, args.reference_runs))
+                rows.append(("reference", lambda: reference_of(capacity), args.reference_runs))
             for engine, fn, runs in rows:
                 s = _quiet.summary(_quiet.measure(timed(fn), runs))
                 print(f"| {model} | {shape} | {capacity:,} | {engine} | {s['wall_median']:.4f} "
