@@ -18,16 +18,19 @@ benchmarks/.cache/ and reads the tables with pyarrow.
    the target GPU's catalog peaks: the error a GPU without measurements gets from its nearest
    measured relative. H100's own steps are reported too (in-sample GPU, every step shape unseen).
 3. **Per-GPU fits** for the package data: each measured GPU fitted on its own kernels; its band is
-   the 5th-95th percentile of measured/predicted over its composed steps, per phase.
-4. **End to end** (`--e2e`): aiconfigurator's silicon vLLM runs of catalog dense models on H100/H200
-   (aggregated serving, concurrency B, ISL/OSL fixed): kvreplay simulates 3B requests of ISL
-   tokens and OSL outputs arriving at once with max_num_seqs = B, so B run at a time as under B
-   closed-loop clients; TTFT is first token minus schedule (the closed loop has no queue), TPOT
-   the mean over requests of (finish - first token) / (OSL - 1), over the requests after the
-   first B. Not fitted (no coefficient comes from these runs): an out-of-sample check.
+   the 5th-95th percentile of measured/predicted over its composed steps, per phase. B200
+   (RELATIVE_CHECKS) ships H200's coefficients, checked on steps composed from its own kernels
+   (its bands).
+4. **The serving terms** (the all-reduce's skew and the front end's latency per request, which no
+   kernel table holds): fitted on H100's silicon serving runs, held back on H200's and B200's
+   (calibrate_e2e.py has the runs, the benchmark client kvreplay simulates, and the fit); the
+   decode band of a GPU with silicon runs is widened to their TPOT's spread.
+5. **End to end** (`--e2e`): every silicon run simulated under roofline-raw, the calibrated
+   kernels alone and the shipped calibration, by GPU and source (about 7 minutes).
 
     python benchmarks/calibrate.py            # fit, write src/kvreplay/data/roofline_calibration.json
     python benchmarks/calibrate.py --check    # the held-back error tables, from the shipped data
+    python benchmarks/calibrate.py --check --e2e  # and the silicon serving runs
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import statistics
 import subprocess
 import sys
 import zipfile
