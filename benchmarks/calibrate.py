@@ -61,7 +61,7 @@ DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.
 
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
-SERVING_TERMS = ("allreduce_skew_s", "frontend_s")
+from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------

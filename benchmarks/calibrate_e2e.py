@@ -94,16 +94,14 @@ def _means(r, mask):
 
 
 def burst(run, tm):
-    """W: B requests at t = 0."""
-    B = run["concurrency"]
-    return _means(serve(run, tm, np.zeros(B)), np.ones(B, bool))
+    """W: B requests at t = 0, the simulated report."""
+    return serve(run, tm, np.zeros(run["concurrency"]))
 
 
-def steady(run, tm, waves: int = 4):
-    """S: B closed-loop clients whose first sends are spread over one request's latency."""
+def steady(run, tm, period: float, waves: int = 4):
+    """S: B closed-loop clients whose first sends are spread over one request's latency (`period`)."""
     B = run["concurrency"]
     n = waves * B
-    period = float(np.mean(serve(run, tm, np.zeros(B)).finish_s))
     arrivals = np.concatenate([np.arange(B) * period / B + w * period for w in range(waves)])
     for _ in range(2 * waves + 2):  # the loop's fixed point: each request sent when its client's last one ended
         r = serve(run, tm, arrivals)
@@ -117,7 +115,9 @@ def steady(run, tm, waves: int = 4):
 
 def benchmark(run, tm):
     """The benchmark's means over its N = 10 B requests: B in the burst, the rest steady."""
-    (wt, wp), (st, sp) = burst(run, tm), steady(run, tm)
+    w = burst(run, tm)
+    wt, wp = _means(w, np.ones(run["concurrency"], bool))
+    st, sp = steady(run, tm, float(np.mean(w.finish_s)))
     share = 1.0 / PER_CLIENT
     return share * wt + (1 - share) * st, share * wp + (1 - share) * sp
 
