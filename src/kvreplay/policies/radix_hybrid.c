@@ -6,7 +6,7 @@
  * Layout: nodes are bump-allocated in creation order (a node's id is SGLang's serial) and never
  * reused; a node's key is a (start, length) range of a key arena; children are an open-addressing
  * table from (parent, first key) to the child; the SWA and Mamba LRU lists are doubly linked
- * through per-node links (MRU first); the leaves are an indexed set. Times are doubles, as SGLang's
+ * through per-node links (MRU first); the evictable leaves are a heap. Times are doubles, as SGLang's
  * (a match stamps t, t - 1e-5, ... up the path). Keys are i64: a trace's block ids, and past them
  * one id per page a prompt has no id for (a page nobody shares). */
 #include <stdlib.h>
@@ -25,7 +25,7 @@ enum { MAMBA_CHUNK_SIZE = 64, PING_PONG_SLOTS = 2 };
 typedef struct {
     i64 kstart, swa_uuid; /* its key in the arena; its SWA lock boundary mark (0: none) */
     f64 time;             /* last_access_time */
-    i32 klen, parent, nchild, full_lock, swa_lock, mamba_lock, leaf_pos;
+    i32 klen, parent, nchild, full_lock, swa_lock, mamba_lock;
     i32 prev[2], next[2];
     i8 swa, mamba, alive, is_dirty, in[2];
 } Node;
@@ -52,9 +52,6 @@ typedef struct {
     i32 *tparent, *tnode;
     i64 *tkey;
     i64 tsize, tcount;
-    /* the leaves (every node but the root without a child) */
-    i32 *leaves;
-    i64 nleaves;
     /* the full eviction's heap of leaves by (time, id): persistent, with lazy deletion (an entry is
      * live while its node is an evictable leaf at that time); nodes whose time, locks or children
      * changed since the last eviction are pushed again first (dirty) */
@@ -67,15 +64,15 @@ typedef struct {
     i64 full_free, swa_free, mamba_free, tree_pages, uuids;
     f64 clock;
     i64 stats[NUM_COUNTERS];
-    /* the eviction in progress (evict_for_alloc's request, target and freed, per component) */
-    i64 ev_request[3], ev_target[3], ev_freed[3];
+    /* the eviction in progress (evict_for_alloc's target and freed, per component) */
+    i64 ev_target[3], ev_freed[3];
     int ev_has_target[3];
     int failed; /* 1: a state slot could not be freed (SGLang asserts there); -1: out of memory */
 } U;
 
 typedef struct {
     const i64 *keys;
-    i64 prompt_tokens, protected, swa_cursor, computed;
+    i64 protected, swa_cursor, computed;
     i32 lock_node;
     i64 lock_uuid; /* 0: none */
     i64 swa_branch, mamba_branch, track, prev_track; /* NONE: none */
@@ -92,16 +89,15 @@ static int grow(void **p, i64 n, size_t size) {
     return 1;
 }
 
-static int grow_nodes(U *u, i64 at_least) {
-    i64 cap = kv_max(u->node_cap ? 2 * u->node_cap : 1024, at_least);
-    int ok = grow((void **)&u->n, cap, sizeof(Node)) && grow((void **)&u->leaves, cap, sizeof(i32))
-             && grow((void **)&u->dirty, cap, sizeof(i32));
+static int grow_nodes(U *u) {
+    i64 cap = u->node_cap ? 2 * u->node_cap : 1024;
+    int ok = grow((void **)&u->n, cap, sizeof(Node)) && grow((void **)&u->dirty, cap, sizeof(i32));
     if (ok) u->node_cap = cap;
     return ok;
 }
 
 static void free_all(U *u) {
-    void *ps[] = {u->n, u->leaves, u->heap, u->heap_time, u->dirty, u->keys, u->tparent, u->tnode, u->tkey};
+    void *ps[] = {u->n, u->heap, u->heap_time, u->dirty, u->keys, u->tparent, u->tnode, u->tkey};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
 
@@ -143,7 +139,7 @@ static i32 lru_warmer_unlocked(const U *u, const Lru *l, int ct, i32 x) {
     return y;
 }
 
-/* ---- children and leaves ---------------------------------------------------------------------- */
+/* ---- children ---------------------------------------------------------------------- */
 
 static inline i64 slot_of(const U *u, i64 parent, i64 key) {
     uint64_t h = (uint64_t)parent * 0x9E3779B97F4A7C15ull ^ (uint64_t)key * 0xC2B2AE3D27D4EB4Full;
@@ -217,21 +213,6 @@ static void remove_child(U *u, i64 parent, i64 key) {
     u->tcount--;
 }
 
-static void leaf_add(U *u, i32 x) {
-    if (x == ROOT || u->n[x].leaf_pos != NONE) return;
-    u->n[x].leaf_pos = (i32)u->nleaves;
-    u->leaves[u->nleaves++] = x;
-}
-
-static void leaf_discard(U *u, i32 x) {
-    i32 p = u->n[x].leaf_pos;
-    if (p == NONE) return;
-    i32 last = u->leaves[--u->nleaves];
-    u->leaves[p] = last;
-    u->n[last].leaf_pos = p;
-    u->n[x].leaf_pos = NONE;
-}
-
 /* ---- nodes --------------------------------------------------------------------------------------- */
 
 static inline f64 tick(U *u) {
@@ -256,14 +237,13 @@ static inline i64 first_key(const U *u, i32 x) { return u->keys[u->n[x].kstart];
 
 /* _node: last_access_time and creation_time, two reads of the clock; NONE when out of memory */
 static i32 new_node(U *u, i64 kstart, i64 klen, i32 parent) {
-    if (u->nodes == u->node_cap && !grow_nodes(u, 0)) return NONE;
+    if (u->nodes == u->node_cap && !grow_nodes(u)) return NONE;
     i32 x = (i32)u->nodes++;
     u->n[x].kstart = kstart;
     u->n[x].klen = (i32)klen;
     u->n[x].parent = parent;
     u->n[x].nchild = 0;
     u->n[x].full_lock = u->n[x].swa_lock = u->n[x].mamba_lock = 0;
-    u->n[x].leaf_pos = NONE;
     u->n[x].swa_uuid = 0;
     u->n[x].is_dirty = 0;
     set_time(u, x, tick(u));
@@ -422,8 +402,6 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
         u->key_top += n - t;
         if (!set_child(u, node, key[t], leaf)) return NONE;
         u->n[node].nchild++;
-        leaf_discard(u, node);
-        leaf_add(u, leaf);
         u->tree_pages += n - t;
         u->stats[C_ADMISSIONS] += n - t;
     }
@@ -530,9 +508,7 @@ static void delete_leaf(U *u, i32 x) {
     remove_child(u, p, first_key(u, x));
     u->n[p].nchild--;
     u->n[x].alive = 0;
-    leaf_discard(u, x);
     mark(u, p);
-    if (u->n[p].nchild == 0) leaf_add(u, p);
 }
 
 /* an internal (or locked-leaf) victim loses one component's data; an SWA tombstone also drops its state */
@@ -649,7 +625,6 @@ static void evict_aux(U *u, int ct, i64 quota) {
 static void evict(U *u, i64 full_tokens, i64 swa_tokens, i64 mamba) {
     i64 request[3] = {full_tokens, swa_tokens, mamba};
     for (int ct = 0; ct < 3; ct++) {
-        u->ev_request[ct] = request[ct];
         u->ev_has_target[ct] = request[ct] > 0;
         u->ev_target[ct] = available(u, ct) + request[ct];
         u->ev_freed[ct] = 0;
@@ -844,7 +819,7 @@ static i64 serve(U *u, const i64 *keys, i64 L) {
         u->stats[C_REJECTED]++;
         return 0;
     }
-    Req r = {.keys = keys, .prompt_tokens = L, .lock_node = NONE, .swa_branch = NONE, .mamba_branch = NONE,
+    Req r = {.keys = keys, .lock_node = NONE, .swa_branch = NONE, .mamba_branch = NONE,
              .track = NONE, .prev_track = NONE};
     Match m;
     if (!match(u, keys, (L - 1) / P, &m)) return -1;
@@ -887,19 +862,26 @@ static i64 serve(U *u, const i64 *keys, i64 L) {
     return release(u, &r) ? m.hit : -1;
 }
 
-/* between requests: every page and slot is free or in the tree, nothing is locked */
+/* between requests: every page and slot is free or in the tree, nothing is locked, and each node
+ * counts the children it has (and the children table holds each node once); 0 when not, or out
+ * of memory */
 static int consistent(const U *u) {
-    i64 pages = 0, live = 0, states = 0;
+    i64 pages = 0, live = 0, states = 0, alive = 0, ok = 1;
+    i32 *children = calloc((size_t)u->nodes, sizeof(i32));
+    if (children == NULL) return 0;
     for (i64 x = 1; x < u->nodes; x++) {
         if (!u->n[x].alive) continue;
-        if (u->n[x].full_lock || u->n[x].swa_lock || u->n[x].mamba_lock) return 0;
+        alive++;
+        ok &= !(u->n[x].full_lock || u->n[x].swa_lock || u->n[x].mamba_lock);
         pages += u->n[x].klen;
         live += u->n[x].swa ? u->n[x].klen : 0;
         states += u->n[x].mamba;
-        if ((u->n[x].nchild == 0) != (u->n[x].leaf_pos != NONE)) return 0;
+        children[u->n[x].parent]++;
     }
-    return pages == u->tree_pages && u->full_free + pages == u->full_pages && u->swa_free + live == u->swa_pages
-           && u->mamba_free + states == u->mamba_total;
+    for (i64 x = 0; x < u->nodes; x++) ok &= !u->n[x].alive || children[x] == u->n[x].nchild;
+    free(children);
+    return ok && pages == u->tree_pages && u->full_free + pages == u->full_pages && u->swa_free + live == u->swa_pages
+           && u->mamba_free + states == u->mamba_total && u->tcount == alive;
 }
 
 /* The replay (radix_hybrid.py replay_radix_hybrid): every request in order, alone. settings:
@@ -925,7 +907,7 @@ KV_EXPORT i64 kv_radix_hybrid_replay(const i64 *offsets, i64 n, const i32 *block
     for (i64 i = 0; i < n; i++) max_pages = kv_max(max_pages, lengths[i] / u.P);
     i64 *keys = malloc((size_t)(max_pages + 1) * sizeof(i64));
     i64 rc = 0;
-    if (keys == NULL || !grow_nodes(&u, 0) || !table_resize(&u, 1024)) {
+    if (keys == NULL || !grow_nodes(&u) || !table_resize(&u, 1024)) {
         rc = -1;
         goto done;
     }
