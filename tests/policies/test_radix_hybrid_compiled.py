@@ -66,6 +66,48 @@ def test_compiled_equals_reference_on_random_traces(data):
                                          mamba_slots=mamba_slots, chunk_tokens=chunk, mamba_strategy=strategy)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_compiled_equals_reference_with_decode(data):
+    # requests that decode (up to 600 outputs: past SGLang's 128-token SWA eviction interval and its
+    # 256-token decode-time Mamba checkpoints), so their outputs are cached too
+    reqs, page = data.draw(chained_requests(max_requests=20, max_fresh=10))
+    trace = kvreplay.Trace.from_requests([(ids, length) for ids, length in reqs], block_size=page)
+    groups, strategy = layout(data, page)
+    outputs = data.draw(st.lists(st.one_of(st.integers(1, 4), st.integers(100, 600)), min_size=len(reqs),
+                                 max_size=len(reqs)))
+    longest = max(1, max(-(-(length + o) // page) for (_, length), o in zip(reqs, outputs)))
+    full_pages = data.draw(st.integers(max(1, longest // 2), 3 * longest + 4))
+    swa_pages = data.draw(st.one_of(st.none(), st.integers(0, 2 * longest + 2)))
+    least = 5 if strategy == "extra_buffer" else 3
+    mamba_slots = data.draw(st.one_of(st.none(), st.integers(least, least + 6)))
+    chunk = data.draw(st.one_of(st.none(), st.integers(1, 8).map(lambda k: k * page)))
+    kwargs = dict(full_pages=full_pages, swa_pages=swa_pages, mamba_slots=mamba_slots, chunk_tokens=chunk,
+                  mamba_strategy=strategy, outputs=outputs)
+    try:
+        assert_equal(trace, groups, page, **kwargs)
+    except RuntimeError as e:
+        assert "no Mamba state slot" in str(e)
+        with pytest.raises(RuntimeError, match="no Mamba state slot"):
+            replay_radix_hybrid_compiled(trace, groups, page, **kwargs)
+
+
+def test_decode_caches_outputs_and_frees_the_window():
+    # one request of 64 prompt tokens and 400 outputs at page 16, window 32, by hand:
+    # - after its prefill it goes on decoding, so its 4 pages are inserted (cache_unfinished_req),
+    #   first freeing its SWA left of the window: floorP(63 - 32) = 16, so page 0 is a tombstone and
+    #   pages 1-3 are live; the tree protects 64 tokens;
+    # - decode frees its SWA out of window when committed - 32 >= cursor + 128 (from the second decode
+    #   step): at 176 (cursor max(16, 64) -> 144), 304 (-> 272) and 432 (-> 400);
+    # - it finishes with 463 tokens: 28 full pages, of which 25-27 are live (past the cursor) and
+    #   4-24 tombstones. The tree: 28 full pages, 3 + 3 live SWA pages.
+    trace = kvreplay.Trace.from_requests([([0, 1, 2, 3], 64)], block_size=16)
+    groups = [Group("full"), Group("sliding_window", window=32)]
+    cache = assert_equal(trace, groups, 16, full_pages=100, outputs=[400])
+    assert (cache.resident_count(), cache.swa_resident_count()) == (28, 6)
+    assert (cache.full_free, cache.swa_free) == (100 - 28, 80 - 6)  # (SWA pool: 0.8 of the full one)
+
+
 def test_small_pools_evict_in_every_component_and_agree():
     # conversations over a shared system prompt in 20 full pages, 12 SWA pages and 8 state slots:
     # full leaves deleted, SWA tombstones, state evictions and node splits all happen

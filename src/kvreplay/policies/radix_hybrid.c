@@ -12,73 +12,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../include/kv.h"
+#include "radix_hybrid.h"
 
 enum { C_ADMISSIONS, C_EVICTIONS, C_SWA_EVICTIONS, C_MAMBA_EVICTIONS, C_EVICTED_NODES, C_NODE_SPLITS,
-       C_REJECTED, C_OVERSIZE, NUM_COUNTERS };
+       C_REJECTED, C_OVERSIZE, NUM_COUNTERS = RH_COUNTERS };
 enum { FULL, SWA, MAMBA };
-enum { MAMBA_CHUNK_SIZE = 64, PING_PONG_SLOTS = 2 };
+enum { MAMBA_CHUNK_SIZE = 64, PING_PONG_SLOTS = 2, SWA_EVICTION_INTERVAL = 128, MAMBA_TRACK_INTERVAL = 256 };
 #define NONE (-1)
 #define ROOT 0
-
-/* a node of the tree; its links in the SWA and Mamba LRU lists (index SWA_LIST, MAMBA_LIST) */
-typedef struct {
-    i64 kstart, swa_uuid; /* its key in the arena; its SWA lock boundary mark (0: none) */
-    f64 time;             /* last_access_time */
-    i32 klen, parent, nchild, full_lock, swa_lock, mamba_lock;
-    i32 prev[2], next[2];
-    i8 swa, mamba, alive, is_dirty, in[2];
-} Node;
-
 enum { SWA_LIST, MAMBA_LIST };
 
-typedef struct {
-    i32 first, last; /* MRU and LRU ends (NONE: empty) */
-    int which;       /* SWA_LIST or MAMBA_LIST */
-} Lru;
-
-typedef struct {
-    /* settings */
-    i64 P, W, full_pages, swa_pages, mamba_total, chunk, grid, mamba_chunk;
-    int has_swa, has_mamba, extra_buffer;
-    /* nodes, in creation order (a node's id is SGLang's serial) */
-    Node *n;
-    i64 nodes, node_cap;
-    Lru swa_lru, mamba_lru;
-    /* the key arena */
-    i64 *keys;
-    i64 key_top, key_cap;
-    /* children: (parent, first key) -> child */
-    i32 *tparent, *tnode;
-    i64 *tkey;
-    i64 tsize, tcount;
-    /* the full eviction's heap of leaves by (time, id): persistent, with lazy deletion (an entry is
-     * live while its node is an evictable leaf at that time); nodes whose time, locks or children
-     * changed since the last eviction are pushed again first (dirty) */
-    i32 *heap;
-    f64 *heap_time;
-    i64 heap_size, heap_cap;
-    i32 *dirty;
-    i64 ndirty;
-    /* pools, clock, counters */
-    i64 full_free, swa_free, mamba_free, tree_pages, uuids;
-    f64 clock;
-    i64 stats[NUM_COUNTERS];
-    /* the eviction in progress (evict_for_alloc's target and freed, per component) */
-    i64 ev_target[3], ev_freed[3];
-    int ev_has_target[3];
-    int failed; /* 1: a state slot could not be freed (SGLang asserts there); -1: out of memory */
-} U;
-
-typedef struct {
-    const i64 *keys;
-    i64 protected, swa_cursor, computed;
-    i32 lock_node;
-    i64 lock_uuid; /* 0: none */
-    i64 swa_branch, mamba_branch, track, prev_track; /* NONE: none */
-    i64 mamba_slots;
-    int has_own_slot, has_ping_pong;
-} Req;
+typedef RhNode Node;
+typedef RhLru Lru;
+typedef RhTree U;
+typedef RhReq Req;
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
@@ -376,6 +323,8 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
                 if (live > t && split(u, child, live - t) == NONE) return NONE;
                 u->full_free += t + m - live;
                 u->n[child].swa = 1;
+                u->swa_live += u->n[child].klen;
+                if (u->n[child].swa_lock > 0) u->locked_swa += u->n[child].klen;
                 lru_link_after(u, &u->swa_lru, NONE, child);
                 consumed = live - t;
             }
@@ -415,9 +364,11 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
                 i32 older = split(u, leaf, u->n[leaf].klen - tail);
                 if (older == NONE) return NONE;
                 u->n[older].swa = 1;
+                u->swa_live += u->n[older].klen;
                 lru_link_after(u, &u->swa_lru, NONE, older);
             }
             u->n[leaf].swa = 1;
+            u->swa_live += u->n[leaf].klen;
             lru_link_after(u, &u->swa_lru, NONE, leaf);
         }
     }
@@ -425,6 +376,8 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
     if (u->has_mamba) {
         if (leaf != NONE || !u->n[target].mamba) {
             u->n[target].mamba = 1;
+            u->states++;
+            if (u->n[target].mamba_lock > 0) u->locked_mamba++;
             lru_link_after(u, &u->mamba_lru, NONE, target);
             if (leaf == NONE) set_time(u, target, tick(u));
         } else {
@@ -440,12 +393,13 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
 /* ---- locks ------------------------------------------------------------------------------------------- */
 
 static void lock(U *u, Req *r, i32 node) {
-    for (i32 x = node; x != ROOT; x = u->n[x].parent) u->n[x].full_lock++;
+    for (i32 x = node; x != ROOT; x = u->n[x].parent)
+        if (u->n[x].full_lock++ == 0) u->locked_full += u->n[x].klen;
     i64 uuid = 0;
     if (u->has_swa) {
         i64 covered = 0;
         for (i32 x = node; x != ROOT && covered < u->W; x = u->n[x].parent) {
-            u->n[x].swa_lock++;
+            if (u->n[x].swa_lock++ == 0 && u->n[x].swa) u->locked_swa += u->n[x].klen;
             covered += u->n[x].klen * u->P;
             if (covered >= u->W) {
                 if (u->n[x].swa_uuid == 0) u->n[x].swa_uuid = ++u->uuids;
@@ -453,7 +407,7 @@ static void lock(U *u, Req *r, i32 node) {
             }
         }
     }
-    if (u->has_mamba && node != ROOT) u->n[node].mamba_lock++;
+    if (u->has_mamba && node != ROOT && u->n[node].mamba_lock++ == 0 && u->n[node].mamba) u->locked_mamba++;
     r->lock_node = node;
     r->lock_uuid = uuid;
 }
@@ -461,13 +415,13 @@ static void lock(U *u, Req *r, i32 node) {
 static void unlock(U *u, i32 node, i64 uuid) {
     if (u->has_swa)
         for (i32 x = node; x != ROOT; x = u->n[x].parent) {
-            u->n[x].swa_lock--;
+            if (--u->n[x].swa_lock == 0 && u->n[x].swa) u->locked_swa -= u->n[x].klen;
             mark(u, x);
             if (uuid != 0 && u->n[x].swa_uuid == uuid) break;
         }
-    if (u->has_mamba && node != ROOT) u->n[node].mamba_lock--;
+    if (u->has_mamba && node != ROOT && --u->n[node].mamba_lock == 0 && u->n[node].mamba) u->locked_mamba--;
     for (i32 x = node; x != ROOT; x = u->n[x].parent) {
-        u->n[x].full_lock--;
+        if (--u->n[x].full_lock == 0) u->locked_full -= u->n[x].klen;
         mark(u, x);
     }
 }
@@ -483,7 +437,9 @@ static inline int reached(const U *u, int ct) {
 }
 
 static void drop_mamba(U *u, i32 x) {
+    if (u->n[x].mamba_lock > 0) u->locked_mamba--;
     u->n[x].mamba = 0;
+    u->states--;
     lru_remove(u, &u->mamba_lru, x);
     u->mamba_free++;
     u->ev_freed[MAMBA]++;
@@ -499,6 +455,7 @@ static void delete_leaf(U *u, i32 x) {
     u->stats[C_EVICTED_NODES]++;
     if (u->n[x].swa) {
         lru_remove(u, &u->swa_lru, x);
+        u->swa_live -= pages;
         u->swa_free += pages;
         u->ev_freed[SWA] += pages * u->P;
         u->stats[C_SWA_EVICTIONS] += pages;
@@ -517,6 +474,7 @@ static void tombstone(U *u, int ct, i32 x) {
         i64 pages = u->n[x].klen;
         u->n[x].swa = 0;
         lru_remove(u, &u->swa_lru, x);
+        u->swa_live -= pages;
         u->swa_free += pages;
         u->ev_freed[SWA] += pages * u->P;
         u->stats[C_SWA_EVICTIONS] += pages;
@@ -798,35 +756,83 @@ static int release(U *u, Req *r) {
     return 1;
 }
 
-static void abort_request(U *u, Req *r) {
-    u->stats[C_OVERSIZE]++;
+/* give back all a request holds outside the tree and unlock it, inserting nothing */
+static void drop(U *u, Req *r) {
     i64 owned = r->computed;
     u->full_free += kv_max(0, kv_ceil_div(owned, u->P) - r->protected / u->P);
     if (u->has_swa) u->swa_free += swa_held(u, r, owned);
     u->mamba_free += r->mamba_slots;
     r->mamba_slots = 0;
+    r->has_own_slot = r->has_ping_pong = 0;
     if (r->lock_node != NONE) {
         unlock(u, r->lock_node, r->lock_uuid);
         r->lock_node = NONE;
     }
 }
 
-/* one request from match to release: its hit in pages; -1: out of memory or a slot not freed */
-static i64 serve(U *u, const i64 *keys, i64 L) {
-    i64 P = u->P;
-    if (L <= 0) return 0;
-    if (kv_ceil_div(L, P) > u->full_pages) { /* can never fit: refused */
-        u->stats[C_REJECTED]++;
-        return 0;
+/* decode step (decode_batch_idx = r->decodes) before its forward: maybe_evict_swa
+ * (schedule_batch.py:4068-4123), then one token (alloc_for_decode_default, allocation.py:625-665);
+ * an extra_buffer state is tracked every track_grid tokens (batch_result_processor.py:1650-1668) */
+static int decode_step(U *u, Req *r) {
+    i64 P = u->P, committed = r->computed;
+    if (u->has_swa && r->decodes >= 1 && committed - u->W >= r->swa_cursor + SWA_EVICTION_INTERVAL)
+        free_out_of_window(u, r, committed);
+    make_room(u, P == 1 ? 1 : P);
+    if (committed % P == 0) {
+        if (u->full_free < 1 || (u->has_swa && u->swa_free < 1)) return 0;
+        u->full_free--;
+        if (u->has_swa) u->swa_free--;
     }
-    Req r = {.keys = keys, .lock_node = NONE, .swa_branch = NONE, .mamba_branch = NONE,
-             .track = NONE, .prev_track = NONE};
+    r->computed = committed + 1;
+    r->decodes++;
+    if (u->extra_buffer && r->computed % u->track_grid == 0) {
+        r->prev_track = r->track;
+        r->track = r->computed;
+    }
+    return 1;
+}
+
+/* ---- a request, step by step (radix_hybrid.h) -------------------------------------------------- */
+
+static i64 gcd(i64 a, i64 b) { return b == 0 ? a : gcd(b, a % b); }
+
+int rh_init(U *u, const i64 *settings) {
+    memset(u, 0, sizeof *u);
+    u->P = settings[0], u->W = settings[1], u->has_mamba = settings[2] != 0, u->extra_buffer = settings[3] != 0;
+    u->full_pages = settings[4], u->swa_pages = settings[5], u->mamba_total = settings[6], u->chunk = settings[7];
+    u->grid = settings[8], u->mamba_chunk = settings[9];
+    u->has_swa = u->W > 0;
+    if (u->P < 1 || u->full_pages < 1 || u->swa_pages < 0 || u->mamba_total < 0 || u->grid < 1) return -4;
+    u->track_grid = u->grid / gcd(u->grid, MAMBA_TRACK_INTERVAL) * MAMBA_TRACK_INTERVAL;
+    u->full_free = u->full_pages;
+    u->swa_free = u->swa_pages;
+    u->mamba_free = u->mamba_total;
+    u->swa_lru = (Lru){NONE, NONE, SWA_LIST};
+    u->mamba_lru = (Lru){NONE, NONE, MAMBA_LIST};
+    if (!grow_nodes(u) || !table_resize(u, 1024)) return -1;
+    i32 root = new_node(u, 0, 0, NONE); /* (empty key) */
+    u->n[root].full_lock = u->n[root].swa_lock = u->n[root].mamba_lock = 1;
+    return 0;
+}
+
+void rh_free(U *u) { free_all(u); }
+
+i64 rh_touch(U *u, const i64 *keys, i64 pages) {
     Match m;
-    if (!match(u, keys, (L - 1) / P, &m)) return -1;
-    if (u->has_swa && m.full_hit > m.hit) r.swa_branch = m.full_hit * P;
+    return match(u, keys, pages, &m) ? m.hit : -1;
+}
+
+i64 rh_begin(U *u, Req *r, const i64 *keys, i64 tokens) {
+    i64 P = u->P;
+    *r = (Req){.keys = keys, .lock_node = NONE, .swa_branch = NONE, .mamba_branch = NONE, .track = NONE,
+               .prev_track = NONE};
+    Match m;
+    if (!match(u, keys, (tokens - 1) / P, &m)) return -1;
+    r->protected = r->computed = m.hit * P;
+    if (u->has_swa && m.full_hit > m.hit) r->swa_branch = m.full_hit * P;
     if (u->has_mamba) {
         i64 aligned = m.full_hit * P / u->grid * u->grid;
-        if (aligned > m.hit * P) r.mamba_branch = aligned;
+        if (aligned > m.hit * P) r->mamba_branch = aligned;
         if (u->n[m.best].mamba) { /* copy-on-write into a fresh slot */
             if (u->mamba_free == 0) {
                 Req hold;
@@ -834,106 +840,151 @@ static i64 serve(U *u, const i64 *keys, i64 L) {
                 evict(u, 0, 0, 1);
                 unlock(u, hold.lock_node, hold.lock_uuid);
             }
-            if (u->mamba_free == 0) {
-                u->stats[C_OVERSIZE]++;
-                return m.hit;
-            }
+            if (u->mamba_free == 0) return -2;
             u->mamba_free--;
-            r.mamba_slots++;
-            r.has_own_slot = 1;
+            r->mamba_slots++;
+            r->has_own_slot = 1;
         }
     }
-    r.protected = r.computed = m.hit * P;
-    lock(u, &r, m.best);
-    i64 pos = m.hit * P;
-    int first = 1;
-    while (pos < L) {
-        i64 end = chunk_end(u, pos, L, first);
-        if (!allocate(u, &r, pos, end)) {
-            abort_request(u, &r);
-            return m.hit;
-        }
-        if (u->extra_buffer) track_prefill(u, &r, pos, end);
-        r.computed = end;
-        if (end < L && !checkpoint(u, &r, end, 0)) return -1;
-        pos = end;
-        first = 0;
-    }
-    return release(u, &r) ? m.hit : -1;
+    lock(u, r, m.best);
+    return m.hit;
 }
 
-/* between requests: every page and slot is free or in the tree, nothing is locked, and each node
- * counts the children it has (and the children table holds each node once); 0 when not, or out
- * of memory */
-static int consistent(const U *u) {
-    i64 pages = 0, live = 0, states = 0, alive = 0, ok = 1;
+int rh_extend(U *u, Req *r, i64 end) {
+    if (end <= r->computed) return 1;
+    if (!allocate(u, r, r->computed, end)) return 0;
+    if (u->extra_buffer) track_prefill(u, r, r->computed, end);
+    return 1;
+}
+
+int rh_computed(U *u, Req *r, i64 end) {
+    r->computed = end;
+    return checkpoint(u, r, end, 0);
+}
+
+int rh_decode(U *u, Req *r) { return decode_step(u, r); }
+
+int rh_finish(U *u, Req *r) { return release(u, r); }
+
+void rh_drop(U *u, Req *r) { drop(u, r); }
+
+void rh_room(const U *u, i64 *out) {
+    out[RH_FULL_FREE] = u->full_free * u->P;
+    out[RH_SWA_FREE] = u->swa_free * u->P;
+    out[RH_MAMBA_FREE] = u->mamba_free;
+    out[RH_FULL_EVICTABLE] = (u->tree_pages - u->locked_full) * u->P;
+    out[RH_SWA_EVICTABLE] = (u->swa_live - u->locked_swa) * u->P;
+    out[RH_MAMBA_EVICTABLE] = u->states - u->locked_mamba;
+}
+
+int rh_consistent(const U *u, i64 held, i64 held_swa, i64 held_states) {
+    i64 pages = 0, live = 0, states = 0, alive = 0, ok = 1, lfull = 0, lswa = 0, lmamba = 0;
     i32 *children = calloc((size_t)u->nodes, sizeof(i32));
     if (children == NULL) return 0;
     for (i64 x = 1; x < u->nodes; x++) {
-        if (!u->n[x].alive) continue;
+        const Node *v = &u->n[x];
+        if (!v->alive) continue;
         alive++;
-        ok &= !(u->n[x].full_lock || u->n[x].swa_lock || u->n[x].mamba_lock);
-        pages += u->n[x].klen;
-        live += u->n[x].swa ? u->n[x].klen : 0;
-        states += u->n[x].mamba;
-        children[u->n[x].parent]++;
+        pages += v->klen;
+        live += v->swa ? v->klen : 0;
+        states += v->mamba;
+        lfull += v->full_lock > 0 ? v->klen : 0;
+        lswa += v->swa && v->swa_lock > 0 ? v->klen : 0;
+        lmamba += v->mamba && v->mamba_lock > 0;
+        children[v->parent]++;
     }
     for (i64 x = 0; x < u->nodes; x++) ok &= !u->n[x].alive || children[x] == u->n[x].nchild;
     free(children);
-    return ok && pages == u->tree_pages && u->full_free + pages == u->full_pages && u->swa_free + live == u->swa_pages
-           && u->mamba_free + states == u->mamba_total && u->tcount == alive;
+    return ok && pages == u->tree_pages && live == u->swa_live && states == u->states && lfull == u->locked_full
+           && lswa == u->locked_swa && lmamba == u->locked_mamba && u->full_free + pages + held == u->full_pages
+           && u->swa_free + live + held_swa == u->swa_pages && u->mamba_free + states + held_states == u->mamba_total
+           && u->tcount == alive;
+}
+
+/* ---- the sequential replay ------------------------------------------------------------------------ */
+
+/* one request from match to release, with out_len - 1 decode steps: its hit in pages; -1: out of
+ * memory or a slot not freed */
+static i64 serve(U *u, const i64 *keys, i64 L, i64 out_len) {
+    if (L <= 0) return 0;
+    if (kv_ceil_div(L, u->P) > u->full_pages) { /* can never fit: refused */
+        u->stats[C_REJECTED]++;
+        return 0;
+    }
+    Req r;
+    i64 hit = rh_begin(u, &r, keys, L);
+    if (hit == -2) {
+        u->stats[C_OVERSIZE]++;
+        return r.protected / u->P; /* the match's hit; nothing held */
+    }
+    if (hit < 0) return -1;
+    i64 pos = r.computed;
+    int first = 1;
+    while (pos < L) {
+        i64 end = chunk_end(u, pos, L, first);
+        if (!rh_extend(u, &r, end)) {
+            u->stats[C_OVERSIZE]++;
+            drop(u, &r);
+            return hit;
+        }
+        if (end < L || out_len > 1) {
+            if (!rh_computed(u, &r, end)) return -1;
+        } else {
+            r.computed = end;
+        }
+        pos = end;
+        first = 0;
+    }
+    for (i64 k = 1; k < out_len; k++)
+        if (!decode_step(u, &r)) {
+            u->stats[C_OVERSIZE]++;
+            drop(u, &r);
+            return hit;
+        }
+    return release(u, &r) ? hit : -1;
 }
 
 /* The replay (radix_hybrid.py replay_radix_hybrid): every request in order, alone. settings:
- * P, W (0: no SWA), has_mamba, extra_buffer, full_pages, swa_pages, mamba_slots, chunk tokens (-1:
- * none), grid, mamba_chunk. out: the counters, then the tree's pages, its live SWA pages and its
- * Mamba states. Returns 0; -1 out of memory; -2 a Mamba state slot could not be freed (SGLang
- * asserts there); -3 the pools disagree with the tree after the replay (a bug); -4 bad input. */
+ * RH_SETTINGS. outputs: each request's output tokens (NULL: 1 each, no decode). out: the counters,
+ * then the tree's pages, its live SWA pages and its Mamba states. Returns 0; -1 out of memory; -2
+ * a Mamba state slot could not be freed (SGLang asserts there); -3 the pools disagree with the
+ * tree after the replay (a bug); -4 bad input. */
 KV_EXPORT i64 kv_radix_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64 num_blocks,
-                                      const i64 *lengths, const i64 *settings, i64 *hits, i64 *out) {
+                                      const i64 *lengths, const i64 *outputs, const i64 *settings, i64 *hits, i64 *out) {
     U u;
-    memset(&u, 0, sizeof u);
-    u.P = settings[0], u.W = settings[1], u.has_mamba = settings[2] != 0, u.extra_buffer = settings[3] != 0;
-    u.full_pages = settings[4], u.swa_pages = settings[5], u.mamba_total = settings[6], u.chunk = settings[7];
-    u.grid = settings[8], u.mamba_chunk = settings[9];
-    u.has_swa = u.W > 0;
-    if (u.P < 1 || u.full_pages < 1 || u.swa_pages < 0 || u.mamba_total < 0 || u.grid < 1 || n < 0) return -4;
-    u.full_free = u.full_pages;
-    u.swa_free = u.swa_pages;
-    u.mamba_free = u.mamba_total;
-    u.swa_lru = (Lru){NONE, NONE, SWA_LIST};
-    u.mamba_lru = (Lru){NONE, NONE, MAMBA_LIST};
+    if (n < 0) return -4;
+    i64 rc = rh_init(&u, settings);
+    i64 *keys = NULL;
+    if (rc != 0) goto done;
     i64 max_pages = 0;
-    for (i64 i = 0; i < n; i++) max_pages = kv_max(max_pages, lengths[i] / u.P);
-    i64 *keys = malloc((size_t)(max_pages + 1) * sizeof(i64));
-    i64 rc = 0;
-    if (keys == NULL || !grow_nodes(&u) || !table_resize(&u, 1024)) {
+    for (i64 i = 0; i < n; i++) {
+        i64 o = outputs == NULL ? 1 : kv_max(1, outputs[i]);
+        max_pages = kv_max(max_pages, (lengths[i] + o - 1) / u.P);
+    }
+    keys = malloc((size_t)(max_pages + 1) * sizeof(i64));
+    if (keys == NULL) {
         rc = -1;
         goto done;
     }
-    i32 root = new_node(&u, 0, 0, NONE); /* (empty key) */
-    u.n[root].full_lock = u.n[root].swa_lock = u.n[root].mamba_lock = 1;
     i64 unshared = num_blocks;
     for (i64 i = 0; i < n; i++) {
-        i64 L = lengths[i], pages = L > 0 ? L / u.P : 0, have = offsets[i + 1] - offsets[i];
+        i64 L = lengths[i], o = outputs == NULL ? 1 : kv_max(1, outputs[i]);
+        i64 pages = L > 0 ? (L + o - 1) / u.P : 0, have = offsets[i + 1] - offsets[i];
         for (i64 q = 0; q < pages; q++) keys[q] = q < have ? (i64)blocks[offsets[i] + q] : unshared++;
-        hits[i] = serve(&u, keys, L);
+        hits[i] = serve(&u, keys, L, o);
         if (hits[i] < 0 || u.failed < 0) {
             rc = u.failed > 0 ? -2 : -1;
             goto done;
         }
     }
-    if (!consistent(&u)) {
+    if (!rh_consistent(&u, 0, 0, 0)) {
         rc = -3;
         goto done;
     }
     for (int k = 0; k < NUM_COUNTERS; k++) out[k] = u.stats[k];
-    i64 live = 0, states = 0;
-    for (i64 x = 1; x < u.nodes; x++)
-        if (u.n[x].alive) live += u.n[x].swa ? u.n[x].klen : 0, states += u.n[x].mamba;
     out[NUM_COUNTERS] = u.tree_pages;
-    out[NUM_COUNTERS + 1] = live;
-    out[NUM_COUNTERS + 2] = states;
+    out[NUM_COUNTERS + 1] = u.swa_live;
+    out[NUM_COUNTERS + 2] = u.states;
 done:
     free(keys);
     free_all(&u);

@@ -929,8 +929,9 @@ class UnifiedRadix:
 
 def replay_radix_hybrid(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
                         mamba_slots: int | None = None, chunk_tokens: int | None = 8192,
-                        mamba_strategy: str = "extra_buffer"):
-    """Every request of `trace` in order through one UnifiedRadix: (hit blocks, the cache)."""
+                        mamba_strategy: str = "extra_buffer", outputs=None):
+    """Every request of `trace` in order through one UnifiedRadix: (hit blocks, the cache).
+    `outputs`: each request's output tokens (its out_len; None: 1 each, no decode)."""
     import numpy as np
 
     cache = UnifiedRadix(list(groups), block_size, full_pages=full_pages, swa_pages=swa_pages,
@@ -938,7 +939,8 @@ def replay_radix_hybrid(trace, groups, block_size: int, *, full_pages: int, swa_
     offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
     hits = np.zeros(len(lengths), dtype=np.int64)
     for i in range(len(lengths)):
-        hits[i] = cache.serve(blocks[offsets[i]:offsets[i + 1]], lengths[i])
+        out_len = 1 if outputs is None else max(1, int(outputs[i]))
+        hits[i] = cache.serve(blocks[offsets[i]:offsets[i + 1]], lengths[i], out_len)
     return hits, cache
 
 
@@ -951,7 +953,7 @@ _FAILURES = {-1: (MemoryError, "the compiled replay could not allocate its state
 
 def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
                                  mamba_slots: int | None = None, chunk_tokens: int | None = 8192,
-                                 mamba_strategy: str = "extra_buffer"):
+                                 mamba_strategy: str = "extra_buffer", outputs=None):
     """replay_radix_hybrid compiled (radix_hybrid.c), the same replay request by request: (hit
     blocks, the counters as UnifiedRadix.stats, and the tree's pages, live SWA pages and Mamba
     states after it)."""
@@ -971,10 +973,17 @@ def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: 
     lengths = np.ascontiguousarray(trace.input_length, dtype=np.int64)
     hits = np.zeros(lengths.shape[0], dtype=np.int64)
     out = np.zeros(len(COUNTERS) + 3, dtype=np.int64)
+    if outputs is not None:
+        outputs = np.ascontiguousarray(outputs, dtype=np.int64)
+        if outputs.shape != lengths.shape:
+            raise ValueError(f"outputs: {outputs.shape[0]} values for {lengths.shape[0]} requests")
+        if (outputs > 1).any() and not (spec.has_swa or spec.has_mamba):
+            raise NotImplementedError("decode steps on a FULL-only tree are not modelled")
     p, i = ctypes.c_void_p, ctypes.c_int64
-    fn = native.function("kv_radix_hybrid_replay", ctypes.c_int64, p, i, p, i, p, p, p, p)
+    fn = native.function("kv_radix_hybrid_replay", ctypes.c_int64, p, i, p, i, p, p, p, p, p)
     rc = fn(offsets.ctypes.data, lengths.shape[0], blocks.ctypes.data, int(trace.num_blocks), lengths.ctypes.data,
-            settings.ctypes.data, hits.ctypes.data, out.ctypes.data)
+            None if outputs is None else outputs.ctypes.data, settings.ctypes.data, hits.ctypes.data,
+            out.ctypes.data)
     if rc != 0:
         kind, message = _FAILURES.get(rc, (RuntimeError, f"the compiled replay failed (code {rc})"))
         raise kind(f"SGLang hybrid cache: {message}")
