@@ -100,8 +100,10 @@ def test_hybrid_model_says_its_semantics():
     assert tiered["semantics"] == "full" and "does not model tiers below HBM" in tiered["text"]
     with pytest.raises(ConfigError, match="does not model tiers below HBM"):
         simulate(t, "vllm", 100, model="gpt-oss-120b", tiers="dram=4", kv_semantics="hybrid")
-    with pytest.raises(ConfigError, match="the SGLang scheduler style"):
-        simulate(t, None, 100, model="gpt-oss-120b", engine_style="sglang", kv_semantics="hybrid")
+    sgl = simulate(t, None, 100, model="gpt-oss-120b", engine_style="sglang").summary()["kv_semantics"]
+    assert sgl["semantics"] == "hybrid" and sgl["engine"] == "sglang" and sgl["full_pages"] == 100
+    with pytest.raises(ConfigError, match="a policy other than radix"):
+        simulate(t, "lru", 100, model="gpt-oss-120b", engine_style="sglang", kv_semantics="hybrid")
     with pytest.raises(ConfigError, match="Qwen3-8B has one kind of layer"):
         simulate(t, "vllm", 100, model="Qwen3-8B", kv_semantics="hybrid")
     assert simulate(t, "vllm", 100, model="Qwen3-8B").summary()["kv_semantics"] is None

@@ -208,9 +208,17 @@ def test_cli_simulate_says_hybrid_and_full_semantics(tmp_path, capsys):
                  "--kv-semantics", "full"]) == 0
     text = capsys.readouterr().out
     assert "pool       1,137 blocks of 512 tokens" in text and "warning    KV semantics:" in text
+    # the SGLang style: its UnifiedRadixCache, 40 GiB at 33,973,862 bytes a full-attention page
+    # (18 full layers and 0.8 x 18 sliding ones)
     assert main(["simulate", str(path), "--model", "gpt-oss-120b", "--capacity", "40GiB", "--time-model", "instant",
-                 "--kv-semantics", "hybrid", "--engine-style", "sglang"]) == 2
-    assert "the SGLang scheduler style" in capsys.readouterr().err
+                 "--kv-semantics", "hybrid", "--engine-style", "sglang"]) == 0
+    text = capsys.readouterr().out
+    assert "pool       1,264 full-attention pages of 512 tokens" in text
+    assert "with its sliding-window pool of 1,011 pages" in text
+    assert "semantics  gpt-oss-120b's layer groups under SGLang 0.5.23's UnifiedRadixCache" in text
+    assert main(["simulate", str(path), "--model", "gpt-oss-120b", "--capacity", "40GiB", "--time-model", "instant",
+                 "--kv-semantics", "hybrid", "--engine-style", "sglang", "--policy", "lru"]) == 2
+    assert "a policy other than radix (lru) under the sglang style" in capsys.readouterr().err
 
 
 def test_a_sweep_serves_every_run_under_one_semantics(tmp_path):

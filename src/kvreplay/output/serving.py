@@ -81,7 +81,14 @@ def simulate_summary(trace, report) -> str:
     elif src.get("kind") == "unbounded":
         pool += ": unbounded (every block fits)"
     hybrid = report.kv_semantics if (report.kv_semantics or {}).get("semantics") == "hybrid" else None
-    if hybrid is not None:  # block ids of vLLM's hybrid layout: a block id holds one group's layers
+    if hybrid is not None and hybrid.get("engine") == "sglang":  # pages of SGLang's full-attention pool
+        pool = pool.replace(" blocks of ", " full-attention pages of ", 1).replace(" blocks after ",
+                                                                                  " blocks (full semantics) after ")
+        pool += (f"; SGLang's pools, {hybrid['bytes_per_page']:,} bytes per page"
+                 + (f" with its sliding-window pool of {hybrid['swa_pages']:,} pages" if hybrid["swa_pages"] else ""))
+        if hybrid.get("full_semantics_blocks") is not None:
+            pool += f": full-attention semantics hold {hybrid['full_semantics_blocks']:,} blocks in the same bytes"
+    elif hybrid is not None:  # block ids of vLLM's hybrid layout: a block id holds one group's layers
         pool = pool.replace(" blocks of ", " block ids of ", 1).replace(" blocks after ", " blocks (full semantics) after ")
         pool += f"; vLLM's hybrid layout, {hybrid['bytes_per_block_id']:,} bytes per block id"
         if hybrid.get("full_semantics_blocks") is not None:  # (a pool given in block ids has no bytes to compare)
@@ -155,7 +162,7 @@ def simulate_summary(trace, report) -> str:
                                                                          ("TPOT", gp["slo_tpot_s"])) if v is not None)
         lines.append(f"goodput    {gp['requests_per_s']:,.3f} requests/s meet {slos} "
                      f"({gp['good_requests']:,} of {s['finished']:,})")
-    ids = "block ids" if hybrid is not None else "blocks"
+    ids = ("full-attention pages" if hybrid.get("engine") == "sglang" else "block ids") if hybrid is not None else "blocks"
     lines.append(f"KV pool    peak held by running requests {s['peak_running_kv_blocks']:,} {ids} "
                  f"({100 * s['peak_running_kv_fraction']:.0f}% of the pool); peak {s['peak_running_requests']:,} "
                  f"running, {s['peak_waiting_requests']:,} waiting; {s['preemptions']:,} preemptions of "

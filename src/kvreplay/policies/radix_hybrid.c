@@ -822,6 +822,28 @@ i64 rh_touch(U *u, const i64 *keys, i64 pages) {
     return match(u, keys, pages, &m) ? m.hit : -1;
 }
 
+i64 rh_probe(const U *u, const i64 *key, i64 len) {
+    f64 run = 1e300; /* the SWA validator's run, as in match (a split's upper part has no state) */
+    i32 node = ROOT;
+    i64 pos = 0, hit = 0;
+    while (pos < len) {
+        i32 child = child_of(u, node, key[pos]);
+        if (child == NONE) break;
+        i64 m = common(u, child, key, pos, len);
+        int ok = 1;
+        if (u->has_swa) {
+            if (!u->n[child].swa) run = 0, ok = 0;
+            else run += (f64)m * (f64)u->P, ok = run >= (f64)u->W;
+        }
+        if (u->has_mamba && !(m == u->n[child].klen && u->n[child].mamba)) ok = 0;
+        if (ok) hit = pos + m;
+        if (m < u->n[child].klen) break;
+        node = child;
+        pos += m;
+    }
+    return hit;
+}
+
 i64 rh_begin(U *u, Req *r, const i64 *keys, i64 tokens) {
     i64 P = u->P;
     *r = (Req){.keys = keys, .lock_node = NONE, .swa_branch = NONE, .mamba_branch = NONE, .track = NONE,
@@ -863,6 +885,8 @@ int rh_computed(U *u, Req *r, i64 end) {
 }
 
 int rh_decode(U *u, Req *r) { return decode_step(u, r); }
+
+void rh_make_room(U *u, i64 tokens) { make_room(u, tokens); }
 
 int rh_finish(U *u, Req *r) { return release(u, r); }
 

@@ -64,7 +64,7 @@ typedef struct RhTree {
 } RhTree;
 
 /* a request: its page keys (prompt, then outputs) and what it holds */
-typedef struct {
+typedef struct RhReqS {
     const i64 *keys;
     i64 protected, swa_cursor, computed;
     i32 lock_node; /* -1: not locked */
@@ -79,6 +79,8 @@ int rh_init(RhTree *u, const i64 *settings);
 void rh_free(RhTree *u);
 /* match_prefix of the first `pages` keys (it stamps the path): the hit in pages; -1 out of memory */
 i64 rh_touch(RhTree *u, const i64 *keys, i64 pages);
+/* the hit match_prefix would give for the first `pages` keys, touching nothing (no split, no stamp) */
+i64 rh_probe(const RhTree *u, const i64 *keys, i64 pages);
 /* a request of `tokens` tokens (prompt, or prompt and outputs to recompute) starts: match (limit
  * tokens - 1), branching points, the Mamba copy-on-write, the lock. Its hit in pages; -1 out of
  * memory; -2 no state slot for the copy (nothing held; r->protected is the match's hit) */
@@ -92,6 +94,8 @@ int rh_computed(RhTree *u, RhReq *r, i64 end);
 /* one decode step before its forward (maybe_evict_swa, then one token's KV): 1, or 0 when it does
  * not fit */
 int rh_decode(RhTree *u, RhReq *r);
+/* evict until `tokens` tokens are free in the full and the SWA pool, as far as the tree allows */
+void rh_make_room(RhTree *u, i64 tokens);
 /* it finished: checkpoint, free, unlock (release_kv_cache(checkpoint=True)); 0 out of memory */
 int rh_finish(RhTree *u, RhReq *r);
 /* retracted: free and unlock, nothing inserted (release_kv_cache(checkpoint=False)) */

@@ -174,14 +174,16 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
-             kv_groups: list | None = None, kv_retention: int | None = 0) -> RawRun:
+             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm") -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
     results, more memory: tests compare the two). kv_groups (analysis/kv_groups.py's Groups, in
     vLLM's order): a hybrid model's layer groups under vLLM's hybrid KV cache manager
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
-    shared pool, prefix_cache_retention_interval kv_retention."""
+    shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
+    UnifiedRadixCache (serving/kernel/sglang_hybrid.c; the SGLang style and policy radix only),
+    `capacity` pages of its full-attention pool."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -193,6 +195,11 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     order = np.argsort(arrival_s, kind="stable")
     sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
     mode = kernel.mode(spec, scheduler.style)
+    radix = np.zeros(0, dtype=np.int64)
+    if kv_groups and kv_engine == "sglang":
+        radix = radix_settings(kv_groups, capacity, block_size, spec.name, scheduler, tiers, prefill_instances,
+                               output_kv)
+        kv_groups = None
     groups = hybrid_groups(kv_groups, kv_retention, spec.name, scheduler.style, tiers, prefill_instances, output_kv)
     ext, P = decode_trace(hashed_prompts(sorted_trace, block_size) if mode == "MODE_PAGED" else sorted_trace,
                           block_size, output_kv)
@@ -214,7 +221,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "PREFILL_INSTANCES": prefill_instances, "INSTANCES": N, "REQUESTS": n,
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
-        "RETENTION": -1 if kv_retention is None else 0,
+        "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -239,6 +246,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "series_meta": np.zeros(2, dtype=np.int64), "itl": np.zeros(3 + ITL_BINS),
         "handles": np.zeros(ext.num_accesses + n + 1, dtype=np.int64), "end_s": np.zeros(1),
         "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
+        "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
     }
     spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
@@ -271,7 +279,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         for key in ("scheduled_s", "first_token_s", "finish_s"):
             io[key].fill(np.nan)
         for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
-                    "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters"):
+                    "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters",
+                    "radix_counters"):
             io[key].fill(0)
         io["decode_instance"].fill(-1)
         counters = io["counters"].reshape(N, len(names))
@@ -287,6 +296,14 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                               f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
                               "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
         failed = counters[:, C["hybrid_error"]]
+        if failed.any() and len(radix):
+            code = int(failed[failed != 0][0])
+            if code == -1:
+                raise MemoryError("hybrid semantics: the simulator could not allocate SGLang's trees")
+            raise InvariantError("hybrid semantics: SGLang's tree " + (
+                "found no Mamba state slot to free (SGLang asserts there too)" if code == -2 else
+                "refused its settings" if code == -4 else
+                "disagrees with its pools after the run (a bug)" if code == -3 else f"failed (code {code})"))
         if failed.any():
             code = int(failed[failed != 0][0])
             if code == -1:
@@ -308,7 +325,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         positions[short] *= 2
         spaces[out_of_ids] = np.minimum(spaces[out_of_ids] * 2, max(1, ext.num_blocks))
     policy_counters = {}
-    if len(groups):  # (the vllm state is not used: the hybrid pools' counters)
+    if len(radix):  # (the radix state is not used: SGLang's trees' counters)
+        for key, value in zip(RADIX_COUNTERS, io["radix_counters"].reshape(N, -1).sum(axis=0).tolist()):
+            policy_counters[key] = int(value)
+    elif len(groups):  # (the vllm state is not used: the hybrid pools' counters)
         for key, value in zip(HYBRID_COUNTERS, io["hybrid_counters"].reshape(N, -1).sum(axis=0).tolist()):
             policy_counters[key] = int(value)
     else:
@@ -336,6 +356,31 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
 
 #: hybrid.h's pool counters, per instance
 HYBRID_COUNTERS = ("admissions", "evictions", "duplicate_blocks", "oversize_requests", "resident_blocks")
+
+
+#: sglang_hybrid.c's tree counters, per instance (policies/radix_hybrid.py COUNTERS, then its sizes)
+RADIX_COUNTERS = ("admissions", "evictions", "swa_evictions", "mamba_evictions", "evicted_nodes", "node_splits",
+                  "rejected", "oversize_requests", "resident_blocks", "swa_resident_pages", "mamba_states")
+
+
+def radix_settings(kv_groups, full_pages: int, block_size: int, policy: str, scheduler, tiers, prefill_instances: int,
+                   output_kv: bool) -> np.ndarray:
+    """The kernel's `radix` array (policies/radix_hybrid.h RH_SETTINGS) for SGLang's UnifiedRadixCache
+    over `kv_groups`, refusing what the simulator's SGLang trees do not model."""
+    from ..policies.radix_hybrid import UnifiedRadix
+
+    from .semantics import unmodelled
+
+    why = unmodelled(policy, scheduler.style, tiers, prefill_instances > 0, output_kv)
+    if why:
+        raise ConfigError("the simulator's SGLang hybrid trees do not model " + "; ".join(why)
+                          + " (kv_semantics='full' serves every layer as full attention)")
+    try:
+        spec = UnifiedRadix(list(kv_groups), block_size, full_pages=full_pages, chunk_tokens=None)
+    except ValueError as e:
+        raise ConfigError(f"kv_groups: {e}") from None
+    return np.array([spec.P, spec.W if spec.has_swa else 0, spec.has_mamba, spec.extra_buffer, spec.full_pages,
+                     spec.swa_pages, spec.mamba_slots_total, -1, spec.grid, spec.mamba_chunk], dtype=np.int64)
 
 
 def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_instances: int,

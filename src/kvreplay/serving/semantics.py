@@ -1,17 +1,21 @@
 """Which KV semantics a simulation of a hybrid model runs, and what its pool holds under them
 (docs/serving.md, "Hybrid layer groups").
 
-A hybrid model (sliding-window or chunked-local layers beside full attention) is served with
-vLLM 0.33.0's hybrid KV cache manager when ``kv_semantics`` is "hybrid", or "auto" where vLLM uses
-it by default (analysis/kv_groups.py resolve_semantics: not Llama 4's chunked-local layers) and
-the simulator models it: policy vllm, the vLLM scheduler style, output KV, no tiers, no
-prefill/decode disaggregation; Mamba groups in vLLM's align mode. Otherwise every layer is served
-as full attention, and the report says why.
-
-Under hybrid semantics a block id holds one group's layers (analysis/kv_groups.py layout), so the
-same KV bytes hold more block ids than under full semantics, where a block holds every layer: a
-size or the GPU memory left after the weights is divided by the layout's bytes per block id; a
-pool given in blocks is taken as block ids as it is.
+A hybrid model (sliding-window, chunked-local or Mamba layers beside full attention) is served
+with its engine's hybrid cache when ``kv_semantics`` is "hybrid", or "auto" where vLLM uses it by
+default (analysis/kv_groups.py resolve_semantics: not Llama 4's chunked-local layers) and the
+simulator models it: output KV, no tiers, no prefill/decode disaggregation, and
+- the vLLM style with policy vllm: vLLM 0.33.0's hybrid KV cache manager (serving/kernel/hybrid.c;
+  Mamba groups in vLLM's align mode). A block id holds one group's layers (analysis/kv_groups.py
+  layout), so the same KV bytes hold more block ids than under full semantics, where a block holds
+  every layer: a size or the GPU memory left after the weights is divided by the layout's bytes
+  per block id; a pool given in blocks is taken as block ids as it is;
+- the SGLang style with policy radix: SGLang 0.5.23's UnifiedRadixCache (serving/kernel/
+  sglang_hybrid.c): a full-attention pool of pages and a sliding-window pool of 0.8 as many
+  (analysis/kv_groups.py sglang_layout: a size or the memory after the weights is divided by a
+  full-pool page's bytes, its sliding share included; a pool given in blocks is its full pages),
+  and Mamba state slots sized apart.
+Otherwise every layer is served as full attention, and the report says why.
 """
 
 from __future__ import annotations
@@ -27,15 +31,15 @@ class Semantics:
 
     hybrid: bool
     groups: tuple = ()  # of policies.hybrid.Group (hybrid)
-    capacity: int = 0  # the pool's block ids (hybrid)
+    capacity: int = 0  # the pool's block ids (hybrid; SGLang's: its full-attention pages)
     note: dict | None = None  # the report's kv_semantics (None: a model with one kind of layer)
+    engine: str = "vllm"  # whose hybrid cache: "vllm" or "sglang"
 
 
 def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool) -> list[str]:
     """What this simulation has that the simulator's hybrid manager does not model."""
-    checks = ((policy == "vllm", f"a policy other than vllm ({policy})"),
-              (engine_style == "vllm", "the SGLang scheduler style (its hybrid radix caches are in `kvreplay run` "
-                                       "only)"),
+    own = "radix" if engine_style == "sglang" else "vllm"  # each style's engine cache
+    checks = ((policy == own, f"a policy other than {own} ({policy}) under the {engine_style} style"),
               (not tiers, "tiers below HBM (--tiers, --global-store)"),
               (not disagg, "prefill/decode disaggregation (--prefill-instances)"),
               (output_kv, "prompt-only KV (output_kv=False, --no-output-kv)"))
@@ -75,7 +79,44 @@ def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, d
                               + "; ".join(missing) + " (kv_semantics='full' serves every layer as full attention)")
         return Semantics(False, note=full_note(spec, "the simulator's hybrid manager does not model "
                                                      + "; ".join(missing)))
+    if engine_style == "sglang":
+        return _sglang(spec, capacity, sizes, tp)
     return _hybrid(spec, capacity, sizes, tp)
+
+
+def _sglang(spec, capacity, sizes, tp: int) -> Semantics:
+    """SGLang's UnifiedRadixCache: its full-attention pool in pages (capacity), its SWA pool 0.8 of it."""
+    from ..analysis.kv_groups import SWA_FULL_TOKENS_RATIO, sglang_layout
+    from ..analysis.models import blocks_for_block_bytes, is_size, parse_size
+
+    bs, dtype = sizes.block_size, sizes.kv_dtype
+    whole = sglang_layout(spec.name, bs, dtype)
+    if capacity is None:
+        per_rank = sglang_layout(spec.name, bs, dtype, tp=tp)
+        pages = int(sizes.capacity_source["kv_bytes_available"] // per_rank.bytes_per_block)
+        cost, how = per_rank.bytes_per_block, "the GPU memory left after the weights, per GPU"
+    elif is_size(capacity):
+        pages = blocks_for_block_bytes(parse_size(capacity), whole.bytes_per_block, bs)
+        cost, how = whole.bytes_per_block, f"{str(capacity).strip()} of KV"
+    else:
+        pages, cost, how = int(sizes.capacity), whole.bytes_per_block, "full-attention pages as given"
+    if pages < 1:
+        raise ConfigError(f"{spec.name}: the KV memory holds no page of SGLang's pools ({cost:,} bytes a page)")
+    kinds = {g.kind for g in whole.groups}
+    swa = int(pages * bs * SWA_FULL_TOKENS_RATIO) // bs if "sliding_window" in kinds else 0
+    text = (f"{spec.name}'s layer groups under SGLang 0.5.23's UnifiedRadixCache: a hit must be served by every "
+            f"component (full KV; " + ("a sliding window's last W tokens live; " if swa else "")
+            + ("a Mamba state at the hit's end; " if "mamba" in kinds else "")
+            + f"each evicts on its own LRU); a full-attention pool of {pages:,} pages ({how}, {cost:,} bytes a page"
+            + (f", its 0.8 x sliding-window pool of {swa:,} pages included" if swa else "") + ")"
+            + ("; Mamba state slots are sized apart by SGLang (--max-mamba-cache-size): here they never run short"
+               if "mamba" in kinds else ""))
+    note = {"semantics": "hybrid", "engine": "sglang", "groups": [vars(g) for g in whole.groups],
+            "full_pages": pages, "swa_pages": swa, "bytes_per_page": int(cost),
+            "full_semantics_blocks": None if how.endswith("as given") else int(sizes.capacity),
+            "source": "SGLang 0.5.23 UnifiedRadixCache (serving/kernel/sglang_hybrid.c, policies/radix_hybrid.c)",
+            "text": text}
+    return Semantics(True, tuple(whole.groups), pages, note, engine="sglang")
 
 
 def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
@@ -154,17 +195,18 @@ def one_semantics(model, options: dict, tiers, policies) -> tuple[dict, dict | N
     asked = options.get("kv_semantics", "auto")
     engine = options.get("engine_style", "vllm")
     policies = [p.split(":")[0].strip().lower() if isinstance(p, str) else p for p in policies]
-    hybrid_ok = engine == "vllm" and not any(tiers) and all(p in (None, "vllm") for p in policies)
+    own = "radix" if engine == "sglang" else "vllm"  # each style's hybrid cache (None: the style's default)
+    hybrid_ok = not any(tiers) and all(p in (None, own) for p in policies)
     if asked == "auto" and not hybrid_ok:
         options = {**options, "kv_semantics": "full"}
-        return options, plan_note(model, "full", "the configurations include tiers, another policy than vllm or the "
-                                                 "SGLang style, which the simulator's hybrid manager does not model, "
-                                                 "and all of them are served the same way so that they compare under "
-                                                 "one semantics")
-    return options, plan_note(model, asked, None)
+        return options, plan_note(model, "full", f"the configurations include tiers or another policy than {own} "
+                                                 f"under the {engine} style, which the simulator's hybrid caches do "
+                                                 "not model, and all of them are served the same way so that they "
+                                                 "compare under one semantics", engine)
+    return options, plan_note(model, asked, None, engine)
 
 
-def plan_note(model, asked: str, why: str | None) -> dict | None:
+def plan_note(model, asked: str, why: str | None, engine: str = "vllm") -> dict | None:
     """A plan's kv_semantics: what its runs of a hybrid `model` serve under `asked` ("full" when
     `why` says why all of them do); each run's report has its own."""
     from ..analysis.kv_groups import resolve_semantics
@@ -179,8 +221,11 @@ def plan_note(model, asked: str, why: str | None) -> dict | None:
         return full_note(spec, why or ("as asked (kv_semantics='full')" if asked == "full" else None))
     freed = _freed(kinds)
     return {"semantics": "hybrid", "model_groups": kinds,
-            "text": f"{spec.name}'s layer groups: every configuration runs vLLM 0.33.0's hybrid KV cache manager (a "
-                    f"block id holds one group's layers; {freed})"}
+            "text": (f"{spec.name}'s layer groups: every configuration runs SGLang 0.5.23's UnifiedRadixCache (a full-"
+                     "attention pool, a sliding-window pool of 0.8 as many pages, Mamba states; each evicts on its "
+                     "own LRU)") if engine == "sglang" else
+                    (f"{spec.name}'s layer groups: every configuration runs vLLM 0.33.0's hybrid KV cache manager (a "
+                     f"block id holds one group's layers; {freed})")}
 
 
 def _ratio(spec) -> float:

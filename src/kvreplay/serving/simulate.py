@@ -243,7 +243,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
-               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None)
+               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine)
     raw = run_once(trace, time_model=tm, **run)
     band = None
     if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
@@ -253,8 +253,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     sequential, sequential_evictions = None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
-        hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=scheduler.max_num_batched_tokens) \
-            if semantics.hybrid else {}
+        chunk = scheduler.max_num_batched_tokens
+        if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
+            chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
+        hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
         sequential, sequential_evictions = _sequential(trace, spec, params, capacity, block_size, tier_list,
                                                        tier_copies, raw.instance, instances, disagg,
                                                        raw.status == FINISHED, hybrid)
@@ -407,7 +409,7 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     replays for N instances): the hit rate over the same requests as the concurrent one (rejected
     and refused requests left out of both), and the evictions (None with decode instances, which
     evict too and have no sequential counterpart). `hybrid`: replay()'s kv_groups and prefill_chunk
-    (hybrid semantics, whose sequential replay is vLLM's hybrid manager too)."""
+    (hybrid semantics, whose sequential replay is the same engine's hybrid cache)."""
     from ..engine.replay import replay
 
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}

@@ -118,6 +118,11 @@ void batch_end(Sim *s, i64 j) {
         s->new_tokens[i] = 0;
         s->computed[i] += m;
         s->io->computed_total[i] += m;
+        if (s->mode == MODE_RADIX_HYBRID && !s->decoding[i]) {
+            /* SGLang's tree takes what a prefill step computed of a request that stays */
+            int goes_on = s->computed[i] < s->target[i] || s->generated[i] + 1 < s->outputs[i];
+            if (!sgh_prefilled(s, j, i, goes_on)) return;
+        }
         if (s->computed[i] < s->target[i]) continue;
         token_out(s, j, i);
         if (s->generated[i] < s->outputs[i] && !prefill_only) {

@@ -23,7 +23,7 @@
 KV_EXPORT const char kv_layout_sim[] = SIM_FIELDS(KV_FIELD_SPEC) " | cfg=" SIM_CFG_SLOTS(KV_SLOT_SPEC)
     " | fcfg=" SIM_FCFG_SLOTS(KV_SLOT_SPEC) " | counters=" SIM_COUNTER_SLOTS(KV_SLOT_SPEC)
     " | status=" SIM_STATUS_SLOTS(KV_SLOT_SPEC) " | series=" SIM_SERIES_SLOTS(KV_SLOT_SPEC)
-    " | itl=" SIM_ITL_SLOTS(KV_SLOT_SPEC) " | view=" SIM_VIEW_SLOTS(KV_SLOT_SPEC) " | mode= MODE_WHOLE MODE_PIECEWISE MODE_PAGED MODE_HYBRID";
+    " | itl=" SIM_ITL_SLOTS(KV_SLOT_SPEC) " | view=" SIM_VIEW_SLOTS(KV_SLOT_SPEC) " | mode= MODE_WHOLE MODE_PIECEWISE MODE_PAGED MODE_HYBRID MODE_RADIX_HYBRID";
 
 /* ---- waiting queues: one list over the requests per instance (a request waits on at most one) ---- */
 
@@ -93,6 +93,7 @@ static inline void wake(Inst *q, f64 now) {
 static int never_fits(Sim *s, i64 i) {
     i64 bs = s->bs, L = s->io->L[i];
     if (s->mode == MODE_HYBRID) return hyb_peak(s, L + s->outputs[i] - 1) > s->capacity;
+    if (s->mode == MODE_RADIX_HYBRID && kv_ceil_div(L + s->outputs[i] - 1, bs) > s->capacity) return 1;
     if (req_needed_positions(s, i, L + s->outputs[i] - 1) > s->capacity) return 1;
     if (s->io->cfg[STYLE] == STYLE_SGLANG) {
         /* SGLang's admission needs prompt + reserved outputs + a page below the pool */
@@ -366,6 +367,9 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     if (cfg[HYBRID_GROUPS] > 0) { /* a hybrid model's layer groups (the vLLM style, policy vllm: Python checks) */
         s->mode = MODE_HYBRID;
         hyb_setup(s); /* (a failure sets hybrid_error and s->failed) */
+    } else if (cfg[RADIX_HYBRID] != 0) { /* SGLang's hybrid trees (the SGLang style, policy radix: Python checks) */
+        s->mode = MODE_RADIX_HYBRID;
+        sgh_setup(s);
     }
     if (router_kind != NULL) {
         Router *r = s->router = calloc(1, sizeof(Router));
@@ -388,6 +392,7 @@ static void teardown(Sim *s) {
     }
     route_free_tables(s, s->router_tables);
     hyb_teardown(s);
+    sgh_teardown(s);
     for (i64 q = 0; q < s->N; q++) {
         free(s->inst[q].running);
         ids_free(s->inst[q].ids);

@@ -148,6 +148,10 @@ i64 req_touch_prefix(Sim *s, i64 j, i64 i, i64 n) {
 }
 
 void req_evict_ahead(Sim *s, i64 j, i64 blocks) {
+    if (s->mode == MODE_RADIX_HYBRID) {
+        sgh_make_room(s, j, blocks * s->bs);
+        return;
+    }
     if (s->policy->tree == NULL) return;
     s->policy->tree->evict_to_free(s->inst[j].state, blocks);
     drain(s, j);
@@ -324,6 +328,7 @@ i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits) {
 
 int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
     if (s->mode == MODE_PAGED) return paged_grow(s, j, i, tokens);
+    if (s->mode == MODE_RADIX_HYBRID) return sgh_decode(s, j, i); /* (the SGLang style grows by decode tokens) */
     if (s->mode == MODE_HYBRID) return hyb_grow(s, j, i, tokens);
     void *st = s->inst[j].state;
     KvHolds *h = (KvHolds *)st;
@@ -365,6 +370,8 @@ void req_release(Sim *s, i64 j, i64 i) {
     i64 start = s->io->offsets[i], base = start + i;
     if (s->mode == MODE_HYBRID) {
         hyb_release(s, j, i);
+    } else if (s->mode == MODE_RADIX_HYBRID) {
+        sgh_release(s, j, i);
     } else if (s->mode == MODE_PAGED) {
         s->policy->paged->release(st, s->io->handles, base, s->base_n[i], s->base_len[i] - s->base_n[i]);
     } else {
@@ -381,13 +388,15 @@ void req_release(Sim *s, i64 j, i64 i) {
 }
 
 i64 req_held(const Sim *s, i64 j) {
+    if (s->mode == MODE_RADIX_HYBRID) return sgh_held(s, j);
     return s->mode == MODE_HYBRID ? hyb_held(s, j) : ((KvHolds *)s->inst[j].state)->hold[HELD];
 }
 
 i64 req_take_back(Sim *s, i64 j, i64 v) {
     i64 given = s->new_tokens[v];
     s->new_tokens[v] = 0;
-    req_release(s, j, v);
+    if (s->mode == MODE_RADIX_HYBRID) sgh_drop(s, j, v); /* (release_kv_cache(checkpoint=False)) */
+    else req_release(s, j, v);
     s->computed[v] = 0;
     s->decoding[v] = 0;
     s->target[v] = s->io->L[v] + s->generated[v];

@@ -5,6 +5,7 @@
  * pool's room, after reserving the running requests' outputs at the new-token ratio, the chunk
  * size and the prefill token budget allow. A decode batch retracts requests (fewest generated
  * tokens first, the longest prompt on ties) while a decoding request finds no block. */
+#include "../../policies/radix_hybrid.h"
 #include "sim.h"
 
 /* Stable insertion sort of order[:count] by key[order[q]], largest first. */
@@ -63,6 +64,7 @@ static i64 tree_prefix(Sim *s, i64 j, i64 i, const Pending *p, i64 *cut) {
 /* match_prefix of waiting request i's whole sequence (prompt and outputs, whole pages), which
  * stamps its path */
 static i64 touch_waiting(Sim *s, i64 j, i64 i, const Pending *p) {
+    if (s->mode == MODE_RADIX_HYBRID) return sgh_touch(s, j, i); /* (its tree holds computed pages only) */
     i64 n = s->target[i] / s->bs;
     return req_touch_prefix(s, j, i, computed_prefix(s, j, i, n, p));
 }
@@ -143,12 +145,14 @@ typedef struct {
     f64 rem_total;
     i64 rem_chunk, rem_input;
     int chunking;
+    i64 window; /* MODE_RADIX_HYBRID with SWA: the window (SWAPrefillBudget), else 0 */
+    f64 rem_swa; /* its remaining_swa: SWA free and evictable less the pass's reservations */
 } Budget;
 
 enum { CONTINUE, NO_TOKEN, OTHER };  /* AddReqResult */
 
 static int budget_state(const Budget *b) {
-    if (b->rem_total <= 0) return NO_TOKEN;
+    if (b->rem_total <= 0 || (b->window > 0 && b->rem_swa <= 0)) return NO_TOKEN;
     if (b->rem_input <= 0) return OTHER;
     if (b->chunking && b->rem_chunk <= 0) return OTHER;
     return CONTINUE;
@@ -169,12 +173,20 @@ static Budget start_budget(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     const i64 *cfg = s->io->cfg;
     i64 bs = s->bs;
-    KvHolds *h = (KvHolds *)q->state;
-    Budget b = {(f64)((s->capacity - h->hold[HELD]) * bs), 0, cfg[MAX_PREFILL], cfg[CHUNKED] != 0};
+    Budget b = {0.0, 0, cfg[MAX_PREFILL], cfg[CHUNKED] != 0, 0, 0.0};
+    if (s->mode == MODE_RADIX_HYBRID) { /* SWAPrefillBudget / PrefillBudget over the tree's pools */
+        i64 room[RH_ROOM];
+        sgh_room(s, j, room);
+        b.rem_total = (f64)(room[RH_FULL_FREE] + room[RH_FULL_EVICTABLE]);
+        b.window = s->trees[j].has_swa ? s->trees[j].W : 0;
+        b.rem_swa = (f64)(room[RH_SWA_FREE] + room[RH_SWA_EVICTABLE]);
+    } else {
+        b.rem_total = (f64)((s->capacity - ((KvHolds *)q->state)->hold[HELD]) * bs);
+    }
     b.rem_chunk = b.chunking ? cfg[CHUNK_SIZE] : (i64)1 << 62;
     for (i64 r = 0; r < q->nrun; r++)
         if (q->running[r] != q->chunk_req) b.rem_total -= (f64)reserved(s, q->running[r]) * q->ratio;
-    if (q->chunk_req >= 0) {
+    if (q->chunk_req >= 0 && s->mode != MODE_RADIX_HYBRID) {
         i64 i = q->chunk_req, ahead = s->base_len[i] - kv_ceil_div(s->computed[i], bs);
         if (ahead > 0) b.rem_total += (f64)(ahead * bs);
     }
@@ -183,7 +195,14 @@ static Budget start_budget(Sim *s, i64 j) {
 
 /* add_chunked_req: the next chunk of the prompt being chunked, at most the chunk size and the
  * room left (it always makes progress). */
-static void next_chunk(Sim *s, Inst *q, Budget *b) {
+static void next_chunk_hybrid(Sim *s, i64 j, Budget *b);
+
+static void next_chunk(Sim *s, i64 j, Budget *b) {
+    Inst *q = &s->inst[j];
+    if (s->mode == MODE_RADIX_HYBRID) {
+        next_chunk_hybrid(s, j, b);
+        return;
+    }
     i64 i = q->chunk_req, m = s->target[i] - s->computed[i];
     i64 room = kv_min(b->rem_chunk, (i64)b->rem_total);
     if (room <= 0) room = b->rem_chunk;
@@ -227,6 +246,89 @@ static int add_one(Sim *s, i64 j, Budget *b, Pending *p, i64 *npre) {
     return budget_state(b);
 }
 
+/* ---- MODE_RADIX_HYBRID: SGLang's hybrid trees, KV allocated chunk by chunk (sglang_hybrid.c) ---- */
+
+/* estimate_swa_kv_tokens (prefill_budget.py): a request's peak SWA reservation; limit < 0: none */
+static i64 swa_tokens(const Budget *b, i64 extend, i64 max_new, i64 limit, i64 bs) {
+    if (b->window <= 0) return extend + max_new + bs;
+    i64 allocated = limit < 0 ? extend : kv_min(extend, limit);
+    return kv_max(allocated - b->window, 0) + kv_min(extend + max_new, b->window) + bs;
+}
+
+/* SWAPrefillBudget.check_prefill's SWA half: the chunk limit it allows (limit < 0: none), or -2
+ * when the request must wait. A shortfall shrinks the chunk only when the request could never
+ * fit the SWA pool (_chunk_cap); transient pressure waits. */
+static i64 swa_check(Sim *s, i64 j, const Budget *b, i64 extend, i64 max_new, i64 limit, f64 unheld_swa) {
+    i64 bs = s->bs;
+    f64 rem = b->rem_swa - unheld_swa;
+    i64 needed = swa_tokens(b, sim_ceil_page(extend, bs), max_new, limit, bs);
+    if ((f64)needed < rem) return limit;
+    if (needed < s->trees[j].swa_pages * bs) return -2;
+    i64 cap = ((i64)rem - swa_tokens(b, 0, max_new, -1, bs)) / bs * bs;
+    if (limit < 0 || cap <= 0) return -2;
+    return kv_min(limit, cap);
+}
+
+/* add_one_req (the no-host-hit path of _select_prefill_admission): the head of the queue is
+ * matched and locked, checked against the budgets with its lock's effect on what is evictable, and
+ * admitted with its first chunk's KV allocated, or unlocked. */
+static int add_one_hybrid(Sim *s, i64 j, Budget *b, i64 *npre) {
+    Inst *q = &s->inst[j];
+    i64 bs = s->bs, i = q->qhead, before[RH_ROOM], after[RH_ROOM];
+    sgh_room(s, j, before);
+    i64 hit = sgh_begin(s, j, i);
+    if (hit < 0) return s->failed ? OTHER : NO_TOKEN; /* no state slot for its copy-on-write */
+    sgh_room(s, j, after);
+    f64 unheld = (f64)(before[RH_FULL_EVICTABLE] - after[RH_FULL_EVICTABLE]);
+    f64 unheld_swa = (f64)(before[RH_SWA_EVICTABLE] - after[RH_SWA_EVICTABLE]);
+    i64 extend = s->target[i] - hit, max_new = reserved(s, i);
+    i64 limit = b->chunking ? b->rem_chunk : -1;
+    int res = CONTINUE;
+    if (!((f64)(extend + max_new + bs) < b->rem_total - unheld)) res = NO_TOKEN;
+    else if (b->window > 0 && (limit = swa_check(s, j, b, extend, max_new, limit, unheld_swa)) == -2) res = NO_TOKEN;
+    else if (!b->chunking && *npre > 0 && sim_ceil_page(extend, bs) >= b->rem_input) res = OTHER;
+    i64 n = extend;
+    int chunked = res == CONTINUE && limit >= 0 && sim_ceil_page(extend, bs) > limit;
+    if (chunked) {
+        n = (hit + limit / bs * bs) / bs * bs - hit;
+        if (n <= 0) res = OTHER;
+    }
+    if (res == CONTINUE && !sgh_extend(s, j, i, hit + n)) res = NO_TOKEN;
+    if (res != CONTINUE) {
+        sgh_drop(s, j, i);
+        if (res == NO_TOKEN) q->counters[refused_admissions] += 1;
+        return res;
+    }
+    queue_pop_front(s, q);
+    q->running[q->nrun++] = i;
+    *npre += 1;
+    sgh_started(s, j, i, hit);
+    s->new_tokens[i] = n;
+    if (chunked) q->chunk_req = i;
+    b->rem_total -= unheld;
+    b->rem_swa -= unheld_swa + (f64)swa_tokens(b, sim_ceil_page(n, bs), max_new, limit, bs);
+    charge(b, n, chunked ? 0 : reserved_at_last_chunk(s, i), bs);
+    return budget_state(b);
+}
+
+/* add_chunked_req: the next chunk, at most what the budgets allow (available_chunk_tokens: none
+ * this pass when the SWA pool has less than a page to spare), its KV allocated */
+static void next_chunk_hybrid(Sim *s, i64 j, Budget *b) {
+    Inst *q = &s->inst[j];
+    i64 i = q->chunk_req, bs = s->bs, m = s->target[i] - s->computed[i];
+    i64 room = kv_min(b->rem_chunk, (i64)b->rem_total);
+    if (b->window > 0) room = kv_min(room, (i64)b->rem_swa - bs);
+    else if (room <= 0) room = b->rem_chunk;
+    if (room <= 0) return;
+    int last = m <= room;
+    if (!last) m = room;
+    if (!sgh_extend(s, j, i, s->computed[i] + m)) return; /* (the budget said it fits: the pools disagree) */
+    if (last) q->chunk_req = -1;
+    s->new_tokens[i] = m;
+    b->rem_swa -= (f64)swa_tokens(b, sim_ceil_page(m, bs), last ? reserved_at_last_chunk(s, i) : 0, -1, bs);
+    charge(b, m, last ? reserved_at_last_chunk(s, i) : 0, bs);
+}
+
 /* The prefill batch (get_new_batch_prefill); returns the requests in it. */
 static i64 prefill_batch(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
@@ -244,8 +346,9 @@ static i64 prefill_batch(Sim *s, i64 j) {
     calc_priority(s, j, &pending);
     Budget b = start_budget(s, j);
     if (q->chunk_req >= 0) {
-        next_chunk(s, q, &b);
-        npre++;
+        i64 was = q->chunk_req;
+        next_chunk(s, j, &b);
+        npre += s->new_tokens[was] > 0;
     }
     while (q->qlen > 0 && budget_state(&b) != OTHER) {
         if (q->nrun >= cfg[MAX_SEQS]) {
@@ -253,7 +356,7 @@ static i64 prefill_batch(Sim *s, i64 j) {
             break;
         }
         if (q->batch_full) break;
-        int res = add_one(s, j, &b, &pending, &npre);
+        int res = s->mode == MODE_RADIX_HYBRID ? add_one_hybrid(s, j, &b, &npre) : add_one(s, j, &b, &pending, &npre);
         if (res == CONTINUE) continue;
         if (res == NO_TOKEN) q->batch_full = npre > 0 || running > 0;
         break;

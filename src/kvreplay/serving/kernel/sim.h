@@ -27,13 +27,13 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID)
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
 enum { STYLE_VLLM, STYLE_SGLANG };
 /* how requests hold their blocks (requests.c) */
-enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID };
+enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID, MODE_RADIX_HYBRID };
 #define ROUTER_FIXED (-1)
 
 /* ---- per-instance counters (a row each); Python reads them by these names ---- */
@@ -80,7 +80,7 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(f64, scheduled_s) F(f64, first_token_s) F(f64, finish_s) F(i64, hit_tokens) F(i64, hit_blocks)       \
     F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
-    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters)
+    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
@@ -88,6 +88,8 @@ typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 typedef struct Ids Ids; /* ids.c */
 typedef struct HPool HPool; /* policies/hybrid.h */
 typedef struct HReq HReq;
+typedef struct RhTree RhTree; /* policies/radix_hybrid.h */
+typedef struct RhReqS RhReq;
 typedef struct Router Router; /* serving/routing/router.h */
 
 typedef struct {
@@ -145,6 +147,10 @@ typedef struct Sim {
     /* MODE_HYBRID: each instance's pool, each request's block tables (hybrid.c) */
     HPool *pools;
     HReq *hreqs;
+    /* MODE_RADIX_HYBRID: each instance's tree, each request's state and page keys (sglang_hybrid.c) */
+    RhTree *trees;
+    RhReq *rreqs;
+    i64 *rkoff, *rkeys;
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
 } Sim;
 
@@ -199,6 +205,33 @@ int hyb_mamba(const Sim *s);         /* the layout has a Mamba group */
 i64 hyb_split(const Sim *s, i64 i, i64 start, i64 n);
 /* the hit a request of `tokens` tokens with these (instance j's) ids would get on instance j, blocks */
 i64 hyb_prefix(const Sim *s, i64 j, const i32 *ids, i64 nids, i64 tokens);
+
+/* ---- sglang_hybrid.c: MODE_RADIX_HYBRID (a request's KV in SGLang's UnifiedRadixCache) ---- */
+int sgh_setup(Sim *s); /* 0: a tree could not be set up (hybrid_error says why; the run stops) */
+void sgh_teardown(Sim *s);
+/* match_prefix of waiting request i (it stamps the path): the hit in pages */
+i64 sgh_touch(Sim *s, i64 j, i64 i);
+/* request i is matched and locked for admission: its hit tokens; -1: no state slot (nothing held) */
+i64 sgh_begin(Sim *s, i64 j, i64 i);
+/* its KV (and state slots) up to `end` tokens: 0 when they do not fit (sgh_drop gives it back) */
+int sgh_extend(Sim *s, i64 j, i64 i, i64 end);
+/* unlocked, all it holds outside the tree freed, nothing inserted (refused, or retracted) */
+void sgh_drop(Sim *s, i64 j, i64 i);
+/* request i runs with `hit` tokens cached */
+void sgh_started(Sim *s, i64 j, i64 i, i64 hit);
+/* a prefill step of request i ended; goes_on: it stays running (cache_unfinished_req). 0: failed */
+int sgh_prefilled(Sim *s, i64 j, i64 i, int goes_on);
+/* one decode token's KV for request i: 0 when it does not fit */
+int sgh_decode(Sim *s, i64 j, i64 i);
+/* request i finished: inserted, freed, unlocked */
+void sgh_release(Sim *s, i64 j, i64 i);
+/* evict until `tokens` are free in each KV pool (check_decode_mem) */
+void sgh_make_room(Sim *s, i64 j, i64 tokens);
+/* instance j's free and evictable room (policies/radix_hybrid.h RH_ROOM columns) */
+void sgh_room(const Sim *s, i64 j, i64 *out);
+i64 sgh_held(const Sim *s, i64 j); /* full-KV pages running requests hold (their own and locked ones) */
+/* the hit request i's prompt would get on instance j now, pages (a look: nothing is touched) */
+i64 sgh_probe(const Sim *s, i64 j, i64 i);
 
 /* ---- queues (loop.c) ---- */
 void queue_push_back(Sim *s, Inst *q, i64 i);

@@ -25,6 +25,7 @@ i64 route_gpu_prefix(Sim *s, i64 q, i64 i) {
         }
         return hyb_prefix(s, q, s->route_scratch, m, s->io->L[i]);
     }
+    if (s->mode == MODE_RADIX_HYBRID) return sgh_probe(s, q, i);
     i64 limit = s->policy->hit_limit(st, P, s->io->L[i], s->bs);
     i64 k = 0;
     while (k < limit) {
