@@ -128,10 +128,12 @@ eviction), ``swa_evictions`` (SWA pages freed by eviction: tombstoned or with th
 ``mamba_evictions`` (states), ``evicted_nodes``, ``node_splits``, ``rejected``,
 ``oversize_requests``.
 
-Not modelled: decode in the replay (see above), the admission budget (PrefillAdder /
-SWAPrefillBudget: requests are served one at a time and their chunks never capped; SGLang would
-shorten a continuing chunk when free + evictable SWA is below it, prefill_budget.py:274-278),
-overlapping requests and batches of several (their matches before any insert), HiCache /
+Not modelled here: decode in the replay (see above; ``outputs`` adds it), the admission budget
+(PrefillAdder / SWAPrefillBudget: requests are served one at a time and their chunks never capped;
+SGLang would shorten a continuing chunk when free + evictable SWA is below it,
+prefill_budget.py:274-278), overlapping requests and batches of several: the serving simulator
+has those (serving/kernel/sglang_hybrid.c drives the compiled tree request by request). Nowhere:
+HiCache /
 host tiers, PD disaggregation, speculative decoding, DCP, the unified memory pool, session and
 streaming caches, ``--mamba-max-states-per-path`` (off by default),
 ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (off by default).
