@@ -10,6 +10,7 @@
  *   metrics.c   the inter-token histogram, the time series, peaks
  *   ids.c       per-instance block ids: each instance's policy state is sized by the ids routed to it
  *   hybrid.c    a request's blocks under vLLM's hybrid KV cache manager (a hybrid model's layer groups)
+ *   sglang_hybrid.c  a request's KV under SGLang's UnifiedRadixCache (the SGLang style, a hybrid model)
  *
  * Requests are in arrival order. Request i's block positions are blocks[offsets[i]:offsets[i+1]]:
  * its P[i] prompt blocks (the trace's ids), then its decode blocks (ids no prompt has). Those are
