@@ -44,6 +44,25 @@ def assert_equal(trace, groups, page, **kwargs):
     return cache
 
 
+def pools(data, page, longest, strategy):
+    """Pools from small (evicting in every component, refusing) to roomy, and a prefill chunk."""
+    least = 5 if strategy == "extra_buffer" else 3
+    return dict(full_pages=data.draw(st.integers(max(1, longest // 2), 3 * longest + 4)),
+                swa_pages=data.draw(st.one_of(st.none(), st.integers(0, 2 * longest + 2))),
+                mamba_slots=data.draw(st.one_of(st.none(), st.integers(least, least + 6))),
+                chunk_tokens=data.draw(st.one_of(st.none(), st.integers(1, 8).map(lambda k: k * page))),
+                mamba_strategy=strategy)
+
+
+def assert_equal_or_both_stop(trace, groups, page, **kwargs):
+    try:
+        assert_equal(trace, groups, page, **kwargs)
+    except RuntimeError as e:  # both engines stop where SGLang asserts (no state slot can be freed)
+        assert "no Mamba state slot" in str(e)
+        with pytest.raises(RuntimeError, match="no Mamba state slot"):
+            replay_radix_hybrid_compiled(trace, groups, page, **kwargs)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_compiled_equals_reference_on_random_traces(data):
@@ -51,19 +70,7 @@ def test_compiled_equals_reference_on_random_traces(data):
     trace = kvreplay.Trace.from_requests([(ids, length) for ids, length in reqs], block_size=page)
     groups, strategy = layout(data, page)
     longest = max(1, max(-(-length // page) for _, length in reqs))
-    full_pages = data.draw(st.integers(max(1, longest // 2), 3 * longest + 4))
-    swa_pages = data.draw(st.one_of(st.none(), st.integers(0, 2 * longest + 2)))
-    least = 5 if strategy == "extra_buffer" else 3
-    mamba_slots = data.draw(st.one_of(st.none(), st.integers(least, least + 6)))
-    chunk = data.draw(st.one_of(st.none(), st.integers(1, 8).map(lambda k: k * page)))
-    try:
-        assert_equal(trace, groups, page, full_pages=full_pages, swa_pages=swa_pages, mamba_slots=mamba_slots,
-                     chunk_tokens=chunk, mamba_strategy=strategy)
-    except RuntimeError as e:  # both engines stop where SGLang asserts (no state slot can be freed)
-        assert "no Mamba state slot" in str(e)
-        with pytest.raises(RuntimeError, match="no Mamba state slot"):
-            replay_radix_hybrid_compiled(trace, groups, page, full_pages=full_pages, swa_pages=swa_pages,
-                                         mamba_slots=mamba_slots, chunk_tokens=chunk, mamba_strategy=strategy)
+    assert_equal_or_both_stop(trace, groups, page, **pools(data, page, longest, strategy))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -77,19 +84,7 @@ def test_compiled_equals_reference_with_decode(data):
     outputs = data.draw(st.lists(st.one_of(st.integers(1, 4), st.integers(100, 600)), min_size=len(reqs),
                                  max_size=len(reqs)))
     longest = max(1, max(-(-(length + o) // page) for (_, length), o in zip(reqs, outputs)))
-    full_pages = data.draw(st.integers(max(1, longest // 2), 3 * longest + 4))
-    swa_pages = data.draw(st.one_of(st.none(), st.integers(0, 2 * longest + 2)))
-    least = 5 if strategy == "extra_buffer" else 3
-    mamba_slots = data.draw(st.one_of(st.none(), st.integers(least, least + 6)))
-    chunk = data.draw(st.one_of(st.none(), st.integers(1, 8).map(lambda k: k * page)))
-    kwargs = dict(full_pages=full_pages, swa_pages=swa_pages, mamba_slots=mamba_slots, chunk_tokens=chunk,
-                  mamba_strategy=strategy, outputs=outputs)
-    try:
-        assert_equal(trace, groups, page, **kwargs)
-    except RuntimeError as e:
-        assert "no Mamba state slot" in str(e)
-        with pytest.raises(RuntimeError, match="no Mamba state slot"):
-            replay_radix_hybrid_compiled(trace, groups, page, **kwargs)
+    assert_equal_or_both_stop(trace, groups, page, **pools(data, page, longest, strategy), outputs=outputs)
 
 
 def test_decode_caches_outputs_and_frees_the_window():

@@ -446,6 +446,17 @@ static void drop_mamba(U *u, i32 x) {
     u->stats[C_MAMBA_EVICTIONS]++;
 }
 
+/* x's SWA KV goes back to its pool (a deleted leaf's, or a tombstone's) */
+static void free_swa(U *u, i32 x) {
+    i64 pages = u->n[x].klen;
+    u->n[x].swa = 0;
+    lru_remove(u, &u->swa_lru, x);
+    u->swa_live -= pages;
+    u->swa_free += pages;
+    u->ev_freed[SWA] += pages * u->P;
+    u->stats[C_SWA_EVICTIONS] += pages;
+}
+
 static void delete_leaf(U *u, i32 x) {
     i64 pages = u->n[x].klen;
     u->full_free += pages;
@@ -453,13 +464,7 @@ static void delete_leaf(U *u, i32 x) {
     u->ev_freed[FULL] += pages * u->P;
     u->stats[C_EVICTIONS] += pages;
     u->stats[C_EVICTED_NODES]++;
-    if (u->n[x].swa) {
-        lru_remove(u, &u->swa_lru, x);
-        u->swa_live -= pages;
-        u->swa_free += pages;
-        u->ev_freed[SWA] += pages * u->P;
-        u->stats[C_SWA_EVICTIONS] += pages;
-    }
+    if (u->n[x].swa) free_swa(u, x);
     if (u->n[x].mamba) drop_mamba(u, x);
     i32 p = u->n[x].parent;
     remove_child(u, p, first_key(u, x));
@@ -471,13 +476,7 @@ static void delete_leaf(U *u, i32 x) {
 /* an internal (or locked-leaf) victim loses one component's data; an SWA tombstone also drops its state */
 static void tombstone(U *u, int ct, i32 x) {
     if (ct == SWA) {
-        i64 pages = u->n[x].klen;
-        u->n[x].swa = 0;
-        lru_remove(u, &u->swa_lru, x);
-        u->swa_live -= pages;
-        u->swa_free += pages;
-        u->ev_freed[SWA] += pages * u->P;
-        u->stats[C_SWA_EVICTIONS] += pages;
+        free_swa(u, x);
         if (u->n[x].mamba) drop_mamba(u, x);
     } else {
         drop_mamba(u, x);

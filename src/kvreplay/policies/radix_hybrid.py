@@ -953,6 +953,15 @@ _FAILURES = {-1: (MemoryError, "the compiled replay could not allocate its state
              -4: (ValueError, "the compiled replay refused its settings")}
 
 
+def compiled_settings(spec: UnifiedRadix):
+    """radix_hybrid.h's RH_SETTINGS for the compiled tree, from a UnifiedRadix's checked sizes."""
+    import numpy as np
+
+    return np.array([spec.P, spec.W if spec.has_swa else 0, spec.has_mamba, spec.extra_buffer, spec.full_pages,
+                     spec.swa_pages, spec.mamba_slots_total, -1 if spec.chunk_tokens is None else spec.chunk_tokens,
+                     spec.grid, spec.mamba_chunk], dtype=np.int64)
+
+
 def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
                                  mamba_slots: int | None = None, chunk_tokens: int | None = 8192,
                                  mamba_strategy: str = "extra_buffer", outputs=None):
@@ -967,9 +976,7 @@ def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: 
 
     spec = UnifiedRadix(list(groups), block_size, full_pages=full_pages, swa_pages=swa_pages, mamba_slots=mamba_slots,
                         chunk_tokens=chunk_tokens, mamba_strategy=mamba_strategy)  # (its checks and sizes)
-    settings = np.array([spec.P, spec.W if spec.has_swa else 0, spec.has_mamba, spec.extra_buffer, spec.full_pages,
-                         spec.swa_pages, spec.mamba_slots_total, -1 if chunk_tokens is None else chunk_tokens,
-                         spec.grid, spec.mamba_chunk], dtype=np.int64)
+    settings = compiled_settings(spec)
     offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
     blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
     lengths = np.ascontiguousarray(trace.input_length, dtype=np.int64)

@@ -367,7 +367,7 @@ def radix_settings(kv_groups, full_pages: int, block_size: int, policy: str, sch
                    output_kv: bool) -> np.ndarray:
     """The kernel's `radix` array (policies/radix_hybrid.h RH_SETTINGS) for SGLang's UnifiedRadixCache
     over `kv_groups`, refusing what the simulator's SGLang trees do not model."""
-    from ..policies.radix_hybrid import UnifiedRadix
+    from ..policies.radix_hybrid import UnifiedRadix, compiled_settings
 
     from .semantics import unmodelled
 
@@ -379,8 +379,7 @@ def radix_settings(kv_groups, full_pages: int, block_size: int, policy: str, sch
         spec = UnifiedRadix(list(kv_groups), block_size, full_pages=full_pages, chunk_tokens=None)
     except ValueError as e:
         raise ConfigError(f"kv_groups: {e}") from None
-    return np.array([spec.P, spec.W if spec.has_swa else 0, spec.has_mamba, spec.extra_buffer, spec.full_pages,
-                     spec.swa_pages, spec.mamba_slots_total, -1, spec.grid, spec.mamba_chunk], dtype=np.int64)
+    return compiled_settings(spec)  # (chunk -1: the scheduler cuts the chunks)
 
 
 def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_instances: int,

@@ -84,24 +84,35 @@ def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, d
     return _hybrid(spec, capacity, sizes, tp)
 
 
-def _sglang(spec, capacity, sizes, tp: int) -> Semantics:
-    """SGLang's UnifiedRadixCache: its full-attention pool in pages (capacity), its SWA pool 0.8 of it."""
-    from ..analysis.kv_groups import SWA_FULL_TOKENS_RATIO, sglang_layout
+def _pool(spec, capacity, sizes, tp: int, lay, unit: str, given: str) -> tuple[int, int, str]:
+    """A hybrid pool's (count, bytes each, how it was sized) under layout function `lay`: the GPU
+    memory left after the weights divided by a per-rank `unit`'s bytes, a size divided by the whole
+    layout's, or the count as `given`."""
     from ..analysis.models import blocks_for_block_bytes, is_size, parse_size
 
     bs, dtype = sizes.block_size, sizes.kv_dtype
-    whole = sglang_layout(spec.name, bs, dtype)
     if capacity is None:
-        per_rank = sglang_layout(spec.name, bs, dtype, tp=tp)
-        pages = int(sizes.capacity_source["kv_bytes_available"] // per_rank.bytes_per_block)
-        cost, how = per_rank.bytes_per_block, "the GPU memory left after the weights, per GPU"
-    elif is_size(capacity):
-        pages = blocks_for_block_bytes(parse_size(capacity), whole.bytes_per_block, bs)
-        cost, how = whole.bytes_per_block, f"{str(capacity).strip()} of KV"
-    else:
-        pages, cost, how = int(sizes.capacity), whole.bytes_per_block, "full-attention pages as given"
-    if pages < 1:
-        raise ConfigError(f"{spec.name}: the KV memory holds no page of SGLang's pools ({cost:,} bytes a page)")
+        per_rank = lay(spec.name, bs, dtype, tp=tp)
+        count = int(sizes.capacity_source["kv_bytes_available"] // per_rank.bytes_per_block)
+        if count < 1:
+            raise ConfigError(f"{spec.name} on {sizes.gpu} x tp={tp}: the memory left after the weights holds no "
+                              f"{unit} ({per_rank.bytes_per_block:,} bytes)")
+        return count, per_rank.bytes_per_block, "the GPU memory left after the weights, per GPU"
+    whole = lay(spec.name, bs, dtype)
+    if is_size(capacity):
+        return (blocks_for_block_bytes(parse_size(capacity), whole.bytes_per_block, bs), whole.bytes_per_block,
+                f"{str(capacity).strip()} of KV")
+    return int(sizes.capacity), whole.bytes_per_block, given
+
+
+def _sglang(spec, capacity, sizes, tp: int) -> Semantics:
+    """SGLang's UnifiedRadixCache: its full-attention pool in pages (capacity), its SWA pool 0.8 of it."""
+    from ..analysis.kv_groups import SWA_FULL_TOKENS_RATIO, sglang_layout
+
+    bs = sizes.block_size
+    whole = sglang_layout(spec.name, bs, sizes.kv_dtype)
+    pages, cost, how = _pool(spec, capacity, sizes, tp, sglang_layout, "page of SGLang's pools",
+                             "full-attention pages as given")
     kinds = {g.kind for g in whole.groups}
     swa = int(pages * bs * SWA_FULL_TOKENS_RATIO) // bs if "sliding_window" in kinds else 0
     text = (f"{spec.name}'s layer groups under SGLang 0.5.23's UnifiedRadixCache: a hit must be served by every "
@@ -121,23 +132,10 @@ def _sglang(spec, capacity, sizes, tp: int) -> Semantics:
 
 def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
     from ..analysis.kv_groups import layout
-    from ..analysis.models import blocks_for_block_bytes, is_size, parse_size
 
-    bs, dtype = sizes.block_size, sizes.kv_dtype
-    whole = layout(spec.name, bs, dtype)
-    if capacity is None:  # the GPU memory left after the weights, per GPU, in per-rank pages
-        per_rank = layout(spec.name, bs, dtype, tp=tp)
-        ids = int(sizes.capacity_source["kv_bytes_available"] // per_rank.bytes_per_block)
-        if ids < 1:
-            raise ConfigError(f"{spec.name} on {sizes.gpu} x tp={tp}: the memory left after the weights holds no "
-                              f"block id of its hybrid layout ({per_rank.bytes_per_block:,} bytes)")
-        cost = per_rank.bytes_per_block
-        how = "the GPU memory left after the weights, per GPU"
-    elif is_size(capacity):
-        ids = blocks_for_block_bytes(parse_size(capacity), whole.bytes_per_block, bs)
-        cost, how = whole.bytes_per_block, f"{str(capacity).strip()} of KV"
-    else:
-        ids, cost, how = int(sizes.capacity), whole.bytes_per_block, "block ids as given"
+    bs = sizes.block_size
+    whole = layout(spec.name, bs, sizes.kv_dtype)
+    ids, cost, how = _pool(spec, capacity, sizes, tp, layout, "block id of its hybrid layout", "block ids as given")
     text = (f"{spec.name}'s layer groups under vLLM 0.33.0's hybrid KV cache manager ({whole.groups_text()}): a hit "
             f"must be served by every group, {_freed(g.kind for g in whole.groups)}; the pool is {ids:,} block ids ({how}, "
             f"{cost:,} bytes per block id)")

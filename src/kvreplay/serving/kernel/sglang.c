@@ -302,7 +302,7 @@ static int add_one_hybrid(Sim *s, i64 j, Budget *b, i64 *npre) {
     queue_pop_front(s, q);
     q->running[q->nrun++] = i;
     *npre += 1;
-    sgh_started(s, j, i, hit);
+    req_started(s, j, i, hit, hit / bs);
     s->new_tokens[i] = n;
     if (chunked) q->chunk_req = i;
     b->rem_total -= unheld;

@@ -61,7 +61,7 @@ int sgh_setup(Sim *s) {
     return 1;
 }
 
-/* the tree's counters and sizes, then a consistency check with what the running requests hold */
+/* the tree's counters, then its pages, live SWA pages and states (radix_counters' row q) */
 static void report(Sim *s, i64 q) {
     RhTree *u = &s->trees[q];
     i64 *out = s->io->radix_counters + q * (RH_COUNTERS + 3);
@@ -124,11 +124,6 @@ void sgh_drop(Sim *s, i64 j, i64 i) {
     if (r->keys == NULL) return;
     rh_drop(&s->trees[j], r);
     r->keys = NULL;
-}
-
-void sgh_started(Sim *s, i64 j, i64 i, i64 hit) {
-    req_started(s, j, i, hit, hit / s->bs);
-    s->base_len[i] = s->base_n[i] = s->dec_pinned[i] = 0;
 }
 
 int sgh_prefilled(Sim *s, i64 j, i64 i, int goes_on) {

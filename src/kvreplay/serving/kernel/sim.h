@@ -218,8 +218,6 @@ i64 sgh_begin(Sim *s, i64 j, i64 i);
 int sgh_extend(Sim *s, i64 j, i64 i, i64 end);
 /* unlocked, all it holds outside the tree freed, nothing inserted (refused, or retracted) */
 void sgh_drop(Sim *s, i64 j, i64 i);
-/* request i runs with `hit` tokens cached */
-void sgh_started(Sim *s, i64 j, i64 i, i64 hit);
 /* a prefill step of request i ended; goes_on: it stays running (cache_unfinished_req). 0: failed */
 int sgh_prefilled(Sim *s, i64 j, i64 i, int goes_on);
 /* one decode token's KV for request i: 0 when it does not fit */
