@@ -105,6 +105,44 @@ def test_one_request_by_hand():
     assert sim.first_token_s[0] == pytest.approx(0.01) and sim.finish_s[0] == pytest.approx(4.0)
 
 
+@pytest.mark.parametrize("outputs, finished", [(85, True), (86, False)])
+def test_a_request_whose_window_pages_outgrow_the_swa_pool_alone_is_aborted(outputs, finished):
+    # 4-token pages, a 1-token window, 28 full pages and int(28 x 4 x 0.8) // 4 = 22 SWA pages. The
+    # prompt's page goes into the tree and stays SWA-locked (it is the window); maybe_evict_swa frees
+    # nothing before 128 decoded tokens. 85 outputs: 4 + 84 = 88 tokens, 22 pages: it finishes after
+    # 1 prefill and 84 decode steps of 0.01 s. 86: its 23rd page does not fit even alone, and SGLang
+    # aborts the last request of a decode batch (retract_decode): rejected, counted as aborted
+    trace = kvreplay.Trace.from_requests([([1000], 4, 0.0, outputs)], block_size=4)
+    groups = [Group("full", 1), Group("sliding_window", 1, window=1)]
+    sim = run_once(trace, policy="radix", capacity=28, block_size=4, time_model=step(0.01),
+                   arrival_s=np.zeros(1), kv_groups=groups, kv_engine="sglang",
+                   scheduler=Scheduler(style="sglang", chunked_prefill_size=16, max_num_seqs=1))
+    if finished:
+        assert sim.status.tolist() == [3] and sim.finish_s[0] == pytest.approx(0.85)
+        assert sim.counters["aborted"] == 0
+    else:
+        assert sim.status.tolist() == [4] and np.isnan(sim.finish_s[0])
+        assert sim.counters["aborted"] == 1 and sim.counters["rejected"] == 1
+
+
+def test_a_chunked_prefill_that_can_never_get_swa_room_is_aborted_and_the_queue_goes_on():
+    # 16-token pages, a 49-token window, 9 full pages and int(9 x 16 x 0.8) // 16 = 7 SWA pages,
+    # chunks of 64 tokens. The 112-token prompt passes SWAPrefillBudget (15 + 49 + 16 = 80 tokens <
+    # 112); its first chunk (4 pages) goes into the tree and stays SWA-locked (64 tokens >= the
+    # window), so the next chunk gets 3 x 16 - 16 = 32 tokens; after it the 6 pages are all locked
+    # (the 2-page leaf covers 32 < 49 tokens, so the lock reaches the 4-page node), 1 page is free,
+    # and available_chunk_tokens has 16 - 16 = 0 for ever. It is aborted; the 1-page request behind
+    # it is then served at once: two steps of 0.01 s (64 and 32 tokens), then its own prefill
+    trace = kvreplay.Trace.from_requests([([1, 2, 3, 4, 5, 6, 7], 112, 0.0, 1), ([9], 16, 0.0, 1)], block_size=16)
+    groups = [Group("full", 1), Group("sliding_window", 1, window=49)]
+    sim = run_once(trace, policy="radix", capacity=9, block_size=16, time_model=step(0.01),
+                   arrival_s=np.zeros(2), kv_groups=groups, kv_engine="sglang",
+                   scheduler=Scheduler(style="sglang", chunked_prefill_size=64, max_num_seqs=1))
+    assert sim.status.tolist() == [4, 3]
+    assert sim.counters["aborted"] == 1 and sim.counters["rejected"] == 1
+    assert sim.first_token_s[1] == pytest.approx(0.03)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_overlapping_requests_on_small_pools_keep_every_pool_accounted_for(data):

@@ -113,7 +113,10 @@ def simulate_summary(trace, report) -> str:
     lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
                  + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has"
                     + (f"; {report.counters.get('never_admitted', 0):,} of them waited and could never be "
-                       "admitted again" if report.counters.get("never_admitted") else "") + ")"
+                       "admitted again" if report.counters.get("never_admitted") else "")
+                    + (f"; {report.counters.get('aborted', 0):,} of them aborted: even alone, their sliding-window "
+                       "KV outgrew its pool (SGLang aborts such a decode; such a chunked prefill would wait for "
+                       "ever)" if report.counters.get("aborted") else "") + ")"
                     if s["rejected"] else "")
                  + (f", {s['refused_context']:,} refused at arrival (prompt + outputs over max_model_len "
                     f"{s['max_model_len']:,}, from {s['max_model_len_source']}; --max-model-len changes it)"

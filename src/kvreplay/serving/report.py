@@ -251,6 +251,7 @@ class SimReport:
                        "text": f"whole trace ({self.num_requests:,} requests; hit rates, token totals and latencies "
                                "over the finished ones)"},
             "requests": self.num_requests, "finished": self.num_finished, "rejected": self.num_rejected,
+            "aborted": int(self.counters.get("aborted", 0)),
             "refused_context": self.num_refused, "max_model_len": self.max_model_len,
             "max_model_len_source": self.max_model_len_source,
             "kv_semantics": self.kv_semantics,

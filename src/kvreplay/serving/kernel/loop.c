@@ -178,7 +178,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
         return 1;
     }
     if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
-    i64 preempted = c[preemptions];
+    i64 preempted = c[preemptions], aborted_before = c[aborted];
     if (s->io->cfg[STYLE] == STYLE_SGLANG) sglang_schedule(s, j);
     else vllm_schedule(s, j);
     if (s->failed) return 0;
@@ -187,9 +187,9 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
     q->view[V_HELD] = (f64)req_held(s, j);
     if (batch_start(s, j)) return 1;
     c[stalls] += 1;
-    if (c[preemptions] != preempted) {
-        /* a step that only preempted (a request preempting itself, alone): the engine schedules
-         * again at once, and waiting requests may start now */
+    if (c[preemptions] != preempted || c[aborted] != aborted_before) {
+        /* a step that only preempted (a request preempting itself, alone) or aborted the request
+         * alone on it: the engine schedules again at once, and waiting requests may start now */
         q->end_t = s->now;
         return 1;
     }

@@ -6,6 +6,7 @@
  * size and the prefill token budget allow. A decode batch retracts requests (fewest generated
  * tokens first, the longest prompt on ties) while a decoding request finds no block. */
 #include "../../policies/radix_hybrid.h"
+#include "../routing/router.h"
 #include "sim.h"
 
 /* Stable insertion sort of order[:count] by key[order[q]], largest first. */
@@ -196,6 +197,7 @@ static Budget start_budget(Sim *s, i64 j) {
 /* add_chunked_req: the next chunk of the prompt being chunked, at most the chunk size and the
  * room left (it always makes progress). */
 static void next_chunk_hybrid(Sim *s, i64 j, Budget *b);
+static void abort_alone(Sim *s, i64 j, i64 i, i64 *r);
 
 static void next_chunk(Sim *s, i64 j, Budget *b) {
     Inst *q = &s->inst[j];
@@ -319,6 +321,7 @@ static void next_chunk_hybrid(Sim *s, i64 j, Budget *b) {
     i64 room = kv_min(b->rem_chunk, (i64)b->rem_total);
     if (b->window > 0) room = kv_min(room, (i64)b->rem_swa - bs);
     else if (room <= 0) room = b->rem_chunk;
+    if (room <= 0 && q->nrun == 1) abort_alone(s, j, i, NULL); /* (rem_swa counts what is evictable) */
     if (room <= 0) return;
     int last = m <= room;
     if (!last) m = room;
@@ -390,6 +393,37 @@ static i64 retract(Sim *s, i64 j, i64 *r) {
     return v;
 }
 
+/* A request alone on its instance that can never go on, its KV freed, nothing inserted; it counts
+ * as rejected (and aborted). Only a hybrid model's sliding-window pool gets here (admission
+ * reserves a full-attention request's outputs), two ways:
+ * - decoding, the last request of the batch with no room even with every other one retracted:
+ *   SGLang aborts it ("Out of memory even after retracting all other requests in the decode
+ *   batch", ScheduleBatch.retract_decode, schedule_batch.py:3508-3520);
+ * - a chunked prefill whose next chunk gets no SWA room (available_chunk_tokens is None,
+ *   prefill_budget.py:274-278) with nothing else running to free any: SGLang would skip it at
+ *   every pass for ever; the simulator aborts it to end the run.
+ * r: the caller's place in the running list (NULL: none). */
+static void abort_alone(Sim *s, i64 j, i64 i, i64 *r) {
+    Inst *q = &s->inst[j];
+    s->new_tokens[i] = 0;
+    if (s->mode == MODE_RADIX_HYBRID) sgh_drop(s, j, i); /* (release_kv_cache(checkpoint=False)) */
+    else req_release(s, j, i);
+    s->decoding[i] = 0;
+    s->io->status[i] = REJECTED;
+    s->done += 1;
+    q->counters[rejected] += 1;
+    q->counters[aborted] += 1;
+    q->view[V_REQUESTS] -= 1;
+    if (s->router != NULL && s->router->kind->left != NULL) s->router->kind->left(s->router->state, s, i, j);
+    i64 w = 0;
+    for (i64 k = 0; k < q->nrun; k++) {
+        if (q->running[k] != i) q->running[w++] = q->running[k];
+        else if (r != NULL && k < *r) *r -= 1;
+    }
+    q->nrun = w;
+    if (q->chunk_req == i) q->chunk_req = -1;
+}
+
 /* The decode batch: every decoding request feeds one token; then the new-token ratio moves. */
 static void decode_batch(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
@@ -423,7 +457,8 @@ static void decode_batch(Sim *s, i64 j) {
             }
         }
         if (!ok) {
-            if (s->io->status[i] == RUNNING) r++;  /* no room even alone: it waits (cannot happen for admitted requests) */
+            if (s->io->status[i] == RUNNING && q->nrun <= 1) abort_alone(s, j, i, &r);
+            else if (s->io->status[i] == RUNNING) r++; /* (no decoding request to retract: it waits) */
             continue;
         }
         s->new_tokens[i] = 1;
