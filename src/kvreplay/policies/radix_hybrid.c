@@ -3,12 +3,13 @@
  * the reference function by function, under the same names, and the differential test
  * (tests/policies/test_radix_hybrid_compiled.py) holds the two equal request by request.
  *
- * Layout: nodes are bump-allocated in creation order (a node's id is SGLang's serial) and never
- * reused; a node's key is a (start, length) range of a key arena; children are an open-addressing
- * table from (parent, first key) to the child; the SWA and Mamba LRU lists are doubly linked
- * through per-node links (MRU first); the evictable leaves are a heap. Times are doubles, as SGLang's
- * (a match stamps t, t - 1e-5, ... up the path). Keys are i64: a trace's block ids, and past them
- * one id per page a prompt has no id for (a page nobody shares). */
+ * Layout: nodes live in one array whose deleted slots are reused (each node keeps SGLang's serial,
+ * its creation order, for the eviction's tie-break); a node's key is a (start, length) range of a
+ * key arena, compacted when full; children are an open-addressing table from (parent, first key)
+ * to the child; the SWA and Mamba LRU lists are doubly linked through per-node links (MRU first);
+ * the evictable leaves are a 4-ary heap. Times are doubles, as SGLang's (a match stamps t,
+ * t - 1e-5, ... up the path), so a parent is always older than its children. Keys are i64: a
+ * trace's block ids, and past them one id per page a prompt has no id for (a page nobody shares). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ static int grow_nodes(U *u) {
 }
 
 static void free_all(U *u) {
-    void *ps[] = {u->n, u->heap, u->heap_time, u->dirty, u->keys, u->tparent, u->tnode, u->tkey};
+    void *ps[] = {u->n, u->heap, u->dirty, u->keys, u->table, u->path};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
 
@@ -95,8 +96,9 @@ static inline i64 slot_of(const U *u, i64 parent, i64 key) {
 
 static i32 child_of(const U *u, i64 parent, i64 key) {
     i64 mask = u->tsize - 1, i = slot_of(u, parent, key);
-    while (u->tparent[i] != NONE) {
-        if (u->tparent[i] == parent && u->tkey[i] == key) return u->tnode[i];
+    const RhChild *t = u->table;
+    while (t[i].parent != NONE) {
+        if (t[i].parent == parent && t[i].key == key) return t[i].node;
         i = (i + 1) & mask;
     }
     return NONE;
@@ -104,34 +106,29 @@ static i32 child_of(const U *u, i64 parent, i64 key) {
 
 static void table_put(U *u, i64 parent, i64 key, i32 node) {
     i64 mask = u->tsize - 1, i = slot_of(u, parent, key);
-    while (u->tparent[i] != NONE) {
-        if (u->tparent[i] == parent && u->tkey[i] == key) {
-            u->tnode[i] = node;
+    RhChild *t = u->table;
+    while (t[i].parent != NONE) {
+        if (t[i].parent == parent && t[i].key == key) {
+            t[i].node = node;
             return;
         }
         i = (i + 1) & mask;
     }
-    u->tparent[i] = (i32)parent;
-    u->tkey[i] = key;
-    u->tnode[i] = node;
+    t[i] = (RhChild){key, (i32)parent, node};
     u->tcount++;
 }
 
 static int table_resize(U *u, i64 size) {
-    i32 *op = u->tparent, *on = u->tnode;
-    i64 *ok = u->tkey, osize = u->tsize;
-    u->tparent = malloc((size_t)size * sizeof(i32));
-    u->tnode = malloc((size_t)size * sizeof(i32));
-    u->tkey = malloc((size_t)size * sizeof(i64));
-    if (!u->tparent || !u->tnode || !u->tkey) return 0;
-    for (i64 i = 0; i < size; i++) u->tparent[i] = NONE;
+    RhChild *old = u->table;
+    i64 osize = u->tsize;
+    u->table = malloc((size_t)size * sizeof(RhChild));
+    if (!u->table) return 0;
+    for (i64 i = 0; i < size; i++) u->table[i].parent = NONE;
     u->tsize = size;
     u->tcount = 0;
     for (i64 i = 0; i < osize; i++)
-        if (op[i] != NONE) table_put(u, op[i], ok[i], on[i]);
-    free(op);
-    free(on);
-    free(ok);
+        if (old[i].parent != NONE) table_put(u, old[i].parent, old[i].key, old[i].node);
+    free(old);
     return 1;
 }
 
@@ -144,19 +141,18 @@ static int set_child(U *u, i64 parent, i64 key, i32 node) {
 
 static void remove_child(U *u, i64 parent, i64 key) {
     i64 mask = u->tsize - 1, i = slot_of(u, parent, key);
-    while (!(u->tparent[i] == parent && u->tkey[i] == key)) i = (i + 1) & mask;
+    RhChild *t = u->table;
+    while (!(t[i].parent == parent && t[i].key == key)) i = (i + 1) & mask;
     i64 hole = i, j = (i + 1) & mask;
-    while (u->tparent[j] != NONE) { /* backward shift: j moves into the hole unless its home is in (hole, j] */
-        i64 home = slot_of(u, u->tparent[j], u->tkey[j]);
+    while (t[j].parent != NONE) { /* backward shift: j moves into the hole unless its home is in (hole, j] */
+        i64 home = slot_of(u, t[j].parent, t[j].key);
         if (((j - home) & mask) >= ((j - hole) & mask)) {
-            u->tparent[hole] = u->tparent[j];
-            u->tkey[hole] = u->tkey[j];
-            u->tnode[hole] = u->tnode[j];
+            t[hole] = t[j];
             hole = j;
         }
         j = (j + 1) & mask;
     }
-    u->tparent[hole] = NONE;
+    t[hole].parent = NONE;
     u->tcount--;
 }
 
@@ -184,15 +180,21 @@ static inline i64 first_key(const U *u, i32 x) { return u->keys[u->n[x].kstart];
 
 /* _node: last_access_time and creation_time, two reads of the clock; NONE when out of memory */
 static i32 new_node(U *u, i64 kstart, i64 klen, i32 parent) {
-    if (u->nodes == u->node_cap && !grow_nodes(u)) return NONE;
-    i32 x = (i32)u->nodes++;
+    i32 x = u->free_nodes;
+    if (x != NONE) {
+        u->free_nodes = u->n[x].parent; /* (its is_dirty flag stays: it may be in the dirty list) */
+    } else {
+        if (u->nodes == u->node_cap && !grow_nodes(u)) return NONE;
+        x = (i32)u->nodes++;
+        u->n[x].is_dirty = 0;
+    }
+    u->n[x].serial = u->serials++;
     u->n[x].kstart = kstart;
     u->n[x].klen = (i32)klen;
     u->n[x].parent = parent;
     u->n[x].nchild = 0;
     u->n[x].full_lock = u->n[x].swa_lock = u->n[x].mamba_lock = 0;
     u->n[x].swa_uuid = 0;
-    u->n[x].is_dirty = 0;
     set_time(u, x, tick(u));
     tick(u);
     u->n[x].swa = u->n[x].mamba = 0;
@@ -300,6 +302,42 @@ static int match(U *u, const i64 *key, i64 len, Match *out) {
     return 1;
 }
 
+/* node's path below the root stamped top down, one tick each (0: out of memory) */
+static int stamp_path(U *u, i32 node) {
+    i64 depth = 0;
+    for (i32 x = node; x != ROOT; x = u->n[x].parent) {
+        if (depth == u->path_cap) {
+            i64 cap = u->path_cap ? 2 * u->path_cap : 256;
+            if (!grow((void **)&u->path, cap, sizeof(i32))) return 0;
+            u->path_cap = cap;
+        }
+        u->path[depth++] = x;
+    }
+    while (depth > 0) set_time(u, u->path[--depth], tick(u));
+    return 1;
+}
+
+/* room for `need` more keys at the arena's top: the live nodes' keys copied to a new arena, twice
+ * their size and the need at least (0: out of memory) */
+static int make_key_room(U *u, i64 need) {
+    i64 cap = kv_max(kv_max(1024, u->key_cap), 2 * (u->key_live + need));
+    i64 *keys = malloc((size_t)cap * sizeof(i64));
+    if (keys == NULL) return 0;
+    i64 top = 0;
+    for (i64 x = 0; x < u->nodes; x++) {
+        Node *v = &u->n[x];
+        if (!v->alive) continue;
+        memcpy(keys + top, u->keys + v->kstart, (size_t)v->klen * sizeof(i64));
+        v->kstart = top;
+        top += v->klen;
+    }
+    free(u->keys);
+    u->keys = keys;
+    u->key_top = top;
+    u->key_cap = cap;
+    return 1;
+}
+
 /* insert the request's first n pages: the target node (NONE: out of memory), *exist: a Mamba state
  * was there already */
 static i32 insert(U *u, const Req *r, i64 n, int *exist) {
@@ -310,6 +348,13 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
     if (n == 0) return ROOT;
     i32 node = ROOT;
     i64 t = 0;
+    if (r->lock_node != NONE && r->lock_node != ROOT && protected <= n) {
+        /* the request's locked path is its first `protected` pages, whole nodes: the walk there only
+         * stamps each node, top down; it goes up by parents instead of looking each child up */
+        if (!stamp_path(u, r->lock_node)) return NONE;
+        node = r->lock_node;
+        t = protected;
+    }
     while (t < n) {
         i32 child = child_of(u, node, key[t]);
         if (child == NONE) break;
@@ -340,15 +385,12 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
     }
     i32 leaf = NONE;
     if (t < n) { /* the rest is a new leaf */
-        if (u->key_top + (n - t) > u->key_cap) {
-            i64 cap = kv_max(2 * u->key_cap, u->key_top + (n - t));
-            if (!grow((void **)&u->keys, cap, sizeof(i64))) return NONE;
-            u->key_cap = cap;
-        }
+        if (u->key_top + (n - t) > u->key_cap && !make_key_room(u, n - t)) return NONE;
         memcpy(u->keys + u->key_top, key + t, (size_t)(n - t) * sizeof(i64));
         leaf = new_node(u, u->key_top, n - t, node);
         if (leaf == NONE) return NONE;
         u->key_top += n - t;
+        u->key_live += n - t;
         if (!set_child(u, node, key[t], leaf)) return NONE;
         u->n[node].nchild++;
         u->tree_pages += n - t;
@@ -392,9 +434,23 @@ static i32 insert(U *u, const Req *r, i64 n, int *exist) {
 
 /* ---- locks ------------------------------------------------------------------------------------------- */
 
-static void lock(U *u, Req *r, i32 node) {
-    for (i32 x = node; x != ROOT; x = u->n[x].parent)
+/* the full lock of node's path up to `stop` (excluded) or the root: where it stopped */
+static i32 lock_full(U *u, i32 node, i32 stop) {
+    i32 x = node;
+    for (; x != ROOT && x != stop; x = u->n[x].parent)
         if (u->n[x].full_lock++ == 0) u->locked_full += u->n[x].klen;
+    return x;
+}
+
+static void unlock_full(U *u, i32 node) {
+    for (i32 x = node; x != ROOT; x = u->n[x].parent) {
+        if (--u->n[x].full_lock == 0) u->locked_full -= u->n[x].klen;
+        mark(u, x);
+    }
+}
+
+/* the SWA lock over the window and the Mamba lock of the node itself */
+static void lock_aux(U *u, Req *r, i32 node) {
     i64 uuid = 0;
     if (u->has_swa) {
         i64 covered = 0;
@@ -412,7 +468,7 @@ static void lock(U *u, Req *r, i32 node) {
     r->lock_uuid = uuid;
 }
 
-static void unlock(U *u, i32 node, i64 uuid) {
+static void unlock_aux(U *u, i32 node, i64 uuid) {
     if (u->has_swa)
         for (i32 x = node; x != ROOT; x = u->n[x].parent) {
             if (--u->n[x].swa_lock == 0 && u->n[x].swa) u->locked_swa -= u->n[x].klen;
@@ -420,10 +476,25 @@ static void unlock(U *u, i32 node, i64 uuid) {
             if (uuid != 0 && u->n[x].swa_uuid == uuid) break;
         }
     if (u->has_mamba && node != ROOT && --u->n[node].mamba_lock == 0 && u->n[node].mamba) u->locked_mamba--;
-    for (i32 x = node; x != ROOT; x = u->n[x].parent) {
-        if (--u->n[x].full_lock == 0) u->locked_full -= u->n[x].klen;
-        mark(u, x);
-    }
+}
+
+static void lock(U *u, Req *r, i32 node) {
+    lock_full(u, node, NONE);
+    lock_aux(u, r, node);
+}
+
+static void unlock(U *u, i32 node, i64 uuid) {
+    unlock_aux(u, node, uuid);
+    unlock_full(u, node);
+}
+
+/* unlock(r's node) then lock(node), walking only what changes: when the old node is on the new
+ * one's path (a checkpoint that goes deeper), its full locks and those above stay as they are */
+static void relock(U *u, Req *r, i32 node) {
+    i32 old = r->lock_node;
+    unlock_aux(u, old, r->lock_uuid);
+    if (lock_full(u, node, old) != old) unlock_full(u, old);
+    lock_aux(u, r, node);
 }
 
 /* ---- eviction -------------------------------------------------------------------------------------- */
@@ -470,6 +541,9 @@ static void delete_leaf(U *u, i32 x) {
     remove_child(u, p, first_key(u, x));
     u->n[p].nchild--;
     u->n[x].alive = 0;
+    u->key_live -= pages;
+    u->n[x].parent = u->free_nodes; /* its slot is free */
+    u->free_nodes = x;
     mark(u, p);
 }
 
@@ -483,32 +557,44 @@ static void tombstone(U *u, int ct, i32 x) {
     }
 }
 
-static inline int heap_before(const U *u, i64 a, i64 b) {
-    f64 ta = u->heap_time[a], tb = u->heap_time[b];
-    return ta < tb || (ta == tb && u->heap[a] < u->heap[b]);
+static inline int heap_before(const RhHeapEntry *a, const RhHeapEntry *b) { return a->key < b->key; }
+
+/* (time, serial) as one unsigned key in the same order: a double's bits sort as an unsigned
+ * integer once the sign bit is set (non-negative) or every bit flipped (negative; times are never
+ * NaN or -0) */
+static inline unsigned __int128 heap_key(const Node *v) {
+    uint64_t bits;
+    memcpy(&bits, &v->time, sizeof bits);
+    bits = bits >> 63 ? ~bits : bits | (1ull << 63);
+    return (unsigned __int128)bits << 64 | (uint64_t)v->serial;
 }
 
-static inline void heap_swap(U *u, i64 a, i64 b) {
-    i32 x = u->heap[a];
-    f64 t = u->heap_time[a];
-    u->heap[a] = u->heap[b], u->heap_time[a] = u->heap_time[b];
-    u->heap[b] = x, u->heap_time[b] = t;
+/* a 4-ary heap: slot i's children are 4i+1 .. 4i+4 */
+enum { HEAP_ARITY = 4 };
+
+static inline i64 heap_parent(i64 i) { return (i - 1) / HEAP_ARITY; }
+
+/* the smallest of the children of slot i, or -1 when it has none */
+static inline i64 heap_min_child(const U *u, i64 i) {
+    i64 first = HEAP_ARITY * i + 1, stop = kv_min(first + HEAP_ARITY, u->heap_size);
+    if (first >= stop) return -1;
+    i64 best = first;
+    for (i64 c = first + 1; c < stop; c++)
+        if (heap_before(&u->heap[c], &u->heap[best])) best = c;
+    return best;
 }
 
-static void heap_down(U *u, i64 i) {
-    for (;;) {
-        i64 l = 2 * i + 1, best = i;
-        if (l < u->heap_size && heap_before(u, l, best)) best = l;
-        if (l + 1 < u->heap_size && heap_before(u, l + 1, best)) best = l + 1;
-        if (best == i) return;
-        heap_swap(u, i, best);
-        i = best;
-    }
+/* the entry e sifted down from slot i */
+static void heap_down(U *u, i64 i, RhHeapEntry e) {
+    for (i64 c; (c = heap_min_child(u, i)) >= 0 && heap_before(&u->heap[c], &e); i = c) u->heap[i] = u->heap[c];
+    u->heap[i] = e;
 }
 
-static inline int live_entry(const U *u, i64 i) {
-    i32 x = u->heap[i];
-    return u->n[x].alive && evictable_leaf(u, x) && u->n[x].time == u->heap_time[i];
+/* the entry still stands for its node: the same node (not a reused slot), an evictable leaf, the
+ * same time */
+static inline int live_entry(const U *u, const RhHeapEntry *e) {
+    const Node *v = &u->n[e->node];
+    return v->alive && evictable_leaf(u, e->node) && heap_key(v) == e->key;
 }
 
 /* 0: out of memory */
@@ -516,28 +602,38 @@ static int heap_push(U *u, i32 x) {
     if (u->heap_size == u->heap_cap) {
         i64 kept = 0; /* drop the dead entries first; grow if most are live */
         for (i64 i = 0; i < u->heap_size; i++)
-            if (live_entry(u, i)) u->heap[kept] = u->heap[i], u->heap_time[kept++] = u->heap_time[i];
+            if (live_entry(u, &u->heap[i])) u->heap[kept++] = u->heap[i];
         u->heap_size = kept;
-        for (i64 i = kept / 2 - 1; i >= 0; i--) heap_down(u, i);
+        for (i64 i = kept > 1 ? heap_parent(kept - 1) : -1; i >= 0; i--) heap_down(u, i, u->heap[i]);
         if (2 * kept >= u->heap_cap) {
             i64 cap = u->heap_cap ? 2 * u->heap_cap : 1024;
-            if (!grow((void **)&u->heap, cap, sizeof(i32)) || !grow((void **)&u->heap_time, cap, sizeof(f64))) return 0;
+            if (!grow((void **)&u->heap, cap, sizeof(RhHeapEntry))) return 0;
             u->heap_cap = cap;
         }
     }
+    RhHeapEntry e = {heap_key(&u->n[x]), x};
     i64 i = u->heap_size++;
-    u->heap[i] = x;
-    u->heap_time[i] = u->n[x].time;
-    while (i > 0 && heap_before(u, i, (i - 1) / 2)) {
-        heap_swap(u, i, (i - 1) / 2);
-        i = (i - 1) / 2;
+    while (i > 0 && heap_before(&e, &u->heap[heap_parent(i)])) {
+        u->heap[i] = u->heap[heap_parent(i)];
+        i = heap_parent(i);
     }
+    u->heap[i] = e;
     return 1;
 }
 
+/* the root removed: its hole goes down to a leaf by the smallest child, and the last entry rises
+ * from there (Floyd's: the last entry is seldom far from the bottom) */
 static void heap_pop(U *u) {
-    heap_swap(u, 0, --u->heap_size);
-    heap_down(u, 0);
+    RhHeapEntry *h = u->heap;
+    i64 i = 0, c;
+    if (--u->heap_size == 0) return;
+    RhHeapEntry e = h[u->heap_size];
+    for (; (c = heap_min_child(u, i)) >= 0; i = c) h[i] = h[c];
+    while (i > 0 && heap_before(&e, &h[heap_parent(i)])) {
+        h[i] = h[heap_parent(i)];
+        i = heap_parent(i);
+    }
+    h[i] = e;
 }
 
 /* full.py: the unlocked leaves oldest first (SGLang builds that heap anew at each call: the
@@ -551,14 +647,21 @@ static int evict_full_leaves(U *u) {
     }
     u->ndirty = 0;
     while (u->heap_size > 0) {
-        int live = live_entry(u, 0);
-        i32 x = u->heap[0];
-        heap_pop(u);
-        if (!live) continue;
+        i32 x = u->heap[0].node;
+        if (!live_entry(u, &u->heap[0])) {
+            heap_pop(u);
+            continue;
+        }
         i32 p = u->n[x].parent;
         delete_leaf(u, x);
-        if (reached(u, FULL)) return 1;
-        if (evictable_leaf(u, p) && !heap_push(u, p)) return 0;
+        if (reached(u, FULL)) {
+            heap_pop(u);
+            return 1;
+        }
+        if (evictable_leaf(u, p)) /* it takes x's place: older than x, it seldom goes down */
+            heap_down(u, 0, (RhHeapEntry){heap_key(&u->n[p]), p});
+        else
+            heap_pop(u);
     }
     return 1;
 }
@@ -730,8 +833,12 @@ static int checkpoint(U *u, Req *r, i64 up_to, int finished) {
     int exist;
     i32 target = insert(u, r, n, &exist);
     if (target == NONE) return 0;
-    unlock(u, r->lock_node, r->lock_uuid);
-    lock(u, r, target);
+    if (finished) { /* release_kv_cache unlocks it at once: lock(target) and its unlock cancel out */
+        unlock(u, r->lock_node, r->lock_uuid);
+        r->lock_node = NONE;
+    } else {
+        relock(u, r, target);
+    }
     r->protected = n * P;
     if (branch != NONE && n * P >= branch) {
         r->swa_branch = NONE;
@@ -750,7 +857,7 @@ static int release(U *u, Req *r) {
     if (!checkpoint(u, r, owned, 1)) return 0;
     u->full_free += kv_ceil_div(owned, u->P) - r->protected / u->P;
     if (u->has_swa) u->swa_free += swa_held(u, r, owned);
-    unlock(u, r->lock_node, r->lock_uuid);
+    if (r->lock_node != NONE) unlock(u, r->lock_node, r->lock_uuid);
     r->lock_node = NONE;
     return 1;
 }
@@ -806,6 +913,7 @@ int rh_init(U *u, const i64 *settings) {
     u->full_free = u->full_pages;
     u->swa_free = u->swa_pages;
     u->mamba_free = u->mamba_total;
+    u->free_nodes = NONE;
     u->swa_lru = (Lru){NONE, NONE, SWA_LIST};
     u->mamba_lru = (Lru){NONE, NONE, MAMBA_LIST};
     if (!grow_nodes(u) || !table_resize(u, 1024)) return -1;

@@ -15,6 +15,7 @@ enum { RH_FULL_FREE, RH_SWA_FREE, RH_MAMBA_FREE, RH_FULL_EVICTABLE, RH_SWA_EVICT
 /* a node of the tree; its links in the SWA and Mamba LRU lists */
 typedef struct {
     i64 kstart, swa_uuid; /* its key in the arena; its SWA lock boundary mark (0: none) */
+    i64 serial;           /* SGLang's node id (creation order): the eviction heap's tie-break */
     f64 time;             /* last_access_time */
     i32 klen, parent, nchild, full_lock, swa_lock, mamba_lock;
     i32 prev[2], next[2];
@@ -26,29 +27,43 @@ typedef struct {
     int which;       /* the SWA list or the Mamba list */
 } RhLru;
 
+/* an entry of the children table: (parent, first key) -> node; parent -1: empty */
+typedef struct {
+    i64 key;
+    i32 parent, node;
+} RhChild;
+
+/* an entry of the full eviction's heap: a node as it was when pushed, its order key the node's
+ * time (its bits made to sort as unsigned integers) above its serial */
+typedef struct {
+    unsigned __int128 key;
+    i32 node;
+} RhHeapEntry;
+
 typedef struct RhTree {
     /* settings */
     i64 P, W, full_pages, swa_pages, mamba_total, chunk, grid, mamba_chunk, track_grid;
     int has_swa, has_mamba, extra_buffer;
-    /* nodes, in creation order (a node's id is SGLang's serial) */
+    /* nodes: a deleted node's slot is reused (free list through `parent`) */
     RhNode *n;
-    i64 nodes, node_cap;
+    i64 nodes, node_cap, serials;
+    i32 free_nodes;
     RhLru swa_lru, mamba_lru;
-    /* the key arena */
+    /* the key arena (compacted when full: key_live keys belong to live nodes) */
     i64 *keys;
-    i64 key_top, key_cap;
+    i64 key_top, key_cap, key_live;
     /* children: (parent, first key) -> child */
-    i32 *tparent, *tnode;
-    i64 *tkey;
+    RhChild *table;
     i64 tsize, tcount;
     /* the full eviction's heap of leaves by (time, id): persistent, with lazy deletion (an entry is
      * live while its node is an evictable leaf at that time); nodes whose time, locks or children
      * changed since the last eviction are pushed again first (dirty) */
-    i32 *heap;
-    f64 *heap_time;
+    RhHeapEntry *heap;
     i64 heap_size, heap_cap;
     i32 *dirty;
     i64 ndirty;
+    i32 *path; /* scratch: a node's path, bottom up */
+    i64 path_cap;
     /* pools, clock, counters */
     i64 full_free, swa_free, mamba_free, tree_pages, uuids;
     /* what locks protect (SGLang's component_protected_size_): full pages in nodes locked in FULL,
