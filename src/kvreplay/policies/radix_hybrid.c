@@ -720,17 +720,23 @@ static i64 chunk_end(const U *u, i64 pos, i64 L, int first) {
     return pos + kv_min(L - pos, c);
 }
 
+/* alloc_req_slots' Mamba part: the request's state slot (and extra_buffer's ping-pong pair) once
+ * (0: none could be freed) */
+static int allocate_states(U *u, Req *r) {
+    if (!u->has_mamba) return 1;
+    i64 needed = r->has_own_slot ? 0 : 1;
+    if (u->extra_buffer && !r->has_ping_pong) needed += PING_PONG_SLOTS;
+    if (u->mamba_free < needed) evict(u, 0, 0, needed - u->mamba_free);
+    if (u->mamba_free < needed) return 0;
+    u->mamba_free -= needed;
+    r->mamba_slots += needed;
+    r->has_own_slot = 1;
+    r->has_ping_pong = r->has_ping_pong || u->extra_buffer;
+    return 1;
+}
+
 static int allocate(U *u, Req *r, i64 start, i64 end) {
-    if (u->has_mamba) {
-        i64 needed = r->has_own_slot ? 0 : 1;
-        if (u->extra_buffer && !r->has_ping_pong) needed += PING_PONG_SLOTS;
-        if (u->mamba_free < needed) evict(u, 0, 0, needed - u->mamba_free);
-        if (u->mamba_free < needed) return 0;
-        u->mamba_free -= needed;
-        r->mamba_slots += needed;
-        r->has_own_slot = 1;
-        r->has_ping_pong = r->has_ping_pong || u->extra_buffer;
-    }
+    if (!allocate_states(u, r)) return 0;
     make_room(u, (end - start) + (u->P > 1 ? u->P : 0));
     i64 nw = kv_ceil_div(end, u->P) - kv_ceil_div(start, u->P);
     if (nw > u->full_free || (u->has_swa && nw > u->swa_free)) return 0;
@@ -876,14 +882,18 @@ static void drop(U *u, Req *r) {
     }
 }
 
-/* decode step (decode_batch_idx = r->decodes) before its forward: maybe_evict_swa
- * (schedule_batch.py:4068-4123), then one token (alloc_for_decode_default, allocation.py:625-665);
- * an extra_buffer state is tracked every track_grid tokens (batch_result_processor.py:1650-1668) */
-static int decode_step(U *u, Req *r) {
+/* maybe_evict_swa for decode step decode_batch_idx = r->decodes (schedule_batch.py:4068-4123) */
+static void evict_window(U *u, Req *r) {
+    if (u->has_swa && r->decodes >= 1 && r->computed - u->W >= r->swa_cursor + SWA_EVICTION_INTERVAL)
+        free_out_of_window(u, r, r->computed);
+}
+
+/* one token's KV after the evictions (alloc_for_decode_default, allocation.py:625-665; 0: it does
+ * not fit); an extra_buffer state is tracked every track_grid tokens
+ * (batch_result_processor.py:1650-1668) */
+static int decode_alloc(U *u, Req *r) {
     i64 P = u->P, committed = r->computed;
-    if (u->has_swa && r->decodes >= 1 && committed - u->W >= r->swa_cursor + SWA_EVICTION_INTERVAL)
-        free_out_of_window(u, r, committed);
-    make_room(u, P == 1 ? 1 : P);
+    make_room(u, P);
     if (committed % P == 0) {
         if (u->full_free < 1 || (u->has_swa && u->swa_free < 1)) return 0;
         u->full_free--;
@@ -896,6 +906,15 @@ static int decode_step(U *u, Req *r) {
         r->track = r->computed;
     }
     return 1;
+}
+
+/* a decode batch of this one request: check_decode_mem's eviction (a page when it starts one:
+ * new_tokens_required_next_decode, schedule_batch.py:3403-3417), maybe_evict_swa, then
+ * alloc_paged_token_slots_decode's (a page, allocation.py:571-583) and the token */
+static int decode_step(U *u, Req *r) {
+    if (r->computed % u->P == 0) make_room(u, u->P);
+    evict_window(u, r);
+    return decode_alloc(u, r);
 }
 
 /* ---- a request, step by step (radix_hybrid.h) -------------------------------------------------- */
@@ -986,12 +1005,18 @@ int rh_extend(U *u, Req *r, i64 end) {
     return 1;
 }
 
+int rh_extend_states(U *u, Req *r) { return allocate_states(u, r); }
+
 int rh_computed(U *u, Req *r, i64 end) {
     r->computed = end;
     return checkpoint(u, r, end, 0);
 }
 
 int rh_decode(U *u, Req *r) { return decode_step(u, r); }
+
+void rh_evict_window(U *u, Req *r) { evict_window(u, r); }
+
+int rh_decode_alloc(U *u, Req *r) { return decode_alloc(u, r); }
 
 void rh_make_room(U *u, i64 tokens) { make_room(u, tokens); }
 

@@ -103,12 +103,20 @@ i64 rh_begin(RhTree *u, RhReq *r, const i64 *keys, i64 tokens);
 /* the KV (and state slots) of its tokens [computed, end): 1, or 0 when they do not fit (what it
  * took stays its own: rh_drop gives it back) */
 int rh_extend(RhTree *u, RhReq *r, i64 end);
+/* its state slots alone, as alloc_for_extend takes them for a whole batch before any KV: 1, or 0
+ * when none could be freed */
+int rh_extend_states(RhTree *u, RhReq *r);
 /* its tokens up to `end` are computed and it goes on (cache_unfinished_req): 0 out of memory or no
  * state slot */
 int rh_computed(RhTree *u, RhReq *r, i64 end);
 /* one decode step before its forward (maybe_evict_swa, then one token's KV): 1, or 0 when it does
  * not fit */
 int rh_decode(RhTree *u, RhReq *r);
+/* a decode batch of several, in SGLang's order: the caller evicts for check_decode_mem, then
+ * rh_evict_window for each request (maybe_evict_swa), evicts a page per request, then
+ * rh_decode_alloc for each (one token's KV: 1, or 0 when it does not fit) */
+void rh_evict_window(RhTree *u, RhReq *r);
+int rh_decode_alloc(RhTree *u, RhReq *r);
 /* evict until `tokens` tokens are free in the full and the SWA pool, as far as the tree allows */
 void rh_make_room(RhTree *u, i64 tokens);
 /* it finished: checkpoint, free, unlock (release_kv_cache(checkpoint=True)); 0 out of memory */

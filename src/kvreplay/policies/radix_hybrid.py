@@ -774,15 +774,20 @@ class UnifiedRadix:
         req.track = aligned
 
     def _decode_step(self, req, k: int) -> bool:
-        """Decode step k (1-based: k output tokens so far) before its forward: maybe_evict_swa
-        (schedule_batch.py:4068-4123), then one token (alloc_for_decode_default, allocation.py:625-665)."""
+        """Decode step k (1-based: k output tokens so far) before its forward, a decode batch of this
+        request alone: check_decode_mem's eviction, a page when the token starts one
+        (new_tokens_required_next_decode, schedule_batch.py:3403-3417); maybe_evict_swa
+        (schedule_batch.py:4068-4123); then alloc_paged_token_slots_decode's eviction, a page
+        (allocation.py:571-583), and one token (alloc_for_decode_default, allocation.py:625-665)."""
         P = self.P
+        if req.computed % P == 0:
+            self._make_room(P)
         if self.has_swa and k - 1 >= 1:
             seqlen = req.prompt_tokens + k
             if seqlen - 1 - self.W >= req.swa_cursor + SWA_EVICTION_INTERVAL:
                 self._free_out_of_window(req, seqlen - 1)
         committed = req.computed
-        self._make_room(1 if P == 1 else P)
+        self._make_room(P)
         if committed % P == 0:
             if self.full_free < 1 or (self.has_swa and self.swa_free < 1):
                 return False

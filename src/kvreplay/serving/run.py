@@ -303,6 +303,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             raise InvariantError("hybrid semantics: SGLang's tree " + (
                 "found no Mamba state slot to free (SGLang asserts there too)" if code == -2 else
                 "refused its settings" if code == -4 else
+                "could not fit a prefill batch its budgets admitted (a bug)" if code == -5 else
                 "disagrees with its pools after the run (a bug)" if code == -3 else f"failed (code {code})"))
         if failed.any():
             code = int(failed[failed != 0][0])

@@ -273,7 +273,7 @@ static i64 swa_check(Sim *s, i64 j, const Budget *b, i64 extend, i64 max_new, i6
 
 /* add_one_req (the no-host-hit path of _select_prefill_admission): the head of the queue is
  * matched and locked, checked against the budgets with its lock's effect on what is evictable, and
- * admitted with its first chunk's KV allocated, or unlocked. */
+ * admitted (its first chunk's KV comes with the batch's: prefill_batch), or unlocked. */
 static int add_one_hybrid(Sim *s, i64 j, Budget *b, i64 *npre) {
     Inst *q = &s->inst[j];
     i64 bs = s->bs, i = q->qhead, before[RH_ROOM], after[RH_ROOM];
@@ -295,7 +295,6 @@ static int add_one_hybrid(Sim *s, i64 j, Budget *b, i64 *npre) {
         n = (hit + limit / bs * bs) / bs * bs - hit;
         if (n <= 0) res = OTHER;
     }
-    if (res == CONTINUE && !sgh_extend(s, j, i, hit + n)) res = NO_TOKEN;
     if (res != CONTINUE) {
         sgh_drop(s, j, i);
         if (res == NO_TOKEN) q->counters[refused_admissions] += 1;
@@ -314,7 +313,7 @@ static int add_one_hybrid(Sim *s, i64 j, Budget *b, i64 *npre) {
 }
 
 /* add_chunked_req: the next chunk, at most what the budgets allow (available_chunk_tokens: none
- * this pass when the SWA pool has less than a page to spare), its KV allocated */
+ * this pass when the SWA pool has less than a page to spare); its KV comes with the batch's */
 static void next_chunk_hybrid(Sim *s, i64 j, Budget *b) {
     Inst *q = &s->inst[j];
     i64 i = q->chunk_req, bs = s->bs, m = s->target[i] - s->computed[i];
@@ -325,7 +324,6 @@ static void next_chunk_hybrid(Sim *s, i64 j, Budget *b) {
     if (room <= 0) return;
     int last = m <= room;
     if (!last) m = room;
-    if (!sgh_extend(s, j, i, s->computed[i] + m)) return; /* (the budget said it fits: the pools disagree) */
     if (last) q->chunk_req = -1;
     s->new_tokens[i] = m;
     b->rem_swa -= (f64)swa_tokens(b, sim_ceil_page(m, bs), last ? reserved_at_last_chunk(s, i) : 0, -1, bs);
@@ -337,7 +335,10 @@ static i64 prefill_batch(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     const i64 *cfg = s->io->cfg;
     i64 running = q->nrun - (q->chunk_req >= 0), npre = 0;
-    if (running == 0) q->batch_full = 0;
+    /* with a sliding-window pool SGLang clears the flag at every pass, so a refused request is
+     * tried again at once (_get_new_batch_prefill_raw, scheduler.py:4090-4092: is_hybrid_swa);
+     * else only an empty batch clears it here */
+    if (running == 0 || (s->mode == MODE_RADIX_HYBRID && s->trees[j].has_swa)) q->batch_full = 0;
     if (q->chunk_req < 0) {
         if (q->batch_full || q->qlen == 0) return 0;
         if (running >= cfg[MAX_SEQS]) {
@@ -348,11 +349,12 @@ static i64 prefill_batch(Sim *s, i64 j) {
     Pending pending = {q->chunk_req, q->nrun};
     calc_priority(s, j, &pending);
     Budget b = start_budget(s, j);
+    i64 was = q->chunk_req;
     if (q->chunk_req >= 0) {
-        i64 was = q->chunk_req;
         next_chunk(s, j, &b);
         npre += s->new_tokens[was] > 0;
     }
+    i64 first_new = q->nrun; /* (after next_chunk: it may abort the request) */
     while (q->qlen > 0 && budget_state(&b) != OTHER) {
         if (q->nrun >= cfg[MAX_SEQS]) {
             q->batch_full = 1;
@@ -363,6 +365,13 @@ static i64 prefill_batch(Sim *s, i64 j) {
         if (res == CONTINUE) continue;
         if (res == NO_TOKEN) q->batch_full = npre > 0 || running > 0;
         break;
+    }
+    if (s->mode == MODE_RADIX_HYBRID && npre > 0) {
+        /* the batch: the continuing chunk first, then the admitted requests (can_run_list) */
+        i64 *batch = s->batch_scratch, n = 0;
+        if (was >= 0 && s->new_tokens[was] > 0) batch[n++] = was;
+        for (i64 k = first_new; k < q->nrun; k++) batch[n++] = q->running[k];
+        if (!sgh_allocate_batch(s, j, batch, n)) return 0;
     }
     return npre;
 }
@@ -430,7 +439,9 @@ static void decode_batch(Sim *s, i64 j) {
     int retracted = 0;
     /* a page per decoding request is made free ahead, but not in the instant limit, which is the
      * sequential replay */
-    if (s->io->cfg[ONE_AT_A_TIME] == 0) {
+    if (s->mode == MODE_RADIX_HYBRID) {
+        sgh_decode_prepare(s, j); /* (in the instant limit too: the sequential replay does the same) */
+    } else if (s->io->cfg[ONE_AT_A_TIME] == 0) {
         i64 decoding = 0;
         for (i64 r = 0; r < q->nrun; r++) decoding += s->decoding[q->running[r]];
         req_evict_ahead(s, j, decoding);

@@ -35,7 +35,8 @@ int sgh_setup(Sim *s) {
     s->trees = calloc((size_t)s->N, sizeof(RhTree));
     s->rreqs = calloc((size_t)(n > 0 ? n : 1), sizeof(RhReq));
     s->rkoff = calloc((size_t)n + 1, sizeof(i64));
-    if (!s->trees || !s->rreqs || !s->rkoff) {
+    s->batch_scratch = calloc((size_t)(n > 0 ? n : 1), sizeof(i64));
+    if (!s->trees || !s->rreqs || !s->rkoff || !s->batch_scratch) {
         fail(s, 0, -1);
         return 0;
     }
@@ -86,10 +87,12 @@ void sgh_teardown(Sim *s) {
     }
     free(s->trees);
     free(s->rreqs);
+    free(s->batch_scratch);
     free(s->rkoff);
     free(s->rkeys);
     s->trees = NULL;
     s->rreqs = NULL;
+    s->batch_scratch = NULL;
     s->rkoff = NULL;
     s->rkeys = NULL;
 }
@@ -119,6 +122,31 @@ int sgh_extend(Sim *s, i64 j, i64 i, i64 end) {
     return 0;
 }
 
+/* alloc_for_extend over a prefill batch (allocation.py): every request's state slots, then one
+ * eviction for the batch's tokens (and a page a request: alloc_paged_token_slots_extend), then
+ * each request's KV, in batch order. `batch`: the requests with their chunk in s->new_tokens.
+ * 0 when one does not fit (the budgets said it would: the run stops) */
+int sgh_allocate_batch(Sim *s, i64 j, const i64 *batch, i64 n) {
+    RhTree *u = &s->trees[j];
+    i64 tokens = 0;
+    for (i64 k = 0; k < n; k++) {
+        if (!rh_extend_states(u, &s->rreqs[batch[k]])) {
+            fail(s, j, u->failed < 0 ? -1 : -5);
+            return 0;
+        }
+        tokens += s->new_tokens[batch[k]] + (s->bs > 1 ? s->bs : 0);
+    }
+    rh_make_room(u, tokens);
+    for (i64 k = 0; k < n; k++) {
+        i64 i = batch[k];
+        if (!rh_extend(u, &s->rreqs[i], s->computed[i] + s->new_tokens[i])) {
+            fail(s, j, u->failed < 0 ? -1 : -5);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 void sgh_drop(Sim *s, i64 j, i64 i) {
     RhReq *r = &s->rreqs[i];
     if (r->keys == NULL) return;
@@ -140,9 +168,31 @@ int sgh_prefilled(Sim *s, i64 j, i64 i, int goes_on) {
 int sgh_decode(Sim *s, i64 j, i64 i) {
     RhReq *r = &s->rreqs[i];
     i64 before = r->computed;
-    if (!rh_decode(&s->trees[j], r)) return 0;
+    if (!rh_decode_alloc(&s->trees[j], r)) return 0;
     if ((before + s->bs - 1) / s->bs < (r->computed + s->bs - 1) / s->bs) s->inst[j].counters[decode_blocks] += 1;
     return 1;
+}
+
+/* ScheduleBatch before a decode batch's tokens, over its decoding requests: check_decode_mem's
+ * eviction (a page for each request that starts one: new_tokens_required_next_decode,
+ * schedule_batch.py:3403-3417), maybe_evict_swa for each (schedule_batch.py:4068-4123), then
+ * alloc_paged_token_slots_decode's eviction (a page for each, allocation.py:571-583); the tokens
+ * follow (sgh_decode) */
+void sgh_decode_prepare(Sim *s, i64 j) {
+    Inst *q = &s->inst[j];
+    RhTree *u = &s->trees[j];
+    i64 n = 0, starting = 0;
+    for (i64 k = 0; k < q->nrun; k++) {
+        i64 i = q->running[k];
+        if (!s->decoding[i]) continue;
+        n++;
+        starting += s->rreqs[i].computed % s->bs == 0;
+    }
+    if (n == 0) return;
+    rh_make_room(u, starting * s->bs);
+    for (i64 k = 0; k < q->nrun; k++)
+        if (s->decoding[q->running[k]]) rh_evict_window(u, &s->rreqs[q->running[k]]);
+    rh_make_room(u, n * s->bs);
 }
 
 void sgh_release(Sim *s, i64 j, i64 i) {

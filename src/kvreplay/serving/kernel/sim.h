@@ -151,6 +151,7 @@ typedef struct Sim {
     /* MODE_RADIX_HYBRID: each instance's tree, each request's state and page keys (sglang_hybrid.c) */
     RhTree *trees;
     RhReq *rreqs;
+    i64 *batch_scratch; /* a prefill batch's requests (sglang.c prefill_batch) */
     i64 *rkoff, *rkeys;
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
 } Sim;
@@ -218,6 +219,8 @@ i64 sgh_begin(Sim *s, i64 j, i64 i);
 int sgh_extend(Sim *s, i64 j, i64 i, i64 end);
 /* unlocked, all it holds outside the tree freed, nothing inserted (refused, or retracted) */
 void sgh_drop(Sim *s, i64 j, i64 i);
+void sgh_decode_prepare(Sim *s, i64 j);
+int sgh_allocate_batch(Sim *s, i64 j, const i64 *batch, i64 n);
 /* a prefill step of request i ended; goes_on: it stays running (cache_unfinished_req). 0: failed */
 int sgh_prefilled(Sim *s, i64 j, i64 i, int goes_on);
 /* one decode token's KV for request i: 0 when it does not fit */
