@@ -89,6 +89,40 @@ What is the harness's, and why
   inert stub (false, empty). A run may read only the stubs in ``ALLOWED_STUB_READS`` (request time
   stamps, prefill metrics, disabled KV events, the sampling tensors); any other read fails the run.
 
+Hybrid SWA models (``Settings.sliding_window``)
+----------------------------------------------
+With a window W (tokens), make_scheduler builds what SGLang builds for a model with sliding-window
+and full-attention layers (``make_hybrid_swa_cache``; tests/real_engines/test_sglang_hybrid_scheduler.py
+compares it with kvreplay): the real ``SWAKVPool`` (one SWA and one full layer, head_num = head_dim =
+1: tiny real buffers), ``SWATokenToKVPoolAllocator`` over it (two ``PagedTokenToKVPoolAllocator``:
+``num_pages`` full pages and int(full tokens x ``swa_full_tokens_ratio``) page-aligned SWA tokens,
+as pool_configurator.py _solve_pool_sizes), and ``UnifiedRadixCache`` with its FULL and SWA
+components (``sliding_window_size`` W, tree components as registry.py create_unified_radix_cache).
+The scheduler seat gets ``is_hybrid_swa`` True and ``sliding_window_size`` W; everything else the
+loaded code does for SWA it derives itself from the allocator: PrefillAdder's ``SWAPrefillBudget``
+(allocator.create_prefill_budget), ScheduleBatch's ``maybe_evict_swa`` / ``_evict_swa``,
+``check_decode_mem``, ``retract_decode``, ``release_kv_cache`` / ``checkpoint_kv_cache`` on the
+unified tree, ``init_req_max_new_tokens``' SWA clip (max_new_tokens_for_memory).
+Loaded as they are for it (``HYBRID_MODULES``, part of ``REAL_MODULES``; a single-pool run never
+reaches them): ``mem_cache/{unified_radix_cache,swa_memory_pool,base_swa_memory_pool,
+hicache_storage}.py``, ``mem_cache/unified_cache/{__init__,cache_action,unified_tree_core,
+unified_tree_core_interface,tree_core_registry,session_ref_tracker}.py``,
+``mem_cache/unified_cache/components/{__init__,base,full,swa,mamba}.py``,
+``mem_cache/allocator/{swa,token}.py``, ``session/streaming_session.py`` (the cache's streaming
+session slots: no request is a streaming one), ``utils/{invariants,rank_consensus_checker}.py``
+(invariant checks at their default level; the consensus decorator is the identity unless
+SGLANG_ENABLE_RANK_CONSENSUS_CHECKER). Compiled from the wheel (``DEFS_FROM_WHEEL``):
+``StorageMedium`` (disaggregation/kv_events.py, which imports zmq and pydantic; the tree core
+hands StorageMedium.GPU to its event recorder). Platform probes: ``is_cuda_alike`` False
+(MHATokenToKVPool: no alternate stream), ``get_paged_allocator_cls`` None (the in-tree paged
+allocator, platforms/interface.py:164).
+Harness choices on this path: the Python tree core (``Settings.tree_core``; SGLang's default
+SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND is the Rust core, which test_sglang_hybrid.py checks
+against the Python one at the cache level); KV events off (the recorder is a stub, as for
+RadixCache: ALLOWED_STUB_READS); no HiCache / storage / linker (their attachments stay None);
+``tp_worker.model_runner.prefill_aware_swa`` False and SGLANG_OPT_RELEASE_PREFILL_SWA at its
+default (off). The same strictness holds: any other stub read fails the run.
+
 Not driven: the overlap scheduler (``event_loop_overlap``, SGLang's default unless
 --disable-overlap-schedule: it schedules step k+1 before processing step k's result; kvreplay has
 no such lag either), mixed chunked prefill, priority scheduling and preemption, DP attention,
@@ -159,7 +193,34 @@ REAL_MODULES = {
     "sglang.srt.dllm.mixin.req",
     "sglang.srt.disaggregation.decode_schedule_batch_mixin",
 }
-REAL_PACKAGES = {"sglang.srt.mem_cache.allocator"}
+#: The hybrid SWA path (Settings.sliding_window): SGLang's UnifiedRadixCache with its FULL and SWA
+#: components over SWAKVPool / SWATokenToKVPoolAllocator, as the cache-level test
+#: (test_sglang_hybrid.py) builds them, loaded with the rest (a single-pool run never reaches them).
+HYBRID_MODULES = {
+    "sglang.srt.mem_cache.unified_radix_cache",
+    "sglang.srt.mem_cache.unified_cache",
+    "sglang.srt.mem_cache.unified_cache.cache_action",
+    "sglang.srt.mem_cache.unified_cache.unified_tree_core",
+    "sglang.srt.mem_cache.unified_cache.unified_tree_core_interface",
+    "sglang.srt.mem_cache.unified_cache.tree_core_registry",
+    "sglang.srt.mem_cache.unified_cache.session_ref_tracker",
+    "sglang.srt.mem_cache.unified_cache.components",
+    "sglang.srt.mem_cache.unified_cache.components.base",
+    "sglang.srt.mem_cache.unified_cache.components.full",
+    "sglang.srt.mem_cache.unified_cache.components.swa",
+    "sglang.srt.mem_cache.unified_cache.components.mamba",
+    "sglang.srt.mem_cache.swa_memory_pool",
+    "sglang.srt.mem_cache.base_swa_memory_pool",
+    "sglang.srt.mem_cache.allocator.swa",
+    "sglang.srt.mem_cache.allocator.token",
+    "sglang.srt.utils.invariants",
+    "sglang.srt.mem_cache.hicache_storage",
+    "sglang.srt.session.streaming_session",
+    "sglang.srt.utils.rank_consensus_checker",
+}
+REAL_MODULES |= HYBRID_MODULES
+REAL_PACKAGES = {"sglang.srt.mem_cache.allocator", "sglang.srt.mem_cache.unified_cache",
+                 "sglang.srt.mem_cache.unified_cache.components"}
 THIRD_PARTY_STUBS = {"triton", "sgl_kernel", "cuda", "psutil", "setproctitle", "zmq", "pybase64", "orjson"}
 STUBBED: set = set()
 STUB_READS: dict = {}
@@ -392,6 +453,15 @@ class _Platform:
     def is_pin_memory_available(device=None):
         return False
 
+    @staticmethod
+    def is_cuda_alike():  # MHATokenToKVPool: no alternate CUDA stream (memory_pool.py ~2297)
+        return False
+
+    @staticmethod
+    def get_paged_allocator_cls():
+        # platforms/interface.py:164: None, the in-tree PagedTokenToKVPoolAllocator (SWATokenToKVPoolAllocator's sub-allocators)
+        return None
+
 
 def _utils_module(root: Path) -> dict:
     import ast
@@ -433,6 +503,9 @@ DEFS_FROM_WHEEL = {
     "sglang.srt.speculative.spec_info": ("SpeculativeAlgorithm",),
     # 1 for every allocator but the page-interleaved (sharded) one, which this run does not build
     "sglang.srt.mem_cache.allocator.page_interleave": ("page_interleave_shard_size",),
+    # the storage tier a KV event names (the unified tree core passes StorageMedium.GPU to its
+    # event recorder and release paths; the module itself imports zmq and pydantic)
+    "sglang.srt.disaggregation.kv_events": ("StorageMedium",),
 }
 
 
@@ -450,7 +523,7 @@ def _defs_from_wheel(root: Path, module: str, names) -> dict:
     source = path.read_text(encoding="utf-8")
     import typing
 
-    ns = {"IntEnum": enum.IntEnum, "Enum": enum.Enum, "auto": enum.auto, "total_ordering": functools.total_ordering,
+    ns = {"enum": enum, "IntEnum": enum.IntEnum, "Enum": enum.Enum, "auto": enum.auto, "total_ordering": functools.total_ordering,
           "Optional": typing.Optional, "Union": typing.Union, "Type": typing.Type, "SpecInput": object,
           "CustomSpecAlgo": object, "PageInterleavePoolAllocator": _NotBuilt, "__name__": module,
           **_runtime_context_module()}
@@ -598,6 +671,11 @@ class RealSGLang:
             self.disagg = imp("sglang.srt.disaggregation.utils")
             self.environ = imp("sglang.srt.environ")
             self.spec = imp("sglang.srt.speculative.spec_info")
+            # the hybrid SWA path (Settings.sliding_window)
+            self.unified = imp("sglang.srt.mem_cache.unified_radix_cache")
+            self.components = imp("sglang.srt.mem_cache.unified_cache.components")
+            self.swa_pool = imp("sglang.srt.mem_cache.swa_memory_pool")
+            self.swa_alloc = imp("sglang.srt.mem_cache.allocator.swa")
         self.radix.time = Counter()
         # no class of a loaded module may derive from a stub: its missing attributes would be stubs
         bad = []
@@ -650,6 +728,12 @@ class Settings:
     step_seconds_per_prefill_token: float = 0.0  # a step lasts step_seconds + this x its prompt tokens
     max_req_len: int | None = None  # default: longer than any request (never binds)
     log_steps: bool = False
+    # hybrid SWA model (sliding-window + full attention layers): the window in tokens, None: a
+    # single-pool model. The SWA pool holds int(full tokens x ratio) tokens, page-aligned
+    # (--swa-full-tokens-ratio, default 0.8: model_executor/pool_configurator.py _solve_pool_sizes)
+    sliding_window: int | None = None
+    swa_full_tokens_ratio: float = 0.8
+    tree_core: str = "python"  # UnifiedRadixCache's tree core: python | rust (SGLang's default, if built)
 
 
 @dataclass
@@ -845,6 +929,39 @@ def recording_adder(PrefillAdder):
     return RecordingAdder
 
 
+def swa_pool_tokens(settings: Settings) -> int:
+    """The SWA pool in tokens: int(full tokens x --swa-full-tokens-ratio), page-aligned
+    (model_executor/pool_configurator.py _solve_pool_sizes, ~881)."""
+    P = settings.page_size
+    return int(settings.num_pages * P * settings.swa_full_tokens_ratio) // P * P
+
+
+def make_hybrid_swa_cache(real: RealSGLang, settings: Settings, req_to_token_pool):
+    """What SGLang builds for a hybrid SWA model (one sliding-window and one full-attention layer
+    here): SWAKVPool with tiny real buffers (head_num = head_dim = 1; model_runner_kv_cache_mixin
+    ~2532), SWATokenToKVPoolAllocator(full tokens, SWA tokens) (the allocator SGLang pairs with it),
+    and UnifiedRadixCache with FULL and SWA components (mem_cache/registry.py
+    create_unified_radix_cache) given sliding_window_size (kv_cache_builder.py ~389)."""
+    import torch
+
+    P = settings.page_size
+    full_tokens, swa_tokens = settings.num_pages * P, swa_pool_tokens(settings)
+    if settings.sliding_window + P >= swa_tokens:  # pool_configurator.py:198 validate_swa_pool_size
+        raise ValueError(f"SWA pool ({swa_tokens} tokens) cannot hold even one request")
+    kv = real.swa_pool.SWAKVPool(size=full_tokens, size_swa=swa_tokens, page_size=P, dtype=torch.bfloat16,
+                                 head_num=1, head_dim=1, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+                                 device="cpu")
+    allocator = real.swa_alloc.SWATokenToKVPoolAllocator(full_tokens, swa_tokens, P, torch.bfloat16, "cpu", kv,
+                                                         need_sort=False)
+    ct = real.components.ComponentType
+    params = real.params.CacheInitParams(disable=False, req_to_token_pool=req_to_token_pool,
+                                         token_to_kv_pool_allocator=allocator, page_size=P,
+                                         chunked_prefill_size=settings.chunked_prefill_size,
+                                         sliding_window_size=settings.sliding_window,
+                                         tree_components=(ct.FULL, ct.SWA), tree_core_backend=settings.tree_core)
+    return allocator, real.unified.UnifiedRadixCache(params)
+
+
 def make_scheduler(real: RealSGLang, settings: Settings, max_len: int):
     """SGLang's memory pools and tree cache, and a scheduler seat with the attributes Scheduler's
     methods read, each as Scheduler.__init__ sets it for this configuration (scheduler.py lines)."""
@@ -855,14 +972,18 @@ def make_scheduler(real: RealSGLang, settings: Settings, max_len: int):
     req_to_token_pool = real.memory_pool.ReqToTokenPool(size=settings.max_running_requests,
                                                         max_context_len=max_len + P, device="cpu",
                                                         enable_memory_saver=False)
-    # the pool holds num_pages pages (page 0 is the padding page, paged.py clear())
-    allocator = real.paged.PagedTokenToKVPoolAllocator(size=settings.num_pages * P, page_size=P,
-                                                       dtype=torch.float16, device="cpu", kvcache=None,
-                                                       need_sort=False)
-    params = real.params.CacheInitParams(disable=False, req_to_token_pool=req_to_token_pool,
-                                         token_to_kv_pool_allocator=allocator, page_size=P,
-                                         chunked_prefill_size=settings.chunked_prefill_size)
-    tree_cache = real.radix.RadixCache(params)
+    W = settings.sliding_window
+    if W is None:
+        # the pool holds num_pages pages (page 0 is the padding page, paged.py clear())
+        allocator = real.paged.PagedTokenToKVPoolAllocator(size=settings.num_pages * P, page_size=P,
+                                                           dtype=torch.float16, device="cpu", kvcache=None,
+                                                           need_sort=False)
+        params = real.params.CacheInitParams(disable=False, req_to_token_pool=req_to_token_pool,
+                                             token_to_kv_pool_allocator=allocator, page_size=P,
+                                             chunked_prefill_size=settings.chunked_prefill_size)
+        tree_cache = real.radix.RadixCache(params)
+    else:
+        allocator, tree_cache = make_hybrid_swa_cache(real, settings, req_to_token_pool)
     # Scheduler.init_schedule_policy (scheduler.py ~2470)
     policy = real.policy.SchedulePolicy(settings.schedule_policy, tree_cache, False, False, False)
     model_config = Strict(vocab_size=VOCAB_SIZE, is_encoder_decoder=False, self_opened_think_start_ids=None,
@@ -873,7 +994,7 @@ def make_scheduler(real: RealSGLang, settings: Settings, max_len: int):
         # pools and cache
         req_to_token_pool=req_to_token_pool, token_to_kv_pool_allocator=allocator, tree_cache=tree_cache,
         policy=policy, model_config=model_config, page_size=P, device="cpu",
-        max_total_num_tokens=settings.num_pages * P, kv_shard_widening=1, sliding_window_size=None,
+        max_total_num_tokens=settings.num_pages * P, kv_shard_widening=1, sliding_window_size=W,
         max_req_len=max_len, max_new_tokens_limit=None,
         # queues and batches (scheduler.py 1326-1338)
         waiting_queue=[], running_batch=real.batch.ScheduleBatch(reqs=[], batch_is_full=False), last_batch=None,
@@ -888,7 +1009,8 @@ def make_scheduler(real: RealSGLang, settings: Settings, max_len: int):
         enable_priority_scheduling=False, enable_priority_preemption=False, abort_on_priority_when_disabled=False,
         priority_scheduling_preemption_threshold=10, schedule_low_priority_values_first=False,
         max_queued_requests=None, max_running_requests=settings.max_running_requests, max_prefill_bs=0,
-        prefill_delayer=None, min_free_slots_delayer=None, is_hybrid_swa=False, enable_lora=False,
+        prefill_delayer=None, min_free_slots_delayer=None, is_hybrid_swa=W is not None,
+        enable_lora=False,
         enable_hierarchical_cache=False, enable_hicache_storage=False, enable_lmcache=False,
         enable_unified_cache_external_linker=False, enable_hisparse=False, hisparse_coordinator=None,
         dllm_config=None, disaggregation_mode=Mode.NULL, require_mlp_sync=False, enable_overlap=False,
