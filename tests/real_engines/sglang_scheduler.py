@@ -46,7 +46,8 @@ computes with them and their modules import a model runner, a web server or CUDA
 CaptureHiddenMode, get_required_capture_hidden_mode, get_server_return_hidden_states_mode
 (model_executor/forward_batch_info.py), DisaggregationMode (disaggregation/utils.py),
 SpeculativeAlgorithm (speculative/spec_info.py), page_interleave_shard_size
-(mem_cache/allocator/page_interleave.py), and from utils/common.py ceil_div, ceil_align,
+(mem_cache/allocator/page_interleave.py), mamba_checkpoint_grid and mamba_track_grid
+(runtime_context.py; the Mamba path), and from utils/common.py ceil_div, ceil_align,
 next_power_of_2, get_num_new_pages, get_bool_env_var, get_int_env_var, flatten_nested_list,
 flatten_arrays_to_pinned_cpu, async_h2d, is_pin_memory_available, is_hip, is_cuda, is_xpu,
 is_mps, is_gfx95_supported, support_triton, is_cpu, is_npu.
@@ -122,6 +123,55 @@ against the Python one at the cache level); KV events off (the recorder is a stu
 RadixCache: ALLOWED_STUB_READS); no HiCache / storage / linker (their attachments stay None);
 ``tp_worker.model_runner.prefill_aware_swa`` False and SGLANG_OPT_RELEASE_PREFILL_SWA at its
 default (off). The same strictness holds: any other stub read fails the run.
+
+Hybrid Mamba models (``Settings.mamba``)
+----------------------------------------
+With ``mamba=True`` make_scheduler builds what SGLang builds for a model with full-attention and
+Mamba / linear-attention layers (Qwen3-Next) on its default (non-unified) memory pools, with
+--mamba-radix-cache-strategy auto resolved to extra_buffer (tests/real_engines/
+test_sglang_hybrid_scheduler.py compares it with kvreplay): the real ``HybridReqToTokenPool``
+(``make_hybrid_req_to_token_pool``: object.__new__, the real ReqToTokenPool.__init__, then the
+attributes its __init__ and _init_mamba_pool set, memory_pool.py:1360-1531), holding the real
+``MambaSlotAllocator`` over ``mamba_slots`` slots (default num_pages + 4, kvreplay's) and two
+ping-pong tracking slots a request (get_mamba_tracking_slots with the overlap schedule on, as
+SGLang's default server sizes them, allocation_sizing.py:11; the loop below is the non-overlap
+one, which works with either size); the plain ``PagedTokenToKVPoolAllocator`` for the full KV;
+``UnifiedRadixCache`` with FULL and MAMBA components and enable_mamba_extra_buffer
+(``make_hybrid_mamba_cache``; with ``sliding_window`` too: FULL, SWA and MAMBA over the SWA
+allocator of the section above). Everything the loaded code does for Mamba then runs as it is:
+the Mamba copy-on-write in match_prefix (init_next_round_input), the scheduler's
+``alloc_group_begin`` / ``alloc_group_end`` around admissions and its freeing of a refused
+request's slot (scheduler.py:4199-4303), PrefillAdder (``supports_mamba``; the unified-pool slot
+budget is off: a plain allocator), ``ensure_mamba_capacity`` / ``alloc_req_slots`` (allocation.py
+298-341), ``_mamba_radix_cache_v2_req_prepare_for_extend`` (the prefill's tracked state,
+schedule_batch.py:3137-3238) and the deferred COW / clear lists, prepare_for_decode's tracking
+mask (every mamba_track_grid tokens), the result processor's tracking
+(``_handle_finish_state_updated_req``, ``_mamba_prefix_cache_update``,
+batch_result_processor.py:1377-1577), checkpoint / release donating the tracked state, retraction
+freeing the request's slots (free_mamba_cache).
+Configuration: exec.mamba holds enable_mamba_extra_buffer True, enable_mamba_extra_buffer_lazy
+False, mamba_max_states_per_path -1, mamba_track_interval 256 (ServerArgs defaults,
+arg_groups/fields/exec_.py 459-540); ``runtime_context.mamba_cache_chunk_size`` is max(64, page)
+(arg_groups/overrides.py:1897: the model's mamba_chunk_size, else FLA's CHUNK_SIZE 64, and the
+page; it reads the published ServerArgs and the HF config), ``mamba_checkpoint_grid`` and
+``mamba_track_grid`` are compiled from the wheel's runtime_context.py (DEFS_FROM_WHEEL); the
+model config's hf_text_config.mamba_chunk_size is 64; the context reports the exec and parallel
+namespaces published (schedule_policy.py mamba_prefill_chunk_grid then reads
+enable_mamba_extra_buffer and dcp_enabled False: grid 1, as without the published context). Loaded
+for it (``MAMBA_MODULES``): ``mem_cache/allocator/mamba.py``.
+What is the harness's on this path, and why:
+- ``MambaPool`` (the state tensors: conv and temporal states per layer, sized by the model's
+  state shapes, which need the model config) is ``_MambaPoolStandIn``: its size, ReplaySSM off,
+  and ``copy_from`` / ``clear_slots`` that do nothing (no forward reads the states); any other
+  attribute raises. HybridReqToTokenPool's PLE side pools (ShortConvPool, NGramPool: disabled
+  and unregistered without a Qwen4-Exp config) and int8 checkpoint pool (off) are not built;
+  nothing on this path reads them.
+- ``Tensor.pin_memory`` is the identity during a Mamba run: prepare_for_decode stages the
+  tracking mask through pinned memory unconditionally (schedule_batch.py:3830), which torch
+  refuses without an accelerator.
+The scheduler seat needs nothing more (no method of SCHEDULER_METHODS reads ``is_hybrid_ssm``);
+the stub reads allowed are the same. ``RunResult.mamba`` holds the tree's Mamba states and the
+free slots at the end; the step log adds the free, evictable and protected slots.
 
 Not driven: the overlap scheduler (``event_loop_overlap``, SGLang's default unless
 --disable-overlap-schedule: it schedules step k+1 before processing step k's result; kvreplay has
@@ -218,7 +268,12 @@ HYBRID_MODULES = {
     "sglang.srt.session.streaming_session",
     "sglang.srt.utils.rank_consensus_checker",
 }
-REAL_MODULES |= HYBRID_MODULES
+#: The Mamba path (Settings.mamba): MambaSlotAllocator, the free list of HybridReqToTokenPool's
+#: state slots (memory_pool.py, real already, holds HybridReqToTokenPool itself).
+MAMBA_MODULES = {
+    "sglang.srt.mem_cache.allocator.mamba",
+}
+REAL_MODULES |= HYBRID_MODULES | MAMBA_MODULES
 REAL_PACKAGES = {"sglang.srt.mem_cache.allocator", "sglang.srt.mem_cache.unified_cache",
                  "sglang.srt.mem_cache.unified_cache.components"}
 THIRD_PARTY_STUBS = {"triton", "sgl_kernel", "cuda", "psutil", "setproctitle", "zmq", "pybase64", "orjson"}
@@ -373,7 +428,15 @@ def default_config(settings) -> dict:
     (sglang/srt/arg_groups/fields/schedule.py: schedule_policy "fcfs", schedule_conservativeness 1.0,
     retraction_policy "length", prefill_max_requests None, enable_priority_scheduling False, ...),
     except what the run sets (schedule_policy, chunked_prefill_size, max_prefill_tokens, page_size)."""
-    return {
+    mamba = {"enable_mamba_extra_buffer": False, "enable_mamba_extra_buffer_lazy": False}
+    if settings.mamba:
+        # exec.mamba as ServerArgs resolves it for a hybrid Mamba model with the radix cache on and
+        # --mamba-radix-cache-strategy auto -> extra_buffer (arg_groups/fields/exec_.py 459-540;
+        # model_override_base.py:260 mamba_extra_buffer_of): not lazy, states per path unlimited,
+        # decode tracking every 256 tokens
+        mamba = {"enable_mamba_extra_buffer": True, "enable_mamba_extra_buffer_lazy": False,
+                 "mamba_max_states_per_path": -1, "mamba_track_interval": MAMBA_TRACK_INTERVAL}
+    out = {
         "schedule": {
             "schedule_policy": settings.schedule_policy,
             "schedule_conservativeness": 1.0,
@@ -391,7 +454,7 @@ def default_config(settings) -> dict:
         "memory": {"radix_eviction_policy": "lru", "enable_hisparse": False, "enable_flexkv": False},
         "exec": {"features": {"enable_encoder_swa_bounded_replay": False, "return_hidden_states_mode": None,
                               "enable_return_hidden_states": False},
-                 "mamba": {"enable_mamba_extra_buffer": False, "enable_mamba_extra_buffer_lazy": False},
+                 "mamba": mamba,
                  "kernel": {"attention_backend": "torch_native", "prefill_attention_backend": None,
                             "decode_attention_backend": None}},
         "spec": {"speculative_algorithm": None},
@@ -401,11 +464,23 @@ def default_config(settings) -> dict:
                      "attn_tp_rank": 0, "tp_size": 1},
         "platform": {"is_cuda": False},
     }
+    if settings.mamba:
+        # runtime_context.mamba_cache_chunk_size (arg_groups/overrides.py:1897-1925): max(the
+        # model's mamba_chunk_size, else FLA's CHUNK_SIZE 64, page size)
+        out[MAMBA_CHUNK_KEY] = max(MAMBA_CHUNK_SIZE, settings.page_size)
+    return out
+
+
+MAMBA_CHUNK_SIZE = 64  # FLA's CHUNK_SIZE (kernels/ops/attention/fla/chunk_delta_h.py), the model's mamba_chunk_size
+MAMBA_TRACK_INTERVAL = 256  # --mamba-track-interval default (arg_groups/fields/exec_.py:530)
+MAMBA_CHUNK_KEY = "<mamba_cache_chunk_size>"  # not a bag: runtime_context.mamba_cache_chunk_size's value
 
 
 class _Context:
     def is_config_namespace_published(self, name):  # schedule_policy.mamba_prefill_chunk_grid
-        return False
+        # a Mamba run: the exec and parallel bags are what a published context holds for the
+        # fields read (enable_mamba_extra_buffer True, dcp_enabled False: the grid is 1)
+        return MAMBA_CHUNK_KEY in CONFIG and name in ("exec", "parallel")
 
 
 def _runtime_context_module():
@@ -416,12 +491,18 @@ def _runtime_context_module():
     names.update(
         get_context=lambda: _Context(),
         attention_backends=lambda: ("torch_native", "torch_native"),
-        mamba_cache_chunk_size=_unreachable("mamba_cache_chunk_size"),
-        mamba_checkpoint_grid=_unreachable("mamba_checkpoint_grid"),
-        mamba_track_grid=_unreachable("mamba_track_grid"),
+        mamba_cache_chunk_size=_mamba_cache_chunk_size,
+        # mamba_checkpoint_grid and mamba_track_grid: compiled from the wheel (DEFS_FROM_WHEEL)
         max_speculative_num_draft_tokens=_unreachable("max_speculative_num_draft_tokens"),
     )
     return names
+
+
+def _mamba_cache_chunk_size():
+    """runtime_context.mamba_cache_chunk_size for this run (a Mamba run only: default_config)."""
+    if MAMBA_CHUNK_KEY not in CONFIG:
+        raise AssertionError("mamba_cache_chunk_size is not reached on this path (mamba only)")
+    return CONFIG[MAMBA_CHUNK_KEY]
 
 
 def _unreachable(name):
@@ -506,6 +587,9 @@ DEFS_FROM_WHEEL = {
     # the storage tier a KV event names (the unified tree core passes StorageMedium.GPU to its
     # event recorder and release paths; the module itself imports zmq and pydantic)
     "sglang.srt.disaggregation.kv_events": ("StorageMedium",),
+    # lcm(mamba_cache_chunk_size(), page) and its lcm with get_exec().mamba.mamba_track_interval
+    # (the Mamba path; outside it mamba_cache_chunk_size raises)
+    "sglang.srt.runtime_context": ("mamba_checkpoint_grid", "mamba_track_grid"),
 }
 
 
@@ -518,6 +602,7 @@ def _defs_from_wheel(root: Path, module: str, names) -> dict:
     import ast
     import enum
     import functools
+    import math
 
     path = root / (module.replace(".", "/") + ".py")
     source = path.read_text(encoding="utf-8")
@@ -525,7 +610,7 @@ def _defs_from_wheel(root: Path, module: str, names) -> dict:
 
     ns = {"enum": enum, "IntEnum": enum.IntEnum, "Enum": enum.Enum, "auto": enum.auto, "total_ordering": functools.total_ordering,
           "Optional": typing.Optional, "Union": typing.Union, "Type": typing.Type, "SpecInput": object,
-          "CustomSpecAlgo": object, "PageInterleavePoolAllocator": _NotBuilt, "__name__": module,
+          "CustomSpecAlgo": object, "PageInterleavePoolAllocator": _NotBuilt, "__name__": module, "math": math,
           **_runtime_context_module()}
     found = set()
     for node in ast.parse(source).body:
@@ -676,6 +761,9 @@ class RealSGLang:
             self.components = imp("sglang.srt.mem_cache.unified_cache.components")
             self.swa_pool = imp("sglang.srt.mem_cache.swa_memory_pool")
             self.swa_alloc = imp("sglang.srt.mem_cache.allocator.swa")
+            # the Mamba path (Settings.mamba)
+            self.mamba_alloc = imp("sglang.srt.mem_cache.allocator.mamba")
+            self.sizing = imp("sglang.srt.mem_cache.allocation_sizing")
         self.radix.time = Counter()
         # no class of a loaded module may derive from a stub: its missing attributes would be stubs
         bad = []
@@ -734,6 +822,12 @@ class Settings:
     sliding_window: int | None = None
     swa_full_tokens_ratio: float = 0.8
     tree_core: str = "python"  # UnifiedRadixCache's tree core: python | rust (SGLang's default, if built)
+    # hybrid Mamba model (full attention + Mamba / linear-attention layers, as Qwen3-Next): the
+    # MAMBA component and HybridReqToTokenPool's state slots, extra_buffer strategy. mamba_slots:
+    # the MambaPool's slots (--max-mamba-cache-size); None: num_pages + 4, kvreplay's default
+    # (policies/radix_hybrid.py UnifiedRadix: more than the tree can hold)
+    mamba: bool = False
+    mamba_slots: int | None = None
 
 
 @dataclass
@@ -760,6 +854,8 @@ class RunResult:
     requests: list
     steps: list = field(default_factory=list)
     end_s: float = 0.0
+    # a Mamba run: the tree's Mamba states and the free state slots at the end (diagnostics)
+    mamba: dict = field(default_factory=dict)
 
     def column(self, name: str) -> list:
         return [getattr(r, name) for r in self.requests]
@@ -958,7 +1054,87 @@ def make_hybrid_swa_cache(real: RealSGLang, settings: Settings, req_to_token_poo
                                          token_to_kv_pool_allocator=allocator, page_size=P,
                                          chunked_prefill_size=settings.chunked_prefill_size,
                                          sliding_window_size=settings.sliding_window,
-                                         tree_components=(ct.FULL, ct.SWA), tree_core_backend=settings.tree_core)
+                                         enable_mamba_extra_buffer=settings.mamba,  # (False: CacheInitParams' default)
+                                         tree_components=(ct.FULL, ct.SWA) + ((ct.MAMBA,) if settings.mamba else ()),
+                                         tree_core_backend=settings.tree_core)
+    return allocator, real.unified.UnifiedRadixCache(params)
+
+
+class _MambaPoolStandIn:
+    """MambaPool (memory_pool.py:505) without its state tensors, which need the model's state
+    shapes: its size, and copies / clears that do nothing (the forward that would read the
+    states does not run either). Any other attribute raises (a plain class)."""
+
+    replayssm_write_pos = None  # ReplaySSM off (--enable-linear-replayssm False)
+    replayssm_spec_write_pos = None
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def copy_from(self, src_indices, dst_indices):
+        pass
+
+    def clear_slots(self, indices):
+        pass
+
+
+def mamba_slots(settings: Settings) -> int:
+    return settings.num_pages + 4 if settings.mamba_slots is None else settings.mamba_slots
+
+
+def make_hybrid_req_to_token_pool(real: RealSGLang, settings: Settings, max_context_len: int):
+    """The real HybridReqToTokenPool (memory_pool.py:1355) for a Mamba model, built as its
+    __init__ and _init_mamba_pool build it (1360-1531) with the MambaPool's tensors left out
+    (object.__new__, the real ReqToTokenPool.__init__, then the attributes they set): the real
+    MambaSlotAllocator over ``mamba_slots`` slots; extra_buffer with the tracking slots
+    get_mamba_tracking_slots gives SGLang's default server (overlap schedule on: 2 ping-pong
+    slots a request, allocation_sizing.py:11); no ReplaySSM, no PLE side states (ShortConvPool /
+    NGramPool: disabled without a Qwen4-Exp config, so never registered), no int8 checkpoint pool
+    (--enable-int8-mamba-checkpoint off), no memory saver; one Mamba layer (mamba_map {0: 0})."""
+    import torch
+
+    pools = real.memory_pool
+    pool = object.__new__(pools.HybridReqToTokenPool)
+    pools.ReqToTokenPool.__init__(pool, size=settings.max_running_requests, max_context_len=max_context_len,
+                                  device="cpu", enable_memory_saver=False)
+    slots = real.sizing.get_mamba_tracking_slots
+    pool.mamba_ping_pong_track_buffer_size = slots(extra_buffer=True, overlap=True)
+    pool.mamba_initial_tracking_slots = slots(extra_buffer=True, overlap=True, lazy=False)
+    pool.enable_mamba_extra_buffer = True
+    pool.enable_mamba_extra_buffer_lazy = False
+    pool.enable_memory_saver = False
+    pool.start_layer = 0
+    pool.layer_transfer_counter = None
+    pool.ple_window_cache = None
+    size = mamba_slots(settings)
+    pool.mamba_pool = _MambaPoolStandIn(size)
+    pool.mamba_allocator = real.mamba_alloc.MambaSlotAllocator(size=size, device="cpu")
+    pool.mamba_map = {0: 0}
+    pool.mamba_ckpt_pool = None
+    pool.device = "cpu"
+    rows = pool.req_to_token.shape[0]
+    pool.req_index_to_mamba_index_mapping = torch.zeros(rows, dtype=torch.int32)
+    pool.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.zeros(
+        (rows, pool.mamba_ping_pong_track_buffer_size), dtype=torch.int64)
+    return pool
+
+
+def make_hybrid_mamba_cache(real: RealSGLang, settings: Settings, req_to_token_pool):
+    """What SGLang builds for a full-attention + Mamba model (the default, non-unified memory
+    pool): the plain PagedTokenToKVPoolAllocator for the full-attention KV (num_pages pages) and
+    UnifiedRadixCache with FULL and MAMBA components (registry.py create_unified_radix_cache:
+    is_hybrid_ssm), enable_mamba_extra_buffer from exec.mamba (kv_cache_builder.py:413)."""
+    import torch
+
+    P = settings.page_size
+    allocator = real.paged.PagedTokenToKVPoolAllocator(size=settings.num_pages * P, page_size=P, dtype=torch.float16,
+                                                       device="cpu", kvcache=None, need_sort=False)
+    ct = real.components.ComponentType
+    params = real.params.CacheInitParams(disable=False, req_to_token_pool=req_to_token_pool,
+                                         token_to_kv_pool_allocator=allocator, page_size=P,
+                                         chunked_prefill_size=settings.chunked_prefill_size,
+                                         enable_mamba_extra_buffer=True, enable_mamba_extra_buffer_lazy=False,
+                                         tree_components=(ct.FULL, ct.MAMBA), tree_core_backend=settings.tree_core)
     return allocator, real.unified.UnifiedRadixCache(params)
 
 
@@ -968,12 +1144,17 @@ def make_scheduler(real: RealSGLang, settings: Settings, max_len: int):
     import torch
 
     P = settings.page_size
-    # ReqToTokenPool(size=max_running_requests) (kv_cache_configurator.py ~1691; +1 padding row inside)
-    req_to_token_pool = real.memory_pool.ReqToTokenPool(size=settings.max_running_requests,
-                                                        max_context_len=max_len + P, device="cpu",
-                                                        enable_memory_saver=False)
     W = settings.sliding_window
-    if W is None:
+    # ReqToTokenPool(size=max_running_requests) (kv_cache_configurator.py ~1691; +1 padding row inside)
+    if settings.mamba:
+        req_to_token_pool = make_hybrid_req_to_token_pool(real, settings, max_len + P)
+    else:
+        req_to_token_pool = real.memory_pool.ReqToTokenPool(size=settings.max_running_requests,
+                                                            max_context_len=max_len + P, device="cpu",
+                                                            enable_memory_saver=False)
+    if settings.mamba and W is None:
+        allocator, tree_cache = make_hybrid_mamba_cache(real, settings, req_to_token_pool)
+    elif W is None:
         # the pool holds num_pages pages (page 0 is the padding page, paged.py clear())
         allocator = real.paged.PagedTokenToKVPoolAllocator(size=settings.num_pages * P, page_size=P,
                                                            dtype=torch.float16, device="cpu", kvcache=None,
@@ -988,6 +1169,8 @@ def make_scheduler(real: RealSGLang, settings: Settings, max_len: int):
     policy = real.policy.SchedulePolicy(settings.schedule_policy, tree_cache, False, False, False)
     model_config = Strict(vocab_size=VOCAB_SIZE, is_encoder_decoder=False, self_opened_think_start_ids=None,
                           think_end_ids=None, hf_eos_token_id=None, is_multimodal=False)
+    if settings.mamba:  # _mamba_radix_cache_v2_req_prepare_for_extend reads the model's mamba_chunk_size
+        model_config.hf_text_config = Strict(mamba_chunk_size=MAMBA_CHUNK_SIZE)
     seat = make_scheduler_class(real)()
     Mode = real.disagg.DisaggregationMode
     seat.__dict__.update(
@@ -1054,9 +1237,26 @@ def run(requests: list, settings: Settings, real: RealSGLang | None = None) -> R
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the allocator's CPU kernels on small tensors: threads only add overhead
     try:
-        return _run(requests, settings, real, results, order, max_len, steps)
+        with _no_pinned_memory() if settings.mamba else contextlib.nullcontext():
+            return _run(requests, settings, real, results, order, max_len, steps)
     finally:
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def _no_pinned_memory():
+    """Tensor.pin_memory() is the tensor itself meanwhile. ScheduleBatch.prepare_for_decode's
+    Mamba tracking mask is staged through pinned memory unconditionally
+    (``track_mask_cpu.pin_memory().to(device, non_blocking=True)``, schedule_batch.py:3830), which
+    torch refuses without an accelerator; on a CPU box the copy to device "cpu" is the tensor."""
+    import torch
+
+    saved = torch.Tensor.pin_memory
+    torch.Tensor.pin_memory = lambda self, device=None: self
+    try:
+        yield
+    finally:
+        torch.Tensor.pin_memory = saved
 
 
 #: What a run may read of a stub (checked after every run): per-request time stamps, prefill
@@ -1161,7 +1361,12 @@ def _serve(requests, settings, real, results, order, max_len, steps) -> RunResul
                     t = max(t, requests[order[k]].arrival_s)
             seat.last_batch = batch
     end = max((r.finish_s for r in results if r.finish_s is not None), default=0.0)
-    return RunResult(requests=results, steps=steps, end_s=end)
+    out = RunResult(requests=results, steps=steps, end_s=end)
+    if settings.mamba:
+        tree = seat.tree_cache
+        out.mamba = {"states": tree.mamba_evictable_size() + tree.mamba_protected_size(),
+                     "free_slots": seat.req_to_token_pool.mamba_allocator.available_size()}
+    return out
 
 
 def step_log(t, batch, seat, index_of) -> dict:
@@ -1174,6 +1379,10 @@ def step_log(t, batch, seat, index_of) -> dict:
             "available": seat.token_to_kv_pool_allocator.available_size(),
             "evictable": seat.tree_cache.evictable_size(), "protected": seat.tree_cache.protected_size(),
             "batch_is_full": seat.running_batch.batch_is_full,
+            **({"mamba_free": seat.req_to_token_pool.mamba_allocator.available_size(),
+                "mamba_evictable": seat.tree_cache.mamba_evictable_size(),
+                "mamba_protected": seat.tree_cache.mamba_protected_size()}
+               if hasattr(seat.req_to_token_pool, "mamba_allocator") else {}),
             "adder": [(e[0], index_of[e[1]]) + tuple(e[2:]) for e in ADDER_LOG]}
 
 
@@ -1214,12 +1423,13 @@ def main(argv=None) -> int:
     p.add_argument("--speedup", type=float, default=1.0, help="divide the trace's timestamps by this")
     p.add_argument("--limit", type=int, default=None, help="first N requests")
     p.add_argument("--steps", action="store_true", help="also write the per-step log")
+    p.add_argument("--mamba", action="store_true", help="a full-attention + Mamba model (extra_buffer)")
     p.add_argument("-o", "--output", default="-", help="JSON output (default: stdout)")
     a = p.parse_args(argv)
     settings = Settings(page_size=a.page_size, num_pages=a.pages, schedule_policy=a.schedule_policy,
                         chunked_prefill_size=None if a.chunked_prefill_size <= 0 else a.chunked_prefill_size,
                         max_prefill_tokens=a.max_prefill_tokens, max_running_requests=a.max_running_requests,
-                        step_seconds=a.step_ms / 1000.0, log_steps=a.steps)
+                        step_seconds=a.step_ms / 1000.0, log_steps=a.steps, mamba=a.mamba)
     result = run(load_jsonl(a.trace, a.limit, a.speedup), settings, real_sglang(download=False))
     doc = {"engine": f"sglang {VERSION} scheduler (real, tests/real_engines/sglang_scheduler.py)",
            "settings": dataclasses.asdict(settings), "end_s": result.end_s,

@@ -1,6 +1,7 @@
 """kvreplay's SGLang-style simulator with a hybrid SWA model (sliding-window + full attention, as
-gpt-oss) against SGLang 0.5.23's own scheduler over its own hybrid SWA tree and allocators,
-request by request.
+gpt-oss) and with a hybrid Mamba model (full attention + Mamba / linear attention, as Qwen3-Next)
+against SGLang 0.5.23's own scheduler over its own hybrid tree, pools and allocators, request by
+request.
 
 Opt-in (marker ``engines``), as test_sglang_scheduler.py, and with the same needs (a CPU torch,
 msgspec, the sglang 0.5.23 wheel or ``$KVREPLAY_SGLANG_ROOT``: an extracted tree):
@@ -28,6 +29,16 @@ multi_turn, with seeded outputs and arrivals) at 16-token pages; a sliding windo
 a light pool and a tight one (it evicts and retracts); fcfs, chunked prefill on; and the tight
 synthetic case again with lpm and without chunked prefill. Every request must agree on all five
 fields (the rules kvreplay adopted to get there are listed above ``EXPECTED``).
+
+Mamba (``MAMBA_CASES``): ``Settings(mamba=True)`` -- SGLang's ``HybridReqToTokenPool`` with the
+real ``MambaSlotAllocator`` (num_pages + 4 state slots, kvreplay's default; two ping-pong slots a
+request), the extra_buffer strategy's prefill tracking and decode tracking, ``UnifiedRadixCache``
+with FULL + MAMBA components; the ``MambaPool``'s state tensors are a stand-in (they need the
+model's state shapes; sglang_scheduler.py, "Hybrid Mamba models") -- against
+``kv_groups=[full, mamba]``: Mooncake 200 at 4,000 and 300 pages, the synthetic conversations at
+4,000 and 260 pages (fcfs, chunked prefill on), the tight synthetic case with lpm and without
+chunking, and full + sliding window 128 + Mamba on both tight pools. Every request agrees on all
+five fields, and the trees end with the same Mamba states.
 """
 
 from __future__ import annotations
@@ -110,10 +121,29 @@ CASES = {
 }
 
 
+#: Mamba hybrids (full attention + Mamba / linear-attention layers, as Qwen3-Next; "swa-mamba":
+#: full + sliding window 128 + Mamba), the extra_buffer strategy: the same workloads, pools and
+#: settings. Tight: the tree evicts full KV and the Mamba states on it, and on the synthetic
+#: conversations SGLang retracts (7 with fcfs, 2 with lpm, 7 without chunking, 6 with the window).
+MAMBA_CASES = {
+    "mamba-mooncake-200-light": ("mooncake-200", 4000),
+    "mamba-mooncake-200-tight": ("mooncake-200", 300),
+    "mamba-multi-turn-250-light": ("multi-turn-250", 4000),
+    "mamba-multi-turn-250-tight": ("multi-turn-250", 260),
+    "mamba-multi-turn-250-tight-lpm": ("multi-turn-250", 260),
+    "mamba-multi-turn-250-tight-no-chunk": ("multi-turn-250", 260),
+    "swa-mamba-mooncake-200-tight": ("mooncake-200", 300),
+    "swa-mamba-multi-turn-250-tight": ("multi-turn-250", 260),
+}
+ALL_CASES = {**CASES, **MAMBA_CASES}
+
+
 def settings_for(case: str, **kw) -> harness.Settings:
-    workload, pages = CASES[case]
+    workload, pages = ALL_CASES[case]
     page = WORKLOADS[workload][1]
-    base = dict(page_size=page, num_pages=pages, step_seconds=STEP_S, sliding_window=WINDOW,
+    mamba = case.startswith(("mamba-", "swa-mamba-"))
+    window = None if case.startswith("mamba-") else WINDOW
+    base = dict(page_size=page, num_pages=pages, step_seconds=STEP_S, sliding_window=window, mamba=mamba,
                 chunked_prefill_size=8192 if page == 512 else 256, max_prefill_tokens=16384)
     if case.endswith("-lpm"):
         base["schedule_policy"] = "lpm"
@@ -142,13 +172,19 @@ def kvreplay_run(trace, arrival, settings: harness.Settings):
     from kvreplay.serving.simulate import Scheduler
     from kvreplay.serving.timing import PolynomialProfile
 
-    assert settings.swa_full_tokens_ratio == 0.8, "kvreplay sizes the SWA pool at SGLang's default ratio"
+    groups = [Group("full", 1)]
+    if settings.sliding_window is not None:
+        assert settings.swa_full_tokens_ratio == 0.8, "kvreplay sizes the SWA pool at SGLang's default ratio"
+        groups.append(Group("sliding_window", 1, window=settings.sliding_window))
+    if settings.mamba:
+        assert settings.mamba_slots is None, "kvreplay's Mamba slots are its default: num_pages + 4"
+        groups.append(Group("mamba", 1))
     profile = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "version": 1, "unit": "s",
                                           "terms": [{"coef": settings.step_seconds}]})
     chunking = settings.chunked_prefill_size is not None
     return run_once(trace, policy="radix", capacity=settings.num_pages, block_size=settings.page_size,
                     time_model=profile, arrival_s=np.asarray(arrival, dtype=np.float64),
-                    kv_groups=[Group("full", 1), Group("sliding_window", 1, window=settings.sliding_window)],
+                    kv_groups=groups,
                     kv_engine="sglang",
                     scheduler=Scheduler(style="sglang", schedule_policy=settings.schedule_policy,
                                         chunked_prefill=chunking,
@@ -216,10 +252,34 @@ def test_same_requests_as_sglang_hybrid(real, case):
     assert result["agreement"] == 1.0, report(result)
 
 
+#: Mamba: every request agrees on all five fields in every case, at the first run (no rule of
+#: kvreplay had to change), and the trees end with the same number of Mamba states. The Mamba
+#: rules are what these cases check: run without the MAMBA component (a plain model), SGLang's
+#: own scheduler gives other hit tokens to 212 of the 250 light synthetic requests and other
+#: finish times to 238 (the hit is cut back to the deepest Mamba state, on the 64-token
+#: checkpoint grid); at Mooncake's 512-token pages the grid is the page and only 1 of 200 differs.
+@pytest.mark.parametrize("case", list(MAMBA_CASES))
+def test_same_requests_as_sglang_mamba(real, case):
+    workload, _ = MAMBA_CASES[case]
+    settings = settings_for(case)
+    result = compare(real, WORKLOADS[workload][0](), settings)
+    engine, ours = result["engine"], result["ours"]
+    assert [i for i, r in enumerate(engine.requests) if r.status != "finished"] == [], \
+        "SGLang finishes every request of these traces"
+    if "tight" in case:  # the full pool binds: the tree evicts, Mamba states with the KV under them
+        assert ours.policy_counters["evictions"] > 0 and ours.policy_counters["mamba_evictions"] > 0
+        if "multi-turn" in case:
+            assert sum(r.preemptions for r in engine.requests) > 0
+    assert result["agreement"] == 1.0, report(result)
+    assert engine.mamba["states"] == ours.policy_counters["mamba_states"]
+    # every state slot is back at the end: in the tree or free (num_pages + 4 on both sides)
+    assert engine.mamba["states"] + engine.mamba["free_slots"] == settings.num_pages + 4
+
+
 def main():  # python tests/real_engines/test_sglang_hybrid_scheduler.py [case ...]: the reports
     real = harness.real_sglang()
-    for case in sys.argv[1:] or list(CASES):
-        workload, _ = CASES[case]
+    for case in sys.argv[1:] or list(ALL_CASES):
+        workload, _ = ALL_CASES[case]
         result = compare(real, WORKLOADS[workload][0](), settings_for(case))
         ours = result["ours"]
         engine = result["engine"]
