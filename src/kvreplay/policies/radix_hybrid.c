@@ -1012,8 +1012,6 @@ int rh_computed(U *u, Req *r, i64 end) {
     return checkpoint(u, r, end, 0);
 }
 
-int rh_decode(U *u, Req *r) { return decode_step(u, r); }
-
 void rh_evict_window(U *u, Req *r) { evict_window(u, r); }
 
 int rh_decode_alloc(U *u, Req *r) { return decode_alloc(u, r); }

@@ -109,12 +109,10 @@ int rh_extend_states(RhTree *u, RhReq *r);
 /* its tokens up to `end` are computed and it goes on (cache_unfinished_req): 0 out of memory or no
  * state slot */
 int rh_computed(RhTree *u, RhReq *r, i64 end);
-/* one decode step before its forward (maybe_evict_swa, then one token's KV): 1, or 0 when it does
- * not fit */
-int rh_decode(RhTree *u, RhReq *r);
-/* a decode batch of several, in SGLang's order: the caller evicts for check_decode_mem, then
+/* a decode batch, in SGLang's order: the caller evicts for check_decode_mem (rh_make_room), then
  * rh_evict_window for each request (maybe_evict_swa), evicts a page per request, then
- * rh_decode_alloc for each (one token's KV: 1, or 0 when it does not fit) */
+ * rh_decode_alloc for each (one token's KV: 1, or 0 when it does not fit). The sequential replay
+ * is the batch of one (radix_hybrid.c decode_step) */
 void rh_evict_window(RhTree *u, RhReq *r);
 int rh_decode_alloc(RhTree *u, RhReq *r);
 /* evict until `tokens` tokens are free in the full and the SWA pool, as far as the tree allows */
