@@ -301,3 +301,34 @@ def test_requests_one_at_a_time_hit_as_the_sequential_hybrid_replay(rows, groups
     seq = kvreplay.replay(trace, "vllm", capacity, 4, kv_groups=groups, prefill_chunk=budget)
     assert seq.counters["oversize_requests"] == 0 and sim.counters["rejected"] == 0
     assert sim.hit_tokens.tolist() == np.asarray(seq.hit_tokens).tolist()
+
+
+@st.composite
+def crowds(draw):
+    """Up to 30 requests arriving within 5 s, with up to 200 output tokens each: they overlap."""
+    n = draw(st.integers(1, 30))
+    rows = []
+    for _ in range(n):
+        blocks = draw(st.integers(1, 10))
+        base = draw(st.integers(0, 3)) * 100
+        rows.append(([base + k for k in range(blocks)], blocks * 4 - draw(st.integers(0, 3)),
+                     draw(st.floats(0.0, 5000.0)), draw(st.integers(1, 200))))
+    return rows
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(crowds(), layouts(), st.integers(4, 120), st.sampled_from([4, 8, 16, 64]), st.integers(1, 8),
+       st.integers(1, 2))
+def test_overlapping_requests_on_small_hybrid_pools_all_end(rows, groups, capacity, budget, seqs, instances):
+    # many requests at once on pools that preempt, in every layout: each ends finished or rejected
+    # on arrival (a request that could never fit), none is left running or waiting, and every hit
+    # is whole blocks below the prompt (else run_once raises: a stall or a pool out of balance)
+    trace = kvreplay.Trace.from_requests(rows, block_size=4)
+    sim = run_once(trace, policy="vllm", capacity=capacity, block_size=4, time_model=step(0.01),
+                   arrival_s=np.asarray(trace.timestamp, dtype=np.float64) / 1000.0, kv_groups=groups,
+                   scheduler=Scheduler(max_num_batched_tokens=budget, max_num_seqs=seqs), max_model_len=1000,
+                   instances=instances, router="kv-aware" if instances > 1 else None)
+    assert set(sim.status.tolist()) <= {3, 4}  # FINISHED, REJECTED
+    finished = sim.status == 3
+    assert (sim.hit_tokens[finished] % 4 == 0).all()
+    assert (sim.hit_tokens[finished] < np.asarray(trace.input_length)[finished]).all()
