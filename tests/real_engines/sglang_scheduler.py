@@ -161,7 +161,7 @@ enable_mamba_extra_buffer and dcp_enabled False: grid 1, as without the publishe
 for it (``MAMBA_MODULES``): ``mem_cache/allocator/mamba.py``.
 What is the harness's on this path, and why:
 - ``MambaPool`` (the state tensors: conv and temporal states per layer, sized by the model's
-  state shapes, which need the model config) is ``_MambaPoolStandIn``: its size, ReplaySSM off,
+  state shapes, which need the model config) is ``MambaPoolStandIn``: its size, ReplaySSM off,
   and ``copy_from`` / ``clear_slots`` that do nothing (no forward reads the states); any other
   attribute raises. HybridReqToTokenPool's PLE side pools (ShortConvPool, NGramPool: disabled
   and unregistered without a Qwen4-Exp config) and int8 checkpoint pool (off) are not built;
@@ -802,6 +802,20 @@ def real_sglang(download: bool = False) -> RealSGLang:
     return _REAL["s"]
 
 
+def real_or_skip() -> RealSGLang:
+    """For the opt-in tests: SGLang's code (downloading the wheel if needed), or pytest.skip saying
+    what is missing (torch, the wheel)."""
+    import pytest
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("SGLang's scheduler code needs torch (a CPU build is enough): pip install torch "
+                    "--index-url https://download.pytorch.org/whl/cpu")
+    try:
+        return real_sglang(download=True)
+    except SGLangMissing as e:
+        pytest.skip(str(e))
+
+
 # ---- the run --------------------------------------------------------------------------------------
 
 @dataclass
@@ -836,6 +850,13 @@ class TraceRequest:
     input_length: int
     output_length: int
     arrival_s: float
+
+
+def requests_from_trace(trace, arrival_s) -> list:
+    """TraceRequests from a kvreplay Trace (its dense block ids) and arrival times in seconds (e.g.
+    ``kvreplay.serving.simulate.arrivals(trace)``, so that both simulators see the same floats)."""
+    return [TraceRequest([int(x) for x in trace.request_blocks(i)], int(trace.input_length[i]),
+                         int(trace.output_length[i]), float(arrival_s[i])) for i in range(len(trace))]
 
 
 @dataclass
@@ -1060,7 +1081,7 @@ def make_hybrid_swa_cache(real: RealSGLang, settings: Settings, req_to_token_poo
     return allocator, real.unified.UnifiedRadixCache(params)
 
 
-class _MambaPoolStandIn:
+class MambaPoolStandIn:
     """MambaPool (memory_pool.py:505) without its state tensors, which need the model's state
     shapes: its size, and copies / clears that do nothing (the forward that would read the
     states does not run either). Any other attribute raises (a plain class)."""
@@ -1082,41 +1103,51 @@ def mamba_slots(settings: Settings) -> int:
     return settings.num_pages + 4 if settings.mamba_slots is None else settings.mamba_slots
 
 
-def make_hybrid_req_to_token_pool(real: RealSGLang, settings: Settings, max_context_len: int):
-    """The real HybridReqToTokenPool (memory_pool.py:1355) for a Mamba model, built as its
-    __init__ and _init_mamba_pool build it (1360-1531) with the MambaPool's tensors left out
-    (object.__new__, the real ReqToTokenPool.__init__, then the attributes they set): the real
-    MambaSlotAllocator over ``mamba_slots`` slots; extra_buffer with the tracking slots
-    get_mamba_tracking_slots gives SGLang's default server (overlap schedule on: 2 ping-pong
-    slots a request, allocation_sizing.py:11); no ReplaySSM, no PLE side states (ShortConvPool /
-    NGramPool: disabled without a Qwen4-Exp config, so never registered), no int8 checkpoint pool
-    (--enable-int8-mamba-checkpoint off), no memory saver; one Mamba layer (mamba_map {0: 0})."""
+def hybrid_req_to_token_pool(pools, mamba_alloc, *, size: int, max_context_len: int, mamba_slots: int,
+                             extra_buffer: bool, ping_pong: int, initial_tracking: int):
+    """The real HybridReqToTokenPool (memory_pool.py:1355), built as its __init__ and
+    _init_mamba_pool build it (1360-1531) with the MambaPool's tensors left out (object.__new__,
+    the real ReqToTokenPool.__init__, then the attributes they set): the real MambaSlotAllocator
+    over `mamba_slots` slots (`pools`, `mamba_alloc`: SGLang's memory_pool and allocator/mamba
+    modules); with extra_buffer, `ping_pong` tracking slots a request and `initial_tracking`; no
+    ReplaySSM, no PLE side states (ShortConvPool / NGramPool: disabled without a Qwen4-Exp
+    config, so never registered), no int8 checkpoint pool (--enable-int8-mamba-checkpoint off), no
+    memory saver; one Mamba layer (mamba_map {0: 0}). test_sglang_hybrid.py builds its pools here
+    too."""
     import torch
 
-    pools = real.memory_pool
     pool = object.__new__(pools.HybridReqToTokenPool)
-    pools.ReqToTokenPool.__init__(pool, size=settings.max_running_requests, max_context_len=max_context_len,
-                                  device="cpu", enable_memory_saver=False)
-    slots = real.sizing.get_mamba_tracking_slots
-    pool.mamba_ping_pong_track_buffer_size = slots(extra_buffer=True, overlap=True)
-    pool.mamba_initial_tracking_slots = slots(extra_buffer=True, overlap=True, lazy=False)
-    pool.enable_mamba_extra_buffer = True
+    pools.ReqToTokenPool.__init__(pool, size=size, max_context_len=max_context_len, device="cpu",
+                                  enable_memory_saver=False)
+    pool.mamba_ping_pong_track_buffer_size = ping_pong
+    pool.mamba_initial_tracking_slots = initial_tracking if extra_buffer else 0
+    pool.enable_mamba_extra_buffer = extra_buffer
     pool.enable_mamba_extra_buffer_lazy = False
     pool.enable_memory_saver = False
     pool.start_layer = 0
     pool.layer_transfer_counter = None
     pool.ple_window_cache = None
-    size = mamba_slots(settings)
-    pool.mamba_pool = _MambaPoolStandIn(size)
-    pool.mamba_allocator = real.mamba_alloc.MambaSlotAllocator(size=size, device="cpu")
+    pool.mamba_pool = MambaPoolStandIn(mamba_slots)
+    pool.mamba_allocator = mamba_alloc.MambaSlotAllocator(size=mamba_slots, device="cpu")
     pool.mamba_map = {0: 0}
     pool.mamba_ckpt_pool = None
     pool.device = "cpu"
     rows = pool.req_to_token.shape[0]
     pool.req_index_to_mamba_index_mapping = torch.zeros(rows, dtype=torch.int32)
-    pool.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.zeros(
-        (rows, pool.mamba_ping_pong_track_buffer_size), dtype=torch.int64)
+    if extra_buffer:
+        pool.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.zeros((rows, ping_pong), dtype=torch.int64)
     return pool
+
+
+def make_hybrid_req_to_token_pool(real: RealSGLang, settings: Settings, max_context_len: int):
+    """hybrid_req_to_token_pool for the scheduler: max_running_requests rows, extra_buffer with the
+    tracking slots get_mamba_tracking_slots gives SGLang's default server (overlap schedule on: 2
+    ping-pong slots a request, allocation_sizing.py:11)."""
+    slots = real.sizing.get_mamba_tracking_slots
+    return hybrid_req_to_token_pool(real.memory_pool, real.mamba_alloc, size=settings.max_running_requests,
+                                    max_context_len=max_context_len, mamba_slots=mamba_slots(settings),
+                                    extra_buffer=True, ping_pong=slots(extra_buffer=True, overlap=True),
+                                    initial_tracking=slots(extra_buffer=True, overlap=True, lazy=False))
 
 
 def make_hybrid_mamba_cache(real: RealSGLang, settings: Settings, req_to_token_pool):

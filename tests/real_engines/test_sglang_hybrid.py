@@ -83,7 +83,7 @@ from kvreplay.policies.hybrid import Group
 from kvreplay.policies.radix_hybrid import UnifiedRadix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
-from sglang_scheduler import SGLangMissing, extracted_root  # noqa: E402
+from sglang_scheduler import SGLangMissing, extracted_root, hybrid_req_to_token_pool  # noqa: E402
 from hybrid_workloads import BS, mooncake, multi_turn  # noqa: E402
 from test_radix_engine import VERSION, synth_tokens  # noqa: E402
 
@@ -178,22 +178,6 @@ class _Bag:
         if key in fields:
             return fields[key]
         raise AttributeError(f"config bag {object.__getattribute__(self, '_name')!r}: {key!r} is not set by the test")
-
-
-class _FakeMambaPool:
-    """MambaPool without state tensors (no model): copies and clears do nothing."""
-
-    replayssm_write_pos = None
-    replayssm_spec_write_pos = None
-
-    def __init__(self, size):
-        self.size = size
-
-    def copy_from(self, src, dst):
-        pass
-
-    def clear_slots(self, idx):
-        pass
 
 
 class RealSGLang:
@@ -307,31 +291,11 @@ class RealSGLang:
         return self.unified.UnifiedRadixCache(params)
 
     def _hybrid_req_to_token_pool(self, size, max_len, mamba_slots, extra_buffer):
-        """The real HybridReqToTokenPool with the attributes its __init__ sets (memory_pool.py:1360-1531),
-        minus the MambaPool tensors."""
-        import torch
-
-        pools = self.pools
-        pool = object.__new__(pools.HybridReqToTokenPool)
-        pools.ReqToTokenPool.__init__(pool, size=size, max_context_len=max_len, device="cpu", enable_memory_saver=False)
-        pool.mamba_ping_pong_track_buffer_size = 2
-        pool.mamba_initial_tracking_slots = 2 if extra_buffer else 0
-        pool.enable_mamba_extra_buffer = extra_buffer
-        pool.enable_mamba_extra_buffer_lazy = False
-        pool.enable_memory_saver = False
-        pool.start_layer = 0
-        pool.layer_transfer_counter = None
-        pool.ple_window_cache = None
-        pool.mamba_pool = _FakeMambaPool(mamba_slots)
-        pool.mamba_allocator = self.mamba_alloc.MambaSlotAllocator(size=mamba_slots, device="cpu")
-        pool.mamba_map = {0: 0}
-        pool.mamba_ckpt_pool = None
-        pool.device = "cpu"
-        pool.req_index_to_mamba_index_mapping = torch.zeros(pool.req_to_token.shape[0], dtype=torch.int32)
-        if extra_buffer:
-            pool.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.zeros((pool.req_to_token.shape[0], 2),
-                                                                                 dtype=torch.int64)
-        return pool
+        """The real HybridReqToTokenPool minus the MambaPool tensors (sglang_scheduler.py's
+        hybrid_req_to_token_pool), two ping-pong slots a request with extra_buffer."""
+        return hybrid_req_to_token_pool(self.pools, self.mamba_alloc, size=size, max_context_len=max_len,
+                                        mamba_slots=mamba_slots, extra_buffer=extra_buffer, ping_pong=2,
+                                        initial_tracking=2)
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,6 @@ five fields, and the trees end with the same Mamba states.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
@@ -69,29 +68,13 @@ FIELDS = ("scheduled_s", "hit_tokens", "first_token_s", "finish_s", "preemptions
 
 @pytest.fixture(scope="module")
 def real():
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("SGLang's scheduler code needs torch (a CPU build is enough): pip install torch "
-                    "--index-url https://download.pytorch.org/whl/cpu")
-    try:
-        return harness.real_sglang(download=True)
-    except harness.SGLangMissing as e:
-        pytest.skip(str(e))
+    return harness.real_or_skip()
 
 
 # ---- workloads: rows of (hash ids, prompt tokens, arrival ms, outputs) --------------------------------
 
 def mooncake_rows(n: int = 200) -> list:
-    rows = []
-    with open(shared_path(MOONCAKE / "conversation_trace.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            rows.append((r["hash_ids"], r["input_length"], float(r["timestamp"]), r["output_length"]))
-            if len(rows) >= n:
-                break
-    t0 = rows[0][2]
-    return [(ids, L, t - t0, O) for ids, L, t, O in rows]
+    return per_request.slice_rows(shared_path(MOONCAKE / "conversation_trace.jsonl"), 0, n)
 
 
 def multi_turn_rows(n: int = 250, seed: int = 7) -> list:
@@ -161,9 +144,7 @@ def as_requests(rows: list, settings: harness.Settings):
 
     trace = kvreplay.Trace.from_requests(rows, block_size=settings.page_size)
     arrival = arrivals(trace)
-    return trace, arrival, [harness.TraceRequest([int(x) for x in trace.request_blocks(i)], int(trace.input_length[i]),
-                                                 int(trace.output_length[i]), float(arrival[i]))
-                            for i in range(len(trace))]
+    return trace, arrival, harness.requests_from_trace(trace, arrival)
 
 
 def kvreplay_run(trace, arrival, settings: harness.Settings):
@@ -202,13 +183,8 @@ def compare(real, rows: list, settings: harness.Settings) -> dict:
             "ours": ours}
 
 
-def report(result: dict, k: int = 8) -> str:
-    n = result["n"]
-    lines = [f"{round(result['agreement'] * n)} of {n} requests agree on all five fields; per field: "
-             + ", ".join(f"{name} {round(v * n)}" for name, v in result["fields"].items())]
-    for when, i, name, theirs, mine in result["diffs"][:k]:
-        lines.append(f"  request {i} {name}: SGLang {theirs:g}, kvreplay {mine:g} (from t={when:.2f} s)")
-    return "\n".join(lines)
+def report(result: dict) -> str:
+    return per_request.report(result, "SGLang")
 
 
 # ---- whole traces -------------------------------------------------------------------------------------

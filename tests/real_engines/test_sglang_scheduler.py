@@ -44,7 +44,6 @@ charged its raw tokens; a chunked request's whole prompt counted as taken; no ba
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -68,18 +67,7 @@ STRICT = os.environ.get("KVREPLAY_SGLANG_STRICT") == "1"
 
 @pytest.fixture(scope="module")
 def real():
-    if importlib_find("torch") is None:
-        pytest.skip("SGLang's scheduler code needs torch (a CPU build is enough): pip install torch "
-                    "--index-url https://download.pytorch.org/whl/cpu")
-    try:
-        return harness.real_sglang(download=True)
-    except harness.SGLangMissing as e:
-        pytest.skip(str(e))
-
-
-def importlib_find(name):
-    import importlib.util
-    return importlib.util.find_spec(name)
+    return harness.real_or_skip()
 
 
 def kvreplay_run(trace, settings: harness.Settings):
@@ -103,19 +91,7 @@ def kvreplay_run(trace, settings: harness.Settings):
 # ---- traces ---------------------------------------------------------------------------------------
 
 def slice_rows(name: str, start: int, n: int) -> list:
-    """Requests start..start+n-1 of a Mooncake trace, their timestamps shifted to start at 0:
-    (hash_ids, L, timestamp_ms, O)."""
-    rows = []
-    with open(shared_path(MOONCAKE / name), encoding="utf-8") as f:
-        for k, line in enumerate(f):
-            if k < start:
-                continue
-            r = json.loads(line)
-            rows.append((r["hash_ids"], r["input_length"], float(r["timestamp"]), r["output_length"]))
-            if len(rows) >= n:
-                break
-    t0 = rows[0][2]
-    return [(ids, L, t - t0, O) for ids, L, t, O in rows]
+    return per_request.slice_rows(shared_path(MOONCAKE / name), start, n)
 
 
 # ---- the comparison -------------------------------------------------------------------------------
@@ -126,9 +102,7 @@ def as_requests(rows: list, settings: harness.Settings):
     from kvreplay.serving.simulate import arrivals
 
     trace = kvreplay.Trace.from_requests(rows, block_size=settings.page_size)
-    arrival = arrivals(trace)
-    return trace, [harness.TraceRequest([int(x) for x in trace.request_blocks(i)], int(trace.input_length[i]),
-                                        int(trace.output_length[i]), float(arrival[i])) for i in range(len(trace))]
+    return trace, harness.requests_from_trace(trace, arrivals(trace))
 
 
 def compare(real, rows: list, settings: harness.Settings) -> dict:
@@ -142,12 +116,8 @@ def compare(real, rows: list, settings: harness.Settings) -> dict:
             "ours": ours}
 
 
-def report(result: dict, k: int = 8) -> str:
-    lines = [f"{result['agreement']:.1%} of {result['n']} requests agree on all five fields; per field: "
-             + ", ".join(f"{name} {v:.1%}" for name, v in result["fields"].items())]
-    for when, i, name, theirs, mine in result["diffs"][:k]:
-        lines.append(f"  request {i} {name}: SGLang {theirs:g}, kvreplay {mine:g} (from t={when:.2f} s)")
-    return "\n".join(lines)
+def report(result: dict) -> str:
+    return per_request.report(result, "SGLang")
 
 
 # ---- whole traces ---------------------------------------------------------------------------------

@@ -154,11 +154,7 @@ def compare(real, simulate, rows: list, settings: harness.Settings) -> dict:
 
 
 def report(result: dict) -> str:
-    lines = [f"{result['agreement']:.1%} of {result['n']} requests agree on all five fields; per field: "
-             + ", ".join(f"{k} {v:.1%}" for k, v in result["fields"].items())]
-    for when, i, name, theirs, mine in result["diffs"][:8]:
-        lines.append(f"  request {i} {name}: vLLM {theirs:g}, kvreplay {mine:g} (from t={when:.2f} s)")
-    return "\n".join(lines)
+    return per_request.report(result, "vLLM")
 
 
 LIGHT = dict(usable_blocks=4000, max_num_seqs=256, max_num_batched_tokens=8192)
@@ -190,18 +186,7 @@ for _slice, _pool in ((s, p) for s in SLICES for p in POOLS):
 
 
 def slice_rows(name: str, start: int, n: int) -> list:
-    """Requests start..start+n-1 of a Mooncake trace, their timestamps shifted to start at 0."""
-    rows = []
-    with open(shared_path(MOONCAKE / name), encoding="utf-8") as f:
-        for k, line in enumerate(f):
-            if k < start:
-                continue
-            r = json.loads(line)
-            rows.append((r["hash_ids"], r["input_length"], float(r["timestamp"]), r["output_length"]))
-            if len(rows) >= n:
-                break
-    t0 = rows[0][2]
-    return [(ids, L, t - t0, O) for ids, L, t, O in rows]
+    return per_request.slice_rows(shared_path(MOONCAKE / name), start, n)
 
 
 def rows_for(kind: str) -> list:

@@ -62,14 +62,20 @@ def sequential_inputs(rows, page):
     return trace, [o for _, _, o in rows]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.data())
-def test_requests_one_at_a_time_hit_as_the_sequential_replay(data):
+def draw_workload(data):
+    """A page size, conversations at it (rows of ids, prompt, outputs), a hybrid layout, and the
+    longest request's pages (prompt and outputs)."""
     page = data.draw(st.sampled_from([1, 4, 16]))
     rows = data.draw(conversations(page))
     groups = data.draw(layouts(page))
+    return page, rows, groups, max(-(-(length + o) // page) for _, length, o in rows)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_requests_one_at_a_time_hit_as_the_sequential_replay(data):
+    page, rows, groups, longest = draw_workload(data)
     chunk = data.draw(st.integers(1, 6)) * page * 4
-    longest = max(-(-(length + o) // page) for _, length, o in rows)
     # room for any request beside the locked prefix (the admission budgets never bind), small
     # enough that the tree evicts in every pool
     full_pages = data.draw(st.integers(3 * longest + 8, 5 * longest + 20))
@@ -149,10 +155,7 @@ def test_overlapping_requests_on_small_pools_keep_every_pool_accounted_for(data)
     # many requests at once on pools that make the budgets bind, retract decodes and evict in every
     # pool: every request finishes (or is rejected on arrival), and the kernel's end-of-run check of
     # each tree against its pools passes (else run_once raises)
-    page = data.draw(st.sampled_from([1, 4, 16]))
-    rows = data.draw(conversations(page))
-    groups = data.draw(layouts(page))
-    longest = max(-(-(length + o) // page) for _, length, o in rows)
+    page, rows, groups, longest = draw_workload(data)
     full_pages = data.draw(st.integers(max(2, longest // 2), 3 * longest + 4))
     trace = kvreplay.Trace.from_requests([(ids, length, 0.0, o) for ids, length, o in rows], block_size=page)
     instances = data.draw(st.integers(1, 2))
