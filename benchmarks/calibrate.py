@@ -14,9 +14,19 @@ benchmarks/.cache/ and reads the tables with pyarrow.
 2. **Held back**: steps of dense models (Llama-3.1-8B/70B, Qwen3-8B/32B, Qwen2.5-72B,
    Mistral-7B) at TP 1-8, composed kernel by kernel from each GPU's own measured tables (the
    layers' GEMMs at their real shapes, attention, two all-reduces per layer, the LM head on the
-   logits rows), on H200 and A100, which the fit never saw, predicted with H100's coefficients and
-   the target GPU's catalog peaks: the error a GPU without measurements gets from its nearest
-   measured relative. H100's own steps are reported too (in-sample GPU, every step shape unseen).
+   logits rows), on H200 and A100, which the fit never saw, predicted with H100's coefficients,
+   the target GPU's catalog compute peaks and its streaming bandwidth (below): the error a GPU
+   without measurements gets from its nearest measured relative. H100's own steps are reported too
+   (in-sample GPU, every step shape unseen).
+   **Streaming bandwidth** (since 2026-12-04 (4)): every memory term runs at the bandwidth a
+   memory-bound kernel sustains on the GPU, one figure per GPU as a STREAM-like test gives it:
+   vLLM's static fp8 quantisation kernel (``quantize/vllm/<version>/scale_matrix_perf.parquet``,
+   a bf16 read and an fp8 write per element) over its shapes moving >= 256 MB (PROBE_MIN_BYTES).
+   H100, H200 and B200 have it; A100's tables have no quantisation kernels, so A100 (and a GPU
+   without measurements) streams at its datasheet peak times the share measured on the GPU whose
+   coefficients it uses (roofline.stream_bandwidth). It is the only figure the held-back check
+   takes from the held-back GPU's tables, and not one of the tables the steps are composed from
+   (the fp8 GEMMs' timings do include an input quantisation of this kind, at their own shapes).
 3. **Per-GPU fits** for the package data: each measured GPU fitted on its own kernels; its band is
    the 5th-95th percentile of measured/predicted over its composed steps, per phase. B200
    (RELATIVE_CHECKS) ships H200's coefficients, checked on steps composed from its own kernels
@@ -52,6 +62,9 @@ WHEEL_VERSION = "0.12.0"
 OUT = REPO / "src" / "kvreplay" / "data" / "roofline_calibration.json"
 CUSTOM_AR_MAX = 8 * 2 ** 20  # bytes
 GPUS = {"H100": "h100_sxm", "H200": "h200_sxm", "A100-80GB": "a100_sxm"}
+#: the streaming-bandwidth probe: vLLM's static fp8 quantisation (a bf16 read and an fp8 write per
+#: element, no reuse) over shapes moving at least this many bytes, well past every catalog GPU's L2
+PROBE_KERNEL, PROBE_MIN_BYTES = "static_scaled_fp8_quant", 256e6
 #: GPUs with measured kernels that ship their relative's coefficients (its own fit is no closer on its
 #: composed steps: docs/performance.md section 13), checked on their own kernels for their bands
 RELATIVE_CHECKS = {"B200": ("b200_sxm", "H200")}
@@ -144,6 +157,48 @@ def attention_kernel(table, phase: str) -> str:
         if name in kern:
             return name
     return kern[0]
+
+
+def stream_probe(t: Tables, gpu_dir: str, gpu) -> dict | None:
+    """The GPU's streaming memory bandwidth: the median over PROBE_KERNEL's shapes moving at least
+    PROBE_MIN_BYTES (None where the GPU's tables have no quantisation kernels: A100). One figure per
+    GPU, as a STREAM-like test gives it; the calibrated roofline's memory terms run at it."""
+    prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/quantize/vllm/"
+    if not any(n.startswith(prefix) and n.endswith("/scale_matrix_perf.parquet") for n in t.names):
+        return None
+    q = t.read(gpu_dir, "quantize", "scale_matrix_perf.parquet")
+    q = q[q.kernel_source == PROBE_KERNEL]
+    moved = 3.0 * q.m.to_numpy(float) * q.k.to_numpy(float)
+    keep = moved >= PROBE_MIN_BYTES
+    bw = float(np.median(moved[keep] / (q.latency.to_numpy(float)[keep] / 1e3)))
+    return {"bytes_per_s": bw, "fraction_of_peak": bw / gpu.bandwidth_bytes_per_s, "shapes": int(keep.sum()),
+            "kernel": PROBE_KERNEL, "min_bytes": PROBE_MIN_BYTES,
+            "file": t.path(gpu_dir, "quantize", "scale_matrix_perf.parquet")}
+
+
+def stream_probes(t: Tables) -> dict:
+    """stream_probe of every measured GPU that has one, by catalog name."""
+    from kvreplay.serving.timing.gpus import get_gpu
+
+    dirs = {**GPUS, **{name: d for name, (d, _) in RELATIVE_CHECKS.items()}}
+    found = {name: stream_probe(t, d, get_gpu(name)) for name, d in dirs.items()}
+    return {name: p for name, p in found.items() if p}
+
+
+def stream(probes: dict, name: str, coefficients_from: str) -> float:
+    """The bandwidth GPU `name`'s memory terms run at with `coefficients_from`'s coefficients
+    (roofline.stream_bandwidth over `probes`), bytes/s."""
+    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.serving.timing.roofline import stream_bandwidth
+
+    return stream_bandwidth(get_gpu(name), coefficients_from, probes)[0]
+
+
+def streamed(gpu, bytes_per_s: float):
+    """`gpu` with its memory at `bytes_per_s` (what the kernel families' rooflines read)."""
+    import dataclasses
+
+    return dataclasses.replace(gpu, bandwidth_gbps=bytes_per_s / 1e9)
 
 
 def kernels(t: Tables, gpu_dir: str) -> dict:
@@ -438,9 +493,11 @@ def kernel_terms(coefficients: dict) -> dict:
     return {**coefficients, **dict.fromkeys(SERVING_TERMS, 0.0)}
 
 
-def step_table(meas: Measured, gpu_name: str, coefficients: dict, dtype: str = "bf16", head: Measured | None = None):
-    """Composed steps of the DENSE models against the calibrated roofline's predictions. fp8: `meas`
-    holds the fp8 GEMMs, `head` the bf16 ones the LM head runs (fp8 checkpoints keep it bf16)."""
+def step_table(meas: Measured, gpu_name: str, coefficients: dict, bw: float, dtype: str = "bf16",
+               head: Measured | None = None):
+    """Composed steps of the DENSE models against the calibrated roofline's predictions, its memory
+    terms at `bw` bytes/s (stream). fp8: `meas` holds the fp8 GEMMs, `head` the bf16 ones the LM
+    head runs (fp8 checkpoints keep it bf16)."""
     from kvreplay.analysis.models import get_model
     from kvreplay.serving.timing.models import StepBatch
     from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
@@ -449,7 +506,8 @@ def step_table(meas: Measured, gpu_name: str, coefficients: dict, dtype: str = "
     for name, tps in DENSE:
         spec = get_model(name)
         for tp in tps:
-            model = CalibratedRooflineTimeModel(name, gpu_name, tp, dtype=dtype, coefficients=kernel_terms(coefficients))
+            model = CalibratedRooflineTimeModel(name, gpu_name, tp, dtype=dtype, coefficients=kernel_terms(coefficients),
+                                                stream_bytes_per_s=bw)
             for phase, prefill, b, ctx in step_shapes():
                 measured = composed_step(meas, spec, tp, prefill, b, ctx, head=head)
                 if measured is None:
@@ -499,11 +557,12 @@ def print_summary(title, s):
               f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} |")
 
 
-def held_back(meas, meas8, fit) -> dict:
+def held_back(meas, meas8, fit, probes) -> dict:
     """Each GPU's composed steps against FIT_GPU's coefficients (and the raw roofline), printed."""
     report = {}
     for name in GPUS:
-        rows = step_table(meas[name], name, fit)
+        bw = stream(probes, name, FIT_GPU)
+        rows = step_table(meas[name], name, fit, bw)
         held = "in-sample GPU, unseen step shapes" if name == FIT_GPU else "held back: never fitted"
         s = summary(rows)
         print_summary(f"{name} steps ({held}), predicted with {FIT_GPU}'s coefficients", s)
@@ -511,7 +570,7 @@ def held_back(meas, meas8, fit) -> dict:
         print_summary(f"{name} steps, roofline-raw (MFU 0.5, MBU 0.6)", raw)
         report[name] = {"calibrated": s, "raw": raw}
         if name in meas8:  # fp8 weights: the same steps with the measured fp8 GEMMs
-            rows = step_table(meas8[name], name, fit, "fp8", head=meas[name])
+            rows = step_table(meas8[name], name, fit, bw, "fp8", head=meas[name])
             s8, raw8 = summary(rows), summary(raw_table(rows, name, "fp8"))
             print_summary(f"{name} fp8 steps ({held}), predicted with {FIT_GPU}'s coefficients", s8)
             print_summary(f"{name} fp8 steps, roofline-raw (MFU 0.5, MBU 0.6)", raw8)
@@ -519,7 +578,7 @@ def held_back(meas, meas8, fit) -> dict:
     return report
 
 
-def relative_checks(t: Tables, gpus: dict) -> dict:
+def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
     """RELATIVE_CHECKS: each GPU's own composed steps predicted with its relative's coefficients
     (what it ships), at its own catalog peaks: the bands and errors it gets."""
     out = {}
@@ -527,26 +586,27 @@ def relative_checks(t: Tables, gpus: dict) -> dict:
         tabs = kernels(t, gpu_dir)
         coef = gpus[relative]["coefficients"]
         meas = Measured(tabs)
-        s = summary(step_table(meas, name, coef))
+        bw = stream(probes, name, relative)
+        s = summary(step_table(meas, name, coef, bw))
         print_summary(f"{name} steps (held back: {relative}'s coefficients, as {name} ships them)", s)
         out[name] = {"relative": relative, "bands": {p: v["band"] for p, v in s.items()},
                      "step_error": {p: v["mape"] for p, v in s.items()}}
         if "gemm_fp8" in tabs:
-            s8 = summary(step_table(Measured(tabs, "gemm_fp8"), name, coef, "fp8", head=meas))
+            s8 = summary(step_table(Measured(tabs, "gemm_fp8"), name, coef, bw, "fp8", head=meas))
             print_summary(f"{name} fp8 steps (held back: {relative}'s coefficients)", s8)
             out[name].update({"bands_fp8": {p: v["band"] for p, v in s8.items()},
                               "step_error_fp8": {p: v["mape"] for p, v in s8.items()}})
     return out
 
 
-def e2e_model(run, extra=None, coefficients=None):
-    """The calibrated roofline of a silicon run: the shipped calibration (or `coefficients`) with
-    `extra` coefficients over it."""
+def e2e_model(run, extra=None, coefficients=None, bw=None):
+    """The calibrated roofline of a silicon run: the shipped calibration (or `coefficients`, their
+    memory terms at `bw` bytes/s) with `extra` coefficients over it."""
     from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
 
     c = {**(coefficients or {}), **(extra or {})}
     return CalibratedRooflineTimeModel(run["model"], run["gpu"], run["tp"], dtype=run["weights"],
-                                       kv_dtype=run["weights"], coefficients=c or None)
+                                       kv_dtype=run["weights"], coefficients=c or None, stream_bytes_per_s=bw)
 
 
 def e2e_check(t: Tables) -> dict:
@@ -571,14 +631,15 @@ def e2e_check(t: Tables) -> dict:
     return out
 
 
-def fit_serving_terms(t: Tables, gpus: dict) -> dict:
+def fit_serving_terms(t: Tables, gpus: dict, probes: dict) -> dict:
     """The serving stack's terms (calibrate_e2e.py), fitted on FIT_GPU's silicon runs."""
     import calibrate_e2e as e2e
 
     runs, _ = e2e.silicon_runs(t.silicon())
     mine = [r for r in runs if r["gpu"] == e2e.FIT_GPU and r["source"] == e2e.FIT_SOURCE]
     coef = gpus[e2e.FIT_GPU]["coefficients"]
-    terms = e2e.fit_terms(mine, lambda r, extra: e2e_model(r, extra, coef))
+    bw = stream(probes, e2e.FIT_GPU, e2e.FIT_GPU)
+    terms = e2e.fit_terms(mine, lambda r, extra: e2e_model(r, extra, coef, bw))
     print(f"serving terms fitted on {len(mine)} {e2e.FIT_GPU} silicon runs: " +
           ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in terms.items()))
     return terms
@@ -618,18 +679,19 @@ def transfer_bands(report: dict, data: dict) -> dict:
     return {p: [float(lo), float(hi)] for p, (lo, hi) in transfer.items()}
 
 
-def own_fits(tabs, meas, meas8, fit) -> dict:
+def own_fits(tabs, meas, meas8, fit, probes) -> dict:
     """Each measured GPU's coefficients fitted on its own kernels, with the bands of its steps."""
     from kvreplay.serving.timing.gpus import get_gpu
 
     gpus = {}
     for name in GPUS:
-        own = fit if name == FIT_GPU else fit_gpu(tabs[name], get_gpu(name))[0]
-        s = summary(step_table(meas[name], name, own))
+        bw = stream(probes, name, name)
+        own = fit if name == FIT_GPU else fit_gpu(tabs[name], streamed(get_gpu(name), bw))[0]
+        s = summary(step_table(meas[name], name, own, bw))
         gpus[name] = {"coefficients": {k: float(v) for k, v in own.items()},
                       "bands": {p: v["band"] for p, v in s.items()}, "step_error": {p: v["mape"] for p, v in s.items()}}
         if name in meas8:
-            s8 = summary(step_table(meas8[name], name, own, "fp8", head=meas[name]))
+            s8 = summary(step_table(meas8[name], name, own, bw, "fp8", head=meas[name]))
             gpus[name]["bands_fp8"] = {p: v["band"] for p, v in s8.items()}
             gpus[name]["step_error_fp8"] = {p: v["mape"] for p, v in s8.items()}
     return gpus
@@ -655,16 +717,21 @@ def main() -> int:
     tabs = {name: kernels(t, d) for name, d in GPUS.items()}
     meas = {name: Measured(tabs[name]) for name in GPUS}
     meas8 = {name: Measured(tabs[name], "gemm_fp8") for name in GPUS if "gemm_fp8" in tabs[name]}
+    probes = stream_probes(t)
+    print("streaming bandwidth (" + PROBE_KERNEL + f", shapes moving >= {PROBE_MIN_BYTES / 1e6:.0f} MB): " +
+          ", ".join(f"{n} {p['bytes_per_s'] / 1e12:.2f} TB/s ({100 * p['fraction_of_peak']:.1f}% of peak)"
+                    for n, p in probes.items()))
     if args.check:
         shipped = json.loads(OUT.read_text())
         fit = shipped["gpus"][FIT_GPU]["coefficients"]
+        probes = shipped.get("stream_bandwidth", {})  # what the package ships
     else:
-        fit, errs = fit_gpu(tabs[FIT_GPU], get_gpu(FIT_GPU))
+        fit, errs = fit_gpu(tabs[FIT_GPU], streamed(get_gpu(FIT_GPU), stream(probes, FIT_GPU, FIT_GPU)))
         print(f"kernel fit on {FIT_GPU}: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
-    report = held_back(meas, meas8, fit)
+    report = held_back(meas, meas8, fit, probes)
     if not args.check:
-        gpus = own_fits(tabs, meas, meas8, fit)
-        terms = fit_serving_terms(t, gpus)
+        gpus = own_fits(tabs, meas, meas8, fit, probes)
+        terms = fit_serving_terms(t, gpus, probes)
         for entry in gpus.values():
             entry["coefficients"].update(terms)
         data = {
@@ -685,7 +752,8 @@ def main() -> int:
             "fitted_range": {"models": [n for n, _ in DENSE], "tp": [1, 2, 4, 8], "max_context": 8192,
                              "max_prefill_tokens": 16384, "max_decode_batch": 256},
             "gpus": gpus,
-            "relative_bands": relative_checks(t, gpus),
+            "stream_bandwidth": probes,
+            "relative_bands": relative_checks(t, gpus, probes),
             "relatives": {"B200": "H200", "MI300X": "H200", "L40S": "A100-80GB"},
             "held_back": report,
         }
@@ -697,7 +765,7 @@ def main() -> int:
         write(data)
         print(f"\nwrote {OUT.relative_to(REPO)}")
     else:
-        relative_checks(t, json.loads(OUT.read_text())["gpus"])
+        relative_checks(t, json.loads(OUT.read_text())["gpus"], probes)
     if args.e2e:
         report["e2e"] = e2e_check(t)
     if args.json:

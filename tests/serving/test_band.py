@@ -59,8 +59,15 @@ def test_raw_roofline_has_no_band_and_warnings_name_the_range():
     assert raw.summary()["latency_band_s"] is None
     r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Qwen3-30B-A3B", gpu="B200", tp=2, time_model="roofline")
     warnings = r.summary()["latency_band_s"]["warnings"]
-    assert any("B200 has no kernel measurements" in w and "H200" in w for w in warnings)
+    # B200: H200's coefficients, checked on B200's own kernels, at B200's measured streaming bandwidth
+    assert any(w.startswith("B200 ships H200's coefficients") and "6.33 TB/s: its own measured streaming bandwidth" in w
+               and "spread of those coefficients on B200's own measured kernels" in w for w in warnings)
     assert any("Qwen3-30B-A3B is an MoE model" in w for w in warnings)
+    # MI300X: nothing measured; its datasheet 5.3 TB/s at the share of peak measured on H200 (84.4%)
+    r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Llama-3.1-8B", gpu="MI300X", time_model="roofline")
+    warnings = r.summary()["latency_band_s"]["warnings"]
+    assert any(w.startswith("MI300X has no kernel measurements") and "(H200)" in w and "4.47 TB/s" in w
+               and "the cross-GPU check's" in w for w in warnings)
 
 
 def test_weights_dtype_warnings_name_what_was_not_measured():

@@ -636,6 +636,38 @@ def test_calibrated_gpu_without_measurements_borrows_its_relatives():
     assert not h100.calibration.borrowed and h100.describe()["calibrated_on"] == "H100"
 
 
+def test_calibrated_memory_terms_run_at_the_measured_streaming_bandwidth():
+    from kvreplay.serving.timing.roofline import calibration_data, stream_bandwidth
+
+    probes = calibration_data()["stream_bandwidth"]
+    # every measured GPU with a probe: the share of its datasheet peak a streaming kernel sustains
+    for name, p in probes.items():
+        gpu = get_gpu(name)
+        assert p["bytes_per_s"] == pytest.approx(p["fraction_of_peak"] * gpu.bandwidth_bytes_per_s)
+        assert 0.7 < p["fraction_of_peak"] < 1.0 and p["shapes"] > 0 and p["file"].endswith(".parquet")
+    h100, h200 = (CalibratedRooflineTimeModel("Llama-3.1-8B", g) for g in ("H100", "H200"))
+    assert h100.bandwidth == probes["H100"]["bytes_per_s"] and h200.bandwidth == probes["H200"]["bytes_per_s"]
+    assert h200.describe()["stream_bandwidth_source"] == "measured on this GPU"
+    # a weight-bound decode step's GEMMs scale with it, not with the datasheet peaks' ratio
+    batch = StepBatch(decode_context=(1000,))
+    gemm = {m.gpu.name: m.terms(batch)["gemm"] - 4 * 32 * m.c["gemm_floor_s"] for m in (h100, h200)}
+    assert gemm["H100"] / gemm["H200"] * h100.c["e_weights"] / h200.c["e_weights"] == pytest.approx(
+        probes["H200"]["bytes_per_s"] / probes["H100"]["bytes_per_s"])
+    # no probe, borrowed coefficients: the datasheet peak at the share measured where they were fitted
+    mi300x = get_gpu("MI300X")
+    bw, source = stream_bandwidth(mi300x, "H200")
+    assert bw == pytest.approx(mi300x.bandwidth_bytes_per_s * probes["H200"]["fraction_of_peak"])
+    assert "H200" in source and CalibratedRooflineTimeModel("Llama-3.1-8B", "MI300X").bandwidth == bw
+    # no probe anywhere (A100's tables have no quantisation kernels): the datasheet peak
+    a100 = get_gpu("A100-80GB")
+    assert "A100-80GB" not in probes
+    assert stream_bandwidth(a100, "A100-80GB") == (a100.bandwidth_bytes_per_s, "the datasheet peak")
+    assert stream_bandwidth(a100, "H100", probes)[0] == pytest.approx(2.039e12 * probes["H100"]["fraction_of_peak"])
+    # every coefficient given and no bandwidth: the datasheet peak (the hand-worked tests above)
+    assert CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", coefficients=ROUND).bandwidth == 3.35e12
+    assert CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", coefficients=ROUND, stream_bytes_per_s=2e12).bandwidth == 2e12
+
+
 def test_roofline_options_belong_to_roofline_raw():
     with pytest.raises(ConfigError, match="roofline-raw"):
         load_time_model("roofline", model="Llama-3.1-8B", gpu="H100", mfu=0.4)

@@ -328,6 +328,22 @@ def _calibration_warnings(tm, trace, report) -> list[str]:
     return out
 
 
+def _borrowed_warning(tm) -> str:
+    """What a GPU that ships its nearest measured relative's coefficients runs at, and its band."""
+    from .timing.roofline import calibration_data
+
+    cal = tm.calibration
+    checked = cal.gpu in calibration_data().get("relative_bands", {})
+    memory = ("its own measured streaming bandwidth" if tm.bandwidth_source == "measured on this GPU"
+              else tm.bandwidth_source)
+    band = (f"its band is the spread of those coefficients on {cal.gpu}'s own measured kernels" if checked
+            else "its band is the cross-GPU check's")
+    head = (f"{cal.gpu} ships {cal.measured_on}'s coefficients" if checked else
+            f"{cal.gpu} has no kernel measurements: its coefficients are its nearest measured relative's ({cal.measured_on})")
+    return (f"{head}, at {cal.gpu}'s own compute peaks and memory bandwidth "
+            f"({tm.bandwidth / 1e12:.2f} TB/s: {memory}); {band}")
+
+
 def calibration_warnings(tm, trace) -> list[str]:
     """Where serving `trace` with the calibrated roofline `tm` leaves what it was fitted and
     checked on, before any run (the batch a run reaches: _calibration_warnings)."""
@@ -335,8 +351,7 @@ def calibration_warnings(tm, trace) -> list[str]:
     rng = cal.fitted_range
     out = []
     if cal.borrowed:
-        out.append(f"{cal.gpu} has no kernel measurements: its coefficients are its nearest measured relative's "
-                   f"({cal.measured_on}) at {cal.gpu}'s own peaks, and its band is the cross-GPU check's")
+        out.append(_borrowed_warning(tm))
     spec = tm.model
     if rng.get("models") and spec.name not in rng["models"]:
         kind = ("an MoE model" if spec.active_params != spec.total_params else "a model") + \

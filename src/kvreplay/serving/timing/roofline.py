@@ -45,6 +45,13 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   per layer). Their projections are in the GEMMs (active parameters). The calibration's band
   does not cover this term, and the run says so.
 
+Every memory term runs at the GPU's measured streaming bandwidth (``stream_bandwidth``), not its
+datasheet peak: the efficiencies above are fractions of what a memory-bound kernel sustains on
+that GPU (vLLM's fp8 quantisation kernel over shapes moving >= 256 MB, from the same kernel
+database), so a GPU whose memory sustains a smaller share of its peak (an H200: 84% against an
+H100's 88%) is predicted as slower. A GPU without that measurement streams at its datasheet peak
+times the share measured on the GPU whose coefficients it uses.
+
 Attention and the all-reduce run at bf16 whatever the weights' dtype; GEMMs at the weights'
 compute dtype (fp8 weights: fp8 tensor cores; int4 weights are dequantised to bf16, at the bf16
 coefficients).
@@ -153,6 +160,21 @@ def calibration_for(gpu_name: str) -> Calibration:
                        bands_fp8)
 
 
+def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) -> tuple[float, str]:
+    """The memory bandwidth the calibrated terms run at on `gpu` (a GPUSpec), bytes/s, and where it
+    comes from: the GPU's own measured streaming bandwidth (`probes`, default the calibration's
+    ``stream_bandwidth``), else its datasheet peak times the share of peak measured on
+    `coefficients_from` (the GPU its coefficients were fitted on), else the datasheet peak."""
+    probes = calibration_data().get("stream_bandwidth", {}) if probes is None else probes
+    peak = gpu.bandwidth_bytes_per_s
+    if gpu.name in probes:
+        return float(probes[gpu.name]["bytes_per_s"]), "measured on this GPU"
+    if coefficients_from in probes:
+        share = float(probes[coefficients_from]["fraction_of_peak"])
+        return peak * share, f"the datasheet peak x {share:.3f}, the share measured on the {coefficients_from}"
+    return peak, "the datasheet peak"
+
+
 def gemm_outputs_per_token(spec, tp: int) -> float:
     """Output columns (n) of the layers' GEMMs one token computes on one GPU of a TP group, over
     the layers: the tile term's count (``gemm_k0``). Dense: q/k/v ((heads / tp + 2 x kv heads /
@@ -193,7 +215,11 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     name = "roofline"
 
     def __init__(self, model, gpu, tp: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
-                 coefficients: dict | None = None):
+                 coefficients: dict | None = None, stream_bytes_per_s: float | None = None):
+        """`coefficients`: every one of COEFFICIENTS given (benchmarks/calibrate.py) replaces the
+        shipped calibration, some of them override it. `stream_bytes_per_s`: the memory bandwidth
+        the terms run at (default: stream_bandwidth of the GPU and its calibration; every
+        coefficient given and no bandwidth: the datasheet peak)."""
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         coefficients = dict(coefficients or {})
         unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS) - set(SHAPE_COEFFICIENTS))
@@ -212,6 +238,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         c.update(coefficients)
         c = {**SHAPE_COEFFICIENTS, **c}
         self.c = c
+        if stream_bytes_per_s is not None:
+            self.bandwidth, self.bandwidth_source = float(stream_bytes_per_s), "given"
+        elif self.calibration.measured_on == "given":  # every coefficient given, no bandwidth: the peak
+            self.bandwidth, self.bandwidth_source = self.gpu.bandwidth_bytes_per_s, "the datasheet peak"
+        else:
+            self.bandwidth, self.bandwidth_source = stream_bandwidth(self.gpu, self.calibration.measured_on)
         self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
         # in a step, an all-reduce also waits for the last of its GPUs to arrive: the isolated
         # kernel's latency plus a skew growing with log2 of the group (fitted on silicon runs)
@@ -338,7 +370,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
                 "borrowed_calibration": cal.borrowed, "bands": {p: list(cal.band(p, self.fp8)) for p in PHASES},
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
-                "bandwidth_gbps": self.gpu.bandwidth_gbps,
+                "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
+                "stream_bandwidth_source": self.bandwidth_source,
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
                     "mamba_term": "unmeasured: state read and write per request, update per token"}
                    if self.mamba_layers else {})}
