@@ -739,7 +739,9 @@ def main() -> int:
                         "(serving/timing/roofline.py). Bands: 5th-95th percentile of measured / predicted step time over steps "
                         "composed from the GPU's measured kernels; the decode band also spans the silicon runs' TPOT "
                         "measured / simulated (e2e_tpot_band). relative_bands: a GPU that ships its relative's coefficients, "
-                        "checked on its own kernels; transfer_bands: a GPU without measurements. The serving terms "
+                        "checked on its own kernels; transfer_bands: a GPU without measurements. stream_bandwidth: the "
+                        "streaming bandwidth measured on each GPU that has a quantisation table, which every memory "
+                        "term runs at (efficiencies are fractions of it; roofline.stream_bandwidth). The serving terms "
                         f"({', '.join(SERVING_TERMS)}) are fitted on {FIT_GPU}'s silicon serving runs (calibrate_e2e.py).",
             "sources": [{"name": "NVIDIA aiconfigurator kernel database and silicon serving runs",
                          "repository": "https://github.com/ai-dynamo/aiconfigurator",
