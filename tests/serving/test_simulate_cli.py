@@ -114,6 +114,17 @@ def test_gpus_lists_the_catalog():
     doc = json.loads(ok("gpus", "--json"))
     h100 = next(g for g in doc["gpus"] if g["name"] == "H100")
     assert h100["bf16_tflops"] == 989.5 and h100["bandwidth_gbps"] == 3350
+    # how the calibrated roofline times each GPU: whose coefficients, and the bandwidth its memory terms run at
+    cal = {g["name"]: g["roofline_calibration"] for g in doc["gpus"]}
+    assert cal["H200"]["own_kernels_fitted"] and cal["H200"]["stream_bandwidth_source"] == "measured on this GPU"
+    assert 4000 < cal["H200"]["stream_bandwidth_gbps"] < 4800
+    assert cal["B200"]["coefficients_from"] == "H200" and cal["B200"]["checked_on_own_kernels"]
+    assert cal["MI300X"]["coefficients_from"] == "H200" and not cal["MI300X"]["checked_on_own_kernels"]
+    assert cal["MI300X"]["stream_bandwidth_gbps"] == pytest.approx(
+        5300 * cal["H200"]["stream_bandwidth_gbps"] / 4800)
+    assert cal["A100-80GB"]["stream_bandwidth_gbps"] == 2039  # no quantisation table: the datasheet figure
+    assert f"{cal['H200']['stream_bandwidth_gbps']:,.0f}*" in out and "H200's, checked on its own kernels" in out
+    assert "H200's (nothing measured)" in out
 
 
 def test_conversation_trace_as_the_issue_asks():

@@ -81,8 +81,9 @@ def _cmd_gpus(args) -> int:
     from dataclasses import asdict
 
     from ..serving.timing import gpu_catalog
+    from ..serving.timing.roofline import calibration_summary
 
-    entries = [asdict(g) for g in gpu_catalog()]
+    entries = [{**asdict(g), "roofline_calibration": calibration_summary(g)} for g in gpu_catalog()]
     if args.json:
         sys.stdout.buffer.write(common.encode_json({"gpus": entries}))
         return 0
@@ -93,17 +94,36 @@ def _cmd_gpus(args) -> int:
 
     rows = [{"name": e["name"], "aliases": ", ".join(e["aliases"]) or "-", "bf16": num(e["bf16_tflops"]),
              "fp8": num(e["fp8_tflops"]), "bw": num(e["bandwidth_gbps"]), "mem": num(e["memory_gb"]),
-             "link": num(e["link_gbps"]), "kind": e["link_kind"], "topology": e["link_topology"]}
+             "link": num(e["link_gbps"]), "kind": e["link_kind"], "topology": e["link_topology"],
+             **_calibration_cells(e["roofline_calibration"])}
             for e in entries]
     print(format_table(rows, [("name", "gpu"), ("aliases", "also"), ("bf16", "dense BF16 TFLOP/s"),
-                              ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("mem", "memory GB"),
-                              ("link", "link GB/s each way"), ("kind", "interconnect"), ("topology", "topology")]))
-    print("\nDense figures (datasheets print 2:4-sparse ones, halved here). Link: the GPU-to-GPU interconnect per "
+                              ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("stream", "streamed GB/s"),
+                              ("mem", "memory GB"), ("link", "link GB/s each way"), ("kind", "interconnect"),
+                              ("topology", "topology"), ("calibration", "roofline calibration")]))
+    print("\nDense figures (datasheets print 2:4-sparse ones, halved here). Streamed: the bandwidth the calibrated "
+          "roofline's memory terms run at (* measured on the GPU; otherwise its datasheet figure times the share "
+          "measured on the GPU whose coefficients it uses). Link: the GPU-to-GPU interconnect per "
           "GPU in one direction (datasheets print both directions added); switch: any pair at that figure, mesh: one "
           "link to each peer (a pair gets its share), pcie: no GPU link. Each entry's sources are in --json and "
           "docs/serving.md.\n"
           "Use: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N] [--weights-dtype fp8]")
     return 0
+
+
+def _calibration_cells(cal: dict | None) -> dict:
+    """The `gpus` table's streamed-bandwidth and calibration cells of one GPU."""
+    if cal is None:
+        return {"stream": "-", "calibration": "none (roofline-raw or a profile)"}
+    measured = cal["stream_bandwidth_source"] == "measured on this GPU"
+    stream = f"{cal['stream_bandwidth_gbps']:,.0f}" + ("*" if measured else "")
+    if cal["own_kernels_fitted"]:
+        text = "fitted on its own kernels"
+    elif cal["checked_on_own_kernels"]:
+        text = f"{cal['coefficients_from']}'s, checked on its own kernels"
+    else:
+        text = f"{cal['coefficients_from']}'s (nothing measured)"
+    return {"stream": stream, "calibration": text}
 
 
 PARSERS = [_parser_policies, _parser_models, _parser_gpus]

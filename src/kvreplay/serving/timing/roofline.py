@@ -175,6 +175,21 @@ def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) ->
     return peak, "the datasheet peak"
 
 
+def calibration_summary(gpu) -> dict | None:
+    """How the calibrated roofline times `gpu` (a GPUSpec): whose coefficients, whether they were
+    checked on its own measured kernels, and the memory bandwidth its terms run at (None: no
+    calibration, only roofline-raw or a profile)."""
+    try:
+        cal = calibration_for(gpu.name)
+    except ConfigError:
+        return None
+    checked = gpu.name in calibration_data().get("relative_bands", {})
+    bw, source = stream_bandwidth(gpu, cal.measured_on)
+    return {"coefficients_from": cal.measured_on, "own_kernels_fitted": not cal.borrowed,
+            "checked_on_own_kernels": (not cal.borrowed) or checked,
+            "stream_bandwidth_gbps": bw / 1e9, "stream_bandwidth_source": source}
+
+
 def gemm_outputs_per_token(spec, tp: int) -> float:
     """Output columns (n) of the layers' GEMMs one token computes on one GPU of a TP group, over
     the layers: the tile term's count (``gemm_k0``). Dense: q/k/v ((heads / tp + 2 x kv heads /
