@@ -330,15 +330,12 @@ def _calibration_warnings(tm, trace, report) -> list[str]:
 
 def _borrowed_warning(tm) -> str:
     """What a GPU that ships its nearest measured relative's coefficients runs at, and its band."""
-    from .timing.roofline import calibration_data
-
     cal = tm.calibration
-    checked = cal.gpu in calibration_data().get("relative_bands", {})
     memory = ("its own measured streaming bandwidth" if tm.bandwidth_source == "measured on this GPU"
               else tm.bandwidth_source)
-    band = (f"its band is the spread of those coefficients on {cal.gpu}'s own measured kernels" if checked
+    band = (f"its band is the spread of those coefficients on {cal.gpu}'s own measured kernels" if cal.checked
             else "its band is the cross-GPU check's")
-    head = (f"{cal.gpu} ships {cal.measured_on}'s coefficients" if checked else
+    head = (f"{cal.gpu} ships {cal.measured_on}'s coefficients" if cal.checked else
             f"{cal.gpu} has no kernel measurements: its coefficients are its nearest measured relative's ({cal.measured_on})")
     return (f"{head}, at {cal.gpu}'s own compute peaks and memory bandwidth "
             f"({tm.bandwidth / 1e12:.2f} TB/s: {memory}); {band}")

@@ -123,6 +123,7 @@ class Calibration:
     borrowed: bool
     fitted_range: dict  # models, tp, contexts and batches the fit saw
     bands_fp8: dict | None = None  # the same with fp8 weights (steps of the measured fp8 GEMMs)
+    checked: bool = False  # borrowed, and checked on this GPU's own measured kernels (its bands)
 
     def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
         bands = self.bands_fp8 if fp8 and self.bands_fp8 else self.bands
@@ -157,7 +158,7 @@ def calibration_for(gpu_name: str) -> Calibration:
         bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
         bands_fp8 = None
     return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
-                       bands_fp8)
+                       bands_fp8, bool(checked))
 
 
 def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) -> tuple[float, str]:
@@ -183,10 +184,9 @@ def calibration_summary(gpu) -> dict | None:
         cal = calibration_for(gpu.name)
     except ConfigError:
         return None
-    checked = gpu.name in calibration_data().get("relative_bands", {})
     bw, source = stream_bandwidth(gpu, cal.measured_on)
     return {"coefficients_from": cal.measured_on, "own_kernels_fitted": not cal.borrowed,
-            "checked_on_own_kernels": (not cal.borrowed) or checked,
+            "checked_on_own_kernels": (not cal.borrowed) or cal.checked,
             "stream_bandwidth_gbps": bw / 1e9, "stream_bandwidth_source": source}
 
 
