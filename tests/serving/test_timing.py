@@ -457,11 +457,40 @@ ROUND = {"e_gemm": 0.5, "e_weights": 0.5, "gemm_floor_s": 1e-6, "e_attn_prefill"
          "allreduce_latency_s": 5e-6, "allreduce_bus_bytes_per_s": 1e11, "per_layer_s": 1e-6, "per_step_s": 1e-3}
 
 
+#: each layer GEMM's (n, k) on one GPU, by hand. Llama-3.1-8B at TP 1: q/k/v (32 + 2 x 8) x 128,
+#: o, gate/up 2 x 14,336, down; sum of n x k 218,103,808 a layer (6,979,321,856 over 32 layers: the
+#: body's 6,979,588,096 less its norms), sum of k 26,624, of n 43,008
+L8 = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+#: Llama-3.1-70B at TP 4: q/k/v (16 + 2 x 2) x 128, o (8,192, 16 x 128), gate/up 2 x 28,672 / 4,
+#: down; sum of n x k 213,909,504 a layer, of k 25,600, of n 33,280
+L70_TP4 = ((2560, 8192), (8192, 2048), (14336, 8192), (8192, 7168))
+
+
+def test_dense_models_are_timed_gemm_by_gemm_at_their_shapes():
+    from kvreplay.analysis.models import get_model
+    from kvreplay.serving.timing.roofline import layer_gemm_shapes
+
+    assert layer_gemm_shapes(get_model("Llama-3.1-8B"), 1) == L8
+    assert layer_gemm_shapes(get_model("Llama-3.1-70B"), 4) == L70_TP4
+    assert sum(n * k for n, k in L8) == 218_103_808 and sum(n * k for n, k in L70_TP4) == 213_909_504
+    # at TP 16 a GPU still holds one KV head (vLLM replicates them): q/k/v (4 + 2) x 128
+    assert layer_gemm_shapes(get_model("Llama-3.1-70B"), 16)[0] == (768, 8192)
+    # MoE, MLA and Mamba hybrids: the four GEMMs are not their layers, so one GEMM of the body
+    for name in ("Qwen3-30B-A3B", "DeepSeek-V3", "Nemotron-H-8B", "gpt-oss-120b"):
+        assert layer_gemm_shapes(get_model(name), 1) == (), name
+    moe = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1, coefficients=ROUND)
+    t = moe.terms(StepBatch(decode_context=(1000,)))
+    body = moe.body_params  # one token reads the active experts' weights only
+    assert t["gemm"] == pytest.approx(max(2 * body / (989.5e12 * 0.5), body * 2 / (3.35e12 * 0.5))
+                                      + 4 * moe.model.num_layers * 1e-6)
+
+
 def test_calibrated_decode_terms_by_hand():
     m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
     t = m.terms(StepBatch(decode_context=(1000,)))
-    # layers: body 6,979,588,096 params x 2 bytes over 3.35e12 B/s x 0.5 (memory-bound), + 4 x 32 GEMM floors
-    assert t["gemm"] == pytest.approx(6_979_588_096 * 2 / (3.35e12 * 0.5) + 128e-6)
+    # each GEMM memory-bound: its weights (2 bytes x n x k) plus the row's input (2 x k) and output
+    # (2 x n) at half of 3.35e12 B/s, + a floor: 32 layers x (sum n x k, k and n above) + 4 x 32 floors
+    assert t["gemm"] == pytest.approx((2 * 6_979_321_856 + 32 * 2 * (26_624 + 43_008)) / (3.35e12 * 0.5) + 128e-6)
     # LM head on 1 row: 525,336,576 x 2 bytes at half the bandwidth, + a floor
     assert t["lm_head"] == pytest.approx(525_336_576 * 2 / (3.35e12 * 0.5) + 1e-6)
     # attention: 32 x 20 us floors + 1000 tokens x 32 layers x 4096 KV bytes per layer-token (8 heads x 128 x 2 x 2)
@@ -475,8 +504,8 @@ def test_calibrated_decode_terms_by_hand():
 def test_calibrated_prefill_charges_the_lm_head_on_one_row_and_tp_all_reduces():
     m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, coefficients=ROUND)
     t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,)))
-    body = m.model.body_params
-    assert t["gemm"] == pytest.approx(2 * body * 2048 / 4 / (989.5e12 * 0.5) + 4 * 80 * 1e-6)  # compute-bound
+    # every GEMM compute-bound: 2 x 2048 rows x sum n x k a layer, 80 layers, + a floor each
+    assert t["gemm"] == pytest.approx(80 * (2 * 2048 * 213_909_504 / (989.5e12 * 0.5) + 4 * 1e-6))
     # the LM head: 1 row (the prompt's last token), memory-bound: 128256 x 8192 x 2 bytes / 4 GPUs
     assert t["lm_head"] == pytest.approx(128256 * 8192 * 2 / 4 / (3.35e12 * 0.5) + 1e-6)
     # two all-reduces per layer of 2048 tokens x 8192 x 2 bytes: 2 x 3/4 x 33.5 MB at 100 GB/s
@@ -493,10 +522,11 @@ FP8 = {"e_gemm_fp8": 0.5, "e_weights_fp8": 0.5, "gemm_floor_fp8_s": 2e-6, "e_qua
 def test_calibrated_fp8_gemms_quantise_their_inputs_and_keep_the_lm_head_bf16():
     m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients={**ROUND, **FP8})
     t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,)))
-    body = m.model.body_params
-    # quantised inputs per token: 80 layers x (2 x 8192 replicated + (64 x 128 + 28672) / 4 sharded)
-    assert m.quant_bytes_per_token == 3 * 80 * (2 * 8192 + (64 * 128 + 28672) / 4)
-    assert t["gemm"] == pytest.approx(2 * body * 2048 / 4 / (1979e12 * 0.5) + 4 * 80 * 2e-6
+    # quantised inputs per token: 80 layers x (2 x 8192 replicated + (64 x 128 + 28672) / 4 sharded),
+    # the sum of the GEMMs' k (25,600 a layer)
+    assert m.quant_bytes_per_token == 3 * 80 * (2 * 8192 + (64 * 128 + 28672) / 4) == 3 * 80 * 25_600
+    assert m.gemm_bytes == (1.0, 1.0, 2.0)  # fp8 input and weights, bf16 output
+    assert t["gemm"] == pytest.approx(80 * (2 * 2048 * 213_909_504 / (1979e12 * 0.5) + 4 * 2e-6)
                                       + 2048 * 3 * 2_048_000 / (3.35e12 * 0.25))
     # the LM head at bf16 bytes and the bf16 coefficients, as in the bf16 test above
     assert t["lm_head"] == pytest.approx(128256 * 8192 * 2 / 4 / (3.35e12 * 0.5) + 1e-6)
@@ -506,20 +536,19 @@ def test_calibrated_fp8_gemms_quantise_their_inputs_and_keep_the_lm_head_bf16():
 
 def test_calibrated_fp8_gemms_compute_whole_256_row_tiles_above_128_rows():
     m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients={**ROUND, **FP8})
-    body = m.model.body_params
     quant = 3 * 2_048_000 / (3.35e12 * 0.25)
     # 2049 rows run as 9 x 256 = 2304 (vLLM's sm90 fp8 tiles of 128 rows in clusters of 2)
     t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,), decode_context=(900,)))
-    assert t["gemm"] == pytest.approx(2 * body * 2304 / 4 / (1979e12 * 0.5) + 4 * 80 * 2e-6 + 2049 * quant)
-    # at most 128 rows: as they are (here bound by the weight reads)
+    assert t["gemm"] == pytest.approx(80 * (2 * 2304 * 213_909_504 / (1979e12 * 0.5) + 4 * 2e-6) + 2049 * quant)
+    # at most 128 rows: as they are, here each GEMM bound by its bytes: 100 fp8 input rows (sum k
+    # 25,600), the fp8 weights (sum n x k) and 100 bf16 output rows (sum n 33,280)
     t = m.terms(StepBatch(decode_context=(900,) * 100))
-    weights = m.active_body_weight_bytes / 4
-    assert t["gemm"] == pytest.approx(max(2 * body * 100 / 4 / (1979e12 * 0.5), weights / (3.35e12 * 0.5))
-                                      + 4 * 80 * 2e-6 + 100 * quant)
+    assert t["gemm"] == pytest.approx(80 * ((100 * 25_600 + 213_909_504 + 2 * 100 * 33_280) / (3.35e12 * 0.5)
+                                            + 4 * 2e-6) + 100 * quant)
     # bf16 GEMMs compute every row as it is
     bf16 = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, coefficients={**ROUND, **FP8})
     t = bf16.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,), decode_context=(900,)))
-    assert t["gemm"] == pytest.approx(2 * body * 2049 / 4 / (989.5e12 * 0.5) + 4 * 80 * 1e-6)
+    assert t["gemm"] == pytest.approx(80 * (2 * 2049 * 213_909_504 / (989.5e12 * 0.5) + 4 * 1e-6))
 
 
 def test_calibrated_gemm_tile_term_adds_k0_to_every_gemm_k_by_hand():
@@ -534,8 +563,8 @@ def test_calibrated_gemm_tile_term_adds_k0_to_every_gemm_k_by_hand():
     m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "gemm_k0": 100.0})
     t = m.terms(StepBatch(prefill_new=(4096,), prefill_cached=(0,)))
     body = m.model.body_params
-    # compute-bound: every GEMM computes as if k were k + 100
-    assert t["gemm"] == pytest.approx(2 * (body + 100 * 1_376_256) * 4096 / (989.5e12 * 0.5) + 4 * 32 * 1e-6)
+    # compute-bound: every GEMM computes as if k were k + 100 (sum n x (k + 100) = sum n x k + 100 sum n)
+    assert t["gemm"] == pytest.approx(2 * (6_979_321_856 + 100 * 1_376_256) * 4096 / (989.5e12 * 0.5) + 4 * 32 * 1e-6)
     # the LM head (k = hidden 4096): one row, memory-bound, unchanged; its FLOPs x (1 + 100 / 4096)
     assert m.head_flop_params == pytest.approx(525_336_576 * (1 + 100 / 4096))
     off = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
@@ -545,12 +574,13 @@ def test_calibrated_gemm_tile_term_adds_k0_to_every_gemm_k_by_hand():
 def test_calibrated_gemm_overlap_is_a_p_norm_of_compute_and_memory():
     m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "gemm_overlap_p": 2.0})
     t = m.terms(StepBatch(decode_context=(1000,) * 64))
-    body = m.model.body_params
-    compute = 2 * body * 64 / (989.5e12 * 0.5)
-    memory = 6_979_588_096 * 2 / (3.35e12 * 0.5)
-    assert t["gemm"] == pytest.approx((compute ** 2 + memory ** 2) ** 0.5 + 4 * 32 * 1e-6)
+    # each GEMM on its own: 64 rows' compute, and its weights plus 64 rows in and out (bf16)
+    compute = [2 * 64 * n * k / (989.5e12 * 0.5) for n, k in L8]
+    memory = [2 * (64 * k + n * k + 64 * n) / (3.35e12 * 0.5) for n, k in L8]
+    assert t["gemm"] == pytest.approx(32 * sum((c ** 2 + b ** 2) ** 0.5 + 1e-6 for c, b in zip(compute, memory)))
     plain = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
-    assert plain.terms(StepBatch(decode_context=(1000,) * 64))["gemm"] == pytest.approx(max(compute, memory) + 128e-6)
+    assert plain.terms(StepBatch(decode_context=(1000,) * 64))["gemm"] == pytest.approx(
+        32 * sum(max(c, b) + 1e-6 for c, b in zip(compute, memory)))
 
 
 def test_calibrated_fp8_partial_row_block_costs_fall_linearly_to_the_next_boundary():
@@ -562,10 +592,9 @@ def test_calibrated_fp8_partial_row_block_costs_fall_linearly_to_the_next_bounda
     assert fp8_gemm_rows(2304, 50.0) == 2304 and fp8_gemm_rows(100, 50.0) == 100  # (at most 128: as they are)
     m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8",
                                     coefficients={**ROUND, **FP8, "fp8_partial_rows": 50.0})
-    body = m.model.body_params
     t = m.terms(StepBatch(prefill_new=(2048,), prefill_cached=(0,), decode_context=(900,)))
     quant = 3 * 2_048_000 / (3.35e12 * 0.25)
-    assert t["gemm"] == pytest.approx(2 * body * 2354 / 4 / (1979e12 * 0.5) + 4 * 80 * 2e-6 + 2049 * quant)
+    assert t["gemm"] == pytest.approx(80 * (2 * 2354 * 213_909_504 / (1979e12 * 0.5) + 4 * 2e-6) + 2049 * quant)
 
 
 def test_calibrated_decode_attention_pays_a_cost_per_request_per_layer():

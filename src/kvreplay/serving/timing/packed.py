@@ -93,7 +93,11 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_MAMBA_LAYERS": model.mamba_layers, "C_STATE_BYTES": model.state_bytes if model.mamba_layers else 0.0,
               "C_TILE_PARTIAL": c["fp8_partial_rows"] if model.fp8 else 0.0,
               "C_GEMM_P": _p(model.gemm_p), "C_HEAD_P": _p(c["gemm_overlap_p"]),
-              "C_ATTN_PER_REQ_DECODE": c["attn_per_request_decode_s"]}
+              "C_ATTN_PER_REQ_DECODE": c["attn_per_request_decode_s"], "C_GEMMS": len(model.gemm_shapes),
+              "C_GEMM_K0": model.gemm_k0, "C_GEMM_IN_BYTES": model.gemm_bytes[0], "C_GEMM_W_BYTES": model.gemm_bytes[1]}
+    for i in range(4):  # (n, k) of each layer GEMM, 0 past the model's
+        n, k = model.gemm_shapes[i] if i < len(model.gemm_shapes) else (0, 0)
+        values[f"C_G{i + 1}_N"], values[f"C_G{i + 1}_K"] = n, k
     return np.array([values[name] for name in CAL.names], dtype=np.float64)
 
 

@@ -206,6 +206,27 @@ def gemm_outputs_per_token(spec, tp: int) -> float:
     return body / tp / hidden
 
 
+#: how far the four layer GEMMs' parameters may be from the body's for a model to be timed GEMM by
+#: GEMM (norms, biases and a vision tower's share fit within it)
+LAYER_GEMMS_TOLERANCE = 0.02
+
+
+def layer_gemm_shapes(spec, tp: int) -> tuple[tuple[int, int], ...]:
+    """The (n, k) of each GEMM of one layer on one GPU of a TP group: q/k/v ((heads / tp + 2 x kv
+    heads / tp, at least one each) x head_dim, hidden), o (hidden, heads / tp x head_dim), gate/up
+    (2 x MLP width / tp, hidden) and down (hidden, MLP width / tp), as the kernels run them. Empty
+    where those four do not account for the layers' parameters within LAYER_GEMMS_TOLERANCE (MoE,
+    MLA, Mamba hybrids): such models are timed as one GEMM of all the body's parameters."""
+    hidden, mlp, heads, d = spec.hidden_size, spec.intermediate_size, spec.num_attention_heads, spec.head_dim
+    if not (hidden and mlp and heads and d) or spec.mamba_layers:
+        return ()
+    h, kv = heads // tp, max(1, spec.num_kv_heads // tp)
+    shapes = (((h + 2 * kv) * d, hidden), (hidden, h * d), (2 * mlp // tp, hidden), (hidden, mlp // tp))
+    full = ((heads + 2 * spec.num_kv_heads) * d * hidden + hidden * heads * d + 3 * hidden * mlp) * spec.num_layers
+    body = spec.body_params if spec.lm_head_params else spec.active_params
+    return shapes if abs(full / body - 1.0) <= LAYER_GEMMS_TOLERANCE else ()
+
+
 def quant_inputs_per_token(spec, tp: int) -> float:
     """Elements of GEMM input one token quantises to fp8 on one GPU of a TP group, over the
     layers: q/k/v and gate/up read the hidden state (replicated), o and down their sharded inputs
@@ -288,6 +309,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         # the tile term: each output tile's fixed cost, as k0 more of K (its prologue and
         # epilogue), over the body's GEMMs (gemm_outputs_per_token) and the LM head's (k = hidden)
         k0 = c["gemm_k0_fp8" if self.fp8 else "gemm_k0"]
+        self.gemm_k0 = k0
+        # a dense model's GEMMs one by one, each at its shape as the kernels were fitted (else one
+        # GEMM of the body's parameters); their bytes: the input (fp8 after quantisation, else
+        # bf16), the weights at their dtype, the bf16 output
+        self.gemm_shapes = layer_gemm_shapes(spec, self.tp)
+        self.gemm_bytes = (1.0 if self.fp8 else 2.0, wbytes, 2.0)
         self.body_flop_params = self.body_params + self.tp * k0 * gemm_outputs_per_token(spec, self.tp)
         self.head_flop_params = head * (1.0 + c["gemm_k0"] / self.hidden) if self.hidden else head
         self.mamba_layers = spec.mamba_layers
@@ -310,6 +337,26 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             (c["attn_floor_decode_s"], c["e_attn_decode"])
         return m * floor + max(flops / (self.attn_peak * e), nbytes / (self.bandwidth * c["e_kv_decode"]))
 
+    def layer_gemms(self, tokens: int) -> float:
+        """The layers' GEMMs for `tokens` rows (the fp8 inputs' quantisation apart): with
+        gemm_shapes, the sum over the layers of each GEMM's own ``soft_max(2 x rows x n x (k + k0) /
+        (peak x e_gemm), (in x T x k + w x k x n + 2 x T x n) / (bw x e_weights)) + floor``; else
+        one GEMM of the body's parameters (the module docstring)."""
+        peak, bw, tp = self.peak_flops, self.bandwidth, self.tp
+        e_gemm, e_weights, floor = self.gemm_c
+        rows = fp8_gemm_rows(tokens, self.c["fp8_partial_rows"]) if self.fp8 else tokens
+        if self.gemm_shapes:
+            act, wbytes, out_bytes = self.gemm_bytes
+            layer = 0.0
+            for n, k in self.gemm_shapes:
+                compute = 2.0 * rows * n * (k + self.gemm_k0) / (peak * e_gemm)
+                memory = (act * tokens * k + wbytes * k * n + out_bytes * tokens * n) / (bw * e_weights)
+                layer += soft_max(compute, memory, self.gemm_p) + floor
+            return self.model.num_layers * layer
+        flops = 2.0 * self.body_flop_params * rows / tp
+        weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
+        return soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p) + 4 * self.model.num_layers * floor
+
     def terms(self, batch: StepBatch) -> dict:
         """Each term of the step's time, seconds (their sum is step_time)."""
         c, tp = self.c, self.tp
@@ -322,12 +369,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         out = dict.fromkeys(("gemm", "lm_head", "attn_prefill", "attn_decode", "allreduce", "overhead"), 0.0)
         if tokens == 0:
             return out
-        peak, bw = self.peak_flops, self.bandwidth
-        rows_computed = fp8_gemm_rows(tokens, c["fp8_partial_rows"]) if self.fp8 else tokens
-        flops = 2.0 * self.body_flop_params * rows_computed / tp
-        weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
-        e_gemm, e_weights, floor = self.gemm_c
-        out["gemm"] = soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p) + 4 * layers * floor
+        bw = self.bandwidth
+        out["gemm"] = self.layer_gemms(tokens)
         if self.fp8:
             out["gemm"] += tokens * self.quant_bytes_per_token / (bw * c["e_quant_fp8"])
         if self.head_params:

@@ -45,10 +45,23 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         rows_computed = ceil(tokens / tm[C_TILE_ROWS]) * tm[C_TILE_ROWS];
         rows_computed += (rows_computed - tokens) / (tm[C_TILE_ROWS] - 1.0) * tm[C_TILE_PARTIAL];
     }
-    f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tp;
-    f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
-    f64 t = soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
+    f64 t = 0.0;
+    if (tm[C_GEMMS] > 0) {  /* each layer GEMM at its shape (roofline.py layer_gemms) */
+        f64 layer = 0.0;
+        for (i64 g = 0; g < (i64)tm[C_GEMMS]; g++) {
+            f64 n = tm[C_G1_N + 2 * g], k = tm[C_G1_K + 2 * g];
+            f64 compute = 2.0 * rows_computed * n * (k + tm[C_GEMM_K0]) / (tm[C_PEAK] * tm[C_E_GEMM]);
+            f64 memory = (tm[C_GEMM_IN_BYTES] * tokens * k + tm[C_GEMM_W_BYTES] * k * n + 2.0 * tokens * n)
+                         / (bw * tm[C_E_WEIGHTS]);
+            layer += soft_max(compute, memory, tm[C_GEMM_P]) + tm[C_GEMM_FLOOR];
+        }
+        t = layers * layer;
+    } else {
+        f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tp;
+        f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
+        t = soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
             + 4.0 * layers * tm[C_GEMM_FLOOR];
+    }
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
         t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)
