@@ -5,12 +5,18 @@ their sources: kvreplay/data/roofline_calibration.json; docs/serving.md, "roofli
 Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) and R logits rows
 (one per request in the step):
 
-- layer GEMMs: ``max(2 x (body / tp + k0 x n) x T / (peak x e_gemm), weights / tp / (bw x
-  e_weights)) + 4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding and
-  LM head left out; an MoE reads at most the experts its tokens route to). The tile term ``k0 x
-  n``: an m x n x k GEMM computes as if k were k + k0 (``gemm_k0``, fitted: each output tile's
-  prologue and epilogue, which the measured tables show as a slowdown at small k), over the
-  GEMMs' n output columns per token (``gemm_outputs_per_token``);
+- layer GEMMs of a dense model (``layer_gemm_shapes``: q/k/v, o, gate/up and down, each n x k
+  on one GPU), one by one as the kernels were fitted: ``layers x sum(soft_max(2 x T x n x (k + k0)
+  / (peak x e_gemm), (in x T x k + w x k x n + 2 x T x n) / (bw x e_weights)) + gemm_floor)``, in
+  and w the input's and the weights' bytes per element (bf16 2, fp8 1, int4 weights 0.5), the
+  output bf16. The tile term ``k0``: an m x n x k GEMM computes as if k were k + k0 (``gemm_k0``,
+  fitted: each output tile's prologue and epilogue, which the measured tables show as a slowdown
+  at small k);
+- layer GEMMs of another model (MoE, MLA, Mamba hybrids, whose layers are not those four): one
+  GEMM of the body, ``soft_max(2 x (body / tp + k0 x n) x T / (peak x e_gemm), weights / tp / (bw
+  x e_weights)) + 4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding
+  and LM head left out; an MoE reads at most the experts its tokens route to; n: the GEMMs'
+  output columns per token, ``gemm_outputs_per_token``);
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
   GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
