@@ -717,15 +717,15 @@ def main() -> int:
     tabs = {name: kernels(t, d) for name, d in GPUS.items()}
     meas = {name: Measured(tabs[name]) for name in GPUS}
     meas8 = {name: Measured(tabs[name], "gemm_fp8") for name in GPUS if "gemm_fp8" in tabs[name]}
-    probes = stream_probes(t)
+    if args.check:  # the shipped coefficients and streaming bandwidths
+        shipped = json.loads(OUT.read_text())
+        fit, probes = shipped["gpus"][FIT_GPU]["coefficients"], shipped.get("stream_bandwidth", {})
+    else:
+        probes = stream_probes(t)
     print("streaming bandwidth (" + PROBE_KERNEL + f", shapes moving >= {PROBE_MIN_BYTES / 1e6:.0f} MB): " +
           ", ".join(f"{n} {p['bytes_per_s'] / 1e12:.2f} TB/s ({100 * p['fraction_of_peak']:.1f}% of peak)"
                     for n, p in probes.items()))
-    if args.check:
-        shipped = json.loads(OUT.read_text())
-        fit = shipped["gpus"][FIT_GPU]["coefficients"]
-        probes = shipped.get("stream_bandwidth", {})  # what the package ships
-    else:
+    if not args.check:
         fit, errs = fit_gpu(tabs[FIT_GPU], streamed(get_gpu(FIT_GPU), stream(probes, FIT_GPU, FIT_GPU)))
         print(f"kernel fit on {FIT_GPU}: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
     report = held_back(meas, meas8, fit, probes)
