@@ -296,24 +296,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                               f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
                               "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
         failed = counters[:, C["hybrid_error"]]
-        if failed.any() and len(radix):
-            code = int(failed[failed != 0][0])
-            if code == -1:
-                raise MemoryError("hybrid semantics: the simulator could not allocate SGLang's trees")
-            raise InvariantError("hybrid semantics: SGLang's tree " + (
-                "found no Mamba state slot to free (SGLang asserts there too)" if code == -2 else
-                "refused its settings" if code == -4 else
-                "could not fit a prefill batch its budgets admitted (a bug)" if code == -5 else
-                "disagrees with its pools after the run (a bug)" if code == -3 else f"failed (code {code})"))
         if failed.any():
-            code = int(failed[failed != 0][0])
-            if code == -1:
-                raise MemoryError("hybrid semantics: the simulator could not allocate its pools")
-            if code == -2:
-                raise ConfigError(f"hybrid semantics: the simulator's pool refuses a capacity of {capacity:,} block "
-                                  f"ids at {block_size}-token blocks (at most 2**31 - 2 ids and 2**24 tokens a block)")
-            raise InvariantError(f"hybrid semantics: the simulator's pool failed (code {code}: "
-                                 f"{'a hash id repeated within a hit' if code == -4 else 'its free queue ran dry'})")
+            raise _hybrid_failure(int(failed[failed != 0][0]), len(radix) > 0, capacity, block_size)
         stuck = counters[:, C["stuck"]]
         if stuck.any():
             raise InvariantError(f"the simulator stalled with {int(stuck.sum())} running requests "
@@ -357,6 +341,26 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
 
 #: hybrid.h's pool counters, per instance
 HYBRID_COUNTERS = ("admissions", "evictions", "duplicate_blocks", "oversize_requests", "resident_blocks")
+
+
+def _hybrid_failure(code: int, sglang: bool, capacity: int, block_size: int) -> Exception:
+    """The error a hybrid kernel's failure `code` means: SGLang's trees (sglang_hybrid.c) or vLLM's
+    hybrid pools (hybrid.c)."""
+    if sglang:
+        if code == -1:
+            return MemoryError("hybrid semantics: the simulator could not allocate SGLang's trees")
+        return InvariantError("hybrid semantics: SGLang's tree " + (
+            "found no Mamba state slot to free (SGLang asserts there too)" if code == -2 else
+            "refused its settings" if code == -4 else
+            "could not fit a prefill batch its budgets admitted (a bug)" if code == -5 else
+            "disagrees with its pools after the run (a bug)" if code == -3 else f"failed (code {code})"))
+    if code == -1:
+        return MemoryError("hybrid semantics: the simulator could not allocate its pools")
+    if code == -2:
+        return ConfigError(f"hybrid semantics: the simulator's pool refuses a capacity of {capacity:,} block "
+                           f"ids at {block_size}-token blocks (at most 2**31 - 2 ids and 2**24 tokens a block)")
+    return InvariantError(f"hybrid semantics: the simulator's pool failed (code {code}: "
+                          f"{'a hash id repeated within a hit' if code == -4 else 'its free queue ran dry'})")
 
 
 #: sglang_hybrid.c's tree counters, per instance (policies/radix_hybrid.py COUNTERS, then its sizes)
