@@ -227,7 +227,7 @@ def test_describe():
 # ---------------------------------------------------------------- catalog sanity
 
 REQUIRED = ["Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.1-405B", "Qwen2.5-7B", "Qwen2.5-72B", "Qwen3-8B", "Qwen3-32B",
-            "Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3", "DeepSeek-R1", "Mistral-7B-Instruct-v0.3",
+            "Qwen3-30B-A3B", "Qwen3-235B-A22B", "MiniMax-M2.5", "DeepSeek-V3", "DeepSeek-R1", "Mistral-7B-Instruct-v0.3",
             "Mixtral-8x7B-v0.1", "gemma-2-9b", "gemma-2-27b", "gemma-3-27b-it", "gpt-oss-20b", "gpt-oss-120b",
             "Kimi-K2-Instruct", "Llama-4-Scout-17B-16E-Instruct", "Qwen3-Next-80B-A3B-Instruct", "Nemotron-H-8B-Base-8K",
             "granite-4.0-h-small"]

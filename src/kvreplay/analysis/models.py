@@ -88,6 +88,12 @@ class ModelSpec:
     #: per 128 x 128 block; "mxfp4"), and what its config.json says; None: bf16
     checkpoint_weights: str | None = None
     checkpoint_weights_source: str | None = None
+    #: an MoE's routed experts, from config.json: {"experts", "experts_per_token",
+    #: "expert_intermediate" (each expert's gated MLP width), "layers" (the MoE layers)}; shared
+    #: experts and dense layers are not routed and stay in the body; None: not given (a dense model,
+    #: or an MoE the roofline times as one GEMM of its active parameters)
+    moe: dict | None = None
+    moe_source: str | None = None
 
     @property
     def checkpoint_weights_dtype(self) -> str:
@@ -112,6 +118,19 @@ class ModelSpec:
         embedding table (a lookup) and the LM head (charged apart, on logits rows only)."""
         embedding = self.lm_head_params
         return self.active_params - embedding - (0 if self.tie_word_embeddings else embedding)
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Parameters of one token's routed experts over the MoE layers (gate, up and down of
+        experts_per_token experts per layer; 0 without ``moe``)."""
+        m = self.moe
+        return 3 * m["layers"] * m["experts_per_token"] * (self.hidden_size or 0) * m["expert_intermediate"] if m else 0
+
+    @property
+    def stored_expert_params(self) -> int:
+        """Parameters of every routed expert over the MoE layers (0 without ``moe``)."""
+        m = self.moe
+        return 3 * m["layers"] * m["experts"] * (self.hidden_size or 0) * m["expert_intermediate"] if m else 0
 
     @property
     def full_attention_layers(self) -> int:

@@ -42,13 +42,14 @@ def _cmd_models(args) -> int:
         "bf16": e["kv_bytes_per_token"]["all"]["bf16"], "fp8": e["kv_bytes_per_token"]["all"]["fp8"],
         "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["kv_groups"] else "-",
         "params": f"{format_params(e['active_params'])} / {format_params(e['total_params'])}",
+        "experts": f"{e['moe']['experts']} x top {e['moe']['experts_per_token']}" if e["moe"] else "-",
         "weights": e["checkpoint_weights"] or "bf16", "source": e["source"],
     } for e in entries]
     print(format_table(rows, [
         ("name", "model"), ("attention", "kind"), ("num_layers", "layers"), ("num_kv_heads", "kv heads"),
         ("head_dim", "head dim"), ("groups", "KV groups (layers)"), ("bf16", "KV B/token bf16"),
         ("fp8", "KV B/token fp8"), ("full", "bf16 full-attn only"), ("params", "active / total params"),
-        ("weights", "checkpoint weights"), ("source", "source"),
+        ("experts", "routed experts"), ("weights", "checkpoint weights"), ("source", "source"),
     ]))
     print("\nKV bytes per token: MHA/GQA = 2 (K, V) x layers x kv heads x head dim x dtype bytes; "
           "MLA = layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes\n(one latent per token and layer, shown as 1 kv head "
@@ -58,6 +59,8 @@ def _cmd_models(args) -> int:
           "and --kv-layers full counts only full-attention layers (bytes per token under full semantics).\n"
           "Checkpoint weights: how the released checkpoint stores them (fp8-block: fp8, a scale per 128 x 128 block;\n"
           "mxfp4: 4-bit MoE experts); kvreplay simulate --weights-dtype fp8 or int4 is the nearest (docs/serving.md).\n"
+          "Routed experts: an MoE's experts per layer and how many each token uses (config.json); the calibrated\n"
+          "roofline times them as vLLM's fused MoE kernel (docs/serving.md, \"roofline\").\n"
           "Use: kvreplay run TRACE --capacity 80GiB --model NAME [--kv-dtype fp8]. Details: docs/budgets.md, "
           "docs/policies.md")
     return 0
