@@ -229,6 +229,36 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
     out = {"gemm": g, "ctx": ctx, "gen": gen, "ar": ar}
     if len(g8):
         out["gemm_fp8"] = g8
+    moe = moe_kernels(t, gpu_dir)
+    if moe:
+        out["moe"] = moe
+    return out
+
+
+#: the fused MoE kernel vLLM runs for each weights dtype, of those the tables timed (the first
+#: present): the Triton kernels on Hopper, FlashInfer's TRT-LLM ones on Blackwell (B200's tables
+#: have no Triton fp8 or bf16 rows), Marlin's W4A16 for int4 weights
+MOE_KERNELS = {"bf16": ("bfloat16", ("unquantizedfusedmoe_triton", "unquantizedfusedmoe_flashinfer_trtllm")),
+               "fp8": ("fp8_block", ("fp8moe_triton", "fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic")),
+               "int4": ("int4_wo", ("wna16marlinmoe",))}
+
+
+def moe_kernels(t: Tables, gpu_dir: str) -> dict:
+    """Each weights dtype's fused MoE kernel timings on the GPU (``moe/vllm/<version>/moe_perf.parquet``):
+    the experts split by TP (moe_ep_size 1), tokens routed evenly ("balanced"); {} without a table."""
+    prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/moe/vllm/"
+    if not any(n.startswith(prefix) and n.endswith("/moe_perf.parquet") for n in t.names):
+        return {}
+    m = t.read(gpu_dir, "moe", "moe_perf.parquet")
+    m = m[(m.moe_ep_size == 1) & (m.distribution == "balanced")]
+    out = {}
+    for kernel, (dtype, sources) in MOE_KERNELS.items():
+        rows = m[m.moe_dtype == dtype]
+        for src in sources:
+            pick = rows[rows.kernel_source.str.contains(src)]
+            if len(pick):
+                out[kernel] = pick
+                break
     return out
 
 
@@ -274,6 +304,81 @@ def gen_model(c, gpu, b, ctx, h, kv, d):
 
 def ar_model(c, n, elements):
     return c["allreduce_latency_s"] + 2.0 * (n - 1) / n * elements * 2.0 / c["allreduce_bus_bytes_per_s"]
+
+
+def moe_args(table):
+    """A MoE table's columns as moe_model takes them: tokens, hidden, expert width, topk, experts, tp."""
+    return [table[x].to_numpy(float) for x in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")]
+
+
+def moe_model(c, gpu, kernel, tokens, hidden, inter, topk, experts, tp):
+    """The routed experts of one layer (roofline.moe_layer_time) at coefficients `c` (a dict)."""
+    from kvreplay.serving.timing.models import _weight_bytes
+    from kvreplay.serving.timing.roofline import moe_layer_time, moe_names
+
+    peak = gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")
+    return moe_layer_time(tuple(c[k] for k in moe_names(kernel)), tokens, hidden, inter / tp, experts, topk,
+                          _weight_bytes(kernel), peak, gpu.bandwidth_bytes_per_s)
+
+
+def fit_moe(tables: dict, gpu) -> tuple[dict, dict]:
+    """Each weights dtype's MoE kernel coefficients, fitted on its table (twice: the second fit
+    restarts from the first's optimum)."""
+    from kvreplay.serving.timing.roofline import moe_names
+
+    c, errs = {}, {}
+    for kernel, table in tables.get("moe", {}).items():
+        start = dict(zip(moe_names(kernel), MOE_START))
+        args, y = moe_args(table), table.latency.to_numpy(float) / 1e3
+        for _ in range(2):
+            fitted, err = fit_family(list(start), start, lambda cc: moe_model(cc, gpu, kernel, *args), y)
+            start = {**start, **fitted}
+        c.update(start)
+        errs[f"moe_{kernel}"] = err
+    return c, errs
+
+
+def as_dense(coefficients: dict, kernel: str) -> dict:
+    """The MoE kernel's coefficients as the roofline took them before it had its own: the experts
+    timed with the other GEMMs, at the GEMMs' efficiencies, overlap and tile term (int4 at bf16's),
+    no floor of their own, no cost per routed token, no minimum rows per expert."""
+    from kvreplay.serving.timing.roofline import moe_names
+
+    f = "_fp8" if kernel == "fp8" else ""
+    dense = (coefficients[f"e_gemm{f}"], coefficients[f"e_weights{f}"], 0.0, coefficients[f"gemm_overlap_p{f}"], 0.0, 0.0,
+             coefficients[f"gemm_k0{f}"])
+    return {**coefficients, **dict(zip(moe_names(kernel), dense))}
+
+
+def moe_table(tables: dict, gpu_name: str, coefficients: dict, bw: float) -> dict:
+    """Each MoE kernel's measured / predicted over its table (the GPU at `bw` bytes/s), by kernel."""
+    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.serving.timing.roofline import moe_names
+
+    gpu, out = streamed(get_gpu(gpu_name), bw), {}
+    for kernel, table in tables.get("moe", {}).items():
+        if not set(moe_names(kernel)) <= set(coefficients):
+            continue
+        args, y = moe_args(table), table.latency.to_numpy(float) / 1e3
+        ratios = y / moe_model(coefficients, gpu, kernel, *args)
+        before = y / moe_model(as_dense(coefficients, kernel), gpu, kernel, *args)
+        out[kernel] = {"cases": int(len(ratios)), "mape": float(np.mean(np.abs(1 / ratios - 1))),
+                       "mape_as_dense": float(np.mean(np.abs(1 / before - 1))), "median_ratio_as_dense": float(np.median(before)),
+                       "median_ratio": float(np.median(ratios)), "min_ratio": float(ratios.min()),
+                       "max_ratio": float(ratios.max()),
+                       "band": [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]}
+    return out
+
+
+def print_moe(title, s):
+    print(f"\n{title}\n")
+    print("| weights | cases | error (MAPE) | measured / predicted, median [range] | 5-95% band | "
+          "as the GEMMs (before): error, median ratio |")
+    print("| --- | ---: | ---: | --- | --- | --- |")
+    for kernel, v in s.items():
+        print(f"| {kernel} | {v['cases']} | {100 * v['mape']:.1f}% | {v['median_ratio']:.2f} [{v['min_ratio']:.2f}-"
+              f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} | "
+              f"{100 * v['mape_as_dense']:.1f}%, {v['median_ratio_as_dense']:.2f} |")
 
 
 def nelder_mead(loss, x0, steps, iters=600):
@@ -322,6 +427,8 @@ START = {"e_gemm": 0.7, "e_weights": 0.8, "gemm_floor_s": 5e-6, "gemm_k0": 100.0
          "attn_floor_prefill_s": 2e-5, "e_attn_decode": 0.3, "e_kv_decode": 0.6, "attn_floor_decode_s": 1e-5,
          "attn_per_request_decode_s": 2e-8,
          "allreduce_latency_s": 1e-5, "allreduce_bus_bytes_per_s": 3e11, "per_layer_s": 0.0, "per_step_s": 0.0}
+#: the MoE kernels' starting point, in MOE_TERMS' order (roofline.py)
+MOE_START = (0.4, 0.9, 3e-5, 2.0, 1e-8, 16.0, 100.0)
 START_FP8 = {"e_gemm_fp8": 0.6, "e_weights_fp8": 0.8, "gemm_floor_fp8_s": 5e-6, "gemm_k0_fp8": 300.0, "fp8_partial_rows": 50.0, "gemm_overlap_p_fp8": 4.0,
              "e_quant_fp8": 0.3}
 
@@ -364,6 +471,9 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     nn, size = x.num_gpus.to_numpy(float), x.message_size.to_numpy(float)
     errs["allreduce"] = float(np.mean(np.abs(ar_model(c, nn, size) - x.latency.to_numpy(float) / 1e3)
                                       / (x.latency.to_numpy(float) / 1e3)))
+    moe, moe_errs = fit_moe(tables, gpu)
+    c.update(moe)
+    errs.update(moe_errs)
     return c, errs
 
 
@@ -557,7 +667,7 @@ def print_summary(title, s):
               f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} |")
 
 
-def held_back(meas, meas8, fit, probes) -> dict:
+def held_back(tabs, meas, meas8, fit, probes) -> dict:
     """Each GPU's composed steps against FIT_GPU's coefficients (and the raw roofline), printed."""
     report = {}
     for name in GPUS:
@@ -575,6 +685,11 @@ def held_back(meas, meas8, fit, probes) -> dict:
             print_summary(f"{name} fp8 steps ({held}), predicted with {FIT_GPU}'s coefficients", s8)
             print_summary(f"{name} fp8 steps, roofline-raw (MFU 0.5, MBU 0.6)", raw8)
             report[name].update({"calibrated_fp8": s8, "raw_fp8": raw8})
+        m = moe_table(tabs[name], name, fit, bw)
+        if m:  # the routed experts' fused MoE kernels, one layer at a time
+            what = "the fitted tables" if name == FIT_GPU else held
+            print_moe(f"{name} MoE kernels ({what}), predicted with {FIT_GPU}'s coefficients", m)
+            report[name]["moe"] = m
     return report
 
 
@@ -591,6 +706,10 @@ def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
         print_summary(f"{name} steps (held back: {relative}'s coefficients, as {name} ships them)", s)
         out[name] = {"relative": relative, "bands": {p: v["band"] for p, v in s.items()},
                      "step_error": {p: v["mape"] for p, v in s.items()}}
+        m = moe_table(tabs, name, coef, bw)
+        if m:
+            print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", m)
+            out[name].update({"bands_moe": {k: v["band"] for k, v in m.items()}, "moe_error": {k: v["mape"] for k, v in m.items()}})
         if "gemm_fp8" in tabs:
             s8 = summary(step_table(Measured(tabs, "gemm_fp8"), name, coef, bw, "fp8", head=meas))
             print_summary(f"{name} fp8 steps (held back: {relative}'s coefficients)", s8)
@@ -627,6 +746,18 @@ def e2e_check(t: Tables) -> dict:
         by = {k: e2e.summary(v) for k, v in e2e.groups(rows).items()}
         e2e.print_table(f"end to end: aiconfigurator's silicon vLLM runs against kvreplay, {label} "
                         f"(the benchmark's {e2e.PER_CLIENT} B requests: calibrate_e2e.py)", by)
+        out[label] = {f"{g} {src}": s for (g, src), s in by.items()}
+    # the MoE runs as the roofline timed them before it had an MoE kernel: the experts in the GEMMs
+    import dataclasses
+
+    from kvreplay.analysis.models import get_model
+
+    moe = [{**r, "model": dataclasses.replace(get_model(r["model"]), moe=None)} for r in runs if get_model(r["model"]).moe]
+    if moe:
+        rows = e2e.simulate_runs(moe, lambda r: e2e_model(r))
+        by = {k: e2e.summary(v) for k, v in e2e.groups(rows).items()}
+        label = "roofline (calibrated), the experts timed as the other GEMMs (before the MoE kernel term)"
+        e2e.print_table(f"end to end: the MoE runs, {label}", by)
         out[label] = {f"{g} {src}": s for (g, src), s in by.items()}
     return out
 
@@ -679,6 +810,16 @@ def transfer_bands(report: dict, data: dict) -> dict:
     return {p: [float(lo), float(hi)] for p, (lo, hi) in transfer.items()}
 
 
+def transfer_moe_bands(report: dict) -> dict:
+    """A GPU without measurements: each MoE kernel's spread on the GPUs the fit never saw."""
+    out = {}
+    for name in GPUS:
+        for kernel, v in report[name].get("moe", {}).items() if name != FIT_GPU else ():
+            lo, hi = out.get(kernel, (np.inf, -np.inf))
+            out[kernel] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
+    return {k: [float(lo), float(hi)] for k, (lo, hi) in out.items()}
+
+
 def own_fits(tabs, meas, meas8, fit, probes) -> dict:
     """Each measured GPU's coefficients fitted on its own kernels, with the bands of its steps."""
     from kvreplay.serving.timing.gpus import get_gpu
@@ -694,6 +835,10 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
             s8 = summary(step_table(meas8[name], name, own, bw, "fp8", head=meas[name]))
             gpus[name]["bands_fp8"] = {p: v["band"] for p, v in s8.items()}
             gpus[name]["step_error_fp8"] = {p: v["mape"] for p, v in s8.items()}
+        m = moe_table(tabs[name], name, own, bw)
+        if m:
+            gpus[name]["bands_moe"] = {k: v["band"] for k, v in m.items()}
+            gpus[name]["moe_error"] = {k: v["mape"] for k, v in m.items()}
     return gpus
 
 
@@ -728,7 +873,7 @@ def main() -> int:
     if not args.check:
         fit, errs = fit_gpu(tabs[FIT_GPU], streamed(get_gpu(FIT_GPU), stream(probes, FIT_GPU, FIT_GPU)))
         print(f"kernel fit on {FIT_GPU}: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
-    report = held_back(meas, meas8, fit, probes)
+    report = held_back(tabs, meas, meas8, fit, probes)
     if not args.check:
         gpus = own_fits(tabs, meas, meas8, fit, probes)
         terms = fit_serving_terms(t, gpus, probes)
@@ -760,6 +905,7 @@ def main() -> int:
             "held_back": report,
         }
         data["transfer_bands"] = transfer_bands(report, data)
+        data["transfer_bands_moe"] = transfer_moe_bands(report)
         write(data)  # the serving terms in place: the decode bands are widened on runs simulated with them
         widen_decode_bands(t, data)
         data["transfer_bands"] = transfer_bands(report, data)

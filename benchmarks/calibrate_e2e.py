@@ -39,7 +39,9 @@ from __future__ import annotations
 import numpy as np
 
 SILICON_MODELS = {"Qwen/Qwen3-32B": "Qwen3-32B", "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
-                  "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B"}
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B", "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5"}
+#: MoE models: their runs are a group of their own (held back from every fit), by vLLM version
+MOE_MODELS = {"MiniMax-M2.5"}
 SILICON_GPUS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
 FIT_GPU = "H100"
 FIT_SOURCE = "2026-04-06"
@@ -54,21 +56,42 @@ def source_of(raw: str) -> str:
     return "gap-analysis (vLLM 0.12)" if "aic-auto-gap-analysis" in raw and "dynamo" not in raw else "dynamo 0.8"
 
 
+def _left(r) -> str | None:
+    """Why kvreplay cannot simulate run `r` as it ran (None: it can): its weights, or an MoE's
+    experts or attention not split by TP alone (a dense run's MoE columns do not apply)."""
+    if r["gemm_quant_mode"] not in WEIGHTS:
+        return f"{r['gemm_quant_mode']} weights"
+    if SILICON_MODELS[r["model_path"]] in MOE_MODELS and (
+            (r["attention_dp_size"] or "1") != "1" or (r["moe_ep_size"] or "1") != "1"
+            or (r["moe_tp_size"] or r["tp_size"]) != r["tp_size"]):
+        return "MoE expert or attention data parallelism"
+    return None
+
+
 def silicon_runs(rows):
-    """The runs kvreplay can simulate, and a count of those left out by reason."""
-    out, left = [], {}
+    """The runs kvreplay can simulate, and a count of those left out by reason. A measurement the
+    csv holds more than once (an MoE run copied into later collections) counts once; MoE runs are
+    grouped by model and vLLM version."""
+    out, left, seen = [], {}, set()
     for r in rows:
         if (r["backend"] != "vllm" or r["mode"] != "agg" or r["system"] not in SILICON_GPUS
                 or r["model_path"] not in SILICON_MODELS or (r["pp_size"] or "1") != "1"):
             continue
-        if r["gemm_quant_mode"] not in WEIGHTS:
-            left[f"{r['gemm_quant_mode']} weights"] = left.get(f"{r['gemm_quant_mode']} weights", 0) + 1
+        why = _left(r)
+        if why:
+            left[why] = left.get(why, 0) + 1
             continue
-        out.append({"id": r["id"], "gpu": SILICON_GPUS[r["system"]], "model": SILICON_MODELS[r["model_path"]],
+        model = SILICON_MODELS[r["model_path"]]
+        key = (r["system"], model, r["tp_size"], r["batch_size"], r["isl"], r["osl"], r["silicon_ttft_ms"], r["silicon_tpot_ms"])
+        if key in seen:
+            continue
+        seen.add(key)
+        source = f"{model} (MoE), vLLM {r['backend_version']}" if model in MOE_MODELS else source_of(r["silicon_data_source"])
+        out.append({"id": r["id"], "gpu": SILICON_GPUS[r["system"]], "model": model,
                     "weights": WEIGHTS[r["gemm_quant_mode"]], "tp": int(r["tp_size"]),
                     "concurrency": int(r["batch_size"]), "isl": int(r["isl"]), "osl": int(r["osl"]),
                     "ttft_s": float(r["silicon_ttft_ms"]) / 1e3, "tpot_s": float(r["silicon_tpot_ms"]) / 1e3,
-                    "source": source_of(r["silicon_data_source"])})
+                    "source": source})
     return out, left
 
 

@@ -425,7 +425,11 @@ def _models(tmp_path):
             CalibratedRooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8").at_band("low"),
             CalibratedRooflineTimeModel("Qwen3-30B-A3B", "B200", 2),
             CalibratedRooflineTimeModel("Qwen3-Next-80B-A3B", "H100", 4, dtype="fp8"),  # Mamba layers' state term
-            CalibratedRooflineTimeModel("Nemotron-H-8B", "H200", 1).at_band("high")]
+            CalibratedRooflineTimeModel("Nemotron-H-8B", "H200", 1).at_band("high"),
+            CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 4, dtype="fp8").at_band("high"),  # routed experts apart
+            CalibratedRooflineTimeModel("DeepSeek-V3", "H200", 8, dtype="fp8"),
+            CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 2, dtype="int4"),
+            CalibratedRooflineTimeModel("Mixtral-8x7B-v0.1", "A100", 2)]  # no MoE kernels measured: one GEMM
 
 
 def test_compiled_step_time_matches_each_model(tmp_path):
@@ -731,3 +735,94 @@ def test_calibrated_roofline_prices_mamba_layers_by_their_state():
     # a model without Mamba layers has no such term
     llama = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
     assert "mamba" not in llama.terms(decode) and "mamba_layers" not in llama.describe()
+
+
+# ------------------------------------------------------------------------------------------
+# An MoE's routed experts: the fused MoE kernel's term (roofline.moe_layer_time)
+
+#: round MoE kernel coefficients (MOE_TERMS' order: e_gemm, e_weights, floor_s, overlap_p (inf: the
+#: plain max), per_token_s, tile_rows, k0)
+MOE_ROUND = (0.5, 0.8, 1e-5, float("inf"), 1e-8, 16.0, 0.0)
+
+
+def test_moe_layer_by_hand_few_tokens_read_their_experts_and_compute_whole_tiles():
+    from kvreplay.serving.timing.roofline import moe_layer_time
+
+    # 2 tokens x top-2 of 8 experts: 4 routed tokens, 4 experts active, each computing a 16-row tile
+    # (64 rows): FLOPs 2 x 64 x (2 x 1024 x 512 + 512 x 1024) = 201,326,592 at 0.5 x 1e15 = 0.40 us;
+    # weights 4 x 3 x 1024 x 512 x 2 bytes = 12,582,912 at 0.8 x 1e12 = 15.73 us: memory-bound
+    t = moe_layer_time(MOE_ROUND, 2, 1024, 512, 8, 2, 2.0, 1e15, 1e12)
+    assert float(t) == pytest.approx(12_582_912 / 0.8e12 + 1e-5 + 4 * 1e-8)
+
+
+def test_moe_layer_by_hand_many_tokens_touch_every_expert_and_compute_their_rows():
+    from kvreplay.serving.timing.roofline import moe_layer_time
+
+    # 1,000 tokens x top-2: 2,000 routed rows over all 8 experts (8 x 16 tile rows fewer), compute-bound:
+    # 2 x 2,000 x 1,572,864 = 6.29e9 FLOPs at 0.5e15 = 12.58 us against 8 experts' 25.2 MB at 0.8e12 = 31.5 us
+    t = moe_layer_time(MOE_ROUND, 1000, 1024, 512, 8, 2, 2.0, 1e15, 1e12)
+    assert float(t) == pytest.approx(8 * 3 * 1024 * 512 * 2 / 0.8e12 + 1e-5 + 2000 * 1e-8)
+    fast = moe_layer_time(MOE_ROUND, 1000, 1024, 512, 8, 2, 2.0, 1e13, 1e12)  # at 1e13 FLOP/s: compute-bound
+    assert float(fast) == pytest.approx(2 * 2000 * 1_572_864 / 0.5e13 + 1e-5 + 2000 * 1e-8)
+    k0 = moe_layer_time(MOE_ROUND[:6] + (64.0,), 1000, 1024, 512, 8, 2, 2.0, 1e13, 1e12)  # k0 more of each K
+    assert float(k0) == pytest.approx(2 * 2000 * (2 * 1088 * 512 + 576 * 1024) / 0.5e13 + 1e-5 + 2000 * 1e-8)
+
+
+def _moe_coefficients(kernel):
+    from kvreplay.serving.timing.roofline import moe_names
+
+    return dict(zip(moe_names(kernel), MOE_ROUND))
+
+
+def test_calibrated_moe_times_its_routed_experts_apart_from_the_body():
+    from kvreplay.analysis.models import get_model
+
+    spec = get_model("Qwen3-30B-A3B")  # 48 MoE layers of 128 experts, top 8, 768 wide; hidden 2048
+    assert spec.routed_expert_params == 3 * 48 * 8 * 2048 * 768
+    m = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients={**ROUND, **_moe_coefficients("bf16")})
+    bw = m.bandwidth
+    t = m.terms(StepBatch(decode_context=(1000,)))
+    # one token: 8 experts of 3 x 2048 x 384 (768 / tp 2) bf16 weights each layer, memory-bound, + floor + 8 routed
+    assert t["moe"] == pytest.approx(48 * (8 * 3 * 2048 * 384 * 2 / (bw * 0.8) + 1e-5 + 8 * 1e-8))
+    # the rest of the body (attention, norms) at the GEMMs' coefficients: its weights read whole
+    body = spec.body_params - spec.routed_expert_params
+    assert m.body_params == body and m.body_weight_bytes == body * 2
+    assert t["gemm"] == pytest.approx(body * 2 / 2 / (bw * 0.5) + 4 * 48 * 1e-6)
+
+
+def test_calibrated_moe_band_is_widened_to_its_kernels_band():
+    m = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2)
+    cal = m.calibration
+    for phase in ("prefill", "decode", "mixed"):
+        lo, hi = cal.band(phase)
+        assert m.band(phase) == (min(lo, cal.bands_moe["bf16"][0]), max(hi, cal.bands_moe["bf16"][1]))
+        assert m.describe()["bands"][phase] == list(m.band(phase))
+    assert m.band("prefill") != cal.band("prefill")  # the MoE kernels' spread is the wider
+    hi = m.at_band("high")
+    batch = StepBatch((512,), (0,))
+    assert hi.step_time(batch) == pytest.approx(m.step_time(batch) * m.band("prefill")[1])
+
+
+def test_calibrated_moe_kernel_by_weights_dtype():
+    fp8 = CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 4, dtype="fp8")
+    assert fp8.moe_kernel == "fp8" and fp8.moe_peak == fp8.gpu.peak_flops("fp8") and fp8.moe_inter == 1536 / 4
+    int4 = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 1, dtype="int4")
+    assert int4.moe_kernel == "int4" and int4.moe_peak == int4.gpu.peak_flops("bf16")  # Marlin: bf16 math
+    # A100 has no MoE kernel measured: the experts stay in the one GEMM of the active parameters
+    a100 = CalibratedRooflineTimeModel("Mixtral-8x7B-v0.1", "A100", 2)
+    assert a100.moe is None and "moe" not in a100.terms(StepBatch(decode_context=(10,)))
+    dense = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
+    assert dense.moe is None and dense.band("decode") == dense.calibration.band("decode")
+
+
+def test_calibrated_moe_prefill_is_slower_than_the_experts_as_gemms():
+    # the fused MoE kernels run far below the dense GEMMs' efficiency (the fit: benchmarks/calibrate.py)
+    import dataclasses
+
+    from kvreplay.analysis.models import get_model
+
+    spec = get_model("MiniMax-M2.5")
+    moe = CalibratedRooflineTimeModel(spec, "H200", 8, dtype="fp8")
+    before = CalibratedRooflineTimeModel(dataclasses.replace(spec, moe=None), "H200", 8, dtype="fp8")
+    batch = StepBatch((8192,), (0,))
+    assert moe.step_time(batch) > 1.5 * before.step_time(batch)

@@ -247,7 +247,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     raw = run_once(trace, time_model=tm, **run)
     band = None
     if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
-        band = {"bands": {p: list(tm.calibration.band(p)) for p in ("prefill", "decode", "mixed")}}
+        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
         for end in ("low", "high"):
             band[end] = run_once(trace, time_model=tm.at_band(end), **run)
     sequential, sequential_evictions = None, None
@@ -341,6 +341,20 @@ def _borrowed_warning(tm) -> str:
             f"({tm.bandwidth / 1e12:.2f} TB/s: {memory}); {band}")
 
 
+def _extrapolated(tm) -> str:
+    """What of an unchecked model's step the calibration extrapolates, and from what."""
+    spec = tm.model
+    if getattr(tm, "moe", None):
+        return (f"its routed experts run vLLM's fused MoE kernel as fitted on measured MoE kernels ({tm.moe_kernel} "
+                "weights; the band is widened to that kernel's spread), its other terms are extrapolated from "
+                "dense-model kernels")
+    if spec.moe:  # the catalog has its experts, but no MoE kernel was measured for these weights on this GPU
+        return (f"no {tm.dtype} MoE kernel was measured on the {tm.calibration.measured_on}, so its routed experts are "
+                "timed with its other GEMMs, at the dense GEMMs' efficiency (on the measured GPUs the MoE kernels "
+                "run 1.4-2.6x slower than that: docs/serving.md), and its terms are extrapolated from dense-model kernels")
+    return "its terms are extrapolated from dense-model kernels"
+
+
 def calibration_warnings(tm, trace) -> list[str]:
     """Where serving `trace` with the calibrated roofline `tm` leaves what it was fitted and
     checked on, before any run (the batch a run reaches: _calibration_warnings)."""
@@ -356,7 +370,7 @@ def calibration_warnings(tm, trace) -> list[str]:
             (" with sliding-window layers" if spec.sliding_window_layers else "") + \
             (" with Mamba / linear-attention layers" if spec.mamba_layers else "")
         out.append(f"{spec.name} is {kind} outside the calibration's checked models ({', '.join(rng['models'])}): "
-                   "its terms are extrapolated from dense-model kernels")
+                   + _extrapolated(tm))
     if getattr(tm, "mamba_layers", 0):
         out.append(f"{spec.name}'s {tm.mamba_layers} Mamba / linear-attention layers are priced by the roofline's "
                    "state term (state read and write per request, state update per token), which no measurement "
@@ -372,7 +386,8 @@ def calibration_warnings(tm, trace) -> list[str]:
     if spec.checkpoint_weights and tm.dtype != spec.checkpoint_weights_dtype:
         out.append(f"weights at {tm.dtype}, but {spec.checkpoint_note()}")
     elif spec.checkpoint_weights == "fp8-block" and tm.dtype == "fp8":
-        out.append(f"the fp8 GEMMs were fitted on per-tensor W8A8 kernels; {spec.name}'s block-scaled fp8 weights "
+        which = "its other fp8 GEMMs" if getattr(tm, "moe", None) else "the fp8 GEMMs"
+        out.append(f"{which} were fitted on per-tensor W8A8 kernels; {spec.name}'s block-scaled fp8 weights "
                    "(a scale per 128 x 128 block) run other kernels")
     if tm.dtype == "int4":
         out.append("no int4 GEMMs were measured: int4 weights are read at half a byte each and their GEMMs run at "

@@ -95,6 +95,13 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_GEMM_P": _p(model.gemm_p), "C_HEAD_P": _p(c["gemm_overlap_p"]),
               "C_ATTN_PER_REQ_DECODE": c["attn_per_request_decode_s"], "C_GEMMS": len(model.gemm_shapes),
               "C_GEMM_K0": model.gemm_k0, "C_GEMM_IN_BYTES": model.gemm_bytes[0], "C_GEMM_W_BYTES": model.gemm_bytes[1]}
+    moe = model.moe or {}  # an MoE's routed experts (0 layers: none apart)
+    values.update({"C_MOE_LAYERS": moe.get("layers", 0), "C_MOE_EXPERTS": moe.get("experts", 0),
+                   "C_MOE_TOPK": moe.get("experts_per_token", 0), "C_MOE_INTER": model.moe_inter if moe else 0.0,
+                   "C_MOE_W_BYTES": model.gemm_bytes[1], "C_MOE_PEAK": model.moe_peak if moe else 1.0})
+    for name, value in zip(("C_MOE_E_GEMM", "C_MOE_E_WEIGHTS", "C_MOE_FLOOR", "C_MOE_P", "C_MOE_PER_TOKEN",
+                            "C_MOE_TILE_ROWS", "C_MOE_K0"), model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
+        values[name] = _p(value) if name == "C_MOE_P" else value
     for i in range(4):  # (n, k) of each layer GEMM, 0 past the model's
         n, k = model.gemm_shapes[i] if i < len(model.gemm_shapes) else (0, 0)
         values[f"C_G{i + 1}_N"], values[f"C_G{i + 1}_K"] = n, k

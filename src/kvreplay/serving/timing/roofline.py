@@ -89,6 +89,22 @@ SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_f
 #: engine (the API server's HTTP, tokenisation and streaming)
 SERVING_COEFFICIENTS = ("allreduce_skew_s", "frontend_s")
 PHASES = ("prefill", "decode", "mixed")
+#: an MoE's routed experts run vLLM's fused MoE kernel, fitted per weights dtype on measured MoE
+#: kernels (bf16: the Triton fused_moe; fp8: its block-fp8 Triton kernel; int4: Marlin's W4A16):
+#: compute and weights efficiencies, a floor, their overlap, a cost per routed token (the tokens'
+#: alignment, permutation and weighted sum), the rows each active expert computes at least (its
+#: tile of rows) and the tile term k0. A calibration without them, or a model without ``moe`` in
+#: the catalog, times the experts with the other GEMMs (one GEMM of the active parameters)
+MOE_TERMS = ("e_gemm", "e_weights", "floor_s", "overlap_p", "per_token_s", "tile_rows", "k0")
+MOE_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int4": "int4"}  # weights -> kernel
+
+
+def moe_names(kernel: str) -> tuple[str, ...]:
+    """The coefficients of the MoE kernel for weights `kernel` (bf16, fp8 or int4), MOE_TERMS' order."""
+    return tuple(f"moe_{t}_{kernel}" for t in MOE_TERMS)
+
+
+MOE_COEFFICIENTS = tuple(n for k in ("bf16", "fp8", "int4") for n in moe_names(k))
 #: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
 #: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
 #: sm90_fp8_config_default: TileShape 128 x 128 x 128, ClusterShape 2 x 1 x 1; at most 128 rows it
@@ -117,6 +133,24 @@ def soft_max(compute, memory, p):
     return (compute ** p + memory ** p) ** (1.0 / p)
 
 
+def moe_layer_time(c, tokens, hidden, inter, experts, topk, wbytes, peak, bw):
+    """One MoE layer's routed experts on one GPU of a TP group (each expert's width split by tp:
+    `inter` is its share), `c` the kernel's coefficients in MOE_TERMS' order. Routing as balanced
+    as it can be (each of the tokens x topk routed tokens to a distinct expert until every expert
+    has some, as the kernels were timed): ``active = min(experts, tokens x topk)`` experts each
+    read their ``3 x hidden x inter`` weights and compute at least ``tile_rows`` rows; the gate/up
+    and down GEMMs' FLOPs with k0 more of K. Scalars or numpy arrays (benchmarks/calibrate.py)."""
+    import numpy as np
+
+    e, ew, floor, p, per_token, tile_rows, k0 = c
+    routed = tokens * topk
+    active = np.minimum(experts, routed)
+    rows = np.maximum(routed, active * tile_rows)
+    flops = 2.0 * rows * (2.0 * (hidden + k0) * inter + (inter + k0) * hidden)
+    weights = active * 3.0 * hidden * inter * wbytes
+    return soft_max(flops / (peak * e), weights / (bw * ew), p) + floor + per_token * routed
+
+
 @dataclass(frozen=True)
 class Calibration:
     """One GPU's fitted coefficients, the bands of measured/predicted ratios per phase, and where
@@ -130,6 +164,7 @@ class Calibration:
     fitted_range: dict  # models, tp, contexts and batches the fit saw
     bands_fp8: dict | None = None  # the same with fp8 weights (steps of the measured fp8 GEMMs)
     checked: bool = False  # borrowed, and checked on this GPU's own measured kernels (its bands)
+    bands_moe: dict | None = None  # MoE kernel (bf16, fp8, int4) -> (low, high): its measured / predicted
 
     def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
         bands = self.bands_fp8 if fp8 and self.bands_fp8 else self.bands
@@ -156,15 +191,18 @@ def calibration_for(gpu_name: str) -> Calibration:
     entry = gpus[source]
     bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
     bands_fp8 = {p: tuple(v) for p, v in entry.get("bands_fp8", {}).items()} or None
+    bands_moe = entry.get("bands_moe")
     checked = data.get("relative_bands", {}).get(gpu_name)
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
         bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
+        bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
     elif not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
         bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
         bands_fp8 = None
+        bands_moe = data.get("transfer_bands_moe")
     return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
-                       bands_fp8, bool(checked))
+                       bands_fp8, bool(checked), {k: tuple(v) for k, v in (bands_moe or {}).items()} or None)
 
 
 def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) -> tuple[float, str]:
@@ -264,7 +302,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         coefficient given and no bandwidth: the datasheet peak)."""
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         coefficients = dict(coefficients or {})
-        unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS) - set(SHAPE_COEFFICIENTS))
+        unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS) - set(SHAPE_COEFFICIENTS)
+                         - set(MOE_COEFFICIENTS))
         if unknown:
             raise ConfigError(f"unknown roofline coefficient(s) {', '.join(unknown)} (known: {', '.join(COEFFICIENTS)})")
         if set(coefficients) >= set(COEFFICIENTS):  # every one given (benchmarks/calibrate.py fitting)
@@ -300,6 +339,18 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.body_params = spec.body_params if head else spec.active_params
         stored_body = spec.total_params - head - (0 if spec.tie_word_embeddings else head)
         self.body_weight_bytes = (stored_body if head else spec.total_params) * wbytes
+        # an MoE with its experts in the catalog and a calibrated MoE kernel for its weights: the
+        # routed experts apart (moe_layer_time); the rest of the body (attention, shared experts,
+        # dense layers) is read whole every step
+        kernel = MOE_DTYPES.get(self.dtype)
+        self.moe = spec.moe if spec.moe and self.hidden and kernel and set(moe_names(kernel)) <= set(c) else None
+        self.moe_kernel = kernel if self.moe else None
+        if self.moe:
+            self.moe_c = tuple(c[k] for k in moe_names(kernel))
+            self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # Marlin: bf16 math
+            self.moe_inter = self.moe["expert_intermediate"] / self.tp
+            self.body_params -= spec.routed_expert_params
+            self.body_weight_bytes = self.body_params * wbytes
         self.active_body_weight_bytes = self.body_params * wbytes
         self.head_weight_bytes = head * (_weight_bytes("bf16") if self.fp8 else wbytes)  # fp8: lm_head kept bf16
         self.attn_peak = self.gpu.peak_flops("bf16")  # attention's, and the LM head's
@@ -311,7 +362,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         g = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s") if self.fp8 else ("e_gemm", "e_weights", "gemm_floor_s")
         self.gemm_p = c["gemm_overlap_p_fp8" if self.fp8 else "gemm_overlap_p"]
         self.gemm_c = tuple(c[k] for k in g)
-        self.quant_bytes_per_token = 3.0 * quant_inputs_per_token(spec, self.tp) if self.fp8 else 0.0
+        # (the routed experts' fp8 kernel quantises its inputs itself, in its measured time)
+        quant = quant_inputs_per_token(spec, self.tp) / (2.0 if self.moe else 1.0)
+        self.quant_bytes_per_token = 3.0 * quant if self.fp8 else 0.0
         # the tile term: each output tile's fixed cost, as k0 more of K (its prologue and
         # epilogue), over the body's GEMMs (gemm_outputs_per_token) and the LM head's (k = hidden)
         k0 = c["gemm_k0_fp8" if self.fp8 else "gemm_k0"]
@@ -321,7 +374,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         # bf16), the weights at their dtype, the bf16 output
         self.gemm_shapes = layer_gemm_shapes(spec, self.tp)
         self.gemm_bytes = (1.0 if self.fp8 else 2.0, wbytes, 2.0)
-        self.body_flop_params = self.body_params + self.tp * k0 * gemm_outputs_per_token(spec, self.tp)
+        outputs = self.body_params / self.tp / self.hidden if self.moe else gemm_outputs_per_token(spec, self.tp)
+        self.body_flop_params = self.body_params + self.tp * k0 * outputs
         self.head_flop_params = head * (1.0 + c["gemm_k0"] / self.hidden) if self.hidden else head
         self.mamba_layers = spec.mamba_layers
         if self.mamba_layers:  # attention on the attention layers only; the state term apart
@@ -399,6 +453,11 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             b = kv_lt * (self.layers_full * ctx + self.layers_sw * ctx_s)
             out["attn_decode"] = (self.attn_layers * (c["attn_floor_decode_s"] + decodes * c["attn_per_request_decode_s"])
                                   + max(f / (self.attn_peak * c["e_attn_decode"]), b / (bw * c["e_kv_decode"])))
+        if self.moe:
+            m = self.moe
+            out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, tokens, self.hidden, self.moe_inter, m["experts"],
+                                                            m["experts_per_token"], _weight_bytes(self.dtype),
+                                                            self.moe_peak, bw))
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
@@ -421,8 +480,15 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if end not in ("low", "high"):
             raise ConfigError(f"end must be low or high, got {end!r}")
         other = copy.copy(self)
-        other.scale = {p: self.calibration.band(p, self.fp8)[0 if end == "low" else 1] for p in PHASES}
+        other.scale = {p: self.band(p)[0 if end == "low" else 1] for p in PHASES}
         return other
+
+    def band(self, phase: str) -> tuple[float, float]:
+        """The measured / predicted step-time band of `phase` steps (5-95%): the calibration's for
+        these weights, widened for an MoE with its experts apart to its MoE kernel's band."""
+        lo, hi = self.calibration.band(phase, self.fp8)
+        moe = (self.calibration.bands_moe or {}).get(self.moe_kernel) if self.moe else None
+        return (min(lo, moe[0]), max(hi, moe[1])) if moe else (lo, hi)
 
     def breakdown(self, batch: StepBatch) -> dict:
         t = self.terms(batch)
@@ -432,7 +498,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         cal = self.calibration
         return {"time_model": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
                 "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
-                "borrowed_calibration": cal.borrowed, "bands": {p: list(cal.band(p, self.fp8)) for p in PHASES},
+                "borrowed_calibration": cal.borrowed, "bands": {p: list(self.band(p)) for p in PHASES},
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
                 "stream_bandwidth_source": self.bandwidth_source,

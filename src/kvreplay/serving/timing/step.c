@@ -62,6 +62,15 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         t = soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
             + 4.0 * layers * tm[C_GEMM_FLOOR];
     }
+    if (tm[C_MOE_LAYERS] > 0) {  /* an MoE's routed experts (roofline.py moe_layer_time) */
+        f64 h = tm[C_HIDDEN], inter = tm[C_MOE_INTER], k0 = tm[C_MOE_K0];
+        f64 routed = tokens * tm[C_MOE_TOPK], active = kv_fmin(tm[C_MOE_EXPERTS], routed);
+        f64 moe_rows = kv_fmax(routed, active * tm[C_MOE_TILE_ROWS]);
+        f64 flops = 2.0 * moe_rows * (2.0 * (h + k0) * inter + (inter + k0) * h);
+        f64 weights = active * 3.0 * h * inter * tm[C_MOE_W_BYTES];
+        t += tm[C_MOE_LAYERS] * (soft_max(flops / (tm[C_MOE_PEAK] * tm[C_MOE_E_GEMM]), weights / (bw * tm[C_MOE_E_WEIGHTS]),
+                                          tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed);
+    }
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
         t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)
