@@ -69,6 +69,9 @@ PROBE_KERNEL, PROBE_MIN_BYTES = "static_scaled_fp8_quant", 256e6
 #: composed steps: docs/performance.md section 13), checked on their own kernels for their bands
 RELATIVE_CHECKS = {"B200": ("b200_sxm", "H200")}
 FIT_GPU = "H100"
+#: MoE models with GQA attention (head_dim 128) whose fused MoE kernel the tables time at their
+#: exact shape, at the TP degrees tried (a degree without the shape is skipped)
+MOE = [("Qwen3-30B-A3B", (1, 2, 4)), ("Qwen3-235B-A22B", (4, 8)), ("MiniMax-M2.5", (2, 4, 8)), ("Mixtral-8x7B-v0.1", (1, 2, 4))]
 DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.3", (1,)), ("Qwen3-32B", (1, 2, 4)),
          ("Llama-3.1-70B", (2, 4, 8)), ("Qwen2.5-72B", (4, 8))]
 
@@ -497,6 +500,20 @@ class Measured:
         ar = tables["ar"]
         self.ar = {int(n): (p.sort_values("message_size").message_size.to_numpy(float),
                             p.sort_values("message_size").latency.to_numpy(float) / 1e3) for n, p in ar.groupby("num_gpus")}
+        # the fused MoE kernel of the GEMMs' weights (bf16 or fp8), by (hidden, width, topk, experts, tp)
+        moe = tables.get("moe", {}).get("fp8" if gemm == "gemm_fp8" else "bf16")
+        self.moe = {} if moe is None else {
+            tuple(int(v) for v in key): (p.sort_values("num_tokens").num_tokens.to_numpy(float),
+                                         p.sort_values("num_tokens").latency.to_numpy(float) / 1e3)
+            for key, p in moe.groupby(["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"])}
+
+    def moe_time(self, tokens, hidden, inter, topk, experts, tp):
+        """One MoE layer's routed experts for `tokens` (log-interpolated; None: not measured)."""
+        found = self.moe.get((hidden, inter, topk, experts, tp))
+        if found is None:
+            return None
+        xs, ys = found
+        return float(np.interp(np.log(tokens), np.log(xs), ys)) if tokens <= xs[-1] else float(ys[-1] * tokens / xs[-1])
 
     def _gemm_at(self, m, n, k):
         xs, ys = self.gemm[(n, k)]
@@ -584,6 +601,26 @@ def composed_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ct
     return spec.num_layers * (layer + attn + ar) + lm_head
 
 
+def composed_moe_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ctx: int, head: Measured | None = None):
+    """An MoE step from measured kernels: each layer's q/k/v and o GEMMs, router, attention and
+    two all-reduces, each MoE layer's fused experts at the model's exact shape, the LM head (None
+    where a table lacks a shape)."""
+    H, V, d, m = spec.hidden_size, spec.vocab_size, spec.head_dim, spec.moe
+    h, kv = spec.num_attention_heads // tp, max(1, spec.num_kv_heads // tp)
+    T = sum(prefill) + decodes
+    experts = meas.moe_time(T, H, m["expert_intermediate"], m["experts_per_token"], m["experts"], tp)
+    if experts is None:
+        return None
+    layer = meas.gemm_time(T, (h + 2 * kv) * d, H) + meas.gemm_time(T, H, h * d) + meas.gemm_time(T, m["experts"], H)
+    for t in ((meas.ctx_time(len(prefill), prefill[0], h, kv),) if prefill else ()) + \
+            ((meas.gen_time(decodes, ctx, h, kv),) if decodes else ()):
+        if t is None:
+            return None
+        layer += t
+    ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
+    return spec.num_layers * (layer + ar) + m["layers"] * experts + (head or meas).gemm_time(len(prefill) + decodes, V // tp, H)
+
+
 def step_shapes():
     for s in (128, 256, 512, 1024, 2048, 4096, 8192):
         for b in (1, 2, 4):
@@ -604,22 +641,27 @@ def kernel_terms(coefficients: dict) -> dict:
 
 
 def step_table(meas: Measured, gpu_name: str, coefficients: dict, bw: float, dtype: str = "bf16",
-               head: Measured | None = None):
+               head: Measured | None = None, moe: str = ""):
     """Composed steps of the DENSE models against the calibrated roofline's predictions, its memory
     terms at `bw` bytes/s (stream). fp8: `meas` holds the fp8 GEMMs, `head` the bf16 ones the LM
-    head runs (fp8 checkpoints keep it bf16)."""
+    head runs (fp8 checkpoints keep it bf16). `moe`: the MOE models' steps instead (composed_moe_step),
+    predicted with their experts apart ("experts") or as the roofline timed them before, with the
+    other GEMMs ("as-dense")."""
+    import dataclasses
+
     from kvreplay.analysis.models import get_model
     from kvreplay.serving.timing.models import StepBatch
     from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
 
     rows = []
-    for name, tps in DENSE:
+    for name, tps in MOE if moe else DENSE:
         spec = get_model(name)
+        predicted_spec = dataclasses.replace(spec, moe=None) if moe == "as-dense" else spec
         for tp in tps:
-            model = CalibratedRooflineTimeModel(name, gpu_name, tp, dtype=dtype, coefficients=kernel_terms(coefficients),
-                                                stream_bytes_per_s=bw)
+            model = CalibratedRooflineTimeModel(predicted_spec, gpu_name, tp, dtype=dtype,
+                                                coefficients=kernel_terms(coefficients), stream_bytes_per_s=bw)
             for phase, prefill, b, ctx in step_shapes():
-                measured = composed_step(meas, spec, tp, prefill, b, ctx, head=head)
+                measured = (composed_moe_step if moe else composed_step)(meas, spec, tp, prefill, b, ctx, head=head)
                 if measured is None:
                     continue
                 batch = StepBatch(prefill_new=tuple(prefill), prefill_cached=(0,) * len(prefill),
@@ -690,7 +732,26 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
             what = "the fitted tables" if name == FIT_GPU else held
             print_moe(f"{name} MoE kernels ({what}), predicted with {FIT_GPU}'s coefficients", m)
             report[name]["moe"] = m
+        for kernel, (mm, head) in moe_measured(meas, meas8, name).items():
+            steps = summary(step_table(mm, name, fit, bw, kernel, head=head, moe="experts"))
+            before = summary(step_table(mm, name, fit, bw, kernel, head=head, moe="as-dense"))
+            print_summary(f"{name} {kernel} MoE steps ({held}), predicted with {FIT_GPU}'s coefficients", steps)
+            print("(before, the experts timed as the other GEMMs: " +
+                  ", ".join(f"{p} {100 * v['mape']:.1f}%" for p, v in before.items()) + ")")
+            report[name][f"moe_steps_{kernel}"] = steps
+            report[name][f"moe_steps_{kernel}_as_dense"] = before
     return report
+
+
+def moe_measured(meas, meas8, name) -> dict:
+    """kernel -> (the Measured holding its GEMMs and MoE kernel, the LM head's): the MoE step checks
+    a GPU has (its tables time the fused MoE kernel)."""
+    out = {}
+    if meas[name].moe:
+        out["bf16"] = (meas[name], None)
+    if name in meas8 and meas8[name].moe:
+        out["fp8"] = (meas8[name], meas[name])
+    return out
 
 
 def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
@@ -710,6 +771,13 @@ def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
         if m:
             print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", m)
             out[name].update({"bands_moe": {k: v["band"] for k, v in m.items()}, "moe_error": {k: v["mape"] for k, v in m.items()}})
+        measured = {"bf16": (meas, None), **({"fp8": (Measured(tabs, "gemm_fp8"), meas)} if "gemm_fp8" in tabs else {})}
+        measured = {k: v for k, v in measured.items() if v[0].moe}
+        for kernel, (mm, head) in measured.items():
+            s = summary(step_table(mm, name, coef, bw, kernel, head=head, moe="experts"))
+            print_summary(f"{name} {kernel} MoE steps (held back: {relative}'s coefficients)", s)
+            out[name].setdefault("bands_moe_steps", {})[kernel] = {p: v["band"] for p, v in s.items()}
+            out[name].setdefault("moe_step_error", {})[kernel] = {p: v["mape"] for p, v in s.items()}
         if "gemm_fp8" in tabs:
             s8 = summary(step_table(Measured(tabs, "gemm_fp8"), name, coef, bw, "fp8", head=meas))
             print_summary(f"{name} fp8 steps (held back: {relative}'s coefficients)", s8)
@@ -820,6 +888,19 @@ def transfer_moe_bands(report: dict) -> dict:
     return {k: [float(lo), float(hi)] for k, (lo, hi) in out.items()}
 
 
+def transfer_moe_step_bands(report: dict) -> dict:
+    """A GPU without measurements: the spread of the MoE models' steps on the GPUs the fit never saw."""
+    out = {}
+    for name in GPUS:
+        for key, s in report[name].items() if name != FIT_GPU else ():
+            if key.startswith("moe_steps_") and not key.endswith("_as_dense"):
+                kernel = out.setdefault(key[len("moe_steps_"):], {})
+                for p, v in s.items():
+                    lo, hi = kernel.get(p, (np.inf, -np.inf))
+                    kernel[p] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
+    return {k: {p: [float(lo), float(hi)] for p, (lo, hi) in v.items()} for k, v in out.items()}
+
+
 def own_fits(tabs, meas, meas8, fit, probes) -> dict:
     """Each measured GPU's coefficients fitted on its own kernels, with the bands of its steps."""
     from kvreplay.serving.timing.gpus import get_gpu
@@ -839,7 +920,19 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
         if m:
             gpus[name]["bands_moe"] = {k: v["band"] for k, v in m.items()}
             gpus[name]["moe_error"] = {k: v["mape"] for k, v in m.items()}
+        steps = moe_step_bands(moe_measured(meas, meas8, name), name, own, bw)
+        if steps:
+            gpus[name]["bands_moe_steps"] = steps
     return gpus
+
+
+def moe_step_bands(measured: dict, name: str, coefficients: dict, bw: float) -> dict:
+    """kernel -> phase -> the 5-95% band of the MoE models' composed steps (and their error)."""
+    out = {}
+    for kernel, (mm, head) in measured.items():
+        s = summary(step_table(mm, name, coefficients, bw, kernel, head=head, moe="experts"))
+        out[kernel] = {p: v["band"] for p, v in s.items()}
+    return out
 
 
 def write(data: dict):
@@ -896,7 +989,7 @@ def main() -> int:
                                         "License, Version 2.0; kvreplay ships coefficients fitted to these measurements, "
                                         "not the measurements.",
                          "files": sorted(t.used)}],
-            "fitted_range": {"models": [n for n, _ in DENSE], "tp": [1, 2, 4, 8], "max_context": 8192,
+            "fitted_range": {"models": [n for n, _ in DENSE], "moe_models": [n for n, _ in MOE], "tp": [1, 2, 4, 8], "max_context": 8192,
                              "max_prefill_tokens": 16384, "max_decode_batch": 256},
             "gpus": gpus,
             "stream_bandwidth": probes,
@@ -906,6 +999,7 @@ def main() -> int:
         }
         data["transfer_bands"] = transfer_bands(report, data)
         data["transfer_bands_moe"] = transfer_moe_bands(report)
+        data["transfer_bands_moe_steps"] = transfer_moe_step_bands(report)
         write(data)  # the serving terms in place: the decode bands are widened on runs simulated with them
         widen_decode_bands(t, data)
         data["transfer_bands"] = transfer_bands(report, data)

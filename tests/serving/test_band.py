@@ -62,7 +62,21 @@ def test_raw_roofline_has_no_band_and_warnings_name_the_range():
     # B200: H200's coefficients, checked on B200's own kernels, at B200's measured streaming bandwidth
     assert any(w.startswith("B200 ships H200's coefficients") and "6.33 TB/s: its own measured streaming bandwidth" in w
                and "spread of those coefficients on B200's own measured kernels" in w for w in warnings)
-    assert any("Qwen3-30B-A3B is an MoE model" in w for w in warnings)
+    # an MoE whose steps the calibration checked (bf16 MoE steps composed from B200's kernels): not
+    # outside the checked models, but its end-to-end TTFT is said to be a lower bound
+    assert not any("Qwen3-30B-A3B is an MoE model" in w for w in warnings)
+    assert any("read its TTFT as a lower bound" in w for w in warnings)
+    # an MoE outside the checked ones: its experts on the fused MoE kernel, the rest extrapolated
+    r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="gpt-oss-120b", gpu="H100", tp=2, time_model="roofline",
+                          weights_dtype="int4")
+    warnings = r.summary()["latency_band_s"]["warnings"]
+    assert any(w.startswith("gpt-oss-120b is an MoE model with sliding-window layers outside the calibration's "
+                            "checked models") and "fused MoE kernel as fitted on measured MoE kernels (int4 weights"
+               in w for w in warnings)
+    # no MoE kernel measured (A100): the experts with the other GEMMs, and the run says how far off that was
+    r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Mixtral-8x7B-v0.1", gpu="A100", tp=2, time_model="roofline")
+    warnings = r.summary()["latency_band_s"]["warnings"]
+    assert any("no bf16 MoE kernel was measured on the A100-80GB" in w for w in warnings)
     # MI300X: nothing measured; its datasheet 5.3 TB/s at the share of peak measured on H200 (84.4%)
     r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Llama-3.1-8B", gpu="MI300X", time_model="roofline")
     warnings = r.summary()["latency_band_s"]["warnings"]

@@ -790,17 +790,28 @@ def test_calibrated_moe_times_its_routed_experts_apart_from_the_body():
     assert t["gemm"] == pytest.approx(body * 2 / 2 / (bw * 0.5) + 4 * 48 * 1e-6)
 
 
-def test_calibrated_moe_band_is_widened_to_its_kernels_band():
+def test_calibrated_moe_band_is_that_of_the_moe_models_steps():
+    from kvreplay.serving.timing.roofline import calibration_data
+
     m = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2)
-    cal = m.calibration
+    shipped = calibration_data()["gpus"]["H100"]["bands_moe_steps"]["bf16"]
     for phase in ("prefill", "decode", "mixed"):
-        lo, hi = cal.band(phase)
-        assert m.band(phase) == (min(lo, cal.bands_moe["bf16"][0]), max(hi, cal.bands_moe["bf16"][1]))
+        assert m.band(phase) == tuple(shipped[phase])
         assert m.describe()["bands"][phase] == list(m.band(phase))
-    assert m.band("prefill") != cal.band("prefill")  # the MoE kernels' spread is the wider
+    assert m.band("prefill") != m.calibration.band("prefill")  # not the dense models' steps
     hi = m.at_band("high")
     batch = StepBatch((512,), (0,))
     assert hi.step_time(batch) == pytest.approx(m.step_time(batch) * m.band("prefill")[1])
+    # int4 weights: no MoE step was composed (no table times Marlin at these models' shapes): the
+    # dense band widened to the int4 MoE kernel's spread
+    q = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1, dtype="int4")
+    cal = q.calibration
+    lo, hi = cal.band("decode")
+    assert "int4" not in cal.bands_moe_steps
+    assert q.band("decode") == (min(lo, cal.bands_moe["int4"][0]), max(hi, cal.bands_moe["int4"][1]))
+    # a GPU without measurements: the spread of the held-back GPU's MoE steps
+    mi = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "MI300X", 2)
+    assert mi.band("mixed") == tuple(calibration_data()["transfer_bands_moe_steps"]["bf16"]["mixed"])
 
 
 def test_calibrated_moe_kernel_by_weights_dtype():

@@ -31,8 +31,9 @@ def _describe_time(tm: dict) -> str:
         coef = tm.get("coefficients") or {}
         frontend = (f"; each request {1000 * coef['frontend_s']:.1f} ms outside the engine (API server, fitted "
                     "on silicon serving runs)" if coef.get("frontend_s") else "")
+        moe = f"; routed experts as vLLM's fused MoE kernel ({tm['moe_kernel']})" if tm.get("moe_kernel") else ""
         return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')}, weights {tm.get('dtype')}, KV "
-                f"{tm.get('kv_dtype')}; {where}; measured / predicted step time {band} (5-95%){frontend}")
+                f"{tm.get('kv_dtype')}; {where}{moe}; measured / predicted step time {band} (5-95%){frontend}")
     if name == "roofline-raw":
         return (f"roofline-raw: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
                 f"{tm.get('mbu')}, {1000 * tm.get('overhead_s', 0):g} ms per step; uncalibrated, no error band)")

@@ -364,13 +364,20 @@ def calibration_warnings(tm, trace) -> list[str]:
     if cal.borrowed:
         out.append(_borrowed_warning(tm))
     spec = tm.model
-    if rng.get("models") and spec.name not in rng["models"]:
+    checked = list(rng.get("models", []))
+    if getattr(tm, "moe", None) and tm.moe_kernel in (cal.bands_moe_steps or {}):  # MoE steps checked at these weights
+        checked += rng.get("moe_models", [])
+    if checked and spec.name not in checked:
         kind = ("an MoE model" if spec.active_params != spec.total_params else "a model") + \
             (" with MLA attention" if spec.kv_lora_rank else "") + \
             (" with sliding-window layers" if spec.sliding_window_layers else "") + \
             (" with Mamba / linear-attention layers" if spec.mamba_layers else "")
-        out.append(f"{spec.name} is {kind} outside the calibration's checked models ({', '.join(rng['models'])}): "
+        out.append(f"{spec.name} is {kind} outside the calibration's checked models ({', '.join(checked)}): "
                    + _extrapolated(tm))
+    if getattr(tm, "moe", None):
+        out.append("end to end, the silicon serving runs of an MoE (MiniMax-M2.5 on H200 and B200, vLLM 0.16-0.19) "
+                   "measured TTFT well above the simulated while TPOT held (docs/performance.md, section 13): read its "
+                   "TTFT as a lower bound")
     if getattr(tm, "mamba_layers", 0):
         out.append(f"{spec.name}'s {tm.mamba_layers} Mamba / linear-attention layers are priced by the roofline's "
                    "state term (state read and write per request, state update per token), which no measurement "

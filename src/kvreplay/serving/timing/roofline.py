@@ -165,6 +165,8 @@ class Calibration:
     bands_fp8: dict | None = None  # the same with fp8 weights (steps of the measured fp8 GEMMs)
     checked: bool = False  # borrowed, and checked on this GPU's own measured kernels (its bands)
     bands_moe: dict | None = None  # MoE kernel (bf16, fp8, int4) -> (low, high): its measured / predicted
+    #: MoE kernel -> phase -> (low, high): the MoE models' steps composed from measured kernels
+    bands_moe_steps: dict | None = None
 
     def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
         bands = self.bands_fp8 if fp8 and self.bands_fp8 else self.bands
@@ -191,18 +193,20 @@ def calibration_for(gpu_name: str) -> Calibration:
     entry = gpus[source]
     bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
     bands_fp8 = {p: tuple(v) for p, v in entry.get("bands_fp8", {}).items()} or None
-    bands_moe = entry.get("bands_moe")
+    bands_moe, moe_steps = entry.get("bands_moe"), entry.get("bands_moe_steps")
     checked = data.get("relative_bands", {}).get(gpu_name)
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
         bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
         bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
+        moe_steps = checked.get("bands_moe_steps", data.get("transfer_bands_moe_steps"))
     elif not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
         bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
         bands_fp8 = None
-        bands_moe = data.get("transfer_bands_moe")
+        bands_moe, moe_steps = data.get("transfer_bands_moe"), data.get("transfer_bands_moe_steps")
+    moe_steps = {k: {p: tuple(b) for p, b in v.items()} for k, v in (moe_steps or {}).items()} or None
     return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
-                       bands_fp8, bool(checked), {k: tuple(v) for k, v in (bands_moe or {}).items()} or None)
+                       bands_fp8, bool(checked), {k: tuple(v) for k, v in (bands_moe or {}).items()} or None, moe_steps)
 
 
 def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) -> tuple[float, str]:
@@ -485,9 +489,15 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
 
     def band(self, phase: str) -> tuple[float, float]:
         """The measured / predicted step-time band of `phase` steps (5-95%): the calibration's for
-        these weights, widened for an MoE with its experts apart to its MoE kernel's band."""
-        lo, hi = self.calibration.band(phase, self.fp8)
-        moe = (self.calibration.bands_moe or {}).get(self.moe_kernel) if self.moe else None
+        these weights; for an MoE with its experts apart, that of the MoE models' steps composed
+        from measured kernels, else (int4: no such steps) the dense band widened to its MoE kernel's."""
+        cal = self.calibration
+        if self.moe:
+            steps = (cal.bands_moe_steps or {}).get(self.moe_kernel, {})
+            if phase in steps:
+                return tuple(float(x) for x in steps[phase])
+        lo, hi = cal.band(phase, self.fp8)
+        moe = (cal.bands_moe or {}).get(self.moe_kernel) if self.moe else None
         return (min(lo, moe[0]), max(hi, moe[1])) if moe else (lo, hi)
 
     def breakdown(self, batch: StepBatch) -> dict:
@@ -501,7 +511,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "borrowed_calibration": cal.borrowed, "bands": {p: list(self.band(p)) for p in PHASES},
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
-                "stream_bandwidth_source": self.bandwidth_source,
+                "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel,
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
                     "mamba_term": "unmeasured: state read and write per request, update per token"}
                    if self.mamba_layers else {})}
