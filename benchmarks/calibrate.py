@@ -27,6 +27,12 @@ benchmarks/.cache/ and reads the tables with pyarrow.
    coefficients it uses (roofline.stream_bandwidth). It is the only figure the held-back check
    takes from the held-back GPU's tables, and not one of the tables the steps are composed from
    (the fp8 GEMMs' timings do include an input quantisation of this kind, at their own shapes).
+   **MoE** (since 2026-12-04 (5)): vLLM's fused MoE kernel per weights dtype (MOE_KERNELS: bf16 and
+   block-fp8 Triton, int4 Marlin, gpt-oss's MXFP4 Triton; ``moe/vllm/<version>/moe_perf.parquet``,
+   experts split by TP, balanced routing) is fitted with the rest, checked one layer at a time on
+   every shape of its table and, for the MOE models, in steps composed the same way as the dense
+   ones with the fused experts at each model's shape (composed_moe_step); each printed beside the
+   same check with the experts timed as the other GEMMs (before).
 3. **Per-GPU fits** for the package data: each measured GPU fitted on its own kernels; its band is
    the 5th-95th percentile of measured/predicted over its composed steps, per phase. B200
    (RELATIVE_CHECKS) ships H200's coefficients, checked on steps composed from its own kernels
@@ -243,7 +249,8 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
 #: have no Triton fp8 or bf16 rows), Marlin's W4A16 for int4 weights
 MOE_KERNELS = {"bf16": ("bfloat16", ("unquantizedfusedmoe_triton", "unquantizedfusedmoe_flashinfer_trtllm")),
                "fp8": ("fp8_block", ("fp8moe_triton", "fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic")),
-               "int4": ("int4_wo", ("wna16marlinmoe",))}
+               "int4": ("int4_wo", ("wna16marlinmoe",)),
+               "mxfp4": ("w4a16_mxfp4", ("gptossmxfp4moe_triton", "gptossmxfp4moe_flashinfer_trtllm"))}
 
 
 def moe_kernels(t: Tables, gpu_dir: str) -> dict:
@@ -316,12 +323,11 @@ def moe_args(table):
 
 def moe_model(c, gpu, kernel, tokens, hidden, inter, topk, experts, tp):
     """The routed experts of one layer (roofline.moe_layer_time) at coefficients `c` (a dict)."""
-    from kvreplay.serving.timing.models import _weight_bytes
-    from kvreplay.serving.timing.roofline import moe_layer_time, moe_names
+    from kvreplay.serving.timing.roofline import MOE_WEIGHT_BYTES, moe_layer_time, moe_names
 
     peak = gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")
     return moe_layer_time(tuple(c[k] for k in moe_names(kernel)), tokens, hidden, inter / tp, experts, topk,
-                          _weight_bytes(kernel), peak, gpu.bandwidth_bytes_per_s)
+                          MOE_WEIGHT_BYTES[kernel], peak, gpu.bandwidth_bytes_per_s)
 
 
 def fit_moe(tables: dict, gpu) -> tuple[dict, dict]:

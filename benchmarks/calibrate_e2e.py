@@ -8,7 +8,10 @@ Two groups, by their ``silicon_data_source``:
 - ``2026-04-06``: Llama-3.1-70B FP8 on H100, H200 and B200 at TP 1-8, ISL 1024/8192, OSL
   1024/8192, B 4-64 (its nvfp4 runs on B200 are left out: kvreplay has no fp4 weights);
 - ``gap-analysis``: Qwen3-32B bf16 (H100) and Llama-3.1-8B FP8 (H200) under vLLM 0.12, and three
-  Qwen3-32B FP8 runs served through Dynamo 0.8.
+  Qwen3-32B FP8 runs served through Dynamo 0.8;
+- MoE (MOE_MODELS, held back from every fit, grouped by vLLM version): MiniMax-M2.5 FP8 on H200
+  (vLLM 0.16, 0.18) and B200 (0.17, 0.19) with the experts split by TP (its runs with expert or
+  attention data parallelism are left out), each measurement once.
 
 **The client.** aiconfigurator's evaluation pipeline benchmarks a concurrency B with 10 B
 requests (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``: ``--request-count v*10``;

@@ -71,7 +71,7 @@ def test_raw_roofline_has_no_band_and_warnings_name_the_range():
                           weights_dtype="int4")
     warnings = r.summary()["latency_band_s"]["warnings"]
     assert any(w.startswith("gpt-oss-120b is an MoE model with sliding-window layers outside the calibration's "
-                            "checked models") and "fused MoE kernel as fitted on measured MoE kernels (int4 weights"
+                            "checked models") and "fused MoE kernel as fitted on measured MoE kernels (mxfp4 weights"
                in w for w in warnings)
     # no MoE kernel measured (A100): the experts with the other GEMMs, and the run says how far off that was
     r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Mixtral-8x7B-v0.1", gpu="A100", tp=2, time_model="roofline")

@@ -817,8 +817,11 @@ def test_calibrated_moe_band_is_that_of_the_moe_models_steps():
 def test_calibrated_moe_kernel_by_weights_dtype():
     fp8 = CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 4, dtype="fp8")
     assert fp8.moe_kernel == "fp8" and fp8.moe_peak == fp8.gpu.peak_flops("fp8") and fp8.moe_inter == 1536 / 4
-    int4 = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 1, dtype="int4")
+    int4 = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1, dtype="int4")
     assert int4.moe_kernel == "int4" and int4.moe_peak == int4.gpu.peak_flops("bf16")  # Marlin: bf16 math
+    # an MXFP4 checkpoint's int4 weights run OpenAI's Triton MoE kernel, not Marlin
+    mx = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 1, dtype="int4")
+    assert mx.moe_kernel == "mxfp4" and mx.moe_weight_bytes == 0.5 and mx.moe_c != int4.moe_c
     # A100 has no MoE kernel measured: the experts stay in the one GEMM of the active parameters
     a100 = CalibratedRooflineTimeModel("Mixtral-8x7B-v0.1", "A100", 2)
     assert a100.moe is None and "moe" not in a100.terms(StepBatch(decode_context=(10,)))

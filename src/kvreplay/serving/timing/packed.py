@@ -98,7 +98,7 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
     moe = model.moe or {}  # an MoE's routed experts (0 layers: none apart)
     values.update({"C_MOE_LAYERS": moe.get("layers", 0), "C_MOE_EXPERTS": moe.get("experts", 0),
                    "C_MOE_TOPK": moe.get("experts_per_token", 0), "C_MOE_INTER": model.moe_inter if moe else 0.0,
-                   "C_MOE_W_BYTES": model.gemm_bytes[1], "C_MOE_PEAK": model.moe_peak if moe else 1.0})
+                   "C_MOE_W_BYTES": model.moe_weight_bytes if moe else 0.0, "C_MOE_PEAK": model.moe_peak if moe else 1.0})
     for name, value in zip(("C_MOE_E_GEMM", "C_MOE_E_WEIGHTS", "C_MOE_FLOOR", "C_MOE_P", "C_MOE_PER_TOKEN",
                             "C_MOE_TILE_ROWS", "C_MOE_K0"), model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
         values[name] = _p(value) if name == "C_MOE_P" else value

@@ -97,14 +97,23 @@ PHASES = ("prefill", "decode", "mixed")
 #: the catalog, times the experts with the other GEMMs (one GEMM of the active parameters)
 MOE_TERMS = ("e_gemm", "e_weights", "floor_s", "overlap_p", "per_token_s", "tile_rows", "k0")
 MOE_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int4": "int4"}  # weights -> kernel
+#: each MoE kernel's bytes per weight; mxfp4: int4 weights of an MXFP4 checkpoint (gpt-oss), which
+#: vLLM runs with OpenAI's Triton MoE kernel, not Marlin (its scales, a byte per 32, left out as int4's)
+MOE_WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5, "mxfp4": 0.5}
+
+
+def moe_kernel(weights_dtype: str, checkpoint_weights: str | None) -> str | None:
+    """The MoE kernel vLLM runs for these weights (None: no calibrated one)."""
+    kernel = MOE_DTYPES.get(weights_dtype)
+    return "mxfp4" if kernel == "int4" and checkpoint_weights == "mxfp4" else kernel
 
 
 def moe_names(kernel: str) -> tuple[str, ...]:
-    """The coefficients of the MoE kernel for weights `kernel` (bf16, fp8 or int4), MOE_TERMS' order."""
+    """The coefficients of MoE kernel `kernel` (MOE_WEIGHT_BYTES' keys), in MOE_TERMS' order."""
     return tuple(f"moe_{t}_{kernel}" for t in MOE_TERMS)
 
 
-MOE_COEFFICIENTS = tuple(n for k in ("bf16", "fp8", "int4") for n in moe_names(k))
+MOE_COEFFICIENTS = tuple(n for k in MOE_WEIGHT_BYTES for n in moe_names(k))
 #: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
 #: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
 #: sm90_fp8_config_default: TileShape 128 x 128 x 128, ClusterShape 2 x 1 x 1; at most 128 rows it
@@ -346,12 +355,13 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         # an MoE with its experts in the catalog and a calibrated MoE kernel for its weights: the
         # routed experts apart (moe_layer_time); the rest of the body (attention, shared experts,
         # dense layers) is read whole every step
-        kernel = MOE_DTYPES.get(self.dtype)
+        kernel = moe_kernel(self.dtype, spec.checkpoint_weights)
         self.moe = spec.moe if spec.moe and self.hidden and kernel and set(moe_names(kernel)) <= set(c) else None
         self.moe_kernel = kernel if self.moe else None
         if self.moe:
             self.moe_c = tuple(c[k] for k in moe_names(kernel))
-            self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # Marlin: bf16 math
+            self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # int4, mxfp4: bf16 math
+            self.moe_weight_bytes = MOE_WEIGHT_BYTES[kernel]
             self.moe_inter = self.moe["expert_intermediate"] / self.tp
             self.body_params -= spec.routed_expert_params
             self.body_weight_bytes = self.body_params * wbytes
@@ -460,7 +470,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if self.moe:
             m = self.moe
             out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, tokens, self.hidden, self.moe_inter, m["experts"],
-                                                            m["experts_per_token"], _weight_bytes(self.dtype),
+                                                            m["experts_per_token"], self.moe_weight_bytes,
                                                             self.moe_peak, bw))
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
