@@ -125,6 +125,10 @@ def test_gpus_lists_the_catalog():
     assert cal["A100-80GB"]["stream_bandwidth_gbps"] == 2039  # no quantisation table: the datasheet figure
     assert f"{cal['H200']['stream_bandwidth_gbps']:,.0f}*" in out and "H200's, checked on its own kernels" in out
     assert "H200's (nothing measured)" in out
+    # the fused MoE kernels each GPU's calibration holds: none measured on A100 (its experts stay GEMMs)
+    assert cal["H100"]["moe_kernels"] == ["bf16", "fp8", "int4", "mxfp4"] and cal["A100-80GB"]["moe_kernels"] == []
+    assert cal["L40S"]["moe_kernels"] == [] and cal["B200"]["moe_kernels"] == cal["H200"]["moe_kernels"]
+    assert "bf16, fp8, int4, mxfp4" in out
 
 
 def test_conversation_trace_as_the_issue_asks():

@@ -103,13 +103,15 @@ def _cmd_gpus(args) -> int:
     print(format_table(rows, [("name", "gpu"), ("aliases", "also"), ("bf16", "dense BF16 TFLOP/s"),
                               ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("stream", "streamed GB/s"),
                               ("mem", "memory GB"), ("link", "link GB/s each way"), ("kind", "interconnect"),
-                              ("topology", "topology"), ("calibration", "roofline calibration")]))
+                              ("topology", "topology"), ("calibration", "roofline calibration"),
+                              ("moe", "MoE kernels")]))
     print("\nDense figures (datasheets print 2:4-sparse ones, halved here). Streamed: the bandwidth the calibrated "
           "roofline's memory terms run at (* measured on the GPU; otherwise its datasheet figure times the share "
           "measured on the GPU whose coefficients it uses). Link: the GPU-to-GPU interconnect per "
           "GPU in one direction (datasheets print both directions added); switch: any pair at that figure, mesh: one "
-          "link to each peer (a pair gets its share), pcie: no GPU link. Each entry's sources are in --json and "
-          "docs/serving.md.\n"
+          "link to each peer (a pair gets its share), pcie: no GPU link. MoE kernels: the weights whose fused MoE "
+          "kernel the calibration times an MoE's routed experts with (-: as the other GEMMs). Each entry's sources "
+          "are in --json and docs/serving.md.\n"
           "Use: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N] [--weights-dtype fp8]")
     return 0
 
@@ -117,7 +119,7 @@ def _cmd_gpus(args) -> int:
 def _calibration_cells(cal: dict | None) -> dict:
     """The `gpus` table's streamed-bandwidth and calibration cells of one GPU."""
     if cal is None:
-        return {"stream": "-", "calibration": "none (roofline-raw or a profile)"}
+        return {"stream": "-", "calibration": "none (roofline-raw or a profile)", "moe": "-"}
     measured = cal["stream_bandwidth_source"] == "measured on this GPU"
     stream = f"{cal['stream_bandwidth_gbps']:,.0f}" + ("*" if measured else "")
     if cal["own_kernels_fitted"]:
@@ -126,7 +128,7 @@ def _calibration_cells(cal: dict | None) -> dict:
         text = f"{cal['coefficients_from']}'s, checked on its own kernels"
     else:
         text = f"{cal['coefficients_from']}'s (nothing measured)"
-    return {"stream": stream, "calibration": text}
+    return {"stream": stream, "calibration": text, "moe": ", ".join(cal["moe_kernels"]) or "-"}
 
 
 PARSERS = [_parser_policies, _parser_models, _parser_gpus]

@@ -242,9 +242,10 @@ def calibration_summary(gpu) -> dict | None:
     except ConfigError:
         return None
     bw, source = stream_bandwidth(gpu, cal.measured_on)
+    moe = [k for k in MOE_WEIGHT_BYTES if set(moe_names(k)) <= set(cal.coefficients)]
     return {"coefficients_from": cal.measured_on, "own_kernels_fitted": not cal.borrowed,
             "checked_on_own_kernels": (not cal.borrowed) or cal.checked,
-            "stream_bandwidth_gbps": bw / 1e9, "stream_bandwidth_source": source}
+            "stream_bandwidth_gbps": bw / 1e9, "stream_bandwidth_source": source, "moe_kernels": moe}
 
 
 def gemm_outputs_per_token(spec, tp: int) -> float:
