@@ -17,6 +17,10 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   x e_weights)) + 4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding
   and LM head left out; an MoE reads at most the experts its tokens route to; n: the GEMMs'
   output columns per token, ``gemm_outputs_per_token``);
+- an MoE's routed experts (the catalog's ``moe``; since 2026-12-04 (5)), apart from the body
+  above when the calibration has the fused MoE kernel for the weights (``moe_kernel``): per MoE
+  layer ``moe_layer_time``, the kernel's compute (at least a tile of rows per active expert) and
+  its active experts' weights, a floor and a cost per routed token, fitted on measured MoE kernels;
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
   GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
@@ -90,7 +94,8 @@ SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_f
 SERVING_COEFFICIENTS = ("allreduce_skew_s", "frontend_s")
 PHASES = ("prefill", "decode", "mixed")
 #: an MoE's routed experts run vLLM's fused MoE kernel, fitted per weights dtype on measured MoE
-#: kernels (bf16: the Triton fused_moe; fp8: its block-fp8 Triton kernel; int4: Marlin's W4A16):
+#: kernels (bf16: the Triton fused_moe; fp8: its block-fp8 Triton kernel; int4: Marlin's W4A16;
+#: mxfp4: OpenAI's Triton kernel, for int4 weights of an MXFP4 checkpoint):
 #: compute and weights efficiencies, a floor, their overlap, a cost per routed token (the tokens'
 #: alignment, permutation and weighted sum), the rows each active expert computes at least (its
 #: tile of rows) and the tile term k0. A calibration without them, or a model without ``moe`` in
@@ -353,19 +358,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.body_params = spec.body_params if head else spec.active_params
         stored_body = spec.total_params - head - (0 if spec.tie_word_embeddings else head)
         self.body_weight_bytes = (stored_body if head else spec.total_params) * wbytes
-        # an MoE with its experts in the catalog and a calibrated MoE kernel for its weights: the
-        # routed experts apart (moe_layer_time); the rest of the body (attention, shared experts,
-        # dense layers) is read whole every step
-        kernel = moe_kernel(self.dtype, spec.checkpoint_weights)
-        self.moe = spec.moe if spec.moe and self.hidden and kernel and set(moe_names(kernel)) <= set(c) else None
-        self.moe_kernel = kernel if self.moe else None
-        if self.moe:
-            self.moe_c = tuple(c[k] for k in moe_names(kernel))
-            self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # int4, mxfp4: bf16 math
-            self.moe_weight_bytes = MOE_WEIGHT_BYTES[kernel]
-            self.moe_inter = self.moe["expert_intermediate"] / self.tp
-            self.body_params -= spec.routed_expert_params
-            self.body_weight_bytes = self.body_params * wbytes
+        self._split_experts(c, wbytes)
         self.active_body_weight_bytes = self.body_params * wbytes
         self.head_weight_bytes = head * (_weight_bytes("bf16") if self.fp8 else wbytes)  # fp8: lm_head kept bf16
         self.attn_peak = self.gpu.peak_flops("bf16")  # attention's, and the LM head's
@@ -402,6 +395,22 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 / self.mamba_layers
         else:
             self.attn_layers = spec.num_layers
+
+    def _split_experts(self, c: dict, wbytes: float):
+        """An MoE with its experts in the catalog and a calibrated MoE kernel for its weights: its
+        routed experts apart (moe_layer_time), the rest of the body (attention, router, shared
+        experts, dense layers) read whole every step. Sets ``moe`` (None: not apart) and its kernel."""
+        spec = self.model
+        kernel = moe_kernel(self.dtype, spec.checkpoint_weights)
+        self.moe = spec.moe if spec.moe and self.hidden and kernel and set(moe_names(kernel)) <= set(c) else None
+        self.moe_kernel = kernel if self.moe else None
+        if self.moe:
+            self.moe_c = tuple(c[k] for k in moe_names(kernel))
+            self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # int4, mxfp4: bf16 math
+            self.moe_weight_bytes = MOE_WEIGHT_BYTES[kernel]
+            self.moe_inter = self.moe["expert_intermediate"] / self.tp
+            self.body_params -= spec.routed_expert_params
+            self.body_weight_bytes = self.body_params * wbytes
 
     def mamba_term(self, tokens: int, rows: int, prefill: bool) -> float:
         """The Mamba / linear-attention layers' state read, write and update (the module docstring)."""
