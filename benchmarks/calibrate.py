@@ -32,7 +32,8 @@ benchmarks/.cache/ and reads the tables with pyarrow.
    experts split by TP, balanced routing) is fitted with the rest, checked one layer at a time on
    every shape of its table and, for the MOE models, in steps composed the same way as the dense
    ones with the fused experts at each model's shape (composed_moe_step); each printed beside the
-   same check with the experts timed as the other GEMMs (before).
+   same check with the experts timed as the other GEMMs (before). calibrate_moe.py has the MoE
+   tables, the kernel's roofline, the composed MoE steps and their bands.
 3. **Per-GPU fits** for the package data: each measured GPU fitted on its own kernels; its band is
    the 5th-95th percentile of measured/predicted over its composed steps, per phase. B200
    (RELATIVE_CHECKS) ships H200's coefficients, checked on steps composed from its own kernels
@@ -83,6 +84,8 @@ DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.
 
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
+from calibrate_moe import (MOE_START, composed_moe_step, moe_args, moe_kernels, moe_model, moe_table,  # noqa: E402
+                           print_moe, transfer_moe_bands, transfer_moe_step_bands)
 from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
 
 
@@ -244,32 +247,8 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
     return out
 
 
-#: the fused MoE kernel vLLM runs for each weights dtype, of those the tables timed (the first
-#: present): the Triton kernels on Hopper, FlashInfer's TRT-LLM ones on Blackwell (B200's tables
-#: have no Triton fp8 or bf16 rows), Marlin's W4A16 for int4 weights
-MOE_KERNELS = {"bf16": ("bfloat16", ("unquantizedfusedmoe_triton", "unquantizedfusedmoe_flashinfer_trtllm")),
-               "fp8": ("fp8_block", ("fp8moe_triton", "fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic")),
-               "int4": ("int4_wo", ("wna16marlinmoe",)),
-               "mxfp4": ("w4a16_mxfp4", ("gptossmxfp4moe_triton", "gptossmxfp4moe_flashinfer_trtllm"))}
 
 
-def moe_kernels(t: Tables, gpu_dir: str) -> dict:
-    """Each weights dtype's fused MoE kernel timings on the GPU (``moe/vllm/<version>/moe_perf.parquet``):
-    the experts split by TP (moe_ep_size 1), tokens routed evenly ("balanced"); {} without a table."""
-    prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/moe/vllm/"
-    if not any(n.startswith(prefix) and n.endswith("/moe_perf.parquet") for n in t.names):
-        return {}
-    m = t.read(gpu_dir, "moe", "moe_perf.parquet")
-    m = m[(m.moe_ep_size == 1) & (m.distribution == "balanced")]
-    out = {}
-    for kernel, (dtype, sources) in MOE_KERNELS.items():
-        rows = m[m.moe_dtype == dtype]
-        for src in sources:
-            pick = rows[rows.kernel_source.str.contains(src)]
-            if len(pick):
-                out[kernel] = pick
-                break
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,18 +295,8 @@ def ar_model(c, n, elements):
     return c["allreduce_latency_s"] + 2.0 * (n - 1) / n * elements * 2.0 / c["allreduce_bus_bytes_per_s"]
 
 
-def moe_args(table):
-    """A MoE table's columns as moe_model takes them: tokens, hidden, expert width, topk, experts, tp."""
-    return [table[x].to_numpy(float) for x in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")]
 
 
-def moe_model(c, gpu, kernel, tokens, hidden, inter, topk, experts, tp):
-    """The routed experts of one layer (roofline.moe_layer_time) at coefficients `c` (a dict)."""
-    from kvreplay.serving.timing.roofline import MOE_WEIGHT_BYTES, moe_layer_time, moe_names
-
-    peak = gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")
-    return moe_layer_time(tuple(c[k] for k in moe_names(kernel)), tokens, hidden, inter / tp, experts, topk,
-                          MOE_WEIGHT_BYTES[kernel], peak, gpu.bandwidth_bytes_per_s)
 
 
 def fit_moe(tables: dict, gpu) -> tuple[dict, dict]:
@@ -347,47 +316,10 @@ def fit_moe(tables: dict, gpu) -> tuple[dict, dict]:
     return c, errs
 
 
-def as_dense(coefficients: dict, kernel: str) -> dict:
-    """The MoE kernel's coefficients as the roofline took them before it had its own: the experts
-    timed with the other GEMMs, at the GEMMs' efficiencies, overlap and tile term (int4 at bf16's),
-    no floor of their own, no cost per routed token, no minimum rows per expert."""
-    from kvreplay.serving.timing.roofline import moe_names
-
-    f = "_fp8" if kernel == "fp8" else ""
-    dense = (coefficients[f"e_gemm{f}"], coefficients[f"e_weights{f}"], 0.0, coefficients[f"gemm_overlap_p{f}"], 0.0, 0.0,
-             coefficients[f"gemm_k0{f}"])
-    return {**coefficients, **dict(zip(moe_names(kernel), dense))}
 
 
-def moe_table(tables: dict, gpu_name: str, coefficients: dict, bw: float) -> dict:
-    """Each MoE kernel's measured / predicted over its table (the GPU at `bw` bytes/s), by kernel."""
-    from kvreplay.serving.timing.gpus import get_gpu
-    from kvreplay.serving.timing.roofline import moe_names
-
-    gpu, out = streamed(get_gpu(gpu_name), bw), {}
-    for kernel, table in tables.get("moe", {}).items():
-        if not set(moe_names(kernel)) <= set(coefficients):
-            continue
-        args, y = moe_args(table), table.latency.to_numpy(float) / 1e3
-        ratios = y / moe_model(coefficients, gpu, kernel, *args)
-        before = y / moe_model(as_dense(coefficients, kernel), gpu, kernel, *args)
-        out[kernel] = {"cases": int(len(ratios)), "mape": float(np.mean(np.abs(1 / ratios - 1))),
-                       "mape_as_dense": float(np.mean(np.abs(1 / before - 1))), "median_ratio_as_dense": float(np.median(before)),
-                       "median_ratio": float(np.median(ratios)), "min_ratio": float(ratios.min()),
-                       "max_ratio": float(ratios.max()),
-                       "band": [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]}
-    return out
 
 
-def print_moe(title, s):
-    print(f"\n{title}\n")
-    print("| weights | cases | error (MAPE) | measured / predicted, median [range] | 5-95% band | "
-          "as the GEMMs (before): error, median ratio |")
-    print("| --- | ---: | ---: | --- | --- | --- |")
-    for kernel, v in s.items():
-        print(f"| {kernel} | {v['cases']} | {100 * v['mape']:.1f}% | {v['median_ratio']:.2f} [{v['min_ratio']:.2f}-"
-              f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} | "
-              f"{100 * v['mape_as_dense']:.1f}%, {v['median_ratio_as_dense']:.2f} |")
 
 
 def nelder_mead(loss, x0, steps, iters=600):
@@ -436,8 +368,6 @@ START = {"e_gemm": 0.7, "e_weights": 0.8, "gemm_floor_s": 5e-6, "gemm_k0": 100.0
          "attn_floor_prefill_s": 2e-5, "e_attn_decode": 0.3, "e_kv_decode": 0.6, "attn_floor_decode_s": 1e-5,
          "attn_per_request_decode_s": 2e-8,
          "allreduce_latency_s": 1e-5, "allreduce_bus_bytes_per_s": 3e11, "per_layer_s": 0.0, "per_step_s": 0.0}
-#: the MoE kernels' starting point, in MOE_TERMS' order (roofline.py)
-MOE_START = (0.4, 0.9, 3e-5, 2.0, 1e-8, 16.0, 100.0)
 START_FP8 = {"e_gemm_fp8": 0.6, "e_weights_fp8": 0.8, "gemm_floor_fp8_s": 5e-6, "gemm_k0_fp8": 300.0, "fp8_partial_rows": 50.0, "gemm_overlap_p_fp8": 4.0,
              "e_quant_fp8": 0.3}
 
@@ -607,24 +537,6 @@ def composed_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ct
     return spec.num_layers * (layer + attn + ar) + lm_head
 
 
-def composed_moe_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ctx: int, head: Measured | None = None):
-    """An MoE step from measured kernels: each layer's q/k/v and o GEMMs, router, attention and
-    two all-reduces, each MoE layer's fused experts at the model's exact shape, the LM head (None
-    where a table lacks a shape)."""
-    H, V, d, m = spec.hidden_size, spec.vocab_size, spec.head_dim, spec.moe
-    h, kv = spec.num_attention_heads // tp, max(1, spec.num_kv_heads // tp)
-    T = sum(prefill) + decodes
-    experts = meas.moe_time(T, H, m["expert_intermediate"], m["experts_per_token"], m["experts"], tp)
-    if experts is None:
-        return None
-    layer = meas.gemm_time(T, (h + 2 * kv) * d, H) + meas.gemm_time(T, H, h * d) + meas.gemm_time(T, m["experts"], H)
-    for t in ((meas.ctx_time(len(prefill), prefill[0], h, kv),) if prefill else ()) + \
-            ((meas.gen_time(decodes, ctx, h, kv),) if decodes else ()):
-        if t is None:
-            return None
-        layer += t
-    ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
-    return spec.num_layers * (layer + ar) + m["layers"] * experts + (head or meas).gemm_time(len(prefill) + decodes, V // tp, H)
 
 
 def step_shapes():
@@ -717,6 +629,8 @@ def print_summary(title, s):
 
 def held_back(tabs, meas, meas8, fit, probes) -> dict:
     """Each GPU's composed steps against FIT_GPU's coefficients (and the raw roofline), printed."""
+    from kvreplay.serving.timing.gpus import get_gpu
+
     report = {}
     for name in GPUS:
         bw = stream(probes, name, FIT_GPU)
@@ -733,7 +647,7 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
             print_summary(f"{name} fp8 steps ({held}), predicted with {FIT_GPU}'s coefficients", s8)
             print_summary(f"{name} fp8 steps, roofline-raw (MFU 0.5, MBU 0.6)", raw8)
             report[name].update({"calibrated_fp8": s8, "raw_fp8": raw8})
-        m = moe_table(tabs[name], name, fit, bw)
+        m = moe_table(tabs[name], streamed(get_gpu(name), bw), fit)
         if m:  # the routed experts' fused MoE kernels, one layer at a time
             what = "the fitted tables" if name == FIT_GPU else held
             print_moe(f"{name} MoE kernels ({what}), predicted with {FIT_GPU}'s coefficients", m)
@@ -763,6 +677,8 @@ def moe_measured(meas, meas8, name) -> dict:
 def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
     """RELATIVE_CHECKS: each GPU's own composed steps predicted with its relative's coefficients
     (what it ships), at its own catalog peaks: the bands and errors it gets."""
+    from kvreplay.serving.timing.gpus import get_gpu
+
     out = {}
     for name, (gpu_dir, relative) in RELATIVE_CHECKS.items():
         tabs = kernels(t, gpu_dir)
@@ -773,7 +689,7 @@ def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
         print_summary(f"{name} steps (held back: {relative}'s coefficients, as {name} ships them)", s)
         out[name] = {"relative": relative, "bands": {p: v["band"] for p, v in s.items()},
                      "step_error": {p: v["mape"] for p, v in s.items()}}
-        m = moe_table(tabs, name, coef, bw)
+        m = moe_table(tabs, streamed(get_gpu(name), bw), coef)
         if m:
             print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", m)
             out[name].update({"bands_moe": {k: v["band"] for k, v in m.items()}, "moe_error": {k: v["mape"] for k, v in m.items()}})
@@ -884,27 +800,8 @@ def transfer_bands(report: dict, data: dict) -> dict:
     return {p: [float(lo), float(hi)] for p, (lo, hi) in transfer.items()}
 
 
-def transfer_moe_bands(report: dict) -> dict:
-    """A GPU without measurements: each MoE kernel's spread on the GPUs the fit never saw."""
-    out = {}
-    for name in GPUS:
-        for kernel, v in report[name].get("moe", {}).items() if name != FIT_GPU else ():
-            lo, hi = out.get(kernel, (np.inf, -np.inf))
-            out[kernel] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
-    return {k: [float(lo), float(hi)] for k, (lo, hi) in out.items()}
 
 
-def transfer_moe_step_bands(report: dict) -> dict:
-    """A GPU without measurements: the spread of the MoE models' steps on the GPUs the fit never saw."""
-    out = {}
-    for name in GPUS:
-        for key, s in report[name].items() if name != FIT_GPU else ():
-            if key.startswith("moe_steps_") and not key.endswith("_as_dense"):
-                kernel = out.setdefault(key[len("moe_steps_"):], {})
-                for p, v in s.items():
-                    lo, hi = kernel.get(p, (np.inf, -np.inf))
-                    kernel[p] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
-    return {k: {p: [float(lo), float(hi)] for p, (lo, hi) in v.items()} for k, v in out.items()}
 
 
 def own_fits(tabs, meas, meas8, fit, probes) -> dict:
@@ -922,7 +819,7 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
             s8 = summary(step_table(meas8[name], name, own, bw, "fp8", head=meas[name]))
             gpus[name]["bands_fp8"] = {p: v["band"] for p, v in s8.items()}
             gpus[name]["step_error_fp8"] = {p: v["mape"] for p, v in s8.items()}
-        m = moe_table(tabs[name], name, own, bw)
+        m = moe_table(tabs[name], streamed(get_gpu(name), bw), own)
         if m:
             gpus[name]["bands_moe"] = {k: v["band"] for k, v in m.items()}
             gpus[name]["moe_error"] = {k: v["mape"] for k, v in m.items()}
@@ -1004,8 +901,9 @@ def main() -> int:
             "held_back": report,
         }
         data["transfer_bands"] = transfer_bands(report, data)
-        data["transfer_bands_moe"] = transfer_moe_bands(report)
-        data["transfer_bands_moe_steps"] = transfer_moe_step_bands(report)
+        held = [n for n in GPUS if n != FIT_GPU]
+        data["transfer_bands_moe"] = transfer_moe_bands(report, held)
+        data["transfer_bands_moe_steps"] = transfer_moe_step_bands(report, held)
         write(data)  # the serving terms in place: the decode bands are widened on runs simulated with them
         widen_decode_bands(t, data)
         data["transfer_bands"] = transfer_bands(report, data)

@@ -1,0 +1,148 @@
+"""The MoE half of benchmarks/calibrate.py: vLLM's fused MoE kernels in aiconfigurator's tables,
+their roofline (kvreplay.serving.timing.roofline.moe_layer_time), the MoE models' steps composed
+from measured kernels, and the bands they give (since 2026-12-04 (5); docs/serving.md, "routed
+experts of an MoE", and docs/performance.md section 13).
+
+- **The tables**: ``systems/data/<gpu>/moe/vllm/<version>/moe_perf.parquet`` of the same wheel,
+  the rows with the experts split by TP (``moe_ep_size`` 1) and tokens routed evenly
+  ("balanced"), one kernel per weights dtype (MOE_KERNELS).
+- **The check**: each kernel one layer at a time over every shape of its table (moe_table), beside
+  the same rows timed as the roofline timed experts before, with the other GEMMs (as_dense); and
+  the steps of calibrate.MOE's models, composed like the dense ones with the fused experts at each
+  model's exact shape (composed_moe_step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: the fused MoE kernel vLLM runs for each weights dtype, of those the tables timed (the first
+#: present): the Triton kernels on Hopper, FlashInfer's TRT-LLM ones on Blackwell (B200's tables
+#: have no Triton fp8 or bf16 rows), Marlin's W4A16 for int4 weights
+MOE_KERNELS = {"bf16": ("bfloat16", ("unquantizedfusedmoe_triton", "unquantizedfusedmoe_flashinfer_trtllm")),
+               "fp8": ("fp8_block", ("fp8moe_triton", "fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic")),
+               "int4": ("int4_wo", ("wna16marlinmoe",)),
+               "mxfp4": ("w4a16_mxfp4", ("gptossmxfp4moe_triton", "gptossmxfp4moe_flashinfer_trtllm"))}
+
+
+def moe_kernels(t, gpu_dir: str) -> dict:
+    """Each weights dtype's fused MoE kernel timings on the GPU (``moe/vllm/<version>/moe_perf.parquet``):
+    the experts split by TP (moe_ep_size 1), tokens routed evenly ("balanced"); {} without a table."""
+    prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/moe/vllm/"
+    if not any(n.startswith(prefix) and n.endswith("/moe_perf.parquet") for n in t.names):
+        return {}
+    m = t.read(gpu_dir, "moe", "moe_perf.parquet")
+    m = m[(m.moe_ep_size == 1) & (m.distribution == "balanced")]
+    out = {}
+    for kernel, (dtype, sources) in MOE_KERNELS.items():
+        rows = m[m.moe_dtype == dtype]
+        for src in sources:
+            pick = rows[rows.kernel_source.str.contains(src)]
+            if len(pick):
+                out[kernel] = pick
+                break
+    return out
+
+
+def moe_args(table):
+    """A MoE table's columns as moe_model takes them: tokens, hidden, expert width, topk, experts, tp."""
+    return [table[x].to_numpy(float) for x in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")]
+
+
+def moe_model(c, gpu, kernel, tokens, hidden, inter, topk, experts, tp):
+    """The routed experts of one layer (roofline.moe_layer_time) at coefficients `c` (a dict)."""
+    from kvreplay.serving.timing.roofline import MOE_WEIGHT_BYTES, moe_layer_time, moe_names
+
+    peak = gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")
+    return moe_layer_time(tuple(c[k] for k in moe_names(kernel)), tokens, hidden, inter / tp, experts, topk,
+                          MOE_WEIGHT_BYTES[kernel], peak, gpu.bandwidth_bytes_per_s)
+
+
+def as_dense(coefficients: dict, kernel: str) -> dict:
+    """The MoE kernel's coefficients as the roofline took them before it had its own: the experts
+    timed with the other GEMMs, at the GEMMs' efficiencies, overlap and tile term (int4 at bf16's),
+    no floor of their own, no cost per routed token, no minimum rows per expert."""
+    from kvreplay.serving.timing.roofline import moe_names
+
+    f = "_fp8" if kernel == "fp8" else ""
+    dense = (coefficients[f"e_gemm{f}"], coefficients[f"e_weights{f}"], 0.0, coefficients[f"gemm_overlap_p{f}"], 0.0, 0.0,
+             coefficients[f"gemm_k0{f}"])
+    return {**coefficients, **dict(zip(moe_names(kernel), dense))}
+
+
+def moe_table(tables: dict, gpu, coefficients: dict) -> dict:
+    """Each MoE kernel's measured / predicted over its table, by kernel (`gpu` a GPUSpec at its
+    streaming bandwidth)."""
+    from kvreplay.serving.timing.roofline import moe_names
+
+    out = {}
+    for kernel, table in tables.get("moe", {}).items():
+        if not set(moe_names(kernel)) <= set(coefficients):
+            continue
+        args, y = moe_args(table), table.latency.to_numpy(float) / 1e3
+        ratios = y / moe_model(coefficients, gpu, kernel, *args)
+        before = y / moe_model(as_dense(coefficients, kernel), gpu, kernel, *args)
+        out[kernel] = {"cases": int(len(ratios)), "mape": float(np.mean(np.abs(1 / ratios - 1))),
+                       "mape_as_dense": float(np.mean(np.abs(1 / before - 1))), "median_ratio_as_dense": float(np.median(before)),
+                       "median_ratio": float(np.median(ratios)), "min_ratio": float(ratios.min()),
+                       "max_ratio": float(ratios.max()),
+                       "band": [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]}
+    return out
+
+
+def print_moe(title, s):
+    print(f"\n{title}\n")
+    print("| weights | cases | error (MAPE) | measured / predicted, median [range] | 5-95% band | "
+          "as the GEMMs (before): error, median ratio |")
+    print("| --- | ---: | ---: | --- | --- | --- |")
+    for kernel, v in s.items():
+        print(f"| {kernel} | {v['cases']} | {100 * v['mape']:.1f}% | {v['median_ratio']:.2f} [{v['min_ratio']:.2f}-"
+              f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} | "
+              f"{100 * v['mape_as_dense']:.1f}%, {v['median_ratio_as_dense']:.2f} |")
+
+
+#: the MoE kernels' starting point, in MOE_TERMS' order (roofline.py)
+MOE_START = (0.4, 0.9, 3e-5, 2.0, 1e-8, 16.0, 100.0)
+
+
+def composed_moe_step(meas, spec, tp, prefill: list[int], decodes: int, ctx: int, head=None):
+    """An MoE step from measured kernels: each layer's q/k/v and o GEMMs, router, attention and
+    two all-reduces, each MoE layer's fused experts at the model's exact shape, the LM head (None
+    where a table lacks a shape)."""
+    H, V, d, m = spec.hidden_size, spec.vocab_size, spec.head_dim, spec.moe
+    h, kv = spec.num_attention_heads // tp, max(1, spec.num_kv_heads // tp)
+    T = sum(prefill) + decodes
+    experts = meas.moe_time(T, H, m["expert_intermediate"], m["experts_per_token"], m["experts"], tp)
+    if experts is None:
+        return None
+    layer = meas.gemm_time(T, (h + 2 * kv) * d, H) + meas.gemm_time(T, H, h * d) + meas.gemm_time(T, m["experts"], H)
+    for t in ((meas.ctx_time(len(prefill), prefill[0], h, kv),) if prefill else ()) + \
+            ((meas.gen_time(decodes, ctx, h, kv),) if decodes else ()):
+        if t is None:
+            return None
+        layer += t
+    ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
+    return spec.num_layers * (layer + ar) + m["layers"] * experts + (head or meas).gemm_time(len(prefill) + decodes, V // tp, H)
+
+
+def transfer_moe_bands(report: dict, held_back: list) -> dict:
+    """A GPU without measurements: each MoE kernel's spread on the `held_back` GPUs (never fitted)."""
+    out = {}
+    for name in held_back:
+        for kernel, v in report[name].get("moe", {}).items():
+            lo, hi = out.get(kernel, (np.inf, -np.inf))
+            out[kernel] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
+    return {k: [float(lo), float(hi)] for k, (lo, hi) in out.items()}
+
+
+def transfer_moe_step_bands(report: dict, held_back: list) -> dict:
+    """A GPU without measurements: the spread of the MoE models' steps on the `held_back` GPUs."""
+    out = {}
+    for name in held_back:
+        for key, s in report[name].items():
+            if key.startswith("moe_steps_") and not key.endswith("_as_dense"):
+                kernel = out.setdefault(key[len("moe_steps_"):], {})
+                for p, v in s.items():
+                    lo, hi = kernel.get(p, (np.inf, -np.inf))
+                    kernel[p] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
+    return {k: {p: [float(lo), float(hi)] for p, (lo, hi) in v.items()} for k, v in out.items()}
