@@ -34,6 +34,9 @@ benchmarks/.cache/ and reads the tables with pyarrow.
    ones with the fused experts at each model's shape (composed_moe_step); each printed beside the
    same check with the experts timed as the other GEMMs (before). calibrate_moe.py has the MoE
    tables, the kernel's roofline, the composed MoE steps and their bands.
+   **Gated DeltaNet** (since 2026-12-04 (5)): vLLM's GDN kernels
+   (``linear_attention/vllm/<version>/gdn_perf.parquet``) fitted the same way and checked one
+   layer at a time, beside the state term used before (calibrate_gdn.py).
 3. **Per-GPU fits** for the package data: each measured GPU fitted on its own kernels; its band is
    the 5th-95th percentile of measured/predicted over its composed steps, per phase. B200
    (RELATIVE_CHECKS) ships H200's coefficients, checked on steps composed from its own kernels
@@ -84,6 +87,7 @@ DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.
 
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
+from calibrate_gdn import GDN_START, gdn_args, gdn_kernels, gdn_model, gdn_table, print_gdn  # noqa: E402
 from calibrate_moe import (MOE_START, composed_moe_step, moe_args, moe_kernels, moe_model, moe_table,  # noqa: E402
                            print_moe, transfer_moe_bands, transfer_moe_step_bands)
 from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
@@ -244,6 +248,9 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
     moe = moe_kernels(t, gpu_dir)
     if moe:
         out["moe"] = moe
+    gdn = gdn_kernels(t, gpu_dir)
+    if gdn is not None:
+        out["gdn"] = gdn
     return out
 
 
@@ -413,6 +420,14 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     moe, moe_errs = fit_moe(tables, gpu)
     c.update(moe)
     errs.update(moe_errs)
+    if "gdn" in tables:  # Gated DeltaNet layers (calibrate_gdn.py), three restarts from the last optimum
+        from kvreplay.serving.timing.roofline import GDN_COEFFICIENTS
+
+        args, y = gdn_args(tables["gdn"]), tables["gdn"].latency.to_numpy(float) / 1e3
+        c.update(zip(GDN_COEFFICIENTS, GDN_START))
+        for _ in range(3):
+            fitted, errs["gdn"] = fit_family(list(GDN_COEFFICIENTS), c, lambda cc: gdn_model(cc, gpu, *args), y)
+            c.update(fitted)
     return c, errs
 
 
@@ -652,6 +667,11 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
             what = "the fitted tables" if name == FIT_GPU else held
             print_moe(f"{name} MoE kernels ({what}), predicted with {FIT_GPU}'s coefficients", m)
             report[name]["moe"] = m
+        g = gdn_table(tabs[name].get("gdn"), streamed(get_gpu(name), bw), fit)
+        if g:  # Gated DeltaNet layers, one layer at a time
+            print_gdn(f"{name} Gated DeltaNet layers ({'the fitted tables' if name == FIT_GPU else held}), "
+                      f"predicted with {FIT_GPU}'s coefficients", g)
+            report[name]["gdn"] = g
         for kernel, (mm, head) in moe_measured(meas, meas8, name).items():
             steps = summary(step_table(mm, name, fit, bw, kernel, head=head, moe="experts"))
             before = summary(step_table(mm, name, fit, bw, kernel, head=head, moe="as-dense"))
@@ -693,6 +713,10 @@ def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
         if m:
             print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", m)
             out[name].update({"bands_moe": {k: v["band"] for k, v in m.items()}, "moe_error": {k: v["mape"] for k, v in m.items()}})
+        g = gdn_table(tabs.get("gdn"), streamed(get_gpu(name), bw), coef)
+        if g:
+            print_gdn(f"{name} Gated DeltaNet layers (held back: {relative}'s coefficients)", g)
+            out[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
         measured = {"bf16": (meas, None), **({"fp8": (Measured(tabs, "gemm_fp8"), meas)} if "gemm_fp8" in tabs else {})}
         measured = {k: v for k, v in measured.items() if v[0].moe}
         for kernel, (mm, head) in measured.items():
@@ -823,6 +847,9 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
         if m:
             gpus[name]["bands_moe"] = {k: v["band"] for k, v in m.items()}
             gpus[name]["moe_error"] = {k: v["mape"] for k, v in m.items()}
+        g = gdn_table(tabs[name].get("gdn"), streamed(get_gpu(name), bw), own)
+        if g:
+            gpus[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
         steps = moe_step_bands(moe_measured(meas, meas8, name), name, own, bw)
         if steps:
             gpus[name]["bands_moe_steps"] = steps
@@ -904,6 +931,9 @@ def main() -> int:
         held = [n for n in GPUS if n != FIT_GPU]
         data["transfer_bands_moe"] = transfer_moe_bands(report, held)
         data["transfer_bands_moe_steps"] = transfer_moe_step_bands(report, held)
+        data["transfer_bands_gdn"] = {p: [min(report[n]["gdn"][p]["band"][0] for n in held if "gdn" in report[n]),
+                                          max(report[n]["gdn"][p]["band"][1] for n in held if "gdn" in report[n])]
+                                      for p in ("prefill", "decode")}
         write(data)  # the serving terms in place: the decode bands are widened on runs simulated with them
         widen_decode_bands(t, data)
         data["transfer_bands"] = transfer_bands(report, data)

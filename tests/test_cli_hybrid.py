@@ -60,11 +60,13 @@ def test_sweep_hybrid_and_the_flags_that_contradict_it(tmp_path):
 
 
 def test_simulate_prices_mamba_layers_and_says_the_band_does_not_cover_them(tmp_path):
-    # the calibrated roofline prices Qwen3-Next's 36 Gated DeltaNet layers with its (unmeasured)
-    # state term and says so; the raw roofline has no such term and refuses rather than time them
-    # as attention
+    # the calibrated roofline prices Qwen3-Next's 36 Gated DeltaNet layers with the GDN kernels fitted on
+    # H100's and H200's tables; on A100 (no GDN table) with its (unmeasured) state term, and says so;
+    # the raw roofline has no such term and refuses rather than time them as attention
     trace = _trace(tmp_path)
     out = ok("simulate", trace, "--model", "Qwen3-Next-80B-A3B", "--gpu", "H100", "--tp", "4")
+    assert "36 Gated DeltaNet layers run vLLM's GDN kernels as fitted on measured ones" in out
+    out = ok("simulate", trace, "--model", "Qwen3-Next-80B-A3B", "--gpu", "A100", "--tp", "4")
     assert "36 Mamba / linear-attention layers are priced by the roofline's state term" in out
     assert "semantics  Qwen3-Next-80B-A3B-Instruct's layer groups under vLLM 0.33.0's hybrid KV cache manager" in out
     assert "no Mamba or linear-attention layers" in fails("simulate", trace, "--model", "Qwen3-Next-80B-A3B",

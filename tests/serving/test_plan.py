@@ -332,8 +332,8 @@ def test_report_plan_section_is_checked_against_its_trace(tmp_path):
 
 def test_a_plan_says_where_its_calibrated_roofline_leaves_what_was_measured():
     # The plan's runs skip the band's warnings (band_runs=False), so the plan says them itself,
-    # once each over its configurations: Qwen3-Next is an MoE with Gated DeltaNet layers, whose
-    # state term no measurement checks; Llama-3.1-8B at bf16 on H100 at tp 1 with 5-token
+    # once each over its configurations: Qwen3-Next is an MoE with Gated DeltaNet layers, which run
+    # the GDN kernels fitted on measured ones; Llama-3.1-8B at bf16 on H100 at tp 1 with 5-token
     # contexts is inside what was measured, and gets none
     import kvreplay
     from kvreplay.output.plan import plan_text
@@ -342,7 +342,7 @@ def test_a_plan_says_where_its_calibrated_roofline_leaves_what_was_measured():
     out = plan(EIGHT, model="Qwen3-Next-80B-A3B", slo=slo, prices=Prices({"H100": 2.0}), gpus=("H100",),
                tps=(2, 4), weights_dtype="fp8", block_size=4, max_instances=2)
     warnings = out["calibration_warnings"]
-    assert len(warnings) == 2 and "36 Mamba / linear-attention layers" in warnings[1]
+    assert len(warnings) == 2 and "36 Gated DeltaNet layers run vLLM's GDN kernels" in warnings[1]
     assert "an MoE model with Mamba / linear-attention layers outside the calibration's checked models" in warnings[0]
     text = plan_text(EIGHT, out)
     assert text.count("warning    calibration: ") == 2

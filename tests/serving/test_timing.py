@@ -713,11 +713,13 @@ def test_roofline_options_belong_to_roofline_raw():
 
 def test_calibrated_roofline_prices_mamba_layers_by_their_state():
     # Qwen3-Next-80B-A3B: 12 attention layers, 36 Gated DeltaNet layers of 1,097,728 state bytes.
-    # Attention runs on the 12 only; the state term reads and writes each layer's state once per
-    # request in the step and updates it per token (roofline.py's module docstring).
+    # Attention runs on the 12 only; without measured GDN kernels (A100's tables have none) the state
+    # term reads and writes each layer's state once per request in the step and updates it per token
+    # (roofline.py's module docstring), as it does for Mamba-2 layers
     from kvreplay.serving.timing import CalibratedRooflineTimeModel
 
-    m = CalibratedRooflineTimeModel("Qwen3-Next-80B-A3B", "H100", tp=4)
+    m = CalibratedRooflineTimeModel("Qwen3-Next-80B-A3B", "A100", tp=4)
+    assert m.gdn is None
     c = m.c
     assert (m.attn_layers, m.layers_full, m.mamba_layers, m.state_bytes) == (12, 12, 36, 1_097_728)
     decode = StepBatch([], [], [1000] * 8)
@@ -735,6 +737,52 @@ def test_calibrated_roofline_prices_mamba_layers_by_their_state():
     # a model without Mamba layers has no such term
     llama = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
     assert "mamba" not in llama.terms(decode) and "mamba_layers" not in llama.describe()
+
+
+#: round GDN coefficients (GDN_TERMS' order: parallel, then prefill floor, e, e_bytes, per request,
+#: then decode's)
+GDN_ROUND = (64.0, 1e-5, 0.1, 0.5, 1e-6, 2e-6, 0.2, 0.8, 1e-7)
+
+
+def test_gdn_layer_by_hand():
+    from kvreplay.serving.timing.roofline import gdn_layer_time
+
+    state, act = 1_000_000.0, 10_000.0  # bytes per request, per token
+    # decode of 4 requests: 6 x 500,000 x 4 = 12e6 FLOPs at 0.2 x 1e15 = 60 ns; bytes 2 x 1e6 x 4 +
+    # 4 x 1e4 = 8.04e6 at 0.8 x 1e12 = 10.05 us: bytes-bound, + 2 us + 4 x 0.1 us
+    t = gdn_layer_time(GDN_ROUND, 4, 4, state, act, 8, False, 1e15, 1e12)
+    assert float(t) == pytest.approx(2e-6 + 8.04e6 / 0.8e12 + 4e-7)
+    # prefill of 2 requests x 4,096 tokens on 8 value heads: 16 heads in flight of the 64 that fill the
+    # GPU, so its compute runs 4x slower: 6 x 5e5 x 8,192 FLOPs x 4 at 0.1 x 1e15 = 983 us (bytes
+    # 2e6 x 2 + 1e4 x 8,192 = 86 MB at 0.5e12 = 172 us), + 10 us + 2 x 1 us
+    t = gdn_layer_time(GDN_ROUND, 8192, 2, state, act, 8, True, 1e15, 1e12)
+    assert float(t) == pytest.approx(1e-5 + 6 * 5e5 * 8192 * 4 / 0.1e15 + 2e-6)
+    # 16 requests: 128 heads in flight, no slowdown
+    t = gdn_layer_time(GDN_ROUND, 16 * 512, 16, state, act, 8, True, 1e15, 1e12)
+    assert float(t) == pytest.approx(1e-5 + 6 * 5e5 * 8192 / 0.1e15 + 16e-6)
+
+
+def test_calibrated_gated_deltanet_layers_run_their_measured_kernels():
+    from kvreplay.serving.timing.roofline import gdn_layer_time
+
+    m = CalibratedRooflineTimeModel("Qwen3-Next-80B-A3B", "H100", tp=4)
+    assert m.gdn["kind"] == "gated_deltanet" and m.gdn_v_heads == 8
+    # per GPU: 274,432 state bytes a request (1,097,728 / 4); q, k, v in and the output (2 x 16 x 128
+    # + 2 x 32 x 128) x 2 bytes / 4 = 6,144 bytes a token
+    assert m.gdn_act == 6144
+    decode = StepBatch([], [], [1000] * 8)
+    want = 36 * float(gdn_layer_time(m.gdn_c, 8, 8, 274_432, 6144, 8, False, m.attn_peak, m.bandwidth))
+    assert m.terms(decode)["mamba"] == pytest.approx(want, rel=1e-12)
+    prefill = StepBatch((4096,), (0,))
+    want = 36 * float(gdn_layer_time(m.gdn_c, 4096, 1, 274_432, 6144, 8, True, m.attn_peak, m.bandwidth))
+    assert m.terms(prefill)["mamba"] == pytest.approx(want, rel=1e-12)
+    # its band: widened to the GDN kernels' spread (a mixed step: both phases')
+    cal = m.calibration
+    lo, hi = cal.band("mixed")
+    assert m.band("mixed") == (min(lo, cal.bands_gdn["prefill"][0], cal.bands_gdn["decode"][0]),
+                               max(hi, cal.bands_gdn["prefill"][1], cal.bands_gdn["decode"][1]))
+    # Mamba-2 layers (Nemotron-H) keep the unmeasured state term
+    assert CalibratedRooflineTimeModel("Nemotron-H-8B", "H100").gdn is None
 
 
 # ------------------------------------------------------------------------------------------

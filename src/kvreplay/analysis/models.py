@@ -94,6 +94,10 @@ class ModelSpec:
     #: or an MoE the roofline times as one GEMM of its active parameters)
     moe: dict | None = None
     moe_source: str | None = None
+    #: Gated DeltaNet layers' shape, from config.json (linear_num_key_heads, linear_num_value_heads,
+    #: linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim): {"kind": "gated_deltanet",
+    #: "k_heads", "v_heads", "head_k_dim", "head_v_dim", "conv_kernel"}; None: none, or not given
+    linear_attention: dict | None = None
 
     @property
     def checkpoint_weights_dtype(self) -> str:

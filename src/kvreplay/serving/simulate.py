@@ -378,7 +378,10 @@ def calibration_warnings(tm, trace) -> list[str]:
         out.append("end to end, the silicon serving runs of an MoE (MiniMax-M2.5 on H200 and B200, vLLM 0.16-0.19) "
                    "measured TTFT well above the simulated while TPOT held (docs/performance.md, section 13): read its "
                    "TTFT as a lower bound")
-    if getattr(tm, "mamba_layers", 0):
+    if getattr(tm, "gdn", None):
+        out.append(f"{spec.name}'s {tm.mamba_layers} Gated DeltaNet layers run vLLM's GDN kernels as fitted on measured "
+                   "ones (Qwen3.5's, at these heads too); the band is widened to their spread (docs/serving.md)")
+    elif getattr(tm, "mamba_layers", 0):
         out.append(f"{spec.name}'s {tm.mamba_layers} Mamba / linear-attention layers are priced by the roofline's "
                    "state term (state read and write per request, state update per token), which no measurement "
                    "checks: the band covers the attention and GEMM terms only")

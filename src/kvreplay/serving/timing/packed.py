@@ -102,6 +102,13 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
     for name, value in zip(("C_MOE_E_GEMM", "C_MOE_E_WEIGHTS", "C_MOE_FLOOR", "C_MOE_P", "C_MOE_PER_TOKEN",
                             "C_MOE_TILE_ROWS", "C_MOE_K0"), model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
         values[name] = _p(value) if name == "C_MOE_P" else value
+    gdn = model.gdn is not None  # Gated DeltaNet layers on their fitted kernel
+    values.update({"C_GDN": 1.0 if gdn else 0.0, "C_GDN_ACT": model.gdn_act if gdn else 0.0,
+                   "C_GDN_VHEADS": model.gdn_v_heads if gdn else 1.0})
+    for name, value in zip(("C_GDN_PARALLEL", "C_GDN_FLOOR_PREFILL", "C_GDN_E_PREFILL", "C_GDN_E_BYTES_PREFILL",
+                            "C_GDN_PER_REQ_PREFILL", "C_GDN_FLOOR_DECODE", "C_GDN_E_DECODE", "C_GDN_E_BYTES_DECODE",
+                            "C_GDN_PER_REQ_DECODE"), model.gdn_c if gdn else (0.0,) + (1.0,) * 8):
+        values[name] = value
     for i in range(4):  # (n, k) of each layer GEMM, 0 past the model's
         n, k = model.gemm_shapes[i] if i < len(model.gemm_shapes) else (0, 0)
         values[f"C_G{i + 1}_N"], values[f"C_G{i + 1}_K"] = n, k

@@ -119,6 +119,14 @@ def moe_names(kernel: str) -> tuple[str, ...]:
 
 
 MOE_COEFFICIENTS = tuple(n for k in MOE_WEIGHT_BYTES for n in moe_names(k))
+#: a Gated DeltaNet layer (Qwen3-Next's linear attention; the catalog's ``linear_attention``),
+#: fitted on vLLM's measured GDN kernels (causal conv1d and FlashInfer's chunked delta rule in
+#: prefill; conv1d update and the fused recurrent rule in decode): the heads a prefill needs to fill
+#: the GPU (``gdn_parallel``: with fewer requests x value heads its chunks run one after another),
+#: then per phase a floor, compute and bytes efficiencies and a cost per request
+GDN_TERMS = ("parallel", "floor_prefill_s", "e_prefill", "e_bytes_prefill", "per_request_prefill_s",
+             "floor_decode_s", "e_decode", "e_bytes_decode", "per_request_decode_s")
+GDN_COEFFICIENTS = tuple(f"gdn_{t}" for t in GDN_TERMS)
 #: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
 #: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
 #: sm90_fp8_config_default: TileShape 128 x 128 x 128, ClusterShape 2 x 1 x 1; at most 128 rows it
@@ -165,6 +173,24 @@ def moe_layer_time(c, tokens, hidden, inter, experts, topk, wbytes, peak, bw):
     return soft_max(flops / (peak * e), weights / (bw * ew), p) + floor + per_token * routed
 
 
+def gdn_layer_time(c, tokens, rows, state, act, v_heads, prefill, peak, bw):
+    """One Gated DeltaNet layer on one GPU (`c` in GDN_TERMS' order; `state` its state bytes per
+    request, `act` its q/k/v/output bytes per token, `v_heads` its value heads, all after the TP
+    split): the state update, ``6 x state / 2`` FLOPs per token (the raw state term's count), and
+    bytes, the state read and written per request and the activations per token. A prefill's
+    compute is slower by ``parallel / (requests x value heads)`` when that is above 1. Scalars or
+    numpy arrays (benchmarks/calibrate_gdn.py)."""
+    import numpy as np
+
+    parallel, fp, ep, bp, rp, fd, ed, bd, rd = c
+    flops = 6.0 * state / 2.0 * tokens
+    nbytes = 2.0 * state * rows + act * tokens
+    occupancy = np.maximum(1.0, parallel / (rows * v_heads))
+    pre = fp + np.maximum(flops * occupancy / (peak * ep), nbytes / (bw * bp)) + rp * rows
+    dec = fd + np.maximum(flops / (peak * ed), nbytes / (bw * bd)) + rd * rows
+    return np.where(prefill, pre, dec)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """One GPU's fitted coefficients, the bands of measured/predicted ratios per phase, and where
@@ -181,6 +207,7 @@ class Calibration:
     bands_moe: dict | None = None  # MoE kernel (bf16, fp8, int4) -> (low, high): its measured / predicted
     #: MoE kernel -> phase -> (low, high): the MoE models' steps composed from measured kernels
     bands_moe_steps: dict | None = None
+    bands_gdn: dict | None = None  # prefill / decode -> (low, high): Gated DeltaNet layers' measured / predicted
 
     def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
         bands = self.bands_fp8 if fp8 and self.bands_fp8 else self.bands
@@ -207,20 +234,23 @@ def calibration_for(gpu_name: str) -> Calibration:
     entry = gpus[source]
     bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
     bands_fp8 = {p: tuple(v) for p, v in entry.get("bands_fp8", {}).items()} or None
-    bands_moe, moe_steps = entry.get("bands_moe"), entry.get("bands_moe_steps")
+    bands_moe, moe_steps, gdn = entry.get("bands_moe"), entry.get("bands_moe_steps"), entry.get("bands_gdn")
     checked = data.get("relative_bands", {}).get(gpu_name)
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
         bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
         bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
         moe_steps = checked.get("bands_moe_steps", data.get("transfer_bands_moe_steps"))
+        gdn = checked.get("bands_gdn", data.get("transfer_bands_gdn"))
     elif not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
         bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
         bands_fp8 = None
         bands_moe, moe_steps = data.get("transfer_bands_moe"), data.get("transfer_bands_moe_steps")
+        gdn = data.get("transfer_bands_gdn")
     moe_steps = {k: {p: tuple(b) for p, b in v.items()} for k, v in (moe_steps or {}).items()} or None
     return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
-                       bands_fp8, bool(checked), {k: tuple(v) for k, v in (bands_moe or {}).items()} or None, moe_steps)
+                       bands_fp8, bool(checked), {k: tuple(v) for k, v in (bands_moe or {}).items()} or None, moe_steps,
+                       {p: tuple(v) for p, v in (gdn or {}).items()} or None)
 
 
 def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) -> tuple[float, str]:
@@ -322,7 +352,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         coefficients = dict(coefficients or {})
         unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS) - set(SHAPE_COEFFICIENTS)
-                         - set(MOE_COEFFICIENTS))
+                         - set(MOE_COEFFICIENTS) - set(GDN_COEFFICIENTS))
         if unknown:
             raise ConfigError(f"unknown roofline coefficient(s) {', '.join(unknown)} (known: {', '.join(COEFFICIENTS)})")
         if set(coefficients) >= set(COEFFICIENTS):  # every one given (benchmarks/calibrate.py fitting)
@@ -395,6 +425,14 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 / self.mamba_layers
         else:
             self.attn_layers = spec.num_layers
+        # Gated DeltaNet layers with a calibrated GDN kernel: their own term (gdn_layer_time)
+        lin = spec.linear_attention or {}
+        self.gdn = lin if self.mamba_layers and lin.get("kind") == "gated_deltanet" and set(GDN_COEFFICIENTS) <= set(c) \
+            else None
+        if self.gdn:
+            self.gdn_c = tuple(c[k] for k in GDN_COEFFICIENTS)
+            self.gdn_act = (2 * lin["k_heads"] * lin["head_k_dim"] + 2 * lin["v_heads"] * lin["head_v_dim"]) * 2.0 / self.tp
+            self.gdn_v_heads = lin["v_heads"] / self.tp
 
     def _split_experts(self, c: dict, wbytes: float):
         """An MoE with its experts in the catalog and a calibrated MoE kernel for its weights: its
@@ -413,8 +451,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             self.body_weight_bytes = self.body_params * wbytes
 
     def mamba_term(self, tokens: int, rows: int, prefill: bool) -> float:
-        """The Mamba / linear-attention layers' state read, write and update (the module docstring)."""
+        """The Mamba / linear-attention layers' state read, write and update (the module docstring);
+        Gated DeltaNet layers with a calibrated kernel: gdn_layer_time."""
         c, m = self.c, self.mamba_layers
+        if self.gdn:
+            return m * float(gdn_layer_time(self.gdn_c, tokens, rows, self.state_bytes / self.tp, self.gdn_act,
+                                            self.gdn_v_heads, prefill, self.attn_peak, self.bandwidth))
         nbytes = 2.0 * self.state_bytes * m * rows / self.tp
         flops = 6.0 * self.state_bytes / 2.0 * m * tokens / self.tp
         floor, e = (c["attn_floor_prefill_s"], c["e_attn_prefill"]) if prefill else \
@@ -518,7 +560,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 return tuple(float(x) for x in steps[phase])
         lo, hi = cal.band(phase, self.fp8)
         moe = (cal.bands_moe or {}).get(self.moe_kernel) if self.moe else None
-        return (min(lo, moe[0]), max(hi, moe[1])) if moe else (lo, hi)
+        if moe:
+            lo, hi = min(lo, moe[0]), max(hi, moe[1])
+        if self.gdn and cal.bands_gdn:  # widened to the Gated DeltaNet layers' spread (a mixed step: both phases')
+            for p in (("prefill", "decode") if phase == "mixed" else (phase,)):
+                lo, hi = min(lo, cal.bands_gdn[p][0]), max(hi, cal.bands_gdn[p][1])
+        return lo, hi
 
     def breakdown(self, batch: StepBatch) -> dict:
         t = self.terms(batch)

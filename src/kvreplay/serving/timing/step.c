@@ -92,7 +92,21 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         t += attn_layers * (tm[C_ATTN_FLOOR_DECODE] + decodes * tm[C_ATTN_PER_REQ_DECODE])
              + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (bw * tm[C_E_KV_DECODE]));
     }
-    if (tm[C_MAMBA_LAYERS] > 0) { /* the state term (roofline.py mamba_term) */
+    if (tm[C_MAMBA_LAYERS] > 0 && tm[C_GDN] > 0) { /* Gated DeltaNet layers (roofline.py gdn_layer_time) */
+        f64 st = tm[C_STATE_BYTES] / tp, flops = 6.0 * st / 2.0 * tokens;
+        f64 nbytes = 2.0 * st * rows + tm[C_GDN_ACT] * tokens, layer;
+        if (prefill_reqs > 0) {
+            f64 occupancy = kv_fmax(1.0, tm[C_GDN_PARALLEL] / (rows * tm[C_GDN_VHEADS]));
+            layer = tm[C_GDN_FLOOR_PREFILL] + kv_fmax(flops * occupancy / (tm[C_ATTN_PEAK] * tm[C_GDN_E_PREFILL]),
+                                                      nbytes / (bw * tm[C_GDN_E_BYTES_PREFILL]))
+                    + tm[C_GDN_PER_REQ_PREFILL] * rows;
+        } else {
+            layer = tm[C_GDN_FLOOR_DECODE] + kv_fmax(flops / (tm[C_ATTN_PEAK] * tm[C_GDN_E_DECODE]),
+                                                     nbytes / (bw * tm[C_GDN_E_BYTES_DECODE]))
+                    + tm[C_GDN_PER_REQ_DECODE] * rows;
+        }
+        t += tm[C_MAMBA_LAYERS] * layer;
+    } else if (tm[C_MAMBA_LAYERS] > 0) { /* the state term (roofline.py mamba_term) */
         f64 m = tm[C_MAMBA_LAYERS], state = tm[C_STATE_BYTES];
         f64 nbytes = 2.0 * state * m * rows / tp, f = 6.0 * state / 2.0 * m * tokens / tp;
         int prefill = prefill_reqs > 0;

@@ -25,7 +25,8 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * GPU's peaks, the fitted coefficients, then a factor per kind of step (1; an end of the
  * calibration's band when the simulator runs the band); a dense model's layer GEMMs one by one
  * (C_GEMMS of them, each (n, k) on one GPU; 0: one GEMM of the body's parameters); an MoE's routed
- * experts apart (C_MOE_LAYERS > 0: roofline.py moe_layer_time, C_MOE_INTER each expert's width / tp) */
+ * experts apart (C_MOE_LAYERS > 0: roofline.py moe_layer_time, C_MOE_INTER each expert's width / tp);
+ * Gated DeltaNet layers on their fitted kernel (C_GDN > 0: roofline.py gdn_layer_time) */
 #define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
     S(C_BODY_PARAMS) S(C_BODY_WEIGHT_BYTES) S(C_ACTIVE_BODY_WEIGHT_BYTES) S(C_HEAD_PARAMS) S(C_HEAD_WEIGHT_BYTES) \
     S(C_HIDDEN) S(C_ATTN_WIDTH) S(C_KV_LAYER_TOKEN) S(C_PEAK) S(C_ATTN_PEAK) S(C_BW)                           \
@@ -38,7 +39,10 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_GEMMS) S(C_G1_N) S(C_G1_K) S(C_G2_N) S(C_G2_K) S(C_G3_N) S(C_G3_K) S(C_G4_N) S(C_G4_K)                 \
     S(C_GEMM_K0) S(C_GEMM_IN_BYTES) S(C_GEMM_W_BYTES)                                                        \
     S(C_MOE_LAYERS) S(C_MOE_EXPERTS) S(C_MOE_TOPK) S(C_MOE_INTER) S(C_MOE_W_BYTES) S(C_MOE_PEAK)                \
-    S(C_MOE_E_GEMM) S(C_MOE_E_WEIGHTS) S(C_MOE_FLOOR) S(C_MOE_P) S(C_MOE_PER_TOKEN) S(C_MOE_TILE_ROWS) S(C_MOE_K0)
+    S(C_MOE_E_GEMM) S(C_MOE_E_WEIGHTS) S(C_MOE_FLOOR) S(C_MOE_P) S(C_MOE_PER_TOKEN) S(C_MOE_TILE_ROWS) S(C_MOE_K0) \
+    S(C_GDN) S(C_GDN_ACT) S(C_GDN_VHEADS) S(C_GDN_PARALLEL) S(C_GDN_FLOOR_PREFILL) S(C_GDN_E_PREFILL)              \
+    S(C_GDN_E_BYTES_PREFILL) S(C_GDN_PER_REQ_PREFILL) S(C_GDN_FLOOR_DECODE) S(C_GDN_E_DECODE) S(C_GDN_E_BYTES_DECODE) \
+    S(C_GDN_PER_REQ_DECODE)
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
 
 f64 kv_step_seconds(const f64 *tm, const f64 *agg);
