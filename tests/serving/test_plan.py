@@ -342,10 +342,12 @@ def test_a_plan_says_where_its_calibrated_roofline_leaves_what_was_measured():
     out = plan(EIGHT, model="Qwen3-Next-80B-A3B", slo=slo, prices=Prices({"H100": 2.0}), gpus=("H100",),
                tps=(2, 4), weights_dtype="fp8", block_size=4, max_instances=2)
     warnings = out["calibration_warnings"]
-    assert len(warnings) == 2 and "36 Gated DeltaNet layers run vLLM's GDN kernels" in warnings[1]
+    # (and, an MoE with its experts on the fused MoE kernel, that its TTFT is a lower bound)
+    assert len(warnings) == 3 and "36 Gated DeltaNet layers run vLLM's GDN kernels" in warnings[2]
+    assert "read its TTFT as a lower bound" in warnings[1]
     assert "an MoE model with Mamba / linear-attention layers outside the calibration's checked models" in warnings[0]
     text = plan_text(EIGHT, out)
-    assert text.count("warning    calibration: ") == 2
+    assert text.count("warning    calibration: ") == 3
     page = kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2], block_size=4, plan=out)
     assert 'data-note="plan-calibration"><b>Time model.</b>' in page
     dense = plan(EIGHT, model="Llama-3.1-8B", slo=slo, prices=Prices({"H100": 2.0}), block_size=4, max_instances=2)

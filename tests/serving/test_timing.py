@@ -776,9 +776,11 @@ def test_calibrated_gated_deltanet_layers_run_their_measured_kernels():
     prefill = StepBatch((4096,), (0,))
     want = 36 * float(gdn_layer_time(m.gdn_c, 4096, 1, 274_432, 6144, 8, True, m.attn_peak, m.bandwidth))
     assert m.terms(prefill)["mamba"] == pytest.approx(want, rel=1e-12)
-    # its band: widened to the GDN kernels' spread (a mixed step: both phases')
+    # its band: its MoE steps' (Qwen3-Next is an MoE too), widened to the GDN kernels' spread (a mixed
+    # step: both phases')
     cal = m.calibration
-    lo, hi = cal.band("mixed")
+    assert m.moe_kernel == "bf16"
+    lo, hi = cal.bands_moe_steps["bf16"]["mixed"]
     assert m.band("mixed") == (min(lo, cal.bands_gdn["prefill"][0], cal.bands_gdn["decode"][0]),
                                max(hi, cal.bands_gdn["prefill"][1], cal.bands_gdn["decode"][1]))
     # Mamba-2 layers (Nemotron-H) keep the unmeasured state term

@@ -346,7 +346,7 @@ def _extrapolated(tm) -> str:
     spec = tm.model
     if getattr(tm, "moe", None):
         return (f"its routed experts run vLLM's fused MoE kernel as fitted on measured MoE kernels ({tm.moe_kernel} "
-                "weights; the band is widened to that kernel's spread), its other terms are extrapolated from "
+                "weights; the band covers that kernel's spread), its other terms are extrapolated from "
                 "dense-model kernels")
     if spec.moe:  # the catalog has its experts, but no MoE kernel was measured for these weights on this GPU
         return (f"no {tm.dtype} MoE kernel was measured on the {tm.calibration.measured_on}, so its routed experts are "

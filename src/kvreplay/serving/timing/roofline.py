@@ -552,16 +552,17 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     def band(self, phase: str) -> tuple[float, float]:
         """The measured / predicted step-time band of `phase` steps (5-95%): the calibration's for
         these weights; for an MoE with its experts apart, that of the MoE models' steps composed
-        from measured kernels, else (int4: no such steps) the dense band widened to its MoE kernel's."""
+        from measured kernels, else (int4: no such steps) the dense band widened to its MoE kernel's;
+        with Gated DeltaNet layers on their kernel, widened to those kernels' spread."""
         cal = self.calibration
-        if self.moe:
-            steps = (cal.bands_moe_steps or {}).get(self.moe_kernel, {})
-            if phase in steps:
-                return tuple(float(x) for x in steps[phase])
-        lo, hi = cal.band(phase, self.fp8)
+        steps = (cal.bands_moe_steps or {}).get(self.moe_kernel, {}) if self.moe else {}
         moe = (cal.bands_moe or {}).get(self.moe_kernel) if self.moe else None
-        if moe:
-            lo, hi = min(lo, moe[0]), max(hi, moe[1])
+        if phase in steps:
+            lo, hi = (float(x) for x in steps[phase])
+        else:
+            lo, hi = cal.band(phase, self.fp8)
+            if moe:
+                lo, hi = min(lo, moe[0]), max(hi, moe[1])
         if self.gdn and cal.bands_gdn:  # widened to the Gated DeltaNet layers' spread (a mixed step: both phases')
             for p in (("prefill", "decode") if phase == "mixed" else (phase,)):
                 lo, hi = min(lo, cal.bands_gdn[p][0]), max(hi, cal.bands_gdn[p][1])
