@@ -783,8 +783,10 @@ def test_calibrated_gated_deltanet_layers_run_their_measured_kernels():
     lo, hi = cal.bands_moe_steps["bf16"]["mixed"]
     assert m.band("mixed") == (min(lo, cal.bands_gdn["prefill"][0], cal.bands_gdn["decode"][0]),
                                max(hi, cal.bands_gdn["prefill"][1], cal.bands_gdn["decode"][1]))
+    assert m.describe()["mamba_term"] == "Gated DeltaNet kernels, fitted on measured ones"
     # Mamba-2 layers (Nemotron-H) keep the unmeasured state term
-    assert CalibratedRooflineTimeModel("Nemotron-H-8B", "H100").gdn is None
+    nemotron = CalibratedRooflineTimeModel("Nemotron-H-8B", "H100")
+    assert nemotron.gdn is None and nemotron.describe()["mamba_term"].startswith("unmeasured")
 
 
 # ------------------------------------------------------------------------------------------

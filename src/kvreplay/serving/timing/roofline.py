@@ -581,5 +581,6 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
                 "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel,
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
-                    "mamba_term": "unmeasured: state read and write per request, update per token"}
+                    "mamba_term": ("Gated DeltaNet kernels, fitted on measured ones" if self.gdn else
+                                   "unmeasured: state read and write per request, update per token")}
                    if self.mamba_layers else {})}
