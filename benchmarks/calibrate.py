@@ -88,8 +88,10 @@ DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 from calibrate_gdn import GDN_START, gdn_args, gdn_kernels, gdn_model, gdn_table, print_gdn  # noqa: E402
-from calibrate_moe import (MOE_START, composed_moe_step, moe_args, moe_kernels, moe_model, moe_table,  # noqa: E402
-                           print_moe, transfer_moe_bands, transfer_moe_step_bands)
+from calibrate_moe import (MLA_MODEL, MLA_TPS, MOE_START, composed_mla_step, composed_moe_step,  # noqa: E402
+                           mla_modules, moe_args, moe_kernels, moe_model, moe_table, print_moe, transfer_moe_bands,
+                           transfer_moe_step_bands)
+from kvreplay.serving.timing.roofline import PHASES  # noqa: E402
 from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
 
 
@@ -251,6 +253,9 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
     gdn = gdn_kernels(t, gpu_dir)
     if gdn is not None:
         out["gdn"] = gdn
+    mla = mla_modules(t, gpu_dir)
+    if mla is not None:
+        out["mla"] = mla
     return out
 
 
@@ -672,6 +677,10 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
             print_gdn(f"{name} Gated DeltaNet layers ({'the fitted tables' if name == FIT_GPU else held}), "
                       f"predicted with {FIT_GPU}'s coefficients", g)
             report[name]["gdn"] = g
+        mla = mla_step_table(tabs[name], meas[name], meas8.get(name), name, fit, bw)
+        if mla:
+            print_summary(f"{name} {MLA_MODEL} fp8 steps (MLA modules; {held}), predicted with {FIT_GPU}'s coefficients", mla)
+            report[name]["mla_steps_fp8"] = mla
         for kernel, (mm, head) in moe_measured(meas, meas8, name).items():
             steps = summary(step_table(mm, name, fit, bw, kernel, head=head, moe="experts"))
             before = summary(step_table(mm, name, fit, bw, kernel, head=head, moe="as-dense"))
@@ -681,6 +690,27 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
             report[name][f"moe_steps_{kernel}"] = steps
             report[name][f"moe_steps_{kernel}_as_dense"] = before
     return report
+
+
+def mla_step_table(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, bw: float) -> dict:
+    """MLA_MODEL's fp8 steps composed from the MLA module tables (calibrate_moe.composed_mla_step)
+    against the calibrated roofline, by phase ({}: no MLA table or fp8 GEMMs)."""
+    from kvreplay.analysis.models import get_model
+    from kvreplay.serving.timing.models import StepBatch
+    from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
+
+    if "mla" not in tabs or meas8 is None:
+        return {}
+    spec, rows = get_model(MLA_MODEL), []
+    for tp in MLA_TPS:
+        model = CalibratedRooflineTimeModel(spec, gpu_name, tp, dtype="fp8", coefficients=kernel_terms(coefficients),
+                                            stream_bytes_per_s=bw)
+        for phase, prefill, b, ctx in step_shapes():
+            measured = composed_mla_step(tabs["mla"], meas, meas8, spec, tp, prefill, b, ctx)
+            if measured is not None:
+                batch = StepBatch(prefill_new=tuple(prefill), prefill_cached=(0,) * len(prefill), decode_context=(ctx,) * b)
+                rows.append({"phase": phase, "measured_s": measured, "predicted_s": model.step_time(batch)})
+    return summary(rows)
 
 
 def moe_measured(meas, meas8, name) -> dict:
@@ -717,6 +747,10 @@ def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
         if g:
             print_gdn(f"{name} Gated DeltaNet layers (held back: {relative}'s coefficients)", g)
             out[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
+        mla = mla_step_table(tabs, meas, Measured(tabs, "gemm_fp8") if "gemm_fp8" in tabs else None, name, coef, bw)
+        if mla:
+            print_summary(f"{name} {MLA_MODEL} fp8 steps (MLA modules; held back: {relative}'s coefficients)", mla)
+            out[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla.items()}}
         measured = {"bf16": (meas, None), **({"fp8": (Measured(tabs, "gemm_fp8"), meas)} if "gemm_fp8" in tabs else {})}
         measured = {k: v for k, v in measured.items() if v[0].moe}
         for kernel, (mm, head) in measured.items():
@@ -850,6 +884,9 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
         g = gdn_table(tabs[name].get("gdn"), streamed(get_gpu(name), bw), own)
         if g:
             gpus[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
+        mla = mla_step_table(tabs[name], meas[name], meas8.get(name), name, own, bw)
+        if mla:
+            gpus[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla.items()}}
         steps = moe_step_bands(moe_measured(meas, meas8, name), name, own, bw)
         if steps:
             gpus[name]["bands_moe_steps"] = steps
@@ -919,7 +956,7 @@ def main() -> int:
                                         "License, Version 2.0; kvreplay ships coefficients fitted to these measurements, "
                                         "not the measurements.",
                          "files": sorted(t.used)}],
-            "fitted_range": {"models": [n for n, _ in DENSE], "moe_models": [n for n, _ in MOE], "tp": [1, 2, 4, 8], "max_context": 8192,
+            "fitted_range": {"models": [n for n, _ in DENSE], "moe_models": [n for n, _ in MOE], "mla_models": [MLA_MODEL], "tp": [1, 2, 4, 8], "max_context": 8192,
                              "max_prefill_tokens": 16384, "max_decode_batch": 256},
             "gpus": gpus,
             "stream_bandwidth": probes,
@@ -931,6 +968,10 @@ def main() -> int:
         held = [n for n in GPUS if n != FIT_GPU]
         data["transfer_bands_moe"] = transfer_moe_bands(report, held)
         data["transfer_bands_moe_steps"] = transfer_moe_step_bands(report, held)
+        data["transfer_bands_mla_steps"] = {"fp8": {p: [min(report[n]["mla_steps_fp8"][p]["band"][0] for n in held
+                                                            if "mla_steps_fp8" in report[n]),
+                                                        max(report[n]["mla_steps_fp8"][p]["band"][1] for n in held
+                                                            if "mla_steps_fp8" in report[n])] for p in PHASES}}
         data["transfer_bands_gdn"] = {p: [min(report[n]["gdn"][p]["band"][0] for n in held if "gdn" in report[n]),
                                           max(report[n]["gdn"][p]["band"][1] for n in held if "gdn" in report[n])]
                                       for p in ("prefill", "decode")}

@@ -146,3 +146,50 @@ def transfer_moe_step_bands(report: dict, held_back: list) -> dict:
                     lo, hi = kernel.get(p, (np.inf, -np.inf))
                     kernel[p] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
     return {k: {p: [float(lo), float(hi)] for p, (lo, hi) in v.items()} for k, v in out.items()}
+
+
+#: the MLA MoE model whose steps the tables compose (aiconfigurator times DeepSeek-V3's MLA module
+#: in vLLM: ``mla/vllm/<version>/mla_{context,generation}_module_perf.parquet``, the module's
+#: projections and attention together, block-fp8 GEMMs, bf16 KV), at the TP degrees tried
+MLA_MODEL, MLA_TPS = "DeepSeek-V3", (4, 8)
+
+
+def mla_modules(t, gpu_dir: str):
+    """The MLA module's prefill and decode tables (bf16 KV, block-fp8 GEMMs), or None."""
+    prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/mla/vllm/"
+    if not any(n.startswith(prefix) and n.endswith("/mla_context_module_perf.parquet") for n in t.names):
+        return None
+
+    def sel(a):
+        a = a[(a.kv_cache_dtype == "bfloat16") & (a.gemm_type == "fp8_block")]
+        return a.astype({c: int for c in ("num_heads", "batch_size", "isl", "step")})
+
+    return (sel(t.read(gpu_dir, "mla", "mla_context_module_perf.parquet")),
+            sel(t.read(gpu_dir, "mla", "mla_generation_module_perf.parquet")))
+
+
+def _module(table, heads, batch, key, x):
+    """The module's latency (s) at `heads` per GPU, `batch` requests and `key` (isl or step) `x`,
+    log-interpolated in x (None: not measured)."""
+    q = table[(table.num_heads == heads) & (table.batch_size == batch)].sort_values(key)
+    if len(q) < 2:
+        return None
+    return float(np.interp(np.log(x), np.log(q[key].to_numpy(float)), q.latency.to_numpy(float))) / 1e3
+
+
+def composed_mla_step(modules, meas, meas8, spec, tp, prefill, decodes, ctx):
+    """A DeepSeek-V3 fp8 step from measured kernels: per layer the MLA module (prefill and decode
+    parts) and two all-reduces, per MoE layer the fused experts, the shared expert (fp8 GEMMs) and
+    the bf16 router, the dense layers' MLPs (fp8), the bf16 LM head (None: a shape not measured)."""
+    H, m = spec.hidden_size, spec.moe
+    heads, T = spec.num_attention_heads // tp, sum(prefill) + decodes
+    parts = ([_module(modules[0], heads, len(prefill), "isl", prefill[0])] if prefill else []) + \
+        ([_module(modules[1], heads, decodes, "step", ctx)] if decodes else [])
+    experts = meas8.moe_time(T, H, m["expert_intermediate"], m["experts_per_token"], m["experts"], tp)
+    if experts is None or None in parts:
+        return None
+    shared = meas8.gemm_time(T, 2 * m["expert_intermediate"] // tp, H) + meas8.gemm_time(T, H, m["expert_intermediate"] // tp)
+    dense = meas8.gemm_time(T, 2 * 18432 // tp, H) + meas8.gemm_time(T, H, 18432 // tp)  # config.json intermediate_size
+    ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
+    return (spec.num_layers * (sum(parts) + ar) + m["layers"] * (experts + shared + meas.gemm_time(T, m["experts"], H))
+            + (spec.num_layers - m["layers"]) * dense + meas.gemm_time(len(prefill) + decodes, spec.vocab_size // tp, H))

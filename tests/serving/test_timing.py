@@ -892,3 +892,19 @@ def test_calibrated_moe_prefill_is_slower_than_the_experts_as_gemms():
     before = CalibratedRooflineTimeModel(dataclasses.replace(spec, moe=None), "H200", 8, dtype="fp8")
     batch = StepBatch((8192,), (0,))
     assert moe.step_time(batch) > 1.5 * before.step_time(batch)
+
+
+def test_calibrated_mla_moe_band_is_that_of_deepseeks_composed_steps():
+    # DeepSeek-V3's steps composed from the measured MLA modules (benchmarks/calibrate.py) are wider
+    # than the GQA MoE models' steps, and an MLA MoE run takes their spread
+    from kvreplay.serving.timing.roofline import calibration_data
+
+    m = CalibratedRooflineTimeModel("DeepSeek-V3", "H200", 8, dtype="fp8")
+    assert m.moe_kernel == "fp8"
+    shipped = calibration_data()["gpus"]["H200"]["bands_mla_steps"]["fp8"]
+    for phase in ("prefill", "decode", "mixed"):
+        assert m.band(phase) == tuple(shipped[phase])
+    assert m.band("decode") != tuple(calibration_data()["gpus"]["H200"]["bands_moe_steps"]["fp8"]["decode"])
+    # Kimi-K2 (MLA too) at bf16: no MLA steps were composed at bf16, so the GQA MoE models' steps
+    kimi = CalibratedRooflineTimeModel("Kimi-K2-Instruct", "H200", 8)
+    assert kimi.band("decode") == tuple(calibration_data()["gpus"]["H200"]["bands_moe_steps"]["bf16"]["decode"])

@@ -367,6 +367,8 @@ def calibration_warnings(tm, trace) -> list[str]:
     checked = list(rng.get("models", []))
     if getattr(tm, "moe", None) and tm.moe_kernel in (cal.bands_moe_steps or {}):  # MoE steps checked at these weights
         checked += rng.get("moe_models", [])
+    if getattr(tm, "moe", None) and tm.moe_kernel in (cal.bands_mla_steps or {}):  # and an MLA MoE's (DeepSeek-V3)
+        checked += rng.get("mla_models", [])
     if checked and spec.name not in checked:
         kind = ("an MoE model" if spec.active_params != spec.total_params else "a model") + \
             (" with MLA attention" if spec.kv_lora_rank else "") + \

@@ -208,6 +208,8 @@ class Calibration:
     #: MoE kernel -> phase -> (low, high): the MoE models' steps composed from measured kernels
     bands_moe_steps: dict | None = None
     bands_gdn: dict | None = None  # prefill / decode -> (low, high): Gated DeltaNet layers' measured / predicted
+    #: MoE kernel -> phase -> (low, high): DeepSeek-V3's steps composed from the measured MLA modules
+    bands_mla_steps: dict | None = None
 
     def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
         bands = self.bands_fp8 if fp8 and self.bands_fp8 else self.bands
@@ -235,6 +237,7 @@ def calibration_for(gpu_name: str) -> Calibration:
     bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
     bands_fp8 = {p: tuple(v) for p, v in entry.get("bands_fp8", {}).items()} or None
     bands_moe, moe_steps, gdn = entry.get("bands_moe"), entry.get("bands_moe_steps"), entry.get("bands_gdn")
+    mla = entry.get("bands_mla_steps")
     checked = data.get("relative_bands", {}).get(gpu_name)
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
@@ -242,15 +245,17 @@ def calibration_for(gpu_name: str) -> Calibration:
         bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
         moe_steps = checked.get("bands_moe_steps", data.get("transfer_bands_moe_steps"))
         gdn = checked.get("bands_gdn", data.get("transfer_bands_gdn"))
+        mla = checked.get("bands_mla_steps", data.get("transfer_bands_mla_steps"))
     elif not measured:  # borrowed: the spread of the cross-GPU check (fit on one GPU, test on another)
         bands = {p: tuple(v) for p, v in data["transfer_bands"].items()}
         bands_fp8 = None
         bands_moe, moe_steps = data.get("transfer_bands_moe"), data.get("transfer_bands_moe_steps")
-        gdn = data.get("transfer_bands_gdn")
+        gdn, mla = data.get("transfer_bands_gdn"), data.get("transfer_bands_mla_steps")
     moe_steps = {k: {p: tuple(b) for p, b in v.items()} for k, v in (moe_steps or {}).items()} or None
     return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
                        bands_fp8, bool(checked), {k: tuple(v) for k, v in (bands_moe or {}).items()} or None, moe_steps,
-                       {p: tuple(v) for p, v in (gdn or {}).items()} or None)
+                       {p: tuple(v) for p, v in (gdn or {}).items()} or None,
+                       {k: {p: tuple(b) for p, b in v.items()} for k, v in (mla or {}).items()} or None)
 
 
 def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) -> tuple[float, str]:
@@ -556,6 +561,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         with Gated DeltaNet layers on their kernel, widened to those kernels' spread."""
         cal = self.calibration
         steps = (cal.bands_moe_steps or {}).get(self.moe_kernel, {}) if self.moe else {}
+        if self.moe and self.model.kv_lora_rank:  # an MLA MoE: DeepSeek-V3's composed steps, where composed
+            steps = (cal.bands_mla_steps or {}).get(self.moe_kernel) or steps
         moe = (cal.bands_moe or {}).get(self.moe_kernel) if self.moe else None
         if phase in steps:
             lo, hi = (float(x) for x in steps[phase])
