@@ -87,11 +87,10 @@ DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.
 
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
+from calibrate_stats import ratio_stats, spread  # noqa: E402
 from calibrate_gdn import GDN_START, gdn_args, gdn_kernels, gdn_model, gdn_table, print_gdn  # noqa: E402
 from calibrate_moe import (MLA_MODEL, MLA_TPS, MOE_START, composed_mla_step, composed_moe_step,  # noqa: E402
-                           mla_modules, moe_args, moe_kernels, moe_model, moe_table, print_moe, transfer_moe_bands,
-                           transfer_moe_step_bands)
-from kvreplay.serving.timing.roofline import PHASES  # noqa: E402
+                           mla_modules, moe_args, moe_kernels, moe_model, moe_table, print_moe)
 from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
 
 
@@ -259,10 +258,6 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
     return out
 
 
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # each kernel family's roofline (what the fit adjusts), in seconds; latencies in the tables are ms
 
@@ -307,10 +302,6 @@ def ar_model(c, n, elements):
     return c["allreduce_latency_s"] + 2.0 * (n - 1) / n * elements * 2.0 / c["allreduce_bus_bytes_per_s"]
 
 
-
-
-
-
 def fit_moe(tables: dict, gpu) -> tuple[dict, dict]:
     """Each weights dtype's MoE kernel coefficients, fitted on its table (twice: the second fit
     restarts from the first's optimum)."""
@@ -326,12 +317,6 @@ def fit_moe(tables: dict, gpu) -> tuple[dict, dict]:
         c.update(start)
         errs[f"moe_{kernel}"] = err
     return c, errs
-
-
-
-
-
-
 
 
 def nelder_mead(loss, x0, steps, iters=600):
@@ -557,8 +542,6 @@ def composed_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ct
     return spec.num_layers * (layer + attn + ar) + lm_head
 
 
-
-
 def step_shapes():
     for s in (128, 256, 512, 1024, 2048, 4096, 8192):
         for b in (1, 2, 4):
@@ -629,12 +612,8 @@ def summary(rows):
     out = {}
     for phase in ("prefill", "decode", "mixed"):
         ratios = np.array([r["measured_s"] / r["predicted_s"] for r in rows if r["phase"] == phase])
-        if len(ratios) == 0:
-            continue
-        errs = np.abs(1 / ratios - 1)
-        out[phase] = {"cases": int(len(ratios)), "mape": float(np.mean(errs)), "median_ratio": float(np.median(ratios)),
-                      "min_ratio": float(ratios.min()), "max_ratio": float(ratios.max()),
-                      "band": [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]}
+        if len(ratios):
+            out[phase] = ratio_stats(ratios)
     return out
 
 
@@ -845,21 +824,25 @@ def widen_decode_bands(t: Tables, data: dict):
 
 def transfer_bands(report: dict, data: dict) -> dict:
     """A GPU without measurements nor a check of its own: the spread of the cross-GPU checks."""
-    transfer = {}
-    for name in GPUS:
-        if name != FIT_GPU:
-            for p, v in report[name]["calibrated"].items():
-                lo, hi = transfer.get(p, (np.inf, -np.inf))
-                transfer[p] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
+    transfer = spread(report[name]["calibrated"] for name in GPUS if name != FIT_GPU)
     for entry in [*data["gpus"].values(), *data["relative_bands"].values()]:  # and the silicon TPOT spread
         if "e2e_tpot_band" in entry:
             lo, hi = transfer["decode"]
-            transfer["decode"] = (min(lo, entry["e2e_tpot_band"][0]), max(hi, entry["e2e_tpot_band"][1]))
-    return {p: [float(lo), float(hi)] for p, (lo, hi) in transfer.items()}
+            transfer["decode"] = [min(lo, entry["e2e_tpot_band"][0]), max(hi, entry["e2e_tpot_band"][1])]
+    return transfer
 
 
-
-
+def transfer_kernel_bands(report: dict) -> dict:
+    """A GPU without measurements: the spreads of the MoE kernels, the MoE and MLA steps and the GDN
+    layers on the GPUs the fit never saw (keys as the calibration data has them)."""
+    held = [report[name] for name in GPUS if name != FIT_GPU]
+    kernels = dict.fromkeys(key[len("moe_steps_"):] for r in held for key in r
+                            if key.startswith("moe_steps_") and not key.endswith("_as_dense"))
+    return {"transfer_bands_moe": spread(r.get("moe", {}) for r in held),
+            "transfer_bands_moe_steps": {k: spread(r[f"moe_steps_{k}"] for r in held if f"moe_steps_{k}" in r)
+                                         for k in kernels},
+            "transfer_bands_mla_steps": {"fp8": spread(r["mla_steps_fp8"] for r in held if "mla_steps_fp8" in r)},
+            "transfer_bands_gdn": spread(r["gdn"] for r in held if "gdn" in r)}
 
 
 def own_fits(tabs, meas, meas8, fit, probes) -> dict:
@@ -965,16 +948,7 @@ def main() -> int:
             "held_back": report,
         }
         data["transfer_bands"] = transfer_bands(report, data)
-        held = [n for n in GPUS if n != FIT_GPU]
-        data["transfer_bands_moe"] = transfer_moe_bands(report, held)
-        data["transfer_bands_moe_steps"] = transfer_moe_step_bands(report, held)
-        data["transfer_bands_mla_steps"] = {"fp8": {p: [min(report[n]["mla_steps_fp8"][p]["band"][0] for n in held
-                                                            if "mla_steps_fp8" in report[n]),
-                                                        max(report[n]["mla_steps_fp8"][p]["band"][1] for n in held
-                                                            if "mla_steps_fp8" in report[n])] for p in PHASES}}
-        data["transfer_bands_gdn"] = {p: [min(report[n]["gdn"][p]["band"][0] for n in held if "gdn" in report[n]),
-                                          max(report[n]["gdn"][p]["band"][1] for n in held if "gdn" in report[n])]
-                                      for p in ("prefill", "decode")}
+        data.update(transfer_kernel_bands(report))
         write(data)  # the serving terms in place: the decode bands are widened on runs simulated with them
         widen_decode_bands(t, data)
         data["transfer_bands"] = transfer_bands(report, data)

@@ -40,6 +40,7 @@ table simulates the fitted values).
 from __future__ import annotations
 
 import numpy as np
+from calibrate_stats import ratio_stats
 
 SILICON_MODELS = {"Qwen/Qwen3-32B": "Qwen3-32B", "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
                   "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B", "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5"}
@@ -191,9 +192,7 @@ def summary(rows):
         return out
     for key in ("ttft", "tpot"):
         ratios = np.array([r[f"{key}_s"] / r[f"sim_{key}_s"] for r in ok])
-        out[key] = {"mape": float(np.mean(np.abs(1 / ratios - 1))), "median_ratio": float(np.median(ratios)),
-                    "min_ratio": float(ratios.min()), "max_ratio": float(ratios.max()),
-                    "band": [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]}
+        out[key] = ratio_stats(ratios)
     return out
 
 

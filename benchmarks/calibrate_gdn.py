@@ -13,6 +13,7 @@ TP) are Qwen3-Next-80B-A3B's, the catalog's GDN model: those rows are reported a
 from __future__ import annotations
 
 import numpy as np
+from calibrate_stats import ratio_stats
 
 #: the GDN term's starting point, in GDN_TERMS' order (roofline.py)
 GDN_START = (200.0, 3e-5, 0.05, 0.5, 1e-6, 1e-5, 0.1, 0.8, 1e-7)
@@ -71,11 +72,9 @@ def gdn_table(table, gpu, coefficients: dict) -> dict:
     nxt = (table.model_name == "Qwen/Qwen3.5-35B-A3B").to_numpy() & split & (table.head_k_dim == 128).to_numpy()
     out = {}
     for phase, rows in (("prefill", args[5]), ("decode", ~args[5])):
-        r, n, o = ratio[rows], ratio[rows & nxt], old[rows & nxt]
-        out[phase] = {"cases": int(len(r)), "mape": float(np.mean(np.abs(1 / r - 1))), "median_ratio": float(np.median(r)),
-                      "band": [float(np.percentile(r, 5)), float(np.percentile(r, 95))],
-                      "next_cases": int(len(n)), "next_mape": float(np.mean(np.abs(1 / n - 1))),
-                      "next_mape_before": float(np.mean(np.abs(1 / o - 1))), "next_median_before": float(np.median(o))}
+        n, o = ratio_stats(ratio[rows & nxt]), ratio_stats(old[rows & nxt])
+        out[phase] = {**ratio_stats(ratio[rows]), "next_cases": n["cases"], "next_mape": n["mape"],
+                      "next_mape_before": o["mape"], "next_median_before": o["median_ratio"]}
     return out
 
 

@@ -15,6 +15,7 @@ experts of an MoE", and docs/performance.md section 13).
 from __future__ import annotations
 
 import numpy as np
+from calibrate_stats import ratio_stats
 
 #: the fused MoE kernel vLLM runs for each weights dtype, of those the tables timed (the first
 #: present): the Triton kernels on Hopper, FlashInfer's TRT-LLM ones on Blackwell (B200's tables
@@ -82,11 +83,8 @@ def moe_table(tables: dict, gpu, coefficients: dict) -> dict:
         args, y = moe_args(table), table.latency.to_numpy(float) / 1e3
         ratios = y / moe_model(coefficients, gpu, kernel, *args)
         before = y / moe_model(as_dense(coefficients, kernel), gpu, kernel, *args)
-        out[kernel] = {"cases": int(len(ratios)), "mape": float(np.mean(np.abs(1 / ratios - 1))),
-                       "mape_as_dense": float(np.mean(np.abs(1 / before - 1))), "median_ratio_as_dense": float(np.median(before)),
-                       "median_ratio": float(np.median(ratios)), "min_ratio": float(ratios.min()),
-                       "max_ratio": float(ratios.max()),
-                       "band": [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]}
+        dense = ratio_stats(before)
+        out[kernel] = {**ratio_stats(ratios), "mape_as_dense": dense["mape"], "median_ratio_as_dense": dense["median_ratio"]}
     return out
 
 
@@ -123,29 +121,6 @@ def composed_moe_step(meas, spec, tp, prefill: list[int], decodes: int, ctx: int
         layer += t
     ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
     return spec.num_layers * (layer + ar) + m["layers"] * experts + (head or meas).gemm_time(len(prefill) + decodes, V // tp, H)
-
-
-def transfer_moe_bands(report: dict, held_back: list) -> dict:
-    """A GPU without measurements: each MoE kernel's spread on the `held_back` GPUs (never fitted)."""
-    out = {}
-    for name in held_back:
-        for kernel, v in report[name].get("moe", {}).items():
-            lo, hi = out.get(kernel, (np.inf, -np.inf))
-            out[kernel] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
-    return {k: [float(lo), float(hi)] for k, (lo, hi) in out.items()}
-
-
-def transfer_moe_step_bands(report: dict, held_back: list) -> dict:
-    """A GPU without measurements: the spread of the MoE models' steps on the `held_back` GPUs."""
-    out = {}
-    for name in held_back:
-        for key, s in report[name].items():
-            if key.startswith("moe_steps_") and not key.endswith("_as_dense"):
-                kernel = out.setdefault(key[len("moe_steps_"):], {})
-                for p, v in s.items():
-                    lo, hi = kernel.get(p, (np.inf, -np.inf))
-                    kernel[p] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
-    return {k: {p: [float(lo), float(hi)] for p, (lo, hi) in v.items()} for k, v in out.items()}
 
 
 #: the MLA MoE model whose steps the tables compose (aiconfigurator times DeepSeek-V3's MLA module

@@ -1,0 +1,28 @@
+"""The statistics every check of benchmarks/calibrate*.py reports of its measured / predicted
+ratios (a step's, a kernel's or a silicon run's): one definition, so the tables and the bands the
+package ships are computed alike."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def ratio_stats(ratios) -> dict:
+    """cases, the error (MAPE of predicted against measured: mean |1 / ratio - 1|), the median,
+    least and greatest ratio, and the 5th-95th percentile band (the bands the package ships)."""
+    r = np.asarray(ratios, dtype=float)
+    return {"cases": int(len(r)), "mape": float(np.mean(np.abs(1 / r - 1))), "median_ratio": float(np.median(r)),
+            "min_ratio": float(r.min()), "max_ratio": float(r.max()),
+            "band": [float(np.percentile(r, 5)), float(np.percentile(r, 95))]}
+
+
+def spread(checks) -> dict:
+    """key -> [lowest low, highest high] of the ``band`` each of `checks` (dicts of key -> a
+    ratio_stats) gives that key, keys in the order first met: a GPU without measurements of its own
+    takes the spread of the checks on GPUs the fit never saw."""
+    out = {}
+    for check in checks:
+        for key, v in check.items():
+            lo, hi = out.get(key, (np.inf, -np.inf))
+            out[key] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
+    return {k: [float(lo), float(hi)] for k, (lo, hi) in out.items()}
