@@ -98,6 +98,10 @@ class ModelSpec:
     #: linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim): {"kind": "gated_deltanet",
     #: "k_heads", "v_heads", "head_k_dim", "head_v_dim", "conv_kernel"}; None: none, or not given
     linear_attention: dict | None = None
+    #: an MLA model's projections, from config.json: {"q_lora_rank", "qk_nope_head_dim",
+    #: "v_head_dim"} (with kv_lora_rank and qk_rope_head_dim above); None: not MLA, or not given
+    mla: dict | None = None
+    mla_source: str | None = None
 
     @property
     def checkpoint_weights_dtype(self) -> str:
@@ -135,6 +139,25 @@ class ModelSpec:
         """Parameters of every routed expert over the MoE layers (0 without ``moe``)."""
         m = self.moe
         return 3 * m["layers"] * m["experts"] * (self.hidden_size or 0) * m["expert_intermediate"] if m else 0
+
+    def mla_gemm_shapes(self, tp: int = 1) -> tuple[tuple[int, int], ...]:
+        """The (n, k) of an MLA layer's four projection GEMMs on one GPU of a TP group, as vLLM runs
+        them: q_a and kv_a fused and replicated on every GPU (q_lora_rank + kv_lora_rank + rope, hidden),
+        q_b (heads / tp x (nope + rope), q_lora_rank), kv_b (heads / tp x (nope + v), kv_lora_rank)
+        and o (hidden, heads / tp x v). () without ``mla``."""
+        m = self.mla
+        if not m or not self.hidden_size:
+            return ()
+        h = self.num_attention_heads // tp
+        return ((m["q_lora_rank"] + self.kv_lora_rank + self.qk_rope_head_dim, self.hidden_size),
+                (h * (m["qk_nope_head_dim"] + self.qk_rope_head_dim), m["q_lora_rank"]),
+                (h * (m["qk_nope_head_dim"] + m["v_head_dim"]), self.kv_lora_rank),
+                (self.hidden_size, h * m["v_head_dim"]))
+
+    @property
+    def mla_projection_params(self) -> int:
+        """Parameters of the MLA projections over the layers (0 without ``mla``)."""
+        return self.num_layers * sum(n * k for n, k in self.mla_gemm_shapes(1))
 
     @property
     def full_attention_layers(self) -> int:
