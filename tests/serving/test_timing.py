@@ -908,3 +908,60 @@ def test_calibrated_mla_moe_band_is_that_of_deepseeks_composed_steps():
     # Kimi-K2 (MLA too) at bf16: no MLA steps were composed at bf16, so the GQA MoE models' steps
     kimi = CalibratedRooflineTimeModel("Kimi-K2-Instruct", "H200", 8)
     assert kimi.band("decode") == tuple(calibration_data()["gpus"]["H200"]["bands_moe_steps"]["bf16"]["decode"])
+
+
+#: the MLA term's coefficients, round (roofline.MLA_COEFFICIENTS)
+MLA = {"mla_floor_s": 5e-5, "mla_e_attn_prefill": 0.8, "mla_e_attn_decode": 0.4, "mla_per_token_s": 2e-8,
+       "mla_per_head_token_s": 1e-9}
+#: DeepSeek-V3's MLA projections on one GPU of TP 8 (16 heads), by hand from its config.json:
+#: q_a + kv_a fused and replicated (1,536 + 512 + 64, 7,168), q_b (16 x (128 + 64), 1,536), kv_b
+#: (16 x (128 + 128), 512), o (7,168, 16 x 128); per layer at TP 1: 187,105,280 parameters
+DS_TP8 = ((2112, 7168), (3072, 1536), (4096, 512), (7168, 2048))
+
+
+def test_mla_projections_by_hand():
+    from kvreplay.analysis.models import get_model
+
+    ds = get_model("DeepSeek-V3")
+    assert ds.mla_gemm_shapes(8) == DS_TP8
+    assert ds.mla_projection_params == 61 * (2112 * 7168 + 24576 * 1536 + 32768 * 512 + 7168 * 16384) == 11_413_422_080
+    assert ds.mla_projection_params < ds.body_params - ds.routed_expert_params  # shared experts, dense MLPs left
+    assert get_model("Kimi-K2-Instruct").mla_gemm_shapes(8)[1] == (8 * 192, 1536)  # 64 heads
+    assert get_model("Llama-3.1-8B").mla_gemm_shapes(1) == () and get_model("Llama-3.1-8B").mla_projection_params == 0
+
+
+def test_calibrated_mla_decode_terms_by_hand():
+    # DeepSeek-V3 at TP 8, bf16, round coefficients (no MoE kernel: the experts stay in the body's GEMM)
+    m = CalibratedRooflineTimeModel("DeepSeek-V3", "H100", 8, coefficients={**ROUND, **MLA})
+    assert m.mla and m.moe is None and m.gemm_shapes == DS_TP8
+    t = m.terms(StepBatch(decode_context=(1000,)))
+    bw = 3.35e12 * 0.5
+    # the projections one by one, memory-bound at one row (input, weights, output, bf16), a floor each;
+    # the rest of the body one GEMM beside them (its weights / tp), three floors a layer
+    proj = sum((2 * k + 2 * k * n + 2 * n) / bw + 1e-6 for n, k in DS_TP8)
+    rest = m.model.body_params - 11_413_422_080
+    assert t["gemm"] == pytest.approx(61 * proj + rest * 2 / 8 / bw + 3 * 61 * 1e-6)
+    # absorbed decode: 4 x 16 heads x (2 x 512 + 64) / 2 FLOPs per key and layer at 0.4 of the peak,
+    # against 1,152 bytes (the latent and rope, bf16) per key and layer at 0.5 of the bandwidth
+    compute = 4 * 16 * 544 * 1000 * 61 / (989.5e12 * 0.4)
+    assert t["attn_decode"] == pytest.approx(61 * 2e-5 + max(compute, 1152 * 1000 * 61 / bw))
+    # the MLA module's floor and its cost per token (2e-8 + 16 heads x 1e-9), each layer
+    assert t["mla"] == pytest.approx(61 * (5e-5 + (2e-8 + 16e-9) * 1))
+
+
+def test_calibrated_mla_prefill_runs_unabsorbed_and_decompresses_its_cached_context():
+    m = CalibratedRooflineTimeModel("DeepSeek-V3", "H100", 8, coefficients={**ROUND, **MLA})
+    t = m.terms(StepBatch((100,), (900,)))
+    bw = 3.35e12 * 0.5
+    # q.k over 128 + 64 and v over 128: a width of 16 x 160 per GPU; 100 x 900 + 100 x 101 / 2 causal pairs
+    pairs = 100 * 900 + 100 * 101 // 2
+    f = 4 * 16 * 160 * pairs * 61
+    b = 1152 * 1000 * 61 + 4 * 16 * 160 * 100 * 61
+    assert t["attn_prefill"] == pytest.approx(61 * 1e-5 + max(f / (989.5e12 * 0.8), b / bw))
+    # kv_b decompresses the 900 cached latents: 2 x 512 x 16 x (128 + 128) FLOPs each, at the GEMMs' 0.5
+    context = 2 * 512 * 16 * 256 * 900 / (989.5e12 * 0.5)
+    assert t["mla"] == pytest.approx(61 * (5e-5 + 36e-9 * 100 + context))
+    # without the MLA coefficients: attention at the latent width, no MLA term, the projections in the body
+    plain = CalibratedRooflineTimeModel("DeepSeek-V3", "H100", 8, coefficients=ROUND)
+    assert not plain.mla and "mla" not in plain.terms(StepBatch((100,), (900,))) and plain.gemm_shapes == ()
+    assert plain.attn_width_prefill == plain.attn_width == 128 * 576

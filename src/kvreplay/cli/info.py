@@ -104,13 +104,15 @@ def _cmd_gpus(args) -> int:
                               ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("stream", "streamed GB/s"),
                               ("mem", "memory GB"), ("link", "link GB/s each way"), ("kind", "interconnect"),
                               ("topology", "topology"), ("calibration", "roofline calibration"),
-                              ("moe", "MoE kernels")]))
+                              ("moe", "MoE kernels"), ("mla", "MLA term")]))
     print("\nDense figures (datasheets print 2:4-sparse ones, halved here). Streamed: the bandwidth the calibrated "
           "roofline's memory terms run at (* measured on the GPU; otherwise its datasheet figure times the share "
           "measured on the GPU whose coefficients it uses). Link: the GPU-to-GPU interconnect per "
           "GPU in one direction (datasheets print both directions added); switch: any pair at that figure, mesh: one "
           "link to each peer (a pair gets its share), pcie: no GPU link. MoE kernels: the weights whose fused MoE "
-          "kernel the calibration times an MoE's routed experts with (-: as the other GEMMs). Each entry's sources "
+          "kernel the calibration times an MoE's routed experts with (-: as the other GEMMs). MLA term: fitted on "
+          "vLLM's measured MLA modules (DeepSeek-V3/R1, Kimi-K2; -: their attention timed as the others'). Each "
+          "entry's sources "
           "are in --json and docs/serving.md.\n"
           "Use: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N] [--weights-dtype fp8]")
     return 0
@@ -119,7 +121,7 @@ def _cmd_gpus(args) -> int:
 def _calibration_cells(cal: dict | None) -> dict:
     """The `gpus` table's streamed-bandwidth and calibration cells of one GPU."""
     if cal is None:
-        return {"stream": "-", "calibration": "none (roofline-raw or a profile)", "moe": "-"}
+        return {"stream": "-", "calibration": "none (roofline-raw or a profile)", "moe": "-", "mla": "-"}
     measured = cal["stream_bandwidth_source"] == "measured on this GPU"
     stream = f"{cal['stream_bandwidth_gbps']:,.0f}" + ("*" if measured else "")
     if cal["own_kernels_fitted"]:
@@ -128,7 +130,8 @@ def _calibration_cells(cal: dict | None) -> dict:
         text = f"{cal['coefficients_from']}'s, checked on its own kernels"
     else:
         text = f"{cal['coefficients_from']}'s (nothing measured)"
-    return {"stream": stream, "calibration": text, "moe": ", ".join(cal["moe_kernels"]) or "-"}
+    return {"stream": stream, "calibration": text, "moe": ", ".join(cal["moe_kernels"]) or "-",
+            "mla": "fitted" if cal["mla_term"] else "-"}
 
 
 PARSERS = [_parser_policies, _parser_models, _parser_gpus]

@@ -32,6 +32,7 @@ def _describe_time(tm: dict) -> str:
         frontend = (f"; each request {1000 * coef['frontend_s']:.1f} ms outside the engine (API server, fitted "
                     "on silicon serving runs)" if coef.get("frontend_s") else "")
         moe = f"; routed experts as vLLM's fused MoE kernel ({tm['moe_kernel']})" if tm.get("moe_kernel") else ""
+        moe += "; MLA layers fitted on vLLM's measured MLA modules" if tm.get("mla") else ""
         return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')}, weights {tm.get('dtype')}, KV "
                 f"{tm.get('kv_dtype')}; {where}{moe}; measured / predicted step time {band} (5-95%){frontend}")
     if name == "roofline-raw":

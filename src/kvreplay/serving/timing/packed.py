@@ -84,8 +84,8 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_HEAD_FLOOR": c["gemm_floor_s"], "C_QUANT_BYTES_PER_TOKEN": model.quant_bytes_per_token,
               "C_E_QUANT": c.get("e_quant_fp8", 1.0),
               "C_TILE_ABOVE": FP8_TILE_ABOVE, "C_TILE_ROWS": FP8_TILE_ROWS if model.fp8 else 0,
-              "C_E_ATTN_PREFILL": c["e_attn_prefill"], "C_E_KV_PREFILL": c["e_kv_prefill"],
-              "C_ATTN_FLOOR_PREFILL": c["attn_floor_prefill_s"], "C_E_ATTN_DECODE": c["e_attn_decode"],
+              "C_E_ATTN_PREFILL": model.e_attn[0], "C_E_KV_PREFILL": c["e_kv_prefill"],
+              "C_ATTN_FLOOR_PREFILL": c["attn_floor_prefill_s"], "C_E_ATTN_DECODE": model.e_attn[1],
               "C_E_KV_DECODE": c["e_kv_decode"], "C_ATTN_FLOOR_DECODE": c["attn_floor_decode_s"],
               "C_AR_LATENCY": model.allreduce_latency_s, "C_AR_BUS": c["allreduce_bus_bytes_per_s"],
               "C_PER_LAYER": c["per_layer_s"], "C_PER_STEP": c["per_step_s"], "C_SCALE_PREFILL": scale["prefill"],
@@ -94,7 +94,10 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_TILE_PARTIAL": c["fp8_partial_rows"] if model.fp8 else 0.0,
               "C_GEMM_P": _p(model.gemm_p), "C_HEAD_P": _p(c["gemm_overlap_p"]),
               "C_ATTN_PER_REQ_DECODE": c["attn_per_request_decode_s"], "C_GEMMS": len(model.gemm_shapes),
-              "C_GEMM_K0": model.gemm_k0, "C_GEMM_IN_BYTES": model.gemm_bytes[0], "C_GEMM_W_BYTES": model.gemm_bytes[1]}
+              "C_GEMM_K0": model.gemm_k0, "C_GEMM_IN_BYTES": model.gemm_bytes[0], "C_GEMM_W_BYTES": model.gemm_bytes[1],
+              "C_ATTN_WIDTH_PREFILL": model.attn_width_prefill / model.tp, "C_BODY_BESIDE": 1.0 if model.body_beside else 0.0,
+              "C_BODY_GEMMS": model.body_gemms, "C_MLA_FLOOR": model.mla_floor_s, "C_MLA_PER_TOKEN": model.mla_per_token_s,
+              "C_MLA_CONTEXT_FLOPS": model.mla_context_flops}
     moe = model.moe or {}  # an MoE's routed experts (0 layers: none apart)
     values.update({"C_MOE_LAYERS": moe.get("layers", 0), "C_MOE_EXPERTS": moe.get("experts", 0),
                    "C_MOE_TOPK": moe.get("experts_per_token", 0), "C_MOE_INTER": model.moe_inter if moe else 0.0,

@@ -46,6 +46,15 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   HTTP handling, tokenisation, detokenisation and streaming), fitted on silicon serving runs too;
   simulate() delays each request's arrival at the engine by it, so its TTFT and end-to-end latency
   include it (its TPOT does not);
+- MLA layers (the catalog's ``mla``; since 2026-12-05) with a calibrated MLA term: the four
+  projection GEMMs one by one (``ModelSpec.mla_gemm_shapes``: fused q_a/kv_a replicated, q_b, kv_b,
+  o), the rest of the body (shared experts, dense layers, router) one GEMM beside them, attention
+  at the MLA kernels' widths (prefill ``heads x (nope + rope + v) / 2``, decode ``heads x (2 x
+  kv_lora_rank + rope) / 2``, per FLOP-pair of ``4 x width``) and compute efficiencies, and per
+  layer ``mla_floor_s + (mla_per_token_s + mla_per_head_token_s x heads / tp) x T``, and a prefill's
+  cached context decompressed through kv_b (vLLM's chunked-context prefill: ``2 x kv_lora_rank x
+  heads / tp x (nope + v)`` FLOPs per cached token and layer, at the GEMMs' peak and efficiency; not
+  in the measured modules, which have no cached prefix);
 - Mamba / linear-attention layers (Qwen3-Next's Gated DeltaNet, Nemotron-H's and Granite 4's
   Mamba-2; ``mamba_term``), not measured: each of the M layers reads and writes its fixed state
   once per request in the step, ``2 x state x R / tp`` bytes at ``e_kv_decode``, and updates it per
@@ -127,6 +136,13 @@ MOE_COEFFICIENTS = tuple(n for k in MOE_WEIGHT_BYTES for n in moe_names(k))
 GDN_TERMS = ("parallel", "floor_prefill_s", "e_prefill", "e_bytes_prefill", "per_request_prefill_s",
              "floor_decode_s", "e_decode", "e_bytes_decode", "per_request_decode_s")
 GDN_COEFFICIENTS = tuple(f"gdn_{t}" for t in GDN_TERMS)
+#: an MLA layer (the catalog's ``mla``: DeepSeek-V3/R1, Kimi-K2), fitted on vLLM's measured MLA
+#: modules (projections and attention together): the module's floor per layer, prefill attention's
+#: compute efficiency (vLLM runs prefill unabsorbed: q.k over nope + rope, then v), decode's
+#: (absorbed: over the latent and rope, then the latent), and costs per token and per head and token
+#: of its elementwise kernels (norms, rope, the latent's split and copies, the per-head layouts)
+MLA_COEFFICIENTS = ("mla_floor_s", "mla_e_attn_prefill", "mla_e_attn_decode", "mla_per_token_s",
+                    "mla_per_head_token_s")
 #: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
 #: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
 #: sm90_fp8_config_default: TileShape 128 x 128 x 128, ClusterShape 2 x 1 x 1; at most 128 rows it
@@ -285,7 +301,8 @@ def calibration_summary(gpu) -> dict | None:
     moe = [k for k in MOE_WEIGHT_BYTES if set(moe_names(k)) <= set(cal.coefficients)]
     return {"coefficients_from": cal.measured_on, "own_kernels_fitted": not cal.borrowed,
             "checked_on_own_kernels": (not cal.borrowed) or cal.checked,
-            "stream_bandwidth_gbps": bw / 1e9, "stream_bandwidth_source": source, "moe_kernels": moe}
+            "stream_bandwidth_gbps": bw / 1e9, "stream_bandwidth_source": source, "moe_kernels": moe,
+            "mla_term": set(MLA_COEFFICIENTS) <= set(cal.coefficients)}
 
 
 def gemm_outputs_per_token(spec, tp: int) -> float:
@@ -357,7 +374,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         coefficients = dict(coefficients or {})
         unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS) - set(SHAPE_COEFFICIENTS)
-                         - set(MOE_COEFFICIENTS) - set(GDN_COEFFICIENTS))
+                         - set(MOE_COEFFICIENTS) - set(GDN_COEFFICIENTS) - set(MLA_COEFFICIENTS))
         if unknown:
             raise ConfigError(f"unknown roofline coefficient(s) {', '.join(unknown)} (known: {', '.join(COEFFICIENTS)})")
         if set(coefficients) >= set(COEFFICIENTS):  # every one given (benchmarks/calibrate.py fitting)
@@ -394,6 +411,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         stored_body = spec.total_params - head - (0 if spec.tie_word_embeddings else head)
         self.body_weight_bytes = (stored_body if head else spec.total_params) * wbytes
         self._split_experts(c, wbytes)
+        self._mla_apart(c, wbytes)
         self.active_body_weight_bytes = self.body_params * wbytes
         self.head_weight_bytes = head * (_weight_bytes("bf16") if self.fp8 else wbytes)  # fp8: lm_head kept bf16
         self.attn_peak = self.gpu.peak_flops("bf16")  # attention's, and the LM head's
@@ -407,6 +425,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.gemm_c = tuple(c[k] for k in g)
         # (the routed experts' fp8 kernel quantises its inputs itself, in its measured time)
         quant = quant_inputs_per_token(spec, self.tp) / (2.0 if self.moe else 1.0)
+        if self.mla:  # the four projections' inputs and the shared expert's (hidden)
+            quant = spec.num_layers * (sum(k for _, k in self.mla_shapes) + self.hidden)
         self.quant_bytes_per_token = 3.0 * quant if self.fp8 else 0.0
         # the tile term: each output tile's fixed cost, as k0 more of K (its prologue and
         # epilogue), over the body's GEMMs (gemm_outputs_per_token) and the LM head's (k = hidden)
@@ -415,9 +435,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         # a dense model's GEMMs one by one, each at its shape as the kernels were fitted (else one
         # GEMM of the body's parameters); their bytes: the input (fp8 after quantisation, else
         # bf16), the weights at their dtype, the bf16 output
-        self.gemm_shapes = layer_gemm_shapes(spec, self.tp)
+        self.gemm_shapes = self.mla_shapes if self.mla else layer_gemm_shapes(spec, self.tp)
         self.gemm_bytes = (1.0 if self.fp8 else 2.0, wbytes, 2.0)
-        outputs = self.body_params / self.tp / self.hidden if self.moe else gemm_outputs_per_token(spec, self.tp)
+        outputs = self.body_params / self.tp / self.hidden if self.moe or self.mla else gemm_outputs_per_token(spec, self.tp)
         self.body_flop_params = self.body_params + self.tp * k0 * outputs
         self.head_flop_params = head * (1.0 + c["gemm_k0"] / self.hidden) if self.hidden else head
         self.mamba_layers = spec.mamba_layers
@@ -455,6 +475,32 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             self.body_params -= spec.routed_expert_params
             self.body_weight_bytes = self.body_params * wbytes
 
+    def _mla_apart(self, c: dict, wbytes: float):
+        """An MLA model with its projections in the catalog and a calibrated MLA term: the projections
+        one by one (layer_gemms), the rest of the body one GEMM beside them, attention at the MLA
+        kernels' widths and efficiencies, the module's floor and costs per token (``mla_layer``).
+        Sets ``mla`` (False: the MLA is timed as the other models' attention, its projections in the
+        body's one GEMM), the attention widths and efficiencies of each phase."""
+        spec, tp = self.model, self.tp
+        self.attn_width_prefill = self.attn_width
+        self.e_attn = (c["e_attn_prefill"], c["e_attn_decode"])
+        self.body_beside, self.body_gemms = False, 4
+        self.mla = bool(spec.mla and self.hidden and set(MLA_COEFFICIENTS) <= set(c))
+        self.mla_shapes = spec.mla_gemm_shapes(tp) if self.mla else ()
+        self.mla_floor_s = self.mla_per_token_s = self.mla_context_flops = 0.0
+        if not self.mla:
+            return
+        m, h = spec.mla, spec.num_attention_heads
+        self.attn_width_prefill = h * (m["qk_nope_head_dim"] + spec.qk_rope_head_dim + m["v_head_dim"]) / 2.0
+        self.attn_width = h * (2.0 * spec.kv_lora_rank + spec.qk_rope_head_dim) / 2.0
+        self.e_attn = (c["mla_e_attn_prefill"], c["mla_e_attn_decode"])
+        self.mla_floor_s = c["mla_floor_s"]
+        self.mla_per_token_s = c["mla_per_token_s"] + c["mla_per_head_token_s"] * h / tp
+        self.mla_context_flops = 2.0 * spec.kv_lora_rank * h / tp * (m["qk_nope_head_dim"] + m["v_head_dim"])
+        self.body_params -= spec.mla_projection_params
+        self.body_weight_bytes -= spec.mla_projection_params * wbytes
+        self.body_beside, self.body_gemms = True, 3  # beside: the shared expert's two GEMMs, the router
+
     def mamba_term(self, tokens: int, rows: int, prefill: bool) -> float:
         """The Mamba / linear-attention layers' state read, write and update (the module docstring);
         Gated DeltaNet layers with a calibrated kernel: gdn_layer_time."""
@@ -472,7 +518,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         """The layers' GEMMs for `tokens` rows (the fp8 inputs' quantisation apart): with
         gemm_shapes, the sum over the layers of each GEMM's own ``soft_max(2 x rows x n x (k + k0) /
         (peak x e_gemm), (in x T x k + w x k x n + 2 x T x n) / (bw x e_weights)) + floor``; else
-        one GEMM of the body's parameters (the module docstring)."""
+        (and beside them for an MLA model, its body but the projections) one GEMM of the body's
+        parameters (the module docstring)."""
         peak, bw, tp = self.peak_flops, self.bandwidth, self.tp
         e_gemm, e_weights, floor = self.gemm_c
         rows = fp8_gemm_rows(tokens, self.c["fp8_partial_rows"]) if self.fp8 else tokens
@@ -483,10 +530,14 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 compute = 2.0 * rows * n * (k + self.gemm_k0) / (peak * e_gemm)
                 memory = (act * tokens * k + wbytes * k * n + out_bytes * tokens * n) / (bw * e_weights)
                 layer += soft_max(compute, memory, self.gemm_p) + floor
-            return self.model.num_layers * layer
+            if not self.body_beside:
+                return self.model.num_layers * layer
+        else:
+            layer = 0.0
         flops = 2.0 * self.body_flop_params * rows / tp
         weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
-        return soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p) + 4 * self.model.num_layers * floor
+        body = soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p)
+        return self.model.num_layers * (layer + self.body_gemms * floor) + body
 
     def terms(self, batch: StepBatch) -> dict:
         """Each term of the step's time, seconds (their sum is step_time)."""
@@ -512,18 +563,23 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         kv_lt = self.kv_per_layer_token_gpu
         if prefill_reqs:
             keys_f, keys_s, touched_f, touched_s = prefill_keys(batch, w)
-            f = 4.0 * width * (self.layers_full * keys_f + self.layers_sw * keys_s)
+            width_p = self.attn_width_prefill / tp
+            f = 4.0 * width_p * (self.layers_full * keys_f + self.layers_sw * keys_s)
             b = (kv_lt * (self.layers_full * touched_f + self.layers_sw * touched_s)
-                 + 4.0 * width * prefill_new * self.attn_layers)
+                 + 4.0 * width_p * prefill_new * self.attn_layers)
             out["attn_prefill"] = (self.attn_layers * c["attn_floor_prefill_s"]
-                                   + max(f / (self.attn_peak * c["e_attn_prefill"]), b / (bw * c["e_kv_prefill"])))
+                                   + max(f / (self.attn_peak * self.e_attn[0]), b / (bw * c["e_kv_prefill"])))
         if decodes:
             ctx = sum(int(x) for x in batch.decode_context)
             ctx_s = sum(min(int(x), w) for x in batch.decode_context) if w else 0
             f = 4.0 * width * (self.layers_full * ctx + self.layers_sw * ctx_s)
             b = kv_lt * (self.layers_full * ctx + self.layers_sw * ctx_s)
             out["attn_decode"] = (self.attn_layers * (c["attn_floor_decode_s"] + decodes * c["attn_per_request_decode_s"])
-                                  + max(f / (self.attn_peak * c["e_attn_decode"]), b / (bw * c["e_kv_decode"])))
+                                  + max(f / (self.attn_peak * self.e_attn[1]), b / (bw * c["e_kv_decode"])))
+        if self.mla:  # the MLA module's floor, its elementwise kernels per token, the cached context's kv_b
+            cached = sum(int(k) for n, k in zip(batch.prefill_new, batch.prefill_cached) if int(n) > 0)
+            out["mla"] = self.attn_layers * (self.mla_floor_s + self.mla_per_token_s * tokens
+                                             + self.mla_context_flops * cached / (self.peak_flops * self.gemm_c[0]))
         if self.moe:
             m = self.moe
             out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, tokens, self.hidden, self.moe_inter, m["experts"],
@@ -586,7 +642,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "borrowed_calibration": cal.borrowed, "bands": {p: list(self.band(p)) for p in PHASES},
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
-                "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel,
+                "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel, "mla": self.mla,
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
                     "mamba_term": ("Gated DeltaNet kernels, fitted on measured ones" if self.gdn else
                                    "unmeasured: state read and write per request, update per token")}

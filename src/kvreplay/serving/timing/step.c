@@ -56,11 +56,12 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
             layer += soft_max(compute, memory, tm[C_GEMM_P]) + tm[C_GEMM_FLOOR];
         }
         t = layers * layer;
-    } else {
+    }
+    if (tm[C_GEMMS] == 0 || tm[C_BODY_BESIDE] > 0) {  /* one GEMM of the body (beside an MLA's projections) */
         f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tp;
         f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
-        t = soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
-            + 4.0 * layers * tm[C_GEMM_FLOOR];
+        t += soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
+             + tm[C_BODY_GEMMS] * layers * tm[C_GEMM_FLOOR];
     }
     if (tm[C_MOE_LAYERS] > 0) {  /* an MoE's routed experts (roofline.py moe_layer_time) */
         f64 h = tm[C_HIDDEN], inter = tm[C_MOE_INTER], k0 = tm[C_MOE_K0];
@@ -81,8 +82,9 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     if (prefill_reqs > 0) {
         f64 keys_f = agg[AGG_KEYS_FULL] - agg[AGG_DECODE_CTX], keys_s = agg[AGG_KEYS_SW] - agg[AGG_DECODE_SW];
         f64 touched_f = agg[AGG_TOUCHED_FULL] - agg[AGG_DECODE_CTX], touched_s = agg[AGG_TOUCHED_SW] - agg[AGG_DECODE_SW];
-        f64 f = 4.0 * width * (lf * keys_f + lsw * keys_s);
-        f64 b = kv * (lf * touched_f + lsw * touched_s) + 4.0 * width * agg[AGG_PREFILL_NEW] * attn_layers;
+        f64 width_p = tm[C_ATTN_WIDTH_PREFILL];
+        f64 f = 4.0 * width_p * (lf * keys_f + lsw * keys_s);
+        f64 b = kv * (lf * touched_f + lsw * touched_s) + 4.0 * width_p * agg[AGG_PREFILL_NEW] * attn_layers;
         t += attn_layers * tm[C_ATTN_FLOOR_PREFILL]
              + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_PREFILL]), b / (bw * tm[C_E_KV_PREFILL]));
     }
@@ -92,6 +94,9 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         t += attn_layers * (tm[C_ATTN_FLOOR_DECODE] + decodes * tm[C_ATTN_PER_REQ_DECODE])
              + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (bw * tm[C_E_KV_DECODE]));
     }
+    if (tm[C_MLA_FLOOR] > 0 || tm[C_MLA_PER_TOKEN] > 0)  /* the MLA module's floor and elementwise kernels */
+        t += attn_layers * (tm[C_MLA_FLOOR] + tm[C_MLA_PER_TOKEN] * tokens
+                            + tm[C_MLA_CONTEXT_FLOPS] * agg[AGG_PREFILL_CACHED] / (tm[C_PEAK] * tm[C_E_GEMM]));
     if (tm[C_MAMBA_LAYERS] > 0 && tm[C_GDN] > 0) { /* Gated DeltaNet layers (roofline.py gdn_layer_time) */
         f64 st = tm[C_STATE_BYTES] / tp, flops = 6.0 * st / 2.0 * tokens;
         f64 nbytes = 2.0 * st * rows + tm[C_GDN_ACT] * tokens, layer;

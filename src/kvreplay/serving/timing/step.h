@@ -26,7 +26,11 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * calibration's band when the simulator runs the band); a dense model's layer GEMMs one by one
  * (C_GEMMS of them, each (n, k) on one GPU; 0: one GEMM of the body's parameters); an MoE's routed
  * experts apart (C_MOE_LAYERS > 0: roofline.py moe_layer_time, C_MOE_INTER each expert's width / tp);
- * Gated DeltaNet layers on their fitted kernel (C_GDN > 0: roofline.py gdn_layer_time) */
+ * Gated DeltaNet layers on their fitted kernel (C_GDN > 0: roofline.py gdn_layer_time); an MLA
+ * model's projections as the C_GEMMS, the rest of its body one GEMM beside them (C_BODY_BESIDE),
+ * prefill attention at its own width (C_ATTN_WIDTH_PREFILL) and the MLA module's floor and cost
+ * per token per layer (C_MLA_FLOOR, C_MLA_PER_TOKEN: roofline.py _mla_apart), and the kv_b FLOPs
+ * per cached token per layer a prefill decompresses (C_MLA_CONTEXT_FLOPS) */
 #define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
     S(C_BODY_PARAMS) S(C_BODY_WEIGHT_BYTES) S(C_ACTIVE_BODY_WEIGHT_BYTES) S(C_HEAD_PARAMS) S(C_HEAD_WEIGHT_BYTES) \
     S(C_HIDDEN) S(C_ATTN_WIDTH) S(C_KV_LAYER_TOKEN) S(C_PEAK) S(C_ATTN_PEAK) S(C_BW)                           \
@@ -42,7 +46,8 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_MOE_E_GEMM) S(C_MOE_E_WEIGHTS) S(C_MOE_FLOOR) S(C_MOE_P) S(C_MOE_PER_TOKEN) S(C_MOE_TILE_ROWS) S(C_MOE_K0) \
     S(C_GDN) S(C_GDN_ACT) S(C_GDN_VHEADS) S(C_GDN_PARALLEL) S(C_GDN_FLOOR_PREFILL) S(C_GDN_E_PREFILL)              \
     S(C_GDN_E_BYTES_PREFILL) S(C_GDN_PER_REQ_PREFILL) S(C_GDN_FLOOR_DECODE) S(C_GDN_E_DECODE) S(C_GDN_E_BYTES_DECODE) \
-    S(C_GDN_PER_REQ_DECODE)
+    S(C_GDN_PER_REQ_DECODE) S(C_ATTN_WIDTH_PREFILL) S(C_BODY_BESIDE) S(C_BODY_GEMMS)                             \
+    S(C_MLA_FLOOR) S(C_MLA_PER_TOKEN) S(C_MLA_CONTEXT_FLOPS)
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
 
 f64 kv_step_seconds(const f64 *tm, const f64 *agg);
