@@ -37,6 +37,10 @@ benchmarks/.cache/ and reads the tables with pyarrow.
    **Gated DeltaNet** (since 2026-12-04 (5)): vLLM's GDN kernels
    (``linear_attention/vllm/<version>/gdn_perf.parquet``) fitted the same way and checked one
    layer at a time, beside the state term used before (calibrate_gdn.py).
+   **MLA** (since 2026-12-05): DeepSeek-V3's attention module as vLLM runs it
+   (``mla/vllm/<version>/mla_{context,generation}_module_perf.parquet``: projections, norms, rope
+   and attention of one layer) fits the MLA term (roofline.py MLA_COEFFICIENTS), checked one layer
+   at a time and in DeepSeek-V3's steps composed from the modules (calibrate_mla.py).
 3. **Per-GPU fits** for the package data: each measured GPU fitted on its own kernels; its band is
    the 5th-95th percentile of measured/predicted over its composed steps, per phase. B200
    (RELATIVE_CHECKS) ships H200's coefficients, checked on steps composed from its own kernels
@@ -89,8 +93,8 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 from calibrate_stats import ratio_stats, spread  # noqa: E402
 from calibrate_gdn import GDN_START, gdn_args, gdn_kernels, gdn_model, gdn_table, print_gdn  # noqa: E402
-from calibrate_moe import (MLA_MODEL, MLA_TPS, MOE_START, composed_mla_step, composed_moe_step,  # noqa: E402
-                           mla_modules, moe_args, moe_kernels, moe_model, moe_table, print_moe)
+from calibrate_mla import MLA_MODEL, MLA_TPS, composed_mla_step, experts_within_memory, fit_mla, mla_modules, mla_table, print_mla  # noqa: E402
+from calibrate_moe import MOE_START, composed_moe_step, moe_args, moe_kernels, moe_model, moe_table, print_moe  # noqa: E402
 from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
 
 
@@ -418,6 +422,9 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
         for _ in range(3):
             fitted, errs["gdn"] = fit_family(list(GDN_COEFFICIENTS), c, lambda cc: gdn_model(cc, gpu, *args), y)
             c.update(fitted)
+    if "mla" in tables and "gemm_fp8" in tables:  # the MLA term, on the MLA modules (calibrate_mla.py)
+        fitted, errs["mla"] = fit_mla(tables["mla"], gpu, c, fit_family, gemm_fp8_model)
+        c.update(fitted)
     return c, errs
 
 
@@ -656,9 +663,14 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
             print_gdn(f"{name} Gated DeltaNet layers ({'the fitted tables' if name == FIT_GPU else held}), "
                       f"predicted with {FIT_GPU}'s coefficients", g)
             report[name]["gdn"] = g
+        modules = mla_table(tabs[name].get("mla"), streamed(get_gpu(name), bw), fit, gemm_fp8_model)
+        if modules:  # the MLA modules, one layer at a time
+            print_mla(f"{name} MLA modules ({'the fitted tables' if name == FIT_GPU else held}), "
+                      f"predicted with {FIT_GPU}'s coefficients", modules)
+            report[name]["mla_modules"] = modules
         mla = mla_step_table(tabs[name], meas[name], meas8.get(name), name, fit, bw)
         if mla:
-            print_summary(f"{name} {MLA_MODEL} fp8 steps (MLA modules; {held}), predicted with {FIT_GPU}'s coefficients", mla)
+            print_mla_steps(f"{name} {MLA_MODEL} fp8 steps (MLA modules; {held}), predicted with {FIT_GPU}'s coefficients", mla)
             report[name]["mla_steps_fp8"] = mla
         for kernel, (mm, head) in moe_measured(meas, meas8, name).items():
             steps = summary(step_table(mm, name, fit, bw, kernel, head=head, moe="experts"))
@@ -672,8 +684,10 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
 
 
 def mla_step_table(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, bw: float) -> dict:
-    """MLA_MODEL's fp8 steps composed from the MLA module tables (calibrate_moe.composed_mla_step)
-    against the calibrated roofline, by phase ({}: no MLA table or fp8 GEMMs)."""
+    """MLA_MODEL's fp8 steps composed from the MLA module tables (calibrate_mla.composed_mla_step)
+    against the calibrated roofline, by phase: "all" of them, and those whose measured experts the
+    GPU's memory could serve ("served": calibrate_mla.experts_within_memory), whose spread is the
+    band ({}: no MLA table or fp8 GEMMs)."""
     from kvreplay.analysis.models import get_model
     from kvreplay.serving.timing.models import StepBatch
     from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
@@ -688,8 +702,14 @@ def mla_step_table(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, b
             measured = composed_mla_step(tabs["mla"], meas, meas8, spec, tp, prefill, b, ctx)
             if measured is not None:
                 batch = StepBatch(prefill_new=tuple(prefill), prefill_cached=(0,) * len(prefill), decode_context=(ctx,) * b)
-                rows.append({"phase": phase, "measured_s": measured, "predicted_s": model.step_time(batch)})
-    return summary(rows)
+                rows.append({"phase": phase, "measured_s": measured, "predicted_s": model.step_time(batch),
+                             "served": experts_within_memory(meas8, spec, tp, sum(prefill) + b, bw)})
+    return {"all": summary(rows), "served": summary([r for r in rows if r["served"]])}
+
+
+def print_mla_steps(title: str, s: dict):
+    print_summary(title, s["all"])
+    print_summary("(the same, the steps whose measured experts the GPU's memory could serve)", s["served"])
 
 
 def moe_measured(meas, meas8, name) -> dict:
@@ -726,10 +746,14 @@ def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
         if g:
             print_gdn(f"{name} Gated DeltaNet layers (held back: {relative}'s coefficients)", g)
             out[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
+        modules = mla_table(tabs.get("mla"), streamed(get_gpu(name), bw), coef, gemm_fp8_model)
+        if modules:
+            print_mla(f"{name} MLA modules (held back: {relative}'s coefficients)", modules)
+            out[name]["mla_module_error"] = {p: v["mape"] for p, v in modules.items()}
         mla = mla_step_table(tabs, meas, Measured(tabs, "gemm_fp8") if "gemm_fp8" in tabs else None, name, coef, bw)
         if mla:
-            print_summary(f"{name} {MLA_MODEL} fp8 steps (MLA modules; held back: {relative}'s coefficients)", mla)
-            out[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla.items()}}
+            print_mla_steps(f"{name} {MLA_MODEL} fp8 steps (MLA modules; held back: {relative}'s coefficients)", mla)
+            out[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla["served"].items()}}
         measured = {"bf16": (meas, None), **({"fp8": (Measured(tabs, "gemm_fp8"), meas)} if "gemm_fp8" in tabs else {})}
         measured = {k: v for k, v in measured.items() if v[0].moe}
         for kernel, (mm, head) in measured.items():
@@ -841,7 +865,7 @@ def transfer_kernel_bands(report: dict) -> dict:
     return {"transfer_bands_moe": spread(r.get("moe", {}) for r in held),
             "transfer_bands_moe_steps": {k: spread(r[f"moe_steps_{k}"] for r in held if f"moe_steps_{k}" in r)
                                          for k in kernels},
-            "transfer_bands_mla_steps": {"fp8": spread(r["mla_steps_fp8"] for r in held if "mla_steps_fp8" in r)},
+            "transfer_bands_mla_steps": {"fp8": spread(r["mla_steps_fp8"]["served"] for r in held if "mla_steps_fp8" in r)},
             "transfer_bands_gdn": spread(r["gdn"] for r in held if "gdn" in r)}
 
 
@@ -869,7 +893,7 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
             gpus[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
         mla = mla_step_table(tabs[name], meas[name], meas8.get(name), name, own, bw)
         if mla:
-            gpus[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla.items()}}
+            gpus[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla["served"].items()}}
         steps = moe_step_bands(moe_measured(meas, meas8, name), name, own, bw)
         if steps:
             gpus[name]["bands_moe_steps"] = steps
