@@ -67,7 +67,7 @@ def as_dense(coefficients: dict, kernel: str) -> dict:
 
     f = "_fp8" if kernel == "fp8" else ""
     dense = (coefficients[f"e_gemm{f}"], coefficients[f"e_weights{f}"], 0.0, coefficients[f"gemm_overlap_p{f}"], 0.0, 0.0,
-             coefficients[f"gemm_k0{f}"])
+             coefficients[f"gemm_k0{f}"], 0.0)
     return {**coefficients, **dict(zip(moe_names(kernel), dense))}
 
 
@@ -100,7 +100,7 @@ def print_moe(title, s):
 
 
 #: the MoE kernels' starting point, in MOE_TERMS' order (roofline.py)
-MOE_START = (0.4, 0.9, 3e-5, 2.0, 1e-8, 16.0, 100.0)
+MOE_START = (0.4, 0.9, 3e-5, 2.0, 1e-8, 16.0, 100.0, 32.0)
 
 
 def composed_moe_step(meas, spec, tp, prefill: list[int], decodes: int, ctx: int, head=None):

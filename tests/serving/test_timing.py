@@ -793,8 +793,8 @@ def test_calibrated_gated_deltanet_layers_run_their_measured_kernels():
 # An MoE's routed experts: the fused MoE kernel's term (roofline.moe_layer_time)
 
 #: round MoE kernel coefficients (MOE_TERMS' order: e_gemm, e_weights, floor_s, overlap_p (inf: the
-#: plain max), per_token_s, tile_rows, k0)
-MOE_ROUND = (0.5, 0.8, 1e-5, float("inf"), 1e-8, 16.0, 0.0)
+#: plain max), per_token_s, tile_rows, k0, tile_rows_large)
+MOE_ROUND = (0.5, 0.8, 1e-5, float("inf"), 1e-8, 16.0, 0.0, 64.0)
 
 
 def test_moe_layer_by_hand_few_tokens_read_their_experts_and_compute_whole_tiles():
@@ -816,8 +816,22 @@ def test_moe_layer_by_hand_many_tokens_touch_every_expert_and_compute_their_rows
     assert float(t) == pytest.approx(8 * 3 * 1024 * 512 * 2 / 0.8e12 + 1e-5 + 2000 * 1e-8)
     fast = moe_layer_time(MOE_ROUND, 1000, 1024, 512, 8, 2, 2.0, 1e13, 1e12)  # at 1e13 FLOP/s: compute-bound
     assert float(fast) == pytest.approx(2 * 2000 * 1_572_864 / 0.5e13 + 1e-5 + 2000 * 1e-8)
-    k0 = moe_layer_time(MOE_ROUND[:6] + (64.0,), 1000, 1024, 512, 8, 2, 2.0, 1e13, 1e12)  # k0 more of each K
+    k0 = moe_layer_time(MOE_ROUND[:6] + (64.0, 64.0), 1000, 1024, 512, 8, 2, 2.0, 1e13, 1e12)  # k0 more of each K
     assert float(k0) == pytest.approx(2 * 2000 * (2 * 1088 * 512 + 576 * 1024) / 0.5e13 + 1e-5 + 2000 * 1e-8)
+
+
+def test_moe_layer_above_64_tokens_computes_taller_tiles():
+    from kvreplay.serving.timing.roofline import MOE_TILE_ABOVE, moe_layer_time
+
+    # vLLM's block-fp8 fused MoE runs 16-row tiles up to 64 tokens and 64-row ones above: 65 tokens x
+    # top-2 over 128 experts route 130 rows to 128 active experts, each computing a 64-row tile (8,192
+    # rows); 64 tokens route 128, one 16-row tile each (2,048 rows). Compute-bound at 1e12 FLOP/s
+    assert MOE_TILE_ABOVE == 64
+    per_row = 2 * (2 * 1024 * 512 + 512 * 1024)
+    above = moe_layer_time(MOE_ROUND, 65, 1024, 512, 128, 2, 2.0, 1e12, 1e15)
+    at = moe_layer_time(MOE_ROUND, 64, 1024, 512, 128, 2, 2.0, 1e12, 1e15)
+    assert float(above) == pytest.approx(128 * 64 * per_row / 0.5e12 + 1e-5 + 130 * 1e-8)
+    assert float(at) == pytest.approx(128 * 16 * per_row / 0.5e12 + 1e-5 + 128 * 1e-8)
 
 
 def _moe_coefficients(kernel):

@@ -17,7 +17,7 @@ from ... import native
 from ...errors import ConfigError
 from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
-from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, CalibratedRooflineTimeModel
+from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel
 
 _LAYOUT = native.layout("timing")
 AGG = _LAYOUT.slot("agg")
@@ -103,8 +103,10 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
                    "C_MOE_TOPK": moe.get("experts_per_token", 0), "C_MOE_INTER": model.moe_inter if moe else 0.0,
                    "C_MOE_W_BYTES": model.moe_weight_bytes if moe else 0.0, "C_MOE_PEAK": model.moe_peak if moe else 1.0})
     for name, value in zip(("C_MOE_E_GEMM", "C_MOE_E_WEIGHTS", "C_MOE_FLOOR", "C_MOE_P", "C_MOE_PER_TOKEN",
-                            "C_MOE_TILE_ROWS", "C_MOE_K0"), model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
+                            "C_MOE_TILE_ROWS", "C_MOE_K0", "C_MOE_TILE_ROWS_LARGE"),
+                           model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
         values[name] = _p(value) if name == "C_MOE_P" else value
+    values["C_MOE_TILE_ABOVE"] = MOE_TILE_ABOVE
     gdn = model.gdn is not None  # Gated DeltaNet layers on their fitted kernel
     values.update({"C_GDN": 1.0 if gdn else 0.0, "C_GDN_ACT": model.gdn_act if gdn else 0.0,
                    "C_GDN_VHEADS": model.gdn_v_heads if gdn else 1.0})

@@ -107,9 +107,15 @@ PHASES = ("prefill", "decode", "mixed")
 #: mxfp4: OpenAI's Triton kernel, for int4 weights of an MXFP4 checkpoint):
 #: compute and weights efficiencies, a floor, their overlap, a cost per routed token (the tokens'
 #: alignment, permutation and weighted sum), the rows each active expert computes at least (its
-#: tile of rows) and the tile term k0. A calibration without them, or a model without ``moe`` in
-#: the catalog, times the experts with the other GEMMs (one GEMM of the active parameters)
-MOE_TERMS = ("e_gemm", "e_weights", "floor_s", "overlap_p", "per_token_s", "tile_rows", "k0")
+#: tile of rows) at most MOE_TILE_ABOVE tokens, the tile term k0, and the tile's rows above them
+#: (since 2026-12-05). A calibration without them, or a model without ``moe`` in the catalog, times
+#: the experts with the other GEMMs (one GEMM of the active parameters)
+MOE_TERMS = ("e_gemm", "e_weights", "floor_s", "overlap_p", "per_token_s", "tile_rows", "k0", "tile_rows_large")
+#: above this many tokens vLLM's fused MoE kernel runs taller tiles of rows: its default block-fp8
+#: config takes BLOCK_SIZE_M 16 at M <= 64 tokens, 64 above (vLLM 0.24
+#: model_executor/layers/fused_moe/fused_moe.py, get_default_config; its bf16 default steps at 32,
+#: 96 and 512, and tuned configs per shape differ: the two tiles' rows are fitted, this switch is not)
+MOE_TILE_ABOVE = 64
 MOE_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int4": "int4"}  # weights -> kernel
 #: each MoE kernel's bytes per weight; mxfp4: int4 weights of an MXFP4 checkpoint (gpt-oss), which
 #: vLLM runs with OpenAI's Triton MoE kernel, not Marlin (its scales, a byte per 32, left out as int4's)
@@ -176,14 +182,15 @@ def moe_layer_time(c, tokens, hidden, inter, experts, topk, wbytes, peak, bw):
     `inter` is its share), `c` the kernel's coefficients in MOE_TERMS' order. Routing as balanced
     as it can be (each of the tokens x topk routed tokens to a distinct expert until every expert
     has some, as the kernels were timed): ``active = min(experts, tokens x topk)`` experts each
-    read their ``3 x hidden x inter`` weights and compute at least ``tile_rows`` rows; the gate/up
-    and down GEMMs' FLOPs with k0 more of K. Scalars or numpy arrays (benchmarks/calibrate.py)."""
+    read their ``3 x hidden x inter`` weights and compute at least a tile of rows (``tile_rows``,
+    ``tile_rows_large`` above MOE_TILE_ABOVE tokens); the gate/up and down GEMMs' FLOPs with k0 more
+    of K. Scalars or numpy arrays (benchmarks/calibrate.py)."""
     import numpy as np
 
-    e, ew, floor, p, per_token, tile_rows, k0 = c
+    e, ew, floor, p, per_token, tile_rows, k0, tile_large = c
     routed = tokens * topk
     active = np.minimum(experts, routed)
-    rows = np.maximum(routed, active * tile_rows)
+    rows = np.maximum(routed, active * np.where(tokens > MOE_TILE_ABOVE, tile_large, tile_rows))
     flops = 2.0 * rows * (2.0 * (hidden + k0) * inter + (inter + k0) * hidden)
     weights = active * 3.0 * hidden * inter * wbytes
     return soft_max(flops / (peak * e), weights / (bw * ew), p) + floor + per_token * routed

@@ -66,7 +66,8 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     if (tm[C_MOE_LAYERS] > 0) {  /* an MoE's routed experts (roofline.py moe_layer_time) */
         f64 h = tm[C_HIDDEN], inter = tm[C_MOE_INTER], k0 = tm[C_MOE_K0];
         f64 routed = tokens * tm[C_MOE_TOPK], active = kv_fmin(tm[C_MOE_EXPERTS], routed);
-        f64 moe_rows = kv_fmax(routed, active * tm[C_MOE_TILE_ROWS]);
+        f64 tile = tokens > tm[C_MOE_TILE_ABOVE] ? tm[C_MOE_TILE_ROWS_LARGE] : tm[C_MOE_TILE_ROWS];
+        f64 moe_rows = kv_fmax(routed, active * tile);
         f64 flops = 2.0 * moe_rows * (2.0 * (h + k0) * inter + (inter + k0) * h);
         f64 weights = active * 3.0 * h * inter * tm[C_MOE_W_BYTES];
         t += tm[C_MOE_LAYERS] * (soft_max(flops / (tm[C_MOE_PEAK] * tm[C_MOE_E_GEMM]), weights / (bw * tm[C_MOE_E_WEIGHTS]),
