@@ -93,7 +93,8 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 from calibrate_stats import ratio_stats, spread  # noqa: E402
 from calibrate_gdn import GDN_START, gdn_args, gdn_kernels, gdn_model, gdn_table, print_gdn  # noqa: E402
-from calibrate_mla import MLA_MODEL, MLA_TPS, composed_mla_step, experts_within_memory, fit_mla, mla_modules, mla_table, print_mla  # noqa: E402
+from calibrate_mla import (MLA_MODEL, MLA_TPS, composed_mla_step, experts_within_memory, fit_mla,  # noqa: E402
+                           mla_modules, mla_table, print_mla)
 from calibrate_moe import MOE_START, composed_moe_step, moe_args, moe_kernels, moe_model, moe_table, print_moe  # noqa: E402
 from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
 

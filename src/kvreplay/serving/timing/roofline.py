@@ -485,7 +485,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     def _mla_apart(self, c: dict, wbytes: float):
         """An MLA model with its projections in the catalog and a calibrated MLA term: the projections
         one by one (layer_gemms), the rest of the body one GEMM beside them, attention at the MLA
-        kernels' widths and efficiencies, the module's floor and costs per token (``mla_layer``).
+        kernels' widths and efficiencies, the module's floor and costs per token (terms()' ``mla``).
         Sets ``mla`` (False: the MLA is timed as the other models' attention, its projections in the
         body's one GEMM), the attention widths and efficiencies of each phase."""
         spec, tp = self.model, self.tp
