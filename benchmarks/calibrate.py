@@ -374,6 +374,19 @@ START_FP8 = {"e_gemm_fp8": 0.6, "e_weights_fp8": 0.8, "gemm_floor_fp8_s": 5e-6, 
              "e_quant_fp8": 0.3}
 
 
+def fit_gdn(table, gpu, c: dict) -> tuple[dict, float]:
+    """The Gated DeltaNet term's coefficients on a GPU's GDN table (three restarts from the last
+    optimum), the others fixed at `c`."""
+    from kvreplay.serving.timing.roofline import GDN_COEFFICIENTS
+
+    args, y = gdn_args(table), table.latency.to_numpy(float) / 1e3
+    c = {**c, **dict(zip(GDN_COEFFICIENTS, GDN_START))}
+    for _ in range(3):
+        fitted, err = fit_family(list(GDN_COEFFICIENTS), c, lambda cc: gdn_model(cc, gpu, *args), y)
+        c.update(fitted)
+    return {k: c[k] for k in GDN_COEFFICIENTS}, err
+
+
 def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     c = dict(START)
     errs = {}
@@ -415,14 +428,9 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     moe, moe_errs = fit_moe(tables, gpu)
     c.update(moe)
     errs.update(moe_errs)
-    if "gdn" in tables:  # Gated DeltaNet layers (calibrate_gdn.py), three restarts from the last optimum
-        from kvreplay.serving.timing.roofline import GDN_COEFFICIENTS
-
-        args, y = gdn_args(tables["gdn"]), tables["gdn"].latency.to_numpy(float) / 1e3
-        c.update(zip(GDN_COEFFICIENTS, GDN_START))
-        for _ in range(3):
-            fitted, errs["gdn"] = fit_family(list(GDN_COEFFICIENTS), c, lambda cc: gdn_model(cc, gpu, *args), y)
-            c.update(fitted)
+    if "gdn" in tables:  # Gated DeltaNet layers (calibrate_gdn.py)
+        gdn, errs["gdn"] = fit_gdn(tables["gdn"], gpu, c)
+        c.update(gdn)
     if "mla" in tables and "gemm_fp8" in tables:  # the MLA term, on the MLA modules (calibrate_mla.py)
         fitted, errs["mla"] = fit_mla(tables["mla"], gpu, c, fit_family, gemm_fp8_model)
         c.update(fitted)
@@ -724,42 +732,74 @@ def moe_measured(meas, meas8, name) -> dict:
     return out
 
 
-def relative_checks(t: Tables, gpus: dict, probes: dict) -> dict:
+def own_kernel_terms(tabs: dict, gpu, relative: dict) -> dict:
+    """The fused MoE kernels', the Gated DeltaNet and the MLA terms' coefficients fitted on a
+    RELATIVE_CHECKS GPU's own tables, its relative's other coefficients fixed: B200's MoE kernels
+    are FlashInfer's TRT-LLM ones and its GDN and MLA kernels are others too, which nothing fitted on
+    Hopper's knows (H200's coefficients are 20-38% off on B200's MoE tables, 44-73% on its MLA
+    modules, 1.74x slow on its GDN prefill)."""
+    own, errs = fit_moe(tabs, gpu)
+    if "gdn" in tabs:
+        gdn, errs["gdn"] = fit_gdn(tabs["gdn"], gpu, relative)
+        own.update(gdn)
+    if "mla" in tabs and "gemm_fp8" in tabs:
+        mla, errs["mla"] = fit_mla(tabs["mla"], gpu, {**relative, **own}, fit_family, gemm_fp8_model)
+        own.update(mla)
+    print("\n" + f"{gpu.name}'s own MoE, GDN and MLA kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
+    return {k: float(v) for k, v in own.items()}
+
+
+def relative_checks(t: Tables, gpus: dict, probes: dict, own: dict | None = None) -> dict:
     """RELATIVE_CHECKS: each GPU's own composed steps predicted with its relative's coefficients
-    (what it ships), at its own catalog peaks: the bands and errors it gets."""
+    and its own MoE and MLA kernel terms (what it ships: own_kernel_terms, fitted here, or `own`
+    as shipped, name -> terms), at its own catalog peaks: the bands and errors it gets."""
     from kvreplay.serving.timing.gpus import get_gpu
 
     out = {}
     for name, (gpu_dir, relative) in RELATIVE_CHECKS.items():
         tabs = kernels(t, gpu_dir)
-        coef = gpus[relative]["coefficients"]
-        meas = Measured(tabs)
         bw = stream(probes, name, relative)
+        gpu = streamed(get_gpu(name), bw)
+        rel = gpus[relative]["coefficients"]
+        terms = own[name] if own is not None else own_kernel_terms(tabs, gpu, rel)
+        coef = {**rel, **terms}
+        meas = Measured(tabs)
         s = summary(step_table(meas, name, coef, bw))
         print_summary(f"{name} steps (held back: {relative}'s coefficients, as {name} ships them)", s)
-        out[name] = {"relative": relative, "bands": {p: v["band"] for p, v in s.items()},
+        out[name] = {"relative": relative, "coefficients": terms, "bands": {p: v["band"] for p, v in s.items()},
                      "step_error": {p: v["mape"] for p, v in s.items()}}
-        m = moe_table(tabs, streamed(get_gpu(name), bw), coef)
+        held = moe_table(tabs, gpu, rel)
+        if held:
+            print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", held)
+            out[name]["moe_error_relative"] = {k: v["mape"] for k, v in held.items()}
+        m = moe_table(tabs, gpu, coef)
         if m:
-            print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", m)
+            print_moe(f"{name} MoE kernels (its own fit, as {name} ships it)", m)
             out[name].update({"bands_moe": {k: v["band"] for k, v in m.items()}, "moe_error": {k: v["mape"] for k, v in m.items()}})
-        g = gdn_table(tabs.get("gdn"), streamed(get_gpu(name), bw), coef)
+        held = gdn_table(tabs.get("gdn"), gpu, rel)
+        if held:
+            print_gdn(f"{name} Gated DeltaNet layers (held back: {relative}'s coefficients)", held)
+        g = gdn_table(tabs.get("gdn"), gpu, coef)
         if g:
-            print_gdn(f"{name} Gated DeltaNet layers (held back: {relative}'s coefficients)", g)
+            print_gdn(f"{name} Gated DeltaNet layers (its own fit, as {name} ships it)", g)
             out[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
-        modules = mla_table(tabs.get("mla"), streamed(get_gpu(name), bw), coef, gemm_fp8_model)
+        held = mla_table(tabs.get("mla"), gpu, rel, gemm_fp8_model)
+        if held:
+            print_mla(f"{name} MLA modules (held back: {relative}'s coefficients)", held)
+            out[name]["mla_module_error_relative"] = {p: v["mape"] for p, v in held.items()}
+        modules = mla_table(tabs.get("mla"), gpu, coef, gemm_fp8_model)
         if modules:
-            print_mla(f"{name} MLA modules (held back: {relative}'s coefficients)", modules)
+            print_mla(f"{name} MLA modules (its own MLA term, as {name} ships it)", modules)
             out[name]["mla_module_error"] = {p: v["mape"] for p, v in modules.items()}
         mla = mla_step_table(tabs, meas, Measured(tabs, "gemm_fp8") if "gemm_fp8" in tabs else None, name, coef, bw)
         if mla:
-            print_mla_steps(f"{name} {MLA_MODEL} fp8 steps (MLA modules; held back: {relative}'s coefficients)", mla)
+            print_mla_steps(f"{name} {MLA_MODEL} fp8 steps (MLA modules; {relative}'s coefficients, its own MoE and MLA terms)", mla)
             out[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla["served"].items()}}
         measured = {"bf16": (meas, None), **({"fp8": (Measured(tabs, "gemm_fp8"), meas)} if "gemm_fp8" in tabs else {})}
         measured = {k: v for k, v in measured.items() if v[0].moe}
         for kernel, (mm, head) in measured.items():
             s = summary(step_table(mm, name, coef, bw, kernel, head=head, moe="experts"))
-            print_summary(f"{name} {kernel} MoE steps (held back: {relative}'s coefficients)", s)
+            print_summary(f"{name} {kernel} MoE steps ({relative}'s coefficients, its own MoE terms)", s)
             out[name].setdefault("bands_moe_steps", {})[kernel] = {p: v["band"] for p, v in s.items()}
             out[name].setdefault("moe_step_error", {})[kernel] = {p: v["mape"] for p, v in s.items()}
         if "gemm_fp8" in tabs:
@@ -981,7 +1021,8 @@ def main() -> int:
         write(data)
         print(f"\nwrote {OUT.relative_to(REPO)}")
     else:
-        relative_checks(t, json.loads(OUT.read_text())["gpus"], probes)
+        shipped = json.loads(OUT.read_text())
+        relative_checks(t, shipped["gpus"], probes, {k: v["coefficients"] for k, v in shipped["relative_bands"].items()})
     if args.e2e:
         report["e2e"] = e2e_check(t)
     if args.json:

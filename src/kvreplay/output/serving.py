@@ -23,9 +23,15 @@ def seconds_text(x: float) -> str:
 def _describe_time(tm: dict) -> str:
     name = tm.get("time_model")
     if name == "roofline":
-        where = (f"calibrated on {tm.get('calibrated_on')}'s measured kernels"
-                 + (f" (no measurements of {tm.get('gpu')}: its nearest measured relative's)"
-                    if tm.get("borrowed_calibration") else ""))
+        own = "/".join({"moe": "MoE", "gdn": "GDN", "mla": "MLA"}[f] for f in tm.get("own_fitted") or ())
+        if not tm.get("borrowed_calibration"):
+            note = ""
+        elif tm.get("checked_on_own_kernels"):
+            note = (f" (its nearest measured relative's, checked on {tm.get('gpu')}'s own kernels"
+                    + (f"; its {own} terms fitted on them" if own else "") + ")")
+        else:
+            note = f" (no measurements of {tm.get('gpu')}: its nearest measured relative's)"
+        where = f"calibrated on {tm.get('calibrated_on')}'s measured kernels{note}"
         bands = tm.get("bands", {})
         band = ", ".join(f"{p} x{lo:.2f}-{hi:.2f}" for p, (lo, hi) in bands.items())
         coef = tm.get("coefficients") or {}

@@ -335,8 +335,14 @@ def _borrowed_warning(tm) -> str:
               else tm.bandwidth_source)
     band = (f"its band is the spread of those coefficients on {cal.gpu}'s own measured kernels" if cal.checked
             else "its band is the cross-GPU check's")
-    head = (f"{cal.gpu} ships {cal.measured_on}'s coefficients" if cal.checked else
-            f"{cal.gpu} has no kernel measurements: its coefficients are its nearest measured relative's ({cal.measured_on})")
+    if cal.checked:
+        head = f"{cal.gpu} ships {cal.measured_on}'s coefficients"
+        own = [{"moe": "fused MoE", "gdn": "Gated DeltaNet", "mla": "MLA"}[f] for f in cal.own_fitted]
+        if own:
+            head += f" but for its {', '.join(own)} terms, fitted on its own measured kernels"
+    else:
+        head = (f"{cal.gpu} has no kernel measurements: its coefficients are its nearest measured relative's "
+                f"({cal.measured_on})")
     return (f"{head}, at {cal.gpu}'s own compute peaks and memory bandwidth "
             f"({tm.bandwidth / 1e12:.2f} TB/s: {memory}); {band}")
 

@@ -233,6 +233,9 @@ class Calibration:
     bands_gdn: dict | None = None  # prefill / decode -> (low, high): Gated DeltaNet layers' measured / predicted
     #: MoE kernel -> phase -> (low, high): DeepSeek-V3's steps composed from the measured MLA modules
     bands_mla_steps: dict | None = None
+    #: borrowed and checked: the kernel families fitted on this GPU's own tables nonetheless (its
+    #: MoE kernels, GDN and MLA terms: "moe", "gdn", "mla"), the rest its relative's
+    own_fitted: tuple = ()
 
     def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
         bands = self.bands_fp8 if fp8 and self.bands_fp8 else self.bands
@@ -257,12 +260,17 @@ def calibration_for(gpu_name: str) -> Calibration:
         raise ConfigError(f"no roofline calibration for {gpu_name}, nor a measured relative: use "
                           "--time-model roofline-raw or a measured profile (FILE.npz / FILE.json)")
     entry = gpus[source]
+    coefficients = dict(entry["coefficients"])
     bands = {p: tuple(entry["bands"][p]) for p in entry["bands"]}
     bands_fp8 = {p: tuple(v) for p, v in entry.get("bands_fp8", {}).items()} or None
     bands_moe, moe_steps, gdn = entry.get("bands_moe"), entry.get("bands_moe_steps"), entry.get("bands_gdn")
     mla = entry.get("bands_mla_steps")
     checked = data.get("relative_bands", {}).get(gpu_name)
+    own = ()
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
+        coefficients.update(checked.get("coefficients", {}))  # its MoE, GDN and MLA terms: its own fits
+        own = tuple(f for f, names in (("moe", MOE_COEFFICIENTS), ("gdn", GDN_COEFFICIENTS), ("mla", MLA_COEFFICIENTS))
+                    if set(names) & set(checked.get("coefficients", {})))
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
         bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
         bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
@@ -275,10 +283,10 @@ def calibration_for(gpu_name: str) -> Calibration:
         bands_moe, moe_steps = data.get("transfer_bands_moe"), data.get("transfer_bands_moe_steps")
         gdn, mla = data.get("transfer_bands_gdn"), data.get("transfer_bands_mla_steps")
     moe_steps = {k: {p: tuple(b) for p, b in v.items()} for k, v in (moe_steps or {}).items()} or None
-    return Calibration(gpu_name, dict(entry["coefficients"]), bands, source, not measured, dict(data["fitted_range"]),
+    return Calibration(gpu_name, coefficients, bands, source, not measured, dict(data["fitted_range"]),
                        bands_fp8, bool(checked), {k: tuple(v) for k, v in (bands_moe or {}).items()} or None, moe_steps,
                        {p: tuple(v) for p, v in (gdn or {}).items()} or None,
-                       {k: {p: tuple(b) for p, b in v.items()} for k, v in (mla or {}).items()} or None)
+                       {k: {p: tuple(b) for p, b in v.items()} for k, v in (mla or {}).items()} or None, own)
 
 
 def stream_bandwidth(gpu, coefficients_from: str, probes: dict | None = None) -> tuple[float, str]:
@@ -307,7 +315,7 @@ def calibration_summary(gpu) -> dict | None:
     bw, source = stream_bandwidth(gpu, cal.measured_on)
     moe = [k for k in MOE_WEIGHT_BYTES if set(moe_names(k)) <= set(cal.coefficients)]
     return {"coefficients_from": cal.measured_on, "own_kernels_fitted": not cal.borrowed,
-            "checked_on_own_kernels": (not cal.borrowed) or cal.checked,
+            "checked_on_own_kernels": (not cal.borrowed) or cal.checked, "own_fitted": list(cal.own_fitted),
             "stream_bandwidth_gbps": bw / 1e9, "stream_bandwidth_source": source, "moe_kernels": moe,
             "mla_term": set(MLA_COEFFICIENTS) <= set(cal.coefficients)}
 
@@ -646,7 +654,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         cal = self.calibration
         return {"time_model": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
                 "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
-                "borrowed_calibration": cal.borrowed, "bands": {p: list(self.band(p)) for p in PHASES},
+                "borrowed_calibration": cal.borrowed, "checked_on_own_kernels": cal.checked,
+                "own_fitted": list(cal.own_fitted), "bands": {p: list(self.band(p)) for p in PHASES},
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
                 "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel, "mla": self.mla,
