@@ -387,14 +387,18 @@ def fit_gdn(table, gpu, c: dict) -> tuple[dict, float]:
     return {k: c[k] for k in GDN_COEFFICIENTS}, err
 
 
-def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
-    c = dict(START)
-    errs = {}
+#: the GEMMs' coefficients (bf16 and fp8), fitted on the GEMM tables
+GEMM_TERMS = ("e_gemm", "e_weights", "gemm_floor_s", "gemm_k0", "gemm_overlap_p")
+
+
+def fit_gemms(tables: dict, gpu, c: dict) -> tuple[dict, dict]:
+    """The bf16 and fp8 GEMMs' coefficients on a GPU's GEMM tables (n, k >= 256), from `c` (START's
+    and START_FP8's), and their errors."""
+    c, errs = dict(c), {}
     g = tables["gemm"]
     g = g[(g.n >= 256) & (g.k >= 256)]
     m, n, k, y = (g[x].to_numpy(float) for x in ("m", "n", "k", "latency"))
-    fitted, errs["gemm"] = fit_family(["e_gemm", "e_weights", "gemm_floor_s", "gemm_k0", "gemm_overlap_p"], c,
-                                      lambda cc: gemm_model(cc, gpu, m, n, k), y / 1e3)
+    fitted, errs["gemm"] = fit_family(list(GEMM_TERMS), c, lambda cc: gemm_model(cc, gpu, m, n, k), y / 1e3)
     c.update(fitted)
     if "gemm_fp8" in tables:
         g = tables["gemm_fp8"]
@@ -403,6 +407,12 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
         c.update(START_FP8)
         fitted, errs["gemm_fp8"] = fit_family(list(START_FP8), c, lambda cc: gemm_fp8_model(cc, gpu, m, n, k), y / 1e3)
         c.update(fitted)
+    return {k: float(c[k]) for k in GEMM_TERMS + (tuple(START_FP8) if "gemm_fp8" in tables else ())}, errs
+
+
+def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
+    gemms, errs = fit_gemms(tables, gpu, START)
+    c = {**START, **gemms}
     x = tables["ctx"]
     args = [x[a].to_numpy(float) for a in ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim")]
     fitted, errs["attn_prefill"] = fit_family(["e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s"], c,
@@ -733,25 +743,32 @@ def moe_measured(meas, meas8, name) -> dict:
 
 
 def own_kernel_terms(tabs: dict, gpu, relative: dict) -> dict:
-    """The fused MoE kernels', the Gated DeltaNet and the MLA terms' coefficients fitted on a
-    RELATIVE_CHECKS GPU's own tables, its relative's other coefficients fixed: B200's MoE kernels
-    are FlashInfer's TRT-LLM ones and its GDN and MLA kernels are others too, which nothing fitted on
-    Hopper's knows (H200's coefficients are 20-38% off on B200's MoE tables, 44-73% on its MLA
-    modules, 1.74x slow on its GDN prefill)."""
-    own, errs = fit_moe(tabs, gpu)
+    """The GEMMs', the fused MoE kernels', the Gated DeltaNet and the MLA terms' coefficients fitted
+    on a RELATIVE_CHECKS GPU's own tables, its relative's attention and all-reduce coefficients
+    fixed: B200's MoE kernels are FlashInfer's TRT-LLM ones and its GDN and MLA kernels are others
+    too, which nothing fitted on Hopper's knows (H200's coefficients are 20-38% off on B200's MoE
+    tables, 44-73% on its MLA modules, 1.74x slow on its GDN prefill); its own GEMM fit composes
+    its steps better than H200's (bf16 9.5 / 5.5 / 9.8% -> 7.5 / 5.9 / 5.3%), its own attention fit
+    worse (its fitted floors come out at 0)."""
+    own, errs = fit_gemms(tabs, gpu, START)
+    relative = {**relative, **own}
+    moe, moe_errs = fit_moe(tabs, gpu)
+    own.update(moe)
+    errs.update(moe_errs)
     if "gdn" in tabs:
         gdn, errs["gdn"] = fit_gdn(tabs["gdn"], gpu, relative)
         own.update(gdn)
     if "mla" in tabs and "gemm_fp8" in tabs:
         mla, errs["mla"] = fit_mla(tabs["mla"], gpu, {**relative, **own}, fit_family, gemm_fp8_model)
         own.update(mla)
-    print("\n" + f"{gpu.name}'s own MoE, GDN and MLA kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
+    print("\n" + f"{gpu.name}'s own GEMM, MoE, GDN and MLA kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
     return {k: float(v) for k, v in own.items()}
 
 
 def relative_checks(t: Tables, gpus: dict, probes: dict, own: dict | None = None) -> dict:
-    """RELATIVE_CHECKS: each GPU's own composed steps predicted with its relative's coefficients
-    and its own MoE and MLA kernel terms (what it ships: own_kernel_terms, fitted here, or `own`
+    """RELATIVE_CHECKS: each GPU's own kernels and composed steps predicted with its relative's
+    coefficients (the cross-generation check) and as it ships them, its relative's attention and
+    all-reduce with its own GEMM, MoE, GDN and MLA terms (own_kernel_terms, fitted here, or `own`
     as shipped, name -> terms), at its own catalog peaks: the bands and errors it gets."""
     from kvreplay.serving.timing.gpus import get_gpu
 
@@ -763,50 +780,59 @@ def relative_checks(t: Tables, gpus: dict, probes: dict, own: dict | None = None
         rel = gpus[relative]["coefficients"]
         terms = own[name] if own is not None else own_kernel_terms(tabs, gpu, rel)
         coef = {**rel, **terms}
-        meas = Measured(tabs)
-        s = summary(step_table(meas, name, coef, bw))
-        print_summary(f"{name} steps (held back: {relative}'s coefficients, as {name} ships them)", s)
-        out[name] = {"relative": relative, "coefficients": terms, "bands": {p: v["band"] for p, v in s.items()},
-                     "step_error": {p: v["mape"] for p, v in s.items()}}
-        held = moe_table(tabs, gpu, rel)
-        if held:
-            print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", held)
-            out[name]["moe_error_relative"] = {k: v["mape"] for k, v in held.items()}
-        m = moe_table(tabs, gpu, coef)
-        if m:
-            print_moe(f"{name} MoE kernels (its own fit, as {name} ships it)", m)
-            out[name].update({"bands_moe": {k: v["band"] for k, v in m.items()}, "moe_error": {k: v["mape"] for k, v in m.items()}})
-        held = gdn_table(tabs.get("gdn"), gpu, rel)
-        if held:
-            print_gdn(f"{name} Gated DeltaNet layers (held back: {relative}'s coefficients)", held)
-        g = gdn_table(tabs.get("gdn"), gpu, coef)
-        if g:
-            print_gdn(f"{name} Gated DeltaNet layers (its own fit, as {name} ships it)", g)
-            out[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
-        held = mla_table(tabs.get("mla"), gpu, rel, gemm_fp8_model)
-        if held:
-            print_mla(f"{name} MLA modules (held back: {relative}'s coefficients)", held)
-            out[name]["mla_module_error_relative"] = {p: v["mape"] for p, v in held.items()}
-        modules = mla_table(tabs.get("mla"), gpu, coef, gemm_fp8_model)
-        if modules:
-            print_mla(f"{name} MLA modules (its own MLA term, as {name} ships it)", modules)
-            out[name]["mla_module_error"] = {p: v["mape"] for p, v in modules.items()}
-        mla = mla_step_table(tabs, meas, Measured(tabs, "gemm_fp8") if "gemm_fp8" in tabs else None, name, coef, bw)
-        if mla:
-            print_mla_steps(f"{name} {MLA_MODEL} fp8 steps (MLA modules; {relative}'s coefficients, its own MoE and MLA terms)", mla)
-            out[name]["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla["served"].items()}}
-        measured = {"bf16": (meas, None), **({"fp8": (Measured(tabs, "gemm_fp8"), meas)} if "gemm_fp8" in tabs else {})}
-        measured = {k: v for k, v in measured.items() if v[0].moe}
-        for kernel, (mm, head) in measured.items():
+        out[name] = {"relative": relative, "coefficients": terms, **relative_steps(name, relative, tabs, bw, rel, coef),
+                     **relative_kernels(name, relative, tabs, gpu, rel, coef)}
+    return out
+
+
+def relative_steps(name: str, relative: str, tabs: dict, bw: float, rel: dict, coef: dict) -> dict:
+    """A RELATIVE_CHECKS GPU's composed steps (bf16 and fp8 dense, MLA, MoE), printed with its
+    relative's coefficients and as it ships them (`coef`), whose spreads are its bands."""
+    out, meas = {}, Measured(tabs)
+    meas8 = Measured(tabs, "gemm_fp8") if "gemm_fp8" in tabs else None
+    for dtype, mm, head, suffix in (("bf16", meas, None, ""), ("fp8", meas8, meas, "_fp8")):
+        if mm is None:
+            continue
+        held = summary(step_table(mm, name, rel, bw, dtype, head=head))
+        print_summary(f"{name} {dtype} steps (held back: {relative}'s coefficients)", held)
+        s = summary(step_table(mm, name, coef, bw, dtype, head=head))
+        print_summary(f"{name} {dtype} steps (as {name} ships them: {relative}'s attention, its own GEMMs)", s)
+        out.update({f"bands{suffix}": {p: v["band"] for p, v in s.items()}, f"step_error{suffix}": {p: v["mape"] for p, v in s.items()},
+                    f"step_error{suffix}_relative": {p: v["mape"] for p, v in held.items()}})
+    mla = mla_step_table(tabs, meas, meas8, name, coef, bw)
+    if mla:
+        print_mla_steps(f"{name} {MLA_MODEL} fp8 steps (MLA modules; as {name} ships them)", mla)
+        out["bands_mla_steps"] = {"fp8": {p: v["band"] for p, v in mla["served"].items()}}
+    for kernel, mm, head in (("bf16", meas, None), ("fp8", meas8, meas)):
+        if mm is not None and mm.moe:
             s = summary(step_table(mm, name, coef, bw, kernel, head=head, moe="experts"))
-            print_summary(f"{name} {kernel} MoE steps ({relative}'s coefficients, its own MoE terms)", s)
-            out[name].setdefault("bands_moe_steps", {})[kernel] = {p: v["band"] for p, v in s.items()}
-            out[name].setdefault("moe_step_error", {})[kernel] = {p: v["mape"] for p, v in s.items()}
-        if "gemm_fp8" in tabs:
-            s8 = summary(step_table(Measured(tabs, "gemm_fp8"), name, coef, bw, "fp8", head=meas))
-            print_summary(f"{name} fp8 steps (held back: {relative}'s coefficients)", s8)
-            out[name].update({"bands_fp8": {p: v["band"] for p, v in s8.items()},
-                              "step_error_fp8": {p: v["mape"] for p, v in s8.items()}})
+            print_summary(f"{name} {kernel} MoE steps (as {name} ships them)", s)
+            out.setdefault("bands_moe_steps", {})[kernel] = {p: v["band"] for p, v in s.items()}
+            out.setdefault("moe_step_error", {})[kernel] = {p: v["mape"] for p, v in s.items()}
+    return out
+
+
+def relative_kernels(name: str, relative: str, tabs: dict, gpu, rel: dict, coef: dict) -> dict:
+    """A RELATIVE_CHECKS GPU's MoE kernels, GDN layers and MLA modules one layer at a time, printed
+    with its relative's coefficients and with its own fits (`coef`), whose spreads are its bands."""
+    out = {}
+    held, m = moe_table(tabs, gpu, rel), moe_table(tabs, gpu, coef)
+    if m:
+        print_moe(f"{name} MoE kernels (held back: {relative}'s coefficients)", held)
+        print_moe(f"{name} MoE kernels (its own fit, as {name} ships it)", m)
+        out.update({"bands_moe": {k: v["band"] for k, v in m.items()}, "moe_error": {k: v["mape"] for k, v in m.items()},
+                    "moe_error_relative": {k: v["mape"] for k, v in held.items()}})
+    held, g = gdn_table(tabs.get("gdn"), gpu, rel), gdn_table(tabs.get("gdn"), gpu, coef)
+    if g:
+        print_gdn(f"{name} Gated DeltaNet layers (held back: {relative}'s coefficients)", held)
+        print_gdn(f"{name} Gated DeltaNet layers (its own fit, as {name} ships it)", g)
+        out["bands_gdn"] = {p: v["band"] for p, v in g.items()}
+    held, modules = mla_table(tabs.get("mla"), gpu, rel, gemm_fp8_model), mla_table(tabs.get("mla"), gpu, coef, gemm_fp8_model)
+    if modules:
+        print_mla(f"{name} MLA modules (held back: {relative}'s coefficients)", held)
+        print_mla(f"{name} MLA modules (its own MLA term, as {name} ships it)", modules)
+        out.update({"mla_module_error": {p: v["mape"] for p, v in modules.items()},
+                    "mla_module_error_relative": {p: v["mape"] for p, v in held.items()}})
     return out
 
 

@@ -663,20 +663,21 @@ def test_calibrated_gpu_without_measurements_borrows_its_relatives():
     assert checked["relative"] == "H200"
     assert b200.calibration.band("prefill") == tuple(checked["bands"]["prefill"])
     assert b200.calibration.band("prefill", fp8=True) == tuple(checked["bands_fp8"]["prefill"])
-    # ... but for its fused MoE kernels, GDN and MLA terms, fitted on its own tables (FlashInfer's TRT-LLM
-    # MoE kernels and Blackwell's attention kernels are not Hopper's): the rest is H200's as it is
+    # ... but for its GEMMs, fused MoE kernels, GDN and MLA terms, fitted on its own tables (FlashInfer's
+    # TRT-LLM MoE kernels and Blackwell's attention kernels are not Hopper's): the rest is H200's as it is
     h200 = calibration_data()["gpus"]["H200"]["coefficients"]
     own = b200.calibration.coefficients
-    assert b200.calibration.own_fitted == ("moe", "gdn", "mla")
+    assert b200.calibration.own_fitted == ("gemm", "moe", "gdn", "mla")
     assert own["moe_e_gemm_fp8"] == checked["coefficients"]["moe_e_gemm_fp8"] != h200["moe_e_gemm_fp8"]
     assert own["mla_floor_s"] != h200["mla_floor_s"] and own["gdn_parallel"] != h200["gdn_parallel"]
-    assert all(own[k] == h200[k] for k in ("e_gemm", "e_gemm_fp8", "e_attn_decode", "gemm_k0", "frontend_s"))
+    assert own["e_gemm"] != h200["e_gemm"] and own["e_gemm_fp8"] != h200["e_gemm_fp8"]
+    assert all(own[k] == h200[k] for k in ("e_attn_prefill", "attn_floor_decode_s", "allreduce_latency_s", "frontend_s"))
     # the time line says which: B200's relative's coefficients checked on its kernels, its own three terms
     from kvreplay.output.serving import _describe_time
 
     line = _describe_time(CalibratedRooflineTimeModel("MiniMax-M2.5", "B200", 4, dtype="fp8").describe())
     assert ("calibrated on H200's measured kernels (its nearest measured relative's, checked on B200's own kernels; "
-            "its MoE/GDN/MLA terms fitted on them)") in line
+            "its GEMM/MoE/GDN/MLA terms fitted on them)") in line
     assert "(no measurements of MI300X: its nearest measured relative's)" in _describe_time(
         CalibratedRooflineTimeModel("Llama-3.1-8B", "MI300X").describe())
     mi300x = CalibratedRooflineTimeModel("Llama-3.1-8B", "MI300X")  # no kernels measured: the transfer spread

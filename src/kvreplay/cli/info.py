@@ -127,7 +127,7 @@ def _calibration_cells(cal: dict | None) -> dict:
     if cal["own_kernels_fitted"]:
         text = "fitted on its own kernels"
     elif cal["checked_on_own_kernels"]:
-        own = "/".join({"moe": "MoE", "gdn": "GDN", "mla": "MLA"}[f] for f in cal["own_fitted"])
+        own = "/".join({"gemm": "GEMM", "moe": "MoE", "gdn": "GDN", "mla": "MLA"}[f] for f in cal["own_fitted"])
         text = f"{cal['coefficients_from']}'s" + (f" ({own}: its own)" if own else "") + ", checked on its own kernels"
     else:
         text = f"{cal['coefficients_from']}'s (nothing measured)"

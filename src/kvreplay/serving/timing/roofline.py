@@ -101,6 +101,9 @@ SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_f
 #: all-reduce's wait for the last of its GPUs, per log2(tp), and a request's latency outside the
 #: engine (the API server's HTTP, tokenisation and streaming)
 SERVING_COEFFICIENTS = ("allreduce_skew_s", "frontend_s")
+#: the GEMMs' coefficients, bf16 and fp8 (a GPU that borrows its relative's may fit these on its own)
+GEMM_COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "gemm_k0", "gemm_overlap_p", "e_gemm_fp8", "e_weights_fp8",
+                     "gemm_floor_fp8_s", "gemm_k0_fp8", "fp8_partial_rows", "gemm_overlap_p_fp8", "e_quant_fp8")
 PHASES = ("prefill", "decode", "mixed")
 #: an MoE's routed experts run vLLM's fused MoE kernel, fitted per weights dtype on measured MoE
 #: kernels (bf16: the Triton fused_moe; fp8: its block-fp8 Triton kernel; int4: Marlin's W4A16;
@@ -234,7 +237,7 @@ class Calibration:
     #: MoE kernel -> phase -> (low, high): DeepSeek-V3's steps composed from the measured MLA modules
     bands_mla_steps: dict | None = None
     #: borrowed and checked: the kernel families fitted on this GPU's own tables nonetheless (its
-    #: MoE kernels, GDN and MLA terms: "moe", "gdn", "mla"), the rest its relative's
+    #: GEMMs, MoE kernels, GDN and MLA terms: "gemm", "moe", "gdn", "mla"), the rest its relative's
     own_fitted: tuple = ()
 
     def band(self, phase: str, fp8: bool = False) -> tuple[float, float]:
@@ -268,9 +271,9 @@ def calibration_for(gpu_name: str) -> Calibration:
     checked = data.get("relative_bands", {}).get(gpu_name)
     own = ()
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
-        coefficients.update(checked.get("coefficients", {}))  # its MoE, GDN and MLA terms: its own fits
-        own = tuple(f for f, names in (("moe", MOE_COEFFICIENTS), ("gdn", GDN_COEFFICIENTS), ("mla", MLA_COEFFICIENTS))
-                    if set(names) & set(checked.get("coefficients", {})))
+        coefficients.update(checked.get("coefficients", {}))  # its GEMMs, MoE, GDN and MLA terms: its own fits
+        own = tuple(f for f, names in (("gemm", GEMM_COEFFICIENTS), ("moe", MOE_COEFFICIENTS), ("gdn", GDN_COEFFICIENTS),
+                                       ("mla", MLA_COEFFICIENTS)) if set(names) & set(checked.get("coefficients", {})))
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
         bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
         bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
