@@ -1031,6 +1031,7 @@ def main() -> int:
                                         "not the measurements.",
                          "files": sorted(t.used)}],
             "fitted_range": {"models": [n for n, _ in DENSE], "moe_models": [n for n, _ in MOE], "mla_models": [MLA_MODEL], "tp": [1, 2, 4, 8], "max_context": 8192,
+                             "mla_max_context": int(tabs[FIT_GPU]["mla"][0].isl.max()),
                              "max_prefill_tokens": 16384, "max_decode_batch": 256},
             "gpus": gpus,
             "stream_bandwidth": probes,

@@ -84,6 +84,24 @@ def test_raw_roofline_has_no_band_and_warnings_name_the_range():
                and "the cross-GPU check's" in w for w in warnings)
 
 
+def test_context_warning_takes_the_mla_modules_range_for_an_mla_run():
+    # the dense and MoE steps were composed up to 8,192 tokens of context; aiconfigurator's MLA modules
+    # (the MLA term's fit) time prompts up to 32,768: a 20,000-token prompt is extrapolated for a GQA
+    # model and not for DeepSeek-V3 with its fitted MLA term; a 40,000-token one is for both
+    def context_warnings(model, tokens, **kw):
+        t = trace_of((list(range(tokens // 16)), tokens, 0, 2), block_size=16)
+        r = kvreplay.simulate(t, "vllm", 8192, 16, model=model, time_model="roofline", **kw)
+        return [w for w in r.summary()["latency_band_s"]["warnings"] if "beyond the calibrated" in w]
+
+    ds = dict(gpu="H200", tp=8, weights_dtype="fp8")
+    assert context_warnings("Llama-3.1-8B", 20000, gpu="H100") == [
+        "1 request reaches a context beyond the calibrated 8,192 tokens (up to 20,002): attention there is extrapolated"]
+    assert context_warnings("DeepSeek-V3", 20000, **ds) == []
+    assert context_warnings("DeepSeek-V3", 40000, **ds) == [
+        "1 request reaches a context beyond the calibrated 32,768 tokens (the MLA modules' longest prompt) (up to "
+        "40,002): attention there is extrapolated"]
+
+
 def test_weights_dtype_warnings_name_what_was_not_measured():
     def warnings(dtype):
         r = kvreplay.simulate(small_trace(), "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline",

@@ -397,10 +397,15 @@ def calibration_warnings(tm, trace) -> list[str]:
         out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
     context = np.asarray(trace.input_length) + np.asarray(trace.output_length)
     longest = int(context.max()) if len(trace) else 0
-    if rng.get("max_context") and longest > rng["max_context"]:
-        n = int((context > rng["max_context"]).sum())
-        out.append(f"{n:,} requests reach contexts beyond the calibrated {rng['max_context']:,} tokens "
-                   f"(up to {longest:,}): attention there is extrapolated")
+    # an MLA run with its fitted term: the MLA modules were measured to longer prompts than the steps
+    mla = bool(getattr(tm, "mla", False) and rng.get("mla_max_context"))
+    limit = rng["mla_max_context"] if mla else rng.get("max_context")
+    if limit and longest > limit:
+        n = int((context > limit).sum())
+        out.append((f"{n:,} requests reach contexts" if n > 1 else "1 request reaches a context")
+                   + f" beyond the calibrated {limit:,} tokens"
+                   + (" (the MLA modules' longest prompt)" if mla else "")
+                   + f" (up to {longest:,}): attention there is extrapolated")
     if spec.checkpoint_weights and tm.dtype != spec.checkpoint_weights_dtype:
         out.append(f"weights at {tm.dtype}, but {spec.checkpoint_note()}")
     elif spec.checkpoint_weights == "fp8-block" and tm.dtype == "fp8":
