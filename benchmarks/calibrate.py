@@ -91,7 +91,7 @@ DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.
 
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
-from calibrate_stats import ratio_stats, spread  # noqa: E402
+from calibrate_stats import RATIO_COLUMNS, print_table, ratio_cells, ratio_stats, spread  # noqa: E402
 from calibrate_gdn import GDN_START, gdn_args, gdn_kernels, gdn_model, gdn_table, print_gdn  # noqa: E402
 from calibrate_mla import (MLA_MODEL, MLA_TPS, composed_mla_step, experts_within_memory, fit_mla,  # noqa: E402
                            mla_modules, mla_table, print_mla)
@@ -435,16 +435,23 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     nn, size = x.num_gpus.to_numpy(float), x.message_size.to_numpy(float)
     errs["allreduce"] = float(np.mean(np.abs(ar_model(c, nn, size) - x.latency.to_numpy(float) / 1e3)
                                       / (x.latency.to_numpy(float) / 1e3)))
-    moe, moe_errs = fit_moe(tables, gpu)
-    c.update(moe)
-    errs.update(moe_errs)
-    if "gdn" in tables:  # Gated DeltaNet layers (calibrate_gdn.py)
-        gdn, errs["gdn"] = fit_gdn(tables["gdn"], gpu, c)
-        c.update(gdn)
-    if "mla" in tables and "gemm_fp8" in tables:  # the MLA term, on the MLA modules (calibrate_mla.py)
-        fitted, errs["mla"] = fit_mla(tables["mla"], gpu, c, fit_family, gemm_fp8_model)
-        c.update(fitted)
+    families, family_errs = fit_families(tables, gpu, c)
+    c.update(families)
+    errs.update(family_errs)
     return c, errs
+
+
+def fit_families(tables: dict, gpu, c: dict) -> tuple[dict, dict]:
+    """The fused MoE kernels' (calibrate_moe.py), the Gated DeltaNet (calibrate_gdn.py) and the MLA
+    terms' (calibrate_mla.py) coefficients on a GPU's tables, the others fixed at `c`, and their errors."""
+    out, errs = fit_moe(tables, gpu)
+    if "gdn" in tables:
+        gdn, errs["gdn"] = fit_gdn(tables["gdn"], gpu, {**c, **out})
+        out.update(gdn)
+    if "mla" in tables and "gemm_fp8" in tables:
+        mla, errs["mla"] = fit_mla(tables["mla"], gpu, {**c, **out}, fit_family, gemm_fp8_model)
+        out.update(mla)
+    return out, errs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -644,12 +651,7 @@ def summary(rows):
 
 
 def print_summary(title, s):
-    print(f"\n{title}\n")
-    print("| phase | cases | error (MAPE) | measured / predicted, median [range] | 5-95% band |")
-    print("| --- | ---: | ---: | --- | --- |")
-    for phase, v in s.items():
-        print(f"| {phase} | {v['cases']} | {100 * v['mape']:.1f}% | {v['median_ratio']:.2f} [{v['min_ratio']:.2f}-"
-              f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} |")
+    print_table(title, (("phase", False), *RATIO_COLUMNS), ([phase, *ratio_cells(v)] for phase, v in s.items()))
 
 
 def held_back(tabs, meas, meas8, fit, probes) -> dict:
@@ -659,6 +661,7 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
     report = {}
     for name in GPUS:
         bw = stream(probes, name, FIT_GPU)
+        gpu = streamed(get_gpu(name), bw)
         rows = step_table(meas[name], name, fit, bw)
         held = "in-sample GPU, unseen step shapes" if name == FIT_GPU else "held back: never fitted"
         s = summary(rows)
@@ -672,17 +675,17 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
             print_summary(f"{name} fp8 steps ({held}), predicted with {FIT_GPU}'s coefficients", s8)
             print_summary(f"{name} fp8 steps, roofline-raw (MFU 0.5, MBU 0.6)", raw8)
             report[name].update({"calibrated_fp8": s8, "raw_fp8": raw8})
-        m = moe_table(tabs[name], streamed(get_gpu(name), bw), fit)
+        m = moe_table(tabs[name], gpu, fit)
         if m:  # the routed experts' fused MoE kernels, one layer at a time
             what = "the fitted tables" if name == FIT_GPU else held
             print_moe(f"{name} MoE kernels ({what}), predicted with {FIT_GPU}'s coefficients", m)
             report[name]["moe"] = m
-        g = gdn_table(tabs[name].get("gdn"), streamed(get_gpu(name), bw), fit)
+        g = gdn_table(tabs[name].get("gdn"), gpu, fit)
         if g:  # Gated DeltaNet layers, one layer at a time
             print_gdn(f"{name} Gated DeltaNet layers ({'the fitted tables' if name == FIT_GPU else held}), "
                       f"predicted with {FIT_GPU}'s coefficients", g)
             report[name]["gdn"] = g
-        modules = mla_table(tabs[name].get("mla"), streamed(get_gpu(name), bw), fit, gemm_fp8_model)
+        modules = mla_table(tabs[name].get("mla"), gpu, fit, gemm_fp8_model)
         if modules:  # the MLA modules, one layer at a time
             print_mla(f"{name} MLA modules ({'the fitted tables' if name == FIT_GPU else held}), "
                       f"predicted with {FIT_GPU}'s coefficients", modules)
@@ -751,16 +754,9 @@ def own_kernel_terms(tabs: dict, gpu, relative: dict) -> dict:
     its steps better than H200's (bf16 9.5 / 5.5 / 9.8% -> 7.5 / 5.9 / 5.3%), its own attention fit
     worse (its fitted floors come out at 0)."""
     own, errs = fit_gemms(tabs, gpu, START)
-    relative = {**relative, **own}
-    moe, moe_errs = fit_moe(tabs, gpu)
-    own.update(moe)
-    errs.update(moe_errs)
-    if "gdn" in tabs:
-        gdn, errs["gdn"] = fit_gdn(tabs["gdn"], gpu, relative)
-        own.update(gdn)
-    if "mla" in tabs and "gemm_fp8" in tabs:
-        mla, errs["mla"] = fit_mla(tabs["mla"], gpu, {**relative, **own}, fit_family, gemm_fp8_model)
-        own.update(mla)
+    families, family_errs = fit_families(tabs, gpu, {**relative, **own})
+    own.update(families)
+    errs.update(family_errs)
     print("\n" + f"{gpu.name}'s own GEMM, MoE, GDN and MLA kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
     return {k: float(v) for k, v in own.items()}
 
@@ -943,7 +939,8 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
     gpus = {}
     for name in GPUS:
         bw = stream(probes, name, name)
-        own = fit if name == FIT_GPU else fit_gpu(tabs[name], streamed(get_gpu(name), bw))[0]
+        gpu = streamed(get_gpu(name), bw)
+        own = fit if name == FIT_GPU else fit_gpu(tabs[name], gpu)[0]
         s = summary(step_table(meas[name], name, own, bw))
         gpus[name] = {"coefficients": {k: float(v) for k, v in own.items()},
                       "bands": {p: v["band"] for p, v in s.items()}, "step_error": {p: v["mape"] for p, v in s.items()}}
@@ -951,11 +948,11 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
             s8 = summary(step_table(meas8[name], name, own, bw, "fp8", head=meas[name]))
             gpus[name]["bands_fp8"] = {p: v["band"] for p, v in s8.items()}
             gpus[name]["step_error_fp8"] = {p: v["mape"] for p, v in s8.items()}
-        m = moe_table(tabs[name], streamed(get_gpu(name), bw), own)
+        m = moe_table(tabs[name], gpu, own)
         if m:
             gpus[name]["bands_moe"] = {k: v["band"] for k, v in m.items()}
             gpus[name]["moe_error"] = {k: v["mape"] for k, v in m.items()}
-        g = gdn_table(tabs[name].get("gdn"), streamed(get_gpu(name), bw), own)
+        g = gdn_table(tabs[name].get("gdn"), gpu, own)
         if g:
             gpus[name]["bands_gdn"] = {p: v["band"] for p, v in g.items()}
         mla = mla_step_table(tabs[name], meas[name], meas8.get(name), name, own, bw)

@@ -40,6 +40,7 @@ table simulates the fitted values).
 from __future__ import annotations
 
 import numpy as np
+from calibrate_stats import print_table as markdown_table
 from calibrate_stats import ratio_stats
 
 SILICON_MODELS = {"Qwen/Qwen3-32B": "Qwen3-32B", "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
@@ -205,15 +206,13 @@ def groups(rows):
 
 
 def print_table(title, by_group):
-    print(f"\n{title}\n")
-    print("| GPU | runs | source | TTFT error (MAPE) | TTFT measured / simulated, median [5-95%] | TPOT error | "
-          "TPOT measured / simulated, median [5-95%] |")
-    print("| --- | ---: | --- | ---: | --- | ---: | --- |")
-    for (gpu, source), s in by_group.items():
-        if "ttft" not in s:
-            continue
-        t, p = s["ttft"], s["tpot"]
+    columns = (("GPU", False), ("runs", True), ("source", False), ("TTFT error (MAPE)", True),
+               ("TTFT measured / simulated, median [5-95%]", False), ("TPOT error", True),
+               ("TPOT measured / simulated, median [5-95%]", False))
+
+    def cells(gpu, source, s):
         runs = f"{s['runs']} (+{s['refused']} refused)" if s["refused"] else str(s["runs"])
-        print(f"| {gpu} | {runs} | {source} | "
-              f"{100 * t['mape']:.1f}% | {t['median_ratio']:.2f} [{t['band'][0]:.2f}-{t['band'][1]:.2f}] | "
-              f"{100 * p['mape']:.1f}% | {p['median_ratio']:.2f} [{p['band'][0]:.2f}-{p['band'][1]:.2f}] |")
+        return [gpu, runs, source] + [cell for v in (s["ttft"], s["tpot"]) for cell in
+                                      (f"{100 * v['mape']:.1f}%", f"{v['median_ratio']:.2f} [{v['band'][0]:.2f}-{v['band'][1]:.2f}]")]
+
+    markdown_table(title, columns, (cells(gpu, source, s) for (gpu, source), s in by_group.items() if "ttft" in s))

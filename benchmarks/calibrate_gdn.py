@@ -13,7 +13,7 @@ TP) are Qwen3-Next-80B-A3B's, the catalog's GDN model: those rows are reported a
 from __future__ import annotations
 
 import numpy as np
-from calibrate_stats import ratio_stats
+from calibrate_stats import print_table, ratio_stats
 
 #: the GDN term's starting point, in GDN_TERMS' order (roofline.py)
 GDN_START = (200.0, 3e-5, 0.05, 0.5, 1e-6, 1e-5, 0.1, 0.8, 1e-7)
@@ -79,11 +79,9 @@ def gdn_table(table, gpu, coefficients: dict) -> dict:
 
 
 def print_gdn(title, s):
-    print(f"\n{title}\n")
-    print("| phase | cases | error (MAPE) | median | 5-95% band | Qwen3-Next's heads: cases, error | "
-          "before (the state term): error, median |")
-    print("| --- | ---: | ---: | ---: | --- | --- | --- |")
-    for phase, v in s.items():
-        print(f"| {phase} | {v['cases']} | {100 * v['mape']:.1f}% | {v['median_ratio']:.2f} | "
-              f"{v['band'][0]:.2f}-{v['band'][1]:.2f} | {v['next_cases']}, {100 * v['next_mape']:.1f}% | "
-              f"{100 * v['next_mape_before']:.1f}%, {v['next_median_before']:.2f} |")
+    columns = (("phase", False), ("cases", True), ("error (MAPE)", True), ("median", True), ("5-95% band", False),
+               ("Qwen3-Next's heads: cases, error", False), ("before (the state term): error, median", False))
+    print_table(title, columns, ([phase, str(v["cases"]), f"{100 * v['mape']:.1f}%", f"{v['median_ratio']:.2f}",
+                                  f"{v['band'][0]:.2f}-{v['band'][1]:.2f}", f"{v['next_cases']}, {100 * v['next_mape']:.1f}%",
+                                  f"{100 * v['next_mape_before']:.1f}%, {v['next_median_before']:.2f}"]
+                                 for phase, v in s.items()))

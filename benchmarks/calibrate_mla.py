@@ -22,7 +22,7 @@ docs/performance.md section 13).
 from __future__ import annotations
 
 import numpy as np
-from calibrate_stats import ratio_stats
+from calibrate_stats import RATIO_COLUMNS, print_table, ratio_cells, ratio_stats
 
 #: the MLA MoE model whose steps the tables compose, at the TP degrees tried
 MLA_MODEL, MLA_TPS = "DeepSeek-V3", (4, 8)
@@ -128,14 +128,10 @@ def mla_table(modules, gpu, c: dict, gemm) -> dict:
 
 
 def print_mla(title, s):
-    print(f"\n{title}\n")
-    print("| phase | cases | error (MAPE) | measured / predicted, median [range] | 5-95% band | error at "
-          + " / ".join(str(h) for h in MLA_HEADS) + " heads per GPU |")
-    print("| --- | ---: | ---: | --- | --- | --- |")
-    for phase, v in s.items():
-        print(f"| {phase} | {v['cases']} | {100 * v['mape']:.1f}% | {v['median_ratio']:.2f} [{v['min_ratio']:.2f}-"
-              f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} | "
-              + " / ".join(f"{100 * e:.1f}%" for e in v["by_heads"].values()) + " |")
+    heads = ("error at " + " / ".join(str(h) for h in MLA_HEADS) + " heads per GPU", False)
+    print_table(title, (("phase", False), *RATIO_COLUMNS, heads),
+                ([phase, *ratio_cells(v), " / ".join(f"{100 * e:.1f}%" for e in v["by_heads"].values())]
+                 for phase, v in s.items()))
 
 
 def _module(table, heads, batch, key, x):

@@ -15,7 +15,7 @@ experts of an MoE", and docs/performance.md section 13).
 from __future__ import annotations
 
 import numpy as np
-from calibrate_stats import ratio_stats
+from calibrate_stats import RATIO_COLUMNS, print_table, ratio_cells, ratio_stats
 
 #: the fused MoE kernel vLLM runs for each weights dtype, of those the tables timed (the first
 #: present): the Triton kernels on Hopper, FlashInfer's TRT-LLM ones on Blackwell (B200's tables
@@ -89,14 +89,9 @@ def moe_table(tables: dict, gpu, coefficients: dict) -> dict:
 
 
 def print_moe(title, s):
-    print(f"\n{title}\n")
-    print("| weights | cases | error (MAPE) | measured / predicted, median [range] | 5-95% band | "
-          "as the GEMMs (before): error, median ratio |")
-    print("| --- | ---: | ---: | --- | --- | --- |")
-    for kernel, v in s.items():
-        print(f"| {kernel} | {v['cases']} | {100 * v['mape']:.1f}% | {v['median_ratio']:.2f} [{v['min_ratio']:.2f}-"
-              f"{v['max_ratio']:.2f}] | {v['band'][0]:.2f}-{v['band'][1]:.2f} | "
-              f"{100 * v['mape_as_dense']:.1f}%, {v['median_ratio_as_dense']:.2f} |")
+    print_table(title, (("weights", False), *RATIO_COLUMNS, ("as the GEMMs (before): error, median ratio", False)),
+                ([kernel, *ratio_cells(v), f"{100 * v['mape_as_dense']:.1f}%, {v['median_ratio_as_dense']:.2f}"]
+                 for kernel, v in s.items()))
 
 
 #: the MoE kernels' starting point, in MOE_TERMS' order (roofline.py)

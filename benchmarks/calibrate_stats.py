@@ -26,3 +26,23 @@ def spread(checks) -> dict:
             lo, hi = out.get(key, (np.inf, -np.inf))
             out[key] = (min(lo, v["band"][0]), max(hi, v["band"][1]))
     return {k: [float(lo), float(hi)] for k, (lo, hi) in out.items()}
+
+
+#: the columns of ratio_cells
+RATIO_COLUMNS = (("cases", True), ("error (MAPE)", True), ("measured / predicted, median [range]", False),
+                 ("5-95% band", False))
+
+
+def ratio_cells(v: dict) -> list[str]:
+    """A ratio_stats' cells as the tables print them: cases, error, median [range], 5-95% band."""
+    return [str(v["cases"]), f"{100 * v['mape']:.1f}%", f"{v['median_ratio']:.2f} [{v['min_ratio']:.2f}-{v['max_ratio']:.2f}]",
+            f"{v['band'][0]:.2f}-{v['band'][1]:.2f}"]
+
+
+def print_table(title: str, columns, rows):
+    """A markdown table after its title: `columns` (header, right-aligned?), `rows` lists of cells."""
+    print(f"\n{title}\n")
+    print("| " + " | ".join(c for c, _ in columns) + " |")
+    print("| " + " | ".join("---:" if right else "---" for _, right in columns) + " |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
