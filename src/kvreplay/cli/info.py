@@ -120,6 +120,8 @@ def _cmd_gpus(args) -> int:
 
 def _calibration_cells(cal: dict | None) -> dict:
     """The `gpus` table's streamed-bandwidth and calibration cells of one GPU."""
+    from ..serving.timing.roofline import own_fitted_label
+
     if cal is None:
         return {"stream": "-", "calibration": "none (roofline-raw or a profile)", "moe": "-", "mla": "-"}
     measured = cal["stream_bandwidth_source"] == "measured on this GPU"
@@ -127,7 +129,7 @@ def _calibration_cells(cal: dict | None) -> dict:
     if cal["own_kernels_fitted"]:
         text = "fitted on its own kernels"
     elif cal["checked_on_own_kernels"]:
-        own = "/".join({"gemm": "GEMM", "moe": "MoE", "gdn": "GDN", "mla": "MLA"}[f] for f in cal["own_fitted"])
+        own = own_fitted_label(cal["own_fitted"])
         text = f"{cal['coefficients_from']}'s" + (f" ({own}: its own)" if own else "") + ", checked on its own kernels"
     else:
         text = f"{cal['coefficients_from']}'s (nothing measured)"

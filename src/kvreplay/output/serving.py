@@ -23,7 +23,9 @@ def seconds_text(x: float) -> str:
 def _describe_time(tm: dict) -> str:
     name = tm.get("time_model")
     if name == "roofline":
-        own = "/".join({"gemm": "GEMM", "moe": "MoE", "gdn": "GDN", "mla": "MLA"}[f] for f in tm.get("own_fitted") or ())
+        from ..serving.timing.roofline import own_fitted_label
+
+        own = own_fitted_label(tm.get("own_fitted") or ())
         if not tm.get("borrowed_calibration"):
             note = ""
         elif tm.get("checked_on_own_kernels"):

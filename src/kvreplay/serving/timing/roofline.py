@@ -152,6 +152,17 @@ GDN_COEFFICIENTS = tuple(f"gdn_{t}" for t in GDN_TERMS)
 #: of its elementwise kernels (norms, rope, the latent's split and copies, the per-head layouts)
 MLA_COEFFICIENTS = ("mla_floor_s", "mla_e_attn_prefill", "mla_e_attn_decode", "mla_per_token_s",
                     "mla_per_head_token_s")
+#: the kernel families a GPU that borrows its relative's coefficients may fit on its own tables
+#: nonetheless (Calibration.own_fitted): their labels and coefficients
+OWN_FAMILIES = {"gemm": ("GEMM", GEMM_COEFFICIENTS), "moe": ("MoE", MOE_COEFFICIENTS), "gdn": ("GDN", GDN_COEFFICIENTS),
+                "mla": ("MLA", MLA_COEFFICIENTS)}
+
+
+def own_fitted_label(families) -> str:
+    """Calibration.own_fitted as the output prints it: "GEMM/MoE/GDN/MLA"."""
+    return "/".join(OWN_FAMILIES[f][0] for f in families)
+
+
 #: vLLM's sm90 fp8 GEMM for m > 128 rows: 128-row tiles in 2 x 1 clusters, so its rows run in
 #: blocks of 256 (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh,
 #: sm90_fp8_config_default: TileShape 128 x 128 x 128, ClusterShape 2 x 1 x 1; at most 128 rows it
@@ -272,8 +283,7 @@ def calibration_for(gpu_name: str) -> Calibration:
     own = ()
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
         coefficients.update(checked.get("coefficients", {}))  # its GEMMs, MoE, GDN and MLA terms: its own fits
-        own = tuple(f for f, names in (("gemm", GEMM_COEFFICIENTS), ("moe", MOE_COEFFICIENTS), ("gdn", GDN_COEFFICIENTS),
-                                       ("mla", MLA_COEFFICIENTS)) if set(names) & set(checked.get("coefficients", {})))
+        own = tuple(f for f, (_, names) in OWN_FAMILIES.items() if set(names) & set(checked.get("coefficients", {})))
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
         bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
         bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
@@ -541,17 +551,14 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         peak, bw, tp = self.peak_flops, self.bandwidth, self.tp
         e_gemm, e_weights, floor = self.gemm_c
         rows = fp8_gemm_rows(tokens, self.c["fp8_partial_rows"]) if self.fp8 else tokens
-        if self.gemm_shapes:
-            act, wbytes, out_bytes = self.gemm_bytes
-            layer = 0.0
-            for n, k in self.gemm_shapes:
-                compute = 2.0 * rows * n * (k + self.gemm_k0) / (peak * e_gemm)
-                memory = (act * tokens * k + wbytes * k * n + out_bytes * tokens * n) / (bw * e_weights)
-                layer += soft_max(compute, memory, self.gemm_p) + floor
-            if not self.body_beside:
-                return self.model.num_layers * layer
-        else:
-            layer = 0.0
+        act, wbytes, out_bytes = self.gemm_bytes
+        layer = 0.0
+        for n, k in self.gemm_shapes:
+            compute = 2.0 * rows * n * (k + self.gemm_k0) / (peak * e_gemm)
+            memory = (act * tokens * k + wbytes * k * n + out_bytes * tokens * n) / (bw * e_weights)
+            layer += soft_max(compute, memory, self.gemm_p) + floor
+        if self.gemm_shapes and not self.body_beside:
+            return self.model.num_layers * layer
         flops = 2.0 * self.body_flop_params * rows / tp
         weights = min(self.body_weight_bytes, self.active_body_weight_bytes * tokens) / tp
         body = soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p)

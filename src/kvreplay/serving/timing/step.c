@@ -34,74 +34,74 @@ static f64 soft_max(f64 compute, f64 memory, f64 p) {
     return pow(pow(compute, p) + pow(memory, p), 1.0 / p);
 }
 
-/* the calibrated roofline: the sum of its kernels' times (serving/timing/roofline.py terms()) */
-static f64 calibrated(const f64 *tm, const f64 *agg) {
-    f64 tp = tm[C_TP], layers = tm[C_LAYERS], bw = tm[C_BW];
-    f64 prefill_reqs = agg[AGG_PREFILL_REQS], decodes = agg[AGG_DECODE_REQS];
-    f64 tokens = agg[AGG_PREFILL_NEW] + decodes, rows = prefill_reqs + decodes;
+/* the layers' GEMMs (roofline.py layer_gemms): each at its shape, and/or one GEMM of the body */
+static f64 layer_gemms(const f64 *tm, f64 tokens) {
+    f64 bw = tm[C_BW], layers = tm[C_LAYERS];
     /* fp8: the rows its tiles compute (C_TILE_ROWS 0: every row as it is) */
     f64 rows_computed = tokens;
     if (tm[C_TILE_ROWS] > 0 && tokens > tm[C_TILE_ABOVE]) {  /* (and a partial last block's cost) */
         rows_computed = ceil(tokens / tm[C_TILE_ROWS]) * tm[C_TILE_ROWS];
         rows_computed += (rows_computed - tokens) / (tm[C_TILE_ROWS] - 1.0) * tm[C_TILE_PARTIAL];
     }
-    f64 t = 0.0;
-    if (tm[C_GEMMS] > 0) {  /* each layer GEMM at its shape (roofline.py layer_gemms) */
-        f64 layer = 0.0;
-        for (i64 g = 0; g < (i64)tm[C_GEMMS]; g++) {
-            f64 n = tm[C_G1_N + 2 * g], k = tm[C_G1_K + 2 * g];
-            f64 compute = 2.0 * rows_computed * n * (k + tm[C_GEMM_K0]) / (tm[C_PEAK] * tm[C_E_GEMM]);
-            f64 memory = (tm[C_GEMM_IN_BYTES] * tokens * k + tm[C_GEMM_W_BYTES] * k * n + 2.0 * tokens * n)
-                         / (bw * tm[C_E_WEIGHTS]);
-            layer += soft_max(compute, memory, tm[C_GEMM_P]) + tm[C_GEMM_FLOOR];
-        }
-        t = layers * layer;
+    f64 layer = 0.0;
+    for (i64 g = 0; g < (i64)tm[C_GEMMS]; g++) {
+        f64 n = tm[C_G1_N + 2 * g], k = tm[C_G1_K + 2 * g];
+        f64 compute = 2.0 * rows_computed * n * (k + tm[C_GEMM_K0]) / (tm[C_PEAK] * tm[C_E_GEMM]);
+        f64 memory = (tm[C_GEMM_IN_BYTES] * tokens * k + tm[C_GEMM_W_BYTES] * k * n + 2.0 * tokens * n)
+                     / (bw * tm[C_E_WEIGHTS]);
+        layer += soft_max(compute, memory, tm[C_GEMM_P]) + tm[C_GEMM_FLOOR];
     }
-    if (tm[C_GEMMS] == 0 || tm[C_BODY_BESIDE] > 0) {  /* one GEMM of the body (beside an MLA's projections) */
-        f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tp;
-        f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tp;
-        t += soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
-             + tm[C_BODY_GEMMS] * layers * tm[C_GEMM_FLOOR];
-    }
-    if (tm[C_MOE_LAYERS] > 0) {  /* an MoE's routed experts (roofline.py moe_layer_time) */
-        f64 h = tm[C_HIDDEN], inter = tm[C_MOE_INTER], k0 = tm[C_MOE_K0];
-        f64 routed = tokens * tm[C_MOE_TOPK], active = kv_fmin(tm[C_MOE_EXPERTS], routed);
-        f64 tile = tokens > tm[C_MOE_TILE_ABOVE] ? tm[C_MOE_TILE_ROWS_LARGE] : tm[C_MOE_TILE_ROWS];
-        f64 moe_rows = kv_fmax(routed, active * tile);
-        f64 flops = 2.0 * moe_rows * (2.0 * (h + k0) * inter + (inter + k0) * h);
-        f64 weights = active * 3.0 * h * inter * tm[C_MOE_W_BYTES];
-        t += tm[C_MOE_LAYERS] * (soft_max(flops / (tm[C_MOE_PEAK] * tm[C_MOE_E_GEMM]), weights / (bw * tm[C_MOE_E_WEIGHTS]),
-                                          tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed);
-    }
-    if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
-        t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
-    if (tm[C_HEAD_PARAMS] > 0)
-        t += soft_max(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_ATTN_PEAK] * tm[C_HEAD_E_GEMM]),
-                      tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_HEAD_E_WEIGHTS]), tm[C_HEAD_P]) + tm[C_HEAD_FLOOR];
-    f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
+    f64 t = tm[C_GEMMS] > 0 ? layers * layer : 0.0;
+    if (tm[C_GEMMS] > 0 && tm[C_BODY_BESIDE] == 0) return t;
+    /* one GEMM of the body (beside an MLA's projections) */
+    f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tm[C_TP];
+    f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tm[C_TP];
+    return t + (soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
+                + tm[C_BODY_GEMMS] * layers * tm[C_GEMM_FLOOR]);
+}
+
+/* an MoE's routed experts (roofline.py moe_layer_time), over its MoE layers */
+static f64 moe_experts(const f64 *tm, f64 tokens) {
+    f64 h = tm[C_HIDDEN], inter = tm[C_MOE_INTER], k0 = tm[C_MOE_K0];
+    f64 routed = tokens * tm[C_MOE_TOPK], active = kv_fmin(tm[C_MOE_EXPERTS], routed);
+    f64 tile = tokens > tm[C_MOE_TILE_ABOVE] ? tm[C_MOE_TILE_ROWS_LARGE] : tm[C_MOE_TILE_ROWS];
+    f64 moe_rows = kv_fmax(routed, active * tile);
+    f64 flops = 2.0 * moe_rows * (2.0 * (h + k0) * inter + (inter + k0) * h);
+    f64 weights = active * 3.0 * h * inter * tm[C_MOE_W_BYTES];
+    return tm[C_MOE_LAYERS] * (soft_max(flops / (tm[C_MOE_PEAK] * tm[C_MOE_E_GEMM]), weights / (tm[C_BW] * tm[C_MOE_E_WEIGHTS]),
+                                        tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed);
+}
+
+/* the prefills' attention over the attention layers (roofline.py terms()) */
+static f64 prefill_attention(const f64 *tm, const f64 *agg) {
+    f64 kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
     f64 attn_layers = tm[C_ATTN_LAYERS]; /* (all of them but Mamba / linear-attention layers) */
-    if (prefill_reqs > 0) {
-        f64 keys_f = agg[AGG_KEYS_FULL] - agg[AGG_DECODE_CTX], keys_s = agg[AGG_KEYS_SW] - agg[AGG_DECODE_SW];
-        f64 touched_f = agg[AGG_TOUCHED_FULL] - agg[AGG_DECODE_CTX], touched_s = agg[AGG_TOUCHED_SW] - agg[AGG_DECODE_SW];
-        f64 width_p = tm[C_ATTN_WIDTH_PREFILL];
-        f64 f = 4.0 * width_p * (lf * keys_f + lsw * keys_s);
-        f64 b = kv * (lf * touched_f + lsw * touched_s) + 4.0 * width_p * agg[AGG_PREFILL_NEW] * attn_layers;
-        t += attn_layers * tm[C_ATTN_FLOOR_PREFILL]
-             + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_PREFILL]), b / (bw * tm[C_E_KV_PREFILL]));
-    }
-    if (decodes > 0) {
-        f64 ctx = agg[AGG_DECODE_CTX], ctx_s = agg[AGG_DECODE_SW];
-        f64 f = 4.0 * width * (lf * ctx + lsw * ctx_s), b = kv * (lf * ctx + lsw * ctx_s);
-        t += attn_layers * (tm[C_ATTN_FLOOR_DECODE] + decodes * tm[C_ATTN_PER_REQ_DECODE])
-             + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (bw * tm[C_E_KV_DECODE]));
-    }
-    if (tm[C_MLA_FLOOR] > 0 || tm[C_MLA_PER_TOKEN] > 0)  /* the MLA module's floor and elementwise kernels */
-        t += attn_layers * (tm[C_MLA_FLOOR] + tm[C_MLA_PER_TOKEN] * tokens
-                            + tm[C_MLA_CONTEXT_FLOPS] * agg[AGG_PREFILL_CACHED] / (tm[C_PEAK] * tm[C_E_GEMM]));
-    if (tm[C_MAMBA_LAYERS] > 0 && tm[C_GDN] > 0) { /* Gated DeltaNet layers (roofline.py gdn_layer_time) */
+    f64 keys_f = agg[AGG_KEYS_FULL] - agg[AGG_DECODE_CTX], keys_s = agg[AGG_KEYS_SW] - agg[AGG_DECODE_SW];
+    f64 touched_f = agg[AGG_TOUCHED_FULL] - agg[AGG_DECODE_CTX], touched_s = agg[AGG_TOUCHED_SW] - agg[AGG_DECODE_SW];
+    f64 width_p = tm[C_ATTN_WIDTH_PREFILL];
+    f64 f = 4.0 * width_p * (lf * keys_f + lsw * keys_s);
+    f64 b = kv * (lf * touched_f + lsw * touched_s) + 4.0 * width_p * agg[AGG_PREFILL_NEW] * attn_layers;
+    return attn_layers * tm[C_ATTN_FLOOR_PREFILL]
+           + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_PREFILL]), b / (tm[C_BW] * tm[C_E_KV_PREFILL]));
+}
+
+/* the decodes' attention over the attention layers (roofline.py terms()) */
+static f64 decode_attention(const f64 *tm, const f64 *agg) {
+    f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
+    f64 ctx = agg[AGG_DECODE_CTX], ctx_s = agg[AGG_DECODE_SW];
+    f64 f = 4.0 * width * (lf * ctx + lsw * ctx_s), b = kv * (lf * ctx + lsw * ctx_s);
+    return tm[C_ATTN_LAYERS] * (tm[C_ATTN_FLOOR_DECODE] + agg[AGG_DECODE_REQS] * tm[C_ATTN_PER_REQ_DECODE])
+           + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (tm[C_BW] * tm[C_E_KV_DECODE]));
+}
+
+/* Mamba / linear-attention layers: Gated DeltaNet on its fitted kernel (roofline.py gdn_layer_time)
+   or the state term (mamba_term) */
+static f64 linear_layers(const f64 *tm, f64 tokens, f64 rows, int prefill) {
+    f64 tp = tm[C_TP], bw = tm[C_BW];
+    if (tm[C_GDN] > 0) {
         f64 st = tm[C_STATE_BYTES] / tp, flops = 6.0 * st / 2.0 * tokens;
         f64 nbytes = 2.0 * st * rows + tm[C_GDN_ACT] * tokens, layer;
-        if (prefill_reqs > 0) {
+        if (prefill) {
             f64 occupancy = kv_fmax(1.0, tm[C_GDN_PARALLEL] / (rows * tm[C_GDN_VHEADS]));
             layer = tm[C_GDN_FLOOR_PREFILL] + kv_fmax(flops * occupancy / (tm[C_ATTN_PEAK] * tm[C_GDN_E_PREFILL]),
                                                       nbytes / (bw * tm[C_GDN_E_BYTES_PREFILL]))
@@ -111,15 +111,33 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
                                                      nbytes / (bw * tm[C_GDN_E_BYTES_DECODE]))
                     + tm[C_GDN_PER_REQ_DECODE] * rows;
         }
-        t += tm[C_MAMBA_LAYERS] * layer;
-    } else if (tm[C_MAMBA_LAYERS] > 0) { /* the state term (roofline.py mamba_term) */
-        f64 m = tm[C_MAMBA_LAYERS], state = tm[C_STATE_BYTES];
-        f64 nbytes = 2.0 * state * m * rows / tp, f = 6.0 * state / 2.0 * m * tokens / tp;
-        int prefill = prefill_reqs > 0;
-        f64 floor_s = prefill ? tm[C_ATTN_FLOOR_PREFILL] : tm[C_ATTN_FLOOR_DECODE];
-        f64 e = prefill ? tm[C_E_ATTN_PREFILL] : tm[C_E_ATTN_DECODE];
-        t += m * floor_s + kv_fmax(f / (tm[C_ATTN_PEAK] * e), nbytes / (bw * tm[C_E_KV_DECODE]));
+        return tm[C_MAMBA_LAYERS] * layer;
     }
+    f64 m = tm[C_MAMBA_LAYERS], state = tm[C_STATE_BYTES];
+    f64 nbytes = 2.0 * state * m * rows / tp, f = 6.0 * state / 2.0 * m * tokens / tp;
+    f64 floor_s = prefill ? tm[C_ATTN_FLOOR_PREFILL] : tm[C_ATTN_FLOOR_DECODE];
+    f64 e = prefill ? tm[C_E_ATTN_PREFILL] : tm[C_E_ATTN_DECODE];
+    return m * floor_s + kv_fmax(f / (tm[C_ATTN_PEAK] * e), nbytes / (bw * tm[C_E_KV_DECODE]));
+}
+
+/* the calibrated roofline: the sum of its kernels' times (serving/timing/roofline.py terms()) */
+static f64 calibrated(const f64 *tm, const f64 *agg) {
+    f64 tp = tm[C_TP], layers = tm[C_LAYERS], bw = tm[C_BW];
+    f64 prefill_reqs = agg[AGG_PREFILL_REQS], decodes = agg[AGG_DECODE_REQS];
+    f64 tokens = agg[AGG_PREFILL_NEW] + decodes, rows = prefill_reqs + decodes;
+    f64 t = layer_gemms(tm, tokens);
+    if (tm[C_MOE_LAYERS] > 0) t += moe_experts(tm, tokens);
+    if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
+        t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
+    if (tm[C_HEAD_PARAMS] > 0)
+        t += soft_max(2.0 * tm[C_HEAD_PARAMS] * rows / tp / (tm[C_ATTN_PEAK] * tm[C_HEAD_E_GEMM]),
+                      tm[C_HEAD_WEIGHT_BYTES] / tp / (bw * tm[C_HEAD_E_WEIGHTS]), tm[C_HEAD_P]) + tm[C_HEAD_FLOOR];
+    if (prefill_reqs > 0) t += prefill_attention(tm, agg);
+    if (decodes > 0) t += decode_attention(tm, agg);
+    if (tm[C_MLA_FLOOR] > 0 || tm[C_MLA_PER_TOKEN] > 0)  /* the MLA module's floor and elementwise kernels */
+        t += tm[C_ATTN_LAYERS] * (tm[C_MLA_FLOOR] + tm[C_MLA_PER_TOKEN] * tokens
+                                  + tm[C_MLA_CONTEXT_FLOPS] * agg[AGG_PREFILL_CACHED] / (tm[C_PEAK] * tm[C_E_GEMM]));
+    if (tm[C_MAMBA_LAYERS] > 0) t += linear_layers(tm, tokens, rows, prefill_reqs > 0);
     if (tp > 1 && tm[C_HIDDEN] > 0)
         t += 2.0 * layers * (tm[C_AR_LATENCY] + 2.0 * (tp - 1.0) / tp * tokens * tm[C_HIDDEN] * 2.0 / tm[C_AR_BUS]);
     t += layers * tm[C_PER_LAYER] + tm[C_PER_STEP];
