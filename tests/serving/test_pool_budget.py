@@ -43,12 +43,13 @@ def test_simulate_prints_and_reports_the_budget(trace_file):
     (("--capacity", "100", "--num-gpu-blocks-override", "3"), "--num-gpu-blocks-override"),
 ])
 def test_bad_pool_flags_exit_2_naming_the_flag(trace_file, args, message):
-    r = kv("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "instant", *args)
+    r = kv("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "instant",
+           "--block-size", "16", *args)
     assert r.returncode == 2 and message in r.stderr.decode().strip().splitlines()[-1]
 
 
 def test_the_pool_flags_need_a_gpu_and_a_model(trace_file):
-    assert "needs --gpu and --model" in fails("simulate", trace_file, "--time-model", "instant",
+    assert "needs --gpu and --model" in fails("simulate", trace_file, "--time-model", "instant", "--block-size", "16",
                                               "--kv-cache-memory", "20GiB")
 
 
