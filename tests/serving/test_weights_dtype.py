@@ -178,7 +178,7 @@ def test_cli_sizes_the_pool_and_the_roofline_at_the_weights_dtype(trace_file):
     # the roofline built from --mfu takes it too
     doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--weights-dtype",
                         "int4", "--mfu", "0.4", "--json", "--summary-only"))
-    assert doc["config"]["time_model"]["dtype"] == "int4" and doc["config"]["capacity_blocks"] == 32_417
+    assert doc["config"]["time_model"]["dtype"] == "int4" and doc["config"]["capacity_blocks"] == 31_974
 
 
 def test_a_load_sweep_carries_the_weights_dtype(trace_file):
