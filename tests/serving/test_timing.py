@@ -1030,3 +1030,29 @@ def test_calibrated_mla_prefill_runs_unabsorbed_and_decompresses_its_cached_cont
     plain = CalibratedRooflineTimeModel("DeepSeek-V3", "H100", 8, coefficients=ROUND)
     assert not plain.mla and "mla" not in plain.terms(StepBatch((100,), (900,))) and plain.gemm_shapes == ()
     assert plain.attn_width_prefill == plain.attn_width == 128 * 576
+
+
+def test_the_profile_peak_is_the_larger_of_the_forward_pass_and_the_sampler():
+    from kvreplay.analysis.models import get_model
+    from kvreplay.serving.timing import memory
+
+    # Qwen3-30B-A3B, TP 1: attention 2 x (32 + 4) x 128 = 9,216; the fused MoE's workspaces (vLLM
+    # 0.33.0's TritonExperts, not chunked) 8 x max(768, 2,048) + 8 x max(1,536, 2,048) = 32,768
+    # plus the router's fp32 logits 2 x 128 = 256 -> 33,024 elements a token
+    spec = get_model("Qwen3-30B-A3B")
+    assert memory.layer_width(spec, 1) == 33_024
+    # fp8 weights add the quantized input and activation: (2,048 + 8 x 768) / 2 = 4,096
+    assert memory.layer_width(spec, 1, "fp8") == 37_120
+    # forward at 8,192 tokens: 8,192 x (2 x 2,048 + 33,024) x 2 = 608,174,080 B
+    # sampler at 256 rows: 256 x 151,936 x 14 = 544,538,624 + hidden 8,192 x 2,048 x 2 = 33,554,432
+    forward, sampler = memory.activation_bytes(spec, 1, 8192, 256)
+    assert (forward, sampler) == (608_174_080, 578_093_056)
+    # at 1,024 rows the sampler is the peak: 1,024 x 151,936 x 14 + 33,554,432 = 2,211,708,928
+    assert memory.activation_bytes(spec, 1, 8192, 1024)[1] == 2_211_708_928
+    # DeepSeek-R1 at TP 8: MLA 16 heads x (192 q + 320 up-projected k/v + 128 out) = 10,240; the
+    # MoE 8 x 7,168 x 2 + 2 x 256 = 115,200, + (7,168 + 8 x 256) / 2 = 4,608 at fp8 -> 119,808
+    r1 = get_model("DeepSeek-R1")
+    assert memory.layer_width(r1, 8, "fp8") == 119_808
+    # expert parallelism keeps each expert whole: Qwen3-235B-A22B at 8 ranks, I = 1,536 (not 192)
+    big = get_model("Qwen3-235B-A22B")
+    assert memory.layer_width(big, 8, ep=True) == 8 * 4_096 + 8 * 4_096 + 256
