@@ -213,7 +213,7 @@ def test_get_model_unknown_suggests():
         get_model("lama-3.1-8b")
     with pytest.raises(ConfigError, match=r"did you mean DeepSeek-V3, DeepSeek-R1\?"):
         get_model("deepseek")
-    with pytest.raises(ConfigError, match=r"^unknown model 'zzzz' \(see `kvreplay models`\)$"):
+    with pytest.raises(ConfigError, match=r"^unknown model 'zzzz' \(see `kvreplay models`, or give a path to a config.json\)$"):
         get_model("zzzz")
 
 
