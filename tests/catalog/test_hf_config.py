@@ -198,3 +198,14 @@ def test_the_api_names_the_argument(tmp_path):
         get_model(42)
     blocks, budget = resolve_capacities(["80GiB"], 512, model=str(write(tmp_path, LLAMA)))
     assert blocks == [80 * 2**30 // (256 * 512)] and budget["bytes_per_token"] == 256
+
+
+def test_every_layer_sliding(tmp_path):
+    # Mistral-7B-v0.1 style: sliding_window on a mistral config slides every layer; there is no
+    # full-attention figure, and describe() says so instead of failing
+    from kvreplay.catalog.models import describe
+
+    m = read(tmp_path, {**LLAMA, "model_type": "mistral", "sliding_window": 4096})
+    assert m.kv_groups == ({"kind": "sliding_window", "layers": 2, "window": 4096},)
+    assert m.sliding_window_pattern == "every layer uses the 4096-token window" and m.full_attention_layers == 0
+    assert describe(m)["kv_bytes_per_token"] == {"all": {"bf16": 256, "fp8": 128}, "full": {"bf16": None, "fp8": None}}

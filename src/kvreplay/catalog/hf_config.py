@@ -421,94 +421,122 @@ def _windows(arch: Arch) -> dict:
 
 
 def _read_ffn(arch: Arch) -> None:
-    """The dense MLP width, and the routed experts of an MoE (arch.moe, arch.moe_layers)."""
-    t, mt, n = arch.text, arch.model_type, arch.layers
-    where = _where(t)
-    if mt in ("mixtral", "gpt_oss", "minimax_m2"):
-        experts, per_token = t.int("num_local_experts", hi=65536), _per_token(t)
-        width = t.int("intermediate_size", hi=_HUGE)
-        layers = range(n)
-        text = (f"{where}: num_local_experts {experts}, num_experts_per_tok {per_token}, intermediate_size {width} "
-                f"(each expert's); every one of the {n} layers is MoE")
-        if mt == "minimax_m2":
-            arch.shared_intermediate = t.int("shared_intermediate_size", 0, lo=0, hi=_HUGE)
-            text += f"; shared_intermediate_size {arch.shared_intermediate}"
-    elif mt in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
-        experts, per_token = t.int("num_experts", hi=65536), _per_token(t)
-        width = t.int("moe_intermediate_size", hi=_HUGE)
-        step = t.int("decoder_sparse_step", 1, hi=n)
-        dense = set(t.int_list("mlp_only_layers", hi=n - 1) or [])
-        layers = [i for i in range(n) if i not in dense and (i + 1) % step == 0]
-        every = (f"every one of the {n} layers is MoE" if len(layers) == n else f"{len(layers)} of the {n} layers are MoE")
-        text = (f"{where}: num_experts {experts}, num_experts_per_tok {per_token}, moe_intermediate_size {width}; "
-                f"decoder_sparse_step {step} and mlp_only_layers {sorted(dense)} ({every})")
-        arch.shared_intermediate = t.int("shared_expert_intermediate_size", 0, lo=0, hi=_HUGE)
-        if arch.shared_intermediate:
-            text += (f"; its shared expert (shared_expert_intermediate_size {arch.shared_intermediate}) is not "
-                     "routed (body)")
-        if len(layers) < n:
-            arch.intermediate = t.int("intermediate_size", hi=_HUGE)
-    elif mt == "llama4_text":
-        experts, per_token = t.int("num_local_experts", hi=65536), _per_token(t)
-        width = t.int("intermediate_size", hi=_HUGE)
-        step = t.int("interleave_moe_layer_step", 1, hi=n)
-        layers = t.int_list("moe_layers", hi=n - 1) or list(range(step - 1, n, step))
-        share = f"all {n} layers MoE" if len(layers) == n else f"{len(layers)} of the {n} layers MoE"
-        text = (f"{where}: num_local_experts {experts}, num_experts_per_tok {per_token}, intermediate_size {width} "
-                f"(each expert's); interleave_moe_layer_step {step} ({share}); its shared expert is not routed (body)")
-        arch.shared_intermediate = width
-        if len(layers) < n:
-            arch.intermediate = t.int("intermediate_size_mlp", hi=_HUGE)
-    elif mt in MLA + ("glm4_moe",) or (mt == "nemotron_h" and "moe" in arch.kinds):
-        if mt == "nemotron_h":
-            experts, per_token = t.int("n_routed_experts", hi=65536), _per_token(t)
-            width = t.int("moe_intermediate_size", hi=_HUGE)
-            layers = [i for i, k in enumerate(arch.kinds) if k == "moe"]
-            arch.shared_intermediate = t.int("moe_shared_expert_intermediate_size", 0, lo=0, hi=_HUGE)
-            text = (f"{where}: n_routed_experts {experts}, num_experts_per_tok {per_token}, moe_intermediate_size "
-                    f"{width}; hybrid_override_pattern: {len(layers)} MoE layers (E)")
-        else:
-            experts = t.int("n_routed_experts", 0, lo=0, hi=65536)
-            if not experts:
-                arch.intermediate = t.int("intermediate_size", hi=_HUGE)
-                return
-            per_token, width = _per_token(t), t.int("moe_intermediate_size", hi=_HUGE)
-            first = t.int("first_k_dense_replace", 0, lo=0, hi=n)
-            freq = t.int("moe_layer_freq", 1, hi=n)
-            layers = [i for i in range(first, n) if i % freq == 0]
-            arch.shared_intermediate = t.int("n_shared_experts", 0, lo=0, hi=65536) * width
-            dense = (f"every one of the {n} layers is MoE" if not first else
-                     f"layer 0 dense, {len(layers)} MoE layers" if first == 1 else
-                     f"layers 0-{first - 1} dense, {len(layers)} MoE layers")
-            text = (f"{where}: n_routed_experts {experts}, num_experts_per_tok {per_token}, moe_intermediate_size "
-                    f"{width}; first_k_dense_replace {first} ({dense})")
-        if arch.shared_intermediate and mt != "nemotron_h":
-            text += f"; its n_shared_experts {arch.shared_intermediate // width} is not routed (body)"
-        elif arch.shared_intermediate:
-            text += (f"; its shared expert (moe_shared_expert_intermediate_size {arch.shared_intermediate}) is not "
-                     "routed (body)")
-        if len(layers) < n:
-            arch.intermediate = t.int("intermediate_size", hi=_HUGE)
-    elif mt == "granitemoehybrid":
-        experts = t.int("num_local_experts", 0, lo=0, hi=65536)
-        arch.shared_intermediate = t.int("shared_intermediate_size", 0, lo=0, hi=_HUGE)
-        if not experts:
-            arch.intermediate = arch.shared_intermediate
-            return
-        per_token, width = _per_token(t), t.int("intermediate_size", hi=_HUGE)
-        layers = range(n)
-        text = (f"{where}: num_local_experts {experts}, num_experts_per_tok {per_token}, intermediate_size {width} "
-                f"(each expert's); every one of the {n} layers is MoE; its shared MLP (shared_intermediate_size "
-                f"{arch.shared_intermediate}) is not routed (body)")
-    else:
-        arch.intermediate = t.int("intermediate_size", hi=_HUGE)
+    """The dense MLP width (arch.intermediate), and an MoE's routed experts (arch.moe, arch.moe_layers,
+    arch.shared_intermediate, its source text)."""
+    mt = arch.model_type
+    reader = (_local_experts if mt in ("mixtral", "gpt_oss", "minimax_m2") else
+              _qwen_experts if mt in ("qwen2_moe", "qwen3_moe", "qwen3_next") else
+              _llama4_experts if mt == "llama4_text" else
+              _deepseek_experts if mt in MLA + ("glm4_moe",) else
+              _nemotron_experts if mt == "nemotron_h" and "moe" in arch.kinds else
+              _granite_experts if mt == "granitemoehybrid" else None)
+    found = reader(arch) if reader else None
+    if found is None:
+        if arch.intermediate is None:
+            arch.intermediate = arch.text.int("intermediate_size", hi=_HUGE)
         return
+    experts, per_token, width, layers, text = found
     if per_token > experts:
-        raise t.error("num_experts_per_tok", f"{per_token} is more than the {experts} experts")
+        raise arch.text.error("num_experts_per_tok", f"{per_token} is more than the {experts} experts")
+    if len(layers) < arch.layers and arch.intermediate is None:
+        arch.intermediate = arch.text.int("intermediate_size", hi=_HUGE)
     arch.moe = {"experts": experts, "experts_per_token": per_token, "expert_intermediate": width,
                 "layers": len(layers)}
     arch.moe_layers = frozenset(layers)
     arch.text_fields["moe"] = text
+
+
+def _local_experts(arch: Arch):
+    """Mixtral, gpt-oss, MiniMax-M2: num_local_experts of intermediate_size each, every layer."""
+    t, n = arch.text, arch.layers
+    experts, per_token, width = t.int("num_local_experts", hi=65536), _per_token(t), t.int("intermediate_size", hi=_HUGE)
+    text = (f"{_where(t)}: num_local_experts {experts}, num_experts_per_tok {per_token}, intermediate_size {width} "
+            f"(each expert's); every one of the {n} layers is MoE")
+    if arch.model_type == "minimax_m2":
+        arch.shared_intermediate = t.int("shared_intermediate_size", 0, lo=0, hi=_HUGE)
+        text += f"; shared_intermediate_size {arch.shared_intermediate}"
+    return experts, per_token, width, range(n), text
+
+
+def _qwen_experts(arch: Arch):
+    """Qwen2-MoE, Qwen3-MoE, Qwen3-Next: decoder_sparse_step and mlp_only_layers pick the MoE layers."""
+    t, n = arch.text, arch.layers
+    experts, per_token, width = t.int("num_experts", hi=65536), _per_token(t), t.int("moe_intermediate_size", hi=_HUGE)
+    step = t.int("decoder_sparse_step", 1, hi=n)
+    dense = set(t.int_list("mlp_only_layers", hi=n - 1) or [])
+    layers = [i for i in range(n) if i not in dense and (i + 1) % step == 0]
+    every = f"every one of the {n} layers is MoE" if len(layers) == n else f"{len(layers)} of the {n} layers are MoE"
+    text = (f"{_where(t)}: num_experts {experts}, num_experts_per_tok {per_token}, moe_intermediate_size {width}; "
+            f"decoder_sparse_step {step} and mlp_only_layers {sorted(dense)} ({every})")
+    arch.shared_intermediate = t.int("shared_expert_intermediate_size", 0, lo=0, hi=_HUGE)
+    if arch.shared_intermediate:
+        text += f"; its shared expert (shared_expert_intermediate_size {arch.shared_intermediate}) is not routed (body)"
+    return experts, per_token, width, layers, text
+
+
+def _llama4_experts(arch: Arch):
+    """Llama 4: interleave_moe_layer_step (or moe_layers) picks the MoE layers; one shared expert each."""
+    t, n = arch.text, arch.layers
+    experts, per_token, width = t.int("num_local_experts", hi=65536), _per_token(t), t.int("intermediate_size", hi=_HUGE)
+    step = t.int("interleave_moe_layer_step", 1, hi=n)
+    layers = t.int_list("moe_layers", hi=n - 1) or list(range(step - 1, n, step))
+    share = f"all {n} layers MoE" if len(layers) == n else f"{len(layers)} of the {n} layers MoE"
+    text = (f"{_where(t)}: num_local_experts {experts}, num_experts_per_tok {per_token}, intermediate_size {width} "
+            f"(each expert's); interleave_moe_layer_step {step} ({share}); its shared expert is not routed (body)")
+    arch.shared_intermediate = width
+    if len(layers) < n:
+        arch.intermediate = t.int("intermediate_size_mlp", hi=_HUGE)
+    return experts, per_token, width, layers, text
+
+
+def _deepseek_experts(arch: Arch):
+    """DeepSeek-V2/V3, Kimi-K2, GLM-4.5: the first first_k_dense_replace layers are dense; None without experts."""
+    t, n = arch.text, arch.layers
+    experts = t.int("n_routed_experts", 0, lo=0, hi=65536)
+    if not experts:
+        return None
+    per_token, width = _per_token(t), t.int("moe_intermediate_size", hi=_HUGE)
+    first, freq = t.int("first_k_dense_replace", 0, lo=0, hi=n), t.int("moe_layer_freq", 1, hi=n)
+    layers = [i for i in range(first, n) if i % freq == 0]
+    dense = (f"every one of the {n} layers is MoE" if not first else
+             f"layer 0 dense, {len(layers)} MoE layers" if first == 1 else
+             f"layers 0-{first - 1} dense, {len(layers)} MoE layers")
+    text = (f"{_where(t)}: n_routed_experts {experts}, num_experts_per_tok {per_token}, moe_intermediate_size "
+            f"{width}; first_k_dense_replace {first} ({dense})")
+    shared = t.int("n_shared_experts", 0, lo=0, hi=65536)
+    arch.shared_intermediate = shared * width
+    if shared:
+        text += f"; its n_shared_experts {shared} is not routed (body)"
+    return experts, per_token, width, layers, text
+
+
+def _nemotron_experts(arch: Arch):
+    """Nemotron-H with E layers in its hybrid_override_pattern (Nemotron 3)."""
+    t = arch.text
+    experts, per_token, width = t.int("n_routed_experts", hi=65536), _per_token(t), t.int("moe_intermediate_size", hi=_HUGE)
+    layers = [i for i, k in enumerate(arch.kinds) if k == "moe"]
+    arch.shared_intermediate = t.int("moe_shared_expert_intermediate_size", 0, lo=0, hi=_HUGE)
+    text = (f"{_where(t)}: n_routed_experts {experts}, num_experts_per_tok {per_token}, moe_intermediate_size "
+            f"{width}; hybrid_override_pattern: {len(layers)} MoE layers (E)")
+    if arch.shared_intermediate:
+        text += (f"; its shared expert (moe_shared_expert_intermediate_size {arch.shared_intermediate}) is not "
+                 "routed (body)")
+    return experts, per_token, width, layers, text
+
+
+def _granite_experts(arch: Arch):
+    """Granite 4.0-H: experts on every layer beside a shared MLP; None (a dense shared MLP) without experts."""
+    t, n = arch.text, arch.layers
+    experts = t.int("num_local_experts", 0, lo=0, hi=65536)
+    arch.shared_intermediate = t.int("shared_intermediate_size", 0, lo=0, hi=_HUGE)
+    if not experts:
+        arch.intermediate = arch.shared_intermediate
+        return None
+    per_token, width = _per_token(t), t.int("intermediate_size", hi=_HUGE)
+    text = (f"{_where(t)}: num_local_experts {experts}, num_experts_per_tok {per_token}, intermediate_size {width} "
+            f"(each expert's); every one of the {n} layers is MoE; its shared MLP (shared_intermediate_size "
+            f"{arch.shared_intermediate}) is not routed (body)")
+    return experts, per_token, width, range(n), text
 
 
 def _per_token(t: ConfigView) -> int:

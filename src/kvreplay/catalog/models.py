@@ -367,6 +367,7 @@ def describe(model) -> dict:
     out["aliases"] = list(spec.aliases)
     out["full_attention_layers"] = spec.full_attention_layers
     out["kv_bytes_per_token"] = {
-        layers: {dtype: kv_bytes_per_token(spec, dtype, layers) for dtype in ("bf16", "fp8")} for layers in KV_LAYER_MODES
-    }
+        layers: {dtype: kv_bytes_per_token(spec, dtype, layers) if layers == "all" or spec.full_attention_layers else None
+                 for dtype in ("bf16", "fp8")} for layers in KV_LAYER_MODES
+    }  # "full" is None for a model whose every KV layer slides (Mistral-7B-v0.1)
     return out

@@ -28,10 +28,10 @@ def count(arch) -> tuple[int, int]:
         routed_idle = 0
         if i in arch.moe_layers:
             ffn, routed_idle = _moe(arch)
-        elif kind == "mamba" and arch.model_type == "nemotron_h" or kind == "full" and arch.model_type == "nemotron_h":
-            ffn = 0  # a Nemotron-H layer is one block: a Mamba-2 or attention layer has no MLP
         elif arch.model_type == "nemotron_h":
-            ffn = 2 * h * arch.intermediate  # "-": up and down (relu2, no gate)
+            # a Nemotron-H layer is one block: Mamba-2 or attention without an MLP, or "-", an MLP of
+            # up and down (relu2, no gate)
+            ffn = 2 * h * arch.intermediate if kind == "mlp" else 0
         else:
             ffn = 3 * h * arch.intermediate + (_mlp_bias(arch) if arch.text.bool("mlp_bias", False) else 0)
         total += layer + ffn

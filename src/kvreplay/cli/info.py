@@ -43,7 +43,7 @@ def _cmd_models(args) -> int:
         "head_dim": e["head_dim"],
         "groups": _groups_text(e["kv_groups"]),
         "bf16": e["kv_bytes_per_token"]["all"]["bf16"], "fp8": e["kv_bytes_per_token"]["all"]["fp8"],
-        "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["kv_groups"] else "-",
+        "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["kv_groups"] and e["full_attention_layers"] else "-",
         "params": f"{format_params(e['active_params'])} / {format_params(e['total_params'])}",
         "experts": f"{e['moe']['experts']} x top {e['moe']['experts_per_token']}" if e["moe"] else "-",
         "weights": e["checkpoint_weights"] or "bf16", "source": e["source"],
