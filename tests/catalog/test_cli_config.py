@@ -79,3 +79,19 @@ def test_models_shows_a_config_path_as_the_catalog_reads_it(tmp_path, capsys):
     assert qwen["name"] == "Qwen3-8B" and qwen["kv_bytes_per_token"]["all"]["bf16"] == 147_456
     assert main(["models", "--model", str(tmp_path)]) == 0
     assert str(tmp_path) in capsys.readouterr().out
+
+
+def test_the_api_simulates_a_config_path_as_the_catalog_name(tmp_path):
+    # kvreplay.simulate(model=PATH): the same pool and the same simulated run as the catalog's name
+    import kvreplay
+
+    trace_file = tmp_path / "t.jsonl"
+    trace_file.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 1024, "output_length": 8,
+                                              "hash_ids": [1, 2 + i]}) + "\n" for i in range(6)))
+    trace = kvreplay.load_trace(str(trace_file))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(catalog_config("Llama-3.1-8B")))
+    by_name = kvreplay.simulate(trace, model="Llama-3.1-8B", gpu="H100", time_model="roofline-raw", band_runs=False)
+    by_path = kvreplay.simulate(trace, model=str(config), gpu="H100", time_model="roofline-raw", band_runs=False)
+    assert by_path.capacity_blocks == by_name.capacity_blocks > 0
+    assert by_path.first_token_s.tolist() == by_name.first_token_s.tolist() and len(by_path.first_token_s) == 6
