@@ -71,6 +71,7 @@ class Arch:
     moe: dict | None = None
     moe_layers: frozenset = frozenset()
     shared_intermediate: int = 0  # the MoE layers' shared (always active) expert width
+    gated_experts: bool = True  # gate, up and down (SwiGLU); False: up and down only (Nemotron's relu2)
     mla: dict | None = None
     linear: dict | None = None
     mamba: dict | None = None
@@ -127,7 +128,9 @@ def read_config(raw: dict, path: str) -> Reading:
         "kv_groups": groups,
         "kv_groups_source": arch.text_fields.get("kv_groups") if groups else None,
         **_checkpoint_weights(top, text),
-        "moe": arch.moe,
+        # the roofline's fused-MoE term times gated experts: relu2 ones (up and down only) stay in the
+        # body, timed as active parameters (ModelSpec.moe None), their source saying why
+        "moe": arch.moe if arch.gated_experts else None,
         "moe_source": arch.text_fields.get("moe"),
         "linear_attention": arch.linear,
         "mla": _mla_field(arch),
@@ -516,8 +519,10 @@ def _nemotron_experts(arch: Arch):
     experts, per_token, width = t.int("n_routed_experts", hi=65536), _per_token(t), t.int("moe_intermediate_size", hi=_HUGE)
     layers = [i for i, k in enumerate(arch.kinds) if k == "moe"]
     arch.shared_intermediate = t.int("moe_shared_expert_intermediate_size", 0, lo=0, hi=_HUGE)
+    arch.gated_experts = False
     text = (f"{_where(t)}: n_routed_experts {experts}, num_experts_per_tok {per_token}, moe_intermediate_size "
-            f"{width}; hybrid_override_pattern: {len(layers)} MoE layers (E)")
+            f"{width}; hybrid_override_pattern: {len(layers)} MoE layers (E); relu2 experts (up and down, no gate), "
+            "which the roofline times with the body as active parameters, not as vLLM's gated fused-MoE kernel")
     if arch.shared_intermediate:
         text += (f"; its shared expert (moe_shared_expert_intermediate_size {arch.shared_intermediate}) is not "
                  "routed (body)")

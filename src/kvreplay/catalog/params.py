@@ -138,7 +138,7 @@ def _moe(arch) -> tuple[int, int]:
     if mt == "gpt_oss":
         router += experts  # the router's bias
     shared = 3 * h * arch.shared_intermediate
-    if mt == "nemotron_h":
+    if not arch.gated_experts:
         per_expert = 2 * h * width  # relu2 experts: up and down
         shared = 2 * h * arch.shared_intermediate
     if mt in ("qwen2_moe", "qwen3_next") and arch.shared_intermediate:
