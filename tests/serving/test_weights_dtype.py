@@ -1,7 +1,7 @@
 """The weights dtype (--weights-dtype bf16|fp16|fp8|int4) and the GPU catalog's interconnect figures.
 
 Every number below is worked by hand from the catalogs: the model's parameter count
-(kvreplay/data/models.json) and the GPU's memory, peaks and links (kvreplay/data/gpus.json).
+(the catalog, kvreplay/catalog/) and the GPU's memory, peaks and links (kvreplay/data/gpus.json).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def test_every_catalog_gpu_has_a_positive_link_with_a_source():
 
 
 # ------------------------------------------------------------------------------------------
-# The released checkpoint's weights (models.json checkpoint_weights)
+# The released checkpoint's weights (ModelSpec.checkpoint_weights, from config.json)
 
 
 def test_checkpoint_weights_name_the_nearest_weights_dtype():
