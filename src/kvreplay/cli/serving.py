@@ -79,6 +79,9 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--num-gpu-blocks-override", type=common.positive_int, default=None, metavar="N",
                      help="with --gpu and --model: the pool's block count whatever the memory holds, as vLLM's flag "
                           "(applied after --kv-cache-memory, as vLLM does)")
+    sim.add_argument("--enforce-eager", action="store_true",
+                     help="with --gpu and --model: vLLM without CUDA graphs (as vLLM's flag): the pool's budget "
+                          "takes no CUDA graph memory")
     sim.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
                      help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default) or "
                           "sglang (prefill batches first, reserves decode room, retracts)")
@@ -230,7 +233,7 @@ def _options(args, trace) -> dict:
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
                 rate_profile=args.rate_profile, kv_semantics=args.kv_semantics,
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
-                router_options=_router_options(args.router_option), **params)
+                enforce_eager=args.enforce_eager, router_options=_router_options(args.router_option), **params)
 
 
 def _cmd_simulate(args) -> int:

@@ -69,10 +69,10 @@ def pool_budget_lines(src: dict) -> list[str]:
             (f"x gpu_memory_utilization {src['gpu_memory_utilization']:g}", src["usable_bytes"]),
             (f"- weights, {src['model']} at {src.get('weights_dtype', 'bf16')} over tp={src['tp']}",
              -src["weight_bytes_per_gpu"]),
-            (f"- activation peak, {src['max_num_batched_tokens']:,} tokens (max_num_batched_tokens)",
-             -src["activation_peak_bytes"]),
-            (f"- sampler peak, {min(src['max_num_seqs'], src['max_num_batched_tokens']):,} rows of logits "
-             "(max_num_seqs)", -src["sampler_peak_bytes"]),
+            (f"- profile peak, the larger of the forward pass ({src['activation_peak_bytes'] / 2**30:.2f} GiB, "
+             f"{src['max_num_batched_tokens']:,} tokens) and the sampler ({src['sampler_peak_bytes'] / 2**30:.2f} GiB, "
+             f"{min(src['max_num_seqs'], src['max_num_batched_tokens']):,} rows)",
+             -max(src["activation_peak_bytes"], src["sampler_peak_bytes"])),
             (f"- CUDA graphs, {src['cudagraph_graphs']} graphs" if src["cudagraph_graphs"] else
              "- CUDA graphs (enforce_eager: none)", -src["cudagraph_bytes"]),
             ("- non-torch memory", -src["non_torch_bytes"]),

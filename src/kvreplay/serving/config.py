@@ -69,7 +69,7 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
             kv_layers: str | None = None, gpu=None, tp: int = 1, gpu_memory_utilization: float = 0.9, tiers=None,
             global_store=None, unbounded_ids: int | None = None, weights_dtype: str | None = None,
             max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, kv_cache_memory=None,
-            num_gpu_blocks_override: int | None = None) -> Sizes:
+            num_gpu_blocks_override: int | None = None, enforce_eager: bool = False) -> Sizes:
     """The sizes of a configuration.
 
     block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
@@ -85,7 +85,8 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     (bytes or a size) / num_gpu_blocks_override: vLLM's ``kv_cache_memory_bytes`` and
     ``num_gpu_blocks_override``: the KV memory instead of the profiled figure, the block count
     instead of what the memory holds (applied last when both are given, as vLLM does); each needs
-    `gpu` and `model` and excludes `capacity`.
+    `gpu` and `model` and excludes `capacity`. enforce_eager: vLLM without CUDA graphs, whose
+    memory the budget then does not take.
     """
     block_size = resolve_block_size(block_size, trace)
     kv_dtype = kv_dtype_of(kv_dtype, model)
@@ -103,7 +104,12 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
         if capacity is not None and _blocks(capacity, block_size, model, kv_dtype, kv_layers)[0] != hbm:
             raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
         capacity = hbm
-    pool = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    if not isinstance(enforce_eager, bool):
+        raise ConfigError(f"enforce_eager must be True or False, got {enforce_eager!r}")
+    if enforce_eager and (gpu is None or model is None):
+        raise ConfigError("enforce_eager (--enforce-eager) leaves CUDA graphs out of the pool vLLM sizes on a GPU: "
+                          "it needs --gpu and --model")
+    pool = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager)
     for name, flag, value in (("kv_cache_memory", "--kv-cache-memory", kv_cache_memory),
                               ("num_gpu_blocks_override", "--num-gpu-blocks-override", num_gpu_blocks_override)):
         if value is None:

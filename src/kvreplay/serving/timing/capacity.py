@@ -32,7 +32,7 @@ class KVCapacity:
     blocks: int
     weights_dtype: str = "bf16"
     activation_peak_bytes: float = 0.0  # the forward pass at max_num_batched_tokens
-    sampler_peak_bytes: float = 0.0  # the sampler's dummy run (fp32 logits at vocab size)
+    sampler_peak_bytes: float = 0.0  # the sampler's dummy run (the budget takes the larger of the two)
     cudagraph_bytes: float = 0.0
     cudagraph_graphs: int = 0
     non_torch_bytes: float = 0.0
@@ -121,7 +121,7 @@ def _check_room(spec, g, tp, util, dtype, b) -> None:
                           + (f". {note}" if note else ""))
     if b.kv_bytes_available <= 0:
         raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: the weights ({b.weight_bytes / GiB:.2f} GiB), the "
-                          f"profile run's peak ({(b.activation_bytes + b.sampler_bytes) / GiB:.2f} GiB at "
+                          f"profile run's peak ({b.peak_bytes / GiB:.2f} GiB at "
                           f"max_num_batched_tokens={b.max_num_batched_tokens}, max_num_seqs={b.max_num_seqs}), CUDA "
                           f"graphs ({b.cudagraph_bytes / GiB:.2f} GiB) and non-torch memory "
                           f"({b.non_torch_bytes / GiB:.2f} GiB) leave no KV room in the {b.requested_bytes / GiB:.2f} GiB "

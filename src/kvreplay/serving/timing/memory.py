@@ -24,12 +24,14 @@ vLLM sizes the pool once, at start-up, in ``Worker.determine_available_memory``
 4. **Activation peak** of the profile run: ``profile_run`` (gpu_model_runner.py:6072-6145) runs
    the model on ``max_num_batched_tokens`` dummy tokens (``_dummy_run``, 6132) and the sampler on
    ``min(max_num_seqs, max_num_batched_tokens)`` rows of fp32 logits at the vocabulary size
-   (``_dummy_sampler_run``, 5866-5926: logits, probabilities, top-k/top-p sorts). The profiler
-   counts the torch peak above what stays allocated (``transient_peak_headroom``,
-   mem_utils.py:318-321). Here: ``ACTIVATION_SCALE x tokens x (4 x hidden + widest per-token
-   intermediate) x 2 bytes`` (the widest of the MLP's gate/up and down inputs, attention's q, k, v
-   and output, and the fused-MoE workspaces of ``experts_per_token`` experts) plus
-   ``SAMPLER_COPIES x rows x padded vocabulary x 4 bytes``.
+   (``_dummy_sampler_run``, 5866-5926: bf16 logits, their fp32 copy, probabilities and
+   exponential noise, ``SAMPLER_BYTES_PER_LOGIT`` = 14 bytes a logit) while the forward pass's
+   hidden states are still held. The profiler counts one torch peak above what stays allocated
+   (``transient_peak_headroom``, mem_utils.py:318-321), so the budget takes the larger of the
+   forward pass and the sampler, not their sum. The forward pass: ``tokens x (2 x hidden + the
+   widest layer) x 2 bytes`` (``layer_width``: attention's qkv and output, MLA's q and
+   up-projected k/v, a dense MLP's gate_up and activation outputs, the fused MoE's two
+   workspaces at the full token count, which 0.33.0 no longer chunks).
 5. **CUDA graphs**: unless ``enforce_eager``, ``profile_cudagraph_memory`` captures the first two
    graphs of each mode and estimates ``first + per_graph x (graphs - 1)`` (gpu_model_runner.py:
    6268-6360), and the estimate is taken from the budget because
@@ -53,9 +55,12 @@ profile, then reserves exactly that, ignoring ``gpu_memory_utilization``, gpu_wo
 (kv_cache_planning.py:242-248, 682; and 1510-1530, which plans against ``override x
 bytes_per_block``); with both, vLLM applies the override last, and so does this module.
 
-The constants (ACTIVATION_SCALE, SAMPLER_COPIES, CUDAGRAPH_BYTES_PER_GRAPH, NON_TORCH_BYTES)
-are fitted on public vLLM start-up logs by ``python benchmarks/kv_pool.py --fit``
-(benchmarks/data/vllm_kv_pool_points.csv; docs/memory.md has the error table).
+Every term but two is derived from vLLM 0.33.0's code: CUDAGRAPH_BYTES_PER_GRAPH is read off a
+public log's capture (0.72 GiB for 102 graphs) and NON_TORCH_BYTES is the one constant fitted,
+on the V1 fit points of benchmarks/data/vllm_kv_pool_points.csv by
+``python benchmarks/kv_pool.py --fit`` (docs/memory.md has the error tables). Not modelled:
+multimodal models' encoder profiling (dummy images at the encoder budget), speculative
+drafters, KV connectors' buffers.
 """
 
 from __future__ import annotations
@@ -68,11 +73,18 @@ from ...errors import ConfigError
 GiB = 1 << 30
 MiB = 1 << 20
 
-#: Fitted on the public logs (benchmarks/kv_pool.py --fit; docs/memory.md).
-ACTIVATION_SCALE = 0.5
-SAMPLER_COPIES = 0.5
+#: The dummy sampler run's bytes per logit in vLLM 0.33.0: the model's bf16 logits (2), the
+#: sampler's fp32 copy (4, v1/sample/sampler.py:158), the probabilities (4) and the exponential
+#: noise (4) of the PyTorch-native path its second call takes (topk_topp_sampler.py:292-313,
+#: 606-628); top-k/top-p run in place in Triton (topk_topp_sampler.py:501-521).
+SAMPLER_BYTES_PER_LOGIT = 14
+#: A CUDA graph's share of the estimate (one PIECEWISE or FULL graph), from vLLM 0.21+ logs'
+#: "Estimated CUDA graph memory" lines (benchmarks/data/vllm_kv_pool_points.csv).
 CUDAGRAPH_BYTES_PER_GRAPH = 7 * MiB
-NON_TORCH_BYTES = int(2.38 * GiB)
+#: What the profile leaves allocated besides the weights (CUDA modules, cuBLAS/FlashInfer
+#: workspaces, the runner's persistent buffers): the median of what the four V1 fit points leave
+#: once the terms above are taken (benchmarks/kv_pool.py --fit: 1.592 GiB; docs/memory.md).
+NON_TORCH_BYTES = int(1.59 * GiB)
 
 VOCAB_PADDING = 64  # vocab_parallel_embedding.py:36
 FP8_BLOCK_SCALE = 4 / (128 * 128)  # a float32 scale per 128 x 128 block, per weight
@@ -123,30 +135,68 @@ def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "") -> dict:
     }
 
 
-def activation_width(spec, tp: int) -> int:
-    """Elements one token holds at the profile run's peak (4 x hidden + the widest intermediate)."""
+def layer_width(spec, tp: int, dtype: str = "bf16", ep: bool = False) -> float:
+    """Elements (bf16) one token holds at the widest layer of the profile run's forward pass,
+    besides the residual stream (vLLM 0.33.0, no chunking of the token dimension anywhere):
+
+    - attention: the qkv projection's output and the attention output, ``(2 q + 2 kv) x head_dim
+      / tp``; MLA: q (heads / tp x (nope + rope)), the up-projected k and v of the prefill path
+      (heads / tp x (nope + rope + v)) and the output (heads / tp x v);
+    - a dense MLP: gate_up's output and the activation's, ``3 x intermediate / tp``;
+    - the fused MoE (``TritonExperts.workspace_shapes``, fused_moe/experts/triton_moe.py:240-255,
+      allocated through ``_allocate_buffers`` at the full token count, modular_kernel.py:1124-1213
+      and 1353-1367): workspace13 ``top_k x max(I, hidden)`` and workspace2 ``top_k x max(2 I,
+      hidden)``, I the expert width per rank (the full width under expert parallelism), plus the
+      router's fp32 logits (``experts x 2``) and, for fp8 weights, the quantized copies of the
+      input and the activation (``(hidden + top_k x I) / 2``).
+    """
     hidden = spec.hidden_size or 0
-    widths = [2 * (spec.num_attention_heads + spec.num_kv_heads) * spec.head_dim // tp]
+    widths = []
+    if spec.attention == "mla" and spec.mla:
+        m, h = spec.mla, spec.num_attention_heads / tp
+        nope, rope, v = m["qk_nope_head_dim"], spec.qk_rope_head_dim or 0, m["v_head_dim"]
+        widths.append(h * (nope + rope) + h * (nope + rope + v) + h * v)
+    else:
+        widths.append(2 * (spec.num_attention_heads + spec.num_kv_heads) * spec.head_dim / tp)
     if spec.intermediate_size:
-        widths.append(3 * spec.intermediate_size // tp)
+        widths.append(3 * spec.intermediate_size / tp)
     if spec.moe:
-        widths.append(spec.moe["experts_per_token"] * (3 * spec.moe["expert_intermediate"] // tp + hidden))
-    return 4 * hidden + max(widths)
+        k, inter = spec.moe["experts_per_token"], spec.moe["expert_intermediate"] / (1 if ep else tp)
+        moe = k * max(inter, hidden) + k * max(2 * inter, hidden) + 2 * spec.moe["experts"]
+        if dtype == "fp8":
+            moe += (hidden + k * inter) / 2
+        widths.append(moe)
+    return max(widths)
+
+
+def forward_bytes(spec, tp: int, tokens: int, dtype: str = "bf16") -> float:
+    """The forward pass's peak at `tokens` tokens: the residual stream and the layer input
+    (``2 x hidden``) beside the widest layer (``layer_width``), bf16."""
+    return tokens * (2 * (spec.hidden_size or 0) + layer_width(spec, tp, dtype)) * 2.0
 
 
 def sampler_rows(max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """Rows of the dummy sampler run: one per dummy request, ``min(tokens, max_num_seqs)``
+    (``_dummy_run``, gpu_model_runner.py:5541-5545 and 5861-5863)."""
     return min(max_num_seqs, max_num_batched_tokens)
 
 
-def activation_bytes(spec, tp: int, max_num_batched_tokens: int, max_num_seqs: int, *,
-                     scale: float = None, copies: float = None) -> tuple[float, float]:
-    """(forward, sampler) peaks of the profile run, bytes (module docstring, point 4)."""
-    scale = ACTIVATION_SCALE if scale is None else scale
-    copies = SAMPLER_COPIES if copies is None else copies
+def sampler_bytes(spec, max_num_batched_tokens: int, max_num_seqs: int, per_logit: float = None) -> float:
+    """The dummy sampler run's peak: ``rows x padded vocabulary x SAMPLER_BYTES_PER_LOGIT`` plus
+    the forward pass's hidden states, which ``profile_run`` still holds
+    (gpu_model_runner.py:6132-6141)."""
+    per_logit = SAMPLER_BYTES_PER_LOGIT if per_logit is None else per_logit
     vocab = math.ceil((spec.vocab_size or 0) / VOCAB_PADDING) * VOCAB_PADDING
-    forward = scale * max_num_batched_tokens * activation_width(spec, tp) * 2.0
-    sampler = copies * sampler_rows(max_num_batched_tokens, max_num_seqs) * vocab * 4.0
-    return forward, sampler
+    rows = sampler_rows(max_num_batched_tokens, max_num_seqs)
+    return rows * vocab * per_logit + max_num_batched_tokens * (spec.hidden_size or 0) * 2.0
+
+
+def activation_bytes(spec, tp: int, max_num_batched_tokens: int, max_num_seqs: int, dtype: str = "bf16",
+                     per_logit: float = None) -> tuple[float, float]:
+    """(forward, sampler) peaks of the profile run, bytes. The two run one after the other, so the
+    budget takes the larger (``transient_peak_headroom`` is one peak, mem_utils.py:318-321)."""
+    return (forward_bytes(spec, tp, max_num_batched_tokens, dtype),
+            sampler_bytes(spec, max_num_batched_tokens, max_num_seqs, per_logit))
 
 
 def capture_sizes(max_num_seqs: int, gpu_name: str = "") -> list[int]:
@@ -185,10 +235,15 @@ class MemoryBudget:
     kv_cache_memory_bytes: int | None = None
 
     @property
+    def peak_bytes(self) -> float:
+        """The profile run's one peak: the forward pass or the sampler, whichever is larger."""
+        return max(self.activation_bytes, self.sampler_bytes)
+
+    @property
     def profiled_kv_bytes(self) -> float:
         """What the profile leaves (before kv_cache_memory replaces it)."""
-        return (self.requested_bytes - self.weight_bytes - self.activation_bytes - self.sampler_bytes
-                - self.cudagraph_bytes - self.non_torch_bytes)
+        return (self.requested_bytes - self.weight_bytes - self.peak_bytes - self.cudagraph_bytes
+                - self.non_torch_bytes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -201,7 +256,7 @@ def memory_budget(spec, gpu, tp: int, gpu_memory_utilization: float, dtype: str,
     total = int(gpu.memory_bytes if total_memory_bytes is None else total_memory_bytes)
     requested = math.ceil(total * gpu_memory_utilization)
     weights = sum(weight_parts(spec, dtype, tp, gpu.name).values())
-    forward, sampler = activation_bytes(spec, tp, max_num_batched_tokens, max_num_seqs)
+    forward, sampler = activation_bytes(spec, tp, max_num_batched_tokens, max_num_seqs, dtype)
     graphs = cudagraph_graphs(max_num_seqs, gpu.name, enforce_eager)
     cudagraph = CUDAGRAPH_BYTES_PER_GRAPH * graphs
     budget = MemoryBudget(total, float(gpu_memory_utilization), requested, weights, forward, sampler, cudagraph,
