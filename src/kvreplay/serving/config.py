@@ -158,6 +158,10 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
         if engine_style == "sglang":
             from .timing.sglang_memory import sglang_capacity
 
+            if gpu_memory_utilization != 0.9:
+                raise ConfigError("gpu_memory_utilization (--gpu-memory-utilization) is vLLM's; the SGLang-style pool "
+                                  "is sized by mem_fraction_static (--mem-fraction-static)")
+
             kv = sglang_capacity(model, gpu, tp, block_size, mem_fraction_static, dtype=weights_dtype,
                                  kv_dtype=kv_dtype, **pool)
             blocks, source = int(kv.blocks), {"kind": "sglang_memory", **kv.to_dict(), "kv_dtype": kv_dtype}

@@ -126,7 +126,7 @@ def _refuse_vllm_options(options: dict) -> None:
     for name, flag, off in (("kv_cache_memory", "--kv-cache-memory", None),
                             ("num_gpu_blocks_override", "--num-gpu-blocks-override", None),
                             ("enforce_eager", "--enforce-eager", False)):
-        if options.get(name, off) not in (off,):
+        if options.pop(name, off) != off:
             raise ConfigError(f"{name} ({flag}) is vLLM's; the SGLang-style pool (--engine-style sglang) is sized by "
                               "--mem-fraction-static")
 
