@@ -14,20 +14,6 @@ Public API::
     p["loads"][0]["best"], p.to_pandas()   # the cheapest deployment meeting the SLO; every try
 """
 
-import os as _os
-import sys as _sys
-
-from . import native as _native
-from .errors import ConfigError as _ConfigError
-
-try:
-    _native.lib()  # the compiled core: built by pip install (its absence or a stale build is said once)
-except _ConfigError as _e:
-    if _os.path.basename(_sys.argv[0]) == "kvreplay" or _sys.argv[:1] == ["-m"]:
-        print(f"kvreplay: {_e}", file=_sys.stderr)  # the command: one line, no traceback
-        raise SystemExit(2) from None
-    raise
-
 from .analysis.sweep import sweep
 from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, MissingDependencyError, TraceError
@@ -43,7 +29,7 @@ from .version import __version__  # noqa: F401 - kvreplay.__version__
 
 
 def __getattr__(name):
-    """mrc and stats are compiled with numba, which is imported when they are first used."""
+    """mrc and stats are imported when they are first used."""
     if name == "mrc":
         from .analysis.mrc import mrc
 

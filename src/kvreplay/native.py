@@ -1,13 +1,26 @@
-"""The compiled core: ``kvreplay._core``, C that ``pip install`` builds with the machine's compiler.
+"""The compiled core: ``kvreplay._core``, C that ``pip install`` builds with the machine's compiler
+(or that a wheel brings).
 
-Policies' compiled operations, the replay drivers and the serving simulator's loop are C
+Policies' compiled operations, the replay drivers, the one-pass analysis kernels (the LRU curve,
+trace statistics, the synthetic generator's loops) and the serving simulator's loop are C
 (``*.c`` beside the Python module each belongs to; shared headers in ``include/``). Python owns
 every array; the C code works on them in place, called through ctypes (which releases the GIL, so
 threads run replays side by side). Nothing compiles at run time: the first call is as fast as the
-thousandth (docs/performance.md, "The compiled core", measured the alternatives).
+thousandth (docs/performance.md, "The compiled core").
 
-- :func:`lib`: the loaded library. In a development tree (the ``.c`` sources beside the package)
-  it checks that the build is of these sources, and says how to rebuild when it is not.
+Without the core (installed where no C compiler was, or ``KVREPLAY_NO_CORE=1``) kvreplay still
+runs: replays, sweeps, ``mrc``, ``stats`` and ``synth`` take the plain-Python reference engine,
+which gives the same results, slower; the serving simulator is C only and refuses with a
+ConfigError (:func:`require`). The first fallback tells the notice listener once (the CLI prints
+one line on stderr; without a listener, a RuntimeWarning).
+
+- :func:`available`: whether the core is loaded (loading it on first ask). In a development tree
+  (the ``.c`` sources beside the package) a build of other sources is an error that says how to
+  rebuild, never a silent fallback.
+- :func:`require`: the core, or a ConfigError naming what needs it.
+- :func:`use_core`: asked where a compiled path could fall back to Python: False (and the
+  notice, once) when the core is not there.
+- :func:`lib`: the loaded library.
 - :func:`layout`: a struct's fields (name, dtype) and the slot names of its slot arrays, as the C
   side declares them (``KV_LAYOUT``): Python sizes and reads the arrays by these names.
 - :func:`bind`: the (address, length) record of a state namedtuple, in its layout's order, with
@@ -19,8 +32,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from collections import namedtuple
 import importlib.util
+import os
+import warnings
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -31,8 +46,17 @@ from .errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent
 DTYPES = {"i1": np.int8, "i4": np.int32, "i8": np.int64, "f8": np.float64}
+POINTER, COUNT = ctypes.c_void_p, ctypes.c_int64  # the two argument types of the core's functions
+#: set to 1: run as if the core were not built (the fallback's tests; a user comparing engines)
+DISABLE_VARIABLE = "KVREPLAY_NO_CORE"
+HOW_TO_BUILD = "pip install builds it where a C compiler is (gcc or clang); a wheel brings it built"
+NOTICE = ("the compiled core is not installed (built where a C compiler is): run, sweep, mrc, stats and synth use "
+          "the plain-Python engine (same results, 30-300x slower); simulate and plan need the core")
 
 _lib = None
+_missing: str | None = None  # why the core is not loaded ("is not built", ...), once that is known
+_notice_listener = None
+_noticed = False
 
 
 class _PolicyTable(ctypes.Structure):
@@ -54,23 +78,70 @@ def sources_hash(root: Path = PACKAGE) -> str | None:
     return digest.hexdigest()
 
 
-def lib() -> ctypes.CDLL:
-    """The compiled core, loaded once."""
-    global _lib
-    if _lib is None:
-        spec = importlib.util.find_spec("kvreplay._core")
-        if spec is None or not spec.origin:
-            raise ConfigError("kvreplay's compiled core (kvreplay._core) is not built: install kvreplay with "
-                              "pip (pip install . or pip install -e .), which compiles it with the machine's "
-                              "C compiler (gcc)")
+def available() -> bool:
+    """Whether the compiled core is loaded; loads it on the first ask. A development tree's build of
+    other C sources than its own is a ConfigError (rebuild it), not a fallback."""
+    global _lib, _missing
+    if _lib is not None:
+        return True
+    if _missing is not None:
+        return False
+    if os.environ.get(DISABLE_VARIABLE, "") not in ("", "0"):
+        _missing = f"is turned off ({DISABLE_VARIABLE}={os.environ[DISABLE_VARIABLE]})"
+        return False
+    spec = importlib.util.find_spec("kvreplay._core")
+    if spec is None or not spec.origin:
+        _missing = f"is not built ({HOW_TO_BUILD})"
+        return False
+    try:
         loaded = ctypes.CDLL(spec.origin)
-        built = _string(loaded, "kv_source_hash")
-        current = sources_hash()
-        if current is not None and built != current:
-            raise ConfigError("kvreplay's compiled core was built from other C sources than these: rebuild it "
-                              "with pip install -e . (or pip install .)")
-        _lib = loaded
+    except OSError as e:  # a build for another machine or Python
+        _missing = f"does not load ({e}; {HOW_TO_BUILD})"
+        return False
+    built = _string(loaded, "kv_source_hash")
+    current = sources_hash()
+    if current is not None and built != current:
+        raise ConfigError("kvreplay's compiled core was built from other C sources than these: rebuild it "
+                          "with python setup.py build_ext --inplace (or pip install .)")
+    _lib = loaded
+    return True
+
+
+def require(what: str) -> ctypes.CDLL:
+    """The core, for `what` (e.g. "the serving simulator"), which has no Python engine: a
+    ConfigError saying so when the core is not there."""
+    if not available():
+        raise ConfigError(f"{what} needs kvreplay's compiled core (kvreplay._core), which {_missing}")
     return _lib
+
+
+def lib() -> ctypes.CDLL:
+    """The compiled core, loaded once (a ConfigError when it is not there)."""
+    if not available():
+        raise ConfigError(f"kvreplay's compiled core (kvreplay._core) {_missing}")
+    return _lib
+
+
+def set_notice_listener(listener) -> None:
+    """listener(text) is told, once per process, the first time a compiled path falls back to
+    Python (the CLI prints it); None: a RuntimeWarning instead."""
+    global _notice_listener
+    _notice_listener = listener
+
+
+def use_core() -> bool:
+    """Whether to take a compiled path: True when the core is there; otherwise False, after telling
+    the notice listener (once per process) that the plain-Python engine runs instead."""
+    global _noticed
+    if available():
+        return True
+    if not _noticed:
+        _noticed = True
+        if _notice_listener is not None:
+            _notice_listener(NOTICE)
+        else:
+            warnings.warn(f"kvreplay: {NOTICE}", RuntimeWarning, stacklevel=3)
+    return False
 
 
 @dataclass(frozen=True)
@@ -143,8 +214,10 @@ def ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+@lru_cache(maxsize=None)
 def function(name: str, restype, *argtypes):
-    """A core function with its ctypes signature (c_void_p for pointers, c_int64 for counts)."""
+    """A core function with its ctypes signature (POINTER, c_void_p, for pointers; COUNT, c_int64,
+    for counts)."""
     fn = getattr(lib(), name)
     fn.restype = restype
     fn.argtypes = list(argtypes)

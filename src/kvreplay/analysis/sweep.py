@@ -6,7 +6,6 @@ import os
 from collections.abc import Mapping
 
 
-from .. import jit
 from ..engine.replay import as_trace, check_capacity, resolve_engine, warmup_count
 from ..errors import ConfigError
 from ..trace.model import resolve_block_size
@@ -144,7 +143,7 @@ def sweep(
                               f"got {', '.join(sorted(engines))}")
     hybrid = () if kv_groups is None else (("kv_groups", tuple(kv_groups)),)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
-    lru_curve = engine == "compiled" and jit.HAVE_NUMBA and hbm is None
+    lru_curve = engine == "compiled" and hbm is None
 
     tasks: list[Task] = []
     slots: list[list] = []  # per task, where its rows go: [grid position], or [(capacities, [(capacity, position)])] for a curve

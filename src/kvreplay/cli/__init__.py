@@ -38,48 +38,12 @@ EXIT_BAD_INPUT = 2
 EXIT_BUG = 3
 
 
-class _CompileNotice:
-    """Shown while a kernel compiles (kvreplay.jit calls it only when that takes a noticeable
-    time): a rich spinner when stderr is a terminal, one line otherwise. Worker processes of a
-    sweep inherit it: there it prints the line only when stderr is not a terminal (the main
-    process's progress bar owns the terminal)."""
-
-    def __init__(self):
-        self.pid = os.getpid()
-
-    def __call__(self, what: str):
-        from contextlib import contextmanager
-
-        text = f"compiling {what} (first run only; cached afterwards)…"
-        tty = sys.stderr.isatty()
-
-        @contextmanager
-        def shown():
-            if not tty:
-                print(f"kvreplay: {text}", file=sys.stderr, flush=True)
-                yield
-            elif os.getpid() != self.pid:
-                yield
-            else:
-                from rich.console import Console
-                from rich.errors import LiveError
-
-                try:
-                    with Console(stderr=True).status(text):
-                        yield
-                except LiveError:  # a progress bar is already live: say it in a line above it
-                    print(f"kvreplay: {text}", file=sys.stderr, flush=True)
-                    yield
-
-        return shown()
-
-
 def main(argv=None) -> int:
     """Entry point of the `kvreplay` command. Exit codes: 0 ok, 2 bad input or options, 3 internal error."""
-    from ..jit import set_compile_listener
+    from .. import native
 
     warnings.formatwarning = lambda message, category, *a, **k: f"kvreplay: warning: {message}\n"
-    set_compile_listener(_CompileNotice())
+    native.set_notice_listener(lambda text: print(f"kvreplay: note: {text}", file=sys.stderr, flush=True))
     args = build_parser().parse_args(argv)
     previous = None
     if threading.current_thread() is threading.main_thread():
