@@ -21,6 +21,7 @@ one line on stderr; without a listener, a RuntimeWarning).
 - :func:`use_core`: asked where a compiled path could fall back to Python: False (and the
   notice, once) when the core is not there.
 - :func:`lib`: the loaded library.
+- :func:`slots`: a layout's slot indices as module constants (``Absent`` without the core).
 - :func:`layout`: a struct's fields (name, dtype) and the slot names of its slot arrays, as the C
   side declares them (``KV_LAYOUT``): Python sizes and reads the arrays by these names.
 - :func:`bind`: the (address, length) record of a state namedtuple, in its layout's order, with
@@ -49,9 +50,10 @@ DTYPES = {"i1": np.int8, "i4": np.int32, "i8": np.int64, "f8": np.float64}
 POINTER, COUNT = ctypes.c_void_p, ctypes.c_int64  # the two argument types of the core's functions
 #: set to 1: run as if the core were not built (the fallback's tests; a user comparing engines)
 DISABLE_VARIABLE = "KVREPLAY_NO_CORE"
-HOW_TO_BUILD = "pip install builds it where a C compiler is (gcc or clang); a wheel brings it built"
-NOTICE = ("the compiled core is not installed (built where a C compiler is): run, sweep, mrc, stats and synth use "
-          "the plain-Python engine (same results, 30-300x slower); simulate and plan need the core")
+HOW_TO_BUILD = "pip install compiles it where a C compiler (gcc or clang) is, and a wheel brings it compiled"
+NOTICE = ("the compiled core is not installed (there was no C compiler where kvreplay was built): run, sweep, mrc, "
+          "stats, synth and demo run on the plain-Python engine, with the same results, their replays 50-100x "
+          "slower (whole commands 3-15x on a 12,000-request trace); simulate and plan need the core")
 
 _lib = None
 _missing: str | None = None  # why the core is not loaded ("is not built", ...), once that is known
@@ -91,12 +93,12 @@ def available() -> bool:
         return False
     spec = importlib.util.find_spec("kvreplay._core")
     if spec is None or not spec.origin:
-        _missing = f"is not built ({HOW_TO_BUILD})"
+        _missing = f"is not built: {HOW_TO_BUILD}"
         return False
     try:
         loaded = ctypes.CDLL(spec.origin)
     except OSError as e:  # a build for another machine or Python
-        _missing = f"does not load ({e}; {HOW_TO_BUILD})"
+        _missing = f"does not load ({e}): {HOW_TO_BUILD}"
         return False
     built = _string(loaded, "kv_source_hash")
     current = sources_hash()
@@ -178,6 +180,30 @@ def policy(symbol: str) -> tuple[int, Layout]:
     """(address of the C table ``kv_policy_<symbol>``, its state's layout)."""
     table = _PolicyTable.in_dll(lib(), f"kv_policy_{symbol}")
     return ctypes.addressof(table), parse_layout(table.layout.decode())
+
+
+class Absent:
+    """The slots of a layout when the core is not there: every name is None and there are none in
+    all. Without the core no compiled state is ever made, so no slot is ever read."""
+
+    names = ()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+    def __len__(self) -> int:
+        return 0
+
+
+def slots(symbol: str, array: str, *, of_policy: bool = False):
+    """The slot indices of `array` in the core's layout `symbol` (``kv_layout_<symbol>``, or with
+    of_policy the state of ``kv_policy_<symbol>``), for a module's constants; Absent() without the
+    core, so that the module still imports for the reference engine."""
+    if not available():
+        return Absent()
+    return (policy(symbol)[1] if of_policy else layout(symbol)).slot(array)
 
 
 @lru_cache(maxsize=None)
