@@ -209,11 +209,13 @@ def resolve_budget(args, trace, capacities, *, hybrid: bool = False):
 
 def kv_semantics(args) -> str:
     """"hybrid" or "full": --kv-semantics, with auto resolved from --model (analysis/kv_groups.py)."""
-    from ..analysis.kv_groups import resolve_semantics
-
     asked = getattr(args, "kv_semantics", "auto")
     if asked == "hybrid" and args.model is None:
         raise ConfigError("--kv-semantics hybrid needs --model (the model's layer groups)")
+    if args.model is None:
+        return "full"  # (no model, nothing to look up: the layer groups are not imported)
+    from ..analysis.kv_groups import resolve_semantics
+
     if getattr(args, "kv_layers", None) is not None:  # bytes per token: full semantics' way to count
         if asked == "hybrid":
             raise ConfigError("--kv-layers counts bytes per token for full semantics; with --kv-semantics hybrid a "
