@@ -67,3 +67,29 @@ def test_the_c_sources_are_c11_without_pedantic_warnings():
                                "-Wno-unused-function", f"-I{include}", "-fsyntax-only", str(path)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and done.stderr == "", f"{path}: {done.stderr}"
+
+
+def test_a_development_trees_core_must_be_built_from_its_sources(tmp_path):
+    # a copy of the tree with this tree's build of the core: an edited .c makes the command stop,
+    # saying how to rebuild; without setup.py above it (an installed package) the core just loads
+    if not list((ROOT / "src" / "kvreplay").glob("_core*")):
+        pytest.skip("the core is not built in this tree")
+    root = tmp_path / "kvreplay"
+    shutil.copytree(ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "setup.py", root / "setup.py")
+    with open(root / "src" / "kvreplay" / "analysis" / "mrc.c", "a") as f:
+        f.write("/* an edit */\n")
+    env = {k: v for k, v in os.environ.items() if k != "KVREPLAY_NO_CORE"}
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"input_length": 8, "hash_ids": [1, 2]}\n{"input_length": 8, "hash_ids": [1, 2]}\n')
+
+    def mrc():
+        return subprocess.run([sys.executable, "-m", "kvreplay.cli", "mrc", str(trace), "--capacities", "2",
+                               "--block-size", "4"], capture_output=True, text=True, timeout=300,
+                              env={**env, "PYTHONPATH": str(root / "src")})
+
+    stale = mrc()
+    assert stale.returncode == 2 and "built from other C sources than these" in stale.stderr, stale.stderr
+    (root / "setup.py").unlink()
+    installed = mrc()
+    assert installed.returncode == 0 and installed.stderr == "", installed.stderr

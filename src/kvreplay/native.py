@@ -15,8 +15,8 @@ ConfigError (:func:`require`). The first fallback tells the notice listener once
 one line on stderr; without a listener, a RuntimeWarning).
 
 - :func:`available`: whether the core is loaded (loading it on first ask). In a development tree
-  (the ``.c`` sources beside the package) a build of other sources is an error that says how to
-  rebuild, never a silent fallback.
+  (setup.py above the package, the ``.c`` sources beside it) a build of other sources is an error
+  that says how to rebuild, never a silent fallback.
 - :func:`require`: the core, or a ConfigError naming what needs it.
 - :func:`use_core`: asked where a compiled path could fall back to Python: False (and the
   notice, once) when the core is not there.
@@ -46,6 +46,8 @@ import numpy as np
 from .errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent
+#: a development tree (setup.py above src/kvreplay): its build of the core must be of its C sources
+DEVELOPMENT = (PACKAGE.parent.parent / "setup.py").is_file()
 DTYPES = {"i1": np.int8, "i4": np.int32, "i8": np.int64, "f8": np.float64}
 POINTER, COUNT = ctypes.c_void_p, ctypes.c_int64  # the two argument types of the core's functions
 #: set to 1: run as if the core were not built (the fallback's tests; a user comparing engines)
@@ -101,7 +103,7 @@ def available() -> bool:
         _missing = f"does not load ({e}): {HOW_TO_BUILD}"
         return False
     built = _string(loaded, "kv_source_hash")
-    current = sources_hash()
+    current = sources_hash() if DEVELOPMENT else None  # (an installed package is what pip built together)
     if current is not None and built != current:
         raise ConfigError("kvreplay's compiled core was built from other C sources than these: rebuild it "
                           "with python setup.py build_ext --inplace (or pip install .)")
