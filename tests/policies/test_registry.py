@@ -4,8 +4,11 @@ imports a policy's module only when that policy is asked for."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from kvreplay.policies import registry
 
@@ -36,3 +39,14 @@ def test_names_and_parameters_import_no_policy_module():
     assert listed == ["kvreplay.policies.index", "kvreplay.policies.registry"]
     asked = imported_after("import kvreplay; kvreplay.replay(kvreplay.Trace.from_requests([(['a'], 4)]), 'sieve', 4, 4)")
     assert "kvreplay.policies.sieve" in asked and "kvreplay.policies.s3fifo" not in asked
+
+
+def test_the_command_that_writes_the_index_writes_this_one(tmp_path):
+    src = Path(registry.__file__).resolve().parents[2]
+    shutil.copytree(src, tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    written = tmp_path / "src" / "kvreplay" / "policies" / "index.py"
+    written.write_text("POLICIES = ()\n")  # (a stale index must not matter to the command that rewrites it)
+    done = subprocess.run([sys.executable, "-m", "kvreplay.policies.registry"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
+    assert done.returncode == 0, done.stderr
+    assert written.read_text() == Path(registry.index.__file__).read_text()
