@@ -192,7 +192,7 @@ def _options(args, trace) -> dict:
     if args.warmup_fraction:
         raise ConfigError("simulate reports the whole trace: --warmup-fraction does not apply (the report gives "
                           "the hit rate over time instead)")
-    if args.engine != "compiled":
+    if args.engine == "reference":
         raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
     capacity = args.capacity
     if capacity is not None and args.bytes_per_token is not None:
