@@ -33,8 +33,14 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--window", type=duration, default=None, metavar="T",
                     help="every SLO must hold in every window of arrivals this long (default 5m, or a quarter of "
                          "the arrival span under 20 minutes)")
+    add_warmup_options(pl, "each run")
+    pl.add_argument("--min-window-requests", type=common.positive_int, default=None, metavar="N",
+                    help="a window binds only over N judged requests (ten times N for a p99): fewer are merged with "
+                         "their neighbours (default 50: a p90 then has 5 requests above it)")
     pl.add_argument("--gpus", default="H100", help="comma-separated GPUs to consider (default H100; `kvreplay gpus`)")
-    pl.add_argument("--tp", default="1", metavar="N,M,...", help="tensor-parallel degrees to consider (default 1)")
+    pl.add_argument("--tp", default=None, metavar="N,M,...",
+                    help="tensor-parallel degrees to consider (default: each GPU's of 1, 2, 4 and 8 on which vLLM "
+                         "would start the model)")
     pl.add_argument("--tiers", default="none", metavar="SPEC;SPEC",
                     help="';'-separated tier sets below each instance's pool, none for HBM only "
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
@@ -76,27 +82,56 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
 
 
+def add_warmup_options(p, what: str) -> None:
+    """--warmup and --cold-start (simulate, plan, report)."""
+    p.add_argument("--warmup", default=None, metavar="auto|F|DURATION",
+                   help=f"the first part of {what}'s arrivals is served but not judged, so a warm server is judged: "
+                        "auto (default: as far back as 90%% of the trace's prefix reuse looks), a fraction of the "
+                        "arrival span (0.2) or a duration (10m); 0 judges from an empty cache")
+    p.add_argument("--cold-start", action="store_true", help="judge every request from an empty cache (--warmup 0)")
+
+
+def warmup_of(args):
+    """The warm-up --warmup / --cold-start ask for ("auto" by default); --warmup-fraction refused."""
+    if getattr(args, "warmup_fraction", 0):
+        raise ConfigError("--warmup-fraction is replay's (a share of the requests); serving judges a warm server with "
+                          f"--warmup (auto, a fraction of the arrival span such as {args.warmup_fraction:g}, or a "
+                          "duration such as 10m)")
+    if args.cold_start and args.warmup is not None:
+        raise ConfigError("give --warmup or --cold-start, not both (--cold-start is --warmup 0)")
+    if args.cold_start:
+        return 0
+    from ..serving.warmup import spec_text
+
+    value = "auto" if args.warmup is None else args.warmup
+    spec_text(value)  # checked now: ConfigError names --warmup
+    return value
+
+
 def _cmd_plan(args) -> int:
     from ..serving.plan import plan
     from ..serving.prices import Prices, parse_overrides
-    from ..serving.slo import SLO
+    from ..serving.slo import MIN_WINDOW_REQUESTS, SLO
     from .serving import number_list
 
     common.check_table_outputs(args)
+    warmup = warmup_of(args)
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     try:
-        loads, tps = number_list(args.loads), [common.positive_int(x) for x in split(args.tp)]
+        loads = number_list(args.loads)
+        tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
         rates = number_list(args.rates) if args.rates else None
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
         raise ConfigError(f"--loads / --rates / --tp: {e}") from None
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
     trace = common.load(args)
-    with common.Progress("planning"):
+    with common.Progress("planning: configurations searched") as progress:
         result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
                       routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
-                      window_s=args.window,
+                      window_s=args.window, warmup=warmup, progress=progress,
+                      min_window_requests=args.min_window_requests or MIN_WINDOW_REQUESTS,
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
                       time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
                       rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
