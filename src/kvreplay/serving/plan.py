@@ -209,12 +209,33 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
                  else _plan_load(s, configs, point, tracker))
         out["loads"].append(plan_rows.summarise(s, point, block, unfit, runners_up))
         tracker.advance(len(unfit))
-    out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
+    out.update(model=model, window_s=window_s, run_options=run_options(options),
+               runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
                calibration_warnings=_calibration_warnings(s, configs))
     from .plan_result import PlanResult
 
     return PlanResult(out)
+
+
+#: simulate()'s options a plan's JSON keeps, so that `kvreplay report --plan` can serve its chosen
+#: deployment again exactly as the plan did (JSON values only)
+RUN_OPTIONS = ("time_model", "weights_dtype", "kv_dtype", "block_size", "max_model_len", "rate_profile",
+               "kv_semantics", "gpu_memory_utilization", "engine_style", "seed")
+
+
+def run_options(options: dict) -> dict:
+    """The options a plan's runs were made with, as JSON (a time model or rate profile given as an
+    object rather than a name is named by its description, and marked not reproducible)."""
+    out = {}
+    for k in RUN_OPTIONS:
+        if k in options and options[k] is not None:
+            v = options[k]
+            out[k] = v if isinstance(v, (str, int, float, bool)) else {"not_reproducible": repr(v)[:200]}
+    unknown = sorted(k for k in options if k not in RUN_OPTIONS and options[k] is not None)
+    if unknown:
+        out["other"] = {k: repr(options[k])[:200] for k in unknown}
+    return out
 
 
 class _Tracker:
@@ -579,12 +600,31 @@ def _floor(s: Search, c: Config, load: tuple) -> dict | None:
     start = (float(arrival_s.min()) if arrival_s.size else 0.0) + warm.seconds
     windows = Windows.of(arrival_s, judged, start, s.window_s)
     values = {k: v[judged] for k, v in floors.values().items()}
+    s.models[("floor values", c.gpu, c.tp, load)] = (windows, values)
     worst = worst_windows(windows, values, np.ones(int(judged.sum()), dtype=bool), s.slo, s.min_requests)
     b = worst["binding"]
     if b is None or b["ratio"] <= 1.0:
         return None
     return {**b, "judged_at": END_TEXT[end] if hasattr(tm, "at_band") else "centre (no band)",
             "hit": "earlier arrivals" if scheduler.schedule_policy == "fcfs" else "any other request"}
+
+
+def floor_in(s: Search, c: Config, load: tuple, binding: dict | None) -> float | None:
+    """The floor of `binding`'s objective over its window's requests (what no instance count can
+    go below there), or None without floors."""
+    from .stats import nearest_rank
+
+    floor_binding(s, c, load)
+    got = s.models.get(("floor values", c.gpu, c.tp, load))
+    if got is None or not binding:
+        return None
+    windows, values = got
+    p, attr = next((p, attr) for name, p, _, attr in s.slo.objectives() if name == binding["objective"])
+    first = int(round((binding["window_start_s"] - windows.start_s) / windows.window_s))
+    inside = (windows.index >= first) & (windows.index < first + binding["windows_merged"])
+    v = values[attr][inside]
+    v = np.sort(v[~np.isnan(v)])
+    return nearest_rank(v, p) if v.size else None
 
 
 def _block_size(s: Search) -> int:

@@ -50,7 +50,8 @@ def result(s, c, n: int, load: tuple) -> dict:
             "goodput_per_s": v["goodput_per_s"], "attainment": v["attainment"],
             "unserved_requests": v["unserved_requests"],
             "refused_context": summ["whole_run"]["refused_context"], "rejected": summ["whole_run"]["rejected"],
-            "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"]}
+            "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"],
+            "floor_in_binding_s": None if e["meets"] else search.floor_in(s, c, load, v["binding"])}
 
 
 def pruned(c, instances: int, per_instance: float, best: float, missed_at: int | None = None,
@@ -142,8 +143,10 @@ def why_misses(r: dict) -> str:
             parts.append(f"{r['rejected']:,} rejected (they never fit an instance's pool)")
         return (f"{r['unserved_requests']:,} requests cannot be served at all on {r['gpu']} x{r['tp']} ("
                 + ("; ".join(parts) or "past the pool or max_model_len") + "): more instances do not help")
-    return (f"at {r['instances']} instances (--max-instances) it still misses: " + binding_text(r["binding"])
-            + "; the trace's peak needs more instances")
+    floor = r.get("floor_in_binding_s")
+    why = (f"; no instance count goes below {floor:.3g} s in that window (its floor), so more instances may or may "
+           "not reach the limit" if floor is not None else "; the trace's peak may need more instances")
+    return f"at {r['instances']} instances (--max-instances) it still misses: " + binding_text(r["binding"]) + why
 
 
 def tier_economics(results: list) -> list:

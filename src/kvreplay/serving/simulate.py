@@ -607,7 +607,7 @@ def sweep_row(trace, options: dict) -> dict:
         "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
         **_verdict_columns(s["keeps_up"]), "finished": s["finished"], "rejected": s["rejected"],
         "refused_context": s["refused_context"], "requests": s["requests"], "warmup_s": r.warmup_s,
-        "judged_requests": s["requests"], "window_text": s["window"]["text"],
+        "judged_requests": s["requests"], "window_text": s["window"]["text"], "whole_run": s["whole_run"],
         **_band_columns(s.get("latency_band_s")), "error": None,
     }
 
@@ -631,22 +631,23 @@ def _band_columns(band) -> dict:
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
                     policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
                     weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None) -> dict:
+                    tiers: str | None = None, warmup="auto") -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
-    `weights_dtype`), with the engine-faithful policy (JSON-ready). A hybrid model is served with
-    every layer as full attention, as the report's curves replay it (its note says so)."""
+    `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
+    `warmup` (warmup.py). A hybrid model is served with every layer as full attention, as the
+    report's curves replay it (its note says so)."""
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
                       tp=tp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
                       tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
-                      kv_semantics="full")  # (the report's curves and pool are full semantics: one for all)
+                      kv_semantics="full", warmup=warmup)  # (the report's curves and pool are full semantics)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
                     gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
     return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
             "weights_dtype": sizes.weights_dtype, "instances": instances, "router": router, "tiers": tiers,
-            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size}
+            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup}
 
 
 def deployment_focus(trace, collect_options: dict, serving: dict) -> dict:
