@@ -80,6 +80,11 @@ def _parser_plan(sub) -> None:
                     help="plot cost against TTFT p90 for every run, with the Pareto frontier, the SLO and the chosen "
                          "deployment (.png, .svg or .pdf)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    pl.add_argument("--emit", choices=("vllm", "sglang", "k8s"), default=None,
+                    help="print the chosen deployment of each load instead of the table: vllm or sglang launch "
+                         "commands (one per instance, and the router's), or a Kubernetes manifest (k8s)")
+    pl.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
+                    help="the scheduler the plan simulates: vllm (default) or sglang (as simulate --engine-style)")
 
 
 def add_warmup_options(p, what: str) -> None:
@@ -116,6 +121,10 @@ def _cmd_plan(args) -> int:
 
     common.check_table_outputs(args)
     warmup = warmup_of(args)
+    if args.emit and args.json:
+        raise ConfigError("give --emit or --json, not both (each replaces the table on stdout)")
+    if args.emit in ("vllm", "sglang") and args.emit != args.engine_style:
+        raise ConfigError(f"--emit {args.emit} deploys the {args.emit} engine: plan it with --engine-style {args.emit}")
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
@@ -135,10 +144,17 @@ def _cmd_plan(args) -> int:
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
                       time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
                       rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
-                      kv_semantics=args.kv_semantics,
+                      kv_semantics=args.kv_semantics, engine_style=args.engine_style,
                       jobs=args.jobs, executor=args.executor, ray_address=args.ray_address)
+    emitted = None
+    if args.emit:
+        from ..serving.emit import emit
+
+        emitted = emit(result, args.emit)  # (before any file is written: a plan with nothing to deploy writes none)
     _write_outputs(args, result)
-    if args.json:
+    if emitted is not None:
+        sys.stdout.write(emitted)
+    elif args.json:
         sys.stdout.buffer.write(common.encode_json(result))
     else:
         from ..output.plan import plan_text
