@@ -82,10 +82,15 @@ def report_html(trace, **kwargs) -> str:
 
         data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), **serving)
     if plan is not None:
+        from .errors import ConfigError
         from .serving.plan_check import serve_plan
 
         data["plan"] = plan
-        data["plan_served"] = serve_plan(trace, plan)
+        try:
+            data["plan_served"] = serve_plan(trace, plan)
+        except ConfigError as e:  # (a plan made in Python with objects for options: shown, not served again)
+            data["plan_served_note"] = str(e)
+            rank = rank and serving is not None
     if deployment and rank:
         from .serving.ranking import served_ranking
 

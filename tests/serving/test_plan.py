@@ -184,7 +184,7 @@ def test_a_tier_is_searched_no_further_than_its_twin_and_pruning_is_explained():
     tried = {(r["gpu"], r["tiers"]): r for r in out["loads"][0]["tried"]}
     assert tried[("H200", "none")]["verdict"] == "pruned" and tried[("H200", "dram=1GiB")]["verdict"] == "pruned"
     assert tried[("H200", "none")]["why"] == ("1 instance, the fewest it could still need, cost 100.00 USD/h, not "
-                                               "below the best found (8.00 USD/h)")
+                                               "below the best (8.00 USD/h)")
     assert tried[("H100", "dram=1GiB")]["instances"] == 4 and out["runs"] == 8
 
 

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..output.serving import tiers_text
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
 from . import common
+from .warmup import add_warmup_options, serving_warmup
 
 DEFAULT_CAPACITY = 4096  # blocks, when run is given no --capacity
 
@@ -150,8 +151,6 @@ def _parser_sweep(sub) -> None:
     sw.add_argument("--instances", type=common.positive_int, default=1,
                     help="with --gpu: identical instances behind --router (default 1)")
     sw.add_argument("--router", default="round-robin", help="with --gpu and --instances: the router (as simulate)")
-    from .plan import add_warmup_options
-
     add_warmup_options(sw, "the served runs (with --gpu)")
     common.add_executor_options(sw, "replays")
     common.add_curve_outputs(sw, "write the results table to FILE.csv, FILE.json or FILE.parquet (atomically; "
@@ -221,7 +220,7 @@ def _served_options(args) -> dict | None:
     if args.model is None:
         raise ConfigError("--gpu needs --model (the weights to place and to run)")
     return {"model": args.model, "gpu": args.gpu, "tp": args.tp, "instances": args.instances, "router": args.router,
-            "warmup": _report_warmup(args)}
+            "warmup": serving_warmup(args)}
 
 
 def _sweep_semantics(args, policies: list[str]) -> str:
@@ -380,8 +379,6 @@ def _parser_report(sub) -> None:
                     help="add a plan section from `kvreplay plan ... -o FILE.json` on this trace (checked by its "
                          "digest): every configuration tried, the cheapest per load served again (its instances, "
                          "GPUs, router, policy, tiers, load and warm-up) and judged, and the cost-vs-TTFT plot")
-    from .plan import add_warmup_options
-
     add_warmup_options(rp, "the serving section's runs (with --gpu)")
 
 
@@ -405,7 +402,7 @@ def _cmd_report(args) -> int:
                               "drop --plan to serve --gpu's)")
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
-                   "router": args.router, "tiers": args.tiers, "warmup": _report_warmup(args)}
+                   "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args)}
     elif args.instances != 1 or args.router != "round-robin" or args.tiers:
         raise ConfigError("--instances, --router and --tiers shape the serving section: add --gpu and --model")
     elif args.warmup is not None or args.cold_start:
@@ -433,20 +430,6 @@ def _cmd_report(args) -> int:
     write_atomic(args.output, page.encode())
     print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
     return 0
-
-
-def _report_warmup(args):
-    """The serving section's warm-up: --warmup / --cold-start (auto by default). The report's
-    replays keep their own, --warmup-fraction (a share of the requests)."""
-    if args.cold_start and args.warmup is not None:
-        raise ConfigError("give --warmup or --cold-start, not both (--cold-start is --warmup 0)")
-    if args.cold_start:
-        return 0
-    from ..serving.warmup import spec_text
-
-    value = "auto" if args.warmup is None else args.warmup
-    spec_text(value)
-    return value
 
 
 def _parser_demo(sub) -> None:

@@ -8,6 +8,7 @@ import sys
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
+from .warmup import add_warmup_options, warmup_of
 
 
 def number_list(text: str) -> list[float]:
@@ -127,8 +128,6 @@ def _parser_simulate(sub) -> None:
                           "3:1) or a CSV of fraction,multiplier (docs/serving.md)")
     common.add_max_model_len(sim, "requests whose prompt + outputs exceed it are refused at arrival and counted "
                                   "apart, as vLLM refuses them")
-    from .plan import add_warmup_options
-
     add_warmup_options(sim, "the run")
     sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
                      help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
@@ -164,8 +163,6 @@ def _parser_simulate(sub) -> None:
 def _options(args, trace) -> dict:
     """simulate()'s keyword arguments from the command line."""
     from ..serving.simulate import Scheduler
-
-    from .plan import warmup_of
 
     warmup = warmup_of(args)
     if args.engine != "compiled":

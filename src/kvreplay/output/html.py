@@ -144,7 +144,7 @@ def _serving_section(sv: dict, name: str) -> list[str]:
             text += f" [{seconds_text(r['ttft_p50_low_s'])} - {seconds_text(r['ttft_p50_high_s'])}]"
         return text
 
-    from .serving import keeps_up_cell
+    from .serving import denominators, keeps_up_cell
 
     rows = [[f"&times;{r['load']:g}", p50(r), seconds_text(r["ttft_p90_s"]), _pct(r["hit_rate"]),
              _pct(r["sequential_hit_rate"]), denominators(r), f"{r['requests_per_s']:,.3f}", _n(r["preemptions"]),
@@ -160,12 +160,6 @@ def _serving_section(sv: dict, name: str) -> list[str]:
         out.append("<p class=\"note\">Where it does not keep up, the queue grows for as long as the trace lasts, so "
                    "TTFT measures the backlog, not the engine: size for the loads it keeps up with.</p>")
     return out
-
-
-def denominators(r: dict) -> str:
-    """"10,507 of 10,507 (0, 0)": finished of judged requests (refused at arrival, rejected)."""
-    return (f"{_n(r['finished'])} of {_n(r.get('judged_requests', r['finished']))} ({_n(r.get('refused_context', 0))}, "
-            f"{_n(r.get('rejected', 0))})")
 
 
 def _judged_note(r: dict) -> str:
@@ -244,8 +238,15 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
             ("unique blocks" + (" touched" if warm else ""), _n(m["num_unique_blocks"]), "")]
     if ceiling is not None:
         kpis.append(("infinite-cache ceiling", _pct(ceiling), "nothing ever evicted"))
+    ranked = data.get("ranking")
+    if ranked and ranked["rows"]:
+        top = ranked["rows"][0]
+        kpis.append(("best policy served", f"{_pct(top['served_hit_rate'])} ({esc(top['policy'])})",
+                     "on the deployment, at its concurrency" + ("; offline the order differs" if ranked["differs"]
+                                                                 else "")))
     if best:
-        kpis.append((f"at {focus_cap:,} blocks" + (f" ({focus_cap * bpb / plot.GIB:,.1f} GiB)" if bpb else ""),
+        kpis.append((f"at {focus_cap:,} blocks" + (f" ({focus_cap * bpb / plot.GIB:,.1f} GiB)" if bpb else "")
+                     + (", offline" if ranked else ""),
                      f"{_pct(best['metrics']['hit_rate'])} ({esc(best['label'])})",
                      {"given": "the capacity asked for", "gpu-pool": "the serving section's GPU pool (one instance)",
                       "half-ceiling": "where a policy first reaches half the ceiling",
@@ -335,13 +336,16 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     if data.get("plan"):
         from .plan_html import plan_section
 
-        parts.extend(plan_section(data["plan"], _svg, _table, served=data.get("plan_served")))
+        parts.extend(plan_section(data["plan"], _svg, _table, served=data.get("plan_served"),
+                                  not_served=data.get("plan_served_note")))
     if data.get("ranking"):
         parts.extend(_ranking_section(data["ranking"]))
 
     parts.append("<h2>Definitions</h2><ul class=\"note\">"
-                 f"<li><b>Window</b>: {esc(window['description'])}. Every figure on this page counts only these requests"
-                 + (" (the trace table also shows the whole trace, in its own column)" if warm else "") + ".</li>"
+                 f"<li><b>Window</b>: {esc(window['description'])}. Every replay figure on this page counts only these "
+                 "requests" + (" (the trace table also shows the whole trace, in its own column)" if warm else "")
+                 + "; the serving sections count their runs' judged requests, after each run's warm-up, as their "
+                 "notes say.</li>"
                  "<li><b>Hit tokens</b> of a request: min(k &times; block size, prompt tokens), k = its longest run of "
                  "leading blocks resident before the request touches the cache.</li>"
                  "<li><b>Capacity</b>: blocks the cache holds; GiB figures use the KV bytes per token of the model named.</li>"

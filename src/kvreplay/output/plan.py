@@ -127,7 +127,8 @@ def _load_lines(block: dict) -> list[str]:
     ranked = [_row(r, "best" if r.get("chosen") else str(k + 1)) for k, r in enumerate(block["tried"])]
     lines.append(format_table(ranked, COLUMNS))
     if best is not None:
-        lines.append(f"  chosen     {best['instances']} x {best['tp']} x {best['gpu']} ({best['gpus']} GPUs), "
+        lines.append(f"  chosen     {best['instances']} x {best['tp']} x {best['gpu']} ({best['gpus']} GPU"
+                     f"{'' if best['gpus'] == 1 else 's'}), "
                      f"{best['cost_per_hour']:,.2f} USD/h; judged at the {best['judged_at']}"
                      + (f"; at the band's optimistic end {best['instances_at_low']}, centre {best['instances_at_centre']}"
                         f", pessimistic end {best['instances_at_high'] if best['instances_at_high'] is not None else 'over --max-instances'}"

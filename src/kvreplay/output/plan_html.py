@@ -7,10 +7,10 @@ from __future__ import annotations
 import html
 
 from .plan import WHERE, band_cell, binding_cell, counts_text, tier_verdict
-from .serving import keeps_up_cell, seconds_text
+from .serving import denominators, keeps_up_cell, seconds_text
 
 
-def plan_section(result: dict, svg, table, served: list | None = None) -> list[str]:
+def plan_section(result: dict, svg, table, served: list | None = None, not_served: str | None = None) -> list[str]:
     """The section's HTML parts; `svg(fig)` inlines a figure, `table(headers, rows, numeric,
     raw_headers)` writes a table (output/html.py's); `served`: plan_check.serve_plan's rows."""
     from .plan_plot import pareto_figure
@@ -36,6 +36,8 @@ def plan_section(result: dict, svg, table, served: list | None = None) -> list[s
                    "leaves what it was checked on: " + "; ".join(esc(w) for w in result["calibration_warnings"]) + ".</p>")
     if served:
         out += _served_block(served, table)
+    elif not_served:
+        out.append(f"<p class=\"note\" data-note=\"plan-not-served\"><b>Not served again.</b> {esc(not_served)}</p>")
     for block in result["loads"]:
         out += _load_block(block, table)
     out.append(f"<div class=\"figure\">{svg(pareto_figure(result))}</div>")
@@ -44,8 +46,6 @@ def plan_section(result: dict, svg, table, served: list | None = None) -> list[s
 
 def _served_block(served: list, table) -> list[str]:
     """Each load's chosen deployment, served again here, and judged as the plan judged it."""
-    from .html import denominators
-
     esc = html.escape
     rows = []
     for row in served:

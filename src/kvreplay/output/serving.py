@@ -308,6 +308,16 @@ def load_table(trace, rows: list[dict]) -> str:
     return head + "\n" + table
 
 
+def denominators(r: dict) -> str:
+    """"10,507 of 10,507 (0, 0)": finished of judged requests (refused at arrival, rejected)."""
+    return (f"{_count(r['finished'])} of {_count(r.get('judged_requests', r['finished']))} ({_count(r.get('refused_context', 0))}, "
+            f"{_count(r.get('rejected', 0))})")
+
+
+def _count(n) -> str:
+    return f"{n:,}" if n is not None else "-"
+
+
 def keeps_up_cell(r: dict) -> str:
     """A sweep row's keeps-up: yes (at the band's pessimistic end, where there is one), centre only, no."""
     if r["stable"]:

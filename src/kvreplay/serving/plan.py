@@ -207,7 +207,9 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     for point in points:
         block = (_plan_load_parallel(s, configs, point, jobs, executor, ray_address, tracker) if parallel
                  else _plan_load(s, configs, point, tracker))
-        out["loads"].append(plan_rows.summarise(s, point, block, unfit, runners_up))
+        if block["probes"] is None:
+            block["probes"] = probes(s, point)
+        out["loads"].append(plan_rows.summarise(point, block, unfit, runners_up))
         tracker.advance(len(unfit))
     out.update(model=model, window_s=window_s, run_options=run_options(options),
                runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
@@ -438,7 +440,7 @@ def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per
         if e["meets"]:
             hi = n
         elif e["verdict"]["unserved_requests"]:  # past max_model_len or the pool: so on every instance count
-            return plan_rows.result(s, c, n, load)
+            return _result(s, c, n, load)
         elif n == affordable:
             break
         else:
@@ -446,9 +448,41 @@ def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per
     if hi is None:
         if affordable < top:  # (the most it can afford missed: the binding window at that count says by how much)
             return {"pruned": True, "at": n + 1, "missed_at": n, "binding": e["verdict"]["binding"]}
-        return plan_rows.result(s, c, top, load)
+        return _result(s, c, top, load)
     hi = _bisect(s, c, load, _judged_end(s), lo, hi)
-    return plan_rows.result(s, c, hi, load)
+    return _result(s, c, hi, load)
+
+
+def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
+    """The row of a searched configuration at `n` instances (the fewest that pass, or the most tried)."""
+    e = evaluate(s, c, n, load)
+    r, v = e["report"], e["verdict"]
+    per_instance, sources = instance_cost(s, c)
+    cost = per_instance * n
+    summ = r.summary
+    hours = summ["duration_s"] / 3600 if summ["duration_s"] else None
+    per_m = (lambda tokens: cost * hours / tokens * 1e6 if hours and tokens else None)  # noqa: E731
+    per_token = prefill_seconds_per_token(s, c)
+    saved = (summ["hit_tokens"] / hours * per_token * per_instance / 3600 if hours and per_token is not None else None)
+    band = band_instances(s, c, n, load) if e["meets"] else None
+    return {**plan_rows.config_columns(c), "load_kind": load[0], "load": load[1], "cache_saved_per_hour": saved,
+            "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"], "hit_tokens": summ["hit_tokens"],
+            "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
+            "instances_band": band,
+            "instances_at_low": None if band is None else band["low"],
+            "instances_at_centre": None if band is None else band["centre"],
+            "instances_at_high": None if band is None else band["high"],
+            "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
+            "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
+            "hit_rate": summ["hit_rate"], "binding": v["binding"], "window_s": v["window_s"],
+            "window_grouping": v["grouping"], "judged_requests": v["judged_requests"],
+            "judged_start_s": v["judged_start_s"], "warmup": summ["window"].get("warmup"),
+            "worst_window_s": v["worst_window_s"],
+            "goodput_per_s": v["goodput_per_s"], "attainment": v["attainment"],
+            "unserved_requests": v["unserved_requests"],
+            "refused_context": summ["whole_run"]["refused_context"], "rejected": summ["whole_run"]["rejected"],
+            "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"],
+            "floor_in_binding_s": None if e["meets"] else floor_in(s, c, load, v["binding"])}
 
 
 def _bisect(s: Search, c: Config, load: tuple, end: str, lo: int, hi: int) -> int:

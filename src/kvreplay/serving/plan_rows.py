@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-from . import plan as search  # (plan.py imports this module: its functions are looked up when called)
 
 VERDICT_ORDER = {"meets": 0, "misses": 1, "unreachable": 2, "pruned": 3, "unfit": 4, "skipped": 5}
 
@@ -22,49 +21,23 @@ def config_columns(c) -> dict:
             "policy": c.policy or "vllm", "policy_asked": c.policy}
 
 
-def result(s, c, n: int, load: tuple) -> dict:
-    """The row of a searched configuration at `n` instances (the fewest that pass, or the most tried)."""
-    e = search.evaluate(s, c, n, load)
-    r, v = e["report"], e["verdict"]
-    per_instance, sources = search.instance_cost(s, c)
-    cost = per_instance * n
-    summ = r.summary
-    hours = summ["duration_s"] / 3600 if summ["duration_s"] else None
-    per_m = (lambda tokens: cost * hours / tokens * 1e6 if hours and tokens else None)  # noqa: E731
-    per_token = search.prefill_seconds_per_token(s, c)
-    saved = (summ["hit_tokens"] / hours * per_token * per_instance / 3600 if hours and per_token is not None else None)
-    band = search.band_instances(s, c, n, load) if e["meets"] else None
-    return {**config_columns(c), "load_kind": load[0], "load": load[1], "cache_saved_per_hour": saved,
-            "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"], "hit_tokens": summ["hit_tokens"],
-            "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
-            "instances_band": band,
-            "instances_at_low": None if band is None else band["low"],
-            "instances_at_centre": None if band is None else band["centre"],
-            "instances_at_high": None if band is None else band["high"],
-            "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
-            "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
-            "hit_rate": summ["hit_rate"], "binding": v["binding"], "window_s": v["window_s"],
-            "window_grouping": v["grouping"], "judged_requests": v["judged_requests"],
-            "judged_start_s": v["judged_start_s"], "warmup": summ["window"].get("warmup"),
-            "worst_window_s": v["worst_window_s"],
-            "goodput_per_s": v["goodput_per_s"], "attainment": v["attainment"],
-            "unserved_requests": v["unserved_requests"],
-            "refused_context": summ["whole_run"]["refused_context"], "rejected": summ["whole_run"]["rejected"],
-            "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"],
-            "floor_in_binding_s": None if e["meets"] else search.floor_in(s, c, load, v["binding"])}
-
-
 def pruned(c, instances: int, per_instance: float, best: float, missed_at: int | None = None,
            binding: dict | None = None) -> dict:
     """A configuration stopped on cost: at `instances`, the fewest it could still need (it missed
     at `missed_at`, the most below the best's cost, in `binding`'s window)."""
-    missed = (f"it misses at {missed_at} instance{'s' if missed_at != 1 else ''} ({binding_text(binding)}), and "
-              if missed_at is not None else "")
     return {**config_columns(c), "verdict": "pruned", "pruned_by": "cost", "instances": instances,
             "gpus": instances * c.tp, "cost_per_hour": per_instance * instances, "missed_at": missed_at,
-            "binding": binding,
-            "why": f"{missed}{instances} instance{'s' if instances != 1 else ''}, the fewest it could still need, cost "
-                   f"{per_instance * instances:,.2f} USD/h, not below the best found ({best:,.2f} USD/h)"}
+            "binding": binding, "why": _pruned_why(missed_at, binding, instances, per_instance * instances, best)}
+
+
+def _pruned_why(missed_at, binding, instances: int, cost: float, best: float) -> str:
+    missed = (f"it misses at {_count(missed_at)} ({binding_text(binding)}), and " if missed_at is not None else "")
+    return (f"{missed}{_count(instances)}, the fewest it could still need, cost {cost:,.2f} USD/h, not below the "
+            f"best ({best:,.2f} USD/h)")
+
+
+def _count(n: int) -> str:
+    return f"{n} instance" + ("" if n == 1 else "s")
 
 
 def unreachable(c, per_instance: float, floor: dict) -> dict:
@@ -98,13 +71,19 @@ def binding_text(b: dict | None) -> str:
     return f"{b['objective']} {b['value_s']:.3g} s against {b['limit_s']:g} s in {window_text(b)}"
 
 
-def summarise(s, load: tuple, block: dict, unfit: list, runners_up: int) -> dict:
+def summarise(load: tuple, block: dict, unfit: list, runners_up: int) -> dict:
     """One load's block of the plan: the best, its runners-up, every configuration's row sorted
     by cost with its verdict and why, tier economics, the probes behind the plot, and (when none
     passes) the closest miss."""
     results = block["results"]
     passing = sorted((r for r in results if r["meets"]), key=lambda r: r["cost_per_hour"])
     best = passing[0] if passing else None
+    for r in block["pruned"]:  # said against the final best (never above the one it was pruned against)
+        if best is not None and r.get("missed_at") is not None:
+            r["why"] = _pruned_why(r["missed_at"], r["binding"], r["instances"], r["cost_per_hour"],
+                                   best["cost_per_hour"])
+        elif best is not None:
+            r["why"] = _pruned_why(None, None, r["instances"], r["cost_per_hour"], best["cost_per_hour"])
     for r in results:
         r["chosen"] = r is best
         r["verdict"] = "meets" if r["meets"] else "misses"
@@ -119,8 +98,7 @@ def summarise(s, load: tuple, block: dict, unfit: list, runners_up: int) -> dict
            "counts": counts, "pruned": counts["pruned"], "evaluated": len(results),
            "skipped": [{"config": k["config"].text(), "reason": k["reason"]} for k in block["skipped"]],
            "tier_economics": tier_economics(results), "tried": rows,
-           "probes": sorted(search.probes(s, load) if block["probes"] is None else block["probes"],
-                            key=lambda p: (p["config"], p["instances"]))}
+           "probes": sorted(block["probes"], key=lambda p: (p["config"], p["instances"]))}
     if best is None:
         out["closest"] = closest(results, block["unreachable"])
     return out
@@ -128,9 +106,9 @@ def summarise(s, load: tuple, block: dict, unfit: list, runners_up: int) -> dict
 
 def _why_meets(r: dict, best: dict) -> str:
     if r is best:
-        return (f"the cheapest that meets every SLO, at {r['instances']} instances ({r['judged_at']}): "
+        return (f"the cheapest that meets every SLO, at {_count(r['instances'])} ({r['judged_at']}): "
                 + binding_text(r["binding"]))
-    return (f"meets at {r['instances']} instances for {r['cost_per_hour']:,.2f} USD/h, "
+    return (f"meets at {_count(r['instances'])} for {r['cost_per_hour']:,.2f} USD/h, "
             f"{r['cost_per_hour'] - best['cost_per_hour']:,.2f} USD/h more than the chosen")
 
 
