@@ -27,12 +27,14 @@ def test_a_burst_that_drains_does_not_keep_up():
     assert v["backlog_s"] == 1.0 and v["backlog_limit_s"] == 100.0
     assert v["worst_queue_p90_s"] == 8.0 and v["allowed_queue_s"] == 1.0 and v["worst_window_start_s"] == 0.0
     assert v["keeps_up"] is False and v["reason"] == "queueing"
-    # the window's work (10 x (4 + 1) tokens over 250 s) fits the measured rate (55 tokens in 11
-    # busy seconds): a burst, so the fix scales by queueing over allowance, 8x
+    # its 11 requests are fewer than a window's 50: the four 250 s windows are one, the whole span.
+    # Its work (11 x (4 + 1) tokens over 1,000 s) fits the measured rate (55 tokens in 11 busy
+    # seconds): a burst, so the fix scales by queueing over allowance, 8x
     fix = v["fix"]
+    assert v["worst_window_requests"] == 11
     assert fix["basis"] == "queueing" and fix["load_scale"] == 1 / 8 and fix["instances"] == 8
     assert fix["load"] == {"flag": "--speedup", "value": 1 / 8}
-    assert fix["busiest_window_utilisation"] == pytest.approx((50 / 250) / (55 / 11))
+    assert fix["busiest_window_utilisation"] == pytest.approx((55 / 1000) / (55 / 11))
 
 
 def test_light_load_keeps_up():

@@ -70,11 +70,13 @@ def tier_line(t: dict) -> str:
 
 def counts_text(block: dict) -> str:
     c = block["counts"]
-    words = {"meets": "meet the SLOs", "misses": "miss at the most instances searched",
-             "unreachable": "cannot meet them on any number of instances", "pruned": "pruned on cost",
-             "unfit": "unfit (vLLM would not start the model)", "skipped": "skipped"}
+    words = {"meets": ("meets the SLOs", "meet the SLOs"),
+             "misses": ("misses at the most instances searched", "miss at the most instances searched"),
+             "unreachable": ("cannot meet them on any number of instances",) * 2, "pruned": ("pruned on cost",) * 2,
+             "unfit": ("unfit (vLLM would not start the model)",) * 2, "skipped": ("skipped",) * 2}
     total = sum(c.values())
-    return f"{total} configurations tried: " + ", ".join(f"{c[k]} {words[k]}" for k in words if c[k])
+    return (f"{total} configuration{'' if total == 1 else 's'} tried: "
+            + ", ".join(f"{c[k]} {words[k][c[k] != 1]}" for k in words if c[k]))
 
 
 def judged_text(result: dict, block: dict) -> str:

@@ -279,8 +279,12 @@ def load_table(trace, rows: list[dict]) -> str:
                                                           if r.get("ttft_p50_low_s") is not None else ""),
                   ttft90=seconds_text(r["ttft_p90_s"]),
                   ok=keeps_up_cell(r)) for r in rows]
-    head = (f"{trace_name(trace)}: TTFT and hit rate against load (whole trace; hit rate % at first "
-            "schedule, sequential % for the same policy and pool over the same finished requests")
+    warm = any((r.get("warmup_s") or 0) > 0 for r in rows)
+    head = (f"{trace_name(trace)}: TTFT and hit rate against load ("
+            + ("the judged requests, after each run's warm-up (--warmup)" if warm else
+               "every request, from an empty cache")
+            + "; hit rate % at first schedule, sequential % for the same policy and pool over the same finished "
+              "requests; keeps up at the band's pessimistic end, where there is a band")
     if rows and any(r.get("slo_attainment") is not None for r in rows):
         r0 = next(r for r in rows if r.get("slo_attainment") is not None)
         slos = " and ".join(f"{k} <= {1000 * v:g} ms" for k, v in (("TTFT", r0.get("slo_ttft_s")),

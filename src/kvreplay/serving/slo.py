@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .stats import window_percentiles
-from .verdict import _windows, default_window_s
+from .verdict import _windows, default_window_s, merge_windows
 
 
 @dataclass(frozen=True)
@@ -58,21 +58,6 @@ def min_requests_for(p: float, min_requests: int) -> int:
     """Requests a window needs for percentile `p`: as many requests above it as `min_requests`
     gives a p90 (50 for a p90 and 500 for a p99 at the default)."""
     return max(1, math.ceil(min_requests * 0.1 / (1.0 - p / 100.0) - 1e-9))
-
-
-def merge_windows(counts: np.ndarray, need: int) -> np.ndarray:
-    """Each window's group: consecutive windows merged until a group holds `need` requests (the
-    last, short group joins the one before it; everything is one group when all hold fewer)."""
-    group = np.zeros(counts.size, dtype=np.int64)
-    g, held = 0, 0
-    for k, c in enumerate(counts):
-        group[k] = g
-        held += int(c)
-        if held >= need and k < counts.size - 1:
-            g, held = g + 1, 0
-    if g > 0 and held < need:  # the trailing group is short: it joins the previous one
-        group[group == g] = g - 1
-    return group
 
 
 @dataclass(frozen=True)
@@ -165,7 +150,8 @@ def _grouping_text(counts: np.ndarray, group: np.ndarray, need: int, window_s: f
     """How one objective's windows were grouped, in words."""
     total = int(counts.sum())
     n = int(group.max()) + 1 if group.size else 0
-    length = f"{window_s / 60:g}-minute" if window_s >= 60 else f"{window_s:g} s"
+    length = (f"{window_s / 3600:g}-hour" if window_s >= 3600 and window_s % 3600 == 0 else
+              f"{window_s / 60:g}-minute" if window_s >= 60 and window_s % 60 == 0 else f"{window_s:g} s")
     if n <= 1 and total < need:
         return (f"the whole judged span as one window: its {total:,} requests are fewer than the {need:,} a window "
                 "needs, so the request-level percentile over the span is judged")

@@ -1,6 +1,7 @@
 """Does a simulated deployment keep up with its load? Judged per time window, from the queue.
 
-A run keeps up when, in every window of arrivals, the 90th percentile of the requests' queueing
+A run keeps up when, in every window of arrivals (windows with fewer than 50 judged requests
+merged with their neighbours, as the plan's SLO windows are), the 90th percentile of the requests' queueing
 delay (first schedule - arrival) stays within the service time of the median request (first
 schedule to last token), or 1 s if that is shorter, and the engine finishes within max(60 s, 10% of
 the arrival span) of the last arrival. A whole-trace rule alone misses bursts: a queue that drains
@@ -29,6 +30,9 @@ from .stats import nearest_rank, window_percentiles
 WINDOW_S = 300.0
 MIN_QUEUE_S = 1.0
 TARGET_BUSY = 0.9
+#: a window's p90 binds only over this many judged requests (its 5 slowest above it); fewer are
+#: merged with their neighbours (slo.py holds the plan's SLO windows to the same rule)
+MIN_WINDOW_REQUESTS = 50
 
 
 def backlog_s(report) -> float:
@@ -56,6 +60,33 @@ def _windows(arrival_s: np.ndarray, window_s: float, start_s: float | None = Non
     return np.minimum(np.floor((arrival_s - t0) / window_s).astype(np.int64), last), t0
 
 
+def merge_windows(counts: np.ndarray, need: int) -> np.ndarray:
+    """Each window's group: consecutive windows merged until a group holds `need` requests (the
+    last, short group joins the one before it; everything is one group when all hold fewer)."""
+    group = np.zeros(counts.size, dtype=np.int64)
+    g, held = 0, 0
+    for k, c in enumerate(counts):
+        group[k] = g
+        held += int(c)
+        if held >= need and k < counts.size - 1:
+            g, held = g + 1, 0
+    if g > 0 and held < need:  # the trailing group is short: it joins the previous one
+        group[group == g] = g - 1
+    return group
+
+
+def _groups(report, window_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per judged request, its window group (windows merged to MIN_WINDOW_REQUESTS judged
+    requests); per group, its first window; and the judged span's start."""
+    judged = report.judged
+    index, t0 = _windows(report.arrival_s[judged], window_s, report.judged_start_s)
+    counts = np.bincount(index, minlength=int(index.max()) + 1 if index.size else 0)
+    group = merge_windows(counts, MIN_WINDOW_REQUESTS)
+    first = np.array([int(np.flatnonzero(group == g)[0]) for g in range(int(group.max()) + 1)] if group.size else [],
+                     dtype=np.int64)
+    return group[index], first, t0
+
+
 def _worst_window_p90(index: np.ndarray, queue: np.ndarray) -> tuple[float, int]:
     """The largest nearest-rank p90 of `queue` over the windows in `index`, and its window (the
     first on a tie)."""
@@ -81,9 +112,10 @@ def keeps_up(report, window_s: float | None = None) -> dict:
     queue = (report.scheduled_s - arrival)[ok]
     service = np.sort((report.finish_s - report.scheduled_s)[ok])
     allowed = max(nearest_rank(service, 50), MIN_QUEUE_S)
-    index, t0 = _windows(arrival[ok], w, start)
-    worst, worst_k = _worst_window_p90(index, queue)
-    out.update(allowed_queue_s=allowed, worst_queue_p90_s=worst, worst_window_start_s=t0 + worst_k * w)
+    group, first, t0 = _groups(report, w)
+    worst, worst_g = _worst_window_p90(group[ok[report.judged]], queue)
+    out.update(allowed_queue_s=allowed, worst_queue_p90_s=worst, worst_window_start_s=t0 + int(first[worst_g]) * w,
+               worst_window_requests=int((group == worst_g).sum()))
     queue_ok, drained = worst <= allowed, backlog <= backlog_limit
     out["keeps_up"] = bool(queue_ok and drained)
     if out["keeps_up"]:
@@ -130,10 +162,14 @@ def _fix(report, window_s: float, worst_queue_s: float, allowed_s: float) -> dic
     if busy_total <= 0 or work.sum() <= 0:
         return None
     rate = float(work.sum()) / busy_total  # tokens per busy second of one instance
-    index, t0 = _windows(report.arrival_s[ok], window_s, report.judged_start_s)
-    per_window = np.bincount(index, weights=work.astype(np.float64))
-    peak_k = int(np.argmax(per_window))
-    need = float(per_window[peak_k]) / window_s / (rate * report.instances)
+    group, first, t0 = _groups(report, window_s)
+    per_group = np.bincount(group[ok[report.judged]], weights=work.astype(np.float64), minlength=first.size)
+    last_arrival = float(report.arrival_s[report.judged].max())
+    ends = np.minimum(np.r_[first[1:], 10 ** 18] * window_s + t0, max(last_arrival, t0 + window_s))
+    seconds = np.maximum(ends - (t0 + first * window_s), window_s)  # (a group is at least one window long)
+    density = per_group / seconds
+    peak_k = int(np.argmax(density))
+    need = float(density[peak_k]) / (rate * report.instances)
     factor = need / TARGET_BUSY if need > TARGET_BUSY else max(worst_queue_s / allowed_s, 1.0)
     scale = 1.0 / factor
     arrivals = report.arrivals or {}
@@ -143,5 +179,6 @@ def _fix(report, window_s: float, worst_queue_s: float, allowed_s: float) -> dic
     elif arrivals.get("kind") == "trace":
         load = {"flag": "--speedup", "value": float(arrivals.get("speedup", 1.0)) * scale}
     instances = max(report.instances + 1, math.ceil(report.instances * factor))
-    return {"load_scale": scale, "load": load, "instances": instances, "busiest_window_start_s": t0 + peak_k * window_s,
+    return {"load_scale": scale, "load": load, "instances": instances,
+            "busiest_window_start_s": t0 + int(first[peak_k]) * window_s,
             "busiest_window_utilisation": need, "basis": "work" if need > TARGET_BUSY else "queueing"}
