@@ -56,8 +56,8 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
         if progress is not None:
             progress(k + 1, len(todo))
     for key, rank in (("served_hit_rate", "served_rank"), ("offline_hit_rate", "offline_rank")):
-        for i, row in enumerate(sorted(rows, key=lambda x: -x[key])):
-            row[rank] = i + 1
+        for row in rows:  # competition ranking: equal hit rates share a rank
+            row[rank] = 1 + sum(1 for other in rows if other[key] > row[key] + 1e-12)
     rows.sort(key=lambda x: x["served_rank"])
     differs = any(r["served_rank"] != r["offline_rank"] for r in rows)
     order = lambda key: " > ".join(r["policy"] for r in sorted(rows, key=lambda x: -x[key]))  # noqa: E731
