@@ -384,3 +384,30 @@ def test_a_cached_run_is_not_reused_under_another_roofline_calibration(tmp_path,
     assert plan(EIGHT, **kw)["disk_hits"] >= 1  # the same calibration: runs read back from the directory
     monkeypatch.setattr(plan_module, "_calibration_digest", lambda: "a-refit")
     assert plan(EIGHT, **kw)["disk_hits"] == 0  # a refit: no run of before reused
+
+
+def test_the_run_cache_is_keyed_by_the_warm_up(tmp_path):
+    cache = str(tmp_path / "runs")
+    kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), cache_dir=cache, **TP1)
+    cold = plan(EIGHT, warmup=0, **kw)
+    assert cold["runs"] == 4 and cold["warmup_spec"] == "0"
+    assert plan(EIGHT, warmup="auto", **kw)["disk_hits"] == 0  # another warm-up: nothing reused
+    assert plan(EIGHT, warmup=0, **kw)["disk_hits"] == 4
+    with pytest.raises(ConfigError, match="warmup_fraction"):
+        plan(EIGHT, warmup_fraction=0.5, **kw)
+    with pytest.raises(ConfigError, match="give a duration its unit"):
+        plan(EIGHT, warmup=600, **kw)
+
+
+def test_unfit_tp_degrees_are_rows_not_errors():
+    # Llama-3.1-70B at bf16: TP 1 needs 141 GB per GPU; TP 2 on H100 leaves too little KV for one
+    # 131,072-token request; TP 4 and 8 fit. Without --tp, every degree is a row
+    out = plan(EIGHT, model="Llama-3.1-70B", slo=SLO(ttft_p90_s=10.0), prices=Prices({"H100": 2.0}), max_instances=1,
+               **ONE_AT_A_TIME)
+    rows = {r["tp"]: r for r in out["loads"][0]["tried"]}
+    assert rows[1]["verdict"] == rows[2]["verdict"] == "unfit"
+    assert "needs 141.1 GB of weights per GPU" in rows[1]["why"]
+    assert "fewer than one request at max_model_len 131,072: vLLM refuses to start" in rows[2]["why"]
+    # one instance of TP 4 meets a 10 s TTFT p90 (8 USD/h); TP 8 (16 USD/h) is pruned on cost
+    assert rows[4]["verdict"] == "meets" and rows[8]["verdict"] == "pruned"
+    assert out["loads"][0]["best"]["tp"] == 4 and out["loads"][0]["best"]["cost_per_hour"] == 8.0
