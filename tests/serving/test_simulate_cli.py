@@ -161,9 +161,17 @@ def test_conversation_trace_as_the_issue_asks():
     path = shared_path(MOONCAKE / "conversation_trace.jsonl")
     out = ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--policy", "vllm")
     assert "pool       833 blocks of 512 tokens (426,496 tokens): 1 x H100 80 GB x 0.9" in out
-    assert "12,031 finished" in out
-    # one H100 cannot keep up with this trace's arrivals for an 8B model: the output says so
-    assert "keeps up   NO (300.00 s windows); in the worst window (arrivals from 3,300.00 s)" in out
+    # the first 522 s (1,524 requests) warm the cache: the other 10,507 are judged, and finish
+    assert "after the warm-up: the 10,507 requests arriving from 522 s (the first 1,524 of 12,031" in out
+    assert "10,507 finished" in out
+    # one H100 cannot keep up with this trace's arrivals for an 8B model: the output says so, and
+    # runs the estimates it prints: 4 instances do keep up
+    assert "keeps up   NO (300.00 s windows); in the worst window (arrivals from 3,222.00 s)" in out
+    assert "--instances 4 (now 1): checked, it keeps up" in out
+    # a cold start judges all 12,031
+    cold = json.loads(ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--cold-start", "--json",
+                         "--summary-only"))
+    assert cold["summary"]["finished"] == 12_031 and cold["summary"]["window"]["kind"] == "whole_trace"
 
 
 def test_report_has_a_serving_section_with_gpu(files):
