@@ -67,6 +67,8 @@ def test_report_serves_the_plans_deployment(conversation_plan):
     text = re.sub(r"\s+", " ", text)
     assert ("×1 8 × 1 × H100, round-robin, vllm, tiers none 1.24 s [1.19 s - 1.60 s] 5.96% 10,507 of 10,507 (0, 0) "
             "yes meets at the pessimistic end of the band: TTFT p90 1.87 s / 2.00 s, 522-822 s, 967 req") in text
+    assert re.search(r"×2 5 × 2 × H100, round-robin, vllm, tiers none [^|]*? 10,507 of 10,507 \(0, 0\) yes meets at the "
+                     r"pessimistic end of the band: TTFT p90 1\.81 s / 2\.00 s, 1,461-1,768 s, 2,295 req", text)
     assert "differs from the plan's run" not in text and "The ranking differs." in text
     assert "--plan serves the plan's chosen deployment" in fails("report", trace, "--plan", d / "plan.json", "--gpu",
                                                                  "H100", "--model", "Llama-3.1-8B", "-o", d / "x.html")
