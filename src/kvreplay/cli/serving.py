@@ -8,6 +8,7 @@ import sys
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
+from .warmup import add_warmup_options, warmup_of
 
 
 def number_list(text: str) -> list[float]:
@@ -154,6 +155,7 @@ def _parser_simulate(sub) -> None:
                           "3:1) or a CSV of fraction,multiplier (docs/serving.md)")
     common.add_max_model_len(sim, "requests whose prompt + outputs exceed it are refused at arrival and counted "
                                   "apart, as vLLM refuses them")
+    add_warmup_options(sim, "the run")
     sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
                      help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
                           "(needs --model; default: at once)")
@@ -189,9 +191,7 @@ def _options(args, trace) -> dict:
     """simulate()'s keyword arguments from the command line."""
     from ..serving.simulate import Scheduler
 
-    if args.warmup_fraction:
-        raise ConfigError("simulate reports the whole trace: --warmup-fraction does not apply (the report gives "
-                          "the hit rate over time instead)")
+    warmup = warmup_of(args)
     if args.engine == "reference":
         raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
     capacity = args.capacity
@@ -237,7 +237,7 @@ def _options(args, trace) -> dict:
                 weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
-                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics,
+                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics, warmup=warmup,
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
                 mem_fraction_static=args.mem_fraction_static, router_options=_router_options(args.router_option),
@@ -291,6 +291,14 @@ def _cmd_simulate(args) -> int:
                               progress=progress, **options)
         return _emit_sweep(args, trace, rows)
     report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    checked = None
+    if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
+        from ..serving.fixcheck import check_fix
+
+        with common.Progress("checking the verdict's estimates by running them") as progress:
+            progress(0, 1)
+            checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate), report)
+            progress(1, 1)
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
         name = args.output.lower()
@@ -310,20 +318,21 @@ def _cmd_simulate(args) -> int:
     else:
         from ..output.serving import simulate_summary
 
-        print(simulate_summary(trace, report))
+        print(simulate_summary(trace, report, checked=checked))
     return 0
 
 
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
-                 "status": "str", "instance": "int"}
+                 "status": "str", "instance": "int", "judged": "bool"}
 SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "kv_semantics": "str",
                "instances": "int",
                "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
                "tpot_p50_s": "float", "hit_rate": "float", "hbm_hit_rate": "float", "sequential_hit_rate": "float",
                "load_balance": "float", "requests_per_s": "float", "goodput_per_s": "float", "slo_attainment": "float",
                "slo_ttft_s": "float", "slo_tpot_s": "float",
-               "preemptions": "int", "peak_running": "int", "stable": "bool", "backlog_s": "float",
+               "preemptions": "int", "peak_running": "int", "stable": "bool", "stable_at_centre": "bool",
+               "backlog_s": "float", "warmup_s": "float", "judged_requests": "int",
                "verdict_window_s": "float", "worst_queue_p90_s": "float", "worst_window_start_s": "float",
                "finished": "int", "rejected": "int", "error": "str",
                # the calibrated roofline's band (empty for other time models)
