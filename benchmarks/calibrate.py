@@ -903,7 +903,7 @@ def own_kernel_terms(tabs: dict, gpu, relative: dict) -> dict:
     if "ew" in tabs:  # Blackwell's elementwise kernels: its own floor and efficiency
         ew, errs["elementwise"] = fit_elementwise(tabs["ew"], gpu, {**relative, **own})
         own.update(ew)
-    print("\n" + f"{gpu.name}'s own GEMM, MoE, GDN and MLA kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
+    print("\n" + f"{gpu.name}'s own GEMM, MoE, GDN, MLA and elementwise kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
     return {k: float(v) for k, v in own.items()}
 
 

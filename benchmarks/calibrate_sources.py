@@ -131,6 +131,19 @@ def source_steps(t, gpu_name: str, gpu_dir: str, coefficients: dict, bw: float) 
     return rows
 
 
+def shipped_band(shipped: dict, gpu: str, family: str, phase: str) -> tuple[float, float]:
+    """The 5-95% band the calibration ships for a step of `family` on `gpu` (a RELATIVE_CHECKS GPU:
+    its own entry), as a simulation's band takes it: dense bf16 or fp8, the MoE or MLA steps'."""
+    entry = shipped["gpus"].get(gpu) or shipped["relative_bands"][gpu]
+    if family.startswith("MoE"):
+        band = entry.get("bands_moe_steps", {}).get(family.split()[1], {}).get(phase)
+    elif family.startswith("MLA"):
+        band = entry.get("bands_mla_steps", {}).get("fp8", {}).get(phase)
+    else:
+        band = entry.get("bands_fp8" if family.endswith("fp8") else "bands", {}).get(phase)
+    return tuple(band or entry["bands"][phase])
+
+
 def _phase_cells(rows) -> list[str]:
     out = []
     for phase in ("prefill", "decode", "mixed"):
@@ -163,6 +176,9 @@ def held_out_sources(fit_tables, shipped: dict, probes: dict) -> dict:
                                                                       if r["phase"] == p])
                                                       for p in ("prefill", "decode", "mixed")
                                                       if any(r["phase"] == p for r in mine)}
+            for r in rows:  # within the band the calibration ships for it?
+                lo, hi = shipped_band(shipped, name, r["family"], r["phase"])
+                r["covered"] = lo <= r["measured_s"] / r["predicted_s"] <= hi
             everything += [{**r, "source": label, "gpu": name} for r in rows]
             g = gdn_layers(cal.kernels(t, gpu_dir).get("gdn"), cal.streamed(_gpu(name), bw), coefficients)
             if g and "linear_attention" in held:
@@ -175,7 +191,8 @@ def held_out_sources(fit_tables, shipped: dict, probes: dict) -> dict:
                 (("source", False), ("GPU", False), ("family", False), ("held out (the rest: the fit's tables)", False),
                  ("prefill", False), ("decode", False), ("mixed", False)), lines)
     _print_breakdowns(everything)
-    report["all"] = {p: ratio_stats([r["measured_s"] / r["predicted_s"] for r in everything if r["phase"] == p])
+    report["all"] = {p: {**ratio_stats([r["measured_s"] / r["predicted_s"] for r in everything if r["phase"] == p]),
+                         "within_band": float(np.mean([r["covered"] for r in everything if r["phase"] == p]))}
                      for p in ("prefill", "decode", "mixed")}
     return report
 
@@ -203,10 +220,13 @@ def _print_breakdowns(rows):
     cells = []
     for phase in ("prefill", "decode", "mixed"):
         for tp in sorted({r["tp"] for r in rows}):
-            r = [x["measured_s"] / x["predicted_s"] for x in rows if x["phase"] == phase and x["tp"] == tp]
-            if r:
-                cells.append([phase, str(tp), *ratio_cells(ratio_stats(r))])
-    print_table("held-out kernel sources: every step by phase and TP", (("phase", False), ("TP", True), *RATIO_COLUMNS), cells)
+            mine = [x for x in rows if x["phase"] == phase and x["tp"] == tp]
+            if mine:
+                covered = 100.0 * np.mean([x["covered"] for x in mine])
+                cells.append([phase, str(tp), *ratio_cells(ratio_stats([x["measured_s"] / x["predicted_s"] for x in mine])),
+                              f"{covered:.0f}%"])
+    print_table("held-out kernel sources: every step by phase and TP",
+                (("phase", False), ("TP", True), *RATIO_COLUMNS, ("within the shipped 5-95% band", True)), cells)
     cells = []
     for lo, hi in ((1, 1), (2, 4), (8, 16), (32, 64), (128, 256)):
         r = [x["measured_s"] / x["predicted_s"] for x in rows if x["phase"] == "decode" and lo <= x["decodes"] <= hi]
@@ -231,7 +251,7 @@ def allreduce_check(fit_tables, shipped: dict) -> dict:
     import io
 
     import pyarrow.parquet as pq
-    from kvreplay.serving.timing.roofline import allreduce_time
+    from kvreplay.serving.timing.roofline import SHAPE_COEFFICIENTS, allreduce_time
 
     ais = zipfile.ZipFile(wheel())
     lines, out = [], {}
@@ -245,7 +265,7 @@ def allreduce_check(fit_tables, shipped: dict) -> dict:
             a = pq.read_table(io.BytesIO(z.read(member))).to_pandas()
             graph = a.kernel_source.str.contains("graph", case=False)
             a = a[(graph if graph.any() else True) & a.num_gpus.isin([2, 4, 8]) & (a.message_size * 2 < 8 * 2 ** 20)]
-            c = shipped["gpus"][name]["coefficients"]
+            c = {**SHAPE_COEFFICIENTS, **shipped["gpus"][name]["coefficients"]}  # (an older calibration: terms off)
             for tp in (2, 4, 8):
                 part = a[a.num_gpus == tp]
                 nbytes = part.message_size.to_numpy(float) * 2.0
