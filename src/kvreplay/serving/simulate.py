@@ -371,7 +371,8 @@ def _borrowed_warning(tm) -> str:
             else "its band is the cross-GPU check's")
     if cal.checked:
         head = f"{cal.gpu} ships {cal.measured_on}'s coefficients"
-        own = [{"gemm": "GEMM", "moe": "fused MoE", "gdn": "Gated DeltaNet", "mla": "MLA"}[f] for f in cal.own_fitted]
+        own = [{"gemm": "GEMM", "moe": "fused MoE", "gdn": "Gated DeltaNet", "mla": "MLA", "elementwise": "elementwise"}[f]
+               for f in cal.own_fitted]
         if own:
             head += f" but for its {', '.join(own)} terms, fitted on its own measured kernels"
     else:
