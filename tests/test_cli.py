@@ -149,11 +149,12 @@ def test_run_multiblock_prefix(policy):
 
 def test_stranded_blocks(tmp_path):
     # one request [1, 2, 3], LRU capacity 2: 1, 2 admitted; 3 evicts 1 -> final {2, 3}.
-    # 2's chain predecessor 1 is gone -> 2 is stranded; 3's predecessor 2 is resident.
+    # 2's chain predecessor 1 is gone -> 2 is stranded, and 3 behind it (its predecessor 2 is
+    # resident, but unreachable): 2 stranded blocks.
     p = tmp_path / "chain.jsonl"
     p.write_text('{"input_length": 12, "hash_ids": [1, 2, 3]}\n')
     rep = run_json(p, "--policy", "lru", "--capacity", 2, "--block-size", 4)
-    assert rep["final_cache_blocks"] == 2 and rep["stranded_blocks"] == 1
+    assert rep["final_cache_blocks"] == 2 and rep["stranded_blocks"] == 2
     assert rep["total_hit_tokens"] == 0
 
 
