@@ -59,7 +59,7 @@ BAD3 = DATA / "bad_line3.jsonl"  # line 3: input_length -4
 REPORT_FIELDS = {
     "policy", "params", "block_size", "cache_capacity_blocks", "num_requests", "total_prompt_tokens",
     "total_hit_tokens", "hit_rate", "final_cache_blocks", "window", "counters", "stranded_blocks", "sizes",
-    "engine", "trace", "metrics", "oversize_requests",
+    "engine", "trace", "metrics", "oversize_requests", "misses", "headroom", "advice",
 }
 
 
@@ -194,7 +194,17 @@ def test_run_json_fields():
     assert rep["trace"] == str(LVF)
     assert rep["window"] == {"warmup_requests": 0, "measured_requests": 5, "description": "whole trace (5 requests)"}
     assert len(rep["per_request"]) == 5
-    assert all(set(r) == {"prompt_tokens", "hit_tokens", "hit_blocks"} for r in rep["per_request"])
+    assert all(set(r) == {"prompt_tokens", "hit_tokens", "hit_blocks", "misses"} for r in rep["per_request"])
+    # the miss account (block size 4, one hash id per request): r1, r2 and r4 are first uses (3 + 4 + 4); r3 and
+    # r4 have 1 and 2 tokens past their hash id (partial blocks); lru at 2: 3 evicts 2, 1 stays: nothing evicted
+    assert [r["misses"] for r in rep["per_request"]] == [
+        {"first_use": 3, "evicted": 0, "behind_hole": 0, "partial_block": 0},
+        {"first_use": 4, "evicted": 0, "behind_hole": 0, "partial_block": 0},
+        {"first_use": 0, "evicted": 0, "behind_hole": 0, "partial_block": 1},
+        {"first_use": 4, "evicted": 0, "behind_hole": 0, "partial_block": 2},
+        {"first_use": 0, "evicted": 0, "behind_hole": 0, "partial_block": 0}]
+    assert rep["misses"]["tokens"]["first_use"] == 11 and rep["misses"]["tokens"]["partial_block"] == 3
+    assert set(rep["misses"]["not_measured"]) == {"namespace", "layer_groups", "concurrency"}
     assert sum(r["hit_tokens"] for r in rep["per_request"]) == rep["total_hit_tokens"] == 6
 
 
@@ -462,7 +472,8 @@ def test_huge_hash_id_does_not_traceback(tmp_path):
 
 # The tidy table (docs/formats.md, "Output tables"); lru and fifo have no parameters, so no parameter columns.
 SWEEP_CSV_HEADER = ("trace,policy,params,bound,capacity_kind,cache_capacity_blocks,kv_bytes,kv_gib,total_hit_tokens,"
-                    "total_prompt_tokens,hit_rate,final_cache_blocks,admissions,evictions,oversize_requests,block_size,"
+                    "total_prompt_tokens,hit_rate,final_cache_blocks,admissions,evictions,oversize_requests,"
+                    "miss_first_use_tokens,miss_evicted_tokens,miss_behind_hole_tokens,miss_partial_block_tokens,miss_namespace_tokens,miss_layer_groups_tokens,miss_concurrency_tokens,block_size,"
                     "window,warmup_fraction,warmup_requests,measured_requests")
 SWEEP_KEYS = {"trace", "block_size", "warmup_fraction", "window", "num_requests", "results"}
 RESULT_KEYS = set(SWEEP_CSV_HEADER.split(",")) | {"counters"}

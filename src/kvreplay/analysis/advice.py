@@ -29,9 +29,11 @@ def _share(part: int, whole: int) -> float:
 
 
 def advice(trace, report, *, headroom: dict | None = None, engine: str = "compiled", totals: dict | None = None,
-           stranded_mean: float | None = None) -> list[str]:
+           stranded_mean: float | None = None, stranded_by_policy: dict | None = None) -> list[str]:
     """At most three sentences for `report` (a replay of `trace` with its miss account). totals:
-    the account's totals to use (default: the report's; simulate passes the served account's)."""
+    the account's totals to use (default: the report's). stranded_by_policy: policy -> its mean
+    stranded share (%) at the same capacity (the HTML report's policies): the holes' sentence
+    compares them."""
     account = report.misses
     if account is None:
         return []
@@ -65,7 +67,11 @@ def advice(trace, report, *, headroom: dict | None = None, engine: str = "compil
     hole = totals["behind_hole"]
     if _share(hole, missed) >= 1:
         text = f"{_share(hole, missed):.1f}% of the missed tokens sat in the cache behind an earlier miss"
-        if stranded_mean is not None:
+        if stranded_by_policy and len(stranded_by_policy) > 1:
+            ranked = sorted(stranded_by_policy.items(), key=lambda kv: -kv[1])
+            text += "; on average " + ", ".join(f"{v:.0f}% of the pool is stranded under {k}" if i == 0 else
+                                                f"{v:.0f}% under {k}" for i, (k, v) in enumerate(ranked))
+        elif stranded_mean is not None:
             text += f", and {stranded_mean:.0f}% of the pool is stranded on average under {report.policy}"
         out.append((hole, text + ": a chain-aware order (vllm, lru-tail: a request's tail evicted first) keeps "
                                  "prefixes whole"))

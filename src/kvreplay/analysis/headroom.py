@@ -29,15 +29,26 @@ LEVELS = ("ceiling", "belady", "policy", "served")
 GAPS = {"capacity": ("ceiling", "belady"), "policy": ("belady", "policy"), "concurrency": ("policy", "served")}
 
 
-def headroom(trace, report, *, served_hit_tokens=None, cost=None, engine: str = "compiled") -> dict:
+def bound_hits(trace, block_size: int, capacity: int, engine: str = "compiled") -> dict:
+    """Per request, the hit tokens of the ceiling and of belady at `capacity` (the whole trace):
+    headroom()'s `bounds`, computed once for several policies at one capacity."""
+    common = dict(block_size=block_size, engine=engine, miss_account=False)
+    return {"ceiling": replay(trace, "infinite", None, **common).hit_tokens,
+            "belady": replay(trace, "belady", capacity, **common).hit_tokens}
+
+
+def headroom(trace, report, *, served_hit_tokens=None, requests=None, cost=None, engine: str = "compiled",
+             bounds: dict | None = None) -> dict:
     """The four levels and the three gaps for `report` (a replay of `trace`), its capacity and
     window. served_hit_tokens: per request, the hit tokens of a simulated run of the same policy
-    and capacity (None: not simulated). cost: per-request prefill seconds, see the module doc."""
-    common = dict(block_size=report.block_size, engine=engine, miss_account=False)  # (the window is sliced below)
-    ceiling = replay(trace, "infinite", None, **common)
-    belady = replay(trace, "belady", report.cache_capacity_blocks, **common)
-    window = slice(report.warmup_requests, None)
-    hits = {"ceiling": ceiling.hit_tokens, "belady": belady.hit_tokens, "policy": report.hit_tokens}
+    and capacity (None: not simulated); requests: a bool mask of the requests to count (the
+    served run's finished ones; default all of the window). cost: per-request prefill seconds, see
+    the module doc. bounds: bound_hits() of this capacity, when already computed."""
+    bounds = bounds or bound_hits(trace, report.block_size, report.cache_capacity_blocks, engine)  # the whole trace
+    window = np.arange(len(trace)) >= report.warmup_requests
+    if requests is not None:
+        window &= np.asarray(requests, dtype=bool)
+    hits = {"ceiling": bounds["ceiling"], "belady": bounds["belady"], "policy": report.hit_tokens}
     if served_hit_tokens is not None:
         hits["served"] = np.asarray(served_hit_tokens, dtype=np.int64)
     prompt = np.asarray(report.prompt_tokens, dtype=np.int64)
@@ -58,7 +69,7 @@ def headroom(trace, report, *, served_hit_tokens=None, cost=None, engine: str = 
             g["prefill_gpu_seconds"] = levels[lower]["prefill_gpu_seconds"] - levels[upper]["prefill_gpu_seconds"]
         gaps[gap] = g
     return {"capacity_blocks": report.cache_capacity_blocks, "policy": report.policy, "prompt_tokens": total,
-            "window": report.window, "levels": levels, "gaps": gaps,
+            "window": report.window if requests is None else f"the {int(window.sum()):,} requests that finished", "levels": levels, "gaps": gaps,
             "workload": {"tokens": total - levels["ceiling"]["hit_tokens"],
                          "points": 100 * (1 - levels["ceiling"]["hit_rate"])}}
 

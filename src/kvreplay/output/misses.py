@@ -66,7 +66,8 @@ def headroom_lines(h: dict) -> list[str]:
     out = [line]
     if "prefill_gpu_seconds" in lv["ceiling"]:
         gaps = ", ".join(f"{k} {g['prefill_gpu_seconds']:,.0f}" for k, g in h["gaps"].items())
-        out.append(f"          in GPU-seconds of prefill: {gaps} (your prefill {lv['policy']['prefill_gpu_seconds']:,.0f}, "
+        yours = lv["served"] if "served" in lv else lv["policy"]
+        out.append(f"          in GPU-seconds of prefill: {gaps} (your prefill {yours['prefill_gpu_seconds']:,.0f}, "
                    f"at the ceiling {lv['ceiling']['prefill_gpu_seconds']:,.0f}; {h['cost_note']})")
     return out
 
