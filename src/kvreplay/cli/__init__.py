@@ -14,9 +14,9 @@ import threading
 import warnings
 
 from ..errors import InvariantError, KvreplayError
-from . import calibrate, info, plan, replay, serving, traces
+from . import calibrate, diagnose, info, plan, replay, serving, traces
 
-FAMILIES = (replay, serving, plan, calibrate, traces, info)
+FAMILIES = (replay, serving, plan, calibrate, traces, diagnose, info)
 COMMANDS = {name: handler for family in FAMILIES for name, handler in family.COMMANDS.items()}
 
 

@@ -35,7 +35,8 @@ CAUSE_TEXT = {
     "concurrency": "the sequential replay hit it; under load it was evicted by running requests or still computing",
 }
 
-NO_NAMESPACES = "the trace carries no namespaces (a hashed trace has none; a token log with namespace or salt fields does)"
+NO_NAMESPACES = ("no namespaces to compare (a hashed trace carries none; a token log's namespace or salt fields "
+                 "give them to kvreplay diagnose)")
 NO_GROUPS = "every layer replayed as full attention (a hybrid --model under hybrid semantics has layer groups)"
 SEQUENTIAL = "a sequential replay (kvreplay simulate serves requests concurrently)"
 
