@@ -176,3 +176,46 @@ def test_real_traces_add_up(path, capacities, policy):
         if capacity == capacities[1] or path == CLAUDE_CODE:  # the reference engine is slower: one capacity
             ref = kvreplay.replay(trace, policy, capacity, engine="reference")
             accounts_agree(ref, comp)
+
+
+def test_layer_groups_by_hand(engine):
+    # vLLM's hybrid manager, full attention + a sliding window of 5 tokens (1 block of 4), retention
+    # 0: the window caches only the block ending at (P - 1) // 4. r1 [a b c d] 16 tokens: a, b, c
+    # first uses, d holds the last token (partial block). Full attention then has a-d, the window
+    # only c. r2 [a b c d e] 20 tokens: full attention could serve 4 blocks, the window's last
+    # cached block is c, so the hit is 3 blocks (12 tokens): d is the layer groups' (4 tokens); e
+    # holds the last token (partial block).
+    from kvreplay.policies.hybrid import Group
+
+    trace = kvreplay.Trace.from_requests([(list("abcd"), 16), (list("abcde"), 20)])
+    r = kvreplay.replay(trace, "vllm", 100, 4, kv_groups=[Group("full"), Group("sliding_window", window=5)],
+                        engine=engine)
+    assert r.hit_tokens.tolist() == [0, 12]
+    assert causes(r, 0) == {"first_use": 12, "partial_block": 4}
+    assert causes(r, 1) == {"layer_groups": 4, "partial_block": 4}
+    assert "layer_groups" not in r.misses.not_measured and "namespace" in r.misses.not_measured
+
+
+@st.composite
+def hybrid_case(draw):
+    from kvreplay.policies.hybrid import Group
+    from strategies import chained_requests
+
+    reqs, bs = draw(chained_requests())
+    other = draw(st.sampled_from(["sliding_window", "mamba", "chunked_local"]))
+    groups = [Group("full"), Group(other, window=draw(st.integers(1, 6 * bs)) if other == "sliding_window" else None,
+                                   chunk=draw(st.integers(1, 4)) * bs if other == "chunked_local" else None)]
+    return kvreplay.Trace.from_requests(reqs), bs, draw(st.permutations(groups)), draw(st.integers(1, 80))
+
+
+@SETTINGS
+@given(case=hybrid_case())
+def test_engines_agree_on_the_hybrid_account(case):
+    trace, bs, groups, capacity = case
+    ref = kvreplay.replay(trace, "vllm", capacity, bs, kv_groups=groups, engine="reference")
+    comp = kvreplay.replay(trace, "vllm", capacity, bs, kv_groups=groups)
+    assert comp.hit_tokens.tolist() == ref.hit_tokens.tolist()
+    accounts_agree(ref, comp)
+    # without the window's or Mamba's rule, nothing is the layer groups'
+    full = kvreplay.replay(trace, "vllm", capacity, bs, kv_groups=[g for g in groups if g.kind == "full"])
+    assert full.misses.totals()["layer_groups"] == 0

@@ -160,3 +160,65 @@ def from_recorded(recorded, trace, block_size: int, warmup: int, capacity: int, 
     return MissAccount(tokens=tokens, cause=recorded.cause, gone=recorded.gone, warmup_requests=warmup,
                        capacity=capacity, not_measured=dict(sorted(not_measured.items(), key=lambda kv: CAUSES.index(kv[0]))),
                        stranded=recorded.stranded, detail=(trace, block_size))
+
+
+def previous_request(trace) -> np.ndarray:
+    """Per access, the latest earlier request that accessed the same block (-1: none)."""
+    request = np.repeat(np.arange(len(trace), dtype=np.int64), np.diff(trace.offsets))
+    order = np.lexsort((np.arange(trace.num_accesses), trace.blocks))  # by block, then in trace order
+    b, r = trace.blocks[order], request[order]
+    new_run = np.ones(order.size, dtype=bool)  # runs of one block within one request
+    new_run[1:] = (b[1:] != b[:-1]) | (r[1:] != r[:-1])
+    starts = np.flatnonzero(new_run)
+    before = np.full(starts.size, -1, dtype=np.int64)
+    inner = starts > 0
+    same_block = np.zeros(starts.size, dtype=bool)
+    same_block[inner] = b[starts[inner] - 1] == b[starts[inner]]
+    before[same_block] = r[starts[same_block] - 1]
+    out = np.empty(trace.num_accesses, dtype=np.int64)
+    out[order] = before[np.cumsum(new_run) - 1]
+    return out
+
+
+def hybrid_account(trace, block_size: int, hit_blocks: np.ndarray, in_full: np.ndarray, warmup: int,
+                   capacity: int) -> MissAccount:
+    """The miss account of vLLM's hybrid manager (policies/hybrid.py), from its hits and, per
+    access, whether every full-attention group had the block when its request arrived. For a
+    request of n hash ids and L tokens, hit k, cap c = min(n, (L - 1) // block_size) (the last
+    token is recomputed), and f = k plus the run of blocks full attention had from k on (below c):
+
+    - blocks k .. f - 1: ``layer_groups`` (full attention had them, a sliding-window or Mamba
+      group's rule ended the hit earlier);
+    - from f on, as engine/account.py's rules with full attention's cache: past the cap and the
+      last block, ``partial_block``; held by full attention after f, ``behind_hole``; else
+      ``first_use`` when no earlier request accessed it, else ``evicted`` (gone since its last
+      access: the hybrid pool logs no evictions).
+    """
+    counts = np.diff(trace.offsets)
+    request = np.repeat(np.arange(len(trace), dtype=np.int64), counts)
+    position = np.arange(trace.num_accesses, dtype=np.int64) - np.repeat(trace.offsets[:-1], counts)
+    lengths = np.asarray(trace.input_length, dtype=np.int64)
+    k = np.asarray(hit_blocks, dtype=np.int64)[request]
+    cap = np.minimum(counts, np.maximum(lengths - 1, 0) // block_size)[request]
+    held = np.asarray(in_full, dtype=bool)
+    stop = np.where((position >= k) & ((position >= cap) | ~held), position, counts[request])
+    full_run = counts.copy()
+    np.minimum.at(full_run, request, stop)
+    f = np.maximum(full_run[request], k)
+    last_block = np.where(lengths > 0, (lengths - 1) // block_size, -1)[request]
+    earlier = previous_request(trace)
+    code = np.full(trace.num_accesses, CODE["evicted"], dtype=np.int8)
+    code[earlier < 0] = CODE["first_use"]
+    code[(position > f) & held] = CODE["behind_hole"]
+    code[(position >= cap) & (position == last_block)] = CODE["partial_block"]
+    code[(position >= k) & (position < f)] = CODE["layer_groups"]
+    code[position < k] = HIT
+    tokens = np.zeros((len(trace), len(CAUSES)), dtype=np.int64)
+    miss = code != HIT
+    np.add.at(tokens, (request[miss], code[miss].astype(np.int64) - 1),
+              np.clip(lengths[request] - position * block_size, 0, block_size)[miss])
+    tokens[:, CAUSES.index("partial_block")] += np.maximum(0, lengths - counts * block_size)
+    gone = np.where(code == CODE["evicted"], earlier, -1)
+    return MissAccount(tokens=tokens, cause=code, gone=gone, warmup_requests=warmup, capacity=capacity,
+                       not_measured={"namespace": NO_NAMESPACES, "concurrency": SEQUENTIAL}, stranded=None,
+                       detail=(trace, block_size))

@@ -103,7 +103,7 @@ def replay(
         only what a hit at a prompt's end or a shared-prefix junction needs; None: every block).
         prefill_chunk: tokens per prefill step (vLLM's max_num_batched_tokens).
     miss_account: also say why every missed token missed (Report.misses, engine/misses.py; not
-        with tiers). block_content: for the namespace cause, each block id's content id without
+        with tiers, nor SGLang's hybrid tree; vLLM's hybrid manager adds the layer-groups cause). block_content: for the namespace cause, each block id's content id without
         its namespace (blocks of one content under two namespaces share one); None: the trace has
         no namespaces. stranded_samples: how many times, evenly over the trace, the account counts
         the cache's stranded blocks (0: only at the end).
@@ -132,15 +132,20 @@ def replay(
     tier_list = None
     hybrid = None
     recorded = None  # what the miss account's replay recorded (engine/account.py)
+    hybrid_misses = None  # or vLLM's hybrid manager's account (engine/misses.hybrid_account)
     if block_content is not None and not miss_account:
         raise ConfigError("block_content is for the miss account's namespace cause: drop it or keep miss_account")
     if kv_groups is not None:
         if tiers is not None:
             raise ConfigError("kv_groups (hybrid semantics) and tiers do not go together yet (kv_semantics='full' "
                               "replays every layer as full attention, with tiers)")
+        in_full = np.zeros(trace.num_accesses, dtype=np.int8) if miss_account and spec.name == "vllm" else None
         hit_blocks, counters, final, engine, hybrid = _replay_hybrid(trace, spec.name, capacity, kv_groups,
-                                                                     block_size, engine, kv_retention, prefill_chunk)
+                                                                     block_size, engine, kv_retention, prefill_chunk,
+                                                                     in_full)
         hit_tokens = np.minimum(hit_blocks * block_size, np.asarray(trace.input_length, dtype=np.int64))
+        if in_full is not None:
+            hybrid_misses = misses.hybrid_account(trace, block_size, hit_blocks, in_full, warmup, capacity)
         mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are per group: not counted)
     elif tiers is not None:
         from .tiers import replay_tiers, resolve_tiers
@@ -187,6 +192,7 @@ def replay(
     if recorded is not None:
         report.misses = misses.from_recorded(recorded, trace, block_size, warmup, capacity,
                                              namespaces=block_content is not None)
+    report.misses = hybrid_misses if hybrid_misses is not None else report.misses
     if tier_list is not None:
         from .tiers import split_by_tier, tier_rows
 
@@ -203,7 +209,7 @@ def replay(
 
 
 def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, engine: str, retention,
-                   chunk: int):
+                   chunk: int, in_full=None):
     """Hybrid semantics: vLLM's hybrid manager (policy vllm) or SGLang's UnifiedRadixCache (policy
     radix; capacity = its full-attention pool in pages), each compiled or reference:
     (hit blocks, counters, resident count, the engine that ran, the report's kv_semantics)."""
@@ -212,9 +218,10 @@ def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, e
 
         if engine == "compiled":
             hits, counters, final = replay_hybrid_compiled(trace, capacity, groups, block_size, retention=retention,
-                                                           chunk_tokens=chunk)
+                                                           chunk_tokens=chunk, in_full=in_full)
         else:
-            hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk)
+            hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk,
+                                       in_full=in_full)
             final, counters = pool.resident_count(), dict(pool.stats)
         about = {"engine": "vllm", "retention": retention,
                  "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
