@@ -3,7 +3,7 @@
 trace, with and without the account.
 
 * ``replay()``: ``kvreplay.replay(trace, p, 4096)`` for s3fifo, lru and vllm, the trace in memory;
-  with the account (the default: the account's replay loop, stranded blocks counted 64 times) and
+  with the account (the default: the account's replay loop, stranded blocks counted 32 times) and
   with ``miss_account=False`` (the plain compiled loop). On code without the account (``--code``
   a commit before it) only the plain call exists and is measured.
 * ``sweep()``: ``kvreplay.sweep(trace, [1024, 4096, 16384], ["s3fifo", "lru", "fifo"])``, one

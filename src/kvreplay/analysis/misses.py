@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.distances import running_max, scan_distances
-from ..engine.misses import CAUSES, block_tokens
+from ..engine.misses import CAUSES
 from ..trace.model import exact_sum
 
 
@@ -39,19 +39,19 @@ def row_columns(report) -> dict:
 def lru_account(trace, capacities, block_size: int, warmup: int) -> list[dict]:
     """For each capacity, the miss columns of an lru replay of the window (module doc)."""
     start = int(trace.offsets[warmup])
-    positions = np.arange(start, trace.num_accesses, dtype=np.int64)
-    tokens = block_tokens(trace, block_size, positions)
+    counts = np.diff(trace.offsets)
+    lengths = np.asarray(trace.input_length, dtype=np.int64)
+    position = np.arange(trace.num_accesses, dtype=np.int64) - np.repeat(trace.offsets[:-1], counts)
+    tokens = np.clip(np.repeat(lengths, counts) - position * block_size, 0, block_size)[start:]
     distance = scan_distances(trace)[start:]
-    peak = running_max(trace, scan_distances(trace))[start:]
+    peak = running_max(trace)[start:]
+    top = trace.num_blocks + 1  # a first use's peak: beyond every capacity that matters
     never = distance < 0
-    seen = ~never
-    by_distance = _cumulative(distance[seen], tokens[seen])
-    reached = peak <= trace.num_blocks  # a first use at or before the block: no capacity hits it
-    by_peak = _cumulative(peak[reached], tokens[reached])
-    lengths = np.asarray(trace.input_length[warmup:], dtype=np.int64)
-    beyond = np.maximum(0, lengths - np.diff(trace.offsets)[warmup:] * block_size)
+    by_distance = _cumulative(np.where(never, top, distance), tokens, top)
+    by_peak = _cumulative(peak, tokens, top)
+    beyond = np.maximum(0, lengths[warmup:] - counts[warmup:] * block_size)
     first_use, partial = exact_sum(tokens[never]), exact_sum(beyond)
-    seen_total = exact_sum(tokens[seen])
+    seen_total = exact_sum(tokens) - first_use
     rows = []
     for c in capacities:
         within, hits = by_distance(c), by_peak(c)
@@ -62,9 +62,10 @@ def lru_account(trace, capacities, block_size: int, warmup: int) -> list[dict]:
     return rows
 
 
-def _cumulative(values: np.ndarray, weights: np.ndarray):
-    """x -> the sum of `weights` whose value is <= x."""
-    order = np.argsort(values, kind="stable")
-    keys = values[order]
-    sums = np.concatenate([[0], np.cumsum(weights[order])])
-    return lambda x: int(sums[np.searchsorted(keys, x, side="right")])
+def _cumulative(values: np.ndarray, weights: np.ndarray, top: int):
+    """x -> the sum of `weights` whose value is <= x, for x < top (values in 0..top; top is
+    never counted). bincount sums in float64: exact, every partial sum being below 2**53."""
+    if weights.size and int(weights.sum()) >= 2**53:
+        raise OverflowError("more than 2**53 tokens: the one-pass account would not be exact")
+    sums = np.cumsum(np.bincount(values, weights=weights, minlength=top + 1)[:top].round().astype(np.int64))
+    return lambda x: int(sums[min(int(x), top - 1)]) if top > 0 else 0

@@ -45,7 +45,7 @@ from .tiers.replay import in_hbm
 #: Causes the replay records, in account.c's order (HIT first): names as the reports give them.
 RECORDED = tuple(name.lower() for name in native.layout("account").slots["cause"])
 HIT, FIRST_USE, EVICTED, BEHIND_HOLE, PARTIAL_BLOCK, NAMESPACE = range(len(RECORDED))
-NUM_STRANDED_SAMPLES = 64
+NUM_STRANDED_SAMPLES = 32
 
 
 @dataclass
@@ -91,25 +91,29 @@ def sample_points(n: int, samples: int = NUM_STRANDED_SAMPLES) -> np.ndarray:
 _ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _chain_order(trace) -> np.ndarray:
-    """Block ids in the order of their first access: each after its chain predecessor."""
-    order = _ORDERS.get(trace)
-    if order is None:
-        first = trace.first_seen
-        order = _ORDERS[trace] = np.argsort(np.where(first < 0, np.iinfo(np.int64).max, first), kind="stable")
-    return order
+def _chain_order(trace) -> tuple[np.ndarray, np.ndarray]:
+    """(block ids in the order of their first access, each after its chain predecessor; those
+    first accesses' positions, ascending)."""
+    found = _ORDERS.get(trace)
+    if found is None:
+        first = np.where(trace.first_seen < 0, np.iinfo(np.int64).max, trace.first_seen)
+        order = np.ascontiguousarray(np.argsort(first, kind="stable"), dtype=np.int64)
+        found = _ORDERS[trace] = (order, first[order])
+    return found
 
 
-def stranded(trace, mask: np.ndarray) -> int:
+def stranded(trace, mask: np.ndarray, after: int | None = None) -> int:
     """Resident blocks (`mask`, bool per block id) that no request can reach: an earlier block of
-    their chain (the request where each first appears) is not resident."""
+    their chain (the request where each first appears) is not resident. `after`: the last request
+    replayed so far (only blocks seen by then can be resident: the scan stops there)."""
     resident = np.ascontiguousarray(mask, dtype=np.int8)
     pred = np.ascontiguousarray(trace.predecessors, dtype=np.int32)
-    order = np.ascontiguousarray(_chain_order(trace), dtype=np.int64)
+    order, first = _chain_order(trace)
+    n = order.shape[0] if after is None else int(np.searchsorted(first, trace.offsets[after + 1]))
     reach = np.zeros(max(1, resident.shape[0]), dtype=np.int8)
     p, i = ctypes.c_void_p, ctypes.c_int64
     fn = native.function("kv_stranded", i, p, p, p, i, p)
-    return int(fn(native.ptr(resident), native.ptr(pred), native.ptr(order), order.shape[0], native.ptr(reach)))
+    return int(fn(native.ptr(resident), native.ptr(pred), native.ptr(order), n, native.ptr(reach)))
 
 
 def _arrays(trace, content):
@@ -163,7 +167,7 @@ def replay_compiled(spec, state, trace, block_size: int, hit_blocks, hit_tokens,
             first = last
         if len(counts) < points.size:
             mask = spec.resident_mask(state)
-            counts.append(stranded(trace, mask))
+            counts.append(stranded(trace, mask, int(points[len(counts)])))
             resident.append(int(np.count_nonzero(mask)))
     take_evictions(state)
     samples = _samples(trace, points[:len(counts)], counts, resident) if stranded_samples else None
@@ -227,7 +231,7 @@ def replay_reference(trace, block_size: int, policy, hit_blocks, hit_tokens, *, 
             mask = np.zeros(trace.num_blocks, dtype=bool)
             mask[list(policy.resident_blocks())] = True
             samples["points"].append(i)
-            samples["counts"].append(stranded(trace, mask))
+            samples["counts"].append(stranded(trace, mask, i))
             samples["resident"].append(int(mask.sum()))
     policy.evicted = None
     stranded_samples_out = _samples(trace, samples["points"], samples["counts"], samples["resident"]) \

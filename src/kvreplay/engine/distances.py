@@ -40,12 +40,21 @@ def scan_distances(trace) -> np.ndarray:
     return out
 
 
-def running_max(trace, distance: np.ndarray) -> np.ndarray:
-    """Per access, the largest distance of its request's blocks up to and including it (a first
-    use counts as larger than any capacity): an LRU cache of C blocks hits block j of a request
-    exactly when this is <= C."""
-    never = trace.num_blocks + 1
-    d = np.where(distance < 0, never, distance)
-    request = np.repeat(np.arange(len(trace), dtype=np.int64), np.diff(trace.offsets))
-    stride = never + 1
-    return np.maximum.accumulate(request * stride + d) - request * stride
+_PEAKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def running_max(trace) -> np.ndarray:
+    """Per access, the largest scan distance of its request's blocks up to and including it, a
+    first use counting as num_blocks + 1 (more than any cache needs): an LRU cache of C blocks
+    hits block j of a request exactly when this is <= C. Computed once per trace (read-only)."""
+    out = _PEAKS.get(trace)
+    if out is None:
+        never = trace.num_blocks + 1
+        distance = scan_distances(trace)
+        d = np.where(distance < 0, never, distance)
+        request = np.repeat(np.arange(len(trace), dtype=np.int64), np.diff(trace.offsets))
+        stride = never + 1
+        out = np.maximum.accumulate(request * stride + d) - request * stride
+        out.flags.writeable = False
+        _PEAKS[trace] = out
+    return out
