@@ -127,3 +127,29 @@ def test_a_hashed_trace_refuses_token_log_flags(tmp_path, capsys):
     assert "--policy" in capsys.readouterr().err
     assert main(["diagnose", str(DATA / "prefix_multiblock.jsonl")]) == 0
     assert "the symptom, not the cause" in capsys.readouterr().out
+
+
+def test_the_documented_production_case(tmp_path, capsys):
+    # docs/metrics.md, "Prompt structure" and docs/synth.md: the commands as written there
+    chats, fixed, trace, end = (tmp_path / n for n in ("chats.jsonl", "fixed.jsonl", "fixed_trace.jsonl", "end.jsonl"))
+    assert main(["synth", "--token-log", "-o", str(chats)]) == 0
+    assert main(["diagnose", str(chats), "--rewrite", str(fixed)]) == 0
+    out = capsys.readouterr().out
+    assert "replay    30.47% of the prompt tokens hit (2,366,064 of 7,765,362" in out
+    assert ("span 1    at token 32, 4 tokens wide, in 4 prompt variants: breaks 834 of 2,000 requests (41.7%)"
+            in out)
+    assert "what-if   moved to the end of the 2,000 prompts that have it: 89.79% (+59.32 points" in out
+    assert main(["hash", str(fixed), "--block-size", "16", "-o", str(trace)]) == 0
+    assert main(["run", str(trace), "--capacity", "4096"]) == 0
+    assert "= 89.79% (token-weighted)" in capsys.readouterr().out
+    assert main(["synth", "--token-log", "--timestamp-at", "end", "-o", str(end)]) == 0
+    assert main(["hash", str(end), "--block-size", "16", "-o", str(trace)]) == 0
+    assert main(["run", str(trace), "--capacity", "4096"]) == 0
+    assert "= 89.48% (token-weighted)" in capsys.readouterr().out
+
+
+def test_the_documented_symptom_of_the_conversation_trace(capsys):
+    from conftest import MOONCAKE, shared_path
+
+    assert main(["diagnose", str(shared_path(MOONCAKE / "conversation_trace.jsonl"))]) == 0
+    assert "stop      7,372 requests (61.3%) share their first 1 block with an earlier request" in capsys.readouterr().out
