@@ -574,12 +574,14 @@ def test_sweep_table_output():
     text = ok("sweep", LVF, "--capacities", "2,6", "--policies", "lru,fifo", "--block-size", 4)
     lines = text.splitlines()
     assert lines[1].split() == ["policy", "params", "capacity", "hit", "tokens", "prompt", "tokens", "hit", "rate", "%",
-                                "final", "blocks"]
+                                "first", "use", "%", "evicted", "%", "behind", "hole", "%", "final", "blocks"]
     rows = [line.split() for line in lines[3:]]
-    # The terminal table speaks percent, as the summaries (machine outputs keep fractions).
-    assert [(r[0], int(r[1]), int(r[2]), int(r[3]), r[4], int(r[5])) for r in rows] == [
-        ("lru", 2, 6, 20, "30.00", 2), ("lru", 6, 6, 20, "30.00", 3),
-        ("fifo", 2, 4, 20, "20.00", 2), ("fifo", 6, 6, 20, "30.00", 3),
+    # The terminal table speaks percent, as the summaries (machine outputs keep fractions). The miss
+    # account: r1, r2, r4 are first uses (3 + 4 + 4 of 20 tokens: 55%); fifo at 2 evicts 1 at r4, so
+    # r5 (2 tokens) misses it (10%); the tokens past each request's one hash id are partial blocks.
+    assert [(r[0], int(r[1]), int(r[2]), int(r[3]), r[4], r[5], r[6], r[7], int(r[8])) for r in rows] == [
+        ("lru", 2, 6, 20, "30.00", "55.00", "0.00", "0.00", 2), ("lru", 6, 6, 20, "30.00", "55.00", "0.00", "0.00", 3),
+        ("fifo", 2, 4, 20, "20.00", "55.00", "10.00", "0.00", 2), ("fifo", 6, 6, 20, "30.00", "55.00", "0.00", "0.00", 3),
     ]
 
 
@@ -633,15 +635,17 @@ def test_demo():
     assert names == set(POLICIES)  # "every policy"
     assert any(line == f"{len(rows)} replays" or line.startswith(f"{len(rows)} replays in ") for line in lines[end:])
     num = lambda cell: int(cell.replace(",", ""))  # noqa: E731
-    prompt = {num(r[-3]) for r in rows}
+    # columns from the end: hit tokens, prompt tokens, hit rate %, first use %, evicted %, behind hole %, final
+    prompt = {num(r[-6]) for r in rows}
     assert len(prompt) == 1  # every row covers the same trace
     for r in rows:
-        hit, rate = num(r[-4]), float(r[-2])
-        assert 0 <= hit <= num(r[-3])
-        assert rate == pytest.approx(100 * hit / num(r[-3]), abs=5e-3)  # a percentage with 2 decimals
+        hit, rate = num(r[-7]), float(r[-5])
+        assert 0 <= hit <= num(r[-6])
+        assert rate == pytest.approx(100 * hit / num(r[-6]), abs=5e-3)  # a percentage with 2 decimals
+        assert rate + sum(float(x) for x in r[-4:-1]) <= 100.05  # hits and misses by cause share the prompt
     if "infinite" in names:  # the ceiling: no policy hits more than a cache that never evicts
-        ceiling = max(num(r[-4]) for r in rows if r[0] == "infinite")
-        assert all(num(r[-4]) <= ceiling for r in rows)
+        ceiling = max(num(r[-7]) for r in rows if r[0] == "infinite")
+        assert all(num(r[-7]) <= ceiling for r in rows)
 
 
 def test_policies():
