@@ -5,6 +5,8 @@ replays; and on the real traces the account adds up for every request."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -243,3 +245,23 @@ def test_the_documented_account_on_the_conversation_trace(policy, lines, capsys)
     out = capsys.readouterr().out
     for line in lines:
         assert line in out, line
+
+
+def test_headroom_in_gpu_seconds(capsys):
+    # run --model --gpu: each level's prefill on the serving time model, the gaps its differences;
+    # more hits never cost more prefill (the ceiling hits the most here)
+    from kvreplay.cli import main
+    from conftest import DATA
+
+    path = DATA / "prefix_multiblock.jsonl"
+    assert main(["run", str(path), "--policy", "lru", "--capacity", "2", "--block-size", "4", "--model", "Llama-3.1-8B",
+                 "--gpu", "H100", "--json", "--summary-only"]) == 0
+    h = json.loads(capsys.readouterr().out)["headroom"]
+    lv = h["levels"]
+    assert lv["ceiling"]["prefill_gpu_seconds"] <= lv["policy"]["prefill_gpu_seconds"]
+    assert h["gaps"]["capacity"]["prefill_gpu_seconds"] == pytest.approx(
+        lv["belady"]["prefill_gpu_seconds"] - lv["ceiling"]["prefill_gpu_seconds"])
+    assert h["gaps"]["capacity"]["tokens"] == lv["ceiling"]["hit_tokens"] - lv["belady"]["hit_tokens"]
+    assert "H100" in h["cost_note"]
+    assert main(["run", str(path), "--gpu", "H100"]) == 2
+    assert "--gpu" in capsys.readouterr().err

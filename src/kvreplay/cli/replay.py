@@ -56,6 +56,10 @@ def _cmd_run(args) -> int:
                               f"(--policy radix), not {args.policy}")
         semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
     params = common.given_params(args, args.policy)
+    if args.gpu is not None and args.model is None:
+        raise ConfigError("--gpu prices the headroom's gaps in GPU-seconds of prefill: give --model too")
+    if args.tp != 1 and args.gpu is None:
+        raise ConfigError("--tp goes with --gpu (the GPUs a prefill runs on)")
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
@@ -131,10 +135,6 @@ def explain(args, trace, report) -> dict:
     from ..analysis.advice import advice, stranded_mean
     from ..analysis.headroom import headroom
 
-    if args.gpu is not None and args.model is None:
-        raise ConfigError("--gpu prices the headroom's gaps in GPU-seconds of prefill: give --model too")
-    if args.tp != 1 and args.gpu is None:
-        raise ConfigError("--tp goes with --gpu (the GPUs a prefill runs on)")
     if report.misses is None:
         return {}
     out = {"headroom": None}
