@@ -64,6 +64,10 @@ def _cmd_run(args) -> int:
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
     common.check_output_dir(args.output, inputs=args.traces)
+    if args.gpu is not None and (args.tiers or semantics == "hybrid"
+                                 or get_policy(args.policy).name in ("infinite", "belady")):
+        raise ConfigError("--gpu prices the headroom, which a run with tiers, hybrid semantics or a bound (infinite, "
+                          "belady) does not have: drop --gpu")
     capacity = args.capacity
     defaulted = capacity is None and get_policy(args.policy).capacity == "required"
     if defaulted:
