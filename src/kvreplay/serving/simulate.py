@@ -282,17 +282,17 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
         for end in ("low", "high"):
             band[end] = run_once(trace, time_model=tm.at_band(end), **run)
-    sequential, sequential_evictions = None, None
+    sequential, sequential_evictions, parts = None, None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
         chunk = scheduler.max_num_batched_tokens
         if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
             chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
         hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
-        sequential, sequential_evictions = _sequential(trace, spec, params, capacity, block_size, tier_list,
-                                                       tier_copies, raw.instance, instances, disagg,
-                                                       raw.status == FINISHED, hybrid,
-                                                       judged_mask(arrival_s, warm.seconds))
+        sequential, sequential_evictions, parts = _sequential(trace, spec, params, capacity, block_size, tier_list,
+                                                              tier_copies, raw.instance, instances, disagg,
+                                                              raw.status == FINISHED, hybrid,
+                                                              judged_mask(arrival_s, warm.seconds))
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     if profile_name is not None:
@@ -318,6 +318,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=semantics.note,
         warmup=None if warm.cold and warmup is None else warm.to_dict(),
     )
+    report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
     if band is not None:
         from dataclasses import replace
 
@@ -500,6 +501,7 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
     hits = 0
     evictions = []
+    parts = []  # (the instance's requests, their replay): the served miss account's sequential causes
     for k in range(instances):
         mine = finished if instances == 1 else finished & (instance_of == k)
         sub = trace if mine.all() else trace.take(np.flatnonzero(mine))
@@ -507,11 +509,28 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
             evictions.append(0)
             continue
         seq = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args,
-                     **hybrid, **params)
+                     **hybrid, stranded_samples=0, **params)
         hits += int(seq.hit_tokens[judged[mine]].sum())
         evictions.append(seq.counters.get("evictions"))
+        parts.append((np.flatnonzero(mine), seq))
     prompt = int(np.asarray(trace.input_length)[finished & judged].sum())
-    return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions))
+    return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions)), parts
+
+
+def _served_misses(trace, report, raw, parts, block_size, instances) -> dict | None:
+    """The served miss account (serving/misses.py) over the finished judged requests (`counted`): {"account" (a
+    MissAccount), "tokens", "not_measured", "concurrency"}; None when the sequential replays have
+    no account (tiers, hybrid semantics) or were not run."""
+    if not parts or any(seq.misses is None for _, seq in parts):
+        return None
+    from .misses import served_account
+
+    account, split = served_account(trace, block_size, parts, raw.hit_blocks, report.counted, raw.scheduled_s,
+                                    raw.first_token_s, raw.instance if instances > 1 else None)
+    not_measured = dict(parts[0][1].misses.not_measured)
+    not_measured.pop("concurrency", None)
+    account.not_measured = not_measured
+    return {"account": account, "concurrency": split}
 
 
 def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed: int = 0) -> np.ndarray:
@@ -627,7 +646,18 @@ def sweep_row(trace, options: dict) -> dict:
         "refused_context": s["refused_context"], "requests": s["requests"], "warmup_s": r.warmup_s,
         "judged_requests": s["requests"], "window_text": s["window"]["text"], "whole_run": s["whole_run"],
         **_band_columns(s.get("latency_band_s")), "error": None,
+        "hit_tokens": s["hit_tokens"], "prompt_tokens": s["prompt_tokens"], **_miss_columns(s.get("misses")),
     }
+
+
+def _miss_columns(misses) -> dict:
+    """A sweep row's miss_<cause>_tokens (the served account over the finished requests; None for
+    a cause not measured, or every cause without an account)."""
+    from ..engine.misses import CAUSES
+
+    if misses is None:
+        return {f"miss_{c}_tokens": None for c in CAUSES}
+    return {f"miss_{c}_tokens": None if c in misses["not_measured"] else misses["tokens"][c] for c in CAUSES}
 
 
 def _verdict_columns(v: dict) -> dict:
