@@ -267,3 +267,21 @@ def test_the_documented_gpu_table_is_the_catalog():
         host = g.source.split("https://")[1].split("/")[0]
         assert host in row[10], (g.name, host)
     assert f"\n{len(gpu_catalog())} GPUs, in `kvreplay gpus` order." in DOC.read_text()
+
+
+def test_plan_meets_prices_and_gpus_typed_in_any_case(tmp_path):
+    # eight 4-token requests at t=0 and a 1 s step (a profile): one prefill step, TTFT 1 s on any GPU.
+    # --gpus and --price name the same GPUs differently; each row names the catalog's GPU. The L4
+    # cannot start Llama-3.1-8B: 2,017,649,164 B of KV (test_a_pool_on_a_gb200_by_hand) over
+    # 131,072 B per token (32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B) = 15,393 tokens < 131,072
+    trace = tmp_path / "eight.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [k]}) + "\n"
+                             for k in range(8)))
+    profile = tmp_path / "one.json"
+    profile.write_text(json.dumps({"format": "kvreplay-step-polynomial", "unit": "s", "terms": [{"coef": 1.0}]}))
+    assert 2_017_649_164 // (32 * 8 * 128 * 2 * 2) == 15_393
+    out = ok("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--block-size", "4", "--time-model", profile,
+             "--gpus", "gb200-nvl72,Mi355x,l4", "--tp", "1", "--price", "GB200=6/h", "--price", "instinct-mi355x=3/h",
+             "--price", "L4-24GB=0.7/h")
+    assert "best  chosen   1 x 1 x MI355X" in out and "pruned   1 x 1 x GB200" in out
+    assert "unfit    - x 1 x L4" in out and "holds 15,393 tokens" in out and "no price" not in out
