@@ -213,6 +213,10 @@ def test_kvreplay_gpus_lists_the_new_rows():
     gb200 = rows["GB200"]
     for cell in ("2,500", "5,000", "8,000", "186", "900", "switch", "H200's (GEMM/MoE/GDN/MLA/elementwise: its own), checked on its own kernels"):
         assert cell in gb200, cell
+    # FP4, the memory the device reports (GiB) and the page the figures come from
+    for cell in ("13,125", "267.69", "www.nvidia.com/en-us/data-center/hgx/"):
+        assert cell in rows["B300"], cell
+    assert "willitrunai.com/es/gpus/h20-96gb" in rows["H20"] and "95.58" in rows["H20"]
     assert "148" in rows["H20"] and "H100's (nothing measured)" in rows["H20"]
     assert "121" in rows["L4"] and "pcie" in rows["L4"] and "A100-80GB's (nothing measured)" in rows["L4"]
     assert "2,516.6" in rows["MI355X"] and "mesh" in rows["MI355X"] and "H200's (nothing measured)" in rows["MI355X"]
