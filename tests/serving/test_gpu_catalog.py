@@ -289,3 +289,17 @@ def test_plan_meets_prices_and_gpus_typed_in_any_case(tmp_path):
              "--price", "L4-24GB=0.7/h")
     assert "best  chosen   1 x 1 x MI355X" in out and "pruned   1 x 1 x GB200" in out
     assert "unfit    - x 1 x L4" in out and "holds 15,393 tokens" in out and "no price" not in out
+
+
+def test_a_gpu_without_measurements_streams_at_its_datasheet_times_its_relatives_share():
+    # H20: 4,000 GB/s x H100's measured 2,951 / 3,350 (88.1%) = 3,523; MI325X: 6,000 x H200's 84.4% =
+    # 5,064; the L4 and A100-40GB at their datasheet figure (A100's tables have no streaming probe)
+    from kvreplay.serving.timing.roofline import calibration_summary
+
+    data = calibration_data()["stream_bandwidth"]
+    for name, relative, expected in (("H20", "H100", 3523), ("MI325X", "H200", 5064), ("MI355X", "H200", 6752),
+                                     ("L4", None, 300), ("A100-40GB", None, 1555)):
+        g = get_gpu(name)
+        share = 1.0 if relative is None else data[relative]["fraction_of_peak"]
+        got = calibration_summary(g)["stream_bandwidth_gbps"]
+        assert got == pytest.approx(g.bandwidth_gbps * share) and round(got) == expected, name
