@@ -303,3 +303,21 @@ def test_a_gpu_without_measurements_streams_at_its_datasheet_times_its_relatives
         share = 1.0 if relative is None else data[relative]["fraction_of_peak"]
         got = calibration_summary(g)["stream_bandwidth_gbps"]
         assert got == pytest.approx(g.bandwidth_gbps * share) and round(got) == expected, name
+
+
+def test_a_pcie_gpu_beyond_a_pair_is_warned_of_its_all_reduce(tmp_path):
+    # the L40S's measured all-reduce: 18-20 GB/s bus over 2 GPUs, 4-5 over 4 and 2 over 8 (docs/serving.md)
+    from kvreplay.engine.replay import as_trace
+    from kvreplay.serving.simulate import calibration_warnings
+
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}) + "\n")
+    trace = as_trace(str(path))
+
+    def warned(gpu, tp):
+        return [w for w in calibration_warnings(CalibratedRooflineTimeModel("Llama-3.1-8B", gpu, tp), trace)
+                if "has no GPU link" in w]
+
+    (w,) = warned("L4", 4)
+    assert "TP 4 runs at PCIe's 32 GB/s" in w and "22.6x" in w
+    assert warned("L40S", 8) and not warned("L40S", 2) and not warned("L4", 1) and not warned("H100", 8)
