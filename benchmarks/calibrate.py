@@ -92,7 +92,19 @@ GPUS = {"H100": "h100_sxm", "H200": "h200_sxm", "A100-80GB": "a100_sxm"}
 PROBE_KERNEL, PROBE_MIN_BYTES = "static_scaled_fp8_quant", 256e6
 #: GPUs with measured kernels that ship their relative's coefficients (its own fit is no closer on its
 #: composed steps: docs/performance.md section 13), checked on their own kernels for their bands
-RELATIVE_CHECKS = {"B200": ("b200_sxm", "H200")}
+#: (since 2026-12-07: the GB200 and GB300 of the NVL72 racks and the HGX B300, Blackwell as the B200 is,
+#: with B200's relative; each fitted on its own tables as B200 is)
+RELATIVE_CHECKS = {"B200": ("b200_sxm", "H200"), "GB200": ("gb200", "H200"), "GB300": ("gb300", "H200"),
+                   "B300": ("b300_sxm", "H200")}
+#: measured GPUs without silicon serving runs of the benchmark's protocol, and the GPU whose runs' TPOT
+#: spread widens their decode band (widen_decode_bands)
+SILICON_PROXY = {"GB200": "B200", "GB300": "B200", "B300": "B200"}
+#: GPUs without measured kernels and the measured GPU whose coefficients each borrows (by architecture:
+#: Hopper's H20 the H100's, the same GH100 die; the A100-40GB its 80 GB sibling's; Ada's L4 what the
+#: L40S borrows, the A100-80GB's; AMD's CDNA 3 MI325X and CDNA 4 MI355X what the MI300X borrows, H200's,
+#: the measured GPU nearest in bandwidth and compute); docs/serving.md, "GPU catalog"
+RELATIVES = {"MI300X": "H200", "L40S": "A100-80GB", "A100-40GB": "A100-80GB", "H20": "H100", "L4": "A100-80GB",
+             "MI325X": "H200", "MI355X": "H200"}
 FIT_GPU = "H100"
 #: MoE models with GQA attention (head_dim 128) whose fused MoE kernel the tables time at their
 #: exact shape, at the TP degrees tried (a degree without the shape is skipped)
@@ -645,6 +657,11 @@ class Measured:
             cache[key] = elementwise_kernels(spec, tp, kv_bytes_per_token_per_gpu(spec, tp), 2.0, mla, spec.mamba_layers or 0)
         return sum(n * self.ew_time(tokens * b) for n, b in cache[key])
 
+    def has_allreduce(self, tp: int) -> bool:
+        """Whether a TP group of `tp` GPUs can be composed: one GPU, or an all-reduce measured on `tp`
+        (GB200's and GB300's tables time 2 and 4 GPUs, one NVL72 compute tray: their steps stop at TP 4)."""
+        return tp == 1 or tp in self.ar
+
     def ar_time(self, n, elements):
         xs, ys = self.ar[n]
         return float(np.interp(np.log(elements), np.log(xs), ys)) if elements <= xs[-1] else float(ys[-1] * elements / xs[-1])
@@ -720,6 +737,8 @@ def step_table(meas: Measured, gpu_name: str, coefficients: dict, bw: float, dty
         spec = get_model(name)
         predicted_spec = dataclasses.replace(spec, moe=None) if moe == "as-dense" else spec
         for tp in tps:
+            if not meas.has_allreduce(tp):
+                continue
             model = CalibratedRooflineTimeModel(predicted_spec, gpu_name, tp, dtype=dtype,
                                                 coefficients=coefficients, stream_bytes_per_s=bw)
             for phase, prefill, b, ctx in step_shapes():
@@ -851,7 +870,7 @@ def mla_step_rows(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, bw
     if "mla" not in tabs or meas8 is None:
         return []
     spec, rows = get_model(MLA_MODEL), []
-    for tp in MLA_TPS:
+    for tp in (tp for tp in MLA_TPS if meas.has_allreduce(tp)):
         model = CalibratedRooflineTimeModel(spec, gpu_name, tp, dtype="fp8", coefficients=kernel_terms(coefficients, meas.ew is not None),
                                             stream_bytes_per_s=bw)
         for phase, prefill, b, ctx in step_shapes():
@@ -1048,11 +1067,22 @@ def widen_decode_bands(t: Tables, data: dict):
         if not mine or entry is None:
             continue
         band = e2e.summary(e2e.simulate_runs(mine, e2e_model))["tpot"]["band"]
-        for key in ("bands", "bands_fp8"):
-            if key in entry:
-                lo, hi = entry[key]["decode"]
-                entry[key]["decode"] = [min(lo, band[0]), max(hi, band[1])]
+        _widen_decode(entry, band)
         entry["e2e_tpot_band"] = band
+    # a measured GPU without silicon runs of the protocol (calibrate_e2e.SILICON_GPUS): its nearest
+    # relative's spread (since 2026-12-07: the GB200, GB300 and B300 take the B200's)
+    for name, proxy in SILICON_PROXY.items():
+        entry, band = data["relative_bands"].get(name), data["relative_bands"].get(proxy, {}).get("e2e_tpot_band")
+        if entry is not None and band is not None and "e2e_tpot_band" not in entry:
+            _widen_decode(entry, band)
+            entry["e2e_tpot_band_borrowed"] = {"from": proxy, "band": band}
+
+
+def _widen_decode(entry: dict, band):
+    for key in ("bands", "bands_fp8"):
+        if key in entry:
+            lo, hi = entry[key]["decode"]
+            entry[key]["decode"] = [min(lo, band[0]), max(hi, band[1])]
 
 
 def transfer_bands(report: dict, data: dict) -> dict:
@@ -1167,7 +1197,7 @@ def main() -> int:
             "_comment": "Written by benchmarks/calibrate.py: the calibrated roofline's coefficients per measured GPU "
                         "(serving/timing/roofline.py). Bands: 5th-95th percentile of measured / predicted step time over steps "
                         "composed from the GPU's measured kernels; the decode band also spans the silicon runs' TPOT "
-                        "measured / simulated (e2e_tpot_band). relative_bands: a GPU that ships its relative's coefficients, "
+                        "measured / simulated (e2e_tpot_band; a GPU without runs, its relative's: e2e_tpot_band_borrowed). relative_bands: a GPU that ships its relative's coefficients, "
                         "checked on its own kernels; transfer_bands: a GPU without measurements. stream_bandwidth: the "
                         "streaming bandwidth measured on each GPU that has a quantisation table, which every memory "
                         "term runs at (efficiencies are fractions of it; roofline.stream_bandwidth). The serving terms "
@@ -1186,7 +1216,8 @@ def main() -> int:
             "gpus": gpus,
             "stream_bandwidth": probes,
             "relative_bands": relative_checks(t, gpus, probes),
-            "relatives": {"B200": "H200", "MI300X": "H200", "L40S": "A100-80GB"},
+            "relatives": {"B200": RELATIVE_CHECKS["B200"][1], **RELATIVES,
+                          **{name: relative for name, (_, relative) in RELATIVE_CHECKS.items()}},
             "held_back": report,
         }
         data["transfer_bands"] = transfer_bands(report, data)

@@ -99,16 +99,20 @@ def _cmd_gpus(args) -> int:
         return "-" if v is None else f"{v:,}"
 
     rows = [{"name": e["name"], "aliases": ", ".join(e["aliases"]) or "-", "bf16": num(e["bf16_tflops"]),
-             "fp8": num(e["fp8_tflops"]), "bw": num(e["bandwidth_gbps"]), "mem": num(e["memory_gb"]),
+             "fp8": num(e["fp8_tflops"]), "fp4": num(e["fp4_tflops"]), "bw": num(e["bandwidth_gbps"]),
+             "mem": num(e["memory_gb"]), "reported": f"{e['total_memory_bytes'] / 2 ** 30:,.2f}",
              "link": num(e["link_gbps"]), "kind": e["link_kind"], "topology": e["link_topology"],
-             **_calibration_cells(e["roofline_calibration"])}
+             **_calibration_cells(e["roofline_calibration"]), "source": _source_cell(e["source"])}
             for e in entries]
     print(format_table(rows, [("name", "gpu"), ("aliases", "also"), ("bf16", "dense BF16 TFLOP/s"),
-                              ("fp8", "dense FP8 TFLOP/s"), ("bw", "HBM GB/s"), ("stream", "streamed GB/s"),
-                              ("mem", "memory GB"), ("link", "link GB/s each way"), ("kind", "interconnect"),
+                              ("fp8", "dense FP8 TFLOP/s"), ("fp4", "dense FP4 TFLOP/s"), ("bw", "HBM GB/s"),
+                              ("stream", "streamed GB/s"), ("mem", "memory GB"), ("reported", "reported GiB"),
+                              ("link", "link GB/s each way"), ("kind", "interconnect"),
                               ("topology", "topology"), ("calibration", "roofline calibration"),
-                              ("moe", "MoE kernels"), ("mla", "MLA term")]))
-    print("\nDense figures (datasheets print 2:4-sparse ones, halved here). Streamed: the bandwidth the calibrated "
+                              ("moe", "MoE kernels"), ("mla", "MLA term"), ("source", "source")]))
+    print("\nDense figures (datasheets print 2:4-sparse ones, halved here; FP4 is listed, the roofline runs no FP4 "
+          "GEMMs). Memory GB: the datasheet's; reported GiB: what the device reports to PyTorch, which vLLM's "
+          "pool starts from (each from a public log, quoted in --json). Streamed: the bandwidth the calibrated "
           "roofline's memory terms run at (* measured on the GPU; otherwise its datasheet figure times the share "
           "measured on the GPU whose coefficients it uses). Link: the GPU-to-GPU interconnect per "
           "GPU in one direction (datasheets print both directions added); switch: any pair at that figure, mesh: one "
@@ -119,6 +123,15 @@ def _cmd_gpus(args) -> int:
           "are in --json and docs/serving.md.\n"
           "Use: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N] [--weights-dtype fp8]")
     return 0
+
+
+def _source_cell(source: str) -> str:
+    """The page a catalog entry's figures come from (its `source`'s first URL, without the scheme), or
+    the source's own words when it has no URL."""
+    for word in source.split():
+        if word.startswith("https://"):
+            return word[len("https://"):].rstrip(",;)")
+    return source.split(",")[0]
 
 
 def _calibration_cells(cal: dict | None) -> dict:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import plan_rows
-from .prices import Prices
+from .prices import Prices, gpu_name
 from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
 from .warmup import AUTO, judged_mask, spec_text
 
@@ -197,7 +197,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     if cache_dir is not None:
         os.makedirs(cache_dir, exist_ok=True)
     parallel = jobs > 1 or executor != "local"
-    configs, unfit = _configs(s, gpus, tps, tiers, routers, policies)
+    configs, unfit = _configs(s, [gpu_name(g) for g in gpus], tps, tiers, routers, policies)
     out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing,
            "warmup_spec": spec_text(warmup), "min_window_requests": s.min_requests,
            "tp_searched": "given" if tps is not None else "every TP of 1, 2, 4 and 8 on which vLLM would start the "

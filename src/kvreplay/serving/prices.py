@@ -8,6 +8,7 @@ import re
 from functools import lru_cache
 
 from ..errors import ConfigError
+from .timing.gpus import get_gpu
 
 HOURS_PER_MONTH = 730.0
 PRICINGS = ("on-demand", "reserved")
@@ -40,6 +41,16 @@ def parse_overrides(items) -> dict:
     return out
 
 
+def gpu_name(name: str) -> str:
+    """The catalog's name of GPU `name` (an alias or another case: "h100", "GB200-NVL72"), or `name`
+    itself when the catalog has no such GPU (a run names it then), so that a --price and a --gpus
+    typed differently still meet."""
+    try:
+        return get_gpu(name).name
+    except ConfigError:
+        return name
+
+
 class Prices:
     """GPU, DRAM and SSD prices, each with where it came from."""
 
@@ -47,10 +58,11 @@ class Prices:
         if pricing not in PRICINGS:
             raise ConfigError(f"pricing must be one of {', '.join(PRICINGS)}, got {pricing!r}")
         self.pricing = pricing
-        self.overrides = dict(overrides or {})
+        self.overrides = {k if k in MEMORIES else gpu_name(k): v for k, v in (overrides or {}).items()}
 
     def gpu_hour(self, gpu: str) -> tuple[float, str]:
-        """USD per GPU-hour and its source."""
+        """USD per GPU-hour and its source (`gpu` as typed: a catalog name or alias, any case)."""
+        gpu = gpu_name(gpu)
         if gpu in self.overrides:
             return self.overrides[gpu], "--price"
         entry = catalog()["gpus"].get(gpu)

@@ -397,6 +397,15 @@ def _extrapolated(tm) -> str:
     return "its terms are extrapolated from dense-model kernels"
 
 
+def _pcie_warning(tm) -> str:
+    """A PCIe GPU's all-reduce over more than a pair: what the L40S's measured kernels showed."""
+    return (f"{tm.gpu.name} has no GPU link: the all-reduce of TP {tm.tp} runs at PCIe's {tm.gpu.link_gbps:g} GB/s "
+            "each way, which measured PCIe platforms sustain between 2 GPUs only (aiconfigurator's L40S kernels: "
+            "a bus bandwidth of 18-20 GB/s over 2 GPUs, 4-5 over 4, 2 over 8; its prefill steps at TP 4 and 8 ran "
+            "5.6x and 22.6x longer than predicted): read this run's times as far below what it would measure, "
+            "beyond its band (docs/serving.md, \"GPU catalog\")")
+
+
 def calibration_warnings(tm, trace) -> list[str]:
     """Where serving `trace` with the calibrated roofline `tm` leaves what it was fitted and
     checked on, before any run (the batch a run reaches: _calibration_warnings)."""
@@ -431,6 +440,8 @@ def calibration_warnings(tm, trace) -> list[str]:
                    "checks: the band covers the attention and GEMM terms only")
     if rng.get("tp") and tm.tp not in rng["tp"]:
         out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
+    if tm.gpu.link_topology == "pcie" and tm.tp > 2:
+        out.append(_pcie_warning(tm))
     context = np.asarray(trace.input_length) + np.asarray(trace.output_length)
     longest = int(context.max()) if len(trace) else 0
     # an MLA run with its fitted term: the MLA modules were measured to longer prompts than the steps

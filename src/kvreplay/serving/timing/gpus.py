@@ -16,7 +16,12 @@ holds half of it), and each entry's ``source`` names the vendor datasheet it com
 without either), in GB/s PER DIRECTION per GPU: datasheets print both directions added, so the
 catalog holds half of their figure. ``link_topology`` says how the GPUs of one server share it:
 ``switch`` (NVSwitch: any pair exchanges ``link_gbps`` each way), ``mesh`` (one link to each peer:
-a pair gets ``link_gbps / peers``; MI300X) or ``pcie``. ``link_source`` quotes the datasheet.
+a pair gets ``link_gbps / peers``; MI300X) or ``pcie``. ``link_source`` quotes the datasheet. An
+NVL72 rack (GB200, GB300) is one NVLink Switch domain of 72 GPUs: ``switch`` too.
+
+``fp4_tflops`` (dense FP4 / MXFP4; None where the part has none) is listed for reference only: the
+roofline runs no FP4 GEMMs (``COMPUTE_DTYPES``). ``compute_capability`` is CUDA's major.minor (AMD:
+the gfx target); ``datacenter_blackwell`` reads it where vLLM picks defaults by architecture.
 
 Weights dtypes (``--weights-dtype``): ``compute_dtype`` maps each to the precision its GEMMs run at
 (int4 is weight-only, w4a16: bf16 GEMMs), and ``check_weights_dtype`` refuses one the GPU cannot
@@ -57,7 +62,8 @@ def compute_dtype(weights_dtype) -> str:
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """One catalog entry. ``fp8_tflops`` is None on parts without FP8 tensor cores (A100)."""
+    """One catalog entry. ``fp8_tflops`` is None on parts without FP8 tensor cores (A100), and
+    ``fp4_tflops`` on parts without FP4 ones (listed, not used by the roofline)."""
 
     name: str
     vendor: str
@@ -77,6 +83,8 @@ class GPUSpec:
     link_corroborated_by: str | None = None
     aliases: tuple[str, ...] = ()
     notes: str | None = None
+    compute_capability: str = ""
+    fp4_tflops: float | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -111,6 +119,16 @@ class GPUSpec:
 
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+
+def datacenter_blackwell(gpu) -> bool:
+    """Whether `gpu` (a GPUSpec or catalog name; "" or an unknown name: False) has compute capability
+    10.x (B200, GB200, B300, GB300), the family vLLM 0.33.0 tests with
+    ``current_platform.is_device_capability_family(100)`` for its CUDA graph capture ceiling
+    (vllm/config/vllm.py:2463-2465) and whose MXFP4 MoE kernels pad the hidden size to 128."""
+    if not isinstance(gpu, GPUSpec):
+        gpu = _by_name().get(str(gpu).strip().lower())
+    return gpu is not None and gpu.compute_capability.split(".")[0] == "10"
 
 
 def check_weights_dtype(weights_dtype, gpu) -> str:

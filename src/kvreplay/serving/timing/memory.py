@@ -37,7 +37,8 @@ vLLM sizes the pool once, at start-up, in ``Worker.determine_available_memory``
    6268-6360), and the estimate is taken from the budget because
    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1 (vllm/envs.py:2219-2220;
    gpu_worker.py:707-757). The capture sizes are 1, 2, 4, 8..248 by 8 and 256.. by 16 up to
-   ``min(2 x max_num_seqs, 512)`` (1024 on B200) (vllm/config/vllm.py:2403-2411), PIECEWISE
+   ``min(2 x max_num_seqs, 512)`` (1024 on compute capability 10.x: B200, GB200, B300, GB300;
+   ``gpus.datacenter_blackwell``) (vllm/config/vllm.py:2403-2411, 2463-2465), PIECEWISE
    for each and FULL for those up to ``max_num_seqs`` (FULL_AND_PIECEWISE, the default). Here:
    ``CUDAGRAPH_BYTES_PER_GRAPH x graphs``.
 6. **Non-torch memory** inside the budget: what ``total_consumed`` (init free - free after the
@@ -73,6 +74,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
+from .gpus import datacenter_blackwell
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -132,7 +134,7 @@ def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_o
                - (vision if spec.vision_in_total_params else 0), 0)
     experts = spec.stored_expert_params
     if experts and dtype == "int4" and spec.checkpoint_weights == "mxfp4":
-        inter, align = spec.moe["expert_intermediate"], 128 if gpu_name.upper().startswith("B200") else 256
+        inter, align = spec.moe["expert_intermediate"], 128 if datacenter_blackwell(gpu_name) else 256
         experts *= (math.ceil(inter / 128) * 128 * math.ceil(hidden / align) * align) / (inter * hidden)
     router = spec.moe["experts"] * spec.moe["layers"] * hidden if spec.moe else 0
     replicated = spec.num_layers * spec.mla_gemm_shapes(1)[0][0] * hidden if spec.mla and hidden else 0
@@ -256,7 +258,7 @@ def encoder_bytes(spec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
 
 def capture_sizes(max_num_seqs: int, gpu_name: str = "") -> list[int]:
     """vLLM 0.33.0's default CUDA graph capture sizes (vllm/config/vllm.py:2403-2411)."""
-    ceiling = 1024 if gpu_name.upper().startswith("B200") else 512
+    ceiling = 1024 if datacenter_blackwell(gpu_name) else 512
     top = min(2 * max_num_seqs, ceiling)
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
     return [s for s in sizes if s <= top]
