@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import product
@@ -34,7 +33,7 @@ from itertools import product
 import numpy as np
 
 from ..errors import ConfigError
-from . import plan_rows
+from . import plan_cache, plan_rows
 from .prices import Prices
 from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
 from .warmup import AUTO, judged_mask, spec_text
@@ -100,24 +99,22 @@ class Run:
     def duration_s(self) -> float:
         return float(self.summary["duration_s"])
 
-    def save(self, path) -> None:
-        import io
-
-        from ..files import write_atomic
-
-        buf = io.BytesIO()
-        np.savez(buf, arrival_s=self.arrival_s, ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s,
-                 finished=self.finished, doc=np.frombuffer(json.dumps(
-                     {"policy": self.policy, "summary": self.summary, "warmup_s": self.warmup_s},
-                     default=float).encode(), dtype=np.uint8))
-        write_atomic(str(path), buf.getvalue())
+    def save(self, path: str, key: str) -> None:
+        """Keep this run in the cache directory under `key` (plan_cache.py)."""
+        plan_cache.write(path, key, {"arrival_s": self.arrival_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                                     "e2e_s": self.e2e_s, "finished": self.finished},
+                         {"policy": self.policy, "summary": self.summary, "warmup_s": self.warmup_s})
 
     @classmethod
-    def load(cls, path) -> "Run":
-        with np.load(path, allow_pickle=False) as z:
-            doc = json.loads(z["doc"].tobytes().decode())
-            return cls(doc["policy"], doc["summary"], z["arrival_s"], z["ttft_s"], z["tpot_s"], z["e2e_s"],
-                       z["finished"], float(doc.get("warmup_s", 0.0)))
+    def load(cls, path: str, key: str, num_requests: int) -> "Run | None":
+        """The run kept at `path` under `key`, or None (warned) when the entry is missing, damaged,
+        another run's or not this trace's (plan_cache.py)."""
+        entry = plan_cache.read(path, key, num_requests)
+        if entry is None:
+            return None
+        z, doc = entry["arrays"], entry["doc"]
+        return cls(doc["policy"], doc["summary"], z["arrival_s"], z["ttft_s"], z["tpot_s"], z["e2e_s"],
+                   z["finished"], float(doc.get("warmup_s", 0.0)))
 
 
 @dataclass
@@ -195,7 +192,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir, warmup=warmup,
                min_requests=int(min_window_requests))
     if cache_dir is not None:
-        os.makedirs(cache_dir, exist_ok=True)
+        s.cache_dir = plan_cache.prepare(cache_dir)
     parallel = jobs > 1 or executor != "local"
     configs, unfit = _configs(s, gpus, tps, tiers, routers, policies)
     out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing,
@@ -532,15 +529,16 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     time model without a band has only its centre."""
     banded = _banded(s, c)
     end = (end or _judged_end(s)) if banded else "centre"
-    key = (c, n, load, end)
-    if key in s.cache:
+    if (c, n, load, end) in s.cache:
         s.cache_hits += 1
-        return s.cache[key]
+        return s.cache[(c, n, load, end)]
     from .simulate import simulate
 
-    path = _cache_path(s, c, n, load, end)
-    if path is not None and os.path.exists(path):
-        run, s.disk_hits = Run.load(path), s.disk_hits + 1
+    key = _cache_key(s, c, n, load, end)
+    path = None if key is None else plan_cache.path_of(s.cache_dir, key)
+    run = None if path is None else Run.load(path, key, len(s.trace))
+    if run is not None:
+        s.disk_hits += 1
     else:
         options = dict(s.options)
         if banded:  # one run at that end of the band (not the band's three)
@@ -553,11 +551,11 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
         s.runs += 1
         run = Run.of(report)
         if path is not None:
-            run.save(path)
+            run.save(path, key)
     verdict = judge(run, s.slo, s.window_s, s.min_requests)
     entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": END_TEXT[end] if banded else "centre (no band)",
              "report": run}
-    s.cache[key] = entry
+    s.cache[(c, n, load, end)] = entry
     _check_monotone(s, c, load, end)
     return entry
 
@@ -577,15 +575,20 @@ def _calibration_digest() -> str:
     return hashlib.sha256(json.dumps(calibration_data()["gpus"], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _cache_path(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
-    """The run's file in the cache directory: named by the trace's digest and everything the run
-    depends on, its warm-up included (not the SLOs or windows: a run is judged again for each)."""
+def _cache_key(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
+    """The run's key in the cache directory (plan_cache.py): the trace's digest and everything the
+    run depends on, the content of every file an option names and its warm-up included (not the
+    SLOs or windows: a run is judged again for each). None without a cache directory, or when an
+    option cannot be recorded (a Python object that cannot be pickled)."""
     if s.cache_dir is None:
         return None
-    key = json.dumps([CACHE_VERSION, _calibration_digest(), s.digest(), s.model,
-                      [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end, spec_text(s.warmup),
-                      sorted((k, repr(v)) for k, v in s.options.items())])
-    return os.path.join(s.cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
+    session = getattr(s.trace, "session", None)
+    return plan_cache.key_text({
+        "version": CACHE_VERSION, "calibration": _calibration_digest(), "trace": s.digest(),
+        "sessions": None if session is None else hashlib.sha256(np.ascontiguousarray(session).tobytes()).hexdigest(),
+        "model": s.model, "config": [c.gpu, c.tp, c.tiers, c.router, c.policy], "instances": n, "load": list(load),
+        "band_end": end, "warmup": spec_text(s.warmup),
+        "options": sorted([k, v] for k, v in s.options.items() if v is not None)})
 
 
 def _check_monotone(s: Search, c: Config, load: tuple, end: str) -> None:
