@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import numbers
+import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -146,7 +147,9 @@ def run(tasks: list[Task], traces: list, *, executor: str = "local", jobs: int =
                     i = futures[future]
                     out[i] = future.result()
                     tracker.finished(i)
-        except BaseException:
+        except BaseException as e:
+            if not isinstance(e, Exception):  # SIGTERM (cli.Terminated) or Ctrl-C: stop now, not after the tasks
+                _stop_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return out
@@ -178,7 +181,19 @@ def _context():
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") and "fork" in methods else None)
 
 
+def _stop_workers(pool) -> None:
+    """End a process pool's workers at once (their tasks are abandoned): the command is stopping,
+    and no worker may outlive it. (concurrent.futures has no public way to do this.)"""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.join(5)
+
+
 def _init_worker(traces) -> None:
+    # A worker dies of SIGTERM (the default), rather than inheriting the CLI's handler, which would
+    # turn it into an exception the pool reports and survives.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Under fork this list is the parent's own (inherited); under spawn it was pickled once for this worker.
     global _WORKER_TRACES
     _WORKER_TRACES = traces

@@ -208,6 +208,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
             block["probes"] = probes(s, point)
         out["loads"].append(plan_rows.summarise(point, block, unfit, runners_up))
         tracker.advance(len(unfit))
+    _refuse_a_plan_that_tried_nothing(out["loads"])
     out.update(model=model, window_s=window_s, run_options=run_options(options),
                runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
@@ -215,6 +216,16 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     from .plan_result import PlanResult
 
     return PlanResult(out)
+
+
+def _refuse_a_plan_that_tried_nothing(blocks: list) -> None:
+    """A plan whose every configuration was skipped (no price, no tier it can price) has no answer:
+    ConfigError saying why, so that nothing is written (an existing -o file stays as it was)."""
+    rows = [r for b in blocks for r in b["tried"]]
+    if rows and all(r["verdict"] == "skipped" for r in rows):
+        reasons = list(dict.fromkeys(r["why"] for r in rows))
+        raise ConfigError(f"every configuration was skipped: {'; '.join(reasons[:3])}"
+                          + (f" (and {len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""))
 
 
 #: simulate()'s options a plan's JSON keeps, so that `kvreplay report --plan` can serve its chosen
