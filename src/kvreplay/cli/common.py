@@ -468,7 +468,7 @@ def _files_a_plan_names(path: str) -> list[str]:
     try:
         with open(path, "rb") as f:
             options = (msgspec.json.decode(f.read()) or {}).get("run_options") or {}
-    except (OSError, msgspec.DecodeError, AttributeError):
+    except (OSError, msgspec.DecodeError, AttributeError, RecursionError):
         return []  # (load_plan says what is wrong with it)
     if not isinstance(options, dict):
         return []

@@ -54,6 +54,7 @@ class Band(Struct):
 class Warmup(Struct):
     text: Text
     seconds: Optional[Seconds] = None
+    spec: Optional[Text] = None
 
 
 class Row(Struct):
@@ -103,6 +104,10 @@ class Row(Struct):
     floor_in_binding_s: Optional[Seconds] = None
     duration_s: Optional[Seconds] = None
     hit_tokens: Optional[Count] = None
+    load_kind: Optional[Literal["speedup", "rate"]] = None
+    load: Optional[Annotated[float, Meta(gt=0, le=1e12)]] = None
+    floor: Optional[Binding] = None
+    pruned_by: Optional[Text] = None
 
     def __post_init__(self):
         searched = self.verdict in ("meets", "misses")
@@ -175,6 +180,8 @@ class LoadBlock(Struct):
     runners_up: list[Row] = []
     skipped: list[Skipped] = []
     closest: Optional[Row] = None
+    pruned: Count = 0
+    evaluated: Count = 0
 
     def __post_init__(self):
         if self.best is not None and not self.best.meets:
@@ -217,11 +224,13 @@ class Violation(Struct):
     load_kind: Literal["speedup", "rate"]
     passes_at: Positive
     fails_at: Positive
+    band_end: Optional[Text] = None
 
 
 class KvSemantics(Struct):
     semantics: Text
     text: Text
+    hybrid_block_ids_ratio: Optional[Ratio] = None
 
 
 class Plan(Struct):
@@ -261,6 +270,8 @@ def _field(message: str) -> tuple[str, str | None]:
     """msgspec's "what - at `$.loads[0].best.tp`" as ("what", "loads[0].best.tp"); a document that
     is not a plan at all is said so."""
     what, sep, where = message.rpartition(" - at `")
+    if where.startswith("key` in `"):  # a mapping's key: "... - at `key` in `$.path`"
+        where, what = where.removeprefix("key` in `"), what + " (as a key)"
     field = where.rstrip("`").removeprefix("$.").removeprefix("$") or None if sep else None
     if not sep:
         what = message
