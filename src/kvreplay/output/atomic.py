@@ -20,7 +20,7 @@ from ..errors import OutputError
 def write_all(files: dict) -> None:
     """Write {path: bytes} so that either every file holds its new bytes or none changed."""
     staged, renamed = [], []  # (temporary, target); (target, backup or None)
-    current = None
+    current = backup = None
     try:
         devices = []
         for path, data in files.items():
@@ -53,9 +53,12 @@ def write_all(files: dict) -> None:
                     backup = None
             os.replace(tmp, target)
             renamed.append((target, backup))
+            backup = None
     except BaseException as e:
         for tmp, _ in staged:
             _remove(tmp)
+        if backup is not None:  # (the target whose rename failed is as it was)
+            _remove(backup)
         for target, backup in reversed(renamed):
             if backup is not None:
                 os.replace(backup, target)

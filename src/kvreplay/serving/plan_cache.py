@@ -150,7 +150,7 @@ def _decode(data: bytes, key: str, num_requests: int) -> tuple[str | None, dict 
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             stored = {name: z[name] for name in z.files}
     except Exception as e:  # noqa: BLE001 - any damage (zip, npy header, truncation) means "not an entry"
-        return f"not a cache entry ({type(e).__name__}: {str(e)[:80]})", None
+        return f"not a cache entry (unreadable as .npz: {type(e).__name__})", None
     missing = [name for name in (*ARRAYS, "doc", "key", "checksum") if name not in stored]
     if missing:
         return f"not an entry of this kvreplay's cache (no {', '.join(missing)})", None
