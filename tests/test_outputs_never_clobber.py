@@ -85,7 +85,11 @@ def test_an_output_never_replaces_an_input(files, capsys, case, tmp_path):
     code = main([a.format(**fill) for a in argv])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "Traceback" not in err and f"{path}: that is the input file {path} (" in err, err
+    flag = "--rewrite" if "--rewrite" in argv else "-o"
+    positional = argv.index(victim) < argv.index(flag) and not argv[argv.index(victim) - 1].startswith("-")
+    named = "" if positional else " of " + (argv[argv.index(victim) - 1] if victim in argv[:argv.index(flag)]
+                                            else "--plan " + fill["plan"])
+    assert "Traceback" not in err and err == f"kvreplay: {flag} {path}: that is the input file{named}; write to another name\n"
     assert path.read_bytes() == before
 
 

@@ -335,24 +335,30 @@ def encode_json(obj) -> bytes:
     return msgspec.json.format(msgspec.json.encode(obj), indent=1) + b"\n"
 
 
-def check_output_dir(*paths, inputs=()) -> None:
+#: the positional arguments that name a command's input (inputs_of's flag for them)
+POSITIONAL = ("trace", "traces", "input", "inputs")
+
+
+def check_output_dir(*paths, inputs=(), flags=("-o", "--plot")) -> None:
     """Fail before a long run, not after it, when an output's directory does not exist or an
     output would replace one of the `inputs` (a list of paths, or inputs_of's {path: flag}): no
-    input is ever overwritten, and two outputs are never one file."""
+    input is ever overwritten, and two outputs are never one file. `flags`: the outputs' flags,
+    in the order of `paths`, for the messages."""
     from ..errors import OutputError
     from ..trace.writers import same_file
 
-    flags = inputs if isinstance(inputs, dict) else dict.fromkeys(inputs, "input")
-    given = [p for p in paths if p]
-    for k, path in enumerate(given):
+    sources = inputs if isinstance(inputs, dict) else dict.fromkeys(inputs, "input")
+    given = [(flags[k] if k < len(flags) else "-o", p) for k, p in enumerate(paths) if p]
+    for k, (flag, path) in enumerate(given):
         if path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise OutputError(path, "cannot write: No such file or directory")
-        for source, flag in flags.items():
+        for source, source_flag in sources.items():
             if same_file(path, source):
-                raise ConfigError(f"{path}: that is the input file {source} ({flag}); write to another name")
-        for other in given[:k]:
+                of = "" if source_flag in POSITIONAL else f" of {source_flag}"
+                raise ConfigError(f"{flag} {path}: that is the input file{of}; write to another name")
+        for other_flag, other in given[:k]:
             if path != "-" and (same_file(path, other) or os.path.abspath(path) == os.path.abspath(other)):
-                raise ConfigError(f"{path}: given for two outputs; each needs its own name")
+                raise ConfigError(f"{flag} {path}: {other_flag} writes it too; give each output its own name")
 
 
 def plot_curve(args, document: dict, trace) -> bytes:
@@ -441,7 +447,7 @@ def inputs_of(args) -> dict[str, str]:
     for name, value in vars(args).items():
         if name in OUTPUT_ARGS:
             continue
-        flag = name if name in ("trace", "traces", "input", "inputs") else "--" + name.replace("_", "-")
+        flag = name if name in POSITIONAL else "--" + name.replace("_", "-")
         for v in value if isinstance(value, list) else [value]:
             if not isinstance(v, str) or v == "-" or not os.path.exists(v):
                 continue
