@@ -177,3 +177,17 @@ def test_the_api_refuses_a_cache_dir_that_is_not_a_path(value, message):
     with pytest.raises(ConfigError) as e:
         plan(EIGHT, cache_dir=value, **KW)
     assert str(e.value) == message
+
+
+def test_an_option_that_cannot_be_keyed_is_not_cached(tmp_path):
+    # a time model holding a function cannot be keyed by its content: the plan says so once, keeps
+    # no run, and answers as without a cache
+    from sim_cases import PolynomialProfile
+
+    model = PolynomialProfile(document={"format": "kvreplay-step-polynomial", "unit": "s", "terms": [{"coef": 1.0}]})
+    model.hook = lambda: None
+    kw = dict(KW, time_model=model)
+    with pytest.warns(UserWarning, match="--cache: options holds a Python object that cannot be keyed") as caught:
+        out = plan(EIGHT, cache_dir=str(tmp_path), **kw)
+    assert len([w for w in caught if "cannot be keyed" in str(w.message)]) == 1
+    assert out["runs"] == 4 and list(tmp_path.iterdir()) == [] and out.rows() == plan(EIGHT, **kw).rows()

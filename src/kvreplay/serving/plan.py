@@ -593,13 +593,16 @@ def _cache_key(s: Search, c: Config, n: int, load: tuple, end: str) -> str | Non
     option cannot be recorded (a Python object that cannot be pickled)."""
     if s.cache_dir is None:
         return None
-    session = getattr(s.trace, "session", None)
-    return plan_cache.key_text({
-        "version": CACHE_VERSION, "calibration": _calibration_digest(), "trace": s.digest(),
-        "sessions": None if session is None else hashlib.sha256(np.ascontiguousarray(session).tobytes()).hexdigest(),
-        "model": s.model, "config": [c.gpu, c.tp, c.tiers, c.router, c.policy], "instances": n, "load": list(load),
-        "band_end": end, "warmup": spec_text(s.warmup),
-        "options": sorted([k, v] for k, v in s.options.items() if v is not None)})
+    if "cache key" not in s.models:  # (the files the options name are read once per plan)
+        session = getattr(s.trace, "session", None)
+        s.models["cache key"] = plan_cache.recorded({
+            "version": CACHE_VERSION, "calibration": _calibration_digest(), "trace": s.digest(),
+            "sessions": None if session is None else hashlib.sha256(np.ascontiguousarray(session).tobytes()).hexdigest(),
+            "model": s.model, "warmup": spec_text(s.warmup),
+            "options": sorted([k, v] for k, v in s.options.items() if v is not None)})
+    base = s.models["cache key"]
+    return None if base is None else plan_cache.key_text(base, {
+        "config": [c.gpu, c.tp, c.tiers, c.router, c.policy], "instances": n, "load": list(load), "band_end": end})
 
 
 def _check_monotone(s: Search, c: Config, load: tuple, end: str) -> None:

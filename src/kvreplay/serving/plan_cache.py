@@ -81,18 +81,24 @@ def content(value: Any):
         return None
 
 
-def key_text(parts: dict) -> str | None:
-    """The key of an entry: `parts` with every value's content (content()), as canonical JSON, or
-    None when some part cannot be recorded."""
-    recorded = {}
+def recorded(parts: dict) -> dict | None:
+    """`parts` with every value's content (content()), kvreplay's version and the entry format; None
+    (with a warning) when some part cannot be recorded, so that no run is cached."""
+    out = {}
     for name, value in parts.items():
         c = content(value)
         if c is None and value is not None:
+            warnings.warn(f"--cache: {name} holds a Python object that cannot be keyed by its content; this plan's "
+                          "runs are not kept", stacklevel=3)
             return None
-        recorded[name] = c
-    recorded["kvreplay"] = __version__
-    recorded["format"] = FORMAT
-    return json.dumps(recorded, sort_keys=True, separators=(",", ":"))
+        out[name] = c
+    return {**out, "kvreplay": __version__, "format": FORMAT}
+
+
+def key_text(base: dict, run: dict) -> str:
+    """An entry's key: what every run of a plan shares (recorded()) and this run's own JSON parts
+    (its configuration, instances, load, band end), as canonical JSON."""
+    return json.dumps({**base, **run}, sort_keys=True, separators=(",", ":"))
 
 
 def path_of(cache_dir: str, key: str) -> str:
