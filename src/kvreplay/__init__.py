@@ -57,7 +57,7 @@ def report_html(trace, **kwargs) -> str:
     if plan is not None:
         from .serving.plan_schema import check_document
 
-        check_document(plan)  # (a plan is untrusted input: every field a page shows is checked)
+        plan = check_document(plan)  # (a plan is untrusted input: every field a page shows is checked)
     deployment = _deployment(serving, plan)
     if deployment:
         from .serving.simulate import deployment_focus

@@ -100,6 +100,8 @@ CASES = [
     (("trace_digest",), SCRIPT, "trace_digest: Expected `str` matching regex '^[0-9a-f]{32}$'"),
     (("run_options", "evil"), "x", "run_options: Object contains unknown field `evil`"),
     (("run_options", "block_size"), "4", "run_options.block_size: Expected `int`, got `str`"),
+    (("run_options", "time_model"), "/dev/zero", "run_options.time_model: /dev/zero is not a regular file"),
+    (("run_options", "rate_profile"), "/dev/stdin", "run_options.rate_profile: /dev/stdin is not a regular file"),
     (("monotonicity_violations",), [{"config": "x"}], "monotonicity_violations[0]: Object missing required field `load`"),
     (("slo",), DELETE, "not a plan written by `kvreplay plan -o FILE.json` (Object missing required field `slo`)"),
 ]
@@ -209,4 +211,8 @@ def test_the_api_checks_a_plan_given_as_a_dict(made):
     assert str(e.value) == "plan: loads[0].tried[0].instances: Expected `int | null`, got `str`"
     result = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), tps=(1,),
                   block_size=4, time_model=str(made["dir"] / "one.json"))
-    check_document(result)  # a plan as plan() returns it passes
+    read = check_document(result)  # a plan as plan() returns it passes, read back as the same plan
+    assert read["loads"][0]["best"]["instances"] == 1 and read["run_options"] == result["run_options"]
+    # a field the schema does not know is dropped, not carried to a page unchecked
+    result["loads"][0]["tried"][0]["evil"] = SCRIPT
+    assert "evil" not in check_document(result)["loads"][0]["tried"][0]

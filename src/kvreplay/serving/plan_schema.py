@@ -5,17 +5,20 @@ finite and non-negative, counts whole, fractions in [0, 1], names bounded text, 
 objectives from their lists); fields the report does not read may be anything. A document nested
 deeper than a plan ever is, is refused before it is decoded.
 
-check_bytes / check_document raise TraceError(FILE, what is wrong, field=path.to.field).
+check_bytes / check_document return the plan as the schema reads it (every field it knows, with
+its default where the file has none; fields it does not know dropped), so that nothing a page
+shows is read unchecked; they raise TraceError(FILE, what is wrong, field=path.to.field).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated, Literal, Optional, Union
 
 import msgspec
 import numpy as np
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from ..errors import TraceError
 
@@ -43,6 +46,8 @@ class Binding(Struct):
     requests: Count
     windows_merged: Positive = 1
     ratio: Optional[Ratio] = None
+    hit: Optional[Text] = None  # (a floor's: which prefixes it assumed hit)
+    judged_at: Optional[Text] = None
 
 
 class Band(Struct):
@@ -203,19 +208,19 @@ Named = Union[Text, NotReproducible]
 
 class RunOptions(Struct, forbid_unknown_fields=True):
     """The options a report serves the chosen deployment with (plan.RUN_OPTIONS): simulate()'s
-    keywords, so nothing else may appear."""
+    keywords, so nothing else may appear; one not given stays absent (simulate's default)."""
 
-    time_model: Named = "roofline"
-    weights_dtype: Text = "bf16"
-    kv_dtype: Text = "bf16"
-    block_size: Positive = 16
-    max_model_len: Positive = 1
-    rate_profile: Named = ""
-    kv_semantics: Text = "auto"
-    gpu_memory_utilization: Annotated[float, Meta(gt=0, le=1)] = 0.9
-    engine_style: Text = "vllm"
-    seed: Count = 0
-    other: dict[Text, Text] = {}
+    time_model: Union[Named, UnsetType] = UNSET
+    weights_dtype: Union[Text, UnsetType] = UNSET
+    kv_dtype: Union[Text, UnsetType] = UNSET
+    block_size: Union[Positive, UnsetType] = UNSET
+    max_model_len: Union[Positive, UnsetType] = UNSET
+    rate_profile: Union[Named, UnsetType] = UNSET
+    kv_semantics: Union[Text, UnsetType] = UNSET
+    gpu_memory_utilization: Union[Annotated[float, Meta(gt=0, le=1)], UnsetType] = UNSET
+    engine_style: Union[Text, UnsetType] = UNSET
+    seed: Union[Count, UnsetType] = UNSET
+    other: Union[dict[Text, Text], UnsetType] = UNSET
 
 
 class Violation(Struct):
@@ -244,7 +249,7 @@ class Plan(Struct):
     cache_hits: Count
     disk_hits: Count
     monotonicity_violations: list[Violation]
-    model: Optional[Text] = None
+    model: Union[Text, UnsetType] = UNSET  # (absent: a plan of an older kvreplay, which a report cannot serve)
     warmup_spec: Text = "auto"
     min_window_requests: Positive = 50
     tp_searched: Text = ""
@@ -287,8 +292,7 @@ def check_bytes(path: str, data: bytes) -> dict:
     if deep > MAX_DEPTH:
         raise TraceError(path, f"nested {deep:,} levels deep; a plan nests at most {MAX_DEPTH}")
     try:
-        msgspec.json.decode(data, type=Plan)
-        return msgspec.json.decode(data)
+        return _named_files(msgspec.to_builtins(msgspec.json.decode(data, type=Plan)), path)
     except msgspec.ValidationError as e:
         what, field = _field(str(e))
         raise TraceError(path, what, field=field) from None
@@ -296,10 +300,21 @@ def check_bytes(path: str, data: bytes) -> dict:
         raise TraceError(path, f"not JSON ({e})") from None
 
 
-def check_document(doc, what: str = "plan") -> None:
-    """A plan given as a Python dict (report_html(plan=...)), checked as check_bytes checks a file."""
+def _named_files(doc: dict, where: str) -> dict:
+    """A report reads the files a plan's run options name: each must be a regular file (a plan that
+    names a device or a pipe would hang the report), or a name that is not a file at all."""
+    for key in ("time_model", "rate_profile"):
+        name = doc["run_options"].get(key)
+        if isinstance(name, str) and os.path.exists(name) and not os.path.isfile(name):
+            raise TraceError(where, f"{name} is not a regular file", field=f"run_options.{key}")
+    return doc
+
+
+def check_document(doc, what: str = "plan") -> dict:
+    """A plan given as a Python dict (report_html(plan=...)), checked and read as check_bytes
+    reads a file."""
     try:
-        msgspec.json.decode(msgspec.json.encode(doc), type=Plan)
+        return _named_files(msgspec.to_builtins(msgspec.json.decode(msgspec.json.encode(doc), type=Plan)), what)
     except (TypeError, msgspec.EncodeError) as e:
         raise TraceError(what, f"not a plan: {e}") from None
     except msgspec.ValidationError as e:
