@@ -23,12 +23,25 @@ import multiprocessing
 import numbers
 import signal
 import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
 
 EXECUTORS = ("local", "threads", "ray")
+#: set while a run on threads is being abandoned (SIGTERM, Ctrl-C): a thread cannot be stopped from
+#: outside, so long tasks call check_stopping() between their steps (plan: before each simulation)
+STOPPING = threading.Event()
+
+
+class Abandoned(Exception):
+    """A task that stopped early because its run was abandoned (check_stopping)."""
+
+
+def check_stopping() -> None:
+    if STOPPING.is_set():
+        raise Abandoned("the run was stopped")
 RAY_MISSING = "the ray executor needs Ray: pip install 'kvreplay[ray]'"
 
 
@@ -150,7 +163,11 @@ def run(tasks: list[Task], traces: list, *, executor: str = "local", jobs: int =
         except BaseException as e:
             if not isinstance(e, Exception):  # SIGTERM (cli.Terminated) or Ctrl-C: stop now, not after the tasks
                 _stop_workers(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
+                STOPPING.set()
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            finally:
+                STOPPING.clear()
             raise
     return out
 

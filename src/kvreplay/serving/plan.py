@@ -32,6 +32,7 @@ from itertools import product
 
 import numpy as np
 
+from ..analysis.executors import check_stopping
 from ..errors import ConfigError
 from . import plan_cache, plan_rows
 from .prices import Prices
@@ -551,6 +552,7 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     if run is not None:
         s.disk_hits += 1
     else:
+        check_stopping()  # (a search on threads abandoned by SIGTERM ends before its next run)
         options = dict(s.options)
         if banded:  # one run at that end of the band (not the band's three)
             tm = _time_model(s, c)
