@@ -191,3 +191,13 @@ def test_an_option_that_cannot_be_keyed_is_not_cached(tmp_path):
         out = plan(EIGHT, cache_dir=str(tmp_path), **kw)
     assert len([w for w in caught if "cannot be keyed" in str(w.message)]) == 1
     assert out["runs"] == 4 and list(tmp_path.iterdir()) == [] and out.rows() == plan(EIGHT, **kw).rows()
+
+
+def test_the_same_arrays_at_another_block_size_are_not_reused(tmp_path):
+    # a trace's arrays say nothing of its block size (its format's own, without --block-size): the
+    # key holds the block size the runs used
+    kw = {k: v for k, v in KW.items() if k != "block_size"}
+    coarse = trace_of(*[([f"r{k}"], 4, 0, 1) for k in range(8)], block_size=8)
+    assert plan(EIGHT, cache_dir=str(tmp_path), **kw)["runs"] == 4
+    assert plan(EIGHT, cache_dir=str(tmp_path), **kw)["disk_hits"] == 4
+    assert plan(coarse, cache_dir=str(tmp_path), **kw)["disk_hits"] == 0

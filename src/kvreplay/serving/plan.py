@@ -600,7 +600,7 @@ def _cache_key(s: Search, c: Config, n: int, load: tuple, end: str) -> str | Non
         s.models["cache key"] = plan_cache.recorded({
             "version": CACHE_VERSION, "calibration": _calibration_digest(), "trace": s.digest(),
             "sessions": None if session is None else hashlib.sha256(np.ascontiguousarray(session).tobytes()).hexdigest(),
-            "model": s.model, "warmup": spec_text(s.warmup),
+            "model": s.model, "warmup": spec_text(s.warmup), "block_size": _block_size(s),
             "options": sorted([k, v] for k, v in s.options.items() if v is not None)})
     base = s.models["cache key"]
     return None if base is None else plan_cache.key_text(base, {
