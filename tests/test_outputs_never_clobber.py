@@ -41,35 +41,41 @@ def files(tmp_path_factory):
     plan = d / "plan.json"
     assert main(["plan", str(out["trace"]), *PLAN, "--time-model", str(out["profile"]), "-o", str(plan)]) == 0
     out["plan"] = plan
+    out["dir"] = d
     return out
 
 
 def _cases():
+    """{case: (argv, the input it would replace, what the message says reads it)}"""
     t, tj, tc, p, s, pl, c = "{trace}", "{trace_json}", "{trace_csv}", "{profile}", "{shape}", "{plan}", "{config}"
     return {
-        "plan -o the trace": (["plan", tj, *PLAN, "--time-model", p, "-o", tj], tj),
-        "plan -o the time model": (["plan", t, *PLAN, "--time-model", p, "-o", p], p),
-        "plan -o the rate profile": (["plan", t, *PLAN, "--time-model", p, "--rate-profile", s, "-o", s], s),
+        "plan -o the trace": (["plan", tj, *PLAN, "--time-model", p, "-o", tj], tj, ""),
+        "plan -o the time model": (["plan", t, *PLAN, "--time-model", p, "-o", p], p, " of --time-model"),
+        "plan -o the rate profile": (["plan", t, *PLAN, "--time-model", p, "--rate-profile", s, "-o", s], s,
+                                     " of --rate-profile"),
         "plan -o the model's config": (["plan", t, "--model", c, "--slo-ttft-p90", "2s", "--block-size", "4",
-                                        "--price", "H100=2/h", "--time-model", p, "-o", c], c),
-        "report -o the plan": (["report", t, "--block-size", "4", "--plan", pl, "-o", pl], pl),
-        "report -o the plan's time model": (["report", t, "--block-size", "4", "--plan", pl, "-o", p], p),
-        "report -o the trace": (["report", t, "-o", t], t),
+                                        "--price", "H100=2/h", "--time-model", p, "-o", c], c, " of --model"),
+        "report -o the plan": (["report", t, "--block-size", "4", "--plan", pl, "-o", pl], pl, " of --plan"),
+        "report -o the plan's time model": (["report", t, "--block-size", "4", "--plan", pl, "-o", p], p,
+                                            " of --plan {plan}"),
+        "report -o the trace": (["report", t, "-o", t], t, ""),
         "simulate -o the time model": (["simulate", t, "--policy", "lru", "--capacity", "10", "--time-model", p,
-                                        "-o", p], p),
+                                        "-o", p], p, " of --time-model"),
         "simulate -o the rate profile": (["simulate", t, "--policy", "lru", "--capacity", "10", "--time-model", p,
-                                          "--rate-profile", s, "-o", s], s),
-        "simulate --plot the trace": (["simulate", tc, "--policy", "lru", "--capacity", "10", "-o", tc], tc),
-        "sweep -o the trace": (["sweep", tc, "--policies", "lru", "--capacities", "2", "-o", tc], tc),
-        "mrc -o the trace": (["mrc", tj, "--capacities", "2", "-o", tj], tj),
-        "run -o the trace": (["run", tj, "--capacity", "2", "-o", tj], tj),
-        "calibrate-profile -o its steps": (["calibrate-profile", "{steps}", "-o", "{steps}"], "{steps}"),
-        "hash -o its token log": (["hash", "{log}", "-o", "{log}"], "{log}"),
-        "convert -o its input": (["convert", t, "-o", t], t),
-        "slice -o its input": (["slice", t, "--requests", "0:2", "-o", t], t),
-        "merge -o an input": (["merge", tj, t, "-o", t], t),
-        "synth --like -o the trace": (["synth", "--like", t, "-o", t], t),
-        "diagnose --rewrite its input": (["diagnose", t, "--policy", "lru", "--capacity", "2", "--rewrite", t], t),
+                                          "--rate-profile", s, "-o", s], s, " of --rate-profile"),
+        "simulate -o the trace": (["simulate", tc, "--policy", "lru", "--capacity", "10", "-o", tc], tc, ""),
+        "sweep -o the trace": (["sweep", tc, "--policies", "lru", "--capacities", "2", "-o", tc], tc, ""),
+        "mrc -o the trace": (["mrc", tj, "--capacities", "2", "-o", tj], tj, ""),
+        "run -o the trace": (["run", tj, "--capacity", "2", "-o", tj], tj, ""),
+        "run -o a file of the trace directory": (["run", "{dir}", "--capacity", "2", "-o", tj], tj, ""),
+        "calibrate-profile -o its steps": (["calibrate-profile", "{steps}", "-o", "{steps}"], "{steps}", ""),
+        "hash -o its token log": (["hash", "{log}", "-o", "{log}"], "{log}", ""),
+        "convert -o its input": (["convert", t, "-o", t], t, ""),
+        "slice -o its input": (["slice", t, "--requests", "0:2", "-o", t], t, ""),
+        "merge -o an input": (["merge", tj, t, "-o", t], t, ""),
+        "synth --like -o the trace": (["synth", "--like", t, "-o", t], t, " of --like"),
+        "diagnose --rewrite its input": (["diagnose", t, "--policy", "lru", "--capacity", "2", "--rewrite", t], t,
+                                         ""),
     }
 
 
@@ -78,18 +84,15 @@ CASES = _cases()
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_an_output_never_replaces_an_input(files, capsys, case, tmp_path):
-    argv, victim = CASES[case]
+    argv, victim, named = CASES[case]
     fill = {k: str(v) for k, v in files.items()}
     path = Path(victim.format(**fill))
     before = path.read_bytes()
     code = main([a.format(**fill) for a in argv])
     err = capsys.readouterr().err
-    assert code == 2, err
     flag = "--rewrite" if "--rewrite" in argv else "-o"
-    positional = argv.index(victim) < argv.index(flag) and not argv[argv.index(victim) - 1].startswith("-")
-    named = "" if positional else " of " + (argv[argv.index(victim) - 1] if victim in argv[:argv.index(flag)]
-                                            else "--plan " + fill["plan"])
-    assert "Traceback" not in err and err == f"kvreplay: {flag} {path}: that is the input file{named}; write to another name\n"
+    assert code == 2, err
+    assert err == f"kvreplay: {flag} {path}: that is the input file{named.format(**fill)}; write to another name\n"
     assert path.read_bytes() == before
 
 
