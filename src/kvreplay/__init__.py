@@ -54,6 +54,10 @@ def report_html(trace, **kwargs) -> str:
     model = kwargs.pop("model", None)  # the model the byte budget is for: a hybrid one's semantics are stated
     rank = kwargs.pop("rank_served", True)  # rank the policies under serving too (with a serving section or plan)
     progress = kwargs.get("progress")
+    if plan is not None:
+        from .serving.plan_schema import check_document
+
+        plan = check_document(plan)  # (a plan is untrusted input: every field a page shows is checked)
     deployment = _deployment(serving, plan)
     if deployment:
         from .serving.simulate import deployment_focus

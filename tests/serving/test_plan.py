@@ -152,8 +152,10 @@ def test_cli_plan_table_and_json(tmp_path):
     assert doc["loads"][0]["best"]["instances"] == 1 and doc["runs"] == 1
     assert "a duration such as 2s" in kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "fast").stderr.decode()
     assert "give at least one SLO" in fails("plan", trace, "--model", "Llama-3.1-8B", "--block-size", "4")
-    assert "no price for B200" in kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "B200",
-                                     "--block-size", "4", "--time-model", profile).stdout.decode()
+    # a plan whose every configuration is skipped has no answer: exit 2 saying why
+    assert fails("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "B200", "--block-size",
+                 "4", "--time-model", profile).endswith("every configuration was skipped: no price for B200 in the "
+                                                        "catalog (it has A100-80GB, H100, H200): give --price B200=USD/h")
 
 
 def test_rates_and_a_tier_that_cannot_pay_for_itself():

@@ -21,13 +21,27 @@ from __future__ import annotations
 
 import multiprocessing
 import numbers
+import signal
 import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
 
 EXECUTORS = ("local", "threads", "ray")
+#: set while a run on threads is being abandoned (SIGTERM, Ctrl-C): a thread cannot be stopped from
+#: outside, so long tasks call check_stopping() between their steps (plan: before each simulation)
+STOPPING = threading.Event()
+
+
+class Abandoned(Exception):
+    """A task that stopped early because its run was abandoned (check_stopping)."""
+
+
+def check_stopping() -> None:
+    if STOPPING.is_set():
+        raise Abandoned("the run was stopped")
 RAY_MISSING = "the ray executor needs Ray: pip install 'kvreplay[ray]'"
 
 
@@ -146,8 +160,14 @@ def run(tasks: list[Task], traces: list, *, executor: str = "local", jobs: int =
                     i = futures[future]
                     out[i] = future.result()
                     tracker.finished(i)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException as e:
+            if not isinstance(e, Exception):  # SIGTERM (cli.Terminated) or Ctrl-C: stop now, not after the tasks
+                _stop_workers(pool)
+                STOPPING.set()
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            finally:
+                STOPPING.clear()
             raise
     return out
 
@@ -178,7 +198,19 @@ def _context():
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") and "fork" in methods else None)
 
 
+def _stop_workers(pool) -> None:
+    """End a process pool's workers at once (their tasks are abandoned): the command is stopping,
+    and no worker may outlive it. (concurrent.futures has no public way to do this.)"""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.join(5)
+
+
 def _init_worker(traces) -> None:
+    # A worker dies of SIGTERM (the default), rather than inheriting the CLI's handler, which would
+    # turn it into an exception the pool reports and survives.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Under fork this list is the parent's own (inherited); under spawn it was pickled once for this worker.
     global _WORKER_TRACES
     _WORKER_TRACES = traces

@@ -44,7 +44,7 @@ def _cmd_calibrate(args) -> int:
     from ..files import write_atomic
     from ..serving.timing.fit import fit_profile, read_steps
 
-    common.check_output_dir(args.output, inputs=[args.input])
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     if args.folds < 2:
         raise ConfigError(f"--folds {args.folds}: the held-out error needs at least 2 folds")
     if not (math.isfinite(args.prefill_concurrency) and args.prefill_concurrency >= 0):

@@ -335,21 +335,35 @@ def encode_json(obj) -> bytes:
     return msgspec.json.format(msgspec.json.encode(obj), indent=1) + b"\n"
 
 
-def check_output_dir(*paths, inputs=()) -> None:
+#: the positional arguments that name a command's input (inputs_of's flag for them)
+POSITIONAL = ("trace", "traces", "input", "inputs")
+
+
+def check_output_dir(*paths, inputs=(), flags=("-o", "--plot")) -> None:
     """Fail before a long run, not after it, when an output's directory does not exist or an
-    output would replace one of the `inputs` (an input trace is never overwritten)."""
+    output would replace one of the `inputs` (a list of paths, or inputs_of's {path: flag}): no
+    input is ever overwritten, and two outputs are never one file. `flags`: the outputs' flags,
+    in the order of `paths`, for the messages."""
     from ..errors import OutputError
-    from ..trace.writers import refuse_overwrite
+    from ..trace.writers import same_file
 
-    for path in paths:
-        if path and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    sources = inputs if isinstance(inputs, dict) else dict.fromkeys(inputs, "input")
+    given = [(flags[k] if k < len(flags) else "-o", p) for k, p in enumerate(paths) if p]
+    for k, (flag, path) in enumerate(given):
+        if path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise OutputError(path, "cannot write: No such file or directory")
-        if path:
-            refuse_overwrite(path, inputs)
+        for source, source_flag in sources.items():
+            if same_file(path, source):
+                of = "" if source_flag in POSITIONAL else f" of {source_flag}"
+                raise ConfigError(f"{flag} {path}: that is the input file{of}; write to another name")
+        for other_flag, other in given[:k]:
+            if path != "-" and (same_file(path, other) or os.path.abspath(path) == os.path.abspath(other)):
+                raise ConfigError(f"{flag} {path}: {other_flag} writes it too; give each output its own name")
 
 
-def plot_curve(args, document: dict, trace) -> None:
-    """--plot: hit rate vs capacity for a sweep's results or an mrc curve, with the infinite-cache ceiling."""
+def plot_curve(args, document: dict, trace) -> bytes:
+    """--plot's bytes: hit rate vs capacity for a sweep's results or an mrc curve, with the
+    infinite-cache ceiling."""
     from ..output import plot
 
     rows = document.get("results") or [dict(p, policy="lru", params={}) for p in document["points"]]
@@ -365,8 +379,8 @@ def plot_curve(args, document: dict, trace) -> None:
         title = f"{len(document['traces'])} traces, {document['traces'][0]['window'].split(' (')[0]}"
     else:
         title = f"{os.path.basename(document['trace'])}, block size {document['block_size']}, {document['window']}"
-    plot.save_figure(plot.curves_figure(rows, title=title, bytes_per_block=bytes_per_block, capacity_note=note,
-                                        zoom=args.zoom), args.plot)
+    return plot.plot_bytes(plot.curves_figure(rows, title=title, bytes_per_block=bytes_per_block, capacity_note=note,
+                                              zoom=args.zoom), args.plot)
 
 
 class Progress:
@@ -420,11 +434,49 @@ def check_table_outputs(args) -> None:
     check_output_dir(args.output, args.plot, inputs=inputs_of(args))
 
 
-def inputs_of(args) -> list[str]:
-    """Every file a command reads, so no output replaces one: the traces and a --time-model
-    profile (FILE.npz / FILE.json)."""
-    out = list(getattr(args, "traces", None) or [])
-    tm = getattr(args, "time_model", None)
-    if isinstance(tm, str) and os.path.isfile(tm):
-        out.append(tm)
+#: the arguments that name what a command writes (every other one naming a file is an input)
+OUTPUT_ARGS = frozenset({"output", "plot", "rewrite", "cache", "command"})
+
+
+def inputs_of(args) -> dict[str, str]:
+    """Every file a command reads, with the flag that named it, so that no output replaces one:
+    each argument naming an existing file (traces, --time-model and --rate-profile files, --plan,
+    --like, --tokenizer, a --model config.json, calibrate-profile's steps...), the files of a
+    directory given (a trace directory, a model directory), and the files a --plan names."""
+    out = {}
+    for name, value in vars(args).items():
+        if name in OUTPUT_ARGS:
+            continue
+        flag = name if name in POSITIONAL else "--" + name.replace("_", "-")
+        for v in value if isinstance(value, list) else [value]:
+            if not isinstance(v, str) or v == "-" or not os.path.exists(v):
+                continue
+            if os.path.isdir(v):
+                with os.scandir(v) as entries:
+                    for k, e in enumerate(entries):
+                        if k >= 100_000:
+                            break
+                        if e.is_file():
+                            out.setdefault(e.path, flag)
+            else:
+                out.setdefault(v, flag)
+    plan = getattr(args, "plan", None)
+    if isinstance(plan, str) and os.path.isfile(plan):
+        out.update({p: f"--plan {plan}" for p in _files_a_plan_names(plan)})
     return out
+
+
+def _files_a_plan_names(path: str) -> list[str]:
+    """The --time-model and --rate-profile files a plan's runs were made with (report serves them
+    again), relative to the working directory as the plan recorded them."""
+    import msgspec
+
+    try:
+        with open(path, "rb") as f:
+            options = (msgspec.json.decode(f.read()) or {}).get("run_options") or {}
+    except (OSError, msgspec.DecodeError, AttributeError, RecursionError):
+        return []  # (load_plan says what is wrong with it)
+    if not isinstance(options, dict):
+        return []
+    return [v for v in (options.get("time_model"), options.get("rate_profile")) if isinstance(v, str)
+            and os.path.isfile(v)]

@@ -61,7 +61,7 @@ def _is_token_log(path: str) -> bool:
 
 def _cmd_diagnose(args) -> int:
     if args.rewrite:
-        common.check_output_dir(args.rewrite, inputs=[args.input])
+        common.check_output_dir(args.rewrite, inputs=common.inputs_of(args), flags=("--rewrite",))
     if not os.path.exists(args.input):
         raise ConfigError(f"{args.input}: no such file")
     if not _is_token_log(args.input):

@@ -140,8 +140,8 @@ def _cmd_plan(args) -> int:
 
 
 def _write_outputs(args, result) -> None:
-    """--output and --plot: every file's bytes first, then the files (a failure leaves none)."""
-    from ..files import write_atomic
+    """--output and --plot: every file's bytes first, then the files, all or none (output/atomic.py)."""
+    from ..output.atomic import write_all
 
     files = {}
     if args.output:
@@ -160,8 +160,7 @@ def _write_outputs(args, result) -> None:
         from ..output.plot import plot_bytes
 
         files[args.plot] = plot_bytes(pareto_figure(result), args.plot)
-    for path, data in files.items():
-        write_atomic(path, data)
+    write_all(files)
 
 
 PARSERS = (_parser_plan,)

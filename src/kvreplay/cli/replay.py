@@ -64,7 +64,7 @@ def _cmd_run(args) -> int:
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
-    common.check_output_dir(args.output, inputs=args.traces)
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     if args.gpu is not None and (args.tiers or semantics == "hybrid"
                                  or get_policy(args.policy).name in ("infinite", "belady")):
         raise ConfigError("--gpu prices the headroom, which a run with tiers, hybrid semantics or a bound (infinite, "
@@ -354,11 +354,11 @@ def _sweep_each(args, policies) -> int:
 def _emit(args, result, rows: list[dict], columns, heading: str, trace=None) -> None:
     """sweep and mrc: --plot; --output as the tidy table (CSV, Parquet) or the JSON document;
     --json on stdout, else the human table (`rows` under `columns`)."""
+    files = {}  # every output's bytes first, then the files, all or none
     if args.plot:
-        common.plot_curve(args, result, trace)
+        files[args.plot] = common.plot_curve(args, result, trace)
     document = result.to_dict() if args.output or args.json else None
     if args.output:
-        from ..files import write_atomic
         from ..output.table import to_csv
 
         name = args.output.lower()
@@ -368,7 +368,10 @@ def _emit(args, result, rows: list[dict], columns, heading: str, trace=None) -> 
             data = result.to_parquet_bytes(what=f"--output {args.output}")
         else:
             data = common.encode_json(document)
-        write_atomic(args.output, data)
+        files[args.output] = data
+    from ..output.atomic import write_all
+
+    write_all(files)
     if args.json:
         sys.stdout.buffer.write(common.encode_json(document))
     else:

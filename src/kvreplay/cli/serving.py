@@ -246,7 +246,7 @@ def _options(args, trace) -> dict:
 
 
 def _cmd_simulate(args) -> int:
-    from ..files import write_atomic
+    from ..output.atomic import write_all
     from ..serving.simulate import load_sweep, simulate
 
     common.check_table_outputs(args)
@@ -314,8 +314,7 @@ def _cmd_simulate(args) -> int:
         from ..output.serving import trace_name
 
         files[args.plot] = plot.plot_bytes(plot.serving_figure(report, title=trace_name(trace)), args.plot)
-    for path, data in files.items():
-        write_atomic(path, data)
+    write_all(files)
     if args.json:
         sys.stdout.buffer.write(common.encode_json(report.to_dict(per_request=not args.summary_only)))
     else:
@@ -390,7 +389,7 @@ def _table_bytes(path: str, columns: dict, kinds: dict) -> bytes:
 
 
 def _emit_sweep(args, trace, rows: list[dict]) -> int:
-    from ..files import write_atomic
+    from ..output.atomic import write_all
 
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
@@ -406,8 +405,7 @@ def _emit_sweep(args, trace, rows: list[dict]) -> int:
         title = trace_name(trace) + (f"; {args.model} on {args.tp} x {args.gpu} per instance" if getattr(args, "gpu", None) else "")
         files[args.plot] = plot.plot_bytes(plot.load_figure([r for r in rows if r["error"] is None], title=title),
                                            args.plot)
-    for path, data in files.items():
-        write_atomic(path, data)
+    write_all(files)
     if args.json:
         sys.stdout.buffer.write(common.encode_json({"trace": trace.source, "rows": rows}))
     else:

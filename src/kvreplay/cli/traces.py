@@ -23,7 +23,7 @@ def _parser_hash(sub) -> None:
 def _cmd_hash(args) -> int:
     from ..trace.hashing import hash_token_log
 
-    common.check_output_dir(args.output, inputs=[args.input])
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     s = hash_token_log(args.input, args.output, block_size=args.block_size, tokenizer=args.tokenizer,
                        salt=args.salt, keep_hashes=args.keep_hashes)
     print(f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of {s['block_size']} "
@@ -50,9 +50,7 @@ def _declared(trace, block_size):
 def _read_for_writing(args):
     """Load `args.input` for convert/slice, after refusing an output that would replace it."""
     from ..trace import load_trace
-    from ..trace.writers import refuse_overwrite
-
-    refuse_overwrite(args.output, [args.input])
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     trace = load_trace(args.input, format=args.from_format, on_invalid=args.on_invalid, keep_ids=args.keep_ids)
     return _declared(trace, args.block_size)
 
@@ -132,9 +130,9 @@ def _parser_merge(sub) -> None:
 def _cmd_merge(args) -> int:
     from ..trace import load_trace
     from ..trace.ops import merge, start_offsets_ms
-    from ..trace.writers import refuse_overwrite, write_trace
+    from ..trace.writers import write_trace
 
-    refuse_overwrite(args.output, args.inputs)
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     offsets = None
     if args.offsets is not None:
         try:
@@ -227,7 +225,7 @@ def _token_log(args, given: list[str]) -> int:
         at = int(at)
     if args.output == "-":
         raise ConfigError("--token-log writes a file: give --output FILE.jsonl")
-    common.check_output_dir(args.output, inputs=[])
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     log = token_log(args.requests or 2000, timestamp_at=at, seed=args.seed)
     write_atomic(args.output, log.to_jsonl())
     print(f"{args.output}: {len(log):,} requests, {sum(len(t) for t in log.tokens):,} prompt tokens ({log.source}); "
@@ -238,8 +236,9 @@ def _token_log(args, given: list[str]) -> int:
 def _cmd_synth(args) -> int:
     from ..analysis.stats import stats
     from ..trace.synth import compare_table, sessions_of, synth, synth_like, synth_like_prefixes
-    from ..trace.writers import refuse_overwrite, write_trace
+    from ..trace.writers import write_trace
 
+    common.check_output_dir(args.output, inputs=common.inputs_of(args))
     knobs = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, *_ in _SYNTH_KNOBS}
     given = [f"--{k.replace('_', '-')}" for k, v in knobs.items() if v is not None]
     if args.token_log:
@@ -253,7 +252,6 @@ def _cmd_synth(args) -> int:
             raise ConfigError(f"{', '.join(given)}: the generator's knobs are fitted with --like; leave them out")
         from ..trace import load_trace
 
-        refuse_overwrite(args.output, [args.like])
         original = load_trace(args.like)
         scale = args.scale_requests if args.scale_requests is not None else 1.0
         if args.requests is not None:

@@ -20,13 +20,15 @@ def plan_section(result: dict, svg, table, served: list | None = None, not_serve
            f"<p class=\"note\">From <code>kvreplay plan</code> on this trace (digest {esc(result['trace_digest'])}, "
            f"checked), for {esc(str(result.get('model')))}. Every SLO must hold in every window of the judged span "
            f"(warm-up <code>--warmup {esc(str(result.get('warmup_spec', 'auto')))}</code>: each run's first arrivals are "
-           f"served, not judged; windows with fewer than {result.get('min_window_requests', 50)} requests are merged); "
+           f"served, not judged; windows with fewer than {esc(str(result.get('min_window_requests', 50)))} requests are "
+           "merged); "
            f"judged at {esc(WHERE[result['judged_at']])}; {esc(result['pricing'])} prices. The search made "
-           f"{result['runs']:,} simulations ({result['cache_hits']:,} answered from memory, {result['disk_hits']:,} from a "
+           f"{_n(result['runs'], ',')} simulations ({_n(result['cache_hits'], ',')} answered from memory, "
+           f"{_n(result['disk_hits'], ',')} from a "
            "cache directory); "
            + ("monotonicity (more instances never miss what fewer met) held on every run." if not
               result["monotonicity_violations"] else
-              f"{len(result['monotonicity_violations'])} runs broke monotonicity (see the plan's JSON).")
+              f"{esc(str(len(result['monotonicity_violations'])))} runs broke monotonicity (see the plan's JSON).")
            + " docs/plan.md has every rule.</p>"]
     if result.get("kv_semantics"):
         out.append(f"<p class=\"note\" data-note=\"plan-kv-semantics\"><b>KV semantics.</b> "
@@ -49,7 +51,8 @@ def _served_block(served: list, table) -> list[str]:
     esc = html.escape
     rows = []
     for row in served:
-        what = f"&times;{row['load']:g}" if row["load_kind"] == "speedup" else f"{row['load']:g} requests/s"
+        what = f"&times;{_n(row['load'], 'g')}" if row["load_kind"] == "speedup" else \
+            f"{_n(row['load'], 'g')} requests/s"
         best = row["best"]
         if best is None:
             rows.append([what, "no configuration met the SLOs", "", "", "", "", "", ""])
@@ -65,9 +68,9 @@ def _served_block(served: list, table) -> list[str]:
         verdict = ("<b>meets</b>" if v["meets"] else "<b>MISSES</b>") + f" at the {esc(row['judged_at'])}: " + \
             esc(binding_cell(v["binding"])) + ("" if row["matches_plan"] else " (<b>differs from the plan's run</b>)")
         k = s["keeps_up"]
-        rows.append([what, f"{best['instances']} &times; {best['tp']} &times; {esc(best['gpu'])}, "
+        rows.append([what, f"{esc(str(best['instances']))} &times; {esc(str(best['tp']))} &times; {esc(best['gpu'])}, "
                            f"{esc(best['router'])}, {esc(best['policy'])}, tiers {esc(best['tiers'])}",
-                     p90, f"{100 * s['hit_rate']:.2f}%", denominators(r),
+                     esc(p90), esc(f"{100 * s['hit_rate']:.2f}%"), esc(denominators(r)),
                      keeps_up_cell({"stable": k["keeps_up"], "stable_at_centre": k.get("centre_keeps_up")}), verdict])
     out = ["<h3>The chosen deployments, served again</h3>",
            "<p class=\"note\" data-note=\"plan-served\">Each load's cheapest deployment, simulated here with the plan's "
@@ -81,8 +84,8 @@ def _served_block(served: list, table) -> list[str]:
 
 def _load_block(block: dict, table) -> list[str]:
     esc = html.escape
-    what = f"load &times;{block['load']:g}" if block["load_kind"] == "speedup" else \
-        f"Poisson {block['load']:g} requests/s"
+    what = f"load &times;{_n(block['load'], 'g')}" if block["load_kind"] == "speedup" else \
+        f"Poisson {_n(block['load'], 'g')} requests/s"
     out = [f"<h3>{what}</h3>", f"<p class=\"note\">{esc(counts_text(block))}.</p>"]
     if block["best"] is None:
         c = block.get("closest")
@@ -93,10 +96,11 @@ def _load_block(block: dict, table) -> list[str]:
         n = r.get("instances")
         searched = r["verdict"] in ("meets", "misses")
         rows.append(["chosen" if r.get("chosen") else esc(r["verdict"]),
-                     f"{'-' if n is None else n} &times; {r['tp']} &times; {esc(r['gpu'])}", esc(band_cell(r)),
+                     f"{esc('-' if n is None else str(n))} &times; {esc(str(r['tp']))} &times; {esc(r['gpu'])}",
+                     esc(band_cell(r)),
                      esc(r["tiers"]), esc(r["router"]), esc(r["policy"]),
-                     "-" if r.get("cost_per_hour") is None else f"{r['cost_per_hour']:,.2f}",
-                     f"{100 * r['hit_rate']:.2f}%" if searched else "-", esc(r["why"])])
+                     "-" if r.get("cost_per_hour") is None else esc(f"{r['cost_per_hour']:,.2f}"),
+                     esc(f"{100 * r['hit_rate']:.2f}%") if searched else "-", esc(r["why"])])
     out.append(table(["verdict", "instances &times; TP &times; GPU", "instances low / centre / high", "tiers", "router",
                       "policy", "USD/h", "hit rate", "why"], rows,
                      [False, False, True, False, False, False, True, True, False], raw_headers=True))
@@ -104,9 +108,18 @@ def _load_block(block: dict, table) -> list[str]:
         v = t["versus_none"]
         if v is None:
             continue
-        verdict = (tier_verdict(v) if t["meets"] else
-                   f"misses the SLOs at the {t['instances']} instances HBM only needs, so it saves no GPU")
+        verdict = esc(tier_verdict(v) if t["meets"] else
+                      f"misses the SLOs at the {t['instances']} instances HBM only needs, so it saves no GPU")
         out.append(f"<p class=\"note\">Tier <code>{esc(t['tiers'])}</code> on {esc(t['config'].split(',')[0])}: "
-                   f"{verdict}; TTFT p90 {seconds_text(v['ttft_p90_with_tiers_s'])} against "
-                   f"{seconds_text(v['ttft_p90_s'])} without it (judged span).</p>")
+                   f"{verdict}; TTFT p90 {esc(_seconds(v['ttft_p90_with_tiers_s']))} against "
+                   f"{esc(_seconds(v['ttft_p90_s']))} without it (judged span).</p>")
     return out
+
+
+def _n(x, spec: str) -> str:
+    """A number formatted and escaped (a plan is untrusted: nothing reaches the page unescaped)."""
+    return html.escape(format(x, spec))
+
+
+def _seconds(x) -> str:
+    return "-" if x is None else seconds_text(x)

@@ -26,15 +26,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import product
 
 import numpy as np
 
+from ..analysis.executors import check_stopping
 from ..errors import ConfigError
-from . import plan_rows
+from . import plan_cache, plan_rows
 from .prices import Prices, gpu_name
 from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
 from .warmup import AUTO, judged_mask, spec_text
@@ -100,24 +100,22 @@ class Run:
     def duration_s(self) -> float:
         return float(self.summary["duration_s"])
 
-    def save(self, path) -> None:
-        import io
-
-        from ..files import write_atomic
-
-        buf = io.BytesIO()
-        np.savez(buf, arrival_s=self.arrival_s, ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s,
-                 finished=self.finished, doc=np.frombuffer(json.dumps(
-                     {"policy": self.policy, "summary": self.summary, "warmup_s": self.warmup_s},
-                     default=float).encode(), dtype=np.uint8))
-        write_atomic(str(path), buf.getvalue())
+    def save(self, path: str, key: str) -> None:
+        """Keep this run in the cache directory under `key` (plan_cache.py)."""
+        plan_cache.write(path, key, {"arrival_s": self.arrival_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                                     "e2e_s": self.e2e_s, "finished": self.finished},
+                         {"policy": self.policy, "summary": self.summary, "warmup_s": self.warmup_s})
 
     @classmethod
-    def load(cls, path) -> "Run":
-        with np.load(path, allow_pickle=False) as z:
-            doc = json.loads(z["doc"].tobytes().decode())
-            return cls(doc["policy"], doc["summary"], z["arrival_s"], z["ttft_s"], z["tpot_s"], z["e2e_s"],
-                       z["finished"], float(doc.get("warmup_s", 0.0)))
+    def load(cls, path: str, key: str, num_requests: int) -> "Run | None":
+        """The run kept at `path` under `key`, or None (warned) when the entry is missing, damaged,
+        another run's or not this trace's (plan_cache.py)."""
+        entry = plan_cache.read(path, key, num_requests)
+        if entry is None:
+            return None
+        z, doc = entry["arrays"], entry["doc"]
+        return cls(doc["policy"], doc["summary"], z["arrival_s"], z["ttft_s"], z["tpot_s"], z["e2e_s"],
+                   z["finished"], float(doc.get("warmup_s", 0.0)))
 
 
 @dataclass
@@ -195,7 +193,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir, warmup=warmup,
                min_requests=int(min_window_requests))
     if cache_dir is not None:
-        os.makedirs(cache_dir, exist_ok=True)
+        s.cache_dir = plan_cache.prepare(cache_dir)
     parallel = jobs > 1 or executor != "local"
     configs, unfit = _configs(s, [gpu_name(g) for g in gpus], tps, tiers, routers, policies)
     out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing,
@@ -211,6 +209,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
             block["probes"] = probes(s, point)
         out["loads"].append(plan_rows.summarise(point, block, unfit, runners_up))
         tracker.advance(len(unfit))
+    _refuse_a_plan_that_tried_nothing(out["loads"])
     out.update(model=model, window_s=window_s, run_options=run_options(options),
                runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
@@ -218,6 +217,16 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     from .plan_result import PlanResult
 
     return PlanResult(out)
+
+
+def _refuse_a_plan_that_tried_nothing(blocks: list) -> None:
+    """A plan whose every configuration was skipped (no price, no tier it can price) has no answer:
+    ConfigError saying why, so that nothing is written (an existing -o file stays as it was)."""
+    rows = [r for b in blocks for r in b["tried"]]
+    if rows and all(r["verdict"] == "skipped" for r in rows):
+        reasons = list(dict.fromkeys(r["why"] for r in rows))
+        raise ConfigError(f"every configuration was skipped: {'; '.join(reasons[:3])}"
+                          + (f" (and {len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""))
 
 
 #: simulate()'s options a plan's JSON keeps, so that `kvreplay report --plan` can serve its chosen
@@ -532,16 +541,18 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     time model without a band has only its centre."""
     banded = _banded(s, c)
     end = (end or _judged_end(s)) if banded else "centre"
-    key = (c, n, load, end)
-    if key in s.cache:
+    if (c, n, load, end) in s.cache:
         s.cache_hits += 1
-        return s.cache[key]
+        return s.cache[(c, n, load, end)]
     from .simulate import simulate
 
-    path = _cache_path(s, c, n, load, end)
-    if path is not None and os.path.exists(path):
-        run, s.disk_hits = Run.load(path), s.disk_hits + 1
+    key = _cache_key(s, c, n, load, end)
+    path = None if key is None else plan_cache.path_of(s.cache_dir, key)
+    run = None if path is None else Run.load(path, key, len(s.trace))
+    if run is not None:
+        s.disk_hits += 1
     else:
+        check_stopping()  # (a search on threads abandoned by SIGTERM ends before its next run)
         options = dict(s.options)
         if banded:  # one run at that end of the band (not the band's three)
             tm = _time_model(s, c)
@@ -553,11 +564,11 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
         s.runs += 1
         run = Run.of(report)
         if path is not None:
-            run.save(path)
+            run.save(path, key)
     verdict = judge(run, s.slo, s.window_s, s.min_requests)
     entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": END_TEXT[end] if banded else "centre (no band)",
              "report": run}
-    s.cache[key] = entry
+    s.cache[(c, n, load, end)] = entry
     _check_monotone(s, c, load, end)
     return entry
 
@@ -577,15 +588,23 @@ def _calibration_digest() -> str:
     return hashlib.sha256(json.dumps(calibration_data()["gpus"], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _cache_path(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
-    """The run's file in the cache directory: named by the trace's digest and everything the run
-    depends on, its warm-up included (not the SLOs or windows: a run is judged again for each)."""
+def _cache_key(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
+    """The run's key in the cache directory (plan_cache.py): the trace's digest and everything the
+    run depends on, the content of every file an option names and its warm-up included (not the
+    SLOs or windows: a run is judged again for each). None without a cache directory, or when an
+    option cannot be recorded (a Python object that cannot be pickled)."""
     if s.cache_dir is None:
         return None
-    key = json.dumps([CACHE_VERSION, _calibration_digest(), s.digest(), s.model,
-                      [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end, spec_text(s.warmup),
-                      sorted((k, repr(v)) for k, v in s.options.items())])
-    return os.path.join(s.cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
+    if "cache key" not in s.models:  # (the files the options name are read once per plan)
+        session = getattr(s.trace, "session", None)
+        s.models["cache key"] = plan_cache.recorded({
+            "version": CACHE_VERSION, "calibration": _calibration_digest(), "trace": s.digest(),
+            "sessions": None if session is None else hashlib.sha256(np.ascontiguousarray(session).tobytes()).hexdigest(),
+            "model": s.model, "warmup": spec_text(s.warmup), "block_size": _block_size(s),
+            "options": sorted([k, v] for k, v in s.options.items() if v is not None)})
+    base = s.models["cache key"]
+    return None if base is None else plan_cache.key_text(base, {
+        "config": [c.gpu, c.tp, c.tiers, c.router, c.policy], "instances": n, "load": list(load), "band_end": end})
 
 
 def _check_monotone(s: Search, c: Config, load: tuple, end: str) -> None:

@@ -86,26 +86,20 @@ def trace_digest(trace) -> str:
 
 
 def load_plan(path: str, trace=None) -> PlanResult:
-    """A plan written by `kvreplay plan -o FILE.json`, checked to be a plan and, with `trace`, to
-    have been made from this trace (its digest), so a report never shows another trace's plan."""
-    import msgspec
-
-    from ..errors import ConfigError
+    """A plan written by `kvreplay plan -o FILE.json`, checked against the plan's schema (a plan is
+    untrusted input: plan_schema.py) and, with `trace`, to have been made from this trace (its
+    digest), so a report never shows another trace's plan. TraceError(path, what, field) otherwise."""
+    from ..errors import TraceError
     from ..files import read_text
+    from .plan_schema import check_bytes
 
     def error(p, message):
-        return ConfigError(f"--plan {p}: {message}")
+        return TraceError(p, message)
 
-    try:
-        doc = msgspec.json.decode(read_text(path, error, "a plan (kvreplay plan -o FILE.json)"))
-    except msgspec.DecodeError as e:
-        raise error(path, f"not JSON ({e})") from None
-    if not isinstance(doc, dict) or not {"loads", "slo", "trace_digest"} <= set(doc) or not all(
-            isinstance(b, dict) and "tried" in b and "probes" in b for b in doc["loads"]):
-        raise error(path, "not a plan written by this kvreplay's `kvreplay plan -o FILE.json`")
+    doc = check_bytes(path, read_text(path, error, "a plan (kvreplay plan -o FILE.json)").encode())
     if trace is not None:
         mine = trace_digest(trace)
         if doc["trace_digest"] != mine:
-            raise error(path, f"made from another trace, or with another --block-size or format (its trace digest "
-                              f"is {doc['trace_digest']}, this trace's is {mine})")
+            raise TraceError(path, f"made from another trace, or with another --block-size or format (its trace "
+                                   f"digest is {doc['trace_digest']}, this trace's is {mine})", field="trace_digest")
     return PlanResult(doc)
