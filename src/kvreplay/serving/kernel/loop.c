@@ -407,11 +407,13 @@ static void teardown(Sim *s) {
 /* Run the simulation `io` describes (serving/kernel/__init__.py fills it): io->cfg[ROUTER] is an
  * index into kv_routers, or ROUTER_FIXED (io->assigned gives each request's instance). Every
  * instance's policy state is a record at io->states[q] over io->state_ids[q] local ids (> 0), or
- * over the trace's -io->state_ids[q] ids (<= 0: no id map). */
-KV_EXPORT void kv_simulate(SimIO *io, const KvPolicy *policy, KvTiers *tiers) {
+ * over the trace's -io->state_ids[q] ids (<= 0: no id map). `grow` (NULL: none) gives an instance whose ids
+ * ran out a bigger state (requests.c req_route_ids). */
+KV_EXPORT void kv_simulate(SimIO *io, const KvPolicy *policy, KvTiers *tiers, SimGrow grow) {
     Sim s;
     i64 router = io->cfg[ROUTER];
     setup(&s, io, policy, tiers, router == ROUTER_FIXED ? NULL : kv_routers[router]);
+    s.grow = grow;
     if (!s.failed) run(&s); /* (a hybrid pool that could not be set up: Python refuses the run) */
     teardown(&s);
 }

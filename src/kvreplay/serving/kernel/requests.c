@@ -22,6 +22,9 @@
  * KV cache manager: hybrid.c holds those requests' blocks.
  *
  * Handles live at handles[offsets[i] + i + position]. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "../../engine/driver.h"
 #include "ids.h"
 #include "sim.h"
@@ -65,11 +68,33 @@ static int room(Sim *s, i64 j, i64 positions) {
     return 1;
 }
 
+/* Instance j's ids are all taken: about twice as many (Python's grant, written to state_ids[j]),
+ * its policy state grown by Python (sim.h SimGrow), its id map and the router's tables over its
+ * ids with it. 0 when that cannot be done. */
+static int grow_ids(Sim *s, i64 j) {
+    Ids *ids = s->inst[j].ids;
+    i64 state = s->grow == NULL ? 0 : s->grow(j, 2 * ids->cap);
+    i64 cap = s->io->state_ids[j];
+    if (state == 0 || cap <= ids->cap) return 0;
+    s->inst[j].state = (void *)state;
+    if (!ids_grow(ids, cap)) return 0;
+    if (s->router_tables != NULL) {
+        i32 *table = realloc(s->router_tables[j], (size_t)cap * sizeof(i32));
+        if (table == NULL) return 0;
+        i64 old = kv_max(1, s->ids_cap[j]);
+        memset(table + old, 0, (size_t)(cap - old) * sizeof(i32));
+        s->router_tables[j] = table;
+    }
+    s->ids_cap[j] = cap;
+    return 1;
+}
+
 int req_route_ids(Sim *s, i64 j, i64 i) {
     Ids *ids = s->inst[j].ids;
     if (ids == NULL) return 1;
     for (i64 q = s->io->offsets[i]; q < s->io->offsets[i + 1]; q++) {
         i64 local = ids_add(ids, s->io->blocks[q]);
+        if (local < 0 && grow_ids(s, j)) local = ids_add(ids, s->io->blocks[q]);
         if (local < 0) {
             ctr(s, j)[ids_out_of_room] = 1;
             s->failed = 1;

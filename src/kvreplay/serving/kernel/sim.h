@@ -109,8 +109,14 @@ typedef struct {
     f64 *view;         /* its row of the router's view (NUM_VIEW) */
 } Inst;
 
+/* Python's growth of instance j's policy state to `ids` local ids when its ids run out: the new
+ * state's record (its ids 0..count-1 as they were), or 0 (refused: the run stops, and Python runs
+ * it again with more room) */
+typedef i64 (*SimGrow)(i64 instance, i64 ids);
+
 typedef struct Sim {
     SimIO *io;
+    SimGrow grow;
     const KvPolicy *policy;
     KvTiers *tiers;
     i64 n, N, n_prefill, bs, capacity, T;
