@@ -113,3 +113,42 @@ def test_grown_in_the_run_equals_every_id_from_the_start(policy, monkeypatch):
     grown = _force_small_spaces(monkeypatch, 801)
     assert as_json(simulate(trace, policy, **kw)) == whole
     assert grown and all(grown)  # every instance that ran out grew, none was refused
+
+
+# ------------------------------------------------------------------------------------------
+# Routers' scans through bits: every instance in one pass, held to each instance's own scan
+
+
+def _both(monkeypatch, trace, policy, **kw):
+    fast = as_json(simulate(trace, policy, **kw))
+    monkeypatch.setattr(run_module, "REFERENCE_SCANS", True)
+    slow = as_json(simulate(trace, policy, **kw))
+    monkeypatch.setattr(run_module, "REFERENCE_SCANS", False)
+    return fast, slow
+
+
+@pytest.mark.parametrize("router", ["kv-aware", "llm-d", "mooncake", "sglang"])
+@pytest.mark.parametrize("policy", SERVED)
+def test_bits_equal_each_instances_own_scan(policy, router, monkeypatch):
+    # 70 instances: two words of bits an id; a small pool, so blocks are evicted and cached again
+    trace = agentic(500, seed=5)
+    kw = dict(engine_style="sglang" if policy == "radix" else "vllm", instances=70 if policy == "vllm" else 5,
+              router=router, capacity=240, block_size=64, time_model="roofline", model="Llama-3.1-8B", gpu="H100",
+              speedup=6, compare_sequential=False, band_runs=False)
+    fast, slow = _both(monkeypatch, trace, policy, **kw)
+    assert fast == slow
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_traces(), st.sampled_from(["vllm", "lru", "s3fifo", "sieve", "lfu", "belady"]),
+       st.sampled_from(["kv-aware", "llm-d", "sglang"]), st.integers(2, 5), st.integers(10, 20))
+def test_bits_equal_each_instances_own_scan_on_small_traces(trace, policy, router, instances, capacity):
+    kw = dict(instances=instances, router=router, capacity=capacity, time_model="roofline", model="Llama-3.1-8B",
+              gpu="H100", speedup=50, compare_sequential=False, band_runs=False)
+    fast = as_json(simulate(trace, policy, **kw))
+    run_module.REFERENCE_SCANS = True
+    try:
+        slow = as_json(simulate(trace, policy, **kw))
+    finally:
+        run_module.REFERENCE_SCANS = False
+    assert fast == slow

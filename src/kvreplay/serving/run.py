@@ -30,6 +30,15 @@ REQUEST_LEVEL = ("vllm", "radix")
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
 #: belady: heap entries), sized by the trace it is built from.
 SIZED_PER_CALL = ("radix", "belady")
+#: Policies whose residency is a pure function of each block's own state, changed only by the
+#: operations on a request's blocks and by logged evictions: a state-aware router scans them
+#: through bits (serving/kernel/requests.c settle_bits). Not ttl (its blocks expire with the
+#: clock), not radix (its probe follows a path).
+RESIDENCY_BITS = ("vllm", "lru", "s3fifo", "fifo", "sieve", "arc", "2q", "lfu", "clock", "lru-tail", "belady",
+                  "infinite")
+#: True: routers scan every instance for every prompt on its own, through its ids and its cache, as
+#: before the bits (the reference tests/serving/test_scaling.py holds the bits to)
+REFERENCE_SCANS = False
 SERIES_POINTS = 4096
 ITL_BINS = 23100  # up to 1e-6 s x 1.001^23099, about 1e4 s; longer gaps count in the last bin
 #: Counters that are peaks (the cluster's is the largest instance's), not sums.
@@ -338,6 +347,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     groups = hybrid_groups(kv_groups, kv_retention, spec.name, scheduler.style, tiers, prefill_instances, output_kv)
     ext, P = kernel_layout(trace, order, block_size, output_kv, mode == "MODE_PAGED")
     tm = packed(time_model)
+    # the routers' residency bits: a state-aware router, no tiers (their drain reads the eviction log)
+    route_bits = (router is not None and not tiers and not len(groups) and not len(radix)
+                  and spec.name in RESIDENCY_BITS and not REFERENCE_SCANS)
     router_index, rparams = -1, np.zeros(1)
     if router is not None:
         router_index = routing.state_aware()[router][0]
@@ -356,6 +368,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
+        "TRACE_IDS": max(1, ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(route_bits),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -406,7 +419,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         for k in range(N):
             base = roomier(ext, int(calls[k]), int(positions[k])) if spec.name in SIZED_PER_CALL else ext
             state = make(capacity, Sizing(base, spaces[k]), **params)
-            if tiers:
+            if tiers or route_bits:
                 state = with_eviction_log(state, log_size)
             states.append(state)
             records.append(spec.compiled(state))
@@ -429,7 +442,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         io["state_ids"] = spaces if use_map else -spaces
         # an instance whose ids run out grows its state in the run (not the hybrid pools and trees)
         growth = (Growth(spec, capacity, params, states, records, io, spaces, bases, max(1, ext.num_blocks),
-                         log_size if tiers else None) if use_map and not len(groups) and not len(radix) else None)
+                         log_size if tiers or route_bits else None) if use_map and not len(groups) and not len(radix)
+                  else None)
         kernel.run(io, records[0][0], None if pools is None else pools.record(), growth)
         if growth is not None and growth.error is not None:
             raise growth.error
