@@ -58,9 +58,13 @@ bytes_per_block``); with both, vLLM applies the override last, and so does this 
 Every term but two is derived from vLLM 0.33.0's code: CUDAGRAPH_BYTES_PER_GRAPH is read off a
 public log's capture (0.72 GiB for 102 graphs) and NON_TORCH_BYTES is the one constant fitted,
 on the V1 fit points of benchmarks/data/vllm_kv_pool_points.csv by
-``python benchmarks/kv_pool.py --fit`` (docs/memory.md has the error tables). Not modelled:
-multimodal models' encoder profiling (dummy images at the encoder budget), speculative
-drafters, KV connectors' buffers.
+``python benchmarks/kv_pool.py --fit`` (docs/memory.md has the error tables). Multimodal models
+(ModelSpec.vision): the vision tower's bf16 weights join point 3, and point 4's peak becomes the
+largest of the tower's forward pass on the dummy images and the text peak with their outputs
+held (``encoder_bytes``); ``language_model_only`` (vLLM's ``--language-model-only``, or every
+``--limit-mm-per-prompt`` modality at 0) drops both. Not modelled: speculative drafters, KV
+connectors' buffers, the frontend's multimodal GPU reservation (``mm_ipc_gpu_memory_gb``, 0 by
+default: vllm/multimodal/gpu_ipc_memory.py:155-260).
 """
 
 from __future__ import annotations
@@ -101,16 +105,31 @@ def linear_bytes(dtype: str, checkpoint: str | None) -> float:
     return 2.0
 
 
-def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "") -> dict:
+def attention_params(spec) -> int:
+    """Parameters of the attention projections over the layers (q, k, v and o; MLA's projections)."""
+    if spec.mla:
+        return spec.mla_projection_params
+    layers = spec.kv_layers if spec.kv_groups else spec.num_layers
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    return layers * (spec.hidden_size or 0) * (2 * q + 2 * kv)
+
+
+def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_only: bool = False) -> dict:
     """The weights one TP rank loads, in bytes, by part (see the module docstring, point 3). An
     mxfp4 checkpoint's experts are padded for the MoE kernel: the intermediate size to 128 and the
     hidden size to 256 (Marlin, Hopper and older) or 128 (Blackwell's CUTLASS/FlashInfer kernels)
-    (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py:837-879)."""
+    (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py:837-879). A multimodal model's vision
+    tower is loaded in bf16 (vLLM builds it without the quant config) and split over the ranks
+    (``mm_encoder_tp_mode`` "weights", the default), unless ``language_model_only``, which skips it
+    (``_mark_tower_model``, models/interfaces.py:347-395). A model whose quantized checkpoints keep
+    attention in bf16 (ModelSpec.quantized_keeps_bf16) has its attention at 2 bytes a weight."""
     hidden = spec.hidden_size or 0
     vocab = math.ceil((spec.vocab_size or 0) / VOCAB_PADDING) * VOCAB_PADDING
     embedding = vocab * hidden
     lm_head = 0 if spec.tie_word_embeddings else embedding
-    body = max(spec.total_params - (spec.vocab_size or 0) * hidden * (1 if spec.tie_word_embeddings else 2), 0)
+    vision = spec.vision["params"] if spec.vision else 0
+    body = max(spec.total_params - (spec.vocab_size or 0) * hidden * (1 if spec.tie_word_embeddings else 2)
+               - (vision if spec.vision_in_total_params else 0), 0)
     experts = spec.stored_expert_params
     if experts and dtype == "int4" and spec.checkpoint_weights == "mxfp4":
         inter, align = spec.moe["expert_intermediate"], 128 if gpu_name.upper().startswith("B200") else 256
@@ -124,11 +143,13 @@ def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "") -> dict:
     # gpt-oss's mxfp4 checkpoint quantises its experts only (attention, router stay bf16)
     dense_bytes = 2.0 if (dtype == "int4" and spec.checkpoint_weights == "mxfp4") else per_weight
     dense = max(body - experts - router - replicated, 0)
+    kept = attention_params(spec) if dtype in ("fp8", "int4") and "attention" in spec.quantized_keeps_bf16 else 0
     return {
         "embedding": 2.0 * math.ceil(embedding / tp),
         "lm_head": 2.0 * math.ceil(lm_head / tp),
         "experts": per_weight * experts / tp,
-        "dense": dense_bytes * dense / tp + dense_bytes * kv_extra,
+        "dense": (dense_bytes * (dense - kept) + 2.0 * kept) / tp + (2.0 if kept else dense_bytes) * kv_extra,
+        "vision": 0.0 if language_model_only else 2.0 * vision / tp,
         "replicated": dense_bytes * replicated + 2.0 * router,
         "rotary_cache": 2.0 * (spec.max_model_len or 0) * spec.head_dim if spec.attention != "mla" else
         2.0 * (spec.max_model_len or 0) * (spec.qk_rope_head_dim or 0),
@@ -199,6 +220,40 @@ def activation_bytes(spec, tp: int, max_num_batched_tokens: int, max_num_seqs: i
             sampler_bytes(spec, max_num_batched_tokens, max_num_seqs, per_logit))
 
 
+#: Images a prompt may hold unless --limit-mm-per-prompt says otherwise (config/multimodal.py:698-711)
+MM_LIMIT_PER_PROMPT = 999
+
+
+def encoder_items(spec, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """Images the profile run encodes at once (``MultiModalBudget._get_max_items``,
+    vllm/multimodal/encoder_budget.py:150-186): the encoder budget, ``max(max_num_batched_tokens,
+    tokens per image)`` (encoder_cache_manager.py:360-380; scheduler.py:306-307), over the tokens
+    one image yields, at most ``max_num_seqs x`` the images a prompt can hold."""
+    per_item = spec.vision["tokens_per_item"]
+    budget = max(max_num_batched_tokens, per_item)
+    per_prompt = max(1, min(MM_LIMIT_PER_PROMPT, (spec.max_model_len or per_item) // per_item))
+    return max(1, min(budget // per_item, max_num_seqs * per_prompt))
+
+
+def encoder_bytes(spec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
+                  language_model_only: bool = False) -> tuple[int, float, float]:
+    """(images, the vision tower's forward peak, the encoder outputs) of the profile run's encoder
+    part (``profile_run``, gpu_model_runner.py:6072-6126): vLLM encodes ``encoder_items`` dummy
+    images of the largest size (``embed_multimodal``) and keeps their outputs in the encoder cache
+    while the text forward pass and the sampler run after it (cleared at 6145). The tower's peak
+    is the text forward pass's formula over its tokens (residual and input beside the widest layer:
+    qkv and output ``4 x hidden / tp``, or the MLP's ``2 x intermediate / tp``), bf16; the outputs
+    are ``images x tokens per image x the text width`` bf16. (0, 0, 0) for a text-only model, or
+    with ``language_model_only`` (every modality limited to 0: no encoder budget, nothing profiled)."""
+    v = spec.vision
+    if not v or language_model_only:
+        return 0, 0.0, 0.0
+    items = encoder_items(spec, max_num_batched_tokens, max_num_seqs)
+    tokens = items * v["encoder_tokens_per_item"]
+    width = max(4 * v["hidden"] / tp, 2 * v["intermediate"] / tp)
+    return items, tokens * (2 * v["hidden"] + width) * 2.0, items * v["tokens_per_item"] * (spec.hidden_size or 0) * 2.0
+
+
 def capture_sizes(max_num_seqs: int, gpu_name: str = "") -> list[int]:
     """vLLM 0.33.0's default CUDA graph capture sizes (vllm/config/vllm.py:2403-2411)."""
     ceiling = 1024 if gpu_name.upper().startswith("B200") else 512
@@ -233,11 +288,16 @@ class MemoryBudget:
     max_num_seqs: int
     enforce_eager: bool
     kv_cache_memory_bytes: int | None = None
+    encoder_bytes: float = 0.0  # the vision tower's forward peak on the dummy images
+    encoder_output_bytes: float = 0.0  # their outputs, held through the forward pass and the sampler
+    encoder_items: int = 0
+    language_model_only: bool = False
 
     @property
     def peak_bytes(self) -> float:
-        """The profile run's one peak: the forward pass or the sampler, whichever is larger."""
-        return max(self.activation_bytes, self.sampler_bytes)
+        """The profile run's one peak: the vision encoder's, or the forward pass or the sampler with
+        the encoder outputs still held, whichever is largest."""
+        return max(self.encoder_bytes, self.encoder_output_bytes + max(self.activation_bytes, self.sampler_bytes))
 
     @property
     def profiled_kv_bytes(self) -> float:
@@ -251,17 +311,19 @@ class MemoryBudget:
 
 def memory_budget(spec, gpu, tp: int, gpu_memory_utilization: float, dtype: str, *,
                   max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
-                  kv_cache_memory: int | None = None, total_memory_bytes: int | None = None) -> MemoryBudget:
+                  kv_cache_memory: int | None = None, total_memory_bytes: int | None = None,
+                  language_model_only: bool = False) -> MemoryBudget:
     """The budget of one GPU (every argument already checked; capacity.kv_capacity checks them)."""
     total = int(gpu.memory_bytes if total_memory_bytes is None else total_memory_bytes)
     requested = math.ceil(total * gpu_memory_utilization)
-    weights = sum(weight_parts(spec, dtype, tp, gpu.name).values())
+    weights = sum(weight_parts(spec, dtype, tp, gpu.name, language_model_only).values())
     forward, sampler = activation_bytes(spec, tp, max_num_batched_tokens, max_num_seqs, dtype)
+    items, encoder, outputs = encoder_bytes(spec, tp, max_num_batched_tokens, max_num_seqs, language_model_only)
     graphs = cudagraph_graphs(max_num_seqs, gpu.name, enforce_eager)
     cudagraph = CUDAGRAPH_BYTES_PER_GRAPH * graphs
     budget = MemoryBudget(total, float(gpu_memory_utilization), requested, weights, forward, sampler, cudagraph,
                           graphs, float(NON_TORCH_BYTES), 0.0, int(max_num_batched_tokens), int(max_num_seqs),
-                          bool(enforce_eager), kv_cache_memory)
+                          bool(enforce_eager), kv_cache_memory, encoder, outputs, items, bool(language_model_only))
     available = budget.profiled_kv_bytes if kv_cache_memory is None else float(kv_cache_memory)
     return MemoryBudget(**{**asdict(budget), "kv_bytes_available": available})
 
