@@ -92,6 +92,42 @@ def test_turns_and_arrival_rate():
     assert len(many) / many.num_sessions == pytest.approx(8, rel=0.15)  # truncation cuts the last sessions short
 
 
+def test_coding_agents_replies_tools_context_and_bursts():
+    base = dict(mix="agent=1", agent_steps=60, block_size=64, seed=4, prefix_scale=10)
+    plain = synth(6000, **base)
+    agents = synth(6000, **base, agent_tool_tokens=1000, agent_reply_tokens=320, burst=4, max_context=100_000)
+    # replies: lognormal, median 320 (mean 320 x e^(0.8^2 / 2) = 441), against 150 by default
+    assert np.median(agents.output_length) == pytest.approx(320, rel=0.06)
+    assert agents.output_length.mean() == pytest.approx(441, rel=0.06)
+    assert np.median(plain.output_length) == pytest.approx(150, rel=0.06)
+    # a session ends before the request whose prompt + reply would pass the context: every request
+    # fits, and the sessions that reach it stop just short of it (the next step adds ~2,000 tokens)
+    assert (agents.input_length + agents.output_length).max() <= 100_000
+    assert (plain.input_length + plain.output_length).max() > 100_000
+    last = np.zeros(agents.num_sessions, dtype=np.int64)
+    np.maximum.at(last, agents.session, agents.input_length)
+    assert np.percentile(last, 75) > 80_000
+    # each session's requests are its first turns (its history grows, no turn missing): every
+    # request after a session's first resends the previous one's blocks
+    for i, s in enumerate(agents.session[:2000].tolist()):
+        earlier = np.flatnonzero(agents.session[:i] == s)
+        if earlier.size:
+            prev = agents.request_blocks(int(earlier[-1]))
+            full = int(agents.input_length[earlier[-1]]) // 64
+            assert np.array_equal(agents.request_blocks(i)[:full], prev[:full])
+    # bursts: sessions start in groups of 4 on average (one start time per group)
+    first = np.full(agents.num_sessions, np.inf)
+    np.minimum.at(first, agents.session, agents.timestamp)
+    assert agents.num_sessions / np.unique(first).size == pytest.approx(4, rel=0.25)
+    first = np.full(plain.num_sessions, np.inf)
+    np.minimum.at(first, plain.session, plain.timestamp)
+    assert plain.num_sessions / np.unique(first).size < 1.01  # by default, one at a time
+    for knobs in ({"burst": 0.5}, {"max_context": 0}, {"max_context": 1.5}, {"agent_reply_tokens": 0},
+                  {"agent_tool_tokens": -1}):
+        with pytest.raises(ConfigError):
+            synth(10, **knobs)
+
+
 def test_mix_and_knob_errors():
     assert parse_mix("chat=3, agent=1") == {"chat": 0.75, "agent": 0.25}
     for bad in ("chat=1,foo=1", "chat", "chat=x", "chat=-1", "chat=0"):
@@ -144,6 +180,25 @@ def test_cli_synth(tmp_path, capsys):
         except SystemExit as e:  # argparse's own checks
             code = e.code
         assert code == 2, argv
+        assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_cli_coding_agents_command(tmp_path, capsys):
+    # docs/synth.md's coding-agent command (benchmarks/scaling.py's workload), at 2,000 requests
+    out = tmp_path / "agents.jsonl"
+    assert main(["synth", "-o", str(out), "--requests", "2000", "--mix", "agent=1", "--agent-steps", "80",
+                 "--agent-tool-tokens", "1000", "--agent-reply-tokens", "320", "--prefixes", "4", "--prefix-scale", "15",
+                 "--arrival-rate", "0.1", "--burst", "4", "--max-context", "131072", "--block-size", "64",
+                 "--seed", "1"]) == 0
+    back = kvreplay.load_trace(out)
+    direct = synth(2000, mix="agent=1", agent_steps=80, agent_tool_tokens=1000, agent_reply_tokens=320, prefixes=4,
+                   prefix_scale=15, arrival_rate=0.1, burst=4, max_context=131072, block_size=64, seed=1)
+    assert np.array_equal(back.blocks, direct.blocks) and np.array_equal(back.input_length, direct.input_length)
+    assert np.array_equal(back.output_length, direct.output_length)
+    assert (direct.input_length + direct.output_length).max() <= 131072
+    for argv in (["--burst", "0.5"], ["--max-context", "0"], ["--agent-reply-tokens", "0"]):
+        assert main(["synth", "-o", str(tmp_path / "x.jsonl"), *argv]) == 2, argv
         assert "Traceback" not in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()
 

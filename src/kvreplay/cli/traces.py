@@ -180,6 +180,10 @@ _SYNTH_KNOBS = [  # flag, type, default, help; the defaults live in kvreplay.tra
     ("--agent-steps", float, 10.0, "mean requests per agent loop"),
     ("--mix", str, "chat=0.6,rag=0.2,agent=0.2", "session kinds and weights"),
     ("--think-time", float, 30.0, "mean seconds between turns (agents: a tenth)"),
+    ("--agent-tool-tokens", float, 800.0, "median tokens of an agent step's tool output"),
+    ("--agent-reply-tokens", float, 150.0, "median tokens of an agent step's reply"),
+    ("--burst", float, 1.0, "mean sessions starting together (geometric bursts; 1: one at a time)"),
+    ("--max-context", int, None, "a session ends before a request's prompt + reply would pass this many tokens"),
     ("--zipf", float, 1.1, "Zipf exponent of prompt and document popularity"),
     ("--system-priority", int, None, "a priority class for system prompts: their tokens' KV retention priority, "
                                      "0-100 (TensorRT-LLM's; docs/formats.md)"),

@@ -10,10 +10,13 @@ are sized the same way (docs/scaling.md, "Memory").
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import native
 from ..errors import ConfigError, InvariantError
 from ..policies.base import with_eviction_log
 from ..policies.registry import get_policy
@@ -27,6 +30,15 @@ REQUEST_LEVEL = ("vllm", "radix")
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
 #: belady: heap entries), sized by the trace it is built from.
 SIZED_PER_CALL = ("radix", "belady")
+#: Policies whose residency is a pure function of each block's own state, changed only by the
+#: operations on a request's blocks and by logged evictions: a state-aware router scans them
+#: through bits (serving/kernel/requests.c settle_bits). Not ttl (its blocks expire with the
+#: clock), not radix (its probe follows a path).
+RESIDENCY_BITS = ("vllm", "lru", "s3fifo", "fifo", "sieve", "arc", "2q", "lfu", "clock", "lru-tail", "belady",
+                  "infinite")
+#: True: routers scan every instance for every prompt on its own, through its ids and its cache, as
+#: before the bits (the reference tests/serving/test_scaling.py holds the bits to)
+REFERENCE_SCANS = False
 SERIES_POINTS = 4096
 ITL_BINS = 23100  # up to 1e-6 s x 1.001^23099, about 1e4 s; longer gaps count in the last bin
 #: Counters that are peaks (the cluster's is the largest instance's), not sums.
@@ -127,6 +139,66 @@ def hashed_prompts(trace: Trace, block_size: int) -> Trace:
                  source=trace.source, format=trace.format)
 
 
+#: per trace, its kernel layouts by (arrival order, block size, output KV, paged): the band's runs,
+#: a load sweep's and a plan's simulations of one trace lay it out once
+_LAYOUTS: "weakref.WeakKeyDictionary[Trace, dict]" = weakref.WeakKeyDictionary()
+LAYOUTS_PER_TRACE = 4
+
+
+def kernel_layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, paged: bool) -> tuple[Trace, np.ndarray]:
+    """(ext, P): the kernel's layout of `trace`'s requests in `order` (their arrival order), the
+    same as decode_trace(hashed_prompts(trace.take(order)) if paged else trace.take(order)): each
+    request's prompt ids (vLLM's pool, `paged`: its full blocks' ids and a fresh id for the
+    partial last block), then its decode ids; P the prompt block counts. Built in one pass of the
+    core (serving/kernel/layout.c) and kept with the trace while it lives."""
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    identity = bool(np.array_equal(order, np.arange(len(trace))))
+    key = ("identity" if identity else hashlib.blake2b(order.tobytes(), digest_size=16).digest(), int(block_size),
+           bool(output_kv), bool(paged))
+    cache = _LAYOUTS.setdefault(trace, {})
+    if key not in cache:
+        while len(cache) >= LAYOUTS_PER_TRACE:
+            cache.pop(next(iter(cache)))
+        cache[key] = _layout(trace, order, int(block_size), bool(output_kv), bool(paged))
+    return cache[key]
+
+
+def _layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, paged: bool) -> tuple[Trace, np.ndarray]:
+    L = np.ascontiguousarray(np.asarray(trace.input_length, dtype=np.int64)[order])
+    O = np.ascontiguousarray(np.asarray(trace.output_length, dtype=np.int64)[order])
+    known = np.diff(trace.offsets)[order]
+    fresh = np.zeros_like(known)
+    if paged:
+        want = -(-L // block_size)
+        known = np.minimum(known, L // block_size)
+        fresh = want - known
+        if trace.num_blocks + int(fresh.sum()) > np.iinfo(np.int32).max:
+            raise ConfigError("too many blocks for one simulation (more than 2**31 ids)")
+    P = (known + fresh).astype(np.int64)
+    outputs = np.maximum(O, 1)
+    D = (np.maximum((L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size, 0)
+         if output_kv else np.zeros(len(trace), dtype=np.int64))
+    prompt_ids = trace.num_blocks + int(fresh.sum())
+    offsets = np.zeros(len(trace) + 1, dtype=np.int64)
+    np.cumsum(P + D, out=offsets[1:])
+    if offsets[-1] and prompt_ids + int(D.sum()) > np.iinfo(np.int32).max:
+        raise ConfigError("too many blocks for one simulation (more than 2**31 ids with the decode blocks)")
+    blocks = np.empty(int(offsets[-1]), dtype=np.int32)
+    p, c = native.POINTER, native.COUNT
+    native.function("kv_sim_layout", None, c, p, p, p, p, p, p, p, p, c, c)(
+        len(trace), native.ptr(order), native.ptr(trace.offsets), native.ptr(trace.blocks),
+        native.ptr(np.ascontiguousarray(known, dtype=np.int64)), native.ptr(np.ascontiguousarray(fresh, dtype=np.int64)),
+        native.ptr(np.ascontiguousarray(D, dtype=np.int64)), native.ptr(offsets), native.ptr(blocks),
+        trace.num_blocks, prompt_ids)
+    for a in (offsets, blocks, L, O):
+        a.flags.writeable = False
+    timestamp = np.asarray(trace.timestamp, dtype=np.float64)[order]
+    timestamp.flags.writeable = False
+    ext = Trace(offsets=offsets, blocks=blocks, input_length=L, output_length=O, timestamp=timestamp,
+                num_blocks=prompt_ids + int(D.sum()), block_size=block_size, source=trace.source, format=trace.format)
+    return ext, P
+
+
 def decode_blocks(trace: Trace, block_size: int, output_kv: bool) -> np.ndarray:
     """Per request: the decode blocks its outputs need beyond its prompt's (at its last token:
     L + max(O, 1) - 1 tokens in KV); none without output KV."""
@@ -168,6 +240,79 @@ def id_spaces(ext: Trace, assigned: np.ndarray | None, instances: int, routed: i
     return np.full(instances, min(U, 2 * -(-U // routed) + longest), dtype=np.int64)
 
 
+def grown_state(make, capacity: int, base, params: dict, current, old_space: int, new_space: int, log_size: int | None):
+    """`current` (an instance's policy state over `old_space` ids) as a state over `new_space` ids,
+    every id keeping its entries, or None when the policy's state cannot be grown that way. A
+    field over the ids (its length the id space's, in states made fresh at both sizes) keeps its
+    first old_space entries and takes the fresh state's for the new ids; every other field must be
+    the same in fresh states of both sizes (rings sized by the capacity are: growth waits until the
+    id space passes 4 x the capacity, after which no ring's length follows it) and is copied."""
+    if old_space <= 4 * capacity:
+        return None
+    states = []
+    for space in (old_space, new_space):
+        state = make(capacity, Sizing(base, space), **params)
+        states.append(with_eviction_log(state, log_size) if log_size else state)
+    fresh_old, fresh_new = states
+    old_n, new_n = max(1, old_space), max(1, new_space)
+    for name in current._fields:
+        cur, a, b = getattr(current, name), getattr(fresh_old, name), getattr(fresh_new, name)
+        same = lambda x, y: np.array_equal(x, y, equal_nan=x.dtype.kind == "f")  # noqa: E731
+        if a.shape == b.shape and cur.shape == a.shape and same(a, b):
+            b[...] = cur
+        elif a.shape == (old_n,) and b.shape == (new_n,) and cur.shape == a.shape and same(b[:old_n], a):
+            b[:old_n] = cur
+        else:
+            return None
+    return fresh_new
+
+
+class Growth:
+    """kv_simulate's grow callback (sim.h SimGrow): an instance whose ids ran out gets a state over
+    twice as many (at most every id of the trace), made and filled here (grown_state), where the
+    run used to stop and run again with more room. An error in here is kept for run_once to raise."""
+
+    def __init__(self, spec, capacity, params, states, records, io, spaces, bases, num_ids, log_size):
+        self.spec, self.capacity, self.params = spec, capacity, params
+        self.states, self.records, self.io, self.spaces, self.bases = states, records, io, spaces, bases
+        self.num_ids, self.log_size = num_ids, log_size
+        self.error, self.grown = None, 0
+
+    def __call__(self, k: int, want: int) -> int:
+        try:
+            old = int(self.spaces[k])
+            cap = min(int(want), self.num_ids)
+            if cap <= old:
+                return 0
+            new = grown_state(self.spec.make_state, self.capacity, self.bases[k], self.params, self.states[k], old, cap,
+                              self.log_size)
+            if new is None:
+                return 0
+            self.states[k] = new
+            self.records[k] = self.spec.compiled(new)
+            address = native_address(self.records[k][1])
+            self.io["states"][k] = address
+            self.spaces[k] = cap
+            self.grown += 1
+            return address
+        except BaseException as e:  # (an exception cannot cross the C frames: kept, raised after the run)
+            self.error = e
+            return 0
+
+
+def grown_spaces(spaces: np.ndarray, out_of_ids: np.ndarray, status: np.ndarray, num_ids: int) -> np.ndarray:
+    """The id spaces for the next run after a run stopped when the `out_of_ids` instances ran out
+    of ids. An instance's ids grow about as requests arrive, so the one that ran out needs about
+    its space x (requests / arrived so far); under a state-aware router every instance sees about
+    as much, so all grow by that factor (x1.25 for margin, at least 2 for the ones that ran out):
+    one more run, where doubling one instance at a time took up to instances x log2(ids / share)."""
+    arrived = max(1, int(np.count_nonzero(status)))  # (the status of a request not arrived yet is 0)
+    factor = max(1.0, 1.25 * status.size / arrived)
+    grown = np.ceil(spaces * factor).astype(np.int64)
+    grown[out_of_ids] = np.maximum(grown[out_of_ids], spaces[out_of_ids] * 2)
+    return np.minimum(grown, max(1, num_ids))
+
+
 def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_model: TimeModel, scheduler,
              arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None, instances: int = 1,
              router: str | None = None, router_options: dict | None = None, router_lag_ms: float = 0.0,
@@ -193,7 +338,6 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     n, N = len(trace), instances
     routed = prefill_instances if prefill_instances else N
     order = np.argsort(arrival_s, kind="stable")
-    sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
     mode = kernel.mode(spec, scheduler.style)
     radix = np.zeros(0, dtype=np.int64)
     if kv_groups and kv_engine == "sglang":
@@ -201,9 +345,11 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                                output_kv)
         kv_groups = None
     groups = hybrid_groups(kv_groups, kv_retention, spec.name, scheduler.style, tiers, prefill_instances, output_kv)
-    ext, P = decode_trace(hashed_prompts(sorted_trace, block_size) if mode == "MODE_PAGED" else sorted_trace,
-                          block_size, output_kv)
+    ext, P = kernel_layout(trace, order, block_size, output_kv, mode == "MODE_PAGED")
     tm = packed(time_model)
+    # the routers' residency bits: a state-aware router, no tiers (their drain reads the eviction log)
+    route_bits = (router is not None and not tiers and not len(groups) and not len(radix)
+                  and spec.name in RESIDENCY_BITS and not REFERENCE_SCANS)
     router_index, rparams = -1, np.zeros(1)
     if router is not None:
         router_index = routing.state_aware()[router][0]
@@ -222,6 +368,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
+        "TRACE_IDS": max(1, ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(route_bits),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -232,8 +379,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     names = kernel.counter_names()
     C = {name: k for k, name in enumerate(names)}
     io = {
-        "offsets": ext.offsets, "blocks": ext.blocks, "P": P, "L": np.asarray(sorted_trace.input_length, dtype=np.int64),
-        "O": np.asarray(sorted_trace.output_length, dtype=np.int64),
+        "offsets": ext.offsets, "blocks": ext.blocks, "P": P, "L": ext.input_length, "O": ext.output_length,
         "arrival": np.ascontiguousarray(arrival_s[order], dtype=np.float64), "assigned": assigned_sorted,
         "transfer_s": (np.zeros(n) if transfer_s is None else np.ascontiguousarray(np.asarray(transfer_s, dtype=np.float64)[order])),
         "tm": tm, "cfg": cfg, "fcfg": fcfg, "rparams": rparams,
@@ -251,6 +397,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
     use_map = local_ids and N > 1
+    if use_map and router is not None:  # (past 4 x the capacity a state can grow in the run: Growth)
+        spaces = np.maximum(spaces, min(max(1, ext.num_blocks), 4 * capacity + 1))
     # radix and belady: room for their requests, their decode blocks and one recomputation of
     # each (a state-aware router's share is unknown before the run: twice an even share)
     lengths = np.diff(ext.offsets)
@@ -267,22 +415,24 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     while True:
         runs += 1
         make = spec.make_state
-        states, records = [], []
+        states, records, bases = [], [], []
         for k in range(N):
             base = roomier(ext, int(calls[k]), int(positions[k])) if spec.name in SIZED_PER_CALL else ext
             state = make(capacity, Sizing(base, spaces[k]), **params)
-            if tiers:
+            if tiers or route_bits:
                 state = with_eviction_log(state, log_size)
             states.append(state)
             records.append(spec.compiled(state))
+            bases.append(base)
         pools = Pools(tiers, N, ext.num_blocks, block_bytes=block_bytes, copies=tier_copies) if tiers else None
-        for key in ("scheduled_s", "first_token_s", "finish_s"):
-            io[key].fill(np.nan)
-        for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
-                    "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters",
-                    "radix_counters"):
-            io[key].fill(0)
-        io["decode_instance"].fill(-1)
+        if runs > 1:  # (the first run's outputs are fresh)
+            for key in ("scheduled_s", "first_token_s", "finish_s"):
+                io[key].fill(np.nan)
+            for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
+                        "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters",
+                        "radix_counters"):
+                io[key].fill(0)
+            io["decode_instance"].fill(-1)
         counters = io["counters"].reshape(N, len(names))
         if spec.name in SIZED_PER_CALL:
             counters[:, C["max_pin_calls"]], counters[:, C["max_positions"]] = calls, positions
@@ -290,7 +440,13 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             counters[:, C["max_pin_calls"]] = counters[:, C["max_positions"]] = -1
         io["states"] = np.array([native_address(r) for _, r in records], dtype=np.int64)
         io["state_ids"] = spaces if use_map else -spaces
-        kernel.run(io, records[0][0], None if pools is None else pools.record())
+        # an instance whose ids run out grows its state in the run (not the hybrid pools and trees)
+        growth = (Growth(spec, capacity, params, states, records, io, spaces, bases, max(1, ext.num_blocks),
+                         log_size if tiers or route_bits else None) if use_map and not len(groups) and not len(radix)
+                  else None)
+        kernel.run(io, records[0][0], None if pools is None else pools.record(), growth)
+        if growth is not None and growth.error is not None:
+            raise growth.error
         if counters[:, C["time_overflow"]].any():
             raise ConfigError(f"a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
                               f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
@@ -308,7 +464,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             break
         calls[short] *= 2
         positions[short] *= 2
-        spaces[out_of_ids] = np.minimum(spaces[out_of_ids] * 2, max(1, ext.num_blocks))
+        if out_of_ids.any():
+            spaces = grown_spaces(spaces, out_of_ids, io["status"], ext.num_blocks)
     policy_counters = {}
     if len(radix):  # (the radix state is not used: SGLang's trees' counters)
         for key, value in zip(RADIX_COUNTERS, io["radix_counters"].reshape(N, -1).sum(axis=0).tolist()):

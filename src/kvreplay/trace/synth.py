@@ -153,6 +153,8 @@ class Model:
     doc_tokens: np.ndarray
     doc_probs: np.ndarray
     no_prompt: float = 0.0  # probability that a session starts with no shared prompt
+    burst: float = 1.0  # mean sessions that start together (geometric sizes; 1: one at a time)
+    max_context: int | None = None  # a session ends before a request's prompt + reply would pass it
 
 
 def zipf_probs(n: int, exponent: float) -> np.ndarray:
@@ -200,10 +202,18 @@ def _positive(name: str, value, integer: bool = False, allow_zero: bool = False)
 
 def model_from_knobs(*, arrival_rate: float = 1.0, prefix_scale: float = 1.0, prefixes: int = 8, docs: int = 200,
                      turns: float = 4.0, agent_steps: float = 10.0, mix="chat=0.6,rag=0.2,agent=0.2",
-                     think_time: float = 30.0, zipf: float = 1.1, seed: int = 0) -> Model:
+                     think_time: float = 30.0, zipf: float = 1.1, seed: int = 0, agent_tool_tokens: float = 800.0,
+                     agent_reply_tokens: float = 150.0, burst: float = 1.0, max_context: int | None = None) -> Model:
     """The knob model of `synth` (see its docstring). Prompt and document lengths are drawn here,
     from their own stream of `seed`, so changing --requests or --mix keeps them."""
     arrival_rate = _positive("arrival_rate", arrival_rate)
+    agent_tool_tokens = _positive("agent_tool_tokens", agent_tool_tokens)
+    agent_reply_tokens = _positive("agent_reply_tokens", agent_reply_tokens)
+    burst = _positive("burst", burst)
+    if burst < 1:
+        raise ConfigError(f"burst is a mean number of sessions starting together, at least 1, got {burst}")
+    if max_context is not None:
+        max_context = _positive("max_context", max_context, integer=True)
     prefix_scale = _positive("prefix_scale", prefix_scale)
     prefixes = _positive("prefixes", prefixes, integer=True)
     docs = _positive("docs", docs, integer=True, allow_zero=True)
@@ -227,8 +237,10 @@ def model_from_knobs(*, arrival_rate: float = 1.0, prefix_scale: float = 1.0, pr
         "rag": Kind(first=Dist("lognormal", 100, 0.8, 1, 4_000), message=Dist("lognormal", 100, 0.8, 1, 4_000),
                     output=Dist("lognormal", 300, 0.8, 1, 4_000), turns=Dist("geometric", turns, lo=1, hi=10_000),
                     think=Dist("exponential", think_ms), uses_doc=True),
-        "agent": Kind(first=Dist("lognormal", 500, 1.0, 1, 16_000), message=Dist("lognormal", 800, 1.0, 1, 32_000),
-                      output=Dist("lognormal", 150, 0.8, 1, 4_000), turns=Dist("geometric", agent_steps, lo=1, hi=10_000),
+        "agent": Kind(first=Dist("lognormal", 500, 1.0, 1, 16_000),
+                      message=Dist("lognormal", agent_tool_tokens, 1.0, 1, 32_000),
+                      output=Dist("lognormal", agent_reply_tokens, 0.8, 1, 4_000),
+                      turns=Dist("geometric", agent_steps, lo=1, hi=10_000),
                       think=Dist("exponential", think_ms / 10.0)),
     }
     return Model(
@@ -236,7 +248,7 @@ def model_from_knobs(*, arrival_rate: float = 1.0, prefix_scale: float = 1.0, pr
         prompt_tokens=np.maximum(1, np.rint(prompt_base * prefix_scale)).astype(np.int64),
         prompt_probs=zipf_probs(prefixes, zipf),
         doc_tokens=np.maximum(1, np.rint(doc_base * prefix_scale)).astype(np.int64),
-        doc_probs=zipf_probs(docs, zipf) if docs else np.zeros(0),
+        doc_probs=zipf_probs(docs, zipf) if docs else np.zeros(0), burst=burst, max_context=max_context,
     )
 
 
@@ -258,7 +270,13 @@ def _segment_cumsum(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) 
 def _sessions(model: Model, rng: np.random.Generator, num_sessions: int) -> dict:
     names = list(model.mix)
     kind = rng.choice(len(names), num_sessions, p=np.array([model.mix[k] for k in names]))
-    start = np.cumsum(rng.exponential(1.0 / model.session_rate_per_ms, num_sessions))
+    if model.burst > 1:
+        # bursts arrive as a Poisson process, each of a geometric number of sessions (mean `burst`)
+        sizes = rng.geometric(1.0 / model.burst, num_sessions)
+        start = np.repeat(np.cumsum(rng.exponential(model.burst / model.session_rate_per_ms, num_sessions)),
+                          sizes)[:num_sessions]
+    else:
+        start = np.cumsum(rng.exponential(1.0 / model.session_rate_per_ms, num_sessions))
     prompt = np.full(num_sessions, -1, dtype=np.int64)
     if model.prompt_tokens.size:
         has = rng.random(num_sessions) >= model.no_prompt
@@ -307,6 +325,16 @@ def _requests(model: Model, rng: np.random.Generator, s: dict) -> dict:
     # A request leaves after its reply; the think time counts from the request's arrival.
     time = s["start"][sess] + _segment_cumsum(np.where(later, think, 0).astype(np.float64), starts, turns)
     return {"session": sess, "turn": turn, "length": np.maximum(length, 1), "output": output, "time": np.floor(time)}
+
+
+def _within_context(r: dict, turns: np.ndarray, max_context: int) -> dict:
+    """The requests before the first of their session whose prompt + reply would pass
+    `max_context` tokens (the session ends there, as an agent whose context is full starts over)."""
+    starts = np.zeros(turns.size, dtype=np.int64)
+    np.cumsum(turns[:-1], out=starts[1:])
+    over = (r["length"] + r["output"] > max_context).astype(np.int64)
+    keep = _segment_cumsum(over, starts, turns) == 0
+    return {k: v[keep] for k, v in r.items()}
 
 
 def _block_ids(length, prompt_len, doc_prompt, doc_len, doc, session, block_size: int):
@@ -359,6 +387,8 @@ def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: in
         rng = np.random.default_rng([seed, 0])
         s = _sessions(model, rng, sessions)
         r = _requests(model, rng, s)
+        if model.max_context is not None:
+            r = _within_context(r, s["turns"], model.max_context)
         # Every request before the last session's start is complete; keep the first N of those.
         complete = np.count_nonzero(r["time"] <= s["start"][-1])
         if complete >= num_requests:
@@ -394,7 +424,9 @@ def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: in
 def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: float = 1.0, prefixes: int = 8,
           docs: int = 200, turns: float = 4.0, agent_steps: float = 10.0, mix="chat=0.6,rag=0.2,agent=0.2",
           think_time: float = 30.0, zipf: float = 1.1, block_size: int = 512, seed: int = 0,
-          system_priority: int | None = None, system_priority_ms: float | None = None) -> Trace:
+          system_priority: int | None = None, system_priority_ms: float | None = None,
+          agent_tool_tokens: float = 800.0, agent_reply_tokens: float = 150.0, burst: float = 1.0,
+          max_context: int | None = None) -> Trace:
     """A synthetic multi-turn workload (deterministic for a seed; see the module docstring).
 
     requests: requests in the trace (the first ones in time).
@@ -405,13 +437,21 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
     turns: mean requests per chat or RAG session (geometric); agent_steps: the same for agent loops.
     mix: session kinds and weights, "chat=0.6,rag=0.2,agent=0.2" or a dict.
     think_time: mean seconds between turns of a chat/RAG session (exponential); agents: a tenth.
+    agent_tool_tokens / agent_reply_tokens: the medians (lognormal) of an agent step's tool output
+        and of its reply.
+    burst: sessions start in bursts of this many on average (geometric sizes, bursts a Poisson
+        process at arrival_rate / burst), as when a user or an orchestrator starts agents together.
+    max_context: a session ends before the request whose prompt + reply would pass this many
+        tokens (a coding agent whose context is full starts afresh); None: no limit.
     block_size: tokens per block of the hash ids.
     system_priority / system_priority_ms: a priority class for system prompts: every request's
         system-prompt tokens get this KV retention priority (0-100), for that many ms when given
         (TensorRT-LLM's token-range retention; trace/retention.py). None: no priorities.
     """
     model = model_from_knobs(arrival_rate=arrival_rate, prefix_scale=prefix_scale, prefixes=prefixes, docs=docs,
-                             turns=turns, agent_steps=agent_steps, mix=mix, think_time=think_time, zipf=zipf, seed=seed)
+                             turns=turns, agent_steps=agent_steps, mix=mix, think_time=think_time, zipf=zipf, seed=seed,
+                             agent_tool_tokens=agent_tool_tokens, agent_reply_tokens=agent_reply_tokens, burst=burst,
+                             max_context=max_context)
     return generate(model, requests, block_size=block_size, seed=seed, system_priority=system_priority,
                     system_priority_ms=system_priority_ms,
                     source=f"synthetic (seed {seed}, {requests} requests, mix {','.join(f'{k}={v:g}' for k, v in model.mix.items())})")

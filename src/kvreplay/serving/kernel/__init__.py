@@ -46,18 +46,26 @@ INPUTS = ("offsets", "blocks", "P", "L", "O", "arrival", "assigned", "transfer_s
           "fcfg", "rparams")
 
 
+#: sim.h's SimGrow: (instance, ids wanted) -> the grown state's record address, or 0
+GROW = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+
+
 @lru_cache(maxsize=None)
 def _kv_simulate():
     p = ctypes.c_void_p
-    return native.function("kv_simulate", None, p, p, p)
+    return native.function("kv_simulate", None, p, p, p, GROW)
 
 
-def run(arrays: dict, policy_table: int, tiers_record: np.ndarray | None) -> None:
+def run(arrays: dict, policy_table: int, tiers_record: np.ndarray | None, grow=None) -> None:
     """Run the kernel over `arrays` (every field of the layout, by name; outputs are filled in
     place). The policy states' records (arrays["states"] holds their addresses) and the tiers'
-    record must stay alive until it returns."""
+    record must stay alive until it returns. grow(instance, ids) -> a record address (or 0): the
+    state of an instance whose ids ran out, grown to the ids it writes to arrays["state_ids"]
+    (None: the run stops there, sim.h SimGrow)."""
     record = native.bind(arrays, layout(), "simulator input", inputs=INPUTS)
-    _kv_simulate()(native.ptr(record), policy_table, None if tiers_record is None else native.ptr(tiers_record))
+    callback = GROW(grow) if grow is not None else GROW()
+    _kv_simulate()(native.ptr(record), policy_table, None if tiers_record is None else native.ptr(tiers_record),
+                   callback)
 
 
 def mode(spec, style: str) -> str:

@@ -371,6 +371,13 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
         s->mode = MODE_RADIX_HYBRID;
         sgh_setup(s);
     }
+    s->bit_words = (s->N + 63) / 64;
+    s->bit_scratch = zeros(s->bit_words, sizeof(uint64_t));
+    s->route_prefix = zeros(s->N, sizeof(i64));
+    s->route_limit = zeros(s->N, sizeof(i64));
+    s->prefix_pick = -1;
+    if (cfg[ROUTE_BITS] > 0 && s->T == 0 && (s->mode == MODE_PAGED || s->mode == MODE_PIECEWISE || s->mode == MODE_WHOLE))
+        s->res_bits = zeros(kv_max(1, cfg[TRACE_IDS]) * s->bit_words, sizeof(uint64_t));
     if (router_kind != NULL) {
         Router *r = s->router = calloc(1, sizeof(Router));
         r->kind = router_kind;
@@ -400,18 +407,21 @@ static void teardown(Sim *s) {
     void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
                      s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->qnext, s->qprev,
                      s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->route_scratch,
-                     s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst};
+                     s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst, s->res_bits, s->bit_scratch,
+                     s->route_prefix, s->route_limit};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);
 }
 
 /* Run the simulation `io` describes (serving/kernel/__init__.py fills it): io->cfg[ROUTER] is an
  * index into kv_routers, or ROUTER_FIXED (io->assigned gives each request's instance). Every
  * instance's policy state is a record at io->states[q] over io->state_ids[q] local ids (> 0), or
- * over the trace's -io->state_ids[q] ids (<= 0: no id map). */
-KV_EXPORT void kv_simulate(SimIO *io, const KvPolicy *policy, KvTiers *tiers) {
+ * over the trace's -io->state_ids[q] ids (<= 0: no id map). `grow` (NULL: none) gives an instance whose ids
+ * ran out a bigger state (requests.c req_route_ids). */
+KV_EXPORT void kv_simulate(SimIO *io, const KvPolicy *policy, KvTiers *tiers, SimGrow grow) {
     Sim s;
     i64 router = io->cfg[ROUTER];
     setup(&s, io, policy, tiers, router == ROUTER_FIXED ? NULL : kv_routers[router]);
+    s.grow = grow;
     if (!s.failed) run(&s); /* (a hybrid pool that could not be set up: Python refuses the run) */
     teardown(&s);
 }

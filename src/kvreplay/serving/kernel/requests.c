@@ -22,6 +22,9 @@
  * KV cache manager: hybrid.c holds those requests' blocks.
  *
  * Handles live at handles[offsets[i] + i + position]. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "../../engine/driver.h"
 #include "ids.h"
 #include "sim.h"
@@ -29,9 +32,44 @@
 static inline i64 *ctr(Sim *s, i64 j) { return s->inst[j].counters; }
 static inline const i32 *to_global(Sim *s, i64 j) { return s->inst[j].ids == NULL ? NULL : s->inst[j].ids->to_global; }
 static inline const i32 *local_ids(Sim *s, i64 j) { return s->inst[j].ids == NULL ? NULL : s->lblocks; }
-static inline void drain(Sim *s, i64 j) {
-    if (s->T > 0) kv_tier_drain(s->policy, s->inst[j].state, s->tiers, j, to_global(s, j));
+
+/* The routers' residency bits of instance j (sim.h res_bits) after an operation: the blocks its
+ * eviction log holds, and request i's positions [from, to) (i < 0: none), as the policy has them
+ * now (a block an operation evicted and cached again is resident). Only an operation's own
+ * positions can become resident and every eviction is logged (policies/base.py's contract), so
+ * the bits are the policy's residency whenever a router reads them. A full log (never: it is
+ * sized for one operation) would lose that: the scans go back to probing each instance. */
+static void settle_bits(Sim *s, i64 j, i64 i, i64 from, i64 to) {
+    void *st = s->inst[j].state;
+    KvHolds *h = (KvHolds *)st;
+    const i32 *global = to_global(s, j);
+    i64 words = s->bit_words;
+    if (h->hold[LOG_LOST] != 0) {
+        free(s->res_bits);
+        s->res_bits = NULL;
+        return;
+    }
+    for (i64 q = 0, n = h->hold[LOG_COUNT]; q < n; q++) {
+        i64 b = h->hold[LOG_HEAD + q];
+        sim_bit(s->res_bits, words, global == NULL ? b : global[b], j, s->policy->resident(st, b));
+    }
+    h->hold[LOG_COUNT] = 0;
+    if (i < 0) return;
+    const i32 *ids = policy_ids(s, j);
+    i64 start = s->io->offsets[i];
+    for (i64 q = start + from; q < start + to; q++)
+        sim_bit(s->res_bits, words, s->io->blocks[q], j, s->policy->resident(st, ids[q]));
 }
+
+/* After an operation on instance j (on request i's positions [from, to); i < 0: none): its
+ * evictions go down to the tiers, or the routers' residency bits follow them (never both: the
+ * bits are kept without tiers). */
+static inline void settle(Sim *s, i64 j, i64 i, i64 from, i64 to) {
+    if (s->res_bits != NULL) settle_bits(s, j, i, from, to);
+    else if (s->T > 0) kv_tier_drain(s->policy, s->inst[j].state, s->tiers, j, to_global(s, j));
+}
+
+static inline void drain(Sim *s, i64 j) { settle(s, j, -1, 0, 0); }
 
 /* Decode positions a request needs with `tokens` in KV, beyond its prompt's blocks. */
 static inline i64 extra_blocks(i64 tokens, i64 prompt_tokens, i64 bs) {
@@ -65,11 +103,33 @@ static int room(Sim *s, i64 j, i64 positions) {
     return 1;
 }
 
+/* Instance j's ids are all taken: about twice as many (Python's grant, written to state_ids[j]),
+ * its policy state grown by Python (sim.h SimGrow), its id map and the router's tables over its
+ * ids with it. 0 when that cannot be done. */
+static int grow_ids(Sim *s, i64 j) {
+    Ids *ids = s->inst[j].ids;
+    i64 state = s->grow == NULL ? 0 : s->grow(j, 2 * ids->cap);
+    i64 cap = s->io->state_ids[j];
+    if (state == 0 || cap <= ids->cap) return 0;
+    s->inst[j].state = (void *)state;
+    if (!ids_grow(ids, cap)) return 0;
+    if (s->router_tables != NULL) {
+        i32 *table = realloc(s->router_tables[j], (size_t)cap * sizeof(i32));
+        if (table == NULL) return 0;
+        i64 old = kv_max(1, s->ids_cap[j]);
+        memset(table + old, 0, (size_t)(cap - old) * sizeof(i32));
+        s->router_tables[j] = table;
+    }
+    s->ids_cap[j] = cap;
+    return 1;
+}
+
 int req_route_ids(Sim *s, i64 j, i64 i) {
     Ids *ids = s->inst[j].ids;
     if (ids == NULL) return 1;
     for (i64 q = s->io->offsets[i]; q < s->io->offsets[i + 1]; q++) {
         i64 local = ids_add(ids, s->io->blocks[q]);
+        if (local < 0 && grow_ids(s, j)) local = ids_add(ids, s->io->blocks[q]);
         if (local < 0) {
             ctr(s, j)[ids_out_of_room] = 1;
             s->failed = 1;
@@ -182,8 +242,10 @@ static i64 start_positions(Sim *s, i64 j, i64 i, i64 want, i64 max_hits, i64 *hi
             s->policy->unpin_request(st, i, ids, start, start + want, target, s->bs, s->io->handles, start + i, r.held);
             drain(s, j);
         }
+        if (s->res_bits != NULL) settle(s, j, i, 0, want);
         return -1;
     }
+    if (s->res_bits != NULL) settle(s, j, i, 0, want);  /* (kv_request_start drains the tiers itself) */
     (void)h;
     s->load_s[i] += r.load_s;
     s->base_len[i] = want;
@@ -215,14 +277,15 @@ static void paged_cache_full(Sim *s, i64 j, i64 i, i64 tokens) {
     i64 start = s->io->offsets[i];
     i64 full = kv_min(kv_min(tokens, s->target[i]), kv_tokens(s, i, s->target[i])) / s->bs;
     full = kv_min(full, s->base_len[i]);
-    for (i64 q = s->base_n[i]; q < full; q++) {
+    i64 from = s->base_n[i];
+    for (i64 q = from; q < full; q++) {
         s->io->handles[start + i + q] = pool->cache(st, ids[start + q]);
         if (s->T > 0) kv_tier_entered(s->tiers, j, s->io->blocks[start + q]);  /* it is in HBM now */
     }
     if (full > s->base_n[i]) s->base_n[i] = full;
     /* the step's evictions go down only now: a block this step evicted and cached again stays in
      * HBM alone, as in the sequential replay (engine/tiers/replay.c drains after the access) */
-    drain(s, j);
+    settle(s, j, i, from, kv_max(from, full));
 }
 
 /* vLLM's admission of request i for at most `budget` tokens this step: the whole sequence must
@@ -341,7 +404,7 @@ int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
         i64 refusals = h->hold[REFUSALS];
         i64 n = s->policy->pin_request(st, i, ids, start + from, start + want, 0, s->target[i], s->bs, s->io->handles,
                                        start + i + from);
-        drain(s, j);
+        settle(s, j, i, from, want);
         s->base_n[i] += n;
         s->base_len[i] = from + n;
         if (h->hold[REFUSALS] != refusals) return 0;
@@ -356,7 +419,7 @@ int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
         if (!room(s, j, 1)) return 0;
         i64 refusals = h->hold[REFUSALS];
         s->policy->pin_request(st, i, ids, start + q, start + q + 1, 0, s->bs, s->bs, s->io->handles, start + i + q);
-        drain(s, j);
+        settle(s, j, i, q, q + 1);
         if (h->hold[REFUSALS] != refusals) return 0;
         s->dec_pinned[i] += 1;
         ctr(s, j)[decode_blocks] += 1;
@@ -381,7 +444,9 @@ void req_release(Sim *s, i64 j, i64 i) {
         s->policy->unpin_request(st, i, ids, start, start + s->base_len[i], s->base_input[i], s->bs, s->io->handles,
                                  base, s->base_n[i]);
     }
-    drain(s, j);  /* (ttl may expire released blocks) */
+    /* (ttl may expire released blocks; a policy may cache a request's blocks as it releases them) */
+    if (s->mode == MODE_PAGED) drain(s, j);
+    else settle(s, j, i, 0, s->base_len[i] + s->dec_pinned[i]);
     s->dec_pinned[i] = 0;
     s->base_n[i] = 0;
     s->base_len[i] = 0;

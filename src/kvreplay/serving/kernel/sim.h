@@ -28,7 +28,7 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS)
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
@@ -109,8 +109,14 @@ typedef struct {
     f64 *view;         /* its row of the router's view (NUM_VIEW) */
 } Inst;
 
+/* Python's growth of instance j's policy state to `ids` local ids when its ids run out: the new
+ * state's record (its ids 0..count-1 as they were), or 0 (refused: the run stops, and Python runs
+ * it again with more room) */
+typedef i64 (*SimGrow)(i64 instance, i64 ids);
+
 typedef struct Sim {
     SimIO *io;
+    SimGrow grow;
     const KvPolicy *policy;
     KvTiers *tiers;
     i64 n, N, n_prefill, bs, capacity, T;
@@ -133,6 +139,13 @@ typedef struct Sim {
     i64 *ids_cap;       /* per instance: how many ids its state and tables hold */
     i32 **router_tables;
     uint64_t rng;
+    /* routers' prefix scans (routing/scan.c; cfg ROUTE_BITS: 1 with these residency bits, 0 without,
+     * -1 every scan per instance, the reference): every instance's residency as a bit per trace id
+     * (bit_words words an id; NULL: each instance's cache is probed instead), kept by requests.c
+     * from the policy's own answers; a pick's prefixes for every instance at once */
+    uint64_t *res_bits, *bit_scratch;
+    i64 bit_words, pick, prefix_pick;
+    i64 *route_prefix, *route_limit;
     /* the router's view of every instance, and its lagged copy */
     f64 *view, *seen;
     /* transfers in flight (disaggregation): a heap by arrival time */
@@ -264,6 +277,12 @@ static inline i64 sim_full_blocks(i64 prompt_tokens, i64 prompt_blocks, i64 bs) 
 }
 
 static inline i64 sim_ceil_page(i64 tokens, i64 bs) { return (tokens + bs - 1) / bs * bs; }
+
+/* instance q's bit of trace id `id` in a bitset of `words` words an id (Sim.res_bits, a router's) */
+static inline void sim_bit(uint64_t *bits, i64 words, i64 id, i64 q, int on) {
+    uint64_t *w = bits + id * words + q / 64, b = (uint64_t)1 << (q % 64);
+    *w = on ? (*w | b) : (*w & ~b);
+}
 
 /* the ids instance j's policy state (or hybrid pool) knows request positions by: its local ids,
  * or the trace's when it has no id map */

@@ -63,6 +63,11 @@ i64 route_gpu_prefix(Sim *s, i64 q, i64 i);
 /* from GPU prefix k, how far the prefix reaches through q's tiers and the global store;
  * counts: blocks per tier (T + 1 entries, see engine/tiers/pools.h) */
 i64 route_tier_prefix(Sim *s, i64 q, i64 i, i64 k, i64 *counts);
+/* for every routable instance q (< n_prefill): how many leading ids of request i's blocks, at most
+ * `limit`, have q's bit in `bits` (Sim.bit_words words an id), in one pass over the ids */
+void route_bits_prefix(Sim *s, const uint64_t *bits, i64 i, i64 limit, i64 *out);
+/* the same for instance q alone, through its own ids (the reference route_bits_prefix is held to) */
+i64 route_bits_scan(Sim *s, const uint64_t *bits, i64 i, i64 q, i64 limit);
 /* a uniform integer in [0, n) */
 i64 route_random_below(uint64_t *rng, i64 n);
 /* the lowest cost with ties broken uniformly at random (reservoir sampling over the tied

@@ -11,6 +11,57 @@ i64 route_local_id(Sim *s, i64 q, i64 b) {
     return ids == NULL ? b : ids_get(ids, b);
 }
 
+void route_bits_prefix(Sim *s, const uint64_t *bits, i64 i, i64 limit, i64 *out) {
+    const i32 *ids = s->io->blocks + s->io->offsets[i];
+    i64 words = s->bit_words, n = s->n_prefill, k = 0;
+    uint64_t *alive = s->bit_scratch, any = 0;
+    for (i64 w = 0; w < words; w++) {
+        i64 m = n - 64 * w;
+        alive[w] = m >= 64 ? ~(uint64_t)0 : m > 0 ? ((uint64_t)1 << m) - 1 : 0;
+        any |= alive[w];
+    }
+    /* one pass over the prompt: an instance drops out at the first id without its bit */
+    for (; k < limit && any; k++) {
+        const uint64_t *row = bits + (i64)ids[k] * words;
+        any = 0;
+        for (i64 w = 0; w < words; w++) {
+            uint64_t keep = alive[w] & row[w];
+            for (uint64_t dead = alive[w] & ~keep; dead != 0; dead &= dead - 1)
+                out[64 * w + __builtin_ctzll(dead)] = k;
+            alive[w] = keep;
+            any |= keep;
+        }
+    }
+    for (i64 w = 0; w < words; w++)
+        for (uint64_t left = alive[w]; left != 0; left &= left - 1) out[64 * w + __builtin_ctzll(left)] = k;
+}
+
+i64 route_bits_scan(Sim *s, const uint64_t *bits, i64 i, i64 q, i64 limit) {
+    i64 start = s->io->offsets[i], k = 0;
+    while (k < limit) {
+        i64 g = s->io->blocks[start + k];
+        if (route_local_id(s, q, g) < 0 || !((bits[g * s->bit_words + q / 64] >> (q % 64)) & 1)) break;
+        k++;
+    }
+    return k;
+}
+
+/* route_gpu_prefix through the residency bits: every instance's prefix for request i in one pass,
+ * each cut at its policy's hit limit */
+static i64 bits_gpu_prefix(Sim *s, i64 q, i64 i) {
+    if (s->prefix_pick != s->pick) {
+        i64 P = s->io->P[i], L = s->io->L[i], longest = 0;
+        for (i64 p = 0; p < s->n_prefill; p++) {
+            s->route_limit[p] = s->policy->hit_limit(s->inst[p].state, P, L, s->bs);
+            longest = kv_max(longest, s->route_limit[p]);
+        }
+        route_bits_prefix(s, s->res_bits, i, longest, s->route_prefix);
+        for (i64 p = 0; p < s->n_prefill; p++) s->route_prefix[p] = kv_min(s->route_prefix[p], s->route_limit[p]);
+        s->prefix_pick = s->pick;
+    }
+    return s->route_prefix[q];
+}
+
 i64 route_gpu_prefix(Sim *s, i64 q, i64 i) {
     void *st = s->inst[q].state;
     i64 start = s->io->offsets[i], P = s->io->P[i];
@@ -26,6 +77,7 @@ i64 route_gpu_prefix(Sim *s, i64 q, i64 i) {
         return hyb_prefix(s, q, s->route_scratch, m, s->io->L[i]);
     }
     if (s->mode == MODE_RADIX_HYBRID) return sgh_probe(s, q, i);
+    if (s->res_bits != NULL) return bits_gpu_prefix(s, q, i);
     i64 limit = s->policy->hit_limit(st, P, s->io->L[i], s->bs);
     i64 k = 0;
     while (k < limit) {
@@ -73,6 +125,7 @@ void route_lowest(uint64_t *rng, Lowest *l, f64 cost, i64 q) {
 
 i64 route_pick(Sim *s, i64 i, const f64 *view, i64 routed) {
     Router *r = s->router;
+    s->pick += 1;  /* (what looks computed for the last pick is stale) */
     for (i64 q = 0; q < routed; q++) {
         r->overlap[q] = r->depth[q] = 0;
         r->fetch[q] = 0.0;

@@ -9,26 +9,36 @@
 #include "router.h"
 
 typedef struct {
-    i32 **routed; /* per instance, per local id: 1 once a prompt routed there had the block */
+    uint64_t *routed; /* per trace id, a bit per instance: set once a prompt routed there had the block */
+    i64 *overlap, pick; /* every instance's match for one pick */
 } SGLang;
 
 static void *init(Sim *s) {
     SGLang *r = calloc(1, sizeof *r);
-    r->routed = route_tables(s);
+    r->routed = calloc((size_t)(kv_max(1, s->io->cfg[TRACE_IDS]) * s->bit_words), sizeof(uint64_t));
+    r->overlap = calloc((size_t)s->N, sizeof(i64));
+    r->pick = -1;
     return r;
 }
 
-static void release(void *st) { free(st); }
+static void release(void *st) {
+    SGLang *r = st;
+    free(r->routed);
+    free(r->overlap);
+    free(r);
+}
 
 static void look(void *st, Sim *s, i64 i, i64 q, i64 *overlap, i64 *depth, f64 *fetch) {
     SGLang *r = st;
-    i64 P = s->io->P[i], start = s->io->offsets[i], k = 0;
-    while (k < P) {
-        i64 b = route_local_id(s, q, s->io->blocks[start + k]);
-        if (b < 0 || r->routed[q][b] == 0) break;
-        k++;
+    if (s->io->cfg[ROUTE_BITS] < 0) { /* the reference: this instance's own scan */
+        *overlap = route_bits_scan(s, r->routed, i, q, s->io->P[i]);
+        return;
     }
-    *overlap = k;
+    if (r->pick != s->pick) { /* every instance's match in one pass over the prompt */
+        route_bits_prefix(s, r->routed, i, s->io->P[i], r->overlap);
+        r->pick = s->pick;
+    }
+    *overlap = r->overlap[q];
 }
 
 static i64 rule(const f64 *params, const RouteInput *in) {
@@ -51,7 +61,7 @@ static i64 rule(const f64 *params, const RouteInput *in) {
 static void routed(void *st, Sim *s, i64 i, i64 j) {
     SGLang *r = st;
     i64 start = s->io->offsets[i];
-    for (i64 k = 0; k < s->io->P[i]; k++) r->routed[j][s->lblocks[start + k]] = 1;
+    for (i64 k = 0; k < s->io->P[i]; k++) sim_bit(r->routed, s->bit_words, s->io->blocks[start + k], j, 1);
 }
 
 const KvRouterKind kv_router_sglang = {
