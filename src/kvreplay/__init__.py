@@ -77,7 +77,8 @@ def report_html(trace, **kwargs) -> str:
     if serving:
         from .serving.simulate import serving_section
 
-        data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), **serving)
+        data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), progress=kwargs.get("progress"),
+                                          **serving)
     if plan is not None:
         data["plan"] = plan
     return render(data, title=title, zoom=zoom)

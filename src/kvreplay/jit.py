@@ -171,6 +171,16 @@ def _notice(what: str):
             shown = None  # a timer that fires late shows nothing
 
 
+def int_dict():
+    """An empty int64 -> int64 dictionary a kernel can fill and keep between calls: numba's typed
+    Dict, or a plain dict without numba."""
+    if not HAVE_NUMBA:
+        return {}
+    from numba import typed, types
+
+    return typed.Dict.empty(key_type=types.int64, value_type=types.int64)
+
+
 def ensure_compiled(kernel, args, what: str) -> None:
     """Compile `kernel` for these arguments' types (or load it from the disk cache) now, telling
     the compile listener if that takes a while. Calling the kernel afterwards does no typing work."""

@@ -26,6 +26,7 @@ from ..jit import kernel
 from ..engine.replay import as_trace, check_capacity, warmup_count
 from ..engine.report import window_text
 from ..errors import ConfigError
+from ..progress import spans
 from ..trace.model import exact_sum, resolve_block_size
 from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
@@ -33,17 +34,18 @@ from .results import CurveResult
 from .capacities import auto_capacities
 
 @kernel
-def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at):  # pragma: no cover - compiled
-    """One pass over the trace. hit_tokens_at[d]: hit tokens that need a capacity of exactly d
-    blocks (the running max of stack distances at the prefix scan); accesses_at[d]: accesses whose
-    stack distance when made is d. Index num_blocks + 1 stands for "never" (a first access)."""
-    n = blocks.shape[0]
+def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at, tree, last, clock,
+                first, stop):  # pragma: no cover - compiled
+    """The pass over requests first..stop-1 (the whole pass is these slices in order, so that its
+    progress can be told). hit_tokens_at[d]: hit tokens that need a capacity of exactly d blocks
+    (the running max of stack distances at the prefix scan); accesses_at[d]: accesses whose stack
+    distance when made is d. Index num_blocks + 1 stands for "never" (a first access). State kept
+    between slices: tree (a Fenwick tree over access times 1..n: 1 = a block's latest use), last
+    (each block's latest access time, -1: never) and clock = [distinct blocks seen, accesses made]."""
     never = hit_tokens_at.shape[0] - 1
-    tree = np.zeros(n + 1, dtype=np.int32)  # Fenwick over access times 1..n: 1 = a block's latest use
-    last = np.full(never, -1, dtype=np.int64)
-    marked = 0
-    t = 0
-    for i in range(offsets.shape[0] - 1):
+    marked = clock[0]
+    t = clock[1]
+    for i in range(first, stop):
         start, end = offsets[i], offsets[i + 1]
         length = input_length[i]
         running = 0
@@ -71,12 +73,15 @@ def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at
             t += 1
             fenwick_add(tree, t, 1)
             last[b] = t
+    clock[0] = marked
+    clock[1] = t
 
 
 jit.key_cache_on_sources(_histograms, [fenwick.__file__])
 
 
-def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0) -> CurveResult:
+def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0,
+        progress=None) -> CurveResult:
     """Exact LRU hit tokens at every capacity in one pass.
 
     Returns ``{"trace", "policy": "lru", "block_size", "warmup_fraction", "window", "num_requests",
@@ -84,7 +89,8 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     ``total_prompt_tokens``, ``hit_rate``, ``final_cache_blocks``, ``admissions``, ``evictions``,
     ``oversize_requests``. The dict (a CurveResult) also gives the tidy table: ``rows()``,
     ``to_dict()`` (the JSON document of ``kvreplay mrc --json``), ``to_pandas()``, ``to_polars()``,
-    ``to_arrow()`` (analysis/results.py).
+    ``to_arrow()`` (analysis/results.py). progress: a kvreplay.progress callback, told
+    ``(done, total, "requests")`` as the pass goes.
     """
 
     trace = as_trace(trace)
@@ -101,9 +107,12 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     distinct = trace.num_blocks
     hit_tokens_at = np.zeros(distinct + 2, dtype=np.int64)
     accesses_at = np.zeros(distinct + 2, dtype=np.int64)
-    args = (trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at)
-    jit.ensure_compiled(_histograms, args, "the one-pass LRU curve kernel")
-    _histograms(*args)
+    state = (np.zeros(trace.num_accesses + 1, dtype=np.int32), np.full(distinct + 1, -1, dtype=np.int64),
+             np.zeros(2, dtype=np.int64))
+    args = (trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at, *state)
+    jit.ensure_compiled(_histograms, args + (0, 0), "the one-pass LRU curve kernel")
+    for first, stop in spans(len(trace), progress, "requests scanned"):
+        _histograms(*args, first, stop)
     hits_within = np.cumsum(hit_tokens_at)  # [d]: hit tokens at capacity d (d <= distinct)
     accesses_within = np.cumsum(accesses_at)
     n = trace.num_accesses

@@ -28,6 +28,7 @@ from ..jit import kernel
 from ..engine.replay import as_trace
 from ..trace.model import exact_sum, resolve_block_size
 from ..errors import ConfigError
+from ..progress import spans
 from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
 
@@ -53,19 +54,18 @@ def bucket_label(k: int) -> str:
 
 
 @kernel
-def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
-          reuse_hist, key_stride):  # pragma: no cover - compiled
-    """One pass: infinite-cache hits per request, trie-shared prefix per request, reuse-distance
-    histogram (index 0 = first use, b+1 = log2 bucket b). Returns the number of first uses."""
-    n_acc = blocks.shape[0]
-    tree = np.zeros(n_acc + 1, dtype=np.int32)  # Fenwick over access times 1..n: 1 marks a block's latest use
-    last = np.zeros(num_blocks, dtype=np.int64)  # 1-based time of the latest use, 0 = never
-    marked = 0
-    t = 0
-    children = dict()
-    children[np.int64(-1)] = np.int64(-1)  # fixes the dict's types; the key is never looked up
-    next_node = np.int64(1)  # node 0 is the root
-    for i in range(offsets.shape[0] - 1):
+def _pass(offsets, blocks, input_length, block_size, hit_tokens, hit_blocks, shared_blocks, reuse_hist, key_stride,
+          tree, last, children, clock, first, stop):  # pragma: no cover - compiled
+    """The pass over requests first..stop-1 (the whole pass is these slices in order, so that its
+    progress can be told): infinite-cache hits per request, trie-shared prefix per request,
+    reuse-distance histogram (index 0 = first use, b+1 = log2 bucket b). State kept between
+    slices: tree (a Fenwick tree over access times 1..n: 1 marks a block's latest use), last (each
+    block's 1-based time of latest use, 0 = never), children (the prefix trie: node * key_stride +
+    block -> child node) and clock = [distinct blocks seen, accesses made, next trie node]."""
+    marked = clock[0]
+    t = clock[1]
+    next_node = clock[2]  # node 0 is the root
+    for i in range(first, stop):
         start, end = offsets[i], offsets[i + 1]
         k = 0
         while start + k < end and last[blocks[start + k]] > 0:
@@ -103,7 +103,9 @@ def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit
                 fenwick_add(tree, p, -1)
             fenwick_add(tree, t, 1)
             last[b] = t
-    return reuse_hist[0]
+    clock[0] = marked
+    clock[1] = t
+    clock[2] = next_node
 
 
 jit.key_cache_on_sources(_pass, [fenwick.__file__])
@@ -126,11 +128,12 @@ def _histogram(values: np.ndarray) -> list[dict]:
              "count": int(c)} for k, c in enumerate(counts)]
 
 
-def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+def infinite_hits(trace, block_size: int | None = None, progress=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """(hit_tokens, hit_blocks, shared_blocks, reuse) per request, from one compiled pass.
 
     hit_tokens/hit_blocks: the infinite cache's hits; shared_blocks: s_i of the prefix trie;
     reuse: {"first_use": N, "histogram": int64[b] accesses per log2 bucket of reuse distance}.
+    progress: a kvreplay.progress callback, told ``(done, total, "requests scanned")``.
     """
     trace = as_trace(trace)
     block_size = _block_size(trace, block_size)
@@ -142,10 +145,14 @@ def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.
     stride = max(1, int(trace.num_blocks))
     if trace.num_accesses and (trace.num_accesses + 1) * stride >= 2**62:
         raise ConfigError(f"trace too large for the prefix trie ({trace.num_accesses} accesses x {stride} blocks)")
-    args = (trace.offsets, trace.blocks, trace.input_length, np.int64(block_size), int(trace.num_blocks),
-            hit_tokens, hit_blocks, shared, reuse, np.int64(stride))
-    jit.ensure_compiled(_pass, args, "the trace statistics kernel")
-    first = _pass(*args)
+    state = (np.zeros(trace.num_accesses + 1, dtype=np.int32), np.zeros(trace.num_blocks, dtype=np.int64),
+             jit.int_dict(), np.array([0, 0, 1], dtype=np.int64))
+    args = (trace.offsets, trace.blocks, trace.input_length, np.int64(block_size), hit_tokens, hit_blocks, shared,
+            reuse, np.int64(stride), *state)
+    jit.ensure_compiled(_pass, args + (0, 0), "the trace statistics kernel")
+    for start, stop in spans(n, progress, "requests scanned"):
+        _pass(*args, start, stop)
+    first = reuse[0]
     last = int(np.flatnonzero(reuse[1:])[-1]) + 1 if reuse[1:].any() else 0
     return hit_tokens, hit_blocks, shared, {"first_use": int(first), "histogram": reuse[1:last + 1]}
 
@@ -157,7 +164,7 @@ def _block_size(trace, block_size) -> int:
     return size
 
 
-def stats(trace, block_size: int | None = None) -> dict:
+def stats(trace, block_size: int | None = None, *, progress=None) -> dict:
     """Describe `trace` (a Trace or a path) as a prefix cache sees it; a JSON-ready dict.
 
     block_size: tokens per block; default: the trace's declared size, else 512.
@@ -165,11 +172,12 @@ def stats(trace, block_size: int | None = None) -> dict:
     num_block_accesses, num_unique_blocks, infinite_cache_hit_tokens, infinite_cache_hit_rate,
     duration_s, request_rate_per_s, input_length and output_length ({mean, min, p50, p90, p99, max}),
     reuse_distance, prefix_sharing, sessions (None without a session column).
-    See the module docstring for the exact definitions.
+    See the module docstring for the exact definitions. progress: a kvreplay.progress callback,
+    told ``(done, total, "requests scanned")`` as the pass goes.
     """
     trace = as_trace(trace)
     size = _block_size(trace, block_size)
-    hit_tokens, hit_blocks, shared, reuse = infinite_hits(trace, size)
+    hit_tokens, hit_blocks, shared, reuse = infinite_hits(trace, size, progress)
     n = len(trace)
     prompt = trace.total_prompt_tokens
     hits = exact_sum(hit_tokens)

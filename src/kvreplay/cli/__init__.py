@@ -15,6 +15,8 @@ import warnings
 
 from ..errors import InvariantError, KvreplayError
 from . import calibrate, info, plan, replay, serving, traces
+from .parser import EXIT_BAD_INPUT, Parser, subcommands
+from .progress import display_for
 
 FAMILIES = (replay, serving, plan, calibrate, traces, info)
 COMMANDS = {name: handler for family in FAMILIES for name, handler in family.COMMANDS.items()}
@@ -23,16 +25,17 @@ COMMANDS = {name: handler for family in FAMILIES for name, handler in family.COM
 def build_parser() -> argparse.ArgumentParser:
     from ..version import __version__
 
-    parser = argparse.ArgumentParser(prog="kvreplay", description="Replay LLM request traces through a KV prefix cache.")
+    parser = Parser(prog="kvreplay", description="Replay LLM request traces through a KV prefix cache.")
     parser.add_argument("--version", action="version", version=f"kvreplay {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for family in FAMILIES:
         for add in family.PARSERS:
             add(sub)
+    for command in subcommands(parser).values():
+        command.add_argument("--quiet", "-q", action="store_true",
+                             help="no progress bars or notes on stderr (warnings and errors still print); progress "
+                                  "is drawn only when stderr is a terminal")
     return parser
-
-
-EXIT_BAD_INPUT = 2
 
 
 EXIT_BUG = 3
@@ -79,13 +82,13 @@ def main(argv=None) -> int:
     from ..jit import set_compile_listener
 
     warnings.formatwarning = lambda message, category, *a, **k: f"kvreplay: warning: {message}\n"
-    set_compile_listener(_CompileNotice())
     args = build_parser().parse_args(argv)
+    set_compile_listener(None if args.quiet else _CompileNotice())
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminated)  # unwind: temporary output files are removed
     try:
-        return COMMANDS[args.command](args)
+        return _dispatch(args)
     except KvreplayError as e:
         print(f"kvreplay: {e}" if not hasattr(e, "path") else str(e), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -104,6 +107,17 @@ def main(argv=None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(args) -> int:
+    """Run the command with its progress display (None: nothing drawn), cleared before any error
+    message or the command's last output."""
+    args.progress = display_for(args.quiet)
+    try:
+        return COMMANDS[args.command](args)
+    finally:
+        if args.progress is not None:
+            args.progress.close()
 
 
 class Terminated(BaseException):

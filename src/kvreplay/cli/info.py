@@ -17,7 +17,7 @@ def _cmd_policies(args) -> int:
     for spec in POLICIES.values():
         print(f"{spec.name:9s} {spec.summary}" + ("" if spec.capacity == "required" else f" [capacity {spec.capacity}]"))
         for p in spec.params:
-            print(f"{'':9s}   --{p.name.replace('_', '-')} {p.default}: {p.help}")
+            print(f"{'':9s}   --{p.name.replace('_', '-')} {p.default_text()}: {p.help}")
     return 0
 
 

@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import re
 import sys
 
 from ..errors import ConfigError
 from . import common
-
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
-_SCALE = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """Seconds in "2s", "50ms", "5m", "1h" (a bare number is seconds)."""
-    import argparse
-
-    m = _DURATION.match(str(text))
-    if not m or not float(m.group(1)) > 0:
-        raise argparse.ArgumentTypeError(f"a duration such as 2s, 50ms or 5m, got {text!r}")
-    return float(m.group(1)) * _SCALE[m.group(2)]
-
 
 def _parser_plan(sub) -> None:
     pl = sub.add_parser("plan", help="the cheapest deployment (GPU, TP, instances, tiers, router, policy) that meets "
                                      "TTFT/TPOT/E2E SLOs at each load, with its cost")
     common.add_trace_options(pl)
     pl.add_argument("--model", required=True, help="the model served (see `kvreplay models`)")
-    pl.add_argument("--slo-ttft-p90", type=duration, default=None, metavar="T", help="TTFT p90 limit, e.g. 2s")
-    pl.add_argument("--slo-tpot-p90", type=duration, default=None, metavar="T", help="TPOT p90 limit, e.g. 50ms")
-    pl.add_argument("--slo-e2e-p99", type=duration, default=None, metavar="T", help="end-to-end p99 limit, e.g. 60s")
-    pl.add_argument("--window", type=duration, default=None, metavar="T",
+    pl.add_argument("--slo-ttft-p90", type=common.positive_duration, default=None, metavar="T", help="TTFT p90 limit, e.g. 2s")
+    pl.add_argument("--slo-tpot-p90", type=common.positive_duration, default=None, metavar="T", help="TPOT p90 limit, e.g. 50ms")
+    pl.add_argument("--slo-e2e-p99", type=common.positive_duration, default=None, metavar="T", help="end-to-end p99 limit, e.g. 60s")
+    pl.add_argument("--window", type=common.positive_duration, default=None, metavar="T",
                     help="every SLO must hold in every window of arrivals this long (default 5m, or a quarter of "
                          "the arrival span under 20 minutes)")
     pl.add_argument("--gpus", default="H100", help="comma-separated GPUs to consider (default H100; `kvreplay gpus`)")
@@ -92,16 +77,20 @@ def _cmd_plan(args) -> int:
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
         raise ConfigError(f"--loads / --rates / --tp: {e}") from None
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
-    trace = common.load(args)
-    with common.Progress("planning"):
-        result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
-                      routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
-                      window_s=args.window,
-                      prices=prices, judge_at=args.judge, max_instances=args.max_instances,
-                      time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
-                      rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
-                      kv_semantics=args.kv_semantics,
-                      jobs=args.jobs, executor=args.executor, ray_address=args.ray_address)
+    common.refuse_unless(args, "engine", False, "does not apply: plan's simulations run compiled only")
+    common.refuse_unless(args, "warmup_fraction", False, "does not apply: plan judges the SLOs in every window of "
+                                                         "the whole trace")
+    random = [what for what, used in (("--rates (Poisson arrivals)", rates), ("--routers random",
+                                                                              "random" in split(args.routers))) if used]
+    trace = common.load(args, seed_used=" and ".join(random) or None)
+    result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
+                  routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
+                  window_s=args.window,
+                  prices=prices, judge_at=args.judge, max_instances=args.max_instances,
+                  time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
+                  rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
+                  kv_semantics=args.kv_semantics, **({"seed": args.seed} if random else {}),
+                  jobs=args.jobs, executor=args.executor, ray_address=args.ray_address, progress=args.progress)
     _write_outputs(args, result)
     if args.json:
         sys.stdout.buffer.write(common.encode_json(result))

@@ -52,6 +52,10 @@ def _cmd_run(args) -> int:
                               f"(--policy radix), not {args.policy}")
         semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
     params = common.given_params(args, args.policy)
+    common.refuse_unless(args, "tier_copies", bool(args.tiers), "applies with --tiers (what a load from a tier leaves "
+                                                                 "behind)")
+    common.refuse_unless(args, "summary_only", bool(args.json or args.output),
+                         "leaves per_request out of the JSON report: add --json or --output")
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
@@ -155,7 +159,8 @@ def _cmd_sweep(args) -> int:
     policies = [p for p in args.policies.split(",") if p.strip()]
     if args.bounds:
         policies += [p for p in ("infinite", "belady") if p not in policies]
-    if args.each and len(args.traces) > 1:
+    common.refuse_unless(args, "each", len(args.traces) > 1, "sweeps several trace files one by one: give two or more")
+    if args.each:
         return _sweep_each(args, policies)
     if args.hbm is not None and args.capacities != "auto":
         raise ConfigError("--capacities with --hbm: the cache is then the GPU pool of --hbm blocks and the sizes "
@@ -172,10 +177,9 @@ def _cmd_sweep(args) -> int:
         from ..trace.model import resolve_block_size
 
         groups = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
-    with common.Progress("replaying") as progress:
-        result = sweep(trace, capacities, policies, args.block_size,
-                       warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine,
-                       executor=args.executor, ray_address=args.ray_address, progress=progress, kv_groups=groups)
+    result = sweep(trace, capacities, policies, args.block_size,
+                   warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine,
+                   executor=args.executor, ray_address=args.ray_address, progress=args.progress, kv_groups=groups)
     if budget is not None:
         result["budget"] = budget
     _emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
@@ -225,10 +229,9 @@ def _sweep_dram(args, trace, policies) -> int:
     if not args.dram_sizes:
         raise ConfigError("--hbm: give the DRAM tier's sizes with --dram-sizes (block counts; 0 for none)")
     sizes = args.dram_sizes
-    with common.Progress("replaying") as progress:
-        result = sweep(trace, sizes, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
-                       engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=progress,
-                       hbm=args.hbm)
+    result = sweep(trace, sizes, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
+                   engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=args.progress,
+                   hbm=args.hbm)
     _emit(args, result, points_to_rows(result["results"]), DRAM_COLUMNS,
           f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; a DRAM tier (LRU, "
           f"copies moved) below {args.hbm:,} blocks of HBM; hit rates are token-weighted shares of the prompt tokens",
@@ -252,9 +255,8 @@ def _sweep_each(args, policies) -> int:
     capacities, _ = common.resolve_budget(args, next(iter(traces.values())), args.capacities)
     if args.plot and "infinite" not in policies:
         policies.append("infinite")  # each trace's ceiling on the plot
-    with common.Progress("replaying") as progress:
-        result = sweep(traces, capacities, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
-                       engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=progress)
+    result = sweep(traces, capacities, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
+                   engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=args.progress)
     windows = "; ".join(f"{t['trace']}: block size {t['block_size']}, {t['window']}" for t in result["traces"])
     _emit(args, result, points_to_rows(result["results"]), [("trace", "trace")] + SWEEP_COLUMNS,
           f"{len(traces)} traces ({windows}); hit rate is token-weighted", trace=None)
@@ -299,10 +301,14 @@ def _parser_mrc(sub) -> None:
 def _cmd_mrc(args) -> int:
     from ..analysis.mrc import mrc
 
+    common.refuse_unless(args, "engine", False, "does not apply: mrc computes the LRU curve in one pass of its own "
+                                                "(sweep --policies lru replays it on either engine)")
+    common.refuse_unless(args, "kv_semantics", False, "does not apply: mrc replays every layer as full attention "
+                                                      "(sweep --policies vllm replays vLLM's hybrid manager)")
     common.check_table_outputs(args)
     trace = common.load(args)
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
-    curve = mrc(trace, capacities, args.block_size, warmup_fraction=args.warmup_fraction)
+    curve = mrc(trace, capacities, args.block_size, warmup_fraction=args.warmup_fraction, progress=args.progress)
     if budget is not None:
         curve["budget"] = budget
     _emit(args, curve, *with_budget(curve["points"], MRC_COLUMNS, budget),
@@ -347,6 +353,8 @@ def _cmd_report(args) -> int:
     from ..files import write_atomic
 
     common.check_output_dir(args.output, inputs=common.inputs_of(args))
+    common.refuse_unless(args, "kv_semantics", False, "does not apply: the report replays every layer as full "
+                                                      "attention (its serving section too)")
     serving = None
     if args.gpu:
         from .serving import number_list
@@ -360,8 +368,9 @@ def _cmd_report(args) -> int:
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
                    "router": args.router, "tiers": args.tiers}
-    elif args.instances != 1 or args.router != "round-robin" or args.tiers:
-        raise ConfigError("--instances, --router and --tiers shape the serving section: add --gpu and --model")
+    else:
+        for dest in ("tp", "time_model", "weights_dtype", "speedups", "instances", "router", "tiers"):
+            common.refuse_unless(args, dest, False, "shapes the serving section: add --gpu and --model")
     trace = common.load(args)
     plan = None
     if args.plan:
@@ -372,15 +381,14 @@ def _cmd_report(args) -> int:
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
     focus = None if args.capacity is None else common.resolve_budget(args, trace, [args.capacity])[0][0]
     note = " ".join(str(budget[k]) for k in ("model", "kv_dtype") if budget.get(k)) if budget else ""
-    with common.Progress("replaying") as progress:
-        page = report_html(trace, policies=policies, capacities=capacities, focus_capacity=focus,
-                           block_size=args.block_size, warmup_fraction=args.warmup_fraction, bounds=args.bounds,
-                           engine=args.engine, title=args.title, progress=progress, price_hit=args.price_hit,
-                           price_miss=args.price_miss, active_params=common.active_params(args),
-                           bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
-                           zoom=args.zoom, serving=serving, plan=plan, model=budget.get("model") if budget else None)
+    page = report_html(trace, policies=policies, capacities=capacities, focus_capacity=focus,
+                       block_size=args.block_size, warmup_fraction=args.warmup_fraction, bounds=args.bounds,
+                       engine=args.engine, title=args.title, progress=args.progress, price_hit=args.price_hit,
+                       price_miss=args.price_miss, active_params=common.active_params(args),
+                       bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
+                       zoom=args.zoom, serving=serving, plan=plan, model=budget.get("model") if budget else None)
     write_atomic(args.output, page.encode())
-    print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
+    common.note(args, f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)")
     return 0
 
 

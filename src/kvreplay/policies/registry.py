@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ..plugins import discover
+from ..units import Seconds
 from .base import PolicySpec
 
 # Listing order; policies not named here follow alphabetically.
@@ -41,6 +42,9 @@ def parse_policy(text: str) -> tuple[PolicySpec, dict]:
         if not sep:
             raise ConfigError(f"{text!r}: expected key=value after ':', got {pair!r}")
         key = key.strip().replace("-", "_")
+        if any(p.name == key and p.kind is Seconds for p in spec.params):
+            params[key] = value.strip()  # a duration: its unit is required (units.parse_duration)
+            continue
         try:
             params[key] = int(value)
         except ValueError:

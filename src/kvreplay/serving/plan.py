@@ -29,6 +29,8 @@ from itertools import product
 import numpy as np
 
 from ..errors import ConfigError
+from ..progress import tell
+from ..units import seconds_arg
 from .prices import Prices
 from .slo import SLO, judge
 from .stats import nearest_rank
@@ -129,13 +131,15 @@ class Search:
 def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,), routers=("round-robin",),
          policies=(None,), loads=(1.0,), rates=None, window_s: float | None = None, prices: Prices | None = None,
          judge_at: str = "pessimistic", max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None,
-         jobs: int = 1, executor: str = "local", ray_address: str | None = None, **options):
+         jobs: int = 1, executor: str = "local", ray_address: str | None = None, progress=None, **options):
     """The cheapest configuration per load meeting `slo`, its runners-up, and what the search did:
     a PlanResult (a JSON-ready dict; `.to_pandas()` has one row per configuration tried). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson arrivals at
     these requests per second. `cache_dir`: keep every run there, named by the trace's digest and
     its configuration, for later plans to reuse. `jobs` / `executor` / `ray_address`: search the
     configurations at once on processes, threads or Ray (analysis/executors.py; nothing is pruned
-    then, since no search waits for another's best). `options` go to simulate()."""
+    then, since no search waits for another's best). progress: a kvreplay.progress callback, told
+    ``(done, total, "configurations")``: each configuration at each load, searched, pruned or
+    skipped. `options` go to simulate()."""
     from ..engine.replay import as_trace
 
     if judge_at not in JUDGES:
@@ -145,6 +149,10 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     from .semantics import one_semantics
 
     options, semantics_note = one_semantics(model, options, tiers, policies)
+    if window_s is not None:
+        window_s = seconds_arg(window_s, "window_s")
+        if not 0 < window_s < math.inf:
+            raise ConfigError(f"window_s must be a positive finite duration, got {window_s!r}")
     s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir)
     if cache_dir is not None:
@@ -153,9 +161,12 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     configs = [Config(g, int(t), tr, r, p) for g, t, tr, r, p in product(gpus, tps, tiers, routers, policies)]
     out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing, "loads": []}
     points = [("rate", float(r)) for r in rates] if rates is not None else [("speedup", float(x)) for x in loads]
-    for point in points:
-        out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address)
-                            if parallel else _plan_load(s, configs, point, runners_up))
+    total = len(configs) * len(points)
+    for k, point in enumerate(points):
+        told = None if progress is None else (
+            lambda done, _total, *unused, before=k * len(configs): progress(before + done, total, "configurations"))
+        out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address, told)
+                            if parallel else _plan_load(s, configs, point, runners_up, told))
     out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
                calibration_warnings=_calibration_warnings(s, configs))
@@ -164,7 +175,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     return PlanResult(out)
 
 
-def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
+def _plan_load(s: Search, configs: list, load: tuple, runners_up: int, progress=None) -> dict:
     """Every configuration at one load, cheapest instance first; prune what cannot beat the best.
     A tiered configuration whose HBM-only twin passed is searched up to the twin's instance count
     instead of pruned, for its tier economics (the GPUs the tier saves, or the TTFT it buys)."""
@@ -176,7 +187,8 @@ def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
             skipped.append({"config": c.text(), "reason": str(e)})
     priced.sort(key=lambda x: x[0])
     results, pruned, best = [], [], math.inf
-    for per_instance, c in priced:
+    for k, (per_instance, c) in enumerate(priced):
+        tell(progress, len(skipped) + k, len(configs), "configurations")
         twin = _passing_twin(results, c)
         if twin is not None:
             r = _fewest_instances(s, c, load, max_cost=math.inf, per_instance=per_instance, limit=twin["instances"])
@@ -191,6 +203,7 @@ def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
         results.append(r)
         if r["meets"]:
             best = min(best, r["cost_per_hour"])
+    tell(progress, len(configs), len(configs), "configurations")
     return _summarise(s, load, results, skipped, pruned, runners_up)
 
 
@@ -217,7 +230,7 @@ def _config_columns(c: Config) -> dict:
 
 
 def _plan_load_parallel(s: Search, configs: list, load: tuple, runners_up: int, jobs: int, executor: str,
-                        ray_address) -> dict:
+                        ray_address, progress=None) -> dict:
     """Every configuration's search at once, on an executor (none is pruned)."""
     from ..analysis.executors import Task, run
 
@@ -226,7 +239,7 @@ def _plan_load_parallel(s: Search, configs: list, load: tuple, runners_up: int, 
     tasks = [Task(kind="call", trace=0, function=search_task,
                   options=(("config", c), ("load", load), ("search", shared))) for c in configs]
     results, skipped, found = [], [], []
-    for (out,) in run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address):
+    for (out,) in run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address, progress=progress):
         if "skipped" in out:
             skipped.append(out["skipped"])
             continue
