@@ -16,9 +16,9 @@ Every invocation runs in-process on a tiny trace (tests/data/walk.jsonl: 36 requ
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -404,19 +404,29 @@ def argv(case: Case, command: str, out: Path, with_flag: bool) -> list[str]:
     return [w.replace("OUT/", f"{out}/") for w in words]
 
 
+RUNS: dict[tuple, tuple] = {}  # outcomes by command line (with OUT/ for the output directory)
+
+
 def outcome(capsys, words: list[str], out: Path) -> tuple:
-    """(exit code, stdout, stderr, every file written) of one in-process run, paths made neutral."""
+    """(exit code, stdout, stderr, every file written) of one in-process run, paths made neutral;
+    a command line already run in this process is not run again (the plain runs are shared)."""
+    key = tuple(w.replace(f"{out}/", "OUT/") for w in words)
+    if key in RUNS:
+        return RUNS[key]
     for path in sorted(out.rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
-    try:
-        code = main(words)
-    except SystemExit as e:
-        code = e.code
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # every run says every warning (not only the first in the process)
+        try:
+            code = main(words)
+        except SystemExit as e:
+            code = e.code
     captured = capsys.readouterr()
-    files = {str(p.relative_to(out)): (p.read_bytes() if p.is_file() else b"<dir>")
+    files = {str(p.relative_to(out)): (p.read_bytes().replace(str(out).encode(), b"OUT") if p.is_file() else b"<dir>")
              for p in sorted(out.rglob("*"))}
     neutral = lambda text: re.sub(r"in \d+\.\d\d s\.", "in T s.", text.replace(str(out), "OUT"))  # noqa: E731
-    return code, neutral(captured.out), neutral(captured.err), files
+    RUNS[key] = code, neutral(captured.out), neutral(captured.err), files
+    return RUNS[key]
 
 
 @pytest.mark.parametrize("command, flag", WALKED, ids=[f"{c} {f}" for c, f in WALKED])

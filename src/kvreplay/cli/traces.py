@@ -11,7 +11,8 @@ from . import common
 
 
 def _parser_hash(sub) -> None:
-    hs = sub.add_parser("hash", help="turn a token log (JSONL token_ids, or text with --tokenizer) into a Mooncake trace")
+    hs = sub.add_parser("hash", help="turn a token log (JSONL token_ids or vLLM's prompt_token_ids, or text with "
+                                     "--tokenizer) into a Mooncake trace of block hash ids")
     hs.add_argument("input", help="token log (JSONL, optionally gzip), or - for stdin")
     hs.add_argument("--output", "-o", required=True, help="the Mooncake JSONL trace to write (atomically)")
     hs.add_argument("--block-size", type=common.positive_int, default=512, help="tokens per block (default 512; 16 for Bailian-like)")

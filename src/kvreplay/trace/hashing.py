@@ -3,6 +3,7 @@
 Input: JSONL, one request per line, in arrival order::
 
     {"token_ids": [1, 2, 3, ...], "timestamp": 1200, "output_length": 80, "namespace": "tenant-a"}
+    {"prompt_token_ids": [1, 2, 3, ...], "timestamp": 1250}       # vLLM's request-log field name
     {"text": "You are a helpful ...", "timestamp": 1350}          # with a tokenizer
 
 Block ``i`` of a request covers tokens ``[i*B, (i+1)*B)``; only full blocks get a hash (a
@@ -51,6 +52,7 @@ class _Record(msgspec.Struct, gc=False):
     """The typed fast path: a record that decodes into this is valid as it stands."""
 
     token_ids: Union[list[_TokenId], None] = None
+    prompt_token_ids: Union[list[_TokenId], None] = None
     text: Union[str, None] = None
     prompt: Union[str, None] = None
     timestamp: Union[int, float, None] = None
@@ -125,9 +127,12 @@ def _check_record(path: str, line: int, text: bytes) -> _Record:
         raise TraceError(path, f"invalid JSON ({nesting(e)})", line) from None
     if not isinstance(obj, dict):
         raise TraceError(path, f"expected a JSON object, got {describe(obj)}", line)
-    tokens = obj.get("token_ids")
+    if obj.get("token_ids") is not None and obj.get("prompt_token_ids") is not None:
+        raise TraceError(path, "give token_ids or prompt_token_ids, not both", line, "prompt_token_ids")
+    field = "token_ids" if obj.get("token_ids") is not None else "prompt_token_ids"
+    tokens = obj.get(field)
     if tokens is not None:
-        _check_tokens(path, line, "token_ids", tokens)
+        _check_tokens(path, line, field, tokens)
     for key in ("text", "prompt", "namespace", "salt"):
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
@@ -201,11 +206,13 @@ def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, to
     """Convert a token log (JSONL) into a Mooncake trace at `out_path`; return a summary.
 
     source: a JSONL file (plain or gzip, recognised by content), or "-" for standard input.
-        Fields per line: ``token_ids`` (list of non-negative integers), or ``text`` /
-        ``prompt`` (a string, needs `tokenizer`); optional ``timestamp`` (milliseconds,
+        Fields per line: ``token_ids`` or ``prompt_token_ids`` (vLLM's name; a list of
+        non-negative integers), or ``text`` / ``prompt`` (a string, needs `tokenizer`);
+        optional ``timestamp`` (milliseconds,
         default 0), ``output_length`` (default 0), ``namespace`` or ``salt`` (a string:
         requests in different namespaces never share a block). Blank lines are skipped,
-        other fields ignored; ``token_ids`` wins over ``text`` when a line has both.
+        other fields ignored; token ids win over ``text`` when a line has both (a line with both
+        token_ids and prompt_token_ids is refused).
     block_size: tokens per block; only full blocks get a hash id.
     tokenizer: None, a path to a ``tokenizer.json``, a ``tokenizers.Tokenizer``, or a
         function text -> list of token ids.
@@ -261,10 +268,15 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             rec = _check_record(name, line_no, line)
         tokens = rec.token_ids
+        if rec.prompt_token_ids is not None:
+            if tokens is not None:
+                raise TraceError(name, "give token_ids or prompt_token_ids, not both", line_no, "prompt_token_ids")
+            tokens = rec.prompt_token_ids
         if tokens is None:
             text = rec.text if rec.text is not None else rec.prompt
             if text is None:
-                raise TraceError(name, "missing (and no text or prompt to tokenize)", line_no, "token_ids")
+                raise TraceError(name, "missing (and no prompt_token_ids, text or prompt to tokenize)", line_no,
+                                 "token_ids")
             if encode is None:
                 raise TraceError(name, f"missing; this record has {'text' if rec.text is not None else 'prompt'}: "
                                  "give a tokenizer (--tokenizer tokenizer.json) to tokenize it", line_no, "token_ids")
