@@ -54,10 +54,14 @@ def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) ->
     if text.isdigit():
         blocks = int(text)
     else:
+        try:  # (a size in bits is refused before anything else is asked for)
+            size_bytes = parse_size(text)
+        except ConfigError as e:
+            raise ConfigError(f"{what}: {e}") from None
         if block_bytes is None:
             raise ConfigError(f"{what}: {text!r} is a size in bytes: give --model to turn it into blocks, "
                               "or give the size in blocks")
-        blocks = parse_size(text) // block_bytes
+        blocks = size_bytes // block_bytes
     if blocks < 1:
         raise ConfigError(f"{what}: {text!r} holds no block")
     if blocks > MAX_BLOCKS:
