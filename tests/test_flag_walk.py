@@ -223,6 +223,9 @@ CASES.update({
     ("simulate", "--tp"): changes("--tp", "2"),
     ("simulate", "--gpu-memory-utilization"): changes("--gpu-memory-utilization", "0.5", base=(
         "simulate", "TRACE", *SIM)),
+    ("simulate", "--kv-cache-memory"): changes("--kv-cache-memory", "1GiB", base=("simulate", "TRACE", *SIM)),
+    ("simulate", "--num-gpu-blocks-override"): changes("--num-gpu-blocks-override", "12",
+                                                       base=("simulate", "TRACE", *SIM)),
     ("simulate", "--engine-style"): changes("--engine-style", "sglang"),
     ("simulate", "--schedule"): changes("--schedule", "lpm", context=("--engine-style", "sglang", "--capacity", "12")),
     ("simulate", "--max-num-batched-tokens"): changes("--max-num-batched-tokens", "32", context=("--speedup", "50")),

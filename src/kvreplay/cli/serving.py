@@ -406,9 +406,10 @@ def _refuse_what_cannot_apply(args) -> None:
     refuse(args, "gpu", roofline or pool_from_gpu, f"times the steps (roofline) or sizes the pool (no --capacity): "
                                                    f"with --capacity and --time-model {args.time_model} it has no part")
     refuse(args, "tp", args.gpu is not None, "splits the model over --gpu's GPUs: add --gpu")
-    refuse(args, "gpu_memory_utilization", pool_from_gpu and args.gpu is not None and args.model is not None,
-           "sizes the pool from --gpu and --model's weights: it does not apply with --capacity (or without --gpu "
-           "and --model)")
+    refuse(args, "gpu_memory_utilization", args.gpu is not None and args.model is not None,
+           "sizes the pool from --gpu and --model's weights: add --gpu and --model")
+    refuse(args, "gpu_memory_utilization", args.kv_cache_memory is None,
+           "does not apply with --kv-cache-memory, which gives the KV memory itself (as vLLM's flags)")
     refuse(args, "bytes_per_token", any(isinstance(c, str) for c in [args.capacity, *(args.capacities or [])]),
            "turns a size (--capacity 40GiB) into blocks: the pool here is given in blocks")
     sglang = args.engine_style == "sglang"
