@@ -31,8 +31,8 @@ def _parser_run(sub) -> None:
                           "evicted blocks are demoted, hits counted per tier (docs/serving.md, \"Tiers\")")
     run.add_argument("--tier-copies", choices=("move", "keep"), default="move",
                      help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy")
-    run.add_argument("--over-time", type=common.over_time, metavar="N|Ns",
-                     help="also show the hit rate per window of N requests, or of N seconds of trace time (e.g. 600s)")
+    run.add_argument("--over-time", type=common.over_time, metavar="DURATION|Nreq",
+                     help="also show the hit rate per window of trace time (600s, 10m) or of N requests (1000req)")
     run.add_argument("--output", "-o", help="write the JSON report to this file (atomically)")
     run.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of a summary")
     run.add_argument("--summary-only", action="store_true", help="leave per_request out of the JSON report")
