@@ -93,6 +93,15 @@ def test_plan_counts_configurations():
     assert calls[-1] == (4, 4, "configurations")  # 2 GPUs x 2 loads
 
 
+def test_hashing_a_token_log_counts_bytes(tmp_path):
+    from kvreplay.trace.hashing import hash_token_log
+
+    calls = Calls()
+    log = DATA / "tokens_roundtrip.jsonl"
+    hash_token_log(log, tmp_path / "t.jsonl", block_size=4, progress=calls)
+    assert calls.check() == [(log.stat().st_size, log.stat().st_size, "bytes read")]
+
+
 def test_synth_and_writing_count_their_work(tmp_path):
     calls = Calls()
     trace = synth(300, seed=1, progress=calls)

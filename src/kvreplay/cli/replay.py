@@ -8,6 +8,7 @@ import sys
 
 from ..errors import ConfigError
 from ..output.serving import tiers_text
+from ..progress import tell
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
 from . import common
 
@@ -83,8 +84,10 @@ def _cmd_run(args) -> int:
         from ..trace.model import resolve_block_size
 
         tiers["kv_groups"] = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
+    tell(args.progress, 0, 1, "replays")  # one compiled call: its stage shows the time it takes
     report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
                     warmup_fraction=args.warmup_fraction, **tiers, **params)
+    tell(args.progress, 1, 1, "replays")
     if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
         budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks], hybrid=hybrid)[1]
     from ..analysis import metrics

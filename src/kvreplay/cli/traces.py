@@ -26,7 +26,7 @@ def _cmd_hash(args) -> int:
 
     common.check_output_dir(args.output, inputs=[args.input])
     s = hash_token_log(args.input, args.output, block_size=args.block_size, tokenizer=args.tokenizer,
-                       salt=args.salt, keep_hashes=args.keep_hashes)
+                       salt=args.salt, keep_hashes=args.keep_hashes, progress=args.progress)
     common.note(args, f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of "
                       f"{s['block_size']} ({s['unique_blocks']:,} unique) -> {s['output']}")
     return 0

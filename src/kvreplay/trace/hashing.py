@@ -202,7 +202,7 @@ def _lines(path: str, stream):
 
 
 def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None, salt: str = "",
-                   keep_hashes: bool = False) -> dict:
+                   keep_hashes: bool = False, progress=None) -> dict:
     """Convert a token log (JSONL) into a Mooncake trace at `out_path`; return a summary.
 
     source: a JSONL file (plain or gzip, recognised by content), or "-" for standard input.
@@ -218,6 +218,8 @@ def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, to
         function text -> list of token ids.
     salt: the namespace of records that name none.
     keep_hashes: also write each block's hex sha256 digest in a ``block_hashes`` field.
+    progress: a kvreplay.progress callback, told ``(bytes, file size, "bytes read")`` as the log is
+        read (not for standard input).
 
     Returns ``{"source", "output", "block_size", "requests", "tokens", "blocks",
     "unique_blocks"}`` (tokens: prompt tokens; blocks: hash ids written, i.e. full blocks).
@@ -238,21 +240,27 @@ def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, to
         raise ConfigError("the output must be a file name, not '-' (the trace is renamed into place when complete)")
     name = "<stdin>" if source == "-" else source
     stream = open_trace(source)
+    told = None
+    if progress is not None and source != "-":
+        raw, size = getattr(stream, "fileobj", stream), os.path.getsize(source)  # bytes on disk, gzip or not
+        told = lambda: progress(raw.tell(), size, "bytes read")  # noqa: E731
     try:
-        return _convert(name, stream, out_path, block_size, encode, salt, keep_hashes)
+        return _convert(name, stream, out_path, block_size, encode, salt, keep_hashes, told)
     finally:
         if source != "-":
             stream.close()
 
 
-def _convert(name: str, stream, out_path: str, block_size: int, encode, default_salt: str, keep_hashes: bool) -> dict:
+def _convert(name: str, stream, out_path: str, block_size: int, encode, default_salt: str, keep_hashes: bool,
+             told=None) -> dict:
     with atomic_output(out_path) as out:
-        summary = _stream(name, stream, out, block_size, encode, default_salt, keep_hashes)
+        summary = _stream(name, stream, out, block_size, encode, default_salt, keep_hashes, told)
     summary.update(source=name, output=out_path)
     return summary
 
 
-def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, keep_hashes: bool) -> dict:
+def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, keep_hashes: bool,
+            told=None) -> dict:
     step = 8 * block_size
     decode = _decoder.decode
     table: dict[bytes, int] = {}  # digest -> id, in order of first appearance
@@ -303,9 +311,13 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
         write(enc(record))
         write(b"\n")
         requests += 1
+        if told is not None and requests % 4096 == 0:
+            told()
         tokens_total += length
         blocks_total += len(ids)
     if requests == 0:
         raise TraceError(name, "no requests (empty token log)")
+    if told is not None:
+        told()
     return {"block_size": block_size, "requests": requests, "tokens": tokens_total, "blocks": blocks_total,
             "unique_blocks": len(table)}
