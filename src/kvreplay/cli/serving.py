@@ -432,6 +432,10 @@ def _refuse_what_cannot_apply(args) -> None:
     refuse(args, "tier_overlap", tiered, "overlaps loads from the tiers with compute: add --tiers or --global-store")
     refuse(args, "summary_only", bool(args.json or args.output),
            "leaves per_request out of the JSON report: add --json or --output")
+    for one, many in (("policy", "policies"), ("capacity", "capacities"), ("instances", "instances_list"),
+                      ("router", "routers"), ("tiers", "tier_list")):
+        refuse(args, one, not common.given(args, many),
+               f"and --{many.replace('_', '-')} both give the sweep's {one}: give one of them")
     refuse(args, "param_last_token_recompute", False,
            "is the sequential replay's (kvreplay run): the simulated vLLM scheduler computes a fully cached "
            "prompt's last token itself, as vLLM's does")
