@@ -65,6 +65,14 @@ def test_policy_durations():
         kvreplay.sweep(trace, [8], ["ttl:ttl=5"])
 
 
+def test_session_spacing():
+    two = [str(DATA / "claude_a.json"), str(DATA / "claude_b.json")]
+    assert kvreplay.load_trace(two, session_spacing="90s").timestamp.max() == \
+        kvreplay.load_trace(two, session_spacing=90).timestamp.max() == 90_000 + 30_000
+    with pytest.raises(ConfigError, match="session spacing: 90 what"):
+        kvreplay.load_trace(two, session_spacing="90")
+
+
 def test_simulate_and_synth_durations():
     trace = kvreplay.load_trace(WALK)
     a = kvreplay.simulate(trace, "vllm", 40, time_model="instant", slo_ttft_ms="2s", compare_sequential=False)

@@ -23,8 +23,8 @@ def load_trace(path, *, format: str = "auto", on_invalid: str = "error", sort_by
         input_length, hash_ids, timestamp, output_length), "bailian" (Alibaba Qwen JSONL, 16-token
         blocks, sessions from parent_chat_id) or "claude-code" (one session per JSON file).
     session_arrivals, session_spacing, seed: start offsets of Claude Code sessions when several
-        are merged: "fixed" (every `session_spacing` seconds, default 60), "poisson" (exponential
-        gaps of mean `session_spacing`, seeded) or "zero".
+        are merged: "fixed" (every `session_spacing` seconds, default 60; or a string with its
+        unit, "90s"), "poisson" (exponential gaps of mean `session_spacing`, seeded) or "zero".
     subagent_sessions: Claude Code: each subagent stream is its own session.
     on_invalid: "error" (default) raises TraceError naming file, line and field
         at the first bad record; "skip" drops bad records and records them in

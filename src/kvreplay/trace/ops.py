@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..progress import tell
+from ..units import seconds_arg
 from .retention import Retention
 from .model import Trace
 
@@ -113,6 +114,7 @@ def session_offsets_ms(count: int, arrivals: str = "fixed", spacing_s: float = 6
     exponential gaps of mean s, seeded) or "zero" (all at 0)."""
     if arrivals not in ("fixed", "poisson", "zero"):
         raise ConfigError(f"session arrivals must be fixed, poisson or zero, not {arrivals!r}")
+    spacing_s = seconds_arg(spacing_s, "session spacing")
     if not (np.isfinite(spacing_s) and spacing_s >= 0):
         raise ConfigError(f"session spacing must be a non-negative number of seconds, got {spacing_s!r}")
     if arrivals == "zero" or count == 0:
