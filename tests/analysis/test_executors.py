@@ -149,4 +149,4 @@ def test_cli_executor_options_change_nothing_in_the_output(capsys, options):
 def test_cli_ray_address_needs_the_ray_executor(capsys):
     code, out, err = _cli(capsys, "--ray-address", "auto")
     assert code == 2 and out == ""
-    assert err == "kvreplay: a Ray address only applies to the ray executor, not 'local'\n"
+    assert err == "kvreplay: --ray-address applies with --executor ray\n"

@@ -402,9 +402,9 @@ def _refuse_what_cannot_apply(args) -> None:
     refuse = common.refuse_unless
     time_model = str(args.time_model or "roofline").lower()
     roofline = time_model in ("roofline", "roofline-raw")
-    pool_from_gpu = args.capacity is None and args.capacities is None and "hbm=" not in (args.tiers or "")
-    refuse(args, "gpu", roofline or pool_from_gpu, f"times the steps (roofline) or sizes the pool (no --capacity): "
-                                                   f"with --capacity and --time-model {args.time_model} it has no part")
+    refuse(args, "gpu", roofline or args.model is not None,
+           f"times the steps (the roofline) or holds --model's weights and KV: with --time-model {args.time_model} "
+           "and no --model it has no part")
     refuse(args, "tp", args.gpu is not None, "splits the model over --gpu's GPUs: add --gpu")
     refuse(args, "gpu_memory_utilization", args.gpu is not None and args.model is not None,
            "sizes the pool from --gpu and --model's weights: add --gpu and --model")
