@@ -360,7 +360,10 @@ def _cmd_report(args) -> int:
                                                       "attention (its serving section too)")
     serving = None
     if args.gpu:
+        from .. import native
         from .serving import number_list
+
+        native.require("the report's serving section (--gpu: the serving simulator, which is C only)")
 
         if args.model is None:
             raise ConfigError("--gpu needs --model (the weights to place and to run)")
