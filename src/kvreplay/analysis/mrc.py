@@ -85,8 +85,8 @@ def _histograms_compiled(offsets, blocks, input_length, block_size, warmup, hit_
     tree = np.zeros(int(offsets[-1]) + 1, dtype=np.int32)
     last = np.full(hit_tokens_at.shape[0] - 1, -1, dtype=np.int64)
     p, i = native.POINTER, native.COUNT
-    callback = None if told is None else native.PROGRESS(told)
-    native.function("kv_mrc_histograms", None, p, i, p, p, i, i, p, p, i, p, p, native.PROGRESS)(
+    alive, callback = native.callback(told)  # (alive: the C function, held while C may call it)
+    native.function("kv_mrc_histograms", None, p, i, p, p, i, i, p, p, i, p, p, p)(
         native.ptr(offsets), input_length.shape[0], native.ptr(blocks), native.ptr(input_length), int(block_size), int(warmup),
         native.ptr(hit_tokens_at), native.ptr(accesses_at), hit_tokens_at.shape[0] - 1, native.ptr(tree), native.ptr(last),
         callback)

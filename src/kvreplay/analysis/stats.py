@@ -115,8 +115,8 @@ def _pass_compiled(offsets, blocks, input_length, block_size, num_blocks, hit_to
     tree = np.zeros(int(offsets[-1]) + 1, dtype=np.int32)
     last = np.zeros(num_blocks, dtype=np.int64)
     p, i = native.POINTER, native.COUNT
-    callback = None if told is None else native.PROGRESS(told)
-    first = native.function("kv_stats_pass", i, p, i, p, p, i, p, p, p, p, i, p, p, native.PROGRESS)(
+    alive, callback = native.callback(told)  # (alive: the C function, held while C may call it)
+    first = native.function("kv_stats_pass", i, p, i, p, p, i, p, p, p, p, i, p, p, p)(
         native.ptr(offsets), input_length.shape[0], native.ptr(blocks), native.ptr(input_length), int(block_size),
         native.ptr(hit_tokens), native.ptr(hit_blocks), native.ptr(shared_blocks), native.ptr(reuse_hist),
         int(key_stride), native.ptr(tree), native.ptr(last), callback)

@@ -327,7 +327,7 @@ def param_table() -> dict:
     (from the registry's index: no policy module is imported)."""
     from ..policies.registry import INFO
 
-    table: dict = {}
+    table: dict = {}  # (Seconds: a duration parameter, units.py)
     for spec in INFO.values():
         for p in spec.params:
             table.setdefault(p.name, []).append((spec.name, p))
@@ -335,9 +335,11 @@ def param_table() -> dict:
 
 
 def add_param_options(p: argparse.ArgumentParser) -> None:
+    from ..policies.registry import default_text
+
     for name, owners in param_table().items():
         # a name several policies take (ttl: ttl and deepseek) says each one's meaning and default
-        text = "; ".join(f"{policy}: {param.help} (default {param.default_text()})" for policy, param in owners)
+        text = "; ".join(f"{policy}: {param.help} (default {default_text(param)})" for policy, param in owners)
         kind = owners[0][1].kind
         p.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", type=duration if kind is Seconds else kind,
                        default=None, help=text)

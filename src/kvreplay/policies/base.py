@@ -111,10 +111,6 @@ class Param:
     help: str
     check: Callable[[Any], str | None] = lambda value: None  # returns a complaint or None
 
-    def default_text(self) -> str:
-        """The default as a flag would be written (a duration with its unit: 300s)."""
-        return f"{self.default:g}s" if self.kind is Seconds else str(self.default)
-
     def convert(self, policy: str, value: Any) -> Any:
         if self.kind is int:
             if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):

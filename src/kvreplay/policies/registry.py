@@ -44,6 +44,11 @@ class PolicyInfo(NamedTuple):
 
 
 KINDS = {"int": int, "float": float, "Seconds": Seconds}  # Seconds: a duration (units.py)
+
+
+def default_text(param) -> str:
+    """A parameter's default as its flag would be written (a duration with its unit: 300s)."""
+    return f"{param.default:g}s" if param.kind is Seconds else str(param.default)
 INFO: dict[str, PolicyInfo] = {
     name: PolicyInfo(name, module, summary, capacity, tuple(ParamInfo(p, d, KINDS[k], h) for p, k, d, h in params))
     for name, module, summary, capacity, params in index.POLICIES
