@@ -160,6 +160,17 @@ def test_a_terminal_shows_stages_done_of_total_elapsed_and_time_left(long_sweep)
     assert len(json.loads(out)["results"]) == 6
 
 
+def test_printed_output_after_the_bars(tmp_path):
+    # print() holds sys.stdout without a reference of its own: the bars are cleared from inside its
+    # write, and sys.stdout is given back only when the command ends (replacing it there crashed)
+    argv = ["simulate", str(WALK), "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "roofline-raw"]
+    code, shown, out = on_pty(argv, delay_s=0.0)
+    assert code == 0 and "runs" in shown
+    piped = subprocess.run([sys.executable, "-m", "kvreplay.cli", *argv], capture_output=True,
+                           env=dict(os.environ, PYTHONPATH=SRC))
+    assert out == piped.stdout and out.startswith(b"trace ")
+
+
 def test_nothing_in_a_pipe_nor_with_quiet(long_sweep, tmp_path):
     piped = subprocess.run([sys.executable, "-m", "kvreplay.cli", *long_sweep], capture_output=True,
                            env=dict(os.environ, PYTHONPATH=SRC))

@@ -71,7 +71,7 @@ class Display:
             self.tasks[what] = self.bar.add_task(what, total=total)
         self.bar.update(self.tasks[what], completed=done, total=total)
 
-    def close(self) -> None:
+    def stop(self) -> None:
         """Stop drawing and clear the bars (before the command prints anything after them)."""
         with self.lock:
             self.closed = True
@@ -79,8 +79,13 @@ class Display:
             if self.bar is not None:
                 self.bar.stop()
                 self.bar = None
-                if isinstance(sys.stdout, _ClosingStdout):
-                    sys.stdout = self.stdout
+
+    def close(self) -> None:
+        """At the command's end: stop drawing, and give sys.stdout back. (Never from inside a write
+        to it: print holds sys.stdout without a reference of its own, so replacing it there crashes.)"""
+        self.stop()
+        if isinstance(sys.stdout, _ClosingStdout):
+            sys.stdout = self.stdout
 
 
 class _ClosingStdout:
@@ -90,12 +95,12 @@ class _ClosingStdout:
         self._display, self._real = display, real
 
     def write(self, text):
-        self._display.close()
+        self._display.stop()
         return self._real.write(text)
 
     @property
     def buffer(self):
-        self._display.close()
+        self._display.stop()
         return self._real.buffer
 
     def __getattr__(self, name):
