@@ -111,3 +111,28 @@ def test_units_named_on_the_command_line(capsys, argv, message):
 def test_bits_are_refused_inside_specs(capsys, argv, message):
     assert main(list(argv)) == 2
     assert message in capsys.readouterr().err
+
+
+def warmup_commands():
+    return sorted(name for name, p in COMMANDS.items() if any("--warmup" in a.option_strings for a in p._actions))
+
+
+def test_the_warmup_flag_is_found():
+    assert {"simulate", "plan", "report", "sweep"} <= set(warmup_commands())
+
+
+@pytest.mark.parametrize("command", warmup_commands())
+def test_a_warmup_of_a_bare_number_above_1_is_refused_as_parsed(capsys, command):
+    # below 1 a bare number is a fraction of the arrival span; 600 could be seconds or a mistake
+    extra = ["--model", "Llama-3.1-8B"] if command == "plan" else []
+    lines = usage_error(capsys, command, WALK, *extra, "--warmup", "600")
+    assert lines[0] == (f"kvreplay {command}: --warmup: 600 what? a bare number is a fraction of the arrival span, "
+                        "in [0, 1); a duration takes its unit: 600s or 600ms")
+    assert len(lines) == 2 and lines[1].startswith(f"usage: kvreplay {command}")
+    assert usage_error(capsys, command, WALK, *extra, "--warmup", "10 parsecs")[0] == (
+        f"kvreplay {command}: --warmup: unknown unit 'parsecs' in '10 parsecs' (units: ns, us, ms, s, m, h, d)")
+
+
+def test_the_kv_pool_flags_take_bytes_not_bits(capsys):
+    assert usage_error(capsys, "simulate", WALK, "--kv-cache-memory", "8Gb")[0] == (
+        "kvreplay simulate: --kv-cache-memory: 8Gb is in bits; write 8GB or 8GiB")

@@ -34,6 +34,8 @@ CLAUDE = [str(DATA / "claude_a.json"), str(DATA / "claude_b.json")]  # two sessi
 TOKENS = str(DATA / "token_ids_as_hash_ids.jsonl")  # token ids where block hashes belong
 TOKEN_LOG = str(DATA / "tokens_roundtrip.jsonl")
 STEPS = str(DATA / "steps_24.csv")
+SPAN_LOG = str(DATA / "tokens_span_at_32.jsonl")  # 40 prompts, a 4-token span at token 32; 4 in namespace tenant-x
+TOKENIZER = str(DATA / "tokenizer_t200.json")  # word-level: "t0".."t199" are token ids 0..199
 
 SIM = ["--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "roofline-raw"]
 
@@ -53,6 +55,7 @@ BASE = {
     "merge": ["merge", "TRACE", "TRACE", "-o", "OUT/m.jsonl"],
     "stats": ["stats", "TRACE"],
     "synth": ["synth", "-o", "OUT/y.jsonl", "--requests", "40"],
+    "diagnose": ["diagnose", SPAN_LOG],
     "policies": ["policies"],
     "models": ["models"],
     "gpus": ["gpus"],
@@ -180,6 +183,8 @@ CASES.update({
     ("run", "--capacity"): changes("--capacity", "6"),
     ("run", "--over-time"): changes("--over-time", "10req"),
     ("run", "--summary-only"): changes("--summary-only", context=("--json",)),
+    ("run", "--gpu"): changes("--gpu", "H100", context=("--model", "Llama-3.1-8B")),  # the headroom in GPU-seconds
+    ("run", "--tp"): changes("--tp", "2", context=("--model", "Llama-3.1-8B", "--gpu", "H100")),
     ("run", "--kv-semantics"): changes("--kv-semantics", "full", context=("--model", "gpt-oss-20b"),
                                        base=("run", "TRACE", "--capacity", "12")),
     # sweep
@@ -188,6 +193,12 @@ CASES.update({
     ("sweep", "--each"): changes("--each", trace=(WALK, str(DATA / "walk_copy.jsonl"))),
     ("sweep", "--kv-semantics"): changes("--kv-semantics", "full", context=("--model", "gpt-oss-20b", "--policies",
                                                                              "vllm", "--capacities", "1GiB,2GiB")),
+    # sweep --gpu: the policies ranked served on a deployment too
+    ("sweep", "--gpu"): changes("--gpu", "H100", context=("--model", "Llama-3.1-8B")),
+    **{("sweep", flag): changes(*args, context=("--model", "Llama-3.1-8B", "--gpu", "H100", *more))
+       for flag, args, more in (("--tp", ("--tp", "2"), ()), ("--instances", ("--instances", "2"), ()),
+                                ("--router", ("--router", "random"), ("--instances", "2")),
+                                ("--warmup", ("--warmup", "0.5"), ()), ("--cold-start", ("--cold-start",), ()))},
     # mrc
     ("mrc", "--engine"): refused("--engine", "reference"),
     # report
@@ -208,6 +219,10 @@ CASES.update({
                                                                     "--speedups", "1", "--instances", "2")),
     ("report", "--tiers"): changes("--tiers", "dram=20@1GB/s", context=("--model", "Llama-3.1-8B", "--gpu", "H100",
                                                                          "--speedups", "1")),
+    ("report", "--warmup"): changes("--warmup", "0.5", context=("--model", "Llama-3.1-8B", "--gpu", "H100",
+                                                                "--speedups", "1")),
+    ("report", "--cold-start"): changes("--cold-start", context=("--model", "Llama-3.1-8B", "--gpu", "H100",
+                                                                 "--speedups", "1")),
     ("report", "--plan"): refused("--plan", str(DATA / "steps_24.csv")),
     # simulate
     ("simulate", "--policy"): changes("--policy", "lru"),
@@ -282,6 +297,8 @@ CASES.update({
     ("simulate", "--seed"): changes("--seed", "3", context=("--rate", "5")),
     ("simulate", "--engine"): refused("--engine", "reference"),
     ("simulate", "--warmup-fraction"): refused("--warmup-fraction", "0.5"),
+    ("simulate", "--warmup"): changes("--warmup", "0.5"),
+    ("simulate", "--cold-start"): changes("--cold-start"),
     ("simulate", "--summary-only"): changes("--summary-only", context=("--json",)),
     # plan
     ("plan", "--engine"): refused("--engine", "reference"),
@@ -291,6 +308,11 @@ CASES.update({
     ("plan", "--slo-tpot-p90"): changes("--slo-tpot-p90", "5ms"),
     ("plan", "--slo-e2e-p99"): changes("--slo-e2e-p99", "1s"),
     ("plan", "--window"): changes("--window", "10s", context=("--json",)),
+    ("plan", "--warmup"): changes("--warmup", "0.5"),
+    ("plan", "--cold-start"): changes("--cold-start"),
+    ("plan", "--min-window-requests"): changes("--min-window-requests", "5"),
+    ("plan", "--emit"): changes("--emit", "vllm"),
+    ("plan", "--engine-style"): changes("--engine-style", "sglang"),
     ("plan", "--gpus"): changes("--gpus", "H200"),
     ("plan", "--tp"): changes("--tp", "2"),
     ("plan", "--tiers"): changes("--tiers", "none;dram=64GiB@64GB/s"),
@@ -303,7 +325,9 @@ CASES.update({
     ("plan", "--pricing"): changes("--pricing", "reserved"),
     ("plan", "--judge"): changes("--judge", "centre", context=("--json",)),
     ("plan", "--kv-semantics"): changes("--kv-semantics", "full", context=("--model", "gpt-oss-20b")),
-    ("plan", "--max-instances"): changes("--max-instances", "1", context=("--slo-ttft-p90", "5ms")),
+    # no instance count meets 9 ms at x30, cold: the search stops at --max-instances (2 in BASE)
+    ("plan", "--max-instances"): changes("--max-instances", "1", context=("--slo-ttft-p90", "9ms", "--loads", "30",
+                                                                          "--cold-start", "--tp", "1")),
     ("plan", "--sort-by-time"): same("--sort-by-time", reason="the simulator serves requests in arrival-time order "
                                                               "whatever their order in the file"),
     ("plan", "--time-model"): changes("--time-model", "roofline-raw"),
@@ -374,7 +398,19 @@ CASES.update({
     ("synth", "--system-priority"): changes("--system-priority", "50"),
     ("synth", "--system-priority-ms"): changes("--system-priority-ms", "100", context=("--system-priority", "50")),
     ("synth", "--block-size"): changes("--block-size", "64"),
+    ("synth", "--token-log"): changes("--token-log"),
+    ("synth", "--timestamp-at"): changes("--timestamp-at", "end", context=("--token-log",)),
     ("synth", "--seed"): changes("--seed", "3"),
+    # diagnose (a token log; every flag but --json is refused on a hashed trace: tests/analysis/test_diagnose.py)
+    ("diagnose", "--tokenizer"): changes("--tokenizer", TOKENIZER),  # the examples decoded
+    ("diagnose", "--salt"): changes("--salt", "tenant-x"),  # the unnamed records join tenant-x's namespace
+    ("diagnose", "--block-size"): changes("--block-size", "8"),
+    ("diagnose", "--policy"): changes("--policy", "lru", context=("--capacity", "4")),
+    ("diagnose", "--capacity"): changes("--capacity", "4"),
+    ("diagnose", "--horizon"): changes("--horizon", "16"),  # the span at token 32 is past it
+    ("diagnose", "--max-width"): changes("--max-width", "2"),  # the span is 4 tokens wide
+    ("diagnose", "--min-requests"): changes("--min-requests", "39"),  # it breaks 38
+    ("diagnose", "--rewrite"): changes("--rewrite", "OUT/fixed.jsonl"),
     # the catalogs
     **{(c, "--json"): changes("--json") for c in ("models", "gpus")},
 })

@@ -88,9 +88,48 @@ def test_simulate_counts_its_runs_and_the_band():
 def test_plan_counts_configurations():
     calls = Calls()
     kvreplay.plan(kvreplay.load_trace(WALK), model="Llama-3.1-8B", slo=kvreplay.SLO(ttft_p90_s="2s"),
-                  gpus=["H100", "H200"], loads=[1, 2], max_instances=2, progress=calls)
+                  gpus=["H100", "H200"], tps=[1], loads=[1, 2], max_instances=2, progress=calls)
     assert calls.check().stages() == ["configurations"]
-    assert calls[-1] == (4, 4, "configurations")  # 2 GPUs x 2 loads
+    assert calls[0] == (0, 4, "configurations") and calls[-1] == (4, 4, "configurations")  # 2 GPUs x 2 loads
+    # TP degrees searched when none is given: 1, 2, 4, 8 on each GPU, unfit ones counted too
+    calls = Calls()
+    kvreplay.plan(kvreplay.load_trace(WALK), model="Llama-3.1-8B", slo=kvreplay.SLO(ttft_p90_s="2s"),
+                  gpus=["H100"], max_instances=2, progress=calls)
+    assert calls.check()[-1] == (4, 4, "configurations")
+
+
+def test_diagnose_counts_the_search_then_the_what_ifs():
+    from kvreplay.analysis.diagnose import diagnose
+    from kvreplay.trace.token_log import read_token_log
+
+    calls = Calls()
+    path = DATA / "tokens_span_at_32.jsonl"
+    log = read_token_log(path, progress=calls)
+    d = diagnose(log, progress=calls)
+    assert calls.check().stages() == ["bytes read", "requests searched", "what-ifs replayed"]
+    assert (path.stat().st_size, path.stat().st_size, "bytes read") in calls
+    assert calls[-1] == (1, 1, "what-ifs replayed") and len(d["spans"]) == 1
+    assert (40, 40, "requests searched") in calls
+
+
+def test_the_served_ranking_and_the_verdicts_checks_count_their_runs():
+    from kvreplay.serving.fixcheck import check_fix
+    from kvreplay.serving.ranking import served_ranking
+
+    trace = kvreplay.load_trace(WALK)
+    calls = Calls()
+    ranking = served_ranking(trace, ["lru", "belady", "fifo"], model="Llama-3.1-8B", gpu="H100",
+                             time_model="roofline-raw", progress=calls)
+    assert calls.check() == [(k, 3, "policies served") for k in range(4)] and len(ranking["rows"]) == 2
+    # a run that does not keep up: its estimates (a load, an instance count) are each run once
+    options = dict(policy="vllm", capacity=40, model="Llama-3.1-8B", gpu="H100", time_model="roofline-raw",
+                   speedup=400.0)
+    report = kvreplay.simulate(trace, **options)
+    assert not report.summary()["keeps_up"]["keeps_up"]
+    calls = Calls()
+    checked = check_fix(trace, options, report, progress=calls)
+    assert calls.check() == [(k, 2, "estimates checked by running them") for k in range(3)]
+    assert set(checked) == {"load", "instances"}
 
 
 def test_hashing_a_token_log_counts_bytes(tmp_path):
@@ -191,3 +230,30 @@ def test_an_error_is_printed_after_the_bars_are_cleared(tmp_path):
     code, shown, _ = on_pty(["stats", str(bad)], delay_s=0.0)
     assert code == 2
     assert shown.strip().splitlines()[-1] == f"{bad}:37: input_length: expected a non-negative integer, got -1"
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory) -> str:
+    """300 chats of 2,000-token system prompts with a timestamp at token 20 (synth --token-log)."""
+    from kvreplay.trace.token_synth import token_log
+
+    path = tmp_path_factory.mktemp("progress") / "chats.jsonl"
+    path.write_bytes(token_log(300, timestamp_at=20, seed=0).to_jsonl())
+    return str(path)
+
+
+@pytest.mark.parametrize("command, stage", [
+    (["plan", str(WALK), "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--max-instances", "2"], "configurations"),
+    (["diagnose", "CHATS"], "what-ifs replayed"),
+    (["simulate", str(WALK), "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "roofline-raw",
+      "--capacity", "40", "--speedup", "400"], "estimates checked by running them"),
+], ids=["plan", "diagnose", "simulate's checks"])
+def test_plan_diagnose_and_checks_on_a_terminal_in_a_pipe_and_quiet(command, stage, chats):
+    argv = [chats if word == "CHATS" else word for word in command]
+    code, shown, out = on_pty(argv, delay_s=0.0)
+    assert code == 0 and re.search(rf"{stage}\s.*\s\d+/\d+\s+elapsed \d:\d\d:\d\d left", shown), shown
+    piped = subprocess.run([sys.executable, "-m", "kvreplay.cli", *argv], capture_output=True,
+                           env=dict(os.environ, PYTHONPATH=SRC))
+    assert piped.returncode == 0 and piped.stderr == b"" and out == piped.stdout
+    code, shown, quiet = on_pty([*argv, "--quiet"], delay_s=0.0)
+    assert code == 0 and shown.strip() == "" and quiet == out
