@@ -352,7 +352,9 @@ CASES.update({
     # hash
     ("hash", "--output"): changes("-o", "OUT/other.jsonl"),
     ("hash", "--block-size"): changes("--block-size", "2"),
-    ("hash", "--tokenizer"): refused("--tokenizer", "OUT/missing.json", names="tokenizer"),
+    # a log of text records, tokenized (without a tokenizer hash stops at its first record)
+    ("hash", "--tokenizer"): changes("--tokenizer", TOKENIZER, trace=(str(DATA / "text_log.jsonl"),),
+                                     base=("hash", "TRACE", "-o", "OUT/h.jsonl", "--block-size", "4")),
     ("hash", "--salt"): changes("--salt", "tenant-x", context=("--keep-hashes",)),
     ("hash", "--keep-hashes"): changes("--keep-hashes"),
     # convert, slice
@@ -414,6 +416,52 @@ CASES.update({
     # the catalogs
     **{(c, "--json"): changes("--json") for c in ("models", "gpus")},
 })
+
+
+# Flags refused where they have no part, besides their walk case above (each also changes the
+# output where it has one): given, even at its default value, they stop the command.
+SERVED = ("--model", "Llama-3.1-8B", "--gpu", "H100")
+NO_PART = {
+    "run --tp without --gpu": ("run", refused("--tp", "1", context=("--model", "Llama-3.1-8B"))),
+    "run --gpu without --model": ("run", refused("--gpu", "H100")),
+    "sweep --router with one instance": ("sweep", refused("--router", "round-robin", context=SERVED)),
+    "sweep --warmup without --gpu": ("sweep", refused("--warmup", "auto")),
+    "report --router with one instance": ("report", refused("--router", "random", context=(*SERVED, "--speedups",
+                                                                                           "1"))),
+    "report --cold-start without --gpu": ("report", refused("--cold-start")),
+    "plan --judge without a band": ("plan", refused("--judge", "pessimistic", context=("--time-model",
+                                                                                       "roofline-raw"))),
+    "plan --price for a GPU not searched": ("plan", refused("--price", "H200=10", names="H200")),
+    "plan --price dram without a tier": ("plan", refused("--price", "dram=0.5", names="dram")),
+    "plan --emit vllm planned for sglang": ("plan", refused("--emit", "vllm", context=("--engine-style", "sglang"))),
+    "plan --emit with --json": ("plan", refused("--emit", "k8s", context=("--json",))),
+    "simulate --cold-start with --warmup": ("simulate", refused("--cold-start", context=("--warmup", "0.5"))),
+    "synth --timestamp-at without --token-log": ("synth", refused("--timestamp-at", "end")),
+    "synth --block-size with --token-log": ("synth", refused("--block-size", "16", context=("--token-log",))),
+    "diagnose --policy on a hashed trace": ("diagnose", refused("--policy", "lru", trace=(WALK,),
+                                                                base=("diagnose", "TRACE"))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NO_PART))
+def test_refused_where_it_has_no_part(name, tmp_path, capsys):
+    command, case = NO_PART[name]
+    out = tmp_path / "out"
+    out.mkdir()
+    code, _, err, files = outcome(capsys, argv(case, command, out, True), out)
+    assert code == 2 and (case.names or case.args[0]) in err, err
+    assert files == {}
+
+
+def test_a_tokenizer_no_record_needed_is_said(tmp_path, capsys):
+    # whether a token log needs its tokenizer shows only as it is read: a warning (with --quiet too)
+    out = tmp_path / "h.jsonl"
+    assert main(["hash", TOKEN_LOG, "-o", str(out), "--block-size", "4", "--tokenizer", TOKENIZER, "--quiet"]) == 0
+    assert capsys.readouterr().err == (f"kvreplay: warning: --tokenizer was not used: every record of {TOKEN_LOG} "
+                                       "gives its token ids (token_ids or prompt_token_ids), none text or prompt\n")
+    text = str(DATA / "text_log.jsonl")
+    assert main(["hash", text, "-o", str(out), "--block-size", "4", "--tokenizer", TOKENIZER]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"3 of 3 requests tokenized with {TOKENIZER}"
 
 
 def flags(parser) -> list[str]:

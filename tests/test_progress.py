@@ -257,3 +257,14 @@ def test_plan_diagnose_and_checks_on_a_terminal_in_a_pipe_and_quiet(command, sta
     assert piped.returncode == 0 and piped.stderr == b"" and out == piped.stdout
     code, shown, quiet = on_pty([*argv, "--quiet"], delay_s=0.0)
     assert code == 0 and shown.strip() == "" and quiet == out
+
+
+def test_a_plan_served_again_counts_its_loads():
+    from kvreplay.serving.plan_check import serve_plan
+
+    trace = kvreplay.load_trace(WALK)
+    plan = kvreplay.plan(trace, model="Llama-3.1-8B", slo=kvreplay.SLO(ttft_p90_s="2s"), tps=[1], loads=[1, 2],
+                         max_instances=2)
+    calls = Calls()
+    served = serve_plan(trace, json.loads(json.dumps(plan, default=str)), progress=calls)
+    assert calls.check() == [(k, 2, "plan's loads served again") for k in range(3)] and len(served) == 2

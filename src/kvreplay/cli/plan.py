@@ -97,6 +97,9 @@ def _cmd_plan(args) -> int:
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
         raise ConfigError(f"--loads / --rates / --tp: {e}") from None
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
+    _refuse_unused_prices(prices.overrides, split(args.gpus), tiers)
+    common.refuse_unless(args, "judge", str(args.time_model).strip().lower() == "roofline",
+                         f"chooses an end of the calibrated roofline's band: --time-model {args.time_model} has no band")
     common.refuse_unless(args, "engine", False, "does not apply: plan's simulations run compiled only")
     random = [what for what, used in (("--rates (Poisson arrivals)", rates), ("--routers random",
                                                                               "random" in split(args.routers))) if used]
@@ -126,6 +129,19 @@ def _cmd_plan(args) -> int:
 
         print(plan_text(trace, result))
     return 0
+
+
+def _refuse_unused_prices(overrides: dict, gpus: list[str], tiers: list) -> None:
+    """--price for a GPU the plan does not search, or a memory no tier set holds, is refused."""
+    from ..serving.plan import tier_gib
+    from ..serving.prices import MEMORIES
+
+    held = {kind for spec in tiers for kind in tier_gib(spec)}
+    for name in overrides:
+        if name in MEMORIES and name not in held:
+            raise ConfigError(f"--price {name}=...: no tier set holds {name} (--tiers {';'.join(t or 'none' for t in tiers)})")
+        if name not in MEMORIES and name not in gpus:
+            raise ConfigError(f"--price {name}=...: {name} is not among the GPUs searched (--gpus {','.join(gpus)})")
 
 
 def _write_outputs(args, result) -> None:

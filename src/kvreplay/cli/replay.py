@@ -462,6 +462,7 @@ def _cmd_report(args) -> int:
         if args.plan:
             raise ConfigError("--plan serves the plan's chosen deployment in the serving section: drop --gpu (or "
                               "drop --plan to serve --gpu's)")
+        common.refuse_unless(args, "router", args.instances > 1, "routes between instances: add --instances 2 or more")
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
                    "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args)}

@@ -29,6 +29,11 @@ def _cmd_hash(args) -> int:
                        salt=args.salt, keep_hashes=args.keep_hashes, progress=args.progress)
     common.note(args, f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of "
                       f"{s['block_size']} ({s['unique_blocks']:,} unique) -> {s['output']}")
+    if args.tokenizer and not s["tokenized"]:  # (a warning: it prints with --quiet too)
+        print(f"kvreplay: warning: --tokenizer was not used: every record of {s['source']} gives its token ids "
+              "(token_ids or prompt_token_ids), none text or prompt", file=sys.stderr)
+    elif args.tokenizer:
+        common.note(args, f"{s['tokenized']:,} of {s['requests']:,} requests tokenized with {args.tokenizer}")
     return 0
 
 

@@ -222,7 +222,8 @@ def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, to
         read (not for standard input).
 
     Returns ``{"source", "output", "block_size", "requests", "tokens", "blocks",
-    "unique_blocks"}`` (tokens: prompt tokens; blocks: hash ids written, i.e. full blocks).
+    "unique_blocks", "tokenized"}`` (tokens: prompt tokens; blocks: hash ids written, i.e. full
+    blocks; tokenized: records whose tokens came from `tokenizer`).
     Raises TraceError naming the file, line and field of the first bad record; nothing is
     left at `out_path` then (an existing file there is untouched).
     """
@@ -305,7 +306,13 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
     write = out.write
     enc = _encoder.encode
     requests = tokens_total = blocks_total = 0
-    for _, tokens, stamp, output_length, namespace in token_records(name, stream, encode, default_salt):
+    tokenized = [0]  # records whose tokens came from the tokenizer
+
+    def counted(text):
+        tokenized[0] += 1
+        return encode(text)
+
+    for _, tokens, stamp, output_length, namespace in token_records(name, stream, encode and counted, default_salt):
         salted = roots.get(namespace)
         if salted is None:
             salt = namespace.encode("utf-8", "surrogatepass")  # JSON may carry a lone surrogate
@@ -328,4 +335,4 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
     if told is not None:
         told()
     return {"block_size": block_size, "requests": requests, "tokens": tokens_total, "blocks": blocks_total,
-            "unique_blocks": len(table)}
+            "unique_blocks": len(table), "tokenized": tokenized[0]}
