@@ -106,9 +106,9 @@ def test_diagnose_counts_the_search_then_the_what_ifs():
     path = DATA / "tokens_span_at_32.jsonl"
     log = read_token_log(path, progress=calls)
     d = diagnose(log, progress=calls)
-    assert calls.check().stages() == ["bytes read", "requests searched", "what-ifs replayed"]
+    assert calls.check().stages() == ["bytes read", "requests searched", "replays"]
     assert (path.stat().st_size, path.stat().st_size, "bytes read") in calls
-    assert calls[-1] == (1, 1, "what-ifs replayed") and len(d["spans"]) == 1
+    assert calls[-1] == (2, 2, "replays") and len(d["spans"]) == 1
     assert (40, 40, "requests searched") in calls
 
 
@@ -244,7 +244,7 @@ def chats(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("command, stage", [
     (["plan", str(WALK), "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--max-instances", "2"], "configurations"),
-    (["diagnose", "CHATS"], "what-ifs replayed"),
+    (["diagnose", "CHATS"], "replays"),
     (["simulate", str(WALK), "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "roofline-raw",
       "--capacity", "40", "--speedup", "400"], "estimates checked by running them"),
 ], ids=["plan", "diagnose", "simulate's checks"])

@@ -37,7 +37,7 @@ ROUNDTRIP_OUT = (
     '{"timestamp":0,"input_length":3,"output_length":0,"hash_ids":[],"block_size":4}\n'
     '{"timestamp":5000,"input_length":14,"output_length":2,"hash_ids":[0,1,2],"block_size":4}\n'
 )
-ROUNDTRIP_SUMMARY = {"block_size": 4, "requests": 6, "tokens": 56, "blocks": 12, "unique_blocks": 6}
+ROUNDTRIP_SUMMARY = {"block_size": 4, "requests": 6, "tokens": 56, "blocks": 12, "unique_blocks": 6, "tokenized": 0}
 BAD3 = DATA / "tokens_bad_line3.jsonl"  # line 3: token_ids item 1 is -1
 
 
