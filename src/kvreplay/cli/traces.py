@@ -219,9 +219,19 @@ def _parser_synth(sub) -> None:
     sy.add_argument("--token-log", action="store_true",
                     help="write a token log of multi-turn chats instead (token_ids: kvreplay hash and diagnose read "
                          "it), its template rendering each request's time into the system prompt (--timestamp-at)")
-    sy.add_argument("--timestamp-at", default=None, metavar="N|end|none",
+    sy.add_argument("--timestamp-at", type=_timestamp_at, default=None, metavar="N|end|none",
                     help="--token-log: the time (YYYY-MM-DD HH:MM) after the system prompt's N-th token (default 20), "
                          "at the prompt's end (the restructured template), or none")
+
+
+def _timestamp_at(text: str):
+    """--timestamp-at: a token position (int), "end" or "none"."""
+    word = text.strip().lower()
+    if word in ("end", "none"):
+        return word
+    if not word.isdigit():
+        raise argparse.ArgumentTypeError(f"a token position (0, 1, ...), end or none, got {text!r}")
+    return int(word)
 
 
 def _token_log(args, given: list[str]) -> int:
@@ -232,12 +242,7 @@ def _token_log(args, given: list[str]) -> int:
     unused = given + [f for f in ("--like", "--block-size") if getattr(args, f[2:].replace("-", "_")) is not None]
     if unused:
         raise ConfigError(f"{', '.join(unused)}: not used by --token-log (its knobs: --requests, --timestamp-at, --seed)")
-    at = args.timestamp_at if args.timestamp_at is not None else "20"
-    at = {"end": "end", "none": None}.get(at.strip().lower(), at)
-    if isinstance(at, str) and at != "end":
-        if not at.strip().isdigit():
-            raise ConfigError(f"--timestamp-at {args.timestamp_at}: a token position (0, 1, ...), end or none")
-        at = int(at)
+    at = 20 if args.timestamp_at is None else None if args.timestamp_at == "none" else args.timestamp_at
     if args.output == "-":
         raise ConfigError("--token-log writes a file: give --output FILE.jsonl")
     common.check_output_dir(args.output, inputs=[])
