@@ -3,6 +3,8 @@ command; a duration without its unit, or a size or bandwidth in bits, is refused
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvreplay.cli import build_parser, common, main
@@ -140,3 +142,15 @@ def test_a_warmup_of_a_bare_number_above_1_is_refused_as_parsed(capsys, command)
 def test_the_kv_pool_flags_take_bytes_not_bits(capsys):
     assert usage_error(capsys, "simulate", WALK, "--kv-cache-memory", "8Gb")[0] == (
         "kvreplay simulate: --kv-cache-memory: 8Gb is in bits; write 8GB or 8GiB")
+
+
+@pytest.mark.parametrize("command, flags", [("plan", ("--warmup-fraction", "--engine")),
+                                            ("stats", ("--warmup-fraction", "--engine")),
+                                            ("simulate", ("--warmup-fraction",)), ("mrc", ("--engine",))])
+def test_flags_a_command_only_refuses_are_left_out_of_its_help(capsys, command, flags):
+    # they stay parsed, to say what to use instead (tests/test_flag_walk.py refuses each)
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    shown = capsys.readouterr().out
+    assert "--block-size" in shown and not any(re.search(rf"{flag}\b(?!-)", shown) for flag in flags)
+    assert "--warmup-fraction" in COMMANDS["run"].format_help() and "--engine" in COMMANDS["run"].format_help()

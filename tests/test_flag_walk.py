@@ -436,6 +436,8 @@ NO_PART = {
     "plan --emit vllm planned for sglang": ("plan", refused("--emit", "vllm", context=("--engine-style", "sglang"))),
     "plan --emit with --json": ("plan", refused("--emit", "k8s", context=("--json",))),
     "simulate --cold-start with --warmup": ("simulate", refused("--cold-start", context=("--warmup", "0.5"))),
+    "plan --warmup-fraction at its default": ("plan", refused("--warmup-fraction", "0")),
+    "simulate --warmup-fraction at its default": ("simulate", refused("--warmup-fraction", "0")),
     "synth --timestamp-at without --token-log": ("synth", refused("--timestamp-at", "end")),
     "synth --block-size with --token-log": ("synth", refused("--block-size", "16", context=("--token-log",))),
     "diagnose --policy on a hashed trace": ("diagnose", refused("--policy", "lru", trace=(WALK,),

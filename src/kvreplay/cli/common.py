@@ -300,7 +300,9 @@ class TracePaths(argparse.Action):
         setattr(namespace, self.dest, values[0] if len(values) == 1 else list(values))
 
 
-def add_trace_options(p: argparse.ArgumentParser) -> None:
+def add_trace_options(p: argparse.ArgumentParser, refused: tuple = ()) -> None:
+    """The trace's options. `refused`: flags the command takes only to refuse with its reason
+    (``--warmup-fraction`` in plan says to use ``--warmup``), left out of its --help."""
     p.add_argument("trace", nargs="+", action=TracePaths,
                    help="trace file(s) (optionally .gz), a directory of them, or - for stdin; several merge into one trace")
     p.add_argument("--format", choices=("auto", *FORMATS), default="auto",
@@ -314,9 +316,11 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
     p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip and count them")
     p.add_argument("--sort-by-time", action="store_true", help="replay in timestamp order (stable) instead of file order")
-    p.add_argument("--engine", choices=("compiled", "reference"), default=None,
-                   help="compiled (C; the default where the compiled core is installed) or reference (plain Python)")
-    p.add_argument("--warmup-fraction", type=fraction, default=0.0, metavar="F", help="the first floor(F*N) requests only warm the cache (default 0)")
+    hidden = lambda flag, text: argparse.SUPPRESS if flag in refused else text  # noqa: E731
+    p.add_argument("--engine", choices=("compiled", "reference"), default=None, help=hidden(
+        "--engine", "compiled (C; the default where the compiled core is installed) or reference (plain Python)"))
+    p.add_argument("--warmup-fraction", type=fraction, default=0.0, metavar="F",
+                   help=hidden("--warmup-fraction", "the first floor(F*N) requests only warm the cache (default 0)"))
     p.add_argument("--no-token-id-check", action="store_true",
                    help="replay hash ids that look like token ids (about one per prompt token, repeated within "
                         "prompts) as they are, instead of stopping (docs/formats.md, \"Token ids are not hash ids\")")

@@ -12,7 +12,7 @@ from .warmup import add_warmup_options, warmup_of
 def _parser_plan(sub) -> None:
     pl = sub.add_parser("plan", help="the cheapest deployment (GPU, TP, instances, tiers, router, policy) that meets "
                                      "TTFT/TPOT/E2E SLOs at each load, with its cost")
-    common.add_trace_options(pl)
+    common.add_trace_options(pl, refused=("--engine", "--warmup-fraction"))
     pl.add_argument("--model", required=True, help="the model served: a name from `kvreplay models`, or a path to a "
                     "Hugging Face config.json or a model directory holding one")
     pl.add_argument("--slo-ttft-p90", type=common.positive_duration, default=None, metavar="T", help="TTFT p90 limit, e.g. 2s")

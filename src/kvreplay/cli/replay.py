@@ -381,7 +381,7 @@ def _emit(args, result, rows: list[dict], columns, heading: str, trace=None) -> 
 
 def _parser_mrc(sub) -> None:
     mr = sub.add_parser("mrc", help="exact LRU hit curve over many capacities in one pass")
-    common.add_trace_options(mr)
+    common.add_trace_options(mr, refused=("--engine",))
     common.add_capacities_options(mr, "comma-separated block counts")
     common.add_curve_outputs(mr, "write the curve's table to FILE.csv, FILE.json or FILE.parquet (atomically; "
                                  ".parquet needs kvreplay[parquet]; columns: docs/formats.md)")

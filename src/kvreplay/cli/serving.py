@@ -58,7 +58,7 @@ def _parser_simulate(sub) -> None:
                                      "timestamps, a vLLM- or SGLang-style scheduler batches them, running requests "
                                      "hold their KV blocks and the prefix cache gets the rest. Reports TTFT, TPOT, "
                                      "throughput and the hit rate under concurrency (docs/serving.md).")
-    common.add_trace_options(sim)
+    common.add_trace_options(sim, refused=("--warmup-fraction",))
     sim.add_argument("--policy", default=None,
                      help="prefix cache policy (default: vllm for --engine-style vllm, radix for sglang; any "
                           "policy of `kvreplay policies`)")

@@ -167,7 +167,7 @@ def _cmd_merge(args) -> int:
 
 def _parser_stats(sub) -> None:
     st = sub.add_parser("stats", help="describe a trace: lengths, unique blocks, infinite-cache hit rate, reuse, sharing")
-    common.add_trace_options(st)
+    common.add_trace_options(st, refused=("--engine", "--warmup-fraction"))
     st.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
 

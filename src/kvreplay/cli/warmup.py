@@ -31,9 +31,9 @@ def add_warmup_options(p, what: str) -> None:
 
 def warmup_of(args):
     """The warm-up --warmup / --cold-start ask for ("auto" by default); --warmup-fraction refused."""
-    if getattr(args, "warmup_fraction", 0):
+    if "warmup_fraction" in getattr(args, "given", ()):
         raise ConfigError("--warmup-fraction is replay's (a share of the requests); serving judges a warm server with "
-                          f"--warmup (auto, a fraction of the arrival span such as {args.warmup_fraction:g}, or a "
+                          f"--warmup (auto, a fraction of the arrival span such as {args.warmup_fraction or 0.2:g}, or a "
                           "duration such as 10m)")
     if args.cold_start and args.warmup is not None:
         raise ConfigError("give --warmup or --cold-start, not both (--cold-start is --warmup 0)")
