@@ -90,7 +90,7 @@ def test_directory_and_cli_session_options(tmp_path, capsys):
     assert t.timestamp.tolist() == [0, 0, 30000, 30000]
     # two namespaced copies of b: 128 each
     assert main(["run", str(tmp_path), "--policy", "infinite", "--engine", "reference", "--session-arrivals", "poisson",
-                 "--seed", "3", "--session-spacing", "10"]) == 0
+                 "--seed", "3", "--session-spacing", "10s"]) == 0
     assert "hits      256 of 660 prompt tokens" in capsys.readouterr().out
     assert main(["run", str(A), str(B), "--policy", "infinite", "--engine", "reference", "--format", "claude-code"]) == 0
     assert "hits      512 of 1,180 prompt tokens" in capsys.readouterr().out

@@ -118,14 +118,16 @@ def test_merge_cli_writes_a_mooncake_trace(tmp_path, capsys):
 
 def test_merge_cli_shared_ids_and_offsets(tmp_path, capsys):
     out = tmp_path / "s.jsonl"
-    assert main(["merge", str(CLAUDE_A), str(CLAUDE_B), "-o", str(out), "--shared-ids", "--offsets", "0,1"]) == 0
+    assert main(["merge", str(CLAUDE_A), str(CLAUDE_B), "-o", str(out), "--shared-ids", "--offsets", "0s,1s"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     # b at 1 s and 31 s; ids shared by value: b's first request reuses a's 1 and 2
     assert [r["timestamp"] for r in rows] == [0, 1000, 10000, 12000, 15000, 17000, 31000]
     assert rows[1]["hash_ids"] == [1, 2]
     capsys.readouterr()
-    assert main(["merge", str(CLAUDE_A), "-o", str(out), "--offsets", "0,1"]) == 2
+    assert main(["merge", str(CLAUDE_A), "-o", str(out), "--offsets", "0s,1s"]) == 2
     assert capsys.readouterr().err.strip() == "kvreplay: --offsets: got 2 offsets for 1 inputs"
+    assert main(["merge", str(CLAUDE_A), str(CLAUDE_B), "-o", str(out), "--offsets", "0,1"]) == 2
+    assert capsys.readouterr().err.strip() == "kvreplay: --offsets: 1 what? write 1s or 1ms"
     assert main(["merge", str(CLAUDE_A), "-o", str(CLAUDE_A)]) == 2  # never replaces an input
 
 

@@ -58,7 +58,7 @@ def _parser_simulate(sub) -> None:
                                      "timestamps, a vLLM- or SGLang-style scheduler batches them, running requests "
                                      "hold their KV blocks and the prefix cache gets the rest. Reports TTFT, TPOT, "
                                      "throughput and the hit rate under concurrency (docs/serving.md).")
-    common.add_trace_options(sim)
+    common.add_trace_options(sim, refused=("--warmup-fraction",))
     sim.add_argument("--policy", default=None,
                      help="prefix cache policy (default: vllm for --engine-style vllm, radix for sglang; any "
                           "policy of `kvreplay policies`)")
@@ -111,8 +111,8 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--mfu", type=unit_fraction, default=None,
                      help="roofline-raw (giving it picks the uncalibrated roofline): compute efficiency (default 0.5)")
     sim.add_argument("--mbu", type=unit_fraction, default=None, help="roofline-raw: bandwidth efficiency (default 0.6)")
-    sim.add_argument("--step-overhead-ms", type=common.seconds, default=None, metavar="MS",
-                     help="roofline-raw: fixed cost per step in ms (default 0)")
+    sim.add_argument("--step-overhead-ms", type=common.milliseconds, default=None, metavar="MS",
+                     help="roofline-raw: fixed cost per step in ms, or a duration with its unit (default 0)")
     load = sim.add_mutually_exclusive_group()
     load.add_argument("--speedup", type=positive_number, default=None,
                       help="divide the trace's inter-arrival times by X (2: twice the load)")
@@ -133,10 +133,10 @@ def _parser_simulate(sub) -> None:
                      help="sweep: the --tiers to compare, separated by ';' (none: HBM only), e.g. "
                           "\"none;dram=64GiB@64GB/s;dram=256GiB@64GB/s\"")
     common.add_executor_options(sim, "a sweep's runs")
-    sim.add_argument("--slo-ttft", type=positive_number, default=None, metavar="MS",
-                     help="goodput counts requests whose TTFT is at most MS milliseconds")
-    sim.add_argument("--slo-tpot", type=positive_number, default=None, metavar="MS",
-                     help="goodput counts requests whose TPOT is at most MS milliseconds")
+    sim.add_argument("--slo-ttft", type=common.positive_duration, default=None, metavar="DURATION",
+                     help="goodput counts requests whose TTFT is at most this, e.g. 2s or 500ms")
+    sim.add_argument("--slo-tpot", type=common.positive_duration, default=None, metavar="DURATION",
+                     help="goodput counts requests whose TPOT is at most this, e.g. 50ms")
     sim.add_argument("--instances", type=common.positive_int, default=1,
                      help="identical engine instances, each with the pool and time model above (default 1)")
     sim.add_argument("--router", choices=routing.names(), default="round-robin",
@@ -160,9 +160,9 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
                      help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
                           "(needs --model; default: at once)")
-    sim.add_argument("--router-lag-ms", type=float, default=0.0, metavar="MS",
-                     help="a state-aware router reads the instances' load as of a snapshot taken every MS ms "
-                          "(default 0: current)")
+    sim.add_argument("--router-lag-ms", type=common.milliseconds, default=0.0, metavar="MS",
+                     help="a state-aware router reads the instances' load as of a snapshot taken every MS ms (or a "
+                          "duration with its unit, e.g. 1s; default 0: current)")
     sim.add_argument("--router-option", action="append", default=[], metavar="NAME=VALUE",
                      help="a router preset's parameter (e.g. prefill_load_scale=2 for kv-aware); repeatable")
     sim.add_argument("--tiers", default=None, metavar="SPEC",
@@ -190,11 +190,12 @@ def _parser_simulate(sub) -> None:
 
 def _options(args, trace) -> dict:
     """simulate()'s keyword arguments from the command line."""
-    from ..serving.simulate import Scheduler
+    from ..serving.simulate import STYLE_POLICY, Scheduler
 
     warmup = warmup_of(args)
     if args.engine == "reference":
         raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
+    _refuse_what_cannot_apply(args)
     capacity = args.capacity
     if capacity is not None and args.bytes_per_token is not None:
         capacity = common.resolve_budget(args, trace, [capacity])[0][0]  # (simulate sizes KV from --model)
@@ -227,11 +228,14 @@ def _options(args, trace) -> dict:
     if args.schedule != "fcfs" and args.engine_style != "sglang":
         raise ConfigError("--schedule lpm is SGLang's: add --engine-style sglang")
     policy = args.policy
-    params = common.given_params(args, policy) if policy else {}
+    params = common.given_params(args, policy or STYLE_POLICY[args.engine_style])
+    if params and args.policies:
+        raise ConfigError(f"--{next(iter(params)).replace('_', '-')}: in a sweep over --policies, give a policy's "
+                          "parameters in the list (name:key=value, e.g. s3fifo:small_ratio=0.2)")
     return dict(policy=policy, capacity=capacity, block_size=args.block_size, engine_style=args.engine_style,
                 time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp,
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
-                slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv,
+                slo_ttft_ms=_ms(args.slo_ttft), slo_tpot_ms=_ms(args.slo_tpot), output_kv=not args.no_output_kv,
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,
                 tiers=args.tiers, global_store=args.global_store, tier_copies=args.tier_copies,
                 tier_overlap=args.tier_overlap, kv_dtype=args.kv_dtype, kv_layers=args.kv_layers,
@@ -250,10 +254,15 @@ def _cmd_simulate(args) -> int:
     from ..serving.simulate import load_sweep, simulate
 
     common.check_table_outputs(args)
-    trace = common.load(args)
+    routers = {args.router, *(r.strip() for r in (args.routers or "").split(","))}
+    random = [what for what, used in (("--rate/--rates (Poisson arrivals)", args.rate or args.rates),
+                                      ("--router random", "random" in routers)) if used]
+    trace = common.load(args, sessions_used="the session router" if "session" in routers else None,
+                        seed_used=" and ".join(random) or None)
     options = _options(args, trace)
     grid = args.instances_list or args.routers or args.tier_list
     sweeping = args.speedups is not None or args.rates is not None or bool(grid)
+    common.refuse_unless(args, "summary_only", not sweeping, "applies to one run's JSON report, not a sweep's rows")
     if not sweeping and (args.policies or args.capacities):
         raise ConfigError("--policies and --capacities compare runs in a load sweep: add --speedups or --rates "
                           "(one run: --policy, --capacity)")
@@ -285,21 +294,17 @@ def _cmd_simulate(args) -> int:
         tier_list = [options.pop("tiers")]
         if args.tier_list:
             tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
-        with common.Progress("simulating") as progress:
-            rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
-                              capacities=capacities, instances=instances, routers=routers, tiers=tier_list,
-                              jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
-                              progress=progress, **options)
+        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
+                          capacities=capacities, instances=instances, routers=routers, tiers=tier_list,
+                          jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
+                          progress=args.progress, **options)
         return _emit_sweep(args, trace, rows)
-    report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    report = simulate(trace, speedup=args.speedup, rate=args.rate, progress=args.progress, **options)
     checked = None
     if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
         from ..serving.fixcheck import check_fix
 
-        with common.Progress("checking the verdict's estimates by running them") as progress:
-            progress(0, 1)
-            checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate), report)
-            progress(1, 1)
+        checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate), report, progress=args.progress)
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
         name = args.output.lower()
@@ -438,6 +443,55 @@ def _router_options(items) -> dict:
         if not sep or not name.strip():
             raise ConfigError(f"--router-option wants NAME=NUMBER, got {item!r}")
     return out
+
+
+def _refuse_what_cannot_apply(args) -> None:
+    """A flag whose setting cannot change this run is refused (never accepted and ignored)."""
+    refuse = common.refuse_unless
+    time_model = str(args.time_model or "roofline").lower()
+    roofline = time_model in ("roofline", "roofline-raw")
+    refuse(args, "gpu", roofline or args.model is not None,
+           f"times the steps (the roofline) or holds --model's weights and KV: with --time-model {args.time_model} "
+           "and no --model it has no part")
+    refuse(args, "tp", args.gpu is not None, "splits the model over --gpu's GPUs: add --gpu")
+    refuse(args, "gpu_memory_utilization", args.gpu is not None and args.model is not None,
+           "sizes the pool from --gpu and --model's weights: add --gpu and --model")
+    refuse(args, "gpu_memory_utilization", args.kv_cache_memory is None,
+           "does not apply with --kv-cache-memory, which gives the KV memory itself (as vLLM's flags)")
+    refuse(args, "bytes_per_token", any(isinstance(c, str) for c in [args.capacity, *(args.capacities or [])]),
+           "turns a size (--capacity 40GiB) into blocks: the pool here is given in blocks")
+    sglang = args.engine_style == "sglang"
+    refuse(args, "max_num_batched_tokens", not sglang,
+           "is vLLM's step budget: SGLang's are --chunked-prefill-size and --max-prefill-tokens")
+    refuse(args, "chunked_prefill_size", sglang and not args.no_chunked_prefill,
+           "is SGLang's chunk (with --engine-style sglang, without --no-chunked-prefill)")
+    refuse(args, "max_prefill_tokens", sglang, "is SGLang's prefill batch budget: add --engine-style sglang")
+    unknown = [r for r in (args.routers or "").split(",") if r.strip() and r.strip() not in routing.names()]
+    if unknown:
+        raise ConfigError(f"--routers: unknown router {unknown[0].strip()!r} (known: {', '.join(routing.names())})")
+    cluster = args.instances > 1 or bool(args.instances_list and max(args.instances_list) > 1) \
+        or args.prefill_instances is not None
+    refuse(args, "router", cluster, "routes requests between instances: add --instances N (N > 1)")
+    refuse(args, "routers", cluster, "compares routers between instances: add --instances N or --instances-list")
+    refuse(args, "router_lag_ms", cluster, "delays the router's view of the instances: add --instances N (N > 1)")
+    tiered = bool(args.tiers or args.global_store or args.tier_list)
+    refuse(args, "tier_copies", tiered, "applies with --tiers or --global-store (what a load from a tier leaves "
+                                        "behind)")
+    refuse(args, "tier_overlap", tiered, "overlaps loads from the tiers with compute: add --tiers or --global-store")
+    refuse(args, "summary_only", bool(args.json or args.output),
+           "leaves per_request out of the JSON report: add --json or --output")
+    for one, many in (("policy", "policies"), ("capacity", "capacities"), ("instances", "instances_list"),
+                      ("router", "routers"), ("tiers", "tier_list")):
+        refuse(args, one, not common.given(args, many),
+               f"and --{many.replace('_', '-')} both give the sweep's {one}: give one of them")
+    refuse(args, "param_last_token_recompute", False,
+           "is the sequential replay's (kvreplay run): the simulated vLLM scheduler computes a fully cached "
+           "prompt's last token itself, as vLLM's does")
+
+
+def _ms(seconds):
+    """A duration flag's seconds as the milliseconds simulate() takes (None stays None)."""
+    return None if seconds is None else seconds * 1e3
 
 
 def _positive_ints(text: str) -> list[int]:

@@ -325,9 +325,15 @@ def request_histogram_figure(rates: dict, *, title: str = "", styles: dict | Non
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
+    """The figure's file: the same figure gives the same bytes (SVG and PDF without a date, SVG ids
+    from a fixed salt instead of random ones), so a report or plot changes only when its content does."""
+    import matplotlib
+
     buf = io.BytesIO()
-    kwargs = {"metadata": {"Date": None}} if fmt == "svg" else {}  # no timestamp inside the file
-    fig.savefig(buf, format=fmt, dpi=120, **kwargs)
+    kwargs = {"metadata": {"Date": None}} if fmt == "svg" else {}
+    kwargs = {"metadata": {"CreationDate": None}} if fmt == "pdf" else kwargs
+    with matplotlib.rc_context({"svg.hashsalt": "kvreplay"}):
+        fig.savefig(buf, format=fmt, dpi=120, **kwargs)
     return buf.getvalue()
 
 

@@ -98,6 +98,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .. import native
+from ..units import Seconds, seconds_arg
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Param:
 
     name: str
     default: Any
-    kind: type  # int or float
+    kind: type  # int, float, or units.Seconds (a duration: a number of seconds, or a string with its unit)
     help: str
     check: Callable[[Any], str | None] = lambda value: None  # returns a complaint or None
 
@@ -115,6 +116,10 @@ class Param:
             if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
                 raise ConfigError(f"{policy}: {self.name} must be an integer, not {value!r}")
             value = int(value)
+        elif self.kind is Seconds:
+            value = seconds_arg(value, f"{policy}: {self.name}")
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ConfigError(f"{policy}: {self.name} must be a finite duration, not {value!r}")
         elif self.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigError(f"{policy}: {self.name} must be a number, not {value!r}")

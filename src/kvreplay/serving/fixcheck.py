@@ -8,14 +8,18 @@ verdict), and the output says whether it holds.
 
 from __future__ import annotations
 
+from ..progress import tell
 from .limits import MAX_INSTANCES
 
+STAGE = "estimates checked by running them"
 
-def check_fix(trace, options: dict, report) -> dict | None:
+
+def check_fix(trace, options: dict, report, progress=None) -> dict | None:
     """For `report` (simulate(trace, **options) with its load in `options`): each estimate of its
     verdict's fix, run: {"load": {...}, "instances": {...}}, each with the value tried, whether it
     keeps up (at the band's pessimistic end where there is one) and that run's verdict. None when
-    the verdict has no fix."""
+    the verdict has no fix. progress: a kvreplay.progress callback, told ``(done, total,
+    "estimates checked by running them")``."""
     from .simulate import simulate
 
     fix = (report.summary()["keeps_up"] or {}).get("fix")
@@ -25,15 +29,20 @@ def check_fix(trace, options: dict, report) -> dict | None:
     base["compare_sequential"] = False
     out = {}
     load = fix.get("load")
+    disaggregated = options.get("prefill_instances") is not None
+    by_instances = not disaggregated and fix["instances"] <= MAX_INSTANCES
+    total = (load is not None) + by_instances
+    tell(progress, 0, total, STAGE)
     if load is not None:
         key = "speedup" if load["flag"] == "--speedup" else "rate"
         r = simulate(trace, **base, **{key: load["value"]})
         out["load"] = {**load, **_outcome(r)}
-    disaggregated = options.get("prefill_instances") is not None
-    if not disaggregated and fix["instances"] <= MAX_INSTANCES:
+        tell(progress, 1, total, STAGE)
+    if by_instances:
         r = simulate(trace, **dict(base, instances=fix["instances"]),
                      **{k: options[k] for k in ("speedup", "rate") if options.get(k) is not None})
         out["instances"] = {"value": fix["instances"], **_outcome(r)}
+        tell(progress, total, total, STAGE)
     return out
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..analysis.executors import check_stopping
 from ..errors import ConfigError
+from ..units import seconds_arg
 from . import plan_cache, plan_rows
 from .prices import Prices, gpu_name
 from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
@@ -170,7 +171,9 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     trace's digest and its configuration, for later plans to reuse. `jobs` / `executor` /
     `ray_address`: search the configurations at once on processes, threads or Ray
     (analysis/executors.py; nothing is pruned on cost then, since no search waits for another's
-    best). `progress(done, total)`: called as configurations finish. `options` go to simulate()."""
+    best). `progress`: a kvreplay.progress callback, told ``(done, total, "configurations")``:
+    each configuration at each load, searched, pruned, unreachable, unfit or skipped. `options` go
+    to simulate()."""
     from ..engine.replay import as_trace
 
     if judge_at not in JUDGES:
@@ -189,6 +192,10 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     from .semantics import one_semantics
 
     options, semantics_note = one_semantics(model, options, tiers, policies)
+    if window_s is not None:
+        window_s = seconds_arg(window_s, "window_s")
+        if not 0 < window_s < math.inf:
+            raise ConfigError(f"window_s must be a positive finite duration, got {window_s!r}")
     s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir, warmup=warmup,
                min_requests=int(min_window_requests))
@@ -254,11 +261,13 @@ class _Tracker:
 
     def __init__(self, progress, total: int):
         self.progress, self.total, self.done = progress, total, 0
+        if progress is not None:
+            progress(0, total, "configurations")
 
     def advance(self, n: int = 1) -> None:
         self.done += n
         if self.progress is not None and n:
-            self.progress(self.done, self.total)
+            self.progress(self.done, self.total, "configurations")
 
 
 def _configs(s: Search, gpus, tps, tiers, routers, policies) -> tuple[list, list]:

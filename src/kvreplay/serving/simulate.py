@@ -15,6 +15,8 @@ import numpy as np
 from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
+from ..progress import labelled, tell
+from ..units import ms_arg
 from ..trace.model import Trace
 from . import limits, routing
 from .config import resolve
@@ -148,7 +150,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, **params):
+             language_model_only: bool = False, mem_fraction_static: float | None = None, progress=None,
+             **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -202,13 +205,20 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
         decode instance, which decodes the rest.
+    slo_ttft_ms / slo_tpot_ms / router_lag_ms: milliseconds, or strings with their unit ("2s").
+    progress: a kvreplay.progress callback, told ``(done, total, "runs")``: the run, the band's
+        two ends (the calibrated roofline), and the sequential replay it is compared with.
     """
     trace = as_trace(trace)
     if engine_style not in ENGINE_STYLES:
         raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
+    slo_ttft_ms = None if slo_ttft_ms is None else ms_arg(slo_ttft_ms, "slo_ttft_ms")
+    slo_tpot_ms = None if slo_tpot_ms is None else ms_arg(slo_tpot_ms, "slo_tpot_ms")
     for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        if value is not None and not value > 0:
             raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
+    if isinstance(router_lag_ms, str):
+        router_lag_ms = ms_arg(router_lag_ms, "router_lag_ms")
     if policy is not None and (not isinstance(policy, str) or not policy.strip()):
         raise ConfigError(f"policy (--policy) must be a policy's name (or None for the engine's), got {policy!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 63:
@@ -276,14 +286,20 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
                max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine)
+    banded = band_runs and hasattr(tm, "at_band")  # the calibrated roofline: the run at both ends of its band too
+    compared = compare_sequential and not any(t.shared for t in tier_list)
+    runs = 1 + 2 * banded + compared
+    tell(progress, 0, runs, "runs")
     raw = run_once(trace, time_model=tm, **run)
+    tell(progress, 1, runs, "runs")
     band = None
-    if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
+    if banded:
         band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
-        for end in ("low", "high"):
+        for k, end in enumerate(("low", "high")):
             band[end] = run_once(trace, time_model=tm.at_band(end), **run)
+            tell(progress, 2 + k, runs, "runs")
     sequential, sequential_evictions, parts = None, None, None
-    if compare_sequential and not any(t.shared for t in tier_list):
+    if compared:
         # (a store shared by instances has no sequential counterpart per instance)
         chunk = scheduler.max_num_batched_tokens
         if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
@@ -293,6 +309,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                                                               tier_copies, raw.instance, instances, disagg,
                                                               raw.status == FINISHED, hybrid,
                                                               judged_mask(arrival_s, warm.seconds))
+        tell(progress, runs, runs, "runs")
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     if profile_name is not None:
@@ -572,7 +589,8 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
     """simulate() over the grid policies x capacities x instances x routers x tiers x loads (trace
     timestamps / speedup, or Poisson rates): one tidy row per run (sweep_row). The runs go to
     `executor` ("local": a pool of `jobs` processes, "threads", or "ray"; analysis/executors.py):
-    the rows, in grid order, are the same wherever they ran. `options` go to simulate()."""
+    the rows, in grid order, are the same wherever they ran. `options` go to simulate(). progress:
+    a kvreplay.progress callback, told ``(done, total, "simulations")``."""
     from itertools import product
 
     from ..analysis.executors import Task, run
@@ -605,7 +623,7 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
     limits.check_sweep_size(len(tasks))
     rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
-                                  progress=progress)]
+                                  progress=labelled(progress, "simulations"))]
     for g in range(0, len(rows), len(loads)):
         for row in rows[g:g + len(loads)]:
             if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None:
@@ -690,7 +708,7 @@ def _band_columns(band) -> dict:
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
                     policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
                     weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None, warmup="auto") -> dict:
+                    tiers: str | None = None, warmup="auto", progress=None) -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
     `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
@@ -699,7 +717,7 @@ def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", sp
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
                       tp=tp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
                       tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
-                      kv_semantics="full", warmup=warmup)  # (the report's curves and pool are full semantics)
+                      kv_semantics="full", warmup=warmup, progress=progress)  # (the report's curves and pool are full semantics)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
                     gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)

@@ -149,14 +149,14 @@ def _roots(chats: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return root, ok
 
 
-def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False) -> Trace:
+def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False, progress=None) -> Trace:
     """Read an Alibaba Bailian JSONL trace (plain, gzip, or "-" for stdin) with 16-token blocks.
 
     on_invalid: "error" stops at the first bad record (TraceError naming file, line and field);
     "skip" drops bad records (also a repeated chat_id, and chains of parents that loop) and
-    lists their lines in ``trace.invalid_records``.
+    lists their lines in ``trace.invalid_records``. progress: told the bytes read so far.
     """
-    name, chunks, invalid = read_chunks(path, on_invalid, _fast_chunk, _slow_chunk)
+    name, chunks, invalid = read_chunks(path, on_invalid, _fast_chunk, _slow_chunk, progress)
     cat = {key: np.concatenate([getattr(c, key) for c in chunks]) if chunks else np.zeros(0, np.int64)
            for key in ("counts", "lengths", "stamps", "outs", "chats", "parents", "lines")}
     bad = _link_problems(name, cat, on_invalid)
@@ -229,7 +229,7 @@ def _without(chunks: list[_BailianChunk], cat: dict, keep: np.ndarray) -> dict:
 
 
 READER = Reader(
-    name="bailian", read=read_bailian, rank=1,
+    name="bailian", read=read_bailian, rank=1, options=("progress",),
     # A Mooncake line with an extra chat_id stays Mooncake (other fields are ignored there).
     sniff=lambda keys: "parent_chat_id" in keys or {"chat_id", "turn"} <= keys, sniff_keys=("chat_id", "parent_chat_id", "turn"),
     summary="Alibaba Bailian/Qwen JSONL: 16-token blocks, sessions from parent_chat_id",

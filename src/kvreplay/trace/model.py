@@ -314,6 +314,51 @@ def check_block_size(trace, block_size: int) -> dict | None:
     raise ConfigError(f"{trace.source}: {what} (expected ceil or floor of input_length / {block_size}): check --block-size")
 
 
+#: The token-id rule's thresholds (check_not_token_ids).
+TOKEN_CHECK_MIN_IDS = 16  # requests with fewer ids say nothing (a short prompt may repeat nothing)
+TOKEN_CHECK_IDS_PER_TOKEN = 0.5  # at least one id per 2 tokens: blocks of at most 2 tokens
+
+
+def token_like_requests(trace) -> tuple[int, int]:
+    """(requests that look like token ids, requests judged): a request is judged when it has at
+    least TOKEN_CHECK_MIN_IDS ids, and looks like token ids when it carries at least one id per
+    2 tokens of its input_length *and* repeats an id. A block hash chained over every token before
+    it never repeats within one prompt; a prompt's token ids always do (a 16-token stretch of text
+    has repeated words, spaces, punctuation)."""
+    counts = np.diff(trace.offsets)
+    dense = (counts >= TOKEN_CHECK_MIN_IDS) & (counts >= TOKEN_CHECK_IDS_PER_TOKEN * np.asarray(trace.input_length))
+    judged = int(np.count_nonzero(counts >= TOKEN_CHECK_MIN_IDS))
+    rows = np.flatnonzero(dense)
+    if rows.size == 0:
+        return 0, judged
+    # Repeats within a request: sort each candidate's ids and look for two equal neighbours.
+    lengths = counts[rows]
+    offsets, index = ragged_take(trace.offsets, rows)
+    owner = np.repeat(np.arange(rows.size, dtype=np.int64), lengths)
+    keys = owner * (int(trace.num_blocks) + 1) + trace.blocks[index]
+    keys.sort()
+    same = keys[1:] == keys[:-1]
+    repeating = np.unique(keys[1:][same] // (int(trace.num_blocks) + 1)).size
+    return int(repeating), judged
+
+
+def check_not_token_ids(trace) -> None:
+    """Refuse (ConfigError) a trace whose hash ids look like a prompt's token ids: more than half
+    of the judged requests (token_like_requests) look like token ids. Replayed as block ids,
+    token ids give wrong hits at any block size (a shared word counts as a shared prefix block);
+    `kvreplay hash` turns a token log into chained block hash ids."""
+    looking, judged = token_like_requests(trace)
+    if judged == 0 or 2 * looking <= judged:
+        return
+    raise ConfigError(
+        f"{trace.source}: the hash_ids look like token ids, not block hashes: {looking:,} of {judged:,} requests "
+        f"with {TOKEN_CHECK_MIN_IDS}+ ids carry about one id per prompt token and repeat ids within the prompt, "
+        "which a chained block hash never does. Token ids replayed as blocks give wrong hits at any block size: "
+        "turn the token log into block hash ids with `kvreplay hash LOG.jsonl -o trace.jsonl --block-size 16` "
+        "(it reads token_ids or prompt_token_ids per line); if these really are block hashes, pass "
+        "--no-token-id-check")
+
+
 @dataclass(frozen=True)
 class Reader:
     """A trace format.
