@@ -69,9 +69,11 @@ def check_events(events, num_requests: int) -> np.ndarray:
     for k, e in enumerate(events.tolist()):
         if e >= num_requests:
             i = e - num_requests
-            if i >= num_requests or state[i] != 1:
-                raise ConfigError(f"event {k}: request {i} stores but is not running"
-                                  if i < num_requests else f"event {k}: request {i} does not exist")
+            if i >= num_requests:
+                raise ConfigError(f"event {k}: request {e} does not exist ({num_requests} requests; request i "
+                                  f"stores at n + i, up to {2 * num_requests - 1})")
+            if state[i] != 1:
+                raise ConfigError(f"event {k}: request {i} stores (event {e} = n + {i}) but is not running")
             continue
         i = e if e >= 0 else -e - 1
         if i >= num_requests:
