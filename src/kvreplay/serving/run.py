@@ -23,14 +23,24 @@ from .timing import KIND_INSTANT, TimeModel, packed, roofline_window
 
 #: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
 #: for every other policy it checks first that the start fits beside the held blocks.
-REQUEST_LEVEL = ("vllm", "radix")
+REQUEST_LEVEL = ("vllm", "radix", "trtllm")
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
 #: belady: heap entries), sized by the trace it is built from.
 SIZED_PER_CALL = ("radix", "belady")
+#: sim.h's STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM
+STYLES = ("vllm", "sglang", "trtllm")
 SERIES_POINTS = 4096
 ITL_BINS = 23100  # up to 1e-6 s x 1.001^23099, about 1e4 s; longer gaps count in the last bin
 #: Counters that are peaks (the cluster's is the largest instance's), not sums.
 PEAKS = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
+
+
+def _chunked(scheduler) -> int:
+    """cfg CHUNKED: 0/1 (vLLM, SGLang); TensorRT-LLM's 0 (no chunked context), 1 first come first
+    served, 2 equal progress (kernel/trtllm.c)."""
+    if scheduler.style != "trtllm" or not scheduler.chunked_prefill:
+        return int(scheduler.chunked_prefill)
+    return 1 + ("first_come_first_served", "equal_progress").index(scheduler.context_chunking_policy)
 
 
 @dataclass
@@ -211,8 +221,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     assigned_sorted = (np.zeros(n, dtype=np.int64) if assigned is None
                        else np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order]))
     cfg = kernel.settings({
-        "STYLE": 0 if scheduler.style == "vllm" else 1, "MAX_BATCHED": scheduler.max_num_batched_tokens,
-        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": int(scheduler.chunked_prefill), "CAPACITY": capacity,
+        "STYLE": STYLES.index(scheduler.style), "MAX_BATCHED": scheduler.max_num_batched_tokens,
+        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": _chunked(scheduler), "CAPACITY": capacity,
         "BLOCK_SIZE": block_size, "PRECHECK": int(spec.name not in REQUEST_LEVEL),
         "ONE_AT_A_TIME": int(tm[0] == KIND_INSTANT), "OUTPUT_KV": int(output_kv),
         "LPM": int(scheduler.schedule_policy == "lpm"), "CHUNK_SIZE": scheduler.chunked_prefill_size,
@@ -222,6 +232,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
+        "TRT_POLICY": ("guaranteed_no_evict", "max_utilization").index(scheduler.capacity_scheduler_policy),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
