@@ -49,8 +49,9 @@ holds it). A trace names whole blocks, so only whole blocks are matched here; th
 a prompt is stored under a key no later request matches. TensorRT-LLM can reuse up to ``B - 1``
 more tokens per hit (an extended prompt reuses all of its predecessor's ``L - 1`` tokens).
 
-Engines: the reference engine only (this module; not ported to the compiled core yet: about 2.6 s
-on the conversation trace). ``simulate`` refuses it: TensorRT-LLM's scheduler is not modelled.
+Engines: this module (the reference) and trtllm.c (compiled), held equal by hypothesis.
+``simulate --engine-style trtllm`` serves it under TensorRT-LLM's scheduler (serving/inflight.py),
+where ``store_request`` stores a running request's prompt once computed (storeContextBlocks).
 
 Resident: a block whose id is in the tree, in either pool. ``final_cache_blocks`` counts the GPU
 pool's; the capacity is the GPU pool's blocks (``host_blocks`` more sit in host memory).
