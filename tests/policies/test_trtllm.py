@@ -197,3 +197,36 @@ def test_a_stored_prompt_is_reused_while_its_request_runs():
     for engine in ("reference", "compiled"):
         assert replay_lifecycle(trace_of(reqs), "trtllm", 20, [0, 2, 1, -1, -2], BS, engine=engine).hit_tokens.tolist() == [0, 12]
     assert (with_store.hit_tokens.tolist(), without.hit_tokens.tolist()) == ([0, 12], [0, 0])
+
+
+def test_own_blocks_leave_out_the_shared_ones():
+    # what pausing a running request frees under TensorRT-LLM's MAX_UTILIZATION (its
+    # schedulingRemoveSequence frees the blocks no other request holds; kernel/trtllm.c asks the
+    # policy's own_blocks): r0 (13 tokens: 4 blocks) stores its 3 full blocks, r1 reuses them and
+    # adds 1; each then owns 1 block, and r0 all 4 once r1 is gone
+    import ctypes
+
+    import numpy as np
+
+    from kvreplay import native
+    from kvreplay.engine import lifecycle
+    from kvreplay.policies.registry import get_policy
+    from kvreplay.policies.trtllm import make_state
+
+    t = trace_of([(["a", "b", "c", "d"], 13), (["a", "b", "c", "e"], 13)])
+    spec, state = get_policy("trtllm"), make_state(20, t)
+    n = len(t)
+    hit, held, refused = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    handles = np.zeros(int(t.offsets[-1]) + n + 8, dtype=np.int64)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    own_blocks = native.function("kv_own_blocks", i, p, p, i, i, p, i, i)
+
+    def own(events, r):
+        lifecycle.run_state(spec, state, t.offsets, t.blocks, t.input_length, BS, events, hit, held, refused, handles)
+        table, record = spec.compiled(state)
+        start, end = int(t.offsets[r]), int(t.offsets[r + 1])
+        return own_blocks(table, native.ptr(record), start, end, native.ptr(handles), start + r, int(held[r]))
+
+    assert own([0, n + 0, 1], 0) == 1 and hit.tolist() == [0, 3] and held.tolist() == [4, 4]
+    assert own([], 1) == 1
+    assert own([-2], 0) == 4

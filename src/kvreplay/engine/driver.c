@@ -75,3 +75,8 @@ KV_EXPORT void kv_run_events(const KvPolicy *p, void *st, const i64 *offsets, co
         }
     }
 }
+
+/* a policy's own_blocks (tests/policies/test_trtllm.py): -1 when it has none */
+KV_EXPORT i64 kv_own_blocks(const KvPolicy *p, void *st, i64 start, i64 end, const i64 *handles, i64 base, i64 n) {
+    return p->own_blocks == NULL ? -1 : p->own_blocks(st, start, end, handles, base, n);
+}

@@ -76,6 +76,10 @@ typedef struct KvPolicy {
      * request's blocks at its start or its release) */
     void (*store_request)(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 input_length,
                           i64 block_size, const i64 *handles, i64 base, i64 n);
+    /* of the n handles a running request holds (its prompt: end - start ids), the GPU blocks no
+     * other request holds: what releasing it frees (TensorRT-LLM's schedulingRemoveSequence);
+     * NULL: every held position is its own */
+    i64 (*own_blocks)(void *st, i64 start, i64 end, const i64 *handles, i64 base, i64 n);
 } KvPolicy;
 
 /* What SGLang's scheduler does to its tree beyond a request's start and release. */
@@ -232,7 +236,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
         name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, NULL, NULL, \
-        name##_replay_account, NULL,                                                                  \
+        name##_replay_account, NULL, NULL,                                                            \
     };
 
 /* A request-level policy (its own hit limit, access phase, holds) from its typed operations (each
@@ -263,7 +267,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                                \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op, name##_pin_request_op, \
         name##_unpin_request_op, name##_in_hbm_op, HBM_GAPS, name##_replay, 0, PAGED, CACHED_BLOCKS,            \
-        TREE, name##_replay_account, NULL,                                                                       \
+        TREE, name##_replay_account, NULL, NULL,                                                                 \
     };
 
 /* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */

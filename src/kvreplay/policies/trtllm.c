@@ -429,6 +429,14 @@ static void trt_store_request(void *vst, i64 request, const i32 *blocks, i64 sta
     trt_store(st, blocks, start, end - start, held, n, input_length, block_size, 0);
 }
 
+static i64 trt_own_blocks(void *vst, i64 start, i64 end, const i64 *handles, i64 base, i64 n) {
+    TRT *st = (TRT *)vst;
+    i64 *held = st->scratch, own = 0;
+    trt_held(st, end - start, handles, base, n, held);
+    for (i64 j = 0; j < n; j++) own += st->refs[held[j]] == 1 && st->level[held[j]] == 0;
+    return own;
+}
+
 /* removeSequence: its blocks stored, then released last first (each to its queue once no other
  * request holds it) */
 static void trt_unpin_request(TRT *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 input_length,
@@ -494,4 +502,5 @@ KV_EXPORT const KvPolicy kv_policy_trtllm = {
     .tree = NULL,
     .replay_account = trtllm_replay_account,
     .store_request = trt_store_request,
+    .own_blocks = trt_own_blocks,
 };

@@ -37,7 +37,7 @@ first chunk not run; CONTEXT_STARTED: a chunked context part done; GENERATION), 
 a pause), ``position`` (a context's current position; a generation request's tokens in KV),
 ``final`` (the tokens in KV at its end: prompt + max new tokens, or the prompt alone when
 outputs take no KV), ``allocated`` (blocks it holds), ``releasable`` (of them, the blocks a pause
-frees), ``new_block`` (the first block of its prompt the cache lacks, -1: none or no block
+frees: those no other running request holds), ``new_block`` (the first block of its prompt the cache lacks, -1: none or no block
 reuse). Beam width 1, no draft tokens, no LoRA pages, one attention window, no sink tokens.
 """
 

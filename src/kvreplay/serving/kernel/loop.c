@@ -347,7 +347,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     s->lpm_key = zeros(n, sizeof(i64));
     s->order = zeros(n + 1, sizeof(i64));
     s->tier_scratch = zeros(s->T + 1, sizeof(i64));
-    s->trt = cfg[STYLE] == STYLE_TRTLLM ? zeros(16 * n + 64, sizeof(i64)) : NULL;
+    s->trt = cfg[STYLE] == STYLE_TRTLLM ? zeros(17 * n + 64, sizeof(i64)) : NULL;
     i64 max_prompt = 1;
     for (i64 i = 0; i < n; i++) max_prompt = kv_max(max_prompt, io->P[i]);
     s->route_scratch = zeros(max_prompt, sizeof(i32));

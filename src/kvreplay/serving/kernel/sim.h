@@ -154,7 +154,7 @@ typedef struct Sim {
     RhReq *rreqs;
     i64 *batch_scratch; /* a prefill batch's requests (sglang.c prefill_batch) */
     i64 *rkoff, *rkeys;
-    i64 *trt;          /* STYLE_TRTLLM: the step's arrays (trtllm.c), 16 n + 64 */
+    i64 *trt;          /* STYLE_TRTLLM: the step's arrays (trtllm.c), 17 n + 64 */
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
 } Sim;
 

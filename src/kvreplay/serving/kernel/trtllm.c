@@ -295,13 +295,24 @@ static i64 trt_active(Sim *s, i64 j, i64 *idx) {
 
 static int trt_started(Sim *s, i64 i) { return s->io->status[i] == RUNNING; }
 
+/* the blocks pausing running request i frees: those no other request holds (its decode blocks
+ * are its own) */
+static i64 trt_own(Sim *s, i64 j, i64 i) {
+    const KvPolicy *p = s->policy;
+    i64 start = s->io->offsets[i];
+    i64 prompt = p->own_blocks == NULL ? s->base_n[i]
+                                       : p->own_blocks(s->inst[j].state, start, start + s->base_len[i], s->io->handles,
+                                                       start + i, s->base_n[i]);
+    return prompt + s->dec_pinned[i];
+}
+
 void trtllm_schedule(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     const i64 *cfg = s->io->cfg;
     i64 *idx = s->trt, n = trt_active(s, j, idx);
     i64 *kind = idx + s->n, *prompt = kind + s->n, *position = prompt + s->n, *final = position + s->n;
     i64 *alloc = final + s->n, *newb = alloc + s->n, *sched = newb + s->n, *paused = sched + s->n;
-    i64 *tokens = paused + s->n, *scratch = tokens + s->n;
+    i64 *tokens = paused + s->n, *own = tokens + s->n, *scratch = own + s->n;
     for (i64 a = 0; a < n; a++) {
         i64 i = idx[a];
         int run = trt_started(s, i);
@@ -310,6 +321,7 @@ void trtllm_schedule(Sim *s, i64 j) {
         position[a] = run ? s->computed[i] : 0;
         final[a] = s->output_kv ? s->io->L[i] + s->outputs[i] : s->io->L[i];
         alloc[a] = run ? s->base_n[i] + s->dec_pinned[i] : 0;
+        own[a] = run ? trt_own(s, j, i) : 0;
         newb[a] = kind[a] == TRT_GENERATION ? -1 : trt_new_block(s, j, i);
         tokens[a] = 0;
     }
@@ -322,7 +334,7 @@ void trtllm_schedule(Sim *s, i64 j) {
     tcfg[T_MAX_CONTEXT] = 0;
     tcfg[T_FREE] = s->capacity - req_held(s, j);
     i64 npaused = 0;
-    i64 ns = kv_trtllm_capacity(tcfg, n, kind, prompt, position, final, alloc, alloc, newb, sched, paused, &npaused,
+    i64 ns = kv_trtllm_capacity(tcfg, n, kind, prompt, position, final, alloc, own, newb, sched, paused, &npaused,
                                 scratch);
     kv_trtllm_micro_batch(tcfg, ns, sched, kind, prompt, position, tokens, scratch);
     /* paused: blocks back, the request waits to recompute its prompt and what it generated */
