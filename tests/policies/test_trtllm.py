@@ -122,7 +122,7 @@ def test_refused_where_it_is_not_modelled():
     from kvreplay.serving.simulate import simulate
 
     t = trace_of([(["a"], 4)])
-    with pytest.raises(ConfigError, match="TensorRT-LLM's scheduler"):
+    with pytest.raises(ConfigError, match="served by its scheduler"):  # (--engine-style trtllm serves it)
         simulate(t, "trtllm", 10, BS)
     with pytest.raises(ConfigError, match="host_blocks"):
         kvreplay.replay(t, "trtllm", 10, BS, tiers="dram=100")
