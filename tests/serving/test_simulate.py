@@ -215,8 +215,8 @@ def test_goodput_counts_requests_within_the_slos():
 # every policy under the vLLM-style scheduler; the SGLang-style one (a kernel of its own per policy:
 # compile time) with its own policy and two block-level ones
 # (deepseek is refused: tests/policies/test_deepseek.py)
-LIMIT_CASES = [(p, "vllm") for p in sorted(POLICIES) if p not in NOT_SERVED] + \
-    [(p, "sglang") for p in ("radix", "lru", "s3fifo")]
+LIMIT_CASES = [(p, "vllm") for p in sorted(POLICIES) if p not in NOT_SERVED and p != "trtllm"] + \
+    [(p, "sglang") for p in ("radix", "lru", "s3fifo")] + [("trtllm", "trtllm")]  # (trtllm: its own scheduler only)
 
 
 @pytest.mark.parametrize("policy, style", LIMIT_CASES)

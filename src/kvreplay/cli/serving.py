@@ -90,19 +90,26 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--mem-fraction-static", type=float, default=None, metavar="F",
                      help="with --engine-style sglang, --gpu and --model: SGLang's share of the memory for weights "
                           "and KV (default: SGLang 0.5.23's for the GPU and TP)")
-    sim.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
-                     help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default) or "
-                          "sglang (prefill batches first, reserves decode room, retracts)")
+    sim.add_argument("--engine-style", choices=("vllm", "sglang", "trtllm"), default="vllm",
+                     help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default), "
+                          "sglang (prefill batches first, reserves decode room, retracts) or trtllm (TensorRT-LLM's "
+                          "in-flight batching: a capacity scheduler, then a micro-batch; serves --policy trtllm, "
+                          "needs --capacity)")
+    sim.add_argument("--capacity-scheduler-policy", choices=("guaranteed_no_evict", "max_utilization"), default=None,
+                     help="trtllm: guaranteed_no_evict (default: a request starts once the blocks to finish every "
+                          "scheduled one are free) or max_utilization (the next step's blocks; pauses the newest)")
+    sim.add_argument("--context-chunking", choices=("first_come_first_served", "equal_progress"), default=None,
+                     help="trtllm: enable chunked context with this chunking policy (default: off, as TensorRT-LLM)")
     sim.add_argument("--schedule", choices=("fcfs", "lpm"), default="fcfs",
                      help="sglang: waiting-queue order, fcfs (default) or lpm (longest cached prefix first)")
     sim.add_argument("--max-num-batched-tokens", type=common.positive_int, default=8192,
-                     help="tokens per step (vllm; default 8192)")
-    sim.add_argument("--max-num-seqs", type=common.positive_int, default=256,
-                     help="running requests at most (default 256)")
+                     help="tokens per step (vllm; trtllm's max_num_tokens; default 8192)")
+    sim.add_argument("--max-num-seqs", type=common.positive_int, default=None,
+                     help="running requests at most (default 256; trtllm's max_batch_size, default 2048)")
     sim.add_argument("--no-chunked-prefill", action="store_true", help="a prompt waits for a step that fits it whole")
-    sim.add_argument("--chunked-prefill-size", type=common.positive_int, default=8192,
+    sim.add_argument("--chunked-prefill-size", type=common.positive_int, default=None,
                      help="sglang: prefill tokens per step (default 8192, SGLang's value for 60-160 GB GPUs)")
-    sim.add_argument("--max-prefill-tokens", type=common.positive_int, default=16384,
+    sim.add_argument("--max-prefill-tokens", type=common.positive_int, default=None,
                      help="sglang without chunked prefill: prompt tokens per prefill batch (default 16384)")
     sim.add_argument("--time-model", default=None,
                      help="instant, roofline (default with --gpu and --model: calibrated on measured kernels, "
@@ -221,12 +228,7 @@ def _options(args, trace) -> dict:
 
         time_model = load_time_model("roofline-raw", model=args.model, gpu=args.gpu, tp=args.tp,
                                      kv_dtype=args.kv_dtype or "bf16", dtype=weights_dtype, **roofline)
-    scheduler = Scheduler(style=args.engine_style, max_num_batched_tokens=args.max_num_batched_tokens,
-                          max_num_seqs=args.max_num_seqs, chunked_prefill=not args.no_chunked_prefill,
-                          schedule_policy=args.schedule, chunked_prefill_size=args.chunked_prefill_size,
-                          max_prefill_tokens=args.max_prefill_tokens)
-    if args.schedule != "fcfs" and args.engine_style != "sglang":
-        raise ConfigError("--schedule lpm is SGLang's: add --engine-style sglang")
+    scheduler = _scheduler(args)
     policy = args.policy
     params = common.given_params(args, policy or STYLE_POLICY[args.engine_style])
     if params and args.policies:
@@ -497,3 +499,35 @@ def _ms(seconds):
 def _positive_ints(text: str) -> list[int]:
     """N,M,...: whole numbers >= 1."""
     return [common.positive_int(part) for part in text.split(",") if part.strip()]
+
+
+def _scheduler(args):
+    """The scheduler the flags give, each style's flags refused under another style."""
+    from ..serving.simulate import Scheduler
+
+    style = args.engine_style
+    if args.schedule != "fcfs" and style != "sglang":
+        raise ConfigError("--schedule lpm is SGLang's: add --engine-style sglang")
+    for flag, value in (("--chunked-prefill-size", args.chunked_prefill_size),
+                        ("--max-prefill-tokens", args.max_prefill_tokens)):
+        if value is not None and style != "sglang":
+            raise ConfigError(f"{flag} is SGLang's: add --engine-style sglang")
+    for flag, value in (("--capacity-scheduler-policy", args.capacity_scheduler_policy),
+                        ("--context-chunking", args.context_chunking)):
+        if value is not None and style != "trtllm":
+            raise ConfigError(f"{flag} is TensorRT-LLM's: add --engine-style trtllm")
+    given = {"max_num_batched_tokens": args.max_num_batched_tokens, "schedule_policy": args.schedule}
+    if args.max_num_seqs is not None:
+        given["max_num_seqs"] = args.max_num_seqs
+    if style == "trtllm":
+        if args.no_chunked_prefill and args.context_chunking is not None:
+            raise ConfigError("--no-chunked-prefill and --context-chunking contradict each other: give one")
+        given["chunked_prefill"] = args.context_chunking is not None
+        given["capacity_scheduler_policy"] = args.capacity_scheduler_policy or "guaranteed_no_evict"
+        given["context_chunking_policy"] = args.context_chunking or "first_come_first_served"
+    else:
+        given["chunked_prefill"] = not args.no_chunked_prefill
+        for name in ("chunked_prefill_size", "max_prefill_tokens"):
+            if getattr(args, name) is not None:
+                given[name] = getattr(args, name)
+    return Scheduler.for_style(style, **given)

@@ -57,6 +57,11 @@ def _describe_scheduler(s: dict) -> str:
     if s["style"] == "sglang":
         return (f"sglang-style ({s['schedule_policy']}, chunked prefill {s['chunked_prefill_size']:,} tokens, "
                 f"{s['max_num_seqs']:,} running at most, decode room reserved, retraction)")
+    if s["style"] == "trtllm":
+        chunk = (f"chunked context ({s['context_chunking_policy']})" if s["enable_chunked_context"]
+                 else "no chunked context")
+        return (f"trtllm-style in-flight batching ({s['capacity_scheduler_policy']}, max_batch_size "
+                f"{s['max_batch_size']:,}, max_num_tokens {s['max_num_tokens']:,}, {chunk})")
     chunk = "chunked prefill" if s["chunked_prefill"] else "no chunked prefill"
     return (f"vllm-style v1 ({s['max_num_batched_tokens']:,} tokens and {s['max_num_seqs']:,} requests per step, "
             f"{chunk}, preempt the newest)")

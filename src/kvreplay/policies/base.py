@@ -161,6 +161,9 @@ class PolicySpec:
     native: str | None = None
     #: raises ConfigError for a block size the policy cannot work with (deepseek: 64-token units)
     check_block_size: Callable[[int], None] = field(default=lambda block_size: None)
+    #: a request's blocks enter the cache when it stores them (store_request) or finishes
+    #: (unpin_request), not when it starts (trtllm: TensorRT-LLM stores blocks for reuse)
+    caches_at_release: bool = False
 
     def compiled(self, state) -> tuple[int, "np.ndarray"]:
         """(the address of its C table, the record of `state` its operations take): the arrays of

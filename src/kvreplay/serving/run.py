@@ -26,7 +26,7 @@ from .timing import KIND_INSTANT, TimeModel, packed, roofline_window
 
 #: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
 #: for every other policy it checks first that the start fits beside the held blocks.
-REQUEST_LEVEL = ("vllm", "radix")
+REQUEST_LEVEL = ("vllm", "radix", "trtllm")
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
 #: belady: heap entries), sized by the trace it is built from.
 SIZED_PER_CALL = ("radix", "belady")
@@ -39,10 +39,20 @@ RESIDENCY_BITS = ("vllm", "lru", "s3fifo", "fifo", "sieve", "arc", "2q", "lfu", 
 #: True: routers scan every instance for every prompt on its own, through its ids and its cache, as
 #: before the bits (the reference tests/serving/test_scaling.py holds the bits to)
 REFERENCE_SCANS = False
+#: sim.h's STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM
+STYLES = ("vllm", "sglang", "trtllm")
 SERIES_POINTS = 4096
 ITL_BINS = 23100  # up to 1e-6 s x 1.001^23099, about 1e4 s; longer gaps count in the last bin
 #: Counters that are peaks (the cluster's is the largest instance's), not sums.
 PEAKS = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
+
+
+def _chunked(scheduler) -> int:
+    """cfg CHUNKED: 0/1 (vLLM, SGLang); TensorRT-LLM's 0 (no chunked context), 1 first come first
+    served, 2 equal progress (kernel/trtllm.c)."""
+    if scheduler.style != "trtllm" or not scheduler.chunked_prefill:
+        return int(scheduler.chunked_prefill)
+    return 1 + ("first_come_first_served", "equal_progress").index(scheduler.context_chunking_policy)
 
 
 @dataclass
@@ -357,8 +367,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     assigned_sorted = (np.zeros(n, dtype=np.int64) if assigned is None
                        else np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order]))
     cfg = kernel.settings({
-        "STYLE": 0 if scheduler.style == "vllm" else 1, "MAX_BATCHED": scheduler.max_num_batched_tokens,
-        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": int(scheduler.chunked_prefill), "CAPACITY": capacity,
+        "STYLE": STYLES.index(scheduler.style), "MAX_BATCHED": scheduler.max_num_batched_tokens,
+        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": _chunked(scheduler), "CAPACITY": capacity,
         "BLOCK_SIZE": block_size, "PRECHECK": int(spec.name not in REQUEST_LEVEL),
         "ONE_AT_A_TIME": int(tm[0] == KIND_INSTANT), "OUTPUT_KV": int(output_kv),
         "LPM": int(scheduler.schedule_policy == "lpm"), "CHUNK_SIZE": scheduler.chunked_prefill_size,
@@ -369,6 +379,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
         "TRACE_IDS": max(1, ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(route_bits),
+        "TRT_POLICY": ("guaranteed_no_evict", "max_utilization").index(scheduler.capacity_scheduler_policy),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,

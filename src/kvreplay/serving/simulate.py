@@ -25,16 +25,19 @@ from .run import decode_blocks, run_once
 from .semantics import choose
 from .timing import load_time_model
 
-ENGINE_STYLES = ("vllm", "sglang")
+ENGINE_STYLES = ("vllm", "sglang", "trtllm")
 #: Engine-faithful default policy per engine style.
-STYLE_POLICY = {"vllm": "vllm", "sglang": "radix"}
+STYLE_POLICY = {"vllm": "vllm", "sglang": "radix", "trtllm": "trtllm"}
+#: Scheduler defaults that differ by style: TensorRT-LLM's max_batch_size (2048) and its chunked
+#: context, off unless enabled (its LLM API's enable_chunked_prefill)
+STYLE_DEFAULTS = {"trtllm": {"max_num_seqs": 2048, "chunked_prefill": False}}
+#: TensorRT-LLM's capacity scheduler policies and context chunking policies (serving/inflight.py)
+TRT_CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
+TRT_CHUNKING_POLICIES = ("first_come_first_served", "equal_progress")
 #: Policies whose engine's scheduler the simulator does not model: refused, not pretended.
 NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler and hardware are not public, so the "
                           "simulator has no model of them; `kvreplay run --policy deepseek` gives its cache's hits and "
                           "cost",
-              "trtllm": "TensorRT-LLM's scheduler (its capacity scheduler and in-flight batching) is not modelled, "
-                        "so the simulator cannot serve its cache; `kvreplay run --policy trtllm` replays the cache "
-                        "one request at a time",
               "llamacpp": "llama.cpp server's loop (its slots under concurrency, deferred tasks) is not modelled; "
                           "`kvreplay run --policy llamacpp` replays its slots one request at a time"}
 
@@ -56,6 +59,14 @@ class Scheduler:
     min_new_token_ratio: float = 0.7 * 0.14  # x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
     new_token_ratio_decay: float = (0.7 - 0.7 * 0.14) / 600  # over SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
     clip_max_new_tokens: int = 4096
+    # TensorRT-LLM only (max_num_seqs is its max_batch_size, max_num_batched_tokens its max_num_tokens)
+    capacity_scheduler_policy: str = "guaranteed_no_evict"
+    context_chunking_policy: str = "first_come_first_served"
+
+    @classmethod
+    def for_style(cls, style: str = "vllm", **given) -> "Scheduler":
+        """A style's scheduler: its own defaults (STYLE_DEFAULTS) where a setting is not given."""
+        return cls(style=style, **{**STYLE_DEFAULTS.get(style, {}), **given})
 
     def __post_init__(self):
         if self.style not in ENGINE_STYLES:
@@ -67,6 +78,16 @@ class Scheduler:
                 raise ConfigError(f"{name} must be a whole number >= 1, got {v!r}")
         if self.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"unknown SGLang schedule policy {self.schedule_policy!r} (known: fcfs, lpm)")
+        if self.capacity_scheduler_policy not in TRT_CAPACITY_POLICIES:
+            raise ConfigError(f"unknown TensorRT-LLM capacity scheduler policy {self.capacity_scheduler_policy!r} "
+                              f"(known: {', '.join(TRT_CAPACITY_POLICIES)})")
+        if self.context_chunking_policy not in TRT_CHUNKING_POLICIES:
+            raise ConfigError(f"unknown TensorRT-LLM context chunking policy {self.context_chunking_policy!r} "
+                              f"(known: {', '.join(TRT_CHUNKING_POLICIES)})")
+        if self.style != "trtllm" and (self.capacity_scheduler_policy != "guaranteed_no_evict"
+                                       or self.context_chunking_policy != "first_come_first_served"):
+            raise ConfigError("capacity_scheduler_policy and context_chunking_policy are TensorRT-LLM's: "
+                              "engine_style='trtllm'")
 
     def to_dict(self) -> dict:
         out = {"style": self.style, "max_num_batched_tokens": self.max_num_batched_tokens,
@@ -76,6 +97,10 @@ class Scheduler:
                        max_prefill_tokens=self.max_prefill_tokens, lpm_fcfs_above=self.lpm_fcfs_above,
                        init_new_token_ratio=self.init_new_token_ratio, min_new_token_ratio=self.min_new_token_ratio,
                        new_token_ratio_decay=self.new_token_ratio_decay)
+        if self.style == "trtllm":  # (its names for them too)
+            out.update(capacity_scheduler_policy=self.capacity_scheduler_policy, max_batch_size=self.max_num_seqs,
+                       max_num_tokens=self.max_num_batched_tokens, enable_chunked_context=self.chunked_prefill,
+                       context_chunking_policy=self.context_chunking_policy if self.chunked_prefill else None)
         return out
 
 
@@ -155,7 +180,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
-    policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang").
+    policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang",
+        trtllm for "trtllm": TensorRT-LLM's in-flight batching scheduler, serving/inflight.py, which
+        serves its own block reuse only and needs the pool as `capacity`).
     capacity: the KV pool in blocks, or a size ("80GiB", with `model`); running requests and the
         prefix cache share it; default: what `gpu` x `tp` have left after `model`'s weights at
         `gpu_memory_utilization`. kv_dtype / kv_layers: how `model`'s KV is stored (config.resolve
@@ -227,8 +254,18 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     spec = get_policy(policy)
     if spec.name in NOT_SERVED:
         raise ConfigError(f"policy {spec.name!r} (--policy): {NOT_SERVED[spec.name]}")
+    if (spec.name == "trtllm") != (engine_style == "trtllm"):
+        raise ConfigError("TensorRT-LLM's block reuse (policy 'trtllm') is served by its scheduler, and its scheduler "
+                          "serves that cache only: give engine_style='trtllm' (--engine-style trtllm) with policy "
+                          f"'trtllm' (got policy {spec.name!r}, engine_style {engine_style!r})")
+    if engine_style == "trtllm":
+        _check_trtllm(capacity=capacity, tiers=tiers, global_store=global_store, kv_semantics=kv_semantics,
+                      gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory=kv_cache_memory,
+                      num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
+                      language_model_only=language_model_only, prefill_instances=prefill_instances,
+                      decode_instances=decode_instances, kv_link=kv_link)
     if scheduler is None:
-        scheduler = Scheduler(style=engine_style)
+        scheduler = Scheduler.for_style(engine_style)
     elif scheduler.style != engine_style:
         raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
     routing.check(router)
@@ -353,6 +390,34 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _check_trtllm(**given) -> None:
+    """Refuse what the TensorRT-LLM style does not model (each setting named with its flag)."""
+    why_pool = ("TensorRT-LLM sizes its pool from free_gpu_memory_fraction of the memory left after loading, "
+                "which is not modelled: give the pool with capacity (--capacity BLOCKS, or a size with --model)")
+    checks = (
+        ("capacity", "--capacity", given["capacity"] is None, why_pool),
+        ("gpu_memory_utilization", "--gpu-memory-utilization", given["gpu_memory_utilization"] != 0.9, why_pool),
+        ("kv_cache_memory", "--kv-cache-memory", given["kv_cache_memory"] is not None, why_pool),
+        ("num_gpu_blocks_override", "--num-gpu-blocks-override", given["num_gpu_blocks_override"] is not None, why_pool),
+        ("enforce_eager", "--enforce-eager", bool(given["enforce_eager"]), why_pool),
+        ("language_model_only", "--language-model-only", bool(given["language_model_only"]), why_pool),
+        ("tiers", "--tiers", given["tiers"] is not None,
+         "its host pool is the trtllm policy's host_blocks; the tiers below HBM are not modelled under its scheduler"),
+        ("global_store", "--global-store", given["global_store"] is not None, "a shared store is not modelled"),
+        ("prefill_instances", "--prefill-instances", given["prefill_instances"] is not None,
+         "TensorRT-LLM's disaggregated serving is not modelled"),
+        ("decode_instances", "--decode-instances", given["decode_instances"] is not None,
+         "TensorRT-LLM's disaggregated serving is not modelled"),
+        ("kv_link", "--kv-link", given["kv_link"] is not None, "TensorRT-LLM's disaggregated serving is not modelled"),
+        ("kv_semantics", "--kv-semantics", given["kv_semantics"] == "hybrid",
+         "TensorRT-LLM's variable attention windows are not modelled (kv_semantics='full' serves every layer as "
+         "full attention)"),
+    )
+    for name, flag, bad, why in checks:
+        if bad:
+            raise ConfigError(f"{name} ({flag}) with engine_style='trtllm': {why}")
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:

@@ -14,7 +14,10 @@ from .pools import Pools
 
 def in_hbm(policy, b) -> bool:
     """Is block b anywhere in a reference policy's cache? (A radix tree's `resident` follows one
-    path, so its ids are read from its page counts; the C table's in_hbm says the same.)"""
+    path, so its ids are read from its page counts, or a tree's own in_hbm; the C table's in_hbm
+    says the same.)"""
+    if hasattr(policy, "in_hbm"):
+        return policy.in_hbm(b)
     if hasattr(policy, "page_count"):
         return policy.page_count.get(b, 0) > 0
     return policy.resident(b)
@@ -23,7 +26,7 @@ def in_hbm(policy, b) -> bool:
 def hbm_gaps(policy) -> bool:
     """May a hit prefix continue through a cached block after a stretch loaded from a tier? Yes
     for a cache of blocks; not for a radix tree, whose path ends where its match ends."""
-    return not hasattr(policy, "page_count")
+    return not hasattr(policy, "page_count") and not hasattr(policy, "in_hbm")
 
 
 def replay_reference(offsets, blocks, input_length, block_size, policy, tiers: list[Tier], hit_blocks, hit_tokens,

@@ -124,6 +124,7 @@ void batch_end(Sim *s, i64 j) {
             if (!sgh_prefilled(s, j, i, goes_on)) return;
         }
         if (s->computed[i] < s->target[i]) continue;
+        if (s->io->cfg[STYLE] == STYLE_TRTLLM && !s->decoding[i]) req_store(s, j, i); /* (storeContextBlocks) */
         token_out(s, j, i);
         if (s->generated[i] < s->outputs[i] && !prefill_only) {
             s->target[i] = s->computed[i] + 1;

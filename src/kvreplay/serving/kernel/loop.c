@@ -95,6 +95,12 @@ static int never_fits(Sim *s, i64 i) {
     if (s->mode == MODE_HYBRID) return hyb_peak(s, L + s->outputs[i] - 1) > s->capacity;
     if (s->mode == MODE_RADIX_HYBRID && kv_ceil_div(L + s->outputs[i] - 1, bs) > s->capacity) return 1;
     if (req_needed_positions(s, i, L + s->outputs[i] - 1) > s->capacity) return 1;
+    /* TensorRT-LLM's GUARANTEED_NO_EVICT starts a request once the blocks of its prompt and all its
+     * outputs are free (getRemainingBlocksToCompletion) */
+    if (s->io->cfg[STYLE] == STYLE_TRTLLM && kv_ceil_div(s->output_kv ? L + s->outputs[i] : L, bs) > s->capacity)
+        return 1;
+    /* without chunked context its whole prompt must fit max_num_tokens (TensorRT-LLM refuses it) */
+    if (s->io->cfg[STYLE] == STYLE_TRTLLM && s->io->cfg[CHUNKED] == 0 && L > s->io->cfg[MAX_BATCHED]) return 1;
     if (s->io->cfg[STYLE] == STYLE_SGLANG) {
         /* SGLang's admission needs prompt + reserved outputs + a page below the pool */
         i64 clip = s->io->cfg[CLIP_MAX_NEW];
@@ -180,6 +186,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
     if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
     i64 preempted = c[preemptions], aborted_before = c[aborted];
     if (s->io->cfg[STYLE] == STYLE_SGLANG) sglang_schedule(s, j);
+    else if (s->io->cfg[STYLE] == STYLE_TRTLLM) trtllm_schedule(s, j);
     else vllm_schedule(s, j);
     if (s->failed) return 0;
     q->view[V_WAITING] = (f64)q->qlen;
@@ -340,6 +347,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     s->lpm_key = zeros(n, sizeof(i64));
     s->order = zeros(n + 1, sizeof(i64));
     s->tier_scratch = zeros(s->T + 1, sizeof(i64));
+    s->trt = cfg[STYLE] == STYLE_TRTLLM ? zeros(17 * n + 64, sizeof(i64)) : NULL;
     i64 max_prompt = 1;
     for (i64 i = 0; i < n; i++) max_prompt = kv_max(max_prompt, io->P[i]);
     s->route_scratch = zeros(max_prompt, sizeof(i32));
@@ -406,7 +414,7 @@ static void teardown(Sim *s) {
     }
     void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
                      s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->qnext, s->qprev,
-                     s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->route_scratch,
+                     s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->trt, s->route_scratch,
                      s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst, s->res_bits, s->bit_scratch,
                      s->route_prefix, s->route_limit};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);

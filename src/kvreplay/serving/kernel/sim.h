@@ -5,6 +5,7 @@
  *   loop.c      the event loop: step ends, arrivals (routed), KV transfers, router snapshots
  *   vllm.c      the vLLM v1 scheduler style, its one preemption routine
  *   sglang.c    the SGLang scheduler style, its one retraction routine
+ *   trtllm.c    TensorRT-LLM's in-flight batching (capacity and micro-batch schedulers), its pauses
  *   batch.c     a step's batch: its aggregates and duration, then what its end does
  *   requests.c  a request's blocks: admission, growth, release (the only caller of pin/unpin)
  *   metrics.c   the inter-token histogram, the time series, peaks
@@ -28,11 +29,11 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY)
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
-enum { STYLE_VLLM, STYLE_SGLANG };
+enum { STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM };
 /* how requests hold their blocks (requests.c) */
 enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID, MODE_RADIX_HYBRID };
 #define ROUTER_FIXED (-1)
@@ -166,6 +167,7 @@ typedef struct Sim {
     RhReq *rreqs;
     i64 *batch_scratch; /* a prefill batch's requests (sglang.c prefill_batch) */
     i64 *rkoff, *rkeys;
+    i64 *trt;          /* STYLE_TRTLLM: the step's arrays (trtllm.c), 17 n + 64 */
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
 } Sim;
 
@@ -182,6 +184,9 @@ i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits);
 int req_grow(Sim *s, i64 j, i64 i, i64 tokens);
 /* release request i's blocks (finished, preempted or handed over) */
 void req_release(Sim *s, i64 j, i64 i);
+/* request i's prompt is computed: its full blocks are stored for reuse while it runs (a policy
+ * with store_request: TensorRT-LLM's storeContextBlocks) */
+void req_store(Sim *s, i64 j, i64 i);
 /* preempt (vLLM) or retract (SGLang) request v: released, it waits to recompute its prompt and
  * outputs; the tokens it had this step */
 i64 req_take_back(Sim *s, i64 j, i64 v);
@@ -256,6 +261,7 @@ i64 queue_pop_front(Sim *s, Inst *q);
 /* ---- schedulers: fill new_tokens of the instance's step; the running list may change ---- */
 void vllm_schedule(Sim *s, i64 j);
 void sglang_schedule(Sim *s, i64 j);
+void trtllm_schedule(Sim *s, i64 j);
 
 /* ---- batch.c ---- */
 int batch_start(Sim *s, i64 j);
