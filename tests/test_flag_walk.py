@@ -223,7 +223,7 @@ CASES.update({
                                                                 "--speedups", "1")),
     ("report", "--cold-start"): changes("--cold-start", context=("--model", "Llama-3.1-8B", "--gpu", "H100",
                                                                  "--speedups", "1")),
-    ("report", "--plan"): refused("--plan", str(DATA / "steps_24.csv")),
+    ("report", "--plan"): refused("--plan", str(DATA / "steps_24.csv"), names="steps_24.csv: not JSON"),
     # simulate
     ("simulate", "--policy"): changes("--policy", "lru"),
     ("simulate", "--capacity"): changes("--capacity", "12"),
@@ -247,6 +247,11 @@ CASES.update({
     ("simulate", "--mem-fraction-static"): changes("--mem-fraction-static", "0.5", context=("--engine-style", "sglang"),
                                                    base=("simulate", "TRACE", *SIM)),
     ("simulate", "--engine-style"): changes("--engine-style", "sglang"),
+    ("simulate", "--capacity-scheduler-policy"): changes("--capacity-scheduler-policy", "max_utilization", context=(
+        "--engine-style", "trtllm", "--policy", "trtllm", "--capacity", "12", "--speedup", "50")),
+    ("simulate", "--context-chunking"): changes("--context-chunking", "equal_progress", context=(
+        "--engine-style", "trtllm", "--policy", "trtllm", "--capacity", "12", "--speedup", "50",
+        "--max-num-batched-tokens", "32")),
     ("simulate", "--schedule"): changes("--schedule", "lpm", context=("--engine-style", "sglang", "--capacity", "12")),
     ("simulate", "--max-num-batched-tokens"): changes("--max-num-batched-tokens", "32", context=("--speedup", "50")),
     ("simulate", "--max-num-seqs"): changes("--max-num-seqs", "1"),
@@ -397,6 +402,10 @@ CASES.update({
     ("synth", "--mix"): changes("--mix", "chat=1"),
     ("synth", "--think-time"): changes("--think-time", "3s"),
     ("synth", "--zipf"): changes("--zipf", "2"),
+    ("synth", "--agent-tool-tokens"): changes("--agent-tool-tokens", "200"),
+    ("synth", "--agent-reply-tokens"): changes("--agent-reply-tokens", "50"),
+    ("synth", "--burst"): changes("--burst", "4"),
+    ("synth", "--max-context"): changes("--max-context", "3000"),
     ("synth", "--system-priority"): changes("--system-priority", "50"),
     ("synth", "--system-priority-ms"): changes("--system-priority-ms", "100", context=("--system-priority", "50")),
     ("synth", "--block-size"): changes("--block-size", "64"),
