@@ -43,15 +43,22 @@ def test_band_brackets_every_latency():
 
 
 def test_band_of_an_isolated_request_is_its_steps_times_the_ratios():
-    # one request, alone: its first token is the serving front end's latency (frontend_s, outside
-    # the band) plus one prefill step, whose time x the prefill band's ends bound it
+    # one request, alone: its first token is what the host CPU adds (outside the band: its arrival
+    # delay, the engine's CPU beside the step, its output delay) plus one prefill step, whose time
+    # x the prefill band's ends bound it
+    from kvreplay.serving.timing import CalibratedRooflineTimeModel, StepBatch
+    from kvreplay.serving.timing.host import calibrated
+
     t = trace_of(([0, 1, 2, 3], 64, 0, 1), block_size=16)
     r = kvreplay.simulate(t, "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline")
     lo, hi = r.band["bands"]["prefill"]
-    frontend = r.time_model["coefficients"]["frontend_s"]
-    step = float(r.ttft_s[0]) - frontend
-    assert frontend > 0 and step > 0
-    assert r.summary()["latency_band_s"]["ttft"]["p50"] == pytest.approx([frontend + step * lo, frontend + step * hi])
+    host = calibrated()
+    assert r.time_model["host"] == host.describe()
+    step = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").step_time(StepBatch((64,), (0,)))
+    before, after = float(host.arrival_delay([64])[0]), host.output_seconds(1)
+    assert float(r.ttft_s[0]) == pytest.approx(before + host.step_seconds(step, 1) + after)
+    assert r.summary()["latency_band_s"]["ttft"]["p50"] == pytest.approx(
+        [before + host.step_seconds(step * lo, 1) + after, before + host.step_seconds(step * hi, 1) + after])
 
 
 def test_raw_roofline_has_no_band_and_warnings_name_the_range():

@@ -84,6 +84,11 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--mbu", type=unit_fraction, default=None, help="roofline-raw: bandwidth efficiency (default 0.6)")
     sim.add_argument("--step-overhead-ms", type=common.seconds, default=None, metavar="MS",
                      help="roofline-raw: fixed cost per step in ms (default 0)")
+    sim.add_argument("--host-cpu", choices=("vllm", "vllm-sync", "none"), default=None,
+                     help="what the host CPU adds outside the GPU's steps: vllm (vLLM 0.33.0's API server, engine "
+                          "core and async scheduling, fitted on measured serving runs; the default with the "
+                          "calibrated roofline), vllm-sync (the same without async scheduling: vLLM before 0.14 or "
+                          "--no-async-scheduling), none (the default with any other time model)")
     load = sim.add_mutually_exclusive_group()
     load.add_argument("--speedup", type=positive_number, default=None,
                       help="divide the trace's inter-arrival times by X (2: twice the load)")
@@ -210,7 +215,7 @@ def _options(args, trace) -> dict:
                 weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
-                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics,
+                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics, host=args.host_cpu,
                 router_options=_router_options(args.router_option), **params)
 
 
