@@ -110,25 +110,24 @@ def test_engine_cpu_per_step_hides_behind_the_gpu_under_async_scheduling():
     assert ms(shown.finish_s) == [56.0, 72.0]
 
 
-def test_output_delay_per_token_and_per_request_in_its_step():
-    # output_s 0.5 ms + output_request_s 0.25 ms per request out that step: step 1 (A out) its
-    # token at 20 + 0.75; step 2 (A and B out): 40 + 1.0; step 3: 50 + 1.0. The engine's steps do
-    # not move; A's gaps are 40 + 1 - 20.75 = 20.25 and 10 ms.
-    r = run(HostTerms(output_s=0.0005, output_request_s=0.00025))
-    assert ms(r.first_token_s) == [20.75, 41.0]
-    assert ms(r.finish_s) == [51.0, 51.0]
+def test_output_delay_per_request_in_its_step():
+    # output_request_s 0.25 ms per request out that step: step 1 (A out) its token at 20 + 0.25;
+    # step 2 (A and B out): 40 + 0.5; step 3: 50 + 0.5. The engine's steps do not move; A's gaps
+    # are 40.5 - 20.25 = 20.25 and 10 ms.
+    r = run(HostTerms(output_request_s=0.00025))
+    assert ms(r.first_token_s) == [20.25, 40.5]
+    assert ms(r.finish_s) == [50.5, 50.5]
     itl = r.summary()["latency_s"]["itl"]
     assert itl["max"] == pytest.approx(0.02025)
 
 
 def test_python_formulas_are_the_kernels():
-    h = HostTerms(request_s=0.001, prompt_token_s=2e-6, step_s=0.003, step_request_s=5e-5, output_s=0.0004,
-                  output_request_s=3e-5)
+    h = HostTerms(request_s=0.001, prompt_token_s=2e-6, step_s=0.003, step_request_s=5e-5, output_request_s=3e-5)
     assert h.arrival_delay([0, 1000]).tolist() == pytest.approx([0.001, 0.003])
     assert h.step_seconds(0.010, 4) == pytest.approx(0.0132)
     assert h.with_terms(async_scheduling=True).step_seconds(0.010, 4) == pytest.approx(0.010)
     assert h.with_terms(async_scheduling=True).step_seconds(0.002, 4) == pytest.approx(0.0032)
-    assert h.output_seconds(10) == pytest.approx(0.0007)
+    assert h.output_seconds(10) == pytest.approx(0.0003)
     # the kernel with the same terms, one request alone: its first token at arrival delay + the
     # prefill step (STEP: 20 ms) with the CPU + the output delay of one request
     r = run(h, A)

@@ -30,7 +30,7 @@ def _describe_host(host: dict | None) -> str:
     return (f"; host CPU ({host['host']}: vLLM's API server and engine core, {sched}; fitted on measured serving "
             f"runs): each request {ms(host['request_s'])} + {us(host['prompt_token_s'])} a prompt token before the "
             f"engine, each step {ms(host['step_s'])} + {us(host['step_request_s'])} a request of CPU, each token "
-            f"{ms(host['output_s'])} + {us(host['output_request_s'])} a request in its step to its client")
+            f"{us(host['output_request_s'])} a request in its step to its client")
 
 
 def _describe_time(tm: dict) -> str:

@@ -132,7 +132,7 @@ static void token_out(Sim *s, i64 j, i64 i, f64 out) {
  * OutputProcessor.process_outputs, v1/engine/output_processor.py:728: each request's detokenizer
  * and output queue, one after another) and the stream's chunk to the client. */
 static f64 host_output(const SimIO *io, i64 outputs) {
-    return io->fcfg[HOST_OUTPUT_S] + io->fcfg[HOST_OUTPUT_REQUEST_S] * (f64)outputs;
+    return io->fcfg[HOST_OUTPUT_REQUEST_S] * (f64)outputs;
 }
 
 void batch_end(Sim *s, i64 j) {

@@ -30,9 +30,9 @@
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
     S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(ASYNC_SCHEDULING)
 /* HOST_*: what the host CPU adds (serving/timing/host.py): the engine core's CPU per step and per
- * request in it, and a token's delay out of the engine, fixed and per request out that step */
+ * request in it, and a token's delay out of the engine per request out that step */
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S) S(HOST_STEP_S) \
-    S(HOST_STEP_REQUEST_S) S(HOST_OUTPUT_S) S(HOST_OUTPUT_REQUEST_S)
+    S(HOST_STEP_REQUEST_S) S(HOST_OUTPUT_REQUEST_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
 enum { STYLE_VLLM, STYLE_SGLANG };

@@ -4,8 +4,8 @@ runs by benchmarks/calibrate_host.py and shipped in kvreplay/data/host_calibrati
 
 Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
 
-- **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens): the API server parses the
-  request and renders it (``entrypoints/openai/completion/serving.py:131`` ``_create_completion``),
+- **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens; ``request_s`` also holds a
+  token's fixed way out, below): the API server parses the request and renders it (``entrypoints/openai/completion/serving.py:131`` ``_create_completion``),
   tokenises the prompt in its thread pool (``renderers/base.py:156``, ``:770``), the client sends
   the token ids to the engine core as msgpack (``v1/engine/core_client.py:1290``), whose input
   thread decodes them and hashes the prompt's blocks for the prefix cache
@@ -19,12 +19,14 @@ Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
   (``EngineCore.step``, ``core.py:667``) it follows the GPU's work; under async scheduling
   (``step_with_batch_queue``, ``core.py:708``, two batches in flight, ``config/vllm.py:588``) the
   next step is scheduled and prepared while this one runs, so a step takes the longer of the two.
-- **per token**, ``output_s + output_request_s x N`` (N requests that output a token that step):
-  the engine core's output thread sends the step's outputs (``core.py:2042``); the API server's
-  output handler (``v1/engine/async_llm.py:876``) runs the output processor over them one after
-  another (``v1/engine/output_processor.py:728``, each request's incremental detokenizer at
-  ``:825``) and each request's stream sends its chunk. Every token reaches its client that long
-  after its step ends: TTFT and the end-to-end latency hold it, an inter-token gap only its change.
+- **per token**, ``output_request_s x N`` (N requests that output a token that step): the engine
+  core's output thread sends the step's outputs (``core.py:2042``); the API server's output handler
+  (``v1/engine/async_llm.py:876``) runs the output processor over them one after another
+  (``v1/engine/output_processor.py:728``, each request's incremental detokenizer at ``:825``) and
+  each request's stream sends its chunk. Every token reaches its client that long after its step
+  ends: TTFT and the end-to-end latency hold it, an inter-token gap only its change. Its fixed part
+  is in ``request_s``: a fixed delay of every token adds to TTFT and the end-to-end latency exactly
+  as one at arrival does, and measured means cannot tell them apart.
 - **async scheduling** (``async_scheduling``; vLLM's default since 0.14, ``config/vllm.py:1685-1719``):
   the step that starts when one ends was scheduled when that one started, so a request that
   arrives during a step waits for the end of the next one (serving/kernel/loop.c ``hide_late``).
@@ -49,7 +51,7 @@ import numpy as np
 from ...errors import ConfigError
 
 #: the terms, seconds (each >= 0)
-TERMS = ("request_s", "prompt_token_s", "step_s", "step_request_s", "output_s", "output_request_s")
+TERMS = ("request_s", "prompt_token_s", "step_s", "step_request_s", "output_request_s")
 #: the choices of simulate(host=...) and --host-cpu
 CHOICES = ("vllm", "vllm-sync", "none")
 
@@ -62,7 +64,6 @@ class HostTerms:
     prompt_token_s: float = 0.0
     step_s: float = 0.0
     step_request_s: float = 0.0
-    output_s: float = 0.0
     output_request_s: float = 0.0
     async_scheduling: bool = False
     name: str = "none"
@@ -92,13 +93,13 @@ class HostTerms:
 
     def output_seconds(self, outputs: int) -> float:
         """From a step's end to its tokens' clients, when `outputs` requests output one."""
-        return self.output_s + self.output_request_s * outputs
+        return self.output_request_s * outputs
 
     def kernel_settings(self) -> dict:
         """The kernel's cfg and fcfg slots (sim.h) for these terms."""
         return {"cfg": {"ASYNC_SCHEDULING": int(self.async_scheduling)},
                 "fcfg": {"HOST_STEP_S": self.step_s, "HOST_STEP_REQUEST_S": self.step_request_s,
-                         "HOST_OUTPUT_S": self.output_s, "HOST_OUTPUT_REQUEST_S": self.output_request_s}}
+                         "HOST_OUTPUT_REQUEST_S": self.output_request_s}}
 
     def with_terms(self, **terms) -> HostTerms:
         return HostTerms(**{**asdict(self), **terms})
