@@ -15,6 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "kvreplay"
 LAYERS = (
     ("errors", "version"),
     ("jit", "native", "files", "plugins", "data", "tables", "units"),
+    ("catalog",),
     ("trace",),
     ("policies",),
     ("engine",),

@@ -1,4 +1,4 @@
-"""The catalog's hidden/intermediate/vocab sizes (models.json): the dense models' parameter
+"""The catalog's hidden/intermediate/vocab sizes (from each config.json): the dense models' parameter
 counts recomputed from them match total_params (exactly where the catalog has the exact count)."""
 
 from __future__ import annotations

@@ -126,7 +126,9 @@ def test_simulate_sizes_the_hybrid_pool_by_the_layout():
     g = simulate(t, "vllm", None, model="gpt-oss-120b", gpu="H100", tp=2, weights_dtype="int4", time_model="instant")
     left = g.kv_semantics
     assert left["bytes_per_block_id"] == 18_874_368 // 2
-    assert g.capacity_blocks == left["block_ids"] == int(2 * left["full_semantics_blocks"]) + 1  # (rounding)
+    # (two floors of the same bytes: a block id is half a full-semantics block, give or take one)
+    assert g.capacity_blocks == left["block_ids"] in (2 * left["full_semantics_blocks"],
+                                                      2 * left["full_semantics_blocks"] + 1)
 
 
 MAMBA = [Group("full"), Group("mamba")]

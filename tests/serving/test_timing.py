@@ -197,19 +197,50 @@ def test_roofline_bad_inputs():
 
 
 def test_kv_capacity_llama70b_on_8x_h100_tp8():
-    # per GPU: 80e9 B x 0.9 = 72,000,000,000 usable
-    #   weights 70,553,706,496 x 2 B / 8 = 17,638,426,624  -> 54,361,573,376 B left
-    #   KV per token per GPU 40,960 B (1 of 8 KV heads), x 16 tokens = 655,360 B per block
-    #   54,361,573,376 // 655,360 = 82,949 blocks (82,949 x 655,360 = 54,361,456,640)
+    # per GPU (timing/memory.py; vLLM 0.33.0's budget):
+    #   total 79.22 GiB = 85,061,827,297 B (as the device reports it) x 0.9 -> ceil 76,555,644,568 B
+    #   weights 17,671,981,056 B: embedding and LM head 128,256 x 8,192 x 2 / 8 = 262,668,288 each,
+    #     the rest (70,553,706,496 - 2 x 1,050,673,152) x 2 / 8 = 17,113,090,048, rotary cache
+    #     131,072 x 128 x 2 = 33,554,432
+    #   activation 0.5 x 8,192 tokens x (4 x 8,192 + 3 x 28,672 / 8 = 43,520) x 2 = 356,515,840
+    #   sampler 0.5 x 256 rows x 128,256 x 4 = 65,667,072
+    #   CUDA graphs 86 (51 PIECEWISE + 35 FULL) x 7 MiB = 631,242,752
+    #   non-torch int(2.38 GiB) = 2,555,505,541
+    #   left 55,274,732,307 B; 40,960 B/token (1 of 8 KV heads), 655,360 B a block -> 84,342 blocks
     c = kv_capacity("Llama-3.1-70B", "H100", tp=8, block_size=16)
-    assert c.weight_bytes_per_gpu == 17_638_426_624
-    assert c.kv_bytes_available == 54_361_573_376
+    assert c.total_memory_bytes == 85_061_827_297 and c.usable_bytes == 76_555_644_568
+    assert c.weight_bytes_per_gpu == 17_671_981_056
+    assert (c.activation_peak_bytes, c.sampler_peak_bytes) == (356_515_840, 65_667_072)
+    assert (c.cudagraph_graphs, c.cudagraph_bytes, c.non_torch_bytes) == (86, 631_242_752, 2_555_505_541)
+    assert c.kv_bytes_available == 55_274_732_307
     assert c.kv_bytes_per_token_per_gpu == 40_960
-    assert c.blocks == 82_949 and c.tokens == 82_949 * 16
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, 0.9) == 82_949
-    # with the memory the driver reports (81,559 MiB = 85,520,809,984 B):
-    # 85,520,809,984 x 0.9 - 17,638,426,624 = 59,330,302,361.6 -> // 655,360 = 90,530
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, total_memory_bytes=81_559 * 2**20) == 90_530
+    assert c.blocks == 84_342 and c.tokens == 84_342 * 16
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, 0.9) == 84_342
+    # with the 81,559 MiB nvidia-smi shows: 85,520,809,984 x 0.9 -> 76,968,728,986; minus the same
+    # 21,280,912,261 B of terms = 55,687,816,725 -> // 655,360 = 84,972
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, total_memory_bytes=81_559 * 2**20) == 84_972
+    # enforce_eager: no CUDA graphs, 631,242,752 B more -> 56,905,975,059 // 655,360 = 85,305
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, enforce_eager=True) == 85_305
+    # max_num_seqs 1,024 (vLLM serve's H100 default): sampler 0.5 x 1,024 x 128,256 x 4 = 262,668,288
+    # (+197,001,216 B), and 102 graphs (51 + 51): 16 x 7 MiB = 117,440,512 B more
+    # -> 54,960,290,579 // 655,360 = 83,862 blocks
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, max_num_seqs=1024) == 83_862
+
+
+def test_kv_cache_memory_and_the_block_override_replace_the_profile():
+    # kv_cache_memory replaces what the profile leaves (and ignores the utilization)
+    c = kv_capacity("Llama-3.1-70B", "H100", 8, 16, kv_cache_memory="20GiB")
+    assert c.kv_bytes_available == 20 * 2**30 and c.blocks == 20 * 2**30 // 655_360 == 32_768
+    assert c.profiled_kv_bytes == 55_274_732_307
+    # the override wins over both, as vLLM applies it last
+    c = kv_capacity("Llama-3.1-70B", "H100", 8, 16, kv_cache_memory="20GiB", num_gpu_blocks_override=1000)
+    assert c.blocks == 1000 and c.kv_bytes_available == 20 * 2**30
+    with pytest.raises(ConfigError, match="kv_cache_memory"):
+        kv_capacity("Llama-3.1-70B", "H100", 8, 16, kv_cache_memory="20 parsecs")
+    with pytest.raises(ConfigError, match="num_gpu_blocks_override"):
+        kv_capacity("Llama-3.1-70B", "H100", 8, 16, num_gpu_blocks_override=0)
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        kv_capacity("Llama-3.1-70B", "H100", 8, 16, max_num_seqs=True)
 
 
 def test_kv_capacity_bad_inputs():

@@ -1,7 +1,7 @@
 """The weights dtype (--weights-dtype bf16|fp16|fp8|int4) and the GPU catalog's interconnect figures.
 
 Every number below is worked by hand from the catalogs: the model's parameter count
-(kvreplay/data/models.json) and the GPU's memory, peaks and links (kvreplay/data/gpus.json).
+(the catalog, kvreplay/catalog/) and the GPU's memory, peaks and links (kvreplay/data/gpus.json).
 """
 
 from __future__ import annotations
@@ -44,45 +44,51 @@ def test_bytes_and_compute_dtype_of_each_weights_dtype():
 # The pool after the weights
 
 
-def test_llama_8b_on_h100_at_fp8_leaves_30503_blocks():
-    # Llama-3.1-8B: 8,030,261,248 parameters, 1 byte each at fp8 = 8,030,261,248 B of weights.
-    # H100: 80 GB x 0.9 = 72,000,000,000 B usable; 72,000,000,000 - 8,030,261,248 = 63,969,738,752 B left.
-    # KV: 32 layers x 8 heads x 128 x 2 (K, V) x 2 B (bf16 KV) = 131,072 B/token, x 16 = 2,097,152 B/block.
-    # 63,969,738,752 / 2,097,152 = 30,503.15 -> 30,503 blocks (30,503 x 2,097,152 = 63,969,427,456).
+def test_llama_8b_on_h100_at_fp8_leaves_30375_blocks():
+    # Llama-3.1-8B at fp8 (timing/memory.py): embedding and LM head stay bf16, 128,256 x 4,096 x 2 B
+    # = 1,050,673,152 B each; the other 8,030,261,248 - 2 x 525,336,576 = 6,979,588,096 weights at
+    # 1 B; the rotary cache 131,072 x 128 x 2 = 33,554,432 B: 9,114,488,832 B.
+    # H100: ceil(85,061,827,297 x 0.9) = 76,555,644,568 B; minus the weights, the activation peak
+    # (0.5 x 8,192 x (4 x 4,096 + 3 x 14,336) x 2 = 486,539,264), the sampler (0.5 x 256 x 128,256 x 4
+    # = 65,667,072), 86 CUDA graphs (631,242,752) and non-torch (2,555,505,541): 63,702,201,107 B.
+    # 131,072 B/token x 16 = 2,097,152 B/block -> 30,375 blocks.
     c = kv_capacity("Llama-3.1-8B", "H100", 1, 16, dtype="fp8")
-    assert c.weight_bytes_per_gpu == 8_030_261_248
-    assert c.kv_bytes_available == 63_969_738_752
-    assert c.blocks == 30_503 and c.weights_dtype == "fp8"
-    # bf16: 16,060,522,496 B of weights, 55,939,477,504 left: 26,674.02 -> 26,674 blocks
-    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16) == 26_674
-    # int4: 4,015,130,624 B of weights, 67,984,869,376 left: 32,417.71 -> 32,417 blocks
-    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16, dtype="int4") == 32_417
+    assert c.weight_bytes_per_gpu == 9_114_488_832
+    assert c.kv_bytes_available == 63_702_201_107
+    assert c.blocks == 30_375 and c.weights_dtype == "fp8"
+    # bf16: 6,979,588,096 more bytes of weights -> 56,722,613,011 B left: 27,047 blocks
+    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16) == 27_047
+    # int4 (group-128: 0.5 + 2.5 / 128 B a weight): 3,353,473,968 B fewer than fp8 -> 31,974 blocks
+    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16, dtype="int4") == 31_974
 
 
-def test_int4_weights_take_a_quarter_of_bf16s_bytes():
-    # Llama-3.1-70B: 70,553,706,496 parameters over tp 8: bf16 2 B -> 17,638,426,624 B per GPU,
-    # int4 0.5 B -> 4,409,606,656 B per GPU, a quarter exactly (fp8: half, 8,819,213,312).
+def test_quantised_weights_keep_the_embedding_and_lm_head_at_bf16():
+    # Llama-3.1-70B over tp 8: embedding + LM head 2 x 262,668,288 B and the rotary cache
+    # 33,554,432 B at every dtype; the other 68,452,360,192 weights / 8 = 8,556,545,024 per GPU at
+    # 2 B (bf16), 1 B (fp8) or 0.5 + 2.5 / 128 B (int4, group-128 scales and zeros).
     per_gpu = {d: kv_capacity("Llama-3.1-70B", "H100", 8, 16, dtype=d).weight_bytes_per_gpu
                for d in ("bf16", "fp8", "int4")}
-    assert per_gpu == {"bf16": 17_638_426_624, "fp8": 8_819_213_312, "int4": 4_409_606_656}
-    assert per_gpu["int4"] * 4 == per_gpu["bf16"]
+    fixed = 2 * 262_668_288 + 33_554_432
+    assert per_gpu["bf16"] == fixed + 2 * 8_556_545_024 == 17_671_981_056
+    assert per_gpu["fp8"] == fixed + 8_556_545_024 == 9_115_436_032
+    assert per_gpu["int4"] == pytest.approx(fixed + (0.5 + 2.5 / 128) * 8_556_545_024)
     bf16, int4 = RooflineTimeModel("Llama-3.1-70B", "H100", 8), RooflineTimeModel("Llama-3.1-70B", "H100", 8,
                                                                                  dtype="int4")
     assert int4.weight_bytes == 35_276_853_248 and int4.weight_bytes * 4 == bf16.weight_bytes
 
 
 def test_deepseek_v3_on_8_h200_fits_at_fp8_not_at_bf16():
-    # DeepSeek-V3: 671e9 parameters; H200: 141 GB x 0.9 = 126.9e9 B usable per GPU.
-    # bf16: 671e9 x 2 / 8 = 167.75e9 B per GPU > 126.9e9: refused ("167.8 GB").
-    with pytest.raises(ConfigError, match=r"needs 167\.8 GB of weights per GPU.*--weights-dtype fp8 or int4"):
+    # H200: ceil(150,119,844,413 x 0.9) B = 125.8 GiB per GPU. bf16 needs 157.9 GiB: refused.
+    with pytest.raises(ConfigError, match=r"needs 157\.9 GiB of weights per GPU.*--weights-dtype fp8 or int4"):
         kv_capacity("DeepSeek-V3", "H200", 8, 16)
-    # fp8: 671e9 / 8 = 83.875e9 B per GPU; 126.9e9 - 83.875e9 = 43.025e9 B left. MLA's latent is
-    # replicated on every rank: 61 layers x 576 x 2 B = 70,272 B/token, 1,124,352 B per 16-token block.
-    # 43,025,000,000 / 1,124,352 = 38,266.49 -> 38,266 blocks.
+    # fp8 (block-scaled: + 4 / 16,384 B a weight), the q_a / kv_a projections and the router
+    # replicated, embedding and LM head bf16: 85,155,847,465 B per GPU. MLA's latent is replicated
+    # on every rank: 61 layers x 576 x 2 B = 70,272 B/token -> 40,862 blocks of 16 tokens.
     c = kv_capacity("DeepSeek-V3", "H200", 8, 16, dtype="fp8")
-    assert (c.weight_bytes_per_gpu, c.kv_bytes_per_token_per_gpu, c.blocks) == (83_875_000_000, 70_272, 38_266)
+    assert round(c.weight_bytes_per_gpu) == 85_155_847_465
+    assert (c.kv_bytes_per_token_per_gpu, c.blocks) == (70_272, 40_862)
     r = kvreplay.simulate(TRACE, model="DeepSeek-V3", gpu="H200", tp=8, time_model="roofline", weights_dtype="fp8")
-    assert r.capacity_blocks == 38_266
+    assert r.capacity_blocks == 40_862
     assert r.capacity_source["weights_dtype"] == "fp8" and r.time_model["dtype"] == "fp8"
     assert r.summary()["finished"] == 2
 
@@ -155,7 +161,7 @@ def test_cli_exits_2_on_an_unknown_weights_dtype(trace_file):
     (("--model", "Llama-3.1-8B", "--gpu", "A100", "--weights-dtype", "fp8", "--mfu", "0.4"),
      "--weights-dtype fp8 runs fp8 GEMMs, and A100-80GB has no fp8 tensor cores"),
     (("--time-model", "instant", "--capacity", "10", "--weights-dtype", "fp8"), "--weights-dtype sizes the model"),
-    (("--model", "DeepSeek-V3", "--gpu", "H200", "--tp", "8"), "needs 167.8 GB of weights per GPU"),
+    (("--model", "DeepSeek-V3", "--gpu", "H200", "--tp", "8"), "needs 157.9 GiB of weights per GPU"),
 ])
 def test_cli_refusals_are_one_line(trace_file, args, message):
     assert message in fails("simulate", trace_file, *args)
@@ -165,20 +171,20 @@ def test_cli_sizes_the_pool_and_the_roofline_at_the_weights_dtype(trace_file):
     doc = json.loads(ok("simulate", trace_file, "--model", "DeepSeek-V3", "--gpu", "H200", "--tp", "8",
                         "--weights-dtype", "FP8", "--json", "--summary-only"))
     cfg = doc["config"]
-    assert cfg["capacity_blocks"] == 38_266
+    assert cfg["capacity_blocks"] == 40_862
     assert cfg["capacity_source"]["weights_dtype"] == "fp8"
-    assert cfg["capacity_source"]["weight_bytes_per_gpu"] == 83_875_000_000
+    assert round(cfg["capacity_source"]["weight_bytes_per_gpu"]) == 85_155_847_465
     assert cfg["time_model"]["dtype"] == "fp8" and cfg["time_model"]["peak_tflops"] == 1979
     # the roofline built from --mfu takes it too
     doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--weights-dtype",
                         "int4", "--mfu", "0.4", "--json", "--summary-only"))
-    assert doc["config"]["time_model"]["dtype"] == "int4" and doc["config"]["capacity_blocks"] == 32_417
+    assert doc["config"]["time_model"]["dtype"] == "int4" and doc["config"]["capacity_blocks"] == 31_974
 
 
 def test_a_load_sweep_carries_the_weights_dtype(trace_file):
     doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--weights-dtype", "fp8",
                         "--speedups", "1,2", "--json"))
-    assert [row["capacity_blocks"] for row in doc["rows"]] == [30_503, 30_503]
+    assert [row["capacity_blocks"] for row in doc["rows"]] == [30_375, 30_375]
 
 
 # ------------------------------------------------------------------------------------------
@@ -207,7 +213,7 @@ def test_every_catalog_gpu_has_a_positive_link_with_a_source():
 
 
 # ------------------------------------------------------------------------------------------
-# The released checkpoint's weights (models.json checkpoint_weights)
+# The released checkpoint's weights (ModelSpec.checkpoint_weights, from config.json)
 
 
 def test_checkpoint_weights_name_the_nearest_weights_dtype():
@@ -222,13 +228,15 @@ def test_checkpoint_weights_name_the_nearest_weights_dtype():
 
 
 def test_weights_that_do_not_fit_name_the_checkpoints_dtype():
-    # gpt-oss-120b at bf16: 116.8e9 x 2 = 233.6 GB against 80 GB x 0.9 = 72.0 GB on one H100; its
-    # checkpoint is MXFP4, which the refusal says (int4, half a byte: 58.4 GB, fits)
+    # gpt-oss-120b at bf16: 217.6 GiB against 79.22 GiB x 0.9 = 71.3 GiB on one H100; its checkpoint
+    # is MXFP4, which the refusal says (int4: the experts at 4.25 bits, padded to 2,944 x 3,072 as
+    # vLLM's Marlin kernel pads them, the rest bf16: 68,778,754,048 B = 64.06 GiB, against the
+    # 64.38 GiB vLLM 0.14.1 printed on one H100, vllm-project/vllm issue 33155)
     with pytest.raises(ConfigError) as e:
         kv_capacity("gpt-oss-120b", "H100", 1)
-    assert "needs 233.6 GB of weights per GPU, more than the 72.0 GB" in str(e.value)
+    assert "needs 217.6 GiB of weights per GPU, more than the 71.3 GiB" in str(e.value)
     assert "checkpoint stores its weights as mxfp4" in str(e.value) and "nearest --weights-dtype is int4" in str(e.value)
-    assert kv_capacity("gpt-oss-120b", "H100", 1, dtype="int4").weight_bytes_per_gpu == pytest.approx(58.4e9)
+    assert kv_capacity("gpt-oss-120b", "H100", 1, dtype="int4").weight_bytes_per_gpu == 68_778_754_048
     # a bf16 checkpoint says nothing of it
     with pytest.raises(ConfigError) as e:
         kv_capacity("Llama-3.1-405B", "H100", 1)

@@ -165,7 +165,8 @@ def add_zoom_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="turn sizes (80GiB) into blocks with this model's KV bytes per token (see `kvreplay models`)")
+    p.add_argument("--model", help="turn sizes (80GiB) into blocks with this model's KV bytes per token: a name from "
+                   "`kvreplay models`, or a path to a Hugging Face config.json or a model directory holding one")
     p.add_argument("--kv-dtype", default=None, help="with --model: KV element type, bf16 (default), fp16, fp8, int8, fp32, fp4")
     p.add_argument("--kv-layers", choices=("all", "full"), default=None,
                    help="with --model: count every layer (default) or only full-attention layers (sliding-window models)")

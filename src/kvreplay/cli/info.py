@@ -24,12 +24,15 @@ def _cmd_policies(args) -> int:
 def _parser_models(sub) -> None:
     md = sub.add_parser("models", help="list the KV-size catalog: KV bytes per token of open models")
     md.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    md.add_argument("--model", action="append", metavar="MODEL",
+                    help="show only this model (repeatable): a catalog name, or a path to a Hugging Face config.json "
+                         "or a model directory holding one, read as the catalog reads its own")
 
 
 def _cmd_models(args) -> int:
-    from ..analysis.models import catalog, describe, format_params
+    from ..analysis.models import catalog, describe, format_params, get_model
 
-    entries = [describe(m) for m in catalog()]
+    entries = [describe(get_model(m)) for m in args.model] if args.model else [describe(m) for m in catalog()]
     if args.json:
         sys.stdout.buffer.write(common.encode_json({"models": entries}))
         return 0
@@ -40,7 +43,7 @@ def _cmd_models(args) -> int:
         "head_dim": e["head_dim"],
         "groups": _groups_text(e["kv_groups"]),
         "bf16": e["kv_bytes_per_token"]["all"]["bf16"], "fp8": e["kv_bytes_per_token"]["all"]["fp8"],
-        "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["kv_groups"] else "-",
+        "full": e["kv_bytes_per_token"]["full"]["bf16"] if e["kv_groups"] and e["full_attention_layers"] else "-",
         "params": f"{format_params(e['active_params'])} / {format_params(e['total_params'])}",
         "experts": f"{e['moe']['experts']} x top {e['moe']['experts_per_token']}" if e["moe"] else "-",
         "weights": e["checkpoint_weights"] or "bf16", "source": e["source"],

@@ -26,7 +26,8 @@ def _parser_plan(sub) -> None:
     pl = sub.add_parser("plan", help="the cheapest deployment (GPU, TP, instances, tiers, router, policy) that meets "
                                      "TTFT/TPOT/E2E SLOs at each load, with its cost")
     common.add_trace_options(pl)
-    pl.add_argument("--model", required=True, help="the model served (see `kvreplay models`)")
+    pl.add_argument("--model", required=True, help="the model served: a name from `kvreplay models`, or a path to a "
+                    "Hugging Face config.json or a model directory holding one")
     pl.add_argument("--slo-ttft-p90", type=duration, default=None, metavar="T", help="TTFT p90 limit, e.g. 2s")
     pl.add_argument("--slo-tpot-p90", type=duration, default=None, metavar="T", help="TPOT p90 limit, e.g. 50ms")
     pl.add_argument("--slo-e2e-p99", type=duration, default=None, metavar="T", help="end-to-end p99 limit, e.g. 60s")

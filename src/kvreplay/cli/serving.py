@@ -28,6 +28,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def _size(text: str) -> str:
+    """A size with units (bytes when bare), checked here so a bad one names the flag."""
+    from ..units import parse_size
+
+    try:
+        parse_size(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def unit_fraction(text: str) -> float:
     value = positive_number(text)
     if value > 1:
@@ -60,7 +71,14 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--gpu", help="GPU for the roofline time model and the default pool (see `kvreplay gpus`)")
     sim.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs per instance (default 1)")
     sim.add_argument("--gpu-memory-utilization", type=unit_fraction, default=0.9,
-                     help="fraction of GPU memory for weights and KV, as vLLM's flag (default 0.9)")
+                     help="fraction of the GPU's memory (as the device reports it) vLLM may use for weights, "
+                          "the profile run's peak, CUDA graphs and KV, as vLLM's flag (default 0.9)")
+    sim.add_argument("--kv-cache-memory", type=_size, default=None, metavar="SIZE",
+                     help="with --gpu and --model: the KV memory per GPU (e.g. 20GiB, 21474836480), instead of what "
+                          "the profile leaves; ignores --gpu-memory-utilization, as vLLM's --kv-cache-memory-bytes")
+    sim.add_argument("--num-gpu-blocks-override", type=common.positive_int, default=None, metavar="N",
+                     help="with --gpu and --model: the pool's block count whatever the memory holds, as vLLM's flag "
+                          "(applied after --kv-cache-memory, as vLLM does)")
     sim.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
                      help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default) or "
                           "sglang (prefill batches first, reserves decode room, retracts)")
@@ -215,7 +233,9 @@ def _options(args, trace) -> dict:
                 weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
-                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics, host=args.host_cpu,
+                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics,
+                kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
+                host=args.host_cpu,
                 router_options=_router_options(args.router_option), **params)
 
 

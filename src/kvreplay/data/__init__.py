@@ -1,1 +1,1 @@
-"""Data files shipped with kvreplay (models.json: the KV-size catalog read by analysis/models.py)."""
+"""Data files shipped with kvreplay: GPUs, prices, the roofline calibration (the model catalog is catalog/configs/)."""

@@ -73,6 +73,35 @@ def _describe_scheduler(s: dict) -> str:
             f"{chunk}, preempt the newest)")
 
 
+def pool_budget_lines(src: dict) -> list[str]:
+    """The pool's budget on one GPU, a term a line (timing/memory.py; `src` is KVCapacity.to_dict())."""
+    gib = lambda v: f"{v / 2**30:9.2f} GiB"  # noqa: E731
+    rows = [("total memory, as the device reports it", src["total_memory_bytes"]),
+            (f"x gpu_memory_utilization {src['gpu_memory_utilization']:g}", src["usable_bytes"]),
+            (f"- weights, {src['model']} at {src.get('weights_dtype', 'bf16')} over tp={src['tp']}",
+             -src["weight_bytes_per_gpu"]),
+            (f"- activation peak, {src['max_num_batched_tokens']:,} tokens (max_num_batched_tokens)",
+             -src["activation_peak_bytes"]),
+            (f"- sampler peak, {min(src['max_num_seqs'], src['max_num_batched_tokens']):,} rows of logits "
+             "(max_num_seqs)", -src["sampler_peak_bytes"]),
+            (f"- CUDA graphs, {src['cudagraph_graphs']} graphs" if src["cudagraph_graphs"] else
+             "- CUDA graphs (enforce_eager: none)", -src["cudagraph_bytes"]),
+            ("- non-torch memory", -src["non_torch_bytes"]),
+            ("= KV left by the profile", src["profiled_kv_bytes"])]
+    if src.get("kv_cache_memory_bytes") is not None:
+        rows.append(("KV memory given (--kv-cache-memory; the utilization is ignored)", src["kv_cache_memory_bytes"]))
+    width = max(len(label) for label, _ in rows)
+    out = [f"             {label:<{width}} {gib(abs(v))}" for label, v in rows]
+    per_block = src["kv_bytes_per_token_per_gpu"] * src["block_size"]
+    fits = int(src["kv_bytes_available"] // per_block)
+    if src.get("num_gpu_blocks_override") is not None:
+        out.append(f"             blocks: {src['blocks']:,} (--num-gpu-blocks-override; the KV memory holds {fits:,}), "
+                   f"{src['tokens']:,} tokens")
+    else:
+        out.append(f"             blocks: {src['blocks']:,} of {per_block:,.0f} bytes, {src['tokens']:,} tokens")
+    return out
+
+
 def simulate_summary(trace, report) -> str:
     s = report.summary()
     cfg = report.config()
@@ -89,11 +118,11 @@ def simulate_summary(trace, report) -> str:
     ]
     src = cfg["capacity_source"]
     pool = f"pool       {report.capacity_blocks:,} blocks of {report.block_size} tokens ({report.capacity_blocks * report.block_size:,} tokens)"
+    budget = []
     if src.get("kind") == "gpu_memory":
-        pool += (f": {src['tp']} x {src['gpu']} {src['total_memory_bytes'] / 1e9:g} GB x "
-                 f"{src['gpu_memory_utilization']:g} - {src['model']} weights at {src.get('weights_dtype', 'bf16')} "
-                 f"{src['weight_bytes_per_gpu'] / 1e9:.1f} GB per GPU, {src['kv_bytes_per_token_per_gpu']:,.0f} KV "
-                 "bytes per token per GPU")
+        pool += (f": what vLLM 0.33.0 leaves for KV on each of {src['tp']} x {src['gpu']}, "
+                 f"{src['kv_bytes_per_token_per_gpu']:,.0f} KV bytes per token per GPU")
+        budget = pool_budget_lines(src)
     elif src.get("gpu_memory_blocks") is not None:
         fits = src["gpu_memory_blocks"]
         pool += (f", as given; {src['tp']} x {src['gpu']} hold{'s' if src['tp'] == 1 else ''} {fits:,} blocks after "
@@ -115,6 +144,7 @@ def simulate_summary(trace, report) -> str:
         if hybrid.get("full_semantics_blocks") is not None:  # (a pool given in block ids has no bytes to compare)
             pool += f": full-attention semantics hold {hybrid['full_semantics_blocks']:,} blocks in the same bytes"
     lines.append(pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"))
+    lines.extend(budget)
     lines.append(f"time       {_describe_time(cfg['time_model'])}")
     if report.instances > 1:
         balance = report.load_balance()

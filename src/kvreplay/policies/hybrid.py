@@ -9,7 +9,7 @@ checked request by request against those modules by tests/real_engines/test_vllm
 docs/policies.md ("Hybrid models") has the rules in prose; the line references below are to
 that wheel.
 
-Groups. The model's layers are split into KV cache groups (models.json ``kv_groups``): each has
+Groups. The model's layers are split into KV cache groups (ModelSpec ``kv_groups``, read from config.json): each has
 a kind (full, sliding window W, chunked-local C, mamba) and its own blocks, all taken from one
 pool of ``capacity`` block ids. A block id holds one group's KV for ``block_size`` tokens of one
 request (vLLM pads every group to one page size, so any block id fits any group). Groups of the

@@ -67,7 +67,9 @@ def weights_dtype_of(weights_dtype, gpu) -> str:
 
 def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=None, kv_dtype: str | None = None,
             kv_layers: str | None = None, gpu=None, tp: int = 1, gpu_memory_utilization: float = 0.9, tiers=None,
-            global_store=None, unbounded_ids: int | None = None, weights_dtype: str | None = None) -> Sizes:
+            global_store=None, unbounded_ids: int | None = None, weights_dtype: str | None = None,
+            max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, kv_cache_memory=None,
+            num_gpu_blocks_override: int | None = None) -> Sizes:
     """The sizes of a configuration.
 
     block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
@@ -78,6 +80,12 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     refused on a `gpu` that cannot run it (fp8 without FP8 tensor cores). tiers /
     global_store: the tiers below the pool (engine/tiers.py syntax; sizes in bytes need `model`).
     unbounded_ids: a policy without a capacity (infinite) gets a pool of that many blocks.
+    max_num_batched_tokens / max_num_seqs: the scheduler's limits, which set the profile run's
+    activation and sampler peaks vLLM takes from the pool (timing/memory.py). kv_cache_memory
+    (bytes or a size) / num_gpu_blocks_override: vLLM's ``kv_cache_memory_bytes`` and
+    ``num_gpu_blocks_override``: the KV memory instead of the profiled figure, the block count
+    instead of what the memory holds (applied last when both are given, as vLLM does); each needs
+    `gpu` and `model` and excludes `capacity`.
     """
     block_size = resolve_block_size(block_size, trace)
     kv_dtype = kv_dtype_of(kv_dtype, model)
@@ -95,6 +103,17 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
         if capacity is not None and _blocks(capacity, block_size, model, kv_dtype, kv_layers)[0] != hbm:
             raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
         capacity = hbm
+    pool = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    for name, flag, value in (("kv_cache_memory", "--kv-cache-memory", kv_cache_memory),
+                              ("num_gpu_blocks_override", "--num-gpu-blocks-override", num_gpu_blocks_override)):
+        if value is None:
+            continue
+        if capacity is not None:
+            raise ConfigError(f"{name} ({flag}) sizes the GPU pool, and the pool is given already ({capacity}): "
+                              "give one of them")
+        if gpu is None or model is None:
+            raise ConfigError(f"{name} ({flag}) sizes the pool vLLM allocates on a GPU: it needs --gpu and --model")
+        pool[name] = value
     budget = None
     if unbounded_ids is not None:
         blocks, source = max(1, int(unbounded_ids)), {"kind": "unbounded"}
@@ -107,7 +126,7 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
 
             try:
                 fits = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype,
-                                   kv_dtype=kv_dtype).blocks
+                                   kv_dtype=kv_dtype, **pool).blocks
             except ConfigError:  # the weights leave no room: the given pool is a what-if
                 fits = 0
             source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp,
@@ -118,7 +137,8 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
                               "the weights, as vLLM sizes it)")
         from .timing import kv_capacity
 
-        kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype, kv_dtype=kv_dtype)
+        kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype, kv_dtype=kv_dtype,
+                         **pool)
         blocks, source = int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
     return Sizes(block_size=block_size, capacity=blocks, capacity_source=source, tiers=tuple(tier_list),
                  model=None if model is None else str(model), kv_dtype=kv_dtype, bytes_per_token=bytes_per_token,

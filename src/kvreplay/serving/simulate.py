@@ -134,7 +134,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
-             rate_profile=None, kv_semantics: str = "auto", host=None, **params):
+             rate_profile=None, kv_semantics: str = "auto", kv_cache_memory=None,
+             num_gpu_blocks_override: int | None = None, host=None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -175,6 +176,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         holds one group's layers, so a size or the GPU memory holds more of them), "full" every
         layer as full attention, "auto" (default) hybrid where vLLM uses it by default and the
         simulator models it (serving/semantics.py), else full; the report's kv_semantics says which.
+    kv_cache_memory / num_gpu_blocks_override: vLLM's kv_cache_memory_bytes (bytes or a size such
+        as "20GiB": the KV memory per GPU instead of the profiled figure) and num_gpu_blocks_override
+        (the block count, applied last); each needs `gpu` and `model` and excludes `capacity`. The
+        pool on `gpu` is vLLM 0.33.0's budget (timing/memory.py): its activation and sampler
+        peaks follow the scheduler's max_num_batched_tokens and max_num_seqs.
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
@@ -213,7 +219,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     asked_capacity = capacity
     sizes = resolve(trace, block_size=block_size, capacity=capacity, model=model, kv_dtype=kv_dtype,
                     kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
-                    global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype)
+                    global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype,
+                    max_num_batched_tokens=scheduler.max_num_batched_tokens if engine_style == "vllm"
+                    else scheduler.chunked_prefill_size, max_num_seqs=scheduler.max_num_seqs,
+                    kv_cache_memory=kv_cache_memory, num_gpu_blocks_override=num_gpu_blocks_override)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
     limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ...analysis.models import get_model
 from ...errors import ConfigError
+from ...units import parse_size
 from .gpus import check_weights_dtype, get_gpu
+from .memory import GiB, check_positive_int, memory_budget
 from .models import _check_fraction, _check_tp, _weight_bytes, kv_bytes_per_token_per_gpu
 
 
 @dataclass(frozen=True)
 class KVCapacity:
-    """How ``kv_capacity_blocks`` got its number (every figure per GPU, bytes)."""
+    """How ``kv_capacity_blocks`` got its number (every figure per GPU, bytes): the budget of
+    memory.py term by term, then the blocks."""
 
     model: str
     gpu: str
@@ -22,28 +25,59 @@ class KVCapacity:
     block_size: int
     gpu_memory_utilization: float
     total_memory_bytes: int
-    usable_bytes: float
+    usable_bytes: float  # the requested budget: ceil(total x utilization)
     weight_bytes_per_gpu: float
     kv_bytes_available: float
     kv_bytes_per_token_per_gpu: float
     blocks: int
     weights_dtype: str = "bf16"
+    activation_peak_bytes: float = 0.0  # the forward pass at max_num_batched_tokens
+    sampler_peak_bytes: float = 0.0  # the sampler's dummy run (fp32 logits at vocab size)
+    cudagraph_bytes: float = 0.0
+    cudagraph_graphs: int = 0
+    non_torch_bytes: float = 0.0
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enforce_eager: bool = False
+    kv_cache_memory_bytes: int | None = None  # given: replaces the profiled figure
+    num_gpu_blocks_override: int | None = None  # given: replaces the block count
+    profiled_kv_bytes: float = 0.0  # what the profile leaves, before either replaces it
 
     @property
     def tokens(self) -> int:
         return self.blocks * self.block_size
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
-
         return {**asdict(self), "tokens": self.tokens}
 
 
+def _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory, num_gpu_blocks_override, enforce_eager):
+    tokens = check_positive_int("max_num_batched_tokens (--max-num-batched-tokens)", max_num_batched_tokens)
+    seqs = check_positive_int("max_num_seqs (--max-num-seqs)", max_num_seqs)
+    if not isinstance(enforce_eager, bool):
+        raise ConfigError(f"enforce_eager must be True or False, got {enforce_eager!r}")
+    kv_memory = None
+    if kv_cache_memory is not None:
+        try:
+            kv_memory = parse_size(kv_cache_memory)
+        except ConfigError as e:
+            raise ConfigError(f"kv_cache_memory (--kv-cache-memory): {e}") from None
+    override = None
+    if num_gpu_blocks_override is not None:
+        override = check_positive_int("num_gpu_blocks_override (--num-gpu-blocks-override)", num_gpu_blocks_override)
+    return tokens, seqs, kv_memory, override
+
+
 def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9, *,
-                dtype: str = "bf16", kv_dtype: str = "bf16", total_memory_bytes: int | None = None) -> KVCapacity:
-    """The KV pool vLLM allocates per GPU, as ``KVCapacity`` (see ``kv_capacity_blocks``). `dtype`
-    is the weights dtype (bf16, fp16, fp8, int4: ``--weights-dtype``), refused where the GPU cannot
-    run it (gpus.check_weights_dtype)."""
+                dtype: str = "bf16", kv_dtype: str = "bf16", total_memory_bytes: int | None = None,
+                max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
+                kv_cache_memory=None, num_gpu_blocks_override: int | None = None) -> KVCapacity:
+    """The KV pool vLLM 0.33.0 allocates per GPU, as ``KVCapacity`` (memory.py has the budget:
+    total memory x utilization - weights - activation peak - CUDA graphs - non-torch). `dtype` is
+    the weights dtype (bf16, fp16, fp8, int4: ``--weights-dtype``), refused where the GPU cannot
+    run it (gpus.check_weights_dtype). `kv_cache_memory` (bytes or a size, "20GiB") replaces the
+    profiled figure and ignores the utilization, as vLLM's ``kv_cache_memory_bytes``;
+    `num_gpu_blocks_override` replaces the block count, applied last as vLLM does."""
     spec = get_model(model)
     g = get_gpu(gpu)
     dtype = check_weights_dtype(dtype, g)
@@ -51,43 +85,56 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise ConfigError(f"block_size must be a whole number >= 1, got {block_size!r}")
     util = _check_fraction("gpu_memory_utilization", gpu_memory_utilization)
-    total = g.memory_bytes if total_memory_bytes is None else int(total_memory_bytes)
-    if total < 1:
-        raise ConfigError(f"total_memory_bytes must be positive, got {total_memory_bytes!r}")
-    usable = total * util
-    weights = spec.total_params * _weight_bytes(dtype) / tp
-    available = usable - weights
+    tokens, seqs, kv_memory, override = _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory,
+                                                      num_gpu_blocks_override, enforce_eager)
+    if total_memory_bytes is not None:
+        total_memory_bytes = check_positive_int("total_memory_bytes", total_memory_bytes)
+    b = memory_budget(spec, g, tp, util, dtype, max_num_batched_tokens=tokens, max_num_seqs=seqs,
+                      enforce_eager=enforce_eager, kv_cache_memory=kv_memory, total_memory_bytes=total_memory_bytes)
     per_token = kv_bytes_per_token_per_gpu(spec, tp, kv_dtype)
-    if available <= 0:
+    available = b.kv_bytes_available
+    if override is not None:
+        blocks = override
+    else:
+        _check_room(spec, g, tp, util, dtype, b)
+        blocks = int(available // (per_token * block_size))
+        if blocks < 1:
+            raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: {available / GiB:.3f} GiB left for KV "
+                              f"holds no {block_size}-token block")
+    return KVCapacity(spec.name, g.name, tp, int(block_size), util, b.total_memory_bytes, float(b.requested_bytes),
+                      b.weight_bytes, available, per_token, int(blocks), dtype, b.activation_bytes, b.sampler_bytes,
+                      b.cudagraph_bytes, b.cudagraph_graphs, b.non_torch_bytes, tokens, seqs, bool(enforce_eager),
+                      kv_memory, override, b.profiled_kv_bytes)
+
+
+def _check_room(spec, g, tp, util, dtype, b) -> None:
+    """A ConfigError when the weights (or the weights and the profile's peaks) leave no KV room."""
+    if b.kv_cache_memory_bytes is not None:
+        return
+    if b.weight_bytes >= b.requested_bytes:
         smaller = [d for d in ("fp8", "int4") if _weight_bytes(d) < _weight_bytes(dtype)]
         hint = f", or use smaller weights (--weights-dtype {' or '.join(smaller)})" if smaller else ""
         note = spec.checkpoint_note() if spec.checkpoint_weights_dtype != dtype else None
-        raise ConfigError(f"{spec.name} at {dtype} over tp={tp} needs {weights / 1e9:.1f} GB of weights per GPU, "
-                          f"more than the {usable / 1e9:.1f} GB a {g.name} gives at "
+        raise ConfigError(f"{spec.name} at {dtype} over tp={tp} needs {b.weight_bytes / GiB:.1f} GiB of weights per "
+                          f"GPU, more than the {b.requested_bytes / GiB:.1f} GiB a {g.name} gives at "
                           f"gpu_memory_utilization={util}: raise tp or the utilization{hint}"
                           + (f". {note}" if note else ""))
-    blocks = int(available // (per_token * block_size))
-    if blocks < 1:
-        raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: {available / 1e9:.3f} GB left after weights "
-                          f"holds no {block_size}-token block")
-    return KVCapacity(spec.name, g.name, tp, int(block_size), util, total, usable, weights, available,
-                      per_token, blocks, dtype)
+    if b.kv_bytes_available <= 0:
+        raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: the weights ({b.weight_bytes / GiB:.2f} GiB), the "
+                          f"profile run's peak ({(b.activation_bytes + b.sampler_bytes) / GiB:.2f} GiB at "
+                          f"max_num_batched_tokens={b.max_num_batched_tokens}, max_num_seqs={b.max_num_seqs}), CUDA "
+                          f"graphs ({b.cudagraph_bytes / GiB:.2f} GiB) and non-torch memory "
+                          f"({b.non_torch_bytes / GiB:.2f} GiB) leave no KV room in the {b.requested_bytes / GiB:.2f} GiB "
+                          f"budget: raise tp or the utilization, or lower --max-num-batched-tokens / --max-num-seqs")
 
 
-def kv_capacity_blocks(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9, *,
-                       dtype: str = "bf16", kv_dtype: str = "bf16", total_memory_bytes: int | None = None) -> int:
-    """KV blocks left on each GPU after the weights, as vLLM sizes its pool.
-
-    ``floor((total_memory x gpu_memory_utilization - weights / tp) / (kv_bytes_per_token_per_gpu x
-    block_size))``, the weights at `dtype` (bf16 2 bytes each, fp8 1, int4 0.5): vLLM's worker
-    requests ``total x utilization``, subtracts the memory the model holds, and divides what is
-    left by the page size of every layer (vllm/v1/worker/gpu_worker.py
-    ``determine_available_memory``; vllm/v1/core/kv_cache_utils.py ``get_num_blocks``). Ignored, so
-    this is an upper bound: the activation peak of the profiling run, CUDA graphs, NCCL and other
-    non-torch memory (typically a few GB). ``total_memory_bytes`` defaults to the datasheet's
-    decimal GB (serving/gpus.py says why the driver reports a little more); the block count is the
-    same on every TP rank. Sliding-window layers are counted in full (an engine without a hybrid
-    allocator).
+def kv_capacity_blocks(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9,
+                       **options) -> int:
+    """KV blocks vLLM 0.33.0 allocates on each GPU: ``floor(KV left / (kv_bytes_per_token_per_gpu x
+    block_size))``, KV left being the budget of memory.py (total memory as the device reports it x
+    gpu_memory_utilization - weights per rank - the profile run's activation and sampler peaks -
+    CUDA graphs - non-torch memory). The block count is the same on every TP rank. Sliding-window
+    layers are counted in full (an engine without a hybrid allocator; serving/semantics.py lays a
+    hybrid model out). Keyword options: those of ``kv_capacity``.
     """
-    return kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=dtype, kv_dtype=kv_dtype,
-                       total_memory_bytes=total_memory_bytes).blocks
+    return kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, **options).blocks

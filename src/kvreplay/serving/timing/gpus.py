@@ -5,10 +5,12 @@ dense (without 2:4 structured sparsity: NVIDIA datasheets print the sparse figur
 holds half of it), and each entry's ``source`` names the vendor datasheet it comes from
 (docs/serving.md has the table).
 
-``memory_gb`` is the datasheet's capacity in decimal GB (10^9 bytes). The CUDA driver usually
-reports a little more (an H100 80GB shows 81,559 MiB, about 85.5e9 bytes), so a KV capacity
-computed from the datasheet figure errs on the small side; ``kv_capacity_blocks`` takes
-``total_memory_bytes=`` for a measured figure.
+``memory_gb`` is the datasheet's capacity in decimal GB (10^9 bytes), kept for display.
+``total_memory_bytes`` is what the device reports to PyTorch
+(``torch.cuda.get_device_properties().total_memory``, the ``total_memory`` vLLM multiplies by
+``gpu_memory_utilization``): an H100 80GB reports 79.22 GiB (85.06e9 bytes), not 80e9.
+``total_memory_source`` quotes the public log each figure is read from. The KV pool
+(memory.py) starts from it; ``kv_capacity`` takes ``total_memory_bytes=`` for a measured figure.
 
 ``link_gbps`` is the GPU's scale-up interconnect (NVLink; AMD Infinity Fabric/xGMI; PCIe on a part
 without either), in GB/s PER DIRECTION per GPU: datasheets print both directions added, so the
@@ -64,6 +66,8 @@ class GPUSpec:
     fp8_tflops: float | None
     bandwidth_gbps: float
     memory_gb: float
+    total_memory_bytes: int
+    total_memory_source: str
     link_gbps: float
     link_kind: str
     link_topology: str
@@ -76,8 +80,9 @@ class GPUSpec:
 
     @property
     def memory_bytes(self) -> int:
-        """Datasheet memory in bytes (decimal GB x 10^9)."""
-        return int(round(self.memory_gb * 1e9))
+        """The memory the device reports to PyTorch, in bytes (``total_memory_bytes``; the
+        datasheet's ``memory_gb`` is decimal GB and a little less than the driver shows)."""
+        return int(self.total_memory_bytes)
 
     @property
     def bandwidth_bytes_per_s(self) -> float:

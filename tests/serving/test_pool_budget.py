@@ -1,0 +1,62 @@
+"""The pool's budget on the command line and the benchmark docs/memory.md documents."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import jsonl, write
+from test_cli import fails, kv, ok
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    return write(tmp_path, "t.jsonl", jsonl({"timestamp": 0, "input_length": 40, "output_length": 2,
+                                             "hash_ids": [1, 2, 3]}))
+
+
+def test_simulate_prints_and_reports_the_budget(trace_file):
+    out = ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--block-size", "16",
+             "--time-model", "instant")
+    assert "84,342 blocks of 16 tokens" in out  # docs/serving.md's worked example
+    for line in ("total memory, as the device reports it", "x gpu_memory_utilization 0.9", "- weights, Llama-3.1-70B",
+                 "- activation peak, 8,192 tokens", "- sampler peak, 256 rows", "- CUDA graphs, 86 graphs",
+                 "- non-torch memory", "= KV left by the profile", "51.48 GiB"):
+        assert line in out
+    doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8",
+                        "--block-size", "16", "--time-model", "instant", "--json", "--summary-only",
+                        "--kv-cache-memory", "20GiB", "--num-gpu-blocks-override", "1000"))
+    src = doc["config"]["capacity_source"]
+    assert (src["kv_cache_memory_bytes"], src["num_gpu_blocks_override"], src["blocks"]) == (20 * 2**30, 1000, 1000)
+    assert src["profiled_kv_bytes"] == 55_274_732_307 and src["cudagraph_graphs"] == 86
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--kv-cache-memory", "20 parsecs"), "--kv-cache-memory"),
+    (("--num-gpu-blocks-override", "0"), "--num-gpu-blocks-override"),
+    (("--capacity", "100", "--num-gpu-blocks-override", "3"), "--num-gpu-blocks-override"),
+])
+def test_bad_pool_flags_exit_2_naming_the_flag(trace_file, args, message):
+    r = kv("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "instant",
+           "--block-size", "16", *args)
+    assert r.returncode == 2 and message in r.stderr.decode().strip().splitlines()[-1]
+
+
+def test_the_pool_flags_need_a_gpu_and_a_model(trace_file):
+    assert "needs --gpu and --model" in fails("simulate", trace_file, "--time-model", "instant", "--block-size", "16",
+                                              "--kv-cache-memory", "20GiB")
+
+
+def test_the_benchmark_docs_memory_quotes_runs():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "21 points, 9 computed, 12 skipped" in r.stdout
+    assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in r.stdout
+    assert (ROOT / "docs" / "memory.md").read_text().count("| pr10511-llama3-8b-tp1 | H100 | 1 |") == 1
