@@ -41,7 +41,8 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 import calibrate_e2e as e2e  # noqa: E402
 from calibrate_stats import print_table, ratio_stats  # noqa: E402
-from kvreplay.serving.timing.host import TERMS, HostTerms, calibration  # noqa: E402
+from kvreplay.serving.timing.host import TERMS, HostTerms, calibrated, calibration  # noqa: E402
+from kvreplay.serving.timing.host import band_end as host_band  # noqa: E402
 
 OUT = REPO / "src" / "kvreplay" / "data" / "host_calibration.json"
 #: the fit: H100's runs, and what of each it fits: those that follow their benchmark's protocol
@@ -89,9 +90,13 @@ def time_model(run, scale=None):
 
 
 def simulate_one(job):
-    """(run, terms, scale) -> (TTFT, TPOT) of the run's benchmark, or None when kvreplay refuses it."""
+    """(run, terms, scale) -> (TTFT, TPOT) of the run's benchmark, or None when kvreplay refuses it.
+    `terms` "low" or "high": the shipped band's end (with `scale` the same end of the GPU's band)."""
     run, terms, scale = job
-    host = HostTerms(**terms, async_scheduling=run["async"])
+    if terms in ("low", "high"):
+        host = host_band(calibrated(sync=not run["async"]), terms)
+    else:
+        host = HostTerms(**terms, async_scheduling=run["async"])
     try:
         return e2e.benchmark(run, time_model(run, scale), host)
     except Exception:  # a configuration kvreplay refuses (memory): said in the tables, not counted
@@ -180,6 +185,29 @@ def lad_fit(runs, terms, scales, base, slopes):
     return fitted, new_scales
 
 
+#: which metric each term moves: a source's own fit bounds the band of the terms its metrics see
+TTFT_TERMS = ("request_s", "prompt_token_s", "output_request_s")
+
+
+def band(mine, terms, scales, base, slopes) -> dict:
+    """{"low": terms, "high": terms}: each term's least and greatest value over the fit and each
+    fit source's own fit (at the last linearisation): the host's spread across the measured
+    deployments (their CPUs, vLLM versions, clients), which a run's band carries beside its GPU
+    steps'. A source's fit bounds only the terms its fitted metrics see (a TPOT-only source: the
+    step terms)."""
+    low, high = dict(terms), dict(terms)
+    for source, metrics in FIT_SOURCES.items():
+        idx = [i for i, r in enumerate(mine) if r["source"] == source]
+        if not idx:
+            continue
+        own, _ = lad_fit([mine[i] for i in idx], terms, scales, [base[i] for i in idx], [slopes[i] for i in idx])
+        for t in TERMS:
+            if t in TTFT_TERMS and "ttft" not in metrics:
+                continue
+            low[t], high[t] = min(low[t], own[t]), max(high[t], own[t])
+    return {"low": low, "high": high}
+
+
 def fit(runs, workers: int, rounds: int = 2):
     mine = [r for r in runs if in_fit(r)]
     terms = {t: 0.0 for t in TERMS}
@@ -187,11 +215,14 @@ def fit(runs, workers: int, rounds: int = 2):
     for k in range(rounds):
         t0 = time.time()
         base, slopes = linear_rows(mine, terms, scales, workers)
+        at, at_scales = terms, scales
         terms, scales = lad_fit(mine, terms, scales, base, slopes)
         print(f"round {k + 1} ({time.time() - t0:.0f} s): " + ", ".join(f"{t} {v * 1e3:.4g} ms" for t, v in terms.items())
               + "; GPU factors (prefill, decode): " + ", ".join(f"{g[0]} {g[1]} {g[2]} {s[0]:.2f} {s[1]:.2f}"
                                                                 for g, s in scales.items()), flush=True)
-    return terms, scales, len(mine)
+    spread = band(mine, at, at_scales, base, slopes)
+    print("band: " + ", ".join(f"{t} {spread['low'][t] * 1e3:.4g}-{spread['high'][t] * 1e3:.4g} ms" for t in TERMS))
+    return terms, scales, len(mine), spread
 
 
 def check(runs, terms, workers: int, bands: bool = False) -> dict:
@@ -199,7 +230,7 @@ def check(runs, terms, workers: int, bands: bool = False) -> dict:
     also each run at both ends of its band: the share of runs whose measured TTFT and TPOT it covers."""
     jobs = [(r, terms, None) for r in runs]
     if bands:
-        jobs += [(r, terms, end) for end in ("low", "high") for r in runs]
+        jobs += [(r, end, end) for end in ("low", "high") for r in runs]
     out = simulate_all(jobs, workers)
     n = len(runs)
     rows = []
@@ -240,8 +271,8 @@ def check(runs, terms, workers: int, bands: bool = False) -> dict:
         for r in rows:
             if "in_band_ttft" in r:
                 covered.setdefault((r["source"], r["gpu"]), []).append((r["in_band_ttft"], r["in_band_tpot"]))
-        print_table("the band (each run at both ends of its GPU steps' measured / predicted band, the host's terms "
-                    "as they are): the share of runs whose measured value it covers",
+        print_table("the band (each run at both ends of its GPU steps' measured / predicted band and of the host "
+                    "terms' band): the share of runs whose measured value it covers",
                     (("source", False), ("GPU", False), ("runs", True), ("TTFT covered", True), ("TPOT covered", True)),
                     ([k[0], k[1], str(len(v)), f"{100 * np.mean([a for a, _ in v]):.0f}%",
                       f"{100 * np.mean([b for _, b in v]):.0f}%"] for k, v in sorted(covered.items())))
@@ -268,11 +299,12 @@ def main() -> int:
         shipped = calibration()["terms"]
         terms = {k: float(shipped[k]) for k in TERMS}
     else:
-        terms, scales, n = fit(runs, args.jobs)
+        terms, scales, n, spread = fit(runs, args.jobs)
         data = {
             "_comment": "Written by benchmarks/calibrate_host.py: what the host CPU adds to a vLLM server's latency "
                         "(serving/timing/host.py), fitted on measured serving runs; seconds.",
             "terms": terms,
+            "band": spread,
             "fit": {"runs": n, "gpu": FIT_GPU, "sources": {k: list(v) for k, v in FIT_SOURCES.items()},
                     "gpu_factors": {" ".join(g): list(s) for g, s in scales.items()},
                     "method": "least absolute relative error of TTFT and TPOT, linearised twice; each group's GPU "

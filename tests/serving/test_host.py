@@ -157,3 +157,22 @@ def test_the_default_follows_the_time_model():
         resolve("fast", ONE_SECOND)
     with pytest.raises(ConfigError, match="step_s"):
         HostTerms(step_s=-1.0)
+
+
+def test_the_band_of_the_host_terms():
+    # the calibrated terms' band: each term's least and greatest over the fit and each measured
+    # source's own fit (host_calibration.json "band"); given terms and none have no band
+    from kvreplay.serving.timing.host import TERMS, band_end, calibration
+
+    shipped = calibration()["band"]
+    for end in ("low", "high"):
+        for sync in (False, True):
+            h = band_end(calibrated(sync=sync), end)
+            assert [getattr(h, k) for k in TERMS] == [shipped[end][k] for k in TERMS]
+            assert h.async_scheduling is not sync
+        assert band_end(NONE, end) is NONE
+        given = HostTerms(request_s=0.002)
+        assert band_end(given, end) is given
+    assert all(shipped["low"][k] <= getattr(calibrated(), k) <= shipped["high"][k] for k in TERMS)
+    with pytest.raises(ConfigError, match="low or high"):
+        band_end(NONE, "middle")

@@ -22,6 +22,7 @@ from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .semantics import choose
 from .timing import load_time_model
+from .timing.host import band_end as host_band
 from .timing.host import resolve as host_resolve
 
 ENGINE_STYLES = ("vllm", "sglang")
@@ -264,9 +265,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     raw = run_once(trace, time_model=tm, **run)
     band = None
     if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
-        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
-        for end in ("low", "high"):
-            band[end] = run_once(trace, time_model=tm.at_band(end), **run)
+        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")},
+                "host": {end: host_band(host_terms, end).describe() for end in ("low", "high")}}
+        for end in ("low", "high"):  # (the host's terms at the same end of their own band)
+            host_end = host_band(host_terms, end)
+            band[end] = run_once(trace, time_model=tm.at_band(end), **{
+                **run, "host": host_end, "arrival_s": arrival_s + host_end.arrival_delay(np.asarray(trace.input_length))})
     sequential, sequential_evictions = None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)

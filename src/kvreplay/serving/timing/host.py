@@ -5,8 +5,9 @@ runs by benchmarks/calibrate_host.py and shipped in kvreplay/data/host_calibrati
 Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
 
 - **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens; ``request_s`` also holds a
-  token's fixed way out, below): the API server parses the request and renders it (``entrypoints/openai/completion/serving.py:131`` ``_create_completion``),
-  tokenises the prompt in its thread pool (``renderers/base.py:156``, ``:770``), the client sends
+  token's fixed way out, below): the API server parses the request and renders it
+  (``entrypoints/openai/completion/serving.py:131`` ``_create_completion``), tokenises the
+  prompt in its thread pool (``renderers/base.py:156``, ``:770``), the client sends
   the token ids to the engine core as msgpack (``v1/engine/core_client.py:1290``), whose input
   thread decodes them and hashes the prompt's blocks for the prefix cache
   (``v1/engine/core.py:1126-1140``, ``v1/core/kv_cache_utils.py:953``) before the busy loop sees the
@@ -27,15 +28,18 @@ Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
   ends: TTFT and the end-to-end latency hold it, an inter-token gap only its change. Its fixed part
   is in ``request_s``: a fixed delay of every token adds to TTFT and the end-to-end latency exactly
   as one at arrival does, and measured means cannot tell them apart.
-- **async scheduling** (``async_scheduling``; vLLM's default since 0.14, ``config/vllm.py:1685-1719``):
-  the step that starts when one ends was scheduled when that one started, so a request that
-  arrives during a step waits for the end of the next one (serving/kernel/loop.c ``hide_late``).
+- **async scheduling** (``async_scheduling``; vLLM's default since 0.14, ``config/vllm.py:1685-1719``;
+  0.13.0's ``config/scheduler.py:133`` had it off): the step that starts when one ends was
+  scheduled when that one started, so a request that arrives during a step waits for the end of
+  the next one (serving/kernel/loop.c ``hide_late``).
   The scheduler does not schedule a step past max_tokens (``scheduler.py:801-811``), so no step
   is wasted at a request's end.
 
 The kernel (serving/kernel/batch.c ``host_step`` and ``host_output``, loop.c) applies the per-step and
-per-token terms and the async visibility; :func:`step_seconds` and :func:`output_seconds` here
-are the same formulas (tests/serving/test_host.py holds them together).
+per-token terms and the async visibility; :meth:`HostTerms.step_seconds` and
+:meth:`HostTerms.output_seconds` here are the same formulas (tests/serving/test_host.py holds them
+together). The calibrated terms have a band (:func:`band_end`): each term's least and greatest
+over the fit and each measured source's own fit, which a run's band carries beside its GPU steps'.
 """
 
 from __future__ import annotations
@@ -125,6 +129,21 @@ def calibrated(sync: bool = False) -> HostTerms:
     terms = calibration()["terms"]
     return HostTerms(**{k: float(terms[k]) for k in TERMS}, async_scheduling=not sync,
                      name="vllm-sync" if sync else "vllm")
+
+
+def band_end(terms: HostTerms, end: str) -> HostTerms:
+    """`terms` at the low or high end of the calibration's band (each term's least and greatest
+    value over the fit and each measured source's own fit: the spread across deployments, their
+    CPUs and vLLM versions; benchmarks/calibrate_host.py) when they are the calibrated ones; other
+    terms (given, or none) have no band."""
+    if end not in ("low", "high"):
+        raise ConfigError(f"end must be low or high, got {end!r}")
+    if terms.name not in ("vllm", "vllm-sync"):
+        return terms
+    ends = calibration().get("band", {}).get(end)
+    if not ends:
+        return terms
+    return terms.with_terms(**{k: float(ends[k]) for k in TERMS})
 
 
 def resolve(host, time_model) -> HostTerms:
