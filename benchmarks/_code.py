@@ -75,6 +75,17 @@ def activate(code: str) -> str:
     raise AssertionError("unreachable")
 
 
+def package_version(name: str) -> str:
+    """An installed distribution's version, or "not installed" (numba, for one, left kvreplay's
+    dependencies with the compiled core's last numba kernels)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def check_imported(expected_desc: str) -> str:
     """Where kvreplay was imported from (to print next to the figures)."""
     import kvreplay

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Cold and warm start of ``kvreplay run`` for every policy, and a cold ``kvreplay sweep`` of all.
 
-A newcomer's first command compiles the policy's kernel; numba caches it on disk afterwards.
+Up to the compiled core (commit 6e7a47a for the engines; the analysis passes later) a newcomer's
+first command compiled the policy's kernel, and numba cached it on disk afterwards; this script
+measures those commits (--code REF). Since then nothing compiles: cold equals warm.
 For each policy this script points numba at a fresh, empty cache directory (NUMBA_CACHE_DIR),
 then times two whole processes:
 

@@ -327,15 +327,13 @@ def main() -> int:
     args = ap.parse_args()
     code = _code.activate(args.code)
 
-    import numba
-
     kvreplay_exe = str(Path(sys.executable).with_name("kvreplay"))
     cpu = next((l.split(":", 1)[1].strip() for l in sh(["lscpu"]).stdout.splitlines() if l.startswith("Model name")), "?")
     git = subprocess.run(["git", "-C", str(HERE.parent), "describe", "--always", "--dirty=+uncommitted-changes"],
                          capture_output=True, text=True).stdout.strip()
     env = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "repo_head": git,
            "cpu": cpu, "cores": os.cpu_count(),
-           "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__}
+           "python": platform.python_version(), "numpy": np.__version__, "numba": _code.package_version("numba")}
     print(f"# kvreplay vs {PEER}, {env['date']}")
     env["code"] = code
     env["kvreplay_imported_from"] = _code.check_imported(code)

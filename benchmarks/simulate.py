@@ -343,14 +343,13 @@ def main() -> None:
     code = _code.activate(args.code)  # re-execs with the snapshot on PYTHONPATH (children inherit it)
     parts = set(args.parts.split(","))
     import numpy
-    import numba
 
     import kvreplay
 
-    print(f"kvreplay: {code} ({Path(kvreplay.__file__).parent}); numba {numba.__version__}, numpy {numpy.__version__}, "
+    print(f"kvreplay: {code} ({Path(kvreplay.__file__).parent}); numba {_code.package_version('numba')}, numpy {numpy.__version__}, "
           f"Python {platform.python_version()}", flush=True)
     result = {"code": code, "trace": args.trace, "repeat": args.repeat, "python": platform.python_version(),
-              "numba": numba.__version__, "numpy": numpy.__version__, "machine": platform.machine(),
+              "numba": _code.package_version("numba"), "numpy": numpy.__version__, "machine": platform.machine(),
               "cpus": os.cpu_count()}
     cli_policies = args.cli_policies.split(",")
     policies, capacities, speedups = POLICIES, CAPACITIES, SPEEDUPS

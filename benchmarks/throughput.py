@@ -58,8 +58,6 @@ BIG_SEED = 20240601
 
 
 def machine() -> dict:
-    import numba
-
     model = "?"
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -71,7 +69,7 @@ def machine() -> dict:
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "repo_head": git,
         "cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
-        "numpy": np.__version__, "numba": numba.__version__, "platform": platform.platform(),
+        "numpy": np.__version__, "numba": _code.package_version("numba"), "platform": platform.platform(),
     }
 
 

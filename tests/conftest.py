@@ -48,12 +48,3 @@ def golden_cases() -> list[dict]:
 @pytest.fixture(params=ENGINES)
 def engine(request):
     return request.param
-
-
-@pytest.fixture(autouse=True)
-def _no_compile_notice(monkeypatch):
-    """In-process runs print no compile notice: whether a kernel is still to compile depends on
-    which test ran first. tests/test_jit.py turns it back on where it is the subject."""
-    from kvreplay import jit
-
-    monkeypatch.setattr(jit, "NOTICE_AFTER_S", None)

@@ -14,45 +14,31 @@ Public API::
     p["loads"][0]["best"], p.to_pandas()   # the cheapest deployment meeting the SLO; every try
 """
 
-import os as _os
-import sys as _sys
-
-from . import native as _native
-from .errors import ConfigError as _ConfigError
-
-try:
-    _native.lib()  # the compiled core: built by pip install (its absence or a stale build is said once)
-except _ConfigError as _e:
-    if _os.path.basename(_sys.argv[0]) == "kvreplay" or _sys.argv[:1] == ["-m"]:
-        print(f"kvreplay: {_e}", file=_sys.stderr)  # the command: one line, no traceback
-        raise SystemExit(2) from None
-    raise
-
-from .analysis.sweep import sweep
-from .engine.replay import replay
 from .errors import ConfigError, InvariantError, KvreplayError, MissingDependencyError, TraceError
-from .engine.report import Report
-from .policies.registry import POLICIES
-from .serving.plan import plan
-from .serving.report import SimReport
-from .serving.slo import SLO
-from .serving.simulate import simulate
-from .trace import Trace, load_trace
 from .version import __version__  # noqa: F401 - kvreplay.__version__
 
+# The public API, imported on first use: `import kvreplay` costs next to nothing, and a command
+# imports only what it runs (numpy, the trace readers, the policy it replays, the simulator).
+_LAZY = {
+    "load_trace": "trace", "Trace": "trace", "replay": "engine.replay", "Report": "engine.report",
+    "sweep": "analysis.sweep", "mrc": "analysis.mrc", "stats": "analysis.stats", "POLICIES": "policies.registry",
+    "simulate": "serving.simulate", "plan": "serving.plan", "SimReport": "serving.report", "SLO": "serving.slo",
+}
 
 
 def __getattr__(name):
-    """mrc and stats are compiled with numba, which is imported when they are first used."""
-    if name == "mrc":
-        from .analysis.mrc import mrc
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvreplay' has no attribute {name!r}")
+    import importlib
 
-        return mrc
-    if name == "stats":
-        from .analysis.stats import stats
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
-        return stats
-    raise AttributeError(f"module 'kvreplay' has no attribute {name!r}")
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def report_html(trace, **kwargs) -> str:

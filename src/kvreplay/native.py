@@ -1,13 +1,27 @@
-"""The compiled core: ``kvreplay._core``, C that ``pip install`` builds with the machine's compiler.
+"""The compiled core: ``kvreplay._core``, C that ``pip install`` builds with the machine's compiler
+(or that a wheel brings).
 
-Policies' compiled operations, the replay drivers and the serving simulator's loop are C
+Policies' compiled operations, the replay drivers, the one-pass analysis kernels (the LRU curve,
+trace statistics, the synthetic generator's loops) and the serving simulator's loop are C
 (``*.c`` beside the Python module each belongs to; shared headers in ``include/``). Python owns
 every array; the C code works on them in place, called through ctypes (which releases the GIL, so
 threads run replays side by side). Nothing compiles at run time: the first call is as fast as the
-thousandth (docs/performance.md, "The compiled core", measured the alternatives).
+thousandth (docs/performance.md, "The compiled core").
 
-- :func:`lib`: the loaded library. In a development tree (the ``.c`` sources beside the package)
-  it checks that the build is of these sources, and says how to rebuild when it is not.
+Without the core (installed where no C compiler was, or ``KVREPLAY_NO_CORE=1``) kvreplay still
+runs: replays, sweeps, ``mrc``, ``stats`` and ``synth`` take the plain-Python reference engine,
+which gives the same results, slower; the serving simulator is C only and refuses with a
+ConfigError (:func:`require`). The first fallback tells the notice listener once (the CLI prints
+one line on stderr; without a listener, a RuntimeWarning).
+
+- :func:`available`: whether the core is loaded (loading it on first ask). In a development tree
+  (setup.py above the package, the ``.c`` sources beside it) a build of other sources is an error
+  that says how to rebuild, never a silent fallback.
+- :func:`require`: the core, or a ConfigError naming what needs it.
+- :func:`use_core`: asked where a compiled path could fall back to Python: False (and the
+  notice, once) when the core is not there.
+- :func:`lib`: the loaded library.
+- :func:`slots`: a layout's slot indices as module constants (``Absent`` without the core).
 - :func:`layout`: a struct's fields (name, dtype) and the slot names of its slot arrays, as the C
   side declares them (``KV_LAYOUT``): Python sizes and reads the arrays by these names.
 - :func:`bind`: the (address, length) record of a state namedtuple, in its layout's order, with
@@ -19,8 +33,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from collections import namedtuple
 import importlib.util
+import os
+import warnings
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,9 +46,21 @@ import numpy as np
 from .errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent
+#: a development tree (setup.py above src/kvreplay): its build of the core must be of its C sources
+DEVELOPMENT = (PACKAGE.parent.parent / "setup.py").is_file()
 DTYPES = {"i1": np.int8, "i4": np.int32, "i8": np.int64, "f8": np.float64}
+POINTER, COUNT = ctypes.c_void_p, ctypes.c_int64  # the two argument types of the core's functions
+#: set to 1: run as if the core were not built (the fallback's tests; a user comparing engines)
+DISABLE_VARIABLE = "KVREPLAY_NO_CORE"
+HOW_TO_BUILD = "pip install compiles it where a C compiler (gcc or clang) is, and a wheel brings it compiled"
+NOTICE = ("the compiled core is not installed (there was no C compiler where kvreplay was built): run, sweep, mrc, "
+          "stats, synth and demo run on the plain-Python engine, with the same results, their replays 50-100x "
+          "slower (whole commands 3-15x on a 12,000-request trace); simulate and plan need the core")
 
 _lib = None
+_missing: str | None = None  # why the core is not loaded ("is not built", ...), once that is known
+_notice_listener = None
+_noticed = False
 
 
 class _PolicyTable(ctypes.Structure):
@@ -54,23 +82,70 @@ def sources_hash(root: Path = PACKAGE) -> str | None:
     return digest.hexdigest()
 
 
-def lib() -> ctypes.CDLL:
-    """The compiled core, loaded once."""
-    global _lib
-    if _lib is None:
-        spec = importlib.util.find_spec("kvreplay._core")
-        if spec is None or not spec.origin:
-            raise ConfigError("kvreplay's compiled core (kvreplay._core) is not built: install kvreplay with "
-                              "pip (pip install . or pip install -e .), which compiles it with the machine's "
-                              "C compiler (gcc)")
+def available() -> bool:
+    """Whether the compiled core is loaded; loads it on the first ask. A development tree's build of
+    other C sources than its own is a ConfigError (rebuild it), not a fallback."""
+    global _lib, _missing
+    if _lib is not None:
+        return True
+    if _missing is not None:
+        return False
+    if os.environ.get(DISABLE_VARIABLE, "") not in ("", "0"):
+        _missing = f"is turned off ({DISABLE_VARIABLE}={os.environ[DISABLE_VARIABLE]})"
+        return False
+    spec = importlib.util.find_spec("kvreplay._core")
+    if spec is None or not spec.origin:
+        _missing = f"is not built: {HOW_TO_BUILD}"
+        return False
+    try:
         loaded = ctypes.CDLL(spec.origin)
-        built = _string(loaded, "kv_source_hash")
-        current = sources_hash()
-        if current is not None and built != current:
-            raise ConfigError("kvreplay's compiled core was built from other C sources than these: rebuild it "
-                              "with pip install -e . (or pip install .)")
-        _lib = loaded
+    except OSError as e:  # a build for another machine or Python
+        _missing = f"does not load ({e}): {HOW_TO_BUILD}"
+        return False
+    built = _string(loaded, "kv_source_hash")
+    current = sources_hash() if DEVELOPMENT else None  # (an installed package is what pip built together)
+    if current is not None and built != current:
+        raise ConfigError("kvreplay's compiled core was built from other C sources than these: rebuild it "
+                          "with python setup.py build_ext --inplace (or pip install .)")
+    _lib = loaded
+    return True
+
+
+def require(what: str) -> ctypes.CDLL:
+    """The core, for `what` (e.g. "the serving simulator"), which has no Python engine: a
+    ConfigError saying so when the core is not there."""
+    if not available():
+        raise ConfigError(f"{what} needs kvreplay's compiled core (kvreplay._core), which {_missing}")
     return _lib
+
+
+def lib() -> ctypes.CDLL:
+    """The compiled core, loaded once (a ConfigError when it is not there)."""
+    if not available():
+        raise ConfigError(f"kvreplay's compiled core (kvreplay._core) {_missing}")
+    return _lib
+
+
+def set_notice_listener(listener) -> None:
+    """listener(text) is told, once per process, the first time a compiled path falls back to
+    Python (the CLI prints it); None: a RuntimeWarning instead."""
+    global _notice_listener
+    _notice_listener = listener
+
+
+def use_core() -> bool:
+    """Whether to take a compiled path: True when the core is there; otherwise False, after telling
+    the notice listener (once per process) that the plain-Python engine runs instead."""
+    global _noticed
+    if available():
+        return True
+    if not _noticed:
+        _noticed = True
+        if _notice_listener is not None:
+            _notice_listener(NOTICE)
+        else:
+            warnings.warn(f"kvreplay: {NOTICE}", RuntimeWarning, stacklevel=3)
+    return False
 
 
 @dataclass(frozen=True)
@@ -109,6 +184,30 @@ def policy(symbol: str) -> tuple[int, Layout]:
     return ctypes.addressof(table), parse_layout(table.layout.decode())
 
 
+class Absent:
+    """The slots of a layout when the core is not there: every name is None and there are none in
+    all. Without the core no compiled state is ever made, so no slot is ever read."""
+
+    names = ()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+    def __len__(self) -> int:
+        return 0
+
+
+def slots(symbol: str, array: str, *, of_policy: bool = False):
+    """The slot indices of `array` in the core's layout `symbol` (``kv_layout_<symbol>``, or with
+    of_policy the state of ``kv_policy_<symbol>``), for a module's constants; Absent() without the
+    core, so that the module still imports for the reference engine."""
+    if not available():
+        return Absent()
+    return (policy(symbol)[1] if of_policy else layout(symbol)).slot(array)
+
+
 @lru_cache(maxsize=None)
 def layout(symbol: str) -> Layout:
     """The layout string ``kv_layout_<symbol>`` the core exports."""
@@ -143,8 +242,10 @@ def ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+@lru_cache(maxsize=None)
 def function(name: str, restype, *argtypes):
-    """A core function with its ctypes signature (c_void_p for pointers, c_int64 for counts)."""
+    """A core function with its ctypes signature (POINTER, c_void_p, for pointers; COUNT, c_int64,
+    for counts)."""
     fn = getattr(lib(), name)
     fn.restype = restype
     fn.argtypes = list(argtypes)

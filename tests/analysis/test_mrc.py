@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,3 +50,34 @@ def test_bad_capacities():
         kvreplay.mrc(trace, [0])
     with pytest.raises(kvreplay.ConfigError):
         kvreplay.mrc(trace, "many")
+
+
+# --- the compiled pass (mrc.c) against its plain-Python reference --------------------------------
+
+def both_passes(trace, block_size, warmup):
+    """(hit_tokens_at, accesses_at) of the reference pass and of the compiled one."""
+    from kvreplay.analysis.mrc import _histograms_compiled, _histograms_reference
+
+    out = []
+    for one_pass in (_histograms_reference, _histograms_compiled):
+        hits, accesses = np.zeros(trace.num_blocks + 2, np.int64), np.zeros(trace.num_blocks + 2, np.int64)
+        one_pass(trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hits, accesses)
+        out.append((hits.tolist(), accesses.tolist()))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests(), st.floats(0.0, 0.99))
+def test_compiled_pass_equals_the_reference(trace_and_size, warmup_fraction):
+    reqs, block_size = trace_and_size
+    trace = kvreplay.Trace.from_requests(reqs)
+    reference, compiled = both_passes(trace, block_size, int(warmup_fraction * len(trace)))
+    assert compiled == reference
+
+
+@pytest.mark.parametrize("name", ["synthetic_trace.jsonl", "conversation_trace.jsonl"])
+def test_compiled_pass_equals_the_reference_on_real_traces(name):
+    trace = kvreplay.load_trace(shared_path(MOONCAKE / name))
+    reference, compiled = both_passes(trace, 512, len(trace) // 4)
+    assert compiled == reference
+    assert sum(reference[0]) > 0 and reference[1][-1] == trace.num_blocks  # hits, and one first access per block

@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 from conftest import MOONCAKE, shared_path
+from hypothesis import given, settings
+from strategies import requests
 
 import kvreplay
 from kvreplay.analysis.stats import bucket_label, bucket_of, format_stats, stats
@@ -115,3 +117,47 @@ def test_requests_per_session_is_one_figure():
     trace = dataclasses.replace(base, session=np.array([0, 1, 1, 2, 2, 2, 2, 2]))
     line = [x for x in format_stats(stats(trace, block_size=4)).splitlines() if x.startswith("sessions")][0]
     assert line == "sessions             3; requests per session mean 2.67  min 1  p50 2  p90 5  p99 5  max 5"
+
+
+# --- the compiled pass (stats.c) against its plain-Python reference ------------------------------
+
+def both_passes(trace, block_size):
+    """(first uses, hit tokens, hit blocks, shared blocks, reuse histogram) of each pass."""
+    from kvreplay.analysis.stats import NUM_BUCKETS, _pass_compiled, _pass_reference
+
+    out = []
+    for one_pass in (_pass_reference, _pass_compiled):
+        per_request = [np.zeros(len(trace), np.int64) for _ in range(3)]
+        reuse = np.zeros(NUM_BUCKETS + 1, np.int64)
+        first = one_pass(trace.offsets, trace.blocks, trace.input_length, block_size, trace.num_blocks, *per_request,
+                         reuse, max(1, trace.num_blocks))
+        out.append((first, *(a.tolist() for a in per_request), reuse.tolist()))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests())
+def test_compiled_pass_equals_the_reference(trace_and_size):
+    reqs, block_size = trace_and_size
+    reference, compiled = both_passes(kvreplay.Trace.from_requests(reqs), block_size)
+    assert compiled == reference
+
+
+def test_compiled_pass_on_ids_that_are_not_chained():
+    # The trie tells "the same ids in the same order" from "the same ids": [a b] then [b a] share
+    # nothing in the trie, though b and a both hit the infinite cache. Many requests make the
+    # compiled trie's table grow (it doubles from 1,024 entries).
+    rng = np.random.default_rng(7)
+    reqs = [([int(x) for x in rng.integers(0, 50, int(rng.integers(1, 12)))], 40) for _ in range(3000)]
+    reqs += [(["a", "b"], 8), (["b", "a"], 8)]
+    reference, compiled = both_passes(kvreplay.Trace.from_requests(reqs), 4)
+    assert compiled == reference
+    assert reference[3][-1] == 0 and reference[2][-1] == 2  # [b a]: trie-shared 0 blocks, infinite hits 2
+
+
+@pytest.mark.parametrize("name", ["synthetic_trace.jsonl", "conversation_trace.jsonl"])
+def test_compiled_pass_equals_the_reference_on_real_traces(name):
+    trace = kvreplay.load_trace(shared_path(MOONCAKE / name))
+    reference, compiled = both_passes(trace, 512)
+    assert compiled == reference
+    assert reference[0] == trace.num_blocks

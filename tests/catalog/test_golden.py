@@ -26,6 +26,10 @@ CORRECTIONS = {
         "config.json quantization_config: quant_method fp8, fmt e4m3, weight_block_size [128, 128], "
         "activation_scheme dynamic (block-scaled fp8 weights)",
 }
+# Fields the catalog gained after the golden file (the vision tower, quantized checkpoints' bf16
+# parts): checked in tests/serving/test_multimodal_pool.py, not here
+LATER_FIELDS = {"vision", "vision_source", "vision_in_total_params", "quantized_keeps_bf16",
+                "quantized_keeps_bf16_source"}
 # No copy of these two models' config.json could be had: their entries keep the former values.
 UNREAD = {"gemma-3-27b-it", "granite-4.0-h-small"}
 
@@ -47,6 +51,8 @@ def test_every_field_equal(entry):
     spec = BY_NAME[entry["name"]]
     want = asdict(golden_spec(entry))
     for key, value in asdict(spec).items():
+        if key in LATER_FIELDS:
+            continue
         expected = CORRECTIONS.get((entry["name"], key), want[key])
         assert value == expected, (entry["name"], key)
 
@@ -63,8 +69,9 @@ def test_kv_bytes_every_dtype_and_layer_mode(entry):
                     kv_bytes_per_token(spec, dtype, layers)
                 continue
             assert kv_bytes_per_token(spec, dtype, layers) == want, (dtype, layers)
-    assert {k: v for k, v in describe(spec).items() if k not in ("checkpoint_weights", "checkpoint_weights_source")} \
-        == {k: v for k, v in describe(golden).items() if k not in ("checkpoint_weights", "checkpoint_weights_source")}
+    skip = {"checkpoint_weights", "checkpoint_weights_source", *LATER_FIELDS}
+    assert {k: v for k, v in describe(spec).items() if k not in skip} \
+        == {k: v for k, v in describe(golden).items() if k not in skip}
 
 
 def test_every_model_reads_a_bundled_config_but_two():

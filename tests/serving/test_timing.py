@@ -202,36 +202,39 @@ def test_kv_capacity_llama70b_on_8x_h100_tp8():
     #   weights 17,671,981,056 B: embedding and LM head 128,256 x 8,192 x 2 / 8 = 262,668,288 each,
     #     the rest (70,553,706,496 - 2 x 1,050,673,152) x 2 / 8 = 17,113,090,048, rotary cache
     #     131,072 x 128 x 2 = 33,554,432
-    #   activation 0.5 x 8,192 tokens x (4 x 8,192 + 3 x 28,672 / 8 = 43,520) x 2 = 356,515,840
-    #   sampler 0.5 x 256 rows x 128,256 x 4 = 65,667,072
+    #   forward 8,192 tokens x (2 x 8,192 + the MLP's 3 x 28,672 / 8 = 10,752) x 2 = 444,596,224
+    #   sampler 256 rows x 128,256 x 14 B = 459,669,504 + the hidden states 8,192 x 8,192 x 2 =
+    #     134,217,728 -> 593,887,232: the larger of the two is the profile's peak
     #   CUDA graphs 86 (51 PIECEWISE + 35 FULL) x 7 MiB = 631,242,752
-    #   non-torch int(2.38 GiB) = 2,555,505,541
-    #   left 55,274,732,307 B; 40,960 B/token (1 of 8 KV heads), 655,360 B a block -> 84,342 blocks
+    #   non-torch int(1.59 GiB) = 1,707,249,500
+    #   left 76,555,644,568 - 17,671,981,056 - 593,887,232 - 631,242,752 - 1,707,249,500
+    #     = 55,951,284,028 B; 40,960 B/token (1 of 8 KV heads), 655,360 B a block -> 85,374 blocks
+    #   (was 84,342 under the former fitted constants: activation + sampler 0.42 GiB, non-torch 2.38 GiB)
     c = kv_capacity("Llama-3.1-70B", "H100", tp=8, block_size=16)
     assert c.total_memory_bytes == 85_061_827_297 and c.usable_bytes == 76_555_644_568
     assert c.weight_bytes_per_gpu == 17_671_981_056
-    assert (c.activation_peak_bytes, c.sampler_peak_bytes) == (356_515_840, 65_667_072)
-    assert (c.cudagraph_graphs, c.cudagraph_bytes, c.non_torch_bytes) == (86, 631_242_752, 2_555_505_541)
-    assert c.kv_bytes_available == 55_274_732_307
+    assert (c.activation_peak_bytes, c.sampler_peak_bytes) == (444_596_224, 593_887_232)
+    assert (c.cudagraph_graphs, c.cudagraph_bytes, c.non_torch_bytes) == (86, 631_242_752, 1_707_249_500)
+    assert c.kv_bytes_available == 55_951_284_028
     assert c.kv_bytes_per_token_per_gpu == 40_960
-    assert c.blocks == 84_342 and c.tokens == 84_342 * 16
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, 0.9) == 84_342
+    assert c.blocks == 85_374 and c.tokens == 85_374 * 16
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, 0.9) == 85_374
     # with the 81,559 MiB nvidia-smi shows: 85,520,809,984 x 0.9 -> 76,968,728,986; minus the same
-    # 21,280,912,261 B of terms = 55,687,816,725 -> // 655,360 = 84,972
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, total_memory_bytes=81_559 * 2**20) == 84_972
-    # enforce_eager: no CUDA graphs, 631,242,752 B more -> 56,905,975,059 // 655,360 = 85,305
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, enforce_eager=True) == 85_305
-    # max_num_seqs 1,024 (vLLM serve's H100 default): sampler 0.5 x 1,024 x 128,256 x 4 = 262,668,288
-    # (+197,001,216 B), and 102 graphs (51 + 51): 16 x 7 MiB = 117,440,512 B more
-    # -> 54,960,290,579 // 655,360 = 83,862 blocks
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, max_num_seqs=1024) == 83_862
+    # 20,604,360,540 B of terms = 56,364,368,446 -> // 655,360 = 86,005
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, total_memory_bytes=81_559 * 2**20) == 86_005
+    # enforce_eager: no CUDA graphs, 631,242,752 B more -> 56,582,526,780 // 655,360 = 86,338
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, enforce_eager=True) == 86_338
+    # max_num_seqs 1,024 (vLLM serve's H100 default): sampler 1,024 x 128,256 x 14 + 134,217,728 =
+    # 1,972,895,744 (+1,379,008,512 B), and 102 graphs (51 + 51): 16 x 7 MiB = 117,440,512 B more
+    # -> 54,454,835,004 // 655,360 = 83,091 blocks
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, max_num_seqs=1024) == 83_091
 
 
 def test_kv_cache_memory_and_the_block_override_replace_the_profile():
     # kv_cache_memory replaces what the profile leaves (and ignores the utilization)
     c = kv_capacity("Llama-3.1-70B", "H100", 8, 16, kv_cache_memory="20GiB")
     assert c.kv_bytes_available == 20 * 2**30 and c.blocks == 20 * 2**30 // 655_360 == 32_768
-    assert c.profiled_kv_bytes == 55_274_732_307
+    assert c.profiled_kv_bytes == 55_951_284_028
     # the override wins over both, as vLLM applies it last
     c = kv_capacity("Llama-3.1-70B", "H100", 8, 16, kv_cache_memory="20GiB", num_gpu_blocks_override=1000)
     assert c.blocks == 1000 and c.kv_bytes_available == 20 * 2**30
@@ -1021,3 +1024,29 @@ def test_calibrated_mla_prefill_runs_unabsorbed_and_decompresses_its_cached_cont
     plain = CalibratedRooflineTimeModel("DeepSeek-V3", "H100", 8, coefficients=ROUND)
     assert not plain.mla and "mla" not in plain.terms(StepBatch((100,), (900,))) and plain.gemm_shapes == ()
     assert plain.attn_width_prefill == plain.attn_width == 128 * 576
+
+
+def test_the_profile_peak_is_the_larger_of_the_forward_pass_and_the_sampler():
+    from kvreplay.analysis.models import get_model
+    from kvreplay.serving.timing import memory
+
+    # Qwen3-30B-A3B, TP 1: attention 2 x (32 + 4) x 128 = 9,216; the fused MoE's workspaces (vLLM
+    # 0.33.0's TritonExperts, not chunked) 8 x max(768, 2,048) + 8 x max(1,536, 2,048) = 32,768
+    # plus the router's fp32 logits 2 x 128 = 256 -> 33,024 elements a token
+    spec = get_model("Qwen3-30B-A3B")
+    assert memory.layer_width(spec, 1) == 33_024
+    # fp8 weights add the quantized input and activation: (2,048 + 8 x 768) / 2 = 4,096
+    assert memory.layer_width(spec, 1, "fp8") == 37_120
+    # forward at 8,192 tokens: 8,192 x (2 x 2,048 + 33,024) x 2 = 608,174,080 B
+    # sampler at 256 rows: 256 x 151,936 x 14 = 544,538,624 + hidden 8,192 x 2,048 x 2 = 33,554,432
+    forward, sampler = memory.activation_bytes(spec, 1, 8192, 256)
+    assert (forward, sampler) == (608_174_080, 578_093_056)
+    # at 1,024 rows the sampler is the peak: 1,024 x 151,936 x 14 + 33,554,432 = 2,211,708,928
+    assert memory.activation_bytes(spec, 1, 8192, 1024)[1] == 2_211_708_928
+    # DeepSeek-R1 at TP 8: MLA 16 heads x (192 q + 320 up-projected k/v + 128 out) = 10,240; the
+    # MoE 8 x 7,168 x 2 + 2 x 256 = 115,200, + (7,168 + 8 x 256) / 2 = 4,608 at fp8 -> 119,808
+    r1 = get_model("DeepSeek-R1")
+    assert memory.layer_width(r1, 8, "fp8") == 119_808
+    # expert parallelism keeps each expert whole: Qwen3-235B-A22B at 8 ranks, I = 1,536 (not 192)
+    big = get_model("Qwen3-235B-A22B")
+    assert memory.layer_width(big, 8, ep=True) == 8 * 4_096 + 8 * 4_096 + 256

@@ -153,13 +153,18 @@ def test_sort_by_time_on_single_files_unchanged():
 
 
 def test_formats_come_from_the_reader_registry(monkeypatch, tmp_path, capsys):
-    # Every module of kvreplay.trace with a READER is a format: listed, sniffed and dispatched
-    # from the registry alone. A stand-in format registered at runtime is sniffed and read.
+    # Every module of kvreplay.trace with a READER is a format: listed (by name, without importing
+    # the readers), sniffed and dispatched from the registry alone. A stand-in format registered at
+    # runtime is sniffed and read.
     from kvreplay.trace import FORMATS, formats
     from kvreplay.trace.model import Reader, Trace
 
     assert FORMATS == ("mooncake", "bailian", "claude-code") == formats.FORMATS
-    assert list(formats.READERS) == ["claude-code", "bailian", "mooncake"]  # asked in rank order, catch-all last
+    discovered = formats.discovered()
+    assert list(discovered) == ["claude-code", "bailian", "mooncake"]  # asked in rank order, catch-all last
+    assert formats.readers() == discovered and formats.CATCH_ALL == "mooncake"
+    assert {name: reader.read.__module__ for name, reader in discovered.items()} == {
+        name: f"kvreplay.trace.{module}" for name, module in formats.MODULES.items()}
     with pytest.raises(SystemExit):
         main(["run", str(MOONCAKE), "--format", "nope"])
     assert "invalid choice: 'nope' (choose from 'auto', 'mooncake', 'bailian', 'claude-code')" in capsys.readouterr().err
@@ -168,7 +173,7 @@ def test_formats_come_from_the_reader_registry(monkeypatch, tmp_path, capsys):
         return Trace.from_requests([([1, 2], 8), ([1, 2], 8)], block_size=4, source=path)
 
     toy = Reader(name="toy", read=read_toy, rank=5, sniff=lambda keys: "toy" in keys, sniff_keys=("toy",))
-    monkeypatch.setitem(formats.READERS, "toy", toy)
+    monkeypatch.setitem(formats.readers(), "toy", toy)
     path = write(tmp_path, "t.jsonl", '{"toy": 1}\n')
     assert sniff_format(str(path)) == "toy"
     assert replay(load_trace(path), "lru", 4).total_hit_tokens == 8

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import MOONCAKE, shared_path
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import requests
 
 import kvreplay
 from kvreplay.analysis.stats import stats
@@ -193,3 +196,61 @@ def test_prefix_copy_keeps_lengths_and_the_ceiling(name):
     for q in ("mean", "p50", "p90"):
         assert got["input_length"][q] == pytest.approx(want["input_length"][q], rel=0.10)
     assert got["request_rate_per_s"] == pytest.approx(2 * want["request_rate_per_s"], rel=0.10)
+
+
+# --- the compiled loops (synth.c) against their plain-Python references --------------------------
+
+def both_parents(trace):
+    from kvreplay.trace.synth import _parents_compiled, _parents_reference
+
+    out = []
+    for parents in (_parents_reference, _parents_compiled):
+        hit_blocks, parent = np.zeros(len(trace), np.int64), np.zeros(len(trace), np.int64)
+        parents(trace.offsets, trace.blocks, int(trace.num_blocks), hit_blocks, parent)
+        out.append((hit_blocks.tolist(), parent.tolist()))
+    return out
+
+
+def both_copies(num_blocks_of, shared, distance):
+    from kvreplay.trace.synth import _copy_prefixes_compiled, _copy_prefixes_reference
+
+    offsets = np.zeros(len(num_blocks_of) + 1, np.int64)
+    np.cumsum(num_blocks_of, out=offsets[1:])
+    out = []
+    for copy in (_copy_prefixes_reference, _copy_prefixes_compiled):
+        blocks = np.full(int(offsets[-1]), -1, np.int64)
+        used = copy(np.array(num_blocks_of, np.int64), np.array(shared, np.int64), np.array(distance, np.int64),
+                    offsets, blocks)
+        out.append((used, blocks.tolist()))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests())
+def test_compiled_parents_equal_the_reference(trace_and_size):
+    reference, compiled = both_parents(kvreplay.Trace.from_requests(trace_and_size[0]))
+    assert compiled == reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 8), st.integers(0, 10), st.integers(0, 1500)), min_size=1, max_size=80))
+def test_compiled_prefix_copy_equals_the_reference(draws):
+    # distances past PARENT_SEARCH (1,024) and parents too short for the shared count both occur
+    num_blocks_of, shared, distance = (list(column) for column in zip(*draws))
+    reference, compiled = both_copies(num_blocks_of, shared, distance)
+    assert compiled == reference
+
+
+def test_compiled_prefix_copy_by_hand():
+    # r0 [0 1 2]; r1 copies r0's first 2 blocks then takes 3; r2 asks for 4 blocks 1 back: r1 holds
+    # only 3, r0 too: the longest (r1, 3 blocks) is copied whole, then 4; r3 shares nothing: 5 6.
+    reference, compiled = both_copies([3, 3, 4, 2], [0, 2, 4, 0], [0, 1, 1, 0])
+    assert reference == compiled == (7, [0, 1, 2, 0, 1, 3, 0, 1, 3, 4, 5, 6])
+
+
+@pytest.mark.parametrize("name", ["synthetic_trace.jsonl", "conversation_trace.jsonl"])
+def test_compiled_parents_equal_the_reference_on_real_traces(name):
+    trace = kvreplay.load_trace(shared_path(MOONCAKE / name))
+    reference, compiled = both_parents(trace)
+    assert compiled == reference
+    assert max(reference[1]) > 0

@@ -50,7 +50,7 @@ class Task:
     capacity: int = 0
     capacities: tuple = ()
     block_size: int = 512
-    engine: str = "compiled"
+    engine: str | None = None
     warmup_fraction: float = 0.0
     options: tuple = ()
     function: object = None

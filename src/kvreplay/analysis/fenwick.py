@@ -1,14 +1,12 @@
-"""A Fenwick (binary indexed) tree over access times, inlined into the one-pass kernels
-(analysis/mrc.py, analysis/stats.py): a 1 at time t marks a block's latest use, so the
-prefix sum up to t counts the blocks last used at or before t."""
+"""A Fenwick (binary indexed) tree over access times, for the plain-Python references of the
+one-pass kernels (analysis/mrc.py, analysis/stats.py; compiled: include/fenwick.h): a 1 at time t
+marks a block's latest use, so the prefix sum up to t counts the blocks last used at or before t.
+`tree` is a list of n + 1 counts (tree[0] unused)."""
 
 from __future__ import annotations
 
-from ..jit import helper
 
-
-@helper
-def fenwick_sum(tree, i):
+def fenwick_sum(tree, i: int) -> int:
     """tree[1] + ... + tree[i] (i >= 0)."""
     total = 0
     while i > 0:
@@ -17,10 +15,9 @@ def fenwick_sum(tree, i):
     return total
 
 
-@helper
-def fenwick_add(tree, i, delta):
+def fenwick_add(tree, i: int, delta: int) -> None:
     """Add `delta` at position i (1 <= i < len(tree))."""
-    n = tree.shape[0] - 1
+    n = len(tree) - 1
     while i <= n:
         tree[i] += delta
         i += i & -i

@@ -21,59 +21,65 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import jit
-from ..jit import kernel
+from .. import native
+from ..engine.driver import trace_arrays
 from ..engine.replay import as_trace, check_capacity, warmup_count
 from ..engine.report import window_text
 from ..errors import ConfigError
 from ..trace.model import exact_sum, resolve_block_size
-from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
 from .results import CurveResult
 from .capacities import auto_capacities
 
-@kernel
-def _histograms(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at):  # pragma: no cover - compiled
-    """One pass over the trace. hit_tokens_at[d]: hit tokens that need a capacity of exactly d
-    blocks (the running max of stack distances at the prefix scan); accesses_at[d]: accesses whose
-    stack distance when made is d. Index num_blocks + 1 stands for "never" (a first access)."""
-    n = blocks.shape[0]
+
+def _histograms_reference(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at) -> None:
+    """One pass over the trace (plain Python; compiled: mrc.c). hit_tokens_at[d]: hit tokens that
+    need a capacity of exactly d blocks (the running max of stack distances at the prefix scan);
+    accesses_at[d]: accesses whose stack distance when made is d. Index num_blocks + 1 stands for
+    "never" (a first access)."""
+    offsets, blocks, lengths = offsets.tolist(), blocks.tolist(), input_length.tolist()
     never = hit_tokens_at.shape[0] - 1
-    tree = np.zeros(n + 1, dtype=np.int32)  # Fenwick over access times 1..n: 1 = a block's latest use
-    last = np.full(never, -1, dtype=np.int64)
+    hits, accesses = [0] * (never + 1), [0] * (never + 1)
+    tree = [0] * (offsets[-1] + 1)  # Fenwick over access times 1..n: 1 = a block's latest use
+    last = [-1] * never
     marked = 0
     t = 0
-    for i in range(offsets.shape[0] - 1):
+    for i in range(len(lengths)):
         start, end = offsets[i], offsets[i + 1]
-        length = input_length[i]
+        length = lengths[i]
         running = 0
         for j in range(start, end):
             p = last[blocks[j]]
-            if p < 0:
-                d = never
-            else:
-                d = marked - fenwick_sum(tree, p) + 1
-            if d > running:
-                running = d
+            d = never if p < 0 else marked - fenwick_sum(tree, p) + 1
+            running = max(running, d)
             if i >= warmup:
                 position = j - start
-                gain = min((position + 1) * block_size, length) - min(position * block_size, length)
-                hit_tokens_at[running] += gain
+                hits[running] += min((position + 1) * block_size, length) - min(position * block_size, length)
         for j in range(start, end):
             b = blocks[j]
             p = last[b]
             if p < 0:
-                accesses_at[never] += 1
+                accesses[never] += 1
                 marked += 1
             else:
-                accesses_at[marked - fenwick_sum(tree, p) + 1] += 1
+                accesses[marked - fenwick_sum(tree, p) + 1] += 1
                 fenwick_add(tree, p, -1)
             t += 1
             fenwick_add(tree, t, 1)
             last[b] = t
+    hit_tokens_at += hits
+    accesses_at += accesses
 
 
-jit.key_cache_on_sources(_histograms, [fenwick.__file__])
+def _histograms_compiled(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at) -> None:
+    """The same pass in C (mrc.c)."""
+    offsets, blocks, input_length = trace_arrays(offsets, blocks, input_length)
+    tree = np.zeros(int(offsets[-1]) + 1, dtype=np.int32)
+    last = np.full(hit_tokens_at.shape[0] - 1, -1, dtype=np.int64)
+    p, i = native.POINTER, native.COUNT
+    native.function("kv_mrc_histograms", None, p, i, p, p, i, i, p, p, i, p, p)(
+        native.ptr(offsets), input_length.shape[0], native.ptr(blocks), native.ptr(input_length), int(block_size), int(warmup),
+        native.ptr(hit_tokens_at), native.ptr(accesses_at), hit_tokens_at.shape[0] - 1, native.ptr(tree), native.ptr(last))
 
 
 def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0) -> CurveResult:
@@ -101,9 +107,8 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     distinct = trace.num_blocks
     hit_tokens_at = np.zeros(distinct + 2, dtype=np.int64)
     accesses_at = np.zeros(distinct + 2, dtype=np.int64)
-    args = (trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at)
-    jit.ensure_compiled(_histograms, args, "the one-pass LRU curve kernel")
-    _histograms(*args)
+    histograms = _histograms_compiled if native.use_core() else _histograms_reference
+    histograms(trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at)
     hits_within = np.cumsum(hit_tokens_at)  # [d]: hit tokens at capacity d (d <= distinct)
     accesses_within = np.cumsum(accesses_at)
     n = trace.num_accesses

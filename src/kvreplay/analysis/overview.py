@@ -116,7 +116,7 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
             block_size: int | None = None, warmup_fraction: float = 0.0, bounds: bool = False,
             active_params: int | None = None, bytes_per_block: int | None = None, budget_note: str = "",
             price_hit: float = metrics.DEFAULT_PRICE_HIT, price_miss: float = metrics.DEFAULT_PRICE_MISS,
-            progress=None, engine: str = "compiled", focus_rule: str = "given",
+            progress=None, engine: str | None = None, focus_rule: str = "given",
             focus_reason: str = "the capacity asked for (--capacity)") -> dict:
     """Everything the report shows, as plain data.
 

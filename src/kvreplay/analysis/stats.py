@@ -1,4 +1,4 @@
-"""`stats()`: what a trace looks like to a prefix cache, in one compiled pass.
+"""`stats()`: what a trace looks like to a prefix cache, in one pass (C: stats.c).
 
 Every figure is over the whole trace, in trace order, and token-weighted where it is a rate.
 
@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import jit
-from ..jit import kernel
+from .. import native
+from ..engine.driver import trace_arrays
 from ..engine.replay import as_trace
 from ..trace.model import exact_sum, resolve_block_size
 from ..errors import ConfigError
-from . import fenwick
 from .fenwick import fenwick_add, fenwick_sum
 
 PERCENTILES = (50, 90, 99)
@@ -52,27 +51,27 @@ def bucket_label(k: int) -> str:
     return f"{1 << (k - 1)}-{(1 << k) - 1}"
 
 
-@kernel
-def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
-          reuse_hist, key_stride):  # pragma: no cover - compiled
-    """One pass: infinite-cache hits per request, trie-shared prefix per request, reuse-distance
-    histogram (index 0 = first use, b+1 = log2 bucket b). Returns the number of first uses."""
-    n_acc = blocks.shape[0]
-    tree = np.zeros(n_acc + 1, dtype=np.int32)  # Fenwick over access times 1..n: 1 marks a block's latest use
-    last = np.zeros(num_blocks, dtype=np.int64)  # 1-based time of the latest use, 0 = never
+def _pass_reference(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
+                    reuse_hist, key_stride) -> int:
+    """One pass (plain Python; compiled: stats.c): infinite-cache hits per request, trie-shared
+    prefix per request, reuse-distance histogram (index 0 = first use, b+1 = log2 bucket b).
+    Returns the number of first uses."""
+    offsets, blocks, lengths = offsets.tolist(), blocks.tolist(), input_length.tolist()
+    tree = [0] * (offsets[-1] + 1)  # Fenwick over access times 1..n: 1 marks a block's latest use
+    last = [0] * num_blocks  # 1-based time of the latest use, 0 = never
+    reuse = [0] * reuse_hist.shape[0]
     marked = 0
     t = 0
-    children = dict()
-    children[np.int64(-1)] = np.int64(-1)  # fixes the dict's types; the key is never looked up
-    next_node = np.int64(1)  # node 0 is the root
-    for i in range(offsets.shape[0] - 1):
+    children = {}  # node * key_stride + block -> child node
+    next_node = 1  # node 0 is the root
+    for i in range(len(lengths)):
         start, end = offsets[i], offsets[i + 1]
         k = 0
         while start + k < end and last[blocks[start + k]] > 0:
             k += 1
         hit_blocks[i] = k
-        hit_tokens[i] = min(k * block_size, input_length[i])
-        node = np.int64(0)
+        hit_tokens[i] = min(k * block_size, lengths[i])
+        node = 0
         matching = True
         s = 0
         for j in range(start, end):
@@ -91,22 +90,32 @@ def _pass(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit
             t += 1
             p = last[b]
             if p == 0:
-                reuse_hist[0] += 1
+                reuse[0] += 1
                 marked += 1
             else:
                 d = marked - fenwick_sum(tree, p)  # distinct blocks whose latest use is after p
-                bucket = 0
-                while d > 0:
-                    bucket += 1
-                    d >>= 1
-                reuse_hist[bucket + 1] += 1
+                reuse[d.bit_length() + 1] += 1
                 fenwick_add(tree, p, -1)
             fenwick_add(tree, t, 1)
             last[b] = t
-    return reuse_hist[0]
+    reuse_hist += reuse
+    return reuse[0]
 
 
-jit.key_cache_on_sources(_pass, [fenwick.__file__])
+def _pass_compiled(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
+                   reuse_hist, key_stride) -> int:
+    """The same pass in C (stats.c)."""
+    offsets, blocks, input_length = trace_arrays(offsets, blocks, input_length)
+    tree = np.zeros(int(offsets[-1]) + 1, dtype=np.int32)
+    last = np.zeros(num_blocks, dtype=np.int64)
+    p, i = native.POINTER, native.COUNT
+    first = native.function("kv_stats_pass", i, p, i, p, p, i, p, p, p, p, i, p, p)(
+        native.ptr(offsets), input_length.shape[0], native.ptr(blocks), native.ptr(input_length), int(block_size),
+        native.ptr(hit_tokens), native.ptr(hit_blocks), native.ptr(shared_blocks), native.ptr(reuse_hist),
+        int(key_stride), native.ptr(tree), native.ptr(last))
+    if first < 0:
+        raise MemoryError("kvreplay stats: no memory for the prefix trie")
+    return first
 
 
 def _percentiles(x: np.ndarray) -> dict:
@@ -127,7 +136,7 @@ def _histogram(values: np.ndarray) -> list[dict]:
 
 
 def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """(hit_tokens, hit_blocks, shared_blocks, reuse) per request, from one compiled pass.
+    """(hit_tokens, hit_blocks, shared_blocks, reuse) per request, from one pass.
 
     hit_tokens/hit_blocks: the infinite cache's hits; shared_blocks: s_i of the prefix trie;
     reuse: {"first_use": N, "histogram": int64[b] accesses per log2 bucket of reuse distance}.
@@ -142,10 +151,9 @@ def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.
     stride = max(1, int(trace.num_blocks))
     if trace.num_accesses and (trace.num_accesses + 1) * stride >= 2**62:
         raise ConfigError(f"trace too large for the prefix trie ({trace.num_accesses} accesses x {stride} blocks)")
-    args = (trace.offsets, trace.blocks, trace.input_length, np.int64(block_size), int(trace.num_blocks),
-            hit_tokens, hit_blocks, shared, reuse, np.int64(stride))
-    jit.ensure_compiled(_pass, args, "the trace statistics kernel")
-    first = _pass(*args)
+    one_pass = _pass_compiled if native.use_core() else _pass_reference
+    first = one_pass(trace.offsets, trace.blocks, trace.input_length, block_size, int(trace.num_blocks), hit_tokens,
+                     hit_blocks, shared, reuse, stride)
     last = int(np.flatnonzero(reuse[1:])[-1]) + 1 if reuse[1:].any() else 0
     return hit_tokens, hit_blocks, shared, {"first_use": int(first), "histogram": reuse[1:last + 1]}
 

@@ -6,7 +6,6 @@ import os
 from collections.abc import Mapping
 
 
-from .. import jit
 from ..engine.replay import as_trace, check_capacity, resolve_engine, warmup_count
 from ..errors import ConfigError
 from ..trace.model import resolve_block_size
@@ -70,7 +69,7 @@ def sweep(
     *,
     warmup_fraction: float = 0.0,
     jobs: int = 1,
-    engine: str = "compiled",
+    engine: str | None = None,
     executor: str = "local",
     ray_address: str | None = None,
     progress=None,
@@ -86,6 +85,7 @@ def sweep(
     block_size: tokens per block; default: each trace's declared size, else 512.
     warmup_fraction: the first floor(F * N) requests of each trace warm the cache and are not counted.
     jobs: replays running at once (1: one after another in this process).
+    engine: "compiled", "reference" or None (the compiled one where the core is built), as replay's.
     executor: "local" (a pool of `jobs` processes, default), "threads" (`jobs` threads; the compiled
         kernels release the GIL) or "ray" (tasks on a Ray cluster; see docs/scaling.md).
     ray_address: for executor="ray": None starts a local Ray instance (with `jobs` CPUs when
@@ -135,7 +135,7 @@ def sweep(
     if block_size is not None:
         resolve_block_size(block_size)  # a whole number of tokens from 1 (ConfigError naming it otherwise)
     policy_list = _policy_list(policies)
-    resolve_engine(engine)
+    engine = resolve_engine(engine)  # once, here: workers get the engine that runs
     if kv_groups is not None:
         engines = {spec.name for spec, _ in policy_list}
         if engines not in ({"vllm"}, {"radix"}) or hbm is not None:
@@ -144,7 +144,7 @@ def sweep(
                               f"got {', '.join(sorted(engines))}")
     hybrid = () if kv_groups is None else (("kv_groups", tuple(kv_groups)),)
     # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
-    lru_curve = engine == "compiled" and jit.HAVE_NUMBA and hbm is None
+    lru_curve = engine == "compiled" and hbm is None
 
     tasks: list[Task] = []
     slots: list[list] = []  # per task, where its rows go: [grid position], or [(capacities, [(capacity, position)])] for a curve

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from . import params as param_counts
 from .config_view import ConfigView
+from .vision import vision_field
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "minimax_m2", "glm4_moe")
@@ -37,7 +38,7 @@ MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 LINEAR = ("qwen3_next",)
 MAMBA = ("nemotron_h", "granitemoehybrid")
 MODEL_TYPES = DENSE + MOE + MLA + LINEAR + MAMBA
-#: model types whose text model sits in ``text_config`` (the vision tower is not read)
+#: model types whose text model sits in ``text_config`` (a ``vision_config`` beside it: catalog/vision.py)
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 #: tie_word_embeddings when config.json leaves it out (the transformers config classes' defaults)
 TIED_BY_DEFAULT = ("gemma2", "gemma3_text")
@@ -136,6 +137,7 @@ def read_config(raw: dict, path: str) -> Reading:
         "mla": _mla_field(arch),
         "mla_source": arch.text_fields.get("mla") if _mla_field(arch) else None,
         "notes": _notes(arch),
+        **_vision(top, arch),
     }
     total, active = param_counts.count(arch)
     return Reading(spec, total, active, param_counts.source_text(arch))
@@ -606,10 +608,19 @@ def _checkpoint_weights(top: ConfigView, text: ConfigView) -> dict:
     return {"checkpoint_weights": what, "checkpoint_weights_source": f"{where} quantization_config: {text}"}
 
 
+def _vision(top: ConfigView, arch: Arch) -> dict:
+    """The vision tower a multimodal config.json declares (catalog/vision.py), or nothing."""
+    section = top.section("vision_config") if arch.text.prefix and top.has("vision_config") else None
+    if section is None:
+        return {}
+    return {"vision": vision_field(section, top, arch.hidden),
+            "vision_source": f"config.json vision_config ({section.string('model_type')})"}
+
+
 def _notes(arch: Arch) -> str | None:
     notes = []
     if arch.text.prefix:
-        notes.append("the numbers are in config.json's text_config (the vision tower is not read)")
+        notes.append("the numbers are in config.json's text_config")
     if arch.mla:
         notes.append("MLA caches one latent per token and layer (kv_lora_rank + qk_rope_head_dim values, shared by "
                      "all heads): listed as 1 KV head of that width, as vLLM's MLA cache does; config.json's "

@@ -35,8 +35,9 @@ from functools import lru_cache
 from importlib.resources import files
 
 from ..errors import ConfigError
-from .config_view import ModelConfigError, config_file, read_json
+from .config_view import ConfigView, ModelConfigError, config_file, read_json
 from .hf_config import read_config
+from .vision import vision_field
 
 ATTENTION_KINDS = ("mha", "gqa", "mla")
 KV_LAYER_MODES = ("all", "full")
@@ -106,6 +107,18 @@ class ModelSpec:
     #: "v_head_dim"} (with kv_lora_rank and qk_rope_head_dim above); None: not MLA, or not given
     mla: dict | None = None
     mla_source: str | None = None
+    #: a multimodal model's vision tower (catalog/vision.py: shapes, parameters, the encoder tokens
+    #: an image costs and the text tokens it yields), from config.json's vision_config, or from
+    #: configs/catalog.json where the bundled copy lacks it; None: a text-only model
+    vision: dict | None = None
+    vision_source: str | None = None
+    #: whether total_params counts the vision tower (a published count may; one computed from
+    #: text_config does not)
+    vision_in_total_params: bool = False
+    #: what the published quantized checkpoints of this model leave in bf16 ("attention": the
+    #: attention projections and the router), with its source; () for none
+    quantized_keeps_bf16: tuple = ()
+    quantized_keeps_bf16_source: str | None = None
 
     @property
     def checkpoint_weights_dtype(self) -> str:
@@ -195,7 +208,7 @@ class ModelSpec:
 #: ModelSpec fields a catalog entry may word itself (configs/catalog.json "prose"): how its numbers
 #: were found, never the numbers
 PROSE_FIELDS = ("sliding_window_pattern", "kv_groups_source", "moe_source", "mla_source",
-                "checkpoint_weights_source", "params_source")
+                "checkpoint_weights_source", "params_source", "vision_source", "quantized_keeps_bf16_source")
 
 
 @lru_cache(maxsize=1)
@@ -227,17 +240,35 @@ def _catalog_spec(entry: dict, source: dict | None, config) -> ModelSpec:
         if key not in PROSE_FIELDS:
             raise ValueError(f"configs/catalog.json: {entry['name']}: prose may word {PROSE_FIELDS}, not {key}")
         fields[key] = text
+    fields.update(_vision_entry(entry, fields))
     return ModelSpec(**fields)
+
+
+def _vision_entry(entry: dict, fields: dict) -> dict:
+    """The vision tower and quantized-checkpoint layout configs/catalog.json adds to an entry
+    ("vision_config": the model's own vision_config, transcribed where the bundled copy dropped it)."""
+    out = {}
+    if "vision_config" in entry:
+        raw = {"vision_config": entry["vision_config"], **entry.get("vision_top", {})}
+        top = ConfigView(raw, f"configs/catalog.json {entry['name']}")
+        out["vision"] = vision_field(top.section("vision_config"), top, fields["hidden_size"])
+        out["vision_in_total_params"] = bool(entry.get("vision_in_published_params", False)
+                                             and entry.get("params") == "published")
+    if "quantized_keeps_bf16" in entry:
+        out["quantized_keeps_bf16"] = tuple(entry["quantized_keeps_bf16"])
+    return out
 
 
 def _unread_spec(entry: dict) -> ModelSpec:
     """A catalog model no config.json copy of which could be had: its former hand-checked fields
     (configs/catalog.json "fields", with their sources in its notes), until a copy is bundled."""
     published = entry["published_params"]
+    fields = {k: tuple(v) if k == "kv_groups" and v else v for k, v in entry["fields"].items()}
+    prose = {k: v for k, v in entry.get("prose", {}).items() if k in PROSE_FIELDS}
     return ModelSpec(name=entry["name"], hf_id=entry["hf_id"], aliases=tuple(entry.get("aliases", ())),
                      source=entry["source"], notes=entry.get("notes"), total_params=published["total"],
                      active_params=published["active"], params_source=published["source"],
-                     **{k: tuple(v) if k == "kv_groups" and v else v for k, v in entry["fields"].items()})
+                     **{**fields, **prose, **_vision_entry({**entry, "params": "published"}, fields)})
 
 
 def catalog_entry(name: str) -> dict:

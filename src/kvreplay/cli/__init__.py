@@ -14,20 +14,51 @@ import threading
 import warnings
 
 from ..errors import InvariantError, KvreplayError
-from . import calibrate, info, plan, replay, serving, traces
 
-FAMILIES = (replay, serving, plan, calibrate, traces, info)
-COMMANDS = {name: handler for family in FAMILIES for name, handler in family.COMMANDS.items()}
+#: Every command and the module of its family (its parser and handler), known without importing
+#: them: a command imports its own family only (tests/test_cli_startup.py checks this table).
+FAMILY = {
+    "run": "replay", "sweep": "replay", "mrc": "replay", "report": "replay", "demo": "replay",
+    "simulate": "serving", "plan": "plan", "calibrate-profile": "calibrate",
+    "hash": "traces", "convert": "traces", "slice": "traces", "merge": "traces", "stats": "traces", "synth": "traces",
+    "policies": "info", "models": "info", "gpus": "info",
+}
+FAMILIES = ("replay", "serving", "plan", "calibrate", "traces", "info")  # the order of --help
+#: commands that run the serving simulator, which has no Python engine: without the compiled core
+#: they stop before parsing, saying why (exit 2)
+NEEDS_CORE = {"simulate": "kvreplay simulate (the serving simulator, which is C only)",
+              "plan": "kvreplay plan (it runs the serving simulator, which is C only)"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def family(name: str):
+    import importlib
+
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command named on the line: the first argument that is not an option (the top level
+    takes no option with a value), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: with a known command, its family's commands only (their options may
+    list registries); with --version alone, none; otherwise (help, a mistake) every command."""
     from ..version import __version__
 
     parser = argparse.ArgumentParser(prog="kvreplay", description="Replay LLM request traces through a KV prefix cache.")
     parser.add_argument("--version", action="version", version=f"kvreplay {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for family in FAMILIES:
-        for add in family.PARSERS:
+    command = None if argv is None else command_of(argv)
+    if command in FAMILY:
+        names = [FAMILY[command]]
+    elif argv is not None and command is None and "--version" in argv and not {"-h", "--help"} & set(argv):
+        names = []
+    else:
+        names = FAMILIES
+    for name in names:
+        for add in family(name).PARSERS:
             add(sub)
     return parser
 
@@ -38,54 +69,27 @@ EXIT_BAD_INPUT = 2
 EXIT_BUG = 3
 
 
-class _CompileNotice:
-    """Shown while a kernel compiles (kvreplay.jit calls it only when that takes a noticeable
-    time): a rich spinner when stderr is a terminal, one line otherwise. Worker processes of a
-    sweep inherit it: there it prints the line only when stderr is not a terminal (the main
-    process's progress bar owns the terminal)."""
-
-    def __init__(self):
-        self.pid = os.getpid()
-
-    def __call__(self, what: str):
-        from contextlib import contextmanager
-
-        text = f"compiling {what} (first run only; cached afterwards)…"
-        tty = sys.stderr.isatty()
-
-        @contextmanager
-        def shown():
-            if not tty:
-                print(f"kvreplay: {text}", file=sys.stderr, flush=True)
-                yield
-            elif os.getpid() != self.pid:
-                yield
-            else:
-                from rich.console import Console
-                from rich.errors import LiveError
-
-                try:
-                    with Console(stderr=True).status(text):
-                        yield
-                except LiveError:  # a progress bar is already live: say it in a line above it
-                    print(f"kvreplay: {text}", file=sys.stderr, flush=True)
-                    yield
-
-        return shown()
-
-
 def main(argv=None) -> int:
     """Entry point of the `kvreplay` command. Exit codes: 0 ok, 2 bad input or options, 3 internal error."""
-    from ..jit import set_compile_listener
-
     warnings.formatwarning = lambda message, category, *a, **k: f"kvreplay: warning: {message}\n"
-    set_compile_listener(_CompileNotice())
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = command_of(argv)
+    try:
+        if command in FAMILY:  # (--version and --help import nothing more)
+            from .. import native
+
+            native.set_notice_listener(lambda text: print(f"kvreplay: note: {text}", file=sys.stderr, flush=True))
+            if command in NEEDS_CORE:
+                native.require(NEEDS_CORE[command])
+        args = build_parser(argv).parse_args(argv)
+    except KvreplayError as e:
+        print(f"kvreplay: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminated)  # unwind: temporary output files are removed
     try:
-        return COMMANDS[args.command](args)
+        return family(FAMILY[args.command]).COMMANDS[args.command](args)
     except KvreplayError as e:
         print(f"kvreplay: {e}" if not hasattr(e, "path") else str(e), file=sys.stderr)
         return EXIT_BAD_INPUT

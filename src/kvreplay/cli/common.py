@@ -210,11 +210,13 @@ def resolve_budget(args, trace, capacities, *, hybrid: bool = False):
 
 def kv_semantics(args) -> str:
     """"hybrid" or "full": --kv-semantics, with auto resolved from --model (analysis/kv_groups.py)."""
-    from ..analysis.kv_groups import resolve_semantics
-
     asked = getattr(args, "kv_semantics", "auto")
     if asked == "hybrid" and args.model is None:
         raise ConfigError("--kv-semantics hybrid needs --model (the model's layer groups)")
+    if args.model is None:
+        return "full"  # (no model, nothing to look up: the layer groups are not imported)
+    from ..analysis.kv_groups import resolve_semantics
+
     if getattr(args, "kv_layers", None) is not None:  # bytes per token: full semantics' way to count
         if asked == "hybrid":
             raise ConfigError("--kv-layers counts bytes per token for full semantics; with --kv-semantics hybrid a "
@@ -276,16 +278,18 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
     p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip and count them")
     p.add_argument("--sort-by-time", action="store_true", help="replay in timestamp order (stable) instead of file order")
-    p.add_argument("--engine", choices=("compiled", "reference"), default="compiled", help="compiled (C, default) or reference (plain Python)")
+    p.add_argument("--engine", choices=("compiled", "reference"), default=None,
+                   help="compiled (C; the default where the compiled core is installed) or reference (plain Python)")
     p.add_argument("--warmup-fraction", type=fraction, default=0.0, metavar="F", help="the first floor(F*N) requests only warm the cache (default 0)")
 
 
 def param_table() -> dict:
-    """Every policy parameter name -> [(policy name, its Param), ...] for the policies that take it."""
-    from ..policies.registry import POLICIES
+    """Every policy parameter name -> [(policy name, its Param), ...] for the policies that take it
+    (from the registry's index: no policy module is imported)."""
+    from ..policies.registry import INFO
 
     table: dict = {}
-    for spec in POLICIES.values():
+    for spec in INFO.values():
         for p in spec.params:
             table.setdefault(p.name, []).append((spec.name, p))
     return table
@@ -300,10 +304,10 @@ def add_param_options(p: argparse.ArgumentParser) -> None:
 
 
 def given_params(args, policy: str) -> dict:
-    from ..policies.registry import get_policy
+    from ..policies.registry import INFO, get_policy
 
-    spec = get_policy(policy)
-    own = {p.name for p in spec.params}
+    spec = get_policy(policy)  # (ConfigError for an unknown name)
+    own = {p.name for p in INFO[spec.name].params}
     given = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     for name in given:
         if name not in own:

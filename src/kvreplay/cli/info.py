@@ -12,9 +12,9 @@ def _parser_policies(sub) -> None:
 
 
 def _cmd_policies(args) -> int:
-    from ..policies.registry import POLICIES
+    from ..policies.registry import INFO
 
-    for spec in POLICIES.values():
+    for spec in INFO.values():
         print(f"{spec.name:9s} {spec.summary}" + ("" if spec.capacity == "required" else f" [capacity {spec.capacity}]"))
         for p in spec.params:
             print(f"{'':9s}   --{p.name.replace('_', '-')} {p.default}: {p.help}")

@@ -349,7 +349,10 @@ def _cmd_report(args) -> int:
     common.check_output_dir(args.output, inputs=common.inputs_of(args))
     serving = None
     if args.gpu:
+        from .. import native
         from .serving import number_list
+
+        native.require("the report's serving section (--gpu: the serving simulator, which is C only)")
 
         if args.model is None:
             raise ConfigError("--gpu needs --model (the weights to place and to run)")

@@ -79,6 +79,15 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--num-gpu-blocks-override", type=common.positive_int, default=None, metavar="N",
                      help="with --gpu and --model: the pool's block count whatever the memory holds, as vLLM's flag "
                           "(applied after --kv-cache-memory, as vLLM does)")
+    sim.add_argument("--enforce-eager", action="store_true",
+                     help="with --gpu and --model: vLLM without CUDA graphs (as vLLM's flag): the pool's budget "
+                          "takes no CUDA graph memory")
+    sim.add_argument("--language-model-only", action="store_true",
+                     help="with --gpu and --model: a multimodal model served as text only, as vLLM's flag (no vision "
+                          "tower loaded, no image encoder profiled, so a larger pool)")
+    sim.add_argument("--mem-fraction-static", type=float, default=None, metavar="F",
+                     help="with --engine-style sglang, --gpu and --model: SGLang's share of the memory for weights "
+                          "and KV (default: SGLang 0.5.23's for the GPU and TP)")
     sim.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
                      help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default) or "
                           "sglang (prefill batches first, reserves decode room, retracts)")
@@ -188,7 +197,7 @@ def _options(args, trace) -> dict:
     if args.warmup_fraction:
         raise ConfigError("simulate reports the whole trace: --warmup-fraction does not apply (the report gives "
                           "the hit rate over time instead)")
-    if args.engine != "compiled":
+    if args.engine == "reference":
         raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
     capacity = args.capacity
     if capacity is not None and args.bytes_per_token is not None:
@@ -235,7 +244,8 @@ def _options(args, trace) -> dict:
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
                 rate_profile=args.rate_profile, kv_semantics=args.kv_semantics,
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
-                host=args.host_cpu,
+                enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
+                mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
                 router_options=_router_options(args.router_option), **params)
 
 

@@ -120,7 +120,7 @@ def _c_run_events():
 
 
 def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_size: int | None = None, *,
-                     engine: str = "compiled", on_event=None, **params) -> Lifecycle:
+                     engine: str | None = None, on_event=None, **params) -> Lifecycle:
     """Run `events` (see the module docstring) over `trace` through one cache of `capacity` blocks.
 
     on_event(k, cache) (reference engine only) runs after each event, for checks.

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from .. import native
 from ..errors import ConfigError
 from .report import Report
 from ..policies.registry import get_policy
@@ -16,10 +17,16 @@ from . import driver
 ENGINES = ("compiled", "reference")
 
 
-def resolve_engine(engine: str) -> str:
-    """The engine to run: "compiled" (C, the default) or "reference" (plain Python)."""
+def resolve_engine(engine: str | None) -> str:
+    """The engine to run: "compiled" (C) or "reference" (plain Python). None: the compiled one where
+    the core is built, else the reference one (native.use_core says so once). "compiled" asked
+    for by name without the core is a ConfigError, never quietly the other engine."""
+    if engine is None:
+        return "compiled" if native.use_core() else "reference"
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    if engine == "compiled":
+        native.require("the compiled engine (engine='compiled', --engine compiled)")
     return engine
 
 
@@ -66,7 +73,7 @@ def replay(
     capacity: int | None = 4096,
     block_size: int | None = None,
     *,
-    engine: str = "compiled",
+    engine: str | None = None,
     warmup_fraction: float = 0.0,
     check: bool = True,
     tiers=None,
@@ -83,7 +90,8 @@ def replay(
     policy: a registered policy name (case-insensitive): "s3fifo", "lru", "fifo".
     capacity: cache size in blocks (None: unbounded, for policies where that makes sense).
     block_size: tokens per block; default: the size the trace declares, else 512.
-    engine: "compiled" (C, default) or "reference" (plain Python, the readable oracle).
+    engine: "compiled" (C) or "reference" (plain Python, the readable oracle); None (default): the
+        compiled one, or the reference one where the compiled core is not installed.
     warmup_fraction: the first floor(F * N) requests warm the cache but are not counted.
     check: verify the spec's invariants (cheap; on by default).
     tiers: memory tiers below the cache, which is then HBM ("dram=64000,ssd=2TiB:fifo": sizes in

@@ -80,10 +80,13 @@ def pool_budget_lines(src: dict) -> list[str]:
             (f"x gpu_memory_utilization {src['gpu_memory_utilization']:g}", src["usable_bytes"]),
             (f"- weights, {src['model']} at {src.get('weights_dtype', 'bf16')} over tp={src['tp']}",
              -src["weight_bytes_per_gpu"]),
-            (f"- activation peak, {src['max_num_batched_tokens']:,} tokens (max_num_batched_tokens)",
-             -src["activation_peak_bytes"]),
-            (f"- sampler peak, {min(src['max_num_seqs'], src['max_num_batched_tokens']):,} rows of logits "
-             "(max_num_seqs)", -src["sampler_peak_bytes"]),
+            (f"- profile peak, the larger of the forward pass ({src['activation_peak_bytes'] / 2**30:.2f} GiB, "
+             f"{src['max_num_batched_tokens']:,} tokens) and the sampler ({src['sampler_peak_bytes'] / 2**30:.2f} GiB, "
+             f"{min(src['max_num_seqs'], src['max_num_batched_tokens']):,} rows)" + (
+                 f", with {src['encoder_output_bytes'] / 2**30:.2f} GiB of encoder outputs held, or the vision "
+                 f"encoder on {src['encoder_items']} dummy images ({src['encoder_peak_bytes'] / 2**30:.2f} GiB)"
+                 if src.get("encoder_items") else ""),
+             -src.get("peak_bytes", max(src["activation_peak_bytes"], src["sampler_peak_bytes"]))),
             (f"- CUDA graphs, {src['cudagraph_graphs']} graphs" if src["cudagraph_graphs"] else
              "- CUDA graphs (enforce_eager: none)", -src["cudagraph_bytes"]),
             ("- non-torch memory", -src["non_torch_bytes"]),
@@ -99,6 +102,25 @@ def pool_budget_lines(src: dict) -> list[str]:
                    f"{src['tokens']:,} tokens")
     else:
         out.append(f"             blocks: {src['blocks']:,} of {per_block:,.0f} bytes, {src['tokens']:,} tokens")
+    return out
+
+
+def sglang_budget_lines(src: dict) -> list[str]:
+    """The SGLang-style pool's budget, a term a line (`src` is SGLangCapacity.to_dict())."""
+    gib = lambda v: f"{v / 2**30:9.2f} GiB"  # noqa: E731
+    how = "SGLang's default" if src["mem_fraction_static_default"] else "--mem-fraction-static"
+    rows = [("total memory, as the device reports it", src["total_memory_bytes"]),
+            ("- CUDA context, NCCL (free before the weights)", src["total_memory_bytes"] - src["pre_load_free_bytes"]),
+            (f"- weights, {src['model']} at {src['weights_dtype']} over tp={src['tp']}", src["weight_bytes_per_gpu"]),
+            (f"- the rest, 1 - mem_fraction_static {src['mem_fraction_static']:g} ({how}) of the free memory",
+             src["reserved_bytes"])]
+    if src["vlm_cache_bytes"]:
+        rows.append(("- multimodal embedding cache", src["vlm_cache_bytes"]))
+    rows.append(("= KV left (what SGLang 0.5.23 leaves)", src["kv_bytes_available"]))
+    width = max(len(label) for label, _ in rows)
+    out = [f"             {label:<{width}} {gib(abs(v))}" for label, v in rows]
+    out.append(f"             max_total_num_tokens {src['max_total_num_tokens']:,}; blocks: {src['blocks']:,} of "
+               f"{src['block_size']} tokens ({src['tokens']:,} tokens)")
     return out
 
 
@@ -123,6 +145,10 @@ def simulate_summary(trace, report) -> str:
         pool += (f": what vLLM 0.33.0 leaves for KV on each of {src['tp']} x {src['gpu']}, "
                  f"{src['kv_bytes_per_token_per_gpu']:,.0f} KV bytes per token per GPU")
         budget = pool_budget_lines(src)
+    elif src.get("kind") == "sglang_memory":
+        pool += (f": what SGLang 0.5.23 leaves for KV on each of {src['tp']} x {src['gpu']}, "
+                 f"{src['kv_bytes_per_token_per_gpu']:,.0f} KV bytes per token per GPU")
+        budget = sglang_budget_lines(src)
     elif src.get("gpu_memory_blocks") is not None:
         fits = src["gpu_memory_blocks"]
         pool += (f", as given; {src['tp']} x {src['gpu']} hold{'s' if src['tp'] == 1 else ''} {fits:,} blocks after "

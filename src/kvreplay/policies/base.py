@@ -286,7 +286,7 @@ class ReferencePolicy:
 # (blocks logged since the last take), LOG_LOST (blocks that found the log full), and the log
 # itself from LOG_HEAD on. ----
 
-HOLD = native.layout("holds").slot("hold")
+HOLD = native.slots("holds", "hold")
 HELD, REFUSALS, RELEASES, LOG_COUNT, LOG_LOST = HOLD.HELD, HOLD.REFUSALS, HOLD.RELEASES, HOLD.LOG_COUNT, HOLD.LOG_LOST
 LOG_HEAD = len(HOLD)
 
@@ -294,7 +294,7 @@ LOG_HEAD = len(HOLD)
 def meta_slots(symbol: str):
     """The slots of a policy's meta array by the names its C file gives them (``KV_LAYOUT``): Python
     sizes and reads the array by name, so the two never disagree on an index."""
-    return native.policy(symbol)[1].slot("meta")
+    return native.slots(symbol, "meta", of_policy=True)
 
 
 def hold_arrays(num_blocks: int) -> dict:

@@ -76,8 +76,8 @@ class LRUTail(lru.LRU):
 
 # ---- compiled engine: lru's list and operations on a state type of its own -------------------------
 
-# Same fields as lru.LRUState (so lru's njit helpers apply), a distinct class so that the
-# driver's access phase can be overloaded for it alone.
+# The fields of lru.LRUState (lru_tail.c works on lru.h's state), under a name of its own so that
+# a state says which policy it belongs to.
 LRUTailState = namedtuple("LRUTailState", lru.LRUState._fields)
 META = meta_slots("lru_tail")  # the meta array's slots, by the names lru_tail.c gives them
 HEAD, TAIL, SIZE, CAPACITY, ADMISSIONS, EVICTIONS = META.HEAD, META.TAIL, META.SIZE, META.CAPACITY, META.ADMISSIONS, META.EVICTIONS  # meta slots (lru's; lru_tail.c names them)

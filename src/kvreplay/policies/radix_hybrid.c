@@ -557,16 +557,18 @@ static void tombstone(U *u, int ct, i32 x) {
     }
 }
 
-static inline int heap_before(const RhHeapEntry *a, const RhHeapEntry *b) { return a->key < b->key; }
+static inline int heap_before(const RhHeapEntry *a, const RhHeapEntry *b) {
+    return a->key.time < b->key.time || (a->key.time == b->key.time && a->key.serial < b->key.serial);
+}
 
-/* (time, serial) as one unsigned key in the same order: a double's bits sort as an unsigned
- * integer once the sign bit is set (non-negative) or every bit flipped (negative; times are never
- * NaN or -0) */
-static inline unsigned __int128 heap_key(const Node *v) {
+/* (time, serial) as unsigned keys in the same order: a double's bits sort as an unsigned integer
+ * once the sign bit is set (non-negative) or every bit flipped (negative; times are never NaN or
+ * -0) */
+static inline RhHeapKey heap_key(const Node *v) {
     uint64_t bits;
     memcpy(&bits, &v->time, sizeof bits);
     bits = bits >> 63 ? ~bits : bits | (1ull << 63);
-    return (unsigned __int128)bits << 64 | (uint64_t)v->serial;
+    return (RhHeapKey){bits, (uint64_t)v->serial};
 }
 
 /* a 4-ary heap: slot i's children are 4i+1 .. 4i+4 */
@@ -594,7 +596,9 @@ static void heap_down(U *u, i64 i, RhHeapEntry e) {
  * same time */
 static inline int live_entry(const U *u, const RhHeapEntry *e) {
     const Node *v = &u->n[e->node];
-    return v->alive && evictable_leaf(u, e->node) && heap_key(v) == e->key;
+    if (!v->alive || !evictable_leaf(u, e->node)) return 0;
+    RhHeapKey now = heap_key(v);
+    return now.time == e->key.time && now.serial == e->key.serial;
 }
 
 /* 0: out of memory */

@@ -33,10 +33,15 @@ typedef struct {
     i32 parent, node;
 } RhChild;
 
-/* an entry of the full eviction's heap: a node as it was when pushed, its order key the node's
- * time (its bits made to sort as unsigned integers) above its serial */
+/* the order of the full eviction's heap: a node's time (its bits made to sort as unsigned
+ * integers), then its serial (two words, where a compiler with 128-bit integers would use one) */
 typedef struct {
-    unsigned __int128 key;
+    uint64_t time, serial;
+} RhHeapKey;
+
+/* an entry of the full eviction's heap: a node as it was when pushed */
+typedef struct {
+    RhHeapKey key;
     i32 node;
 } RhHeapEntry;
 

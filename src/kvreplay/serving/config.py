@@ -69,7 +69,9 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
             kv_layers: str | None = None, gpu=None, tp: int = 1, gpu_memory_utilization: float = 0.9, tiers=None,
             global_store=None, unbounded_ids: int | None = None, weights_dtype: str | None = None,
             max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, kv_cache_memory=None,
-            num_gpu_blocks_override: int | None = None) -> Sizes:
+            num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
+            language_model_only: bool = False, engine_style: str = "vllm",
+            mem_fraction_static: float | None = None) -> Sizes:
     """The sizes of a configuration.
 
     block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
@@ -85,7 +87,11 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     (bytes or a size) / num_gpu_blocks_override: vLLM's ``kv_cache_memory_bytes`` and
     ``num_gpu_blocks_override``: the KV memory instead of the profiled figure, the block count
     instead of what the memory holds (applied last when both are given, as vLLM does); each needs
-    `gpu` and `model` and excludes `capacity`.
+    `gpu` and `model` and excludes `capacity`. enforce_eager: vLLM without CUDA graphs, whose
+    memory the budget then does not take. language_model_only: a multimodal model served as text
+    only (vLLM's --language-model-only: no vision tower, no encoder profiling). engine_style
+    "sglang" sizes the pool on a GPU as SGLang 0.5.23 does (timing/sglang_memory.py), with
+    `mem_fraction_static` (None: SGLang's default for the GPU and TP), which only that style takes.
     """
     block_size = resolve_block_size(block_size, trace)
     kv_dtype = kv_dtype_of(kv_dtype, model)
@@ -103,7 +109,19 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
         if capacity is not None and _blocks(capacity, block_size, model, kv_dtype, kv_layers)[0] != hbm:
             raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
         capacity = hbm
-    pool = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    if not isinstance(enforce_eager, bool):
+        raise ConfigError(f"enforce_eager must be True or False, got {enforce_eager!r}")
+    if enforce_eager and (gpu is None or model is None):
+        raise ConfigError("enforce_eager (--enforce-eager) leaves CUDA graphs out of the pool vLLM sizes on a GPU: "
+                          "it needs --gpu and --model")
+    if language_model_only and (gpu is None or model is None):
+        raise ConfigError("language_model_only (--language-model-only) drops a multimodal model's vision tower from the "
+                          "pool vLLM sizes on a GPU: it needs --gpu and --model")
+    if mem_fraction_static is not None and engine_style != "sglang":
+        raise ConfigError("mem_fraction_static (--mem-fraction-static) is SGLang's: add --engine-style sglang "
+                          "(vLLM's is --gpu-memory-utilization)")
+    pool = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
+                language_model_only=language_model_only)
     for name, flag, value in (("kv_cache_memory", "--kv-cache-memory", kv_cache_memory),
                               ("num_gpu_blocks_override", "--num-gpu-blocks-override", num_gpu_blocks_override)):
         if value is None:
@@ -137,9 +155,20 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
                               "the weights, as vLLM sizes it)")
         from .timing import kv_capacity
 
-        kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype, kv_dtype=kv_dtype,
-                         **pool)
-        blocks, source = int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
+        if engine_style == "sglang":
+            from .timing.sglang_memory import sglang_capacity
+
+            if gpu_memory_utilization != 0.9:
+                raise ConfigError("gpu_memory_utilization (--gpu-memory-utilization) is vLLM's; the SGLang-style pool "
+                                  "is sized by mem_fraction_static (--mem-fraction-static)")
+
+            kv = sglang_capacity(model, gpu, tp, block_size, mem_fraction_static, dtype=weights_dtype,
+                                 kv_dtype=kv_dtype, **pool)
+            blocks, source = int(kv.blocks), {"kind": "sglang_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
+        else:
+            kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype,
+                             kv_dtype=kv_dtype, **pool)
+            blocks, source = int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
     return Sizes(block_size=block_size, capacity=blocks, capacity_source=source, tiers=tuple(tier_list),
                  model=None if model is None else str(model), kv_dtype=kv_dtype, bytes_per_token=bytes_per_token,
                  block_bytes=block_bytes, gpu=None if gpu is None else str(gpu), tp=tp, budget=budget,

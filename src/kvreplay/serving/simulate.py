@@ -136,7 +136,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", kv_cache_memory=None,
-             num_gpu_blocks_override: int | None = None, host=None, **params):
+             num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
+             language_model_only: bool = False, mem_fraction_static: float | None = None, host=None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -181,7 +182,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         as "20GiB": the KV memory per GPU instead of the profiled figure) and num_gpu_blocks_override
         (the block count, applied last); each needs `gpu` and `model` and excludes `capacity`. The
         pool on `gpu` is vLLM 0.33.0's budget (timing/memory.py): its activation and sampler
-        peaks follow the scheduler's max_num_batched_tokens and max_num_seqs.
+        peaks follow the scheduler's max_num_batched_tokens and max_num_seqs; enforce_eager
+        (vLLM's --enforce-eager) leaves the CUDA graphs' memory out of it; language_model_only (vLLM's
+        --language-model-only) serves a multimodal model as text only (no vision tower loaded, no
+        encoder profiled). With engine_style "sglang" the pool on `gpu` is SGLang 0.5.23's instead
+        (timing/sglang_memory.py): mem_fraction_static (SGLang's --mem-fraction-static; None: its
+        default for the GPU and TP), refused with the vllm style.
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
@@ -223,7 +229,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                     global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype,
                     max_num_batched_tokens=scheduler.max_num_batched_tokens if engine_style == "vllm"
                     else scheduler.chunked_prefill_size, max_num_seqs=scheduler.max_num_seqs,
-                    kv_cache_memory=kv_cache_memory, num_gpu_blocks_override=num_gpu_blocks_override)
+                    kv_cache_memory=kv_cache_memory, num_gpu_blocks_override=num_gpu_blocks_override,
+                    enforce_eager=enforce_eager, language_model_only=language_model_only, engine_style=engine_style,
+                    mem_fraction_static=mem_fraction_static)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
     limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)

@@ -1,11 +1,15 @@
 """Names to trace readers, like policies/registry.py: every module of this package that defines
 ``READER`` (a Reader) is a readable format. Format choices (``load_trace(format=)``, the CLI's
-``--format``), sniffing and dispatch all derive from it, so adding a format touches one module.
+``--format``) come from MODULES, the format names and their modules, so that naming the formats
+imports no reader (tests/trace/test_load.py checks MODULES against the modules); sniffing asks
+every reader (:func:`readers` imports them), an explicit format imports its own.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from functools import lru_cache
 
 import msgspec
 
@@ -16,21 +20,34 @@ from .model import Reader
 SNIFF_BYTES = 1 << 20
 WHOLE_DOCUMENT_BYTES = 1 << 30  # a one-document trace is read whole anyway
 
+#: Every format and the module of its reader: the catch-all (the last asked, Mooncake) first, as
+#: the default; the others by name.
+MODULES = {"mooncake": "mooncake", "bailian": "bailian", "claude-code": "claude_code"}
+FORMATS: tuple[str, ...] = tuple(MODULES)
+CATCH_ALL = FORMATS[0]
 
-def _discover() -> dict[str, Reader]:
+
+def discovered() -> dict[str, Reader]:
+    """Every module's READER, in the order sniffing asks them (rank, then name); imports them all."""
     found = discover(__package__, __file__, "READER", Reader)
     return dict(sorted(found.items(), key=lambda item: (item[1].rank, item[0])))
 
 
-READERS: dict[str, Reader] = _discover()
-# Listed with the catch-all (the last asked, Mooncake) first, as the default; the others by name.
-FORMATS: tuple[str, ...] = (list(READERS)[-1], *sorted(list(READERS)[:-1]))
+@lru_cache(maxsize=None)
+def readers() -> dict[str, Reader]:
+    """Every reader, in the order sniffing asks them (rank, then name)."""
+    found = [get_reader(name) for name in FORMATS]
+    return {r.name: r for r in sorted(found, key=lambda r: (r.rank, r.name))}
 
 
 def get_reader(name: str) -> Reader:
-    reader = READERS.get(name)
+    """The reader of format `name` (importing its module only)."""
+    module = MODULES.get(name)
+    if module is not None:
+        return importlib.import_module(f"{__package__}.{module}").READER
+    reader = readers().get(name)  # (one registered at run time)
     if reader is None:
-        raise ConfigError(f"unknown trace format {name!r} (known: auto, {', '.join(READERS)})")
+        raise ConfigError(f"unknown trace format {name!r} (known: auto, {', '.join(FORMATS)})")
     return reader
 
 
@@ -52,7 +69,7 @@ def _head(path: str, size: int = SNIFF_BYTES) -> bytes:
 def sniff_keys(head: bytes) -> set | None:
     """The top-level keys of the first record (of those any reader looks for), None when the
     text does not start with a JSON object."""
-    wanted = {k for r in READERS.values() for k in r.sniff_keys}
+    wanted = {k for r in readers().values() for k in r.sniff_keys}
     text = head.lstrip()
     first = text.split(b"\n", 1)[0]
     try:
@@ -78,7 +95,7 @@ def sniff_format(path: str) -> str:
     Standard input is sniffed from what is already buffered (gzip on stdin is read as Mooncake)."""
     head = _head(path)
     found = _first_match(sniff_keys(head))
-    if (found == list(READERS)[-1] and path != "-" and len(head) == SNIFF_BYTES and head.lstrip().startswith(b"{")
+    if (found == CATCH_ALL and path != "-" and len(head) == SNIFF_BYTES and head.lstrip().startswith(b"{")
             and b"\n" not in head.strip()):
         # One JSON document longer than the sniffed bytes (a Claude Code session with a large
         # field before its requests): its keys may come later; look at the whole document.
@@ -87,7 +104,7 @@ def sniff_format(path: str) -> str:
 
 
 def _first_match(keys) -> str:
-    for reader in sorted(READERS.values(), key=lambda r: (r.rank, r.name)):
+    for reader in sorted(readers().values(), key=lambda r: (r.rank, r.name)):
         if keys is not None and reader.sniff(keys):
             return reader.name
     return "mooncake"
@@ -95,7 +112,7 @@ def _first_match(keys) -> str:
 
 def tried() -> str:
     """The formats auto-detection tries, in order (for messages)."""
-    return ", ".join(r.name for r in sorted(READERS.values(), key=lambda r: (r.rank, r.name)))
+    return ", ".join(r.name for r in sorted(readers().values(), key=lambda r: (r.rank, r.name)))
 
 
 def read(path: str, format: str, *, on_invalid: str, keep_ids: bool, **options):

@@ -70,7 +70,11 @@ def parse_int_lists(buf: np.ndarray, ids: np.ndarray, counts: np.ndarray) -> int
     """Parse ';'-separated JSON lists of plain integers ("[1, 2];[];[3]") into ids (int64) and
     per-list counts (int64). Returns the number of ids, or -1 for anything else (the caller falls
     back to the validating path): a string, a float, a nested list, a number of more than 18
-    digits. Compiled: jsonl.c."""
+    digits. Compiled: jsonl.c; without the core always -1 (the validating path reads every line)."""
+    from .. import native
+
+    if not native.use_core():
+        return -1
     buf = np.ascontiguousarray(buf, dtype=np.uint8)
     return int(_c_parse()(buf.ctypes.data, buf.shape[0], ids.ctypes.data, counts.ctypes.data, counts.shape[0]))
 

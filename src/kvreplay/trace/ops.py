@@ -165,7 +165,7 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
     start, so each gets a start offset from `session_arrivals` (in file order); line formats
     keep their own timestamps."""
     from ..errors import TraceError
-    from .formats import READERS, read, sniff_format, tried
+    from .formats import CATCH_ALL, read, sniff_format, tried
 
     paths = trace_paths(path)
     session_offsets_ms(0, session_arrivals, session_spacing, seed)  # check the options before reading
@@ -175,7 +175,7 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
         try:
             traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
         except TraceError as e:
-            if format == "auto" and fmt == list(READERS)[-1] and e.line == 1 and getattr(e, "unrecognised", False):
+            if format == "auto" and fmt == CATCH_ALL and e.line == 1 and getattr(e, "unrecognised", False):
                 # The catch-all took a file no reader recognised: say so, not only what it missed.
                 e.msg += f" (no format recognised the first record: tried {tried()}; read as {fmt}; see --format)"
             raise

@@ -23,7 +23,7 @@ import numpy as np
 
 from dataclasses import dataclass, field, replace
 
-from ..jit import kernel
+from .. import native
 from ..errors import ConfigError
 from .model import Trace, resolve_block_size
 
@@ -420,12 +420,12 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
 # ---------------------------------------------------------------------------------------------
 # Fitting a model to a trace (--like)
 
-@kernel
-def _parents(offsets, blocks, num_blocks, hit_blocks, parent):  # pragma: no cover - compiled
+def _parents_reference(offsets, blocks, num_blocks, hit_blocks, parent) -> None:
     """Per request: k = the infinite cache's hit blocks, parent = the latest earlier request that
-    accessed its k-th block (-1 when k = 0)."""
-    last = np.full(num_blocks, -1, dtype=np.int64)
-    for i in range(offsets.shape[0] - 1):
+    accessed its k-th block (-1 when k = 0). Plain Python; compiled: synth.c."""
+    offsets, blocks = offsets.tolist(), blocks.tolist()
+    last = [-1] * num_blocks
+    for i in range(len(offsets) - 1):
         start, end = offsets[i], offsets[i + 1]
         k = 0
         while start + k < end and last[blocks[start + k]] >= 0:
@@ -434,6 +434,20 @@ def _parents(offsets, blocks, num_blocks, hit_blocks, parent):  # pragma: no cov
         parent[i] = last[blocks[start + k - 1]] if k > 0 else -1
         for j in range(start, end):
             last[blocks[j]] = i
+
+
+def _parents_compiled(offsets, blocks, num_blocks, hit_blocks, parent) -> None:
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    blocks = np.ascontiguousarray(blocks, dtype=np.int32)
+    last = np.full(num_blocks, -1, dtype=np.int64)
+    p, i = native.POINTER, native.COUNT
+    native.function("kv_synth_parents", None, p, i, p, p, p, p)(
+        native.ptr(offsets), offsets.shape[0] - 1, native.ptr(blocks), native.ptr(hit_blocks), native.ptr(parent),
+        native.ptr(last))
+
+
+def _parents(offsets, blocks, num_blocks, hit_blocks, parent) -> None:
+    (_parents_compiled if native.use_core() else _parents_reference)(offsets, blocks, num_blocks, hit_blocks, parent)
 
 
 def sessions_of(trace: Trace, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -573,13 +587,15 @@ def compare_table(original: dict, synthetic: dict, original_sessions: int | None
 PARENT_SEARCH = 1024  # requests looked at, backwards from the drawn distance, for a long-enough parent
 
 
-@kernel
-def _copy_prefixes(num_blocks_of, shared, distance, offsets, blocks):  # pragma: no cover - compiled
+def _copy_prefixes_reference(num_blocks_of, shared, distance, offsets, blocks) -> int:
     """Fill `blocks`: request j copies the first min(shared[j], len(parent)) blocks of its parent
     (the request `distance[j]` before it, or the nearest one before that holding `shared[j]`
-    blocks, within PARENT_SEARCH), then takes fresh ids. Returns the number of ids used."""
+    blocks, within PARENT_SEARCH), then takes fresh ids. Returns the number of ids used. Plain
+    Python; compiled: synth.c."""
+    num_blocks_of, shared, distance, offsets = (a.tolist() for a in (num_blocks_of, shared, distance, offsets))
+    out = blocks.tolist()
     next_id = 0
-    for j in range(offsets.shape[0] - 1):
+    for j in range(len(offsets) - 1):
         start = offsets[j]
         take = 0
         if shared[j] > 0 and j - distance[j] >= 0:
@@ -594,13 +610,24 @@ def _copy_prefixes(num_blocks_of, shared, distance, offsets, blocks):  # pragma:
                     best, best_len = q, num_blocks_of[q]
                 q -= 1
             if best >= 0:
-                take = min(shared[j], best_len)
-                for t in range(take):
-                    blocks[start + t] = blocks[offsets[best] + t]
-        for t in range(start + take, offsets[j + 1]):
-            blocks[t] = next_id
-            next_id += 1
+                take = min(shared[j], best_len, offsets[j + 1] - start)  # (shared[j] never exceeds its own length)
+                out[start:start + take] = out[offsets[best]:offsets[best] + take]
+        out[start + take:offsets[j + 1]] = range(next_id, next_id + offsets[j + 1] - start - take)
+        next_id += offsets[j + 1] - start - take
+    blocks[:] = out
     return next_id
+
+
+def _copy_prefixes_compiled(num_blocks_of, shared, distance, offsets, blocks) -> int:
+    arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (num_blocks_of, shared, distance, offsets)]
+    p, i = native.POINTER, native.COUNT
+    return native.function("kv_synth_copy_prefixes", i, p, p, p, p, i, p, i)(
+        *(native.ptr(a) for a in arrays), arrays[3].shape[0] - 1, native.ptr(blocks), PARENT_SEARCH)
+
+
+def _copy_prefixes(num_blocks_of, shared, distance, offsets, blocks) -> int:
+    copy = _copy_prefixes_compiled if native.use_core() else _copy_prefixes_reference
+    return copy(num_blocks_of, shared, distance, offsets, blocks)
 
 
 def synth_like_prefixes(trace: Trace, *, scale_requests: float = 1.0, speedup: float = 1.0,

@@ -9,9 +9,9 @@ from ... import native
 from ...errors import ConfigError
 from .parse import Tier
 
-_LAYOUT = native.layout("tiers")
+
 #: a pool's slots in its meta row, and its policy's code, as pools.h names them
-POOL = _LAYOUT.slot("meta")
+POOL = native.slots("tiers", "meta")
 POOLS = {"lru": 0, "fifo": 1}
 
 
@@ -68,7 +68,7 @@ class Pools:
 
     def record(self) -> np.ndarray:
         """The compiled core's view of the pools (engine/tiers/pools.h), checked against its layout."""
-        layout = _LAYOUT
+        layout = native.layout("tiers")
         cfg_slots = layout.slot("cfg")
         cfg = np.zeros(len(cfg_slots), dtype=np.int64)
         cfg[cfg_slots.TIER_COUNT], cfg[cfg_slots.TIER_MOVE] = self.cfg

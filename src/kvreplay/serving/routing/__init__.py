@@ -53,7 +53,10 @@ FIXED = {"round-robin": _round_robin, "random": _random, "session": _session}
 @lru_cache(maxsize=None)
 def state_aware() -> dict:
     """The routers the compiled loop asks at each arrival: {name: (index, {parameter: default})},
-    aliases included, from the core's registry (serving/routing/registry.c)."""
+    aliases included, from the core's registry (serving/routing/registry.c); none without the core
+    (there is no simulator then)."""
+    if not native.available():
+        return {}
     count = native.function("kv_router_count", ctypes.c_int64)()
     out = {}
     for k in range(count):

@@ -32,7 +32,7 @@ class KVCapacity:
     blocks: int
     weights_dtype: str = "bf16"
     activation_peak_bytes: float = 0.0  # the forward pass at max_num_batched_tokens
-    sampler_peak_bytes: float = 0.0  # the sampler's dummy run (fp32 logits at vocab size)
+    sampler_peak_bytes: float = 0.0  # the sampler's dummy run (the budget takes the larger of the two)
     cudagraph_bytes: float = 0.0
     cudagraph_graphs: int = 0
     non_torch_bytes: float = 0.0
@@ -42,6 +42,11 @@ class KVCapacity:
     kv_cache_memory_bytes: int | None = None  # given: replaces the profiled figure
     num_gpu_blocks_override: int | None = None  # given: replaces the block count
     profiled_kv_bytes: float = 0.0  # what the profile leaves, before either replaces it
+    encoder_peak_bytes: float = 0.0  # a multimodal model's vision tower on the dummy images
+    encoder_output_bytes: float = 0.0  # their outputs, held through the text peak
+    encoder_items: int = 0
+    language_model_only: bool = False
+    peak_bytes: float = 0.0  # the profile run's one peak (memory.MemoryBudget.peak_bytes)
 
     @property
     def tokens(self) -> int:
@@ -51,11 +56,13 @@ class KVCapacity:
         return {**asdict(self), "tokens": self.tokens}
 
 
-def _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory, num_gpu_blocks_override, enforce_eager):
+def _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory, num_gpu_blocks_override, enforce_eager,
+                  language_model_only=False):
     tokens = check_positive_int("max_num_batched_tokens (--max-num-batched-tokens)", max_num_batched_tokens)
     seqs = check_positive_int("max_num_seqs (--max-num-seqs)", max_num_seqs)
-    if not isinstance(enforce_eager, bool):
-        raise ConfigError(f"enforce_eager must be True or False, got {enforce_eager!r}")
+    for name, flag in (("enforce_eager", enforce_eager), ("language_model_only", language_model_only)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{name} must be True or False, got {flag!r}")
     kv_memory = None
     if kv_cache_memory is not None:
         try:
@@ -71,13 +78,17 @@ def _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory, num_gpu
 def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9, *,
                 dtype: str = "bf16", kv_dtype: str = "bf16", total_memory_bytes: int | None = None,
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
-                kv_cache_memory=None, num_gpu_blocks_override: int | None = None) -> KVCapacity:
+                kv_cache_memory=None, num_gpu_blocks_override: int | None = None,
+                language_model_only: bool = False) -> KVCapacity:
     """The KV pool vLLM 0.33.0 allocates per GPU, as ``KVCapacity`` (memory.py has the budget:
     total memory x utilization - weights - activation peak - CUDA graphs - non-torch). `dtype` is
     the weights dtype (bf16, fp16, fp8, int4: ``--weights-dtype``), refused where the GPU cannot
     run it (gpus.check_weights_dtype). `kv_cache_memory` (bytes or a size, "20GiB") replaces the
     profiled figure and ignores the utilization, as vLLM's ``kv_cache_memory_bytes``;
-    `num_gpu_blocks_override` replaces the block count, applied last as vLLM does."""
+    `num_gpu_blocks_override` replaces the block count, applied last as vLLM does.
+    `language_model_only`: a multimodal model served as text only (vLLM's ``--language-model-only``):
+    no vision tower loaded, no encoder profiled (refused for a text-only model, where it would
+    change nothing)."""
     spec = get_model(model)
     g = get_gpu(gpu)
     dtype = check_weights_dtype(dtype, g)
@@ -86,11 +97,15 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
         raise ConfigError(f"block_size must be a whole number >= 1, got {block_size!r}")
     util = _check_fraction("gpu_memory_utilization", gpu_memory_utilization)
     tokens, seqs, kv_memory, override = _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory,
-                                                      num_gpu_blocks_override, enforce_eager)
+                                                      num_gpu_blocks_override, enforce_eager, language_model_only)
+    if language_model_only and not spec.vision:
+        raise ConfigError(f"language_model_only (--language-model-only) turns a multimodal model's vision tower off; "
+                          f"{spec.name} has none")
     if total_memory_bytes is not None:
         total_memory_bytes = check_positive_int("total_memory_bytes", total_memory_bytes)
     b = memory_budget(spec, g, tp, util, dtype, max_num_batched_tokens=tokens, max_num_seqs=seqs,
-                      enforce_eager=enforce_eager, kv_cache_memory=kv_memory, total_memory_bytes=total_memory_bytes)
+                      enforce_eager=enforce_eager, kv_cache_memory=kv_memory, total_memory_bytes=total_memory_bytes,
+                      language_model_only=language_model_only)
     per_token = kv_bytes_per_token_per_gpu(spec, tp, kv_dtype)
     available = b.kv_bytes_available
     if override is not None:
@@ -104,7 +119,8 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
     return KVCapacity(spec.name, g.name, tp, int(block_size), util, b.total_memory_bytes, float(b.requested_bytes),
                       b.weight_bytes, available, per_token, int(blocks), dtype, b.activation_bytes, b.sampler_bytes,
                       b.cudagraph_bytes, b.cudagraph_graphs, b.non_torch_bytes, tokens, seqs, bool(enforce_eager),
-                      kv_memory, override, b.profiled_kv_bytes)
+                      kv_memory, override, b.profiled_kv_bytes, b.encoder_bytes, b.encoder_output_bytes,
+                      b.encoder_items, bool(language_model_only), b.peak_bytes)
 
 
 def _check_room(spec, g, tp, util, dtype, b) -> None:
@@ -121,7 +137,7 @@ def _check_room(spec, g, tp, util, dtype, b) -> None:
                           + (f". {note}" if note else ""))
     if b.kv_bytes_available <= 0:
         raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: the weights ({b.weight_bytes / GiB:.2f} GiB), the "
-                          f"profile run's peak ({(b.activation_bytes + b.sampler_bytes) / GiB:.2f} GiB at "
+                          f"profile run's peak ({b.peak_bytes / GiB:.2f} GiB at "
                           f"max_num_batched_tokens={b.max_num_batched_tokens}, max_num_seqs={b.max_num_seqs}), CUDA "
                           f"graphs ({b.cudagraph_bytes / GiB:.2f} GiB) and non-torch memory "
                           f"({b.non_torch_bytes / GiB:.2f} GiB) leave no KV room in the {b.requested_bytes / GiB:.2f} GiB "

@@ -19,11 +19,10 @@ from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
 from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel
 
-_LAYOUT = native.layout("timing")
-AGG = _LAYOUT.slot("agg")
-KIND = _LAYOUT.slot("kind")
-ROOF = _LAYOUT.slot("roofline")
-CAL = _LAYOUT.slot("calibrated")
+AGG = native.slots("timing", "agg")  # (native.Absent without the core: the catalog still loads)
+KIND = native.slots("timing", "kind")
+ROOF = native.slots("timing", "roofline")
+CAL = native.slots("timing", "calibrated")
 NUM_AGG = len(AGG.names)
 KIND_INSTANT, KIND_ROOFLINE, KIND_NPZ, KIND_POLY = KIND.KIND_INSTANT, KIND.KIND_ROOFLINE, KIND.KIND_NPZ, KIND.KIND_POLY
 KIND_CALIBRATED = KIND.KIND_CALIBRATED
