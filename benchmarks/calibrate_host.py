@@ -3,6 +3,7 @@ measured serving runs, and their error on the runs the fit never saw, by source,
 
     python benchmarks/calibrate_host.py            # fit, write src/kvreplay/data/host_calibration.json
     python benchmarks/calibrate_host.py --check    # the error tables, from the shipped terms
+    python benchmarks/calibrate_host.py --check --host-cpu none   # the same runs, the GPU's steps alone
 
 **The runs.** NVIDIA aiconfigurator's silicon vLLM serving runs (``systems/silicon_sample.csv`` in
 aiconfigurator-core 0.12.0, the same file, byte for byte, in the aisimulate wheels 0.13.0.dev55 and
@@ -289,13 +290,21 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="processes simulating runs (default 2)")
     ap.add_argument("--only", default=None, help="check only the runs whose source contains this text")
     ap.add_argument("--bands", action="store_true", help="also the share of runs each band covers (3x the time)")
+    ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
+                    help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
+                         "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")
     args = ap.parse_args()
     from calibrate import Tables, wheel
 
     t = Tables(wheel())
     runs, left = e2e.silicon_runs(t.silicon())
     print(f"runs: {len(runs)} silicon (left out: {left})")
-    if args.check:
+    if args.host_cpu == "none" and (not args.check or args.bands):
+        ap.error("--host-cpu none needs --check and no --bands (it checks the steps alone)")
+    if args.host_cpu == "none":
+        terms = dict.fromkeys(TERMS, 0.0)
+        runs = [{**r, "async": False} for r in runs]
+    elif args.check:
         shipped = calibration()["terms"]
         terms = {k: float(shipped[k]) for k in TERMS}
     else:

@@ -52,21 +52,62 @@ def report_html(trace, **kwargs) -> str:
     serving = kwargs.pop("serving", None)  # serving.simulate.serving_section's keywords (gpu, model, ...)
     plan = kwargs.pop("plan", None)  # a plan (kvreplay.plan's result, or load_plan of its JSON) for its section
     model = kwargs.pop("model", None)  # the model the byte budget is for: a hybrid one's semantics are stated
-    if serving:
+    rank = kwargs.pop("rank_served", True)  # rank the policies under serving too (with a serving section or plan)
+    progress = kwargs.get("progress")
+    deployment = _deployment(serving, plan)
+    if deployment:
         from .serving.simulate import deployment_focus
 
-        kwargs = deployment_focus(trace, kwargs, serving)  # the GPU pool as the operating point, vllm on the curve
+        kwargs = deployment_focus(trace, kwargs, deployment)  # the GPU pool as the operating point, vllm on the curve
     data = collect(trace, **kwargs)
     from .output.summary import full_semantics_note
 
-    data["kv_semantics_note"] = full_semantics_note(model or (serving or {}).get("model"))
+    data["kv_semantics_note"] = full_semantics_note(model or (deployment or {}).get("model"))
     if serving:
         from .serving.simulate import serving_section
 
         data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), **serving)
     if plan is not None:
+        from .errors import ConfigError
+        from .serving.plan_check import serve_plan
+
         data["plan"] = plan
+        try:
+            data["plan_served"] = serve_plan(trace, plan)
+        except ConfigError as e:  # (a plan made in Python with objects for options: shown, not served again)
+            data["plan_served_note"] = str(e)
+            rank = rank and serving is not None
+    if deployment and rank:
+        from .serving.ranking import served_ranking
+
+        data["ranking"] = served_ranking(trace, kwargs["policies"], block_size=kwargs.get("block_size"),
+                                         progress=progress, **deployment["ranking"])
     return render(data, title=title, zoom=zoom)
+
+
+def _deployment(serving: dict | None, plan: dict | None) -> dict | None:
+    """The deployment a report centres on: its serving section's, else the plan's first chosen one
+    (its pool is the curves' operating point; its policies are ranked under serving on it)."""
+    if serving:
+        return {**serving, "ranking": {k: serving[k] for k in ("model", "gpu", "tp", "instances", "router", "tiers",
+                                                               "time_model", "weights_dtype") if k in serving}
+                | {"load": ("speedup", max(serving.get("speedups") or [1.0])),
+                   "warmup": serving.get("warmup", "auto")}}
+    if plan is None:
+        return None
+    block = next((b for b in plan["loads"] if b["best"] is not None), None)
+    if block is None:
+        return None
+    best, opts = block["best"], plan.get("run_options") or {}
+    weights = opts.get("weights_dtype", "bf16")
+    time_model = opts.get("time_model", "roofline")
+    return {"gpu": best["gpu"], "model": plan["model"], "tp": best["tp"], "weights_dtype": weights,
+            "policy": best["policy"],
+            "ranking": {"model": plan["model"], "gpu": best["gpu"], "tp": best["tp"], "instances": best["instances"],
+                        "router": best["router"], "tiers": None if best["tiers"] == "none" else best["tiers"],
+                        "time_model": time_model if isinstance(time_model, str) else "roofline",
+                        "weights_dtype": weights, "load": (block["load_kind"], block["load"]),
+                        "warmup": plan.get("warmup_spec", "auto")}}
 
 
 __all__ = [

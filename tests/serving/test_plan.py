@@ -19,13 +19,15 @@ from sim_cases import ONE_SECOND, trace_of
 # them gives TTFTs 1, 2, ..., k s
 EIGHT = trace_of(*[([f"r{k}"], 4, 0, 1) for k in range(8)])
 ONE_AT_A_TIME = dict(block_size=4, time_model=ONE_SECOND, scheduler=Scheduler(max_num_seqs=1))
+#: the plan's TP degree (default: every one of 1, 2, 4, 8 that fits)
+TP1 = dict(ONE_AT_A_TIME, tps=(1,))
 
 
 def test_fewest_instances_by_doubling_then_bisection():
     # TTFT p90 (nearest rank, index round(7 x 0.9) = 6 of the 8 sorted TTFTs):
     #   1 instance 1..8 s -> 7 s; 2 instances 1,1,2,2,3,3,4,4 -> 4 s; 4 instances 1x4, 2x4 -> 2 s (meets);
     #   3 instances (3, 3 and 2 requests) 1,1,1,2,2,2,3,3 -> 3 s. Runs: 1, 2, 4, then 3: the answer is 4
-    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **ONE_AT_A_TIME)
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **TP1)
     best = out["loads"][0]["best"]
     assert best["instances"] == 4 and best["gpus"] == 4 and best["cost_per_hour"] == 8.0
     assert best["binding"]["objective"] == "TTFT p90" and best["binding"]["value_s"] == 2.0
@@ -43,11 +45,11 @@ def test_a_hybrid_models_plan_says_its_semantics():
     from kvreplay.output.plan import plan_text
 
     out = plan(EIGHT, model="gpt-oss-120b", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
-               weights_dtype="int4", **ONE_AT_A_TIME)
+               weights_dtype="int4", **TP1)
     assert out["kv_semantics"]["semantics"] == "hybrid"
     assert "semantics  gpt-oss-120b's layer groups: every configuration runs vLLM 0.33.0's hybrid" in plan_text(EIGHT, out)
     tiered = plan(EIGHT, model="gpt-oss-120b", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
-                  weights_dtype="int4", tiers=(None, "dram=64GiB@64GB/s"), **ONE_AT_A_TIME)
+                  weights_dtype="int4", tiers=(None, "dram=64GiB@64GB/s"), **TP1)
     assert tiered["kv_semantics"]["semantics"] == "full" and tiered["kv_semantics"]["hybrid_block_ids_ratio"] == 2.0
     assert "so that they compare under one semantics" in tiered["kv_semantics"]["text"]
     assert "warning    KV semantics: gpt-oss-120b has full, sliding_window layer groups" in plan_text(EIGHT, tiered)
@@ -55,13 +57,13 @@ def test_a_hybrid_models_plan_says_its_semantics():
 
     page = kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2], block_size=4, plan=tiered)
     assert 'data-note="plan-kv-semantics"><b>KV semantics.</b> gpt-oss-120b has full, sliding_window' in page
-    dense = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **ONE_AT_A_TIME)
+    dense = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), **TP1)
     assert dense["kv_semantics"] is None and "KV semantics" not in plan_text(EIGHT, dense)
 
 
 def test_dominated_configurations_are_pruned_and_runs_cached():
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"], loads=[1.0, 1.0],
-               prices=Prices({"H100": 2.0, "H200": 100.0}), **ONE_AT_A_TIME)
+               prices=Prices({"H100": 2.0, "H200": 100.0}), **TP1)
     first, again = out["loads"]
     assert first["best"]["gpu"] == "H100" and first["pruned"] == 1  # one H200 (100 USD/h) > 4 H100s (8 USD/h)
     assert again["best"]["instances"] == 4
@@ -70,7 +72,7 @@ def test_dominated_configurations_are_pruned_and_runs_cached():
 
 def test_unreachable_slo_says_why():
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=0.5), prices=Prices({"H100": 2.0}), max_instances=8,
-               **ONE_AT_A_TIME)
+               **TP1)
     block = out["loads"][0]
     assert block["best"] is None
     closest = block["closest"]
@@ -82,10 +84,16 @@ def test_judge_names_the_binding_window():
     # a burst of 8 at 0 s and a lone request at 100 s: windows of 25 s; the first binds
     t = trace_of(*[([f"r{k}"], 4, 0, 1) for k in range(8)], (["late"], 4, 100_000, 1))
     r = simulate(t, "vllm", 100, compare_sequential=False, **ONE_AT_A_TIME)
-    v = judge(r, SLO(ttft_p90_s=2.0))
+    v = judge(r, SLO(ttft_p90_s=2.0), min_requests=1)
     assert v["window_s"] == 25.0 and v["windows"] == 2 and not v["meets"]
     assert v["binding"] == {"ratio": 3.5, "objective": "TTFT p90", "value_s": 7.0, "limit_s": 2.0,
-                            "window_start_s": 0.0}
+                            "window_start_s": 0.0, "window_end_s": 25.0, "requests": 8, "windows_merged": 1}
+    # at the default, 50 requests a window: the nine are one window, the whole span's p90 (index
+    # round(8 x 0.9) = 7 of TTFTs 1..8 s and the late one's 1 s: 7 s)
+    v = judge(r, SLO(ttft_p90_s=2.0))
+    assert v["windows"] == 1 and v["binding"]["requests"] == 9 and v["binding"]["windows_merged"] == 4
+    assert v["binding"]["value_s"] == 7.0 and v["binding"]["window_end_s"] == 100.0
+    assert v["grouping"]["TTFT p90"].startswith("the whole judged span as one window: its 9 requests are fewer")
     # goodput: requests with TTFT <= 2 s (two of the burst and the late one) over the run's 101 s
     assert v["attainment"] == 3 / 9 and v["goodput_per_s"] == pytest.approx(3 / 101)
 
@@ -139,7 +147,7 @@ def test_cli_plan_table_and_json(tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     text = r.stdout.decode()
     # vLLM's default batch (256 requests, 8,192 tokens) prefills all eight in one 1 s step: one instance
-    assert "best  1 x 1 x H100" in text and "TTFT p90 1.00 s / 2.00 s" in text
+    assert "best  chosen   1 x 1 x H100" in text and "TTFT p90 1.00 s / 2.00 s, 0-0 s, 8 req" in text
     doc = json.loads(out.read_text())
     assert doc["loads"][0]["best"]["instances"] == 1 and doc["runs"] == 1
     assert "a duration such as 2s" in kv("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "fast").stderr.decode()
@@ -154,7 +162,7 @@ def test_rates_and_a_tier_that_cannot_pay_for_itself():
     # instance. HBM only passes at 4 instances, so the tiered twin is searched up to 4 (1, 2, 4, 3:
     # it passes at 4, like its twin) instead of being pruned: it saves no GPU and costs 4 USD/h more
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), rates=[1000.0], tiers=[None, "dram=1GiB"],
-               prices=Prices({"H100": 2.0, "dram": 730.0}), **ONE_AT_A_TIME)
+               prices=Prices({"H100": 2.0, "dram": 730.0}), **TP1)
     block = out["loads"][0]
     assert block["load_kind"] == "rate" and block["load"] == 1000.0
     assert block["best"]["tiers"] == "none" and block["best"]["instances"] == 4
@@ -163,18 +171,20 @@ def test_rates_and_a_tier_that_cannot_pay_for_itself():
     assert t["instances"] == 4 and t["meets"] and t["versus_none"]["gpus_saved"] == 0
     assert t["versus_none"]["saves_per_hour"] == -4.0 and t["versus_none"]["same_instances"]
     assert [r["verdict"] for r in block["tried"]] == ["meets", "meets"]
-    assert block["tried"][0]["why"].startswith("the fewest instances that pass: TTFT p90 2 s against 2 s")
+    assert block["tried"][0]["why"] == ("the cheapest that meets every SLO, at 4 instances (centre (no band)): TTFT "
+                                        "p90 2 s against 2 s in the window 0-0 s (8 requests)")
+    assert block["tried"][1]["why"] == "meets at 4 instances for 12.00 USD/h, 4.00 USD/h more than the chosen"
 
 
 def test_a_tier_is_searched_no_further_than_its_twin_and_pruning_is_explained():
     # with an H200 priced at 100 USD/h the H200 is pruned before one instance (4 H100s: 8 USD/h);
     # the DRAM tier on H100 is searched only up to 4 instances
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"], tiers=[None, "dram=1GiB"],
-               prices=Prices({"H100": 2.0, "H200": 100.0, "dram": 730.0}), **ONE_AT_A_TIME)
+               prices=Prices({"H100": 2.0, "H200": 100.0, "dram": 730.0}), **TP1)
     tried = {(r["gpu"], r["tiers"]): r for r in out["loads"][0]["tried"]}
     assert tried[("H200", "none")]["verdict"] == "pruned" and tried[("H200", "dram=1GiB")]["verdict"] == "pruned"
-    assert tried[("H200", "none")]["why"] == ("1 instances, the fewest it could still need, cost 100.00 USD/h, not "
-                                               "below the best found (8.00 USD/h)")
+    assert tried[("H200", "none")]["why"] == ("1 instance, the fewest it could still need, cost 100.00 USD/h, not "
+                                               "below the best (8.00 USD/h)")
     assert tried[("H100", "dram=1GiB")]["instances"] == 4 and out["runs"] == 8
 
 
@@ -182,9 +192,12 @@ def test_cache_savings_with_the_roofline():
     # four requests sharing a 2-block prefix (block size 16): the last three hit it (32 tokens each)
     t = trace_of(*[(["p", "q", f"r{k}"], 48, 1000 * k, 4) for k in range(4)], block_size=16)
     out = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16,
-               time_model="roofline-raw")
+               time_model="roofline-raw", tps=(1,))
     best = out["loads"][0]["best"]
-    assert best["instances"] == 1 and best["hit_tokens"] == 96 and best["hit_rate"] == 96 / 192
+    # the warm-up (auto): every reuse looks back 1 s, so the first second's request warms the cache
+    # and the other three are judged: 96 hit tokens of their 144
+    assert best["warmup"]["seconds"] == 1.0 and best["judged_requests"] == 3
+    assert best["instances"] == 1 and best["hit_tokens"] == 96 and best["hit_rate"] == 96 / 144
     per_token = best["prefill_seconds_per_token"]
     assert 0 < per_token < 1e-3  # an 8B prefill on one H100: microseconds per token
     # hit tokens per hour x seconds of prefill per token x USD per instance-second
@@ -196,23 +209,25 @@ def test_pessimistic_and_centre_counts():
     # the calibrated roofline has a band: probes run at its high end; the centre count is searched
     # below the pessimistic one. Four 48-token requests a second apart meet a 5 s TTFT on one H100
     t = trace_of(*[(["p", "q", f"r{k}"], 48, 1000 * k, 4) for k in range(4)], block_size=16)
-    out = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16)
+    out = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16,
+               tps=(1,))
     best = out["loads"][0]["best"]
     assert best["judged_at"] == "pessimistic end of the band" and best["instances"] == 1
     assert best["instances_at_centre"] == 1 and out["runs"] == 1  # (n = 1: no centre probe is needed)
     centre = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=5.0), prices=Prices({"H100": 2.0}), block_size=16,
-                  judge_at="centre")["loads"][0]["best"]
-    assert centre["judged_at"] == "centre of the band" and centre["instances_at_centre"] is None
+                  judge_at="centre", tps=(1,))["loads"][0]["best"]
+    assert centre["judged_at"] == "centre of the band"
+    assert centre["instances_band"] == {"low": 1, "centre": 1, "high": 1}
 
 
 def test_a_refined_plan_reuses_the_cached_runs(tmp_path):
     cache = str(tmp_path / "runs")
     first = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}),
-                 cache_dir=cache, **ONE_AT_A_TIME)
+                 cache_dir=cache, **TP1)
     assert first["runs"] == 4 and first["disk_hits"] == 0 and len(list((tmp_path / "runs").iterdir())) == 4
     # a looser SLO walks the same points (1, 2, 4, then 3, which now passes: TTFT p90 3 s <= 3 s)
     again = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=3.0), prices=Prices({"H100": 2.0}),
-                 cache_dir=cache, **ONE_AT_A_TIME)
+                 cache_dir=cache, **TP1)
     assert again["runs"] == 0 and again["disk_hits"] == 4
     assert again["loads"][0]["best"]["instances"] == 3 and again["trace_digest"] == first["trace_digest"]
 
@@ -220,7 +235,7 @@ def test_a_refined_plan_reuses_the_cached_runs(tmp_path):
 @pytest.mark.parametrize("executor", ["threads", "local"])
 def test_parallel_search_gives_the_same_answer(executor):
     kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"],
-              prices=Prices({"H100": 2.0, "H200": 3.0}), **ONE_AT_A_TIME)
+              prices=Prices({"H100": 2.0, "H200": 3.0}), **TP1)
     alone = plan(EIGHT, **kw)
     together = plan(EIGHT, jobs=2, executor=executor, **kw)
     a, b = alone["loads"][0], together["loads"][0]
@@ -233,11 +248,11 @@ def test_rows_one_per_configuration_tried_and_the_same_on_every_executor():
     # H100 at 2 USD/h passes at 4 instances (8 USD/h); H200 at 3 USD/h is searched after it and
     # pruned at 3 instances (9 USD/h, not below 8); B200 has no price and is skipped
     kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200", "B200"],
-              prices=Prices({"H100": 2.0, "H200": 3.0}), **ONE_AT_A_TIME)
+              prices=Prices({"H100": 2.0, "H200": 3.0}), **TP1)
     alone = plan(EIGHT, **kw)
     rows = alone.rows()
     assert [(r["gpu"], r["verdict"], r["instances"], r["chosen"]) for r in rows] == [
-        ("H100", "meets", 4, True), ("H200", "pruned", 3, False), (None, "skipped", None, False)]
+        ("H100", "meets", 4, True), ("H200", "pruned", 3, False), ("B200", "skipped", None, False)]
     assert rows[1]["cost_per_hour"] == 9.0 and rows[1]["ttft_p90_s"] is None
     assert "no price for B200" in rows[2]["why"]
     assert rows[0]["worst_window_ttft_p90_s"] == 2.0 and rows[0]["binding_objective"] == "TTFT p90"
@@ -250,7 +265,7 @@ def test_rows_one_per_configuration_tried_and_the_same_on_every_executor():
     local = plan(EIGHT, jobs=2, executor="local", **kw)
     assert local.rows() == plan(EIGHT, jobs=2, executor="threads", **kw).rows()
     assert [(r["gpu"], r["verdict"], r["instances"]) for r in local.rows()] == [
-        ("H100", "meets", 4), ("H200", "meets", 4), (None, "skipped", None)]
+        ("H100", "meets", 4), ("H200", "meets", 4), ("B200", "skipped", None)]
     if os.environ.get("KVREPLAY_REQUIRE_OPTIONAL") == "1":
         import ray
     else:
@@ -264,7 +279,7 @@ def test_rows_as_tables(tmp_path):
     import io
 
     out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), gpus=["H100", "H200"],
-               prices=Prices({"H100": 2.0, "H200": 3.0}), **ONE_AT_A_TIME)
+               prices=Prices({"H100": 2.0, "H200": 3.0}), **TP1)
     from kvreplay.output.table import to_csv
     from kvreplay.serving.plan_result import ROW_KINDS
 
@@ -294,12 +309,17 @@ def test_unreachable_ttft_names_the_prefill_floor():
 
     t = trace_of(*[([f"r{k}"], 20_000, 1000 * k, 1) for k in range(4)], block_size=16)
     out = plan(t, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=0.01), prices=Prices({"H100": 2.0}), block_size=16,
-               time_model="roofline-raw", max_instances=2)
+               time_model="roofline-raw", max_instances=2, tps=(1,))
     tm = load_time_model("roofline-raw", model="Llama-3.1-8B", gpu="H100", tp=1)
     alone = sum(tm.step_time(StepBatch(prefill_new=(n,), prefill_cached=(done,)))
                 for n, done in ((8192, 0), (8192, 8192), (3616, 16384)))
-    why = out["loads"][0]["closest"]["why"]
-    assert why.startswith(f"TTFT p90 cannot go below {alone:.3g} s on H100 x1 in the window from 0 s")
+    block = out["loads"][0]
+    why = block["closest"]["why"]
+    # four requests (fewer than a window needs): one window, from 0 to 3 s, its p90 that floor;
+    # nothing was simulated
+    assert why.startswith(f"TTFT p90 cannot go below {alone:.3g} s on H100 x1 in the window 0-3 s (4 requests, "
+                          "3 windows merged): each request's prefill alone")
+    assert block["tried"][0]["verdict"] == "unreachable" and out["runs"] == 0
 
 
 def test_report_plan_section_is_checked_against_its_trace(tmp_path):
@@ -358,9 +378,36 @@ def test_a_cached_run_is_not_reused_under_another_roofline_calibration(tmp_path,
     import kvreplay.serving.plan as plan_module
 
     kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), cache_dir=str(tmp_path),
-              **ONE_AT_A_TIME)
+              **TP1)
     first = plan(EIGHT, **kw)
     assert first["runs"] >= 1 and first["disk_hits"] == 0
     assert plan(EIGHT, **kw)["disk_hits"] >= 1  # the same calibration: runs read back from the directory
     monkeypatch.setattr(plan_module, "_calibration_digest", lambda: "a-refit")
     assert plan(EIGHT, **kw)["disk_hits"] == 0  # a refit: no run of before reused
+
+
+def test_the_run_cache_is_keyed_by_the_warm_up(tmp_path):
+    cache = str(tmp_path / "runs")
+    kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), cache_dir=cache, **TP1)
+    cold = plan(EIGHT, warmup=0, **kw)
+    assert cold["runs"] == 4 and cold["warmup_spec"] == "0"
+    assert plan(EIGHT, warmup="auto", **kw)["disk_hits"] == 0  # another warm-up: nothing reused
+    assert plan(EIGHT, warmup=0, **kw)["disk_hits"] == 4
+    with pytest.raises(ConfigError, match="warmup_fraction"):
+        plan(EIGHT, warmup_fraction=0.5, **kw)
+    with pytest.raises(ConfigError, match="give a duration its unit"):
+        plan(EIGHT, warmup=600, **kw)
+
+
+def test_unfit_tp_degrees_are_rows_not_errors():
+    # Llama-3.1-70B at bf16: TP 1 needs 141 GB per GPU; TP 2 on H100 leaves too little KV for one
+    # 131,072-token request; TP 4 and 8 fit. Without --tp, every degree is a row
+    out = plan(EIGHT, model="Llama-3.1-70B", slo=SLO(ttft_p90_s=10.0), prices=Prices({"H100": 2.0}), max_instances=1,
+               **ONE_AT_A_TIME)
+    rows = {r["tp"]: r for r in out["loads"][0]["tried"]}
+    assert rows[1]["verdict"] == rows[2]["verdict"] == "unfit"
+    assert "needs 141.1 GB of weights per GPU" in rows[1]["why"]
+    assert "fewer than one request at max_model_len 131,072: vLLM refuses to start" in rows[2]["why"]
+    # one instance of TP 4 meets a 10 s TTFT p90 (8 USD/h); TP 8 (16 USD/h) is pruned on cost
+    assert rows[4]["verdict"] == "meets" and rows[8]["verdict"] == "pruned"
+    assert out["loads"][0]["best"]["tp"] == 4 and out["loads"][0]["best"]["cost_per_hour"] == 8.0

@@ -25,7 +25,7 @@ def files(tmp_path):
 
 def test_summary_table(files):
     trace, tm, _ = files
-    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm)
+    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--cold-start")
     assert "2 requests, 16 prompt tokens, 5 output tokens" in out
     assert "pool       100 blocks of 4 tokens (400 tokens)" in out
     # TTFT 1 s and 1.5 s: mean 1.25, nearest-rank p50 of two values is the second
@@ -39,17 +39,37 @@ def test_summary_table(files):
 
 def test_json_csv_parquet_outputs(files):
     trace, tm, d = files
-    doc = json.loads(ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--json"))
+    doc = json.loads(ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--json", "--warmup", "0"))
     assert doc["per_request"]["first_token_s"] == [1.0, 2.0]
     assert doc["per_request"]["hit_tokens"] == [0, 4]
     assert doc["summary"]["latency_s"]["ttft"]["mean"] == 1.25
     assert doc["config"]["scheduler"]["max_num_batched_tokens"] == 8192
+    assert doc["summary"]["window"]["kind"] == "whole_trace" and doc["summary"]["window"]["warmup"]["seconds"] == 0
     ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--output", d / "r.csv")
     rows = list(csv.DictReader(io.StringIO((d / "r.csv").read_text())))
     assert [r["finish_s"] for r in rows] == ["3.0", "3.0"] and rows[1]["hit_tokens"] == "4"
     pq = pytest.importorskip("pyarrow.parquet")
     ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--output", d / "r.parquet")
     assert pq.read_table(d / "r.parquet").column("scheduled_s").to_pylist() == [0.0, 1.0]
+
+
+def test_the_default_warm_up_is_stated_and_judges_after_it(files):
+    # B reuses A's first block 0.5 s after A arrived: the auto warm-up is the 90% reuse lookback,
+    # 0.5 s, capped at half the 0.5 s span: 0.25 s. A is served (B still hits its block) but only B
+    # is judged: TTFT 1.5 s, hit rate 4 of 8
+    trace, tm, d = files
+    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm)
+    assert ("window     after the warm-up: the 1 requests arriving from 0.25 s (the first 1 of 2 are served but not "
+            "judged: warm-up the first 0.25 s of arrivals (auto: 90% of the prefix reuse, by hit tokens, looks back "
+            "at most 0.5 s; capped at half the arrival span, 0.25 s))") in out
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines()}
+    assert rows["TTFT"][1:3] == ["1.50", "s"] and rows["TTFT"][-1] == "1"
+    assert "hit rate   50.00% of prompt tokens under concurrency" in out
+    ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--output", d / "r.csv")
+    rows = list(csv.DictReader(io.StringIO((d / "r.csv").read_text())))
+    assert [r["judged"] for r in rows] == ["false", "true"]
+    # --warmup 10m is longer than the span: refused, naming the flag
+    assert "--warmup" in fails("simulate", trace, "--capacity", 100, "--time-model", tm, "--warmup", "10m")
 
 
 def test_load_sweep_table_and_plot(files):
@@ -94,7 +114,11 @@ def test_plot_of_one_run(files):
     (("--time-model", "instant", "--capacity", "10", "--routers", "nearest", "--speedups", "1"), "unknown router"),
     (("--time-model", "instant", "--capacity", "10", "--kv-link", "25GB/s"), "disaggregation"),
     (("--time-model", "instant", "--capacity", "10", "--tiers", "dram=1GiB"), "give --model"),
-    (("--time-model", "instant", "--capacity", "10", "--warmup-fraction", "0.5"), "whole trace"),
+    (("--time-model", "instant", "--capacity", "10", "--warmup-fraction", "0.5"),
+     "--warmup-fraction is replay's (a share of the requests); serving judges a warm server with --warmup"),
+    (("--time-model", "instant", "--capacity", "10", "--warmup", "600"), "give a duration its unit"),
+    (("--time-model", "instant", "--capacity", "10", "--warmup", "1h"), "not shorter than the arrival span"),
+    (("--time-model", "instant", "--capacity", "10", "--warmup", "0.2", "--cold-start"), "not both"),
     (("--time-model", "instant", "--capacity", "10", "--output", "x.txt"), "must end in .csv, .json or .parquet"),
     (("--time-model", "roofline", "--capacity", "10"), "the roofline time model needs model and gpu"),
     (("--time-model", "instant", "--capacity", "10", "--mfu", "0.4"), "set the uncalibrated roofline (--time-model roofline-raw)"),
@@ -123,9 +147,10 @@ def test_gpus_lists_the_catalog():
     assert cal["MI300X"]["stream_bandwidth_gbps"] == pytest.approx(
         5300 * cal["H200"]["stream_bandwidth_gbps"] / 4800)
     assert cal["A100-80GB"]["stream_bandwidth_gbps"] == 2039  # no quantisation table: the datasheet figure
-    # B200 ships H200's coefficients but for its GEMMs, MoE kernels, GDN and MLA terms, fitted on its own tables
-    assert cal["B200"]["own_fitted"] == ["gemm", "moe", "gdn", "mla"] and cal["MI300X"]["own_fitted"] == []
-    assert f"{cal['H200']['stream_bandwidth_gbps']:,.0f}*" in out and "H200's (GEMM/MoE/GDN/MLA: its own), checked on its own" in out
+    # B200 ships H200's coefficients but for its GEMMs, MoE kernels, GDN, MLA and elementwise terms, fitted on its own tables
+    assert cal["B200"]["own_fitted"] == ["gemm", "moe", "gdn", "mla", "elementwise"] and cal["MI300X"]["own_fitted"] == []
+    assert (f"{cal['H200']['stream_bandwidth_gbps']:,.0f}*" in out
+            and "H200's (GEMM/MoE/GDN/MLA/elementwise: its own), checked on its own" in out)
     assert "H200's (nothing measured)" in out
     # the fused MoE kernels each GPU's calibration holds: none measured on A100 (its experts stay GEMMs)
     assert cal["H100"]["moe_kernels"] == ["bf16", "fp8", "int4", "mxfp4"] and cal["A100-80GB"]["moe_kernels"] == []
@@ -137,11 +162,19 @@ def test_conversation_trace_as_the_issue_asks():
     path = shared_path(MOONCAKE / "conversation_trace.jsonl")
     out = ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--policy", "vllm")
     # vLLM 0.33.0's budget on one H100 (tests/serving/test_config.py works it): 53.35 GiB left over
-    # 512 x 131,072 B = 64 MiB blocks -> 853 blocks (was 845)
+    # 512 x 131,072 B = 64 MiB blocks -> 853 blocks
     assert "pool       853 blocks of 512 tokens (436,736 tokens): what vLLM 0.33.0 leaves for KV on each of 1 x H100" in out
-    assert "12,031 finished" in out
-    # one H100 cannot keep up with this trace's arrivals for an 8B model: the output says so
-    assert "keeps up   NO (300.00 s windows); in the worst window (arrivals from 3,300.00 s)" in out
+    # the first 522 s (1,524 requests) warm the cache: the other 10,507 are judged, and finish
+    assert "after the warm-up: the 10,507 requests arriving from 522 s (the first 1,524 of 12,031" in out
+    assert "10,507 finished" in out
+    # one H100 cannot keep up with this trace's arrivals for an 8B model: the output says so, and
+    # runs the estimates it prints: 4 instances do keep up
+    assert "keeps up   NO (300.00 s windows); in the worst window (arrivals from 3,222.00 s)" in out
+    assert "--instances 4 (now 1): checked, it keeps up" in out
+    # a cold start judges all 12,031
+    cold = json.loads(ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--cold-start", "--json",
+                         "--summary-only"))
+    assert cold["summary"]["finished"] == 12_031 and cold["summary"]["window"]["kind"] == "whole_trace"
 
 
 def test_host_cpu_terms_on_the_time_line_and_in_the_latencies(files):
@@ -194,7 +227,8 @@ def test_report_serving_section_as_a_cluster(files):
 
 def test_several_instances(files):
     trace, tm, d = files
-    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--instances", 2, "--output", d / "c.csv")
+    out = ok("simulate", trace, "--capacity", 100, "--time-model", tm, "--instances", 2, "--output", d / "c.csv",
+             "--cold-start")
     assert "cluster    2 identical instances (each with the pool above), router round-robin" in out
     assert "busy time 1.20x" in out and "requests 1.00x" in out  # busy 3 s and 2 s; one request each
     rows = list(csv.DictReader(io.StringIO((d / "c.csv").read_text())))

@@ -27,12 +27,14 @@ def test_a_burst_that_drains_does_not_keep_up():
     assert v["backlog_s"] == 1.0 and v["backlog_limit_s"] == 100.0
     assert v["worst_queue_p90_s"] == 8.0 and v["allowed_queue_s"] == 1.0 and v["worst_window_start_s"] == 0.0
     assert v["keeps_up"] is False and v["reason"] == "queueing"
-    # the window's work (10 x (4 + 1) tokens over 250 s) fits the measured rate (55 tokens in 11
-    # busy seconds): a burst, so the fix scales by queueing over allowance, 8x
+    # its 11 requests are fewer than a window's 50: the four 250 s windows are one, the whole span.
+    # Its work (11 x (4 + 1) tokens over 1,000 s) fits the measured rate (55 tokens in 11 busy
+    # seconds): a burst, so the fix scales by queueing over allowance, 8x
     fix = v["fix"]
+    assert v["worst_window_requests"] == 11
     assert fix["basis"] == "queueing" and fix["load_scale"] == 1 / 8 and fix["instances"] == 8
     assert fix["load"] == {"flag": "--speedup", "value": 1 / 8}
-    assert fix["busiest_window_utilisation"] == pytest.approx((50 / 250) / (55 / 11))
+    assert fix["busiest_window_utilisation"] == pytest.approx((55 / 1000) / (55 / 11))
 
 
 def test_light_load_keeps_up():
@@ -195,3 +197,39 @@ def test_worst_window_p90_matches_nearest_rank_per_window(seed):
     want = max(per.values())
     got, k = _worst_window_p90(index, queue)
     assert got == want and per[k] == want
+
+
+def test_keeps_up_only_when_the_pessimistic_end_does():
+    # the rule, on two runs: the centre keeps up (one request every 10 s), the "pessimistic" run
+    # (the burst) does not: the verdict is no, only at the centre, with both ends' figures
+    from kvreplay.serving.verdict import banded
+
+    t = trace_of(*[([f"r{k}"], 4, 10_000 * k, 1) for k in range(5)])
+    calm = simulate(t, "lru", 100, block_size=4, time_model=ONE_SECOND, compare_sequential=False)
+    busy = simulate(burst_then_quiet(), "lru", 100, block_size=4, time_model=ONE_SECOND,
+                    scheduler=Scheduler(max_num_seqs=1), compare_sequential=False)
+    assert banded(calm)["keeps_up"] and banded(calm)["judged_at"] == "centre (no band)"
+    calm.band = {"runs": {"high": busy}}
+    v = banded(calm)
+    assert v["keeps_up"] is False and v["centre_keeps_up"] is True and v["only_at_centre"] is True
+    assert v["high"]["worst_queue_p90_s"] == 8.0 and v["reason"].startswith("only at the band's centre")
+    from kvreplay.output.serving import verdict_text
+
+    assert verdict_text(v, instances=1).startswith("keeps up   ONLY AT THE BAND'S CENTRE (10.00 s windows)")
+
+
+def test_the_estimates_are_checked_by_the_runs_they_suggest():
+    # the burst of ten at 0 s: slowing the trace to x1/8 leaves the burst as it is (all ten still
+    # arrive at 0 s), so the load estimate does not hold; 8 instances share it, and that one does
+    from kvreplay.output.serving import verdict_text
+    from kvreplay.serving.fixcheck import check_fix
+
+    options = dict(policy="lru", capacity=100, block_size=4, time_model=ONE_SECOND,
+                   scheduler=Scheduler(max_num_seqs=1), compare_sequential=False)
+    r = simulate(burst_then_quiet(), **options)
+    checked = check_fix(burst_then_quiet(), options, r)
+    assert checked["load"]["value"] == 1 / 8 and checked["load"]["keeps_up"] is False
+    assert checked["instances"]["value"] == 8 and checked["instances"]["keeps_up"] is True
+    text = verdict_text(r.summary()["keeps_up"], instances=1, checked=checked)
+    assert "--speedup 0.125: checked, it does NOT keep up" in text and "the estimate did not hold" in text
+    assert "--instances 8 (now 1): checked, it keeps up" in text

@@ -7,6 +7,7 @@ import sys
 
 from ..errors import ConfigError
 from . import common
+from .warmup import add_warmup_options, warmup_of
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
 _SCALE = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
@@ -34,8 +35,14 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--window", type=duration, default=None, metavar="T",
                     help="every SLO must hold in every window of arrivals this long (default 5m, or a quarter of "
                          "the arrival span under 20 minutes)")
+    add_warmup_options(pl, "each run")
+    pl.add_argument("--min-window-requests", type=common.positive_int, default=None, metavar="N",
+                    help="a window binds only over N judged requests (ten times N for a p99): fewer are merged with "
+                         "their neighbours (default 50: a p90 then has 5 requests above it)")
     pl.add_argument("--gpus", default="H100", help="comma-separated GPUs to consider (default H100; `kvreplay gpus`)")
-    pl.add_argument("--tp", default="1", metavar="N,M,...", help="tensor-parallel degrees to consider (default 1)")
+    pl.add_argument("--tp", default=None, metavar="N,M,...",
+                    help="tensor-parallel degrees to consider (default: each GPU's of 1, 2, 4 and 8 on which vLLM "
+                         "would start the model)")
     pl.add_argument("--tiers", default="none", metavar="SPEC;SPEC",
                     help="';'-separated tier sets below each instance's pool, none for HBM only "
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
@@ -75,36 +82,55 @@ def _parser_plan(sub) -> None:
                     help="plot cost against TTFT p90 for every run, with the Pareto frontier, the SLO and the chosen "
                          "deployment (.png, .svg or .pdf)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    pl.add_argument("--emit", choices=("vllm", "sglang", "k8s"), default=None,
+                    help="print the chosen deployment of each load instead of the table: vllm or sglang launch "
+                         "commands (one per instance, and the router's), or a Kubernetes manifest (k8s)")
+    pl.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
+                    help="the scheduler the plan simulates: vllm (default) or sglang (as simulate --engine-style)")
 
 
 def _cmd_plan(args) -> int:
     from ..serving.plan import plan
     from ..serving.prices import Prices, parse_overrides
-    from ..serving.slo import SLO
+    from ..serving.slo import MIN_WINDOW_REQUESTS, SLO
     from .serving import number_list
 
     common.check_table_outputs(args)
+    warmup = warmup_of(args)
+    if args.emit and args.json:
+        raise ConfigError("give --emit or --json, not both (each replaces the table on stdout)")
+    if args.emit in ("vllm", "sglang") and args.emit != args.engine_style:
+        raise ConfigError(f"--emit {args.emit} deploys the {args.emit} engine: plan it with --engine-style {args.emit}")
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     try:
-        loads, tps = number_list(args.loads), [common.positive_int(x) for x in split(args.tp)]
+        loads = number_list(args.loads)
+        tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
         rates = number_list(args.rates) if args.rates else None
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
         raise ConfigError(f"--loads / --rates / --tp: {e}") from None
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
     trace = common.load(args)
-    with common.Progress("planning"):
+    with common.Progress("planning: configurations searched") as progress:
         result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
                       routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
-                      window_s=args.window,
+                      window_s=args.window, warmup=warmup, progress=progress,
+                      min_window_requests=args.min_window_requests or MIN_WINDOW_REQUESTS,
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,
                       time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
                       rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
-                      kv_semantics=args.kv_semantics,
+                      kv_semantics=args.kv_semantics, engine_style=args.engine_style,
                       jobs=args.jobs, executor=args.executor, ray_address=args.ray_address)
+    emitted = None
+    if args.emit:
+        from ..serving.emit import emit
+
+        emitted = emit(result, args.emit)  # (before any file is written: a plan with nothing to deploy writes none)
     _write_outputs(args, result)
-    if args.json:
+    if emitted is not None:
+        sys.stdout.write(emitted)
+    elif args.json:
         sys.stdout.buffer.write(common.encode_json(result))
     else:
         from ..output.plan import plan_text

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..output.serving import tiers_text
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
 from . import common
+from .warmup import add_warmup_options, serving_warmup
 
 DEFAULT_CAPACITY = 4096  # blocks, when run is given no --capacity
 
@@ -33,6 +34,10 @@ def _parser_run(sub) -> None:
                      help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy")
     run.add_argument("--over-time", type=common.over_time, metavar="N|Ns",
                      help="also show the hit rate per window of N requests, or of N seconds of trace time (e.g. 600s)")
+    run.add_argument("--gpu", default=None,
+                     help="with --model: the headroom's gaps also in GPU-seconds of prefill on this GPU (the serving "
+                          "time model; see `kvreplay gpus`)")
+    run.add_argument("--tp", type=common.positive_int, default=1, help="with --gpu: tensor-parallel GPUs (default 1)")
     run.add_argument("--output", "-o", help="write the JSON report to this file (atomically)")
     run.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of a summary")
     run.add_argument("--summary-only", action="store_true", help="leave per_request out of the JSON report")
@@ -52,10 +57,18 @@ def _cmd_run(args) -> int:
                               f"(--policy radix), not {args.policy}")
         semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
     params = common.given_params(args, args.policy)
+    if args.gpu is not None and args.model is None:
+        raise ConfigError("--gpu prices the headroom's gaps in GPU-seconds of prefill: give --model too")
+    if args.tp != 1 and args.gpu is None:
+        raise ConfigError("--tp goes with --gpu (the GPUs a prefill runs on)")
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
     common.check_output_dir(args.output, inputs=args.traces)
+    if args.gpu is not None and (args.tiers or semantics == "hybrid"
+                                 or get_policy(args.policy).name in ("infinite", "belady")):
+        raise ConfigError("--gpu prices the headroom, which a run with tiers, hybrid semantics or a bound (infinite, "
+                          "belady) does not have: drop --gpu")
     capacity = args.capacity
     defaulted = capacity is None and get_policy(args.policy).capacity == "required"
     if defaulted:
@@ -86,6 +99,7 @@ def _cmd_run(args) -> int:
     from ..analysis import metrics
 
     summary = metrics.summarize(report, active_params=common.active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)
+    explained = explain(args, trace, report)
     windows = None
     if args.over_time:
         unit, value = args.over_time
@@ -96,6 +110,7 @@ def _cmd_run(args) -> int:
         if budget is not None:
             document["budget"] = budget
         document["metrics"] = summary
+        document.update(explained)
         if windows is not None:
             document["over_time"] = windows
         data = common.encode_json(document)
@@ -115,7 +130,45 @@ def _cmd_run(args) -> int:
         print(metrics_summary(summary))
         if windows is not None:
             print(over_time_table(windows))
+        print(explained_text(report, explained))
     return 0
+
+
+def explain(args, trace, report) -> dict:
+    """Why the cache missed, for run: the headroom (with --model/--gpu, in GPU-seconds of
+    prefill too) and the advice that follows ({} where the replay has no miss account)."""
+    from ..analysis.advice import advice, stranded_mean
+    from ..analysis.headroom import headroom
+
+    if report.misses is None:
+        return {}
+    out = {"headroom": None}
+    if report.policy not in ("infinite", "belady") and report.kv_semantics is None:
+        cost = None
+        if args.gpu is not None:
+            from ..serving.prefill_cost import PrefillCost
+
+            cost = PrefillCost(args.model, args.gpu, args.tp, kv_dtype=args.kv_dtype or "bf16")
+        out["headroom"] = headroom(trace, report, cost=cost, engine=report.engine)
+        if cost is not None:
+            out["headroom"]["cost_note"] = cost.note
+    out["advice"] = advice(trace, report, headroom=out["headroom"], engine=report.engine,
+                           stranded_mean=stranded_mean(report))
+    return out
+
+
+def explained_text(report, explained: dict) -> str:
+    from ..output.misses import advice_lines, headroom_lines, misses_lines, stranded_line
+
+    if report.misses is None:
+        return "misses    no miss account with tiers below the cache"
+    account = report.misses
+    lines = misses_lines(account.totals(), account.not_measured, report.total_prompt_tokens, account.evicted)
+    lines.append(stranded_line(report))
+    if explained.get("headroom"):
+        lines += headroom_lines(explained["headroom"])
+    lines += advice_lines(explained.get("advice", []))
+    return "\n".join(lines)
 
 
 def _block_bytes(args, trace):
@@ -143,6 +196,14 @@ def _parser_sweep(sub) -> None:
                     help="with --hbm: the DRAM tier's sizes in blocks (0: none)")
     sw.add_argument("--each", action="store_true",
                     help="with several trace files: sweep each one on its own (a trace column) instead of merging them")
+    sw.add_argument("--gpu", default=None,
+                    help="with --model: also rank the policies by their hit rate served on this GPU's pool in the "
+                         "simulator (at the trace's load, --instances behind --router), beside the offline ranking")
+    sw.add_argument("--tp", type=common.positive_int, default=1, help="with --gpu: tensor-parallel GPUs (default 1)")
+    sw.add_argument("--instances", type=common.positive_int, default=1,
+                    help="with --gpu: identical instances behind --router (default 1)")
+    sw.add_argument("--router", default="round-robin", help="with --gpu and --instances: the router (as simulate)")
+    add_warmup_options(sw, "the served runs (with --gpu)")
     common.add_executor_options(sw, "replays")
     common.add_curve_outputs(sw, "write the results table to FILE.csv, FILE.json or FILE.parquet (atomically; "
                                  ".parquet needs kvreplay[parquet]; columns: docs/formats.md)")
@@ -155,6 +216,9 @@ def _cmd_sweep(args) -> int:
     policies = [p for p in args.policies.split(",") if p.strip()]
     if args.bounds:
         policies += [p for p in ("infinite", "belady") if p not in policies]
+    served = _served_options(args)
+    if served is not None and (args.each or args.hbm is not None):
+        raise ConfigError("--gpu ranks the policies served on one deployment: not with --each or --hbm")
     if args.each and len(args.traces) > 1:
         return _sweep_each(args, policies)
     if args.hbm is not None and args.capacities != "auto":
@@ -178,11 +242,37 @@ def _cmd_sweep(args) -> int:
                        executor=args.executor, ray_address=args.ray_address, progress=progress, kv_groups=groups)
     if budget is not None:
         result["budget"] = budget
+    ranking = None
+    if served is not None:
+        from ..serving.ranking import served_ranking
+
+        with common.Progress("serving each policy") as progress:
+            ranking = served_ranking(trace, [p for p in policies if p not in ("infinite", "belady")],
+                                     block_size=args.block_size, progress=progress, **served)
+        result["served_ranking"] = ranking
     _emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
           f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; hit rate is token-weighted"
           + budget_heading(budget),
           trace=trace)
+    if ranking is not None and not args.json:
+        from ..output.ranking import ranking_text
+
+        print(ranking_text(ranking))
     return 0
+
+
+def _served_options(args) -> dict | None:
+    """sweep --gpu: the deployment the policies are served on (None without --gpu)."""
+    if args.gpu is None:
+        if args.tp != 1 or args.instances != 1 or args.router != "round-robin" or args.warmup is not None \
+                or args.cold_start:
+            raise ConfigError("--tp, --instances, --router, --warmup and --cold-start shape the served ranking: add "
+                              "--gpu and --model")
+        return None
+    if args.model is None:
+        raise ConfigError("--gpu needs --model (the weights to place and to run)")
+    return {"model": args.model, "gpu": args.gpu, "tp": args.tp, "instances": args.instances, "router": args.router,
+            "warmup": serving_warmup(args)}
 
 
 def _sweep_semantics(args, policies: list[str]) -> str:
@@ -339,7 +429,9 @@ def _parser_report(sub) -> None:
                     help="with --gpu: tiers below each instance's pool, as simulate (dram=64GiB@64GB/s)")
     rp.add_argument("--plan", default=None, metavar="FILE.json",
                     help="add a plan section from `kvreplay plan ... -o FILE.json` on this trace (checked by its "
-                         "digest): the cheapest deployment per load, tier economics and the cost-vs-TTFT plot")
+                         "digest): every configuration tried, the cheapest per load served again (its instances, "
+                         "GPUs, router, policy, tiers, load and warm-up) and judged, and the cost-vs-TTFT plot")
+    add_warmup_options(rp, "the serving section's runs (with --gpu)")
 
 
 def _cmd_report(args) -> int:
@@ -360,17 +452,25 @@ def _cmd_report(args) -> int:
             speedups = number_list(args.speedups)
         except argparse.ArgumentTypeError as e:
             raise ConfigError(f"--speedups: {e}") from None
+        if args.plan:
+            raise ConfigError("--plan serves the plan's chosen deployment in the serving section: drop --gpu (or "
+                              "drop --plan to serve --gpu's)")
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
-                   "router": args.router, "tiers": args.tiers}
+                   "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args)}
     elif args.instances != 1 or args.router != "round-robin" or args.tiers:
         raise ConfigError("--instances, --router and --tiers shape the serving section: add --gpu and --model")
+    elif args.warmup is not None or args.cold_start:
+        raise ConfigError("--warmup and --cold-start apply to the serving section: add --gpu and --model (a --plan's "
+                          "runs keep the plan's warm-up)")
     trace = common.load(args)
     plan = None
     if args.plan:
         from ..serving.plan_result import load_plan
 
         plan = load_plan(args.plan, trace)
+        if args.model is not None and plan.get("model") not in (None, args.model):
+            raise ConfigError(f"--model {args.model}: the plan {args.plan} is for {plan['model']}")
     policies = [p for p in args.policies.split(",") if p.strip()]
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
     focus = None if args.capacity is None else common.resolve_budget(args, trace, [args.capacity])[0][0]

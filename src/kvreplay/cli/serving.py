@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..engine.misses import CAUSES
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
+from .warmup import add_warmup_options, warmup_of
 
 
 def number_list(text: str) -> list[float]:
@@ -159,6 +161,7 @@ def _parser_simulate(sub) -> None:
                           "3:1) or a CSV of fraction,multiplier (docs/serving.md)")
     common.add_max_model_len(sim, "requests whose prompt + outputs exceed it are refused at arrival and counted "
                                   "apart, as vLLM refuses them")
+    add_warmup_options(sim, "the run")
     sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
                      help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
                           "(needs --model; default: at once)")
@@ -194,9 +197,7 @@ def _options(args, trace) -> dict:
     """simulate()'s keyword arguments from the command line."""
     from ..serving.simulate import Scheduler
 
-    if args.warmup_fraction:
-        raise ConfigError("simulate reports the whole trace: --warmup-fraction does not apply (the report gives "
-                          "the hit rate over time instead)")
+    warmup = warmup_of(args)
     if args.engine == "reference":
         raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
     capacity = args.capacity
@@ -242,7 +243,7 @@ def _options(args, trace) -> dict:
                 weights_dtype=weights_dtype,
                 prefill_instances=args.prefill_instances,
                 decode_instances=args.decode_instances, kv_link=args.kv_link, max_model_len=args.max_model_len,
-                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics,
+                rate_profile=args.rate_profile, kv_semantics=args.kv_semantics, warmup=warmup,
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
                 mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
@@ -296,13 +297,23 @@ def _cmd_simulate(args) -> int:
                               progress=progress, **options)
         return _emit_sweep(args, trace, rows)
     report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    checked = None
+    if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
+        from ..serving.fixcheck import check_fix
+
+        with common.Progress("checking the verdict's estimates by running them") as progress:
+            progress(0, 1)
+            checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate), report)
+            progress(1, 1)
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
         name = args.output.lower()
         if name.endswith(".json"):
             files[args.output] = common.encode_json(report.to_dict(per_request=not args.summary_only))
         else:
-            files[args.output] = _table_bytes(args.output, report.request_columns(), REQUEST_KINDS)
+            columns = report.request_columns()
+            kinds = {**REQUEST_KINDS, **{k: "int" for k in columns if k.startswith("miss_")}}
+            files[args.output] = _table_bytes(args.output, columns, kinds)
     if args.plot:
         from ..output import plot
         from ..output.serving import trace_name
@@ -315,22 +326,53 @@ def _cmd_simulate(args) -> int:
     else:
         from ..output.serving import simulate_summary
 
-        print(simulate_summary(trace, report))
+        print(simulate_summary(trace, report, checked=checked))
+        served_headroom = _served_headroom(args, trace, report)
+        if served_headroom is not None:
+            from ..output.misses import headroom_lines
+
+            print("\n".join(headroom_lines(served_headroom)))
     return 0
+
+
+def _served_headroom(args, trace, report):
+    """The headroom down to the served hit rate (analysis/headroom.py), for one instance without
+    tiers: the ceiling, belady and the policy's sequential replay at the pool's size, then served;
+    in GPU-seconds of prefill with the roofline's --model and --gpu. None where it does not apply."""
+    from ..analysis.headroom import headroom
+    from ..engine.replay import replay
+
+    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady"):
+        return None
+    sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,
+                        **report.params)
+    cost = None
+    if args.model and args.gpu and report.time_model.get("time_model") == "roofline":
+        from ..serving.prefill_cost import PrefillCost
+
+        cost = PrefillCost(args.model, args.gpu, args.tp, chunk=report.scheduler["max_num_batched_tokens"],
+                           kv_dtype=report.time_model.get("kv_dtype", "bf16"),
+                           dtype=report.time_model.get("dtype", "bf16"))
+    out = headroom(trace, sequential, served_hit_tokens=report.hit_tokens, requests=report.counted, cost=cost)
+    if cost is not None:
+        out["cost_note"] = cost.note
+    return out
 
 
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
-                 "status": "str", "instance": "int"}
+                 "status": "str", "instance": "int", "judged": "bool"}
 SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "kv_semantics": "str",
                "instances": "int",
                "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
                "tpot_p50_s": "float", "hit_rate": "float", "hbm_hit_rate": "float", "sequential_hit_rate": "float",
                "load_balance": "float", "requests_per_s": "float", "goodput_per_s": "float", "slo_attainment": "float",
                "slo_ttft_s": "float", "slo_tpot_s": "float",
-               "preemptions": "int", "peak_running": "int", "stable": "bool", "backlog_s": "float",
+               "preemptions": "int", "peak_running": "int", "stable": "bool", "stable_at_centre": "bool",
+               "backlog_s": "float", "warmup_s": "float", "judged_requests": "int",
                "verdict_window_s": "float", "worst_queue_p90_s": "float", "worst_window_start_s": "float",
                "finished": "int", "rejected": "int", "error": "str",
+               "hit_tokens": "int", "prompt_tokens": "int", **{f"miss_{c}_tokens": "int" for c in CAUSES},
                # the calibrated roofline's band (empty for other time models)
                **{f"{k}_{e}_s": "float" for k in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50") for e in ("low", "high")}}
 

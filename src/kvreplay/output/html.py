@@ -130,9 +130,12 @@ def _serving_section(sv: dict, name: str) -> list[str]:
               "with its band: the run at both ends of the measured/predicted step-time ratios)"
               if tm.get("time_model") == "roofline" else
               f"{esc(str(tm.get('time_model')))} model (MFU {tm.get('mfu', '-')}, MBU {tm.get('mbu', '-')})")
-           + f", weights {esc(str(src.get('weights_dtype', 'bf16')))}. Hit rate: at "
-           "each request's first schedule, token-weighted, whole trace; <em>sequential</em> is the same policy and pool "
-           "with one request at a time. docs/serving.md has every rule.</p>"]
+           + f", weights {esc(str(src.get('weights_dtype', 'bf16')))}. "
+           + _judged_note(sv["rows"][0] if sv["rows"] else {})
+           + " Hit rate: at each request's first schedule, token-weighted, over the finished judged requests; "
+           "<em>sequential</em> is the same policy and pool with one request at a time over the same requests. "
+           "<em>Keeps up</em> is judged at the pessimistic end of the time model's band (<em>centre only</em>: only at "
+           "its centre). docs/serving.md has every rule.</p>"]
     from .serving import seconds_text
 
     def p50(r):
@@ -141,18 +144,121 @@ def _serving_section(sv: dict, name: str) -> list[str]:
             text += f" [{seconds_text(r['ttft_p50_low_s'])} - {seconds_text(r['ttft_p50_high_s'])}]"
         return text
 
+    from .serving import denominators, keeps_up_cell
+
     rows = [[f"&times;{r['load']:g}", p50(r), seconds_text(r["ttft_p90_s"]), _pct(r["hit_rate"]),
-             _pct(r["sequential_hit_rate"]), f"{r['requests_per_s']:,.3f}", _n(r["preemptions"]),
-             "yes" if r["stable"] else "<b>no</b>"] for r in sv["rows"]]
-    out.append(_table(["load", "TTFT p50", "TTFT p90", "hit rate", "sequential", "requests/s", "preemptions",
-                       "keeps up"], rows, [False] + [True] * 7, raw_headers=False))
+             _pct(r["sequential_hit_rate"]), denominators(r), f"{r['requests_per_s']:,.3f}", _n(r["preemptions"]),
+             keeps_up_cell(r) if r["stable"] else f"<b>{keeps_up_cell(r)}</b>"] for r in sv["rows"]]
+    out.append(_table(["load", "TTFT p50", "TTFT p90", "hit rate", "sequential", "finished of judged (refused, "
+                       "rejected)", "requests/s", "preemptions", "keeps up"], rows, [False] + [True] * 8,
+                      raw_headers=False))
     deployment = f"{src['model']} on {n} x {src['tp']} x {src['gpu']}" + (f", router {sv.get('router')}" if n > 1 else "") \
         + (f", tiers {sv['tiers']}" if sv.get("tiers") else "")
     fig = plot.load_figure(sv["rows"], title=f"{name}; {deployment}")
     out.append(f"<div class=\"figure\">{_svg(fig)}</div>")
+    if any(r.get("miss_first_use_tokens") is not None for r in sv["rows"]):
+        from .misses_plot import load_account_figure
+
+        out.append("<p class=\"note\">Why the served requests missed, per load: the sequential replay's causes, plus "
+                   "<em>concurrency</em> for what one request at a time would have hit (evicted under load by running "
+                   "requests' KV, or still being computed by an earlier request when this one was scheduled).</p>")
+        out.append(f"<div class=\"figure\">{_svg(load_account_figure(sv['rows']))}</div>")
     if not all(r["stable"] for r in sv["rows"]):
         out.append("<p class=\"note\">Where it does not keep up, the queue grows for as long as the trace lasts, so "
                    "TTFT measures the backlog, not the engine: size for the loads it keeps up with.</p>")
+    return out
+
+
+def _judged_note(r: dict) -> str:
+    """Which requests a serving table judges: after its warm-up, or all from an empty cache."""
+    text = r.get("window_text")
+    return f"Judged: {html.escape(text)}." if text else ""
+
+
+def _ranking_section(rk: dict) -> list[str]:
+    """Policies ranked by their hit rate served on the deployment, beside the offline ranking."""
+    esc = html.escape
+    d = rk["deployment"]
+    where = (f"{d['instances']} &times; {d['tp']} &times; {esc(d['gpu'])}, router <code>{esc(d['router'])}</code>"
+             + (f", tiers <code>{esc(d['tiers'])}</code>" if d.get("tiers") else "")
+             + f", load {esc(d['load'][0])} {d['load'][1]:g}")
+    out = ["<h2>Policies under serving</h2>",
+           f"<p class=\"note\">Each policy served on the deployment ({where}) in the simulator, beside its offline "
+           "replay through one cache of one instance's pool, both over the same requests (the served run's finished "
+           "judged requests). The offline order is what the curves above show; the served one is what the deployment "
+           "gets at its concurrency.</p>"]
+    rows = [[esc(r["policy"]), _pct(r["offline_hit_rate"]), str(r["offline_rank"]), _pct(r["served_hit_rate"]),
+             str(r["served_rank"]), "" if r["offline_rank"] == r["served_rank"] else "<b>rank moves</b>"]
+            for r in rk["rows"]]
+    out.append(_table(["policy", "offline hit rate", "offline rank", "served hit rate", "served rank", ""], rows,
+                      [False, True, True, True, True, False], raw_headers=False))
+    verdict = (f"<b>The ranking differs.</b> Offline: {esc(rk['offline_order'])}; served: {esc(rk['served_order'])}. "
+               "Choose the policy at your real concurrency." if rk["differs"] else
+               f"The same order offline and served: {esc(rk['served_order'])}.")
+    out.append(f"<p class=\"note\" data-note=\"ranking\">{verdict}"
+               + "".join(f" {esc(n['policy'])} is not served: {esc(n['why'])}." for n in rk["not_served"]) + "</p>")
+    return out
+
+
+def _misses_section(data: dict, styles: dict) -> list[str]:
+    """Why the cache missed: the account over the curve (stacked bars), the operating point's
+    account, stranded blocks over time and headroom per policy, and the advice."""
+    from ..engine.misses import CAUSES, CAUSE_TEXT
+    from .misses import LABEL
+    from .misses_plot import account_figure, stranded_figure
+
+    m = data.get("misses") or {}
+    if not m.get("policies"):
+        return []
+    esc = html.escape
+    cap = data["focus_capacity"]
+    out = ["<h2>Why the cache missed</h2>",
+           "<p class=\"note\">Every prompt token either hit or missed for one reason: a block seen for the first time "
+           "(<em>first use</em>: no cache helps), one seen before but evicted (<em>evicted</em>), one still cached "
+           "behind an earlier miss of the same prompt (<em>behind a hole</em>: a prefix cannot skip a block), or the "
+           "prompt's last block that the engine never serves (<em>partial block</em>); namespaces, layer groups and "
+           "concurrency are counted where they apply. Each bar is one replay of the curve above, split by cause "
+           "(token-weighted shares of the window's prompt tokens; they add up to 100%).</p>"]
+    rows = [r for r in data["curve"] if r["policy"] not in BOUNDS and r.get("miss_first_use_tokens") is not None]
+    if rows:
+        out.append(f"<div class=\"figure\">{_svg(account_figure(rows))}</div>")
+    measured = [c for c in CAUSES if any(c not in p["account"]["not_measured"] for p in m["policies"])]
+    headers = ["policy", "hit"] + [LABEL[c] for c in measured] + ["stranded (mean, end)"]
+    table = []
+    for p in m["policies"]:
+        tokens, prompt = p["account"]["tokens"], p["prompt_tokens"]
+        mean = "&ndash;" if p["stranded_mean"] is None else f"{p['stranded_mean']:.1f}%"
+        table.append([esc(p["label"]), _pct(p["hit_tokens"] / prompt if prompt else 0.0)]
+                     + ["&ndash;" if c in p["account"]["not_measured"] else _pct(tokens[c] / prompt if prompt else 0.0)
+                        for c in measured] + [f"{mean}, {p['stranded_end']:,} blocks"])
+    out.append(f"<p class=\"note\">At {cap:,} blocks, each policy's prompt tokens by cause:</p>")
+    out.append(_table(headers, table, [False] + [True] * (len(headers) - 1)))
+    out.append("<ul class=\"note\">" + "".join(f"<li><b>{esc(LABEL[c])}</b>: {esc(CAUSE_TEXT[c])}</li>" for c in measured)
+               + "</ul>")
+    series = {p["label"]: p["account"]["stranded_over_time"] for p in m["policies"]
+              if p["account"].get("stranded_over_time")}
+    if series:
+        out.append("<h3>Stranded blocks</h3><p class=\"note\">Cached blocks that no request can reach because an "
+                   "earlier block of their chain is gone: memory that holds nothing usable until that block returns. "
+                   "An order that evicts a prompt's tail first (vllm, lru-tail) keeps chains whole; lru, fifo and "
+                   f"s3fifo do not. Counted {len(next(iter(series.values()))['request'])} times over the trace at "
+                   f"{cap:,} blocks.</p>")
+        out.append(f"<div class=\"figure\">{_svg(stranded_figure(series, cap, styles=styles))}</div>")
+    lines = []
+    for p in m["policies"]:
+        if p["headroom"] is not None:
+            from ..analysis.headroom import headroom_sentence
+
+            lv = p["headroom"]["levels"]
+            lines.append(f"<li><b>{esc(p['label'])}</b>: {esc(headroom_sentence(p['headroom']))} (belady at this "
+                         f"capacity: {_pct(lv['belady']['hit_rate'])})</li>")
+    if lines:
+        out.append("<h3>Headroom</h3><p class=\"note\">From the infinite-cache ceiling (what the workload allows) down "
+                   "to belady at this capacity (the offline optimum: the rest is capacity) and to the policy (the rest "
+                   "is its eviction order).</p><ul>" + "".join(lines) + "</ul>")
+    if m.get("advice"):
+        out.append("<h3>What would help</h3><ul data-advice=\"1\">"
+                   + "".join(f"<li>{esc(a)}</li>" for a in m["advice"]) + "</ul>")
     return out
 
 
@@ -201,12 +307,22 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
             ("unique blocks" + (" touched" if warm else ""), _n(m["num_unique_blocks"]), "")]
     if ceiling is not None:
         kpis.append(("infinite-cache ceiling", _pct(ceiling), "nothing ever evicted"))
+    ranked = data.get("ranking")
+    if ranked and ranked["rows"]:
+        top = ranked["rows"][0]
+        kpis.append(("best policy served", f"{_pct(top['served_hit_rate'])} ({esc(top['policy'])})",
+                     "on the deployment, at its concurrency" + ("; offline the order differs" if ranked["differs"]
+                                                                 else "")))
     if best:
-        kpis.append((f"at {focus_cap:,} blocks" + (f" ({focus_cap * bpb / plot.GIB:,.1f} GiB)" if bpb else ""),
+        kpis.append((f"at {focus_cap:,} blocks" + (f" ({focus_cap * bpb / plot.GIB:,.1f} GiB)" if bpb else "")
+                     + (", offline" if ranked else ""),
                      f"{_pct(best['metrics']['hit_rate'])} ({esc(best['label'])})",
                      {"given": "the capacity asked for", "gpu-pool": "the serving section's GPU pool (one instance)",
                       "half-ceiling": "where a policy first reaches half the ceiling",
                       "largest": "the largest capacity swept", "middle": "the middle of the curve"}.get(data["focus_rule"], "")))
+    unserved = _unserved_note(data)
+    if unserved:
+        kpis.append(("served", unserved[0], unserved[1]))
     parts.append("<div class=\"kpi\">" + "".join(
         f"<div data-kpi=\"{esc(k)}\">{esc(k)}<b>{v}</b>" + (f"<small>{esc(note)}</small>" if note else "") + "</div>"
         for k, v, note in kpis) + "</div>")
@@ -265,6 +381,8 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
                      + (" Prefill FLOPs saved &asymp; 2 &times; active parameters "
                         f"({data['active_params']:,}) &times; hit tokens." if data["active_params"] else "") + "</p>")
 
+    parts.extend(_misses_section(data, styles))
+
     per = data["requests_per_time_window"]
     last = data.get("last_time_window_requests", per)
     parts.append("<h2>Hit rate over time</h2>")
@@ -289,11 +407,16 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     if data.get("plan"):
         from .plan_html import plan_section
 
-        parts.extend(plan_section(data["plan"], _svg, _table))
+        parts.extend(plan_section(data["plan"], _svg, _table, served=data.get("plan_served"),
+                                  not_served=data.get("plan_served_note")))
+    if data.get("ranking"):
+        parts.extend(_ranking_section(data["ranking"]))
 
     parts.append("<h2>Definitions</h2><ul class=\"note\">"
-                 f"<li><b>Window</b>: {esc(window['description'])}. Every figure on this page counts only these requests"
-                 + (" (the trace table also shows the whole trace, in its own column)" if warm else "") + ".</li>"
+                 f"<li><b>Window</b>: {esc(window['description'])}. Every replay figure on this page counts only these "
+                 "requests" + (" (the trace table also shows the whole trace, in its own column)" if warm else "")
+                 + "; the serving sections count their runs' judged requests, after each run's warm-up, as their "
+                 "notes say.</li>"
                  "<li><b>Hit tokens</b> of a request: min(k &times; block size, prompt tokens), k = its longest run of "
                  "leading blocks resident before the request touches the cache.</li>"
                  "<li><b>Capacity</b>: blocks the cache holds; GiB figures use the KV bytes per token of the model named.</li>"
@@ -301,6 +424,26 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
                  + "<li>Every policy's exact behaviour is written down in kvreplay's docs/policies.md.</li></ul>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def _unserved_note(data: dict) -> tuple[str, str] | None:
+    """The serving section's requests the replays count but the served figures do not: refused at
+    arrival (past max_model_len) and rejected (they never fit a pool), with the denominators."""
+    rows = [r["summary"] for r in data.get("plan_served") or [] if r.get("summary")]
+    rows = [{"requests": s["whole_run"]["requests"], "finished": s["whole_run"]["finished"],
+             "refused": s["whole_run"]["refused_context"], "rejected": s["whole_run"]["rejected"],
+             "limit": s["max_model_len"]} for s in rows]
+    rows += [{"requests": r["whole_run"]["requests"], "finished": r["whole_run"]["finished"],
+              "refused": r["whole_run"]["refused_context"], "rejected": r["whole_run"]["rejected"], "limit": None}
+             for r in (data.get("serving") or {}).get("rows", []) if r.get("whole_run")]
+    worst = max(rows, key=lambda r: r["refused"] + r["rejected"], default=None)
+    if worst is None or worst["refused"] + worst["rejected"] == 0:
+        return None
+    total = data["whole_trace"]["num_requests"]
+    return (f"{_n(total - worst['refused'] - worst['rejected'])} of {_n(total)}",
+            f"requests the serving section can serve: {_n(worst['refused'])} refused at arrival (prompt + outputs past "
+            f"max_model_len), {_n(worst['rejected'])} rejected; the replays above count all {_n(total)}, the serving "
+            "figures only those it served")
 
 
 def parse_name(label: str) -> str:

@@ -1,25 +1,29 @@
-"""`kvreplay report --plan FILE.json`: the plan's section of the HTML report (the cheapest
-deployment per load, its runners-up, tier economics, and the cost-vs-TTFT plot)."""
+"""`kvreplay report --plan FILE.json`: the plan's section of the HTML report (per load, its chosen
+deployment served again and judged; every configuration tried with its verdict and why; tier
+economics; the cost-vs-TTFT plot)."""
 
 from __future__ import annotations
 
 import html
 
-from .plan import WHERE, tier_verdict
-from .serving import seconds_text
+from .plan import WHERE, band_cell, binding_cell, counts_text, tier_verdict
+from .serving import denominators, keeps_up_cell, seconds_text
 
 
-def plan_section(result: dict, svg, table) -> list[str]:
+def plan_section(result: dict, svg, table, served: list | None = None, not_served: str | None = None) -> list[str]:
     """The section's HTML parts; `svg(fig)` inlines a figure, `table(headers, rows, numeric,
-    raw_headers)` writes a table (output/html.py's)."""
+    raw_headers)` writes a table (output/html.py's); `served`: plan_check.serve_plan's rows."""
     from .plan_plot import pareto_figure
 
     esc = html.escape
     out = [f"<h2>Plan: the cheapest deployment meeting {esc(result['slo'])}</h2>",
            f"<p class=\"note\">From <code>kvreplay plan</code> on this trace (digest {esc(result['trace_digest'])}, "
-           f"checked). Every SLO must hold in every window of arrivals; judged at {esc(WHERE[result['judged_at']])}; "
-           f"{esc(result['pricing'])} prices. The search made {result['runs']:,} simulations "
-           f"({result['cache_hits']:,} answered from memory, {result['disk_hits']:,} from a cache directory); "
+           f"checked), for {esc(str(result.get('model')))}. Every SLO must hold in every window of the judged span "
+           f"(warm-up <code>--warmup {esc(str(result.get('warmup_spec', 'auto')))}</code>: each run's first arrivals are "
+           f"served, not judged; windows with fewer than {result.get('min_window_requests', 50)} requests are merged); "
+           f"judged at {esc(WHERE[result['judged_at']])}; {esc(result['pricing'])} prices. The search made "
+           f"{result['runs']:,} simulations ({result['cache_hits']:,} answered from memory, {result['disk_hits']:,} from a "
+           "cache directory); "
            + ("monotonicity (more instances never miss what fewer met) held on every run." if not
               result["monotonicity_violations"] else
               f"{len(result['monotonicity_violations'])} runs broke monotonicity (see the plan's JSON).")
@@ -30,9 +34,48 @@ def plan_section(result: dict, svg, table) -> list[str]:
     if result.get("calibration_warnings"):
         out.append("<p class=\"note\" data-note=\"plan-calibration\"><b>Time model.</b> Where the calibrated roofline "
                    "leaves what it was checked on: " + "; ".join(esc(w) for w in result["calibration_warnings"]) + ".</p>")
+    if served:
+        out += _served_block(served, table)
+    elif not_served:
+        out.append(f"<p class=\"note\" data-note=\"plan-not-served\"><b>Not served again.</b> {esc(not_served)}</p>")
     for block in result["loads"]:
         out += _load_block(block, table)
     out.append(f"<div class=\"figure\">{svg(pareto_figure(result))}</div>")
+    return out
+
+
+def _served_block(served: list, table) -> list[str]:
+    """Each load's chosen deployment, served again here, and judged as the plan judged it."""
+    esc = html.escape
+    rows = []
+    for row in served:
+        what = f"&times;{row['load']:g}" if row["load_kind"] == "speedup" else f"{row['load']:g} requests/s"
+        best = row["best"]
+        if best is None:
+            rows.append([what, "no configuration met the SLOs", "", "", "", "", "", ""])
+            continue
+        s, v = row["summary"], row["verdict"]
+        band = s.get("latency_band_s") or {}
+        p90 = seconds_text(s["latency_s"]["ttft"]["p90"])
+        if band:
+            lo, hi = band["ttft"]["p90"]
+            p90 += f" [{seconds_text(lo)} - {seconds_text(hi)}]"
+        r = {"finished": s["finished"], "judged_requests": s["requests"], "refused_context": s["refused_context"],
+             "rejected": s["rejected"]}
+        verdict = ("<b>meets</b>" if v["meets"] else "<b>MISSES</b>") + f" at the {esc(row['judged_at'])}: " + \
+            esc(binding_cell(v["binding"])) + ("" if row["matches_plan"] else " (<b>differs from the plan's run</b>)")
+        k = s["keeps_up"]
+        rows.append([what, f"{best['instances']} &times; {best['tp']} &times; {esc(best['gpu'])}, "
+                           f"{esc(best['router'])}, {esc(best['policy'])}, tiers {esc(best['tiers'])}",
+                     p90, f"{100 * s['hit_rate']:.2f}%", denominators(r),
+                     keeps_up_cell({"stable": k["keeps_up"], "stable_at_centre": k.get("centre_keeps_up")}), verdict])
+    out = ["<h3>The chosen deployments, served again</h3>",
+           "<p class=\"note\" data-note=\"plan-served\">Each load's cheapest deployment, simulated here with the plan's "
+           "model, GPUs, TP, instances, router, policy, tiers, load and warm-up, at the band's two ends and its centre; "
+           "judged with the plan's SLOs and windows at the end it judged at. Figures over the finished judged requests "
+           "(after the warm-up); refused requests are past max_model_len, rejected ones never fit a pool.</p>"]
+    out.append(table(["load", "deployment", "TTFT p90 [band]", "hit rate", "finished of judged (refused, rejected)",
+                      "keeps up", "SLOs"], rows, [False, False, True, True, True, False, False], raw_headers=True))
     return out
 
 
@@ -40,27 +83,23 @@ def _load_block(block: dict, table) -> list[str]:
     esc = html.escape
     what = f"load &times;{block['load']:g}" if block["load_kind"] == "speedup" else \
         f"Poisson {block['load']:g} requests/s"
-    out = [f"<h3>{what}</h3>",
-           f"<p class=\"note\">{block['evaluated']} configurations searched, {block['pruned']} pruned (even their "
-           f"fewest possible instances cost more than the best), {len(block['skipped'])} skipped.</p>"]
+    out = [f"<h3>{what}</h3>", f"<p class=\"note\">{esc(counts_text(block))}.</p>"]
     if block["best"] is None:
         c = block.get("closest")
         out.append("<p><b>No configuration meets the SLOs.</b>" + (
-            f" Closest: {esc(c['config'])} at {c['instances']} instances: {esc(c['why'])}.</p>" if c else "</p>"))
-        return out
+            f" Closest: {esc(c['config'])}: {esc(c['why'])}.</p>" if c else "</p>"))
     rows = []
-    for rank, r in [("best", block["best"])] + [(str(k + 2), r) for k, r in enumerate(block["runners_up"])]:
-        b = r.get("binding") or {}
-        rows.append([rank, f"{r['instances']} &times; {r['tp']} &times; {esc(r['gpu'])}",
-                     "-" if r.get("instances_at_centre") is None else str(r["instances_at_centre"]), esc(r["tiers"]),
-                     esc(r["router"]), esc(r["policy"]), f"{r['cost_per_hour']:,.2f}",
-                     "-" if r["usd_per_million_input"] is None else f"{r['usd_per_million_input']:,.3f}",
-                     f"{100 * r['hit_rate']:.2f}%",
-                     f"{esc(str(b.get('objective')))} {seconds_text(b.get('value_s', 0))} / "
-                     f"{seconds_text(b.get('limit_s', 0))} (from {seconds_text(b.get('window_start_s', 0))})"])
-    out.append(table(["", "instances &times; TP &times; GPU", "at band centre", "tiers", "router", "policy", "USD/h",
-                       "USD/M input", "hit rate", "binding objective (worst window)"], rows,
-                      [False, False, True, False, False, False, True, True, True, False], raw_headers=True))
+    for k, r in enumerate(block["tried"]):
+        n = r.get("instances")
+        searched = r["verdict"] in ("meets", "misses")
+        rows.append(["chosen" if r.get("chosen") else esc(r["verdict"]),
+                     f"{'-' if n is None else n} &times; {r['tp']} &times; {esc(r['gpu'])}", esc(band_cell(r)),
+                     esc(r["tiers"]), esc(r["router"]), esc(r["policy"]),
+                     "-" if r.get("cost_per_hour") is None else f"{r['cost_per_hour']:,.2f}",
+                     f"{100 * r['hit_rate']:.2f}%" if searched else "-", esc(r["why"])])
+    out.append(table(["verdict", "instances &times; TP &times; GPU", "instances low / centre / high", "tiers", "router",
+                      "policy", "USD/h", "hit rate", "why"], rows,
+                     [False, False, True, False, False, False, True, True, False], raw_headers=True))
     for t in block["tier_economics"]:
         v = t["versus_none"]
         if v is None:
@@ -69,5 +108,5 @@ def _load_block(block: dict, table) -> list[str]:
                    f"misses the SLOs at the {t['instances']} instances HBM only needs, so it saves no GPU")
         out.append(f"<p class=\"note\">Tier <code>{esc(t['tiers'])}</code> on {esc(t['config'].split(',')[0])}: "
                    f"{verdict}; TTFT p90 {seconds_text(v['ttft_p90_with_tiers_s'])} against "
-                   f"{seconds_text(v['ttft_p90_s'])} without it (whole trace).</p>")
+                   f"{seconds_text(v['ttft_p90_s'])} without it (judged span).</p>")
     return out

@@ -124,7 +124,7 @@ def sglang_budget_lines(src: dict) -> list[str]:
     return out
 
 
-def simulate_summary(trace, report) -> str:
+def simulate_summary(trace, report, checked: dict | None = None) -> str:
     s = report.summary()
     cfg = report.config()
     arr = cfg["arrivals"]
@@ -134,7 +134,7 @@ def simulate_summary(trace, report) -> str:
     if arr.get("rate_profile"):
         load += f", reshaped by the rate profile {arr['rate_profile']}"
     lines = [
-        f"trace      {trace_name(trace)}: {s['requests']:,} requests, {int(report.prompt_tokens.sum()):,} prompt "
+        f"trace      {trace_name(trace)}: {report.num_requests:,} requests, {int(report.prompt_tokens.sum()):,} prompt "
         f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {seconds_text(span)} ({load})",
         f"engine     {_describe_scheduler(cfg['scheduler'])}; cache policy {report.policy}",
     ]
@@ -227,6 +227,8 @@ def simulate_summary(trace, report) -> str:
     seq = s["sequential_hit_rate"]
     lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
                  "schedule)" + (f"; sequential replay, same policy and pool: {100 * seq:.2f}%" if seq is not None else ""))
+    if s.get("misses") is not None:
+        lines += served_misses_lines(s)
     if report.tiers is not None:
         lines.append(tiers_text(report.tiers))
     tp = s["throughput"]
@@ -274,34 +276,67 @@ def simulate_summary(trace, report) -> str:
         lines.append(f"warning    KV semantics: {report.kv_semantics['text']}")
     for text in (band or {}).get("warnings", []):
         lines.append(f"warning    calibration: {text}")
-    lines.append(verdict_text(s["keeps_up"], instances=report.instances))
+    lines.append(verdict_text(s["keeps_up"], instances=report.instances, checked=checked))
     return "\n".join(lines)
 
 
-def verdict_text(v: dict, *, instances: int) -> str:
-    """One line for the summary: keeps up, or where it does not and what would."""
+def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str:
+    """The summary's keeps-up line: yes (at the band's pessimistic end where there is a band), only
+    at the centre, or no with its worst window; and what would keep up, as estimated and, with
+    `checked` (fixcheck.check_fix), as the runs it suggests found."""
     win = f"{seconds_text(v['window_s'])} windows"
+    at = " at the band's pessimistic end" if v.get("judged_at", "").startswith("pessimistic") else ""
     if v["keeps_up"]:
-        return (f"keeps up   yes: worst p90 queueing {seconds_text(v['worst_queue_p90_s'])} in {win} (allowed "
-                f"{seconds_text(v['allowed_queue_s'])}), backlog {seconds_text(v['backlog_s'])}")
-    where = ""
-    if v["worst_window_start_s"] is not None:
-        where = (f"; in the worst window (arrivals from {seconds_text(v['worst_window_start_s'])}) p90 queueing is "
-                 f"{seconds_text(v['worst_queue_p90_s'])} against {seconds_text(v['allowed_queue_s'])} allowed")
-    text = (f"keeps up   NO ({win}){where}; it finished {seconds_text(v['backlog_s'])} after the last arrival "
-            f"(allowed {seconds_text(v['backlog_limit_s'])})")
+        return (f"keeps up   yes{at}: worst p90 queueing {seconds_text(v['worst_queue_p90_s'])} in {win} (allowed "
+                f"{seconds_text(v['allowed_queue_s'])}), backlog {seconds_text(v['backlog_s'])}"
+                + (f"; at that end {seconds_text(v['high']['worst_queue_p90_s'])}, backlog "
+                   f"{seconds_text(v['high']['backlog_s'])}" if v.get("high") else ""))
+    if v.get("only_at_centre"):
+        h = v["high"]
+        text = (f"keeps up   ONLY AT THE BAND'S CENTRE ({win}): at the centre the worst p90 queueing is "
+                f"{seconds_text(v['worst_queue_p90_s'])} (allowed {seconds_text(v['allowed_queue_s'])}); at the "
+                f"pessimistic end it is {seconds_text(h['worst_queue_p90_s'])} in the window from "
+                f"{seconds_text(h['worst_window_start_s'])}, backlog {seconds_text(h['backlog_s'])}")
+    else:
+        where = ""
+        if v["worst_window_start_s"] is not None:
+            where = (f"; in the worst window (arrivals from {seconds_text(v['worst_window_start_s'])}) p90 queueing "
+                     f"is {seconds_text(v['worst_queue_p90_s'])} against {seconds_text(v['allowed_queue_s'])} allowed")
+        text = (f"keeps up   NO ({win}){where}; it finished {seconds_text(v['backlog_s'])} after the last arrival "
+                f"(allowed {seconds_text(v['backlog_limit_s'])})")
     fix = v.get("fix")
-    if fix:
+    if fix and checked is not None:
+        text += "\n" + _checked_text(fix, checked, instances)
+    elif fix:
         options = []
         if fix["load"] is not None:
             options.append(f"about {fix['load']['value']:.3g} ({fix['load']['flag']} {fix['load']['value']:.3g}, "
                            f"x{fix['load_scale']:.2g} of this load)")
         options.append(f"about {fix['instances']} instances (--instances {fix['instances']}, now {instances})")
-        why = (f"the busiest window needs {fix['busiest_window_utilisation']:.0%} of the instances' measured rate"
-               if fix["basis"] == "work" else "bursts within a window queue for longer than the allowance")
-        text += ("\n           estimated to keep up at " + " or ".join(options) + f" ({why}); sweep around it to "
-                 "confirm: --speedups / --instances-list")
+        text += ("\n           estimated, not checked, to keep up at " + " or ".join(options) + "; sweep around it: "
+                 "--speedups / --instances-list")
     return text
+
+
+def _checked_text(fix: dict, checked: dict, instances: int) -> str:
+    """The verdict's estimates as the runs they suggest found them."""
+    why = (f"the busiest window needs {fix['busiest_window_utilisation']:.0%} of the instances' measured rate"
+           if fix["basis"] == "work" else "bursts within a window queue for longer than the allowance")
+    parts = []
+    for key in ("load", "instances"):
+        c = checked.get(key)
+        if c is None:
+            continue
+        what = (f"{c['flag']} {c['value']:.3g}" if key == "load" else f"--instances {c['value']} (now {instances})")
+        if c["keeps_up"]:
+            parts.append(f"{what}: checked, it keeps up (worst p90 queueing {seconds_text(c['worst_queue_p90_s'])})")
+        else:
+            parts.append(f"{what}: checked, it does NOT keep up"
+                         + (" (only at the band's centre)" if c["only_at_centre"] else
+                            f" (worst p90 queueing {seconds_text(c['worst_queue_p90_s'])} in the window from "
+                            f"{seconds_text(c['worst_window_start_s'])})")
+                         + ": the estimate did not hold; sweep further (--speedups / --instances-list)")
+    return f"           estimated from {why}; " + "; ".join(parts)
 
 
 def load_table(trace, rows: list[dict]) -> str:
@@ -312,9 +347,13 @@ def load_table(trace, rows: list[dict]) -> str:
                                                           f"{seconds_text(r['ttft_p50_high_s'])}]"
                                                           if r.get("ttft_p50_low_s") is not None else ""),
                   ttft90=seconds_text(r["ttft_p90_s"]),
-                  ok="yes" if r["stable"] else "no") for r in rows]
-    head = (f"{trace_name(trace)}: TTFT and hit rate against load (whole trace; hit rate % at first "
-            "schedule, sequential % for the same policy and pool over the same finished requests")
+                  ok=keeps_up_cell(r)) for r in rows]
+    warm = any((r.get("warmup_s") or 0) > 0 for r in rows)
+    head = (f"{trace_name(trace)}: TTFT and hit rate against load ("
+            + ("the judged requests, after each run's warm-up (--warmup)" if warm else
+               "every request, from an empty cache")
+            + "; hit rate % at first schedule, sequential % for the same policy and pool over the same finished "
+              "requests; keeps up at the band's pessimistic end, where there is a band")
     if rows and any(r.get("slo_attainment") is not None for r in rows):
         r0 = next(r for r in rows if r.get("slo_attainment") is not None)
         slos = " and ".join(f"{k} <= {1000 * v:g} ms" for k, v in (("TTFT", r0.get("slo_ttft_s")),
@@ -342,6 +381,23 @@ def load_table(trace, rows: list[dict]) -> str:
     return head + "\n" + table
 
 
+def denominators(r: dict) -> str:
+    """"10,507 of 10,507 (0, 0)": finished of judged requests (refused at arrival, rejected)."""
+    return (f"{_count(r['finished'])} of {_count(r.get('judged_requests', r['finished']))} ({_count(r.get('refused_context', 0))}, "
+            f"{_count(r.get('rejected', 0))})")
+
+
+def _count(n) -> str:
+    return f"{n:,}" if n is not None else "-"
+
+
+def keeps_up_cell(r: dict) -> str:
+    """A sweep row's keeps-up: yes (at the band's pessimistic end, where there is one), centre only, no."""
+    if r["stable"]:
+        return "yes"
+    return "centre only" if r.get("stable_at_centre") else "no"
+
+
 def tiers_text(tiers: dict) -> str:
     """Hit tokens per tier (HBM first), as run and simulate print them."""
     copies = {"move": "moved up", "keep": "copied up, kept below"}.get(tiers["copies"], tiers["copies"])
@@ -357,3 +413,15 @@ def tiers_text(tiers: dict) -> str:
     if tiers.get("load_s"):
         lines.append(f"  loading from the tiers took {seconds_text(tiers['load_s'])} of step time")
     return "\n".join(lines)
+
+
+def served_misses_lines(s: dict) -> list[str]:
+    """The served miss account (over the finished requests), concurrency split in two."""
+    from .misses import misses_lines
+
+    m = s["misses"]
+    split = m["concurrency"]
+    detail = {"concurrency": f"of which {split['still_computing']:,} tokens were still being computed by an earlier "
+                             f"request (scheduled before its prefix's prefill ended), {split['evicted_under_load']:,} "
+                             "evicted under load"}
+    return misses_lines(m["tokens"], m["not_measured"], s["prompt_tokens"], detail=detail)

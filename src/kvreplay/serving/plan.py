@@ -1,19 +1,24 @@
 """`kvreplay plan`: the cheapest deployment that meets an SLO at each load (docs/plan.md).
 
-The grid is GPU x TP x tiers x router x policy. For each configuration and load, the search
-finds the fewest identical instances that meet every objective in every window (slo.py):
-doubling from 1 until one passes, then bisecting between the last failure and the first pass.
-That relies on one monotonicity: adding an instance never makes a deployment miss an SLO it met.
-Every run the search makes is checked against it, and each violation is reported.
+The grid is GPU x TP x tiers x router x policy; without TP degrees, each GPU's of 1, 2, 4 and 8
+on which vLLM would start the model (fit.py). For each configuration and load, the search finds
+the fewest identical instances that meet every objective in every window of the judged span
+(slo.py; the warm-up before it is served, not judged: warmup.py): doubling from 1 until one
+passes, then bisecting between the last failure and the first pass. That relies on one
+monotonicity: adding an instance never makes a deployment miss an SLO it met. Every run the search
+makes is checked against it, and each violation is reported.
 
-Configurations are tried cheapest first, by the price of one instance. A configuration whose
-smallest possible cost (the instances its last failure proved too few, plus one) is already above
-the best passing cost is pruned, and counted. Runs are cached by (trace digest, configuration,
-instances, load), so a refined search, or the same point reached twice, simulates once.
+Before a configuration is searched, two things can settle it: vLLM would not start the model on
+its GPUs (unfit, fit.py), or a lower bound that holds on any number of instances is above a limit
+in some window (unreachable, floors.py). Configurations are then tried cheapest first, by the
+price of one instance; one whose smallest possible cost (the instances its last failure proved too
+few, plus one) is already at or above the best passing cost is pruned. Every configuration gets a
+row, with its verdict and why. Runs are cached by (trace digest, configuration, instances, load,
+band end, warm-up), so a refined search, or the same point reached twice, simulates once.
 
 Where the time model has an error band (the calibrated roofline), a configuration is judged on
-the band's pessimistic run (`judge="pessimistic"`, the default) or on its centre; each result
-says which.
+the band's pessimistic run (`judge="pessimistic"`, the default) or on its centre; each passing
+configuration also says how many instances it needs at both ends of the band and at its centre.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from itertools import product
 import numpy as np
 
 from ..errors import ConfigError
+from . import plan_rows
 from .prices import Prices
-from .slo import SLO, judge
-from .stats import nearest_rank
+from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
+from .warmup import AUTO, judged_mask, spec_text
 
 JUDGES = ("pessimistic", "centre")
+#: a band end's name in the runs' cache and the words the rows use for it
+END_TEXT = {"high": "pessimistic end of the band", "centre": "centre of the band", "low": "optimistic end of the band"}
 
 
 @dataclass(frozen=True)
@@ -51,8 +59,8 @@ class Config:
 
 @dataclass
 class Run:
-    """What the plan keeps of one simulation: the per-request times its SLOs are judged on and
-    the run's summary (slo.judge reads the same attributes as from a SimReport)."""
+    """What the plan keeps of one simulation: the per-request times its SLOs are judged on, the
+    warm-up, and the run's summary (slo.judge reads the same attributes as from a SimReport)."""
 
     policy: str
     summary: dict
@@ -61,11 +69,24 @@ class Run:
     tpot_s: np.ndarray
     e2e_s: np.ndarray
     finished: np.ndarray
+    warmup_s: float = 0.0
 
     @classmethod
     def of(cls, report) -> "Run":
         return cls(report.policy, report.summary(), report.arrival_s, report.ttft_s, report.tpot_s, report.e2e_s,
-                   report.finished)
+                   report.finished, report.warmup_s)
+
+    @property
+    def judged(self) -> np.ndarray:
+        return judged_mask(self.arrival_s, self.warmup_s)
+
+    @property
+    def counted(self) -> np.ndarray:
+        return self.finished & self.judged
+
+    @property
+    def judged_start_s(self) -> float:
+        return (float(self.arrival_s.min()) if self.arrival_s.size else 0.0) + self.warmup_s
 
     @property
     def num_requests(self) -> int:
@@ -87,7 +108,8 @@ class Run:
         buf = io.BytesIO()
         np.savez(buf, arrival_s=self.arrival_s, ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s,
                  finished=self.finished, doc=np.frombuffer(json.dumps(
-                     {"policy": self.policy, "summary": self.summary}, default=float).encode(), dtype=np.uint8))
+                     {"policy": self.policy, "summary": self.summary, "warmup_s": self.warmup_s},
+                     default=float).encode(), dtype=np.uint8))
         write_atomic(str(path), buf.getvalue())
 
     @classmethod
@@ -95,12 +117,12 @@ class Run:
         with np.load(path, allow_pickle=False) as z:
             doc = json.loads(z["doc"].tobytes().decode())
             return cls(doc["policy"], doc["summary"], z["arrival_s"], z["ttft_s"], z["tpot_s"], z["e2e_s"],
-                       z["finished"])
+                       z["finished"], float(doc.get("warmup_s", 0.0)))
 
 
 @dataclass
 class Search:
-    """The state of one plan: its cache of runs and what it counted."""
+    """The state of one plan: its settings, its cache of runs and what it counted."""
 
     trace: object
     model: str
@@ -111,6 +133,8 @@ class Search:
     options: dict
     max_instances: int
     cache_dir: str | None = None
+    warmup: object = AUTO
+    min_requests: int = MIN_WINDOW_REQUESTS
     cache: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
     runs: int = 0
@@ -125,38 +149,70 @@ class Search:
             self.models["digest"] = trace_digest(self.trace)
         return self.models["digest"]
 
+    def shared(self) -> dict:
+        """What a worker needs to rebuild this search (the executors' tasks)."""
+        return {"model": self.model, "slo": self.slo, "prices": self.prices, "window_s": self.window_s,
+                "judge": self.judge, "options": self.options, "max_instances": self.max_instances,
+                "cache_dir": self.cache_dir, "warmup": self.warmup, "min_requests": self.min_requests}
 
-def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,), routers=("round-robin",),
-         policies=(None,), loads=(1.0,), rates=None, window_s: float | None = None, prices: Prices | None = None,
-         judge_at: str = "pessimistic", max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None,
-         jobs: int = 1, executor: str = "local", ray_address: str | None = None, **options):
-    """The cheapest configuration per load meeting `slo`, its runners-up, and what the search did:
-    a PlanResult (a JSON-ready dict; `.to_pandas()` has one row per configuration tried). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson arrivals at
-    these requests per second. `cache_dir`: keep every run there, named by the trace's digest and
-    its configuration, for later plans to reuse. `jobs` / `executor` / `ray_address`: search the
-    configurations at once on processes, threads or Ray (analysis/executors.py; nothing is pruned
-    then, since no search waits for another's best). `options` go to simulate()."""
+
+def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,), routers=("round-robin",),
+         policies=(None,), loads=(1.0,), rates=None, window_s: float | None = None, warmup=AUTO,
+         min_window_requests: int = MIN_WINDOW_REQUESTS, prices: Prices | None = None, judge_at: str = "pessimistic",
+         max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None, jobs: int = 1,
+         executor: str = "local", ray_address: str | None = None, progress=None, **options):
+    """The cheapest configuration per load meeting `slo`, its runners-up, and every configuration
+    tried with its verdict: a PlanResult (a JSON-ready dict; `.to_pandas()` has one row per
+    configuration tried). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson
+    arrivals at these requests per second. `tps`: TP degrees (None: each GPU's of 1, 2, 4 and 8
+    on which vLLM would start the model). `warmup`: the first part of each run's arrivals, served
+    but not judged ("auto", a fraction, a duration such as "10m", or 0 for a cold start;
+    warmup.py). `window_s` / `min_window_requests`: the windows every SLO must hold in, merged
+    until each has that many requests (slo.py). `cache_dir`: keep every run there, named by the
+    trace's digest and its configuration, for later plans to reuse. `jobs` / `executor` /
+    `ray_address`: search the configurations at once on processes, threads or Ray
+    (analysis/executors.py; nothing is pruned on cost then, since no search waits for another's
+    best). `progress(done, total)`: called as configurations finish. `options` go to simulate()."""
     from ..engine.replay import as_trace
 
     if judge_at not in JUDGES:
         raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {judge_at!r}")
     if not any(True for _ in slo.objectives()):
         raise ConfigError("give at least one SLO (--slo-ttft-p90, --slo-tpot-p90 or --slo-e2e-p99)")
+    if "warmup_fraction" in options:
+        raise ConfigError("plan judges a warm server with warmup= (--warmup: auto, a fraction of the arrival span "
+                          "such as 0.2, a duration such as 10m, or 0); warmup_fraction (--warmup-fraction) is "
+                          "replay's and does not apply")
+    spec_text(warmup)  # checked before any run
+    if isinstance(min_window_requests, bool) or not isinstance(min_window_requests, (int, np.integer)) \
+            or min_window_requests < 1:
+        raise ConfigError(f"min_window_requests (--min-window-requests) must be a whole number >= 1, got "
+                          f"{min_window_requests!r}")
     from .semantics import one_semantics
 
     options, semantics_note = one_semantics(model, options, tiers, policies)
     s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
-               judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir)
+               judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir, warmup=warmup,
+               min_requests=int(min_window_requests))
     if cache_dir is not None:
         os.makedirs(cache_dir, exist_ok=True)
     parallel = jobs > 1 or executor != "local"
-    configs = [Config(g, int(t), tr, r, p) for g, t, tr, r, p in product(gpus, tps, tiers, routers, policies)]
-    out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing, "loads": []}
+    configs, unfit = _configs(s, gpus, tps, tiers, routers, policies)
+    out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing,
+           "warmup_spec": spec_text(warmup), "min_window_requests": s.min_requests,
+           "tp_searched": "given" if tps is not None else "every TP of 1, 2, 4 and 8 on which vLLM would start the "
+                                                          "model", "loads": []}
     points = [("rate", float(r)) for r in rates] if rates is not None else [("speedup", float(x)) for x in loads]
+    tracker = _Tracker(progress, (len(configs) + len(unfit)) * len(points))
     for point in points:
-        out["loads"].append(_plan_load_parallel(s, configs, point, runners_up, jobs, executor, ray_address)
-                            if parallel else _plan_load(s, configs, point, runners_up))
-    out.update(runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
+        block = (_plan_load_parallel(s, configs, point, jobs, executor, ray_address, tracker) if parallel
+                 else _plan_load(s, configs, point, tracker))
+        if block["probes"] is None:
+            block["probes"] = probes(s, point)
+        out["loads"].append(plan_rows.summarise(point, block, unfit, runners_up))
+        tracker.advance(len(unfit))
+    out.update(model=model, window_s=window_s, run_options=run_options(options),
+               runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
                calibration_warnings=_calibration_warnings(s, configs))
     from .plan_result import PlanResult
@@ -164,7 +220,73 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=(1,), tiers=(None,)
     return PlanResult(out)
 
 
-def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
+#: simulate()'s options a plan's JSON keeps, so that `kvreplay report --plan` can serve its chosen
+#: deployment again exactly as the plan did (JSON values only)
+RUN_OPTIONS = ("time_model", "weights_dtype", "kv_dtype", "block_size", "max_model_len", "rate_profile",
+               "kv_semantics", "gpu_memory_utilization", "engine_style", "seed")
+
+
+def run_options(options: dict) -> dict:
+    """The options a plan's runs were made with, as JSON (a time model or rate profile given as an
+    object rather than a name is named by its description, and marked not reproducible)."""
+    out = {}
+    for k in RUN_OPTIONS:
+        if k in options and options[k] is not None:
+            v = options[k]
+            out[k] = v if isinstance(v, (str, int, float, bool)) else {"not_reproducible": repr(v)[:200]}
+    unknown = sorted(k for k in options if k not in RUN_OPTIONS and options[k] is not None)
+    if unknown:
+        out["other"] = {k: repr(options[k])[:200] for k in unknown}
+    return out
+
+
+class _Tracker:
+    """The progress callback's count of configurations searched (every load's)."""
+
+    def __init__(self, progress, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.progress is not None and n:
+            self.progress(self.done, self.total)
+
+
+def _configs(s: Search, gpus, tps, tiers, routers, policies) -> tuple[list, list]:
+    """The configurations to search, and the unfit ones with why (vLLM would not start the model
+    on their GPUs): each GPU at the TP degrees given, or at 1, 2, 4 and 8."""
+    from .fit import TP_DEGREES, unfit_reason
+
+    kw = dict(weights_dtype=s.options.get("weights_dtype", "bf16"), kv_dtype=s.options.get("kv_dtype"),
+              gpu_memory_utilization=s.options.get("gpu_memory_utilization", 0.9),
+              max_model_len=s.options.get("max_model_len"))
+    searched, unfit = [], []
+    for g, t in product(gpus, TP_DEGREES if tps is None else tps):
+        reason = _unfit(s, g, int(t), kw, unfit_reason)
+        for tr, r, p in product(tiers, routers, policies):
+            c = Config(g, int(t), tr, r, p)
+            (searched if reason is None else unfit).append(c if reason is None else (c, reason))
+    if not searched and not unfit:
+        raise ConfigError("no configuration to search: give --gpus and --tp")
+    return searched, unfit
+
+
+def _unfit(s: Search, gpu: str, tp: int, kw: dict, unfit_reason) -> str | None:
+    """Why vLLM would not start the model on `tp` x `gpu` (None: it would, or the GPU or model is
+    not one the catalog places, left for the run to say)."""
+    from ..analysis.models import get_model
+
+    try:
+        get_model(s.model)
+        from .timing.gpus import get_gpu
+
+        get_gpu(gpu)
+    except ConfigError:
+        return None
+    return unfit_reason(s.model, gpu, tp, **kw)
+
+
+def _plan_load(s: Search, configs: list, load: tuple, tracker: _Tracker) -> dict:
     """Every configuration at one load, cheapest instance first; prune what cannot beat the best.
     A tiered configuration whose HBM-only twin passed is searched up to the twin's instance count
     instead of pruned, for its tier economics (the GPUs the tier saves, or the TTFT it buys)."""
@@ -173,25 +295,30 @@ def _plan_load(s: Search, configs: list, load: tuple, runners_up: int) -> dict:
         try:
             priced.append((instance_cost(s, c)[0], c))
         except ConfigError as e:
-            skipped.append({"config": c.text(), "reason": str(e)})
+            skipped.append({"config": c, "reason": str(e)})
+            tracker.advance()
     priced.sort(key=lambda x: x[0])
-    results, pruned, best = [], [], math.inf
+    results, pruned, unreachable, best = [], [], [], math.inf
     for per_instance, c in priced:
+        floor = floor_binding(s, c, load)
         twin = _passing_twin(results, c)
-        if twin is not None:
-            r = _fewest_instances(s, c, load, max_cost=math.inf, per_instance=per_instance, limit=twin["instances"])
+        if floor is not None:
+            unreachable.append(plan_rows.unreachable(c, per_instance, floor))
+        elif twin is not None:
+            results.append(_fewest_instances(s, c, load, max_cost=math.inf, per_instance=per_instance,
+                                             limit=twin["instances"]))
         elif per_instance >= best:  # even one instance costs more than the best found
-            pruned.append(_pruned(c, 1, per_instance, best))
-            continue
+            pruned.append(plan_rows.pruned(c, 1, per_instance, best))
         else:
             r = _fewest_instances(s, c, load, max_cost=best, per_instance=per_instance)
-        if r.get("pruned"):
-            pruned.append(_pruned(c, r["at"], per_instance, best))
-            continue
-        results.append(r)
-        if r["meets"]:
-            best = min(best, r["cost_per_hour"])
-    return _summarise(s, load, results, skipped, pruned, runners_up)
+            if r.get("pruned"):
+                pruned.append(plan_rows.pruned(c, r["at"], per_instance, best, r.get("missed_at"), r.get("binding")))
+            else:
+                results.append(r)
+                if r["meets"]:
+                    best = min(best, r["cost_per_hour"])
+        tracker.advance()
+    return {"results": results, "pruned": pruned, "unreachable": unreachable, "skipped": skipped, "probes": None}
 
 
 def _passing_twin(results: list, c: Config) -> dict | None:
@@ -205,67 +332,47 @@ def _passing_twin(results: list, c: Config) -> dict | None:
     return None
 
 
-def _pruned(c: Config, instances: int, per_instance: float, best: float) -> dict:
-    return {**_config_columns(c), "verdict": "pruned", "instances": instances, "cost_per_hour": per_instance * instances,
-            "why": f"{instances} instances, the fewest it could still need, cost {per_instance * instances:,.2f} "
-                   f"USD/h, not below the best found ({best:,.2f} USD/h)"}
-
-
-def _config_columns(c: Config) -> dict:
-    return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
-            "policy": c.policy or "vllm"}
-
-
-def _plan_load_parallel(s: Search, configs: list, load: tuple, runners_up: int, jobs: int, executor: str,
-                        ray_address) -> dict:
-    """Every configuration's search at once, on an executor (none is pruned)."""
+def _plan_load_parallel(s: Search, configs: list, load: tuple, jobs: int, executor: str, ray_address,
+                        tracker: _Tracker) -> dict:
+    """Every configuration's search at once, on an executor (none is pruned on cost)."""
     from ..analysis.executors import Task, run
 
-    shared = {"model": s.model, "slo": s.slo, "prices": s.prices, "window_s": s.window_s, "judge": s.judge,
-              "options": s.options, "max_instances": s.max_instances, "cache_dir": s.cache_dir}
+    shared = s.shared()
     tasks = [Task(kind="call", trace=0, function=search_task,
                   options=(("config", c), ("load", load), ("search", shared))) for c in configs]
-    results, skipped, found = [], [], []
-    for (out,) in run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address):
-        if "skipped" in out:
-            skipped.append(out["skipped"])
-            continue
-        results.append(out["result"])
-        found += out["probes"]
+    block = {"results": [], "pruned": [], "unreachable": [], "skipped": [], "probes": []}
+    done = tracker.done
+    for (out,) in run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address,
+                      progress=lambda k, _: tracker.advance(done + k - tracker.done)):
+        for kind in ("skipped", "unreachable"):
+            if kind in out:
+                block[kind].append(out[kind])
+        if "result" in out:
+            block["results"].append(out["result"])
+        block["probes"] += out["probes"]
         s.runs += out["runs"]
         s.cache_hits += out["cache_hits"]
         s.disk_hits += out["disk_hits"]
         s.violations += [v for v in out["violations"] if v not in s.violations]
-    return _summarise(s, load, results, skipped, [], runners_up, found)
+    tracker.advance(done + len(configs) - tracker.done)
+    return block
 
 
 def search_task(trace, options: dict) -> dict:
     """One configuration's search at one load, in a worker (the executors call it by name)."""
     s = Search(trace=trace, **options["search"])
-    c = options["config"]
+    c, load = options["config"], options["load"]
+    counts = lambda: {"runs": s.runs, "cache_hits": s.cache_hits, "disk_hits": s.disk_hits,  # noqa: E731
+                      "violations": s.violations, "probes": probes(s, load)}
     try:
         per_instance = instance_cost(s, c)[0]
     except ConfigError as e:
-        return {"skipped": {"config": c.text(), "reason": str(e)}}
-    r = _fewest_instances(s, c, options["load"], max_cost=math.inf, per_instance=per_instance)
-    return {"result": r, "runs": s.runs, "cache_hits": s.cache_hits, "disk_hits": s.disk_hits,
-            "violations": s.violations, "probes": probes(s, options["load"])}
-
-
-def _summarise(s: Search, load: tuple, results: list, skipped: list, pruned: list, runners_up: int,
-               found: list | None = None) -> dict:
-    passing = sorted((r for r in results if r["meets"]), key=lambda r: r["cost_per_hour"])
-    for r in results:
-        r["verdict"] = "meets" if r["meets"] else "misses"
-        r["why"] = _passes_because(r) if r["meets"] else _why(s, r)
-    tried = results + pruned + [{"config": k["config"], "verdict": "skipped", "why": k["reason"]} for k in skipped]
-    out = {"load_kind": load[0], "load": load[1], "best": passing[0] if passing else None,
-           "runners_up": passing[1:1 + runners_up], "pruned": len(pruned), "skipped": skipped, "evaluated": len(results),
-           "tier_economics": _tier_economics(results), "tried": tried,
-           "probes": sorted(probes(s, load) if found is None else found, key=lambda p: (p["config"], p["instances"]))}
-    if not passing:
-        out["closest"] = _closest(s, results, load)
-    return out
+        return {"skipped": {"config": c, "reason": str(e)}, **counts()}
+    floor = floor_binding(s, c, load)
+    if floor is not None:
+        return {"unreachable": plan_rows.unreachable(c, per_instance, floor), **counts()}
+    r = _fewest_instances(s, c, load, max_cost=math.inf, per_instance=per_instance)
+    return {"result": r, **counts()}
 
 
 def probes(s: Search, load: tuple) -> list:
@@ -273,47 +380,12 @@ def probes(s: Search, load: tuple) -> list:
     the band end it judges): cost, TTFT p90 and verdict, for the cost-vs-TTFT plot."""
     out = []
     for (c, n, ld, end), e in s.cache.items():
-        if ld != load or (s.judge == "pessimistic" and e["judged_at"] == "centre of the band"):
-            continue  # (the runs searching the band centre's count are not the judged ones)
+        if ld != load or end != (_judged_end(s) if _banded(s, c) else "centre"):
+            continue  # (the runs searching the other band ends' counts are not the judged ones)
         out.append({"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "instances": n,
                     "cost_per_hour": instance_cost(s, c)[0] * n, "meets": e["meets"],
                     "ttft_p90_s": e["report"].summary["latency_s"]["ttft"]["p90"],
                     "worst_window_ttft_p90_s": e["verdict"]["worst_window_s"].get("TTFT p90")})
-    return out
-
-
-def _passes_because(r: dict) -> str:
-    b = r["binding"] or {}
-    return (f"the fewest instances that pass: {b.get('objective')} {b.get('value_s', 0):.3g} s against "
-            f"{b.get('limit_s', 0):g} s in the binding window (from {b.get('window_start_s', 0):,.0f} s), judged at "
-            f"the {r['judged_at']}")
-
-
-def _tier_economics(results: list) -> list:
-    """Per searched configuration with tiers: what it costs against the same GPU, TP, router and
-    policy without them (the GPUs the tier saves and their price, and the TTFT each gets). A tiered
-    configuration is searched up to its HBM-only twin's count, so one that misses there saves none."""
-    plain = {(r["gpu"], r["tp"], r["router"], r["policy_asked"]): r for r in results
-             if r["tiers"] == "none" and r["meets"]}
-    out = []
-    for r in results:
-        if r["tiers"] == "none":
-            continue
-        base = plain.get((r["gpu"], r["tp"], r["router"], r["policy_asked"]))
-        if base is None and not r["meets"]:
-            continue
-        row = {"config": r["config"], "tiers": r["tiers"], "instances": r["instances"], "meets": r["meets"],
-               "cost_per_hour": r["cost_per_hour"], "ttft_p90_s": r["ttft_p90_s"]}
-        if base is None:
-            row["versus_none"] = None  # HBM only did not pass, or was pruned before it was searched
-        else:
-            saved = base["gpus"] - r["gpus"] if r["meets"] else 0
-            row["versus_none"] = {"instances": base["instances"], "cost_per_hour": base["cost_per_hour"],
-                                  "gpus_saved": saved,
-                                  "saves_per_hour": base["cost_per_hour"] - r["cost_per_hour"] if r["meets"] else None,
-                                  "ttft_p90_s": base["ttft_p90_s"], "ttft_p90_with_tiers_s": r["ttft_p90_s"],
-                                  "same_instances": r["instances"] == base["instances"]}
-        out.append(row)
     return out
 
 
@@ -374,23 +446,92 @@ def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per
         else:
             lo, n = n, n * 2
     if hi is None:
-        return {"pruned": True, "at": n + 1} if affordable < top else _result(s, c, top, load)
+        if affordable < top:  # (the most it can afford missed: the binding window at that count says by how much)
+            return {"pruned": True, "at": n + 1, "missed_at": n, "binding": e["verdict"]["binding"]}
+        return _result(s, c, top, load)
+    hi = _bisect(s, c, load, _judged_end(s), lo, hi)
+    return _result(s, c, hi, load)
+
+
+def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
+    """The row of a searched configuration at `n` instances (the fewest that pass, or the most tried)."""
+    e = evaluate(s, c, n, load)
+    r, v = e["report"], e["verdict"]
+    per_instance, sources = instance_cost(s, c)
+    cost = per_instance * n
+    summ = r.summary
+    hours = summ["duration_s"] / 3600 if summ["duration_s"] else None
+    per_m = (lambda tokens: cost * hours / tokens * 1e6 if hours and tokens else None)  # noqa: E731
+    per_token = prefill_seconds_per_token(s, c)
+    saved = (summ["hit_tokens"] / hours * per_token * per_instance / 3600 if hours and per_token is not None else None)
+    band = band_instances(s, c, n, load) if e["meets"] else None
+    return {**plan_rows.config_columns(c), "load_kind": load[0], "load": load[1], "cache_saved_per_hour": saved,
+            "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"], "hit_tokens": summ["hit_tokens"],
+            "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
+            "instances_band": band,
+            "instances_at_low": None if band is None else band["low"],
+            "instances_at_centre": None if band is None else band["centre"],
+            "instances_at_high": None if band is None else band["high"],
+            "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
+            "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
+            "hit_rate": summ["hit_rate"], "binding": v["binding"], "window_s": v["window_s"],
+            "window_grouping": v["grouping"], "judged_requests": v["judged_requests"],
+            "judged_start_s": v["judged_start_s"], "warmup": summ["window"].get("warmup"),
+            "worst_window_s": v["worst_window_s"],
+            "goodput_per_s": v["goodput_per_s"], "attainment": v["attainment"],
+            "unserved_requests": v["unserved_requests"],
+            "refused_context": summ["whole_run"]["refused_context"], "rejected": summ["whole_run"]["rejected"],
+            "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"],
+            "floor_in_binding_s": None if e["meets"] else floor_in(s, c, load, v["binding"])}
+
+
+def _bisect(s: Search, c: Config, load: tuple, end: str, lo: int, hi: int) -> int:
+    """The fewest instances in (lo, hi] meeting the SLOs at the band's `end`; `hi` meets, `lo` not."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if evaluate(s, c, mid, load)["meets"]:
+        if evaluate(s, c, mid, load, end)["meets"]:
             hi = mid
         else:
             lo = mid
-    return _result(s, c, hi, load)
+    return hi
+
+
+def band_instances(s: Search, c: Config, n: int, load: tuple) -> dict | None:
+    """A passing configuration's fewest instances at each end of the time model's band and at its
+    centre ({"low", "centre", "high"}; None without a band). Judged at the pessimistic end, `n` is
+    the high end's count and the centre's and the low end's are bisected below it (their steps are
+    never slower); judged at the centre, the high end's is searched above `n` (None past
+    --max-instances)."""
+    if not _banded(s, c):
+        return None
+    if s.judge == "pessimistic":
+        centre = _bisect(s, c, load, "centre", 0, n)
+        return {"low": _bisect(s, c, load, "low", 0, centre), "centre": centre, "high": n}
+    high, lo = None, n - 1
+    k = n
+    while k <= s.max_instances:
+        if evaluate(s, c, k, load, "high")["meets"]:
+            high = _bisect(s, c, load, "high", lo, k)
+            break
+        lo, k = k, min(k * 2, s.max_instances) if k < s.max_instances else s.max_instances + 1
+    return {"low": _bisect(s, c, load, "low", 0, n), "centre": n, "high": high}
+
+
+def _judged_end(s: Search) -> str:
+    return "high" if s.judge == "pessimistic" else "centre"
+
+
+def _banded(s: Search, c: Config) -> bool:
+    tm = _time_model(s, c)
+    return tm is not None and hasattr(tm, "at_band")
 
 
 def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) -> dict:
     """One run, from the cache when this point was simulated before; checks monotonicity. `end`:
-    "high" or "centre" of the time model's band (default: the one the plan judges at); a time model
-    without a band has only its centre."""
-    tm = _time_model(s, c)
-    banded = tm is not None and hasattr(tm, "at_band")
-    end = (end or ("high" if s.judge == "pessimistic" else "centre")) if banded else "centre"
+    "low", "high" or "centre" of the time model's band (default: the one the plan judges at); a
+    time model without a band has only its centre."""
+    banded = _banded(s, c)
+    end = (end or _judged_end(s)) if banded else "centre"
     key = (c, n, load, end)
     if key in s.cache:
         s.cache_hits += 1
@@ -402,19 +543,21 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
         run, s.disk_hits = Run.load(path), s.disk_hits + 1
     else:
         options = dict(s.options)
-        if banded:  # one run at that end of the band (not the band's three)
-            options["time_model"] = tm.at_band("high") if end == "high" else tm
+        if banded:  # one run at that end of the band (not the band's three), the host's terms at theirs
+            tm = _time_model(s, c)
+            options["time_model"] = tm if end == "centre" else tm.at_band(end)
+            options["host"] = _host(s, c, end)
         report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
                           tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
                           rate=load[1] if load[0] == "rate" else None, compare_sequential=False, band_runs=False,
-                          **options)
+                          warmup=s.warmup, **options)
         s.runs += 1
         run = Run.of(report)
         if path is not None:
             run.save(path)
-    at = ("pessimistic end of the band" if end == "high" else "centre of the band") if banded else "centre (no band)"
-    verdict = judge(run, s.slo, s.window_s)
-    entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": at, "report": run}
+    verdict = judge(run, s.slo, s.window_s, s.min_requests)
+    entry = {"meets": verdict["meets"], "verdict": verdict, "judged_at": END_TEXT[end] if banded else "centre (no band)",
+             "report": run}
     s.cache[key] = entry
     _check_monotone(s, c, load, end)
     return entry
@@ -422,25 +565,28 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
 
 #: what a cached run's meaning depends on beyond its inputs: 2 since auto KV semantics serve a
 #: hybrid model with vLLM's hybrid manager (runs cached before served it as full attention); 3
-#: since they serve Mamba hybrids with it too
-CACHE_VERSION = 3
+#: since they serve Mamba hybrids with it too; 4 since a run carries its warm-up
+CACHE_VERSION = 4
 
 
 @lru_cache(maxsize=1)
 def _calibration_digest() -> str:
     """The shipped roofline calibration's digest: a refit changes every calibrated run's times, so
     runs cached under other coefficients are not reused."""
+    from .timing.host import calibration as host_calibration
     from .timing.roofline import calibration_data
 
-    return hashlib.sha256(json.dumps(calibration_data()["gpus"], sort_keys=True).encode()).hexdigest()[:16]
+    data = [calibration_data()["gpus"], host_calibration()["terms"], host_calibration().get("band")]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _cache_path(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
     """The run's file in the cache directory: named by the trace's digest and everything the run
-    depends on (not the SLOs: a run is judged again for each)."""
+    depends on, its warm-up included (not the SLOs or windows: a run is judged again for each)."""
     if s.cache_dir is None:
         return None
-    key = json.dumps([CACHE_VERSION, _calibration_digest(), s.digest(), s.model, [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end,
+    key = json.dumps([CACHE_VERSION, _calibration_digest(), s.digest(), s.model,
+                      [c.gpu, c.tp, c.tiers, c.router, c.policy], n, list(load), end, spec_text(s.warmup),
                       sorted((k, repr(v)) for k, v in s.options.items())])
     return os.path.join(s.cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
 
@@ -449,65 +595,96 @@ def _check_monotone(s: Search, c: Config, load: tuple, end: str) -> None:
     done = sorted((n, e["meets"]) for (cc, n, ld, en), e in s.cache.items() if cc == c and ld == load and en == end)
     for (n1, m1), (n2, m2) in zip(done, done[1:]):
         if m1 and not m2:
-            v = {"config": c.text(), "load": load[1], "load_kind": load[0], "passes_at": n1, "fails_at": n2}
+            v = {"config": c.text(), "load": load[1], "load_kind": load[0], "passes_at": n1, "fails_at": n2,
+                 "band_end": end}
             if v not in s.violations:
                 s.violations.append(v)
 
 
-def _centre_instances(s: Search, c: Config, n: int, load: tuple) -> int | None:
-    """Judged at the band's pessimistic end, `n` instances meet the SLO: the fewest that meet it
-    at the band's centre (at most n: the centre's steps are never slower). None without a band."""
-    e = evaluate(s, c, n, load)
-    if not e["judged_at"].startswith("pessimistic") or not e["meets"]:
-        return None
-    lo, hi = 0, n
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if evaluate(s, c, mid, load, "centre")["meets"]:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+def floor_binding(s: Search, c: Config, load: tuple) -> dict | None:
+    """The window where `c`'s GPU and TP cannot meet an SLO on any number of instances, with the
+    bound's value there (floors.py), or None when the floors allow every objective everywhere (or
+    the time model has no floor)."""
+    key = ("floor", c.gpu, c.tp, load)
+    if key not in s.models:
+        s.models[key] = _floor(s, c, load)
+    return s.models[key]
 
 
-def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
-    e = evaluate(s, c, n, load)
-    r, v = e["report"], e["verdict"]
-    per_instance, sources = instance_cost(s, c)
-    cost = per_instance * n
-    summ = r.summary
-    hours = summ["duration_s"] / 3600 if summ["duration_s"] else None
-    per_m = (lambda tokens: cost * hours / tokens * 1e6 if hours and tokens else None)  # noqa: E731
-    per_token = _prefill_seconds_per_token(s, c)
-    saved = (summ["hit_tokens"] / hours * per_token * per_instance / 3600 if hours and per_token is not None else None)
-    return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
-            "policy_asked": c.policy, "load_kind": load[0], "load": load[1], "cache_saved_per_hour": saved, "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"],
-            "hit_tokens": summ["hit_tokens"],
-            "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
-            "instances_at_centre": _centre_instances(s, c, n, load),
-            "cost_per_hour": cost, "instance_cost_per_hour": per_instance, "price_sources": sources,
-            "usd_per_million_input": per_m(summ["prompt_tokens"]), "usd_per_million_output": per_m(summ["output_tokens"]),
-            "hit_rate": summ["hit_rate"], "binding": v["binding"], "window_s": v["window_s"],
-            "worst_window_s": v["worst_window_s"],
-            "goodput_per_s": v["goodput_per_s"], "attainment": v["attainment"],
-            "unserved_requests": v["unserved_requests"],
-            "ttft_p90_s": summ["latency_s"]["ttft"]["p90"], "tpot_p90_s": summ["latency_s"]["tpot"]["p90"]}
-
-
-def _prefill_seconds_per_token(s: Search, c: Config) -> float | None:
-    """Seconds one instance spends per prompt token in a full 8,192-token prefill step (the time
-    model's; None for a time model that is not a function of the GPU)."""
-    from .timing.models import StepBatch
+def _floor(s: Search, c: Config, load: tuple) -> dict | None:
+    from .floors import request_floors
+    from .simulate import Scheduler, arrival_times
+    from .warmup import resolve as resolve_warmup
 
     tm = _time_model(s, c)
     if tm is None:
         return None
-    chunk = 8192
-    return float(tm.step_time(StepBatch(prefill_new=(chunk,), prefill_cached=(0,)))) / chunk
+    end = _judged_end(s) if hasattr(tm, "at_band") else "centre"
+    at_end = tm.at_band(end) if end != "centre" else tm
+    arrival_s, _ = arrival_times(s.trace, speedup=load[1] if load[0] == "speedup" else None,
+                                 rate=load[1] if load[0] == "rate" else None, seed=s.options.get("seed", 0),
+                                 rate_profile=s.options.get("rate_profile"))
+    block_size = _block_size(s)
+    warm = resolve_warmup(s.warmup, s.trace, arrival_s, block_size)
+    judged = judged_mask(arrival_s, warm.seconds)
+    scheduler = s.options.get("scheduler") or Scheduler(style=s.options.get("engine_style", "vllm"))
+    if scheduler.style == "sglang":
+        chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
+    else:
+        chunk = scheduler.max_num_batched_tokens if scheduler.chunked_prefill else None
+    floors = request_floors(s.trace, arrival_s, at_end, tm, block_size=block_size, chunk=chunk,
+                            any_order=scheduler.schedule_policy != "fcfs", host=_host(s, c, end),
+                            max_seqs=scheduler.max_num_seqs)
+    start = (float(arrival_s.min()) if arrival_s.size else 0.0) + warm.seconds
+    windows = Windows.of(arrival_s, judged, start, s.window_s)
+    values = {k: v[judged] for k, v in floors.values().items()}
+    s.models[("floor values", c.gpu, c.tp, load)] = (windows, values)
+    worst = worst_windows(windows, values, np.ones(int(judged.sum()), dtype=bool), s.slo, s.min_requests)
+    b = worst["binding"]
+    if b is None or b["ratio"] <= 1.0:
+        return None
+    return {**b, "judged_at": END_TEXT[end] if hasattr(tm, "at_band") else "centre (no band)",
+            "hit": "earlier arrivals" if scheduler.schedule_policy == "fcfs" else "any other request"}
+
+
+def floor_in(s: Search, c: Config, load: tuple, binding: dict | None) -> float | None:
+    """The floor of `binding`'s objective over its window's requests (what no instance count can
+    go below there), or None without floors."""
+    from .stats import nearest_rank
+
+    floor_binding(s, c, load)
+    got = s.models.get(("floor values", c.gpu, c.tp, load))
+    if got is None or not binding:
+        return None
+    windows, values = got
+    p, attr = next((p, attr) for name, p, _, attr in s.slo.objectives() if name == binding["objective"])
+    first = int(round((binding["window_start_s"] - windows.start_s) / windows.window_s))
+    inside = (windows.index >= first) & (windows.index < first + binding["windows_merged"])
+    v = values[attr][inside]
+    v = np.sort(v[~np.isnan(v)])
+    return nearest_rank(v, p) if v.size else None
+
+
+def _block_size(s: Search) -> int:
+    from ..trace.model import resolve_block_size
+
+    return resolve_block_size(s.options.get("block_size"), s.trace)
+
+
+def _host(s: Search, c: Config, end: str):
+    """What the host CPU adds to `c`'s runs at `end` of the band (timing/host.py): the plan's
+    `host` option (default: the calibrated terms with the calibrated roofline), at the same end of
+    its own band, as simulate()'s band runs take it."""
+    from .timing.host import band_end
+    from .timing.host import resolve as resolve_host
+
+    terms = resolve_host(s.options.get("host"), _time_model(s, c))
+    return terms if end == "centre" else band_end(terms, end)
 
 
 def _time_model(s: Search, c: Config):
-    """The plan's time model on `c`'s GPUs (None for one that is not a function of them)."""
+    """The plan's time model on `c`'s GPUs, at its band's centre (None for one that is not a
+    function of them)."""
     from .simulate import _is_roofline
     from .timing import load_time_model
 
@@ -522,6 +699,18 @@ def _time_model(s: Search, c: Config):
     return s.models[key]
 
 
+def prefill_seconds_per_token(s: Search, c: Config) -> float | None:
+    """Seconds one instance spends per prompt token in a full 8,192-token prefill step (the time
+    model's; None for a time model that is not a function of the GPU)."""
+    from .timing.models import StepBatch
+
+    tm = _time_model(s, c)
+    if tm is None:
+        return None
+    chunk = 8192
+    return float(tm.step_time(StepBatch(prefill_new=(chunk,), prefill_cached=(0,)))) / chunk
+
+
 def _calibration_warnings(s: Search, configs: list) -> list[str]:
     """Where the configurations' calibrated rooflines leave what they were fitted and checked on
     (simulate.calibration_warnings: GPU, model, TP, context, weights), each said once."""
@@ -533,55 +722,3 @@ def _calibration_warnings(s: Search, configs: list) -> list[str]:
         if tm is not None and hasattr(tm, "calibration"):
             out.update(dict.fromkeys(calibration_warnings(tm, s.trace)))
     return list(out)
-
-
-def _closest(s: Search, results: list, load: tuple) -> dict | None:
-    """No configuration met the SLO: the nearest miss and why it misses."""
-    if not results:
-        return None
-    near = min(results, key=lambda r: (r["unserved_requests"], (r["binding"] or {}).get("ratio", math.inf)))
-    return {**near, "why": _why(s, near)}
-
-
-def _why(s: Search, r: dict) -> str:
-    if r["unserved_requests"]:
-        return (f"{r['unserved_requests']:,} requests cannot be served at all on {r['gpu']} x{r['tp']} (past the "
-                "pool or max_model_len): more instances do not help")
-    b = r["binding"] or {}
-    floor = _alone_floor(s, r)
-    if b.get("objective") == "TTFT p90" and floor is not None and floor[0] > b["limit_s"]:
-        return (f"TTFT p90 cannot go below {floor[0]:.3g} s on {r['gpu']} x{r['tp']} in the window from "
-                f"{floor[1]:,.0f} s: its p90 prompt alone, with no queue and no cache hit, takes that long (limit "
-                f"{b['limit_s']:g} s; the run's hit rate is {100 * r['hit_rate']:.1f}%)")
-    return (f"at {r['instances']} instances (--max-instances) the window from {b.get('window_start_s', 0):,.0f} s "
-            f"still has {b.get('objective')} {b.get('value_s', 0):.3g} s against {b.get('limit_s', 0):g} s: the "
-            "trace's burst needs more instances for its peak window")
-
-
-def _alone_floor(s: Search, r: dict) -> tuple[float, float] | None:
-    """The worst window's nearest-rank p90 of each prompt's prefill alone on one instance (no
-    queue, no hit), and that window's start; windows as the SLO judgement cuts the run's arrivals."""
-    from .stats import window_percentiles
-    from .verdict import _windows
-
-    tm = _time_model(s, Config(r["gpu"], r["tp"], None, r["router"], None))
-    if tm is None:
-        return None
-    run = evaluate(s, Config(r["gpu"], r["tp"], None if r["tiers"] == "none" else r["tiers"], r["router"],
-                             r["policy_asked"]), r["instances"], (r["load_kind"], r["load"]))["report"]
-    lengths = np.asarray(s.trace.input_length)
-    if lengths.size != run.arrival_s.size:
-        return None
-    unique, inverse = np.unique(lengths, return_inverse=True)
-    alone = np.array([_prefill_alone(tm, int(n)) for n in unique])[inverse]
-    index, t0 = _windows(run.arrival_s, r["window_s"])
-    wins, p90 = window_percentiles(index, alone, 90)
-    k = int(np.argmax(p90))
-    return float(p90[k]), t0 + int(wins[k]) * r["window_s"]
-
-
-def _prefill_alone(tm, tokens: int, chunk: int = 8192) -> float:
-    from .timing.models import StepBatch
-
-    return float(sum(tm.step_time(StepBatch(prefill_new=(min(chunk, tokens - done),), prefill_cached=(done,)))
-                     for done in range(0, tokens, chunk)))

@@ -18,11 +18,13 @@ from .. import tables
 ROW_KINDS = {
     "load_kind": "str", "load": "float", "config": "str", "gpu": "str", "tp": "int", "tiers": "str", "router": "str",
     "policy": "str", "verdict": "str", "why": "str", "chosen": "bool", "instances": "int",
-    "instances_at_centre": "int", "gpus": "int", "cost_per_hour": "float", "usd_per_million_input": "float",
+    "instances_at_low": "int", "instances_at_centre": "int", "instances_at_high": "int", "gpus": "int", "cost_per_hour": "float", "usd_per_million_input": "float",
     "usd_per_million_output": "float", "cache_saved_per_hour": "float", "hit_rate": "float", "ttft_p90_s": "float",
     "tpot_p90_s": "float", "worst_window_ttft_p90_s": "float", "worst_window_tpot_p90_s": "float",
     "worst_window_e2e_p99_s": "float", "binding_objective": "str", "binding_value_s": "float",
-    "binding_limit_s": "float", "binding_window_start_s": "float", "window_s": "float", "goodput_per_s": "float",
+    "binding_limit_s": "float", "binding_window_start_s": "float", "binding_window_end_s": "float",
+    "binding_requests": "int", "window_s": "float", "judged_requests": "int", "pruned_by": "str",
+    "goodput_per_s": "float",
     "attainment": "float", "unserved_requests": "int", "judged_at": "str",
 }
 _WORST = {"TTFT p90": "worst_window_ttft_p90_s", "TPOT p90": "worst_window_tpot_p90_s",
@@ -42,11 +44,11 @@ class PlanResult(dict):
         for block in self["loads"]:
             best = block["best"]
             for r in block["tried"]:
-                row = {"load_kind": block["load_kind"], "load": block["load"], **r,
-                       "chosen": best is not None and r is best}
+                row = {"load_kind": block["load_kind"], "load": block["load"], **r, "chosen": bool(r.get("chosen"))}
                 b = r.get("binding") or {}
                 row.update(binding_objective=b.get("objective"), binding_value_s=b.get("value_s"),
-                           binding_limit_s=b.get("limit_s"), binding_window_start_s=b.get("window_start_s"))
+                           binding_limit_s=b.get("limit_s"), binding_window_start_s=b.get("window_start_s"),
+                           binding_window_end_s=b.get("window_end_s"), binding_requests=b.get("requests"))
                 for name, value in (r.get("worst_window_s") or {}).items():
                     row[_WORST[name]] = value
                 out.append({k: _missing_nan(row.get(k)) for k in ROW_KINDS})

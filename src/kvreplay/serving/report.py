@@ -10,7 +10,11 @@ Definitions (docs/serving.md, "Outputs"), all over the requests that finished, i
 - throughput = finished requests (or their tokens) / the last finish time (arrivals start at 0);
 - goodput = finished requests meeting every given SLO / the last finish time;
 - hit rate = hit tokens at each request's first schedule / prompt tokens, token-weighted, over the
-  finished requests (whole trace: no warm-up window).
+  finished requests.
+
+Every figure of the summary counts the judged requests only: those arriving after the run's
+warm-up (serving/warmup.py; none by default in the Python API, so the whole trace), which were
+served in the same run but only warmed the cache and the queues. The summary's window says which.
 """
 
 from __future__ import annotations
@@ -80,19 +84,60 @@ class SimReport:
     #: manager ("hybrid": its groups, block ids) or every layer as full attention ("full", and why);
     #: None for a model with one kind of layer, or none (serving/semantics.py)
     kv_semantics: dict | None = None
+    #: the warm-up (serving/warmup.py Warmup.to_dict()): requests arriving in its first `seconds`
+    #: are served but not judged; None: no warm-up, every request is judged
+    warmup: dict | None = None
+
+    @property
+    def warmup_s(self) -> float:
+        return float((self.warmup or {}).get("seconds", 0.0))
+
+    @property
+    def judged(self) -> np.ndarray:
+        """The requests every summary figure counts: those arriving after the warm-up."""
+        from .warmup import judged_mask
+
+        return judged_mask(self.arrival_s, self.warmup_s)
+
+    @property
+    def counted(self) -> np.ndarray:
+        """Finished judged requests: what the latencies, hit rates and token totals are over."""
+        return self.finished & self.judged
+
+    @property
+    def judged_start_s(self) -> float:
+        """When the judged span starts (the first arrival + the warm-up)."""
+        return (float(self.arrival_s.min()) if self.arrival_s.size else 0.0) + self.warmup_s
+
+    #: the served miss account (serving/misses.py): {"account": MissAccount over the finished
+    #: judged requests (`counted`), "concurrency": its split}; None without a sequential replay with an account
+    misses: dict | None = None
+
+    def misses_summary(self) -> dict | None:
+        """The served miss account's totals over the finished judged requests (`counted`), what is not measured, and
+        the concurrency cause's split."""
+        if self.misses is None:
+            return None
+        account = self.misses["account"]
+        totals = account.tokens[self.counted].sum(axis=0)
+        from ..engine.misses import CAUSES
+
+        return {"tokens": {c: int(totals[k]) for k, c in enumerate(CAUSES)},
+                "not_measured": dict(account.not_measured), "concurrency": dict(self.misses["concurrency"])}
 
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
         which = np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance
         out = []
         for k in range(self.instances):
-            mine = (which == k) & self.finished
+            mine = (which == k) & self.counted
             prompt = int(self.prompt_tokens[mine].sum())
             ttft = np.sort(self.ttft_s[mine])
             role = None if self.prefill_instances is None else ("prefill" if k < self.prefill_instances else "decode")
             if role == "decode":
-                mine = (self.decode_instance == k) & self.finished
-            out.append({"instance": k, "role": role, "requests": int(mine.sum() if role == "decode" else (which == k).sum()),
+                mine = (self.decode_instance == k) & self.counted
+            out.append({"instance": k, "role": role,
+                        "requests": int(mine.sum() if role == "decode" else ((which == k) & self.judged).sum()),
                         "finished": int(mine.sum()),
                         "hit_rate": int(self.hit_tokens[mine].sum()) / prompt if prompt else 0.0,
                         "ttft_p50_s": nearest_rank(ttft, 50), "ttft_p90_s": nearest_rank(ttft, 90),
@@ -107,7 +152,7 @@ class SimReport:
             return None
         rows = self.per_instance()
         which = np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance
-        ok = self.finished
+        ok = self.counted
         prefill = [int((self.prompt_tokens - self.hit_tokens)[ok & (which == k)].sum()) for k in range(self.instances)]
 
         def ratio(values):
@@ -170,20 +215,25 @@ class SimReport:
         return int((self.status == REFUSED).sum())
 
     @property
+    def num_judged(self) -> int:
+        return int(self.judged.sum())
+
+    @property
     def hit_rate(self) -> float:
-        """Hit tokens at first schedule / prompt tokens, over finished requests (token-weighted)."""
-        ok = self.finished
+        """Hit tokens at first schedule / prompt tokens, over finished judged requests (token-weighted)."""
+        ok = self.counted
         prompt = int(self.prompt_tokens[ok].sum())
         return int(self.hit_tokens[ok].sum()) / prompt if prompt else 0.0
 
     @property
     def duration_s(self) -> float:
-        ok = self.finished
-        return float(self.finish_s[ok].max()) if ok.any() else 0.0
+        """From the judged span's start to its last finish (the whole run: from the first arrival, 0 s)."""
+        ok = self.counted
+        return max(float(self.finish_s[ok].max()) - self.judged_start_s, 0.0) if ok.any() else 0.0
 
     def good(self) -> np.ndarray:
-        """Finished requests meeting every SLO given (all finished ones when none is)."""
-        ok = self.finished.copy()
+        """Finished judged requests meeting every SLO given (all of them when none is)."""
+        ok = self.counted.copy()
         if self.slo_ttft_s is not None:
             ok &= self.ttft_s <= self.slo_ttft_s
         if self.slo_tpot_s is not None:
@@ -210,7 +260,7 @@ class SimReport:
         return out
 
     def latencies(self) -> dict:
-        ok = self.finished
+        ok = self.counted
         tpot = self.tpot_s[ok]
         return {
             "ttft": latency_stats(self.ttft_s[ok]),
@@ -238,9 +288,10 @@ class SimReport:
         return out
 
     def summary(self) -> dict:
-        from .verdict import keeps_up
+        from .verdict import banded
 
-        ok = self.finished
+        ok = self.counted
+        judged = self.judged
         dur = self.duration_s
         per_s = (lambda x: x / dur) if dur > 0 else (lambda x: None)  # no duration: no rate (JSON null)
         out_tokens = int(np.maximum(self.output_tokens[ok], 1).sum())
@@ -250,12 +301,13 @@ class SimReport:
                 else self.policy_counters["evictions"] - self.sequential_evictions)
         held_peak = self.counters.get("peak_held_blocks", 0)
         return {
-            "window": {"kind": "whole_trace", "requests": self.num_requests,
-                       "text": f"whole trace ({self.num_requests:,} requests; hit rates, token totals and latencies "
-                               "over the finished ones)"},
-            "requests": self.num_requests, "finished": self.num_finished, "rejected": self.num_rejected,
+            "window": self.window(),
+            "requests": int(judged.sum()), "finished": int(ok.sum()),
+            "rejected": int(((self.status == REJECTED) & judged).sum()),
             "aborted": int(self.counters.get("aborted", 0)),
-            "refused_context": self.num_refused, "max_model_len": self.max_model_len,
+            "whole_run": {"requests": self.num_requests, "finished": self.num_finished, "rejected": self.num_rejected,
+                          "refused_context": self.num_refused},
+            "refused_context": int(((self.status == REFUSED) & judged).sum()), "max_model_len": self.max_model_len,
             "max_model_len_source": self.max_model_len_source,
             "kv_semantics": self.kv_semantics,
             "duration_s": dur,
@@ -263,7 +315,7 @@ class SimReport:
             "hit_tokens": int(self.hit_tokens[ok].sum()), "prompt_tokens": in_tokens, "output_tokens": out_tokens,
             "latency_s": self.latencies(),
             "latency_band_s": self.latency_band(),
-            "keeps_up": keeps_up(self),
+            "keeps_up": banded(self),
             "throughput": {"requests_per_s": per_s(self.num_finished), "input_tokens_per_s": per_s(in_tokens),
                            "output_tokens_per_s": per_s(out_tokens)},
             "goodput": {"requests_per_s": per_s(int(good.sum())), "good_requests": int(good.sum()),
@@ -292,7 +344,22 @@ class SimReport:
             # (never negative: when concurrency evicts fewer, fewer_evictions says by how many)
             "extra_evictions": None if diff is None else max(diff, 0),
             "fewer_evictions": None if diff is None else max(-diff, 0),
+            "misses": self.misses_summary(),
         }
+
+    def window(self) -> dict:
+        """What the summary counts: the whole run, or the requests after the warm-up."""
+        n, judged = self.num_requests, self.num_judged
+        if self.warmup_s <= 0:
+            return {"kind": "whole_trace", "requests": n, "warmup": self.warmup,
+                    "text": f"whole trace ({n:,} requests, from an empty cache; hit rates, token totals and latencies "
+                            "over the finished ones)"}
+        warm = n - judged
+        return {"kind": "after_warmup", "requests": judged, "warmup_requests": warm, "warmup": self.warmup,
+                "judged_start_s": self.judged_start_s,
+                "text": f"after the warm-up: the {judged:,} requests arriving from {_seconds(self.judged_start_s)} (the "
+                        f"first {warm:,} of {n:,} are served but not judged: warm-up {self.warmup['text']}); hit rates, "
+                        "token totals and latencies over the finished ones"}
 
     def request_columns(self) -> dict:
         """Per request, in trace order (seconds; NaN where it never happened)."""
@@ -303,9 +370,20 @@ class SimReport:
             "status": np.where(self.finished, "finished", np.where(self.status == REJECTED, "rejected", np.where(
                 self.status == REFUSED, "refused", "unfinished"))),
             "instance": np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance,
+            "judged": self.judged,
             **({} if self.tiers is None else {f"hit_tokens_{k}": v for k, v in self.tiers["tokens_per_tier"].items()}),
             **({} if self.decode_instance is None else {"decode_instance": self.decode_instance}),
+            **self._miss_columns(),
         }
+
+    def _miss_columns(self) -> dict:
+        """miss_<cause>_tokens per measured cause (0 for a request that did not finish)."""
+        if self.misses is None:
+            return {}
+        from ..engine.misses import CAUSES
+
+        account = self.misses["account"]
+        return {f"miss_{c}_tokens": np.ascontiguousarray(account.tokens[:, CAUSES.index(c)]) for c in account.measured()}
 
     def series_columns(self) -> dict:
         """Sampled engine state over simulated time: cumulative hit rate, running, waiting, held KV."""
@@ -322,7 +400,7 @@ class SimReport:
                 "block_size": self.block_size, "scheduler": self.scheduler, "time_model": self.time_model,
                 "arrivals": self.arrivals, "output_kv": self.output_kv, "trace": self.trace_source,
                 "instances": self.instances, "router": self.router, "router_lag_ms": self.router_lag_ms,
-                "capacity_source": self.capacity_source}
+                "capacity_source": self.capacity_source, "warmup": self.warmup}
 
     def to_dict(self, per_request: bool = True) -> dict:
         doc = {"config": self.config(), "summary": self.summary(), "counters": self.counters,
@@ -364,3 +442,7 @@ class SimReport:
         settled = self.num_finished + self.num_rejected + self.num_refused
         if settled != self.num_requests:
             raise InvariantError(f"{self.num_requests - settled} requests neither finished nor were rejected")
+
+
+def _seconds(x: float) -> str:
+    return f"{x:,.0f} s" if x >= 10 else f"{x:.3g} s"

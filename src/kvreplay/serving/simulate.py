@@ -101,6 +101,19 @@ def arrivals(trace: Trace, *, speedup: float | None = None, rate: float | None =
     return _within_clock((ts - ts.min()) / 1000.0 / speedup, f"speedup {speedup!r}")
 
 
+def arrival_times(trace: Trace, *, speedup=None, rate=None, seed: int = 0, rate_profile=None):
+    """(arrival seconds in trace order, the rate profile's name or None): `arrivals`, reshaped by
+    `rate_profile` (profile.py) when one is given. What simulate() serves, and what plan's floors
+    and windows are cut from before any run."""
+    arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
+    if rate_profile is None:
+        return arrival_s, None
+    from .profile import load_profile, reshape
+
+    points, name = load_profile(rate_profile)
+    return reshape(arrival_s, points), name
+
+
 def _within_clock(arrival_s: np.ndarray, what: str) -> np.ndarray:
     """Arrivals the simulated clock can hold (kernel.MAX_TIME_S), else refused naming the load."""
     from .kernel import MAX_TIME_S
@@ -135,7 +148,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
              prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
-             rate_profile=None, kv_semantics: str = "auto", kv_cache_memory=None,
+             rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
              language_model_only: bool = False, mem_fraction_static: float | None = None, host=None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
@@ -188,6 +201,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         encoder profiled). With engine_style "sglang" the pool on `gpu` is SGLang 0.5.23's instead
         (timing/sglang_memory.py): mem_fraction_static (SGLang's --mem-fraction-static; None: its
         default for the GPU and TP), refused with the vllm style.
+    warmup: the first part of the arrivals, served but not judged (serving/warmup.py): "auto" (the
+        trace's 90% reuse lookback), a fraction of the arrival span in [0, 1), a duration ("10m"),
+        or None / 0 (default: every request is judged, from an empty cache). The summary's figures
+        count the requests after it; its window says how it was chosen.
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
@@ -240,13 +257,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
                           f"{sizes.weights_dtype!r}: give the same weights dtype to both")
-    arrival_s = arrivals(trace, speedup=speedup, rate=rate, seed=seed)
-    profile_name = None
-    if rate_profile is not None:
-        from .profile import load_profile, reshape
+    arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+    from .warmup import judged_mask
+    from .warmup import resolve as resolve_warmup
 
-        points, profile_name = load_profile(rate_profile)
-        arrival_s = reshape(arrival_s, points)
+    warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
@@ -279,16 +294,17 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             host_end = host_band(host_terms, end)
             band[end] = run_once(trace, time_model=tm.at_band(end), **{
                 **run, "host": host_end, "arrival_s": arrival_s + host_end.arrival_delay(np.asarray(trace.input_length))})
-    sequential, sequential_evictions = None, None
+    sequential, sequential_evictions, parts = None, None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
         chunk = scheduler.max_num_batched_tokens
         if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
             chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
         hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
-        sequential, sequential_evictions = _sequential(trace, spec, params, capacity, block_size, tier_list,
-                                                       tier_copies, raw.instance, instances, disagg,
-                                                       raw.status == FINISHED, hybrid)
+        sequential, sequential_evictions, parts = _sequential(trace, spec, params, capacity, block_size, tier_list,
+                                                              tier_copies, raw.instance, instances, disagg,
+                                                              raw.status == FINISHED, hybrid,
+                                                              judged_mask(arrival_s, warm.seconds))
     arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
                     else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
     if profile_name is not None:
@@ -312,7 +328,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
         max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=semantics.note,
+        warmup=None if warm.cold and warmup is None else warm.to_dict(),
     )
+    report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
     if band is not None:
         from dataclasses import replace
 
@@ -366,7 +384,8 @@ def _borrowed_warning(tm) -> str:
             else "its band is the cross-GPU check's")
     if cal.checked:
         head = f"{cal.gpu} ships {cal.measured_on}'s coefficients"
-        own = [{"gemm": "GEMM", "moe": "fused MoE", "gdn": "Gated DeltaNet", "mla": "MLA"}[f] for f in cal.own_fitted]
+        own = [{"gemm": "GEMM", "moe": "fused MoE", "gdn": "Gated DeltaNet", "mla": "MLA", "elementwise": "elementwise"}[f]
+               for f in cal.own_fitted]
         if own:
             head += f" but for its {', '.join(own)} terms, fitted on its own measured kernels"
     else:
@@ -483,10 +502,10 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
 
 
 def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copies, instance_of, instances, disagg,
-                finished, hybrid: dict):
+                finished, hybrid: dict, judged):
     """Each instance's finished requests through its own cache (and tiers), one at a time (N
     replays for N instances): the hit rate over the same requests as the concurrent one (rejected
-    and refused requests left out of both), and the evictions (None with decode instances, which
+    and refused requests left out of both; the warm-up's requests replayed, not counted), and the evictions (None with decode instances, which
     evict too and have no sequential counterpart). `hybrid`: replay()'s kv_groups and prefill_chunk
     (hybrid semantics, whose sequential replay is the same engine's hybrid cache)."""
     from ..engine.replay import replay
@@ -494,6 +513,7 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
     hits = 0
     evictions = []
+    parts = []  # (the instance's requests, their replay): the served miss account's sequential causes
     for k in range(instances):
         mine = finished if instances == 1 else finished & (instance_of == k)
         sub = trace if mine.all() else trace.take(np.flatnonzero(mine))
@@ -501,11 +521,28 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
             evictions.append(0)
             continue
         seq = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args,
-                     **hybrid, **params)
-        hits += int(seq.hit_tokens.sum())
+                     **hybrid, stranded_samples=0, **params)
+        hits += int(seq.hit_tokens[judged[mine]].sum())
         evictions.append(seq.counters.get("evictions"))
-    prompt = int(np.asarray(trace.input_length)[finished].sum())
-    return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions))
+        parts.append((np.flatnonzero(mine), seq))
+    prompt = int(np.asarray(trace.input_length)[finished & judged].sum())
+    return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions)), parts
+
+
+def _served_misses(trace, report, raw, parts, block_size, instances) -> dict | None:
+    """The served miss account (serving/misses.py) over the finished judged requests (`counted`): {"account" (a
+    MissAccount), "tokens", "not_measured", "concurrency"}; None when the sequential replays have
+    no account (tiers, hybrid semantics) or were not run."""
+    if not parts or any(seq.misses is None for _, seq in parts):
+        return None
+    from .misses import served_account
+
+    account, split = served_account(trace, block_size, parts, raw.hit_blocks, report.counted, raw.scheduled_s,
+                                    raw.first_token_s, raw.instance if instances > 1 else None)
+    not_measured = dict(parts[0][1].misses.not_measured)
+    not_measured.pop("concurrency", None)
+    account.not_measured = not_measured
+    return {"account": account, "concurrency": split}
 
 
 def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed: int = 0) -> np.ndarray:
@@ -618,13 +655,27 @@ def sweep_row(trace, options: dict) -> dict:
         "preemptions": s["preemptions"],
         "peak_running": s["peak_running_requests"], "load_balance": r.load_balance() if r.instances > 1 else 1.0,
         **_verdict_columns(s["keeps_up"]), "finished": s["finished"], "rejected": s["rejected"],
+        "refused_context": s["refused_context"], "requests": s["requests"], "warmup_s": r.warmup_s,
+        "judged_requests": s["requests"], "window_text": s["window"]["text"], "whole_run": s["whole_run"],
         **_band_columns(s.get("latency_band_s")), "error": None,
+        "hit_tokens": s["hit_tokens"], "prompt_tokens": s["prompt_tokens"], **_miss_columns(s.get("misses")),
     }
+
+
+def _miss_columns(misses) -> dict:
+    """A sweep row's miss_<cause>_tokens (the served account over the finished requests; None for
+    a cause not measured, or every cause without an account)."""
+    from ..engine.misses import CAUSES
+
+    if misses is None:
+        return {f"miss_{c}_tokens": None for c in CAUSES}
+    return {f"miss_{c}_tokens": None if c in misses["not_measured"] else misses["tokens"][c] for c in CAUSES}
 
 
 def _verdict_columns(v: dict) -> dict:
     """A sweep row's keeps-up columns (serving/verdict.py)."""
-    return {"stable": v["keeps_up"], "backlog_s": v["backlog_s"], "verdict_window_s": v["window_s"],
+    return {"stable": v["keeps_up"], "stable_at_centre": v.get("centre_keeps_up", v["keeps_up"]),
+            "backlog_s": v["backlog_s"], "verdict_window_s": v["window_s"],
             "worst_queue_p90_s": v["worst_queue_p90_s"], "worst_window_start_s": v["worst_window_start_s"]}
 
 
@@ -640,22 +691,23 @@ def _band_columns(band) -> dict:
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
                     policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
                     weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None) -> dict:
+                    tiers: str | None = None, warmup="auto") -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
-    `weights_dtype`), with the engine-faithful policy (JSON-ready). A hybrid model is served with
-    every layer as full attention, as the report's curves replay it (its note says so)."""
+    `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
+    `warmup` (warmup.py). A hybrid model is served with every layer as full attention, as the
+    report's curves replay it (its note says so)."""
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
                       tp=tp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
                       tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
-                      kv_semantics="full")  # (the report's curves and pool are full semantics: one for all)
+                      kv_semantics="full", warmup=warmup)  # (the report's curves and pool are full semantics)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
                     gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
     return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
             "weights_dtype": sizes.weights_dtype, "instances": instances, "router": router, "tiers": tiers,
-            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size}
+            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup}
 
 
 def deployment_focus(trace, collect_options: dict, serving: dict) -> dict:

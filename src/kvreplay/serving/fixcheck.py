@@ -1,0 +1,44 @@
+"""The keeps-up verdict's estimates, checked by the runs they suggest (`kvreplay simulate`).
+
+When a run does not keep up, verdict.py estimates the load and the instance count that would. An
+estimate is a first guess from the busiest window's work; before one is printed, the run it
+suggests is made (with the band's runs, so the check is held to the same pessimistic end as the
+verdict), and the output says whether it holds.
+"""
+
+from __future__ import annotations
+
+from .limits import MAX_INSTANCES
+
+
+def check_fix(trace, options: dict, report) -> dict | None:
+    """For `report` (simulate(trace, **options) with its load in `options`): each estimate of its
+    verdict's fix, run: {"load": {...}, "instances": {...}}, each with the value tried, whether it
+    keeps up (at the band's pessimistic end where there is one) and that run's verdict. None when
+    the verdict has no fix."""
+    from .simulate import simulate
+
+    fix = (report.summary()["keeps_up"] or {}).get("fix")
+    if not fix:
+        return None
+    base = {k: v for k, v in options.items() if k not in ("speedup", "rate")}
+    base["compare_sequential"] = False
+    out = {}
+    load = fix.get("load")
+    if load is not None:
+        key = "speedup" if load["flag"] == "--speedup" else "rate"
+        r = simulate(trace, **base, **{key: load["value"]})
+        out["load"] = {**load, **_outcome(r)}
+    disaggregated = options.get("prefill_instances") is not None
+    if not disaggregated and fix["instances"] <= MAX_INSTANCES:
+        r = simulate(trace, **dict(base, instances=fix["instances"]),
+                     **{k: options[k] for k in ("speedup", "rate") if options.get(k) is not None})
+        out["instances"] = {"value": fix["instances"], **_outcome(r)}
+    return out
+
+
+def _outcome(report) -> dict:
+    v = report.summary()["keeps_up"]
+    return {"keeps_up": v["keeps_up"], "only_at_centre": v.get("only_at_centre", False),
+            "worst_queue_p90_s": v["worst_queue_p90_s"], "worst_window_start_s": v["worst_window_start_s"],
+            "allowed_queue_s": v["allowed_queue_s"], "backlog_s": v["backlog_s"]}

@@ -1,0 +1,59 @@
+"""A plan's chosen deployments served again (`kvreplay report --plan`): each load's best, with the
+plan's model, GPUs, TP, instances, router, policy, tiers, load, warm-up and time model, and its
+band's three runs; judged as the plan judged it (the same SLOs, windows and band end), so the
+report shows the deployment it recommends, and says whether it still meets the SLOs.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .slo import MIN_WINDOW_REQUESTS, SLO, judge
+
+
+def deployment_of(plan: dict, best: dict) -> dict:
+    """simulate()'s keywords for one chosen configuration of `plan` (a plan's JSON)."""
+    opts = dict(plan.get("run_options") or {})
+    odd = {k: v for k, v in opts.items() if isinstance(v, dict)}
+    if odd:
+        raise ConfigError(f"--plan: its runs used {', '.join(sorted(odd))} given as Python objects, which a report "
+                          "cannot serve again; plan with named options (kvreplay plan) to report it")
+    opts.setdefault("time_model", "roofline")
+    return dict(policy=best["policy_asked"], model=plan["model"], gpu=best["gpu"], tp=best["tp"],
+                instances=best["instances"], router=best["router"],
+                tiers=None if best["tiers"] == "none" else best["tiers"], warmup=plan.get("warmup_spec", "auto"),
+                **opts)
+
+
+def serve_plan(trace, plan: dict) -> list[dict]:
+    """Per load of `plan`: its chosen deployment served again (None where no configuration met the
+    SLOs), the run's summary over the judged requests, and the SLO verdict at the band end the plan
+    judged at and at the centre, with whether it agrees with the plan's."""
+    from .simulate import simulate
+
+    if "model" not in plan:
+        raise ConfigError("--plan: written by an older kvreplay (it does not name its model); plan again")
+    slo = SLO(**plan["slo_limits"])
+    window_s, min_requests = plan.get("window_s"), plan.get("min_window_requests", MIN_WINDOW_REQUESTS)
+    out = []
+    for block in plan["loads"]:
+        best = block["best"]
+        row = {"load_kind": block["load_kind"], "load": block["load"], "best": best}
+        if best is None:
+            out.append(row)
+            continue
+        kw = deployment_of(plan, best)
+        load = {"speedup": block["load"]} if block["load_kind"] == "speedup" else {"rate": block["load"]}
+        r = simulate(trace, **kw, **load)
+        runs = (r.band or {}).get("runs") or {}
+        judged_run = runs.get("high", r) if plan["judged_at"] == "pessimistic" else r
+        verdict = judge(judged_run, slo, window_s, min_requests)
+        centre = judge(r, slo, window_s, min_requests)
+        planned = best.get("binding") or {}
+        got = verdict["binding"] or {}
+        row.update(report=r, summary=r.summary(), verdict=verdict, centre_verdict=centre,
+                   judged_at="pessimistic end of the band" if "high" in runs and plan["judged_at"] == "pessimistic"
+                   else best["judged_at"],
+                   matches_plan=bool(verdict["meets"] == best["meets"] and abs(got.get("value_s", 0.0)
+                                                                             - planned.get("value_s", 0.0)) < 1e-9))
+        out.append(row)
+    return out

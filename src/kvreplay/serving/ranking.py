@@ -1,0 +1,69 @@
+"""Policies ranked by their hit rate under serving, beside their offline ranking (`kvreplay report
+--gpu`, `kvreplay report --plan`, `kvreplay sweep --gpu`).
+
+Offline, each policy replays the trace one request at a time through one cache of the
+deployment's pool (one instance's blocks). Served, the same policy runs in the simulator on the
+deployment (its instances, router and tiers, at its load), where running requests hold blocks,
+requests run together, and the router splits the prefixes. The two orders can differ; where they
+do, the offline one does not tell which policy to run. Both hit rates are token-weighted over the
+same requests: the served run's judged ones (after its warm-up) that finished, and the offline
+replay counts those too (the warm-up's requests replayed, not counted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from .simulate import NOT_SERVED
+
+
+def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instances: int = 1,
+                   router: str = "round-robin", tiers=None, load: tuple = ("speedup", 1.0), warmup="auto",
+                   block_size: int | None = None, time_model="roofline", weights_dtype: str = "bf16",
+                   progress=None) -> dict:
+    """Each of `policies` (names with parameters, "lru" or "s3fifo:small_ratio=0.2") offline at the
+    deployment's pool and served on the deployment: rows with both hit rates and ranks, sorted by
+    the served one; `differs` when the two orders differ; policies the simulator does not serve
+    (bounds, engines without a modelled scheduler) listed in `not_served` with why."""
+    from ..engine.replay import replay
+    from ..policies.registry import parse_policy
+    from .simulate import simulate
+
+    rows, not_served = [], []
+    deployment = dict(model=model, gpu=gpu, tp=tp, instances=instances, router=router, tiers=tiers,
+                      time_model=time_model, weights_dtype=weights_dtype, block_size=block_size, warmup=warmup,
+                      band_runs=False, compare_sequential=False, kv_semantics="full",
+                      **({"speedup": load[1]} if load[0] == "speedup" else {"rate": load[1]}))
+    todo = [p.strip() for p in policies if p and p.strip()]
+    for k, text in enumerate(todo):
+        spec, params = parse_policy(text)
+        if spec.name in NOT_SERVED or spec.capacity == "ignored" or spec.name == "belady":
+            not_served.append({"policy": text, "why": NOT_SERVED.get(spec.name, "a bound, not an engine's cache")})
+            continue
+        try:
+            r = simulate(trace, spec.name, None, **deployment, **params)
+        except ConfigError as e:
+            not_served.append({"policy": text, "why": str(e)})
+            continue
+        counted = r.counted
+        prompt = int(r.prompt_tokens[counted].sum())
+        offline = replay(trace, spec.name, r.capacity_blocks, r.block_size, **params)
+        offline_rate = int(np.asarray(offline.hit_tokens)[counted].sum()) / prompt if prompt else 0.0
+        rows.append({"policy": text, "served_hit_rate": r.hit_rate, "offline_hit_rate": offline_rate,
+                     "capacity_blocks": r.capacity_blocks, "requests": int(r.judged.sum()),
+                     "finished": int(counted.sum())})
+        if progress is not None:
+            progress(k + 1, len(todo))
+    for key, rank in (("served_hit_rate", "served_rank"), ("offline_hit_rate", "offline_rank")):
+        for row in rows:  # competition ranking: equal hit rates share a rank
+            row[rank] = 1 + sum(1 for other in rows if other[key] > row[key] + 1e-12)
+    rows.sort(key=lambda x: x["served_rank"])
+    differs = any(r["served_rank"] != r["offline_rank"] for r in rows)
+    order = lambda key: " > ".join(r["policy"] for r in sorted(rows, key=lambda x: -x[key]))  # noqa: E731
+    return {"rows": rows, "not_served": not_served, "differs": differs,
+            "offline_order": order("offline_hit_rate"), "served_order": order("served_hit_rate"),
+            "deployment": {"gpu": gpu, "tp": tp, "instances": instances, "router": router, "tiers": tiers,
+                           "load": list(load), "model": model},
+            "text": ("the ranking under serving differs from the offline one: choose the policy at your real "
+                     "concurrency" if differs else "the same order offline and under serving")}

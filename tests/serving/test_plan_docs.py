@@ -1,0 +1,123 @@
+"""The commands and figures docs/plan.md documents, run on the shared traces (skipped without
+../shared): the conversation trace at loads 1 and 2, the 70B model, the Claude Code samples and
+their agentic double, `--emit`, `report --plan` and the served ranking of `sweep --gpu`."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import CLAUDE_CODE, MOONCAKE, shared_path
+from test_cli import fails, kv
+
+
+def run(*args) -> str:
+    r = kv(*args)
+    assert r.returncode == 0, r.stderr.decode()
+    return r.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def conversation_plan(tmp_path_factory):
+    trace = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    d = tmp_path_factory.mktemp("plan")
+    out = run("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "H100,H200", "--loads",
+              "1,2", "-o", d / "plan.json", "--cache", d / "runs")
+    return trace, d, out
+
+
+def test_the_conversation_trace_at_loads_1_and_2(conversation_plan):
+    _, d, out = conversation_plan
+    x1, x2 = out.split("\nload x2: ")
+    assert "load x1: 8 configurations tried: 1 meets the SLOs, 7 pruned on cost" in x1
+    assert re.search(r"best  chosen   8 x 1 x H100 +7 / 7 / 8 .* 24\.00 .* 6\.00 .*"
+                     r"TTFT p90 1\.87 s / 2\.00 s, 522-822 s, 967 req", x1)
+    assert re.search(r"2     pruned   6 x 1 x H200 .* at 5: TTFT p90 2\.97 s / 2\.00 s, 3,222-3,537 s, 1,154 req", x1)
+    assert ("judged     10,507 requests arriving from 522 s; warm-up the first 522 s of arrivals (auto: 90% of the "
+            "prefix reuse, by hit tokens, looks back at most 522 s)") in x1
+    assert "windows    TTFT p90: 10 5-minute windows, each with at least 50 requests" in x1
+    assert x2.startswith("8 configurations tried: 2 meet the SLOs, 6 pruned on cost")
+    assert re.search(r"best  chosen   5 x 2 x H100 +4 / 4 / 5 .* 30\.00 .* 8\.41 .*"
+                     r"TTFT p90 1\.81 s / 2\.00 s, 1,461-1,768 s, 2,295 req", x2)
+    assert re.search(r"6     meets    14 x 1 x H100 +10 / 11 / 14 .* 42\.00", x2)
+    doc = json.loads((d / "plan.json").read_text())
+    assert doc["runs"] == 61 and doc["warmup_spec"] == "auto" and doc["model"] == "Llama-3.1-8B"
+
+
+def test_emit_from_the_cached_runs(conversation_plan):
+    trace, d, _ = conversation_plan
+    out = run("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "H100,H200", "--emit",
+              "vllm", "--cache", d / "runs")
+    assert "# llama-3-1-8b-h100-tp1-x1: 8 x 1 x H100 for load 1 (speedup), 24.00 USD/h" in out
+    assert out.count("vllm serve --model meta-llama/Llama-3.1-8B --tensor-parallel-size 1 --max-num-batched-tokens "
+                     "8192 --max-num-seqs 256 --gpu-memory-utilization 0.9 --enable-prefix-caching "
+                     "--enable-chunked-prefill --max-model-len 131072 --dtype bfloat16\n") == 8
+    assert "--policy round_robin --backend openai --host 0.0.0.0 --port 8080" in out
+
+
+def test_report_serves_the_plans_deployment(conversation_plan):
+    from html import unescape
+
+    trace, d, _ = conversation_plan
+    run("report", trace, "--plan", d / "plan.json", "-o", d / "r.html")
+    text = unescape(re.sub(r"<[^>]+>", " ", (d / "r.html").read_text()))
+    text = re.sub(r"\s+", " ", text)
+    assert ("×1 8 × 1 × H100, round-robin, vllm, tiers none 1.24 s [1.19 s - 1.60 s] 5.96% 10,507 of 10,507 (0, 0) "
+            "yes meets at the pessimistic end of the band: TTFT p90 1.87 s / 2.00 s, 522-822 s, 967 req") in text
+    assert re.search(r"×2 5 × 2 × H100, round-robin, vllm, tiers none [^|]*? 10,507 of 10,507 \(0, 0\) yes meets at the "
+                     r"pessimistic end of the band: TTFT p90 1\.81 s / 2\.00 s, 1,461-1,768 s, 2,295 req", text)
+    assert "differs from the plan's run" not in text and "The ranking differs." in text
+    assert "--plan serves the plan's chosen deployment" in fails("report", trace, "--plan", d / "plan.json", "--gpu",
+                                                                 "H100", "--model", "Llama-3.1-8B", "-o", d / "x.html")
+
+
+def test_the_70b_model():
+    trace = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    out = run("plan", trace, "--model", "Llama-3.1-70B", "--slo-ttft-p90", "2s", "--gpus", "H100,H200")
+    assert ("load x1: 8 configurations tried: 1 meets the SLOs, 2 miss at the most instances searched, 1 cannot meet "
+            "them on any number of instances, 1 pruned on cost, 3 unfit (vLLM would not start the model)") in out
+    assert re.search(r"1     unreachable  - x 2 x H200 .* TTFT p90 2\.94 s / 2\.00 s, 822-1,122 s, 880 req", out)
+    assert re.search(r"best  chosen       11 x 8 x H100 +8 / 8 / 11 .* 264\.00", out)
+    assert re.search(r"misses       64 x 4 x H100 .* TTFT p90 2\.32 s / 2\.00 s, 522-822 s, 967 req", out)
+    assert ("the KV cache left on each GPU (1.4 GB after 70.6 GB of weights) holds 8,827 tokens, fewer than one "
+            "request at max_model_len 131,072: vLLM refuses to start (lower --max-model-len, or more GPUs)") in out
+
+
+def test_the_claude_code_samples():
+    out = run("plan", shared_path(CLAUDE_CODE), "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus",
+              "H100,H200")
+    assert re.search(r"best  chosen   1 x 1 x H100 +1 / 1 / 1 .* 90\.44 .* TTFT p90 702\.7 ms / 2\.00 s", out)
+    assert "judged     33 requests arriving from 124 s" in out
+    assert ("windows    TTFT p90: the whole judged span as one window: its 33 requests are fewer than the 50 a window "
+            "needs") in out
+
+
+def test_their_agentic_double():
+    import kvreplay
+    from kvreplay.trace.synth import synth_like
+
+    big = synth_like(kvreplay.load_trace(str(shared_path(CLAUDE_CODE))), scale_requests=110, seed=0)
+    fits = big.take(np.flatnonzero(np.asarray(big.input_length) + np.asarray(big.output_length) <= 131_072))
+    p = kvreplay.plan(fits, model="Llama-3.1-8B", slo=kvreplay.SLO(ttft_p90_s=2.0), gpus=["H100", "H200"],
+                      max_instances=16)
+    block = p["loads"][0]
+    assert len(fits) == 2_707
+    best = block["best"]
+    assert (best["gpu"], best["tp"], best["instances"], best["cost_per_hour"]) == ("H100", 2, 1, 6.0)
+    assert round(best["binding"]["value_s"], 2) == 1.75 and best["binding"]["requests"] == 54
+    assert best["window_grouping"]["TTFT p90"] == ("1,111 5-minute windows merged with their neighbours into 50, each "
+                                                   "with at least 50 requests")
+    tp1 = next(r for r in block["tried"] if (r["gpu"], r["tp"]) == ("H100", 1))
+    assert tp1["verdict"] == "unreachable" and tp1["why"].startswith(
+        "TTFT p90 cannot go below 3.29 s on H100 x1 in the window 244,595-253,895 s (54 requests, 31 windows merged)")
+
+
+def test_the_served_ranking_of_sweep():
+    trace = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    out = run("sweep", trace, "--policies", "arc,s3fifo,vllm,lru", "--capacities", "833", "--model", "Llama-3.1-8B",
+              "--gpu", "H100", "--instances", "7", "--router", "kv-aware")
+    assert ("ranking    DIFFERS: offline arc > s3fifo > vllm > lru; served vllm > lru > arc > s3fifo: choose the "
+            "policy at your real concurrency") in out
