@@ -222,6 +222,8 @@ def fit(runs, workers: int, rounds: int = 2):
               + "; GPU factors (prefill, decode): " + ", ".join(f"{g[0]} {g[1]} {g[2]} {s[0]:.2f} {s[1]:.2f}"
                                                                 for g, s in scales.items()), flush=True)
     spread = band(mine, at, at_scales, base, slopes)
+    for t in TERMS:  # (the band holds the terms shipped, fitted at the last linearisation's point)
+        spread["low"][t], spread["high"][t] = min(spread["low"][t], terms[t]), max(spread["high"][t], terms[t])
     print("band: " + ", ".join(f"{t} {spread['low'][t] * 1e3:.4g}-{spread['high'][t] * 1e3:.4g} ms" for t in TERMS))
     return terms, scales, len(mine), spread
 
@@ -284,7 +286,7 @@ def check(runs, terms, workers: int, bands: bool = False) -> dict:
     return tables
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only the error tables, from the shipped terms")
     ap.add_argument("--jobs", type=int, default=2, help="processes simulating runs (default 2)")
@@ -293,14 +295,14 @@ def main() -> int:
     ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
                     help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
                          "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.host_cpu == "none" and (not args.check or args.bands):
+        ap.error("--host-cpu none needs --check and no --bands (it checks the steps alone)")
     from calibrate import Tables, wheel
 
     t = Tables(wheel())
     runs, left = e2e.silicon_runs(t.silicon())
     print(f"runs: {len(runs)} silicon (left out: {left})")
-    if args.host_cpu == "none" and (not args.check or args.bands):
-        ap.error("--host-cpu none needs --check and no --bands (it checks the steps alone)")
     if args.host_cpu == "none":
         terms = dict.fromkeys(TERMS, 0.0)
         runs = [{**r, "async": False} for r in runs]

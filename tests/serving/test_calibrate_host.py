@@ -47,3 +47,14 @@ def test_the_fit_recovers_the_terms_that_made_the_measurements():
     for t, v in truth.items():
         assert fitted[t] == pytest.approx(v, rel=1e-6, abs=1e-9)
     assert scales[("H100", "m", "bf16")] == pytest.approx(factor, rel=1e-6)
+
+
+def test_host_cpu_none_checks_only(capsys):
+    # the steps alone (no host terms, synchronous: kvreplay before them) is a check, not a fit,
+    # and refused before any table is read
+    H = load()
+    for argv in (["--host-cpu", "none"], ["--check", "--bands", "--host-cpu", "none"]):
+        with pytest.raises(SystemExit) as e:
+            H.main(argv)
+        assert e.value.code == 2
+        assert "--host-cpu none needs --check and no --bands" in capsys.readouterr().err
