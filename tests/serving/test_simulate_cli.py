@@ -177,6 +177,26 @@ def test_conversation_trace_as_the_issue_asks():
     assert cold["summary"]["finished"] == 12_031 and cold["summary"]["window"]["kind"] == "whole_trace"
 
 
+def test_host_cpu_terms_on_the_time_line_and_in_the_latencies(files):
+    # the calibrated roofline adds what the host CPU does (serving/timing/host.py) unless told not to;
+    # --host-cpu none leaves the engine's steps alone; a measured profile adds nothing by default
+    trace, tm, _ = files
+    run = lambda *a: json.loads(ok("simulate", trace, "--model", "Llama-3.1-8B", "--gpu", "H100", "--json", *a))  # noqa: E731
+    default, none, sync = run(), run("--host-cpu", "none"), run("--host-cpu", "vllm-sync")
+    assert default["config"]["time_model"]["host"]["host"] == "vllm"
+    assert default["config"]["time_model"]["host"]["async_scheduling"] is True
+    assert none["config"]["time_model"]["host"]["host"] == "none"
+    assert sync["config"]["time_model"]["host"]["async_scheduling"] is False
+    first = lambda doc: doc["per_request"]["first_token_s"][0]  # noqa: E731 - the first request, alone
+    assert first(default) > first(none)
+    line = next(x for x in ok("simulate", trace, "--model", "Llama-3.1-8B", "--gpu", "H100").splitlines()
+                if x.startswith("time"))
+    assert "host CPU (vllm: vLLM's API server and engine core, async scheduling" in line
+    assert "host CPU" not in ok("simulate", trace, "--capacity", 100, "--time-model", tm)
+    assert "instant time model takes no time" in fails("simulate", trace, "--time-model", "instant", "--capacity", 10,
+                                                       "--host-cpu", "vllm")
+
+
 def test_report_has_a_serving_section_with_gpu(files):
     trace, _, d = files
     r = kv("report", trace, "--model", "Llama-3.1-8B", "--gpu", "H100", "--speedups", "1,2", "--capacities", "10,100",

@@ -120,6 +120,11 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--mbu", type=unit_fraction, default=None, help="roofline-raw: bandwidth efficiency (default 0.6)")
     sim.add_argument("--step-overhead-ms", type=common.milliseconds, default=None, metavar="MS",
                      help="roofline-raw: fixed cost per step in ms, or a duration with its unit (default 0)")
+    sim.add_argument("--host-cpu", choices=("vllm", "vllm-sync", "none"), default=None,
+                     help="what the host CPU adds outside the GPU's steps: vllm (vLLM 0.33.0's API server, engine "
+                          "core and async scheduling, fitted on measured serving runs; the default with the "
+                          "calibrated roofline), vllm-sync (the same without async scheduling: vLLM before 0.14 or "
+                          "--no-async-scheduling), none (the default with any other time model)")
     load = sim.add_mutually_exclusive_group()
     load.add_argument("--speedup", type=positive_number, default=None,
                       help="divide the trace's inter-arrival times by X (2: twice the load)")
@@ -247,8 +252,8 @@ def _options(args, trace) -> dict:
                 rate_profile=args.rate_profile, kv_semantics=args.kv_semantics, warmup=warmup,
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
-                mem_fraction_static=args.mem_fraction_static, router_options=_router_options(args.router_option),
-                **params)
+                mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
+                router_options=_router_options(args.router_option), **params)
 
 
 def _cmd_simulate(args) -> int:

@@ -20,6 +20,19 @@ def seconds_text(x: float) -> str:
     return f"{x:,.2f} s"
 
 
+def _describe_host(host: dict | None) -> str:
+    """What the host CPU adds (serving/timing/host.py), for the time line ("" when nothing)."""
+    if not host or host.get("host") == "none":
+        return ""
+    us = lambda x: f"{1e6 * x:.2f} us"  # noqa: E731
+    ms = lambda x: f"{1e3 * x:.2f} ms"  # noqa: E731
+    sched = "async scheduling" if host["async_scheduling"] else "synchronous scheduling"
+    return (f"; host CPU ({host['host']}: vLLM's API server and engine core, {sched}; fitted on measured serving "
+            f"runs): each request {ms(host['request_s'])} + {us(host['prompt_token_s'])} a prompt token before the "
+            f"engine, each step {ms(host['step_s'])} + {us(host['step_request_s'])} a request of CPU, each token "
+            f"{us(host['output_request_s'])} a request in its step to its client")
+
+
 def _describe_time(tm: dict) -> str:
     name = tm.get("time_model")
     if name == "roofline":
@@ -36,13 +49,11 @@ def _describe_time(tm: dict) -> str:
         where = f"calibrated on {tm.get('calibrated_on')}'s measured kernels{note}"
         bands = tm.get("bands", {})
         band = ", ".join(f"{p} x{lo:.2f}-{hi:.2f}" for p, (lo, hi) in bands.items())
-        coef = tm.get("coefficients") or {}
-        frontend = (f"; each request {1000 * coef['frontend_s']:.1f} ms outside the engine (API server, fitted "
-                    "on silicon serving runs)" if coef.get("frontend_s") else "")
         moe = f"; routed experts as vLLM's fused MoE kernel ({tm['moe_kernel']})" if tm.get("moe_kernel") else ""
         moe += "; MLA layers fitted on vLLM's measured MLA modules" if tm.get("mla") else ""
         return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')}, weights {tm.get('dtype')}, KV "
-                f"{tm.get('kv_dtype')}; {where}{moe}; measured / predicted step time {band} (5-95%){frontend}")
+                f"{tm.get('kv_dtype')}; {where}{moe}; measured / predicted step time {band} (5-95%)"
+                + _describe_host(tm.get("host")))
     if name == "roofline-raw":
         return (f"roofline-raw: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
                 f"{tm.get('mbu')}, {1000 * tm.get('overhead_s', 0):g} ms per step; uncalibrated, no error band)")

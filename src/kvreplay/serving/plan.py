@@ -563,9 +563,10 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     else:
         check_stopping()  # (a search on threads abandoned by SIGTERM ends before its next run)
         options = dict(s.options)
-        if banded:  # one run at that end of the band (not the band's three)
+        if banded:  # one run at that end of the band (not the band's three), the host's terms at theirs
             tm = _time_model(s, c)
             options["time_model"] = tm if end == "centre" else tm.at_band(end)
+            options["host"] = _host(s, c, end)
         report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
                           tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
                           rate=load[1] if load[0] == "rate" else None, compare_sequential=False, band_runs=False,
@@ -592,9 +593,11 @@ CACHE_VERSION = 4
 def _calibration_digest() -> str:
     """The shipped roofline calibration's digest: a refit changes every calibrated run's times, so
     runs cached under other coefficients are not reused."""
+    from .timing.host import calibration as host_calibration
     from .timing.roofline import calibration_data
 
-    return hashlib.sha256(json.dumps(calibration_data()["gpus"], sort_keys=True).encode()).hexdigest()[:16]
+    data = [calibration_data()["gpus"], host_calibration()["terms"], host_calibration().get("band")]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _cache_key(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
@@ -658,7 +661,8 @@ def _floor(s: Search, c: Config, load: tuple) -> dict | None:
     else:
         chunk = scheduler.max_num_batched_tokens if scheduler.chunked_prefill else None
     floors = request_floors(s.trace, arrival_s, at_end, tm, block_size=block_size, chunk=chunk,
-                            any_order=scheduler.schedule_policy != "fcfs")
+                            any_order=scheduler.schedule_policy != "fcfs", host=_host(s, c, end),
+                            max_seqs=scheduler.max_num_seqs)
     start = (float(arrival_s.min()) if arrival_s.size else 0.0) + warm.seconds
     windows = Windows.of(arrival_s, judged, start, s.window_s)
     values = {k: v[judged] for k, v in floors.values().items()}
@@ -693,6 +697,17 @@ def _block_size(s: Search) -> int:
     from ..trace.model import resolve_block_size
 
     return resolve_block_size(s.options.get("block_size"), s.trace)
+
+
+def _host(s: Search, c: Config, end: str):
+    """What the host CPU adds to `c`'s runs at `end` of the band (timing/host.py): the plan's
+    `host` option (default: the calibrated terms with the calibrated roofline), at the same end of
+    its own band, as simulate()'s band runs take it."""
+    from .timing.host import band_end
+    from .timing.host import resolve as resolve_host
+
+    terms = resolve_host(s.options.get("host"), _time_model(s, c))
+    return terms if end == "centre" else band_end(terms, end)
 
 
 def _time_model(s: Search, c: Config):

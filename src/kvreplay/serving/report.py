@@ -279,9 +279,12 @@ class SimReport:
         out = {key: {stat: [lo[key][stat], hi[key][stat]] for stat in lo[key] if stat != "count"} for key in lo}
         out["calibrated_on"] = self.time_model.get("calibrated_on")
         out["ratio_bands"] = self.band["bands"]
+        if "host" in self.band:
+            out["host_band"] = self.band["host"]
         out["warnings"] = list(self.band.get("warnings", []))
         out["text"] = ("each latency's range when every step takes the low / high end of the calibrated roofline's "
-                       "measured/predicted step-time band (5th-95th percentile, per prefill, decode and mixed step)")
+                       "measured/predicted step-time band (5th-95th percentile, per prefill, decode and mixed step) and "
+                       "the host CPU's terms the low / high end of theirs (their spread across the measured deployments)")
         return out
 
     def summary(self) -> dict:

@@ -23,6 +23,8 @@ from ..policies.registry import get_policy
 from ..trace.model import Trace
 from . import kernel, routing
 from .timing import KIND_INSTANT, TimeModel, packed, roofline_window
+from .timing.host import NONE as NO_HOST
+from .timing.host import HostTerms
 
 #: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
 #: for every other policy it checks first that the start fits beside the held blocks.
@@ -329,7 +331,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
-             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm") -> RawRun:
+             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
+             host: HostTerms = NO_HOST) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -338,7 +341,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
     UnifiedRadixCache (serving/kernel/sglang_hybrid.c; the SGLang style and policy radix only),
-    `capacity` pages of its full-attention pool."""
+    `capacity` pages of its full-attention pool. host: what the host CPU adds per step and per token,
+    and async scheduling (timing/host.py; its arrival delay is already in `arrival_s`)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -360,6 +364,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     # the routers' residency bits: a state-aware router, no tiers (their drain reads the eviction log)
     route_bits = (router is not None and not tiers and not len(groups) and not len(radix)
                   and spec.name in RESIDENCY_BITS and not REFERENCE_SCANS)
+    host_slots = host.kernel_settings()
     router_index, rparams = -1, np.zeros(1)
     if router is not None:
         router_index = routing.state_aware()[router][0]
@@ -380,10 +385,12 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
         "TRACE_IDS": max(1, ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(route_bits),
         "TRT_POLICY": ("guaranteed_no_evict", "max_utilization").index(scheduler.capacity_scheduler_policy),
+        **host_slots["cfg"],
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
         "RATIO_DECAY": scheduler.new_token_ratio_decay, "ROUTER_LAG_S": router_lag_ms / 1000.0,
+        **host_slots["fcfg"],
     }, "fcfg", np.float64)
     tiers = list(tiers or [])
     T = len(tiers)

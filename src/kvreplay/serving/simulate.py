@@ -24,6 +24,8 @@ from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .semantics import choose
 from .timing import load_time_model
+from .timing.host import band_end as host_band
+from .timing.host import resolve as host_resolve
 
 ENGINE_STYLES = ("vllm", "sglang", "trtllm")
 #: Engine-faithful default policy per engine style.
@@ -175,7 +177,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, progress=None,
+             language_model_only: bool = False, mem_fraction_static: float | None = None, host=None, progress=None,
              **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
@@ -192,6 +194,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         refused on a GPU that cannot run it (fp8 without FP8 tensor cores: A100).
     time_model: "instant", "roofline" (needs model and gpu), a Dynamo profile "FILE.npz", a
         polynomial "FILE.json", or a TimeModel.
+    host: what the host CPU adds outside the GPU's steps (timing/host.py): "vllm" (vLLM 0.33.0's
+        API server, engine core and async scheduling, fitted on measured serving runs), "vllm-sync"
+        (the same without async scheduling: vLLM before 0.14, or --no-async-scheduling), "none",
+        or HostTerms; default: "vllm" with the calibrated roofline, "none" with any other time
+        model (a measured profile holds what it measured).
     speedup / rate: arrivals: the trace's timestamps divided by `speedup`, or a Poisson process of
         `rate` requests/s (seeded by `seed`). rate_profile: "diurnal", a FILE or (fraction,
         multiplier) points: the arrivals reshaped so their rate follows it over the span (profile.py).
@@ -314,15 +321,17 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
         if fixed else None
     routing.parameters(router, router_options)  # checked before the run
-    # the serving stack's latency outside the engine (the calibrated roofline's frontend_s): each
-    # request reaches the engine that long after it arrives, so its TTFT and end-to-end latency hold it
-    engine_arrival_s = arrival_s + float(getattr(tm, "frontend_s", 0.0))
+    # what the host CPU adds (timing/host.py): each request reaches the engine core after the API
+    # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
+    host_terms = host_resolve(host, tm)
+    engine_arrival_s = arrival_s + host_terms.arrival_delay(np.asarray(trace.input_length))
     run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=engine_arrival_s,
                output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
-               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine)
+               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
+               host=host_terms)
     banded = band_runs and hasattr(tm, "at_band")  # the calibrated roofline: the run at both ends of its band too
     compared = compare_sequential and not any(t.shared for t in tier_list)
     runs = 1 + 2 * banded + compared
@@ -330,10 +339,13 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     raw = run_once(trace, time_model=tm, **run)
     tell(progress, 1, runs, "runs")
     band = None
-    if banded:
-        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
+    if banded:  # (the host's terms at the same end of their own band)
+        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")},
+                "host": {end: host_band(host_terms, end).describe() for end in ("low", "high")}}
         for k, end in enumerate(("low", "high")):
-            band[end] = run_once(trace, time_model=tm.at_band(end), **run)
+            host_end = host_band(host_terms, end)
+            band[end] = run_once(trace, time_model=tm.at_band(end), **{
+                **run, "host": host_end, "arrival_s": arrival_s + host_end.arrival_delay(np.asarray(trace.input_length))})
             tell(progress, 2 + k, runs, "runs")
     sequential, sequential_evictions, parts = None, None, None
     if compared:
@@ -353,7 +365,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         arrival_info["rate_profile"] = profile_name
     report = SimReport(
         policy=spec.name, params=spec.resolve(params), capacity_blocks=capacity, block_size=block_size,
-        scheduler=scheduler.to_dict(), time_model=tm.describe(), arrivals=arrival_info, output_kv=output_kv,
+        scheduler=scheduler.to_dict(), time_model={**tm.describe(), "host": host_terms.describe()}, arrivals=arrival_info, output_kv=output_kv,
         trace_source=trace.source, arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=raw.scheduled_s,
         first_token_s=raw.first_token_s, finish_s=raw.finish_s,
         prompt_tokens=np.asarray(trace.input_length, dtype=np.int64), hit_tokens=raw.hit_tokens,

@@ -122,6 +122,7 @@ static int join(Sim *s, i64 j, i64 i, int never) {
     }
     if (!req_route_ids(s, j, i)) return 0;
     s->io->status[i] = WAITING;
+    s->joined[i] = s->now;
     queue_push_back(s, q, i);
     q->view[V_REQUESTS] += 1;
     return 1;
@@ -174,6 +175,42 @@ static void handover(Sim *s, i64 i) {
     wake(&s->inst[j], s->now);
 }
 
+/* Async scheduling (vLLM 0.33.0's default, config/vllm.py:1685-1719; EngineCore.step_with_batch_queue,
+ * v1/engine/core.py:708, with two batches in flight, config/vllm.py:588): while a step runs, the
+ * engine core has already scheduled the next one, when the running step was launched. So a step
+ * that starts now was scheduled when the step that just ended started, and sees only the requests
+ * that had joined by then: the ones that joined later (at the tail of the queue: requests join in
+ * time order, preempted ones go to its front) are set aside while it schedules. When the previous
+ * schedule launched nothing (the engine waited for work) it schedules now, seeing every request.
+ * Returns how many it set aside; `unhide` puts them back. */
+static i64 hide_late(Sim *s, Inst *q, i64 *first) {
+    *first = -1;
+    if (!s->io->cfg[ASYNC_SCHEDULING] || !q->ahead) return 0;
+    i64 k = 0, i = q->qtail;
+    while (i >= 0 && s->joined[i] > q->scheduled_at) {
+        *first = i;
+        i = s->qprev[i];
+        k++;
+    }
+    if (k == 0) return 0;
+    /* the queue ends before `first` for now */
+    q->qtail = i;
+    if (i >= 0) s->qnext[i] = -1;
+    else q->qhead = -1;
+    s->qprev[*first] = -1;
+    q->qlen -= k;
+    return k;
+}
+
+static void unhide(Sim *s, Inst *q, i64 first, i64 k, i64 last) {
+    if (k == 0) return;
+    s->qprev[first] = q->qtail;
+    if (q->qtail >= 0) s->qnext[q->qtail] = first;
+    else q->qhead = first;
+    q->qtail = last;
+    q->qlen += k;
+}
+
 /* Instance j schedules a step: 0 when the run must stop (a state out of room, or a stall). */
 static int schedule(Sim *s, i64 j, i64 next_arrival) {
     Inst *q = &s->inst[j];
@@ -181,18 +218,28 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
     if (q->nrun == 0 && q->qlen == 0) {
         q->ratio = s->io->fcfg[RATIO_INIT];  /* SGLang resets its estimate when idle */
         q->end_t = INFINITY;
+        q->ahead = 0;
         return 1;
     }
     if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
     i64 preempted = c[preemptions], aborted_before = c[aborted];
+    i64 first, last = q->qtail, hidden = hide_late(s, q, &first);
     if (s->io->cfg[STYLE] == STYLE_SGLANG) sglang_schedule(s, j);
     else if (s->io->cfg[STYLE] == STYLE_TRTLLM) trtllm_schedule(s, j);
     else vllm_schedule(s, j);
+    unhide(s, q, first, hidden, last);
     if (s->failed) return 0;
     q->view[V_WAITING] = (f64)q->qlen;
     q->view[V_RUNNING] = (f64)q->nrun;
     q->view[V_HELD] = (f64)req_held(s, j);
-    if (batch_start(s, j)) return 1;
+    q->scheduled_at = s->now;
+    q->ahead = batch_start(s, j);
+    if (q->ahead) return 1;
+    if (hidden > 0) {
+        /* the step scheduled ahead was empty: the engine schedules again at once, seeing them */
+        q->end_t = s->now;
+        return 1;
+    }
     c[stalls] += 1;
     if (c[preemptions] != preempted || c[aborted] != aborted_before) {
         /* a step that only preempted (a request preempting itself, alone) or aborted the request
@@ -339,6 +386,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     for (i64 i = 0; i < n; i++) s->outputs[i] = io->O[i] > 1 ? io->O[i] : 1;
     s->load_s = zeros(n, sizeof(f64));
     s->last_token = zeros(n, sizeof(f64));
+    s->joined = zeros(n, sizeof(f64));
     s->qnext = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
     s->qprev = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
     for (i64 i = 0; i < n; i++) s->qnext[i] = s->qprev[i] = -1;
@@ -413,8 +461,9 @@ static void teardown(Sim *s) {
         ids_free(s->inst[q].ids);
     }
     void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
-                     s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->qnext, s->qprev,
-                     s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->trt, s->route_scratch,
+                     s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->joined, s->qnext,
+                     s->qprev, s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->trt,
+                     s->route_scratch,
                      s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst, s->res_bits, s->bit_scratch,
                      s->route_prefix, s->route_limit};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);

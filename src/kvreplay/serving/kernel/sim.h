@@ -29,8 +29,11 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY)
-#define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY) S(ASYNC_SCHEDULING)
+/* HOST_*: what the host CPU adds (serving/timing/host.py): the engine core's CPU per step and per
+ * request in it, and a token's delay out of the engine per request out that step */
+#define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S) S(HOST_STEP_S) \
+    S(HOST_STEP_REQUEST_S) S(HOST_OUTPUT_REQUEST_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
 enum { STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM };
@@ -108,6 +111,8 @@ typedef struct {
     int batch_full;    /* SGLang's running_batch.batch_is_full: no prefill until a request leaves */
     i64 refresh_calls; /* SGLang's _waiting_prefix_refresh_calls */
     f64 *view;         /* its row of the router's view (NUM_VIEW) */
+    f64 scheduled_at;  /* when it last scheduled a step */
+    int ahead;         /* async scheduling: that step is in flight, so this schedule ran as it started */
 } Inst;
 
 /* Python's growth of instance j's policy state to `ids` local ids when its ids run out: the new
@@ -130,6 +135,7 @@ typedef struct Sim {
     i8 *decoding, *kv_in;
     i64 *outputs;
     f64 *load_s, *last_token;
+    f64 *joined;       /* when it last joined a waiting queue (async scheduling's visibility) */
     i64 *qnext, *qprev;
     i64 *routed_overlap;
     i32 *lblocks;      /* its positions' local ids on the instance that holds it */
