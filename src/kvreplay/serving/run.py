@@ -174,7 +174,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
-             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm") -> RawRun:
+             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
+             closed: dict | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -183,7 +184,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
     UnifiedRadixCache (serving/kernel/sglang_hybrid.c; the SGLang style and policy radix only),
-    `capacity` pages of its full-attention pool."""
+    `capacity` pages of its full-attention pool. closed: closed-loop arrivals (closed.py
+    ClosedLoop.kernel_arrays, trace order: arrival holds the roots' times and `arrival_s` is not
+    read); the RawRun's arrival_s are then the times requests arrived, and an `assigned` of -1
+    sends a request to the next instance in turn as it arrives (round-robin)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -192,7 +196,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     params = spec.resolve(params or {})
     n, N = len(trace), instances
     routed = prefill_instances if prefill_instances else N
-    order = np.argsort(arrival_s, kind="stable")
+    if closed is not None:
+        arrival_s = closed["arrival"]
+    # (the kernel reads the open loop's arrivals in index order; the closed loop's releases are timed by it)
+    order = np.argsort(arrival_s, kind="stable") if closed is None else np.arange(n)
     sorted_trace = trace.take(order) if n and np.any(order != np.arange(n)) else trace
     mode = kernel.mode(spec, scheduler.style)
     radix = np.zeros(0, dtype=np.int64)
@@ -222,6 +229,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
+        "CLOSED": int(closed is not None),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -247,19 +255,21 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "handles": np.zeros(ext.num_accesses + n + 1, dtype=np.int64), "end_s": np.zeros(1),
         "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
         "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
+        **_closed_arrays(closed, n), "arrived_s": np.zeros(n),
     }
-    spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
+    live = bool((assigned_sorted < 0).any())  # (routed as they arrive: no exact id spaces before the run)
+    spaces = (id_spaces(ext, assigned_sorted if router is None and not live else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
     use_map = local_ids and N > 1
     # radix and belady: room for their requests, their decode blocks and one recomputation of
     # each (a state-aware router's share is unknown before the run: twice an even share)
     lengths = np.diff(ext.offsets)
     dec = lengths - P
-    share = 1.0 if router is None or N == 1 else min(1.0, 2.0 / N)
+    share = 1.0 if (router is None and not live) or N == 1 else min(1.0, 2.0 / N)
     calls = np.empty(N, dtype=np.int64)
     positions = np.empty(N, dtype=np.int64)
     for k in range(N):
-        mine = assigned_sorted == k if router is None else slice(None)
+        mine = assigned_sorted == k if router is None and not live else slice(None)
         calls[k] = int(2 * share * (len(lengths[mine]) + dec[mine].sum())) + 8
         positions[k] = int(2 * share * lengths[mine].sum()) + 8
     log_size = capacity + int(lengths.max(initial=0)) + 1
@@ -283,6 +293,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                     "radix_counters"):
             io[key].fill(0)
         io["decode_instance"].fill(-1)
+        io["arrived_s"].fill(0)
         counters = io["counters"].reshape(N, len(names))
         if spec.name in SIZED_PER_CALL:
             counters[:, C["max_pin_calls"]], counters[:, C["max_positions"]] = calls, positions
@@ -327,7 +338,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     merged = {key: (max if key in PEAKS else sum)(c[key] for c in per_instance) for key in names}
     meta = io["series_meta"]
     return RawRun(
-        arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=back(io["scheduled_s"]),
+        arrival_s=np.asarray(arrival_s, dtype=np.float64) if closed is None else back(io["arrived_s"]), scheduled_s=back(io["scheduled_s"]),
         first_token_s=back(io["first_token_s"]), finish_s=back(io["finish_s"]), hit_tokens=back(io["hit_tokens"]),
         hit_blocks=back(io["hit_blocks"]), preemptions=back(io["preemptions"]),
         computed_tokens=back(io["computed_total"]), status=back(io["status"]), counters=merged,
@@ -337,6 +348,19 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         tier_totals=[] if pools is None else [pools.totals(t) for t in range(T)],
         id_spaces=spaces.tolist(), runs=runs,
     )
+
+
+def _closed_arrays(closed: dict | None, n: int) -> dict:
+    """The kernel's closed-loop fields (release.c), in its order (the trace's: closed runs are not
+    reordered), and the CLOSED setting; empty arrays for the open loop."""
+    keys = ("waits", "next_offsets", "next_ids", "think_s", "session", "lane_queue")
+    if closed is None:
+        return {k: np.zeros(0, dtype=np.float64 if k == "think_s" else np.int64) for k in keys}
+    out = {k: np.ascontiguousarray(closed[k], dtype=np.float64 if k == "think_s" else np.int64) for k in keys}
+    if out["waits"].shape != (n,) or out["next_offsets"].shape != (n + 1,) or out["think_s"].shape != (n,) \
+            or out["session"].shape not in ((0,), (n,)):
+        raise ConfigError("closed-loop arrays must have one entry per request")
+    return out
 
 
 #: hybrid.h's pool counters, per instance

@@ -8,7 +8,7 @@ time) are in docs/serving.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
 from ..trace.model import Trace
-from . import limits, routing
+from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
@@ -148,7 +148,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, **params):
+             language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
+             think_time=None, sessions: int | None = None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -198,6 +199,13 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         trace's 90% reuse lookback), a fraction of the arrival span in [0, 1), a duration ("10m"),
         or None / 0 (default: every request is judged, from an empty cache). The summary's figures
         count the requests after it; its window says how it was chosen.
+    arrivals: "open" (each request at its timestamp) or "closed" (a request is sent when what it
+        waits for has ended, plus its think time: closed.py); None: the trace format's default
+        (closed for Claude Code, whose files record think times; open otherwise). think_time:
+        "trace" (default) or a distribution such as "exp:5s" (think.py). sessions: N concurrent
+        sessions drawn from the trace's, each lane starting its next session when one ends
+        (lanes.py; a closed loop). The report's `closed` then has per-session and per-turn
+        figures and Little's law (closed_stats.py).
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
@@ -250,11 +258,23 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
                           f"{sizes.weights_dtype!r}: give the same weights dtype to both")
-    arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+    loop = closed.build(trace, arrivals, sessions=sessions, think_time=think_time, seed=seed, speedup=speedup,
+                        rate=rate, block_size=block_size, time_model=tm, chunk=prefill_chunk(scheduler))
     from .warmup import judged_mask
     from .warmup import resolve as resolve_warmup
 
-    warm = resolve_warmup(warmup, trace, arrival_s, block_size)
+    if loop is None:
+        arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
+    else:
+        if rate_profile is not None:
+            raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
+                              "follow its sessions")
+        trace = replace(loop.trace, session=loop.session)
+        limits.check_requests(trace, block_size, output_kv)
+        if spec.capacity == "ignored":  # (the lanes' copies hold more blocks)
+            capacity = max(capacity, trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum()) + 2)
+        arrival_s, profile_name, warm = np.nan_to_num(loop.start_s), None, None  # (arrivals come from the run)
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
@@ -266,6 +286,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     fixed = routed == 1 or router in routing.FIXED
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
         if fixed else None
+    if loop is not None and fixed and routed > 1 and router == "round-robin":
+        assigned = np.full(len(trace), -1, dtype=np.int64)  # (round-robin in the order requests arrive: the kernel's)
     routing.parameters(router, router_options)  # checked before the run
     # the serving stack's latency outside the engine (the calibrated roofline's frontend_s): each
     # request reaches the engine that long after it arrives, so its TTFT and end-to-end latency hold it
@@ -275,8 +297,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
-               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine)
+               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
+               closed=None if loop is None else loop.kernel_arrays(float(getattr(tm, "frontend_s", 0.0))))
     raw = run_once(trace, time_model=tm, **run)
+    if loop is not None:  # the clients' send times (the engine sees each frontend_s later), and the warm-up on them
+        arrival_s = raw.arrival_s - float(getattr(tm, "frontend_s", 0.0))
+        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     band = None
     if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
         band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
@@ -289,12 +315,18 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
             chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
         hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
-        sequential, sequential_evictions = _sequential(trace, spec, params, capacity, block_size, tier_list,
-                                                       tier_copies, raw.instance, instances, disagg,
-                                                       raw.status == FINISHED, hybrid,
-                                                       judged_mask(arrival_s, warm.seconds))
-    arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
-                    else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
+        by = np.argsort(arrival_s, kind="stable")  # (one at a time, in the order they arrived)
+        same = np.array_equal(by, np.arange(len(trace)))
+        sequential, sequential_evictions = _sequential(trace if same else trace.take(by), spec, params, capacity,
+                                                       block_size, tier_list, tier_copies, raw.instance[by], instances,
+                                                       disagg, (raw.status == FINISHED)[by], hybrid,
+                                                       judged_mask(arrival_s, warm.seconds)[by])
+    if loop is not None:
+        arrival_info = closed_stats.arrival_info(loop)
+    elif rate is not None:
+        arrival_info = {"kind": "poisson", "rate_per_s": rate, "seed": seed}
+    else:
+        arrival_info = {"kind": "trace", "speedup": 1.0 if speedup is None else speedup}
     if profile_name is not None:
         arrival_info["rate_profile"] = profile_name
     report = SimReport(
@@ -317,17 +349,19 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
         max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=semantics.note,
         warmup=None if warm.cold and warmup is None else warm.to_dict(),
+        closed=None if loop is None else closed_stats.per_request(loop),
+        judged_until_s=None if loop is None else closed_stats.steady_until(closed_stats.per_request(loop), arrival_s,
+                                                                            raw.finish_s),
     )
     if band is not None:
-        from dataclasses import replace
-
         band["runs"] = {}
         for end in ("low", "high"):
             other = band[end]
             # the band's run as a report (its requests' times; kvreplay plan judges SLOs on it)
             band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
                                         finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
-                                        band=None)
+                                        band=None, arrival_s=report.arrival_s if loop is None else
+                                        other.arrival_s - float(getattr(tm, "frontend_s", 0.0)))
             band[end] = band["runs"][end].latencies()
         band["warnings"] = _calibration_warnings(tm, trace, report)
         report.band = band
@@ -335,6 +369,13 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def prefill_chunk(scheduler: Scheduler) -> int | None:
+    """Tokens one prefill step takes of a prompt alone (None: the whole prompt at once)."""
+    if scheduler.style == "sglang":
+        return scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
+    return scheduler.max_num_batched_tokens if scheduler.chunked_prefill else None
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:

@@ -81,7 +81,7 @@ static void leave(Sim *s, i64 j, i64 i) {
     if (s->generated[i] >= s->outputs[i]) {
         io->status[i] = FINISHED;
         io->finish_s[i] = s->now;
-        s->done += 1;
+        release_ended(s, i);
     } else {
         io->status[i] = WAITING_ARRIVAL;
         s->target[i] = s->computed[i] + 1;

@@ -9,6 +9,7 @@
  *   requests.c  a request's blocks: admission, growth, release (the only caller of pin/unpin)
  *   metrics.c   the inter-token histogram, the time series, peaks
  *   ids.c       per-instance block ids: each instance's policy state is sized by the ids routed to it
+ *   release.c   closed-loop arrivals: a request arrives when the requests it waits for have ended
  *   hybrid.c    a request's blocks under vLLM's hybrid KV cache manager (a hybrid model's layer groups)
  *   sglang_hybrid.c  a request's KV under SGLang's UnifiedRadixCache (the SGLang style, a hybrid model)
  *
@@ -28,7 +29,7 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(CLOSED)
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
@@ -81,7 +82,9 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(f64, scheduled_s) F(f64, first_token_s) F(f64, finish_s) F(i64, hit_tokens) F(i64, hit_blocks)       \
     F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
-    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)
+    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)          \
+    F(i64, waits) F(i64, next_offsets) F(i64, next_ids) F(f64, think_s) F(f64, arrived_s) F(i64, session)        \
+    F(i64, lane_queue)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
@@ -154,6 +157,15 @@ typedef struct Sim {
     i64 *batch_scratch; /* a prefill batch's requests (sglang.c prefill_batch) */
     i64 *rkoff, *rkeys;
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
+    /* closed-loop arrivals (release.c) */
+    int closed;
+    i64 *waits_left;   /* per request: the requests it still waits for */
+    f64 *rel_t;        /* released requests not arrived yet: a heap by arrival time, then request */
+    i64 *rel_i, rel_n;
+    i64 arrived;       /* requests that have arrived */
+    i64 *session_left; /* per session: its requests not ended yet (lanes) */
+    i64 lane_next;     /* the next entry of lane_queue a freed lane takes */
+    i64 turn;          /* the next instance of a round-robin made at arrival (assigned < 0) */
 } Sim;
 
 /* ---- requests.c ---- */
@@ -234,6 +246,21 @@ void sgh_room(const Sim *s, i64 j, i64 *out);
 i64 sgh_held(const Sim *s, i64 j); /* full-KV pages running requests hold (their own and locked ones) */
 /* the hit request i's prompt would get on instance j now, pages (a look: nothing is touched) */
 i64 sgh_probe(const Sim *s, i64 j, i64 i);
+
+/* ---- release.c: closed-loop arrivals ---- */
+/* Closed loop (cfg CLOSED): request i waits for waits[i] requests, and next_ids[next_offsets[i]:
+ * next_offsets[i + 1]] wait for it. One that waits for none arrives at arrival[i]; the others
+ * arrive think_s[i] after the last of theirs ended. Lanes: with session[i] (one per request, 0..S-1),
+ * each time a session's last request ends, the next request of lane_queue (a later session's first,
+ * which counts that lane among its waits) is released. Open loop: every request at arrival[i]. */
+void release_setup(Sim *s);
+void release_teardown(Sim *s);
+/* request i ended (finished, rejected or refused): it is done, and the requests that waited only
+ * for it are released */
+void release_ended(Sim *s, i64 i);
+/* the earliest release not arrived yet (INFINITY: none), and taking it */
+f64 release_next_t(const Sim *s);
+i64 release_pop(Sim *s);
 
 /* ---- queues (loop.c) ---- */
 void queue_push_back(Sim *s, Inst *q, i64 i);

@@ -1,0 +1,208 @@
+"""A closed-loop run's figures (docs/sessions.md, "What a closed run reports"): sessions, turns,
+think time and Little's law, over the judged span (the requests arriving after the warm-up).
+
+- A **turn** is a request; its number is its rank in its session by arrival (1 = the session's
+  first). Per-turn TTFT is each turn's time to first token, by turn number.
+- A **session's time** runs from its first request's send to its last answer's end, for the
+  sessions whose first request is judged and whose every request finished.
+- **Turns per minute**: finished judged requests per minute of the judged span (the whole system).
+- **Think share**: the sessions' think time (sum over their requests that wait) over their time.
+- **Little's law**: over the judged span [a, b], each request's cycle runs from when what it waits
+  for ended (its ready time; a request that waits for nothing: its send) to its last token. With
+  throughput X (finished judged requests / (b - a)), mean response time R (send to last token) and
+  mean think time Z (ready to send) of the requests that finish in it, X (R + Z) must equal the
+  time-average number of open cycles, L, measured from the cycles themselves, within the sampling
+  error of a finite span: its ends cut the cycles in progress there, on average E[C^2] / (2 E[C])
+  of each cycle C at each end, so the two may differ by about E[C^2] / (E[C] (b - a)) of L. With N
+  concurrent sessions the sessions open on average (each from its first send to its last answer's
+  end) must be N over the steady span, and L is N plus the subagents running beside the agent
+  that spawned them.
+
+With N concurrent sessions the judged span ends at the steady state's end: when every drawn
+session has started and the first one after that ends, a lane goes idle (steady_until).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .stats import latency_stats, nearest_rank
+
+TURN_BUCKETS = ((1, 1), (2, 2), (3, 5), (6, 10), (11, 20), (21, None))
+
+
+def arrival_info(loop) -> dict:
+    """The report's arrivals: closed, with how the links, think times, starts and draws were found."""
+    out = {"kind": "closed", "sessions": loop.lanes, "links": loop.info["links"]["text"],
+           "links_source": loop.info["links"]["source"], "think": loop.info["think"]["text"],
+           "think_counts": {k: loop.info["think"][k] for k in ("recorded", "estimated", "drawn", "clamped")}}
+    if loop.info["links"]["source"] == "inferred":
+        out["inferred"] = {k: v for k, v in loop.info["links"].items() if k not in ("source", "text")}
+    for key in ("starts", "draw_text"):
+        if key in loop.info:
+            out["starts" if key == "starts" else "draws"] = loop.info[key]
+    return out
+
+
+def per_request(loop) -> dict:
+    """What the report keeps per request of a closed loop (trace order)."""
+    return {"session": np.asarray(loop.session, dtype=np.int64), "think_s": np.asarray(loop.think_s, dtype=np.float64),
+            "lanes": loop.lanes, "queued": loop.queued, "after_offsets": loop.links.offsets, "after": loop.links.after}
+
+
+def session_spans(session: np.ndarray, arrival_s: np.ndarray, finish_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per session: its first send, and its last answer's end (NaN when one of its requests did
+    not finish)."""
+    S = int(session.max()) + 1 if session.size else 0
+    first = np.full(S, np.inf)
+    np.minimum.at(first, session, arrival_s)
+    last = np.full(S, -np.inf)
+    np.maximum.at(last, session, np.where(np.isnan(finish_s), np.inf, finish_s))
+    return first, np.where(np.isinf(last), np.nan, last)
+
+
+def steady_until(closed: dict, arrival_s: np.ndarray, finish_s: np.ndarray) -> float | None:
+    """With lanes: when the steady state ends (every drawn session started, and the first session
+    that ends after that leaves its lane idle); None without lanes, or when the run never got there."""
+    if not closed.get("lanes"):
+        return None
+    first, last = session_spans(closed["session"], arrival_s, finish_s)
+    started = float(np.max(first)) if first.size else 0.0
+    ends = last[~np.isnan(last) & (last >= started)]
+    return float(ends.min()) if ends.size else None
+
+
+def ready_s(report) -> np.ndarray:
+    """Per request: when what it waits for ended (the latest of their finishes; NaN when one did
+    not finish), or its send time when it waits for nothing."""
+    c = report.closed
+    n = report.num_requests
+    counts = np.diff(c["after_offsets"])
+    out = np.asarray(report.arrival_s, dtype=np.float64).copy()
+    if c["after"].size:
+        ends = report.finish_s[c["after"]]
+        owner = np.repeat(np.arange(n), counts)
+        latest = np.full(n, -np.inf)
+        np.maximum.at(latest, owner, np.where(np.isnan(ends), np.inf, ends))
+        waiting = counts > 0
+        out[waiting] = np.where(np.isinf(latest[waiting]), np.nan, latest[waiting])
+    return out
+
+
+def turn_numbers(report) -> np.ndarray:
+    """Each request's rank in its session by arrival (1-based)."""
+    session = report.closed["session"]
+    order = np.lexsort((np.arange(session.size), report.arrival_s, session))
+    first = np.r_[True, session[order][1:] != session[order][:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    turn = np.empty(session.size, dtype=np.int64)
+    turn[order] = np.arange(order.size) - start + 1
+    return turn
+
+
+def summary(report) -> dict:
+    """The closed section of a SimReport's summary (module docstring)."""
+    c = report.closed
+    ok = report.counted
+    session = c["session"]
+    arrival, finish = report.arrival_s, report.finish_s
+    dur = report.duration_s
+    S = int(session.max()) + 1 if session.size else 0
+    first, last = session_spans(session, arrival, np.where(report.finished, finish, np.nan))
+    done = ~np.isnan(last)
+    judged_sessions = (first >= report.judged_start_s) & (first < (report.judged_until_s or np.inf))
+    complete = judged_sessions & done
+    times = (last - first)[complete]
+    think = np.nan_to_num(c["think_s"])
+    think_sum = np.bincount(session, weights=np.where(np.isnan(c["think_s"]), 0.0, think), minlength=S)[complete]
+    turns = np.bincount(session, minlength=S)[complete]
+    turn = turn_numbers(report)
+    by_turn = []
+    for lo, hi in TURN_BUCKETS:
+        mine = ok & (turn >= lo) & (turn <= (hi if hi is not None else turn.max(initial=0)))
+        v = np.sort(report.ttft_s[mine])
+        by_turn.append({"turns": f"{lo}" if lo == hi else (f"{lo}+" if hi is None else f"{lo}-{hi}"),
+                        "requests": int(mine.sum()), "ttft_p50_s": nearest_rank(v, 50), "ttft_p90_s": nearest_rank(v, 90)})
+    return {
+        "lanes": c["lanes"],
+        "sessions": {"judged": int(judged_sessions.sum()), "complete": int(complete.sum()),
+                     "unfinished": int((judged_sessions & ~done).sum()), "of": S},
+        "session_time_s": latency_stats(times),
+        "turns_per_session": latency_stats(turns.astype(np.float64)),
+        "ttft_by_turn": by_turn,
+        "turns_per_minute": None if not dur else 60.0 * int(ok.sum()) / dur,
+        "turns_per_minute_per_session": (None if not dur or not c["lanes"] else 60.0 * int(ok.sum()) / dur / c["lanes"]),
+        "think_share": float(think_sum.sum() / times.sum()) if times.size and times.sum() > 0 else None,
+        "littles_law": littles_law(report),
+    }
+
+
+def littles_law(report) -> dict | None:
+    """X (R + Z) against the measured time-average of open cycles over the judged span (module
+    docstring); None without a span."""
+    a = report.judged_start_s
+    b = report.judged_until_s if report.judged_until_s is not None else a + report.duration_s
+    dur = b - a
+    arrival, finish = report.arrival_s, report.finish_s
+    done = report.finished & (finish >= a) & (finish <= b)
+    if not done.any() or dur <= 0:
+        return None
+    ready = ready_s(report)
+    X = int(done.sum()) / dur
+    R = float(np.mean(finish[done] - arrival[done]))
+    Z = float(np.mean((arrival - ready)[done]))
+    valid = ~np.isnan(ready) & ~np.isnan(finish)
+    L = float(np.sum(np.clip(finish[valid], a, b) - np.clip(ready[valid], a, b)) / dur)
+    predicted = X * (R + Z)
+    cycle = (finish - ready)[done]
+    # the span's ends cut the cycles in progress there: on average E[C^2] / (2 E[C]) of each (the
+    # inspection paradox), at each end, over L of them
+    boundary = float(np.mean(cycle ** 2) / np.mean(cycle) / dur) if np.mean(cycle) > 0 else 0.0
+    out = {"throughput_per_s": X, "response_s": R, "think_s": Z, "predicted_concurrency": predicted,
+           "measured_concurrency": L, "relative_difference": (predicted - L) / L if L > 0 else None,
+           "boundary_share": boundary, "span_s": dur, "span_start_s": a}
+    tolerance = max(out["boundary_share"], 0.01)
+    out["holds"] = out["relative_difference"] is not None and abs(out["relative_difference"]) <= tolerance
+    lanes = report.closed["lanes"]
+    text = f"X (R + Z) = {X:.4g}/s x ({R:.4g} s + {Z:.4g} s) = {predicted:.4g}; measured open cycles {L:.4g}"
+    if lanes:
+        first, last = session_spans(report.closed["session"], arrival, finish)
+        busy = float(np.sum(np.clip(np.nan_to_num(last, nan=b), a, b) - np.clip(first, a, b)) / dur)
+        out.update(lanes=lanes, sessions_open=busy, beside=L - busy, lanes_relative_difference=(busy - lanes) / lanes)
+        out["holds"] = out["holds"] and abs(busy - lanes) / lanes <= tolerance
+        text += (f" = {busy:.4g} sessions open on average (of {lanes})" + (
+            f" + {L - busy:.3g} subagents beside their agent" if L - busy > 1e-9 * L else ""))
+    out["tolerance"] = tolerance
+    out["text"] = text + (f"; they differ by {100 * abs(out['relative_difference'] or 0):.2g}%, "
+                          + ("within" if out["holds"] else "beyond") + f" the sampling error of a span this long "
+                          f"({100 * tolerance:.2g}%: the cycles its ends cut)")
+    return out
+
+
+def check(report) -> None:
+    """The closed loop's rule: a request is never sent before what it waits for has ended, and is
+    sent its think time after the last of them (those that finished; the others were rejected)."""
+    from ..errors import InvariantError
+
+    c = report.closed
+    if not c["after"].size:
+        return
+    n = report.num_requests
+    owner = np.repeat(np.arange(n), np.diff(c["after_offsets"]))
+    ends = report.finish_s[c["after"]]
+    sent = report.arrival_s[owner]
+    eps = 1e-9 * np.maximum(1.0, np.abs(sent))
+    early = np.flatnonzero(~np.isnan(ends) & (sent < ends - eps))
+    if early.size:
+        k = early[0]
+        raise InvariantError(f"request {int(owner[k])} was sent at {sent[k]:.9g} s, before request "
+                             f"{int(c['after'][k])} it waits for ended ({ends[k]:.9g} s)")
+    ready = ready_s(report)
+    waiting = ~np.isnan(ready) & (np.diff(c["after_offsets"]) > 0)
+    want = ready[waiting] + c["think_s"][waiting]
+    got = report.arrival_s[waiting]
+    off = np.flatnonzero(np.abs(got - want) > 1e-9 * np.maximum(1.0, np.abs(want)))
+    if off.size:
+        i = int(np.flatnonzero(waiting)[off[0]])
+        raise InvariantError(f"request {i} was sent at {got[off[0]]:.9g} s, not its think time after what it waits "
+                             f"for ended ({want[off[0]]:.9g} s)")

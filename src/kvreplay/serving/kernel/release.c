@@ -1,0 +1,103 @@
+/* Closed-loop arrivals (docs/sessions.md): a request is sent when the requests it waits for have
+ * ended, plus its think time. A session's next turn waits for its previous answer; an agent's
+ * request waits for the subagents whose results it reads; a lane's next session waits for the end
+ * of its previous one (serving/closed.py builds those links from the trace).
+ *
+ * Each request keeps a count of the requests it still waits for (waits_left). When one ends
+ * (release_ended: finished, rejected or refused: a client that got an error goes on), every request
+ * waiting for it counts one down; one that reaches 0 is released think_s[i] later. Ends come in
+ * time order, so the last of them is the latest. Released requests wait in a heap by arrival
+ * time, then by request (the lower first), which the event loop reads as it reads the trace's
+ * arrivals in the open loop. The open loop (cfg CLOSED 0) uses none of this: release_ended only counts.
+ *
+ * Lanes (N concurrent sessions, serving/lanes.py): the sessions beyond the first N wait in
+ * lane_queue, in draw order, each first request counting one wait for a lane; when a session's
+ * last request ends, its lane takes the next of them (a load generator's pool of N users). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "sim.h"
+
+static inline int before(const Sim *s, i64 a, i64 b) {
+    return s->rel_t[a] < s->rel_t[b] || (s->rel_t[a] == s->rel_t[b] && s->rel_i[a] < s->rel_i[b]);
+}
+
+static inline void swap(Sim *s, i64 a, i64 b) {
+    f64 t = s->rel_t[a];
+    s->rel_t[a] = s->rel_t[b];
+    s->rel_t[b] = t;
+    i64 i = s->rel_i[a];
+    s->rel_i[a] = s->rel_i[b];
+    s->rel_i[b] = i;
+}
+
+static void push(Sim *s, f64 t, i64 i) {
+    i64 k = s->rel_n++;
+    s->rel_t[k] = t;
+    s->rel_i[k] = i;
+    while (k > 0) {
+        i64 parent = (k - 1) / 2;
+        if (before(s, parent, k)) break;
+        swap(s, parent, k);
+        k = parent;
+    }
+}
+
+i64 release_pop(Sim *s) {
+    i64 top = s->rel_i[0];
+    s->rel_n -= 1;
+    s->rel_t[0] = s->rel_t[s->rel_n];
+    s->rel_i[0] = s->rel_i[s->rel_n];
+    for (i64 k = 0;;) {
+        i64 a = 2 * k + 1, b = a + 1, c = a;
+        if (a >= s->rel_n) break;
+        if (b < s->rel_n && before(s, b, a)) c = b;
+        if (before(s, k, c)) break;
+        swap(s, c, k);
+        k = c;
+    }
+    return top;
+}
+
+f64 release_next_t(const Sim *s) { return s->rel_n > 0 ? s->rel_t[0] : INFINITY; }
+
+void release_setup(Sim *s) {
+    SimIO *io = s->io;
+    s->closed = io->cfg[CLOSED] != 0;
+    if (!s->closed) return;
+    i64 n = s->n;
+    s->waits_left = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
+    s->rel_t = malloc((size_t)(n > 0 ? n : 1) * sizeof(f64));
+    s->rel_i = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
+    for (i64 i = 0; i < n; i++) {
+        s->waits_left[i] = io->waits[i];
+        if (io->waits[i] == 0) push(s, io->arrival[i], i);
+    }
+    if (io->session_n == n && n > 0) {
+        i64 sessions = 0;
+        for (i64 i = 0; i < n; i++) sessions = kv_max(sessions, io->session[i] + 1);
+        s->session_left = calloc((size_t)sessions, sizeof(i64));
+        for (i64 i = 0; i < n; i++) s->session_left[io->session[i]] += 1;
+    }
+}
+
+/* request k's count of waits goes down by one; at 0 it is released think_s[k] from now */
+static void count_down(Sim *s, i64 k) {
+    if (--s->waits_left[k] == 0) push(s, s->now + s->io->think_s[k], k);
+}
+
+void release_teardown(Sim *s) {
+    free(s->waits_left);
+    free(s->rel_t);
+    free(s->rel_i);
+    free(s->session_left);
+}
+
+void release_ended(Sim *s, i64 i) {
+    s->done += 1;
+    if (!s->closed) return;
+    SimIO *io = s->io;
+    for (i64 e = io->next_offsets[i]; e < io->next_offsets[i + 1]; e++) count_down(s, io->next_ids[e]);
+    if (s->session_left != NULL && --s->session_left[io->session[i]] == 0 && s->lane_next < io->lane_queue_n)
+        count_down(s, io->lane_queue[s->lane_next++]);  /* the session ended: its lane takes the next one */
+}
