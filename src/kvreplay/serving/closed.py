@@ -145,17 +145,14 @@ class ClosedLoop:
                 "lane_queue": self.queued if lanes else np.zeros(0, dtype=np.int64)}
 
 
-def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: int = 0, speedup=None, rate=None,
-          block_size: int, time_model=None, chunk: int | None = None) -> ClosedLoop | None:
-    """The closed loop a run serves (None: the open loop): `arrivals` "open" / "closed" (None: the
-    trace format's default), `sessions` N concurrent sessions (lanes.py; implies closed),
-    `think_time` "trace" / a distribution (think.py), `speedup` the sessions' start times divided by
-    it (the trace's own sessions), `time_model` the deployment's (the service estimate of
-    think_times), `chunk` its prefill chunk."""
-    from . import lanes
+def check_options(trace: Trace, arrivals=None, *, sessions=None, think_time=None, speedup=None, rate=None):
+    """(the arrivals, "open" or "closed"; the think-time distribution or None), refusing what does
+    not go together (each error names its flag)."""
+    from .lanes import check_sessions
     from .think import parse
 
     if sessions is not None:
+        check_sessions(sessions)
         if arrivals == OPEN:
             raise ConfigError("sessions (--sessions) is a closed loop's load: drop arrivals='open' (--arrivals open)")
         mode = CLOSED
@@ -165,12 +162,27 @@ def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: 
     if mode == OPEN:
         if dist is not None:
             raise ConfigError("think_time (--think-time) applies to closed-loop arrivals: add --arrivals closed")
-        return None
+        return mode, None
     if rate is not None:
         raise ConfigError("rate (--rate) makes Poisson arrivals, an open loop: closed-loop sessions start at their "
                           "recorded times (--speedup scales them) or run as --sessions N concurrent ones")
     if sessions is not None and speedup is not None:
         raise ConfigError("with sessions (--sessions) the load is the number of concurrent sessions: drop --speedup")
+    return mode, dist
+
+
+def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: int = 0, speedup=None, rate=None,
+          block_size: int, time_model=None, chunk: int | None = None) -> ClosedLoop | None:
+    """The closed loop a run serves (None: the open loop): `arrivals` "open" / "closed" (None: the
+    trace format's default), `sessions` N concurrent sessions (lanes.py; implies closed),
+    `think_time` "trace" / a distribution (think.py), `speedup` the sessions' start times divided by
+    it (the trace's own sessions), `time_model` the deployment's (the service estimate of
+    think_times), `chunk` its prefill chunk."""
+    from . import lanes
+
+    mode, dist = check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup, rate=rate)
+    if mode == OPEN:
+        return None
     links, how = links_of(trace, block_size)
     service = None
     if dist is None and time_model is not None and (np.isnan(links.think_ms) & ~links.roots()).any():

@@ -221,6 +221,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         raise ConfigError(f"policy (--policy) must be a policy's name (or None for the engine's), got {policy!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 63:
         raise ConfigError(f"seed (--seed) must be a whole number from 0 to 2^63 - 1, got {seed!r}")
+    closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup, rate=rate)
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
     if spec.name in NOT_SERVED:
