@@ -73,6 +73,10 @@ def think_times(trace: Trace, links: Dependencies, dist: ThinkTime | None, seed:
     n = len(trace)
     waiting = ~links.roots()
     think = np.full(n, np.nan)
+    if links.delay_ms is not None:  # (a request whose every link carries its delay needs no think time)
+        owner = np.repeat(np.arange(n), np.diff(links.offsets))
+        open_links = np.bincount(owner, weights=np.isnan(links.delay_ms), minlength=n)
+        waiting &= open_links > 0
     if dist is not None:
         think[waiting] = dist.draw(n, seed)[waiting]
         return think, {"drawn": int(waiting.sum()), "recorded": 0, "estimated": 0, "clamped": 0,
@@ -109,7 +113,9 @@ class ClosedLoop:
 
     trace: Trace  # the requests served: the trace's, or the lanes' draws of its sessions
     links: Dependencies
-    think_s: np.ndarray  # per request: seconds after its last predecessor's end (NaN: it waits for nothing)
+    delay_s: np.ndarray  # per link: seconds from its firing (its predecessor's end, or send) to the request's send
+    on_send: np.ndarray  # per link: fires on its predecessor's send (else on its end)
+    think_s: np.ndarray  # per request: its think time (NaN: none: it waits for nothing, or only on sends)
     start_s: np.ndarray  # per request that waits for nothing: its send time (NaN for the others)
     session: np.ndarray  # per request: its session (a draw, with lanes)
     info: dict  # how the links, think times and (with lanes) the draws were found: texts and counts
@@ -140,7 +146,7 @@ class ClosedLoop:
         lanes = self.queued is not None
         return {"arrival": np.where(waits == 0, np.nan_to_num(self.start_s) + delay_s, 0.0),
                 "waits": waits, "next_offsets": next_offsets, "next_ids": owner[by].astype(np.int64),
-                "think_s": np.nan_to_num(self.think_s) + delay_s,
+                "next_delay_s": self.delay_s[by] + delay_s, "next_on_send": self.on_send[by].astype(np.int8),
                 "session": np.asarray(self.session, dtype=np.int64) if lanes else np.zeros(0, dtype=np.int64),
                 "lane_queue": self.queued if lanes else np.zeros(0, dtype=np.int64)}
 
@@ -192,8 +198,15 @@ def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: 
         service = request_floors(trace, ts, time_model, time_model, block_size=block_size, chunk=chunk).e2e_s
     think_s, think_info = think_times(trace, links, dist, seed, service)
     info = {"links": how, "think": think_info}
+    owner = np.repeat(np.arange(len(trace)), np.diff(links.offsets))
+    on_send = links.link_on_send()
+    has_own = np.zeros(links.num_links, dtype=bool) if links.delay_ms is None else np.isfinite(links.delay_ms)
+    own = np.nan_to_num(links.link_delay_ms()) / 1000.0
+    # a link that fires on an end waits the request's think time (recorded, estimated or drawn) unless
+    # it carries its own delay (and no distribution replaces it); one that fires on a send keeps its gap
+    delay_s = np.nan_to_num(np.where(on_send | (has_own & (dist is None)), own, think_s[owner]))
     if sessions is not None:
-        return ClosedLoop(**lanes.build(trace, links, think_s, sessions, seed, info))
+        return ClosedLoop(**lanes.build(trace, links, delay_s, on_send, think_s, sessions, seed, info))
     from ..trace.sessions import session_of
 
     speedup = 1.0 if speedup is None else speedup
@@ -203,5 +216,5 @@ def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: 
     start = (ts - ts.min()) / 1000.0 / speedup if ts.size else ts
     roots = links.roots()
     info["starts"] = (f"sessions start at their recorded times" + (f" / {speedup:g}" if speedup != 1 else ""))
-    return ClosedLoop(trace=trace, links=links, think_s=think_s, start_s=np.where(roots, start, np.nan),
-                      session=session_of(links, trace.session), info=info)
+    return ClosedLoop(trace=trace, links=links, delay_s=delay_s, on_send=on_send, think_s=think_s,
+                      start_s=np.where(roots, start, np.nan), session=session_of(links, trace.session), info=info)

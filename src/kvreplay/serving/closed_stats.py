@@ -47,7 +47,8 @@ def arrival_info(loop) -> dict:
 def per_request(loop) -> dict:
     """What the report keeps per request of a closed loop (trace order)."""
     return {"session": np.asarray(loop.session, dtype=np.int64), "think_s": np.asarray(loop.think_s, dtype=np.float64),
-            "lanes": loop.lanes, "queued": loop.queued, "after_offsets": loop.links.offsets, "after": loop.links.after}
+            "lanes": loop.lanes, "queued": loop.queued, "after_offsets": loop.links.offsets, "after": loop.links.after,
+            "delay_s": loop.delay_s, "on_send": loop.on_send}
 
 
 def session_spans(session: np.ndarray, arrival_s: np.ndarray, finish_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,18 +73,25 @@ def steady_until(closed: dict, arrival_s: np.ndarray, finish_s: np.ndarray) -> f
     return float(ends.min()) if ends.size else None
 
 
+def _fired(report) -> np.ndarray:
+    """Per link: when it fired (its predecessor's end, or its send for a link that fires on it; NaN
+    when that predecessor never finished)."""
+    c = report.closed
+    return np.where(c["on_send"], report.arrival_s[c["after"]], report.finish_s[c["after"]])
+
+
 def ready_s(report) -> np.ndarray:
-    """Per request: when what it waits for ended (the latest of their finishes; NaN when one did
-    not finish), or its send time when it waits for nothing."""
+    """Per request: when what it waits for released it (the latest of its links' firings; NaN when
+    a predecessor did not finish), or its send time when it waits for nothing (or for a lane)."""
     c = report.closed
     n = report.num_requests
     counts = np.diff(c["after_offsets"])
     out = np.asarray(report.arrival_s, dtype=np.float64).copy()
     if c["after"].size:
-        ends = report.finish_s[c["after"]]
+        fired = _fired(report)
         owner = np.repeat(np.arange(n), counts)
         latest = np.full(n, -np.inf)
-        np.maximum.at(latest, owner, np.where(np.isnan(ends), np.inf, ends))
+        np.maximum.at(latest, owner, np.where(np.isnan(fired), np.inf, fired))
         waiting = counts > 0
         out[waiting] = np.where(np.isinf(latest[waiting]), np.nan, latest[waiting])
     return out
@@ -180,8 +188,9 @@ def littles_law(report) -> dict | None:
 
 
 def check(report) -> None:
-    """The closed loop's rule: a request is never sent before what it waits for has ended, and is
-    sent its think time after the last of them (those that finished; the others were rejected)."""
+    """The closed loop's rule: a request is never sent before what it waits for has ended (or been
+    sent, for a link that fires on the send), and is sent at the latest of its links' firings plus
+    their delays (where every predecessor finished; the others were rejected or refused)."""
     from ..errors import InvariantError
 
     c = report.closed
@@ -189,20 +198,22 @@ def check(report) -> None:
         return
     n = report.num_requests
     owner = np.repeat(np.arange(n), np.diff(c["after_offsets"]))
-    ends = report.finish_s[c["after"]]
+    fired = _fired(report)
     sent = report.arrival_s[owner]
     eps = 1e-9 * np.maximum(1.0, np.abs(sent))
-    early = np.flatnonzero(~np.isnan(ends) & (sent < ends - eps))
+    early = np.flatnonzero(~np.isnan(fired) & (sent < fired + c["delay_s"] - eps))
     if early.size:
         k = early[0]
         raise InvariantError(f"request {int(owner[k])} was sent at {sent[k]:.9g} s, before request "
-                             f"{int(c['after'][k])} it waits for ended ({ends[k]:.9g} s)")
-    ready = ready_s(report)
-    waiting = ~np.isnan(ready) & (np.diff(c["after_offsets"]) > 0)
-    want = ready[waiting] + c["think_s"][waiting]
-    got = report.arrival_s[waiting]
-    off = np.flatnonzero(np.abs(got - want) > 1e-9 * np.maximum(1.0, np.abs(want)))
+                             f"{int(c['after'][k])} it waits for {'was sent' if c['on_send'][k] else 'ended'} "
+                             f"({fired[k]:.9g} s) and its delay ({c['delay_s'][k]:.9g} s) passed")
+    due = np.full(n, -np.inf)
+    np.maximum.at(due, owner, np.where(np.isnan(fired), np.inf, fired + c["delay_s"]))
+    waiting = np.isfinite(due) & (np.diff(c["after_offsets"]) > 0)
+    if c.get("queued") is not None:
+        waiting[c["queued"]] = False  # (also waited for a lane)
+    off = np.flatnonzero(np.abs(report.arrival_s[waiting] - due[waiting]) > 1e-9 * np.maximum(1.0, np.abs(due[waiting])))
     if off.size:
         i = int(np.flatnonzero(waiting)[off[0]])
-        raise InvariantError(f"request {i} was sent at {got[off[0]]:.9g} s, not its think time after what it waits "
-                             f"for ended ({want[off[0]]:.9g} s)")
+        raise InvariantError(f"request {i} was sent at {report.arrival_s[i]:.9g} s, not when its links released it "
+                             f"({due[i]:.9g} s)")

@@ -48,9 +48,10 @@ def draw_order(num_sessions: int, lanes: int, seed: int) -> np.ndarray:
     return np.concatenate([rng.permutation(num_sessions) for _ in range(rounds)])[:total]
 
 
-def build(trace: Trace, links: Dependencies, think_s: np.ndarray, lanes: int, seed: int, info: dict) -> dict:
-    """`lanes` concurrent sessions drawn from `trace`'s (its links and think times per request):
-    closed.ClosedLoop's fields."""
+def build(trace: Trace, links: Dependencies, delay_s: np.ndarray, on_send: np.ndarray, think_s: np.ndarray, lanes: int,
+          seed: int, info: dict) -> dict:
+    """`lanes` concurrent sessions drawn from `trace`'s (its links with their delays, and each
+    request's think time): closed.ClosedLoop's fields."""
     lanes = check_sessions(lanes)
     n = len(trace)
     if n == 0:
@@ -76,17 +77,20 @@ def build(trace: Trace, links: Dependencies, think_s: np.ndarray, lanes: int, se
     after = first[draw_of][owner] + local[links.after[index]]
     think = np.asarray(think_s, dtype=np.float64)[order].copy()
     ts = np.asarray(trace.timestamp, dtype=np.float64)[order] / 1000.0
-    # a session's other roots wait for its first request
+    # a session's other roots wait for its first request's send, their recorded offset from it
     lead = first[:-1]  # each draw's first request (its session's first in trace order)
     other = np.flatnonzero((np.diff(offsets) == 0) & (np.arange(m) != lead[draw_of]))
-    think[other] = np.maximum(ts[other] - ts[lead[draw_of[other]]], 0.0)
+    offset_s = np.maximum(ts[other] - ts[lead[draw_of[other]]], 0.0)
     think[lead] = np.where(np.arange(D) < lanes, np.nan, 0.0)  # (a queued session starts when its lane frees)
     all_owner, all_after = np.r_[owner, other], np.r_[after, lead[draw_of[other]]]
+    all_delay = np.r_[np.asarray(delay_s, dtype=np.float64)[index], offset_s]
+    all_send = np.r_[np.asarray(on_send, dtype=bool)[index], np.ones(other.size, dtype=bool)]
     by = np.argsort(all_owner, kind="stable")
     new_offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(np.bincount(all_owner, minlength=m), out=new_offsets[1:])
-    run_links = Dependencies(new_offsets, all_after[by], think * 1000.0, links.rule)
-    waiting_think = think[np.diff(new_offsets) > 0]
+    run_links = Dependencies(new_offsets, all_after[by], think * 1000.0, links.rule, all_delay[by] * 1000.0,
+                             all_send[by])
+    waiting_think = think[~np.isnan(think) & (np.diff(new_offsets) > 0)]
     mean_think = float(np.mean(waiting_think)) if waiting_think.size else 0.0
     start = np.full(m, np.nan)
     starters = lead[:min(lanes, D)]
@@ -97,8 +101,9 @@ def build(trace: Trace, links: Dependencies, think_s: np.ndarray, lanes: int, se
                            f"permutations, seed {seed}; {copies:,} copies with fresh ids for the blocks only their "
                            f"session holds); the first {starters.size:,} start within {mean_think:.3g} s (the mean "
                            "think time), each of the others when a session ends"))
-    return dict(trace=_copies(trace, order, draws, draw_of, session), links=run_links, think_s=think, start_s=start,
-                session=draw_of.astype(np.int64), info=info, lanes=lanes, queued=lead[starters.size:].astype(np.int64))
+    return dict(trace=_copies(trace, order, draws, draw_of, session), links=run_links, delay_s=all_delay[by],
+                on_send=all_send[by], think_s=think, start_s=start, session=draw_of.astype(np.int64), info=info,
+                lanes=lanes, queued=lead[starters.size:].astype(np.int64))
 
 
 def _copies(trace: Trace, order: np.ndarray, draws: np.ndarray, draw_of: np.ndarray, session: np.ndarray) -> Trace:

@@ -295,9 +295,9 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
 
 #: how agent_links finds what a request waits for (every output that uses the links says it)
 LINK_RULE = ("Claude Code: each request follows its stream's previous answer; a subagent starts after its "
-             "parent's last request sent before it; the parent's first tool_result request after a subagent's "
-             "last answer waits for it; think time = send time minus the latest predecessor's end (t + api_time), "
-             "else think_time")
+             "parent's last request sent before it (from that request's send when it started before its end); "
+             "the parent's first tool_result request after a subagent's last answer waits for it; think time = "
+             "send time minus the latest predecessor's end (t + api_time), else think_time")
 
 
 def agent_links(stream: np.ndarray, parent: np.ndarray, start_s: np.ndarray, t_s: np.ndarray, api_s: np.ndarray,
@@ -308,7 +308,9 @@ def agent_links(stream: np.ndarray, parent: np.ndarray, start_s: np.ndarray, t_s
     - a request follows the previous request of its stream (the agent's loop: call, answer, tool
       or user, next call);
     - a subagent's first request follows the parent's request that spawned it: the parent's last
-      request sent at or before the subagent's start;
+      request sent at or before the subagent's start (after its end; when the subagent started
+      before that end, the link fires on the parent request's send, at the recorded gap between
+      the two starts);
     - the parent's first request sent after the subagent's last answer (its latest end, t +
       api_time) whose input_types name a tool_result consumed it, and waits for that answer. A
       subagent whose results no later request reads is waited for by none (it ran beside).
@@ -320,33 +322,46 @@ def agent_links(stream: np.ndarray, parent: np.ndarray, start_s: np.ndarray, t_s
     end = t_s + api_s
     finish = np.where(np.isnan(end), t_s, end)
     after: list[list[int]] = [[] for _ in range(n)]
+    delay: list[list[float]] = [[] for _ in range(n)]  # per link: NaN (the request's think) or ms
+    send: list[list[bool]] = [[] for _ in range(n)]
     members: dict[int, list[int]] = {}
     for r in np.lexsort((np.arange(n), t_s)).tolist():  # each stream's requests by time
         members.setdefault(int(stream[r]), []).append(r)
+    def link(i: int, p: int, on_send: bool = False, ms: float = float("nan")) -> None:
+        after[i].append(p)
+        delay[i].append(ms)
+        send[i].append(on_send)
+
     for reqs in members.values():
         for a, b in zip(reqs, reqs[1:]):
-            after[b].append(a)
+            link(b, a)
     for u, reqs in members.items():
         p = int(parent[u])
         if p < 0 or p not in members:
             continue
         spawners = [r for r in members[p] if t_s[r] <= start_s[u]]
         if spawners:
-            after[reqs[0]].append(spawners[-1])
+            r = spawners[-1]
+            if end[r] > start_s[u]:  # started beside the running request: from its send
+                link(reqs[0], r, True, (t_s[reqs[0]] - t_s[r]) * 1000.0)
+            else:
+                link(reqs[0], r)
         last = max(reqs, key=lambda r: (finish[r], r))
         consumer = next((r for r in members[p] if t_s[r] >= finish[last] and tool_result[r]), None)
         if consumer is not None and last not in after[consumer]:
-            after[consumer].append(last)
+            link(consumer, last)
     think = np.full(n, np.nan)
     for i in range(n):
-        if not after[i]:
+        on_end = [p for p, on_send in zip(after[i], send[i]) if not on_send]
+        if not on_end:
             continue
-        ends = end[after[i]]
+        ends = end[on_end]
         if not np.isnan(ends).any():
             think[i] = max(0.0, t_s[i] - ends.max()) * 1000.0
-        elif len(after[i]) == 1 and stream[after[i][0]] == stream[i] and not np.isnan(think_s[i]):
+        elif len(on_end) == 1 and stream[on_end[0]] == stream[i] and not np.isnan(think_s[i]):
             think[i] = think_s[i] * 1000.0
-    return Dependencies.from_lists(after, think, LINK_RULE)
+    overlap = any(any(x) for x in send)
+    return Dependencies.from_lists(after, think, LINK_RULE, delay if overlap else None, send if overlap else None)
 
 
 READER = Reader(

@@ -12,7 +12,10 @@ Stored flat, as the trace's blocks are: request i waits for the requests at posi
 nothing precedes). ``think_ms[i]`` is the recorded time between the end of the latest of them
 (its last output token) and request i's send, in milliseconds; NaN where the trace does not
 record when its predecessor ended (then the serving simulator estimates it: serving/closed.py).
-``rule`` says in words how the links were found, for every output that uses them.
+A format whose links carry their own delays (Agentic Mooncake) gives ``delay_ms`` per link (NaN:
+the request's think time) and ``on_send`` per link (the link fires when its predecessor is sent,
+not when it ends: a subagent started beside a running request). ``rule`` says in words how the
+links were found, for every output that uses them.
 """
 
 from __future__ import annotations
@@ -32,14 +35,22 @@ class Dependencies:
     after: np.ndarray
     think_ms: np.ndarray
     rule: str = ""
+    delay_ms: np.ndarray | None = None  # per link (NaN: the request's think_ms); None: every link's is
+    on_send: np.ndarray | None = None  # per link: fires on its predecessor's send; None: every link on its end
 
     def __post_init__(self):
-        for name, dtype in (("offsets", np.int64), ("after", np.int64), ("think_ms", np.float64)):
+        for name, dtype in (("offsets", np.int64), ("after", np.int64), ("think_ms", np.float64),
+                            ("delay_ms", np.float64), ("on_send", bool)):
+            if getattr(self, name) is None:
+                continue
             a = np.array(getattr(self, name), dtype=dtype)
             a.flags.writeable = False
             object.__setattr__(self, name, a)
         n = self.offsets.shape[0] - 1
         m = self.after.shape[0]
+        for name in ("delay_ms", "on_send"):
+            if getattr(self, name) is not None and getattr(self, name).shape != (m,):
+                raise ConfigError(f"dependencies: {name} must have one entry per link")
         if n < 0 or self.offsets[0] != 0 or self.offsets[-1] != m or np.any(np.diff(self.offsets) < 0):
             raise ConfigError("dependencies: malformed offsets")
         if self.think_ms.shape != (n,):
@@ -50,13 +61,28 @@ class Dependencies:
             raise ConfigError("dependencies: a request waits for itself")
 
     @classmethod
-    def from_lists(cls, after: list, think_ms, rule: str = "") -> "Dependencies":
-        """From one list of predecessor positions per request, and the think times (ms, NaN: unknown)."""
+    def from_lists(cls, after: list, think_ms, rule: str = "", delay_ms: list | None = None,
+                   on_send: list | None = None) -> "Dependencies":
+        """From one list of predecessor positions per request, and the think times (ms, NaN:
+        unknown); delay_ms / on_send: one list per request, a value per link, when the links
+        carry them."""
         counts = [len(a) for a in after]
         offsets = np.zeros(len(after) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         flat = np.array([p for a in after for p in a], dtype=np.int64)
-        return cls(offsets, flat, np.asarray(think_ms, dtype=np.float64), rule)
+        per_link = lambda lists, dtype: None if lists is None else np.array(  # noqa: E731
+            [v for values in lists for v in values], dtype=dtype)
+        return cls(offsets, flat, np.asarray(think_ms, dtype=np.float64), rule, per_link(delay_ms, np.float64),
+                   per_link(on_send, bool))
+
+    def link_delay_ms(self) -> np.ndarray:
+        """Per link: its delay (its own, else its request's think time; NaN: neither recorded)."""
+        owner = np.repeat(np.arange(self.num_requests), np.diff(self.offsets))
+        own = self.think_ms[owner]
+        return own if self.delay_ms is None else np.where(np.isnan(self.delay_ms), own, self.delay_ms)
+
+    def link_on_send(self) -> np.ndarray:
+        return np.zeros(self.num_links, dtype=bool) if self.on_send is None else self.on_send
 
     @classmethod
     def chains(cls, session: np.ndarray, rule: str) -> "Dependencies":
@@ -104,7 +130,9 @@ class Dependencies:
         counts = np.bincount(owner[keep], minlength=order.size)
         offsets = np.zeros(order.size + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        return Dependencies(offsets, after[keep], self.think_ms[order], self.rule)
+        link = lambda a: None if a is None else a[index][keep]  # noqa: E731
+        return Dependencies(offsets, after[keep], self.think_ms[order], self.rule, link(self.delay_ms),
+                            link(self.on_send))
 
     @staticmethod
     def concat(parts: list["Dependencies | None"], sizes: list[int]) -> "Dependencies | None":
@@ -112,8 +140,9 @@ class Dependencies:
         links, no think times)."""
         if all(p is None for p in parts):
             return None
-        offsets, after, think, base, shift = [np.zeros(1, dtype=np.int64)], [], [], 0, 0
+        offsets, after, think, delay, on_send, base, shift = [np.zeros(1, dtype=np.int64)], [], [], [], [], 0, 0
         rules = []
+        per_link = any(p is not None and (p.delay_ms is not None or p.on_send is not None) for p in parts)
         for part, n in zip(parts, sizes):
             if part is None:
                 part = Dependencies(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.full(n, np.nan))
@@ -122,9 +151,13 @@ class Dependencies:
             offsets.append(part.offsets[1:] + base)
             after.append(part.after + shift)
             think.append(part.think_ms)
+            delay.append(np.full(part.num_links, np.nan) if part.delay_ms is None else part.delay_ms)
+            on_send.append(part.link_on_send())
             base += part.num_links
             shift += n
-        return Dependencies(np.concatenate(offsets), np.concatenate(after), np.concatenate(think), "; ".join(rules))
+        return Dependencies(np.concatenate(offsets), np.concatenate(after), np.concatenate(think), "; ".join(rules),
+                            np.concatenate(delay) if per_link else None, np.concatenate(on_send) if per_link else None)
 
     def nbytes(self) -> int:
-        return self.offsets.nbytes + self.after.nbytes + self.think_ms.nbytes
+        return sum(0 if a is None else a.nbytes for a in (self.offsets, self.after, self.think_ms, self.delay_ms,
+                                                          self.on_send))

@@ -127,6 +127,7 @@ static void arrival(Sim *s, i64 i) {
     i64 j;
     io->arrived_s[i] = s->now;
     s->arrived += 1;
+    release_sent(s, i);
     if (io->cfg[MAX_MODEL_LEN] > 0 && io->L[i] + s->outputs[i] > io->cfg[MAX_MODEL_LEN]) {
         /* past the model's context: refused before any instance sees it, as vLLM's frontend
          * refuses prompt + max_tokens > max_model_len (counted on instance 0's row) */

@@ -1,14 +1,16 @@
 /* Closed-loop arrivals (docs/sessions.md): a request is sent when the requests it waits for have
- * ended, plus its think time. A session's next turn waits for its previous answer; an agent's
- * request waits for the subagents whose results it reads; a lane's next session waits for the end
- * of its previous one (serving/closed.py builds those links from the trace).
+ * been answered (or sent, for a link that fires on the send), plus the link's delay: a session's
+ * next turn waits for its previous answer and its think time; an agent's request waits for the
+ * subagents whose results it reads; a lane's next session waits for the end of its previous one
+ * (serving/closed.py builds those links from the trace).
  *
- * Each request keeps a count of the requests it still waits for (waits_left). When one ends
- * (release_ended: finished, rejected or refused: a client that got an error goes on), every request
- * waiting for it counts one down; one that reaches 0 is released think_s[i] later. Ends come in
- * time order, so the last of them is the latest. Released requests wait in a heap by arrival
- * time, then by request (the lower first), which the event loop reads as it reads the trace's
- * arrivals in the open loop. The open loop (cfg CLOSED 0) uses none of this: release_ended only counts.
+ * Each request keeps a count of the links it still waits for (waits_left) and the latest time one
+ * of them released it to (ready_at). When a request is sent (release_sent) or ends (release_ended:
+ * finished, rejected or refused: a client that got an error goes on), its links of that kind fire:
+ * each target counts one down and takes max(ready_at, now + the link's delay); one that reaches 0
+ * is sent at its ready_at. Released requests wait in a heap by send time, then by request (the
+ * lower first), which the event loop reads as it reads the trace's arrivals in the open loop. The
+ * open loop (cfg CLOSED 0) uses none of this: release_ended only counts.
  *
  * Lanes (N concurrent sessions, serving/lanes.py): the sessions beyond the first N wait in
  * lane_queue, in draw order, each first request counting one wait for a lane; when a session's
@@ -67,10 +69,12 @@ void release_setup(Sim *s) {
     if (!s->closed) return;
     i64 n = s->n;
     s->waits_left = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
+    s->ready_at = malloc((size_t)(n > 0 ? n : 1) * sizeof(f64));
     s->rel_t = malloc((size_t)(n > 0 ? n : 1) * sizeof(f64));
     s->rel_i = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
     for (i64 i = 0; i < n; i++) {
         s->waits_left[i] = io->waits[i];
+        s->ready_at[i] = -INFINITY;
         if (io->waits[i] == 0) push(s, io->arrival[i], i);
     }
     if (io->session_n == n && n > 0) {
@@ -81,15 +85,29 @@ void release_setup(Sim *s) {
     }
 }
 
-/* request k's count of waits goes down by one; at 0 it is released think_s[k] from now */
-static void count_down(Sim *s, i64 k) {
-    if (--s->waits_left[k] == 0) push(s, s->now + s->io->think_s[k], k);
+/* one of request k's links fired, releasing it to time t; when none is left it is sent at the
+ * latest such time */
+static void count_down(Sim *s, i64 k, f64 t) {
+    if (t > s->ready_at[k]) s->ready_at[k] = t;
+    if (--s->waits_left[k] == 0) push(s, s->ready_at[k], k);
+}
+
+/* request i's links that fire on its send (on_send 1) or on its end (0) */
+static void fire(Sim *s, i64 i, int on_send) {
+    SimIO *io = s->io;
+    for (i64 e = io->next_offsets[i]; e < io->next_offsets[i + 1]; e++)
+        if ((io->next_on_send[e] != 0) == on_send) count_down(s, io->next_ids[e], s->now + io->next_delay_s[e]);
+}
+
+void release_sent(Sim *s, i64 i) {
+    if (s->closed) fire(s, i, 1);
 }
 
 void release_teardown(Sim *s) {
     free(s->waits_left);
     free(s->rel_t);
     free(s->rel_i);
+    free(s->ready_at);
     free(s->session_left);
 }
 
@@ -97,7 +115,7 @@ void release_ended(Sim *s, i64 i) {
     s->done += 1;
     if (!s->closed) return;
     SimIO *io = s->io;
-    for (i64 e = io->next_offsets[i]; e < io->next_offsets[i + 1]; e++) count_down(s, io->next_ids[e]);
+    fire(s, i, 0);
     if (s->session_left != NULL && --s->session_left[io->session[i]] == 0 && s->lane_next < io->lane_queue_n)
-        count_down(s, io->lane_queue[s->lane_next++]);  /* the session ended: its lane takes the next one */
+        count_down(s, io->lane_queue[s->lane_next++], s->now);  /* the session ended: its lane takes the next one */
 }

@@ -83,8 +83,8 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
     F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)          \
-    F(i64, waits) F(i64, next_offsets) F(i64, next_ids) F(f64, think_s) F(f64, arrived_s) F(i64, session)        \
-    F(i64, lane_queue)
+    F(i64, waits) F(i64, next_offsets) F(i64, next_ids) F(f64, next_delay_s) F(i8, next_on_send) F(f64, arrived_s)  \
+    F(i64, session) F(i64, lane_queue)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
@@ -160,6 +160,7 @@ typedef struct Sim {
     /* closed-loop arrivals (release.c) */
     int closed;
     i64 *waits_left;   /* per request: the requests it still waits for */
+    f64 *ready_at;     /* per request: the latest time one of them released it to (its send, once none is left) */
     f64 *rel_t;        /* released requests not arrived yet: a heap by arrival time, then request */
     i64 *rel_i, rel_n;
     i64 arrived;       /* requests that have arrived */
@@ -248,15 +249,18 @@ i64 sgh_held(const Sim *s, i64 j); /* full-KV pages running requests hold (their
 i64 sgh_probe(const Sim *s, i64 j, i64 i);
 
 /* ---- release.c: closed-loop arrivals ---- */
-/* Closed loop (cfg CLOSED): request i waits for waits[i] requests, and next_ids[next_offsets[i]:
- * next_offsets[i + 1]] wait for it. One that waits for none arrives at arrival[i]; the others
- * arrive think_s[i] after the last of theirs ended. Lanes: with session[i] (one per request, 0..S-1),
- * each time a session's last request ends, the next request of lane_queue (a later session's first,
- * which counts that lane among its waits) is released. Open loop: every request at arrival[i]. */
+/* Closed loop (cfg CLOSED): request i waits for waits[i] links, and the links e in
+ * [next_offsets[i], next_offsets[i + 1]) go from it to next_ids[e]: when request i is sent
+ * (next_on_send[e]) or when it ends (otherwise), next_ids[e] may be sent next_delay_s[e] later.
+ * A request is sent at the latest of its links' times, once all have fired; one without links at
+ * arrival[i]. Lanes: with session[i] (one per request, 0..S-1), each time a session's last request
+ * ends, the next request of lane_queue (a later session's first, which counts that lane among its
+ * waits) may be sent at once. Open loop: every request at arrival[i]. */
 void release_setup(Sim *s);
 void release_teardown(Sim *s);
-/* request i ended (finished, rejected or refused): it is done, and the requests that waited only
- * for it are released */
+/* request i was sent: the links that fire on its send */
+void release_sent(Sim *s, i64 i);
+/* request i ended (finished, rejected or refused): it is done, and its links that fire on its end */
 void release_ended(Sim *s, i64 i);
 /* the earliest release not arrived yet (INFINITY: none), and taking it */
 f64 release_next_t(const Sim *s);
