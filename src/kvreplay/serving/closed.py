@@ -36,7 +36,7 @@ from .think import ThinkTime
 OPEN, CLOSED = "open", "closed"
 #: formats whose default is the closed loop: their files record think times (send times are the
 #: recording server's product); the others replay their timestamps
-CLOSED_BY_DEFAULT = ("claude-code",)
+CLOSED_BY_DEFAULT = ("claude-code", "agentic-mooncake")
 
 
 def default_arrivals(trace: Trace) -> str:
@@ -191,16 +191,17 @@ def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: 
         return None
     links, how = links_of(trace, block_size)
     service = None
-    if dist is None and time_model is not None and (np.isnan(links.think_ms) & ~links.roots()).any():
+    owner = np.repeat(np.arange(len(trace)), np.diff(links.offsets))
+    on_send = links.link_on_send()
+    has_own = np.zeros(links.num_links, dtype=bool) if links.delay_ms is None else np.isfinite(links.delay_ms)
+    unknown = np.isnan(links.think_ms[owner]) & ~on_send & ~has_own  # links whose delay is a think time not recorded
+    if dist is None and time_model is not None and unknown.any():
         from .floors import request_floors
 
         ts = np.asarray(trace.timestamp, dtype=np.float64) / 1000.0
         service = request_floors(trace, ts, time_model, time_model, block_size=block_size, chunk=chunk).e2e_s
     think_s, think_info = think_times(trace, links, dist, seed, service)
     info = {"links": how, "think": think_info}
-    owner = np.repeat(np.arange(len(trace)), np.diff(links.offsets))
-    on_send = links.link_on_send()
-    has_own = np.zeros(links.num_links, dtype=bool) if links.delay_ms is None else np.isfinite(links.delay_ms)
     own = np.nan_to_num(links.link_delay_ms()) / 1000.0
     # a link that fires on an end waits the request's think time (recorded, estimated or drawn) unless
     # it carries its own delay (and no distribution replaces it); one that fires on a send keeps its gap
