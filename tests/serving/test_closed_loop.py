@@ -182,8 +182,25 @@ def test_refusals_name_the_flag():
         kvreplay.simulate(t, sessions=2, speedup=2.0)
     with pytest.raises(ConfigError, match="--sessions"):
         kvreplay.simulate(t, sessions=0)
-    with pytest.raises(ConfigError, match="--arrivals open"):
-        kvreplay.simulate(t, sessions=2, arrivals="open")
+    with pytest.raises(ConfigError, match="--speedup"):
+        kvreplay.simulate(t, sessions=2, arrivals="open", speedup=2.0)
+
+
+def test_open_lanes_send_at_the_recorded_times_and_count_what_came_early():
+    """N sessions sent open-loop: each request at its recorded offset from its session's first (r1
+    0.1 s after r0), the next session at the previous one's last recorded send, whatever the
+    answers; r1 of each copy is sent before r0's answer (1 s of prefill) ends: 3 of 3 sent early."""
+    t = linked(trace_of(([1], 4, 0, 1), ([1, 2], 8, 100, 1)), [[], [0]], [np.nan, 2.0])
+    r = kvreplay.simulate(t, policy="lru", capacity=100, time_model=ONE_SECOND, sessions=1, arrivals="open",
+                          warmup=0)
+    assert r.arrivals["kind"] == "open_sessions" and r.arrivals["sessions"] == 1
+    a = np.sort(r.arrival_s)
+    assert np.allclose(a - a[0], [0.0, 0.1, 0.1, 0.2, 0.2, 0.3])
+    early = r.summary()["closed"]["sent_early"]
+    assert (early["requests"], early["early"], early["before_answer"]) == (3, 3, 3)
+    c = kvreplay.simulate(t, policy="lru", capacity=100, time_model=ONE_SECOND, sessions=1, warmup=0)
+    assert c.summary()["closed"]["sent_early"] is None  # (closed: followed, never early)
+    assert np.all(np.diff(np.sort(c.arrival_s)) >= 1.0)  # each waits for an answer (1 s at least)
 
 
 # ---- properties ----

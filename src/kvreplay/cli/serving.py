@@ -8,6 +8,7 @@ import sys
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
+from .sessions import add_closed_options, check_single, closed_of
 from .warmup import add_warmup_options, warmup_of
 
 
@@ -121,6 +122,7 @@ def _parser_simulate(sub) -> None:
                       help="load sweep: one simulation per speedup (table and --plot of TTFT and hit rate vs load)")
     load.add_argument("--rates", type=number_list, default=None, metavar="R,S,...",
                       help="load sweep over Poisson rates (requests/s)")
+    add_closed_options(sim, "one")
     sim.add_argument("--policies", default=None, metavar="P,Q,...",
                      help="load sweep: the policies to compare (default: --policy)")
     sim.add_argument("--capacities", type=common.capacities_or_sizes, default=None, metavar="C,D,...",
@@ -241,7 +243,7 @@ def _options(args, trace) -> dict:
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
                 mem_fraction_static=args.mem_fraction_static, router_options=_router_options(args.router_option),
-                **params)
+                **closed_of(args), **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -251,8 +253,9 @@ def _cmd_simulate(args) -> int:
     common.check_table_outputs(args)
     trace = common.load(args)
     options = _options(args, trace)
+    check_single(args)
     grid = args.instances_list or args.routers or args.tier_list
-    sweeping = args.speedups is not None or args.rates is not None or bool(grid)
+    sweeping = args.speedups is not None or args.rates is not None or args.sessions_list is not None or bool(grid)
     if not sweeping and (args.policies or args.capacities):
         raise ConfigError("--policies and --capacities compare runs in a load sweep: add --speedups or --rates "
                           "(one run: --policy, --capacity)")
@@ -260,7 +263,9 @@ def _cmd_simulate(args) -> int:
         raise ConfigError("--jobs, --executor and --ray-address run a sweep's runs: add --speedups, --rates, "
                           "--instances-list, --routers or --tier-list")
     if sweeping:
-        if args.speedups is None and args.rates is None:
+        if args.sessions is not None and args.sessions_list is None:
+            args.sessions_list = [args.sessions]
+        if args.speedups is None and args.rates is None and args.sessions_list is None:
             args.speedups = [args.speedup or 1.0] if args.rate is None else None
             args.rates = [args.rate] if args.rate is not None else None
         policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
@@ -285,19 +290,21 @@ def _cmd_simulate(args) -> int:
         if args.tier_list:
             tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
         with common.Progress("simulating") as progress:
-            rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
+            rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, sessions=args.sessions_list,
+                              policies=policies,
                               capacities=capacities, instances=instances, routers=routers, tiers=tier_list,
                               jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
                               progress=progress, **options)
         return _emit_sweep(args, trace, rows)
-    report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    report = simulate(trace, speedup=args.speedup, rate=args.rate, sessions=args.sessions, **options)
     checked = None
     if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
         from ..serving.fixcheck import check_fix
 
         with common.Progress("checking the verdict's estimates by running them") as progress:
             progress(0, 1)
-            checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate), report)
+            checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate, sessions=args.sessions),
+                                report)
             progress(1, 1)
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
@@ -305,7 +312,8 @@ def _cmd_simulate(args) -> int:
         if name.endswith(".json"):
             files[args.output] = common.encode_json(report.to_dict(per_request=not args.summary_only))
         else:
-            files[args.output] = _table_bytes(args.output, report.request_columns(), REQUEST_KINDS)
+            files[args.output] = _table_bytes(args.output, report.request_columns(),
+                                              REQUEST_KINDS if report.closed is None else {**REQUEST_KINDS, **CLOSED_KINDS})
     if args.plot:
         from ..output import plot
         from ..output.serving import trace_name
@@ -325,6 +333,8 @@ def _cmd_simulate(args) -> int:
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
                  "status": "str", "instance": "int", "judged": "bool"}
+#: a closed loop's extra columns (closed_stats: its session, its rank there, its think time)
+CLOSED_KINDS = {"session": "int", "turn": "int", "think_s": "float"}
 SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "kv_semantics": "str",
                "instances": "int",
                "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
@@ -335,6 +345,9 @@ SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_b
                "backlog_s": "float", "warmup_s": "float", "judged_requests": "int",
                "verdict_window_s": "float", "worst_queue_p90_s": "float", "worst_window_start_s": "float",
                "finished": "int", "rejected": "int", "error": "str",
+               # a closed loop's (empty for the open loop)
+               "session_time_p50_s": "float", "session_time_p90_s": "float", "turns_per_minute": "float",
+               "think_share": "float", "littles_law_holds": "bool",
                # the calibrated roofline's band (empty for other time models)
                **{f"{k}_{e}_s": "float" for k in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50") for e in ("low", "high")}}
 

@@ -99,7 +99,7 @@ def think_times(trace: Trace, links: Dependencies, dist: ThinkTime | None, seed:
         think[missing] = np.maximum(gap, 0.0)
     parts = []
     if recorded.any():
-        parts.append(f"{int(recorded.sum()):,} recorded")
+        parts.append(f"{int(recorded.sum()):,} recorded in the trace")
     if missing.size:
         parts.append(f"{missing.size:,} estimated as the recorded gap after the predecessor's send minus its service "
                      f"time on this deployment alone ({clamped:,} shorter than that: 0)")
@@ -123,6 +123,9 @@ class ClosedLoop:
     #: with lanes: the first requests of the sessions beyond the first N, in draw order; each waits
     #: for a lane (a session's end) besides its links
     queued: np.ndarray | None = None
+    #: N sessions sent open-loop (lanes.open_schedule): each request's send time; the links are then
+    #: only counted (how many requests were sent before what they wait for ended), not followed
+    open_arrival_s: np.ndarray | None = None
 
     def waits(self) -> np.ndarray:
         """Per request: what it waits for (its links, and a lane when it is queued)."""
@@ -159,15 +162,16 @@ def check_options(trace: Trace, arrivals=None, *, sessions=None, think_time=None
 
     if sessions is not None:
         check_sessions(sessions)
-        if arrivals == OPEN:
-            raise ConfigError("sessions (--sessions) is a closed loop's load: drop arrivals='open' (--arrivals open)")
-        mode = CLOSED
+        mode = OPEN if arrivals == OPEN else CLOSED  # (open: the same users, sent at their recorded times)
     else:
         mode = check_arrivals(arrivals, trace)
     dist = parse(think_time)
     if mode == OPEN:
         if dist is not None:
             raise ConfigError("think_time (--think-time) applies to closed-loop arrivals: add --arrivals closed")
+        if sessions is not None and (rate is not None or speedup is not None):
+            raise ConfigError("with sessions (--sessions) the load is the number of concurrent sessions: drop "
+                              "--speedup / --rate")
         return mode, None
     if rate is not None:
         raise ConfigError("rate (--rate) makes Poisson arrivals, an open loop: closed-loop sessions start at their "
@@ -187,7 +191,7 @@ def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: 
     from . import lanes
 
     mode, dist = check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup, rate=rate)
-    if mode == OPEN:
+    if mode == OPEN and sessions is None:
         return None
     links, how = links_of(trace, block_size)
     service = None
@@ -207,7 +211,11 @@ def build(trace: Trace, arrivals=None, *, sessions=None, think_time=None, seed: 
     # it carries its own delay (and no distribution replaces it); one that fires on a send keeps its gap
     delay_s = np.nan_to_num(np.where(on_send | (has_own & (dist is None)), own, think_s[owner]))
     if sessions is not None:
-        return ClosedLoop(**lanes.build(trace, links, delay_s, on_send, think_s, sessions, seed, info))
+        fields = lanes.build(trace, links, delay_s, on_send, think_s, sessions, seed, info)
+        if mode == OPEN:
+            fields["open_arrival_s"] = lanes.open_schedule(fields["start_s"], fields["session"],
+                                                           fields["trace"].timestamp, fields["queued"], sessions)
+        return ClosedLoop(**fields)
     from ..trace.sessions import session_of
 
     speedup = 1.0 if speedup is None else speedup

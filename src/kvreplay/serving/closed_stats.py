@@ -33,7 +33,8 @@ TURN_BUCKETS = ((1, 1), (2, 2), (3, 5), (6, 10), (11, 20), (21, None))
 
 def arrival_info(loop) -> dict:
     """The report's arrivals: closed, with how the links, think times, starts and draws were found."""
-    out = {"kind": "closed", "sessions": loop.lanes, "links": loop.info["links"]["text"],
+    out = {"kind": "closed" if loop.open_arrival_s is None else "open_sessions", "sessions": loop.lanes,
+           "links": loop.info["links"]["text"],
            "links_source": loop.info["links"]["source"], "think": loop.info["think"]["text"],
            "think_counts": {k: loop.info["think"][k] for k in ("recorded", "estimated", "drawn", "clamped")}}
     if loop.info["links"]["source"] == "inferred":
@@ -48,7 +49,7 @@ def per_request(loop) -> dict:
     """What the report keeps per request of a closed loop (trace order)."""
     return {"session": np.asarray(loop.session, dtype=np.int64), "think_s": np.asarray(loop.think_s, dtype=np.float64),
             "lanes": loop.lanes, "queued": loop.queued, "after_offsets": loop.links.offsets, "after": loop.links.after,
-            "delay_s": loop.delay_s, "on_send": loop.on_send}
+            "delay_s": loop.delay_s, "on_send": loop.on_send, "followed": loop.open_arrival_s is None}
 
 
 def session_spans(session: np.ndarray, arrival_s: np.ndarray, finish_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,8 +132,17 @@ def summary(report) -> dict:
         v = np.sort(report.ttft_s[mine])
         by_turn.append({"turns": f"{lo}" if lo == hi else (f"{lo}+" if hi is None else f"{lo}-{hi}"),
                         "requests": int(mine.sum()), "ttft_p50_s": nearest_rank(v, 50), "ttft_p90_s": nearest_rank(v, 90)})
+    band = None
+    runs = (report.band or {}).get("runs") or {}
+    if runs:  # the same figures at the time model's band ends (their own arrivals: the loop follows the steps)
+        band = {}
+        for end in ("low", "high"):
+            other = summary(runs[end]) if runs[end].closed is not None else None
+            band[end] = None if other is None else {"session_time_s": other["session_time_s"],
+                                                    "turns_per_minute": other["turns_per_minute"]}
     return {
         "lanes": c["lanes"],
+        "band": band,
         "sessions": {"judged": int(judged_sessions.sum()), "complete": int(complete.sum()),
                      "unfinished": int((judged_sessions & ~done).sum()), "of": S},
         "session_time_s": latency_stats(times),
@@ -142,7 +152,30 @@ def summary(report) -> dict:
         "turns_per_minute_per_session": (None if not dur or not c["lanes"] else 60.0 * int(ok.sum()) / dur / c["lanes"]),
         "think_share": float(think_sum.sum() / times.sum()) if times.size and times.sum() > 0 else None,
         "littles_law": littles_law(report),
+        "sent_early": sent_early(report),
     }
+
+
+def sent_early(report) -> dict | None:
+    """The open loop's fiction, counted: judged requests sent before what they wait for released
+    them (their previous answer had not ended, or the think time had not passed). None when the
+    loop was followed (closed: never)."""
+    c = report.closed
+    if c.get("followed", True):
+        return None
+    n = report.num_requests
+    owner = np.repeat(np.arange(n), np.diff(c["after_offsets"]))
+    fired = _fired(report)
+    due = np.full(n, -np.inf)
+    np.maximum.at(due, owner, np.where(np.isnan(fired), -np.inf, fired + c["delay_s"]))
+    waiting = (np.diff(c["after_offsets"]) > 0) & report.judged
+    early = waiting & (report.arrival_s < due - 1e-9)
+    before_end = np.zeros(n, dtype=bool)
+    np.logical_or.at(before_end, owner, ~c["on_send"] & ~np.isnan(fired) & (report.arrival_s[owner] < fired))
+    return {"requests": int(waiting.sum()), "early": int(early.sum()), "before_answer": int((before_end & waiting).sum()),
+            "text": f"{int(early.sum()):,} of {int(waiting.sum()):,} judged requests that follow another were sent "
+                    f"before it released them ({int((before_end & waiting).sum()):,} before the answer they follow "
+                    "had even ended): a client that waits for its answers could not have sent them"}
 
 
 def littles_law(report) -> dict | None:
@@ -194,7 +227,7 @@ def check(report) -> None:
     from ..errors import InvariantError
 
     c = report.closed
-    if not c["after"].size:
+    if not c["after"].size or not c.get("followed", True):
         return
     n = report.num_requests
     owner = np.repeat(np.arange(n), np.diff(c["after_offsets"]))

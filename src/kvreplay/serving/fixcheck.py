@@ -21,18 +21,19 @@ def check_fix(trace, options: dict, report) -> dict | None:
     fix = (report.summary()["keeps_up"] or {}).get("fix")
     if not fix:
         return None
-    base = {k: v for k, v in options.items() if k not in ("speedup", "rate")}
+    loads = ("speedup", "rate", "sessions")
+    base = {k: v for k, v in options.items() if k not in loads}
     base["compare_sequential"] = False
     out = {}
     load = fix.get("load")
     if load is not None:
-        key = "speedup" if load["flag"] == "--speedup" else "rate"
+        key = {"--speedup": "speedup", "--rate": "rate", "--sessions": "sessions"}[load["flag"]]
         r = simulate(trace, **base, **{key: load["value"]})
         out["load"] = {**load, **_outcome(r)}
     disaggregated = options.get("prefill_instances") is not None
     if not disaggregated and fix["instances"] <= MAX_INSTANCES:
         r = simulate(trace, **dict(base, instances=fix["instances"]),
-                     **{k: options[k] for k in ("speedup", "rate") if options.get(k) is not None})
+                     **{k: options[k] for k in loads if options.get(k) is not None})
         out["instances"] = {"value": fix["instances"], **_outcome(r)}
     return out
 

@@ -10,6 +10,11 @@ same instant); the others wait in draw order, and whenever a session's last requ
 lane starts the next one at that moment (no pause between sessions). The judged span ends when
 the queue has run dry and the first lane goes idle (simulate: a closed run's steady state).
 
+With open arrivals (``--sessions N --arrivals open``: what a replayer that ignores the answers
+sends for the same N users), each request is sent at its recorded offset from its session's first
+request, and a lane starts its next session at the previous one's last recorded send: the
+schedule the recorded server would have produced, whatever the simulated one does.
+
 A session drawn again is a new user with the same behaviour: the blocks only its session holds
 get fresh ids in every copy after the first (a copy never hits another's private prefix), while
 blocks other sessions share too (a system prompt, a tool list) keep theirs. Within a session,
@@ -95,6 +100,7 @@ def build(trace: Trace, links: Dependencies, delay_s: np.ndarray, on_send: np.nd
     start = np.full(m, np.nan)
     starters = lead[:min(lanes, D)]
     start[starters] = np.random.default_rng([seed, 1299709]).uniform(0.0, mean_think, size=starters.size)
+    queued = lead[starters.size:].astype(np.int64)
     copies = D - len(np.unique(draws))
     info = dict(info, lanes=lanes, draws=int(D), trace_sessions=S, copies=int(copies), seed=seed,
                 draw_text=(f"{lanes:,} concurrent sessions: {D:,} draws of the trace's {S:,} sessions (seeded "
@@ -103,7 +109,34 @@ def build(trace: Trace, links: Dependencies, delay_s: np.ndarray, on_send: np.nd
                            "think time), each of the others when a session ends"))
     return dict(trace=_copies(trace, order, draws, draw_of, session), links=run_links, delay_s=all_delay[by],
                 on_send=all_send[by], think_s=think, start_s=start, session=draw_of.astype(np.int64), info=info,
-                lanes=lanes, queued=lead[starters.size:].astype(np.int64))
+                lanes=lanes, queued=queued)
+
+
+def open_schedule(start_s: np.ndarray, session: np.ndarray, timestamp_ms: np.ndarray, queued: np.ndarray,
+                  lanes: int) -> np.ndarray:
+    """Send times of the lanes' requests without waiting for answers (module docstring): each at its
+    recorded offset from its session's first, each queued session on the lane its recorded
+    schedule frees first."""
+    import heapq
+
+    ts = np.asarray(timestamp_ms, dtype=np.float64) / 1000.0
+    D = int(session.max()) + 1 if session.size else 0
+    first = np.full(D, np.inf)
+    np.minimum.at(first, session, ts)
+    last = np.full(D, -np.inf)
+    np.maximum.at(last, session, ts)
+    begin = np.zeros(D)
+    starters = np.flatnonzero(~np.isnan(start_s))
+    free = []
+    for i in starters.tolist():
+        begin[session[i]] = start_s[i]
+        heapq.heappush(free, (start_s[i] + last[session[i]] - first[session[i]], int(session[i])))
+    for i in queued.tolist():
+        t, _ = heapq.heappop(free)
+        d = int(session[i])
+        begin[d] = t
+        heapq.heappush(free, (t + last[d] - first[d], d))
+    return begin[session] + ts - first[session]
 
 
 def _copies(trace: Trace, order: np.ndarray, draws: np.ndarray, draw_of: np.ndarray, session: np.ndarray) -> Trace:

@@ -28,6 +28,7 @@ def serve_plan(trace, plan: dict) -> list[dict]:
     """Per load of `plan`: its chosen deployment served again (None where no configuration met the
     SLOs), the run's summary over the judged requests, and the SLO verdict at the band end the plan
     judged at and at the centre, with whether it agrees with the plan's."""
+    from .plan import load_arguments
     from .simulate import simulate
 
     if "model" not in plan:
@@ -42,7 +43,7 @@ def serve_plan(trace, plan: dict) -> list[dict]:
             out.append(row)
             continue
         kw = deployment_of(plan, best)
-        load = {"speedup": block["load"]} if block["load_kind"] == "speedup" else {"rate": block["load"]}
+        load = {k: v for k, v in load_arguments((block["load_kind"], block["load"])).items() if v is not None}
         r = simulate(trace, **kw, **load)
         runs = (r.band or {}).get("runs") or {}
         judged_run = runs.get("high", r) if plan["judged_at"] == "pessimistic" else r

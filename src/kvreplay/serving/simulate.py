@@ -264,6 +264,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     from .warmup import judged_mask
     from .warmup import resolve as resolve_warmup
 
+    closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
     if loop is None:
         arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
         warm = resolve_warmup(warmup, trace, arrival_s, block_size)
@@ -276,6 +277,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         if spec.capacity == "ignored":  # (the lanes' copies hold more blocks)
             capacity = max(capacity, trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum()) + 2)
         arrival_s, profile_name, warm = np.nan_to_num(loop.start_s), None, None  # (arrivals come from the run)
+        if not closed_run:
+            arrival_s = loop.open_arrival_s
+            warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
@@ -287,7 +291,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     fixed = routed == 1 or router in routing.FIXED
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
         if fixed else None
-    if loop is not None and fixed and routed > 1 and router == "round-robin":
+    if closed_run and fixed and routed > 1 and router == "round-robin":
         assigned = np.full(len(trace), -1, dtype=np.int64)  # (round-robin in the order requests arrive: the kernel's)
     routing.parameters(router, router_options)  # checked before the run
     # the serving stack's latency outside the engine (the calibrated roofline's frontend_s): each
@@ -299,9 +303,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
                max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
-               closed=None if loop is None else loop.kernel_arrays(float(getattr(tm, "frontend_s", 0.0))))
+               closed=loop.kernel_arrays(float(getattr(tm, "frontend_s", 0.0))) if closed_run else None)
     raw = run_once(trace, time_model=tm, **run)
-    if loop is not None:  # the clients' send times (the engine sees each frontend_s later), and the warm-up on them
+    if closed_run:  # the clients' send times (the engine sees each frontend_s later), and the warm-up on them
         arrival_s = raw.arrival_s - float(getattr(tm, "frontend_s", 0.0))
         warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     band = None
@@ -361,7 +365,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             # the band's run as a report (its requests' times; kvreplay plan judges SLOs on it)
             band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
                                         finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
-                                        band=None, arrival_s=report.arrival_s if loop is None else
+                                        band=None, arrival_s=report.arrival_s if not closed_run else
                                         other.arrival_s - float(getattr(tm, "frontend_s", 0.0)))
             band[end] = band["runs"][end].latencies()
         band["warnings"] = _calibration_warnings(tm, trace, report)
@@ -577,21 +581,27 @@ def _check_tokens(report, raw) -> None:
         raise InvariantError("the steps' tokens do not add up to the requests' tokens")
 
 
-def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=None, instances=None, routers=None,
-               tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None, progress=None,
-               **options) -> list[dict]:
+def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None, capacities=None, instances=None,
+               routers=None, tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None,
+               progress=None, **options) -> list[dict]:
     """simulate() over the grid policies x capacities x instances x routers x tiers x loads (trace
-    timestamps / speedup, or Poisson rates): one tidy row per run (sweep_row). The runs go to
+    timestamps / speedup, Poisson rates, or numbers of concurrent sessions: a closed loop): one tidy
+    row per run (sweep_row). The runs go to
     `executor` ("local": a pool of `jobs` processes, "threads", or "ray"; analysis/executors.py):
     the rows, in grid order, are the same wherever they ran. `options` go to simulate()."""
     from itertools import product
 
     from ..analysis.executors import Task, run
 
-    if (speedups is None) == (rates is None):
-        raise ConfigError("give the loads as speedups or as rates (one of the two)")
+    if sum(x is not None for x in (speedups, rates, sessions)) != 1:
+        raise ConfigError("give the loads as speedups, rates or concurrent sessions (one of them)")
     trace = as_trace(trace)
-    loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
+    if sessions is not None:
+        from .lanes import check_sessions
+
+        loads = [("sessions", float(check_sessions(n))) for n in sessions]
+    else:
+        loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
     policies = policies or [options.pop("policy", None)]
     capacities = capacities or [options.pop("capacity", None)]
     instances = instances or [options.pop("instances", 1)]
@@ -611,15 +621,19 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
                         # one instance's sequential replay does not depend on the load: once per
                         # group; a cluster's does (it replays each instance's share, and the router's
-                        # split depends on the arrivals), so every cluster row runs its own
-                        compare_sequential=(k == 0 or n > 1) and options.get("compare_sequential", True))
+                        # split depends on the arrivals), so every cluster row runs its own; so do
+                        # concurrent sessions (each count draws its own sessions)
+                        compare_sequential=(k == 0 or n > 1 or kind == "sessions")
+                        and options.get("compare_sequential", True))
+            if kind == "sessions":
+                opts["sessions"] = int(value)
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
     limits.check_sweep_size(len(tasks))
     rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
                                   progress=progress)]
     for g in range(0, len(rows), len(loads)):
         for row in rows[g:g + len(loads)]:
-            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None:
+            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and sessions is None:
                 row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
     if forced is not None:  # every run full because of the grid: say why
         for row in rows:
@@ -635,13 +649,13 @@ def sweep_row(trace, options: dict) -> dict:
     (ConfigError) still stops the sweep, with nothing written."""
     from ..errors import InvariantError
 
-    kind = "speedup" if options.get("rate") is None else "rate"
+    kind = "sessions" if options.get("sessions") is not None else "speedup" if options.get("rate") is None else "rate"
     try:
         r = simulate(trace, **options)
         s = r.summary()
     except InvariantError as e:
         internal = True
-        return {"load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+        return {"load_kind": kind, "load": _load_value(kind, options),
                 "policy": options.get("policy") or "-", "capacity_blocks": options.get("capacity"),
                 "instances": options.get("instances", 1), "router": options.get("router") or "-",
                 "tiers": options.get("tiers") or "none", "stable": None,
@@ -649,7 +663,7 @@ def sweep_row(trace, options: dict) -> dict:
     ttft = s["latency_s"]["ttft"]
     tiers = r.tiers["tiers"] if r.tiers is not None else None
     return {
-        "load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+        "load_kind": kind, "load": _load_value(kind, options),
         "policy": r.policy, "capacity_blocks": r.capacity_blocks, "instances": r.instances,
         "kv_semantics": (r.kv_semantics or {}).get("semantics"),
         "kv_semantics_text": (r.kv_semantics or {}).get("text"),
@@ -667,8 +681,25 @@ def sweep_row(trace, options: dict) -> dict:
         **_verdict_columns(s["keeps_up"]), "finished": s["finished"], "rejected": s["rejected"],
         "refused_context": s["refused_context"], "requests": s["requests"], "warmup_s": r.warmup_s,
         "judged_requests": s["requests"], "window_text": s["window"]["text"], "whole_run": s["whole_run"],
-        **_band_columns(s.get("latency_band_s")), "error": None,
+        **_band_columns(s.get("latency_band_s")), **_closed_columns(s.get("closed")), "error": None,
     }
+
+
+def _closed_columns(c: dict | None) -> dict:
+    """A sweep row's closed-loop columns (None for the open loop)."""
+    if c is None:
+        return {"session_time_p50_s": None, "session_time_p90_s": None, "turns_per_minute": None,
+                "think_share": None, "littles_law_holds": None}
+    law = c.get("littles_law") or {}
+    return {"session_time_p50_s": c["session_time_s"]["p50"], "session_time_p90_s": c["session_time_s"]["p90"],
+            "turns_per_minute": c["turns_per_minute"], "think_share": c["think_share"],
+            "littles_law_holds": law.get("holds")}
+
+
+def _load_value(kind: str, options: dict) -> float:
+    if kind == "sessions":
+        return float(options["sessions"])
+    return float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0))
 
 
 def _verdict_columns(v: dict) -> dict:
