@@ -10,14 +10,20 @@ benchmarks/.cache/ and reads the tables with pyarrow.
 1. **Fit** (H100 only): each kernel family's coefficients (roofline.py COEFFICIENTS) by least
    relative error over its table: GEMMs (bf16 torch linear), context and generation attention
    (bf16 KV, no window, head_dim 128), all-reduce (vLLM's custom kernel in CUDA-graph mode up to
-   8 MiB, NCCL above, as vLLM picks).
+   8 MiB, NCCL above, as vLLM picks; since 2026-12-07 its one- and two-stage algorithms,
+   roofline.allreduce_time), and the elementwise kernels' floor (since 2026-12-07: the measured
+   elementwise kernel, PROBE_KERNEL, over every shape; roofline.elementwise_kernels).
 2. **Held back**: steps of dense models (Llama-3.1-8B/70B, Qwen3-8B/32B, Qwen2.5-72B,
-   Mistral-7B) at TP 1-8, composed kernel by kernel from each GPU's own measured tables (the
-   layers' GEMMs at their real shapes, attention, two all-reduces per layer, the LM head on the
-   logits rows), on H200 and A100, which the fit never saw, predicted with H100's coefficients,
-   the target GPU's catalog compute peaks and its streaming bandwidth (below): the error a GPU
-   without measurements gets from its nearest measured relative. H100's own steps are reported too
-   (in-sample GPU, every step shape unseen).
+   Mistral-7B) at TP 1-8 (since 2026-12-07 every model at every TP degree it runs at, prefills
+   from 16 tokens, decode batches of 1-256 at contexts of 128-32,768: step_shapes), composed kernel
+   by kernel from each GPU's own measured tables (the layers' GEMMs at their real shapes,
+   attention, two all-reduces per layer, the LM head on the logits rows, and the elementwise
+   kernels no table times, each as the GPU's measured elementwise kernel at its traffic), on H200
+   and A100, which the fit never saw, predicted with H100's coefficients, the target GPU's catalog
+   compute peaks and its streaming bandwidth (below): the error a GPU without measurements gets
+   from its nearest measured relative. H100's own steps are reported too (in-sample GPU, every
+   step shape unseen), and every GPU's by TP degree, also with the serving terms in the step as a
+   simulation runs it.
    **Streaming bandwidth** (since 2026-12-04 (4)): every memory term runs at the bandwidth a
    memory-bound kernel sustains on the GPU, one figure per GPU as a STREAM-like test gives it:
    vLLM's static fp8 quantisation kernel (``quantize/vllm/<version>/scale_matrix_perf.parquet``,
@@ -51,10 +57,15 @@ benchmarks/.cache/ and reads the tables with pyarrow.
    decode band of a GPU with silicon runs is widened to their TPOT's spread.
 5. **End to end** (`--e2e`): every silicon run simulated under roofline-raw, the calibrated
    kernels alone and the shipped calibration, by GPU and source (about 7 minutes).
+6. **Held-out sources** (since 2026-12-07; calibrate_sources.py): steps composed from another
+   collection's kernels (NVIDIA's aisimulate wheel: vLLM 0.24.0 re-measured, 0.25.0 and 0.31.0
+   tables of H100, H200 and B200), every family, against the shipped coefficients; and the
+   all-reduce tables of other vLLM versions, SGLang and TensorRT-LLM.
 
     python benchmarks/calibrate.py            # fit, write src/kvreplay/data/roofline_calibration.json
     python benchmarks/calibrate.py --check    # the held-back error tables, from the shipped data
     python benchmarks/calibrate.py --check --e2e  # and the silicon serving runs
+    python benchmarks/calibrate.py --check --calibration OLD.json  # another calibration's tables (not --e2e's)
 """
 
 from __future__ import annotations
@@ -86,8 +97,10 @@ FIT_GPU = "H100"
 #: MoE models with GQA attention (head_dim 128) whose fused MoE kernel the tables time at their
 #: exact shape, at the TP degrees tried (a degree without the shape is skipped)
 MOE = [("Qwen3-30B-A3B", (1, 2, 4)), ("Qwen3-235B-A22B", (4, 8)), ("MiniMax-M2.5", (2, 4, 8)), ("Mixtral-8x7B-v0.1", (1, 2, 4))]
-DENSE = [("Llama-3.1-8B", (1, 2)), ("Qwen3-8B", (1,)), ("Mistral-7B-Instruct-v0.3", (1,)), ("Qwen3-32B", (1, 2, 4)),
-         ("Llama-3.1-70B", (2, 4, 8)), ("Qwen2.5-72B", (4, 8))]
+#: the dense models' steps at every TP degree vLLM could run them at (since 2026-12-07: the small
+#: models at TP 4 and 8 too, where per-GPU work is smallest and the fixed costs weigh most)
+DENSE = [("Llama-3.1-8B", (1, 2, 4, 8)), ("Qwen3-8B", (1, 2, 4, 8)), ("Mistral-7B-Instruct-v0.3", (1, 2, 4, 8)),
+         ("Qwen3-32B", (1, 2, 4, 8)), ("Llama-3.1-70B", (2, 4, 8)), ("Qwen2.5-72B", (2, 4, 8))]
 
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
@@ -96,6 +109,7 @@ from calibrate_gdn import GDN_START, gdn_args, gdn_kernels, gdn_model, gdn_table
 from calibrate_mla import (MLA_MODEL, MLA_TPS, composed_mla_step, experts_within_memory, fit_mla,  # noqa: E402
                            mla_modules, mla_table, print_mla)
 from calibrate_moe import MOE_START, composed_moe_step, moe_args, moe_kernels, moe_model, moe_table, print_moe  # noqa: E402
+import calibrate_sources as sources  # noqa: E402
 from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS as SERVING_TERMS  # noqa: E402
 
 
@@ -129,6 +143,10 @@ class Tables:
         self.names = self.zip.namelist()
         self.used = {}
 
+    def bytes_of(self, name: str) -> bytes:
+        """A member's bytes by the name `names` lists it under (calibrate_sources.HeldOutTables maps them)."""
+        return self.zip.read(name)
+
     def path(self, gpu_dir: str, op: str, table: str) -> str:
         prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/{op}/vllm/"
         cands = [n for n in self.names if n.startswith(prefix) and n.endswith("/" + table)]
@@ -149,7 +167,7 @@ class Tables:
         cands = [n for n in self.names if n.startswith(prefix) and n.endswith("/nccl_perf.parquet")]
         name = max(cands, key=lambda n: tuple(int(x) for x in n[len(prefix):].split("/")[0].split(".") if x.isdigit()))
         self.used[name] = True
-        return pq.read_table(io.BytesIO(self.zip.read(name))).to_pandas()
+        return pq.read_table(io.BytesIO(self.bytes_of(name))).to_pandas()
 
     def read(self, gpu_dir: str, op: str, table: str):
         import io
@@ -158,7 +176,7 @@ class Tables:
 
         name = self.path(gpu_dir, op, table)
         self.used[name] = True
-        return pq.read_table(io.BytesIO(self.zip.read(name))).to_pandas()
+        return pq.read_table(io.BytesIO(self.bytes_of(name))).to_pandas()
 
     def silicon(self):
         import csv
@@ -223,6 +241,18 @@ def streamed(gpu, bytes_per_s: float):
     return dataclasses.replace(gpu, bandwidth_gbps=bytes_per_s / 1e9)
 
 
+def elementwise_table(t: Tables, gpu_dir: str):
+    """The GPU's measured elementwise kernel (PROBE_KERNEL, vLLM's static fp8 quantisation: a bf16
+    read and an fp8 write per element) over every shape timed, with the bytes each moves (None where
+    the tables have no quantisation kernels: A100)."""
+    prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/quantize/vllm/"
+    if not any(n.startswith(prefix) and n.endswith("/scale_matrix_perf.parquet") for n in t.names):
+        return None
+    q = t.read(gpu_dir, "quantize", "scale_matrix_perf.parquet")
+    q = q[q.kernel_source == PROBE_KERNEL]
+    return q.assign(nbytes=3.0 * q.m.to_numpy(float) * q.k.to_numpy(float))
+
+
 def kernels(t: Tables, gpu_dir: str) -> dict:
     g_all = t.read(gpu_dir, "gemm", "gemm_perf.parquet")
     g = g_all[(g_all.gemm_dtype == "bfloat16")]
@@ -249,6 +279,9 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
     ar = pd.concat([ar[["num_gpus", "message_size", "latency"]], nccl[["num_gpus", "message_size", "latency"]]])
     ar = ar.groupby(["num_gpus", "message_size"], as_index=False).latency.min()
     out = {"gemm": g, "ctx": ctx, "gen": gen, "ar": ar}
+    ew = elementwise_table(t, gpu_dir)
+    if ew is not None:
+        out["ew"] = ew
     if len(g8):
         out["gemm_fp8"] = g8
     moe = moe_kernels(t, gpu_dir)
@@ -296,15 +329,25 @@ def ctx_model(c, gpu, b, s, h, kv, d):
 
 
 def gen_model(c, gpu, b, ctx, h, kv, d):
+    """Decode attention: its KV read slowed by ``1 + attn_split_decode / (b x kv)`` when few
+    (request, KV head) pairs share it out (roofline.py terms())."""
     peak, bw = gpu.peak_flops("bf16"), gpu.bandwidth_bytes_per_s
     f = 4.0 * b * h * d * ctx
-    by = 2.0 * b * ctx * kv * d * 2
+    by = 2.0 * b * ctx * kv * d * 2 * (1.0 + c["attn_split_decode"] / (b * kv))
     return (np.maximum(f / (peak * c["e_attn_decode"]), by / (bw * c["e_kv_decode"])) + c["attn_floor_decode_s"]
             + b * c["attn_per_request_decode_s"])
 
 
 def ar_model(c, n, elements):
-    return c["allreduce_latency_s"] + 2.0 * (n - 1) / n * elements * 2.0 / c["allreduce_bus_bytes_per_s"]
+    """One bf16 all-reduce of `elements` over `n` GPUs (roofline.allreduce_time)."""
+    from kvreplay.serving.timing.roofline import allreduce_time
+
+    return allreduce_time(n, elements * 2.0, c["allreduce_latency_s"], c)
+
+
+def ew_model(c, gpu, nbytes):
+    """An elementwise kernel moving `nbytes`: its floor and its bytes at ``e_ew`` of the stream."""
+    return c["ew_floor_s"] + nbytes / (gpu.bandwidth_bytes_per_s * c["e_ew"])
 
 
 def fit_moe(tables: dict, gpu) -> tuple[dict, dict]:
@@ -368,8 +411,9 @@ def fit_family(names, start, predict, measured):
 
 START = {"e_gemm": 0.7, "e_weights": 0.8, "gemm_floor_s": 5e-6, "gemm_k0": 100.0, "gemm_overlap_p": 4.0, "e_attn_prefill": 0.5, "e_kv_prefill": 0.5,
          "attn_floor_prefill_s": 2e-5, "e_attn_decode": 0.3, "e_kv_decode": 0.6, "attn_floor_decode_s": 1e-5,
-         "attn_per_request_decode_s": 2e-8,
-         "allreduce_latency_s": 1e-5, "allreduce_bus_bytes_per_s": 3e11, "per_layer_s": 0.0, "per_step_s": 0.0}
+         "attn_per_request_decode_s": 2e-8, "attn_split_decode": 0.2,
+         "allreduce_latency_s": 1e-5, "allreduce_bus_bytes_per_s": 3e11, "allreduce_link_bytes_per_s": 3e11,
+         "ew_floor_s": 2e-6, "e_ew": 0.9, "per_layer_s": 0.0, "per_step_s": 0.0}
 START_FP8 = {"e_gemm_fp8": 0.6, "e_weights_fp8": 0.8, "gemm_floor_fp8_s": 5e-6, "gemm_k0_fp8": 300.0, "fp8_partial_rows": 50.0, "gemm_overlap_p_fp8": 4.0,
              "e_quant_fp8": 0.3}
 
@@ -422,23 +466,36 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     args = [x.batch_size.to_numpy(float), x.step.to_numpy(float) + 1, x.num_heads.to_numpy(float),
             x.num_key_value_heads.to_numpy(float), x.head_dim.to_numpy(float)]
     fitted, errs["attn_decode"] = fit_family(["e_attn_decode", "e_kv_decode", "attn_floor_decode_s",
-                                              "attn_per_request_decode_s"], c,
+                                              "attn_per_request_decode_s", "attn_split_decode"], c,
                                              lambda cc: gen_model(cc, gpu, *args), x.latency.to_numpy(float) / 1e3)
     c.update(fitted)
+    # the all-reduce's latency, one-stage link and two-stage / ring bus bandwidths, over every message
+    # (vLLM's custom kernel below 8 MiB, NCCL above: roofline.allreduce_time)
     x = tables["ar"]
-    # the bus bandwidth from NCCL's large messages, then the latency from the small ones
-    for part, names in ((x[x.message_size * 2 > CUSTOM_AR_MAX], ["allreduce_bus_bytes_per_s"]),
-                        (x[x.message_size * 2 <= 2 ** 16], ["allreduce_latency_s"])):
-        nn, size = part.num_gpus.to_numpy(float), part.message_size.to_numpy(float)
-        fitted, _ = fit_family(names, c, lambda cc: ar_model(cc, nn, size), part.latency.to_numpy(float) / 1e3)
+    nn, size, y = x.num_gpus.to_numpy(float), x.message_size.to_numpy(float), x.latency.to_numpy(float) / 1e3
+    fitted, errs["allreduce"] = fit_family(["allreduce_latency_s", "allreduce_link_bytes_per_s", "allreduce_bus_bytes_per_s"],
+                                           c, lambda cc: ar_model(cc, nn, size), y)
+    c.update(fitted)
+    if "ew" in tables:  # the elementwise kernels' floor and efficiency (else START's, replaced by FIT_GPU's)
+        fitted, errs["elementwise"] = fit_elementwise(tables["ew"], gpu, c)
         c.update(fitted)
-    nn, size = x.num_gpus.to_numpy(float), x.message_size.to_numpy(float)
-    errs["allreduce"] = float(np.mean(np.abs(ar_model(c, nn, size) - x.latency.to_numpy(float) / 1e3)
-                                      / (x.latency.to_numpy(float) / 1e3)))
     families, family_errs = fit_families(tables, gpu, c)
     c.update(families)
     errs.update(family_errs)
     return c, errs
+
+
+#: the elementwise kernels' coefficients: their floor, fitted on the GPU's measured elementwise kernel
+#: (PROBE_KERNEL), and their efficiency, 1 by construction (the streaming bandwidth is that kernel's
+#: own rate past the L2 cache; below it the table's replays reuse their buffers from L2)
+EW_TERMS = ("ew_floor_s", "e_ew")
+
+
+def fit_elementwise(table, gpu, c: dict) -> tuple[dict, float]:
+    """EW_TERMS on a GPU's measured elementwise kernel (elementwise_table), every shape."""
+    fitted, err = fit_family(["ew_floor_s"], {**c, "e_ew": 1.0}, lambda cc: ew_model(cc, gpu, table.nbytes.to_numpy(float)),
+                             table.latency.to_numpy(float) / 1e3)
+    return {**fitted, "e_ew": 1.0}, err
 
 
 def fit_families(tables: dict, gpu, c: dict) -> tuple[dict, dict]:
@@ -467,13 +524,24 @@ class Measured:
         for (n, k), part in g.groupby(["n", "k"]):
             part = part.sort_values("m")
             self.gemm[(int(n), int(k))] = (part.m.to_numpy(float), part.latency.to_numpy(float) / 1e3)
-        self.ns = sorted({n for n, _ in self.gemm})
-        self.ks = sorted({k for _, k in self.gemm})
+        # the grid of (n, k) the table times: each n (k) timed at half the k (n) or more (a table may
+        # also time a few off-grid shapes: aisimulate's vLLM 0.31.0 GEMMs add GLM-5.3's widths at
+        # k 4,096, which interpolation between grid points cannot use)
+        ns, ks = {}, {}
+        for n, k in self.gemm:
+            ns.setdefault(n, set()).add(k)
+            ks.setdefault(k, set()).add(n)
+        self.ns = sorted(n for n, v in ns.items() if 2 * len(v) >= len(ks))
+        self.ks = sorted(k for k, v in ks.items() if 2 * len(v) >= len(ns))
         self.ctx = tables["ctx"]
         self.gen = tables["gen"].assign(ctxlen=tables["gen"].step + 1)  # the table's step: tokens before this one
         ar = tables["ar"]
         self.ar = {int(n): (p.sort_values("message_size").message_size.to_numpy(float),
                             p.sort_values("message_size").latency.to_numpy(float) / 1e3) for n, p in ar.groupby("num_gpus")}
+        # the measured elementwise kernel by the bytes it moves (the median of the shapes moving each)
+        ew = tables.get("ew")
+        self.ew = None if ew is None else (lambda g: (g.index.to_numpy(float), g.to_numpy(float) / 1e3))(
+            ew.groupby("nbytes").latency.median())
         # the fused MoE kernel of the GEMMs' weights (bf16 or fp8), by (hidden, width, topk, experts, tp)
         moe = tables.get("moe", {}).get("fp8" if gemm == "gemm_fp8" else "bf16")
         self.moe = {} if moe is None else {
@@ -519,17 +587,29 @@ class Measured:
             t *= k / self.ks[-1]
         return t
 
+    def _curves(self, table, key_col, h, kv):
+        """batch size -> (keys, latencies in s) of the table's rows at `h` heads and `kv` KV heads,
+        sorted by key (cached: the composed steps look the same few up thousands of times)."""
+        cache = self.__dict__.setdefault("_curve_cache", {})
+        key = (key_col, h, kv)
+        if key not in cache:
+            part = table[(table.num_heads == h) & (table.num_key_value_heads == kv)]
+            cache[key] = {}
+            for bb in sorted(part.batch_size.unique()):
+                q = part[part.batch_size == bb].sort_values(key_col)
+                cache[key][bb] = (q[key_col].to_numpy(float), q.latency.to_numpy(float) / 1e3)
+        return cache[key]
+
     def _attn(self, table, key_col, b, x, h, kv):
-        part = table[(table.num_heads == h) & (table.num_key_value_heads == kv)]
-        if part.empty:
+        curves = self._curves(table, key_col, h, kv)
+        if not curves:
             return None
-        bs = sorted(part.batch_size.unique())
+        bs = list(curves)
         out = []
         b_lo = max([v for v in bs if v <= b], default=bs[0])
         b_hi = min([v for v in bs if v >= b], default=bs[-1])
         for bb in sorted({b_lo, b_hi}):
-            q = part[part.batch_size == bb].sort_values(key_col)
-            xs, ys = q[key_col].to_numpy(float), q.latency.to_numpy(float) / 1e3
+            xs, ys = curves[bb]
             if len(xs) < 2:
                 return None
             out.append((bb, float(np.interp(np.log(x), np.log(xs), ys)) if x <= xs[-1] else float(ys[-1] * x / xs[-1])))
@@ -543,6 +623,27 @@ class Measured:
 
     def gen_time(self, b, ctx, h, kv):
         return self._attn(self.gen, "ctxlen", b, ctx, h, kv)
+
+    def ew_time(self, nbytes):
+        """One elementwise kernel moving `nbytes`: the measured kernel at the same traffic
+        (log-interpolated; beyond its largest shape, proportional)."""
+        xs, ys = self.ew
+        return float(np.interp(np.log(nbytes), np.log(xs), ys)) if nbytes <= xs[-1] else float(ys[-1] * nbytes / xs[-1])
+
+    def elementwise_time(self, spec, tp, tokens, mla=False):
+        """A step's elementwise kernels (roofline.elementwise_kernels: norms, rope, the KV-cache write,
+        the activation, the embedding), each timed as the measured elementwise kernel at its traffic
+        (0 where the GPU has no measured one: A100)."""
+        from kvreplay.serving.timing.models import kv_bytes_per_token_per_gpu
+        from kvreplay.serving.timing.roofline import elementwise_kernels
+
+        if self.ew is None:
+            return 0.0
+        cache = self.__dict__.setdefault("_kinds_cache", {})
+        key = (spec.name, tp, mla)
+        if key not in cache:
+            cache[key] = elementwise_kernels(spec, tp, kv_bytes_per_token_per_gpu(spec, tp), 2.0, mla, spec.mamba_layers or 0)
+        return sum(n * self.ew_time(tokens * b) for n, b in cache[key])
 
     def ar_time(self, n, elements):
         xs, ys = self.ar[n]
@@ -572,35 +673,40 @@ def composed_step(meas: Measured, spec, tp, prefill: list[int], decodes: int, ct
         attn += t
     ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
     lm_head = (head or meas).gemm_time(rows, V // tp, H)
-    return spec.num_layers * (layer + attn + ar) + lm_head
+    return spec.num_layers * (layer + attn + ar) + lm_head + (head or meas).elementwise_time(spec, tp, T)
 
 
 def step_shapes():
-    for s in (128, 256, 512, 1024, 2048, 4096, 8192):
+    """The composed steps' shapes (phase, prefill lengths, decodes, their context): since 2026-12-07
+    small prefills (16-64 tokens), small decode batches (1-16 requests) at every context from 128 to
+    32,768 tokens, and mixed steps with 1-4 decodes too."""
+    for s in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
         for b in (1, 2, 4):
             if b * s <= 16384:
                 yield "prefill", [s] * b, 0, 0
-    for b in (1, 4, 16, 32, 64, 128, 256):
-        for ctx in (512, 2048, 8192):
+    for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        for ctx in (128, 512, 2048, 8192, 32768):
             yield "decode", [], b, ctx
-    for n in (256, 1024, 2048):
-        for b in (8, 32, 128):
+    for n in (64, 256, 1024, 2048):
+        for b in (1, 4, 8, 32, 128):
             for ctx in (1024, 4096):
                 yield "mixed", [n], b, ctx
 
 
-def kernel_terms(coefficients: dict) -> dict:
-    """The coefficients with the serving terms off: composed steps hold the kernels only."""
-    return {**coefficients, **dict.fromkeys(SERVING_TERMS, 0.0)}
+def kernel_terms(coefficients: dict, measured_elementwise: bool = True) -> dict:
+    """The coefficients with the serving terms off: composed steps hold the kernels only (and no
+    elementwise kernels where the GPU has no measured one to compose them from: A100)."""
+    return {**coefficients, **dict.fromkeys(SERVING_TERMS, 0.0), **({} if measured_elementwise else {"e_ew": 0.0})}
 
 
 def step_table(meas: Measured, gpu_name: str, coefficients: dict, bw: float, dtype: str = "bf16",
-               head: Measured | None = None, moe: str = ""):
+               head: Measured | None = None, moe: str = "", serving: bool = False):
     """Composed steps of the DENSE models against the calibrated roofline's predictions, its memory
     terms at `bw` bytes/s (stream). fp8: `meas` holds the fp8 GEMMs, `head` the bf16 ones the LM
     head runs (fp8 checkpoints keep it bf16). `moe`: the MOE models' steps instead (composed_moe_step),
     predicted with their experts apart ("experts") or as the roofline timed them before, with the
-    other GEMMs ("as-dense")."""
+    other GEMMs ("as-dense"). `serving`: predicted with the serving terms in the step, as a
+    simulation runs them (else off: a composed step holds kernels only)."""
     import dataclasses
 
     from kvreplay.analysis.models import get_model
@@ -608,12 +714,14 @@ def step_table(meas: Measured, gpu_name: str, coefficients: dict, bw: float, dty
     from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
 
     rows = []
+    off = kernel_terms(coefficients, measured_elementwise=(head or meas).ew is not None)
+    coefficients = {**off, **{k: coefficients[k] for k in SERVING_TERMS if k in coefficients}} if serving else off
     for name, tps in MOE if moe else DENSE:
         spec = get_model(name)
         predicted_spec = dataclasses.replace(spec, moe=None) if moe == "as-dense" else spec
         for tp in tps:
             model = CalibratedRooflineTimeModel(predicted_spec, gpu_name, tp, dtype=dtype,
-                                                coefficients=kernel_terms(coefficients), stream_bytes_per_s=bw)
+                                                coefficients=coefficients, stream_bytes_per_s=bw)
             for phase, prefill, b, ctx in step_shapes():
                 measured = (composed_moe_step if moe else composed_step)(meas, spec, tp, prefill, b, ctx, head=head)
                 if measured is None:
@@ -654,16 +762,40 @@ def print_summary(title, s):
     print_table(title, (("phase", False), *RATIO_COLUMNS), ([phase, *ratio_cells(v)] for phase, v in s.items()))
 
 
+def by_tp(rows) -> dict:
+    """phase -> TP -> ratio_stats of composed-step rows."""
+    out = {}
+    for phase in ("prefill", "decode", "mixed"):
+        for tp in sorted({r["tp"] for r in rows}):
+            r = [x["measured_s"] / x["predicted_s"] for x in rows if x["phase"] == phase and x["tp"] == tp]
+            if r:
+                out.setdefault(phase, {})[tp] = ratio_stats(r)
+    return out
+
+
+def print_by_tp(title: str, tables: dict):
+    """label -> by_tp: one row per label, each phase's error (median measured / predicted) at each TP."""
+    tps = sorted({tp for t in tables.values() for p in t.values() for tp in p})
+    cells = [[label, *(" / ".join(f"{100 * t[p][tp]['mape']:.1f}% ({t[p][tp]['median_ratio']:.2f})" if tp in t.get(p, {})
+                                  else "-" for tp in tps) for p in ("prefill", "decode", "mixed"))]
+             for label, t in tables.items()]
+    print_table(f"{title}; each cell TP {' / '.join(map(str, tps))}: error (median measured / predicted)",
+                (("steps", False), ("prefill", False), ("decode", False), ("mixed", False)), cells)
+
+
 def held_back(tabs, meas, meas8, fit, probes) -> dict:
     """Each GPU's composed steps against FIT_GPU's coefficients (and the raw roofline), printed."""
     from kvreplay.serving.timing.gpus import get_gpu
 
-    report = {}
+    report, tps = {}, {}
     for name in GPUS:
         bw = stream(probes, name, FIT_GPU)
         gpu = streamed(get_gpu(name), bw)
         rows = step_table(meas[name], name, fit, bw)
         held = "in-sample GPU, unseen step shapes" if name == FIT_GPU else "held back: never fitted"
+        tps[f"{name} bf16"] = by_tp(rows)
+        if name != "A100-80GB":  # as a simulation runs them: the serving terms in the step
+            tps[f"{name} bf16, the serving terms in the step"] = by_tp(step_table(meas[name], name, fit, bw, serving=True))
         s = summary(rows)
         print_summary(f"{name} steps ({held}), predicted with {FIT_GPU}'s coefficients", s)
         raw = summary(raw_table(rows, name))
@@ -671,6 +803,7 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
         report[name] = {"calibrated": s, "raw": raw}
         if name in meas8:  # fp8 weights: the same steps with the measured fp8 GEMMs
             rows = step_table(meas8[name], name, fit, bw, "fp8", head=meas[name])
+            tps[f"{name} fp8"] = by_tp(rows)
             s8, raw8 = summary(rows), summary(raw_table(rows, name, "fp8"))
             print_summary(f"{name} fp8 steps ({held}), predicted with {FIT_GPU}'s coefficients", s8)
             print_summary(f"{name} fp8 steps, roofline-raw (MFU 0.5, MBU 0.6)", raw8)
@@ -702,30 +835,40 @@ def held_back(tabs, meas, meas8, fit, probes) -> dict:
                   ", ".join(f"{p} {100 * v['mape']:.1f}%" for p, v in before.items()) + ")")
             report[name][f"moe_steps_{kernel}"] = steps
             report[name][f"moe_steps_{kernel}_as_dense"] = before
+    print_by_tp(f"dense steps by TP degree, predicted with {FIT_GPU}'s coefficients", tps)
+    report["by_tp"] = {label: {p: {str(tp): v for tp, v in t.items()} for p, t in d.items()} for label, d in tps.items()}
     return report
 
 
-def mla_step_table(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, bw: float) -> dict:
+def mla_step_rows(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, bw: float) -> list[dict]:
     """MLA_MODEL's fp8 steps composed from the MLA module tables (calibrate_mla.composed_mla_step)
-    against the calibrated roofline, by phase: "all" of them, and those whose measured experts the
-    GPU's memory could serve ("served": calibrate_mla.experts_within_memory), whose spread is the
-    band ({}: no MLA table or fp8 GEMMs)."""
+    against the calibrated roofline, each with whether its measured experts the GPU's memory could
+    serve (calibrate_mla.experts_within_memory; [] without an MLA table or fp8 GEMMs)."""
     from kvreplay.analysis.models import get_model
     from kvreplay.serving.timing.models import StepBatch
     from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
 
     if "mla" not in tabs or meas8 is None:
-        return {}
+        return []
     spec, rows = get_model(MLA_MODEL), []
     for tp in MLA_TPS:
-        model = CalibratedRooflineTimeModel(spec, gpu_name, tp, dtype="fp8", coefficients=kernel_terms(coefficients),
+        model = CalibratedRooflineTimeModel(spec, gpu_name, tp, dtype="fp8", coefficients=kernel_terms(coefficients, meas.ew is not None),
                                             stream_bytes_per_s=bw)
         for phase, prefill, b, ctx in step_shapes():
             measured = composed_mla_step(tabs["mla"], meas, meas8, spec, tp, prefill, b, ctx)
             if measured is not None:
                 batch = StepBatch(prefill_new=tuple(prefill), prefill_cached=(0,) * len(prefill), decode_context=(ctx,) * b)
-                rows.append({"phase": phase, "measured_s": measured, "predicted_s": model.step_time(batch),
+                rows.append({"phase": phase, "tp": tp, "decodes": b, "measured_s": measured, "predicted_s": model.step_time(batch),
                              "served": experts_within_memory(meas8, spec, tp, sum(prefill) + b, bw)})
+    return rows
+
+
+def mla_step_table(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, bw: float) -> dict:
+    """mla_step_rows by phase: "all" of them, and those whose measured experts the GPU's memory could
+    serve ("served"), whose spread is the band ({}: no MLA table or fp8 GEMMs)."""
+    rows = mla_step_rows(tabs, meas, meas8, gpu_name, coefficients, bw)
+    if not rows:
+        return {}
     return {"all": summary(rows), "served": summary([r for r in rows if r["served"]])}
 
 
@@ -757,7 +900,10 @@ def own_kernel_terms(tabs: dict, gpu, relative: dict) -> dict:
     families, family_errs = fit_families(tabs, gpu, {**relative, **own})
     own.update(families)
     errs.update(family_errs)
-    print("\n" + f"{gpu.name}'s own GEMM, MoE, GDN and MLA kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
+    if "ew" in tabs:  # Blackwell's elementwise kernels: its own floor and efficiency
+        ew, errs["elementwise"] = fit_elementwise(tabs["ew"], gpu, {**relative, **own})
+        own.update(ew)
+    print("\n" + f"{gpu.name}'s own GEMM, MoE, GDN, MLA and elementwise kernel fits: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in errs.items()))
     return {k: float(v) for k, v in own.items()}
 
 
@@ -941,6 +1087,8 @@ def own_fits(tabs, meas, meas8, fit, probes) -> dict:
         bw = stream(probes, name, name)
         gpu = streamed(get_gpu(name), bw)
         own = fit if name == FIT_GPU else fit_gpu(tabs[name], gpu)[0]
+        if "ew" not in tabs[name]:  # no measured elementwise kernel (A100): FIT_GPU's
+            own = {**own, **{k: fit[k] for k in EW_TERMS}}
         s = summary(step_table(meas[name], name, own, bw))
         gpus[name] = {"coefficients": {k: float(v) for k, v in own.items()},
                       "bands": {p: v["band"] for p, v in s.items()}, "step_error": {p: v["mape"] for p, v in s.items()}}
@@ -985,7 +1133,12 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="print the held-back tables from the shipped coefficients")
     ap.add_argument("--json", default=None, help="also write every table as JSON here")
     ap.add_argument("--e2e", action="store_true", help="also simulate aiconfigurator's silicon vLLM serving runs")
+    ap.add_argument("--calibration", type=Path, default=OUT, metavar="FILE",
+                    help="with --check: the coefficients to check (default: the shipped file; --e2e always simulates "
+                         "the shipped one)")
     args = ap.parse_args()
+    if args.calibration != OUT and not args.check:
+        ap.error("--calibration needs --check (a fit writes the shipped file)")
     from kvreplay.serving.timing.gpus import get_gpu
 
     whl = wheel()
@@ -994,7 +1147,7 @@ def main() -> int:
     meas = {name: Measured(tabs[name]) for name in GPUS}
     meas8 = {name: Measured(tabs[name], "gemm_fp8") for name in GPUS if "gemm_fp8" in tabs[name]}
     if args.check:  # the shipped coefficients and streaming bandwidths
-        shipped = json.loads(OUT.read_text())
+        shipped = json.loads(args.calibration.read_text())
         fit, probes = shipped["gpus"][FIT_GPU]["coefficients"], shipped.get("stream_bandwidth", {})
     else:
         probes = stream_probes(t)
@@ -1045,8 +1198,10 @@ def main() -> int:
         write(data)
         print(f"\nwrote {OUT.relative_to(REPO)}")
     else:
-        shipped = json.loads(OUT.read_text())
         relative_checks(t, shipped["gpus"], probes, {k: v["coefficients"] for k, v in shipped["relative_bands"].items()})
+    shipped = json.loads((args.calibration if args.check else OUT).read_text())  # (as checked, or as just written)
+    report["held_out_sources"] = sources.held_out_sources(t, shipped, shipped["stream_bandwidth"])
+    report["allreduce_sources"] = sources.allreduce_check(t, shipped)
     if args.e2e:
         report["e2e"] = e2e_check(t)
     if args.json:

@@ -170,4 +170,5 @@ def composed_mla_step(modules, meas, meas8, spec, tp, prefill, decodes, ctx):
     dense = meas8.gemm_time(T, 2 * 18432 // tp, H) + meas8.gemm_time(T, H, 18432 // tp)  # config.json intermediate_size
     ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
     return (spec.num_layers * (sum(parts) + ar) + m["layers"] * (experts + shared + meas.gemm_time(T, m["experts"], H))
-            + (spec.num_layers - m["layers"]) * dense + meas.gemm_time(len(prefill) + decodes, spec.vocab_size // tp, H))
+            + (spec.num_layers - m["layers"]) * dense + meas.gemm_time(len(prefill) + decodes, spec.vocab_size // tp, H)
+            + meas.elementwise_time(spec, tp, T, mla=True))

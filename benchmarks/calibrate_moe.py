@@ -115,4 +115,5 @@ def composed_moe_step(meas, spec, tp, prefill: list[int], decodes: int, ctx: int
             return None
         layer += t
     ar = 2 * meas.ar_time(tp, T * H) if tp > 1 else 0.0
-    return spec.num_layers * (layer + ar) + m["layers"] * experts + (head or meas).gemm_time(len(prefill) + decodes, V // tp, H)
+    return (spec.num_layers * (layer + ar) + m["layers"] * experts + (head or meas).gemm_time(len(prefill) + decodes, V // tp, H)
+            + (head or meas).elementwise_time(spec, tp, T))

@@ -42,7 +42,19 @@ def engines_agree(trace, policy, capacity, block_size, **params):
     assert comp.final_cache_blocks == ref.final_cache_blocks
     assert comp.counters == ref.counters
     assert comp.stranded_blocks == ref.stranded_blocks
+    accounts_agree(ref, comp)
     return ref, comp
+
+
+def accounts_agree(ref, comp):
+    """The two engines' miss accounts are the same: every block's cause, when an evicted block
+    left, every request's tokens per cause, the stranded blocks over time."""
+    a, b = ref.misses, comp.misses
+    assert a.cause.tolist() == b.cause.tolist()
+    assert a.gone.tolist() == b.gone.tolist()
+    assert a.tokens.tolist() == b.tokens.tolist()
+    assert a.stranded == b.stranded
+    assert a.not_measured == b.not_measured
 
 
 def zipf_requests(seed, num_requests=1500, num_blocks=300, pool=4000):

@@ -59,7 +59,7 @@ BAD3 = DATA / "bad_line3.jsonl"  # line 3: input_length -4
 REPORT_FIELDS = {
     "policy", "params", "block_size", "cache_capacity_blocks", "num_requests", "total_prompt_tokens",
     "total_hit_tokens", "hit_rate", "final_cache_blocks", "window", "counters", "stranded_blocks", "sizes",
-    "engine", "trace", "metrics", "oversize_requests",
+    "engine", "trace", "metrics", "oversize_requests", "misses", "headroom", "advice",
 }
 
 
@@ -143,11 +143,12 @@ def test_run_multiblock_prefix(policy):
 
 def test_stranded_blocks(tmp_path):
     # one request [1, 2, 3], LRU capacity 2: 1, 2 admitted; 3 evicts 1 -> final {2, 3}.
-    # 2's chain predecessor 1 is gone -> 2 is stranded; 3's predecessor 2 is resident.
+    # 2's chain predecessor 1 is gone -> 2 is stranded, and 3 behind it (its predecessor 2 is
+    # resident, but unreachable): 2 stranded blocks.
     p = tmp_path / "chain.jsonl"
     p.write_text('{"input_length": 12, "hash_ids": [1, 2, 3]}\n')
     rep = run_json(p, "--policy", "lru", "--capacity", 2, "--block-size", 4)
-    assert rep["final_cache_blocks"] == 2 and rep["stranded_blocks"] == 1
+    assert rep["final_cache_blocks"] == 2 and rep["stranded_blocks"] == 2
     assert rep["total_hit_tokens"] == 0
 
 
@@ -187,7 +188,17 @@ def test_run_json_fields():
     assert rep["trace"] == str(LVF)
     assert rep["window"] == {"warmup_requests": 0, "measured_requests": 5, "description": "whole trace (5 requests)"}
     assert len(rep["per_request"]) == 5
-    assert all(set(r) == {"prompt_tokens", "hit_tokens", "hit_blocks"} for r in rep["per_request"])
+    assert all(set(r) == {"prompt_tokens", "hit_tokens", "hit_blocks", "misses"} for r in rep["per_request"])
+    # the miss account (block size 4, one hash id per request): r1, r2 and r4 are first uses (3 + 4 + 4); r3 and
+    # r4 have 1 and 2 tokens past their hash id (partial blocks); lru at 2: 3 evicts 2, 1 stays: nothing evicted
+    assert [r["misses"] for r in rep["per_request"]] == [
+        {"first_use": 3, "evicted": 0, "behind_hole": 0, "partial_block": 0},
+        {"first_use": 4, "evicted": 0, "behind_hole": 0, "partial_block": 0},
+        {"first_use": 0, "evicted": 0, "behind_hole": 0, "partial_block": 1},
+        {"first_use": 4, "evicted": 0, "behind_hole": 0, "partial_block": 2},
+        {"first_use": 0, "evicted": 0, "behind_hole": 0, "partial_block": 0}]
+    assert rep["misses"]["tokens"]["first_use"] == 11 and rep["misses"]["tokens"]["partial_block"] == 3
+    assert set(rep["misses"]["not_measured"]) == {"namespace", "layer_groups", "concurrency"}
     assert sum(r["hit_tokens"] for r in rep["per_request"]) == rep["total_hit_tokens"] == 6
 
 
@@ -455,7 +466,8 @@ def test_huge_hash_id_does_not_traceback(tmp_path):
 
 # The tidy table (docs/formats.md, "Output tables"); lru and fifo have no parameters, so no parameter columns.
 SWEEP_CSV_HEADER = ("trace,policy,params,bound,capacity_kind,cache_capacity_blocks,kv_bytes,kv_gib,total_hit_tokens,"
-                    "total_prompt_tokens,hit_rate,final_cache_blocks,admissions,evictions,oversize_requests,block_size,"
+                    "total_prompt_tokens,hit_rate,final_cache_blocks,admissions,evictions,oversize_requests,"
+                    "miss_first_use_tokens,miss_evicted_tokens,miss_behind_hole_tokens,miss_partial_block_tokens,miss_namespace_tokens,miss_layer_groups_tokens,miss_concurrency_tokens,block_size,"
                     "window,warmup_fraction,warmup_requests,measured_requests")
 SWEEP_KEYS = {"trace", "block_size", "warmup_fraction", "window", "num_requests", "results"}
 RESULT_KEYS = set(SWEEP_CSV_HEADER.split(",")) | {"counters"}
@@ -556,12 +568,14 @@ def test_sweep_table_output():
     text = ok("sweep", LVF, "--capacities", "2,6", "--policies", "lru,fifo", "--block-size", 4)
     lines = text.splitlines()
     assert lines[1].split() == ["policy", "params", "capacity", "hit", "tokens", "prompt", "tokens", "hit", "rate", "%",
-                                "final", "blocks"]
+                                "first", "use", "%", "evicted", "%", "behind", "hole", "%", "final", "blocks"]
     rows = [line.split() for line in lines[3:]]
-    # The terminal table speaks percent, as the summaries (machine outputs keep fractions).
-    assert [(r[0], int(r[1]), int(r[2]), int(r[3]), r[4], int(r[5])) for r in rows] == [
-        ("lru", 2, 6, 20, "30.00", 2), ("lru", 6, 6, 20, "30.00", 3),
-        ("fifo", 2, 4, 20, "20.00", 2), ("fifo", 6, 6, 20, "30.00", 3),
+    # The terminal table speaks percent, as the summaries (machine outputs keep fractions). The miss
+    # account: r1, r2, r4 are first uses (3 + 4 + 4 of 20 tokens: 55%); fifo at 2 evicts 1 at r4, so
+    # r5 (2 tokens) misses it (10%); the tokens past each request's one hash id are partial blocks.
+    assert [(r[0], int(r[1]), int(r[2]), int(r[3]), r[4], r[5], r[6], r[7], int(r[8])) for r in rows] == [
+        ("lru", 2, 6, 20, "30.00", "55.00", "0.00", "0.00", 2), ("lru", 6, 6, 20, "30.00", "55.00", "0.00", "0.00", 3),
+        ("fifo", 2, 4, 20, "20.00", "55.00", "10.00", "0.00", 2), ("fifo", 6, 6, 20, "30.00", "55.00", "0.00", "0.00", 3),
     ]
 
 
@@ -615,15 +629,17 @@ def test_demo():
     assert names == set(POLICIES)  # "every policy"
     assert any(line == f"{len(rows)} replays" or line.startswith(f"{len(rows)} replays in ") for line in lines[end:])
     num = lambda cell: int(cell.replace(",", ""))  # noqa: E731
-    prompt = {num(r[-3]) for r in rows}
+    # columns from the end: hit tokens, prompt tokens, hit rate %, first use %, evicted %, behind hole %, final
+    prompt = {num(r[-6]) for r in rows}
     assert len(prompt) == 1  # every row covers the same trace
     for r in rows:
-        hit, rate = num(r[-4]), float(r[-2])
-        assert 0 <= hit <= num(r[-3])
-        assert rate == pytest.approx(100 * hit / num(r[-3]), abs=5e-3)  # a percentage with 2 decimals
+        hit, rate = num(r[-7]), float(r[-5])
+        assert 0 <= hit <= num(r[-6])
+        assert rate == pytest.approx(100 * hit / num(r[-6]), abs=5e-3)  # a percentage with 2 decimals
+        assert rate + sum(float(x) for x in r[-4:-1]) <= 100.05  # hits and misses by cause share the prompt
     if "infinite" in names:  # the ceiling: no policy hits more than a cache that never evicts
-        ceiling = max(num(r[-4]) for r in rows if r[0] == "infinite")
-        assert all(num(r[-4]) <= ceiling for r in rows)
+        ceiling = max(num(r[-7]) for r in rows if r[0] == "infinite")
+        assert all(num(r[-7]) <= ceiling for r in rows)
 
 
 def test_policies():

@@ -32,7 +32,9 @@ def test_a_command_imports_its_family_only(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"input_length": 8, "hash_ids": [1, 2]}\n')
     loaded = modules_after(f"from kvreplay.cli import main; main(['run', {str(trace)!r}, '--capacity', '4'])")
-    assert {m for m in loaded if m.startswith("kvreplay.cli.")} <= {"kvreplay.cli.replay", "kvreplay.cli.common"}
+    # (cli.warmup: the --warmup / --cold-start flags the replay, serving and plan families share)
+    assert {m for m in loaded if m.startswith("kvreplay.cli.")} <= {"kvreplay.cli.replay", "kvreplay.cli.common",
+                                                                      "kvreplay.cli.warmup"}
     assert not any(m.startswith(("kvreplay.serving.", "kvreplay.policies.lru")) for m in loaded), sorted(loaded)
 
 

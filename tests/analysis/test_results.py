@@ -121,7 +121,11 @@ def test_report_to_pandas():
     trace = kvreplay.Trace.from_requests([(["a", "b"], 7), (["a", "b"], 7), ([], 0), (["a", "b"], 8)])
     report = kvreplay.replay(trace, "lru", 3, 4, warmup_fraction=0.25)
     df = report.to_pandas()
-    assert list(df.columns) == ["request", "prompt_tokens", "hit_tokens", "hit_blocks", "hit_rate", "measured"]
+    assert list(df.columns) == ["request", "prompt_tokens", "hit_tokens", "hit_blocks", "hit_rate", "measured",
+                                "miss_first_use_tokens", "miss_evicted_tokens", "miss_behind_hole_tokens",
+                                "miss_partial_block_tokens"]
+    # every request's hit and missed tokens add up to its prompt (tests/engine/test_misses.py has the causes)
+    assert (df["hit_tokens"] + df.filter(like="miss_").sum(axis=1)).tolist() == df["prompt_tokens"].tolist()
     assert df["request"].tolist() == [0, 1, 2, 3]
     assert df["hit_tokens"].tolist() == [0, 7, 0, 8] and df["hit_blocks"].tolist() == [0, 2, 0, 2]
     assert df["measured"].tolist() == [False, True, True, True]

@@ -47,7 +47,7 @@ def test_collect_holds_the_replays_numbers():
 def test_page_is_self_contained_and_states_its_window():
     page = kvreplay.report_html(small_trace(), policies=["lru"], capacities=[1, 2, 4], block_size=4, warmup_fraction=0.25)
     assert page.startswith("<!DOCTYPE html>")
-    assert page.count("<svg") == 3  # curve, over time, per-request spread
+    assert page.count("<svg") == 5  # curve, the miss account's bars, stranded blocks, over time, per-request spread
     assert "<script" not in page
     # No external resource of any kind: nothing fetched by src/href/url(), no network at all.
     assert not re.search(r'(src|href)\s*=\s*"(?!#)', page)
@@ -55,6 +55,28 @@ def test_page_is_self_contained_and_states_its_window():
     assert "after warm-up: requests 2-4 of 4" in page
     assert "infinite-cache" in page
     assert "kvreplay report: &lt;memory&gt;</title>" in page
+
+
+def test_page_says_why_the_cache_missed():
+    # lru at 1 block (the focus: given), block size 4: r1 a, b first uses (8); r2 [a b]: a evicted (4), b
+    # behind it (4: b is the one block cached); r3 [a c]: a evicted... each bar adds up to 100%
+    trace = small_trace()
+    data = collect(trace, policies=["lru", "fifo"], capacities=[1, 2, 4], block_size=4, focus_capacity=1)
+    lru = kvreplay.replay(trace, "lru", 1, 4)
+    rows = {p["label"]: p for p in data["misses"]["policies"]}
+    assert rows["lru"]["account"]["tokens"] == lru.misses.totals()
+    assert rows["lru"]["hit_tokens"] + sum(lru.misses.totals().values()) == 29
+    assert rows["lru"]["headroom"]["levels"]["ceiling"]["hit_tokens"] == 19
+    assert len(rows["lru"]["account"]["stranded_over_time"]["request"]) == 4
+    page = kvreplay.report_html(trace, policies=["lru", "fifo"], capacities=[1, 2, 4], block_size=4, focus_capacity=1)
+    assert "<h2>Why the cache missed</h2>" in page and "<h3>Stranded blocks</h3>" in page
+    # one stacked bar per policy and capacity, a segment per cause (gid account-POLICY-CAUSE)
+    for i in (0, 1):
+        for part in ("hit", "first_use", "evicted"):
+            assert page.count(f'id="account-{i}-{part}') == 3, (i, part)
+    assert 'id="stranded-series-0' in page and 'id="stranded-series-1' in page
+    advice = re.findall(r'<ul data-advice="1">(.*?)</ul>', page)
+    assert advice and 1 <= advice[0].count("<li>") <= 3
 
 
 def test_page_states_a_hybrid_models_semantics():
@@ -139,6 +161,11 @@ def test_report_renders_in_chromium(tmp_path):
     for hex_colour in PALETTE[:6]:
         assert colour_pixels(tmp_path / "report.png", hex_colour) > 50, hex_colour
     assert colour_pixels(tmp_path / "report.png", PALETTE[6]) < 5  # a seventh colour no series uses
+    # the miss account's stacked bars: first uses in grey, partial blocks (vllm) in purple
+    from kvreplay.output.misses_plot import COLORS
+
+    for cause in ("first_use", "partial_block"):
+        assert colour_pixels(tmp_path / "report.png", COLORS[cause][0]) > 50, cause
 
 
 def test_cli_report_on_a_real_trace(tmp_path, capsys):

@@ -18,18 +18,22 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 #   r1 [1] len 3 | r2 [2] len 4 | r3 [1] len 5 | r4 [3] len 6 | r5 [1] len 2      prompt tokens 20, 3 unique blocks
 # At 6 blocks nothing is evicted: lru, belady and infinite hit r3 and r5 (4 + 2 = 6 tokens) and admit the 3 blocks.
 # s3fifo at 6 (small_cap 1): 1 is only a ghost at r3, so only r5 hits (2 tokens); 3 admissions, 2 evictions to the ghost.
+# The miss account (columns miss_*): first uses r1 (3 tokens), r2 (4), r4 (4) = 11; each request has one 4-token
+# hash id, so r3 and r4's tokens past it (1 + 2) are partial blocks = 3; s3fifo's r3 (4 tokens) is evicted. The
+# namespace, layer-group and concurrency columns are empty (not measured by a sequential replay of a hashed trace).
 LVF = DATA / "prefix_lru_vs_fifo.jsonl"
 # Llama-3.1-8B, bf16: 131,072 B/token; x 4 tokens = 524,288 B per block; 6 blocks = 3,145,728 B = 0.0029296875 GiB.
 HEADER = ("trace,policy,params,small_ratio,max_freq,ghost_freq,admit_bypass,bound,capacity_kind,cache_capacity_blocks,"
           "kv_bytes,kv_gib,total_hit_tokens,total_prompt_tokens,hit_rate,final_cache_blocks,admissions,evictions,"
-          "oversize_requests,block_size,window,warmup_fraction,warmup_requests,measured_requests")
+          "oversize_requests,miss_first_use_tokens,miss_evicted_tokens,miss_behind_hole_tokens,miss_partial_block_tokens,miss_namespace_tokens,miss_layer_groups_tokens,miss_concurrency_tokens,block_size,window,warmup_fraction,warmup_requests,"
+          "measured_requests")
 WINDOW = "whole trace (5 requests),0.0,0,5"
 ROWS = [
-    f"{LVF},s3fifo,small_ratio=0.1;max_freq=3;ghost_freq=0,0.1,3,0,,false,limit,6,3145728,0.0029296875,2,20,0.1,2,3,2,0,4,{WINDOW}",
-    f"{LVF},lru,,,,,,false,limit,6,3145728,0.0029296875,6,20,0.3,3,3,0,0,4,{WINDOW}",
+    f"{LVF},s3fifo,small_ratio=0.1;max_freq=3;ghost_freq=0,0.1,3,0,,false,limit,6,3145728,0.0029296875,2,20,0.1,2,3,2,0,11,4,0,3,,,,4,{WINDOW}",
+    f"{LVF},lru,,,,,,false,limit,6,3145728,0.0029296875,6,20,0.3,3,3,0,0,11,0,0,3,,,,4,{WINDOW}",
     # infinite ignores capacity: its row gives the blocks it needed (the 3 unique blocks), marked "needed"
-    f"{LVF},infinite,,,,,,true,needed,3,1572864,0.00146484375,6,20,0.3,3,3,0,0,4,{WINDOW}",
-    f"{LVF},belady,admit_bypass=0,,,,0,true,limit,6,3145728,0.0029296875,6,20,0.3,3,3,0,0,4,{WINDOW}",
+    f"{LVF},infinite,,,,,,true,needed,3,1572864,0.00146484375,6,20,0.3,3,3,0,0,11,0,0,3,,,,4,{WINDOW}",
+    f"{LVF},belady,admit_bypass=0,,,,0,true,limit,6,3145728,0.0029296875,6,20,0.3,3,3,0,0,11,0,0,3,,,,4,{WINDOW}",
 ]
 SWEEP = ["sweep", str(LVF), "--block-size", "4", "--capacities", "6", "--policies", "s3fifo,lru", "--bounds",
          "--model", "Llama-3.1-8B", "--engine", "reference"]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kvreplay
+from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
 from sim_cases import trace_of
 
 
@@ -44,13 +45,15 @@ def test_band_brackets_every_latency():
 
 def test_band_of_an_isolated_request_is_its_steps_times_the_ratios():
     # one request, alone: its first token is the serving front end's latency (frontend_s, outside
-    # the band) plus one prefill step, whose time x the prefill band's ends bound it
+    # the band; 4 ms here, whatever the shipped fit gives) plus one prefill step, whose time x the
+    # prefill band's ends bound it
     t = trace_of(([0, 1, 2, 3], 64, 0, 1), block_size=16)
-    r = kvreplay.simulate(t, "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline")
+    tm = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", coefficients={"frontend_s": 0.004})
+    r = kvreplay.simulate(t, "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model=tm)
     lo, hi = r.band["bands"]["prefill"]
     frontend = r.time_model["coefficients"]["frontend_s"]
     step = float(r.ttft_s[0]) - frontend
-    assert frontend > 0 and step > 0
+    assert frontend == 0.004 and step > 0
     assert r.summary()["latency_band_s"]["ttft"]["p50"] == pytest.approx([frontend + step * lo, frontend + step * hi])
 
 

@@ -17,7 +17,7 @@ import kvreplay
 from kvreplay.errors import ConfigError
 from kvreplay.serving.simulate import Scheduler
 from kvreplay.trace.dependencies import Dependencies
-from conftest import MOONCAKE
+from conftest import CLAUDE_CODE, MOONCAKE
 from sim_cases import ONE_SECOND, small_traces, trace_of
 
 CONVERSATION = MOONCAKE / "conversation_trace.jsonl"
@@ -52,11 +52,11 @@ def open_cases():
 
 
 #: Every open-loop output of these runs (the first 3,000 requests of the conversation trace),
-#: hashed, as the kernel computed them before closed-loop arrivals existed (branch loop's base,
-#: commit 02b1187, on the development machine's gcc): the release mechanism changes nothing in
-#: the open loop, byte for byte.
-OPEN_DIGESTS = {"vllm": "4a3ef6568dbecebd", "sglang_lpm": "80de2c617122562e", "kv_aware_3": "f2bbe8cb47da87b8",
-                "rr_2_dram": "e012fd6cd3c5c351", "disagg": "acaa30c5daf46135", "instant_lru": "601b1c6cf87e807d"}
+#: hashed, as the kernel computes them without closed-loop arrivals (branch integ2, commit 7b2e835,
+#: its steps' time model; on the development machine's gcc, the same as the merged kernel's): the
+#: release mechanism changes nothing in the open loop, byte for byte.
+OPEN_DIGESTS = {"vllm": "71b62daf8bb24124", "sglang_lpm": "150a2d4c029ffdb7", "kv_aware_3": "33d86e42ca555e46",
+                "rr_2_dram": "be4bfea19459ecb5", "disagg": "a95f8e333b09828e", "instant_lru": "601b1c6cf87e807d"}
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +201,23 @@ def test_open_lanes_send_at_the_recorded_times_and_count_what_came_early():
     c = kvreplay.simulate(t, policy="lru", capacity=100, time_model=ONE_SECOND, sessions=1, warmup=0)
     assert c.summary()["closed"]["sent_early"] is None  # (closed: followed, never early)
     assert np.all(np.diff(np.sort(c.arrival_s)) >= 1.0)  # each waits for an answer (1 s at least)
+
+
+def test_the_miss_account_of_a_closed_loop_adds_up_in_trace_order():
+    """Concurrent sessions arrive out of trace order; the sequential replay runs in arrival order and
+    its account comes back to trace order: each finished request's hit and missed tokens make its
+    prompt, and the totals are those of the hit rate's denominator."""
+    if not CLAUDE_CODE.exists():
+        pytest.skip("the shared traces are not here")
+    r = kvreplay.simulate(kvreplay.load_trace(str(CLAUDE_CODE)), model="Llama-3.1-8B", gpu="H100", sessions=4,
+                          warmup=0, band_runs=False)
+    assert not np.all(np.diff(r.arrival_s) >= 0)  # (the case: not in trace order)
+    cols = r.request_columns()
+    missed = sum(np.asarray(v) for k, v in cols.items() if k.startswith("miss_"))
+    ok = r.counted  # (finished and judged: the steady state ends when the first lane goes idle)
+    assert np.array_equal(r.hit_tokens[ok] + missed[ok], r.prompt_tokens[ok])
+    s = r.summary()
+    assert sum(s["misses"]["tokens"].values()) == int(r.prompt_tokens[ok].sum() - r.hit_tokens[ok].sum())
 
 
 # ---- properties ----

@@ -147,9 +147,10 @@ def test_gpus_lists_the_catalog():
     assert cal["MI300X"]["stream_bandwidth_gbps"] == pytest.approx(
         5300 * cal["H200"]["stream_bandwidth_gbps"] / 4800)
     assert cal["A100-80GB"]["stream_bandwidth_gbps"] == 2039  # no quantisation table: the datasheet figure
-    # B200 ships H200's coefficients but for its GEMMs, MoE kernels, GDN and MLA terms, fitted on its own tables
-    assert cal["B200"]["own_fitted"] == ["gemm", "moe", "gdn", "mla"] and cal["MI300X"]["own_fitted"] == []
-    assert f"{cal['H200']['stream_bandwidth_gbps']:,.0f}*" in out and "H200's (GEMM/MoE/GDN/MLA: its own), checked on its own" in out
+    # B200 ships H200's coefficients but for its GEMMs, MoE kernels, GDN, MLA and elementwise terms, fitted on its own tables
+    assert cal["B200"]["own_fitted"] == ["gemm", "moe", "gdn", "mla", "elementwise"] and cal["MI300X"]["own_fitted"] == []
+    assert (f"{cal['H200']['stream_bandwidth_gbps']:,.0f}*" in out
+            and "H200's (GEMM/MoE/GDN/MLA/elementwise: its own), checked on its own" in out)
     assert "H200's (nothing measured)" in out
     # the fused MoE kernels each GPU's calibration holds: none measured on A100 (its experts stay GEMMs)
     assert cal["H100"]["moe_kernels"] == ["bf16", "fp8", "int4", "mxfp4"] and cal["A100-80GB"]["moe_kernels"] == []

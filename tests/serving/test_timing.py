@@ -463,7 +463,17 @@ def _models(tmp_path):
             CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 4, dtype="fp8").at_band("high"),  # routed experts apart
             CalibratedRooflineTimeModel("DeepSeek-V3", "H200", 8, dtype="fp8"),
             CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 2, dtype="int4"),
-            CalibratedRooflineTimeModel("Mixtral-8x7B-v0.1", "A100", 2)]  # no MoE kernels measured: one GEMM
+            CalibratedRooflineTimeModel("Mixtral-8x7B-v0.1", "A100", 2),  # no MoE kernels measured: one GEMM
+            # the step terms on whatever the calibration ships: one- and two-stage all-reduces and NCCL's,
+            # the decode attention's split, the elementwise kernels
+            CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8, coefficients=STEP_ON),
+            CalibratedRooflineTimeModel("Qwen3-32B", "H200", 4, dtype="fp8", coefficients=STEP_ON).at_band("high"),
+            CalibratedRooflineTimeModel("gemma-2-9b", "A100", 2, coefficients=STEP_ON),
+            CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients=STEP_ON)]
+
+
+#: the step terms (roofline.STEP_COEFFICIENTS) on, round
+STEP_ON = {"allreduce_link_bytes_per_s": 1e11, "attn_split_decode": 0.5, "ew_floor_s": 2e-6, "e_ew": 0.8}
 
 
 def test_compiled_step_time_matches_each_model(tmp_path):
@@ -656,6 +666,67 @@ def test_calibrated_all_reduce_waits_a_skew_per_doubling_of_the_group():
     assert one.terms(batch)["allreduce"] == 0.0
 
 
+def test_calibrated_all_reduce_runs_vllms_custom_kernel_one_or_two_stage_and_nccl_above():
+    from kvreplay.serving.timing.roofline import allreduce_time
+
+    c = {**ROUND, "allreduce_link_bytes_per_s": 1e11}
+    # one stage below 256 KiB on 8 GPUs: every GPU reads its 7 peers' buffers over its links
+    assert allreduce_time(8, 65536, 5e-6, c) == pytest.approx(5e-6 + 7 * 65536 / 1e11)
+    # 1 MiB on 8 GPUs: two stages, a second barrier, the ring's 2 x 7/8 of the bytes at the bus
+    assert allreduce_time(8, 2 ** 20, 5e-6, c) == pytest.approx(2 * 5e-6 + 1.75 * 2 ** 20 / 1e11)
+    # 4 GPUs: one stage below 512 KiB; 2 GPUs: one stage up to vLLM's 8 MiB limit
+    assert allreduce_time(4, 300 * 1024, 5e-6, c) == pytest.approx(5e-6 + 3 * 300 * 1024 / 1e11)
+    assert allreduce_time(2, 4 * 2 ** 20, 5e-6, c) == pytest.approx(5e-6 + 4 * 2 ** 20 / 1e11)
+    # 8 MiB and more: NCCL's ring, one latency
+    assert allreduce_time(2, 8 * 2 ** 20, 5e-6, c) == pytest.approx(5e-6 + 8 * 2 ** 20 / 1e11)
+    # the first barrier's latency is the one given (the serving skew rides on it), the second the kernel's
+    assert allreduce_time(8, 2 ** 20, 9e-6, c) == pytest.approx(9e-6 + 5e-6 + 1.75 * 2 ** 20 / 1e11)
+    # no link bandwidth: every message on the ring formula, as before
+    assert allreduce_time(8, 65536, 5e-6, ROUND | {"allreduce_link_bytes_per_s": 0.0}) == pytest.approx(
+        5e-6 + 1.75 * 65536 / 1e11)
+    # in a step: Llama-3.1-70B at TP 8, 4 decodes (64 KiB a message), 80 layers x 2
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8, coefficients=c)
+    assert m.terms(StepBatch(decode_context=(1000,) * 4))["allreduce"] == pytest.approx(160 * (5e-6 + 7 * 65536 / 1e11))
+
+
+def test_calibrated_elementwise_kernels_of_a_llama_layer_by_hand():
+    from kvreplay.serving.timing.roofline import elementwise_kernels
+
+    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "ew_floor_s": 2e-6, "e_ew": 0.5})
+    # per token: 64 RMSNorms with the residual add (8 x 4096 bytes each), the embedding (4 x 4096)
+    # and final norm (8 x 4096), 32 ropes of q and k (4 x 40 heads x 128), 32 KV writes (a layer's
+    # 2 x 8 x 128 bf16 read and written: 8,192), 32 SiLU-and-mul (6 x 14,336)
+    kinds = elementwise_kernels(m.model, 1, m.kv_per_token_gpu, 2.0, False, 0)
+    assert sorted(kinds) == sorted([(64, 32768.0), (1, 16384.0), (1, 32768.0), (32, 20480.0), (32, 8192.0),
+                                    (32, 86016.0)])
+    assert m.ew_kernels == 162 and m.ew_bytes_per_token == 5_816_320
+    t = m.terms(StepBatch(decode_context=(1000,) * 10))
+    assert t["elementwise"] == pytest.approx(162 * 2e-6 + 10 * 5_816_320 / (3.35e12 * 0.5))
+    # at TP 4 the heads, KV heads (2 of 8) and MLP width split; the norms stay whole
+    kinds4 = elementwise_kernels(m.model, 4, m.kv_per_token_gpu / 4, 2.0, False, 0)
+    assert {(32, 4.0 * (8 + 2) * 128), (32, 6.0 * 14336 / 4), (64, 32768.0)} <= set(kinds4)
+    # an MLA model's attention kernels are in its measured module: its norms only; an MoE has no
+    # dense activation (its fused kernel's); e_ew 0 is off
+    ds = CalibratedRooflineTimeModel("DeepSeek-V3", "H100", 8, dtype="fp8", coefficients={"ew_floor_s": 2e-6, "e_ew": 0.5})
+    assert ds.mla
+    assert ds.ew_kernels == 2 * 61 + 2 and ds.ew_bytes_per_token == (16 * 61 + 12) * 7168
+    assert "elementwise" not in CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND).terms(
+        StepBatch(decode_context=(1000,)))
+
+
+def test_calibrated_decode_attention_reads_slower_with_few_request_kv_head_pairs():
+    # Llama-3.1-70B at TP 8: one KV head a GPU; 2 decodes of 1000 tokens, split 0.5: the KV read x 1.25
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8, coefficients={**ROUND, "attn_split_decode": 0.5})
+    kv = 2000 * 80 * m.kv_per_layer_token_gpu
+    assert m.kv_heads_gpu == 1.0
+    assert m.terms(StepBatch(decode_context=(1000,) * 2))["attn_decode"] == pytest.approx(
+        80 * 2e-5 + kv * 1.25 / (3.35e12 * 0.5))
+    # at TP 1 (8 KV heads) the same two decodes: 1 + 0.5 / 16
+    m1 = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 1, coefficients={**ROUND, "attn_split_decode": 0.5})
+    assert m1.terms(StepBatch(decode_context=(1000,) * 2))["attn_decode"] == pytest.approx(
+        80 * 2e-5 + 2000 * 80 * m1.kv_per_layer_token_gpu * (1 + 0.5 / 16) / (3.35e12 * 0.5))
+
+
 def test_calibrated_frontend_latency_is_outside_the_step():
     m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "frontend_s": 0.02})
     plain = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
@@ -665,8 +736,13 @@ def test_calibrated_frontend_latency_is_outside_the_step():
 
 
 def test_the_shipped_calibration_holds_the_serving_terms_fitted_on_silicon_runs():
+    from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS, calibration_data
+
+    # fitted once, on H100's silicon runs, and shipped alike to every measured GPU
+    h100 = calibration_data()["gpus"]["H100"]["coefficients"]
     m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8")
-    assert m.c["allreduce_skew_s"] > 0 and m.frontend_s > 0
+    assert m.c["allreduce_skew_s"] > 0 and m.frontend_s >= 0
+    assert all(m.c[k] == h100[k] for k in SERVING_COEFFICIENTS)
     assert m.c["frontend_s"] == CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").frontend_s
 
 
@@ -701,7 +777,7 @@ def test_calibrated_gpu_without_measurements_borrows_its_relatives():
     # TRT-LLM MoE kernels and Blackwell's attention kernels are not Hopper's): the rest is H200's as it is
     h200 = calibration_data()["gpus"]["H200"]["coefficients"]
     own = b200.calibration.coefficients
-    assert b200.calibration.own_fitted == ("gemm", "moe", "gdn", "mla")
+    assert b200.calibration.own_fitted == ("gemm", "moe", "gdn", "mla", "elementwise")
     assert own["moe_e_gemm_fp8"] == checked["coefficients"]["moe_e_gemm_fp8"] != h200["moe_e_gemm_fp8"]
     assert own["mla_floor_s"] != h200["mla_floor_s"] and own["gdn_parallel"] != h200["gdn_parallel"]
     assert own["e_gemm"] != h200["e_gemm"] and own["e_gemm_fp8"] != h200["e_gemm_fp8"]
@@ -711,7 +787,7 @@ def test_calibrated_gpu_without_measurements_borrows_its_relatives():
 
     line = _describe_time(CalibratedRooflineTimeModel("MiniMax-M2.5", "B200", 4, dtype="fp8").describe())
     assert ("calibrated on H200's measured kernels (its nearest measured relative's, checked on B200's own kernels; "
-            "its GEMM/MoE/GDN/MLA terms fitted on them)") in line
+            "its GEMM/MoE/GDN/MLA/elementwise terms fitted on them)") in line
     assert "(no measurements of MI300X: its nearest measured relative's)" in _describe_time(
         CalibratedRooflineTimeModel("Llama-3.1-8B", "MI300X").describe())
     mi300x = CalibratedRooflineTimeModel("Llama-3.1-8B", "MI300X")  # no kernels measured: the transfer spread
@@ -956,7 +1032,8 @@ def test_calibrated_moe_prefill_is_slower_than_the_experts_as_gemms():
     moe = CalibratedRooflineTimeModel(spec, "H200", 8, dtype="fp8")
     before = CalibratedRooflineTimeModel(dataclasses.replace(spec, moe=None), "H200", 8, dtype="fp8")
     batch = StepBatch((8192,), (0,))
-    assert moe.step_time(batch) > 1.5 * before.step_time(batch)
+    t, gemms = moe.terms(batch), before.terms(batch)["gemm"]
+    assert t["gemm"] + t["moe"] > 1.5 * gemms and moe.step_time(batch) > before.step_time(batch)
 
 
 def test_calibrated_mla_moe_band_is_that_of_deepseeks_composed_steps():

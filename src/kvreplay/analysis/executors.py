@@ -71,18 +71,23 @@ def run_task(trace, task: Task) -> list[dict]:
     if task.kind == "lru-curve":
         from .mrc import mrc
 
+        from .misses import COLUMNS
+
         curve = mrc(trace, list(task.capacities), task.block_size, warmup_fraction=task.warmup_fraction)
         rows = []
         for point in curve["points"]:
             row = {k: point[k] for k in SWEEP_FIELDS if k in point}
             row.update(policy="lru", params={}, counters={"admissions": point["admissions"], "evictions": point["evictions"]})
-            rows.append({k: row[k] for k in (*SWEEP_FIELDS, "counters")})
+            rows.append({**{k: row[k] for k in (*SWEEP_FIELDS, "counters")}, **{k: point[k] for k in COLUMNS}})
         return rows
     from ..engine.replay import replay
 
+    from .misses import row_columns
+
     r = replay(trace, task.policy, task.capacity, task.block_size, engine=task.engine,
-               warmup_fraction=task.warmup_fraction, **dict(task.options), **dict(task.params))
+               warmup_fraction=task.warmup_fraction, stranded_samples=0, **dict(task.options), **dict(task.params))
     row = {k: getattr(r, k) for k in SWEEP_FIELDS}
+    row.update(row_columns(r))
     if "tiers" in dict(task.options):  # a DRAM tier below the cache (sweep's hbm=): its size and each tier's share
         rows = r.tiers["tiers"] if r.tiers is not None else [{"hit_rate": r.hit_rate}]
         row.update(dram_blocks=rows[1]["blocks"] if len(rows) > 1 else 0, hbm_hit_rate=rows[0]["hit_rate"],

@@ -30,6 +30,7 @@ from ..trace.model import exact_sum, resolve_block_size
 from .fenwick import fenwick_add, fenwick_sum
 from .results import CurveResult
 from .capacities import auto_capacities
+from .misses import COLUMNS as MISS_COLUMNS, lru_account
 
 
 def _histograms_reference(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at) -> None:
@@ -116,7 +117,8 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     # oversize: requests of the window needing more blocks than the cache (engine/replay.py's rule)
     need = np.sort(-(-np.asarray(trace.input_length[warmup:], dtype=np.int64) // block_size))
     points = []
-    for c in capacities:
+    accounts = lru_account(trace, capacities, block_size, warmup)  # the miss account per capacity (analysis/misses.py)
+    for c, account in zip(capacities, accounts):
         hits = int(hits_within[min(c, distinct)])
         admissions = int(n - accesses_within[min(c, distinct)])
         final = min(c, distinct)
@@ -125,6 +127,7 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
             "hit_rate": hits / prompt if prompt else 0.0, "final_cache_blocks": final,
             "admissions": admissions, "evictions": admissions - final,
             "oversize_requests": int(need.size - np.searchsorted(need, c, side="right")),
+            **{k: account[k] for k in MISS_COLUMNS},
         })
     return CurveResult(
         trace=trace.source, policy="lru", block_size=block_size, warmup_fraction=float(warmup_fraction),

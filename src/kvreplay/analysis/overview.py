@@ -150,9 +150,11 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
     # Style indices: the i-th policy of the curve (bounds after them) keeps its colour on every chart.
     curve_order = [p for p in swept if parse_policy(p)[0].name != "infinite"]
     focus = []
+    reports = []
     for p in policies:
         spec, params = parse_policy(p)
         r = replay(trace, spec.name, focus_capacity, block_size, engine=engine, warmup_fraction=warmup_fraction, **params)
+        reports.append(r)
         windows = metrics.over_time(r, requests=per_window)
         focus.append({
             "label": p,
@@ -162,6 +164,7 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
             "over_time": merge_short_tail(windows, per_window),
             "request_hit_rates": metrics.request_hit_rates(r).tolist(),
         })
+    misses = explain(trace, policies, reports, engine)
     whole = _describe(trace, block_size)
     measured = whole if window["warmup_requests"] == 0 else _describe(
         trace.take(np.arange(window["warmup_requests"], n)), block_size)
@@ -188,4 +191,32 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
         "price_source": metrics.PRICE_SOURCE,
         "policy_summaries": [(spec.name, spec.summary) for spec in
                              dict.fromkeys(parse_policy(p)[0] for p in swept)],
+        "misses": misses,
     }
+
+
+def explain(trace, labels: list[str], reports: list, engine: str) -> dict:
+    """Why the cache missed at the operating point: each policy's account, stranded blocks over
+    time and headroom (analysis/headroom.py), and the advice for the best deployable one."""
+    from .advice import advice, stranded_mean
+    from .headroom import bound_hits, headroom
+
+    with_account = [(label, r) for label, r in zip(labels, reports) if r.misses is not None]
+    if not with_account:
+        return {"policies": [], "advice": []}
+    first = with_account[0][1]
+    bounds = bound_hits(trace, first.block_size, first.cache_capacity_blocks, engine)
+    rows = []
+    for label, r in with_account:
+        rows.append({"label": label, "policy": r.policy, "account": r.misses.to_dict(),
+                     "hit_tokens": r.total_hit_tokens, "prompt_tokens": r.total_prompt_tokens,
+                     "stranded_mean": stranded_mean(r), "stranded_end": r.stranded_blocks,
+                     "headroom": None if r.policy in BOUNDS else headroom(trace, r, bounds=bounds, engine=engine)})
+    practical = [(row, r) for row, (_, r) in zip(rows, with_account) if r.policy not in BOUNDS]
+    sentences = []
+    if practical:
+        best_row, best = max(practical, key=lambda item: item[1].hit_rate)
+        stranded = {row["label"]: row["stranded_mean"] for row, _ in practical if row["stranded_mean"] is not None}
+        sentences = advice(trace, best, headroom=best_row["headroom"], engine=engine,
+                           stranded_mean=best_row["stranded_mean"], stranded_by_policy=stranded)
+    return {"policies": rows, "advice": sentences, "capacity": first.cache_capacity_blocks}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .. import tables
 from ..engine.replay import warmup_count
+from ..engine.misses import CAUSE_TEXT
 from ..engine.report import window_object
 from ..policies.registry import POLICIES
 
@@ -61,6 +62,9 @@ COLUMNS = (
     Column("evictions", "int", "blocks", "blocks evicted, warm-up included"),
     Column("oversize_requests", "int", "requests", "requests of the window needing more blocks than the cache "
            "(ceil(input_length / block_size) > cache_capacity_blocks; 0 for infinite)"),
+    *(Column(f"miss_{cause}_tokens", "int", "tokens", f"prompt tokens of the window that missed: {text} (empty: "
+             "not measured by this replay; docs/metrics.md, \"Why the cache missed\")")
+      for cause, text in CAUSE_TEXT.items()),
     Column("block_size", "int", "tokens per block", "the block size of the replay"),
     Column("window", "str", "-", "which requests the figures count, in words"),
     Column("warmup_fraction", "float", "fraction 0..1", "the --warmup-fraction F asked for"),
@@ -75,6 +79,7 @@ TIER_COLUMNS = (
     Column("hbm_hit_rate", "float", "fraction 0..1", "hbm_hit_tokens / total_prompt_tokens"),
     Column("dram_hit_rate", "float", "fraction 0..1", "dram_hit_tokens / total_prompt_tokens"),
 )
+MISS_COLUMNS = tuple(f"miss_{cause}_tokens" for cause in CAUSE_TEXT)
 PARAMS_AFTER = "params"
 KINDS = {c.name: c.kind for c in COLUMNS}
 
@@ -161,6 +166,7 @@ class _Tidy(dict):
                 "hit_rate": r["hit_rate"], "final_cache_blocks": r["final_cache_blocks"],
                 "admissions": counters.get("admissions"), "evictions": counters.get("evictions"),
                 "oversize_requests": r.get("oversize_requests"),
+                **{k: r.get(k) for k in MISS_COLUMNS},
                 "block_size": ctx["block_size"], "window": ctx["window"]["description"],
                 "warmup_fraction": ctx["warmup_fraction"], "warmup_requests": ctx["window"]["warmup_requests"],
                 "measured_requests": ctx["window"]["measured_requests"],

@@ -215,5 +215,9 @@ def points_to_rows(results: list[dict]) -> list[dict]:
         row = dict(r)
         row["params"] = params_label(r["params"])
         row.pop("counters", None)
+        prompt = r.get("total_prompt_tokens") or 0
+        for cause in ("first_use", "evicted", "behind_hole"):  # the miss account's main causes, as shares
+            tokens = r.get(f"miss_{cause}_tokens")
+            row[f"{cause}_share"] = tokens / prompt if tokens is not None and prompt else "-"
         rows.append(row)
     return rows

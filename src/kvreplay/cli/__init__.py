@@ -21,9 +21,9 @@ FAMILY = {
     "run": "replay", "sweep": "replay", "mrc": "replay", "report": "replay", "demo": "replay",
     "simulate": "serving", "plan": "plan", "calibrate-profile": "calibrate",
     "hash": "traces", "convert": "traces", "slice": "traces", "merge": "traces", "stats": "traces", "synth": "traces",
-    "policies": "info", "models": "info", "gpus": "info",
+    "diagnose": "diagnose", "policies": "info", "models": "info", "gpus": "info",
 }
-FAMILIES = ("replay", "serving", "plan", "calibrate", "traces", "info")  # the order of --help
+FAMILIES = ("replay", "serving", "plan", "calibrate", "traces", "diagnose", "info")  # the order of --help
 #: commands that run the serving simulator, which has no Python engine: without the compiled core
 #: they stop before parsing, saying why (exit 2)
 NEEDS_CORE = {"simulate": "kvreplay simulate (the serving simulator, which is C only)",

@@ -34,6 +34,10 @@ def _parser_run(sub) -> None:
                      help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy")
     run.add_argument("--over-time", type=common.over_time, metavar="N|Ns",
                      help="also show the hit rate per window of N requests, or of N seconds of trace time (e.g. 600s)")
+    run.add_argument("--gpu", default=None,
+                     help="with --model: the headroom's gaps also in GPU-seconds of prefill on this GPU (the serving "
+                          "time model; see `kvreplay gpus`)")
+    run.add_argument("--tp", type=common.positive_int, default=1, help="with --gpu: tensor-parallel GPUs (default 1)")
     run.add_argument("--output", "-o", help="write the JSON report to this file (atomically)")
     run.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of a summary")
     run.add_argument("--summary-only", action="store_true", help="leave per_request out of the JSON report")
@@ -53,10 +57,18 @@ def _cmd_run(args) -> int:
                               f"(--policy radix), not {args.policy}")
         semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
     params = common.given_params(args, args.policy)
+    if args.gpu is not None and args.model is None:
+        raise ConfigError("--gpu prices the headroom's gaps in GPU-seconds of prefill: give --model too")
+    if args.tp != 1 and args.gpu is None:
+        raise ConfigError("--tp goes with --gpu (the GPUs a prefill runs on)")
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
     common.check_output_dir(args.output, inputs=args.traces)
+    if args.gpu is not None and (args.tiers or semantics == "hybrid"
+                                 or get_policy(args.policy).name in ("infinite", "belady")):
+        raise ConfigError("--gpu prices the headroom, which a run with tiers, hybrid semantics or a bound (infinite, "
+                          "belady) does not have: drop --gpu")
     capacity = args.capacity
     defaulted = capacity is None and get_policy(args.policy).capacity == "required"
     if defaulted:
@@ -87,6 +99,7 @@ def _cmd_run(args) -> int:
     from ..analysis import metrics
 
     summary = metrics.summarize(report, active_params=common.active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)
+    explained = explain(args, trace, report)
     windows = None
     if args.over_time:
         unit, value = args.over_time
@@ -97,6 +110,7 @@ def _cmd_run(args) -> int:
         if budget is not None:
             document["budget"] = budget
         document["metrics"] = summary
+        document.update(explained)
         if windows is not None:
             document["over_time"] = windows
         data = common.encode_json(document)
@@ -116,7 +130,45 @@ def _cmd_run(args) -> int:
         print(metrics_summary(summary))
         if windows is not None:
             print(over_time_table(windows))
+        print(explained_text(report, explained))
     return 0
+
+
+def explain(args, trace, report) -> dict:
+    """Why the cache missed, for run: the headroom (with --model/--gpu, in GPU-seconds of
+    prefill too) and the advice that follows ({} where the replay has no miss account)."""
+    from ..analysis.advice import advice, stranded_mean
+    from ..analysis.headroom import headroom
+
+    if report.misses is None:
+        return {}
+    out = {"headroom": None}
+    if report.policy not in ("infinite", "belady") and report.kv_semantics is None:
+        cost = None
+        if args.gpu is not None:
+            from ..serving.prefill_cost import PrefillCost
+
+            cost = PrefillCost(args.model, args.gpu, args.tp, kv_dtype=args.kv_dtype or "bf16")
+        out["headroom"] = headroom(trace, report, cost=cost, engine=report.engine)
+        if cost is not None:
+            out["headroom"]["cost_note"] = cost.note
+    out["advice"] = advice(trace, report, headroom=out["headroom"], engine=report.engine,
+                           stranded_mean=stranded_mean(report))
+    return out
+
+
+def explained_text(report, explained: dict) -> str:
+    from ..output.misses import advice_lines, headroom_lines, misses_lines, stranded_line
+
+    if report.misses is None:
+        return "misses    no miss account with tiers below the cache"
+    account = report.misses
+    lines = misses_lines(account.totals(), account.not_measured, report.total_prompt_tokens, account.evicted)
+    lines.append(stranded_line(report))
+    if explained.get("headroom"):
+        lines += headroom_lines(explained["headroom"])
+    lines += advice_lines(explained.get("advice", []))
+    return "\n".join(lines)
 
 
 def _block_bytes(args, trace):

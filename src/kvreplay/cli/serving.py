@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..engine.misses import CAUSES
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
@@ -312,8 +313,10 @@ def _cmd_simulate(args) -> int:
         if name.endswith(".json"):
             files[args.output] = common.encode_json(report.to_dict(per_request=not args.summary_only))
         else:
-            files[args.output] = _table_bytes(args.output, report.request_columns(),
-                                              REQUEST_KINDS if report.closed is None else {**REQUEST_KINDS, **CLOSED_KINDS})
+            columns = report.request_columns()
+            kinds = {**REQUEST_KINDS, **(CLOSED_KINDS if report.closed is not None else {}),
+                     **{k: "int" for k in columns if k.startswith("miss_")}}
+            files[args.output] = _table_bytes(args.output, columns, kinds)
     if args.plot:
         from ..output import plot
         from ..output.serving import trace_name
@@ -327,7 +330,36 @@ def _cmd_simulate(args) -> int:
         from ..output.serving import simulate_summary
 
         print(simulate_summary(trace, report, checked=checked))
+        served_headroom = _served_headroom(args, trace, report)
+        if served_headroom is not None:
+            from ..output.misses import headroom_lines
+
+            print("\n".join(headroom_lines(served_headroom)))
     return 0
+
+
+def _served_headroom(args, trace, report):
+    """The headroom down to the served hit rate (analysis/headroom.py), for one instance without
+    tiers: the ceiling, belady and the policy's sequential replay at the pool's size, then served;
+    in GPU-seconds of prefill with the roofline's --model and --gpu. None where it does not apply."""
+    from ..analysis.headroom import headroom
+    from ..engine.replay import replay
+
+    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady"):
+        return None
+    sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,
+                        **report.params)
+    cost = None
+    if args.model and args.gpu and report.time_model.get("time_model") == "roofline":
+        from ..serving.prefill_cost import PrefillCost
+
+        cost = PrefillCost(args.model, args.gpu, args.tp, chunk=report.scheduler["max_num_batched_tokens"],
+                           kv_dtype=report.time_model.get("kv_dtype", "bf16"),
+                           dtype=report.time_model.get("dtype", "bf16"))
+    out = headroom(trace, sequential, served_hit_tokens=report.hit_tokens, requests=report.counted, cost=cost)
+    if cost is not None:
+        out["cost_note"] = cost.note
+    return out
 
 
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
@@ -348,6 +380,7 @@ SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_b
                # a closed loop's (empty for the open loop)
                "session_time_p50_s": "float", "session_time_p90_s": "float", "turns_per_minute": "float",
                "think_share": "float", "littles_law_holds": "bool",
+               "hit_tokens": "int", "prompt_tokens": "int", **{f"miss_{c}_tokens": "int" for c in CAUSES},
                # the calibrated roofline's band (empty for other time models)
                **{f"{k}_{e}_s": "float" for k in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50") for e in ("low", "high")}}
 

@@ -203,6 +203,36 @@ def _parser_synth(sub) -> None:
         sy.add_argument(flag, type=kind, default=None, help=f"{text} (default {default})")
     sy.add_argument("--block-size", type=common.positive_int, default=None, help="tokens per block (default 512; --like: the trace's)")
     sy.add_argument("--seed", type=common.non_negative_int, default=0, help="random seed: the same seed gives the same file (default 0)")
+    sy.add_argument("--token-log", action="store_true",
+                    help="write a token log of multi-turn chats instead (token_ids: kvreplay hash and diagnose read "
+                         "it), its template rendering each request's time into the system prompt (--timestamp-at)")
+    sy.add_argument("--timestamp-at", default=None, metavar="N|end|none",
+                    help="--token-log: the time (YYYY-MM-DD HH:MM) after the system prompt's N-th token (default 20), "
+                         "at the prompt's end (the restructured template), or none")
+
+
+def _token_log(args, given: list[str]) -> int:
+    """`synth --token-log`: trace/token_synth.py's chats as a token log."""
+    from ..files import write_atomic
+    from ..trace.token_synth import token_log
+
+    unused = given + [f for f in ("--like", "--block-size") if getattr(args, f[2:].replace("-", "_")) is not None]
+    if unused:
+        raise ConfigError(f"{', '.join(unused)}: not used by --token-log (its knobs: --requests, --timestamp-at, --seed)")
+    at = args.timestamp_at if args.timestamp_at is not None else "20"
+    at = {"end": "end", "none": None}.get(at.strip().lower(), at)
+    if isinstance(at, str) and at != "end":
+        if not at.strip().isdigit():
+            raise ConfigError(f"--timestamp-at {args.timestamp_at}: a token position (0, 1, ...), end or none")
+        at = int(at)
+    if args.output == "-":
+        raise ConfigError("--token-log writes a file: give --output FILE.jsonl")
+    common.check_output_dir(args.output, inputs=[])
+    log = token_log(args.requests or 2000, timestamp_at=at, seed=args.seed)
+    write_atomic(args.output, log.to_jsonl())
+    print(f"{args.output}: {len(log):,} requests, {sum(len(t) for t in log.tokens):,} prompt tokens ({log.source}); "
+          "kvreplay diagnose reads it", file=sys.stdout)
+    return 0
 
 
 def _cmd_synth(args) -> int:
@@ -212,6 +242,11 @@ def _cmd_synth(args) -> int:
 
     knobs = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, *_ in _SYNTH_KNOBS}
     given = [f"--{k.replace('_', '-')}" for k, v in knobs.items() if v is not None]
+    if args.token_log:
+        return _token_log(args, given + [f for f in ("--scale-requests", "--speedup", "--like-model")
+                                         if getattr(args, f[2:].replace("-", "_")) is not None])
+    if args.timestamp_at is not None:
+        raise ConfigError("--timestamp-at applies only with --token-log")
     out = sys.stderr if args.output == "-" else sys.stdout
     if args.like:
         if given:

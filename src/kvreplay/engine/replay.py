@@ -12,7 +12,7 @@ from .report import Report
 from ..policies.registry import get_policy
 from ..trace import Trace, load_trace
 from ..trace.model import block_size_mismatches, resolve_block_size
-from . import driver
+from . import account, driver, misses
 
 ENGINES = ("compiled", "reference")
 
@@ -31,10 +31,9 @@ def resolve_engine(engine: str | None) -> str:
 
 
 def stranded_blocks(trace: Trace, mask: np.ndarray) -> int:
-    """Resident blocks whose chain predecessor is not resident (see Report.stranded_blocks)."""
-    pred = trace.predecessors
-    has_pred = pred >= 0
-    return int(np.count_nonzero(mask & has_pred & ~mask[np.where(has_pred, pred, 0)]))
+    """Resident blocks that no request can reach, an earlier block of their chain not being
+    resident (see Report.stranded_blocks)."""
+    return account.stranded(trace, mask)
 
 
 def oversize_requests(trace: Trace, block_size: int, capacity: int, warmup: int) -> int:
@@ -82,6 +81,9 @@ def replay(
     kv_groups=None,
     kv_retention: int | None = 0,
     prefill_chunk: int = 8192,
+    miss_account: bool = True,
+    block_content=None,
+    stranded_samples: int = account.NUM_STRANDED_SAMPLES,
     **params,
 ) -> Report:
     """Replay `trace` through a prefix cache and return a :class:`Report`.
@@ -108,6 +110,11 @@ def replay(
         prefix_cache_retention_interval (0, its default: sliding-window and Mamba groups cache
         only what a hit at a prompt's end or a shared-prefix junction needs; None: every block).
         prefill_chunk: tokens per prefill step (vLLM's max_num_batched_tokens).
+    miss_account: also say why every missed token missed (Report.misses, engine/misses.py; not
+        with tiers, nor SGLang's hybrid tree; vLLM's hybrid manager adds the layer-groups cause). block_content: for the namespace cause, each block id's content id without
+        its namespace (blocks of one content under two namespaces share one); None: the trace has
+        no namespaces. stranded_samples: how many times, evenly over the trace, the account counts
+        the cache's stranded blocks (0: only at the end).
     **params: policy parameters (e.g. small_ratio=0.1, max_freq=3, ghost_freq=0 for s3fifo).
     """
     trace = as_trace(trace)
@@ -132,13 +139,21 @@ def replay(
     hit_tokens = np.zeros(n, dtype=np.int64)
     tier_list = None
     hybrid = None
+    recorded = None  # what the miss account's replay recorded (engine/account.py)
+    hybrid_misses = None  # or vLLM's hybrid manager's account (engine/misses.hybrid_account)
+    if block_content is not None and not miss_account:
+        raise ConfigError("block_content is for the miss account's namespace cause: drop it or keep miss_account")
     if kv_groups is not None:
         if tiers is not None:
             raise ConfigError("kv_groups (hybrid semantics) and tiers do not go together yet (kv_semantics='full' "
                               "replays every layer as full attention, with tiers)")
+        in_full = np.zeros(trace.num_accesses, dtype=np.int8) if miss_account and spec.name == "vllm" else None
         hit_blocks, counters, final, engine, hybrid = _replay_hybrid(trace, spec.name, capacity, kv_groups,
-                                                                     block_size, engine, kv_retention, prefill_chunk)
+                                                                     block_size, engine, kv_retention, prefill_chunk,
+                                                                     in_full)
         hit_tokens = np.minimum(hit_blocks * block_size, np.asarray(trace.input_length, dtype=np.int64))
+        if in_full is not None:
+            hybrid_misses = misses.hybrid_account(trace, block_size, hit_blocks, in_full, warmup, capacity)
         mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are per group: not counted)
     elif tiers is not None:
         from .tiers import replay_tiers, resolve_tiers
@@ -153,13 +168,23 @@ def replay(
         mask = np.zeros(trace.num_blocks, dtype=bool)  # (stranded blocks are not counted with tiers)
     elif engine == "compiled":
         state = spec.make_state(capacity, trace, **params)
-        driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
-                            hit_tokens)
+        if miss_account:
+            recorded, state = account.replay_compiled(spec, state, trace, block_size, hit_blocks, hit_tokens,
+                                                      capacity=capacity, content=block_content,
+                                                      stranded_samples=stranded_samples)
+        else:
+            driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
+                                hit_tokens)
         final, counters = spec.read_state(state)
         mask = spec.resident_mask(state)
     else:
         cache = spec.reference(capacity, trace, **params)
-        driver.replay_reference(trace.offsets, trace.blocks, trace.input_length, block_size, cache, hit_blocks, hit_tokens)
+        if miss_account:
+            recorded = account.replay_reference(trace, block_size, cache, hit_blocks, hit_tokens, content=block_content,
+                                                stranded_samples=stranded_samples)
+        else:
+            driver.replay_reference(trace.offsets, trace.blocks, trace.input_length, block_size, cache, hit_blocks,
+                                    hit_tokens)
         final, counters = cache.size(), cache.counters()
         mask = np.zeros(trace.num_blocks, dtype=bool)
         mask[list(cache.resident_blocks())] = True
@@ -172,6 +197,10 @@ def replay(
         oversize_requests=0 if unbounded else oversize_requests(trace, block_size, capacity, warmup),
     )
     report.kv_semantics = {"semantics": "hybrid", **hybrid} if hybrid else None
+    if recorded is not None:
+        report.misses = misses.from_recorded(recorded, trace, block_size, warmup, capacity,
+                                             namespaces=block_content is not None)
+    report.misses = hybrid_misses if hybrid_misses is not None else report.misses
     if tier_list is not None:
         from .tiers import split_by_tier, tier_rows
 
@@ -182,11 +211,13 @@ def replay(
                         "tokens_per_tier": per_request}
     if check:
         report.check_invariants(trace)
+        if report.misses is not None:
+            report.misses.check(report.hit_tokens, report.prompt_tokens, f"{spec.name} at capacity {capacity}")
     return report
 
 
 def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, engine: str, retention,
-                   chunk: int):
+                   chunk: int, in_full=None):
     """Hybrid semantics: vLLM's hybrid manager (policy vllm) or SGLang's UnifiedRadixCache (policy
     radix; capacity = its full-attention pool in pages), each compiled or reference:
     (hit blocks, counters, resident count, the engine that ran, the report's kv_semantics)."""
@@ -195,9 +226,10 @@ def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, e
 
         if engine == "compiled":
             hits, counters, final = replay_hybrid_compiled(trace, capacity, groups, block_size, retention=retention,
-                                                           chunk_tokens=chunk)
+                                                           chunk_tokens=chunk, in_full=in_full)
         else:
-            hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk)
+            hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk,
+                                       in_full=in_full)
             final, counters = pool.resident_count(), dict(pool.stats)
         about = {"engine": "vllm", "retention": retention,
                  "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}

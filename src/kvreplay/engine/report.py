@@ -27,9 +27,12 @@ def window_object(warmup_requests: int, num_requests: int) -> dict:
 class Report:
     """The result of one replay.
 
-    ``stranded_blocks``: blocks resident at the end whose chain predecessor (the block
-    before them where they first appear) is not resident: capacity that cannot serve a
-    prefix hit until the predecessor comes back.
+    ``stranded_blocks``: blocks resident at the end that no request can reach, because an
+    earlier block of their chain (the blocks before them in the request where they first
+    appear) is not resident: capacity that cannot serve a prefix hit until that block comes back.
+
+    ``misses``: the miss account (engine/misses.MissAccount): every request's missed tokens by
+    cause, adding up with its hit tokens to its prompt tokens; None with tiers.
 
     ``oversize_requests``: requests of the window whose prompt needs more blocks than the whole
     cache, ``ceil(input_length / block_size) > capacity``. A serving engine cannot run them; the
@@ -61,6 +64,7 @@ class Report:
     oversize_requests: int = 0  # measured requests needing more blocks than the cache: ceil(L / block_size) > capacity
     tiers: dict | None = None  # with tiers below the cache: hit tokens per tier (serving/tiers.py)
     kv_semantics: dict | None = None  # a hybrid model's groups under vLLM's hybrid manager (policies/hybrid.py)
+    misses: object | None = None  # the miss account (engine/misses.MissAccount): why each missed token missed
 
     @property
     def num_requests(self) -> int:
@@ -131,6 +135,8 @@ class Report:
         if self.policy == "deepseek":  # the usage fields DeepSeek's API returns, summed over the window
             out["usage"] = {"prompt_cache_hit_tokens": self.total_hit_tokens,
                             "prompt_cache_miss_tokens": self.total_prompt_tokens - self.total_hit_tokens}
+        if self.misses is not None:
+            out["misses"] = self.misses.to_dict()
         if self.tiers is not None:
             out["tiers"] = {k: v for k, v in self.tiers.items() if k != "tokens_per_tier"}
         if self.kv_semantics is not None:  # (hybrid only: a full-semantics report keeps the spec's fields)
@@ -143,42 +149,60 @@ class Report:
 
     def to_dict(self, per_request: bool = True) -> dict:
         """JSON-ready dict; ``per_request`` is a list in trace order of
-        ``{"prompt_tokens", "hit_tokens", "hit_blocks"}``."""
+        ``{"prompt_tokens", "hit_tokens", "hit_blocks", "misses"}``, ``misses`` the request's
+        missed tokens per measured cause (with the miss account: engine/misses.py)."""
         out = self.summary()
         if per_request:
             out["per_request"] = [
                 {"prompt_tokens": p, "hit_tokens": h, "hit_blocks": k}
                 for p, h, k in zip(self.prompt_tokens.tolist(), self.hit_tokens.tolist(), self.hit_blocks.tolist())
             ]
+            if self.misses is not None:
+                for row, misses in zip(out["per_request"], self.misses.request_misses()):
+                    row["misses"] = misses
         return out
 
-    # Per-request table columns (name -> kind); docs/formats.md, "Output tables".
+    # Per-request table columns (name -> kind); docs/formats.md, "Output tables". With the miss
+    # account, one more per cause: miss_<cause>_tokens (engine/misses.py).
     REQUEST_COLUMNS = {"request": "int", "prompt_tokens": "int", "hit_tokens": "int", "hit_blocks": "int",
                        "hit_rate": "float", "measured": "bool"}
+
+    def request_kinds(self) -> dict:
+        """The per-request table's columns and their kinds."""
+        if self.misses is None:
+            return dict(self.REQUEST_COLUMNS)
+        return {**self.REQUEST_COLUMNS, **{f"miss_{c}_tokens": "int" for c in self.misses.measured()}}
 
     def request_columns(self) -> dict:
         """The per-request table as numpy columns, in trace order: ``request`` (0-based index),
         ``prompt_tokens`` and ``hit_tokens`` (tokens), ``hit_blocks`` (blocks), ``hit_rate``
         (hit_tokens / prompt_tokens, a fraction 0..1; NaN for a request without prompt tokens) and
-        ``measured`` (False for the warm-up requests, which the totals leave out)."""
+        ``measured`` (False for the warm-up requests, which the totals leave out); with the miss
+        account, ``miss_<cause>_tokens`` per measured cause (tokens)."""
         prompt = np.asarray(self.prompt_tokens, dtype=np.int64)
         hits = np.asarray(self.hit_tokens, dtype=np.int64)
         with np.errstate(divide="ignore", invalid="ignore"):
             rate = np.where(prompt > 0, hits / np.where(prompt > 0, prompt, 1), np.nan)
-        return {"request": np.arange(self.num_requests, dtype=np.int64), "prompt_tokens": prompt, "hit_tokens": hits,
-                "hit_blocks": np.asarray(self.hit_blocks, dtype=np.int64), "hit_rate": rate,
-                "measured": np.arange(self.num_requests) >= self.warmup_requests}
+        out = {"request": np.arange(self.num_requests, dtype=np.int64), "prompt_tokens": prompt, "hit_tokens": hits,
+               "hit_blocks": np.asarray(self.hit_blocks, dtype=np.int64), "hit_rate": rate,
+               "measured": np.arange(self.num_requests) >= self.warmup_requests}
+        if self.misses is not None:
+            from .misses import CAUSES
+
+            for c in self.misses.measured():
+                out[f"miss_{c}_tokens"] = np.ascontiguousarray(self.misses.tokens[:, CAUSES.index(c)])
+        return out
 
     def to_pandas(self):
         """The per-request table (request_columns()) as a pandas DataFrame; needs pandas
         (pip install 'kvreplay[pandas]')."""
         from ..tables import to_pandas
 
-        return to_pandas(self.request_columns(), self.REQUEST_COLUMNS, what="Report.to_pandas()")
+        return to_pandas(self.request_columns(), self.request_kinds(), what="Report.to_pandas()")
 
     def to_polars(self):
         """The per-request table (request_columns()) as a polars DataFrame; needs polars
         (pip install 'kvreplay[polars]')."""
         from ..tables import to_polars
 
-        return to_polars(self.request_columns(), self.REQUEST_COLUMNS, what="Report.to_polars()")
+        return to_polars(self.request_columns(), self.request_kinds(), what="Report.to_polars()")

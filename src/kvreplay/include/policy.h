@@ -10,6 +10,7 @@
 #ifndef KV_POLICY_H
 #define KV_POLICY_H
 
+#include "account.h"
 #include "holds.h"
 
 /* A block pool driven as vLLM's scheduler drives it, chunk by chunk (serving/kernel/requests.c
@@ -66,6 +67,10 @@ typedef struct KvPolicy {
     i64 (*cached_blocks)(void *st, i64 num_blocks, i64 input_length, i64 block_size);
     /* SGLang's radix tree, as its scheduler drives it (NULL: no such tree) */
     const struct KvTree *tree;
+    /* requests [first, last) of the sequential replay with the miss account (KV_REPLAY_ACCOUNT,
+     * `record` a KvAccount): 0, or -1 when the eviction log overflowed */
+    i64 (*replay_account)(void *st, i64 *record, const i64 *offsets, const i32 *blocks, const i64 *input_length,
+                          i64 first, i64 last, i64 block_size, i64 *hit_blocks, i64 *hit_tokens);
 } KvPolicy;
 
 /* What SGLang's scheduler does to its tree beyond a request's start and release. */
@@ -126,6 +131,50 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
         }                                                                                            \
     }
 
+/* The sequential replay's loop with the miss account (include/account.h, engine/account.py): the
+ * same scan, then, before anything is touched, each block from the first miss on gets its cause
+ * (IN_HBM: is the block anywhere in the cache; RESIDENT but for a radix tree) and its tokens go to
+ * the request's row; then the access phase and the stamps. */
+#define KV_REPLAY_ACCOUNT(name, State, RESIDENT, IN_HBM, HIT_LIMIT, ACCESS_REQUEST)                          \
+    static i64 name##_replay_account(void *vst, i64 *record, const i64 *offsets, const i32 *blocks,           \
+                                     const i64 *input_length, i64 first, i64 last, i64 block_size,            \
+                                     i64 *hit_blocks, i64 *hit_tokens) {                                      \
+        State local = *(State *)vst;                                                                           \
+        State *st = &local;                                                                                    \
+        KvAccount *a = (KvAccount *)record;                                                                    \
+        for (i64 i = first; i < last; i++) {                                                                   \
+            i64 start = offsets[i], end = offsets[i + 1], n = end - start, L = input_length[i];                \
+            i64 limit = HIT_LIMIT(st, n, L, block_size);                                                        \
+            i64 k = 0;                                                                                         \
+            while (k < limit && RESIDENT(st, blocks[start + k])) k++;                                          \
+            hit_blocks[i] = k;                                                                                 \
+            hit_tokens[i] = kv_min(k * block_size, L);                                                         \
+            i64 *row = kv_account_row(a, i, hit_tokens[i]);                                                    \
+            i64 last_block = L > 0 ? (L - 1) / block_size : -1;                                                \
+            for (i64 j = 0; j < k; j++) a->cause[start + j] = HIT;                                             \
+            for (i64 j = k; j < n; j++) {                                                                      \
+                i32 b = blocks[start + j];                                                                     \
+                i64 gone = -1;                                                                                 \
+                int cause = -1;                                                                                \
+                if (j >= limit && j == last_block) cause = PARTIAL_BLOCK;                                      \
+                else if (!(j == k && j < limit) && IN_HBM(st, b)) cause = BEHIND_HOLE;                         \
+                else if (a->content_n) {                                                                       \
+                    i64 c = a->content[b];                                                                     \
+                    for (i64 q = a->content_offsets[c]; q < a->content_offsets[c + 1] && cause < 0; q++)       \
+                        if (a->content_members[q] != b && IN_HBM(st, a->content_members[q])) cause = NAMESPACE; \
+                }                                                                                              \
+                if (cause < 0) cause = kv_account_gone(a, b, &gone);                                           \
+                a->cause[start + j] = (i8)cause;                                                               \
+                a->gone[start + j] = gone;                                                                     \
+                row[cause] += kv_max(0, kv_min(block_size, L - j * block_size));                               \
+            }                                                                                                  \
+            row[PARTIAL_BLOCK] += kv_max(0, L - n * block_size);                                               \
+            ACCESS_REQUEST(st, i, blocks, start, end, k, L, block_size);                                       \
+            if (kv_account_stamp(a, &st->h, i, blocks, start, end) < 0) return -1;                             \
+        }                                                                                                      \
+        return 0;                                                                                              \
+    }
+
 /* A block-level policy from RESIDENT(st, b) and ACCESS(st, b, holds): ``holds`` is a constant,
  * 0 in the sequential replay (the compiler drops every hold check) and 1 for running requests.
  * The defaults of base.py: every block may hit; the access phase accesses each block in order;
@@ -142,6 +191,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
         for (i64 j = start; j < end; j++) ACCESS(st, blocks[j], 0);                                   \
     }                                                                                                 \
     KV_REPLAY(name, State, RESIDENT, name##_limit_all, name##_access_all)                             \
+    KV_REPLAY_ACCOUNT(name, State, RESIDENT, RESIDENT, name##_limit_all, name##_access_all)           \
     static int name##_resident_op(void *st, i64 b) { return RESIDENT((State *)st, b); }               \
     static i64 name##_hit_limit_op(void *st, i64 num_blocks, i64 L, i64 bs) {                         \
         return name##_limit_all((State *)st, num_blocks, L, bs);                                      \
@@ -177,6 +227,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
         name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, NULL, NULL, \
+        name##_replay_account,                                                                        \
     };
 
 /* A request-level policy (its own hit limit, access phase, holds) from its typed operations (each
@@ -186,6 +237,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
 #define KV_REQUEST_POLICY(name, State, LAYOUT, RESIDENT, HIT_LIMIT, ACCESS_REQUEST, PIN_REQUEST, UNPIN_REQUEST,     \
                           IN_HBM, HBM_GAPS, PAGED, CACHED_BLOCKS, TREE)                                            \
     KV_REPLAY(name, State, RESIDENT, HIT_LIMIT, ACCESS_REQUEST)                                                    \
+    KV_REPLAY_ACCOUNT(name, State, RESIDENT, IN_HBM, HIT_LIMIT, ACCESS_REQUEST)                                    \
     static int name##_resident_op(void *st, i64 b) { return RESIDENT((State *)st, b); }                          \
     static int name##_in_hbm_op(void *st, i64 b) { return IN_HBM((State *)st, b); }                              \
     static i64 name##_hit_limit_op(void *st, i64 num_blocks, i64 L, i64 bs) {                                    \
@@ -206,7 +258,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                                \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op, name##_pin_request_op, \
         name##_unpin_request_op, name##_in_hbm_op, HBM_GAPS, name##_replay, 0, PAGED, CACHED_BLOCKS,            \
-        TREE,                                                                                                    \
+        TREE, name##_replay_account,                                                                             \
     };
 
 /* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */

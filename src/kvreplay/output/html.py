@@ -156,6 +156,13 @@ def _serving_section(sv: dict, name: str) -> list[str]:
         + (f", tiers {sv['tiers']}" if sv.get("tiers") else "")
     fig = plot.load_figure(sv["rows"], title=f"{name}; {deployment}")
     out.append(f"<div class=\"figure\">{_svg(fig)}</div>")
+    if any(r.get("miss_first_use_tokens") is not None for r in sv["rows"]):
+        from .misses_plot import load_account_figure
+
+        out.append("<p class=\"note\">Why the served requests missed, per load: the sequential replay's causes, plus "
+                   "<em>concurrency</em> for what one request at a time would have hit (evicted under load by running "
+                   "requests' KV, or still being computed by an earlier request when this one was scheduled).</p>")
+        out.append(f"<div class=\"figure\">{_svg(load_account_figure(sv['rows']))}</div>")
     if not all(r["stable"] for r in sv["rows"]):
         out.append("<p class=\"note\">Where it does not keep up, the queue grows for as long as the trace lasts, so "
                    "TTFT measures the backlog, not the engine: size for the loads it keeps up with.</p>")
@@ -190,6 +197,68 @@ def _ranking_section(rk: dict) -> list[str]:
                f"The same order offline and served: {esc(rk['served_order'])}.")
     out.append(f"<p class=\"note\" data-note=\"ranking\">{verdict}"
                + "".join(f" {esc(n['policy'])} is not served: {esc(n['why'])}." for n in rk["not_served"]) + "</p>")
+    return out
+
+
+def _misses_section(data: dict, styles: dict) -> list[str]:
+    """Why the cache missed: the account over the curve (stacked bars), the operating point's
+    account, stranded blocks over time and headroom per policy, and the advice."""
+    from ..engine.misses import CAUSES, CAUSE_TEXT
+    from .misses import LABEL
+    from .misses_plot import account_figure, stranded_figure
+
+    m = data.get("misses") or {}
+    if not m.get("policies"):
+        return []
+    esc = html.escape
+    cap = data["focus_capacity"]
+    out = ["<h2>Why the cache missed</h2>",
+           "<p class=\"note\">Every prompt token either hit or missed for one reason: a block seen for the first time "
+           "(<em>first use</em>: no cache helps), one seen before but evicted (<em>evicted</em>), one still cached "
+           "behind an earlier miss of the same prompt (<em>behind a hole</em>: a prefix cannot skip a block), or the "
+           "prompt's last block that the engine never serves (<em>partial block</em>); namespaces, layer groups and "
+           "concurrency are counted where they apply. Each bar is one replay of the curve above, split by cause "
+           "(token-weighted shares of the window's prompt tokens; they add up to 100%).</p>"]
+    rows = [r for r in data["curve"] if r["policy"] not in BOUNDS and r.get("miss_first_use_tokens") is not None]
+    if rows:
+        out.append(f"<div class=\"figure\">{_svg(account_figure(rows))}</div>")
+    measured = [c for c in CAUSES if any(c not in p["account"]["not_measured"] for p in m["policies"])]
+    headers = ["policy", "hit"] + [LABEL[c] for c in measured] + ["stranded (mean, end)"]
+    table = []
+    for p in m["policies"]:
+        tokens, prompt = p["account"]["tokens"], p["prompt_tokens"]
+        mean = "&ndash;" if p["stranded_mean"] is None else f"{p['stranded_mean']:.1f}%"
+        table.append([esc(p["label"]), _pct(p["hit_tokens"] / prompt if prompt else 0.0)]
+                     + ["&ndash;" if c in p["account"]["not_measured"] else _pct(tokens[c] / prompt if prompt else 0.0)
+                        for c in measured] + [f"{mean}, {p['stranded_end']:,} blocks"])
+    out.append(f"<p class=\"note\">At {cap:,} blocks, each policy's prompt tokens by cause:</p>")
+    out.append(_table(headers, table, [False] + [True] * (len(headers) - 1)))
+    out.append("<ul class=\"note\">" + "".join(f"<li><b>{esc(LABEL[c])}</b>: {esc(CAUSE_TEXT[c])}</li>" for c in measured)
+               + "</ul>")
+    series = {p["label"]: p["account"]["stranded_over_time"] for p in m["policies"]
+              if p["account"].get("stranded_over_time")}
+    if series:
+        out.append("<h3>Stranded blocks</h3><p class=\"note\">Cached blocks that no request can reach because an "
+                   "earlier block of their chain is gone: memory that holds nothing usable until that block returns. "
+                   "An order that evicts a prompt's tail first (vllm, lru-tail) keeps chains whole; lru, fifo and "
+                   f"s3fifo do not. Counted {len(next(iter(series.values()))['request'])} times over the trace at "
+                   f"{cap:,} blocks.</p>")
+        out.append(f"<div class=\"figure\">{_svg(stranded_figure(series, cap, styles=styles))}</div>")
+    lines = []
+    for p in m["policies"]:
+        if p["headroom"] is not None:
+            from ..analysis.headroom import headroom_sentence
+
+            lv = p["headroom"]["levels"]
+            lines.append(f"<li><b>{esc(p['label'])}</b>: {esc(headroom_sentence(p['headroom']))} (belady at this "
+                         f"capacity: {_pct(lv['belady']['hit_rate'])})</li>")
+    if lines:
+        out.append("<h3>Headroom</h3><p class=\"note\">From the infinite-cache ceiling (what the workload allows) down "
+                   "to belady at this capacity (the offline optimum: the rest is capacity) and to the policy (the rest "
+                   "is its eviction order).</p><ul>" + "".join(lines) + "</ul>")
+    if m.get("advice"):
+        out.append("<h3>What would help</h3><ul data-advice=\"1\">"
+                   + "".join(f"<li>{esc(a)}</li>" for a in m["advice"]) + "</ul>")
     return out
 
 
@@ -311,6 +380,8 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
                      f"(default prices: {esc(data['price_source'])})."
                      + (" Prefill FLOPs saved &asymp; 2 &times; active parameters "
                         f"({data['active_params']:,}) &times; hit tokens." if data["active_params"] else "") + "</p>")
+
+    parts.extend(_misses_section(data, styles))
 
     per = data["requests_per_time_window"]
     last = data.get("last_time_window_requests", per)

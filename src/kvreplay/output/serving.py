@@ -222,6 +222,8 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     seq = s["sequential_hit_rate"]
     lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
                  "schedule)" + (f"; sequential replay, same policy and pool: {100 * seq:.2f}%" if seq is not None else ""))
+    if s.get("misses") is not None:
+        lines += served_misses_lines(s)
     if report.tiers is not None:
         lines.append(tiers_text(report.tiers))
     tp = s["throughput"]
@@ -442,3 +444,15 @@ def tiers_text(tiers: dict) -> str:
     if tiers.get("load_s"):
         lines.append(f"  loading from the tiers took {seconds_text(tiers['load_s'])} of step time")
     return "\n".join(lines)
+
+
+def served_misses_lines(s: dict) -> list[str]:
+    """The served miss account (over the finished requests), concurrency split in two."""
+    from .misses import misses_lines
+
+    m = s["misses"]
+    split = m["concurrency"]
+    detail = {"concurrency": f"of which {split['still_computing']:,} tokens were still being computed by an earlier "
+                             f"request (scheduled before its prefix's prefill ended), {split['evicted_under_load']:,} "
+                             "evicted under load"}
+    return misses_lines(m["tokens"], m["not_measured"], s["prompt_tokens"], detail=detail)

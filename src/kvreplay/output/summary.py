@@ -206,7 +206,8 @@ def full_semantics_note(model) -> str | None:
 SWEEP_COLUMNS = [
     ("policy", "policy"), ("params", "params"), ("cache_capacity_blocks", "capacity"),
     ("total_hit_tokens", "hit tokens"), ("total_prompt_tokens", "prompt tokens"),
-    ("hit_rate", "hit rate %"), ("final_cache_blocks", "final blocks"),
+    ("hit_rate", "hit rate %"), ("first_use_share", "first use %"), ("evicted_share", "evicted %"),
+    ("behind_hole_share", "behind hole %"), ("final_cache_blocks", "final blocks"),
 ]
 
 

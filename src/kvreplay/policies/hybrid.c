@@ -218,6 +218,19 @@ i64 hy_find_hit(const HPool *p, const i32 *ids, i64 nids, i64 tokens, i64 *junct
     return bound;
 }
 
+/* Is block id cached by every full-attention spec group? (0 without one.) For the miss account's
+ * layer-groups cause: full attention had it, another group did not. */
+static int hy_in_full(const HPool *p, i64 id) {
+    int any = 0;
+    for (i64 o = 0; o < p->S; o++) {
+        const HSpec *s = &p->spec[o];
+        if (s->kind != K_FULL) continue;
+        if (!hy_cached(p, s, id)) return 0;
+        any = 1;
+    }
+    return any;
+}
+
 /* ---- steps 2 and 3 ----------------------------------------------------------------------- */
 
 static inline i64 hy_skipped(const HPool *p, const HGroup *g, i64 computed) {
@@ -660,14 +673,16 @@ int hy_pool_init(HPool *p, i64 capacity, i64 block_size, i64 num_blocks, i64 num
  * kind/copies/window/chunk (num_specs): the spec groups in vLLM's order (kind: 0 full,
  * 1 sliding_window, 2 chunked_local, 3 mamba); retention: -1 dense (None), else sparse;
  * hits (n): out, hit blocks per request; counters (5): out, admissions, evictions,
- * duplicate_blocks, oversize_requests, resident blocks at the end.
+ * duplicate_blocks, oversize_requests, resident blocks at the end; in_full (num_accesses, or
+ * NULL): out, per position, is its block cached by every full-attention group when its request
+ * arrives (the miss account's layer-groups cause: hybrid.py's replay_hybrid records the same).
  * Returns 0, HY_NOMEM (-1), HY_BADARG (-2), HY_INTERNAL (-3), or r > 0: request r - 1 repeats a
  * hash id within its hit. */
 KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64 num_accesses, i64 num_blocks,
                                const i64 *input_length,
                                i64 capacity, i64 block_size, i64 num_specs, const i64 *kind, const i64 *copies,
                                const i64 *window, const i64 *chunk, i64 retention, i64 chunk_tokens, i64 *hits,
-                               i64 *counters) {
+                               i64 *counters, i8 *in_full) {
     const i64 too_long = (i64)1 << 52; /* (tokens, far from overflowing any sum below) */
     if (n < 0 || num_blocks < 0) return HY_BADARG; /* (the pool's settings: hy_pool_init) */
     if (offsets[0] < 0 || offsets[n] > num_accesses) return HY_BADARG;
@@ -690,6 +705,8 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
     }
     i64 rc = 0;
     for (i64 i = 0; i < n; i++) {
+        if (in_full != NULL)
+            for (i64 j = offsets[i]; j < offsets[i + 1]; j++) in_full[j] = (i8)hy_in_full(p, blocks[j]);
         i64 h = hy_serve(p, &req, blocks + offsets[i], offsets[i + 1] - offsets[i], input_length[i]);
         if (h < 0) {
             rc = h == HY_REPEAT ? i + 1 : h;

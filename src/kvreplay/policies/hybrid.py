@@ -359,14 +359,21 @@ class HybridPool:
 
 
 def replay_hybrid(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
-                  chunk_tokens: int = 8192):
+                  chunk_tokens: int = 8192, in_full=None):
     """Every request of `trace` in order through one HybridPool: (hit blocks, the pool). The
-    readable reference; replay_hybrid_compiled (below) is the same replay in C."""
+    readable reference; replay_hybrid_compiled (below) is the same replay in C. in_full: an int8
+    array per access, filled with whether full attention (every full spec group) had the block
+    when its request arrived (the miss account's layer-groups cause; 0 without a full group)."""
     pool = HybridPool(capacity, list(groups), block_size, retention=retention, chunk_tokens=chunk_tokens)
     offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
     hits = np.zeros(len(lengths), dtype=np.int64)
+    full = [s for s, g in enumerate(pool.spec_groups) if g.kind == "full"]
     for i in range(len(lengths)):
-        hits[i] = pool.serve(blocks[offsets[i]:offsets[i + 1]], lengths[i])
+        ids = blocks[offsets[i]:offsets[i + 1]]
+        if in_full is not None:
+            for j, b in enumerate(ids):
+                in_full[offsets[i] + j] = bool(full) and all(pool.cached(s, b) is not None for s in full)
+        hits[i] = pool.serve(ids, lengths[i])
     return hits, pool
 
 
@@ -404,7 +411,7 @@ def check_groups(groups, retention) -> list:
 
 
 def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
-                           chunk_tokens: int = 8192):
+                           chunk_tokens: int = 8192, in_full=None):
     """replay_hybrid compiled (hybrid.c), the same replay request by request: (hit blocks, the
     counters as HybridPool.stats, the resident count as HybridPool.resident_count()).
 
@@ -429,11 +436,14 @@ def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, ret
     hits = np.zeros(n, dtype=np.int64)
     out = np.zeros(5, dtype=np.int64)
     p, i = ctypes.c_void_p, ctypes.c_int64
-    fn = native.function("kv_hybrid_replay", ctypes.c_int64, p, i, p, i, i, p, i, i, i, p, p, p, p, i, i, p, p)
+    fn = native.function("kv_hybrid_replay", ctypes.c_int64, p, i, p, i, i, p, i, i, i, p, p, p, p, i, i, p, p, p)
+    if in_full is not None and (in_full.dtype != np.int8 or in_full.shape != (blocks.shape[0],)
+                                or not in_full.flags.c_contiguous):
+        raise ConfigError("in_full must be a contiguous int8 array with one entry per block access")
     rc = fn(offsets.ctypes.data, n, blocks.ctypes.data, blocks.shape[0], int(trace.num_blocks), lengths.ctypes.data,
             capacity, block_size, len(groups), kind.ctypes.data, copies.ctypes.data, window.ctypes.data,
             chunk.ctypes.data, -1 if retention is None else min(int(retention), 2**62), min(chunk_tokens, 2**62),
-            hits.ctypes.data, out.ctypes.data)
+            hits.ctypes.data, out.ctypes.data, None if in_full is None else in_full.ctypes.data)
     if rc == -1:
         raise MemoryError("hybrid semantics: the compiled replay could not allocate its state")
     if rc > 0:

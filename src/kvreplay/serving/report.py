@@ -116,6 +116,22 @@ class SimReport:
         """When the judged span starts (the first arrival + the warm-up)."""
         return (float(self.arrival_s.min()) if self.arrival_s.size else 0.0) + self.warmup_s
 
+    #: the served miss account (serving/misses.py): {"account": MissAccount over the finished
+    #: judged requests (`counted`), "concurrency": its split}; None without a sequential replay with an account
+    misses: dict | None = None
+
+    def misses_summary(self) -> dict | None:
+        """The served miss account's totals over the finished judged requests (`counted`), what is not measured, and
+        the concurrency cause's split."""
+        if self.misses is None:
+            return None
+        account = self.misses["account"]
+        totals = account.tokens[self.counted].sum(axis=0)
+        from ..engine.misses import CAUSES
+
+        return {"tokens": {c: int(totals[k]) for k, c in enumerate(CAUSES)},
+                "not_measured": dict(account.not_measured), "concurrency": dict(self.misses["concurrency"])}
+
     def per_instance(self) -> list[dict]:
         """Per instance: requests, hit rate, TTFT p50/p90 and busy time (several instances)."""
         which = np.zeros(self.num_requests, dtype=np.int64) if self.instance is None else self.instance
@@ -333,6 +349,7 @@ class SimReport:
             "extra_evictions": None if diff is None else max(diff, 0),
             "fewer_evictions": None if diff is None else max(-diff, 0),
             "closed": None if self.closed is None else closed_stats.summary(self),
+            "misses": self.misses_summary(),
         }
 
     def window(self) -> dict:
@@ -375,7 +392,17 @@ class SimReport:
             **({} if self.closed is None else {"session": self.closed["session"],
                                                "turn": closed_stats.turn_numbers(self),
                                                "think_s": self.closed["think_s"]}),
+            **self._miss_columns(),
         }
+
+    def _miss_columns(self) -> dict:
+        """miss_<cause>_tokens per measured cause (0 for a request that did not finish)."""
+        if self.misses is None:
+            return {}
+        from ..engine.misses import CAUSES
+
+        account = self.misses["account"]
+        return {f"miss_{c}_tokens": np.ascontiguousarray(account.tokens[:, CAUSES.index(c)]) for c in account.measured()}
 
     def series_columns(self) -> dict:
         """Sampled engine state over simulated time: cumulative hit rate, running, waiting, held KV."""

@@ -15,7 +15,7 @@ import numpy as np
 from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
-from ..trace.model import Trace
+from ..trace.model import Trace, ragged_take
 from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
@@ -313,7 +313,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
         for end in ("low", "high"):
             band[end] = run_once(trace, time_model=tm.at_band(end), **run)
-    sequential, sequential_evictions = None, None
+    sequential, sequential_evictions, parts, order = None, None, None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
         chunk = scheduler.max_num_batched_tokens
@@ -321,11 +321,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
         hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
         by = np.argsort(arrival_s, kind="stable")  # (one at a time, in the order they arrived)
-        same = np.array_equal(by, np.arange(len(trace)))
-        sequential, sequential_evictions = _sequential(trace if same else trace.take(by), spec, params, capacity,
-                                                       block_size, tier_list, tier_copies, raw.instance[by], instances,
-                                                       disagg, (raw.status == FINISHED)[by], hybrid,
-                                                       judged_mask(arrival_s, warm.seconds)[by])
+        order = None if np.array_equal(by, np.arange(len(trace))) else by
+        sequential, sequential_evictions, parts = _sequential(trace if order is None else trace.take(by), spec,
+                                                              params, capacity, block_size, tier_list, tier_copies,
+                                                              raw.instance[by], instances, disagg,
+                                                              (raw.status == FINISHED)[by], hybrid,
+                                                              judged_mask(arrival_s, warm.seconds)[by])
     if loop is not None:
         arrival_info = closed_stats.arrival_info(loop)
     elif rate is not None:
@@ -358,6 +359,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         judged_until_s=None if loop is None else closed_stats.steady_until(closed_stats.per_request(loop), arrival_s,
                                                                             raw.finish_s),
     )
+    report.misses = _served_misses(trace, report, raw, parts, block_size, instances, order)
     if band is not None:
         band["runs"] = {}
         for end in ("low", "high"):
@@ -417,7 +419,8 @@ def _borrowed_warning(tm) -> str:
             else "its band is the cross-GPU check's")
     if cal.checked:
         head = f"{cal.gpu} ships {cal.measured_on}'s coefficients"
-        own = [{"gemm": "GEMM", "moe": "fused MoE", "gdn": "Gated DeltaNet", "mla": "MLA"}[f] for f in cal.own_fitted]
+        own = [{"gemm": "GEMM", "moe": "fused MoE", "gdn": "Gated DeltaNet", "mla": "MLA", "elementwise": "elementwise"}[f]
+               for f in cal.own_fitted]
         if own:
             head += f" but for its {', '.join(own)} terms, fitted on its own measured kernels"
     else:
@@ -545,6 +548,7 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
     hits = 0
     evictions = []
+    parts = []  # (the instance's requests, their replay): the served miss account's sequential causes
     for k in range(instances):
         mine = finished if instances == 1 else finished & (instance_of == k)
         sub = trace if mine.all() else trace.take(np.flatnonzero(mine))
@@ -552,11 +556,41 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
             evictions.append(0)
             continue
         seq = replay(sub, spec.name, None if spec.capacity == "ignored" else capacity, block_size, **tier_args,
-                     **hybrid, **params)
+                     **hybrid, stranded_samples=0, **params)
         hits += int(seq.hit_tokens[judged[mine]].sum())
         evictions.append(seq.counters.get("evictions"))
+        parts.append((np.flatnonzero(mine), seq))
     prompt = int(np.asarray(trace.input_length)[finished & judged].sum())
-    return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions))
+    return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions)), parts
+
+
+def _served_misses(trace, report, raw, parts, block_size, instances, order=None) -> dict | None:
+    """The served miss account (serving/misses.py) over the finished judged requests (`counted`): {"account" (a
+    MissAccount), "tokens", "not_measured", "concurrency"}; None when the sequential replays have
+    no account (tiers, hybrid semantics) or were not run. `order`: the requests in the order they
+    arrived when it is not the trace's (a closed loop: the sequential replays ran in it), else None."""
+    if not parts or any(seq.misses is None for _, seq in parts):
+        return None
+    from .misses import served_account
+
+    by = np.arange(len(trace)) if order is None else order
+    ordered = trace if order is None else trace.take(by)
+    account, split = served_account(ordered, block_size, parts, raw.hit_blocks[by], report.counted[by],
+                                    raw.scheduled_s[by], raw.first_token_s[by],
+                                    raw.instance[by] if instances > 1 else None)
+    if order is not None:  # back to trace order: its requests' rows and their accesses
+        back = np.empty_like(by)
+        back[by] = np.arange(by.size)
+        _, index = ragged_take(ordered.offsets, back)
+        tokens = np.empty_like(account.tokens)
+        tokens[by] = account.tokens
+        gone = account.gone[index]
+        account = replace(account, tokens=tokens, cause=account.cause[index],
+                          gone=np.where(gone >= 0, by[np.maximum(gone, 0)], -1))
+    not_measured = dict(parts[0][1].misses.not_measured)
+    not_measured.pop("concurrency", None)
+    account.not_measured = not_measured
+    return {"account": account, "concurrency": split}
 
 
 def route(trace: Trace, arrival_s: np.ndarray, instances: int, router: str, seed: int = 0) -> np.ndarray:
@@ -682,7 +716,19 @@ def sweep_row(trace, options: dict) -> dict:
         "refused_context": s["refused_context"], "requests": s["requests"], "warmup_s": r.warmup_s,
         "judged_requests": s["requests"], "window_text": s["window"]["text"], "whole_run": s["whole_run"],
         **_band_columns(s.get("latency_band_s")), **_closed_columns(s.get("closed")), "error": None,
+        "hit_tokens": s["hit_tokens"], "prompt_tokens": s["prompt_tokens"], **_miss_columns(s.get("misses")),
     }
+
+
+def _miss_columns(misses) -> dict:
+    """A sweep row's miss_<cause>_tokens (the served account over the finished requests; None for
+    a cause not measured, or every cause without an account)."""
+    from ..engine.misses import CAUSES
+
+    if misses is None:
+        return {f"miss_{c}_tokens": None for c in CAUSES}
+    return {f"miss_{c}_tokens": None if c in misses["not_measured"] else misses["tokens"][c] for c in CAUSES}
+
 
 
 def _closed_columns(c: dict | None) -> dict:

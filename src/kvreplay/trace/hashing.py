@@ -245,14 +245,11 @@ def _convert(name: str, stream, out_path: str, block_size: int, encode, default_
     return summary
 
 
-def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, keep_hashes: bool) -> dict:
-    step = 8 * block_size
+def token_records(name: str, stream, encode, default_salt: str = ""):
+    """Every record of a token log, checked: (line number, token ids, timestamp ms, output
+    length, namespace). `encode`: text -> token ids for records with text or prompt (None: such
+    a record is an error naming the line)."""
     decode = _decoder.decode
-    table: dict[bytes, int] = {}  # digest -> id, in order of first appearance
-    roots: dict[str, tuple[bytes, bytes]] = {}  # namespace -> (salt bytes, root)
-    write = out.write
-    enc = _encoder.encode
-    requests = tokens_total = blocks_total = 0
     for line_no, line in _lines(name, stream):
         if not line or line.isspace():
             continue
@@ -276,6 +273,19 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
         if rec.namespace is not None and rec.salt is not None:
             raise TraceError(name, "give namespace or salt, not both", line_no, "salt")
         namespace = rec.namespace if rec.namespace is not None else rec.salt if rec.salt is not None else default_salt
+        stamp = rec.timestamp if rec.timestamp is not None else 0
+        output_length = rec.output_length if rec.output_length is not None else 0
+        yield line_no, tokens, stamp, output_length, namespace
+
+
+def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, keep_hashes: bool) -> dict:
+    step = 8 * block_size
+    table: dict[bytes, int] = {}  # digest -> id, in order of first appearance
+    roots: dict[str, tuple[bytes, bytes]] = {}  # namespace -> (salt bytes, root)
+    write = out.write
+    enc = _encoder.encode
+    requests = tokens_total = blocks_total = 0
+    for _, tokens, stamp, output_length, namespace in token_records(name, stream, encode, default_salt):
         salted = roots.get(namespace)
         if salted is None:
             salt = namespace.encode("utf-8", "surrogatepass")  # JSON may carry a lone surrogate
@@ -284,8 +294,6 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
         length = len(tokens)
         digests = _chain(_token_bytes(tokens), length // block_size, step, salt, parent)
         ids = [table.setdefault(d, len(table)) for d in digests]
-        stamp = rec.timestamp if rec.timestamp is not None else 0
-        output_length = rec.output_length if rec.output_length is not None else 0
         record = (_OutHex(stamp, length, output_length, ids, block_size, [d.hex() for d in digests]) if keep_hashes
                   else _Out(stamp, length, output_length, ids, block_size))
         write(enc(record))

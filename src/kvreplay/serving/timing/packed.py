@@ -96,7 +96,10 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_GEMM_K0": model.gemm_k0, "C_GEMM_IN_BYTES": model.gemm_bytes[0], "C_GEMM_W_BYTES": model.gemm_bytes[1],
               "C_ATTN_WIDTH_PREFILL": model.attn_width_prefill / model.tp, "C_BODY_BESIDE": 1.0 if model.body_beside else 0.0,
               "C_BODY_GEMMS": model.body_gemms, "C_MLA_FLOOR": model.mla_floor_s, "C_MLA_PER_TOKEN": model.mla_per_token_s,
-              "C_MLA_CONTEXT_FLOPS": model.mla_context_flops}
+              "C_MLA_CONTEXT_FLOPS": model.mla_context_flops, "C_AR_LATENCY2": c["allreduce_latency_s"],
+              "C_AR_LINK": c["allreduce_link_bytes_per_s"], "C_ATTN_SPLIT": c["attn_split_decode"],
+              "C_KV_HEADS_GPU": model.kv_heads_gpu, "C_EW_KERNELS": model.ew_kernels, "C_EW_BYTES": model.ew_bytes_per_token,
+              "C_EW_FLOOR": c["ew_floor_s"], "C_E_EW": c["e_ew"] or 1.0}
     moe = model.moe or {}  # an MoE's routed experts (0 layers: none apart)
     values.update({"C_MOE_LAYERS": moe.get("layers", 0), "C_MOE_EXPERTS": moe.get("experts", 0),
                    "C_MOE_TOPK": moe.get("experts_per_token", 0), "C_MOE_INTER": model.moe_inter if moe else 0.0,

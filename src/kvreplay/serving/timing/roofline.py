@@ -34,13 +34,25 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e), (KV read + q/o)
   / (bw x e_kv))``, causal keys as the raw roofline counts them;
 - decode attention: the same with its own floor and efficiencies, over the decodes' contexts,
-  plus ``layers x decodes x attn_per_request_decode_s`` (a cost per request per layer);
+  plus ``layers x decodes x attn_per_request_decode_s`` (a cost per request per layer); its KV read
+  ``x (1 + attn_split_decode / (decodes x KV heads per GPU))``: with few (request, KV head) pairs
+  FlashAttention splits each one's KV over blocks and combines them, and reads slower (the
+  generation table: 1.3x at one pair, 1.04x at eight; since 2026-12-07);
 - the GEMMs' compute and memory times combine as ``soft_max`` (a p-norm, ``gemm_overlap_p``:
   they overlap imperfectly near the ridge point), the LM head's too;
-- TP all-reduce (tp > 1): two per layer, ``latency + skew x log2(tp) + 2 (tp - 1) / tp x T x hidden x
-  2 bytes / bus`` (a GPU without measurements: its relative's bus scaled by the two catalog link
-  speeds). ``latency`` is the isolated kernel's; ``skew`` (``allreduce_skew_s``) the wait for the
-  last GPU of the group in a real step, which no kernel table holds: fitted on silicon serving runs;
+- TP all-reduce (tp > 1): two per layer of ``T x hidden x 2`` bytes each, as vLLM runs them
+  (``allreduce_time``): its custom kernel below 8 MiB, in one stage ``latency + (tp - 1) x bytes /
+  link`` (each GPU reads every peer's buffer: on 2 GPUs, and below 512 KiB on 4 or 256 KiB on 8) or
+  two ``2 x latency + 2 (tp - 1) / tp x bytes / bus``, NCCL's ring above (``latency + 2 (tp - 1) / tp
+  x bytes / bus``); a GPU without measurements scales its relative's link and bus by the two
+  catalog link speeds. ``latency`` is the isolated kernel's, plus ``skew x log2(tp)``
+  (``allreduce_skew_s``) on the first barrier: the wait for the last GPU of the group in a real
+  step, which no kernel table holds, fitted on silicon serving runs;
+- elementwise kernels (since 2026-12-07; ``elementwise_kernels``): what a vLLM step launches besides
+  its GEMMs, attention and all-reduces: per layer two RMSNorms fused with the residual add, the
+  rotary embedding, the KV-cache write and a dense MLP's SiLU-and-mul, and per step the embedding
+  and the final norm, each ``ew_floor_s + bytes / (bw x e_ew)``, fitted on the GPU's measured
+  elementwise kernel (vLLM's fp8 quantisation kernel, the streaming-bandwidth probe's);
 - overheads: ``layers x per_layer + per_step``;
 - outside the step: ``frontend_s``, each request's latency outside the engine (the API server's
   HTTP handling, tokenisation, detokenisation and streaming), fitted on silicon serving runs too;
@@ -83,6 +95,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ...analysis.models import kv_dtype_bytes
 from ...errors import ConfigError
 from .models import RooflineTimeModel, StepBatch, _weight_bytes, prefill_keys
 
@@ -96,7 +109,14 @@ FP8_COEFFICIENTS = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s", "e_quant_
 #: plain max of compute and memory)
 SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_fp8": 0.0,
                       "fp8_partial_rows": 0.0, "gemm_overlap_p_fp8": float("inf"), "attn_per_request_decode_s": 0.0,
-                      "allreduce_skew_s": 0.0, "frontend_s": 0.0}
+                      "allreduce_skew_s": 0.0, "frontend_s": 0.0, **dict.fromkeys(("attn_split_decode",
+                      "allreduce_link_bytes_per_s", "ew_floor_s", "e_ew"), 0.0)}
+#: the step's kernels no GEMM, attention or all-reduce table holds (since 2026-12-07): the decode
+#: attention's slowdown with few (request, KV head) pairs to spread its KV read over
+#: (``attn_split_decode``), the one-stage all-reduce's read of every peer's buffer
+#: (``allreduce_link_bytes_per_s``), and the elementwise kernels' floor and streaming efficiency
+#: (``ew_floor_s``, ``e_ew``); each 0 is off (as the calibration timed steps before them)
+STEP_COEFFICIENTS = ("attn_split_decode", "allreduce_link_bytes_per_s", "ew_floor_s", "e_ew")
 #: what no kernel table holds, fitted on silicon serving runs (benchmarks/calibrate_e2e.py): an
 #: all-reduce's wait for the last of its GPUs, per log2(tp), and a request's latency outside the
 #: engine (the API server's HTTP, tokenisation and streaming)
@@ -155,11 +175,11 @@ MLA_COEFFICIENTS = ("mla_floor_s", "mla_e_attn_prefill", "mla_e_attn_decode", "m
 #: the kernel families a GPU that borrows its relative's coefficients may fit on its own tables
 #: nonetheless (Calibration.own_fitted): their labels and coefficients
 OWN_FAMILIES = {"gemm": ("GEMM", GEMM_COEFFICIENTS), "moe": ("MoE", MOE_COEFFICIENTS), "gdn": ("GDN", GDN_COEFFICIENTS),
-                "mla": ("MLA", MLA_COEFFICIENTS)}
+                "mla": ("MLA", MLA_COEFFICIENTS), "elementwise": ("elementwise", ("ew_floor_s", "e_ew"))}
 
 
 def own_fitted_label(families) -> str:
-    """Calibration.own_fitted as the output prints it: "GEMM/MoE/GDN/MLA"."""
+    """Calibration.own_fitted as the output prints it: "GEMM/MoE/GDN/MLA/elementwise"."""
     return "/".join(OWN_FAMILIES[f][0] for f in families)
 
 
@@ -226,6 +246,60 @@ def gdn_layer_time(c, tokens, rows, state, act, v_heads, prefill, peak, bw):
     pre = fp + np.maximum(flops * occupancy / (peak * ep), nbytes / (bw * bp)) + rp * rows
     dec = fd + np.maximum(flops / (peak * ed), nbytes / (bw * bd)) + rd * rows
     return np.where(prefill, pre, dec)
+
+
+#: vLLM's custom all-reduce (csrc/custom_all_reduce.cuh, ``CustomAllreduce::allreduce``): on 2 GPUs,
+#: and on fully connected 4 (6-8) GPUs below 512 KiB (256 KiB), one stage, each GPU reading every
+#: peer's whole buffer (``cross_device_reduce_1stage``); above, two (``cross_device_reduce_2stage``:
+#: a reduce-scatter, then an all-gather, each behind its own barrier). It takes messages below
+#: 8 MiB and at most 8 GPUs (``custom_all_reduce.py``, ``max_size`` 8192 x 1024); NCCL the rest.
+CUSTOM_AR_MAX = 8 * 2 ** 20
+ONE_STAGE_BELOW = {4: 512 * 1024, 8: 256 * 1024}  # bytes, at most that many GPUs (2: always)
+
+
+def allreduce_time(tp, nbytes, latency, c):
+    """One all-reduce of `nbytes` over `tp` GPUs: vLLM's custom all-reduce below CUSTOM_AR_MAX, its
+    one stage ``latency + (tp - 1) x nbytes / link`` (every peer's buffer read over NVLink) or its
+    two ``latency + allreduce_latency + 2 (tp - 1) / tp x nbytes / bus``; NCCL's ring above,
+    ``latency + 2 (tp - 1) / tp x nbytes / bus``. `latency` is the first barrier's (with the
+    serving skew), `c` the coefficients (``allreduce_link_bytes_per_s`` 0: every message on the ring
+    formula, as before 2026-12-07). Scalars or numpy arrays (benchmarks/calibrate.py)."""
+    import numpy as np
+
+    ring = 2.0 * (tp - 1) / tp * nbytes / c["allreduce_bus_bytes_per_s"]
+    link = c["allreduce_link_bytes_per_s"]
+    if not link:
+        return latency + ring
+    custom = (tp <= 8) & (nbytes < CUSTOM_AR_MAX)
+    one = (tp == 2) | ((tp <= 4) & (nbytes < ONE_STAGE_BELOW[4])) | ((tp <= 8) & (nbytes < ONE_STAGE_BELOW[8]))
+    return latency + np.where(custom & one, (tp - 1) * nbytes / link,
+                              ring + np.where(custom, c["allreduce_latency_s"], 0.0))
+
+
+def elementwise_kernels(spec, tp: int, kv_per_token_gpu: float, kv_bytes: float, mla: bool, mamba_layers: int):
+    """The elementwise kernels of one step on one GPU of a TP group, as vLLM 0.33's decoder layers
+    launch them under torch.compile (model_executor/models/llama.py ``LlamaDecoderLayer.forward``):
+    ``(kernels, bytes per token of each)`` per kind. Each layer: its input and post-attention
+    RMSNorms, each fused with the residual add (``RMSNorm.forward`` with a residual: x and the
+    residual read, both written, 8 x hidden bytes); on attention layers the rotary embedding of q and
+    k (read and written, 4 x (heads + KV heads) / tp x head_dim bytes) and the KV-cache write
+    (``Attention.forward``'s ``unified_kv_cache_update``, reshape_and_cache_flash: k and v read in
+    bf16, written at the KV dtype), none on an MLA model's (its measured module holds them); a dense
+    MLP's ``SiluAndMul`` (gate and up read, their product written: 6 x width / tp bytes; an MoE's
+    runs inside its fused kernel). Each step: the embedding lookup (a row read and written) and the
+    final norm. Mamba / linear-attention layers: their norms only (their kernels are timed apart)."""
+    hidden = spec.hidden_size or 0
+    if not hidden:
+        return ()
+    layers = spec.num_layers
+    attn = 0 if mla else layers - mamba_layers
+    heads, kv = spec.num_attention_heads / tp, max(1, spec.num_kv_heads // tp)
+    out = [(2 * layers, 8.0 * hidden), (1, 4.0 * hidden), (1, 8.0 * hidden)]
+    if attn:
+        out += [(attn, 4.0 * (heads + kv) * spec.head_dim), (attn, kv_per_token_gpu * (1.0 + 2.0 / kv_bytes) / attn)]
+    if layer_gemm_shapes(spec, tp):  # a dense MLP in every layer
+        out.append((layers, 6.0 * spec.intermediate_size / tp))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -414,7 +488,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             from .gpus import get_gpu
 
             relative = get_gpu(self.calibration.measured_on)
-            c["allreduce_bus_bytes_per_s"] *= self.gpu.link_bytes_per_s / relative.link_bytes_per_s
+            for k in ("allreduce_bus_bytes_per_s", "allreduce_link_bytes_per_s"):
+                c[k] = c.get(k, 0.0) * self.gpu.link_bytes_per_s / relative.link_bytes_per_s
         c.update(coefficients)
         c = {**SHAPE_COEFFICIENTS, **c}
         self.c = c
@@ -486,6 +561,13 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             self.gdn_c = tuple(c[k] for k in GDN_COEFFICIENTS)
             self.gdn_act = (2 * lin["k_heads"] * lin["head_k_dim"] + 2 * lin["v_heads"] * lin["head_v_dim"]) * 2.0 / self.tp
             self.gdn_v_heads = lin["v_heads"] / self.tp
+        # the elementwise kernels (elementwise_work), and the (request, KV head) pairs per decode a
+        # GPU's attention spreads its KV read over (an MLA's latent: one; its term is fitted apart)
+        kinds = elementwise_kernels(spec, self.tp, self.kv_per_token_gpu, float(kv_dtype_bytes(self.kv_dtype)), self.mla,
+                                    self.mamba_layers or 0) if c["e_ew"] else ()
+        self.ew_kernels = float(sum(n for n, _ in kinds))
+        self.ew_bytes_per_token = sum(n * b for n, b in kinds)
+        self.kv_heads_gpu = 0.0 if self.mla else float(max(1, spec.num_kv_heads // self.tp))
 
     def _split_experts(self, c: dict, wbytes: float):
         """An MoE with its experts in the catalog and a calibrated MoE kernel for its weights: its
@@ -599,6 +681,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             ctx_s = sum(min(int(x), w) for x in batch.decode_context) if w else 0
             f = 4.0 * width * (self.layers_full * ctx + self.layers_sw * ctx_s)
             b = kv_lt * (self.layers_full * ctx + self.layers_sw * ctx_s)
+            if self.kv_heads_gpu:  # few (request, KV head) pairs: the KV read split over fewer blocks
+                b *= 1.0 + c["attn_split_decode"] / (decodes * self.kv_heads_gpu)
             out["attn_decode"] = (self.attn_layers * (c["attn_floor_decode_s"] + decodes * c["attn_per_request_decode_s"])
                                   + max(f / (self.attn_peak * self.e_attn[1]), b / (bw * c["e_kv_decode"])))
         if self.mla:  # the MLA module's floor, its elementwise kernels per token, the cached context's kv_b
@@ -613,9 +697,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
-            message = tokens * self.hidden * 2.0
-            out["allreduce"] = 2 * layers * (self.allreduce_latency_s
-                                             + 2.0 * (tp - 1) / tp * message / c["allreduce_bus_bytes_per_s"])
+            out["allreduce"] = 2 * layers * float(allreduce_time(tp, tokens * self.hidden * 2.0, self.allreduce_latency_s, c))
+        if self.ew_kernels:
+            out["elementwise"] = self.ew_kernels * c["ew_floor_s"] + tokens * self.ew_bytes_per_token / (bw * c["e_ew"])
         out["overhead"] = layers * c["per_layer_s"] + c["per_step_s"]
         return out
 

@@ -90,8 +90,21 @@ static f64 decode_attention(const f64 *tm, const f64 *agg) {
     f64 width = tm[C_ATTN_WIDTH], kv = tm[C_KV_LAYER_TOKEN], lf = tm[C_LAYERS_FULL], lsw = tm[C_LAYERS_SW];
     f64 ctx = agg[AGG_DECODE_CTX], ctx_s = agg[AGG_DECODE_SW];
     f64 f = 4.0 * width * (lf * ctx + lsw * ctx_s), b = kv * (lf * ctx + lsw * ctx_s);
+    if (tm[C_KV_HEADS_GPU] > 0) b *= 1.0 + tm[C_ATTN_SPLIT] / (agg[AGG_DECODE_REQS] * tm[C_KV_HEADS_GPU]);
     return tm[C_ATTN_LAYERS] * (tm[C_ATTN_FLOOR_DECODE] + agg[AGG_DECODE_REQS] * tm[C_ATTN_PER_REQ_DECODE])
            + kv_fmax(f / (tm[C_ATTN_PEAK] * tm[C_E_ATTN_DECODE]), b / (tm[C_BW] * tm[C_E_KV_DECODE]));
+}
+
+/* one all-reduce of `bytes` (roofline.py allreduce_time): vLLM's custom all-reduce in one stage or
+   two below 8 MiB, NCCL's ring above (C_AR_LINK 0: the ring for every message) */
+static f64 allreduce(const f64 *tm, f64 bytes) {
+    f64 tp = tm[C_TP];
+    f64 ring = 2.0 * (tp - 1.0) / tp * bytes / tm[C_AR_BUS];
+    if (tm[C_AR_LINK] <= 0) return tm[C_AR_LATENCY] + ring;
+    int custom = tp <= 8 && bytes < 8.0 * 1048576.0;
+    int one = tp == 2 || (tp <= 4 && bytes < 512.0 * 1024.0) || (tp <= 8 && bytes < 256.0 * 1024.0);
+    if (custom && one) return tm[C_AR_LATENCY] + (tp - 1.0) * bytes / tm[C_AR_LINK];
+    return tm[C_AR_LATENCY] + (ring + (custom ? tm[C_AR_LATENCY2] : 0.0));
 }
 
 /* Mamba / linear-attention layers: Gated DeltaNet on its fitted kernel (roofline.py gdn_layer_time)
@@ -138,8 +151,9 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         t += tm[C_ATTN_LAYERS] * (tm[C_MLA_FLOOR] + tm[C_MLA_PER_TOKEN] * tokens
                                   + tm[C_MLA_CONTEXT_FLOPS] * agg[AGG_PREFILL_CACHED] / (tm[C_PEAK] * tm[C_E_GEMM]));
     if (tm[C_MAMBA_LAYERS] > 0) t += linear_layers(tm, tokens, rows, prefill_reqs > 0);
-    if (tp > 1 && tm[C_HIDDEN] > 0)
-        t += 2.0 * layers * (tm[C_AR_LATENCY] + 2.0 * (tp - 1.0) / tp * tokens * tm[C_HIDDEN] * 2.0 / tm[C_AR_BUS]);
+    if (tp > 1 && tm[C_HIDDEN] > 0) t += 2.0 * layers * allreduce(tm, tokens * tm[C_HIDDEN] * 2.0);
+    if (tm[C_EW_KERNELS] > 0)  /* the elementwise kernels (roofline.py elementwise_work) */
+        t += tm[C_EW_KERNELS] * tm[C_EW_FLOOR] + tokens * tm[C_EW_BYTES] / (bw * tm[C_E_EW]);
     t += layers * tm[C_PER_LAYER] + tm[C_PER_STEP];
     f64 scale = prefill_reqs > 0 ? (decodes > 0 ? tm[C_SCALE_MIXED] : tm[C_SCALE_PREFILL]) : tm[C_SCALE_DECODE];
     return t * scale;

@@ -1,0 +1,60 @@
+"""Reuse distances at each request's prefix scan, one per access, in one compiled pass
+(distances.c), kept per trace.
+
+``distance[j]`` of the access at flat position j (block b of request i): 1 + the number of
+distinct blocks that requests before i used since b's previous use (-1: no request before i used
+b). It is the smallest LRU cache that still holds b when request i arrives: an LRU cache of C
+blocks holds b then exactly when ``distance <= C`` (LRU's inclusion property; analysis/mrc.py
+builds its curve on the same distances). The miss account gives it for every evicted block, so
+a reader sees which capacity would have kept it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+
+from .. import native
+
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def scan_distances(trace) -> np.ndarray:
+    """int64 per access (read-only): the distance defined above; computed once per trace."""
+    out = _CACHE.get(trace)
+    if out is None:
+        accesses = trace.num_accesses
+        out = np.empty(max(1, accesses), dtype=np.int64)
+        tree = np.zeros(accesses + 1, dtype=np.int32)
+        last = np.zeros(max(1, trace.num_blocks), dtype=np.int64)
+        offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
+        blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
+        p, i = ctypes.c_void_p, ctypes.c_int64
+        native.function("kv_scan_distances", None, p, i, p, p, p, p)(
+            native.ptr(offsets), len(trace), native.ptr(blocks), native.ptr(out), native.ptr(tree), native.ptr(last))
+        out = out[:accesses]
+        out.flags.writeable = False
+        _CACHE[trace] = out
+    return out
+
+
+_PEAKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def running_max(trace) -> np.ndarray:
+    """Per access, the largest scan distance of its request's blocks up to and including it, a
+    first use counting as num_blocks + 1 (more than any cache needs): an LRU cache of C blocks
+    hits block j of a request exactly when this is <= C. Computed once per trace (read-only)."""
+    out = _PEAKS.get(trace)
+    if out is None:
+        never = trace.num_blocks + 1
+        distance = scan_distances(trace)
+        d = np.where(distance < 0, never, distance)
+        request = np.repeat(np.arange(len(trace), dtype=np.int64), np.diff(trace.offsets))
+        stride = never + 1
+        out = np.maximum.accumulate(request * stride + d) - request * stride
+        out.flags.writeable = False
+        _PEAKS[trace] = out
+    return out
