@@ -7,6 +7,7 @@ import sys
 
 from ..errors import ConfigError
 from . import common
+from .sessions import add_closed_options, closed_of
 from .warmup import add_warmup_options, warmup_of
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -48,12 +49,13 @@ def _parser_plan(sub) -> None:
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
     pl.add_argument("--routers", default="round-robin", help="comma-separated routers (default round-robin)")
     pl.add_argument("--policies", default="vllm", help="comma-separated cache policies (default vllm)")
-    pl.add_argument("--loads", default="1", metavar="X,Y,...",
+    pl.add_argument("--loads", default=None, metavar="X,Y,...",
                     help="loads to plan for, as multiples of the trace's arrival rate (default 1)")
     pl.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
                     help="reshape the arrivals over the span (as simulate --rate-profile)")
     pl.add_argument("--rates", default=None, metavar="R,S,...",
                     help="instead of --loads: Poisson arrivals at these requests per second")
+    add_closed_options(pl, "list")
     pl.add_argument("--price", action="append", default=[], metavar="NAME=USD",
                     help="override a price: GPU=USD/h (per GPU-hour) or dram=USD/GiB-month; repeat for several")
     pl.add_argument("--pricing", choices=("on-demand", "reserved"), default="on-demand",
@@ -104,8 +106,10 @@ def _cmd_plan(args) -> int:
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    if args.sessions is not None and (args.loads is not None or args.rates is not None):
+        raise ConfigError("--sessions is the load (concurrent sessions, a closed loop): drop --loads / --rates")
     try:
-        loads = number_list(args.loads)
+        loads = number_list(args.loads or "1")
         tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
         rates = number_list(args.rates) if args.rates else None
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
@@ -115,6 +119,7 @@ def _cmd_plan(args) -> int:
     with common.Progress("planning: configurations searched") as progress:
         result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
                       routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
+                      sessions=args.sessions, seed=args.seed, **closed_of(args),
                       window_s=args.window, warmup=warmup, progress=progress,
                       min_window_requests=args.min_window_requests or MIN_WINDOW_REQUESTS,
                       prices=prices, judge_at=args.judge, max_instances=args.max_instances,

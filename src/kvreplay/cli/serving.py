@@ -345,7 +345,8 @@ def _served_headroom(args, trace, report):
     from ..analysis.headroom import headroom
     from ..engine.replay import replay
 
-    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady"):
+    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady") or \
+            report.closed is not None:  # (a closed loop serves its requests out of trace order, or copies them)
         return None
     sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,
                         **report.params)

@@ -98,6 +98,7 @@ def plan_text(trace, result: dict) -> str:
              f"the judged span, judged at {WHERE[result['judged_at']]}; {result['pricing']} prices",
              f"warm-up    --warmup {result.get('warmup_spec', 'auto')}: each run serves its first arrivals without "
              "judging them (the cache and queues warm up as in production); --warmup 0 judges a cold start",
+             *([f"arrivals   {result['arrivals']}"] if result.get("arrivals") else []),
              f"search     {result['runs']:,} simulations, {result['cache_hits']:,} answered from memory"
              + (f", {result['disk_hits']:,} from {result['cache_dir']}" if result.get("cache_dir") else "")
              + (" (configurations searched in parallel: none pruned on cost)" if result.get("parallel") else "") + "; "

@@ -216,6 +216,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
         tracker.advance(len(unfit))
     if sessions is not None:
         out["capacity"] = capacities(s, out["loads"])
+    out["arrivals"] = arrivals_text(s, sessions)
     out.update(model=model, window_s=window_s, run_options=run_options(options),
                runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
@@ -265,8 +266,9 @@ def capacities(s: "Search", blocks: list) -> list:
         for other in blocks:
             load = (other["load_kind"], other["load"])
             e = evaluate(s, c, best["instances"], load)
-            served.append({"sessions": int(other["load"]), "meets": e["meets"],
-                           "ttft_p90_s": e["report"].summary["latency_s"]["ttft"]["p90"]})
+            b = e["verdict"]["binding"] or {}
+            served.append({"sessions": int(other["load"]), "meets": e["meets"], "objective": b.get("objective"),
+                           "value_s": b.get("value_s"), "limit_s": b.get("limit_s")})
         up_to = max((x["sessions"] for x in served if x["meets"]), default=None)
         out.append({"config": best["config"], "instances": best["instances"], "gpus": best["gpus"],
                     "cost_per_hour": best["cost_per_hour"], "up_to_sessions": up_to, "served": served,
@@ -280,7 +282,10 @@ def capacity_text(best: dict, up_to: int | None, slo: SLO, served: list) -> str:
         return f"{what}: meets {slo.text()} at none of the planned session counts"
     at = next(x for x in served if x["sessions"] == up_to)
     more = [x["sessions"] for x in served if x["sessions"] > up_to]
-    return (f"{what}: up to {up_to:,} concurrent sessions at {slo.text()} (TTFT p90 {at['ttft_p90_s']:.3g} s there)"
+    worst = (f"; its worst window there: {at['objective']} {at['value_s']:.3g} s against {at['limit_s']:.3g} s"
+             if at.get("value_s") is not None else "")
+    counts = ", ".join(f"{x['sessions']:,}" for x in served)
+    return (f"{what}: up to {up_to:,} concurrent sessions (of {counts}) at {slo.text()}{worst}"
             + (f"; misses at {min(more):,}" if more else ""))
 
 
@@ -705,6 +710,19 @@ def _floor(s: Search, c: Config, load: tuple) -> dict | None:
         return None
     return {**b, "judged_at": END_TEXT[end] if hasattr(tm, "at_band") else "centre (no band)",
             "hit": "earlier arrivals" if scheduler.schedule_policy == "fcfs" else "any other request"}
+
+
+def arrivals_text(s: Search, sessions) -> str:
+    """How the plan's runs send their requests, in words (docs/sessions.md)."""
+    from .closed import CLOSED, check_arrivals
+
+    asked = s.options.get("arrivals")
+    mode = CLOSED if sessions is not None and asked is None else check_arrivals(asked, s.trace)
+    how = ("each request at its timestamp, whatever the deployment does" if mode != CLOSED else
+           "a session's next request is sent when its previous answer ends, plus its think time (docs/sessions.md)")
+    why = "--arrivals" if asked is not None else ("--sessions" if sessions is not None else
+                                                  f"the default for {s.trace.format or 'this'} traces")
+    return f"{'closed' if mode == CLOSED else 'open'} loop ({why}): {how}"
 
 
 def closed_loop(s: Search, load: tuple) -> bool:
