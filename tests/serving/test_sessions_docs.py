@@ -10,7 +10,7 @@ import re
 import pytest
 
 from conftest import CLAUDE_CODE, shared_path
-from test_cli import kv
+from test_cli import fails, kv
 
 MODEL = ("--model", "Llama-3.1-8B")
 
@@ -97,3 +97,16 @@ def test_round_robin_scatters_the_agents_turns(samples):
     out = run("plan", samples, "--sessions", "16", *MODEL, "--slo-ttft-p90", "2s", "--tp", "2", "--max-instances", "16")
     assert "no configuration meets the SLOs" in out
     assert re.search(r"1  misses   16 x 2 x H100 +- +none +round-robin +vllm +96\.00 +[0-9.]+ +24\.95 ", out)
+
+
+def test_the_flags_refuse_what_they_cannot_mean(samples):
+    plan = ("plan", samples, *MODEL, "--slo-ttft-p90", "2s", "--tp", "2")
+    assert fails(*plan, "--sessions", "8", "--loads", "2") == ("kvreplay: --sessions is the load (concurrent sessions, "
+                                                               "a closed loop): drop --loads / --rates")
+    assert "every count of concurrent sessions must be a whole number >= 1, got '0'" in kv(*plan, "--sessions",
+                                                                                          "0").stderr.decode()
+    assert "--think-time" in fails(*plan, "--sessions", "8", "--think-time", "exp:5")
+    sim = ("simulate", samples, *MODEL, "--gpu", "H100")
+    assert fails(*sim, "--sessions", "8", "--sessions-list", "8,16") == (
+        "kvreplay: give --sessions N (one run) or --sessions-list N,M,... (a sweep), not both")
+    assert "drop --speedup / --rate" in fails(*sim, "--sessions", "8", "--speedup", "2")
