@@ -365,10 +365,15 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         for end in ("low", "high"):
             other = band[end]
             # the band's run as a report (its requests' times; kvreplay plan judges SLOs on it)
+            fields = {}
+            if closed_run:  # its own arrivals, so its own warm-up and steady span (as plan's run at that end)
+                sent = other.arrival_s - float(getattr(tm, "frontend_s", 0.0))
+                own = resolve_warmup(warmup, trace, sent, block_size)
+                fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
+                              judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
             band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
                                         finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
-                                        band=None, arrival_s=report.arrival_s if not closed_run else
-                                        other.arrival_s - float(getattr(tm, "frontend_s", 0.0)))
+                                        band=None, **fields)
             band[end] = band["runs"][end].latencies()
         band["warnings"] = _calibration_warnings(tm, trace, report)
         report.band = band
