@@ -161,15 +161,15 @@ def test_formats_come_from_the_reader_registry(monkeypatch, tmp_path, capsys):
     from kvreplay.trace import FORMATS, formats
     from kvreplay.trace.model import Reader, Trace
 
-    assert FORMATS == ("mooncake", "bailian", "claude-code") == formats.FORMATS
+    assert FORMATS == ("mooncake", "bailian", "claude-code", "agentic-mooncake") == formats.FORMATS
     discovered = formats.discovered()
-    assert list(discovered) == ["claude-code", "bailian", "mooncake"]  # asked in rank order, catch-all last
+    assert list(discovered) == ["agentic-mooncake", "claude-code", "bailian", "mooncake"]  # rank order, catch-all last
     assert formats.readers() == discovered and formats.CATCH_ALL == "mooncake"
     assert {name: reader.read.__module__ for name, reader in discovered.items()} == {
         name: f"kvreplay.trace.{module}" for name, module in formats.MODULES.items()}
     with pytest.raises(SystemExit):
         main(["run", str(MOONCAKE), "--format", "nope"])
-    assert "invalid choice: 'nope' (choose from 'auto', 'mooncake', 'bailian', 'claude-code')" in capsys.readouterr().err
+    assert "invalid choice: 'nope' (choose from 'auto', 'mooncake', 'bailian', 'claude-code', 'agentic-mooncake')" in capsys.readouterr().err
 
     def read_toy(path, *, on_invalid, keep_ids):
         return Trace.from_requests([([1, 2], 8), ([1, 2], 8)], block_size=4, source=path)

@@ -311,7 +311,7 @@ def add_trace_options(p: argparse.ArgumentParser, refused: tuple = ()) -> None:
                    help="start times of merged Claude Code sessions: fixed spacing (default), poisson (seeded), zero (all at 0)")
     p.add_argument("--session-spacing", type=duration, default=60.0, metavar="DURATION",
                    help="gap between session starts (fixed) or mean gap (poisson), e.g. 60s or 2m; default 60s")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of --session-arrivals poisson (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of --session-arrivals poisson and of the run's draws: Poisson --rate(s), --sessions, --think-time (default 0)")
     p.add_argument("--subagent-sessions", action="store_true", help="Claude Code: each subagent stream is its own session")
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
     p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip and count them")

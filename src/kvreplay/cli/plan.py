@@ -6,6 +6,7 @@ import sys
 
 from ..errors import ConfigError
 from . import common
+from .sessions import add_closed_options, closed_of
 from .warmup import add_warmup_options, warmup_of
 
 
@@ -34,12 +35,13 @@ def _parser_plan(sub) -> None:
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
     pl.add_argument("--routers", default="round-robin", help="comma-separated routers (default round-robin)")
     pl.add_argument("--policies", default="vllm", help="comma-separated cache policies (default vllm)")
-    pl.add_argument("--loads", default="1", metavar="X,Y,...",
+    pl.add_argument("--loads", default=None, metavar="X,Y,...",
                     help="loads to plan for, as multiples of the trace's arrival rate (default 1)")
     pl.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
                     help="reshape the arrivals over the span (as simulate --rate-profile)")
     pl.add_argument("--rates", default=None, metavar="R,S,...",
                     help="instead of --loads: Poisson arrivals at these requests per second")
+    add_closed_options(pl, "list")
     pl.add_argument("--price", action="append", default=[], metavar="NAME=USD",
                     help="override a price: GPU=USD/h (per GPU-hour) or dram=USD/GiB-month; repeat for several")
     pl.add_argument("--pricing", choices=("on-demand", "reserved"), default="on-demand",
@@ -90,8 +92,10 @@ def _cmd_plan(args) -> int:
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    if args.sessions is not None and (args.loads is not None or args.rates is not None):
+        raise ConfigError("--sessions is the load (concurrent sessions, a closed loop): drop --loads / --rates")
     try:
-        loads = number_list(args.loads)
+        loads = number_list(args.loads or "1")
         tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
         rates = number_list(args.rates) if args.rates else None
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
@@ -102,7 +106,9 @@ def _cmd_plan(args) -> int:
                          f"chooses an end of the calibrated roofline's band: --time-model {args.time_model} has no band")
     common.refuse_unless(args, "engine", False, "does not apply: plan's simulations run compiled only")
     random = [what for what, used in (("--rates (Poisson arrivals)", rates), ("--routers random",
-                                                                              "random" in split(args.routers))) if used]
+                                                                              "random" in split(args.routers)),
+                                      ("--sessions", args.sessions is not None),
+                                      ("--think-time", getattr(args, "think_time", None) is not None)) if used]
     trace = common.load(args, seed_used=" and ".join(random) or None)
     result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
                   routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
@@ -112,7 +118,7 @@ def _cmd_plan(args) -> int:
                   time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
                   rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
                   kv_semantics=args.kv_semantics, engine_style=args.engine_style,
-                  **({"seed": args.seed} if random else {}),
+                  sessions=args.sessions, **closed_of(args), **({"seed": args.seed} if random else {}),
                   jobs=args.jobs, executor=args.executor, ray_address=args.ray_address, progress=args.progress)
     emitted = None
     if args.emit:

@@ -9,6 +9,7 @@ from ..engine.misses import CAUSES
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
+from .sessions import add_closed_options, check_single, closed_of
 from .warmup import add_warmup_options, warmup_of
 
 
@@ -134,6 +135,7 @@ def _parser_simulate(sub) -> None:
                       help="load sweep: one simulation per speedup (table and --plot of TTFT and hit rate vs load)")
     load.add_argument("--rates", type=number_list, default=None, metavar="R,S,...",
                       help="load sweep over Poisson rates (requests/s)")
+    add_closed_options(sim, "one")
     sim.add_argument("--policies", default=None, metavar="P,Q,...",
                      help="load sweep: the policies to compare (default: --policy)")
     sim.add_argument("--capacities", type=common.capacities_or_sizes, default=None, metavar="C,D,...",
@@ -253,7 +255,7 @@ def _options(args, trace) -> dict:
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
                 mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
-                router_options=_router_options(args.router_option), **params)
+                router_options=_router_options(args.router_option), **closed_of(args), **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -267,8 +269,9 @@ def _cmd_simulate(args) -> int:
     trace = common.load(args, sessions_used="the session router" if "session" in routers else None,
                         seed_used=" and ".join(random) or None)
     options = _options(args, trace)
+    check_single(args)
     grid = args.instances_list or args.routers or args.tier_list
-    sweeping = args.speedups is not None or args.rates is not None or bool(grid)
+    sweeping = args.speedups is not None or args.rates is not None or args.sessions_list is not None or bool(grid)
     common.refuse_unless(args, "summary_only", not sweeping, "applies to one run's JSON report, not a sweep's rows")
     if not sweeping and (args.policies or args.capacities):
         raise ConfigError("--policies and --capacities compare runs in a load sweep: add --speedups or --rates "
@@ -277,7 +280,9 @@ def _cmd_simulate(args) -> int:
         raise ConfigError("--jobs, --executor and --ray-address run a sweep's runs: add --speedups, --rates, "
                           "--instances-list, --routers or --tier-list")
     if sweeping:
-        if args.speedups is None and args.rates is None:
+        if args.sessions is not None and args.sessions_list is None:
+            args.sessions_list = [args.sessions]
+        if args.speedups is None and args.rates is None and args.sessions_list is None:
             args.speedups = [args.speedup or 1.0] if args.rate is None else None
             args.rates = [args.rate] if args.rate is not None else None
         policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
@@ -301,17 +306,19 @@ def _cmd_simulate(args) -> int:
         tier_list = [options.pop("tiers")]
         if args.tier_list:
             tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
-        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
-                          capacities=capacities, instances=instances, routers=routers, tiers=tier_list,
-                          jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
+        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, sessions=args.sessions_list,
+                          policies=policies, capacities=capacities, instances=instances, routers=routers,
+                          tiers=tier_list, jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
                           progress=args.progress, **options)
         return _emit_sweep(args, trace, rows)
-    report = simulate(trace, speedup=args.speedup, rate=args.rate, progress=args.progress, **options)
+    report = simulate(trace, speedup=args.speedup, rate=args.rate, sessions=args.sessions, progress=args.progress,
+                      **options)
     checked = None
     if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
         from ..serving.fixcheck import check_fix
 
-        checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate), report, progress=args.progress)
+        checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate, sessions=args.sessions), report,
+                            progress=args.progress)
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
         name = args.output.lower()
@@ -319,7 +326,8 @@ def _cmd_simulate(args) -> int:
             files[args.output] = common.encode_json(report.to_dict(per_request=not args.summary_only))
         else:
             columns = report.request_columns()
-            kinds = {**REQUEST_KINDS, **{k: "int" for k in columns if k.startswith("miss_")}}
+            kinds = {**REQUEST_KINDS, **(CLOSED_KINDS if report.closed is not None else {}),
+                     **{k: "int" for k in columns if k.startswith("miss_")}}
             files[args.output] = _table_bytes(args.output, columns, kinds)
     if args.plot:
         from ..output import plot
@@ -348,7 +356,8 @@ def _served_headroom(args, trace, report):
     from ..analysis.headroom import headroom
     from ..engine.replay import replay
 
-    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady"):
+    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady") or \
+            report.closed is not None:  # (a closed loop serves its requests out of trace order, or copies them)
         return None
     sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,
                         **report.params)
@@ -368,6 +377,8 @@ def _served_headroom(args, trace, report):
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
                  "status": "str", "instance": "int", "judged": "bool"}
+#: a closed loop's extra columns (closed_stats: its session, its rank there, its think time)
+CLOSED_KINDS = {"session": "int", "turn": "int", "think_s": "float"}
 SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "kv_semantics": "str",
                "instances": "int",
                "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
@@ -378,6 +389,9 @@ SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_b
                "backlog_s": "float", "warmup_s": "float", "judged_requests": "int",
                "verdict_window_s": "float", "worst_queue_p90_s": "float", "worst_window_start_s": "float",
                "finished": "int", "rejected": "int", "error": "str",
+               # a closed loop's (empty for the open loop)
+               "session_time_p50_s": "float", "session_time_p90_s": "float", "turns_per_minute": "float",
+               "think_share": "float", "littles_law_holds": "bool",
                "hit_tokens": "int", "prompt_tokens": "int", **{f"miss_{c}_tokens": "int" for c in CAUSES},
                # the calibrated roofline's band (empty for other time models)
                **{f"{k}_{e}_s": "float" for k in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50") for e in ("low", "high")}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from .sessions import arrivals_text, closed_lines
 from .table import format_table
 
 
@@ -134,8 +135,11 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     cfg = report.config()
     arr = cfg["arrivals"]
     span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
-    load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
-            else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
+    if arr["kind"] in ("closed", "open_sessions"):
+        load = arrivals_text(arr)
+    else:
+        load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
+                else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
     if arr.get("rate_profile"):
         load += f", reshaped by the rate profile {arr['rate_profile']}"
     lines = [
@@ -228,6 +232,8 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     if band is not None:
         lines.append("(band: the same run with every step at the low / high end of the calibrated roofline's "
                      "measured/predicted step-time ratios, 5th-95th percentile; see the time line above)")
+    if s.get("closed") is not None:
+        lines += closed_lines(report, s)
     lines.append("")
     seq = s["sequential_hit_rate"]
     lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
@@ -347,11 +353,14 @@ def _checked_text(fix: dict, checked: dict, instances: int) -> str:
 def load_table(trace, rows: list[dict]) -> str:
     failed = [r for r in rows if r.get("error") is not None]
     rows = [r for r in rows if r.get("error") is None]
-    shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else f"{r['load']:g}/s"),
+    shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else
+                                f"{int(r['load']):,} sessions" if r["load_kind"] == "sessions" else f"{r['load']:g}/s"),
                   ttft50=seconds_text(r["ttft_p50_s"]) + (f" [{seconds_text(r['ttft_p50_low_s'])} - "
                                                           f"{seconds_text(r['ttft_p50_high_s'])}]"
                                                           if r.get("ttft_p50_low_s") is not None else ""),
-                  ttft90=seconds_text(r["ttft_p90_s"]),
+                  ttft90=seconds_text(r["ttft_p90_s"]) + (f" [{seconds_text(r['ttft_p90_low_s'])} - "
+                                                          f"{seconds_text(r['ttft_p90_high_s'])}]"
+                                                          if r.get("ttft_p90_low_s") is not None else ""),
                   ok=keeps_up_cell(r)) for r in rows]
     warm = any((r.get("warmup_s") or 0) > 0 for r in rows)
     head = (f"{trace_name(trace)}: TTFT and hit rate against load ("
@@ -383,7 +392,43 @@ def load_table(trace, rows: list[dict]) -> str:
     for r in failed:
         table += (f"\nfailed     load {r['load']:g}, {r['policy']}, {r['instances']} instance(s), router {r['router']}, "
                   f"tiers {r['tiers']}: {r['error']}")
+    for line in capacity_lines(rows):
+        table += "\n" + line
     return head + "\n" + table
+
+
+def capacity_lines(rows: list[dict]) -> list[str]:
+    """A sweep over concurrent sessions: per configuration, the most sessions whose TTFT p90 (at the
+    band's pessimistic end, where there is a band) stays within --slo-ttft."""
+    rows = [r for r in rows if r.get("load_kind") == "sessions"]
+    if not rows:
+        return []
+    slo = rows[0].get("slo_ttft_s")
+    if slo is None:
+        return ["capacity   give --slo-ttft MS to state each configuration's capacity in concurrent sessions"]
+    keys = ("policy", "capacity_blocks", "instances", "router", "tiers")
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    out = []
+    for config, rs in groups.items():
+        # the worst of the centre and the band's ends: in a closed loop the faster end sends sooner,
+        # so its TTFT need not be the lower
+        p90 = lambda r: max(x for x in (r["ttft_p90_s"], r.get("ttft_p90_low_s"), r.get("ttft_p90_high_s"))  # noqa: E731
+                            if x is not None) if r["ttft_p90_s"] is not None else None
+        ok = [r for r in rs if p90(r) is not None and p90(r) <= slo]
+        what = ", ".join(f"{k} {v}" for k, v in zip(keys, config) if v not in (None, "-", "none"))
+        if not ok:
+            out.append(f"capacity   {what}: TTFT p90 above {seconds_text(slo)} at every count tried "
+                       f"(from {int(min(r['load'] for r in rs)):,} sessions)")
+            continue
+        best = max(ok, key=lambda r: r["load"])
+        more = [int(r["load"]) for r in rs if r["load"] > best["load"]]
+        banded = best.get("ttft_p90_high_s") is not None
+        out.append(f"capacity   {what}: up to {int(best['load']):,} concurrent sessions at TTFT p90 <= "
+                   f"{seconds_text(slo)}" + (" (at the worst of the band's ends and its centre)" if banded else "")
+                   + f": {seconds_text(p90(best))} there" + (f"; above it at {min(more):,}" if more else ""))
+    return out
 
 
 def denominators(r: dict) -> str:

@@ -25,7 +25,8 @@ def check_fix(trace, options: dict, report, progress=None) -> dict | None:
     fix = (report.summary()["keeps_up"] or {}).get("fix")
     if not fix:
         return None
-    base = {k: v for k, v in options.items() if k not in ("speedup", "rate")}
+    loads = ("speedup", "rate", "sessions")
+    base = {k: v for k, v in options.items() if k not in loads}
     base["compare_sequential"] = False
     out = {}
     load = fix.get("load")
@@ -34,13 +35,13 @@ def check_fix(trace, options: dict, report, progress=None) -> dict | None:
     total = (load is not None) + by_instances
     tell(progress, 0, total, STAGE)
     if load is not None:
-        key = "speedup" if load["flag"] == "--speedup" else "rate"
+        key = {"--speedup": "speedup", "--rate": "rate", "--sessions": "sessions"}[load["flag"]]
         r = simulate(trace, **base, **{key: load["value"]})
         out["load"] = {**load, **_outcome(r)}
         tell(progress, 1, total, STAGE)
     if by_instances:
         r = simulate(trace, **dict(base, instances=fix["instances"]),
-                     **{k: options[k] for k in ("speedup", "rate") if options.get(k) is not None})
+                     **{k: options[k] for k in loads if options.get(k) is not None})
         out["instances"] = {"value": fix["instances"], **_outcome(r)}
         tell(progress, total, total, STAGE)
     return out

@@ -56,8 +56,8 @@ class Floors:
 def band_factor(tm, kinds: tuple) -> float:
     """The smallest of a band end's step factors over `kinds` ("prefill", "decode", "mixed"): 1 for
     a time model without a band."""
-    scale = getattr(tm, "scale", None)
-    return min(float(scale[k]) for k in kinds) if scale else 1.0
+    scale = getattr(tm, "scale", None)  # (a band end's factors per step kind; a profile's scale is no band)
+    return min(float(scale[k]) for k in kinds) if isinstance(scale, dict) and scale else 1.0
 
 
 def request_floors(trace, arrival_s: np.ndarray, tm, centre, *, block_size: int, chunk: int | None,

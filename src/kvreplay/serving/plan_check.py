@@ -30,6 +30,7 @@ def serve_plan(trace, plan: dict, progress=None) -> list[dict]:
     judged at and at the centre, with whether it agrees with the plan's. progress: a
     kvreplay.progress callback, told ``(done, total, "plan's loads served again")``."""
     from ..progress import tell
+    from .plan import load_arguments
     from .simulate import simulate
 
     if "model" not in plan:
@@ -47,7 +48,7 @@ def serve_plan(trace, plan: dict, progress=None) -> list[dict]:
             tell(progress, len(out), len(plan["loads"]), stage)
             continue
         kw = deployment_of(plan, best)
-        load = {"speedup": block["load"]} if block["load_kind"] == "speedup" else {"rate": block["load"]}
+        load = {k: v for k, v in load_arguments((block["load_kind"], block["load"])).items() if v is not None}
         r = simulate(trace, **kw, **load)
         runs = (r.band or {}).get("runs") or {}
         judged_run = runs.get("high", r) if plan["judged_at"] == "pessimistic" else r

@@ -332,7 +332,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
              kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
-             host: HostTerms = NO_HOST) -> RawRun:
+             host: HostTerms = NO_HOST, closed: dict | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -342,7 +342,11 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
     UnifiedRadixCache (serving/kernel/sglang_hybrid.c; the SGLang style and policy radix only),
     `capacity` pages of its full-attention pool. host: what the host CPU adds per step and per token,
-    and async scheduling (timing/host.py; its arrival delay is already in `arrival_s`)."""
+    and async scheduling (timing/host.py; its arrival delay is already in `arrival_s`, or in
+    `closed`'s). closed: closed-loop arrivals (closed.py ClosedLoop.kernel_arrays, trace order:
+    arrival holds the roots' times and `arrival_s` is not read); the RawRun's arrival_s are then the
+    times requests arrived, and an `assigned` of -1 sends a request to the next instance in turn as
+    it arrives (round-robin)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -351,7 +355,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     params = spec.resolve(params or {})
     n, N = len(trace), instances
     routed = prefill_instances if prefill_instances else N
-    order = np.argsort(arrival_s, kind="stable")
+    if closed is not None:
+        arrival_s = closed["arrival"]
+    # (the kernel reads the open loop's arrivals in index order; the closed loop's releases are timed by it)
+    order = np.argsort(arrival_s, kind="stable") if closed is None else np.arange(n)
     mode = kernel.mode(spec, scheduler.style)
     radix = np.zeros(0, dtype=np.int64)
     if kv_groups and kv_engine == "sglang":
@@ -386,6 +393,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "TRACE_IDS": max(1, ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(route_bits),
         "TRT_POLICY": ("guaranteed_no_evict", "max_utilization").index(scheduler.capacity_scheduler_policy),
         **host_slots["cfg"],
+        "CLOSED": int(closed is not None),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -411,8 +419,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "handles": np.zeros(ext.num_accesses + n + 1, dtype=np.int64), "end_s": np.zeros(1),
         "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
         "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
+        **_closed_arrays(closed, n), "arrived_s": np.zeros(n),
     }
-    spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
+    live = bool((assigned_sorted < 0).any())  # (routed as they arrive: no exact id spaces before the run)
+    spaces = (id_spaces(ext, assigned_sorted if router is None and not live else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
     use_map = local_ids and N > 1
     if use_map and router is not None:  # (past 4 x the capacity a state can grow in the run: Growth)
@@ -421,11 +431,11 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     # each (a state-aware router's share is unknown before the run: twice an even share)
     lengths = np.diff(ext.offsets)
     dec = lengths - P
-    share = 1.0 if router is None or N == 1 else min(1.0, 2.0 / N)
+    share = 1.0 if (router is None and not live) or N == 1 else min(1.0, 2.0 / N)
     calls = np.empty(N, dtype=np.int64)
     positions = np.empty(N, dtype=np.int64)
     for k in range(N):
-        mine = assigned_sorted == k if router is None else slice(None)
+        mine = assigned_sorted == k if router is None and not live else slice(None)
         calls[k] = int(2 * share * (len(lengths[mine]) + dec[mine].sum())) + 8
         positions[k] = int(2 * share * lengths[mine].sum()) + 8
     log_size = capacity + int(lengths.max(initial=0)) + 1
@@ -451,6 +461,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                         "radix_counters"):
                 io[key].fill(0)
             io["decode_instance"].fill(-1)
+            io["arrived_s"].fill(0)
         counters = io["counters"].reshape(N, len(names))
         if spec.name in SIZED_PER_CALL:
             counters[:, C["max_pin_calls"]], counters[:, C["max_positions"]] = calls, positions
@@ -502,7 +513,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     merged = {key: (max if key in PEAKS else sum)(c[key] for c in per_instance) for key in names}
     meta = io["series_meta"]
     return RawRun(
-        arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=back(io["scheduled_s"]),
+        arrival_s=np.asarray(arrival_s, dtype=np.float64) if closed is None else back(io["arrived_s"]), scheduled_s=back(io["scheduled_s"]),
         first_token_s=back(io["first_token_s"]), finish_s=back(io["finish_s"]), hit_tokens=back(io["hit_tokens"]),
         hit_blocks=back(io["hit_blocks"]), preemptions=back(io["preemptions"]),
         computed_tokens=back(io["computed_total"]), status=back(io["status"]), counters=merged,
@@ -512,6 +523,21 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         tier_totals=[] if pools is None else [pools.totals(t) for t in range(T)],
         id_spaces=spaces.tolist(), runs=runs,
     )
+
+
+def _closed_arrays(closed: dict | None, n: int) -> dict:
+    """The kernel's closed-loop fields (release.c), in its order (the trace's: closed runs are not
+    reordered), and the CLOSED setting; empty arrays for the open loop."""
+    dtypes = {"waits": np.int64, "next_offsets": np.int64, "next_ids": np.int64, "next_delay_s": np.float64,
+              "next_on_send": np.int8, "session": np.int64, "lane_queue": np.int64}
+    if closed is None:
+        return {k: np.zeros(0, dtype=d) for k, d in dtypes.items()}
+    out = {k: np.ascontiguousarray(closed[k], dtype=d) for k, d in dtypes.items()}
+    m = out["next_ids"].shape[0]
+    if out["waits"].shape != (n,) or out["next_offsets"].shape != (n + 1,) or out["session"].shape not in ((0,), (n,)) \
+            or out["next_delay_s"].shape != (m,) or out["next_on_send"].shape != (m,):
+        raise ConfigError("closed-loop arrays must have one entry per request (or link)")
+    return out
 
 
 #: hybrid.h's pool counters, per instance

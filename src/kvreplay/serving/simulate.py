@@ -8,7 +8,7 @@ time) are in docs/serving.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,8 +17,8 @@ from ..errors import ConfigError
 from ..policies.registry import get_policy
 from ..progress import labelled, tell
 from ..units import ms_arg
-from ..trace.model import Trace
-from . import limits, routing
+from ..trace.model import Trace, ragged_take
+from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
@@ -177,8 +177,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, host=None, progress=None,
-             **params):
+             language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
+             think_time=None, sessions: int | None = None, host=None, progress=None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -235,6 +235,13 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         trace's 90% reuse lookback), a fraction of the arrival span in [0, 1), a duration ("10m"),
         or None / 0 (default: every request is judged, from an empty cache). The summary's figures
         count the requests after it; its window says how it was chosen.
+    arrivals: "open" (each request at its timestamp) or "closed" (a request is sent when what it
+        waits for has ended, plus its think time: closed.py); None: the trace format's default
+        (closed for Claude Code, whose files record think times; open otherwise). think_time:
+        "trace" (default) or a distribution such as "exp:5s" (think.py). sessions: N concurrent
+        sessions drawn from the trace's, each lane starting its next session when one ends
+        (lanes.py; a closed loop). The report's `closed` then has per-session and per-turn
+        figures and Little's law (closed_stats.py).
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
@@ -257,6 +264,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         raise ConfigError(f"policy (--policy) must be a policy's name (or None for the engine's), got {policy!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 63:
         raise ConfigError(f"seed (--seed) must be a whole number from 0 to 2^63 - 1, got {seed!r}")
+    closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup, rate=rate)
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
     if spec.name in NOT_SERVED:
@@ -304,11 +312,27 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
                           f"{sizes.weights_dtype!r}: give the same weights dtype to both")
-    arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+    loop = closed.build(trace, arrivals, sessions=sessions, think_time=think_time, seed=seed, speedup=speedup,
+                        rate=rate, block_size=block_size, time_model=tm, chunk=prefill_chunk(scheduler))
     from .warmup import judged_mask
     from .warmup import resolve as resolve_warmup
 
-    warm = resolve_warmup(warmup, trace, arrival_s, block_size)
+    closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
+    if loop is None:
+        arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
+    else:
+        if rate_profile is not None:
+            raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
+                              "follow its sessions")
+        trace = replace(loop.trace, session=loop.session)
+        limits.check_requests(trace, block_size, output_kv)
+        if spec.capacity == "ignored":  # (the lanes' copies hold more blocks)
+            capacity = max(capacity, trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum()) + 2)
+        arrival_s, profile_name, warm = np.nan_to_num(loop.start_s), None, None  # (arrivals come from the run)
+        if not closed_run:
+            arrival_s = loop.open_arrival_s
+            warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
@@ -320,47 +344,64 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     fixed = routed == 1 or router in routing.FIXED
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
         if fixed else None
+    if closed_run and fixed and routed > 1 and router == "round-robin":
+        assigned = np.full(len(trace), -1, dtype=np.int64)  # (round-robin in the order requests arrive: the kernel's)
     routing.parameters(router, router_options)  # checked before the run
     # what the host CPU adds (timing/host.py): each request reaches the engine core after the API
     # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
     host_terms = host_resolve(host, tm)
-    engine_arrival_s = arrival_s + host_terms.arrival_delay(np.asarray(trace.input_length))
+    prompts = np.asarray(trace.input_length)
+    delay_s = host_terms.arrival_delay(prompts)
+    engine_arrival_s = arrival_s + delay_s
     run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=engine_arrival_s,
                output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
                max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
-               host=host_terms)
+               host=host_terms, closed=loop.kernel_arrays(delay_s) if closed_run else None)
     banded = band_runs and hasattr(tm, "at_band")  # the calibrated roofline: the run at both ends of its band too
     compared = compare_sequential and not any(t.shared for t in tier_list)
     runs = 1 + 2 * banded + compared
     tell(progress, 0, runs, "runs")
     raw = run_once(trace, time_model=tm, **run)
     tell(progress, 1, runs, "runs")
+    if closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
+        arrival_s = raw.arrival_s - delay_s
+        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     band = None
     if banded:  # (the host's terms at the same end of their own band)
         band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")},
                 "host": {end: host_band(host_terms, end).describe() for end in ("low", "high")}}
         for k, end in enumerate(("low", "high")):
             host_end = host_band(host_terms, end)
+            end_delay_s = host_end.arrival_delay(prompts)
             band[end] = run_once(trace, time_model=tm.at_band(end), **{
-                **run, "host": host_end, "arrival_s": arrival_s + host_end.arrival_delay(np.asarray(trace.input_length))})
+                **run, "host": host_end, "arrival_s": arrival_s + end_delay_s,
+                "closed": loop.kernel_arrays(end_delay_s) if closed_run else None})
+            band[end + "_delay_s"] = end_delay_s
             tell(progress, 2 + k, runs, "runs")
-    sequential, sequential_evictions, parts = None, None, None
+    sequential, sequential_evictions, parts, order = None, None, None, None
     if compared:
         # (a store shared by instances has no sequential counterpart per instance)
         chunk = scheduler.max_num_batched_tokens
         if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
             chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
         hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
-        sequential, sequential_evictions, parts = _sequential(trace, spec, params, capacity, block_size, tier_list,
-                                                              tier_copies, raw.instance, instances, disagg,
-                                                              raw.status == FINISHED, hybrid,
-                                                              judged_mask(arrival_s, warm.seconds))
+        by = np.argsort(arrival_s, kind="stable")  # (one at a time, in the order they arrived)
+        order = None if np.array_equal(by, np.arange(len(trace))) else by
+        sequential, sequential_evictions, parts = _sequential(trace if order is None else trace.take(by), spec,
+                                                              params, capacity, block_size, tier_list, tier_copies,
+                                                              raw.instance[by], instances, disagg,
+                                                              (raw.status == FINISHED)[by], hybrid,
+                                                              judged_mask(arrival_s, warm.seconds)[by])
         tell(progress, runs, runs, "runs")
-    arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
-                    else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
+    if loop is not None:
+        arrival_info = closed_stats.arrival_info(loop)
+    elif rate is not None:
+        arrival_info = {"kind": "poisson", "rate_per_s": rate, "seed": seed}
+    else:
+        arrival_info = {"kind": "trace", "speedup": 1.0 if speedup is None else speedup}
     if profile_name is not None:
         arrival_info["rate_profile"] = profile_name
     report = SimReport(
@@ -383,18 +424,26 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
         max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=semantics.note,
         warmup=None if warm.cold and warmup is None else warm.to_dict(),
+        closed=None if loop is None else closed_stats.per_request(loop),
+        judged_until_s=None if loop is None else closed_stats.steady_until(closed_stats.per_request(loop), arrival_s,
+                                                                            raw.finish_s),
     )
-    report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
+    report.misses = _served_misses(trace, report, raw, parts, block_size, instances, order)
     if band is not None:
-        from dataclasses import replace
-
         band["runs"] = {}
         for end in ("low", "high"):
             other = band[end]
+            band.pop(end + "_delay_s")
             # the band's run as a report (its requests' times; kvreplay plan judges SLOs on it)
+            fields = {}
+            if closed_run:  # its own arrivals, so its own warm-up and steady span (as plan's run at that end)
+                sent = other.arrival_s - band[end + "_delay_s"]
+                own = resolve_warmup(warmup, trace, sent, block_size)
+                fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
+                              judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
             band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
                                         finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
-                                        band=None)
+                                        band=None, **fields)
             band[end] = band["runs"][end].latencies()
         band["warnings"] = _calibration_warnings(tm, trace, report)
         report.band = band
@@ -430,6 +479,13 @@ def _check_trtllm(**given) -> None:
     for name, flag, bad, why in checks:
         if bad:
             raise ConfigError(f"{name} ({flag}) with engine_style='trtllm': {why}")
+
+
+def prefill_chunk(scheduler: Scheduler) -> int | None:
+    """Tokens one prefill step takes of a prompt alone (None: the whole prompt at once)."""
+    if scheduler.style == "sglang":
+        return scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
+    return scheduler.max_num_batched_tokens if scheduler.chunked_prefill else None
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:
@@ -622,16 +678,29 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions)), parts
 
 
-def _served_misses(trace, report, raw, parts, block_size, instances) -> dict | None:
+def _served_misses(trace, report, raw, parts, block_size, instances, order=None) -> dict | None:
     """The served miss account (serving/misses.py) over the finished judged requests (`counted`): {"account" (a
     MissAccount), "tokens", "not_measured", "concurrency"}; None when the sequential replays have
-    no account (tiers, hybrid semantics) or were not run."""
+    no account (tiers, hybrid semantics) or were not run. `order`: the requests in the order they
+    arrived when it is not the trace's (a closed loop: the sequential replays ran in it), else None."""
     if not parts or any(seq.misses is None for _, seq in parts):
         return None
     from .misses import served_account
 
-    account, split = served_account(trace, block_size, parts, raw.hit_blocks, report.counted, raw.scheduled_s,
-                                    raw.first_token_s, raw.instance if instances > 1 else None)
+    by = np.arange(len(trace)) if order is None else order
+    ordered = trace if order is None else trace.take(by)
+    account, split = served_account(ordered, block_size, parts, raw.hit_blocks[by], report.counted[by],
+                                    raw.scheduled_s[by], raw.first_token_s[by],
+                                    raw.instance[by] if instances > 1 else None)
+    if order is not None:  # back to trace order: its requests' rows and their accesses
+        back = np.empty_like(by)
+        back[by] = np.arange(by.size)
+        _, index = ragged_take(ordered.offsets, back)
+        tokens = np.empty_like(account.tokens)
+        tokens[by] = account.tokens
+        gone = account.gone[index]
+        account = replace(account, tokens=tokens, cause=account.cause[index],
+                          gone=np.where(gone >= 0, by[np.maximum(gone, 0)], -1))
     not_measured = dict(parts[0][1].misses.not_measured)
     not_measured.pop("concurrency", None)
     account.not_measured = not_measured
@@ -660,11 +729,12 @@ def _check_tokens(report, raw) -> None:
         raise InvariantError("the steps' tokens do not add up to the requests' tokens")
 
 
-def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=None, instances=None, routers=None,
-               tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None, progress=None,
-               **options) -> list[dict]:
+def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None, capacities=None, instances=None,
+               routers=None, tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None,
+               progress=None, **options) -> list[dict]:
     """simulate() over the grid policies x capacities x instances x routers x tiers x loads (trace
-    timestamps / speedup, or Poisson rates): one tidy row per run (sweep_row). The runs go to
+    timestamps / speedup, Poisson rates, or numbers of concurrent sessions: a closed loop): one tidy
+    row per run (sweep_row). The runs go to
     `executor` ("local": a pool of `jobs` processes, "threads", or "ray"; analysis/executors.py):
     the rows, in grid order, are the same wherever they ran. `options` go to simulate(). progress:
     a kvreplay.progress callback, told ``(done, total, "simulations")``."""
@@ -672,10 +742,15 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
 
     from ..analysis.executors import Task, run
 
-    if (speedups is None) == (rates is None):
-        raise ConfigError("give the loads as speedups or as rates (one of the two)")
+    if sum(x is not None for x in (speedups, rates, sessions)) != 1:
+        raise ConfigError("give the loads as speedups, rates or concurrent sessions (one of them)")
     trace = as_trace(trace)
-    loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
+    if sessions is not None:
+        from .lanes import check_sessions
+
+        loads = [("sessions", float(check_sessions(n))) for n in sessions]
+    else:
+        loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
     policies = policies or [options.pop("policy", None)]
     capacities = capacities or [options.pop("capacity", None)]
     instances = instances or [options.pop("instances", 1)]
@@ -695,15 +770,19 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
                         # one instance's sequential replay does not depend on the load: once per
                         # group; a cluster's does (it replays each instance's share, and the router's
-                        # split depends on the arrivals), so every cluster row runs its own
-                        compare_sequential=(k == 0 or n > 1) and options.get("compare_sequential", True))
+                        # split depends on the arrivals), so every cluster row runs its own; so do
+                        # concurrent sessions (each count draws its own sessions)
+                        compare_sequential=(k == 0 or n > 1 or kind == "sessions")
+                        and options.get("compare_sequential", True))
+            if kind == "sessions":
+                opts["sessions"] = int(value)
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
     limits.check_sweep_size(len(tasks))
     rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
                                   progress=labelled(progress, "simulations"))]
     for g in range(0, len(rows), len(loads)):
         for row in rows[g:g + len(loads)]:
-            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None:
+            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and sessions is None:
                 row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
     if forced is not None:  # every run full because of the grid: say why
         for row in rows:
@@ -719,13 +798,13 @@ def sweep_row(trace, options: dict) -> dict:
     (ConfigError) still stops the sweep, with nothing written."""
     from ..errors import InvariantError
 
-    kind = "speedup" if options.get("rate") is None else "rate"
+    kind = "sessions" if options.get("sessions") is not None else "speedup" if options.get("rate") is None else "rate"
     try:
         r = simulate(trace, **options)
         s = r.summary()
     except InvariantError as e:
         internal = True
-        return {"load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+        return {"load_kind": kind, "load": _load_value(kind, options),
                 "policy": options.get("policy") or "-", "capacity_blocks": options.get("capacity"),
                 "instances": options.get("instances", 1), "router": options.get("router") or "-",
                 "tiers": options.get("tiers") or "none", "stable": None,
@@ -733,7 +812,7 @@ def sweep_row(trace, options: dict) -> dict:
     ttft = s["latency_s"]["ttft"]
     tiers = r.tiers["tiers"] if r.tiers is not None else None
     return {
-        "load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+        "load_kind": kind, "load": _load_value(kind, options),
         "policy": r.policy, "capacity_blocks": r.capacity_blocks, "instances": r.instances,
         "kv_semantics": (r.kv_semantics or {}).get("semantics"),
         "kv_semantics_text": (r.kv_semantics or {}).get("text"),
@@ -751,7 +830,7 @@ def sweep_row(trace, options: dict) -> dict:
         **_verdict_columns(s["keeps_up"]), "finished": s["finished"], "rejected": s["rejected"],
         "refused_context": s["refused_context"], "requests": s["requests"], "warmup_s": r.warmup_s,
         "judged_requests": s["requests"], "window_text": s["window"]["text"], "whole_run": s["whole_run"],
-        **_band_columns(s.get("latency_band_s")), "error": None,
+        **_band_columns(s.get("latency_band_s")), **_closed_columns(s.get("closed")), "error": None,
         "hit_tokens": s["hit_tokens"], "prompt_tokens": s["prompt_tokens"], **_miss_columns(s.get("misses")),
     }
 
@@ -764,6 +843,24 @@ def _miss_columns(misses) -> dict:
     if misses is None:
         return {f"miss_{c}_tokens": None for c in CAUSES}
     return {f"miss_{c}_tokens": None if c in misses["not_measured"] else misses["tokens"][c] for c in CAUSES}
+
+
+
+def _closed_columns(c: dict | None) -> dict:
+    """A sweep row's closed-loop columns (None for the open loop)."""
+    if c is None:
+        return {"session_time_p50_s": None, "session_time_p90_s": None, "turns_per_minute": None,
+                "think_share": None, "littles_law_holds": None}
+    law = c.get("littles_law") or {}
+    return {"session_time_p50_s": c["session_time_s"]["p50"], "session_time_p90_s": c["session_time_s"]["p90"],
+            "turns_per_minute": c["turns_per_minute"], "think_share": c["think_share"],
+            "littles_law_holds": law.get("holds")}
+
+
+def _load_value(kind: str, options: dict) -> float:
+    if kind == "sessions":
+        return float(options["sessions"])
+    return float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0))
 
 
 def _verdict_columns(v: dict) -> dict:

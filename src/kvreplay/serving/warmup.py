@@ -120,11 +120,15 @@ def resolve(value, trace, arrival_s: np.ndarray, block_size: int | None = None) 
     return Warmup(seconds, spec, f"the first {_seconds(seconds)} of arrivals ({why})")
 
 
-def judged_mask(arrival_s: np.ndarray, seconds: float) -> np.ndarray:
-    """The requests a run judges: those arriving `seconds` or more after the first arrival."""
-    if not arrival_s.size or seconds <= 0:
-        return np.ones(arrival_s.size, dtype=bool)
-    return arrival_s >= float(arrival_s.min()) + seconds
+def judged_mask(arrival_s: np.ndarray, seconds: float, until_s: float | None = None) -> np.ndarray:
+    """The requests a run judges: those arriving `seconds` or more after the first arrival (and,
+    for a closed loop of N concurrent sessions, before `until_s`: its steady state's end)."""
+    mask = np.ones(arrival_s.size, dtype=bool)
+    if arrival_s.size and seconds > 0:
+        mask = arrival_s >= float(arrival_s.min()) + seconds
+    if until_s is not None:
+        mask &= arrival_s < until_s
+    return mask
 
 
 def reuse_lookback_s(trace, arrival_s: np.ndarray, quantile: float = LOOKBACK_QUANTILE,

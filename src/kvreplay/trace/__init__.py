@@ -21,7 +21,8 @@ def load_trace(path, *, format: str = "auto", on_invalid: str = "error", sort_by
         into one trace ordered by time, each file with its own block ids (see trace.ops.merge).
     format: "auto" (sniffed per file from its first record), "mooncake" (JSONL with
         input_length, hash_ids, timestamp, output_length), "bailian" (Alibaba Qwen JSONL, 16-token
-        blocks, sessions from parent_chat_id) or "claude-code" (one session per JSON file).
+        blocks, sessions from parent_chat_id), "claude-code" (one session per JSON file) or
+        "agentic-mooncake" (AISimulate's and Dynamo's agentic rows: plays, dependencies).
     session_arrivals, session_spacing, seed: start offsets of Claude Code sessions when several
         are merged: "fixed" (every `session_spacing` seconds, default 60; or a string with its
         unit, "90s"), "poisson" (exponential gaps of mean `session_spacing`, seeded) or "zero".

@@ -91,6 +91,9 @@ class Trace:
             request belongs to, numbered 0..S-1 by the readers; None when the source has none.
         retention: per-request KV retention priorities (trace/retention.py: TensorRT-LLM's
             token-range priorities), or None when the source gives none.
+        dependencies: what each request waits for before it is sent, and its think time
+            (trace/dependencies.py: a session's previous turn, an agent's subagents), or None
+            when the source records none.
     """
 
     offsets: np.ndarray
@@ -106,6 +109,7 @@ class Trace:
     invalid_records: dict | None = field(default=None)
     session: np.ndarray | None = None
     retention: object | None = None  # trace.retention.Retention
+    dependencies: object | None = None  # trace.dependencies.Dependencies
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -138,6 +142,8 @@ class Trace:
                 raise ConfigError("session ids must be non-negative")
         if self.retention is not None and self.retention.num_requests != n:
             raise ConfigError("retention ranges must be given for every request (an empty list for none)")
+        if self.dependencies is not None and self.dependencies.num_requests != n:
+            raise ConfigError("dependencies must be given for every request (none for a request that waits for nothing)")
 
     @classmethod
     def from_requests(cls, requests, *, block_size: int | None = None, source: str = "<memory>") -> "Trace":
@@ -223,7 +229,8 @@ class Trace:
         """Bytes held by the flat arrays."""
         arrays = (self.offsets, self.blocks, self.input_length, self.output_length, self.timestamp)
         return sum(a.nbytes for a in arrays) + (0 if self.session is None else self.session.nbytes) + \
-            (0 if self.retention is None else self.retention.nbytes())
+            (0 if self.retention is None else self.retention.nbytes()) + \
+            (0 if self.dependencies is None else self.dependencies.nbytes())
 
     def sorted_by_time(self) -> "Trace":
         """The same requests reordered stably by timestamp (ties keep file order)."""
@@ -241,6 +248,7 @@ class Trace:
             output_length=self.output_length[order], timestamp=self.timestamp[order],
             session=None if self.session is None else self.session[order],
             retention=None if self.retention is None else self.retention.take(order),
+            dependencies=None if self.dependencies is None else self.dependencies.take(order),
         )
 
     def summary(self) -> dict:
@@ -259,6 +267,8 @@ class Trace:
         if self.retention is not None:
             with_ranges = np.diff(self.retention.offsets) > 0
             out["requests_with_priorities"] = int(with_ranges.sum())
+        if self.dependencies is not None:
+            out["requests_waiting"] = int((~self.dependencies.roots()).sum())
         return out
 
 

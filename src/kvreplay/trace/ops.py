@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..progress import tell
 from ..units import seconds_arg
+from .dependencies import Dependencies
 from .retention import Retention
 from .model import Trace
 
@@ -104,6 +105,7 @@ def merge(traces: Sequence[Trace], namespace: bool = True, offsets_ms: Sequence[
         format=formats.pop() if len(formats) == 1 else "merged", original_ids=original,
         invalid_records=invalid, session=np.concatenate(sessions),
         retention=Retention.concat([t.retention for t in traces], [len(t) for t in traces]),
+        dependencies=Dependencies.concat([t.dependencies for t in traces], [len(t) for t in traces]),
     )
     order = np.argsort(merged.timestamp, kind="stable")
     return merged if np.array_equal(order, np.arange(order.size)) else merged.take(order)

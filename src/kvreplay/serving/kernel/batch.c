@@ -97,7 +97,7 @@ static void leave(Sim *s, i64 j, i64 i, f64 out) {
     if (s->generated[i] >= s->outputs[i]) {
         io->status[i] = FINISHED;
         io->finish_s[i] = s->now + out;
-        s->done += 1;
+        release_ended_at(s, i, s->now + out);  /* (the client has the last token then) */
     } else {
         io->status[i] = WAITING_ARRIVAL;
         s->target[i] = s->computed[i] + 1;

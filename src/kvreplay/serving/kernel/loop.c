@@ -2,7 +2,8 @@
  *
  * - the end of an instance's step (batch.c: tokens out, finishes, handovers);
  * - an arrival: the router picks an instance, the request joins its queue (or is rejected when it
- *   could never fit), an idle instance wakes;
+ *   could never fit), an idle instance wakes. Open loop: the trace's arrivals in order; closed loop:
+ *   the requests release.c has released (their predecessors ended), by time;
  * - a request's KV arriving at a decode instance after its transfer (disaggregation);
  * - an instance scheduling its next step (vllm.c or sglang.c, then batch.c prices it);
  * - a snapshot of what instances report, every ROUTER_LAG_S seconds, for a lagged router.
@@ -117,7 +118,7 @@ static int join(Sim *s, i64 j, i64 i, int never) {
     if (never) {
         s->io->status[i] = REJECTED;
         q->counters[rejected] += 1;
-        s->done += 1;
+        release_ended(s, i);
         return 0;
     }
     if (!req_route_ids(s, j, i)) return 0;
@@ -131,17 +132,21 @@ static int join(Sim *s, i64 j, i64 i, int never) {
 static void arrival(Sim *s, i64 i) {
     SimIO *io = s->io;
     i64 j;
+    io->arrived_s[i] = s->now;
+    s->arrived += 1;
+    release_sent(s, i);
     if (io->cfg[MAX_MODEL_LEN] > 0 && io->L[i] + s->outputs[i] > io->cfg[MAX_MODEL_LEN]) {
         /* past the model's context: refused before any instance sees it, as vLLM's frontend
          * refuses prompt + max_tokens > max_model_len (counted on instance 0's row) */
         io->status[i] = REFUSED;
         io->instance[i] = -1;
         s->inst[0].counters[refused_context] += 1;
-        s->done += 1;
+        release_ended(s, i);
         return;
     }
     if (s->router == NULL) {
         j = io->assigned[i];
+        if (j < 0) j = s->turn++ % s->n_prefill; /* round-robin in the order requests arrive (closed loop) */
     } else {
         const f64 *view = s->view;
         if (io->fcfg[ROUTER_LAG_S] > 0) {
@@ -212,7 +217,7 @@ static void unhide(Sim *s, Inst *q, i64 first, i64 k, i64 last) {
 }
 
 /* Instance j schedules a step: 0 when the run must stop (a state out of room, or a stall). */
-static int schedule(Sim *s, i64 j, i64 next_arrival) {
+static int schedule(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     i64 *c = q->counters;
     if (q->nrun == 0 && q->qlen == 0) {
@@ -248,7 +253,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
         return 1;
     }
     q->end_t = INFINITY;
-    if (next_arrival < s->n || s->heap_n > 0) return 1;  /* it waits for a request routed to it */
+    if (s->arrived < s->n || s->heap_n > 0) return 1;  /* it waits for a request routed to it */
     /* nothing runs, nothing will arrive, and the waiting requests do not fit an empty instance
      * (the arrival rule catches all but SGLang's retracted requests whose outputs outgrow its
      * reservation clip): they are rejected and counted */
@@ -257,7 +262,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
         s->io->status[i] = REJECTED;
         c[rejected] += 1;
         c[never_admitted] += 1;
-        s->done += 1;
+        release_ended(s, i);
         q->view[V_REQUESTS] -= 1;
     }
     if (q->nrun == 0) return 1;
@@ -281,7 +286,7 @@ static void run(Sim *s) {
                 te = s->inst[q].end_t;
                 j = q;
             }
-        f64 ta_trace = next_arrival < n ? io->arrival[next_arrival] : INFINITY;
+        f64 ta_trace = s->closed ? release_next_t(s) : next_arrival < n ? io->arrival[next_arrival] : INFINITY;
         f64 th = s->heap_n > 0 ? s->heap_t[0] : INFINITY;
         if (one_at_a_time) {
             if (j >= 0 || s->heap_n > 0) ta_trace = INFINITY;
@@ -316,7 +321,7 @@ static void run(Sim *s) {
                 heap_pop(s);
                 handover(s, i);
             } else {
-                arrival(s, next_arrival++);
+                arrival(s, s->closed ? release_pop(s) : next_arrival++);
             }
             if (s->failed) break;
             continue;
@@ -335,7 +340,7 @@ static void run(Sim *s) {
             continue;
         }
         s->now = last_now = te;
-        if (!schedule(s, j, next_arrival) || s->failed) break;
+        if (!schedule(s, j) || s->failed) break;
     }
     io->series_meta[0] = s->nseries;
     io->series_meta[1] = s->stride;
@@ -371,6 +376,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     s->precheck = cfg[PRECHECK] != 0;
     s->stride = 1;
     s->rng = (uint64_t)cfg[SEED];
+    release_setup(s);
     i64 n = s->n, positions = io->offsets[n];
     s->computed = zeros(n, sizeof(i64));
     s->target = zeros(n, sizeof(i64));
@@ -456,6 +462,7 @@ static void teardown(Sim *s) {
     route_free_tables(s, s->router_tables);
     hyb_teardown(s);
     sgh_teardown(s);
+    release_teardown(s);
     for (i64 q = 0; q < s->N; q++) {
         free(s->inst[q].running);
         ids_free(s->inst[q].ids);

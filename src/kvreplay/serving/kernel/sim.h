@@ -10,6 +10,7 @@
  *   requests.c  a request's blocks: admission, growth, release (the only caller of pin/unpin)
  *   metrics.c   the inter-token histogram, the time series, peaks
  *   ids.c       per-instance block ids: each instance's policy state is sized by the ids routed to it
+ *   release.c   closed-loop arrivals: a request arrives when the requests it waits for have ended
  *   hybrid.c    a request's blocks under vLLM's hybrid KV cache manager (a hybrid model's layer groups)
  *   sglang_hybrid.c  a request's KV under SGLang's UnifiedRadixCache (the SGLang style, a hybrid model)
  *
@@ -29,7 +30,8 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY) S(ASYNC_SCHEDULING)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY) S(ASYNC_SCHEDULING) \
+    S(CLOSED)
 /* HOST_*: what the host CPU adds (serving/timing/host.py): the engine core's CPU per step and per
  * request in it, and a token's delay out of the engine per request out that step */
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S) S(HOST_STEP_S) \
@@ -85,7 +87,9 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(f64, scheduled_s) F(f64, first_token_s) F(f64, finish_s) F(i64, hit_tokens) F(i64, hit_blocks)       \
     F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
-    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)
+    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)          \
+    F(i64, waits) F(i64, next_offsets) F(i64, next_ids) F(f64, next_delay_s) F(i8, next_on_send) F(f64, arrived_s)  \
+    F(i64, session) F(i64, lane_queue)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
@@ -175,6 +179,16 @@ typedef struct Sim {
     i64 *rkoff, *rkeys;
     i64 *trt;          /* STYLE_TRTLLM: the step's arrays (trtllm.c), 17 n + 64 */
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
+    /* closed-loop arrivals (release.c) */
+    int closed;
+    i64 *waits_left;   /* per request: the requests it still waits for */
+    f64 *ready_at;     /* per request: the latest time one of them released it to (its send, once none is left) */
+    f64 *rel_t;        /* released requests not arrived yet: a heap by arrival time, then request */
+    i64 *rel_i, rel_n;
+    i64 arrived;       /* requests that have arrived */
+    i64 *session_left; /* per session: its requests not ended yet (lanes) */
+    i64 lane_next;     /* the next entry of lane_queue a freed lane takes */
+    i64 turn;          /* the next instance of a round-robin made at arrival (assigned < 0) */
 } Sim;
 
 /* ---- requests.c ---- */
@@ -258,6 +272,25 @@ void sgh_room(const Sim *s, i64 j, i64 *out);
 i64 sgh_held(const Sim *s, i64 j); /* full-KV pages running requests hold (their own and locked ones) */
 /* the hit request i's prompt would get on instance j now, pages (a look: nothing is touched) */
 i64 sgh_probe(const Sim *s, i64 j, i64 i);
+
+/* ---- release.c: closed-loop arrivals ---- */
+/* Closed loop (cfg CLOSED): request i waits for waits[i] links, and the links e in
+ * [next_offsets[i], next_offsets[i + 1]) go from it to next_ids[e]: when request i is sent
+ * (next_on_send[e]) or when it ends (otherwise), next_ids[e] may be sent next_delay_s[e] later.
+ * A request is sent at the latest of its links' times, once all have fired; one without links at
+ * arrival[i]. Lanes: with session[i] (one per request, 0..S-1), each time a session's last request
+ * ends, the next request of lane_queue (a later session's first, which counts that lane among its
+ * waits) may be sent at once. Open loop: every request at arrival[i]. */
+void release_setup(Sim *s);
+void release_teardown(Sim *s);
+/* request i was sent: the links that fire on its send */
+void release_sent(Sim *s, i64 i);
+/* request i ended (finished, rejected or refused): it is done, and its links that fire on its end */
+void release_ended(Sim *s, i64 i);
+void release_ended_at(Sim *s, i64 i, f64 t);
+/* the earliest release not arrived yet (INFINITY: none), and taking it */
+f64 release_next_t(const Sim *s);
+i64 release_pop(Sim *s);
 
 /* ---- queues (loop.c) ---- */
 void queue_push_back(Sim *s, Inst *q, i64 i);
