@@ -48,7 +48,7 @@ def _parser_plan(sub) -> None:
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
     pl.add_argument("--routers", default="round-robin", help="comma-separated routers (default round-robin)")
     pl.add_argument("--policies", default="vllm", help="comma-separated cache policies (default vllm)")
-    pl.add_argument("--loads", default="1", metavar="X,Y,...",
+    pl.add_argument("--loads", default=None, metavar="X,Y,...",
                     help="loads to plan for, as multiples of the trace's arrival rate (default 1)")
     pl.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
                     help="reshape the arrivals over the span (as simulate --rate-profile)")
@@ -104,12 +104,9 @@ def _cmd_plan(args) -> int:
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
-    try:
-        loads = number_list(args.loads)
-        tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
-        rates = number_list(args.rates) if args.rates else None
-    except Exception as e:  # argparse.ArgumentTypeError from the list parsers
-        raise ConfigError(f"--loads / --rates / --tp: {e}") from None
+    loads = _numbers(number_list, args.loads, "--loads")
+    rates = _numbers(number_list, args.rates, "--rates")
+    tps = None if args.tp is None else [_numbers(common.positive_int, x, "--tp") for x in split(args.tp)]
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
     trace = common.load(args)
     with common.Progress("planning: configurations searched") as progress:
@@ -137,6 +134,18 @@ def _cmd_plan(args) -> int:
 
         print(plan_text(trace, result))
     return 0
+
+
+def _numbers(parse, text, flag: str):
+    """`parse(text)` (None when the flag was not given), its refusal naming `flag`."""
+    import argparse
+
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except (argparse.ArgumentTypeError, ValueError) as e:
+        raise ConfigError(f"{flag}: {e}") from None
 
 
 def _write_outputs(args, result) -> None:
