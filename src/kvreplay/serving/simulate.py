@@ -474,6 +474,9 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
             flag = "--" + name.replace("_", "-")
             raise ConfigError(f"{name} ({flag}) must be a whole number >= 1 (disaggregation needs both "
                               f"--prefill-instances and --decode-instances), got {value!r}")
+        limits.check_instances(value, f"{name} (--{name.replace('_', '-')})")
+    limits.check_instances(prefill_instances + decode_instances,
+                           "prefill_instances + decode_instances (--prefill-instances, --decode-instances)")
     if instances not in (1, prefill_instances + decode_instances):
         raise ConfigError(f"instances {instances} differs from prefill + decode instances "
                           f"({prefill_instances} + {decode_instances})")
@@ -485,7 +488,11 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
 
         if block_bytes is None:
             raise ConfigError("the KV link's transfer time needs the model's KV bytes: give --model")
-        transfer_s = np.asarray(trace.input_length, dtype=np.float64) * (block_bytes / block_size) / parse_bandwidth(kv_link)
+        try:
+            link = parse_bandwidth(kv_link)
+        except ConfigError as e:
+            raise ConfigError(f"kv_link (--kv-link): {e}") from None
+        transfer_s = np.asarray(trace.input_length, dtype=np.float64) * (block_bytes / block_size) / link
     return True, prefill_instances + decode_instances, transfer_s
 
 

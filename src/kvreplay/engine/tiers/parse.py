@@ -32,9 +32,9 @@ class Tier:
                 or not 1 <= self.blocks <= MAX_BLOCKS:
             raise ConfigError(f"{what}: blocks must be a whole number from 1 to 2^40, got {self.blocks!r}")
         if self.bandwidth is not None and (isinstance(self.bandwidth, bool) or not isinstance(self.bandwidth, numbers.Real)
-                                           or not 0 < self.bandwidth < float("inf")):
-            raise ConfigError(f"{what}: bandwidth must be a positive number of bytes per second (None: loads take "
-                              f"no time), got {self.bandwidth!r}")
+                                           or not MIN_BANDWIDTH <= self.bandwidth <= MAX_BANDWIDTH):
+            raise ConfigError(f"{what}: bandwidth must be from {MIN_BANDWIDTH:g} to {MAX_BANDWIDTH:g} bytes per second "
+                              f"(None: loads take no time), got {self.bandwidth!r}")
         if self.policy not in POLICIES:
             raise ConfigError(f"{what}: policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if not isinstance(self.shared, bool):
@@ -48,6 +48,9 @@ class Tier:
         return out
 
 
+#: bandwidths (bytes/s) a tier or link may have: below 1 KB/s a block's load outlasts any run's
+#: clock, above 1 PB/s (hundreds of times an HBM's) it is "inf", loads that take no time
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1e3, 1e15
 _BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([KMGT]i?B)/s\s*$", re.IGNORECASE)
 _BW_SCALE = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30,
              "tib": 2.0**40}
@@ -61,8 +64,8 @@ def parse_bandwidth(text: str) -> float:
     if not m:
         raise ConfigError(f"not a bandwidth: {text!r} (use e.g. 64GB/s, 7GB/s, 25GiB/s, or inf)")
     value = float(m.group(1)) * _BW_SCALE[m.group(2).lower()]
-    if not value > 0:
-        raise ConfigError(f"a bandwidth must be positive, got {text!r}")
+    if not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
+        raise ConfigError(f"a bandwidth must be from 1KB/s to 1PB/s (inf: loads that take no time), got {text!r}")
     return value
 
 
@@ -77,7 +80,10 @@ def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) ->
         if block_bytes is None:
             raise ConfigError(f"{what}: {text!r} is a size in bytes: give --model to turn it into blocks, "
                               "or give the size in blocks")
-        blocks = parse_size(text) // block_bytes
+        try:
+            blocks = parse_size(text) // block_bytes
+        except ConfigError as e:
+            raise ConfigError(f"{what}: {e}") from None
     if blocks < 1:
         raise ConfigError(f"{what}: {text!r} holds no block")
     if blocks > MAX_BLOCKS:
