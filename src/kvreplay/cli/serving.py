@@ -227,7 +227,11 @@ def _options(args, trace) -> dict:
     if args.schedule != "fcfs" and args.engine_style != "sglang":
         raise ConfigError("--schedule lpm is SGLang's: add --engine-style sglang")
     policy = args.policy
-    params = common.given_params(args, policy) if policy else {}
+    params = {}
+    # a policy parameter applies to every policy run: --policy's (or the engine style's), or each of --policies
+    for name in ([p.strip() for p in args.policies.split(",") if p.strip()] if args.policies
+                 else [policy or {"vllm": "vllm", "sglang": "radix"}[args.engine_style]]):
+        params = common.given_params(args, name)
     return dict(policy=policy, capacity=capacity, block_size=args.block_size, engine_style=args.engine_style,
                 time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp,
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
