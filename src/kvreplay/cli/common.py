@@ -318,14 +318,15 @@ def given_params(args, policy: str) -> dict:
 
 def load(args, path=None):
     """The trace of `args` (or `path`), after checking that its hash ids fit the block size in use:
-    a block size that most requests misfit stops the command (exit 2) with the size they fit."""
+    an inferred block size that most requests misfit stops the command (exit 2) with the size they
+    fit; a --block-size the user gave is used, with a warning that counts the misfits."""
     from ..trace import load_trace
     from ..trace.model import check_block_size, resolve_block_size
 
     trace = load_trace(args.trace if path is None else path, format=args.format, on_invalid=args.on_invalid,
                        sort_by_time=args.sort_by_time, session_arrivals=args.session_arrivals,
                        session_spacing=args.session_spacing, seed=args.seed, subagent_sessions=args.subagent_sessions)
-    check_block_size(trace, resolve_block_size(args.block_size, trace))
+    check_block_size(trace, resolve_block_size(args.block_size, trace), given=args.block_size is not None)
     return trace
 
 
