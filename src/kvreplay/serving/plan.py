@@ -178,7 +178,8 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
 
     trace = as_trace(trace)
     checked = resolve(trace, slo=slo, gpus=gpus, tps=tps, tiers=tiers, routers=routers, policies=policies, loads=loads,
-                      rates=rates, window_s=window_s, max_instances=max_instances, jobs=jobs, prices=prices)
+                      rates=rates, window_s=window_s, max_instances=max_instances, jobs=jobs, prices=prices,
+                      cache_dir=cache_dir)
     slo, gpus, tps, tiers, routers, policies, window_s, max_instances, jobs, prices = (checked[k] for k in (
         "slo", "gpus", "tps", "tiers", "routers", "policies", "window_s", "max_instances", "jobs", "prices"))
     if judge_at not in JUDGES:

@@ -7,6 +7,8 @@ a load would stretch the trace past what a simulated clock can span."""
 
 from __future__ import annotations
 
+import os
+
 from ..checks import items, number, whole
 from ..errors import ConfigError
 from .limits import MAX_INSTANCES
@@ -22,8 +24,10 @@ MAX_SECONDS = 1e11
 
 
 def resolve(trace, *, slo, gpus, tps, tiers, routers, policies, loads, rates, window_s, max_instances, jobs,
-            prices) -> dict:
+            prices, cache_dir) -> dict:
     """The checked values, by plan()'s argument names (ConfigError naming the first bad one)."""
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise ConfigError(f"cache_dir (--cache) must be a directory's path, got {cache_dir!r}")
     return {"prices": check_prices(prices), "slo": check_slo(slo), "gpus": gpu_names(gpus), "tps": None if tps is None else
             [whole(t, "tps (--tp)", 1, MAX_TP) for t in items(tps, "tps (--tp)")],
             "tiers": [None] if tiers is None else items(tiers, "tiers (--tiers)"),

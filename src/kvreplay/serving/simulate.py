@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import items, number
 from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
@@ -35,6 +36,11 @@ NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler an
                         "one request at a time",
               "llamacpp": "llama.cpp server's loop (its slots under concurrency, deferred tasks) is not modelled; "
                           "`kvreplay run --policy llamacpp` replays its slots one request at a time"}
+
+
+#: a scheduler's token and sequence budgets: the kernel keeps them in int32 (more than any step
+#: can hold: a run's block positions are at most limits.MAX_POSITIONS too)
+MAX_BUDGET = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,9 @@ class Scheduler:
         for name in ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill_size", "max_prefill_tokens",
                      "clip_max_new_tokens"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"{name} must be a whole number >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_BUDGET:
+                raise ConfigError(f"{name} (--{name.replace('_', '-')}) must be a whole number from 1 to "
+                                  f"{MAX_BUDGET:,}, got {v!r}")
         if self.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"unknown SGLang schedule policy {self.schedule_policy!r} (known: fcfs, lpm)")
 
@@ -576,7 +583,11 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
     if (speedups is None) == (rates is None):
         raise ConfigError("give the loads as speedups or as rates (one of the two)")
     trace = as_trace(trace)
-    loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
+    kind, name, values = ("speedup", "speedups (--speedups)", speedups) if speedups is not None else \
+        ("rate", "rates (--rates)", rates)
+    if isinstance(values, str):
+        raise ConfigError(f"{name} must be a list of numbers, got {values!r}")
+    loads = [(kind, number(x, name)) for x in items(values, name, single=())]
     policies = policies or [options.pop("policy", None)]
     capacities = capacities or [options.pop("capacity", None)]
     instances = instances or [options.pop("instances", 1)]
