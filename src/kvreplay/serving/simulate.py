@@ -591,6 +591,7 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
     policies = policies or [options.pop("policy", None)]
     capacities = capacities or [options.pop("capacity", None)]
     instances = instances or [options.pop("instances", 1)]
+    limits.check_cluster_sizes(instances)
     routers = routers or [options.pop("router", "round-robin")]
     tiers = tiers or [options.pop("tiers", None)]
     from .semantics import one_semantics
