@@ -599,11 +599,18 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
     asked = options.get("kv_semantics", "auto")
     options, note = one_semantics(options.get("model"), options, tiers, policies)  # one semantics for the grid
     forced = note if asked == "auto" and options.get("kv_semantics") == "full" else None
-    tasks = []
+    # one instance has no routing: its run is the same under every router, so it runs once (under
+    # the first) and its row is written under each router asked for (every row of the grid is there)
+    tasks, layout, single = [], [], {}
     for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
-        if n == 1 and router != routers[0]:
-            continue  # one instance has no routing: its run is the same under every router, listed once
         for k, (kind, value) in enumerate(loads):
+            key = (policy, capacity, tier, k)
+            if n == 1 and router != routers[0]:
+                layout.append((single[key], router))
+                continue
+            if n == 1:
+                single[key] = len(tasks)
+            layout.append((len(tasks), router if n == 1 and len(routers) > 1 else None))
             opts = dict(options, policy=policy, capacity=capacity, instances=n, router=router, tiers=tier,
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
                         # one instance's sequential replay does not depend on the load: once per
@@ -618,6 +625,7 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
         for row in rows[g:g + len(loads)]:
             if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None:
                 row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
+    rows = [rows[i] if router is None else dict(rows[i], router=router) for i, router in layout]
     if forced is not None:  # every run full because of the grid: say why
         for row in rows:
             if row.get("kv_semantics_text"):
