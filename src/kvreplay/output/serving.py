@@ -172,7 +172,7 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
         b = report.balance()
         x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
         spread = ("" if b["hit_rate_min"] is None else
-                  f", hit rates {100 * b['hit_rate_min']:.2f}%-{100 * b['hit_rate_max']:.2f}%")
+                  f", hit rates {100 * b['hit_rate_min']:.2f}% to {100 * b['hit_rate_max']:.2f}%")
         lines.append(f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
                      f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
                      f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
