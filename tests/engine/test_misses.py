@@ -101,6 +101,21 @@ def test_stranded_is_transitive():
     assert sample_points(10, 4).tolist() == [1, 4, 7, 9] and sample_points(3, 64).tolist() == [0, 1, 2]
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(requests(max_requests=30), st.data())
+def test_stranded_without_the_core_counts_as_the_core(case, data):
+    from kvreplay.engine import account
+
+    trace = kvreplay.Trace.from_requests(case[0])
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=trace.num_blocks, max_size=trace.num_blocks)),
+                    dtype=bool)
+    after = data.draw(st.one_of(st.none(), st.integers(0, len(trace) - 1))) if len(trace) else None
+    compiled = stranded(trace, mask, after)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(account.native, "available", lambda: False)
+        assert stranded(trace, mask, after) == compiled
+
+
 @st.composite
 def with_contents(draw):
     reqs, block_size = draw(requests(max_requests=40))
@@ -265,3 +280,24 @@ def test_headroom_in_gpu_seconds(capsys):
     assert "H100" in h["cost_note"]
     assert main(["run", str(path), "--gpu", "H100"]) == 2
     assert "--gpu" in capsys.readouterr().err
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(requests(max_requests=30))
+def test_scan_distances_without_the_core_are_the_cores(case):
+    from kvreplay.engine import distances
+
+    trace = kvreplay.Trace.from_requests(case[0])
+    compiled = distances.scan_distances(trace).copy()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(distances.native, "use_core", lambda: False)
+        m.setattr(distances, "_CACHE", distances.weakref.WeakKeyDictionary())
+        assert distances.scan_distances(trace).tolist() == compiled.tolist()
+
+
+def test_scan_distances_by_hand():
+    from kvreplay.engine.distances import scan_distances
+
+    # a b | c a | b: a's second use saw {b} since (1 + 1 = 2); b's, {c, a} since its use (3)
+    trace = kvreplay.Trace.from_requests([(list("ab"), 8), (list("ca"), 8), (list("b"), 4)])
+    assert scan_distances(trace).tolist() == [-1, -1, -1, 2, 3]

@@ -400,13 +400,14 @@ def test_the_run_cache_is_keyed_by_the_warm_up(tmp_path):
 
 
 def test_unfit_tp_degrees_are_rows_not_errors():
-    # Llama-3.1-70B at bf16: TP 1 needs 141 GB per GPU; TP 2 on H100 leaves too little KV for one
+    # Llama-3.1-70B at bf16: TP 1 needs 131.4 GiB (141.1 GB) per GPU; TP 2 on H100 leaves too little KV for one
     # 131,072-token request; TP 4 and 8 fit. Without --tp, every degree is a row
     out = plan(EIGHT, model="Llama-3.1-70B", slo=SLO(ttft_p90_s=10.0), prices=Prices({"H100": 2.0}), max_instances=1,
                **ONE_AT_A_TIME)
     rows = {r["tp"]: r for r in out["loads"][0]["tried"]}
     assert rows[1]["verdict"] == rows[2]["verdict"] == "unfit"
-    assert "needs 141.1 GB of weights per GPU" in rows[1]["why"]
+    assert ("needs 131.4 GiB of weights per GPU, more than the 71.3 GiB a H100 gives at gpu_memory_utilization=0.9"
+            in rows[1]["why"])
     assert "fewer than one request at max_model_len 131,072: vLLM refuses to start" in rows[2]["why"]
     # one instance of TP 4 meets a 10 s TTFT p90 (8 USD/h); TP 8 (16 USD/h) is pruned on cost
     assert rows[4]["verdict"] == "meets" and rows[8]["verdict"] == "pruned"

@@ -43,7 +43,9 @@ from .driver import trace_arrays
 from .tiers.replay import in_hbm
 
 #: Causes the replay records, in account.c's order (HIT first): names as the reports give them.
-RECORDED = tuple(name.lower() for name in native.layout("account").slots["cause"])
+#: Written here so the reference engine runs without the core; the compiled replay checks them
+#: against the core's layout (same_causes_as_the_core).
+RECORDED = ("hit", "first_use", "evicted", "behind_hole", "partial_block", "namespace")
 HIT, FIRST_USE, EVICTED, BEHIND_HOLE, PARTIAL_BLOCK, NAMESPACE = range(len(RECORDED))
 NUM_STRANDED_SAMPLES = 32
 
@@ -111,9 +113,22 @@ def stranded(trace, mask: np.ndarray, after: int | None = None) -> int:
     order, first = _chain_order(trace)
     n = order.shape[0] if after is None else int(np.searchsorted(first, trace.offsets[after + 1]))
     reach = np.zeros(max(1, resident.shape[0]), dtype=np.int8)
+    if not native.available():
+        return stranded_reference(resident, pred, order[:n], reach)
     p, i = ctypes.c_void_p, ctypes.c_int64
     fn = native.function("kv_stranded", i, p, p, p, i, p)
     return int(fn(native.ptr(resident), native.ptr(pred), native.ptr(order), n, native.ptr(reach)))
+
+
+def stranded_reference(resident, pred, order, reach) -> int:
+    """kv_stranded (account.c) in Python: a block is reachable when resident and its chain
+    predecessor (first seen before it) is; the stranded are resident and unreachable."""
+    count = 0
+    for b in order.tolist():
+        before = pred[b]
+        reach[b] = resident[b] and (before < 0 or reach[before])
+        count += bool(resident[b]) and not reach[b]
+    return count
 
 
 def _arrays(trace, content):
@@ -145,9 +160,18 @@ def log_size(trace, capacity: int) -> int:
     return min(int(capacity), max(1, trace.num_blocks)) + longest + 1
 
 
+def same_causes_as_the_core() -> None:
+    """RECORDED is account.c's cause enum, in its order (a core built from other sources is refused)."""
+    core = tuple(name.lower() for name in native.layout("account").slots["cause"])
+    if core != RECORDED:
+        raise ConfigError(f"kvreplay's compiled core records the causes {core}, this kvreplay {RECORDED}: "
+                          "rebuild the core (pip install --force-reinstall kvreplay)")
+
+
 def replay_compiled(spec, state, trace, block_size: int, hit_blocks, hit_tokens, *, capacity: int,
                     content=None, stranded_samples: int = NUM_STRANDED_SAMPLES):
     """The compiled replay with the account (account.c): (Recorded, the state, with its log on)."""
+    same_causes_as_the_core()
     state = with_eviction_log(state, log_size(trace, capacity))
     arrays = _arrays(trace, content)
     record = native.bind(arrays, native.layout("account"), "the miss account", inputs=("content", "content_offsets",

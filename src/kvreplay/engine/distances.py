@@ -31,13 +31,52 @@ def scan_distances(trace) -> np.ndarray:
         last = np.zeros(max(1, trace.num_blocks), dtype=np.int64)
         offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
         blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
-        p, i = ctypes.c_void_p, ctypes.c_int64
-        native.function("kv_scan_distances", None, p, i, p, p, p, p)(
-            native.ptr(offsets), len(trace), native.ptr(blocks), native.ptr(out), native.ptr(tree), native.ptr(last))
+        if native.use_core():
+            p, i = ctypes.c_void_p, ctypes.c_int64
+            native.function("kv_scan_distances", None, p, i, p, p, p, p)(
+                native.ptr(offsets), len(trace), native.ptr(blocks), native.ptr(out), native.ptr(tree),
+                native.ptr(last))
+        else:
+            _scan_distances_reference(offsets.tolist(), blocks.tolist(), out, [0] * (accesses + 1),
+                                      [0] * max(1, trace.num_blocks))
         out = out[:accesses]
         out.flags.writeable = False
         _CACHE[trace] = out
     return out
+
+
+def _scan_distances_reference(offsets: list, blocks: list, out: np.ndarray, tree: list, last: list) -> None:
+    """kv_scan_distances (distances.c) in Python, for an install without the core: a Fenwick tree
+    over access times marks each block's latest use; a request reads its distances before it marks."""
+    size = len(tree) - 1
+
+    def marks_upto(k):
+        total = 0
+        while k > 0:
+            total += tree[k]
+            k -= k & -k
+        return total
+
+    def add(k, delta):
+        while k <= size:
+            tree[k] += delta
+            k += k & -k
+
+    marked = t = 0
+    for i in range(len(offsets) - 1):
+        start, end = offsets[i], offsets[i + 1]
+        for j in range(start, end):
+            p = last[blocks[j]]
+            out[j] = -1 if p == 0 else marked - marks_upto(p) + 1
+        for j in range(start, end):
+            p = last[blocks[j]]
+            if p == 0:
+                marked += 1
+            else:
+                add(p, -1)
+            t += 1
+            add(t, 1)
+            last[blocks[j]] = t
 
 
 _PEAKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
