@@ -166,7 +166,7 @@ def test_npz_profiles(two, capsys, tmp_path, member, message):
     (dict(blocks=0), "got 0"),
     (dict(blocks=1.5), "got 1.5"),
     (dict(blocks=2 ** 70), "from 1 to 2^40"),
-    (dict(blocks=5, bandwidth=-1e9), "bandwidth must be a positive number"),
+    (dict(blocks=5, bandwidth=-1e9), "bandwidth must be from 1000 to 1e+15 bytes per second"),
     (dict(blocks=5, policy="mru"), "policy must be one of lru, fifo"),
 ])
 def test_tier_refuses(kw, message):

@@ -406,8 +406,8 @@ def test_s3fifo_capacity_too_small():
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--small-ratio", "1.5"], "kvreplay: s3fifo: small_ratio must be < 1, got 1.5"),
-    (["--small-ratio", "0"], "kvreplay: s3fifo: small_ratio must be > 0, got 0.0"),
+    (["--small-ratio", "1.5"], "kvreplay: s3fifo: small_ratio (--small-ratio) must be < 1, got 1.5"),
+    (["--small-ratio", "0"], "kvreplay: s3fifo: small_ratio (--small-ratio) must be > 0, got 0.0"),
     (["--max-freq", "1", "--ghost-freq", "2"], None),
 ])
 def test_bad_s3fifo_params(args, expected):

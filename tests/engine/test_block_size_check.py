@@ -2,8 +2,10 @@
 
 A request fits a block size when its number of hash ids is ceil(L / bs) (every block hashed, the
 partial tail too: Mooncake, Bailian) or floor(L / bs) (full blocks only: the Claude Code corpus).
-Most requests misfitting means the wrong block size: the CLI stops with exit 2 and names the one
-they fit. A few misfits are replayed, counted and named in the report.
+Most requests misfitting an inferred block size (the trace's declared one, or the default) means
+the wrong block size: the CLI stops with exit 2 and names the one they fit. A --block-size the user
+gives is replayed as the spec defines it (hits capped at min(k x block_size, L)), with a warning
+counting the misfits. A few misfits are replayed, counted and named in the report.
 """
 
 from __future__ import annotations
@@ -57,6 +59,19 @@ def test_cli_stops_before_printing_a_wrong_number(tmp_path, capsys, command):
                                    "(3 of 3 requests have a number of hash ids that does not fit their input_length "
                                    "at 512-token blocks)")
     assert main([command[0], str(path), *command[1:], "--block-size", "16"]) == 0
+
+
+@pytest.mark.parametrize("command", [["run"], ["sweep", "--capacities", "8"], ["mrc", "--capacities", "8"], ["stats"]])
+def test_the_users_own_block_size_is_replayed_with_a_warning(tmp_path, capsys, command):
+    path = tmp_path / "t16.jsonl"
+    path.write_text(mooncake_lines(AT_16))
+    with pytest.warns(UserWarning) as warned:
+        assert main([command[0], str(path), *command[1:], "--block-size", "512"]) == 0
+    assert [str(w.message) for w in warned] == [
+        f"{path}: 3 of 3 requests have a number of hash ids that does not fit their input_length at 512-token blocks "
+        "(they fit 16-token blocks); replayed at --block-size 512 as given, each request's hit capped at "
+        "min(hit blocks x 512, input_length)"]
+    assert capsys.readouterr().out
 
 
 def test_a_few_misfits_are_replayed_counted_and_named(tmp_path, capsys):

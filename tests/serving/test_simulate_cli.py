@@ -90,10 +90,12 @@ def test_cluster_sweep_table(files):
              "round-robin,least-loaded", "--tier-list", "none;dram=4", "--output", d / "grid.csv")
     assert "instances" in out and "HBM hit %" in out
     rows = list(csv.DictReader(io.StringIO((d / "grid.csv").read_text())))
+    # all 8 rows of the grid (one instance has no routing: run once, written under each router)
     assert [(r["instances"], r["router"], r["tiers"]) for r in rows] == [
-        ("1", "-", "none"), ("1", "-", "dram=4"),  # (one instance: once, whatever the routers)
-        ("2", "round-robin", "none"), ("2", "round-robin", "dram=4"), ("2", "least-loaded", "none"),
-        ("2", "least-loaded", "dram=4")]
+        ("1", "round-robin", "none"), ("1", "round-robin", "dram=4"), ("1", "least-loaded", "none"),
+        ("1", "least-loaded", "dram=4"), ("2", "round-robin", "none"), ("2", "round-robin", "dram=4"),
+        ("2", "least-loaded", "none"), ("2", "least-loaded", "dram=4")]
+    assert [dict(r, router="") for r in rows[:2]] == [dict(r, router="") for r in rows[2:4]]
     out = ok("simulate", trace, "--time-model", tm, "--capacity", "100", "--prefill-instances", "1",
              "--decode-instances", "1")
     assert "1 prefill, 1 decode" in out and "decode" in out

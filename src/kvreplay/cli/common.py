@@ -423,7 +423,7 @@ def load(args, path=None, *, sessions_used: str | None = None, seed_used: str | 
                        progress=getattr(args, "progress", None))
     if not args.no_token_id_check:
         check_not_token_ids(trace)
-    check_block_size(trace, resolve_block_size(args.block_size, trace))
+    check_block_size(trace, resolve_block_size(args.block_size, trace), given=args.block_size is not None)
     return trace
 
 

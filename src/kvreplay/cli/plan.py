@@ -94,12 +94,9 @@ def _cmd_plan(args) -> int:
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     if args.sessions is not None and (args.loads is not None or args.rates is not None):
         raise ConfigError("--sessions is the load (concurrent sessions, a closed loop): drop --loads / --rates")
-    try:
-        loads = number_list(args.loads or "1")
-        tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
-        rates = number_list(args.rates) if args.rates else None
-    except Exception as e:  # argparse.ArgumentTypeError from the list parsers
-        raise ConfigError(f"--loads / --rates / --tp: {e}") from None
+    loads = _numbers(number_list, args.loads, "--loads")
+    rates = _numbers(number_list, args.rates, "--rates")
+    tps = None if args.tp is None else [_numbers(common.positive_int, x, "--tp") for x in split(args.tp)]
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
     _refuse_unused_prices(prices.overrides, split(args.gpus), tiers)
     common.refuse_unless(args, "judge", str(args.time_model).strip().lower() == "roofline",
@@ -148,6 +145,18 @@ def _refuse_unused_prices(overrides: dict, gpus: list[str], tiers: list) -> None
             raise ConfigError(f"--price {name}=...: no tier set holds {name} (--tiers {';'.join(t or 'none' for t in tiers)})")
         if name not in MEMORIES and name not in gpus:
             raise ConfigError(f"--price {name}=...: {name} is not among the GPUs searched (--gpus {','.join(gpus)})")
+
+
+def _numbers(parse, text, flag: str):
+    """`parse(text)` (None when the flag was not given), its refusal naming `flag`."""
+    import argparse
+
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except (argparse.ArgumentTypeError, ValueError) as e:
+        raise ConfigError(f"{flag}: {e}") from None
 
 
 def _write_outputs(args, result) -> None:

@@ -192,7 +192,7 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
         b = report.balance()
         x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
         spread = ("" if b["hit_rate_min"] is None else
-                  f", hit rates {100 * b['hit_rate_min']:.2f}%-{100 * b['hit_rate_max']:.2f}%")
+                  f", hit rates {100 * b['hit_rate_min']:.2f}% to {100 * b['hit_rate_max']:.2f}%")
         lines.append(f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
                      f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
                      f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
@@ -329,9 +329,14 @@ def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str
     return text
 
 
+def _share(ratio: float) -> str:
+    """A need against a rate: "80% of" up to it, "31.7 times" past it (never "3172% of")."""
+    return f"{ratio:.0%} of" if ratio <= 1 else f"{ratio:,.1f} times"
+
+
 def _checked_text(fix: dict, checked: dict, instances: int) -> str:
     """The verdict's estimates as the runs they suggest found them."""
-    why = (f"the busiest window needs {fix['busiest_window_utilisation']:.0%} of the instances' measured rate"
+    why = (f"the busiest window needs {_share(fix['busiest_window_utilisation'])} the instances' measured rate"
            if fix["basis"] == "work" else "bursts within a window queue for longer than the allowance")
     parts = []
     for key in ("load", "instances"):

@@ -111,10 +111,14 @@ class Param:
     help: str
     check: Callable[[Any], str | None] = lambda value: None  # returns a complaint or None
 
+    def what(self) -> str:
+        """The parameter as the API and the command line name it: "small_ratio (--small-ratio)"."""
+        return f"{self.name} (--{self.name.replace('_', '-')})"
+
     def convert(self, policy: str, value: Any) -> Any:
         if self.kind is int:
             if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-                raise ConfigError(f"{policy}: {self.name} must be an integer, not {value!r}")
+                raise ConfigError(f"{policy}: {self.what()} must be an integer, not {value!r}")
             value = int(value)
         elif self.kind is Seconds:
             value = seconds_arg(value, f"{policy}: {self.name}")
@@ -122,13 +126,13 @@ class Param:
                 raise ConfigError(f"{policy}: {self.name} must be a finite duration, not {value!r}")
         elif self.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{policy}: {self.name} must be a number, not {value!r}")
+                raise ConfigError(f"{policy}: {self.what()} must be a number, not {value!r}")
             value = float(value)
             if value != value or value in (float("inf"), float("-inf")):
-                raise ConfigError(f"{policy}: {self.name} must be a finite number, not {value!r}")
+                raise ConfigError(f"{policy}: {self.what()} must be a finite number, not {value!r}")
         complaint = self.check(value)
         if complaint:
-            raise ConfigError(f"{policy}: {self.name} {complaint}, got {value!r}")
+            raise ConfigError(f"{policy}: {self.what()} {complaint}, got {value!r}")
         return value
 
 

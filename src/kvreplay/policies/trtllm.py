@@ -61,6 +61,7 @@ Counters: ``reused_blocks``, ``missed_blocks``, ``offloaded``, ``onboarded``, ``
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -87,12 +88,29 @@ class Block:
         self.counted = False  # a GPU block under a trace id in the tree (the key is resident through it)
 
 
+#: the largest host pool given without a trace (with one, a pool is at most the trace's distinct blocks)
+MAX_HOST_BLOCKS = 2 ** 31 - 1
+
+
+def host_pool(host_blocks: int, trace) -> int:
+    """The host pool's blocks: a pool larger than the trace's distinct blocks holds every block the
+    trace has, so it replays as one of that many (a warning says so), never as billions of
+    blocks the replay would allocate and scan."""
+    if trace is not None and host_blocks > max(1, trace.num_blocks):
+        used = max(1, trace.num_blocks)
+        warnings.warn(f"trtllm: host_blocks (--host-blocks) {host_blocks:,} is more than the trace's {used:,} distinct "
+                      f"blocks: a host pool of {used:,} already holds every one, so the replay uses that", stacklevel=3)
+        return used
+    return host_blocks
+
+
 class TensorRTLLM(ReferencePolicy):
     """Reference: the block objects, the tree, 2 x 101 FIFO queues."""
 
     def __init__(self, capacity: int, trace=None, host_blocks: int = 0, leaf_only: int = 0,
                  offload_min_priority: int = 30):
         self.leaf_only, self.offload_min = bool(leaf_only), offload_min_priority
+        host_blocks = host_pool(host_blocks, trace)
         self.blocks = [Block(i, 0) for i in range(capacity)] + [Block(capacity + i, 1) for i in range(host_blocks)]
         self.queues = [[OrderedDict() for _ in range(101)] for _ in range(LEVELS)]
         self.nonempty = [0] * LEVELS  # per level: bit p set while queue p holds a block
@@ -489,8 +507,8 @@ POLICY = PolicySpec(
     read_state=read_state,
     resident_mask=resident_mask,
     caches_at_release=True,
-    params=(Param("host_blocks", 0, int, "blocks of the host (secondary) pool evicted blocks are offloaded to",
-                  in_range(lo=0)),
+    params=(Param("host_blocks", 0, int, "blocks of the host (secondary) pool evicted blocks are offloaded to "
+                  "(more than the trace's distinct blocks: that many, said)", in_range(0, MAX_HOST_BLOCKS)),
             Param("leaf_only", 0, int, "1: only blocks without free children are evicted (before PR #7922, inferred); "
                   "0: any free block (after PR #7922)", in_range(0, 1)),
             Param("offload_min_priority", 30, int, "the lowest priority whose blocks are offloaded, not dropped",

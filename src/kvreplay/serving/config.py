@@ -184,7 +184,8 @@ def _blocks(capacity, block_size, model, kv_dtype, kv_layers) -> tuple[int, dict
                                             layers=kv_layers if model is not None else None)
         return check_capacity(blocks[0]), budget
     if isinstance(capacity, str):
-        capacity = int(capacity)
+        raise ConfigError(f"capacity (--capacity) {capacity!r} is text: give a block count as a number "
+                          f"({capacity.strip()}), or a size with its unit ('80GiB')")
     return check_capacity(capacity), None
 
 

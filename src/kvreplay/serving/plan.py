@@ -158,7 +158,7 @@ class Search:
 
 
 def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,), routers=("round-robin",),
-         policies=(None,), loads=(1.0,), rates=None, sessions=None, window_s: float | None = None, warmup=AUTO,
+         policies=(None,), loads=None, rates=None, sessions=None, window_s: float | None = None, warmup=AUTO,
          min_window_requests: int = MIN_WINDOW_REQUESTS, prices: Prices | None = None, judge_at: str = "pessimistic",
          max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None, jobs: int = 1,
          executor: str = "local", ray_address: str | None = None, progress=None, **options):
@@ -179,7 +179,16 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     each configuration at each load, searched, pruned, unreachable, unfit or skipped. `options` go
     to simulate()."""
     from ..engine.replay import as_trace
+    from .plan_args import resolve
 
+    trace = as_trace(trace)
+    if isinstance(window_s, str):  # (a duration with its unit: "5m")
+        window_s = seconds_arg(window_s, "window_s")
+    checked = resolve(trace, slo=slo, gpus=gpus, tps=tps, tiers=tiers, routers=routers, policies=policies, loads=loads,
+                      rates=rates, window_s=window_s, max_instances=max_instances, jobs=jobs, prices=prices,
+                      cache_dir=cache_dir)
+    slo, gpus, tps, tiers, routers, policies, window_s, max_instances, jobs, prices = (checked[k] for k in (
+        "slo", "gpus", "tps", "tiers", "routers", "policies", "window_s", "max_instances", "jobs", "prices"))
     if judge_at not in JUDGES:
         raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {judge_at!r}")
     if not any(True for _ in slo.objectives()):
@@ -196,11 +205,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     from .semantics import one_semantics
 
     options, semantics_note = one_semantics(model, options, tiers, policies)
-    if window_s is not None:
-        window_s = seconds_arg(window_s, "window_s")
-        if not 0 < window_s < math.inf:
-            raise ConfigError(f"window_s must be a positive finite duration, got {window_s!r}")
-    s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
+    s = Search(trace=trace, model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir, warmup=warmup,
                min_requests=int(min_window_requests))
     if cache_dir is not None:
@@ -211,7 +216,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
            "warmup_spec": spec_text(warmup), "min_window_requests": s.min_requests,
            "tp_searched": "given" if tps is not None else "every TP of 1, 2, 4 and 8 on which vLLM would start the "
                                                           "model", "loads": []}
-    points = load_points(loads, rates, sessions)
+    points = load_points(loads, rates, sessions) if sessions is not None else checked["points"]
     tracker = _Tracker(progress, (len(configs) + len(unfit)) * len(points))
     for point in points:
         block = (_plan_load_parallel(s, configs, point, jobs, executor, ray_address, tracker) if parallel
@@ -248,7 +253,7 @@ def load_points(loads, rates, sessions) -> list[tuple]:
     from .lanes import check_sessions
 
     if sessions is not None:
-        if rates is not None or tuple(loads) != (1.0,):
+        if rates is not None or loads is not None:
             raise ConfigError("give the loads as speedups (--loads), rates (--rates) or concurrent sessions "
                               "(--sessions), one of them")
         return [("sessions", float(check_sessions(int(n) if float(n).is_integer() else n))) for n in sessions]

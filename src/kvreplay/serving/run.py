@@ -477,7 +477,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         if growth is not None and growth.error is not None:
             raise growth.error
         if counters[:, C["time_overflow"]].any():
-            raise ConfigError(f"a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
+            path = getattr(time_model, "path", None)  # a time-model file's values are named by the file
+            where = f"{path}: " if isinstance(path, str) and not path.startswith("<") else ""
+            raise ConfigError(f"{where}a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
                               f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
                               "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
         failed = counters[:, C["hybrid_error"]]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..checks import items, number
 from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
@@ -42,6 +43,11 @@ NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler an
                           "cost",
               "llamacpp": "llama.cpp server's loop (its slots under concurrency, deferred tasks) is not modelled; "
                           "`kvreplay run --policy llamacpp` replays its slots one request at a time"}
+
+
+#: a scheduler's token and sequence budgets: the kernel keeps them in int32 (more than any step
+#: can hold: a run's block positions are at most limits.MAX_POSITIONS too)
+MAX_BUDGET = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,9 @@ class Scheduler:
         for name in ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill_size", "max_prefill_tokens",
                      "clip_max_new_tokens"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"{name} must be a whole number >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_BUDGET:
+                raise ConfigError(f"{name} (--{name.replace('_', '-')}) must be a whole number from 1 to "
+                                  f"{MAX_BUDGET:,}, got {v!r}")
         if self.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"unknown SGLang schedule policy {self.schedule_policy!r} (known: fcfs, lpm)")
         if self.capacity_scheduler_policy not in TRT_CAPACITY_POLICIES:
@@ -635,6 +642,9 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
             flag = "--" + name.replace("_", "-")
             raise ConfigError(f"{name} ({flag}) must be a whole number >= 1 (disaggregation needs both "
                               f"--prefill-instances and --decode-instances), got {value!r}")
+        limits.check_instances(value, f"{name} (--{name.replace('_', '-')})")
+    limits.check_instances(prefill_instances + decode_instances,
+                           "prefill_instances + decode_instances (--prefill-instances, --decode-instances)")
     if instances not in (1, prefill_instances + decode_instances):
         raise ConfigError(f"instances {instances} differs from prefill + decode instances "
                           f"({prefill_instances} + {decode_instances})")
@@ -646,7 +656,11 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
 
         if block_bytes is None:
             raise ConfigError("the KV link's transfer time needs the model's KV bytes: give --model")
-        transfer_s = np.asarray(trace.input_length, dtype=np.float64) * (block_bytes / block_size) / parse_bandwidth(kv_link)
+        try:
+            link = parse_bandwidth(kv_link)
+        except ConfigError as e:
+            raise ConfigError(f"kv_link (--kv-link): {e}") from None
+        transfer_s = np.asarray(trace.input_length, dtype=np.float64) * (block_bytes / block_size) / link
     return True, prefill_instances + decode_instances, transfer_s
 
 
@@ -748,12 +762,17 @@ def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None
     if sessions is not None:
         from .lanes import check_sessions
 
-        loads = [("sessions", float(check_sessions(n))) for n in sessions]
+        loads = [("sessions", float(check_sessions(n))) for n in items(sessions, "sessions (--sessions-list)", single=())]
     else:
-        loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
+        kind, name, values = ("speedup", "speedups (--speedups)", speedups) if speedups is not None else \
+            ("rate", "rates (--rates)", rates)
+        if isinstance(values, str):
+            raise ConfigError(f"{name} must be a list of numbers, got {values!r}")
+        loads = [(kind, number(x, name)) for x in items(values, name, single=())]
     policies = policies or [options.pop("policy", None)]
     capacities = capacities or [options.pop("capacity", None)]
     instances = instances or [options.pop("instances", 1)]
+    limits.check_cluster_sizes(instances)
     routers = routers or [options.pop("router", "round-robin")]
     tiers = tiers or [options.pop("tiers", None)]
     from .semantics import one_semantics
@@ -761,11 +780,18 @@ def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None
     asked = options.get("kv_semantics", "auto")
     options, note = one_semantics(options.get("model"), options, tiers, policies)  # one semantics for the grid
     forced = note if asked == "auto" and options.get("kv_semantics") == "full" else None
-    tasks = []
+    # one instance has no routing: its run is the same under every router, so it runs once (under
+    # the first) and its row is written under each router asked for (every row of the grid is there)
+    tasks, layout, single = [], [], {}
     for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
-        if n == 1 and router != routers[0]:
-            continue  # one instance has no routing: its run is the same under every router, listed once
         for k, (kind, value) in enumerate(loads):
+            key = (policy, capacity, tier, k)
+            if n == 1 and router != routers[0]:
+                layout.append((single[key], router))
+                continue
+            if n == 1:
+                single[key] = len(tasks)
+            layout.append((len(tasks), router if n == 1 and len(routers) > 1 else None))
             opts = dict(options, policy=policy, capacity=capacity, instances=n, router=router, tiers=tier,
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
                         # one instance's sequential replay does not depend on the load: once per
@@ -784,6 +810,7 @@ def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None
         for row in rows[g:g + len(loads)]:
             if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and sessions is None:
                 row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
+    rows = [rows[i] if router is None else dict(rows[i], router=router) for i, router in layout]
     if forced is not None:  # every run full because of the grid: say why
         for row in rows:
             if row.get("kv_semantics_text"):

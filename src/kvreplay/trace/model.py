@@ -7,6 +7,8 @@ policies can keep per-block state in flat arrays.
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass, field, replace
 from typing import Callable
 from functools import cached_property
@@ -308,16 +310,23 @@ def likely_block_size(trace) -> int | None:
     return best if best_fit >= 0.9 * n else None
 
 
-def check_block_size(trace, block_size: int) -> dict | None:
-    """block_size_mismatches, after refusing (ConfigError) a block size that most requests misfit:
-    the numbers would be silently wrong (a 16-token trace replayed at 512 shows a 99.75% hit rate
-    instead of 73%)."""
+def check_block_size(trace, block_size: int, given: bool = False) -> dict | None:
+    """block_size_mismatches, after refusing (ConfigError) an inferred block size (the trace's
+    declared one, or the default) that most requests misfit: the numbers would be silently wrong
+    (a 16-token trace replayed at 512 shows a 99.75% hit rate instead of 73%). A block size the
+    user `given` is theirs: the spec's min(k x block_size, L) defines such a trace, so it is
+    replayed, with a warning that counts the requests that misfit it."""
     miss = block_size_mismatches(trace, block_size)
     if miss is None or 2 * miss["count"] <= len(trace):
         return miss
     guess = likely_block_size(trace)
     what = f"{miss['count']:,} of {len(trace):,} requests have a number of hash ids that does not fit their " \
            f"input_length at {block_size}-token blocks"
+    if given:
+        hint = f" (they fit {guess}-token blocks)" if guess is not None and guess != block_size else ""
+        warnings.warn(f"{trace.source}: {what}{hint}; replayed at --block-size {block_size} as given, each request's "
+                      f"hit capped at min(hit blocks x {block_size}, input_length)", stacklevel=2)
+        return miss
     if guess is not None and guess != block_size:
         raise ConfigError(f"{trace.source}: the hash ids fit {guess}-token blocks, not {block_size}: pass "
                           f"--block-size {guess} ({what})")

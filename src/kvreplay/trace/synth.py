@@ -416,8 +416,16 @@ def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: in
     if system_priority is not None or system_priority_ms is not None:
         from .retention import Retention
 
+        from .retention import check_range
+
         if system_priority is None:
-            raise ConfigError("system_priority_ms needs system_priority (the priority it lasts for)")
+            raise ConfigError("system_priority_ms (--system-priority-ms) needs system_priority (--system-priority), "
+                              "the priority it lasts for")
+        wrong = check_range(0, None, system_priority, system_priority_ms)
+        if wrong is not None:
+            flag = "system_priority (--system-priority)" if wrong.startswith("a priority") else \
+                "system_priority_ms (--system-priority-ms)"
+            raise ConfigError(f"{flag}: {wrong}")
         prompt = np.minimum(s["prompt_len"][sess], length).tolist()
         retention = Retention.from_lists([[(0, int(p), system_priority, system_priority_ms)] if p > 0 else []
                                           for p in prompt])

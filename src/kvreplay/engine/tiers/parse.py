@@ -7,7 +7,8 @@ import numbers
 from dataclasses import dataclass
 
 from ...errors import ConfigError
-from ...units import parse_bandwidth, parse_size
+from ...units import parse_bandwidth as bytes_per_second
+from ...units import parse_size
 
 POLICIES = ("lru", "fifo")
 MAX_BLOCKS = 2 ** 40  # a tier's blocks, at most (its pool's arrays and byte counts stay in int64)
@@ -32,9 +33,9 @@ class Tier:
                 or not 1 <= self.blocks <= MAX_BLOCKS:
             raise ConfigError(f"{what}: blocks must be a whole number from 1 to 2^40, got {self.blocks!r}")
         if self.bandwidth is not None and (isinstance(self.bandwidth, bool) or not isinstance(self.bandwidth, numbers.Real)
-                                           or not 0 < self.bandwidth < float("inf")):
-            raise ConfigError(f"{what}: bandwidth must be a positive number of bytes per second (None: loads take "
-                              f"no time), got {self.bandwidth!r}")
+                                           or not MIN_BANDWIDTH <= self.bandwidth <= MAX_BANDWIDTH):
+            raise ConfigError(f"{what}: bandwidth must be from {MIN_BANDWIDTH:g} to {MAX_BANDWIDTH:g} bytes per second "
+                              f"(None: loads take no time), got {self.bandwidth!r}")
         if self.policy not in POLICIES:
             raise ConfigError(f"{what}: policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if not isinstance(self.shared, bool):
@@ -46,6 +47,20 @@ class Tier:
         if block_bytes and self.bandwidth:
             out["load_ms_per_block"] = 1e3 * block_bytes / self.bandwidth
         return out
+
+
+#: bandwidths (bytes/s) a tier or link may have: below 1 KB/s a block's load outlasts any run's
+#: clock, above 1 PB/s (hundreds of times an HBM's) it is "inf", loads that take no time
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1e3, 1e15
+
+
+def parse_bandwidth(text: str) -> float:
+    """Bytes per second (units.parse_bandwidth) within what a tier or link may have; "inf" for
+    loads that take no time."""
+    value = bytes_per_second(text)
+    if value != float("inf") and not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
+        raise ConfigError(f"a bandwidth must be from 1KB/s to 1PB/s (inf: loads that take no time), got {text!r}")
+    return value
 
 
 def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) -> int:

@@ -101,7 +101,9 @@ def replay_tiers(trace, spec, capacity: int, params: dict, tiers: list[Tier], bl
         from ...policies.base import with_eviction_log
         from ..driver import trace_arrays
 
-        log = capacity + int(np.diff(trace.offsets).max(initial=0)) + 1
+        # one request evicts at most the blocks resident, and no cache holds more than the trace's
+        # distinct blocks: a GPU pool of 10^12 blocks needs no log of 10^12 entries
+        log = min(capacity, max(1, trace.num_blocks)) + int(np.diff(trace.offsets).max(initial=0)) + 1
         state = with_eviction_log(spec.make_state(capacity, trace, **params), log)
         pools = Pools(tiers, 1, trace.num_blocks, copies=copies)
         table, record = spec.compiled(state)
