@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.errors import ConfigError
@@ -176,3 +177,30 @@ def test_the_band_of_the_host_terms():
     assert all(shipped["low"][k] <= getattr(calibrated(), k) <= shipped["high"][k] for k in TERMS)
     with pytest.raises(ConfigError, match="low or high"):
         band_end(NONE, "middle")
+
+
+def test_the_api_server_serves_requests_one_at_a_time_in_arrival_order():
+    # request_s 10 ms + prompt_token_s 1 ms: services 110, 60 and 210 ms. Three arriving at 0 reach
+    # the engine at 110, 170 and 380 ms, in their order (not the shortest prompt first); one
+    # arriving at 1 s after the server is idle waits only its own 110 ms.
+    h = HostTerms(request_s=0.01, prompt_token_s=0.001)
+    at = h.engine_arrivals(np.array([0.0, 0.0, 0.0, 1.0]), np.array([100, 50, 200, 100]))
+    assert np.round(at * 1000, 6).tolist() == [110.0, 170.0, 380.0, 1110.0]
+    # out of order in the input: served by arrival time, ties in input order
+    at = h.engine_arrivals(np.array([0.5, 0.0, 0.0]), np.array([100, 100, 50]))
+    assert np.round(at * 1000, 6).tolist() == [610.0, 110.0, 170.0]
+    assert NONE.engine_arrivals(np.array([0.0, 2.0]), np.array([5, 5])).tolist() == [0.0, 2.0]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.floats(0, 10), st.integers(0, 5000)), min_size=1, max_size=40))
+def test_the_api_servers_queue_is_lindleys(reqs):
+    h = HostTerms(request_s=0.002, prompt_token_s=1e-5)
+    a = np.array([x for x, _ in reqs])
+    p = np.array([y for _, y in reqs])
+    got = h.engine_arrivals(a, p)
+    free, want = 0.0, np.empty(len(a))
+    for i in np.argsort(a, kind="stable"):
+        free = max(a[i], free) + 0.002 + 1e-5 * p[i]
+        want[i] = free
+    assert np.allclose(got, want, rtol=0, atol=1e-9)

@@ -358,8 +358,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
     host_terms = host_resolve(host, tm)
     prompts = np.asarray(trace.input_length)
-    delay_s = host_terms.arrival_delay(prompts)
-    engine_arrival_s = arrival_s + delay_s
+    engine_arrival_s = host_terms.engine_arrivals(arrival_s, prompts)
+    delay_s = host_terms.arrival_delay(prompts)  # (a closed loop's releases: each request's own service)
     run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=engine_arrival_s,
                output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
@@ -384,7 +384,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             host_end = host_band(host_terms, end)
             end_delay_s = host_end.arrival_delay(prompts)
             band[end] = run_once(trace, time_model=tm.at_band(end), **{
-                **run, "host": host_end, "arrival_s": arrival_s + end_delay_s,
+                **run, "host": host_end, "arrival_s": host_end.engine_arrivals(arrival_s, prompts),
                 "closed": loop.kernel_arrays(end_delay_s) if closed_run else None})
             band[end + "_delay_s"] = end_delay_s
             tell(progress, 2 + k, runs, "runs")

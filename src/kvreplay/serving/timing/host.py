@@ -85,8 +85,27 @@ class HostTerms:
         return not self.async_scheduling and all(getattr(self, k) == 0 for k in TERMS)
 
     def arrival_delay(self, prompt_tokens) -> np.ndarray:
-        """Seconds from each request's arrival at the server to its arrival at the engine core."""
+        """Seconds the API server spends on each request before it reaches the engine core (its
+        service time alone: the least delay it can have, floors.py's)."""
         return self.request_s + self.prompt_token_s * np.asarray(prompt_tokens, dtype=np.float64)
+
+    def engine_arrivals(self, arrival_s, prompt_tokens) -> np.ndarray:
+        """When each request reaches the engine core: the API server serves requests one at a time
+        in arrival order (vLLM 0.33.0's API server is one process whose event loop tokenises each
+        request in turn, AsyncLLM.add_request, v1/engine/async_llm.py), so a request waits for
+        those that arrived before it: a FIFO single server, D_i = max(a_i, D_(i-1)) + s_i, which is
+        C_i + max over j <= i of (a_j - C_(j-1)) with C the running sum of service times. Served
+        independently, requests arriving together would reach the engine shortest prompt first."""
+        arrival = np.asarray(arrival_s, dtype=np.float64)
+        service = self.arrival_delay(prompt_tokens)
+        if arrival.size == 0 or not (service > 0).any():
+            return arrival + service
+        order = np.argsort(arrival, kind="stable")
+        a, d = arrival[order], service[order]
+        done = np.cumsum(d)
+        out = np.empty_like(arrival)
+        out[order] = done + np.maximum.accumulate(a - (done - d))
+        return out
 
     def step_seconds(self, gpu_s: float, requests: int) -> float:
         """A step of `requests` requests whose GPU work takes `gpu_s`, with the engine core's CPU."""
