@@ -447,10 +447,10 @@ def test_documented_figures():
     trace = shared_path(MOONCAKE / "conversation_trace.jsonl")
     base = ("simulate", trace, "--engine-style", "trtllm", "--capacity", "300", "--model", "llama-3.1-8b", "--gpu",
             "h100", "--speedup", "0.2", "--context-chunking", "first_come_first_served")
-    rows = {"guaranteed_no_evict": ("1.87 s   1.80 s - 2.49 s    9.47 s   8.66 s - 14.48 s",
-                                    "14.2 ms  13.1 ms - 18.5 ms", "299 blocks", "0 preemptions of 0 requests"),
-            "max_utilization": ("1.86 s   1.79 s - 2.45 s    9.29 s   8.49 s - 14.16 s", "14.3 ms  13.2 ms - 18.6 ms",
-                                "300 blocks", "36 preemptions of 35 requests (29,711 tokens recomputed)")}
+    rows = {"guaranteed_no_evict": ("1.92 s   1.83 s - 2.48 s    9.56 s   8.91 s - 13.76 s",
+                                    "14.2 ms  13.5 ms - 17.7 ms", "299 blocks", "0 preemptions of 0 requests"),
+            "max_utilization": ("1.92 s   1.82 s - 2.46 s    9.35 s   8.72 s - 13.51 s", "14.3 ms  13.6 ms - 17.8 ms",
+                                "300 blocks", "37 preemptions of 36 requests (30,222 tokens recomputed)")}
     for policy, (ttft, tpot, held, pauses) in rows.items():
         out = ok(*base, "--capacity-scheduler-policy", policy)
         assert ttft in out and tpot in out, out
