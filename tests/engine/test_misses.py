@@ -301,3 +301,16 @@ def test_scan_distances_by_hand():
     # a b | c a | b: a's second use saw {b} since (1 + 1 = 2); b's, {c, a} since its use (3)
     trace = kvreplay.Trace.from_requests([(list("ab"), 8), (list("ca"), 8), (list("b"), 4)])
     assert scan_distances(trace).tolist() == [-1, -1, -1, 2, 3]
+
+
+def test_a_gap_below_zero_is_said_as_what_it_gives_back():
+    from kvreplay.analysis.headroom import headroom_sentence
+
+    levels = {"ceiling": {"hit_rate": 0.374}, "served": {"hit_rate": 0.20}}
+    h = {"levels": levels, "capacity_blocks": 4096,
+         "gaps": {"capacity": {"points": 14.0}, "policy": {"points": 6.4}, "concurrency": {"points": -3.0}}}
+    text = headroom_sentence(h)
+    assert text == ("of the 17.4 points between your 20.0% and the 37.4% ceiling (4,096 blocks), 14.0 are capacity, "
+                    "6.4 are the policy, concurrency gives back 3.0 (served, the cache hits more than the sequential "
+                    "replay (another order of the same requests))")
+    assert "-" not in text.replace("4,096", "")

@@ -82,7 +82,21 @@ def headroom_sentence(h: dict) -> str:
     top = levels["ceiling"]["hit_rate"]
     span = 100 * (top - bottom["hit_rate"])
     names = {"capacity": "capacity", "policy": "the policy", "concurrency": "concurrency"}
-    parts = [f"{g['points']:.1f} {'is' if round(g['points'], 1) == 1 else 'are'} {names[k]}"
-             for k, g in h["gaps"].items()]
+    parts = [_gap_text(g["points"], names[k], k) for k, g in h["gaps"].items()]
     return (f"of the {span:.1f} points between your {100 * bottom['hit_rate']:.1f}% and the {100 * top:.1f}% ceiling "
             f"({h['capacity_blocks']:,} blocks), " + ", ".join(parts))
+
+
+#: what a level above the one over it means (a gap below zero): never printed as negative points
+_ABOVE = {"capacity": "Belady's order at this capacity hits more than the infinite cache",
+          "policy": "the policy hits more than Belady's order at this capacity (Belady's minimises misses of "
+                    "blocks, not of prefix tokens)",
+          "concurrency": "served, the cache hits more than the sequential replay (another order of the same "
+                         "requests)"}
+
+
+def _gap_text(points: float, name: str, gap: str) -> str:
+    """"14.0 are capacity"; a gap below zero as what it gives back ("the policy gives back 3.0: ...")."""
+    if round(points, 1) >= 0:
+        return f"{abs(points):.1f} {'is' if round(points, 1) == 1 else 'are'} {name}"
+    return f"{name} gives back {-points:.1f} ({_ABOVE[gap]})"
