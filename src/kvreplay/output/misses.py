@@ -65,7 +65,8 @@ def headroom_lines(h: dict) -> list[str]:
             f"belady at this capacity {100 * lv['belady']['hit_rate']:.1f}%)")
     out = [line]
     if "prefill_gpu_seconds" in lv["ceiling"]:
-        gaps = ", ".join(f"{k} {g['prefill_gpu_seconds']:,.0f}" for k, g in h["gaps"].items())
+        gaps = ", ".join(f"{k} {g['prefill_gpu_seconds']:,.0f}" if round(g["prefill_gpu_seconds"]) >= 0
+                         else f"{k} gives back {-g['prefill_gpu_seconds']:,.0f}" for k, g in h["gaps"].items())
         yours = lv["served"] if "served" in lv else lv["policy"]
         out.append(f"          in GPU-seconds of prefill: {gaps} (your prefill {yours['prefill_gpu_seconds']:,.0f}, "
                    f"at the ceiling {lv['ceiling']['prefill_gpu_seconds']:,.0f}; {h['cost_note']})")
