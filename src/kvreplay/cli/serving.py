@@ -177,6 +177,15 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--tier-overlap", action="store_true",
                      help="loading from the tiers overlaps the step's compute layer by layer (max of the two; "
                           "default: the load comes first)")
+    sim.add_argument("--speculative", default=None, metavar="ngram|eagle|mtp|draft:MODEL",
+                     help="speculative decoding (vLLM style): each decode step verifies K draft tokens from an n-gram "
+                          "lookup, an EAGLE head, the model's MTP module or a draft model; accepted tokens per step "
+                          "from published figures for the method and model, or --acceptance (docs/serving.md)")
+    sim.add_argument("--num-speculative-tokens", type=common.positive_int, default=None, metavar="K",
+                     help="with --speculative: draft tokens per step")
+    sim.add_argument("--acceptance", default=None, metavar="A1,A2,...",
+                     help="with --speculative: the conditional acceptance rate of each draft position (position p "
+                          "accepted given 1..p-1 were), one for all positions or K of them")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -242,6 +251,8 @@ def _options(args, trace) -> dict:
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
                 mem_fraction_static=args.mem_fraction_static, router_options=_router_options(args.router_option),
+                speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
+                acceptance=args.acceptance,
                 **params)
 
 

@@ -58,6 +58,7 @@ class RawRun:
     decode_instance: np.ndarray | None = None  # disaggregated: per request, its decode instance (-1: none)
     id_spaces: list = field(default_factory=list)  # per instance: the ids its state held (its compact id space)
     runs: int = 1  # kernel runs it took (a state that outgrew its estimate runs again)
+    spec_accepted_at: np.ndarray | None = None  # speculative decoding: verifications that accepted position p
 
 
 class Sizing:
@@ -76,12 +77,12 @@ class Sizing:
         return self._n
 
 
-def decode_trace(trace: Trace, block_size: int, output_kv: bool) -> tuple[Trace, np.ndarray]:
+def decode_trace(trace: Trace, block_size: int, output_kv: bool, lookahead: int = 0) -> tuple[Trace, np.ndarray]:
     """`trace` with each request's decode ids after its prompt blocks (the kernel's layout), and
     the prompt block counts P."""
     P = np.diff(trace.offsets)
     L = np.asarray(trace.input_length, dtype=np.int64)
-    D = decode_blocks(trace, block_size, output_kv)
+    D = decode_blocks(trace, block_size, output_kv, lookahead)
     offsets = np.zeros(len(trace) + 1, dtype=np.int64)
     np.cumsum(P + D, out=offsets[1:])
     blocks = np.empty(int(offsets[-1]), dtype=np.int32)
@@ -127,13 +128,15 @@ def hashed_prompts(trace: Trace, block_size: int) -> Trace:
                  source=trace.source, format=trace.format)
 
 
-def decode_blocks(trace: Trace, block_size: int, output_kv: bool) -> np.ndarray:
+def decode_blocks(trace: Trace, block_size: int, output_kv: bool, lookahead: int = 0) -> np.ndarray:
     """Per request: the decode blocks its outputs need beyond its prompt's (at its last token:
-    L + max(O, 1) - 1 tokens in KV); none without output KV."""
+    L + max(O, 1) - 1 tokens in KV, and `lookahead` more: speculative decoding's last step
+    schedules its k draft tokens and reserves the drafter's slots beyond them); none without
+    output KV."""
     if not output_kv:
         return np.zeros(len(trace), dtype=np.int64)
     L = np.asarray(trace.input_length, dtype=np.int64)
-    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1)
+    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1) + lookahead
     return np.maximum((L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size, 0)
 
 
@@ -174,7 +177,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
-             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm") -> RawRun:
+             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
+             speculative=None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -183,7 +187,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
     UnifiedRadixCache (serving/kernel/sglang_hybrid.c; the SGLang style and policy radix only),
-    `capacity` pages of its full-attention pool."""
+    `capacity` pages of its full-attention pool. speculative: a speculative.Speculative (the
+    vLLM style: each decode step verifies k draft tokens; kernel/vllm.c, batch.c)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -201,8 +206,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                                output_kv)
         kv_groups = None
     groups = hybrid_groups(kv_groups, kv_retention, spec.name, scheduler.style, tiers, prefill_instances, output_kv)
+    spec_k = 0 if speculative is None else speculative.k
+    spec_lookahead = 0 if speculative is None else speculative.lookahead
     ext, P = decode_trace(hashed_prompts(sorted_trace, block_size) if mode == "MODE_PAGED" else sorted_trace,
-                          block_size, output_kv)
+                          block_size, output_kv, spec_k + spec_lookahead)
     tm = packed(time_model)
     router_index, rparams = -1, np.zeros(1)
     if router is not None:
@@ -222,6 +229,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
+        "SPEC_K": spec_k, "SPEC_LOOKAHEAD": spec_lookahead,
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -247,6 +255,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "handles": np.zeros(ext.num_accesses + n + 1, dtype=np.int64), "end_s": np.zeros(1),
         "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
         "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
+        "spec_accept": np.asarray(speculative.acceptance if speculative else [0.0], dtype=np.float64),
+        "spec_accepted_at": np.zeros(max(spec_k, 1), dtype=np.int64),
     }
     spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
@@ -280,7 +290,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             io[key].fill(np.nan)
         for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
                     "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters",
-                    "radix_counters"):
+                    "radix_counters", "spec_accepted_at"):
             io[key].fill(0)
         io["decode_instance"].fill(-1)
         counters = io["counters"].reshape(N, len(names))
@@ -335,7 +345,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         policy_counters=policy_counters, itl=io["itl"], instance=back(io["instance"]), per_instance=per_instance,
         tier_hits=io["tier_hits"].reshape(n + 1, T + 1)[:n][inv], decode_instance=back(io["decode_instance"]),
         tier_totals=[] if pools is None else [pools.totals(t) for t in range(T)],
-        id_spaces=spaces.tolist(), runs=runs,
+        id_spaces=spaces.tolist(), runs=runs, spec_accepted_at=io["spec_accepted_at"][:spec_k].copy(),
     )
 
 

@@ -21,7 +21,10 @@ from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .semantics import choose
+from .speculative import resolve as resolve_speculative
+from .speculative import summary as speculative_summary
 from .timing import load_time_model
+from .timing.profiles import DynamoNpzProfile, PolynomialProfile
 
 ENGINE_STYLES = ("vllm", "sglang")
 #: Engine-faithful default policy per engine style.
@@ -148,7 +151,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, **params):
+             language_model_only: bool = False, mem_fraction_static: float | None = None, speculative=None,
+             num_speculative_tokens: int | None = None, acceptance=None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -202,8 +206,16 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
         decode instance, which decodes the rest.
+    speculative / num_speculative_tokens / acceptance: speculative decoding (vLLM style):
+        "ngram", "eagle", "mtp" or "draft:MODEL", k draft tokens a step, and the conditional
+        acceptance rate per position ("a1,a2,..."; default: the published figures for the method
+        and model, serving/speculative.py). Each decode step verifies 1 + k tokens and holds the
+        drafter's lookahead slots; the report's speculative section gives the accepted tokens per step.
     """
     trace = as_trace(trace)
+    spec_decode = resolve_speculative(speculative, num_speculative_tokens, model=model, acceptance=acceptance)
+    if spec_decode is not None and engine_style != "vllm":
+        raise ConfigError("speculative decoding is simulated with the vLLM scheduler style: add --engine-style vllm")
     if engine_style not in ENGINE_STYLES:
         raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
     for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
@@ -262,6 +274,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                        disagg=disagg, output_kv=output_kv, kv_layers=kv_layers, capacity=asked_capacity, sizes=sizes, tp=tp)
     if semantics.hybrid:
         capacity = semantics.capacity
+        if spec_decode is not None:
+            raise ConfigError("speculative decoding is not simulated on a hybrid model's layer groups: add "
+                              "--kv-semantics full")
+    if spec_decode is not None and isinstance(tm, (DynamoNpzProfile, PolynomialProfile)) and not _constant(tm):
+        raise ConfigError("speculative decoding's verification steps are priced by the roofline (a Dynamo profile or "
+                          "polynomial has no multi-token decode): use --time-model roofline or instant")
     routed = prefill_instances if disagg else instances
     fixed = routed == 1 or router in routing.FIXED
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
@@ -275,7 +293,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
-               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine)
+               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
+               speculative=spec_decode)
     raw = run_once(trace, time_model=tm, **run)
     band = None
     if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
@@ -319,6 +338,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         warmup=None if warm.cold and warmup is None else warm.to_dict(),
     )
     report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
+    if spec_decode is not None:
+        report.speculative = speculative_summary(spec_decode, raw)
     if band is not None:
         from dataclasses import replace
 
@@ -336,6 +357,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _constant(tm) -> bool:
+    """A polynomial step time with no variable (every step takes the same time, whatever its tokens)."""
+    return isinstance(tm, PolynomialProfile) and all(not powers for _, powers in tm.terms)
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:

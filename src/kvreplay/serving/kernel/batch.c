@@ -31,6 +31,20 @@ int batch_start(Sim *s, i64 j) {
                 agg[AGG_KEYS_SW] += (f64)kv_sum_min(c + 1, c + m, window);
                 agg[AGG_TOUCHED_SW] += (f64)kv_min(c + m, window + m - 1);
             }
+        } else if (m > 1) {
+            /* a verification pass: the token sampled last and m - 1 draft tokens over the
+             * request's KV, as one decode with m query tokens (its GEMMs over m tokens) */
+            i64 x = c + m;
+            agg[AGG_DECODE_REQS] += 1;
+            agg[AGG_SPEC_TOKENS] += (f64)(m - 1);
+            agg[AGG_DECODE_CTX] += (f64)x;
+            agg[AGG_KEYS_FULL] += (f64)(m * c + m * (m + 1) / 2);
+            agg[AGG_TOUCHED_FULL] += (f64)x;
+            if (window > 0) {
+                agg[AGG_KEYS_SW] += (f64)kv_sum_min(c + 1, c + m, window);
+                agg[AGG_TOUCHED_SW] += (f64)kv_min(x, window + m - 1);
+                agg[AGG_DECODE_SW] += (f64)kv_min(x, window + m - 1);
+            }
         } else {
             i64 x = c + 1;
             agg[AGG_DECODE_REQS] += 1;
@@ -66,12 +80,32 @@ int batch_start(Sim *s, i64 j) {
     c[steps] += 1;
     if (agg[AGG_PREFILL_REQS] > 0) c[prefill_steps] += 1;
     c[prefill_tokens] += (i64)agg[AGG_PREFILL_NEW];
-    c[decode_tokens] += (i64)agg[AGG_DECODE_REQS];
+    c[decode_tokens] += (i64)agg[AGG_DECODE_REQS];  /* (batch_end adds the accepted draft tokens) */
+    if (agg[AGG_SPEC_TOKENS] > 0) c[spec_drafted] += (i64)agg[AGG_SPEC_TOKENS];
     metrics_peaks(s, j);
     return 1;
 }
 
 void heap_push(Sim *s, f64 t, i64 i);
+
+/* splitmix64: a uniform in [0, 1) from a key */
+static f64 spec_uniform(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    return (f64)(x >> 11) * (1.0 / 9007199254740992.0);
+}
+
+i64 spec_draw(const Sim *s, i64 i, i64 drafted) {
+    /* keyed by (seed, request, its output position, draft position): the same request gets the
+     * same acceptances whatever else runs beside it (a preempted request draws them again) */
+    uint64_t base = (uint64_t)s->io->cfg[SEED] * 0x100000001B3ULL ^ (uint64_t)i * 0xD1B54A32D192ED03ULL
+                    ^ (uint64_t)s->generated[i] * 0x8CB92BA72F3D8DD7ULL;
+    i64 acc = 0;
+    while (acc < drafted && spec_uniform(base + (uint64_t)acc * 0x9E3779B97F4A7C15ULL) < s->io->spec_accept[acc]) acc++;
+    return acc;
+}
 
 /* Request i's last token came out on instance j (finished), or its prompt is done on a prefill
  * instance: it leaves j. Its blocks stay cached there; a handover waits for its KV transfer. */
@@ -116,6 +150,20 @@ void batch_end(Sim *s, i64 j) {
         i64 i = q->running[r], m = s->new_tokens[i];
         if (m <= 0) continue;
         s->new_tokens[i] = 0;
+        i64 extra = 0; /* accepted draft tokens that come out with this step's token */
+        if (s->decoding[i] && m > 1) {
+            /* the verification: accepted drafts advance the request, rejected ones are taken back
+             * (update_from_output: num_computed_tokens -= num_rejected, scheduler.py:2346-2364);
+             * their KV slots stay the request's and the next step overwrites them */
+            i64 acc = spec_draw(s, i, m - 1);
+            q->counters[spec_steps] += 1;
+            q->counters[spec_accepted] += acc;
+            for (i64 p = 0; p < acc; p++) s->io->spec_accepted_at[p] += 1;
+            extra = kv_min(acc, s->outputs[i] - s->generated[i] - 1);
+            if (extra < 0) extra = 0;
+            m = 1 + extra;
+            q->counters[decode_tokens] += extra;
+        }
         s->computed[i] += m;
         s->io->computed_total[i] += m;
         if (s->mode == MODE_RADIX_HYBRID && !s->decoding[i]) {
@@ -125,6 +173,7 @@ void batch_end(Sim *s, i64 j) {
         }
         if (s->computed[i] < s->target[i]) continue;
         token_out(s, j, i);
+        s->generated[i] += extra; /* (the accepted drafts come out with it: one inter-token gap) */
         if (s->generated[i] < s->outputs[i] && !prefill_only) {
             s->target[i] = s->computed[i] + 1;
             s->decoding[i] = 1;

@@ -26,13 +26,23 @@ void vllm_schedule(Sim *s, i64 j) {
     /* 1. running requests first, in admission order */
     for (i64 r = 0; r < q->nrun && budget > 0;) {
         i64 i = q->running[r];
+        /* speculative decoding: a decoding request is scheduled with its k draft tokens (vLLM
+         * 0.33.0 scheduler.py:839-848, num_tokens_with_spec - num_computed_tokens, within the token
+         * budget), at most up to max_model_len (:852-857) */
         i64 want_new = s->computed[i] < s->target[i] ? kv_min(s->target[i] - s->computed[i], budget) : 1;
+        if (cfg[SPEC_K] > 0 && s->decoding[i]) {
+            want_new = kv_min(1 + cfg[SPEC_K], budget);
+            if (cfg[MAX_MODEL_LEN] > 0) want_new = kv_max(1, kv_min(want_new, cfg[MAX_MODEL_LEN] - s->computed[i] - 1));
+        }
         if (mamba && (want_new = hyb_split(s, i, s->computed[i], want_new)) == 0) {
             r++; /* no block-aligned chunk fits the budget: it waits a step (scheduler.py:890) */
             continue;
         }
         int ok = 1;
-        while (!req_grow(s, j, i, s->computed[i] + want_new)) {
+        /* KV for the scheduled tokens and the drafter's lookahead slots (allocate_slots with
+         * num_lookahead_tokens: scheduler.py:914-918; vllm.py:626-652: k for EAGLE, MTP and a
+         * draft model, 0 for n-gram) */
+        while (!req_grow(s, j, i, s->computed[i] + want_new + cfg[SPEC_LOOKAHEAD])) {
             if (s->failed) return;
             preempted = 1;
             if (preempt_newest(s, j, &budget) == i) {

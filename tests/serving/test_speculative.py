@@ -1,0 +1,163 @@
+"""Speculative decoding: the acceptance model (serving/speculative.py) and the kernel's schedule
+(kernel/vllm.c, batch.c): 1 + k tokens a decode step, the drafter's lookahead slots, accepted
+tokens out together, rejected ones taken back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sim_cases import ONE_SECOND, trace_of
+
+from kvreplay.errors import ConfigError
+from kvreplay.serving.simulate import simulate
+from kvreplay.serving.speculative import expected_tokens_per_step, resolve
+
+
+def run(t, capacity=100, **spec):
+    return simulate(t, capacity=capacity, time_model=ONE_SECOND, compare_sequential=False, **spec)
+
+
+# ---- the acceptance model ----
+
+def test_expected_tokens_per_step_by_hand():
+    # k = 2, conditional rates 0.8 and 0.6: 1 + 0.8 + 0.8 x 0.6
+    assert expected_tokens_per_step([0.8, 0.6]) == pytest.approx(2.28)
+    assert resolve("ngram", 2, acceptance="0.8,0.6").expected_tokens() == pytest.approx(2.28)
+    # one rate for every position: 1 + 0.5 + 0.25 + 0.125
+    assert resolve("eagle", 3, acceptance="0.5").acceptance == (0.5, 0.5, 0.5)
+    assert resolve("eagle", 3, acceptance="0.5").expected_tokens() == pytest.approx(1.875)
+    assert expected_tokens_per_step([]) == 1.0
+
+
+def test_published_mtp_rates_for_deepseek_v3_cite_the_paper():
+    s = resolve("mtp", 2, model="DeepSeek-V3")
+    assert s.acceptance[0] == 0.875  # the report's 85-90%, its middle
+    assert s.acceptance[1] == pytest.approx(0.3807 / 0.7694)
+    assert "2412.19437" in s.source and "41044" in s.source
+    d = s.to_dict()
+    assert d["expected_tokens_band"]["low"] == pytest.approx(1 + 0.85 + 0.85 * 0.3807 / 0.7694)
+    assert d["expected_tokens_band"]["high"] == pytest.approx(1 + 0.90 + 0.90 * 0.3807 / 0.7694)
+    assert s.lookahead == 2  # vllm.py num_lookahead_tokens: k for MTP
+
+
+def test_vllm_per_position_figures_become_conditional_rates():
+    # vLLM prints the fraction of drafts accepted through position p; the model keeps their ratios,
+    # so the published products come back
+    s = resolve("ngram", 5)
+    assert np.cumprod(s.acceptance) == pytest.approx([0.81, 0.74, 0.70, 0.68, 0.66])
+    assert s.lookahead == 0  # n-gram proposes on the CPU: no lookahead slots
+    # positions beyond the source repeat its last conditional rate
+    longer = resolve("ngram", 7)
+    assert longer.acceptance[5] == longer.acceptance[6] == pytest.approx(0.66 / 0.68)
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(speculative="medusa", k=2), "unknown method"),
+    (dict(speculative="eagle", k=0), "from 1 to"),
+    (dict(speculative="eagle", k=None), "needs num_speculative_tokens"),
+    (dict(speculative=None, k=2), "add speculative"),
+    (dict(speculative="mtp", k=2, model="Llama-3.1-70B"), "no multi-token prediction module"),
+    (dict(speculative="draft:", k=2), "needs the draft model"),
+    (dict(speculative="draft:Llama-3.1-70B", k=2, model="Llama-3.1-70B"), "the target model itself"),
+    (dict(speculative="draft:no-such-model", k=2), "unknown model"),
+    (dict(speculative="eagle", k=3, acceptance="0.9,0.8"), "2 rates for 3"),
+    (dict(speculative="eagle", k=2, acceptance="0.9,1.2"), r"in \[0, 1\]"),
+    (dict(speculative="eagle", k=2, acceptance="a,b"), "comma-separated"),
+    (dict(speculative="draft:Llama-3.2-1B-Instruct", k=2), "no published acceptance"),
+])
+def test_refusals_name_the_argument(args, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(args["speculative"], args["k"], model=args.get("model"), acceptance=args.get("acceptance"))
+
+
+# ---- the kernel's schedule ----
+
+def test_all_accepted_outputs_one_plus_k_tokens_a_step():
+    # prompt 8 tokens, 10 outputs, 1 s a step: the prefill gives token 1 at 1 s, then 3 steps of
+    # 1 + 2 tokens give tokens 2-4, 5-7, 8-10: finished at 4 s (10 s without speculation)
+    t = trace_of((["a", "b"], 8, 0, 10))
+    assert run(t).finish_s[0] == 10.0
+    r = run(t, speculative="ngram", num_speculative_tokens=2, acceptance="1")
+    assert r.first_token_s[0] == 1.0 and r.finish_s[0] == 4.0
+    m = r.speculative["measured"]
+    assert (m["verification_steps"], m["drafted_tokens"], m["accepted_tokens"]) == (3, 6, 6)
+    assert m["tokens_per_step"] == 3.0
+
+
+def test_the_last_step_outputs_only_what_is_left():
+    # 4 outputs, k = 2, all accepted: token 1 at 1 s, tokens 2-4 at 2 s (3 of the 3 the step gives)
+    t = trace_of((["a"], 4, 0, 4))
+    r = run(t, speculative="ngram", num_speculative_tokens=2, acceptance="1")
+    assert r.finish_s[0] == 2.0
+    # 3 outputs: the step verifies 2 drafts, both accepted, one token more than is asked is dropped
+    r = run(trace_of((["a"], 4, 0, 3)), speculative="ngram", num_speculative_tokens=2, acceptance="1")
+    assert r.finish_s[0] == 2.0 and r.speculative["measured"]["accepted_tokens"] == 2
+
+
+def test_acceptance_zero_is_the_plain_token_schedule_plus_the_lookahead_kv():
+    reqs = [(["a", "b"], 8, 0, 10), (["a", "c"], 8, 500, 7), (["d"], 4, 700, 12)]
+    t = trace_of(*reqs)
+    plain = run(t)
+    for method, lookahead in (("ngram", 0), ("eagle", 3)):
+        r = run(t, speculative=method, num_speculative_tokens=3, acceptance="0")
+        assert np.array_equal(r.first_token_s, plain.first_token_s)
+        assert np.array_equal(r.finish_s, plain.finish_s)
+        assert r.counters["steps"] == plain.counters["steps"]
+        assert r.speculative["measured"]["accepted_tokens"] == 0
+        # each decoding request holds the KV of its 1 + k scheduled tokens and its lookahead slots:
+        # request 3 (4 prompt tokens, 12 outputs) at its last step holds 4 + 10 + 1 + 3 + lookahead
+        # tokens, 5 blocks of 4 without lookahead, 5 with 3 more (19 + 3 = 21 tokens: 6 blocks)
+        assert r.counters["peak_held_blocks"] >= plain.counters["peak_held_blocks"]
+    ngram = run(trace_of((["d"], 4, 0, 12)), speculative="ngram", num_speculative_tokens=3, acceptance="0")
+    eagle = run(trace_of((["d"], 4, 0, 12)), speculative="eagle", num_speculative_tokens=3, acceptance="0")
+    alone = run(trace_of((["d"], 4, 0, 12)))
+    # alone: 4 + 11 tokens in KV at the last step (15: 4 blocks); ngram: the step also holds its 3
+    # drafts (4 + 10 + 4 = 18: 5 blocks); eagle: and 3 lookahead slots (21: 6 blocks)
+    assert (alone.counters["peak_held_blocks"], ngram.counters["peak_held_blocks"],
+            eagle.counters["peak_held_blocks"]) == (4, 5, 6)
+
+
+def test_the_token_budget_counts_the_verified_tokens():
+    # budget 4 tokens a step, k = 3: a decoding request's verification (1 + 3 tokens) takes the
+    # whole budget, so the waiting request is not admitted beside it (running requests first)
+    t = trace_of((["a"], 4, 0, 9), (["b"], 4, 0, 9))
+    from kvreplay.serving.simulate import Scheduler
+
+    sched = Scheduler(style="vllm", max_num_batched_tokens=4)
+    r = simulate(t, capacity=100, time_model=ONE_SECOND, compare_sequential=False, scheduler=sched,
+                 speculative="ngram", num_speculative_tokens=3, acceptance="1")
+    m = r.speculative["measured"]
+    assert m["drafted_tokens"] == 3 * m["verification_steps"]  # every verification had its 3 drafts
+    # request 1: its prompt (step 1, token 1 at 1 s), then 2 verifications (tokens 2-5, 6-9): done
+    # at 3 s; only then request 2 starts: prompt at 4 s, verifications at 5 and 6 s
+    assert r.counters["steps"] == 6
+    assert r.finish_s.tolist() == [3.0, 6.0]
+    assert r.first_token_s.tolist() == [1.0, 4.0]
+
+
+def test_acceptances_are_seeded_per_request():
+    reqs = [(["a", "b"], 8, 0, 40), (["c"], 4, 0, 40), (["d"], 4, 100, 40)]
+    t = trace_of(*reqs)
+    kw = dict(speculative="eagle", num_speculative_tokens=2, acceptance="0.7,0.5")
+    a, b = run(t, **kw), run(t, **kw)
+    assert np.array_equal(a.finish_s, b.finish_s)
+    # request 1 alone draws the same acceptances as beside the others: its output steps are the same
+    alone = run(trace_of(reqs[0]), **kw)
+    assert alone.finish_s[0] - alone.first_token_s[0] == pytest.approx(a.finish_s[0] - a.first_token_s[0])
+    c = run(t, seed=1, **kw)
+    assert not np.array_equal(c.finish_s, a.finish_s)
+
+
+def test_measured_tokens_per_step_converge_on_the_expected():
+    t = trace_of(*[([f"r{i}"], 4, 10 * i, 200) for i in range(20)])
+    r = run(t, capacity=10_000, speculative="eagle", num_speculative_tokens=2, acceptance="0.8,0.6")
+    m = r.speculative["measured"]
+    assert m["tokens_per_step"] == pytest.approx(2.28, abs=0.05)
+    assert m["accepted_at_position"] == pytest.approx([0.8, 0.48], abs=0.03)
+
+
+def test_refused_where_it_cannot_apply():
+    t = trace_of((["a"], 4, 0, 4))
+    with pytest.raises(ConfigError, match="vLLM scheduler style"):
+        simulate(t, capacity=100, time_model=ONE_SECOND, engine_style="sglang", speculative="ngram",
+                 num_speculative_tokens=2, acceptance="0.5")
