@@ -161,3 +161,70 @@ def test_refused_where_it_cannot_apply():
     with pytest.raises(ConfigError, match="vLLM scheduler style"):
         simulate(t, capacity=100, time_model=ONE_SECOND, engine_style="sglang", speculative="ngram",
                  num_speculative_tokens=2, acceptance="0.5")
+
+
+# ---- the draft's cost and budget ----
+
+def _verify_agg(c: int, m: int):
+    from kvreplay.serving.timing.packed import AGG, NUM_AGG
+
+    agg = np.zeros(NUM_AGG)
+    agg[AGG.AGG_DECODE_REQS] = 1
+    agg[AGG.AGG_SPEC_TOKENS] = m - 1
+    agg[AGG.AGG_DECODE_CTX] = agg[AGG.AGG_ACTIVE_KV] = agg[AGG.AGG_TOUCHED_FULL] = c + m
+    agg[AGG.AGG_KEYS_FULL] = m * c + m * (m + 1) // 2
+    return agg
+
+
+def _decode_agg(ctx: int):
+    from kvreplay.serving.timing.packed import AGG, NUM_AGG
+
+    agg = np.zeros(NUM_AGG)
+    agg[AGG.AGG_DECODE_REQS] = 1
+    agg[AGG.AGG_DECODE_CTX] = agg[AGG.AGG_ACTIVE_KV] = agg[AGG.AGG_TOUCHED_FULL] = agg[AGG.AGG_KEYS_FULL] = ctx
+    return agg
+
+
+def test_a_verification_step_and_the_eagle_head_priced_by_hand():
+    # one request, prompt 8 tokens, 3 outputs, k = 2, nothing accepted: two verifications (over 8
+    # and 9 computed tokens, 3 query tokens each), each followed by the head's 2 passes, each pass
+    # one layer of Llama-3.1-8B's 32 (1/32 of a plain decode step over the same KV)
+    from kvreplay.serving.timing import load_time_model, packed
+    from kvreplay.serving.timing.packed import step_seconds
+
+    tm = load_time_model("roofline-raw", model="Llama-3.1-8B", gpu="H100")
+    t = trace_of((["a", "b"], 8, 0, 3))
+    r = simulate(t, capacity=100, time_model=tm, model="Llama-3.1-8B", compare_sequential=False,
+                 speculative="eagle", num_speculative_tokens=2, acceptance="0")
+    p = packed(tm)
+    want = sum(step_seconds(p, _verify_agg(c, 3)) + 2 * step_seconds(p, _decode_agg(c + 3)) / 32 for c in (8, 9))
+    assert r.finish_s[0] - r.first_token_s[0] == pytest.approx(want, rel=1e-9)
+    assert r.speculative["measured"]["draft_s"] == pytest.approx(
+        sum(2 * step_seconds(p, _decode_agg(c + 3)) / 32 for c in (8, 9)), abs=2e-6)
+    # the verification of 3 tokens costs more than a plain decode step over the same KV
+    assert step_seconds(p, _verify_agg(8, 3)) > step_seconds(p, _decode_agg(9))
+
+
+def test_a_draft_model_is_priced_by_its_own_roofline_and_takes_a_slot_of_the_budget():
+    from kvreplay.serving.timing import load_time_model, packed
+    from kvreplay.serving.timing.packed import step_seconds
+
+    t = trace_of((["a", "b"], 8, 0, 3))
+    r = simulate(t, capacity=100, time_model="roofline-raw", model="Llama-3.1-8B", gpu="H100",
+                 compare_sequential=False, speculative="draft:Llama-3.2-1B-Instruct", num_speculative_tokens=2,
+                 acceptance="0")
+    target = packed(load_time_model("roofline-raw", model="Llama-3.1-8B", gpu="H100"))
+    draft = packed(load_time_model("roofline-raw", model="Llama-3.2-1B-Instruct", gpu="H100"))
+    want = sum(step_seconds(target, _verify_agg(c, 3)) + 2 * step_seconds(draft, _decode_agg(c + 3)) for c in (8, 9))
+    assert r.finish_s[0] - r.first_token_s[0] == pytest.approx(want, rel=1e-9)
+    # the input budget: a step of 4 tokens leaves 3 for a request's tokens (1 drafting slot):
+    # a 7-token prompt takes 3 + 3 + 1 tokens, three steps (two without the draft's slot)
+    from kvreplay.serving.simulate import Scheduler
+
+    sched = Scheduler(style="vllm", max_num_batched_tokens=4)
+    kw = dict(capacity=100, time_model=ONE_SECOND, compare_sequential=False, scheduler=sched)
+    p7 = trace_of((["a", "b"], 7, 0, 1))
+    assert simulate(p7, **kw).first_token_s[0] == 2.0
+    with_draft = simulate(p7, model="Llama-3.1-8B", speculative="draft:Llama-3.2-1B-Instruct",
+                          num_speculative_tokens=2, acceptance="0.5", **kw)
+    assert with_draft.first_token_s[0] == 3.0

@@ -178,7 +178,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
              kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
-             speculative=None) -> RawRun:
+             speculative=None, draft_time_model: TimeModel | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -188,7 +188,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
     UnifiedRadixCache (serving/kernel/sglang_hybrid.c; the SGLang style and policy radix only),
     `capacity` pages of its full-attention pool. speculative: a speculative.Speculative (the
-    vLLM style: each decode step verifies k draft tokens; kernel/vllm.c, batch.c)."""
+    vLLM style: each decode step verifies k draft tokens; kernel/vllm.c, batch.c); draft_time_model:
+    a draft model's own time model (its k passes a step; None: the head's fraction of the target's)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -230,10 +231,12 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
         "SPEC_K": spec_k, "SPEC_LOOKAHEAD": spec_lookahead,
+        "SPEC_DRAFT_SLOTS": 0 if speculative is None else speculative.draft_slots,
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
         "RATIO_DECAY": scheduler.new_token_ratio_decay, "ROUTER_LAG_S": router_lag_ms / 1000.0,
+        "SPEC_HEAD_FRACTION": 0.0 if speculative is None else speculative.head_fraction,
     }, "fcfg", np.float64)
     tiers = list(tiers or [])
     T = len(tiers)
@@ -257,6 +260,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
         "spec_accept": np.asarray(speculative.acceptance if speculative else [0.0], dtype=np.float64),
         "spec_accepted_at": np.zeros(max(spec_k, 1), dtype=np.int64),
+        "tm_draft": packed(draft_time_model) if draft_time_model is not None else np.array([KIND_INSTANT], dtype=np.float64),
     }
     spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))

@@ -22,8 +22,10 @@ from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .semantics import choose
 from .speculative import resolve as resolve_speculative
+from .speculative import draft_cost_note
 from .speculative import summary as speculative_summary
 from .timing import load_time_model
+from .timing.models import RooflineTimeModel
 from .timing.profiles import DynamoNpzProfile, PolynomialProfile
 
 ENGINE_STYLES = ("vllm", "sglang")
@@ -295,12 +297,17 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
                max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
                speculative=spec_decode)
-    raw = run_once(trace, time_model=tm, **run)
+    draft_tm = None
+    if spec_decode is not None and spec_decode.method == "draft" and _is_roofline(time_model):
+        draft_tm = load_time_model(time_model, model=spec_decode.draft_model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype,
+                                   dtype=sizes.weights_dtype)
+    raw = run_once(trace, time_model=tm, draft_time_model=draft_tm, **run)
     band = None
     if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
         band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
         for end in ("low", "high"):
-            band[end] = run_once(trace, time_model=tm.at_band(end), **run)
+            band[end] = run_once(trace, time_model=tm.at_band(end), **run,
+                                 draft_time_model=draft_tm.at_band(end) if hasattr(draft_tm, "at_band") else draft_tm)
     sequential, sequential_evictions, parts = None, None, None
     if compare_sequential and not any(t.shared for t in tier_list):
         # (a store shared by instances has no sequential counterpart per instance)
@@ -340,6 +347,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
     if spec_decode is not None:
         report.speculative = speculative_summary(spec_decode, raw)
+        report.speculative["draft_cost"] = draft_cost_note(
+            spec_decode, isinstance(tm, RooflineTimeModel) and (spec_decode.method != "draft" or draft_tm is not None))
+        report.speculative["measured"]["draft_s"] = raw.counters.get("draft_us", 0) / 1e6
     if band is not None:
         from dataclasses import replace
 

@@ -89,10 +89,20 @@ class Speculative:
     source: str
     draft_model: str | None = None
     band: dict = field(default_factory=dict, compare=False)
+    #: an EAGLE head or MTP module priced as one layer of the target's shape: 1 / its layers (0: no
+    #: target model, or a method without a head)
+    head_fraction: float = 0.0
 
     @property
     def lookahead(self) -> int:
         return 0 if self.method == "ngram" else self.k
+
+    @property
+    def draft_slots(self) -> int:
+        """The drafter's new slots in the batch per scheduled request (speculative.py
+        max_num_new_slots_for_drafting: 1 for an autoregressive draft model, else 0), which vLLM's
+        input budget counts beside the scheduled tokens."""
+        return 1 if self.method == "draft" else 0
 
     def expected_tokens(self) -> float:
         return expected_tokens_per_step(self.acceptance)
@@ -101,6 +111,7 @@ class Speculative:
         out = {"method": self.method, "num_speculative_tokens": self.k, "acceptance": list(self.acceptance),
                "acceptance_kind": "conditional per position (position p accepted given 1..p-1 were)",
                "expected_tokens_per_step": self.expected_tokens(), "lookahead_slots": self.lookahead,
+               "draft_slots_per_request": self.draft_slots,
                "source": self.source}
         if self.draft_model is not None:
             out["draft_model"] = self.draft_model
@@ -202,7 +213,27 @@ def resolve(speculative, k, *, model=None, acceptance=None) -> Speculative | Non
         source = entry.source
         if entry.low is not None:
             band = {"low": _extend(entry.low, k), "high": _extend(entry.high, k)}
-    return Speculative(method=method, k=k, acceptance=rates, source=source, draft_model=draft_model, band=band)
+    head_fraction = 0.0
+    if method in ("eagle", "mtp") and model is not None:
+        from ..catalog.models import get_model
+
+        head_fraction = 1.0 / get_model(model).num_layers
+    return Speculative(method=method, k=k, acceptance=rates, source=source, draft_model=draft_model, band=band,
+                       head_fraction=head_fraction)
+
+
+def draft_cost_note(spec: Speculative, priced: bool) -> str:
+    """How the run priced the drafter (the report states it)."""
+    if not priced:
+        return "not priced: the time model has no roofline (the draft's passes take no time)"
+    if spec.method == "ngram":
+        return "not priced: vLLM's n-gram proposer is a lookup on the host CPU, overlapped with nothing and unmeasured here"
+    if spec.method == "draft":
+        return (f"{spec.k} passes a step of {spec.draft_model} on the same GPUs and tensor parallelism, each a decode "
+                "step of the decoding requests priced by the draft model's own roofline")
+    return (f"{spec.k} passes a step, each a decode step of the decoding requests priced as one layer of the target "
+            f"model's ({spec.head_fraction:.4g} of its decode step: the head's layer, its share of the fixed costs and "
+            "LM head)")
 
 
 def _has_mtp(model) -> bool:

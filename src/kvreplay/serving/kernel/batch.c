@@ -7,6 +7,24 @@
 #include "../timing/step.h"
 #include "sim.h"
 
+/* The drafter's time after a step whose decoding requests propose k draft tokens each: k passes
+ * of one token per request, each priced as a decode step of those requests by a draft model's own
+ * time model (tm_draft), or as SPEC_HEAD_FRACTION of the target's (an EAGLE head or an MTP module:
+ * one layer of the target's shape out of its layers); 0 for n-gram (a lookup on the host). */
+static f64 draft_seconds(const Sim *s, const f64 *agg) {
+    i64 k = s->io->cfg[SPEC_K];
+    f64 frac = s->io->fcfg[SPEC_HEAD_FRACTION];
+    int own = s->io->tm_draft[0] != KIND_INSTANT;
+    if (k <= 0 || agg[AGG_DECODE_REQS] <= 0 || (!own && frac <= 0.0)) return 0.0;
+    f64 d[NUM_AGG];
+    for (int a = 0; a < NUM_AGG; a++) d[a] = 0.0;
+    d[AGG_DECODE_REQS] = agg[AGG_DECODE_REQS];
+    d[AGG_DECODE_CTX] = d[AGG_KEYS_FULL] = d[AGG_TOUCHED_FULL] = d[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX];
+    d[AGG_DECODE_SW] = d[AGG_KEYS_SW] = d[AGG_TOUCHED_SW] = agg[AGG_DECODE_SW];
+    f64 pass = own ? kv_step_seconds(s->io->tm_draft, d) : frac * kv_step_seconds(s->io->tm, d);
+    return (f64)k * pass;
+}
+
 /* Price instance j's step (its requests' new_tokens); 0 when the step is empty. */
 int batch_start(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
@@ -62,6 +80,11 @@ int batch_start(Sim *s, i64 j) {
     agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX];  /* the decoding requests' tokens (Dynamo's decode input) */
     f64 dt = kv_step_seconds(s->io->tm, agg);
     i64 *c = q->counters;
+    f64 draft = draft_seconds(s, agg);
+    if (draft > 0.0) {
+        c[draft_us] += (i64)(draft * 1e6 + 0.5);
+        dt += draft;
+    }
     if (load > 0.0) {
         /* KV loaded from the tiers: before the step's compute, or beside it layer by layer */
         c[load_us] += (i64)(load * 1e6 + 0.5);

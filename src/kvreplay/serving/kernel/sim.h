@@ -28,8 +28,8 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(SPEC_K) S(SPEC_LOOKAHEAD)
-#define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(SPEC_K) S(SPEC_LOOKAHEAD) S(SPEC_DRAFT_SLOTS)
+#define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S) S(SPEC_HEAD_FRACTION)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
 enum { STYLE_VLLM, STYLE_SGLANG };
@@ -44,7 +44,7 @@ enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID, MODE_RADIX_HYBRID };
     S(refused_admissions) S(pin_calls) S(positions_pinned) S(state_out_of_room) S(max_pin_calls)       \
     S(max_positions) S(first_hit_tokens) S(first_prompt_tokens) S(busy_us) S(never_admitted) S(stuck)  \
     S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context) S(time_overflow)           \
-    S(hybrid_error) S(aborted) S(spec_steps) S(spec_drafted) S(spec_accepted)
+    S(hybrid_error) S(aborted) S(spec_steps) S(spec_drafted) S(spec_accepted) S(draft_us)
 enum { SIM_COUNTER_SLOTS(KV_SLOT_ENUM) NUM_SIM_COUNTERS };
 
 /* the longest step and the latest simulated time a run may reach (seconds): beyond them the
@@ -82,7 +82,7 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
     F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters) F(f64, spec_accept)     \
-    F(i64, spec_accepted_at)
+    F(i64, spec_accepted_at) F(f64, tm_draft)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
