@@ -303,6 +303,11 @@ def _cmd_simulate(args) -> int:
                               progress=progress, **options)
         return _emit_sweep(args, trace, rows)
     report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    if report.speculative is not None:  # the same run without speculation, for the TPOT change
+        from ..serving.speculative import compare
+
+        off = dict(options, speculative=None, num_speculative_tokens=None, acceptance=None)
+        compare(report, simulate(trace, speedup=args.speedup, rate=args.rate, **off))
     checked = None
     if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
         from ..serving.fixcheck import check_fix
@@ -332,7 +337,9 @@ def _cmd_simulate(args) -> int:
     else:
         from ..output.serving import simulate_summary
 
-        print(simulate_summary(trace, report, checked=checked))
+        from ..output.speculative import speculative_lines
+
+        print("\n".join([simulate_summary(trace, report, checked=checked), *speculative_lines(report)]))
         served_headroom = _served_headroom(args, trace, report)
         if served_headroom is not None:
             from ..output.misses import headroom_lines

@@ -232,6 +232,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
         "SPEC_K": spec_k, "SPEC_LOOKAHEAD": spec_lookahead,
         "SPEC_DRAFT_SLOTS": 0 if speculative is None else speculative.draft_slots,
+        "SPEC_EAGLE_DROP": int(speculative is not None and speculative.method in ("eagle", "mtp")),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,

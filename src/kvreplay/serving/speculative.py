@@ -282,3 +282,27 @@ def summary(spec: Speculative, raw) -> dict:
         "accepted_at_position": [x / steps for x in at] if steps else None,
     }
     return out
+
+
+def _tpot(report) -> dict:
+    lat = report.latencies()["tpot"]
+    band = report.latency_band()
+    out = {"p50_s": lat.get("p50"), "mean_s": lat.get("mean")}
+    if band:
+        out["p50_band_s"] = band["tpot"].get("p50")
+        out["mean_band_s"] = band["tpot"].get("mean")
+    return out
+
+
+def compare(report, baseline) -> dict:
+    """TPOT with speculation (`report`) and without (`baseline`: the same run without it), each with
+    the calibrated roofline's band where there is one, over each run's finished judged requests;
+    stored in report.speculative["tpot"] and returned."""
+    with_, without = _tpot(report), _tpot(baseline)
+    change = None
+    if with_["p50_s"] and without["p50_s"]:
+        change = with_["p50_s"] / without["p50_s"] - 1.0
+    out = {"window": "each run's finished judged requests (summary.window)", "with": with_, "without": without,
+           "p50_change": change}
+    report.speculative["tpot"] = out
+    return out
