@@ -4,6 +4,8 @@ tokens out together, rejected ones taken back."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from sim_cases import ONE_SECOND, trace_of
@@ -228,3 +230,54 @@ def test_a_draft_model_is_priced_by_its_own_roofline_and_takes_a_slot_of_the_bud
     with_draft = simulate(p7, model="Llama-3.1-8B", speculative="draft:Llama-3.2-1B-Instruct",
                           num_speculative_tokens=2, acceptance="0.5", **kw)
     assert with_draft.first_token_s[0] == 3.0
+
+
+# ---- the command line ----
+
+@pytest.fixture
+def small_trace(tmp_path):
+    from conftest import jsonl, write
+
+    rows = [{"timestamp": 100 * i, "input_length": 1000, "output_length": 30, "hash_ids": [i, i + 1]} for i in range(6)]
+    return write(tmp_path, "t.jsonl", jsonl(*rows))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-speculative-tokens", "2"], "add speculative"),
+    (["--acceptance", "0.5"], "add speculative"),
+    (["--speculative", "eagle"], "needs num_speculative_tokens"),
+    (["--speculative", "medusa", "--num-speculative-tokens", "2"], "unknown method 'medusa'"),
+    (["--speculative", "ngram", "--num-speculative-tokens", "2", "--acceptance", "0.5,2"], r"in \[0, 1\]"),
+    (["--speculative", "ngram", "--num-speculative-tokens", "2", "--acceptance", "0.5", "--engine-style", "sglang"],
+     "vLLM scheduler style"),
+    (["--speculative", "mtp", "--num-speculative-tokens", "2", "--model", "Llama-3.1-8B", "--gpu", "H100"],
+     "no multi-token prediction module"),
+])
+def test_the_flags_are_refused_where_they_cannot_apply(small_trace, flags, message):
+    from test_cli import fails
+
+    err = fails("simulate", small_trace, "--capacity", "100", "--time-model", "instant", *flags)
+    assert re.search(message, err), err
+
+
+def test_the_flags_do_not_exist_elsewhere(small_trace):
+    from test_cli import kv
+
+    r = kv("simulate", small_trace, "--capacity", "100", "--time-model", "instant", "--speculative", "ngram",
+           "--num-speculative-tokens", "0")
+    assert r.returncode == 2 and b"--num-speculative-tokens: must be >= 1, got 0" in r.stderr
+
+    r = kv("run", small_trace, "--speculative", "ngram")
+    assert r.returncode == 2 and b"--speculative" in r.stderr
+
+
+def test_the_summary_states_the_acceptance_and_the_tpot_change(small_trace):
+    from test_cli import ok
+
+    out = ok("simulate", small_trace, "--model", "Llama-3.1-8B", "--gpu", "H100", "--speculative", "ngram",
+             "--num-speculative-tokens", "2", "--acceptance", "0.8,0.6")
+    assert "speculative ngram, k=2: conditional acceptance per position 0.800, 0.600 (given (--acceptance)); " \
+           "expected 2.280 tokens per verification step" in out
+    assert re.search(r"measured \d\.\d{3} tokens per verification step over \d+ of them", out)
+    assert re.search(r"TPOT p50 [\d.]+ ms \[[\d.]+-[\d.]+\] with speculation, [\d.]+ ms \[[\d.]+-[\d.]+\] without", out)
+    assert "drafter: not priced: vLLM's n-gram proposer is a lookup on the host CPU" in out
