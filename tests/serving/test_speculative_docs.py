@@ -46,6 +46,7 @@ def test_the_documented_runs_print_the_documented_figures(tmp_path, capsys):
     section = _section()
     commands, rows = _commands(section), _rows(section)
     assert len(commands) == len(rows) == 2
+    pools = []
     for argv, row in zip(commands, rows):
         argv = [str(trace) if a == "conv500.jsonl" else a for a in argv]
         assert main([*argv, "--json", "--summary-only"]) == 0
@@ -57,6 +58,9 @@ def test_the_documented_runs_print_the_documented_figures(tmp_path, capsys):
         assert row[3] == f"{_ms(w['p50_s'])} ms [{_ms(w['p50_band_s'][0])}-{_ms(w['p50_band_s'][1])}]"
         assert row[4] == (f"{_ms(wo['p50_s'])} ms [{_ms(wo['p50_band_s'][0])}-{_ms(wo['p50_band_s'][1])}] "
                           f"({100 * t['p50_change']:+.1f}%)")
+        pools.append((sp["pool"]["blocks"], sp["pool"]["blocks_without_drafter"]))
+    assert (f"DeepSeek-V3's pool above: {pools[0][0]:,} blocks\nwith the MTP module, {pools[0][1]:,} without; "
+            f"Llama-3.1-70B's: {pools[1][0]:,} with the EAGLE head, {pools[1][1]:,} without.") in section
 
 
 def test_the_acceptance_table_is_the_code_s():

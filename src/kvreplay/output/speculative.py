@@ -29,6 +29,12 @@ def speculative_lines(report) -> list[str]:
                      f"{m['drafted_tokens']:,} draft tokens accepted; accepted through position p: {at})")
     lines.append(f"            drafter: {sp['draft_cost']}; {m['draft_s']:.3f} s of drafting; "
                  f"{sp['lookahead_slots']} lookahead KV slot(s) per decoding request")
+    pool = sp.get("pool")
+    if pool:
+        lines.append(f"            pool: {pool['blocks']:,} blocks with the drafter loaded ({pool['drafter']}: "
+                     f"{pool['drafter_weight_bytes_per_gpu'] / 2**30:.2f} GiB of weights, "
+                     f"{pool['drafter_kv_bytes_per_token_per_gpu']:,.0f} KV bytes per token), "
+                     f"{pool['blocks_without_drafter']:,} without")
     t = sp.get("tpot")
     if t:
         change = "" if t["p50_change"] is None else f" ({100 * t['p50_change']:+.1f}%)"

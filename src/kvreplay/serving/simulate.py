@@ -22,7 +22,7 @@ from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .semantics import choose
 from .speculative import resolve as resolve_speculative
-from .speculative import draft_cost_note
+from .speculative import draft_cost_note, pool_with_drafter
 from .speculative import summary as speculative_summary
 from .timing import load_time_model
 from .timing.models import RooflineTimeModel
@@ -257,6 +257,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                     enforce_eager=enforce_eager, language_model_only=language_model_only, engine_style=engine_style,
                     mem_fraction_static=mem_fraction_static)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
+    drafter_pool = None
+    if spec_decode is not None:  # the drafter's weights and KV share the GPUs (speculative.py)
+        drafter_pool = pool_with_drafter(spec_decode, sizes.capacity_source, sizes.weights_dtype, sizes.kv_dtype)
+        if drafter_pool is not None:
+            capacity = drafter_pool[0]
     limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
@@ -350,6 +355,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.speculative["draft_cost"] = draft_cost_note(
             spec_decode, isinstance(tm, RooflineTimeModel) and (spec_decode.method != "draft" or draft_tm is not None))
         report.speculative["measured"]["draft_s"] = raw.counters.get("draft_us", 0) / 1e6
+        report.speculative["pool"] = None if drafter_pool is None else drafter_pool[1]
     if band is not None:
         from dataclasses import replace
 

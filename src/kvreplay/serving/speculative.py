@@ -306,3 +306,39 @@ def compare(report, baseline) -> dict:
            "p50_change": change}
     report.speculative["tpot"] = out
     return out
+
+
+def pool_with_drafter(spec: Speculative, source: dict, weights_dtype: str, kv_dtype: str) -> tuple[int, dict] | None:
+    """The KV pool vLLM sizes with the drafter loaded, from the target's (`source`: config.resolve's
+    capacity_source of kind gpu_memory): the drafter's weights come out of the memory the profile
+    leaves, and its attention layers' KV joins every token's (one KV cache config over the target's
+    and the drafter's layers). A draft model: its catalog weights and KV per token on the same TP;
+    an EAGLE head or MTP module: one layer of the target's shape (its weights per layer, its KV per
+    layer; the head's own embedding and LM head are not counted). None where it does not apply:
+    n-gram (no drafter), a pool not sized from GPU memory, or a block count given.
+    Returns (blocks, the budget's document)."""
+    if spec.method == "ngram" or source.get("kind") != "gpu_memory" or source.get("num_gpu_blocks_override"):
+        return None
+    from ..catalog.models import get_model
+    from .timing.models import _weight_bytes, kv_bytes_per_token_per_gpu
+
+    tp, bs = int(source["tp"]), int(source["block_size"])
+    per_token, available = float(source["kv_bytes_per_token_per_gpu"]), float(source["kv_bytes_available"])
+    if spec.method == "draft":
+        draft = get_model(spec.draft_model)
+        weights = draft.total_params * _weight_bytes(weights_dtype) / tp
+        kv = kv_bytes_per_token_per_gpu(draft, tp, kv_dtype)
+        what = f"{draft.name}'s weights and KV on each of the {tp} GPUs"
+    else:
+        target = get_model(source["model"])
+        weights = float(source["weight_bytes_per_gpu"]) / target.num_layers
+        kv = per_token / target.num_layers
+        what = f"one layer of {target.name}'s weights and KV per GPU"
+    if source.get("kv_cache_memory_bytes") is not None:
+        weights = 0.0  # (the given KV memory is the cache's alone: the weights are outside it)
+    blocks = int((available - weights) // ((per_token + kv) * bs))
+    if blocks < 1:
+        raise ConfigError(f"speculative {spec.method}: the drafter ({what}) leaves no room for a KV block")
+    return blocks, {"drafter": what, "drafter_weight_bytes_per_gpu": weights,
+                    "drafter_kv_bytes_per_token_per_gpu": kv, "blocks_without_drafter": int(source["blocks"]),
+                    "blocks": blocks}
