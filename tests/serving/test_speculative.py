@@ -8,7 +8,9 @@ import re
 
 import numpy as np
 import pytest
-from sim_cases import ONE_SECOND, trace_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sim_cases import ONE_SECOND, small_traces, trace_of
 
 from kvreplay.errors import ConfigError
 from kvreplay.serving.simulate import simulate
@@ -307,3 +309,41 @@ def test_the_drafter_takes_its_weights_and_kv_out_of_the_pool():
     r = simulate(t, model="Llama-3.1-70B", gpu="H100", tp=4, time_model="roofline-raw", compare_sequential=False,
                  speculative="eagle", num_speculative_tokens=3, acceptance="0.5")
     assert r.capacity_blocks == 891 and r.speculative["pool"]["blocks_without_drafter"] == 912
+
+
+def test_a_request_whose_last_verification_cannot_fit_is_rejected():
+    # 3 blocks of 4 tokens: a prompt of 8 and 4 outputs holds 11 tokens at its last token (3
+    # blocks), so it runs without speculation; with EAGLE k=2 its last verification holds 11 + 2
+    # drafts + 2 lookahead slots = 15 tokens (4 blocks): it could never run, and is rejected
+    t = trace_of((["a", "b"], 8, 0, 4))
+    assert run(t, capacity=3).finish_s[0] == 4.0
+    r = run(t, capacity=3, speculative="eagle", num_speculative_tokens=2, acceptance="0.5")
+    assert r.num_rejected == 1 and np.isnan(r.finish_s[0])
+    # n-gram has no lookahead: 11 + 2 = 13 tokens, 4 blocks as well; 4 blocks hold it
+    assert run(t, capacity=3, speculative="ngram", num_speculative_tokens=2, acceptance="0.5").num_rejected == 1
+    assert run(t, capacity=4, speculative="ngram", num_speculative_tokens=2, acceptance="0.5").num_rejected == 0
+    # admission with the lookahead: 8 prompt tokens + 2 slots = 3 blocks; 2 free blocks and a
+    # whole sequence of 2 blocks (8 tokens, 1 output) still waits for the third
+    one = trace_of((["a", "b"], 8, 0, 1))
+    assert run(one, capacity=2, speculative="eagle", num_speculative_tokens=2, acceptance="0.5").num_rejected == 1
+    assert run(one, capacity=3, speculative="eagle", num_speculative_tokens=2, acceptance="0.5").finish_s[0] == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(trace=small_traces(), capacity=st.integers(3, 30), method=st.sampled_from(["ngram", "eagle", "draft"]),
+       k=st.integers(1, 4), rate=st.sampled_from(["0", "0.5", "1"]), budget=st.sampled_from([4, 8, 64]))
+def test_every_request_is_served_or_rejected_under_pressure(trace, capacity, method, k, rate, budget):
+    # small pools, small budgets: preemptions, lookahead at admission, drafting slots; the run's
+    # own checks (check_invariants, tokens conserved) hold, and every request ends
+    from kvreplay.serving.simulate import Scheduler
+
+    spec = "draft:Llama-3.2-1B-Instruct" if method == "draft" else method
+    r = simulate(trace, capacity=capacity, time_model=ONE_SECOND, compare_sequential=False,
+                 scheduler=Scheduler(style="vllm", max_num_batched_tokens=budget), speculative=spec,
+                 num_speculative_tokens=k, acceptance=rate)
+    assert r.num_finished + r.num_rejected == r.num_requests
+    m = r.speculative["measured"]
+    if rate == "0":
+        assert m["accepted_tokens"] == 0
+    if rate == "1":
+        assert m["accepted_tokens"] <= m["drafted_tokens"]

@@ -251,8 +251,10 @@ static i64 paged_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     i64 n = kv_min(want, budget);
     i64 evictable = pool->evictable(st, ids, start, k);
     if (kv_ceil_div(kv_tokens(s, i, N), bs) - k + evictable > pool->free_blocks(st)) return -1;
-    /* (and the drafter's lookahead slots: allocate_slots' num_lookahead_tokens, scheduler.py:1403-1440) */
+    /* (and the drafter's lookahead slots: allocate_slots' num_lookahead_tokens, scheduler.py:1403-1440,
+     * which must fit too: kv_cache_manager.py:550-588, beside the whole sequence's check above) */
     i64 blocks_now = kv_ceil_div(kv_tokens(s, i, hit + n + s->io->cfg[SPEC_LOOKAHEAD]), bs);
+    if (blocks_now - k + evictable > pool->free_blocks(st)) return -1;
     int first = s->io->preemptions[i] == 0;
     if (s->T > 0) {
         /* the blocks found in the tiers are loaded: touch them there, as the scan that admits does */
