@@ -21,9 +21,13 @@ seeded generator (per request and output position, so runs compare request by re
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from ..catalog.models import get_model
 from ..errors import ConfigError
+from .timing.models import _weight_bytes, kv_bytes_per_token_per_gpu
 
 METHODS = ("ngram", "eagle", "mtp", "draft")
 #: k at most (vLLM has no hard limit; published per-position figures stop at 8)
@@ -215,8 +219,6 @@ def resolve(speculative, k, *, model=None, acceptance=None) -> Speculative | Non
             band = {"low": _extend(entry.low, k), "high": _extend(entry.high, k)}
     head_fraction = 0.0
     if method in ("eagle", "mtp") and model is not None:
-        from ..catalog.models import get_model
-
         head_fraction = 1.0 / get_model(model).num_layers
     return Speculative(method=method, k=k, acceptance=rates, source=source, draft_model=draft_model, band=band,
                        head_fraction=head_fraction)
@@ -238,11 +240,6 @@ def draft_cost_note(spec: Speculative, priced: bool) -> str:
 
 def _has_mtp(model) -> bool:
     """Whether `model`'s config.json (the catalog's copy) declares MTP modules."""
-    import json
-    from pathlib import Path
-
-    from ..catalog.models import get_model
-
     spec = get_model(model)
     path = Path(__file__).resolve().parent.parent / "catalog" / "configs" / (spec.hf_id.replace("/", "--") + ".json")
     try:
@@ -255,11 +252,9 @@ def _has_mtp(model) -> bool:
 
 
 def _check_draft(draft_model: str, model) -> None:
-    from ..catalog.models import get_model
-
     try:
         get_model(draft_model)
-    except Exception as e:  # noqa: BLE001 - the catalog's own message names the model
+    except ConfigError as e:  # (the catalog's message names the model and the closest names)
         raise ConfigError(f"speculative draft:{draft_model}: {e}") from None
     if model is not None and str(draft_model).lower() == str(model).lower():
         raise ConfigError(f"speculative draft:{draft_model} is the target model itself: give a smaller draft model")
@@ -319,9 +314,6 @@ def pool_with_drafter(spec: Speculative, source: dict, weights_dtype: str, kv_dt
     Returns (blocks, the budget's document)."""
     if spec.method == "ngram" or source.get("kind") != "gpu_memory" or source.get("num_gpu_blocks_override"):
         return None
-    from ..catalog.models import get_model
-    from .timing.models import _weight_bytes, kv_bytes_per_token_per_gpu
-
     tp, bs = int(source["tp"]), int(source["block_size"])
     per_token, available = float(source["kv_bytes_per_token_per_gpu"]), float(source["kv_bytes_available"])
     if spec.method == "draft":
