@@ -390,8 +390,47 @@ class _NoStructuredOutput:
     def accept_tokens(self, request, tokens) -> bool:
         return True
 
+    def validate_tokens(self, request, spec_tokens):
+        # (structured_output/__init__.py:362-365: a request without structured output keeps its drafts)
+        return spec_tokens
 
-def vllm_config_view(real: RealVLLM, scheduler_config, cache_config, max_model_len: int):
+
+def speculative_config_view(method: str | None, k: int):
+    """What Scheduler reads of a SpeculativeConfig (scheduler.py:323-345, 720-721), as
+    config/speculative.py gives it for `method` (use_eagle:2116-2120 for eagle and mtp,
+    needs_eagle_block_drop:2122-2129, use_eagle_block_drop:2147-2149 with disable_eagle_block_drop
+    False, max_num_new_slots_for_drafting:2058-2097: 1 for a draft model, else 0), or None."""
+    if method is None:
+        return None
+    eagle = method in ("eagle", "mtp")
+    return types.SimpleNamespace(
+        method=method, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=None,
+        use_eagle=lambda: eagle, needs_eagle_block_drop=lambda: eagle, use_eagle_block_drop=lambda: eagle,
+        disable_eagle_block_drop=False, max_num_new_slots_for_drafting=1 if method == "draft" else 0)
+
+
+def spec_uniform(x: int) -> float:
+    """kvreplay's seeded draw (serving/kernel/batch.c spec_uniform: splitmix64), in Python."""
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    x ^= x >> 31
+    return (x >> 11) * (1.0 / 9007199254740992.0)
+
+
+def spec_accepted(seed: int, i: int, generated: int, drafted: int, rates) -> int:
+    """The draft tokens kvreplay's kernel accepts for request i (arrival order) after `generated`
+    outputs (batch.c spec_draw): the stub acceptance the harness gives vLLM's scheduler."""
+    m = (1 << 64) - 1
+    base = ((seed * 0x100000001B3) & m) ^ ((i * 0xD1B54A32D192ED03) & m) ^ ((generated * 0x8CB92BA72F3D8DD7) & m)
+    acc = 0
+    while acc < drafted and spec_uniform((base + acc * 0x9E3779B97F4A7C15) & m) < rates[acc]:
+        acc += 1
+    return acc
+
+
+def vllm_config_view(real: RealVLLM, scheduler_config, cache_config, max_model_len: int, settings=None):
     """The attributes of VllmConfig that Scheduler.__init__ / schedule / update_from_output read,
     as a decoder-only text model, one GPU, no LoRA / spec decode / connectors / KV events has them
     (config/vllm.py: num_speculative_tokens:612, num_lookahead_tokens:626 (no speculative config:
@@ -410,10 +449,14 @@ def vllm_config_view(real: RealVLLM, scheduler_config, cache_config, max_model_l
         scheduler_config=scheduler_config, cache_config=cache_config, model_config=model_config,
         parallel_config=parallel_config, observability_config=observability_config,
         lora_config=None, kv_events_config=None, kv_transfer_config=None, ec_transfer_config=None,
-        speculative_config=None, diffusion_config=None,
+        speculative_config=speculative_config_view(getattr(settings, "spec_method", None), getattr(settings, "spec_k", 0)),
+        diffusion_config=None,
         ec_manager_config=ns(get_encoder_cache_manager_obj=lambda: None),
         aux_output_config=ns(enabled=False),
-        is_mm_encoder_only=False, num_speculative_tokens=0, num_lookahead_tokens=0,
+        is_mm_encoder_only=False, num_speculative_tokens=getattr(settings, "spec_k", 0),
+        # (vllm.py:626-652: k for EAGLE, MTP and a draft model, 0 for n-gram)
+        num_lookahead_tokens=(getattr(settings, "spec_k", 0) if getattr(settings, "spec_method", None)
+                              in ("eagle", "mtp", "draft") else 0),
         num_prefill_lookahead_tokens=0, num_hash_lookahead_tokens=0, use_v2_model_runner=False,
         max_concurrent_batches=1, max_in_flight_tokens=scheduler_config.max_num_batched_tokens,
     )
@@ -435,6 +478,13 @@ class Settings:
     #: vLLM's order, for its HybridKVCacheCoordinator; None: one full-attention group
     groups: list | None = None
     retention: int | None = 0  # KVCacheConfig.prefix_cache_retention_interval (vLLM's default 0; None: dense)
+    #: speculative decoding: the method (ngram, eagle, mtp, draft; None: off), k draft tokens, the
+    #: conditional acceptance per position and the seed of kvreplay's draw (spec_accepted), which
+    #: stubs the sampler: a verification returns 1 + that many tokens
+    spec_method: str | None = None
+    spec_k: int = 0
+    spec_accept: tuple = ()
+    spec_seed: int = 0
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -569,7 +619,8 @@ def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> Run
         cache_cfg = real.cache_config.CacheConfig(block_size=bs, enable_prefix_caching=True,
                                                   **({"mamba_cache_mode": "align"} if mamba else {}))
         cache_cfg.num_gpu_blocks = settings.num_gpu_blocks
-        vllm_config = vllm_config_view(real, sched_cfg, cache_cfg, max_len)
+        vllm_config = vllm_config_view(real, sched_cfg, cache_cfg, max_len, settings)
+        rank = {i: r for r, i in enumerate(order)}  # arrival order: kvreplay's request index
         kv_cache_config = _kv_cache_config(real, settings)
         scheduler = real.sched.Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                                          structured_output_manager=_NoStructuredOutput(), block_size=bs,
@@ -605,6 +656,10 @@ def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> Run
                 out, mro, t = pending
                 pending = None
                 engine_outputs = scheduler.update_from_output(out, mro)
+                if settings.spec_k:  # the drafter proposes k tokens for every request that sampled
+                    drafted = [rid for rid, toks in zip(mro.req_ids, mro.sampled_token_ids) if toks]
+                    scheduler.update_draft_token_ids(real.outputs.DraftTokenIds(
+                        req_ids=drafted, draft_token_ids=[[-7] * settings.spec_k for _ in drafted]))
                 for eco in engine_outputs.values():
                     for o in eco.outputs:
                         i = index_of[o.request_id]
@@ -658,8 +713,14 @@ def run(requests: list, settings: Settings, real: RealVLLM | None = None) -> Run
                 if request.is_prefill_chunk:
                     sampled.append([])
                 else:
-                    next_token[0] += 1
-                    sampled.append([-next_token[0]])
+                    drafts = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+                    accepted = (spec_accepted(settings.spec_seed, rank[index_of[rid]], request.num_output_tokens,
+                                              drafts, settings.spec_accept) if drafts else 0)
+                    toks = []
+                    for _ in range(1 + accepted):
+                        next_token[0] += 1
+                        toks.append(-next_token[0])
+                    sampled.append(toks)
             mro = real.outputs.ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
                                                  sampled_token_ids=sampled)
             if settings.log_steps:

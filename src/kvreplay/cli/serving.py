@@ -191,6 +191,15 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--tier-overlap", action="store_true",
                      help="loading from the tiers overlaps the step's compute layer by layer (max of the two; "
                           "default: the load comes first)")
+    sim.add_argument("--speculative", default=None, metavar="ngram|eagle|mtp|draft:MODEL",
+                     help="speculative decoding (vLLM style): each decode step verifies K draft tokens from an n-gram "
+                          "lookup, an EAGLE head, the model's MTP module or a draft model; accepted tokens per step "
+                          "from published figures for the method and model, or --acceptance (docs/serving.md)")
+    sim.add_argument("--num-speculative-tokens", type=common.positive_int, default=None, metavar="K",
+                     help="with --speculative: draft tokens per step")
+    sim.add_argument("--acceptance", default=None, metavar="A1,A2,...",
+                     help="with --speculative: the conditional acceptance rate of each draft position (position p "
+                          "accepted given 1..p-1 were), one for all positions or K of them")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -255,7 +264,9 @@ def _options(args, trace) -> dict:
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
                 mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
-                router_options=_router_options(args.router_option), **closed_of(args), **params)
+                router_options=_router_options(args.router_option), **closed_of(args),
+                speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
+                acceptance=args.acceptance, **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -313,6 +324,11 @@ def _cmd_simulate(args) -> int:
         return _emit_sweep(args, trace, rows)
     report = simulate(trace, speedup=args.speedup, rate=args.rate, sessions=args.sessions, progress=args.progress,
                       **options)
+    if report.speculative is not None:  # the same run without speculation, for the TPOT change
+        from ..serving.speculative import compare
+
+        off = dict(options, speculative=None, num_speculative_tokens=None, acceptance=None)
+        compare(report, simulate(trace, speedup=args.speedup, rate=args.rate, sessions=args.sessions, **off))
     checked = None
     if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
         from ..serving.fixcheck import check_fix
@@ -340,7 +356,9 @@ def _cmd_simulate(args) -> int:
     else:
         from ..output.serving import simulate_summary
 
-        print(simulate_summary(trace, report, checked=checked))
+        from ..output.speculative import speculative_lines
+
+        print("\n".join([simulate_summary(trace, report, checked=checked), *speculative_lines(report)]))
         served_headroom = _served_headroom(args, trace, report)
         if served_headroom is not None:
             from ..output.misses import headroom_lines

@@ -119,6 +119,9 @@ class SimReport:
     #: the served miss account (serving/misses.py): {"account": MissAccount over the finished
     #: judged requests (`counted`), "concurrency": its split}; None without a sequential replay with an account
     misses: dict | None = None
+    #: speculative decoding (serving/speculative.py summary): the method, the acceptance model and
+    #: the accepted tokens per step measured in the run; None without
+    speculative: dict | None = None
 
     def misses_summary(self) -> dict | None:
         """The served miss account's totals over the finished judged requests (`counted`), what is not measured, and
@@ -335,6 +338,7 @@ class SimReport:
             "peak_running_kv_blocks": int(held_peak),
             "peak_running_kv_fraction": held_peak / self.capacity_blocks if self.capacity_blocks else 0.0,
             "steps": int(self.counters.get("steps", 0)),
+            "speculative": self.speculative,
             "instances": self.instances, "router": self.router,
             "load_balance_max_over_mean_busy": self.load_balance(),
             "balance": self.balance(),

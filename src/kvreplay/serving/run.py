@@ -82,6 +82,7 @@ class RawRun:
     decode_instance: np.ndarray | None = None  # disaggregated: per request, its decode instance (-1: none)
     id_spaces: list = field(default_factory=list)  # per instance: the ids its state held (its compact id space)
     runs: int = 1  # kernel runs it took (a state that outgrew its estimate runs again)
+    spec_accepted_at: np.ndarray | None = None  # speculative decoding: verifications that accepted position p
 
 
 class Sizing:
@@ -100,12 +101,12 @@ class Sizing:
         return self._n
 
 
-def decode_trace(trace: Trace, block_size: int, output_kv: bool) -> tuple[Trace, np.ndarray]:
+def decode_trace(trace: Trace, block_size: int, output_kv: bool, lookahead: int = 0) -> tuple[Trace, np.ndarray]:
     """`trace` with each request's decode ids after its prompt blocks (the kernel's layout), and
     the prompt block counts P."""
     P = np.diff(trace.offsets)
     L = np.asarray(trace.input_length, dtype=np.int64)
-    D = decode_blocks(trace, block_size, output_kv)
+    D = decode_blocks(trace, block_size, output_kv, lookahead)
     offsets = np.zeros(len(trace) + 1, dtype=np.int64)
     np.cumsum(P + D, out=offsets[1:])
     blocks = np.empty(int(offsets[-1]), dtype=np.int32)
@@ -157,25 +158,28 @@ _LAYOUTS: "weakref.WeakKeyDictionary[Trace, dict]" = weakref.WeakKeyDictionary()
 LAYOUTS_PER_TRACE = 4
 
 
-def kernel_layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, paged: bool) -> tuple[Trace, np.ndarray]:
+def kernel_layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, paged: bool,
+                  lookahead: int = 0) -> tuple[Trace, np.ndarray]:
     """(ext, P): the kernel's layout of `trace`'s requests in `order` (their arrival order), the
     same as decode_trace(hashed_prompts(trace.take(order)) if paged else trace.take(order)): each
     request's prompt ids (vLLM's pool, `paged`: its full blocks' ids and a fresh id for the
-    partial last block), then its decode ids; P the prompt block counts. Built in one pass of the
+    partial last block), then its decode ids (`lookahead` more positions at its last token:
+    speculative decoding's drafts and slots, decode_blocks); P the prompt block counts. Built in one pass of the
     core (serving/kernel/layout.c) and kept with the trace while it lives."""
     order = np.ascontiguousarray(order, dtype=np.int64)
     identity = bool(np.array_equal(order, np.arange(len(trace))))
     key = ("identity" if identity else hashlib.blake2b(order.tobytes(), digest_size=16).digest(), int(block_size),
-           bool(output_kv), bool(paged))
+           bool(output_kv), bool(paged), int(lookahead))
     cache = _LAYOUTS.setdefault(trace, {})
     if key not in cache:
         while len(cache) >= LAYOUTS_PER_TRACE:
             cache.pop(next(iter(cache)))
-        cache[key] = _layout(trace, order, int(block_size), bool(output_kv), bool(paged))
+        cache[key] = _layout(trace, order, int(block_size), bool(output_kv), bool(paged), int(lookahead))
     return cache[key]
 
 
-def _layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, paged: bool) -> tuple[Trace, np.ndarray]:
+def _layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, paged: bool,
+            lookahead: int = 0) -> tuple[Trace, np.ndarray]:
     L = np.ascontiguousarray(np.asarray(trace.input_length, dtype=np.int64)[order])
     O = np.ascontiguousarray(np.asarray(trace.output_length, dtype=np.int64)[order])
     known = np.diff(trace.offsets)[order]
@@ -187,7 +191,7 @@ def _layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, p
         if trace.num_blocks + int(fresh.sum()) > np.iinfo(np.int32).max:
             raise ConfigError("too many blocks for one simulation (more than 2**31 ids)")
     P = (known + fresh).astype(np.int64)
-    outputs = np.maximum(O, 1)
+    outputs = np.maximum(O, 1) + lookahead
     D = (np.maximum((L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size, 0)
          if output_kv else np.zeros(len(trace), dtype=np.int64))
     prompt_ids = trace.num_blocks + int(fresh.sum())
@@ -211,13 +215,15 @@ def _layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, p
     return ext, P
 
 
-def decode_blocks(trace: Trace, block_size: int, output_kv: bool) -> np.ndarray:
+def decode_blocks(trace: Trace, block_size: int, output_kv: bool, lookahead: int = 0) -> np.ndarray:
     """Per request: the decode blocks its outputs need beyond its prompt's (at its last token:
-    L + max(O, 1) - 1 tokens in KV); none without output KV."""
+    L + max(O, 1) - 1 tokens in KV, and `lookahead` more: speculative decoding's last step
+    schedules its k draft tokens and reserves the drafter's slots beyond them); none without
+    output KV."""
     if not output_kv:
         return np.zeros(len(trace), dtype=np.int64)
     L = np.asarray(trace.input_length, dtype=np.int64)
-    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1)
+    outputs = np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1) + lookahead
     return np.maximum((L + outputs - 1 + block_size - 1) // block_size - (L + block_size - 1) // block_size, 0)
 
 
@@ -332,7 +338,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
              kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
-             host: HostTerms = NO_HOST, closed: dict | None = None) -> RawRun:
+             host: HostTerms = NO_HOST, closed: dict | None = None, speculative=None,
+             draft_time_model: TimeModel | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -346,7 +353,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     `closed`'s). closed: closed-loop arrivals (closed.py ClosedLoop.kernel_arrays, trace order:
     arrival holds the roots' times and `arrival_s` is not read); the RawRun's arrival_s are then the
     times requests arrived, and an `assigned` of -1 sends a request to the next instance in turn as
-    it arrives (round-robin)."""
+    it arrives (round-robin). speculative: a speculative.Speculative (the vLLM style: each decode step
+    verifies k draft tokens; kernel/vllm.c, batch.c); draft_time_model: a draft model's own time
+    model (its k passes a step; None: the head's fraction of the target's)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -366,7 +375,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                                output_kv)
         kv_groups = None
     groups = hybrid_groups(kv_groups, kv_retention, spec.name, scheduler.style, tiers, prefill_instances, output_kv)
-    ext, P = kernel_layout(trace, order, block_size, output_kv, mode == "MODE_PAGED")
+    spec_k = 0 if speculative is None else speculative.k
+    spec_lookahead = 0 if speculative is None else speculative.lookahead
+    ext, P = kernel_layout(trace, order, block_size, output_kv, mode == "MODE_PAGED", spec_k + spec_lookahead)
     tm = packed(time_model)
     # the routers' residency bits: a state-aware router, no tiers (their drain reads the eviction log)
     route_bits = (router is not None and not tiers and not len(groups) and not len(radix)
@@ -394,11 +405,15 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "TRT_POLICY": ("guaranteed_no_evict", "max_utilization").index(scheduler.capacity_scheduler_policy),
         **host_slots["cfg"],
         "CLOSED": int(closed is not None),
+        "SPEC_K": spec_k, "SPEC_LOOKAHEAD": spec_lookahead,
+        "SPEC_DRAFT_SLOTS": 0 if speculative is None else speculative.draft_slots,
+        "SPEC_EAGLE_DROP": int(speculative is not None and speculative.method in ("eagle", "mtp")),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
         "RATIO_DECAY": scheduler.new_token_ratio_decay, "ROUTER_LAG_S": router_lag_ms / 1000.0,
         **host_slots["fcfg"],
+        "SPEC_HEAD_FRACTION": 0.0 if speculative is None else speculative.head_fraction,
     }, "fcfg", np.float64)
     tiers = list(tiers or [])
     T = len(tiers)
@@ -420,6 +435,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
         "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
         **_closed_arrays(closed, n), "arrived_s": np.zeros(n),
+        "spec_accept": np.asarray(speculative.acceptance if speculative else [0.0], dtype=np.float64),
+        "spec_accepted_at": np.zeros(max(spec_k, 1), dtype=np.int64),
+        "tm_draft": packed(draft_time_model) if draft_time_model is not None else np.array([KIND_INSTANT], dtype=np.float64),
     }
     live = bool((assigned_sorted < 0).any())  # (routed as they arrive: no exact id spaces before the run)
     spaces = (id_spaces(ext, assigned_sorted if router is None and not live else None, N, routed) if local_ids and N > 1
@@ -458,7 +476,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                 io[key].fill(np.nan)
             for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
                         "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters",
-                        "radix_counters"):
+                        "radix_counters", "spec_accepted_at"):
                 io[key].fill(0)
             io["decode_instance"].fill(-1)
             io["arrived_s"].fill(0)
@@ -523,7 +541,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         policy_counters=policy_counters, itl=io["itl"], instance=back(io["instance"]), per_instance=per_instance,
         tier_hits=io["tier_hits"].reshape(n + 1, T + 1)[:n][inv], decode_instance=back(io["decode_instance"]),
         tier_totals=[] if pools is None else [pools.totals(t) for t in range(T)],
-        id_spaces=spaces.tolist(), runs=runs,
+        id_spaces=spaces.tolist(), runs=runs, spec_accepted_at=io["spec_accepted_at"][:spec_k].copy(),
     )
 
 

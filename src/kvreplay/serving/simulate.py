@@ -24,9 +24,14 @@ from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .semantics import choose
+from .speculative import resolve as resolve_speculative
+from .speculative import draft_cost_note, pool_with_drafter
+from .speculative import summary as speculative_summary
 from .timing import load_time_model
 from .timing.host import band_end as host_band
 from .timing.host import resolve as host_resolve
+from .timing.models import RooflineTimeModel
+from .timing.profiles import DynamoNpzProfile, PolynomialProfile
 
 ENGINE_STYLES = ("vllm", "sglang", "trtllm")
 #: Engine-faithful default policy per engine style.
@@ -185,7 +190,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
              language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
-             think_time=None, sessions: int | None = None, host=None, progress=None, **params):
+             think_time=None, sessions: int | None = None, host=None, progress=None, speculative=None,
+             num_speculative_tokens: int | None = None, acceptance=None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -256,8 +262,16 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     slo_ttft_ms / slo_tpot_ms / router_lag_ms: milliseconds, or strings with their unit ("2s").
     progress: a kvreplay.progress callback, told ``(done, total, "runs")``: the run, the band's
         two ends (the calibrated roofline), and the sequential replay it is compared with.
+    speculative / num_speculative_tokens / acceptance: speculative decoding (vLLM style):
+        "ngram", "eagle", "mtp" or "draft:MODEL", k draft tokens a step, and the conditional
+        acceptance rate per position ("a1,a2,..."; default: the published figures for the method
+        and model, serving/speculative.py). Each decode step verifies 1 + k tokens and holds the
+        drafter's lookahead slots; the report's speculative section gives the accepted tokens per step.
     """
     trace = as_trace(trace)
+    spec_decode = resolve_speculative(speculative, num_speculative_tokens, model=model, acceptance=acceptance)
+    if spec_decode is not None and engine_style != "vllm":
+        raise ConfigError("speculative decoding is simulated with the vLLM scheduler style: add --engine-style vllm")
     if engine_style not in ENGINE_STYLES:
         raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
     slo_ttft_ms = None if slo_ttft_ms is None else ms_arg(slo_ttft_ms, "slo_ttft_ms")
@@ -312,6 +326,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                     enforce_eager=enforce_eager, language_model_only=language_model_only, engine_style=engine_style,
                     mem_fraction_static=mem_fraction_static)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
+    drafter_pool = None
+    if spec_decode is not None:  # the drafter's weights and KV share the GPUs (speculative.py)
+        drafter_pool = pool_with_drafter(spec_decode, sizes.capacity_source, sizes.weights_dtype, sizes.kv_dtype)
+        if drafter_pool is not None:
+            capacity = drafter_pool[0]
     limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
@@ -347,6 +366,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                        disagg=disagg, output_kv=output_kv, kv_layers=kv_layers, capacity=asked_capacity, sizes=sizes, tp=tp)
     if semantics.hybrid:
         capacity = semantics.capacity
+        if spec_decode is not None:
+            raise ConfigError("speculative decoding is not simulated on a hybrid model's layer groups: add "
+                              "--kv-semantics full")
+    if spec_decode is not None and isinstance(tm, (DynamoNpzProfile, PolynomialProfile)) and not _constant(tm):
+        raise ConfigError("speculative decoding's verification steps are priced by the roofline (a Dynamo profile or "
+                          "polynomial has no multi-token decode): use --time-model roofline or instant")
     routed = prefill_instances if disagg else instances
     fixed = routed == 1 or router in routing.FIXED
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
@@ -366,12 +391,16 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
                max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
-               host=host_terms, closed=loop.kernel_arrays(delay_s) if closed_run else None)
+               host=host_terms, closed=loop.kernel_arrays(delay_s) if closed_run else None, speculative=spec_decode)
+    draft_tm = None
+    if spec_decode is not None and spec_decode.method == "draft" and _is_roofline(time_model):
+        draft_tm = load_time_model(time_model, model=spec_decode.draft_model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype,
+                                   dtype=sizes.weights_dtype)
     banded = band_runs and hasattr(tm, "at_band")  # the calibrated roofline: the run at both ends of its band too
     compared = compare_sequential and not any(t.shared for t in tier_list)
     runs = 1 + 2 * banded + compared
     tell(progress, 0, runs, "runs")
-    raw = run_once(trace, time_model=tm, **run)
+    raw = run_once(trace, time_model=tm, draft_time_model=draft_tm, **run)
     tell(progress, 1, runs, "runs")
     if closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
         arrival_s = raw.arrival_s - delay_s
@@ -385,7 +414,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             end_delay_s = host_end.arrival_delay(prompts)
             band[end] = run_once(trace, time_model=tm.at_band(end), **{
                 **run, "host": host_end, "arrival_s": host_end.engine_arrivals(arrival_s, prompts),
-                "closed": loop.kernel_arrays(end_delay_s) if closed_run else None})
+                "closed": loop.kernel_arrays(end_delay_s) if closed_run else None,
+                "draft_time_model": draft_tm.at_band(end) if hasattr(draft_tm, "at_band") else draft_tm})
             band[end + "_delay_s"] = end_delay_s
             tell(progress, 2 + k, runs, "runs")
     sequential, sequential_evictions, parts, order = None, None, None, None
@@ -436,6 +466,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                                                                             raw.finish_s),
     )
     report.misses = _served_misses(trace, report, raw, parts, block_size, instances, order)
+    if spec_decode is not None:
+        report.speculative = speculative_summary(spec_decode, raw)
+        report.speculative["draft_cost"] = draft_cost_note(
+            spec_decode, isinstance(tm, RooflineTimeModel) and (spec_decode.method != "draft" or draft_tm is not None))
+        report.speculative["measured"]["draft_s"] = raw.counters.get("draft_us", 0) / 1e6
+        report.speculative["pool"] = None if drafter_pool is None else drafter_pool[1]
     if band is not None:
         band["runs"] = {}
         for end in ("low", "high"):
@@ -493,6 +529,11 @@ def prefill_chunk(scheduler: Scheduler) -> int | None:
     if scheduler.style == "sglang":
         return scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
     return scheduler.max_num_batched_tokens if scheduler.chunked_prefill else None
+
+
+def _constant(tm) -> bool:
+    """A polynomial step time with no variable (every step takes the same time, whatever its tokens)."""
+    return isinstance(tm, PolynomialProfile) and all(not powers for _, powers in tm.terms)
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:

@@ -43,7 +43,7 @@ def settings(values: dict, array: str, dtype) -> np.ndarray:
 
 #: Fields the kernel only reads.
 INPUTS = ("offsets", "blocks", "P", "L", "O", "arrival", "assigned", "transfer_s", "states", "state_ids", "tm", "cfg",
-          "fcfg", "rparams")
+          "fcfg", "rparams", "spec_accept", "tm_draft")
 
 
 #: sim.h's SimGrow: (instance, ids wanted) -> the grown state's record address, or 0

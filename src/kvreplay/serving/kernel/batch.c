@@ -21,6 +21,24 @@ static f64 host_step(const SimIO *io, f64 gpu, i64 requests) {
     return gpu + cpu;
 }
 
+/* The drafter's time after a step whose decoding requests propose k draft tokens each: k passes
+ * of one token per request, each priced as a decode step of those requests by a draft model's own
+ * time model (tm_draft), or as SPEC_HEAD_FRACTION of the target's (an EAGLE head or an MTP module:
+ * one layer of the target's shape out of its layers); 0 for n-gram (a lookup on the host). */
+static f64 draft_seconds(const Sim *s, const f64 *agg) {
+    i64 k = s->io->cfg[SPEC_K];
+    f64 frac = s->io->fcfg[SPEC_HEAD_FRACTION];
+    int own = s->io->tm_draft[0] != KIND_INSTANT;
+    if (k <= 0 || agg[AGG_DECODE_REQS] <= 0 || (!own && frac <= 0.0)) return 0.0;
+    f64 d[NUM_AGG];
+    for (int a = 0; a < NUM_AGG; a++) d[a] = 0.0;
+    d[AGG_DECODE_REQS] = agg[AGG_DECODE_REQS];
+    d[AGG_DECODE_CTX] = d[AGG_KEYS_FULL] = d[AGG_TOUCHED_FULL] = d[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX];
+    d[AGG_DECODE_SW] = d[AGG_KEYS_SW] = d[AGG_TOUCHED_SW] = agg[AGG_DECODE_SW];
+    f64 pass = own ? kv_step_seconds(s->io->tm_draft, d) : frac * kv_step_seconds(s->io->tm, d);
+    return (f64)k * pass;
+}
+
 /* Price instance j's step (its requests' new_tokens); 0 when the step is empty. */
 int batch_start(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
@@ -45,6 +63,20 @@ int batch_start(Sim *s, i64 j) {
                 agg[AGG_KEYS_SW] += (f64)kv_sum_min(c + 1, c + m, window);
                 agg[AGG_TOUCHED_SW] += (f64)kv_min(c + m, window + m - 1);
             }
+        } else if (m > 1) {
+            /* a verification pass: the token sampled last and m - 1 draft tokens over the
+             * request's KV, as one decode with m query tokens (its GEMMs over m tokens) */
+            i64 x = c + m;
+            agg[AGG_DECODE_REQS] += 1;
+            agg[AGG_SPEC_TOKENS] += (f64)(m - 1);
+            agg[AGG_DECODE_CTX] += (f64)x;
+            agg[AGG_KEYS_FULL] += (f64)(m * c + m * (m + 1) / 2);
+            agg[AGG_TOUCHED_FULL] += (f64)x;
+            if (window > 0) {
+                agg[AGG_KEYS_SW] += (f64)kv_sum_min(c + 1, c + m, window);
+                agg[AGG_TOUCHED_SW] += (f64)kv_min(x, window + m - 1);
+                agg[AGG_DECODE_SW] += (f64)kv_min(x, window + m - 1);
+            }
         } else {
             i64 x = c + 1;
             agg[AGG_DECODE_REQS] += 1;
@@ -62,6 +94,11 @@ int batch_start(Sim *s, i64 j) {
     agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX];  /* the decoding requests' tokens (Dynamo's decode input) */
     f64 dt = kv_step_seconds(s->io->tm, agg);
     i64 *c = q->counters;
+    f64 draft = draft_seconds(s, agg);
+    if (draft > 0.0) {
+        c[draft_us] += (i64)(draft * 1e6 + 0.5);
+        dt += draft;
+    }
     if (load > 0.0) {
         /* KV loaded from the tiers: before the step's compute, or beside it layer by layer */
         c[load_us] += (i64)(load * 1e6 + 0.5);
@@ -81,12 +118,32 @@ int batch_start(Sim *s, i64 j) {
     c[steps] += 1;
     if (agg[AGG_PREFILL_REQS] > 0) c[prefill_steps] += 1;
     c[prefill_tokens] += (i64)agg[AGG_PREFILL_NEW];
-    c[decode_tokens] += (i64)agg[AGG_DECODE_REQS];
+    c[decode_tokens] += (i64)agg[AGG_DECODE_REQS];  /* (batch_end adds the accepted draft tokens) */
+    if (agg[AGG_SPEC_TOKENS] > 0) c[spec_drafted] += (i64)agg[AGG_SPEC_TOKENS];
     metrics_peaks(s, j);
     return 1;
 }
 
 void heap_push(Sim *s, f64 t, i64 i);
+
+/* splitmix64: a uniform in [0, 1) from a key */
+static f64 spec_uniform(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    return (f64)(x >> 11) * (1.0 / 9007199254740992.0);
+}
+
+i64 spec_draw(const Sim *s, i64 i, i64 drafted) {
+    /* keyed by (seed, request, its output position, draft position): the same request gets the
+     * same acceptances whatever else runs beside it (a preempted request draws them again) */
+    uint64_t base = (uint64_t)s->io->cfg[SEED] * 0x100000001B3ULL ^ (uint64_t)i * 0xD1B54A32D192ED03ULL
+                    ^ (uint64_t)s->generated[i] * 0x8CB92BA72F3D8DD7ULL;
+    i64 acc = 0;
+    while (acc < drafted && spec_uniform(base + (uint64_t)acc * 0x9E3779B97F4A7C15ULL) < s->io->spec_accept[acc]) acc++;
+    return acc;
+}
 
 /* Request i's last token came out on instance j (finished, its client has it `out` seconds
  * later), or its prompt is done on a prefill instance: it leaves j. Its blocks stay cached
@@ -149,6 +206,20 @@ void batch_end(Sim *s, i64 j) {
         i64 i = q->running[r], m = s->new_tokens[i];
         if (m <= 0) continue;
         s->new_tokens[i] = 0;
+        i64 extra = 0; /* accepted draft tokens that come out with this step's token */
+        if (s->decoding[i] && m > 1) {
+            /* the verification: accepted drafts advance the request, rejected ones are taken back
+             * (update_from_output: num_computed_tokens -= num_rejected, scheduler.py:2346-2364);
+             * their KV slots stay the request's and the next step overwrites them */
+            i64 acc = spec_draw(s, i, m - 1);
+            q->counters[spec_steps] += 1;
+            q->counters[spec_accepted] += acc;
+            for (i64 p = 0; p < acc; p++) s->io->spec_accepted_at[p] += 1;
+            extra = kv_min(acc, s->outputs[i] - s->generated[i] - 1);
+            if (extra < 0) extra = 0;
+            m = 1 + extra;
+            q->counters[decode_tokens] += extra;
+        }
         s->computed[i] += m;
         s->io->computed_total[i] += m;
         if (s->mode == MODE_RADIX_HYBRID && !s->decoding[i]) {
@@ -159,6 +230,7 @@ void batch_end(Sim *s, i64 j) {
         if (s->computed[i] < s->target[i]) continue;
         if (s->io->cfg[STYLE] == STYLE_TRTLLM && !s->decoding[i]) req_store(s, j, i); /* (storeContextBlocks) */
         token_out(s, j, i, out);
+        s->generated[i] += extra; /* (the accepted drafts come out with it: one inter-token gap) */
         if (s->generated[i] < s->outputs[i] && !prefill_only) {
             s->target[i] = s->computed[i] + 1;
             s->decoding[i] = 1;

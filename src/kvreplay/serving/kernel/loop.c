@@ -95,7 +95,10 @@ static int never_fits(Sim *s, i64 i) {
     i64 bs = s->bs, L = s->io->L[i];
     if (s->mode == MODE_HYBRID) return hyb_peak(s, L + s->outputs[i] - 1) > s->capacity;
     if (s->mode == MODE_RADIX_HYBRID && kv_ceil_div(L + s->outputs[i] - 1, bs) > s->capacity) return 1;
-    if (req_needed_positions(s, i, L + s->outputs[i] - 1) > s->capacity) return 1;
+    /* speculative decoding: its last verification holds k drafts and the lookahead slots beyond
+     * the last token (alone it could only preempt itself, forever) */
+    i64 spec = s->io->cfg[SPEC_LOOKAHEAD] + (s->outputs[i] > 1 ? s->io->cfg[SPEC_K] : 0);
+    if (req_needed_positions(s, i, L + s->outputs[i] - 1 + spec) > s->capacity) return 1;
     /* TensorRT-LLM's GUARANTEED_NO_EVICT starts a request once the blocks of its prompt and all its
      * outputs are free (getRemainingBlocksToCompletion) */
     if (s->io->cfg[STYLE] == STYLE_TRTLLM && kv_ceil_div(s->output_kv ? L + s->outputs[i] : L, bs) > s->capacity)

@@ -300,6 +300,12 @@ static i64 paged_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     i64 positions = s->io->offsets[i + 1] - start;
     i64 reach;
     i64 k = probe(s, j, i, positions, &reach);
+    if (s->io->cfg[SPEC_EAGLE_DROP] && !s->kv_in[i] && reach > 0) {
+        /* EAGLE and MTP drafters recompute the hit's last block (single_type_kv_cache_manager.py
+         * 829-830: drop_eagle_block; config/speculative.py:2122-2149 use_eagle_block_drop) */
+        reach -= 1;
+        k = kv_min(k, reach);
+    }
     /* (< N: vLLM's limit leaves the last token); a request whose KV came from a prefill instance
      * has all but its next token */
     i64 hit = s->kv_in[i] ? N - 1 : reach * bs;
@@ -308,7 +314,10 @@ static i64 paged_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     i64 n = kv_min(want, budget);
     i64 evictable = pool->evictable(st, ids, start, k);
     if (kv_ceil_div(kv_tokens(s, i, N), bs) - k + evictable > pool->free_blocks(st)) return -1;
-    i64 blocks_now = kv_ceil_div(kv_tokens(s, i, hit + n), bs);
+    /* (and the drafter's lookahead slots: allocate_slots' num_lookahead_tokens, scheduler.py:1403-1440,
+     * which must fit too: kv_cache_manager.py:550-588, beside the whole sequence's check above) */
+    i64 blocks_now = kv_ceil_div(kv_tokens(s, i, hit + n + s->io->cfg[SPEC_LOOKAHEAD]), bs);
+    if (blocks_now - k + evictable > pool->free_blocks(st)) return -1;
     int first = s->io->preemptions[i] == 0;
     if (s->T > 0) {
         /* the blocks found in the tiers are loaded: touch them there, as the scan that admits does */

@@ -31,11 +31,11 @@
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
     S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY) S(ASYNC_SCHEDULING) \
-    S(CLOSED)
+    S(CLOSED) S(SPEC_K) S(SPEC_LOOKAHEAD) S(SPEC_DRAFT_SLOTS) S(SPEC_EAGLE_DROP)
 /* HOST_*: what the host CPU adds (serving/timing/host.py): the engine core's CPU per step and per
  * request in it, and a token's delay out of the engine per request out that step */
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S) S(HOST_STEP_S) \
-    S(HOST_STEP_REQUEST_S) S(HOST_OUTPUT_REQUEST_S)
+    S(HOST_STEP_REQUEST_S) S(HOST_OUTPUT_REQUEST_S) S(SPEC_HEAD_FRACTION)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
 enum { STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM };
@@ -50,7 +50,7 @@ enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID, MODE_RADIX_HYBRID };
     S(refused_admissions) S(pin_calls) S(positions_pinned) S(state_out_of_room) S(max_pin_calls)       \
     S(max_positions) S(first_hit_tokens) S(first_prompt_tokens) S(busy_us) S(never_admitted) S(stuck)  \
     S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context) S(time_overflow)           \
-    S(hybrid_error) S(aborted)
+    S(hybrid_error) S(aborted) S(spec_steps) S(spec_drafted) S(spec_accepted) S(draft_us)
 enum { SIM_COUNTER_SLOTS(KV_SLOT_ENUM) NUM_SIM_COUNTERS };
 
 /* the longest step and the latest simulated time a run may reach (seconds): beyond them the
@@ -89,7 +89,7 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
     F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)          \
     F(i64, waits) F(i64, next_offsets) F(i64, next_ids) F(f64, next_delay_s) F(i8, next_on_send) F(f64, arrived_s)  \
-    F(i64, session) F(i64, lane_queue)
+    F(i64, session) F(i64, lane_queue) F(f64, spec_accept) F(i64, spec_accepted_at) F(f64, tm_draft)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
@@ -301,6 +301,12 @@ i64 queue_pop_front(Sim *s, Inst *q);
 void vllm_schedule(Sim *s, i64 j);
 void sglang_schedule(Sim *s, i64 j);
 void trtllm_schedule(Sim *s, i64 j);
+
+/* ---- speculative decoding (batch.c; serving/speculative.py resolves the acceptance) ---- */
+/* the draft tokens request i's verification accepts out of `drafted` (a seeded draw per request and
+ * per output position: position p is accepted when every position before it was and a uniform draw
+ * falls below spec_accept[p], the conditional acceptance rate) */
+i64 spec_draw(const Sim *s, i64 i, i64 drafted);
 
 /* ---- batch.c ---- */
 int batch_start(Sim *s, i64 j);

@@ -20,7 +20,7 @@ static i64 segment(const f64 *tm, i64 start, i64 n, f64 x) {
 static inline f64 lerp(f64 x1, f64 y1, f64 x2, f64 y2, f64 x) { return (y2 - y1) / (x2 - x1) * (x - x1) + y1; }
 
 static f64 roofline(const f64 *tm, const f64 *agg) {
-    f64 tokens = agg[AGG_PREFILL_NEW] + agg[AGG_DECODE_REQS];
+    f64 tokens = agg[AGG_PREFILL_NEW] + agg[AGG_DECODE_REQS] + agg[AGG_SPEC_TOKENS];
     f64 flops = 2.0 * tm[R_ACTIVE_PARAMS] * tokens
                 + 4.0 * tm[R_ATTN_WIDTH] * (tm[R_LAYERS_FULL] * agg[AGG_KEYS_FULL] + tm[R_LAYERS_SW] * agg[AGG_KEYS_SW]);
     f64 weights = kv_fmin(tm[R_WEIGHT_BYTES], tm[R_ACTIVE_WEIGHT_BYTES] * tokens) / tm[R_TP];
@@ -137,7 +137,8 @@ static f64 linear_layers(const f64 *tm, f64 tokens, f64 rows, int prefill) {
 static f64 calibrated(const f64 *tm, const f64 *agg) {
     f64 tp = tm[C_TP], layers = tm[C_LAYERS], bw = tm[C_BW];
     f64 prefill_reqs = agg[AGG_PREFILL_REQS], decodes = agg[AGG_DECODE_REQS];
-    f64 tokens = agg[AGG_PREFILL_NEW] + decodes, rows = prefill_reqs + decodes;
+    /* (a verification pass's draft tokens run the GEMMs and the LM head as more rows) */
+    f64 tokens = agg[AGG_PREFILL_NEW] + decodes + agg[AGG_SPEC_TOKENS], rows = prefill_reqs + decodes + agg[AGG_SPEC_TOKENS];
     f64 t = layer_gemms(tm, tokens);
     if (tm[C_MOE_LAYERS] > 0) t += moe_experts(tm, tokens);
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */

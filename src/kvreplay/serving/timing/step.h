@@ -6,10 +6,11 @@
 
 #include "../../include/kv.h"
 
-/* a step's aggregates (batch.c accumulates them over the requests in the step) */
+/* a step's aggregates (batch.c accumulates them over the requests in the step); AGG_SPEC_TOKENS:
+ * the draft tokens the decoding requests' verification passes add to the step's GEMMs */
 #define AGG_SLOTS(S) S(AGG_PREFILL_REQS) S(AGG_PREFILL_NEW) S(AGG_PREFILL_CACHED) S(AGG_DECODE_REQS) \
     S(AGG_DECODE_CTX) S(AGG_ACTIVE_KV) S(AGG_KEYS_FULL) S(AGG_TOUCHED_FULL) S(AGG_KEYS_SW) S(AGG_TOUCHED_SW) \
-    S(AGG_DECODE_SW)
+    S(AGG_DECODE_SW) S(AGG_SPEC_TOKENS)
 enum { AGG_SLOTS(KV_SLOT_ENUM) NUM_AGG };
 
 /* tm[0]: the model's kind */
