@@ -22,6 +22,7 @@ from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .semantics import choose
 from .timing import load_time_model
+from .timing.pipeline import pipelined
 
 ENGINE_STYLES = ("vllm", "sglang")
 #: Engine-faithful default policy per engine style.
@@ -148,7 +149,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, **params):
+             language_model_only: bool = False, mem_fraction_static: float | None = None, pp: int = 1, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -170,6 +171,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         replay assumes).
     compare_sequential: also replay the trace sequentially (same policy, capacity) for comparison.
     instances / router / router_lag_ms / router_options: a cluster (routing/).
+    pp: pipeline stages (vLLM's --pipeline-parallel-size), each on `tp` GPUs: the pool is the
+        smallest stage's, a step crosses pp - 1 stage-to-stage hops (timing/pipeline.py).
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
         tier_copies "move" | "keep"; tier_overlap: loads overlap compute (engine/tiers.py).
@@ -241,11 +244,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                     else scheduler.chunked_prefill_size, max_num_seqs=scheduler.max_num_seqs,
                     kv_cache_memory=kv_cache_memory, num_gpu_blocks_override=num_gpu_blocks_override,
                     enforce_eager=enforce_eager, language_model_only=language_model_only, engine_style=engine_style,
-                    mem_fraction_static=mem_fraction_static)
+                    mem_fraction_static=mem_fraction_static, pp=pp)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
     limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
+    tm = pipelined(tm, sizes.pp)
     tm_dtype = getattr(tm, "dtype", None)
     if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
