@@ -149,3 +149,15 @@ def test_cli_pipeline_parallel_size(tmp_path):
     assert fails("simulate", trace, "--gpu", "H100", "--model", "Llama-3.1-405B", "--tp", 8, "--time-model",
                  "roofline").startswith("kvreplay: Llama-3.1-405B at bf16 over tp=8 needs")
     assert "--pp" in fails("simulate", trace, "--capacity", 100, "--pp", 2, "--time-model", "instant")
+
+
+def test_cli_text_names_the_stages(tmp_path):
+    from test_cli import ok
+
+    _one_request(tmp_path)
+    text = ok("simulate", tmp_path / "one.jsonl", "--gpu", "H100", "--model", "Llama-3.1-405B", "--tp", 8, "--pp", 2,
+              "--time-model", "roofline")
+    assert "leaves for KV on each of 2 stages x 8 x H100" in text
+    assert "over tp=8 x pp=2: stage 1's 63 of 126 layers (blocks by stage: 43,766, 42,726)" in text
+    assert "2 pipeline stages, one batch at a time through them, each step's tokens crossing 1 stage-to-stage " \
+           "send(s) of 291 ns a token" in text
