@@ -161,3 +161,47 @@ def test_cli_text_names_the_stages(tmp_path):
     assert "over tp=8 x pp=2: stage 1's 63 of 126 layers (blocks by stage: 43,766, 42,726)" in text
     assert "2 pipeline stages, one batch at a time through them, each step's tokens crossing 1 stage-to-stage " \
            "send(s) of 291 ns a token" in text
+
+
+def test_plan_searches_tp_x_pp_for_a_model_one_node_cannot_hold(tmp_path):
+    """Llama-3.1-405B bf16 fits no TP of 1..8 on H100: the plan adds TP 8 x PP 2 and 4, rows say PP,
+    the cost counts every stage's GPUs, and --emit vllm writes --pipeline-parallel-size."""
+    from test_cli import ok
+
+    from kvreplay.serving.plan import plan
+    from kvreplay.serving.slo import SLO
+
+    trace = load_trace("tests/data/bailian_chat.jsonl")
+    result = plan(trace, model="Llama-3.1-405B", slo=SLO(2.0, None, None), max_instances=4)
+    block = result["loads"][0]
+    shapes = sorted((r["tp"], r["pp"], r["verdict"]) for r in block["tried"])
+    assert shapes == [(1, 1, "unfit"), (2, 1, "unfit"), (4, 1, "unfit"), (8, 1, "unfit"), (8, 2, "meets"),
+                      (8, 4, "pruned")]
+    best = block["best"]
+    assert (best["tp"], best["pp"], best["instances"], best["gpus"]) == (8, 2, 1, 16)
+    from kvreplay.serving.prices import Prices
+
+    assert best["cost_per_hour"] == pytest.approx(16 * Prices().gpu_hour("H100")[0])  # both stages' GPUs
+    assert best["config"] == "H100 x8 x pp2, tiers none, router round-robin, policy vllm"
+    # a model one node holds: no PP searched
+    small = plan(trace, model="Llama-3.1-70B", slo=SLO(2.0, None, None), max_instances=4, tps=[4])
+    assert [r["pp"] for r in small["loads"][0]["tried"]] == [1]
+    text = ok("plan", "tests/data/bailian_chat.jsonl", "--model", "Llama-3.1-405B", "--slo-ttft-p90", "2s",
+              "--max-instances", 4, "--emit", "vllm")
+    assert "# llama-3-1-405b-h100-tp8-pp2-x1: 1 x 2 stages x 8 x H100 for load 1 (speedup)" in text
+    assert "vllm serve --model meta-llama/Llama-3.1-405B --tensor-parallel-size 8 --pipeline-parallel-size 2 " in text
+    table = ok("plan", "tests/data/bailian_chat.jsonl", "--model", "Llama-3.1-405B", "--slo-ttft-p90", "2s",
+               "--max-instances", 4, "--tp", 8, "--pp", "1,2")
+    assert "chosen     1 x 2 stages x 8 x H100 (16 GPUs)" in table
+
+
+def test_plan_json_round_trips_into_a_report(tmp_path):
+    from test_cli import kv, ok
+
+    out, page = tmp_path / "plan.json", tmp_path / "r.html"
+    ok("plan", "tests/data/bailian_chat.jsonl", "--model", "Llama-3.1-405B", "--slo-ttft-p90", "2s", "--max-instances",
+       4, "-o", out)
+    assert json.loads(out.read_text())["loads"][0]["best"]["pp"] == 2
+    assert kv("report", "tests/data/bailian_chat.jsonl", "--plan", out, "-o", page).returncode == 0
+    html = page.read_text()
+    assert "the KV pool of the serving section&#x27;s deployment: 2 stages x 8 x H100" in html

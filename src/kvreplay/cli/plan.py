@@ -43,6 +43,9 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--tp", default=None, metavar="N,M,...",
                     help="tensor-parallel degrees to consider (default: each GPU's of 1, 2, 4 and 8 on which vLLM "
                          "would start the model)")
+    pl.add_argument("--pp", "--pipeline-parallel-size", dest="pp", default=None, metavar="N,M,...",
+                    help="pipeline-parallel degrees to consider, each with every --tp (default: 1, and TP 8 x PP 2 "
+                         "and 4 for a model no TP of 1, 2, 4 or 8 starts)")
     pl.add_argument("--tiers", default="none", metavar="SPEC;SPEC",
                     help="';'-separated tier sets below each instance's pool, none for HBM only "
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
@@ -107,13 +110,14 @@ def _cmd_plan(args) -> int:
     try:
         loads = number_list(args.loads)
         tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
+        pps = None if args.pp is None else [common.positive_int(x) for x in split(args.pp)]
         rates = number_list(args.rates) if args.rates else None
     except Exception as e:  # argparse.ArgumentTypeError from the list parsers
-        raise ConfigError(f"--loads / --rates / --tp: {e}") from None
+        raise ConfigError(f"--loads / --rates / --tp / --pp: {e}") from None
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
     trace = common.load(args)
     with common.Progress("planning: configurations searched") as progress:
-        result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
+        result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, pps=pps, tiers=tiers,
                       routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
                       window_s=args.window, warmup=warmup, progress=progress,
                       min_window_requests=args.min_window_requests or MIN_WINDOW_REQUESTS,

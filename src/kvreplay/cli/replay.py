@@ -419,6 +419,8 @@ def _parser_report(sub) -> None:
     rp.add_argument("--gpu", help="add a serving section: one instance on this GPU (with --model) at several loads "
                                   "(kvreplay simulate; see `kvreplay gpus`)")
     rp.add_argument("--tp", type=common.positive_int, default=1, help="with --gpu: tensor-parallel GPUs (default 1)")
+    rp.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=common.positive_int, default=1,
+                    help="with --gpu: pipeline stages, each on --tp GPUs (default 1; as simulate --pp)")
     rp.add_argument("--time-model", default="roofline",
                     help="with --gpu: roofline (default, calibrated, with its band), roofline-raw, FILE.npz or FILE.json")
     rp.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16",
@@ -458,11 +460,11 @@ def _cmd_report(args) -> int:
         if args.plan:
             raise ConfigError("--plan serves the plan's chosen deployment in the serving section: drop --gpu (or "
                               "drop --plan to serve --gpu's)")
-        serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
+        serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "pp": args.pp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
                    "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args)}
-    elif args.instances != 1 or args.router != "round-robin" or args.tiers:
-        raise ConfigError("--instances, --router and --tiers shape the serving section: add --gpu and --model")
+    elif args.instances != 1 or args.router != "round-robin" or args.tiers or args.pp != 1:
+        raise ConfigError("--instances, --router, --tiers and --pp shape the serving section: add --gpu and --model")
     elif args.warmup is not None or args.cold_start:
         raise ConfigError("--warmup and --cold-start apply to the serving section: add --gpu and --model (a --plan's "
                           "runs keep the plan's warm-up)")

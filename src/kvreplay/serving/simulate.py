@@ -694,20 +694,20 @@ def _band_columns(band) -> dict:
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
                     policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
                     weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None, warmup="auto") -> dict:
+                    tiers: str | None = None, warmup="auto", pp: int = 1) -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
     `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
     `warmup` (warmup.py). A hybrid model is served with every layer as full attention, as the
     report's curves replay it (its note says so)."""
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
-                      tp=tp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
+                      tp=tp, pp=pp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
                       tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
                       kv_semantics="full", warmup=warmup)  # (the report's curves and pool are full semantics)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
-    tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
-          if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
+                    gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype, pp=pp)
+    tm = pipelined(load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
+                   if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp), pp)
     return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
             "weights_dtype": sizes.weights_dtype, "instances": instances, "router": router, "tiers": tiers,
             "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup}
@@ -719,13 +719,15 @@ def deployment_focus(trace, collect_options: dict, serving: dict) -> dict:
     the serving section runs."""
     out = dict(collect_options)
     sizes = resolve(trace, block_size=out.get("block_size"), model=serving["model"], gpu=serving["gpu"],
-                    tp=serving.get("tp", 1), gpu_memory_utilization=serving.get("gpu_memory_utilization", 0.9),
+                    tp=serving.get("tp", 1), pp=serving.get("pp", 1),
+                    gpu_memory_utilization=serving.get("gpu_memory_utilization", 0.9),
                     weights_dtype=serving.get("weights_dtype", "bf16"))
     if out.get("focus_capacity") is None:
         src = sizes.capacity_source
         out["focus_capacity"] = sizes.capacity
         out["focus_rule"] = "gpu-pool"
-        out["focus_reason"] = (f"the KV pool of the serving section's deployment: {src['tp']} x {src['gpu']} after "
+        stages = f"{src['pp']} stages x " if src.get("pp", 1) > 1 else ""
+        out["focus_reason"] = (f"the KV pool of the serving section's deployment: {stages}{src['tp']} x {src['gpu']} after "
                                f"{src['model']}'s weights ({sizes.capacity:,} blocks per instance)")
     policies = out.get("policies") or ["s3fifo", "lru", "fifo"]
     policies = policies.split(",") if isinstance(policies, str) else list(policies)

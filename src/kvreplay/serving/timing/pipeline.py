@@ -157,9 +157,12 @@ def pipelined(tm, pp: int):
     on stage 0 at once: the kernel waits for the step's end), so under load the time is an upper
     bound. The hop is added per token to the elementwise bytes (its coefficient scaled so it costs
     ``hop_seconds_per_token``), which both the Python and the C step read; the band's scale applies
-    to it as to every term; no per-hop latency is added. pp == 1 returns `tm` itself."""
-    if pp == 1:
+    to it as to every term; no per-hop latency is added. pp == 1, or a model already pipelined
+    over `pp` stages, returns `tm` itself."""
+    if pp == getattr(tm, "pp", 1):
         return tm
+    if getattr(tm, "pp", 1) > 1:
+        raise ConfigError(f"the time model runs {tm.pp} pipeline stages, not pp={pp}")
     if not hasattr(tm, "ew_bytes_per_token") or not getattr(tm, "ew_kernels", 0):
         raise ConfigError("pp (--pp) needs the calibrated roofline time model (--time-model roofline)")
     out = copy.copy(tm)
