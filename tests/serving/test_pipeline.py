@@ -34,6 +34,7 @@ def test_layers_split_as_get_pp_indices():
 def test_pp1_is_the_pool_without_pp():
     for model, tp, dtype in (("Llama-3.1-70B", 4, "bf16"), ("Llama-3.1-405B", 8, "fp8")):
         assert kv_capacity(model, "H100", tp, 16, dtype=dtype, pp=1) == kv_capacity(model, "H100", tp, 16, dtype=dtype)
+        assert "pp" not in kv_capacity(model, "H100", tp, 16, dtype=dtype).to_dict()  # reports read as before
 
 
 def test_405b_tp8_pp2_bf16_by_hand():
@@ -205,3 +206,30 @@ def test_plan_json_round_trips_into_a_report(tmp_path):
     assert kv("report", "tests/data/bailian_chat.jsonl", "--plan", out, "-o", page).returncode == 0
     html = page.read_text()
     assert "the KV pool of the serving section&#x27;s deployment: 2 stages x 8 x H100" in html
+
+
+def test_the_commands_docs_memory_md_runs():
+    """docs/memory.md, "Pipeline stages": its simulate and plan commands and their figures."""
+    from conftest import MOONCAKE
+    from test_cli import ok
+
+    trace = MOONCAKE / "conversation_trace.jsonl"
+    if not trace.exists():
+        pytest.skip("the shared traces are absent")
+    doc = open("docs/memory.md").read()
+    pools = {}
+    for args in (["--weights-dtype", "fp8"], ["--pp", 2, "--weights-dtype", "fp8"], ["--pp", 2]):
+        text = ok("simulate", trace, "--gpu", "H100", "--model", "Llama-3.1-405B", "--tp", 8, *args, "--block-size",
+                  512, "--speedup", 0.05)
+        pools[tuple(map(str, args))] = next(line for line in text.splitlines() if line.startswith("pool")).split()[1]
+        ttft = next(line for line in text.splitlines() if line.startswith("TTFT")).split()
+        tpot = next(line for line in text.splitlines() if line.startswith("TPOT")).split()
+        row = f"| {ttft[3]} s ({ttft[5]}-{ttft[8]}) | {tpot[3]} ms ({tpot[5]}-{tpot[8]}) |"
+        assert row in doc, row
+    assert pools == {("--weights-dtype", "fp8"): "667", ("--pp", "2", "--weights-dtype", "fp8"): "2,855",
+                     ("--pp", "2"): "1,335"}
+    assert "kvreplay simulate conversation_trace.jsonl --gpu H100 --model Llama-3.1-405B --tp 8 --pp 2 " in doc
+    text = ok("plan", trace, "--model", "Llama-3.1-405B", "--slo-tpot-p90", "500ms", "--loads", 0.05,
+              "--max-instances", 4, "--block-size", 512)
+    assert "chosen     4 x 2 stages x 8 x H100 (64 GPUs), 192.00 USD/h" in text
+    assert "chooses 4 x 2 stages x 8 x H100 (64 GPUs, 192.00 USD/h)" in doc

@@ -56,7 +56,10 @@ class KVCapacity:
         return self.blocks * self.block_size
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "tokens": self.tokens}
+        out = {**asdict(self), "tokens": self.tokens}
+        if self.pp == 1:  # (a pool without stages reads as before pipeline parallelism existed)
+            del out["pp"], out["stages"]
+        return out
 
 
 def _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory, num_gpu_blocks_override, enforce_eager,
