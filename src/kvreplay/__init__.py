@@ -94,7 +94,7 @@ def _deployment(serving: dict | None, plan: dict | None) -> dict | None:
     """The deployment a report centres on: its serving section's, else the plan's first chosen one
     (its pool is the curves' operating point; its policies are ranked under serving on it)."""
     if serving:
-        return {**serving, "ranking": {k: serving[k] for k in ("model", "gpu", "tp", "instances", "router", "tiers",
+        return {**serving, "ranking": {k: serving[k] for k in ("model", "gpu", "tp", "pp", "instances", "router", "tiers",
                                                                "time_model", "weights_dtype") if k in serving}
                 | {"load": ("speedup", max(serving.get("speedups") or [1.0])),
                    "warmup": serving.get("warmup", "auto")}}
@@ -106,9 +106,10 @@ def _deployment(serving: dict | None, plan: dict | None) -> dict | None:
     best, opts = block["best"], plan.get("run_options") or {}
     weights = opts.get("weights_dtype", "bf16")
     time_model = opts.get("time_model", "roofline")
-    return {"gpu": best["gpu"], "model": plan["model"], "tp": best["tp"], "weights_dtype": weights,
+    pp = best.get("pp", 1)
+    return {"gpu": best["gpu"], "model": plan["model"], "tp": best["tp"], "pp": pp, "weights_dtype": weights,
             "policy": best["policy"],
-            "ranking": {"model": plan["model"], "gpu": best["gpu"], "tp": best["tp"], "instances": best["instances"],
+            "ranking": {"model": plan["model"], "gpu": best["gpu"], "tp": best["tp"], "pp": pp, "instances": best["instances"],
                         "router": best["router"], "tiers": None if best["tiers"] == "none" else best["tiers"],
                         "time_model": time_model if isinstance(time_model, str) else "roofline",
                         "weights_dtype": weights, "load": (block["load_kind"], block["load"]),

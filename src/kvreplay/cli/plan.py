@@ -30,6 +30,9 @@ def _parser_plan(sub) -> None:
     pl.add_argument("--tp", default=None, metavar="N,M,...",
                     help="tensor-parallel degrees to consider (default: each GPU's of 1, 2, 4 and 8 on which vLLM "
                          "would start the model)")
+    pl.add_argument("--pp", "--pipeline-parallel-size", dest="pp", default=None, metavar="N,M,...",
+                    help="pipeline-parallel degrees to consider, each with every --tp (default: 1, and TP 8 x PP 2 "
+                         "and 4 for a model no TP of 1, 2, 4 or 8 starts)")
     pl.add_argument("--tiers", default="none", metavar="SPEC;SPEC",
                     help="';'-separated tier sets below each instance's pool, none for HBM only "
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
@@ -97,6 +100,7 @@ def _cmd_plan(args) -> int:
     loads = _numbers(number_list, args.loads, "--loads")
     rates = _numbers(number_list, args.rates, "--rates")
     tps = None if args.tp is None else [_numbers(common.positive_int, x, "--tp") for x in split(args.tp)]
+    pps = None if args.pp is None else [_numbers(common.positive_int, x, "--pp") for x in split(args.pp)]
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
     _refuse_unused_prices(prices.overrides, split(args.gpus), tiers)
     common.refuse_unless(args, "judge", str(args.time_model).strip().lower() == "roofline",
@@ -107,7 +111,7 @@ def _cmd_plan(args) -> int:
                                       ("--sessions", args.sessions is not None),
                                       ("--think-time", getattr(args, "think_time", None) is not None)) if used]
     trace = common.load(args, seed_used=" and ".join(random) or None)
-    result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
+    result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, pps=pps, tiers=tiers,
                   routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
                   window_s=args.window, warmup=warmup,
                   min_window_requests=args.min_window_requests or MIN_WINDOW_REQUESTS,

@@ -424,6 +424,8 @@ def _parser_report(sub) -> None:
     rp.add_argument("--gpu", help="add a serving section: one instance on this GPU (with --model) at several loads "
                                   "(kvreplay simulate; see `kvreplay gpus`)")
     rp.add_argument("--tp", type=common.positive_int, default=1, help="with --gpu: tensor-parallel GPUs (default 1)")
+    rp.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=common.positive_int, default=1,
+                    help="with --gpu: pipeline stages, each on --tp GPUs (default 1; as simulate --pp)")
     rp.add_argument("--time-model", default="roofline",
                     help="with --gpu: roofline (default, calibrated, with its band), roofline-raw, FILE.npz or FILE.json")
     rp.add_argument("--weights-dtype", choices=("bf16", "fp16", "fp8", "int4"), default="bf16",
@@ -466,12 +468,12 @@ def _cmd_report(args) -> int:
             raise ConfigError("--plan serves the plan's chosen deployment in the serving section: drop --gpu (or "
                               "drop --plan to serve --gpu's)")
         common.refuse_unless(args, "router", args.instances > 1, "routes between instances: add --instances 2 or more")
-        serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
+        serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "pp": args.pp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
                    "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args)}
     else:
         kept = " (a --plan's deployment is served as the plan chose it)" if args.plan else ""
-        for dest in ("tp", "time_model", "weights_dtype", "speedups", "instances", "router", "tiers"):
+        for dest in ("tp", "pp", "time_model", "weights_dtype", "speedups", "instances", "router", "tiers"):
             common.refuse_unless(args, dest, False, f"shapes the serving section: add --gpu and --model{kept}")
         for dest in ("warmup", "cold_start"):
             common.refuse_unless(args, dest, False, "applies to the serving section: add --gpu and --model (a --plan's "

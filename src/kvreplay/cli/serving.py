@@ -73,6 +73,10 @@ def _parser_simulate(sub) -> None:
                           "weights take before the KV pool, and the roofline's weight reads and compute peak")
     sim.add_argument("--gpu", help="GPU for the roofline time model and the default pool (see `kvreplay gpus`)")
     sim.add_argument("--tp", type=common.positive_int, default=1, help="tensor-parallel GPUs per instance (default 1)")
+    sim.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=common.positive_int, default=1,
+                     help="with --gpu and --model: pipeline stages per instance, each on --tp GPUs holding its layers' "
+                          "weights and KV, as vLLM's --pipeline-parallel-size (default 1); the pool is the smallest "
+                          "stage's and a step crosses pp - 1 stage-to-stage sends")
     sim.add_argument("--gpu-memory-utilization", type=unit_fraction, default=0.9,
                      help="fraction of the GPU's memory (as the device reports it) vLLM may use for weights, "
                           "the profile run's peak, CUDA graphs and KV, as vLLM's flag (default 0.9)")
@@ -251,7 +255,7 @@ def _options(args, trace) -> dict:
         raise ConfigError(f"--{next(iter(params)).replace('_', '-')}: in a sweep over --policies, give a policy's "
                           "parameters in the list (name:key=value, e.g. s3fifo:small_ratio=0.2)")
     return dict(policy=policy, capacity=capacity, block_size=args.block_size, engine_style=args.engine_style,
-                time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp,
+                time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp, pp=getattr(args, "pp", 1),
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
                 slo_ttft_ms=_ms(args.slo_ttft), slo_tpot_ms=_ms(args.slo_tpot), output_kv=not args.no_output_kv,
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,

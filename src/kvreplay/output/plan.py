@@ -25,11 +25,17 @@ def binding_cell(b: dict | None) -> str:
             + (f" ({merged} windows)" if merged > 1 else ""))
 
 
+def shape(r: dict) -> str:
+    """One instance's GPUs: "8 x H100", or with pipeline stages "2 stages x 8 x H100"."""
+    stages = f"{r['pp']} stages x " if r.get("pp", 1) > 1 else ""
+    return f"{stages}{r['tp']} x {r['gpu']}"
+
+
 def _row(r: dict, rank: str) -> dict:
     n = r.get("instances")
     searched = r["verdict"] in ("meets", "misses")
     return {"rank": rank, "verdict": "chosen" if rank == "best" else r["verdict"],
-            "gpu": (f"{n} x {r['tp']} x {r['gpu']}" if n is not None else f"- x {r['tp']} x {r['gpu']}"),
+            "gpu": f"{'-' if n is None else n} x {shape(r)}",
             "tiers": r["tiers"], "router": r["router"], "policy": r["policy"],
             "cost": "-" if r.get("cost_per_hour") is None else f"{r['cost_per_hour']:,.2f}",
             "band": band_cell(r),
@@ -137,7 +143,7 @@ def _load_lines(block: dict) -> list[str]:
     ranked = [_row(r, "best" if r.get("chosen") else str(k + 1)) for k, r in enumerate(block["tried"])]
     lines.append(format_table(ranked, COLUMNS))
     if best is not None:
-        lines.append(f"  chosen     {best['instances']} x {best['tp']} x {best['gpu']} ({best['gpus']} GPU"
+        lines.append(f"  chosen     {best['instances']} x {shape(best)} ({best['gpus']} GPU"
                      f"{'' if best['gpus'] == 1 else 's'}), "
                      f"{best['cost_per_hour']:,.2f} USD/h; judged at the {best['judged_at']}"
                      + (f"; at the band's optimistic end {best['instances_at_low']}, centre {best['instances_at_centre']}"

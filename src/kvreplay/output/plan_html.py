@@ -11,6 +11,11 @@ from .plan import WHERE, band_cell, binding_cell, counts_text, tier_verdict
 from .serving import denominators, keeps_up_cell, seconds_text
 
 
+
+def _stages(r: dict) -> str:
+    """ "2 stages &times; " for a row with pipeline stages (its pp checked a whole number by the schema)."""
+    return f"{int(r['pp'])} stages &times; " if r.get("pp", 1) > 1 else ""
+
 def plan_section(result: dict, svg, table, served: list | None = None, not_served: str | None = None) -> list[str]:
     """The section's HTML parts; `svg(fig)` inlines a figure, `table(headers, rows, numeric,
     raw_headers)` writes a table (output/html.py's); `served`: plan_check.serve_plan's rows."""
@@ -71,7 +76,7 @@ def _served_block(served: list, table) -> list[str]:
         verdict = ("<b>meets</b>" if v["meets"] else "<b>MISSES</b>") + f" at the {esc(row['judged_at'])}: " + \
             esc(binding_cell(v["binding"])) + ("" if row["matches_plan"] else " (<b>differs from the plan's run</b>)")
         k = s["keeps_up"]
-        rows.append([what, f"{esc(str(best['instances']))} &times; {esc(str(best['tp']))} &times; {esc(best['gpu'])}, "
+        rows.append([what, f"{esc(str(best['instances']))} &times; {_stages(best)}{esc(str(best['tp']))} &times; {esc(best['gpu'])}, "
                            f"{esc(best['router'])}, {esc(best['policy'])}, tiers {esc(best['tiers'])}",
                      esc(p90), esc(f"{100 * s['hit_rate']:.2f}%"), esc(denominators(r)),
                      keeps_up_cell({"stable": k["keeps_up"], "stable_at_centre": k.get("centre_keeps_up")}), verdict])
@@ -98,7 +103,7 @@ def _load_block(block: dict, table) -> list[str]:
         n = r.get("instances")
         searched = r["verdict"] in ("meets", "misses")
         rows.append(["chosen" if r.get("chosen") else esc(r["verdict"]),
-                     f"{esc('-' if n is None else str(n))} &times; {esc(str(r['tp']))} &times; {esc(r['gpu'])}",
+                     f"{esc('-' if n is None else str(n))} &times; {_stages(r)}{esc(str(r['tp']))} &times; {esc(r['gpu'])}",
                      esc(band_cell(r)),
                      esc(r["tiers"]), esc(r["router"]), esc(r["policy"]),
                      "-" if r.get("cost_per_hour") is None else esc(f"{r['cost_per_hour']:,.2f}"),

@@ -52,8 +52,11 @@ def _describe_time(tm: dict) -> str:
         band = ", ".join(f"{p} x{lo:.2f}-{hi:.2f}" for p, (lo, hi) in bands.items())
         moe = f"; routed experts as vLLM's fused MoE kernel ({tm['moe_kernel']})" if tm.get("moe_kernel") else ""
         moe += "; MLA layers fitted on vLLM's measured MLA modules" if tm.get("mla") else ""
+        pp = (f"; {tm['pp']} pipeline stages, one batch at a time through them, each step's tokens crossing "
+              f"{tm['pp'] - 1} stage-to-stage send(s) of {1e9 * tm['pp_hop_s_per_token']:.0f} ns a token"
+              if tm.get("pp", 1) > 1 else "")
         return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')}, weights {tm.get('dtype')}, KV "
-                f"{tm.get('kv_dtype')}; {where}{moe}; measured / predicted step time {band} (5-95%)"
+                f"{tm.get('kv_dtype')}; {where}{moe}{pp}; measured / predicted step time {band} (5-95%)"
                 + _describe_host(tm.get("host")))
     if name == "roofline-raw":
         return (f"roofline-raw: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
@@ -79,12 +82,23 @@ def _describe_scheduler(s: dict) -> str:
             f"{chunk}, preempt the newest)")
 
 
+def _stage(src: dict) -> str:
+    """With pipeline stages: which stage the budget is (the one with the fewest blocks)."""
+    if src.get("pp", 1) == 1:
+        return ""
+    stage = min(src["stages"], key=lambda s: s["blocks"])
+    layers = sum(s["layers"] for s in src["stages"])
+    blocks = ", ".join(f"{s['blocks']:,}" for s in src["stages"])
+    return (f" x pp={src['pp']}: stage {stage['stage']}'s {stage['layers']} of {layers} layers "
+            f"(blocks by stage: {blocks})")
+
+
 def pool_budget_lines(src: dict) -> list[str]:
     """The pool's budget on one GPU, a term a line (timing/memory.py; `src` is KVCapacity.to_dict())."""
     gib = lambda v: f"{v / 2**30:9.2f} GiB"  # noqa: E731
     rows = [("total memory, as the device reports it", src["total_memory_bytes"]),
             (f"x gpu_memory_utilization {src['gpu_memory_utilization']:g}", src["usable_bytes"]),
-            (f"- weights, {src['model']} at {src.get('weights_dtype', 'bf16')} over tp={src['tp']}",
+            (f"- weights, {src['model']} at {src.get('weights_dtype', 'bf16')} over tp={src['tp']}" + _stage(src),
              -src["weight_bytes_per_gpu"]),
             (f"- profile peak, the larger of the forward pass ({src['activation_peak_bytes'] / 2**30:.2f} GiB, "
              f"{src['max_num_batched_tokens']:,} tokens) and the sampler ({src['sampler_peak_bytes'] / 2**30:.2f} GiB, "
@@ -151,7 +165,9 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     pool = f"pool       {report.capacity_blocks:,} blocks of {report.block_size} tokens ({report.capacity_blocks * report.block_size:,} tokens)"
     budget = []
     if src.get("kind") == "gpu_memory":
-        pool += (f": what vLLM 0.33.0 leaves for KV on each of {src['tp']} x {src['gpu']}, "
+        gpus = f"{src['tp']} x {src['gpu']}" if src.get("pp", 1) == 1 else (
+            f"{src['pp']} stages x {src['tp']} x {src['gpu']} (the smallest stage's pool, the GPU's budget below)")
+        pool += (f": what vLLM 0.33.0 leaves for KV on each of {gpus}, "
                  f"{src['kv_bytes_per_token_per_gpu']:,.0f} KV bytes per token per GPU")
         budget = pool_budget_lines(src)
     elif src.get("kind") == "sglang_memory":

@@ -35,6 +35,7 @@ class Sizes:
     tp: int = 1
     budget: dict | None = field(default=None, compare=False)
     weights_dtype: str = "bf16"
+    pp: int = 1  # pipeline stages, each on `tp` GPUs (timing/pipeline.py)
 
     def describe(self) -> dict:
         out = {"block_size": self.block_size, "capacity_blocks": self.capacity, "kv_dtype": self.kv_dtype,
@@ -71,7 +72,7 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
             max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, kv_cache_memory=None,
             num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
             language_model_only: bool = False, engine_style: str = "vllm",
-            mem_fraction_static: float | None = None) -> Sizes:
+            mem_fraction_static: float | None = None, pp: int = 1) -> Sizes:
     """The sizes of a configuration.
 
     block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
@@ -92,6 +93,8 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     only (vLLM's --language-model-only: no vision tower, no encoder profiling). engine_style
     "sglang" sizes the pool on a GPU as SGLang 0.5.23 does (timing/sglang_memory.py), with
     `mem_fraction_static` (None: SGLang's default for the GPU and TP), which only that style takes.
+    pp: pipeline stages (vLLM's --pipeline-parallel-size), each on `tp` GPUs holding its layers'
+    weights and KV; the pool is the smallest stage's (timing/pipeline.py). vLLM style, on a GPU.
     """
     block_size = resolve_block_size(block_size, trace)
     kv_dtype = kv_dtype_of(kv_dtype, model)
@@ -120,8 +123,15 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     if mem_fraction_static is not None and engine_style != "sglang":
         raise ConfigError("mem_fraction_static (--mem-fraction-static) is SGLang's: add --engine-style sglang "
                           "(vLLM's is --gpu-memory-utilization)")
+    from .timing.pipeline import check_pp
+
+    pp = check_pp(pp)
+    if pp > 1 and (gpu is None or model is None):
+        raise ConfigError("pp (--pp) splits a model's layers over GPUs: it needs --gpu and --model")
+    if pp > 1 and engine_style != "vllm":
+        raise ConfigError(f"pp (--pp) is modelled as vLLM 0.33.0 runs it: drop --engine-style {engine_style}")
     pool = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
-                language_model_only=language_model_only)
+                language_model_only=language_model_only, **({"pp": pp} if pp > 1 else {}))
     for name, flag, value in (("kv_cache_memory", "--kv-cache-memory", kv_cache_memory),
                               ("num_gpu_blocks_override", "--num-gpu-blocks-override", num_gpu_blocks_override)):
         if value is None:
@@ -148,7 +158,7 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
                                    kv_dtype=kv_dtype, **pool).blocks
             except ConfigError:  # the weights leave no room: the given pool is a what-if
                 fits = 0
-            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp,
+            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp, **({"pp": pp} if pp > 1 else {}),
                           weights_dtype=weights_dtype)
     else:
         if gpu is None or model is None:
@@ -173,7 +183,7 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     return Sizes(block_size=block_size, capacity=blocks, capacity_source=source, tiers=tuple(tier_list),
                  model=None if model is None else str(model), kv_dtype=kv_dtype, bytes_per_token=bytes_per_token,
                  block_bytes=block_bytes, gpu=None if gpu is None else str(gpu), tp=tp, budget=budget,
-                 weights_dtype=weights_dtype)
+                 weights_dtype=weights_dtype, pp=pp)
 
 
 def _blocks(capacity, block_size, model, kv_dtype, kv_layers) -> tuple[int, dict | None]:

@@ -76,7 +76,8 @@ def groups(plan: dict) -> list[dict]:
 
 def _name(model: str, best: dict, block: dict) -> str:
     load = f"x{block['load']:g}" if block["load_kind"] == "speedup" else f"{block['load']:g}rps"
-    raw = f"{model}-{best['gpu']}-tp{best['tp']}-{load}".lower()
+    pp = f"-pp{best['pp']}" if best.get("pp", 1) > 1 else ""
+    raw = f"{model}-{best['gpu']}-tp{best['tp']}{pp}-{load}".lower()
     return re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")[:63]
 
 
@@ -113,8 +114,12 @@ def vllm_args(g: dict) -> tuple[list[str], list[str]]:
     """`vllm serve`'s arguments for one instance of group `g`, and the comments beside them."""
     best, opts, notes = g["best"], g["opts"], []
     s = _scheduler(opts)
-    args = ["--model", repository(g["model"]), "--tensor-parallel-size", str(best["tp"]),
-            "--max-num-batched-tokens", str(s["max_num_batched_tokens"]), "--max-num-seqs", str(s["max_num_seqs"]),
+    args = ["--model", repository(g["model"]), "--tensor-parallel-size", str(best["tp"])]
+    if best.get("pp", 1) > 1:
+        args += ["--pipeline-parallel-size", str(best["pp"])]
+        notes.append(f"each instance is {best['pp']} pipeline stages of {best['tp']} GPUs ({best['pp'] * best['tp']} "
+                     f"GPUs): over 8 GPUs it spans hosts, run as vLLM's multi-node serving")
+    args += ["--max-num-batched-tokens", str(s["max_num_batched_tokens"]), "--max-num-seqs", str(s["max_num_seqs"]),
             "--gpu-memory-utilization", f"{opts.get('gpu_memory_utilization', 0.9):g}",
             "--enable-prefix-caching", "--enable-chunked-prefill" if s["chunked_prefill"] else "--no-enable-chunked-prefill"]
     limit = _max_model_len(g)
@@ -205,7 +210,8 @@ def shell(plan: dict, engine: str) -> str:
         best = g["best"]
         args, notes = vllm_args(g) if engine == "vllm" else sglang_args(g)
         port = VLLM_PORT if engine == "vllm" else SGLANG_PORT
-        lines += ["", f"# {g['name']}: {best['instances']} x {best['tp']} x {best['gpu']} for load {g['load']:g} "
+        stages = f"{best['pp']} stages x " if best.get("pp", 1) > 1 else ""
+        lines += ["", f"# {g['name']}: {best['instances']} x {stages}{best['tp']} x {best['gpu']} for load {g['load']:g} "
                       f"({g['load_kind']}), {best['cost_per_hour']:,.2f} USD/h"]
         lines += [f"# note: {n}" for n in notes]
         head = ["vllm", "serve"] if engine == "vllm" else ["python", "-m", "sglang.launch_server"]
@@ -236,6 +242,9 @@ def k8s(plan: dict) -> str:
     docs = []
     for g in groups(plan):
         best = g["best"]
+        if best.get("pp", 1) > 1:
+            raise ConfigError(f"--emit k8s: {g['name']} runs {best['pp']} pipeline stages of {best['tp']} GPUs, one "
+                              "instance over several hosts, which one Deployment's pod cannot hold: use --emit vllm")
         args, notes = vllm_args(g) if engine == "vllm" else sglang_args(g)
         port = VLLM_PORT if engine == "vllm" else SGLANG_PORT
         command = (["vllm", "serve"] + args if engine == "vllm" else

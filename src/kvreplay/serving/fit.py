@@ -24,11 +24,14 @@ from ..errors import ConfigError
 
 #: the TP degrees a plan searches when none is given: one node's GPUs, as vLLM places them
 TP_DEGREES = (1, 2, 4, 8)
+#: the pipeline stages a plan adds, each on 8 GPUs (a node), for a model no TP degree starts
+PP_DEGREES = (2, 4)
 
 
 def unfit_reason(model, gpu: str, tp: int, *, weights_dtype: str = "bf16", kv_dtype: str | None = None,
-                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None) -> str | None:
-    """None when vLLM would start `model` on `tp` x `gpu`, else why it would not (in words)."""
+                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, pp: int = 1) -> str | None:
+    """None when vLLM would start `model` on `pp` stages of `tp` x `gpu`, else why it would not (in
+    words); with stages, the KV checks are the smallest stage's (timing/pipeline.py)."""
     from .timing.capacity import kv_capacity
 
     spec = get_model(model)
@@ -38,7 +41,7 @@ def unfit_reason(model, gpu: str, tp: int, *, weights_dtype: str = "bf16", kv_dt
                 "vllm/config/model.py)")
     try:
         cap = kv_capacity(spec.name, gpu, tp, 1, gpu_memory_utilization, dtype=weights_dtype,
-                          kv_dtype=kv_dtype or "bf16")
+                          kv_dtype=kv_dtype or "bf16", pp=pp)
     except ConfigError as e:
         return str(e)
     limit = max_model_len if max_model_len is not None else spec.max_model_len

@@ -52,9 +52,15 @@ class Config:
     tiers: str | None
     router: str
     policy: str | None
+    pp: int = 1  # pipeline stages, each on `tp` GPUs
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one instance."""
+        return self.tp * self.pp
 
     def text(self) -> str:
-        return (f"{self.gpu} x{self.tp}, tiers {self.tiers or 'none'}, router {self.router}, "
+        return (f"{self.gpu} x{self.tp}" + (f" x pp{self.pp}" if self.pp > 1 else "") + f", tiers {self.tiers or 'none'}, router {self.router}, "
                 f"policy {self.policy or 'vllm'}")
 
 
@@ -157,7 +163,7 @@ class Search:
                 "cache_dir": self.cache_dir, "warmup": self.warmup, "min_requests": self.min_requests}
 
 
-def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,), routers=("round-robin",),
+def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, pps=None, tiers=(None,), routers=("round-robin",),
          policies=(None,), loads=None, rates=None, sessions=None, window_s: float | None = None, warmup=AUTO,
          min_window_requests: int = MIN_WINDOW_REQUESTS, prices: Prices | None = None, judge_at: str = "pessimistic",
          max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None, jobs: int = 1,
@@ -168,7 +174,9 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     arrivals at these requests per second, or `sessions`: these numbers of concurrent sessions
     (a closed loop: simulate's sessions=; each block then states the chosen deployment's capacity
     in sessions). `tps`: TP degrees (None: each GPU's of 1, 2, 4 and 8
-    on which vLLM would start the model). `warmup`: the first part of each run's arrivals, served
+    on which vLLM would start the model; when it starts on none, 8 GPUs a stage at 2 and 4 pipeline
+    stages). `pps`: pipeline-parallel degrees, each with every TP degree (None: 1, or the above).
+    `warmup`: the first part of each run's arrivals, served
     but not judged ("auto", a fraction, a duration such as "10m", or 0 for a cold start;
     warmup.py). `window_s` / `min_window_requests`: the windows every SLO must hold in, merged
     until each has that many requests (slo.py). `cache_dir`: keep every run there, named by the
@@ -211,11 +219,11 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     if cache_dir is not None:
         s.cache_dir = plan_cache.prepare(cache_dir)
     parallel = jobs > 1 or executor != "local"
-    configs, unfit = _configs(s, [gpu_name(g) for g in gpus], tps, tiers, routers, policies)
+    configs, unfit = _configs(s, [gpu_name(g) for g in gpus], tps, pps, tiers, routers, policies)
     out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing,
            "warmup_spec": spec_text(warmup), "min_window_requests": s.min_requests,
-           "tp_searched": "given" if tps is not None else "every TP of 1, 2, 4 and 8 on which vLLM would start the "
-                                                          "model", "loads": []}
+           "tp_searched": "given" if tps is not None or pps is not None else
+           "every TP of 1, 2, 4 and 8 on which vLLM would start the model; if none, TP 8 x PP 2 and 4", "loads": []}
     points = load_points(loads, rates, sessions) if sessions is not None else checked["points"]
     tracker = _Tracker(progress, (len(configs) + len(unfit)) * len(points))
     for point in points:
@@ -345,27 +353,32 @@ class _Tracker:
             self.progress(self.done, self.total, "configurations")
 
 
-def _configs(s: Search, gpus, tps, tiers, routers, policies) -> tuple[list, list]:
+def _configs(s: Search, gpus, tps, pps, tiers, routers, policies) -> tuple[list, list]:
     """The configurations to search, and the unfit ones with why (vLLM would not start the model
-    on their GPUs): each GPU at the TP degrees given, or at 1, 2, 4 and 8."""
-    from .fit import TP_DEGREES, unfit_reason
+    on their GPUs): each GPU at the TP x PP degrees given, or at TP 1, 2, 4 and 8 (and, when the
+    model fits none of them, TP 8 x PP 2 and 4: fit.PP_DEGREES)."""
+    from .fit import PP_DEGREES, TP_DEGREES, unfit_reason
 
     kw = dict(weights_dtype=s.options.get("weights_dtype", "bf16"), kv_dtype=s.options.get("kv_dtype"),
               gpu_memory_utilization=s.options.get("gpu_memory_utilization", 0.9),
               max_model_len=s.options.get("max_model_len"))
     searched, unfit = [], []
-    for g, t in product(gpus, TP_DEGREES if tps is None else tps):
-        reason = _unfit(s, g, int(t), kw, unfit_reason)
-        for tr, r, p in product(tiers, routers, policies):
-            c = Config(g, int(t), tr, r, p)
+    for g in gpus:
+        shapes = [(int(t), int(p), _unfit(s, g, int(t), kw, unfit_reason, int(p)))
+                  for t, p in product(TP_DEGREES if tps is None else tps, (1,) if pps is None else pps)]
+        if tps is None and pps is None and s.options.get("engine_style", "vllm") == "vllm" \
+                and all(reason is not None for *_, reason in shapes):
+            shapes += [(max(TP_DEGREES), p, _unfit(s, g, max(TP_DEGREES), kw, unfit_reason, p)) for p in PP_DEGREES]
+        for (t, pp, reason), (tr, r, p) in product(shapes, product(tiers, routers, policies)):
+            c = Config(g, t, tr, r, p, pp)
             (searched if reason is None else unfit).append(c if reason is None else (c, reason))
     if not searched and not unfit:
         raise ConfigError("no configuration to search: give --gpus and --tp")
     return searched, unfit
 
 
-def _unfit(s: Search, gpu: str, tp: int, kw: dict, unfit_reason) -> str | None:
-    """Why vLLM would not start the model on `tp` x `gpu` (None: it would, or the GPU or model is
+def _unfit(s: Search, gpu: str, tp: int, kw: dict, unfit_reason, pp: int = 1) -> str | None:
+    """Why vLLM would not start the model on `pp` stages of `tp` x `gpu` (None: it would, or the GPU or model is
     not one the catalog places, left for the run to say)."""
     from ..analysis.models import get_model
 
@@ -376,7 +389,7 @@ def _unfit(s: Search, gpu: str, tp: int, kw: dict, unfit_reason) -> str | None:
         get_gpu(gpu)
     except ConfigError:
         return None
-    return unfit_reason(s.model, gpu, tp, **kw)
+    return unfit_reason(s.model, gpu, tp, pp=pp, **kw)
 
 
 def _plan_load(s: Search, configs: list, load: tuple, tracker: _Tracker) -> dict:
@@ -419,8 +432,8 @@ def _passing_twin(results: list, c: Config) -> dict | None:
     if c.tiers is None:
         return None
     for r in results:
-        if r["meets"] and r["tiers"] == "none" and (r["gpu"], r["tp"], r["router"], r["policy_asked"]) == (
-                c.gpu, c.tp, c.router, c.policy):
+        if r["meets"] and r["tiers"] == "none" and (r["gpu"], r["tp"], r.get("pp", 1), r["router"],
+                                                    r["policy_asked"]) == (c.gpu, c.tp, c.pp, c.router, c.policy):
             return r
     return None
 
@@ -475,7 +488,7 @@ def probes(s: Search, load: tuple) -> list:
     for (c, n, ld, end), e in s.cache.items():
         if ld != load or end != (_judged_end(s) if _banded(s, c) else "centre"):
             continue  # (the runs searching the other band ends' counts are not the judged ones)
-        out.append({"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "instances": n,
+        out.append({"config": c.text(), "gpu": c.gpu, "tp": c.tp, "pp": c.pp, "tiers": c.tiers or "none", "instances": n,
                     "cost_per_hour": instance_cost(s, c)[0] * n, "meets": e["meets"],
                     "ttft_p90_s": e["report"].summary["latency_s"]["ttft"]["p90"],
                     "worst_window_ttft_p90_s": e["verdict"]["worst_window_s"].get("TTFT p90")})
@@ -485,7 +498,7 @@ def probes(s: Search, load: tuple) -> list:
 def instance_cost(s: Search, c: Config) -> tuple[float, dict]:
     """USD per hour of one instance (its GPUs, and its DRAM and SSD tiers) and the prices' sources."""
     gpu_hour, gpu_source = s.prices.gpu_hour(c.gpu)
-    cost, sources = gpu_hour * c.tp, {"gpu": gpu_source}
+    cost, sources = gpu_hour * c.gpus, {"gpu": gpu_source}
     for kind, gib in tier_gib(c.tiers).items():
         price, sources[kind] = s.prices.memory_gib_hour(kind)
         cost += gib * price
@@ -560,7 +573,7 @@ def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
     band = band_instances(s, c, n, load) if e["meets"] else None
     return {**plan_rows.config_columns(c), "load_kind": load[0], "load": load[1], "cache_saved_per_hour": saved,
             "prefill_seconds_per_token": per_token, "duration_s": summ["duration_s"], "hit_tokens": summ["hit_tokens"],
-            "policy": r.policy, "instances": n, "gpus": n * c.tp, "meets": e["meets"], "judged_at": e["judged_at"],
+            "policy": r.policy, "instances": n, "gpus": n * c.gpus, "meets": e["meets"], "judged_at": e["judged_at"],
             "instances_band": band,
             "instances_at_low": None if band is None else band["low"],
             "instances_at_centre": None if band is None else band["centre"],
@@ -642,7 +655,8 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
             tm = _time_model(s, c)
             options["time_model"] = tm if end == "centre" else tm.at_band(end)
             options["host"] = _host(s, c, end)
-        report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
+        report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, pp=c.pp, instances=n,
+                          router=c.router,
                           tiers=c.tiers, **load_arguments(load), compare_sequential=False, band_runs=False,
                           warmup=s.warmup, **options)
         s.runs += 1
@@ -691,7 +705,7 @@ def _cache_key(s: Search, c: Config, n: int, load: tuple, end: str) -> str | Non
             "options": sorted([k, v] for k, v in s.options.items() if v is not None)})
     base = s.models["cache key"]
     return None if base is None else plan_cache.key_text(base, {
-        "config": [c.gpu, c.tp, c.tiers, c.router, c.policy], "instances": n, "load": list(load), "band_end": end})
+        "config": [c.gpu, c.tp, c.tiers, c.router, c.policy] + ([c.pp] if c.pp > 1 else []), "instances": n, "load": list(load), "band_end": end})
 
 
 def _check_monotone(s: Search, c: Config, load: tuple, end: str) -> None:
@@ -708,7 +722,7 @@ def floor_binding(s: Search, c: Config, load: tuple) -> dict | None:
     """The window where `c`'s GPU and TP cannot meet an SLO on any number of instances, with the
     bound's value there (floors.py), or None when the floors allow every objective everywhere (or
     the time model has no floor)."""
-    key = ("floor", c.gpu, c.tp, load)
+    key = ("floor", c.gpu, c.tp, c.pp, load)
     if key not in s.models:
         s.models[key] = _floor(s, c, load)
     return s.models[key]
@@ -741,7 +755,7 @@ def _floor(s: Search, c: Config, load: tuple) -> dict | None:
     start = (float(arrival_s.min()) if arrival_s.size else 0.0) + warm.seconds
     windows = Windows.of(arrival_s, judged, start, s.window_s)
     values = {k: v[judged] for k, v in floors.values().items()}
-    s.models[("floor values", c.gpu, c.tp, load)] = (windows, values)
+    s.models[("floor values", c.gpu, c.tp, c.pp, load)] = (windows, values)
     worst = worst_windows(windows, values, np.ones(int(judged.sum()), dtype=bool), s.slo, s.min_requests)
     b = worst["binding"]
     if b is None or b["ratio"] <= 1.0:
@@ -777,7 +791,7 @@ def floor_in(s: Search, c: Config, load: tuple, binding: dict | None) -> float |
     from .stats import nearest_rank
 
     floor_binding(s, c, load)
-    got = s.models.get(("floor values", c.gpu, c.tp, load))
+    got = s.models.get(("floor values", c.gpu, c.tp, c.pp, load))
     if got is None or not binding:
         return None
     windows, values = got
@@ -815,11 +829,13 @@ def _time_model(s: Search, c: Config):
     name = s.options.get("time_model", "roofline")
     if not _is_roofline(name):
         return None
-    key = ("time model", c.gpu, c.tp)
+    from .timing.pipeline import pipelined
+
+    key = ("time model", c.gpu, c.tp, c.pp)
     if key not in s.models:
-        s.models[key] = load_time_model(name, model=s.model, gpu=c.gpu, tp=c.tp,
-                                        dtype=s.options.get("weights_dtype", "bf16"),
-                                        kv_dtype=s.options.get("kv_dtype") or "bf16")
+        s.models[key] = pipelined(load_time_model(name, model=s.model, gpu=c.gpu, tp=c.tp,
+                                                  dtype=s.options.get("weights_dtype", "bf16"),
+                                                  kv_dtype=s.options.get("kv_dtype") or "bf16"), c.pp)
     return s.models[key]
 
 

@@ -19,7 +19,7 @@ def deployment_of(plan: dict, best: dict) -> dict:
                           "cannot serve again; plan with named options (kvreplay plan) to report it")
     opts.setdefault("time_model", "roofline")
     return dict(policy=best["policy_asked"], model=plan["model"], gpu=best["gpu"], tp=best["tp"],
-                instances=best["instances"], router=best["router"],
+                **({"pp": best["pp"]} if best.get("pp", 1) > 1 else {}), instances=best["instances"], router=best["router"],
                 tiers=None if best["tiers"] == "none" else best["tiers"], warmup=plan.get("warmup_spec", "auto"),
                 **opts)
 

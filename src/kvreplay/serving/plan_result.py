@@ -16,7 +16,7 @@ import numpy as np
 from .. import tables
 
 ROW_KINDS = {
-    "load_kind": "str", "load": "float", "config": "str", "gpu": "str", "tp": "int", "tiers": "str", "router": "str",
+    "load_kind": "str", "load": "float", "config": "str", "gpu": "str", "tp": "int", "pp": "int", "tiers": "str", "router": "str",
     "policy": "str", "verdict": "str", "why": "str", "chosen": "bool", "instances": "int",
     "instances_at_low": "int", "instances_at_centre": "int", "instances_at_high": "int", "gpus": "int", "cost_per_hour": "float", "usd_per_million_input": "float",
     "usd_per_million_output": "float", "cache_saved_per_hour": "float", "hit_rate": "float", "ttft_p90_s": "float",

@@ -26,7 +26,7 @@ def load_text(kind: str, value: float) -> str:
 
 
 def config_columns(c) -> dict:
-    return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
+    return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "pp": c.pp, "tiers": c.tiers or "none", "router": c.router,
             "policy": c.policy or "vllm", "policy_asked": c.policy}
 
 
@@ -35,7 +35,7 @@ def pruned(c, instances: int, per_instance: float, best: float, missed_at: int |
     """A configuration stopped on cost: at `instances`, the fewest it could still need (it missed
     at `missed_at`, the most below the best's cost, in `binding`'s window)."""
     return {**config_columns(c), "verdict": "pruned", "pruned_by": "cost", "instances": instances,
-            "gpus": instances * c.tp, "cost_per_hour": per_instance * instances, "missed_at": missed_at,
+            "gpus": instances * c.gpus, "cost_per_hour": per_instance * instances, "missed_at": missed_at,
             "binding": binding, "why": _pruned_why(missed_at, binding, instances, per_instance * instances, best)}
 
 
@@ -128,7 +128,8 @@ def why_misses(r: dict) -> str:
             parts.append(f"{r['refused_context']:,} refused at arrival (prompt + outputs past max_model_len)")
         if r.get("rejected"):
             parts.append(f"{r['rejected']:,} rejected (they never fit an instance's pool)")
-        return (f"{r['unserved_requests']:,} requests cannot be served at all on {r['gpu']} x{r['tp']} ("
+        return (f"{r['unserved_requests']:,} requests cannot be served at all on {r['gpu']} x{r['tp']}"
+                + (f" x pp{r['pp']}" if r.get("pp", 1) > 1 else "") + " ("
                 + ("; ".join(parts) or "past the pool or max_model_len") + "): more instances do not help")
     floor = r.get("floor_in_binding_s")
     why = (f"; no instance count goes below {floor:.3g} s in that window (its floor), so more instances may or may "
@@ -140,13 +141,13 @@ def tier_economics(results: list) -> list:
     """Per searched configuration with tiers: what it costs against the same GPU, TP, router and
     policy without them (the GPUs the tier saves and their price, and the TTFT each gets). A tiered
     configuration is searched up to its HBM-only twin's count, so one that misses there saves none."""
-    plain = {(r["gpu"], r["tp"], r["router"], r["policy_asked"]): r for r in results
+    plain = {(r["gpu"], r["tp"], r.get("pp", 1), r["router"], r["policy_asked"]): r for r in results
              if r["tiers"] == "none" and r["meets"]}
     out = []
     for r in results:
         if r["tiers"] == "none":
             continue
-        base = plain.get((r["gpu"], r["tp"], r["router"], r["policy_asked"]))
+        base = plain.get((r["gpu"], r["tp"], r.get("pp", 1), r["router"], r["policy_asked"]))
         if base is None and not r["meets"]:
             continue
         row = {"config": r["config"], "tiers": r["tiers"], "instances": r["instances"], "meets": r["meets"],

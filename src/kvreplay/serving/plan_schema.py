@@ -73,6 +73,7 @@ class Row(Struct):
     policy: Text
     verdict: Verdict
     why: Text
+    pp: Positive = 1
     policy_asked: Optional[Text] = None
     chosen: bool = False
     meets: Optional[bool] = None
@@ -156,6 +157,7 @@ class Probe(Struct):
     instances: Positive
     cost_per_hour: Money
     meets: bool
+    pp: Positive = 1
     ttft_p90_s: Optional[Seconds] = None
     worst_window_ttft_p90_s: Optional[Seconds] = None
 

@@ -22,7 +22,7 @@ from .simulate import NOT_SERVED
 def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instances: int = 1,
                    router: str = "round-robin", tiers=None, load: tuple = ("speedup", 1.0), warmup="auto",
                    block_size: int | None = None, time_model="roofline", weights_dtype: str = "bf16",
-                   progress=None) -> dict:
+                   progress=None, pp: int = 1) -> dict:
     """Each of `policies` (names with parameters, "lru" or "s3fifo:small_ratio=0.2") offline at the
     deployment's pool and served on the deployment: rows with both hit rates and ranks, sorted by
     the served one; `differs` when the two orders differ; policies the simulator does not serve
@@ -33,7 +33,7 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
     from .simulate import simulate
 
     rows, not_served = [], []
-    deployment = dict(model=model, gpu=gpu, tp=tp, instances=instances, router=router, tiers=tiers,
+    deployment = dict(model=model, gpu=gpu, tp=tp, pp=pp, instances=instances, router=router, tiers=tiers,
                       time_model=time_model, weights_dtype=weights_dtype, block_size=block_size, warmup=warmup,
                       band_runs=False, compare_sequential=False, kv_semantics="full",
                       **({"speedup": load[1]} if load[0] == "speedup" else {"rate": load[1]}))

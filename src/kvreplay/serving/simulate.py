@@ -32,6 +32,7 @@ from .timing.host import band_end as host_band
 from .timing.host import resolve as host_resolve
 from .timing.models import RooflineTimeModel
 from .timing.profiles import DynamoNpzProfile, PolynomialProfile
+from .timing.pipeline import pipelined
 
 ENGINE_STYLES = ("vllm", "sglang", "trtllm")
 #: Engine-faithful default policy per engine style.
@@ -191,7 +192,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
              language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
              think_time=None, sessions: int | None = None, host=None, progress=None, speculative=None,
-             num_speculative_tokens: int | None = None, acceptance=None, **params):
+             num_speculative_tokens: int | None = None, acceptance=None, pp: int = 1, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -220,6 +221,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         replay assumes).
     compare_sequential: also replay the trace sequentially (same policy, capacity) for comparison.
     instances / router / router_lag_ms / router_options: a cluster (routing/).
+    pp: pipeline stages (vLLM's --pipeline-parallel-size), each on `tp` GPUs: the pool is the
+        smallest stage's, a step crosses pp - 1 stage-to-stage hops (timing/pipeline.py).
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
         tier_copies "move" | "keep"; tier_overlap: loads overlap compute (engine/tiers.py).
@@ -324,7 +327,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                     else scheduler.chunked_prefill_size, max_num_seqs=scheduler.max_num_seqs,
                     kv_cache_memory=kv_cache_memory, num_gpu_blocks_override=num_gpu_blocks_override,
                     enforce_eager=enforce_eager, language_model_only=language_model_only, engine_style=engine_style,
-                    mem_fraction_static=mem_fraction_static)
+                    mem_fraction_static=mem_fraction_static, pp=pp)
     block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
     drafter_pool = None
     if spec_decode is not None:  # the drafter's weights and KV share the GPUs (speculative.py)
@@ -334,6 +337,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
+    tm = pipelined(tm, sizes.pp)
     tm_dtype = getattr(tm, "dtype", None)
     if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
@@ -950,20 +954,20 @@ def _band_columns(band) -> dict:
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
                     policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
                     weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None, warmup="auto", progress=None) -> dict:
+                    tiers: str | None = None, warmup="auto", progress=None, pp: int = 1) -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
     `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
     `warmup` (warmup.py). A hybrid model is served with every layer as full attention, as the
     report's curves replay it (its note says so)."""
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
-                      tp=tp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
+                      tp=tp, pp=pp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
                       tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
                       kv_semantics="full", warmup=warmup, progress=progress)  # (the report's curves and pool are full semantics)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
-    tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
-          if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
+                    gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype, pp=pp)
+    tm = pipelined(load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
+                   if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp), pp)
     return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
             "weights_dtype": sizes.weights_dtype, "instances": instances, "router": router, "tiers": tiers,
             "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup}
@@ -975,13 +979,15 @@ def deployment_focus(trace, collect_options: dict, serving: dict) -> dict:
     the serving section runs."""
     out = dict(collect_options)
     sizes = resolve(trace, block_size=out.get("block_size"), model=serving["model"], gpu=serving["gpu"],
-                    tp=serving.get("tp", 1), gpu_memory_utilization=serving.get("gpu_memory_utilization", 0.9),
+                    tp=serving.get("tp", 1), pp=serving.get("pp", 1),
+                    gpu_memory_utilization=serving.get("gpu_memory_utilization", 0.9),
                     weights_dtype=serving.get("weights_dtype", "bf16"))
     if out.get("focus_capacity") is None:
         src = sizes.capacity_source
         out["focus_capacity"] = sizes.capacity
         out["focus_rule"] = "gpu-pool"
-        out["focus_reason"] = (f"the KV pool of the serving section's deployment: {src['tp']} x {src['gpu']} after "
+        stages = f"{src['pp']} stages x " if src.get("pp", 1) > 1 else ""
+        out["focus_reason"] = (f"the KV pool of the serving section's deployment: {stages}{src['tp']} x {src['gpu']} after "
                                f"{src['model']}'s weights ({sizes.capacity:,} blocks per instance)")
     policies = out.get("policies") or ["s3fifo", "lru", "fifo"]
     policies = policies.split(",") if isinstance(policies, str) else list(policies)

@@ -11,6 +11,7 @@ from ...errors import ConfigError
 from ...units import parse_size
 from .gpus import check_weights_dtype, get_gpu
 from .memory import GiB, check_positive_int, memory_budget
+from .pipeline import check_pp, stages
 from .models import _check_fraction, _check_tp, _weight_bytes, kv_bytes_per_token_per_gpu
 
 
@@ -47,13 +48,18 @@ class KVCapacity:
     encoder_items: int = 0
     language_model_only: bool = False
     peak_bytes: float = 0.0  # the profile run's one peak (memory.MemoryBudget.peak_bytes)
+    pp: int = 1  # pipeline stages: with pp > 1 every figure above is the limiting stage's
+    stages: tuple = ()  # pp > 1: each stage's figures (pipeline.Stage.to_dict)
 
     @property
     def tokens(self) -> int:
         return self.blocks * self.block_size
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "tokens": self.tokens}
+        out = {**asdict(self), "tokens": self.tokens}
+        if self.pp == 1:  # (a pool without stages reads as before pipeline parallelism existed)
+            del out["pp"], out["stages"]
+        return out
 
 
 def _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory, num_gpu_blocks_override, enforce_eager,
@@ -79,7 +85,7 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
                 dtype: str = "bf16", kv_dtype: str = "bf16", total_memory_bytes: int | None = None,
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
                 kv_cache_memory=None, num_gpu_blocks_override: int | None = None,
-                language_model_only: bool = False) -> KVCapacity:
+                language_model_only: bool = False, pp: int = 1) -> KVCapacity:
     """The KV pool vLLM 0.33.0 allocates per GPU, as ``KVCapacity`` (memory.py has the budget:
     total memory x utilization - weights - activation peak - CUDA graphs - non-torch). `dtype` is
     the weights dtype (bf16, fp16, fp8, int4: ``--weights-dtype``), refused where the GPU cannot
@@ -88,11 +94,13 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
     `num_gpu_blocks_override` replaces the block count, applied last as vLLM does.
     `language_model_only`: a multimodal model served as text only (vLLM's ``--language-model-only``):
     no vision tower loaded, no encoder profiled (refused for a text-only model, where it would
-    change nothing)."""
+    change nothing). `pp`: pipeline stages (vLLM's ``--pipeline-parallel-size``), each on its own
+    `tp` GPUs with its layers' weights and KV; the pool is the smallest stage's (pipeline.py)."""
     spec = get_model(model)
     g = get_gpu(gpu)
     dtype = check_weights_dtype(dtype, g)
     tp = _check_tp(tp)
+    pp = check_pp(pp)
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise ConfigError(f"block_size must be a whole number >= 1, got {block_size!r}")
     util = _check_fraction("gpu_memory_utilization", gpu_memory_utilization)
@@ -107,41 +115,51 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
                       enforce_eager=enforce_eager, kv_cache_memory=kv_memory, total_memory_bytes=total_memory_bytes,
                       language_model_only=language_model_only)
     per_token = kv_bytes_per_token_per_gpu(spec, tp, kv_dtype)
+    parts = stages(b, spec, dtype, tp, pp, g.name, per_token, block_size, kv_memory) if pp > 1 else ()
+    where = f"tp={tp}" + (f" x pp={pp}" if pp > 1 else "")
+    if parts:  # the pool is the smallest stage's (kv_cache_planning.py:1583-1598)
+        if override is None:
+            for s in parts:
+                _check_room(spec, g, f"{where} (stage {s.stage}: {s.layers} layers)", util, dtype, s.budget)
+        limiting = min(parts, key=lambda s: s.blocks)
+        b, per_token = limiting.budget, limiting.kv_bytes_per_token_per_gpu
     available = b.kv_bytes_available
     if override is not None:
         blocks = override
     else:
-        _check_room(spec, g, tp, util, dtype, b)
+        _check_room(spec, g, where, util, dtype, b)
         blocks = int(available // (per_token * block_size))
         if blocks < 1:
-            raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: {available / GiB:.3f} GiB left for KV "
+            raise ConfigError(f"{spec.name} on {g.name} x {where}: {available / GiB:.3f} GiB left for KV "
                               f"holds no {block_size}-token block")
     return KVCapacity(spec.name, g.name, tp, int(block_size), util, b.total_memory_bytes, float(b.requested_bytes),
                       b.weight_bytes, available, per_token, int(blocks), dtype, b.activation_bytes, b.sampler_bytes,
                       b.cudagraph_bytes, b.cudagraph_graphs, b.non_torch_bytes, tokens, seqs, bool(enforce_eager),
                       kv_memory, override, b.profiled_kv_bytes, b.encoder_bytes, b.encoder_output_bytes,
-                      b.encoder_items, bool(language_model_only), b.peak_bytes)
+                      b.encoder_items, bool(language_model_only), b.peak_bytes, pp,
+                      tuple(s.to_dict() for s in parts))
 
 
-def _check_room(spec, g, tp, util, dtype, b) -> None:
-    """A ConfigError when the weights (or the weights and the profile's peaks) leave no KV room."""
+def _check_room(spec, g, where, util, dtype, b) -> None:
+    """A ConfigError when the weights (or the weights and the profile's peaks) leave no KV room;
+    `where` names the parallelism ("tp=8", or "tp=8 x pp=2 (stage 0: 63 layers)")."""
     if b.kv_cache_memory_bytes is not None:
         return
     if b.weight_bytes >= b.requested_bytes:
         smaller = [d for d in ("fp8", "int4") if _weight_bytes(d) < _weight_bytes(dtype)]
         hint = f", or use smaller weights (--weights-dtype {' or '.join(smaller)})" if smaller else ""
         note = spec.checkpoint_note() if spec.checkpoint_weights_dtype != dtype else None
-        raise ConfigError(f"{spec.name} at {dtype} over tp={tp} needs {b.weight_bytes / GiB:.1f} GiB of weights per "
+        raise ConfigError(f"{spec.name} at {dtype} over {where} needs {b.weight_bytes / GiB:.1f} GiB of weights per "
                           f"GPU, more than the {b.requested_bytes / GiB:.1f} GiB a {g.name} gives at "
-                          f"gpu_memory_utilization={util}: raise tp or the utilization{hint}"
+                          f"gpu_memory_utilization={util}: raise tp or pp or the utilization{hint}"
                           + (f". {note}" if note else ""))
     if b.kv_bytes_available <= 0:
-        raise ConfigError(f"{spec.name} on {g.name} x tp={tp}: the weights ({b.weight_bytes / GiB:.2f} GiB), the "
+        raise ConfigError(f"{spec.name} on {g.name} x {where}: the weights ({b.weight_bytes / GiB:.2f} GiB), the "
                           f"profile run's peak ({b.peak_bytes / GiB:.2f} GiB at "
                           f"max_num_batched_tokens={b.max_num_batched_tokens}, max_num_seqs={b.max_num_seqs}), CUDA "
                           f"graphs ({b.cudagraph_bytes / GiB:.2f} GiB) and non-torch memory "
                           f"({b.non_torch_bytes / GiB:.2f} GiB) leave no KV room in the {b.requested_bytes / GiB:.2f} GiB "
-                          f"budget: raise tp or the utilization, or lower --max-num-batched-tokens / --max-num-seqs")
+                          f"budget: raise tp or pp or the utilization, or lower --max-num-batched-tokens / --max-num-seqs")
 
 
 def kv_capacity_blocks(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9,

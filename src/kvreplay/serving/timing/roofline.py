@@ -744,6 +744,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     def describe(self) -> dict:
         cal = self.calibration
         return {"time_model": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
+                **({"pp": self.pp, "pp_hop_s_per_token": self.pp_hop_s_per_token} if getattr(self, "pp", 1) > 1 else {}),
                 "dtype": self.dtype, "kv_dtype": self.kv_dtype, "calibrated_on": cal.measured_on,
                 "borrowed_calibration": cal.borrowed, "checked_on_own_kernels": cal.checked,
                 "own_fitted": list(cal.own_fitted), "bands": {p: list(self.band(p)) for p in PHASES},
