@@ -9,6 +9,7 @@ from ..engine.misses import CAUSES
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
+from ..serving.samples import check_n
 from .warmup import add_warmup_options, warmup_of
 
 
@@ -177,6 +178,10 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--tier-overlap", action="store_true",
                      help="loading from the tiers overlaps the step's compute layer by layer (max of the two; "
                           "default: the load comes first)")
+    sim.add_argument("--n", type=int, default=None, metavar="N",
+                     help="parallel sampling: N completions for every request whose record gives no n (default 1), "
+                          "served as vLLM serves them, N child requests sharing the prompt's KV (vLLM style, one "
+                          "instance)")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -242,7 +247,7 @@ def _options(args, trace) -> dict:
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
                 mem_fraction_static=args.mem_fraction_static, router_options=_router_options(args.router_option),
-                **params)
+                n=args.n, **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -250,6 +255,7 @@ def _cmd_simulate(args) -> int:
     from ..serving.simulate import load_sweep, simulate
 
     common.check_table_outputs(args)
+    check_n(args.n)  # (an argument error before the trace is read)
     trace = common.load(args)
     options = _options(args, trace)
     grid = args.instances_list or args.routers or args.tier_list
@@ -321,6 +327,10 @@ def _cmd_simulate(args) -> int:
         from ..output.serving import simulate_summary
 
         print(simulate_summary(trace, report, checked=checked))
+        if report.samples is not None:
+            from ..serving.samples import samples_lines
+
+            print("\n".join(samples_lines(report.samples)))
         served_headroom = _served_headroom(args, trace, report)
         if served_headroom is not None:
             from ..output.misses import headroom_lines
@@ -336,7 +346,8 @@ def _served_headroom(args, trace, report):
     from ..analysis.headroom import headroom
     from ..engine.replay import replay
 
-    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady"):
+    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady") \
+            or report.samples is not None:  # (the served trace is the fanned-out one)
         return None
     sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,
                         **report.params)

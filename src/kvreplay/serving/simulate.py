@@ -20,6 +20,7 @@ from . import limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
+from .samples import check_applies, fan_out, samples_per_request, summarize
 from .semantics import choose
 from .timing import load_time_model
 
@@ -148,7 +149,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, **params):
+             language_model_only: bool = False, mem_fraction_static: float | None = None, n: int | None = None,
+             **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -202,8 +204,18 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
         decode instance, which decodes the rest.
+    n: parallel sampling: the completions of every request whose record gives no ``n`` (default 1);
+        a request with n > 1 is served as vLLM 0.33.0 serves it, n child requests that share its
+        prompt (serving/samples.py; the vLLM style and one instance only); the report's samples
+        says the groups' shared and divergent KV and their TTFT.
     """
     trace = as_trace(trace)
+    fan = None
+    per_request_n = samples_per_request(trace, n)
+    if (per_request_n > 1).any():
+        check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None)
+        parents, fan = trace, fan_out(trace, per_request_n)
+        trace = fan.trace
     if engine_style not in ENGINE_STYLES:
         raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
     for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
@@ -250,7 +262,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
                           f"{sizes.weights_dtype!r}: give the same weights dtype to both")
-    arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+    if fan is None:
+        arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+    else:  # the parents arrive; their children with them
+        arrival_s, profile_name = arrival_times(parents, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+        arrival_s = arrival_s[fan.parent]
     from .warmup import judged_mask
     from .warmup import resolve as resolve_warmup
 
@@ -319,6 +335,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         warmup=None if warm.cold and warmup is None else warm.to_dict(),
     )
     report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
+    if fan is not None:
+        report.samples = summarize(fan, report, block_size, output_kv)
     if band is not None:
         from dataclasses import replace
 

@@ -91,6 +91,8 @@ class Trace:
             request belongs to, numbered 0..S-1 by the readers; None when the source has none.
         retention: per-request KV retention priorities (trace/retention.py: TensorRT-LLM's
             token-range priorities), or None when the source gives none.
+        samples: int64[n] or None: the completions each request asks for (the record's ``n``,
+            serving/samples.py), 0 where the record gives none; None when no record gives one.
     """
 
     offsets: np.ndarray
@@ -106,6 +108,7 @@ class Trace:
     invalid_records: dict | None = field(default=None)
     session: np.ndarray | None = None
     retention: object | None = None  # trace.retention.Retention
+    samples: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -136,6 +139,15 @@ class Trace:
                 raise ConfigError("every per-request column must have one entry per request")
             if n and self.session.min() < 0:
                 raise ConfigError("session ids must be non-negative")
+        if self.samples is not None:
+            raw = np.asarray(self.samples)
+            if raw.size and raw.dtype.kind not in "iu":
+                raise ConfigError("samples (n) must be whole numbers")
+            set_(self, "samples", _frozen(self.samples, np.int64))
+            if self.samples.shape != (n,):
+                raise ConfigError("every per-request column must have one entry per request")
+            if n and self.samples.min() < 0:
+                raise ConfigError("samples (n) must be non-negative (0: not given)")
         if self.retention is not None and self.retention.num_requests != n:
             raise ConfigError("retention ranges must be given for every request (an empty list for none)")
 
@@ -241,6 +253,7 @@ class Trace:
             output_length=self.output_length[order], timestamp=self.timestamp[order],
             session=None if self.session is None else self.session[order],
             retention=None if self.retention is None else self.retention.take(order),
+            samples=None if self.samples is None else self.samples[order],
         )
 
     def summary(self) -> dict:
