@@ -116,3 +116,16 @@ def test_refused_where_it_cannot_apply(options, message):
     with pytest.raises(ConfigError, match=message):
         simulate(t, capacity=200, block_size=16, n=2, **options)
     simulate(t, capacity=200, block_size=16, n=1, **options)  # n = 1 is served as before
+
+
+def test_n_survives_a_mooncake_round_trip_and_bailian_refuses_it(tmp_path):
+    from kvreplay.trace.writers import write_trace
+
+    trace = write(tmp_path, "t.jsonl", jsonl(
+        {"timestamp": 0, "input_length": 40, "output_length": 3, "hash_ids": [1, 2, 3], "block_size": 16, "n": 4},
+        {"timestamp": 5, "input_length": 40, "output_length": 3, "hash_ids": [7, 8, 9], "block_size": 16}))
+    t = load(str(trace))
+    write_trace(t, tmp_path / "back.jsonl")
+    assert load(str(tmp_path / "back.jsonl")).samples.tolist() == [4, 0]
+    with pytest.raises(ConfigError, match="Bailian files cannot hold"):
+        write_trace(t, tmp_path / "b.jsonl", format="bailian")
