@@ -129,3 +129,14 @@ def test_n_survives_a_mooncake_round_trip_and_bailian_refuses_it(tmp_path):
     assert load(str(tmp_path / "back.jsonl")).samples.tolist() == [4, 0]
     with pytest.raises(ConfigError, match="Bailian files cannot hold"):
         write_trace(t, tmp_path / "b.jsonl", format="bailian")
+
+
+def test_the_groups_ttft_carries_the_calibrated_rooflines_band():
+    r = simulate(one_request(), capacity=2000, block_size=16, n=8, model="Llama-3.1-8B", gpu="H100",
+                 time_model="roofline")
+    s = r.samples
+    assert r.counters["peak_held_blocks"] == s["group_blocks"] == 118
+    low, high = s["median_ttft_band"]["first_child_s"]
+    assert low < s["median_ttft_first_child_s"] < high
+    # one step prefills all eight children: the last child's first token is the first one's
+    assert s["median_ttft_last_child_s"] == s["median_ttft_first_child_s"]

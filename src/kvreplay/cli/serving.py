@@ -328,7 +328,7 @@ def _cmd_simulate(args) -> int:
 
         print(simulate_summary(trace, report, checked=checked))
         if report.samples is not None:
-            from ..serving.samples import samples_lines
+            from ..output.samples import samples_lines
 
             print("\n".join(samples_lines(report.samples)))
         served_headroom = _served_headroom(args, trace, report)

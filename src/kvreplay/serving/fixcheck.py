@@ -30,7 +30,8 @@ def check_fix(trace, options: dict, report) -> dict | None:
         r = simulate(trace, **base, **{key: load["value"]})
         out["load"] = {**load, **_outcome(r)}
     disaggregated = options.get("prefill_instances") is not None
-    if not disaggregated and fix["instances"] <= MAX_INSTANCES:
+    sampled = report.samples is not None  # (n > 1 is served on one instance: serving/samples.py)
+    if not disaggregated and not sampled and fix["instances"] <= MAX_INSTANCES:
         r = simulate(trace, **dict(base, instances=fix["instances"]),
                      **{k: options[k] for k in ("speedup", "rate") if options.get(k) is not None})
         out["instances"] = {"value": fix["instances"], **_outcome(r)}

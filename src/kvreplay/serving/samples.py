@@ -112,15 +112,10 @@ def group_memory(L: np.ndarray, out: np.ndarray, n: np.ndarray, block_size: int,
             "group_blocks": group, "independent_blocks": independent, "saved_blocks": independent - group}
 
 
-def summarize(fan: FanOut, report, block_size: int, output_kv: bool) -> dict:
-    """The groups' figures: memory by vLLM's rule (group_memory) over the groups with n > 1, and from
-    the run: each group's TTFT for its first and its last child (from the parent's arrival), and the
-    prompt tokens its later children hit."""
+def _group_ttft(fan: FanOut, report) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per parent: the TTFT of its first and of its last child (NaN unless every child finished),
+    and whether every child finished."""
     parents = fan.n.size
-    L = np.asarray(report.prompt_tokens)[np.searchsorted(fan.parent, np.arange(parents))]
-    out = np.asarray(report.output_tokens)[np.searchsorted(fan.parent, np.arange(parents))]
-    mem = group_memory(L, out, fan.n, block_size, output_kv)
-    multi = fan.n > 1
     ttft = np.where(report.finished, report.ttft_s, np.nan)
     first = np.full(parents, np.nan)
     last = np.full(parents, np.nan)
@@ -129,6 +124,20 @@ def summarize(fan: FanOut, report, block_size: int, output_kv: bool) -> dict:
     complete = done == fan.n
     np.fmin.at(first, fan.parent, ttft)
     np.fmax.at(last, fan.parent, ttft)
+    return np.where(complete, first, np.nan), np.where(complete, last, np.nan), complete
+
+
+def summarize(fan: FanOut, report, block_size: int, output_kv: bool) -> dict:
+    """The groups' figures: memory by vLLM's rule (group_memory) over the groups with n > 1, and from
+    the run: each group's TTFT for its first and its last child (from the parent's arrival; with the
+    calibrated roofline, their medians at both ends of its band too), and the prompt tokens its later
+    children hit."""
+    parents = fan.n.size
+    L = np.asarray(report.prompt_tokens)[np.searchsorted(fan.parent, np.arange(parents))]
+    out = np.asarray(report.output_tokens)[np.searchsorted(fan.parent, np.arange(parents))]
+    mem = group_memory(L, out, fan.n, block_size, output_kv)
+    multi = fan.n > 1
+    first, last, complete = _group_ttft(fan, report)
     later = fan.index > 0
     later_hits = np.zeros(parents, dtype=np.int64)
     np.add.at(later_hits, fan.parent[later], np.asarray(report.hit_tokens)[later])
@@ -140,6 +149,11 @@ def summarize(fan: FanOut, report, block_size: int, output_kv: bool) -> dict:
     def median(a):
         return float(np.median(a[judged])) if judged.any() else None
 
+    band = None
+    if report.band is not None and judged.any():
+        ends = {end: _group_ttft(fan, report.band["runs"][end]) for end in ("low", "high")}
+        band = {"first_child_s": [median(ends[e][0]) for e in ("low", "high")],
+                "last_child_s": [median(ends[e][1]) for e in ("low", "high")]}
     return {
         "groups": int(multi.sum()), "children": int(fan.n[multi].sum()), "max_n": int(fan.n.max(initial=1)),
         "block_size": block_size, "rule": "vLLM 0.33.0: children hit floor((L - 1) / block_size) prompt blocks; "
@@ -151,27 +165,13 @@ def summarize(fan: FanOut, report, block_size: int, output_kv: bool) -> dict:
         "complete_groups": int(judged.sum()),
         "median_ttft_first_child_s": median(first),
         "median_ttft_last_child_s": median(last),
+        "median_ttft_band": band,  # the same medians at the calibrated roofline's band ends (None without one)
         "per_group": {"parent": np.flatnonzero(multi), "n": fan.n[multi], "prompt_tokens": L[multi],
                       **{k: v[multi] for k, v in mem.items()},
                       "later_children_hit_tokens": later_hits[multi],
                       "ttft_first_child_s": np.where(complete, first, np.nan)[multi],
                       "ttft_last_child_s": np.where(complete, last, np.nan)[multi]},
     }
-
-
-def samples_lines(s: dict) -> list[str]:
-    """The text summary's lines for parallel sampling."""
-    lines = [f"samples    {s['groups']:,} requests with n > 1 ({s['children']:,} children, n up to {s['max_n']}); "
-             f"KV at each child's last token, blocks of {s['block_size']} tokens:",
-             f"           shared prompt {s['shared_blocks']:,} (counted once) + divergent {s['divergent_blocks']:,} "
-             f"= {s['group_blocks']:,}, against {s['independent_blocks']:,} for independent requests: "
-             f"{s['saved_blocks']:,} saved ({s['saved_fraction']:.1%})",
-             f"           later children hit {s['later_children_hit_tokens']:,} of the "
-             f"{s['later_children_shared_tokens']:,} shared prompt tokens"]
-    if s["median_ttft_first_child_s"] is not None:
-        lines.append(f"           TTFT per group (median over {s['complete_groups']:,} complete groups): first child "
-                     f"{s['median_ttft_first_child_s'] * 1000:.1f} ms, last child {s['median_ttft_last_child_s'] * 1000:.1f} ms")
-    return lines
 
 
 def to_json(s: dict | None, per_group: bool) -> dict | None:

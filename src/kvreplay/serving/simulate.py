@@ -335,8 +335,6 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         warmup=None if warm.cold and warmup is None else warm.to_dict(),
     )
     report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
-    if fan is not None:
-        report.samples = summarize(fan, report, block_size, output_kv)
     if band is not None:
         from dataclasses import replace
 
@@ -350,6 +348,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             band[end] = band["runs"][end].latencies()
         band["warnings"] = _calibration_warnings(tm, trace, report)
         report.band = band
+    if fan is not None:
+        report.samples = summarize(fan, report, block_size, output_kv)
     if check:
         report.check_invariants()
         _check_tokens(report, raw)
