@@ -140,3 +140,14 @@ def test_the_groups_ttft_carries_the_calibrated_rooflines_band():
     assert low < s["median_ttft_first_child_s"] < high
     # one step prefills all eight children: the last child's first token is the first one's
     assert s["median_ttft_last_child_s"] == s["median_ttft_first_child_s"]
+
+
+def test_beam_search_in_a_trace_is_refused_with_the_reason(tmp_path):
+    trace = write(tmp_path, "t.jsonl", jsonl(
+        {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 1},
+        {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 4}))
+    with pytest.raises(TraceError, match=r"t.jsonl:2: beam_width: beam search \(4\) is not modelled: vLLM 0.33.0 "
+                                         r"serves it as one 1-token request per beam per output token"):
+        load(str(trace))
+    assert load(str(write(tmp_path, "one.jsonl", jsonl(
+        {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 1})))).samples is None

@@ -7,7 +7,7 @@ size; kvreplay's hash, synth and convert write it in every record), ``priority``
 ``priority_ranges`` (optional KV retention priorities, trace/retention.py: ``priority`` P is one
 range over the whole prompt; ``priority_ranges`` is ``[[start, end or null, P, duration_ms or
 null], ...]``), ``n`` (optional: the completions the request samples from its prompt, 1..1024,
-serving/samples.py). Unknown fields are ignored; blank lines are skipped. Requests keep file order.
+serving/samples.py); ``beam_width`` above 1 is refused (serving/samples.py says why). Unknown fields are ignored; blank lines are skipped. Requests keep file order.
 
 Two paths produce the same result. The fast path decodes a chunk of lines as
 one JSON array with msgspec, keeps ``hash_ids`` as raw bytes and parses all of
@@ -39,6 +39,7 @@ class _FastRecord(msgspec.Struct, gc=False):
     priority: msgspec.Raw | None = None  # (a record with priorities takes the slow path)
     priority_ranges: msgspec.Raw | None = None
     n: int | None = None  # (a value out of 1..MAX_SAMPLES takes the slow path, which names it)
+    beam_width: msgspec.Raw | None = None  # (any takes the slow path, which refuses a width above 1)
 
 
 class _Chunk(Chunk):
@@ -101,6 +102,12 @@ def _check_record(path: str, line: int, text: bytes):
     elif not is_int(samples) or not 1 <= samples <= MAX_SAMPLES:
         raise TraceError(path, f"expected a whole number of completions in 1..{MAX_SAMPLES}, got {describe(samples)}",
                          line, "n")
+    beam = obj.get("beam_width")
+    if beam is not None and not (is_int(beam) and beam == 1):
+        raise TraceError(path, f"beam search ({describe(beam)}) is not modelled: vLLM 0.33.0 serves it as one 1-token "
+                         "request per beam per output token, each round sent when the last one returns "
+                         "(entrypoints/generate/beam_search/online.py:93-117), arrivals that depend on the run "
+                         "(parallel sampling, n, is modelled)", line, "beam_width")
     return ids, length, float(stamp), out, _ranges(path, line, obj), int(samples)
 
 
@@ -122,6 +129,8 @@ def _fast_chunk(data: bytes) -> Chunk | None:
         return None
     n = len(recs)
     if n != lines or any(r.priority is not None or r.priority_ranges is not None for r in recs):
+        return None
+    if any(r.beam_width is not None for r in recs):
         return None
     samples = None
     if any(r.n is not None for r in recs):
