@@ -92,7 +92,7 @@ def test_the_trace_field_and_the_flag(tmp_path):
     assert len(doc["per_request"]["hit_tokens"]) == 6
     assert doc["summary"]["samples"]["shared_blocks"] == 4
     out = ok("simulate", trace, "--capacity", 100, "--time-model", "instant")  # the field alone: record 1
-    assert "samples    1 requests with n > 1 (4 children, n up to 4)" in out
+    assert "samples    the trace's 1 requests with n > 1 (4 children, n up to 4)" in out
     assert "shared prompt 2 (counted once) + divergent 4 = 6, against 12 for independent requests: 6 saved" in out
 
 

@@ -144,7 +144,8 @@ def summarize(fan: FanOut, report, block_size: int, output_kv: bool) -> dict:
     shared_tokens = mem["shared_blocks"] * block_size
     hit_expected = shared_tokens * (fan.n - 1)
     totals = {k: int(v[multi].sum()) for k, v in mem.items() if k != "own_blocks_per_child"}
-    judged = multi & complete
+    # the TTFT medians count the groups the summary judges (their parent arrives after the warm-up)
+    judged = multi & complete & np.asarray(report.judged)[fan.index == 0]
 
     def median(a):
         return float(np.median(a[judged])) if judged.any() else None
@@ -162,7 +163,7 @@ def summarize(fan: FanOut, report, block_size: int, output_kv: bool) -> dict:
         "saved_fraction": totals["saved_blocks"] / totals["independent_blocks"] if totals["independent_blocks"] else 0.0,
         "later_children_hit_tokens": int(later_hits[multi].sum()),
         "later_children_shared_tokens": int(hit_expected[multi].sum()),
-        "complete_groups": int(judged.sum()),
+        "judged_complete_groups": int(judged.sum()),
         "median_ttft_first_child_s": median(first),
         "median_ttft_last_child_s": median(last),
         "median_ttft_band": band,  # the same medians at the calibrated roofline's band ends (None without one)

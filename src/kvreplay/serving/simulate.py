@@ -270,7 +270,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     from .warmup import judged_mask
     from .warmup import resolve as resolve_warmup
 
-    warm = resolve_warmup(warmup, trace, arrival_s, block_size)
+    # (n > 1: the warm-up is the parents' own; a child's reuse of its sibling's prompt is no lookback)
+    warm = resolve_warmup(warmup, trace, arrival_s, block_size) if fan is None else \
+        resolve_warmup(warmup, parents, arrival_s[fan.index == 0], block_size)
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
