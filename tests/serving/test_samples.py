@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import jsonl, write
-from test_cli import fails, ok
+from test_cli import fails, kv, ok
 
 from kvreplay.errors import ConfigError, TraceError
 from kvreplay.serving.samples import group_memory
@@ -151,3 +151,33 @@ def test_beam_search_in_a_trace_is_refused_with_the_reason(tmp_path):
         load(str(trace))
     assert load(str(write(tmp_path, "one.jsonl", jsonl(
         {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 1})))).samples is None
+
+
+def test_the_documented_run(tmp_path):
+    # docs/serving.md, "Parallel sampling": its two commands, and every figure it quotes from them
+    from conftest import MOONCAKE, ROOT, shared_path
+
+    source = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    doc = (ROOT / "docs" / "serving.md").read_text()
+    section = doc[doc.index("## Parallel sampling"):doc.index("## Tiers below the GPU pool")]
+    assert "kvreplay slice conversation_trace.jsonl --requests 0:1000 -o conv1000.jsonl" in section
+    command = "kvreplay simulate conv1000.jsonl --gpu H100 --model Llama-3.1-8B --speedup 0.1 --n 4"
+    assert command in section
+    conv = tmp_path / "conv1000.jsonl"
+    assert kv("slice", source, "--requests", "0:1000", "-o", conv).returncode == 0
+    args = [conv if a == "conv1000.jsonl" else a for a in command.split()[1:]]
+    out = ok(*args)
+    quoted = section.split("```")[3].strip().splitlines()  # the second block: the output
+    assert len(quoted) == 4 and all(line in out.splitlines() for line in quoted), quoted
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines()}
+    assert rows["TTFT"][3:7] == ["1.82", "s", "1.78", "s"] and rows["TTFT"][-1] == "2,040"
+    assert "peak held by running requests 853 blocks (100% of the pool); peak 80 running" in out
+    assert "5 preemptions" in out and "74.44% of prompt tokens" in out
+    base = ok(*args[:-2])
+    rows = {line.split("  ")[0]: line.split() for line in base.splitlines()}
+    assert rows["TTFT"][3:9] == ["1.62", "s", "1.59", "s", "-", "1.84"]
+    assert "peak held by running requests 689 blocks (81% of the pool); peak 17 running" in base
+    for figure in ("689 of the pool's 853 blocks with 17 requests running and TTFT p50 1.62 s",
+                   "(band 1.59 s - 1.84 s)", "(853 blocks, 80 running, 5 preemptions)",
+                   "children's TTFT p50 is 1.82 s (band 1.78 s - 2.06 s)", "74.44% here"):
+        assert figure in " ".join(section.split()), figure
