@@ -1004,7 +1004,7 @@ def e2e_model(run, extra=None, coefficients=None, bw=None):
 
     c = {**(coefficients or {}), **(extra or {})}
     return CalibratedRooflineTimeModel(run["model"], run["gpu"], run["tp"], dtype=run["weights"],
-                                       kv_dtype=run["weights"], coefficients=c or None, stream_bytes_per_s=bw)
+                                       kv_dtype=run["kv"], coefficients=c or None, stream_bytes_per_s=bw)
 
 
 def e2e_check(t: Tables) -> dict:
@@ -1017,11 +1017,12 @@ def e2e_check(t: Tables) -> dict:
     print(f"\nsilicon runs: {len(runs)} simulated; left out: {left or 'none'}")
     off = dict.fromkeys(SERVING_TERMS, 0.0)
     out = {}
-    for label, make in (
-            ("roofline-raw", lambda r: RooflineTimeModel(r["model"], r["gpu"], r["tp"], dtype=r["weights"], kv_dtype=r["weights"])),
-            ("roofline, kernels only", lambda r: e2e_model(r, off)),
-            ("roofline (calibrated)", lambda r: e2e_model(r))):
-        rows = e2e.simulate_runs(runs, make)
+    for label, make, host in (
+            ("roofline-raw", lambda r: RooflineTimeModel(r["model"], r["gpu"], r["tp"], dtype=r["weights"], kv_dtype=r["kv"]),
+             lambda r: "none"),
+            ("roofline, kernels only (no serving term, no host CPU)", lambda r: e2e_model(r, off), lambda r: "none"),
+            ("roofline (calibrated) with the host CPU's terms (serving/timing/host.py)", lambda r: e2e_model(r), None)):
+        rows = e2e.simulate_runs(runs, make, host)
         by = {k: e2e.summary(v) for k, v in e2e.groups(rows).items()}
         e2e.print_table(f"end to end: aiconfigurator's silicon vLLM runs against kvreplay, {label} "
                         f"(the benchmark's {e2e.PER_CLIENT} B requests: calibrate_e2e.py)", by)

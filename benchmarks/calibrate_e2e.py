@@ -30,11 +30,12 @@ synchronised: the fixed point of the simulated loop keeps whatever phase it star
 over the requests after the first B. TPOT likewise (W's and S's mean over requests of (finish -
 first token) / (OSL - 1)).
 
-**The non-kernel terms** (the calibrated roofline's ``allreduce_skew_s`` and ``frontend_s``,
-docs/serving.md "roofline") are fitted on H100's ``2026-04-06`` runs only, and
-checked on H200's and B200's, which the fit never saw: least absolute relative error of TTFT and
-TPOT, linear in the terms (each run simulated at zero and at a probe value of each; the final
-table simulates the fitted values).
+**The non-kernel term** (the calibrated roofline's ``allreduce_skew_s``, docs/serving.md
+"roofline") is fitted on H100's ``2026-04-06`` runs only, and checked on H200's and B200's, which
+the fit never saw: least absolute relative error of TTFT and TPOT, linear in the term (each run
+simulated at zero and at a probe value; the final table simulates the fitted value). Each run is
+simulated with what the host CPU adds as its vLLM ran (serving/timing/host.py, fitted by
+calibrate_host.py: synchronous scheduling before vLLM 0.14, async from it, ``scheduled_async``).
 """
 
 from __future__ import annotations
@@ -44,15 +45,22 @@ from calibrate_stats import print_table as markdown_table
 from calibrate_stats import ratio_stats
 
 SILICON_MODELS = {"Qwen/Qwen3-32B": "Qwen3-32B", "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
-                  "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B", "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5"}
-#: MoE models: their runs are a group of their own (held back from every fit), by vLLM version
-MOE_MODELS = {"MiniMax-M2.5"}
+                  "nvidia/Llama-3.1-8B-Instruct-FP8": "Llama-3.1-8B", "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5",
+                  "openai/gpt-oss-120b": "gpt-oss-120b"}
+#: MoE models: their runs are a group of their own, by vLLM version
+MOE_MODELS = {"MiniMax-M2.5", "gpt-oss-120b"}
+#: the csv labels gpt-oss-120b's weights nvfp4 on every GPU (H100 and H200 have no fp4 tensor cores):
+#: its checkpoint's MXFP4 experts, kvreplay's int4 weights of an mxfp4 checkpoint, KV bf16
+MXFP4_MODELS = {"gpt-oss-120b"}
+#: vLLM schedules asynchronously by default from 0.14 (0.13.0's config/scheduler.py:133
+#: ``async_scheduling: bool = False``; 0.14's config/vllm.py enables it unless incompatible)
+ASYNC_FROM = (0, 14)
 SILICON_GPUS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
 FIT_GPU = "H100"
 FIT_SOURCE = "2026-04-06"
 PER_CLIENT = 10  # aiconfigurator's request count per concurrency
 WEIGHTS = {"": "bf16", "fp8": "fp8"}  # gemm_quant_mode -> kvreplay's --weights-dtype (nvfp4: none)
-PROBE = {"allreduce_skew_s": 5e-6, "frontend_s": 0.02}
+PROBE = {"allreduce_skew_s": 5e-6}
 
 
 def source_of(raw: str) -> str:
@@ -61,10 +69,23 @@ def source_of(raw: str) -> str:
     return "gap-analysis (vLLM 0.12)" if "aic-auto-gap-analysis" in raw and "dynamo" not in raw else "dynamo 0.8"
 
 
+def scheduled_async(version: str | None) -> bool:
+    """Whether a run's vLLM scheduled asynchronously by default: its version (``backend_version``,
+    or a nightly: after 0.19); none recorded (the 2025 runs, vLLM 0.11-0.12): no."""
+    if not version:
+        return False
+    if version.startswith("nightly"):
+        return True
+    parts = tuple(int(p) for p in version.split(".")[:2])
+    return parts >= ASYNC_FROM
+
+
 def _left(r) -> str | None:
     """Why kvreplay cannot simulate run `r` as it ran (None: it can): its weights, or an MoE's
     experts or attention not split by TP alone (a dense run's MoE columns do not apply)."""
-    if r["gemm_quant_mode"] not in WEIGHTS:
+    if SILICON_MODELS[r["model_path"]] in MXFP4_MODELS:
+        pass
+    elif r["gemm_quant_mode"] not in WEIGHTS:
         return f"{r['gemm_quant_mode']} weights"
     if SILICON_MODELS[r["model_path"]] in MOE_MODELS and (
             (r["attention_dp_size"] or "1") != "1" or (r["moe_ep_size"] or "1") != "1"
@@ -91,16 +112,27 @@ def silicon_runs(rows):
         if key in seen:
             continue
         seen.add(key)
-        source = f"{model} (MoE), vLLM {r['backend_version']}" if model in MOE_MODELS else source_of(r["silicon_data_source"])
-        out.append({"id": r["id"], "gpu": SILICON_GPUS[r["system"]], "model": model,
-                    "weights": WEIGHTS[r["gemm_quant_mode"]], "tp": int(r["tp_size"]),
+        version = r["backend_version"] or None
+        source = (f"{model} (MoE), vLLM {version or '0.11 (2025)'}" if model in MOE_MODELS
+                  else source_of(r["silicon_data_source"]))
+        weights = "int4" if model in MXFP4_MODELS else WEIGHTS[r["gemm_quant_mode"]]
+        out.append({"id": r["id"], "gpu": SILICON_GPUS[r["system"]], "model": model, "weights": weights,
+                    "kv": "bf16" if model in MXFP4_MODELS else weights, "tp": int(r["tp_size"]),
+                    "async": scheduled_async(version),
                     "concurrency": int(r["batch_size"]), "isl": int(r["isl"]), "osl": int(r["osl"]),
                     "ttft_s": float(r["silicon_ttft_ms"]) / 1e3, "tpot_s": float(r["silicon_tpot_ms"]) / 1e3,
                     "source": source})
     return out, left
 
 
-def serve(run, time_model, arrivals_s):
+def host_of(run):
+    """The host terms a run's vLLM had: the shipped ones, with async scheduling or without."""
+    return "vllm" if run["async"] else "vllm-sync"
+
+
+def serve(run, time_model, arrivals_s, host=None):
+    """The run's requests arriving at `arrivals_s`, simulated; `host`: HostTerms (default the
+    shipped ones as the run's vLLM scheduled, host_of)."""
     import kvreplay
     from kvreplay.serving.simulate import Scheduler
 
@@ -109,9 +141,10 @@ def serve(run, time_model, arrivals_s):
                 for i, t in enumerate(arrivals_s)]
     trace = kvreplay.Trace.from_requests(requests, block_size=16)
     return kvreplay.simulate(trace, "vllm", None, 16, time_model=time_model, model=run["model"], gpu=run["gpu"],
-                             tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["weights"],
+                             tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["kv"],
                              scheduler=Scheduler(style="vllm", max_num_seqs=run["concurrency"]),
-                             compare_sequential=False, check=False, band_runs=False)
+                             compare_sequential=False, check=False, band_runs=False,
+                             host=host_of(run) if host is None else host)
 
 
 def _means(r, mask):
@@ -121,18 +154,18 @@ def _means(r, mask):
     return float(np.mean(ttft[ok])), float(np.mean(tpot[ok]))
 
 
-def burst(run, tm):
+def burst(run, tm, host=None):
     """W: B requests at t = 0, the simulated report."""
-    return serve(run, tm, np.zeros(run["concurrency"]))
+    return serve(run, tm, np.zeros(run["concurrency"]), host)
 
 
-def steady(run, tm, period: float, waves: int = 4):
+def steady(run, tm, period: float, waves: int = 4, host=None):
     """S: B closed-loop clients whose first sends are spread over one request's latency (`period`)."""
     B = run["concurrency"]
     n = waves * B
     arrivals = np.concatenate([np.arange(B) * period / B + w * period for w in range(waves)])
     for _ in range(2 * waves + 2):  # the loop's fixed point: each request sent when its client's last one ended
-        r = serve(run, tm, arrivals)
+        r = serve(run, tm, arrivals, host)
         sends = arrivals.copy()
         sends[B:] = r.finish_s[:-B]
         if np.allclose(sends, arrivals):
@@ -141,20 +174,22 @@ def steady(run, tm, period: float, waves: int = 4):
     return _means(r, np.arange(n) >= B)
 
 
-def benchmark(run, tm):
+def benchmark(run, tm, host=None):
     """The benchmark's means over its N = 10 B requests: B in the burst, the rest steady."""
-    w = burst(run, tm)
+    w = burst(run, tm, host)
     wt, wp = _means(w, np.ones(run["concurrency"], bool))
-    st, sp = steady(run, tm, float(np.mean(w.finish_s)))
+    st, sp = steady(run, tm, float(np.mean(w.finish_s)), host=host)
     share = 1.0 / PER_CLIENT
     return share * wt + (1 - share) * st, share * wp + (1 - share) * sp
 
 
-def simulate_runs(runs, make_model):
+def simulate_runs(runs, make_model, make_host=None):
+    """Each run's benchmark simulated: `make_model(run)` its time model, `make_host(run)` its host
+    terms (default: the shipped ones as its vLLM scheduled)."""
     rows = []
     for run in runs:
         try:
-            ttft, tpot = benchmark(run, make_model(run))
+            ttft, tpot = benchmark(run, make_model(run), None if make_host is None else make_host(run))
         except Exception as e:  # a configuration kvreplay refuses (memory): said, not counted
             rows.append({**run, "error": str(e)})
             continue

@@ -27,12 +27,12 @@ def refused(capsys, *argv) -> str:
     usage = False
     try:
         code = main([str(a) for a in argv])
-    except SystemExit as e:  # argparse's own refusals (a flag's type): its usage, then one error line
+    except SystemExit as e:  # argparse's own refusals (a flag's type): the error line, then one usage line
         code, usage = e.code, True
     captured = capsys.readouterr()
     assert code == 2, (code, captured.err)
-    assert "Traceback" not in captured.err and (usage or captured.err.count("\n") == 1), captured.err
-    return captured.err.strip().splitlines()[-1]
+    assert "Traceback" not in captured.err and captured.err.count("\n") == 1 + usage, captured.err
+    return captured.err.strip().splitlines()[0]
 
 
 @pytest.fixture
@@ -57,7 +57,8 @@ def two(tmp_path):
     (("--rate", "1e-300"), "beyond the 1e+10 s a run may span"),
     (("--max-model-len", "0"), "--max-model-len"),
     (("--policy", "vllm", "--small-ratio", "0.2"), "--small-ratio applies to s3fifo, not vllm"),
-    (("--policy", "vllm", "--ttl", "5"), "--ttl applies to ttl, deepseek, not vllm"),
+    (("--policy", "vllm", "--ttl", "5s"), "--ttl applies to ttl, deepseek, not vllm"),
+    (("--policy", "ttl", "--ttl", "5"), "--ttl: 5 what? write 5s or 5ms"),
     (("--policy", ""), "policy (--policy) must be a policy's name"),
     (("--model", "Llama-3.1-8B", "--kv-dtype", "fp3"), "unknown KV dtype 'fp3'"),
 ])
@@ -165,7 +166,7 @@ def test_npz_profiles(two, capsys, tmp_path, member, message):
     (dict(blocks=0), "got 0"),
     (dict(blocks=1.5), "got 1.5"),
     (dict(blocks=2 ** 70), "from 1 to 2^40"),
-    (dict(blocks=5, bandwidth=-1e9), "bandwidth must be a positive number"),
+    (dict(blocks=5, bandwidth=-1e9), "bandwidth must be from 1000 to 1e+15 bytes per second"),
     (dict(blocks=5, policy="mru"), "policy must be one of lru, fifo"),
 ])
 def test_tier_refuses(kw, message):

@@ -71,7 +71,7 @@ def test_an_unrecognised_file_names_the_formats_tried(tmp_path, capsys):
     code, _, err = run_cli(capsys, "run", str(path), "--capacity", "4")
     assert code == 2
     assert err.strip() == (f"{path}:1: input_length: missing (no format recognised the first record: "
-                           "tried claude-code, bailian, mooncake; read as mooncake; see --format)")
+                           "tried agentic-mooncake, claude-code, bailian, mooncake; read as mooncake; see --format)")
 
 
 @pytest.mark.parametrize("window, message", [

@@ -177,16 +177,17 @@ def test_run_errors_exit_2(capsys, trace, argv, message):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["run", "--capacity", "80XB"], "argument --capacity: not a size: '80XB'"),
-    (["run", "--capacity", "1.5"], "argument --capacity: expected a whole number"),
-    (["sweep", "--capacities", "1GiB,oops"], "argument --capacities: capacities: not a size: 'oops'"),
-    (["mrc", "--capacities", "0"], "argument --capacities: capacities: must be >= 1"),
+    (["run", "--capacity", "80XB"], "kvreplay run: --capacity: not a size: '80XB'"),
+    (["run", "--capacity", "80Gb"], "kvreplay run: --capacity: 80Gb is in bits; write 80GB or 80GiB"),
+    (["run", "--capacity", "1.5"], "kvreplay run: --capacity: expected a whole number"),
+    (["sweep", "--capacities", "1GiB,oops"], "kvreplay sweep: --capacities: capacities: not a size: 'oops'"),
+    (["mrc", "--capacities", "0"], "kvreplay mrc: --capacities: capacities: must be >= 1"),
 ])
 def test_bad_sizes_are_usage_errors(capsys, trace, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main([argv[0], trace, *argv[1:]])
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(message)  # the message first, then one usage line
 
 
 def test_sweep_size_without_a_model_exits_2(capsys, trace):

@@ -49,13 +49,13 @@ def test_sweep_hybrid_and_the_flags_that_contradict_it(tmp_path):
                                                  "--capacities", "1GiB", "--kv-semantics", "hybrid")
     assert "(--policy radix), not lru" in fails("run", trace, "--model", "gpt-oss-120b", "--policy", "lru",
                                              "--kv-semantics", "hybrid")
-    assert "--kv-semantics hybrid needs --model" in fails("run", trace, "--kv-semantics", "hybrid")
+    assert "--kv-semantics needs --model" in fails("run", trace, "--kv-semantics", "hybrid")
     assert "one kind of layer" in fails("run", trace, "--model", "Llama-3.1-8B", "--kv-semantics", "hybrid")
     assert "--kv-layers counts bytes" in fails("run", trace, "--model", "gpt-oss-120b", "--kv-layers", "full",
                                                "--kv-semantics", "hybrid")
     # --kv-layers alone asks for bytes per token: full semantics (s3fifo, the usual default policy)
     assert "policy    s3fifo" in ok("run", trace, "--model", "gpt-oss-120b", "--kv-layers", "full")
-    assert "only run and sweep" in fails("mrc", trace, "--model", "gpt-oss-120b", "--kv-semantics", "hybrid",
+    assert "mrc replays every layer as full attention" in fails("mrc", trace, "--model", "gpt-oss-120b", "--kv-semantics", "hybrid",
                                          "--capacities", "1GiB")
 
 

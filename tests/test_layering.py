@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "kvreplay"
 # Lowest first. A module of one layer may import any module of the same or an earlier layer.
 LAYERS = (
     ("errors", "version"),
-    ("native", "files", "plugins", "data", "tables", "units"),
+    ("native", "files", "plugins", "data", "tables", "units", "progress", "checks"),
     ("catalog",),
     ("trace",),
     ("policies",),

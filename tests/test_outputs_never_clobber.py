@@ -143,11 +143,11 @@ def test_a_plan_that_tried_nothing_writes_nothing_and_exits_2(files, tmp_path, c
     out = tmp_path / "plan.json"
     out.write_text("keep")
     code = main(["plan", str(files["trace"]), "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--block-size", "4",
-                 "--time-model", str(files["profile"]), "--gpus", "A100", "--tp", "1", "-o", str(out), "--plot",
+                 "--time-model", str(files["profile"]), "--gpus", "B200", "--tp", "1", "-o", str(out), "--plot",
                  str(tmp_path / "p.png")])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err == ("kvreplay: every configuration was skipped: no price for A100 in the catalog (it "
-                                 "has A100-80GB, H100, H200): give --price A100=USD/h")
+    assert code == 2 and err == ("kvreplay: every configuration was skipped: no price for B200 in the catalog (it "
+                                 "has A100-80GB, H100, H200): give --price B200=USD/h")
     assert out.read_text() == "keep" and sorted(os.listdir(tmp_path)) == ["plan.json"]
 
 

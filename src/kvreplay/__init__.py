@@ -70,14 +70,15 @@ def report_html(trace, **kwargs) -> str:
     if serving:
         from .serving.simulate import serving_section
 
-        data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), **serving)
+        data["serving"] = serving_section(trace, block_size=kwargs.get("block_size"), progress=kwargs.get("progress"),
+                                          **serving)
     if plan is not None:
         from .errors import ConfigError
         from .serving.plan_check import serve_plan
 
         data["plan"] = plan
         try:
-            data["plan_served"] = serve_plan(trace, plan)
+            data["plan_served"] = serve_plan(trace, plan, progress=progress)
         except ConfigError as e:  # (a plan made in Python with objects for options: shown, not served again)
             data["plan_served_note"] = str(e)
             rank = rank and serving is not None

@@ -50,6 +50,17 @@ PACKAGE = Path(__file__).resolve().parent
 DEVELOPMENT = (PACKAGE.parent.parent / "setup.py").is_file()
 DTYPES = {"i1": np.int8, "i4": np.int32, "i8": np.int64, "f8": np.float64}
 POINTER, COUNT = ctypes.c_void_p, ctypes.c_int64  # the two argument types of the core's functions
+#: a pass's progress callback, void (*)(i64 done, i64 total) (include/progress.h)
+PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)
+
+
+def callback(told):
+    """(the C function, its address as a POINTER argument) for `told(done, total)`, or (None, None)
+    (NULL) without one. Keep the first alive while C may call it."""
+    if told is None:
+        return None, None
+    fn = PROGRESS(told)
+    return fn, ctypes.cast(fn, ctypes.c_void_p)
 #: set to 1: run as if the core were not built (the fallback's tests; a user comparing engines)
 DISABLE_VARIABLE = "KVREPLAY_NO_CORE"
 HOW_TO_BUILD = "pip install compiles it where a C compiler (gcc or clang) is, and a wheel brings it compiled"

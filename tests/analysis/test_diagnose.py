@@ -153,3 +153,18 @@ def test_the_documented_symptom_of_the_conversation_trace(capsys):
 
     assert main(["diagnose", str(shared_path(MOONCAKE / "conversation_trace.jsonl"))]) == 0
     assert "stop      7,372 requests (61.3%) share their first 1 block with an earlier request" in capsys.readouterr().out
+
+
+def test_a_vllm_request_log_is_a_token_log(tmp_path, capsys):
+    # vLLM names the prompt's ids prompt_token_ids: diagnose reads them as hash does
+    from conftest import DATA
+
+    plain = DATA / "tokens_span_at_32.jsonl"
+    vllm = tmp_path / "vllm.jsonl"
+    vllm.write_text(plain.read_text().replace('"token_ids"', '"prompt_token_ids"'))
+    assert main(["diagnose", str(plain), "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert main(["diagnose", str(vllm), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["spans"][0]["start"] == 32 and got["spans"][0]["broken_requests"] == 38
+    assert {k: v for k, v in got.items() if k != "source"} == {k: v for k, v in expected.items() if k != "source"}

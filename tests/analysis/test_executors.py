@@ -63,7 +63,8 @@ def test_forked_workers_share_the_parent_traces(traces):
 def test_progress_is_called_from_the_calling_thread(traces, executor, jobs):
     calls, threads = [], set()
 
-    def progress(done, total):
+    def progress(done, total, what):
+        assert what == "replays"
         calls.append((done, total))
         threads.add(threading.get_ident())
 
@@ -79,7 +80,7 @@ def test_progress_is_called_from_the_calling_thread(traces, executor, jobs):
 
 
 def test_a_failing_progress_hook_stops_the_sweep(traces):
-    def progress(done, total):
+    def progress(done, total, what):
         if done >= 3:
             raise RuntimeError("stop here")
 
@@ -112,7 +113,7 @@ def test_ray_gives_identical_results(traces, in_process):
     calls = []
     started = time.perf_counter()
     # A local instance of 2 CPUs, no dashboard, started and shut down by the sweep.
-    out = kvreplay.sweep(traces, CAPACITIES, POLICIES, jobs=2, executor="ray", progress=lambda d, t: calls.append(d))
+    out = kvreplay.sweep(traces, CAPACITIES, POLICIES, jobs=2, executor="ray", progress=lambda d, t, what: calls.append(d))
     elapsed = time.perf_counter() - started
     assert out == in_process
     assert calls[0] == 0 and calls[-1] == len(out["results"])
@@ -148,4 +149,4 @@ def test_cli_executor_options_change_nothing_in_the_output(capsys, options):
 def test_cli_ray_address_needs_the_ray_executor(capsys):
     code, out, err = _cli(capsys, "--ray-address", "auto")
     assert code == 2 and out == ""
-    assert err == "kvreplay: a Ray address only applies to the ray executor, not 'local'\n"
+    assert err == "kvreplay: --ray-address applies with --executor ray\n"

@@ -13,6 +13,7 @@ from kvreplay.analysis.models import (
     kv_bytes_per_token, parse_size, resolve_capacities,
 )
 from kvreplay.errors import ConfigError
+from kvreplay.units import parse_bandwidth
 
 GiB = 2**30
 
@@ -103,12 +104,13 @@ def test_fraction_of_a_byte_per_token_is_an_error():
 
 @pytest.mark.parametrize("text, expected", [
     ("80GiB", 80 * GiB),                       # 85,899,345,920
-    ("80gib", 80 * GiB),
+    ("80giB", 80 * GiB),                       # the prefix in any case; the B says bytes
     ("1.5TiB", 3 * 2**39),                     # 1.5 x 2^40 = 1,649,267,441,664
     ("500MB", 500_000_000),
     ("16 GB", 16_000_000_000),
     ("2KiB", 2048),
-    ("1kb", 1000),
+    ("1kB", 1000),
+    ("1KB", 1000),
     ("4096", 4096),                            # no unit: bytes
     ("4096B", 4096),
     ("2.5B", 2),                               # a fraction of a byte is dropped
@@ -123,6 +125,35 @@ def test_parse_size(text, expected):
 def test_parse_size_rejects_garbage(text):
     with pytest.raises(ConfigError, match="not a size"):
         parse_size(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("80Gb", "80Gb is in bits; write 80GB or 80GiB"),      # a lower-case b is a bit, never read as a byte
+    ("80gb", "80gb is in bits; write 80GB or 80GiB"),
+    ("64Gbit", "64Gbit is in bits; write 64GB or 64GiB"),
+    ("80Gib", "80Gib is in bits; write 80GB or 80GiB"),    # gibibits
+    ("1kb", "1kb is in bits; write 1KB or 1KiB"),
+    ("512b", "512b is in bits; a size is in bytes"),
+])
+def test_sizes_in_bits_are_refused(text, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("64Gb/s", "64Gb/s is in bits per second; write 8GB/s"),
+    ("100Gbps", "100Gbps is in bits per second; write 12.5GB/s"),
+    ("64Gbit/s", "64Gbit/s is in bits per second; write 8GB/s"),
+])
+def test_bandwidths_in_bits_are_refused(text, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_bandwidth(text)
+
+
+def test_bandwidths():
+    assert parse_bandwidth("64GB/s") == 64e9
+    assert parse_bandwidth("25 GiB/s") == 25 * 2**30
+    assert parse_bandwidth("inf") == float("inf")
 
 
 @pytest.mark.parametrize("text", ["0B", "0", "0.1B", 0])

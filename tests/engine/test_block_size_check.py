@@ -2,8 +2,10 @@
 
 A request fits a block size when its number of hash ids is ceil(L / bs) (every block hashed, the
 partial tail too: Mooncake, Bailian) or floor(L / bs) (full blocks only: the Claude Code corpus).
-Most requests misfitting means the wrong block size: the CLI stops with exit 2 and names the one
-they fit. A few misfits are replayed, counted and named in the report.
+Most requests misfitting an inferred block size (the trace's declared one, or the default) means
+the wrong block size: the CLI stops with exit 2 and names the one they fit. A --block-size the user
+gives is replayed as the spec defines it (hits capped at min(k x block_size, L)), with a warning
+counting the misfits. A few misfits are replayed, counted and named in the report.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pytest
 import kvreplay
 from kvreplay.cli import main
 from kvreplay.errors import ConfigError
-from kvreplay.trace.model import block_size_mismatches, check_block_size, likely_block_size
+from conftest import CLAUDE_CODE, DATA, MOONCAKE
+from kvreplay.trace.model import (block_size_mismatches, check_block_size, check_not_token_ids, likely_block_size,
+                                  token_like_requests)
 
 
 def mooncake_lines(requests) -> str:
@@ -55,6 +59,19 @@ def test_cli_stops_before_printing_a_wrong_number(tmp_path, capsys, command):
                                    "(3 of 3 requests have a number of hash ids that does not fit their input_length "
                                    "at 512-token blocks)")
     assert main([command[0], str(path), *command[1:], "--block-size", "16"]) == 0
+
+
+@pytest.mark.parametrize("command", [["run"], ["sweep", "--capacities", "8"], ["mrc", "--capacities", "8"], ["stats"]])
+def test_the_users_own_block_size_is_replayed_with_a_warning(tmp_path, capsys, command):
+    path = tmp_path / "t16.jsonl"
+    path.write_text(mooncake_lines(AT_16))
+    with pytest.warns(UserWarning) as warned:
+        assert main([command[0], str(path), *command[1:], "--block-size", "512"]) == 0
+    assert [str(w.message) for w in warned] == [
+        f"{path}: 3 of 3 requests have a number of hash ids that does not fit their input_length at 512-token blocks "
+        "(they fit 16-token blocks); replayed at --block-size 512 as given, each request's hit capped at "
+        "min(hit blocks x 512, input_length)"]
+    assert capsys.readouterr().out
 
 
 def test_a_few_misfits_are_replayed_counted_and_named(tmp_path, capsys):
@@ -98,3 +115,69 @@ def test_hashed_at_16_then_replayed_without_the_flag(tmp_path, capsys):
     assert main(["run", str(bare), "--policy", "lru", "--capacity", "100"]) == 2
     assert "the hash ids fit 16-token blocks, not 512: pass --block-size 16" in capsys.readouterr().err
     assert main(["run", str(bare), "--policy", "lru", "--capacity", "100", "--block-size", "16"]) == 0
+
+# ---------------------------------------------------------------- token ids are not hash ids
+# A token log replayed as hash ids would have been told "pass --block-size 1", which replays each
+# token as a block: a shared word then counts as a shared prefix block. Chained block hashes never
+# repeat within a prompt; a prompt's token ids do (trace/model.py, check_not_token_ids).
+
+TOKEN_IDS = DATA / "token_ids_as_hash_ids.jsonl"  # 8 prompts of 40-70 token ids, 30 shared
+
+
+def test_token_like_requests_by_hand():
+    # request 0: 16 ids for 16 tokens, 3 repeated -> token-like; 1: 16 distinct ids -> not (a chained
+    # hash at block size 1 is fine); 2: 16 ids with a repeat for 512 tokens -> one id per 32 tokens, not
+    # token-like; 3: 15 ids -> not judged.
+    repeat = [5, 6, 5] + list(range(10, 23))
+    trace = kvreplay.Trace.from_requests([(repeat, 16), (list(range(30, 46)), 16), (repeat, 512),
+                                          (list(range(15)), 15)])
+    assert token_like_requests(trace) == (1, 3)
+    check_not_token_ids(trace)  # 1 of 3 judged: not most
+
+
+def test_a_token_log_replayed_as_hash_ids_is_refused_with_the_way_out(capsys):
+    assert main(["run", str(TOKEN_IDS), "--block-size", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvreplay: {TOKEN_IDS}: the hash_ids look like token ids, not block hashes: 8 of 8 "
+                          "requests with 16+ ids carry about one id per prompt token and repeat ids within the prompt")
+    assert "kvreplay hash" in err and "--no-token-id-check" in err and "pass --block-size 1" not in err
+    assert main(["run", str(TOKEN_IDS)]) == 2  # at the default block size too, before the block-size advice
+    assert "look like token ids" in capsys.readouterr().err
+    assert main(["run", str(TOKEN_IDS), "--block-size", "1", "--no-token-id-check"]) == 0
+
+
+def test_hash_turns_the_token_log_into_a_trace_that_passes(tmp_path, capsys):
+    # the same prompts through `kvreplay hash` (their token ids as prompt_token_ids, vLLM's name):
+    # 16-token blocks of chained hashes, and at block size 1 one id per token, never repeated
+    log = tmp_path / "vllm.jsonl"
+    log.write_text("".join(json.dumps({"prompt_token_ids": json.loads(line)["hash_ids"]}) + "\n"
+                           for line in TOKEN_IDS.read_text().splitlines()))
+    for block_size in ("16", "1"):
+        out = tmp_path / f"t{block_size}.jsonl"
+        assert main(["hash", str(log), "-o", str(out), "--block-size", block_size]) == 0
+        assert main(["stats", str(out)]) == 0
+    assert token_like_requests(kvreplay.load_trace(tmp_path / "t1.jsonl")) == (0, 8)
+
+
+def test_a_vllm_request_log_is_pointed_to_hash(tmp_path, capsys):
+    log = tmp_path / "vllm.jsonl"
+    log.write_text(json.dumps({"prompt_token_ids": [1, 2, 3], "timestamp": 0}) + "\n")
+    assert main(["run", str(log)]) == 2
+    assert (f"{log}:1: hash_ids: missing; this record has prompt_token_ids: a token log, not a trace of block "
+            f"hashes (turn it into one with `kvreplay hash {log} -o trace.jsonl`)") in capsys.readouterr().err
+
+
+def test_no_fixture_and_no_shared_trace_looks_like_token_ids():
+    paths = [p for p in sorted(DATA.iterdir()) if p.suffix in (".json", ".jsonl") and p != TOKEN_IDS]
+    paths += [p for p in (MOONCAKE / "conversation_trace.jsonl", MOONCAKE / "synthetic_trace.jsonl", CLAUDE_CODE)
+              if p.exists()]
+    judged = 0
+    for path in paths:
+        try:
+            trace = kvreplay.load_trace(path)
+        except kvreplay.KvreplayError:
+            continue  # the bad-input fixtures and the token logs (no hash_ids at all)
+        looking, n = token_like_requests(trace)
+        assert looking == 0, path
+        judged += n
+    assert judged > 0

@@ -1,4 +1,4 @@
-"""trtllm: TensorRT-LLM's block reuse (policies/trtllm.py).
+"""trtllm: TensorRT-LLM's block reuse (policies/trtllm.py and trtllm.c).
 
 Scenarios from TensorRT-LLM's own unit tests, cpp/tests/unit_tests/batch_manager/
 kvCacheManagerTest.cpp at 000a01de (T below; "pos" is its getContextCurrentPosition(), the
@@ -6,6 +6,11 @@ reused prompt tokens) and evictionPolicyTest.cpp at 2a9abd95 (EPT), as a block-l
 expresses them: a block of 4 tokens is one id; the expected numbers are the tests' own, where
 a scenario keeps them, else hand-worked and said so. The wheel's block manager needs CUDA, so the
 C++ tests' numbers stand in for running it.
+
+The compiled engine (trtllm.c) is held equal to the reference here beyond what test_contract,
+test_lifecycle and test_eviction_log check for every policy (defaults only): with a host pool,
+leaf-only eviction, another offload threshold, retention priorities with durations and
+timestamps, and with requests that store their prompt while they run (store events).
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.engine.lifecycle import replay_lifecycle
 from kvreplay.errors import ConfigError
 from kvreplay.trace.retention import Retention
+from strategies import engines_agree, lifecycles, lifecycles_agree, requests
 
 BS = 4
 
@@ -114,10 +122,111 @@ def test_refused_where_it_is_not_modelled():
     from kvreplay.serving.simulate import simulate
 
     t = trace_of([(["a"], 4)])
-    with pytest.raises(ConfigError, match="TensorRT-LLM's scheduler"):
+    with pytest.raises(ConfigError, match="served by its scheduler"):  # (--engine-style trtllm serves it)
         simulate(t, "trtllm", 10, BS)
     with pytest.raises(ConfigError, match="host_blocks"):
         kvreplay.replay(t, "trtllm", 10, BS, tiers="dram=100")
     with pytest.raises(ConfigError, match="leaf_only"):
         kvreplay.replay(t, "trtllm", 10, BS, leaf_only=2)
-    assert kvreplay.replay(t, "trtllm", 10, BS).engine == "reference"
+    assert kvreplay.replay(t, "trtllm", 10, BS).engine == "compiled"
+
+
+# ---- the compiled engine against the reference ------------------------------------------------------
+
+PARAMS = st.fixed_dictionaries({"host_blocks": st.sampled_from([0, 1, 3, 20]), "leaf_only": st.sampled_from([0, 1]),
+                                "offload_min_priority": st.sampled_from([0, 30, 90])})
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def with_retention(draw, case):
+    """`case`'s requests with timestamps (ms, sometimes going back) and retention ranges drawn
+    per request: none, or one to three ranges of any priority, some with durations."""
+    reqs, block_size = case
+    stamps = draw(st.lists(st.integers(-2, 40), min_size=len(reqs), max_size=len(reqs)))
+    ranges = []
+    for ids, length in reqs:
+        out, start = [], 0
+        for _ in range(draw(st.integers(0, 3))):
+            end = draw(st.one_of(st.none(), st.integers(start + 1, start + 3 * block_size + 1)))
+            out.append((start, end, draw(st.integers(0, 100)), draw(st.one_of(st.none(), st.sampled_from([1.0, 5.0, 30.0])))))
+            if end is None:
+                break
+            start = end + draw(st.integers(0, block_size))
+        ranges.append(out)
+    t = kvreplay.Trace.from_requests([(ids, length, float(sum(stamps[:i + 1])), 0) for i, (ids, length) in enumerate(reqs)])
+    return replace(t, retention=Retention.from_lists(ranges)), block_size
+
+
+@SETTINGS
+@given(data=st.data(), capacity=st.one_of(st.integers(1, 12), st.sampled_from([20, 64])), params=PARAMS)
+def test_engines_agree_with_every_parameter(data, capacity, params):
+    trace, block_size = data.draw(with_retention(data.draw(requests(max_requests=40))))
+    engines_agree(trace, "trtllm", capacity, block_size, **params)
+
+
+@st.composite
+def with_stores(draw, case):
+    """`case`'s lifecycle with store events (n + i: request i stores its prompt) of running
+    requests drawn between the others."""
+    reqs, block_size, events = case
+    n, running, out = len(reqs), set(), []
+    for e in events:
+        if running and draw(st.booleans()):
+            out.append(n + draw(st.sampled_from(sorted(running))))
+        out.append(e)
+        (running.add if e >= 0 else running.discard)(e if e >= 0 else -e - 1)
+    return reqs, block_size, out
+
+
+@SETTINGS
+@given(data=st.data(), capacity=st.one_of(st.integers(1, 12), st.sampled_from([20, 64])), params=PARAMS)
+def test_engines_agree_on_requests_that_store_while_running(data, capacity, params):
+    reqs, block_size, events = data.draw(with_stores(data.draw(lifecycles(max_requests=25))))
+    trace = kvreplay.Trace.from_requests(reqs)
+    lifecycles_agree(trace, "trtllm", capacity, events, block_size, **params)
+
+
+def test_a_stored_prompt_is_reused_while_its_request_runs():
+    # storeContextBlocks (KVM2:2046-2056): r0 (3 full blocks + 1 token) stores its full blocks
+    # once its prompt is computed; r1, started while r0 still runs, reuses them (12 tokens);
+    # without the store, only at r0's end, it reuses nothing
+    reqs = [(["a", "b", "c", "d"], 13), (["a", "b", "c", "e"], 13)]
+    with_store = replay_lifecycle(trace_of(reqs), "trtllm", 20, [0, 2, 1, -1, -2], BS)
+    without = replay_lifecycle(trace_of(reqs), "trtllm", 20, [0, 1, -1, -2], BS)
+    for engine in ("reference", "compiled"):
+        assert replay_lifecycle(trace_of(reqs), "trtllm", 20, [0, 2, 1, -1, -2], BS, engine=engine).hit_tokens.tolist() == [0, 12]
+    assert (with_store.hit_tokens.tolist(), without.hit_tokens.tolist()) == ([0, 12], [0, 0])
+
+
+def test_own_blocks_leave_out_the_shared_ones():
+    # what pausing a running request frees under TensorRT-LLM's MAX_UTILIZATION (its
+    # schedulingRemoveSequence frees the blocks no other request holds; kernel/trtllm.c asks the
+    # policy's own_blocks): r0 (13 tokens: 4 blocks) stores its 3 full blocks, r1 reuses them and
+    # adds 1; each then owns 1 block, and r0 all 4 once r1 is gone
+    import ctypes
+
+    import numpy as np
+
+    from kvreplay import native
+    from kvreplay.engine import lifecycle
+    from kvreplay.policies.registry import get_policy
+    from kvreplay.policies.trtllm import make_state
+
+    t = trace_of([(["a", "b", "c", "d"], 13), (["a", "b", "c", "e"], 13)])
+    spec, state = get_policy("trtllm"), make_state(20, t)
+    n = len(t)
+    hit, held, refused = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    handles = np.zeros(int(t.offsets[-1]) + n + 8, dtype=np.int64)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    own_blocks = native.function("kv_own_blocks", i, p, p, i, i, p, i, i)
+
+    def own(events, r):
+        lifecycle.run_state(spec, state, t.offsets, t.blocks, t.input_length, BS, events, hit, held, refused, handles)
+        table, record = spec.compiled(state)
+        start, end = int(t.offsets[r]), int(t.offsets[r + 1])
+        return own_blocks(table, native.ptr(record), start, end, native.ptr(handles), start + r, int(held[r]))
+
+    assert own([0, n + 0, 1], 0) == 1 and hit.tolist() == [0, 3] and held.tolist() == [4, 4]
+    assert own([], 1) == 1
+    assert own([-2], 0) == 4

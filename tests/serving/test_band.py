@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import kvreplay
-from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
 from sim_cases import trace_of
 
 
@@ -44,17 +43,28 @@ def test_band_brackets_every_latency():
 
 
 def test_band_of_an_isolated_request_is_its_steps_times_the_ratios():
-    # one request, alone: its first token is the serving front end's latency (frontend_s, outside
-    # the band; 4 ms here, whatever the shipped fit gives) plus one prefill step, whose time x the
-    # prefill band's ends bound it
+    # one request, alone: its first token is what the host CPU adds (its arrival delay, the
+    # engine's CPU beside the step, its output delay) plus one prefill step; at each end of the
+    # band, the step x the prefill band's end and the host's terms at their own band's end
+    from kvreplay.serving.timing import CalibratedRooflineTimeModel, StepBatch
+    from kvreplay.serving.timing.host import band_end, calibrated
+
     t = trace_of(([0, 1, 2, 3], 64, 0, 1), block_size=16)
-    tm = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", coefficients={"frontend_s": 0.004})
-    r = kvreplay.simulate(t, "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model=tm)
+    r = kvreplay.simulate(t, "vllm", 64, 16, model="Llama-3.1-8B", gpu="H100", time_model="roofline")
     lo, hi = r.band["bands"]["prefill"]
-    frontend = r.time_model["coefficients"]["frontend_s"]
-    step = float(r.ttft_s[0]) - frontend
-    assert frontend == 0.004 and step > 0
-    assert r.summary()["latency_band_s"]["ttft"]["p50"] == pytest.approx([frontend + step * lo, frontend + step * hi])
+    host = calibrated()
+    assert r.time_model["host"] == host.describe()
+    step = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").step_time(StepBatch((64,), (0,)))
+
+    def ttft(h, x):
+        return float(h.arrival_delay([64])[0]) + h.step_seconds(step * x, 1) + h.output_seconds(1)
+
+    assert float(r.ttft_s[0]) == pytest.approx(ttft(host, 1.0))
+    low, high = band_end(host, "low"), band_end(host, "high")
+    assert low.request_s <= host.request_s <= high.request_s and low != high
+    band = r.summary()["latency_band_s"]
+    assert band["ttft"]["p50"] == pytest.approx([ttft(low, lo), ttft(high, hi)])
+    assert band["host_band"]["low"] == low.describe()
 
 
 def test_raw_roofline_has_no_band_and_warnings_name_the_range():

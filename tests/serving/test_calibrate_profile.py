@@ -139,7 +139,7 @@ def test_parse_terms():
         parse_terms("1,batch")
     with pytest.raises(ConfigError, match="given twice"):
         parse_terms("prefill_tokens,prefill_tokens^1")
-    with pytest.raises(ConfigError, match="exponent of decode_batch must be a whole number >= 1"):
+    with pytest.raises(ConfigError, match="exponent of decode_batch must be a whole number from 1 to 8"):
         parse_terms("decode_batch^0.5")
 
 

@@ -52,7 +52,8 @@ def test_the_fp8_case_from_the_command_line(tmp_path, capsys):
 
 def test_sizes_and_their_errors():
     assert resolve(TRACE, capacity=100).capacity == 100
-    assert resolve(TRACE, capacity="100").capacity == 100
+    with pytest.raises(ConfigError, match=r"capacity \(--capacity\) '100' is text: give a block count as a number"):
+        resolve(TRACE, capacity="100")  # (the API takes a number, or a size with its unit)
     assert resolve(TRACE, tiers="hbm=50,dram=200").capacity == 50
     assert resolve(TRACE, capacity=7, unbounded_ids=1234).capacity == 1234
     with pytest.raises(ConfigError, match="the pool is given twice"):

@@ -21,6 +21,8 @@ from kvreplay.serving.prices import Prices
 from kvreplay.serving.simulate import arrival_times, simulate
 from kvreplay.serving.slo import SLO, judge
 from kvreplay.serving.timing import load_time_model
+from kvreplay.serving.timing.host import HostTerms, band_end
+from kvreplay.serving.timing.host import resolve as resolve_host
 from kvreplay.serving.timing.models import StepBatch
 from kvreplay.serving.warmup import earlier_prefix
 
@@ -65,14 +67,20 @@ def test_floors_by_hand():
     assert prefill_alone(tm, 20_000, 0, None) == pytest.approx(tm.step_time(StepBatch(prefill_new=(20_000,),
                                                                                       prefill_cached=(0,))))
     # the calibrated roofline's pessimistic end: a prefill chunk's factor is the smaller of the
-    # prefill and mixed steps' (a chunk may run in a mixed step), and the frontend latency adds
+    # prefill and mixed steps' (a chunk may run in a mixed step), and what the host CPU adds:
+    # 2 ms + 1 us a prompt token before the engine, 50 us a request's token out; the output
+    # delays of up to 4 requests a step can take 3 x 50 us off the 2 gaps of the first's TPOT
     cal = load_time_model("roofline", model="Llama-3.1-8B", gpu="H100", tp=1)
     high = cal.at_band("high")
-    g = request_floors(t, arrival, high, cal, block_size=BLOCK, chunk=8192)
+    host = HostTerms(request_s=2e-3, prompt_token_s=1e-6, step_request_s=4e-5, output_request_s=5e-5)
+    g = request_floors(t, arrival, high, cal, block_size=BLOCK, chunk=8192, host=host, max_seqs=4)
     factor = min(high.scale["prefill"], high.scale["mixed"])
     alone = sum(cal.step_time(StepBatch(prefill_new=(n,), prefill_cached=(c,)))
                 for n, c in ((8192, 0), (8192, 8192), (3616, 16384)))
-    assert g.ttft_s[0] == pytest.approx(cal.frontend_s + factor * alone)
+    assert g.ttft_s[0] == pytest.approx(2e-3 + 20_000e-6 + factor * alone + 5e-5)
+    d = min(high.scale["decode"], high.scale["mixed"]) * cal.step_time(StepBatch(decode_context=(20_001,)))
+    assert g.tpot_s[0] == pytest.approx(d - 3 * 5e-5 / 2)
+    assert g.e2e_s[0] == pytest.approx(2e-3 + 20_000e-6 + factor * alone + 2 * d + 5e-5)
 
 
 def test_earlier_prefix_is_the_infinite_caches_hit():
@@ -97,12 +105,16 @@ def test_earlier_prefix_is_the_infinite_caches_hit():
        policy=st.sampled_from(["vllm", "lru", "s3fifo"]), end=st.sampled_from(["low", "centre", "high"]),
        capacity=st.sampled_from([None, 40, 80]), speedup=st.sampled_from([1.0, 20.0]))
 def test_no_run_beats_its_floors(trace, instances, router, policy, end, capacity, speedup):
+    # (the host CPU's terms at the same end of their band, as simulate's band and plan run them)
     cal = load_time_model("roofline", model="Llama-3.1-8B", gpu="H100", tp=1)
     tm = cal if end == "centre" else cal.at_band(end)
+    host = resolve_host(None, cal)
+    host = host if end == "centre" else band_end(host, end)
     r = simulate(trace, policy, capacity, BLOCK, model="Llama-3.1-8B", gpu="H100", time_model=tm, instances=instances,
-                 router=router, speedup=speedup, compare_sequential=False, band_runs=False)
+                 router=router, speedup=speedup, compare_sequential=False, band_runs=False, host=host)
     arrival, _ = arrival_times(trace, speedup=speedup)
-    f = request_floors(trace, arrival, tm, cal, block_size=BLOCK, chunk=8192)
+    f = request_floors(trace, arrival, tm, cal, block_size=BLOCK, chunk=8192, host=host, max_seqs=256)
+    assert np.all(f.ttft_s >= host.request_s)
     ok = r.finished
     assert np.all(r.ttft_s[ok] >= f.ttft_s[ok] * (1 - 1e-9))
     tpot = r.tpot_s[ok]
@@ -138,6 +150,7 @@ def test_no_pruned_configuration_passes(trace, factor, h200, warmup, load):
         for n in counts:
             tm = load_time_model("roofline", model="Llama-3.1-8B", gpu=row["gpu"], tp=row["tp"]).at_band("high")
             r = simulate(trace, None, None, BLOCK, model="Llama-3.1-8B", gpu=row["gpu"], tp=row["tp"], time_model=tm,
-                         instances=n, compare_sequential=False, band_runs=False, warmup=warmup, speedup=load)
+                         instances=n, compare_sequential=False, band_runs=False, warmup=warmup, speedup=load,
+                         host=band_end(resolve_host(None, tm), "high"))
             v = judge(r, slo, None, 3)
             assert not v["meets"], (row["config"], row["verdict"], n, v["binding"])

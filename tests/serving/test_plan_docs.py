@@ -89,9 +89,10 @@ def test_the_70b_model():
 def test_the_claude_code_samples():
     out = run("plan", shared_path(CLAUDE_CODE), "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus",
               "H100,H200")
-    assert re.search(r"best  chosen   1 x 1 x H100 +1 / 1 / 1 .* 90\.44 .* TTFT p90 702\.7 ms / 2\.00 s", out)
-    assert "judged     33 requests arriving from 124 s" in out
-    assert ("windows    TTFT p90: the whole judged span as one window: its 33 requests are fewer than the 50 a window "
+    assert "arrivals   closed loop (the default for claude-code traces)" in out
+    assert re.search(r"best  chosen   1 x 1 x H100 +1 / 1 / 1 .* 90\.44 .* TTFT p90 660\.8 ms / 2\.00 s", out)
+    assert "judged     31 requests arriving from 137 s" in out
+    assert ("windows    TTFT p90: the whole judged span as one window: its 31 requests are fewer than the 50 a window "
             "needs") in out
 
 

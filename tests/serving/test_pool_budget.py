@@ -57,7 +57,7 @@ def test_enforce_eager_leaves_the_cuda_graphs_out(trace_file):
 def test_bad_pool_flags_exit_2_naming_the_flag(trace_file, args, message):
     r = kv("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "instant",
            "--block-size", "16", *args)
-    assert r.returncode == 2 and message in r.stderr.decode().strip().splitlines()[-1]
+    assert r.returncode == 2 and message in r.stderr.decode().strip().splitlines()[0]
 
 
 def test_the_pool_flags_need_a_gpu_and_a_model(trace_file):

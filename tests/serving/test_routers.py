@@ -208,10 +208,13 @@ def test_cluster_sweep_is_the_same_wherever_it_runs():
     grid = dict(speedups=[0.5, 2.0], policies=["lru"], capacities=[60], instances=[1, 3],
                 routers=["round-robin", "kv-aware"], tiers=[None, "dram=100"], time_model=ONE_SECOND)
     here = load_sweep(trace, **grid)
-    # (one instance has no routing: it is run once, not once per router)
-    assert len(here) == (1 + 2) * 2 * 2
-    assert [(r["instances"], r["router"], r["tiers"], r["load"]) for r in here[:4]] == [
-        (1, "-", "none", 0.5), (1, "-", "none", 2.0), (1, "-", "dram=100", 0.5), (1, "-", "dram=100", 2.0)]
+    # every row of the grid is written; one instance has no routing: it is run once, and its rows
+    # are written under each router
+    assert len(here) == 2 * 2 * 2 * 2
+    assert [(r["instances"], r["router"], r["tiers"], r["load"]) for r in here[:8]] == [
+        (1, router, tiers, load) for router in ("round-robin", "kv-aware") for tiers in ("none", "dram=100")
+        for load in (0.5, 2.0)]
+    assert [dict(r, router="-") for r in here[:4]] == [dict(r, router="-") for r in here[4:8]]
     one = simulate(trace, "lru", 60, time_model=ONE_SECOND, instances=3, router="kv-aware", tiers="dram=100",
                    speedup=2.0)
     row = here[-1]

@@ -59,15 +59,16 @@ def test_two_requests_step_by_step():
     assert s["latency_s"]["ttft"]["p50"] == 1.5 and s["latency_s"]["ttft"]["max"] == 1.5
 
 
-def test_the_frontend_latency_delays_each_request_at_the_engine():
-    # the calibrated roofline's frontend_s: a request reaches the engine that long after it arrives,
-    # so every request's schedule, first token and finish move by it and its TTFT holds it; its
-    # arrival and TPOT do not move (the engine sees the same arrivals, all shifted alike)
+def test_the_host_arrival_delay_delays_each_request_at_the_engine():
+    # what the API server takes before the engine sees a request (serving/timing/host.py,
+    # request_s): every request's schedule, first token and finish move by it and its TTFT holds
+    # it; its arrival and TPOT do not move (the engine sees the same arrivals, all shifted alike)
     from kvreplay.serving.timing import CalibratedRooflineTimeModel
+    from kvreplay.serving.timing.host import HostTerms
 
     t = trace_of((["a", "b"], 8, 0, 3), (["a", "c"], 8, 500, 2), (["d"], 4, 520, 4))
-    runs = [simulate(t, "vllm", 100, time_model=CalibratedRooflineTimeModel(
-        "Llama-3.1-8B", "H100", coefficients={"frontend_s": f}), band_runs=False) for f in (0.0, 0.25)]
+    tm = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100")
+    runs = [simulate(t, "vllm", 100, time_model=tm, band_runs=False, host=HostTerms(request_s=f)) for f in (0.0, 0.25)]
     assert np.array_equal(runs[0].arrival_s, runs[1].arrival_s)
     assert np.array_equal(runs[0].arrival_s, [0.0, 0.5, 0.52])
     for field in ("scheduled_s", "first_token_s", "finish_s"):
@@ -215,8 +216,8 @@ def test_goodput_counts_requests_within_the_slos():
 # every policy under the vLLM-style scheduler; the SGLang-style one (a kernel of its own per policy:
 # compile time) with its own policy and two block-level ones
 # (deepseek is refused: tests/policies/test_deepseek.py)
-LIMIT_CASES = [(p, "vllm") for p in sorted(POLICIES) if p not in NOT_SERVED] + \
-    [(p, "sglang") for p in ("radix", "lru", "s3fifo")]
+LIMIT_CASES = [(p, "vllm") for p in sorted(POLICIES) if p not in NOT_SERVED and p != "trtllm"] + \
+    [(p, "sglang") for p in ("radix", "lru", "s3fifo")] + [("trtllm", "trtllm")]  # (trtllm: its own scheduler only)
 
 
 @pytest.mark.parametrize("policy, style", LIMIT_CASES)

@@ -90,10 +90,12 @@ def test_cluster_sweep_table(files):
              "round-robin,least-loaded", "--tier-list", "none;dram=4", "--output", d / "grid.csv")
     assert "instances" in out and "HBM hit %" in out
     rows = list(csv.DictReader(io.StringIO((d / "grid.csv").read_text())))
+    # all 8 rows of the grid (one instance has no routing: run once, written under each router)
     assert [(r["instances"], r["router"], r["tiers"]) for r in rows] == [
-        ("1", "-", "none"), ("1", "-", "dram=4"),  # (one instance: once, whatever the routers)
-        ("2", "round-robin", "none"), ("2", "round-robin", "dram=4"), ("2", "least-loaded", "none"),
-        ("2", "least-loaded", "dram=4")]
+        ("1", "round-robin", "none"), ("1", "round-robin", "dram=4"), ("1", "least-loaded", "none"),
+        ("1", "least-loaded", "dram=4"), ("2", "round-robin", "none"), ("2", "round-robin", "dram=4"),
+        ("2", "least-loaded", "none"), ("2", "least-loaded", "dram=4")]
+    assert [dict(r, router="") for r in rows[:2]] == [dict(r, router="") for r in rows[2:4]]
     out = ok("simulate", trace, "--time-model", tm, "--capacity", "100", "--prefill-instances", "1",
              "--decode-instances", "1")
     assert "1 prefill, 1 decode" in out and "decode" in out
@@ -116,7 +118,7 @@ def test_plot_of_one_run(files):
     (("--time-model", "instant", "--capacity", "10", "--tiers", "dram=1GiB"), "give --model"),
     (("--time-model", "instant", "--capacity", "10", "--warmup-fraction", "0.5"),
      "--warmup-fraction is replay's (a share of the requests); serving judges a warm server with --warmup"),
-    (("--time-model", "instant", "--capacity", "10", "--warmup", "600"), "give a duration its unit"),
+    # (--warmup 600 is refused as it is parsed: tests/test_argument_errors.py)
     (("--time-model", "instant", "--capacity", "10", "--warmup", "1h"), "not shorter than the arrival span"),
     (("--time-model", "instant", "--capacity", "10", "--warmup", "0.2", "--cold-start"), "not both"),
     (("--time-model", "instant", "--capacity", "10", "--output", "x.txt"), "must end in .csv, .json or .parquet"),
@@ -175,6 +177,26 @@ def test_conversation_trace_as_the_issue_asks():
     cold = json.loads(ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--cold-start", "--json",
                          "--summary-only"))
     assert cold["summary"]["finished"] == 12_031 and cold["summary"]["window"]["kind"] == "whole_trace"
+
+
+def test_host_cpu_terms_on_the_time_line_and_in_the_latencies(files):
+    # the calibrated roofline adds what the host CPU does (serving/timing/host.py) unless told not to;
+    # --host-cpu none leaves the engine's steps alone; a measured profile adds nothing by default
+    trace, tm, _ = files
+    run = lambda *a: json.loads(ok("simulate", trace, "--model", "Llama-3.1-8B", "--gpu", "H100", "--json", *a))  # noqa: E731
+    default, none, sync = run(), run("--host-cpu", "none"), run("--host-cpu", "vllm-sync")
+    assert default["config"]["time_model"]["host"]["host"] == "vllm"
+    assert default["config"]["time_model"]["host"]["async_scheduling"] is True
+    assert none["config"]["time_model"]["host"]["host"] == "none"
+    assert sync["config"]["time_model"]["host"]["async_scheduling"] is False
+    first = lambda doc: doc["per_request"]["first_token_s"][0]  # noqa: E731 - the first request, alone
+    assert first(default) > first(none)
+    line = next(x for x in ok("simulate", trace, "--model", "Llama-3.1-8B", "--gpu", "H100").splitlines()
+                if x.startswith("time"))
+    assert "host CPU (vllm: vLLM's API server and engine core, async scheduling" in line
+    assert "host CPU" not in ok("simulate", trace, "--capacity", 100, "--time-model", tm)
+    assert "instant time model takes no time" in fails("simulate", trace, "--time-model", "instant", "--capacity", 10,
+                                                       "--host-cpu", "vllm")
 
 
 def test_report_has_a_serving_section_with_gpu(files):

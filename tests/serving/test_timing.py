@@ -727,23 +727,18 @@ def test_calibrated_decode_attention_reads_slower_with_few_request_kv_head_pairs
         80 * 2e-5 + 2000 * 80 * m1.kv_per_layer_token_gpu * (1 + 0.5 / 16) / (3.35e12 * 0.5))
 
 
-def test_calibrated_frontend_latency_is_outside_the_step():
-    m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "frontend_s": 0.02})
-    plain = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients=ROUND)
-    batch = StepBatch((512,), (0,), (900,) * 8)
-    assert m.frontend_s == 0.02 and plain.frontend_s == 0.0
-    assert m.step_time(batch) == plain.step_time(batch)
-
-
-def test_the_shipped_calibration_holds_the_serving_terms_fitted_on_silicon_runs():
+def test_the_shipped_calibration_holds_the_serving_term_fitted_on_silicon_runs():
     from kvreplay.serving.timing.roofline import SERVING_COEFFICIENTS, calibration_data
 
     # fitted once, on H100's silicon runs, and shipped alike to every measured GPU
     h100 = calibration_data()["gpus"]["H100"]["coefficients"]
     m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H200", 8, dtype="fp8")
-    assert m.c["allreduce_skew_s"] > 0 and m.frontend_s >= 0
-    assert all(m.c[k] == h100[k] for k in SERVING_COEFFICIENTS)
-    assert m.c["frontend_s"] == CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").frontend_s
+    assert SERVING_COEFFICIENTS == ("allreduce_skew_s",)
+    assert m.c["allreduce_skew_s"] > 0 and m.c["allreduce_skew_s"] == h100["allreduce_skew_s"]
+    # what the host CPU adds is not a roofline coefficient (serving/timing/host.py)
+    assert not hasattr(m, "frontend_s")
+    with pytest.raises(ConfigError, match="unknown roofline coefficient"):
+        CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1, coefficients={**ROUND, "frontend_s": 0.02})
 
 
 def test_calibrated_fp8_needs_fp8_coefficients():
@@ -781,7 +776,7 @@ def test_calibrated_gpu_without_measurements_borrows_its_relatives():
     assert own["moe_e_gemm_fp8"] == checked["coefficients"]["moe_e_gemm_fp8"] != h200["moe_e_gemm_fp8"]
     assert own["mla_floor_s"] != h200["mla_floor_s"] and own["gdn_parallel"] != h200["gdn_parallel"]
     assert own["e_gemm"] != h200["e_gemm"] and own["e_gemm_fp8"] != h200["e_gemm_fp8"]
-    assert all(own[k] == h200[k] for k in ("e_attn_prefill", "attn_floor_decode_s", "allreduce_latency_s", "frontend_s"))
+    assert all(own[k] == h200[k] for k in ("e_attn_prefill", "attn_floor_decode_s", "allreduce_latency_s", "allreduce_skew_s"))
     # the time line says which: B200's relative's coefficients checked on its kernels, its own three terms
     from kvreplay.output.serving import _describe_time
 

@@ -37,7 +37,7 @@ ROUNDTRIP_OUT = (
     '{"timestamp":0,"input_length":3,"output_length":0,"hash_ids":[],"block_size":4}\n'
     '{"timestamp":5000,"input_length":14,"output_length":2,"hash_ids":[0,1,2],"block_size":4}\n'
 )
-ROUNDTRIP_SUMMARY = {"block_size": 4, "requests": 6, "tokens": 56, "blocks": 12, "unique_blocks": 6}
+ROUNDTRIP_SUMMARY = {"block_size": 4, "requests": 6, "tokens": 56, "blocks": 12, "unique_blocks": 6, "tokenized": 0}
 BAD3 = DATA / "tokens_bad_line3.jsonl"  # line 3: token_ids item 1 is -1
 
 
@@ -136,6 +136,19 @@ def test_roundtrip_replay_gives_hand_computed_hits(tmp_path):
     assert lru.hit_tokens.tolist() == [0, 8, 4, 0, 0, 0]
 
 
+def test_vllm_prompt_token_ids_hash_as_token_ids(tmp_path):
+    # vLLM's request log names a prompt's tokens prompt_token_ids: the same tokens give the same trace.
+    records = [json.loads(line) for line in ROUNDTRIP.read_text().splitlines() if line.strip()]
+    renamed = [{("prompt_token_ids" if k == "token_ids" else k): v for k, v in r.items()} for r in records]
+    log = write(tmp_path, "vllm.jsonl", jsonl(*renamed))
+    out = tmp_path / "trace.jsonl"
+    assert hash_token_log(log, out, block_size=4)["requests"] == 6
+    assert out.read_text() == ROUNDTRIP_OUT
+    mixed = write(tmp_path, "mixed.jsonl", jsonl(records[0], renamed[1]))  # either name, line by line
+    hash_token_log(mixed, out, block_size=4)
+    assert out.read_text() == ROUNDTRIP_OUT.splitlines(keepends=True)[0] + ROUNDTRIP_OUT.splitlines(keepends=True)[1]
+
+
 def test_output_is_deterministic(tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     hash_token_log(ROUNDTRIP, a, block_size=4, keep_hashes=True)
@@ -205,7 +218,9 @@ BAD_RECORDS = [
     ('{"token_ids": [9223372036854775808]}', "item 0 is 9223372036854775808, expected a token id in 0..2**63-1", "token_ids"),
     ('{"token_ids": [123456789012345678901234567890]}',
      "item 0 is 123456789012345678901234567890, expected a token id in 0..2**63-1", "token_ids"),
-    ('{"timestamp": 5}', "missing (and no text or prompt to tokenize)", "token_ids"),
+    ('{"timestamp": 5}', "missing (and no prompt_token_ids, text or prompt to tokenize)", "token_ids"),
+    ('{"prompt_token_ids": [1, -2]}', "item 1 is -2, expected a token id in 0..2**63-1", "prompt_token_ids"),
+    ('{"token_ids": [1], "prompt_token_ids": [1]}', "give token_ids or prompt_token_ids, not both", "prompt_token_ids"),
     ('{"text": "hello"}', "missing; this record has text: give a tokenizer (--tokenizer tokenizer.json) to tokenize it", "token_ids"),
     ('{"token_ids": [1], "timestamp": "noon"}', 'expected a number (milliseconds), got "noon"', "timestamp"),
     ('{"token_ids": [1], "output_length": -1}', "expected a non-negative integer, got -1", "output_length"),

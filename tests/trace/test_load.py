@@ -118,14 +118,16 @@ def test_merge_cli_writes_a_mooncake_trace(tmp_path, capsys):
 
 def test_merge_cli_shared_ids_and_offsets(tmp_path, capsys):
     out = tmp_path / "s.jsonl"
-    assert main(["merge", str(CLAUDE_A), str(CLAUDE_B), "-o", str(out), "--shared-ids", "--offsets", "0,1"]) == 0
+    assert main(["merge", str(CLAUDE_A), str(CLAUDE_B), "-o", str(out), "--shared-ids", "--offsets", "0s,1s"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     # b at 1 s and 31 s; ids shared by value: b's first request reuses a's 1 and 2
     assert [r["timestamp"] for r in rows] == [0, 1000, 10000, 12000, 15000, 17000, 31000]
     assert rows[1]["hash_ids"] == [1, 2]
     capsys.readouterr()
-    assert main(["merge", str(CLAUDE_A), "-o", str(out), "--offsets", "0,1"]) == 2
+    assert main(["merge", str(CLAUDE_A), "-o", str(out), "--offsets", "0s,1s"]) == 2
     assert capsys.readouterr().err.strip() == "kvreplay: --offsets: got 2 offsets for 1 inputs"
+    assert main(["merge", str(CLAUDE_A), str(CLAUDE_B), "-o", str(out), "--offsets", "0,1"]) == 2
+    assert capsys.readouterr().err.strip() == "kvreplay: --offsets: 1 what? write 1s or 1ms"
     assert main(["merge", str(CLAUDE_A), "-o", str(CLAUDE_A)]) == 2  # never replaces an input
 
 
@@ -159,15 +161,15 @@ def test_formats_come_from_the_reader_registry(monkeypatch, tmp_path, capsys):
     from kvreplay.trace import FORMATS, formats
     from kvreplay.trace.model import Reader, Trace
 
-    assert FORMATS == ("mooncake", "bailian", "claude-code") == formats.FORMATS
+    assert FORMATS == ("mooncake", "bailian", "claude-code", "agentic-mooncake") == formats.FORMATS
     discovered = formats.discovered()
-    assert list(discovered) == ["claude-code", "bailian", "mooncake"]  # asked in rank order, catch-all last
+    assert list(discovered) == ["agentic-mooncake", "claude-code", "bailian", "mooncake"]  # rank order, catch-all last
     assert formats.readers() == discovered and formats.CATCH_ALL == "mooncake"
     assert {name: reader.read.__module__ for name, reader in discovered.items()} == {
         name: f"kvreplay.trace.{module}" for name, module in formats.MODULES.items()}
     with pytest.raises(SystemExit):
         main(["run", str(MOONCAKE), "--format", "nope"])
-    assert "invalid choice: 'nope' (choose from 'auto', 'mooncake', 'bailian', 'claude-code')" in capsys.readouterr().err
+    assert "invalid choice: 'nope' (choose from 'auto', 'mooncake', 'bailian', 'claude-code', 'agentic-mooncake')" in capsys.readouterr().err
 
     def read_toy(path, *, on_invalid, keep_ids):
         return Trace.from_requests([([1, 2], 8), ([1, 2], 8)], block_size=4, source=path)

@@ -90,5 +90,5 @@ def test_synth_gives_system_prompts_a_priority_class():
         if r:
             ends.setdefault(sess, set()).add(r[0][1])
     assert all(len(v) == 1 for v in ends.values())
-    with pytest.raises(ConfigError, match="system_priority_ms needs system_priority"):
+    with pytest.raises(ConfigError, match=r"system_priority_ms \(--system-priority-ms\) needs system_priority"):
         synth(10, system_priority_ms=5.0)

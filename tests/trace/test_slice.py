@@ -136,16 +136,20 @@ def test_parse_ranges():
     assert parse_request_range("-100:") == (-100, None)
     assert parse_request_range(":1_000") == (None, 1000)
     stamps = np.array([5000.0, 9000.0])
-    assert parse_time_range("1:3", stamps) == (6000.0, 8000.0)        # seconds after the earliest request
+    assert parse_time_range("1s:3s", stamps) == (6000.0, 8000.0)      # durations after the earliest request
     assert parse_time_range("1.5s:", stamps) == (6500.0, None)
-    assert parse_time_range("6000ms:8000MS", stamps) == (6000.0, 8000.0)  # absolute ms
+    assert parse_time_range("0:3000ms", stamps) == (5000.0, 8000.0)   # 0 needs no unit
+    assert parse_time_range("@6000ms:@8000MS", stamps) == (6000.0, 8000.0)  # timestamps on the file's clock
+    assert parse_time_range("@6s:", stamps) == (6000.0, None)
     assert parse_time_range(":", stamps) == (None, None)
     for bad in ("3", "1:2:3", "a:"):
         with pytest.raises(ConfigError):
             parse_request_range(bad)
-    for bad in ("3", "x:", "1:infms", "nan:"):
+    for bad in ("3", "x:", "1:infms", "nan:", "1:3"):
         with pytest.raises(ConfigError):
             parse_time_range(bad, stamps)
+    with pytest.raises(ConfigError, match="--time 1:3s: 1 what\\? write 1s or 1ms"):
+        parse_time_range("1:3s", stamps)
 
 
 # ---------------------------------------------------------------- sessions
@@ -256,7 +260,7 @@ def test_slice_cli_requests(five, tmp_path, cli):
     assert out.read_text() == '{"timestamp": 9000, "input_length": 8, "output_length": 5, "hash_ids": [15]}\n'
 
 
-@pytest.mark.parametrize("window", ["1:3", "6000ms:8000ms", "1s:8000ms"])
+@pytest.mark.parametrize("window", ["1s:3s", "@6000ms:@8000ms", "1s:@8000ms", "1000ms:3000ms"])
 def test_slice_cli_time(five, tmp_path, cli, window):
     out = tmp_path / "out.jsonl"
     r = cli("slice", five, "-o", out, "--time", window, "--keep-ids")
@@ -275,9 +279,10 @@ def test_slice_cli_errors(five, tmp_path, cli):
     out = tmp_path / "out.jsonl"
     cases = {
         ("--requests", "3:3"): "kvreplay: the slice is empty: no request passes requests 3:3 (positions 3..3 of 5)\n",
-        ("--time", "100:"): "kvreplay: the slice is empty: no request passes time 105000: ms "
+        ("--time", "100s:"): "kvreplay: the slice is empty: no request passes time 105000: ms "
                             "(the trace's timestamps span 5000..9000 ms)\n",
-        ("--sessions", "2"): "kvreplay: sessions: the trace (mooncake) has no sessions\n",
+        ("--sessions", "2"): f"kvreplay: --sessions 2: {five} (mooncake) has no sessions\n",
+        ("--time", "1:3"): "kvreplay: --time 1:3: 1 what? write 1s or 1ms\n",
         ("--requests", "a:b"): "kvreplay: --requests a:b: 'a' is not a whole number\n",
         (): "kvreplay: slice: give --requests A:B, --time T0:T1 and/or --sessions N\n",
     }

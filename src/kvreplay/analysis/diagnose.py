@@ -36,6 +36,7 @@ import numpy as np
 
 from ..engine.replay import replay
 from ..errors import ConfigError
+from ..progress import labelled, tell
 from ..trace.token_log import TokenLog, hashed
 
 GRANULE = 16  # tokens per step of the coarse prefix match
@@ -215,15 +216,21 @@ def diagnose(log: TokenLog, *, block_size: int = 16, policy: str = "s3fifo", cap
              horizon: int = DEFAULT_HORIZON, max_width: int = DEFAULT_MAX_WIDTH, anchor: int = DEFAULT_ANCHOR,
              min_requests: int | None = None, progress=None, **params) -> dict:
     """The spans of `log` that break prefix sharing, each with its what-if (module doc), and the
-    log's own replay. decode: token ids -> text for the examples (a tokenizer's decode), or None."""
+    log's own replay. decode: token ids -> text for the examples (a tokenizer's decode), or None.
+    progress: a kvreplay.progress callback, told ``(done, total, "requests searched")`` as the
+    breaks are searched, then ``"replays"`` (the log's own, then each what-if)."""
     for name, value in (("horizon", horizon), ("max_width", max_width), ("anchor", anchor)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
     if min_requests is None:
         min_requests = max(3, len(log) // 100)
-    base = hit_rate(log, block_size, policy, capacity, **params)
-    breaks = find_breaks(log, horizon=horizon, max_width=max_width, anchor=anchor, progress=progress)
+    breaks = find_breaks(log, horizon=horizon, max_width=max_width, anchor=anchor,
+                         progress=labelled(progress, "requests searched"))
     spans = group_spans(log, breaks, min_requests=min_requests, anchor=anchor)
+    replays = 1 + len(spans) + (len(spans) > 1)  # the log's own, each span's what-if, all spans moved
+    tell(progress, 0, replays, "replays")
+    base = hit_rate(log, block_size, policy, capacity, **params)
+    tell(progress, 1, replays, "replays")
     out = []
     for k, span in enumerate(spans):
         fixed, changed = rewrite(log, [span], max_width=max_width, anchor=anchor)
@@ -233,10 +240,12 @@ def diagnose(log: TokenLog, *, block_size: int = 16, policy: str = "s3fifo", cap
                     "shared_after_median": span.shared_after,
                     "examples": [decode(e.tolist()) if decode else e.tolist() for e in span.examples],
                     "what_if": _figures(after), "span": span})
+        tell(progress, k + 2, replays, "replays")
     everything = None
     if len(spans) > 1:
         fixed, _ = rewrite(log, spans, max_width=max_width, anchor=anchor)
         everything = _figures(hit_rate(fixed, block_size, policy, capacity, **params))
+        tell(progress, replays, replays, "replays")
     return {"source": log.source, "requests": len(log), "prompt_tokens": int(sum(len(t) for t in log.tokens)),
             "block_size": block_size, "policy": policy, "capacity": capacity, "params": params,
             "replay": _figures(base), "report": base["report"], "trace": base["trace"],

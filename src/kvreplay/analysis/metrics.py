@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from ..checks import number, whole
 from ..errors import ConfigError
 
 # DeepSeek API, deepseek-chat (DeepSeek-V3), USD per 1M input tokens, cache hit / cache miss:
@@ -81,16 +82,15 @@ def over_time(report, timestamp_ms=None, *, requests: int | None = None, seconds
     hits = report.hit_tokens[start:]
     n = prompt.shape[0]
     if requests is not None:
-        if requests < 1:
-            raise ConfigError(f"requests per window must be >= 1, got {requests}")
+        # a window longer than the trace is the whole trace: the same windows, no huge integers
+        requests = min(whole(requests, "requests per window (--over-time N)", 1), max(n, 1))
         bucket = np.arange(n) // requests
         # Request numbers are 1-based, as in the window text ("requests 101-200").
         labels = [{"first_request": start + a + 1, "last_request": start + min(a + requests, n)} for a in range(0, n, requests)]
     else:
         if timestamp_ms is None:
             raise ConfigError("a hit rate per window of time needs the trace's timestamps")
-        if seconds <= 0:
-            raise ConfigError(f"seconds per window must be > 0, got {seconds}")
+        seconds = min(number(seconds, "seconds per window (--over-time Ns)", unit="seconds"), 1e300)
         t = np.asarray(timestamp_ms, dtype=np.float64)[start:]
         if n == 0:
             return []

@@ -26,6 +26,7 @@ from ..engine.driver import trace_arrays
 from ..engine.replay import as_trace, check_capacity, warmup_count
 from ..engine.report import window_text
 from ..errors import ConfigError
+from ..progress import labelled, tell
 from ..trace.model import exact_sum, resolve_block_size
 from .fenwick import fenwick_add, fenwick_sum
 from .results import CurveResult
@@ -33,12 +34,14 @@ from .capacities import auto_capacities
 from .misses import COLUMNS as MISS_COLUMNS, lru_account
 
 
-def _histograms_reference(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at) -> None:
+def _histograms_reference(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at,
+                          told=None) -> None:
     """One pass over the trace (plain Python; compiled: mrc.c). hit_tokens_at[d]: hit tokens that
     need a capacity of exactly d blocks (the running max of stack distances at the prefix scan);
     accesses_at[d]: accesses whose stack distance when made is d. Index num_blocks + 1 stands for
-    "never" (a first access)."""
+    "never" (a first access). told(done, total): the requests done, now and then (as mrc.c)."""
     offsets, blocks, lengths = offsets.tolist(), blocks.tolist(), input_length.tolist()
+    step = max(1, len(lengths) // 100)
     never = hit_tokens_at.shape[0] - 1
     hits, accesses = [0] * (never + 1), [0] * (never + 1)
     tree = [0] * (offsets[-1] + 1)  # Fenwick over access times 1..n: 1 = a block's latest use
@@ -46,6 +49,8 @@ def _histograms_reference(offsets, blocks, input_length, block_size, warmup, hit
     marked = 0
     t = 0
     for i in range(len(lengths)):
+        if told is not None and i % step == 0:
+            told(i, len(lengths))
         start, end = offsets[i], offsets[i + 1]
         length = lengths[i]
         running = 0
@@ -70,20 +75,26 @@ def _histograms_reference(offsets, blocks, input_length, block_size, warmup, hit
             last[b] = t
     hit_tokens_at += hits
     accesses_at += accesses
+    if told is not None:
+        told(len(lengths), len(lengths))
 
 
-def _histograms_compiled(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at) -> None:
+def _histograms_compiled(offsets, blocks, input_length, block_size, warmup, hit_tokens_at, accesses_at,
+                         told=None) -> None:
     """The same pass in C (mrc.c)."""
     offsets, blocks, input_length = trace_arrays(offsets, blocks, input_length)
     tree = np.zeros(int(offsets[-1]) + 1, dtype=np.int32)
     last = np.full(hit_tokens_at.shape[0] - 1, -1, dtype=np.int64)
     p, i = native.POINTER, native.COUNT
-    native.function("kv_mrc_histograms", None, p, i, p, p, i, i, p, p, i, p, p)(
+    alive, callback = native.callback(told)  # (alive: the C function, held while C may call it)
+    native.function("kv_mrc_histograms", None, p, i, p, p, i, i, p, p, i, p, p, p)(
         native.ptr(offsets), input_length.shape[0], native.ptr(blocks), native.ptr(input_length), int(block_size), int(warmup),
-        native.ptr(hit_tokens_at), native.ptr(accesses_at), hit_tokens_at.shape[0] - 1, native.ptr(tree), native.ptr(last))
+        native.ptr(hit_tokens_at), native.ptr(accesses_at), hit_tokens_at.shape[0] - 1, native.ptr(tree), native.ptr(last),
+        callback)
 
 
-def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0) -> CurveResult:
+def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fraction: float = 0.0,
+        progress=None) -> CurveResult:
     """Exact LRU hit tokens at every capacity in one pass.
 
     Returns ``{"trace", "policy": "lru", "block_size", "warmup_fraction", "window", "num_requests",
@@ -91,7 +102,8 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     ``total_prompt_tokens``, ``hit_rate``, ``final_cache_blocks``, ``admissions``, ``evictions``,
     ``oversize_requests``. The dict (a CurveResult) also gives the tidy table: ``rows()``,
     ``to_dict()`` (the JSON document of ``kvreplay mrc --json``), ``to_pandas()``, ``to_polars()``,
-    ``to_arrow()`` (analysis/results.py).
+    ``to_arrow()`` (analysis/results.py). progress: a kvreplay.progress callback, told
+    ``(done, total, "requests scanned")`` as the pass goes.
     """
 
     trace = as_trace(trace)
@@ -109,7 +121,9 @@ def mrc(trace, capacities="auto", block_size: int | None = None, *, warmup_fract
     hit_tokens_at = np.zeros(distinct + 2, dtype=np.int64)
     accesses_at = np.zeros(distinct + 2, dtype=np.int64)
     histograms = _histograms_compiled if native.use_core() else _histograms_reference
-    histograms(trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at)
+    told = None if progress is None else labelled(progress, "requests scanned")
+    tell(progress, 0, len(trace), "requests scanned")
+    histograms(trace.offsets, trace.blocks, trace.input_length, block_size, warmup, hit_tokens_at, accesses_at, told)
     hits_within = np.cumsum(hit_tokens_at)  # [d]: hit tokens at capacity d (d <= distinct)
     accesses_within = np.cumsum(accesses_at)
     n = trace.num_accesses

@@ -18,6 +18,7 @@ from ..engine.replay import replay, warmup_count
 from ..engine.report import window_text
 from ..errors import ConfigError
 from ..policies.registry import parse_policy
+from ..progress import labelled, tell
 from . import metrics
 from .stats import stats as trace_stats
 from .sweep import sweep
@@ -46,9 +47,9 @@ def window_info(num_requests: int, warmup_fraction: float) -> dict:
             "description": window_text(warmup, num_requests)}
 
 
-def _describe(trace, block_size) -> dict:
+def _describe(trace, block_size, progress=None) -> dict:
     """The page's description of a trace (or a window of one)."""
-    s = trace_stats(trace, block_size)
+    s = trace_stats(trace, block_size, progress=labelled(progress, "requests described"))
     n = len(trace)
     span_ms = float(trace.timestamp.max() - trace.timestamp.min()) if n else 0.0
     return {
@@ -133,8 +134,8 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
         raise ConfigError("the report needs at least one policy")
     names = [parse_policy(p)[0].name for p in policies]
     swept = policies + [p for p in (["infinite"] + (["belady"] if bounds else [])) if p not in names]
-    extra = {"progress": progress} if progress else {}
-    curve = sweep(trace, capacities, swept, block_size, warmup_fraction=warmup_fraction, engine=engine, **extra)
+    curve = sweep(trace, capacities, swept, block_size, warmup_fraction=warmup_fraction, engine=engine,
+                  progress=progress)
     results = list(curve["results"])
     caps = sorted({r["cache_capacity_blocks"] for r in results if r["policy"] != "infinite"})
     if not caps:
@@ -151,10 +152,12 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
     curve_order = [p for p in swept if parse_policy(p)[0].name != "infinite"]
     focus = []
     reports = []
+    tell(progress, 0, len(policies), "per-request replays")
     for p in policies:
         spec, params = parse_policy(p)
         r = replay(trace, spec.name, focus_capacity, block_size, engine=engine, warmup_fraction=warmup_fraction, **params)
         reports.append(r)
+        tell(progress, len(focus) + 1, len(policies), "per-request replays")
         windows = metrics.over_time(r, requests=per_window)
         focus.append({
             "label": p,
@@ -165,9 +168,9 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
             "request_hit_rates": metrics.request_hit_rates(r).tolist(),
         })
     misses = explain(trace, policies, reports, engine)
-    whole = _describe(trace, block_size)
+    whole = _describe(trace, block_size, progress)
     measured = whole if window["warmup_requests"] == 0 else _describe(
-        trace.take(np.arange(window["warmup_requests"], n)), block_size)
+        trace.take(np.arange(window["warmup_requests"], n)), block_size, progress)
     last = focus[0]["over_time"][-1]["requests"] if focus and focus[0]["over_time"] else per_window
     return {
         "trace": {"name": trace_name(trace.source), "source": str(trace.source), "format": trace.format},

@@ -9,10 +9,13 @@
  * Scratch, zeroed by Python: tree (num_accesses + 1 entries), last (num_blocks entries: the
  * 1-based access time of each block's latest use, 0 = never).
  *
+ * told (NULL: none) hears how many requests are done (include/progress.h).
+ *
  * Returns the number of first uses, or -1 when the trie's table cannot be allocated. */
 #include <stdlib.h>
 
 #include "../include/fenwick.h"
+#include "../include/progress.h"
 
 typedef struct {
     i64 *keys; /* -1: empty */
@@ -74,7 +77,7 @@ static int trie_insert(Trie *t, i64 key, i64 node) {
 
 KV_EXPORT i64 kv_stats_pass(const i64 *offsets, i64 n, const i32 *blocks, const i64 *input_length, i64 block_size,
                             i64 *hit_tokens, i64 *hit_blocks, i64 *shared_blocks, i64 *reuse_hist, i64 key_stride,
-                            i32 *tree, i64 *last) {
+                            i32 *tree, i64 *last, kv_progress told) {
     i64 accesses = offsets[n], marked = 0, t = 0, next_node = 1; /* node 0 is the root */
     Trie trie;
     if (trie_alloc(&trie, 1024) < 0) return -1;
@@ -125,6 +128,7 @@ KV_EXPORT i64 kv_stats_pass(const i64 *offsets, i64 n, const i32 *blocks, const 
             kv_fenwick_add(tree, accesses, t, 1);
             last[b] = t;
         }
+        kv_tell(told, i + 1, n);
     }
     free(trie.keys);
     free(trie.nodes);

@@ -28,6 +28,7 @@ from ..engine.driver import trace_arrays
 from ..engine.replay import as_trace
 from ..trace.model import exact_sum, resolve_block_size
 from ..errors import ConfigError
+from ..progress import labelled, tell
 from .fenwick import fenwick_add, fenwick_sum
 
 PERCENTILES = (50, 90, 99)
@@ -52,11 +53,12 @@ def bucket_label(k: int) -> str:
 
 
 def _pass_reference(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
-                    reuse_hist, key_stride) -> int:
+                    reuse_hist, key_stride, told=None) -> int:
     """One pass (plain Python; compiled: stats.c): infinite-cache hits per request, trie-shared
     prefix per request, reuse-distance histogram (index 0 = first use, b+1 = log2 bucket b).
-    Returns the number of first uses."""
+    Returns the number of first uses. told(done, total): the requests done, now and then."""
     offsets, blocks, lengths = offsets.tolist(), blocks.tolist(), input_length.tolist()
+    step = max(1, len(lengths) // 100)
     tree = [0] * (offsets[-1] + 1)  # Fenwick over access times 1..n: 1 marks a block's latest use
     last = [0] * num_blocks  # 1-based time of the latest use, 0 = never
     reuse = [0] * reuse_hist.shape[0]
@@ -65,6 +67,8 @@ def _pass_reference(offsets, blocks, input_length, block_size, num_blocks, hit_t
     children = {}  # node * key_stride + block -> child node
     next_node = 1  # node 0 is the root
     for i in range(len(lengths)):
+        if told is not None and i % step == 0:
+            told(i, len(lengths))
         start, end = offsets[i], offsets[i + 1]
         k = 0
         while start + k < end and last[blocks[start + k]] > 0:
@@ -99,20 +103,23 @@ def _pass_reference(offsets, blocks, input_length, block_size, num_blocks, hit_t
             fenwick_add(tree, t, 1)
             last[b] = t
     reuse_hist += reuse
+    if told is not None:
+        told(len(lengths), len(lengths))
     return reuse[0]
 
 
 def _pass_compiled(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
-                   reuse_hist, key_stride) -> int:
+                   reuse_hist, key_stride, told=None) -> int:
     """The same pass in C (stats.c)."""
     offsets, blocks, input_length = trace_arrays(offsets, blocks, input_length)
     tree = np.zeros(int(offsets[-1]) + 1, dtype=np.int32)
     last = np.zeros(num_blocks, dtype=np.int64)
     p, i = native.POINTER, native.COUNT
-    first = native.function("kv_stats_pass", i, p, i, p, p, i, p, p, p, p, i, p, p)(
+    alive, callback = native.callback(told)  # (alive: the C function, held while C may call it)
+    first = native.function("kv_stats_pass", i, p, i, p, p, i, p, p, p, p, i, p, p, p)(
         native.ptr(offsets), input_length.shape[0], native.ptr(blocks), native.ptr(input_length), int(block_size),
         native.ptr(hit_tokens), native.ptr(hit_blocks), native.ptr(shared_blocks), native.ptr(reuse_hist),
-        int(key_stride), native.ptr(tree), native.ptr(last))
+        int(key_stride), native.ptr(tree), native.ptr(last), callback)
     if first < 0:
         raise MemoryError("kvreplay stats: no memory for the prefix trie")
     return first
@@ -135,11 +142,12 @@ def _histogram(values: np.ndarray) -> list[dict]:
              "count": int(c)} for k, c in enumerate(counts)]
 
 
-def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+def infinite_hits(trace, block_size: int | None = None, progress=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """(hit_tokens, hit_blocks, shared_blocks, reuse) per request, from one pass.
 
     hit_tokens/hit_blocks: the infinite cache's hits; shared_blocks: s_i of the prefix trie;
     reuse: {"first_use": N, "histogram": int64[b] accesses per log2 bucket of reuse distance}.
+    progress: a kvreplay.progress callback, told ``(done, total, "requests scanned")``.
     """
     trace = as_trace(trace)
     block_size = _block_size(trace, block_size)
@@ -152,8 +160,9 @@ def infinite_hits(trace, block_size: int | None = None) -> tuple[np.ndarray, np.
     if trace.num_accesses and (trace.num_accesses + 1) * stride >= 2**62:
         raise ConfigError(f"trace too large for the prefix trie ({trace.num_accesses} accesses x {stride} blocks)")
     one_pass = _pass_compiled if native.use_core() else _pass_reference
+    tell(progress, 0, n, "requests scanned")
     first = one_pass(trace.offsets, trace.blocks, trace.input_length, block_size, int(trace.num_blocks), hit_tokens,
-                     hit_blocks, shared, reuse, stride)
+                     hit_blocks, shared, reuse, stride, labelled(progress, "requests scanned"))
     last = int(np.flatnonzero(reuse[1:])[-1]) + 1 if reuse[1:].any() else 0
     return hit_tokens, hit_blocks, shared, {"first_use": int(first), "histogram": reuse[1:last + 1]}
 
@@ -165,7 +174,7 @@ def _block_size(trace, block_size) -> int:
     return size
 
 
-def stats(trace, block_size: int | None = None) -> dict:
+def stats(trace, block_size: int | None = None, *, progress=None) -> dict:
     """Describe `trace` (a Trace or a path) as a prefix cache sees it; a JSON-ready dict.
 
     block_size: tokens per block; default: the trace's declared size, else 512.
@@ -173,11 +182,12 @@ def stats(trace, block_size: int | None = None) -> dict:
     num_block_accesses, num_unique_blocks, infinite_cache_hit_tokens, infinite_cache_hit_rate,
     duration_s, request_rate_per_s, input_length and output_length ({mean, min, p50, p90, p99, max}),
     reuse_distance, prefix_sharing, sessions (None without a session column).
-    See the module docstring for the exact definitions.
+    See the module docstring for the exact definitions. progress: a kvreplay.progress callback,
+    told ``(done, total, "requests scanned")`` as the pass goes.
     """
     trace = as_trace(trace)
     size = _block_size(trace, block_size)
-    hit_tokens, hit_blocks, shared, reuse = infinite_hits(trace, size)
+    hit_tokens, hit_blocks, shared, reuse = infinite_hits(trace, size, progress)
     n = len(trace)
     prompt = trace.total_prompt_tokens
     hits = exact_sum(hit_tokens)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from ..engine.replay import as_trace, check_capacity, resolve_engine, warmup_count
 from ..errors import ConfigError
+from ..progress import labelled
 from ..trace.model import resolve_block_size
 from ..engine.report import window_text
 from ..policies.registry import get_policy, parse_policy
@@ -90,8 +91,9 @@ def sweep(
         kernels release the GIL) or "ray" (tasks on a Ray cluster; see docs/scaling.md).
     ray_address: for executor="ray": None starts a local Ray instance (with `jobs` CPUs when
         jobs > 1), "auto" joins the cluster this machine belongs to, "ray://host:10001" a remote one.
-    progress: called as ``progress(done, total)`` from the calling thread: once with done=0 before
-        anything runs, then each time results arrive; `total` is the number of result rows.
+    progress: a kvreplay.progress callback, told ``(done, total, "replays")`` from the calling
+        thread: once with done=0 before anything runs, then each time results arrive; `total` is
+        the number of result rows.
     hbm: sweep a DRAM tier instead: the cache is `hbm` blocks (the GPU pool) and each capacity is
         the size of an LRU tier below it (engine/tiers.py, copies moved; 0: none); each row adds
         dram_blocks, hbm_hit_rate and dram_hit_rate (each a share of the prompt tokens). (For an
@@ -181,7 +183,7 @@ def sweep(
             slots.append([(caps_needed, curve_rows)])
 
     outputs = run(tasks, traces, executor=executor, jobs=jobs,
-                  ray_address=ray_address, progress=progress)
+                  ray_address=ray_address, progress=labelled(progress, "replays"))
     results: list = [None] * grid_rows
     for task, slot, rows in zip(tasks, slots, outputs):
         if task.kind == "lru-curve":

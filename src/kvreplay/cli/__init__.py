@@ -14,6 +14,8 @@ import threading
 import warnings
 
 from ..errors import InvariantError, KvreplayError
+from .parser import EXIT_BAD_INPUT, Parser, subcommands
+from .progress import display_for
 
 #: Every command and the module of its family (its parser and handler), known without importing
 #: them: a command imports its own family only (tests/test_cli_startup.py checks this table).
@@ -47,9 +49,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     list registries); with --version alone, none; otherwise (help, a mistake) every command."""
     from ..version import __version__
 
-    parser = argparse.ArgumentParser(prog="kvreplay", description="Replay LLM request traces through a KV prefix cache.")
+    parser = Parser(prog="kvreplay", description="Replay LLM request traces through a KV prefix cache.")
     parser.add_argument("--version", action="version", version=f"kvreplay {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = None if argv is None else command_of(argv)
     if command in FAMILY:
         names = [FAMILY[command]]
@@ -60,10 +62,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for name in names:
         for add in family(name).PARSERS:
             add(sub)
+    for command in subcommands(parser).values():
+        command.add_argument("--quiet", "-q", action="store_true",
+                             help="no progress bars or notes on stderr (warnings and errors still print); progress "
+                                  "is drawn only when stderr is a terminal")
     return parser
-
-
-EXIT_BAD_INPUT = 2
 
 
 EXIT_BUG = 3
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminated)  # unwind: temporary output files are removed
     try:
-        return family(FAMILY[args.command]).COMMANDS[args.command](args)
+        return _dispatch(args)
     except KvreplayError as e:
         print(f"kvreplay: {e}" if not hasattr(e, "path") else str(e), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -108,6 +111,17 @@ def main(argv=None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(args) -> int:
+    """Run the command with its progress display (None: nothing drawn), cleared before any error
+    message or the command's last output."""
+    args.progress = display_for(args.quiet)
+    try:
+        return family(FAMILY[args.command]).COMMANDS[args.command](args)
+    finally:
+        if args.progress is not None:
+            args.progress.close()
 
 
 class Terminated(BaseException):

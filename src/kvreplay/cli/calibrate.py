@@ -51,6 +51,10 @@ def _cmd_calibrate(args) -> int:
         raise ConfigError(f"--prefill-concurrency {args.prefill_concurrency:g}: must be a number >= 0")
     steps = read_steps(args.input, args.format, bench_statistic=args.bench_statistic,
                        prefill_concurrency=args.prefill_concurrency)
+    for dest in ("bench_statistic", "prefill_concurrency"):
+        common.refuse_unless(args, dest, steps.format == "vllm-bench",
+                             f"applies to benchmark results (vllm bench serve JSON); {args.input} holds {steps.format} "
+                             "steps")
     try:
         cal = fit_profile(steps, args.terms, unit=args.unit, relative=args.relative, folds=args.folds, seed=args.seed,
                           source=args.source)

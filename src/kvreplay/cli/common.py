@@ -8,6 +8,7 @@ import sys
 
 from ..errors import ConfigError
 from ..trace.formats import FORMATS
+from ..units import Seconds, parse_duration
 
 
 LARGEST = 2**62  # counts above this overflow the kernels' 64-bit arithmetic; no cache is that large
@@ -89,17 +90,60 @@ def add_price_options(p: argparse.ArgumentParser) -> None:
                    help=f"price per million uncached input tokens (default {DEFAULT_PRICE_MISS})")
 
 
-def over_time(text: str):
-    """--over-time: "N" requests per window, or "Ns" seconds of trace time."""
-    unit = "seconds" if text.strip().lower().endswith("s") else "requests"
-    number = text.strip().rstrip("sS")
+def duration(text: str) -> float:
+    """A duration flag's value in seconds: 2s, 50ms, 5m, 1h (units.parse_duration); a bare number
+    other than 0 is refused, naming the flag: "2000 what? write 2000s or 2000ms"."""
     try:
-        value = float(number) if unit == "seconds" else int(number)
+        return parse_duration(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive_duration(text: str) -> float:
+    """A duration > 0 (an SLO, a window, a think time)."""
+    value = duration(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0, got {text!r}")
+    return value
+
+
+def milliseconds(text: str) -> float:
+    """A flag named in milliseconds (--router-lag-ms): a bare number is milliseconds, as its name
+    says; a duration with a unit (2s, 500us) is converted. Returns milliseconds, >= 0."""
+    try:
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N (requests) or Ns (seconds), got {text!r}") from None
-    if not (0 < value < float("inf")):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return unit, value
+        value = duration(text) * 1e3
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite duration >= 0, got {text!r}")
+    return value
+
+
+REQUEST_UNITS = ("req", "reqs", "request", "requests")
+
+
+def over_time(text: str):
+    """--over-time: a window of N requests ("1000req") or of trace time ("600s", "10m")."""
+    raw = text.strip()
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    if raw[len(number):].strip() in REQUEST_UNITS:
+        try:
+            value = int(number)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number of requests, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be at least 1 request, got {text!r}")
+        return "requests", value
+    try:
+        value = parse_duration(raw)
+    except ConfigError as e:
+        message = str(e)
+        if "what?" in message:  # a bare number: it could be requests too
+            message = f"{raw} what? write {raw}s (seconds of trace time) or {raw}req (requests per window)"
+        raise argparse.ArgumentTypeError(message) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0, got {text!r}")
+    return "seconds", value
 
 
 def active_params(args):
@@ -184,6 +228,7 @@ def resolve_budget(args, trace, capacities, *, hybrid: bool = False):
     from ..analysis.models import is_size, resolve_capacities
     from ..trace.model import resolve_block_size
 
+    refuse_unless(args, "kv_semantics", args.model is not None, "needs --model (the model's layer groups)")
     priced = args.model is not None or args.bytes_per_token is not None
     if capacities == "auto":
         if not priced:
@@ -211,6 +256,7 @@ def resolve_budget(args, trace, capacities, *, hybrid: bool = False):
 def kv_semantics(args) -> str:
     """"hybrid" or "full": --kv-semantics, with auto resolved from --model (analysis/kv_groups.py)."""
     asked = getattr(args, "kv_semantics", "auto")
+    refuse_unless(args, "kv_semantics", args.model is not None, "needs --model (the model's layer groups)")
     if asked == "hybrid" and args.model is None:
         raise ConfigError("--kv-semantics hybrid needs --model (the model's layer groups)")
     if args.model is None:
@@ -254,33 +300,30 @@ class TracePaths(argparse.Action):
         setattr(namespace, self.dest, values[0] if len(values) == 1 else list(values))
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (value >= 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
-
-
-def add_trace_options(p: argparse.ArgumentParser) -> None:
+def add_trace_options(p: argparse.ArgumentParser, refused: tuple = ()) -> None:
+    """The trace's options. `refused`: flags the command takes only to refuse with its reason
+    (``--warmup-fraction`` in plan says to use ``--warmup``), left out of its --help."""
     p.add_argument("trace", nargs="+", action=TracePaths,
                    help="trace file(s) (optionally .gz), a directory of them, or - for stdin; several merge into one trace")
     p.add_argument("--format", choices=("auto", *FORMATS), default="auto",
                    help="trace format (default auto: sniffed from each file's first record)")
     p.add_argument("--session-arrivals", choices=("fixed", "poisson", "zero"), default="fixed",
                    help="start times of merged Claude Code sessions: fixed spacing (default), poisson (seeded), zero (all at 0)")
-    p.add_argument("--session-spacing", type=seconds, default=60.0, metavar="SECONDS",
-                   help="gap between session starts (fixed) or mean gap (poisson); default 60")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of --session-arrivals poisson (default 0)")
+    p.add_argument("--session-spacing", type=duration, default=60.0, metavar="DURATION",
+                   help="gap between session starts (fixed) or mean gap (poisson), e.g. 60s or 2m; default 60s")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of --session-arrivals poisson and of the run's draws: Poisson --rate(s), --sessions, --think-time (default 0)")
     p.add_argument("--subagent-sessions", action="store_true", help="Claude Code: each subagent stream is its own session")
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: the trace's own, else 512)")
     p.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip and count them")
     p.add_argument("--sort-by-time", action="store_true", help="replay in timestamp order (stable) instead of file order")
-    p.add_argument("--engine", choices=("compiled", "reference"), default=None,
-                   help="compiled (C; the default where the compiled core is installed) or reference (plain Python)")
-    p.add_argument("--warmup-fraction", type=fraction, default=0.0, metavar="F", help="the first floor(F*N) requests only warm the cache (default 0)")
+    hidden = lambda flag, text: argparse.SUPPRESS if flag in refused else text  # noqa: E731
+    p.add_argument("--engine", choices=("compiled", "reference"), default=None, help=hidden(
+        "--engine", "compiled (C; the default where the compiled core is installed) or reference (plain Python)"))
+    p.add_argument("--warmup-fraction", type=fraction, default=0.0, metavar="F",
+                   help=hidden("--warmup-fraction", "the first floor(F*N) requests only warm the cache (default 0)"))
+    p.add_argument("--no-token-id-check", action="store_true",
+                   help="replay hash ids that look like token ids (about one per prompt token, repeated within "
+                        "prompts) as they are, instead of stopping (docs/formats.md, \"Token ids are not hash ids\")")
 
 
 def param_table() -> dict:
@@ -288,7 +331,7 @@ def param_table() -> dict:
     (from the registry's index: no policy module is imported)."""
     from ..policies.registry import INFO
 
-    table: dict = {}
+    table: dict = {}  # (Seconds: a duration parameter, units.py)
     for spec in INFO.values():
         for p in spec.params:
             table.setdefault(p.name, []).append((spec.name, p))
@@ -296,11 +339,14 @@ def param_table() -> dict:
 
 
 def add_param_options(p: argparse.ArgumentParser) -> None:
+    from ..policies.registry import default_text
+
     for name, owners in param_table().items():
         # a name several policies take (ttl: ttl and deepseek) says each one's meaning and default
-        text = "; ".join(f"{policy}: {param.help} (default {param.default})" for policy, param in owners)
-        p.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", type=owners[0][1].kind, default=None,
-                       help=text)
+        text = "; ".join(f"{policy}: {param.help} (default {default_text(param)})" for policy, param in owners)
+        kind = owners[0][1].kind
+        p.add_argument(f"--{name.replace('_', '-')}", dest=f"param_{name}", type=duration if kind is Seconds else kind,
+                       default=None, help=text)
 
 
 def given_params(args, policy: str) -> dict:
@@ -316,16 +362,68 @@ def given_params(args, policy: str) -> dict:
     return given
 
 
-def load(args, path=None):
-    """The trace of `args` (or `path`), after checking that its hash ids fit the block size in use:
-    a block size that most requests misfit stops the command (exit 2) with the size they fit."""
-    from ..trace import load_trace
-    from ..trace.model import check_block_size, resolve_block_size
+def given(args, dest: str) -> bool:
+    """Was the option stored in `dest` given on the command line (cli.parser records them)?"""
+    return dest in getattr(args, "given", ())
 
+
+def refuse_unless(args, dest: str, applies: bool, why: str) -> None:
+    """A given flag that cannot apply is refused, never accepted and ignored: ConfigError
+    "--FLAG why" when `dest` was given and `applies` is false."""
+    if given(args, dest) and not applies:
+        raise ConfigError(f"--{dest.removeprefix('param_').replace('_', '-')} {why}")
+
+
+def _claude_files(args) -> int:
+    """How many of the command's trace files are Claude Code sessions."""
+    from ..trace.formats import sniff_format
+    from ..trace.ops import trace_paths
+
+    paths = trace_paths(args.trace)
+    if args.format != "auto":
+        return len(paths) if args.format == "claude-code" else 0
+    return sum(1 for p in paths if p != "-" and sniff_format(p) == "claude-code")
+
+
+def check_session_options(args, sessions_used: str | None = None, seed_used: str | None = None) -> None:
+    """Refuse the trace options that cannot apply: start times of merged Claude Code sessions
+    need two or more Claude Code files, --seed something random, --subagent-sessions a command
+    that uses sessions (`sessions_used`: where, or None). `seed_used`: what else the command seeds."""
+    flags = ("session_arrivals", "session_spacing", "subagent_sessions", "seed")
+    if not any(given(args, d) for d in flags):
+        return
+    n = _claude_files(args)
+    merged = f"they set the start times of merged Claude Code sessions: give two or more Claude Code session " \
+             f"files (given: {n})"
+    refuse_unless(args, "session_arrivals", n >= 2, merged)
+    refuse_unless(args, "session_spacing", n >= 2, merged)
+    refuse_unless(args, "session_spacing", args.session_arrivals != "zero",
+                  "does not apply with --session-arrivals zero (every session starts at 0)")
+    refuse_unless(args, "subagent_sessions", n >= 1, "applies to Claude Code session files (none given)")
+    refuse_unless(args, "subagent_sessions", sessions_used is not None,
+                  f"numbers each subagent stream as its own session, and kvreplay {args.command} does not use sessions")
+    poisson = n >= 2 and args.session_arrivals == "poisson"
+    refuse_unless(args, "seed", poisson or seed_used is not None,
+                  "seeds --session-arrivals poisson (with two or more Claude Code session files)"
+                  + (f" and {seed_used}" if seed_used else "") + ": nothing random here uses it")
+
+
+def load(args, path=None, *, sessions_used: str | None = None, seed_used: str | None = None):
+    """The trace of `args` (or `path`), after checking that its hash ids are block hashes, not token
+    ids (unless --no-token-id-check), and that they fit the block size in use: a block size that
+    most requests misfit stops the command (exit 2) with the size they fit. The session options
+    are refused where they cannot apply (check_session_options)."""
+    from ..trace import load_trace
+    from ..trace.model import check_block_size, check_not_token_ids, resolve_block_size
+
+    check_session_options(args, sessions_used, seed_used)
     trace = load_trace(args.trace if path is None else path, format=args.format, on_invalid=args.on_invalid,
                        sort_by_time=args.sort_by_time, session_arrivals=args.session_arrivals,
-                       session_spacing=args.session_spacing, seed=args.seed, subagent_sessions=args.subagent_sessions)
-    check_block_size(trace, resolve_block_size(args.block_size, trace))
+                       session_spacing=args.session_spacing, seed=args.seed, subagent_sessions=args.subagent_sessions,
+                       progress=getattr(args, "progress", None))
+    if not args.no_token_id_check:
+        check_not_token_ids(trace)
+    check_block_size(trace, resolve_block_size(args.block_size, trace), given=args.block_size is not None)
     return trace
 
 
@@ -383,42 +481,18 @@ def plot_curve(args, document: dict, trace) -> bytes:
                                               zoom=args.zoom), args.plot)
 
 
-class Progress:
-    """A rich progress bar on stderr for long runs, only when stderr is a terminal (silent in pipes,
-    logs and CI). Use as a context manager; the instance is the ``progress(done, total)`` callback."""
-
-    def __init__(self, description: str):
-        self.description = description
-        self.bar = None
-        self.task = None
-
-    def __enter__(self):
-        if sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
-            self.bar.__enter__()
-        return self
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            return
-        if self.task is None:
-            self.task = self.bar.add_task(self.description, total=total)
-        self.bar.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-        return False
+def note(args, text: str) -> None:
+    """An informational line on stderr (what a command wrote), left out with --quiet."""
+    if not getattr(args, "quiet", False):
+        print(text, file=sys.stderr)
 
 
 def check_table_outputs(args) -> None:
     """sweep, mrc and simulate: --output is .csv, .json or .parquet (pyarrow installed), --plot a known
     image type; every output's directory exists and no output is an input trace. Checked before
     anything runs."""
+    refuse_unless(args, "zoom", bool(getattr(args, "plot", None)), "shapes the --plot figure's zoom panel: add --plot")
+    refuse_unless(args, "ray_address", getattr(args, "executor", None) == "ray", "applies with --executor ray")
     if args.output:
         name = args.output.lower()
         if not name.endswith((".json", ".csv", ".parquet")):

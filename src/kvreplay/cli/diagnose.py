@@ -17,7 +17,7 @@ def _parser_diagnose(sub) -> None:
     dg = sub.add_parser("diagnose", help="find the spans of a token log that break prefix sharing (a timestamp, an "
                                          "id near the start) and replay the log with each moved; or, from a hashed "
                                          "trace, the symptom")
-    dg.add_argument("input", help="a token log (JSONL token_ids, or text with --tokenizer; as kvreplay hash reads), or "
+    dg.add_argument("input", help="a token log (JSONL token_ids or prompt_token_ids, or text with --tokenizer; as kvreplay hash reads), or "
                                   "a hashed trace (its symptom only)")
     dg.add_argument("--tokenizer", metavar="TOKENIZER_JSON",
                     help="local tokenizer.json: tokenizes text records and decodes the examples (kvreplay[tokenizers])")
@@ -38,7 +38,7 @@ def _parser_diagnose(sub) -> None:
 
 
 def _is_token_log(path: str) -> bool:
-    """Does the file's first record carry tokens (token_ids, text or prompt)?"""
+    """Does the file's first record carry tokens (token_ids, prompt_token_ids, text or prompt)?"""
     import msgspec
 
     from ..trace.jsonl import open_trace
@@ -53,7 +53,7 @@ def _is_token_log(path: str) -> bool:
                     first = msgspec.json.decode(line)
                 except msgspec.DecodeError:
                     return False
-                return isinstance(first, dict) and any(k in first for k in ("token_ids", "text", "prompt"))
+                return isinstance(first, dict) and any(k in first for k in ("token_ids", "prompt_token_ids", "text", "prompt"))
     finally:
         stream.close()
     return False
@@ -74,7 +74,7 @@ def _cmd_diagnose(args) -> int:
 
     from ..analysis.diagnose import DEFAULT_HORIZON, DEFAULT_MAX_WIDTH
 
-    log = read_token_log(args.input, tokenizer=args.tokenizer, salt=args.salt)
+    log = read_token_log(args.input, tokenizer=args.tokenizer, salt=args.salt, progress=args.progress)
     max_width = args.max_width or DEFAULT_MAX_WIDTH
     decode = None
     if args.tokenizer:
@@ -83,10 +83,9 @@ def _cmd_diagnose(args) -> int:
         tokenizer = Tokenizer.from_file(args.tokenizer)
         decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     params: dict = {}
-    with common.Progress("searching") as progress:
-        d = diagnose(log, block_size=args.block_size or DEFAULT_BLOCK_SIZE, policy=args.policy or "s3fifo",
-                     capacity=args.capacity or DEFAULT_CAPACITY, decode=decode, horizon=args.horizon or DEFAULT_HORIZON,
-                     max_width=max_width, min_requests=args.min_requests, progress=progress, **params)
+    d = diagnose(log, block_size=args.block_size or DEFAULT_BLOCK_SIZE, policy=args.policy or "s3fifo",
+                 capacity=args.capacity or DEFAULT_CAPACITY, decode=decode, horizon=args.horizon or DEFAULT_HORIZON,
+                 max_width=max_width, min_requests=args.min_requests, progress=args.progress, **params)
     report, trace = d.pop("report"), d.pop("trace")
     sentences = []
     if d["spans"]:

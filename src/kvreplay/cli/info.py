@@ -12,12 +12,12 @@ def _parser_policies(sub) -> None:
 
 
 def _cmd_policies(args) -> int:
-    from ..policies.registry import INFO
+    from ..policies.registry import INFO, default_text
 
     for spec in INFO.values():
         print(f"{spec.name:9s} {spec.summary}" + ("" if spec.capacity == "required" else f" [capacity {spec.capacity}]"))
         for p in spec.params:
-            print(f"{'':9s}   --{p.name.replace('_', '-')} {p.default}: {p.help}")
+            print(f"{'':9s}   --{p.name.replace('_', '-')} {default_text(p)}: {p.help}")
     return 0
 
 

@@ -2,37 +2,24 @@
 
 from __future__ import annotations
 
-import re
 import sys
 
 from ..errors import ConfigError
 from . import common
+from .sessions import add_closed_options, closed_of
 from .warmup import add_warmup_options, warmup_of
-
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
-_SCALE = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """Seconds in "2s", "50ms", "5m", "1h" (a bare number is seconds)."""
-    import argparse
-
-    m = _DURATION.match(str(text))
-    if not m or not float(m.group(1)) > 0:
-        raise argparse.ArgumentTypeError(f"a duration such as 2s, 50ms or 5m, got {text!r}")
-    return float(m.group(1)) * _SCALE[m.group(2)]
 
 
 def _parser_plan(sub) -> None:
     pl = sub.add_parser("plan", help="the cheapest deployment (GPU, TP, instances, tiers, router, policy) that meets "
                                      "TTFT/TPOT/E2E SLOs at each load, with its cost")
-    common.add_trace_options(pl)
+    common.add_trace_options(pl, refused=("--engine", "--warmup-fraction"))
     pl.add_argument("--model", required=True, help="the model served: a name from `kvreplay models`, or a path to a "
                     "Hugging Face config.json or a model directory holding one")
-    pl.add_argument("--slo-ttft-p90", type=duration, default=None, metavar="T", help="TTFT p90 limit, e.g. 2s")
-    pl.add_argument("--slo-tpot-p90", type=duration, default=None, metavar="T", help="TPOT p90 limit, e.g. 50ms")
-    pl.add_argument("--slo-e2e-p99", type=duration, default=None, metavar="T", help="end-to-end p99 limit, e.g. 60s")
-    pl.add_argument("--window", type=duration, default=None, metavar="T",
+    pl.add_argument("--slo-ttft-p90", type=common.positive_duration, default=None, metavar="T", help="TTFT p90 limit, e.g. 2s")
+    pl.add_argument("--slo-tpot-p90", type=common.positive_duration, default=None, metavar="T", help="TPOT p90 limit, e.g. 50ms")
+    pl.add_argument("--slo-e2e-p99", type=common.positive_duration, default=None, metavar="T", help="end-to-end p99 limit, e.g. 60s")
+    pl.add_argument("--window", type=common.positive_duration, default=None, metavar="T",
                     help="every SLO must hold in every window of arrivals this long (default 5m, or a quarter of "
                          "the arrival span under 20 minutes)")
     add_warmup_options(pl, "each run")
@@ -48,12 +35,13 @@ def _parser_plan(sub) -> None:
                          "(default none; e.g. \"none;dram=256GiB@64GB/s\")")
     pl.add_argument("--routers", default="round-robin", help="comma-separated routers (default round-robin)")
     pl.add_argument("--policies", default="vllm", help="comma-separated cache policies (default vllm)")
-    pl.add_argument("--loads", default="1", metavar="X,Y,...",
+    pl.add_argument("--loads", default=None, metavar="X,Y,...",
                     help="loads to plan for, as multiples of the trace's arrival rate (default 1)")
     pl.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
                     help="reshape the arrivals over the span (as simulate --rate-profile)")
     pl.add_argument("--rates", default=None, metavar="R,S,...",
                     help="instead of --loads: Poisson arrivals at these requests per second")
+    add_closed_options(pl, "list")
     pl.add_argument("--price", action="append", default=[], metavar="NAME=USD",
                     help="override a price: GPU=USD/h (per GPU-hour) or dram=USD/GiB-month; repeat for several")
     pl.add_argument("--pricing", choices=("on-demand", "reserved"), default="on-demand",
@@ -104,24 +92,31 @@ def _cmd_plan(args) -> int:
     slo = SLO(args.slo_ttft_p90, args.slo_tpot_p90, args.slo_e2e_p99)
     prices = Prices(parse_overrides(args.price), args.pricing)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
-    try:
-        loads = number_list(args.loads)
-        tps = None if args.tp is None else [common.positive_int(x) for x in split(args.tp)]
-        rates = number_list(args.rates) if args.rates else None
-    except Exception as e:  # argparse.ArgumentTypeError from the list parsers
-        raise ConfigError(f"--loads / --rates / --tp: {e}") from None
+    if args.sessions is not None and (args.loads is not None or args.rates is not None):
+        raise ConfigError("--sessions is the load (concurrent sessions, a closed loop): drop --loads / --rates")
+    loads = _numbers(number_list, args.loads, "--loads")
+    rates = _numbers(number_list, args.rates, "--rates")
+    tps = None if args.tp is None else [_numbers(common.positive_int, x, "--tp") for x in split(args.tp)]
     tiers = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tiers.split(";")]
-    trace = common.load(args)
-    with common.Progress("planning: configurations searched") as progress:
-        result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
-                      routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
-                      window_s=args.window, warmup=warmup, progress=progress,
-                      min_window_requests=args.min_window_requests or MIN_WINDOW_REQUESTS,
-                      prices=prices, judge_at=args.judge, max_instances=args.max_instances,
-                      time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
-                      rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
-                      kv_semantics=args.kv_semantics, engine_style=args.engine_style,
-                      jobs=args.jobs, executor=args.executor, ray_address=args.ray_address)
+    _refuse_unused_prices(prices.overrides, split(args.gpus), tiers)
+    common.refuse_unless(args, "judge", str(args.time_model).strip().lower() == "roofline",
+                         f"chooses an end of the calibrated roofline's band: --time-model {args.time_model} has no band")
+    common.refuse_unless(args, "engine", False, "does not apply: plan's simulations run compiled only")
+    random = [what for what, used in (("--rates (Poisson arrivals)", rates), ("--routers random",
+                                                                              "random" in split(args.routers)),
+                                      ("--sessions", args.sessions is not None),
+                                      ("--think-time", getattr(args, "think_time", None) is not None)) if used]
+    trace = common.load(args, seed_used=" and ".join(random) or None)
+    result = plan(trace, model=args.model, slo=slo, gpus=split(args.gpus), tps=tps, tiers=tiers,
+                  routers=split(args.routers), policies=split(args.policies), loads=loads, rates=rates,
+                  window_s=args.window, warmup=warmup,
+                  min_window_requests=args.min_window_requests or MIN_WINDOW_REQUESTS,
+                  prices=prices, judge_at=args.judge, max_instances=args.max_instances,
+                  time_model=args.time_model, weights_dtype=args.weights_dtype, block_size=args.block_size,
+                  rate_profile=args.rate_profile, max_model_len=args.max_model_len, cache_dir=args.cache,
+                  kv_semantics=args.kv_semantics, engine_style=args.engine_style,
+                  sessions=args.sessions, **closed_of(args), **({"seed": args.seed} if random else {}),
+                  jobs=args.jobs, executor=args.executor, ray_address=args.ray_address, progress=args.progress)
     emitted = None
     if args.emit:
         from ..serving.emit import emit
@@ -137,6 +132,31 @@ def _cmd_plan(args) -> int:
 
         print(plan_text(trace, result))
     return 0
+
+
+def _refuse_unused_prices(overrides: dict, gpus: list[str], tiers: list) -> None:
+    """--price for a GPU the plan does not search, or a memory no tier set holds, is refused."""
+    from ..serving.plan import tier_gib
+    from ..serving.prices import MEMORIES
+
+    held = {kind for spec in tiers for kind in tier_gib(spec)}
+    for name in overrides:
+        if name in MEMORIES and name not in held:
+            raise ConfigError(f"--price {name}=...: no tier set holds {name} (--tiers {';'.join(t or 'none' for t in tiers)})")
+        if name not in MEMORIES and name not in gpus:
+            raise ConfigError(f"--price {name}=...: {name} is not among the GPUs searched (--gpus {','.join(gpus)})")
+
+
+def _numbers(parse, text, flag: str):
+    """`parse(text)` (None when the flag was not given), its refusal naming `flag`."""
+    import argparse
+
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except (argparse.ArgumentTypeError, ValueError) as e:
+        raise ConfigError(f"{flag}: {e}") from None
 
 
 def _write_outputs(args, result) -> None:

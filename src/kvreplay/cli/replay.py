@@ -8,6 +8,7 @@ import sys
 
 from ..errors import ConfigError
 from ..output.serving import tiers_text
+from ..progress import tell
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
 from . import common
 from .warmup import add_warmup_options, serving_warmup
@@ -32,8 +33,8 @@ def _parser_run(sub) -> None:
                           "evicted blocks are demoted, hits counted per tier (docs/serving.md, \"Tiers\")")
     run.add_argument("--tier-copies", choices=("move", "keep"), default="move",
                      help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy")
-    run.add_argument("--over-time", type=common.over_time, metavar="N|Ns",
-                     help="also show the hit rate per window of N requests, or of N seconds of trace time (e.g. 600s)")
+    run.add_argument("--over-time", type=common.over_time, metavar="DURATION|Nreq",
+                     help="also show the hit rate per window of trace time (600s, 10m) or of N requests (1000req)")
     run.add_argument("--gpu", default=None,
                      help="with --model: the headroom's gaps also in GPU-seconds of prefill on this GPU (the serving "
                           "time model; see `kvreplay gpus`)")
@@ -57,10 +58,13 @@ def _cmd_run(args) -> int:
                               f"(--policy radix), not {args.policy}")
         semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
     params = common.given_params(args, args.policy)
-    if args.gpu is not None and args.model is None:
-        raise ConfigError("--gpu prices the headroom's gaps in GPU-seconds of prefill: give --model too")
-    if args.tp != 1 and args.gpu is None:
-        raise ConfigError("--tp goes with --gpu (the GPUs a prefill runs on)")
+    common.refuse_unless(args, "tier_copies", bool(args.tiers), "applies with --tiers (what a load from a tier leaves "
+                                                                 "behind)")
+    common.refuse_unless(args, "summary_only", bool(args.json or args.output),
+                         "leaves per_request out of the JSON report: add --json or --output")
+    common.refuse_unless(args, "gpu", args.model is not None, "prices the headroom's gaps in GPU-seconds of prefill: "
+                                                               "give --model too")
+    common.refuse_unless(args, "tp", args.gpu is not None, "goes with --gpu (the GPUs a prefill runs on)")
     if args.output and args.output != "-" and not args.output.lower().endswith(".json"):
         raise ConfigError(f"--output {args.output}: run writes its JSON report: name the file .json (or - for "
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
@@ -92,8 +96,10 @@ def _cmd_run(args) -> int:
         from ..trace.model import resolve_block_size
 
         tiers["kv_groups"] = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
+    tell(args.progress, 0, 1, "replays")  # one compiled call: its stage shows the time it takes
     report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
                     warmup_fraction=args.warmup_fraction, **tiers, **params)
+    tell(args.progress, 1, 1, "replays")
     if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
         budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks], hybrid=hybrid)[1]
     from ..analysis import metrics
@@ -216,10 +222,11 @@ def _cmd_sweep(args) -> int:
     policies = [p for p in args.policies.split(",") if p.strip()]
     if args.bounds:
         policies += [p for p in ("infinite", "belady") if p not in policies]
+    common.refuse_unless(args, "each", len(args.traces) > 1, "sweeps several trace files one by one: give two or more")
     served = _served_options(args)
     if served is not None and (args.each or args.hbm is not None):
         raise ConfigError("--gpu ranks the policies served on one deployment: not with --each or --hbm")
-    if args.each and len(args.traces) > 1:
+    if args.each:
         return _sweep_each(args, policies)
     if args.hbm is not None and args.capacities != "auto":
         raise ConfigError("--capacities with --hbm: the cache is then the GPU pool of --hbm blocks and the sizes "
@@ -236,19 +243,17 @@ def _cmd_sweep(args) -> int:
         from ..trace.model import resolve_block_size
 
         groups = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
-    with common.Progress("replaying") as progress:
-        result = sweep(trace, capacities, policies, args.block_size,
-                       warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine,
-                       executor=args.executor, ray_address=args.ray_address, progress=progress, kv_groups=groups)
+    result = sweep(trace, capacities, policies, args.block_size,
+                   warmup_fraction=args.warmup_fraction, jobs=args.jobs, engine=args.engine,
+                   executor=args.executor, ray_address=args.ray_address, progress=args.progress, kv_groups=groups)
     if budget is not None:
         result["budget"] = budget
     ranking = None
     if served is not None:
         from ..serving.ranking import served_ranking
 
-        with common.Progress("serving each policy") as progress:
-            ranking = served_ranking(trace, [p for p in policies if p not in ("infinite", "belady")],
-                                     block_size=args.block_size, progress=progress, **served)
+        ranking = served_ranking(trace, [p for p in policies if p not in ("infinite", "belady")],
+                                 block_size=args.block_size, progress=args.progress, **served)
         result["served_ranking"] = ranking
     _emit(args, result, *with_budget(points_to_rows(result["results"]), SWEEP_COLUMNS, budget),
           f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; hit rate is token-weighted"
@@ -263,14 +268,12 @@ def _cmd_sweep(args) -> int:
 
 def _served_options(args) -> dict | None:
     """sweep --gpu: the deployment the policies are served on (None without --gpu)."""
+    for dest in ("tp", "instances", "router", "warmup", "cold_start"):
+        common.refuse_unless(args, dest, args.gpu is not None, "shapes the served ranking: add --gpu and --model")
+    common.refuse_unless(args, "router", args.instances > 1, "routes between instances: add --instances 2 or more")
     if args.gpu is None:
-        if args.tp != 1 or args.instances != 1 or args.router != "round-robin" or args.warmup is not None \
-                or args.cold_start:
-            raise ConfigError("--tp, --instances, --router, --warmup and --cold-start shape the served ranking: add "
-                              "--gpu and --model")
         return None
-    if args.model is None:
-        raise ConfigError("--gpu needs --model (the weights to place and to run)")
+    common.refuse_unless(args, "gpu", args.model is not None, "needs --model (the weights to place and to run)")
     return {"model": args.model, "gpu": args.gpu, "tp": args.tp, "instances": args.instances, "router": args.router,
             "warmup": serving_warmup(args)}
 
@@ -315,10 +318,9 @@ def _sweep_dram(args, trace, policies) -> int:
     if not args.dram_sizes:
         raise ConfigError("--hbm: give the DRAM tier's sizes with --dram-sizes (block counts; 0 for none)")
     sizes = args.dram_sizes
-    with common.Progress("replaying") as progress:
-        result = sweep(trace, sizes, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
-                       engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=progress,
-                       hbm=args.hbm)
+    result = sweep(trace, sizes, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
+                   engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=args.progress,
+                   hbm=args.hbm)
     _emit(args, result, points_to_rows(result["results"]), DRAM_COLUMNS,
           f"trace {result['trace']}, block size {result['block_size']}, window: {result['window']}; a DRAM tier (LRU, "
           f"copies moved) below {args.hbm:,} blocks of HBM; hit rates are token-weighted shares of the prompt tokens",
@@ -342,9 +344,8 @@ def _sweep_each(args, policies) -> int:
     capacities, _ = common.resolve_budget(args, next(iter(traces.values())), args.capacities)
     if args.plot and "infinite" not in policies:
         policies.append("infinite")  # each trace's ceiling on the plot
-    with common.Progress("replaying") as progress:
-        result = sweep(traces, capacities, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
-                       engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=progress)
+    result = sweep(traces, capacities, policies, args.block_size, warmup_fraction=args.warmup_fraction, jobs=args.jobs,
+                   engine=args.engine, executor=args.executor, ray_address=args.ray_address, progress=args.progress)
     windows = "; ".join(f"{t['trace']}: block size {t['block_size']}, {t['window']}" for t in result["traces"])
     _emit(args, result, points_to_rows(result["results"]), [("trace", "trace")] + SWEEP_COLUMNS,
           f"{len(traces)} traces ({windows}); hit rate is token-weighted", trace=None)
@@ -383,7 +384,7 @@ def _emit(args, result, rows: list[dict], columns, heading: str, trace=None) -> 
 
 def _parser_mrc(sub) -> None:
     mr = sub.add_parser("mrc", help="exact LRU hit curve over many capacities in one pass")
-    common.add_trace_options(mr)
+    common.add_trace_options(mr, refused=("--engine",))
     common.add_capacities_options(mr, "comma-separated block counts")
     common.add_curve_outputs(mr, "write the curve's table to FILE.csv, FILE.json or FILE.parquet (atomically; "
                                  ".parquet needs kvreplay[parquet]; columns: docs/formats.md)")
@@ -392,10 +393,14 @@ def _parser_mrc(sub) -> None:
 def _cmd_mrc(args) -> int:
     from ..analysis.mrc import mrc
 
+    common.refuse_unless(args, "engine", False, "does not apply: mrc computes the LRU curve in one pass of its own "
+                                                "(sweep --policies lru replays it on either engine)")
+    common.refuse_unless(args, "kv_semantics", False, "does not apply: mrc replays every layer as full attention "
+                                                      "(sweep --policies vllm replays vLLM's hybrid manager)")
     common.check_table_outputs(args)
     trace = common.load(args)
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
-    curve = mrc(trace, capacities, args.block_size, warmup_fraction=args.warmup_fraction)
+    curve = mrc(trace, capacities, args.block_size, warmup_fraction=args.warmup_fraction, progress=args.progress)
     if budget is not None:
         curve["budget"] = budget
     _emit(args, curve, *with_budget(curve["points"], MRC_COLUMNS, budget),
@@ -442,6 +447,8 @@ def _cmd_report(args) -> int:
     from ..files import write_atomic
 
     common.check_output_dir(args.output, inputs=common.inputs_of(args))
+    common.refuse_unless(args, "kv_semantics", False, "does not apply: the report replays every layer as full "
+                                                      "attention (its serving section too)")
     serving = None
     if args.gpu:
         from .. import native
@@ -458,14 +465,17 @@ def _cmd_report(args) -> int:
         if args.plan:
             raise ConfigError("--plan serves the plan's chosen deployment in the serving section: drop --gpu (or "
                               "drop --plan to serve --gpu's)")
+        common.refuse_unless(args, "router", args.instances > 1, "routes between instances: add --instances 2 or more")
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
                    "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args)}
-    elif args.instances != 1 or args.router != "round-robin" or args.tiers:
-        raise ConfigError("--instances, --router and --tiers shape the serving section: add --gpu and --model")
-    elif args.warmup is not None or args.cold_start:
-        raise ConfigError("--warmup and --cold-start apply to the serving section: add --gpu and --model (a --plan's "
-                          "runs keep the plan's warm-up)")
+    else:
+        kept = " (a --plan's deployment is served as the plan chose it)" if args.plan else ""
+        for dest in ("tp", "time_model", "weights_dtype", "speedups", "instances", "router", "tiers"):
+            common.refuse_unless(args, dest, False, f"shapes the serving section: add --gpu and --model{kept}")
+        for dest in ("warmup", "cold_start"):
+            common.refuse_unless(args, dest, False, "applies to the serving section: add --gpu and --model (a --plan's "
+                                                    "runs keep the plan's warm-up)")
     trace = common.load(args)
     plan = None
     if args.plan:
@@ -478,15 +488,14 @@ def _cmd_report(args) -> int:
     capacities, budget = common.resolve_budget(args, trace, args.capacities)
     focus = None if args.capacity is None else common.resolve_budget(args, trace, [args.capacity])[0][0]
     note = " ".join(str(budget[k]) for k in ("model", "kv_dtype") if budget.get(k)) if budget else ""
-    with common.Progress("replaying") as progress:
-        page = report_html(trace, policies=policies, capacities=capacities, focus_capacity=focus,
-                           block_size=args.block_size, warmup_fraction=args.warmup_fraction, bounds=args.bounds,
-                           engine=args.engine, title=args.title, progress=progress, price_hit=args.price_hit,
-                           price_miss=args.price_miss, active_params=common.active_params(args),
-                           bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
-                           zoom=args.zoom, serving=serving, plan=plan, model=budget.get("model") if budget else None)
+    page = report_html(trace, policies=policies, capacities=capacities, focus_capacity=focus,
+                       block_size=args.block_size, warmup_fraction=args.warmup_fraction, bounds=args.bounds,
+                       engine=args.engine, title=args.title, progress=args.progress, price_hit=args.price_hit,
+                       price_miss=args.price_miss, active_params=common.active_params(args),
+                       bytes_per_block=budget["bytes_per_block"] if budget else None, budget_note=note,
+                       zoom=args.zoom, serving=serving, plan=plan, model=budget.get("model") if budget else None)
     write_atomic(args.output, page.encode())
-    print(f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)", file=sys.stderr)
+    common.note(args, f"wrote {args.output} ({len(page) / 1024:,.0f} KiB, self-contained HTML)")
     return 0
 
 

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..serving import routing
 from . import common
 from ..serving.samples import check_n
+from .sessions import add_closed_options, check_single, closed_of
 from .warmup import add_warmup_options, warmup_of
 
 
@@ -59,7 +60,7 @@ def _parser_simulate(sub) -> None:
                                      "timestamps, a vLLM- or SGLang-style scheduler batches them, running requests "
                                      "hold their KV blocks and the prefix cache gets the rest. Reports TTFT, TPOT, "
                                      "throughput and the hit rate under concurrency (docs/serving.md).")
-    common.add_trace_options(sim)
+    common.add_trace_options(sim, refused=("--warmup-fraction",))
     sim.add_argument("--policy", default=None,
                      help="prefix cache policy (default: vllm for --engine-style vllm, radix for sglang; any "
                           "policy of `kvreplay policies`)")
@@ -91,19 +92,26 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--mem-fraction-static", type=float, default=None, metavar="F",
                      help="with --engine-style sglang, --gpu and --model: SGLang's share of the memory for weights "
                           "and KV (default: SGLang 0.5.23's for the GPU and TP)")
-    sim.add_argument("--engine-style", choices=("vllm", "sglang"), default="vllm",
-                     help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default) or "
-                          "sglang (prefill batches first, reserves decode room, retracts)")
+    sim.add_argument("--engine-style", choices=("vllm", "sglang", "trtllm"), default="vllm",
+                     help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default), "
+                          "sglang (prefill batches first, reserves decode room, retracts) or trtllm (TensorRT-LLM's "
+                          "in-flight batching: a capacity scheduler, then a micro-batch; serves --policy trtllm, "
+                          "needs --capacity)")
+    sim.add_argument("--capacity-scheduler-policy", choices=("guaranteed_no_evict", "max_utilization"), default=None,
+                     help="trtllm: guaranteed_no_evict (default: a request starts once the blocks to finish every "
+                          "scheduled one are free) or max_utilization (the next step's blocks; pauses the newest)")
+    sim.add_argument("--context-chunking", choices=("first_come_first_served", "equal_progress"), default=None,
+                     help="trtllm: enable chunked context with this chunking policy (default: off, as TensorRT-LLM)")
     sim.add_argument("--schedule", choices=("fcfs", "lpm"), default="fcfs",
                      help="sglang: waiting-queue order, fcfs (default) or lpm (longest cached prefix first)")
     sim.add_argument("--max-num-batched-tokens", type=common.positive_int, default=8192,
-                     help="tokens per step (vllm; default 8192)")
-    sim.add_argument("--max-num-seqs", type=common.positive_int, default=256,
-                     help="running requests at most (default 256)")
+                     help="tokens per step (vllm; trtllm's max_num_tokens; default 8192)")
+    sim.add_argument("--max-num-seqs", type=common.positive_int, default=None,
+                     help="running requests at most (default 256; trtllm's max_batch_size, default 2048)")
     sim.add_argument("--no-chunked-prefill", action="store_true", help="a prompt waits for a step that fits it whole")
-    sim.add_argument("--chunked-prefill-size", type=common.positive_int, default=8192,
+    sim.add_argument("--chunked-prefill-size", type=common.positive_int, default=None,
                      help="sglang: prefill tokens per step (default 8192, SGLang's value for 60-160 GB GPUs)")
-    sim.add_argument("--max-prefill-tokens", type=common.positive_int, default=16384,
+    sim.add_argument("--max-prefill-tokens", type=common.positive_int, default=None,
                      help="sglang without chunked prefill: prompt tokens per prefill batch (default 16384)")
     sim.add_argument("--time-model", default=None,
                      help="instant, roofline (default with --gpu and --model: calibrated on measured kernels, "
@@ -112,8 +120,13 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--mfu", type=unit_fraction, default=None,
                      help="roofline-raw (giving it picks the uncalibrated roofline): compute efficiency (default 0.5)")
     sim.add_argument("--mbu", type=unit_fraction, default=None, help="roofline-raw: bandwidth efficiency (default 0.6)")
-    sim.add_argument("--step-overhead-ms", type=common.seconds, default=None, metavar="MS",
-                     help="roofline-raw: fixed cost per step in ms (default 0)")
+    sim.add_argument("--step-overhead-ms", type=common.milliseconds, default=None, metavar="MS",
+                     help="roofline-raw: fixed cost per step in ms, or a duration with its unit (default 0)")
+    sim.add_argument("--host-cpu", choices=("vllm", "vllm-sync", "none"), default=None,
+                     help="what the host CPU adds outside the GPU's steps: vllm (vLLM 0.33.0's API server, engine "
+                          "core and async scheduling, fitted on measured serving runs; the default with the "
+                          "calibrated roofline), vllm-sync (the same without async scheduling: vLLM before 0.14 or "
+                          "--no-async-scheduling), none (the default with any other time model)")
     load = sim.add_mutually_exclusive_group()
     load.add_argument("--speedup", type=positive_number, default=None,
                       help="divide the trace's inter-arrival times by X (2: twice the load)")
@@ -123,6 +136,7 @@ def _parser_simulate(sub) -> None:
                       help="load sweep: one simulation per speedup (table and --plot of TTFT and hit rate vs load)")
     load.add_argument("--rates", type=number_list, default=None, metavar="R,S,...",
                       help="load sweep over Poisson rates (requests/s)")
+    add_closed_options(sim, "one")
     sim.add_argument("--policies", default=None, metavar="P,Q,...",
                      help="load sweep: the policies to compare (default: --policy)")
     sim.add_argument("--capacities", type=common.capacities_or_sizes, default=None, metavar="C,D,...",
@@ -134,10 +148,10 @@ def _parser_simulate(sub) -> None:
                      help="sweep: the --tiers to compare, separated by ';' (none: HBM only), e.g. "
                           "\"none;dram=64GiB@64GB/s;dram=256GiB@64GB/s\"")
     common.add_executor_options(sim, "a sweep's runs")
-    sim.add_argument("--slo-ttft", type=positive_number, default=None, metavar="MS",
-                     help="goodput counts requests whose TTFT is at most MS milliseconds")
-    sim.add_argument("--slo-tpot", type=positive_number, default=None, metavar="MS",
-                     help="goodput counts requests whose TPOT is at most MS milliseconds")
+    sim.add_argument("--slo-ttft", type=common.positive_duration, default=None, metavar="DURATION",
+                     help="goodput counts requests whose TTFT is at most this, e.g. 2s or 500ms")
+    sim.add_argument("--slo-tpot", type=common.positive_duration, default=None, metavar="DURATION",
+                     help="goodput counts requests whose TPOT is at most this, e.g. 50ms")
     sim.add_argument("--instances", type=common.positive_int, default=1,
                      help="identical engine instances, each with the pool and time model above (default 1)")
     sim.add_argument("--router", choices=routing.names(), default="round-robin",
@@ -161,9 +175,9 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--kv-link", default=None, metavar="BANDWIDTH",
                      help="disaggregation: the link a prompt's KV crosses to its decode instance, e.g. 25GB/s "
                           "(needs --model; default: at once)")
-    sim.add_argument("--router-lag-ms", type=float, default=0.0, metavar="MS",
-                     help="a state-aware router reads the instances' load as of a snapshot taken every MS ms "
-                          "(default 0: current)")
+    sim.add_argument("--router-lag-ms", type=common.milliseconds, default=0.0, metavar="MS",
+                     help="a state-aware router reads the instances' load as of a snapshot taken every MS ms (or a "
+                          "duration with its unit, e.g. 1s; default 0: current)")
     sim.add_argument("--router-option", action="append", default=[], metavar="NAME=VALUE",
                      help="a router preset's parameter (e.g. prefill_load_scale=2 for kv-aware); repeatable")
     sim.add_argument("--tiers", default=None, metavar="SPEC",
@@ -195,11 +209,12 @@ def _parser_simulate(sub) -> None:
 
 def _options(args, trace) -> dict:
     """simulate()'s keyword arguments from the command line."""
-    from ..serving.simulate import Scheduler
+    from ..serving.simulate import STYLE_POLICY, Scheduler
 
     warmup = warmup_of(args)
     if args.engine == "reference":
         raise ConfigError("the serving simulator runs compiled only: --engine reference does not apply")
+    _refuse_what_cannot_apply(args)
     capacity = args.capacity
     if capacity is not None and args.bytes_per_token is not None:
         capacity = common.resolve_budget(args, trace, [capacity])[0][0]  # (simulate sizes KV from --model)
@@ -225,18 +240,16 @@ def _options(args, trace) -> dict:
 
         time_model = load_time_model("roofline-raw", model=args.model, gpu=args.gpu, tp=args.tp,
                                      kv_dtype=args.kv_dtype or "bf16", dtype=weights_dtype, **roofline)
-    scheduler = Scheduler(style=args.engine_style, max_num_batched_tokens=args.max_num_batched_tokens,
-                          max_num_seqs=args.max_num_seqs, chunked_prefill=not args.no_chunked_prefill,
-                          schedule_policy=args.schedule, chunked_prefill_size=args.chunked_prefill_size,
-                          max_prefill_tokens=args.max_prefill_tokens)
-    if args.schedule != "fcfs" and args.engine_style != "sglang":
-        raise ConfigError("--schedule lpm is SGLang's: add --engine-style sglang")
+    scheduler = _scheduler(args)
     policy = args.policy
-    params = common.given_params(args, policy) if policy else {}
+    params = common.given_params(args, policy or STYLE_POLICY[args.engine_style])
+    if params and args.policies:
+        raise ConfigError(f"--{next(iter(params)).replace('_', '-')}: in a sweep over --policies, give a policy's "
+                          "parameters in the list (name:key=value, e.g. s3fifo:small_ratio=0.2)")
     return dict(policy=policy, capacity=capacity, block_size=args.block_size, engine_style=args.engine_style,
                 time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp,
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
-                slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, output_kv=not args.no_output_kv,
+                slo_ttft_ms=_ms(args.slo_ttft), slo_tpot_ms=_ms(args.slo_tpot), output_kv=not args.no_output_kv,
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,
                 tiers=args.tiers, global_store=args.global_store, tier_copies=args.tier_copies,
                 tier_overlap=args.tier_overlap, kv_dtype=args.kv_dtype, kv_layers=args.kv_layers,
@@ -246,8 +259,8 @@ def _options(args, trace) -> dict:
                 rate_profile=args.rate_profile, kv_semantics=args.kv_semantics, warmup=warmup,
                 kv_cache_memory=args.kv_cache_memory, num_gpu_blocks_override=args.num_gpu_blocks_override,
                 enforce_eager=args.enforce_eager, language_model_only=args.language_model_only,
-                mem_fraction_static=args.mem_fraction_static, router_options=_router_options(args.router_option),
-                n=args.n, **params)
+                mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
+                router_options=_router_options(args.router_option), **closed_of(args), n=args.n, **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -256,10 +269,16 @@ def _cmd_simulate(args) -> int:
 
     common.check_table_outputs(args)
     check_n(args.n)  # (an argument error before the trace is read)
-    trace = common.load(args)
+    routers = {args.router, *(r.strip() for r in (args.routers or "").split(","))}
+    random = [what for what, used in (("--rate/--rates (Poisson arrivals)", args.rate or args.rates),
+                                      ("--router random", "random" in routers)) if used]
+    trace = common.load(args, sessions_used="the session router" if "session" in routers else None,
+                        seed_used=" and ".join(random) or None)
     options = _options(args, trace)
+    check_single(args)
     grid = args.instances_list or args.routers or args.tier_list
-    sweeping = args.speedups is not None or args.rates is not None or bool(grid)
+    sweeping = args.speedups is not None or args.rates is not None or args.sessions_list is not None or bool(grid)
+    common.refuse_unless(args, "summary_only", not sweeping, "applies to one run's JSON report, not a sweep's rows")
     if not sweeping and (args.policies or args.capacities):
         raise ConfigError("--policies and --capacities compare runs in a load sweep: add --speedups or --rates "
                           "(one run: --policy, --capacity)")
@@ -267,7 +286,9 @@ def _cmd_simulate(args) -> int:
         raise ConfigError("--jobs, --executor and --ray-address run a sweep's runs: add --speedups, --rates, "
                           "--instances-list, --routers or --tier-list")
     if sweeping:
-        if args.speedups is None and args.rates is None:
+        if args.sessions is not None and args.sessions_list is None:
+            args.sessions_list = [args.sessions]
+        if args.speedups is None and args.rates is None and args.sessions_list is None:
             args.speedups = [args.speedup or 1.0] if args.rate is None else None
             args.rates = [args.rate] if args.rate is not None else None
         policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
@@ -291,21 +312,19 @@ def _cmd_simulate(args) -> int:
         tier_list = [options.pop("tiers")]
         if args.tier_list:
             tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
-        with common.Progress("simulating") as progress:
-            rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, policies=policies,
-                              capacities=capacities, instances=instances, routers=routers, tiers=tier_list,
-                              jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
-                              progress=progress, **options)
+        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, sessions=args.sessions_list,
+                          policies=policies, capacities=capacities, instances=instances, routers=routers,
+                          tiers=tier_list, jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
+                          progress=args.progress, **options)
         return _emit_sweep(args, trace, rows)
-    report = simulate(trace, speedup=args.speedup, rate=args.rate, **options)
+    report = simulate(trace, speedup=args.speedup, rate=args.rate, sessions=args.sessions, progress=args.progress,
+                      **options)
     checked = None
     if not args.json and not report.summary()["keeps_up"]["keeps_up"]:
         from ..serving.fixcheck import check_fix
 
-        with common.Progress("checking the verdict's estimates by running them") as progress:
-            progress(0, 1)
-            checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate), report)
-            progress(1, 1)
+        checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate, sessions=args.sessions), report,
+                            progress=args.progress)
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
         name = args.output.lower()
@@ -313,7 +332,8 @@ def _cmd_simulate(args) -> int:
             files[args.output] = common.encode_json(report.to_dict(per_request=not args.summary_only))
         else:
             columns = report.request_columns()
-            kinds = {**REQUEST_KINDS, **{k: "int" for k in columns if k.startswith("miss_")}}
+            kinds = {**REQUEST_KINDS, **(CLOSED_KINDS if report.closed is not None else {}),
+                     **{k: "int" for k in columns if k.startswith("miss_")}}
             files[args.output] = _table_bytes(args.output, columns, kinds)
     if args.plot:
         from ..output import plot
@@ -346,8 +366,9 @@ def _served_headroom(args, trace, report):
     from ..analysis.headroom import headroom
     from ..engine.replay import replay
 
-    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady") \
-            or report.samples is not None:  # (the served trace is the fanned-out one)
+    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady") or \
+            report.closed is not None or report.samples is not None:
+        # (a closed loop serves its requests out of trace order, or copies them; n > 1 serves the fanned-out trace)
         return None
     sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,
                         **report.params)
@@ -367,6 +388,8 @@ def _served_headroom(args, trace, report):
 REQUEST_KINDS = {"arrival_s": "float", "scheduled_s": "float", "first_token_s": "float", "finish_s": "float",
                  "prompt_tokens": "int", "hit_tokens": "int", "output_tokens": "int", "preemptions": "int",
                  "status": "str", "instance": "int", "judged": "bool"}
+#: a closed loop's extra columns (closed_stats: its session, its rank there, its think time)
+CLOSED_KINDS = {"session": "int", "turn": "int", "think_s": "float"}
 SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_blocks": "int", "kv_semantics": "str",
                "instances": "int",
                "router": "str", "tiers": "str", "ttft_p50_s": "float", "ttft_p90_s": "float", "ttft_p99_s": "float",
@@ -377,6 +400,9 @@ SWEEP_KINDS = {"load_kind": "str", "load": "float", "policy": "str", "capacity_b
                "backlog_s": "float", "warmup_s": "float", "judged_requests": "int",
                "verdict_window_s": "float", "worst_queue_p90_s": "float", "worst_window_start_s": "float",
                "finished": "int", "rejected": "int", "error": "str",
+               # a closed loop's (empty for the open loop)
+               "session_time_p50_s": "float", "session_time_p90_s": "float", "turns_per_minute": "float",
+               "think_share": "float", "littles_law_holds": "bool",
                "hit_tokens": "int", "prompt_tokens": "int", **{f"miss_{c}_tokens": "int" for c in CAUSES},
                # the calibrated roofline's band (empty for other time models)
                **{f"{k}_{e}_s": "float" for k in ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50") for e in ("low", "high")}}
@@ -451,6 +477,87 @@ def _router_options(items) -> dict:
     return out
 
 
+def _refuse_what_cannot_apply(args) -> None:
+    """A flag whose setting cannot change this run is refused (never accepted and ignored)."""
+    refuse = common.refuse_unless
+    time_model = str(args.time_model or "roofline").lower()
+    roofline = time_model in ("roofline", "roofline-raw")
+    refuse(args, "gpu", roofline or args.model is not None,
+           f"times the steps (the roofline) or holds --model's weights and KV: with --time-model {args.time_model} "
+           "and no --model it has no part")
+    refuse(args, "tp", args.gpu is not None, "splits the model over --gpu's GPUs: add --gpu")
+    refuse(args, "gpu_memory_utilization", args.gpu is not None and args.model is not None,
+           "sizes the pool from --gpu and --model's weights: add --gpu and --model")
+    refuse(args, "gpu_memory_utilization", args.kv_cache_memory is None,
+           "does not apply with --kv-cache-memory, which gives the KV memory itself (as vLLM's flags)")
+    refuse(args, "bytes_per_token", any(isinstance(c, str) for c in [args.capacity, *(args.capacities or [])]),
+           "turns a size (--capacity 40GiB) into blocks: the pool here is given in blocks")
+    sglang = args.engine_style == "sglang"
+    refuse(args, "max_num_batched_tokens", not sglang,
+           "is vLLM's step budget: SGLang's are --chunked-prefill-size and --max-prefill-tokens")
+    refuse(args, "chunked_prefill_size", sglang and not args.no_chunked_prefill,
+           "is SGLang's chunk (with --engine-style sglang, without --no-chunked-prefill)")
+    refuse(args, "max_prefill_tokens", sglang, "is SGLang's prefill batch budget: add --engine-style sglang")
+    unknown = [r for r in (args.routers or "").split(",") if r.strip() and r.strip() not in routing.names()]
+    if unknown:
+        raise ConfigError(f"--routers: unknown router {unknown[0].strip()!r} (known: {', '.join(routing.names())})")
+    cluster = args.instances > 1 or bool(args.instances_list and max(args.instances_list) > 1) \
+        or args.prefill_instances is not None
+    refuse(args, "router", cluster, "routes requests between instances: add --instances N (N > 1)")
+    refuse(args, "routers", cluster, "compares routers between instances: add --instances N or --instances-list")
+    refuse(args, "router_lag_ms", cluster, "delays the router's view of the instances: add --instances N (N > 1)")
+    tiered = bool(args.tiers or args.global_store or args.tier_list)
+    refuse(args, "tier_copies", tiered, "applies with --tiers or --global-store (what a load from a tier leaves "
+                                        "behind)")
+    refuse(args, "tier_overlap", tiered, "overlaps loads from the tiers with compute: add --tiers or --global-store")
+    refuse(args, "summary_only", bool(args.json or args.output),
+           "leaves per_request out of the JSON report: add --json or --output")
+    for one, many in (("policy", "policies"), ("capacity", "capacities"), ("instances", "instances_list"),
+                      ("router", "routers"), ("tiers", "tier_list")):
+        refuse(args, one, not common.given(args, many),
+               f"and --{many.replace('_', '-')} both give the sweep's {one}: give one of them")
+    refuse(args, "param_last_token_recompute", False,
+           "is the sequential replay's (kvreplay run): the simulated vLLM scheduler computes a fully cached "
+           "prompt's last token itself, as vLLM's does")
+
+
+def _ms(seconds):
+    """A duration flag's seconds as the milliseconds simulate() takes (None stays None)."""
+    return None if seconds is None else seconds * 1e3
+
+
 def _positive_ints(text: str) -> list[int]:
     """N,M,...: whole numbers >= 1."""
     return [common.positive_int(part) for part in text.split(",") if part.strip()]
+
+
+def _scheduler(args):
+    """The scheduler the flags give, each style's flags refused under another style."""
+    from ..serving.simulate import Scheduler
+
+    style = args.engine_style
+    if args.schedule != "fcfs" and style != "sglang":
+        raise ConfigError("--schedule lpm is SGLang's: add --engine-style sglang")
+    for flag, value in (("--chunked-prefill-size", args.chunked_prefill_size),
+                        ("--max-prefill-tokens", args.max_prefill_tokens)):
+        if value is not None and style != "sglang":
+            raise ConfigError(f"{flag} is SGLang's: add --engine-style sglang")
+    for flag, value in (("--capacity-scheduler-policy", args.capacity_scheduler_policy),
+                        ("--context-chunking", args.context_chunking)):
+        if value is not None and style != "trtllm":
+            raise ConfigError(f"{flag} is TensorRT-LLM's: add --engine-style trtllm")
+    given = {"max_num_batched_tokens": args.max_num_batched_tokens, "schedule_policy": args.schedule}
+    if args.max_num_seqs is not None:
+        given["max_num_seqs"] = args.max_num_seqs
+    if style == "trtllm":
+        if args.no_chunked_prefill and args.context_chunking is not None:
+            raise ConfigError("--no-chunked-prefill and --context-chunking contradict each other: give one")
+        given["chunked_prefill"] = args.context_chunking is not None
+        given["capacity_scheduler_policy"] = args.capacity_scheduler_policy or "guaranteed_no_evict"
+        given["context_chunking_policy"] = args.context_chunking or "first_come_first_served"
+    else:
+        given["chunked_prefill"] = not args.no_chunked_prefill
+        for name in ("chunked_prefill_size", "max_prefill_tokens"):
+            if getattr(args, name) is not None:
+                given[name] = getattr(args, name)
+    return Scheduler.for_style(style, **given)

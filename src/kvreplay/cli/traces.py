@@ -11,7 +11,8 @@ from . import common
 
 
 def _parser_hash(sub) -> None:
-    hs = sub.add_parser("hash", help="turn a token log (JSONL token_ids, or text with --tokenizer) into a Mooncake trace")
+    hs = sub.add_parser("hash", help="turn a token log (JSONL token_ids or vLLM's prompt_token_ids, or text with "
+                                     "--tokenizer) into a Mooncake trace of block hash ids")
     hs.add_argument("input", help="token log (JSONL, optionally gzip), or - for stdin")
     hs.add_argument("--output", "-o", required=True, help="the Mooncake JSONL trace to write (atomically)")
     hs.add_argument("--block-size", type=common.positive_int, default=512, help="tokens per block (default 512; 16 for Bailian-like)")
@@ -25,9 +26,14 @@ def _cmd_hash(args) -> int:
 
     common.check_output_dir(args.output, inputs=common.inputs_of(args))
     s = hash_token_log(args.input, args.output, block_size=args.block_size, tokenizer=args.tokenizer,
-                       salt=args.salt, keep_hashes=args.keep_hashes)
-    print(f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of {s['block_size']} "
-          f"({s['unique_blocks']:,} unique) -> {s['output']}", file=sys.stderr)
+                       salt=args.salt, keep_hashes=args.keep_hashes, progress=args.progress)
+    common.note(args, f"{s['source']}: {s['requests']:,} requests, {s['tokens']:,} tokens, {s['blocks']:,} blocks of "
+                      f"{s['block_size']} ({s['unique_blocks']:,} unique) -> {s['output']}")
+    if args.tokenizer and not s["tokenized"]:  # (a warning: it prints with --quiet too)
+        print(f"kvreplay: warning: --tokenizer was not used: every record of {s['source']} gives its token ids "
+              "(token_ids or prompt_token_ids), none text or prompt", file=sys.stderr)
+    elif args.tokenizer:
+        common.note(args, f"{s['tokenized']:,} of {s['requests']:,} requests tokenized with {args.tokenizer}")
     return 0
 
 
@@ -51,7 +57,8 @@ def _read_for_writing(args):
     """Load `args.input` for convert/slice, after refusing an output that would replace it."""
     from ..trace import load_trace
     common.check_output_dir(args.output, inputs=common.inputs_of(args))
-    trace = load_trace(args.input, format=args.from_format, on_invalid=args.on_invalid, keep_ids=args.keep_ids)
+    trace = load_trace(args.input, format=args.from_format, on_invalid=args.on_invalid, keep_ids=args.keep_ids,
+                       progress=args.progress)
     return _declared(trace, args.block_size)
 
 
@@ -71,8 +78,8 @@ def _parser_convert_slice(sub) -> None:
     sl.add_argument("--to", choices=WRITE_FORMATS, default=None, help="output format (default: the input's, else mooncake)")
     sl.add_argument("--requests", metavar="A:B", help="positions A (inclusive) to B (exclusive), Python-style; "
                     "negative counts from the end (write --requests=-100: for the last 100)")
-    sl.add_argument("--time", metavar="T0:T1", help="t0 <= timestamp < t1: seconds after the first request, or absolute ms "
-                    "with the suffix ms (e.g. 0:60, 1500ms:90000ms); either side may be empty")
+    sl.add_argument("--time", metavar="T0:T1", help="t0 <= timestamp < t1: durations after the first request (0s:1h, "
+                    "10m:20m), or timestamps on the file's clock with @ (@1500ms:@90000ms); either side may be empty")
     sl.add_argument("--sessions", type=common.positive_int, metavar="N", help="the first N sessions (traces with sessions only)")
 
 
@@ -80,8 +87,8 @@ def _cmd_convert(args) -> int:
     from ..trace.writers import write_trace
 
     trace = _read_for_writing(args)
-    write_trace(trace, args.output, args.to, original_ids=args.keep_ids)
-    print(f"{trace.source}: {len(trace):,} requests ({trace.format}) -> {args.output} ({args.to})", file=sys.stderr)
+    write_trace(trace, args.output, args.to, original_ids=args.keep_ids, progress=args.progress)
+    common.note(args, f"{trace.source}: {len(trace):,} requests ({trace.format}) -> {args.output} ({args.to})")
     return 0
 
 
@@ -93,14 +100,16 @@ def _cmd_slice(args) -> int:
         raise ConfigError("slice: give --requests A:B, --time T0:T1 and/or --sessions N")
     requests = None if args.requests is None else parse_request_range(args.requests)
     trace = _read_for_writing(args)
+    if args.sessions is not None and trace.session is None:
+        raise ConfigError(f"--sessions {args.sessions}: {trace.source} ({trace.format}) has no sessions")
     time_ms = None if args.time is None else parse_time_range(args.time, trace.timestamp)
     part = slice_trace(trace, requests, time_ms, sessions=args.sessions)
     to = args.to or (trace.format if trace.format in WRITE_FORMATS else "mooncake")
-    write_trace(part, args.output, to, original_ids=args.keep_ids)
+    write_trace(part, args.output, to, original_ids=args.keep_ids, progress=args.progress)
     total = trace.total_prompt_tokens
     pct = 100 * part.total_prompt_tokens / total if total else 0.0
     share = (f"{pct:.1f}%" if pct >= 1 or pct == 0 else f"{pct:.2g}%") + " of prompt tokens" if total else "no prompt tokens"
-    print(f"kept {len(part):,} of {len(trace):,} requests, {share} -> {args.output} ({to})", file=sys.stderr)
+    common.note(args, f"kept {len(part):,} of {len(trace):,} requests, {share} -> {args.output} ({to})")
     return 0
 
 
@@ -116,13 +125,13 @@ def _parser_merge(sub) -> None:
     mg.add_argument("--on-invalid", choices=("error", "skip"), default="error", help="bad records: stop (default) or skip them")
     mg.add_argument("--shared-ids", action="store_true",
                     help="inputs share blocks by their files' ids (default: ids are private to each input)")
-    mg.add_argument("--offsets", metavar="S1,S2,...",
-                    help="start offset in seconds of each input, added to its timestamps (default: Claude Code "
-                         "sessions follow --session-arrivals, other inputs keep their times)")
+    mg.add_argument("--offsets", metavar="T1,T2,...",
+                    help="start offset of each input, a duration added to its timestamps, e.g. 0s,90s (default: "
+                         "Claude Code sessions follow --session-arrivals, other inputs keep their times)")
     mg.add_argument("--session-arrivals", choices=("fixed", "poisson", "zero"), default="fixed",
                     help="start times of Claude Code sessions: fixed spacing (default), poisson (seeded), zero")
-    mg.add_argument("--session-spacing", type=common.seconds, default=60.0, metavar="SECONDS",
-                    help="gap between session starts (fixed) or mean gap (poisson); default 60")
+    mg.add_argument("--session-spacing", type=common.duration, default=60.0, metavar="DURATION",
+                    help="gap between session starts (fixed) or mean gap (poisson), e.g. 60s; default 60s")
     mg.add_argument("--seed", type=common.non_negative_int, default=0, help="seed of --session-arrivals poisson (default 0)")
     _add_input_block_size(mg)
 
@@ -136,34 +145,37 @@ def _cmd_merge(args) -> int:
     offsets = None
     if args.offsets is not None:
         try:
-            offsets = [1000.0 * common.seconds(part) for part in args.offsets.split(",")]
+            offsets = [1000.0 * common.duration(part) for part in args.offsets.split(",")]
         except argparse.ArgumentTypeError as e:
             raise ConfigError(f"--offsets: {e}") from None
         if len(offsets) != len(args.inputs):
             raise ConfigError(f"--offsets: got {len(offsets)} offsets for {len(args.inputs)} inputs")
     options = dict(session_arrivals=args.session_arrivals, session_spacing=args.session_spacing, seed=args.seed)
-    traces = [_declared(load_trace(p, format=args.format, on_invalid=args.on_invalid, keep_ids=args.shared_ids, **options),
-                        args.block_size)
+    traces = [_declared(load_trace(p, format=args.format, on_invalid=args.on_invalid, keep_ids=args.shared_ids,
+                                   progress=args.progress, **options), args.block_size)
               for p in args.inputs]
     if offsets is None:
         offsets = start_offsets_ms(traces, args.session_arrivals, args.session_spacing, args.seed)
     merged = merge(traces, namespace=not args.shared_ids, offsets_ms=offsets)
-    write_trace(merged, args.output, args.to, original_ids=args.shared_ids)
-    print(f"merged {len(traces)} inputs: {len(merged):,} requests, {merged.num_sessions:,} sessions, "
-          f"{merged.num_blocks:,} unique blocks -> {args.output} ({args.to})", file=sys.stderr)
+    write_trace(merged, args.output, args.to, original_ids=args.shared_ids, progress=args.progress)
+    common.note(args, f"merged {len(traces)} inputs: {len(merged):,} requests, {merged.num_sessions:,} sessions, "
+                      f"{merged.num_blocks:,} unique blocks -> {args.output} ({args.to})")
     return 0
 
 
 def _parser_stats(sub) -> None:
     st = sub.add_parser("stats", help="describe a trace: lengths, unique blocks, infinite-cache hit rate, reuse, sharing")
-    common.add_trace_options(st)
+    common.add_trace_options(st, refused=("--engine", "--warmup-fraction"))
     st.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
 
 def _cmd_stats(args) -> int:
     from ..analysis.stats import format_stats, stats
 
-    result = stats(common.load(args), args.block_size)
+    common.refuse_unless(args, "engine", False, "does not apply: stats is one compiled pass of its own")
+    common.refuse_unless(args, "warmup_fraction", False, "does not apply: stats describes the whole trace")
+    trace = common.load(args, sessions_used="sessions and turns per session")
+    result = stats(trace, args.block_size, progress=args.progress)
     if args.json:
         sys.stdout.buffer.write(common.encode_json(result))
     else:
@@ -179,7 +191,7 @@ _SYNTH_KNOBS = [  # flag, type, default, help; the defaults live in kvreplay.tra
     ("--turns", float, 4.0, "mean requests per chat or RAG session"),
     ("--agent-steps", float, 10.0, "mean requests per agent loop"),
     ("--mix", str, "chat=0.6,rag=0.2,agent=0.2", "session kinds and weights"),
-    ("--think-time", float, 30.0, "mean seconds between turns (agents: a tenth)"),
+    ("--think-time", common.positive_duration, "30s", "mean time between turns, e.g. 30s (agents: a tenth)"),
     ("--agent-tool-tokens", float, 800.0, "median tokens of an agent step's tool output"),
     ("--agent-reply-tokens", float, 150.0, "median tokens of an agent step's reply"),
     ("--burst", float, 1.0, "mean sessions starting together (geometric bursts; 1: one at a time)"),
@@ -187,7 +199,8 @@ _SYNTH_KNOBS = [  # flag, type, default, help; the defaults live in kvreplay.tra
     ("--zipf", float, 1.1, "Zipf exponent of prompt and document popularity"),
     ("--system-priority", int, None, "a priority class for system prompts: their tokens' KV retention priority, "
                                      "0-100 (TensorRT-LLM's; docs/formats.md)"),
-    ("--system-priority-ms", float, None, "with --system-priority: how long the priority lasts (ms)"),
+    ("--system-priority-ms", common.milliseconds, None, "with --system-priority: how long the priority lasts, in "
+                                                         "ms or a duration with its unit"),
 ]
 
 
@@ -208,9 +221,19 @@ def _parser_synth(sub) -> None:
     sy.add_argument("--token-log", action="store_true",
                     help="write a token log of multi-turn chats instead (token_ids: kvreplay hash and diagnose read "
                          "it), its template rendering each request's time into the system prompt (--timestamp-at)")
-    sy.add_argument("--timestamp-at", default=None, metavar="N|end|none",
+    sy.add_argument("--timestamp-at", type=_timestamp_at, default=None, metavar="N|end|none",
                     help="--token-log: the time (YYYY-MM-DD HH:MM) after the system prompt's N-th token (default 20), "
                          "at the prompt's end (the restructured template), or none")
+
+
+def _timestamp_at(text: str):
+    """--timestamp-at: a token position (int), "end" or "none"."""
+    word = text.strip().lower()
+    if word in ("end", "none"):
+        return word
+    if not word.isdigit():
+        raise argparse.ArgumentTypeError(f"a token position (0, 1, ...), end or none, got {text!r}")
+    return int(word)
 
 
 def _token_log(args, given: list[str]) -> int:
@@ -221,12 +244,7 @@ def _token_log(args, given: list[str]) -> int:
     unused = given + [f for f in ("--like", "--block-size") if getattr(args, f[2:].replace("-", "_")) is not None]
     if unused:
         raise ConfigError(f"{', '.join(unused)}: not used by --token-log (its knobs: --requests, --timestamp-at, --seed)")
-    at = args.timestamp_at if args.timestamp_at is not None else "20"
-    at = {"end": "end", "none": None}.get(at.strip().lower(), at)
-    if isinstance(at, str) and at != "end":
-        if not at.strip().isdigit():
-            raise ConfigError(f"--timestamp-at {args.timestamp_at}: a token position (0, 1, ...), end or none")
-        at = int(at)
+    at = 20 if args.timestamp_at is None else None if args.timestamp_at == "none" else args.timestamp_at
     if args.output == "-":
         raise ConfigError("--token-log writes a file: give --output FILE.jsonl")
     common.check_output_dir(args.output, inputs=common.inputs_of(args))
@@ -250,13 +268,14 @@ def _cmd_synth(args) -> int:
                                          if getattr(args, f[2:].replace("-", "_")) is not None])
     if args.timestamp_at is not None:
         raise ConfigError("--timestamp-at applies only with --token-log")
-    out = sys.stderr if args.output == "-" else sys.stdout
+    # The summary is the command's output; with the trace itself on stdout it is a note on stderr.
+    say = (lambda text: common.note(args, text)) if args.output == "-" else print
     if args.like:
         if given:
             raise ConfigError(f"{', '.join(given)}: the generator's knobs are fitted with --like; leave them out")
         from ..trace import load_trace
 
-        original = load_trace(args.like)
+        original = load_trace(args.like, progress=args.progress)
         scale = args.scale_requests if args.scale_requests is not None else 1.0
         if args.requests is not None:
             if args.scale_requests is not None:
@@ -264,12 +283,14 @@ def _cmd_synth(args) -> int:
             scale = args.requests / len(original)
         like = synth_like_prefixes if args.like_model == "prefixes" else synth_like
         trace = like(original, scale_requests=scale, speedup=args.speedup if args.speedup is not None else 1.0,
-                     block_size=args.block_size, seed=args.seed)
-        write_trace(trace, args.output, format="mooncake")
+                     block_size=args.block_size, seed=args.seed, progress=args.progress)
+        write_trace(trace, args.output, format="mooncake", progress=args.progress)
         sessions = len(set(sessions_of(original, trace.block_size)[2].tolist()))
-        print(f"{args.output}: {len(trace):,} requests like {original.source}, block size {trace.block_size}; "
-              "rates are token-weighted over the whole trace", file=out)
-        print(compare_table(stats(original, trace.block_size), stats(trace), sessions), file=out)
+        table = compare_table(stats(original, trace.block_size, progress=args.progress),
+                              stats(trace, progress=args.progress), sessions)
+        say(f"{args.output}: {len(trace):,} requests like {original.source}, block size {trace.block_size}; "
+            "rates are token-weighted over the whole trace")
+        say(table)
         return 0
     for flag in ("--scale-requests", "--speedup", "--like-model"):
         if getattr(args, flag[2:].replace("-", "_")) is not None:
@@ -277,11 +298,11 @@ def _cmd_synth(args) -> int:
     from ..trace.model import resolve_block_size
 
     trace = synth(args.requests or 10_000, block_size=resolve_block_size(args.block_size), seed=args.seed,
-                  **{k: v for k, v in knobs.items() if v is not None})
-    write_trace(trace, args.output, format="mooncake")
-    print(f"{args.output}: {trace.source}: {len(trace):,} requests, {trace.total_prompt_tokens:,} prompt tokens, "
-          f"{trace.num_blocks:,} unique blocks of {trace.block_size} tokens, {trace.num_sessions:,} sessions "
-          f"(kvreplay stats {args.output} describes it)", file=out)
+                  progress=args.progress, **{k: v for k, v in knobs.items() if v is not None})
+    write_trace(trace, args.output, format="mooncake", progress=args.progress)
+    say(f"{args.output}: {trace.source}: {len(trace):,} requests, {trace.total_prompt_tokens:,} prompt tokens, "
+        f"{trace.num_blocks:,} unique blocks of {trace.block_size} tokens, {trace.num_sessions:,} sessions "
+        f"(kvreplay stats {args.output} describes it)")
     return 0
 
 

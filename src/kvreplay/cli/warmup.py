@@ -3,12 +3,26 @@
 
 from __future__ import annotations
 
+import argparse
+
 from ..errors import ConfigError
 
 
+def warmup_value(text: str) -> str:
+    """--warmup's value, checked as it is parsed: auto, a fraction in [0, 1) or a duration with its
+    unit (a bare 600 is refused: "600 what?")."""
+    from ..serving.warmup import NAMED, parse
+
+    try:
+        parse(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(NAMED)) from None
+    return text
+
+
 def add_warmup_options(p, what: str) -> None:
-    """--warmup and --cold-start (simulate, plan, report)."""
-    p.add_argument("--warmup", default=None, metavar="auto|F|DURATION",
+    """--warmup and --cold-start (simulate, plan, report, sweep)."""
+    p.add_argument("--warmup", type=warmup_value, default=None, metavar="auto|F|DURATION",
                    help=f"the first part of {what}'s arrivals is served but not judged, so a warm server is judged: "
                         "auto (default: as far back as 90%% of the trace's prefix reuse looks), a fraction of the "
                         "arrival span (0.2) or a duration (10m); 0 judges from an empty cache")
@@ -17,9 +31,9 @@ def add_warmup_options(p, what: str) -> None:
 
 def warmup_of(args):
     """The warm-up --warmup / --cold-start ask for ("auto" by default); --warmup-fraction refused."""
-    if getattr(args, "warmup_fraction", 0):
+    if "warmup_fraction" in getattr(args, "given", ()):
         raise ConfigError("--warmup-fraction is replay's (a share of the requests); serving judges a warm server with "
-                          f"--warmup (auto, a fraction of the arrival span such as {args.warmup_fraction:g}, or a "
+                          f"--warmup (auto, a fraction of the arrival span such as {args.warmup_fraction or 0.2:g}, or a "
                           "duration such as 10m)")
     if args.cold_start and args.warmup is not None:
         raise ConfigError("give --warmup or --cold-start, not both (--cold-start is --warmup 0)")

@@ -3,7 +3,7 @@
  * - kv_replay: the sequential replay, the spec's loop, instantiated per policy (KV_REPLAY);
  * - kv_request_start: one request's start among overlapping ones: the prefix scan, then
  *   pin_request; the serving simulator's admission goes through it too;
- * - kv_run_events: starts and finishes in any order (engine/lifecycle.py's events). */
+ * - kv_run_events: starts, stores and finishes in any order (engine/lifecycle.py's events). */
 #include "../include/policy.h"
 #include "driver.h"
 
@@ -50,14 +50,19 @@ KvStart kv_request_start(const KvPolicy *p, void *st, KvTiers *tiers, i64 instan
     return out;
 }
 
-/* events: e >= 0 starts request e, e < 0 finishes request -e - 1; request i's handles live at
- * handles[offsets[i] + i:] */
+/* events: 0 <= e < n starts request e, e >= n stores request e - n (store_request, when the
+ * policy has it), e < 0 finishes request -e - 1; request i's handles live at handles[offsets[i] + i:] */
 KV_EXPORT void kv_run_events(const KvPolicy *p, void *st, const i64 *offsets, const i32 *blocks,
-                             const i64 *input_length, i64 block_size, const i64 *events, i64 num_events,
+                             const i64 *input_length, i64 n, i64 block_size, const i64 *events, i64 num_events,
                              i64 *hit_blocks, i64 *held, i8 *refused, i64 *handles) {
     for (i64 q = 0; q < num_events; q++) {
         i64 e = events[q];
-        if (e >= 0) {
+        if (e >= n) {
+            i64 i = e - n;
+            if (p->store_request != NULL)
+                p->store_request(st, i, blocks, offsets[i], offsets[i + 1], input_length[i], block_size, handles,
+                                 offsets[i] + i, held[i]);
+        } else if (e >= 0) {
             KvStart r = kv_request_start(p, st, NULL, 0, NULL, e, blocks, NULL, offsets[e], offsets[e + 1],
                                          input_length[e], block_size, -1, handles, offsets[e] + e, NULL, NULL);
             hit_blocks[e] = r.hits;
@@ -69,4 +74,9 @@ KV_EXPORT void kv_run_events(const KvPolicy *p, void *st, const i64 *offsets, co
                              offsets[i] + i, held[i]);
         }
     }
+}
+
+/* a policy's own_blocks (tests/policies/test_trtllm.py): -1 when it has none */
+KV_EXPORT i64 kv_own_blocks(const KvPolicy *p, void *st, i64 start, i64 end, const i64 *handles, i64 base, i64 n) {
+    return p->own_blocks == NULL ? -1 : p->own_blocks(st, start, end, handles, base, n);
 }

@@ -7,10 +7,12 @@ prefix cache only gets what running requests leave. This is the engine side of t
 simulator: the simulator decides *when* (arrivals, scheduling, time); this module does *what* a
 start and a finish do to the cache, in both engines.
 
-Events: an integer array; ``e >= 0`` starts request ``e`` (the prefix scan, exactly as in the
+Events: an integer array; ``0 <= e < n`` starts request ``e`` (the prefix scan, exactly as in the
 sequential replay, then ``pin_request``), ``e < 0`` finishes request ``-e - 1``
-(``unpin_request``). Each request starts at most once and finishes at most once, after its start;
-a request never finished is still running at the end.
+(``unpin_request``), ``e >= n`` stores running request ``e - n`` (``store_request``: its computed
+prompt enters the cache while it runs, as TensorRT-LLM's storeContextBlocks; a policy without
+that step does nothing). Each request starts at most once and finishes at most once, after its
+start; a request never finished is still running at the end.
 
 A start can be **refused** (the request's missing blocks do not fit beside the blocks running
 requests hold): the result says which, and how many blocks it holds (a block-level policy holds
@@ -59,11 +61,20 @@ def check_events(events, num_requests: int) -> np.ndarray:
     try:
         events = np.asarray(events, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"events must be whole numbers (request i starts: i; it finishes: -i-1), got {events!r}") from None
+        raise ConfigError(f"events must be whole numbers (request i starts: i; it finishes: -i-1; it stores: n+i), "
+                          f"got {events!r}") from None
     if events.ndim != 1:
         raise ConfigError(f"events must be a flat list, got shape {events.shape}")
     state = np.zeros(num_requests, dtype=np.int8)  # 0 waiting, 1 running, 2 finished
     for k, e in enumerate(events.tolist()):
+        if e >= num_requests:
+            i = e - num_requests
+            if i >= num_requests:
+                raise ConfigError(f"event {k}: request {e} does not exist ({num_requests} requests; request i "
+                                  f"stores at n + i, up to {2 * num_requests - 1})")
+            if state[i] != 1:
+                raise ConfigError(f"event {k}: request {i} stores (event {e} = n + {i}) but is not running")
+            continue
         i = e if e >= 0 else -e - 1
         if i >= num_requests:
             raise ConfigError(f"event {k}: request {i} does not exist ({num_requests} requests)")
@@ -86,9 +97,14 @@ def start_reference(policy, i, request, input_length, block_size):
 def run_reference(offsets, blocks, input_length, block_size, policy, events, hit_blocks, held, refused, on_event=None):
     """Reference engine: plain Python over a policy object. on_event(k) runs after event k (tests)."""
     offsets, blocks, lengths = offsets.tolist(), blocks.tolist(), input_length.tolist()
+    num = len(lengths)
     handles = {}
     for n, e in enumerate(events.tolist()):
-        if e >= 0:
+        if e >= num:
+            i = e - num
+            if hasattr(policy, "store_request"):
+                policy.store_request(i, blocks[offsets[i]:offsets[i + 1]], lengths[i], block_size, handles[i])
+        elif e >= 0:
             request = blocks[offsets[e]:offsets[e + 1]]
             hit_blocks[e], handles[e], refused[e] = start_reference(policy, e, request, lengths[e], block_size)
             held[e] = len(handles[e])
@@ -109,14 +125,14 @@ def run_state(spec, state, offsets, blocks, input_length, block_size, events, hi
     offsets, blocks, lengths = driver.trace_arrays(offsets, blocks, input_length)
     refused8 = refused.view(np.int8)
     _c_run_events()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(lengths),
-                    block_size, native.ptr(events), events.shape[0], native.ptr(hit_blocks), native.ptr(held),
+                    lengths.shape[0], block_size, native.ptr(events), events.shape[0], native.ptr(hit_blocks), native.ptr(held),
                     native.ptr(refused8), native.ptr(handles))
 
 
 @lru_cache(maxsize=None)
 def _c_run_events():
     p, i = ctypes.c_void_p, ctypes.c_int64
-    return native.function("kv_run_events", None, p, p, p, p, p, i, p, i, p, p, p, p)
+    return native.function("kv_run_events", None, p, p, p, p, p, i, i, p, i, p, p, p, p)
 
 
 def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_size: int | None = None, *,
@@ -160,7 +176,7 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
         mask[list(cache.resident_blocks())] = True
         held_at_end, refusals = cache.held_count(), cache.refusals
     started = np.zeros(n, dtype=bool)
-    started[events[events >= 0]] = True
+    started[events[(events >= 0) & (events < n)]] = True
     return Lifecycle(
         policy=spec.name, capacity=capacity, block_size=block_size, started=started, hit_blocks=hit_blocks,
         hit_tokens=np.minimum(hit_blocks * block_size, np.asarray(trace.input_length)), held_blocks=held,

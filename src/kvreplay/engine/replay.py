@@ -132,8 +132,10 @@ def replay(
     if engine == "compiled" and not spec.native:
         engine = "reference"  # a policy with the reference engine only (the report says which ran)
     if tiers is not None and not spec.native:
-        raise ConfigError(f"policy {spec.name!r} has no compiled operations for tiers"
-                          + (" (it has its own host pool: host_blocks)" if spec.name == "trtllm" else ""))
+        raise ConfigError(f"policy {spec.name!r} has no compiled operations for tiers")
+    if tiers is not None and spec.caches_at_release:
+        raise ConfigError(f"policy {spec.name!r} caches a request's blocks when it stores them, which the tiers "
+                          "below the cache do not model (trtllm has its own host pool: host_blocks)")
     n = len(trace)
     hit_blocks = np.zeros(n, dtype=np.int64)
     hit_tokens = np.zeros(n, dtype=np.int64)

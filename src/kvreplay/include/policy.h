@@ -71,6 +71,15 @@ typedef struct KvPolicy {
      * `record` a KvAccount): 0, or -1 when the eviction log overflowed */
     i64 (*replay_account)(void *st, i64 *record, const i64 *offsets, const i32 *blocks, const i64 *input_length,
                           i64 first, i64 last, i64 block_size, i64 *hit_blocks, i64 *hit_tokens);
+    /* a running request whose prompt is computed stores it for reuse while it still holds its n
+     * handles (TensorRT-LLM's storeContextBlocks); NULL: no such step (the policy caches a
+     * request's blocks at its start or its release) */
+    void (*store_request)(void *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 input_length,
+                          i64 block_size, const i64 *handles, i64 base, i64 n);
+    /* of the n handles a running request holds (its prompt: end - start ids), the GPU blocks no
+     * other request holds: what releasing it frees (TensorRT-LLM's schedulingRemoveSequence);
+     * NULL: every held position is its own */
+    i64 (*own_blocks)(void *st, i64 start, i64 end, const i64 *handles, i64 base, i64 n);
 } KvPolicy;
 
 /* What SGLang's scheduler does to its tree beyond a request's start and release. */
@@ -227,7 +236,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                     \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op,             \
         name##_pin_request_op, name##_unpin_request_op, name##_resident_op, 1, name##_replay, 1, NULL, NULL, NULL, \
-        name##_replay_account,                                                                        \
+        name##_replay_account, NULL, NULL,                                                            \
     };
 
 /* A request-level policy (its own hit limit, access phase, holds) from its typed operations (each
@@ -258,7 +267,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
     KV_EXPORT const KvPolicy kv_policy_##name = {                                                                \
         #name, LAYOUT, name##_resident_op, name##_hit_limit_op, name##_access_request_op, name##_pin_request_op, \
         name##_unpin_request_op, name##_in_hbm_op, HBM_GAPS, name##_replay, 0, PAGED, CACHED_BLOCKS,            \
-        TREE, name##_replay_account,                                                                             \
+        TREE, name##_replay_account, NULL, NULL,                                                                 \
     };
 
 /* A state struct: the holds, then the policy's fields (FIELDS(F) lists F(type, name) each). */

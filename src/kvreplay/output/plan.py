@@ -3,6 +3,7 @@ the instances it needs at each end of the time model's band, the binding window 
 
 from __future__ import annotations
 
+from ..serving.plan_rows import load_text
 from .serving import seconds_text, trace_name
 from .table import format_table
 
@@ -97,6 +98,7 @@ def plan_text(trace, result: dict) -> str:
              f"the judged span, judged at {WHERE[result['judged_at']]}; {result['pricing']} prices",
              f"warm-up    --warmup {result.get('warmup_spec', 'auto')}: each run serves its first arrivals without "
              "judging them (the cache and queues warm up as in production); --warmup 0 judges a cold start",
+             *([f"arrivals   {result['arrivals']}"] if result.get("arrivals") else []),
              f"search     {result['runs']:,} simulations, {result['cache_hits']:,} answered from memory"
              + (f", {result['disk_hits']:,} from {result['cache_dir']}" if result.get("cache_dir") else "")
              + (" (configurations searched in parallel: none pruned on cost)" if result.get("parallel") else "") + "; "
@@ -111,12 +113,18 @@ def plan_text(trace, result: dict) -> str:
     lines += [f"warning    calibration: {text}" for text in result.get("calibration_warnings") or ()]
     for block in result["loads"]:
         lines.append("")
-        what = f"load x{block['load']:g}" if block["load_kind"] == "speedup" else f"Poisson {block['load']:g} requests/s"
+        what = load_text(block["load_kind"], block["load"])
         lines.append(f"{what}: {counts_text(block)}")
+        if block["load_kind"] == "sessions":
+            lines.append("  floors     none: a closed loop's arrivals are its run's, so no bound holds before it; every "
+                         "configuration is searched")
         lines += _load_lines(block)
         judged = judged_text(result, block)
         if judged:
             lines.append(judged)
+    if result.get("capacity"):
+        lines.append("")
+        lines += [f"capacity   {c['text']}" for c in result["capacity"]]
     return "\n".join(lines)
 
 

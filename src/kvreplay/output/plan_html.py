@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 
+from ..serving.plan_rows import load_text
 from .plan import WHERE, band_cell, binding_cell, counts_text, tier_verdict
 from .serving import denominators, keeps_up_cell, seconds_text
 
@@ -40,6 +41,9 @@ def plan_section(result: dict, svg, table, served: list | None = None, not_serve
         out += _served_block(served, table)
     elif not_served:
         out.append(f"<p class=\"note\" data-note=\"plan-not-served\"><b>Not served again.</b> {esc(not_served)}</p>")
+    if result.get("capacity"):
+        out.append("<p data-note=\"plan-capacity\"><b>Capacity in concurrent sessions.</b> "
+                   + "; ".join(esc(c["text"]) for c in result["capacity"]) + ".</p>")
     for block in result["loads"]:
         out += _load_block(block, table)
     out.append(f"<div class=\"figure\">{svg(pareto_figure(result))}</div>")
@@ -51,8 +55,7 @@ def _served_block(served: list, table) -> list[str]:
     esc = html.escape
     rows = []
     for row in served:
-        what = f"&times;{_n(row['load'], 'g')}" if row["load_kind"] == "speedup" else \
-            f"{_n(row['load'], 'g')} requests/s"
+        what = html.escape(load_text(row["load_kind"], row["load"]))
         best = row["best"]
         if best is None:
             rows.append([what, "no configuration met the SLOs", "", "", "", "", "", ""])
@@ -84,8 +87,7 @@ def _served_block(served: list, table) -> list[str]:
 
 def _load_block(block: dict, table) -> list[str]:
     esc = html.escape
-    what = f"load &times;{_n(block['load'], 'g')}" if block["load_kind"] == "speedup" else \
-        f"Poisson {_n(block['load'], 'g')} requests/s"
+    what = html.escape(load_text(block["load_kind"], block["load"]))
     out = [f"<h3>{what}</h3>", f"<p class=\"note\">{esc(counts_text(block))}.</p>"]
     if block["best"] is None:
         c = block.get("closest")

@@ -3,6 +3,7 @@ load, with the Pareto frontier, the SLO's limit and the chosen deployment."""
 
 from __future__ import annotations
 
+from ..serving.plan_rows import load_text
 from .plan import WHERE
 from .plot import _figure, series_style
 
@@ -68,7 +69,7 @@ def _panel(ax, block: dict, limit: float | None) -> None:
                    label="chosen (cheapest meeting every SLO)")
         ax.annotate(f"{best['instances']} x {best['tp']} x {best['gpu']}, {best['cost_per_hour']:,.0f} USD/h",
                     (best["cost_per_hour"], y), xytext=(8, 8), textcoords="offset points", fontsize=8)
-    what = f"load x{block['load']:g}" if block["load_kind"] == "speedup" else f"Poisson {block['load']:g} requests/s"
+    what = load_text(block["load_kind"], block["load"])
     ax.set_title(f"{what}: {len(probes)} runs (filled: meets every SLO; hollow: misses)", fontsize=9)
     ax.set_xlabel("cost, USD per hour")
     ax.set_ylabel("TTFT p90, worst window (s)" if limit is not None else "TTFT p90, whole trace (s)")

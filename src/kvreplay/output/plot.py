@@ -325,9 +325,15 @@ def request_histogram_figure(rates: dict, *, title: str = "", styles: dict | Non
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
+    """The figure's file: the same figure gives the same bytes (SVG and PDF without a date, SVG ids
+    from a fixed salt instead of random ones), so a report or plot changes only when its content does."""
+    import matplotlib
+
     buf = io.BytesIO()
-    kwargs = {"metadata": {"Date": None}} if fmt == "svg" else {}  # no timestamp inside the file
-    fig.savefig(buf, format=fmt, dpi=120, **kwargs)
+    kwargs = {"metadata": {"Date": None}} if fmt == "svg" else {}
+    kwargs = {"metadata": {"CreationDate": None}} if fmt == "pdf" else kwargs
+    with matplotlib.rc_context({"svg.hashsalt": "kvreplay"}):
+        fig.savefig(buf, format=fmt, dpi=120, **kwargs)
     return buf.getvalue()
 
 
@@ -364,8 +370,11 @@ def _deployment_text(report) -> str:
         parts.append("tiers " + " + ".join(row["name"] for row in report.tiers["tiers"]))
     parts.append(f"{report.policy}, {report.scheduler['style']}-style scheduler")
     arr = report.arrivals or {}
-    parts.append(f"Poisson {arr['rate_per_s']:g}/s" if arr.get("kind") == "poisson"
-                 else f"load x{arr.get('speedup', 1.0):g}")
+    if arr.get("kind") in ("closed", "open_sessions"):
+        parts.append(f"{arr['sessions']:,} concurrent sessions" if arr.get("sessions") else "closed loop")
+    else:
+        parts.append(f"Poisson {arr['rate_per_s']:g}/s" if arr.get("kind") == "poisson"
+                     else f"load x{arr.get('speedup', 1.0):g}")
     return "; ".join(parts)
 
 
@@ -551,18 +560,22 @@ def load_figure(rows: list[dict], *, title: str = ""):
                               color=style["color"], alpha=0.15, linewidth=0)
         ax_t.plot(xs, [r["ttft_p90_s"] for r in rs], label=f"{label} p90", linewidth=1.0, alpha=0.7,
                   color=style["color"], marker=style["marker"], linestyle="--")
+        if kind == "sessions" and all(r.get("ttft_p90_low_s") is not None for r in rs):  # (p90 is what plans judge)
+            ax_t.fill_between(xs, [r["ttft_p90_low_s"] for r in rs], [r["ttft_p90_high_s"] for r in rs],
+                              color=style["color"], alpha=0.10, linewidth=0, hatch="//")
         ax_h.plot(xs, [100 * r["hit_rate"] for r in rs], label=label, linewidth=1.3, **style)
         if rs[0]["sequential_hit_rate"] is not None:
             ax_h.axhline(100 * rs[0]["sequential_hit_rate"], color=style["color"], linestyle=":", linewidth=1)
-    xlabel = "load (x the trace's arrival rate)" if kind == "speedup" else "arrival rate (requests/s)"
+    xlabel = {"speedup": "load (x the trace's arrival rate)", "rate": "arrival rate (requests/s)",
+              "sessions": "concurrent sessions (closed loop)"}[kind]
     for ax in (ax_t, ax_h):
         ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
     ax_t.set_yscale("log")
     ax_t.set_ylabel("TTFT (s)")
     banded = any(r.get("ttft_p50_low_s") is not None for r in rows)
-    ax_t.set_title("TTFT p50 (solid) and p90 (dashed)" + ("; shaded: p50's calibration band" if banded else ""),
-                   fontsize=9)
+    ax_t.set_title("TTFT p50 (solid) and p90 (dashed)" + ("; shaded: p50's calibration band" if banded else "")
+                   + ("; hatched: p90's" if banded and kind == "sessions" else ""), fontsize=9)
     ax_h.set_ylabel("hit rate (%)")
     ax_h.set_ylim(bottom=0)
     ax_h.set_title("hit rate under concurrency (dotted: sequential replay)", fontsize=9)

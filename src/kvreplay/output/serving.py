@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from .sessions import arrivals_text, closed_lines
 from .table import format_table
 
 
@@ -18,6 +19,19 @@ def seconds_text(x: float) -> str:
     if x < 1:
         return f"{1000 * x:,.1f} ms"
     return f"{x:,.2f} s"
+
+
+def _describe_host(host: dict | None) -> str:
+    """What the host CPU adds (serving/timing/host.py), for the time line ("" when nothing)."""
+    if not host or host.get("host") == "none":
+        return ""
+    us = lambda x: f"{1e6 * x:.2f} us"  # noqa: E731
+    ms = lambda x: f"{1e3 * x:.2f} ms"  # noqa: E731
+    sched = "async scheduling" if host["async_scheduling"] else "synchronous scheduling"
+    return (f"; host CPU ({host['host']}: vLLM's API server and engine core, {sched}; fitted on measured serving "
+            f"runs): each request {ms(host['request_s'])} + {us(host['prompt_token_s'])} a prompt token before the "
+            f"engine, each step {ms(host['step_s'])} + {us(host['step_request_s'])} a request of CPU, each token "
+            f"{us(host['output_request_s'])} a request in its step to its client")
 
 
 def _describe_time(tm: dict) -> str:
@@ -36,13 +50,11 @@ def _describe_time(tm: dict) -> str:
         where = f"calibrated on {tm.get('calibrated_on')}'s measured kernels{note}"
         bands = tm.get("bands", {})
         band = ", ".join(f"{p} x{lo:.2f}-{hi:.2f}" for p, (lo, hi) in bands.items())
-        coef = tm.get("coefficients") or {}
-        frontend = (f"; each request {1000 * coef['frontend_s']:.1f} ms outside the engine (API server, fitted "
-                    "on silicon serving runs)" if coef.get("frontend_s") else "")
         moe = f"; routed experts as vLLM's fused MoE kernel ({tm['moe_kernel']})" if tm.get("moe_kernel") else ""
         moe += "; MLA layers fitted on vLLM's measured MLA modules" if tm.get("mla") else ""
         return (f"roofline: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')}, weights {tm.get('dtype')}, KV "
-                f"{tm.get('kv_dtype')}; {where}{moe}; measured / predicted step time {band} (5-95%){frontend}")
+                f"{tm.get('kv_dtype')}; {where}{moe}; measured / predicted step time {band} (5-95%)"
+                + _describe_host(tm.get("host")))
     if name == "roofline-raw":
         return (f"roofline-raw: {tm.get('model')} on {tm.get('tp')} x {tm.get('gpu')} (MFU {tm.get('mfu')}, MBU "
                 f"{tm.get('mbu')}, {1000 * tm.get('overhead_s', 0):g} ms per step; uncalibrated, no error band)")
@@ -57,6 +69,11 @@ def _describe_scheduler(s: dict) -> str:
     if s["style"] == "sglang":
         return (f"sglang-style ({s['schedule_policy']}, chunked prefill {s['chunked_prefill_size']:,} tokens, "
                 f"{s['max_num_seqs']:,} running at most, decode room reserved, retraction)")
+    if s["style"] == "trtllm":
+        chunk = (f"chunked context ({s['context_chunking_policy']})" if s["enable_chunked_context"]
+                 else "no chunked context")
+        return (f"trtllm-style in-flight batching ({s['capacity_scheduler_policy']}, max_batch_size "
+                f"{s['max_batch_size']:,}, max_num_tokens {s['max_num_tokens']:,}, {chunk})")
     chunk = "chunked prefill" if s["chunked_prefill"] else "no chunked prefill"
     return (f"vllm-style v1 ({s['max_num_batched_tokens']:,} tokens and {s['max_num_seqs']:,} requests per step, "
             f"{chunk}, preempt the newest)")
@@ -118,8 +135,11 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     cfg = report.config()
     arr = cfg["arrivals"]
     span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
-    load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
-            else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
+    if arr["kind"] in ("closed", "open_sessions"):
+        load = arrivals_text(arr)
+    else:
+        load = (f"Poisson at {arr['rate_per_s']:g} requests/s (seed {arr['seed']})" if arr["kind"] == "poisson"
+                else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
     if arr.get("rate_profile"):
         load += f", reshaped by the rate profile {arr['rate_profile']}"
     lines = [
@@ -172,7 +192,7 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
         b = report.balance()
         x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
         spread = ("" if b["hit_rate_min"] is None else
-                  f", hit rates {100 * b['hit_rate_min']:.2f}%-{100 * b['hit_rate_max']:.2f}%")
+                  f", hit rates {100 * b['hit_rate_min']:.2f}% to {100 * b['hit_rate_max']:.2f}%")
         lines.append(f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
                      f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
                      f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
@@ -212,6 +232,8 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     if band is not None:
         lines.append("(band: the same run with every step at the low / high end of the calibrated roofline's "
                      "measured/predicted step-time ratios, 5th-95th percentile; see the time line above)")
+    if s.get("closed") is not None:
+        lines += closed_lines(report, s)
     lines.append("")
     seq = s["sequential_hit_rate"]
     lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
@@ -307,9 +329,14 @@ def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str
     return text
 
 
+def _share(ratio: float) -> str:
+    """A need against a rate: "80% of" up to it, "31.7 times" past it (never "3172% of")."""
+    return f"{ratio:.0%} of" if ratio <= 1 else f"{ratio:,.1f} times"
+
+
 def _checked_text(fix: dict, checked: dict, instances: int) -> str:
     """The verdict's estimates as the runs they suggest found them."""
-    why = (f"the busiest window needs {fix['busiest_window_utilisation']:.0%} of the instances' measured rate"
+    why = (f"the busiest window needs {_share(fix['busiest_window_utilisation'])} the instances' measured rate"
            if fix["basis"] == "work" else "bursts within a window queue for longer than the allowance")
     parts = []
     for key in ("load", "instances"):
@@ -331,11 +358,14 @@ def _checked_text(fix: dict, checked: dict, instances: int) -> str:
 def load_table(trace, rows: list[dict]) -> str:
     failed = [r for r in rows if r.get("error") is not None]
     rows = [r for r in rows if r.get("error") is None]
-    shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else f"{r['load']:g}/s"),
+    shown = [dict(r, load_text=(f"x{r['load']:g}" if r["load_kind"] == "speedup" else
+                                f"{int(r['load']):,} sessions" if r["load_kind"] == "sessions" else f"{r['load']:g}/s"),
                   ttft50=seconds_text(r["ttft_p50_s"]) + (f" [{seconds_text(r['ttft_p50_low_s'])} - "
                                                           f"{seconds_text(r['ttft_p50_high_s'])}]"
                                                           if r.get("ttft_p50_low_s") is not None else ""),
-                  ttft90=seconds_text(r["ttft_p90_s"]),
+                  ttft90=seconds_text(r["ttft_p90_s"]) + (f" [{seconds_text(r['ttft_p90_low_s'])} - "
+                                                          f"{seconds_text(r['ttft_p90_high_s'])}]"
+                                                          if r.get("ttft_p90_low_s") is not None else ""),
                   ok=keeps_up_cell(r)) for r in rows]
     warm = any((r.get("warmup_s") or 0) > 0 for r in rows)
     head = (f"{trace_name(trace)}: TTFT and hit rate against load ("
@@ -367,7 +397,43 @@ def load_table(trace, rows: list[dict]) -> str:
     for r in failed:
         table += (f"\nfailed     load {r['load']:g}, {r['policy']}, {r['instances']} instance(s), router {r['router']}, "
                   f"tiers {r['tiers']}: {r['error']}")
+    for line in capacity_lines(rows):
+        table += "\n" + line
     return head + "\n" + table
+
+
+def capacity_lines(rows: list[dict]) -> list[str]:
+    """A sweep over concurrent sessions: per configuration, the most sessions whose TTFT p90 (at the
+    band's pessimistic end, where there is a band) stays within --slo-ttft."""
+    rows = [r for r in rows if r.get("load_kind") == "sessions"]
+    if not rows:
+        return []
+    slo = rows[0].get("slo_ttft_s")
+    if slo is None:
+        return ["capacity   give --slo-ttft MS to state each configuration's capacity in concurrent sessions"]
+    keys = ("policy", "capacity_blocks", "instances", "router", "tiers")
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    out = []
+    for config, rs in groups.items():
+        # the worst of the centre and the band's ends: in a closed loop the faster end sends sooner,
+        # so its TTFT need not be the lower
+        p90 = lambda r: max(x for x in (r["ttft_p90_s"], r.get("ttft_p90_low_s"), r.get("ttft_p90_high_s"))  # noqa: E731
+                            if x is not None) if r["ttft_p90_s"] is not None else None
+        ok = [r for r in rs if p90(r) is not None and p90(r) <= slo]
+        what = ", ".join(f"{k} {v}" for k, v in zip(keys, config) if v not in (None, "-", "none"))
+        if not ok:
+            out.append(f"capacity   {what}: TTFT p90 above {seconds_text(slo)} at every count tried "
+                       f"(from {int(min(r['load'] for r in rs)):,} sessions)")
+            continue
+        best = max(ok, key=lambda r: r["load"])
+        more = [int(r["load"]) for r in rs if r["load"] > best["load"]]
+        banded = best.get("ttft_p90_high_s") is not None
+        out.append(f"capacity   {what}: up to {int(best['load']):,} concurrent sessions at TTFT p90 <= "
+                   f"{seconds_text(slo)}" + (" (at the worst of the band's ends and its centre)" if banded else "")
+                   + f": {seconds_text(p90(best))} there" + (f"; above it at {min(more):,}" if more else ""))
+    return out
 
 
 def denominators(r: dict) -> str:

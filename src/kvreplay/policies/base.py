@@ -98,6 +98,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .. import native
+from ..units import Seconds, seconds_arg
 
 
 @dataclass(frozen=True)
@@ -106,24 +107,32 @@ class Param:
 
     name: str
     default: Any
-    kind: type  # int or float
+    kind: type  # int, float, or units.Seconds (a duration: a number of seconds, or a string with its unit)
     help: str
     check: Callable[[Any], str | None] = lambda value: None  # returns a complaint or None
+
+    def what(self) -> str:
+        """The parameter as the API and the command line name it: "small_ratio (--small-ratio)"."""
+        return f"{self.name} (--{self.name.replace('_', '-')})"
 
     def convert(self, policy: str, value: Any) -> Any:
         if self.kind is int:
             if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-                raise ConfigError(f"{policy}: {self.name} must be an integer, not {value!r}")
+                raise ConfigError(f"{policy}: {self.what()} must be an integer, not {value!r}")
             value = int(value)
+        elif self.kind is Seconds:
+            value = seconds_arg(value, f"{policy}: {self.name}")
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ConfigError(f"{policy}: {self.name} must be a finite duration, not {value!r}")
         elif self.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{policy}: {self.name} must be a number, not {value!r}")
+                raise ConfigError(f"{policy}: {self.what()} must be a number, not {value!r}")
             value = float(value)
             if value != value or value in (float("inf"), float("-inf")):
-                raise ConfigError(f"{policy}: {self.name} must be a finite number, not {value!r}")
+                raise ConfigError(f"{policy}: {self.what()} must be a finite number, not {value!r}")
         complaint = self.check(value)
         if complaint:
-            raise ConfigError(f"{policy}: {self.name} {complaint}, got {value!r}")
+            raise ConfigError(f"{policy}: {self.what()} {complaint}, got {value!r}")
         return value
 
 
@@ -156,6 +165,9 @@ class PolicySpec:
     native: str | None = None
     #: raises ConfigError for a block size the policy cannot work with (deepseek: 64-token units)
     check_block_size: Callable[[int], None] = field(default=lambda block_size: None)
+    #: a request's blocks enter the cache when it stores them (store_request) or finishes
+    #: (unpin_request), not when it starts (trtllm: TensorRT-LLM stores blocks for reuse)
+    caches_at_release: bool = False
 
     def compiled(self, state) -> tuple[int, "np.ndarray"]:
         """(the address of its C table, the record of `state` its operations take): the arrays of

@@ -65,6 +65,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..errors import ConfigError
+from ..units import Seconds
 from .base import Param, PolicySpec, RequestOnlyPolicy, hold_arrays, in_range, meta_slots
 
 UNIT = 64  # DeepSeek's storage unit, tokens
@@ -230,9 +231,9 @@ POLICY = PolicySpec(
     resident_mask=resident_mask,
     params=(Param("interval", 4096, int, "tokens between the fixed-interval units of a long prompt (an assumption: "
                   "the docs give none)", _unit_multiple),
-            Param("delay", 5.0, float, "seconds before a persisted unit can be hit (the docs: 'seconds')",
+            Param("delay", 5.0, Seconds, "seconds before a persisted unit can be hit (the docs: 'seconds')",
                   in_range(lo=0)),
-            Param("ttl", 14400.0, float, "seconds an unused unit lives (the docs: 'a few hours to a few days')",
+            Param("ttl", 14400.0, Seconds, "seconds an unused unit lives (the docs: 'a few hours to a few days')",
                   in_range(lo=0, lo_open=True))),
     capacity="ignored",
     check_block_size=check_block_size,

@@ -57,6 +57,9 @@ import struct
 from ..errors import ConfigError
 from .base import Param, PolicySpec, RequestOnlyPolicy, in_range
 
+#: llama.cpp refuses more sequences than LLAMA_MAX_SEQ ("n_seq_max must be <= 256";
+#: src/llama-cparams.h, github.com/ggml-org/llama.cpp, MIT)
+MAX_SLOTS = 256
 AUTO_SLOTS = 4  # -np auto: 4 slots over one unified KV cache (server.cpp:156-160)
 COUNTERS = ("slot_hits", "loads", "saves", "cache_evictions", "rejected")
 
@@ -288,8 +291,8 @@ POLICY = PolicySpec(
     reference=LlamaCpp,
     make_state=None,
     read_state=None,
-    params=(Param("slots", 0, int, "server slots (--parallel); 0: the default, 4 slots over one unified KV cache",
-                  in_range(lo=0)),
+    params=(Param("slots", 0, int, "server slots (--parallel); 0: the default, 4 slots over one unified KV cache; "
+                  f"at most {MAX_SLOTS}, as llama.cpp", in_range(0, MAX_SLOTS)),
             Param("similarity", 0.1, float, "--slot-prompt-similarity: the share of the prompt a slot's prefix must "
                   "exceed (0: always LRU)", in_range(0, 1)),
             Param("cache_ram", 8192, int, "--cache-ram MiB of host prompt cache (-1: no limit, 0: off)",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import ConfigError
+from ..units import Seconds
 from . import index
 
 # Listing order; policies not named here follow alphabetically.
@@ -42,7 +43,12 @@ class PolicyInfo(NamedTuple):
     params: tuple[ParamInfo, ...]
 
 
-KINDS = {"int": int, "float": float}
+KINDS = {"int": int, "float": float, "Seconds": Seconds}  # Seconds: a duration (units.py)
+
+
+def default_text(param) -> str:
+    """A parameter's default as its flag would be written (a duration with its unit: 300s)."""
+    return f"{param.default:g}s" if param.kind is Seconds else str(param.default)
 INFO: dict[str, PolicyInfo] = {
     name: PolicyInfo(name, module, summary, capacity, tuple(ParamInfo(p, d, KINDS[k], h) for p, k, d, h in params))
     for name, module, summary, capacity, params in index.POLICIES
@@ -87,6 +93,9 @@ def parse_policy(text: str) -> tuple:
         if not sep:
             raise ConfigError(f"{text!r}: expected key=value after ':', got {pair!r}")
         key = key.strip().replace("-", "_")
+        if any(p.name == key and p.kind is Seconds for p in INFO[spec.name].params):
+            params[key] = value.strip()  # a duration: its unit is required (units.parse_duration)
+            continue
         try:
             params[key] = int(value)
         except ValueError:

@@ -49,8 +49,9 @@ holds it). A trace names whole blocks, so only whole blocks are matched here; th
 a prompt is stored under a key no later request matches. TensorRT-LLM can reuse up to ``B - 1``
 more tokens per hit (an extended prompt reuses all of its predecessor's ``L - 1`` tokens).
 
-Engines: the reference engine only (this module; not ported to the compiled core yet: about 2.6 s
-on the conversation trace). ``simulate`` refuses it: TensorRT-LLM's scheduler is not modelled.
+Engines: this module (the reference) and trtllm.c (compiled), held equal by hypothesis.
+``simulate --engine-style trtllm`` serves it under TensorRT-LLM's scheduler (serving/inflight.py),
+where ``store_request`` stores a running request's prompt once computed (storeContextBlocks).
 
 Resident: a block whose id is in the tree, in either pool. ``final_cache_blocks`` counts the GPU
 pool's; the capacity is the GPU pool's blocks (``host_blocks`` more sit in host memory).
@@ -60,9 +61,12 @@ Counters: ``reused_blocks``, ``missed_blocks``, ``offloaded``, ``onboarded``, ``
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import warnings
+from collections import OrderedDict, namedtuple
 
-from .base import Param, PolicySpec, ReferencePolicy, in_range
+import numpy as np
+
+from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, meta_slots
 
 DEFAULT_PRIORITY = 35  # kDefaultRetentionPriority, EX:529
 LEVELS = 2  # the GPU pool (0) and the host pool (1)
@@ -70,7 +74,8 @@ COUNTERS = ("reused_blocks", "missed_blocks", "offloaded", "onboarded", "dropped
 
 
 class Block:
-    __slots__ = ("id", "level", "key", "parent", "children", "refs", "priority", "duration", "expires", "queued")
+    __slots__ = ("id", "level", "key", "parent", "children", "refs", "priority", "duration", "expires", "queued",
+                 "counted")
 
     def __init__(self, i: int, level: int):
         self.id, self.level = i, level
@@ -80,6 +85,23 @@ class Block:
         self.refs = 0
         self.priority, self.duration, self.expires = DEFAULT_PRIORITY, None, None
         self.queued = False  # in its level's queue for its priority (else claimed, or waiting: leaf-only)
+        self.counted = False  # a GPU block under a trace id in the tree (the key is resident through it)
+
+
+#: the largest host pool given without a trace (with one, a pool is at most the trace's distinct blocks)
+MAX_HOST_BLOCKS = 2 ** 31 - 1
+
+
+def host_pool(host_blocks: int, trace) -> int:
+    """The host pool's blocks: a pool larger than the trace's distinct blocks holds every block the
+    trace has, so it replays as one of that many (a warning says so), never as billions of
+    blocks the replay would allocate and scan."""
+    if trace is not None and host_blocks > max(1, trace.num_blocks):
+        used = max(1, trace.num_blocks)
+        warnings.warn(f"trtllm: host_blocks (--host-blocks) {host_blocks:,} is more than the trace's {used:,} distinct "
+                      f"blocks: a host pool of {used:,} already holds every one, so the replay uses that", stacklevel=3)
+        return used
+    return host_blocks
 
 
 class TensorRTLLM(ReferencePolicy):
@@ -88,6 +110,7 @@ class TensorRTLLM(ReferencePolicy):
     def __init__(self, capacity: int, trace=None, host_blocks: int = 0, leaf_only: int = 0,
                  offload_min_priority: int = 30):
         self.leaf_only, self.offload_min = bool(leaf_only), offload_min_priority
+        host_blocks = host_pool(host_blocks, trace)
         self.blocks = [Block(i, 0) for i in range(capacity)] + [Block(capacity + i, 1) for i in range(host_blocks)]
         self.queues = [[OrderedDict() for _ in range(101)] for _ in range(LEVELS)]
         self.nonempty = [0] * LEVELS  # per level: bit p set while queue p holds a block
@@ -97,13 +120,14 @@ class TensorRTLLM(ReferencePolicy):
         self.where: dict = {}  # key -> the blocks holding it in the tree
         self.times = trace.timestamp.tolist() if trace is not None else []
         self.retention = getattr(trace, "retention", None)
-        self.cursor, self.now = 0, (self.times[0] if self.times else 0.0)
-        self.offsets = trace.offsets.tolist() if trace is not None else [0]
-        self.ids = trace.blocks.tolist() if trace is not None else []
+        self.now = self.times[0] if self.times else 0.0
+        self.scan = None  # the prefix scan's node (hit_limit starts it at the root)
         self.expiring: dict = {}  # block id -> block, for the blocks whose priority runs out
         self.partial_keys = 0
         self.stats = dict.fromkeys(COUNTERS, 0)
         self.free_gpu = capacity  # GPU blocks no request holds
+        self.capacity = capacity
+        self.gpu_holders: dict = {}  # trace id -> GPU blocks holding it in the tree (its residency)
 
     # -- the queues ------------------------------------------------------------------------------
 
@@ -152,8 +176,11 @@ class TensorRTLLM(ReferencePolicy):
     # -- the tree --------------------------------------------------------------------------------
 
     def _detach(self, b: Block) -> None:
-        """b and its subtree leave the tree (freeChildren); the subtree's blocks become free blocks
-        without KV (at the end of the priority-35 queue). b was claimed: its parent has been told."""
+        """b and its subtree leave the tree (freeChildren); the subtree's free blocks become free
+        blocks without KV (at the end of the priority-35 queue); a block of it that a running
+        request holds (stored at its context's end, under a block that was free) keeps its KV
+        for that request, out of the tree, and joins a queue when released. b was claimed: its
+        parent has been told."""
         stack = list(b.children.values())
         self._unlink(b)
         while stack:
@@ -163,7 +190,8 @@ class TensorRTLLM(ReferencePolicy):
             self._unlink(c)
             c.priority, c.duration, c.expires = DEFAULT_PRIORITY, None, None
             self.expiring.pop(c.id, None)
-            self._queue(c)
+            if c.refs == 0:
+                self._queue(c)
 
     def _unlink(self, b: Block) -> None:
         if b.key is not None and b.parent is not None:
@@ -173,8 +201,27 @@ class TensorRTLLM(ReferencePolicy):
             holders.discard(b)
             if not holders:
                 del self.where[b.key]
+            self._uncount(b)
             self.stats["dropped"] += 1
         b.parent, b.key, b.children = None, None, {}
+
+    def _count(self, b: Block) -> None:
+        """b, a GPU block, now holds its trace id in the tree."""
+        if b.level == 0 and not b.counted and b.key is not None and not _partial(b.key):
+            b.counted = True
+            self.gpu_holders[b.key] = self.gpu_holders.get(b.key, 0) + 1
+
+    def _uncount(self, b: Block) -> None:
+        """b no longer holds its trace id on the GPU: the id leaves the resident set (the eviction
+        log's entry) when no other GPU block holds it."""
+        if b.counted:
+            b.counted = False
+            left = self.gpu_holders[b.key] - 1
+            if left:
+                self.gpu_holders[b.key] = left
+            else:
+                del self.gpu_holders[b.key]
+                self.note_evicted(b.key)
 
     def _free_block(self, priority: int | None, duration) -> Block | None:
         """getFreeBlock: a block to hold new KV, or None when the GPU pool has none free."""
@@ -185,6 +232,7 @@ class TensorRTLLM(ReferencePolicy):
         if host is not None:
             self._claim(b)
             self._claim(host)
+            self._uncount(b)  # (host is detached below: its id never counts as resident on the GPU)
             b.level, host.level = 1, 0  # the slots swap: b keeps its place in the tree, now on the host
             b.duration, b.expires = None, None
             self.stats["offloaded"] += 1
@@ -203,6 +251,7 @@ class TensorRTLLM(ReferencePolicy):
         if slot is None:
             return False
         slot.level, b.level = 1, 0
+        self._count(b)
         self._release(slot)
         self.stats["onboarded"] += 1
         return True
@@ -233,15 +282,23 @@ class TensorRTLLM(ReferencePolicy):
             out.append(node)
         return out
 
-    def resident(self, b) -> bool:
-        return b in self.where
-
     def hit_limit(self, num_blocks: int, input_length: int, block_size: int) -> int:
-        """The blocks the next request's walk from the root matches (requests come in trace order)."""
-        i = self.cursor
-        if i + 1 >= len(self.offsets):
-            return 0
-        return len(self._walk(self.ids[self.offsets[i]:self.offsets[i + 1]], input_length, block_size))
+        """At most the blocks of the first L - 1 tokens (the last prompt token is never reused,
+        KVM:1115-1121); the scan that follows walks the tree from its root."""
+        self.scan = self.root
+        return min(num_blocks, max(0, input_length - 1) // block_size)
+
+    def resident(self, b) -> bool:
+        """Is `b` the next block on the tree path the scan is following? Moves only the scan."""
+        child = self.scan.children.get(b)
+        if child is None:
+            return False
+        self.scan = child
+        return True
+
+    def in_hbm(self, b) -> bool:
+        """Is block b anywhere in the tree (in either pool)? (resident() follows one path)"""
+        return b in self.where
 
     def access_request(self, request: int, blocks: list, hits: int, input_length: int, block_size: int) -> None:
         """One request alone: admitted (addSequence), then released (removeSequence)."""
@@ -254,7 +311,6 @@ class TensorRTLLM(ReferencePolicy):
         too few free blocks for them (TensorRT-LLM's scheduler would not admit it)."""
         if request < len(self.times):  # refreshBlocks, at the request's time
             self._refresh(self.times[request])
-        self.cursor = request + 1
         ranges = self._ranges(request)
         matched = self._walk(blocks, input_length, block_size)[:hits]
         need = -(-input_length // block_size)
@@ -287,12 +343,20 @@ class TensorRTLLM(ReferencePolicy):
         return held
 
     def unpin_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
-        """removeSequence: its blocks stored for reuse, then released last first."""
-        self._store(blocks, handles, input_length, block_size)
+        """removeSequence: its blocks stored for reuse, then released last first (each to its
+        queue once no other request holds it)."""
+        self._store(blocks, handles, input_length, block_size, partial=True)
         for b in reversed(handles):
             b.refs -= 1
-            self.free_gpu += b.refs == 0 and b.level == 0
-            self._release(b)
+            if b.refs == 0:
+                self.free_gpu += b.level == 0
+                self._release(b)
+
+    def store_request(self, request: int, blocks: list, input_length: int, block_size: int, handles: list) -> None:
+        """storeContextBlocks: a running request whose prompt is computed stores its full blocks
+        (the first ``floor((L - 1) / B)``) for reuse while it still holds them (KVM2:2046-2056:
+        no partial tail); ``unpin_request`` stores the rest at its end."""
+        self._store(blocks, handles, input_length, block_size, partial=False)
 
     def _hold(self, b: Block) -> None:
         b.refs += 1
@@ -302,11 +366,16 @@ class TensorRTLLM(ReferencePolicy):
         """The last refused start found too few free GPU blocks (a start is all or nothing)."""
         return getattr(self, "_refused", False)
 
-    def _store(self, ids: list, held: list, input_length: int, block_size: int) -> None:
-        """storeBlocks: the keys of the first L - 1 tokens, the request's blocks from the first missing one."""
+    def held_count(self) -> int:
+        """GPU blocks running requests hold."""
+        return self.capacity - self.free_gpu
+
+    def _store(self, ids: list, held: list, input_length: int, block_size: int, partial: bool) -> None:
+        """storeBlocks: the keys of the first L - 1 tokens (with `partial`, the partial tail's
+        too), the request's blocks from the first missing one."""
         tokens = max(0, input_length - 1)
         keys = list(ids[:tokens // block_size])
-        if tokens % block_size:
+        if partial and tokens % block_size:
             self.partial_keys += 1
             keys.append(("partial", self.partial_keys))  # a partial tail no later request matches
         node = self.root
@@ -319,6 +388,7 @@ class TensorRTLLM(ReferencePolicy):
                 b.key, b.parent = key, node
                 node.children[key] = b
                 self.where.setdefault(key, set()).add(b)
+                self._count(b)
             node = b
 
     def _refresh(self, now: float) -> None:
@@ -337,10 +407,11 @@ class TensorRTLLM(ReferencePolicy):
         raise NotImplementedError("trtllm is request-level: access_request")
 
     def size(self) -> int:
-        return sum(1 for blocks in self.where.values() for b in blocks if b.level == 0 and not _partial(b.key))
+        """GPU blocks under a trace id in the tree (partial tails and host blocks are not counted)."""
+        return sum(self.gpu_holders.values())
 
     def resident_blocks(self):
-        return [k for k, blocks in self.where.items() if not _partial(k) and any(b.level == 0 for b in blocks)]
+        return list(self.gpu_holders)
 
     def counters(self) -> dict:
         return dict(self.stats)
@@ -350,16 +421,94 @@ def _partial(key) -> bool:
     return isinstance(key, tuple)
 
 
+# ---- the compiled engine's state (trtllm.c says what each field is) ----
+
+META = meta_slots("trtllm")  # the meta array's slots, by the names trtllm.c gives them
+CAPACITY, HOST, LEAF_ONLY, OFFLOAD_MIN, SCAN, PARTIAL_KEYS = (META.CAPACITY, META.HOST, META.LEAF_ONLY,
+                                                            META.OFFLOAD_MIN, META.SCAN, META.PARTIAL_KEYS)
+FREE_GPU, EXPIRING, GPU_BLOCKS, REFUSED = META.FREE_GPU, META.EXPIRING, META.GPU_BLOCKS, META.REFUSED
+REUSED, MISSED, OFFLOADED, ONBOARDED, DROPPED, EXPIRED = (META.REUSED, META.MISSED, META.OFFLOADED, META.ONBOARDED,
+                                                          META.DROPPED, META.EXPIRED)
+STATE_FIELDS = ("level", "queued", "counted", "priority", "refs", "key", "parent", "first_child", "last_child",
+                "next_sib", "prev_sib", "tab_parent", "tab_key", "tab_node", "qnext", "qprev", "qhead", "qtail",
+                "nonempty", "duration", "expires", "where_count", "gpu_count", "chain", "ret_offsets", "ret_start",
+                "ret_end", "ret_priority", "ret_duration", "times", "scratch", "handles", "clock", "meta",
+                "pins", "hold")
+TRTState = namedtuple("TRTState", STATE_FIELDS)
+STATE_COUNTERS = (("reused_blocks", "REUSED"), ("missed_blocks", "MISSED"), ("offloaded", "OFFLOADED"),
+                  ("onboarded", "ONBOARDED"), ("dropped", "DROPPED"), ("expired", "EXPIRED"))
+
+
+def make_state(capacity: int, trace, host_blocks: int = 0, leaf_only: int = 0,
+               offload_min_priority: int = 30) -> TRTState:
+    """The compiled state: capacity GPU blocks then host_blocks host blocks, every one free in its
+    pool's priority-35 queue in id order (as the reference starts)."""
+    n_blocks = capacity + host_blocks
+    root = n_blocks
+    table = 1 << max(4, (2 * (n_blocks + 1)).bit_length())
+    level = np.zeros(n_blocks, dtype=np.int8)
+    level[capacity:] = 1
+    qnext = np.full(n_blocks, -1, dtype=np.int32)
+    qprev = np.full(n_blocks, -1, dtype=np.int32)
+    qhead = np.full(LEVELS * 101, -1, dtype=np.int32)
+    qtail = np.full(LEVELS * 101, -1, dtype=np.int32)
+    nonempty = np.zeros(LEVELS * 2, dtype=np.int64)
+    for lvl, first, count in ((0, 0, capacity), (1, capacity, host_blocks)):
+        if count:
+            ids = np.arange(first, first + count, dtype=np.int32)
+            qnext[ids[:-1]], qprev[ids[1:]] = ids[1:], ids[:-1]
+            qhead[lvl * 101 + DEFAULT_PRIORITY], qtail[lvl * 101 + DEFAULT_PRIORITY] = first, first + count - 1
+            nonempty[lvl * 2] = 1 << DEFAULT_PRIORITY
+    retention = getattr(trace, "retention", None)
+    times = np.array(trace.timestamp, dtype=np.float64) if len(trace) else np.zeros(0)
+    longest = int(np.diff(trace.offsets).max(initial=0))
+    meta = np.zeros(len(META), dtype=np.int64)
+    meta[META.CAPACITY], meta[META.HOST], meta[META.LEAF_ONLY] = capacity, host_blocks, leaf_only
+    meta[META.OFFLOAD_MIN], meta[META.SCAN], meta[META.FREE_GPU] = offload_min_priority, root, capacity
+    num_ids = max(1, trace.num_blocks)
+    empty = np.zeros(0, dtype=np.int64)
+    return TRTState(
+        level=level, queued=np.ones(n_blocks, dtype=np.int8), counted=np.zeros(n_blocks, dtype=np.int8),
+        priority=np.full(n_blocks, DEFAULT_PRIORITY, dtype=np.int32), refs=np.zeros(n_blocks, dtype=np.int32),
+        key=np.full(n_blocks, -1, dtype=np.int64), parent=np.full(n_blocks, -1, dtype=np.int32),
+        first_child=np.full(n_blocks + 1, -1, dtype=np.int32), last_child=np.full(n_blocks + 1, -1, dtype=np.int32),
+        next_sib=np.full(n_blocks, -1, dtype=np.int32), prev_sib=np.full(n_blocks, -1, dtype=np.int32),
+        tab_parent=np.full(table, -1, dtype=np.int32), tab_key=np.zeros(table, dtype=np.int64),
+        tab_node=np.zeros(table, dtype=np.int32), qnext=qnext, qprev=qprev, qhead=qhead, qtail=qtail,
+        nonempty=nonempty, duration=np.full(n_blocks, np.nan), expires=np.full(n_blocks, np.nan),
+        where_count=np.zeros(trace.num_blocks, dtype=np.int64), gpu_count=np.zeros(trace.num_blocks, dtype=np.int64),
+        chain=np.full(n_blocks, -1, dtype=np.int32),
+        ret_offsets=empty if retention is None else np.array(retention.offsets, dtype=np.int64),
+        ret_start=empty if retention is None else np.array(retention.start, dtype=np.int64),
+        ret_end=empty if retention is None else np.array(retention.end, dtype=np.int64),
+        ret_priority=empty if retention is None else np.array(retention.priority, dtype=np.int64),
+        ret_duration=np.zeros(0) if retention is None else np.array(retention.duration_ms, dtype=np.float64),
+        times=times, scratch=np.zeros(n_blocks + 1, dtype=np.int64), handles=np.zeros(longest + 2, dtype=np.int64),
+        clock=np.array([float(times[0]) if times.size else 0.0]), meta=meta, **hold_arrays(num_ids),
+    )
+
+
+def read_state(state: TRTState) -> tuple[int, dict]:
+    m = state.meta
+    return int(m[META.GPU_BLOCKS]), {name: int(m[getattr(META, slot)]) for name, slot in STATE_COUNTERS}
+
+
+def resident_mask(state: TRTState) -> np.ndarray:
+    return state.gpu_count > 0
+
+
 POLICY = PolicySpec(
     name="trtllm",
-    native=None,
+    native="trtllm",
     summary="TensorRT-LLM's block reuse: a radix tree of blocks, 101 priority FIFO queues (lowest first), leaf-only "
             "eviction, host offload (host_blocks), token-range retention priorities from the trace",
     reference=TensorRTLLM,
-    make_state=None,
-    read_state=None,
-    params=(Param("host_blocks", 0, int, "blocks of the host (secondary) pool evicted blocks are offloaded to",
-                  in_range(lo=0)),
+    make_state=make_state,
+    read_state=read_state,
+    resident_mask=resident_mask,
+    caches_at_release=True,
+    params=(Param("host_blocks", 0, int, "blocks of the host (secondary) pool evicted blocks are offloaded to "
+                  "(more than the trace's distinct blocks: that many, said)", in_range(0, MAX_HOST_BLOCKS)),
             Param("leaf_only", 0, int, "1: only blocks without free children are evicted (before PR #7922, inferred); "
                   "0: any free block (after PR #7922)", in_range(0, 1)),
             Param("offload_min_priority", 30, int, "the lowest priority whose blocks are offloaded, not dropped",

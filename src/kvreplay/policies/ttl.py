@@ -60,6 +60,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from ..units import Seconds
 from .base import ReferencePolicy, Param, PolicySpec, hold_arrays, meta_slots
 
 
@@ -201,6 +202,6 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=read_state,
     resident_mask=resident_mask,
-    params=(Param("ttl", 300.0, float, "seconds of trace time a block stays resident after its last access", _check_ttl),),
+    params=(Param("ttl", 300.0, Seconds, "seconds of trace time a block stays resident after its last access", _check_ttl),),
     capacity="optional",
 )

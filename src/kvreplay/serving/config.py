@@ -138,8 +138,9 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     elif capacity is not None:
         blocks, budget = _blocks(capacity, block_size, model, kv_dtype, kv_layers)
         source = {"kind": "given"} if budget is None else {"kind": "bytes", "size": str(capacity).strip()}
-        if gpu is not None and model is not None:
-            # how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if)
+        if gpu is not None and model is not None and engine_style != "trtllm":
+            # how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if;
+            # vLLM's budget, which TensorRT-LLM's pool is not)
             from .timing import kv_capacity
 
             try:
@@ -183,7 +184,8 @@ def _blocks(capacity, block_size, model, kv_dtype, kv_layers) -> tuple[int, dict
                                             layers=kv_layers if model is not None else None)
         return check_capacity(blocks[0]), budget
     if isinstance(capacity, str):
-        capacity = int(capacity)
+        raise ConfigError(f"capacity (--capacity) {capacity!r} is text: give a block count as a number "
+                          f"({capacity.strip()}), or a size with its unit ('80GiB')")
     return check_capacity(capacity), None
 
 

@@ -8,33 +8,43 @@ verdict), and the output says whether it holds.
 
 from __future__ import annotations
 
+from ..progress import tell
 from .limits import MAX_INSTANCES
 
+STAGE = "estimates checked by running them"
 
-def check_fix(trace, options: dict, report) -> dict | None:
+
+def check_fix(trace, options: dict, report, progress=None) -> dict | None:
     """For `report` (simulate(trace, **options) with its load in `options`): each estimate of its
     verdict's fix, run: {"load": {...}, "instances": {...}}, each with the value tried, whether it
     keeps up (at the band's pessimistic end where there is one) and that run's verdict. None when
-    the verdict has no fix."""
+    the verdict has no fix. progress: a kvreplay.progress callback, told ``(done, total,
+    "estimates checked by running them")``."""
     from .simulate import simulate
 
     fix = (report.summary()["keeps_up"] or {}).get("fix")
     if not fix:
         return None
-    base = {k: v for k, v in options.items() if k not in ("speedup", "rate")}
+    loads = ("speedup", "rate", "sessions")
+    base = {k: v for k, v in options.items() if k not in loads}
     base["compare_sequential"] = False
     out = {}
     load = fix.get("load")
-    if load is not None:
-        key = "speedup" if load["flag"] == "--speedup" else "rate"
-        r = simulate(trace, **base, **{key: load["value"]})
-        out["load"] = {**load, **_outcome(r)}
     disaggregated = options.get("prefill_instances") is not None
     sampled = report.samples is not None  # (n > 1 is served on one instance: serving/samples.py)
-    if not disaggregated and not sampled and fix["instances"] <= MAX_INSTANCES:
+    by_instances = not disaggregated and not sampled and fix["instances"] <= MAX_INSTANCES
+    total = (load is not None) + by_instances
+    tell(progress, 0, total, STAGE)
+    if load is not None:
+        key = {"--speedup": "speedup", "--rate": "rate", "--sessions": "sessions"}[load["flag"]]
+        r = simulate(trace, **base, **{key: load["value"]})
+        out["load"] = {**load, **_outcome(r)}
+        tell(progress, 1, total, STAGE)
+    if by_instances:
         r = simulate(trace, **dict(base, instances=fix["instances"]),
-                     **{k: options[k] for k in ("speedup", "rate") if options.get(k) is not None})
+                     **{k: options[k] for k in loads if options.get(k) is not None})
         out["instances"] = {"value": fix["instances"], **_outcome(r)}
+        tell(progress, total, total, STAGE)
     return out
 
 

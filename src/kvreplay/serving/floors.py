@@ -3,17 +3,21 @@
 Per request, under the time model a plan judges with, no run on any number of instances, behind
 any router, with any policy or tiers below the pool, can be faster than:
 
-- TTFT >= the serving stack's latency outside the engine (frontend_s) + the prefill of the tokens
-  it cannot hit, alone on an idle instance in full chunks (max_num_batched_tokens each, or the
-  whole prompt without chunked prefill). The best hit it can get is an infinite cache's over the
+- TTFT >= what the host CPU adds before the engine sees it (timing/host.py: the arrival delay
+  for its prompt) + the prefill of the tokens it cannot hit, alone on an idle instance in full
+  chunks (max_num_batched_tokens each, or the whole prompt without chunked prefill) + its first
+  token's way out alone (one request's output delay). The best hit it can get is an infinite cache's over the
   requests that arrived before it (warmup.earlier_prefix): FCFS schedulers serve a request after
   every earlier arrival on its instance, so no later arrival's blocks are cached when it starts,
   and a block it recomputes after a preemption it had computed itself. A hit from a tier below
   HBM costs its load time, so the bound (free hits) holds there too. At least one token is computed
   (a full hit recomputes its last), as the simulator does.
 - TPOT >= one decode step of the request alone at its prompt's context (prompt + 1): every one of
-  its decode steps holds at least that.
-- end to end >= the TTFT bound + (outputs - 1) x the TPOT bound.
+  its decode steps holds at least that; less what the output delays can take off it: its first
+  token may leave in a step with up to `max_seqs` outputs and its last alone, so the gap between
+  them is at least (outputs - 1) steps less (max_seqs - 1) output delays of one request.
+- end to end >= the arrival delay + the prefill alone + (outputs - 1) decode steps alone + its last
+  token's output delay alone.
 
 Steps alone are the fewest and smallest steps the request can take: any other split of its
 prefill, or any company in a step, only adds work (the roofline's terms grow with the batch's
@@ -52,16 +56,19 @@ class Floors:
 def band_factor(tm, kinds: tuple) -> float:
     """The smallest of a band end's step factors over `kinds` ("prefill", "decode", "mixed"): 1 for
     a time model without a band."""
-    scale = getattr(tm, "scale", None)
-    return min(float(scale[k]) for k in kinds) if scale else 1.0
+    scale = getattr(tm, "scale", None)  # (a band end's factors per step kind; a profile's scale is no band)
+    return min(float(scale[k]) for k in kinds) if isinstance(scale, dict) and scale else 1.0
 
 
 def request_floors(trace, arrival_s: np.ndarray, tm, centre, *, block_size: int, chunk: int | None,
-                   any_order: bool = False) -> Floors:
+                   any_order: bool = False, host=None, max_seqs: int = 1) -> Floors:
     """The per-request bounds of serving `trace` at `arrival_s` with the time model `tm` (a band
     end, or the centre), whose unscaled steps are `centre`'s. `chunk`: tokens per prefill step alone
     (None: a prompt in one step). `any_order`: a request may hit any other request's blocks (a
-    scheduler that is not first-come first-served), not only earlier arrivals'."""
+    scheduler that is not first-come first-served), not only earlier arrivals'. `host`: the host
+    CPU's terms the runs have (timing/host.HostTerms; None: none); `max_seqs`: the most requests
+    in one step (the scheduler's max_num_seqs), which bounds the output delays' spread."""
+    from .timing.host import NONE
     from .warmup import earlier_prefix
 
     prompt = np.asarray(trace.input_length, dtype=np.int64)
@@ -75,14 +82,17 @@ def request_floors(trace, arrival_s: np.ndarray, tm, centre, *, block_size: int,
     hit = prompt - new
     prefill_factor = band_factor(tm, ("prefill", "mixed"))
     decode_factor = band_factor(tm, ("decode", "mixed"))
-    frontend = float(getattr(tm, "frontend_s", 0.0))
+    host = NONE if host is None else host
     prefill = _memo(lambda n, h: prefill_alone(centre, int(n), int(h), chunk), new, hit)
     decode = _memo(lambda n, h: float(centre.step_time(StepBatch(decode_context=(int(n) + 1,)))), prompt,
                    np.zeros_like(prompt))
-    ttft = frontend + prefill * prefill_factor
+    # (the engine core's CPU a step only adds to a step, synchronously or beside it: left out)
+    before = host.arrival_delay(prompt) + prefill * prefill_factor
+    out = host.output_seconds(1)
     tpot_one = decode * decode_factor
-    tpot = np.where(outputs >= 2, tpot_one, np.nan)
-    return Floors(ttft, tpot, ttft + (outputs - 1) * tpot_one)
+    spread = host.output_seconds(max(int(max_seqs), 1) - 1)
+    tpot = np.where(outputs >= 2, np.maximum(tpot_one - spread / np.maximum(outputs - 1, 1), 0.0), np.nan)
+    return Floors(before + out, tpot, before + (outputs - 1) * tpot_one + out)
 
 
 def prefill_alone(tm, new: int, cached: int, chunk: int | None) -> float:

@@ -21,6 +21,9 @@ MAX_POSITIONS = 2 ** 31 - 1
 #: units of the lag over a clock of up to 1e11 s, within float precision) to 1e9 ms
 MIN_ROUTER_LAG_MS, MAX_ROUTER_LAG_MS = 0.1, 1e9
 MAX_SWEEP_RUNS = 10_000
+#: cluster sizes in one load sweep: each is a run per load (and per policy, capacity, router and
+#: tier set); more than this is minutes of runs no curve needs (sizes 1, 2, 4, ... 4,096 are 13)
+MAX_CLUSTER_SIZES = 64
 
 
 def check_instances(instances, what: str = "instances (--instances)") -> int:
@@ -64,3 +67,14 @@ def check_sweep_size(runs: int) -> None:
     if runs > MAX_SWEEP_RUNS:
         raise ConfigError(f"the sweep has {runs:,} runs (loads x policies x capacities x instances x routers x tiers); "
                           f"at most {MAX_SWEEP_RUNS:,} in one call: split it")
+
+
+def check_cluster_sizes(sizes) -> list[int]:
+    """A load sweep's cluster sizes (--instances-list): each from 1 to MAX_INSTANCES, at most
+    MAX_CLUSTER_SIZES of them, refused before any run."""
+    what = "instances (--instances-list)"
+    sizes = [check_instances(n, what) for n in sizes]
+    if len(sizes) > MAX_CLUSTER_SIZES:
+        raise ConfigError(f"{what}: {len(sizes):,} cluster sizes; at most {MAX_CLUSTER_SIZES} in one sweep (each is a "
+                          "run at every load): give fewer, e.g. 1,2,4,8,16,32,64")
+    return sizes

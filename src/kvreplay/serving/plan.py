@@ -34,6 +34,7 @@ import numpy as np
 
 from ..analysis.executors import check_stopping
 from ..errors import ConfigError
+from ..units import seconds_arg
 from . import plan_cache, plan_rows
 from .prices import Prices, gpu_name
 from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
@@ -70,15 +71,16 @@ class Run:
     e2e_s: np.ndarray
     finished: np.ndarray
     warmup_s: float = 0.0
+    judged_until_s: float | None = None  # a closed loop of N sessions: its steady state's end
 
     @classmethod
     def of(cls, report) -> "Run":
         return cls(report.policy, report.summary(), report.arrival_s, report.ttft_s, report.tpot_s, report.e2e_s,
-                   report.finished, report.warmup_s)
+                   report.finished, report.warmup_s, report.judged_until_s)
 
     @property
     def judged(self) -> np.ndarray:
-        return judged_mask(self.arrival_s, self.warmup_s)
+        return judged_mask(self.arrival_s, self.warmup_s, self.judged_until_s)
 
     @property
     def counted(self) -> np.ndarray:
@@ -104,7 +106,8 @@ class Run:
         """Keep this run in the cache directory under `key` (plan_cache.py)."""
         plan_cache.write(path, key, {"arrival_s": self.arrival_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
                                      "e2e_s": self.e2e_s, "finished": self.finished},
-                         {"policy": self.policy, "summary": self.summary, "warmup_s": self.warmup_s})
+                         {"policy": self.policy, "summary": self.summary, "warmup_s": self.warmup_s,
+                          "judged_until_s": self.judged_until_s})
 
     @classmethod
     def load(cls, path: str, key: str, num_requests: int) -> "Run | None":
@@ -115,7 +118,7 @@ class Run:
             return None
         z, doc = entry["arrays"], entry["doc"]
         return cls(doc["policy"], doc["summary"], z["arrival_s"], z["ttft_s"], z["tpot_s"], z["e2e_s"],
-                   z["finished"], float(doc.get("warmup_s", 0.0)))
+                   z["finished"], float(doc.get("warmup_s", 0.0)), doc.get("judged_until_s"))
 
 
 @dataclass
@@ -155,14 +158,16 @@ class Search:
 
 
 def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,), routers=("round-robin",),
-         policies=(None,), loads=(1.0,), rates=None, window_s: float | None = None, warmup=AUTO,
+         policies=(None,), loads=None, rates=None, sessions=None, window_s: float | None = None, warmup=AUTO,
          min_window_requests: int = MIN_WINDOW_REQUESTS, prices: Prices | None = None, judge_at: str = "pessimistic",
          max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None, jobs: int = 1,
          executor: str = "local", ray_address: str | None = None, progress=None, **options):
     """The cheapest configuration per load meeting `slo`, its runners-up, and every configuration
     tried with its verdict: a PlanResult (a JSON-ready dict; `.to_pandas()` has one row per
     configuration tried). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson
-    arrivals at these requests per second. `tps`: TP degrees (None: each GPU's of 1, 2, 4 and 8
+    arrivals at these requests per second, or `sessions`: these numbers of concurrent sessions
+    (a closed loop: simulate's sessions=; each block then states the chosen deployment's capacity
+    in sessions). `tps`: TP degrees (None: each GPU's of 1, 2, 4 and 8
     on which vLLM would start the model). `warmup`: the first part of each run's arrivals, served
     but not judged ("auto", a fraction, a duration such as "10m", or 0 for a cold start;
     warmup.py). `window_s` / `min_window_requests`: the windows every SLO must hold in, merged
@@ -170,9 +175,20 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     trace's digest and its configuration, for later plans to reuse. `jobs` / `executor` /
     `ray_address`: search the configurations at once on processes, threads or Ray
     (analysis/executors.py; nothing is pruned on cost then, since no search waits for another's
-    best). `progress(done, total)`: called as configurations finish. `options` go to simulate()."""
+    best). `progress`: a kvreplay.progress callback, told ``(done, total, "configurations")``:
+    each configuration at each load, searched, pruned, unreachable, unfit or skipped. `options` go
+    to simulate()."""
     from ..engine.replay import as_trace
+    from .plan_args import resolve
 
+    trace = as_trace(trace)
+    if isinstance(window_s, str):  # (a duration with its unit: "5m")
+        window_s = seconds_arg(window_s, "window_s")
+    checked = resolve(trace, slo=slo, gpus=gpus, tps=tps, tiers=tiers, routers=routers, policies=policies, loads=loads,
+                      rates=rates, window_s=window_s, max_instances=max_instances, jobs=jobs, prices=prices,
+                      cache_dir=cache_dir)
+    slo, gpus, tps, tiers, routers, policies, window_s, max_instances, jobs, prices = (checked[k] for k in (
+        "slo", "gpus", "tps", "tiers", "routers", "policies", "window_s", "max_instances", "jobs", "prices"))
     if judge_at not in JUDGES:
         raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {judge_at!r}")
     if not any(True for _ in slo.objectives()):
@@ -189,7 +205,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
     from .semantics import one_semantics
 
     options, semantics_note = one_semantics(model, options, tiers, policies)
-    s = Search(trace=as_trace(trace), model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
+    s = Search(trace=trace, model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
                judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir, warmup=warmup,
                min_requests=int(min_window_requests))
     if cache_dir is not None:
@@ -200,7 +216,7 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
            "warmup_spec": spec_text(warmup), "min_window_requests": s.min_requests,
            "tp_searched": "given" if tps is not None else "every TP of 1, 2, 4 and 8 on which vLLM would start the "
                                                           "model", "loads": []}
-    points = [("rate", float(r)) for r in rates] if rates is not None else [("speedup", float(x)) for x in loads]
+    points = load_points(loads, rates, sessions) if sessions is not None else checked["points"]
     tracker = _Tracker(progress, (len(configs) + len(unfit)) * len(points))
     for point in points:
         block = (_plan_load_parallel(s, configs, point, jobs, executor, ray_address, tracker) if parallel
@@ -210,6 +226,9 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, tiers=(None,)
         out["loads"].append(plan_rows.summarise(point, block, unfit, runners_up))
         tracker.advance(len(unfit))
     _refuse_a_plan_that_tried_nothing(out["loads"])
+    if sessions is not None:
+        out["capacity"] = capacities(s, out["loads"])
+    out["arrivals"] = arrivals_text(s, sessions)
     out.update(model=model, window_s=window_s, run_options=run_options(options),
                runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
                trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
@@ -229,10 +248,73 @@ def _refuse_a_plan_that_tried_nothing(blocks: list) -> None:
                           + (f" (and {len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""))
 
 
+def load_points(loads, rates, sessions) -> list[tuple]:
+    """The plan's loads as (kind, value): speedups, Poisson rates or concurrent sessions (one kind)."""
+    from .lanes import check_sessions
+
+    if sessions is not None:
+        if rates is not None or loads is not None:
+            raise ConfigError("give the loads as speedups (--loads), rates (--rates) or concurrent sessions "
+                              "(--sessions), one of them")
+        return [("sessions", float(check_sessions(int(n) if float(n).is_integer() else n))) for n in sessions]
+    if rates is not None:
+        return [("rate", float(r)) for r in rates]
+    return [("speedup", float(x)) for x in loads]
+
+
+def load_arguments(load: tuple) -> dict:
+    """simulate()'s keywords for a plan's load."""
+    kind, value = load
+    return {"speedup": value if kind == "speedup" else None, "rate": value if kind == "rate" else None,
+            **({"sessions": int(value)} if kind == "sessions" else {})}
+
+
+def capacities(s: "Search", blocks: list) -> list:
+    """Per deployment chosen at some number of concurrent sessions: the most sessions of those
+    planned it serves within the SLOs ("up to N concurrent sessions"), each checked by a run."""
+    out = []
+    seen = set()
+    for block in blocks:
+        best = block["best"]
+        if best is None:
+            continue
+        key = (best["config"], best["instances"])
+        if key in seen:
+            continue
+        seen.add(key)
+        c = Config(best["gpu"], best["tp"], None if best["tiers"] == "none" else best["tiers"], best["router"],
+                   best["policy_asked"])
+        served = []
+        for other in blocks:
+            load = (other["load_kind"], other["load"])
+            e = evaluate(s, c, best["instances"], load)
+            b = e["verdict"]["binding"] or {}
+            served.append({"sessions": int(other["load"]), "meets": e["meets"], "objective": b.get("objective"),
+                           "value_s": b.get("value_s"), "limit_s": b.get("limit_s")})
+        up_to = max((x["sessions"] for x in served if x["meets"]), default=None)
+        out.append({"config": best["config"], "instances": best["instances"], "gpus": best["gpus"],
+                    "cost_per_hour": best["cost_per_hour"], "up_to_sessions": up_to, "served": served,
+                    "text": capacity_text(best, up_to, s.slo, served)})
+    return out
+
+
+def capacity_text(best: dict, up_to: int | None, slo: SLO, served: list) -> str:
+    what = f"{best['instances']} x {best['tp']} x {best['gpu']} ({best['config']})"
+    if up_to is None:
+        return f"{what}: meets {slo.text()} at none of the planned session counts"
+    at = next(x for x in served if x["sessions"] == up_to)
+    more = [x["sessions"] for x in served if x["sessions"] > up_to]
+    worst = (f"; its worst window there: {at['objective']} {at['value_s']:.3g} s against {at['limit_s']:.3g} s"
+             if at.get("value_s") is not None else "")
+    counts = ", ".join(f"{x['sessions']:,}" for x in served)
+    return (f"{what}: up to {up_to:,} concurrent sessions (of {counts}) at {slo.text()}{worst}"
+            + (f"; misses at {min(more):,}" if more else ""))
+
+
 #: simulate()'s options a plan's JSON keeps, so that `kvreplay report --plan` can serve its chosen
 #: deployment again exactly as the plan did (JSON values only)
 RUN_OPTIONS = ("time_model", "weights_dtype", "kv_dtype", "block_size", "max_model_len", "rate_profile",
-               "kv_semantics", "gpu_memory_utilization", "engine_style", "seed")
+               "kv_semantics", "gpu_memory_utilization", "engine_style", "seed", "arrivals", "think_time")
 
 
 def run_options(options: dict) -> dict:
@@ -254,11 +336,13 @@ class _Tracker:
 
     def __init__(self, progress, total: int):
         self.progress, self.total, self.done = progress, total, 0
+        if progress is not None:
+            progress(0, total, "configurations")
 
     def advance(self, n: int = 1) -> None:
         self.done += n
         if self.progress is not None and n:
-            self.progress(self.done, self.total)
+            self.progress(self.done, self.total, "configurations")
 
 
 def _configs(s: Search, gpus, tps, tiers, routers, policies) -> tuple[list, list]:
@@ -554,12 +638,12 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     else:
         check_stopping()  # (a search on threads abandoned by SIGTERM ends before its next run)
         options = dict(s.options)
-        if banded:  # one run at that end of the band (not the band's three)
+        if banded:  # one run at that end of the band (not the band's three), the host's terms at theirs
             tm = _time_model(s, c)
             options["time_model"] = tm if end == "centre" else tm.at_band(end)
+            options["host"] = _host(s, c, end)
         report = simulate(s.trace, c.policy, None, model=s.model, gpu=c.gpu, tp=c.tp, instances=n, router=c.router,
-                          tiers=c.tiers, speedup=load[1] if load[0] == "speedup" else None,
-                          rate=load[1] if load[0] == "rate" else None, compare_sequential=False, band_runs=False,
+                          tiers=c.tiers, **load_arguments(load), compare_sequential=False, band_runs=False,
                           warmup=s.warmup, **options)
         s.runs += 1
         run = Run.of(report)
@@ -575,17 +659,20 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
 
 #: what a cached run's meaning depends on beyond its inputs: 2 since auto KV semantics serve a
 #: hybrid model with vLLM's hybrid manager (runs cached before served it as full attention); 3
-#: since they serve Mamba hybrids with it too; 4 since a run carries its warm-up
-CACHE_VERSION = 4
+#: since they serve Mamba hybrids with it too; 4 since a run carries its warm-up; 5 since Claude
+#: Code traces are served closed-loop by default
+CACHE_VERSION = 5
 
 
 @lru_cache(maxsize=1)
 def _calibration_digest() -> str:
     """The shipped roofline calibration's digest: a refit changes every calibrated run's times, so
     runs cached under other coefficients are not reused."""
+    from .timing.host import calibration as host_calibration
     from .timing.roofline import calibration_data
 
-    return hashlib.sha256(json.dumps(calibration_data()["gpus"], sort_keys=True).encode()).hexdigest()[:16]
+    data = [calibration_data()["gpus"], host_calibration()["terms"], host_calibration().get("band")]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _cache_key(s: Search, c: Config, n: int, load: tuple, end: str) -> str | None:
@@ -633,7 +720,7 @@ def _floor(s: Search, c: Config, load: tuple) -> dict | None:
     from .warmup import resolve as resolve_warmup
 
     tm = _time_model(s, c)
-    if tm is None:
+    if tm is None or closed_loop(s, load):  # (a closed loop's arrivals are its run's: no bound holds before it)
         return None
     end = _judged_end(s) if hasattr(tm, "at_band") else "centre"
     at_end = tm.at_band(end) if end != "centre" else tm
@@ -649,7 +736,8 @@ def _floor(s: Search, c: Config, load: tuple) -> dict | None:
     else:
         chunk = scheduler.max_num_batched_tokens if scheduler.chunked_prefill else None
     floors = request_floors(s.trace, arrival_s, at_end, tm, block_size=block_size, chunk=chunk,
-                            any_order=scheduler.schedule_policy != "fcfs")
+                            any_order=scheduler.schedule_policy != "fcfs", host=_host(s, c, end),
+                            max_seqs=scheduler.max_num_seqs)
     start = (float(arrival_s.min()) if arrival_s.size else 0.0) + warm.seconds
     windows = Windows.of(arrival_s, judged, start, s.window_s)
     values = {k: v[judged] for k, v in floors.values().items()}
@@ -660,6 +748,27 @@ def _floor(s: Search, c: Config, load: tuple) -> dict | None:
         return None
     return {**b, "judged_at": END_TEXT[end] if hasattr(tm, "at_band") else "centre (no band)",
             "hit": "earlier arrivals" if scheduler.schedule_policy == "fcfs" else "any other request"}
+
+
+def arrivals_text(s: Search, sessions) -> str:
+    """How the plan's runs send their requests, in words (docs/sessions.md)."""
+    from .closed import CLOSED, check_arrivals
+
+    asked = s.options.get("arrivals")
+    mode = CLOSED if sessions is not None and asked is None else check_arrivals(asked, s.trace)
+    how = ("each request at its timestamp, whatever the deployment does" if mode != CLOSED else
+           "a session's next request is sent when its previous answer ends, plus its think time (docs/sessions.md)")
+    why = "--arrivals" if asked is not None else ("--sessions" if sessions is not None else
+                                                  f"the default for {s.trace.format or 'this'} traces")
+    return f"{'closed' if mode == CLOSED else 'open'} loop ({why}): {how}"
+
+
+def closed_loop(s: Search, load: tuple) -> bool:
+    """Are the plan's runs at `load` closed-loop (concurrent sessions, or the trace's own sessions
+    closed)? Their floors are not computed: a request's arrival is known only after the run."""
+    from .closed import CLOSED, check_arrivals
+
+    return load[0] == "sessions" or check_arrivals(s.options.get("arrivals"), s.trace) == CLOSED
 
 
 def floor_in(s: Search, c: Config, load: tuple, binding: dict | None) -> float | None:
@@ -684,6 +793,17 @@ def _block_size(s: Search) -> int:
     from ..trace.model import resolve_block_size
 
     return resolve_block_size(s.options.get("block_size"), s.trace)
+
+
+def _host(s: Search, c: Config, end: str):
+    """What the host CPU adds to `c`'s runs at `end` of the band (timing/host.py): the plan's
+    `host` option (default: the calibrated terms with the calibrated roofline), at the same end of
+    its own band, as simulate()'s band runs take it."""
+    from .timing.host import band_end
+    from .timing.host import resolve as resolve_host
+
+    terms = resolve_host(s.options.get("host"), _time_model(s, c))
+    return terms if end == "centre" else band_end(terms, end)
 
 
 def _time_model(s: Search, c: Config):

@@ -24,10 +24,13 @@ def deployment_of(plan: dict, best: dict) -> dict:
                 **opts)
 
 
-def serve_plan(trace, plan: dict) -> list[dict]:
+def serve_plan(trace, plan: dict, progress=None) -> list[dict]:
     """Per load of `plan`: its chosen deployment served again (None where no configuration met the
     SLOs), the run's summary over the judged requests, and the SLO verdict at the band end the plan
-    judged at and at the centre, with whether it agrees with the plan's."""
+    judged at and at the centre, with whether it agrees with the plan's. progress: a
+    kvreplay.progress callback, told ``(done, total, "plan's loads served again")``."""
+    from ..progress import tell
+    from .plan import load_arguments
     from .simulate import simulate
 
     if "model" not in plan:
@@ -35,14 +38,17 @@ def serve_plan(trace, plan: dict) -> list[dict]:
     slo = SLO(**plan["slo_limits"])
     window_s, min_requests = plan.get("window_s"), plan.get("min_window_requests", MIN_WINDOW_REQUESTS)
     out = []
+    stage = "plan's loads served again"
+    tell(progress, 0, len(plan["loads"]), stage)
     for block in plan["loads"]:
         best = block["best"]
         row = {"load_kind": block["load_kind"], "load": block["load"], "best": best}
         if best is None:
             out.append(row)
+            tell(progress, len(out), len(plan["loads"]), stage)
             continue
         kw = deployment_of(plan, best)
-        load = {"speedup": block["load"]} if block["load_kind"] == "speedup" else {"rate": block["load"]}
+        load = {k: v for k, v in load_arguments((block["load_kind"], block["load"])).items() if v is not None}
         r = simulate(trace, **kw, **load)
         runs = (r.band or {}).get("runs") or {}
         judged_run = runs.get("high", r) if plan["judged_at"] == "pessimistic" else r
@@ -56,4 +62,5 @@ def serve_plan(trace, plan: dict) -> list[dict]:
                    matches_plan=bool(verdict["meets"] == best["meets"] and abs(got.get("value_s", 0.0)
                                                                              - planned.get("value_s", 0.0)) < 1e-9))
         out.append(row)
+        tell(progress, len(out), len(plan["loads"]), stage)
     return out

@@ -16,6 +16,15 @@ import math
 VERDICT_ORDER = {"meets": 0, "misses": 1, "unreachable": 2, "pruned": 3, "unfit": 4, "skipped": 5}
 
 
+def load_text(kind: str, value: float) -> str:
+    """A plan's load in words: "load x2", "Poisson 3 requests/s", "32 concurrent sessions"."""
+    if kind == "speedup":
+        return f"load x{value:g}"
+    if kind == "rate":
+        return f"Poisson {value:g} requests/s"
+    return f"{int(value):,} concurrent sessions"
+
+
 def config_columns(c) -> dict:
     return {"config": c.text(), "gpu": c.gpu, "tp": c.tp, "tiers": c.tiers or "none", "router": c.router,
             "policy": c.policy or "vllm", "policy_asked": c.policy}

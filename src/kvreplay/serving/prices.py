@@ -4,9 +4,11 @@ catalog (data/prices.json: each price with its source and date) or the user's --
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 
+from ..checks import number
 from ..errors import ConfigError
 from .timing.gpus import get_gpu
 
@@ -35,9 +37,36 @@ def parse_overrides(items) -> dict:
         memory = name.lower() in MEMORIES
         if unit is not None and (unit == "/h") == memory:
             raise ConfigError(f"--price {item}: {name.lower() + ' is priced per GiB-month' if memory else 'a GPU is priced per hour (/h)'}")
-        if not value > 0:
-            raise ConfigError(f"--price {item}: a price must be positive")
-        out[name.lower() if memory else name] = value
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"--price {item}: a price must be a positive finite number")
+        out[name.lower() if memory else _gpu_name(name, f"--price {item}")] = value
+    return out
+
+
+def _gpu_name(name: str, what: str) -> str:
+    """The catalog's name of GPU `name` (matched ignoring case, aliases too), else ConfigError
+    naming `what` with the closest names."""
+    from .timing.gpus import get_gpu
+
+    try:
+        return get_gpu(name).name
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e}") from None
+
+
+def check_overrides(overrides) -> dict:
+    """The API's prices={name: USD}: each a positive finite number, GPUs by their catalog name."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"prices (--price) must be a dict of {{name: USD}}, got {overrides!r}")
+    out = {}
+    for name, value in overrides.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"prices (--price): a price's name must be a GPU, dram or ssd, got {name!r}")
+        what = f"prices (--price) {name}"
+        usd = number(value, what, unit="USD")
+        out[name.lower() if name.lower() in MEMORIES else _gpu_name(name, what)] = usd
     return out
 
 
@@ -58,11 +87,14 @@ class Prices:
         if pricing not in PRICINGS:
             raise ConfigError(f"pricing must be one of {', '.join(PRICINGS)}, got {pricing!r}")
         self.pricing = pricing
-        self.overrides = {k if k in MEMORIES else gpu_name(k): v for k, v in (overrides or {}).items()}
+        self.overrides = check_overrides(overrides)
 
     def gpu_hour(self, gpu: str) -> tuple[float, str]:
         """USD per GPU-hour and its source (`gpu` as typed: a catalog name or alias, any case)."""
-        gpu = gpu_name(gpu)
+        try:
+            gpu = _gpu_name(gpu, "gpu") if isinstance(gpu, str) else gpu
+        except ConfigError:
+            pass  # not a catalog GPU: priced only by name, below
         if gpu in self.overrides:
             return self.overrides[gpu], "--price"
         entry = catalog()["gpus"].get(gpu)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
+from ..progress import tell
 from .simulate import NOT_SERVED
 
 
@@ -25,7 +26,8 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
     """Each of `policies` (names with parameters, "lru" or "s3fifo:small_ratio=0.2") offline at the
     deployment's pool and served on the deployment: rows with both hit rates and ranks, sorted by
     the served one; `differs` when the two orders differ; policies the simulator does not serve
-    (bounds, engines without a modelled scheduler) listed in `not_served` with why."""
+    (bounds, engines without a modelled scheduler) listed in `not_served` with why. progress: a
+    kvreplay.progress callback, told ``(done, total, "policies served")``."""
     from ..engine.replay import replay
     from ..policies.registry import parse_policy
     from .simulate import simulate
@@ -36,15 +38,18 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
                       band_runs=False, compare_sequential=False, kv_semantics="full",
                       **({"speedup": load[1]} if load[0] == "speedup" else {"rate": load[1]}))
     todo = [p.strip() for p in policies if p and p.strip()]
+    tell(progress, 0, len(todo), "policies served")
     for k, text in enumerate(todo):
         spec, params = parse_policy(text)
         if spec.name in NOT_SERVED or spec.capacity == "ignored" or spec.name == "belady":
             not_served.append({"policy": text, "why": NOT_SERVED.get(spec.name, "a bound, not an engine's cache")})
+            tell(progress, k + 1, len(todo), "policies served")
             continue
         try:
             r = simulate(trace, spec.name, None, **deployment, **params)
         except ConfigError as e:
             not_served.append({"policy": text, "why": str(e)})
+            tell(progress, k + 1, len(todo), "policies served")
             continue
         counted = r.counted
         prompt = int(r.prompt_tokens[counted].sum())
@@ -53,8 +58,7 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
         rows.append({"policy": text, "served_hit_rate": r.hit_rate, "offline_hit_rate": offline_rate,
                      "capacity_blocks": r.capacity_blocks, "requests": int(r.judged.sum()),
                      "finished": int(counted.sum())})
-        if progress is not None:
-            progress(k + 1, len(todo))
+        tell(progress, k + 1, len(todo), "policies served")
     for key, rank in (("served_hit_rate", "served_rank"), ("offline_hit_rate", "offline_rank")):
         for row in rows:  # competition ranking: equal hit rates share a rank
             row[rank] = 1 + sum(1 for other in rows if other[key] > row[key] + 1e-12)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import closed_stats
 from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
 from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
 from .samples import to_json as samples_json
@@ -88,6 +89,12 @@ class SimReport:
     #: the warm-up (serving/warmup.py Warmup.to_dict()): requests arriving in its first `seconds`
     #: are served but not judged; None: no warm-up, every request is judged
     warmup: dict | None = None
+    #: closed-loop arrivals (closed_stats.per_request): each request's session, think time, lane and
+    #: what it waited for; None for the open loop
+    closed: dict | None = None
+    #: a closed loop of N concurrent sessions: its steady state's end (closed_stats.steady_until);
+    #: requests arriving from then on are served but not judged
+    judged_until_s: float | None = None
 
     @property
     def warmup_s(self) -> float:
@@ -98,7 +105,7 @@ class SimReport:
         """The requests every summary figure counts: those arriving after the warm-up."""
         from .warmup import judged_mask
 
-        return judged_mask(self.arrival_s, self.warmup_s)
+        return judged_mask(self.arrival_s, self.warmup_s, self.judged_until_s)
 
     @property
     def counted(self) -> np.ndarray:
@@ -283,9 +290,12 @@ class SimReport:
         out = {key: {stat: [lo[key][stat], hi[key][stat]] for stat in lo[key] if stat != "count"} for key in lo}
         out["calibrated_on"] = self.time_model.get("calibrated_on")
         out["ratio_bands"] = self.band["bands"]
+        if "host" in self.band:
+            out["host_band"] = self.band["host"]
         out["warnings"] = list(self.band.get("warnings", []))
         out["text"] = ("each latency's range when every step takes the low / high end of the calibrated roofline's "
-                       "measured/predicted step-time band (5th-95th percentile, per prefill, decode and mixed step)")
+                       "measured/predicted step-time band (5th-95th percentile, per prefill, decode and mixed step) and "
+                       "the host CPU's terms the low / high end of theirs (their spread across the measured deployments)")
         return out
 
     def summary(self) -> dict:
@@ -345,13 +355,25 @@ class SimReport:
             # (never negative: when concurrency evicts fewer, fewer_evictions says by how many)
             "extra_evictions": None if diff is None else max(diff, 0),
             "fewer_evictions": None if diff is None else max(-diff, 0),
+            "closed": None if self.closed is None else closed_stats.summary(self),
             "misses": self.misses_summary(),
             **({} if self.samples is None else {"samples": samples_json(self.samples, per_group=False)}),
         }
 
     def window(self) -> dict:
-        """What the summary counts: the whole run, or the requests after the warm-up."""
+        """What the summary counts: the whole run, or the requests after the warm-up (and before a
+        closed loop's steady state ends)."""
         n, judged = self.num_requests, self.num_judged
+        if self.judged_until_s is not None:
+            before = int((self.arrival_s < self.judged_start_s).sum())
+            return {"kind": "steady_state", "requests": judged, "warmup_requests": before,
+                    "drain_requests": n - judged - before, "warmup": self.warmup,
+                    "judged_start_s": self.judged_start_s, "judged_until_s": self.judged_until_s,
+                    "text": f"the steady state: the {judged:,} requests arriving from {_seconds(self.judged_start_s)} "
+                            f"to {_seconds(self.judged_until_s)} (the first {before:,} of {n:,} are served but not "
+                            f"judged: warm-up {(self.warmup or {}).get('text', 'none')}; the last "
+                            f"{n - judged - before:,} arrive after every drawn session has started and the first "
+                            "lane has gone idle); hit rates, token totals and latencies over the finished ones"}
         if self.warmup_s <= 0:
             return {"kind": "whole_trace", "requests": n, "warmup": self.warmup,
                     "text": f"whole trace ({n:,} requests, from an empty cache; hit rates, token totals and latencies "
@@ -375,6 +397,9 @@ class SimReport:
             "judged": self.judged,
             **({} if self.tiers is None else {f"hit_tokens_{k}": v for k, v in self.tiers["tokens_per_tier"].items()}),
             **({} if self.decode_instance is None else {"decode_instance": self.decode_instance}),
+            **({} if self.closed is None else {"session": self.closed["session"],
+                                               "turn": closed_stats.turn_numbers(self),
+                                               "think_s": self.closed["think_s"]}),
             **self._miss_columns(),
         }
 
@@ -446,6 +471,8 @@ class SimReport:
         settled = self.num_finished + self.num_rejected + self.num_refused
         if settled != self.num_requests:
             raise InvariantError(f"{self.num_requests - settled} requests neither finished nor were rejected")
+        if self.closed is not None:
+            closed_stats.check(self)
 
 
 def _seconds(x: float) -> str:

@@ -23,10 +23,12 @@ from ..policies.registry import get_policy
 from ..trace.model import Trace
 from . import kernel, routing
 from .timing import KIND_INSTANT, TimeModel, packed, roofline_window
+from .timing.host import NONE as NO_HOST
+from .timing.host import HostTerms
 
 #: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
 #: for every other policy it checks first that the start fits beside the held blocks.
-REQUEST_LEVEL = ("vllm", "radix")
+REQUEST_LEVEL = ("vllm", "radix", "trtllm")
 #: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
 #: belady: heap entries), sized by the trace it is built from.
 SIZED_PER_CALL = ("radix", "belady")
@@ -39,10 +41,20 @@ RESIDENCY_BITS = ("vllm", "lru", "s3fifo", "fifo", "sieve", "arc", "2q", "lfu", 
 #: True: routers scan every instance for every prompt on its own, through its ids and its cache, as
 #: before the bits (the reference tests/serving/test_scaling.py holds the bits to)
 REFERENCE_SCANS = False
+#: sim.h's STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM
+STYLES = ("vllm", "sglang", "trtllm")
 SERIES_POINTS = 4096
 ITL_BINS = 23100  # up to 1e-6 s x 1.001^23099, about 1e4 s; longer gaps count in the last bin
 #: Counters that are peaks (the cluster's is the largest instance's), not sums.
 PEAKS = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
+
+
+def _chunked(scheduler) -> int:
+    """cfg CHUNKED: 0/1 (vLLM, SGLang); TensorRT-LLM's 0 (no chunked context), 1 first come first
+    served, 2 equal progress (kernel/trtllm.c)."""
+    if scheduler.style != "trtllm" or not scheduler.chunked_prefill:
+        return int(scheduler.chunked_prefill)
+    return 1 + ("first_come_first_served", "equal_progress").index(scheduler.context_chunking_policy)
 
 
 @dataclass
@@ -319,7 +331,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
              tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
-             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm") -> RawRun:
+             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
+             host: HostTerms = NO_HOST, closed: dict | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -328,7 +341,12 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
     UnifiedRadixCache (serving/kernel/sglang_hybrid.c; the SGLang style and policy radix only),
-    `capacity` pages of its full-attention pool."""
+    `capacity` pages of its full-attention pool. host: what the host CPU adds per step and per token,
+    and async scheduling (timing/host.py; its arrival delay is already in `arrival_s`, or in
+    `closed`'s). closed: closed-loop arrivals (closed.py ClosedLoop.kernel_arrays, trace order:
+    arrival holds the roots' times and `arrival_s` is not read); the RawRun's arrival_s are then the
+    times requests arrived, and an `assigned` of -1 sends a request to the next instance in turn as
+    it arrives (round-robin)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -337,7 +355,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     params = spec.resolve(params or {})
     n, N = len(trace), instances
     routed = prefill_instances if prefill_instances else N
-    order = np.argsort(arrival_s, kind="stable")
+    if closed is not None:
+        arrival_s = closed["arrival"]
+    # (the kernel reads the open loop's arrivals in index order; the closed loop's releases are timed by it)
+    order = np.argsort(arrival_s, kind="stable") if closed is None else np.arange(n)
     mode = kernel.mode(spec, scheduler.style)
     radix = np.zeros(0, dtype=np.int64)
     if kv_groups and kv_engine == "sglang":
@@ -350,6 +371,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     # the routers' residency bits: a state-aware router, no tiers (their drain reads the eviction log)
     route_bits = (router is not None and not tiers and not len(groups) and not len(radix)
                   and spec.name in RESIDENCY_BITS and not REFERENCE_SCANS)
+    host_slots = host.kernel_settings()
     router_index, rparams = -1, np.zeros(1)
     if router is not None:
         router_index = routing.state_aware()[router][0]
@@ -357,8 +379,8 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     assigned_sorted = (np.zeros(n, dtype=np.int64) if assigned is None
                        else np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order]))
     cfg = kernel.settings({
-        "STYLE": 0 if scheduler.style == "vllm" else 1, "MAX_BATCHED": scheduler.max_num_batched_tokens,
-        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": int(scheduler.chunked_prefill), "CAPACITY": capacity,
+        "STYLE": STYLES.index(scheduler.style), "MAX_BATCHED": scheduler.max_num_batched_tokens,
+        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": _chunked(scheduler), "CAPACITY": capacity,
         "BLOCK_SIZE": block_size, "PRECHECK": int(spec.name not in REQUEST_LEVEL),
         "ONE_AT_A_TIME": int(tm[0] == KIND_INSTANT), "OUTPUT_KV": int(output_kv),
         "LPM": int(scheduler.schedule_policy == "lpm"), "CHUNK_SIZE": scheduler.chunked_prefill_size,
@@ -369,10 +391,14 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
         "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
         "TRACE_IDS": max(1, ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(route_bits),
+        "TRT_POLICY": ("guaranteed_no_evict", "max_utilization").index(scheduler.capacity_scheduler_policy),
+        **host_slots["cfg"],
+        "CLOSED": int(closed is not None),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
         "RATIO_DECAY": scheduler.new_token_ratio_decay, "ROUTER_LAG_S": router_lag_ms / 1000.0,
+        **host_slots["fcfg"],
     }, "fcfg", np.float64)
     tiers = list(tiers or [])
     T = len(tiers)
@@ -393,8 +419,10 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         "handles": np.zeros(ext.num_accesses + n + 1, dtype=np.int64), "end_s": np.zeros(1),
         "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
         "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
+        **_closed_arrays(closed, n), "arrived_s": np.zeros(n),
     }
-    spaces = (id_spaces(ext, assigned_sorted if router is None else None, N, routed) if local_ids and N > 1
+    live = bool((assigned_sorted < 0).any())  # (routed as they arrive: no exact id spaces before the run)
+    spaces = (id_spaces(ext, assigned_sorted if router is None and not live else None, N, routed) if local_ids and N > 1
               else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
     use_map = local_ids and N > 1
     if use_map and router is not None:  # (past 4 x the capacity a state can grow in the run: Growth)
@@ -403,11 +431,11 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     # each (a state-aware router's share is unknown before the run: twice an even share)
     lengths = np.diff(ext.offsets)
     dec = lengths - P
-    share = 1.0 if router is None or N == 1 else min(1.0, 2.0 / N)
+    share = 1.0 if (router is None and not live) or N == 1 else min(1.0, 2.0 / N)
     calls = np.empty(N, dtype=np.int64)
     positions = np.empty(N, dtype=np.int64)
     for k in range(N):
-        mine = assigned_sorted == k if router is None else slice(None)
+        mine = assigned_sorted == k if router is None and not live else slice(None)
         calls[k] = int(2 * share * (len(lengths[mine]) + dec[mine].sum())) + 8
         positions[k] = int(2 * share * lengths[mine].sum()) + 8
     log_size = capacity + int(lengths.max(initial=0)) + 1
@@ -433,6 +461,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
                         "radix_counters"):
                 io[key].fill(0)
             io["decode_instance"].fill(-1)
+            io["arrived_s"].fill(0)
         counters = io["counters"].reshape(N, len(names))
         if spec.name in SIZED_PER_CALL:
             counters[:, C["max_pin_calls"]], counters[:, C["max_positions"]] = calls, positions
@@ -448,7 +477,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         if growth is not None and growth.error is not None:
             raise growth.error
         if counters[:, C["time_overflow"]].any():
-            raise ConfigError(f"a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
+            path = getattr(time_model, "path", None)  # a time-model file's values are named by the file
+            where = f"{path}: " if isinstance(path, str) and not path.startswith("<") else ""
+            raise ConfigError(f"{where}a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
                               f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
                               "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
         failed = counters[:, C["hybrid_error"]]
@@ -484,7 +515,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     merged = {key: (max if key in PEAKS else sum)(c[key] for c in per_instance) for key in names}
     meta = io["series_meta"]
     return RawRun(
-        arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=back(io["scheduled_s"]),
+        arrival_s=np.asarray(arrival_s, dtype=np.float64) if closed is None else back(io["arrived_s"]), scheduled_s=back(io["scheduled_s"]),
         first_token_s=back(io["first_token_s"]), finish_s=back(io["finish_s"]), hit_tokens=back(io["hit_tokens"]),
         hit_blocks=back(io["hit_blocks"]), preemptions=back(io["preemptions"]),
         computed_tokens=back(io["computed_total"]), status=back(io["status"]), counters=merged,
@@ -494,6 +525,21 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         tier_totals=[] if pools is None else [pools.totals(t) for t in range(T)],
         id_spaces=spaces.tolist(), runs=runs,
     )
+
+
+def _closed_arrays(closed: dict | None, n: int) -> dict:
+    """The kernel's closed-loop fields (release.c), in its order (the trace's: closed runs are not
+    reordered), and the CLOSED setting; empty arrays for the open loop."""
+    dtypes = {"waits": np.int64, "next_offsets": np.int64, "next_ids": np.int64, "next_delay_s": np.float64,
+              "next_on_send": np.int8, "session": np.int64, "lane_queue": np.int64}
+    if closed is None:
+        return {k: np.zeros(0, dtype=d) for k, d in dtypes.items()}
+    out = {k: np.ascontiguousarray(closed[k], dtype=d) for k, d in dtypes.items()}
+    m = out["next_ids"].shape[0]
+    if out["waits"].shape != (n,) or out["next_offsets"].shape != (n + 1,) or out["session"].shape not in ((0,), (n,)) \
+            or out["next_delay_s"].shape != (m,) or out["next_on_send"].shape != (m,):
+        raise ConfigError("closed-loop arrays must have one entry per request (or link)")
+    return out
 
 
 #: hybrid.h's pool counters, per instance

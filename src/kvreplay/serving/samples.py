@@ -83,8 +83,11 @@ def fan_out(trace: Trace, n: np.ndarray) -> FanOut:
     return FanOut(trace=child, parent=parent, index=index, n=np.asarray(n, dtype=np.int64))
 
 
-def check_applies(engine_style: str, instances: int, disaggregated: bool) -> None:
+def check_applies(engine_style: str, instances: int, disaggregated: bool, closed_loop: bool) -> None:
     """Refuse a fan-out where kvreplay cannot serve it as the engine does."""
+    if closed_loop:
+        raise ConfigError("n > 1 (--n or the trace's n) is served with open-loop arrivals only: in a closed loop "
+                          "the next turn waits for the group's completions, which is not modelled (--arrivals open)")
     if engine_style != "vllm":
         raise ConfigError("n > 1 (--n or the trace's n) is modelled for --engine-style vllm only: SGLang 0.5.23 "
                           "sends a prefill-only copy of the request and waits for it before sending the n samples "

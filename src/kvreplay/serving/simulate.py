@@ -8,34 +8,47 @@ time) are in docs/serving.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..checks import items, number
 from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
-from ..trace.model import Trace
-from . import limits, routing
+from ..progress import labelled, tell
+from ..units import ms_arg
+from ..trace.model import Trace, ragged_take
+from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
 from .samples import check_applies, fan_out, samples_per_request, summarize
 from .semantics import choose
 from .timing import load_time_model
+from .timing.host import band_end as host_band
+from .timing.host import resolve as host_resolve
 
-ENGINE_STYLES = ("vllm", "sglang")
+ENGINE_STYLES = ("vllm", "sglang", "trtllm")
 #: Engine-faithful default policy per engine style.
-STYLE_POLICY = {"vllm": "vllm", "sglang": "radix"}
+STYLE_POLICY = {"vllm": "vllm", "sglang": "radix", "trtllm": "trtllm"}
+#: Scheduler defaults that differ by style: TensorRT-LLM's max_batch_size (2048) and its chunked
+#: context, off unless enabled (its LLM API's enable_chunked_prefill)
+STYLE_DEFAULTS = {"trtllm": {"max_num_seqs": 2048, "chunked_prefill": False}}
+#: TensorRT-LLM's capacity scheduler policies and context chunking policies (serving/inflight.py)
+TRT_CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
+TRT_CHUNKING_POLICIES = ("first_come_first_served", "equal_progress")
 #: Policies whose engine's scheduler the simulator does not model: refused, not pretended.
 NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler and hardware are not public, so the "
                           "simulator has no model of them; `kvreplay run --policy deepseek` gives its cache's hits and "
                           "cost",
-              "trtllm": "TensorRT-LLM's scheduler (its capacity scheduler and in-flight batching) is not modelled, "
-                        "so the simulator cannot serve its cache; `kvreplay run --policy trtllm` replays the cache "
-                        "one request at a time",
               "llamacpp": "llama.cpp server's loop (its slots under concurrency, deferred tasks) is not modelled; "
                           "`kvreplay run --policy llamacpp` replays its slots one request at a time"}
+
+
+#: a scheduler's token and sequence budgets: the kernel keeps them in int32 (more than any step
+#: can hold: a run's block positions are at most limits.MAX_POSITIONS too)
+MAX_BUDGET = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,14 @@ class Scheduler:
     min_new_token_ratio: float = 0.7 * 0.14  # x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
     new_token_ratio_decay: float = (0.7 - 0.7 * 0.14) / 600  # over SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
     clip_max_new_tokens: int = 4096
+    # TensorRT-LLM only (max_num_seqs is its max_batch_size, max_num_batched_tokens its max_num_tokens)
+    capacity_scheduler_policy: str = "guaranteed_no_evict"
+    context_chunking_policy: str = "first_come_first_served"
+
+    @classmethod
+    def for_style(cls, style: str = "vllm", **given) -> "Scheduler":
+        """A style's scheduler: its own defaults (STYLE_DEFAULTS) where a setting is not given."""
+        return cls(style=style, **{**STYLE_DEFAULTS.get(style, {}), **given})
 
     def __post_init__(self):
         if self.style not in ENGINE_STYLES:
@@ -62,10 +83,21 @@ class Scheduler:
         for name in ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill_size", "max_prefill_tokens",
                      "clip_max_new_tokens"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"{name} must be a whole number >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_BUDGET:
+                raise ConfigError(f"{name} (--{name.replace('_', '-')}) must be a whole number from 1 to "
+                                  f"{MAX_BUDGET:,}, got {v!r}")
         if self.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"unknown SGLang schedule policy {self.schedule_policy!r} (known: fcfs, lpm)")
+        if self.capacity_scheduler_policy not in TRT_CAPACITY_POLICIES:
+            raise ConfigError(f"unknown TensorRT-LLM capacity scheduler policy {self.capacity_scheduler_policy!r} "
+                              f"(known: {', '.join(TRT_CAPACITY_POLICIES)})")
+        if self.context_chunking_policy not in TRT_CHUNKING_POLICIES:
+            raise ConfigError(f"unknown TensorRT-LLM context chunking policy {self.context_chunking_policy!r} "
+                              f"(known: {', '.join(TRT_CHUNKING_POLICIES)})")
+        if self.style != "trtllm" and (self.capacity_scheduler_policy != "guaranteed_no_evict"
+                                       or self.context_chunking_policy != "first_come_first_served"):
+            raise ConfigError("capacity_scheduler_policy and context_chunking_policy are TensorRT-LLM's: "
+                              "engine_style='trtllm'")
 
     def to_dict(self) -> dict:
         out = {"style": self.style, "max_num_batched_tokens": self.max_num_batched_tokens,
@@ -75,6 +107,10 @@ class Scheduler:
                        max_prefill_tokens=self.max_prefill_tokens, lpm_fcfs_above=self.lpm_fcfs_above,
                        init_new_token_ratio=self.init_new_token_ratio, min_new_token_ratio=self.min_new_token_ratio,
                        new_token_ratio_decay=self.new_token_ratio_decay)
+        if self.style == "trtllm":  # (its names for them too)
+            out.update(capacity_scheduler_policy=self.capacity_scheduler_policy, max_batch_size=self.max_num_seqs,
+                       max_num_tokens=self.max_num_batched_tokens, enable_chunked_context=self.chunked_prefill,
+                       context_chunking_policy=self.context_chunking_policy if self.chunked_prefill else None)
         return out
 
 
@@ -149,12 +185,14 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
              rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, n: int | None = None,
-             **params):
+             language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
+             think_time=None, sessions: int | None = None, host=None, progress=None, n: int | None = None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
-    policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang").
+    policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang",
+        trtllm for "trtllm": TensorRT-LLM's in-flight batching scheduler, serving/inflight.py, which
+        serves its own block reuse only and needs the pool as `capacity`).
     capacity: the KV pool in blocks, or a size ("80GiB", with `model`); running requests and the
         prefix cache share it; default: what `gpu` x `tp` have left after `model`'s weights at
         `gpu_memory_utilization`. kv_dtype / kv_layers: how `model`'s KV is stored (config.resolve
@@ -164,6 +202,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         refused on a GPU that cannot run it (fp8 without FP8 tensor cores: A100).
     time_model: "instant", "roofline" (needs model and gpu), a Dynamo profile "FILE.npz", a
         polynomial "FILE.json", or a TimeModel.
+    host: what the host CPU adds outside the GPU's steps (timing/host.py): "vllm" (vLLM 0.33.0's
+        API server, engine core and async scheduling, fitted on measured serving runs), "vllm-sync"
+        (the same without async scheduling: vLLM before 0.14, or --no-async-scheduling), "none",
+        or HostTerms; default: "vllm" with the calibrated roofline, "none" with any other time
+        model (a measured profile holds what it measured).
     speedup / rate: arrivals: the trace's timestamps divided by `speedup`, or a Poisson process of
         `rate` requests/s (seeded by `seed`). rate_profile: "diurnal", a FILE or (fraction,
         multiplier) points: the arrivals reshaped so their rate follows it over the span (profile.py).
@@ -200,10 +243,20 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         trace's 90% reuse lookback), a fraction of the arrival span in [0, 1), a duration ("10m"),
         or None / 0 (default: every request is judged, from an empty cache). The summary's figures
         count the requests after it; its window says how it was chosen.
+    arrivals: "open" (each request at its timestamp) or "closed" (a request is sent when what it
+        waits for has ended, plus its think time: closed.py); None: the trace format's default
+        (closed for Claude Code, whose files record think times; open otherwise). think_time:
+        "trace" (default) or a distribution such as "exp:5s" (think.py). sessions: N concurrent
+        sessions drawn from the trace's, each lane starting its next session when one ends
+        (lanes.py; a closed loop). The report's `closed` then has per-session and per-turn
+        figures and Little's law (closed_stats.py).
     prefill_instances / decode_instances / kv_link: prefill/decode disaggregation (vLLM style): the
         router sends requests to prefill instances; after its first token a request's KV crosses
         `kv_link` ("25GB/s": its prompt's KV bytes / bandwidth; none: at once) to the least loaded
         decode instance, which decodes the rest.
+    slo_ttft_ms / slo_tpot_ms / router_lag_ms: milliseconds, or strings with their unit ("2s").
+    progress: a kvreplay.progress callback, told ``(done, total, "runs")``: the run, the band's
+        two ends (the calibrated roofline), and the sequential replay it is compared with.
     n: parallel sampling: the completions of every request whose record gives no ``n`` (default 1);
         a request with n > 1 is served as vLLM 0.33.0 serves it, n child requests that share its
         prompt (serving/samples.py; the vLLM style and one instance only); the report's samples
@@ -213,24 +266,41 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     fan = None
     per_request_n = samples_per_request(trace, n)
     if (per_request_n > 1).any():
-        check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None)
+        check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None,
+                      closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup,
+                                           rate=rate)[0] == closed.CLOSED or sessions is not None)
         parents, fan = trace, fan_out(trace, per_request_n)
         trace = fan.trace
     if engine_style not in ENGINE_STYLES:
         raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
+    slo_ttft_ms = None if slo_ttft_ms is None else ms_arg(slo_ttft_ms, "slo_ttft_ms")
+    slo_tpot_ms = None if slo_tpot_ms is None else ms_arg(slo_tpot_ms, "slo_tpot_ms")
     for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        if value is not None and not value > 0:
             raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
+    if isinstance(router_lag_ms, str):
+        router_lag_ms = ms_arg(router_lag_ms, "router_lag_ms")
     if policy is not None and (not isinstance(policy, str) or not policy.strip()):
         raise ConfigError(f"policy (--policy) must be a policy's name (or None for the engine's), got {policy!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 63:
         raise ConfigError(f"seed (--seed) must be a whole number from 0 to 2^63 - 1, got {seed!r}")
+    closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup, rate=rate)
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
     if spec.name in NOT_SERVED:
         raise ConfigError(f"policy {spec.name!r} (--policy): {NOT_SERVED[spec.name]}")
+    if (spec.name == "trtllm") != (engine_style == "trtllm"):
+        raise ConfigError("TensorRT-LLM's block reuse (policy 'trtllm') is served by its scheduler, and its scheduler "
+                          "serves that cache only: give engine_style='trtllm' (--engine-style trtllm) with policy "
+                          f"'trtllm' (got policy {spec.name!r}, engine_style {engine_style!r})")
+    if engine_style == "trtllm":
+        _check_trtllm(capacity=capacity, tiers=tiers, global_store=global_store, kv_semantics=kv_semantics,
+                      gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory=kv_cache_memory,
+                      num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
+                      language_model_only=language_model_only, prefill_instances=prefill_instances,
+                      decode_instances=decode_instances, kv_link=kv_link)
     if scheduler is None:
-        scheduler = Scheduler(style=engine_style)
+        scheduler = Scheduler.for_style(engine_style)
     elif scheduler.style != engine_style:
         raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
     routing.check(router)
@@ -262,17 +332,32 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
                           f"{sizes.weights_dtype!r}: give the same weights dtype to both")
-    if fan is None:
-        arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
-    else:  # the parents arrive; their children with them
-        arrival_s, profile_name = arrival_times(parents, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
-        arrival_s = arrival_s[fan.parent]
+    loop = closed.build(trace, arrivals, sessions=sessions, think_time=think_time, seed=seed, speedup=speedup,
+                        rate=rate, block_size=block_size, time_model=tm, chunk=prefill_chunk(scheduler))
     from .warmup import judged_mask
     from .warmup import resolve as resolve_warmup
 
-    # (n > 1: the warm-up is the parents' own; a child's reuse of its sibling's prompt is no lookback)
-    warm = resolve_warmup(warmup, trace, arrival_s, block_size) if fan is None else \
-        resolve_warmup(warmup, parents, arrival_s[fan.index == 0], block_size)
+    closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
+    if loop is None and fan is None:
+        arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
+    elif loop is None:  # n > 1: the parents arrive, their children with them; the warm-up is the parents' own
+        # (a child's reuse of its sibling's prompt is no lookback)
+        arrival_s, profile_name = arrival_times(parents, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+        warm = resolve_warmup(warmup, parents, arrival_s, block_size)
+        arrival_s = arrival_s[fan.parent]
+    else:
+        if rate_profile is not None:
+            raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
+                              "follow its sessions")
+        trace = replace(loop.trace, session=loop.session)
+        limits.check_requests(trace, block_size, output_kv)
+        if spec.capacity == "ignored":  # (the lanes' copies hold more blocks)
+            capacity = max(capacity, trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum()) + 2)
+        arrival_s, profile_name, warm = np.nan_to_num(loop.start_s), None, None  # (arrivals come from the run)
+        if not closed_run:
+            arrival_s = loop.open_arrival_s
+            warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     max_model_len, max_len_source = _max_model_len(max_model_len, model)
     disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
                                                     engine_style, block_bytes, block_size)
@@ -284,40 +369,69 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     fixed = routed == 1 or router in routing.FIXED
     assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
         if fixed else None
+    if closed_run and fixed and routed > 1 and router == "round-robin":
+        assigned = np.full(len(trace), -1, dtype=np.int64)  # (round-robin in the order requests arrive: the kernel's)
     routing.parameters(router, router_options)  # checked before the run
-    # the serving stack's latency outside the engine (the calibrated roofline's frontend_s): each
-    # request reaches the engine that long after it arrives, so its TTFT and end-to-end latency hold it
-    engine_arrival_s = arrival_s + float(getattr(tm, "frontend_s", 0.0))
+    # what the host CPU adds (timing/host.py): each request reaches the engine core after the API
+    # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
+    host_terms = host_resolve(host, tm)
+    prompts = np.asarray(trace.input_length)
+    delay_s = host_terms.arrival_delay(prompts)
+    engine_arrival_s = arrival_s + delay_s
     run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=engine_arrival_s,
                output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
                tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
-               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine)
+               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
+               host=host_terms, closed=loop.kernel_arrays(delay_s) if closed_run else None)
+    banded = band_runs and hasattr(tm, "at_band")  # the calibrated roofline: the run at both ends of its band too
+    compared = compare_sequential and not any(t.shared for t in tier_list)
+    runs = 1 + 2 * banded + compared
+    tell(progress, 0, runs, "runs")
     raw = run_once(trace, time_model=tm, **run)
+    tell(progress, 1, runs, "runs")
+    if closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
+        arrival_s = raw.arrival_s - delay_s
+        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     band = None
-    if band_runs and hasattr(tm, "at_band"):  # the calibrated roofline: the same run at both ends of its band
-        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")}}
-        for end in ("low", "high"):
-            band[end] = run_once(trace, time_model=tm.at_band(end), **run)
-    sequential, sequential_evictions, parts = None, None, None
-    if compare_sequential and not any(t.shared for t in tier_list):
+    if banded:  # (the host's terms at the same end of their own band)
+        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")},
+                "host": {end: host_band(host_terms, end).describe() for end in ("low", "high")}}
+        for k, end in enumerate(("low", "high")):
+            host_end = host_band(host_terms, end)
+            end_delay_s = host_end.arrival_delay(prompts)
+            band[end] = run_once(trace, time_model=tm.at_band(end), **{
+                **run, "host": host_end, "arrival_s": arrival_s + end_delay_s,
+                "closed": loop.kernel_arrays(end_delay_s) if closed_run else None})
+            band[end + "_delay_s"] = end_delay_s
+            tell(progress, 2 + k, runs, "runs")
+    sequential, sequential_evictions, parts, order = None, None, None, None
+    if compared:
         # (a store shared by instances has no sequential counterpart per instance)
         chunk = scheduler.max_num_batched_tokens
         if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
             chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
         hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
-        sequential, sequential_evictions, parts = _sequential(trace, spec, params, capacity, block_size, tier_list,
-                                                              tier_copies, raw.instance, instances, disagg,
-                                                              raw.status == FINISHED, hybrid,
-                                                              judged_mask(arrival_s, warm.seconds))
-    arrival_info = ({"kind": "poisson", "rate_per_s": rate, "seed": seed} if rate is not None
-                    else {"kind": "trace", "speedup": 1.0 if speedup is None else speedup})
+        by = np.argsort(arrival_s, kind="stable")  # (one at a time, in the order they arrived)
+        order = None if np.array_equal(by, np.arange(len(trace))) else by
+        sequential, sequential_evictions, parts = _sequential(trace if order is None else trace.take(by), spec,
+                                                              params, capacity, block_size, tier_list, tier_copies,
+                                                              raw.instance[by], instances, disagg,
+                                                              (raw.status == FINISHED)[by], hybrid,
+                                                              judged_mask(arrival_s, warm.seconds)[by])
+        tell(progress, runs, runs, "runs")
+    if loop is not None:
+        arrival_info = closed_stats.arrival_info(loop)
+    elif rate is not None:
+        arrival_info = {"kind": "poisson", "rate_per_s": rate, "seed": seed}
+    else:
+        arrival_info = {"kind": "trace", "speedup": 1.0 if speedup is None else speedup}
     if profile_name is not None:
         arrival_info["rate_profile"] = profile_name
     report = SimReport(
         policy=spec.name, params=spec.resolve(params), capacity_blocks=capacity, block_size=block_size,
-        scheduler=scheduler.to_dict(), time_model=tm.describe(), arrivals=arrival_info, output_kv=output_kv,
+        scheduler=scheduler.to_dict(), time_model={**tm.describe(), "host": host_terms.describe()}, arrivals=arrival_info, output_kv=output_kv,
         trace_source=trace.source, arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=raw.scheduled_s,
         first_token_s=raw.first_token_s, finish_s=raw.finish_s,
         prompt_tokens=np.asarray(trace.input_length, dtype=np.int64), hit_tokens=raw.hit_tokens,
@@ -335,18 +449,26 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
         max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=semantics.note,
         warmup=None if warm.cold and warmup is None else warm.to_dict(),
+        closed=None if loop is None else closed_stats.per_request(loop),
+        judged_until_s=None if loop is None else closed_stats.steady_until(closed_stats.per_request(loop), arrival_s,
+                                                                            raw.finish_s),
     )
-    report.misses = _served_misses(trace, report, raw, parts, block_size, instances)
+    report.misses = _served_misses(trace, report, raw, parts, block_size, instances, order)
     if band is not None:
-        from dataclasses import replace
-
         band["runs"] = {}
         for end in ("low", "high"):
             other = band[end]
+            band.pop(end + "_delay_s")
             # the band's run as a report (its requests' times; kvreplay plan judges SLOs on it)
+            fields = {}
+            if closed_run:  # its own arrivals, so its own warm-up and steady span (as plan's run at that end)
+                sent = other.arrival_s - band[end + "_delay_s"]
+                own = resolve_warmup(warmup, trace, sent, block_size)
+                fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
+                              judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
             band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
                                         finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
-                                        band=None)
+                                        band=None, **fields)
             band[end] = band["runs"][end].latencies()
         band["warnings"] = _calibration_warnings(tm, trace, report)
         report.band = band
@@ -356,6 +478,41 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _check_trtllm(**given) -> None:
+    """Refuse what the TensorRT-LLM style does not model (each setting named with its flag)."""
+    why_pool = ("TensorRT-LLM sizes its pool from free_gpu_memory_fraction of the memory left after loading, "
+                "which is not modelled: give the pool with capacity (--capacity BLOCKS, or a size with --model)")
+    checks = (
+        ("capacity", "--capacity", given["capacity"] is None, why_pool),
+        ("gpu_memory_utilization", "--gpu-memory-utilization", given["gpu_memory_utilization"] != 0.9, why_pool),
+        ("kv_cache_memory", "--kv-cache-memory", given["kv_cache_memory"] is not None, why_pool),
+        ("num_gpu_blocks_override", "--num-gpu-blocks-override", given["num_gpu_blocks_override"] is not None, why_pool),
+        ("enforce_eager", "--enforce-eager", bool(given["enforce_eager"]), why_pool),
+        ("language_model_only", "--language-model-only", bool(given["language_model_only"]), why_pool),
+        ("tiers", "--tiers", given["tiers"] is not None,
+         "its host pool is the trtllm policy's host_blocks; the tiers below HBM are not modelled under its scheduler"),
+        ("global_store", "--global-store", given["global_store"] is not None, "a shared store is not modelled"),
+        ("prefill_instances", "--prefill-instances", given["prefill_instances"] is not None,
+         "TensorRT-LLM's disaggregated serving is not modelled"),
+        ("decode_instances", "--decode-instances", given["decode_instances"] is not None,
+         "TensorRT-LLM's disaggregated serving is not modelled"),
+        ("kv_link", "--kv-link", given["kv_link"] is not None, "TensorRT-LLM's disaggregated serving is not modelled"),
+        ("kv_semantics", "--kv-semantics", given["kv_semantics"] == "hybrid",
+         "TensorRT-LLM's variable attention windows are not modelled (kv_semantics='full' serves every layer as "
+         "full attention)"),
+    )
+    for name, flag, bad, why in checks:
+        if bad:
+            raise ConfigError(f"{name} ({flag}) with engine_style='trtllm': {why}")
+
+
+def prefill_chunk(scheduler: Scheduler) -> int | None:
+    """Tokens one prefill step takes of a prompt alone (None: the whole prompt at once)."""
+    if scheduler.style == "sglang":
+        return scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
+    return scheduler.max_num_batched_tokens if scheduler.chunked_prefill else None
 
 
 def _max_model_len(value, model) -> tuple[int | None, str | None]:
@@ -505,6 +662,9 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
             flag = "--" + name.replace("_", "-")
             raise ConfigError(f"{name} ({flag}) must be a whole number >= 1 (disaggregation needs both "
                               f"--prefill-instances and --decode-instances), got {value!r}")
+        limits.check_instances(value, f"{name} (--{name.replace('_', '-')})")
+    limits.check_instances(prefill_instances + decode_instances,
+                           "prefill_instances + decode_instances (--prefill-instances, --decode-instances)")
     if instances not in (1, prefill_instances + decode_instances):
         raise ConfigError(f"instances {instances} differs from prefill + decode instances "
                           f"({prefill_instances} + {decode_instances})")
@@ -516,7 +676,11 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
 
         if block_bytes is None:
             raise ConfigError("the KV link's transfer time needs the model's KV bytes: give --model")
-        transfer_s = np.asarray(trace.input_length, dtype=np.float64) * (block_bytes / block_size) / parse_bandwidth(kv_link)
+        try:
+            link = parse_bandwidth(kv_link)
+        except ConfigError as e:
+            raise ConfigError(f"kv_link (--kv-link): {e}") from None
+        transfer_s = np.asarray(trace.input_length, dtype=np.float64) * (block_bytes / block_size) / link
     return True, prefill_instances + decode_instances, transfer_s
 
 
@@ -548,16 +712,29 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     return (hits / prompt if prompt else 0.0), (None if None in evictions or disagg else sum(evictions)), parts
 
 
-def _served_misses(trace, report, raw, parts, block_size, instances) -> dict | None:
+def _served_misses(trace, report, raw, parts, block_size, instances, order=None) -> dict | None:
     """The served miss account (serving/misses.py) over the finished judged requests (`counted`): {"account" (a
     MissAccount), "tokens", "not_measured", "concurrency"}; None when the sequential replays have
-    no account (tiers, hybrid semantics) or were not run."""
+    no account (tiers, hybrid semantics) or were not run. `order`: the requests in the order they
+    arrived when it is not the trace's (a closed loop: the sequential replays ran in it), else None."""
     if not parts or any(seq.misses is None for _, seq in parts):
         return None
     from .misses import served_account
 
-    account, split = served_account(trace, block_size, parts, raw.hit_blocks, report.counted, raw.scheduled_s,
-                                    raw.first_token_s, raw.instance if instances > 1 else None)
+    by = np.arange(len(trace)) if order is None else order
+    ordered = trace if order is None else trace.take(by)
+    account, split = served_account(ordered, block_size, parts, raw.hit_blocks[by], report.counted[by],
+                                    raw.scheduled_s[by], raw.first_token_s[by],
+                                    raw.instance[by] if instances > 1 else None)
+    if order is not None:  # back to trace order: its requests' rows and their accesses
+        back = np.empty_like(by)
+        back[by] = np.arange(by.size)
+        _, index = ragged_take(ordered.offsets, back)
+        tokens = np.empty_like(account.tokens)
+        tokens[by] = account.tokens
+        gone = account.gone[index]
+        account = replace(account, tokens=tokens, cause=account.cause[index],
+                          gone=np.where(gone >= 0, by[np.maximum(gone, 0)], -1))
     not_measured = dict(parts[0][1].misses.not_measured)
     not_measured.pop("concurrency", None)
     account.not_measured = not_measured
@@ -586,24 +763,36 @@ def _check_tokens(report, raw) -> None:
         raise InvariantError("the steps' tokens do not add up to the requests' tokens")
 
 
-def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=None, instances=None, routers=None,
-               tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None, progress=None,
-               **options) -> list[dict]:
+def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None, capacities=None, instances=None,
+               routers=None, tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None,
+               progress=None, **options) -> list[dict]:
     """simulate() over the grid policies x capacities x instances x routers x tiers x loads (trace
-    timestamps / speedup, or Poisson rates): one tidy row per run (sweep_row). The runs go to
+    timestamps / speedup, Poisson rates, or numbers of concurrent sessions: a closed loop): one tidy
+    row per run (sweep_row). The runs go to
     `executor` ("local": a pool of `jobs` processes, "threads", or "ray"; analysis/executors.py):
-    the rows, in grid order, are the same wherever they ran. `options` go to simulate()."""
+    the rows, in grid order, are the same wherever they ran. `options` go to simulate(). progress:
+    a kvreplay.progress callback, told ``(done, total, "simulations")``."""
     from itertools import product
 
     from ..analysis.executors import Task, run
 
-    if (speedups is None) == (rates is None):
-        raise ConfigError("give the loads as speedups or as rates (one of the two)")
+    if sum(x is not None for x in (speedups, rates, sessions)) != 1:
+        raise ConfigError("give the loads as speedups, rates or concurrent sessions (one of them)")
     trace = as_trace(trace)
-    loads = [("speedup", float(x)) for x in speedups] if speedups is not None else [("rate", float(x)) for x in rates]
+    if sessions is not None:
+        from .lanes import check_sessions
+
+        loads = [("sessions", float(check_sessions(n))) for n in items(sessions, "sessions (--sessions-list)", single=())]
+    else:
+        kind, name, values = ("speedup", "speedups (--speedups)", speedups) if speedups is not None else \
+            ("rate", "rates (--rates)", rates)
+        if isinstance(values, str):
+            raise ConfigError(f"{name} must be a list of numbers, got {values!r}")
+        loads = [(kind, number(x, name)) for x in items(values, name, single=())]
     policies = policies or [options.pop("policy", None)]
     capacities = capacities or [options.pop("capacity", None)]
     instances = instances or [options.pop("instances", 1)]
+    limits.check_cluster_sizes(instances)
     routers = routers or [options.pop("router", "round-robin")]
     tiers = tiers or [options.pop("tiers", None)]
     from .semantics import one_semantics
@@ -611,25 +800,37 @@ def load_sweep(trace, *, speedups=None, rates=None, policies=None, capacities=No
     asked = options.get("kv_semantics", "auto")
     options, note = one_semantics(options.get("model"), options, tiers, policies)  # one semantics for the grid
     forced = note if asked == "auto" and options.get("kv_semantics") == "full" else None
-    tasks = []
+    # one instance has no routing: its run is the same under every router, so it runs once (under
+    # the first) and its row is written under each router asked for (every row of the grid is there)
+    tasks, layout, single = [], [], {}
     for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
-        if n == 1 and router != routers[0]:
-            continue  # one instance has no routing: its run is the same under every router, listed once
         for k, (kind, value) in enumerate(loads):
+            key = (policy, capacity, tier, k)
+            if n == 1 and router != routers[0]:
+                layout.append((single[key], router))
+                continue
+            if n == 1:
+                single[key] = len(tasks)
+            layout.append((len(tasks), router if n == 1 and len(routers) > 1 else None))
             opts = dict(options, policy=policy, capacity=capacity, instances=n, router=router, tiers=tier,
                         speedup=value if kind == "speedup" else None, rate=value if kind == "rate" else None,
                         # one instance's sequential replay does not depend on the load: once per
                         # group; a cluster's does (it replays each instance's share, and the router's
-                        # split depends on the arrivals), so every cluster row runs its own
-                        compare_sequential=(k == 0 or n > 1) and options.get("compare_sequential", True))
+                        # split depends on the arrivals), so every cluster row runs its own; so do
+                        # concurrent sessions (each count draws its own sessions)
+                        compare_sequential=(k == 0 or n > 1 or kind == "sessions")
+                        and options.get("compare_sequential", True))
+            if kind == "sessions":
+                opts["sessions"] = int(value)
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
     limits.check_sweep_size(len(tasks))
     rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
-                                  progress=progress)]
+                                  progress=labelled(progress, "simulations"))]
     for g in range(0, len(rows), len(loads)):
         for row in rows[g:g + len(loads)]:
-            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None:
+            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and sessions is None:
                 row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
+    rows = [rows[i] if router is None else dict(rows[i], router=router) for i, router in layout]
     if forced is not None:  # every run full because of the grid: say why
         for row in rows:
             if row.get("kv_semantics_text"):
@@ -644,13 +845,13 @@ def sweep_row(trace, options: dict) -> dict:
     (ConfigError) still stops the sweep, with nothing written."""
     from ..errors import InvariantError
 
-    kind = "speedup" if options.get("rate") is None else "rate"
+    kind = "sessions" if options.get("sessions") is not None else "speedup" if options.get("rate") is None else "rate"
     try:
         r = simulate(trace, **options)
         s = r.summary()
     except InvariantError as e:
         internal = True
-        return {"load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+        return {"load_kind": kind, "load": _load_value(kind, options),
                 "policy": options.get("policy") or "-", "capacity_blocks": options.get("capacity"),
                 "instances": options.get("instances", 1), "router": options.get("router") or "-",
                 "tiers": options.get("tiers") or "none", "stable": None,
@@ -658,7 +859,7 @@ def sweep_row(trace, options: dict) -> dict:
     ttft = s["latency_s"]["ttft"]
     tiers = r.tiers["tiers"] if r.tiers is not None else None
     return {
-        "load_kind": kind, "load": float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0)),
+        "load_kind": kind, "load": _load_value(kind, options),
         "policy": r.policy, "capacity_blocks": r.capacity_blocks, "instances": r.instances,
         "kv_semantics": (r.kv_semantics or {}).get("semantics"),
         "kv_semantics_text": (r.kv_semantics or {}).get("text"),
@@ -676,7 +877,7 @@ def sweep_row(trace, options: dict) -> dict:
         **_verdict_columns(s["keeps_up"]), "finished": s["finished"], "rejected": s["rejected"],
         "refused_context": s["refused_context"], "requests": s["requests"], "warmup_s": r.warmup_s,
         "judged_requests": s["requests"], "window_text": s["window"]["text"], "whole_run": s["whole_run"],
-        **_band_columns(s.get("latency_band_s")), "error": None,
+        **_band_columns(s.get("latency_band_s")), **_closed_columns(s.get("closed")), "error": None,
         "hit_tokens": s["hit_tokens"], "prompt_tokens": s["prompt_tokens"], **_miss_columns(s.get("misses")),
     }
 
@@ -689,6 +890,24 @@ def _miss_columns(misses) -> dict:
     if misses is None:
         return {f"miss_{c}_tokens": None for c in CAUSES}
     return {f"miss_{c}_tokens": None if c in misses["not_measured"] else misses["tokens"][c] for c in CAUSES}
+
+
+
+def _closed_columns(c: dict | None) -> dict:
+    """A sweep row's closed-loop columns (None for the open loop)."""
+    if c is None:
+        return {"session_time_p50_s": None, "session_time_p90_s": None, "turns_per_minute": None,
+                "think_share": None, "littles_law_holds": None}
+    law = c.get("littles_law") or {}
+    return {"session_time_p50_s": c["session_time_s"]["p50"], "session_time_p90_s": c["session_time_s"]["p90"],
+            "turns_per_minute": c["turns_per_minute"], "think_share": c["think_share"],
+            "littles_law_holds": law.get("holds")}
+
+
+def _load_value(kind: str, options: dict) -> float:
+    if kind == "sessions":
+        return float(options["sessions"])
+    return float(options["rate"] if kind == "rate" else (options.get("speedup") or 1.0))
 
 
 def _verdict_columns(v: dict) -> dict:
@@ -710,7 +929,7 @@ def _band_columns(band) -> dict:
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
                     policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
                     weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None, warmup="auto") -> dict:
+                    tiers: str | None = None, warmup="auto", progress=None) -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
     `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
@@ -719,7 +938,7 @@ def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", sp
     rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
                       tp=tp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
                       tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
-                      kv_semantics="full", warmup=warmup)  # (the report's curves and pool are full semantics)
+                      kv_semantics="full", warmup=warmup, progress=progress)  # (the report's curves and pool are full semantics)
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
                     gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)

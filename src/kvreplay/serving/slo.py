@@ -20,17 +20,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
+from ..units import seconds_arg
 from .stats import window_percentiles
 from .verdict import _windows, default_window_s, merge_windows
 
 
 @dataclass(frozen=True)
 class SLO:
-    """Limits in seconds (None: not asked for)."""
+    """Limits in seconds (None: not asked for): numbers of seconds, or strings with their unit
+    ("2s", "50ms"; a string without one is refused, as units.parse_duration says)."""
 
     ttft_p90_s: float | None = None
     tpot_p90_s: float | None = None
     e2e_p99_s: float | None = None
+
+    def __post_init__(self):
+        for name in ("ttft_p90_s", "tpot_p90_s", "e2e_p99_s"):
+            value = getattr(self, name)
+            if value is not None:
+                seconds = seconds_arg(value, f"SLO {name}")
+                if not 0 < seconds < float("inf"):
+                    raise ConfigError(f"SLO {name} must be a positive finite duration, got {value!r}")
+                object.__setattr__(self, name, seconds)
 
     def objectives(self):
         """(name, percentile, limit, the report's per-request values) for each objective given."""

@@ -178,6 +178,8 @@ def _fix(report, window_s: float, worst_queue_s: float, allowed_s: float) -> dic
         load = {"flag": "--rate", "value": float(arrivals["rate_per_s"]) * scale}
     elif arrivals.get("kind") == "trace":
         load = {"flag": "--speedup", "value": float(arrivals.get("speedup", 1.0)) * scale}
+    elif arrivals.get("kind") in ("closed", "open_sessions") and arrivals.get("sessions"):
+        load = {"flag": "--sessions", "value": max(1, math.floor(arrivals["sessions"] * scale))}
     instances = max(report.instances + 1, math.ceil(report.instances * factor))
     return {"load_scale": scale, "load": load, "instances": instances,
             "busiest_window_start_s": t0 + int(first[peak_k]) * window_s,

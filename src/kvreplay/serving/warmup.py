@@ -30,12 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
+from ..units import parse_duration
 
 AUTO = "auto"
 LOOKBACK_QUANTILE = 0.9
 MAX_SHARE = 0.5
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)\s*$")
-_SCALE = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_UNIT = re.compile(r"^\s*[0-9.]+(?:e[-+]?[0-9]+)?\s*[a-zµ]+\s*$")  # a number and a unit
+NAMED = "warmup (--warmup): "  # how its errors name it (the command line drops this for its own)
 
 
 @dataclass(frozen=True)
@@ -56,33 +57,30 @@ class Warmup:
 
 def parse(value) -> tuple[str, float | None]:
     """("auto", None), ("fraction", f) or ("seconds", s) from `value` (None: cold, 0 s). A bare
-    number is a fraction below 1; a duration needs its unit. ConfigError naming --warmup otherwise."""
+    number is a fraction below 1; a duration needs its unit (units.parse_duration). ConfigError
+    naming --warmup otherwise."""
     if value is None:
         return "seconds", 0.0
     if isinstance(value, bool):
-        raise ConfigError(f"warmup (--warmup) must be auto, a fraction in [0, 1) or a duration such as 10m, got {value!r}")
+        raise ConfigError(f"{NAMED}must be auto, a fraction in [0, 1) or a duration such as 10m, got {value!r}")
     if isinstance(value, (int, float, np.integer, np.floating)):
         text = repr(float(value))
     else:
         text = str(value).strip().lower()
     if text == AUTO:
         return AUTO, None
-    match = _DURATION.match(text)
-    if match:
-        seconds = float(match.group(1)) * _SCALE[match.group(2)]
-        if not math.isfinite(seconds):
-            raise ConfigError(f"warmup (--warmup) {value!r}: not a finite duration")
-        return "seconds", seconds
     try:
         number = float(text)
     except ValueError:
-        raise ConfigError(f"warmup (--warmup) must be auto, a fraction in [0, 1) or a duration such as 10m, got "
-                          f"{value!r}") from None
+        if not _UNIT.match(text):
+            raise ConfigError(f"{NAMED}must be auto, a fraction in [0, 1) or a duration such as 10m, got "
+                              f"{value!r}") from None
+        return "seconds", parse_duration(text, NAMED.removesuffix(": "))
     if number == 0:
         return "seconds", 0.0
     if not 0.0 < number < 1.0:
-        raise ConfigError(f"warmup (--warmup) {value!r}: a bare number is a fraction of the arrival span, in [0, 1); "
-                          "give a duration its unit (600s, 10m, 1h)")
+        raise ConfigError(f"{NAMED}{str(value).strip()} what? a bare number is a fraction of the arrival span, in "
+                          f"[0, 1); a duration takes its unit: {str(value).strip()}s or {str(value).strip()}ms")
     return "fraction", number
 
 
@@ -106,7 +104,7 @@ def resolve(value, trace, arrival_s: np.ndarray, block_size: int | None = None) 
         if x == 0:
             return Warmup(0.0, spec, "none: every request is judged, from an empty cache (cold start)")
         if x >= span:
-            raise ConfigError(f"warmup (--warmup) {value!r}: {x:g} s is not shorter than the arrival span "
+            raise ConfigError(f"{NAMED}{value!r}: {x:g} s is not shorter than the arrival span "
                               f"({span:g} s), so no request would be judged")
         return Warmup(x, spec, f"the first {_seconds(x)} of arrivals (--warmup {spec})")
     if kind == "fraction":
@@ -122,11 +120,15 @@ def resolve(value, trace, arrival_s: np.ndarray, block_size: int | None = None) 
     return Warmup(seconds, spec, f"the first {_seconds(seconds)} of arrivals ({why})")
 
 
-def judged_mask(arrival_s: np.ndarray, seconds: float) -> np.ndarray:
-    """The requests a run judges: those arriving `seconds` or more after the first arrival."""
-    if not arrival_s.size or seconds <= 0:
-        return np.ones(arrival_s.size, dtype=bool)
-    return arrival_s >= float(arrival_s.min()) + seconds
+def judged_mask(arrival_s: np.ndarray, seconds: float, until_s: float | None = None) -> np.ndarray:
+    """The requests a run judges: those arriving `seconds` or more after the first arrival (and,
+    for a closed loop of N concurrent sessions, before `until_s`: its steady state's end)."""
+    mask = np.ones(arrival_s.size, dtype=bool)
+    if arrival_s.size and seconds > 0:
+        mask = arrival_s >= float(arrival_s.min()) + seconds
+    if until_s is not None:
+        mask &= arrival_s < until_s
+    return mask
 
 
 def reuse_lookback_s(trace, arrival_s: np.ndarray, quantile: float = LOOKBACK_QUANTILE,

@@ -10,6 +10,7 @@ requests keep file order.
 Sessions: a request's session is the root of its chain of ``parent_chat_id`` links. A
 parent that is not in the file (or was skipped as invalid) makes the request the root of
 its own session. Sessions are numbered 0..S-1 in order of their first request in the file.
+Each request waits for its parent's (the trace's dependencies: closed-loop arrivals).
 
 Like the Mooncake reader, a chunk of lines is first decoded in one msgspec call and checked
 with array operations; a chunk with any doubtful record is re-read line by line, which
@@ -22,6 +23,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
+from .dependencies import Dependencies
 from .model import Reader, Trace, frozen
 from .jsonl import (
     INT64_MAX, MAX_REPORTED_LINES, Chunk, count_byte, dense_ids, describe, finite, is_int, parse_int_lists,
@@ -131,14 +133,22 @@ def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invali
                          np.array(outs, i64), np.array(chats, i64), np.array(parents, i64), np.array(lines, i64))
 
 
-def _roots(chats: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(root, ok): each request's chain root (a row index), and False where the chain never ends (a loop)."""
+def _parent_rows(chats: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """Each request's parent chat as a row index (-1: a root, or a parent not in the file)."""
     n = chats.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
     order = np.argsort(chats, kind="stable")
     where = np.searchsorted(chats, parents, sorter=order)
     where = np.minimum(where, n - 1)
     parent_row = order[where]
-    parent_row = np.where((parents >= 0) & (chats[parent_row] == parents), parent_row, -1)
+    return np.where((parents >= 0) & (chats[parent_row] == parents), parent_row, -1)
+
+
+def _roots(chats: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(root, ok): each request's chain root (a row index), and False where the chain never ends (a loop)."""
+    n = chats.shape[0]
+    parent_row = _parent_rows(chats, parents)
     root = np.where(parent_row >= 0, parent_row, np.arange(n))
     for _ in range(64):  # pointer jumping: chains of up to 2**64 links
         nxt = root[root]
@@ -149,14 +159,14 @@ def _roots(chats: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return root, ok
 
 
-def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False) -> Trace:
+def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False, progress=None) -> Trace:
     """Read an Alibaba Bailian JSONL trace (plain, gzip, or "-" for stdin) with 16-token blocks.
 
     on_invalid: "error" stops at the first bad record (TraceError naming file, line and field);
     "skip" drops bad records (also a repeated chat_id, and chains of parents that loop) and
-    lists their lines in ``trace.invalid_records``.
+    lists their lines in ``trace.invalid_records``. progress: told the bytes read so far.
     """
-    name, chunks, invalid = read_chunks(path, on_invalid, _fast_chunk, _slow_chunk)
+    name, chunks, invalid = read_chunks(path, on_invalid, _fast_chunk, _slow_chunk, progress)
     cat = {key: np.concatenate([getattr(c, key) for c in chunks]) if chunks else np.zeros(0, np.int64)
            for key in ("counts", "lengths", "stamps", "outs", "chats", "parents", "lines")}
     bad = _link_problems(name, cat, on_invalid)
@@ -180,8 +190,23 @@ def read_bailian(path: str, *, on_invalid: str = "error", keep_ids: bool = False
         timestamp=frozen(cat["stamps"].astype(np.float64, copy=False)),
         num_blocks=num_blocks, block_size=BLOCK_SIZE, source=name, format="bailian", original_ids=original,
         invalid_records={"count": len(invalid), "first_lines": invalid[:MAX_REPORTED_LINES]} if invalid else None,
-        session=frozen(session.astype(np.int64)),
+        session=frozen(session.astype(np.int64)), dependencies=_links(cat["chats"], cat["parents"]),
     )
+
+
+#: how _links finds what a request waits for
+LINK_RULE = ("Bailian: each request waits for its parent_chat_id's request; think time = the gap after the "
+             "parent's send minus the parent's service time estimated on the simulated deployment alone")
+
+
+def _links(chats: np.ndarray, parents: np.ndarray) -> Dependencies:
+    """Request i waits for its parent chat's request (when the file has it); no think time is
+    recorded (the file has send times, not when answers ended)."""
+    parent_row = _parent_rows(chats, parents)
+    has = parent_row >= 0
+    offsets = np.zeros(parent_row.size + 1, dtype=np.int64)
+    np.cumsum(has, out=offsets[1:])
+    return Dependencies(offsets, parent_row[has], np.full(parent_row.size, np.nan), LINK_RULE)
 
 
 def _link_problems(name: str, cat: dict, on_invalid: str) -> np.ndarray | None:
@@ -229,7 +254,7 @@ def _without(chunks: list[_BailianChunk], cat: dict, keep: np.ndarray) -> dict:
 
 
 READER = Reader(
-    name="bailian", read=read_bailian, rank=1,
+    name="bailian", read=read_bailian, rank=1, options=("progress",),
     # A Mooncake line with an extra chat_id stays Mooncake (other fields are ignored there).
     sniff=lambda keys: "parent_chat_id" in keys or {"chat_id", "turn"} <= keys, sniff_keys=("chat_id", "parent_chat_id", "turn"),
     summary="Alibaba Bailian/Qwen JSONL: 16-token blocks, sessions from parent_chat_id",

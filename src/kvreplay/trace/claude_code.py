@@ -39,6 +39,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError, TraceError
+from .dependencies import Dependencies
 from .model import MAX_BLOCK_SIZE, Reader, Trace
 from .jsonl import INT64_MAX, MAX_REPORTED_LINES, Chunk, dense_ids, describe, finite, is_int, nesting, open_trace
 
@@ -116,6 +117,11 @@ class _Reader:
         self.outs: list[int] = []
         self.streams: list[int] = []
         self.num_streams = 1
+        self.stream_parent: list[int] = [-1]  # the stream a subagent was started from
+        self.stream_start: list[float] = [0.0]  # its start, seconds on the file's clock
+        self.api: list[float] = []  # recorded api_time (s), NaN: none
+        self.think: list[float] = []  # recorded think_time (s), NaN: none
+        self.tool_result: list[bool] = []  # its input_types name a tool_result
         self.invalid: list[int] = []
         self._text: str | None = None
 
@@ -144,6 +150,8 @@ class _Reader:
                         raise self.fail([*here, "requests"], f"expected a list, got {describe(entry['requests'])}")
                     sub = self.num_streams
                     self.num_streams += 1
+                    self.stream_parent.append(stream)
+                    self.stream_start.append(start_s + t)
                     self.walk(entry["requests"], [*here, "requests"], start_s + t, sub)
                 else:
                     self._request(entry, here, start_s, stream)
@@ -159,6 +167,15 @@ class _Reader:
         if not (is_int(t) or isinstance(t, float)) or not finite(t) or not finite(t * 1000.0):
             raise self.fail([*here, "t"], f"expected a number of seconds, got {describe(t)}")
         return float(t)
+
+    def _seconds(self, entry: dict, here: list, key: str) -> float:
+        """An optional non-negative number of seconds (NaN when absent)."""
+        value = entry.get(key)
+        if value is None:
+            return float("nan")
+        if not (is_int(value) or isinstance(value, float)) or not finite(value) or value < 0:
+            raise self.fail([*here, key], f"expected a non-negative number of seconds, got {describe(value)}")
+        return float(value)
 
     def _count(self, entry: dict, here: list, key: str, required: bool) -> int:
         if entry.get(key) is None:
@@ -194,6 +211,13 @@ class _Reader:
         stamp = (start_s + t) * 1000.0
         if not finite(stamp):
             raise self.fail([*here, "t"], "the request's absolute time is too large")
+        api, think = self._seconds(entry, here, "api_time"), self._seconds(entry, here, "think_time")
+        types = entry.get("input_types")
+        if types is not None and (not isinstance(types, list) or not all(isinstance(x, str) for x in types)):
+            raise self.fail([*here, "input_types"], f"expected a list of strings, got {describe(types)}")
+        self.api.append(api)
+        self.think.append(think)
+        self.tool_result.append(types is not None and "tool_result" in types)
         self.ids.extend(ids)
         self.counts.append(len(ids))
         self.lengths.append(length)
@@ -255,15 +279,89 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(reader.counts, out=offsets[1:])
     streams = np.array(reader.streams, dtype=np.int64)
+    links = agent_links(streams, np.array(reader.stream_parent), np.array(reader.stream_start),
+                        np.array(reader.stamps) / 1000.0, np.array(reader.api), np.array(reader.think),
+                        np.array(reader.tool_result, dtype=bool))
     trace = Trace(
         offsets=offsets, blocks=blocks,
         input_length=np.array(reader.lengths, dtype=np.int64), output_length=np.array(reader.outs, dtype=np.int64),
         timestamp=np.array(reader.stamps, dtype=np.float64), num_blocks=num_blocks, block_size=int(block_size),
         source=name, format=FORMAT, original_ids=original,
         invalid_records={"count": len(invalid), "first_lines": invalid[:MAX_REPORTED_LINES]} if invalid else None,
-        session=streams if subagent_sessions else np.zeros(n, dtype=np.int64),
+        session=streams if subagent_sessions else np.zeros(n, dtype=np.int64), dependencies=links,
     )
     return trace.sorted_by_time()
+
+
+#: how agent_links finds what a request waits for (every output that uses the links says it)
+LINK_RULE = ("Claude Code: each request follows its stream's previous answer; a subagent starts after its "
+             "parent's last request sent before it (from that request's send when it started before its end); "
+             "the parent's first tool_result request after a subagent's last answer waits for it; think time = "
+             "send time minus the latest predecessor's end (t + api_time), else think_time")
+
+
+def agent_links(stream: np.ndarray, parent: np.ndarray, start_s: np.ndarray, t_s: np.ndarray, api_s: np.ndarray,
+                think_s: np.ndarray, tool_result: np.ndarray) -> Dependencies:
+    """What each request of a Claude Code session waits for (requests in reading order; per
+    stream, its parent stream (-1: the main one) and its start on the file's clock, seconds):
+
+    - a request follows the previous request of its stream (the agent's loop: call, answer, tool
+      or user, next call);
+    - a subagent's first request follows the parent's request that spawned it: the parent's last
+      request sent at or before the subagent's start (after its end; when the subagent started
+      before that end, the link fires on the parent request's send, at the recorded gap between
+      the two starts);
+    - the parent's first request sent after the subagent's last answer (its latest end, t +
+      api_time) whose input_types name a tool_result consumed it, and waits for that answer. A
+      subagent whose results no later request reads is waited for by none (it ran beside).
+
+    Think time (ms): the request's send time minus the latest end (t + api_time) of what it waits
+    for, at least 0; where an end is not recorded (no api_time), its recorded think_time when it
+    follows only its stream's previous request; else NaN (estimated at serving time)."""
+    n = t_s.size
+    end = t_s + api_s
+    finish = np.where(np.isnan(end), t_s, end)
+    after: list[list[int]] = [[] for _ in range(n)]
+    delay: list[list[float]] = [[] for _ in range(n)]  # per link: NaN (the request's think) or ms
+    send: list[list[bool]] = [[] for _ in range(n)]
+    members: dict[int, list[int]] = {}
+    for r in np.lexsort((np.arange(n), t_s)).tolist():  # each stream's requests by time
+        members.setdefault(int(stream[r]), []).append(r)
+    def link(i: int, p: int, on_send: bool = False, ms: float = float("nan")) -> None:
+        after[i].append(p)
+        delay[i].append(ms)
+        send[i].append(on_send)
+
+    for reqs in members.values():
+        for a, b in zip(reqs, reqs[1:]):
+            link(b, a)
+    for u, reqs in members.items():
+        p = int(parent[u])
+        if p < 0 or p not in members:
+            continue
+        spawners = [r for r in members[p] if t_s[r] <= start_s[u]]
+        if spawners:
+            r = spawners[-1]
+            if end[r] > start_s[u]:  # started beside the running request: from its send
+                link(reqs[0], r, True, (t_s[reqs[0]] - t_s[r]) * 1000.0)
+            else:
+                link(reqs[0], r)
+        last = max(reqs, key=lambda r: (finish[r], r))
+        consumer = next((r for r in members[p] if t_s[r] >= finish[last] and tool_result[r]), None)
+        if consumer is not None and last not in after[consumer]:
+            link(consumer, last)
+    think = np.full(n, np.nan)
+    for i in range(n):
+        on_end = [p for p, on_send in zip(after[i], send[i]) if not on_send]
+        if not on_end:
+            continue
+        ends = end[on_end]
+        if not np.isnan(ends).any():
+            think[i] = max(0.0, t_s[i] - ends.max()) * 1000.0
+        elif len(on_end) == 1 and stream[on_end[0]] == stream[i] and not np.isnan(think_s[i]):
+            think[i] = think_s[i] * 1000.0
+    overlap = any(any(x) for x in send)
+    return Dependencies.from_lists(after, think, LINK_RULE, delay if overlap else None, send if overlap else None)
 
 
 READER = Reader(

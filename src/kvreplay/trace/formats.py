@@ -22,7 +22,8 @@ WHOLE_DOCUMENT_BYTES = 1 << 30  # a one-document trace is read whole anyway
 
 #: Every format and the module of its reader: the catch-all (the last asked, Mooncake) first, as
 #: the default; the others by name.
-MODULES = {"mooncake": "mooncake", "bailian": "bailian", "claude-code": "claude_code"}
+MODULES = {"mooncake": "mooncake", "bailian": "bailian", "claude-code": "claude_code",
+           "agentic-mooncake": "agentic_mooncake"}
 FORMATS: tuple[str, ...] = tuple(MODULES)
 CATCH_ALL = FORMATS[0]
 

@@ -3,6 +3,7 @@
 Input: JSONL, one request per line, in arrival order::
 
     {"token_ids": [1, 2, 3, ...], "timestamp": 1200, "output_length": 80, "namespace": "tenant-a"}
+    {"prompt_token_ids": [1, 2, 3, ...], "timestamp": 1250}       # vLLM's request-log field name
     {"text": "You are a helpful ...", "timestamp": 1350}          # with a tokenizer
 
 Block ``i`` of a request covers tokens ``[i*B, (i+1)*B)``; only full blocks get a hash (a
@@ -51,6 +52,7 @@ class _Record(msgspec.Struct, gc=False):
     """The typed fast path: a record that decodes into this is valid as it stands."""
 
     token_ids: Union[list[_TokenId], None] = None
+    prompt_token_ids: Union[list[_TokenId], None] = None
     text: Union[str, None] = None
     prompt: Union[str, None] = None
     timestamp: Union[int, float, None] = None
@@ -125,9 +127,12 @@ def _check_record(path: str, line: int, text: bytes) -> _Record:
         raise TraceError(path, f"invalid JSON ({nesting(e)})", line) from None
     if not isinstance(obj, dict):
         raise TraceError(path, f"expected a JSON object, got {describe(obj)}", line)
-    tokens = obj.get("token_ids")
+    if obj.get("token_ids") is not None and obj.get("prompt_token_ids") is not None:
+        raise TraceError(path, "give token_ids or prompt_token_ids, not both", line, "prompt_token_ids")
+    field = "token_ids" if obj.get("token_ids") is not None else "prompt_token_ids"
+    tokens = obj.get(field)
     if tokens is not None:
-        _check_tokens(path, line, "token_ids", tokens)
+        _check_tokens(path, line, field, tokens)
     for key in ("text", "prompt", "namespace", "salt"):
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
@@ -197,23 +202,28 @@ def _lines(path: str, stream):
 
 
 def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None, salt: str = "",
-                   keep_hashes: bool = False) -> dict:
+                   keep_hashes: bool = False, progress=None) -> dict:
     """Convert a token log (JSONL) into a Mooncake trace at `out_path`; return a summary.
 
     source: a JSONL file (plain or gzip, recognised by content), or "-" for standard input.
-        Fields per line: ``token_ids`` (list of non-negative integers), or ``text`` /
-        ``prompt`` (a string, needs `tokenizer`); optional ``timestamp`` (milliseconds,
+        Fields per line: ``token_ids`` or ``prompt_token_ids`` (vLLM's name; a list of
+        non-negative integers), or ``text`` / ``prompt`` (a string, needs `tokenizer`);
+        optional ``timestamp`` (milliseconds,
         default 0), ``output_length`` (default 0), ``namespace`` or ``salt`` (a string:
         requests in different namespaces never share a block). Blank lines are skipped,
-        other fields ignored; ``token_ids`` wins over ``text`` when a line has both.
+        other fields ignored; token ids win over ``text`` when a line has both (a line with both
+        token_ids and prompt_token_ids is refused).
     block_size: tokens per block; only full blocks get a hash id.
     tokenizer: None, a path to a ``tokenizer.json``, a ``tokenizers.Tokenizer``, or a
         function text -> list of token ids.
     salt: the namespace of records that name none.
     keep_hashes: also write each block's hex sha256 digest in a ``block_hashes`` field.
+    progress: a kvreplay.progress callback, told ``(bytes, file size, "bytes read")`` as the log is
+        read (not for standard input).
 
     Returns ``{"source", "output", "block_size", "requests", "tokens", "blocks",
-    "unique_blocks"}`` (tokens: prompt tokens; blocks: hash ids written, i.e. full blocks).
+    "unique_blocks", "tokenized"}`` (tokens: prompt tokens; blocks: hash ids written, i.e. full
+    blocks; tokenized: records whose tokens came from `tokenizer`).
     Raises TraceError naming the file, line and field of the first bad record; nothing is
     left at `out_path` then (an existing file there is untouched).
     """
@@ -231,16 +241,21 @@ def hash_token_log(source, out_path, *, block_size: int = DEFAULT_BLOCK_SIZE, to
         raise ConfigError("the output must be a file name, not '-' (the trace is renamed into place when complete)")
     name = "<stdin>" if source == "-" else source
     stream = open_trace(source)
+    told = None
+    if progress is not None and source != "-":
+        raw, size = getattr(stream, "fileobj", stream), os.path.getsize(source)  # bytes on disk, gzip or not
+        told = lambda: progress(raw.tell(), size, "bytes read")  # noqa: E731
     try:
-        return _convert(name, stream, out_path, block_size, encode, salt, keep_hashes)
+        return _convert(name, stream, out_path, block_size, encode, salt, keep_hashes, told)
     finally:
         if source != "-":
             stream.close()
 
 
-def _convert(name: str, stream, out_path: str, block_size: int, encode, default_salt: str, keep_hashes: bool) -> dict:
+def _convert(name: str, stream, out_path: str, block_size: int, encode, default_salt: str, keep_hashes: bool,
+             told=None) -> dict:
     with atomic_output(out_path) as out:
-        summary = _stream(name, stream, out, block_size, encode, default_salt, keep_hashes)
+        summary = _stream(name, stream, out, block_size, encode, default_salt, keep_hashes, told)
     summary.update(source=name, output=out_path)
     return summary
 
@@ -258,10 +273,15 @@ def token_records(name: str, stream, encode, default_salt: str = ""):
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             rec = _check_record(name, line_no, line)
         tokens = rec.token_ids
+        if rec.prompt_token_ids is not None:
+            if tokens is not None:
+                raise TraceError(name, "give token_ids or prompt_token_ids, not both", line_no, "prompt_token_ids")
+            tokens = rec.prompt_token_ids
         if tokens is None:
             text = rec.text if rec.text is not None else rec.prompt
             if text is None:
-                raise TraceError(name, "missing (and no text or prompt to tokenize)", line_no, "token_ids")
+                raise TraceError(name, "missing (and no prompt_token_ids, text or prompt to tokenize)", line_no,
+                                 "token_ids")
             if encode is None:
                 raise TraceError(name, f"missing; this record has {'text' if rec.text is not None else 'prompt'}: "
                                  "give a tokenizer (--tokenizer tokenizer.json) to tokenize it", line_no, "token_ids")
@@ -278,14 +298,21 @@ def token_records(name: str, stream, encode, default_salt: str = ""):
         yield line_no, tokens, stamp, output_length, namespace
 
 
-def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, keep_hashes: bool) -> dict:
+def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, keep_hashes: bool,
+            told=None) -> dict:
     step = 8 * block_size
     table: dict[bytes, int] = {}  # digest -> id, in order of first appearance
     roots: dict[str, tuple[bytes, bytes]] = {}  # namespace -> (salt bytes, root)
     write = out.write
     enc = _encoder.encode
     requests = tokens_total = blocks_total = 0
-    for _, tokens, stamp, output_length, namespace in token_records(name, stream, encode, default_salt):
+    tokenized = [0]  # records whose tokens came from the tokenizer
+
+    def counted(text):
+        tokenized[0] += 1
+        return encode(text)
+
+    for _, tokens, stamp, output_length, namespace in token_records(name, stream, encode and counted, default_salt):
         salted = roots.get(namespace)
         if salted is None:
             salt = namespace.encode("utf-8", "surrogatepass")  # JSON may carry a lone surrogate
@@ -299,9 +326,13 @@ def _stream(name: str, stream, out, block_size: int, encode, default_salt: str, 
         write(enc(record))
         write(b"\n")
         requests += 1
+        if told is not None and requests % 4096 == 0:
+            told()
         tokens_total += length
         blocks_total += len(ids)
     if requests == 0:
         raise TraceError(name, "no requests (empty token log)")
+    if told is not None:
+        told()
     return {"block_size": block_size, "requests": requests, "tokens": tokens_total, "blocks": blocks_total,
-            "unique_blocks": len(table)}
+            "unique_blocks": len(table), "tokenized": tokenized[0]}

@@ -228,23 +228,27 @@ def dense_ids(chunks: list[Chunk], keep_ids: bool):
     return np.array(out, dtype=np.int32), len(table), (list(table) if keep_ids else None)
 
 
-def read_chunks(path, on_invalid: str, fast_chunk, slow_chunk) -> tuple[str, list, list[int]]:
+def read_chunks(path, on_invalid: str, fast_chunk, slow_chunk, progress=None) -> tuple[str, list, list[int]]:
     """The line readers' loop: (name, parsed chunks, invalid line numbers). Each chunk of whole
     lines goes through ``fast_chunk(first_line, data)``, or, when that returns None (anything
     unusual), through ``slow_chunk(name, first_line, data, on_invalid, invalid)``, which checks
-    every line and names the bad one."""
+    every line and names the bad one. ``progress(bytes)``, if given, is told after each chunk how
+    far into the file (its bytes on disk, compressed or not) the reading is."""
     if on_invalid not in ("error", "skip"):
         raise ConfigError(f"on_invalid must be 'error' or 'skip', not {on_invalid!r}")
     name = "<stdin>" if path == "-" else str(path)
     stream = open_trace(str(path))
     chunks: list = []
     invalid: list[int] = []
+    raw = getattr(stream, "fileobj", stream)  # a gzip stream's file: its position counts bytes on disk
     try:
         for first_line, data in _chunks(name, stream):
             chunk = fast_chunk(first_line, data)
             if chunk is None:
                 chunk = slow_chunk(name, first_line, data, on_invalid, invalid)
             chunks.append(chunk)
+            if progress is not None and path != "-":
+                progress(raw.tell())
     finally:
         if path != "-":
             stream.close()

@@ -7,6 +7,8 @@ policies can keep per-block state in flat arrays.
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass, field, replace
 from typing import Callable
 from functools import cached_property
@@ -91,6 +93,9 @@ class Trace:
             request belongs to, numbered 0..S-1 by the readers; None when the source has none.
         retention: per-request KV retention priorities (trace/retention.py: TensorRT-LLM's
             token-range priorities), or None when the source gives none.
+        dependencies: what each request waits for before it is sent, and its think time
+            (trace/dependencies.py: a session's previous turn, an agent's subagents), or None
+            when the source records none.
         samples: int64[n] or None: the completions each request asks for (the record's ``n``,
             serving/samples.py), 0 where the record gives none; None when no record gives one.
     """
@@ -108,6 +113,7 @@ class Trace:
     invalid_records: dict | None = field(default=None)
     session: np.ndarray | None = None
     retention: object | None = None  # trace.retention.Retention
+    dependencies: object | None = None  # trace.dependencies.Dependencies
     samples: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -150,6 +156,8 @@ class Trace:
                 raise ConfigError("samples (n) must be non-negative (0: not given)")
         if self.retention is not None and self.retention.num_requests != n:
             raise ConfigError("retention ranges must be given for every request (an empty list for none)")
+        if self.dependencies is not None and self.dependencies.num_requests != n:
+            raise ConfigError("dependencies must be given for every request (none for a request that waits for nothing)")
 
     @classmethod
     def from_requests(cls, requests, *, block_size: int | None = None, source: str = "<memory>") -> "Trace":
@@ -235,7 +243,8 @@ class Trace:
         """Bytes held by the flat arrays."""
         arrays = (self.offsets, self.blocks, self.input_length, self.output_length, self.timestamp)
         return sum(a.nbytes for a in arrays) + (0 if self.session is None else self.session.nbytes) + \
-            (0 if self.retention is None else self.retention.nbytes())
+            (0 if self.retention is None else self.retention.nbytes()) + \
+            (0 if self.dependencies is None else self.dependencies.nbytes())
 
     def sorted_by_time(self) -> "Trace":
         """The same requests reordered stably by timestamp (ties keep file order)."""
@@ -253,6 +262,7 @@ class Trace:
             output_length=self.output_length[order], timestamp=self.timestamp[order],
             session=None if self.session is None else self.session[order],
             retention=None if self.retention is None else self.retention.take(order),
+            dependencies=None if self.dependencies is None else self.dependencies.take(order),
             samples=None if self.samples is None else self.samples[order],
         )
 
@@ -272,6 +282,8 @@ class Trace:
         if self.retention is not None:
             with_ranges = np.diff(self.retention.offsets) > 0
             out["requests_with_priorities"] = int(with_ranges.sum())
+        if self.dependencies is not None:
+            out["requests_waiting"] = int((~self.dependencies.roots()).sum())
         return out
 
 
@@ -311,20 +323,72 @@ def likely_block_size(trace) -> int | None:
     return best if best_fit >= 0.9 * n else None
 
 
-def check_block_size(trace, block_size: int) -> dict | None:
-    """block_size_mismatches, after refusing (ConfigError) a block size that most requests misfit:
-    the numbers would be silently wrong (a 16-token trace replayed at 512 shows a 99.75% hit rate
-    instead of 73%)."""
+def check_block_size(trace, block_size: int, given: bool = False) -> dict | None:
+    """block_size_mismatches, after refusing (ConfigError) an inferred block size (the trace's
+    declared one, or the default) that most requests misfit: the numbers would be silently wrong
+    (a 16-token trace replayed at 512 shows a 99.75% hit rate instead of 73%). A block size the
+    user `given` is theirs: the spec's min(k x block_size, L) defines such a trace, so it is
+    replayed, with a warning that counts the requests that misfit it."""
     miss = block_size_mismatches(trace, block_size)
     if miss is None or 2 * miss["count"] <= len(trace):
         return miss
     guess = likely_block_size(trace)
     what = f"{miss['count']:,} of {len(trace):,} requests have a number of hash ids that does not fit their " \
            f"input_length at {block_size}-token blocks"
+    if given:
+        hint = f" (they fit {guess}-token blocks)" if guess is not None and guess != block_size else ""
+        warnings.warn(f"{trace.source}: {what}{hint}; replayed at --block-size {block_size} as given, each request's "
+                      f"hit capped at min(hit blocks x {block_size}, input_length)", stacklevel=2)
+        return miss
     if guess is not None and guess != block_size:
         raise ConfigError(f"{trace.source}: the hash ids fit {guess}-token blocks, not {block_size}: pass "
                           f"--block-size {guess} ({what})")
     raise ConfigError(f"{trace.source}: {what} (expected ceil or floor of input_length / {block_size}): check --block-size")
+
+
+#: The token-id rule's thresholds (check_not_token_ids).
+TOKEN_CHECK_MIN_IDS = 16  # requests with fewer ids say nothing (a short prompt may repeat nothing)
+TOKEN_CHECK_IDS_PER_TOKEN = 0.5  # at least one id per 2 tokens: blocks of at most 2 tokens
+
+
+def token_like_requests(trace) -> tuple[int, int]:
+    """(requests that look like token ids, requests judged): a request is judged when it has at
+    least TOKEN_CHECK_MIN_IDS ids, and looks like token ids when it carries at least one id per
+    2 tokens of its input_length *and* repeats an id. A block hash chained over every token before
+    it never repeats within one prompt; a prompt's token ids always do (a 16-token stretch of text
+    has repeated words, spaces, punctuation)."""
+    counts = np.diff(trace.offsets)
+    dense = (counts >= TOKEN_CHECK_MIN_IDS) & (counts >= TOKEN_CHECK_IDS_PER_TOKEN * np.asarray(trace.input_length))
+    judged = int(np.count_nonzero(counts >= TOKEN_CHECK_MIN_IDS))
+    rows = np.flatnonzero(dense)
+    if rows.size == 0:
+        return 0, judged
+    # Repeats within a request: sort each candidate's ids and look for two equal neighbours.
+    lengths = counts[rows]
+    offsets, index = ragged_take(trace.offsets, rows)
+    owner = np.repeat(np.arange(rows.size, dtype=np.int64), lengths)
+    keys = owner * (int(trace.num_blocks) + 1) + trace.blocks[index]
+    keys.sort()
+    same = keys[1:] == keys[:-1]
+    repeating = np.unique(keys[1:][same] // (int(trace.num_blocks) + 1)).size
+    return int(repeating), judged
+
+
+def check_not_token_ids(trace) -> None:
+    """Refuse (ConfigError) a trace whose hash ids look like a prompt's token ids: more than half
+    of the judged requests (token_like_requests) look like token ids. Replayed as block ids,
+    token ids give wrong hits at any block size (a shared word counts as a shared prefix block);
+    `kvreplay hash` turns a token log into chained block hash ids."""
+    looking, judged = token_like_requests(trace)
+    if judged == 0 or 2 * looking <= judged:
+        return
+    raise ConfigError(
+        f"{trace.source}: the hash_ids look like token ids, not block hashes: {looking:,} of {judged:,} requests "
+        f"with {TOKEN_CHECK_MIN_IDS}+ ids carry about one id per prompt token and repeat ids within the prompt, "
+        "which a chained block hash never does. Token ids replayed as blocks give wrong hits at any block size: "
+        "turn the token log into block hash ids with `kvreplay hash LOG.jsonl -o trace.jsonl --block-size 16` "
+        "(it reads token_ids or prompt_token_ids per line); if these really are block hashes, pass "
+        "--no-token-id-check")
 
 
 @dataclass(frozen=True)

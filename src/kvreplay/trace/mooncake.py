@@ -82,6 +82,10 @@ def _check_record(path: str, line: int, text: bytes):
     (n 0: not given)."""
     obj = decode_object(path, line, text)
     if "input_length" not in obj and "hash_ids" not in obj:
+        tokens = next((k for k in ("token_ids", "prompt_token_ids") if k in obj), None)
+        if tokens is not None:  # a token log: its blocks need hashing first
+            raise TraceError(path, f"missing; this record has {tokens}: a token log, not a trace of block hashes "
+                             f"(turn it into one with `kvreplay hash {path} -o trace.jsonl`)", line, "hash_ids")
         error = TraceError(path, "missing", line, "input_length")
         error.unrecognised = True  # not a Mooncake record at all (trace/ops.py says which formats were tried)
         raise error
@@ -211,12 +215,12 @@ def _declared_block_size(name: str, declared: dict) -> int | None:
     return int(size)
 
 
-def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = False) -> Trace:
+def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = False, progress=None) -> Trace:
     """Read a Mooncake JSONL trace (plain, gzip, or "-" for stdin).
 
     on_invalid: "error" stops at the first bad record with a TraceError naming
     the file, line and field; "skip" drops bad records and lists them in
-    ``trace.invalid_records``.
+    ``trace.invalid_records``. progress: told the bytes read so far (jsonl.read_chunks).
     """
     declared = {}
 
@@ -227,7 +231,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
             declared["record"] = data.lstrip().split(b"\n", 1)[0]
         return _fast_chunk(data)
 
-    name, chunks, invalid = read_chunks(path, on_invalid, fast, _slow_chunk)
+    name, chunks, invalid = read_chunks(path, on_invalid, fast, _slow_chunk, progress)
     n = sum(c.lengths.shape[0] for c in chunks)
     if n == 0:
         raise empty_trace_error(name, invalid)
@@ -252,7 +256,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
 
 
 READER = Reader(
-    name="mooncake", read=read_mooncake, rank=99,  # the catch-all: asked last, it names what is wrong
+    name="mooncake", read=read_mooncake, rank=99, options=("progress",),  # the catch-all: asked last
     sniff=lambda keys: True,
     summary="Mooncake FAST'25 JSONL: input_length, hash_ids, timestamp (ms), output_length",
 )

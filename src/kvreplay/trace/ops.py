@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..progress import tell
+from ..units import seconds_arg
+from .dependencies import Dependencies
 from .retention import Retention
 from .model import Trace
 
@@ -101,6 +105,7 @@ def merge(traces: Sequence[Trace], namespace: bool = True, offsets_ms: Sequence[
         format=formats.pop() if len(formats) == 1 else "merged", original_ids=original,
         invalid_records=invalid, session=np.concatenate(sessions),
         retention=Retention.concat([t.retention for t in traces], [len(t) for t in traces]),
+        dependencies=Dependencies.concat([t.dependencies for t in traces], [len(t) for t in traces]),
         samples=None if all(t.samples is None for t in traces) else np.concatenate(
             [np.zeros(len(t), dtype=np.int64) if t.samples is None else t.samples for t in traces]),
     )
@@ -113,6 +118,7 @@ def session_offsets_ms(count: int, arrivals: str = "fixed", spacing_s: float = 6
     exponential gaps of mean s, seeded) or "zero" (all at 0)."""
     if arrivals not in ("fixed", "poisson", "zero"):
         raise ConfigError(f"session arrivals must be fixed, poisson or zero, not {arrivals!r}")
+    spacing_s = seconds_arg(spacing_s, "session spacing")
     if not (np.isfinite(spacing_s) and spacing_s >= 0):
         raise ConfigError(f"session spacing must be a non-negative number of seconds, got {spacing_s!r}")
     if arrivals == "zero" or count == 0:
@@ -161,7 +167,7 @@ def start_offsets_ms(traces: Sequence[Trace], arrivals: str = "fixed", spacing_s
 
 def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_ids: bool = False,
                session_arrivals: str = "fixed", session_spacing: float = 60.0, seed: int = 0,
-               subagent_sessions: bool = False) -> Trace:
+               subagent_sessions: bool = False, progress=None) -> Trace:
     """Read one or several trace files (see ``load_trace``); several are merged with ``merge``:
     ids namespaced per file, ordered by time. Claude Code files are timed from their session's
     start, so each gets a start offset from `session_arrivals` (in file order); line formats
@@ -172,21 +178,26 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
     paths = trace_paths(path)
     session_offsets_ms(0, session_arrivals, session_spacing, seed)  # check the options before reading
     traces = []
-    for p in paths:
+    sizes = [0 if p == "-" else os.path.getsize(p) for p in paths] if progress is not None else [0] * len(paths)
+    for k, p in enumerate(paths):
         fmt = sniff_format(p) if format == "auto" else format
+        before = sum(sizes[:k])
+        told = None if progress is None else (
+            lambda done, before=before: tell(progress, before + done, sum(sizes), "bytes read"))
         try:
-            traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions))
+            traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions,
+                               progress=told))
         except TraceError as e:
             if format == "auto" and fmt == CATCH_ALL and e.line == 1 and getattr(e, "unrecognised", False):
                 # The catch-all took a file no reader recognised: say so, not only what it missed.
                 e.msg += f" (no format recognised the first record: tried {tried()}; read as {fmt}; see --format)"
             raise
+        tell(progress, before + sizes[k], sum(sizes), "bytes read")
     if len(traces) == 1:
         return traces[0]
     merged = merge(traces, namespace=True, offsets_ms=start_offsets_ms(traces, session_arrivals, session_spacing, seed))
     if not isinstance(path, (list, tuple)):
         from dataclasses import replace
-        import os
 
         merged = replace(merged, source=os.fspath(path))  # a directory
     return merged

@@ -168,31 +168,27 @@ def parse_request_range(text: str) -> tuple[int | None, int | None]:
 def parse_time_range(text: str, timestamp: np.ndarray) -> tuple[float | None, float | None]:
     """``"T0:T1"`` -> (t0, t1) in absolute ms.
 
-    A plain number (or one ending in ``s``) is seconds after the trace's earliest
-    timestamp; one ending in ``ms`` is an absolute timestamp in ms, as the file spells it.
-    Either side may be empty (open).
+    Each side is a duration with its unit (units.parse_duration: 0s, 90s, 10m, 1500ms) after the
+    trace's earliest timestamp, or, with a leading ``@``, a timestamp as the file counts it
+    (``@1500ms``: 1500 ms on the file's clock). A bare number other than 0 is refused. Either side
+    may be empty (open).
     """
+    from ..units import parse_duration
+
     parts = text.split(":")
     if len(parts) != 2:
-        raise ConfigError(f"--time {text}: expected T0:T1 (seconds from the first request, or absolute ms as 1500ms)")
+        raise ConfigError(f"--time {text}: expected T0:T1, durations after the first request (0s:1h) or "
+                          "timestamps with @ (@1500ms:@90000ms)")
     start = float(timestamp.min()) if timestamp.size else 0.0
     out = []
     for part in parts:
-        part = part.strip().lower()
+        part = part.strip()
         if not part:
             out.append(None)
             continue
-        if part.endswith("ms"):
-            number, scale, base = part[:-2], 1.0, 0.0
-        else:
-            number, scale, base = part[:-1] if part.endswith("s") else part, 1000.0, start
-        try:
-            value = float(number)
-        except ValueError:
-            raise ConfigError(f"--time {text}: {part!r} is not a number of seconds (or of ms with the suffix ms)") from None
-        if not math.isfinite(value):
-            raise ConfigError(f"--time {text}: {part!r} is not finite")
-        out.append(base + value * scale)
+        absolute = part.startswith("@")
+        seconds = parse_duration(part[1:] if absolute else part, f"--time {text}")
+        out.append((0.0 if absolute else start) + 1000.0 * seconds)
     return out[0], out[1]
 
 

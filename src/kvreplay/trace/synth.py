@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 
 from .. import native
 from ..errors import ConfigError
+from ..progress import tell
+from ..units import ms_arg, seconds_arg
 from .model import Trace, resolve_block_size
 
 
@@ -337,7 +339,7 @@ def _within_context(r: dict, turns: np.ndarray, max_context: int) -> dict:
     return {k: v[keep] for k, v in r.items()}
 
 
-def _block_ids(length, prompt_len, doc_prompt, doc_len, doc, session, block_size: int):
+def _block_ids(length, prompt_len, doc_prompt, doc_len, doc, session, block_size: int, progress=None):
     """(offsets, dense blocks, num_blocks) for requests with these lengths and stream owners."""
     nb = -(-length // block_size)
     offsets = np.zeros(length.size + 1, dtype=np.int64)
@@ -363,10 +365,14 @@ def _block_ids(length, prompt_len, doc_prompt, doc_len, doc, session, block_size
     first = offsets[:-1][order]
     alive = np.searchsorted(-nb[order], -np.arange(1, int(nb.max(initial=0)) + 1), side="right")
     chain = np.empty(total, dtype=u)
+    every = max(1, alive.size // 100)
     for j, count in enumerate(alive):
+        if j % every == 0:
+            tell(progress, j, alive.size, "block positions hashed")
         idx = first[:count] + j
         prev = chain[idx - 1] if j else np.full(count, u(0x243F6A8885A308D3))
         chain[idx] = _mix64(((prev << u(17)) | (prev >> u(47))) ^ content[idx])
+    tell(progress, alive.size, alive.size, "block positions hashed")
     del content
     uniq, first_at, inverse = np.unique(chain, return_index=True, return_inverse=True)
     rank = np.empty(uniq.size, dtype=np.int32)
@@ -375,10 +381,11 @@ def _block_ids(length, prompt_len, doc_prompt, doc_len, doc, session, block_size
 
 
 def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: int = 0, source: str = "synthetic",
-             system_priority: int | None = None, system_priority_ms: float | None = None) -> Trace:
+             system_priority: int | None = None, system_priority_ms: float | None = None, progress=None) -> Trace:
     """`num_requests` requests from `model`: the first ones in time of a stream of sessions.
     system_priority: each request's system-prompt tokens get this KV retention priority (0-100,
-    for a duration of system_priority_ms when given; trace/retention.py); None: no priorities."""
+    for a duration of system_priority_ms when given; trace/retention.py); None: no priorities.
+    progress: a kvreplay.progress callback, told ``(done, total, "block positions hashed")``."""
     num_requests = _positive("requests", num_requests, integer=True)
     block_size = _positive("block_size", block_size, integer=True)
     mean_turns = sum(p * model.kinds[k].turns.mean() for k, p in model.mix.items())
@@ -399,7 +406,7 @@ def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: in
     length = r["length"][order]
     offsets, blocks, num_blocks = _block_ids(
         length, s["prompt_len"][sess], s["prompt"][sess], s["doc_len"][sess], s["doc"][sess], sess.astype(np.int64),
-        block_size)
+        block_size, progress)
     # Sessions numbered 0..S-1 in order of their first request.
     uniq, first_at, inverse = np.unique(sess, return_index=True, return_inverse=True)
     sess_rank = np.empty(uniq.size, dtype=np.int64)
@@ -409,8 +416,16 @@ def generate(model: Model, num_requests: int, *, block_size: int = 512, seed: in
     if system_priority is not None or system_priority_ms is not None:
         from .retention import Retention
 
+        from .retention import check_range
+
         if system_priority is None:
-            raise ConfigError("system_priority_ms needs system_priority (the priority it lasts for)")
+            raise ConfigError("system_priority_ms (--system-priority-ms) needs system_priority (--system-priority), "
+                              "the priority it lasts for")
+        wrong = check_range(0, None, system_priority, system_priority_ms)
+        if wrong is not None:
+            flag = "system_priority (--system-priority)" if wrong.startswith("a priority") else \
+                "system_priority_ms (--system-priority-ms)"
+            raise ConfigError(f"{flag}: {wrong}")
         prompt = np.minimum(s["prompt_len"][sess], length).tolist()
         retention = Retention.from_lists([[(0, int(p), system_priority, system_priority_ms)] if p > 0 else []
                                           for p in prompt])
@@ -426,7 +441,7 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
           think_time: float = 30.0, zipf: float = 1.1, block_size: int = 512, seed: int = 0,
           system_priority: int | None = None, system_priority_ms: float | None = None,
           agent_tool_tokens: float = 800.0, agent_reply_tokens: float = 150.0, burst: float = 1.0,
-          max_context: int | None = None) -> Trace:
+          max_context: int | None = None, progress=None) -> Trace:
     """A synthetic multi-turn workload (deterministic for a seed; see the module docstring).
 
     requests: requests in the trace (the first ones in time).
@@ -436,7 +451,8 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
         median 1200 tokens. docs: distinct RAG documents (Zipf), median 3000 tokens.
     turns: mean requests per chat or RAG session (geometric); agent_steps: the same for agent loops.
     mix: session kinds and weights, "chat=0.6,rag=0.2,agent=0.2" or a dict.
-    think_time: mean seconds between turns of a chat/RAG session (exponential); agents: a tenth.
+    think_time: mean seconds between turns of a chat/RAG session (exponential; or a string with its
+        unit, "30s"); agents: a tenth.
     agent_tool_tokens / agent_reply_tokens: the medians (lognormal) of an agent step's tool output
         and of its reply.
     burst: sessions start in bursts of this many on average (geometric sizes, bursts a Poisson
@@ -447,13 +463,17 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
     system_priority / system_priority_ms: a priority class for system prompts: every request's
         system-prompt tokens get this KV retention priority (0-100), for that many ms when given
         (TensorRT-LLM's token-range retention; trace/retention.py). None: no priorities.
+    progress: a kvreplay.progress callback (see generate).
     """
+    think_time = seconds_arg(think_time, "think_time")
+    if system_priority_ms is not None:
+        system_priority_ms = ms_arg(system_priority_ms, "system_priority_ms")
     model = model_from_knobs(arrival_rate=arrival_rate, prefix_scale=prefix_scale, prefixes=prefixes, docs=docs,
                              turns=turns, agent_steps=agent_steps, mix=mix, think_time=think_time, zipf=zipf, seed=seed,
                              agent_tool_tokens=agent_tool_tokens, agent_reply_tokens=agent_reply_tokens, burst=burst,
                              max_context=max_context)
     return generate(model, requests, block_size=block_size, seed=seed, system_priority=system_priority,
-                    system_priority_ms=system_priority_ms,
+                    system_priority_ms=system_priority_ms, progress=progress,
                     source=f"synthetic (seed {seed}, {requests} requests, mix {','.join(f'{k}={v:g}' for k, v in model.mix.items())})")
 
 
@@ -576,9 +596,10 @@ def fit(trace: Trace, block_size: int | None = None) -> Model:
 
 
 def synth_like(trace: Trace, *, scale_requests: float = 1.0, speedup: float = 1.0, block_size: int | None = None,
-               seed: int = 0) -> Trace:
+               seed: int = 0, progress=None) -> Trace:
     """A synthetic trace with `trace`'s statistics (see `fit`): scale_requests times as many
-    requests, arriving speedup times faster (session rate x K, think times / K)."""
+    requests, arriving speedup times faster (session rate x K, think times / K). progress: as
+    generate's."""
     scale_requests = _positive("scale_requests", scale_requests)
     speedup = _positive("speedup", speedup)
     bs = resolve_block_size(block_size, trace)
@@ -589,7 +610,7 @@ def synth_like(trace: Trace, *, scale_requests: float = 1.0, speedup: float = 1.
         model = replace(model, kinds={"chat": replace(chat, think=think)},
                         session_rate_per_ms=model.session_rate_per_ms * speedup)
     n = max(1, int(round(len(trace) * scale_requests)))
-    return generate(model, n, block_size=bs, seed=seed,
+    return generate(model, n, block_size=bs, seed=seed, progress=progress,
                     source=f"synthetic like {trace.source} (seed {seed}, x{scale_requests:g} requests, x{speedup:g} speed)")
 
 
@@ -671,7 +692,7 @@ def _copy_prefixes(num_blocks_of, shared, distance, offsets, blocks) -> int:
 
 
 def synth_like_prefixes(trace: Trace, *, scale_requests: float = 1.0, speedup: float = 1.0,
-                        block_size: int | None = None, seed: int = 0) -> Trace:
+                        block_size: int | None = None, seed: int = 0, progress=None) -> Trace:
     """A synthetic trace with `trace`'s prefix structure, by resampling requests.
 
     For every request i of the trace: k_i = the blocks it shares with earlier requests (its
@@ -681,7 +702,8 @@ def synth_like_prefixes(trace: Trace, *, scale_requests: float = 1.0, speedup: f
     request d before it (or of the nearest earlier one holding k blocks), and fills the rest with new
     blocks; arrivals keep the drawn gaps (divided by `speedup`). Shared prefixes nest to any depth,
     as in the trace, and a request's hits under an infinite cache are the drawn request's whenever
-    a long enough parent is found.
+    a long enough parent is found. progress: a kvreplay.progress callback, told
+    ``(done, 2, "passes")``: the pass over the trace, then the one over the new requests.
     """
     scale_requests = _positive("scale_requests", scale_requests)
     speedup = _positive("speedup", speedup)
@@ -691,7 +713,9 @@ def synth_like_prefixes(trace: Trace, *, scale_requests: float = 1.0, speedup: f
     n0 = len(trace)
     hit_blocks = np.zeros(n0, np.int64)
     parent = np.zeros(n0, np.int64)
+    tell(progress, 0, 2, "passes")
     _parents(trace.offsets, trace.blocks, int(trace.num_blocks), hit_blocks, parent)
+    tell(progress, 1, 2, "passes")
     distance = np.where(hit_blocks > 0, np.arange(n0) - parent, 0)
     counts = np.diff(trace.offsets)
     order = np.argsort(trace.timestamp, kind="stable")
@@ -706,6 +730,7 @@ def synth_like_prefixes(trace: Trace, *, scale_requests: float = 1.0, speedup: f
     np.cumsum(num_blocks_of, out=offsets[1:])
     blocks = np.empty(int(offsets[-1]), dtype=np.int64)
     used = _copy_prefixes(num_blocks_of, hit_blocks[pick], distance[pick], offsets, blocks)
+    tell(progress, 2, 2, "passes")
     time = np.cumsum(gaps[pick] / speedup)
     return Trace(
         offsets=offsets, blocks=blocks.astype(np.int32), input_length=trace.input_length[pick],

@@ -63,10 +63,13 @@ def encoder(tokenizer):
     return load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else _encoder_of(tokenizer)
 
 
-def read_token_log(source, *, tokenizer=None, salt: str = "") -> TokenLog:
-    """Every record of a token log (JSONL, plain or gzip), checked as kvreplay hash checks them."""
+def read_token_log(source, *, tokenizer=None, salt: str = "", progress=None) -> TokenLog:
+    """Every record of a token log (JSONL, plain or gzip), checked as kvreplay hash checks them.
+    progress: a kvreplay.progress callback, told ``(bytes, file size, "bytes read")``."""
     source = os.fspath(source)
     stream = open_trace(source)
+    raw = getattr(stream, "fileobj", stream)  # bytes on disk, gzip or not
+    size = os.path.getsize(source) if progress is not None else 0
     tokens, stamps, outputs, spaces, lines = [], [], [], [], []
     try:
         for line, ids, stamp, output, namespace in token_records(source, stream, encoder(tokenizer), salt):
@@ -75,6 +78,10 @@ def read_token_log(source, *, tokenizer=None, salt: str = "") -> TokenLog:
             outputs.append(output)
             spaces.append(namespace)
             lines.append(line)
+            if progress is not None and len(lines) % 4096 == 0:
+                progress(raw.tell(), size, "bytes read")
+        if progress is not None:
+            progress(size, size, "bytes read")
     finally:
         stream.close()
     if not tokens:

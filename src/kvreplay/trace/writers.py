@@ -33,6 +33,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError
+from ..progress import tell
 from ..files import atomic_output as _atomic_output
 from .model import DEFAULT_BLOCK_SIZE, Trace
 
@@ -195,7 +196,7 @@ def _records_for(trace, fmt, table, sessions, start, stop):
 BAILIAN_BLOCK_SIZE = 16  # what the Bailian reader declares
 
 
-def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: bool = False) -> None:
+def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: bool = False, progress=None) -> None:
     """Write `trace` to `path` in `format` ("mooncake" or "bailian"), one JSON object per line
     in trace order; atomically (temporary file + rename), gzip when the name ends in .gz,
     standard output for "-".
@@ -207,6 +208,8 @@ def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: b
     read from the first one), so a round trip needs no --block-size; an undeclared one is left out
     (a replay then takes 512). A Bailian file is replayed at 16, so only a trace that declares
     16-token blocks can be written as Bailian (ConfigError otherwise; undeclared counts as 512).
+
+    progress: a kvreplay.progress callback, told ``(done, total, "requests written")``.
 
     Raises ConfigError for an unknown format or missing original ids, OutputError when the
     file cannot be written (nothing is left behind then).
@@ -229,10 +232,13 @@ def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: b
                           "tokens: write it as mooncake and replay with --block-size")
     pieces = encode_trace(trace, format, original_ids=original_ids)
     first = next(pieces, b"")  # check the arguments before a file is created
+    n = len(trace)
     with atomic_output(path) as out:
         out.write(first)
-        for piece in pieces:
+        tell(progress, min(n, CHUNK_REQUESTS), n, "requests written")
+        for k, piece in enumerate(pieces, 2):
             out.write(piece)
+            tell(progress, min(n, k * CHUNK_REQUESTS), n, "requests written")
 
 
 __all__ = ["write_trace", "encode_trace", "atomic_output", "refuse_overwrite", "same_file", "WRITE_FORMATS"]

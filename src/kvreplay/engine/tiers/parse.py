@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import numbers
-import re
 from dataclasses import dataclass
 
 from ...errors import ConfigError
+from ...units import parse_bandwidth as bytes_per_second
+from ...units import parse_size
 
 POLICIES = ("lru", "fifo")
 MAX_BLOCKS = 2 ** 40  # a tier's blocks, at most (its pool's arrays and byte counts stay in int64)
@@ -32,9 +33,9 @@ class Tier:
                 or not 1 <= self.blocks <= MAX_BLOCKS:
             raise ConfigError(f"{what}: blocks must be a whole number from 1 to 2^40, got {self.blocks!r}")
         if self.bandwidth is not None and (isinstance(self.bandwidth, bool) or not isinstance(self.bandwidth, numbers.Real)
-                                           or not 0 < self.bandwidth < float("inf")):
-            raise ConfigError(f"{what}: bandwidth must be a positive number of bytes per second (None: loads take "
-                              f"no time), got {self.bandwidth!r}")
+                                           or not MIN_BANDWIDTH <= self.bandwidth <= MAX_BANDWIDTH):
+            raise ConfigError(f"{what}: bandwidth must be from {MIN_BANDWIDTH:g} to {MAX_BANDWIDTH:g} bytes per second "
+                              f"(None: loads take no time), got {self.bandwidth!r}")
         if self.policy not in POLICIES:
             raise ConfigError(f"{what}: policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if not isinstance(self.shared, bool):
@@ -48,36 +49,34 @@ class Tier:
         return out
 
 
-_BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([KMGT]i?B)/s\s*$", re.IGNORECASE)
-_BW_SCALE = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30,
-             "tib": 2.0**40}
+#: bandwidths (bytes/s) a tier or link may have: below 1 KB/s a block's load outlasts any run's
+#: clock, above 1 PB/s (hundreds of times an HBM's) it is "inf", loads that take no time
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1e3, 1e15
 
 
 def parse_bandwidth(text: str) -> float:
-    """Bytes per second in "64GB/s", "7 GB/s", "12.5GiB/s"; "inf" for loads that take no time."""
-    if str(text).strip().lower() in ("inf", "unbounded"):
-        return float("inf")
-    m = _BANDWIDTH.match(str(text))
-    if not m:
-        raise ConfigError(f"not a bandwidth: {text!r} (use e.g. 64GB/s, 7GB/s, 25GiB/s, or inf)")
-    value = float(m.group(1)) * _BW_SCALE[m.group(2).lower()]
-    if not value > 0:
-        raise ConfigError(f"a bandwidth must be positive, got {text!r}")
+    """Bytes per second (units.parse_bandwidth) within what a tier or link may have; "inf" for
+    loads that take no time."""
+    value = bytes_per_second(text)
+    if value != float("inf") and not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
+        raise ConfigError(f"a bandwidth must be from 1KB/s to 1PB/s (inf: loads that take no time), got {text!r}")
     return value
 
 
 def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) -> int:
     """A tier's size in blocks: a block count, or a size ("64GiB") with the model's block bytes."""
-    from ...units import parse_size
-
     text = str(size).strip()
     if text.isdigit():
         blocks = int(text)
     else:
+        try:  # (a size in bits is refused before anything else is asked for)
+            size_bytes = parse_size(text)
+        except ConfigError as e:
+            raise ConfigError(f"{what}: {e}") from None
         if block_bytes is None:
             raise ConfigError(f"{what}: {text!r} is a size in bytes: give --model to turn it into blocks, "
                               "or give the size in blocks")
-        blocks = parse_size(text) // block_bytes
+        blocks = size_bytes // block_bytes
     if blocks < 1:
         raise ConfigError(f"{what}: {text!r} holds no block")
     if blocks > MAX_BLOCKS:

@@ -14,7 +14,10 @@ from .pools import Pools
 
 def in_hbm(policy, b) -> bool:
     """Is block b anywhere in a reference policy's cache? (A radix tree's `resident` follows one
-    path, so its ids are read from its page counts; the C table's in_hbm says the same.)"""
+    path, so its ids are read from its page counts, or a tree's own in_hbm; the C table's in_hbm
+    says the same.)"""
+    if hasattr(policy, "in_hbm"):
+        return policy.in_hbm(b)
     if hasattr(policy, "page_count"):
         return policy.page_count.get(b, 0) > 0
     return policy.resident(b)
@@ -23,7 +26,7 @@ def in_hbm(policy, b) -> bool:
 def hbm_gaps(policy) -> bool:
     """May a hit prefix continue through a cached block after a stretch loaded from a tier? Yes
     for a cache of blocks; not for a radix tree, whose path ends where its match ends."""
-    return not hasattr(policy, "page_count")
+    return not hasattr(policy, "page_count") and not hasattr(policy, "in_hbm")
 
 
 def replay_reference(offsets, blocks, input_length, block_size, policy, tiers: list[Tier], hit_blocks, hit_tokens,
@@ -98,7 +101,9 @@ def replay_tiers(trace, spec, capacity: int, params: dict, tiers: list[Tier], bl
         from ...policies.base import with_eviction_log
         from ..driver import trace_arrays
 
-        log = capacity + int(np.diff(trace.offsets).max(initial=0)) + 1
+        # one request evicts at most the blocks resident, and no cache holds more than the trace's
+        # distinct blocks: a GPU pool of 10^12 blocks needs no log of 10^12 entries
+        log = min(capacity, max(1, trace.num_blocks)) + int(np.diff(trace.offsets).max(initial=0)) + 1
         state = with_eviction_log(spec.make_state(capacity, trace, **params), log)
         pools = Pools(tiers, 1, trace.num_blocks, copies=copies)
         table, record = spec.compiled(state)

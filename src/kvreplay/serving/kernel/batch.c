@@ -7,6 +7,20 @@
 #include "../timing/step.h"
 #include "sim.h"
 
+/* What the host CPU adds to a step of `requests` requests whose GPU work takes `gpu` seconds
+ * (serving/timing/host.py step_seconds): the engine core's CPU per step (vLLM 0.33.0's
+ * Scheduler.schedule and update_from_output, v1/core/sched/scheduler.py:699 and 2259, and the
+ * model runner's _prepare_inputs, v1/worker/gpu_model_runner.py:1924). In order, after the GPU's
+ * work, in vLLM's synchronous loop (EngineCore.step, v1/engine/core.py:667); beside it under async
+ * scheduling (EngineCore.step_with_batch_queue, core.py:708: the next step is scheduled and its
+ * inputs prepared while this one runs), where the step takes the longer of the two. */
+static f64 host_step(const SimIO *io, f64 gpu, i64 requests) {
+    f64 cpu = io->fcfg[HOST_STEP_S] + io->fcfg[HOST_STEP_REQUEST_S] * (f64)requests;
+    if (!(cpu > 0.0)) return gpu;
+    if (io->cfg[ASYNC_SCHEDULING]) return gpu > cpu ? gpu : cpu;
+    return gpu + cpu;
+}
+
 /* Price instance j's step (its requests' new_tokens); 0 when the step is empty. */
 int batch_start(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
@@ -53,6 +67,7 @@ int batch_start(Sim *s, i64 j) {
         c[load_us] += (i64)(load * 1e6 + 0.5);
         dt = s->io->cfg[TIER_OVERLAP] ? (dt > load ? dt : load) : dt + load;
     }
+    dt = host_step(s->io, dt, nbatch);
     if (!(dt >= 0.0) || dt > SIM_MAX_STEP_S || s->now + dt > SIM_MAX_TIME_S) {
         /* a step time no clock or counter can hold (a time model's huge overhead or latency):
          * the run stops, and Python refuses it naming the inputs */
@@ -73,15 +88,16 @@ int batch_start(Sim *s, i64 j) {
 
 void heap_push(Sim *s, f64 t, i64 i);
 
-/* Request i's last token came out on instance j (finished), or its prompt is done on a prefill
- * instance: it leaves j. Its blocks stay cached there; a handover waits for its KV transfer. */
-static void leave(Sim *s, i64 j, i64 i) {
+/* Request i's last token came out on instance j (finished, its client has it `out` seconds
+ * later), or its prompt is done on a prefill instance: it leaves j. Its blocks stay cached
+ * there; a handover waits for its KV transfer. */
+static void leave(Sim *s, i64 j, i64 i, f64 out) {
     SimIO *io = s->io;
     req_release(s, j, i);
     if (s->generated[i] >= s->outputs[i]) {
         io->status[i] = FINISHED;
-        io->finish_s[i] = s->now;
-        s->done += 1;
+        io->finish_s[i] = s->now + out;
+        release_ended_at(s, i, s->now + out);  /* (the client has the last token then) */
     } else {
         io->status[i] = WAITING_ARRIVAL;
         s->target[i] = s->computed[i] + 1;
@@ -93,25 +109,42 @@ static void leave(Sim *s, i64 j, i64 i) {
     if (s->router != NULL && s->router->kind->left != NULL) s->router->kind->left(s->router->state, s, i, j);
 }
 
-/* One token out of request i on instance j, stamped now. */
-static void token_out(Sim *s, i64 j, i64 i) {
+/* One token out of request i on instance j, stamped when its client has it: `out` seconds after
+ * the step's end (its output processing and streaming). */
+static void token_out(Sim *s, i64 j, i64 i, f64 out) {
     SimIO *io = s->io;
+    f64 t = s->now + out;
     s->generated[i] += 1;
     if (s->generated[i] == 1) {
-        io->first_token_s[i] = s->now;
+        io->first_token_s[i] = t;
         s->inst[j].view[V_PREFILL_TOKENS] -= (f64)(io->L[i] - s->routed_overlap[i]);
         if (s->router != NULL && s->router->kind->first_token != NULL)
             s->router->kind->first_token(s->router->state, s, i, j);
     } else {
-        metrics_token_gap(s, s->now - s->last_token[i]);
+        metrics_token_gap(s, t - s->last_token[i]);
     }
-    s->last_token[i] = s->now;
+    s->last_token[i] = t;
+}
+
+/* How long a token takes from the end of its step to its client (serving/timing/host.py
+ * output_seconds): the engine core's output IPC, then the API server's output processor over the
+ * step's `outputs` requests (vLLM 0.33.0 AsyncLLM.output_handler, v1/engine/async_llm.py:876,
+ * OutputProcessor.process_outputs, v1/engine/output_processor.py:728: each request's detokenizer
+ * and output queue, one after another) and the stream's chunk to the client. */
+static f64 host_output(const SimIO *io, i64 outputs) {
+    return io->fcfg[HOST_OUTPUT_REQUEST_S] * (f64)outputs;
 }
 
 void batch_end(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     q->busy = 0;
     int prefill_only = s->disagg && j < s->n_prefill;
+    i64 outputs = 0;  /* the requests that output a token this step */
+    for (i64 r = 0; r < q->nrun; r++) {
+        i64 i = q->running[r];
+        if (s->new_tokens[i] > 0 && s->computed[i] + s->new_tokens[i] >= s->target[i]) outputs++;
+    }
+    f64 out = host_output(s->io, outputs);
     for (i64 r = 0; r < q->nrun; r++) {
         i64 i = q->running[r], m = s->new_tokens[i];
         if (m <= 0) continue;
@@ -124,13 +157,14 @@ void batch_end(Sim *s, i64 j) {
             if (!sgh_prefilled(s, j, i, goes_on)) return;
         }
         if (s->computed[i] < s->target[i]) continue;
-        token_out(s, j, i);
+        if (s->io->cfg[STYLE] == STYLE_TRTLLM && !s->decoding[i]) req_store(s, j, i); /* (storeContextBlocks) */
+        token_out(s, j, i, out);
         if (s->generated[i] < s->outputs[i] && !prefill_only) {
             s->target[i] = s->computed[i] + 1;
             s->decoding[i] = 1;
             continue;
         }
-        leave(s, j, i);
+        leave(s, j, i, out);
     }
     /* the running list without the requests that left, order kept */
     i64 w = 0;

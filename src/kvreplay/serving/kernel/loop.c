@@ -2,7 +2,8 @@
  *
  * - the end of an instance's step (batch.c: tokens out, finishes, handovers);
  * - an arrival: the router picks an instance, the request joins its queue (or is rejected when it
- *   could never fit), an idle instance wakes;
+ *   could never fit), an idle instance wakes. Open loop: the trace's arrivals in order; closed loop:
+ *   the requests release.c has released (their predecessors ended), by time;
  * - a request's KV arriving at a decode instance after its transfer (disaggregation);
  * - an instance scheduling its next step (vllm.c or sglang.c, then batch.c prices it);
  * - a snapshot of what instances report, every ROUTER_LAG_S seconds, for a lagged router.
@@ -95,6 +96,12 @@ static int never_fits(Sim *s, i64 i) {
     if (s->mode == MODE_HYBRID) return hyb_peak(s, L + s->outputs[i] - 1) > s->capacity;
     if (s->mode == MODE_RADIX_HYBRID && kv_ceil_div(L + s->outputs[i] - 1, bs) > s->capacity) return 1;
     if (req_needed_positions(s, i, L + s->outputs[i] - 1) > s->capacity) return 1;
+    /* TensorRT-LLM's GUARANTEED_NO_EVICT starts a request once the blocks of its prompt and all its
+     * outputs are free (getRemainingBlocksToCompletion) */
+    if (s->io->cfg[STYLE] == STYLE_TRTLLM && kv_ceil_div(s->output_kv ? L + s->outputs[i] : L, bs) > s->capacity)
+        return 1;
+    /* without chunked context its whole prompt must fit max_num_tokens (TensorRT-LLM refuses it) */
+    if (s->io->cfg[STYLE] == STYLE_TRTLLM && s->io->cfg[CHUNKED] == 0 && L > s->io->cfg[MAX_BATCHED]) return 1;
     if (s->io->cfg[STYLE] == STYLE_SGLANG) {
         /* SGLang's admission needs prompt + reserved outputs + a page below the pool */
         i64 clip = s->io->cfg[CLIP_MAX_NEW];
@@ -111,11 +118,12 @@ static int join(Sim *s, i64 j, i64 i, int never) {
     if (never) {
         s->io->status[i] = REJECTED;
         q->counters[rejected] += 1;
-        s->done += 1;
+        release_ended(s, i);
         return 0;
     }
     if (!req_route_ids(s, j, i)) return 0;
     s->io->status[i] = WAITING;
+    s->joined[i] = s->now;
     queue_push_back(s, q, i);
     q->view[V_REQUESTS] += 1;
     return 1;
@@ -124,17 +132,21 @@ static int join(Sim *s, i64 j, i64 i, int never) {
 static void arrival(Sim *s, i64 i) {
     SimIO *io = s->io;
     i64 j;
+    io->arrived_s[i] = s->now;
+    s->arrived += 1;
+    release_sent(s, i);
     if (io->cfg[MAX_MODEL_LEN] > 0 && io->L[i] + s->outputs[i] > io->cfg[MAX_MODEL_LEN]) {
         /* past the model's context: refused before any instance sees it, as vLLM's frontend
          * refuses prompt + max_tokens > max_model_len (counted on instance 0's row) */
         io->status[i] = REFUSED;
         io->instance[i] = -1;
         s->inst[0].counters[refused_context] += 1;
-        s->done += 1;
+        release_ended(s, i);
         return;
     }
     if (s->router == NULL) {
         j = io->assigned[i];
+        if (j < 0) j = s->turn++ % s->n_prefill; /* round-robin in the order requests arrive (closed loop) */
     } else {
         const f64 *view = s->view;
         if (io->fcfg[ROUTER_LAG_S] > 0) {
@@ -168,24 +180,71 @@ static void handover(Sim *s, i64 i) {
     wake(&s->inst[j], s->now);
 }
 
+/* Async scheduling (vLLM 0.33.0's default, config/vllm.py:1685-1719; EngineCore.step_with_batch_queue,
+ * v1/engine/core.py:708, with two batches in flight, config/vllm.py:588): while a step runs, the
+ * engine core has already scheduled the next one, when the running step was launched. So a step
+ * that starts now was scheduled when the step that just ended started, and sees only the requests
+ * that had joined by then: the ones that joined later (at the tail of the queue: requests join in
+ * time order, preempted ones go to its front) are set aside while it schedules. When the previous
+ * schedule launched nothing (the engine waited for work) it schedules now, seeing every request.
+ * Returns how many it set aside; `unhide` puts them back. */
+static i64 hide_late(Sim *s, Inst *q, i64 *first) {
+    *first = -1;
+    if (!s->io->cfg[ASYNC_SCHEDULING] || !q->ahead) return 0;
+    i64 k = 0, i = q->qtail;
+    while (i >= 0 && s->joined[i] > q->scheduled_at) {
+        *first = i;
+        i = s->qprev[i];
+        k++;
+    }
+    if (k == 0) return 0;
+    /* the queue ends before `first` for now */
+    q->qtail = i;
+    if (i >= 0) s->qnext[i] = -1;
+    else q->qhead = -1;
+    s->qprev[*first] = -1;
+    q->qlen -= k;
+    return k;
+}
+
+static void unhide(Sim *s, Inst *q, i64 first, i64 k, i64 last) {
+    if (k == 0) return;
+    s->qprev[first] = q->qtail;
+    if (q->qtail >= 0) s->qnext[q->qtail] = first;
+    else q->qhead = first;
+    q->qtail = last;
+    q->qlen += k;
+}
+
 /* Instance j schedules a step: 0 when the run must stop (a state out of room, or a stall). */
-static int schedule(Sim *s, i64 j, i64 next_arrival) {
+static int schedule(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     i64 *c = q->counters;
     if (q->nrun == 0 && q->qlen == 0) {
         q->ratio = s->io->fcfg[RATIO_INIT];  /* SGLang resets its estimate when idle */
         q->end_t = INFINITY;
+        q->ahead = 0;
         return 1;
     }
     if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
     i64 preempted = c[preemptions], aborted_before = c[aborted];
+    i64 first, last = q->qtail, hidden = hide_late(s, q, &first);
     if (s->io->cfg[STYLE] == STYLE_SGLANG) sglang_schedule(s, j);
+    else if (s->io->cfg[STYLE] == STYLE_TRTLLM) trtllm_schedule(s, j);
     else vllm_schedule(s, j);
+    unhide(s, q, first, hidden, last);
     if (s->failed) return 0;
     q->view[V_WAITING] = (f64)q->qlen;
     q->view[V_RUNNING] = (f64)q->nrun;
     q->view[V_HELD] = (f64)req_held(s, j);
-    if (batch_start(s, j)) return 1;
+    q->scheduled_at = s->now;
+    q->ahead = batch_start(s, j);
+    if (q->ahead) return 1;
+    if (hidden > 0) {
+        /* the step scheduled ahead was empty: the engine schedules again at once, seeing them */
+        q->end_t = s->now;
+        return 1;
+    }
     c[stalls] += 1;
     if (c[preemptions] != preempted || c[aborted] != aborted_before) {
         /* a step that only preempted (a request preempting itself, alone) or aborted the request
@@ -194,7 +253,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
         return 1;
     }
     q->end_t = INFINITY;
-    if (next_arrival < s->n || s->heap_n > 0) return 1;  /* it waits for a request routed to it */
+    if (s->arrived < s->n || s->heap_n > 0) return 1;  /* it waits for a request routed to it */
     /* nothing runs, nothing will arrive, and the waiting requests do not fit an empty instance
      * (the arrival rule catches all but SGLang's retracted requests whose outputs outgrow its
      * reservation clip): they are rejected and counted */
@@ -203,7 +262,7 @@ static int schedule(Sim *s, i64 j, i64 next_arrival) {
         s->io->status[i] = REJECTED;
         c[rejected] += 1;
         c[never_admitted] += 1;
-        s->done += 1;
+        release_ended(s, i);
         q->view[V_REQUESTS] -= 1;
     }
     if (q->nrun == 0) return 1;
@@ -227,7 +286,7 @@ static void run(Sim *s) {
                 te = s->inst[q].end_t;
                 j = q;
             }
-        f64 ta_trace = next_arrival < n ? io->arrival[next_arrival] : INFINITY;
+        f64 ta_trace = s->closed ? release_next_t(s) : next_arrival < n ? io->arrival[next_arrival] : INFINITY;
         f64 th = s->heap_n > 0 ? s->heap_t[0] : INFINITY;
         if (one_at_a_time) {
             if (j >= 0 || s->heap_n > 0) ta_trace = INFINITY;
@@ -262,7 +321,7 @@ static void run(Sim *s) {
                 heap_pop(s);
                 handover(s, i);
             } else {
-                arrival(s, next_arrival++);
+                arrival(s, s->closed ? release_pop(s) : next_arrival++);
             }
             if (s->failed) break;
             continue;
@@ -281,7 +340,7 @@ static void run(Sim *s) {
             continue;
         }
         s->now = last_now = te;
-        if (!schedule(s, j, next_arrival) || s->failed) break;
+        if (!schedule(s, j) || s->failed) break;
     }
     io->series_meta[0] = s->nseries;
     io->series_meta[1] = s->stride;
@@ -317,6 +376,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     s->precheck = cfg[PRECHECK] != 0;
     s->stride = 1;
     s->rng = (uint64_t)cfg[SEED];
+    release_setup(s);
     i64 n = s->n, positions = io->offsets[n];
     s->computed = zeros(n, sizeof(i64));
     s->target = zeros(n, sizeof(i64));
@@ -332,6 +392,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     for (i64 i = 0; i < n; i++) s->outputs[i] = io->O[i] > 1 ? io->O[i] : 1;
     s->load_s = zeros(n, sizeof(f64));
     s->last_token = zeros(n, sizeof(f64));
+    s->joined = zeros(n, sizeof(f64));
     s->qnext = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
     s->qprev = malloc((size_t)(n > 0 ? n : 1) * sizeof(i64));
     for (i64 i = 0; i < n; i++) s->qnext[i] = s->qprev[i] = -1;
@@ -340,6 +401,7 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     s->lpm_key = zeros(n, sizeof(i64));
     s->order = zeros(n + 1, sizeof(i64));
     s->tier_scratch = zeros(s->T + 1, sizeof(i64));
+    s->trt = cfg[STYLE] == STYLE_TRTLLM ? zeros(17 * n + 64, sizeof(i64)) : NULL;
     i64 max_prompt = 1;
     for (i64 i = 0; i < n; i++) max_prompt = kv_max(max_prompt, io->P[i]);
     s->route_scratch = zeros(max_prompt, sizeof(i32));
@@ -400,13 +462,15 @@ static void teardown(Sim *s) {
     route_free_tables(s, s->router_tables);
     hyb_teardown(s);
     sgh_teardown(s);
+    release_teardown(s);
     for (i64 q = 0; q < s->N; q++) {
         free(s->inst[q].running);
         ids_free(s->inst[q].ids);
     }
     void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
-                     s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->qnext, s->qprev,
-                     s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->route_scratch,
+                     s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->joined, s->qnext,
+                     s->qprev, s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->trt,
+                     s->route_scratch,
                      s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst, s->res_bits, s->bit_scratch,
                      s->route_prefix, s->route_limit};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);

@@ -452,6 +452,14 @@ void req_release(Sim *s, i64 j, i64 i) {
     s->base_len[i] = 0;
 }
 
+void req_store(Sim *s, i64 j, i64 i) {
+    if (s->policy->store_request == NULL || s->mode != MODE_WHOLE) return;
+    i64 start = s->io->offsets[i];
+    s->policy->store_request(s->inst[j].state, i, policy_ids(s, j), start, start + s->base_len[i], s->base_input[i],
+                             s->bs, s->io->handles, start + i, s->base_n[i]);
+    drain(s, j);
+}
+
 i64 req_held(const Sim *s, i64 j) {
     if (s->mode == MODE_RADIX_HYBRID) return sgh_held(s, j);
     return s->mode == MODE_HYBRID ? hyb_held(s, j) : ((KvHolds *)s->inst[j].state)->hold[HELD];

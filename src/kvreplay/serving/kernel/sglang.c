@@ -419,7 +419,7 @@ static void abort_alone(Sim *s, i64 j, i64 i, i64 *r) {
     else req_release(s, j, i);
     s->decoding[i] = 0;
     s->io->status[i] = REJECTED;
-    s->done += 1;
+    release_ended(s, i);
     q->counters[rejected] += 1;
     q->counters[aborted] += 1;
     q->view[V_REQUESTS] -= 1;

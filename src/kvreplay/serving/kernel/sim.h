@@ -5,10 +5,12 @@
  *   loop.c      the event loop: step ends, arrivals (routed), KV transfers, router snapshots
  *   vllm.c      the vLLM v1 scheduler style, its one preemption routine
  *   sglang.c    the SGLang scheduler style, its one retraction routine
+ *   trtllm.c    TensorRT-LLM's in-flight batching (capacity and micro-batch schedulers), its pauses
  *   batch.c     a step's batch: its aggregates and duration, then what its end does
  *   requests.c  a request's blocks: admission, growth, release (the only caller of pin/unpin)
  *   metrics.c   the inter-token histogram, the time series, peaks
  *   ids.c       per-instance block ids: each instance's policy state is sized by the ids routed to it
+ *   release.c   closed-loop arrivals: a request arrives when the requests it waits for have ended
  *   hybrid.c    a request's blocks under vLLM's hybrid KV cache manager (a hybrid model's layer groups)
  *   sglang_hybrid.c  a request's KV under SGLang's UnifiedRadixCache (the SGLang style, a hybrid model)
  *
@@ -28,11 +30,15 @@
     S(STYLE) S(MAX_BATCHED) S(MAX_SEQS) S(CHUNKED) S(CAPACITY) S(BLOCK_SIZE) S(PRECHECK) S(ONE_AT_A_TIME) \
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
-    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS)
-#define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S)
+    S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY) S(ASYNC_SCHEDULING) \
+    S(CLOSED)
+/* HOST_*: what the host CPU adds (serving/timing/host.py): the engine core's CPU per step and per
+ * request in it, and a token's delay out of the engine per request out that step */
+#define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S) S(HOST_STEP_S) \
+    S(HOST_STEP_REQUEST_S) S(HOST_OUTPUT_REQUEST_S)
 enum { SIM_CFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_CFG };
 enum { SIM_FCFG_SLOTS(KV_SLOT_ENUM) NUM_SIM_FCFG };
-enum { STYLE_VLLM, STYLE_SGLANG };
+enum { STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM };
 /* how requests hold their blocks (requests.c) */
 enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID, MODE_RADIX_HYBRID };
 #define ROUTER_FIXED (-1)
@@ -81,7 +87,9 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(f64, scheduled_s) F(f64, first_token_s) F(f64, finish_s) F(i64, hit_tokens) F(i64, hit_blocks)       \
     F(i64, preemptions) F(i64, computed_total) F(i8, status) F(i64, instance) F(i64, decode_instance)     \
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
-    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)
+    F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)          \
+    F(i64, waits) F(i64, next_offsets) F(i64, next_ids) F(f64, next_delay_s) F(i8, next_on_send) F(f64, arrived_s)  \
+    F(i64, session) F(i64, lane_queue)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
@@ -107,6 +115,8 @@ typedef struct {
     int batch_full;    /* SGLang's running_batch.batch_is_full: no prefill until a request leaves */
     i64 refresh_calls; /* SGLang's _waiting_prefix_refresh_calls */
     f64 *view;         /* its row of the router's view (NUM_VIEW) */
+    f64 scheduled_at;  /* when it last scheduled a step */
+    int ahead;         /* async scheduling: that step is in flight, so this schedule ran as it started */
 } Inst;
 
 /* Python's growth of instance j's policy state to `ids` local ids when its ids run out: the new
@@ -129,6 +139,7 @@ typedef struct Sim {
     i8 *decoding, *kv_in;
     i64 *outputs;
     f64 *load_s, *last_token;
+    f64 *joined;       /* when it last joined a waiting queue (async scheduling's visibility) */
     i64 *qnext, *qprev;
     i64 *routed_overlap;
     i32 *lblocks;      /* its positions' local ids on the instance that holds it */
@@ -166,7 +177,18 @@ typedef struct Sim {
     RhReq *rreqs;
     i64 *batch_scratch; /* a prefill batch's requests (sglang.c prefill_batch) */
     i64 *rkoff, *rkeys;
+    i64 *trt;          /* STYLE_TRTLLM: the step's arrays (trtllm.c), 17 n + 64 */
     int failed;        /* a state ran out of room: the run stops (Python sizes it again) */
+    /* closed-loop arrivals (release.c) */
+    int closed;
+    i64 *waits_left;   /* per request: the requests it still waits for */
+    f64 *ready_at;     /* per request: the latest time one of them released it to (its send, once none is left) */
+    f64 *rel_t;        /* released requests not arrived yet: a heap by arrival time, then request */
+    i64 *rel_i, rel_n;
+    i64 arrived;       /* requests that have arrived */
+    i64 *session_left; /* per session: its requests not ended yet (lanes) */
+    i64 lane_next;     /* the next entry of lane_queue a freed lane takes */
+    i64 turn;          /* the next instance of a round-robin made at arrival (assigned < 0) */
 } Sim;
 
 /* ---- requests.c ---- */
@@ -182,6 +204,9 @@ i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits);
 int req_grow(Sim *s, i64 j, i64 i, i64 tokens);
 /* release request i's blocks (finished, preempted or handed over) */
 void req_release(Sim *s, i64 j, i64 i);
+/* request i's prompt is computed: its full blocks are stored for reuse while it runs (a policy
+ * with store_request: TensorRT-LLM's storeContextBlocks) */
+void req_store(Sim *s, i64 j, i64 i);
 /* preempt (vLLM) or retract (SGLang) request v: released, it waits to recompute its prompt and
  * outputs; the tokens it had this step */
 i64 req_take_back(Sim *s, i64 j, i64 v);
@@ -248,6 +273,25 @@ i64 sgh_held(const Sim *s, i64 j); /* full-KV pages running requests hold (their
 /* the hit request i's prompt would get on instance j now, pages (a look: nothing is touched) */
 i64 sgh_probe(const Sim *s, i64 j, i64 i);
 
+/* ---- release.c: closed-loop arrivals ---- */
+/* Closed loop (cfg CLOSED): request i waits for waits[i] links, and the links e in
+ * [next_offsets[i], next_offsets[i + 1]) go from it to next_ids[e]: when request i is sent
+ * (next_on_send[e]) or when it ends (otherwise), next_ids[e] may be sent next_delay_s[e] later.
+ * A request is sent at the latest of its links' times, once all have fired; one without links at
+ * arrival[i]. Lanes: with session[i] (one per request, 0..S-1), each time a session's last request
+ * ends, the next request of lane_queue (a later session's first, which counts that lane among its
+ * waits) may be sent at once. Open loop: every request at arrival[i]. */
+void release_setup(Sim *s);
+void release_teardown(Sim *s);
+/* request i was sent: the links that fire on its send */
+void release_sent(Sim *s, i64 i);
+/* request i ended (finished, rejected or refused): it is done, and its links that fire on its end */
+void release_ended(Sim *s, i64 i);
+void release_ended_at(Sim *s, i64 i, f64 t);
+/* the earliest release not arrived yet (INFINITY: none), and taking it */
+f64 release_next_t(const Sim *s);
+i64 release_pop(Sim *s);
+
 /* ---- queues (loop.c) ---- */
 void queue_push_back(Sim *s, Inst *q, i64 i);
 void queue_push_front(Sim *s, Inst *q, i64 i);
@@ -256,6 +300,7 @@ i64 queue_pop_front(Sim *s, Inst *q);
 /* ---- schedulers: fill new_tokens of the instance's step; the running list may change ---- */
 void vllm_schedule(Sim *s, i64 j);
 void sglang_schedule(Sim *s, i64 j);
+void trtllm_schedule(Sim *s, i64 j);
 
 /* ---- batch.c ---- */
 int batch_start(Sim *s, i64 j);

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import ConfigError, TraceError
-from .profiles import POLY_FORMAT, POLY_UNITS, POLY_VARIABLES, PolynomialProfile
+from .profiles import MAX_EXPONENT, POLY_FORMAT, POLY_UNITS, POLY_VARIABLES, PolynomialProfile
 
 
 class StepsError(TraceError):
@@ -116,12 +116,17 @@ def parse_terms(spec) -> tuple:
                     raise ConfigError(f"terms: {text!r}: unknown variable {name!r} (known: {', '.join(POLY_VARIABLES)}; "
                                       "1 is the constant)")
                 try:
-                    k = int(exp) if exp else 1
+                    k = int(exp) if _ else 1  # (a '^' with nothing after it is refused)
                 except ValueError:
                     k = -1
-                if k < 1:
-                    raise ConfigError(f"terms: {text!r}: the exponent of {name} must be a whole number >= 1, got {exp!r}")
+                if not 1 <= k <= MAX_EXPONENT:
+                    shown = exp if len(exp) < 30 else "a huge number"
+                    raise ConfigError(f"terms: {text!r}: the exponent of {name} must be a whole number from 1 to "
+                                      f"{MAX_EXPONENT}, got {shown!r}")
                 powers[name] = powers.get(name, 0) + k
+                if powers[name] > MAX_EXPONENT:
+                    raise ConfigError(f"terms: {text!r}: {name}'s power {powers[name]} is more than {MAX_EXPONENT} (a "
+                                      "step time's polynomial past it overflows floats)")
         term = tuple(sorted(powers.items(), key=lambda p: order.index(p[0])))
         if term in terms:
             raise ConfigError(f"terms: {text!r} is given twice")
@@ -729,10 +734,15 @@ def fit_profile(steps: Steps, terms=None, *, unit: str = "ms", relative: bool = 
                           + "; ".join(f"{term_label(t)}: {why}" for t, why in dropped))
     y = steps.seconds / POLY_UNITS[unit]
     w = 1.0 / y if relative else np.ones_like(y)
-    coefs = _solve(x_all * w[:, None], y * w)
-    predicted = x_all @ coefs
-    scale = np.abs(x_all).max(axis=0)
-    rank = int(np.linalg.matrix_rank(x_all / scale))
+    try:
+        coefs = _solve(x_all * w[:, None], y * w)
+        predicted = x_all @ coefs
+        scale = np.abs(x_all).max(axis=0)
+        rank = int(np.linalg.matrix_rank(x_all / scale))
+    except np.linalg.LinAlgError as e:
+        raise ConfigError(f"{steps.source}: the fit of terms (--terms) {', '.join(term_label(t) for t in kept)} found "
+                          f"no solution ({e}): their values on these rows are too large or too alike; use lower "
+                          "powers or fewer terms") from None
     notes = []
     if rank < len(kept):
         notes.append(f"the rows determine only {rank} of the {len(kept)} terms' coefficients (some terms move together "

@@ -94,13 +94,19 @@ def _check_tp(tp) -> int:
     return int(tp)
 
 
-def _check_fraction(label: str, value, *, allow_zero: bool = False) -> float:
+#: the least MFU or MBU a roofline takes: below it a step of one token outlasts a run's clock
+MIN_UTILISATION = 1e-4
+
+
+def _check_fraction(label: str, value, *, allow_zero: bool = False, lo: float = 0.0) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{label} must be a number in (0, 1], got {value!r}") from None
     if not (0.0 < v <= 1.0 or (allow_zero and v == 0.0)) or math.isnan(v):
         raise ConfigError(f"{label} must be in (0, 1], got {value!r}")
+    if 0.0 < v < lo:
+        raise ConfigError(f"{label} must be from {lo:g} to 1, got {value!r}")
     return v
 
 
@@ -191,8 +197,8 @@ class RooflineTimeModel(TimeModel):
         wbytes = _weight_bytes(self.dtype)
         self.peak_flops = self.gpu.weights_peak_flops(self.dtype)  # GEMMs at gpus.compute_dtype(dtype)
         self.bandwidth = self.gpu.bandwidth_bytes_per_s
-        self.mfu = _check_fraction("mfu", mfu)
-        self.mbu = _check_fraction("mbu", mbu)
+        self.mfu = _check_fraction("mfu (--mfu)", mfu, lo=MIN_UTILISATION)
+        self.mbu = _check_fraction("mbu (--mbu)", mbu, lo=MIN_UTILISATION)
         try:
             self.overhead_s = float(overhead_s)
         except (TypeError, ValueError):

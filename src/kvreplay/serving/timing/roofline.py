@@ -54,10 +54,8 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   and the final norm, each ``ew_floor_s + bytes / (bw x e_ew)``, fitted on the GPU's measured
   elementwise kernel (vLLM's fp8 quantisation kernel, the streaming-bandwidth probe's);
 - overheads: ``layers x per_layer + per_step``;
-- outside the step: ``frontend_s``, each request's latency outside the engine (the API server's
-  HTTP handling, tokenisation, detokenisation and streaming), fitted on silicon serving runs too;
-  simulate() delays each request's arrival at the engine by it, so its TTFT and end-to-end latency
-  include it (its TPOT does not);
+- outside the step, what the host CPU adds (the API server, the engine core's scheduling, the
+  output processing, async scheduling): serving/timing/host.py, applied by simulate() and the kernel;
 - MLA layers (the catalog's ``mla``; since 2026-12-05) with a calibrated MLA term: the four
   projection GEMMs one by one (``ModelSpec.mla_gemm_shapes``: fused q_a/kv_a replicated, q_b, kv_b,
   o), the rest of the body (shared experts, dense layers, router) one GEMM beside them, attention
@@ -109,7 +107,7 @@ FP8_COEFFICIENTS = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s", "e_quant_
 #: plain max of compute and memory)
 SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_fp8": 0.0,
                       "fp8_partial_rows": 0.0, "gemm_overlap_p_fp8": float("inf"), "attn_per_request_decode_s": 0.0,
-                      "allreduce_skew_s": 0.0, "frontend_s": 0.0, **dict.fromkeys(("attn_split_decode",
+                      "allreduce_skew_s": 0.0, **dict.fromkeys(("attn_split_decode",
                       "allreduce_link_bytes_per_s", "ew_floor_s", "e_ew"), 0.0)}
 #: the step's kernels no GEMM, attention or all-reduce table holds (since 2026-12-07): the decode
 #: attention's slowdown with few (request, KV head) pairs to spread its KV read over
@@ -118,9 +116,9 @@ SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_f
 #: (``ew_floor_s``, ``e_ew``); each 0 is off (as the calibration timed steps before them)
 STEP_COEFFICIENTS = ("attn_split_decode", "allreduce_link_bytes_per_s", "ew_floor_s", "e_ew")
 #: what no kernel table holds, fitted on silicon serving runs (benchmarks/calibrate_e2e.py): an
-#: all-reduce's wait for the last of its GPUs, per log2(tp), and a request's latency outside the
-#: engine (the API server's HTTP, tokenisation and streaming)
-SERVING_COEFFICIENTS = ("allreduce_skew_s", "frontend_s")
+#: all-reduce's wait for the last of its GPUs, per log2(tp) (what the host CPU adds outside the
+#: steps: serving/timing/host.py)
+SERVING_COEFFICIENTS = ("allreduce_skew_s",)
 #: the GEMMs' coefficients, bf16 and fp8 (a GPU that borrows its relative's may fit these on its own)
 GEMM_COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "gemm_k0", "gemm_overlap_p", "e_gemm_fp8", "e_weights_fp8",
                      "gemm_floor_fp8_s", "gemm_k0_fp8", "fp8_partial_rows", "gemm_overlap_p_fp8", "e_quant_fp8")
@@ -503,7 +501,6 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         # in a step, an all-reduce also waits for the last of its GPUs to arrive: the isolated
         # kernel's latency plus a skew growing with log2 of the group (fitted on silicon runs)
         self.allreduce_latency_s = c["allreduce_latency_s"] + c["allreduce_skew_s"] * math.log2(max(self.tp, 1))
-        self.frontend_s = c["frontend_s"]  # each request's latency outside the engine (simulate adds it)
         spec = self.model
         wbytes = _weight_bytes(self.dtype)
         self.fp8 = self.dtype == "fp8"  # fp8 tensor cores (gpus.check_weights_dtype refuses a GPU without)

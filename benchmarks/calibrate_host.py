@@ -1,0 +1,342 @@
+"""What the host CPU adds to a vLLM server's latency (serving/timing/host.py): the fit of its terms on
+measured serving runs, and their error on the runs the fit never saw, by source, GPU and model.
+
+    python benchmarks/calibrate_host.py            # fit, write src/kvreplay/data/host_calibration.json
+    python benchmarks/calibrate_host.py --check    # the error tables, from the shipped terms
+    python benchmarks/calibrate_host.py --check --host-cpu none   # the same runs, the GPU's steps alone
+
+**The runs.** NVIDIA aiconfigurator's silicon vLLM serving runs (``systems/silicon_sample.csv`` in
+aiconfigurator-core 0.12.0, the same file, byte for byte, in the aisimulate wheels 0.13.0.dev55 and
+dev85: calibrate_e2e.py reads it and simulates each run as its benchmark client ran it). Each run is
+simulated with the shipped calibrated roofline and the host terms, synchronously or
+with async scheduling as its vLLM version scheduled (calibrate_e2e.scheduled_async: from 0.14).
+
+**The fit** (FIT): least absolute relative error of TTFT and TPOT over the fit runs, linear in the
+terms around the current ones (each run simulated at them and at a probe of each term whose effect
+is not exact; an arrival delay adds to TTFT alone), twice. Each
+(GPU, model, weights) group of the fit also gets two factors on its simulated GPU steps (prefill
+and mixed steps, decode steps), fitted with the terms and never shipped: what a group's kernels
+get wrong in proportion to its GPU work is not put on the host, whose terms do not scale with it
+(the fit runs span TP 1-8, so the two separate). The terms are >= 0.
+
+**The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
+end-to-end latency (TTFT + TPOT x (OSL - 1), as the benchmarks define it), measured against
+simulated, by source and GPU and by model family; the fit runs are marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(HERE))
+import calibrate_e2e as e2e  # noqa: E402
+from calibrate_stats import print_table, ratio_stats  # noqa: E402
+from kvreplay.serving.timing.host import TERMS, HostTerms, calibrated, calibration  # noqa: E402
+from kvreplay.serving.timing.host import band_end as host_band  # noqa: E402
+
+OUT = REPO / "src" / "kvreplay" / "data" / "host_calibration.json"
+#: the fit: H100's runs, and what of each it fits: those that follow their benchmark's protocol
+#: (calibrate_e2e.py), one synchronous vLLM (0.11: dense Llama-3.1-70B FP8) and one asynchronous
+#: (0.18: gpt-oss-120b's MXFP4 MoE), TTFT and TPOT; vLLM 0.12's Qwen3-32B runs (synchronous, bf16,
+#: TP 2-8, 8-128 clients), TPOT only: their TTFT follows a client whose burst share is not
+#: recorded (calibrate_e2e.py), their TPOT is the steady state's
+FIT_GPU = "H100"
+FIT_SOURCES = {"2026-04-06": ("ttft", "tpot"), "gpt-oss-120b (MoE), vLLM 0.18.0": ("ttft", "tpot"),
+               "gap-analysis (vLLM 0.12)": ("tpot",)}
+#: the terms whose effect is simulated at a probe (the arrival delay's are exact)
+PROBE = {"step_s": 2e-3, "step_request_s": 4e-5, "output_request_s": 4e-5}
+GPU_PROBE = 0.1  # a group's GPU factor's probe
+FAMILIES = {"Llama-3.1-70B": "Llama 3.1 (dense)", "Llama-3.1-8B": "Llama 3.1 (dense)", "Qwen3-32B": "Qwen3 (dense)",
+            "MiniMax-M2.5": "MiniMax-M2.5 (MoE)", "gpt-oss-120b": "gpt-oss (MoE)"}
+
+
+def in_fit(run) -> bool:
+    return run["gpu"] == FIT_GPU and run["source"] in FIT_SOURCES
+
+
+def role(run) -> str:
+    """What the fit saw of a run: "fit (TTFT, TPOT)", "fit (TPOT)", or "held back"."""
+    if not in_fit(run):
+        return "held back"
+    return "fit (" + ", ".join(m.upper() for m in FIT_SOURCES[run["source"]]) + ")"
+
+
+def group_of(run) -> tuple:
+    return run["gpu"], run["model"], run["weights"]
+
+
+def time_model(run, scale=None):
+    """The shipped calibrated roofline of `run`, its GPU steps x `scale` (prefill, decode), or at
+    an end of its band (`scale` "low" or "high")."""
+    from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
+
+    tm = CalibratedRooflineTimeModel(run["model"], run["gpu"], run["tp"], dtype=run["weights"], kv_dtype=run["kv"])
+    if scale in ("low", "high"):
+        return tm.at_band(scale)
+    if scale is not None:
+        tm = copy.copy(tm)
+        tm.scale = {"prefill": scale[0], "mixed": scale[0], "decode": scale[1]}
+    return tm
+
+
+def simulate_one(job):
+    """(run, terms, scale) -> (TTFT, TPOT) of the run's benchmark, or None when kvreplay refuses it.
+    `terms` "low" or "high": the shipped band's end (with `scale` the same end of the GPU's band)."""
+    run, terms, scale = job
+    if terms in ("low", "high"):
+        host = host_band(calibrated(sync=not run["async"]), terms)
+    else:
+        host = HostTerms(**terms, async_scheduling=run["async"])
+    try:
+        return e2e.benchmark(run, time_model(run, scale), host)
+    except Exception:  # a configuration kvreplay refuses (memory): said in the tables, not counted
+        return None
+
+
+def simulate_all(jobs, workers: int):
+    if workers <= 1:
+        return [simulate_one(j) for j in jobs]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(simulate_one, jobs, chunksize=1))
+
+
+def linear_rows(runs, terms, scales, workers):
+    """Each run's TTFT and TPOT at `terms` and `scales` and their slopes in every term and in its
+    group's two GPU factors: (base, slopes) with slopes[run] = {variable: (dTTFT, dTPOT)}."""
+    jobs = [(r, terms, scales[group_of(r)]) for r in runs]
+    for k, d in PROBE.items():
+        jobs += [(r, {**terms, k: terms[k] + d}, scales[group_of(r)]) for r in runs]
+    for axis in (0, 1):
+        for r in runs:
+            s = list(scales[group_of(r)])
+            s[axis] += GPU_PROBE
+            jobs.append((r, terms, tuple(s)))
+    out = simulate_all(jobs, workers)
+    n = len(runs)
+    base = out[:n]
+    slopes = []
+    for i, r in enumerate(runs):
+        if base[i] is None:
+            slopes.append(None)
+            continue
+        row = {"request_s": (1.0, 0.0), "prompt_token_s": (float(r["isl"]), 0.0)}
+        for j, (k, d) in enumerate(PROBE.items()):
+            probe = out[(j + 1) * n + i]
+            row[k] = tuple((p - b) / d for p, b in zip(probe, base[i]))
+        for axis, name in ((0, "gpu_prefill"), (1, "gpu_decode")):
+            probe = out[(len(PROBE) + 1 + axis) * n + i]
+            row[name] = tuple((p - b) / GPU_PROBE for p, b in zip(probe, base[i]))
+        slopes.append(row)
+    return base, slopes
+
+
+def lad_fit(runs, terms, scales, base, slopes):
+    """The terms (>= 0) and each group's GPU factors minimising the sum of |measured - simulated| /
+    measured of TTFT and TPOT, linearised at `terms`, `scales` (a linear program)."""
+    try:
+        from scipy.optimize import linprog
+    except ImportError:  # (a benchmark's need, not kvreplay's: --check runs without it)
+        raise SystemExit("the fit solves a linear program with scipy: pip install scipy") from None
+
+    groups = sorted({group_of(r) for r in runs})
+    names = list(TERMS) + [(g, axis) for g in groups for axis in (0, 1)]
+    A, y = [], []
+    for r, b, sl in zip(runs, base, slopes):
+        if b is None:
+            continue
+        g = group_of(r)
+        for m, key in ((0, "ttft_s"), (1, "tpot_s")):
+            if key[:4] not in FIT_SOURCES[r["source"]]:
+                continue
+            measured = r[key]
+            row = np.zeros(len(names))
+            for j, t in enumerate(TERMS):
+                row[j] = sl[t][m] / measured
+            row[names.index((g, 0))] = sl["gpu_prefill"][m] / measured
+            row[names.index((g, 1))] = sl["gpu_decode"][m] / measured
+            # simulated(x) = b + sum(slope x (x - x0)): the error (measured - simulated(x)) / measured
+            x0 = np.array([terms[t] for t in TERMS] + [scales[g][a] for g, a in names[len(TERMS):]])
+            A.append(row)
+            y.append(1.0 - (b[m] - row @ x0 * measured) / measured)
+    A, y = np.array(A), np.array(y)
+    m, k = A.shape
+    # min sum(u + v) s.t. A x - y = u - v, u, v >= 0; terms >= 0, GPU factors in [0.3, 3]
+    c = np.concatenate([np.zeros(k), np.ones(2 * m)])
+    eq = np.hstack([A, -np.eye(m), np.eye(m)])
+    bounds = [(0, None)] * len(TERMS) + [(0.3, 3.0)] * (k - len(TERMS)) + [(0, None)] * (2 * m)
+    res = linprog(c, A_eq=eq, b_eq=y, bounds=bounds, method="highs")
+    if not res.success:
+        raise SystemExit(f"the fit's linear program failed: {res.message}")
+    x = res.x[:k]
+    fitted = {t: float(x[j]) for j, t in enumerate(TERMS)}
+    new_scales = dict(scales)
+    for g in groups:
+        new_scales[g] = (float(x[names.index((g, 0))]), float(x[names.index((g, 1))]))
+    return fitted, new_scales
+
+
+#: which metric each term moves: a source's own fit bounds the band of the terms its metrics see
+TTFT_TERMS = ("request_s", "prompt_token_s", "output_request_s")
+
+
+def band(mine, terms, scales, base, slopes) -> dict:
+    """{"low": terms, "high": terms}: each term's least and greatest value over the fit and each
+    fit source's own fit (at the last linearisation): the host's spread across the measured
+    deployments (their CPUs, vLLM versions, clients), which a run's band carries beside its GPU
+    steps'. A source's fit bounds only the terms its fitted metrics see (a TPOT-only source: the
+    step terms)."""
+    low, high = dict(terms), dict(terms)
+    for source, metrics in FIT_SOURCES.items():
+        idx = [i for i, r in enumerate(mine) if r["source"] == source]
+        if not idx:
+            continue
+        own, _ = lad_fit([mine[i] for i in idx], terms, scales, [base[i] for i in idx], [slopes[i] for i in idx])
+        for t in TERMS:
+            if t in TTFT_TERMS and "ttft" not in metrics:
+                continue
+            low[t], high[t] = min(low[t], own[t]), max(high[t], own[t])
+    return {"low": low, "high": high}
+
+
+def fit(runs, workers: int, rounds: int = 2):
+    mine = [r for r in runs if in_fit(r)]
+    terms = {t: 0.0 for t in TERMS}
+    scales = {group_of(r): (1.0, 1.0) for r in mine}
+    for k in range(rounds):
+        t0 = time.time()
+        base, slopes = linear_rows(mine, terms, scales, workers)
+        at, at_scales = terms, scales
+        terms, scales = lad_fit(mine, terms, scales, base, slopes)
+        print(f"round {k + 1} ({time.time() - t0:.0f} s): " + ", ".join(f"{t} {v * 1e3:.4g} ms" for t, v in terms.items())
+              + "; GPU factors (prefill, decode): " + ", ".join(f"{g[0]} {g[1]} {g[2]} {s[0]:.2f} {s[1]:.2f}"
+                                                                for g, s in scales.items()), flush=True)
+    spread = band(mine, at, at_scales, base, slopes)
+    for t in TERMS:  # (the band holds the terms shipped, fitted at the last linearisation's point)
+        spread["low"][t], spread["high"][t] = min(spread["low"][t], terms[t]), max(spread["high"][t], terms[t])
+    print("band: " + ", ".join(f"{t} {spread['low'][t] * 1e3:.4g}-{spread['high'][t] * 1e3:.4g} ms" for t in TERMS))
+    return terms, scales, len(mine), spread
+
+
+def check(runs, terms, workers: int, bands: bool = False) -> dict:
+    """Every run at `terms` (GPU factors 1): the error tables, and {group: stats}. With `bands`,
+    also each run at both ends of its band: the share of runs whose measured TTFT and TPOT it covers."""
+    jobs = [(r, terms, None) for r in runs]
+    if bands:
+        jobs += [(r, end, end) for end in ("low", "high") for r in runs]
+    out = simulate_all(jobs, workers)
+    n = len(runs)
+    rows = []
+    for i, (r, o) in enumerate(zip(runs, out[:n])):
+        if o is None:
+            continue
+        ttft, tpot = o
+        e2e_measured = r["ttft_s"] + r["tpot_s"] * (r["osl"] - 1)
+        e2e_simulated = ttft + tpot * (r["osl"] - 1)
+        row = {**r, "ttft": r["ttft_s"] / ttft, "tpot": r["tpot_s"] / tpot, "e2e": e2e_measured / e2e_simulated}
+        if bands and out[n + i] is not None and out[2 * n + i] is not None:
+            for m, key in ((0, "ttft_s"), (1, "tpot_s")):
+                lo, hi = out[n + i][m], out[2 * n + i][m]
+                row[f"in_band_{key[:4]}"] = min(lo, hi) <= r[key] <= max(lo, hi)
+        rows.append(row)
+    refused = len(runs) - len(rows)
+    tables = {}
+    for title, key in (("by source and GPU", lambda r: (r["source"], r["gpu"], role(r))),
+                       ("by model family and GPU", lambda r: (FAMILIES.get(r["model"], r["model"]), r["gpu"], role(r)))):
+        groups = {}
+        for r in rows:
+            groups.setdefault(key(r), []).append(r)
+        stats = {k: {m: ratio_stats([r[m] for r in v]) for m in ("ttft", "tpot", "e2e")} for k, v in sorted(groups.items())}
+
+        def cells(k, s):
+            t = s["ttft"]
+            return [k[0], str(t["cases"]), k[1], k[2], f"{100 * t['mape']:.1f}%",
+                    f"{t['median_ratio']:.2f} [{t['band'][0]:.2f}-{t['band'][1]:.2f}]", f"{100 * s['tpot']['mape']:.1f}%",
+                    f"{100 * s['e2e']['mape']:.1f}%"]
+
+        print_table(f"host terms on the measured runs, {title} (runs kvreplay refused: {refused})",
+                    (("group", False), ("runs", True), ("GPU", False), ("", False), ("TTFT error", True),
+                     ("TTFT measured / simulated, median [5-95%]", False), ("TPOT error", True), ("E2E error", True)),
+                    (cells(k, s) for k, s in stats.items()))
+        tables[title] = {" / ".join(k): {m: v["mape"] for m, v in s.items()} for k, s in stats.items()}
+    if bands:
+        covered = {}
+        for r in rows:
+            if "in_band_ttft" in r:
+                covered.setdefault((r["source"], r["gpu"]), []).append((r["in_band_ttft"], r["in_band_tpot"]))
+        print_table("the band (each run at both ends of its GPU steps' measured / predicted band and of the host "
+                    "terms' band): the share of runs whose measured value it covers",
+                    (("source", False), ("GPU", False), ("runs", True), ("TTFT covered", True), ("TPOT covered", True)),
+                    ([k[0], k[1], str(len(v)), f"{100 * np.mean([a for a, _ in v]):.0f}%",
+                      f"{100 * np.mean([b for _, b in v]):.0f}%"] for k, v in sorted(covered.items())))
+        tables["band"] = {" / ".join(k): [float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v]))]
+                          for k, v in covered.items()}
+    held = [r for r in rows if not in_fit(r)]
+    tables["held back"] = {m: ratio_stats([r[m] for r in held])["mape"] for m in ("ttft", "tpot", "e2e")} if held else {}
+    return tables
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only the error tables, from the shipped terms")
+    ap.add_argument("--jobs", type=int, default=2, help="processes simulating runs (default 2)")
+    ap.add_argument("--only", default=None, help="check only the runs whose source contains this text")
+    ap.add_argument("--bands", action="store_true", help="also the share of runs each band covers (3x the time)")
+    ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
+                    help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
+                         "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")
+    args = ap.parse_args(argv)
+    if args.host_cpu == "none" and (not args.check or args.bands):
+        ap.error("--host-cpu none needs --check and no --bands (it checks the steps alone)")
+    from calibrate import Tables, wheel
+
+    t = Tables(wheel())
+    runs, left = e2e.silicon_runs(t.silicon())
+    print(f"runs: {len(runs)} silicon (left out: {left})")
+    if args.host_cpu == "none":
+        terms = dict.fromkeys(TERMS, 0.0)
+        runs = [{**r, "async": False} for r in runs]
+    elif args.check:
+        shipped = calibration()["terms"]
+        terms = {k: float(shipped[k]) for k in TERMS}
+    else:
+        terms, scales, n, spread = fit(runs, args.jobs)
+        data = {
+            "_comment": "Written by benchmarks/calibrate_host.py: what the host CPU adds to a vLLM server's latency "
+                        "(serving/timing/host.py), fitted on measured serving runs; seconds.",
+            "terms": terms,
+            "band": spread,
+            "fit": {"runs": n, "gpu": FIT_GPU, "sources": {k: list(v) for k, v in FIT_SOURCES.items()},
+                    "gpu_factors": {" ".join(g): list(s) for g, s in scales.items()},
+                    "method": "least absolute relative error of TTFT and TPOT, linearised twice; each group's GPU "
+                              "steps x two fitted factors (not shipped)"},
+            "sources": [{"name": "NVIDIA aiconfigurator silicon serving runs (systems/silicon_sample.csv)",
+                         "package": f"aiconfigurator-core=={e2e_wheel_version()} (PyPI)", "license": "Apache-2.0"}],
+        }
+        OUT.write_text(json.dumps(data, indent=1) + "\n")
+        calibration.cache_clear()
+        print(f"wrote {OUT.relative_to(REPO)}")
+    if args.only:
+        runs = [r for r in runs if args.only in r["source"]]
+    check(runs, terms, args.jobs, args.bands)
+    return 0
+
+
+def e2e_wheel_version() -> str:
+    from calibrate import WHEEL_VERSION
+
+    return WHEEL_VERSION
+
+
+if __name__ == "__main__":
+    sys.exit(main())

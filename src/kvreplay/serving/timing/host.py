@@ -1,0 +1,170 @@
+"""What the host CPU adds to a request's latency, outside the GPU's steps: a vLLM server as its
+client measures it (docs/serving.md, "Outside the engine"; the terms are fitted on measured serving
+runs by benchmarks/calibrate_host.py and shipped in kvreplay/data/host_calibration.json).
+
+Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
+
+- **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens; ``request_s`` also holds a
+  token's fixed way out, below): the API server parses the request and renders it
+  (``entrypoints/openai/completion/serving.py:131`` ``_create_completion``), tokenises the
+  prompt in its thread pool (``renderers/base.py:156``, ``:770``), the client sends
+  the token ids to the engine core as msgpack (``v1/engine/core_client.py:1290``), whose input
+  thread decodes them and hashes the prompt's blocks for the prefix cache
+  (``v1/engine/core.py:1126-1140``, ``v1/core/kv_cache_utils.py:953``) before the busy loop sees the
+  request between two steps (``core.py:1647``). simulate() delays each request's arrival at the
+  engine by it, before routing.
+- **per step**, ``step_s + step_request_s x R`` (R requests in the step): the engine core's CPU,
+  ``Scheduler.schedule`` and ``update_from_output`` (``v1/core/sched/scheduler.py:699``, ``:2259``,
+  loops over the running requests at ``:795`` and ``:2313``) and the model runner's
+  ``_prepare_inputs`` (``v1/worker/gpu_model_runner.py:1924``). In vLLM's synchronous loop
+  (``EngineCore.step``, ``core.py:667``) it follows the GPU's work; under async scheduling
+  (``step_with_batch_queue``, ``core.py:708``, two batches in flight, ``config/vllm.py:588``) the
+  next step is scheduled and prepared while this one runs, so a step takes the longer of the two.
+- **per token**, ``output_request_s x N`` (N requests that output a token that step): the engine
+  core's output thread sends the step's outputs (``core.py:2042``); the API server's output handler
+  (``v1/engine/async_llm.py:876``) runs the output processor over them one after another
+  (``v1/engine/output_processor.py:728``, each request's incremental detokenizer at ``:825``) and
+  each request's stream sends its chunk. Every token reaches its client that long after its step
+  ends: TTFT and the end-to-end latency hold it, an inter-token gap only its change. Its fixed part
+  is in ``request_s``: a fixed delay of every token adds to TTFT and the end-to-end latency exactly
+  as one at arrival does, and measured means cannot tell them apart.
+- **async scheduling** (``async_scheduling``; vLLM's default since 0.14, ``config/vllm.py:1685-1719``;
+  0.13.0's ``config/scheduler.py:133`` had it off): the step that starts when one ends was
+  scheduled when that one started, so a request that arrives during a step waits for the end of
+  the next one (serving/kernel/loop.c ``hide_late``).
+  The scheduler does not schedule a step past max_tokens (``scheduler.py:801-811``), so no step
+  is wasted at a request's end.
+
+The kernel (serving/kernel/batch.c ``host_step`` and ``host_output``, loop.c) applies the per-step and
+per-token terms and the async visibility; :meth:`HostTerms.step_seconds` and
+:meth:`HostTerms.output_seconds` here are the same formulas (tests/serving/test_host.py holds them
+together). The calibrated terms have a band (:func:`band_end`): each term's least and greatest
+over the fit and each measured source's own fit, which a run's band carries beside its GPU steps'.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+from ...errors import ConfigError
+
+#: the terms, seconds (each >= 0)
+TERMS = ("request_s", "prompt_token_s", "step_s", "step_request_s", "output_request_s")
+#: the choices of simulate(host=...) and --host-cpu
+CHOICES = ("vllm", "vllm-sync", "none")
+
+
+@dataclass(frozen=True)
+class HostTerms:
+    """What the host CPU adds (module docstring); all zero and synchronous: nothing."""
+
+    request_s: float = 0.0
+    prompt_token_s: float = 0.0
+    step_s: float = 0.0
+    step_request_s: float = 0.0
+    output_request_s: float = 0.0
+    async_scheduling: bool = False
+    name: str = "none"
+
+    def __post_init__(self):
+        for k in TERMS:
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"host term {k} must be a finite number of seconds >= 0, got {v!r}")
+        if not isinstance(self.async_scheduling, bool):
+            raise ConfigError(f"async_scheduling must be True or False, got {self.async_scheduling!r}")
+
+    @property
+    def is_zero(self) -> bool:
+        return not self.async_scheduling and all(getattr(self, k) == 0 for k in TERMS)
+
+    def arrival_delay(self, prompt_tokens) -> np.ndarray:
+        """Seconds from each request's arrival at the server to its arrival at the engine core."""
+        return self.request_s + self.prompt_token_s * np.asarray(prompt_tokens, dtype=np.float64)
+
+    def step_seconds(self, gpu_s: float, requests: int) -> float:
+        """A step of `requests` requests whose GPU work takes `gpu_s`, with the engine core's CPU."""
+        cpu = self.step_s + self.step_request_s * requests
+        if not cpu > 0:
+            return gpu_s
+        return max(gpu_s, cpu) if self.async_scheduling else gpu_s + cpu
+
+    def output_seconds(self, outputs: int) -> float:
+        """From a step's end to its tokens' clients, when `outputs` requests output one."""
+        return self.output_request_s * outputs
+
+    def kernel_settings(self) -> dict:
+        """The kernel's cfg and fcfg slots (sim.h) for these terms."""
+        return {"cfg": {"ASYNC_SCHEDULING": int(self.async_scheduling)},
+                "fcfg": {"HOST_STEP_S": self.step_s, "HOST_STEP_REQUEST_S": self.step_request_s,
+                         "HOST_OUTPUT_REQUEST_S": self.output_request_s}}
+
+    def with_terms(self, **terms) -> HostTerms:
+        return HostTerms(**{**asdict(self), **terms})
+
+    def describe(self) -> dict:
+        out = {"host": self.name, "async_scheduling": self.async_scheduling}
+        out.update({k: getattr(self, k) for k in TERMS})
+        return out
+
+
+NONE = HostTerms()
+
+
+@lru_cache(maxsize=None)
+def calibration() -> dict:
+    """kvreplay/data/host_calibration.json (benchmarks/calibrate_host.py writes it)."""
+    text = resources.files("kvreplay.data").joinpath("host_calibration.json").read_text()
+    return json.loads(text)
+
+
+def calibrated(sync: bool = False) -> HostTerms:
+    """The fitted terms: vLLM 0.33.0's defaults (async scheduling), or its synchronous loop."""
+    terms = calibration()["terms"]
+    return HostTerms(**{k: float(terms[k]) for k in TERMS}, async_scheduling=not sync,
+                     name="vllm-sync" if sync else "vllm")
+
+
+def band_end(terms: HostTerms, end: str) -> HostTerms:
+    """`terms` at the low or high end of the calibration's band (each term's least and greatest
+    value over the fit and each measured source's own fit: the spread across deployments, their
+    CPUs and vLLM versions; benchmarks/calibrate_host.py) when they are the calibrated ones; other
+    terms (given, or none) have no band."""
+    if end not in ("low", "high"):
+        raise ConfigError(f"end must be low or high, got {end!r}")
+    if terms.name not in ("vllm", "vllm-sync"):
+        return terms
+    ends = calibration().get("band", {}).get(end)
+    if not ends:
+        return terms
+    return terms.with_terms(**{k: float(ends[k]) for k in TERMS})
+
+
+def resolve(host, time_model) -> HostTerms:
+    """simulate()'s `host`: None (the calibrated terms with the calibrated roofline, none with
+    any other time model: a measured profile holds what it measured), a name of CHOICES, or
+    HostTerms."""
+    from .models import InstantTimeModel
+    from .roofline import CalibratedRooflineTimeModel
+
+    if host is None:
+        return calibrated() if isinstance(time_model, CalibratedRooflineTimeModel) else NONE
+    if isinstance(host, str):
+        if host not in CHOICES:
+            raise ConfigError(f"unknown host {host!r} (known: {', '.join(CHOICES)})")
+        terms = NONE if host == "none" else calibrated(sync=host == "vllm-sync")
+    elif isinstance(host, HostTerms):
+        terms = host
+    else:
+        raise ConfigError(f"host must be one of {', '.join(CHOICES)} or HostTerms, got {host!r}")
+    if isinstance(time_model, InstantTimeModel) and any(getattr(terms, f.name) for f in fields(HostTerms)
+                                                        if f.name in TERMS):
+        raise ConfigError("the instant time model takes no time: host CPU terms (--host-cpu) need a time model "
+                          "that does (roofline, a profile)")
+    return terms
