@@ -2,7 +2,7 @@
 request with n > 1 out into n child requests, and the scheduler sees n ordinary requests.
 
 vLLM 0.33.0 (wheel vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl):
-- vllm/v1/engine/llm_engine.py:293-305 and async_llm.py:534-545: n > 1 builds a ParentRequest and
+- vllm/v1/engine/llm_engine.py:293-311 and async_llm.py:534-560: n > 1 builds a ParentRequest and
   adds n children, ids ``f"{index}_{parent_id}"`` (parallel_sampling.py:94), each a copy of the
   request with sampling n = 1 (parallel_sampling.py:74-75), one after the other to the engine core.
   Each child is then admitted, preempted and freed as its own request.
@@ -26,12 +26,12 @@ open-loop arrivals cannot express. simulate refuses n > 1 with the SGLang style.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..trace.model import Trace, ragged_take
+from ..trace.model import Trace
 from ..trace.mooncake import MAX_SAMPLES  # vLLM caps nothing; a bound keeps a typo from multiplying a trace
 
 
@@ -72,14 +72,8 @@ def fan_out(trace: Trace, n: np.ndarray) -> FanOut:
     starts = np.zeros(len(trace) + 1, dtype=np.int64)
     np.cumsum(n, out=starts[1:])
     index = np.arange(parent.size, dtype=np.int64) - starts[:-1][parent]
-    offsets, at = ragged_take(trace.offsets, parent)
-    child = Trace(
-        offsets=offsets, blocks=trace.blocks[at], input_length=trace.input_length[parent],
-        output_length=trace.output_length[parent], timestamp=trace.timestamp[parent], num_blocks=trace.num_blocks,
-        block_size=trace.block_size, source=trace.source, format=trace.format, original_ids=trace.original_ids,
-        invalid_records=trace.invalid_records, session=None if trace.session is None else trace.session[parent],
-        retention=None if trace.retention is None else trace.retention.take(parent),
-    )
+    # (the children keep no n of their own, and no dependencies: n > 1 is served open-loop only)
+    child = replace(trace.take(parent), samples=None, dependencies=None)
     return FanOut(trace=child, parent=parent, index=index, n=np.asarray(n, dtype=np.int64))
 
 
