@@ -9,6 +9,7 @@ from ..engine.misses import CAUSES
 from ..errors import ConfigError
 from ..serving import routing
 from . import common
+from ..serving.samples import check_n
 from .sessions import add_closed_options, check_single, closed_of
 from .warmup import add_warmup_options, warmup_of
 
@@ -204,6 +205,10 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--acceptance", default=None, metavar="A1,A2,...",
                      help="with --speculative: the conditional acceptance rate of each draft position (position p "
                           "accepted given 1..p-1 were), one for all positions or K of them")
+    sim.add_argument("--n", type=int, default=None, metavar="N",
+                     help="parallel sampling: N completions for every request whose record gives no n (default 1), "
+                          "served as vLLM serves them, N child requests sharing the prompt's KV (vLLM style, one "
+                          "instance)")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -270,7 +275,7 @@ def _options(args, trace) -> dict:
                 mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
                 router_options=_router_options(args.router_option), **closed_of(args),
                 speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
-                acceptance=args.acceptance, **params)
+                acceptance=args.acceptance, n=args.n, **params)
 
 
 def _cmd_simulate(args) -> int:
@@ -278,6 +283,7 @@ def _cmd_simulate(args) -> int:
     from ..serving.simulate import load_sweep, simulate
 
     common.check_table_outputs(args)
+    check_n(args.n)  # (an argument error before the trace is read)
     routers = {args.router, *(r.strip() for r in (args.routers or "").split(","))}
     random = [what for what, used in (("--rate/--rates (Poisson arrivals)", args.rate or args.rates),
                                       ("--router random", "random" in routers)) if used]
@@ -363,6 +369,10 @@ def _cmd_simulate(args) -> int:
         from ..output.speculative import speculative_lines
 
         print("\n".join([simulate_summary(trace, report, checked=checked), *speculative_lines(report)]))
+        if report.samples is not None:
+            from ..output.samples import samples_lines
+
+            print("\n".join(samples_lines(report.samples)))
         served_headroom = _served_headroom(args, trace, report)
         if served_headroom is not None:
             from ..output.misses import headroom_lines
@@ -379,7 +389,8 @@ def _served_headroom(args, trace, report):
     from ..engine.replay import replay
 
     if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady") or \
-            report.closed is not None:  # (a closed loop serves its requests out of trace order, or copies them)
+            report.closed is not None or report.samples is not None:
+        # (a closed loop serves its requests out of trace order, or copies them; n > 1 serves the fanned-out trace)
         return None
     sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,
                         **report.params)

@@ -27,6 +27,7 @@ import numpy as np
 from . import closed_stats
 from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
 from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
+from .samples import to_json as samples_json
 
 FINISHED, REJECTED, REFUSED = STATUS.FINISHED, STATUS.REJECTED, STATUS.REFUSED
 ITL_SUM, ITL_MAX, ITL_COUNT = ITL.ITL_SUM, ITL.ITL_MAX, ITL.ITL_COUNT
@@ -122,6 +123,9 @@ class SimReport:
     #: speculative decoding (serving/speculative.py summary): the method, the acceptance model and
     #: the accepted tokens per step measured in the run; None without
     speculative: dict | None = None
+    #: parallel sampling (serving/samples.py summarize): the groups' shared and divergent KV and TTFT;
+    #: None when every request samples one completion
+    samples: dict | None = None
 
     def misses_summary(self) -> dict | None:
         """The served miss account's totals over the finished judged requests (`counted`), what is not measured, and
@@ -357,6 +361,7 @@ class SimReport:
             "fewer_evictions": None if diff is None else max(-diff, 0),
             "closed": None if self.closed is None else closed_stats.summary(self),
             "misses": self.misses_summary(),
+            **({} if self.samples is None else {"samples": samples_json(self.samples, per_group=False)}),
         }
 
     def window(self) -> dict:
@@ -433,6 +438,8 @@ class SimReport:
                "policy_counters": self.policy_counters}
         if self.instances > 1:
             doc["per_instance"] = self.per_instance()
+        if self.samples is not None:
+            doc["samples"] = samples_json(self.samples, per_group=per_request)
         if per_request:
             cols = self.request_columns()
             doc["per_request"] = {k: [None if isinstance(x, float) and math.isnan(x) else x for x in v.tolist()]

@@ -23,6 +23,7 @@ from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
+from .samples import check_applies, fan_out, samples_per_request, summarize
 from .semantics import choose
 from .speculative import resolve as resolve_speculative
 from .speculative import draft_cost_note, pool_with_drafter
@@ -192,7 +193,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
              language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
              think_time=None, sessions: int | None = None, host=None, progress=None, speculative=None,
-             num_speculative_tokens: int | None = None, acceptance=None, pp: int = 1, **params):
+             num_speculative_tokens: int | None = None, acceptance=None, pp: int = 1, n: int | None = None,
+             **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -270,8 +272,20 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         acceptance rate per position ("a1,a2,..."; default: the published figures for the method
         and model, serving/speculative.py). Each decode step verifies 1 + k tokens and holds the
         drafter's lookahead slots; the report's speculative section gives the accepted tokens per step.
+    n: parallel sampling: the completions of every request whose record gives no ``n`` (default 1);
+        a request with n > 1 is served as vLLM 0.33.0 serves it, n child requests that share its
+        prompt (serving/samples.py; the vLLM style and one instance only); the report's samples
+        says the groups' shared and divergent KV and their TTFT.
     """
     trace = as_trace(trace)
+    fan = None
+    per_request_n = samples_per_request(trace, n)
+    if (per_request_n > 1).any():
+        check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None,
+                      closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup,
+                                           rate=rate)[0] == closed.CLOSED or sessions is not None)
+        parents, fan = trace, fan_out(trace, per_request_n)
+        trace = fan.trace
     spec_decode = resolve_speculative(speculative, num_speculative_tokens, model=model, acceptance=acceptance)
     if spec_decode is not None and engine_style != "vllm":
         raise ConfigError("speculative decoding is simulated with the vLLM scheduler style: add --engine-style vllm")
@@ -348,9 +362,14 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     from .warmup import resolve as resolve_warmup
 
     closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
-    if loop is None:
+    if loop is None and fan is None:
         arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
         warm = resolve_warmup(warmup, trace, arrival_s, block_size)
+    elif loop is None:  # n > 1: the parents arrive, their children with them; the warm-up is the parents' own
+        # (a child's reuse of its sibling's prompt is no lookback)
+        arrival_s, profile_name = arrival_times(parents, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
+        warm = resolve_warmup(warmup, parents, arrival_s, block_size)
+        arrival_s = arrival_s[fan.parent]
     else:
         if rate_profile is not None:
             raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
@@ -494,6 +513,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             band[end] = band["runs"][end].latencies()
         band["warnings"] = _calibration_warnings(tm, trace, report)
         report.band = band
+    if fan is not None:
+        report.samples = summarize(fan, report, block_size, output_kv)
     if check:
         report.check_invariants()
         _check_tokens(report, raw)

@@ -96,6 +96,8 @@ class Trace:
         dependencies: what each request waits for before it is sent, and its think time
             (trace/dependencies.py: a session's previous turn, an agent's subagents), or None
             when the source records none.
+        samples: int64[n] or None: the completions each request asks for (the record's ``n``,
+            serving/samples.py), 0 where the record gives none; None when no record gives one.
     """
 
     offsets: np.ndarray
@@ -112,6 +114,7 @@ class Trace:
     session: np.ndarray | None = None
     retention: object | None = None  # trace.retention.Retention
     dependencies: object | None = None  # trace.dependencies.Dependencies
+    samples: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -142,6 +145,15 @@ class Trace:
                 raise ConfigError("every per-request column must have one entry per request")
             if n and self.session.min() < 0:
                 raise ConfigError("session ids must be non-negative")
+        if self.samples is not None:
+            raw = np.asarray(self.samples)
+            if raw.size and raw.dtype.kind not in "iu":
+                raise ConfigError("samples (n) must be whole numbers")
+            set_(self, "samples", _frozen(self.samples, np.int64))
+            if self.samples.shape != (n,):
+                raise ConfigError("every per-request column must have one entry per request")
+            if n and self.samples.min() < 0:
+                raise ConfigError("samples (n) must be non-negative (0: not given)")
         if self.retention is not None and self.retention.num_requests != n:
             raise ConfigError("retention ranges must be given for every request (an empty list for none)")
         if self.dependencies is not None and self.dependencies.num_requests != n:
@@ -251,6 +263,7 @@ class Trace:
             session=None if self.session is None else self.session[order],
             retention=None if self.retention is None else self.retention.take(order),
             dependencies=None if self.dependencies is None else self.dependencies.take(order),
+            samples=None if self.samples is None else self.samples[order],
         )
 
     def summary(self) -> dict:

@@ -6,7 +6,8 @@ integers or strings), ``timestamp`` (ms, optional), ``output_length``
 size; kvreplay's hash, synth and convert write it in every record), ``priority`` and
 ``priority_ranges`` (optional KV retention priorities, trace/retention.py: ``priority`` P is one
 range over the whole prompt; ``priority_ranges`` is ``[[start, end or null, P, duration_ms or
-null], ...]``). Unknown fields are ignored; blank lines are skipped. Requests keep file order.
+null], ...]``), ``n`` (optional: the completions the request samples from its prompt, 1..1024,
+serving/samples.py); ``beam_width`` above 1 is refused (serving/samples.py says why). Unknown fields are ignored; blank lines are skipped. Requests keep file order.
 
 Two paths produce the same result. The fast path decodes a chunk of lines as
 one JSON array with msgspec, keeps ``hash_ids`` as raw bytes and parses all of
@@ -28,6 +29,8 @@ from .jsonl import (
 from .model import MAX_BLOCK_SIZE, Reader, Trace, frozen
 from .retention import Retention, check_range
 
+MAX_SAMPLES = 1024  # the bound on n (serving/samples.py)
+
 class _FastRecord(msgspec.Struct, gc=False):
     input_length: int
     hash_ids: msgspec.Raw
@@ -35,16 +38,20 @@ class _FastRecord(msgspec.Struct, gc=False):
     output_length: float = 0.0
     priority: msgspec.Raw | None = None  # (a record with priorities takes the slow path)
     priority_ranges: msgspec.Raw | None = None
+    n: int | None = None  # (a value out of 1..MAX_SAMPLES takes the slow path, which names it)
+    beam_width: msgspec.Raw | None = None  # (any takes the slow path, which refuses a width above 1)
 
 
 class _Chunk(Chunk):
-    """A chunk's columns plus each record's retention ranges (None: no record in it has any)."""
+    """A chunk's columns plus each record's retention ranges and ``n`` (None: no record in it has
+    any; 0 in `samples`: this record has none)."""
 
-    __slots__ = ("ranges",)
+    __slots__ = ("ranges", "samples")
 
-    def __init__(self, ids, counts, lengths, stamps, outs, ranges=None):
+    def __init__(self, ids, counts, lengths, stamps, outs, ranges=None, samples=None):
         super().__init__(ids, counts, lengths, stamps, outs)
         self.ranges = ranges
+        self.samples = samples
 
 
 _fast_decoder = msgspec.json.Decoder(_FastRecord)
@@ -71,7 +78,8 @@ def _ranges(path: str, line: int, obj: dict) -> list:
 
 
 def _check_record(path: str, line: int, text: bytes):
-    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length, ranges)."""
+    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length, ranges, n)
+    (n 0: not given)."""
     obj = decode_object(path, line, text)
     if "input_length" not in obj and "hash_ids" not in obj:
         tokens = next((k for k in ("token_ids", "prompt_token_ids") if k in obj), None)
@@ -92,7 +100,19 @@ def _check_record(path: str, line: int, text: bytes):
     elif not (is_int(stamp) or isinstance(stamp, float)) or not finite(stamp):
         raise TraceError(path, f"expected a number, got {describe(stamp)}", line, "timestamp")
     out = 0 if obj.get("output_length") is None else non_negative_int(path, line, obj, "output_length")
-    return ids, length, float(stamp), out, _ranges(path, line, obj)
+    samples = obj.get("n")
+    if samples is None:
+        samples = 0
+    elif not is_int(samples) or not 1 <= samples <= MAX_SAMPLES:
+        raise TraceError(path, f"expected a whole number of completions in 1..{MAX_SAMPLES}, got {describe(samples)}",
+                         line, "n")
+    beam = obj.get("beam_width")
+    if beam is not None and not (is_int(beam) and beam == 1):
+        raise TraceError(path, f"beam search ({describe(beam)}) is not modelled: vLLM 0.33.0 serves it as one 1-token "
+                         "request per beam per output token, each round sent when the last one returns "
+                         "(entrypoints/generate/beam_search/online.py:93-117), arrivals that depend on the run "
+                         "(parallel sampling, n, is modelled)", line, "beam_width")
+    return ids, length, float(stamp), out, _ranges(path, line, obj), int(samples)
 
 
 def _fast_chunk(data: bytes) -> Chunk | None:
@@ -114,6 +134,13 @@ def _fast_chunk(data: bytes) -> Chunk | None:
     n = len(recs)
     if n != lines or any(r.priority is not None or r.priority_ranges is not None for r in recs):
         return None
+    if any(r.beam_width is not None for r in recs):
+        return None
+    samples = None
+    if any(r.n is not None for r in recs):
+        samples = np.fromiter((0 if r.n is None else r.n for r in recs), dtype=np.int64, count=n)
+        if any(r.n is not None and not 1 <= r.n <= MAX_SAMPLES for r in recs):
+            return None
     joined = b";".join([r.hash_ids for r in recs])  # "[1, 2];[];[3]"
     ids = np.empty(count_byte(joined, 44) + n, dtype=np.int64)  # at most one id per comma, plus one per list
     counts = np.empty(n, dtype=np.int64)
@@ -134,23 +161,24 @@ def _fast_chunk(data: bytes) -> Chunk | None:
     if (lengths < 0).any() or (outs < 0).any() or (outs >= 2.0**53).any() or (outs != np.floor(outs)).any() \
             or not np.isfinite(stamps).all():
         return None
-    return Chunk(ids, counts.astype(np.int64), lengths, stamps, outs.astype(np.int64))
+    return _Chunk(ids, counts.astype(np.int64), lengths, stamps, outs.astype(np.int64), None, samples)
 
 
 def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int]) -> Chunk:
     ids: list = []
-    counts, lengths, stamps, outs, ranges = [], [], [], [], []
-    for _, (rec_ids, length, stamp, out, rec_ranges) in checked_lines(path, first_line, data, on_invalid, invalid,
-                                                                      _check_record):
+    counts, lengths, stamps, outs, ranges, samples = [], [], [], [], [], []
+    for _, (rec_ids, length, stamp, out, rec_ranges, rec_n) in checked_lines(path, first_line, data, on_invalid,
+                                                                             invalid, _check_record):
         ids.extend(rec_ids)
         counts.append(len(rec_ids))
         lengths.append(length)
         stamps.append(stamp)
         outs.append(out)
         ranges.append(rec_ranges)
+        samples.append(rec_n)
     return _Chunk(ids, np.array(counts, dtype=np.int64), np.array(lengths, dtype=np.int64),
                   np.array(stamps, dtype=np.float64), np.array(outs, dtype=np.int64),
-                  ranges if any(ranges) else None)
+                  ranges if any(ranges) else None, np.array(samples, dtype=np.int64) if any(samples) else None)
 
 
 def _retention(chunks: list) -> Retention | None:
@@ -162,6 +190,14 @@ def _retention(chunks: list) -> Retention | None:
         ranges = getattr(c, "ranges", None)
         per_request += ranges if ranges is not None else [[] for _ in range(c.lengths.shape[0])]
     return Retention.from_lists(per_request)
+
+
+def _samples(chunks: list) -> np.ndarray | None:
+    """The trace's ``n`` column (None when no record gives one)."""
+    if all(getattr(c, "samples", None) is None for c in chunks):
+        return None
+    return frozen(np.concatenate([c.samples if getattr(c, "samples", None) is not None
+                                  else np.zeros(c.lengths.shape[0], dtype=np.int64) for c in chunks]))
 
 
 def _declared_block_size(name: str, declared: dict) -> int | None:
@@ -215,6 +251,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
         original_ids=original,
         invalid_records={"count": len(invalid), "first_lines": invalid[:MAX_REPORTED_LINES]} if invalid else None,
         retention=_retention(chunks),
+        samples=_samples(chunks),
     )
 
 

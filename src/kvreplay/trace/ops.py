@@ -106,6 +106,8 @@ def merge(traces: Sequence[Trace], namespace: bool = True, offsets_ms: Sequence[
         invalid_records=invalid, session=np.concatenate(sessions),
         retention=Retention.concat([t.retention for t in traces], [len(t) for t in traces]),
         dependencies=Dependencies.concat([t.dependencies for t in traces], [len(t) for t in traces]),
+        samples=None if all(t.samples is None for t in traces) else np.concatenate(
+            [np.zeros(len(t), dtype=np.int64) if t.samples is None else t.samples for t in traces]),
     )
     order = np.argsort(merged.timestamp, kind="stable")
     return merged if np.array_equal(order, np.arange(order.size)) else merged.take(order)

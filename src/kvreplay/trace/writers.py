@@ -49,6 +49,7 @@ class _MooncakeRecord(msgspec.Struct, gc=False, omit_defaults=True):
     hash_ids: list
     block_size: int | None = None  # the trace's, when it declares one (the reader takes the first record's)
     priority_ranges: list | None = None  # retention ranges (trace/retention.py), when the request has any
+    n: int | None = None  # the completions it samples (serving/samples.py), when the record gave it
 
 
 class _BailianRecord(msgspec.Struct, gc=False):
@@ -181,8 +182,9 @@ def _records_for(trace, fmt, table, sessions, start, stop):
         ret = trace.retention
         ranges = [None] * count if ret is None else [[list(r) for r in ret.ranges(start + k)] or None
                                                      for k in range(count)]
-        return [_MooncakeRecord(stamps[k], lengths[k], outs[k], ids[bounds[k]:bounds[k + 1]], size, ranges[k])
-                for k in range(count)]
+        samples = [None] * count if trace.samples is None else [v or None for v in trace.samples[start:stop].tolist()]
+        return [_MooncakeRecord(stamps[k], lengths[k], outs[k], ids[bounds[k]:bounds[k + 1]], size, ranges[k],
+                                samples[k]) for k in range(count)]
     seconds = (trace.timestamp[start:stop] / 1000.0).tolist()
     parents, turns = sessions[0][start:stop].tolist(), sessions[1][start:stop].tolist()
     return [
@@ -212,6 +214,9 @@ def write_trace(trace: Trace, path, format: str = "mooncake", *, original_ids: b
     Raises ConfigError for an unknown format or missing original ids, OutputError when the
     file cannot be written (nothing is left behind then).
     """
+    if format == "bailian" and trace.samples is not None:
+        raise ConfigError("this trace gives requests' n (parallel sampling), which Bailian files cannot hold: write "
+                          "it as mooncake (its n field keeps it)")
     if format == "bailian" and trace.retention is not None:
         raise ConfigError("this trace has KV retention priorities, which Bailian files cannot hold: write it as "
                           "mooncake (its priority_ranges field keeps them)")
