@@ -111,7 +111,12 @@ DEFAULT = {
     "--seed": changes("--seed", "3", context=("--session-arrivals", "poisson", "--session-spacing", "30s"),
                       trace=CLAUDE),
     "--subagent-sessions": refused("--subagent-sessions", trace=CLAUDE),
-    "--block-size": refused("--block-size", "8"),
+    # a block size given is replayed even where the trace's hash ids misfit it, with a warning (docs/formats.md)
+    "--block-size": changes("--block-size", "8"),
+    # closed loop (on the two Claude Code sessions, closed by default) and its parameters
+    "--arrivals": changes("--arrivals", "open", trace=CLAUDE),
+    "--think-time": changes("--think-time", "const:30s", trace=CLAUDE),
+    "--sessions": changes("--sessions", "1", trace=CLAUDE),
     "--on-invalid": changes("--on-invalid", "skip", trace=(BAD,)),
     "--sort-by-time": changes("--sort-by-time"),
     "--engine": same("--engine", "reference",
@@ -223,6 +228,7 @@ CASES.update({
                                                                 "--speedups", "1")),
     ("report", "--cold-start"): changes("--cold-start", context=("--model", "Llama-3.1-8B", "--gpu", "H100",
                                                                  "--speedups", "1")),
+    ("report", "--pp"): changes("--pp", "2", context=("--model", "Llama-3.1-8B", "--gpu", "H100", "--speedups", "1")),
     ("report", "--plan"): refused("--plan", str(DATA / "steps_24.csv"), names="steps_24.csv: not JSON"),
     # simulate
     ("simulate", "--policy"): changes("--policy", "lru"),
@@ -298,8 +304,20 @@ CASES.update({
                                             base=("simulate", "TRACE", *SIM)),
     ("simulate", "--no-output-kv"): changes("--no-output-kv", context=("--capacity", "12")),
     ("simulate", "--session-arrivals"): changes("--session-arrivals", "zero", trace=CLAUDE),
+    # open loop: closed, a subagent's requests wait for their agent's whatever the sessions' numbering
     ("simulate", "--subagent-sessions"): changes("--subagent-sessions", context=("--instances", "2", "--router",
-                                                                                  "session"), trace=CLAUDE[:1]),
+                                                                                  "session", "--arrivals", "open"),
+                                                 trace=CLAUDE[:1]),
+    ("simulate", "--sessions-list"): changes("--sessions-list", "1,2", trace=CLAUDE),
+    ("simulate", "--host-cpu"): changes("--host-cpu", "vllm"),  # (none is roofline-raw's default)
+    ("simulate", "--pp"): changes("--pp", "2", base=("simulate", "TRACE", "--model", "Llama-3.1-8B", "--gpu", "H100",
+                                                     "--capacity", "40")),  # (the calibrated roofline)
+    ("simulate", "--speculative"): changes("--speculative", "ngram", context=("--num-speculative-tokens", "3"),
+                                           base=("simulate", "TRACE", *SIM, "--capacity", "40")),
+    ("simulate", "--num-speculative-tokens"): changes("--num-speculative-tokens", "3", context=("--speculative",
+                                                                                                  "ngram")),
+    ("simulate", "--acceptance"): changes("--acceptance", "0.1", context=("--speculative", "ngram",
+                                                                          "--num-speculative-tokens", "2")),
     ("simulate", "--seed"): changes("--seed", "3", context=("--rate", "5")),
     ("simulate", "--engine"): refused("--engine", "reference"),
     ("simulate", "--warmup-fraction"): refused("--warmup-fraction", "0.5"),
@@ -318,7 +336,8 @@ CASES.update({
     ("plan", "--cold-start"): changes("--cold-start"),
     ("plan", "--min-window-requests"): changes("--min-window-requests", "5"),
     ("plan", "--emit"): changes("--emit", "vllm"),
-    ("plan", "--engine-style"): changes("--engine-style", "sglang"),
+    ("plan", "--engine-style"): changes("--engine-style", "sglang", context=("--json",)),
+    ("plan", "--pp"): changes("--pp", "2"),
     ("plan", "--gpus"): changes("--gpus", "H200"),
     ("plan", "--tp"): changes("--tp", "2"),
     ("plan", "--tiers"): changes("--tiers", "none;dram=64GiB@64GB/s"),
@@ -331,9 +350,9 @@ CASES.update({
     ("plan", "--pricing"): changes("--pricing", "reserved"),
     ("plan", "--judge"): changes("--judge", "centre", context=("--json",)),
     ("plan", "--kv-semantics"): changes("--kv-semantics", "full", context=("--model", "gpt-oss-20b")),
-    # no instance count meets 9 ms at x30, cold: the search stops at --max-instances (2 in BASE)
-    ("plan", "--max-instances"): changes("--max-instances", "1", context=("--slo-ttft-p90", "9ms", "--loads", "30",
-                                                                          "--cold-start", "--tp", "1")),
+    # at x100 one instance misses 50 ms: the search stops at --max-instances (2 in BASE)
+    ("plan", "--max-instances"): changes("--max-instances", "1", context=("--slo-ttft-p90", "50ms", "--loads", "100",
+                                                                          "--tp", "1")),
     ("plan", "--sort-by-time"): same("--sort-by-time", reason="the simulator serves requests in arrival-time order "
                                                               "whatever their order in the file"),
     ("plan", "--time-model"): changes("--time-model", "roofline-raw"),
@@ -446,6 +465,11 @@ NO_PART = {
     "plan --emit vllm planned for sglang": ("plan", refused("--emit", "vllm", context=("--engine-style", "sglang"))),
     "plan --emit with --json": ("plan", refused("--emit", "k8s", context=("--json",))),
     "simulate --cold-start with --warmup": ("simulate", refused("--cold-start", context=("--warmup", "0.5"))),
+    "simulate --think-time in an open loop": ("simulate", refused("--think-time", "const:5s", names="--arrivals closed")),
+    "simulate --acceptance without --speculative": ("simulate", refused("--acceptance", "0.9", names="--speculative")),
+    "simulate --num-speculative-tokens without --speculative": ("simulate", refused("--num-speculative-tokens", "2",
+                                                                                    names="--speculative")),
+    "simulate --pp without the calibrated roofline": ("simulate", refused("--pp", "2", names="--time-model roofline")),
     "plan --warmup-fraction at its default": ("plan", refused("--warmup-fraction", "0")),
     "simulate --warmup-fraction at its default": ("simulate", refused("--warmup-fraction", "0")),
     "synth --timestamp-at without --token-log": ("synth", refused("--timestamp-at", "end")),

@@ -67,7 +67,7 @@ def test_sixteen_sessions_closed_and_open(samples):
 
 
 def test_ttft_against_concurrent_sessions(samples):
-    out = run("simulate", samples, "--sessions-list", "4,8,16", *MODEL, "--gpu", "H100", "--slo-ttft", "2000")
+    out = run("simulate", samples, "--sessions-list", "4,8,16", *MODEL, "--gpu", "H100", "--slo-ttft", "2s")
     assert re.search(r"4 sessions +vllm +6,828 .* 597\.9 ms \[1\.49 s - 555\.4 ms\] +88\.59", out)
     assert re.search(r"8 sessions +vllm +6,828 .* 2\.75 s \[2\.73 s - 3\.20 s\] +84\.18", out)
     assert re.search(r"16 sessions +vllm +6,828 .* 45\.70 s \[47\.17 s - 67\.92 s\] +43\.96", out)
