@@ -406,7 +406,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
     host_terms = host_resolve(host, tm)
     prompts = np.asarray(trace.input_length)
-    engine_arrival_s = host_terms.engine_arrivals(arrival_s, prompts)
+    engine_arrival_s = _engine_arrivals(host_terms, arrival_s, prompts, fan)
     delay_s = host_terms.arrival_delay(prompts)  # (a closed loop's releases: each request's own service)
     run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=engine_arrival_s,
                output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
@@ -436,7 +436,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             host_end = host_band(host_terms, end)
             end_delay_s = host_end.arrival_delay(prompts)
             band[end] = run_once(trace, time_model=tm.at_band(end), **{
-                **run, "host": host_end, "arrival_s": host_end.engine_arrivals(arrival_s, prompts),
+                **run, "host": host_end, "arrival_s": _engine_arrivals(host_end, arrival_s, prompts, fan),
                 "closed": loop.kernel_arrays(end_delay_s) if closed_run else None,
                 "draft_time_model": draft_tm.at_band(end) if hasattr(draft_tm, "at_band") else draft_tm})
             band[end + "_delay_s"] = end_delay_s
@@ -519,6 +519,16 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.check_invariants()
         _check_tokens(report, raw)
     return report
+
+
+def _engine_arrivals(host_terms, arrival_s, prompts, fan):
+    """When each request reaches the engine core (timing/host.py engine_arrivals); a request with
+    n > 1 passes the API server once, as its parent (vLLM fans it out into its children after
+    tokenising it, v1/engine/async_llm.py add_request), so its children reach the engine together."""
+    if fan is None:
+        return host_terms.engine_arrivals(arrival_s, prompts)
+    first = np.flatnonzero(fan.index == 0)
+    return host_terms.engine_arrivals(np.asarray(arrival_s)[first], np.asarray(prompts)[first])[fan.parent]
 
 
 def _check_trtllm(**given) -> None:
