@@ -61,7 +61,7 @@ def test_flags_are_never_abbreviated(capsys):
 
 def test_a_bad_value_names_its_flag(capsys):
     assert usage_error(capsys, "simulate", WALK, "--engine-style", "tgi")[0] == (
-        "kvreplay simulate: --engine-style: invalid choice: 'tgi' (choose from 'vllm', 'sglang')")
+        "kvreplay simulate: --engine-style: invalid choice: 'tgi' (choose from 'vllm', 'sglang', 'trtllm')")
     assert usage_error(capsys, "sweep", WALK, "--jobs", "0")[0] == "kvreplay sweep: --jobs: must be >= 1, got 0"
     assert usage_error(capsys, "synth", "--token-log", "-o", "x.jsonl", "--timestamp-at", "noon")[0] == (
         "kvreplay synth: --timestamp-at: a token position (0, 1, ...), end or none, got 'noon'")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import sys
 from fractions import Fraction
 
 from .errors import ConfigError
@@ -66,9 +67,11 @@ def parse_size(text) -> int:
 _BANDWIDTH = re.compile(rf"^\s*{_NUMBER}\s*([a-zA-Z]*)(/s|ps)\s*$")
 
 
-def parse_bandwidth(text) -> float:
+def parse_bandwidth(text, lo: float = 0.0, hi: float = math.inf, span: str = "a positive finite number") -> float:
     """Bytes per second in "64GB/s", "7 GB/s", "12.5GiB/s"; "inf" for transfers that take no
-    time. Bits per second ("64Gb/s", "100Gbps") are refused with the figure in bytes."""
+    time. Bits per second ("64Gb/s", "100Gbps") are refused with the figure in bytes. A figure
+    must be positive, finite and from `lo` to `hi` (exactly, before any float overflow), else the
+    refusal says it must be `span`."""
     if str(text).strip().lower() in ("inf", "unbounded"):
         return float("inf")
     match = _BANDWIDTH.match(str(text))
@@ -86,9 +89,9 @@ def parse_bandwidth(text) -> float:
         scale = _size_unit(str(text), unit)
     except ConfigError:
         raise ConfigError(f"not a bandwidth: {text!r} (use e.g. 64GB/s, 7GB/s, 25GiB/s, or inf)") from None
-    value = float(match.group(1)) * scale
-    if not 0 < value < math.inf:
-        raise ConfigError(f"a bandwidth must be a positive finite number, got {text!r}")
+    exact, value = Fraction(match.group(1)) * Fraction(scale), float(match.group(1)) * scale
+    if not (0 < exact < Fraction(sys.float_info.max) and 0 < value < math.inf and lo <= exact <= hi):
+        raise ConfigError(f"a bandwidth must be {span}, got {text!r}")
     return value
 
 

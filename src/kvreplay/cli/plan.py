@@ -139,15 +139,18 @@ def _cmd_plan(args) -> int:
 
 
 def _refuse_unused_prices(overrides: dict, gpus: list[str], tiers: list) -> None:
-    """--price for a GPU the plan does not search, or a memory no tier set holds, is refused."""
+    """--price for a GPU the plan does not search, or a memory no tier set holds, is refused (GPUs
+    compared by their catalog names: --price is matched ignoring case, aliases too, and so is --gpus)."""
     from ..serving.plan import tier_gib
+    from ..serving.plan_args import gpu_names
     from ..serving.prices import MEMORIES
 
     held = {kind for spec in tiers for kind in tier_gib(spec)}
+    searched = set(gpu_names(gpus))
     for name in overrides:
         if name in MEMORIES and name not in held:
             raise ConfigError(f"--price {name}=...: no tier set holds {name} (--tiers {';'.join(t or 'none' for t in tiers)})")
-        if name not in MEMORIES and name not in gpus:
+        if name not in MEMORIES and name not in searched:
             raise ConfigError(f"--price {name}=...: {name} is not among the GPUs searched (--gpus {','.join(gpus)})")
 
 

@@ -255,7 +255,12 @@ def _options(args, trace) -> dict:
                                      kv_dtype=args.kv_dtype or "bf16", dtype=weights_dtype, **roofline)
     scheduler = _scheduler(args)
     policy = args.policy
-    params = common.given_params(args, policy or STYLE_POLICY[args.engine_style])
+    # a policy parameter is refused naming a policy that would run without it: each of --policies, else
+    # --policy's (or the engine style's)
+    params = {}
+    for name in ([p.split(":")[0].strip() for p in args.policies.split(",") if p.strip()] if args.policies
+                 else [policy or STYLE_POLICY[args.engine_style]]):
+        params = common.given_params(args, name)
     if params and args.policies:
         raise ConfigError(f"--{next(iter(params)).replace('_', '-')}: in a sweep over --policies, give a policy's "
                           "parameters in the list (name:key=value, e.g. s3fifo:small_ratio=0.2)")

@@ -443,6 +443,7 @@ def make_state(capacity: int, trace, host_blocks: int = 0, leaf_only: int = 0,
                offload_min_priority: int = 30) -> TRTState:
     """The compiled state: capacity GPU blocks then host_blocks host blocks, every one free in its
     pool's priority-35 queue in id order (as the reference starts)."""
+    host_blocks = host_pool(host_blocks, trace)
     n_blocks = capacity + host_blocks
     root = n_blocks
     table = 1 << max(4, (2 * (n_blocks + 1)).bit_length())

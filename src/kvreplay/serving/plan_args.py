@@ -13,14 +13,12 @@ from ..checks import items, number, whole
 from ..errors import ConfigError
 from .limits import MAX_INSTANCES
 from .prices import Prices
-from .slo import SLO
+from .slo import MAX_SECONDS, SLO
 
 #: the most worker processes or threads a plan starts
 MAX_JOBS = 1024
 #: the largest tensor-parallel degree a configuration may have (a GPU server's GPUs, many times)
 MAX_TP = 1024
-#: a window or an SLO limit: at most the simulated clock's span (kernel.MAX_TIME_S)
-MAX_SECONDS = 1e11
 
 
 def resolve(trace, *, slo, gpus, tps, tiers, routers, policies, loads, rates, window_s, max_instances, jobs,

@@ -19,10 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import number
 from ..errors import ConfigError
 from ..units import seconds_arg
 from .stats import window_percentiles
 from .verdict import _windows, default_window_s, merge_windows
+
+
+#: an SLO limit (or a plan's window): at most the simulated clock's span (kernel.MAX_TIME_S)
+MAX_SECONDS = 1e11
 
 
 @dataclass(frozen=True)
@@ -35,12 +40,10 @@ class SLO:
     e2e_p99_s: float | None = None
 
     def __post_init__(self):
-        for name in ("ttft_p90_s", "tpot_p90_s", "e2e_p99_s"):
+        for name, flag in (("ttft_p90_s", "--slo-ttft-p90"), ("tpot_p90_s", "--slo-tpot-p90"), ("e2e_p99_s", "--slo-e2e-p99")):
             value = getattr(self, name)
             if value is not None:
-                seconds = seconds_arg(value, f"SLO {name}")
-                if not 0 < seconds < float("inf"):
-                    raise ConfigError(f"SLO {name} must be a positive finite duration, got {value!r}")
+                seconds = number(seconds_arg(value, f"SLO {name}"), f"slo.{name} ({flag})", hi=MAX_SECONDS, unit="seconds")
                 object.__setattr__(self, name, seconds)
 
     def objectives(self):

@@ -57,10 +57,7 @@ MIN_BANDWIDTH, MAX_BANDWIDTH = 1e3, 1e15
 def parse_bandwidth(text: str) -> float:
     """Bytes per second (units.parse_bandwidth) within what a tier or link may have; "inf" for
     loads that take no time."""
-    value = bytes_per_second(text)
-    if value != float("inf") and not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
-        raise ConfigError(f"a bandwidth must be from 1KB/s to 1PB/s (inf: loads that take no time), got {text!r}")
-    return value
+    return bytes_per_second(text, MIN_BANDWIDTH, MAX_BANDWIDTH, "from 1KB/s to 1PB/s (inf: loads that take no time)")
 
 
 def tier_blocks(size, *, block_size: int, block_bytes: int | None, what: str) -> int:
