@@ -61,8 +61,10 @@ def test_two_requests_step_by_step():
 
 def test_the_host_arrival_delay_delays_each_request_at_the_engine():
     # what the API server takes before the engine sees a request (serving/timing/host.py,
-    # request_s): every request's schedule, first token and finish move by it and its TTFT holds
-    # it; its arrival and TPOT do not move (the engine sees the same arrivals, all shifted alike)
+    # request_s), one request at a time in arrival order: 0.25 s each, the requests sent at 0 and
+    # 0.5 s reach the engine at 0.25 and 0.75 s; the one sent at 0.52 s waits for the server until
+    # 0.75 s and reaches the engine at 1.0 s, 0.48 s late. Each request's schedule, first token and
+    # finish move by its delay and its TTFT holds it; its arrival (the send) and TPOT do not move
     from kvreplay.serving.timing import CalibratedRooflineTimeModel
     from kvreplay.serving.timing.host import HostTerms
 
@@ -71,9 +73,10 @@ def test_the_host_arrival_delay_delays_each_request_at_the_engine():
     runs = [simulate(t, "vllm", 100, time_model=tm, band_runs=False, host=HostTerms(request_s=f)) for f in (0.0, 0.25)]
     assert np.array_equal(runs[0].arrival_s, runs[1].arrival_s)
     assert np.array_equal(runs[0].arrival_s, [0.0, 0.5, 0.52])
+    delay = np.array([0.25, 0.25, 0.48])
     for field in ("scheduled_s", "first_token_s", "finish_s"):
-        assert getattr(runs[1], field) == pytest.approx(getattr(runs[0], field) + 0.25, abs=1e-9)
-    assert runs[1].ttft_s == pytest.approx(runs[0].ttft_s + 0.25, abs=1e-9)
+        assert getattr(runs[1], field) == pytest.approx(getattr(runs[0], field) + delay, abs=1e-9)
+    assert runs[1].ttft_s == pytest.approx(runs[0].ttft_s + delay, abs=1e-9)
     assert runs[1].tpot_s == pytest.approx(runs[0].tpot_s, abs=1e-9)
 
 

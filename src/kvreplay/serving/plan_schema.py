@@ -110,7 +110,7 @@ class Row(Struct):
     floor_in_binding_s: Optional[Seconds] = None
     duration_s: Optional[Seconds] = None
     hit_tokens: Optional[Count] = None
-    load_kind: Optional[Literal["speedup", "rate"]] = None
+    load_kind: Optional[Literal["speedup", "rate", "sessions"]] = None
     load: Optional[Annotated[float, Meta(gt=0, le=1e12)]] = None
     floor: Optional[Binding] = None
     pruned_by: Optional[Text] = None
@@ -177,7 +177,7 @@ class Skipped(Struct):
 
 
 class LoadBlock(Struct):
-    load_kind: Literal["speedup", "rate"]
+    load_kind: Literal["speedup", "rate", "sessions"]
     load: Annotated[float, Meta(gt=0, le=1e12)]
     best: Optional[Row]
     counts: Counts
@@ -228,7 +228,7 @@ class RunOptions(Struct, forbid_unknown_fields=True):
 class Violation(Struct):
     config: Text
     load: Annotated[float, Meta(gt=0, le=1e12)]
-    load_kind: Literal["speedup", "rate"]
+    load_kind: Literal["speedup", "rate", "sessions"]
     passes_at: Positive
     fails_at: Positive
     band_end: Optional[Text] = None
@@ -238,6 +238,25 @@ class KvSemantics(Struct):
     semantics: Text
     text: Text
     hybrid_block_ids_ratio: Optional[Ratio] = None
+
+
+class Served(Struct):
+    sessions: Positive
+    meets: bool
+    objective: Optional[Text]
+    value_s: Optional[Seconds]
+    limit_s: Optional[Seconds]
+
+
+class Capacity(Struct):
+    """A chosen deployment's capacity in concurrent sessions (plan --sessions: plan.capacities)."""
+    config: Text
+    instances: Count
+    gpus: Count
+    cost_per_hour: Annotated[float, Meta(ge=0, le=1e12)]
+    up_to_sessions: Optional[Count]
+    served: list[Served]
+    text: Text
 
 
 class Plan(Struct):
@@ -261,6 +280,8 @@ class Plan(Struct):
     parallel: bool = False
     kv_semantics: Optional[KvSemantics] = None
     calibration_warnings: list[Text] = []
+    capacity: list[Capacity] = []  # (plan --sessions)
+    arrivals: Optional[Text] = None
 
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)

@@ -499,11 +499,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         band["runs"] = {}
         for end in ("low", "high"):
             other = band[end]
-            delay_s = band.pop(end + "_delay_s")  # (not a figure of the band: what its run's arrivals were sent after)
+            end_delay_s = band.pop(end + "_delay_s")
             # the band's run as a report (its requests' times; kvreplay plan judges SLOs on it)
             fields = {}
             if closed_run:  # its own arrivals, so its own warm-up and steady span (as plan's run at that end)
-                sent = other.arrival_s - delay_s
+                sent = other.arrival_s - end_delay_s
                 own = resolve_warmup(warmup, trace, sent, block_size)
                 fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
                               judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
