@@ -38,7 +38,7 @@ from ..units import seconds_arg
 from . import plan_cache, plan_rows
 from .prices import Prices, gpu_name
 from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
-from .warmup import AUTO, judged_mask, spec_text
+from .warmup import AUTO, JudgedSpan, judged_mask, spec_text
 
 JUDGES = ("pessimistic", "centre")
 #: a band end's name in the runs' cache and the words the rows use for it
@@ -65,7 +65,7 @@ class Config:
 
 
 @dataclass
-class Run:
+class Run(JudgedSpan):
     """What the plan keeps of one simulation: the per-request times its SLOs are judged on, the
     warm-up, and the run's summary (slo.judge reads the same attributes as from a SimReport)."""
 
@@ -83,18 +83,6 @@ class Run:
     def of(cls, report) -> "Run":
         return cls(report.policy, report.summary(), report.arrival_s, report.ttft_s, report.tpot_s, report.e2e_s,
                    report.finished, report.warmup_s, report.judged_until_s)
-
-    @property
-    def judged(self) -> np.ndarray:
-        return judged_mask(self.arrival_s, self.warmup_s, self.judged_until_s)
-
-    @property
-    def counted(self) -> np.ndarray:
-        return self.finished & self.judged
-
-    @property
-    def judged_start_s(self) -> float:
-        return (float(self.arrival_s.min()) if self.arrival_s.size else 0.0) + self.warmup_s
 
     @property
     def num_requests(self) -> int:

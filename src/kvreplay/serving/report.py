@@ -28,6 +28,7 @@ from . import closed_stats
 from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
 from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
 from .samples import to_json as samples_json
+from .warmup import JudgedSpan
 
 FINISHED, REJECTED, REFUSED = STATUS.FINISHED, STATUS.REJECTED, STATUS.REFUSED
 ITL_SUM, ITL_MAX, ITL_COUNT = ITL.ITL_SUM, ITL.ITL_MAX, ITL.ITL_COUNT
@@ -38,7 +39,7 @@ LATENCIES = ("ttft", "tpot", "e2e", "queueing")
 
 
 @dataclass
-class SimReport:
+class SimReport(JudgedSpan):
     """One instance's simulation of a trace (see the module docstring for every definition)."""
 
     policy: str
@@ -99,23 +100,6 @@ class SimReport:
     @property
     def warmup_s(self) -> float:
         return float((self.warmup or {}).get("seconds", 0.0))
-
-    @property
-    def judged(self) -> np.ndarray:
-        """The requests every summary figure counts: those arriving after the warm-up."""
-        from .warmup import judged_mask
-
-        return judged_mask(self.arrival_s, self.warmup_s, self.judged_until_s)
-
-    @property
-    def counted(self) -> np.ndarray:
-        """Finished judged requests: what the latencies, hit rates and token totals are over."""
-        return self.finished & self.judged
-
-    @property
-    def judged_start_s(self) -> float:
-        """When the judged span starts (the first arrival + the warm-up)."""
-        return (float(self.arrival_s.min()) if self.arrival_s.size else 0.0) + self.warmup_s
 
     #: the served miss account (serving/misses.py): {"account": MissAccount over the finished
     #: judged requests (`counted`), "concurrency": its split}; None without a sequential replay with an account

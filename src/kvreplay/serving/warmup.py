@@ -120,6 +120,26 @@ def resolve(value, trace, arrival_s: np.ndarray, block_size: int | None = None) 
     return Warmup(seconds, spec, f"the first {_seconds(seconds)} of arrivals ({why})")
 
 
+class JudgedSpan:
+    """The judged requests of a run, for a class with `arrival_s`, `warmup_s`, `judged_until_s` and
+    `finished` (a SimReport, a plan's Run)."""
+
+    @property
+    def judged(self) -> np.ndarray:
+        """The requests every summary figure counts: those arriving after the warm-up."""
+        return judged_mask(self.arrival_s, self.warmup_s, self.judged_until_s)
+
+    @property
+    def counted(self) -> np.ndarray:
+        """Finished judged requests: what the latencies, hit rates and token totals are over."""
+        return self.finished & self.judged
+
+    @property
+    def judged_start_s(self) -> float:
+        """When the judged span starts (the first arrival + the warm-up)."""
+        return (float(self.arrival_s.min()) if self.arrival_s.size else 0.0) + self.warmup_s
+
+
 def judged_mask(arrival_s: np.ndarray, seconds: float, until_s: float | None = None) -> np.ndarray:
     """The requests a run judges: those arriving `seconds` or more after the first arrival (and,
     for a closed loop of N concurrent sessions, before `until_s`: its steady state's end)."""
