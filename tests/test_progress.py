@@ -153,10 +153,15 @@ def test_synth_and_writing_count_their_work(tmp_path):
 
 # ---------------------------------------------------------------- the terminal
 
-def on_pty(argv: list[str], delay_s: float | None = None) -> tuple[int, str, bytes]:
+def on_pty(argv: list[str], delay_s: float | None = None, sync: bool = False) -> tuple[int, str, bytes]:
     """(exit code, what the terminal showed, stdout) of a command whose stderr is a pty. With
-    `delay_s`, the bars appear after that long instead of DELAY_S (so a short command shows them)."""
+    `delay_s`, the bars appear after that long instead of DELAY_S (so a short command shows them);
+    with `sync`, at the first progress call."""
     prelude = "" if delay_s is None else f"import kvreplay.cli.progress as p; p.DELAY_S = {delay_s}; "
+    if sync:  # the bars are drawn at the first progress call, not by the timer's thread (which a fast
+        # command can outrun on a loaded machine, drawing nothing)
+        prelude += ("_call = p.Display.__call__; "
+                    "p.Display.__call__ = lambda self, *a, **k: (_call(self, *a, **k), self._show()); ")
     code = f"import sys; {prelude}from kvreplay.cli import main; sys.exit(main({argv!r}))"
     master, slave = pty.openpty()
     env = dict(os.environ, PYTHONPATH=SRC, COLUMNS="120", TERM="xterm")
@@ -203,8 +208,8 @@ def test_printed_output_after_the_bars(tmp_path):
     # print() holds sys.stdout without a reference of its own: the bars are cleared from inside its
     # write, and sys.stdout is given back only when the command ends (replacing it there crashed)
     argv = ["simulate", str(WALK), "--model", "Llama-3.1-8B", "--gpu", "H100", "--time-model", "roofline-raw"]
-    code, shown, out = on_pty(argv, delay_s=0.0)
-    assert code == 0 and "runs" in shown
+    code, shown, out = on_pty(argv, delay_s=0.0, sync=True)
+    assert code == 0 and "runs" in shown, shown
     piped = subprocess.run([sys.executable, "-m", "kvreplay.cli", *argv], capture_output=True,
                            env=dict(os.environ, PYTHONPATH=SRC))
     assert out == piped.stdout and out.startswith(b"trace ")
