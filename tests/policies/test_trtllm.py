@@ -230,3 +230,15 @@ def test_own_blocks_leave_out_the_shared_ones():
     assert own([0, n + 0, 1], 0) == 1 and hit.tolist() == [0, 3] and held.tolist() == [4, 4]
     assert own([], 1) == 1
     assert own([-2], 0) == 4
+
+
+def test_a_host_block_being_onboarded_is_not_queued_as_a_free_leaf():
+    # hypothesis found it: with leaf_only, onboarding matched host block 1 claims host block 2, its
+    # child; that claim made block 1 (claimed, not yet held) look like a free leaf and queued it,
+    # then the onboarding moved it to the GPU pool while queued (the reference raised KeyError,
+    # the compiled engine's queues went stale). Held before it is onboarded, it is never queued.
+    reqs = [([0, 0, 0, 0], 4), ([2, 0, 0, 0, 0], 5), ([0, 0, 0, 1], 4)]
+    for engine in ("reference", "compiled"):
+        r = replay_lifecycle(trace_of(reqs), "trtllm", 5, [0, -1, 1, -2, 2, -3], 1, engine=engine,
+                             host_blocks=3, leaf_only=1, offload_min_priority=0)
+        assert r.hit_tokens.tolist() == [0, 0, 3], engine

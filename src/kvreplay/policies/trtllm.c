@@ -364,11 +364,17 @@ static i64 trt_pin_request(TRT *st, i64 request, const i32 *blocks, i64 start, i
     for (i64 j = 0; j < matched; j++) {
         i64 b = handles[base + j];
         trt_claim(st, b);
-        if (st->level[b] == 1) trt_onboard(st, b);
+        /* held before it is onboarded: the onboarding claims a host block, and a claim lets a free
+         * parent become a leaf; b, free until held, would be queued while being matched */
+        trt_hold(st, b);
+        if (st->level[b] == 1) {
+            trt_onboard(st, b);
+            m[FREE_GPU] -= 1; /* (held on the host, then on the GPU) */
+            st->h.hold[HELD] += 1;
+        }
         trt_block_retention(st, request, j, block_size, &priority, &duration);
         if (priority >= 0) st->priority[b] = (i32)priority;
         st->duration[b] = duration;
-        trt_hold(st, b);
         m[REUSED] += 1;
     }
     i64 tail = -1;

@@ -324,13 +324,16 @@ class TensorRTLLM(ReferencePolicy):
         held = []
         for j, b in enumerate(matched):
             self._claim(b)
+            # held before it is onboarded: the onboarding claims a host block, and a claim lets a
+            # free parent become a leaf; b, free until held, would be queued while being matched
+            self._hold(b)
             if b.level == 1:
                 self._onboard(b)
+                self.free_gpu -= 1  # (held on the host, then on the GPU)
             priority, duration = self.block_retention(ranges, j, block_size)
             if priority is not None:
                 b.priority = priority
             b.duration = duration
-            self._hold(b)
             held.append(b)
             self.stats["reused_blocks"] += 1
         for j in range(len(held), need):
