@@ -16,6 +16,7 @@ Every invocation runs in-process on a tiny trace (tests/data/walk.jsonl: 36 requ
 
 from __future__ import annotations
 
+import difflib
 import re
 import warnings
 from dataclasses import dataclass
@@ -557,6 +558,20 @@ def outcome(capsys, words: list[str], out: Path) -> tuple:
     return RUNS[key]
 
 
+def differences(a: tuple, b: tuple) -> str:
+    """Where two outcomes differ, as unified diffs of the first lines that do (a readable failure)."""
+    out = []
+    named = lambda o: {"exit code": str(o[0]), "stdout": o[1], "stderr": o[2],  # noqa: E731
+                       **{f"file {k}": v.decode(errors="replace") for k, v in o[3].items()}}
+    left, right = named(a), named(b)
+    for key in sorted(set(left) | set(right)):
+        if left.get(key) != right.get(key):
+            diff = difflib.unified_diff((left.get(key) or "").splitlines(), (right.get(key) or "").splitlines(),
+                                        "with the flag", "without", lineterm="", n=1)
+            out.append(f"{key}:\n" + "\n".join(list(diff)[:40]))
+    return "\n".join(out)
+
+
 @pytest.mark.parametrize("command, flag", WALKED, ids=[f"{c} {f}" for c, f in WALKED])
 def test_flag(command, flag, tmp_path, capsys):
     case = case_of(command, flag)
@@ -571,7 +586,7 @@ def test_flag(command, flag, tmp_path, capsys):
     without = outcome(capsys, argv(case, command, out, False), out)
     if isinstance(case, Same):
         assert case.reason and without[0] == 0, without[2]
-        assert with_flag == without
+        assert with_flag == without, differences(with_flag, without)
     else:  # (a flag may be what makes the command run: --on-invalid skip past a bad record)
         assert 0 in (with_flag[0], without[0]), f"both runs fail: {with_flag[2]} / {without[2]}"
         assert with_flag != without, f"{command} {' '.join(case.args)} changes nothing"
