@@ -78,9 +78,30 @@ def test_floors_by_hand():
     alone = sum(cal.step_time(StepBatch(prefill_new=(n,), prefill_cached=(c,)))
                 for n, c in ((8192, 0), (8192, 8192), (3616, 16384)))
     assert g.ttft_s[0] == pytest.approx(2e-3 + 20_000e-6 + factor * alone + 5e-5)
-    d = min(high.scale["decode"], high.scale["mixed"]) * cal.step_time(StepBatch(decode_context=(20_001,)))
+    # the decode alone, with its KV read split as in a step of 4 decodes (8 KV heads: 8 pairs alone,
+    # 32 with company), which reads faster: only that term changes, by (1 + s/32) / (1 + s/8)
+    lone, floor = (cal.terms(StepBatch(decode_context=(20_001,)), floor_decodes=k) for k in (None, 4))
+    assert {k for k in lone if lone[k] != floor[k]} == {"attn_decode"}
+    fixed, split = 32 * (cal.c["attn_floor_decode_s"] + cal.c["attn_per_request_decode_s"]), cal.c["attn_split_decode"]
+    assert (floor["attn_decode"] - fixed) / (lone["attn_decode"] - fixed) == pytest.approx((1 + split / 32) / (1 + split / 8))
+    d = min(high.scale["decode"], high.scale["mixed"]) * sum(floor.values())
     assert g.tpot_s[0] == pytest.approx(d - 3 * 5e-5 / 2)
     assert g.e2e_s[0] == pytest.approx(2e-3 + 20_000e-6 + factor * alone + 2 * d + 5e-5)
+
+
+def test_company_can_make_a_step_faster_and_the_floor_holds():
+    # a long decode's step gets faster when a short one joins it (its KV read splits less), and a
+    # 511-token prefill on 2 GPUs when one more token joins it (the all-reduce reaches 8 MiB: NCCL's
+    # ring instead of the custom kernel); step_floor is below both larger steps
+    cal = load_time_model("roofline", model="Llama-3.1-8B", gpu="H100", tp=1)
+    lone, both = StepBatch(decode_context=(3073,)), StepBatch(decode_context=(3073, 23))
+    assert cal.step_time(both) < cal.step_time(lone)
+    assert cal.step_floor(lone, 2) <= cal.step_time(both)
+    tp2 = load_time_model("roofline", model="Llama-3.1-70B", gpu="H100", tp=2)
+    chunk, more = (StepBatch(prefill_new=(n,), prefill_cached=(0,)) for n in (511, 512))
+    assert 511 * 8192 * 2 < 8 * 2**20 <= 512 * 8192 * 2
+    assert tp2.step_time(more) < tp2.step_time(chunk)
+    assert tp2.step_floor(chunk) <= tp2.step_time(more)
 
 
 def test_earlier_prefix_is_the_infinite_caches_hit():

@@ -21,7 +21,9 @@ any router, with any policy or tiers below the pool, can be faster than:
 
 Steps alone are the fewest and smallest steps the request can take: any other split of its
 prefill, or any company in a step, only adds work (the roofline's terms grow with the batch's
-tokens and context, and a weight read per step). With the calibrated roofline at a band end, a
+tokens and context, and a weight read per step). Two of the calibrated roofline's terms can fall
+as work joins a step, and are taken at their least (TimeModel.step_floor): the decode KV read's
+split penalty (at `max_seqs` decodes) and the all-reduce (the cheaper algorithm at its size). With the calibrated roofline at a band end, a
 step's time is multiplied by its kind's factor; a prefill chunk alone is a prefill step but could
 run in a mixed one, a decode in a mixed one, so the bound takes the smaller of the two factors.
 
@@ -83,8 +85,9 @@ def request_floors(trace, arrival_s: np.ndarray, tm, centre, *, block_size: int,
     prefill_factor = band_factor(tm, ("prefill", "mixed"))
     decode_factor = band_factor(tm, ("decode", "mixed"))
     host = NONE if host is None else host
-    prefill = _memo(lambda n, h: prefill_alone(centre, int(n), int(h), chunk), new, hit)
-    decode = _memo(lambda n, h: float(centre.step_time(StepBatch(decode_context=(int(n) + 1,)))), prompt,
+    company = max(int(max_seqs), 1)
+    prefill = _memo(lambda n, h: prefill_alone(centre, int(n), int(h), chunk, company), new, hit)
+    decode = _memo(lambda n, h: float(centre.step_floor(StepBatch(decode_context=(int(n) + 1,)), company)), prompt,
                    np.zeros_like(prompt))
     # (the engine core's CPU a step only adds to a step, synchronously or beside it: left out)
     before = host.arrival_delay(prompt) + prefill * prefill_factor
@@ -95,11 +98,13 @@ def request_floors(trace, arrival_s: np.ndarray, tm, centre, *, block_size: int,
     return Floors(before + out, tpot, before + (outputs - 1) * tpot_one + out)
 
 
-def prefill_alone(tm, new: int, cached: int, chunk: int | None) -> float:
-    """Seconds to prefill `new` tokens after `cached` ones, alone, in steps of `chunk` tokens."""
+def prefill_alone(tm, new: int, cached: int, chunk: int | None, decodes: int = 1) -> float:
+    """Seconds to prefill `new` tokens after `cached` ones, alone, in steps of `chunk` tokens: each
+    step's floor (its time, unless company can make it faster: TimeModel.step_floor), for steps
+    of up to `decodes` decoding requests."""
     step = new if chunk is None else chunk
-    return float(sum(tm.step_time(StepBatch(prefill_new=(min(step, new - done),), prefill_cached=(cached + done,)))
-                     for done in range(0, new, step)))
+    return float(sum(tm.step_floor(StepBatch(prefill_new=(min(step, new - done),), prefill_cached=(cached + done,)),
+                                   decodes) for done in range(0, new, step)))
 
 
 def _memo(f, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -70,6 +70,12 @@ class TimeModel:
     def step_time(self, batch: StepBatch) -> float:
         raise NotImplementedError
 
+    def step_floor(self, batch: StepBatch, decodes: int = 1) -> float:
+        """A lower bound of the time of any step that holds `batch`'s work and more, with up to
+        `decodes` decoding requests (serving/floors.py): the step itself, for a model whose step
+        time only grows with the work in it."""
+        return self.step_time(batch)
+
     def describe(self) -> dict:
         """What the model is, JSON-ready (for reports)."""
         return {"time_model": self.name}

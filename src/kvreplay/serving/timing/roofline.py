@@ -274,6 +274,16 @@ def allreduce_time(tp, nbytes, latency, c):
                               ring + np.where(custom, c["allreduce_latency_s"], 0.0))
 
 
+def allreduce_floor(tp, nbytes, latency, c):
+    """A lower bound of allreduce_time for `nbytes` or more: the cheaper of the one-stage and ring
+    formulas (the custom two-stage kernel is the ring plus a latency), each growing with the bytes.
+    The algorithm vLLM picks switches at sizes (CUSTOM_AR_MAX, ONE_STAGE_BELOW), so a larger
+    all-reduce can take less time than a smaller one; this does not."""
+    ring = 2.0 * (tp - 1) / tp * nbytes / c["allreduce_bus_bytes_per_s"]
+    link = c["allreduce_link_bytes_per_s"]
+    return latency + (min(ring, (tp - 1) * nbytes / link) if link else ring)
+
+
 def elementwise_kernels(spec, tp: int, kv_per_token_gpu: float, kv_bytes: float, mla: bool, mamba_layers: int):
     """The elementwise kernels of one step on one GPU of a TP group, as vLLM 0.33's decoder layers
     launch them under torch.compile (model_executor/models/llama.py ``LlamaDecoderLayer.forward``):
@@ -643,8 +653,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         body = soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p)
         return self.model.num_layers * (layer + self.body_gemms * floor) + body
 
-    def terms(self, batch: StepBatch) -> dict:
-        """Each term of the step's time, seconds (their sum is step_time)."""
+    def terms(self, batch: StepBatch, floor_decodes: int | None = None) -> dict:
+        """Each term of the step's time, seconds (their sum is step_time). `floor_decodes`: the terms
+        of step_floor instead, a bound for any step holding this one's work with up to that many
+        decodes: the only terms that can fall as work joins, the decode KV read's split penalty
+        (fewer (request, KV head) pairs split slower) and the all-reduce (its algorithm switches at
+        sizes), at their least."""
         c, tp = self.c, self.tp
         layers = self.model.num_layers
         prefill_new = sum(int(n) for n in batch.prefill_new if int(n) > 0)
@@ -679,7 +693,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             f = 4.0 * width * (self.layers_full * ctx + self.layers_sw * ctx_s)
             b = kv_lt * (self.layers_full * ctx + self.layers_sw * ctx_s)
             if self.kv_heads_gpu:  # few (request, KV head) pairs: the KV read split over fewer blocks
-                b *= 1.0 + c["attn_split_decode"] / (decodes * self.kv_heads_gpu)
+                b *= 1.0 + c["attn_split_decode"] / (max(decodes, floor_decodes or 0) * self.kv_heads_gpu)
             out["attn_decode"] = (self.attn_layers * (c["attn_floor_decode_s"] + decodes * c["attn_per_request_decode_s"])
                                   + max(f / (self.attn_peak * self.e_attn[1]), b / (bw * c["e_kv_decode"])))
         if self.mla:  # the MLA module's floor, its elementwise kernels per token, the cached context's kv_b
@@ -694,7 +708,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
-            out["allreduce"] = 2 * layers * float(allreduce_time(tp, tokens * self.hidden * 2.0, self.allreduce_latency_s, c))
+            cost = allreduce_time if floor_decodes is None else allreduce_floor
+            out["allreduce"] = 2 * layers * float(cost(tp, tokens * self.hidden * 2.0, self.allreduce_latency_s, c))
         if self.ew_kernels:
             out["elementwise"] = self.ew_kernels * c["ew_floor_s"] + tokens * self.ew_bytes_per_token / (bw * c["e_ew"])
         out["overhead"] = layers * c["per_layer_s"] + c["per_step_s"]
@@ -704,6 +719,11 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if batch.is_empty:
             return 0.0
         return float(sum(self.terms(batch).values())) * self.scale[phase_of(batch)]
+
+    def step_floor(self, batch: StepBatch, decodes: int = 1) -> float:
+        if batch.is_empty:
+            return 0.0
+        return float(sum(self.terms(batch, floor_decodes=max(int(decodes), 1)).values())) * self.scale[phase_of(batch)]
 
     def at_band(self, end: str) -> "CalibratedRooflineTimeModel":
         """This model with every step's time at the low or high end of its kind's band (prefill,
