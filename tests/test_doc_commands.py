@@ -10,7 +10,8 @@ opening fence may mark it:
                                                   and holds the figures the page prints; this test
                                                   checks the file names every flag of each command)
 
-Any other block's `kvreplay` commands are run here, in process, in order, in one scratch directory
+A ```python block is run as it is written, after `import kvreplay` and `trace =
+kvreplay.load_trace("conversation_trace.jsonl")`. Any other block's `kvreplay` commands are run here, in process, in order, in one scratch directory
 per block that holds small stand-ins for the files the docs name (a 300-request synthetic trace for
 `conversation_trace.jsonl`, the test data's Claude Code sessions, token log, Bailian trace, step
 times, a model's config.json): each must exit 0. A command other than `kvreplay` (pip, pytest, a
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import kvreplay
 from kvreplay.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +70,9 @@ def blocks():
                     commands.append(s[2:].strip())
                 elif not prompted and ((lang in SHELL and s and not s.startswith("#")) or COMMAND.match(s)):
                     commands.append(s)
-            if commands and lang not in ("python", "json", "console"):
+            if lang == "python":
+                out.append((page.name, start + 1, lang, mark, ["\n".join(lines[start + 1:j])]))
+            elif commands and lang not in ("json", "console"):
                 out.append((page.name, start + 1, lang, mark, commands))
             i = j + 1
     return out
@@ -159,6 +163,10 @@ UNMARKED = [b for b in BLOCKS if not b[3]]
 def test_an_unmarked_block_runs(page, line, lang, mark, commands, stand_ins, tmp_path, monkeypatch, capsys):
     shutil.copytree(stand_ins, tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path)
+    if lang == "python":  # run as written, after `import kvreplay` and `trace = load_trace(...)`
+        trace = kvreplay.load_trace("conversation_trace.jsonl")
+        exec(compile(commands[0], f"{page}:{line}", "exec"), {"kvreplay": kvreplay, "trace": trace})
+        return
     for command in commands:
         for words in split(command):
             if words[:1] == ["cat"] and words[2:4] == ["|", "kvreplay"]:  # cat FILE | kvreplay ... -
@@ -181,7 +189,11 @@ MARKED = [b for b in BLOCKS if b[3]]
 def test_a_marked_block_says_why(page, line, lang, mark, commands):
     reason, runner = NOT_RUN.fullmatch(mark), RUN_BY.fullmatch(mark)
     assert reason or runner, f"{page}:{line}: the mark {mark!r} is neither 'not run by the tests: REASON' nor 'run by tests/...py'"
-    if runner:
+    if runner and lang == "python":  # the test calls every function the block calls
+        test = (ROOT / runner.group(1)).read_text()
+        missing = [f for f in re.findall(r"(\w+)\(", commands[0]) if f"{f}(" not in test]
+        assert not missing, f"{page}:{line}: {runner.group(1)} does not call {missing}"
+    elif runner:
         test = (ROOT / runner.group(1)).read_text()
         for command in commands:
             for words in split(command):
