@@ -91,7 +91,7 @@ GPUS = {"H100": "h100_sxm", "H200": "h200_sxm", "A100-80GB": "a100_sxm"}
 #: element, no reuse) over shapes moving at least this many bytes, well past every catalog GPU's L2
 PROBE_KERNEL, PROBE_MIN_BYTES = "static_scaled_fp8_quant", 256e6
 #: GPUs with measured kernels that ship their relative's coefficients (its own fit is no closer on its
-#: composed steps: docs/performance.md section 13), checked on their own kernels for their bands
+#: composed steps: benchmarks/RESULTS.md, the calibration record), checked on their own kernels for their bands
 #: (since 2026-12-07: the GB200 and GB300 of the NVL72 racks and the HGX B300, Blackwell as the B200 is,
 #: with B200's relative; each fitted on its own tables as B200 is)
 RELATIVE_CHECKS = {"B200": ("b200_sxm", "H200"), "GB200": ("gb200", "H200"), "GB300": ("gb300", "H200"),

@@ -1,7 +1,7 @@
 """The MLA half of benchmarks/calibrate.py: vLLM's MLA modules in aiconfigurator's tables, the MLA
 term of the roofline fitted on them (kvreplay.serving.timing.roofline ``MLA_COEFFICIENTS``), and
 DeepSeek-V3's steps composed from them (since 2026-12-05; docs/serving.md, "MLA layers", and
-docs/performance.md section 13).
+benchmarks/RESULTS.md, the calibration record).
 
 - **The tables**: ``systems/data/<gpu>/mla/vllm/<version>/mla_{context,generation}_module_perf.parquet``
   of the same wheel: DeepSeek-V3's attention module as vLLM runs it (the fused q_a/kv_a projection,

@@ -5,7 +5,7 @@
 2. Derives the peer's capacities for ``--model deepseek-v3 --block-size 512`` by
    calling its own calculator, and checks them against the 12 expected values.
 3. Warms both tools (the peer compiles its C++ core on first use into
-   $TMPDIR/kvcache-sim-cpp-uid<uid>-<sha>; kvreplay loads its numba cache), then
+   $TMPDIR/kvcache-sim-cpp-uid<uid>-<sha>), then
    times both whole processes, interleaved, --runs times each (median reported):
 
      kvcache-simulator sweep --trace T --model deepseek-v3 --block-size 512 \\
@@ -135,19 +135,16 @@ done()
 KV_PHASES = _CLOCK + r"""
 import kvreplay.cli
 from kvreplay.analysis.sweep import sweep
+from kvreplay.cli.common import encode_json
 from kvreplay.trace import load_trace
 import kvreplay
-mark("imports (numpy, numba, msgspec, kvreplay)")
+mark("imports (numpy, msgspec, kvreplay and its compiled core)")
 trace = load_trace(sys.argv[1])
 mark("load trace (msgspec)")
 caps = [int(c) for c in sys.argv[2].split(",")]
-# First replay per policy: numba loads that state type's specialisation from its on-disk cache.
-for p in ("fifo", "lru"):
-    kvreplay.replay(trace, p, 16, check=False)
-mark("numba: load the 2 cached specialisations")
 res = sweep(trace, caps, ["fifo", "lru"], warmup_fraction=0.5)
 mark("sweep: 24 points + invariant checks")
-kvreplay.cli._encode_json(res)
+encode_json(res.to_dict())
 mark("encode JSON")
 done()
 """
@@ -347,7 +344,7 @@ def main() -> int:
           f"{info['bytes_per_block']:,.0f} B/block; capacity = floor(GiB * 2^30 / bytes_per_block) for its default budgets:")
     print(", ".join(f"{g:g} GiB -> {c:,}" for g, c in info["budgets"]))
 
-    # Warm-up: the peer's first run compiles its C++ core; kvreplay's first runs load its numba cache.
+    # Warm-up: the peer's first run compiles its C++ core; both then run warm.
     binary = Path(info["binary"])
     existed = binary.exists()
     peer_cmd = [peer_exe, "sweep", "--trace", str(TRACE), "--model", "deepseek-v3", "--block-size", str(BLOCK_SIZE),
@@ -370,7 +367,7 @@ def main() -> int:
     if not binary.exists():
         raise SystemExit(f"the peer's C++ binary {binary} is missing after a run")
     print(f"\nWarm-up: peer C++ core {binary} {'already built' if existed else f'built by the first run ({first_peer:.1f} s incl. compile)'}; "
-          f"both commands run 3x untimed before timing (kvreplay's numba cache is warm).")
+          f"both commands run 3x untimed before timing.")
 
     timing, med, ratio, kv_ph, peer_ph = {}, {}, None, {}, {}
     if not args.no_timing:

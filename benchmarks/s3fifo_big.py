@@ -4,7 +4,7 @@
     PYTHONPATH=benchmarks/.cache/kvreplay-<sha>/src python benchmarks/s3fifo_big.py   # a snapshot
 
 Prints M block accesses per CPU-second of `kvreplay.replay(trace, "s3fifo", C, 512, check=False)`
-(state set-up included) at 1%, 10% and 50% of the unique blocks (docs/performance.md, section 7).
+(state set-up included) at 1%, 10% and 50% of the unique blocks (benchmarks/RESULTS.md, the s3fifo ghost ring).
 """
 
 from __future__ import annotations

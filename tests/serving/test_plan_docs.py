@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import CLAUDE_CODE, MOONCAKE, shared_path
+from doc_excerpts import assert_shows, example
 from test_cli import fails, kv
 
 
@@ -46,6 +47,13 @@ def test_the_conversation_trace_at_loads_1_and_2(conversation_plan):
     assert re.search(r"5     meets    16 x 1 x H100 +11 / 12 / 16 .* 48\.00", x2)
     doc = json.loads((d / "plan.json").read_text())
     assert doc["runs"] == 72 and doc["warmup_spec"] == "auto" and doc["model"] == "Llama-3.1-8B"
+
+
+def test_the_readme_shows_this_plan(conversation_plan):
+    words, excerpt = example("kvreplay plan conversation_trace.jsonl --model Llama-3.1-8B --slo-ttft-p90 2s")
+    assert words == ["plan", "conversation_trace.jsonl", "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus",
+                     "H100,H200", "--loads", "1,2"]  # the fixture's command, but for its -o and --cache
+    assert_shows(excerpt, conversation_plan[2])
 
 
 def test_emit_from_the_cached_runs(conversation_plan):

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from conftest import CLAUDE_CODE, shared_path
+from doc_excerpts import assert_shows, example
 from test_cli import fails, kv
 
 MODEL = ("--model", "Llama-3.1-8B")
@@ -68,6 +69,10 @@ def test_sixteen_sessions_closed_and_open(samples):
 
 def test_ttft_against_concurrent_sessions(samples):
     out = run("simulate", samples, "--sessions-list", "4,8,16", *MODEL, "--gpu", "H100", "--slo-ttft", "2s")
+    words, excerpt = example("kvreplay simulate claude-code-samples/ --sessions-list")
+    assert words == ["simulate", "claude-code-samples/", "--sessions-list", "4,8,16", *MODEL, "--gpu", "H100",
+                     "--slo-ttft", "2s"]
+    assert_shows(excerpt, out)  # the README's example
     assert re.search(r"4 sessions +vllm +6,828 .* 790\.6 ms \[728\.2 ms - 886\.3 ms\] +88\.37", out)
     assert re.search(r"8 sessions +vllm +6,828 .* 2\.88 s \[2\.75 s - 3\.32 s\] +84\.09", out)
     assert re.search(r"16 sessions +vllm +6,828 .* 43\.09 s \[40\.22 s - 58\.57 s\] +44\.69", out)

@@ -208,7 +208,7 @@ M_LIMIT = META.M_LIMIT
 # with holds: 1 + the hold[RELEASES] count at which a pass over S found every block held (0: none
 # found). Until a block is released, S stays all held (only blocks pinned right after their
 # admission join it), so _small_drain skips its pass: S was one more held block per miss
-# (7,000-block passes made the serving simulator 13x slower under load; docs/performance.md §10).
+# (7,000-block passes made the serving simulator 13x slower under load; benchmarks/RESULTS.md, the serving simulator speed record).
 S_ALL_HELD = META.S_ALL_HELD
 META_SLOTS = len(META)
 

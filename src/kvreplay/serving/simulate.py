@@ -662,7 +662,7 @@ def calibration_warnings(tm, trace) -> list[str]:
                    + _extrapolated(tm))
     if getattr(tm, "moe", None):
         out.append("end to end, the silicon serving runs of an MoE (MiniMax-M2.5 on H200 and B200, vLLM 0.16-0.19) "
-                   "measured TTFT well above the simulated while TPOT held (docs/performance.md, section 13): read its "
+                   "measured TTFT well above the simulated while TPOT held (docs/serving.md, 'Outside the engine'): read its "
                    "TTFT as a lower bound")
     if getattr(tm, "gdn", None):
         out.append(f"{spec.name}'s {tm.mamba_layers} Gated DeltaNet layers run vLLM's GDN kernels as fitted on measured "
