@@ -146,6 +146,21 @@ def test_lanes_by_hand():
     assert len(r2.arrival_s) == 6 and sorted(r2.arrival_s.tolist())[:2] == [0.0, 0.0]
 
 
+def test_a_queued_sessions_first_request_pays_its_api_server_delay():
+    """With the host's API server taking 0.25 s a request (timing/host.py), every request reaches
+    the engine 0.25 s after its client sent it, a lane's next session's first included: one lane,
+    three sessions in turn, each sent when the previous one's last answer ended; every TTFT is
+    0.25 s + the 1 s prefill step."""
+    from kvreplay.serving.timing.host import HostTerms
+
+    t = replace(trace_of(([1], 4, 0, 2), ([2], 4, 0, 1)), session=np.array([0, 1]))
+    r = kvreplay.simulate(t, policy="lru", capacity=100, time_model=ONE_SECOND, sessions=1,
+                          host=HostTerms(request_s=0.25))
+    order = np.argsort(r.arrival_s)
+    assert len(order) == 3 and np.array_equal(r.arrival_s[order][1:], r.finish_s[order][:-1])
+    np.testing.assert_allclose(r.first_token_s - r.arrival_s, 1.25, rtol=0, atol=1e-12)
+
+
 def test_copies_of_a_session_get_their_own_private_blocks():
     """Block 9 is every session's (a system prompt): kept; the others are their session's alone and
     are renamed in each later copy, so a copy hits only block 9 of another's prompt."""

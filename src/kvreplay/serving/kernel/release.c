@@ -14,7 +14,8 @@
  *
  * Lanes (N concurrent sessions, serving/lanes.py): the sessions beyond the first N wait in
  * lane_queue, in draw order, each first request counting one wait for a lane; when a session's
- * last request ends, its lane takes the next of them (a load generator's pool of N users). */
+ * last request ends, its lane takes the next of them (a load generator's pool of N users), which
+ * reaches the engine its lane_delay_s later (the host's API server, as every request's links add). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -120,6 +121,8 @@ void release_ended_at(Sim *s, i64 i, f64 t) {
     if (!s->closed) return;
     SimIO *io = s->io;
     fire(s, i, 0, t);
-    if (s->session_left != NULL && --s->session_left[io->session[i]] == 0 && s->lane_next < io->lane_queue_n)
-        count_down(s, io->lane_queue[s->lane_next++], t);  /* the session ended: its lane takes the next one */
+    if (s->session_left != NULL && --s->session_left[io->session[i]] == 0 && s->lane_next < io->lane_queue_n) {
+        i64 k = s->lane_next++; /* the session ended: its lane takes the next one, which reaches the engine */
+        count_down(s, io->lane_queue[k], t + (k < io->lane_delay_s_n ? io->lane_delay_s[k] : 0.0)); /* its delay on */
+    }
 }
