@@ -34,14 +34,14 @@ def test_the_documented_report(tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     page = text_of(out.read_text())
     # the same runs as `simulate --sessions-list` (docs/sessions.md's table at 4 and 8)
-    assert "4 sessions 268.1 ms [131.6 ms - 309.0 ms] 790.6 ms [728.2 ms - 886.3 ms] 88.37%" in page
-    assert "8 sessions 296.7 ms [131.6 ms - 353.6 ms] 2.88 s [2.75 s - 3.32 s] 84.09%" in page
+    assert "4 sessions 268.1 ms [131.6 ms - 309.0 ms] 790.6 ms [720.5 ms - 886.3 ms] 88.59%" in page
+    assert "8 sessions 296.7 ms [131.6 ms - 352.0 ms] 2.88 s [2.78 s - 3.32 s] 84.18%" in page
     assert ("up to 4 concurrent sessions at TTFT p90 <= 2.00 s (at the worst of the band's ends and its centre): "
             "886.3 ms there; above it at 8") in page
-    assert "2 3 of 6 1,282.08 s 3,065.77 s 1.28 97.47%" in page
-    assert "2 sessions 296.7 ms [131.6 ms - 339.6 ms] 790.6 ms [569.7 ms - 886.3 ms] 89.30%" in page
-    assert "8 15 of 24 1,298.53 s 3,066.88 s 4.34 96.91%" in page  # sessions complete, session time p50 / p90, ...
-    assert ("X (R + Z) = 0.07301/s x (9.326 s + 76.13 s) = 6.24; measured open cycles 8.355 = 8 sessions open on "
+    assert "2 2 of 6 3,065.77 s 3,065.77 s 1.27 98.30%" in page
+    assert "2 sessions 296.7 ms [131.6 ms - 339.6 ms] 790.6 ms [569.7 ms - 886.3 ms] 89.60%" in page
+    assert "8 14 of 24 1,300.41 s 3,066.87 s 4.34 97.09%" in page  # sessions complete, session time p50 / p90, ...
+    assert ("X (R + Z) = 0.07301/s x (9.325 s + 76.13 s) = 6.24; measured open cycles 8.355 = 8 sessions open on "
             "average (of 8) + 0.355 subagents beside their agent") in page
     # per turn: p50 / p90 (count), one column per count of sessions
     assert ("3-5 544.7 ms / 3.95 s (6) 311.2 ms / 3.95 s (14) 311.2 ms / 3.95 s (27)") in page
