@@ -161,6 +161,22 @@ def test_a_queued_sessions_first_request_pays_its_api_server_delay():
     np.testing.assert_allclose(r.first_token_s - r.arrival_s, 1.25, rtol=0, atol=1e-12)
 
 
+def test_a_subagent_spawned_on_a_send_is_timed_from_the_clients_send():
+    """A subagent that starts while its parent's request runs is linked to that request's send
+    (0.5 s after it). With the API server taking 0.25 s a request, the parent's client sends at 0
+    (the engine sees it at 0.25) and the subagent's at 0.5 (engine 0.75): the link fires at the
+    client's send, not at the engine's (which gave 0.75 and an internal error before)."""
+    from kvreplay.serving.timing.host import HostTerms
+
+    t = trace_of(([1], 4, 0, 3), ([2], 4, 500, 1))
+    t = replace(t, dependencies=Dependencies.from_lists([[], [0]], [np.nan, np.nan], "test", delay_ms=[[], [500.0]],
+                                                        on_send=[[], [True]]))
+    r = kvreplay.simulate(t, policy="lru", capacity=100, time_model=ONE_SECOND, arrivals="closed",
+                          host=HostTerms(request_s=0.25))
+    assert r.arrival_s.tolist() == [0.0, 0.5]
+    np.testing.assert_allclose(r.first_token_s - r.arrival_s, [1.25, 1.75], rtol=0, atol=1e-12)
+
+
 def test_copies_of_a_session_get_their_own_private_blocks():
     """Block 9 is every session's (a system prompt): kept; the others are their session's alone and
     are renamed in each later copy, so a copy hits only block 9 of another's prompt."""

@@ -140,7 +140,8 @@ class ClosedLoop:
         think_s, and with lanes each request's session and the lane queue; `delay_s` (what the host
         adds before a request reaches the engine, timing/host.py: a number, or one per request) is
         added to every arrival, to every link into the request it delays, and to a queued session's
-        first request when its lane takes it (lane_delay_s)."""
+        first request when its lane takes it (lane_delay_s); a link that fires on a request's send
+        fires on its client's, send_delay_s before the engine sees it."""
         n = len(self.trace)
         delay_s = np.broadcast_to(np.asarray(delay_s, dtype=np.float64), (n,))
         owner = np.repeat(np.arange(n), np.diff(self.links.offsets))
@@ -155,7 +156,8 @@ class ClosedLoop:
                 "next_delay_s": self.delay_s[by] + delay_s[owner[by]], "next_on_send": self.on_send[by].astype(np.int8),
                 "session": np.asarray(self.session, dtype=np.int64) if lanes else np.zeros(0, dtype=np.int64),
                 "lane_queue": self.queued if lanes else np.zeros(0, dtype=np.int64),
-                "lane_delay_s": delay_s[self.queued] if lanes else np.zeros(0, dtype=np.float64)}
+                "lane_delay_s": delay_s[self.queued] if lanes else np.zeros(0, dtype=np.float64),
+                "send_delay_s": np.array(delay_s, dtype=np.float64)}
 
 
 def check_options(trace: Trace, arrivals=None, *, sessions=None, think_time=None, speedup=None, rate=None):

@@ -5,10 +5,12 @@
  * (serving/closed.py builds those links from the trace).
  *
  * Each request keeps a count of the links it still waits for (waits_left) and the latest time one
- * of them released it to (ready_at). When a request is sent (release_sent) or ends (release_ended:
+ * of them released it to (ready_at). When a request is released (its client sends it, at its
+ * engine time less send_delay_s: the host's API server in between) or ends (release_ended:
  * finished, rejected or refused: a client that got an error goes on), its links of that kind fire:
- * each target counts one down and takes max(ready_at, now + the link's delay); one that reaches 0
- * is sent at its ready_at. Released requests wait in a heap by send time, then by request (the
+ * each target counts one down and takes max(ready_at, the time + the link's delay); one that
+ * reaches 0 is sent at its ready_at. (Firing on the client's send, when the release is known, lets
+ * a subagent reach the engine before its parent's request does, as two clients' requests can.) Released requests wait in a heap by send time, then by request (the
  * lower first), which the event loop reads as it reads the trace's arrivals in the open loop. The
  * open loop (cfg CLOSED 0) uses none of this: release_ended only counts.
  *
@@ -64,6 +66,16 @@ i64 release_pop(Sim *s) {
 
 f64 release_next_t(const Sim *s) { return s->rel_n > 0 ? s->rel_t[0] : INFINITY; }
 
+static void fire(Sim *s, i64 i, int on_send, f64 t);
+
+/* request i is released to reach the engine at t: queued, and its links that fire on its client's
+ * send fire at that send */
+static void released(Sim *s, f64 t, i64 i) {
+    push(s, t, i);
+    SimIO *io = s->io;
+    fire(s, i, 1, t - (i < io->send_delay_s_n ? io->send_delay_s[i] : 0.0));
+}
+
 void release_setup(Sim *s) {
     SimIO *io = s->io;
     s->closed = io->cfg[CLOSED] != 0;
@@ -76,8 +88,9 @@ void release_setup(Sim *s) {
     for (i64 i = 0; i < n; i++) {
         s->waits_left[i] = io->waits[i];
         s->ready_at[i] = -INFINITY;
-        if (io->waits[i] == 0) push(s, io->arrival[i], i);
     }
+    for (i64 i = 0; i < n; i++)
+        if (io->waits[i] == 0) released(s, io->arrival[i], i);
     if (io->session_n == n && n > 0) {
         i64 sessions = 0;
         for (i64 i = 0; i < n; i++) sessions = kv_max(sessions, io->session[i] + 1);
@@ -90,7 +103,7 @@ void release_setup(Sim *s) {
  * latest such time */
 static void count_down(Sim *s, i64 k, f64 t) {
     if (t > s->ready_at[k]) s->ready_at[k] = t;
-    if (--s->waits_left[k] == 0) push(s, s->ready_at[k], k);
+    if (--s->waits_left[k] == 0) released(s, s->ready_at[k], k);
 }
 
 /* request i's links that fire on its send (on_send 1) or on its end (0), at time t */
@@ -100,9 +113,7 @@ static void fire(Sim *s, i64 i, int on_send, f64 t) {
         if ((io->next_on_send[e] != 0) == on_send) count_down(s, io->next_ids[e], t + io->next_delay_s[e]);
 }
 
-void release_sent(Sim *s, i64 i) {
-    if (s->closed) fire(s, i, 1, s->now);
-}
+void release_sent(Sim *s, i64 i) { (void)s, (void)i; /* (its send's links fired on its release) */ }
 
 void release_teardown(Sim *s) {
     free(s->waits_left);
