@@ -443,7 +443,7 @@ def _parser_report(sub) -> None:
                          "digest): every configuration tried, the cheapest per load served again (its instances, "
                          "GPUs, router, policy, tiers, load and warm-up) and judged, and the cost-vs-TTFT plot")
     add_warmup_options(rp, "the serving section's runs (with --gpu)")
-    add_closed_options(rp, "list")
+    add_closed_options(rp, "report")
     rp.add_argument("--slo-ttft", type=common.positive_duration, default=None, metavar="DURATION",
                     help="with --gpu and --sessions: state the deployment's capacity as the most concurrent sessions "
                          "whose TTFT p90 stays within this, e.g. 2s")
