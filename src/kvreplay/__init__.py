@@ -96,8 +96,10 @@ def _deployment(serving: dict | None, plan: dict | None) -> dict | None:
     if serving:
         return {**serving, "ranking": {k: serving[k] for k in ("model", "gpu", "tp", "pp", "instances", "router", "tiers",
                                                                "time_model", "weights_dtype") if k in serving}
-                | {"load": ("speedup", max(serving.get("speedups") or [1.0])),
-                   "warmup": serving.get("warmup", "auto")}}
+                | {"load": (("sessions", max(serving["sessions"])) if serving.get("sessions")
+                            else ("speedup", max(serving.get("speedups") or [1.0]))),
+                   "warmup": serving.get("warmup", "auto"), "arrivals": serving.get("arrivals"),
+                   "think_time": serving.get("think_time"), "seed": serving.get("seed", 0)}}
     if plan is None:
         return None
     block = next((b for b in plan["loads"] if b["best"] is not None), None)

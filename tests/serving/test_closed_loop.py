@@ -146,6 +146,37 @@ def test_lanes_by_hand():
     assert len(r2.arrival_s) == 6 and sorted(r2.arrival_s.tolist())[:2] == [0.0, 0.0]
 
 
+def test_a_queued_sessions_first_request_pays_its_api_server_delay():
+    """With the host's API server taking 0.25 s a request (timing/host.py), every request reaches
+    the engine 0.25 s after its client sent it, a lane's next session's first included: one lane,
+    three sessions in turn, each sent when the previous one's last answer ended; every TTFT is
+    0.25 s + the 1 s prefill step."""
+    from kvreplay.serving.timing.host import HostTerms
+
+    t = replace(trace_of(([1], 4, 0, 2), ([2], 4, 0, 1)), session=np.array([0, 1]))
+    r = kvreplay.simulate(t, policy="lru", capacity=100, time_model=ONE_SECOND, sessions=1,
+                          host=HostTerms(request_s=0.25))
+    order = np.argsort(r.arrival_s)
+    assert len(order) == 3 and np.array_equal(r.arrival_s[order][1:], r.finish_s[order][:-1])
+    np.testing.assert_allclose(r.first_token_s - r.arrival_s, 1.25, rtol=0, atol=1e-12)
+
+
+def test_a_subagent_spawned_on_a_send_is_timed_from_the_clients_send():
+    """A subagent that starts while its parent's request runs is linked to that request's send
+    (0.5 s after it). With the API server taking 0.25 s a request, the parent's client sends at 0
+    (the engine sees it at 0.25) and the subagent's at 0.5 (engine 0.75): the link fires at the
+    client's send, not at the engine's (which gave 0.75 and an internal error before)."""
+    from kvreplay.serving.timing.host import HostTerms
+
+    t = trace_of(([1], 4, 0, 3), ([2], 4, 500, 1))
+    t = replace(t, dependencies=Dependencies.from_lists([[], [0]], [np.nan, np.nan], "test", delay_ms=[[], [500.0]],
+                                                        on_send=[[], [True]]))
+    r = kvreplay.simulate(t, policy="lru", capacity=100, time_model=ONE_SECOND, arrivals="closed",
+                          host=HostTerms(request_s=0.25))
+    assert r.arrival_s.tolist() == [0.0, 0.5]
+    np.testing.assert_allclose(r.first_token_s - r.arrival_s, [1.25, 1.75], rtol=0, atol=1e-12)
+
+
 def test_copies_of_a_session_get_their_own_private_blocks():
     """Block 9 is every session's (a system prompt): kept; the others are their session's alone and
     are renamed in each later copy, so a copy hits only block 9 of another's prompt."""
@@ -269,27 +300,39 @@ def test_instant_replay_of_an_open_recording_reproduces_its_arrivals(case, style
 @given(linked_traces(), st.sampled_from(["vllm", "sglang"]), st.integers(1, 3),
        st.sampled_from(["round-robin", "kv-aware", "least-loaded"]), st.data())
 def test_no_request_is_sent_before_what_it_waits_for_ends(case, style, instances, router, data):
+    """Links on a predecessor's end or (a subagent's spawn) on its send, with the host's API server
+    between each client and the engine or without it: each request is sent its think time after
+    the latest of what it waits for (its predecessors' ends, or sends), by the clients' clocks."""
+    from kvreplay.serving.timing.host import HostTerms
+
     t, after = case
     think = np.array([data.draw(st.floats(0, 3)) for _ in after])
-    r = kvreplay.simulate(linked(t, after, think), policy="vllm" if style == "vllm" else "radix", capacity=64,
+    on_send = [[data.draw(st.booleans()) for _ in a] for a in after]
+    host = data.draw(st.sampled_from(["none", HostTerms(request_s=0.25, prompt_token_s=0.01)]))
+    t = replace(t, dependencies=Dependencies.from_lists(after, think * 1000.0, "test", on_send=on_send))
+    r = kvreplay.simulate(t, policy="vllm" if style == "vllm" else "radix", capacity=64,
                           engine_style=style, instances=instances, router=router, time_model=ONE_SECOND,
-                          arrivals="closed", compare_sequential=False)  # (check_invariants checks the rule too)
+                          arrivals="closed", compare_sequential=False, host=host)  # (check_invariants: the rule too)
     for i, a in enumerate(after):
-        ends = [r.finish_s[p] for p in a if r.finished[p]]
-        if ends and len(ends) == len(a):
-            assert r.arrival_s[i] >= max(ends)
-            assert abs(r.arrival_s[i] - (max(ends) + think[i])) <= 1e-9 * max(1.0, r.arrival_s[i])
+        fired = [r.arrival_s[p] if send else r.finish_s[p] for p, send in zip(a, on_send[i]) if send or r.finished[p]]
+        if fired and len(fired) == len(a):
+            assert r.arrival_s[i] >= max(fired)
+            assert abs(r.arrival_s[i] - (max(fired) + think[i])) <= 1e-9 * max(1.0, r.arrival_s[i])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(linked_traces(), st.integers(1, 4), st.sampled_from(["vllm", "sglang"]), st.integers(0, 3))
-def test_n_sessions_never_send_more_than_n_sessions_can(case, lanes, style, seed):
+@given(linked_traces(), st.integers(1, 4), st.sampled_from(["vllm", "sglang"]), st.integers(0, 3), st.booleans())
+def test_n_sessions_never_send_more_than_n_sessions_can(case, lanes, style, seed, api_server):
     """At any time at most N sessions are open (from their first send to their last end), and no
-    request is sent before what it waits for ended."""
+    request is sent before what it waits for ended (with the host's API server between the clients
+    and the engine, or without)."""
+    from kvreplay.serving.timing.host import HostTerms
+
     t, after = case
     t = linked(t, after, np.full(len(t), 0.5))
     r = kvreplay.simulate(t, policy="vllm" if style == "vllm" else "radix", capacity=64, engine_style=style,
-                          time_model=ONE_SECOND, sessions=lanes, seed=seed, compare_sequential=False)
+                          time_model=ONE_SECOND, sessions=lanes, seed=seed, compare_sequential=False,
+                          host=HostTerms(request_s=0.25, prompt_token_s=0.01) if api_server else "none")
     from kvreplay.serving.closed_stats import session_spans
 
     first, last = session_spans(r.closed["session"], r.arrival_s, r.finish_s)

@@ -414,3 +414,32 @@ def test_unfit_tp_degrees_are_rows_not_errors():
     # one instance of TP 4 meets a 10 s TTFT p90 (8 USD/h); TP 8 (16 USD/h) is pruned on cost
     assert rows[4]["verdict"] == "meets" and rows[8]["verdict"] == "pruned"
     assert out["loads"][0]["best"]["tp"] == 4 and out["loads"][0]["best"]["cost_per_hour"] == 8.0
+
+
+def test_a_closed_loop_is_judged_at_the_worst_of_its_band():
+    """A closed loop's band ends are runs of their own (with faster steps the agents send sooner),
+    so the optimistic end's TTFT can be the highest: a pessimistic plan judges it at the worst of
+    the three runs and passes only when all three do. The three runs are given (the search's cache)."""
+    from kvreplay.serving.plan import Config, Search, evaluate
+
+    s = Search(trace=EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=1.0), prices=Prices({"H100": 2.0}),
+               window_s=None, judge="pessimistic", options={}, max_instances=4)
+    c, load = Config("H100", 1, None, "round-robin", "vllm"), ("sessions", 2.0)
+
+    def given(**ratios):
+        s.cache.clear()
+        for end, ratio in ratios.items():
+            s.cache[(c, 1, load, end)] = {"meets": ratio <= 1.0, "verdict": {"binding": {"ratio": ratio}},
+                                          "judged_at": end, "report": None}
+        return evaluate(s, c, 1, load)
+
+    e = given(high=0.9, centre=0.95, low=1.2)  # the pessimistic end passes, the optimistic one does not
+    assert not e["meets"] and e["worst_end"] == "low" and e["verdict"]["binding"]["ratio"] == 1.2
+    assert e["judged_at"] == "worst of the band's ends and its centre (a closed loop: here the optimistic end of the band)"
+    e = given(high=0.9, centre=0.97, low=0.8)  # all pass: the verdict shown is the closest to the SLO
+    assert e["meets"] and e["worst_end"] == "centre" and e["verdict"]["binding"]["ratio"] == 0.97
+    s.cache.clear()
+    for end, ratio in (("high", 0.9), ("centre", 0.95), ("low", 1.2)):  # an open loop: the pessimistic end alone
+        s.cache[(c, 1, ("speedup", 1.0), end)] = {"meets": ratio <= 1.0, "verdict": {"binding": {"ratio": ratio}},
+                                                  "judged_at": end, "report": None}
+    assert evaluate(s, c, 1, ("speedup", 1.0))["meets"]

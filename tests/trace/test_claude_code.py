@@ -209,3 +209,29 @@ def test_real_sample_directory():
     expected = sum(_infinite_hits(reqs, 64) for reqs in per_file)
     assert replay(t, "infinite", None).total_hit_tokens == expected
     assert bool(np.all(np.diff(t.timestamp) >= 0))
+
+
+def test_a_jsonl_corpus_is_one_session_per_line(tmp_path, capsys):
+    """Weka's Claude Code traces (NVIDIA AISimulate's "weka" format) hold one session document per
+    line of a JSONL file: read as that many files would be, sessions apart, ids namespaced."""
+    one_line = lambda path: json.dumps(json.loads(path.read_text()))  # noqa: E731
+    corpus = write(tmp_path, "corpus.jsonl", one_line(A) + "\n" + one_line(B) + "\n\n")
+    for options in ({}, {"session_arrivals": "zero"}, {"session_spacing": 5}):
+        t, files = load_trace(corpus, **options), load_trace([A, B], **options)
+        for name in ("timestamp", "session", "input_length", "output_length", "blocks", "offsets"):
+            assert np.array_equal(getattr(t, name), getattr(files, name)), name
+        assert t.dependencies.offsets.tolist() == files.dependencies.offsets.tolist()
+        assert t.source == str(corpus)
+    # the CLI's session options count the sessions a corpus holds (two here, in one file)
+    assert main(["run", str(corpus), "--policy", "infinite", "--engine", "reference", "--session-arrivals",
+                 "zero"]) == 0
+    assert "hits      512 of 1,180 prompt tokens" in capsys.readouterr().out
+    # an error names the file's line
+    bad = json.loads(one_line(B))
+    bad["requests"][1]["in"] = -5
+    corpus = write(tmp_path, "bad.jsonl", one_line(A) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(TraceError, match=r"bad\.jsonl:2: requests\[1\]\.in: expected a non-negative integer"):
+        load_trace(corpus)
+    corpus = write(tmp_path, "broken.jsonl", one_line(A) + "\n{\"block_size\": 4,\n")
+    with pytest.raises(TraceError, match=r"broken\.jsonl:2: invalid JSON .*one Claude Code session per line"):
+        load_trace(corpus)

@@ -375,14 +375,17 @@ def refuse_unless(args, dest: str, applies: bool, why: str) -> None:
 
 
 def _claude_files(args) -> int:
-    """How many of the command's trace files are Claude Code sessions."""
+    """How many Claude Code sessions the command's trace files hold (a file one, a JSONL corpus one
+    per line)."""
+    from ..trace.claude_code import sessions_in
     from ..trace.formats import sniff_format
     from ..trace.ops import trace_paths
 
     paths = trace_paths(args.trace)
-    if args.format != "auto":
-        return len(paths) if args.format == "claude-code" else 0
-    return sum(1 for p in paths if p != "-" and sniff_format(p) == "claude-code")
+    if args.format not in ("auto", "claude-code"):
+        return 0
+    return sum(sessions_in(p) if p != "-" else 1 for p in paths
+               if args.format == "claude-code" or (p != "-" and sniff_format(p) == "claude-code"))
 
 
 def check_session_options(args, sessions_used: str | None = None, seed_used: str | None = None) -> None:

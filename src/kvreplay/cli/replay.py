@@ -11,6 +11,7 @@ from ..output.serving import tiers_text
 from ..progress import tell
 from ..output.summary import MRC_COLUMNS, SWEEP_COLUMNS, budget_heading, metrics_summary, over_time_table, run_summary, with_budget
 from . import common
+from .sessions import add_closed_options, closed_of
 from .warmup import add_warmup_options, serving_warmup
 
 DEFAULT_CAPACITY = 4096  # blocks, when run is given no --capacity
@@ -442,6 +443,10 @@ def _parser_report(sub) -> None:
                          "digest): every configuration tried, the cheapest per load served again (its instances, "
                          "GPUs, router, policy, tiers, load and warm-up) and judged, and the cost-vs-TTFT plot")
     add_warmup_options(rp, "the serving section's runs (with --gpu)")
+    add_closed_options(rp, "report")
+    rp.add_argument("--slo-ttft", type=common.positive_duration, default=None, metavar="DURATION",
+                    help="with --gpu and --sessions: state the deployment's capacity as the most concurrent sessions "
+                         "whose TTFT p90 stays within this, e.g. 2s")
 
 
 def _cmd_report(args) -> int:
@@ -468,17 +473,29 @@ def _cmd_report(args) -> int:
             raise ConfigError("--plan serves the plan's chosen deployment in the serving section: drop --gpu (or "
                               "drop --plan to serve --gpu's)")
         common.refuse_unless(args, "router", args.instances > 1, "routes between instances: add --instances 2 or more")
+        if args.sessions is not None:
+            common.refuse_unless(args, "speedups", False, "are open-loop loads: --sessions N,M,... is the serving "
+                                                          "section's load (a closed loop); give one of them")
+            common.refuse_unless(args, "arrivals", args.arrivals != "open", "--sessions N,M,... is a closed loop "
+                                                                          "(drop --arrivals open)")
+        common.refuse_unless(args, "slo_ttft", args.sessions is not None,
+                             "states the capacity in concurrent sessions: add --sessions N,M,...")
         serving = {"gpu": args.gpu, "model": args.model, "tp": args.tp, "pp": args.pp, "time_model": args.time_model,
                    "speedups": speedups, "weights_dtype": args.weights_dtype, "instances": args.instances,
-                   "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args)}
+                   "router": args.router, "tiers": args.tiers, "warmup": serving_warmup(args),
+                   "sessions": args.sessions, "slo_ttft_ms": None if args.slo_ttft is None else 1000.0 * args.slo_ttft,
+                   **closed_of(args), "seed": args.seed}
     else:
         kept = " (a --plan's deployment is served as the plan chose it)" if args.plan else ""
-        for dest in ("tp", "pp", "time_model", "weights_dtype", "speedups", "instances", "router", "tiers"):
+        for dest in ("tp", "pp", "time_model", "weights_dtype", "speedups", "instances", "router", "tiers", "sessions",
+                     "arrivals", "think_time", "slo_ttft"):
             common.refuse_unless(args, dest, False, f"shapes the serving section: add --gpu and --model{kept}")
         for dest in ("warmup", "cold_start"):
             common.refuse_unless(args, dest, False, "applies to the serving section: add --gpu and --model (a --plan's "
                                                     "runs keep the plan's warm-up)")
-    trace = common.load(args)
+    random = [what for what, used in (("--sessions", args.sessions is not None),
+                                      ("--think-time", args.think_time is not None)) if used and serving]
+    trace = common.load(args, seed_used=" and ".join(random) or None)
     plan = None
     if args.plan:
         from ..serving.plan_result import load_plan

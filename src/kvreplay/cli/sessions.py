@@ -25,8 +25,8 @@ def session_counts(text: str) -> list[int]:
 
 
 def add_closed_options(p, sessions: str) -> None:
-    """The closed-loop flags; `sessions`: "one" (simulate: --sessions N and --sessions-list N,M,...)
-    or "list" (plan, report: --sessions N,M,...)."""
+    """The closed-loop flags; `sessions`: "one" (simulate: --sessions N and --sessions-list N,M,...),
+    "list" (plan: --sessions N,M,...) or "report" (report: --sessions N,M,..., its serving section)."""
     p.add_argument("--arrivals", choices=("open", "closed"), default=None,
                    help="open: each request at its timestamp; closed: a session's next request is sent when its "
                         "previous answer ends, plus its think time, and an agent waits for the subagents it reads "
@@ -42,6 +42,10 @@ def add_closed_options(p, sessions: str) -> None:
         p.add_argument("--sessions-list", type=session_counts, default=None, metavar="N,M,...",
                        help="sweep: TTFT against these numbers of concurrent sessions, per configuration (table and "
                             "--plot)")
+    elif sessions == "report":
+        p.add_argument("--sessions", type=session_counts, default=None, metavar="N,M,...",
+                       help="with --gpu: serve these numbers of concurrent sessions (a closed loop) instead of "
+                            "--speedups: per-turn TTFT, session times, Little's law, and with --slo-ttft the capacity")
     else:
         p.add_argument("--sessions", type=session_counts, default=None, metavar="N,M,...",
                        help="plan for these numbers of concurrent sessions (a closed loop) instead of --loads: the "

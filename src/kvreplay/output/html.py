@@ -118,10 +118,18 @@ def _serving_section(sv: dict, name: str) -> list[str]:
     who = ("One engine instance serves" if n == 1 else
            f"{n} identical engine instances behind the <code>{esc(sv.get('router', 'round-robin'))}</code> router serve")
     below = f", with tiers <code>{esc(sv['tiers'])}</code> below each pool" if sv.get("tiers") else ""
+    closed = bool(sv["rows"]) and sv["rows"][0].get("load_kind") == "sessions"
+    think = (f", think times drawn from <code>{esc(str(sv['think_time']))}</code>" if sv.get("think_time") is not None
+             else ", think times from the trace")
+    load = ("N concurrent sessions drawn from the trace's, for each N (a closed loop: a session's next request is "
+            f"sent when its previous answer ends, plus its think time{think}; docs/sessions.md)" if closed else
+            "its arrivals sped up or slowed down by each load factor" + (
+                f" (a closed loop: a request is sent when what it waits for has ended, plus its think time{think}; "
+                "its sessions' first requests at their recorded times, divided by the load factor; docs/sessions.md)"
+                if sv.get("arrivals") == "closed" else " (an open loop: each request at its timestamp)"))
     out = [f"<h2>Serving on {n} &times; {src['tp']} &times; {esc(src['gpu'])} ({esc(src['model'])})</h2>"
            if n > 1 else f"<h2>Serving on {src['tp']} &times; {esc(src['gpu'])} ({esc(src['model'])})</h2>",
-           f"<p class=\"note\">{who} the whole trace{below} in simulated time, its arrivals sped up or "
-           f"slowed down by each load factor: a vLLM-style scheduler ({sv['scheduler']['max_num_batched_tokens']:,} "
+           f"<p class=\"note\">{who} the whole trace{below} in simulated time, {load}: a vLLM-style scheduler ({sv['scheduler']['max_num_batched_tokens']:,} "
            f"tokens and {sv['scheduler']['max_num_seqs']:,} requests per step, chunked prefill), policy "
            f"<code>{esc(sv['policy'])}</code>, a pool of {src['blocks']:,} blocks of {sv['block_size']} tokens (what "
            f"{src['gpu_memory_utilization']:g} of the GPU memory holds after {src['weight_bytes_per_gpu'] / 1e9:.1f} GB "
@@ -146,7 +154,8 @@ def _serving_section(sv: dict, name: str) -> list[str]:
 
     from .serving import denominators, keeps_up_cell
 
-    rows = [[f"&times;{r['load']:g}", p50(r), seconds_text(r["ttft_p90_s"]), _pct(r["hit_rate"]),
+    rows = [[f"{int(r['load']):,} sessions" if closed else f"&times;{r['load']:g}", p50(r),
+             seconds_text(r["ttft_p90_s"]) + _p90_band(r), _pct(r["hit_rate"]),
              _pct(r["sequential_hit_rate"]), denominators(r), f"{r['requests_per_s']:,.3f}", _n(r["preemptions"]),
              keeps_up_cell(r) if r["stable"] else f"<b>{keeps_up_cell(r)}</b>"] for r in sv["rows"]]
     out.append(_table(["load", "TTFT p50", "TTFT p90", "hit rate", "sequential", "finished of judged (refused, "
@@ -156,6 +165,8 @@ def _serving_section(sv: dict, name: str) -> list[str]:
         + (f", tiers {sv['tiers']}" if sv.get("tiers") else "")
     fig = plot.load_figure(sv["rows"], title=f"{name}; {deployment}")
     out.append(f"<div class=\"figure\">{_svg(fig)}</div>")
+    if closed:
+        out.extend(_sessions_part(sv))
     if any(r.get("miss_first_use_tokens") is not None for r in sv["rows"]):
         from .misses_plot import load_account_figure
 
@@ -166,6 +177,63 @@ def _serving_section(sv: dict, name: str) -> list[str]:
     if not all(r["stable"] for r in sv["rows"]):
         out.append("<p class=\"note\">Where it does not keep up, the queue grows for as long as the trace lasts, so "
                    "TTFT measures the backlog, not the engine: size for the loads it keeps up with.</p>")
+    return out
+
+
+def _p90_band(r: dict) -> str:
+    """A closed loop's TTFT p90 band (what its capacity is judged on); nothing for the open loop."""
+    from .serving import seconds_text
+
+    if r.get("load_kind") != "sessions" or r.get("ttft_p90_low_s") is None:
+        return ""
+    return f" [{seconds_text(r['ttft_p90_low_s'])} - {seconds_text(r['ttft_p90_high_s'])}]"
+
+
+def _sessions_part(sv: dict) -> list[str]:
+    """A serving section at concurrent sessions: the sessions' figures, TTFT per turn, Little's law
+    and the capacity line (serving/closed_stats.py computes every figure; all text escaped)."""
+    from .serving import capacity_lines, seconds_text
+
+    esc = html.escape
+    rows = sv["rows"]
+    out = ["<h3>Sessions</h3>",
+           "<p class=\"note\">Session time: from a session's first send to its last answer, over the sessions that "
+           "started in the judged span and finished. Think share: the sessions' think time over their time. Little's "
+           "law: throughput &times; (response time + think time) against the time-average number of open cycles "
+           "measured in the run, within the sampling error of the span's cut ends.</p>"]
+    table = []
+    for r in rows:
+        n = r.get("sessions_judged") or {}
+        table.append([f"{int(r['load']):,}", esc(f"{n.get('complete', 0):,} of {n.get('of', 0):,}"),
+                      seconds_text(r["session_time_p50_s"]) if r.get("session_time_p50_s") is not None else "-",
+                      seconds_text(r["session_time_p90_s"]) if r.get("session_time_p90_s") is not None else "-",
+                      f"{r['turns_per_minute']:,.3g}" if r.get("turns_per_minute") is not None else "-",
+                      _pct(r["think_share"]) if r.get("think_share") is not None else "-",
+                      esc(r.get("littles_law") or "-")])
+    out.append(_table(["sessions", "judged sessions complete (of run)", "session time p50", "session time p90",
+                       "turns per minute", "think share", "Little's law"], table, [True] * 6 + [False]))
+    buckets = [b["turns"] for b in (rows[0].get("ttft_by_turn") or [])]
+    if buckets:
+        per_turn = []
+        for k, label in enumerate(buckets):
+            cells = []
+            for r in rows:
+                b = r["ttft_by_turn"][k]
+                cells.append(f"{seconds_text(b['ttft_p50_s'])} / {seconds_text(b['ttft_p90_s'])} ({b['requests']:,})"
+                             if b["requests"] else "-")
+            per_turn.append([esc(label), *cells])
+        out.append("<p class=\"note\">TTFT p50 / p90 by turn (a request's rank in its session by arrival), over "
+                   "the judged requests, with their count:</p>")
+        out.append(_table(["turn", *[f"{int(r['load']):,} sessions" for r in rows]], per_turn,
+                          [False] + [True] * len(rows)))
+    draws = [r["draws"] for r in rows if r.get("draws")]
+    if draws:
+        out.append("<p class=\"note\">Draws: " + "; ".join(esc(d) for d in draws) + ".</p>")
+    lines = [line.removeprefix("capacity").strip() for line in capacity_lines(rows)]
+    if sv.get("slo_ttft_s") is not None and lines:
+        out.append("<p><b>Capacity</b>: " + "<br>".join(esc(line) for line in lines) + ".</p>")
+    else:
+        out.append("<p class=\"note\">Give --slo-ttft to state the deployment's capacity in concurrent sessions.</p>")
     return out
 
 

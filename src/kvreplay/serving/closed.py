@@ -139,7 +139,9 @@ class ClosedLoop:
         that waits for nothing), waits, next_offsets / next_ids (who waits for each request),
         think_s, and with lanes each request's session and the lane queue; `delay_s` (what the host
         adds before a request reaches the engine, timing/host.py: a number, or one per request) is
-        added to every arrival, and to every link into the request it delays."""
+        added to every arrival, to every link into the request it delays, and to a queued session's
+        first request when its lane takes it (lane_delay_s); a link that fires on a request's send
+        fires on its client's, send_delay_s before the engine sees it."""
         n = len(self.trace)
         delay_s = np.broadcast_to(np.asarray(delay_s, dtype=np.float64), (n,))
         owner = np.repeat(np.arange(n), np.diff(self.links.offsets))
@@ -153,7 +155,9 @@ class ClosedLoop:
                 "waits": waits, "next_offsets": next_offsets, "next_ids": owner[by].astype(np.int64),
                 "next_delay_s": self.delay_s[by] + delay_s[owner[by]], "next_on_send": self.on_send[by].astype(np.int8),
                 "session": np.asarray(self.session, dtype=np.int64) if lanes else np.zeros(0, dtype=np.int64),
-                "lane_queue": self.queued if lanes else np.zeros(0, dtype=np.int64)}
+                "lane_queue": self.queued if lanes else np.zeros(0, dtype=np.int64),
+                "lane_delay_s": delay_s[self.queued] if lanes else np.zeros(0, dtype=np.float64),
+                "send_delay_s": np.array(delay_s, dtype=np.float64)}
 
 
 def check_options(trace: Trace, arrivals=None, *, sessions=None, think_time=None, speedup=None, rate=None):

@@ -43,6 +43,8 @@ from .warmup import AUTO, JudgedSpan, judged_mask, spec_text
 JUDGES = ("pessimistic", "centre")
 #: a band end's name in the runs' cache and the words the rows use for it
 END_TEXT = {"high": "pessimistic end of the band", "centre": "centre of the band", "low": "optimistic end of the band"}
+#: a closed loop judged pessimistically: the worst of the band's three runs (_worst_end)
+WORST_TEXT = "worst of the band's ends and its centre (a closed loop: here the {})"
 
 
 @dataclass(frozen=True)
@@ -543,7 +545,7 @@ def _fewest_instances(s: Search, c: Config, load: tuple, *, max_cost: float, per
         if affordable < top:  # (the most it can afford missed: the binding window at that count says by how much)
             return {"pruned": True, "at": n + 1, "missed_at": n, "binding": e["verdict"]["binding"]}
         return _result(s, c, top, load)
-    hi = _bisect(s, c, load, _judged_end(s), lo, hi)
+    hi = _bisect(s, c, load, None, lo, hi)  # (at the judged end: the worst of three for a closed loop)
     return _result(s, c, hi, load)
 
 
@@ -579,7 +581,7 @@ def _result(s: Search, c: Config, n: int, load: tuple) -> dict:
             "floor_in_binding_s": None if e["meets"] else floor_in(s, c, load, v["binding"])}
 
 
-def _bisect(s: Search, c: Config, load: tuple, end: str, lo: int, hi: int) -> int:
+def _bisect(s: Search, c: Config, load: tuple, end: str | None, lo: int, hi: int) -> int:
     """The fewest instances in (lo, hi] meeting the SLOs at the band's `end`; `hi` meets, `lo` not."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -598,6 +600,8 @@ def band_instances(s: Search, c: Config, n: int, load: tuple) -> dict | None:
     --max-instances)."""
     if not _banded(s, c):
         return None
+    if s.judge == "pessimistic" and closed_loop(s, load):  # n meets all three (_worst_end): each below it
+        return {end: _bisect(s, c, load, end, 0, n) for end in ("low", "centre", "high")}
     if s.judge == "pessimistic":
         centre = _bisect(s, c, load, "centre", 0, n)
         return {"low": _bisect(s, c, load, "low", 0, centre), "centre": centre, "high": n}
@@ -625,6 +629,8 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
     "low", "high" or "centre" of the time model's band (default: the one the plan judges at); a
     time model without a band has only its centre."""
     banded = _banded(s, c)
+    if end is None and banded and s.judge == "pessimistic" and closed_loop(s, load):
+        return _worst_end(s, c, n, load)
     end = (end or _judged_end(s)) if banded else "centre"
     if (c, n, load, end) in s.cache:
         s.cache_hits += 1
@@ -656,6 +662,27 @@ def evaluate(s: Search, c: Config, n: int, load: tuple, end: str | None = None) 
              "report": run}
     s.cache[(c, n, load, end)] = entry
     _check_monotone(s, c, load, end)
+    return entry
+
+
+def _worst_end(s: Search, c: Config, n: int, load: tuple) -> dict:
+    """A closed loop judged pessimistically, at the worst of its band's three runs: with faster
+    steps its agents send sooner, so the optimistic end's TTFT can be the highest (docs/sessions.md).
+    It meets the SLOs when all three do; its verdict is the run whose binding window is the worst."""
+    key = (c, n, load, "worst")
+    if key in s.cache:
+        s.cache_hits += 1
+        return s.cache[key]
+    runs = {end: evaluate(s, c, n, load, end) for end in ("high", "centre", "low")}
+
+    def ratio(end):
+        b = runs[end]["verdict"]["binding"]
+        return (not runs[end]["meets"], -np.inf if b is None else b["ratio"])
+
+    worst = max(runs, key=ratio)  # (a failing run first, then the highest ratio; ties: the pessimistic end)
+    entry = {**runs[worst], "meets": all(e["meets"] for e in runs.values()),
+             "judged_at": WORST_TEXT.format(END_TEXT[worst]), "worst_end": worst}
+    s.cache[key] = entry
     return entry
 
 

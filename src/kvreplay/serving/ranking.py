@@ -22,12 +22,15 @@ from .simulate import NOT_SERVED
 def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instances: int = 1,
                    router: str = "round-robin", tiers=None, load: tuple = ("speedup", 1.0), warmup="auto",
                    block_size: int | None = None, time_model="roofline", weights_dtype: str = "bf16",
-                   progress=None, pp: int = 1) -> dict:
+                   progress=None, pp: int = 1, arrivals: str | None = None, think_time=None, seed: int = 0) -> dict:
     """Each of `policies` (names with parameters, "lru" or "s3fifo:small_ratio=0.2") offline at the
     deployment's pool and served on the deployment: rows with both hit rates and ranks, sorted by
     the served one; `differs` when the two orders differ; policies the simulator does not serve
     (bounds, engines without a modelled scheduler) listed in `not_served` with why. progress: a
-    kvreplay.progress callback, told ``(done, total, "policies served")``."""
+    kvreplay.progress callback, told ``(done, total, "policies served")``. load: ("speedup", x),
+    ("rate", r) or ("sessions", n) (n concurrent sessions, a closed loop, whose drawn requests are
+    not the trace's: their offline hit rate is the run's sequential replay of them, the same policy
+    and pool with one request at a time); arrivals / think_time / seed: as simulate()."""
     from ..engine.replay import replay
     from ..policies.registry import parse_policy
     from .simulate import simulate
@@ -35,8 +38,10 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
     rows, not_served = [], []
     deployment = dict(model=model, gpu=gpu, tp=tp, pp=pp, instances=instances, router=router, tiers=tiers,
                       time_model=time_model, weights_dtype=weights_dtype, block_size=block_size, warmup=warmup,
-                      band_runs=False, compare_sequential=False, kv_semantics="full",
-                      **({"speedup": load[1]} if load[0] == "speedup" else {"rate": load[1]}))
+                      band_runs=False, compare_sequential=load[0] == "sessions", kv_semantics="full",
+                      arrivals=arrivals, think_time=think_time, seed=seed,
+                      **({"speedup": load[1]} if load[0] == "speedup" else
+                         {"sessions": int(load[1])} if load[0] == "sessions" else {"rate": load[1]}))
     todo = [p.strip() for p in policies if p and p.strip()]
     tell(progress, 0, len(todo), "policies served")
     for k, text in enumerate(todo):
@@ -53,8 +58,11 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
             continue
         counted = r.counted
         prompt = int(r.prompt_tokens[counted].sum())
-        offline = replay(trace, spec.name, r.capacity_blocks, r.block_size, **params)
-        offline_rate = int(np.asarray(offline.hit_tokens)[counted].sum()) / prompt if prompt else 0.0
+        if load[0] == "sessions":  # the drawn sessions: their sequential replay, over the same requests
+            offline_rate = r.sequential_hit_rate or 0.0
+        else:
+            offline = replay(trace, spec.name, r.capacity_blocks, r.block_size, **params)
+            offline_rate = int(np.asarray(offline.hit_tokens)[counted].sum()) / prompt if prompt else 0.0
         rows.append({"policy": text, "served_hit_rate": r.hit_rate, "offline_hit_rate": offline_rate,
                      "capacity_blocks": r.capacity_blocks, "requests": int(r.judged.sum()),
                      "finished": int(counted.sum())})

@@ -549,13 +549,15 @@ def _closed_arrays(closed: dict | None, n: int) -> dict:
     """The kernel's closed-loop fields (release.c), in its order (the trace's: closed runs are not
     reordered), and the CLOSED setting; empty arrays for the open loop."""
     dtypes = {"waits": np.int64, "next_offsets": np.int64, "next_ids": np.int64, "next_delay_s": np.float64,
-              "next_on_send": np.int8, "session": np.int64, "lane_queue": np.int64}
+              "next_on_send": np.int8, "session": np.int64, "lane_queue": np.int64, "lane_delay_s": np.float64,
+              "send_delay_s": np.float64}
     if closed is None:
         return {k: np.zeros(0, dtype=d) for k, d in dtypes.items()}
     out = {k: np.ascontiguousarray(closed[k], dtype=d) for k, d in dtypes.items()}
     m = out["next_ids"].shape[0]
     if out["waits"].shape != (n,) or out["next_offsets"].shape != (n + 1,) or out["session"].shape not in ((0,), (n,)) \
-            or out["next_delay_s"].shape != (m,) or out["next_on_send"].shape != (m,):
+            or out["next_delay_s"].shape != (m,) or out["next_on_send"].shape != (m,) \
+            or out["lane_delay_s"].shape != out["lane_queue"].shape or out["send_delay_s"].shape != (n,):
         raise ConfigError("closed-loop arrays must have one entry per request (or link)")
     return out
 

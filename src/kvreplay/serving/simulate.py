@@ -912,6 +912,11 @@ def sweep_row(trace, options: dict) -> dict:
                 "instances": options.get("instances", 1), "router": options.get("router") or "-",
                 "tiers": options.get("tiers") or "none", "stable": None,
                 "error": ("internal error, please report: " if internal else "") + str(e), "internal_error": internal}
+    return run_row(r, s, kind, options)
+
+
+def run_row(r, s: dict, kind: str, options: dict) -> dict:
+    """sweep_row's row of the run `r` (its summary `s`) at the load `kind` of `options`."""
     ttft = s["latency_s"]["ttft"]
     tiers = r.tiers["tiers"] if r.tiers is not None else None
     return {
@@ -985,23 +990,62 @@ def _band_columns(band) -> dict:
 def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
                     policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
                     weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None, warmup="auto", progress=None, pp: int = 1) -> dict:
+                    tiers: str | None = None, warmup="auto", progress=None, pp: int = 1, sessions=None,
+                    slo_ttft_ms=None, arrivals: str | None = None, think_time=None, seed: int = 0) -> dict:
     """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
     (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
     `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
     `warmup` (warmup.py). A hybrid model is served with every layer as full attention, as the
-    report's curves replay it (its note says so)."""
-    rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], gpu=gpu, model=model,
-                      tp=tp, pp=pp, time_model=time_model, block_size=block_size, instances=[instances], routers=[router],
-                      tiers=[tiers], gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
-                      kv_semantics="full", warmup=warmup, progress=progress)  # (the report's curves and pool are full semantics)
+    report's curves replay it (its note says so).
+
+    sessions: numbers of concurrent sessions (a closed loop: lanes.py) instead of `speedups`; each
+    row then adds its per-turn TTFT (``ttft_by_turn``), its Little's law line (``littles_law``) and
+    its draw (``draws``); `slo_ttft_ms` states the capacity (output.serving.capacity_lines).
+    arrivals / think_time / seed: as simulate()."""
+    options = dict(policy=policy, capacity=None, gpu=gpu, model=model, tp=tp, pp=pp, time_model=time_model,
+                   block_size=block_size, instances=instances, router=router, tiers=tiers,
+                   gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
+                   kv_semantics="full", warmup=warmup, arrivals=arrivals, think_time=think_time, seed=seed,
+                   slo_ttft_ms=slo_ttft_ms)  # (the report's curves and pool are full semantics)
+    if sessions is not None:
+        rows = _sessions_rows(trace, list(sessions), options, progress)
+    else:
+        grid = ("policy", "capacity", "instances", "router", "tiers")
+        rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], instances=[instances],
+                          routers=[router], tiers=[tiers], progress=progress,
+                          **{k: v for k, v in options.items() if k not in grid})
     sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
                     gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype, pp=pp)
     tm = pipelined(load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
                    if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp), pp)
     return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
             "weights_dtype": sizes.weights_dtype, "instances": instances, "router": router, "tiers": tiers,
-            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup}
+            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup,
+            "slo_ttft_s": None if slo_ttft_ms is None else ms_arg(slo_ttft_ms, "slo_ttft_ms") / 1000.0,
+            "arrivals": closed.check_options(as_trace(trace), arrivals, think_time=think_time)[0],
+            "think_time": think_time}
+
+
+def _sessions_rows(trace, sessions: list, options: dict, progress) -> list[dict]:
+    """serving_section's rows at concurrent sessions: one closed-loop run per count, each row with
+    its per-turn TTFT, Little's law and draw (what a sweep row leaves out)."""
+    from .lanes import check_sessions
+
+    rows = []
+    for k, n in enumerate(sessions):
+        if progress is not None:
+            progress(k, len(sessions), "simulations")
+        opts = dict(options, sessions=check_sessions(n))
+        r = simulate(trace, **opts)
+        s = r.summary()
+        closed = s["closed"]
+        law = closed.get("littles_law") or {}
+        rows.append(dict(run_row(r, s, "sessions", opts), ttft_by_turn=closed["ttft_by_turn"],
+                         littles_law=law.get("text"), draws=r.arrivals.get("draws"),
+                         sessions_judged=closed["sessions"]))
+    if progress is not None:
+        progress(len(sessions), len(sessions), "simulations")
+    return rows
 
 
 def deployment_focus(trace, collect_options: dict, serving: dict) -> dict:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import msgspec
 import numpy as np
@@ -227,8 +228,11 @@ class _Reader:
 
 
 def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = False,
-                     subagent_sessions: bool = False) -> Trace:
-    """Read one Claude Code session file (plain, gzip, or "-" for stdin).
+                     subagent_sessions: bool = False) -> Trace | list[Trace]:
+    """Read one Claude Code session file (plain, gzip, or "-" for stdin), or a corpus of them one
+    per line (JSONL, as Weka's Claude Code traces and NVIDIA AISimulate's ``weka`` format hold
+    them: ai-dynamo/aisimulate crates/core/src/replay/loadgen/weka.rs, Apache-2.0): then a list,
+    one Trace per line, each a session of its own as a file would be (load_trace merges them).
 
     on_invalid: "error" stops at the first bad request (TraceError with file, line and JSON
         path); "skip" drops bad requests (a bad subagent entry drops its whole stream) and
@@ -246,9 +250,47 @@ def read_claude_code(path: str, *, on_invalid: str = "error", keep_ids: bool = F
     try:
         doc = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError) as e:
+        if "trailing characters" in str(e) and data.lstrip()[:1] == b"{":
+            return _read_lines(name, data, on_invalid, keep_ids, subagent_sessions)
         found = re.search(r"byte (\d+)", str(e))
         line = data.count(b"\n", 0, int(found.group(1))) + 1 if found else data.rstrip().count(b"\n") + 1
         raise TraceError(name, f"invalid JSON ({nesting(e)})", line) from None
+    return _read_document(name, data, doc, on_invalid, keep_ids, subagent_sessions)
+
+
+def sessions_in(path: str) -> int:
+    """How many sessions a Claude Code file holds: one per line that opens a document at its first
+    column (a JSONL corpus), one for a single document however it is laid out."""
+    stream = open_trace(path)
+    try:
+        return max(1, sum(1 for line in stream if line[:1] == b"{"))
+    finally:
+        stream.close()
+
+
+def _read_lines(name: str, data: bytes, on_invalid: str, keep_ids: bool, subagent_sessions: bool) -> list[Trace]:
+    """A JSONL corpus: each non-blank line one session document; errors name the file's line."""
+    out = []
+    for number, text in enumerate(data.split(b"\n"), start=1):
+        if not text.strip():
+            continue
+        try:
+            doc = msgspec.json.decode(text)
+        except (msgspec.DecodeError, RecursionError) as e:
+            raise TraceError(name, f"invalid JSON ({nesting(e)}; one Claude Code session per line)", number) from None
+        try:
+            trace = _read_document(name, text, doc, on_invalid, keep_ids, subagent_sessions)
+        except TraceError as e:
+            e.line = number  # (a one-line document: its line in the file)
+            raise
+        if trace.invalid_records:  # (the skipped requests' lines: this line)
+            trace = replace(trace, invalid_records={**trace.invalid_records, "first_lines": [number]})
+        out.append(trace)
+    return out
+
+
+def _read_document(name: str, data: bytes, doc, on_invalid: str, keep_ids: bool, subagent_sessions: bool) -> Trace:
+    """One decoded session document (`data`: its text, for the lines errors name)."""
     reader = _Reader(name, data, on_invalid)
     if not isinstance(doc, dict):
         raise TraceError(name, f"expected one JSON object (a Claude Code session), got {describe(doc)}", 1)

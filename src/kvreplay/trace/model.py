@@ -395,7 +395,8 @@ def check_not_token_ids(trace) -> None:
 class Reader:
     """A trace format.
 
-    read(path, *, on_invalid, keep_ids, **options) -> Trace.
+    read(path, *, on_invalid, keep_ids, **options) -> Trace, or a list of Traces for a file that
+        holds several sessions (a Claude Code JSONL corpus), each merged as a file would be.
     sniff(keys) -> bool: does a file whose first record has these top-level keys (among
         `sniff_keys`) look like this format? Readers are asked in `rank` order (lowest first);
         the first that says yes reads the file.

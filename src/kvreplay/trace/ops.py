@@ -185,8 +185,9 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
         told = None if progress is None else (
             lambda done, before=before: tell(progress, before + done, sum(sizes), "bytes read"))
         try:
-            traces.append(read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions,
-                               progress=told))
+            got = read(p, fmt, on_invalid=on_invalid, keep_ids=keep_ids, subagent_sessions=subagent_sessions,
+                       progress=told)
+            traces.extend(got if isinstance(got, list) else [got])  # (a corpus file: one trace per session)
         except TraceError as e:
             if format == "auto" and fmt == CATCH_ALL and e.line == 1 and getattr(e, "unrecognised", False):
                 # The catch-all took a file no reader recognised: say so, not only what it missed.
@@ -196,7 +197,7 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
     if len(traces) == 1:
         return traces[0]
     merged = merge(traces, namespace=True, offsets_ms=start_offsets_ms(traces, session_arrivals, session_spacing, seed))
-    if not isinstance(path, (list, tuple)):
+    if not isinstance(path, (list, tuple)) or len(paths) == 1:
         from dataclasses import replace
 
         merged = replace(merged, source=os.fspath(path))  # a directory

@@ -5,16 +5,19 @@
  * (serving/closed.py builds those links from the trace).
  *
  * Each request keeps a count of the links it still waits for (waits_left) and the latest time one
- * of them released it to (ready_at). When a request is sent (release_sent) or ends (release_ended:
+ * of them released it to (ready_at). When a request is released (its client sends it, at its
+ * engine time less send_delay_s: the host's API server in between) or ends (release_ended:
  * finished, rejected or refused: a client that got an error goes on), its links of that kind fire:
- * each target counts one down and takes max(ready_at, now + the link's delay); one that reaches 0
- * is sent at its ready_at. Released requests wait in a heap by send time, then by request (the
+ * each target counts one down and takes max(ready_at, the time + the link's delay); one that
+ * reaches 0 is sent at its ready_at. (Firing on the client's send, when the release is known, lets
+ * a subagent reach the engine before its parent's request does, as two clients' requests can.) Released requests wait in a heap by send time, then by request (the
  * lower first), which the event loop reads as it reads the trace's arrivals in the open loop. The
  * open loop (cfg CLOSED 0) uses none of this: release_ended only counts.
  *
  * Lanes (N concurrent sessions, serving/lanes.py): the sessions beyond the first N wait in
  * lane_queue, in draw order, each first request counting one wait for a lane; when a session's
- * last request ends, its lane takes the next of them (a load generator's pool of N users). */
+ * last request ends, its lane takes the next of them (a load generator's pool of N users), which
+ * reaches the engine its lane_delay_s later (the host's API server, as every request's links add). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -63,6 +66,16 @@ i64 release_pop(Sim *s) {
 
 f64 release_next_t(const Sim *s) { return s->rel_n > 0 ? s->rel_t[0] : INFINITY; }
 
+static void fire(Sim *s, i64 i, int on_send, f64 t);
+
+/* request i is released to reach the engine at t: queued, and its links that fire on its client's
+ * send fire at that send */
+static void released(Sim *s, f64 t, i64 i) {
+    push(s, t, i);
+    SimIO *io = s->io;
+    fire(s, i, 1, t - (i < io->send_delay_s_n ? io->send_delay_s[i] : 0.0));
+}
+
 void release_setup(Sim *s) {
     SimIO *io = s->io;
     s->closed = io->cfg[CLOSED] != 0;
@@ -75,8 +88,9 @@ void release_setup(Sim *s) {
     for (i64 i = 0; i < n; i++) {
         s->waits_left[i] = io->waits[i];
         s->ready_at[i] = -INFINITY;
-        if (io->waits[i] == 0) push(s, io->arrival[i], i);
     }
+    for (i64 i = 0; i < n; i++)
+        if (io->waits[i] == 0) released(s, io->arrival[i], i);
     if (io->session_n == n && n > 0) {
         i64 sessions = 0;
         for (i64 i = 0; i < n; i++) sessions = kv_max(sessions, io->session[i] + 1);
@@ -89,7 +103,7 @@ void release_setup(Sim *s) {
  * latest such time */
 static void count_down(Sim *s, i64 k, f64 t) {
     if (t > s->ready_at[k]) s->ready_at[k] = t;
-    if (--s->waits_left[k] == 0) push(s, s->ready_at[k], k);
+    if (--s->waits_left[k] == 0) released(s, s->ready_at[k], k);
 }
 
 /* request i's links that fire on its send (on_send 1) or on its end (0), at time t */
@@ -99,9 +113,7 @@ static void fire(Sim *s, i64 i, int on_send, f64 t) {
         if ((io->next_on_send[e] != 0) == on_send) count_down(s, io->next_ids[e], t + io->next_delay_s[e]);
 }
 
-void release_sent(Sim *s, i64 i) {
-    if (s->closed) fire(s, i, 1, s->now);
-}
+void release_sent(Sim *s, i64 i) { (void)s, (void)i; /* (its send's links fired on its release) */ }
 
 void release_teardown(Sim *s) {
     free(s->waits_left);
@@ -120,6 +132,8 @@ void release_ended_at(Sim *s, i64 i, f64 t) {
     if (!s->closed) return;
     SimIO *io = s->io;
     fire(s, i, 0, t);
-    if (s->session_left != NULL && --s->session_left[io->session[i]] == 0 && s->lane_next < io->lane_queue_n)
-        count_down(s, io->lane_queue[s->lane_next++], t);  /* the session ended: its lane takes the next one */
+    if (s->session_left != NULL && --s->session_left[io->session[i]] == 0 && s->lane_next < io->lane_queue_n) {
+        i64 k = s->lane_next++; /* the session ended: its lane takes the next one, which reaches the engine */
+        count_down(s, io->lane_queue[k], t + (k < io->lane_delay_s_n ? io->lane_delay_s[k] : 0.0)); /* its delay on */
+    }
 }

@@ -89,7 +89,7 @@ enum { SIM_VIEW_SLOTS(KV_SLOT_ENUM) NUM_VIEW };
     F(i64, tier_hits) F(i64, counters) F(f64, series) F(i64, series_meta) F(f64, itl) F(i64, handles)     \
     F(f64, end_s) F(i64, groups) F(i64, hybrid_counters) F(i64, radix) F(i64, radix_counters)          \
     F(i64, waits) F(i64, next_offsets) F(i64, next_ids) F(f64, next_delay_s) F(i8, next_on_send) F(f64, arrived_s)  \
-    F(i64, session) F(i64, lane_queue) F(f64, spec_accept) F(i64, spec_accepted_at) F(f64, tm_draft)
+    F(i64, session) F(i64, lane_queue) F(f64, lane_delay_s) F(f64, send_delay_s) F(f64, spec_accept) F(i64, spec_accepted_at) F(f64, tm_draft)
 
 typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
@@ -276,14 +276,16 @@ i64 sgh_probe(const Sim *s, i64 j, i64 i);
 /* ---- release.c: closed-loop arrivals ---- */
 /* Closed loop (cfg CLOSED): request i waits for waits[i] links, and the links e in
  * [next_offsets[i], next_offsets[i + 1]) go from it to next_ids[e]: when request i is sent
- * (next_on_send[e]) or when it ends (otherwise), next_ids[e] may be sent next_delay_s[e] later.
+ * (next_on_send[e]: when its client sends it, send_delay_s[i] before the engine sees it) or when it
+ * ends (otherwise), next_ids[e] may be sent next_delay_s[e] later.
  * A request is sent at the latest of its links' times, once all have fired; one without links at
  * arrival[i]. Lanes: with session[i] (one per request, 0..S-1), each time a session's last request
  * ends, the next request of lane_queue (a later session's first, which counts that lane among its
- * waits) may be sent at once. Open loop: every request at arrival[i]. */
+ * waits) may be sent lane_delay_s[k] later (its entry's: what the host adds before it reaches the
+ * engine). Open loop: every request at arrival[i]. */
 void release_setup(Sim *s);
 void release_teardown(Sim *s);
-/* request i was sent: the links that fire on its send */
+/* request i reached the engine (its links that fire on its client's send fired when it was released) */
 void release_sent(Sim *s, i64 i);
 /* request i ended (finished, rejected or refused): it is done, and its links that fire on its end */
 void release_ended(Sim *s, i64 i);
