@@ -243,3 +243,14 @@ def test_the_documented_run(tmp_path):
     for figure in ("TTFT p50 1.65 s (band 1.52-1.82 s) and peaks at 701 of its 801 blocks",
                    "(801 blocks, 91 running, 4 preemptions)", "3.43 s after the parent's arrival, against 1.83 s"):
         assert figure in " ".join(section.split()), figure
+
+
+def test_sglang_samples_on_a_hybrid_model_are_refused_with_full_semantics_served():
+    # SGLang's hybrid (sliding-window) tree serving a group is not checked against SGLang: refused,
+    # and served over full attention when asked for
+    t = one_request(4000, 3, block_size=16)
+    with pytest.raises(ConfigError, match="not simulated on a hybrid model's layer groups .* --kv-semantics full"):
+        simulate(t, model="gpt-oss-120b", gpu="H200", tp=8, engine_style="sglang", capacity="40GiB", n=2)
+    r = simulate(t, model="gpt-oss-120b", gpu="H200", tp=8, engine_style="sglang", capacity="40GiB", n=2,
+                 kv_semantics="full")
+    assert r.samples["prefill_only_requests"] == 1 and r.finished.all()

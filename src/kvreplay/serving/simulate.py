@@ -390,6 +390,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                                                     engine_style, block_bytes, block_size)
     semantics = choose(model, kv_semantics, policy=spec.name, engine_style=engine_style, tiers=tier_list,
                        disagg=disagg, output_kv=output_kv, kv_layers=kv_layers, capacity=asked_capacity, sizes=sizes, tp=tp)
+    if semantics.hybrid and fan is not None and fan.style == "sglang":
+        raise ConfigError("n > 1 with --engine-style sglang is not simulated on a hybrid model's layer groups (SGLang's "
+                          "hybrid tree serving parallel sampling is not checked against SGLang): add --kv-semantics full")
     if semantics.hybrid:
         capacity = semantics.capacity
         if spec_decode is not None:
