@@ -439,7 +439,6 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     if closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
         arrival_s = raw.arrival_s - delay_s
         warm = resolve_warmup(warmup, trace, arrival_s, block_size)
-
     band = None
     if banded:  # (the host's terms at the same end of their own band)
         band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")},
