@@ -147,7 +147,7 @@ def test_a_plan_that_tried_nothing_writes_nothing_and_exits_2(files, tmp_path, c
                  str(tmp_path / "p.png")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == ("kvreplay: every configuration was skipped: no price for B200 in the catalog (it "
-                                 "has A100-80GB, H100, H200): give --price B200=USD/h")
+                                 "has A100-80GB, H100, H200, A100-40GB, L4, GB200, B300, MI325X): give --price B200=USD/h")
     assert out.read_text() == "keep" and sorted(os.listdir(tmp_path)) == ["plan.json"]
 
 

@@ -198,6 +198,7 @@ init_req_max_new_tokens, which clips it to what the pool can ever hold).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -850,6 +851,11 @@ class TraceRequest:
     input_length: int
     output_length: int
     arrival_s: float
+    # parallel sampling as the tokenizer manager sends it (tokenizer_manager.py:2115-2182): its
+    # prefill-only request has max_new_tokens 0; each sample is sent when the request at index
+    # `after` (its group's prefill-only one) has finished (arrival_s is then not read)
+    max_new_tokens: int | None = None  # None: the output length (at least 1)
+    after: int | None = None
 
 
 def requests_from_trace(trace, arrival_s) -> list:
@@ -1323,17 +1329,24 @@ def _serve(requests, settings, real, results, order, max_len, steps) -> RunResul
         index_of: dict = {}
         next_token = [VOCAB_SIZE // 2]
         t = 0.0
-        k = 0
         done = 0
+        # what arrives, by (time, index): the requests that wait for nothing at their arrival; a
+        # sample of a parallel-sampling group when its prefill-only request finishes
+        due = [(requests[i].arrival_s, i) for i in order if requests[i].after is None]
+        heapq.heapify(due)
+        followers: dict = {}
+        for i, r in enumerate(requests):
+            if r.after is not None:
+                followers.setdefault(r.after, []).append(i)
         while True:
             # ingest_requests: every request that arrived by now (scheduler.py event_loop_normal)
-            while k < n and requests[order[k]].arrival_s <= t:
-                i = order[k]
-                k += 1
+            while due and due[0][0] <= t:
+                _, i = heapq.heappop(due)
                 r = requests[i]
                 tokens = prompt_tokens(r.hash_ids, r.input_length, P)
                 # the tokenizer manager's sampling parameters: normalize(tokenizer) (tokenizer_manager.py:1566)
-                sampling = SamplingParams(max_new_tokens=max(r.output_length, 1))
+                sampling = SamplingParams(max_new_tokens=max(r.output_length, 1) if r.max_new_tokens is None
+                                          else r.max_new_tokens)
                 sampling.normalize(None)
                 req = Req(f"r{i}", "", tokens, sampling, vocab_size=VOCAB_SIZE,
                           disagg_mode=real.disagg.DisaggregationMode.NULL)
@@ -1377,19 +1390,21 @@ def _serve(requests, settings, real, results, order, max_len, steps) -> RunResul
                         results[i].status = "finished"
                         results[i].preemptions = req.retraction_count
                         done += 1
+                        for f in followers.get(i, ()):
+                            heapq.heappush(due, (t, f))  # (the manager sends them on the response)
             else:
                 # on_idle: the new-token ratio resets only when fully idle (scheduler.py 5241-5318)
                 if seat.is_fully_idle():
                     seat.new_token_ratio_tracker.reset()
                 if seat.last_batch is None:
                     # a second empty pass in a row: nothing happens until the next arrival
-                    if k >= n:
+                    if not due:
                         if done < n:
                             stuck = [r.rid for r in seat.waiting_queue]
                             raise RuntimeError(f"SGLang's scheduler is wedged at t={t}: {len(stuck)} requests "
                                                f"wait and none can be admitted (first: {stuck[:5]})")
                         break
-                    t = max(t, requests[order[k]].arrival_s)
+                    t = max(t, due[0][0])
             seat.last_batch = batch
     end = max((r.finish_s for r in results if r.finish_s is not None), default=0.0)
     out = RunResult(requests=results, steps=steps, end_s=end)

@@ -155,7 +155,8 @@ def test_cli_plan_table_and_json(tmp_path):
     # a plan whose every configuration is skipped has no answer: exit 2 saying why
     assert fails("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "B200", "--block-size",
                  "4", "--time-model", profile).endswith("every configuration was skipped: no price for B200 in the "
-                                                        "catalog (it has A100-80GB, H100, H200): give --price B200=USD/h")
+                                                        "catalog (it has A100-80GB, H100, H200, A100-40GB, L4, GB200, B300, "
+                                                        "MI325X): give --price B200=USD/h")
 
 
 def test_rates_and_a_tier_that_cannot_pay_for_itself():

@@ -108,7 +108,7 @@ def test_bad_n_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(engine_style="sglang"), "modelled for --engine-style vllm only"),
+    (dict(engine_style="trtllm"), "modelled for --engine-style vllm and sglang"),
     (dict(instances=2), "needs one instance"),
     (dict(arrivals="closed"), "open-loop arrivals only"),
     (dict(sessions=2), "open-loop arrivals only"),
@@ -118,6 +118,48 @@ def test_refused_where_it_cannot_apply(options, message):
     with pytest.raises(ConfigError, match=message):
         simulate(t, capacity=200, block_size=16, n=2, **options)
     simulate(t, capacity=200, block_size=16, n=1, **options)  # n = 1 is served as before
+
+
+def test_sglang_sends_the_samples_when_its_prefill_only_request_ends(tmp_path):
+    # SGLang 0.5.23 (serving/samples.py): the group is first a prefill-only request (max_new_tokens
+    # 0) at the parent's arrival; with 1 s steps it prefills in [0, 1 s) and ends at 1 s, caching
+    # the prompt's 62 whole pages of 16 tokens (its partial 63rd is its own, freed). The eight
+    # samples are sent then; each one's match stops at input_len - 1 = 999 tokens: all eight hit
+    # 992 (8 x 992, one more sharer than vLLM's children), prefill together in [1, 2 s), first
+    # token at 2 s, and decode the other 99 tokens: finish at 101 s. Memory at the last token as
+    # vLLM's: 62 shared + 8 x 7 own = 118, the run's peak.
+    tm = write(tmp_path, "one_second.json", ONE_SECOND)
+    r = simulate(one_request(), capacity=2000, block_size=16, n=8, time_model=str(tm), engine_style="sglang",
+                 policy="radix")
+    assert r.hit_tokens.tolist() == [0] + [992] * 8
+    assert r.first_token_s.tolist() == [1.0] + [2.0] * 8
+    assert r.scheduled_s.tolist() == [0.0] + [1.0] * 8  # (the samples: sent when the prefill-only one ended)
+    assert r.ttft_s.tolist() == [1.0] + [2.0] * 8  # (from the parent's arrival, the client's send)
+    assert r.finish_s.tolist() == [1.0] + [101.0] * 8
+    assert r.output_tokens.tolist() == [1] + [100] * 8
+    s = r.samples
+    assert (s["groups"], s["children"], s["prefill_only_requests"], s["engine_style"]) == (1, 8, 1, "sglang")
+    assert (s["shared_blocks"], s["divergent_blocks"], s["group_blocks"]) == (62, 56, 118)
+    assert s["later_children_hit_tokens"] == s["later_children_shared_tokens"] == 8 * 992
+    assert r.counters["peak_held_blocks"] == 118
+    # the groups' TTFT is from the parent's arrival: it holds the prefill-only request's second
+    assert s["median_ttft_first_child_s"] == s["median_ttft_last_child_s"] == 2.0
+
+
+def test_sglang_prefill_only_request_reserves_no_output_tokens(tmp_path):
+    # SGLang's admission needs extend + reserved outputs + a page below the pool's room
+    # (PrefillAdder.add_one_req; a prefill-only request's max_new_tokens is 0). Pool of 4 pages of
+    # 16 tokens = 64 tokens, a prompt of 40 tokens, n = 2, 1 output: the prefill-only request needs
+    # 40 + 0 + 16 = 56 < 64 and is served; an ordinary request of the same prompt would need
+    # 40 + 1 + 16 = 57, also below; with 47 prompt tokens the prefill-only request fits (63 < 64)
+    # where a request reserving its output would not (64): the run serves the group's prefill
+    # and refuses the samples as never fitting
+    tm = write(tmp_path, "one_second.json", ONE_SECOND)
+    t = one_request(47, 1)
+    r = simulate(t, capacity=4, block_size=16, n=2, time_model=str(tm), engine_style="sglang", policy="radix")
+    assert r.finished.tolist() == [True, False, False]
+    alone = simulate(t, capacity=4, block_size=16, time_model=str(tm), engine_style="sglang", policy="radix")
+    assert alone.finished.tolist() == [False]  # (the same prompt reserving its one output)
 
 
 def test_n_survives_a_mooncake_round_trip_and_bailian_refuses_it(tmp_path):
@@ -186,3 +228,29 @@ def test_the_documented_run(tmp_path):
         assert figure in " ".join(section.split()), figure
     none = ok(*args, "--host-cpu", "none")
     assert "first child 1.82 s (band 1.78 s - 2.06 s), last child 1.82 s" in none
+    sglang = "kvreplay simulate conv1000.jsonl --gpu H100 --model Llama-3.1-8B --speedup 0.1 --n 4 --engine-style sglang"
+    assert sglang in section
+    args = [conv if a == "conv1000.jsonl" else a for a in sglang.split()[1:]]
+    out = ok(*args)
+    quoted = section.split("```")[7].strip().splitlines()  # the fourth block: its output
+    assert len(quoted) == 2 and all(line.strip() in [o.strip() for o in out.splitlines()] for line in quoted), quoted
+    assert "peak held by running requests 801 blocks (100% of the pool); peak 91 running" in out
+    assert "4 preemptions of 4 requests" in out
+    base = ok(*args[:-4], *args[-2:])
+    rows = {line.split("  ")[0]: line.split() for line in base.splitlines()}
+    assert rows["TTFT"][3:9] == ["1.65", "s", "1.52", "s", "-", "1.82"]
+    assert "peak held by running requests 701 blocks" in base
+    for figure in ("TTFT p50 1.65 s (band 1.52-1.82 s) and peaks at 701 of its 801 blocks",
+                   "(801 blocks, 91 running, 4 preemptions)", "3.43 s after the parent's arrival, against 1.83 s"):
+        assert figure in " ".join(section.split()), figure
+
+
+def test_sglang_samples_on_a_hybrid_model_are_refused_with_full_semantics_served():
+    # SGLang's hybrid (sliding-window) tree serving a group is not checked against SGLang: refused,
+    # and served over full attention when asked for
+    t = one_request(4000, 3, block_size=16)
+    with pytest.raises(ConfigError, match="not simulated on a hybrid model's layer groups .* --kv-semantics full"):
+        simulate(t, model="gpt-oss-120b", gpu="H200", tp=8, engine_style="sglang", capacity="40GiB", n=2)
+    r = simulate(t, model="gpt-oss-120b", gpu="H200", tp=8, engine_style="sglang", capacity="40GiB", n=2,
+                 kv_semantics="full")
+    assert r.samples["prefill_only_requests"] == 1 and r.finished.all()

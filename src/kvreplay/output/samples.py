@@ -14,6 +14,10 @@ def samples_lines(s: dict) -> list[str]:
              f"{s['saved_blocks']:,} saved ({s['saved_fraction']:.1%})",
              f"           later children hit {s['later_children_hit_tokens']:,} of the "
              f"{s['later_children_shared_tokens']:,} shared prompt tokens"]
+    if s.get("prefill_only_requests"):
+        lines.append(f"           SGLang: each group first ran a prefill-only request ({s['prefill_only_requests']:,}, "
+                     f"counted among the run's requests) and sent its samples when it ended; every sample "
+                     f"counts as a later child")
     if s["median_ttft_first_child_s"] is None:
         return lines
     band = s["median_ttft_band"]

@@ -99,9 +99,13 @@ class Prices:
             return self.overrides[gpu], "--price"
         entry = catalog()["gpus"].get(gpu)
         if entry is None:
-            raise ConfigError(f"no price for {gpu} in the catalog (it has {', '.join(catalog()['gpus'])}): give "
-                              f"--price {gpu}=USD/h")
+            why = catalog().get("unpriced", {}).get(gpu)
+            raise ConfigError(f"no price for {gpu} in the catalog ({why + '; ' if why else ''}it has "
+                              f"{', '.join(catalog()['gpus'])}): give --price {gpu}=USD/h")
         key = "on_demand_per_hour" if self.pricing == "on-demand" else "reserved_per_hour"
+        if key not in entry:
+            raise ConfigError(f"no {self.pricing} price for {gpu} in the catalog (its source, {entry['source']}, "
+                              f"gives an on-demand price only): give --price {gpu}=USD/h or --pricing on-demand")
         return float(entry[key]), f"{entry['source']} ({entry['date']}, {self.pricing})"
 
     def memory_gib_hour(self, kind: str) -> tuple[float, str]:

@@ -44,6 +44,7 @@ REFERENCE_SCANS = False
 #: sim.h's STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM
 STYLES = ("vllm", "sglang", "trtllm")
 SERIES_POINTS = 4096
+PREFILL_ONLY = -1  # sim.h's PREFILL_ONLY: the kernel's O of SGLang's prefill-only request
 ITL_BINS = 23100  # up to 1e-6 s x 1.001^23099, about 1e4 s; longer gaps count in the last bin
 #: Counters that are peaks (the cluster's is the largest instance's), not sums.
 PEAKS = {"peak_held_blocks", "peak_running", "peak_waiting", "max_pin_calls", "max_positions"}
@@ -215,6 +216,14 @@ def _layout(trace: Trace, order: np.ndarray, block_size: int, output_kv: bool, p
     return ext, P
 
 
+def _outputs(O: np.ndarray, prefill_only: np.ndarray | None, order: np.ndarray) -> np.ndarray:
+    """The kernel's O: the trace's outputs in kernel order, PREFILL_ONLY (sim.h) for SGLang's
+    prefill-only requests."""
+    if prefill_only is None or not np.any(prefill_only):
+        return O
+    return np.where(np.asarray(prefill_only, dtype=bool)[order], PREFILL_ONLY, O).astype(np.int64)
+
+
 def decode_blocks(trace: Trace, block_size: int, output_kv: bool, lookahead: int = 0) -> np.ndarray:
     """Per request: the decode blocks its outputs need beyond its prompt's (at its last token:
     L + max(O, 1) - 1 tokens in KV, and `lookahead` more: speculative decoding's last step
@@ -339,7 +348,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
              transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
              kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
              host: HostTerms = NO_HOST, closed: dict | None = None, speculative=None,
-             draft_time_model: TimeModel | None = None) -> RawRun:
+             draft_time_model: TimeModel | None = None, prefill_only: np.ndarray | None = None) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
@@ -355,7 +364,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     times requests arrived, and an `assigned` of -1 sends a request to the next instance in turn as
     it arrives (round-robin). speculative: a speculative.Speculative (the vLLM style: each decode step
     verifies k draft tokens; kernel/vllm.c, batch.c); draft_time_model: a draft model's own time
-    model (its k passes a step; None: the head's fraction of the target's)."""
+    model (its k passes a step; None: the head's fraction of the target's). prefill_only (trace
+    order, the SGLang style): SGLang's prefill-only requests (max_new_tokens 0: one forward, nothing
+    reserved for outputs; parallel sampling's first request, samples.py)."""
     from ..engine.tiers import Pools
 
     spec = get_policy(policy)
@@ -420,7 +431,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     names = kernel.counter_names()
     C = {name: k for k, name in enumerate(names)}
     io = {
-        "offsets": ext.offsets, "blocks": ext.blocks, "P": P, "L": ext.input_length, "O": ext.output_length,
+        "offsets": ext.offsets, "blocks": ext.blocks, "P": P, "L": ext.input_length, "O": _outputs(ext.output_length, prefill_only, order),
         "arrival": np.ascontiguousarray(arrival_s[order], dtype=np.float64), "assigned": assigned_sorted,
         "transfer_s": (np.zeros(n) if transfer_s is None else np.ascontiguousarray(np.asarray(transfer_s, dtype=np.float64)[order])),
         "tm": tm, "cfg": cfg, "fcfg": fcfg, "rparams": rparams,

@@ -23,7 +23,7 @@ from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
-from .samples import check_applies, fan_out, samples_per_request, summarize
+from .samples import check_applies, fan_out, private_tails, release_links, samples_per_request, summarize
 from .semantics import choose
 from .speculative import resolve as resolve_speculative
 from .speculative import draft_cost_note, pool_with_drafter
@@ -284,7 +284,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None,
                       closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup,
                                            rate=rate)[0] == closed.CLOSED or sessions is not None)
-        parents, fan = trace, fan_out(trace, per_request_n)
+        parents, fan = trace, fan_out(trace, per_request_n, engine_style)
         trace = fan.trace
     spec_decode = resolve_speculative(speculative, num_speculative_tokens, model=model, acceptance=acceptance)
     if spec_decode is not None and engine_style != "vllm":
@@ -348,6 +348,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         drafter_pool = pool_with_drafter(spec_decode, sizes.capacity_source, sizes.weights_dtype, sizes.kv_dtype)
         if drafter_pool is not None:
             capacity = drafter_pool[0]
+    if fan is not None and fan.style == "sglang":  # (each row's partial last page its own, as SGLang's)
+        fan = private_tails(fan, block_size)
+        trace = fan.trace
     limits.check_requests(trace, block_size, output_kv)
     tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
@@ -387,6 +390,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                                                     engine_style, block_bytes, block_size)
     semantics = choose(model, kv_semantics, policy=spec.name, engine_style=engine_style, tiers=tier_list,
                        disagg=disagg, output_kv=output_kv, kv_layers=kv_layers, capacity=asked_capacity, sizes=sizes, tp=tp)
+    if semantics.hybrid and fan is not None and fan.style == "sglang":
+        raise ConfigError("n > 1 with --engine-style sglang is not simulated on a hybrid model's layer groups (SGLang's "
+                          "hybrid tree serving parallel sampling is not checked against SGLang): add --kv-semantics full")
     if semantics.hybrid:
         capacity = semantics.capacity
         if spec_decode is not None:
@@ -408,6 +414,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     prompts = np.asarray(trace.input_length)
     engine_arrival_s = _engine_arrivals(host_terms, arrival_s, prompts, fan)
     delay_s = host_terms.arrival_delay(prompts)  # (a closed loop's releases: each request's own service)
+    # SGLang's groups: the samples are sent when the group's prefill-only request ends (samples.py);
+    # the report keeps the parent's arrival for them (their client's), so their TTFT holds that wait
+    releases = fan is not None and bool(fan.prefill_only.any())
     run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=engine_arrival_s,
                output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
                router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
@@ -415,6 +424,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
                max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
                host=host_terms, closed=loop.kernel_arrays(delay_s) if closed_run else None, speculative=spec_decode)
+    if releases:
+        run.update(closed=release_links(fan, engine_arrival_s), prefill_only=fan.prefill_only)
     draft_tm = None
     if spec_decode is not None and spec_decode.method == "draft" and _is_roofline(time_model):
         draft_tm = load_time_model(time_model, model=spec_decode.draft_model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype,
@@ -437,7 +448,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             end_delay_s = host_end.arrival_delay(prompts)
             band[end] = run_once(trace, time_model=tm.at_band(end), **{
                 **run, "host": host_end, "arrival_s": _engine_arrivals(host_end, arrival_s, prompts, fan),
-                "closed": loop.kernel_arrays(end_delay_s) if closed_run else None,
+                "closed": loop.kernel_arrays(end_delay_s) if closed_run else
+                release_links(fan, _engine_arrivals(host_end, arrival_s, prompts, fan)) if releases else None,
                 "draft_time_model": draft_tm.at_band(end) if hasattr(draft_tm, "at_band") else draft_tm})
             band[end + "_delay_s"] = end_delay_s
             tell(progress, 2 + k, runs, "runs")
@@ -524,10 +536,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
 def _engine_arrivals(host_terms, arrival_s, prompts, fan):
     """When each request reaches the engine core (timing/host.py engine_arrivals); a request with
     n > 1 passes the API server once, as its parent (vLLM fans it out into its children after
-    tokenising it, v1/engine/async_llm.py add_request), so its children reach the engine together."""
+    tokenising it, v1/engine/async_llm.py add_request), so its children reach the engine together;
+    with SGLang its prefill-only request does (the samples follow it, samples.py)."""
     if fan is None:
         return host_terms.engine_arrivals(arrival_s, prompts)
-    first = np.flatnonzero(fan.index == 0)
+    first = fan.first_row
     return host_terms.engine_arrivals(np.asarray(arrival_s)[first], np.asarray(prompts)[first])[fan.parent]
 
 

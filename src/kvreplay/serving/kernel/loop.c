@@ -108,7 +108,7 @@ static int never_fits(Sim *s, i64 i) {
     if (s->io->cfg[STYLE] == STYLE_SGLANG) {
         /* SGLang's admission needs prompt + reserved outputs + a page below the pool */
         i64 clip = s->io->cfg[CLIP_MAX_NEW];
-        i64 left = s->outputs[i] < clip ? s->outputs[i] : clip;
+        i64 left = s->prefill_only[i] ? 0 : s->outputs[i] < clip ? s->outputs[i] : clip;
         if (L + left + bs >= s->capacity * bs) return 1;
     }
     return 0;
@@ -392,7 +392,11 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     s->decoding = zeros(n, sizeof(i8));
     s->kv_in = zeros(n, sizeof(i8));
     s->outputs = zeros(n, sizeof(i64));
-    for (i64 i = 0; i < n; i++) s->outputs[i] = io->O[i] > 1 ? io->O[i] : 1;
+    s->prefill_only = zeros(n, sizeof(i8));
+    for (i64 i = 0; i < n; i++) {
+        s->outputs[i] = io->O[i] > 1 ? io->O[i] : 1;
+        s->prefill_only[i] = io->O[i] == PREFILL_ONLY;
+    }
     s->load_s = zeros(n, sizeof(f64));
     s->last_token = zeros(n, sizeof(f64));
     s->joined = zeros(n, sizeof(f64));
@@ -471,7 +475,7 @@ static void teardown(Sim *s) {
         ids_free(s->inst[q].ids);
     }
     void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
-                     s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->load_s, s->last_token, s->joined, s->qnext,
+                     s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->prefill_only, s->load_s, s->last_token, s->joined, s->qnext,
                      s->qprev, s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->trt,
                      s->route_scratch,
                      s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst, s->res_bits, s->bit_scratch,

@@ -31,22 +31,48 @@ typedef struct {
     i64 first_new;  /* the pass's admissions: the running list from here on */
 } Pending;
 
-/* k cut at the first page request r has still to compute, if i shares the pages up to it */
-static i64 cut_at(Sim *s, i64 i, i64 r, i64 k) {
+/* the pages request i shares with request r (at most k) */
+static i64 shared_pages(Sim *s, i64 i, i64 r, i64 k) {
     const i64 *off = s->io->offsets;
     const i32 *ids = s->io->blocks;
-    i64 from = s->computed[r] / s->bs;
-    if (from >= k) return k;
-    i64 n = kv_min(k, off[r + 1] - off[r]), q = 0;
+    i64 n = kv_min(k, kv_min(off[r + 1] - off[r], off[i + 1] - off[i])), q = 0;
     while (q < n && ids[off[i] + q] == ids[off[r] + q]) q++;
-    return q > from ? from : k;
+    return q;
+}
+
+/* k cut at the first page request r has still to compute, if i shares the pages up to it and no
+ * other request computed them: `covered`, the prefix of i some running request has computed
+ * (two requests can hold the same uncomputed pages: parallel sampling's samples, admitted while
+ * an earlier one of them is being chunked; SGLang's tree has a page once either computed it) */
+static i64 cut_at(Sim *s, i64 i, i64 r, i64 k, i64 covered) {
+    i64 from = kv_max(s->computed[r] / s->bs, covered);
+    if (from >= k) return k;
+    return shared_pages(s, i, r, k) > from ? from : k;
+}
+
+/* the first pages of request i (at most k) that another running request shares and has computed */
+static i64 covered_pages(Sim *s, i64 j, i64 i, i64 k) {
+    Inst *q = &s->inst[j];
+    i64 covered = 0;
+    for (i64 r = 0; r < q->nrun; r++) {
+        i64 o = q->running[r];
+        if (o != i) covered = kv_max(covered, kv_min(shared_pages(s, i, o, k), s->computed[o] / s->bs));
+    }
+    return covered;
+}
+
+static i64 cut_by_pending(Sim *s, i64 j, i64 i, i64 k, const Pending *p, i64 covered) {
+    Inst *q = &s->inst[j];
+    if (p->chunk >= 0) k = cut_at(s, i, p->chunk, k, covered);
+    for (i64 r = p->first_new; r < q->nrun; r++) k = cut_at(s, i, q->running[r], k, covered);
+    return k;
 }
 
 static i64 computed_prefix(Sim *s, i64 j, i64 i, i64 k, const Pending *p) {
-    Inst *q = &s->inst[j];
-    if (p->chunk >= 0) k = cut_at(s, i, p->chunk, k);
-    for (i64 r = p->first_new; r < q->nrun; r++) k = cut_at(s, i, q->running[r], k);
-    return k;
+    i64 cut = cut_by_pending(s, j, i, k, p, 0);
+    if (cut == k) return k;
+    i64 covered = covered_pages(s, j, i, k); /* (only where a request in flight cuts it) */
+    return covered > cut ? cut_by_pending(s, j, i, k, p, covered) : cut;
 }
 
 /* request i's cached prefix (blocks) as SGLang's tree has it; *cut: where a request in flight cut
@@ -130,14 +156,18 @@ static void calc_priority(Sim *s, i64 j, const Pending *p) {
     for (i64 a = count - 1; a >= 0; a--) touch_waiting(s, j, s->order[a], p);
 }
 
-/* what a request may still decode, as the budget counts it (at most CLIP_MAX_NEW) */
+/* what a request may still decode, as the budget counts it (at most CLIP_MAX_NEW; a prefill-only
+ * request's max_new_tokens is 0: nothing) */
 static inline i64 reserved(Sim *s, i64 i) {
+    if (s->prefill_only[i]) return 0;
     i64 left = s->outputs[i] - s->generated[i], clip = s->io->cfg[CLIP_MAX_NEW];
     return left < clip ? left : clip;
 }
 
 /* what an admitted prompt's last chunk reserves for its outputs (min(max_new_tokens, CLIP)) */
-static inline i64 reserved_at_last_chunk(Sim *s, i64 i) { return kv_min(s->outputs[i], s->io->cfg[CLIP_MAX_NEW]); }
+static inline i64 reserved_at_last_chunk(Sim *s, i64 i) {
+    return s->prefill_only[i] ? 0 : kv_min(s->outputs[i], s->io->cfg[CLIP_MAX_NEW]);
+}
 
 /* One prefill pass's budgets (PrefillAdder, mem_cache/prefill_budget.py PrefillBudget):
  * rem_total is remaining_total, the pool's free and evictable tokens less what admitted requests
@@ -188,7 +218,10 @@ static Budget start_budget(Sim *s, i64 j) {
     for (i64 r = 0; r < q->nrun; r++)
         if (q->running[r] != q->chunk_req) b.rem_total -= (f64)reserved(s, q->running[r]) * q->ratio;
     if (q->chunk_req >= 0 && s->mode != MODE_RADIX_HYBRID) {
-        i64 i = q->chunk_req, ahead = s->base_len[i] - kv_ceil_div(s->computed[i], bs);
+        /* (not the pages another running request computed: SGLang's tree holds them, for it) */
+        i64 i = q->chunk_req, done = kv_ceil_div(s->computed[i], bs);
+        if (done < s->base_len[i]) done = kv_max(done, covered_pages(s, j, i, s->base_len[i]));
+        i64 ahead = s->base_len[i] - done;
         if (ahead > 0) b.rem_total += (f64)(ahead * bs);
     }
     return b;

@@ -73,6 +73,8 @@ enum { SIM_SERIES_SLOTS(KV_SLOT_ENUM) NUM_SERIES };
 enum { SIM_ITL_SLOTS(KV_SLOT_ENUM) ITL_HEAD };
 #define ITL_MIN_S 1e-6
 #define ITL_RATIO 1.001
+/* an input O that marks SGLang's prefill-only request (parallel sampling's first request, serving/samples.py) */
+#define PREFILL_ONLY (-1)
 
 /* what a router sees of each instance: its own bookkeeping (always current), then what instances
  * report (lagged by ROUTER_LAG_S when set) */
@@ -138,6 +140,8 @@ typedef struct Sim {
     i64 *base_len, *base_input, *base_n, *dec_pinned; /* what it holds: requests.c */
     i8 *decoding, *kv_in;
     i64 *outputs;
+    i8 *prefill_only; /* SGLang's prefill-only request (max_new_tokens 0; its input O is PREFILL_ONLY):
+                       * one forward over its prompt, KV of its prompt, nothing reserved for outputs */
     f64 *load_s, *last_token;
     f64 *joined;       /* when it last joined a waiting queue (async scheduling's visibility) */
     i64 *qnext, *qprev;
