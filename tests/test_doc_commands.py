@@ -196,6 +196,8 @@ def test_a_marked_block_says_why(page, line, lang, mark, commands):
     elif runner:
         test = (ROOT / runner.group(1)).read_text()
         for command in commands:
+            if " ".join(command.split()) in test:  # the test holds the command whole (and runs it, split)
+                continue
             for words in split(command):
                 assert words[0] == "kvreplay", f"{page}:{line}: {runner.group(1)} runs kvreplay commands only"
                 flags = [w.strip("[]") for w in words[1:] if w.strip("[]").startswith("--")]

@@ -154,7 +154,8 @@ def release_links(fan: FanOut, engine_arrival_s: np.ndarray) -> dict:
     return {"arrival": np.where(waits == 0, np.asarray(engine_arrival_s, dtype=np.float64), 0.0), "waits": waits,
             "next_offsets": next_offsets, "next_ids": next_ids, "next_delay_s": np.zeros(next_ids.size),
             "next_on_send": np.zeros(next_ids.size, dtype=np.int8), "session": np.zeros(0, dtype=np.int64),
-            "lane_queue": np.zeros(0, dtype=np.int64)}
+            "lane_queue": np.zeros(0, dtype=np.int64), "lane_delay_s": np.zeros(0, dtype=np.float64),
+            "send_delay_s": np.zeros(rows, dtype=np.float64)}  # (no link fires on a send, no lanes)
 
 
 def check_applies(engine_style: str, instances: int, disaggregated: bool, closed_loop: bool) -> None:
