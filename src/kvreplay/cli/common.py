@@ -287,9 +287,11 @@ def kv_layout(args, block_size: int):
     if getattr(args, "model", None) is None or kv_semantics(args) != "hybrid":
         return None
     from ..analysis.kv_groups import layout, sglang_layout
+    from ..policies.registry import INFO, get_policy
 
     policy = str(getattr(args, "policy", "") or "").split(":")[0].strip().lower()
-    return (sglang_layout if policy == "radix" else layout)(args.model, block_size, args.kv_dtype or "bf16")
+    kind = get_policy(policy).layout if policy in INFO else "vllm"
+    return {"vllm": layout, "sglang": sglang_layout}[kind](args.model, block_size, args.kv_dtype or "bf16")
 
 
 class TracePaths(argparse.Action):

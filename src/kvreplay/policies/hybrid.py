@@ -456,3 +456,18 @@ def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, ret
                           "the trace's range, malformed offsets, or a length, window or block size beyond 2**52 "
                           "tokens, 2**24 for the block size)")
     return hits, dict(zip(COUNTERS, (int(x) for x in out[:4]))), int(out[4])
+
+
+def replay_groups(trace, capacity: int, groups, block_size: int, engine: str, retention, chunk: int, in_full=None):
+    """The replay over layer groups of policy vllm (PolicySpec.replay_groups): vLLM's hybrid manager,
+    compiled or reference: (hit blocks, counters, resident count, what the report says of it)."""
+    if engine == "compiled":
+        hits, counters, final = replay_hybrid_compiled(trace, capacity, groups, block_size, retention=retention,
+                                                       chunk_tokens=chunk, in_full=in_full)
+    else:
+        hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk,
+                                   in_full=in_full)
+        final, counters = pool.resident_count(), dict(pool.stats)
+    about = {"engine": "vllm", "retention": retention,
+             "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
+    return hits, counters, final, about
