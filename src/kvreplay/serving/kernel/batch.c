@@ -124,8 +124,6 @@ int batch_start(Sim *s, i64 j) {
     return 1;
 }
 
-void heap_push(Sim *s, f64 t, i64 i);
-
 /* splitmix64: a uniform in [0, 1) from a key */
 static f64 spec_uniform(uint64_t x) {
     x += 0x9E3779B97F4A7C15ULL;

@@ -3,6 +3,7 @@
  * inputs and reads the outputs).
  *
  *   loop.c      the event loop: step ends, arrivals (routed), KV transfers, router snapshots
+ *   queues.c    the waiting queue of each instance and the heap of transfers in flight (below the rest)
  *   vllm.c      the vLLM v1 scheduler style, its one preemption routine
  *   sglang.c    the SGLang scheduler style, its one retraction routine
  *   trtllm.c    TensorRT-LLM's in-flight batching (capacity and micro-batch schedulers), its pauses
@@ -292,10 +293,13 @@ void release_ended_at(Sim *s, i64 i, f64 t);
 f64 release_next_t(const Sim *s);
 i64 release_pop(Sim *s);
 
-/* ---- queues (loop.c) ---- */
+/* ---- queues (queues.c) ---- */
 void queue_push_back(Sim *s, Inst *q, i64 i);
 void queue_push_front(Sim *s, Inst *q, i64 i);
 i64 queue_pop_front(Sim *s, Inst *q);
+/* the transfers in flight: push one arriving at t, pop the earliest (heap_t[0], heap_i[0]) */
+void heap_push(Sim *s, f64 t, i64 i);
+void heap_pop(Sim *s);
 
 /* ---- schedulers: fill new_tokens of the instance's step; the running list may change ---- */
 void vllm_schedule(Sim *s, i64 j);
