@@ -4,6 +4,7 @@
  *
  *   loop.c      the event loop: step ends, arrivals (routed), KV transfers, router snapshots
  *   queues.c    the waiting queue of each instance and the heap of transfers in flight (below the rest)
+ *   start.c     a request's start, recorded (the end of every admission path, below them)
  *   vllm.c      the vLLM v1 scheduler style, its one preemption routine
  *   sglang.c    the SGLang scheduler style, its one retraction routine
  *   trtllm.c    TensorRT-LLM's in-flight batching (capacity and micro-batch schedulers), its pauses
@@ -227,7 +228,7 @@ int req_route_ids(Sim *s, i64 j, i64 i);
 
 /* the blocks instance j's requests hold */
 i64 req_held(const Sim *s, i64 j);
-/* request i starts on instance j with `hit` tokens cached (hit_blocks through the tiers) */
+/* request i starts on instance j with `hit` tokens cached (hit_blocks through the tiers) (start.c) */
 void req_started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks);
 
 /* ---- hybrid.c: MODE_HYBRID's side of the functions above ---- */
