@@ -3,8 +3,8 @@
  * are all computed (its first token, or the next one of its decode), finishes and handovers. */
 #include <math.h>
 
-#include "../routing/router.h"
 #include "../timing/step.h"
+#include "route.h"
 #include "sim.h"
 
 /* What the host CPU adds to a step of `requests` requests whose GPU work takes `gpu` seconds

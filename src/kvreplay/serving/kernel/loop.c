@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../routing/router.h"
 #include "../timing/step.h"
 #include "ids.h"
+#include "route.h"
 #include "sim.h"
 
 KV_EXPORT const char kv_layout_sim[] = SIM_FIELDS(KV_FIELD_SPEC) " | cfg=" SIM_CFG_SLOTS(KV_SLOT_SPEC)

@@ -101,7 +101,7 @@ typedef struct HPool HPool; /* policies/hybrid.h */
 typedef struct HReq HReq;
 typedef struct RhTree RhTree; /* policies/radix_hybrid.h */
 typedef struct RhReqS RhReq;
-typedef struct Router Router; /* serving/routing/router.h */
+typedef struct Router Router; /* route.h */
 
 typedef struct {
     void *state;       /* its policy state (a record) */
