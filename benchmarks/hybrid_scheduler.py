@@ -88,7 +88,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "tests" / "real_engines"))
     import vllm_scheduler as harness
 
-    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.catalog.kv_groups import layout
     from kvreplay.analysis.models import get_model, kv_bytes_per_token
 
     if not args.trace.exists():

@@ -17,7 +17,7 @@ import os
 import time
 
 import kvreplay
-from kvreplay.analysis.kv_groups import layout
+from kvreplay.catalog.kv_groups import layout
 from kvreplay.analysis.models import kv_bytes_per_token
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")

@@ -474,7 +474,7 @@ class Settings:
     step_seconds: float = 0.01
     max_model_len: int | None = None  # default: every request's prompt + outputs + a block (never binds)
     log_steps: bool = False
-    #: KV cache groups (kvreplay.analysis.kv_groups.Group: full, sliding_window, chunked_local, mamba), in
+    #: KV cache groups (kvreplay.catalog.kv_groups.Group: full, sliding_window, chunked_local, mamba), in
     #: vLLM's order, for its HybridKVCacheCoordinator; None: one full-attention group
     groups: list | None = None
     retention: int | None = 0  # KVCacheConfig.prefix_cache_retention_interval (vLLM's default 0; None: dense)

@@ -51,7 +51,7 @@ def unit_fraction(text: str) -> float:
     return value
 
 
-#: --weights-dtype's values (serving/timing/gpus.py WEIGHTS_COMPUTE_DTYPE; bytes: models.WEIGHT_DTYPE_BYTES).
+#: --weights-dtype's values (catalog/gpus.py WEIGHTS_COMPUTE_DTYPE; bytes: models.WEIGHT_DTYPE_BYTES).
 WEIGHTS_DTYPES = ("bf16", "fp16", "fp8", "int4")
 
 

@@ -102,7 +102,7 @@ def replay(
         the report splits hit tokens per tier (docs/serving.md, "Tiers"). tier_copies: "move"
         (default) or "keep".
     kv_groups: a hybrid model's KV cache groups (policies.hybrid.Group, in vLLM's group order;
-        analysis.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
+        catalog.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
         manager, whose hit is the longest prefix every group can serve (policies/hybrid.py);
         capacity is then in block ids of the shared pool. For policy "radix": SGLang 0.5.23's
         UnifiedRadixCache (policies/radix_hybrid.py; compiled: radix_hybrid.c), capacity its

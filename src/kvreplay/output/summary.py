@@ -146,7 +146,7 @@ def budget_heading(budget) -> str:
         return ""
     text = "\n" + budget_text(budget)
     if budget.get("kv_semantics") == "hybrid":
-        from ..analysis.kv_groups import ENGINES
+        from ..catalog.kv_groups import ENGINES
 
         text += (f"\nkv semantics: hybrid ({ENGINES[budget['kv_engine']]}: a hit is the longest prefix every layer "
                  "group serves)")
@@ -159,7 +159,7 @@ def budget_heading(budget) -> str:
 def full_semantics_note(model) -> str | None:
     """For a hybrid `model` replayed with every layer as full attention (mrc, report): what that
     leaves out and which command replays its groups. None for a model with one kind of layer."""
-    from ..analysis.kv_groups import resolve_semantics
+    from ..catalog.kv_groups import resolve_semantics
     from ..analysis.models import get_model
 
     if model is None or not get_model(model).is_hybrid:

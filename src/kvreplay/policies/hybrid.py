@@ -70,10 +70,10 @@ to the chunks that fit (``oversize_requests``).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..catalog.kv_groups import Group  # noqa: F401 - (radix_hybrid and the tests take it from here too)
 from ..errors import ConfigError
 
 KINDS = ("full", "sliding_window", "chunked_local", "mamba")
@@ -102,18 +102,6 @@ def mamba_split(bs: int, prompt: int, num_tokens: int, max_prefill: int, junctio
              start + (junction - start) // bs * bs if start < junction < end else 0)
     end = min((x for x in stops if start < x < end), default=end)
     return max(end - start, 0)
-
-
-@dataclass(frozen=True)
-class Group:
-    """One spec group: `copies` KV cache groups of one kind (vLLM splits a kind's layers into
-    groups of equal size; each group id has its own blocks). `window` (sliding_window) and
-    `chunk` (chunked_local) in tokens."""
-
-    kind: str
-    copies: int = 1
-    window: int | None = None
-    chunk: int | None = None
 
 
 class HybridPool:

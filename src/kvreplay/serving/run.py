@@ -330,7 +330,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
-    results, more memory: tests compare the two). kv_groups (analysis/kv_groups.py's Groups, in
+    results, more memory: tests compare the two). kv_groups (catalog/kv_groups.py's Groups, in
     vLLM's order): a hybrid model's layer groups under vLLM's hybrid KV cache manager
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's

@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from ..checks import number
 from ..errors import ConfigError
-from .timing.gpus import get_gpu
+from .gpus import get_gpu
 
 HOURS_PER_MONTH = 730.0
 PRICINGS = ("on-demand", "reserved")
@@ -46,8 +46,6 @@ def parse_overrides(items) -> dict:
 def _gpu_name(name: str, what: str) -> str:
     """The catalog's name of GPU `name` (matched ignoring case, aliases too), else ConfigError
     naming `what` with the closest names."""
-    from .timing.gpus import get_gpu
-
     try:
         return get_gpu(name).name
     except ConfigError as e:
