@@ -77,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     code = _code.activate(args.code)
     import kvreplay
-    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.catalog.kv_groups import layout
     from kvreplay.engine import driver
     from kvreplay.policies.registry import get_policy
 

@@ -21,7 +21,7 @@ import argparse
 import itertools
 
 import kvreplay
-from kvreplay.analysis.kv_groups import layout
+from kvreplay.catalog.kv_groups import layout
 
 BS = 16
 

@@ -13,7 +13,7 @@ kernel time), vLLM's default step budget (8,192 tokens, 256 requests), gpt-oss-1
   `kvreplay simulate` does today);
 - hybrid semantics: vLLM's HybridKVCacheCoordinator over gpt-oss-120b's groups (a 128-token
   sliding window and full attention, 18 layers each), a block id costing one group's page
-  (analysis/kv_groups.py), retention 0 (vLLM's default).
+  (catalog/kv_groups.py), retention 0 (vLLM's default).
 
     python benchmarks/hybrid_scheduler.py [--gib 40] [--limit 1000] [--speedup 1] [--step-ms 20]
     python benchmarks/hybrid_scheduler.py --model Qwen3-Next-80B-A3B   # 3 Mamba groups (align) + full
@@ -88,7 +88,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "tests" / "real_engines"))
     import vllm_scheduler as harness
 
-    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.catalog.kv_groups import layout
     from kvreplay.analysis.models import get_model, kv_bytes_per_token
 
     if not args.trace.exists():

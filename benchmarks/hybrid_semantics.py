@@ -5,7 +5,7 @@ attention), at the same KV bytes, for docs/policies.md ("Hybrid models").
 For each model, trace and capacity in GiB: `kvreplay run TRACE --model M --capacity C --policy vllm
 --kv-semantics full|hybrid`. Under full semantics a block costs every KV layer's bytes (the
 budgets kvreplay has always used); under hybrid semantics a block id costs vLLM's layout
-(group size x page: analysis/kv_groups.py), so the same GiB hold more blocks, but a hit must be
+(group size x page: catalog/kv_groups.py), so the same GiB hold more blocks, but a hit must be
 served by every group (a window's last blocks, a Mamba state at the hit's end).
 
     python benchmarks/hybrid_semantics.py
@@ -17,7 +17,7 @@ import os
 import time
 
 import kvreplay
-from kvreplay.analysis.kv_groups import layout
+from kvreplay.catalog.kv_groups import layout
 from kvreplay.analysis.models import kv_bytes_per_token
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")

@@ -37,7 +37,7 @@ import numpy as np
 from kvreplay.analysis.models import get_model
 from kvreplay.errors import KvreplayError
 from kvreplay.serving.timing import memory
-from kvreplay.serving.timing.gpus import get_gpu
+from kvreplay.catalog.gpus import get_gpu
 from kvreplay.serving.timing.models import kv_bytes_per_token_per_gpu
 
 POINTS = Path(__file__).parent / "data" / "vllm_kv_pool_points.csv"

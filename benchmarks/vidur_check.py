@@ -73,7 +73,7 @@ def elementwise_bytes(row) -> list[float]:
 
 def check(vidur: Path, gpu_dir: str, coefficients_from: str, data: dict) -> list[dict]:
     import calibrate as cal
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
     from kvreplay.serving.timing.roofline import stream_bandwidth
 
     name = GPUS[gpu_dir]

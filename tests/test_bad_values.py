@@ -18,7 +18,7 @@ from conftest import jsonl, write
 from kvreplay.cli import main
 from kvreplay.errors import KvreplayError
 from kvreplay.serving.plan import plan
-from kvreplay.serving.prices import Prices
+from kvreplay.catalog.prices import Prices
 from kvreplay.serving.simulate import Scheduler, load_sweep, simulate
 from kvreplay.serving.slo import SLO
 

@@ -75,7 +75,7 @@ def test_simulate_prices_mamba_layers_and_says_the_band_does_not_cover_them(tmp_
 
 def test_run_radix_is_sglangs_hybrid_cache(tmp_path):
     import kvreplay
-    from kvreplay.analysis.kv_groups import sglang_layout
+    from kvreplay.catalog.kv_groups import sglang_layout
 
     trace = _trace(tmp_path)
     # SGLang's pools for gpt-oss-120b at 512-token pages: 18 full layers + 0.8 x 18 sliding layers

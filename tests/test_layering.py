@@ -5,6 +5,7 @@ and no two modules import each other, directly or around a loop. Imports inside 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,122 @@ def test_function_local_imports_count(tmp_path):
     path.write_text("def curve():\n    from .sweep import auto_capacities\n    return auto_capacities\n")
     modules = {"kvreplay.analysis.mrc", "kvreplay.analysis.sweep", "kvreplay.analysis.stats"}
     assert imports_of(path, modules, root=tmp_path) == {"kvreplay.analysis.sweep"}
+
+
+# ---- the C sources, checked the same way ----------------------------------------------------------
+#
+# A C module is a file's path without its suffix: a header and the .c of the same name are one
+# module (engine/driver.h and driver.c). It depends on what it #includes and on the files that
+# define the functions it calls (a call to a function a file defines `static` stays in that file).
+# include/ holds the headers every layer shares: the lowest layer, with native.c. Cycles are checked
+# between files and between directories (serving/kernel and serving/routing).
+
+C_KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "defined", "do", "else", "_Static_assert",
+              "__attribute__", "__builtin_expect", "offsetof"}
+
+
+def c_module(path: Path, root: Path = SRC) -> str:
+    return path.relative_to(root).with_suffix("").as_posix()
+
+
+def c_layer(module: str) -> str:
+    """include/kv -> "native" (the shared headers); serving/kernel/loop -> "serving"; native -> "native"."""
+    top = module.split("/")[0]
+    return "native" if top in ("include", "native") else top
+
+
+def c_parse(path: Path) -> tuple[list[str], set[str], set[str], set[str]]:
+    """(the files it #includes, as written; the functions it defines for other files; those it
+    defines static; the names it calls)."""
+    raw = path.read_text()
+    includes = re.findall(r'^\s*#\s*include\s+"([^"]+)"', raw, re.M)
+    text = re.sub(r"/\*.*?\*/", " ", raw, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r'"(\\.|[^"\\\n])*"', '""', text)
+    text = re.sub(r"'(\\.|[^'\\\n])*'", "''", text)
+    text = "\n".join("" if line.lstrip().startswith("#") else line for line in text.splitlines())
+    tokens = re.findall(r"[A-Za-z_]\w*|[{}();]", text)
+    exported, private, calls, statement, depth = set(), set(), set(), [], 0
+    for k, token in enumerate(tokens):
+        if token == "{":
+            # at file level, `name ( ... ) {` defines name
+            if depth == 0 and "(" in statement and statement[-1] == ")" and statement.index("(") > 0:
+                name = statement[statement.index("(") - 1]
+                if name not in C_KEYWORDS:
+                    (private if "static" in statement[:statement.index("(")] else exported).add(name)
+            depth += 1
+            statement = []
+        elif token in ("}", ";"):
+            depth -= token == "}"
+            statement = []
+        else:
+            statement.append(token)
+            if depth and token == "(" and k and tokens[k - 1] not in C_KEYWORDS and tokens[k - 1][0].isalpha():
+                calls.add(tokens[k - 1])
+    return includes, exported, private, calls
+
+
+def c_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """module -> the modules it includes or calls."""
+    paths = sorted([*root.rglob("*.c"), *root.rglob("*.h")])
+    parsed = {p: c_parse(p) for p in paths}
+    definer = {name: c_module(p, root) for p, (_, exported, _, _) in parsed.items() for name in exported}
+    edges: dict[str, set[str]] = {}
+    for p, (includes, _, private, calls) in parsed.items():
+        me = c_module(p, root)
+        found = edges.setdefault(me, set())
+        found.update(c_module((p.parent / inc).resolve(), root.resolve()) for inc in includes)
+        found.update(definer[name] for name in calls - private if name in definer)
+        found.discard(me)
+    return edges
+
+
+def test_every_c_file_has_a_layer():
+    assert {c_layer(m) for m in c_graph()} <= set(RANK)
+
+
+def test_the_c_graph_sees_the_kernel():
+    # (a check of the check: the loop includes sim.h and calls the schedulers, a scheduler the queues)
+    edges = c_graph()
+    assert {"serving/kernel/sim", "serving/kernel/vllm", "serving/kernel/batch"} <= edges["serving/kernel/loop"]
+    assert "serving/kernel/queues" in edges["serving/kernel/vllm"]
+    assert "include/policy" in edges["policies/lru"]
+
+
+def test_no_upward_c_dependencies():
+    upward = sorted(f"{a} -> {b}" for a, targets in c_graph().items() for b in targets
+                    if RANK[c_layer(b)] > RANK[c_layer(a)])
+    assert upward == []
+
+
+def test_no_c_cycles():
+    assert cycles(c_graph()) == []
+
+
+def test_no_c_cycles_between_directories():
+    # serving/kernel calls routers only through their table (kernel/route.h, as the driver calls a
+    # policy's KvPolicy); the routers read the kernel's state. (What the check does not read: data
+    # references, such as the kernel's lookup of the routers' table kv_routers, routing/registry.c.)
+    edges: dict[str, set[str]] = {}
+    for a, targets in c_graph().items():
+        edges.setdefault(a.rpartition("/")[0], set()).update(b.rpartition("/")[0] for b in targets)
+    for a, targets in edges.items():
+        targets.discard(a)
+    assert "serving/kernel" in edges["serving/routing"]
+    assert cycles(edges) == []
+
+
+def test_the_c_check_reads_calls_and_includes(tmp_path):
+    (tmp_path / "include").mkdir()
+    (tmp_path / "serving").mkdir()
+    (tmp_path / "include" / "kv.h").write_text("/* a(); */\nint shared(int x);\n")
+    (tmp_path / "serving" / "a.c").write_text(
+        '#include "../include/kv.h"\nstatic int helper(int x) { return x; }\n'
+        'int a_call(int x) {\n    if (x) return b_call(x);\n    return helper(shared(x));\n}\n')
+    (tmp_path / "serving" / "b.c").write_text(
+        'static int helper(int x) { return -x; }\nint b_call(int x) { return a_call(helper(x)); }\n')
+    (tmp_path / "include" / "kv.c").write_text("int shared(int x) { return x; }\n")
+    edges = c_graph(tmp_path)
+    assert edges["serving/a"] == {"include/kv", "serving/b"}
+    assert edges["serving/b"] == {"serving/a"}  # (its own static helper, not a.c's)
+    assert cycles(edges) == [["serving/a", "serving/b"]]

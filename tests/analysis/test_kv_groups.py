@@ -1,11 +1,11 @@
 """Hybrid models' KV cache groups in the catalog and vLLM 0.33.0's layout of them in one pool
-(analysis/kv_groups.py), by hand from each config.json."""
+(catalog/kv_groups.py), by hand from each config.json."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvreplay.analysis.kv_groups import layout, resolve_semantics
+from kvreplay.catalog.kv_groups import layout, resolve_semantics
 from kvreplay.analysis.models import get_model, kv_bytes_per_token
 from kvreplay.errors import ConfigError
 from kvreplay.policies.hybrid import Group

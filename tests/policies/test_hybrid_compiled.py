@@ -111,7 +111,7 @@ def test_bad_input_is_refused():
 
 
 def test_mooncake_conversation_with_gpt_oss_layout():
-    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.catalog.kv_groups import layout
 
     trace = kvreplay.load_trace(shared_path(MOONCAKE / "conversation_trace.jsonl"))
     groups = list(layout("gpt-oss-120b", 512).groups)

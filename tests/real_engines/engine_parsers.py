@@ -44,9 +44,12 @@ import importlib.util
 import os
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_stubs import StubModule  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 WHEELS = {"vllm": ("vllm", "0.33.0"), "sglang": ("sglang", "0.5.23"), "sglang-router": ("sglang_router", "0.3.2")}
@@ -72,57 +75,8 @@ class EngineMissing(RuntimeError):
     """A wheel could not be found or downloaded."""
 
 
-class _StubMeta(type):
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub_class(name)
-
-    def __bool__(cls):
-        return False
-
-    def __iter__(cls):
-        return iter(())
-
-    def __or__(cls, other):
-        return cls
-
-    __ror__ = __or__
-
-    def __getitem__(cls, item):
-        return cls
-
-
-class _StubBase(metaclass=_StubMeta):
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub_class(name)()
-
-    def __call__(self, *args, **kwargs):
-        return _StubBase()
-
-    def __bool__(self):
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-
-def _stub_class(name):
-    return _StubMeta(str(name), (_StubBase,), {})
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = _stub_class(name)
-        setattr(self, name, value)
-        return value
+class _StubModule(StubModule):
+    """(no real submodules: the parsers' modules are loaded by the finder)"""
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -41,7 +41,6 @@ import os
 import pickle
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
@@ -52,6 +51,10 @@ import kvreplay
 from kvreplay.engine import driver
 from kvreplay.policies.vllm import VLLM
 from conftest import MOONCAKE, shared_path
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_stubs import StubModule  # noqa: E402
 
 pytestmark = pytest.mark.engines
 
@@ -76,64 +79,8 @@ REAL_MODULES = {
 
 # ---- inert stubs ------------------------------------------------------------------------------------
 
-class _StubMeta(type):
-    """Stub classes: any attribute is another stub, false, empty, usable in annotations."""
-
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub_class(name)
-
-    def __bool__(cls):
-        return False
-
-    def __iter__(cls):
-        return iter(())
-
-    def __or__(cls, other):
-        return cls
-
-    __ror__ = __or__
-
-    def __getitem__(cls, item):
-        return cls
-
-
-class _StubBase(metaclass=_StubMeta):
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub_class(name)()
-
-    def __call__(self, *args, **kwargs):
-        return _stub_class("result")()
-
-    def __bool__(self):
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-
-def _stub_class(name):
-    return _StubMeta(str(name), (_StubBase,), {})
-
-
-class _StubModule(types.ModuleType):
-    """A stub package: its attributes are stubs, except the real submodules."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        full = f"{self.__name__}.{name}"
-        if full in REAL_MODULES or any(m.startswith(full + ".") for m in REAL_MODULES):
-            return importlib.import_module(full)
-        value = _stub_class(name)
-        setattr(self, name, value)
-        return value
+class _StubModule(StubModule):
+    real = frozenset(REAL_MODULES)
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

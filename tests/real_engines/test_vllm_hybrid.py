@@ -164,7 +164,7 @@ def test_pr_43447_collapse_and_its_fix(real, retention):
         "hybrid_retention", Path(__file__).resolve().parents[2] / "benchmarks" / "hybrid_retention.py")
     scenario = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scenario)
-    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.catalog.kv_groups import layout
 
     groups = list(layout("gemma-3-27b-it", BS).groups)
     requests = scenario.sessions_round_robin(5, 21000)

@@ -239,7 +239,7 @@ def test_harness_hybrid_groups_one_request_at_a_time(real, groups, capacity):
     # (test_vllm_hybrid.py). So every request's hit at its first schedule must equal
     # kvreplay.replay(..., kv_groups=...)'s.
     import kvreplay
-    from kvreplay.analysis.kv_groups import Group
+    from kvreplay.catalog.kv_groups import Group
 
     layouts = {"sliding128": [Group("sliding_window", window=128), Group("full")],
                "3xsliding64": [Group("sliding_window", 3, window=64), Group("full")],
@@ -276,7 +276,7 @@ HYBRID_CASES["conversation-800-sliding128-medium"] = ("conversation-800", "slidi
 
 
 def hybrid_groups(layout: str) -> list:
-    from kvreplay.analysis.kv_groups import Group
+    from kvreplay.catalog.kv_groups import Group
 
     return [Group(kind, copies, window=size if kind == "sliding_window" else None,
                   chunk=size if kind == "chunked_local" else None) for kind, copies, size in HYBRID_LAYOUTS[layout]]
@@ -322,7 +322,7 @@ def test_simulate_gpt_oss_hybrid_as_vllm(real):
     # serves the multi-turn trace as vLLM's scheduler does with gpt-oss-120b's groups (a 128-token
     # window and full attention), at its context limit.
     import kvreplay
-    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.catalog.kv_groups import layout
     from kvreplay.serving.simulate import Scheduler, arrivals
     from kvreplay.serving.timing import PolynomialProfile
 
@@ -372,7 +372,7 @@ def test_simulate_claude_code_hybrid_as_vllm(real, sample, model, capacity):
     # Mamba groups in align mode and one full group), two pools each (hit rates 78-89%; 2 preemptions
     # at gpt-oss-120b's 2,000 block ids)
     import kvreplay
-    from kvreplay.analysis.kv_groups import layout
+    from kvreplay.catalog.kv_groups import layout
     from kvreplay.serving.simulate import Scheduler, arrivals
     from kvreplay.serving.timing import PolynomialProfile
 

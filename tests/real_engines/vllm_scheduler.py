@@ -138,6 +138,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_stubs import StubModule  # noqa: E402
+
 VERSION = "0.33.0"
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".cache"
@@ -194,64 +198,8 @@ class VLLMMissing(RuntimeError):
 
 # ---- inert stubs --------------------------------------------------------------------------------
 
-class _StubMeta(type):
-    """Stub classes: any attribute is another stub, false, empty, usable in annotations."""
-
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub_class(name)
-
-    def __bool__(cls):
-        return False
-
-    def __iter__(cls):
-        return iter(())
-
-    def __or__(cls, other):
-        return cls
-
-    __ror__ = __or__
-
-    def __getitem__(cls, item):
-        return cls
-
-
-class _StubBase(metaclass=_StubMeta):
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub_class(name)()
-
-    def __call__(self, *args, **kwargs):
-        return _stub_class("result")()
-
-    def __bool__(self):
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-
-def _stub_class(name):
-    return _StubMeta(str(name), (_StubBase,), {})
-
-
-class _StubModule(types.ModuleType):
-    """A stub package: its attributes are stubs, except its real submodules."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        full = f"{self.__name__}.{name}"
-        if full in REAL_MODULES or any(m.startswith(full + ".") for m in REAL_MODULES):
-            return importlib.import_module(full)
-        value = _stub_class(name)
-        setattr(self, name, value)
-        return value
+class _StubModule(StubModule):
+    real = frozenset(REAL_MODULES)
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -474,7 +422,7 @@ class Settings:
     step_seconds: float = 0.01
     max_model_len: int | None = None  # default: every request's prompt + outputs + a block (never binds)
     log_steps: bool = False
-    #: KV cache groups (kvreplay.analysis.kv_groups.Group: full, sliding_window, chunked_local, mamba), in
+    #: KV cache groups (kvreplay.catalog.kv_groups.Group: full, sliding_window, chunked_local, mamba), in
     #: vLLM's order, for its HybridKVCacheCoordinator; None: one full-attention group
     groups: list | None = None
     retention: int | None = 0  # KVCacheConfig.prefix_cache_retention_interval (vLLM's default 0; None: dense)

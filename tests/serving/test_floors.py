@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kvreplay.serving.floors import prefill_alone, request_floors
 from kvreplay.serving.plan import plan
-from kvreplay.serving.prices import Prices
+from kvreplay.catalog.prices import Prices
 from kvreplay.serving.simulate import arrival_times, simulate
 from kvreplay.serving.slo import SLO, judge
 from kvreplay.serving.timing import load_time_model

@@ -13,7 +13,7 @@ import pytest
 
 from kvreplay.errors import ConfigError
 from kvreplay.serving.timing import gpu_catalog, kv_capacity
-from kvreplay.serving.timing.gpus import datacenter_blackwell, get_gpu
+from kvreplay.catalog.gpus import datacenter_blackwell, get_gpu
 from kvreplay.serving.timing.memory import capture_sizes, weight_parts
 from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel, calibration_data, calibration_for
 

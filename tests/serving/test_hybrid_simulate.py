@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
-from kvreplay.analysis.kv_groups import Group
+from kvreplay.catalog.kv_groups import Group
 from kvreplay.errors import ConfigError
 from kvreplay.serving.run import run_once
 from kvreplay.serving.simulate import Scheduler, simulate

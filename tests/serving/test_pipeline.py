@@ -11,7 +11,7 @@ from kvreplay.analysis.models import get_model
 from kvreplay.errors import ConfigError
 from kvreplay.serving.simulate import simulate
 from kvreplay.serving.timing import kv_capacity, load_time_model
-from kvreplay.serving.timing.gpus import get_gpu
+from kvreplay.catalog.gpus import get_gpu
 from kvreplay.serving.timing.models import StepBatch
 from kvreplay.serving.timing.packed import aggregates, packed, step_seconds
 from kvreplay.serving.timing.pipeline import hop_seconds_per_token, pipelined, stage_layers
@@ -180,7 +180,7 @@ def test_plan_searches_tp_x_pp_for_a_model_one_node_cannot_hold(tmp_path):
                       (8, 4, "pruned")]
     best = block["best"]
     assert (best["tp"], best["pp"], best["instances"], best["gpus"]) == (8, 2, 1, 16)
-    from kvreplay.serving.prices import Prices
+    from kvreplay.catalog.prices import Prices
 
     assert best["cost_per_hour"] == pytest.approx(16 * Prices().gpu_hour("H100")[0])  # both stages' GPUs
     assert best["config"] == "H100 x8 x pp2, tiers none, router round-robin, policy vllm"

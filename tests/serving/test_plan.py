@@ -9,7 +9,7 @@ import pytest
 
 from kvreplay.errors import ConfigError
 from kvreplay.serving.plan import plan
-from kvreplay.serving.prices import Prices, parse_overrides
+from kvreplay.catalog.prices import Prices, parse_overrides
 from kvreplay.serving.simulate import Scheduler, simulate
 from kvreplay.serving.slo import SLO, judge
 

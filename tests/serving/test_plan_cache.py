@@ -16,7 +16,7 @@ from conftest import jsonl, write
 from kvreplay.cli import main
 from kvreplay.errors import ConfigError
 from kvreplay.serving.plan import plan
-from kvreplay.serving.prices import Prices
+from kvreplay.catalog.prices import Prices
 from kvreplay.serving.simulate import Scheduler
 from kvreplay.serving.slo import SLO
 

@@ -19,7 +19,7 @@ from kvreplay.output.plan_html import plan_section
 from kvreplay.serving.plan import plan
 from kvreplay.serving.plan_check import serve_plan
 from kvreplay.serving.plan_schema import check_document
-from kvreplay.serving.prices import Prices
+from kvreplay.catalog.prices import Prices
 from kvreplay.serving.slo import SLO
 
 from sim_cases import trace_of

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kvreplay.errors import ConfigError
-from kvreplay.serving.prices import Prices, catalog
-from kvreplay.serving.timing.gpus import get_gpu
+from kvreplay.catalog.prices import Prices, catalog
+from kvreplay.catalog.gpus import get_gpu
 
 
 def test_every_price_has_a_source_a_date_and_a_catalog_gpu():

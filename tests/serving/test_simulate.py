@@ -19,7 +19,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.policies.registry import POLICIES
 from kvreplay.serving.report import latency_stats, nearest_rank
 from kvreplay.serving.run import decode_trace
-from kvreplay.serving.simulate import NOT_SERVED, Scheduler, arrivals, load_sweep, simulate
+from kvreplay.serving.simulate import Scheduler, arrivals, load_sweep, simulate
 
 from conftest import MOONCAKE, shared_path
 from sim_cases import HOLDS_IN_SEQUENCE, ONE_SECOND, small_traces, trace_of
@@ -219,7 +219,7 @@ def test_goodput_counts_requests_within_the_slos():
 # every policy under the vLLM-style scheduler; the SGLang-style one (a kernel of its own per policy:
 # compile time) with its own policy and two block-level ones
 # (deepseek is refused: tests/policies/test_deepseek.py)
-LIMIT_CASES = [(p, "vllm") for p in sorted(POLICIES) if p not in NOT_SERVED and p != "trtllm"] + \
+LIMIT_CASES = [(p, "vllm") for p in sorted(POLICIES) if not POLICIES[p].not_served and POLICIES[p].style_only is None] + \
     [(p, "sglang") for p in ("radix", "lru", "s3fifo")] + [("trtllm", "trtllm")]  # (trtllm: its own scheduler only)
 
 

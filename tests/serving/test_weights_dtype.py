@@ -14,7 +14,7 @@ import kvreplay
 from kvreplay.errors import ConfigError
 from kvreplay.serving.config import resolve
 from kvreplay.serving.timing import StepBatch, gpu_catalog, kv_capacity, kv_capacity_blocks, load_time_model
-from kvreplay.serving.timing.gpus import WEIGHTS_COMPUTE_DTYPE, check_weights_dtype, compute_dtype, get_gpu
+from kvreplay.catalog.gpus import WEIGHTS_COMPUTE_DTYPE, check_weights_dtype, compute_dtype, get_gpu
 from kvreplay.serving.timing.models import WEIGHT_DTYPE_BYTES, RooflineTimeModel
 
 from conftest import jsonl, write

@@ -79,7 +79,7 @@ def resolve_capacities(capacities, block_size: int, *, model=None, kv_dtype: str
 
     Sizes are converted with ``blocks_for_budget`` at `block_size` and the bytes per token of
     `model` (at `kv_dtype`, default bf16, and `layers`, default "all") or the given
-    `bytes_per_token`. `layout` (analysis.kv_groups.Layout, hybrid semantics): a block id costs
+    `bytes_per_token`. `layout` (catalog.kv_groups.Layout, hybrid semantics): a block id costs
     its ``bytes_per_block`` instead (vLLM's groups in one pool). Returns ``(blocks, budget)``:
     budget is the ``budget_document`` when a model or bytes_per_token was given, else None. A size
     with neither raises ConfigError.

@@ -99,7 +99,7 @@ def sweep(
         dram_blocks, hbm_hit_rate and dram_hit_rate (each a share of the prompt tokens). (For an
         LRU cache the total is also `kvreplay mrc` at hbm + size: an LRU cache over an exclusive
         LRU tier is one LRU of their combined size.)
-    kv_groups: a hybrid model's KV cache groups (analysis.kv_groups.layout(...).groups): every
+    kv_groups: a hybrid model's KV cache groups (catalog.kv_groups.layout(...).groups): every
         policy must be "vllm" (vLLM's hybrid manager) or every one "radix" (SGLang's, with
         sglang_layout's groups), as replay's kv_groups.
 

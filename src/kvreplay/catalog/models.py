@@ -26,7 +26,6 @@ allocator (it ignores the last W tokens a sliding layer still holds).
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -35,6 +34,7 @@ from functools import lru_cache
 from importlib.resources import files
 
 from ..errors import ConfigError
+from .lookup import did_you_mean, index_by_name
 from .config_view import ConfigView, ModelConfigError, config_file, read_json
 from .hf_config import read_config
 from .vision import vision_field
@@ -86,7 +86,7 @@ class ModelSpec:
     #: plus outputs beyond it are refused
     max_model_len: int | None = None
     #: the KV cache groups, layer 0's kind first ({"kind", "layers", "window" | "chunk" |
-    #: "state_bytes"}; analysis/kv_groups.py); None: one full-attention group of every layer
+    #: "state_bytes"}; catalog/kv_groups.py); None: one full-attention group of every layer
     kv_groups: tuple | None = None
     kv_groups_source: str | None = None
     #: how the released checkpoint stores its weights when not bf16 ("fp8-block": fp8 with a scale
@@ -292,11 +292,7 @@ def catalog_config(name: str) -> dict:
 
 @lru_cache(maxsize=1)
 def _by_name() -> dict[str, ModelSpec]:
-    index: dict[str, ModelSpec] = {}
-    for model in catalog():
-        for name in model.names():
-            index.setdefault(name.lower(), model)
-    return index
+    return index_by_name(catalog())
 
 
 def _spelled_as_path(text: str) -> bool:
@@ -324,9 +320,7 @@ def get_model(name) -> ModelSpec:
         return index[text.lower()]
     if text and os.path.exists(os.path.expanduser(text)):
         return model_from_config(text)  # a model directory (or file) named without a ./
-    close = difflib.get_close_matches(text.lower(), list(index), n=8, cutoff=0.5)
-    suggestions = list(dict.fromkeys(index[c].name for c in close))[:3]
-    hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+    hint = did_you_mean(text.lower(), index, n=8, cutoff=0.5)
     raise ConfigError(f"unknown model {text!r}{hint} (see `kvreplay models`, or give a path to a config.json)")
 
 

@@ -254,14 +254,14 @@ def resolve_budget(args, trace, capacities, *, hybrid: bool = False):
 
 
 def kv_semantics(args) -> str:
-    """"hybrid" or "full": --kv-semantics, with auto resolved from --model (analysis/kv_groups.py)."""
+    """"hybrid" or "full": --kv-semantics, with auto resolved from --model (catalog/kv_groups.py)."""
     asked = getattr(args, "kv_semantics", "auto")
     refuse_unless(args, "kv_semantics", args.model is not None, "needs --model (the model's layer groups)")
     if asked == "hybrid" and args.model is None:
         raise ConfigError("--kv-semantics hybrid needs --model (the model's layer groups)")
     if args.model is None:
         return "full"  # (no model, nothing to look up: the layer groups are not imported)
-    from ..analysis.kv_groups import resolve_semantics
+    from ..catalog.kv_groups import resolve_semantics
 
     if getattr(args, "kv_layers", None) is not None:  # bytes per token: full semantics' way to count
         if asked == "hybrid":
@@ -286,10 +286,12 @@ def kv_layout(args, block_size: int):
     radix, vLLM's block pool otherwise (None for full semantics)."""
     if getattr(args, "model", None) is None or kv_semantics(args) != "hybrid":
         return None
-    from ..analysis.kv_groups import layout, sglang_layout
+    from ..catalog.kv_groups import layout, sglang_layout
+    from ..policies.registry import INFO, get_policy
 
     policy = str(getattr(args, "policy", "") or "").split(":")[0].strip().lower()
-    return (sglang_layout if policy == "radix" else layout)(args.model, block_size, args.kv_dtype or "bf16")
+    kind = get_policy(policy).layout if policy in INFO else "vllm"
+    return {"vllm": layout, "sglang": sglang_layout}[kind](args.model, block_size, args.kv_dtype or "bf16")
 
 
 class TracePaths(argparse.Action):

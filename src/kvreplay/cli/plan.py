@@ -82,7 +82,7 @@ def _parser_plan(sub) -> None:
 
 def _cmd_plan(args) -> int:
     from ..serving.plan import plan
-    from ..serving.prices import Prices, parse_overrides
+    from ..catalog.prices import Prices, parse_overrides
     from ..serving.slo import MIN_WINDOW_REQUESTS, SLO
     from .serving import number_list
 
@@ -143,7 +143,7 @@ def _refuse_unused_prices(overrides: dict, gpus: list[str], tiers: list) -> None
     compared by their catalog names: --price is matched ignoring case, aliases too, and so is --gpus)."""
     from ..serving.plan import tier_gib
     from ..serving.plan_args import gpu_names
-    from ..serving.prices import MEMORIES
+    from ..catalog.prices import MEMORIES
 
     held = {kind for spec in tiers for kind in tier_gib(spec)}
     searched = set(gpu_names(gpus))

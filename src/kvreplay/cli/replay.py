@@ -53,7 +53,7 @@ def _cmd_run(args) -> int:
     semantics = common.kv_semantics(args)
     if args.policy is None:
         args.policy = "vllm" if semantics == "hybrid" else "s3fifo"
-    elif semantics == "hybrid" and get_policy(args.policy).name not in ("vllm", "radix"):
+    elif semantics == "hybrid" and get_policy(args.policy).replay_groups is None:
         if args.kv_semantics == "hybrid":
             raise ConfigError(f"--kv-semantics hybrid is vLLM's hybrid manager (--policy vllm) or SGLang's "
                               f"(--policy radix), not {args.policy}")
@@ -71,7 +71,7 @@ def _cmd_run(args) -> int:
                           "standard output); sweep and mrc write tables (.csv, .json, .parquet)")
     common.check_output_dir(args.output, inputs=common.inputs_of(args))
     if args.gpu is not None and (args.tiers or semantics == "hybrid"
-                                 or get_policy(args.policy).name in ("infinite", "belady")):
+                                 or get_policy(args.policy).bound):
         raise ConfigError("--gpu prices the headroom, which a run with tiers, hybrid semantics or a bound (infinite, "
                           "belady) does not have: drop --gpu")
     capacity = args.capacity

@@ -7,6 +7,7 @@ import sys
 
 from ..engine.misses import CAUSES
 from ..errors import ConfigError
+from ..policies.registry import get_policy
 from ..serving import routing
 from . import common
 from ..serving.samples import check_n
@@ -50,7 +51,7 @@ def unit_fraction(text: str) -> float:
     return value
 
 
-#: --weights-dtype's values (serving/timing/gpus.py WEIGHTS_COMPUTE_DTYPE; bytes: models.WEIGHT_DTYPE_BYTES).
+#: --weights-dtype's values (catalog/gpus.py WEIGHTS_COMPUTE_DTYPE; bytes: models.WEIGHT_DTYPE_BYTES).
 WEIGHTS_DTYPES = ("bf16", "fp16", "fp8", "int4")
 
 
@@ -222,7 +223,8 @@ def _parser_simulate(sub) -> None:
 
 def _options(args, trace) -> dict:
     """simulate()'s keyword arguments from the command line."""
-    from ..serving.simulate import STYLE_POLICY, Scheduler
+    from ..serving.simulate import Scheduler
+    from ..serving.styles import STYLE_POLICY
 
     warmup = warmup_of(args)
     if args.engine == "reference":
@@ -393,7 +395,7 @@ def _served_headroom(args, trace, report):
     from ..analysis.headroom import headroom
     from ..engine.replay import replay
 
-    if report.misses is None or report.instances > 1 or report.policy in ("infinite", "belady") or \
+    if report.misses is None or report.instances > 1 or get_policy(report.policy).bound or \
             report.closed is not None or report.samples is not None:
         # (a closed loop serves its requests out of trace order, or copies them; n > 1 serves the fanned-out trace)
         return None

@@ -102,7 +102,7 @@ def replay(
         the report splits hit tokens per tier (docs/serving.md, "Tiers"). tier_copies: "move"
         (default) or "keep".
     kv_groups: a hybrid model's KV cache groups (policies.hybrid.Group, in vLLM's group order;
-        analysis.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
+        catalog.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
         manager, whose hit is the longest prefix every group can serve (policies/hybrid.py);
         capacity is then in block ids of the shared pool. For policy "radix": SGLang 0.5.23's
         UnifiedRadixCache (policies/radix_hybrid.py; compiled: radix_hybrid.c), capacity its
@@ -149,8 +149,8 @@ def replay(
         if tiers is not None:
             raise ConfigError("kv_groups (hybrid semantics) and tiers do not go together yet (kv_semantics='full' "
                               "replays every layer as full attention, with tiers)")
-        in_full = np.zeros(trace.num_accesses, dtype=np.int8) if miss_account and spec.name == "vllm" else None
-        hit_blocks, counters, final, engine, hybrid = _replay_hybrid(trace, spec.name, capacity, kv_groups,
+        in_full = np.zeros(trace.num_accesses, dtype=np.int8) if miss_account and spec.group_miss_account else None
+        hit_blocks, counters, final, engine, hybrid = _replay_hybrid(trace, spec, capacity, kv_groups,
                                                                      block_size, engine, kv_retention, prefill_chunk,
                                                                      in_full)
         hit_tokens = np.minimum(hit_blocks * block_size, np.asarray(trace.input_length, dtype=np.int64))
@@ -218,38 +218,16 @@ def replay(
     return report
 
 
-def _replay_hybrid(trace, policy: str, capacity: int, groups, block_size: int, engine: str, retention,
+def _replay_hybrid(trace, spec, capacity: int, groups, block_size: int, engine: str, retention,
                    chunk: int, in_full=None):
-    """Hybrid semantics: vLLM's hybrid manager (policy vllm) or SGLang's UnifiedRadixCache (policy
-    radix; capacity = its full-attention pool in pages), each compiled or reference:
+    """Hybrid semantics: the policy's replay over layer groups (PolicySpec.replay_groups: vLLM's
+    hybrid manager for vllm, SGLang's UnifiedRadixCache for radix), compiled or reference:
     (hit blocks, counters, resident count, the engine that ran, the report's kv_semantics)."""
-    if policy == "vllm":
-        from ..policies.hybrid import replay_hybrid, replay_hybrid_compiled
-
-        if engine == "compiled":
-            hits, counters, final = replay_hybrid_compiled(trace, capacity, groups, block_size, retention=retention,
-                                                           chunk_tokens=chunk, in_full=in_full)
-        else:
-            hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk,
-                                       in_full=in_full)
-            final, counters = pool.resident_count(), dict(pool.stats)
-        about = {"engine": "vllm", "retention": retention,
-                 "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
-    elif policy == "radix":
-        from ..policies.radix_hybrid import replay_radix_hybrid, replay_radix_hybrid_compiled
-
-        if engine == "compiled":
-            hits, counters, final, _, _ = replay_radix_hybrid_compiled(trace, groups, block_size, full_pages=capacity,
-                                                                       chunk_tokens=chunk)
-        else:
-            hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
-            final, counters = cache.resident_count(), dict(cache.stats)
-        about = {"engine": "sglang", "swa_full_tokens_ratio": 0.8,
-                 "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py, compiled in radix_hybrid.c); "
-                           "capacity: its full-attention pool in pages"}
-    else:
+    if spec.replay_groups is None:
         raise ConfigError(f"kv_groups (hybrid semantics) are vLLM's hybrid manager (policy vllm) or SGLang's "
-                          f"UnifiedRadixCache (policy radix), not {policy} (kv_semantics='full' replays every layer "
+                          f"UnifiedRadixCache (policy radix), not {spec.name} (kv_semantics='full' replays every layer "
                           "as full attention)")
+    hits, counters, final, about = spec.replay_groups(trace, capacity, groups, block_size, engine, retention, chunk,
+                                                      in_full)
     return hits, counters, final, engine, {"groups": [vars(g) for g in groups], "prefill_chunk": chunk, **about}
 

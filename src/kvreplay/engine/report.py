@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvariantError
+from ..policies.registry import get_policy
 from ..trace.model import exact_sum
 
 
@@ -132,9 +133,7 @@ class Report:
             "trace": self.trace_source,
         }
         out["oversize_requests"] = self.oversize_requests
-        if self.policy == "deepseek":  # the usage fields DeepSeek's API returns, summed over the window
-            out["usage"] = {"prompt_cache_hit_tokens": self.total_hit_tokens,
-                            "prompt_cache_miss_tokens": self.total_prompt_tokens - self.total_hit_tokens}
+        out.update(get_policy(self.policy).report_fields(self))  # (deepseek: its API's usage fields)
         if self.misses is not None:
             out["misses"] = self.misses.to_dict()
         if self.tiers is not None:

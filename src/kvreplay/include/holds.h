@@ -53,7 +53,17 @@ static inline int kv_refused_when_all_held(KvHolds *h, i64 resident) {
     return 0;
 }
 
-void kv_log_append(i64 *hold, i64 hold_n, i64 b);
+/* Append b to the eviction log (hold[LOG_HEAD:]), or count it lost when the log is full. Kept out
+ * of line: it runs only when the log is on. */
+static __attribute__((noinline, unused)) void kv_log_append(i64 *hold, i64 hold_n, i64 b) {
+    i64 n = hold[LOG_COUNT];
+    if (n < hold_n - LOG_HEAD) {
+        hold[LOG_HEAD + n] = b;
+        hold[LOG_COUNT] = n + 1;
+    } else {
+        hold[LOG_LOST] += 1;
+    }
+}
 
 /* Block b has just stopped being resident by an eviction: log it when the log is on (one
  * compare, marked unlikely, when it is off). */

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..policies.registry import get_policy
+
 def metrics_summary(m: dict) -> str:
     pct = m["request_hit_rate_percentiles"]
     money = m["money"]
@@ -82,7 +84,7 @@ def run_summary(trace, report, budget=None) -> str:
         f"final     {report.final_cache_blocks:,} blocks resident",
         "counters  " + ", ".join(f"{k}={v:,}" for k, v in report.counters.items()),
     ]
-    lines += explanations(trace, report) + deepseek_lines(report)
+    lines += explanations(trace, report) + get_policy(report.policy).notes(report)
     if report.invalid_records:
         inv = report.invalid_records
         lines.append(f"skipped   {inv['count']:,} invalid records (first lines: {', '.join(map(str, inv['first_lines']))})")
@@ -92,18 +94,6 @@ def run_summary(trace, report, budget=None) -> str:
                      f"fit their input_length at {report.block_size}-token blocks (first requests, 0-based: "
                      f"{', '.join(map(str, miss['first_requests']))}); their hits are capped at input_length")
     return "\n".join(lines)
-
-
-# Why a policy may end well below its capacity although the trace has more blocks than that.
-BELOW_CAPACITY = {
-    "s3fifo": "S3FIFO's main queue M fills only when a block is re-accessed while in the small queue S or "
-              "returns from the ghost queue; with little reuse M stays mostly empty (docs/policies.md, S3FIFO details)",
-    "2q": "2Q's Am fills only on a re-access from the ghost A1out",
-    "arc": "ARC's lists fill by its adaptation; ghost hits decide the T1/T2 split",
-    "ttl": "blocks expire after the TTL whatever the capacity",
-    "radix": "SGLang evicts whole leaves, often more pages than a request needs",
-    "vllm": "vLLM's free queue also holds blocks without a hash (partial tails), which cache nothing",
-}
 
 
 def explanations(trace, report) -> list[str]:
@@ -118,28 +108,10 @@ def explanations(trace, report) -> list[str]:
             "them (radix refuses them, vllm holds the whole cache, other policies let them evict their own blocks); "
             "size the cache for the longest prompt, or read these hits with care")
     cap = report.cache_capacity_blocks
-    if report.final_cache_blocks < 0.9 * cap and trace.num_blocks >= cap and report.policy in BELOW_CAPACITY:
+    below = get_policy(report.policy).below_capacity
+    if report.final_cache_blocks < 0.9 * cap and trace.num_blocks >= cap and below:
         lines.append(f"note      {report.final_cache_blocks:,} of {cap:,} blocks resident at the end "
-                     f"({100 * report.final_cache_blocks / cap:.0f}%): {BELOW_CAPACITY[report.policy]}")
-    return lines
-
-
-def deepseek_lines(report) -> list[str]:
-    """DeepSeek's usage fields, and what the model is (docs/policies.md, "DeepSeek's API cache")."""
-    if report.policy != "deepseek":
-        return []
-    usage = report.summary()["usage"]
-    lines = [f"usage     prompt_cache_hit_tokens={usage['prompt_cache_hit_tokens']:,}, prompt_cache_miss_tokens="
-             f"{usage['prompt_cache_miss_tokens']:,} (as DeepSeek's API reports them, summed over the window)",
-             "model     DeepSeek's disk cache as its docs describe it (no code to check against): a hit must match a "
-             "whole 64-token prefix unit, persisted at a prompt's end, at common prefixes and every "
-             f"{report.params['interval']:,} tokens, ready {report.params['delay']:g} s later, gone "
-             f"{report.params['ttl']:g} s after its last use; the disk is not modelled as full (no capacity); "
-             "units at the end of outputs are not modelled (a trace has no ids for them)"]
-    if report.block_size > 64:
-        lines.append(f"note      units end on 64-token boundaries, this trace's ids on {report.block_size}-token "
-                     f"blocks: each hit is rounded down to the block (up to {report.block_size - 64} tokens under "
-                     "DeepSeek's); token logs hashed at --block-size 64 give it exactly")
+                     f"({100 * report.final_cache_blocks / cap:.0f}%): {below}")
     return lines
 
 
@@ -174,7 +146,7 @@ def budget_heading(budget) -> str:
         return ""
     text = "\n" + budget_text(budget)
     if budget.get("kv_semantics") == "hybrid":
-        from ..analysis.kv_groups import ENGINES
+        from ..catalog.kv_groups import ENGINES
 
         text += (f"\nkv semantics: hybrid ({ENGINES[budget['kv_engine']]}: a hit is the longest prefix every layer "
                  "group serves)")
@@ -187,7 +159,7 @@ def budget_heading(budget) -> str:
 def full_semantics_note(model) -> str | None:
     """For a hybrid `model` replayed with every layer as full attention (mrc, report): what that
     leaves out and which command replays its groups. None for a model with one kind of layer."""
-    from ..analysis.kv_groups import resolve_semantics
+    from ..catalog.kv_groups import resolve_semantics
     from ..analysis.models import get_model
 
     if model is None or not get_model(model).is_hybrid:

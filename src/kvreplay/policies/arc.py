@@ -221,4 +221,6 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=read_state,
     resident_mask=resident_mask,
+    residency_bits=True,
+    below_capacity="ARC's lists fill by its adaptation; ghost hits decide the T1/T2 split",
 )

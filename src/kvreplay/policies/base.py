@@ -169,6 +169,42 @@ class PolicySpec:
     #: (unpin_request), not when it starts (trtllm: TensorRT-LLM stores blocks for reuse)
     caches_at_release: bool = False
 
+    # ---- what the rest of kvreplay asks about the policy (its traits, declared here, with it) ----
+    #: a bound (infinite, belady), not a cache an engine runs: never served, never "the best", no headroom
+    bound: bool = False
+    #: why the serving simulator refuses it, its engine's scheduler not being modelled ("": served)
+    not_served: str = ""
+    #: the engine style (serving/styles.py) whose own cache this is and whose scheduler alone serves it,
+    #: when that scheduler serves no other cache (trtllm); the refusal says `style_only_why`
+    style_only: str | None = None
+    style_only_why: str = ""
+    #: a request's start is all or nothing inside the policy (vllm, radix, trtllm): the serving kernel
+    #: asks it; for every other policy the kernel first checks that the start fits beside held blocks
+    request_level: bool = False
+    #: its compiled state grows with every pin_request (radix: nodes and an arena; belady: heap
+    #: entries), so the simulator sizes it by the calls it will get
+    sized_per_call: bool = False
+    #: its residency is a pure function of each block's own state, changed only by the operations on a
+    #: request's blocks and by logged evictions: a state-aware router scans it through bits
+    #: (serving/kernel/requests.c settle_bits). Not ttl (blocks expire with the clock), not radix (its
+    #: probe follows a path)
+    residency_bits: bool = False
+    #: the hybrid-model layout it serves ("vllm": vLLM's block pool over layer groups; "sglang":
+    #: SGLang's full and SWA pools), and its replay over layer groups (kv_semantics="hybrid"):
+    #: (trace, capacity, groups, block_size, engine, retention, chunk, in_full) -> (hit blocks,
+    #: counters, resident count, about); None: it replays every layer as full attention only
+    layout: str = "vllm"
+    replay_groups: Callable | None = None
+    #: its replay over layer groups says which hits were in the full-attention groups, for the
+    #: hybrid miss account (engine/misses.py hybrid_account): vllm
+    group_miss_account: bool = False
+    #: why it may end well below its capacity although the trace has more blocks ("": not said)
+    below_capacity: str = ""
+    #: the lines `kvreplay run` adds for it (report -> list[str]) and the fields its JSON report adds
+    #: (report -> dict)
+    notes: Callable = field(default=lambda report: [])
+    report_fields: Callable = field(default=lambda report: {})
+
     def compiled(self, state) -> tuple[int, "np.ndarray"]:
         """(the address of its C table, the record of `state` its operations take): the arrays of
         `state` must stay alive while C works on them."""

@@ -179,4 +179,7 @@ POLICY = PolicySpec(
     read_state=read_state,
     resident_mask=lambda state: state.key >= 0,
     params=(Param("admit_bypass", 0, int, "1: do not admit a block whose next use is farther than every resident block's", in_range(0, 1)),),
+    bound=True,
+    sized_per_call=True,
+    residency_bits=True,
 )

@@ -137,4 +137,5 @@ POLICY = PolicySpec(
     read_state=read_state,
     resident_mask=resident_mask,
     params=(Param("bits", 1, int, "width of the per-frame reference counter (1: a reference bit)", in_range(1, 7)),),
+    residency_bits=True,
 )

@@ -219,6 +219,29 @@ def _unit_multiple(value):
     return None if value >= UNIT and value % UNIT == 0 else f"must be a multiple of {UNIT} tokens"
 
 
+def notes(report) -> list[str]:
+    """DeepSeek's usage fields, and what the model is (docs/policies.md, "DeepSeek's API cache")."""
+    usage = report.summary()["usage"]
+    lines = [f"usage     prompt_cache_hit_tokens={usage['prompt_cache_hit_tokens']:,}, prompt_cache_miss_tokens="
+             f"{usage['prompt_cache_miss_tokens']:,} (as DeepSeek's API reports them, summed over the window)",
+             "model     DeepSeek's disk cache as its docs describe it (no code to check against): a hit must match a "
+             "whole 64-token prefix unit, persisted at a prompt's end, at common prefixes and every "
+             f"{report.params['interval']:,} tokens, ready {report.params['delay']:g} s later, gone "
+             f"{report.params['ttl']:g} s after its last use; the disk is not modelled as full (no capacity); "
+             "units at the end of outputs are not modelled (a trace has no ids for them)"]
+    if report.block_size > 64:
+        lines.append(f"note      units end on 64-token boundaries, this trace's ids on {report.block_size}-token "
+                     f"blocks: each hit is rounded down to the block (up to {report.block_size - 64} tokens under "
+                     "DeepSeek's); token logs hashed at --block-size 64 give it exactly")
+    return lines
+
+
+def usage(report) -> dict:
+    """The usage fields DeepSeek's API returns, summed over the window (the JSON report's "usage")."""
+    return {"usage": {"prompt_cache_hit_tokens": report.total_hit_tokens,
+                      "prompt_cache_miss_tokens": report.total_prompt_tokens - report.total_hit_tokens}}
+
+
 POLICY = PolicySpec(
     name="deepseek",
     native="deepseek",
@@ -237,4 +260,8 @@ POLICY = PolicySpec(
                   in_range(lo=0, lo_open=True))),
     capacity="ignored",
     check_block_size=check_block_size,
+    not_served=("DeepSeek's API serves from servers whose scheduler and hardware are not public, so the "
+                "simulator has no model of them; `kvreplay run --policy deepseek` gives its cache's hits and cost"),
+    notes=notes,
+    report_fields=usage,
 )

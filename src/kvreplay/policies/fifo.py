@@ -91,4 +91,5 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=read_state,
     resident_mask=lambda state: state.cached != 0,
+    residency_bits=True,
 )

@@ -70,10 +70,10 @@ to the chunks that fit (``oversize_requests``).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..catalog.kv_groups import Group  # noqa: F401 - (radix_hybrid and the tests take it from here too)
 from ..errors import ConfigError
 
 KINDS = ("full", "sliding_window", "chunked_local", "mamba")
@@ -102,18 +102,6 @@ def mamba_split(bs: int, prompt: int, num_tokens: int, max_prefill: int, junctio
              start + (junction - start) // bs * bs if start < junction < end else 0)
     end = min((x for x in stops if start < x < end), default=end)
     return max(end - start, 0)
-
-
-@dataclass(frozen=True)
-class Group:
-    """One spec group: `copies` KV cache groups of one kind (vLLM splits a kind's layers into
-    groups of equal size; each group id has its own blocks). `window` (sliding_window) and
-    `chunk` (chunked_local) in tokens."""
-
-    kind: str
-    copies: int = 1
-    window: int | None = None
-    chunk: int | None = None
 
 
 class HybridPool:
@@ -456,3 +444,18 @@ def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, ret
                           "the trace's range, malformed offsets, or a length, window or block size beyond 2**52 "
                           "tokens, 2**24 for the block size)")
     return hits, dict(zip(COUNTERS, (int(x) for x in out[:4]))), int(out[4])
+
+
+def replay_groups(trace, capacity: int, groups, block_size: int, engine: str, retention, chunk: int, in_full=None):
+    """The replay over layer groups of policy vllm (PolicySpec.replay_groups): vLLM's hybrid manager,
+    compiled or reference: (hit blocks, counters, resident count, what the report says of it)."""
+    if engine == "compiled":
+        hits, counters, final = replay_hybrid_compiled(trace, capacity, groups, block_size, retention=retention,
+                                                       chunk_tokens=chunk, in_full=in_full)
+    else:
+        hits, pool = replay_hybrid(trace, capacity, groups, block_size, retention=retention, chunk_tokens=chunk,
+                                   in_full=in_full)
+        final, counters = pool.resident_count(), dict(pool.stats)
+    about = {"engine": "vllm", "retention": retention,
+             "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
+    return hits, counters, final, about

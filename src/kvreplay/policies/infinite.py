@@ -65,4 +65,6 @@ POLICY = PolicySpec(
     read_state=read_state,
     resident_mask=lambda state: state.seen != 0,
     capacity="ignored",
+    bound=True,
+    residency_bits=True,
 )

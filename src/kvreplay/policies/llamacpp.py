@@ -303,4 +303,6 @@ POLICY = PolicySpec(
                   in_range(lo=0)),
             Param("idle_slots", 1, int, "--cache-idle-slots: save idle slots to the host cache at each request",
                   in_range(0, 1))),
+    not_served=("llama.cpp server's loop (its slots under concurrency, deferred tasks) is not modelled; "
+                "`kvreplay run --policy llamacpp` replays its slots one request at a time"),
 )

@@ -95,4 +95,5 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=lru.read_state,
     resident_mask=lambda state: state.cached != 0,
+    residency_bits=True,
 )

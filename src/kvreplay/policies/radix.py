@@ -95,6 +95,7 @@ from collections import Counter, namedtuple
 
 import numpy as np
 
+from .radix_hybrid import replay_groups
 from .base import PolicySpec, ReferencePolicy, hold_arrays, meta_slots
 
 
@@ -480,4 +481,9 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=read_state,
     resident_mask=resident_mask,
+    request_level=True,
+    sized_per_call=True,
+    layout="sglang",
+    below_capacity="SGLang evicts whole leaves, often more pages than a request needs",
+    replay_groups=replay_groups,
 )

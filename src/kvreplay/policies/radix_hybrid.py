@@ -1003,3 +1003,19 @@ def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: 
         raise kind(f"SGLang hybrid cache: {message}")
     stats = dict(zip(COUNTERS, (int(x) for x in out[:len(COUNTERS)])))
     return hits, stats, int(out[-3]), int(out[-2]), int(out[-1])
+
+
+def replay_groups(trace, capacity: int, groups, block_size: int, engine: str, retention, chunk: int, in_full=None):
+    """The replay over layer groups of policy radix (PolicySpec.replay_groups): SGLang's
+    UnifiedRadixCache, capacity its full-attention pool in pages, compiled or reference: (hit blocks,
+    counters, resident count, what the report says of it). (retention and in_full: vLLM's only.)"""
+    if engine == "compiled":
+        hits, counters, final, _, _ = replay_radix_hybrid_compiled(trace, groups, block_size, full_pages=capacity,
+                                                                   chunk_tokens=chunk)
+    else:
+        hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
+        final, counters = cache.resident_count(), dict(cache.stats)
+    about = {"engine": "sglang", "swa_full_tokens_ratio": 0.8,
+             "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py, compiled in radix_hybrid.c); "
+                       "capacity: its full-attention pool in pages"}
+    return hits, counters, final, about

@@ -277,4 +277,8 @@ POLICY = PolicySpec(
         Param("ghost_freq", 0, int, "freq of a block re-admitted to main from the ghost queue (<= max_freq)", _check_ghost_freq),
     ),
     sizes=_sizes,
+    residency_bits=True,
+    below_capacity=("S3FIFO's main queue M fills only when a block is re-accessed while in the small queue S or "
+                    "returns from the ghost queue; with little reuse M stays mostly empty (docs/policies.md, S3FIFO "
+                    "details)"),
 )

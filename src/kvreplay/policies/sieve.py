@@ -153,4 +153,5 @@ POLICY = PolicySpec(
     make_state=make_state,
     read_state=read_state,
     resident_mask=resident_mask,
+    residency_bits=True,
 )

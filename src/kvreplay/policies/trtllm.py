@@ -517,4 +517,9 @@ POLICY = PolicySpec(
                   "0: any free block (after PR #7922)", in_range(0, 1)),
             Param("offload_min_priority", 30, int, "the lowest priority whose blocks are offloaded, not dropped",
                   in_range(0, 100))),
+    request_level=True,
+    style_only="trtllm",
+    style_only_why=("TensorRT-LLM's block reuse (policy 'trtllm') is served by its scheduler, and its scheduler "
+                    "serves that cache only: give engine_style='trtllm' (--engine-style trtllm) with policy "
+                    "'trtllm'"),
 )

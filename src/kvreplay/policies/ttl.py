@@ -204,4 +204,5 @@ POLICY = PolicySpec(
     resident_mask=resident_mask,
     params=(Param("ttl", 300.0, Seconds, "seconds of trace time a block stays resident after its last access", _check_ttl),),
     capacity="optional",
+    below_capacity="blocks expire after the TTL whatever the capacity",
 )

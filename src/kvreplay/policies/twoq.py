@@ -220,4 +220,6 @@ POLICY = PolicySpec(
         Param("kout", 0.5, float, "A1out's length as a share of capacity (kout_cap = max(1, round(capacity * kout)))", _check_kout),
     ),
     sizes=_sizes,
+    residency_bits=True,
+    below_capacity="2Q's Am fills only on a re-access from the ghost A1out",
 )

@@ -106,6 +106,7 @@ from collections import OrderedDict, deque, namedtuple
 
 import numpy as np
 
+from .hybrid import replay_groups
 from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, meta_slots
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")
@@ -348,4 +349,9 @@ POLICY = PolicySpec(
               "1: never hit the block holding the last prompt token (vLLM); 0: hit every full block",
               in_range(0, 1)),
     ),
+    request_level=True,
+    residency_bits=True,
+    below_capacity="vLLM's free queue also holds blocks without a hash (partial tails), which cache nothing",
+    replay_groups=replay_groups,
+    group_miss_account=True,
 )

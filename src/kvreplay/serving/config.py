@@ -57,7 +57,7 @@ def kv_dtype_of(kv_dtype, model) -> str:
 
 def weights_dtype_of(weights_dtype, gpu) -> str:
     """The weights dtype (default bf16), checked against `gpu` when there is one (gpus.py)."""
-    from .timing.gpus import check_weights_dtype, compute_dtype
+    from ..catalog.gpus import check_weights_dtype, compute_dtype
 
     key = str(weights_dtype or "bf16").strip().lower()
     if gpu is None:

@@ -36,7 +36,7 @@ from ..analysis.executors import check_stopping
 from ..errors import ConfigError
 from ..units import seconds_arg
 from . import plan_cache, plan_rows
-from .prices import Prices, gpu_name
+from ..catalog.prices import Prices, gpu_name
 from .slo import MIN_WINDOW_REQUESTS, SLO, Windows, judge, worst_windows
 from .warmup import AUTO, JudgedSpan, judged_mask, spec_text
 
@@ -374,7 +374,7 @@ def _unfit(s: Search, gpu: str, tp: int, kw: dict, unfit_reason, pp: int = 1) ->
 
     try:
         get_model(s.model)
-        from .timing.gpus import get_gpu
+        from ..catalog.gpus import get_gpu
 
         get_gpu(gpu)
     except ConfigError:
@@ -499,7 +499,7 @@ def tier_gib(tiers: str | None) -> dict:
     """GiB per priced kind ("dram", "ssd") of the tiers in a --tiers text. A tier must be sized in
     bytes and named dram or ssd to be priced."""
     from ..units import parse_size
-    from .prices import MEMORIES
+    from ..catalog.prices import MEMORIES
 
     out = {}
     for part in (tiers or "").split(","):

@@ -12,7 +12,7 @@ import os
 from ..checks import items, number, whole
 from ..errors import ConfigError
 from .limits import MAX_INSTANCES
-from .prices import Prices
+from ..catalog.prices import Prices
 from .slo import MAX_SECONDS, SLO
 
 #: the most worker processes or threads a plan starts
@@ -43,7 +43,7 @@ def check_prices(prices) -> Prices:
     if prices is None or isinstance(prices, dict):
         return Prices(prices)
     if not isinstance(prices, Prices):
-        raise ConfigError(f"prices must be a Prices (kvreplay.serving.prices.Prices) or a dict of {{name: USD}}, "
+        raise ConfigError(f"prices must be a Prices (kvreplay.catalog.prices.Prices) or a dict of {{name: USD}}, "
                           f"got {prices!r}")
     return prices
 
@@ -66,7 +66,7 @@ def check_slo(slo) -> SLO:
 
 def gpu_names(gpus) -> list:
     """Each GPU by its catalog name (a GPUSpec kept as it is), matched ignoring case, aliases too."""
-    from .timing.gpus import GPUSpec, get_gpu
+    from ..catalog.gpus import GPUSpec, get_gpu
 
     out = []
     for g in items(gpus, "gpus (--gpus)"):

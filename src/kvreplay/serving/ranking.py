@@ -16,7 +16,6 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..progress import tell
-from .simulate import NOT_SERVED
 
 
 def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instances: int = 1,
@@ -46,8 +45,8 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
     tell(progress, 0, len(todo), "policies served")
     for k, text in enumerate(todo):
         spec, params = parse_policy(text)
-        if spec.name in NOT_SERVED or spec.capacity == "ignored" or spec.name == "belady":
-            not_served.append({"policy": text, "why": NOT_SERVED.get(spec.name, "a bound, not an engine's cache")})
+        if spec.not_served or spec.bound:
+            not_served.append({"policy": text, "why": spec.not_served or "a bound, not an engine's cache"})
             tell(progress, k + 1, len(todo), "policies served")
             continue
         try:

@@ -25,24 +25,11 @@ from . import kernel, routing
 from .timing import KIND_INSTANT, TimeModel, packed, roofline_window
 from .timing.host import NONE as NO_HOST
 from .timing.host import HostTerms
+from .styles import ENGINE_STYLES
 
-#: Policies whose start is all or nothing inside the policy (vllm, radix): the kernel asks them;
-#: for every other policy it checks first that the start fits beside the held blocks.
-REQUEST_LEVEL = ("vllm", "radix", "trtllm")
-#: Policies whose compiled state grows with every pin_request (radix: nodes and an arena;
-#: belady: heap entries), sized by the trace it is built from.
-SIZED_PER_CALL = ("radix", "belady")
-#: Policies whose residency is a pure function of each block's own state, changed only by the
-#: operations on a request's blocks and by logged evictions: a state-aware router scans them
-#: through bits (serving/kernel/requests.c settle_bits). Not ttl (its blocks expire with the
-#: clock), not radix (its probe follows a path).
-RESIDENCY_BITS = ("vllm", "lru", "s3fifo", "fifo", "sieve", "arc", "2q", "lfu", "clock", "lru-tail", "belady",
-                  "infinite")
 #: True: routers scan every instance for every prompt on its own, through its ids and its cache, as
 #: before the bits (the reference tests/serving/test_scaling.py holds the bits to)
 REFERENCE_SCANS = False
-#: sim.h's STYLE_VLLM, STYLE_SGLANG, STYLE_TRTLLM
-STYLES = ("vllm", "sglang", "trtllm")
 SERIES_POINTS = 4096
 PREFILL_ONLY = -1  # sim.h's PREFILL_ONLY: the kernel's O of SGLang's prefill-only request
 ITL_BINS = 23100  # up to 1e-6 s x 1.001^23099, about 1e4 s; longer gaps count in the last bin
@@ -352,7 +339,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
     raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
-    results, more memory: tests compare the two). kv_groups (analysis/kv_groups.py's Groups, in
+    results, more memory: tests compare the two). kv_groups (catalog/kv_groups.py's Groups, in
     vLLM's order): a hybrid model's layer groups under vLLM's hybrid KV cache manager
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
     shared pool, prefix_cache_retention_interval kv_retention; with kv_engine "sglang", SGLang's
@@ -392,7 +379,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     tm = packed(time_model)
     # the routers' residency bits: a state-aware router, no tiers (their drain reads the eviction log)
     route_bits = (router is not None and not tiers and not len(groups) and not len(radix)
-                  and spec.name in RESIDENCY_BITS and not REFERENCE_SCANS)
+                  and spec.residency_bits and not REFERENCE_SCANS)
     host_slots = host.kernel_settings()
     router_index, rparams = -1, np.zeros(1)
     if router is not None:
@@ -401,9 +388,9 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     assigned_sorted = (np.zeros(n, dtype=np.int64) if assigned is None
                        else np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order]))
     cfg = kernel.settings({
-        "STYLE": STYLES.index(scheduler.style), "MAX_BATCHED": scheduler.max_num_batched_tokens,
+        "STYLE": ENGINE_STYLES.index(scheduler.style), "MAX_BATCHED": scheduler.max_num_batched_tokens,
         "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": _chunked(scheduler), "CAPACITY": capacity,
-        "BLOCK_SIZE": block_size, "PRECHECK": int(spec.name not in REQUEST_LEVEL),
+        "BLOCK_SIZE": block_size, "PRECHECK": int(not spec.request_level),
         "ONE_AT_A_TIME": int(tm[0] == KIND_INSTANT), "OUTPUT_KV": int(output_kv),
         "LPM": int(scheduler.schedule_policy == "lpm"), "CHUNK_SIZE": scheduler.chunked_prefill_size,
         "LPM_FCFS_ABOVE": scheduler.lpm_fcfs_above, "MAX_PREFILL": scheduler.max_prefill_tokens,
@@ -474,7 +461,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         make = spec.make_state
         states, records, bases = [], [], []
         for k in range(N):
-            base = roomier(ext, int(calls[k]), int(positions[k])) if spec.name in SIZED_PER_CALL else ext
+            base = roomier(ext, int(calls[k]), int(positions[k])) if spec.sized_per_call else ext
             state = make(capacity, Sizing(base, spaces[k]), **params)
             if tiers or route_bits:
                 state = with_eviction_log(state, log_size)
@@ -492,7 +479,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
             io["decode_instance"].fill(-1)
             io["arrived_s"].fill(0)
         counters = io["counters"].reshape(N, len(names))
-        if spec.name in SIZED_PER_CALL:
+        if spec.sized_per_call:
             counters[:, C["max_pin_calls"]], counters[:, C["max_positions"]] = calls, positions
         else:
             counters[:, C["max_pin_calls"]] = counters[:, C["max_positions"]] = -1

@@ -3,16 +3,16 @@
 
 A hybrid model (sliding-window, chunked-local or Mamba layers beside full attention) is served
 with its engine's hybrid cache when ``kv_semantics`` is "hybrid", or "auto" where vLLM uses it by
-default (analysis/kv_groups.py resolve_semantics: not Llama 4's chunked-local layers) and the
+default (catalog/kv_groups.py resolve_semantics: not Llama 4's chunked-local layers) and the
 simulator models it: output KV, no tiers, no prefill/decode disaggregation, and
 - the vLLM style with policy vllm: vLLM 0.33.0's hybrid KV cache manager (serving/kernel/hybrid.c;
-  Mamba groups in vLLM's align mode). A block id holds one group's layers (analysis/kv_groups.py
+  Mamba groups in vLLM's align mode). A block id holds one group's layers (catalog/kv_groups.py
   layout), so the same KV bytes hold more block ids than under full semantics, where a block holds
   every layer: a size or the GPU memory left after the weights is divided by the layout's bytes
   per block id; a pool given in blocks is taken as block ids as it is;
 - the SGLang style with policy radix: SGLang 0.5.23's UnifiedRadixCache (serving/kernel/
   sglang_hybrid.c): a full-attention pool of pages and a sliding-window pool of 0.8 as many
-  (analysis/kv_groups.py sglang_layout: a size or the memory after the weights is divided by a
+  (catalog/kv_groups.py sglang_layout: a size or the memory after the weights is divided by a
   full-pool page's bytes, its sliding share included; a pool given in blocks is its full pages),
   and Mamba state slots sized apart.
 Otherwise every layer is served as full attention, and the report says why.
@@ -49,7 +49,7 @@ def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: b
 def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool,
            kv_layers, capacity, sizes, tp: int) -> Semantics:
     """The semantics of one simulation of `model` (its pool `sizes` as full semantics size it)."""
-    from ..analysis.kv_groups import SEMANTICS, resolve_semantics
+    from ..catalog.kv_groups import SEMANTICS, resolve_semantics
     from ..analysis.models import get_model
 
     if kv_semantics not in SEMANTICS:
@@ -107,7 +107,7 @@ def _pool(spec, capacity, sizes, tp: int, lay, unit: str, given: str) -> tuple[i
 
 def _sglang(spec, capacity, sizes, tp: int) -> Semantics:
     """SGLang's UnifiedRadixCache: its full-attention pool in pages (capacity), its SWA pool 0.8 of it."""
-    from ..analysis.kv_groups import SWA_FULL_TOKENS_RATIO, sglang_layout
+    from ..catalog.kv_groups import SWA_FULL_TOKENS_RATIO, sglang_layout
 
     bs = sizes.block_size
     whole = sglang_layout(spec.name, bs, sizes.kv_dtype)
@@ -131,7 +131,7 @@ def _sglang(spec, capacity, sizes, tp: int) -> Semantics:
 
 
 def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
-    from ..analysis.kv_groups import layout
+    from ..catalog.kv_groups import layout
 
     bs = sizes.block_size
     whole = layout(spec.name, bs, sizes.kv_dtype)
@@ -207,7 +207,7 @@ def one_semantics(model, options: dict, tiers, policies) -> tuple[dict, dict | N
 def plan_note(model, asked: str, why: str | None, engine: str = "vllm") -> dict | None:
     """A plan's kv_semantics: what its runs of a hybrid `model` serve under `asked` ("full" when
     `why` says why all of them do); each run's report has its own."""
-    from ..analysis.kv_groups import resolve_semantics
+    from ..catalog.kv_groups import resolve_semantics
     from ..analysis.models import get_model
 
     if model is None or not get_model(model).is_hybrid:
@@ -227,7 +227,7 @@ def plan_note(model, asked: str, why: str | None, engine: str = "vllm") -> dict 
 
 
 def _ratio(spec) -> float:
-    from ..analysis.kv_groups import layout
+    from ..catalog.kv_groups import layout
     from ..analysis.models import kv_bytes_per_token
 
     return round(kv_bytes_per_token(spec) * 16 / layout(spec, 16).bytes_per_block, 3)

@@ -34,24 +34,11 @@ from .timing.host import resolve as host_resolve
 from .timing.models import RooflineTimeModel
 from .timing.profiles import DynamoNpzProfile, PolynomialProfile
 from .timing.pipeline import pipelined
+from .styles import ENGINE_STYLES, STYLE_DEFAULTS, STYLE_POLICY
 
-ENGINE_STYLES = ("vllm", "sglang", "trtllm")
-#: Engine-faithful default policy per engine style.
-STYLE_POLICY = {"vllm": "vllm", "sglang": "radix", "trtllm": "trtllm"}
-#: Scheduler defaults that differ by style: TensorRT-LLM's max_batch_size (2048) and its chunked
-#: context, off unless enabled (its LLM API's enable_chunked_prefill)
-STYLE_DEFAULTS = {"trtllm": {"max_num_seqs": 2048, "chunked_prefill": False}}
 #: TensorRT-LLM's capacity scheduler policies and context chunking policies (serving/inflight.py)
 TRT_CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 TRT_CHUNKING_POLICIES = ("first_come_first_served", "equal_progress")
-#: Policies whose engine's scheduler the simulator does not model: refused, not pretended.
-NOT_SERVED = {"deepseek": "DeepSeek's API serves from servers whose scheduler and hardware are not public, so the "
-                          "simulator has no model of them; `kvreplay run --policy deepseek` gives its cache's hits and "
-                          "cost",
-              "llamacpp": "llama.cpp server's loop (its slots under concurrency, deferred tasks) is not modelled; "
-                          "`kvreplay run --policy llamacpp` replays its slots one request at a time"}
-
-
 #: a scheduler's token and sequence budgets: the kernel keeps them in int32 (more than any step
 #: can hold: a run's block positions are at most limits.MAX_POSITIONS too)
 MAX_BUDGET = 2 ** 31 - 1
@@ -305,12 +292,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup, rate=rate)
     policy = policy or STYLE_POLICY[engine_style]
     spec = get_policy(policy)
-    if spec.name in NOT_SERVED:
-        raise ConfigError(f"policy {spec.name!r} (--policy): {NOT_SERVED[spec.name]}")
-    if (spec.name == "trtllm") != (engine_style == "trtllm"):
-        raise ConfigError("TensorRT-LLM's block reuse (policy 'trtllm') is served by its scheduler, and its scheduler "
-                          "serves that cache only: give engine_style='trtllm' (--engine-style trtllm) with policy "
-                          f"'trtllm' (got policy {spec.name!r}, engine_style {engine_style!r})")
+    if spec.not_served:
+        raise ConfigError(f"policy {spec.name!r} (--policy): {spec.not_served}")
+    own = get_policy(STYLE_POLICY[engine_style])
+    for only in (spec, own):
+        if only.style_only is not None and (spec.name, engine_style) != (only.name, only.style_only):
+            raise ConfigError(f"{only.style_only_why} (got policy {spec.name!r}, engine_style {engine_style!r})")
     if engine_style == "trtllm":
         _check_trtllm(capacity=capacity, tiers=tiers, global_store=global_store, kv_semantics=kv_semantics,
                       gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory=kv_cache_memory,

@@ -3,8 +3,8 @@
  * are all computed (its first token, or the next one of its decode), finishes and handovers. */
 #include <math.h>
 
-#include "../routing/router.h"
 #include "../timing/step.h"
+#include "route.h"
 #include "sim.h"
 
 /* What the host CPU adds to a step of `requests` requests whose GPU work takes `gpu` seconds
@@ -123,8 +123,6 @@ int batch_start(Sim *s, i64 j) {
     metrics_peaks(s, j);
     return 1;
 }
-
-void heap_push(Sim *s, f64 t, i64 i);
 
 /* splitmix64: a uniform in [0, 1) from a key */
 static f64 spec_uniform(uint64_t x) {

@@ -6,7 +6,7 @@
  * size and the prefill token budget allow. A decode batch retracts requests (fewest generated
  * tokens first, the longest prompt on ties) while a decoding request finds no block. */
 #include "../../policies/radix_hybrid.h"
-#include "../routing/router.h"
+#include "route.h"
 #include "sim.h"
 
 /* Stable insertion sort of order[:count] by key[order[q]], largest first. */

@@ -3,6 +3,8 @@
  * inputs and reads the outputs).
  *
  *   loop.c      the event loop: step ends, arrivals (routed), KV transfers, router snapshots
+ *   queues.c    the waiting queue of each instance and the heap of transfers in flight (below the rest)
+ *   start.c     a request's start, recorded (the end of every admission path, below them)
  *   vllm.c      the vLLM v1 scheduler style, its one preemption routine
  *   sglang.c    the SGLang scheduler style, its one retraction routine
  *   trtllm.c    TensorRT-LLM's in-flight batching (capacity and micro-batch schedulers), its pauses
@@ -101,7 +103,7 @@ typedef struct HPool HPool; /* policies/hybrid.h */
 typedef struct HReq HReq;
 typedef struct RhTree RhTree; /* policies/radix_hybrid.h */
 typedef struct RhReqS RhReq;
-typedef struct Router Router; /* serving/routing/router.h */
+typedef struct Router Router; /* route.h */
 
 typedef struct {
     void *state;       /* its policy state (a record) */
@@ -230,7 +232,7 @@ int req_route_ids(Sim *s, i64 j, i64 i);
 
 /* the blocks instance j's requests hold */
 i64 req_held(const Sim *s, i64 j);
-/* request i starts on instance j with `hit` tokens cached (hit_blocks through the tiers) */
+/* request i starts on instance j with `hit` tokens cached (hit_blocks through the tiers) (start.c) */
 void req_started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks);
 
 /* ---- hybrid.c: MODE_HYBRID's side of the functions above ---- */
@@ -298,10 +300,13 @@ void release_ended_at(Sim *s, i64 i, f64 t);
 f64 release_next_t(const Sim *s);
 i64 release_pop(Sim *s);
 
-/* ---- queues (loop.c) ---- */
+/* ---- queues (queues.c) ---- */
 void queue_push_back(Sim *s, Inst *q, i64 i);
 void queue_push_front(Sim *s, Inst *q, i64 i);
 i64 queue_pop_front(Sim *s, Inst *q);
+/* the transfers in flight: push one arriving at t, pop the earliest (heap_t[0], heap_i[0]) */
+void heap_push(Sim *s, f64 t, i64 i);
+void heap_pop(Sim *s);
 
 /* ---- schedulers: fill new_tokens of the instance's step; the running list may change ---- */
 void vllm_schedule(Sim *s, i64 j);

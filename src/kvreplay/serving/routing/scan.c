@@ -123,19 +123,6 @@ void route_lowest(uint64_t *rng, Lowest *l, f64 cost, i64 q) {
     }
 }
 
-i64 route_pick(Sim *s, i64 i, const f64 *view, i64 routed) {
-    Router *r = s->router;
-    s->pick += 1;  /* (what looks computed for the last pick is stale) */
-    for (i64 q = 0; q < routed; q++) {
-        r->overlap[q] = r->depth[q] = 0;
-        r->fetch[q] = 0.0;
-        if (r->kind->look != NULL) r->kind->look(r->state, s, i, q, &r->overlap[q], &r->depth[q], &r->fetch[q]);
-    }
-    RouteInput in = {view, r->overlap, r->depth, r->fetch, routed, s->io->P[i], s->io->L[i], s->bs, s->io->tm,
-                     (f64)s->capacity, &s->rng};
-    return r->kind->rule(r->params, &in);
-}
-
 /* For tests: router k's rule on given inputs (tests/serving/test_routers.py works each by hand). */
 KV_EXPORT i64 kv_route_rule(i64 k, const f64 *params, const f64 *view, const i64 *overlap, const i64 *depth,
                             const f64 *fetch, i64 instances, i64 prompt_blocks, i64 prompt_tokens, i64 block_size,
@@ -146,15 +133,3 @@ KV_EXPORT i64 kv_route_rule(i64 k, const f64 *params, const f64 *view, const i64
     return kv_routers[k]->rule(params, &in);
 }
 
-i32 **route_tables(Sim *s) {
-    i32 **tables = calloc((size_t)s->N, sizeof(i32 *));
-    for (i64 q = 0; q < s->N; q++) tables[q] = calloc((size_t)kv_max(1, s->ids_cap[q]), sizeof(i32));
-    s->router_tables = tables;
-    return tables;
-}
-
-void route_free_tables(Sim *s, i32 **tables) {
-    if (tables == NULL) return;
-    for (i64 q = 0; q < s->N; q++) free(tables[q]);
-    free(tables);
-}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ...errors import ConfigError
 from .capacity import KVCapacity, kv_capacity, kv_capacity_blocks
-from .gpus import GPUSpec, get_gpu, gpu_catalog
+from ...catalog.gpus import GPUSpec, get_gpu, gpu_catalog
 from .models import (DEFAULT_MBU, DEFAULT_MFU, DEFAULT_OVERHEAD_S, WEIGHT_DTYPE_BYTES, InstantTimeModel,
                      RooflineTimeModel, StepBatch, TimeModel, kv_bytes_per_token_per_gpu)
 from .packed import AGG, KIND_INSTANT, NUM_AGG, aggregates, packed, roofline_window, step_seconds

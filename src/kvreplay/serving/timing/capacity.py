@@ -9,7 +9,7 @@ import numpy as np
 from ...analysis.models import get_model
 from ...errors import ConfigError
 from ...units import parse_size
-from .gpus import check_weights_dtype, get_gpu
+from ...catalog.gpus import check_weights_dtype, get_gpu
 from .memory import GiB, check_positive_int, memory_budget
 from .pipeline import check_pp, stages
 from .models import _check_fraction, _check_tp, _weight_bytes, kv_bytes_per_token_per_gpu

@@ -48,7 +48,7 @@ vLLM sizes the pool once, at start-up, in ``Worker.determine_available_memory``
 7. **KV left** = budget - weights - activation peak - CUDA graphs - non-torch
    (gpu_worker.py:753-757), in whole pages: ``num_blocks = available // bytes_per_block``
    (vllm/v1/core/kv_cache_planning.py:681); a hybrid model's block id costs its layout's page
-   (analysis/kv_groups.py).
+   (catalog/kv_groups.py).
 
 ``kv_cache_memory`` replaces the profiled figure (``kv_cache_memory_bytes``: vLLM still runs the
 profile, then reserves exactly that, ignoring ``gpu_memory_utilization``, gpu_worker.py:656-681).
@@ -74,7 +74,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
-from .gpus import datacenter_blackwell
+from ...catalog.gpus import datacenter_blackwell
 
 GiB = 1 << 30
 MiB = 1 << 20

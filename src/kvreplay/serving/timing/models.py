@@ -26,7 +26,7 @@ import numpy as np
 
 from ...analysis.models import get_model, kv_bytes_per_token
 from ...errors import ConfigError
-from .gpus import GPUSpec, get_gpu
+from ...catalog.gpus import GPUSpec, get_gpu
 
 #: Default model-FLOPs utilization of the roofline (fraction of dense peak a prefill sustains).
 DEFAULT_MFU = 0.5

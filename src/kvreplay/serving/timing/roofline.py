@@ -493,7 +493,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             self.calibration = calibration_for(self.gpu.name)
         c = dict(self.calibration.coefficients)
         if self.calibration.borrowed:  # the relative's all-reduce at this GPU's own link speed
-            from .gpus import get_gpu
+            from ...catalog.gpus import get_gpu
 
             relative = get_gpu(self.calibration.measured_on)
             for k in ("allreduce_bus_bytes_per_s", "allreduce_link_bytes_per_s"):

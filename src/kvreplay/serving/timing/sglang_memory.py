@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 
 from ...analysis.models import get_model
 from ...errors import ConfigError
-from .gpus import check_weights_dtype, get_gpu
+from ...catalog.gpus import check_weights_dtype, get_gpu
 from .memory import GiB, MiB, check_positive_int, weight_parts
 from .models import _check_tp, kv_bytes_per_token_per_gpu
 

@@ -30,8 +30,20 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..policies.hybrid import Group
 from .models import get_model, kv_dtype_bytes
+
+
+@dataclass(frozen=True)
+class Group:
+    """One spec group: `copies` KV cache groups of one kind (vLLM splits a kind's layers into
+    groups of equal size; each group id has its own blocks). `window` (sliding_window) and
+    `chunk` (chunked_local) in tokens."""
+
+    kind: str
+    copies: int = 1
+    window: int | None = None
+    chunk: int | None = None
+
 
 SEMANTICS = ("auto", "hybrid", "full")
 ENGINES = {"vllm": "vLLM 0.33.0's hybrid manager", "sglang": "SGLang 0.5.23's UnifiedRadixCache"}
@@ -43,7 +55,7 @@ class Layout:
     """One model's KV cache groups in vLLM's pool at a block size."""
 
     model: str
-    groups: tuple  # of policies.hybrid.Group, in group order
+    groups: tuple  # of Group, in group order
     group_size: int  # layers per group
     page_bytes: int  # one layer's page at block_size (every group's, after unification)
     bytes_per_block: int  # what one block id costs: group_size x page_bytes

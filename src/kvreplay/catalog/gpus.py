@@ -1,0 +1,177 @@
+"""The GPU catalog: dense peak TFLOP/s, memory bandwidth and memory of common inference accelerators.
+
+Read from package data (``kvreplay/data/gpus.json``) once, on first use. Every figure is per GPU,
+dense (without 2:4 structured sparsity: NVIDIA datasheets print the sparse figure, so the catalog
+holds half of it), and each entry's ``source`` names the vendor datasheet it comes from
+(docs/serving.md has the table).
+
+``memory_gb`` is the datasheet's capacity in decimal GB (10^9 bytes), kept for display.
+``total_memory_bytes`` is what the device reports to PyTorch
+(``torch.cuda.get_device_properties().total_memory``, the ``total_memory`` vLLM multiplies by
+``gpu_memory_utilization``): an H100 80GB reports 79.22 GiB (85.06e9 bytes), not 80e9.
+``total_memory_source`` quotes the public log each figure is read from. The KV pool
+(memory.py) starts from it; ``kv_capacity`` takes ``total_memory_bytes=`` for a measured figure.
+
+``link_gbps`` is the GPU's scale-up interconnect (NVLink; AMD Infinity Fabric/xGMI; PCIe on a part
+without either), in GB/s PER DIRECTION per GPU: datasheets print both directions added, so the
+catalog holds half of their figure. ``link_topology`` says how the GPUs of one server share it:
+``switch`` (NVSwitch: any pair exchanges ``link_gbps`` each way), ``mesh`` (one link to each peer:
+a pair gets ``link_gbps / peers``; MI300X) or ``pcie``. ``link_source`` quotes the datasheet. An
+NVL72 rack (GB200, GB300) is one NVLink Switch domain of 72 GPUs: ``switch`` too.
+
+``fp4_tflops`` (dense FP4 / MXFP4; None where the part has none) is listed for reference only: the
+roofline runs no FP4 GEMMs (``COMPUTE_DTYPES``). ``compute_capability`` is CUDA's major.minor (AMD:
+the gfx target); ``datacenter_blackwell`` reads it where vLLM picks defaults by architecture.
+
+Weights dtypes (``--weights-dtype``): ``compute_dtype`` maps each to the precision its GEMMs run at
+(int4 is weight-only, w4a16: bf16 GEMMs), and ``check_weights_dtype`` refuses one the GPU cannot
+run (fp8 without FP8 tensor cores).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import ConfigError
+from .lookup import did_you_mean, index_by_name
+
+#: Compute dtypes the roofline knows, and the catalog field holding each one's peak.
+COMPUTE_DTYPES = {"bf16": "bf16_tflops", "fp16": "bf16_tflops", "fp8": "fp8_tflops"}
+
+#: Weights dtypes (``--weights-dtype``) and the dtype their GEMMs are computed at: bf16/fp16 as
+#: themselves, fp8 weights with fp8 GEMMs (W8A8), int4 weight-only (W4A16: 4-bit weights,
+#: dequantized in the kernel, GEMMs at bf16). Their bytes per weight: models.WEIGHT_DTYPE_BYTES.
+WEIGHTS_COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int4": "bf16"}
+
+
+def _weights_key(weights_dtype) -> str:
+    key = str(weights_dtype).strip().lower()
+    if key not in WEIGHTS_COMPUTE_DTYPE:
+        raise ConfigError(f"unknown weights dtype {weights_dtype!r} for --weights-dtype "
+                          f"(known: {', '.join(WEIGHTS_COMPUTE_DTYPE)})")
+    return key
+
+
+def compute_dtype(weights_dtype) -> str:
+    """The dtype the GEMMs run at with `weights_dtype` weights: bf16->bf16, fp16->fp16, fp8->fp8,
+    int4->bf16 (weight-only quantization). Unknown names raise ConfigError."""
+    return WEIGHTS_COMPUTE_DTYPE[_weights_key(weights_dtype)]
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One catalog entry. ``fp8_tflops`` is None on parts without FP8 tensor cores (A100), and
+    ``fp4_tflops`` on parts without FP4 ones (listed, not used by the roofline)."""
+
+    name: str
+    vendor: str
+    form_factor: str
+    bf16_tflops: float
+    fp8_tflops: float | None
+    bandwidth_gbps: float
+    memory_gb: float
+    total_memory_bytes: int
+    total_memory_source: str
+    link_gbps: float
+    link_kind: str
+    link_topology: str
+    source: str
+    link_source: str
+    corroborated_by: str | None = None
+    link_corroborated_by: str | None = None
+    aliases: tuple[str, ...] = ()
+    notes: str | None = None
+    compute_capability: str = ""
+    fp4_tflops: float | None = None
+
+    @property
+    def memory_bytes(self) -> int:
+        """The memory the device reports to PyTorch, in bytes (``total_memory_bytes``; the
+        datasheet's ``memory_gb`` is decimal GB and a little less than the driver shows)."""
+        return int(self.total_memory_bytes)
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_gbps * 1e9
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """Scale-up interconnect bandwidth of one GPU, one direction, in bytes/s (``link_gbps`` x 10^9)."""
+        return self.link_gbps * 1e9
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s of one GPU at `dtype` (bf16/fp16 or fp8)."""
+        key = str(dtype).strip().lower()
+        if key not in COMPUTE_DTYPES:
+            raise ConfigError(f"unknown compute dtype {dtype!r} (known: {', '.join(COMPUTE_DTYPES)})")
+        tflops = getattr(self, COMPUTE_DTYPES[key])
+        if tflops is None:
+            raise ConfigError(f"{self.name} has no {key} tensor cores (its catalog entry lists none); use bf16")
+        return float(tflops) * 1e12
+
+    def weights_peak_flops(self, weights_dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s of one GPU's GEMMs with `weights_dtype` weights: the peak at
+        ``compute_dtype(weights_dtype)``, after ``check_weights_dtype`` (the roofline's compute peak)."""
+        check_weights_dtype(weights_dtype, self)
+        return self.peak_flops(compute_dtype(weights_dtype))
+
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+def datacenter_blackwell(gpu) -> bool:
+    """Whether `gpu` (a GPUSpec or catalog name; "" or an unknown name: False) has compute capability
+    10.x (B200, GB200, B300, GB300), the family vLLM 0.33.0 tests with
+    ``current_platform.is_device_capability_family(100)`` for its CUDA graph capture ceiling
+    (vllm/config/vllm.py:2463-2465) and whose MXFP4 MoE kernels pad the hidden size to 128."""
+    if not isinstance(gpu, GPUSpec):
+        gpu = _by_name().get(str(gpu).strip().lower())
+    return gpu is not None and gpu.compute_capability.split(".")[0] == "10"
+
+
+def check_weights_dtype(weights_dtype, gpu) -> str:
+    """`weights_dtype` normalized (bf16, fp16, fp8, int4), or a ConfigError naming --weights-dtype
+    and the GPU when `gpu` cannot run it: fp8 weights run fp8 GEMMs, which need FP8 tensor cores
+    (the A100 has none)."""
+    key = _weights_key(weights_dtype)
+    g = get_gpu(gpu)
+    needed = compute_dtype(key)
+    if getattr(g, COMPUTE_DTYPES[needed]) is None:
+        raise ConfigError(f"--weights-dtype {key} runs {needed} GEMMs, and {g.name} has no {needed} tensor cores "
+                          f"(its catalog entry lists none): use --weights-dtype bf16 or int4 on the {g.name}")
+    return key
+
+
+@lru_cache(maxsize=1)
+def gpu_catalog() -> tuple[GPUSpec, ...]:
+    """Every GPU of the catalog, in file order."""
+    from importlib.resources import files
+
+    raw = json.loads(files("kvreplay.data").joinpath("gpus.json").read_text(encoding="utf-8"))
+    out = []
+    for entry in raw["gpus"]:
+        entry = dict(entry)
+        entry["aliases"] = tuple(entry.get("aliases") or ())
+        out.append(GPUSpec(**entry))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def _by_name() -> dict[str, GPUSpec]:
+    return index_by_name(gpu_catalog())
+
+
+def get_gpu(name) -> GPUSpec:
+    """The catalog entry for `name` or one of its aliases (case-insensitive); a GPUSpec is returned
+    as is. Unknown names raise ConfigError naming the closest known ones."""
+    if isinstance(name, GPUSpec):
+        return name
+    key = str(name).strip().lower()
+    index = _by_name()
+    if key in index:
+        return index[key]
+    hint = did_you_mean(key, index, n=6, cutoff=0.4)
+    known = ", ".join(g.name for g in gpu_catalog())
+    raise ConfigError(f"unknown GPU {name!r}{hint} (known: {known})")
