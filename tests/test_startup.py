@@ -35,9 +35,11 @@ def test_a_command_imports_its_family_only(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"input_length": 8, "hash_ids": [1, 2]}\n')
     loaded = modules_after(f"from kvreplay.cli import main; main(['run', {str(trace)!r}, '--capacity', '4'])")
-    # (cli.warmup: the --warmup / --cold-start flags the replay, serving and plan families share)
+    # (cli.warmup and cli.sessions: the --warmup / --cold-start and closed-loop flags the replay family's
+    # report, serving and plan share; neither imports beyond argparse and errors)
     assert {m for m in loaded if m.startswith("kvreplay.cli.")} <= {"kvreplay.cli.replay", "kvreplay.cli.common",
-                                                                      "kvreplay.cli.warmup", *FRAME}
+                                                                      "kvreplay.cli.warmup", "kvreplay.cli.sessions",
+                                                                      *FRAME}
     assert not any(m.startswith(("kvreplay.serving.", "kvreplay.policies.lru")) for m in loaded), sorted(loaded)
 
 
