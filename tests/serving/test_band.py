@@ -61,7 +61,9 @@ def test_band_of_an_isolated_request_is_its_steps_times_the_ratios():
 
     assert float(r.ttft_s[0]) == pytest.approx(ttft(host, 1.0))
     low, high = band_end(host, "low"), band_end(host, "high")
-    assert low.request_s <= host.request_s <= high.request_s and low != high
+    # (each end is one refit of the terms, not each term at its own extreme: this request's TTFT
+    # lies between them, 6.9 / 8.8 / 14.0 ms outside the engine)
+    assert low != high and ttft(low, lo) < ttft(host, 1.0) < ttft(high, hi)
     band = r.summary()["latency_band_s"]
     assert band["ttft"]["p50"] == pytest.approx([ttft(low, lo), ttft(high, hi)])
     assert band["host_band"]["low"] == low.describe()
