@@ -4,8 +4,8 @@ runs by benchmarks/calibrate_host.py and shipped in kvreplay/data/host_calibrati
 
 Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
 
-- **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens; ``request_s`` also holds a
-  token's fixed way out, below): the API server parses the request and renders it
+- **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens): the API server parses the
+  request and renders it
   (``entrypoints/openai/completion/serving.py:131`` ``_create_completion``), tokenises the
   prompt in its thread pool (``renderers/base.py:156``, ``:770``), the client sends
   the token ids to the engine core as msgpack (``v1/engine/core_client.py:1290``), whose input
