@@ -4,6 +4,8 @@ measured serving runs, and their error on the runs the fit never saw, by source,
     python benchmarks/calibrate_host.py            # fit, write src/kvreplay/data/host_calibration.json
     python benchmarks/calibrate_host.py --check    # the error tables, from the shipped terms
     python benchmarks/calibrate_host.py --check --host-cpu none   # the same runs, the GPU's steps alone
+    python benchmarks/calibrate_host.py --check --bands   # and the share of runs each band covers (3x the time)
+    python benchmarks/calibrate_host.py --band-only       # the shipped terms' band again, from the fit's linearisation
 
 **The runs.** NVIDIA aiconfigurator's silicon vLLM serving runs (``systems/silicon_sample.csv`` in
 aiconfigurator-core 0.12.0, the same file, byte for byte, in the aisimulate wheels 0.13.0.dev55 and
