@@ -24,7 +24,7 @@ get wrong in proportion to its GPU work is not put on the host, whose terms do n
 
 **The band** (band): 200 refits on the fit's runs resampled with replacement within each source,
 at the last linearisation; its ends are the refits whose mean effect on the fit's latencies is at
-the 5th and 95th percentile (the linearisation is kept in benchmarks/.cache/host_fit.pkl;
+the 5th and 95th percentile, no term of either on the other side of the fit's (the linearisation is kept in benchmarks/.cache/host_fit.pkl;
 ``--band-only`` recomputes the band from it).
 
 **The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
@@ -70,6 +70,9 @@ PROBE = {"request_s": 2e-3, "prompt_token_s": 5e-7, "step_s": 2e-3, "step_reques
 #: the band: refits on the fit's runs resampled with replacement within each source, and the
 #: percentiles of each term over them (band)
 BOOTSTRAP, BAND_PERCENTILES, SEED = 200, (5.0, 95.0), 20261207
+BAND_RULE = (f"the refits at the {BAND_PERCENTILES[0]:g}th and {BAND_PERCENTILES[1]:g}th percentile of their mean effect "
+             f"on the fit's latencies, of {BOOTSTRAP} refits on the fit's runs resampled within each source; no term of "
+             "an end on the other side of the fitted one")
 GPU_PROBE = 0.1  # a group's GPU factor's probe
 FAMILIES = {"Llama-3.1-70B": "Llama 3.1 (dense)", "Llama-3.1-8B": "Llama 3.1 (dense)", "Qwen3-32B": "Qwen3 (dense)",
             "MiniMax-M2.5": "MiniMax-M2.5 (MoE)", "gpt-oss-120b": "gpt-oss (MoE)"}
@@ -205,9 +208,10 @@ def band(mine, terms, scales, base, slopes) -> dict:
     and `scales`) on the fit's runs resampled with replacement within each source, BOOTSTRAP of
     them, so each source keeps its number of runs and weighs by them: the refits whose effect on
     the fit's runs (the mean over their fitted TTFT and TPOT of the linearised change from the fit
-    on all of them, relative to the measured) is at the BAND_PERCENTILES. Each end is one set of
-    terms the evidence supports, not each term at its own extreme: the terms trade against each
-    other (an output delay per request against the engine's CPU per request), and taking each
+    on all of them, relative to the measured) is at the BAND_PERCENTILES, each term taken no
+    further in than the fit's (the low end's terms <= the fit's <= the high end's). Each end is one
+    set of terms the evidence supports, not each term at its own extreme: the terms trade against
+    each other (an output delay per request against the engine's CPU per request), and taking each
     at its own 95th percentile would combine refits no sample supports. (Before 2026-12-07 (2): each
     term's least and greatest over the fit and every source's own fit, whose terms trade against
     their groups' GPU factors too: a term at 0 in one source's fit, a band twice the fit's.)"""
@@ -234,7 +238,11 @@ def band(mine, terms, scales, base, slopes) -> dict:
     ends = {}
     for end, q in zip(("low", "high"), BAND_PERCENTILES):
         k = order[int(round(q / 100 * (len(order) - 1)))]
-        ends[end] = dict(refits[k])
+        # no term of an end on the other side of the fit's: a term's effect is not the same at
+        # every prompt length and load (a refit with no queued delay and more latency is slower
+        # on the fit's runs, faster on 60k-token prompts), and each end stays an end everywhere
+        side = min if end == "low" else max
+        ends[end] = {t: side(refits[k][t], centre[t]) for t in TERMS}
         print(f"band {end}: the refit at the {q:g}th percentile of {len(order)}, its mean effect on the fit's "
               f"latencies {100 * effects[k]:+.2f}% (all: {100 * effects.min():+.2f}% to {100 * effects.max():+.2f}%)")
     return ends
@@ -360,9 +368,7 @@ def main(argv=None) -> int:
                     "gpu_factors": {" ".join(g): list(s) for g, s in scales.items()},
                     "method": "least absolute relative error of TTFT and TPOT, linearised twice; each group's GPU "
                               "steps x two fitted factors (not shipped)",
-                    "band": f"the refits at the {BAND_PERCENTILES[0]:g}th and {BAND_PERCENTILES[1]:g}th percentile "
-                            f"of their mean effect on the fit's latencies, of {BOOTSTRAP} refits on the fit's runs "
-                            "resampled within each source"},
+                    "band": BAND_RULE},
             "sources": [{"name": "NVIDIA aiconfigurator silicon serving runs (systems/silicon_sample.csv)",
                          "package": f"aiconfigurator-core=={e2e_wheel_version()} (PyPI)", "license": "Apache-2.0"}],
         }
@@ -386,9 +392,7 @@ def band_only() -> int:
     if any(abs(kept["terms"][t] - data["terms"][t]) > 1e-15 for t in TERMS):
         raise SystemExit("--band-only: the kept linearisation is not the shipped terms' fit (run the fit again)")
     data["band"] = band(kept["runs"], kept["at"], kept["at_scales"], kept["base"], kept["slopes"])
-    data["fit"]["band"] = (f"the refits at the {BAND_PERCENTILES[0]:g}th and {BAND_PERCENTILES[1]:g}th percentile of "
-                           f"their mean effect on the fit's latencies, of {BOOTSTRAP} refits on the fit's runs "
-                           "resampled within each source")
+    data["fit"]["band"] = BAND_RULE
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print("band: " + ", ".join(f"{t} {data['band']['low'][t] * 1e3:.4g}-{data['band']['high'][t] * 1e3:.4g} ms"
                                for t in TERMS) + f"; wrote {OUT.relative_to(REPO)}")

@@ -67,7 +67,7 @@ def test_the_band_is_as_wide_as_the_evidence_leaves_the_terms():
     # makes exactly pin every term down in every resample: both ends are the terms themselves.
     # Every run measured up to 10% off (a fixed draw): the resamples disagree, the ends are two
     # different refits (never below 0), the low one shortening the runs' latencies, the high one
-    # lengthening them
+    # lengthening them, and no term of either on the other side of the fitted one
     pytest.importorskip("scipy")
     H = load()
     runs, base, slopes = synthetic()
@@ -89,6 +89,7 @@ def test_the_band_is_as_wide_as_the_evidence_leaves_the_terms():
                    for r, sl in zip(runs, slopes) for m, key in ((0, "ttft_s"), (1, "tpot_s")))
 
     assert effect(noisy["low"]) < 0 < effect(noisy["high"])
+    assert all(noisy["low"][t] <= centre[t] <= noisy["high"][t] for t in TRUTH)
 
 
 def test_host_cpu_none_checks_only(capsys):

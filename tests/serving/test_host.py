@@ -162,8 +162,8 @@ def test_the_default_follows_the_time_model():
 
 def test_the_band_of_the_host_terms():
     # the calibrated terms' band (host_calibration.json "band": two refits of the terms on resampled
-    # fit runs, benchmarks/calibrate_host.py; each end one set of terms, not each term at its own
-    # extreme, so the centre's terms need not lie between them); given terms and none have no band
+    # fit runs, benchmarks/calibrate_host.py, no term of an end on the other side of the fitted
+    # one); given terms and none have no band
     from kvreplay.serving.timing.host import TERMS, band_end, calibration
 
     shipped = calibration()["band"]
@@ -176,6 +176,7 @@ def test_the_band_of_the_host_terms():
         given = HostTerms(request_s=0.002)
         assert band_end(given, end) is given
     assert calibration()["fit"]["band"].startswith("the refits at the 5th and 95th percentile")
+    assert all(shipped["low"][k] <= getattr(calibrated(), k) <= shipped["high"][k] for k in TERMS)
     with pytest.raises(ConfigError, match="low or high"):
         band_end(NONE, "middle")
 
