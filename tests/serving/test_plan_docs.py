@@ -32,31 +32,31 @@ def conversation_plan(tmp_path_factory):
 def test_the_conversation_trace_at_loads_1_and_2(conversation_plan):
     _, d, out = conversation_plan
     x1, x2 = out.split("\nload x2: ")
-    assert "load x1: 8 configurations tried: 1 meets the SLOs, 7 pruned on cost" in x1
-    assert re.search(r"best  chosen   8 x 1 x H100 +7 / 8 / 8 .* 24\.00 .* 6\.05 .*"
-                     r"TTFT p90 1\.91 s / 2\.00 s, 522-822 s, 967 req", x1)
-    assert re.search(r"3     pruned   4 x 2 x H100 .* at 3: TTFT p90 2\.20 s / 2\.00 s, 2,922-3,222 s, 1,141 req", x1)
-    assert re.search(r"4     pruned   3 x 2 x H200 .* at 2: TTFT p90 3\.25 s / 2\.00 s, 822-1,122 s, 880 req", x1)
+    assert "load x1: 8 configurations tried: 2 meet the SLOs, 6 pruned on cost" in x1
+    assert re.search(r"best  chosen   4 x 2 x H100 +3 / 3 / 4 .* 24\.00 .* 7\.90 .*"
+                     r"TTFT p90 1\.62 s / 2\.00 s, 2,922-3,222 s, 1,141 req", x1)
+    assert re.search(r"2     pruned   3 x 2 x H200 .* at 2: TTFT p90 3\.32 s / 2\.00 s, 822-1,122 s, 880 req", x1)
+    assert re.search(r"5     meets    9 x 1 x H100 +7 / 8 / 9 .* 27\.00", x1)
     assert ("judged     10,507 requests arriving from 522 s; warm-up the first 522 s of arrivals (auto: 90% of the "
             "prefix reuse, by hit tokens, looks back at most 522 s)") in x1
     assert "windows    TTFT p90: 10 5-minute windows, each with at least 50 requests" in x1
     assert x2.startswith("8 configurations tried: 2 meet the SLOs, 6 pruned on cost")
     assert re.search(r"best  chosen   5 x 2 x H100 +4 / 4 / 5 .* 30\.00 .* 8\.52 .*"
-                     r"TTFT p90 1\.90 s / 2\.00 s, 1,461-1,768 s, 2,295 req", x2)
-    assert re.search(r"2     pruned   4 x 2 x H200 .* at 3: TTFT p90 5\.12 s / 2\.00 s, 1,461-1,768 s, 2,295 req", x2)
+                     r"TTFT p90 1\.92 s / 2\.00 s, 1,461-1,768 s, 2,295 req", x2)
+    assert re.search(r"2     pruned   4 x 2 x H200 .* at 3: TTFT p90 5\.13 s / 2\.00 s, 1,461-1,768 s, 2,295 req", x2)
     assert re.search(r"6     meets    14 x 1 x H100 +11 / 11 / 14 .* 42\.00", x2)
     doc = json.loads((d / "plan.json").read_text())
-    assert doc["runs"] == 61 and doc["warmup_spec"] == "auto" and doc["model"] == "Llama-3.1-8B"
+    assert doc["runs"] == 69 and doc["warmup_spec"] == "auto" and doc["model"] == "Llama-3.1-8B"
 
 
 def test_emit_from_the_cached_runs(conversation_plan):
     trace, d, _ = conversation_plan
     out = run("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--gpus", "H100,H200", "--emit",
               "vllm", "--cache", d / "runs")
-    assert "# llama-3-1-8b-h100-tp1-x1: 8 x 1 x H100 for load 1 (speedup), 24.00 USD/h" in out
-    assert out.count("vllm serve --model meta-llama/Llama-3.1-8B --tensor-parallel-size 1 --max-num-batched-tokens "
+    assert "# llama-3-1-8b-h100-tp2-x1: 4 x 2 x H100 for load 1 (speedup), 24.00 USD/h" in out
+    assert out.count("vllm serve --model meta-llama/Llama-3.1-8B --tensor-parallel-size 2 --max-num-batched-tokens "
                      "8192 --max-num-seqs 256 --gpu-memory-utilization 0.9 --enable-prefix-caching "
-                     "--enable-chunked-prefill --max-model-len 131072 --dtype bfloat16\n") == 8
+                     "--enable-chunked-prefill --max-model-len 131072 --dtype bfloat16\n") == 4
     assert "--policy round_robin --backend openai --host 0.0.0.0 --port 8080" in out
 
 
@@ -67,10 +67,10 @@ def test_report_serves_the_plans_deployment(conversation_plan):
     run("report", trace, "--plan", d / "plan.json", "-o", d / "r.html")
     text = unescape(re.sub(r"<[^>]+>", " ", (d / "r.html").read_text()))
     text = re.sub(r"\s+", " ", text)
-    assert ("load x1 8 × 1 × H100, round-robin, vllm, tiers none 1.40 s [1.33 s - 1.66 s] 6.03% 10,507 of 10,507 "
-            "(0, 0) yes meets at the pessimistic end of the band: TTFT p90 1.91 s / 2.00 s, 522-822 s, 967 req") in text
+    assert ("load x1 4 × 2 × H100, round-robin, vllm, tiers none 1.11 s [1.08 s - 1.31 s] 7.89% 10,507 of 10,507 "
+            "(0, 0) yes meets at the pessimistic end of the band: TTFT p90 1.62 s / 2.00 s, 2,922-3,222 s, 1,141 req") in text
     assert re.search(r"load x2 5 × 2 × H100, round-robin, vllm, tiers none [^|]*? 10,507 of 10,507 \(0, 0\) yes meets at "
-                     r"the pessimistic end of the band: TTFT p90 1\.90 s / 2\.00 s, 1,461-1,768 s, 2,295 req", text)
+                     r"the pessimistic end of the band: TTFT p90 1\.92 s / 2\.00 s, 1,461-1,768 s, 2,295 req", text)
     assert "differs from the plan's run" not in text and "The ranking differs." in text
     assert "--plan serves the plan's chosen deployment" in fails("report", trace, "--plan", d / "plan.json", "--gpu",
                                                                  "H100", "--model", "Llama-3.1-8B", "-o", d / "x.html")
