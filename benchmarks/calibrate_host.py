@@ -4,6 +4,8 @@ measured serving runs, and their error on the runs the fit never saw, by source,
     python benchmarks/calibrate_host.py            # fit, write src/kvreplay/data/host_calibration.json
     python benchmarks/calibrate_host.py --check    # the error tables, from the shipped terms
     python benchmarks/calibrate_host.py --check --host-cpu none   # the same runs, the GPU's steps alone
+    python benchmarks/calibrate_host.py --check --bands   # and the share of runs each band covers (3x the time)
+    python benchmarks/calibrate_host.py --band-only       # the shipped terms' band again, from the fit's linearisation
 
 **The runs.** NVIDIA aiconfigurator's silicon vLLM serving runs (``systems/silicon_sample.csv`` in
 aiconfigurator-core 0.12.0, the same file, byte for byte, in the aisimulate wheels 0.13.0.dev55 and
@@ -13,11 +15,17 @@ with async scheduling as its vLLM version scheduled (calibrate_e2e.scheduled_asy
 
 **The fit** (FIT): least absolute relative error of TTFT and TPOT over the fit runs, linear in the
 terms around the current ones (each run simulated at them and at a probe of each term whose effect
-is not exact; an arrival delay adds to TTFT alone), twice. Each
+is not exact; the fixed latency adds to TTFT alone, while the API server's service queues requests
+sent together), twice. Each
 (GPU, model, weights) group of the fit also gets two factors on its simulated GPU steps (prefill
 and mixed steps, decode steps), fitted with the terms and never shipped: what a group's kernels
 get wrong in proportion to its GPU work is not put on the host, whose terms do not scale with it
 (the fit runs span TP 1-8, so the two separate). The terms are >= 0.
+
+**The band** (band): 200 refits on the fit's runs resampled with replacement within each source,
+at the last linearisation; its ends are the refits whose mean effect on the fit's latencies is at
+the 5th and 95th percentile, no term of either on the other side of the fit's (the linearisation is kept in benchmarks/.cache/host_fit.pkl;
+``--band-only`` recomputes the band from it).
 
 **The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
 end-to-end latency (TTFT + TPOT x (OSL - 1), as the benchmarks define it), measured against
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import pickle
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -46,6 +55,7 @@ from kvreplay.serving.timing.host import TERMS, HostTerms, calibrated, calibrati
 from kvreplay.serving.timing.host import band_end as host_band  # noqa: E402
 
 OUT = REPO / "src" / "kvreplay" / "data" / "host_calibration.json"
+CACHE = HERE / ".cache"
 #: the fit: H100's runs, and what of each it fits: those that follow their benchmark's protocol
 #: (calibrate_e2e.py), one synchronous vLLM (0.11: dense Llama-3.1-70B FP8) and one asynchronous
 #: (0.18: gpt-oss-120b's MXFP4 MoE), TTFT and TPOT; vLLM 0.12's Qwen3-32B runs (synchronous, bf16,
@@ -54,8 +64,15 @@ OUT = REPO / "src" / "kvreplay" / "data" / "host_calibration.json"
 FIT_GPU = "H100"
 FIT_SOURCES = {"2026-04-06": ("ttft", "tpot"), "gpt-oss-120b (MoE), vLLM 0.18.0": ("ttft", "tpot"),
                "gap-analysis (vLLM 0.12)": ("tpot",)}
-#: the terms whose effect is simulated at a probe (the arrival delay's are exact)
-PROBE = {"step_s": 2e-3, "step_request_s": 4e-5, "output_request_s": 4e-5}
+#: the terms whose effect is simulated at a probe (the fixed latency's is exact: every request's TTFT
+#: that much more; the API server's service is not since it queues them, engine_arrivals)
+PROBE = {"request_s": 2e-3, "prompt_token_s": 5e-7, "step_s": 2e-3, "step_request_s": 4e-5, "output_request_s": 4e-5}
+#: the band: refits on the fit's runs resampled with replacement within each source, and the
+#: percentiles of each term over them (band)
+BOOTSTRAP, BAND_PERCENTILES, SEED = 200, (5.0, 95.0), 20261207
+BAND_RULE = (f"the refits at the {BAND_PERCENTILES[0]:g}th and {BAND_PERCENTILES[1]:g}th percentile of their mean effect "
+             f"on the fit's latencies, of {BOOTSTRAP} refits on the fit's runs resampled within each source; no term of "
+             "an end on the other side of the fitted one")
 GPU_PROBE = 0.1  # a group's GPU factor's probe
 FAMILIES = {"Llama-3.1-70B": "Llama 3.1 (dense)", "Llama-3.1-8B": "Llama 3.1 (dense)", "Qwen3-32B": "Qwen3 (dense)",
             "MiniMax-M2.5": "MiniMax-M2.5 (MoE)", "gpt-oss-120b": "gpt-oss (MoE)"}
@@ -130,7 +147,7 @@ def linear_rows(runs, terms, scales, workers):
         if base[i] is None:
             slopes.append(None)
             continue
-        row = {"request_s": (1.0, 0.0), "prompt_token_s": (float(r["isl"]), 0.0)}
+        row = {"latency_s": (1.0, 0.0)}
         for j, (k, d) in enumerate(PROBE.items()):
             probe = out[(j + 1) * n + i]
             row[k] = tuple((p - b) / d for p, b in zip(probe, base[i]))
@@ -186,27 +203,49 @@ def lad_fit(runs, terms, scales, base, slopes):
     return fitted, new_scales
 
 
-#: which metric each term moves: a source's own fit bounds the band of the terms its metrics see
-TTFT_TERMS = ("request_s", "prompt_token_s", "output_request_s")
-
-
 def band(mine, terms, scales, base, slopes) -> dict:
-    """{"low": terms, "high": terms}: each term's least and greatest value over the fit and each
-    fit source's own fit (at the last linearisation): the host's spread across the measured
-    deployments (their CPUs, vLLM versions, clients), which a run's band carries beside its GPU
-    steps'. A source's fit bounds only the terms its fitted metrics see (a TPOT-only source: the
-    step terms)."""
-    low, high = dict(terms), dict(terms)
-    for source, metrics in FIT_SOURCES.items():
-        idx = [i for i, r in enumerate(mine) if r["source"] == source]
-        if not idx:
-            continue
+    """{"low": terms, "high": terms}: two refits of the terms (at the last linearisation, `terms`
+    and `scales`) on the fit's runs resampled with replacement within each source, BOOTSTRAP of
+    them, so each source keeps its number of runs and weighs by them: the refits whose effect on
+    the fit's runs (the mean over their fitted TTFT and TPOT of the linearised change from the fit
+    on all of them, relative to the measured) is at the BAND_PERCENTILES, each term taken no
+    further in than the fit's (the low end's terms <= the fit's <= the high end's). Each end is one
+    set of terms the evidence supports, not each term at its own extreme: the terms trade against
+    each other (an output delay per request against the engine's CPU per request), and taking each
+    at its own 95th percentile would combine refits no sample supports. (Before 2026-12-07 (2): each
+    term's least and greatest over the fit and every source's own fit, whose terms trade against
+    their groups' GPU factors too: a term at 0 in one source's fit, a band twice the fit's.)"""
+    rng = np.random.default_rng(SEED)
+    ok = [i for i in range(len(mine)) if base[i] is not None]
+    centre, _ = lad_fit([mine[i] for i in ok], terms, scales, [base[i] for i in ok], [slopes[i] for i in ok])
+    rows = [(i, m, key) for i in ok for m, key in ((0, "ttft_s"), (1, "tpot_s"))
+            if key[:4] in FIT_SOURCES[mine[i]["source"]]]
+
+    def effect(refit):
+        return float(np.mean([sum(slopes[i][t][m] * (refit[t] - centre[t]) for t in TERMS) / mine[i][key]
+                              for i, m, key in rows]))
+
+    by_source = {}
+    for i in ok:
+        by_source.setdefault(mine[i]["source"], []).append(i)
+    refits = []
+    for _ in range(BOOTSTRAP):
+        idx = np.concatenate([rng.choice(v, size=len(v), replace=True) for v in by_source.values()])
         own, _ = lad_fit([mine[i] for i in idx], terms, scales, [base[i] for i in idx], [slopes[i] for i in idx])
-        for t in TERMS:
-            if t in TTFT_TERMS and "ttft" not in metrics:
-                continue
-            low[t], high[t] = min(low[t], own[t]), max(high[t], own[t])
-    return {"low": low, "high": high}
+        refits.append(own)
+    effects = np.array([effect(r) for r in refits])
+    order = np.argsort(effects, kind="stable")
+    ends = {}
+    for end, q in zip(("low", "high"), BAND_PERCENTILES):
+        k = order[int(round(q / 100 * (len(order) - 1)))]
+        # no term of an end on the other side of the fit's: a term's effect is not the same at
+        # every prompt length and load (a refit with no queued delay and more latency is slower
+        # on the fit's runs, faster on 60k-token prompts), and each end stays an end everywhere
+        side = min if end == "low" else max
+        ends[end] = {t: side(refits[k][t], centre[t]) for t in TERMS}
+        print(f"band {end}: the refit at the {q:g}th percentile of {len(order)}, its mean effect on the fit's "
+              f"latencies {100 * effects[k]:+.2f}% (all: {100 * effects.min():+.2f}% to {100 * effects.max():+.2f}%)")
+    return ends
 
 
 def fit(runs, workers: int, rounds: int = 2):
@@ -221,9 +260,13 @@ def fit(runs, workers: int, rounds: int = 2):
         print(f"round {k + 1} ({time.time() - t0:.0f} s): " + ", ".join(f"{t} {v * 1e3:.4g} ms" for t, v in terms.items())
               + "; GPU factors (prefill, decode): " + ", ".join(f"{g[0]} {g[1]} {g[2]} {s[0]:.2f} {s[1]:.2f}"
                                                                 for g, s in scales.items()), flush=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "host_fit.pkl", "wb") as f:  # (to look at the band without the simulations)
+        pickle.dump({"runs": mine, "at": at, "at_scales": at_scales, "base": base, "slopes": slopes,
+                     "terms": terms, "scales": scales}, f)
+    t0 = time.time()
     spread = band(mine, at, at_scales, base, slopes)
-    for t in TERMS:  # (the band holds the terms shipped, fitted at the last linearisation's point)
-        spread["low"][t], spread["high"][t] = min(spread["low"][t], terms[t]), max(spread["high"][t], terms[t])
+    print(f"band: {BOOTSTRAP} refits in {time.time() - t0:.0f} s")
     print("band: " + ", ".join(f"{t} {spread['low'][t] * 1e3:.4g}-{spread['high'][t] * 1e3:.4g} ms" for t in TERMS))
     return terms, scales, len(mine), spread
 
@@ -290,14 +333,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only the error tables, from the shipped terms")
     ap.add_argument("--jobs", type=int, default=2, help="processes simulating runs (default 2)")
-    ap.add_argument("--only", default=None, help="check only the runs whose source contains this text")
+    ap.add_argument("--only", default=None,
+                    help="check only the runs whose source contains this text (or any of these, comma-separated)")
     ap.add_argument("--bands", action="store_true", help="also the share of runs each band covers (3x the time)")
+    ap.add_argument("--band-only", action="store_true",
+                    help="recompute the shipped terms' band from the last fit's linearisation (benchmarks/.cache/host_fit.pkl)")
     ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
                     help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
                          "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")
     args = ap.parse_args(argv)
     if args.host_cpu == "none" and (not args.check or args.bands):
         ap.error("--host-cpu none needs --check and no --bands (it checks the steps alone)")
+    if args.band_only:
+        return band_only()
     from calibrate import Tables, wheel
 
     t = Tables(wheel())
@@ -319,7 +367,8 @@ def main(argv=None) -> int:
             "fit": {"runs": n, "gpu": FIT_GPU, "sources": {k: list(v) for k, v in FIT_SOURCES.items()},
                     "gpu_factors": {" ".join(g): list(s) for g, s in scales.items()},
                     "method": "least absolute relative error of TTFT and TPOT, linearised twice; each group's GPU "
-                              "steps x two fitted factors (not shipped)"},
+                              "steps x two fitted factors (not shipped)",
+                    "band": BAND_RULE},
             "sources": [{"name": "NVIDIA aiconfigurator silicon serving runs (systems/silicon_sample.csv)",
                          "package": f"aiconfigurator-core=={e2e_wheel_version()} (PyPI)", "license": "Apache-2.0"}],
         }
@@ -327,8 +376,26 @@ def main(argv=None) -> int:
         calibration.cache_clear()
         print(f"wrote {OUT.relative_to(REPO)}")
     if args.only:
-        runs = [r for r in runs if args.only in r["source"]]
+        runs = [r for r in runs if any(text in r["source"] for text in args.only.split(","))]
     check(runs, terms, args.jobs, args.bands)
+    return 0
+
+
+def band_only() -> int:
+    """The band of the shipped terms again, from the linearisation their fit kept (no simulation)."""
+    try:
+        with open(CACHE / "host_fit.pkl", "rb") as f:
+            kept = pickle.load(f)
+    except FileNotFoundError:
+        raise SystemExit(f"--band-only: no {CACHE / 'host_fit.pkl'} (run the fit first)") from None
+    data = json.loads(OUT.read_text())
+    if any(abs(kept["terms"][t] - data["terms"][t]) > 1e-15 for t in TERMS):
+        raise SystemExit("--band-only: the kept linearisation is not the shipped terms' fit (run the fit again)")
+    data["band"] = band(kept["runs"], kept["at"], kept["at_scales"], kept["base"], kept["slopes"])
+    data["fit"]["band"] = BAND_RULE
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    print("band: " + ", ".join(f"{t} {data['band']['low'][t] * 1e3:.4g}-{data['band']['high'][t] * 1e3:.4g} ms"
+                               for t in TERMS) + f"; wrote {OUT.relative_to(REPO)}")
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -18,21 +19,26 @@ def load():
     return module
 
 
-def test_the_fit_recovers_the_terms_that_made_the_measurements():
-    pytest.importorskip("scipy")
-    H = load()
-    truth = {"request_s": 0.008, "prompt_token_s": 1.5e-6, "step_s": 0.0005, "step_request_s": 4e-5,
-             "output_request_s": 6e-5}
-    factor = (1.2, 0.9)  # the group's GPU steps: prefill x 1.2, decode x 0.9
+TRUTH = {"request_s": 0.004, "prompt_token_s": 1.5e-6, "latency_s": 0.004, "step_s": 0.0005,
+         "step_request_s": 4e-5, "output_request_s": 6e-5}
+FACTOR = (1.2, 0.9)  # the group's GPU steps: prefill x 1.2, decode x 0.9
+
+
+def synthetic(truth=TRUTH, factor=FACTOR):
+    """Runs measured as the fit's linear model makes them from `truth` and `factor`, with their
+    simulated base (no host terms, factors 1) and slopes."""
     runs, base, slopes = [], [], []
-    cases = [(1024, 4, 1), (8192, 4, 2), (1024, 64, 4), (8192, 64, 1), (2048, 16, 2), (4096, 32, 4), (1024, 8, 2)]
+    cases = [(isl, b, tp) for isl in (1024, 2048, 8192) for b in (4, 16, 64) for tp in (1, 2, 4)]
     for k, (isl, b, tp) in enumerate(cases):
         run = {"gpu": "H100", "model": "m", "weights": "bf16", "source": "2026-04-06", "isl": isl}
         # a run's simulated TTFT and TPOT with no host terms and factors 1, and their slopes: the
         # GPU's prefill and decode shares (split over tp GPUs: the host's terms are not), the
-        # steps' CPU, the outputs' delay growing with b
+        # steps' CPU, the outputs' delay growing with b, the API server's service more than once
+        # in TTFT as requests sent together queue for it (by b^2: the burst's mean wait), the fixed
+        # latency once
         gpu_prefill, gpu_decode = 0.01 * isl / 1024 / tp, (0.01 + 0.0002 * b) / tp
-        sl = {"request_s": (1.0, 0.0), "prompt_token_s": (float(isl), 0.0),
+        sl = {"request_s": (1.0 + 2e-4 * b * b, 0.0), "prompt_token_s": (isl * (1.0 + 2e-4 * b * b), 0.0),
+              "latency_s": (1.0, 0.0),
               "step_s": (3.0, 1.0), "step_request_s": (3.0 * b, float(b)), "output_request_s": (float(b), 0.0),
               "gpu_prefill": (gpu_prefill, 0.0), "gpu_decode": (2 * gpu_decode, gpu_decode)}
         b0 = (gpu_prefill + 2 * gpu_decode, gpu_decode)
@@ -42,11 +48,48 @@ def test_the_fit_recovers_the_terms_that_made_the_measurements():
         runs.append(run)
         base.append(b0)
         slopes.append(sl)
-    terms0 = dict.fromkeys(truth, 0.0)
-    fitted, scales = H.lad_fit(runs, terms0, {("H100", "m", "bf16"): (1.0, 1.0)}, base, slopes)
-    for t, v in truth.items():
+    return runs, base, slopes
+
+
+def test_the_fit_recovers_the_terms_that_made_the_measurements():
+    pytest.importorskip("scipy")
+    H = load()
+    runs, base, slopes = synthetic()
+    fitted, scales = H.lad_fit(runs, dict.fromkeys(TRUTH, 0.0), {("H100", "m", "bf16"): (1.0, 1.0)}, base, slopes)
+    for t, v in TRUTH.items():
         assert fitted[t] == pytest.approx(v, rel=1e-6, abs=1e-9)
-    assert scales[("H100", "m", "bf16")] == pytest.approx(factor, rel=1e-6)
+    assert scales[("H100", "m", "bf16")] == pytest.approx(FACTOR, rel=1e-6)
+
+
+def test_the_band_is_as_wide_as_the_evidence_leaves_the_terms():
+    # the band: refits on the runs resampled within each source, its ends the refits whose mean
+    # effect on the fitted latencies is at the 5th and 95th percentile. Measurements the model
+    # makes exactly pin every term down in every resample: both ends are the terms themselves.
+    # Every run measured up to 10% off (a fixed draw): the resamples disagree, the ends are two
+    # different refits (never below 0), the low one shortening the runs' latencies, the high one
+    # lengthening them, and no term of either on the other side of the fitted one
+    pytest.importorskip("scipy")
+    H = load()
+    runs, base, slopes = synthetic()
+    scales = {("H100", "m", "bf16"): (1.0, 1.0)}
+    zero = dict.fromkeys(TRUTH, 0.0)
+    exact = H.band(runs, zero, scales, base, slopes)
+    for t, v in TRUTH.items():
+        assert exact["low"][t] == pytest.approx(v, rel=1e-4, abs=1e-9)
+        assert exact["high"][t] == pytest.approx(v, rel=1e-4, abs=1e-9)
+    off = np.random.default_rng(1).uniform(0.9, 1.1, size=(len(runs), 2))
+    runs = [{**r, "ttft_s": r["ttft_s"] * a, "tpot_s": r["tpot_s"] * b} for r, (a, b) in zip(runs, off)]
+    noisy = H.band(runs, zero, scales, base, slopes)
+    centre, _ = H.lad_fit(runs, zero, scales, base, slopes)
+    assert any(abs(noisy["high"][t] - noisy["low"][t]) > 0.05 * TRUTH[t] for t in TRUTH)
+    assert all(noisy[end][t] >= 0 for end in ("low", "high") for t in TRUTH)
+
+    def effect(terms):  # the runs' latencies at `terms` less at the centre, relative, summed
+        return sum(sum(sl[t][m] * (terms[t] - centre[t]) for t in TRUTH) / r[key]
+                   for r, sl in zip(runs, slopes) for m, key in ((0, "ttft_s"), (1, "tpot_s")))
+
+    assert effect(noisy["low"]) < 0 < effect(noisy["high"])
+    assert all(noisy["low"][t] <= centre[t] <= noisy["high"][t] for t in TRUTH)
 
 
 def test_host_cpu_none_checks_only(capsys):

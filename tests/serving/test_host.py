@@ -161,8 +161,9 @@ def test_the_default_follows_the_time_model():
 
 
 def test_the_band_of_the_host_terms():
-    # the calibrated terms' band: each term's least and greatest over the fit and each measured
-    # source's own fit (host_calibration.json "band"); given terms and none have no band
+    # the calibrated terms' band (host_calibration.json "band": two refits of the terms on resampled
+    # fit runs, benchmarks/calibrate_host.py, no term of an end on the other side of the fitted
+    # one); given terms and none have no band
     from kvreplay.serving.timing.host import TERMS, band_end, calibration
 
     shipped = calibration()["band"]
@@ -174,6 +175,7 @@ def test_the_band_of_the_host_terms():
         assert band_end(NONE, end) is NONE
         given = HostTerms(request_s=0.002)
         assert band_end(given, end) is given
+    assert calibration()["fit"]["band"].startswith("the refits at the 5th and 95th percentile")
     assert all(shipped["low"][k] <= getattr(calibrated(), k) <= shipped["high"][k] for k in TERMS)
     with pytest.raises(ConfigError, match="low or high"):
         band_end(NONE, "middle")
@@ -190,6 +192,20 @@ def test_the_api_server_serves_requests_one_at_a_time_in_arrival_order():
     at = h.engine_arrivals(np.array([0.5, 0.0, 0.0]), np.array([100, 100, 50]))
     assert np.round(at * 1000, 6).tolist() == [610.0, 110.0, 170.0]
     assert NONE.engine_arrivals(np.array([0.0, 2.0]), np.array([5, 5])).tolist() == [0.0, 2.0]
+
+
+def test_the_fixed_latency_queues_behind_nothing():
+    # the same three requests at 0 and one at 1 s, with latency_s 50 ms more: each reaches the
+    # engine 50 ms after its turn at the API server ends (160, 220, 430, 1160 ms), not 50 ms x its
+    # place in the queue; with no service at all, each arrival plus 50 ms. The least delay
+    # (arrival_delay, the floors') is service + latency.
+    h = HostTerms(request_s=0.01, prompt_token_s=0.001, latency_s=0.05)
+    at = h.engine_arrivals(np.array([0.0, 0.0, 0.0, 1.0]), np.array([100, 50, 200, 100]))
+    assert np.round(at * 1000, 6).tolist() == [160.0, 220.0, 430.0, 1160.0]
+    assert np.round(h.arrival_delay(np.array([100, 50])) * 1000, 6).tolist() == [160.0, 110.0]
+    only = HostTerms(latency_s=0.05)
+    assert np.round(only.engine_arrivals(np.array([0.0, 0.0, 0.3]), np.array([9, 9, 9])) * 1000, 6).tolist() == \
+        [50.0, 50.0, 350.0]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

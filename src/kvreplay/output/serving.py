@@ -29,8 +29,8 @@ def _describe_host(host: dict | None) -> str:
     ms = lambda x: f"{1e3 * x:.2f} ms"  # noqa: E731
     sched = "async scheduling" if host["async_scheduling"] else "synchronous scheduling"
     return (f"; host CPU ({host['host']}: vLLM's API server and engine core, {sched}; fitted on measured serving "
-            f"runs): each request {ms(host['request_s'])} + {us(host['prompt_token_s'])} a prompt token before the "
-            f"engine, each step {ms(host['step_s'])} + {us(host['step_request_s'])} a request of CPU, each token "
+            f"runs): each request {ms(host['request_s'])} + {us(host['prompt_token_s'])} a prompt token in the API "
+            f"server's queue and {ms(host.get('latency_s', 0.0))} of latency before the engine, each step {ms(host['step_s'])} + {us(host['step_request_s'])} a request of CPU, each token "
             f"{us(host['output_request_s'])} a request in its step to its client")
 
 

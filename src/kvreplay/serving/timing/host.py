@@ -4,15 +4,19 @@ runs by benchmarks/calibrate_host.py and shipped in kvreplay/data/host_calibrati
 
 Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
 
-- **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens; ``request_s`` also holds a
-  token's fixed way out, below): the API server parses the request and renders it
+- **at arrival**, ``request_s + prompt_token_s x L`` (L prompt tokens): the API server parses the
+  request and renders it
   (``entrypoints/openai/completion/serving.py:131`` ``_create_completion``), tokenises the
   prompt in its thread pool (``renderers/base.py:156``, ``:770``), the client sends
   the token ids to the engine core as msgpack (``v1/engine/core_client.py:1290``), whose input
   thread decodes them and hashes the prompt's blocks for the prefix cache
   (``v1/engine/core.py:1126-1140``, ``v1/core/kv_cache_utils.py:953``) before the busy loop sees the
-  request between two steps (``core.py:1647``). simulate() delays each request's arrival at the
-  engine by it, before routing.
+  request between two steps (``core.py:1647``). The API server does this one request at a time,
+  in arrival order (:meth:`HostTerms.engine_arrivals`): a request waits for those before it.
+- **a fixed latency**, ``latency_s``, outside any queue: what every request pays that no other
+  request waits for (a token's fixed way out, below, and the network between client and server).
+  simulate() delays each request's arrival at the engine by the API server's queue and service and
+  by this latency, before routing.
 - **per step**, ``step_s + step_request_s x R`` (R requests in the step): the engine core's CPU,
   ``Scheduler.schedule`` and ``update_from_output`` (``v1/core/sched/scheduler.py:699``, ``:2259``,
   loops over the running requests at ``:795`` and ``:2313``) and the model runner's
@@ -26,8 +30,9 @@ Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
   (``v1/engine/output_processor.py:728``, each request's incremental detokenizer at ``:825``) and
   each request's stream sends its chunk. Every token reaches its client that long after its step
   ends: TTFT and the end-to-end latency hold it, an inter-token gap only its change. Its fixed part
-  is in ``request_s``: a fixed delay of every token adds to TTFT and the end-to-end latency exactly
-  as one at arrival does, and measured means cannot tell them apart.
+  is in ``latency_s``: a fixed delay of every token adds to TTFT and the end-to-end latency exactly
+  as a fixed delay at arrival that queues behind nothing does, and measured means cannot tell them
+  apart (one that queues, ``request_s``, they can: requests sent together wait for each other).
 - **async scheduling** (``async_scheduling``; vLLM's default since 0.14, ``config/vllm.py:1685-1719``;
   0.13.0's ``config/scheduler.py:133`` had it off): the step that starts when one ends was
   scheduled when that one started, so a request that arrives during a step waits for the end of
@@ -38,8 +43,9 @@ Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
 The kernel (serving/kernel/batch.c ``host_step`` and ``host_output``, loop.c) applies the per-step and
 per-token terms and the async visibility; :meth:`HostTerms.step_seconds` and
 :meth:`HostTerms.output_seconds` here are the same formulas (tests/serving/test_host.py holds them
-together). The calibrated terms have a band (:func:`band_end`): each term's least and greatest
-over the fit and each measured source's own fit, which a run's band carries beside its GPU steps'.
+together). The calibrated terms have a band (:func:`band_end`): each term's 5th-95th percentile
+over refits on the fit's runs resampled within each source (how far the evidence pins it down),
+which a run's band carries beside its GPU steps'.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ import numpy as np
 from ...errors import ConfigError
 
 #: the terms, seconds (each >= 0)
-TERMS = ("request_s", "prompt_token_s", "step_s", "step_request_s", "output_request_s")
+TERMS = ("request_s", "prompt_token_s", "latency_s", "step_s", "step_request_s", "output_request_s")
 #: the choices of simulate(host=...) and --host-cpu
 CHOICES = ("vllm", "vllm-sync", "none")
 
@@ -66,6 +72,7 @@ class HostTerms:
 
     request_s: float = 0.0
     prompt_token_s: float = 0.0
+    latency_s: float = 0.0
     step_s: float = 0.0
     step_request_s: float = 0.0
     output_request_s: float = 0.0
@@ -84,10 +91,14 @@ class HostTerms:
     def is_zero(self) -> bool:
         return not self.async_scheduling and all(getattr(self, k) == 0 for k in TERMS)
 
-    def arrival_delay(self, prompt_tokens) -> np.ndarray:
-        """Seconds the API server spends on each request before it reaches the engine core (its
-        service time alone: the least delay it can have, floors.py's)."""
+    def service(self, prompt_tokens) -> np.ndarray:
+        """Seconds the API server spends on each request (its service time in engine_arrivals' queue)."""
         return self.request_s + self.prompt_token_s * np.asarray(prompt_tokens, dtype=np.float64)
+
+    def arrival_delay(self, prompt_tokens) -> np.ndarray:
+        """Seconds from each request's arrival to the engine core when it waits for no other request:
+        its service and the fixed latency (the least delay it can have, floors.py's)."""
+        return self.service(prompt_tokens) + self.latency_s
 
     def engine_arrivals(self, arrival_s, prompt_tokens) -> np.ndarray:
         """When each request reaches the engine core: the API server serves requests one at a time
@@ -95,17 +106,18 @@ class HostTerms:
         request in turn, AsyncLLM.add_request, v1/engine/async_llm.py), so a request waits for
         those that arrived before it: a FIFO single server, D_i = max(a_i, D_(i-1)) + s_i, which is
         C_i + max over j <= i of (a_j - C_(j-1)) with C the running sum of service times. Served
-        independently, requests arriving together would reach the engine shortest prompt first."""
+        independently, requests arriving together would reach the engine shortest prompt first.
+        Each then takes the fixed latency ``latency_s`` more, which queues behind nothing."""
         arrival = np.asarray(arrival_s, dtype=np.float64)
-        service = self.arrival_delay(prompt_tokens)
+        service = self.service(prompt_tokens)
         if arrival.size == 0 or not (service > 0).any():
-            return arrival + service
+            return arrival + service + self.latency_s
         order = np.argsort(arrival, kind="stable")
         a, d = arrival[order], service[order]
         done = np.cumsum(d)
         out = np.empty_like(arrival)
         out[order] = done + np.maximum.accumulate(a - (done - d))
-        return out
+        return out + self.latency_s
 
     def step_seconds(self, gpu_s: float, requests: int) -> float:
         """A step of `requests` requests whose GPU work takes `gpu_s`, with the engine core's CPU."""
@@ -151,10 +163,10 @@ def calibrated(sync: bool = False) -> HostTerms:
 
 
 def band_end(terms: HostTerms, end: str) -> HostTerms:
-    """`terms` at the low or high end of the calibration's band (each term's least and greatest
-    value over the fit and each measured source's own fit: the spread across deployments, their
-    CPUs and vLLM versions; benchmarks/calibrate_host.py) when they are the calibrated ones; other
-    terms (given, or none) have no band."""
+    """`terms` at the low or high end of the calibration's band (each term's 5th-95th percentile
+    over refits on the fit's measured runs resampled within each source, and the fitted value;
+    benchmarks/calibrate_host.py) when they are the calibrated ones; other terms (given, or none)
+    have no band."""
     if end not in ("low", "high"):
         raise ConfigError(f"end must be low or high, got {end!r}")
     if terms.name not in ("vllm", "vllm-sync"):
