@@ -238,10 +238,10 @@ def test_the_documented_run(tmp_path):
     assert "4 preemptions of 4 requests" in out
     base = ok(*args[:-4], *args[-2:])
     rows = {line.split("  ")[0]: line.split() for line in base.splitlines()}
-    assert rows["TTFT"][3:9] == ["1.65", "s", "1.52", "s", "-", "1.82"]
+    assert rows["TTFT"][3:9] == ["1.63", "s", "1.53", "s", "-", "1.80"]
     assert "peak held by running requests 701 blocks" in base
-    for figure in ("TTFT p50 1.65 s (band 1.52-1.82 s) and peaks at 701 of its 801 blocks",
-                   "(801 blocks, 91 running, 4 preemptions)", "3.43 s after the parent's arrival, against 1.83 s"):
+    for figure in ("TTFT p50 1.63 s (band 1.53-1.80 s) and peaks at 701 of its 801 blocks",
+                   "(801 blocks, 91 running, 4 preemptions)", "3.55 s after the parent's arrival, against 1.79 s"):
         assert figure in " ".join(section.split()), figure
 
 
