@@ -230,7 +230,7 @@ def stream_probe(t: Tables, gpu_dir: str, gpu) -> dict | None:
 
 def stream_probes(t: Tables) -> dict:
     """stream_probe of every measured GPU that has one, by catalog name."""
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
 
     dirs = {**GPUS, **{name: d for name, (d, _) in RELATIVE_CHECKS.items()}}
     found = {name: stream_probe(t, d, get_gpu(name)) for name, d in dirs.items()}
@@ -240,7 +240,7 @@ def stream_probes(t: Tables) -> dict:
 def stream(probes: dict, name: str, coefficients_from: str) -> float:
     """The bandwidth GPU `name`'s memory terms run at with `coefficients_from`'s coefficients
     (roofline.stream_bandwidth over `probes`), bytes/s."""
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
     from kvreplay.serving.timing.roofline import stream_bandwidth
 
     return stream_bandwidth(get_gpu(name), coefficients_from, probes)[0]
@@ -804,7 +804,7 @@ def print_by_tp(title: str, tables: dict):
 
 def held_back(tabs, meas, meas8, fit, probes) -> dict:
     """Each GPU's composed steps against FIT_GPU's coefficients (and the raw roofline), printed."""
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
 
     report, tps = {}, {}
     for name in GPUS:
@@ -931,7 +931,7 @@ def relative_checks(t: Tables, gpus: dict, probes: dict, own: dict | None = None
     coefficients (the cross-generation check) and as it ships them, its relative's attention and
     all-reduce with its own GEMM, MoE, GDN and MLA terms (own_kernel_terms, fitted here, or `own`
     as shipped, name -> terms), at its own catalog peaks: the bands and errors it gets."""
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
 
     out = {}
     for name, (gpu_dir, relative) in RELATIVE_CHECKS.items():
@@ -1111,7 +1111,7 @@ def transfer_kernel_bands(report: dict) -> dict:
 
 def own_fits(tabs, meas, meas8, fit, probes) -> dict:
     """Each measured GPU's coefficients fitted on its own kernels, with the bands of its steps."""
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
 
     gpus = {}
     for name in GPUS:
@@ -1170,7 +1170,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.calibration != OUT and not args.check:
         ap.error("--calibration needs --check (a fit writes the shipped file)")
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
 
     whl = wheel()
     t = Tables(whl)

@@ -231,7 +231,7 @@ def gdn_layers(table, gpu, coefficients: dict) -> dict:
 
 
 def _gpu(name):
-    from kvreplay.serving.timing.gpus import get_gpu
+    from kvreplay.catalog.gpus import get_gpu
 
     return get_gpu(name)
 
