@@ -44,12 +44,12 @@ import importlib.util
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_stubs import StubModule  # noqa: E402
+from wheel_files import extract_once  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 WHEELS = {"vllm": ("vllm", "0.33.0"), "sglang": ("sglang", "0.5.23"), "sglang-router": ("sglang_router", "0.3.2")}
@@ -132,13 +132,7 @@ def extracted(engine: str, download: bool = False) -> Path:
     if not wheels:
         raise EngineMissing(f"no {engine} {version} wheel in {CACHE} (pip download --no-deps {engine}=={version} "
                             f"-d {CACHE})")
-    root.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheels[0]) as z:
-        names = [n for n in z.namelist() if n.startswith(package + "/")
-                 and (n.endswith(".py") or n.endswith(".so") or n.endswith(".json"))]
-        z.extractall(root, names)
-    (root / ".complete").touch()
-    return root
+    return extract_once(wheels[0], root, lambda n: n.startswith(package + "/") and n.endswith((".py", ".so", ".json")))
 
 
 @contextlib.contextmanager

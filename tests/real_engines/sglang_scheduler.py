@@ -207,11 +207,14 @@ import os
 import subprocess
 import sys
 import types
-import zipfile
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # (wheel_files beside it; pytest runs with --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wheel_files import extract_once  # noqa: E402
 
 VERSION = os.environ.get("KVREPLAY_SGLANG_VERSION", "0.5.23")
 HERE = Path(__file__).resolve().parent
@@ -700,11 +703,7 @@ def extracted_root(download: bool = False) -> Path:
     if wheel is None or not wheel.exists():
         raise SGLangMissing(f"no sglang-{VERSION} wheel: set KVREPLAY_SGLANG_WHEEL, or put it in {CACHE} "
                             f"(pip download --no-deps sglang=={VERSION} -d {CACHE})")
-    root.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(root, [n for n in z.namelist() if n.startswith("sglang/") and n.endswith(".py")])
-    (root / ".complete").touch()
-    return root
+    return extract_once(wheel, root, lambda n: n.startswith("sglang/") and n.endswith(".py"))
 
 
 def check_python_packages() -> None:

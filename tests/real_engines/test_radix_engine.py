@@ -53,7 +53,6 @@ import subprocess
 import sys
 import time as real_time
 import types
-import zipfile
 from array import array
 from pathlib import Path
 from types import SimpleNamespace
@@ -65,6 +64,10 @@ import kvreplay
 from kvreplay.engine import driver
 from kvreplay.policies.radix import Radix
 from conftest import MOONCAKE, shared_path
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # (wheel_files beside it; pytest runs with --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wheel_files import extract_once  # noqa: E402
 
 pytestmark = pytest.mark.engines
 
@@ -145,10 +148,7 @@ def _extract(version: str) -> Path:
         if done.returncode != 0 or not wheels:
             pytest.skip(f"cannot download sglang=={version} (offline?): {done.stderr.strip()[-300:]}")
     wanted = {name.replace(".", "/") + ".py" for name in REAL_MODULES}
-    with zipfile.ZipFile(wheels[0]) as z:
-        z.extractall(root, [n for n in z.namelist() if n in wanted])
-    (root / ".complete").touch()
-    return root
+    return extract_once(wheels[0], root, wanted.__contains__)
 
 
 class Counter:

@@ -41,7 +41,6 @@ import os
 import pickle
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +54,7 @@ from conftest import MOONCAKE, shared_path
 if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_stubs import StubModule  # noqa: E402
+from wheel_files import extract_once  # noqa: E402
 
 pytestmark = pytest.mark.engines
 
@@ -182,10 +182,7 @@ def _extract(version: str) -> Path:
         wheels = sorted(CACHE.glob(f"vllm-{version}-*.whl"))
         if done.returncode != 0 or not wheels:
             pytest.skip(f"cannot download vllm=={version} (offline?): {done.stderr.strip()[-300:]}")
-    with zipfile.ZipFile(wheels[0]) as z:
-        z.extractall(root, [n for n in z.namelist() if n.startswith("vllm/") and n.endswith(".py")])
-    (root / ".complete").touch()
-    return root
+    return extract_once(wheels[0], root, lambda n: n.startswith("vllm/") and n.endswith(".py"))
 
 
 _ENGINES: dict = {}

@@ -27,18 +27,9 @@ from conftest import MOONCAKE, shared_path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
 import per_request  # noqa: E402
 import vllm_scheduler as harness  # noqa: E402
+from test_vllm_scheduler import FIELDS, real  # noqa: E402,F401 (real: the fixture)
 
 pytestmark = pytest.mark.engines
-
-FIELDS = ("scheduled_s", "hit_tokens", "first_token_s", "finish_s", "preemptions")
-
-
-@pytest.fixture(scope="module")
-def real():
-    try:
-        return harness.real_vllm(download=True)
-    except harness.VLLMMissing as e:
-        pytest.skip(str(e))
 
 
 def serve_both(real, trace, samples, settings):

@@ -25,19 +25,12 @@ import conftest  # noqa: F401 - tests/conftest.py, which test_vllm_scheduler imp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
 import vllm_scheduler as harness  # noqa: E402
-from test_vllm_scheduler import BLOCK, HEAVY, LIGHT, STEP_S, TIGHT, compare, mooncake_rows, multi_turn_rows, report  # noqa: E402
+from test_vllm_scheduler import (BLOCK, HEAVY, LIGHT, STEP_S, TIGHT, compare, mooncake_rows,  # noqa: E402
+                                 multi_turn_rows, real, report)  # noqa: F401 (real: the fixture)
 
 pytestmark = pytest.mark.engines
 
 ACCEPT = {"ngram": (0.8, 0.7, 0.6), "eagle": (0.7, 0.5, 0.4), "mtp": (0.875, 0.5), "draft": (0.6, 0.5, 0.4)}
-
-
-@pytest.fixture(scope="module")
-def real():
-    try:
-        return harness.real_vllm(download=True)
-    except harness.VLLMMissing as e:
-        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")

@@ -134,13 +134,13 @@ import os
 import subprocess
 import sys
 import types
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_stubs import StubModule  # noqa: E402
+from wheel_files import extract_once  # noqa: E402
 
 VERSION = "0.33.0"
 HERE = Path(__file__).resolve().parent
@@ -270,11 +270,7 @@ def extracted_root(download: bool = False) -> Path:
     if wheel is None or not wheel.exists():
         raise VLLMMissing(f"no vllm-{VERSION} wheel: set KVREPLAY_VLLM_WHEEL, or put it in {CACHE} "
                           f"(pip download --no-deps vllm=={VERSION} -d {CACHE})")
-    root.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(root, [n for n in z.namelist() if n.startswith("vllm/") and n.endswith(".py")])
-    (root / ".complete").touch()
-    return root
+    return extract_once(wheel, root, lambda n: n.startswith("vllm/") and n.endswith(".py"))
 
 
 def check_python_packages() -> None:
