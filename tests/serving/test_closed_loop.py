@@ -340,4 +340,7 @@ def test_n_sessions_never_send_more_than_n_sessions_can(case, lanes, style, seed
     first, last = session_spans(r.closed["session"], r.arrival_s, r.finish_s)
     last = np.where(np.isnan(last), np.inf, last)
     for moment in np.unique(r.arrival_s):
-        assert int(((first <= moment) & (last > moment)).sum()) <= lanes
+        # (a session that ends as the next is sent, to rounding: a send time is the engine's arrival
+        # less the host's delay, 1.26 + 0.25 - 0.25 = 1.2599999999999998)
+        ends_after = last > moment + 1e-12 * max(1.0, moment)
+        assert int(((first <= moment) & ends_after).sum()) <= lanes
