@@ -1,7 +1,7 @@
 """The GPUs teams buy now (kvreplay/data/gpus.json): every figure of the entries added on 2026-12-07
 checked against the numbers its sources print, the memory each device reports against its datasheet,
 a pool on a new GPU worked by hand, the calibration each borrows or fits, `kvreplay gpus`, and
-docs/serving.md's catalog table against the catalog."""
+docs/gpus.md's catalog table against the catalog."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel, calibr
 
 from test_cli import ok
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "gpus.md"
 GiB = 1 << 30
 
 # name -> (what the quoted source prints: (figure, GPUs it covers, sparse?) for BF16, FP8, FP4, and
@@ -306,7 +306,7 @@ def test_a_gpu_without_measurements_streams_at_its_datasheet_times_its_relatives
 
 
 def test_a_pcie_gpu_beyond_a_pair_is_warned_of_its_all_reduce(tmp_path):
-    # the L40S's measured all-reduce: 18-20 GB/s bus over 2 GPUs, 4-5 over 4 and 2 over 8 (docs/serving.md)
+    # the L40S's measured all-reduce: 18-20 GB/s bus over 2 GPUs, 4-5 over 4 and 2 over 8 (docs/gpus.md)
     from kvreplay.engine.replay import as_trace
     from kvreplay.serving.simulate import calibration_warnings
 

@@ -24,7 +24,7 @@ def trace_file(tmp_path):
 def test_simulate_prints_and_reports_the_budget(trace_file):
     out = ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--block-size", "16",
              "--time-model", "instant")
-    assert "85,374 blocks of 16 tokens" in out  # docs/serving.md's worked example (tests/serving/test_timing.py)
+    assert "85,374 blocks of 16 tokens" in out  # docs/timing.md's worked example (tests/serving/test_timing.py)
     # the profile's peak is the sampler's 593,887,232 B (0.55 GiB) over the forward pass's 0.41 GiB;
     # 55,951,284,028 B = 52.11 GiB left
     for line in ("total memory, as the device reports it", "x gpu_memory_utilization 0.9", "- weights, Llama-3.1-70B",

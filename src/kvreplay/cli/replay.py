@@ -31,7 +31,7 @@ def _parser_run(sub) -> None:
     run.add_argument("--tiers", default=None, metavar="SPEC",
                      help="memory tiers below the cache, which is then the GPU pool: dram=64GiB,ssd=2TiB:fifo "
                           "(NAME=SIZE[:lru|fifo], sizes in blocks or bytes with --model; hbm=SIZE sets the cache); "
-                          "evicted blocks are demoted, hits counted per tier (docs/serving.md, \"Tiers\")")
+                          "evicted blocks are demoted, hits counted per tier (docs/clusters.md, \"Tiers\")")
     run.add_argument("--tier-copies", choices=("move", "keep"), default="move",
                      help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy")
     run.add_argument("--over-time", type=common.over_time, metavar="DURATION|Nreq",
@@ -198,7 +198,7 @@ def _parser_sweep(sub) -> None:
     sw.add_argument("--bounds", action="store_true", help="add the infinite-cache ceiling and belady (offline MIN) at every capacity")
     sw.add_argument("--hbm", type=common.positive_int, default=None, metavar="BLOCKS",
                     help="sweep a DRAM tier (--dram-sizes) below a cache of BLOCKS, the GPU pool; rows split the hits "
-                         "into HBM and DRAM (docs/serving.md, \"Tiers\")")
+                         "into HBM and DRAM (docs/clusters.md, \"Tiers\")")
     sw.add_argument("--dram-sizes", type=_sizes, default=None, metavar="D,E,...",
                     help="with --hbm: the DRAM tier's sizes in blocks (0: none)")
     sw.add_argument("--each", action="store_true",

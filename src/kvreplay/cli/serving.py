@@ -165,7 +165,7 @@ def _parser_simulate(sub) -> None:
                           "(fewest requests in flight), or a cache-aware preset: kv-aware (= dynamo, NVIDIA "
                           "Dynamo's KV router cost), sglang (SGLang router's cache-aware policy), llm-d "
                           "(weighted prefix/KV/queue scorers), mooncake (Conductor: least estimated TTFT); "
-                          "docs/serving.md, \"Routers\"")
+                          "docs/clusters.md, \"Routers\"")
     sim.add_argument("--prefill-instances", type=common.positive_int, default=None, metavar="P",
                      help="prefill/decode disaggregation: P prefill instances behind --router (with "
                           "--decode-instances); each request's KV then moves to the least loaded decode instance")
@@ -173,7 +173,7 @@ def _parser_simulate(sub) -> None:
                      help="prefill/decode disaggregation: D decode instances (with --prefill-instances)")
     sim.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
                      help="reshape the arrivals so their rate follows a profile over the span: diurnal (peak 14:00, "
-                          "3:1) or a CSV of fraction,multiplier (docs/serving.md)")
+                          "3:1) or a CSV of fraction,multiplier (docs/serving.md, \"Rate profiles\")")
     common.add_max_model_len(sim, "requests whose prompt + outputs exceed it are refused at arrival and counted "
                                   "apart, as vLLM refuses them")
     add_warmup_options(sim, "the run")
@@ -188,7 +188,7 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--tiers", default=None, metavar="SPEC",
                      help="memory tiers below each instance's GPU pool: dram=64GiB@64GB/s,ssd=2TiB@7GB/s:fifo "
                           "(NAME=SIZE[@BANDWIDTH][:lru|fifo]; sizes in blocks or bytes with --model; hbm=SIZE sets "
-                          "the pool); a lower-tier hit costs its load time (docs/serving.md, \"Tiers\")")
+                          "the pool); a lower-tier hit costs its load time (docs/clusters.md, \"Tiers\")")
     sim.add_argument("--global-store", default=None, metavar="SIZE@BANDWIDTH",
                      help="a store every instance shares, below its tiers (Mooncake Store, LMCache): 3TiB@25GB/s")
     sim.add_argument("--tier-copies", choices=("move", "keep"), default="move",
@@ -200,7 +200,7 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--speculative", default=None, metavar="ngram|eagle|mtp|draft:MODEL",
                      help="speculative decoding (vLLM style): each decode step verifies K draft tokens from an n-gram "
                           "lookup, an EAGLE head, the model's MTP module or a draft model; accepted tokens per step "
-                          "from published figures for the method and model, or --acceptance (docs/serving.md)")
+                          "from published figures for the method and model, or --acceptance (docs/engines.md)")
     sim.add_argument("--num-speculative-tokens", type=common.positive_int, default=None, metavar="K",
                      help="with --speculative: draft tokens per step")
     sim.add_argument("--acceptance", default=None, metavar="A1,A2,...",

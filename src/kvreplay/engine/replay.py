@@ -99,7 +99,7 @@ def replay(
     tiers: memory tiers below the cache, which is then HBM ("dram=64000,ssd=2TiB:fifo": sizes in
         blocks, or in bytes with `tier_block_bytes`, the KV bytes of one block; or a list of
         engine.tiers.Tier): evicted blocks are demoted, a hit prefix runs through every tier, and
-        the report splits hit tokens per tier (docs/serving.md, "Tiers"). tier_copies: "move"
+        the report splits hit tokens per tier (docs/clusters.md, "Tiers"). tier_copies: "move"
         (default) or "keep".
     kv_groups: a hybrid model's KV cache groups (policies.hybrid.Group, in vLLM's group order;
         catalog.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid

@@ -1,5 +1,5 @@
 """Which KV semantics a simulation of a hybrid model runs, and what its pool holds under them
-(docs/serving.md, "Hybrid layer groups").
+(docs/engines.md, "Hybrid layer groups").
 
 A hybrid model (sliding-window, chunked-local or Mamba layers beside full attention) is served
 with its engine's hybrid cache when ``kv_semantics`` is "hybrid", or "auto" where vLLM uses it by

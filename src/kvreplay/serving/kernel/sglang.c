@@ -1,4 +1,4 @@
-/* The SGLang scheduler style (docs/serving.md, "SGLang" cites sglang/srt/managers/scheduler.py and
+/* The SGLang scheduler style (docs/engines.md, "SGLang" cites sglang/srt/managers/scheduler.py and
  * schedule_policy.py's PrefillAdder): a prefill batch when one can be formed (decodes pause), else
  * a decode batch. The prefill batch continues the prompt being chunked, then adds waiting
  * requests (longest cached prefix first when few wait, else first come first served) while the

@@ -2,7 +2,7 @@
 
 The simulator describes each step as a ``StepBatch`` and asks a ``TimeModel`` for its duration in
 seconds. This file holds the batch, the base class, ``InstantTimeModel`` and the roofline;
-profiles.py the measured ones; packed.py the form the compiled loop reads (docs/serving.md, "Time
+profiles.py the measured ones; packed.py the form the compiled loop reads (docs/timing.md, "Time
 models", has the formulas, defaults and sources).
 
 A StepBatch describes one forward pass:
@@ -32,7 +32,7 @@ from ...catalog.gpus import GPUSpec, get_gpu
 DEFAULT_MFU = 0.5
 #: Default model-bandwidth utilization (fraction of peak HBM bandwidth a decode step sustains).
 DEFAULT_MBU = 0.6
-#: Default fixed cost of one step (scheduling, sampling, launch), seconds. 0: see docs/serving.md.
+#: Default fixed cost of one step (scheduling, sampling, launch), seconds. 0: see docs/timing.md.
 DEFAULT_OVERHEAD_S = 0.0
 #: Bytes per weight element for the roofline's weight dtypes (int4: weight-only 4-bit, W4A16; the
 #: GEMM dtype of each is gpus.compute_dtype's). Quantization scales are not counted.

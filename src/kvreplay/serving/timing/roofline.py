@@ -1,6 +1,6 @@
 """The calibrated roofline ("roofline", the default): a step as the sum of its kernels' times, each
 at its own efficiency, fitted on measured GPU kernels (benchmarks/calibrate.py; the numbers and
-their sources: kvreplay/data/roofline_calibration.json; docs/serving.md, "roofline").
+their sources: kvreplay/data/roofline_calibration.json; docs/timing.md, "roofline").
 
 Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) and R logits rows
 (one per request in the step):
@@ -420,7 +420,7 @@ def gemm_outputs_per_token(spec, tp: int) -> float:
     the layers: the tile term's count (``gemm_k0``). Dense: q/k/v ((heads / tp + 2 x kv heads /
     tp) x head_dim), o (hidden), gate/up (2 x MLP width / tp) and down (hidden). Other models
     (MoE, MLA): every body GEMM taken as k = hidden, n = its parameters / hidden (an
-    approximation, said in docs/serving.md)."""
+    approximation, said in docs/timing.md)."""
     hidden = spec.hidden_size or 0
     if not hidden:
         return 0.0
@@ -456,7 +456,7 @@ def quant_inputs_per_token(spec, tp: int) -> float:
     """Elements of GEMM input one token quantises to fp8 on one GPU of a TP group, over the
     layers: q/k/v and gate/up read the hidden state (replicated), o and down their sharded inputs
     (attention width / tp, MLP width / tp). An MoE without a dense MLP width: 4 x hidden per
-    layer (an approximation, said in docs/serving.md)."""
+    layer (an approximation, said in docs/timing.md)."""
     hidden = spec.hidden_size or 0
     if spec.intermediate_size:
         per_layer = 2.0 * hidden + (spec.num_attention_heads * spec.head_dim + spec.intermediate_size) / tp
