@@ -156,7 +156,9 @@ class HostTerms:
 
     def describe(self) -> dict:
         out = {"host": self.name, "async_scheduling": self.async_scheduling}
-        out.update({k: getattr(self, k) for k in TERMS + ("launch_layer_s",)})
+        out.update({k: getattr(self, k) for k in TERMS})
+        if self.launch_layer_s:
+            out["launch_layer_s"] = self.launch_layer_s
         return out
 
 
