@@ -6,6 +6,8 @@ measured serving runs, and their error on the runs the fit never saw, by source,
     python benchmarks/calibrate_host.py --check --host-cpu none   # the same runs, the GPU's steps alone
     python benchmarks/calibrate_host.py --check --bands   # and the share of runs each band covers (3x the time)
     python benchmarks/calibrate_host.py --band-only       # the shipped terms' band again, from the fit's linearisation
+    python benchmarks/calibrate_host.py --check --write-prediction   # and ship the prediction band's factors
+    python benchmarks/calibrate_host.py --fit-launch      # the kernel launches of a step without a CUDA graph
 
 **The runs.** NVIDIA aiconfigurator's silicon vLLM serving runs (``systems/silicon_sample.csv`` in
 aiconfigurator-core 0.12.0, the same file, byte for byte, in the aisimulate wheels 0.13.0.dev55 and
@@ -26,6 +28,13 @@ get wrong in proportion to its GPU work is not put on the host, whose terms do n
 at the last linearisation; its ends are the refits whose mean effect on the fit's latencies is at
 the 5th and 95th percentile, no term of either on the other side of the fit's (the linearisation is kept in benchmarks/.cache/host_fit.pkl;
 ``--band-only`` recomputes the band from it).
+
+**The prediction band** (prediction, --write-prediction): the 5th and 95th percentile of measured /
+simulated TTFT, TPOT and E2E over the runs that follow their protocol (PREDICTION_LEFT_OUT), by which
+a run's band widens (host.widen_band); checked leave-one-group-out (interval_table, band_table).
+
+**The launch term** (--fit-launch): the host's kernel launches per layer of a step vLLM runs
+without a CUDA graph (models.eager_step), on a grid, the other terms as shipped (fit_launch).
 
 **The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
 end-to-end latency (TTFT + TPOT x (OSL - 1), as the benchmarks define it), measured against
@@ -373,12 +382,39 @@ def check(runs, terms, workers: int, bands: bool = False) -> dict:
           f"{PREDICTION_PERCENTILES[0]:g}th-{PREDICTION_PERCENTILES[1]:g}th percentile): "
           + ", ".join(f"{m.upper()} {tables['prediction'][m][0]:.2f}-{tables['prediction'][m][1]:.2f}"
                       for m in ("ttft", "tpot", "e2e")))
+    tables["interval"] = interval_table(rows)
     if bands:
         band_rows(rows, out, n)
         tables["band"] = band_table(rows)
     held = [r for r in rows if not in_fit(r)]
     tables["held back"] = {m: ratio_stats([r[m] for r in held])["mape"] for m in ("ttft", "tpot", "e2e")} if held else {}
     return tables
+
+
+def interval_table(rows) -> dict:
+    """The prediction interval alone (the point estimate x the 5th / 95th percentile of measured /
+    simulated over the other source-and-GPU groups; the shipped band is never narrower): by source
+    and GPU, each figure's share of runs it covers and its width relative to the point estimate."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["source"], r["gpu"]), []).append(r)
+    out = {}
+    for g, v in sorted(groups.items()):
+        out[g] = {}
+        for m in ("ttft", "tpot", "e2e"):
+            q = prediction_quantiles(rows, m, g)
+            out[g][m] = [float(np.mean([q[0] <= r[m] <= q[1] for r in v])), q[1] - q[0]]
+    protocol = {m: [r for r in rows if predicted(r, m)] for m in ("ttft", "tpot", "e2e")}
+    everything = {m: [float(np.mean([x[m][0] for g, x in out.items() for _ in groups[g] if predicted(groups[g][0], m)]))]
+                  for m in ("ttft", "tpot", "e2e")}
+    print_table("the prediction interval (leave-one-group-out: each source and GPU covered by the other groups' 5th-95th "
+                "percentile of measured / simulated): share of runs covered (width / point estimate)",
+                (("source", False), ("GPU", False), ("runs", True), ("TTFT", False), ("TPOT", False), ("E2E", False)),
+                [[g[0], g[1], str(len(v))] + [f"{100 * out[g][m][0]:.0f}% (x{out[g][m][1]:.2f})" for m in ("ttft", "tpot", "e2e")]
+                 for g, v in sorted(groups.items())]
+                + [["all that follow their protocol", "", str(len(protocol["ttft"]))]
+                   + [f"{100 * everything[m][0]:.0f}%" for m in ("ttft", "tpot", "e2e")]])
+    return {" / ".join(g): v for g, v in out.items()}
 
 
 def band_table(rows) -> dict:
@@ -413,7 +449,10 @@ def band_table(rows) -> dict:
 def fit_launch(runs, workers: int) -> dict:
     """The host's kernel launches per layer of an eager step (models.eager_step), by least absolute
     relative error of TTFT and TPOT over the fit's runs whose TTFT it fits (FIT_SOURCES), on
-    LAUNCH_GRID, the other terms at the shipped ones (a coarse fit: each point simulates them all)."""
+    LAUNCH_GRID, the other terms at the shipped ones (a coarse fit: each point simulates them all).
+    A least at the grid's largest value is not a fit (the error still falls where the launches stand
+    in for what else makes the runs slow, e.g. an MoE's prefill kernels, which the terms' fit gives
+    each group's GPU factors and this fit does not): then 0 is shipped, the grid recorded."""
     mine = [r for r in runs if in_fit(r) and "ttft" in FIT_SOURCES[r["source"]]]
     shipped = {k: float(calibration()["terms"][k]) for k in TERMS}
 
@@ -436,7 +475,9 @@ def fit_launch(runs, workers: int) -> dict:
     grid = list(LAUNCH_GRID)
     allv, alls = grid, objective(grid)
     best = allv[int(np.argmin(alls))]
-    return {"layer_s": float(best), "grid": {f"{v * 1e6:.2f} us": s for v, s in sorted(zip(allv, alls))},
+    pinned = best < grid[-1]  # a least at the grid's end: the runs do not pin it down (shipped as 0)
+    return {"layer_s": float(best) if pinned else 0.0, "least_on_grid_s": float(best), "pinned": bool(pinned),
+            "grid": {f"{v * 1e6:.2f} us": s for v, s in sorted(zip(allv, alls))},
             "method": "least mean absolute relative error of TTFT and TPOT over the fit's runs whose TTFT it fits, on a grid, "
                       "the other terms at the shipped ones; applied to steps of more tokens than vLLM's largest CUDA "
                       "graph (the capture sizes of the run's max_num_seqs; every step under --enforce-eager)"}
@@ -477,7 +518,9 @@ def main(argv=None) -> int:
         data = json.loads(OUT.read_text())
         data["launch"] = fit_launch(runs, args.jobs)
         OUT.write_text(json.dumps(data, indent=1) + "\n")
-        print(f"launch: {data['launch']['layer_s'] * 1e6:.2f} us a layer; wrote {OUT.relative_to(REPO)}")
+        print(f"launch: {data['launch']['layer_s'] * 1e6:.2f} us a layer (least on the grid "
+              f"{data['launch']['least_on_grid_s'] * 1e6:.2f} us{'' if data['launch']['pinned'] else ', its end: not pinned down'}); "
+              f"wrote {OUT.relative_to(REPO)}")
         return 0
     elif args.check:
         shipped = calibration()["terms"]

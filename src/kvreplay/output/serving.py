@@ -249,9 +249,7 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     lines.append("(count: finished requests; for ITL, the gaps between consecutive tokens of a request)")
     if band is not None:
         lines.append("(band: the same run with every step at the low / high end of the calibrated roofline's "
-                     "measured/predicted step-time ratios, 5th-95th percentile; see the time line above"
-                     + ("; TTFT, TPOT, ITL and end to end widened to how far measured vLLM runs scatter around the "
-                        "model, 5th-95th percentile" if band.get("prediction_factors") else "") + ")")
+                     "measured/predicted step-time ratios, 5th-95th percentile; see the time line above)")
     if s.get("closed") is not None:
         lines += closed_lines(report, s)
     lines.append("")

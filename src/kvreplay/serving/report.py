@@ -275,23 +275,25 @@ class SimReport(JudgedSpan):
         if self.band is None:
             return None
         lo, hi = self.band["low"], self.band["high"]
-        factors = prediction_factors(self.band["host"]["low"]["host"]) if "host" in self.band else {}
-        centre = self.latencies()
-        out = {key: {stat: list(widen_band(centre[key][stat], lo[key][stat], hi[key][stat], factors.get(key)))
-                     if None not in (centre[key][stat], lo[key][stat], hi[key][stat]) else [lo[key][stat], hi[key][stat]]
-                     for stat in lo[key] if stat != "count"} for key in lo}
+        out = {key: {stat: [lo[key][stat], hi[key][stat]] for stat in lo[key] if stat != "count"} for key in lo}
         out["calibrated_on"] = self.time_model.get("calibrated_on")
         out["ratio_bands"] = self.band["bands"]
         if "host" in self.band:
             out["host_band"] = self.band["host"]
-        out["prediction_factors"] = {k: list(v) for k, v in factors.items()}
         out["warnings"] = list(self.band.get("warnings", []))
         out["text"] = ("each latency's range when every step takes the low / high end of the calibrated roofline's "
                        "measured/predicted step-time band (5th-95th percentile, per prefill, decode and mixed step) and "
-                       "the host CPU's terms the low / high end of theirs"
-                       + (", each end widened to the point estimate x the 5th / 95th percentile of measured / simulated "
-                          "over measured vLLM runs (a prediction band: how far runs scatter around the model)"
-                          if factors else ""))
+                       "the host CPU's terms the low / high end of theirs (their spread across the measured deployments)")
+        factors = prediction_factors(self.band["host"]["low"]["host"]) if "host" in self.band else {}
+        if factors:  # how far measured runs scatter around the model: the prediction band
+            centre = self.latencies()
+            out["prediction"] = {key: {stat: list(widen_band(centre[key][stat], *out[key][stat], factors[key]))
+                                       for stat in out[key] if None not in (centre[key][stat], *out[key][stat])}
+                                 for key in factors}
+            out["prediction"]["factors"] = {k: list(v) for k, v in factors.items()}
+            out["prediction"]["text"] = ("TTFT, TPOT, ITL and end to end with each end of the band widened to the point "
+                                         "estimate x the 5th / 95th percentile of measured / simulated over measured vLLM "
+                                         "runs (benchmarks/calibrate_host.py)")
         return out
 
     def summary(self) -> dict:

@@ -53,9 +53,10 @@ per-token terms and the async visibility; :meth:`HostTerms.step_seconds` and
 :meth:`HostTerms.output_seconds` here are the same formulas (tests/serving/test_host.py holds them
 together). The calibrated terms have a band (:func:`band_end`): each term's 5th-95th percentile
 over refits on the fit's runs resampled within each source (how far the evidence pins it down),
-which a run's band carries beside its GPU steps'; a run's latencies then widen to a prediction band
-(:func:`widen_band`): each end at least the point estimate x the 5th / 95th percentile of measured /
-simulated over the measured runs, how far deployments scatter around the model.
+which a run's band carries beside its GPU steps'; beside it, a run reports a prediction band
+(:func:`widen_band`, report.latency_band's ``prediction``): each end at least the point estimate x
+the 5th / 95th percentile of measured / simulated over the measured runs, how far deployments
+scatter around the model.
 """
 
 from __future__ import annotations
