@@ -302,6 +302,8 @@ def prediction_quantiles(rows, figure: str, leave_out=None):
     """The PREDICTION_PERCENTILES of measured / simulated `figure` over `rows` that follow their
     protocol (predicted), but those of source-and-GPU group `leave_out`: (low, high), low <= 1 <= high."""
     ratios = [r[figure] for r in rows if predicted(r, figure) and (r["source"], r["gpu"]) != leave_out]
+    if not ratios:  # (no other group: the point estimate alone)
+        return 1.0, 1.0
     lo, hi = np.percentile(ratios, PREDICTION_PERCENTILES)
     return min(float(lo), 1.0), max(float(hi), 1.0)
 
