@@ -31,7 +31,9 @@ def _describe_host(host: dict | None) -> str:
     return (f"; host CPU ({host['host']}: vLLM's API server and engine core, {sched}; fitted on measured serving "
             f"runs): each request {ms(host['request_s'])} + {us(host['prompt_token_s'])} a prompt token in the API "
             f"server's queue and {ms(host.get('latency_s', 0.0))} of latency before the engine, each step {ms(host['step_s'])} + {us(host['step_request_s'])} a request of CPU, each token "
-            f"{us(host['output_request_s'])} a request in its step to its client")
+            f"{us(host['output_request_s'])} a request in its step to its client"
+            + (f", each step vLLM runs without a CUDA graph at least {us(host['launch_layer_s'])} a layer of kernel "
+               "launches" if host.get("launch_layer_s") else ""))
 
 
 def _describe_time(tm: dict) -> str:

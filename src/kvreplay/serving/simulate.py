@@ -31,6 +31,7 @@ from .speculative import summary as speculative_summary
 from .timing import load_time_model
 from .timing.host import band_end as host_band
 from .timing.host import resolve as host_resolve
+from .timing.host import with_cuda_graphs
 from .timing.models import RooflineTimeModel
 from .timing.profiles import DynamoNpzProfile, PolynomialProfile
 from .timing.pipeline import pipelined
@@ -398,6 +399,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     # what the host CPU adds (timing/host.py): each request reaches the engine core after the API
     # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
     host_terms = host_resolve(host, tm)
+    if scheduler.style == "vllm":  # the host's kernel launches on the steps vLLM runs without a CUDA graph
+        tm = with_cuda_graphs(tm, host_terms, scheduler.max_num_seqs, gpu or "",
+                              1 + (spec_decode.k if spec_decode is not None else 0), enforce_eager,
+                              scheduler.max_num_batched_tokens)
     prompts = np.asarray(trace.input_length)
     engine_arrival_s = _engine_arrivals(host_terms, arrival_s, prompts, fan)
     delay_s = host_terms.arrival_delay(prompts)  # (a closed loop's releases: each request's own service)

@@ -81,6 +81,19 @@ class TimeModel:
         return {"time_model": self.name}
 
 
+def eager_step(gpu_s: float, tokens: int, layers: int, launch_layer_s: float, eager_above: float) -> float:
+    """A step's time with the host's kernel launches when vLLM runs it without a CUDA graph: a step
+    of more than `eager_above` tokens (its largest captured size; 0 under --enforce-eager) has its
+    kernels launched one by one from the host (vLLM 0.33.0 v1/cudagraph_dispatcher.py:272-279:
+    ``num_tokens > max_size`` gives CUDAGraphMode.NONE), which overlaps the GPU's work, so it takes
+    the longer of the GPU's `gpu_s` and `layers` x `launch_layer_s`. Monotone in tokens: a step with
+    more work takes at least as long (serving/floors.py's bounds hold). serving/timing/step.c's
+    calibrated() is the same formula."""
+    if launch_layer_s > 0 and tokens > eager_above:
+        return max(gpu_s, layers * launch_layer_s)
+    return gpu_s
+
+
 class InstantTimeModel(TimeModel):
     """No service time at all: every step takes 0 s."""
 

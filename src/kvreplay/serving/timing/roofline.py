@@ -95,7 +95,7 @@ from functools import lru_cache
 
 from ...analysis.models import kv_dtype_bytes
 from ...errors import ConfigError
-from .models import RooflineTimeModel, StepBatch, _weight_bytes, prefill_keys
+from .models import RooflineTimeModel, StepBatch, _weight_bytes, eager_step, prefill_keys
 
 #: the fitted coefficients (per GPU) and what the model is built from
 COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s",
@@ -474,6 +474,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     """The roofline with each kernel at its fitted efficiency (the module docstring has the terms)."""
 
     name = "roofline"
+    #: the host's kernel launches per layer of a step run without a CUDA graph, and the steps that
+    #: are (more tokens than this): none unless host.with_cuda_graphs sets them (models.eager_step)
+    launch_layer_s, eager_above = 0.0, math.inf
 
     def __init__(self, model, gpu, tp: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
                  coefficients: dict | None = None, stream_bytes_per_s: float | None = None):
@@ -718,12 +721,16 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     def step_time(self, batch: StepBatch) -> float:
         if batch.is_empty:
             return 0.0
-        return float(sum(self.terms(batch).values())) * self.scale[phase_of(batch)]
+        return self._eager(batch, float(sum(self.terms(batch).values())) * self.scale[phase_of(batch)])
+
+    def _eager(self, batch: StepBatch, gpu_s: float) -> float:
+        return eager_step(gpu_s, batch.num_tokens, self.model.num_layers, self.launch_layer_s, self.eager_above)
 
     def step_floor(self, batch: StepBatch, decodes: int = 1) -> float:
         if batch.is_empty:
             return 0.0
-        return float(sum(self.terms(batch, floor_decodes=max(int(decodes), 1)).values())) * self.scale[phase_of(batch)]
+        gpu_s = float(sum(self.terms(batch, floor_decodes=max(int(decodes), 1)).values())) * self.scale[phase_of(batch)]
+        return self._eager(batch, gpu_s)
 
     def at_band(self, end: str) -> "CalibratedRooflineTimeModel":
         """This model with every step's time at the low or high end of its kind's band (prefill,
