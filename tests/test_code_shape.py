@@ -24,7 +24,6 @@ ALLOWED = {
     "analysis/stats.py:_pass_compiled": "shape: next",
     "analysis/sweep.py:sweep": "shape: next",
     "cli/replay.py:_cmd_run": "shape: next",
-    "engine/lifecycle.py:run_state": "shape: next",
     "engine/replay.py:replay": "shape: next",
     "output/html.py:render": "shape: next",
     "output/serving.py:simulate_summary": "shape: next",
