@@ -18,10 +18,7 @@ DEPLOY = "being refactored: serving/simulate.py etc. (one resolved deployment)"
 
 # "path/in/kvreplay.py:Qualified.name": its reason
 ALLOWED = {
-    "analysis/diagnose.py:diagnose": "shape: next",
     "analysis/overview.py:collect": "shape: next",
-    "analysis/stats.py:_pass_reference": "shape: next",
-    "analysis/stats.py:_pass_compiled": "shape: next",
     "analysis/sweep.py:sweep": "shape: next",
     "cli/replay.py:_cmd_run": "shape: next",
     "engine/replay.py:replay": "shape: next",
