@@ -21,7 +21,7 @@ ALLOWED = {
     "analysis/overview.py:collect": "shape: next",
     "analysis/sweep.py:sweep": "shape: next",
     "cli/replay.py:_cmd_run": "shape: next",
-    "engine/replay.py:replay": "shape: next",
+    "engine/replay.py:replay": PUBLIC + " (ReplayOptions; the core is replay_with)",
     "output/html.py:render": "shape: next",
     "output/serving.py:simulate_summary": "shape: next",
     "trace/sessions.py:infer_links": "shape: next",
