@@ -24,7 +24,6 @@ ALLOWED = {
     "engine/replay.py:replay": PUBLIC + " (ReplayOptions; the core is replay_with)",
     "output/html.py:render": "shape: next",
     "output/serving.py:simulate_summary": "shape: next",
-    "trace/sessions.py:infer_links": "shape: next",
     "trace/synth.py:synth": PUBLIC + " (Knobs; the core is synth_from)",
     "cli/serving.py:_parser_simulate": DEPLOY,
     "cli/serving.py:_cmd_simulate": DEPLOY,
