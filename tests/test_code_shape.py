@@ -20,7 +20,6 @@ DEPLOY = "being refactored: serving/simulate.py etc. (one resolved deployment)"
 ALLOWED = {
     "analysis/overview.py:collect": PUBLIC + " (report_html passes its keywords; the core is collect_with)",
     "analysis/sweep.py:sweep": PUBLIC + " (SweepGrid, Execution; the core is sweep_grid)",
-    "cli/replay.py:_cmd_run": "shape: next",
     "engine/replay.py:replay": PUBLIC + " (ReplayOptions; the core is replay_with)",
     "output/html.py:render": "shape: next",
     "output/serving.py:simulate_summary": "shape: next",
