@@ -21,7 +21,6 @@ ALLOWED = {
     "analysis/overview.py:collect": PUBLIC + " (report_html passes its keywords; the core is collect_with)",
     "analysis/sweep.py:sweep": PUBLIC + " (SweepGrid, Execution; the core is sweep_grid)",
     "engine/replay.py:replay": PUBLIC + " (ReplayOptions; the core is replay_with)",
-    "output/serving.py:simulate_summary": "shape: next",
     "trace/synth.py:synth": PUBLIC + " (Knobs; the core is synth_from)",
     "cli/serving.py:_parser_simulate": DEPLOY,
     "cli/serving.py:_cmd_simulate": DEPLOY,
