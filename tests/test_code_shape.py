@@ -12,7 +12,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "kvreplay"
 MAX_LINES = 80
 MAX_PARAMS = 10
 
-KERNEL = "a kernel's inner loop"
 PUBLIC = "a public keyword API that only builds its options"
 DEPLOY = "being refactored: serving/simulate.py etc. (one resolved deployment)"
 
