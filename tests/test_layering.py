@@ -18,6 +18,7 @@ LAYERS = (
     ("native", "files", "plugins", "data", "tables", "units", "progress", "checks"),
     ("catalog",),
     ("trace",),
+    ("hybrid",),
     ("policies",),
     ("engine",),
     ("analysis",),

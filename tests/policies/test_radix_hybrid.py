@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's hybrid prefix caches (policies/radix_hybrid.py) by hand, and against the
+"""SGLang 0.5.23's hybrid prefix caches (hybrid/unified_radix.py) by hand, and against the
 per-request hits SGLang's own UnifiedRadixCache gave on 24 scenarios.
 
 The hand cases derive every number in a comment (P = page size = block size, W = window;
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import kvreplay
-from kvreplay.policies.hybrid import Group
-from kvreplay.policies.radix_hybrid import UnifiedRadix, replay_radix_hybrid
+from kvreplay.hybrid.coordinator import Group
+from kvreplay.hybrid.unified_radix import UnifiedRadix, replay_radix_hybrid
 
 
 def SWA(window):

@@ -2,7 +2,7 @@
  * with a hybrid model's layer groups). requests.c hands its admission, growth and release here;
  * docs/serving.md, "Hybrid layer groups", states the rules.
  *
- * Each instance has one pool (policies/hybrid.h, with reference counts: requests overlap), each
+ * Each instance has one pool (hybrid/coordinator.h, with reference counts: requests overlap), each
  * running request a block table per KV cache group. Its steps are allocate_slots
  * (kv_cache_manager.py:380-627):
  *
@@ -26,7 +26,7 @@
  * no prompt has, so only the request that made them hits them (after a preemption). */
 #include <stdlib.h>
 
-#include "../../policies/hybrid.h"
+#include "../../hybrid/coordinator.h"
 #include "ids.h"
 #include "sim.h"
 

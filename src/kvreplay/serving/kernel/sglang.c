@@ -5,7 +5,7 @@
  * pool's room, after reserving the running requests' outputs at the new-token ratio, the chunk
  * size and the prefill token budget allow. A decode batch retracts requests (fewest generated
  * tokens first, the longest prompt on ties) while a decoding request finds no block. */
-#include "../../policies/radix_hybrid.h"
+#include "../../hybrid/unified_radix.h"
 #include "route.h"
 #include "sim.h"
 

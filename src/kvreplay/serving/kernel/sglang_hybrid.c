@@ -3,7 +3,7 @@
  * requests.c's growth and release hand their requests here; docs/serving.md, "Hybrid layer
  * groups", states the rules.
  *
- * Each instance has one tree with its pools (policies/radix_hybrid.h: full KV, SWA KV, Mamba state
+ * Each instance has one tree with its pools (hybrid/unified_radix.h: full KV, SWA KV, Mamba state
  * slots), each request its RhReq. A request's life, as SGLang's scheduler drives the cache:
  *
  * - admission (PrefillAdder.add_one_req, after init_next_round_input's match_prefix): match with
@@ -22,7 +22,7 @@
  * request's alone). */
 #include <stdlib.h>
 
-#include "../../policies/radix_hybrid.h"
+#include "../../hybrid/unified_radix.h"
 #include "sim.h"
 
 static void fail(Sim *s, i64 j, i64 code) {

@@ -99,9 +99,9 @@ typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
 /* ---- the kernel's own state ---- */
 typedef struct Ids Ids; /* ids.c */
-typedef struct HPool HPool; /* policies/hybrid.h */
+typedef struct HPool HPool; /* hybrid/coordinator.h */
 typedef struct HReq HReq;
-typedef struct RhTree RhTree; /* policies/radix_hybrid.h */
+typedef struct RhTree RhTree; /* hybrid/unified_radix.h */
 typedef struct RhReqS RhReq;
 typedef struct Router Router; /* route.h */
 
@@ -247,7 +247,7 @@ i64 hyb_peak(const Sim *s, i64 tokens);
 void hyb_step_starts(Sim *s, i64 j); /* (vLLM's new_step_starts) */
 int hyb_mamba(const Sim *s);         /* the layout has a Mamba group */
 /* request i's chunk of n tokens from `start`, cut where the scheduler's Mamba split cuts it
- * (policies/hybrid.h hy_mamba_split); 0: none fits this step */
+ * (hybrid/coordinator.h hy_mamba_split); 0: none fits this step */
 i64 hyb_split(const Sim *s, i64 i, i64 start, i64 n);
 /* the hit a request of `tokens` tokens with these (instance j's) ids would get on instance j, blocks */
 i64 hyb_prefix(const Sim *s, i64 j, const i32 *ids, i64 nids, i64 tokens);
@@ -273,7 +273,7 @@ int sgh_decode(Sim *s, i64 j, i64 i);
 void sgh_release(Sim *s, i64 j, i64 i);
 /* evict until `tokens` are free in each KV pool (check_decode_mem) */
 void sgh_make_room(Sim *s, i64 j, i64 tokens);
-/* instance j's free and evictable room (policies/radix_hybrid.h RH_ROOM columns) */
+/* instance j's free and evictable room (hybrid/unified_radix.h RH_ROOM columns) */
 void sgh_room(const Sim *s, i64 j, i64 *out);
 i64 sgh_held(const Sim *s, i64 j); /* full-KV pages running requests hold (their own and locked ones) */
 /* the hit request i's prompt would get on instance j now, pages (a look: nothing is touched) */

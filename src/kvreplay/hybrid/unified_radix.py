@@ -23,7 +23,7 @@ Modelling choices
   else: no decode, so outputs are not cached (a request finishes after its first token, as with
   ``max_new_tokens = 1``). ``UnifiedRadix.serve(..., out_len=O)`` also plays O - 1 decode steps
   and caches their tokens; the regression against SGLang's code uses it, the replay does not.
-* The model's layers come as kvreplay ``Group`` s (policies/hybrid.py): a ``sliding_window``
+* The model's layers come as kvreplay ``Group`` s (hybrid/coordinator.py): a ``sliding_window``
   group makes the tree's SWA component with its window W (all of them must share one window, as
   SGLang's model has one ``sliding_window_size``); a ``chunked_local`` group counts as a sliding
   window of its chunk size, as SGLang runs Llama 4 (``attention_chunk_size`` becomes the sliding
@@ -144,7 +144,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from .hybrid import Group
+from .coordinator import Group
 
 COUNTERS = ("admissions", "evictions", "swa_evictions", "mamba_evictions", "evicted_nodes", "node_splits",
             "rejected", "oversize_requests")

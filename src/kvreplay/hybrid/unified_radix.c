@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "radix_hybrid.h"
+#include "unified_radix.h"
 
 enum { C_ADMISSIONS, C_EVICTIONS, C_SWA_EVICTIONS, C_MAMBA_EVICTIONS, C_EVICTED_NODES, C_NODE_SPLITS,
        C_REJECTED, C_OVERSIZE, NUM_COUNTERS = RH_COUNTERS };

@@ -1,6 +1,6 @@
-/* vLLM 0.33.0's hybrid KV cache manager, compiled (policies/hybrid.c): its pool and a request's
+/* vLLM 0.33.0's hybrid KV cache manager, compiled (hybrid/coordinator.c): its pool and a request's
  * block tables, for the sequential replay (kv_hybrid_replay, in hybrid.c) and the serving
- * simulator (serving/kernel/hybrid.c, which holds a request's blocks with these). policies/hybrid.py
+ * simulator (serving/kernel/hybrid.c, which holds a request's blocks with these). hybrid/coordinator.py
  * has the rules with their vLLM sources. */
 #ifndef KV_HYBRID_H
 #define KV_HYBRID_H
@@ -106,7 +106,7 @@ int hy_hit_cached_this_step(const HPool *p, const i32 *ids, i64 hit);
  * prefill-checkpoint blocks, no partial hits): the tokens of a chunk of n from `start` for a
  * request of `prompt` prompt and `num_tokens` tokens (junction: its shared-prefix boundary in
  * tokens; max_prefill: the step's token budget), cut to end where a Mamba state must be cached;
- * 0: no aligned chunk fits (policies/hybrid.py mamba_split is the same). */
+ * 0: no aligned chunk fits (hybrid/coordinator.py mamba_split is the same). */
 i64 hy_mamba_split(i64 bs, i64 prompt, i64 num_tokens, i64 max_prefill, i64 junction, i64 start, i64 n);
 /* The blocks a request of `tokens` tokens holds at its peak on its own (vLLM's admission gate for
  * the whole sequence: sliding-window and chunked-local groups capped; a Mamba group, in align

@@ -1,7 +1,7 @@
-/* SGLang 0.5.23's UnifiedRadixCache (FULL with SWA and / or MAMBA), compiled (policies/radix_hybrid.c):
+/* SGLang 0.5.23's UnifiedRadixCache (FULL with SWA and / or MAMBA), compiled (hybrid/unified_radix.c):
  * the tree and a request's state, for the sequential replay (kv_radix_hybrid_replay) and the
  * serving simulator (serving/kernel/sglang_hybrid.c, which serves overlapping requests with the
- * rh_ functions below). policies/radix_hybrid.py has the rules with their SGLang sources. */
+ * rh_ functions below). hybrid/unified_radix.py has the rules with their SGLang sources. */
 #ifndef KV_RADIX_HYBRID_H
 #define KV_RADIX_HYBRID_H
 

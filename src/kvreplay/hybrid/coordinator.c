@@ -1,5 +1,5 @@
 /* vLLM 0.33.0's hybrid KV cache manager, compiled: the rules and the reference engine are
- * policies/hybrid.py (HybridPool, replay_hybrid); this is the same replay, request by request,
+ * hybrid/coordinator.py (HybridPool, replay_hybrid); this is the same replay, request by request,
  * with the trace's dense block ids for hash ids.
  *
  * The pool: block ids 1..capacity (0 is "no block", vLLM's null block and the reference's None).
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hybrid.h"
+#include "coordinator.h"
 
 /* ---- the free queue ---------------------------------------------------------------------- */
 
