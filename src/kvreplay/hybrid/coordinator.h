@@ -6,6 +6,7 @@
 #define KV_HYBRID_H
 
 #include "../include/kv.h"
+#include "engine.h"
 
 enum { K_FULL = 0, K_SLIDING = 1, K_CHUNKED = 2, K_MAMBA = 3 };
 enum { HY_ADMISSIONS, HY_EVICTIONS, HY_DUPLICATES, HY_OVERSIZE, HY_RESIDENT, HY_COUNTERS };

@@ -6,11 +6,10 @@
 #define KV_RADIX_HYBRID_H
 
 #include "../include/kv.h"
+#include "engine.h"
 
 enum { RH_COUNTERS = 8 }; /* radix_hybrid.py COUNTERS */
 enum { RH_SETTINGS = 10 }; /* P, W, has_mamba, extra_buffer, full_pages, swa_pages, mamba_slots, chunk, grid, mamba_chunk */
-/* rh_room's columns */
-enum { RH_FULL_FREE, RH_SWA_FREE, RH_MAMBA_FREE, RH_FULL_EVICTABLE, RH_SWA_EVICTABLE, RH_MAMBA_EVICTABLE, RH_ROOM };
 
 /* a node of the tree; its links in the SWA and Mamba LRU lists */
 typedef struct {
@@ -126,7 +125,7 @@ void rh_make_room(RhTree *u, i64 tokens);
 int rh_finish(RhTree *u, RhReq *r);
 /* retracted: free and unlock, nothing inserted (release_kv_cache(checkpoint=False)) */
 void rh_drop(RhTree *u, RhReq *r);
-/* the pools' free room and the tree's evictable sizes (tokens for KV, slots for states): RH_ROOM */
+/* the pools' free room and the tree's evictable sizes (tokens for KV, slots for states): engine.h's ROOM_COLUMNS */
 void rh_room(const RhTree *u, i64 *out);
 /* every page and slot free, in the tree or held by a request (`held` pages, `held_swa`,
  * `held_states`), and the lock counters agree with the nodes: 1; 0 otherwise (or out of memory) */
