@@ -755,8 +755,6 @@ static void co_step_starts(void *st) { hy_step_starts(st); }
 
 static int co_has_mamba(const void *st) { return ((const HPool *)st)->has_mamba; }
 
-static i64 co_free_blocks(const void *st) { return hy_free_count(st); }
-
 static i64 co_start(void *st, void *rq, const i32 *ids, i64 nids, i64 tokens, i64 prompt) {
     HPool *p = st;
     HReq *r = rq;
@@ -780,22 +778,25 @@ static i64 co_mamba_split(const void *st, const void *rq, i64 prompt, i64 num_to
 
 static int co_hit_cached_this_step(const void *st, const i32 *ids, i64 hit) { return hy_hit_cached_this_step(st, ids, hit); }
 
-static i64 co_needed(const void *st, const void *rq, const i32 *ids, i64 hit, i64 tokens, int first, int admission) {
-    return hy_needed(st, rq, ids, hit, tokens, first, admission);
+static int co_allocate_first(void *st, void *rq, const i32 *ids, i64 hit, i64 end, i64 cached, i64 whole) {
+    i64 free_now = hy_free_count(st);
+    if (hy_needed(st, rq, ids, hit, whole, 1, 1) > free_now || hy_needed(st, rq, ids, hit, end, 1, 0) > free_now)
+        return 0;
+    return hy_take(st, rq, ids, hit, end, cached, 1);
 }
 
-static int co_take(void *st, void *rq, const i32 *ids, i64 hit, i64 end, i64 cached, int first) {
-    return hy_take(st, rq, ids, hit, end, cached, first);
+static int co_allocate(void *st, void *rq, const i32 *ids, i64 end, i64 cached, i64 computed) {
+    hy_remove_skipped(st, rq, computed); /* (even when the step's slots then do not fit) */
+    if (hy_needed(st, rq, NULL, 0, end, 0, 0) > hy_free_count(st)) return 0;
+    return hy_take(st, rq, ids, 0, end, cached, 0);
 }
-
-static void co_remove_skipped(void *st, void *rq, i64 computed) { hy_remove_skipped(st, rq, computed); }
 
 static i64 co_peak(const void *st, i64 tokens) { return hy_peak(st, tokens); }
 
 static const HybridCoordinator coordinator = {
-    .step_starts = co_step_starts, .has_mamba = co_has_mamba, .free_blocks = co_free_blocks, .start = co_start,
-    .find_hit = co_find_hit, .mamba_split = co_mamba_split, .hit_cached_this_step = co_hit_cached_this_step,
-    .needed = co_needed, .take = co_take, .remove_skipped = co_remove_skipped, .peak = co_peak,
+    .step_starts = co_step_starts, .has_mamba = co_has_mamba, .start = co_start, .find_hit = co_find_hit,
+    .mamba_split = co_mamba_split, .hit_cached_this_step = co_hit_cached_this_step,
+    .allocate_first = co_allocate_first, .allocate = co_allocate, .peak = co_peak,
 };
 
 const HybridEngine hybrid_coordinator = {

@@ -37,8 +37,6 @@ typedef struct HybridCoordinator {
     void (*step_starts)(void *st);
     /* the layout has a Mamba group */
     int (*has_mamba)(const void *st);
-    /* blocks in the free queue */
-    i64 (*free_blocks)(const void *st);
     /* a request's start for `tokens` tokens (a prompt of `prompt`): its hit in blocks, touching
      * nothing yet (its groups emptied; its shared-prefix boundary kept for mamba_split); or a
      * negative error code (out of memory) */
@@ -49,13 +47,14 @@ typedef struct HybridCoordinator {
     i64 (*mamba_split)(const void *st, const void *rq, i64 prompt, i64 num_tokens, i64 max_prefill, i64 start, i64 n);
     /* the request's Mamba hit state was cached in this step (it waits a step) */
     int (*hit_cached_this_step)(const void *st, const i32 *ids, i64 hit);
-    /* get_num_blocks_to_allocate for `tokens` tokens (first: a request starting with `hit` hit
-     * blocks; admission: the full-sequence gate) */
-    i64 (*needed)(const void *st, const void *rq, const i32 *ids, i64 hit, i64 tokens, int first, int admission);
-    /* allocate_slots' blocks up to `end` tokens, cached up to `cached`: 1, or a negative error code */
-    int (*take)(void *st, void *rq, const i32 *ids, i64 hit, i64 end, i64 cached, int first);
-    /* remove_skipped_blocks with `computed` tokens done */
-    void (*remove_skipped)(void *st, void *rq, i64 computed);
+    /* allocate_slots for a starting request with `hit` hit blocks: its whole sequence of `whole`
+     * tokens must fit under the admission cap, and its slots up to `end`; then the hit blocks are
+     * touched and the new ones taken, cached up to `cached`. 1, 0 when they do not fit (nothing
+     * taken), or a negative error code */
+    int (*allocate_first)(void *st, void *rq, const i32 *ids, i64 hit, i64 end, i64 cached, i64 whole);
+    /* allocate_slots for a running request: remove_skipped_blocks at `computed` tokens, then its
+     * slots up to `end`, cached up to `cached`. 1, 0 when they do not fit, or a negative error code */
+    int (*allocate)(void *st, void *rq, const i32 *ids, i64 end, i64 cached, i64 computed);
     /* the blocks a request of `tokens` tokens holds at its peak on its own */
     i64 (*peak)(const void *st, i64 tokens);
 } HybridCoordinator;
@@ -81,7 +80,7 @@ typedef struct HybridRadix {
     i64 (*request_computed)(const void *rq);
     /* maybe_evict_swa before a decode step */
     void (*evict_window)(void *st, void *rq);
-    /* one decode token's KV: 1, or 0 when it does not fit */
+    /* one decode token's KV: 0 when it does not fit, else 1, or 2 when the token starts a page */
     int (*decode_alloc)(void *st, void *rq);
     /* evict until `tokens` tokens are free in the full and the SWA pool, as far as the tree allows */
     void (*make_room)(void *st, i64 tokens);

@@ -1205,7 +1205,12 @@ static i64 ur_request_computed(const void *rq) { return ((const Req *)rq)->compu
 
 static void ur_evict_window(void *st, void *rq) { rh_evict_window(st, rq); }
 
-static int ur_decode_alloc(void *st, void *rq) { return rh_decode_alloc(st, rq); }
+static int ur_decode_alloc(void *st, void *rq) {
+    Req *r = rq;
+    i64 P = ((const U *)st)->P, before = r->computed;
+    if (!rh_decode_alloc(st, r)) return 0;
+    return (before + P - 1) / P < (r->computed + P - 1) / P ? 2 : 1;
+}
 
 static void ur_make_room(void *st, i64 tokens) { rh_make_room(st, tokens); }
 

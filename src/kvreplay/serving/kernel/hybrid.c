@@ -74,16 +74,15 @@ i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     }
     i64 hit = k * bs, want = N - hit;
     if (!partial && want > budget) return 0;
-    i64 n = kv_min(want, budget), free_now = c->free_blocks(p);
+    i64 n = kv_min(want, budget);
     if (c->has_mamba(p)) {
         n = hyb_split(s, i, hit, n);
         if (n == 0) return 0;
         if (c->hit_cached_this_step(p, ids, k)) return -1;
     }
     i64 whole = max_len > 0 ? kv_min(N, max_len) : N;
-    if (c->needed(p, rq, ids, k, whole, 1, 1) > free_now || c->needed(p, rq, ids, k, hit + n, 1, 0) > free_now)
-        return -1;
-    int rc = c->take(p, rq, ids, k, hit + n, kv_min(hit + n, N), 1);
+    int rc = c->allocate_first(p, rq, ids, k, hit + n, kv_min(hit + n, N), whole);
+    if (rc == 0) return -1;
     if (rc < 0) {
         error(s, j, rc);
         return 0;
@@ -95,13 +94,10 @@ i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
 }
 
 int hyb_grow(Sim *s, i64 j, i64 i, i64 tokens) {
-    const HybridCoordinator *c = co(s);
-    void *p = engine_of(s, j), *rq = engine_req(s, i);
-    c->remove_skipped(p, rq, s->computed[i]); /* (even when the step's slots then do not fit) */
-    if (c->needed(p, rq, NULL, 0, tokens, 0, 0) > c->free_blocks(p)) return 0;
-    int rc = c->take(p, rq, ids_of(s, j, i), 0, tokens, kv_min(tokens, s->target[i]), 0);
-    if (rc < 0) {
-        error(s, j, rc);
+    int rc = co(s)->allocate(engine_of(s, j), engine_req(s, i), ids_of(s, j, i), tokens, kv_min(tokens, s->target[i]),
+                             s->computed[i]);
+    if (rc <= 0) {
+        if (rc < 0) error(s, j, rc);
         return 0;
     }
     i64 slots = kv_ceil_div(tokens, s->bs);

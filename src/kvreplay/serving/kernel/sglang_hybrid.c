@@ -139,12 +139,9 @@ int sgh_prefilled(Sim *s, i64 j, i64 i, int goes_on) {
 }
 
 int sgh_decode(Sim *s, i64 j, i64 i) {
-    void *r = engine_req(s, i);
-    i64 before = tree(s)->request_computed(r);
-    if (!tree(s)->decode_alloc(engine_of(s, j), r)) return 0;
-    if ((before + s->bs - 1) / s->bs < (tree(s)->request_computed(r) + s->bs - 1) / s->bs)
-        s->inst[j].counters[decode_blocks] += 1;
-    return 1;
+    int rc = tree(s)->decode_alloc(engine_of(s, j), engine_req(s, i));
+    if (rc == 2) s->inst[j].counters[decode_blocks] += 1; /* (its token starts a page) */
+    return rc != 0;
 }
 
 /* ScheduleBatch before a decode batch's tokens, over its decoding requests: check_decode_mem's
