@@ -100,7 +100,7 @@ def test_decode_caches_outputs_and_frees_the_window():
     groups = [Group("full"), Group("sliding_window", window=32)]
     cache = assert_equal(trace, groups, 16, full_pages=100, outputs=[400])
     assert (cache.resident_count(), cache.swa_resident_count()) == (28, 6)
-    assert (cache.full_free, cache.swa_free) == (100 - 28, 80 - 6)  # (SWA pool: 0.8 of the full one)
+    assert (cache.pools.full_free, cache.pools.swa_free) == (100 - 28, 80 - 6)  # (SWA pool: 0.8 of the full one)
 
 
 def test_small_pools_evict_in_every_component_and_agree():

@@ -492,7 +492,7 @@ def run_kvreplay(requests, groups, P, *, full_pages, swa_pages, mamba_slots, str
     for ids, L in requests:
         hit = cache.serve(ids, L)
         cache.check()
-        out.append((hit * P, cache.full_free, cache.swa_free, cache.mamba_free, cache.resident_count(),
+        out.append((hit * P, cache.pools.full_free, cache.pools.swa_free, cache.pools.mamba_free, cache.resident_count(),
                     cache.swa_resident_count(), cache.mamba_state_count()))
     return out, cache.stats
 
