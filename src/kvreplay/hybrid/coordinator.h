@@ -1,5 +1,5 @@
 /* vLLM 0.33.0's hybrid KV cache manager, compiled (hybrid/coordinator.c): its pool and a request's
- * block tables, for the sequential replay (kv_hybrid_replay, in hybrid.c) and the serving
+ * block tables, for the sequential replay (kv_hybrid_replay, in coordinator.c) and the serving
  * simulator (serving/kernel/hybrid.c, which holds a request's blocks with these). hybrid/coordinator.py
  * has the rules with their vLLM sources. */
 #ifndef KV_HYBRID_H

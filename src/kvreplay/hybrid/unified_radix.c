@@ -1,5 +1,5 @@
 /* SGLang 0.5.23's UnifiedRadixCache (FULL with SWA and / or MAMBA), compiled. The rules, their
- * sources in SGLang's tree and the readable reference are in radix_hybrid.py; this file follows
+ * sources in SGLang's tree and the readable reference are in unified_radix.py; this file follows
  * the reference function by function, under the same names, and the differential test
  * (tests/policies/test_radix_hybrid_compiled.py) holds the two equal request by request.
  *
@@ -921,7 +921,7 @@ static int decode_step(U *u, Req *r) {
     return decode_alloc(u, r);
 }
 
-/* ---- a request, step by step (radix_hybrid.h) -------------------------------------------------- */
+/* ---- a request, step by step (unified_radix.h) -------------------------------------------------- */
 
 static i64 gcd(i64 a, i64 b) { return b == 0 ? a : gcd(b, a % b); }
 
@@ -1102,7 +1102,7 @@ static i64 serve(U *u, const i64 *keys, i64 L, i64 out_len) {
     return release(u, &r) ? hit : -1;
 }
 
-/* The replay (radix_hybrid.py replay_radix_hybrid): every request in order, alone. settings:
+/* The replay (unified_radix.py replay_radix_hybrid): every request in order, alone. settings:
  * RH_SETTINGS. outputs: each request's output tokens (NULL: 1 each, no decode). out: the counters,
  * then the tree's pages, its live SWA pages and its Mamba states. Returns 0; -1 out of memory; -2
  * a Mamba state slot could not be freed (SGLang asserts there); -3 the pools disagree with the

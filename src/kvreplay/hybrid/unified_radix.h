@@ -8,7 +8,7 @@
 #include "../include/kv.h"
 #include "engine.h"
 
-enum { RH_COUNTERS = 8 }; /* radix_hybrid.py COUNTERS */
+enum { RH_COUNTERS = 8 }; /* radix_tree.py COUNTERS */
 enum { RH_SETTINGS = 10 }; /* P, W, has_mamba, extra_buffer, full_pages, swa_pages, mamba_slots, chunk, grid, mamba_chunk */
 
 /* a node of the tree; its links in the SWA and Mamba LRU lists */
@@ -116,7 +116,7 @@ int rh_computed(RhTree *u, RhReq *r, i64 end);
 /* a decode batch, in SGLang's order: the caller evicts for check_decode_mem (rh_make_room), then
  * rh_evict_window for each request (maybe_evict_swa), evicts a page per request, then
  * rh_decode_alloc for each (one token's KV: 1, or 0 when it does not fit). The sequential replay
- * is the batch of one (radix_hybrid.c decode_step) */
+ * is the batch of one (unified_radix.c decode_step) */
 void rh_evict_window(RhTree *u, RhReq *r);
 int rh_decode_alloc(RhTree *u, RhReq *r);
 /* evict until `tokens` tokens are free in the full and the SWA pool, as far as the tree allows */

@@ -692,7 +692,7 @@ _FAILURES = {-1: (MemoryError, "the compiled replay could not allocate its state
 
 
 def compiled_settings(spec: UnifiedRadix):
-    """radix_hybrid.h's RH_SETTINGS for the compiled tree, from a UnifiedRadix's checked sizes."""
+    """unified_radix.h's RH_SETTINGS for the compiled tree, from a UnifiedRadix's checked sizes."""
     import numpy as np
 
     pools = spec.pools
@@ -704,7 +704,7 @@ def compiled_settings(spec: UnifiedRadix):
 def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
                                  mamba_slots: int | None = None, chunk_tokens: int | None = 8192,
                                  mamba_strategy: str = "extra_buffer", outputs=None):
-    """replay_radix_hybrid compiled (radix_hybrid.c), the same replay request by request: (hit
+    """replay_radix_hybrid compiled (unified_radix.c), the same replay request by request: (hit
     blocks, the counters as UnifiedRadix.stats, and the tree's pages, live SWA pages and Mamba
     states after it)."""
     import ctypes
