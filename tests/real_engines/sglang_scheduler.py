@@ -773,7 +773,7 @@ class Settings:
     # hybrid Mamba model (full attention + Mamba / linear-attention layers, as Qwen3-Next): the
     # MAMBA component and HybridReqToTokenPool's state slots, extra_buffer strategy. mamba_slots:
     # the MambaPool's slots (--max-mamba-cache-size); None: num_pages + 4, kvreplay's default
-    # (policies/radix_hybrid.py UnifiedRadix: more than the tree can hold)
+    # (hybrid/unified_radix.py UnifiedRadix: more than the tree can hold)
     mamba: bool = False
     mamba_slots: int | None = None
 

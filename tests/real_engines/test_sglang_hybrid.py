@@ -1,4 +1,4 @@
-"""kvreplay's SGLang hybrid reference (policies/radix_hybrid.py) against SGLang 0.5.23's own
+"""kvreplay's SGLang hybrid reference (hybrid/unified_radix.py) against SGLang 0.5.23's own
 ``UnifiedRadixCache`` with FULL+SWA, FULL+MAMBA and FULL+SWA+MAMBA components, request by request.
 
 Opt-in, as the other real-engine tests:
@@ -79,8 +79,8 @@ from pathlib import Path
 import pytest
 
 from conftest import MOONCAKE, shared_path
-from kvreplay.policies.hybrid import Group
-from kvreplay.policies.radix_hybrid import UnifiedRadix
+from kvreplay.hybrid.coordinator import Group
+from kvreplay.hybrid.unified_radix import UnifiedRadix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
 from engine_stubs import StubModule  # noqa: E402
@@ -448,7 +448,7 @@ def run_kvreplay(requests, groups, P, *, full_pages, swa_pages, mamba_slots, str
     for ids, L in requests:
         hit = cache.serve(ids, L)
         cache.check()
-        out.append((hit * P, cache.full_free, cache.swa_free, cache.mamba_free, cache.resident_count(),
+        out.append((hit * P, cache.pools.full_free, cache.pools.swa_free, cache.pools.mamba_free, cache.resident_count(),
                     cache.swa_resident_count(), cache.mamba_state_count()))
     return out, cache.stats
 

@@ -593,7 +593,7 @@ def radix_settings(kv_groups, full_pages: int, block_size: int, policy: str, sch
                    output_kv: bool) -> np.ndarray:
     """The kernel's `radix` array (policies/radix_hybrid.h RH_SETTINGS) for SGLang's UnifiedRadixCache
     over `kv_groups`, refusing what the simulator's SGLang trees do not model."""
-    from ..policies.radix_hybrid import UnifiedRadix, compiled_settings
+    from ..hybrid.unified_radix import UnifiedRadix, compiled_settings
 
     from .semantics import unmodelled
 
@@ -614,7 +614,7 @@ def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_
     empty: full semantics), refusing what the simulator's hybrid manager does not model."""
     if not kv_groups:
         return np.zeros(0, dtype=np.int64)
-    from ..policies.hybrid import KIND_CODES, check_groups
+    from ..hybrid.coordinator import KIND_CODES, check_groups
 
     from .semantics import unmodelled
 
