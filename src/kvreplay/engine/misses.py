@@ -6,7 +6,7 @@ tokens, exactly. The replay records the cause of each missed block (engine/accou
 rules, in the order they are applied); a block's tokens are ``min(block_size, L - j*block_size)``
 (the last block capped by the prompt), and tokens past the last hash id are ``partial_block``.
 Two causes come from other replays: ``layer_groups`` (a hybrid model's groups,
-policies/hybrid.py) and ``concurrency`` (serving/simulate.py: the served run against the
+hybrid/coordinator.py) and ``concurrency`` (serving/simulate.py: the served run against the
 sequential one). A cause this run cannot see is named in ``not_measured`` with the reason, and
 is 0.
 """
@@ -182,7 +182,7 @@ def previous_request(trace) -> np.ndarray:
 
 def hybrid_account(trace, block_size: int, hit_blocks: np.ndarray, in_full: np.ndarray, warmup: int,
                    capacity: int) -> MissAccount:
-    """The miss account of vLLM's hybrid manager (policies/hybrid.py), from its hits and, per
+    """The miss account of vLLM's hybrid manager (hybrid/coordinator.py), from its hits and, per
     access, whether every full-attention group had the block when its request arrived. For a
     request of n hash ids and L tokens, hit k, cap c = min(n, (L - 1) // block_size) (the last
     token is recomputed), and f = k plus the run of blocks full attention had from k on (below c):

@@ -102,11 +102,11 @@ def replay(
         engine.tiers.Tier): evicted blocks are demoted, a hit prefix runs through every tier, and
         the report splits hit tokens per tier (docs/clusters.md, "Tiers"). tier_copies: "move"
         (default) or "keep".
-    kv_groups: a hybrid model's KV cache groups (policies.hybrid.Group, in vLLM's group order;
+    kv_groups: a hybrid model's KV cache groups (hybrid.coordinator.Group, in vLLM's group order;
         catalog.kv_groups.layout(model, block_size).groups), for policy "vllm": vLLM's hybrid
-        manager, whose hit is the longest prefix every group can serve (policies/hybrid.py);
+        manager, whose hit is the longest prefix every group can serve (hybrid/coordinator.py);
         capacity is then in block ids of the shared pool. For policy "radix": SGLang 0.5.23's
-        UnifiedRadixCache (policies/radix_hybrid.py; compiled: radix_hybrid.c), capacity its
+        UnifiedRadixCache (hybrid/unified_radix.py; compiled: unified_radix.c), capacity its
         full-attention pool in pages, the sliding-window pool 0.8 of it. kv_retention: vLLM's
         prefix_cache_retention_interval (0, its default: sliding-window and Mamba groups cache
         only what a hit at a prompt's end or a shared-prefix junction needs; None: every block).

@@ -73,7 +73,7 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
-from ..catalog.kv_groups import Group  # noqa: F401 - (radix_hybrid and the tests take it from here too)
+from ..catalog.kv_groups import Group  # noqa: F401 - (unified_radix and the tests take it from here too)
 from ..errors import ConfigError
 
 KINDS = ("full", "sliding_window", "chunked_local", "mamba")
@@ -457,5 +457,5 @@ def replay_groups(trace, capacity: int, groups, block_size: int, engine: str, re
                                    in_full=in_full)
         final, counters = pool.resident_count(), dict(pool.stats)
     about = {"engine": "vllm", "retention": retention,
-             "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
+             "source": "vLLM 0.33.0 HybridKVCacheCoordinator (hybrid/coordinator.py)"}
     return hits, counters, final, about

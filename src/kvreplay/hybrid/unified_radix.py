@@ -750,6 +750,6 @@ def replay_groups(trace, capacity: int, groups, block_size: int, engine: str, re
         hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
         final, counters = cache.resident_count(), dict(cache.stats)
     about = {"engine": "sglang", "swa_full_tokens_ratio": 0.8,
-             "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py, compiled in radix_hybrid.c); "
+             "source": "SGLang 0.5.23 UnifiedRadixCache (hybrid/unified_radix.py, compiled in unified_radix.c); "
                        "capacity: its full-attention pool in pages"}
     return hits, counters, final, about

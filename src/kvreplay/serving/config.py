@@ -3,7 +3,7 @@
 Block size, model, KV dtype (and which layers count), weights dtype, the GPU pool, the tiers below
 it: every size the simulator, its sweeps and the CLI use comes from :func:`resolve`, so a KV dtype,
 say, sizes the GPU pool, every tier and the time model's KV reads alike, and a weights dtype the
-pool and the roofline's weight reads and GEMMs (docs/serving.md, "The pool").
+pool and the roofline's weight reads and GEMMs (docs/memory.md and docs/timing.md, "KV capacity after the weights").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /* A request's blocks under vLLM 0.33.0's hybrid KV cache manager (MODE_HYBRID: the vLLM style
  * with a hybrid model's layer groups). requests.c hands its admission, growth and release here;
- * docs/serving.md, "Hybrid layer groups", states the rules.
+ * docs/engines.md, "Hybrid layer groups", states the rules.
  *
  * Each instance has one pool (with reference counts: requests overlap), each running request a
  * block table per KV cache group: the coordinator's (hybrid/coordinator.c), which this file drives

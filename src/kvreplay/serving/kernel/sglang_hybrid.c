@@ -1,6 +1,6 @@
 /* A request's KV under SGLang 0.5.23's UnifiedRadixCache (MODE_RADIX_HYBRID: the SGLang style with
  * a hybrid model's sliding-window and / or Mamba layers, policy radix). sglang.c's admission and
- * requests.c's growth and release hand their requests here; docs/serving.md, "Hybrid layer
+ * requests.c's growth and release hand their requests here; docs/engines.md, "Hybrid layer
  * groups", states the rules.
  *
  * Each instance has one tree with its pools (full KV, SWA KV, Mamba state slots), each request its
