@@ -46,6 +46,14 @@ GiB = 1 << 30
 #: non-torch memory (3.58 - 1.79 GiB)
 NCCL_BYTES = int(1.79 * GiB)
 SMALL_POOL = 5 * GiB
+#: The dummy sampler run's bytes a logit on vLLM 0.10.2's PyTorch-native top-k/top-p path (taken when
+#: FlashInfer is absent or disabled, vllm/v1/sample/ops/topk_topp_sampler.py:41-76): the bf16 logits
+#: (2) and their fp32 copy (4, sampler.py:87) beside ``logits.sort`` (topk_topp_sampler.py:145), whose
+#: fp32 values (4) and int64 indices (8) are its outputs and whose radix sort holds an int64 index
+#: input (8) and a second key/value buffer (4 + 8) while it runs (PyTorch's segmented sort: inferred,
+#: not read). 38 B; the logs that print the peak give 38.6 (256 and 1,024 rows of 151,936 logits).
+#: A point's column ``sampler`` says "sort" where its log states that fallback.
+SORT_BYTES_PER_LOGIT = 38
 
 
 def version_tuple(text: str) -> tuple:
@@ -63,6 +71,13 @@ def engine(p: dict) -> str:
     return "V0" if version_tuple(text) < (0, 8) else "V1"
 
 
+def model_name(p: dict) -> str:
+    """The point's model: a catalog name, or a config.json under benchmarks/data/ (its source in
+    the point's notes), given relative to that folder."""
+    name = p["catalog_model"]
+    return str(POINTS.parent / name) if name.endswith(".json") else name
+
+
 def load_points() -> list[dict]:
     with open(POINTS, newline="") as f:
         return list(csv.DictReader(f))
@@ -73,21 +88,25 @@ def terms(p: dict) -> dict | None:
     if p["skip_reason"]:
         return None
     try:
-        spec, gpu = get_model(p["catalog_model"]), get_gpu(p["gpu"])
+        spec = get_model(model_name(p))
+        gpu = get_gpu(p["gpu"]) if p["gpu"] or not p["measured_total_gib"] else None
     except KvreplayError:
         return None
+    total = gpu.memory_bytes if gpu is not None else round(float(p["measured_total_gib"]) * GiB)
+    gpu_name = gpu.name if gpu is not None else ""
     tp, dtype = int(p["tp"]), p["weights_dtype"]
     tokens, seqs = int(p["max_num_batched_tokens"]), int(p["max_num_seqs"])
     eager = p["enforce_eager"] == "True"
     version = version_tuple(p["vllm_version"])
-    forward, sampler = memory.activation_bytes(spec, tp, tokens, seqs, dtype)
-    graphs = memory.cudagraph_graphs(seqs, gpu.name, eager) if version >= (0, 21) else 0
+    per_logit = SORT_BYTES_PER_LOGIT if p["sampler"] == "sort" else None
+    forward, sampler = memory.activation_bytes(spec, tp, tokens, seqs, dtype, per_logit)
+    graphs = memory.cudagraph_graphs(seqs, gpu_name, eager) if version >= (0, 21) else 0
     per_token = kv_bytes_per_token_per_gpu(spec, tp, p["kv_dtype"] or "bf16")
     measured = (float(p["measured_kv_gib"]) * GiB if p["measured_kv_gib"]
                 else int(p["measured_tokens"]) * per_token)
     nccl = 1.0 if tp > 1 and engine(p) == "V0" else 0.0
-    return {"requested": np.ceil(gpu.memory_bytes * float(p["gpu_memory_utilization"])), "nccl": nccl,
-            "weights": sum(memory.weight_parts(spec, dtype, tp, gpu.name).values()),
+    return {"requested": np.ceil(total * float(p["gpu_memory_utilization"])), "nccl": nccl,
+            "weights": sum(memory.weight_parts(spec, dtype, tp, gpu_name).values()),
             "peak": max(forward, sampler), "forward": forward, "sampler": sampler, "graphs": graphs,
             "measured": measured, "engine": engine(p)}
 
@@ -110,8 +129,14 @@ def fit(rows: list[tuple[dict, dict]]) -> dict:
     return {**constants(), "non_torch": max(float(np.median(rest)), 0.0)}
 
 
+def gpu_label(p: dict) -> str:
+    """The point's GPU, or the total its log printed when it names none."""
+    return p["gpu"] or f"unnamed ({p['measured_total_gib']} GiB)"
+
+
 def family(p: dict) -> str:
-    return re.split(r"[-.]", p["catalog_model"])[0].rstrip("0123456789") or p["catalog_model"]
+    name = Path(p["catalog_model"]).name
+    return re.split(r"[-.]", name)[0].rstrip("0123456789") or name
 
 
 def error_rows(rows, c: dict) -> list:
@@ -127,14 +152,14 @@ def print_points(errs) -> None:
           "| error GiB | error |")
     print("|---|---|---:|---|---|---|---|---:|---:|---:|---:|")
     for p, t, pred, err, small in errs:
-        print(f"| {p['id']} | {p['gpu']} | {p['tp']} | {p['catalog_model']} | {p['vllm_version']} | {t['engine']} | "
+        print(f"| {p['id']} | {gpu_label(p)} | {p['tp']} | {p['catalog_model']} | {p['vllm_version']} | {t['engine']} | "
               f"{p['split']} | {t['measured'] / GiB:.2f} | {pred / GiB:.2f} | {(pred - t['measured']) / GiB:+.2f} | "
               + ("(pool < 5 GiB)" if small else f"{100 * err:+.1f}%") + " |")
 
 
 def print_groups(errs) -> None:
     v1 = [(p, e) for p, t, _, e, small in errs if t["engine"] == "V1" and not small]
-    for label, key in (("GPU", lambda p: p["gpu"]), ("model family", family),
+    for label, key in (("GPU", gpu_label), ("model family", family),
                        ("vLLM version", lambda p: "unstated" if version_tuple(p["vllm_version"])[0] == 99
                         else ".".join(map(str, version_tuple(p["vllm_version"]))))):
         groups: dict = {}
@@ -164,7 +189,7 @@ def print_term_checks(points) -> None:
     print("|---|---|---:|---:|")
     for p in points:
         try:
-            spec, gpu = get_model(p["catalog_model"]), get_gpu(p["gpu"] or "H100")
+            spec, gpu = get_model(model_name(p)), get_gpu(p["gpu"] or "H100")
         except KvreplayError:
             continue
         tp, dtype = int(p["tp"] or 1), p["weights_dtype"] or "bf16"
@@ -172,7 +197,8 @@ def print_term_checks(points) -> None:
             pred = sum(memory.weight_parts(spec, dtype, tp, gpu.name).values())
             print(f"| {p['id']} | weights | {float(p['measured_weights_gib']):.2f} | {pred / GiB:.2f} |")
         if p["measured_activation_gib"] and p["max_num_batched_tokens"]:
-            fwd, smp = memory.activation_bytes(spec, tp, int(p["max_num_batched_tokens"]), int(p["max_num_seqs"]), dtype)
+            fwd, smp = memory.activation_bytes(spec, tp, int(p["max_num_batched_tokens"]), int(p["max_num_seqs"]), dtype,
+                                               SORT_BYTES_PER_LOGIT if p["sampler"] == "sort" else None)
             print(f"| {p['id']} | profile peak (forward {fwd / GiB:.2f}, sampler {smp / GiB:.2f}) | "
                   f"{float(p['measured_activation_gib']):.2f} | {max(fwd, smp) / GiB:.2f} |")
         if p["measured_non_torch_gib"]:
