@@ -9,7 +9,10 @@ at vLLM's defaults, column settings_assumed). The measured KV memory is the log'
 cache memory" (or "the rest of the memory reserved for KV Cache"), else its token count x the
 model's KV bytes per token per GPU. The prediction is timing/memory.py's budget (vLLM 0.33.0's
 terms) at the point's GPU, TP, weights dtype, utilization, max_num_batched_tokens, max_num_seqs
-and enforce_eager, with the version differences the budget has had:
+and enforce_eager. A log that names no GPU but prints the device's total ("Free memory on device
+(free/total GiB)") is sized from that total (column measured_total_gib); a model outside the
+catalog is a config.json under benchmarks/data/ (column catalog_model ending in .json). The
+version differences the budget has had:
 
 - V0 engines (before 0.8, or marked V0) profiled differently: NCCL's buffers and the CUDA context
   were non-torch memory inside the budget (PR 10511's Llama-3-8B: 1.79 GiB at TP 1, 3.58 GiB at
@@ -17,6 +20,9 @@ and enforce_eager, with the version differences the budget has had:
   apart, with NCCL_BYTES on TP > 1, and are not in the V1 error summary. (V1 0.10.2 at TP 8 printed
   0.21 GiB of non-torch memory: NCCL is outside V1's budget, as it is in 0.33.0.)
 - V1 before 0.21: the CUDA graphs were captured after the pool was sized (not in the budget).
+- V1 0.10.2 without FlashInfer (the log's "Falling back to the PyTorch-native implementation of
+  top-p & top-k sampling"; column sampler "sort"): the dummy sampler run sorts the logits,
+  SORT_BYTES_PER_LOGIT a logit instead of 0.33.0's 14.
 
 Points whose model or GPU the catalogs lack are listed as skipped with the reason. The error is
 (predicted - measured) / measured KV memory, reported for pools of at least 5 GiB (a relative

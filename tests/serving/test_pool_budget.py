@@ -72,3 +72,21 @@ def test_the_benchmark_docs_memory_quotes_runs():
     assert "33 points, 18 computed, 15 skipped" in r.stdout
     assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in r.stdout
     assert (ROOT / "docs" / "memory.md").read_text().count("| pr10511-llama3-8b-tp1 | H100 | 1 |") == 1
+
+
+def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total():
+    # Qwen3-Next at TP 2 on H200, whose 0.10.2 log states the PyTorch-native sampler: 1,024 rows x
+    # 151,936 logits (a multiple of 64: no padding) x 38 B = 5,912,133,632 B, plus the held hidden
+    # states 8,192 x 2,048 x 2 B = 33,554,432 B: 5,945,688,064 B = 5.54 GiB against the 5.58 printed
+    assert 1024 * 151_936 * 38 + 8192 * 2048 * 2 == 5_945_688_064
+    assert f"{5_945_688_064 / (1 << 30):.2f}" == "5.54"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "| qwen3next-h200-tp2-v0102 | profile peak (forward 0.70, sampler 5.54) | 5.58 | 5.54 |" in r.stdout
+    # a log naming no GPU is sized from the total it prints: ceil(23.53 GiB x 0.8) = 18.82 GiB less the
+    # fp8 weights 8.81, the sampler's 0.52 (0.33.0's 14 B a logit) and the non-torch 1.59: 7.91 GiB
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| qwen3-8b-fp8-24gb-v0102 | unnamed (23.53 GiB) |"))
+    assert row.endswith("| 8.60 | 7.91 | -0.69 | -8.1% |")
+    # the RTX 3090, now in the GPU catalog, makes its V0 log computable
+    assert "| i10517-llama31-8b-3090 | RTX 3090 | 1 | Llama-3.1-8B |" in r.stdout
