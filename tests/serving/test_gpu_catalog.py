@@ -235,6 +235,8 @@ def test_kvreplay_gpus_lists_the_new_rows():
     assert "148" in rows["H20"] and "H100's (nothing measured)" in rows["H20"]
     assert "121" in rows["L4"] and "pcie" in rows["L4"] and "A100-80GB's (nothing measured)" in rows["L4"]
     assert "2,516.6" in rows["MI355X"] and "mesh" in rows["MI355X"] and "H200's (nothing measured)" in rows["MI355X"]
+    for name, cells in (("RTX-4090", ("165.15", "330.3", "1,008", "23.65", "pcie")), ("RTX-3090", ("71", "936", "23.69"))):
+        assert all(cell in rows[name] for cell in cells) and "A100-80GB's (nothing measured)" in rows[name], name
     doc = {g["name"]: g for g in json.loads(ok("gpus", "--json"))["gpus"]}
     assert len(doc) == len(gpu_catalog()) == 16
     b300 = doc["B300"]
