@@ -10,9 +10,8 @@ cache memory" (or "the rest of the memory reserved for KV Cache"), else its toke
 model's KV bytes per token per GPU. The prediction is timing/memory.py's budget (vLLM 0.33.0's
 terms) at the point's GPU, TP, weights dtype, utilization, max_num_batched_tokens, max_num_seqs
 and enforce_eager. A log that names no GPU but prints the device's total ("Free memory on device
-(free/total GiB)") is sized from that total (column measured_total_gib); a model outside the
-catalog is a config.json under benchmarks/data/ (column catalog_model ending in .json). The
-version differences the budget has had:
+(free/total GiB)") is sized from that total (column measured_total_gib). The version differences
+the budget has had:
 
 - V0 engines (before 0.8, or marked V0) profiled differently: NCCL's buffers and the CUDA context
   were non-torch memory inside the budget (PR 10511's Llama-3-8B: 1.79 GiB at TP 1, 3.58 GiB at
@@ -77,13 +76,6 @@ def engine(p: dict) -> str:
     return "V0" if version_tuple(text) < (0, 8) else "V1"
 
 
-def model_name(p: dict) -> str:
-    """The point's model: a catalog name, or a config.json under benchmarks/data/ (its source in
-    the point's notes), given relative to that folder."""
-    name = p["catalog_model"]
-    return str(POINTS.parent / name) if name.endswith(".json") else name
-
-
 def load_points() -> list[dict]:
     with open(POINTS, newline="") as f:
         return list(csv.DictReader(f))
@@ -94,7 +86,7 @@ def terms(p: dict) -> dict | None:
     if p["skip_reason"]:
         return None
     try:
-        spec = get_model(model_name(p))
+        spec = get_model(p["catalog_model"])
         gpu = get_gpu(p["gpu"]) if p["gpu"] or not p["measured_total_gib"] else None
     except KvreplayError:
         return None
@@ -141,8 +133,7 @@ def gpu_label(p: dict) -> str:
 
 
 def family(p: dict) -> str:
-    name = Path(p["catalog_model"]).name
-    return re.split(r"[-.]", name)[0].rstrip("0123456789") or name
+    return re.split(r"[-.]", p["catalog_model"])[0].rstrip("0123456789") or p["catalog_model"]
 
 
 def error_rows(rows, c: dict) -> list:
@@ -195,7 +186,7 @@ def print_term_checks(points) -> None:
     print("|---|---|---:|---:|")
     for p in points:
         try:
-            spec, gpu = get_model(model_name(p)), get_gpu(p["gpu"] or "H100")
+            spec, gpu = get_model(p["catalog_model"]), get_gpu(p["gpu"] or "H100")
         except KvreplayError:
             continue
         tp, dtype = int(p["tp"] or 1), p["weights_dtype"] or "bf16"
