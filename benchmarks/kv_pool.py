@@ -1,7 +1,8 @@
 """The KV pool kvreplay predicts against the pool vLLM measured, on public start-up logs.
 
     python benchmarks/kv_pool.py          # the error tables (docs/memory.md)
-    python benchmarks/kv_pool.py --fit    # refit the one fitted constant on the points marked "fit"
+    python benchmarks/kv_pool.py --fit    # the former fitted constant instead: the median of what the
+                                          # "fit" points leave, in place of NON_TORCH_BYTES
 
 Each point of benchmarks/data/vllm_kv_pool_points.csv is a public vLLM log (URL and quoted
 lines in the file) with its configuration and the settings the source leaves unstated (assumed
@@ -16,12 +17,21 @@ the budget has had:
 - V0 engines (before 0.8, or marked V0) profiled differently: NCCL's buffers and the CUDA context
   were non-torch memory inside the budget (PR 10511's Llama-3-8B: 1.79 GiB at TP 1, 3.58 GiB at
   TP 2), the profile ran max_num_seqs whole sequences, and the sampler sorted. They are listed
-  apart, with NCCL_BYTES on TP > 1, and are not in the V1 error summary. (V1 0.10.2 at TP 8 printed
-  0.21 GiB of non-torch memory: NCCL is outside V1's budget, as it is in 0.33.0.)
+  apart and are not in the V1 error summary.
+- NCCL inside the budget (V0, and V1 up to 0.10): vLLM took its start-up snapshot before
+  ``init_worker_distributed_environment`` (vLLM 0.10.2's gpu_worker.py:175 and 192), so NCCL's
+  buffers and custom all-reduce's were non-torch memory inside the budget; PR 25359 (merged
+  2025-09-22, in 0.11.0) moved the snapshot after them, where 0.33.0 takes it (gpu_worker.py:500-544).
+  On TP > 1 over NVLink: NCCL_BYTES a rank; over PCIe (no custom all-reduce beyond 2 GPUs,
+  fewer NCCL channels): none (the one PCIe log, 8 x L40S in 0.10.2, printed 0.21 GiB of non-torch
+  memory in all).
 - V1 before 0.21: the CUDA graphs were captured after the pool was sized (not in the budget).
-- V1 0.10.2 without FlashInfer (the log's "Falling back to the PyTorch-native implementation of
-  top-p & top-k sampling"; column sampler "sort"): the dummy sampler run sorts the logits,
-  SORT_BYTES_PER_LOGIT a logit instead of 0.33.0's 14.
+- V1 up to 0.10 sorted in its dummy sampler run: FlashInfer was only an extra of the wheel
+  (vLLM 0.10.2's METADATA: ``flashinfer-python==0.3.0; extra == "flashinfer"``), so a pip install
+  took the PyTorch-native top-k/top-p path (topk_topp_sampler.py:41-76 of 0.10.2), which sorts
+  the logits: SORT_BYTES_PER_LOGIT a logit instead of 0.33.0's 14. A point whose log says
+  FlashInfer sampled (column sampler "flashinfer") keeps 14; column sampler "sort" marks a log
+  that states the fallback.
 
 Points whose model or GPU the catalogs lack are listed as skipped with the reason. The error is
 (predicted - measured) / measured KV memory, reported for pools of at least 5 GiB (a relative
@@ -59,6 +69,22 @@ SMALL_POOL = 5 * GiB
 #: not read). 38 B; the logs that print the peak give 38.6 (256 and 1,024 rows of 151,936 logits).
 #: A point's column ``sampler`` says "sort" where its log states that fallback.
 SORT_BYTES_PER_LOGIT = 38
+#: The last vLLM release whose start-up snapshot preceded NCCL's buffers and whose wheel left
+#: FlashInfer an extra (both changed in 0.11.0; module docstring)
+LAST_PRE_011 = (0, 10)
+
+
+def sorts_logits(p: dict) -> bool:
+    """Whether the point's dummy sampler run took the sort path (module docstring)."""
+    if p["sampler"] in ("sort", "flashinfer"):
+        return p["sampler"] == "sort"
+    return engine(p) == "V1" and version_tuple(p["vllm_version"]) <= LAST_PRE_011
+
+
+def nccl_in_budget(p: dict, gpu) -> bool:
+    """Whether NCCL's buffers (NCCL_BYTES a rank) sit inside the point's budget (module docstring)."""
+    early = engine(p) == "V0" or version_tuple(p["vllm_version"]) <= LAST_PRE_011
+    return int(p["tp"]) > 1 and early and gpu is not None and gpu.link_topology != "pcie"
 
 
 def version_tuple(text: str) -> tuple:
@@ -96,13 +122,13 @@ def terms(p: dict) -> dict | None:
     tokens, seqs = int(p["max_num_batched_tokens"]), int(p["max_num_seqs"])
     eager = p["enforce_eager"] == "True"
     version = version_tuple(p["vllm_version"])
-    per_logit = SORT_BYTES_PER_LOGIT if p["sampler"] == "sort" else None
+    per_logit = SORT_BYTES_PER_LOGIT if sorts_logits(p) else None
     forward, sampler = memory.activation_bytes(spec, tp, tokens, seqs, dtype, per_logit)
     graphs = memory.cudagraph_graphs(seqs, gpu_name, eager) if version >= (0, 21) else 0
     per_token = kv_bytes_per_token_per_gpu(spec, tp, p["kv_dtype"] or "bf16")
     measured = (float(p["measured_kv_gib"]) * GiB if p["measured_kv_gib"]
                 else int(p["measured_tokens"]) * per_token)
-    nccl = 1.0 if tp > 1 and engine(p) == "V0" else 0.0
+    nccl = 1.0 if nccl_in_budget(p, gpu) else 0.0
     return {"requested": np.ceil(total * float(p["gpu_memory_utilization"])), "nccl": nccl,
             "weights": sum(memory.weight_parts(spec, dtype, tp, gpu_name).values()),
             "peak": max(forward, sampler), "forward": forward, "sampler": sampler, "graphs": graphs,
@@ -119,9 +145,9 @@ def constants() -> dict:
 
 
 def fit(rows: list[tuple[dict, dict]]) -> dict:
-    """The non-torch constant (bytes) over the V1 fit points: the median of what each leaves once
-    the code-derived terms are taken (>= 0; the median, since two fit points leave their
-    configuration unstated and pull 3-4 GiB either way). Nothing else is fitted."""
+    """A fitted non-torch constant (bytes) over the V1 fit points, the comparison for the term-derived
+    NON_TORCH_BYTES: the median of what each leaves once the other terms are taken (>= 0; the
+    median, since two fit points leave their configuration unstated and pull 3-4 GiB either way)."""
     rest = [t["requested"] - t["weights"] - t["peak"] - memory.CUDAGRAPH_BYTES_PER_GRAPH * t["graphs"]
             - NCCL_BYTES * t["nccl"] - t["measured"] for _, t in rows]
     return {**constants(), "non_torch": max(float(np.median(rest)), 0.0)}
@@ -195,17 +221,18 @@ def print_term_checks(points) -> None:
             print(f"| {p['id']} | weights | {float(p['measured_weights_gib']):.2f} | {pred / GiB:.2f} |")
         if p["measured_activation_gib"] and p["max_num_batched_tokens"]:
             fwd, smp = memory.activation_bytes(spec, tp, int(p["max_num_batched_tokens"]), int(p["max_num_seqs"]), dtype,
-                                               SORT_BYTES_PER_LOGIT if p["sampler"] == "sort" else None)
+                                               SORT_BYTES_PER_LOGIT if sorts_logits(p) else None)
             print(f"| {p['id']} | profile peak (forward {fwd / GiB:.2f}, sampler {smp / GiB:.2f}) | "
                   f"{float(p['measured_activation_gib']):.2f} | {max(fwd, smp) / GiB:.2f} |")
         if p["measured_non_torch_gib"]:
-            print(f"| {p['id']} | non-torch | {float(p['measured_non_torch_gib']):.2f} | "
-                  f"{memory.NON_TORCH_BYTES / GiB:.2f} |")
+            nccl = NCCL_BYTES if nccl_in_budget(p, gpu if p["gpu"] else None) else 0
+            print(f"| {p['id']} | non-torch{' (with NCCL)' if nccl else ''} | {float(p['measured_non_torch_gib']):.2f} | "
+                  f"{(memory.NON_TORCH_BYTES + nccl) / GiB:.2f} |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fit", action="store_true", help="refit the non-torch constant on the 'fit' points and print it")
+    ap.add_argument("--fit", action="store_true", help="fit the non-torch constant on the 'fit' points and use it (the comparison)")
     args = ap.parse_args(argv)
     points = load_points()
     rows = [(p, t) for p in points if (t := terms(p)) is not None]
