@@ -23,7 +23,7 @@ from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .deployment import Deployment, SimConfig
 from .report import FINISHED, SimReport
-from .run import decode_blocks, run_once
+from .run import KernelRun, decode_blocks, run_once
 from .samples import check_applies, fan_out, private_tails, release_links, samples_per_request, summarize
 from .semantics import choose
 from .speculative import resolve as resolve_speculative
@@ -295,7 +295,7 @@ class Served:
     host_terms: object = None
     delay_s: np.ndarray | None = None
     releases: bool = False
-    run: dict = field(default_factory=dict)
+    run: KernelRun | None = None
 
     @property
     def block_size(self) -> int:
@@ -315,7 +315,7 @@ def serve(trace, config: SimConfig) -> SimReport:
     compared = config.compare_sequential and not any(t.shared for t in s.tiers)
     runs = 1 + 2 * banded + compared
     tell(progress, 0, runs, "runs")
-    raw = run_once(s.trace, time_model=s.tm, draft_time_model=s.draft_tm, **s.run)
+    raw = run_once(s.trace, s.run)
     tell(progress, 1, runs, "runs")
     if s.closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
         s.arrival_s = raw.arrival_s - s.delay_s
@@ -373,20 +373,21 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
     routing.parameters(cl.router, cl.router_options)  # checked before the run
     _resolve_host(s)
     engine_arrival_s = _engine_arrivals(s.host_terms, s.arrival_s, np.asarray(s.trace.input_length), s.fan)
-    s.run = dict(policy=s.spec.name, capacity=s.capacity, block_size=d.block_size, scheduler=s.scheduler,
-                 arrival_s=engine_arrival_s, output_kv=s.output_kv, params=c.params, instances=s.instances,
-                 router=None if fixed else cl.router, router_options=cl.router_options,
-                 router_lag_ms=s.router_lag_ms, seed=a.seed, assigned=assigned, tiers=s.tiers,
-                 tier_copies=cl.tier_copies, tier_overlap=s.tier_overlap, block_bytes=d.block_bytes,
-                 prefill_instances=cl.prefill_instances if s.disagg else 0, transfer_s=s.transfer_s,
-                 max_model_len=s.max_model_len, kv_groups=list(s.semantics.groups) or None,
-                 kv_engine=s.semantics.engine, host=s.host_terms,
-                 closed=s.loop.kernel_arrays(s.delay_s) if s.closed_run else None, speculative=s.spec_decode)
-    if s.releases:
-        s.run.update(closed=release_links(s.fan, engine_arrival_s), prefill_only=s.fan.prefill_only)
     if s.spec_decode is not None and s.spec_decode.method == "draft" and _is_roofline(c.time.time_model):
         s.draft_tm = load_time_model(c.time.time_model, model=s.spec_decode.draft_model, gpu=d.gpu_spec,
                                      tp=c.deployment.tp, kv_dtype=d.kv_dtype, dtype=d.weights_dtype)
+    s.run = KernelRun(policy=s.spec.name, capacity=s.capacity, block_size=d.block_size, time_model=s.tm,
+                      scheduler=s.scheduler, arrival_s=engine_arrival_s, output_kv=s.output_kv, params=c.params,
+                      instances=s.instances, router=None if fixed else cl.router, router_options=cl.router_options,
+                      router_lag_ms=s.router_lag_ms, seed=a.seed, assigned=assigned, tiers=s.tiers,
+                      tier_copies=cl.tier_copies, tier_overlap=s.tier_overlap, block_bytes=d.block_bytes,
+                      prefill_instances=cl.prefill_instances if s.disagg else 0, transfer_s=s.transfer_s,
+                      max_model_len=s.max_model_len, kv_groups=list(s.semantics.groups) or None,
+                      kv_engine=s.semantics.engine, host=s.host_terms,
+                      closed=s.loop.kernel_arrays(s.delay_s) if s.closed_run else None, speculative=s.spec_decode,
+                      draft_time_model=s.draft_tm)
+    if s.releases:
+        s.run = replace(s.run, closed=release_links(s.fan, engine_arrival_s), prefill_only=s.fan.prefill_only)
     return s
 
 
@@ -545,11 +546,11 @@ def _band_runs(s: Served, progress, runs: int) -> dict:
         host_end = host_band(host_terms, end)
         end_delay_s = host_end.arrival_delay(prompts)
         engine_arrival_s = _engine_arrivals(host_end, s.arrival_s, prompts, s.fan)
-        band[end] = run_once(s.trace, time_model=tm.at_band(end), **{
-            **s.run, "host": host_end, "arrival_s": engine_arrival_s,
-            "closed": s.loop.kernel_arrays(end_delay_s) if s.closed_run else
+        band[end] = run_once(s.trace, replace(
+            s.run, time_model=tm.at_band(end), host=host_end, arrival_s=engine_arrival_s,
+            closed=s.loop.kernel_arrays(end_delay_s) if s.closed_run else
             release_links(s.fan, engine_arrival_s) if s.releases else None,
-            "draft_time_model": s.draft_tm.at_band(end) if hasattr(s.draft_tm, "at_band") else s.draft_tm})
+            draft_time_model=s.draft_tm.at_band(end) if hasattr(s.draft_tm, "at_band") else s.draft_tm))
         band[end + "_delay_s"] = end_delay_s
         tell(progress, 2 + k, runs, "runs")
     return band
