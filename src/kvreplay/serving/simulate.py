@@ -8,7 +8,7 @@ time) are in docs/serving.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -953,47 +953,91 @@ def _check_tokens(report, raw) -> None:
         raise InvariantError("the steps' tokens do not add up to the requests' tokens")
 
 
-def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None, capacities=None, instances=None,
-               routers=None, tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None,
-               progress=None, **options) -> list[dict]:
+@dataclass(frozen=True)
+class SweepGrid:
+    """A load sweep's grid: the loads (trace timestamps / speedups, Poisson rates, or numbers of
+    concurrent sessions: one of them) x policies x capacities x instances x routers x tiers (None:
+    simulate()'s option of that name, one value)."""
+
+    speedups: object = None
+    rates: object = None
+    sessions: object = None
+    policies: object = None
+    capacities: object = None
+    instances: object = None
+    routers: object = None
+    tiers: object = None
+
+
+def load_sweep(trace, grid: SweepGrid | None = None, *, jobs: int = 1, executor: str = "local",
+               ray_address: str | None = None, progress=None, **options) -> list[dict]:
     """simulate() over the grid policies x capacities x instances x routers x tiers x loads (trace
     timestamps / speedup, Poisson rates, or numbers of concurrent sessions: a closed loop): one tidy
-    row per run (sweep_row). The runs go to
+    row per run (sweep_row). `grid`: a SweepGrid, or its fields among the keywords. The runs go to
     `executor` ("local": a pool of `jobs` processes, "threads", or "ray"; analysis/executors.py):
     the rows, in grid order, are the same wherever they ran. `options` go to simulate(). progress:
     a kvreplay.progress callback, told ``(done, total, "simulations")``."""
-    from itertools import product
+    from ..analysis.executors import run
 
-    from ..analysis.executors import Task, run
-
-    if sum(x is not None for x in (speedups, rates, sessions)) != 1:
+    axes = {f.name: options.pop(f.name) for f in fields(SweepGrid) if f.name in options}
+    grid = SweepGrid(**axes) if grid is None else replace(grid, **axes)
+    if sum(x is not None for x in (grid.speedups, grid.rates, grid.sessions)) != 1:
         raise ConfigError("give the loads as speedups, rates or concurrent sessions (one of them)")
     trace = as_trace(trace)
-    if sessions is not None:
-        from .lanes import check_sessions
-
-        loads = [("sessions", float(check_sessions(n))) for n in items(sessions, "sessions (--sessions-list)", single=())]
-    else:
-        kind, name, values = ("speedup", "speedups (--speedups)", speedups) if speedups is not None else \
-            ("rate", "rates (--rates)", rates)
-        if isinstance(values, str):
-            raise ConfigError(f"{name} must be a list of numbers, got {values!r}")
-        loads = [(kind, number(x, name)) for x in items(values, name, single=())]
-    policies = policies or [options.pop("policy", None)]
-    capacities = capacities or [options.pop("capacity", None)]
-    instances = instances or [options.pop("instances", 1)]
-    limits.check_cluster_sizes(instances)
-    routers = routers or [options.pop("router", "round-robin")]
-    tiers = tiers or [options.pop("tiers", None)]
+    loads = _sweep_loads(grid)
+    axes = dict(policies=grid.policies or [options.pop("policy", None)],
+                capacities=grid.capacities or [options.pop("capacity", None)],
+                instances=grid.instances or [options.pop("instances", 1)],
+                routers=grid.routers or [options.pop("router", "round-robin")],
+                tiers=grid.tiers or [options.pop("tiers", None)])
+    limits.check_cluster_sizes(axes["instances"])
     from .semantics import one_semantics
 
     asked = options.get("kv_semantics", "auto")
-    options, note = one_semantics(options.get("model"), options, tiers, policies)  # one semantics for the grid
+    options, note = one_semantics(options.get("model"), options, axes["tiers"], axes["policies"])  # one for the grid
     forced = note if asked == "auto" and options.get("kv_semantics") == "full" else None
-    # one instance has no routing: its run is the same under every router, so it runs once (under
-    # the first) and its row is written under each router asked for (every row of the grid is there)
+    tasks, layout = _sweep_tasks(loads, axes, options)
+    limits.check_sweep_size(len(tasks))
+    rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
+                                  progress=labelled(progress, "simulations"))]
+    for g in range(0, len(rows), len(loads)):
+        for row in rows[g:g + len(loads)]:
+            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and grid.sessions is None:
+                row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
+    rows = [rows[i] if router is None else dict(rows[i], router=router) for i, router in layout]
+    if forced is not None:  # every run full because of the grid: say why
+        for row in rows:
+            if row.get("kv_semantics_text"):
+                row["kv_semantics_text"] = forced["text"]
+    return rows
+
+
+def _sweep_loads(grid: SweepGrid) -> list[tuple[str, float]]:
+    """The sweep's loads as (kind, value), each checked naming its argument."""
+    if grid.sessions is not None:
+        from .lanes import check_sessions
+
+        return [("sessions", float(check_sessions(n)))
+                for n in items(grid.sessions, "sessions (--sessions-list)", single=())]
+    kind, name, values = (("speedup", "speedups (--speedups)", grid.speedups) if grid.speedups is not None
+                          else ("rate", "rates (--rates)", grid.rates))
+    if isinstance(values, str):
+        raise ConfigError(f"{name} must be a list of numbers, got {values!r}")
+    return [(kind, number(x, name)) for x in items(values, name, single=())]
+
+
+def _sweep_tasks(loads: list, axes: dict, options: dict) -> tuple[list, list]:
+    """The sweep's tasks (one simulate() each) and the layout of its rows: (task, router or None).
+    One instance has no routing: its run is the same under every router, so it runs once (under
+    the first) and its row is written under each router asked for (every row of the grid is there)."""
+    from itertools import product
+
+    from ..analysis.executors import Task
+
+    routers = axes["routers"]
     tasks, layout, single = [], [], {}
-    for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
+    for policy, capacity, n, router, tier in product(axes["policies"], axes["capacities"], axes["instances"], routers,
+                                                     axes["tiers"]):
         for k, (kind, value) in enumerate(loads):
             key = (policy, capacity, tier, k)
             if n == 1 and router != routers[0]:
@@ -1013,19 +1057,7 @@ def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None
             if kind == "sessions":
                 opts["sessions"] = int(value)
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
-    limits.check_sweep_size(len(tasks))
-    rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
-                                  progress=labelled(progress, "simulations"))]
-    for g in range(0, len(rows), len(loads)):
-        for row in rows[g:g + len(loads)]:
-            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and sessions is None:
-                row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
-    rows = [rows[i] if router is None else dict(rows[i], router=router) for i, router in layout]
-    if forced is not None:  # every run full because of the grid: say why
-        for row in rows:
-            if row.get("kv_semantics_text"):
-                row["kv_semantics_text"] = forced["text"]
-    return rows
+    return tasks, layout
 
 
 def sweep_row(trace, options: dict) -> dict:
@@ -1121,43 +1153,67 @@ def _band_columns(band) -> dict:
     return out
 
 
-def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
-                    policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
-                    weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None, warmup="auto", progress=None, pp: int = 1, sessions=None,
-                    slo_ttft_ms=None, arrivals: str | None = None, think_time=None, seed: int = 0) -> dict:
-    """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
-    (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
-    `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
-    `warmup` (warmup.py). A hybrid model is served with every layer as full attention, as the
-    report's curves replay it (its note says so).
+@dataclass(frozen=True)
+class ServingSection:
+    """What `kvreplay report --gpu` serves: `instances` instances of `model` on `gpu` x `tp` (x `pp`
+    stages) behind `router` (with `tiers` below each pool), whose pool is what the GPUs hold after
+    the weights (at `weights_dtype`), with the engine-faithful `policy`, at `speedups` (or
+    `sessions`: numbers of concurrent sessions, a closed loop: lanes.py), each run judged after its
+    `warmup` (warmup.py). arrivals / think_time / seed: as simulate(); `slo_ttft_ms` states the
+    capacity (output.serving.capacity_lines)."""
 
-    sessions: numbers of concurrent sessions (a closed loop: lanes.py) instead of `speedups`; each
-    row then adds its per-turn TTFT (``ttft_by_turn``), its Little's law line (``littles_law``) and
-    its draw (``draws``); `slo_ttft_ms` states the capacity (output.serving.capacity_lines).
-    arrivals / think_time / seed: as simulate()."""
-    options = dict(policy=policy, capacity=None, gpu=gpu, model=model, tp=tp, pp=pp, time_model=time_model,
-                   block_size=block_size, instances=instances, router=router, tiers=tiers,
-                   gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
-                   kv_semantics="full", warmup=warmup, arrivals=arrivals, think_time=think_time, seed=seed,
-                   slo_ttft_ms=slo_ttft_ms)  # (the report's curves and pool are full semantics)
-    if sessions is not None:
-        rows = _sessions_rows(trace, list(sessions), options, progress)
+    gpu: object
+    model: object
+    tp: int = 1
+    time_model: object = "roofline"
+    speedups: object = (0.25, 0.5, 1.0)
+    policy: str = "vllm"
+    block_size: int | None = None
+    gpu_memory_utilization: float = 0.9
+    weights_dtype: str = "bf16"
+    instances: int = 1
+    router: str = "round-robin"
+    tiers: str | None = None
+    warmup: object = "auto"
+    pp: int = 1
+    sessions: object = None
+    slo_ttft_ms: object = None
+    arrivals: str | None = None
+    think_time: object = None
+    seed: int = 0
+
+
+def serving_section(trace, section: ServingSection | None = None, *, progress=None, **keywords) -> dict:
+    """The report's serving section (JSON-ready) of `section` (a ServingSection, or its fields as
+    `keywords`): a load sweep (or closed-loop runs at each number of sessions, whose rows add their
+    per-turn TTFT ``ttft_by_turn``, Little's law ``littles_law`` and draw ``draws``). A hybrid
+    model is served with every layer as full attention, as the report's curves replay it (its note
+    says so)."""
+    c = ServingSection(**keywords) if section is None else replace(section, **keywords)
+    options = dict(policy=c.policy, capacity=None, gpu=c.gpu, model=c.model, tp=c.tp, pp=c.pp,
+                   time_model=c.time_model, block_size=c.block_size, instances=c.instances, router=c.router,
+                   tiers=c.tiers, gpu_memory_utilization=c.gpu_memory_utilization, weights_dtype=c.weights_dtype,
+                   kv_semantics="full", warmup=c.warmup, arrivals=c.arrivals, think_time=c.think_time, seed=c.seed,
+                   slo_ttft_ms=c.slo_ttft_ms)  # (the report's curves and pool are full semantics)
+    if c.sessions is not None:
+        rows = _sessions_rows(trace, list(c.sessions), options, progress)
     else:
-        grid = ("policy", "capacity", "instances", "router", "tiers")
-        rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], instances=[instances],
-                          routers=[router], tiers=[tiers], progress=progress,
-                          **{k: v for k, v in options.items() if k not in grid})
-    sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype, pp=pp)
-    tm = pipelined(load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
-                   if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp), pp)
-    return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
-            "weights_dtype": sizes.weights_dtype, "instances": instances, "router": router, "tiers": tiers,
-            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup,
-            "slo_ttft_s": None if slo_ttft_ms is None else ms_arg(slo_ttft_ms, "slo_ttft_ms") / 1000.0,
-            "arrivals": closed.check_options(as_trace(trace), arrivals, think_time=think_time)[0],
-            "think_time": think_time}
+        grid = SweepGrid(speedups=list(c.speedups), policies=[c.policy], capacities=[None], instances=[c.instances],
+                         routers=[c.router], tiers=[c.tiers])
+        rows = load_sweep(trace, grid, progress=progress,
+                          **{k: v for k, v in options.items() if k not in ("policy", "capacity", "instances", "router",
+                                                                           "tiers")})
+    d = resolve(trace, block_size=c.block_size, model=c.model, gpu=c.gpu, tp=c.tp,
+                gpu_memory_utilization=c.gpu_memory_utilization, weights_dtype=c.weights_dtype, pp=c.pp)
+    on = dict(model=d.model_spec, gpu=d.gpu_spec, tp=c.tp)
+    tm = pipelined(load_time_model(c.time_model, **on, dtype=d.weights_dtype)
+                   if _is_roofline(c.time_model) else load_time_model(c.time_model, **on), d.pp)
+    return {"rows": rows, "capacity_source": d.capacity_source, "time_model": tm.describe(),
+            "weights_dtype": d.weights_dtype, "instances": c.instances, "router": c.router, "tiers": c.tiers,
+            "scheduler": Scheduler().to_dict(), "policy": c.policy, "block_size": d.block_size, "warmup": c.warmup,
+            "slo_ttft_s": None if c.slo_ttft_ms is None else ms_arg(c.slo_ttft_ms, "slo_ttft_ms") / 1000.0,
+            "arrivals": closed.check_options(as_trace(trace), c.arrivals, think_time=c.think_time)[0],
+            "think_time": c.think_time}
 
 
 def _sessions_rows(trace, sessions: list, options: dict, progress) -> list[dict]:
