@@ -46,9 +46,11 @@ def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: b
     return [why for ok, why in checks if not ok]
 
 
-def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool,
-           kv_layers, capacity, sizes, tp: int) -> Semantics:
-    """The semantics of one simulation of `model` (its pool `sizes` as full semantics size it)."""
+def choose(sizes, kv_semantics: str, *, policy: str, engine_style: str, disagg: bool, output_kv: bool, kv_layers,
+           capacity) -> Semantics:
+    """The semantics of one simulation of the Deployment `sizes` (its model, tiers, TP, and its
+    pool as full semantics size it; `capacity`: the pool as asked)."""
+    model, tiers, tp = sizes.model_spec, sizes.tiers, sizes.tp
     from ..catalog.kv_groups import SEMANTICS, resolve_semantics
     from ..analysis.models import get_model
 

@@ -350,9 +350,8 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
     s.disagg, s.instances, s.transfer_s = _disaggregation(s.trace, s.instances, cl.prefill_instances,
                                                           cl.decode_instances, cl.kv_link, c.engine_style,
                                                           d.block_bytes, d.block_size)
-    s.semantics = choose(d.model_spec, c.kv_semantics, policy=s.spec.name, engine_style=c.engine_style,
-                         tiers=s.tiers, disagg=s.disagg, output_kv=s.output_kv, kv_layers=c.deployment.kv_layers,
-                         capacity=c.deployment.capacity, sizes=d, tp=c.deployment.tp)
+    s.semantics = choose(d, c.kv_semantics, policy=s.spec.name, engine_style=c.engine_style, disagg=s.disagg,
+                         output_kv=s.output_kv, kv_layers=c.deployment.kv_layers, capacity=c.deployment.capacity)
     if s.semantics.hybrid and s.fan is not None and s.fan.style == "sglang":
         raise ConfigError("n > 1 with --engine-style sglang is not simulated on a hybrid model's layer groups (SGLang's "
                           "hybrid tree serving parallel sampling is not checked against SGLang): add --kv-semantics full")
@@ -566,9 +565,7 @@ def _compared(s: Served, raw) -> tuple:
     hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
     by = np.argsort(s.arrival_s, kind="stable")  # (one at a time, in the order they arrived)
     order = None if np.array_equal(by, np.arange(len(s.trace))) else by
-    sequential, evictions, parts = _sequential(s.trace if order is None else s.trace.take(by), s.spec,
-                                               s.config.params, s.capacity, s.block_size, s.tiers,
-                                               s.config.cluster.tier_copies, raw.instance[by], s.instances, s.disagg,
+    sequential, evictions, parts = _sequential(s, s.trace if order is None else s.trace.take(by), raw.instance[by],
                                                (raw.status == FINISHED)[by], hybrid,
                                                judged_mask(s.arrival_s, s.warm.seconds)[by])
     return sequential, evictions, parts, order
@@ -874,8 +871,7 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
     return True, prefill_instances + decode_instances, transfer_s
 
 
-def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copies, instance_of, instances, disagg,
-                finished, hybrid: dict, judged):
+def _sequential(s: Served, trace, instance_of, finished, hybrid: dict, judged):
     """Each instance's finished requests through its own cache (and tiers), one at a time (N
     replays for N instances): the hit rate over the same requests as the concurrent one (rejected
     and refused requests left out of both; the warm-up's requests replayed, not counted), and the evictions (None with decode instances, which
@@ -883,6 +879,8 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     (hybrid semantics, whose sequential replay is the same engine's hybrid cache)."""
     from ..engine.replay import replay
 
+    spec, params, capacity, block_size, instances = s.spec, s.config.params, s.capacity, s.block_size, s.instances
+    tier_list, tier_copies, disagg = s.tiers, s.config.cluster.tier_copies, s.disagg
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
     hits = 0
     evictions = []
