@@ -3,7 +3,7 @@
 simulate() resolves the configuration (config.resolve: block size, KV and weights dtypes, pool,
 tiers), the time model, the arrivals and the router, runs the compiled loop (run.py) and returns a
 SimReport (report.py); load_sweep() runs a grid of them. The rules (arrivals, schedulers, the pool,
-time) are in docs/serving.md.
+time) are in docs/serving.md, docs/timing.md and docs/engines.md.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ MAX_BUDGET = 2 ** 31 - 1
 
 @dataclass(frozen=True)
 class Scheduler:
-    """Scheduler settings (docs/serving.md, "Schedulers", gives each default's source)."""
+    """Scheduler settings (docs/engines.md, "Schedulers", gives each default's source)."""
 
     style: str = "vllm"
     max_num_batched_tokens: int = 8192
@@ -763,7 +763,7 @@ def _extrapolated(tm) -> str:
     if spec.moe:  # the catalog has its experts, but no MoE kernel was measured for these weights on this GPU
         return (f"no {tm.dtype} MoE kernel was measured on the {tm.calibration.measured_on}, so its routed experts are "
                 "timed with its other GEMMs, at the dense GEMMs' efficiency (on the measured GPUs the MoE kernels "
-                "run 1.4-2.6x slower than that: docs/serving.md), and its terms are extrapolated from dense-model kernels")
+                "run 1.4-2.6x slower than that: docs/timing.md), and its terms are extrapolated from dense-model kernels")
     return "its terms are extrapolated from dense-model kernels"
 
 
@@ -773,7 +773,7 @@ def _pcie_warning(tm) -> str:
             "each way, which measured PCIe platforms sustain between 2 GPUs only (aiconfigurator's L40S kernels: "
             "a bus bandwidth of 18-20 GB/s over 2 GPUs, 4-5 over 4, 2 over 8; its prefill steps at TP 4 and 8 ran "
             "5.6x and 22.6x longer than predicted): read this run's times as far below what it would measure, "
-            "beyond its band (docs/serving.md, \"GPU catalog\")")
+            "beyond its band (docs/gpus.md, \"GPU catalog\")")
 
 
 def calibration_warnings(tm, trace) -> list[str]:
@@ -799,11 +799,11 @@ def calibration_warnings(tm, trace) -> list[str]:
                    + _extrapolated(tm))
     if getattr(tm, "moe", None):
         out.append("end to end, the silicon serving runs of an MoE (MiniMax-M2.5 on H200 and B200, vLLM 0.16-0.19) "
-                   "measured TTFT well above the simulated while TPOT held (docs/serving.md, 'Outside the engine'): read its "
+                   "measured TTFT well above the simulated while TPOT held (docs/timing.md, 'Outside the engine'): read its "
                    "TTFT as a lower bound")
     if getattr(tm, "gdn", None):
         out.append(f"{spec.name}'s {tm.mamba_layers} Gated DeltaNet layers run vLLM's GDN kernels as fitted on measured "
-                   "ones (Qwen3.5's, at these heads too); the band is widened to their spread (docs/serving.md)")
+                   "ones (Qwen3.5's, at these heads too); the band is widened to their spread (docs/timing.md)")
     elif getattr(tm, "mamba_layers", 0):
         out.append(f"{spec.name}'s {tm.mamba_layers} Mamba / linear-attention layers are priced by the roofline's "
                    "state term (state read and write per request, state update per token), which no measurement "
