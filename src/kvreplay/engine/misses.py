@@ -72,7 +72,7 @@ class MissAccount:
 
     tokens: int64 [requests, len(CAUSES)]: each request's missed tokens per cause.
     cause: int8 per access (trace order): 0 for a hit block, else 1 + the index in CAUSES.
-    gone: int64 per access: for an ``evicted`` block, the request it left the cache at (-1 otherwise).
+    gone: int32 per access: for an ``evicted`` block, the request it left the cache at (-1 otherwise).
     not_measured: cause -> why this run cannot see it (its tokens are then 0).
     stranded: the cache's stranded blocks over time (engine/account.py), or None.
     evicted (a property): for the window, the evicted tokens by reuse distance and by time gone
@@ -218,7 +218,7 @@ def hybrid_account(trace, block_size: int, hit_blocks: np.ndarray, in_full: np.n
     np.add.at(tokens, (request[miss], code[miss].astype(np.int64) - 1),
               np.clip(lengths[request] - position * block_size, 0, block_size)[miss])
     tokens[:, CAUSES.index("partial_block")] += np.maximum(0, lengths - counts * block_size)
-    gone = np.where(code == CODE["evicted"], earlier, -1)
+    gone = np.where(code == CODE["evicted"], earlier, -1).astype(np.int32)
     return MissAccount(tokens=tokens, cause=code, gone=gone, warmup_requests=warmup, capacity=capacity,
                        not_measured={"namespace": NO_NAMESPACES, "concurrency": SEQUENTIAL}, stranded=None,
                        detail=(trace, block_size))
