@@ -13,7 +13,6 @@ MAX_LINES = 80
 MAX_PARAMS = 10
 
 PUBLIC = "a public keyword API that only builds its options"
-OPEN = "not yet: the pool's sizing options still travel as loose keywords"
 
 # "path/in/kvreplay.py:Qualified.name": its reason
 ALLOWED = {
@@ -24,9 +23,6 @@ ALLOWED = {
     "serving/simulate.py:simulate": PUBLIC + " (SimConfig.from_keywords; the core is serve; 83 of its lines "
                                              "are the keywords' documentation)",
     "serving/routing/__init__.py:rule": "a test hook: the C rule's arguments, one to one (kv_route_rule)",
-    "serving/timing/capacity.py:kv_capacity": OPEN + " (15 parameters, about 40 call sites)",
-    "serving/timing/memory.py:memory_budget": OPEN + " (11 parameters)",
-    "serving/timing/sglang_memory.py:sglang_capacity": OPEN + " (11 parameters)",
 }
 
 

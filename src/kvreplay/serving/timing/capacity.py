@@ -10,7 +10,7 @@ from ...analysis.models import get_model
 from ...errors import ConfigError
 from ...units import parse_size
 from ...catalog.gpus import check_weights_dtype, get_gpu
-from .memory import GiB, check_positive_int, memory_budget
+from .memory import GiB, ProfileRun, check_positive_int, memory_budget
 from .pipeline import check_pp, stages
 from .models import _check_fraction, _check_tp, _weight_bytes, kv_bytes_per_token_per_gpu
 
@@ -81,13 +81,36 @@ def _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory, num_gpu
     return tokens, seqs, kv_memory, override
 
 
-def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9, *,
-                dtype: str = "bf16", kv_dtype: str = "bf16", total_memory_bytes: int | None = None,
-                max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
-                kv_cache_memory=None, num_gpu_blocks_override: int | None = None,
-                language_model_only: bool = False, pp: int = 1) -> KVCapacity:
+@dataclass(frozen=True)
+class PoolOptions:
+    """kv_capacity's options beyond the model, GPU, TP, block size and utilization (vLLM's flags of
+    the same names)."""
+
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    total_memory_bytes: int | None = None
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enforce_eager: bool = False
+    kv_cache_memory: object = None
+    num_gpu_blocks_override: int | None = None
+    language_model_only: bool = False
+    pp: int = 1
+
+    @classmethod
+    def of(cls, options: dict, what: str = "kv_capacity") -> "PoolOptions":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"{what}: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        return cls(**options)
+
+
+def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9,
+                **options) -> KVCapacity:
     """The KV pool vLLM 0.33.0 allocates per GPU, as ``KVCapacity`` (memory.py has the budget:
-    total memory x utilization - weights - activation peak - CUDA graphs - non-torch). `dtype` is
+    total memory x utilization - weights - activation peak - CUDA graphs - non-torch); keyword
+    options: PoolOptions' fields (an unknown one is refused, named). `dtype` is
     the weights dtype (bf16, fp16, fp8, int4: ``--weights-dtype``), refused where the GPU cannot
     run it (gpus.check_weights_dtype). `kv_cache_memory` (bytes or a size, "20GiB") replaces the
     profiled figure and ignores the utilization, as vLLM's ``kv_cache_memory_bytes``;
@@ -96,25 +119,25 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utiliz
     no vision tower loaded, no encoder profiled (refused for a text-only model, where it would
     change nothing). `pp`: pipeline stages (vLLM's ``--pipeline-parallel-size``), each on its own
     `tp` GPUs with its layers' weights and KV; the pool is the smallest stage's (pipeline.py)."""
+    o = PoolOptions.of(options)
     spec = get_model(model)
     g = get_gpu(gpu)
-    dtype = check_weights_dtype(dtype, g)
+    dtype = check_weights_dtype(o.dtype, g)
     tp = _check_tp(tp)
-    pp = check_pp(pp)
+    pp = check_pp(o.pp)
+    language_model_only, enforce_eager = o.language_model_only, o.enforce_eager
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise ConfigError(f"block_size must be a whole number >= 1, got {block_size!r}")
     util = _check_fraction("gpu_memory_utilization", gpu_memory_utilization)
-    tokens, seqs, kv_memory, override = _pool_options(max_num_batched_tokens, max_num_seqs, kv_cache_memory,
-                                                      num_gpu_blocks_override, enforce_eager, language_model_only)
+    tokens, seqs, kv_memory, override = _pool_options(o.max_num_batched_tokens, o.max_num_seqs, o.kv_cache_memory,
+                                                      o.num_gpu_blocks_override, enforce_eager, language_model_only)
     if language_model_only and not spec.vision:
         raise ConfigError(f"language_model_only (--language-model-only) turns a multimodal model's vision tower off; "
                           f"{spec.name} has none")
-    if total_memory_bytes is not None:
-        total_memory_bytes = check_positive_int("total_memory_bytes", total_memory_bytes)
-    b = memory_budget(spec, g, tp, util, dtype, max_num_batched_tokens=tokens, max_num_seqs=seqs,
-                      enforce_eager=enforce_eager, kv_cache_memory=kv_memory, total_memory_bytes=total_memory_bytes,
-                      language_model_only=language_model_only)
-    per_token = kv_bytes_per_token_per_gpu(spec, tp, kv_dtype)
+    total = None if o.total_memory_bytes is None else check_positive_int("total_memory_bytes", o.total_memory_bytes)
+    b = memory_budget(spec, g, tp, util, ProfileRun(dtype, tokens, seqs, enforce_eager, kv_memory, total,
+                                                    language_model_only))
+    per_token = kv_bytes_per_token_per_gpu(spec, tp, o.kv_dtype)
     parts = stages(b, spec, dtype, tp, pp, g.name, per_token, block_size, kv_memory) if pp > 1 else ()
     where = f"tp={tp}" + (f" x pp={pp}" if pp > 1 else "")
     if parts:  # the pool is the smallest stage's (kv_cache_planning.py:1583-1598)

@@ -311,22 +311,36 @@ class MemoryBudget:
         return asdict(self)
 
 
-def memory_budget(spec, gpu, tp: int, gpu_memory_utilization: float, dtype: str, *,
-                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
-                  kv_cache_memory: int | None = None, total_memory_bytes: int | None = None,
-                  language_model_only: bool = False) -> MemoryBudget:
-    """The budget of one GPU (every argument already checked; capacity.kv_capacity checks them)."""
-    total = int(gpu.memory_bytes if total_memory_bytes is None else total_memory_bytes)
+@dataclass(frozen=True)
+class ProfileRun:
+    """What vLLM's start-up memory profile runs with, beyond the model, the GPU and TP: the weights
+    dtype, the scheduler's token and sequence budgets, --enforce-eager, a measured KV size
+    (--kv-cache-memory), the device's memory and --language-model-only (every value checked:
+    capacity.kv_capacity checks them)."""
+
+    dtype: str = "bf16"
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enforce_eager: bool = False
+    kv_cache_memory: int | None = None
+    total_memory_bytes: int | None = None
+    language_model_only: bool = False
+
+
+def memory_budget(spec, gpu, tp: int, gpu_memory_utilization: float, run: ProfileRun) -> MemoryBudget:
+    """The budget of one GPU for `run` (every argument already checked; capacity.kv_capacity checks them)."""
+    total = int(gpu.memory_bytes if run.total_memory_bytes is None else run.total_memory_bytes)
     requested = math.ceil(total * gpu_memory_utilization)
-    weights = sum(weight_parts(spec, dtype, tp, gpu.name, language_model_only).values())
-    forward, sampler = activation_bytes(spec, tp, max_num_batched_tokens, max_num_seqs, dtype)
-    items, encoder, outputs = encoder_bytes(spec, tp, max_num_batched_tokens, max_num_seqs, language_model_only)
-    graphs = cudagraph_graphs(max_num_seqs, gpu.name, enforce_eager)
+    tokens, seqs, text_only = run.max_num_batched_tokens, run.max_num_seqs, run.language_model_only
+    weights = sum(weight_parts(spec, run.dtype, tp, gpu.name, text_only).values())
+    forward, sampler = activation_bytes(spec, tp, tokens, seqs, run.dtype)
+    items, encoder, outputs = encoder_bytes(spec, tp, tokens, seqs, text_only)
+    graphs = cudagraph_graphs(seqs, gpu.name, run.enforce_eager)
     cudagraph = CUDAGRAPH_BYTES_PER_GRAPH * graphs
     budget = MemoryBudget(total, float(gpu_memory_utilization), requested, weights, forward, sampler, cudagraph,
-                          graphs, float(NON_TORCH_BYTES), 0.0, int(max_num_batched_tokens), int(max_num_seqs),
-                          bool(enforce_eager), kv_cache_memory, encoder, outputs, items, bool(language_model_only))
-    available = budget.profiled_kv_bytes if kv_cache_memory is None else float(kv_cache_memory)
+                          graphs, float(NON_TORCH_BYTES), 0.0, int(tokens), int(seqs), bool(run.enforce_eager),
+                          run.kv_cache_memory, encoder, outputs, items, bool(text_only))
+    available = budget.profiled_kv_bytes if run.kv_cache_memory is None else float(run.kv_cache_memory)
     return MemoryBudget(**{**asdict(budget), "kv_bytes_available": available})
 
 

@@ -131,27 +131,46 @@ def _refuse_vllm_options(options: dict) -> None:
                               "--mem-fraction-static")
 
 
-def sglang_capacity(model, gpu, tp: int = 1, block_size: int = 16, mem_fraction_static: float | None = None, *,
-                    dtype: str = "bf16", kv_dtype: str = "bf16", max_num_batched_tokens: int | None = None,
-                    total_memory_bytes: int | None = None, language_model_only: bool = False,
-                    **vllm_options) -> SGLangCapacity:
+@dataclass(frozen=True)
+class SGLangPoolOptions:
+    """sglang_capacity's options beyond the model, GPU, TP, block size and --mem-fraction-static."""
+
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    max_num_batched_tokens: int | None = None
+    total_memory_bytes: int | None = None
+    language_model_only: bool = False
+
+    @classmethod
+    def of(cls, options: dict) -> "SGLangPoolOptions":
+        """The options, vLLM's pool options refused and max_num_seqs (not in SGLang's budget) dropped."""
+        rest = dict(options)
+        rest.pop("max_num_seqs", None)
+        _refuse_vllm_options(rest)
+        unknown = sorted(set(rest) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"sglang_capacity: unknown option {unknown[0]!r}")
+        return cls(**rest)
+
+
+def sglang_capacity(model, gpu, tp: int = 1, block_size: int = 16, mem_fraction_static: float | None = None,
+                    **options) -> SGLangCapacity:
     """The KV pool SGLang 0.5.23 allocates on each GPU (module docstring). `mem_fraction_static`:
-    SGLang's --mem-fraction-static (None: its default for the GPU and TP); `max_num_batched_tokens`:
-    the chunked prefill size its default fraction is computed with (None: SGLang's for the GPU).
-    vLLM's pool options (kv_cache_memory, num_gpu_blocks_override, enforce_eager) are refused;
-    max_num_seqs is accepted and does not enter the budget."""
-    vllm_options.pop("max_num_seqs", None)
-    _refuse_vllm_options(vllm_options)
-    if vllm_options:
-        raise ConfigError(f"sglang_capacity: unknown option {sorted(vllm_options)[0]!r}")
+    SGLang's --mem-fraction-static (None: its default for the GPU and TP); keyword options:
+    SGLangPoolOptions' fields; `max_num_batched_tokens`: the chunked prefill size its default
+    fraction is computed with (None: SGLang's for the GPU). vLLM's pool options (kv_cache_memory,
+    num_gpu_blocks_override, enforce_eager) are refused; max_num_seqs is accepted and does not
+    enter the budget."""
+    o = SGLangPoolOptions.of(options)
+    language_model_only, max_num_batched_tokens = o.language_model_only, o.max_num_batched_tokens
     spec, g = get_model(model), get_gpu(gpu)
-    dtype = check_weights_dtype(dtype, g)
+    dtype = check_weights_dtype(o.dtype, g)
     tp = _check_tp(tp)
     block_size = check_positive_int("block_size", block_size)
     if language_model_only and not spec.vision:
         raise ConfigError(f"language_model_only (--language-model-only) turns a multimodal model's vision tower off; "
                           f"{spec.name} has none")
-    total = int(g.memory_bytes if total_memory_bytes is None else total_memory_bytes)
+    total = int(g.memory_bytes if o.total_memory_bytes is None else o.total_memory_bytes)
     gpu_mem_mib = total / MiB
     chunk = None if max_num_batched_tokens is None else check_positive_int(
         "chunked_prefill_size (--chunked-prefill-size)", max_num_batched_tokens)
@@ -170,7 +189,7 @@ def sglang_capacity(model, gpu, tp: int = 1, block_size: int = 16, mem_fraction_
     reserved = pre * (1 - fraction)
     vlm = VLM_CACHE_BYTES if spec.vision and not language_model_only else 0
     available = pre - weights - reserved - vlm
-    per_token = kv_bytes_per_token_per_gpu(spec, tp, kv_dtype)
+    per_token = kv_bytes_per_token_per_gpu(spec, tp, o.kv_dtype)
     if available <= 0:
         raise ConfigError(f"{spec.name} at {dtype} over tp={tp}: the weights ({weights / GiB:.2f} GiB) leave no KV room "
                           f"in SGLang's {pre * fraction / GiB:.2f} GiB (mem_fraction_static={fraction:g} of "
