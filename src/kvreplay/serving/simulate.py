@@ -23,6 +23,7 @@ from . import closed, closed_stats, limits, routing
 from .config import resolve
 from .report import FINISHED, SimReport
 from .run import decode_blocks, run_once
+from . import beam as beam_search
 from .samples import check_applies, fan_out, private_tails, release_links, samples_per_request, summarize
 from .semantics import choose
 from .speculative import resolve as resolve_speculative
@@ -181,7 +182,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
              language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
              think_time=None, sessions: int | None = None, host=None, progress=None, speculative=None,
              num_speculative_tokens: int | None = None, acceptance=None, pp: int = 1, n: int | None = None,
-             **params):
+             beam_width: int | None = None, **params):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
     `router`: one of routing.names()) and return a SimReport.
 
@@ -263,6 +264,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         a request with n > 1 is served as vLLM 0.33.0 serves it, n child requests that share its
         prompt (serving/samples.py; the vLLM style and one instance only); the report's samples
         says the groups' shared and divergent KV and their TTFT.
+    beam_width: beam search: the width of every request whose record gives no ``beam_width``
+        (default 1: none); a request with width W > 1 is served as vLLM 0.33.0's API server runs
+        it, rounds of one-token requests, one per live beam, the beams chosen by seeded synthetic
+        logprobs (serving/beam.py; the vLLM style and one instance only); the report's beam says
+        each group's rounds, requests, prompt tokens sent and hit, shared and divergent KV and its
+        time to the final answer.
     """
     trace = as_trace(trace)
     fan = None
@@ -273,6 +280,12 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                                            rate=rate)[0] == closed.CLOSED or sessions is not None)
         parents, fan = trace, fan_out(trace, per_request_n, engine_style)
         trace = fan.trace
+    widths, beams = beam_search.widths_per_request(trace, beam_width), None
+    if (widths > 1).any():
+        beam_search.check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None,
+                                  closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time,
+                                                       speedup=speedup, rate=rate)[0] == closed.CLOSED
+                                  or sessions is not None, fan is not None, speculative is not None)
     spec_decode = resolve_speculative(speculative, num_speculative_tokens, model=model, acceptance=acceptance)
     if spec_decode is not None and engine_style != "vllm":
         raise ConfigError("speculative decoding is simulated with the vLLM scheduler style: add --engine-style vllm")
@@ -335,6 +348,11 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         drafter_pool = pool_with_drafter(spec_decode, sizes.capacity_source, sizes.weights_dtype, sizes.kv_dtype)
         if drafter_pool is not None:
             capacity = drafter_pool[0]
+    if (widths > 1).any():  # (each group's rounds of one-token requests, beam.py)
+        parents, beams = trace, beam_search.expand(trace, widths, block_size, seed)
+        trace = beams.trace
+        if spec.capacity == "ignored":
+            capacity = max(capacity, trace.num_blocks + len(trace) + 2)
     if fan is not None and fan.style == "sglang":  # (each row's partial last page its own, as SGLang's)
         fan = private_tails(fan, block_size)
         trace = fan.trace
@@ -352,14 +370,14 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     from .warmup import resolve as resolve_warmup
 
     closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
-    if loop is None and fan is None:
+    if loop is None and fan is None and beams is None:
         arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
         warm = resolve_warmup(warmup, trace, arrival_s, block_size)
     elif loop is None:  # n > 1: the parents arrive, their children with them; the warm-up is the parents' own
         # (a child's reuse of its sibling's prompt is no lookback)
         arrival_s, profile_name = arrival_times(parents, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
         warm = resolve_warmup(warmup, parents, arrival_s, block_size)
-        arrival_s = arrival_s[fan.parent]
+        arrival_s = arrival_s[(fan or beams).parent]
     else:
         if rate_profile is not None:
             raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
@@ -399,7 +417,7 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
     host_terms = host_resolve(host, tm)
     prompts = np.asarray(trace.input_length)
-    engine_arrival_s = _engine_arrivals(host_terms, arrival_s, prompts, fan)
+    engine_arrival_s = _engine_arrivals(host_terms, arrival_s, prompts, fan or beams)
     delay_s = host_terms.arrival_delay(prompts)  # (a closed loop's releases: each request's own service)
     # SGLang's groups: the samples are sent when the group's prefill-only request ends (samples.py);
     # the report keeps the parent's arrival for them (their client's), so their TTFT holds that wait
@@ -413,6 +431,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                host=host_terms, closed=loop.kernel_arrays(delay_s) if closed_run else None, speculative=spec_decode)
     if releases:
         run.update(closed=release_links(fan, engine_arrival_s), prefill_only=fan.prefill_only)
+    if beams is not None:  # each round sent when the last one has ended (beam.py)
+        run.update(closed=beams.release_links(engine_arrival_s, host_terms.request_s + host_terms.latency_s))
     draft_tm = None
     if spec_decode is not None and spec_decode.method == "draft" and _is_roofline(time_model):
         draft_tm = load_time_model(time_model, model=spec_decode.draft_model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype,
@@ -423,6 +443,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     tell(progress, 0, runs, "runs")
     raw = run_once(trace, time_model=tm, draft_time_model=draft_tm, **run)
     tell(progress, 1, runs, "runs")
+    if beams is not None:  # a later round's request: sent by the API server when the last round ended
+        arrival_s = np.where(beams.round > 0, raw.arrival_s - host_terms.request_s - host_terms.latency_s, arrival_s)
     if closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
         arrival_s = raw.arrival_s - delay_s
         warm = resolve_warmup(warmup, trace, arrival_s, block_size)
@@ -436,7 +458,9 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
             band[end] = run_once(trace, time_model=tm.at_band(end), **{
                 **run, "host": host_end, "arrival_s": _engine_arrivals(host_end, arrival_s, prompts, fan),
                 "closed": loop.kernel_arrays(end_delay_s) if closed_run else
-                release_links(fan, _engine_arrivals(host_end, arrival_s, prompts, fan)) if releases else None,
+                release_links(fan, _engine_arrivals(host_end, arrival_s, prompts, fan)) if releases else
+                beams.release_links(_engine_arrivals(host_end, arrival_s, prompts, beams),
+                                    host_end.request_s + host_end.latency_s) if beams is not None else None,
                 "draft_time_model": draft_tm.at_band(end) if hasattr(draft_tm, "at_band") else draft_tm})
             band[end + "_delay_s"] = end_delay_s
             tell(progress, 2 + k, runs, "runs")
@@ -514,6 +538,8 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         report.band = band
     if fan is not None:
         report.samples = summarize(fan, report, block_size, output_kv)
+    if beams is not None:
+        report.beam = beam_search.summarize(beams, report, block_size)
     if check:
         report.check_invariants()
         _check_tokens(report, raw)
