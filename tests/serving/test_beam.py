@@ -67,7 +67,7 @@ def test_hand_worked_hits_and_summary_when_served():
     assert (s["requests"], s["prompt_tokens_sent"], s["prompt_tokens_hit"]) == (5, 41, 24)
     # last round: [A, B(1), C(1,x)] and [A, B(2), C(2,y)]: A shared, 4 held by one; 6 as independent requests
     assert (s["final_shared_blocks"], s["final_divergent_blocks"], s["final_independent_blocks"]) == (1, 4, 6)
-    assert s["search_blocks"] == 6  # A, B', B(1), B(2) and the two Cs
+    assert s["search_blocks"] == 3  # full blocks: A, B(1), B(2) (B' and the Cs are partial, never cached)
     assert s["median_time_to_answer_s"] == pytest.approx(0.03)
     assert s["per_group"]["rounds"].tolist() == [3]
 

@@ -13,7 +13,7 @@ def lines(s: dict) -> list[str]:
            f"({s['hit_fraction']:.1%}); blocks of {s['block_size']} tokens",
            f"           last round's beams: {s['final_shared_blocks']:,} blocks shared by two or more + "
            f"{s['final_divergent_blocks']:,} held by one, against {s['final_independent_blocks']:,} as independent "
-           f"requests; the searches wrote {s['search_blocks']:,} distinct blocks"]
+           f"requests; the searches filled {s['search_blocks']:,} distinct full blocks"]
     if s["median_time_to_answer_s"] is not None:
         text = seconds_text(s["median_time_to_answer_s"])
         band = s["median_time_to_answer_band_s"]

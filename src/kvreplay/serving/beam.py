@@ -286,7 +286,7 @@ def summarize(run: BeamRun, report, block_size: int) -> dict:
     """The beam-search groups' figures (per group and totals): rounds, requests sent, prompt tokens
     sent and served from cache, the last round's KV blocks shared by two or more beams and those only
     one beam holds (against the sum of their blocks, as independent requests would hold them), the
-    distinct blocks the whole search wrote, and the time to the final answer (median over the judged
+    distinct full blocks the whole search computed (the ones the prefix cache can hold), and the time to the final answer (median over the judged
     groups, with the band's ends)."""
     groups = np.flatnonzero(run.width > 1)
     sent = np.asarray(report.prompt_tokens, dtype=np.int64)
@@ -301,7 +301,9 @@ def summarize(run: BeamRun, report, block_size: int) -> dict:
         last = rows[run.round[rows] == run.round[rows].max()]
         last_rows.append(last)
         shared, divergent, independent = _final_blocks(run, last)
-        written = np.unique(np.concatenate([t.blocks[t.offsets[c]:t.offsets[c + 1]] for c in rows])).size
+        # (full blocks only: a partial block is each request's own, never cached)
+        written = np.unique(np.concatenate([t.blocks[t.offsets[c]:t.offsets[c] + t.input_length[c] // block_size]
+                                            for c in rows])).size
         for k, v in (("parent", g), ("beam_width", run.width[g]), ("prompt_tokens", sent[rows[0]]),
                      ("rounds", int(run.round[rows].max()) + 1), ("requests", rows.size),
                      ("prompt_tokens_sent", sent[rows].sum()), ("prompt_tokens_hit", hits[rows].sum()),

@@ -530,6 +530,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
                 own = resolve_warmup(warmup, trace, sent, block_size)
                 fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
                               judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
+            elif beams is not None:  # (its later rounds sent when its own earlier rounds ended)
+                later = host_band(host_terms, end)
+                fields = dict(arrival_s=np.where(beams.round > 0, other.arrival_s - later.request_s - later.latency_s,
+                                                 report.arrival_s))
             band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
                                         finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
                                         band=None, **fields)
