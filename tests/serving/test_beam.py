@@ -118,3 +118,31 @@ def test_the_cli_prints_the_groups(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "beam       the trace's 1 beam-search requests (width up to 2): 5 one-token requests" in out
     assert "prompt tokens sent 41, served from cache 24 (58.5%)" in out
+
+
+def test_the_documented_run(tmp_path):
+    # docs/serving.md, "Beam search": its commands, and every figure it quotes from them
+    from conftest import MOONCAKE, ROOT, shared_path
+    from test_cli import kv, ok
+
+    source = shared_path(MOONCAKE / "conversation_trace.jsonl")
+    doc = (ROOT / "docs" / "serving.md").read_text()
+    section = doc[doc.index("### Beam search"):doc.index("## Clusters: instances and routers")]
+    blocks = section.split("```")
+    assert blocks[1].strip().splitlines() == ["kvreplay slice conversation_trace.jsonl --requests 0:10 -o conv10.jsonl",
+                                              "kvreplay simulate conv10.jsonl --gpu H100 --model Llama-3.1-8B --beam-width 4"]
+
+    conv = tmp_path / "conv10.jsonl"
+    assert kv("slice", source, "--requests", "0:10", "-o", conv).returncode == 0
+    out = ok("simulate", conv, "--gpu", "H100", "--model", "Llama-3.1-8B", "--beam-width", "4")
+    quoted = blocks[3].strip().splitlines()
+    assert len(quoted) == 4 and all(line in out.splitlines() for line in quoted), quoted
+    assert "(2.13%)" in out and "TTFT        258.5 ms  281.5 ms" in out
+    base = ok("simulate", conv, "--gpu", "H100", "--model", "Llama-3.1-8B")
+    rows = {line.split("  ")[0]: line.split() for line in base.splitlines()}
+    assert rows["end to end"][5:11] == ["7.89", "s", "7.59", "s", "-", "9.24"]
+    text = " ".join(section.split())
+    for figure in ("(the 2.13% of prompt tokens missed)", "7.89 s after their arrival (p50, band 7.59-9.24 s)",
+                   "1.82 ms + 6.97 ms of latency", "226 + 40 blocks, against 944", "(16,766 of them; TTFT p50 281.5 ms",
+                   "hit 0, 4, 4, 8, 8"):
+        assert figure in text, figure
