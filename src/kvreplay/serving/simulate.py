@@ -703,8 +703,8 @@ def calibration_warnings(tm, trace) -> list[str]:
                    "checks: the band covers the attention and GEMM terms only")
     if rng.get("tp") and tm.tp not in rng["tp"]:
         out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
-    if tm.gpu.link_topology == "pcie" and tm.tp > 2:
-        out.append(_pcie_warning(tm))
+    if tm.gpu.link_topology == "pcie" and tm.tp > 2 and getattr(tm, "pcie_allreduce", None) is None:
+        out.append(_pcie_warning(tm))  # (a GPU with its own PCIe all-reduce fit runs it: catalog/gpus.py)
     context = np.asarray(trace.input_length) + np.asarray(trace.output_length)
     longest = int(context.max()) if len(trace) else 0
     # an MLA run with its fitted term: the MLA modules were measured to longer prompts than the steps
