@@ -220,14 +220,15 @@ def expand(trace: Trace, width: np.ndarray, block_size: int, seed: int, logprobs
         for r, live in enumerate(per_round):
             for i, h in enumerate(live):
                 n = L + r
-                blocks = []
-                for j in range(-(-n // bs)):
+                tail = []  # blocks L // bs on: those a beam's tokens may have joined
+                for j in range(L // bs, -(-n // bs)):
                     g = min((j + 1) * bs, n) - L  # generated tokens in blocks 0..j
                     if g <= 0:
-                        blocks.append(int(ids[j]))
+                        tail.append(int(ids[j]))
                     else:
-                        blocks.append(new_ids.setdefault((j, h.states[g]), trace.num_blocks + len(new_ids)))
-                rows_blocks.append(np.asarray(blocks, dtype=np.int64))
+                        tail.append(new_ids.setdefault((j, h.states[g]), trace.num_blocks + len(new_ids)))
+                rows_blocks.append(np.concatenate([np.asarray(ids[:L // bs], dtype=np.int64),
+                                                   np.asarray(tail, dtype=np.int64)]))
                 lengths.append(n), outs.append(1), parents.append(p), rounds.append(r), beams.append(i)
     parent = np.asarray(parents, dtype=np.int64)
     offsets = np.zeros(parent.size + 1, dtype=np.int64)
