@@ -101,10 +101,11 @@ RELATIVE_CHECKS = {"B200": ("b200_sxm", "H200"), "GB200": ("gb200", "H200"), "GB
 SILICON_PROXY = {"GB200": "B200", "GB300": "B200", "B300": "B200"}
 #: GPUs without measured kernels and the measured GPU whose coefficients each borrows (by architecture:
 #: Hopper's H20 the H100's, the same GH100 die; the A100-40GB its 80 GB sibling's; Ada's L4 what the
-#: L40S borrows, the A100-80GB's; AMD's CDNA 3 MI325X and CDNA 4 MI355X what the MI300X borrows, H200's,
-#: the measured GPU nearest in bandwidth and compute); docs/serving.md, "GPU catalog"
+#: L40S borrows, the A100-80GB's, and so do the consumer RTX 4090 (Ada) and RTX 3090 (Ampere); AMD's
+#: CDNA 3 MI325X and CDNA 4 MI355X what the MI300X borrows, H200's, the measured GPU nearest in
+#: bandwidth and compute); docs/gpus.md, "GPU catalog"
 RELATIVES = {"MI300X": "H200", "L40S": "A100-80GB", "A100-40GB": "A100-80GB", "H20": "H100", "L4": "A100-80GB",
-             "MI325X": "H200", "MI355X": "H200"}
+             "MI325X": "H200", "MI355X": "H200", "RTX-4090": "A100-80GB", "RTX-3090": "A100-80GB"}
 FIT_GPU = "H100"
 #: MoE models with GQA attention (head_dim 128) whose fused MoE kernel the tables time at their
 #: exact shape, at the TP degrees tried (a degree without the shape is skipped)

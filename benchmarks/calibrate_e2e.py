@@ -30,7 +30,7 @@ synchronised: the fixed point of the simulated loop keeps whatever phase it star
 over the requests after the first B. TPOT likewise (W's and S's mean over requests of (finish -
 first token) / (OSL - 1)).
 
-**The non-kernel term** (the calibrated roofline's ``allreduce_skew_s``, docs/serving.md
+**The non-kernel term** (the calibrated roofline's ``allreduce_skew_s``, docs/timing.md
 "roofline") is fitted on H100's ``2026-04-06`` runs only, and checked on H200's and B200's, which
 the fit never saw: least absolute relative error of TTFT and TPOT, linear in the term (each run
 simulated at zero and at a probe value; the final table simulates the fitted value). Each run is

@@ -2,7 +2,7 @@
 aiconfigurator's tables (``systems/data/<gpu>/linear_attention/vllm/<version>/gdn_perf.parquet``:
 Qwen3.5's GDN layers at 1-64 value heads, prefill of 1-64 requests of 1-32,768 tokens, decode of
 1-1,024 requests), their roofline (kvreplay.serving.timing.roofline.gdn_layer_time) and its check
-(since 2026-12-04 (5); docs/serving.md, "Mamba / linear-attention layers").
+(since 2026-12-04 (5); docs/timing.md, "Mamba / linear-attention layers").
 
 A layer's time is the sum of its kernels in the phase: the causal conv1d and FlashInfer's chunked
 gated delta rule in prefill ("context"), the conv1d update and the fused recurrent rule in decode

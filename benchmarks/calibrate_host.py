@@ -6,6 +6,8 @@ measured serving runs, and their error on the runs the fit never saw, by source,
     python benchmarks/calibrate_host.py --check --host-cpu none   # the same runs, the GPU's steps alone
     python benchmarks/calibrate_host.py --check --bands   # and the share of runs each band covers (3x the time)
     python benchmarks/calibrate_host.py --band-only       # the shipped terms' band again, from the fit's linearisation
+    python benchmarks/calibrate_host.py --check --write-prediction   # and ship the prediction band's factors
+    python benchmarks/calibrate_host.py --fit-launch      # the kernel launches of a step without a CUDA graph
 
 **The runs.** NVIDIA aiconfigurator's silicon vLLM serving runs (``systems/silicon_sample.csv`` in
 aiconfigurator-core 0.12.0, the same file, byte for byte, in the aisimulate wheels 0.13.0.dev55 and
@@ -26,6 +28,13 @@ get wrong in proportion to its GPU work is not put on the host, whose terms do n
 at the last linearisation; its ends are the refits whose mean effect on the fit's latencies is at
 the 5th and 95th percentile, no term of either on the other side of the fit's (the linearisation is kept in benchmarks/.cache/host_fit.pkl;
 ``--band-only`` recomputes the band from it).
+
+**The prediction band** (prediction, --write-prediction): the 5th and 95th percentile of measured /
+simulated TTFT, TPOT and E2E over the runs that follow their protocol (PREDICTION_LEFT_OUT), by which
+a run's band widens (host.widen_band); checked leave-one-group-out (interval_table, band_table).
+
+**The launch term** (--fit-launch): the host's kernel launches per layer of a step vLLM runs
+without a CUDA graph (models.eager_step), on a grid, the other terms as shipped (fit_launch).
 
 **The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
 end-to-end latency (TTFT + TPOT x (OSL - 1), as the benchmarks define it), measured against
@@ -51,7 +60,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 import calibrate_e2e as e2e  # noqa: E402
 from calibrate_stats import print_table, ratio_stats  # noqa: E402
-from kvreplay.serving.timing.host import TERMS, HostTerms, calibrated, calibration  # noqa: E402
+from kvreplay.serving.timing.host import TERMS, HostTerms, calibrated, calibration, launch_layer_s  # noqa: E402
 from kvreplay.serving.timing.host import band_end as host_band  # noqa: E402
 
 OUT = REPO / "src" / "kvreplay" / "data" / "host_calibration.json"
@@ -74,6 +83,18 @@ BAND_RULE = (f"the refits at the {BAND_PERCENTILES[0]:g}th and {BAND_PERCENTILES
              f"on the fit's latencies, of {BOOTSTRAP} refits on the fit's runs resampled within each source; no term of "
              "an end on the other side of the fitted one")
 GPU_PROBE = 0.1  # a group's GPU factor's probe
+#: the host's kernel launches per layer of a step run without a CUDA graph, as shipped (the fit of the
+#: other terms and the check take it; --fit-launch fits it, --check --no-launch leaves it out)
+LAUNCH = launch_layer_s()
+#: --fit-launch's grid (seconds per layer)
+LAUNCH_GRID = (0.0, 200e-6, 400e-6, 800e-6)
+#: the prediction band: the sources whose measured figures do not follow their benchmark's protocol
+#: (their client is not recorded, or their arithmetic does not hold: the tables above), left out of the
+#: residual quantiles that widen it: {source (prefix): figures left out}
+PREDICTION_LEFT_OUT = {"gap-analysis": ("ttft", "e2e"), "dynamo": ("ttft", "tpot", "e2e"),
+                       "gpt-oss-120b (MoE), vLLM 0.11": ("ttft", "tpot", "e2e"),
+                       "gpt-oss-120b (MoE), vLLM 0.15": ("ttft", "tpot", "e2e")}
+PREDICTION_PERCENTILES = (5.0, 95.0)
 FAMILIES = {"Llama-3.1-70B": "Llama 3.1 (dense)", "Llama-3.1-8B": "Llama 3.1 (dense)", "Qwen3-32B": "Qwen3 (dense)",
             "MiniMax-M2.5": "MiniMax-M2.5 (MoE)", "gpt-oss-120b": "gpt-oss (MoE)"}
 
@@ -109,12 +130,13 @@ def time_model(run, scale=None):
 
 def simulate_one(job):
     """(run, terms, scale) -> (TTFT, TPOT) of the run's benchmark, or None when kvreplay refuses it.
-    `terms` "low" or "high": the shipped band's end (with `scale` the same end of the GPU's band)."""
+    `terms` "low" or "high": the shipped band's end (with `scale` the same end of the GPU's band);
+    a dict of TERMS, and launch_layer_s when not the shipped one (LAUNCH)."""
     run, terms, scale = job
     if terms in ("low", "high"):
         host = host_band(calibrated(sync=not run["async"]), terms)
     else:
-        host = HostTerms(**terms, async_scheduling=run["async"])
+        host = HostTerms(**{"launch_layer_s": LAUNCH, **terms}, async_scheduling=run["async"])
     try:
         return e2e.benchmark(run, time_model(run, scale), host)
     except Exception:  # a configuration kvreplay refuses (memory): said in the tables, not counted
@@ -271,9 +293,57 @@ def fit(runs, workers: int, rounds: int = 2):
     return terms, scales, len(mine), spread
 
 
+def predicted(row, figure: str) -> bool:
+    """Whether the prediction band's residual quantiles take `row`'s `figure` (PREDICTION_LEFT_OUT)."""
+    return not any(row["source"].startswith(k) and figure in v for k, v in PREDICTION_LEFT_OUT.items())
+
+
+def prediction_quantiles(rows, figure: str, leave_out=None):
+    """The PREDICTION_PERCENTILES of measured / simulated `figure` over `rows` that follow their
+    protocol (predicted), but those of source-and-GPU group `leave_out`: (low, high), low <= 1 <= high."""
+    ratios = [r[figure] for r in rows if predicted(r, figure) and (r["source"], r["gpu"]) != leave_out]
+    if not ratios:  # (no other group: the point estimate alone)
+        return 1.0, 1.0
+    lo, hi = np.percentile(ratios, PREDICTION_PERCENTILES)
+    return min(float(lo), 1.0), max(float(hi), 1.0)
+
+
+def prediction(rows) -> dict:
+    """The shipped prediction band's factors: {figure: [low, high]} and how they were derived."""
+    out = {m: list(prediction_quantiles(rows, m)) for m in ("ttft", "tpot", "e2e")}
+    used = sorted({(r["source"], r["gpu"]) for r in rows if predicted(r, "ttft") or predicted(r, "tpot")})
+    out["rule"] = (f"the {PREDICTION_PERCENTILES[0]:g}th and {PREDICTION_PERCENTILES[1]:g}th percentile of measured / "
+                   f"simulated (the shipped terms) over {sum(predicted(r, 'ttft') for r in rows)} measured runs' TTFT "
+                   f"({len(used)} source and GPU groups, every run that follows its benchmark's protocol); a band end is "
+                   "the farther of the parameter band's end and the point estimate x this factor")
+    return out
+
+
+def band_rows(rows, out, n):
+    """Each row's parameter band (the runs at both ends) and prediction band (widened by the residual
+    quantiles of the other source-and-GPU groups: leave-one-group-out), per figure: covered, width."""
+    quantiles = {}
+    for i, r in enumerate(rows):
+        lo_run, hi_run = out[n + r["i"]], out[2 * n + r["i"]]
+        if lo_run is None or hi_run is None:
+            continue
+        group = (r["source"], r["gpu"])
+        if group not in quantiles:
+            quantiles[group] = {m: prediction_quantiles(rows, m, group) for m in ("ttft", "tpot", "e2e")}
+        ends = {"ttft": (lo_run[0], hi_run[0]), "tpot": (lo_run[1], hi_run[1]),
+                "e2e": tuple(e[0] + e[1] * (r["osl"] - 1) for e in (lo_run, hi_run))}
+        for m, (a, b) in ends.items():
+            lo, hi = min(a, b), max(a, b)
+            centre, measured = r[f"sim_{m}"], r[f"measured_{m}"]
+            q = quantiles[group][m]
+            plo, phi = min(lo, centre * q[0]), max(hi, centre * q[1])
+            r[f"band_{m}"] = (lo <= measured <= hi, (hi - lo) / centre, plo <= measured <= phi, (phi - plo) / centre)
+
+
 def check(runs, terms, workers: int, bands: bool = False) -> dict:
     """Every run at `terms` (GPU factors 1): the error tables, and {group: stats}. With `bands`,
-    also each run at both ends of its band: the share of runs whose measured TTFT and TPOT it covers."""
+    also each run at both ends of its band: the share of runs whose measured TTFT, TPOT and E2E the
+    parameter band covers, and the prediction band (band_rows), and their median widths."""
     jobs = [(r, terms, None) for r in runs]
     if bands:
         jobs += [(r, end, end) for end in ("low", "high") for r in runs]
@@ -286,12 +356,9 @@ def check(runs, terms, workers: int, bands: bool = False) -> dict:
         ttft, tpot = o
         e2e_measured = r["ttft_s"] + r["tpot_s"] * (r["osl"] - 1)
         e2e_simulated = ttft + tpot * (r["osl"] - 1)
-        row = {**r, "ttft": r["ttft_s"] / ttft, "tpot": r["tpot_s"] / tpot, "e2e": e2e_measured / e2e_simulated}
-        if bands and out[n + i] is not None and out[2 * n + i] is not None:
-            for m, key in ((0, "ttft_s"), (1, "tpot_s")):
-                lo, hi = out[n + i][m], out[2 * n + i][m]
-                row[f"in_band_{key[:4]}"] = min(lo, hi) <= r[key] <= max(lo, hi)
-        rows.append(row)
+        rows.append({**r, "i": i, "ttft": r["ttft_s"] / ttft, "tpot": r["tpot_s"] / tpot, "e2e": e2e_measured / e2e_simulated,
+                     "sim_ttft": ttft, "sim_tpot": tpot, "sim_e2e": e2e_simulated, "measured_ttft": r["ttft_s"],
+                     "measured_tpot": r["tpot_s"], "measured_e2e": e2e_measured})
     refused = len(runs) - len(rows)
     tables = {}
     for title, key in (("by source and GPU", lambda r: (r["source"], r["gpu"], role(r))),
@@ -312,21 +379,110 @@ def check(runs, terms, workers: int, bands: bool = False) -> dict:
                      ("TTFT measured / simulated, median [5-95%]", False), ("TPOT error", True), ("E2E error", True)),
                     (cells(k, s) for k, s in stats.items()))
         tables[title] = {" / ".join(k): {m: v["mape"] for m, v in s.items()} for k, s in stats.items()}
+    tables["prediction"] = prediction(rows)
+    print("prediction band factors (measured / simulated, "
+          f"{PREDICTION_PERCENTILES[0]:g}th-{PREDICTION_PERCENTILES[1]:g}th percentile): "
+          + ", ".join(f"{m.upper()} {tables['prediction'][m][0]:.2f}-{tables['prediction'][m][1]:.2f}"
+                      for m in ("ttft", "tpot", "e2e")))
+    tables["interval"] = interval_table(rows)
     if bands:
-        covered = {}
-        for r in rows:
-            if "in_band_ttft" in r:
-                covered.setdefault((r["source"], r["gpu"]), []).append((r["in_band_ttft"], r["in_band_tpot"]))
-        print_table("the band (each run at both ends of its GPU steps' measured / predicted band and of the host "
-                    "terms' band): the share of runs whose measured value it covers",
-                    (("source", False), ("GPU", False), ("runs", True), ("TTFT covered", True), ("TPOT covered", True)),
-                    ([k[0], k[1], str(len(v)), f"{100 * np.mean([a for a, _ in v]):.0f}%",
-                      f"{100 * np.mean([b for _, b in v]):.0f}%"] for k, v in sorted(covered.items())))
-        tables["band"] = {" / ".join(k): [float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v]))]
-                          for k, v in covered.items()}
+        band_rows(rows, out, n)
+        tables["band"] = band_table(rows)
     held = [r for r in rows if not in_fit(r)]
     tables["held back"] = {m: ratio_stats([r[m] for r in held])["mape"] for m in ("ttft", "tpot", "e2e")} if held else {}
     return tables
+
+
+def interval_table(rows) -> dict:
+    """The prediction interval alone (the point estimate x the 5th / 95th percentile of measured /
+    simulated over the other source-and-GPU groups; the shipped band is never narrower): by source
+    and GPU, each figure's share of runs it covers and its width relative to the point estimate."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["source"], r["gpu"]), []).append(r)
+    out = {}
+    for g, v in sorted(groups.items()):
+        out[g] = {}
+        for m in ("ttft", "tpot", "e2e"):
+            q = prediction_quantiles(rows, m, g)
+            out[g][m] = [float(np.mean([q[0] <= r[m] <= q[1] for r in v])), q[1] - q[0]]
+    protocol = {m: [r for r in rows if predicted(r, m)] for m in ("ttft", "tpot", "e2e")}
+    everything = {m: [float(np.mean([x[m][0] for g, x in out.items() for _ in groups[g] if predicted(groups[g][0], m)]))]
+                  for m in ("ttft", "tpot", "e2e")}
+    print_table("the prediction interval (leave-one-group-out: each source and GPU covered by the other groups' 5th-95th "
+                "percentile of measured / simulated): share of runs covered (width / point estimate)",
+                (("source", False), ("GPU", False), ("runs", True), ("TTFT", False), ("TPOT", False), ("E2E", False)),
+                [[g[0], g[1], str(len(v))] + [f"{100 * out[g][m][0]:.0f}% (x{out[g][m][1]:.2f})" for m in ("ttft", "tpot", "e2e")]
+                 for g, v in sorted(groups.items())]
+                + [["all that follow their protocol", "", str(len(protocol["ttft"]))]
+                   + [f"{100 * everything[m][0]:.0f}%" for m in ("ttft", "tpot", "e2e")]])
+    return {" / ".join(g): v for g, v in out.items()}
+
+
+def band_table(rows) -> dict:
+    """The coverage table: by source and GPU, each figure's share covered and median width relative
+    to the point estimate, parameter band -> prediction band."""
+    covered = {}
+    for r in rows:
+        if "band_ttft" in r:
+            covered.setdefault((r["source"], r["gpu"]), []).append(r)
+    everything = [r for v in covered.values() for r in v]
+
+    def cell(v, m):
+        b = [r[f"band_{m}"] for r in v]
+        return (f"{100 * np.mean([x[0] for x in b]):.0f}% -> {100 * np.mean([x[2] for x in b]):.0f}% "
+                f"(x{np.median([x[1] for x in b]):.2f} -> x{np.median([x[3] for x in b]):.2f})")
+
+    print_table("the band (each run at both ends of its GPU steps' measured / predicted band and of the host terms' "
+                "band), then the prediction band (the farther of those ends and the point estimate x the 5th / 95th "
+                "percentile of measured / simulated over the other source-and-GPU groups): share of runs covered, "
+                "parameter -> prediction, (median width / point estimate)",
+                (("source", False), ("GPU", False), ("runs", True), ("TTFT covered (width)", False),
+                 ("TPOT covered (width)", False), ("E2E covered (width)", False)),
+                [[k[0], k[1], str(len(v))] + [cell(v, m) for m in ("ttft", "tpot", "e2e")] for k, v in sorted(covered.items())]
+                + [["all that follow their protocol", "", str(sum(predicted(r, "ttft") for r in everything))]
+                   + [cell([r for r in everything if predicted(r, m)], m) for m in ("ttft", "tpot", "e2e")]])
+    covered[("all that follow their protocol", "")] = [r for r in everything if predicted(r, "ttft")]
+    return {" / ".join(k): {m: [float(np.mean([r[f"band_{m}"][j] for r in v])) for j in (0, 2)]
+                            + [float(np.median([r[f"band_{m}"][j] for r in v])) for j in (1, 3)]
+                            for m in ("ttft", "tpot", "e2e")} for k, v in covered.items()}
+
+
+def fit_launch(runs, workers: int) -> dict:
+    """The host's kernel launches per layer of an eager step (models.eager_step), by least absolute
+    relative error of TTFT and TPOT over the fit's runs whose TTFT it fits (FIT_SOURCES), on
+    LAUNCH_GRID, the other terms at the shipped ones (a coarse fit: each point simulates them all).
+    A least at the grid's largest value is not a fit (the error still falls where the launches stand
+    in for what else makes the runs slow, e.g. an MoE's prefill kernels, which the terms' fit gives
+    each group's GPU factors and this fit does not): then 0 is shipped, the grid recorded."""
+    mine = [r for r in runs if in_fit(r) and "ttft" in FIT_SOURCES[r["source"]]]
+    shipped = {k: float(calibration()["terms"][k]) for k in TERMS}
+
+    def objective(values):
+        jobs = [(r, {**shipped, "launch_layer_s": v}, None) for v in values for r in mine]
+        out = simulate_all(jobs, workers)
+        scores = []
+        for j, v in enumerate(values):
+            err = []
+            for r, o in zip(mine, out[j * len(mine):(j + 1) * len(mine)]):
+                if o is None:
+                    continue
+                for m, key in ((0, "ttft_s"), (1, "tpot_s")):
+                    if key[:4] in FIT_SOURCES[r["source"]]:
+                        err.append(abs(r[key] - o[m]) / r[key])
+            scores.append(float(np.mean(err)))
+            print(f"launch {v * 1e6:.1f} us a layer: the fit's mean |error| {100 * scores[-1]:.2f}%", flush=True)
+        return scores
+
+    grid = list(LAUNCH_GRID)
+    allv, alls = grid, objective(grid)
+    best = allv[int(np.argmin(alls))]
+    pinned = best < grid[-1]  # a least at the grid's end: the runs do not pin it down (shipped as 0)
+    return {"layer_s": float(best) if pinned else 0.0, "least_on_grid_s": float(best), "pinned": bool(pinned),
+            "grid": {f"{v * 1e6:.2f} us": s for v, s in sorted(zip(allv, alls))},
+            "method": "least mean absolute relative error of TTFT and TPOT over the fit's runs whose TTFT it fits, on a grid, "
+                      "the other terms at the shipped ones; applied to steps of more tokens than vLLM's largest CUDA "
+                      "graph (the capture sizes of the run's max_num_seqs; every step under --enforce-eager)"}
 
 
 def main(argv=None) -> int:
@@ -338,6 +494,12 @@ def main(argv=None) -> int:
     ap.add_argument("--bands", action="store_true", help="also the share of runs each band covers (3x the time)")
     ap.add_argument("--band-only", action="store_true",
                     help="recompute the shipped terms' band from the last fit's linearisation (benchmarks/.cache/host_fit.pkl)")
+    ap.add_argument("--no-launch", action="store_true",
+                    help="with --check: the shipped terms without the kernel-launch term of eager steps (before it)")
+    ap.add_argument("--fit-launch", action="store_true",
+                    help="fit only the kernel launches per layer of an eager step (the other terms as shipped), write it")
+    ap.add_argument("--write-prediction", action="store_true",
+                    help="with --check: write the prediction band's residual quantiles into the shipped calibration")
     ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
                     help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
                          "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")
@@ -352,11 +514,21 @@ def main(argv=None) -> int:
     runs, left = e2e.silicon_runs(t.silicon())
     print(f"runs: {len(runs)} silicon (left out: {left})")
     if args.host_cpu == "none":
-        terms = dict.fromkeys(TERMS, 0.0)
+        terms = {**dict.fromkeys(TERMS, 0.0), "launch_layer_s": 0.0}
         runs = [{**r, "async": False} for r in runs]
+    elif args.fit_launch:
+        data = json.loads(OUT.read_text())
+        data["launch"] = fit_launch(runs, args.jobs)
+        OUT.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"launch: {data['launch']['layer_s'] * 1e6:.2f} us a layer (least on the grid "
+              f"{data['launch']['least_on_grid_s'] * 1e6:.2f} us{'' if data['launch']['pinned'] else ', its end: not pinned down'}); "
+              f"wrote {OUT.relative_to(REPO)}")
+        return 0
     elif args.check:
         shipped = calibration()["terms"]
         terms = {k: float(shipped[k]) for k in TERMS}
+        if args.no_launch:
+            terms["launch_layer_s"] = 0.0
     else:
         terms, scales, n, spread = fit(runs, args.jobs)
         data = {
@@ -372,12 +544,21 @@ def main(argv=None) -> int:
             "sources": [{"name": "NVIDIA aiconfigurator silicon serving runs (systems/silicon_sample.csv)",
                          "package": f"aiconfigurator-core=={e2e_wheel_version()} (PyPI)", "license": "Apache-2.0"}],
         }
+        kept = json.loads(OUT.read_text())  # (the launch term's fit and the prediction band: their own options)
+        data.update({k: kept[k] for k in ("launch", "prediction") if k in kept})
         OUT.write_text(json.dumps(data, indent=1) + "\n")
         calibration.cache_clear()
         print(f"wrote {OUT.relative_to(REPO)}")
     if args.only:
         runs = [r for r in runs if any(text in r["source"] for text in args.only.split(","))]
-    check(runs, terms, args.jobs, args.bands)
+    tables = check(runs, terms, args.jobs, args.bands)
+    if args.write_prediction:
+        if args.only or args.no_launch or args.host_cpu == "none":
+            ap.error("--write-prediction takes every run at the shipped terms (no --only, --no-launch, --host-cpu none)")
+        data = json.loads(OUT.read_text())
+        data["prediction"] = tables["prediction"]
+        OUT.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote the prediction band into {OUT.relative_to(REPO)}")
     return 0
 
 

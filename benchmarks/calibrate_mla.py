@@ -1,6 +1,6 @@
 """The MLA half of benchmarks/calibrate.py: vLLM's MLA modules in aiconfigurator's tables, the MLA
 term of the roofline fitted on them (kvreplay.serving.timing.roofline ``MLA_COEFFICIENTS``), and
-DeepSeek-V3's steps composed from them (since 2026-12-05; docs/serving.md, "MLA layers", and
+DeepSeek-V3's steps composed from them (since 2026-12-05; docs/timing.md, "MLA layers", and
 benchmarks/RESULTS.md, the calibration record).
 
 - **The tables**: ``systems/data/<gpu>/mla/vllm/<version>/mla_{context,generation}_module_perf.parquet``

@@ -1,6 +1,6 @@
 """The MoE half of benchmarks/calibrate.py: vLLM's fused MoE kernels in aiconfigurator's tables,
 their roofline (kvreplay.serving.timing.roofline.moe_layer_time), the MoE models' steps composed
-from measured kernels, and the bands they give (since 2026-12-04 (5); docs/serving.md, "routed
+from measured kernels, and the bands they give (since 2026-12-04 (5); docs/timing.md, "routed
 experts of an MoE", and benchmarks/RESULTS.md, the calibration record).
 
 - **The tables**: ``systems/data/<gpu>/moe/vllm/<version>/moe_perf.parquet`` of the same wheel,

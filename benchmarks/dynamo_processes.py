@@ -1,5 +1,5 @@
 """The whole command, as a user waits for it: `kvreplay simulate` against a process running NVIDIA
-Dynamo's offline replay on the same inputs (docs/serving.md, "Speed, the whole command").
+Dynamo's offline replay on the same inputs (docs/fidelity.md, "Speed, the whole command").
 
 Each run is a new process timed by /usr/bin/time (wall, user+sys CPU, peak RSS of that process
 alone); the two alternate, one untimed run of each first, medians of --runs. Both read the same

@@ -1,7 +1,7 @@
 """Hybrid KV semantics' replay throughput: block accesses per second of the compiled engine
-(policies/hybrid.c, ``replay_hybrid_compiled``) and of the reference (policies/hybrid.py,
+(hybrid/coordinator.c, ``replay_hybrid_compiled``) and of the reference (hybrid/coordinator.py,
 ``replay_hybrid``), vLLM 0.33.0's hybrid manager request by request; with ``--policy radix``,
-SGLang 0.5.23's UnifiedRadixCache (policies/radix_hybrid.c and .py; the pool: its full-attention
+SGLang 0.5.23's UnifiedRadixCache (hybrid/unified_radix.c and .py; the pool: its full-attention
 pages, the SWA pool 0.8 of it).
 
     python benchmarks/hybrid.py [--policy vllm|radix] [--runs 5] [--reference-runs 5] [--capacities 2275,100000] [--code HEAD|REF|installed]
@@ -49,14 +49,14 @@ def timed(fn):
 def replayers(policy: str, trace, groups):
     """(compiled, reference) replays of one pool size, each returning (hits, counters, resident)."""
     if policy == "vllm":
-        from kvreplay.policies.hybrid import replay_hybrid, replay_hybrid_compiled
+        from kvreplay.hybrid.coordinator import replay_hybrid, replay_hybrid_compiled
 
         def reference(capacity):
             hits, pool = replay_hybrid(trace, capacity, groups, BLOCK_SIZE)
             return hits, pool.stats, pool.resident_count()
 
         return (lambda capacity: replay_hybrid_compiled(trace, capacity, groups, BLOCK_SIZE)), reference
-    from kvreplay.policies.radix_hybrid import replay_radix_hybrid, replay_radix_hybrid_compiled
+    from kvreplay.hybrid.unified_radix import replay_radix_hybrid, replay_radix_hybrid_compiled
 
     def reference(capacity):
         hits, cache = replay_radix_hybrid(trace, groups, BLOCK_SIZE, full_pages=capacity)

@@ -8,7 +8,7 @@ tokens) re-sent with a 200-token tail each turn, round robin, three rounds; gemm
 layout (52 sliding-window layers of 1,024 tokens in 6 groups, 10 full-attention layers), block
 size 16, one request at a time. The pool is sized so the sessions' full-attention blocks fill
 25%, 50% or 12.5% of it. Prints the warm rounds' hit rate (token-weighted over rounds 2 and 3)
-under each retention, from kvreplay's hybrid semantics (policies/hybrid.py), which
+under each retention, from kvreplay's hybrid semantics (hybrid/coordinator.py), which
 tests/real_engines/test_vllm_hybrid.py checks request by request against vLLM 0.33.0's own
 KVCacheManager in both modes, on this same scenario.
 

@@ -1,5 +1,5 @@
 """Full-attention against hybrid semantics: the hit rate a hybrid model gets under vLLM 0.33.0's
-hybrid manager (policies/hybrid.py) against what kvreplay printed before (every layer as full
+hybrid manager (hybrid/coordinator.py) against what kvreplay printed before (every layer as full
 attention), at the same KV bytes, for docs/policies.md ("Hybrid models").
 
 For each model, trace and capacity in GiB: `kvreplay run TRACE --model M --capacity C --policy vllm

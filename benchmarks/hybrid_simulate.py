@@ -1,5 +1,5 @@
 """`kvreplay simulate` of a hybrid model under full-attention and hybrid KV semantics, with the
-calibrated roofline and its band, for docs/serving.md ("Hybrid layer groups").
+calibrated roofline and its band, for docs/engines.md ("Hybrid layer groups").
 
 The whole conversation trace (12,031 requests, 512-token blocks) at its timestamps divided by
 each --speedups load, gpt-oss-120b on --tp x --gpu with int4 weights (its checkpoint is mxfp4),

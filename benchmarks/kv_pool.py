@@ -2,6 +2,7 @@
 
     python benchmarks/kv_pool.py          # the error tables (docs/memory.md)
     python benchmarks/kv_pool.py --fit    # refit the one fitted constant on the points marked "fit"
+    python benchmarks/kv_pool.py --terms  # vLLM 0.33.0's non-torch term instead of the fitted constant
 
 Each point of benchmarks/data/vllm_kv_pool_points.csv is a public vLLM log (URL and quoted
 lines in the file) with its configuration and the settings the source leaves unstated (assumed
@@ -9,14 +10,28 @@ at vLLM's defaults, column settings_assumed). The measured KV memory is the log'
 cache memory" (or "the rest of the memory reserved for KV Cache"), else its token count x the
 model's KV bytes per token per GPU. The prediction is timing/memory.py's budget (vLLM 0.33.0's
 terms) at the point's GPU, TP, weights dtype, utilization, max_num_batched_tokens, max_num_seqs
-and enforce_eager, with the version differences the budget has had:
+and enforce_eager. A log that names no GPU but prints the device's total ("Free memory on device
+(free/total GiB)") is sized from that total (column measured_total_gib). The version differences
+the budget has had:
 
 - V0 engines (before 0.8, or marked V0) profiled differently: NCCL's buffers and the CUDA context
   were non-torch memory inside the budget (PR 10511's Llama-3-8B: 1.79 GiB at TP 1, 3.58 GiB at
   TP 2), the profile ran max_num_seqs whole sequences, and the sampler sorted. They are listed
-  apart, with NCCL_BYTES on TP > 1, and are not in the V1 error summary. (V1 0.10.2 at TP 8 printed
-  0.21 GiB of non-torch memory: NCCL is outside V1's budget, as it is in 0.33.0.)
+  apart and are not in the V1 error summary.
+- NCCL inside the budget (V0, and V1 up to 0.10): vLLM took its start-up snapshot before
+  ``init_worker_distributed_environment`` (vLLM 0.10.2's gpu_worker.py:175 and 192), so NCCL's
+  buffers and custom all-reduce's were non-torch memory inside the budget; PR 25359 (merged
+  2025-09-22, in 0.11.0) moved the snapshot after them, where 0.33.0 takes it (gpu_worker.py:500-544).
+  On TP > 1 over NVLink: NCCL_BYTES a rank; over PCIe (no custom all-reduce beyond 2 GPUs,
+  fewer NCCL channels): none (the one PCIe log, 8 x L40S in 0.10.2, printed 0.21 GiB of non-torch
+  memory in all).
 - V1 before 0.21: the CUDA graphs were captured after the pool was sized (not in the budget).
+- V1 up to 0.10 sorted in its dummy sampler run: FlashInfer was only an extra of the wheel
+  (vLLM 0.10.2's METADATA: ``flashinfer-python==0.3.0; extra == "flashinfer"``), so a pip install
+  took the PyTorch-native top-k/top-p path (topk_topp_sampler.py:41-76 of 0.10.2), which sorts
+  the logits: SORT_BYTES_PER_LOGIT a logit instead of 0.33.0's 14. A point whose log says
+  FlashInfer sampled (column sampler "flashinfer") keeps 14; column sampler "sort" marks a log
+  that states the fallback.
 
 Points whose model or GPU the catalogs lack are listed as skipped with the reason. The error is
 (predicted - measured) / measured KV memory, reported for pools of at least 5 GiB (a relative
@@ -46,6 +61,36 @@ GiB = 1 << 30
 #: non-torch memory (3.58 - 1.79 GiB)
 NCCL_BYTES = int(1.79 * GiB)
 SMALL_POOL = 5 * GiB
+#: The dummy sampler run's bytes a logit on vLLM 0.10.2's PyTorch-native top-k/top-p path (taken when
+#: FlashInfer is absent or disabled, vllm/v1/sample/ops/topk_topp_sampler.py:41-76): the bf16 logits
+#: (2) and their fp32 copy (4, sampler.py:87) beside ``logits.sort`` (topk_topp_sampler.py:145), whose
+#: fp32 values (4) and int64 indices (8) are its outputs and whose radix sort holds an int64 index
+#: input (8) and a second key/value buffer (4 + 8) while it runs (PyTorch's segmented sort: inferred,
+#: not read). 38 B; the logs that print the peak give 38.6 (256 and 1,024 rows of 151,936 logits).
+#: A point's column ``sampler`` says "sort" where its log states that fallback.
+SORT_BYTES_PER_LOGIT = 38
+#: The last vLLM release whose start-up snapshot preceded NCCL's buffers and whose wheel left
+#: FlashInfer an extra (both changed in 0.11.0; module docstring)
+LAST_PRE_011 = (0, 10)
+#: vLLM 0.33.0's non-torch memory inside the budget, term by term (``--terms``): what the profile
+#: adds outside PyTorch after the start-up snapshot, which follows the CUDA context, NCCL's and
+#: custom all-reduce's buffers and the cuBLAS handles (gpu_worker.py:500-544; mem_utils.py:312-321).
+#: The two V1 logs that print it at TP 1 say 0.02 and 0.06 GiB: their mean. timing/memory.py still
+#: carries the fitted NON_TORCH_BYTES (1.59 GiB); docs/memory.md compares the two.
+TERM_NON_TORCH_BYTES = int(0.04 * GiB)
+
+
+def sorts_logits(p: dict) -> bool:
+    """Whether the point's dummy sampler run took the sort path (module docstring)."""
+    if p["sampler"] in ("sort", "flashinfer"):
+        return p["sampler"] == "sort"
+    return engine(p) == "V1" and version_tuple(p["vllm_version"]) <= LAST_PRE_011
+
+
+def nccl_in_budget(p: dict, gpu) -> bool:
+    """Whether NCCL's buffers (NCCL_BYTES a rank) sit inside the point's budget (module docstring)."""
+    early = engine(p) == "V0" or version_tuple(p["vllm_version"]) <= LAST_PRE_011
+    return int(p["tp"]) > 1 and early and gpu is not None and gpu.link_topology != "pcie"
 
 
 def version_tuple(text: str) -> tuple:
@@ -73,21 +118,25 @@ def terms(p: dict) -> dict | None:
     if p["skip_reason"]:
         return None
     try:
-        spec, gpu = get_model(p["catalog_model"]), get_gpu(p["gpu"])
+        spec = get_model(p["catalog_model"])
+        gpu = get_gpu(p["gpu"]) if p["gpu"] or not p["measured_total_gib"] else None
     except KvreplayError:
         return None
+    total = gpu.memory_bytes if gpu is not None else round(float(p["measured_total_gib"]) * GiB)
+    gpu_name = gpu.name if gpu is not None else ""
     tp, dtype = int(p["tp"]), p["weights_dtype"]
     tokens, seqs = int(p["max_num_batched_tokens"]), int(p["max_num_seqs"])
     eager = p["enforce_eager"] == "True"
     version = version_tuple(p["vllm_version"])
-    forward, sampler = memory.activation_bytes(spec, tp, tokens, seqs, dtype)
-    graphs = memory.cudagraph_graphs(seqs, gpu.name, eager) if version >= (0, 21) else 0
+    per_logit = SORT_BYTES_PER_LOGIT if sorts_logits(p) else None
+    forward, sampler = memory.activation_bytes(spec, tp, tokens, seqs, dtype, per_logit)
+    graphs = memory.cudagraph_graphs(seqs, gpu_name, eager) if version >= (0, 21) else 0
     per_token = kv_bytes_per_token_per_gpu(spec, tp, p["kv_dtype"] or "bf16")
     measured = (float(p["measured_kv_gib"]) * GiB if p["measured_kv_gib"]
                 else int(p["measured_tokens"]) * per_token)
-    nccl = 1.0 if tp > 1 and engine(p) == "V0" else 0.0
-    return {"requested": np.ceil(gpu.memory_bytes * float(p["gpu_memory_utilization"])), "nccl": nccl,
-            "weights": sum(memory.weight_parts(spec, dtype, tp, gpu.name).values()),
+    nccl = 1.0 if nccl_in_budget(p, gpu) else 0.0
+    return {"requested": np.ceil(total * float(p["gpu_memory_utilization"])), "nccl": nccl,
+            "weights": sum(memory.weight_parts(spec, dtype, tp, gpu_name).values()),
             "peak": max(forward, sampler), "forward": forward, "sampler": sampler, "graphs": graphs,
             "measured": measured, "engine": engine(p)}
 
@@ -103,11 +152,16 @@ def constants() -> dict:
 
 def fit(rows: list[tuple[dict, dict]]) -> dict:
     """The non-torch constant (bytes) over the V1 fit points: the median of what each leaves once
-    the code-derived terms are taken (>= 0; the median, since two fit points leave their
-    configuration unstated and pull 3-4 GiB either way). Nothing else is fitted."""
+    the other terms are taken (>= 0; the median, since two fit points leave their configuration
+    unstated and pull 3-4 GiB either way). Nothing else is fitted."""
     rest = [t["requested"] - t["weights"] - t["peak"] - memory.CUDAGRAPH_BYTES_PER_GRAPH * t["graphs"]
             - NCCL_BYTES * t["nccl"] - t["measured"] for _, t in rows]
     return {**constants(), "non_torch": max(float(np.median(rest)), 0.0)}
+
+
+def gpu_label(p: dict) -> str:
+    """The point's GPU, or the total its log printed when it names none."""
+    return p["gpu"] or f"unnamed ({p['measured_total_gib']} GiB)"
 
 
 def family(p: dict) -> str:
@@ -127,14 +181,14 @@ def print_points(errs) -> None:
           "| error GiB | error |")
     print("|---|---|---:|---|---|---|---|---:|---:|---:|---:|")
     for p, t, pred, err, small in errs:
-        print(f"| {p['id']} | {p['gpu']} | {p['tp']} | {p['catalog_model']} | {p['vllm_version']} | {t['engine']} | "
+        print(f"| {p['id']} | {gpu_label(p)} | {p['tp']} | {p['catalog_model']} | {p['vllm_version']} | {t['engine']} | "
               f"{p['split']} | {t['measured'] / GiB:.2f} | {pred / GiB:.2f} | {(pred - t['measured']) / GiB:+.2f} | "
               + ("(pool < 5 GiB)" if small else f"{100 * err:+.1f}%") + " |")
 
 
 def print_groups(errs) -> None:
     v1 = [(p, e) for p, t, _, e, small in errs if t["engine"] == "V1" and not small]
-    for label, key in (("GPU", lambda p: p["gpu"]), ("model family", family),
+    for label, key in (("GPU", gpu_label), ("model family", family),
                        ("vLLM version", lambda p: "unstated" if version_tuple(p["vllm_version"])[0] == 99
                         else ".".join(map(str, version_tuple(p["vllm_version"]))))):
         groups: dict = {}
@@ -158,7 +212,7 @@ def print_groups(errs) -> None:
         print(f"V0 points (apart, not modelled): {len(v0)}, median abs error {100 * statistics.median(v0):.1f}%")
 
 
-def print_term_checks(points) -> None:
+def print_term_checks(points, non_torch: float) -> None:
     """Each term vLLM printed against the term the budget computes."""
     print("\n| point | term | measured GiB | predicted GiB |")
     print("|---|---|---:|---:|")
@@ -172,21 +226,28 @@ def print_term_checks(points) -> None:
             pred = sum(memory.weight_parts(spec, dtype, tp, gpu.name).values())
             print(f"| {p['id']} | weights | {float(p['measured_weights_gib']):.2f} | {pred / GiB:.2f} |")
         if p["measured_activation_gib"] and p["max_num_batched_tokens"]:
-            fwd, smp = memory.activation_bytes(spec, tp, int(p["max_num_batched_tokens"]), int(p["max_num_seqs"]), dtype)
+            fwd, smp = memory.activation_bytes(spec, tp, int(p["max_num_batched_tokens"]), int(p["max_num_seqs"]), dtype,
+                                               SORT_BYTES_PER_LOGIT if sorts_logits(p) else None)
             print(f"| {p['id']} | profile peak (forward {fwd / GiB:.2f}, sampler {smp / GiB:.2f}) | "
                   f"{float(p['measured_activation_gib']):.2f} | {max(fwd, smp) / GiB:.2f} |")
         if p["measured_non_torch_gib"]:
-            print(f"| {p['id']} | non-torch | {float(p['measured_non_torch_gib']):.2f} | "
-                  f"{memory.NON_TORCH_BYTES / GiB:.2f} |")
+            nccl = NCCL_BYTES if nccl_in_budget(p, gpu if p["gpu"] else None) else 0
+            print(f"| {p['id']} | non-torch{' (with NCCL)' if nccl else ''} | {float(p['measured_non_torch_gib']):.2f} | "
+                  f"{(non_torch + nccl) / GiB:.2f} |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fit", action="store_true", help="refit the non-torch constant on the 'fit' points and print it")
+    ap.add_argument("--fit", action="store_true", help="refit the non-torch constant on the 'fit' points and use it")
+    ap.add_argument("--terms", action="store_true",
+                    help="take vLLM 0.33.0's non-torch term (TERM_NON_TORCH_BYTES) instead of the fitted constant")
     args = ap.parse_args(argv)
     points = load_points()
     rows = [(p, t) for p in points if (t := terms(p)) is not None]
     c = constants()
+    if args.terms:
+        c = {**c, "non_torch": TERM_NON_TORCH_BYTES}
+        print(f"term by term: non-torch {TERM_NON_TORCH_BYTES / GiB:.2f} GiB\n")
     if args.fit:
         c = fit([(p, t) for p, t in rows if p["split"] == "fit" and t["engine"] == "V1"
                  and abs(t["measured"]) >= SMALL_POOL])
@@ -196,7 +257,7 @@ def main(argv=None) -> int:
     print_points(errs)
     print("\nV1 points whose measured pool is at least 5 GiB (relative error):\n")
     print_groups(errs)
-    print_term_checks(points)
+    print_term_checks(points, c["non_torch"])
     skipped = [p for p in points if p["skip_reason"] or all(p is not q for q, _ in rows)]
     if skipped:
         print("\nskipped:")

@@ -1,5 +1,5 @@
 """Mooncake FAST'25 from its released traces: Figure 10 (a global KV cache against local ones) and
-Figure 5's ordering of prefill schedulers on TTFT. docs/serving.md ("Mooncake FAST'25") discusses
+Figure 5's ordering of prefill schedulers on TTFT. docs/fidelity.md ("Mooncake FAST'25") discusses
 the numbers this prints.
 
 Figure 10. The paper serves its traces on 10 prefill instances with a 3M-token cache each and

@@ -93,3 +93,12 @@ def test_a_development_trees_core_must_be_built_from_its_sources(tmp_path):
     (root / "setup.py").unlink()
     installed = mrc()
     assert installed.returncode == 0 and installed.stderr == "", installed.stderr
+
+
+def test_no_merge_leftovers_are_tracked():
+    """A merge's .orig/.rej files (one was once committed under src/) are never part of the tree."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    leftovers = [p for p in tracked.stdout.splitlines() if p.endswith((".orig", ".rej", ".BACKUP", ".BASE"))]
+    assert leftovers == []

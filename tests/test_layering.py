@@ -18,6 +18,7 @@ LAYERS = (
     ("native", "files", "plugins", "data", "tables", "units", "progress", "checks"),
     ("catalog",),
     ("trace",),
+    ("hybrid",),
     ("policies",),
     ("engine",),
     ("analysis",),
@@ -249,3 +250,52 @@ def test_the_c_check_reads_calls_and_includes(tmp_path):
     assert edges["serving/a"] == {"include/kv", "serving/b"}
     assert edges["serving/b"] == {"serving/a"}  # (its own static helper, not a.c's)
     assert cycles(edges) == [["serving/a", "serving/b"]]
+
+
+# ---- the hybrid engines: the kernel drives them through their table only --------------------------
+#
+# vLLM's hybrid KV cache coordinator and SGLang's UnifiedRadixCache live in hybrid/ and fill one
+# table (hybrid/engine.h HybridEngine); the serving kernel calls them through it, as it calls a
+# policy through its KvPolicy. No serving file calls a function an engine defines (its internals:
+# hy_*, rh_*) nor includes an engine's own header.
+
+ENGINE_PREFIXES = ("hy_", "rh_")
+
+
+def engine_internal_calls(root: Path = SRC) -> list[str]:
+    """Every call from a serving/ file to a function an engine file (hybrid/) defines, or named with
+    an engine's internal prefix, and every include of an engine header other than its table."""
+    parsed = {p: c_parse(p) for p in sorted([*root.rglob("*.c"), *root.rglob("*.h")])}
+    internal = {name for p, (_, exported, _, _) in parsed.items() if c_module(p, root).startswith("hybrid/")
+                for name in exported}
+    found = []
+    for p, (includes, _, private, calls) in parsed.items():
+        me = c_module(p, root)
+        if not me.startswith("serving/"):
+            continue
+        found += [f"{me} calls {name}" for name in sorted(calls - private)
+                  if name in internal or name.startswith(ENGINE_PREFIXES)]
+        found += [f"{me} includes {inc}" for inc in includes
+                  if "hybrid/" in inc and not inc.endswith("hybrid/engine.h")
+                  or inc.endswith(("policies/hybrid.h", "policies/radix_hybrid.h"))]
+    return found
+
+
+def test_the_kernel_calls_no_engine_internals():
+    assert engine_internal_calls() == []
+
+
+def test_the_engine_check_finds_direct_calls(tmp_path):
+    # (a check of the check: the kernel as it was, calling vLLM's pool and SGLang's tree directly)
+    for d in ("hybrid", "serving/kernel"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "hybrid" / "unified_radix.c").write_text("int rh_begin(int x) { return x; }\nint tree_helper(int x) { return x; }\n")
+    (tmp_path / "serving" / "kernel" / "sglang_hybrid.c").write_text(
+        '#include "../../hybrid/unified_radix.h"\n#include "../../hybrid/engine.h"\n'
+        "int sgh_begin(int x) { return rh_begin(x) + tree_helper(x); }\n"
+        "int sgh_touch(int x) { return table->touch(x); }\n")
+    (tmp_path / "serving" / "kernel" / "hybrid.c").write_text('#include "../../policies/hybrid.h"\nint hyb_admit(int x) { return hy_start(x); }\n')
+    assert engine_internal_calls(tmp_path) == [
+        "serving/kernel/hybrid calls hy_start", "serving/kernel/hybrid includes ../../policies/hybrid.h",
+        "serving/kernel/sglang_hybrid calls rh_begin", "serving/kernel/sglang_hybrid calls tree_helper",
+        "serving/kernel/sglang_hybrid includes ../../hybrid/unified_radix.h"]

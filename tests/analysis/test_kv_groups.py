@@ -8,7 +8,7 @@ import pytest
 from kvreplay.catalog.kv_groups import layout, resolve_semantics
 from kvreplay.analysis.models import get_model, kv_bytes_per_token
 from kvreplay.errors import ConfigError
-from kvreplay.policies.hybrid import Group
+from kvreplay.hybrid.coordinator import Group
 
 
 def test_gpt_oss_120b_two_groups_of_18_layers():

@@ -129,8 +129,7 @@ def both_passes(trace, block_size):
     for one_pass in (_pass_reference, _pass_compiled):
         per_request = [np.zeros(len(trace), np.int64) for _ in range(3)]
         reuse = np.zeros(NUM_BUCKETS + 1, np.int64)
-        first = one_pass(trace.offsets, trace.blocks, trace.input_length, block_size, trace.num_blocks, *per_request,
-                         reuse, max(1, trace.num_blocks))
+        first = one_pass(trace, block_size, *per_request, reuse, max(1, trace.num_blocks))
         out.append((first, *(a.tolist() for a in per_request), reuse.tolist()))
     return out
 

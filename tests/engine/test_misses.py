@@ -202,7 +202,7 @@ def test_layer_groups_by_hand(engine):
     # only c. r2 [a b c d e] 20 tokens: full attention could serve 4 blocks, the window's last
     # cached block is c, so the hit is 3 blocks (12 tokens): d is the layer groups' (4 tokens); e
     # holds the last token (partial block).
-    from kvreplay.policies.hybrid import Group
+    from kvreplay.hybrid.coordinator import Group
 
     trace = kvreplay.Trace.from_requests([(list("abcd"), 16), (list("abcde"), 20)])
     r = kvreplay.replay(trace, "vllm", 100, 4, kv_groups=[Group("full"), Group("sliding_window", window=5)],
@@ -215,7 +215,7 @@ def test_layer_groups_by_hand(engine):
 
 @st.composite
 def hybrid_case(draw):
-    from kvreplay.policies.hybrid import Group
+    from kvreplay.hybrid.coordinator import Group
     from strategies import chained_requests
 
     reqs, bs = draw(chained_requests())

@@ -138,8 +138,7 @@ def test_logs_agree_under_holds_event_by_event(name, params, data, capacity):
         else:
             ref.unpin_request(i, request, lengths[i], block_size, ref_handles.pop(i))
             admitted = Counter(request) if spec.caches_at_release else Counter()  # (trtllm stores at its end)
-        lifecycle.run_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, [e], hit_blocks,
-                            held, refused, handles)
+        lifecycle.run_state(spec, state, trace, block_size, [e], hit_blocks, held, refused, handles)
         if e >= 0:
             assert (hit_blocks[i], held[i], refused[i]) == (k, len(ref_handles[i]), ref_refused)
         log = take_evictions(state).tolist()
@@ -181,9 +180,8 @@ def test_the_log_changes_nothing(name, params, data, capacity):
                 driver.replay_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, hit_blocks,
                                     np.zeros(n, np.int64))
             else:
-                lifecycle.run_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, events,
-                                    hit_blocks, np.zeros(n, np.int64), np.zeros(n, np.bool_),
-                                    np.zeros(trace.num_accesses + n, np.int64))
+                lifecycle.run_state(spec, state, trace, block_size, events, hit_blocks, np.zeros(n, np.int64),
+                                    np.zeros(n, np.bool_), np.zeros(trace.num_accesses + n, np.int64))
             out.append((hit_blocks.tolist(), spec.read_state(state), spec.resident_mask(state).tolist(),
                         state.hold[:3].tolist()))
         results.append(out)

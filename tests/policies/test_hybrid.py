@@ -1,4 +1,4 @@
-"""vLLM's hybrid manager (policies/hybrid.py) by hand: a hit is the longest prefix every layer
+"""vLLM's hybrid manager (hybrid/coordinator.py) by hand: a hit is the longest prefix every layer
 group can serve; sliding-window and Mamba groups cache sparsely under vLLM's default retention.
 tests/real_engines/test_vllm_hybrid.py checks the same code against vLLM 0.33.0's own."""
 
@@ -8,7 +8,7 @@ import pytest
 
 import kvreplay
 from kvreplay.errors import ConfigError
-from kvreplay.policies.hybrid import Group, HybridPool
+from kvreplay.hybrid.coordinator import Group, HybridPool
 
 SWA = [Group("sliding_window", window=9), Group("full")]  # block size 4: need = ceil(8 / 4) = 2 blocks
 

@@ -1,5 +1,5 @@
-"""The compiled hybrid replay (policies/hybrid.c, replay_hybrid_compiled) against the reference
-(policies/hybrid.py, replay_hybrid): per-request hit blocks, the counters and the resident count
+"""The compiled hybrid replay (hybrid/coordinator.c, replay_hybrid_compiled) against the reference
+(hybrid/coordinator.py, replay_hybrid): per-request hit blocks, the counters and the resident count
 equal, on random chained traces over every group layout vLLM's hybrid manager mixes, both
 retention modes, pools small enough to evict and to refuse, and small prefill chunks; then the
 Mooncake conversation trace with gpt-oss-120b's layout. tests/real_engines/test_vllm_hybrid.py
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.errors import ConfigError
-from kvreplay.policies.hybrid import Group, replay_hybrid, replay_hybrid_compiled
+from kvreplay.hybrid.coordinator import Group, replay_hybrid, replay_hybrid_compiled
 from conftest import MOONCAKE, shared_path
 from strategies import chained_requests
 

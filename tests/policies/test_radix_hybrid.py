@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's hybrid prefix caches (policies/radix_hybrid.py) by hand, and against the
+"""SGLang 0.5.23's hybrid prefix caches (hybrid/unified_radix.py) by hand, and against the
 per-request hits SGLang's own UnifiedRadixCache gave on 24 scenarios.
 
 The hand cases derive every number in a comment (P = page size = block size, W = window;
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import kvreplay
-from kvreplay.policies.hybrid import Group
-from kvreplay.policies.radix_hybrid import UnifiedRadix, replay_radix_hybrid
+from kvreplay.hybrid.coordinator import Group
+from kvreplay.hybrid.unified_radix import UnifiedRadix, replay_radix_hybrid
 
 
 def SWA(window):
@@ -98,7 +98,7 @@ def test_a_hit_after_a_tombstone_needs_a_whole_window_of_live_tokens():
     assert cache.serve(*requests[0]) == 0
     assert [(s, e, live) for s, e, _, live, _ in tree(cache)] == [
         (0, 3, "tomb"), (3, 4, "live"), (4, 6, "live"), (6, 10, "live"), (10, 12, "live")]
-    assert cache.swa_free == 100 - 9  # 9 live tokens; the tombstone's 3 went back at the checkpoint
+    assert cache.pools.swa_free == 100 - 9  # 9 live tokens; the tombstone's 3 went back at the checkpoint
     # The match's SWA check: run = +inf, a tombstone sets it to 0 (and fails), a live node adds its
     # tokens and passes iff run >= W = 2. A request sharing the first n tokens (limit n + 3 - 1):
     # n = 3: [0, 3) is a tombstone -> hit 0
@@ -182,7 +182,7 @@ def test_mamba_hits_the_deepest_node_holding_a_state():
     assert cache.serve(*requests[2]) == 10
     # r3 = a0..a5 + 2 more: no state at or above 6 on its path -> 0
     assert cache.serve(*requests[3]) == 0
-    assert cache.mamba_free == 10 - 4  # states at [6, 10) twice, r2's [10, 11) and r3's [6, 8)
+    assert cache.pools.mamba_free == 10 - 4  # states at [6, 10) twice, r2's [10, 11) and r3's [6, 8)
 
 
 def test_mamba_extra_buffer_caches_up_to_the_tracked_state_only():
@@ -192,7 +192,7 @@ def test_mamba_extra_buffer_caches_up_to_the_tracked_state_only():
     # the last 2 pages are not cached at all.
     assert cache.serve(*requests[0]) == 0
     assert [(s, e, st) for s, e, _, _, st in tree(cache)] == [(0, 8, "state")]
-    assert cache.mamba_free == 10 - 1
+    assert cache.pools.mamba_free == 10 - 1
     # r1 (170 tokens, the same 10 pages + 1): hits the state at 128 tokens (8 pages); its extend
     # (42 tokens) is shorter than the grid: no state, nothing inserted
     assert cache.serve(*requests[1]) == 8
@@ -221,7 +221,7 @@ def test_replay_radix_hybrid_returns_hits_and_the_cache():
     assert hits.dtype == np.int64 and hits.tolist() == [0, 4, 6, 6, 6]
     assert cache.resident_count() == 6 + 3 + 5 + 2 + 8 + 4
     assert set(cache.stats) >= {"admissions", "evictions", "swa_evictions", "mamba_evictions"}
-    assert cache.swa_pages == int(200 * 16 * 0.8) // 16  # SGLang's --swa-full-tokens-ratio 0.8
+    assert cache.pools.swa_pages == int(200 * 16 * 0.8) // 16  # SGLang's --swa-full-tokens-ratio 0.8
 
 
 def test_a_prompt_larger_than_the_full_pool_is_refused():
@@ -448,6 +448,6 @@ def test_sglang_own_cache_request_by_request(label):
         hits.append(cache.serve(pages, len(prompt), out_len) * P)
         cache.check()
     assert hits == expected
-    aux = ((cache.swa_free * P, cache.swa_resident_count() * P) if cache.has_swa
-           else (cache.mamba_free, cache.mamba_state_count()))
-    assert (cache.full_free * P, cache.resident_count() * P) + aux == pools
+    aux = ((cache.pools.swa_free * P, cache.swa_resident_count() * P) if cache.has_swa
+           else (cache.pools.mamba_free, cache.mamba_state_count()))
+    assert (cache.pools.full_free * P, cache.resident_count() * P) + aux == pools

@@ -1,5 +1,5 @@
-"""The compiled SGLang hybrid cache (policies/radix_hybrid.c, replay_radix_hybrid_compiled) against
-the reference (policies/radix_hybrid.py, replay_radix_hybrid): per-request hit pages, the
+"""The compiled SGLang hybrid cache (hybrid/unified_radix.c, replay_radix_hybrid_compiled) against
+the reference (hybrid/unified_radix.py, replay_radix_hybrid): per-request hit pages, the
 counters, the tree's pages, its live SWA pages and its Mamba states equal, on random traces that
 share prefixes, over SWA, Mamba (both strategies) and SWA + Mamba trees, pools small enough to
 evict in every component and to refuse, and small prefill chunks; then the Mooncake conversation
@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvreplay
-from kvreplay.policies.hybrid import Group
-from kvreplay.policies.radix_hybrid import replay_radix_hybrid, replay_radix_hybrid_compiled
+from kvreplay.hybrid.coordinator import Group
+from kvreplay.hybrid.unified_radix import replay_radix_hybrid, replay_radix_hybrid_compiled
 from conftest import MOONCAKE, shared_path
 from strategies import chained_requests
 
@@ -100,7 +100,7 @@ def test_decode_caches_outputs_and_frees_the_window():
     groups = [Group("full"), Group("sliding_window", window=32)]
     cache = assert_equal(trace, groups, 16, full_pages=100, outputs=[400])
     assert (cache.resident_count(), cache.swa_resident_count()) == (28, 6)
-    assert (cache.full_free, cache.swa_free) == (100 - 28, 80 - 6)  # (SWA pool: 0.8 of the full one)
+    assert (cache.pools.full_free, cache.pools.swa_free) == (100 - 28, 80 - 6)  # (SWA pool: 0.8 of the full one)
 
 
 def test_small_pools_evict_in_every_component_and_agree():

@@ -222,7 +222,7 @@ def test_own_blocks_leave_out_the_shared_ones():
     own_blocks = native.function("kv_own_blocks", i, p, p, i, i, p, i, i)
 
     def own(events, r):
-        lifecycle.run_state(spec, state, t.offsets, t.blocks, t.input_length, BS, events, hit, held, refused, handles)
+        lifecycle.run_state(spec, state, t, BS, events, hit, held, refused, handles)
         table, record = spec.compiled(state)
         start, end = int(t.offsets[r]), int(t.offsets[r + 1])
         return own_blocks(table, native.ptr(record), start, end, native.ptr(handles), start + r, int(held[r]))

@@ -15,17 +15,20 @@ What is real and what is stubbed
   ``vllm.distributed``, ``vllm.model_executor`` (but for ``layers.quantization`` and its
   ``utils.quant_utils``, real: ``--quantization``'s choices and types), ``vllm.compilation``,
   ``vllm.lora``, ``vllm.multimodal``, ``vllm.v1.worker``, ``vllm.v1.executor``. Third-party
-  packages, stubbed when not installed: torch (its ``__version__`` the 2.14.0 vLLM pins), cbor2,
+  packages, stubbed when not installed: cbor2,
   transformers, safetensors, aiohttp, psutil, zmq, openai_harmony, openai, uvloop, fastapi,
-  prometheus_client, pybase64. ``VLLM_TARGET_DEVICE=cpu`` (vLLM's own variable) picks its CPU
+  prometheus_client, pybase64. torch is always stubbed (its ``__version__`` the 2.14.0 vLLM pins), even
+  when installed, so the flag table does not depend on the machine: with a real torch, the
+  ``--lora-dtype`` annotation ``torch.dtype | LoRADType`` turns into choices, with a stub it takes any
+  value (kvreplay emits no LoRA flag). ``VLLM_TARGET_DEVICE=cpu`` (vLLM's own variable) picks its CPU
   platform, whose device type ``DeviceConfig``'s default reads while the parser is built. The
   frontend's flags (``vllm serve``'s ``--host``, ``--port``, ...) are not built: they need the
   OpenAI protocol packages; the commands emit none of them (vLLM's defaults: port 8000, every
   interface).
 - SGLang: ``ServerArgs.add_cli_args`` (sglang/srt/server_args.py) on an ``argparse`` parser, as
   ``python -m sglang.launch_server`` parses. Stubbed: ``sglang.srt.distributed`` and
-  ``sglang.kernels`` (imported by a validation hook, never called while parsing); third-party, when
-  not installed: torch (2.14.1, as SGLang pins), psutil, pybase64, triton, starlette, zmq, aiohttp.
+  ``sglang.kernels`` (imported by a validation hook, never called while parsing); torch, always
+  (2.14.1, as SGLang pins); third-party, when not installed: psutil, pybase64, triton, starlette, zmq, aiohttp.
 - sglang-router: ``RouterArgs.add_cli_args`` (sglang_router/router_args.py), with its compiled
   extension from the wheel; nothing stubbed.
 
@@ -71,6 +74,11 @@ THIRD_PARTY = {
 STUBBED: dict = {}
 
 
+def _always(engine: str) -> tuple:
+    """Modules stubbed even when installed: torch, so the parsers do not depend on the machine."""
+    return ("torch",) if engine in TORCH else ()
+
+
 class EngineMissing(RuntimeError):
     """A wheel could not be found or downloaded."""
 
@@ -97,7 +105,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                     return importlib.util.spec_from_file_location(name, base / "__init__.py",
                                                                   submodule_search_locations=[str(base)])
                 return importlib.util.spec_from_file_location(name, str(base) + ".py")
-            if not any(name == p or name.startswith(p + ".") for p in STUB_MODULES[self.engine]):
+            if not any(name == p or name.startswith(p + ".") for p in STUB_MODULES[self.engine] + _always(self.engine)):
                 return None
         STUBBED.setdefault(self.engine, set()).add(name)
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
@@ -139,7 +147,9 @@ def extracted(engine: str, download: bool = False) -> Path:
 def _loaded(engine: str, root: Path):
     """`root` first on sys.path with the engine's stubs installed; everything restored after."""
     package = WHEELS[engine][0]
-    owned = lambda n: n == package or n.startswith(package + ".") or isinstance(sys.modules.get(n), _StubModule)  # noqa: E731
+    always = _always(engine)
+    owned = lambda n: (n == package or n.startswith(package + ".") or isinstance(sys.modules.get(n), _StubModule)  # noqa: E731
+                       or n.split(".")[0] in always)
     saved = {n: sys.modules.pop(n) for n in list(sys.modules) if owned(n)}
     front, back = _Finder(engine, root, False), _Finder(engine, root, True)
     sys.path.insert(0, str(root))

@@ -1,7 +1,13 @@
 """The inert stand-ins the real-engine harnesses load an engine's source with (engine_parsers.py,
-vllm_scheduler.py, test_vllm_engine.py): stub classes (any attribute is another stub; false, empty,
-usable in annotations and unions) and stub packages, whose attributes are stubs except the real
-submodules a harness names. Each harness subclasses StubModule with its own `real` set."""
+vllm_scheduler.py, sglang_scheduler.py, test_vllm_engine.py, test_radix_engine.py,
+test_sglang_hybrid.py): stub classes (any attribute is another stub; false, empty, usable in
+annotations and unions) and stub packages, whose attributes are stubs except the real submodules a
+harness names. Each harness subclasses StubModule with its own `real` set.
+
+Stub classes come in families (:class:`Stubs`): one class per qualified name read (reading the same
+name twice gives the same class), and, when a family is given a `reads` dict, every name read
+through one of its stubs is counted there (sglang_scheduler.py checks a run reads no stub beyond an
+allowed list)."""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ class StubMeta(type):
     def __getattr__(cls, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return stub_class(name)
+        return cls._stubs.read(f"{cls.__qualname__}.{name}")
 
     def __bool__(cls):
         return False
@@ -33,33 +39,74 @@ class StubMeta(type):
 
 
 class StubBase(metaclass=StubMeta):
+    """A stub instance: constructible with anything, callable, false, empty."""
+
     def __init__(self, *args, **kwargs):
+        pass
+
+    def __init_subclass__(cls, **kwargs):
         pass
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return stub_class(name)()
+        return self._stubs.read(f"{type(self).__qualname__}().{name}")()
 
     def __call__(self, *args, **kwargs):
-        return stub_class("result")()
+        return self._stubs.read(f"{type(self).__qualname__}()()")()
 
     def __bool__(self):
         return False
+
+    def __len__(self):
+        return 0
 
     def __iter__(self):
         return iter(())
 
 
-def stub_class(name):
-    return StubMeta(str(name), (StubBase,), {})
+class Stubs:
+    """A family of stub classes, one per qualified name; `reads` (a dict), when given, counts every
+    name read through the family's stubs."""
+
+    def __init__(self, reads: dict | None = None):
+        self.reads, self.classes = reads, {}
+
+    def cls(self, name) -> type:
+        name = str(name)
+        made = self.classes.get(name)
+        if made is None:
+            made = StubMeta(name.rsplit(".", 1)[-1], (StubBase,), {"_stubs": self, "__qualname__": name})
+            self.classes[name] = made
+        return made
+
+    def read(self, what: str) -> type:
+        if self.reads is not None:
+            self.reads[what] = self.reads.get(what, 0) + 1
+        return self.cls(what)
+
+
+StubBase._stubs = Stubs()
+
+
+def stub_class(name) -> type:
+    return StubBase._stubs.cls(name)
+
+
+NOT_OVERRIDDEN = object()
 
 
 class StubModule(types.ModuleType):
-    """A stub package: its attributes are stubs, except its real submodules (`real`: full names of
-    the modules loaded from the engine's source as they are)."""
+    """A stub package: its attributes are stubs (of the family `stubs`, named by their full name),
+    except its real submodules (`real`: full names of the modules loaded from the engine's source as
+    they are) and what `override` gives."""
 
     real: frozenset = frozenset()
+    stubs: Stubs = StubBase._stubs
+
+    def override(self, name):
+        """A harness's own value for attribute `name` of this package (NOT_OVERRIDDEN: a stub)."""
+        return NOT_OVERRIDDEN
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -67,6 +114,8 @@ class StubModule(types.ModuleType):
         full = f"{self.__name__}.{name}"
         if full in self.real or any(m.startswith(full + ".") for m in self.real):
             return importlib.import_module(full)
-        value = stub_class(name)
+        value = self.override(name)
+        if value is NOT_OVERRIDDEN:
+            value = self.stubs.cls(full)
         setattr(self, name, value)
         return value

@@ -206,14 +206,14 @@ import importlib.util
 import os
 import subprocess
 import sys
-import types
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # (wheel_files beside it; pytest runs with --import-mode=importlib)
+if str(Path(__file__).resolve().parent) not in sys.path:  # (engine_stubs and wheel_files beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_stubs import NOT_OVERRIDDEN, StubMeta, StubModule, Stubs  # noqa: E402
 from wheel_files import extract_once  # noqa: E402
 
 VERSION = os.environ.get("KVREPLAY_SGLANG_VERSION", "0.5.23")
@@ -289,85 +289,19 @@ class SGLangMissing(RuntimeError):
     pass
 
 
-class _StubMeta(type):
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        _note(f"{cls.__qualname__}.{name}")
-        return _stub_class(f"{cls.__qualname__}.{name}")
-
-    def __bool__(cls):
-        return False
-
-    def __iter__(cls):
-        return iter(())
-
-    def __or__(cls, other):
-        return cls
-
-    __ror__ = __or__
-
-    def __getitem__(cls, item):
-        return cls
-
-
-class _StubBase(metaclass=_StubMeta):
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        _note(f"{type(self).__qualname__}().{name}")
-        return _stub_class(f"{type(self).__qualname__}().{name}")()
-
-    def __call__(self, *args, **kwargs):
-        _note(f"{type(self).__qualname__}()()")
-        return _stub_class(f"{type(self).__qualname__}()()")()
-
-    def __bool__(self):
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-    def __len__(self):
-        return 0
-
-
-def _note(what):
-    STUB_READS[what] = STUB_READS.get(what, 0) + 1
-
-
-_STUB_CLASSES: dict = {}
-
-
-def _stub_class(name):
-    cls = _STUB_CLASSES.get(name)
-    if cls is None:
-        cls = _StubMeta(str(name).rsplit(".", 1)[-1], (_StubBase,), {})
-        cls.__qualname__ = str(name)
-        _STUB_CLASSES[name] = cls
-    return cls
-
-
+_STUBS = Stubs(STUB_READS)
 OVERRIDES: dict = {}
 
 
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        full = f"{self.__name__}.{name}"
-        if full in REAL_MODULES or any(m.startswith(full + ".") for m in REAL_MODULES):
-            return importlib.import_module(full)
-        over = OVERRIDES.get(self.__name__, {})
-        if name in over:
-            value = over[name]
-        else:
-            value = _stub_class(full)
-        setattr(self, name, value)
-        return value
+class _StubModule(StubModule):
+    stubs = _STUBS
+
+    @property
+    def real(self):
+        return REAL_MODULES
+
+    def override(self, name):
+        return OVERRIDES.get(self.__name__, {}).get(name, NOT_OVERRIDDEN)
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -770,7 +704,7 @@ class RealSGLang:
         for name in REAL_MODULES:
             module = self.saved.get(name)
             for obj in vars(module).values() if module is not None else ():
-                if (isinstance(obj, type) and getattr(obj, "__module__", None) == name and isinstance(obj, _StubMeta)
+                if (isinstance(obj, type) and getattr(obj, "__module__", None) == name and isinstance(obj, StubMeta)
                         and obj.__qualname__ != "Scheduler"):  # only its methods are used (SCHEDULER_METHODS)
                     bad.append(f"{name}.{obj.__qualname__}")
         if bad:
@@ -839,7 +773,7 @@ class Settings:
     # hybrid Mamba model (full attention + Mamba / linear-attention layers, as Qwen3-Next): the
     # MAMBA component and HybridReqToTokenPool's state slots, extra_buffer strategy. mamba_slots:
     # the MambaPool's slots (--max-mamba-cache-size); None: num_pages + 4, kvreplay's default
-    # (policies/radix_hybrid.py UnifiedRadix: more than the tree can hold)
+    # (hybrid/unified_radix.py UnifiedRadix: more than the tree can hold)
     mamba: bool = False
     mamba_slots: int | None = None
 

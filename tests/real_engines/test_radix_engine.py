@@ -52,7 +52,6 @@ import os
 import subprocess
 import sys
 import time as real_time
-import types
 from array import array
 from pathlib import Path
 from types import SimpleNamespace
@@ -65,8 +64,9 @@ from kvreplay.engine import driver
 from kvreplay.policies.radix import Radix
 from conftest import MOONCAKE, shared_path
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # (wheel_files beside it; pytest runs with --import-mode=importlib)
+if str(Path(__file__).resolve().parent) not in sys.path:  # (engine_stubs and wheel_files beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_stubs import StubModule  # noqa: E402
 from wheel_files import extract_once  # noqa: E402
 
 pytestmark = pytest.mark.engines
@@ -79,34 +79,8 @@ REAL_MODULES = {f"{MEM_CACHE}.{name}" for name in ("radix_cache", "base_prefix_c
 
 # ---- loading radix_cache.py from the wheel, with stubs for the rest of sglang ------------------------
 
-class _Stub:
-    """An inert stand-in: constructible, callable, any attribute is another stub."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __call__(self, *args, **kwargs):
-        return _Stub()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub()
-
-    def __class_getitem__(cls, item):
-        return cls
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        full = f"{self.__name__}.{name}"
-        if full in REAL_MODULES:
-            return importlib.import_module(full)
-        value = type(name, (_Stub,), {})
-        setattr(self, name, value)
-        return value
+class _StubModule(StubModule):
+    real = frozenset(REAL_MODULES)
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -1,4 +1,4 @@
-"""kvreplay's SGLang hybrid reference (policies/radix_hybrid.py) against SGLang 0.5.23's own
+"""kvreplay's SGLang hybrid reference (hybrid/unified_radix.py) against SGLang 0.5.23's own
 ``UnifiedRadixCache`` with FULL+SWA, FULL+MAMBA and FULL+SWA+MAMBA components, request by request.
 
 Opt-in, as the other real-engine tests:
@@ -79,10 +79,11 @@ from pathlib import Path
 import pytest
 
 from conftest import MOONCAKE, shared_path
-from kvreplay.policies.hybrid import Group
-from kvreplay.policies.radix_hybrid import UnifiedRadix
+from kvreplay.hybrid.coordinator import Group
+from kvreplay.hybrid.unified_radix import UnifiedRadix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
+from engine_stubs import StubModule  # noqa: E402
 from sglang_scheduler import SGLangMissing, extracted_root, hybrid_req_to_token_pool  # noqa: E402
 from hybrid_workloads import BS, mooncake, multi_turn  # noqa: E402
 from test_radix_engine import VERSION, synth_tokens  # noqa: E402
@@ -100,53 +101,8 @@ MAMBA_CHUNK = 64
 
 # ---- loading SGLang's cache modules with inert stubs for the rest ----------------------------------
 
-class _StubMeta(type):
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _StubMeta(name, (_Stub,), {})
-
-    def __iter__(cls):
-        return iter(())
-
-
-class _Stub(metaclass=_StubMeta):
-    """Constructible, callable, false, empty; any attribute is another stub."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __bool__(self):
-        return False
-
-    def __len__(self):
-        return 0
-
-    def __iter__(self):
-        return iter(())
-
-    def __call__(self, *args, **kwargs):
-        return _Stub()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub()
-
-    def __class_getitem__(cls, item):
-        return cls
-
-    def __init_subclass__(cls, **kwargs):
-        pass
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = _StubMeta(name, (_Stub,), {})
-        setattr(self, name, value)
-        return value
+class _StubModule(StubModule):
+    """(no real submodules: SGLang's cache modules are loaded by the finder)"""
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -492,7 +448,7 @@ def run_kvreplay(requests, groups, P, *, full_pages, swa_pages, mamba_slots, str
     for ids, L in requests:
         hit = cache.serve(ids, L)
         cache.check()
-        out.append((hit * P, cache.full_free, cache.swa_free, cache.mamba_free, cache.resident_count(),
+        out.append((hit * P, cache.pools.full_free, cache.pools.swa_free, cache.pools.mamba_free, cache.resident_count(),
                     cache.swa_resident_count(), cache.mamba_state_count()))
     return out, cache.stats
 

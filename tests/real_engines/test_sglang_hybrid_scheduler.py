@@ -20,7 +20,7 @@ schedule, first token time, finish time, preemptions (retractions):
   (tests/real_engines/sglang_scheduler.py says what is real and what is stubbed);
 - ``kvreplay.serving.run.run_once(..., kv_groups=[full, sliding_window W], kv_engine="sglang",
   scheduler=Scheduler(style="sglang", ...))``: serving/kernel/sglang_hybrid.c over
-  policies/radix_hybrid.c. Both pools as SGLang sizes them: ``capacity`` full-attention pages and
+  hybrid/unified_radix.c. Both pools as SGLang sizes them: ``capacity`` full-attention pages and
   int(full tokens x 0.8) // page SWA pages (--swa-full-tokens-ratio).
 
 Cases (``CASES``): the first 200 requests of ../shared's Mooncake conversation trace at its
@@ -148,7 +148,7 @@ def as_requests(rows: list, settings: harness.Settings):
 
 
 def kvreplay_run(trace, arrival, settings: harness.Settings):
-    from kvreplay.policies.hybrid import Group
+    from kvreplay.hybrid.coordinator import Group
     from kvreplay.serving.run import run_once
     from kvreplay.serving.simulate import Scheduler
     from kvreplay.serving.timing import PolynomialProfile

@@ -25,7 +25,7 @@ conversation trace, a light pool (4000 pages) and a tight one (300 pages; the la
 needs 237), fcfs and lpm, and fcfs without chunked prefill. A case fails if fewer requests agree
 than ``EXPECTED`` and is an expected failure while any disagrees; ``KVREPLAY_SGLANG_STRICT=1``
 asks for full agreement. Requests agreeing on all five fields, when this test was written (e779a1f)
-and after the rules the step tests isolate were adopted (docs/serving.md, "Against SGLang's own
+and after the rules the step tests isolate were adopted (docs/fidelity.md, "Against SGLang's own
 scheduler"):
 
     case (of 300)                 light fcfs  light lpm  tight fcfs  tight lpm  light no-chunk  tight no-chunk
@@ -147,7 +147,7 @@ EXPECTED = {  # requests agreeing on all five fields, of 300
 }
 
 DEPARTURES = (
-    "kvreplay's sglang style departs from SGLang 0.5.23 where docs/serving.md's SGLang table says it "
+    "kvreplay's sglang style departs from SGLang 0.5.23 where docs/engines.md's SGLang table says it "
     "does not model it: a chunked prompt held whole from its first chunk (SGLang allocates chunk by chunk: "
     "schedule_policy.py add_chunked_req, allocation.py alloc_for_extend), so a second request may find no "
     "room for two steps (conversation 0-299, tight, lpm, at 97.33 s); a finished request's output pages "

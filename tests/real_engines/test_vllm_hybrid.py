@@ -1,4 +1,4 @@
-"""kvreplay's hybrid semantics (policies/hybrid.py) against vLLM 0.33.0's own hybrid KV cache
+"""kvreplay's hybrid semantics (hybrid/coordinator.py) against vLLM 0.33.0's own hybrid KV cache
 manager, request by request.
 
 Opt-in, as test_vllm_engine.py (whose wheel loader and stubs this reuses):
@@ -33,7 +33,7 @@ import pytest
 
 import kvreplay
 from conftest import MOONCAKE, shared_path
-from kvreplay.policies.hybrid import Group
+from kvreplay.hybrid.coordinator import Group
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
 from hybrid_workloads import BS, mooncake, multi_turn  # noqa: E402

@@ -39,7 +39,7 @@ The harness's hybrid groups (``Settings.groups``) are checked too. Requests that
 time, each with one output token, must get the hits of kvreplay's hybrid replay, which
 test_vllm_hybrid.py checks against vLLM's KVCacheManager.
 
-What makes them agree (serving/kernel/requests.c, the PAGED mode; docs/serving.md, "vLLM v1"):
+What makes them agree (serving/kernel/requests.c, the PAGED mode; docs/engines.md, "vLLM v1"):
 vLLM 0.33.0 admits a request only if its whole sequence fits (``scheduler_reserve_full_isl``),
 allocates its blocks chunk by chunk, caches only the blocks filled by the tokens scheduled so
 far, hashes decode-filled blocks (the prompt's partial tail included) and frees a request last

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kvreplay
+from kvreplay.serving.timing.host import prediction_factors
 from sim_cases import trace_of
 
 
@@ -68,6 +69,25 @@ def test_band_of_an_isolated_request_is_its_steps_times_the_ratios():
     band = r.summary()["latency_band_s"]
     assert band["ttft"]["p50"] == pytest.approx([ttft(low, lo), ttft(high, hi)])
     assert band["host_band"]["low"] == low.describe()
+    # the prediction band: each end widened to the point estimate x the measured runs' scatter
+    q = prediction_factors("vllm")["ttft"]
+    centre = ttft(host, 1.0)
+    assert band["prediction"]["ttft"]["p50"] == pytest.approx([min(ttft(low, lo), centre * q[0]),
+                                                               max(ttft(high, hi), centre * q[1])])
+    assert band["prediction"]["factors"]["ttft"] == list(q)
+
+
+def test_the_prediction_band_by_hand():
+    from kvreplay.serving.timing.host import widen_band
+
+    assert widen_band(1.0, 0.9, 1.2, (0.8, 1.5)) == (0.8, 1.5)  # the scatter is wider: its ends
+    assert widen_band(1.0, 0.9, 1.2, (0.95, 1.1)) == (0.9, 1.2)  # the parameter band is: its own
+    assert widen_band(2.0, 1.9, 2.1, (0.9, 1.1)) == pytest.approx((1.8, 2.2))
+    assert widen_band(1.0, 0.9, 1.2, None) == (0.9, 1.2)
+    assert prediction_factors("none") == {}
+    f = prediction_factors("vllm")
+    assert set(f) == {"ttft", "tpot", "itl", "e2e"} and f["itl"] == f["tpot"]
+    assert all(lo <= 1.0 <= hi for lo, hi in f.values())
 
 
 def test_raw_roofline_has_no_band_and_warnings_name_the_range():

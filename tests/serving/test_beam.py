@@ -121,13 +121,14 @@ def test_the_cli_prints_the_groups(tmp_path, capsys):
 
 
 def test_the_documented_run(tmp_path):
-    # docs/serving.md, "Beam search": its commands, and every figure it quotes from them
+    # docs/engines.md, "Beam search": its commands, and every figure it quotes from them
     from conftest import MOONCAKE, ROOT, shared_path
     from test_cli import kv, ok
 
     source = shared_path(MOONCAKE / "conversation_trace.jsonl")
-    doc = (ROOT / "docs" / "serving.md").read_text()
-    section = doc[doc.index("### Beam search"):doc.index("## Clusters: instances and routers")]
+    doc = (ROOT / "docs" / "engines.md").read_text()
+    section = doc[doc.index("### Beam search"):]
+    section = section[:section.find("\n## ")] if "\n## " in section else section
     blocks = section.split("```")
     assert blocks[1].strip().splitlines() == ["kvreplay slice conversation_trace.jsonl --requests 0:10 -o conv10.jsonl",
                                               "kvreplay simulate conv10.jsonl --gpu H100 --model Llama-3.1-8B --beam-width 4"]

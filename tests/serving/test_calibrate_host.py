@@ -101,3 +101,22 @@ def test_host_cpu_none_checks_only(capsys):
             H.main(argv)
         assert e.value.code == 2
         assert "--host-cpu none needs --check and no --bands" in capsys.readouterr().err
+
+
+def test_the_prediction_bands_quantiles_leave_out_what_does_not_follow_its_protocol():
+    # measured / simulated TTFT of 1, 2, ..., 21 (x 0.1) in one group, and a group whose TTFT does
+    # not follow its protocol (gap-analysis): the quantiles are the first group's, 5th and 95th
+    # percentile by linear interpolation (0.1 + 0.05 x 2.0 = 0.2; 2.1 - 0.1 = 2.0); leaving that
+    # group out leaves only what is left: nothing but the excluded group has TTFT, so TPOT is used
+    H = load()
+    rows = [{"source": "2026-04-06", "gpu": "H200", "ttft": 0.1 * k, "tpot": 1.0, "e2e": 1.0} for k in range(1, 22)]
+    rows += [{"source": "gap-analysis (vLLM 0.12)", "gpu": "H100", "ttft": 50.0, "tpot": 1.1, "e2e": 9.0}]
+    assert H.prediction_quantiles(rows, "ttft") == pytest.approx((0.2, 2.0))
+    # TPOT: the gap-analysis runs count (their TPOT follows the protocol); clamped to <= 1 <= high
+    lo, hi = H.prediction_quantiles(rows, "tpot")
+    assert lo == 1.0 and hi == pytest.approx(1.0)
+    assert H.prediction_quantiles(rows, "tpot", leave_out=("2026-04-06", "H200")) == pytest.approx((1.0, 1.1))
+    table = H.interval_table(rows)
+    assert table["2026-04-06 / H200"]["tpot"][0] == 1.0  # judged by the other group's [1.0, 1.1]: all
+    # TTFT judged by no other group (the other's is left out): the point estimate alone, 1.0 of 21
+    assert table["2026-04-06 / H200"]["ttft"] == [pytest.approx(1 / 21), 0.0]

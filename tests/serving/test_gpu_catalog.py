@@ -1,7 +1,7 @@
 """The GPUs teams buy now (kvreplay/data/gpus.json): every figure of the entries added on 2026-12-07
 checked against the numbers its sources print, the memory each device reports against its datasheet,
 a pool on a new GPU worked by hand, the calibration each borrows or fits, `kvreplay gpus`, and
-docs/serving.md's catalog table against the catalog."""
+docs/gpus.md's catalog table against the catalog."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel, calibr
 
 from test_cli import ok
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "gpus.md"
 GiB = 1 << 30
 
 # name -> (what the quoted source prints: (figure, GPUs it covers, sparse?) for BF16, FP8, FP4, and
@@ -43,7 +43,21 @@ SOURCES = {
     "MI325X": (("peak BFLOAT16 1307.4 TFLOPs", 1307.4, 1, False), ("peak FP8 2614.9 TFLOPs", 2614.9, 1, False), None,
                ("6 TB/s", 6_000, 1), ("256 GB HBM3E", 256, 1)),
     "A100-40GB": (("624 TFLOPS with sparsity", 624, 1, True), None, None, ("1,555GB/s", 1_555, 1), ("40GB HBM2", 40, 1)),
+    # spec page's dense FP32-accumulate figures (what vLLM's bf16/fp8 GEMMs accumulate in)
+    "RTX-4090": (("BF16: 165.15 TFLOPS", 165.15, 1, False), ("FP8: 330.30 TFLOPS", 330.3, 1, False), None,
+                 ("1008 GB/s", 1_008, 1), ("24 GB", 24, 1)),
 }
+
+
+def test_the_rtx_3090_runs_fp32_accumulate_at_half_its_printed_fp16_rate():
+    # its spec page prints 142 dense FP16 TFLOPS (FP16 accumulate); GeForce Ampere accumulates in
+    # FP32 at half that, 71; no FP8 tensor cores, so fp8 weights are refused; PCIe, no NVLink counted
+    g = get_gpu("rtx 3090")
+    assert "FP16 TFLOPS (Sparsity) 142 (285)" in g.source and g.bf16_tflops == 142 / 2 and g.fp8_tflops is None
+    assert "Bandwidth (GB/s) 936" in g.source and (g.bandwidth_gbps, g.memory_gb) == (936, 24)
+    assert (g.link_gbps, g.link_topology, g.compute_capability) == (32, "pcie", "8.6")
+    with pytest.raises(ConfigError, match="RTX-3090 has no fp8 tensor cores"):
+        CalibratedRooflineTimeModel("Llama-3.1-8B", "RTX-3090", 1, dtype="fp8")
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
@@ -98,7 +112,8 @@ def test_the_nvl72_parts_say_their_rack():
 # name -> (what its public log prints, the unit, nvidia-smi's MiB where known)
 REPORTED = {"GB200": ("184.31 GiB", 189_471), "GB300": ("276.50 GiB", 284_208), "B300": ("267.69 GiB", 275_040),
             "L4": ("22.03 GiB", None), "MI325X": ("255.98 GiB", None), "MI355X": ("287.98 GiB", None),
-            "A100-40GB": ("39.59 GiB", 40_960), "H20": ("97871MiB", 97_871)}
+            "A100-40GB": ("39.59 GiB", 40_960), "H20": ("97871MiB", 97_871), "RTX-4090": ("23.65 GiB", None),
+            "RTX-3090": ("23.69 GiB", None)}
 
 
 @pytest.mark.parametrize("name", sorted(REPORTED))
@@ -157,7 +172,7 @@ def test_compute_capability_10_picks_vllms_blackwell_defaults():
 # name -> (whose coefficients, checked on its own measured kernels?)
 CALIBRATION = {"GB200": ("H200", True), "GB300": ("H200", True), "B300": ("H200", True), "H20": ("H100", False),
                "A100-40GB": ("A100-80GB", False), "L4": ("A100-80GB", False), "MI325X": ("H200", False),
-               "MI355X": ("H200", False)}
+               "MI355X": ("H200", False), "RTX-4090": ("A100-80GB", False), "RTX-3090": ("A100-80GB", False)}
 
 
 @pytest.mark.parametrize("name", sorted(CALIBRATION))
@@ -220,8 +235,10 @@ def test_kvreplay_gpus_lists_the_new_rows():
     assert "148" in rows["H20"] and "H100's (nothing measured)" in rows["H20"]
     assert "121" in rows["L4"] and "pcie" in rows["L4"] and "A100-80GB's (nothing measured)" in rows["L4"]
     assert "2,516.6" in rows["MI355X"] and "mesh" in rows["MI355X"] and "H200's (nothing measured)" in rows["MI355X"]
+    for name, cells in (("RTX-4090", ("165.15", "330.3", "1,008", "23.65", "pcie")), ("RTX-3090", ("71", "936", "23.69"))):
+        assert all(cell in rows[name] for cell in cells) and "A100-80GB's (nothing measured)" in rows[name], name
     doc = {g["name"]: g for g in json.loads(ok("gpus", "--json"))["gpus"]}
-    assert len(doc) == len(gpu_catalog()) == 14
+    assert len(doc) == len(gpu_catalog()) == 16
     b300 = doc["B300"]
     assert (b300["fp4_tflops"], b300["total_memory_bytes"], b300["compute_capability"]) == (13125, 287_429_948_867, "10.3")
     assert b300["roofline_calibration"]["stream_bandwidth_source"] == "measured on this GPU"
@@ -306,7 +323,7 @@ def test_a_gpu_without_measurements_streams_at_its_datasheet_times_its_relatives
 
 
 def test_a_pcie_gpu_beyond_a_pair_is_warned_of_its_all_reduce(tmp_path):
-    # the L40S's measured all-reduce: 18-20 GB/s bus over 2 GPUs, 4-5 over 4 and 2 over 8 (docs/serving.md)
+    # the L40S's measured all-reduce: 18-20 GB/s bus over 2 GPUs, 4-5 over 4 and 2 over 8 (docs/gpus.md)
     from kvreplay.engine.replay import as_trace
     from kvreplay.serving.simulate import calibration_warnings
 

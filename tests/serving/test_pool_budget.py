@@ -24,7 +24,7 @@ def trace_file(tmp_path):
 def test_simulate_prints_and_reports_the_budget(trace_file):
     out = ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--block-size", "16",
              "--time-model", "instant")
-    assert "85,374 blocks of 16 tokens" in out  # docs/serving.md's worked example (tests/serving/test_timing.py)
+    assert "85,374 blocks of 16 tokens" in out  # docs/timing.md's worked example (tests/serving/test_timing.py)
     # the profile's peak is the sampler's 593,887,232 B (0.55 GiB) over the forward pass's 0.41 GiB;
     # 55,951,284,028 B = 52.11 GiB left
     for line in ("total memory, as the device reports it", "x gpu_memory_utilization 0.9", "- weights, Llama-3.1-70B",
@@ -69,6 +69,55 @@ def test_the_benchmark_docs_memory_quotes_runs():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "30 points, 14 computed, 16 skipped" in r.stdout
+    assert "33 points, 18 computed, 15 skipped" in r.stdout
     assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in r.stdout
     assert (ROOT / "docs" / "memory.md").read_text().count("| pr10511-llama3-8b-tp1 | H100 | 1 |") == 1
+
+
+def test_the_fitted_constant_comparison_docs_memory_quotes():
+    # docs/memory.md, "The fitted constant and vLLM's term": the budget as timing/memory.py has it
+    # (the fitted 1.59 GiB), --terms (vLLM 0.33.0's term, 0.04 GiB) and --fit (the refit: 1.592 GiB)
+    def run(*args):
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py"), *args], capture_output=True,
+                           text=True, cwd=ROOT, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    fitted, terms, refit = run(), run("--terms"), run("--fit")
+    assert "V1 test points: 6, median abs error 11.1%, max 18.2%, within 5%: 1 of 6" in fitted
+    assert "V1 fit points: 4, median abs error 7.6%, max 26.4%, within 5%: 2 of 4" in fitted
+    assert refit.startswith("fitted: NON_TORCH_BYTES=1.592 GiB")
+    assert terms.startswith("term by term: non-torch 0.04 GiB")
+    assert "V1 test points: 6, median abs error 2.0%, max 8.6%, within 5%: 4 of 6" in terms
+    assert "V1 fit points: 4, median abs error 10.6%, max 22.6%, within 5%: 1 of 4" in terms
+    # the Qwen3-8B-FP8 log's terms all match with vLLM's: 18.82 - 8.81 - 1.39 - 0.04 = 8.59 GiB
+    assert "| 8.60 | 8.59 | -0.01 | -0.2% |" in terms and "| qwen3-8b-fp8-24gb-v0102 | non-torch | 0.02 | 0.04 |" in terms
+    doc = (ROOT / "docs" / "memory.md").read_text()
+    assert ("| fitted 1.59 GiB with the version terms (timing/memory.py today) | `python benchmarks/kv_pool.py` | "
+            "11.1% / 18.2% / 1 of 6 | 7.6% / 26.4% / 2 of 4 |") in doc
+    assert ("| term by term: 0.04 GiB with the version terms | `python benchmarks/kv_pool.py --terms` | "
+            "2.0% / 8.6% / 4 of 6 | 10.6% / 22.6% / 1 of 4 |") in doc
+
+
+def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total():
+    # Qwen3-Next at TP 2 on H200, whose 0.10.2 log states the PyTorch-native sampler: 1,024 rows x
+    # 151,936 logits (a multiple of 64: no padding) x 38 B = 5,912,133,632 B, plus the held hidden
+    # states 8,192 x 2,048 x 2 B = 33,554,432 B: 5,945,688,064 B = 5.54 GiB against the 5.58 printed
+    assert 1024 * 151_936 * 38 + 8192 * 2048 * 2 == 5_945_688_064
+    assert f"{5_945_688_064 / (1 << 30):.2f}" == "5.54"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "| qwen3next-h200-tp2-v0102 | profile peak (forward 0.70, sampler 5.54) | 5.58 | 5.54 |" in r.stdout
+    # a log naming no GPU is sized from the total it prints: ceil(23.53 GiB x 0.8) = 18.82 GiB less the
+    # fp8 weights 8.81, the sampler's 1.39 (0.10.2 sorts: 256 x 151,936 x 38 B + 2,048 x 4,096 x 2 B)
+    # and the fitted non-torch 1.59: 7.04 GiB
+    assert 256 * 151_936 * 38 + 2048 * 4096 * 2 == 1_494_810_624  # 1.39 GiB
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| qwen3-8b-fp8-24gb-v0102 | unnamed (23.53 GiB) |"))
+    assert row.endswith("| 8.60 | 7.04 | -1.56 | -18.2% |")
+    assert "| qwen3-8b-fp8-24gb-v0102 | profile peak (forward 0.17, sampler 1.39) | 1.40 | 1.39 |" in r.stdout
+    # vLLM up to 0.10 held NCCL inside the budget over NVLink (1.79 GiB beside the fitted 1.59), not over PCIe
+    assert "| qwen3next-h200-tp2-v0102 | non-torch (with NCCL) | 1.38 | 3.38 |" in r.stdout
+    assert "| l40s-qwen3-235b-fp8-tp8-ep | non-torch | 0.21 | 1.59 |" in r.stdout
+    # the RTX 3090, now in the GPU catalog, makes its V0 log computable
+    assert "| i10517-llama31-8b-3090 | RTX 3090 | 1 | Llama-3.1-8B |" in r.stdout

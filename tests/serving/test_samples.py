@@ -202,12 +202,12 @@ def test_a_trace_beam_width_is_read_and_checked(tmp_path):
 
 
 def test_the_documented_run(tmp_path):
-    # docs/serving.md, "Parallel sampling": its two commands, and every figure it quotes from them
+    # docs/engines.md, "Parallel sampling": its two commands, and every figure it quotes from them
     from conftest import MOONCAKE, ROOT, shared_path
 
     source = shared_path(MOONCAKE / "conversation_trace.jsonl")
-    doc = (ROOT / "docs" / "serving.md").read_text()
-    section = doc[doc.index("## Parallel sampling"):doc.index("## Tiers below the GPU pool")]
+    doc = (ROOT / "docs" / "engines.md").read_text()
+    section = doc[doc.index("## Parallel sampling"):]
     assert "kvreplay slice conversation_trace.jsonl --requests 0:1000 -o conv1000.jsonl" in section
     command = "kvreplay simulate conv1000.jsonl --gpu H100 --model Llama-3.1-8B --speedup 0.1 --n 4"
     assert command in section

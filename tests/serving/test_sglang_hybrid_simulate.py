@@ -1,5 +1,5 @@
 """The simulator's SGLang hybrid mode (SGLang 0.5.23's UnifiedRadixCache under the SGLang scheduler
-style: serving/kernel/sglang_hybrid.c over policies/radix_hybrid.c).
+style: serving/kernel/sglang_hybrid.c over hybrid/unified_radix.c).
 
 Requests served one at a time (far apart) must get, request by request, the hits of the compiled
 sequential replay with the same outputs (tests/policies/test_radix_hybrid_compiled.py ties it to the
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import kvreplay
 from kvreplay.errors import ConfigError
-from kvreplay.policies.hybrid import Group
-from kvreplay.policies.radix_hybrid import replay_radix_hybrid_compiled
+from kvreplay.hybrid.coordinator import Group
+from kvreplay.hybrid.unified_radix import replay_radix_hybrid_compiled
 from kvreplay.serving.run import run_once
 from kvreplay.serving.simulate import Scheduler, simulate
 from kvreplay.serving.timing import PolynomialProfile

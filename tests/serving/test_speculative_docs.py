@@ -1,4 +1,4 @@
-"""docs/serving.md, "Speculative decoding": its two commands run, and print the figures its table quotes."""
+"""docs/engines.md, "Speculative decoding": its two commands run, and print the figures its table quotes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import MOONCAKE, shared_path
 
 from kvreplay.cli import main
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "engines.md"
 
 
 def _section() -> str:

@@ -441,7 +441,7 @@ def test_cli_flags_of_another_style_are_refused():
 
 
 def test_documented_figures():
-    # docs/serving.md, "TensorRT-LLM": the two capacity policies on the conversation trace
+    # docs/engines.md, "TensorRT-LLM": the two capacity policies on the conversation trace
     from test_cli import ok
 
     trace = shared_path(MOONCAKE / "conversation_trace.jsonl")

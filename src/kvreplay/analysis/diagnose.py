@@ -212,16 +212,27 @@ def hit_rate(log: TokenLog, block_size: int, policy: str, capacity, **params) ->
             "misses": r.misses.totals() if r.misses is not None else None, "report": r, "trace": trace}
 
 
+@dataclass(frozen=True)
+class Search:
+    """How the breaks are searched (find_breaks, group_spans, rewrite): each a whole number >= 1."""
+
+    horizon: int = DEFAULT_HORIZON
+    max_width: int = DEFAULT_MAX_WIDTH
+    anchor: int = DEFAULT_ANCHOR
+
+    def __post_init__(self):
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
 def diagnose(log: TokenLog, *, block_size: int = 16, policy: str = "s3fifo", capacity=4096, decode=None,
-             horizon: int = DEFAULT_HORIZON, max_width: int = DEFAULT_MAX_WIDTH, anchor: int = DEFAULT_ANCHOR,
-             min_requests: int | None = None, progress=None, **params) -> dict:
+             search: Search = Search(), min_requests: int | None = None, progress=None, **params) -> dict:
     """The spans of `log` that break prefix sharing, each with its what-if (module doc), and the
     log's own replay. decode: token ids -> text for the examples (a tokenizer's decode), or None.
     progress: a kvreplay.progress callback, told ``(done, total, "requests searched")`` as the
     breaks are searched, then ``"replays"`` (the log's own, then each what-if)."""
-    for name, value in (("horizon", horizon), ("max_width", max_width), ("anchor", anchor)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+    horizon, max_width, anchor = search.horizon, search.max_width, search.anchor
     if min_requests is None:
         min_requests = max(3, len(log) // 100)
     breaks = find_breaks(log, horizon=horizon, max_width=max_width, anchor=anchor,

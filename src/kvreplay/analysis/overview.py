@@ -11,6 +11,7 @@ is a warm-up, for the whole trace next to it, each column labelled.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -127,6 +128,45 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
     Every result counts only the measured window (``window``); ``measured`` describes the
     window's requests and ``whole_trace`` the whole file.
     """
+    return collect_with(trace, policies, capacities, bounds,
+                        Replays(block_size=block_size, warmup_fraction=warmup_fraction, engine=engine),
+                        Focus(capacity=focus_capacity, rule=focus_rule, reason=focus_reason),
+                        Costing(active_params=active_params, bytes_per_block=bytes_per_block, budget_note=budget_note,
+                                price_hit=price_hit, price_miss=price_miss), progress)
+
+
+@dataclass(frozen=True)
+class Replays:
+    """How every replay of the report runs: tokens per block, the warm-up, the engine."""
+
+    block_size: int | None = None
+    warmup_fraction: float = 0.0
+    engine: str | None = None
+
+
+@dataclass(frozen=True)
+class Focus:
+    """The operating point: a capacity (None: choose_focus picks it), the rule and the reason shown."""
+
+    capacity: int | None = None
+    rule: str = "given"
+    reason: str = "the capacity asked for (--capacity)"
+
+
+@dataclass(frozen=True)
+class Costing:
+    """What the page's budget and money figures rest on (metrics.summarize)."""
+
+    active_params: int | None = None
+    bytes_per_block: int | None = None
+    budget_note: str = ""
+    price_hit: float = metrics.DEFAULT_PRICE_HIT
+    price_miss: float = metrics.DEFAULT_PRICE_MISS
+
+
+def collect_with(trace, policies, capacities, bounds: bool, replays: Replays, focus: Focus, costing: Costing,
+                 progress=None) -> dict:
+    """collect() with its options packed: the curve, the operating point and the trace's stats."""
     if isinstance(policies, str):
         policies = policies.split(",")
     policies = [p.strip() for p in policies if p and p.strip()]
@@ -134,68 +174,78 @@ def collect(trace, *, policies=("s3fifo", "lru", "fifo"), capacities="auto", foc
         raise ConfigError("the report needs at least one policy")
     names = [parse_policy(p)[0].name for p in policies]
     swept = policies + [p for p in (["infinite"] + (["belady"] if bounds else [])) if p not in names]
-    curve = sweep(trace, capacities, swept, block_size, warmup_fraction=warmup_fraction, engine=engine,
-                  progress=progress)
+    curve = sweep(trace, capacities, swept, replays.block_size, warmup_fraction=replays.warmup_fraction,
+                  engine=replays.engine, progress=progress)
     results = list(curve["results"])
     caps = sorted({r["cache_capacity_blocks"] for r in results if r["policy"] != "infinite"})
     if not caps:
         raise ConfigError("the report needs at least one capacity")
     ceiling = next((r for r in results if r["policy"] == "infinite"), None)
-    if focus_capacity is None:
-        focus_capacity, focus_rule, focus_reason = choose_focus(results, names, ceiling["hit_rate"] if ceiling else None, caps)
+    if focus.capacity is None:
+        focus = Focus(*choose_focus(results, names, ceiling["hit_rate"] if ceiling else None, caps))
 
     n = len(trace)
-    window = window_info(n, warmup_fraction)
+    window = window_info(n, replays.warmup_fraction)
     measured_n = window["measured_requests"]
     per_window = max(1, min(measured_n, max(MIN_TIME_WINDOW, measured_n // TIME_WINDOWS)))
     # Style indices: the i-th policy of the curve (bounds after them) keeps its colour on every chart.
     curve_order = [p for p in swept if parse_policy(p)[0].name != "infinite"]
-    focus = []
-    reports = []
-    tell(progress, 0, len(policies), "per-request replays")
-    for p in policies:
-        spec, params = parse_policy(p)
-        r = replay(trace, spec.name, focus_capacity, block_size, engine=engine, warmup_fraction=warmup_fraction, **params)
-        reports.append(r)
-        tell(progress, len(focus) + 1, len(policies), "per-request replays")
-        windows = metrics.over_time(r, requests=per_window)
-        focus.append({
-            "label": p,
-            "series": curve_order.index(p) if p in curve_order else len(curve_order) + len(focus),
-            "summary": r.summary(),
-            "metrics": metrics.summarize(r, active_params=active_params, price_hit=price_hit, price_miss=price_miss),
-            "over_time": merge_short_tail(windows, per_window),
-            "request_hit_rates": metrics.request_hit_rates(r).tolist(),
-        })
-    misses = explain(trace, policies, reports, engine)
-    whole = _describe(trace, block_size, progress)
+    rows, reports = _focus_replays(trace, policies, curve_order, focus.capacity, replays, per_window, costing, progress)
+    misses = explain(trace, policies, reports, replays.engine)
+    whole = _describe(trace, replays.block_size, progress)
     measured = whole if window["warmup_requests"] == 0 else _describe(
-        trace.take(np.arange(window["warmup_requests"], n)), block_size, progress)
-    last = focus[0]["over_time"][-1]["requests"] if focus and focus[0]["over_time"] else per_window
+        trace.take(np.arange(window["warmup_requests"], n)), replays.block_size, progress)
+    last = rows[0]["over_time"][-1]["requests"] if rows and rows[0]["over_time"] else per_window
     return {
         "trace": {"name": trace_name(trace.source), "source": str(trace.source), "format": trace.format},
         "measured": measured,
         "whole_trace": whole,
         "block_size": curve["block_size"],
         "window": window,
-        "warmup_fraction": float(warmup_fraction),
+        "warmup_fraction": float(replays.warmup_fraction),
         "curve": results,
         "capacities": caps,
         "ceiling": ceiling,
-        "focus_capacity": int(focus_capacity),
-        "focus_rule": focus_rule,
-        "focus_reason": focus_reason,
-        "focus": focus,
+        "focus_capacity": int(focus.capacity),
+        "focus_rule": focus.rule,
+        "focus_reason": focus.reason,
+        "focus": rows,
         "requests_per_time_window": per_window,
         "last_time_window_requests": last,
-        "bytes_per_block": bytes_per_block,
-        "budget_note": budget_note,
-        "active_params": active_params,
+        "bytes_per_block": costing.bytes_per_block,
+        "budget_note": costing.budget_note,
+        "active_params": costing.active_params,
         "price_source": metrics.PRICE_SOURCE,
         "policy_summaries": [(spec.name, spec.summary) for spec in
                              dict.fromkeys(parse_policy(p)[0] for p in swept)],
         "misses": misses,
     }
+
+
+def _focus_replays(trace, policies: list[str], curve_order: list[str], capacity: int, replays: Replays,
+                   per_window: int, costing: Costing, progress) -> tuple[list[dict], list]:
+    """Each policy replayed once more at the operating point: its row of the page's per-request
+    views (summary, metrics, hit rate over time, per-request hit rates), and its report."""
+    rows = []
+    reports = []
+    tell(progress, 0, len(policies), "per-request replays")
+    for p in policies:
+        spec, params = parse_policy(p)
+        r = replay(trace, spec.name, capacity, replays.block_size, engine=replays.engine,
+                   warmup_fraction=replays.warmup_fraction, **params)
+        reports.append(r)
+        tell(progress, len(rows) + 1, len(policies), "per-request replays")
+        windows = metrics.over_time(r, requests=per_window)
+        rows.append({
+            "label": p,
+            "series": curve_order.index(p) if p in curve_order else len(curve_order) + len(rows),
+            "summary": r.summary(),
+            "metrics": metrics.summarize(r, active_params=costing.active_params, price_hit=costing.price_hit,
+                                         price_miss=costing.price_miss),
+            "over_time": merge_short_tail(windows, per_window),
+            "request_hit_rates": metrics.request_hit_rates(r).tolist(),
+        })
+    return rows, reports
 
 
 def explain(trace, labels: list[str], reports: list, engine: str) -> dict:

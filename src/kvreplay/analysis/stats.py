@@ -52,15 +52,14 @@ def bucket_label(k: int) -> str:
     return f"{1 << (k - 1)}-{(1 << k) - 1}"
 
 
-def _pass_reference(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
-                    reuse_hist, key_stride, told=None) -> int:
-    """One pass (plain Python; compiled: stats.c): infinite-cache hits per request, trie-shared
-    prefix per request, reuse-distance histogram (index 0 = first use, b+1 = log2 bucket b).
-    Returns the number of first uses. told(done, total): the requests done, now and then."""
-    offsets, blocks, lengths = offsets.tolist(), blocks.tolist(), input_length.tolist()
+def _pass_reference(trace, block_size, hit_tokens, hit_blocks, shared_blocks, reuse_hist, key_stride, told=None) -> int:
+    """One pass over `trace` (plain Python; compiled: stats.c): infinite-cache hits per request,
+    trie-shared prefix per request, reuse-distance histogram (index 0 = first use, b+1 = log2
+    bucket b). Returns the number of first uses. told(done, total): the requests done, now and then."""
+    offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
     step = max(1, len(lengths) // 100)
     tree = [0] * (offsets[-1] + 1)  # Fenwick over access times 1..n: 1 marks a block's latest use
-    last = [0] * num_blocks  # 1-based time of the latest use, 0 = never
+    last = [0] * int(trace.num_blocks)  # 1-based time of the latest use, 0 = never
     reuse = [0] * reuse_hist.shape[0]
     marked = 0
     t = 0
@@ -108,12 +107,11 @@ def _pass_reference(offsets, blocks, input_length, block_size, num_blocks, hit_t
     return reuse[0]
 
 
-def _pass_compiled(offsets, blocks, input_length, block_size, num_blocks, hit_tokens, hit_blocks, shared_blocks,
-                   reuse_hist, key_stride, told=None) -> int:
+def _pass_compiled(trace, block_size, hit_tokens, hit_blocks, shared_blocks, reuse_hist, key_stride, told=None) -> int:
     """The same pass in C (stats.c)."""
-    offsets, blocks, input_length = trace_arrays(offsets, blocks, input_length)
+    offsets, blocks, input_length = trace_arrays(trace.offsets, trace.blocks, trace.input_length)
     tree = np.zeros(int(offsets[-1]) + 1, dtype=np.int32)
-    last = np.zeros(num_blocks, dtype=np.int64)
+    last = np.zeros(int(trace.num_blocks), dtype=np.int64)
     p, i = native.POINTER, native.COUNT
     alive, callback = native.callback(told)  # (alive: the C function, held while C may call it)
     first = native.function("kv_stats_pass", i, p, i, p, p, i, p, p, p, p, i, p, p, p)(
@@ -161,8 +159,8 @@ def infinite_hits(trace, block_size: int | None = None, progress=None) -> tuple[
         raise ConfigError(f"trace too large for the prefix trie ({trace.num_accesses} accesses x {stride} blocks)")
     one_pass = _pass_compiled if native.use_core() else _pass_reference
     tell(progress, 0, n, "requests scanned")
-    first = one_pass(trace.offsets, trace.blocks, trace.input_length, block_size, int(trace.num_blocks), hit_tokens,
-                     hit_blocks, shared, reuse, stride, labelled(progress, "requests scanned"))
+    first = one_pass(trace, block_size, hit_tokens, hit_blocks, shared, reuse, stride,
+                     labelled(progress, "requests scanned"))
     last = int(np.flatnonzero(reuse[1:])[-1]) + 1 if reuse[1:].any() else 0
     return hit_tokens, hit_blocks, shared, {"first_use": int(first), "histogram": reuse[1:last + 1]}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 
 from ..engine.replay import as_trace, check_capacity, resolve_engine, warmup_count
@@ -114,7 +115,74 @@ def sweep(
     (the JSON document of ``kvreplay sweep --json``), ``to_pandas()``, ``to_polars()``, ``to_arrow()``
     (analysis/results.py; columns and units in docs/formats.md, "Output tables").
     """
-    names, traces, several = _trace_list(trace)
+    grid = SweepGrid(trace, capacities, policies, block_size, warmup_fraction=warmup_fraction, engine=engine, hbm=hbm,
+                     kv_groups=kv_groups)
+    return sweep_grid(grid, Execution(executor=executor, jobs=jobs, ray_address=ray_address, progress=progress))
+
+
+@dataclass(frozen=True, eq=False)
+class SweepGrid:
+    """What sweep() replays: its traces, capacities and policies, and how each replay is set up (see sweep)."""
+
+    trace: object
+    capacities: object = "auto"
+    policies: object = ("s3fifo", "lru", "fifo")
+    block_size: int | None = None
+    warmup_fraction: float = 0.0
+    engine: str | None = None
+    hbm: int | None = None
+    kv_groups: object = None
+
+
+@dataclass(frozen=True, eq=False)
+class Execution:
+    """Where and how sweep()'s replays run, and who hears of them (see sweep)."""
+
+    executor: str = "local"
+    jobs: int = 1
+    ray_address: str | None = None
+    progress: object = None
+
+
+def sweep_grid(grid: SweepGrid, execution: Execution) -> SweepResult:
+    """sweep() with its arguments packed: what to replay, and how to run it."""
+    names, traces, several = _trace_list(grid.trace)
+    capacities, hbm = _capacity_list(grid.capacities, grid.hbm)
+    if grid.block_size is not None:
+        resolve_block_size(grid.block_size)  # a whole number of tokens from 1 (ConfigError naming it otherwise)
+    policy_list = _policy_list(grid.policies)
+    engine = resolve_engine(grid.engine)  # once, here: workers get the engine that runs
+    if grid.kv_groups is not None:
+        engines = {spec.name for spec, _ in policy_list}
+        if engines not in ({"vllm"}, {"radix"}) or hbm is not None:
+            raise ConfigError("kv_groups (hybrid semantics) are one engine's hybrid cache: sweep policy vllm "
+                              "(vLLM's hybrid manager) or radix (SGLang's UnifiedRadixCache), one of them, without hbm; "
+                              f"got {', '.join(sorted(engines))}")
+    plan = _Plan(policy_list, hbm, () if grid.kv_groups is None else (("kv_groups", tuple(grid.kv_groups)),),
+                 lru_curve=engine == "compiled" and hbm is None)  # LRU's whole curve: one pass (analysis/mrc.py)
+    per_trace = []
+    for t, tr in enumerate(traces):
+        caps = auto_capacities(tr.num_blocks) if isinstance(capacities, str) else capacities
+        size = resolve_block_size(grid.block_size, tr)
+        warmup = warmup_count(len(tr), grid.warmup_fraction)
+        per_trace.append({"trace": names[t], "source": tr.source, "block_size": size, "num_requests": len(tr),
+                          "window": window_text(warmup, len(tr))})
+        plan.add_trace(caps, dict(trace=t, block_size=size, engine=engine, warmup_fraction=float(grid.warmup_fraction)))
+    outputs = run(plan.tasks, traces, executor=execution.executor, jobs=execution.jobs,
+                  ray_address=execution.ray_address, progress=labelled(execution.progress, "replays"))
+    results = plan.gather(outputs, names, several)
+    warmup_fraction = float(grid.warmup_fraction)
+    if not several:
+        info = per_trace[0]
+        return SweepResult(trace=traces[0].source, block_size=info["block_size"], warmup_fraction=warmup_fraction,
+                           window=info["window"], num_requests=info["num_requests"], results=results)
+    sizes = {info["block_size"] for info in per_trace}
+    return SweepResult(trace=names, traces=per_trace, block_size=sizes.pop() if len(sizes) == 1 else None,
+                       warmup_fraction=warmup_fraction, results=results)
+
+
+def _capacity_list(capacities, hbm) -> tuple:
+    """(capacities, hbm) checked: "auto" or block counts from 1; with hbm, DRAM tier sizes from 0."""
     if (isinstance(capacities, str) and capacities != "auto") or not isinstance(capacities, (str, list, tuple, range)) \
             and not hasattr(capacities, "tolist"):
         raise ConfigError(f"capacities must be a list of block counts or 'auto', got {capacities!r}")
@@ -134,73 +202,56 @@ def sweep(
         capacities = [check_capacity(c) for c in capacities]
         if not capacities:
             raise ConfigError("no capacities to sweep")
-    if block_size is not None:
-        resolve_block_size(block_size)  # a whole number of tokens from 1 (ConfigError naming it otherwise)
-    policy_list = _policy_list(policies)
-    engine = resolve_engine(engine)  # once, here: workers get the engine that runs
-    if kv_groups is not None:
-        engines = {spec.name for spec, _ in policy_list}
-        if engines not in ({"vllm"}, {"radix"}) or hbm is not None:
-            raise ConfigError("kv_groups (hybrid semantics) are one engine's hybrid cache: sweep policy vllm "
-                              "(vLLM's hybrid manager) or radix (SGLang's UnifiedRadixCache), one of them, without hbm; "
-                              f"got {', '.join(sorted(engines))}")
-    hybrid = () if kv_groups is None else (("kv_groups", tuple(kv_groups)),)
-    # LRU's whole curve comes from one stack-distance pass (analysis/mrc.py), exactly.
-    lru_curve = engine == "compiled" and hbm is None
+    return capacities, hbm
 
-    tasks: list[Task] = []
-    slots: list[list] = []  # per task, where its rows go: [grid position], or [(capacities, [(capacity, position)])] for a curve
-    grid_rows = 0
-    per_trace = []
-    for t, tr in enumerate(traces):
-        caps = auto_capacities(tr.num_blocks) if isinstance(capacities, str) else capacities
-        size = resolve_block_size(block_size, tr)
-        warmup = warmup_count(len(tr), warmup_fraction)
-        per_trace.append({"trace": names[t], "source": tr.source, "block_size": size, "num_requests": len(tr),
-                          "window": window_text(warmup, len(tr))})
-        common = dict(trace=t, block_size=size, engine=engine, warmup_fraction=float(warmup_fraction))
+
+class _Plan:
+    """A sweep's tasks, and where each one's rows go in the grid of results."""
+
+    def __init__(self, policy_list: list, hbm: int | None, hybrid: tuple, lru_curve: bool):
+        self.policy_list, self.hbm, self.hybrid, self.lru_curve = policy_list, hbm, hybrid, lru_curve
+        self.tasks: list[Task] = []
+        self.slots: list[list] = []  # per task: [grid position], or [(capacities, [(capacity, position)])] for a curve
+        self.rows = 0
+
+    def add_trace(self, caps, common: dict):
+        """One trace's tasks: a replay per (policy, parameters, capacity), or one LRU curve for every lru entry."""
+        hbm = self.hbm
         curve_rows = []
-        for spec, params in policy_list:
+        for spec, params in self.policy_list:
             # A policy that ignores capacity (the infinite ceiling) needs one run, not one per capacity.
             for c in (caps[-1:] if spec.capacity == "ignored" else caps):
                 spec.sizes(c if hbm is None else hbm, **params)  # fail fast on impossible sizes, before any replay runs
-                if lru_curve and spec.name == "lru":
-                    curve_rows.append((c, grid_rows))
+                if self.lru_curve and spec.name == "lru":
+                    curve_rows.append((c, self.rows))
                 elif hbm is not None:
                     tiers = (("tiers", f"dram={c}" if c > 0 else None),)
-                    tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=hbm,
-                                      options=tiers, **common))
-                    slots.append([grid_rows])
+                    self.tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=hbm,
+                                           options=tiers, **common))
+                    self.slots.append([self.rows])
                 else:
-                    tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=c,
-                                      options=hybrid, **common))
-                    slots.append([grid_rows])
-                grid_rows += 1
+                    self.tasks.append(Task("replay", policy=spec.name, params=tuple(params.items()), capacity=c,
+                                           options=self.hybrid, **common))
+                    self.slots.append([self.rows])
+                self.rows += 1
         if curve_rows:
             # One pass serves every lru entry of this trace (lru listed twice shares it too).
             caps_needed = tuple(sorted({c for c, _ in curve_rows}))
-            tasks.append(Task("lru-curve", capacities=caps_needed, **common))
-            slots.append([(caps_needed, curve_rows)])
+            self.tasks.append(Task("lru-curve", capacities=caps_needed, **common))
+            self.slots.append([(caps_needed, curve_rows)])
 
-    outputs = run(tasks, traces, executor=executor, jobs=jobs,
-                  ray_address=ray_address, progress=labelled(progress, "replays"))
-    results: list = [None] * grid_rows
-    for task, slot, rows in zip(tasks, slots, outputs):
-        if task.kind == "lru-curve":
-            caps_needed, curve_rows = slot[0]
-            by_capacity = dict(zip(caps_needed, rows))
-            for c, position in curve_rows:
-                results[position] = _with_trace(dict(by_capacity[c]), names[task.trace], several)
-        else:
-            results[slot[0]] = _with_trace(rows[0], names[task.trace], several)
-
-    if not several:
-        info = per_trace[0]
-        return SweepResult(trace=traces[0].source, block_size=info["block_size"], warmup_fraction=float(warmup_fraction),
-                           window=info["window"], num_requests=info["num_requests"], results=results)
-    sizes = {info["block_size"] for info in per_trace}
-    return SweepResult(trace=names, traces=per_trace, block_size=sizes.pop() if len(sizes) == 1 else None,
-                       warmup_fraction=float(warmup_fraction), results=results)
+    def gather(self, outputs, names: list[str], several: bool) -> list:
+        """The tasks' rows in grid order."""
+        results: list = [None] * self.rows
+        for task, slot, rows in zip(self.tasks, self.slots, outputs):
+            if task.kind == "lru-curve":
+                caps_needed, curve_rows = slot[0]
+                by_capacity = dict(zip(caps_needed, rows))
+                for c, position in curve_rows:
+                    results[position] = _with_trace(dict(by_capacity[c]), names[task.trace], several)
+            else:
+                results[slot[0]] = _with_trace(rows[0], names[task.trace], several)
+        return results
 
 
 def _with_trace(row: dict, name: str, several: bool) -> dict:

@@ -3,7 +3,7 @@
 Read from package data (``kvreplay/data/gpus.json``) once, on first use. Every figure is per GPU,
 dense (without 2:4 structured sparsity: NVIDIA datasheets print the sparse figure, so the catalog
 holds half of it), and each entry's ``source`` names the vendor datasheet it comes from
-(docs/serving.md has the table).
+(docs/gpus.md has the table).
 
 ``memory_gb`` is the datasheet's capacity in decimal GB (10^9 bytes), kept for display.
 ``total_memory_bytes`` is what the device reports to PyTorch

@@ -72,7 +72,7 @@ def _cmd_diagnose(args) -> int:
     from ..output.misses import advice_lines, misses_lines
     from ..trace.token_log import read_token_log
 
-    from ..analysis.diagnose import DEFAULT_HORIZON, DEFAULT_MAX_WIDTH
+    from ..analysis.diagnose import DEFAULT_HORIZON, DEFAULT_MAX_WIDTH, Search
 
     log = read_token_log(args.input, tokenizer=args.tokenizer, salt=args.salt, progress=args.progress)
     max_width = args.max_width or DEFAULT_MAX_WIDTH
@@ -84,8 +84,9 @@ def _cmd_diagnose(args) -> int:
         decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     params: dict = {}
     d = diagnose(log, block_size=args.block_size or DEFAULT_BLOCK_SIZE, policy=args.policy or "s3fifo",
-                 capacity=args.capacity or DEFAULT_CAPACITY, decode=decode, horizon=args.horizon or DEFAULT_HORIZON,
-                 max_width=max_width, min_requests=args.min_requests, progress=args.progress, **params)
+                 capacity=args.capacity or DEFAULT_CAPACITY, decode=decode,
+                 search=Search(horizon=args.horizon or DEFAULT_HORIZON, max_width=max_width),
+                 min_requests=args.min_requests, progress=args.progress, **params)
     report, trace = d.pop("report"), d.pop("trace")
     sentences = []
     if d["spans"]:

@@ -61,9 +61,9 @@ def _cmd_models(args) -> int:
           "these groups and sizes the pool as vLLM lays them out; --kv-semantics full counts every KV layer per token,\n"
           "and --kv-layers full counts only full-attention layers (bytes per token under full semantics).\n"
           "Checkpoint weights: how the released checkpoint stores them (fp8-block: fp8, a scale per 128 x 128 block;\n"
-          "mxfp4: 4-bit MoE experts); kvreplay simulate --weights-dtype fp8 or int4 is the nearest (docs/serving.md).\n"
+          "mxfp4: 4-bit MoE experts); kvreplay simulate --weights-dtype fp8 or int4 is the nearest (docs/timing.md).\n"
           "Routed experts: an MoE's experts per layer and how many each token uses (config.json); the calibrated\n"
-          "roofline times them as vLLM's fused MoE kernel (docs/serving.md, \"roofline\").\n"
+          "roofline times them as vLLM's fused MoE kernel (docs/timing.md, \"roofline\").\n"
           "Use: kvreplay run TRACE --capacity 80GiB --model NAME [--kv-dtype fp8]. Details: docs/budgets.md, "
           "docs/policies.md")
     return 0
@@ -120,7 +120,7 @@ def _cmd_gpus(args) -> int:
           "kernel the calibration times an MoE's routed experts with (-: as the other GEMMs). MLA term: fitted on "
           "vLLM's measured MLA modules (DeepSeek-V3/R1, Kimi-K2; -: their attention timed as the others'). Each "
           "entry's sources "
-          "are in --json and docs/serving.md.\n"
+          "are in --json and docs/gpus.md.\n"
           "Use: kvreplay simulate TRACE --gpu H100 --model Llama-3.1-8B [--tp N] [--weights-dtype fp8]")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..output.serving import tiers_text
@@ -31,7 +32,7 @@ def _parser_run(sub) -> None:
     run.add_argument("--tiers", default=None, metavar="SPEC",
                      help="memory tiers below the cache, which is then the GPU pool: dram=64GiB,ssd=2TiB:fifo "
                           "(NAME=SIZE[:lru|fifo], sizes in blocks or bytes with --model; hbm=SIZE sets the cache); "
-                          "evicted blocks are demoted, hits counted per tier (docs/serving.md, \"Tiers\")")
+                          "evicted blocks are demoted, hits counted per tier (docs/clusters.md, \"Tiers\")")
     run.add_argument("--tier-copies", choices=("move", "keep"), default="move",
                      help="a block loaded back into HBM leaves the tier below (move, default) or keeps its copy")
     run.add_argument("--over-time", type=common.over_time, metavar="DURATION|Nreq",
@@ -48,6 +49,35 @@ def _parser_run(sub) -> None:
 def _cmd_run(args) -> int:
     from ..engine.replay import replay
 
+    semantics = _run_policy(args)
+    params = common.given_params(args, args.policy)
+    _refuse_run_flags(args, semantics)
+    trace = common.load(args)
+    capacity, defaulted = _run_capacity(args, trace)
+    hybrid = semantics == "hybrid"
+    sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity], hybrid=hybrid)
+    capacity = sized[0] if sized else None
+    tell(args.progress, 0, 1, "replays")  # one compiled call: its stage shows the time it takes
+    report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
+                    warmup_fraction=args.warmup_fraction, **_run_options(args, trace, hybrid), **params)
+    tell(args.progress, 1, 1, "replays")
+    if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
+        budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks], hybrid=hybrid)[1]
+    from ..analysis import metrics
+
+    summary = metrics.summarize(report, active_params=common.active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)
+    explained = explain(args, trace, report)
+    windows = None
+    if args.over_time:
+        unit, value = args.over_time
+        windows = metrics.over_time(report, trace.timestamp, **{unit: value})
+    _emit_run(args, trace, RunOutput(report, budget, summary, explained, windows, defaulted))
+    return 0
+
+
+def _run_policy(args) -> str:
+    """The KV semantics of the run, with --policy defaulted (vllm under hybrid semantics, else
+    s3fifo); under auto semantics a policy with no hybrid mode replays every layer as full."""
     from ..policies.registry import get_policy
 
     semantics = common.kv_semantics(args)
@@ -58,7 +88,13 @@ def _cmd_run(args) -> int:
             raise ConfigError(f"--kv-semantics hybrid is vLLM's hybrid manager (--policy vllm) or SGLang's "
                               f"(--policy radix), not {args.policy}")
         semantics = args.kv_semantics = "full"  # auto: this policy has no hybrid mode
-    params = common.given_params(args, args.policy)
+    return semantics
+
+
+def _refuse_run_flags(args, semantics: str) -> None:
+    """Every flag of run that does not apply with the others given, named (before the trace is read)."""
+    from ..policies.registry import get_policy
+
     common.refuse_unless(args, "tier_copies", bool(args.tiers), "applies with --tiers (what a load from a tier leaves "
                                                                  "behind)")
     common.refuse_unless(args, "summary_only", bool(args.json or args.output),
@@ -74,11 +110,17 @@ def _cmd_run(args) -> int:
                                  or get_policy(args.policy).bound):
         raise ConfigError("--gpu prices the headroom, which a run with tiers, hybrid semantics or a bound (infinite, "
                           "belady) does not have: drop --gpu")
+
+
+def _run_capacity(args, trace) -> tuple:
+    """(capacity, defaulted): --capacity, else the default where the policy needs one (an explicit
+    --tiers hbm=SIZE replaces the default)."""
+    from ..policies.registry import get_policy
+
     capacity = args.capacity
     defaulted = capacity is None and get_policy(args.policy).capacity == "required"
     if defaulted:
         capacity = DEFAULT_CAPACITY
-    trace = common.load(args)
     if defaulted and args.tiers:  # an explicit --tiers hbm=SIZE replaces the default capacity
         from ..engine.tiers.parse import parse_tiers
         from ..trace.model import resolve_block_size
@@ -87,37 +129,44 @@ def _cmd_run(args) -> int:
                              block_bytes=_block_bytes(args, trace))
         if hbm is not None:
             capacity, defaulted = hbm, False
-    hybrid = semantics == "hybrid"
-    sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity], hybrid=hybrid)
-    capacity = sized[0] if sized else None
-    tiers = {}
+    return capacity, defaulted
+
+
+def _run_options(args, trace, hybrid: bool) -> dict:
+    """replay()'s keywords for --tiers and hybrid semantics (its layer groups)."""
+    options = {}
     if args.tiers:
-        tiers = dict(tiers=args.tiers, tier_copies=args.tier_copies, tier_block_bytes=_block_bytes(args, trace))
+        options = dict(tiers=args.tiers, tier_copies=args.tier_copies, tier_block_bytes=_block_bytes(args, trace))
     if hybrid:
         from ..trace.model import resolve_block_size
 
-        tiers["kv_groups"] = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
-    tell(args.progress, 0, 1, "replays")  # one compiled call: its stage shows the time it takes
-    report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
-                    warmup_fraction=args.warmup_fraction, **tiers, **params)
-    tell(args.progress, 1, 1, "replays")
-    if budget is not None and capacity is None:  # an unbounded policy: the bytes of the capacity it took
-        budget = common.resolve_budget(args, trace, [report.cache_capacity_blocks], hybrid=hybrid)[1]
-    from ..analysis import metrics
+        options["kv_groups"] = common.kv_layout(args, resolve_block_size(args.block_size, trace)).groups
+    return options
 
-    summary = metrics.summarize(report, active_params=common.active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)
-    explained = explain(args, trace, report)
-    windows = None
-    if args.over_time:
-        unit, value = args.over_time
-        windows = metrics.over_time(report, trace.timestamp, **{unit: value})
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What run shows or writes: the report, its byte budget, metrics, miss explanation, windows over
+    time (or None), and whether the capacity was the default."""
+
+    report: object
+    budget: dict | None
+    metrics: dict
+    explained: dict
+    windows: list | None
+    defaulted: bool
+
+
+def _emit_run(args, trace, out: RunOutput) -> None:
+    """run's JSON document (--json, --output) or its text on standard output."""
+    report, budget, windows = out.report, out.budget, out.windows
     data = None
     if args.output or args.json:
         document = report.to_dict(per_request=not args.summary_only)
         if budget is not None:
             document["budget"] = budget
-        document["metrics"] = summary
-        document.update(explained)
+        document["metrics"] = out.metrics
+        document.update(out.explained)
         if windows is not None:
             document["over_time"] = windows
         data = common.encode_json(document)
@@ -131,14 +180,13 @@ def _cmd_run(args) -> int:
         print(run_summary(trace, report, budget))
         if report.tiers is not None:
             print(tiers_text(report.tiers))
-        if defaulted:
+        if out.defaulted:
             print(f"note      no --capacity given: {DEFAULT_CAPACITY:,} blocks, the default (a byte budget: "
                   "--capacity 80GiB --model NAME)")
-        print(metrics_summary(summary))
+        print(metrics_summary(out.metrics))
         if windows is not None:
             print(over_time_table(windows))
-        print(explained_text(report, explained))
-    return 0
+        print(explained_text(report, out.explained))
 
 
 def explain(args, trace, report) -> dict:
@@ -198,7 +246,7 @@ def _parser_sweep(sub) -> None:
     sw.add_argument("--bounds", action="store_true", help="add the infinite-cache ceiling and belady (offline MIN) at every capacity")
     sw.add_argument("--hbm", type=common.positive_int, default=None, metavar="BLOCKS",
                     help="sweep a DRAM tier (--dram-sizes) below a cache of BLOCKS, the GPU pool; rows split the hits "
-                         "into HBM and DRAM (docs/serving.md, \"Tiers\")")
+                         "into HBM and DRAM (docs/clusters.md, \"Tiers\")")
     sw.add_argument("--dram-sizes", type=_sizes, default=None, metavar="D,E,...",
                     help="with --hbm: the DRAM tier's sizes in blocks (0: none)")
     sw.add_argument("--each", action="store_true",

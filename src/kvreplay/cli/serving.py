@@ -63,6 +63,16 @@ def _parser_simulate(sub) -> None:
                                      "hold their KV blocks and the prefix cache gets the rest. Reports TTFT, TPOT, "
                                      "throughput and the hit rate under concurrency (docs/serving.md).")
     common.add_trace_options(sim, refused=("--warmup-fraction",))
+    _deployment_arguments(sim)
+    _scheduler_arguments(sim)
+    _time_arguments(sim)
+    _load_arguments(sim)
+    _cluster_arguments(sim)
+    _output_arguments(sim)
+
+
+def _deployment_arguments(sim) -> None:
+    """The deployment: the policy, the pool, the model on its GPUs (TP x PP), dtypes and vLLM's / SGLang's pool settings."""
     sim.add_argument("--policy", default=None,
                      help="prefix cache policy (default: vllm for --engine-style vllm, radix for sglang; any "
                           "policy of `kvreplay policies`)")
@@ -98,6 +108,10 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--mem-fraction-static", type=float, default=None, metavar="F",
                      help="with --engine-style sglang, --gpu and --model: SGLang's share of the memory for weights "
                           "and KV (default: SGLang 0.5.23's for the GPU and TP)")
+
+
+def _scheduler_arguments(sim) -> None:
+    """The engine style and its scheduler's settings."""
     sim.add_argument("--engine-style", choices=("vllm", "sglang", "trtllm"), default="vllm",
                      help="scheduler: vllm (v1: decode first, chunked prefill, preempt the newest; default), "
                           "sglang (prefill batches first, reserves decode room, retracts) or trtllm (TensorRT-LLM's "
@@ -119,6 +133,10 @@ def _parser_simulate(sub) -> None:
                      help="sglang: prefill tokens per step (default 8192, SGLang's value for 60-160 GB GPUs)")
     sim.add_argument("--max-prefill-tokens", type=common.positive_int, default=None,
                      help="sglang without chunked prefill: prompt tokens per prefill batch (default 16384)")
+
+
+def _time_arguments(sim) -> None:
+    """The time model and the host CPU's terms."""
     sim.add_argument("--time-model", default=None,
                      help="instant, roofline (default with --gpu and --model: calibrated on measured kernels, "
                           "with error bands), roofline-raw (uncalibrated), a Dynamo profile FILE.npz or a "
@@ -133,6 +151,10 @@ def _parser_simulate(sub) -> None:
                           "core and async scheduling, fitted on measured serving runs; the default with the "
                           "calibrated roofline), vllm-sync (the same without async scheduling: vLLM before 0.14 or "
                           "--no-async-scheduling), none (the default with any other time model)")
+
+
+def _load_arguments(sim) -> None:
+    """The arrivals (open or closed loop) and a sweep's grid and executor."""
     load = sim.add_mutually_exclusive_group()
     load.add_argument("--speedup", type=positive_number, default=None,
                       help="divide the trace's inter-arrival times by X (2: twice the load)")
@@ -154,6 +176,10 @@ def _parser_simulate(sub) -> None:
                      help="sweep: the --tiers to compare, separated by ';' (none: HBM only), e.g. "
                           "\"none;dram=64GiB@64GB/s;dram=256GiB@64GB/s\"")
     common.add_executor_options(sim, "a sweep's runs")
+
+
+def _cluster_arguments(sim) -> None:
+    """SLOs, the instances and their router, disaggregation, the context limit, the warm-up, tiers."""
     sim.add_argument("--slo-ttft", type=common.positive_duration, default=None, metavar="DURATION",
                      help="goodput counts requests whose TTFT is at most this, e.g. 2s or 500ms")
     sim.add_argument("--slo-tpot", type=common.positive_duration, default=None, metavar="DURATION",
@@ -166,7 +192,7 @@ def _parser_simulate(sub) -> None:
                           "(fewest requests in flight), or a cache-aware preset: kv-aware (= dynamo, NVIDIA "
                           "Dynamo's KV router cost), sglang (SGLang router's cache-aware policy), llm-d "
                           "(weighted prefix/KV/queue scorers), mooncake (Conductor: least estimated TTFT); "
-                          "docs/serving.md, \"Routers\"")
+                          "docs/clusters.md, \"Routers\"")
     sim.add_argument("--prefill-instances", type=common.positive_int, default=None, metavar="P",
                      help="prefill/decode disaggregation: P prefill instances behind --router (with "
                           "--decode-instances); each request's KV then moves to the least loaded decode instance")
@@ -174,7 +200,7 @@ def _parser_simulate(sub) -> None:
                      help="prefill/decode disaggregation: D decode instances (with --prefill-instances)")
     sim.add_argument("--rate-profile", default=None, metavar="diurnal|FILE",
                      help="reshape the arrivals so their rate follows a profile over the span: diurnal (peak 14:00, "
-                          "3:1) or a CSV of fraction,multiplier (docs/serving.md)")
+                          "3:1) or a CSV of fraction,multiplier (docs/serving.md, \"Rate profiles\")")
     common.add_max_model_len(sim, "requests whose prompt + outputs exceed it are refused at arrival and counted "
                                   "apart, as vLLM refuses them")
     add_warmup_options(sim, "the run")
@@ -189,7 +215,7 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--tiers", default=None, metavar="SPEC",
                      help="memory tiers below each instance's GPU pool: dram=64GiB@64GB/s,ssd=2TiB@7GB/s:fifo "
                           "(NAME=SIZE[@BANDWIDTH][:lru|fifo]; sizes in blocks or bytes with --model; hbm=SIZE sets "
-                          "the pool); a lower-tier hit costs its load time (docs/serving.md, \"Tiers\")")
+                          "the pool); a lower-tier hit costs its load time (docs/clusters.md, \"Tiers\")")
     sim.add_argument("--global-store", default=None, metavar="SIZE@BANDWIDTH",
                      help="a store every instance shares, below its tiers (Mooncake Store, LMCache): 3TiB@25GB/s")
     sim.add_argument("--tier-copies", choices=("move", "keep"), default="move",
@@ -198,10 +224,14 @@ def _parser_simulate(sub) -> None:
     sim.add_argument("--tier-overlap", action="store_true",
                      help="loading from the tiers overlaps the step's compute layer by layer (max of the two; "
                           "default: the load comes first)")
+
+
+def _output_arguments(sim) -> None:
+    """Speculative decoding, parallel sampling, output KV, policy parameters, and the outputs."""
     sim.add_argument("--speculative", default=None, metavar="ngram|eagle|mtp|draft:MODEL",
                      help="speculative decoding (vLLM style): each decode step verifies K draft tokens from an n-gram "
                           "lookup, an EAGLE head, the model's MTP module or a draft model; accepted tokens per step "
-                          "from published figures for the method and model, or --acceptance (docs/serving.md)")
+                          "from published figures for the method and model, or --acceptance (docs/engines.md)")
     sim.add_argument("--num-speculative-tokens", type=common.positive_int, default=None, metavar="K",
                      help="with --speculative: draft tokens per step")
     sim.add_argument("--acceptance", default=None, metavar="A1,A2,...",
@@ -224,7 +254,6 @@ def _parser_simulate(sub) -> None:
                                     "load sweep, TTFT and hit rate against load")
     sim.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of the summary")
     sim.add_argument("--summary-only", action="store_true", help="leave per_request out of the JSON report")
-
 
 def _options(args, trace) -> dict:
     """simulate()'s keyword arguments from the command line."""
@@ -291,9 +320,7 @@ def _options(args, trace) -> dict:
 
 
 def _cmd_simulate(args) -> int:
-    from ..output.atomic import write_all
-    from ..serving.simulate import load_sweep, simulate
-
+    """simulate: parse (the trace, simulate()'s keywords), then one run or a load sweep, printed."""
     common.check_table_outputs(args)
     check_n(args.n)  # (an argument error before the trace is read)
     check_beam_width(args.beam_width)
@@ -314,37 +341,53 @@ def _cmd_simulate(args) -> int:
         raise ConfigError("--jobs, --executor and --ray-address run a sweep's runs: add --speedups, --rates, "
                           "--instances-list, --routers or --tier-list")
     if sweeping:
-        if args.sessions is not None and args.sessions_list is None:
-            args.sessions_list = [args.sessions]
-        if args.speedups is None and args.rates is None and args.sessions_list is None:
-            args.speedups = [args.speedup or 1.0] if args.rate is None else None
-            args.rates = [args.rate] if args.rate is not None else None
-        policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
-        capacities = None
-        if args.capacities is not None:
-            if args.capacities == "auto":
-                raise ConfigError("--capacities auto does not apply to a load sweep: give block counts or sizes")
-            capacities = (common.resolve_budget(args, trace, args.capacities)[0] if args.bytes_per_token is not None
-                          else list(args.capacities))
-        if policies:
-            options.pop("policy")
-        if capacities:
-            options.pop("capacity")
-        instances = args.instances_list or [options.pop("instances")]
-        options.pop("instances", None)
-        routers = [r.strip() for r in args.routers.split(",") if r.strip()] if args.routers else [options["router"]]
-        unknown = [r for r in routers if r not in routing.names()]
-        if unknown:
-            raise ConfigError(f"--routers: unknown router {unknown[0]!r} (known: {', '.join(routing.names())})")
-        options.pop("router")
-        tier_list = [options.pop("tiers")]
-        if args.tier_list:
-            tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
-        rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, sessions=args.sessions_list,
-                          policies=policies, capacities=capacities, instances=instances, routers=routers,
-                          tiers=tier_list, jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
-                          progress=args.progress, **options)
-        return _emit_sweep(args, trace, rows)
+        return _simulate_sweep(args, trace, options)
+    report, checked = _simulate_one(args, trace, options)
+    return _print_one(args, trace, report, checked)
+
+
+def _simulate_sweep(args, trace, options: dict) -> int:
+    """A load sweep's grid from the command line, run (load_sweep) and written."""
+    from ..serving.simulate import load_sweep
+
+    if args.sessions is not None and args.sessions_list is None:
+        args.sessions_list = [args.sessions]
+    if args.speedups is None and args.rates is None and args.sessions_list is None:
+        args.speedups = [args.speedup or 1.0] if args.rate is None else None
+        args.rates = [args.rate] if args.rate is not None else None
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
+    capacities = None
+    if args.capacities is not None:
+        if args.capacities == "auto":
+            raise ConfigError("--capacities auto does not apply to a load sweep: give block counts or sizes")
+        capacities = (common.resolve_budget(args, trace, args.capacities)[0] if args.bytes_per_token is not None
+                      else list(args.capacities))
+    if policies:
+        options.pop("policy")
+    if capacities:
+        options.pop("capacity")
+    instances = args.instances_list or [options.pop("instances")]
+    options.pop("instances", None)
+    routers = [r.strip() for r in args.routers.split(",") if r.strip()] if args.routers else [options["router"]]
+    unknown = [r for r in routers if r not in routing.names()]
+    if unknown:
+        raise ConfigError(f"--routers: unknown router {unknown[0]!r} (known: {', '.join(routing.names())})")
+    options.pop("router")
+    tier_list = [options.pop("tiers")]
+    if args.tier_list:
+        tier_list = [None if t.strip().lower() in ("", "none", "hbm") else t.strip() for t in args.tier_list.split(";")]
+    rows = load_sweep(trace, speedups=args.speedups, rates=args.rates, sessions=args.sessions_list,
+                      policies=policies, capacities=capacities, instances=instances, routers=routers,
+                      tiers=tier_list, jobs=args.jobs, executor=args.executor, ray_address=args.ray_address,
+                      progress=args.progress, **options)
+    return _emit_sweep(args, trace, rows)
+
+
+def _simulate_one(args, trace, options: dict):
+    """One run (and, with speculative decoding, the same run without it; for a run that does not
+    keep up, the fixes checked): (report, checked)."""
+    from ..serving.simulate import simulate
+
     report = simulate(trace, speedup=args.speedup, rate=args.rate, sessions=args.sessions, progress=args.progress,
                       **options)
     if report.speculative is not None:  # the same run without speculation, for the TPOT change
@@ -358,6 +401,13 @@ def _cmd_simulate(args) -> int:
 
         checked = check_fix(trace, dict(options, speedup=args.speedup, rate=args.rate, sessions=args.sessions), report,
                             progress=args.progress)
+    return report, checked
+
+
+def _print_one(args, trace, report, checked) -> int:
+    """One run's outputs: its files (atomically, all or none), then the JSON or the summary."""
+    from ..output.atomic import write_all
+
     files = {}  # every output's bytes first, then the files: a failure leaves none behind
     if args.output:
         name = args.output.lower()

@@ -54,7 +54,7 @@ NUM_STRANDED_SAMPLES = 32
 class Recorded:
     """What one replay recorded (trace order).
 
-    cause: int8 per access (index into RECORDED; HIT for a hit block); gone: int64 per access,
+    cause: int8 per access (index into RECORDED; HIT for a hit block); gone: int32 per access,
     the request an ``evicted`` block left at (-1 otherwise); tokens: int64 [requests, causes],
     hit tokens then each cause's; stranded: the samples of stranded_over_time(), or None.
     """
@@ -134,9 +134,11 @@ def stranded_reference(resident, pred, order, reach) -> int:
 def _arrays(trace, content):
     n, accesses = len(trace), trace.num_accesses
     content, content_offsets, members = content_groups(content, trace.num_blocks)
-    return {"last_seen": np.full(max(1, trace.num_blocks), -1, dtype=np.int64),
-            "evicted_at": np.full(max(1, trace.num_blocks), -1, dtype=np.int64),
-            "cause": np.zeros(max(1, accesses), dtype=np.int8), "gone": np.full(max(1, accesses), -1, dtype=np.int64),
+    if n >= 2**31:
+        raise ConfigError(f"the miss account counts requests in 32 bits: {n:,} requests are too many (miss_account=False)")
+    return {"last_seen": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
+            "evicted_at": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
+            "cause": np.zeros(max(1, accesses), dtype=np.int8), "gone": np.full(max(1, accesses), -1, dtype=np.int32),
             "tokens": np.zeros(max(1, n * len(RECORDED)), dtype=np.int64), "content": content,
             "content_offsets": content_offsets, "content_members": members}
 
@@ -205,7 +207,7 @@ def replay_reference(trace, block_size: int, policy, hit_blocks, hit_tokens, *, 
     offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
     n = len(lengths)
     cause = np.zeros(len(blocks), dtype=np.int8)
-    gone = np.full(len(blocks), -1, dtype=np.int64)
+    gone = np.full(len(blocks), -1, dtype=np.int32)
     tokens = np.zeros((n, len(RECORDED)), dtype=np.int64)
     last_seen: dict = {}
     evicted_at: dict = {}

@@ -22,11 +22,12 @@ _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def scan_distances(trace) -> np.ndarray:
-    """int64 per access (read-only): the distance defined above; computed once per trace."""
+    """int32 per access (read-only): the distance defined above (at most the trace's blocks, which
+    are int32 ids); computed once per trace."""
     out = _CACHE.get(trace)
     if out is None:
         accesses = trace.num_accesses
-        out = np.empty(max(1, accesses), dtype=np.int64)
+        out = np.empty(max(1, accesses), dtype=np.int32)
         tree = np.zeros(accesses + 1, dtype=np.int32)
         last = np.zeros(max(1, trace.num_blocks), dtype=np.int64)
         offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)

@@ -115,14 +115,13 @@ def run_reference(offsets, blocks, input_length, block_size, policy, events, hit
             on_event(n)
 
 
-def run_state(spec, state, offsets, blocks, input_length, block_size, events, hit_blocks, held, refused,
-              handles) -> None:
+def run_state(spec, state, trace, block_size, events, hit_blocks, held, refused, handles) -> None:
     """The compiled engine's events over `state` (refused: a bool array), in C (engine/driver.c
-    kv_run_events, which starts requests with kv_request_start). Request i's handles live at
-    handles[offsets[i] + i:]."""
+    kv_run_events, which starts requests with kv_request_start), for the requests of `trace` (its
+    offsets, blocks and input lengths). Request i's handles live at handles[offsets[i] + i:]."""
     events = np.ascontiguousarray(events, dtype=np.int64)
     table, record = spec.compiled(state)
-    offsets, blocks, lengths = driver.trace_arrays(offsets, blocks, input_length)
+    offsets, blocks, lengths = driver.trace_arrays(trace.offsets, trace.blocks, trace.input_length)
     refused8 = refused.view(np.int8)
     _c_run_events()(table, native.ptr(record), native.ptr(offsets), native.ptr(blocks), native.ptr(lengths),
                     lengths.shape[0], block_size, native.ptr(events), events.shape[0], native.ptr(hit_blocks), native.ptr(held),
@@ -162,8 +161,7 @@ def replay_lifecycle(trace, policy: str, capacity: int | None, events, block_siz
     if engine == "compiled":
         state = spec.make_state(capacity, trace, **params)
         handles = np.zeros(trace.num_accesses + n, dtype=np.int64)
-        run_state(spec, state, trace.offsets, trace.blocks, trace.input_length, block_size, events, hit_blocks, held,
-                  refused, handles)
+        run_state(spec, state, trace, block_size, events, hit_blocks, held, refused, handles)
         final, counters = spec.read_state(state)
         mask = spec.resident_mask(state)
         held_at_end, refusals = read_holds(state)

@@ -6,7 +6,7 @@ tokens, exactly. The replay records the cause of each missed block (engine/accou
 rules, in the order they are applied); a block's tokens are ``min(block_size, L - j*block_size)``
 (the last block capped by the prompt), and tokens past the last hash id are ``partial_block``.
 Two causes come from other replays: ``layer_groups`` (a hybrid model's groups,
-policies/hybrid.py) and ``concurrency`` (serving/simulate.py: the served run against the
+hybrid/coordinator.py) and ``concurrency`` (serving/simulate.py: the served run against the
 sequential one). A cause this run cannot see is named in ``not_measured`` with the reason, and
 is 0.
 """
@@ -72,7 +72,7 @@ class MissAccount:
 
     tokens: int64 [requests, len(CAUSES)]: each request's missed tokens per cause.
     cause: int8 per access (trace order): 0 for a hit block, else 1 + the index in CAUSES.
-    gone: int64 per access: for an ``evicted`` block, the request it left the cache at (-1 otherwise).
+    gone: int32 per access: for an ``evicted`` block, the request it left the cache at (-1 otherwise).
     not_measured: cause -> why this run cannot see it (its tokens are then 0).
     stranded: the cache's stranded blocks over time (engine/account.py), or None.
     evicted (a property): for the window, the evicted tokens by reuse distance and by time gone
@@ -182,7 +182,7 @@ def previous_request(trace) -> np.ndarray:
 
 def hybrid_account(trace, block_size: int, hit_blocks: np.ndarray, in_full: np.ndarray, warmup: int,
                    capacity: int) -> MissAccount:
-    """The miss account of vLLM's hybrid manager (policies/hybrid.py), from its hits and, per
+    """The miss account of vLLM's hybrid manager (hybrid/coordinator.py), from its hits and, per
     access, whether every full-attention group had the block when its request arrived. For a
     request of n hash ids and L tokens, hit k, cap c = min(n, (L - 1) // block_size) (the last
     token is recomputed), and f = k plus the run of blocks full attention had from k on (below c):
@@ -218,7 +218,7 @@ def hybrid_account(trace, block_size: int, hit_blocks: np.ndarray, in_full: np.n
     np.add.at(tokens, (request[miss], code[miss].astype(np.int64) - 1),
               np.clip(lengths[request] - position * block_size, 0, block_size)[miss])
     tokens[:, CAUSES.index("partial_block")] += np.maximum(0, lengths - counts * block_size)
-    gone = np.where(code == CODE["evicted"], earlier, -1)
+    gone = np.where(code == CODE["evicted"], earlier, -1).astype(np.int32)
     return MissAccount(tokens=tokens, cause=code, gone=gone, warmup_requests=warmup, capacity=capacity,
                        not_measured={"namespace": NO_NAMESPACES, "concurrency": SEQUENTIAL}, stranded=None,
                        detail=(trace, block_size))

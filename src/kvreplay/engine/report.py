@@ -64,7 +64,7 @@ class Report:
     block_size_mismatches: dict | None = None
     oversize_requests: int = 0  # measured requests needing more blocks than the cache: ceil(L / block_size) > capacity
     tiers: dict | None = None  # with tiers below the cache: hit tokens per tier (serving/tiers.py)
-    kv_semantics: dict | None = None  # a hybrid model's groups under vLLM's hybrid manager (policies/hybrid.py)
+    kv_semantics: dict | None = None  # a hybrid model's groups under vLLM's hybrid manager (hybrid/coordinator.py)
     misses: object | None = None  # the miss account (engine/misses.MissAccount): why each missed token missed
 
     @property

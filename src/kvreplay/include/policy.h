@@ -174,7 +174,7 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
                 }                                                                                              \
                 if (cause < 0) cause = kv_account_gone(a, b, &gone);                                           \
                 a->cause[start + j] = (i8)cause;                                                               \
-                a->gone[start + j] = gone;                                                                     \
+                a->gone[start + j] = (i32)gone;                                                                \
                 row[cause] += kv_max(0, kv_min(block_size, L - j * block_size));                               \
             }                                                                                                  \
             row[PARTIAL_BLOCK] += kv_max(0, L - n * block_size);                                               \

@@ -333,21 +333,38 @@ def _misses_section(data: dict, styles: dict) -> list[str]:
 def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     """The HTML page for `collect`'s data. `title` defaults to "kvreplay report: FILE NAME";
     `zoom` is passed to `plot.curves_figure` (a second panel on the band where the policies sit)."""
+    t = data["trace"]
+    title = title or f"kvreplay report: {t['name']}"
+    styles = {f["label"]: f["series"] for f in data["focus"]}
+    parts = _head(data, title)
+    parts.append(_kpis(data))
+    parts.extend(_trace_section(data))
+    parts.extend(_curve_section(data, zoom))
+    parts.extend(_focus_section(data))
+    parts.extend(_misses_section(data, styles))
+    parts.extend(_spread_sections(data, styles))
+    if data.get("serving"):
+        parts.extend(_serving_section(data["serving"], t["name"]))
+    if data.get("plan"):
+        from .plan_html import plan_section
 
+        parts.extend(plan_section(data["plan"], _svg, _table, served=data.get("plan_served"),
+                                  not_served=data.get("plan_served_note")))
+    if data.get("ranking"):
+        parts.extend(_ranking_section(data["ranking"]))
+
+    parts.extend(_definitions(data))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _head(data: dict, title: str) -> list[str]:
+    """The page's head, title, what it measures, and its notes (KV semantics, warm-up)."""
     t = data["trace"]
     esc = html.escape
-    title = title or f"kvreplay report: {t['name']}"
     window = data["window"]
     warm = window["warmup_requests"] > 0
-    m, whole = data["measured"], data["whole_trace"]
-    ceiling = data["ceiling"]["hit_rate"] if data["ceiling"] else None
-    focus = data["focus"]
-    practical = [f for f in focus if parse_name(f["label"]) not in BOUNDS] or focus
-    best = max(practical, key=lambda f: f["metrics"]["hit_rate"]) if practical else None
-    bpb = data["bytes_per_block"]
-    focus_cap = data["focus_capacity"]
-    focus_mem = f" ({focus_cap * bpb / plot.GIB:,.2f} GiB{', ' + esc(data['budget_note']) if data['budget_note'] else ''})" if bpb else ""
-    styles = {f["label"]: f["series"] for f in focus}
+    whole = data["whole_trace"]
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>",
              f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{CSS}</style></head><body>",
              f"<h1>{esc(title)}</h1>",
@@ -369,6 +386,21 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
                      f"({100 * window['warmup_fraction']:g}% of {whole['num_requests']:,}) only fill the cache: every figure "
                      f"below counts requests {window['first_request']:,}-{window['last_request']:,} only, except the column "
                      "marked <em>whole trace</em> in the trace table.</p>")
+    return parts
+
+
+def _kpis(data: dict) -> str:
+    """The headline figures: the window, the ceiling, the best policy served and offline, unserved requests."""
+    esc = html.escape
+    window = data["window"]
+    warm = window["warmup_requests"] > 0
+    m, whole = data["measured"], data["whole_trace"]
+    ceiling = data["ceiling"]["hit_rate"] if data["ceiling"] else None
+    focus = data["focus"]
+    practical = [f for f in focus if parse_name(f["label"]) not in BOUNDS] or focus
+    best = max(practical, key=lambda f: f["metrics"]["hit_rate"]) if practical else None
+    bpb = data["bytes_per_block"]
+    focus_cap = data["focus_capacity"]
     kpis = [("requests" + (" measured" if warm else ""), _n(m["num_requests"]),
              f"of {whole['num_requests']:,}; the first {window['warmup_requests']:,} warm the cache" if warm else ""),
             ("prompt tokens" + (" measured" if warm else ""), _n(m["total_prompt_tokens"]), ""),
@@ -391,10 +423,19 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     unserved = _unserved_note(data)
     if unserved:
         kpis.append(("served", unserved[0], unserved[1]))
-    parts.append("<div class=\"kpi\">" + "".join(
+    return ("<div class=\"kpi\">" + "".join(
         f"<div data-kpi=\"{esc(k)}\">{esc(k)}<b>{v}</b>" + (f"<small>{esc(note)}</small>" if note else "") + "</div>"
         for k, v, note in kpis) + "</div>")
 
+
+
+def _trace_section(data: dict) -> list[str]:
+    """The trace's description: the measured window, and the whole trace beside it after a warm-up."""
+    window = data["window"]
+    warm = window["warmup_requests"] > 0
+    m, whole = data["measured"], data["whole_trace"]
+    ceiling = data["ceiling"]["hit_rate"] if data["ceiling"] else None
+    parts = []
     parts.append("<h2>The trace</h2>")
     rows_m = _trace_rows(m, ceiling)
     if warm:
@@ -408,6 +449,14 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     else:
         parts.append(_table(["", "value"], [[label, a] for label, a in zip(TRACE_ROWS, rows_m)], [False, True]))
 
+    return parts
+
+
+def _curve_section(data: dict, zoom) -> list[str]:
+    """The hit rate against the cache size, as a chart and a table."""
+    warm = data["window"]["warmup_requests"] > 0
+    bpb = data["bytes_per_block"]
+    parts = []
     parts.append("<h2>Hit rate vs cache size</h2>")
     parts.append("<p class=\"note\">Each line replays the trace once per capacity"
                  + (", counting the measured window's requests" if warm else "")
@@ -419,6 +468,17 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     parts.append(f"<div class=\"figure\">{_svg(fig)}</div>")
     parts.append(_curve_table(data))
 
+    return parts
+
+
+def _focus_section(data: dict) -> list[str]:
+    """Each policy at the operating point: hit rate, speedup, per-request percentiles, money saved."""
+    esc = html.escape
+    focus = data["focus"]
+    bpb = data["bytes_per_block"]
+    focus_cap = data["focus_capacity"]
+    focus_mem = f" ({focus_cap * bpb / plot.GIB:,.2f} GiB{', ' + esc(data['budget_note']) if data['budget_note'] else ''})" if bpb else ""
+    parts = []
     parts.append(f"<h2>At {focus_cap:,} blocks{focus_mem}</h2>")
     parts.append(f"<p class=\"note\">Why this capacity: {esc(data['focus_reason'])}."
                  + ("" if data["focus_rule"] == "given" else
@@ -449,8 +509,15 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
                      + (" Prefill FLOPs saved &asymp; 2 &times; active parameters "
                         f"({data['active_params']:,}) &times; hit tokens." if data["active_params"] else "") + "</p>")
 
-    parts.extend(_misses_section(data, styles))
+    return parts
 
+
+def _spread_sections(data: dict, styles: dict) -> list[str]:
+    """The hit rate over time and its spread over requests, at the operating point."""
+    warm = data["window"]["warmup_requests"] > 0
+    focus = data["focus"]
+    focus_cap = data["focus_capacity"]
+    parts = []
     per = data["requests_per_time_window"]
     last = data.get("last_time_window_requests", per)
     parts.append("<h2>Hit rate over time</h2>")
@@ -470,16 +537,15 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
     fig = plot.request_histogram_figure({f["label"]: np.asarray(f["request_hit_rates"]) for f in focus}, styles=styles)
     parts.append(f"<div class=\"figure\">{_svg(fig)}</div>")
 
-    if data.get("serving"):
-        parts.extend(_serving_section(data["serving"], t["name"]))
-    if data.get("plan"):
-        from .plan_html import plan_section
+    return parts
 
-        parts.extend(plan_section(data["plan"], _svg, _table, served=data.get("plan_served"),
-                                  not_served=data.get("plan_served_note")))
-    if data.get("ranking"):
-        parts.extend(_ranking_section(data["ranking"]))
 
+def _definitions(data: dict) -> list[str]:
+    """The page's definitions: window, hit tokens, capacity, each policy."""
+    esc = html.escape
+    window = data["window"]
+    warm = window["warmup_requests"] > 0
+    parts = []
     parts.append("<h2>Definitions</h2><ul class=\"note\">"
                  f"<li><b>Window</b>: {esc(window['description'])}. Every replay figure on this page counts only these "
                  "requests" + (" (the trace table also shows the whole trace, in its own column)" if warm else "")
@@ -490,8 +556,7 @@ def render(data: dict, *, title: str | None = None, zoom="auto") -> str:
                  "<li><b>Capacity</b>: blocks the cache holds; GiB figures use the KV bytes per token of the model named.</li>"
                  + "".join(f"<li><b>{esc(name)}</b>: {esc(summary)}</li>" for name, summary in data.get("policy_summaries", []))
                  + "<li>Every policy's exact behaviour is written down in kvreplay's docs/policies.md.</li></ul>")
-    parts.append("</body></html>\n")
-    return "".join(parts)
+    return parts
 
 
 def _unserved_note(data: dict) -> tuple[str, str] | None:

@@ -31,7 +31,9 @@ def _describe_host(host: dict | None) -> str:
     return (f"; host CPU ({host['host']}: vLLM's API server and engine core, {sched}; fitted on measured serving "
             f"runs): each request {ms(host['request_s'])} + {us(host['prompt_token_s'])} a prompt token in the API "
             f"server's queue and {ms(host.get('latency_s', 0.0))} of latency before the engine, each step {ms(host['step_s'])} + {us(host['step_request_s'])} a request of CPU, each token "
-            f"{us(host['output_request_s'])} a request in its step to its client")
+            f"{us(host['output_request_s'])} a request in its step to its client"
+            + (f", each step vLLM runs without a CUDA graph at least {us(host['launch_layer_s'])} a layer of kernel "
+               "launches" if host.get("launch_layer_s") else ""))
 
 
 def _describe_time(tm: dict) -> str:
@@ -150,8 +152,48 @@ def sglang_budget_lines(src: dict) -> list[str]:
 def simulate_summary(trace, report, checked: dict | None = None) -> str:
     s = report.summary()
     cfg = report.config()
-    arr = cfg["arrivals"]
     span = float(report.arrival_s.max() - report.arrival_s.min()) if report.arrival_s.size else 0.0
+    lines = [
+        f"trace      {trace_name(trace)}: {report.num_requests:,} requests, {int(report.prompt_tokens.sum()):,} prompt "
+        f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {seconds_text(span)} "
+        f"({_load_text(cfg['arrivals'])})",
+        f"engine     {_describe_scheduler(cfg['scheduler'])}; cache policy {report.policy}",
+    ]
+    hybrid = report.kv_semantics if (report.kv_semantics or {}).get("semantics") == "hybrid" else None
+    lines += _pool_lines(report, cfg["capacity_source"], hybrid)
+    lines.append(f"time       {_describe_time(cfg['time_model'])}")
+    if report.instances > 1:
+        lines.append(_cluster_line(report, s))
+    lines.append(_window_line(report, s))
+    band = s.get("latency_band_s")
+    lines += _latency_lines(s, band)
+    if s.get("closed") is not None:
+        lines += closed_lines(report, s)
+    lines.append("")
+    seq = s["sequential_hit_rate"]
+    lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
+                 "schedule)" + (f"; sequential replay, same policy and pool: {100 * seq:.2f}%" if seq is not None else ""))
+    if s.get("misses") is not None:
+        lines += served_misses_lines(s)
+    if report.tiers is not None:
+        lines.append(tiers_text(report.tiers))
+    lines += _throughput_lines(s)
+    ids = ("full-attention pages" if hybrid.get("engine") == "sglang" else "block ids") if hybrid is not None else "blocks"
+    lines += _kv_pool_lines(s, ids)
+    if report.instances > 1:
+        lines += _instance_lines(report)
+    if hybrid is not None:
+        lines.append(f"semantics  {hybrid['text']}")
+    elif report.kv_semantics is not None:
+        lines.append(f"warning    KV semantics: {report.kv_semantics['text']}")
+    for text in (band or {}).get("warnings", []):
+        lines.append(f"warning    calibration: {text}")
+    lines.append(verdict_text(s["keeps_up"], instances=report.instances, checked=checked))
+    return "\n".join(lines)
+
+
+def _load_text(arr: dict) -> str:
+    """The arrivals, in words: closed loop or sessions, Poisson, or the trace's timestamps (and any rate profile)."""
     if arr["kind"] in ("closed", "open_sessions"):
         load = arrivals_text(arr)
     else:
@@ -159,12 +201,11 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
                 else "trace timestamps" + (f" / {arr['speedup']:g}" if arr["speedup"] != 1 else ""))
     if arr.get("rate_profile"):
         load += f", reshaped by the rate profile {arr['rate_profile']}"
-    lines = [
-        f"trace      {trace_name(trace)}: {report.num_requests:,} requests, {int(report.prompt_tokens.sum()):,} prompt "
-        f"tokens, {int(report.output_tokens.sum()):,} output tokens; arrivals over {seconds_text(span)} ({load})",
-        f"engine     {_describe_scheduler(cfg['scheduler'])}; cache policy {report.policy}",
-    ]
-    src = cfg["capacity_source"]
+    return load
+
+
+def _pool_lines(report, src: dict, hybrid: dict | None) -> list[str]:
+    """The pool's line (its blocks, where they come from, a hybrid layout's units) and its budget lines."""
     pool = f"pool       {report.capacity_blocks:,} blocks of {report.block_size} tokens ({report.capacity_blocks * report.block_size:,} tokens)"
     budget = []
     if src.get("kind") == "gpu_memory":
@@ -197,39 +238,49 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
         pool += f"; vLLM's hybrid layout, {hybrid['bytes_per_block_id']:,} bytes per block id"
         if hybrid.get("full_semantics_blocks") is not None:  # (a pool given in block ids has no bytes to compare)
             pool += f": full-attention semantics hold {hybrid['full_semantics_blocks']:,} blocks in the same bytes"
-    lines.append(pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"))
-    lines.extend(budget)
-    lines.append(f"time       {_describe_time(cfg['time_model'])}")
-    if report.instances > 1:
-        balance = report.load_balance()
-        lag = f" reading state {report.router_lag_ms:g} ms old" if report.router_lag_ms else ""
-        roles = ""
-        if report.prefill_instances is not None:
-            d = s["disaggregation"]
-            roles = (f" ({d['prefill_instances']} prefill, {d['decode_instances']} decode: {d['handoffs']:,} requests' KV "
-                     f"moved, {seconds_text(d['transfer_s'])} of transfer)")
-        b = report.balance()
-        x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
-        spread = ("" if b["hit_rate_min"] is None else
-                  f", hit rates {100 * b['hit_rate_min']:.2f}% to {100 * b['hit_rate_max']:.2f}%")
-        lines.append(f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
-                     f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
-                     f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
-    lines.append(f"window     {s['window']['text']}: {s['finished']:,} finished"
-                 + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has"
-                    + (f"; {report.counters.get('never_admitted', 0):,} of them waited and could never be "
-                       "admitted again" if report.counters.get("never_admitted") else "")
-                    + (f"; {report.counters.get('aborted', 0):,} of them aborted: even alone, their sliding-window "
-                       "KV outgrew its pool (SGLang aborts such a decode; such a chunked prefill would wait for "
-                       "ever)" if report.counters.get("aborted") else "") + ")"
-                    if s["rejected"] else "")
-                 + (f", {s['refused_context']:,} refused at arrival (prompt + outputs over max_model_len "
-                    f"{s['max_model_len']:,}, from {s['max_model_len_source']}; --max-model-len changes it)"
-                    if s["refused_context"] else ""))
+    return [pool + ("" if report.output_kv else "; generated tokens take no KV (--no-output-kv)"), *budget]
+
+
+def _cluster_line(report, s: dict) -> str:
+    """Several instances: their roles, the router and the load balance."""
+    balance = report.load_balance()
+    lag = f" reading state {report.router_lag_ms:g} ms old" if report.router_lag_ms else ""
+    roles = ""
+    if report.prefill_instances is not None:
+        d = s["disaggregation"]
+        roles = (f" ({d['prefill_instances']} prefill, {d['decode_instances']} decode: {d['handoffs']:,} requests' KV "
+                 f"moved, {seconds_text(d['transfer_s'])} of transfer)")
+    b = report.balance()
+    x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+    spread = ("" if b["hit_rate_min"] is None else
+              f", hit rates {100 * b['hit_rate_min']:.2f}% to {100 * b['hit_rate_max']:.2f}%")
+    return (f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
+            f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
+            f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
+
+
+def _window_line(report, s: dict) -> str:
+    """The judged window: finished, rejected and refused requests, the context limit."""
+    line = (f"window     {s['window']['text']}: {s['finished']:,} finished"
+            + (f", {s['rejected']:,} rejected (the prompt and its output need more blocks than the pool has"
+               + (f"; {report.counters.get('never_admitted', 0):,} of them waited and could never be "
+                  "admitted again" if report.counters.get("never_admitted") else "")
+               + (f"; {report.counters.get('aborted', 0):,} of them aborted: even alone, their sliding-window "
+                  "KV outgrew its pool (SGLang aborts such a decode; such a chunked prefill would wait for "
+                  "ever)" if report.counters.get("aborted") else "") + ")"
+               if s["rejected"] else "")
+            + (f", {s['refused_context']:,} refused at arrival (prompt + outputs over max_model_len "
+               f"{s['max_model_len']:,}, from {s['max_model_len_source']}; --max-model-len changes it)"
+               if s["refused_context"] else ""))
     if s["max_model_len"] is not None and not s["refused_context"]:
-        lines[-1] += f"; context limit {s['max_model_len']:,} tokens ({s['max_model_len_source']})"
+        line += f"; context limit {s['max_model_len']:,} tokens ({s['max_model_len_source']})"
+    return line
+
+
+def _latency_lines(s: dict, band: dict | None) -> list[str]:
+    """The latency table (with the calibrated band's ends where there is a band) and its notes."""
+    lines = []
     lat = s["latency_s"]
-    band = s.get("latency_band_s")
     rows = []
     for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end to end"),
                        ("queueing", "queueing")):
@@ -251,16 +302,12 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
     if band is not None:
         lines.append("(band: the same run with every step at the low / high end of the calibrated roofline's "
                      "measured/predicted step-time ratios, 5th-95th percentile; see the time line above)")
-    if s.get("closed") is not None:
-        lines += closed_lines(report, s)
-    lines.append("")
-    seq = s["sequential_hit_rate"]
-    lines.append(f"hit rate   {100 * s['hit_rate']:.2f}% of prompt tokens under concurrency (at each request's first "
-                 "schedule)" + (f"; sequential replay, same policy and pool: {100 * seq:.2f}%" if seq is not None else ""))
-    if s.get("misses") is not None:
-        lines += served_misses_lines(s)
-    if report.tiers is not None:
-        lines.append(tiers_text(report.tiers))
+    return lines
+
+
+def _throughput_lines(s: dict) -> list[str]:
+    """Throughput over the run, and the goodput meeting the SLOs given."""
+    lines = []
     tp = s["throughput"]
     if s["duration_s"] > 0:
         lines.append(f"throughput {tp['requests_per_s']:,.3f} requests/s, {tp['input_tokens_per_s']:,.0f} input and "
@@ -274,7 +321,12 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
                                                                          ("TPOT", gp["slo_tpot_s"])) if v is not None)
         lines.append(f"goodput    {gp['requests_per_s']:,.3f} requests/s meet {slos} "
                      f"({gp['good_requests']:,} of {s['finished']:,})")
-    ids = ("full-attention pages" if hybrid.get("engine") == "sglang" else "block ids") if hybrid is not None else "blocks"
+    return lines
+
+
+def _kv_pool_lines(s: dict, ids: str) -> list[str]:
+    """The pool's peak use, preemptions, and the evictions against the sequential replay's."""
+    lines = []
     lines.append(f"KV pool    peak held by running requests {s['peak_running_kv_blocks']:,} {ids} "
                  f"({100 * s['peak_running_kv_fraction']:.0f}% of the pool); peak {s['peak_running_requests']:,} "
                  f"running, {s['peak_waiting_requests']:,} waiting; {s['preemptions']:,} preemptions of "
@@ -286,28 +338,26 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
                          "decode blocks)" if s["fewer_evictions"] == 0 else
                          f"{s['fewer_evictions']:,} fewer under concurrency (requests served together reuse blocks "
                          "one at a time would have evicted and read again)"))
-    if report.instances > 1:
-        idle = [r["instance"] for r in report.per_instance() if r["requests"] == 0]
-        if idle:
-            lines.append(f"warning    {len(idle)} of {report.instances} instances received no request"
-                         + (" (the session router keys on each request's first block when the trace has no session "
-                            "ids, and requests that share a system prompt share that block)"
-                            if report.router == "session" else ""))
-        rows = [dict(r, ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
-                     busy=seconds_text(r["busy_s"])) for r in report.per_instance()]
-        lines.append("")
-        role = [("role", "role")] if report.prefill_instances is not None else []
-        lines.append(format_table(rows, [("instance", "instance"), *role, ("requests", "requests"),
-                                         ("hit_rate", "hit rate %"), ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"),
-                                         ("busy", "busy")]))
-    if hybrid is not None:
-        lines.append(f"semantics  {hybrid['text']}")
-    elif report.kv_semantics is not None:
-        lines.append(f"warning    KV semantics: {report.kv_semantics['text']}")
-    for text in (band or {}).get("warnings", []):
-        lines.append(f"warning    calibration: {text}")
-    lines.append(verdict_text(s["keeps_up"], instances=report.instances, checked=checked))
-    return "\n".join(lines)
+    return lines
+
+
+def _instance_lines(report) -> list[str]:
+    """Several instances: idle ones warned of, and one row per instance."""
+    lines = []
+    idle = [r["instance"] for r in report.per_instance() if r["requests"] == 0]
+    if idle:
+        lines.append(f"warning    {len(idle)} of {report.instances} instances received no request"
+                     + (" (the session router keys on each request's first block when the trace has no session "
+                        "ids, and requests that share a system prompt share that block)"
+                        if report.router == "session" else ""))
+    rows = [dict(r, ttft50=seconds_text(r["ttft_p50_s"]), ttft90=seconds_text(r["ttft_p90_s"]),
+                 busy=seconds_text(r["busy_s"])) for r in report.per_instance()]
+    lines.append("")
+    role = [("role", "role")] if report.prefill_instances is not None else []
+    lines.append(format_table(rows, [("instance", "instance"), *role, ("requests", "requests"),
+                                     ("hit_rate", "hit rate %"), ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"),
+                                     ("busy", "busy")]))
+    return lines
 
 
 def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str:

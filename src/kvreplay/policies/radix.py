@@ -95,7 +95,7 @@ from collections import Counter, namedtuple
 
 import numpy as np
 
-from .radix_hybrid import replay_groups
+from ..hybrid.unified_radix import replay_groups
 from .base import PolicySpec, ReferencePolicy, hold_arrays, meta_slots
 
 

@@ -106,7 +106,7 @@ from collections import OrderedDict, deque, namedtuple
 
 import numpy as np
 
-from .hybrid import replay_groups
+from ..hybrid.coordinator import replay_groups
 from .base import Param, PolicySpec, ReferencePolicy, hold_arrays, in_range, meta_slots
 
 COUNTERS = ("admissions", "evictions", "duplicate_blocks", "pinned_peak", "oversize_requests")

@@ -3,48 +3,27 @@
 Block size, model, KV dtype (and which layers count), weights dtype, the GPU pool, the tiers below
 it: every size the simulator, its sweeps and the CLI use comes from :func:`resolve`, so a KV dtype,
 say, sizes the GPU pool, every tier and the time model's KV reads alike, and a weights dtype the
-pool and the roofline's weight reads and GEMMs (docs/serving.md, "The pool").
+pool and the roofline's weight reads and GEMMs (docs/memory.md and docs/timing.md, "KV capacity after the weights").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 
-from ..analysis.models import kv_bytes_per_token, resolve_capacities
+from ..analysis.models import get_model, kv_bytes_per_token, resolve_capacities
+from ..catalog.gpus import get_gpu
 from ..engine.replay import check_capacity
 from ..engine.tiers import Tier, resolve_tiers
 from ..errors import ConfigError
 from ..trace.model import resolve_block_size
+from .deployment import Deployment, DeploymentConfig
+from .timing import kv_capacity
+from .timing.pipeline import check_pp
+from .timing.sglang_memory import sglang_capacity
 
 
-@dataclass(frozen=True)
-class Sizes:
-    """A configuration's sizes. capacity: the GPU pool of one instance, in blocks; block_bytes:
-    one block's KV bytes over the whole model (None without a model); capacity_source: how the
-    pool was sized (given, in bytes, or what the GPUs hold after the weights)."""
-
-    block_size: int
-    capacity: int | None
-    capacity_source: dict
-    tiers: tuple = ()
-    model: str | None = None
-    kv_dtype: str = "bf16"
-    bytes_per_token: int | None = None
-    block_bytes: int | None = None
-    gpu: str | None = None
-    tp: int = 1
-    budget: dict | None = field(default=None, compare=False)
-    weights_dtype: str = "bf16"
-    pp: int = 1  # pipeline stages, each on `tp` GPUs (timing/pipeline.py)
-
-    def describe(self) -> dict:
-        out = {"block_size": self.block_size, "capacity_blocks": self.capacity, "kv_dtype": self.kv_dtype,
-               "weights_dtype": self.weights_dtype, "capacity_source": self.capacity_source}
-        if self.model is not None:
-            out.update(model=self.model, kv_bytes_per_token=self.bytes_per_token, kv_block_bytes=self.block_bytes)
-        if self.tiers:
-            out["tiers"] = [t.to_dict(self.block_bytes) for t in self.tiers]
-        return out
+#: the resolved deployment's old name (config.resolve returned "Sizes" before it held the specs)
+Sizes = Deployment
 
 
 def kv_dtype_of(kv_dtype, model) -> str:
@@ -66,14 +45,9 @@ def weights_dtype_of(weights_dtype, gpu) -> str:
     return check_weights_dtype(key, gpu)
 
 
-def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=None, kv_dtype: str | None = None,
-            kv_layers: str | None = None, gpu=None, tp: int = 1, gpu_memory_utilization: float = 0.9, tiers=None,
-            global_store=None, unbounded_ids: int | None = None, weights_dtype: str | None = None,
-            max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, kv_cache_memory=None,
-            num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-            language_model_only: bool = False, engine_style: str = "vllm",
-            mem_fraction_static: float | None = None, pp: int = 1) -> Sizes:
-    """The sizes of a configuration.
+def resolve(trace=None, asked: DeploymentConfig | None = None, **given) -> Deployment:
+    """The Deployment of `asked` (or of the DeploymentConfig keywords `given`): every size of it,
+    the model and GPU looked up once.
 
     block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
     pool in blocks, or a size ("80GiB", needs `model`); None: what `gpu` x `tp` hold after
@@ -96,94 +70,116 @@ def resolve(trace=None, *, block_size: int | None = None, capacity=None, model=N
     pp: pipeline stages (vLLM's --pipeline-parallel-size), each on `tp` GPUs holding its layers'
     weights and KV; the pool is the smallest stage's (timing/pipeline.py). vLLM style, on a GPU.
     """
-    block_size = resolve_block_size(block_size, trace)
-    kv_dtype = kv_dtype_of(kv_dtype, model)
-    weights_dtype = weights_dtype_of(weights_dtype, gpu)
-    if kv_layers is not None and model is None:
+    a = DeploymentConfig(**given) if asked is None else replace(asked, **given)
+    block_size = resolve_block_size(a.block_size, trace)
+    kv_dtype = kv_dtype_of(a.kv_dtype, a.model)
+    weights_dtype = weights_dtype_of(a.weights_dtype, a.gpu)
+    if a.kv_layers is not None and a.model is None:
         raise ConfigError("kv_layers describes a model's KV cache: it needs a model (--model)")
-    bytes_per_token = block_bytes = None
-    if model is not None:
-        bytes_per_token = int(kv_bytes_per_token(model, kv_dtype, kv_layers or "all"))
+    model = gpu = bytes_per_token = block_bytes = None
+    if a.model is not None:
+        model = get_model(a.model)
+        bytes_per_token = int(kv_bytes_per_token(model, kv_dtype, a.kv_layers or "all"))
         block_bytes = bytes_per_token * block_size
-    tier_list, hbm = resolve_tiers(tiers, global_store, block_size=block_size, block_bytes=block_bytes)
+    tier_list, hbm = resolve_tiers(a.tiers, a.global_store, block_size=block_size, block_bytes=block_bytes)
     if any(t.bandwidth for t in tier_list) and block_bytes is None:
         raise ConfigError("a tier's bandwidth needs the model's KV bytes per block: give --model")
+    capacity = a.capacity
     if hbm is not None:
-        if capacity is not None and _blocks(capacity, block_size, model, kv_dtype, kv_layers)[0] != hbm:
+        if capacity is not None and _blocks(capacity, block_size, model, kv_dtype, a.kv_layers)[0] != hbm:
             raise ConfigError(f"the pool is given twice: capacity {capacity} and --tiers hbm={hbm}")
         capacity = hbm
-    if not isinstance(enforce_eager, bool):
-        raise ConfigError(f"enforce_eager must be True or False, got {enforce_eager!r}")
-    if enforce_eager and (gpu is None or model is None):
+    pp = _check(a)
+    if a.gpu is not None:
+        gpu = get_gpu(a.gpu)
+    pool = _pool_options(a, capacity, pp)
+    at = dict(block_size=block_size, kv_dtype=kv_dtype, weights_dtype=weights_dtype, model=model, gpu=gpu, pp=pp)
+    budget = None
+    if a.unbounded_ids is not None:
+        blocks, source = max(1, int(a.unbounded_ids)), {"kind": "unbounded"}
+    elif capacity is not None:
+        blocks, budget, source = _given_pool(a, capacity, pool, at)
+    else:
+        blocks, source = _gpu_pool(a, pool, at)
+    return Deployment(block_size=block_size, capacity=blocks, capacity_source=source, tiers=tuple(tier_list),
+                      model=None if a.model is None else str(a.model), kv_dtype=kv_dtype,
+                      bytes_per_token=bytes_per_token, block_bytes=block_bytes,
+                      gpu=None if a.gpu is None else str(a.gpu), tp=a.tp, budget=budget, weights_dtype=weights_dtype,
+                      pp=pp, model_spec=model, gpu_spec=gpu)
+
+
+def _check(a: DeploymentConfig) -> int:
+    """The checks of the pool's engine settings (each naming its flag); the pipeline stages."""
+    if not isinstance(a.enforce_eager, bool):
+        raise ConfigError(f"enforce_eager must be True or False, got {a.enforce_eager!r}")
+    if a.enforce_eager and (a.gpu is None or a.model is None):
         raise ConfigError("enforce_eager (--enforce-eager) leaves CUDA graphs out of the pool vLLM sizes on a GPU: "
                           "it needs --gpu and --model")
-    if language_model_only and (gpu is None or model is None):
+    if a.language_model_only and (a.gpu is None or a.model is None):
         raise ConfigError("language_model_only (--language-model-only) drops a multimodal model's vision tower from the "
                           "pool vLLM sizes on a GPU: it needs --gpu and --model")
-    if mem_fraction_static is not None and engine_style != "sglang":
+    if a.mem_fraction_static is not None and a.engine_style != "sglang":
         raise ConfigError("mem_fraction_static (--mem-fraction-static) is SGLang's: add --engine-style sglang "
                           "(vLLM's is --gpu-memory-utilization)")
-    from .timing.pipeline import check_pp
-
-    pp = check_pp(pp)
-    if pp > 1 and (gpu is None or model is None):
+    pp = check_pp(a.pp)
+    if pp > 1 and (a.gpu is None or a.model is None):
         raise ConfigError("pp (--pp) splits a model's layers over GPUs: it needs --gpu and --model")
-    if pp > 1 and engine_style != "vllm":
-        raise ConfigError(f"pp (--pp) is modelled as vLLM 0.33.0 runs it: drop --engine-style {engine_style}")
-    pool = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
-                language_model_only=language_model_only, **({"pp": pp} if pp > 1 else {}))
-    for name, flag, value in (("kv_cache_memory", "--kv-cache-memory", kv_cache_memory),
-                              ("num_gpu_blocks_override", "--num-gpu-blocks-override", num_gpu_blocks_override)):
+    if pp > 1 and a.engine_style != "vllm":
+        raise ConfigError(f"pp (--pp) is modelled as vLLM 0.33.0 runs it: drop --engine-style {a.engine_style}")
+    return pp
+
+
+def _pool_options(a: DeploymentConfig, capacity, pp: int) -> dict:
+    """The engine settings the pool on a GPU is sized with (timing/memory.py)."""
+    pool = dict(max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
+                enforce_eager=a.enforce_eager, language_model_only=a.language_model_only,
+                **({"pp": pp} if pp > 1 else {}))
+    for name, flag, value in (("kv_cache_memory", "--kv-cache-memory", a.kv_cache_memory),
+                              ("num_gpu_blocks_override", "--num-gpu-blocks-override", a.num_gpu_blocks_override)):
         if value is None:
             continue
         if capacity is not None:
             raise ConfigError(f"{name} ({flag}) sizes the GPU pool, and the pool is given already ({capacity}): "
                               "give one of them")
-        if gpu is None or model is None:
+        if a.gpu is None or a.model is None:
             raise ConfigError(f"{name} ({flag}) sizes the pool vLLM allocates on a GPU: it needs --gpu and --model")
         pool[name] = value
-    budget = None
-    if unbounded_ids is not None:
-        blocks, source = max(1, int(unbounded_ids)), {"kind": "unbounded"}
-    elif capacity is not None:
-        blocks, budget = _blocks(capacity, block_size, model, kv_dtype, kv_layers)
-        source = {"kind": "given"} if budget is None else {"kind": "bytes", "size": str(capacity).strip()}
-        if gpu is not None and model is not None and engine_style != "trtllm":
-            # how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if;
-            # vLLM's budget, which TensorRT-LLM's pool is not)
-            from .timing import kv_capacity
+    return pool
 
-            try:
-                fits = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype,
-                                   kv_dtype=kv_dtype, **pool).blocks
-            except ConfigError:  # the weights leave no room: the given pool is a what-if
-                fits = 0
-            source.update(gpu_memory_blocks=int(fits), gpu=str(gpu), model=str(model), tp=tp, **({"pp": pp} if pp > 1 else {}),
-                          weights_dtype=weights_dtype)
-    else:
-        if gpu is None or model is None:
-            raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
-                              "the weights, as vLLM sizes it)")
-        from .timing import kv_capacity
 
-        if engine_style == "sglang":
-            from .timing.sglang_memory import sglang_capacity
+def _given_pool(a: DeploymentConfig, capacity, pool: dict, at: dict) -> tuple[int, dict | None, dict]:
+    """A given pool (blocks or a size): its blocks, its budget document, and its source (with
+    how it compares with what the GPUs hold, when there are a GPU and a model)."""
+    blocks, budget = _blocks(capacity, at["block_size"], at["model"], at["kv_dtype"], a.kv_layers)
+    source = {"kind": "given"} if budget is None else {"kind": "bytes", "size": str(capacity).strip()}
+    if a.gpu is not None and a.model is not None and a.engine_style != "trtllm":
+        # how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if;
+        # vLLM's budget, which TensorRT-LLM's pool is not)
+        try:
+            fits = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], a.gpu_memory_utilization,
+                               dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool).blocks
+        except ConfigError:  # the weights leave no room: the given pool is a what-if
+            fits = 0
+        source.update(gpu_memory_blocks=int(fits), gpu=str(a.gpu), model=str(a.model), tp=a.tp,
+                      **({"pp": at["pp"]} if at["pp"] > 1 else {}), weights_dtype=at["weights_dtype"])
+    return blocks, budget, source
 
-            if gpu_memory_utilization != 0.9:
-                raise ConfigError("gpu_memory_utilization (--gpu-memory-utilization) is vLLM's; the SGLang-style pool "
-                                  "is sized by mem_fraction_static (--mem-fraction-static)")
 
-            kv = sglang_capacity(model, gpu, tp, block_size, mem_fraction_static, dtype=weights_dtype,
-                                 kv_dtype=kv_dtype, **pool)
-            blocks, source = int(kv.blocks), {"kind": "sglang_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
-        else:
-            kv = kv_capacity(model, gpu, tp, block_size, gpu_memory_utilization, dtype=weights_dtype,
-                             kv_dtype=kv_dtype, **pool)
-            blocks, source = int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": kv_dtype}
-    return Sizes(block_size=block_size, capacity=blocks, capacity_source=source, tiers=tuple(tier_list),
-                 model=None if model is None else str(model), kv_dtype=kv_dtype, bytes_per_token=bytes_per_token,
-                 block_bytes=block_bytes, gpu=None if gpu is None else str(gpu), tp=tp, budget=budget,
-                 weights_dtype=weights_dtype, pp=pp)
+def _gpu_pool(a: DeploymentConfig, pool: dict, at: dict) -> tuple[int, dict]:
+    """The pool the GPUs hold after the weights, as vLLM (or SGLang) sizes it, and its source."""
+    if a.gpu is None or a.model is None:
+        raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
+                          "the weights, as vLLM sizes it)")
+    if a.engine_style == "sglang":
+        if a.gpu_memory_utilization != 0.9:
+            raise ConfigError("gpu_memory_utilization (--gpu-memory-utilization) is vLLM's; the SGLang-style pool "
+                              "is sized by mem_fraction_static (--mem-fraction-static)")
+        kv = sglang_capacity(at["model"], at["gpu"], a.tp, at["block_size"], a.mem_fraction_static,
+                             dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool)
+        return int(kv.blocks), {"kind": "sglang_memory", **kv.to_dict(), "kv_dtype": at["kv_dtype"]}
+    kv = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], a.gpu_memory_utilization,
+                     dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool)
+    return int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": at["kv_dtype"]}
 
 
 def _blocks(capacity, block_size, model, kv_dtype, kv_layers) -> tuple[int, dict | None]:
@@ -199,4 +195,4 @@ def _blocks(capacity, block_size, model, kv_dtype, kv_layers) -> tuple[int, dict
     return check_capacity(capacity), None
 
 
-__all__ = ["Sizes", "Tier", "resolve"]
+__all__ = ["Deployment", "DeploymentConfig", "Sizes", "Tier", "resolve"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from itertools import product
 
@@ -153,13 +153,38 @@ class Search:
                 "cache_dir": self.cache_dir, "warmup": self.warmup, "min_requests": self.min_requests}
 
 
-def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, pps=None, tiers=(None,), routers=("round-robin",),
-         policies=(None,), loads=None, rates=None, sessions=None, window_s: float | None = None, warmup=AUTO,
-         min_window_requests: int = MIN_WINDOW_REQUESTS, prices: Prices | None = None, judge_at: str = "pessimistic",
-         max_instances: int = 64, runners_up: int = 3, cache_dir: str | None = None, jobs: int = 1,
-         executor: str = "local", ray_address: str | None = None, progress=None, **options):
+@dataclass(frozen=True)
+class PlanConfig:
+    """What plan() searches (plan()'s keywords but simulate()'s options and progress)."""
+
+    model: object
+    slo: SLO
+    gpus: object = ("H100",)
+    tps: object = None
+    pps: object = None
+    tiers: object = (None,)
+    routers: object = ("round-robin",)
+    policies: object = (None,)
+    loads: object = None
+    rates: object = None
+    sessions: object = None
+    window_s: object = None
+    warmup: object = AUTO
+    min_window_requests: int = MIN_WINDOW_REQUESTS
+    prices: Prices | None = None
+    judge_at: str = "pessimistic"
+    max_instances: int = 64
+    runners_up: int = 3
+    cache_dir: str | None = None
+    jobs: int = 1
+    executor: str = "local"
+    ray_address: str | None = None
+
+
+def plan(trace, config: PlanConfig | None = None, *, progress=None, **options):
     """The cheapest configuration per load meeting `slo`, its runners-up, and every configuration
-    tried with its verdict: a PlanResult (a JSON-ready dict; `.to_pandas()` has one row per
+    tried with its verdict (`config`: a PlanConfig, or its fields among the keywords, which replace
+    `config`'s; the other keywords go to simulate()): a PlanResult (a JSON-ready dict; `.to_pandas()` has one row per
     configuration tried). `loads`: multiples of the trace's arrival rate, or `rates`: Poisson
     arrivals at these requests per second, or `sessions`: these numbers of concurrent sessions
     (a closed loop: simulate's sessions=; each block then states the chosen deployment's capacity
@@ -174,66 +199,71 @@ def plan(trace, *, model: str, slo: SLO, gpus=("H100",), tps=None, pps=None, tie
     `ray_address`: search the configurations at once on processes, threads or Ray
     (analysis/executors.py; nothing is pruned on cost then, since no search waits for another's
     best). `progress`: a kvreplay.progress callback, told ``(done, total, "configurations")``:
-    each configuration at each load, searched, pruned, unreachable, unfit or skipped. `options` go
-    to simulate()."""
+    each configuration at each load, searched, pruned, unreachable, unfit or skipped."""
     from ..engine.replay import as_trace
+
+    given = {f.name: options.pop(f.name) for f in fields(PlanConfig) if f.name in options}
+    c = PlanConfig(**given) if config is None else replace(config, **given)
+    trace = as_trace(trace)
+    checked = _checked(trace, c, options)
+    from .semantics import one_semantics
+
+    options, semantics_note = one_semantics(c.model, options, checked["tiers"], checked["policies"])
+    s = Search(trace=trace, model=c.model, slo=checked["slo"], prices=checked["prices"] or Prices(),
+               window_s=checked["window_s"], judge=c.judge_at, options=options, max_instances=checked["max_instances"],
+               cache_dir=c.cache_dir, warmup=c.warmup, min_requests=int(c.min_window_requests))
+    if c.cache_dir is not None:
+        s.cache_dir = plan_cache.prepare(c.cache_dir)
+    parallel = checked["jobs"] > 1 or c.executor != "local"
+    configs, unfit = _configs(s, [gpu_name(g) for g in checked["gpus"]], checked["tps"], c.pps, checked["tiers"],
+                              checked["routers"], checked["policies"])
+    out = {"slo": s.slo.text(), "slo_limits": s.slo.limits(), "judged_at": c.judge_at, "pricing": s.prices.pricing,
+           "warmup_spec": spec_text(c.warmup), "min_window_requests": s.min_requests,
+           "tp_searched": "given" if c.tps is not None or c.pps is not None else
+           "every TP of 1, 2, 4 and 8 on which vLLM would start the model; if none, TP 8 x PP 2 and 4", "loads": []}
+    points = load_points(c.loads, c.rates, c.sessions) if c.sessions is not None else checked["points"]
+    tracker = _Tracker(progress, (len(configs) + len(unfit)) * len(points))
+    for point in points:
+        block = (_plan_load_parallel(s, configs, point, checked["jobs"], c.executor, c.ray_address, tracker)
+                 if parallel else _plan_load(s, configs, point, tracker))
+        if block["probes"] is None:
+            block["probes"] = probes(s, point)
+        out["loads"].append(plan_rows.summarise(point, block, unfit, c.runners_up))
+        tracker.advance(len(unfit))
+    _refuse_a_plan_that_tried_nothing(out["loads"])
+    if c.sessions is not None:
+        out["capacity"] = capacities(s, out["loads"])
+    out["arrivals"] = arrivals_text(s, c.sessions)
+    out.update(model=c.model, window_s=s.window_s, run_options=run_options(options),
+               runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
+               trace_digest=s.digest(), cache_dir=c.cache_dir, parallel=parallel, kv_semantics=semantics_note,
+               calibration_warnings=_calibration_warnings(s, configs))
+    from .plan_result import PlanResult
+
+    return PlanResult(out)
+
+
+def _checked(trace, c: PlanConfig, options: dict) -> dict:
+    """plan()'s values checked (plan_args.resolve; ConfigError naming the first bad one)."""
     from .plan_args import resolve
 
-    trace = as_trace(trace)
+    window_s = c.window_s
     if isinstance(window_s, str):  # (a duration with its unit: "5m")
         window_s = seconds_arg(window_s, "window_s")
-    checked = resolve(trace, slo=slo, gpus=gpus, tps=tps, tiers=tiers, routers=routers, policies=policies, loads=loads,
-                      rates=rates, window_s=window_s, max_instances=max_instances, jobs=jobs, prices=prices,
-                      cache_dir=cache_dir)
-    slo, gpus, tps, tiers, routers, policies, window_s, max_instances, jobs, prices = (checked[k] for k in (
-        "slo", "gpus", "tps", "tiers", "routers", "policies", "window_s", "max_instances", "jobs", "prices"))
-    if judge_at not in JUDGES:
-        raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {judge_at!r}")
-    if not any(True for _ in slo.objectives()):
+    checked = resolve(trace, replace(c, window_s=window_s))
+    if c.judge_at not in JUDGES:
+        raise ConfigError(f"judge must be one of {', '.join(JUDGES)}, got {c.judge_at!r}")
+    if not any(True for _ in checked["slo"].objectives()):
         raise ConfigError("give at least one SLO (--slo-ttft-p90, --slo-tpot-p90 or --slo-e2e-p99)")
     if "warmup_fraction" in options:
         raise ConfigError("plan judges a warm server with warmup= (--warmup: auto, a fraction of the arrival span "
                           "such as 0.2, a duration such as 10m, or 0); warmup_fraction (--warmup-fraction) is "
                           "replay's and does not apply")
-    spec_text(warmup)  # checked before any run
-    if isinstance(min_window_requests, bool) or not isinstance(min_window_requests, (int, np.integer)) \
-            or min_window_requests < 1:
-        raise ConfigError(f"min_window_requests (--min-window-requests) must be a whole number >= 1, got "
-                          f"{min_window_requests!r}")
-    from .semantics import one_semantics
-
-    options, semantics_note = one_semantics(model, options, tiers, policies)
-    s = Search(trace=trace, model=model, slo=slo, prices=prices or Prices(), window_s=window_s,
-               judge=judge_at, options=options, max_instances=max_instances, cache_dir=cache_dir, warmup=warmup,
-               min_requests=int(min_window_requests))
-    if cache_dir is not None:
-        s.cache_dir = plan_cache.prepare(cache_dir)
-    parallel = jobs > 1 or executor != "local"
-    configs, unfit = _configs(s, [gpu_name(g) for g in gpus], tps, pps, tiers, routers, policies)
-    out = {"slo": slo.text(), "slo_limits": slo.limits(), "judged_at": judge_at, "pricing": s.prices.pricing,
-           "warmup_spec": spec_text(warmup), "min_window_requests": s.min_requests,
-           "tp_searched": "given" if tps is not None or pps is not None else
-           "every TP of 1, 2, 4 and 8 on which vLLM would start the model; if none, TP 8 x PP 2 and 4", "loads": []}
-    points = load_points(loads, rates, sessions) if sessions is not None else checked["points"]
-    tracker = _Tracker(progress, (len(configs) + len(unfit)) * len(points))
-    for point in points:
-        block = (_plan_load_parallel(s, configs, point, jobs, executor, ray_address, tracker) if parallel
-                 else _plan_load(s, configs, point, tracker))
-        if block["probes"] is None:
-            block["probes"] = probes(s, point)
-        out["loads"].append(plan_rows.summarise(point, block, unfit, runners_up))
-        tracker.advance(len(unfit))
-    _refuse_a_plan_that_tried_nothing(out["loads"])
-    if sessions is not None:
-        out["capacity"] = capacities(s, out["loads"])
-    out["arrivals"] = arrivals_text(s, sessions)
-    out.update(model=model, window_s=window_s, run_options=run_options(options),
-               runs=s.runs, cache_hits=s.cache_hits, disk_hits=s.disk_hits, monotonicity_violations=s.violations,
-               trace_digest=s.digest(), cache_dir=cache_dir, parallel=parallel, kv_semantics=semantics_note,
-               calibration_warnings=_calibration_warnings(s, configs))
-    from .plan_result import PlanResult
-
-    return PlanResult(out)
+    spec_text(c.warmup)  # checked before any run
+    m = c.min_window_requests
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ConfigError(f"min_window_requests (--min-window-requests) must be a whole number >= 1, got {m!r}")
+    return checked
 
 
 def _refuse_a_plan_that_tried_nothing(blocks: list) -> None:

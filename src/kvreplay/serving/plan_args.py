@@ -21,21 +21,21 @@ MAX_JOBS = 1024
 MAX_TP = 1024
 
 
-def resolve(trace, *, slo, gpus, tps, tiers, routers, policies, loads, rates, window_s, max_instances, jobs,
-            prices, cache_dir) -> dict:
-    """The checked values, by plan()'s argument names (ConfigError naming the first bad one)."""
-    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
-        raise ConfigError(f"cache_dir (--cache) must be a directory's path, got {cache_dir!r}")
-    return {"prices": check_prices(prices), "slo": check_slo(slo), "gpus": gpu_names(gpus), "tps": None if tps is None else
-            [whole(t, "tps (--tp)", 1, MAX_TP) for t in items(tps, "tps (--tp)")],
-            "tiers": [None] if tiers is None else items(tiers, "tiers (--tiers)"),
-            "routers": items(routers, "routers (--routers)"),
-            "policies": items(policies, "policies (--policies)"),
-            "points": load_points(trace, loads, rates),
-            "window_s": None if window_s is None else number(window_s, "window_s (--window)", hi=MAX_SECONDS,
-                                                              unit="seconds"),
-            "max_instances": whole(max_instances, "max_instances (--max-instances)", 1, MAX_INSTANCES),
-            "jobs": whole(jobs, "jobs (--jobs)", 1, MAX_JOBS)}
+def resolve(trace, c) -> dict:
+    """The checked values of the PlanConfig `c`, by plan()'s argument names (ConfigError naming the
+    first bad one)."""
+    if c.cache_dir is not None and not isinstance(c.cache_dir, (str, os.PathLike)):
+        raise ConfigError(f"cache_dir (--cache) must be a directory's path, got {c.cache_dir!r}")
+    return {"prices": check_prices(c.prices), "slo": check_slo(c.slo), "gpus": gpu_names(c.gpus),
+            "tps": None if c.tps is None else [whole(t, "tps (--tp)", 1, MAX_TP) for t in items(c.tps, "tps (--tp)")],
+            "tiers": [None] if c.tiers is None else items(c.tiers, "tiers (--tiers)"),
+            "routers": items(c.routers, "routers (--routers)"),
+            "policies": items(c.policies, "policies (--policies)"),
+            "points": load_points(trace, c.loads, c.rates),
+            "window_s": None if c.window_s is None else number(c.window_s, "window_s (--window)", hi=MAX_SECONDS,
+                                                                unit="seconds"),
+            "max_instances": whole(c.max_instances, "max_instances (--max-instances)", 1, MAX_INSTANCES),
+            "jobs": whole(c.jobs, "jobs (--jobs)", 1, MAX_JOBS)}
 
 
 def check_prices(prices) -> Prices:

@@ -62,13 +62,19 @@ class Warmup(Struct):
     spec: Optional[Text] = None
 
 
-class Row(Struct):
-    """One configuration tried at a load (plan_rows.py)."""
+class Configuration(Struct):
+    """What names a configuration in a plan: its label, GPU, TP degree and tiers (pp, with its
+    default, follows each kind's required fields)."""
 
     config: Text
     gpu: Text
     tp: Positive
     tiers: Text
+
+
+class Row(Configuration):
+    """One configuration tried at a load (plan_rows.py)."""
+
     router: Text
     policy: Text
     verdict: Verdict
@@ -149,11 +155,9 @@ class TierRow(Struct):
             raise ValueError("a passing tier row needs versus_none.saves_per_hour")
 
 
-class Probe(Struct):
-    config: Text
-    gpu: Text
-    tp: Positive
-    tiers: Text
+class Probe(Configuration):
+    """One instance count tried for a configuration."""
+
     instances: Positive
     cost_per_hour: Money
     meets: bool

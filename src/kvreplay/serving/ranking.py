@@ -12,16 +12,37 @@ replay counts those too (the warm-up's requests replayed, not counted).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from ..errors import ConfigError
 from ..progress import tell
 
 
-def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instances: int = 1,
-                   router: str = "round-robin", tiers=None, load: tuple = ("speedup", 1.0), warmup="auto",
-                   block_size: int | None = None, time_model="roofline", weights_dtype: str = "bf16",
-                   progress=None, pp: int = 1, arrivals: str | None = None, think_time=None, seed: int = 0) -> dict:
+@dataclass(frozen=True)
+class RankedDeployment:
+    """The deployment policies are served on: `instances` of `model` on `gpu` x `tp` (x `pp`) behind
+    `router` (with `tiers`), at `load`, judged after `warmup`."""
+
+    model: object
+    gpu: object
+    tp: int = 1
+    instances: int = 1
+    router: str = "round-robin"
+    tiers: object = None
+    load: tuple = ("speedup", 1.0)
+    warmup: object = "auto"
+    block_size: int | None = None
+    time_model: object = "roofline"
+    weights_dtype: str = "bf16"
+    pp: int = 1
+    arrivals: str | None = None
+    think_time: object = None
+    seed: int = 0
+
+
+def served_ranking(trace, policies, deployment: RankedDeployment | None = None, *, progress=None, **keywords) -> dict:
     """Each of `policies` (names with parameters, "lru" or "s3fifo:small_ratio=0.2") offline at the
     deployment's pool and served on the deployment: rows with both hit rates and ranks, sorted by
     the served one; `differs` when the two orders differ; policies the simulator does not serve
@@ -34,13 +55,15 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
     from ..policies.registry import parse_policy
     from .simulate import simulate
 
+    d = RankedDeployment(**keywords) if deployment is None else replace(deployment, **keywords)
+    load = d.load
     rows, not_served = [], []
-    deployment = dict(model=model, gpu=gpu, tp=tp, pp=pp, instances=instances, router=router, tiers=tiers,
-                      time_model=time_model, weights_dtype=weights_dtype, block_size=block_size, warmup=warmup,
-                      band_runs=False, compare_sequential=load[0] == "sessions", kv_semantics="full",
-                      arrivals=arrivals, think_time=think_time, seed=seed,
-                      **({"speedup": load[1]} if load[0] == "speedup" else
-                         {"sessions": int(load[1])} if load[0] == "sessions" else {"rate": load[1]}))
+    options = dict(model=d.model, gpu=d.gpu, tp=d.tp, pp=d.pp, instances=d.instances, router=d.router, tiers=d.tiers,
+                   time_model=d.time_model, weights_dtype=d.weights_dtype, block_size=d.block_size, warmup=d.warmup,
+                   band_runs=False, compare_sequential=load[0] == "sessions", kv_semantics="full",
+                   arrivals=d.arrivals, think_time=d.think_time, seed=d.seed,
+                   **({"speedup": load[1]} if load[0] == "speedup" else
+                      {"sessions": int(load[1])} if load[0] == "sessions" else {"rate": load[1]}))
     todo = [p.strip() for p in policies if p and p.strip()]
     tell(progress, 0, len(todo), "policies served")
     for k, text in enumerate(todo):
@@ -50,7 +73,7 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
             tell(progress, k + 1, len(todo), "policies served")
             continue
         try:
-            r = simulate(trace, spec.name, None, **deployment, **params)
+            r = simulate(trace, spec.name, None, **options, **params)
         except ConfigError as e:
             not_served.append({"policy": text, "why": str(e)})
             tell(progress, k + 1, len(todo), "policies served")
@@ -74,7 +97,7 @@ def served_ranking(trace, policies, *, model: str, gpu: str, tp: int = 1, instan
     order = lambda key: " > ".join(r["policy"] for r in sorted(rows, key=lambda x: -x[key]))  # noqa: E731
     return {"rows": rows, "not_served": not_served, "differs": differs,
             "offline_order": order("offline_hit_rate"), "served_order": order("served_hit_rate"),
-            "deployment": {"gpu": gpu, "tp": tp, "instances": instances, "router": router, "tiers": tiers,
-                           "load": list(load), "model": model},
+            "deployment": {"gpu": d.gpu, "tp": d.tp, "instances": d.instances, "router": d.router, "tiers": d.tiers,
+                           "load": list(load), "model": d.model},
             "text": ("the ranking under serving differs from the offline one: choose the policy at your real "
                      "concurrency" if differs else "the same order offline and under serving")}

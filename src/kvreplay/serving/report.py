@@ -29,6 +29,7 @@ from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
 from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
 from .beam import to_json as beam_json
 from .samples import to_json as samples_json
+from .timing.host import prediction_factors, widen_band
 from .warmup import JudgedSpan
 
 FINISHED, REJECTED, REFUSED = STATUS.FINISHED, STATUS.REJECTED, STATUS.REFUSED
@@ -286,6 +287,16 @@ class SimReport(JudgedSpan):
         out["text"] = ("each latency's range when every step takes the low / high end of the calibrated roofline's "
                        "measured/predicted step-time band (5th-95th percentile, per prefill, decode and mixed step) and "
                        "the host CPU's terms the low / high end of theirs (their spread across the measured deployments)")
+        factors = prediction_factors(self.band["host"]["low"]["host"]) if "host" in self.band else {}
+        if factors:  # how far measured runs scatter around the model: the prediction band
+            centre = self.latencies()
+            out["prediction"] = {key: {stat: list(widen_band(centre[key][stat], *out[key][stat], factors[key]))
+                                       for stat in out[key] if None not in (centre[key][stat], *out[key][stat])}
+                                 for key in factors}
+            out["prediction"]["factors"] = {k: list(v) for k, v in factors.items()}
+            out["prediction"]["text"] = ("TTFT, TPOT, ITL and end to end with each end of the band widened to the point "
+                                         "estimate x the 5th / 95th percentile of measured / simulated over measured vLLM "
+                                         "runs (benchmarks/calibrate_host.py)")
         return out
 
     def summary(self) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -248,7 +248,8 @@ def id_spaces(ext: Trace, assigned: np.ndarray | None, instances: int, routed: i
         return np.array([U], dtype=np.int64)
     if assigned is not None and routed == instances:
         owner = np.repeat(assigned, np.diff(ext.offsets))
-        pairs = np.unique(owner.astype(np.int64) * U + ext.blocks)
+        pairs = np.sort(owner.astype(np.int64) * U + ext.blocks)  # (not np.unique: numpy 2.4's hashes, 15x slower)
+        pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]
         return np.maximum(np.bincount(pairs // U, minlength=instances), 1).astype(np.int64)
     longest = int(np.diff(ext.offsets).max(initial=1))
     return np.full(instances, min(U, 2 * -(-U // routed) + longest), dtype=np.int64)
@@ -327,18 +328,48 @@ def grown_spaces(spaces: np.ndarray, out_of_ids: np.ndarray, status: np.ndarray,
     return np.minimum(grown, max(1, num_ids))
 
 
-def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_model: TimeModel, scheduler,
-             arrival_s: np.ndarray, output_kv: bool = True, params: dict | None = None, instances: int = 1,
-             router: str | None = None, router_options: dict | None = None, router_lag_ms: float = 0.0,
-             seed: int = 0, assigned: np.ndarray | None = None, tiers: list | None = None, tier_copies: str = "move",
-             tier_overlap: bool = False, block_bytes: int | None = None, prefill_instances: int = 0,
-             transfer_s: np.ndarray | None = None, local_ids: bool = True, max_model_len: int | None = None,
-             kv_groups: list | None = None, kv_retention: int | None = 0, kv_engine: str = "vllm",
-             host: HostTerms = NO_HOST, closed: dict | None = None, speculative=None,
-             draft_time_model: TimeModel | None = None, prefill_only: np.ndarray | None = None) -> RawRun:
+@dataclass(frozen=True, eq=False)
+class KernelRun:
+    """One kernel run's settings (run_once's keywords; simulate builds one from its resolved
+    configuration and replaces the time model, host terms and arrivals for its band's ends)."""
+
+    policy: str
+    capacity: int
+    block_size: int
+    time_model: TimeModel
+    scheduler: object
+    arrival_s: np.ndarray
+    output_kv: bool = True
+    params: dict | None = None
+    instances: int = 1
+    router: str | None = None
+    router_options: dict | None = None
+    router_lag_ms: float = 0.0
+    seed: int = 0
+    assigned: np.ndarray | None = None
+    tiers: list | None = None
+    tier_copies: str = "move"
+    tier_overlap: bool = False
+    block_bytes: int | None = None
+    prefill_instances: int = 0
+    transfer_s: np.ndarray | None = None
+    local_ids: bool = True
+    max_model_len: int | None = None
+    kv_groups: list | None = None
+    kv_retention: int | None = 0
+    kv_engine: str = "vllm"
+    host: HostTerms = NO_HOST
+    closed: dict | None = None
+    speculative: object = None
+    draft_time_model: TimeModel | None = None
+    prefill_only: np.ndarray | None = None
+
+
+def run_once(trace: Trace, run: KernelRun | None = None, **keywords) -> RawRun:
     """`instances` identical instances over `trace` with these arrivals, behind `router` (a
     state-aware router's name, or None: `assigned` gives each request's instance): the kernel's
-    raw outputs in trace order. local_ids=False keeps every instance on the trace's ids (the same
+    raw outputs in trace order. `run`: a KernelRun, or its fields as `keywords` (which replace
+    `run`'s when both are given). local_ids=False keeps every instance on the trace's ids (the same
     results, more memory: tests compare the two). kv_groups (catalog/kv_groups.py's Groups, in
     vLLM's order): a hybrid model's layer groups under vLLM's hybrid KV cache manager
     (serving/kernel/hybrid.c; the vLLM style and policy vllm only), `capacity` block ids of its
@@ -354,184 +385,268 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
     model (its k passes a step; None: the head's fraction of the target's). prefill_only (trace
     order, the SGLang style): SGLang's prefill-only requests (max_new_tokens 0: one forward, nothing
     reserved for outputs; parallel sampling's first request, samples.py)."""
-    from ..engine.tiers import Pools
+    r = KernelRun(**keywords) if run is None else replace(run, **keywords)
+    k = _inputs(trace, r)
+    cfg, fcfg = _settings(r, k)
+    io = _io(r, k, cfg, fcfg)
+    room = _room(r, k)
+    states, pools = _runs(r, k, io, room)
+    return _read_back(r, k, io, room, states, pools)
 
-    spec = get_policy(policy)
+
+@dataclass
+class _Inputs:
+    """run_once's inputs in the kernel's terms: the policy, its layout of the trace, the groups."""
+
+    spec: object
+    params: dict
+    n: int
+    N: int
+    routed: int
+    arrival_s: np.ndarray
+    order: np.ndarray
+    radix: np.ndarray
+    groups: np.ndarray
+    spec_k: int
+    spec_lookahead: int
+    ext: Trace
+    P: np.ndarray
+    tm: np.ndarray
+    route_bits: bool
+    assigned_sorted: np.ndarray
+    tiers: list
+    names: list = field(default_factory=list)
+
+
+def _inputs(trace: Trace, r: KernelRun) -> _Inputs:
+    spec = get_policy(r.policy)
     if not spec.native:
         raise ConfigError(f"policy {spec.name!r} has no compiled operations for the simulator")
-    params = spec.resolve(params or {})
-    n, N = len(trace), instances
-    routed = prefill_instances if prefill_instances else N
-    if closed is not None:
-        arrival_s = closed["arrival"]
+    params = spec.resolve(r.params or {})
+    n, N = len(trace), r.instances
+    arrival_s = r.arrival_s if r.closed is None else r.closed["arrival"]
     # (the kernel reads the open loop's arrivals in index order; the closed loop's releases are timed by it)
-    order = np.argsort(arrival_s, kind="stable") if closed is None else np.arange(n)
-    mode = kernel.mode(spec, scheduler.style)
-    radix = np.zeros(0, dtype=np.int64)
-    if kv_groups and kv_engine == "sglang":
-        radix = radix_settings(kv_groups, capacity, block_size, spec.name, scheduler, tiers, prefill_instances,
-                               output_kv)
+    order = np.argsort(arrival_s, kind="stable") if r.closed is None else np.arange(n)
+    mode = kernel.mode(spec, r.scheduler.style)
+    kv_groups, radix = r.kv_groups, np.zeros(0, dtype=np.int64)
+    if kv_groups and r.kv_engine == "sglang":
+        radix = radix_settings(kv_groups, r.capacity, r.block_size, spec.name, r.scheduler, r.tiers,
+                               r.prefill_instances, r.output_kv)
         kv_groups = None
-    groups = hybrid_groups(kv_groups, kv_retention, spec.name, scheduler.style, tiers, prefill_instances, output_kv)
-    spec_k = 0 if speculative is None else speculative.k
-    spec_lookahead = 0 if speculative is None else speculative.lookahead
-    ext, P = kernel_layout(trace, order, block_size, output_kv, mode == "MODE_PAGED", spec_k + spec_lookahead)
-    tm = packed(time_model)
+    groups = hybrid_groups(kv_groups, r.kv_retention, spec.name, r.scheduler.style, r.tiers, r.prefill_instances,
+                           r.output_kv)
+    spec_k = 0 if r.speculative is None else r.speculative.k
+    spec_lookahead = 0 if r.speculative is None else r.speculative.lookahead
+    ext, P = kernel_layout(trace, order, r.block_size, r.output_kv, mode == "MODE_PAGED", spec_k + spec_lookahead)
     # the routers' residency bits: a state-aware router, no tiers (their drain reads the eviction log)
-    route_bits = (router is not None and not tiers and not len(groups) and not len(radix)
+    route_bits = (r.router is not None and not r.tiers and not len(groups) and not len(radix)
                   and spec.residency_bits and not REFERENCE_SCANS)
-    host_slots = host.kernel_settings()
-    router_index, rparams = -1, np.zeros(1)
-    if router is not None:
-        router_index = routing.state_aware()[router][0]
-        rparams = routing.parameters(router, router_options)
-    assigned_sorted = (np.zeros(n, dtype=np.int64) if assigned is None
-                       else np.ascontiguousarray(np.asarray(assigned, dtype=np.int64)[order]))
+    assigned_sorted = (np.zeros(n, dtype=np.int64) if r.assigned is None
+                       else np.ascontiguousarray(np.asarray(r.assigned, dtype=np.int64)[order]))
+    return _Inputs(spec=spec, params=params, n=n, N=N, routed=r.prefill_instances if r.prefill_instances else N,
+                   arrival_s=arrival_s, order=order, radix=radix, groups=groups, spec_k=spec_k,
+                   spec_lookahead=spec_lookahead, ext=ext, P=P, tm=packed(r.time_model), route_bits=bool(route_bits),
+                   assigned_sorted=assigned_sorted, tiers=list(r.tiers or []), names=kernel.counter_names())
+
+
+def _settings(r: KernelRun, k: _Inputs) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's integer and float settings (cfg, fcfg)."""
+    scheduler, speculative, tm = r.scheduler, r.speculative, k.tm
+    host_slots = r.host.kernel_settings()
+    router_index = -1 if r.router is None else routing.state_aware()[r.router][0]
     cfg = kernel.settings({
         "STYLE": ENGINE_STYLES.index(scheduler.style), "MAX_BATCHED": scheduler.max_num_batched_tokens,
-        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": _chunked(scheduler), "CAPACITY": capacity,
-        "BLOCK_SIZE": block_size, "PRECHECK": int(not spec.request_level),
-        "ONE_AT_A_TIME": int(tm[0] == KIND_INSTANT), "OUTPUT_KV": int(output_kv),
+        "MAX_SEQS": scheduler.max_num_seqs, "CHUNKED": _chunked(scheduler), "CAPACITY": r.capacity,
+        "BLOCK_SIZE": r.block_size, "PRECHECK": int(not k.spec.request_level),
+        "ONE_AT_A_TIME": int(tm[0] == KIND_INSTANT), "OUTPUT_KV": int(r.output_kv),
         "LPM": int(scheduler.schedule_policy == "lpm"), "CHUNK_SIZE": scheduler.chunked_prefill_size,
         "LPM_FCFS_ABOVE": scheduler.lpm_fcfs_above, "MAX_PREFILL": scheduler.max_prefill_tokens,
-        "WINDOW": roofline_window(tm), "ROUTER": router_index, "TIER_OVERLAP": int(tier_overlap),
-        "PREFILL_INSTANCES": prefill_instances, "INSTANCES": N, "REQUESTS": n,
-        "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": seed, "LOCAL_IDS": int(local_ids),
-        "MAX_MODEL_LEN": max_model_len or 0, "HYBRID_GROUPS": len(groups) // 4,
-        "RETENTION": -1 if kv_retention is None else 0, "RADIX_HYBRID": int(len(radix) > 0),
-        "TRACE_IDS": max(1, ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(route_bits),
+        "WINDOW": roofline_window(tm), "ROUTER": router_index, "TIER_OVERLAP": int(r.tier_overlap),
+        "PREFILL_INSTANCES": r.prefill_instances, "INSTANCES": k.N, "REQUESTS": k.n,
+        "CLIP_MAX_NEW": scheduler.clip_max_new_tokens, "SEED": r.seed, "LOCAL_IDS": int(r.local_ids),
+        "MAX_MODEL_LEN": r.max_model_len or 0, "HYBRID_GROUPS": len(k.groups) // 4,
+        "RETENTION": -1 if r.kv_retention is None else 0, "RADIX_HYBRID": int(len(k.radix) > 0),
+        "TRACE_IDS": max(1, k.ext.num_blocks), "ROUTE_BITS": -1 if REFERENCE_SCANS else int(k.route_bits),
         "TRT_POLICY": ("guaranteed_no_evict", "max_utilization").index(scheduler.capacity_scheduler_policy),
         **host_slots["cfg"],
-        "CLOSED": int(closed is not None),
-        "SPEC_K": spec_k, "SPEC_LOOKAHEAD": spec_lookahead,
+        "CLOSED": int(r.closed is not None),
+        "SPEC_K": k.spec_k, "SPEC_LOOKAHEAD": k.spec_lookahead,
         "SPEC_DRAFT_SLOTS": 0 if speculative is None else speculative.draft_slots,
         "SPEC_EAGLE_DROP": int(speculative is not None and speculative.method in ("eagle", "mtp")),
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
-        "RATIO_DECAY": scheduler.new_token_ratio_decay, "ROUTER_LAG_S": router_lag_ms / 1000.0,
+        "RATIO_DECAY": scheduler.new_token_ratio_decay, "ROUTER_LAG_S": r.router_lag_ms / 1000.0,
         **host_slots["fcfg"],
         "SPEC_HEAD_FRACTION": 0.0 if speculative is None else speculative.head_fraction,
     }, "fcfg", np.float64)
-    tiers = list(tiers or [])
-    T = len(tiers)
-    names = kernel.counter_names()
-    C = {name: k for k, name in enumerate(names)}
-    io = {
-        "offsets": ext.offsets, "blocks": ext.blocks, "P": P, "L": ext.input_length, "O": _outputs(ext.output_length, prefill_only, order),
-        "arrival": np.ascontiguousarray(arrival_s[order], dtype=np.float64), "assigned": assigned_sorted,
-        "transfer_s": (np.zeros(n) if transfer_s is None else np.ascontiguousarray(np.asarray(transfer_s, dtype=np.float64)[order])),
-        "tm": tm, "cfg": cfg, "fcfg": fcfg, "rparams": rparams,
+    return cfg, fcfg
+
+
+def _io(r: KernelRun, k: _Inputs, cfg: np.ndarray, fcfg: np.ndarray) -> dict:
+    """The kernel's inputs and output arrays (sim.h SimIO), in arrival order."""
+    n, N, T, ext, order = k.n, k.N, len(k.tiers), k.ext, k.order
+    rparams = np.zeros(1) if r.router is None else routing.parameters(r.router, r.router_options)
+    return {
+        "offsets": ext.offsets, "blocks": ext.blocks, "P": k.P, "L": ext.input_length,
+        "O": _outputs(ext.output_length, r.prefill_only, order),
+        "arrival": np.ascontiguousarray(k.arrival_s[order], dtype=np.float64), "assigned": k.assigned_sorted,
+        "transfer_s": (np.zeros(n) if r.transfer_s is None
+                       else np.ascontiguousarray(np.asarray(r.transfer_s, dtype=np.float64)[order])),
+        "tm": k.tm, "cfg": cfg, "fcfg": fcfg, "rparams": rparams,
         "scheduled_s": np.full(n, np.nan), "first_token_s": np.full(n, np.nan), "finish_s": np.full(n, np.nan),
         "hit_tokens": np.zeros(n, dtype=np.int64), "hit_blocks": np.zeros(n, dtype=np.int64),
         "preemptions": np.zeros(n, dtype=np.int64), "computed_total": np.zeros(n, dtype=np.int64),
         "status": np.zeros(n, dtype=np.int8), "instance": np.zeros(n, dtype=np.int64),
         "decode_instance": np.full(n, -1, dtype=np.int64), "tier_hits": np.zeros((n + 1) * (T + 1), dtype=np.int64),
-        "counters": np.zeros(N * len(names), dtype=np.int64), "series": np.zeros(SERIES_POINTS * 6),
+        "counters": np.zeros(N * len(k.names), dtype=np.int64), "series": np.zeros(SERIES_POINTS * 6),
         "series_meta": np.zeros(2, dtype=np.int64), "itl": np.zeros(3 + ITL_BINS),
         "handles": np.zeros(ext.num_accesses + n + 1, dtype=np.int64), "end_s": np.zeros(1),
-        "groups": groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
-        "radix": radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
-        **_closed_arrays(closed, n), "arrived_s": np.zeros(n),
-        "spec_accept": np.asarray(speculative.acceptance if speculative else [0.0], dtype=np.float64),
-        "spec_accepted_at": np.zeros(max(spec_k, 1), dtype=np.int64),
-        "tm_draft": packed(draft_time_model) if draft_time_model is not None else np.array([KIND_INSTANT], dtype=np.float64),
+        "groups": k.groups, "hybrid_counters": np.zeros(N * len(HYBRID_COUNTERS), dtype=np.int64),
+        "radix": k.radix, "radix_counters": np.zeros(N * len(RADIX_COUNTERS), dtype=np.int64),
+        **_closed_arrays(r.closed, n), "arrived_s": np.zeros(n),
+        "spec_accept": np.asarray(r.speculative.acceptance if r.speculative else [0.0], dtype=np.float64),
+        "spec_accepted_at": np.zeros(max(k.spec_k, 1), dtype=np.int64),
+        "tm_draft": (packed(r.draft_time_model) if r.draft_time_model is not None
+                     else np.array([KIND_INSTANT], dtype=np.float64)),
     }
+
+
+@dataclass
+class _Room:
+    """Each instance's id space and its policy state's room (pin_request calls, positions)."""
+
+    spaces: np.ndarray
+    calls: np.ndarray
+    positions: np.ndarray
+    use_map: bool
+    log_size: int
+    runs: int = 0
+
+
+def _room(r: KernelRun, k: _Inputs) -> _Room:
+    N, ext, assigned_sorted = k.N, k.ext, k.assigned_sorted
     live = bool((assigned_sorted < 0).any())  # (routed as they arrive: no exact id spaces before the run)
-    spaces = (id_spaces(ext, assigned_sorted if router is None and not live else None, N, routed) if local_ids and N > 1
-              else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
-    use_map = local_ids and N > 1
-    if use_map and router is not None:  # (past 4 x the capacity a state can grow in the run: Growth)
-        spaces = np.maximum(spaces, min(max(1, ext.num_blocks), 4 * capacity + 1))
+    spaces = (id_spaces(ext, assigned_sorted if r.router is None and not live else None, N, k.routed)
+              if r.local_ids and N > 1 else np.full(N, max(1, ext.num_blocks), dtype=np.int64))
+    use_map = r.local_ids and N > 1
+    if use_map and r.router is not None:  # (past 4 x the capacity a state can grow in the run: Growth)
+        spaces = np.maximum(spaces, min(max(1, ext.num_blocks), 4 * r.capacity + 1))
     # radix and belady: room for their requests, their decode blocks and one recomputation of
     # each (a state-aware router's share is unknown before the run: twice an even share)
     lengths = np.diff(ext.offsets)
-    dec = lengths - P
-    share = 1.0 if (router is None and not live) or N == 1 else min(1.0, 2.0 / N)
+    dec = lengths - k.P
+    share = 1.0 if (r.router is None and not live) or N == 1 else min(1.0, 2.0 / N)
     calls = np.empty(N, dtype=np.int64)
     positions = np.empty(N, dtype=np.int64)
-    for k in range(N):
-        mine = assigned_sorted == k if router is None and not live else slice(None)
-        calls[k] = int(2 * share * (len(lengths[mine]) + dec[mine].sum())) + 8
-        positions[k] = int(2 * share * lengths[mine].sum()) + 8
-    log_size = capacity + int(lengths.max(initial=0)) + 1
-    runs = 0
+    for i in range(N):
+        mine = assigned_sorted == i if r.router is None and not live else slice(None)
+        calls[i] = int(2 * share * (len(lengths[mine]) + dec[mine].sum())) + 8
+        positions[i] = int(2 * share * lengths[mine].sum()) + 8
+    return _Room(spaces=spaces, calls=calls, positions=positions, use_map=use_map,
+                 log_size=r.capacity + int(lengths.max(initial=0)) + 1)
+
+
+def _runs(r: KernelRun, k: _Inputs, io: dict, room: _Room):
+    """The kernel's runs: again with more room while a state ran out of it (the run is
+    deterministic, so the result is the same). (states, tier pools) of the last."""
+    from ..engine.tiers import Pools
+
+    spec, N, ext, names = k.spec, k.N, k.ext, k.names
+    logged = bool(k.tiers or k.route_bits)
+    C = {name: i for i, name in enumerate(names)}
     while True:
-        runs += 1
-        make = spec.make_state
+        room.runs += 1
         states, records, bases = [], [], []
-        for k in range(N):
-            base = roomier(ext, int(calls[k]), int(positions[k])) if spec.sized_per_call else ext
-            state = make(capacity, Sizing(base, spaces[k]), **params)
-            if tiers or route_bits:
-                state = with_eviction_log(state, log_size)
+        for i in range(N):
+            base = roomier(ext, int(room.calls[i]), int(room.positions[i])) if spec.sized_per_call else ext
+            state = spec.make_state(r.capacity, Sizing(base, room.spaces[i]), **k.params)
+            if logged:
+                state = with_eviction_log(state, room.log_size)
             states.append(state)
             records.append(spec.compiled(state))
             bases.append(base)
-        pools = Pools(tiers, N, ext.num_blocks, block_bytes=block_bytes, copies=tier_copies) if tiers else None
-        if runs > 1:  # (the first run's outputs are fresh)
-            for key in ("scheduled_s", "first_token_s", "finish_s"):
-                io[key].fill(np.nan)
-            for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
-                        "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters",
-                        "radix_counters", "spec_accepted_at"):
-                io[key].fill(0)
-            io["decode_instance"].fill(-1)
-            io["arrived_s"].fill(0)
+        pools = Pools(k.tiers, N, ext.num_blocks, block_bytes=r.block_bytes, copies=r.tier_copies) if k.tiers else None
+        if room.runs > 1:
+            _fresh(io)
         counters = io["counters"].reshape(N, len(names))
         if spec.sized_per_call:
-            counters[:, C["max_pin_calls"]], counters[:, C["max_positions"]] = calls, positions
+            counters[:, C["max_pin_calls"]], counters[:, C["max_positions"]] = room.calls, room.positions
         else:
             counters[:, C["max_pin_calls"]] = counters[:, C["max_positions"]] = -1
-        io["states"] = np.array([native_address(r) for _, r in records], dtype=np.int64)
-        io["state_ids"] = spaces if use_map else -spaces
+        io["states"] = np.array([native_address(rec) for _, rec in records], dtype=np.int64)
+        io["state_ids"] = room.spaces if room.use_map else -room.spaces
         # an instance whose ids run out grows its state in the run (not the hybrid pools and trees)
-        growth = (Growth(spec, capacity, params, states, records, io, spaces, bases, max(1, ext.num_blocks),
-                         log_size if tiers or route_bits else None) if use_map and not len(groups) and not len(radix)
-                  else None)
+        growth = (Growth(spec, r.capacity, k.params, states, records, io, room.spaces, bases, max(1, ext.num_blocks),
+                         room.log_size if logged else None)
+                  if room.use_map and not len(k.groups) and not len(k.radix) else None)
         kernel.run(io, records[0][0], None if pools is None else pools.record(), growth)
         if growth is not None and growth.error is not None:
             raise growth.error
-        if counters[:, C["time_overflow"]].any():
-            path = getattr(time_model, "path", None)  # a time-model file's values are named by the file
-            where = f"{path}: " if isinstance(path, str) and not path.startswith("<") else ""
-            raise ConfigError(f"{where}a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
-                              f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
-                              "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
-        failed = counters[:, C["hybrid_error"]]
-        if failed.any():
-            raise _hybrid_failure(int(failed[failed != 0][0]), len(radix) > 0, capacity, block_size)
-        stuck = counters[:, C["stuck"]]
-        if stuck.any():
-            raise InvariantError(f"the simulator stalled with {int(stuck.sum())} running requests "
-                                 "that can no longer be scheduled")
+        _check_run(r, k, counters, C)
         short = counters[:, C["state_out_of_room"]] != 0
         out_of_ids = counters[:, C["ids_out_of_room"]] != 0
         if not short.any() and not out_of_ids.any():
-            break
-        calls[short] *= 2
-        positions[short] *= 2
+            return states, pools
+        room.calls[short] *= 2
+        room.positions[short] *= 2
         if out_of_ids.any():
-            spaces = grown_spaces(spaces, out_of_ids, io["status"], ext.num_blocks)
+            room.spaces = grown_spaces(room.spaces, out_of_ids, io["status"], ext.num_blocks)
+
+
+def _fresh(io: dict) -> None:
+    """The outputs of a run again from scratch (the first run's are fresh)."""
+    for key in ("scheduled_s", "first_token_s", "finish_s"):
+        io[key].fill(np.nan)
+    for key in ("hit_tokens", "hit_blocks", "preemptions", "computed_total", "status", "instance", "tier_hits",
+                "counters", "series", "series_meta", "itl", "handles", "end_s", "hybrid_counters",
+                "radix_counters", "spec_accepted_at"):
+        io[key].fill(0)
+    io["decode_instance"].fill(-1)
+    io["arrived_s"].fill(0)
+
+
+def _check_run(r: KernelRun, k: _Inputs, counters: np.ndarray, C: dict) -> None:
+    """A run's failures: a step or the clock out of range, a hybrid pool's error, a stall."""
+    if counters[:, C["time_overflow"]].any():
+        path = getattr(r.time_model, "path", None)  # a time-model file's values are named by the file
+        where = f"{path}: " if isinstance(path, str) and not path.startswith("<") else ""
+        raise ConfigError(f"{where}a step would take more than {kernel.MAX_STEP_S:g} s, or the simulated clock pass "
+                          f"{kernel.MAX_TIME_S:g} s: the time model's overheads or latencies are too large "
+                          "(--time-model, --step-overhead-ms) or the arrivals too far apart (--speedup, --rate)")
+    failed = counters[:, C["hybrid_error"]]
+    if failed.any():
+        raise _hybrid_failure(int(failed[failed != 0][0]), len(k.radix) > 0, r.capacity, r.block_size)
+    stuck = counters[:, C["stuck"]]
+    if stuck.any():
+        raise InvariantError(f"the simulator stalled with {int(stuck.sum())} running requests "
+                             "that can no longer be scheduled")
+
+
+def _read_back(r: KernelRun, k: _Inputs, io: dict, room: _Room, states: list, pools) -> RawRun:
+    """The kernel's outputs as a RawRun, in trace order."""
+    n, N, T, names = k.n, k.N, len(k.tiers), k.names
     policy_counters = {}
-    if len(radix):  # (the radix state is not used: SGLang's trees' counters)
+    if len(k.radix):  # (the radix state is not used: SGLang's trees' counters)
         for key, value in zip(RADIX_COUNTERS, io["radix_counters"].reshape(N, -1).sum(axis=0).tolist()):
             policy_counters[key] = int(value)
-    elif len(groups):  # (the vllm state is not used: the hybrid pools' counters)
+    elif len(k.groups):  # (the vllm state is not used: the hybrid pools' counters)
         for key, value in zip(HYBRID_COUNTERS, io["hybrid_counters"].reshape(N, -1).sum(axis=0).tolist()):
             policy_counters[key] = int(value)
     else:
         for st in states:
-            for key, value in spec.read_state(st)[1].items():
+            for key, value in k.spec.read_state(st)[1].items():
                 policy_counters[key] = policy_counters.get(key, 0) + value
     inv = np.empty(n, dtype=np.int64)
-    inv[order] = np.arange(n)
+    inv[k.order] = np.arange(n)
     back = lambda a: a[inv]  # noqa: E731 - arrival order back to trace order
+    counters = io["counters"].reshape(N, len(names))
     per_instance = [dict(zip(names, row.tolist())) for row in counters]
     merged = {key: (max if key in PEAKS else sum)(c[key] for c in per_instance) for key in names}
     meta = io["series_meta"]
     return RawRun(
-        arrival_s=np.asarray(arrival_s, dtype=np.float64) if closed is None else back(io["arrived_s"]), scheduled_s=back(io["scheduled_s"]),
+        arrival_s=np.asarray(k.arrival_s, dtype=np.float64) if r.closed is None else back(io["arrived_s"]),
+        scheduled_s=back(io["scheduled_s"]),
         first_token_s=back(io["first_token_s"]), finish_s=back(io["finish_s"]), hit_tokens=back(io["hit_tokens"]),
         hit_blocks=back(io["hit_blocks"]), preemptions=back(io["preemptions"]),
         computed_tokens=back(io["computed_total"]), status=back(io["status"]), counters=merged,
@@ -539,7 +654,7 @@ def run_once(trace: Trace, *, policy: str, capacity: int, block_size: int, time_
         policy_counters=policy_counters, itl=io["itl"], instance=back(io["instance"]), per_instance=per_instance,
         tier_hits=io["tier_hits"].reshape(n + 1, T + 1)[:n][inv], decode_instance=back(io["decode_instance"]),
         tier_totals=[] if pools is None else [pools.totals(t) for t in range(T)],
-        id_spaces=spaces.tolist(), runs=runs, spec_accepted_at=io["spec_accepted_at"][:spec_k].copy(),
+        id_spaces=room.spaces.tolist(), runs=room.runs, spec_accepted_at=io["spec_accepted_at"][:k.spec_k].copy(),
     )
 
 
@@ -593,7 +708,7 @@ def radix_settings(kv_groups, full_pages: int, block_size: int, policy: str, sch
                    output_kv: bool) -> np.ndarray:
     """The kernel's `radix` array (policies/radix_hybrid.h RH_SETTINGS) for SGLang's UnifiedRadixCache
     over `kv_groups`, refusing what the simulator's SGLang trees do not model."""
-    from ..policies.radix_hybrid import UnifiedRadix, compiled_settings
+    from ..hybrid.unified_radix import UnifiedRadix, compiled_settings
 
     from .semantics import unmodelled
 
@@ -614,7 +729,7 @@ def hybrid_groups(kv_groups, retention, policy: str, style: str, tiers, prefill_
     empty: full semantics), refusing what the simulator's hybrid manager does not model."""
     if not kv_groups:
         return np.zeros(0, dtype=np.int64)
-    from ..policies.hybrid import KIND_CODES, check_groups
+    from ..hybrid.coordinator import KIND_CODES, check_groups
 
     from .semantics import unmodelled
 

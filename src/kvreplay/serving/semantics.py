@@ -1,5 +1,5 @@
 """Which KV semantics a simulation of a hybrid model runs, and what its pool holds under them
-(docs/serving.md, "Hybrid layer groups").
+(docs/engines.md, "Hybrid layer groups").
 
 A hybrid model (sliding-window, chunked-local or Mamba layers beside full attention) is served
 with its engine's hybrid cache when ``kv_semantics`` is "hybrid", or "auto" where vLLM uses it by
@@ -46,9 +46,11 @@ def unmodelled(policy: str, engine_style: str, tiers, disagg: bool, output_kv: b
     return [why for ok, why in checks if not ok]
 
 
-def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, disagg: bool, output_kv: bool,
-           kv_layers, capacity, sizes, tp: int) -> Semantics:
-    """The semantics of one simulation of `model` (its pool `sizes` as full semantics size it)."""
+def choose(sizes, kv_semantics: str, *, policy: str, engine_style: str, disagg: bool, output_kv: bool, kv_layers,
+           capacity) -> Semantics:
+    """The semantics of one simulation of the Deployment `sizes` (its model, tiers, TP, and its
+    pool as full semantics size it; `capacity`: the pool as asked)."""
+    model, tiers, tp = sizes.model_spec, sizes.tiers, sizes.tp
     from ..catalog.kv_groups import SEMANTICS, resolve_semantics
     from ..analysis.models import get_model
 
@@ -68,7 +70,7 @@ def choose(model, kv_semantics: str, *, policy: str, engine_style: str, tiers, d
             raise ConfigError("kv_layers (--kv-layers) counts bytes per token for full semantics; with hybrid "
                               "semantics a block id costs what vLLM's layout gives: drop one of them")
         return Semantics(False, note=full_note(spec, "kv_layers (--kv-layers) counts bytes for full semantics"))
-    semantics = resolve_semantics(spec.name, kv_semantics)
+    semantics = resolve_semantics(spec, kv_semantics)
     if semantics == "full":
         why = "as asked (kv_semantics='full')" if kv_semantics == "full" else None
         return Semantics(False, note=full_note(spec, why))
@@ -92,13 +94,13 @@ def _pool(spec, capacity, sizes, tp: int, lay, unit: str, given: str) -> tuple[i
 
     bs, dtype = sizes.block_size, sizes.kv_dtype
     if capacity is None:
-        per_rank = lay(spec.name, bs, dtype, tp=tp)
+        per_rank = lay(spec, bs, dtype, tp=tp)
         count = int(sizes.capacity_source["kv_bytes_available"] // per_rank.bytes_per_block)
         if count < 1:
             raise ConfigError(f"{spec.name} on {sizes.gpu} x tp={tp}: the memory left after the weights holds no "
                               f"{unit} ({per_rank.bytes_per_block:,} bytes)")
         return count, per_rank.bytes_per_block, "the GPU memory left after the weights, per GPU"
-    whole = lay(spec.name, bs, dtype)
+    whole = lay(spec, bs, dtype)
     if is_size(capacity):
         return (blocks_for_block_bytes(parse_size(capacity), whole.bytes_per_block, bs), whole.bytes_per_block,
                 f"{str(capacity).strip()} of KV")
@@ -110,7 +112,7 @@ def _sglang(spec, capacity, sizes, tp: int) -> Semantics:
     from ..catalog.kv_groups import SWA_FULL_TOKENS_RATIO, sglang_layout
 
     bs = sizes.block_size
-    whole = sglang_layout(spec.name, bs, sizes.kv_dtype)
+    whole = sglang_layout(spec, bs, sizes.kv_dtype)
     pages, cost, how = _pool(spec, capacity, sizes, tp, sglang_layout, "page of SGLang's pools",
                              "full-attention pages as given")
     kinds = {g.kind for g in whole.groups}
@@ -134,7 +136,7 @@ def _hybrid(spec, capacity, sizes, tp: int) -> Semantics:
     from ..catalog.kv_groups import layout
 
     bs = sizes.block_size
-    whole = layout(spec.name, bs, sizes.kv_dtype)
+    whole = layout(spec, bs, sizes.kv_dtype)
     ids, cost, how = _pool(spec, capacity, sizes, tp, layout, "block id of its hybrid layout", "block ids as given")
     text = (f"{spec.name}'s layer groups under vLLM 0.33.0's hybrid KV cache manager ({whole.groups_text()}): a hit "
             f"must be served by every group, {_freed(g.kind for g in whole.groups)}; the pool is {ids:,} block ids ({how}, "
@@ -214,7 +216,7 @@ def plan_note(model, asked: str, why: str | None, engine: str = "vllm") -> dict 
         return None
     spec = get_model(model)
     kinds = sorted({g["kind"] for g in spec.kv_groups})
-    semantics = resolve_semantics(spec.name, asked)
+    semantics = resolve_semantics(spec, asked)
     if semantics == "full":
         return full_note(spec, why or ("as asked (kv_semantics='full')" if asked == "full" else None))
     freed = _freed(kinds)

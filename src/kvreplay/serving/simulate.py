@@ -3,12 +3,12 @@
 simulate() resolves the configuration (config.resolve: block size, KV and weights dtypes, pool,
 tiers), the time model, the arrivals and the router, runs the compiled loop (run.py) and returns a
 SimReport (report.py); load_sweep() runs a grid of them. The rules (arrivals, schedulers, the pool,
-time) are in docs/serving.md.
+time) are in docs/serving.md, docs/timing.md and docs/engines.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -21,8 +21,9 @@ from ..units import ms_arg
 from ..trace.model import Trace, ragged_take
 from . import closed, closed_stats, limits, routing
 from .config import resolve
+from .deployment import Deployment, SimConfig
 from .report import FINISHED, SimReport
-from .run import decode_blocks, run_once
+from .run import KernelRun, decode_blocks, run_once
 from . import beam as beam_search
 from .samples import check_applies, fan_out, private_tails, release_links, samples_per_request, summarize
 from .semantics import choose
@@ -32,8 +33,11 @@ from .speculative import summary as speculative_summary
 from .timing import load_time_model
 from .timing.host import band_end as host_band
 from .timing.host import resolve as host_resolve
+from .timing.host import with_cuda_graphs
 from .timing.models import RooflineTimeModel
 from .timing.profiles import DynamoNpzProfile, PolynomialProfile
+from .warmup import judged_mask
+from .warmup import resolve as resolve_warmup
 from .timing.pipeline import pipelined
 from .styles import ENGINE_STYLES, STYLE_DEFAULTS, STYLE_POLICY
 
@@ -47,7 +51,7 @@ MAX_BUDGET = 2 ** 31 - 1
 
 @dataclass(frozen=True)
 class Scheduler:
-    """Scheduler settings (docs/serving.md, "Schedulers", gives each default's source)."""
+    """Scheduler settings (docs/engines.md, "Schedulers", gives each default's source)."""
 
     style: str = "vllm"
     max_num_batched_tokens: int = 8192
@@ -167,24 +171,11 @@ def tier_summary(tiers, raw, block_size, prompt_tokens, block_bytes, copies, ove
             "tokens_per_tier": per_request}
 
 
-def simulate(trace, policy: str | None = None, capacity=None, block_size: int | None = None, *,
-             engine_style: str = "vllm", time_model="instant", model=None, gpu=None, tp: int = 1,
-             gpu_memory_utilization: float = 0.9, speedup: float | None = None, rate: float | None = None,
-             seed: int = 0, scheduler: Scheduler | None = None, slo_ttft_ms: float | None = None,
-             slo_tpot_ms: float | None = None, output_kv: bool = True, compare_sequential: bool = True,
-             check: bool = True, instances: int = 1, router: str = "round-robin", router_lag_ms: float = 0.0,
-             router_options: dict | None = None, tiers=None, global_store=None, tier_copies: str = "move",
-             tier_overlap: bool = False, kv_dtype: str | None = None, kv_layers: str | None = None,
-             prefill_instances: int | None = None, decode_instances: int | None = None, kv_link: str | None = None,
-             weights_dtype: str = "bf16", max_model_len: int | None = None, band_runs: bool = True,
-             rate_profile=None, kv_semantics: str = "auto", warmup=None, kv_cache_memory=None,
-             num_gpu_blocks_override: int | None = None, enforce_eager: bool = False,
-             language_model_only: bool = False, mem_fraction_static: float | None = None, arrivals: str | None = None,
-             think_time=None, sessions: int | None = None, host=None, progress=None, speculative=None,
-             num_speculative_tokens: int | None = None, acceptance=None, pp: int = 1, n: int | None = None,
-             beam_width: int | None = None, **params):
+def simulate(trace, policy: str | None = None, capacity=None, block_size: int | None = None, **options):
     """Serve `trace` on one simulated engine instance (or `instances` identical ones behind
-    `router`: one of routing.names()) and return a SimReport.
+    `router`: one of routing.names()) and return a SimReport: a thin layer that gathers the
+    keywords into a SimConfig (serving/deployment.py; any keyword no group takes is the policy's
+    parameter) and serves it (:func:`serve`).
 
     policy: the prefix cache's policy (default: vllm for engine_style "vllm", radix for "sglang",
         trtllm for "trtllm": TensorRT-LLM's in-flight batching scheduler, serving/inflight.py, which
@@ -271,283 +262,445 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         each group's rounds, requests, prompt tokens sent and hit, shared and divergent KV and its
         time to the final answer.
     """
-    trace = as_trace(trace)
-    fan = None
-    per_request_n = samples_per_request(trace, n)
-    if (per_request_n > 1).any():
-        check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None,
-                      closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup,
-                                           rate=rate)[0] == closed.CLOSED or sessions is not None)
-        parents, fan = trace, fan_out(trace, per_request_n, engine_style)
-        trace = fan.trace
-    widths, beams = beam_search.widths_per_request(trace, beam_width), None
-    if (widths > 1).any():
-        beam_search.check_applies(engine_style, instances, prefill_instances is not None or decode_instances is not None,
-                                  closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time,
-                                                       speedup=speedup, rate=rate)[0] == closed.CLOSED
-                                  or sessions is not None, fan is not None, speculative is not None)
-    spec_decode = resolve_speculative(speculative, num_speculative_tokens, model=model, acceptance=acceptance)
-    if spec_decode is not None and engine_style != "vllm":
-        raise ConfigError("speculative decoding is simulated with the vLLM scheduler style: add --engine-style vllm")
-    if engine_style not in ENGINE_STYLES:
-        raise ConfigError(f"unknown engine style {engine_style!r} (known: {', '.join(ENGINE_STYLES)})")
-    slo_ttft_ms = None if slo_ttft_ms is None else ms_arg(slo_ttft_ms, "slo_ttft_ms")
-    slo_tpot_ms = None if slo_tpot_ms is None else ms_arg(slo_tpot_ms, "slo_tpot_ms")
-    for name, value in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
-        if value is not None and not value > 0:
-            raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
-    if isinstance(router_lag_ms, str):
-        router_lag_ms = ms_arg(router_lag_ms, "router_lag_ms")
-    if policy is not None and (not isinstance(policy, str) or not policy.strip()):
-        raise ConfigError(f"policy (--policy) must be a policy's name (or None for the engine's), got {policy!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 63:
-        raise ConfigError(f"seed (--seed) must be a whole number from 0 to 2^63 - 1, got {seed!r}")
-    closed.check_options(trace, arrivals, sessions=sessions, think_time=think_time, speedup=speedup, rate=rate)
-    policy = policy or STYLE_POLICY[engine_style]
-    spec = get_policy(policy)
-    if spec.not_served:
-        raise ConfigError(f"policy {spec.name!r} (--policy): {spec.not_served}")
-    own = get_policy(STYLE_POLICY[engine_style])
-    for only in (spec, own):
-        if only.style_only is not None and (spec.name, engine_style) != (only.name, only.style_only):
-            raise ConfigError(f"{only.style_only_why} (got policy {spec.name!r}, engine_style {engine_style!r})")
-    if engine_style == "trtllm":
-        _check_trtllm(capacity=capacity, tiers=tiers, global_store=global_store, kv_semantics=kv_semantics,
-                      gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory=kv_cache_memory,
-                      num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
-                      language_model_only=language_model_only, prefill_instances=prefill_instances,
-                      decode_instances=decode_instances, kv_link=kv_link)
-    if scheduler is None:
-        scheduler = Scheduler.for_style(engine_style)
-    elif scheduler.style != engine_style:
-        raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {engine_style!r}")
-    routing.check(router)
-    router_lag_ms = limits.check_router_lag(router_lag_ms)
-    instances = limits.check_instances(instances)
-    tier_overlap = limits.check_flag(tier_overlap, "tier_overlap")
-    output_kv = limits.check_flag(output_kv, "output_kv")
-    # an unbounded pool: every prompt block and every decode block fits
-    unbounded = None
-    if spec.capacity == "ignored":
-        bs = resolve(trace, block_size=block_size, capacity=1, model=model, kv_dtype=kv_dtype).block_size
-        # every position (a request may repeat an id; each position holds a block), every decode
-        # block, and 2 more: SGLang's admission keeps a page free beyond a request's prompt and outputs
-        unbounded = max(trace.num_blocks, trace.num_accesses) + int(decode_blocks(trace, bs, output_kv).sum()) + 2
-    asked_capacity = capacity
-    sizes = resolve(trace, block_size=block_size, capacity=capacity, model=model, kv_dtype=kv_dtype,
-                    kv_layers=kv_layers, gpu=gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization, tiers=tiers,
-                    global_store=global_store, unbounded_ids=unbounded, weights_dtype=weights_dtype,
-                    max_num_batched_tokens=scheduler.max_num_batched_tokens if engine_style == "vllm"
-                    else scheduler.chunked_prefill_size, max_num_seqs=scheduler.max_num_seqs,
-                    kv_cache_memory=kv_cache_memory, num_gpu_blocks_override=num_gpu_blocks_override,
-                    enforce_eager=enforce_eager, language_model_only=language_model_only, engine_style=engine_style,
-                    mem_fraction_static=mem_fraction_static, pp=pp)
-    block_size, capacity, tier_list, block_bytes = sizes.block_size, sizes.capacity, list(sizes.tiers), sizes.block_bytes
-    drafter_pool = None
-    if spec_decode is not None:  # the drafter's weights and KV share the GPUs (speculative.py)
-        drafter_pool = pool_with_drafter(spec_decode, sizes.capacity_source, sizes.weights_dtype, sizes.kv_dtype)
-        if drafter_pool is not None:
-            capacity = drafter_pool[0]
-    if (widths > 1).any():  # (each group's rounds of one-token requests, beam.py)
-        parents, beams = trace, beam_search.expand(trace, widths, block_size, seed)
-        trace = beams.trace
-        if spec.capacity == "ignored":
-            capacity = max(capacity, trace.num_blocks + len(trace) + 2)
-    if fan is not None and fan.style == "sglang":  # (each row's partial last page its own, as SGLang's)
-        fan = private_tails(fan, block_size)
-        trace = fan.trace
-    limits.check_requests(trace, block_size, output_kv)
-    tm = (load_time_model(time_model, model=model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype, dtype=sizes.weights_dtype)
-          if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp))
-    tm = pipelined(tm, sizes.pp)
-    tm_dtype = getattr(tm, "dtype", None)
-    if gpu is not None and isinstance(tm_dtype, str) and tm_dtype != sizes.weights_dtype:
-        raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
-                          f"{sizes.weights_dtype!r}: give the same weights dtype to both")
-    loop = closed.build(trace, arrivals, sessions=sessions, think_time=think_time, seed=seed, speedup=speedup,
-                        rate=rate, block_size=block_size, time_model=tm, chunk=prefill_chunk(scheduler))
-    from .warmup import judged_mask
-    from .warmup import resolve as resolve_warmup
+    return serve(trace, SimConfig.from_keywords(policy, capacity, block_size, **options))
 
-    closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
-    if loop is None and fan is None and beams is None:
-        arrival_s, profile_name = arrival_times(trace, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
-        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
-    elif loop is None:  # n > 1: the parents arrive, their children with them; the warm-up is the parents' own
-        # (a child's reuse of its sibling's prompt is no lookback)
-        arrival_s, profile_name = arrival_times(parents, speedup=speedup, rate=rate, seed=seed, rate_profile=rate_profile)
-        warm = resolve_warmup(warmup, parents, arrival_s, block_size)
-        arrival_s = arrival_s[(fan or beams).parent]
-    else:
-        if rate_profile is not None:
-            raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
-                              "follow its sessions")
-        trace = replace(loop.trace, session=loop.session)
-        limits.check_requests(trace, block_size, output_kv)
-        if spec.capacity == "ignored":  # (the lanes' copies hold more blocks)
-            capacity = max(capacity, trace.num_blocks + int(decode_blocks(trace, block_size, output_kv).sum()) + 2)
-        arrival_s, profile_name, warm = np.nan_to_num(loop.start_s), None, None  # (arrivals come from the run)
-        if not closed_run:
-            arrival_s = loop.open_arrival_s
-            warm = resolve_warmup(warmup, trace, arrival_s, block_size)
-    max_model_len, max_len_source = _max_model_len(max_model_len, model)
-    disagg, instances, transfer_s = _disaggregation(trace, instances, prefill_instances, decode_instances, kv_link,
-                                                    engine_style, block_bytes, block_size)
-    semantics = choose(model, kv_semantics, policy=spec.name, engine_style=engine_style, tiers=tier_list,
-                       disagg=disagg, output_kv=output_kv, kv_layers=kv_layers, capacity=asked_capacity, sizes=sizes, tp=tp)
-    if semantics.hybrid and fan is not None and fan.style == "sglang":
-        raise ConfigError("n > 1 with --engine-style sglang is not simulated on a hybrid model's layer groups (SGLang's "
-                          "hybrid tree serving parallel sampling is not checked against SGLang): add --kv-semantics full")
-    if semantics.hybrid:
-        capacity = semantics.capacity
-        if spec_decode is not None:
-            raise ConfigError("speculative decoding is not simulated on a hybrid model's layer groups: add "
-                              "--kv-semantics full")
-    if spec_decode is not None and isinstance(tm, (DynamoNpzProfile, PolynomialProfile)) and not _constant(tm):
-        raise ConfigError("speculative decoding's verification steps are priced by the roofline (a Dynamo profile or "
-                          "polynomial has no multi-token decode): use --time-model roofline or instant")
-    routed = prefill_instances if disagg else instances
-    fixed = routed == 1 or router in routing.FIXED
-    assigned = routing.route(trace, arrival_s, routed, router if router in routing.FIXED else "round-robin", seed) \
-        if fixed else None
-    if closed_run and fixed and routed > 1 and router == "round-robin":
-        assigned = np.full(len(trace), -1, dtype=np.int64)  # (round-robin in the order requests arrive: the kernel's)
-    routing.parameters(router, router_options)  # checked before the run
-    # what the host CPU adds (timing/host.py): each request reaches the engine core after the API
-    # server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that
-    host_terms = host_resolve(host, tm)
-    prompts = np.asarray(trace.input_length)
-    engine_arrival_s = _engine_arrivals(host_terms, arrival_s, prompts, fan or beams)
-    delay_s = host_terms.arrival_delay(prompts)  # (a closed loop's releases: each request's own service)
-    # SGLang's groups: the samples are sent when the group's prefill-only request ends (samples.py);
-    # the report keeps the parent's arrival for them (their client's), so their TTFT holds that wait
-    releases = fan is not None and bool(fan.prefill_only.any())
-    run = dict(policy=spec.name, capacity=capacity, block_size=block_size, scheduler=scheduler, arrival_s=engine_arrival_s,
-               output_kv=output_kv, params=params, instances=instances, router=None if fixed else router,
-               router_options=router_options, router_lag_ms=router_lag_ms, seed=seed, assigned=assigned,
-               tiers=tier_list, tier_copies=tier_copies, tier_overlap=tier_overlap, block_bytes=block_bytes,
-               prefill_instances=prefill_instances if disagg else 0, transfer_s=transfer_s,
-               max_model_len=max_model_len, kv_groups=list(semantics.groups) or None, kv_engine=semantics.engine,
-               host=host_terms, closed=loop.kernel_arrays(delay_s) if closed_run else None, speculative=spec_decode)
-    if releases:
-        run.update(closed=release_links(fan, engine_arrival_s), prefill_only=fan.prefill_only)
-    if beams is not None:  # each round sent when the last one has ended (beam.py)
-        run.update(closed=beams.release_links(engine_arrival_s, host_terms.request_s + host_terms.latency_s))
-    draft_tm = None
-    if spec_decode is not None and spec_decode.method == "draft" and _is_roofline(time_model):
-        draft_tm = load_time_model(time_model, model=spec_decode.draft_model, gpu=gpu, tp=tp, kv_dtype=sizes.kv_dtype,
-                                   dtype=sizes.weights_dtype)
-    banded = band_runs and hasattr(tm, "at_band")  # the calibrated roofline: the run at both ends of its band too
-    compared = compare_sequential and not any(t.shared for t in tier_list)
+
+@dataclass
+class Served:
+    """One simulation, resolved (``_prepare``): the trace as served (samples fanned out, beam
+    search's rounds, a closed loop's lanes), the policy, scheduler and Deployment, the time model and host terms,
+    the arrivals and warm-up, and run_once's keywords. Its arrivals and warm-up are the clients'
+    once a closed loop's run has timed them."""
+
+    config: SimConfig
+    trace: Trace
+    fan: object
+    parents: Trace | None
+    spec: object
+    scheduler: Scheduler
+    deployment: Deployment
+    spec_decode: object
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    router_lag_ms: float
+    output_kv: bool
+    tier_overlap: bool
+    instances: int = 1
+    capacity: int = 0
+    drafter_pool: tuple | None = None
+    tm: object = None
+    draft_tm: object = None
+    loop: object = None
+    closed_run: bool = False
+    arrival_s: np.ndarray | None = None
+    profile_name: str | None = None
+    warm: object = None
+    max_model_len: int | None = None
+    max_len_source: str | None = None
+    disagg: bool = False
+    transfer_s: np.ndarray | None = None
+    semantics: object = None
+    host_terms: object = None
+    delay_s: np.ndarray | None = None
+    releases: bool = False
+    run: KernelRun | None = None
+    widths: np.ndarray | None = None  # each request's beam width (beam.py; 0 or 1: none)
+    beams: object = None  # beam.BeamRun: the rounds of one-token requests served
+
+    @property
+    def block_size(self) -> int:
+        return self.deployment.block_size
+
+    @property
+    def tiers(self) -> list:
+        return list(self.deployment.tiers)
+
+
+def serve(trace, config: SimConfig) -> SimReport:
+    """`trace` served under `config`: resolved once (_prepare), run (and at its band's ends, and
+    replayed sequentially for comparison), and reported."""
+    s = _prepare(as_trace(trace), config)
+    progress = config.progress
+    banded = config.time.band_runs and hasattr(s.tm, "at_band")  # the calibrated roofline: both ends of its band too
+    compared = config.compare_sequential and not any(t.shared for t in s.tiers)
     runs = 1 + 2 * banded + compared
     tell(progress, 0, runs, "runs")
-    raw = run_once(trace, time_model=tm, draft_time_model=draft_tm, **run)
+    raw = run_once(s.trace, s.run)
     tell(progress, 1, runs, "runs")
-    if beams is not None:  # a later round's request: sent by the API server when the last round ended
-        arrival_s = np.where(beams.round > 0, raw.arrival_s - host_terms.request_s - host_terms.latency_s, arrival_s)
-    if closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
-        arrival_s = raw.arrival_s - delay_s
-        warm = resolve_warmup(warmup, trace, arrival_s, block_size)
-    band = None
-    if banded:  # (the host's terms at the same end of their own band)
-        band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")},
-                "host": {end: host_band(host_terms, end).describe() for end in ("low", "high")}}
-        for k, end in enumerate(("low", "high")):
-            host_end = host_band(host_terms, end)
-            end_delay_s = host_end.arrival_delay(prompts)
-            band[end] = run_once(trace, time_model=tm.at_band(end), **{
-                **run, "host": host_end, "arrival_s": _engine_arrivals(host_end, arrival_s, prompts, fan),
-                "closed": loop.kernel_arrays(end_delay_s) if closed_run else
-                release_links(fan, _engine_arrivals(host_end, arrival_s, prompts, fan)) if releases else
-                beams.release_links(_engine_arrivals(host_end, arrival_s, prompts, beams),
-                                    host_end.request_s + host_end.latency_s) if beams is not None else None,
-                "draft_time_model": draft_tm.at_band(end) if hasattr(draft_tm, "at_band") else draft_tm})
-            band[end + "_delay_s"] = end_delay_s
-            tell(progress, 2 + k, runs, "runs")
-    sequential, sequential_evictions, parts, order = None, None, None, None
+    if s.beams is not None:  # a later round's request: sent by the API server when the last round ended
+        s.arrival_s = np.where(s.beams.round > 0, raw.arrival_s - _round_trip_s(s.host_terms), s.arrival_s)
+    if s.closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
+        s.arrival_s = raw.arrival_s - s.delay_s
+        s.warm = resolve_warmup(config.arrival.warmup, s.trace, s.arrival_s, s.block_size)
+    band = _band_runs(s, progress, runs) if banded else None
+    sequential = (None, None, None, None)
     if compared:
-        # (a store shared by instances has no sequential counterpart per instance)
-        chunk = scheduler.max_num_batched_tokens
-        if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
-            chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
-        hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
-        by = np.argsort(arrival_s, kind="stable")  # (one at a time, in the order they arrived)
-        order = None if np.array_equal(by, np.arange(len(trace))) else by
-        sequential, sequential_evictions, parts = _sequential(trace if order is None else trace.take(by), spec,
-                                                              params, capacity, block_size, tier_list, tier_copies,
-                                                              raw.instance[by], instances, disagg,
-                                                              (raw.status == FINISHED)[by], hybrid,
-                                                              judged_mask(arrival_s, warm.seconds)[by])
+        sequential = _compared(s, raw)
         tell(progress, runs, runs, "runs")
-    if loop is not None:
-        arrival_info = closed_stats.arrival_info(loop)
-    elif rate is not None:
-        arrival_info = {"kind": "poisson", "rate_per_s": rate, "seed": seed}
+    report = _report(s, raw, sequential)
+    if s.spec_decode is not None:
+        _speculative_section(s, report, raw)
+    if band is not None:
+        report.band = _band_section(s, report, band)
+    if s.fan is not None:
+        report.samples = summarize(s.fan, report, s.block_size, s.output_kv)
+    if s.beams is not None:
+        report.beam = beam_search.summarize(s.beams, report, s.block_size)
+    if config.check:
+        report.check_invariants()
+        _check_tokens(report, raw)
+    return report
+
+
+def _prepare(trace: Trace, c: SimConfig) -> Served:
+    """The simulation `c` of `trace`, resolved: every check, the Deployment (the model and GPU
+    looked up once), the time model, the arrivals, the semantics, the routing and the host."""
+    s = _checked(trace, c)
+    _resolve_deployment(s)
+    _expand_beams(s)
+    _resolve_arrivals(s)
+    a, cl = c.arrival, c.cluster
+    d = s.deployment
+    s.max_model_len, s.max_len_source = _max_model_len(c.max_model_len, d.model_spec)
+    s.disagg, s.instances, s.transfer_s = _disaggregation(s.trace, s.instances, cl.prefill_instances,
+                                                          cl.decode_instances, cl.kv_link, c.engine_style,
+                                                          d.block_bytes, d.block_size)
+    s.semantics = choose(d, c.kv_semantics, policy=s.spec.name, engine_style=c.engine_style, disagg=s.disagg,
+                         output_kv=s.output_kv, kv_layers=c.deployment.kv_layers, capacity=c.deployment.capacity)
+    if s.semantics.hybrid and s.fan is not None and s.fan.style == "sglang":
+        raise ConfigError("n > 1 with --engine-style sglang is not simulated on a hybrid model's layer groups (SGLang's "
+                          "hybrid tree serving parallel sampling is not checked against SGLang): add --kv-semantics full")
+    if s.semantics.hybrid:
+        s.capacity = s.semantics.capacity
+        if s.spec_decode is not None:
+            raise ConfigError("speculative decoding is not simulated on a hybrid model's layer groups: add "
+                              "--kv-semantics full")
+    if s.spec_decode is not None and isinstance(s.tm, (DynamoNpzProfile, PolynomialProfile)) and not _constant(s.tm):
+        raise ConfigError("speculative decoding's verification steps are priced by the roofline (a Dynamo profile or "
+                          "polynomial has no multi-token decode): use --time-model roofline or instant")
+    routed = cl.prefill_instances if s.disagg else s.instances
+    fixed = routed == 1 or cl.router in routing.FIXED
+    assigned = routing.route(s.trace, s.arrival_s, routed, cl.router if cl.router in routing.FIXED else "round-robin",
+                             a.seed) if fixed else None
+    if s.closed_run and fixed and routed > 1 and cl.router == "round-robin":
+        assigned = np.full(len(s.trace), -1, dtype=np.int64)  # (round-robin in the order requests arrive: the kernel's)
+    routing.parameters(cl.router, cl.router_options)  # checked before the run
+    _resolve_host(s)
+    engine_arrival_s = _engine_arrivals(s.host_terms, s.arrival_s, np.asarray(s.trace.input_length), s.fan or s.beams)
+    if s.spec_decode is not None and s.spec_decode.method == "draft" and _is_roofline(c.time.time_model):
+        s.draft_tm = load_time_model(c.time.time_model, model=s.spec_decode.draft_model, gpu=d.gpu_spec,
+                                     tp=c.deployment.tp, kv_dtype=d.kv_dtype, dtype=d.weights_dtype)
+    s.run = KernelRun(policy=s.spec.name, capacity=s.capacity, block_size=d.block_size, time_model=s.tm,
+                      scheduler=s.scheduler, arrival_s=engine_arrival_s, output_kv=s.output_kv, params=c.params,
+                      instances=s.instances, router=None if fixed else cl.router, router_options=cl.router_options,
+                      router_lag_ms=s.router_lag_ms, seed=a.seed, assigned=assigned, tiers=s.tiers,
+                      tier_copies=cl.tier_copies, tier_overlap=s.tier_overlap, block_bytes=d.block_bytes,
+                      prefill_instances=cl.prefill_instances if s.disagg else 0, transfer_s=s.transfer_s,
+                      max_model_len=s.max_model_len, kv_groups=list(s.semantics.groups) or None,
+                      kv_engine=s.semantics.engine, host=s.host_terms,
+                      closed=s.loop.kernel_arrays(s.delay_s) if s.closed_run else None, speculative=s.spec_decode,
+                      draft_time_model=s.draft_tm)
+    if s.releases:
+        s.run = replace(s.run, closed=release_links(s.fan, engine_arrival_s), prefill_only=s.fan.prefill_only)
+    if s.beams is not None:  # each round sent when the last one has ended (beam.py)
+        s.run = replace(s.run, closed=s.beams.release_links(engine_arrival_s, _round_trip_s(s.host_terms)))
+    return s
+
+
+def _checked(trace: Trace, c: SimConfig) -> Served:
+    """The checks of `c` that need no sizes (each naming its argument), samples fanned out."""
+    a, cl, style = c.arrival, c.cluster, c.engine_style
+    fan = parents = None
+    per_request_n = samples_per_request(trace, a.n)
+    if (per_request_n > 1).any():
+        check_applies(style, cl.instances, cl.prefill_instances is not None or cl.decode_instances is not None,
+                      closed.check_options(trace, a.arrivals, sessions=a.sessions, think_time=a.think_time,
+                                           speedup=a.speedup, rate=a.rate)[0] == closed.CLOSED
+                      or a.sessions is not None)
+        parents, fan = trace, fan_out(trace, per_request_n, style)
+        trace = fan.trace
+    widths = beam_search.widths_per_request(trace, a.beam_width)
+    if (widths > 1).any():
+        beam_search.check_applies(style, cl.instances, cl.prefill_instances is not None or cl.decode_instances is not None,
+                                  closed.check_options(trace, a.arrivals, sessions=a.sessions, think_time=a.think_time,
+                                                       speedup=a.speedup, rate=a.rate)[0] == closed.CLOSED
+                                  or a.sessions is not None, fan is not None, c.speculative.speculative is not None)
+    sp = c.speculative
+    spec_decode = resolve_speculative(sp.speculative, sp.num_speculative_tokens, model=c.deployment.model,
+                                      acceptance=sp.acceptance)
+    if spec_decode is not None and style != "vllm":
+        raise ConfigError("speculative decoding is simulated with the vLLM scheduler style: add --engine-style vllm")
+    if style not in ENGINE_STYLES:
+        raise ConfigError(f"unknown engine style {style!r} (known: {', '.join(ENGINE_STYLES)})")
+    slo = {}
+    for name in ("slo_ttft_ms", "slo_tpot_ms"):
+        value = getattr(c, name)
+        slo[name] = value = None if value is None else ms_arg(value, name)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name} must be a positive number of milliseconds, got {value!r}")
+    router_lag_ms = cl.router_lag_ms
+    if isinstance(router_lag_ms, str):
+        router_lag_ms = ms_arg(router_lag_ms, "router_lag_ms")
+    if c.policy is not None and (not isinstance(c.policy, str) or not c.policy.strip()):
+        raise ConfigError(f"policy (--policy) must be a policy's name (or None for the engine's), got {c.policy!r}")
+    if isinstance(a.seed, bool) or not isinstance(a.seed, (int, np.integer)) or not 0 <= a.seed < 2 ** 63:
+        raise ConfigError(f"seed (--seed) must be a whole number from 0 to 2^63 - 1, got {a.seed!r}")
+    closed.check_options(trace, a.arrivals, sessions=a.sessions, think_time=a.think_time, speedup=a.speedup,
+                         rate=a.rate)
+    spec = _served_policy(c)
+    scheduler = c.scheduler
+    if scheduler is None:
+        scheduler = Scheduler.for_style(style)
+    elif scheduler.style != style:
+        raise ConfigError(f"the scheduler's style {scheduler.style!r} differs from engine_style {style!r}")
+    routing.check(cl.router)
+    router_lag_ms = limits.check_router_lag(router_lag_ms)
+    instances = limits.check_instances(cl.instances)
+    tier_overlap = limits.check_flag(cl.tier_overlap, "tier_overlap")
+    output_kv = limits.check_flag(c.output_kv, "output_kv")
+    return Served(config=c, trace=trace, fan=fan, parents=parents, spec=spec, scheduler=scheduler, deployment=None,
+                  spec_decode=spec_decode, router_lag_ms=router_lag_ms, output_kv=output_kv, tier_overlap=tier_overlap,
+                  instances=instances, widths=widths, **slo)
+
+
+def _served_policy(c: SimConfig):
+    """The policy `c` serves with (the engine style's own by default), checked against the style."""
+    style = c.engine_style
+    spec = get_policy(c.policy or STYLE_POLICY[style])
+    if spec.not_served:
+        raise ConfigError(f"policy {spec.name!r} (--policy): {spec.not_served}")
+    own = get_policy(STYLE_POLICY[style])
+    for only in (spec, own):
+        if only.style_only is not None and (spec.name, style) != (only.name, only.style_only):
+            raise ConfigError(f"{only.style_only_why} (got policy {spec.name!r}, engine_style {style!r})")
+    if style == "trtllm":
+        d, cl = c.deployment, c.cluster
+        _check_trtllm(capacity=d.capacity, tiers=d.tiers, global_store=d.global_store, kv_semantics=c.kv_semantics,
+                      gpu_memory_utilization=d.gpu_memory_utilization, kv_cache_memory=d.kv_cache_memory,
+                      num_gpu_blocks_override=d.num_gpu_blocks_override, enforce_eager=d.enforce_eager,
+                      language_model_only=d.language_model_only, prefill_instances=cl.prefill_instances,
+                      decode_instances=cl.decode_instances, kv_link=cl.kv_link)
+    return spec
+
+
+def _resolve_deployment(s: Served) -> None:
+    """The Deployment (config.resolve: the model and GPU looked up once), the drafter's share of
+    the pool, and the time model on it."""
+    c, trace = s.config, s.trace
+    asked = replace(c.deployment, engine_style=c.engine_style, max_num_seqs=s.scheduler.max_num_seqs,
+                    max_num_batched_tokens=s.scheduler.max_num_batched_tokens if c.engine_style == "vllm"
+                    else s.scheduler.chunked_prefill_size)
+    if s.spec.capacity == "ignored":  # an unbounded pool: every prompt block and every decode block fits
+        bs = resolve(trace, block_size=asked.block_size, capacity=1, model=asked.model,
+                     kv_dtype=asked.kv_dtype).block_size
+        # every position (a request may repeat an id; each position holds a block), every decode
+        # block, and 2 more: SGLang's admission keeps a page free beyond a request's prompt and outputs
+        asked = replace(asked, unbounded_ids=max(trace.num_blocks, trace.num_accesses)
+                        + int(decode_blocks(trace, bs, s.output_kv).sum()) + 2)
+    d = s.deployment = resolve(trace, asked)
+    s.capacity = d.capacity
+    if s.spec_decode is not None:  # the drafter's weights and KV share the GPUs (speculative.py)
+        s.drafter_pool = pool_with_drafter(s.spec_decode, d.capacity_source, d.weights_dtype, d.kv_dtype)
+        if s.drafter_pool is not None:
+            s.capacity = s.drafter_pool[0]
+    if s.fan is not None and s.fan.style == "sglang":  # (each row's partial last page its own, as SGLang's)
+        s.fan = private_tails(s.fan, d.block_size)
+        s.trace = s.fan.trace
+    limits.check_requests(s.trace, d.block_size, s.output_kv)
+    time_model, tp = c.time.time_model, c.deployment.tp
+    tm = (load_time_model(time_model, model=d.model_spec, gpu=d.gpu_spec, tp=tp, kv_dtype=d.kv_dtype,
+                          dtype=d.weights_dtype)
+          if _is_roofline(time_model) else load_time_model(time_model, model=d.model_spec, gpu=d.gpu_spec, tp=tp))
+    s.tm = pipelined(tm, d.pp)
+    tm_dtype = getattr(s.tm, "dtype", None)
+    if d.gpu is not None and isinstance(tm_dtype, str) and tm_dtype != d.weights_dtype:
+        raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
+                          f"{d.weights_dtype!r}: give the same weights dtype to both")
+
+
+def _resolve_arrivals(s: Served) -> None:
+    """The arrivals (open: the trace's or a rate's, reshaped; closed: the loop's lanes) and the warm-up."""
+    a, bs, warmup = s.config.arrival, s.block_size, s.config.arrival.warmup
+    s.loop = loop = closed.build(s.trace, a.arrivals, sessions=a.sessions, think_time=a.think_time, seed=a.seed,
+                                 speedup=a.speedup, rate=a.rate, block_size=bs, time_model=s.tm,
+                                 chunk=prefill_chunk(s.scheduler))
+    s.closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
+    load = dict(speedup=a.speedup, rate=a.rate, seed=a.seed, rate_profile=a.rate_profile)
+    if loop is None and s.fan is None and s.beams is None:
+        s.arrival_s, s.profile_name = arrival_times(s.trace, **load)
+        s.warm = resolve_warmup(warmup, s.trace, s.arrival_s, bs)
+    elif loop is None:  # n > 1: the parents arrive, their children with them; the warm-up is the parents' own
+        # (a child's reuse of its sibling's prompt is no lookback; beam search: a group's first round
+        # arrives with its request, the later rounds' times come from the run)
+        arrival_s, s.profile_name = arrival_times(s.parents, **load)
+        s.warm = resolve_warmup(warmup, s.parents, arrival_s, bs)
+        s.arrival_s = arrival_s[(s.fan or s.beams).parent]
     else:
-        arrival_info = {"kind": "trace", "speedup": 1.0 if speedup is None else speedup}
-    if profile_name is not None:
-        arrival_info["rate_profile"] = profile_name
+        if a.rate_profile is not None:
+            raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
+                              "follow its sessions")
+        s.trace = replace(loop.trace, session=loop.session)
+        limits.check_requests(s.trace, bs, s.output_kv)
+        if s.spec.capacity == "ignored":  # (the lanes' copies hold more blocks)
+            s.capacity = max(s.capacity, s.trace.num_blocks + int(decode_blocks(s.trace, bs, s.output_kv).sum()) + 2)
+        s.arrival_s, s.profile_name, s.warm = np.nan_to_num(loop.start_s), None, None  # (arrivals come from the run)
+        if not s.closed_run:
+            s.arrival_s = loop.open_arrival_s
+            s.warm = resolve_warmup(warmup, s.trace, s.arrival_s, bs)
+
+
+def _resolve_host(s: Served) -> None:
+    """What the host CPU adds (timing/host.py): each request reaches the engine core after the API
+    server has tokenised it and sent it over, so its TTFT and end-to-end latency hold that."""
+    s.host_terms = host_resolve(s.config.time.host, s.tm)
+    if s.scheduler.style == "vllm":  # the host's kernel launches on the steps vLLM runs without a CUDA graph
+        d = s.deployment
+        s.tm = with_cuda_graphs(s.tm, s.host_terms, s.scheduler.max_num_seqs, d.gpu_spec or "",
+                                1 + (s.spec_decode.k if s.spec_decode is not None else 0),
+                                s.config.deployment.enforce_eager, s.scheduler.max_num_batched_tokens)
+    s.delay_s = s.host_terms.arrival_delay(np.asarray(s.trace.input_length))  # (a closed loop's releases)
+    # SGLang's groups: the samples are sent when the group's prefill-only request ends (samples.py);
+    # the report keeps the parent's arrival for them (their client's), so their TTFT holds that wait
+    s.releases = s.fan is not None and bool(s.fan.prefill_only.any())
+
+
+def _band_runs(s: Served, progress, runs: int) -> dict:
+    """The runs at both ends of the calibrated roofline's band (the host's terms at the same end
+    of their own band)."""
+    tm, host_terms, prompts = s.tm, s.host_terms, np.asarray(s.trace.input_length)
+    band = {"bands": {p: list(tm.band(p)) for p in ("prefill", "decode", "mixed")},
+            "host": {end: host_band(host_terms, end).describe() for end in ("low", "high")}}
+    for k, end in enumerate(("low", "high")):
+        host_end = host_band(host_terms, end)
+        end_delay_s = host_end.arrival_delay(prompts)
+        engine_arrival_s = _engine_arrivals(host_end, s.arrival_s, prompts, s.fan or s.beams)
+        band[end] = run_once(s.trace, replace(
+            s.run, time_model=tm.at_band(end), host=host_end, arrival_s=engine_arrival_s,
+            closed=s.loop.kernel_arrays(end_delay_s) if s.closed_run else
+            release_links(s.fan, engine_arrival_s) if s.releases else
+            s.beams.release_links(engine_arrival_s, _round_trip_s(host_end)) if s.beams is not None else None,
+            draft_time_model=s.draft_tm.at_band(end) if hasattr(s.draft_tm, "at_band") else s.draft_tm))
+        band[end + "_delay_s"] = end_delay_s
+        tell(progress, 2 + k, runs, "runs")
+    return band
+
+
+def _compared(s: Served, raw) -> tuple:
+    """The sequential replay the run is compared with: (hit rate, evictions, parts, order).
+    (A store shared by instances has no sequential counterpart per instance.)"""
+    scheduler, semantics = s.scheduler, s.semantics
+    chunk = scheduler.max_num_batched_tokens
+    if semantics.engine == "sglang":  # SGLang's prefill chunks (none: a prompt in one piece)
+        chunk = scheduler.chunked_prefill_size if scheduler.chunked_prefill else None
+    hybrid = dict(kv_groups=list(semantics.groups), prefill_chunk=chunk) if semantics.hybrid else {}
+    by = np.argsort(s.arrival_s, kind="stable")  # (one at a time, in the order they arrived)
+    order = None if np.array_equal(by, np.arange(len(s.trace))) else by
+    sequential, evictions, parts = _sequential(s, s.trace if order is None else s.trace.take(by), raw.instance[by],
+                                               (raw.status == FINISHED)[by], hybrid,
+                                               judged_mask(s.arrival_s, s.warm.seconds)[by])
+    return sequential, evictions, parts, order
+
+
+def _arrival_info(s: Served) -> dict:
+    """The report's arrivals: the closed loop's, a Poisson rate's or the trace's (and the profile)."""
+    a = s.config.arrival
+    if s.loop is not None:
+        info = closed_stats.arrival_info(s.loop)
+    elif a.rate is not None:
+        info = {"kind": "poisson", "rate_per_s": a.rate, "seed": a.seed}
+    else:
+        info = {"kind": "trace", "speedup": 1.0 if a.speedup is None else a.speedup}
+    if s.profile_name is not None:
+        info["rate_profile"] = s.profile_name
+    return info
+
+
+def _report(s: Served, raw, sequential: tuple) -> SimReport:
+    """The run `raw` as a SimReport (its sequential comparison, tiers, SLOs, warm-up, closed loop)."""
+    c, trace, bs, tier_list = s.config, s.trace, s.block_size, s.tiers
+    seq_hit_rate, seq_evictions, parts, order = sequential
+    instances, disagg, warmup = s.instances, s.disagg, c.arrival.warmup
     report = SimReport(
-        policy=spec.name, params=spec.resolve(params), capacity_blocks=capacity, block_size=block_size,
-        scheduler=scheduler.to_dict(), time_model={**tm.describe(), "host": host_terms.describe()}, arrivals=arrival_info, output_kv=output_kv,
-        trace_source=trace.source, arrival_s=np.asarray(arrival_s, dtype=np.float64), scheduled_s=raw.scheduled_s,
+        policy=s.spec.name, params=s.spec.resolve(c.params), capacity_blocks=s.capacity, block_size=bs,
+        scheduler=s.scheduler.to_dict(), time_model={**s.tm.describe(), "host": s.host_terms.describe()},
+        arrivals=_arrival_info(s), output_kv=s.output_kv,
+        trace_source=trace.source, arrival_s=np.asarray(s.arrival_s, dtype=np.float64), scheduled_s=raw.scheduled_s,
         first_token_s=raw.first_token_s, finish_s=raw.finish_s,
         prompt_tokens=np.asarray(trace.input_length, dtype=np.int64), hit_tokens=raw.hit_tokens,
         output_tokens=np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1), preemptions=raw.preemptions,
         status=raw.status, counters=raw.counters, policy_counters=raw.policy_counters, series=raw.series,
-        end_s=raw.end_s, itl_histogram=raw.itl, sequential_hit_rate=sequential, sequential_evictions=sequential_evictions,
-        capacity_source=sizes.capacity_source, instances=instances, router=router if instances > 1 else None,
-        instance=raw.instance if instances > 1 else None,
-        instance_busy_s=[c["busy_us"] / 1e6 for c in raw.per_instance], router_lag_ms=router_lag_ms,
-        prefill_instances=prefill_instances if disagg else None,
+        end_s=raw.end_s, itl_histogram=raw.itl, sequential_hit_rate=seq_hit_rate, sequential_evictions=seq_evictions,
+        capacity_source=s.deployment.capacity_source, instances=instances,
+        router=c.cluster.router if instances > 1 else None, instance=raw.instance if instances > 1 else None,
+        instance_busy_s=[k["busy_us"] / 1e6 for k in raw.per_instance], router_lag_ms=s.router_lag_ms,
+        prefill_instances=c.cluster.prefill_instances if disagg else None,
         decode_instance=raw.decode_instance if disagg else None,
-        tiers=tier_summary(tier_list, raw, block_size, np.asarray(trace.input_length), block_bytes, tier_copies,
-                           tier_overlap) if tier_list else None,
-        slo_ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1000.0,
-        slo_tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1000.0,
-        max_model_len=max_model_len, max_model_len_source=max_len_source, kv_semantics=semantics.note,
-        warmup=None if warm.cold and warmup is None else warm.to_dict(),
-        closed=None if loop is None else closed_stats.per_request(loop),
-        judged_until_s=None if loop is None else closed_stats.steady_until(closed_stats.per_request(loop), arrival_s,
-                                                                            raw.finish_s),
+        tiers=tier_summary(tier_list, raw, bs, np.asarray(trace.input_length), s.deployment.block_bytes,
+                           c.cluster.tier_copies, s.tier_overlap) if tier_list else None,
+        slo_ttft_s=None if s.slo_ttft_ms is None else s.slo_ttft_ms / 1000.0,
+        slo_tpot_s=None if s.slo_tpot_ms is None else s.slo_tpot_ms / 1000.0,
+        max_model_len=s.max_model_len, max_model_len_source=s.max_len_source, kv_semantics=s.semantics.note,
+        warmup=None if s.warm.cold and warmup is None else s.warm.to_dict(),
+        closed=None if s.loop is None else closed_stats.per_request(s.loop),
+        judged_until_s=None if s.loop is None else closed_stats.steady_until(closed_stats.per_request(s.loop),
+                                                                              s.arrival_s, raw.finish_s),
     )
-    report.misses = _served_misses(trace, report, raw, parts, block_size, instances, order)
-    if spec_decode is not None:
-        report.speculative = speculative_summary(spec_decode, raw)
-        report.speculative["draft_cost"] = draft_cost_note(
-            spec_decode, isinstance(tm, RooflineTimeModel) and (spec_decode.method != "draft" or draft_tm is not None))
-        report.speculative["measured"]["draft_s"] = raw.counters.get("draft_us", 0) / 1e6
-        report.speculative["pool"] = None if drafter_pool is None else drafter_pool[1]
-    if band is not None:
-        band["runs"] = {}
-        for end in ("low", "high"):
-            other = band[end]
-            end_delay_s = band.pop(end + "_delay_s")
-            # the band's run as a report (its requests' times; kvreplay plan judges SLOs on it)
-            fields = {}
-            if closed_run:  # its own arrivals, so its own warm-up and steady span (as plan's run at that end)
-                sent = other.arrival_s - end_delay_s
-                own = resolve_warmup(warmup, trace, sent, block_size)
-                fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
-                              judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
-            elif beams is not None:  # (its later rounds sent when its own earlier rounds ended)
-                later = host_band(host_terms, end)
-                fields = dict(arrival_s=np.where(beams.round > 0, other.arrival_s - later.request_s - later.latency_s,
-                                                 report.arrival_s))
-            band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
-                                        finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
-                                        band=None, **fields)
-            band[end] = band["runs"][end].latencies()
-        band["warnings"] = _calibration_warnings(tm, trace, report)
-        report.band = band
-    if fan is not None:
-        report.samples = summarize(fan, report, block_size, output_kv)
-    if beams is not None:
-        report.beam = beam_search.summarize(beams, report, block_size)
-    if check:
-        report.check_invariants()
-        _check_tokens(report, raw)
+    report.misses = _served_misses(trace, report, raw, parts, bs, instances, order)
     return report
+
+
+def _speculative_section(s: Served, report: SimReport, raw) -> None:
+    """The report's speculative section: accepted tokens per step, the draft's cost, the pool."""
+    spec_decode, tm = s.spec_decode, s.tm
+    report.speculative = speculative_summary(spec_decode, raw)
+    report.speculative["draft_cost"] = draft_cost_note(
+        spec_decode, isinstance(tm, RooflineTimeModel) and (spec_decode.method != "draft" or s.draft_tm is not None))
+    report.speculative["measured"]["draft_s"] = raw.counters.get("draft_us", 0) / 1e6
+    report.speculative["pool"] = None if s.drafter_pool is None else s.drafter_pool[1]
+
+
+def _band_section(s: Served, report: SimReport, band: dict) -> dict:
+    """The report's band: each end's run as a report (its requests' times; kvreplay plan judges
+    SLOs on it) and its latencies, and the calibration's warnings."""
+    warmup = s.config.arrival.warmup
+    band["runs"] = {}
+    for end in ("low", "high"):
+        other = band[end]
+        end_delay_s = band.pop(end + "_delay_s")
+        fields = {}
+        if s.closed_run:  # its own arrivals, so its own warm-up and steady span (as plan's run at that end)
+            sent = other.arrival_s - end_delay_s
+            own = resolve_warmup(warmup, s.trace, sent, s.block_size)
+            fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
+                          judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
+        elif s.beams is not None:  # (its later rounds sent when its own earlier rounds ended)
+            fields = dict(arrival_s=np.where(s.beams.round > 0,
+                                             other.arrival_s - _round_trip_s(host_band(s.host_terms, end)),
+                                             report.arrival_s))
+        band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
+                                    finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
+                                    band=None, **fields)
+        band[end] = band["runs"][end].latencies()
+    band["warnings"] = _calibration_warnings(s.tm, s.trace, report)
+    return band
+
+
+def _expand_beams(s: Served) -> None:
+    """Beam search's requests (beam.py): each group's rounds of one-token requests, one per live
+    beam, in place of the group's request; its parents are the trace's requests."""
+    if s.widths is None or not (s.widths > 1).any():
+        return
+    s.parents, s.beams = s.trace, beam_search.expand(s.trace, s.widths, s.block_size, s.config.arrival.seed)
+    s.trace = s.beams.trace
+    if s.spec.capacity == "ignored":  # (the rounds' own blocks: one per request beyond the trace's)
+        s.capacity = max(s.capacity, s.trace.num_blocks + len(s.trace) + 2)
+    limits.check_requests(s.trace, s.block_size, s.output_kv)
+
+
+def _round_trip_s(host_terms) -> float:
+    """What passes between a beam-search round's end and the engine seeing the next round's
+    requests, less their own arrival delay: the API server's response and its next request."""
+    return host_terms.request_s + host_terms.latency_s
 
 
 def _engine_arrivals(host_terms, arrival_s, prompts, fan):
@@ -656,7 +809,7 @@ def _extrapolated(tm) -> str:
     if spec.moe:  # the catalog has its experts, but no MoE kernel was measured for these weights on this GPU
         return (f"no {tm.dtype} MoE kernel was measured on the {tm.calibration.measured_on}, so its routed experts are "
                 "timed with its other GEMMs, at the dense GEMMs' efficiency (on the measured GPUs the MoE kernels "
-                "run 1.4-2.6x slower than that: docs/serving.md), and its terms are extrapolated from dense-model kernels")
+                "run 1.4-2.6x slower than that: docs/timing.md), and its terms are extrapolated from dense-model kernels")
     return "its terms are extrapolated from dense-model kernels"
 
 
@@ -666,7 +819,7 @@ def _pcie_warning(tm) -> str:
             "each way, which measured PCIe platforms sustain between 2 GPUs only (aiconfigurator's L40S kernels: "
             "a bus bandwidth of 18-20 GB/s over 2 GPUs, 4-5 over 4, 2 over 8; its prefill steps at TP 4 and 8 ran "
             "5.6x and 22.6x longer than predicted): read this run's times as far below what it would measure, "
-            "beyond its band (docs/serving.md, \"GPU catalog\")")
+            "beyond its band (docs/gpus.md, \"GPU catalog\")")
 
 
 def calibration_warnings(tm, trace) -> list[str]:
@@ -692,11 +845,11 @@ def calibration_warnings(tm, trace) -> list[str]:
                    + _extrapolated(tm))
     if getattr(tm, "moe", None):
         out.append("end to end, the silicon serving runs of an MoE (MiniMax-M2.5 on H200 and B200, vLLM 0.16-0.19) "
-                   "measured TTFT well above the simulated while TPOT held (docs/serving.md, 'Outside the engine'): read its "
+                   "measured TTFT well above the simulated while TPOT held (docs/timing.md, 'Outside the engine'): read its "
                    "TTFT as a lower bound")
     if getattr(tm, "gdn", None):
         out.append(f"{spec.name}'s {tm.mamba_layers} Gated DeltaNet layers run vLLM's GDN kernels as fitted on measured "
-                   "ones (Qwen3.5's, at these heads too); the band is widened to their spread (docs/serving.md)")
+                   "ones (Qwen3.5's, at these heads too); the band is widened to their spread (docs/timing.md)")
     elif getattr(tm, "mamba_layers", 0):
         out.append(f"{spec.name}'s {tm.mamba_layers} Mamba / linear-attention layers are priced by the roofline's "
                    "state term (state read and write per request, state update per token), which no measurement "
@@ -770,8 +923,7 @@ def _disaggregation(trace, instances, prefill_instances, decode_instances, kv_li
     return True, prefill_instances + decode_instances, transfer_s
 
 
-def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copies, instance_of, instances, disagg,
-                finished, hybrid: dict, judged):
+def _sequential(s: Served, trace, instance_of, finished, hybrid: dict, judged):
     """Each instance's finished requests through its own cache (and tiers), one at a time (N
     replays for N instances): the hit rate over the same requests as the concurrent one (rejected
     and refused requests left out of both; the warm-up's requests replayed, not counted), and the evictions (None with decode instances, which
@@ -779,6 +931,8 @@ def _sequential(trace, spec, params, capacity, block_size, tier_list, tier_copie
     (hybrid semantics, whose sequential replay is the same engine's hybrid cache)."""
     from ..engine.replay import replay
 
+    spec, params, capacity, block_size, instances = s.spec, s.config.params, s.capacity, s.block_size, s.instances
+    tier_list, tier_copies, disagg = s.tiers, s.config.cluster.tier_copies, s.disagg
     tier_args = dict(tiers=tier_list, tier_copies=tier_copies) if tier_list else {}
     hits = 0
     evictions = []
@@ -849,47 +1003,91 @@ def _check_tokens(report, raw) -> None:
         raise InvariantError("the steps' tokens do not add up to the requests' tokens")
 
 
-def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None, capacities=None, instances=None,
-               routers=None, tiers=None, jobs: int = 1, executor: str = "local", ray_address: str | None = None,
-               progress=None, **options) -> list[dict]:
+@dataclass(frozen=True)
+class SweepGrid:
+    """A load sweep's grid: the loads (trace timestamps / speedups, Poisson rates, or numbers of
+    concurrent sessions: one of them) x policies x capacities x instances x routers x tiers (None:
+    simulate()'s option of that name, one value)."""
+
+    speedups: object = None
+    rates: object = None
+    sessions: object = None
+    policies: object = None
+    capacities: object = None
+    instances: object = None
+    routers: object = None
+    tiers: object = None
+
+
+def load_sweep(trace, grid: SweepGrid | None = None, *, jobs: int = 1, executor: str = "local",
+               ray_address: str | None = None, progress=None, **options) -> list[dict]:
     """simulate() over the grid policies x capacities x instances x routers x tiers x loads (trace
     timestamps / speedup, Poisson rates, or numbers of concurrent sessions: a closed loop): one tidy
-    row per run (sweep_row). The runs go to
+    row per run (sweep_row). `grid`: a SweepGrid, or its fields among the keywords. The runs go to
     `executor` ("local": a pool of `jobs` processes, "threads", or "ray"; analysis/executors.py):
     the rows, in grid order, are the same wherever they ran. `options` go to simulate(). progress:
     a kvreplay.progress callback, told ``(done, total, "simulations")``."""
-    from itertools import product
+    from ..analysis.executors import run
 
-    from ..analysis.executors import Task, run
-
-    if sum(x is not None for x in (speedups, rates, sessions)) != 1:
+    axes = {f.name: options.pop(f.name) for f in fields(SweepGrid) if f.name in options}
+    grid = SweepGrid(**axes) if grid is None else replace(grid, **axes)
+    if sum(x is not None for x in (grid.speedups, grid.rates, grid.sessions)) != 1:
         raise ConfigError("give the loads as speedups, rates or concurrent sessions (one of them)")
     trace = as_trace(trace)
-    if sessions is not None:
-        from .lanes import check_sessions
-
-        loads = [("sessions", float(check_sessions(n))) for n in items(sessions, "sessions (--sessions-list)", single=())]
-    else:
-        kind, name, values = ("speedup", "speedups (--speedups)", speedups) if speedups is not None else \
-            ("rate", "rates (--rates)", rates)
-        if isinstance(values, str):
-            raise ConfigError(f"{name} must be a list of numbers, got {values!r}")
-        loads = [(kind, number(x, name)) for x in items(values, name, single=())]
-    policies = policies or [options.pop("policy", None)]
-    capacities = capacities or [options.pop("capacity", None)]
-    instances = instances or [options.pop("instances", 1)]
-    limits.check_cluster_sizes(instances)
-    routers = routers or [options.pop("router", "round-robin")]
-    tiers = tiers or [options.pop("tiers", None)]
+    loads = _sweep_loads(grid)
+    axes = dict(policies=grid.policies or [options.pop("policy", None)],
+                capacities=grid.capacities or [options.pop("capacity", None)],
+                instances=grid.instances or [options.pop("instances", 1)],
+                routers=grid.routers or [options.pop("router", "round-robin")],
+                tiers=grid.tiers or [options.pop("tiers", None)])
+    limits.check_cluster_sizes(axes["instances"])
     from .semantics import one_semantics
 
     asked = options.get("kv_semantics", "auto")
-    options, note = one_semantics(options.get("model"), options, tiers, policies)  # one semantics for the grid
+    options, note = one_semantics(options.get("model"), options, axes["tiers"], axes["policies"])  # one for the grid
     forced = note if asked == "auto" and options.get("kv_semantics") == "full" else None
-    # one instance has no routing: its run is the same under every router, so it runs once (under
-    # the first) and its row is written under each router asked for (every row of the grid is there)
+    tasks, layout = _sweep_tasks(loads, axes, options)
+    limits.check_sweep_size(len(tasks))
+    rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
+                                  progress=labelled(progress, "simulations"))]
+    for g in range(0, len(rows), len(loads)):
+        for row in rows[g:g + len(loads)]:
+            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and grid.sessions is None:
+                row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
+    rows = [rows[i] if router is None else dict(rows[i], router=router) for i, router in layout]
+    if forced is not None:  # every run full because of the grid: say why
+        for row in rows:
+            if row.get("kv_semantics_text"):
+                row["kv_semantics_text"] = forced["text"]
+    return rows
+
+
+def _sweep_loads(grid: SweepGrid) -> list[tuple[str, float]]:
+    """The sweep's loads as (kind, value), each checked naming its argument."""
+    if grid.sessions is not None:
+        from .lanes import check_sessions
+
+        return [("sessions", float(check_sessions(n)))
+                for n in items(grid.sessions, "sessions (--sessions-list)", single=())]
+    kind, name, values = (("speedup", "speedups (--speedups)", grid.speedups) if grid.speedups is not None
+                          else ("rate", "rates (--rates)", grid.rates))
+    if isinstance(values, str):
+        raise ConfigError(f"{name} must be a list of numbers, got {values!r}")
+    return [(kind, number(x, name)) for x in items(values, name, single=())]
+
+
+def _sweep_tasks(loads: list, axes: dict, options: dict) -> tuple[list, list]:
+    """The sweep's tasks (one simulate() each) and the layout of its rows: (task, router or None).
+    One instance has no routing: its run is the same under every router, so it runs once (under
+    the first) and its row is written under each router asked for (every row of the grid is there)."""
+    from itertools import product
+
+    from ..analysis.executors import Task
+
+    routers = axes["routers"]
     tasks, layout, single = [], [], {}
-    for policy, capacity, n, router, tier in product(policies, capacities, instances, routers, tiers):
+    for policy, capacity, n, router, tier in product(axes["policies"], axes["capacities"], axes["instances"], routers,
+                                                     axes["tiers"]):
         for k, (kind, value) in enumerate(loads):
             key = (policy, capacity, tier, k)
             if n == 1 and router != routers[0]:
@@ -909,19 +1107,7 @@ def load_sweep(trace, *, speedups=None, rates=None, sessions=None, policies=None
             if kind == "sessions":
                 opts["sessions"] = int(value)
             tasks.append(Task(kind="call", trace=0, options=tuple(sorted(opts.items())), function=sweep_row))
-    limits.check_sweep_size(len(tasks))
-    rows = [out[0] for out in run(tasks, [trace], executor=executor, jobs=jobs, ray_address=ray_address,
-                                  progress=labelled(progress, "simulations"))]
-    for g in range(0, len(rows), len(loads)):
-        for row in rows[g:g + len(loads)]:
-            if row["instances"] == 1 and row["error"] is None and rows[g]["error"] is None and sessions is None:
-                row["sequential_hit_rate"] = rows[g].get("sequential_hit_rate")
-    rows = [rows[i] if router is None else dict(rows[i], router=router) for i, router in layout]
-    if forced is not None:  # every run full because of the grid: say why
-        for row in rows:
-            if row.get("kv_semantics_text"):
-                row["kv_semantics_text"] = forced["text"]
-    return rows
+    return tasks, layout
 
 
 def sweep_row(trace, options: dict) -> dict:
@@ -1017,43 +1203,67 @@ def _band_columns(band) -> dict:
     return out
 
 
-def serving_section(trace, *, gpu, model, tp: int = 1, time_model="roofline", speedups=(0.25, 0.5, 1.0),
-                    policy: str = "vllm", block_size: int | None = None, gpu_memory_utilization: float = 0.9,
-                    weights_dtype: str = "bf16", instances: int = 1, router: str = "round-robin",
-                    tiers: str | None = None, warmup="auto", progress=None, pp: int = 1, sessions=None,
-                    slo_ttft_ms=None, arrivals: str | None = None, think_time=None, seed: int = 0) -> dict:
-    """What `kvreplay report --gpu` shows: a load sweep of `instances` instances behind `router`
-    (with `tiers` below each pool) whose pool is what the GPUs hold after the weights (at
-    `weights_dtype`), with the engine-faithful policy (JSON-ready), each run judged after its
-    `warmup` (warmup.py). A hybrid model is served with every layer as full attention, as the
-    report's curves replay it (its note says so).
+@dataclass(frozen=True)
+class ServingSection:
+    """What `kvreplay report --gpu` serves: `instances` instances of `model` on `gpu` x `tp` (x `pp`
+    stages) behind `router` (with `tiers` below each pool), whose pool is what the GPUs hold after
+    the weights (at `weights_dtype`), with the engine-faithful `policy`, at `speedups` (or
+    `sessions`: numbers of concurrent sessions, a closed loop: lanes.py), each run judged after its
+    `warmup` (warmup.py). arrivals / think_time / seed: as simulate(); `slo_ttft_ms` states the
+    capacity (output.serving.capacity_lines)."""
 
-    sessions: numbers of concurrent sessions (a closed loop: lanes.py) instead of `speedups`; each
-    row then adds its per-turn TTFT (``ttft_by_turn``), its Little's law line (``littles_law``) and
-    its draw (``draws``); `slo_ttft_ms` states the capacity (output.serving.capacity_lines).
-    arrivals / think_time / seed: as simulate()."""
-    options = dict(policy=policy, capacity=None, gpu=gpu, model=model, tp=tp, pp=pp, time_model=time_model,
-                   block_size=block_size, instances=instances, router=router, tiers=tiers,
-                   gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype,
-                   kv_semantics="full", warmup=warmup, arrivals=arrivals, think_time=think_time, seed=seed,
-                   slo_ttft_ms=slo_ttft_ms)  # (the report's curves and pool are full semantics)
-    if sessions is not None:
-        rows = _sessions_rows(trace, list(sessions), options, progress)
+    gpu: object
+    model: object
+    tp: int = 1
+    time_model: object = "roofline"
+    speedups: object = (0.25, 0.5, 1.0)
+    policy: str = "vllm"
+    block_size: int | None = None
+    gpu_memory_utilization: float = 0.9
+    weights_dtype: str = "bf16"
+    instances: int = 1
+    router: str = "round-robin"
+    tiers: str | None = None
+    warmup: object = "auto"
+    pp: int = 1
+    sessions: object = None
+    slo_ttft_ms: object = None
+    arrivals: str | None = None
+    think_time: object = None
+    seed: int = 0
+
+
+def serving_section(trace, section: ServingSection | None = None, *, progress=None, **keywords) -> dict:
+    """The report's serving section (JSON-ready) of `section` (a ServingSection, or its fields as
+    `keywords`): a load sweep (or closed-loop runs at each number of sessions, whose rows add their
+    per-turn TTFT ``ttft_by_turn``, Little's law ``littles_law`` and draw ``draws``). A hybrid
+    model is served with every layer as full attention, as the report's curves replay it (its note
+    says so)."""
+    c = ServingSection(**keywords) if section is None else replace(section, **keywords)
+    options = dict(policy=c.policy, capacity=None, gpu=c.gpu, model=c.model, tp=c.tp, pp=c.pp,
+                   time_model=c.time_model, block_size=c.block_size, instances=c.instances, router=c.router,
+                   tiers=c.tiers, gpu_memory_utilization=c.gpu_memory_utilization, weights_dtype=c.weights_dtype,
+                   kv_semantics="full", warmup=c.warmup, arrivals=c.arrivals, think_time=c.think_time, seed=c.seed,
+                   slo_ttft_ms=c.slo_ttft_ms)  # (the report's curves and pool are full semantics)
+    if c.sessions is not None:
+        rows = _sessions_rows(trace, list(c.sessions), options, progress)
     else:
-        grid = ("policy", "capacity", "instances", "router", "tiers")
-        rows = load_sweep(trace, speedups=list(speedups), policies=[policy], capacities=[None], instances=[instances],
-                          routers=[router], tiers=[tiers], progress=progress,
-                          **{k: v for k, v in options.items() if k not in grid})
-    sizes = resolve(trace, block_size=block_size, model=model, gpu=gpu, tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization, weights_dtype=weights_dtype, pp=pp)
-    tm = pipelined(load_time_model(time_model, model=model, gpu=gpu, tp=tp, dtype=sizes.weights_dtype)
-                   if _is_roofline(time_model) else load_time_model(time_model, model=model, gpu=gpu, tp=tp), pp)
-    return {"rows": rows, "capacity_source": sizes.capacity_source, "time_model": tm.describe(),
-            "weights_dtype": sizes.weights_dtype, "instances": instances, "router": router, "tiers": tiers,
-            "scheduler": Scheduler().to_dict(), "policy": policy, "block_size": sizes.block_size, "warmup": warmup,
-            "slo_ttft_s": None if slo_ttft_ms is None else ms_arg(slo_ttft_ms, "slo_ttft_ms") / 1000.0,
-            "arrivals": closed.check_options(as_trace(trace), arrivals, think_time=think_time)[0],
-            "think_time": think_time}
+        grid = SweepGrid(speedups=list(c.speedups), policies=[c.policy], capacities=[None], instances=[c.instances],
+                         routers=[c.router], tiers=[c.tiers])
+        rows = load_sweep(trace, grid, progress=progress,
+                          **{k: v for k, v in options.items() if k not in ("policy", "capacity", "instances", "router",
+                                                                           "tiers")})
+    d = resolve(trace, block_size=c.block_size, model=c.model, gpu=c.gpu, tp=c.tp,
+                gpu_memory_utilization=c.gpu_memory_utilization, weights_dtype=c.weights_dtype, pp=c.pp)
+    on = dict(model=d.model_spec, gpu=d.gpu_spec, tp=c.tp)
+    tm = pipelined(load_time_model(c.time_model, **on, dtype=d.weights_dtype)
+                   if _is_roofline(c.time_model) else load_time_model(c.time_model, **on), d.pp)
+    return {"rows": rows, "capacity_source": d.capacity_source, "time_model": tm.describe(),
+            "weights_dtype": d.weights_dtype, "instances": c.instances, "router": c.router, "tiers": c.tiers,
+            "scheduler": Scheduler().to_dict(), "policy": c.policy, "block_size": d.block_size, "warmup": c.warmup,
+            "slo_ttft_s": None if c.slo_ttft_ms is None else ms_arg(c.slo_ttft_ms, "slo_ttft_ms") / 1000.0,
+            "arrivals": closed.check_options(as_trace(trace), c.arrivals, think_time=c.think_time)[0],
+            "think_time": c.think_time}
 
 
 def _sessions_rows(trace, sessions: list, options: dict, progress) -> list[dict]:

@@ -54,27 +54,51 @@ def infer_links(trace: Trace, block_size: int | None = None) -> tuple[Dependenci
     offsets = np.asarray(trace.offsets, dtype=np.int64)
     blocks = np.asarray(trace.blocks, dtype=np.int64)
     P = np.diff(offsets)
-    L = np.asarray(trace.input_length, dtype=np.int64)
-    full = np.minimum(P, L // bs)
+    full = np.minimum(P, np.asarray(trace.input_length, dtype=np.int64) // bs)
     request = np.repeat(np.arange(n), P)
     local = np.arange(blocks.size) - np.repeat(offsets[:-1], P)
-    # common blocks: held by many requests
+    common, threshold = _common_blocks(trace, blocks, request)
+    prefix = _prefix_hashes(blocks, offsets, local)
+    # per position: how many uncommon blocks the prefix it ends holds
+    uncommon = np.cumsum(~common[blocks] if blocks.size else np.zeros(0, dtype=bool))
+    uncommon = uncommon - np.repeat(np.r_[0, uncommon][offsets[:-1]], P)
+    i, j, k = _longest_matches(prefix, offsets, full, uncommon, (request, local), _send_order(trace))
+    i, j, k = _same_blocks(i, j, k, offsets, blocks)
+    pred = np.full(n, -1, dtype=np.int64)
+    pred[i] = j
+    has = pred >= 0
+    deps_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(has, out=deps_offsets[1:])
+    links = Dependencies(deps_offsets, pred[has], np.full(n, np.nan), RULE)
+    return links, _link_stats(n, P, i, k, common, threshold)
+
+
+def _common_blocks(trace: Trace, blocks: np.ndarray, request: np.ndarray) -> tuple[np.ndarray, int]:
+    """(a bool per block id: held by many requests, that many): common blocks do not link."""
+    n = len(trace)
     threshold = max(COMMON_MIN_REQUESTS, int(np.ceil(COMMON_SHARE * n)))
     if blocks.size:
         pairs = np.unique(blocks * max(n, 1) + request)
         holders = np.bincount(pairs // max(n, 1), minlength=int(trace.num_blocks))
     else:
         holders = np.zeros(0, dtype=np.int64)
-    common = holders >= threshold
-    # per position: a hash of the prefix it ends, and how many uncommon blocks that prefix holds
+    return holders >= threshold, threshold
+
+
+def _prefix_hashes(blocks: np.ndarray, offsets: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Per position: a hash of the prefix of its request that it ends (its blocks and length)."""
+    P = np.diff(offsets)
     with np.errstate(over="ignore"):
         term = (_mix(blocks) * _mix(local.astype(np.uint64) + np.uint64(1 << 40))) & _M64
         running = np.cumsum(term, dtype=np.uint64)
         before = np.r_[np.uint64(0), running][offsets[:-1]]
-        prefix = (running - np.repeat(before, P)) ^ _mix(local.astype(np.uint64) + np.uint64(1))
-    uncommon = np.cumsum(~common[blocks] if blocks.size else np.zeros(0, dtype=bool))
-    uncommon = uncommon - np.repeat(np.r_[0, uncommon][offsets[:-1]], P)
-    # time order: j must be sent strictly before i
+        return (running - np.repeat(before, P)) ^ _mix(local.astype(np.uint64) + np.uint64(1))
+
+
+def _send_order(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order, rank, bound): the requests in time order, each one's rank in it, and the rank of the
+    first request sent at its time (j must be sent strictly before i)."""
+    n = len(trace)
     order = np.argsort(np.asarray(trace.timestamp), kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
@@ -82,7 +106,17 @@ def infer_links(trace: Trace, block_size: int | None = None) -> tuple[Dependenci
     first_same = np.searchsorted(ts, ts, side="left")  # in rank: the first request sent at the same time
     bound = np.empty(n, dtype=np.int64)
     bound[order] = first_same
-    # definitions: each request's full-block prefix; queries: every prefix of every request
+    return order, rank, bound
+
+
+def _longest_matches(prefix, offsets, full, uncommon, positions: tuple, send_order: tuple):
+    """(i, j, k): request i's longest prefix of k blocks that is the whole full-block prefix of a
+    request j sent before it (the latest such j). Definitions: each request's full-block prefix;
+    queries: every prefix of every request that holds an uncommon block. positions: (request,
+    block index in its request) per position."""
+    request, local = positions
+    order, rank, bound = send_order
+    n = full.size
     defs = np.flatnonzero(full > 0)
     def_pos = offsets[defs] + full[defs] - 1
     def_key = prefix[def_pos]
@@ -106,22 +140,24 @@ def infer_links(trace: Trace, block_size: int | None = None) -> tuple[Dependenci
     # the longest match per request (the latest of equal ones: the definitions' latest was taken)
     last = np.lexsort((k, i))
     keep = np.r_[i[last][1:] != i[last][:-1], True] if last.size else np.zeros(0, dtype=bool)
-    i, j, k = i[last][keep], j[last][keep], k[last][keep]
-    # a hash is not a proof: compare the blocks (collisions are dropped)
-    if i.size:
-        idx_i = np.repeat(offsets[i], k) + (np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k))
-        idx_j = np.repeat(offsets[j], k) + (idx_i - np.repeat(offsets[i], k))
-        same = blocks[idx_i] == blocks[idx_j]
-        bad = np.repeat(np.arange(i.size), k)[~same]
-        good = np.ones(i.size, dtype=bool)
-        good[bad] = False
-        i, j, k = i[good], j[good], k[good]
-    pred = np.full(n, -1, dtype=np.int64)
-    pred[i] = j
-    has = pred >= 0
-    deps_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(has, out=deps_offsets[1:])
-    links = Dependencies(deps_offsets, pred[has], np.full(n, np.nan), RULE)
+    return i[last][keep], j[last][keep], k[last][keep]
+
+
+def _same_blocks(i, j, k, offsets, blocks):
+    """The matches whose k blocks are the same ids: a hash is not a proof (collisions are dropped)."""
+    if not i.size:
+        return i, j, k
+    idx_i = np.repeat(offsets[i], k) + (np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k))
+    idx_j = np.repeat(offsets[j], k) + (idx_i - np.repeat(offsets[i], k))
+    same = blocks[idx_i] == blocks[idx_j]
+    bad = np.repeat(np.arange(i.size), k)[~same]
+    good = np.ones(i.size, dtype=bool)
+    good[bad] = False
+    return i[good], j[good], k[good]
+
+
+def _link_stats(n: int, P, i, k, common, threshold: int) -> dict:
+    """What infer_links found, with its sentence (``text``)."""
     share = k / np.maximum(P[i], 1) if i.size else np.zeros(0)
     stats = {"requests": n, "attached": int(i.size), "sessions": int(n - i.size),
              "mean_share_of_blocks": float(share.mean()) if share.size else None,
@@ -132,7 +168,7 @@ def infer_links(trace: Trace, block_size: int | None = None) -> tuple[Dependenci
                         if share.size else "")
                      + f"; {stats['sessions']:,} sessions ({stats['common_blocks']:,} common blocks, held by "
                        f"{threshold:,}+ requests, do not link)")
-    return links, stats
+    return stats
 
 
 def session_of(links: Dependencies, session: np.ndarray | None = None) -> np.ndarray:

@@ -202,56 +202,89 @@ def _positive(name: str, value, integer: bool = False, allow_zero: bool = False)
     return int(value) if integer else float(value)
 
 
-def model_from_knobs(*, arrival_rate: float = 1.0, prefix_scale: float = 1.0, prefixes: int = 8, docs: int = 200,
-                     turns: float = 4.0, agent_steps: float = 10.0, mix="chat=0.6,rag=0.2,agent=0.2",
-                     think_time: float = 30.0, zipf: float = 1.1, seed: int = 0, agent_tool_tokens: float = 800.0,
-                     agent_reply_tokens: float = 150.0, burst: float = 1.0, max_context: int | None = None) -> Model:
-    """The knob model of `synth` (see its docstring). Prompt and document lengths are drawn here,
-    from their own stream of `seed`, so changing --requests or --mix keeps them."""
-    arrival_rate = _positive("arrival_rate", arrival_rate)
-    agent_tool_tokens = _positive("agent_tool_tokens", agent_tool_tokens)
-    agent_reply_tokens = _positive("agent_reply_tokens", agent_reply_tokens)
-    burst = _positive("burst", burst)
-    if burst < 1:
-        raise ConfigError(f"burst is a mean number of sessions starting together, at least 1, got {burst}")
-    if max_context is not None:
-        max_context = _positive("max_context", max_context, integer=True)
-    prefix_scale = _positive("prefix_scale", prefix_scale)
-    prefixes = _positive("prefixes", prefixes, integer=True)
-    docs = _positive("docs", docs, integer=True, allow_zero=True)
-    turns = _positive("turns", turns)
-    agent_steps = _positive("agent_steps", agent_steps)
-    think_time = _positive("think_time", think_time, allow_zero=True)
-    zipf = _positive("zipf", zipf, allow_zero=True)
-    if turns < 1 or agent_steps < 1:
-        raise ConfigError(f"turns and agent_steps are means of at least one request, got {turns}, {agent_steps}")
-    mix = parse_mix(mix)
-    if "rag" in mix and docs == 0:
-        raise ConfigError("mix has rag sessions but docs is 0")
-    rng = np.random.default_rng([seed, 1])
-    prompt_base = Dist("lognormal", 1200, 0.6, 64, 16_000).sample(rng, prefixes)
-    doc_base = Dist("lognormal", 3000, 0.7, 128, 64_000).sample(rng, docs)
-    think_ms = think_time * 1000.0
-    kinds = {
-        "chat": Kind(first=Dist("lognormal", 400, 1.0, 1, 16_000), message=Dist("lognormal", 200, 1.0, 1, 8_000),
-                     output=Dist("lognormal", 300, 0.8, 1, 4_000), turns=Dist("geometric", turns, lo=1, hi=10_000),
-                     think=Dist("exponential", think_ms)),
-        "rag": Kind(first=Dist("lognormal", 100, 0.8, 1, 4_000), message=Dist("lognormal", 100, 0.8, 1, 4_000),
-                    output=Dist("lognormal", 300, 0.8, 1, 4_000), turns=Dist("geometric", turns, lo=1, hi=10_000),
-                    think=Dist("exponential", think_ms), uses_doc=True),
-        "agent": Kind(first=Dist("lognormal", 500, 1.0, 1, 16_000),
-                      message=Dist("lognormal", agent_tool_tokens, 1.0, 1, 32_000),
-                      output=Dist("lognormal", agent_reply_tokens, 0.8, 1, 4_000),
-                      turns=Dist("geometric", agent_steps, lo=1, hi=10_000),
-                      think=Dist("exponential", think_ms / 10.0)),
-    }
-    return Model(
-        kinds={k: kinds[k] for k in mix}, mix=mix, session_rate_per_ms=arrival_rate / 1000.0,
-        prompt_tokens=np.maximum(1, np.rint(prompt_base * prefix_scale)).astype(np.int64),
-        prompt_probs=zipf_probs(prefixes, zipf),
-        doc_tokens=np.maximum(1, np.rint(doc_base * prefix_scale)).astype(np.int64),
-        doc_probs=zipf_probs(docs, zipf) if docs else np.zeros(0), burst=burst, max_context=max_context,
-    )
+@dataclass(frozen=True)
+class Knobs:
+    """The knobs of `synth`'s model (see its docstring): `model()` checks them and draws the model."""
+
+    arrival_rate: float = 1.0
+    prefix_scale: float = 1.0
+    prefixes: int = 8
+    docs: int = 200
+    turns: float = 4.0
+    agent_steps: float = 10.0
+    mix: object = "chat=0.6,rag=0.2,agent=0.2"
+    think_time: float = 30.0
+    zipf: float = 1.1
+    seed: int = 0
+    agent_tool_tokens: float = 800.0
+    agent_reply_tokens: float = 150.0
+    burst: float = 1.0
+    max_context: int | None = None
+
+    def checked(self) -> "Knobs":
+        """The knobs as numbers of their kind, or ConfigError naming the first one out of range."""
+        arrival_rate = _positive("arrival_rate", self.arrival_rate)
+        agent_tool_tokens = _positive("agent_tool_tokens", self.agent_tool_tokens)
+        agent_reply_tokens = _positive("agent_reply_tokens", self.agent_reply_tokens)
+        burst = _positive("burst", self.burst)
+        if burst < 1:
+            raise ConfigError(f"burst is a mean number of sessions starting together, at least 1, got {burst}")
+        max_context = None if self.max_context is None else _positive("max_context", self.max_context, integer=True)
+        prefix_scale = _positive("prefix_scale", self.prefix_scale)
+        prefixes = _positive("prefixes", self.prefixes, integer=True)
+        docs = _positive("docs", self.docs, integer=True, allow_zero=True)
+        turns = _positive("turns", self.turns)
+        agent_steps = _positive("agent_steps", self.agent_steps)
+        think_time = _positive("think_time", self.think_time, allow_zero=True)
+        zipf = _positive("zipf", self.zipf, allow_zero=True)
+        if turns < 1 or agent_steps < 1:
+            raise ConfigError(f"turns and agent_steps are means of at least one request, got {turns}, {agent_steps}")
+        mix = parse_mix(self.mix)
+        if "rag" in mix and docs == 0:
+            raise ConfigError("mix has rag sessions but docs is 0")
+        return replace(self, arrival_rate=arrival_rate, prefix_scale=prefix_scale, prefixes=prefixes, docs=docs,
+                       turns=turns, agent_steps=agent_steps, mix=mix, think_time=think_time, zipf=zipf,
+                       agent_tool_tokens=agent_tool_tokens, agent_reply_tokens=agent_reply_tokens, burst=burst,
+                       max_context=max_context)
+
+    def model(self) -> Model:
+        """The knob model. Prompt and document lengths are drawn here, from their own stream of
+        `seed`, so changing --requests or --mix keeps them."""
+        k = self.checked()
+        rng = np.random.default_rng([k.seed, 1])
+        prompt_base = Dist("lognormal", 1200, 0.6, 64, 16_000).sample(rng, k.prefixes)
+        doc_base = Dist("lognormal", 3000, 0.7, 128, 64_000).sample(rng, k.docs)
+        kinds = k.kinds()
+        return Model(
+            kinds={name: kinds[name] for name in k.mix}, mix=k.mix, session_rate_per_ms=k.arrival_rate / 1000.0,
+            prompt_tokens=np.maximum(1, np.rint(prompt_base * k.prefix_scale)).astype(np.int64),
+            prompt_probs=zipf_probs(k.prefixes, k.zipf),
+            doc_tokens=np.maximum(1, np.rint(doc_base * k.prefix_scale)).astype(np.int64),
+            doc_probs=zipf_probs(k.docs, k.zipf) if k.docs else np.zeros(0), burst=k.burst, max_context=k.max_context,
+        )
+
+    def kinds(self) -> dict:
+        """Each session kind's distributions (prompt, messages, replies, turns, think time)."""
+        think_ms = self.think_time * 1000.0
+        return {
+            "chat": Kind(first=Dist("lognormal", 400, 1.0, 1, 16_000), message=Dist("lognormal", 200, 1.0, 1, 8_000),
+                         output=Dist("lognormal", 300, 0.8, 1, 4_000),
+                         turns=Dist("geometric", self.turns, lo=1, hi=10_000), think=Dist("exponential", think_ms)),
+            "rag": Kind(first=Dist("lognormal", 100, 0.8, 1, 4_000), message=Dist("lognormal", 100, 0.8, 1, 4_000),
+                        output=Dist("lognormal", 300, 0.8, 1, 4_000),
+                        turns=Dist("geometric", self.turns, lo=1, hi=10_000), think=Dist("exponential", think_ms),
+                        uses_doc=True),
+            "agent": Kind(first=Dist("lognormal", 500, 1.0, 1, 16_000),
+                          message=Dist("lognormal", self.agent_tool_tokens, 1.0, 1, 32_000),
+                          output=Dist("lognormal", self.agent_reply_tokens, 0.8, 1, 4_000),
+                          turns=Dist("geometric", self.agent_steps, lo=1, hi=10_000),
+                          think=Dist("exponential", think_ms / 10.0)),
+        }
+
+
+def model_from_knobs(**knobs) -> Model:
+    """The knob model of `synth` (see its docstring and Knobs): model_from_knobs(prefixes=1, seed=4)."""
+    return Knobs(**knobs).model()
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -465,16 +498,24 @@ def synth(requests: int = 10_000, *, arrival_rate: float = 1.0, prefix_scale: fl
         (TensorRT-LLM's token-range retention; trace/retention.py). None: no priorities.
     progress: a kvreplay.progress callback (see generate).
     """
-    think_time = seconds_arg(think_time, "think_time")
+    knobs = Knobs(arrival_rate=arrival_rate, prefix_scale=prefix_scale, prefixes=prefixes, docs=docs, turns=turns,
+                  agent_steps=agent_steps, mix=mix, think_time=seconds_arg(think_time, "think_time"), zipf=zipf,
+                  seed=seed, agent_tool_tokens=agent_tool_tokens, agent_reply_tokens=agent_reply_tokens, burst=burst,
+                  max_context=max_context)
     if system_priority_ms is not None:
         system_priority_ms = ms_arg(system_priority_ms, "system_priority_ms")
-    model = model_from_knobs(arrival_rate=arrival_rate, prefix_scale=prefix_scale, prefixes=prefixes, docs=docs,
-                             turns=turns, agent_steps=agent_steps, mix=mix, think_time=think_time, zipf=zipf, seed=seed,
-                             agent_tool_tokens=agent_tool_tokens, agent_reply_tokens=agent_reply_tokens, burst=burst,
-                             max_context=max_context)
-    return generate(model, requests, block_size=block_size, seed=seed, system_priority=system_priority,
+    return synth_from(knobs, requests, block_size=block_size, system_priority=system_priority,
+                      system_priority_ms=system_priority_ms, progress=progress)
+
+
+def synth_from(knobs: Knobs, requests: int, *, block_size: int = 512, system_priority: int | None = None,
+               system_priority_ms: float | None = None, progress=None) -> Trace:
+    """synth() with its model's knobs packed: `requests` requests of the model, its seed's trace."""
+    model = knobs.model()
+    mix = ",".join(f"{k}={v:g}" for k, v in model.mix.items())
+    return generate(model, requests, block_size=block_size, seed=knobs.seed, system_priority=system_priority,
                     system_priority_ms=system_priority_ms, progress=progress,
-                    source=f"synthetic (seed {seed}, {requests} requests, mix {','.join(f'{k}={v:g}' for k, v in model.mix.items())})")
+                    source=f"synthetic (seed {knobs.seed}, {requests} requests, mix {mix})")
 
 
 # ---------------------------------------------------------------------------------------------

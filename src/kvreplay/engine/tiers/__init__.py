@@ -1,4 +1,4 @@
-"""Memory tiers below the GPU pool: CPU DRAM, SSD, a remote or global store (docs/serving.md, "Tiers").
+"""Memory tiers below the GPU pool: CPU DRAM, SSD, a remote or global store (docs/clusters.md, "Tiers").
 
 Used by the sequential replay (`kvreplay run --tiers`) and the serving simulator alike.
 

@@ -1,13 +1,14 @@
 /* A request's blocks under vLLM 0.33.0's hybrid KV cache manager (MODE_HYBRID: the vLLM style
  * with a hybrid model's layer groups). requests.c hands its admission, growth and release here;
- * docs/serving.md, "Hybrid layer groups", states the rules.
+ * docs/engines.md, "Hybrid layer groups", states the rules.
  *
- * Each instance has one pool (policies/hybrid.h, with reference counts: requests overlap), each
- * running request a block table per KV cache group. Its steps are allocate_slots
+ * Each instance has one pool (with reference counts: requests overlap), each running request a
+ * block table per KV cache group: the coordinator's (hybrid/coordinator.c), which this file drives
+ * through its table (hybrid/engine.h HybridCoordinator). Its steps are allocate_slots
  * (kv_cache_manager.py:380-627):
  *
  * - admission (a waiting or preempted request, scheduler.py:1434 with
- *   full_sequence_must_fit): the coordinator's hit (hy_find_hit) for its num_tokens; then the
+ *   full_sequence_must_fit): the coordinator's hit (find_hit) for its num_tokens; then the
  *   whole sequence must fit, counted by get_num_blocks_to_allocate with the admission cap
  *   (sliding-window and chunked-local groups hold at most max_admission_blocks_per_request,
  *   from max_num_batched_tokens and max_model_len), and this step's slots must fit, counted
@@ -26,7 +27,6 @@
  * no prompt has, so only the request that made them hits them (after a preemption). */
 #include <stdlib.h>
 
-#include "../../policies/hybrid.h"
 #include "ids.h"
 #include "sim.h"
 
@@ -34,88 +34,55 @@ static inline const i32 *ids_of(const Sim *s, i64 j, i64 i) { return policy_ids(
 
 static inline i64 positions(const Sim *s, i64 i) { return s->io->offsets[i + 1] - s->io->offsets[i]; }
 
+static inline const HybridCoordinator *co(const Sim *s) { return s->engine->coordinator; }
+
 static void error(Sim *s, i64 j, int code) {
     s->inst[j].counters[hybrid_error] = code;
     s->failed = 1;
 }
 
 int hyb_setup(Sim *s) {
-    const i64 *cfg = s->io->cfg, *g = s->io->groups; /* kinds, then copies, windows, chunks: S each */
-    i64 S = cfg[HYBRID_GROUPS];
-    s->pools = calloc((size_t)s->N, sizeof(HPool));
-    s->hreqs = calloc((size_t)(s->n > 0 ? s->n : 1), sizeof(HReq));
-    if (!s->pools || !s->hreqs) {
-        error(s, 0, HY_NOMEM);
-        return 0;
-    }
-    for (i64 q = 0; q < s->N; q++) {
-        HPool *p = &s->pools[q];
-        int rc = hy_pool_init(p, s->capacity, s->bs, kv_max(1, s->ids_cap[q]), S, g, g + S, g + 2 * S, g + 3 * S,
-                              cfg[RETENTION], kv_max(1, cfg[MAX_BATCHED]), 1);
-        if (rc) {
-            error(s, q, rc);
-            return 0;
-        }
-        p->in_flight = cfg[MAX_BATCHED]; /* max_concurrent_batches 1: one step's tokens */
-        p->max_len = cfg[MAX_MODEL_LEN];
-    }
-    return 1;
+    const i64 *cfg = s->io->cfg;
+    HybridSetup c = {.capacity = s->capacity, .block_size = s->bs, .num_specs = cfg[HYBRID_GROUPS],
+                     .groups = s->io->groups, .retention = cfg[RETENTION], .max_batched = cfg[MAX_BATCHED],
+                     .max_model_len = cfg[MAX_MODEL_LEN]};
+    return engine_setup(s, &hybrid_coordinator, c);
 }
 
 void hyb_teardown(Sim *s) {
-    if (s->pools == NULL || s->hreqs == NULL) { /* (its setup ran out of memory before any pool) */
-        free(s->pools);
-        free(s->hreqs);
-        s->pools = NULL;
-        s->hreqs = NULL;
-        return;
-    }
-    for (i64 i = 0; i < s->n; i++)
-        if (s->hreqs[i].g != NULL) hy_req_release(&s->pools[0], &s->hreqs[i]);
-    for (i64 q = 0; q < s->N; q++)
-        if (s->pools[q].blk != NULL) {
-            hy_counters(&s->pools[q], s->io->hybrid_counters + q * HY_COUNTERS);
-            hy_release(&s->pools[q]);
-        }
-    free(s->pools);
-    free(s->hreqs);
-    s->pools = NULL;
-    s->hreqs = NULL;
+    if (s->mode == MODE_HYBRID) engine_teardown(s, s->io->hybrid_counters);
 }
 
-void hyb_step_starts(Sim *s, i64 j) { hy_step_starts(&s->pools[j]); }
+void hyb_step_starts(Sim *s, i64 j) { co(s)->step_starts(engine_of(s, j)); }
 
-int hyb_mamba(const Sim *s) { return s->pools[0].has_mamba; }
+int hyb_mamba(const Sim *s) { return co(s)->has_mamba(engine_of(s, 0)); }
 
 i64 hyb_split(const Sim *s, i64 i, i64 start, i64 n) {
-    return hy_mamba_split(s->bs, s->io->L[i], s->io->L[i] + s->generated[i], s->io->cfg[MAX_BATCHED],
-                          s->hreqs[i].junction, start, n);
+    return co(s)->mamba_split(engine_of(s, 0), engine_req(s, i), s->io->L[i], s->io->L[i] + s->generated[i],
+                              s->io->cfg[MAX_BATCHED], start, n);
 }
 
 i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
-    HPool *p = &s->pools[j];
-    HReq *rq = &s->hreqs[i];
+    const HybridCoordinator *c = co(s);
+    void *p = engine_of(s, j), *rq = engine_req(s, i);
     const i32 *ids = ids_of(s, j, i);
-    i64 nids = positions(s, i), N = s->target[i], bs = s->bs;
-    if (rq->g == NULL && !hy_req_init(p, rq)) {
-        error(s, j, HY_NOMEM);
+    i64 N = s->target[i], bs = s->bs, max_len = s->io->cfg[MAX_MODEL_LEN];
+    i64 k = c->start(p, rq, ids, positions(s, i), N, s->io->L[i]);
+    if (k < 0) {
+        error(s, j, (int)k);
         return 0;
     }
-    i64 junction;
-    i64 k = hy_start(p, rq, ids, nids, N, s->io->L[i], &junction); /* (touches nothing yet) */
-    rq->junction = junction * bs;
     i64 hit = k * bs, want = N - hit;
     if (!partial && want > budget) return 0;
-    i64 n = kv_min(want, budget), free_now = hy_free_count(p);
-    if (p->has_mamba) {
+    i64 n = kv_min(want, budget);
+    if (c->has_mamba(p)) {
         n = hyb_split(s, i, hit, n);
         if (n == 0) return 0;
-        if (hy_hit_cached_this_step(p, ids, k)) return -1;
+        if (c->hit_cached_this_step(p, ids, k)) return -1;
     }
-    i64 whole = p->max_len > 0 ? kv_min(N, p->max_len) : N;
-    if (hy_needed(p, rq, ids, k, whole, 1, 1) > free_now || hy_needed(p, rq, ids, k, hit + n, 1, 0) > free_now)
-        return -1;
-    int rc = hy_take(p, rq, ids, k, hit + n, kv_min(hit + n, N), 1);
+    i64 whole = max_len > 0 ? kv_min(N, max_len) : N;
+    int rc = c->allocate_first(p, rq, ids, k, hit + n, kv_min(hit + n, N), whole);
+    if (rc == 0) return -1;
     if (rc < 0) {
         error(s, j, rc);
         return 0;
@@ -127,13 +94,10 @@ i64 hyb_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
 }
 
 int hyb_grow(Sim *s, i64 j, i64 i, i64 tokens) {
-    HPool *p = &s->pools[j];
-    HReq *rq = &s->hreqs[i];
-    hy_remove_skipped(p, rq, s->computed[i]); /* (even when the step's slots then do not fit) */
-    if (hy_needed(p, rq, NULL, 0, tokens, 0, 0) > hy_free_count(p)) return 0;
-    int rc = hy_take(p, rq, ids_of(s, j, i), 0, tokens, kv_min(tokens, s->target[i]), 0);
-    if (rc < 0) {
-        error(s, j, rc);
+    int rc = co(s)->allocate(engine_of(s, j), engine_req(s, i), ids_of(s, j, i), tokens, kv_min(tokens, s->target[i]),
+                             s->computed[i]);
+    if (rc <= 0) {
+        if (rc < 0) error(s, j, rc);
         return 0;
     }
     i64 slots = kv_ceil_div(tokens, s->bs);
@@ -146,17 +110,16 @@ int hyb_grow(Sim *s, i64 j, i64 i, i64 tokens) {
 }
 
 void hyb_release(Sim *s, i64 j, i64 i) {
-    HReq *rq = &s->hreqs[i];
-    if (rq->g == NULL) return;
-    hy_finish(&s->pools[j], rq);
-    hy_req_release(&s->pools[j], rq);
+    void *p = engine_of(s, j), *rq = engine_req(s, i);
+    if (!s->engine->holds(rq)) return;
+    s->engine->finish(p, rq);
+    s->engine->request_release(p, rq);
 }
 
-i64 hyb_peak(const Sim *s, i64 tokens) { return hy_peak(&s->pools[0], tokens); }
+i64 hyb_peak(const Sim *s, i64 tokens) { return co(s)->peak(engine_of(s, 0), tokens); }
 
-i64 hyb_held(const Sim *s, i64 j) { return s->capacity - hy_free_count(&s->pools[j]); }
+i64 hyb_held(const Sim *s, i64 j) { return s->engine->held(engine_of(s, j)); }
 
 i64 hyb_prefix(const Sim *s, i64 j, const i32 *ids, i64 nids, i64 tokens) {
-    i64 junction;
-    return hy_find_hit(&s->pools[j], ids, nids, tokens, &junction);
+    return co(s)->find_hit(engine_of(s, j), ids, nids, tokens);
 }

@@ -1,6 +1,6 @@
 /* A request's blocks on its instance: the only code of the simulator that holds and releases
  * blocks (policies/base.py's hold contract; engine/driver.c's kv_request_start starts a request,
- * as it starts overlapping requests in the engine). docs/serving.md, "The pool", states the rules.
+ * as it starts overlapping requests in the engine). docs/memory.md states the pool's rules.
  *
  * Three ways to hold a request's blocks (Sim.mode, chosen by the scheduler style and the policy):
  *

@@ -1,11 +1,10 @@
-/* The SGLang scheduler style (docs/serving.md, "SGLang" cites sglang/srt/managers/scheduler.py and
+/* The SGLang scheduler style (docs/engines.md, "SGLang" cites sglang/srt/managers/scheduler.py and
  * schedule_policy.py's PrefillAdder): a prefill batch when one can be formed (decodes pause), else
  * a decode batch. The prefill batch continues the prompt being chunked, then adds waiting
  * requests (longest cached prefix first when few wait, else first come first served) while the
  * pool's room, after reserving the running requests' outputs at the new-token ratio, the chunk
  * size and the prefill token budget allow. A decode batch retracts requests (fewest generated
  * tokens first, the longest prompt on ties) while a decoding request finds no block. */
-#include "../../policies/radix_hybrid.h"
 #include "route.h"
 #include "sim.h"
 
@@ -206,11 +205,11 @@ static Budget start_budget(Sim *s, i64 j) {
     i64 bs = s->bs;
     Budget b = {0.0, 0, cfg[MAX_PREFILL], cfg[CHUNKED] != 0, 0, 0.0};
     if (s->mode == MODE_RADIX_HYBRID) { /* SWAPrefillBudget / PrefillBudget over the tree's pools */
-        i64 room[RH_ROOM];
+        i64 room[ROOM_COLUMNS];
         sgh_room(s, j, room);
-        b.rem_total = (f64)(room[RH_FULL_FREE] + room[RH_FULL_EVICTABLE]);
-        b.window = s->trees[j].has_swa ? s->trees[j].W : 0;
-        b.rem_swa = (f64)(room[RH_SWA_FREE] + room[RH_SWA_EVICTABLE]);
+        b.rem_total = (f64)(room[ROOM_FULL_FREE] + room[ROOM_FULL_EVICTABLE]);
+        b.window = sgh_window(s, j);
+        b.rem_swa = (f64)(room[ROOM_SWA_FREE] + room[ROOM_SWA_EVICTABLE]);
     } else {
         b.rem_total = (f64)((s->capacity - ((KvHolds *)q->state)->hold[HELD]) * bs);
     }
@@ -298,7 +297,7 @@ static i64 swa_check(Sim *s, i64 j, const Budget *b, i64 extend, i64 max_new, i6
     f64 rem = b->rem_swa - unheld_swa;
     i64 needed = swa_tokens(b, sim_ceil_page(extend, bs), max_new, limit, bs);
     if ((f64)needed < rem) return limit;
-    if (needed < s->trees[j].swa_pages * bs) return -2;
+    if (needed < sgh_swa_pages(s, j) * bs) return -2;
     i64 cap = ((i64)rem - swa_tokens(b, 0, max_new, -1, bs)) / bs * bs;
     if (limit < 0 || cap <= 0) return -2;
     return kv_min(limit, cap);
@@ -309,13 +308,13 @@ static i64 swa_check(Sim *s, i64 j, const Budget *b, i64 extend, i64 max_new, i6
  * admitted (its first chunk's KV comes with the batch's: prefill_batch), or unlocked. */
 static int add_one_hybrid(Sim *s, i64 j, Budget *b, i64 *npre) {
     Inst *q = &s->inst[j];
-    i64 bs = s->bs, i = q->qhead, before[RH_ROOM], after[RH_ROOM];
+    i64 bs = s->bs, i = q->qhead, before[ROOM_COLUMNS], after[ROOM_COLUMNS];
     sgh_room(s, j, before);
     i64 hit = sgh_begin(s, j, i);
     if (hit < 0) return s->failed ? OTHER : NO_TOKEN; /* no state slot for its copy-on-write */
     sgh_room(s, j, after);
-    f64 unheld = (f64)(before[RH_FULL_EVICTABLE] - after[RH_FULL_EVICTABLE]);
-    f64 unheld_swa = (f64)(before[RH_SWA_EVICTABLE] - after[RH_SWA_EVICTABLE]);
+    f64 unheld = (f64)(before[ROOM_FULL_EVICTABLE] - after[ROOM_FULL_EVICTABLE]);
+    f64 unheld_swa = (f64)(before[ROOM_SWA_EVICTABLE] - after[ROOM_SWA_EVICTABLE]);
     i64 extend = s->target[i] - hit, max_new = reserved(s, i);
     i64 limit = b->chunking ? b->rem_chunk : -1;
     int res = CONTINUE;
@@ -371,7 +370,7 @@ static i64 prefill_batch(Sim *s, i64 j) {
     /* with a sliding-window pool SGLang clears the flag at every pass, so a refused request is
      * tried again at once (_get_new_batch_prefill_raw, scheduler.py:4090-4092: is_hybrid_swa);
      * else only an empty batch clears it here */
-    if (running == 0 || (s->mode == MODE_RADIX_HYBRID && s->trees[j].has_swa)) q->batch_full = 0;
+    if (running == 0 || (s->mode == MODE_RADIX_HYBRID && sgh_window(s, j) > 0)) q->batch_full = 0;
     if (q->chunk_req < 0) {
         if (q->batch_full || q->qlen == 0) return 0;
         if (running >= cfg[MAX_SEQS]) {

@@ -1,10 +1,11 @@
 /* A request's KV under SGLang 0.5.23's UnifiedRadixCache (MODE_RADIX_HYBRID: the SGLang style with
  * a hybrid model's sliding-window and / or Mamba layers, policy radix). sglang.c's admission and
- * requests.c's growth and release hand their requests here; docs/serving.md, "Hybrid layer
+ * requests.c's growth and release hand their requests here; docs/engines.md, "Hybrid layer
  * groups", states the rules.
  *
- * Each instance has one tree with its pools (policies/radix_hybrid.h: full KV, SWA KV, Mamba state
- * slots), each request its RhReq. A request's life, as SGLang's scheduler drives the cache:
+ * Each instance has one tree with its pools (full KV, SWA KV, Mamba state slots), each request its
+ * state: the engine's (hybrid/unified_radix.c), which this file drives through its table
+ * (hybrid/engine.h HybridRadix). A request's life, as SGLang's scheduler drives the cache:
  *
  * - admission (PrefillAdder.add_one_req, after init_next_round_input's match_prefix): match with
  *   limit tokens - 1, the Mamba copy-on-write, the lock; then its first chunk's KV and slots
@@ -22,7 +23,6 @@
  * request's alone). */
 #include <stdlib.h>
 
-#include "../../policies/radix_hybrid.h"
 #include "sim.h"
 
 static void fail(Sim *s, i64 j, i64 code) {
@@ -30,13 +30,13 @@ static void fail(Sim *s, i64 j, i64 code) {
     s->failed = 1;
 }
 
+static inline const HybridRadix *tree(const Sim *s) { return s->engine->radix; }
+
 int sgh_setup(Sim *s) {
     i64 n = s->n, bs = s->bs;
-    s->trees = calloc((size_t)s->N, sizeof(RhTree));
-    s->rreqs = calloc((size_t)(n > 0 ? n : 1), sizeof(RhReq));
     s->rkoff = calloc((size_t)n + 1, sizeof(i64));
     s->batch_scratch = calloc((size_t)(n > 0 ? n : 1), sizeof(i64));
-    if (!s->trees || !s->rreqs || !s->rkoff || !s->batch_scratch) {
+    if (!s->rkoff || !s->batch_scratch) {
         fail(s, 0, -1);
         return 0;
     }
@@ -52,46 +52,24 @@ int sgh_setup(Sim *s) {
         i64 *k = s->rkeys + s->rkoff[i];
         for (i64 q = 0; q < pages; q++) k[q] = q < known ? (i64)s->io->blocks[off[i] + q] : -(s->rkoff[i] + q) - 1;
     }
-    for (i64 q = 0; q < s->N; q++) {
-        i64 rc = rh_init(&s->trees[q], s->io->radix);
-        if (rc) {
-            fail(s, q, rc);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* the tree's counters, then its pages, live SWA pages and states (radix_counters' row q) */
-static void report(Sim *s, i64 q) {
-    RhTree *u = &s->trees[q];
-    i64 *out = s->io->radix_counters + q * (RH_COUNTERS + 3);
-    for (int k = 0; k < RH_COUNTERS; k++) out[k] = u->stats[k];
-    out[RH_COUNTERS] = u->tree_pages;
-    out[RH_COUNTERS + 1] = u->swa_live;
-    out[RH_COUNTERS + 2] = u->states;
+    HybridSetup c = {.radix = s->io->radix};
+    return engine_setup(s, &hybrid_unified_radix, c);
 }
 
 void sgh_teardown(Sim *s) {
-    if (s->trees != NULL) {
+    if (s->mode == MODE_RADIX_HYBRID && s->engine != NULL && s->engines != NULL && s->engine_reqs != NULL) {
         /* the requests still running (a run that stopped) give back what they hold, then each tree
          * must account for every page and slot */
-        for (i64 i = 0; s->rreqs != NULL && i < s->n; i++)
-            if (s->io->status[i] == RUNNING && s->rreqs[i].keys != NULL) rh_drop(&s->trees[s->io->instance[i]], &s->rreqs[i]);
-        for (i64 q = 0; q < s->N; q++) {
-            if (s->trees[q].n == NULL) continue;
-            report(s, q);
-            if (!s->failed && !rh_consistent(&s->trees[q], 0, 0, 0)) s->inst[q].counters[hybrid_error] = -3;
-            rh_free(&s->trees[q]);
-        }
+        for (i64 i = 0; i < s->n; i++)
+            if (s->io->status[i] == RUNNING && s->engine->holds(engine_req(s, i)))
+                s->engine->drop(engine_of(s, s->io->instance[i]), engine_req(s, i));
+        for (i64 q = 0; q < s->engines_ready; q++)
+            if (!s->failed && !tree(s)->consistent(engine_of(s, q))) s->inst[q].counters[hybrid_error] = -3;
     }
-    free(s->trees);
-    free(s->rreqs);
+    if (s->mode == MODE_RADIX_HYBRID) engine_teardown(s, s->io->radix_counters);
     free(s->batch_scratch);
     free(s->rkoff);
     free(s->rkeys);
-    s->trees = NULL;
-    s->rreqs = NULL;
     s->batch_scratch = NULL;
     s->rkoff = NULL;
     s->rkeys = NULL;
@@ -100,25 +78,21 @@ void sgh_teardown(Sim *s) {
 static inline const i64 *keys_of(const Sim *s, i64 i) { return s->rkeys + s->rkoff[i]; }
 
 i64 sgh_touch(Sim *s, i64 j, i64 i) {
-    i64 k = rh_touch(&s->trees[j], keys_of(s, i), (s->target[i] - 1) / s->bs);
+    i64 k = tree(s)->touch(engine_of(s, j), keys_of(s, i), (s->target[i] - 1) / s->bs);
     if (k < 0) fail(s, j, -1);
     return k < 0 ? 0 : k;
 }
 
 i64 sgh_begin(Sim *s, i64 j, i64 i) {
-    RhReq *r = &s->rreqs[i];
-    i64 k = rh_begin(&s->trees[j], r, keys_of(s, i), s->target[i]);
+    i64 k = tree(s)->begin(engine_of(s, j), engine_req(s, i), keys_of(s, i), s->target[i]);
     if (k == -1) fail(s, j, -1);
-    if (k < 0) {
-        r->keys = NULL;
-        return -1;
-    }
-    return k * s->bs;
+    return k < 0 ? -1 : k * s->bs; /* (when it failed it holds nothing) */
 }
 
 int sgh_extend(Sim *s, i64 j, i64 i, i64 end) {
-    if (rh_extend(&s->trees[j], &s->rreqs[i], end)) return 1;
-    if (s->trees[j].failed < 0) fail(s, j, -1);
+    void *u = engine_of(s, j);
+    if (tree(s)->extend(u, engine_req(s, i), end)) return 1;
+    if (tree(s)->failed(u) < 0) fail(s, j, -1);
     return 0;
 }
 
@@ -127,20 +101,21 @@ int sgh_extend(Sim *s, i64 j, i64 i, i64 end) {
  * each request's KV, in batch order. `batch`: the requests with their chunk in s->new_tokens.
  * 0 when one does not fit (the budgets said it would: the run stops) */
 int sgh_allocate_batch(Sim *s, i64 j, const i64 *batch, i64 n) {
-    RhTree *u = &s->trees[j];
+    const HybridRadix *t = tree(s);
+    void *u = engine_of(s, j);
     i64 tokens = 0;
     for (i64 k = 0; k < n; k++) {
-        if (!rh_extend_states(u, &s->rreqs[batch[k]])) {
-            fail(s, j, u->failed < 0 ? -1 : -5);
+        if (!t->extend_states(u, engine_req(s, batch[k]))) {
+            fail(s, j, t->failed(u) < 0 ? -1 : -5);
             return 0;
         }
         tokens += s->new_tokens[batch[k]] + (s->bs > 1 ? s->bs : 0);
     }
-    rh_make_room(u, tokens);
+    t->make_room(u, tokens);
     for (i64 k = 0; k < n; k++) {
         i64 i = batch[k];
-        if (!rh_extend(u, &s->rreqs[i], s->computed[i] + s->new_tokens[i])) {
-            fail(s, j, u->failed < 0 ? -1 : -5);
+        if (!t->extend(u, engine_req(s, i), s->computed[i] + s->new_tokens[i])) {
+            fail(s, j, t->failed(u) < 0 ? -1 : -5);
             return 0;
         }
     }
@@ -148,29 +123,25 @@ int sgh_allocate_batch(Sim *s, i64 j, const i64 *batch, i64 n) {
 }
 
 void sgh_drop(Sim *s, i64 j, i64 i) {
-    RhReq *r = &s->rreqs[i];
-    if (r->keys == NULL) return;
-    rh_drop(&s->trees[j], r);
-    r->keys = NULL;
+    void *r = engine_req(s, i);
+    if (s->engine->holds(r)) s->engine->drop(engine_of(s, j), r);
 }
 
 int sgh_prefilled(Sim *s, i64 j, i64 i, int goes_on) {
-    RhReq *r = &s->rreqs[i];
+    void *u = engine_of(s, j), *r = engine_req(s, i);
     if (!goes_on) {
-        r->computed = s->computed[i];
+        tree(s)->note_computed(r, s->computed[i]);
         return 1;
     }
-    if (rh_computed(&s->trees[j], r, s->computed[i])) return 1;
-    fail(s, j, s->trees[j].failed > 0 ? -2 : -1);
+    if (tree(s)->computed(u, r, s->computed[i])) return 1;
+    fail(s, j, tree(s)->failed(u) > 0 ? -2 : -1);
     return 0;
 }
 
 int sgh_decode(Sim *s, i64 j, i64 i) {
-    RhReq *r = &s->rreqs[i];
-    i64 before = r->computed;
-    if (!rh_decode_alloc(&s->trees[j], r)) return 0;
-    if ((before + s->bs - 1) / s->bs < (r->computed + s->bs - 1) / s->bs) s->inst[j].counters[decode_blocks] += 1;
-    return 1;
+    int rc = tree(s)->decode_alloc(engine_of(s, j), engine_req(s, i));
+    if (rc == 2) s->inst[j].counters[decode_blocks] += 1; /* (its token starts a page) */
+    return rc != 0;
 }
 
 /* ScheduleBatch before a decode batch's tokens, over its decoding requests: check_decode_mem's
@@ -180,35 +151,38 @@ int sgh_decode(Sim *s, i64 j, i64 i) {
  * follow (sgh_decode) */
 void sgh_decode_prepare(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
-    RhTree *u = &s->trees[j];
+    const HybridRadix *t = tree(s);
+    void *u = engine_of(s, j);
     i64 n = 0, starting = 0;
     for (i64 k = 0; k < q->nrun; k++) {
         i64 i = q->running[k];
         if (!s->decoding[i]) continue;
         n++;
-        starting += s->rreqs[i].computed % s->bs == 0;
+        starting += t->request_computed(engine_req(s, i)) % s->bs == 0;
     }
     if (n == 0) return;
-    rh_make_room(u, starting * s->bs);
+    t->make_room(u, starting * s->bs);
     for (i64 k = 0; k < q->nrun; k++)
-        if (s->decoding[q->running[k]]) rh_evict_window(u, &s->rreqs[q->running[k]]);
-    rh_make_room(u, n * s->bs);
+        if (s->decoding[q->running[k]]) t->evict_window(u, engine_req(s, q->running[k]));
+    t->make_room(u, n * s->bs);
 }
 
 void sgh_release(Sim *s, i64 j, i64 i) {
-    RhReq *r = &s->rreqs[i];
-    if (r->keys == NULL) return;
-    if (!rh_finish(&s->trees[j], r)) fail(s, j, s->trees[j].failed > 0 ? -2 : -1);
-    r->keys = NULL;
+    void *u = engine_of(s, j), *r = engine_req(s, i);
+    if (!s->engine->holds(r)) return;
+    if (!s->engine->finish(u, r)) fail(s, j, tree(s)->failed(u) > 0 ? -2 : -1);
 }
 
-void sgh_make_room(Sim *s, i64 j, i64 tokens) { rh_make_room(&s->trees[j], tokens); }
+void sgh_make_room(Sim *s, i64 j, i64 tokens) { tree(s)->make_room(engine_of(s, j), tokens); }
 
-void sgh_room(const Sim *s, i64 j, i64 *out) { rh_room(&s->trees[j], out); }
+void sgh_room(const Sim *s, i64 j, i64 *out) { tree(s)->room(engine_of(s, j), out); }
 
-i64 sgh_probe(const Sim *s, i64 j, i64 i) { return rh_probe(&s->trees[j], keys_of(s, i), (s->io->L[i] - 1) / s->bs); }
+i64 sgh_window(const Sim *s, i64 j) { return tree(s)->window(engine_of(s, j)); }
 
-i64 sgh_held(const Sim *s, i64 j) {
-    const RhTree *u = &s->trees[j]; /* the requests' own pages and the tree's pages they lock */
-    return u->full_pages - u->full_free - (u->tree_pages - u->locked_full);
+i64 sgh_swa_pages(const Sim *s, i64 j) { return tree(s)->swa_pages(engine_of(s, j)); }
+
+i64 sgh_probe(const Sim *s, i64 j, i64 i) {
+    return tree(s)->probe(engine_of(s, j), keys_of(s, i), (s->io->L[i] - 1) / s->bs);
 }
+
+i64 sgh_held(const Sim *s, i64 j) { return s->engine->held(engine_of(s, j)); }

@@ -25,6 +25,7 @@
 #define KV_SIM_H
 
 #include "../../engine/tiers/pools.h"
+#include "../../hybrid/engine.h"
 #include "../../include/policy.h"
 
 /* ---- settings: named slots of cfg (i64) and fcfg (f64); Python fills them by these names ---- */
@@ -99,10 +100,6 @@ typedef struct { SIM_FIELDS(KV_FIELD) } SimIO;
 
 /* ---- the kernel's own state ---- */
 typedef struct Ids Ids; /* ids.c */
-typedef struct HPool HPool; /* policies/hybrid.h */
-typedef struct HReq HReq;
-typedef struct RhTree RhTree; /* policies/radix_hybrid.h */
-typedef struct RhReqS RhReq;
 typedef struct Router Router; /* route.h */
 
 typedef struct {
@@ -175,12 +172,12 @@ typedef struct Sim {
     f64 agg[16];
     i64 done;
     f64 now;
-    /* MODE_HYBRID: each instance's pool, each request's block tables (hybrid.c) */
-    HPool *pools;
-    HReq *hreqs;
-    /* MODE_RADIX_HYBRID: each instance's tree, each request's state and page keys (sglang_hybrid.c) */
-    RhTree *trees;
-    RhReq *rreqs;
+    /* MODE_HYBRID and MODE_RADIX_HYBRID: the hybrid engine (vLLM's coordinator, hybrid.c; SGLang's
+     * UnifiedRadixCache, sglang_hybrid.c), each instance's engine state (engines_ready of them set
+     * up) and each request's, opaque (engine_of, engine_req) */
+    const HybridEngine *engine;
+    char *engines, *engine_reqs;
+    i64 engines_ready;
     i64 *batch_scratch; /* a prefill batch's requests (sglang.c prefill_batch) */
     i64 *rkoff, *rkeys;
     i64 *trt;          /* STYLE_TRTLLM: the step's arrays (trtllm.c), 17 n + 64 */
@@ -235,6 +232,17 @@ i64 req_held(const Sim *s, i64 j);
 /* request i starts on instance j with `hit` tokens cached (hit_blocks through the tiers) (start.c) */
 void req_started(Sim *s, i64 j, i64 i, i64 hit, i64 hit_blocks);
 
+/* instance j's hybrid engine state and request i's (MODE_HYBRID, MODE_RADIX_HYBRID) */
+static inline void *engine_of(const Sim *s, i64 j) { return s->engines + (size_t)j * s->engine->state_size; }
+static inline void *engine_req(const Sim *s, i64 i) { return s->engine_reqs + (size_t)i * s->engine->request_size; }
+
+/* ---- engine.c: the hybrid engine's states ---- */
+/* each instance's engine set up from c (its num_blocks: the instance's ids): 0 when one could not
+ * be (hybrid_error says why; the run stops) */
+int engine_setup(Sim *s, const HybridEngine *e, HybridSetup c);
+/* each instance's counters (the engine's counters columns) into counters, every state freed */
+void engine_teardown(Sim *s, i64 *counters);
+
 /* ---- hybrid.c: MODE_HYBRID's side of the functions above ---- */
 int hyb_setup(Sim *s);  /* 0: a pool could not be set up (hybrid_error says why; the run stops) */
 void hyb_teardown(Sim *s);
@@ -247,7 +255,7 @@ i64 hyb_peak(const Sim *s, i64 tokens);
 void hyb_step_starts(Sim *s, i64 j); /* (vLLM's new_step_starts) */
 int hyb_mamba(const Sim *s);         /* the layout has a Mamba group */
 /* request i's chunk of n tokens from `start`, cut where the scheduler's Mamba split cuts it
- * (policies/hybrid.h hy_mamba_split); 0: none fits this step */
+ * (HybridCoordinator.mamba_split); 0: none fits this step */
 i64 hyb_split(const Sim *s, i64 i, i64 start, i64 n);
 /* the hit a request of `tokens` tokens with these (instance j's) ids would get on instance j, blocks */
 i64 hyb_prefix(const Sim *s, i64 j, const i32 *ids, i64 nids, i64 tokens);
@@ -273,8 +281,11 @@ int sgh_decode(Sim *s, i64 j, i64 i);
 void sgh_release(Sim *s, i64 j, i64 i);
 /* evict until `tokens` are free in each KV pool (check_decode_mem) */
 void sgh_make_room(Sim *s, i64 j, i64 tokens);
-/* instance j's free and evictable room (policies/radix_hybrid.h RH_ROOM columns) */
+/* instance j's free and evictable room (hybrid/engine.h ROOM_COLUMNS) */
 void sgh_room(const Sim *s, i64 j, i64 *out);
+/* instance j's sliding window in tokens (0: no SWA component) and its SWA pool in pages */
+i64 sgh_window(const Sim *s, i64 j);
+i64 sgh_swa_pages(const Sim *s, i64 j);
 i64 sgh_held(const Sim *s, i64 j); /* full-KV pages running requests hold (their own and locked ones) */
 /* the hit request i's prompt would get on instance j now, pages (a look: nothing is touched) */
 i64 sgh_probe(const Sim *s, i64 j, i64 i);

@@ -1,4 +1,4 @@
-/* TensorRT-LLM's in-flight batching scheduler style (docs/serving.md, "TensorRT-LLM"): the
+/* TensorRT-LLM's in-flight batching scheduler style (docs/engines.md, "TensorRT-LLM"): the
  * capacity scheduler (GUARANTEED_NO_EVICT, MAX_UTILIZATION) and the micro-batch scheduler (max
  * batch size, max num tokens, chunked context), compiled. serving/inflight.py is the reference
  * and cites TensorRT-LLM's source for each rule (CS: capacityScheduler.cpp, SBM:

@@ -1,4 +1,4 @@
-/* The vLLM v1 scheduler style (docs/serving.md, "vLLM v1" cites vllm/v1/core/sched/scheduler.py):
+/* The vLLM v1 scheduler style (docs/engines.md, "vLLM v1" cites vllm/v1/core/sched/scheduler.py):
  * running requests first, in admission order, each as many tokens as the budget leaves (a
  * prefill chunk, or 1 to decode); when one needs a block and none is free, the newest running
  * request is preempted (possibly itself) and goes back to the front of the waiting queue; waiting

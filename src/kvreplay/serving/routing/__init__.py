@@ -1,4 +1,4 @@
-"""Routers: which instance serves an arriving request (docs/serving.md, "Routers", cites each rule).
+"""Routers: which instance serves an arriving request (docs/clusters.md, "Routers", cites each rule).
 
 Two kinds:
 

@@ -1,5 +1,5 @@
 /* Routers that read the instances' state: which instance serves an arriving request
- * (docs/serving.md, "Routers", cites each rule's source). One file per router, each defining one
+ * (docs/clusters.md, "Routers", cites each rule's source). One file per router, each defining one
  * KvRouterKind; registry.c lists them (a new router is one file and one line there). Routers fixed
  * by the trace (round-robin, random, session) are computed before the run (routing/__init__.py).
  *

@@ -1,7 +1,7 @@
 """Time models: how long one engine step (one forward pass of a continuous batch) takes.
 
 The simulator describes each step as a ``StepBatch`` and asks a ``TimeModel`` for its duration in
-seconds (docs/serving.md, "Time models", has the formulas, defaults and sources):
+seconds (docs/timing.md, "Time models", has the formulas, defaults and sources):
 
 - ``InstantTimeModel`` ("instant"): every step takes 0 s.
 - ``CalibratedRooflineTimeModel`` ("roofline", the default with --model and --gpu): a step as the
@@ -54,7 +54,7 @@ def load_time_model(spec, *, model=None, gpu=None, tp: int = 1, **roofline_optio
         if key == "roofline-raw" and spec_model.mamba_layers:
             raise ConfigError(f"the roofline-raw time model has no Mamba or linear-attention layers, and "
                               f"{spec_model.name} has {spec_model.mamba_layers}: its step times would be wrong. "
-                              "Use the default roofline (its Mamba state term: docs/serving.md), or a measured "
+                              "Use the default roofline (its Mamba state term: docs/timing.md), or a measured "
                               "profile (--time-model FILE.json, kvreplay calibrate-profile)")
         if key == "roofline-raw":
             return RooflineTimeModel(model, gpu, tp, **roofline_options)

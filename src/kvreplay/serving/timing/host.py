@@ -1,5 +1,5 @@
 """What the host CPU adds to a request's latency, outside the GPU's steps: a vLLM server as its
-client measures it (docs/serving.md, "Outside the engine"; the terms are fitted on measured serving
+client measures it (docs/timing.md, "Outside the engine"; the terms are fitted on measured serving
 runs by benchmarks/calibrate_host.py and shipped in kvreplay/data/host_calibration.json).
 
 Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
@@ -40,16 +40,28 @@ Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):
   The scheduler does not schedule a step past max_tokens (``scheduler.py:801-811``), so no step
   is wasted at a request's end.
 
+- **kernel launches of a step without a CUDA graph**, ``launch_layer_s`` x the model's layers: vLLM
+  captures CUDA graphs for steps of up to min(2 x max_num_seqs, 512; 1,024 on data-centre
+  Blackwell) tokens (``config/vllm.py:2447-2471``, :func:`graph_ceiling`) and runs a larger step, or
+  every step under ``--enforce-eager``, without one (``v1/cudagraph_dispatcher.py:272-279``), its
+  kernels launched one by one from the host while the GPU runs the ones before: such a step takes
+  the longer of the GPU's work and the launches (models.eager_step; serving/timing/step.c
+  ``calibrated()``; :func:`with_cuda_graphs` sets it on the calibrated roofline).
+
 The kernel (serving/kernel/batch.c ``host_step`` and ``host_output``, loop.c) applies the per-step and
 per-token terms and the async visibility; :meth:`HostTerms.step_seconds` and
 :meth:`HostTerms.output_seconds` here are the same formulas (tests/serving/test_host.py holds them
 together). The calibrated terms have a band (:func:`band_end`): each term's 5th-95th percentile
 over refits on the fit's runs resampled within each source (how far the evidence pins it down),
-which a run's band carries beside its GPU steps'.
+which a run's band carries beside its GPU steps'; beside it, a run reports a prediction band
+(:func:`widen_band`, report.latency_band's ``prediction``): each end at least the point estimate x
+the 5th / 95th percentile of measured / simulated over the measured runs, how far deployments
+scatter around the model.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import asdict, dataclass, fields
@@ -58,7 +70,9 @@ from importlib import resources
 
 import numpy as np
 
+from ...catalog.gpus import datacenter_blackwell
 from ...errors import ConfigError
+from .memory import capture_sizes
 
 #: the terms, seconds (each >= 0)
 TERMS = ("request_s", "prompt_token_s", "latency_s", "step_s", "step_request_s", "output_request_s")
@@ -78,9 +92,11 @@ class HostTerms:
     output_request_s: float = 0.0
     async_scheduling: bool = False
     name: str = "none"
+    #: the host's kernel launches per layer of a step vLLM runs without a CUDA graph (with_cuda_graphs)
+    launch_layer_s: float = 0.0
 
     def __post_init__(self):
-        for k in TERMS:
+        for k in TERMS + ("launch_layer_s",):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"host term {k} must be a finite number of seconds >= 0, got {v!r}")
@@ -89,7 +105,7 @@ class HostTerms:
 
     @property
     def is_zero(self) -> bool:
-        return not self.async_scheduling and all(getattr(self, k) == 0 for k in TERMS)
+        return not self.async_scheduling and all(getattr(self, k) == 0 for k in TERMS + ("launch_layer_s",))
 
     def service(self, prompt_tokens) -> np.ndarray:
         """Seconds the API server spends on each request (its service time in engine_arrivals' queue)."""
@@ -142,6 +158,8 @@ class HostTerms:
     def describe(self) -> dict:
         out = {"host": self.name, "async_scheduling": self.async_scheduling}
         out.update({k: getattr(self, k) for k in TERMS})
+        if self.launch_layer_s:
+            out["launch_layer_s"] = self.launch_layer_s
         return out
 
 
@@ -159,7 +177,7 @@ def calibrated(sync: bool = False) -> HostTerms:
     """The fitted terms: vLLM 0.33.0's defaults (async scheduling), or its synchronous loop."""
     terms = calibration()["terms"]
     return HostTerms(**{k: float(terms[k]) for k in TERMS}, async_scheduling=not sync,
-                     name="vllm-sync" if sync else "vllm")
+                     name="vllm-sync" if sync else "vllm", launch_layer_s=launch_layer_s())
 
 
 def band_end(terms: HostTerms, end: str) -> HostTerms:
@@ -175,6 +193,67 @@ def band_end(terms: HostTerms, end: str) -> HostTerms:
     if not ends:
         return terms
     return terms.with_terms(**{k: float(ends[k]) for k in TERMS})
+
+
+#: the figures the prediction band widens, and the calibration's figure each takes (an inter-token
+#: gap's: TPOT's, its mean)
+PREDICTED = {"ttft": "ttft", "tpot": "tpot", "itl": "tpot", "e2e": "e2e"}
+
+
+def prediction_factors(name: str) -> dict:
+    """{figure: (low, high)}: how far measured runs scatter around the calibrated terms' point
+    estimate, the 5th and 95th percentile of measured / simulated over the measured runs
+    (benchmarks/calibrate_host.py --check --write-prediction), by which a run's band widens
+    (widen_band); {} for host terms (by name) that are not the calibrated ones, or without them."""
+    if name not in ("vllm", "vllm-sync"):
+        return {}
+    shipped = calibration().get("prediction", {})
+    return {k: (float(shipped[m][0]), float(shipped[m][1])) for k, m in PREDICTED.items() if m in shipped}
+
+
+def widen_band(centre: float, low: float, high: float, factors) -> tuple[float, float]:
+    """A figure's prediction band: the farther of its parameter band's end (the run at that end of
+    the GPU steps' and the host terms' bands) and the point estimate x the measured scatter's factor."""
+    if not factors:
+        return low, high
+    return min(low, centre * factors[0]), max(high, centre * factors[1])
+
+
+def launch_layer_s() -> float:
+    """The host's kernel launches per layer of a step vLLM runs without a CUDA graph, seconds (the
+    calibration's ``launch``; benchmarks/calibrate_host.py --fit-launch fits it; 0 when absent)."""
+    return float(calibration().get("launch", {}).get("layer_s", 0.0))
+
+
+def graph_ceiling(max_num_seqs: int, gpu="", decode_query_len: int = 1, enforce_eager: bool = False,
+                  max_num_batched_tokens: int | None = None) -> int:
+    """The most tokens a step vLLM 0.33.0 runs in a CUDA graph has (0 under --enforce-eager): its
+    default capture sizes reach min(2 x max_num_seqs x decode_query_len, 512; 1,024 on data-centre
+    Blackwell) on the grid 1, 2, 4, 8-248 by 8, 256- by 16, max_num_batched_tokens added when it is
+    within that, the largest the ceiling (``config/vllm.py:2447-2471`` ``_set_cudagraph_sizes``,
+    ``:2552``, ``:2597``, ``:2630``; none with ``enforce_eager``, ``:2449``); a larger step runs
+    eager (``v1/cudagraph_dispatcher.py:272-279``)."""
+    if enforce_eager:
+        return 0
+    seqs = max_num_seqs * max(int(decode_query_len), 1)
+    top = min(2 * seqs, 1024 if datacenter_blackwell(gpu or "") else 512)
+    if max_num_batched_tokens is not None and max_num_batched_tokens <= top:
+        return int(max_num_batched_tokens)
+    return max(capture_sizes(seqs, gpu or ""))
+
+
+def with_cuda_graphs(time_model, terms: HostTerms, max_num_seqs: int, gpu="", decode_query_len: int = 1,
+                     enforce_eager: bool = False, max_num_batched_tokens: int | None = None):
+    """`time_model` with `terms`' kernel launches on the steps vLLM runs eager (models.eager_step)
+    when it is the calibrated roofline, on whose steps the launch cost was fitted; else
+    `time_model` itself (a measured profile holds what it measured)."""
+    launch = terms.launch_layer_s
+    if not hasattr(time_model, "eager_above") or not launch > 0:
+        return time_model
+    other = copy.copy(time_model)
+    other.launch_layer_s = launch
+    other.eager_above = float(graph_ceiling(max_num_seqs, gpu, decode_query_len, enforce_eager, max_num_batched_tokens))
+    return other
 
 
 def resolve(host, time_model) -> HostTerms:

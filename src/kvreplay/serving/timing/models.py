@@ -2,7 +2,7 @@
 
 The simulator describes each step as a ``StepBatch`` and asks a ``TimeModel`` for its duration in
 seconds. This file holds the batch, the base class, ``InstantTimeModel`` and the roofline;
-profiles.py the measured ones; packed.py the form the compiled loop reads (docs/serving.md, "Time
+profiles.py the measured ones; packed.py the form the compiled loop reads (docs/timing.md, "Time
 models", has the formulas, defaults and sources).
 
 A StepBatch describes one forward pass:
@@ -32,7 +32,7 @@ from ...catalog.gpus import GPUSpec, get_gpu
 DEFAULT_MFU = 0.5
 #: Default model-bandwidth utilization (fraction of peak HBM bandwidth a decode step sustains).
 DEFAULT_MBU = 0.6
-#: Default fixed cost of one step (scheduling, sampling, launch), seconds. 0: see docs/serving.md.
+#: Default fixed cost of one step (scheduling, sampling, launch), seconds. 0: see docs/timing.md.
 DEFAULT_OVERHEAD_S = 0.0
 #: Bytes per weight element for the roofline's weight dtypes (int4: weight-only 4-bit, W4A16; the
 #: GEMM dtype of each is gpus.compute_dtype's). Quantization scales are not counted.
@@ -79,6 +79,19 @@ class TimeModel:
     def describe(self) -> dict:
         """What the model is, JSON-ready (for reports)."""
         return {"time_model": self.name}
+
+
+def eager_step(gpu_s: float, tokens: int, layers: int, launch_layer_s: float, eager_above: float) -> float:
+    """A step's time with the host's kernel launches when vLLM runs it without a CUDA graph: a step
+    of more than `eager_above` tokens (its largest captured size; 0 under --enforce-eager) has its
+    kernels launched one by one from the host (vLLM 0.33.0 v1/cudagraph_dispatcher.py:272-279:
+    ``num_tokens > max_size`` gives CUDAGraphMode.NONE), which overlaps the GPU's work, so it takes
+    the longer of the GPU's `gpu_s` and `layers` x `launch_layer_s`. Monotone in tokens: a step with
+    more work takes at least as long (serving/floors.py's bounds hold). serving/timing/step.c's
+    calibrated() is the same formula."""
+    if launch_layer_s > 0 and tokens > eager_above:
+        return max(gpu_s, layers * launch_layer_s)
+    return gpu_s
 
 
 class InstantTimeModel(TimeModel):

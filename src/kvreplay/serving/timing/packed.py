@@ -9,6 +9,7 @@ together on random batches.
 from __future__ import annotations
 
 import ctypes
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -99,7 +100,9 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_MLA_CONTEXT_FLOPS": model.mla_context_flops, "C_AR_LATENCY2": c["allreduce_latency_s"],
               "C_AR_LINK": c["allreduce_link_bytes_per_s"], "C_ATTN_SPLIT": c["attn_split_decode"],
               "C_KV_HEADS_GPU": model.kv_heads_gpu, "C_EW_KERNELS": model.ew_kernels, "C_EW_BYTES": model.ew_bytes_per_token,
-              "C_EW_FLOOR": c["ew_floor_s"], "C_E_EW": c["e_ew"] or 1.0}
+              "C_EW_FLOOR": c["ew_floor_s"], "C_E_EW": c["e_ew"] or 1.0,
+              "C_LAUNCH_LAYER_S": model.launch_layer_s if math.isfinite(model.eager_above) else 0.0,
+              "C_EAGER_ABOVE": model.eager_above if math.isfinite(model.eager_above) else 0.0}
     moe = model.moe or {}  # an MoE's routed experts (0 layers: none apart)
     values.update({"C_MOE_LAYERS": moe.get("layers", 0), "C_MOE_EXPERTS": moe.get("experts", 0),
                    "C_MOE_TOPK": moe.get("experts_per_token", 0), "C_MOE_INTER": model.moe_inter if moe else 0.0,

@@ -1,6 +1,6 @@
 """The calibrated roofline ("roofline", the default): a step as the sum of its kernels' times, each
 at its own efficiency, fitted on measured GPU kernels (benchmarks/calibrate.py; the numbers and
-their sources: kvreplay/data/roofline_calibration.json; docs/serving.md, "roofline").
+their sources: kvreplay/data/roofline_calibration.json; docs/timing.md, "roofline").
 
 Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) and R logits rows
 (one per request in the step):
@@ -95,7 +95,7 @@ from functools import lru_cache
 
 from ...analysis.models import kv_dtype_bytes
 from ...errors import ConfigError
-from .models import RooflineTimeModel, StepBatch, _weight_bytes, prefill_keys
+from .models import RooflineTimeModel, StepBatch, _weight_bytes, eager_step, prefill_keys
 
 #: the fitted coefficients (per GPU) and what the model is built from
 COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_prefill", "attn_floor_prefill_s",
@@ -420,7 +420,7 @@ def gemm_outputs_per_token(spec, tp: int) -> float:
     the layers: the tile term's count (``gemm_k0``). Dense: q/k/v ((heads / tp + 2 x kv heads /
     tp) x head_dim), o (hidden), gate/up (2 x MLP width / tp) and down (hidden). Other models
     (MoE, MLA): every body GEMM taken as k = hidden, n = its parameters / hidden (an
-    approximation, said in docs/serving.md)."""
+    approximation, said in docs/timing.md)."""
     hidden = spec.hidden_size or 0
     if not hidden:
         return 0.0
@@ -456,7 +456,7 @@ def quant_inputs_per_token(spec, tp: int) -> float:
     """Elements of GEMM input one token quantises to fp8 on one GPU of a TP group, over the
     layers: q/k/v and gate/up read the hidden state (replicated), o and down their sharded inputs
     (attention width / tp, MLP width / tp). An MoE without a dense MLP width: 4 x hidden per
-    layer (an approximation, said in docs/serving.md)."""
+    layer (an approximation, said in docs/timing.md)."""
     hidden = spec.hidden_size or 0
     if spec.intermediate_size:
         per_layer = 2.0 * hidden + (spec.num_attention_heads * spec.head_dim + spec.intermediate_size) / tp
@@ -474,6 +474,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     """The roofline with each kernel at its fitted efficiency (the module docstring has the terms)."""
 
     name = "roofline"
+    #: the host's kernel launches per layer of a step run without a CUDA graph, and the steps that
+    #: are (more tokens than this): none unless host.with_cuda_graphs sets them (models.eager_step)
+    launch_layer_s, eager_above = 0.0, math.inf
 
     def __init__(self, model, gpu, tp: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
                  coefficients: dict | None = None, stream_bytes_per_s: float | None = None):
@@ -482,7 +485,22 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         the terms run at (default: stream_bandwidth of the GPU and its calibration; every
         coefficient given and no bandwidth: the datasheet peak)."""
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
-        coefficients = dict(coefficients or {})
+        c = self.c = self._resolve_coefficients(dict(coefficients or {}))
+        self._resolve_bandwidth(stream_bytes_per_s)
+        self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
+        # in a step, an all-reduce also waits for the last of its GPUs to arrive: the isolated
+        # kernel's latency plus a skew growing with log2 of the group (fitted on silicon runs)
+        self.allreduce_latency_s = c["allreduce_latency_s"] + c["allreduce_skew_s"] * math.log2(max(self.tp, 1))
+        wbytes = _weight_bytes(self.dtype)
+        self._weights(c, wbytes)
+        self._gemm_terms(c, wbytes)
+        self._state_layers(c)
+        self._elementwise(c)
+
+    def _resolve_coefficients(self, coefficients: dict) -> dict:
+        """The coefficients the terms use: the shipped calibration of this GPU (a relative's
+        all-reduce scaled to this GPU's link speed), overridden by those given, or only those
+        given when every one of COEFFICIENTS is. Sets ``calibration``."""
         unknown = sorted(set(coefficients) - set(COEFFICIENTS) - set(FP8_COEFFICIENTS) - set(SHAPE_COEFFICIENTS)
                          - set(MOE_COEFFICIENTS) - set(GDN_COEFFICIENTS) - set(MLA_COEFFICIENTS))
         if unknown:
@@ -505,20 +523,22 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if self.pcie_allreduce is not None:
             c.update({k: v for k, v in self.pcie_allreduce[1].items() if k.startswith("allreduce_")})
         c.update(coefficients)
-        c = {**SHAPE_COEFFICIENTS, **c}
-        self.c = c
+        return {**SHAPE_COEFFICIENTS, **c}
+
+    def _resolve_bandwidth(self, stream_bytes_per_s: float | None):
+        """Sets ``bandwidth`` and where it came from: given, the datasheet peak (every coefficient
+        given, no bandwidth), else the GPU's stream bandwidth under its calibration."""
         if stream_bytes_per_s is not None:
             self.bandwidth, self.bandwidth_source = float(stream_bytes_per_s), "given"
         elif self.calibration.measured_on == "given":  # every coefficient given, no bandwidth: the peak
             self.bandwidth, self.bandwidth_source = self.gpu.bandwidth_bytes_per_s, "the datasheet peak"
         else:
             self.bandwidth, self.bandwidth_source = stream_bandwidth(self.gpu, self.calibration.measured_on)
-        self.scale = dict.fromkeys(PHASES, 1.0)  # a step's time x its kind's factor (see at_band)
-        # in a step, an all-reduce also waits for the last of its GPUs to arrive: the isolated
-        # kernel's latency plus a skew growing with log2 of the group (fitted on silicon runs)
-        self.allreduce_latency_s = c["allreduce_latency_s"] + c["allreduce_skew_s"] * math.log2(max(self.tp, 1))
+
+    def _weights(self, c: dict, wbytes: float):
+        """The weights read per step: the body's (its routed experts and MLA projections apart
+        when calibrated) and the LM head's (kept bf16 under fp8 weights)."""
         spec = self.model
-        wbytes = _weight_bytes(self.dtype)
         self.fp8 = self.dtype == "fp8"  # fp8 tensor cores (gpus.check_weights_dtype refuses a GPU without)
         head = spec.lm_head_params
         self.hidden = spec.hidden_size or 0
@@ -531,6 +551,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.active_body_weight_bytes = self.body_params * wbytes
         self.head_weight_bytes = head * (_weight_bytes("bf16") if self.fp8 else wbytes)  # fp8: lm_head kept bf16
         self.attn_peak = self.gpu.peak_flops("bf16")  # attention's, and the LM head's
+
+    def _gemm_terms(self, c: dict, wbytes: float):
+        """The GEMMs' coefficients at the weights' compute dtype, their shapes and bytes, the fp8
+        inputs' quantisation and the tile term's FLOP parameters (the LM head stays at bf16)."""
+        spec = self.model
+        head = self.head_params
         if self.fp8 and not set(FP8_COEFFICIENTS) <= set(c):
             raise ConfigError(f"the roofline calibration of {self.calibration.measured_on} has no fp8 GEMM "
                               f"coefficients for --weights-dtype fp8 on the {self.gpu.name}: use "
@@ -556,6 +582,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         outputs = self.body_params / self.tp / self.hidden if self.moe or self.mla else gemm_outputs_per_token(spec, self.tp)
         self.body_flop_params = self.body_params + self.tp * k0 * outputs
         self.head_flop_params = head * (1.0 + c["gemm_k0"] / self.hidden) if self.hidden else head
+
+    def _state_layers(self, c: dict):
+        """A model with Mamba or linear-attention layers: attention on its attention layers only,
+        the state term apart, and Gated DeltaNet layers with a calibrated kernel their own term
+        (gdn_layer_time)."""
+        spec = self.model
         self.mamba_layers = spec.mamba_layers
         if self.mamba_layers:  # attention on the attention layers only; the state term apart
             attn_layers = spec.kv_layers
@@ -574,8 +606,11 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             self.gdn_c = tuple(c[k] for k in GDN_COEFFICIENTS)
             self.gdn_act = (2 * lin["k_heads"] * lin["head_k_dim"] + 2 * lin["v_heads"] * lin["head_v_dim"]) * 2.0 / self.tp
             self.gdn_v_heads = lin["v_heads"] / self.tp
-        # the elementwise kernels (elementwise_work), and the (request, KV head) pairs per decode a
-        # GPU's attention spreads its KV read over (an MLA's latent: one; its term is fitted apart)
+
+    def _elementwise(self, c: dict):
+        """The elementwise kernels (elementwise_work), and the (request, KV head) pairs per decode a
+        GPU's attention spreads its KV read over (an MLA's latent: one; its term is fitted apart)."""
+        spec = self.model
         kinds = elementwise_kernels(spec, self.tp, self.kv_per_token_gpu, float(kv_dtype_bytes(self.kv_dtype)), self.mla,
                                     self.mamba_layers or 0) if c["e_ew"] else ()
         self.ew_kernels = float(sum(n for n, _ in kinds))
@@ -724,12 +759,16 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     def step_time(self, batch: StepBatch) -> float:
         if batch.is_empty:
             return 0.0
-        return float(sum(self.terms(batch).values())) * self.scale[phase_of(batch)]
+        return self._eager(batch, float(sum(self.terms(batch).values())) * self.scale[phase_of(batch)])
+
+    def _eager(self, batch: StepBatch, gpu_s: float) -> float:
+        return eager_step(gpu_s, batch.num_tokens, self.model.num_layers, self.launch_layer_s, self.eager_above)
 
     def step_floor(self, batch: StepBatch, decodes: int = 1) -> float:
         if batch.is_empty:
             return 0.0
-        return float(sum(self.terms(batch, floor_decodes=max(int(decodes), 1)).values())) * self.scale[phase_of(batch)]
+        gpu_s = float(sum(self.terms(batch, floor_decodes=max(int(decodes), 1)).values())) * self.scale[phase_of(batch)]
+        return self._eager(batch, gpu_s)
 
     def at_band(self, end: str) -> "CalibratedRooflineTimeModel":
         """This model with every step's time at the low or high end of its kind's band (prefill,

@@ -157,6 +157,9 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         t += tm[C_EW_KERNELS] * tm[C_EW_FLOOR] + tokens * tm[C_EW_BYTES] / (bw * tm[C_E_EW]);
     t += layers * tm[C_PER_LAYER] + tm[C_PER_STEP];
     f64 scale = prefill_reqs > 0 ? (decodes > 0 ? tm[C_SCALE_MIXED] : tm[C_SCALE_PREFILL]) : tm[C_SCALE_DECODE];
+    /* a step above vLLM's largest CUDA graph runs eager: its kernels launched one by one from the host,
+       which overlaps the GPU's work, so the step takes the longer of the two (models.py eager_step) */
+    if (tm[C_LAUNCH_LAYER_S] > 0 && tokens > tm[C_EAGER_ABOVE]) return kv_fmax(t * scale, layers * tm[C_LAUNCH_LAYER_S]);
     return t * scale;
 }
 

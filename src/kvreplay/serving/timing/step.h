@@ -34,7 +34,9 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * per cached token per layer a prefill decompresses (C_MLA_CONTEXT_FLOPS); vLLM's custom all-reduce's
  * one stage (C_AR_LINK > 0: roofline.py allreduce_time; C_AR_LATENCY2 its second stage's barrier),
  * the decode attention's split over (request, KV head) pairs (C_ATTN_SPLIT, C_KV_HEADS_GPU) and the
- * elementwise kernels (C_EW_KERNELS a step, C_EW_BYTES a token: roofline.py elementwise_work) */
+ * elementwise kernels (C_EW_KERNELS a step, C_EW_BYTES a token: roofline.py elementwise_work); the
+ * host's kernel launches of a step vLLM runs without a CUDA graph, more than C_EAGER_ABOVE tokens
+ * (C_LAUNCH_LAYER_S per layer, 0: none; models.py eager_step) */
 #define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
     S(C_BODY_PARAMS) S(C_BODY_WEIGHT_BYTES) S(C_ACTIVE_BODY_WEIGHT_BYTES) S(C_HEAD_PARAMS) S(C_HEAD_WEIGHT_BYTES) \
     S(C_HIDDEN) S(C_ATTN_WIDTH) S(C_KV_LAYER_TOKEN) S(C_PEAK) S(C_ATTN_PEAK) S(C_BW)                           \
@@ -53,7 +55,7 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_GDN_PER_REQ_DECODE) S(C_ATTN_WIDTH_PREFILL) S(C_BODY_BESIDE) S(C_BODY_GEMMS)                             \
     S(C_MLA_FLOOR) S(C_MLA_PER_TOKEN) S(C_MLA_CONTEXT_FLOPS) S(C_MOE_TILE_ROWS_LARGE) S(C_MOE_TILE_ABOVE)    \
     S(C_AR_LATENCY2) S(C_AR_LINK) S(C_ATTN_SPLIT) S(C_KV_HEADS_GPU) S(C_EW_KERNELS) S(C_EW_BYTES) S(C_EW_FLOOR)  \
-    S(C_E_EW)
+    S(C_E_EW) S(C_LAUNCH_LAYER_S) S(C_EAGER_ABOVE)
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
 
 f64 kv_step_seconds(const f64 *tm, const f64 *agg);

@@ -1,5 +1,5 @@
 /* SGLang 0.5.23's UnifiedRadixCache (FULL with SWA and / or MAMBA), compiled. The rules, their
- * sources in SGLang's tree and the readable reference are in radix_hybrid.py; this file follows
+ * sources in SGLang's tree and the readable reference are in unified_radix.py; this file follows
  * the reference function by function, under the same names, and the differential test
  * (tests/policies/test_radix_hybrid_compiled.py) holds the two equal request by request.
  *
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "radix_hybrid.h"
+#include "unified_radix.h"
 
 enum { C_ADMISSIONS, C_EVICTIONS, C_SWA_EVICTIONS, C_MAMBA_EVICTIONS, C_EVICTED_NODES, C_NODE_SPLITS,
        C_REJECTED, C_OVERSIZE, NUM_COUNTERS = RH_COUNTERS };
@@ -921,7 +921,7 @@ static int decode_step(U *u, Req *r) {
     return decode_alloc(u, r);
 }
 
-/* ---- a request, step by step (radix_hybrid.h) -------------------------------------------------- */
+/* ---- a request, step by step (unified_radix.h) -------------------------------------------------- */
 
 static i64 gcd(i64 a, i64 b) { return b == 0 ? a : gcd(b, a % b); }
 
@@ -1027,12 +1027,12 @@ int rh_finish(U *u, Req *r) { return release(u, r); }
 void rh_drop(U *u, Req *r) { drop(u, r); }
 
 void rh_room(const U *u, i64 *out) {
-    out[RH_FULL_FREE] = u->full_free * u->P;
-    out[RH_SWA_FREE] = u->swa_free * u->P;
-    out[RH_MAMBA_FREE] = u->mamba_free;
-    out[RH_FULL_EVICTABLE] = (u->tree_pages - u->locked_full) * u->P;
-    out[RH_SWA_EVICTABLE] = (u->swa_live - u->locked_swa) * u->P;
-    out[RH_MAMBA_EVICTABLE] = u->states - u->locked_mamba;
+    out[ROOM_FULL_FREE] = u->full_free * u->P;
+    out[ROOM_SWA_FREE] = u->swa_free * u->P;
+    out[ROOM_MAMBA_FREE] = u->mamba_free;
+    out[ROOM_FULL_EVICTABLE] = (u->tree_pages - u->locked_full) * u->P;
+    out[ROOM_SWA_EVICTABLE] = (u->swa_live - u->locked_swa) * u->P;
+    out[ROOM_MAMBA_EVICTABLE] = u->states - u->locked_mamba;
 }
 
 int rh_consistent(const U *u, i64 held, i64 held_swa, i64 held_states) {
@@ -1102,7 +1102,7 @@ static i64 serve(U *u, const i64 *keys, i64 L, i64 out_len) {
     return release(u, &r) ? hit : -1;
 }
 
-/* The replay (radix_hybrid.py replay_radix_hybrid): every request in order, alone. settings:
+/* The replay (unified_radix.py replay_radix_hybrid): every request in order, alone. settings:
  * RH_SETTINGS. outputs: each request's output tokens (NULL: 1 each, no decode). out: the counters,
  * then the tree's pages, its live SWA pages and its Mamba states. Returns 0; -1 out of memory; -2
  * a Mamba state slot could not be freed (SGLang asserts there); -3 the pools disagree with the
@@ -1148,3 +1148,92 @@ done:
     free_all(&u);
     return rc;
 }
+
+/* ---- the table the serving kernel drives the tree through (engine.h) ----------------------------- */
+
+static int ur_init(void *st, const HybridSetup *c) { return rh_init(st, c->radix); }
+
+static void ur_release(void *st) { rh_free(st); }
+
+/* the tree's counters, then its pages, live SWA pages and states */
+static void ur_report(void *st, i64 *out) {
+    const U *u = st;
+    for (int k = 0; k < RH_COUNTERS; k++) out[k] = u->stats[k];
+    out[RH_COUNTERS] = u->tree_pages;
+    out[RH_COUNTERS + 1] = u->swa_live;
+    out[RH_COUNTERS + 2] = u->states;
+}
+
+/* the requests' own pages and the tree's pages they lock */
+static i64 ur_held(const void *st) {
+    const U *u = st;
+    return u->full_pages - u->full_free - (u->tree_pages - u->locked_full);
+}
+
+static int ur_holds(const void *rq) { return ((const Req *)rq)->keys != NULL; }
+
+static int ur_finish(void *st, void *rq) {
+    int ok = rh_finish(st, rq);
+    ((Req *)rq)->keys = NULL;
+    return ok;
+}
+
+static void ur_drop(void *st, void *rq) {
+    rh_drop(st, rq);
+    ((Req *)rq)->keys = NULL;
+}
+
+static i64 ur_touch(void *st, const i64 *keys, i64 pages) { return rh_touch(st, keys, pages); }
+
+static i64 ur_probe(const void *st, const i64 *keys, i64 pages) { return rh_probe(st, keys, pages); }
+
+static i64 ur_begin(void *st, void *rq, const i64 *keys, i64 tokens) {
+    i64 k = rh_begin(st, rq, keys, tokens);
+    if (k < 0) ((Req *)rq)->keys = NULL;
+    return k;
+}
+
+static int ur_extend(void *st, void *rq, i64 end) { return rh_extend(st, rq, end); }
+
+static int ur_extend_states(void *st, void *rq) { return rh_extend_states(st, rq); }
+
+static int ur_computed(void *st, void *rq, i64 end) { return rh_computed(st, rq, end); }
+
+static void ur_note_computed(void *rq, i64 end) { ((Req *)rq)->computed = end; }
+
+static i64 ur_request_computed(const void *rq) { return ((const Req *)rq)->computed; }
+
+static void ur_evict_window(void *st, void *rq) { rh_evict_window(st, rq); }
+
+static int ur_decode_alloc(void *st, void *rq) {
+    Req *r = rq;
+    i64 P = ((const U *)st)->P, before = r->computed;
+    if (!rh_decode_alloc(st, r)) return 0;
+    return (before + P - 1) / P < (r->computed + P - 1) / P ? 2 : 1;
+}
+
+static void ur_make_room(void *st, i64 tokens) { rh_make_room(st, tokens); }
+
+static void ur_room(const void *st, i64 *out) { rh_room(st, out); }
+
+static i64 ur_window(const void *st) { return ((const U *)st)->has_swa ? ((const U *)st)->W : 0; }
+
+static i64 ur_swa_pages(const void *st) { return ((const U *)st)->swa_pages; }
+
+static int ur_failed(const void *st) { return ((const U *)st)->failed; }
+
+static int ur_consistent(const void *st) { return rh_consistent(st, 0, 0, 0); }
+
+static const HybridRadix radix = {
+    .touch = ur_touch, .probe = ur_probe, .begin = ur_begin, .extend = ur_extend, .extend_states = ur_extend_states,
+    .computed = ur_computed, .note_computed = ur_note_computed, .request_computed = ur_request_computed,
+    .evict_window = ur_evict_window, .decode_alloc = ur_decode_alloc, .make_room = ur_make_room, .room = ur_room,
+    .window = ur_window, .swa_pages = ur_swa_pages, .failed = ur_failed, .consistent = ur_consistent,
+};
+
+const HybridEngine hybrid_unified_radix = {
+    .name = "SGLang 0.5.23 UnifiedRadixCache", .state_size = sizeof(U), .request_size = sizeof(Req),
+    .counters = RH_COUNTERS + 3, .init = ur_init, .release = ur_release, .report = ur_report, .held = ur_held,
+    .holds = ur_holds, .finish = ur_finish, .drop = ur_drop, .request_release = NULL, .coordinator = NULL,
+    .radix = &radix,
+};

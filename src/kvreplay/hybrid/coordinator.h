@@ -1,11 +1,12 @@
-/* vLLM 0.33.0's hybrid KV cache manager, compiled (policies/hybrid.c): its pool and a request's
- * block tables, for the sequential replay (kv_hybrid_replay, in hybrid.c) and the serving
- * simulator (serving/kernel/hybrid.c, which holds a request's blocks with these). policies/hybrid.py
+/* vLLM 0.33.0's hybrid KV cache manager, compiled (hybrid/coordinator.c): its pool and a request's
+ * block tables, for the sequential replay (kv_hybrid_replay, in coordinator.c) and the serving
+ * simulator (serving/kernel/hybrid.c, which holds a request's blocks with these). hybrid/coordinator.py
  * has the rules with their vLLM sources. */
 #ifndef KV_HYBRID_H
 #define KV_HYBRID_H
 
 #include "../include/kv.h"
+#include "engine.h"
 
 enum { K_FULL = 0, K_SLIDING = 1, K_CHUNKED = 2, K_MAMBA = 3 };
 enum { HY_ADMISSIONS, HY_EVICTIONS, HY_DUPLICATES, HY_OVERSIZE, HY_RESIDENT, HY_COUNTERS };
@@ -106,7 +107,7 @@ int hy_hit_cached_this_step(const HPool *p, const i32 *ids, i64 hit);
  * prefill-checkpoint blocks, no partial hits): the tokens of a chunk of n from `start` for a
  * request of `prompt` prompt and `num_tokens` tokens (junction: its shared-prefix boundary in
  * tokens; max_prefill: the step's token budget), cut to end where a Mamba state must be cached;
- * 0: no aligned chunk fits (policies/hybrid.py mamba_split is the same). */
+ * 0: no aligned chunk fits (hybrid/coordinator.py mamba_split is the same). */
 i64 hy_mamba_split(i64 bs, i64 prompt, i64 num_tokens, i64 max_prefill, i64 junction, i64 start, i64 n);
 /* The blocks a request of `tokens` tokens holds at its peak on its own (vLLM's admission gate for
  * the whole sequence: sliding-window and chunked-local groups capped; a Mamba group, in align

@@ -1,16 +1,15 @@
-/* SGLang 0.5.23's UnifiedRadixCache (FULL with SWA and / or MAMBA), compiled (policies/radix_hybrid.c):
+/* SGLang 0.5.23's UnifiedRadixCache (FULL with SWA and / or MAMBA), compiled (hybrid/unified_radix.c):
  * the tree and a request's state, for the sequential replay (kv_radix_hybrid_replay) and the
  * serving simulator (serving/kernel/sglang_hybrid.c, which serves overlapping requests with the
- * rh_ functions below). policies/radix_hybrid.py has the rules with their SGLang sources. */
+ * rh_ functions below). hybrid/unified_radix.py has the rules with their SGLang sources. */
 #ifndef KV_RADIX_HYBRID_H
 #define KV_RADIX_HYBRID_H
 
 #include "../include/kv.h"
+#include "engine.h"
 
-enum { RH_COUNTERS = 8 }; /* radix_hybrid.py COUNTERS */
+enum { RH_COUNTERS = 8 }; /* radix_tree.py COUNTERS */
 enum { RH_SETTINGS = 10 }; /* P, W, has_mamba, extra_buffer, full_pages, swa_pages, mamba_slots, chunk, grid, mamba_chunk */
-/* rh_room's columns */
-enum { RH_FULL_FREE, RH_SWA_FREE, RH_MAMBA_FREE, RH_FULL_EVICTABLE, RH_SWA_EVICTABLE, RH_MAMBA_EVICTABLE, RH_ROOM };
 
 /* a node of the tree; its links in the SWA and Mamba LRU lists */
 typedef struct {
@@ -117,7 +116,7 @@ int rh_computed(RhTree *u, RhReq *r, i64 end);
 /* a decode batch, in SGLang's order: the caller evicts for check_decode_mem (rh_make_room), then
  * rh_evict_window for each request (maybe_evict_swa), evicts a page per request, then
  * rh_decode_alloc for each (one token's KV: 1, or 0 when it does not fit). The sequential replay
- * is the batch of one (radix_hybrid.c decode_step) */
+ * is the batch of one (unified_radix.c decode_step) */
 void rh_evict_window(RhTree *u, RhReq *r);
 int rh_decode_alloc(RhTree *u, RhReq *r);
 /* evict until `tokens` tokens are free in the full and the SWA pool, as far as the tree allows */
@@ -126,7 +125,7 @@ void rh_make_room(RhTree *u, i64 tokens);
 int rh_finish(RhTree *u, RhReq *r);
 /* retracted: free and unlock, nothing inserted (release_kv_cache(checkpoint=False)) */
 void rh_drop(RhTree *u, RhReq *r);
-/* the pools' free room and the tree's evictable sizes (tokens for KV, slots for states): RH_ROOM */
+/* the pools' free room and the tree's evictable sizes (tokens for KV, slots for states): engine.h's ROOM_COLUMNS */
 void rh_room(const RhTree *u, i64 *out);
 /* every page and slot free, in the tree or held by a request (`held` pages, `held_swa`,
  * `held_states`), and the lock counters agree with the nodes: 1; 0 otherwise (or out of memory) */

@@ -57,7 +57,7 @@ A request with hash ids ``ids`` and ``P`` prompt tokens (block size ``bs``), one
 The free queue is therefore, as in policies/vllm.py: [freed blocks without a hash] + [never used
 blocks] + [freed blocks with a hash, least recently freed first].
 
-Compiled: ``replay_hybrid_compiled`` runs the same replay in C (hybrid.c: dense ids for hash ids,
+Compiled: ``replay_hybrid_compiled`` runs the same replay in C (coordinator.c: dense ids for hash ids,
 index-linked lists as in vllm.c), equal request by request (hits, counters, resident count:
 tests/policies/test_hybrid_compiled.py); ``kvreplay.replay`` runs it unless engine="reference".
 
@@ -73,7 +73,7 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
-from ..catalog.kv_groups import Group  # noqa: F401 - (radix_hybrid and the tests take it from here too)
+from ..catalog.kv_groups import Group  # noqa: F401 - (unified_radix and the tests take it from here too)
 from ..errors import ConfigError
 
 KINDS = ("full", "sliding_window", "chunked_local", "mamba")
@@ -87,7 +87,7 @@ def mamba_split(bs: int, prompt: int, num_tokens: int, max_prefill: int, junctio
     `num_tokens` tokens, `junction` its shared-prefix boundary (tokens), `max_prefill` the step's
     token budget. A chunk that does not end the prefill ends block aligned (unless a block is
     wider than the budget), and stops at the last cacheable boundary and at the junction; 0: no
-    aligned chunk fits this step. serving/kernel's hyb_split and hybrid.c's hy_mamba_split are
+    aligned chunk fits this step. serving/kernel's hyb_split and coordinator.c's hy_mamba_split are
     the same."""
     prefill_end = max(prompt, num_tokens - 1)
     if start >= prefill_end:
@@ -365,7 +365,7 @@ def replay_hybrid(trace, capacity: int, groups, block_size: int, *, retention: i
     return hits, pool
 
 
-KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}  # hybrid.c's K_FULL .. K_MAMBA
+KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}  # coordinator.h's K_FULL .. K_MAMBA
 
 
 def _positive(value, what: str) -> int:
@@ -400,7 +400,7 @@ def check_groups(groups, retention) -> list:
 
 def replay_hybrid_compiled(trace, capacity: int, groups, block_size: int, *, retention: int | None = 0,
                            chunk_tokens: int = 8192, in_full=None):
-    """replay_hybrid compiled (hybrid.c), the same replay request by request: (hit blocks, the
+    """replay_hybrid compiled (coordinator.c), the same replay request by request: (hit blocks, the
     counters as HybridPool.stats, the resident count as HybridPool.resident_count()).
 
     retention: None (dense) or 0 (vLLM's default sparse mode), as in the reference. A hash id repeated within a request's hit (never in chained hashes) is refused,
@@ -457,5 +457,5 @@ def replay_groups(trace, capacity: int, groups, block_size: int, engine: str, re
                                    in_full=in_full)
         final, counters = pool.resident_count(), dict(pool.stats)
     about = {"engine": "vllm", "retention": retention,
-             "source": "vLLM 0.33.0 HybridKVCacheCoordinator (policies/hybrid.py)"}
+             "source": "vLLM 0.33.0 HybridKVCacheCoordinator (hybrid/coordinator.py)"}
     return hits, counters, final, about

@@ -1,5 +1,5 @@
 /* vLLM 0.33.0's hybrid KV cache manager, compiled: the rules and the reference engine are
- * policies/hybrid.py (HybridPool, replay_hybrid); this is the same replay, request by request,
+ * hybrid/coordinator.py (HybridPool, replay_hybrid); this is the same replay, request by request,
  * with the trace's dense block ids for hash ids.
  *
  * The pool: block ids 1..capacity (0 is "no block", vLLM's null block and the reference's None).
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hybrid.h"
+#include "coordinator.h"
 
 /* ---- the free queue ---------------------------------------------------------------------- */
 
@@ -719,3 +719,89 @@ KV_EXPORT i64 kv_hybrid_replay(const i64 *offsets, i64 n, const i32 *blocks, i64
     hy_release(p);
     return rc;
 }
+
+/* ---- the table the serving kernel drives the coordinator through (engine.h) ---------------------- */
+
+static int co_init(void *st, const HybridSetup *c) {
+    HPool *p = st;
+    const i64 *g = c->groups, S = c->num_specs; /* kinds, then copies, windows, chunks: S each */
+    int rc = hy_pool_init(p, c->capacity, c->block_size, c->num_blocks, S, g, g + S, g + 2 * S, g + 3 * S, c->retention,
+                          kv_max(1, c->max_batched), 1);
+    p->in_flight = c->max_batched; /* max_concurrent_batches 1: one step's tokens */
+    p->max_len = c->max_model_len;
+    return rc;
+}
+
+static void co_release(void *st) {
+    if (((HPool *)st)->blk != NULL) hy_release(st);
+}
+
+static void co_report(void *st, i64 *out) { hy_counters(st, out); }
+
+static i64 co_held(const void *st) { return ((const HPool *)st)->capacity - hy_free_count(st); }
+
+static int co_holds(const void *rq) { return ((const HReq *)rq)->g != NULL; }
+
+static int co_finish(void *st, void *rq) {
+    hy_finish(st, rq);
+    return 1;
+}
+
+static void co_drop(void *st, void *rq) { hy_finish(st, rq); }
+
+static void co_request_release(const void *st, void *rq) { hy_req_release(st, rq); }
+
+static void co_step_starts(void *st) { hy_step_starts(st); }
+
+static int co_has_mamba(const void *st) { return ((const HPool *)st)->has_mamba; }
+
+static i64 co_start(void *st, void *rq, const i32 *ids, i64 nids, i64 tokens, i64 prompt) {
+    HPool *p = st;
+    HReq *r = rq;
+    if (r->g == NULL && !hy_req_init(p, r)) return HY_NOMEM;
+    i64 junction;
+    i64 k = hy_start(p, r, ids, nids, tokens, prompt, &junction); /* (touches nothing yet) */
+    r->junction = junction * p->bs;
+    return k;
+}
+
+static i64 co_find_hit(const void *st, const i32 *ids, i64 nids, i64 tokens) {
+    i64 junction;
+    return hy_find_hit(st, ids, nids, tokens, &junction);
+}
+
+static i64 co_mamba_split(const void *st, const void *rq, i64 prompt, i64 num_tokens, i64 max_prefill, i64 start,
+                          i64 n) {
+    return hy_mamba_split(((const HPool *)st)->bs, prompt, num_tokens, max_prefill, ((const HReq *)rq)->junction, start,
+                          n);
+}
+
+static int co_hit_cached_this_step(const void *st, const i32 *ids, i64 hit) { return hy_hit_cached_this_step(st, ids, hit); }
+
+static int co_allocate_first(void *st, void *rq, const i32 *ids, i64 hit, i64 end, i64 cached, i64 whole) {
+    i64 free_now = hy_free_count(st);
+    if (hy_needed(st, rq, ids, hit, whole, 1, 1) > free_now || hy_needed(st, rq, ids, hit, end, 1, 0) > free_now)
+        return 0;
+    return hy_take(st, rq, ids, hit, end, cached, 1);
+}
+
+static int co_allocate(void *st, void *rq, const i32 *ids, i64 end, i64 cached, i64 computed) {
+    hy_remove_skipped(st, rq, computed); /* (even when the step's slots then do not fit) */
+    if (hy_needed(st, rq, NULL, 0, end, 0, 0) > hy_free_count(st)) return 0;
+    return hy_take(st, rq, ids, 0, end, cached, 0);
+}
+
+static i64 co_peak(const void *st, i64 tokens) { return hy_peak(st, tokens); }
+
+static const HybridCoordinator coordinator = {
+    .step_starts = co_step_starts, .has_mamba = co_has_mamba, .start = co_start, .find_hit = co_find_hit,
+    .mamba_split = co_mamba_split, .hit_cached_this_step = co_hit_cached_this_step,
+    .allocate_first = co_allocate_first, .allocate = co_allocate, .peak = co_peak,
+};
+
+const HybridEngine hybrid_coordinator = {
+    .name = "vLLM 0.33.0 hybrid KV cache coordinator", .state_size = sizeof(HPool), .request_size = sizeof(HReq),
+    .counters = HY_COUNTERS, .init = co_init, .release = co_release, .report = co_report, .held = co_held,
+    .holds = co_holds, .finish = co_finish, .drop = co_drop, .request_release = co_request_release,
+    .coordinator = &coordinator, .radix = NULL,
+};

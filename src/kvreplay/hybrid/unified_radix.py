@@ -23,7 +23,7 @@ Modelling choices
   else: no decode, so outputs are not cached (a request finishes after its first token, as with
   ``max_new_tokens = 1``). ``UnifiedRadix.serve(..., out_len=O)`` also plays O - 1 decode steps
   and caches their tokens; the regression against SGLang's code uses it, the replay does not.
-* The model's layers come as kvreplay ``Group`` s (policies/hybrid.py): a ``sliding_window``
+* The model's layers come as kvreplay ``Group`` s (hybrid/coordinator.py): a ``sliding_window``
   group makes the tree's SWA component with its window W (all of them must share one window, as
   SGLang's model has one ``sliding_window_size``); a ``chunked_local`` group counts as a sliding
   window of its chunk size, as SGLang runs Llama 4 (``attention_chunk_size`` becomes the sliding
@@ -144,89 +144,13 @@ from __future__ import annotations
 import heapq
 import math
 
-from .hybrid import Group
+from .coordinator import Group
+from .pools import PING_PONG_SLOTS, Pools
+from .radix_tree import COUNTERS, RadixTree
 
-COUNTERS = ("admissions", "evictions", "swa_evictions", "mamba_evictions", "evicted_nodes", "node_splits",
-            "rejected", "oversize_requests")
-SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio (arg_groups/fields/schedule.py:150-162)
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL (environ.py:730): decode-time SWA frees
 MAMBA_CHUNK_SIZE = 64  # FLA CHUNK_SIZE, the default model mamba_chunk_size (arg_groups/overrides.py:1897-1925)
 MAMBA_TRACK_INTERVAL = 256  # --mamba-track-interval (arg_groups/fields/exec_.py:530): decode-time states
-PING_PONG_SLOTS = 2  # extra_buffer with the overlap scheduler (memory_pool.py:1393-1400)
-INF = float("inf")
-
-
-class Node:
-    """A radix tree node: a run of pages and, per component, its data and lock count."""
-
-    __slots__ = ("key", "parent", "children", "time", "full_lock", "swa", "swa_lock", "swa_uuid", "mamba",
-                 "mamba_lock", "serial")
-
-    def __init__(self, key, parent, time, serial):
-        self.key = key  # list of page keys (block ids)
-        self.parent = parent
-        self.children = {}  # first page -> child
-        self.time = time  # last_access_time
-        self.full_lock = 0
-        self.swa = False  # live SWA KV (False: a tombstone, or no SWA component)
-        self.swa_lock = 0
-        self.swa_uuid = None  # the SWA lock boundary mark (components/swa.py:849-902)
-        self.mamba = False  # holds a Mamba state
-        self.mamba_lock = 0
-        self.serial = serial
-
-
-class LRU:
-    """UnifiedLRUList (unified_tree_core.py:213-389): a doubly linked list, MRU first."""
-
-    def __init__(self):
-        self.head, self.tail = object(), object()
-        self.next = {self.head: self.tail}
-        self.prev = {self.tail: self.head}
-
-    def __contains__(self, node):
-        return node in self.next
-
-    def __len__(self):
-        return len(self.next) - 1
-
-    def _link_after(self, a, node):
-        b = self.next[a]
-        self.next[a], self.prev[node], self.next[node], self.prev[b] = node, a, b, node
-
-    def remove(self, node):
-        a, b = self.prev.pop(node), self.next.pop(node)
-        self.next[a], self.prev[b] = b, a
-
-    def insert_mru(self, node):
-        self._link_after(self.head, node)
-
-    def insert_after(self, a, node):
-        """`node` just colder than `a` (a split's new parent beside its child)."""
-        self._link_after(a, node)
-
-    def move_after(self, a, node):
-        self.remove(node)
-        self._link_after(a, node)
-
-    def coldest_unlocked(self, locked):
-        """get_lru_no_lock."""
-        return self.warmer_unlocked(self.tail, locked)
-
-    def warmer_unlocked(self, node, locked):
-        """get_prev_no_lock: the next node towards MRU that `locked` says is free."""
-        x = self.prev[node]
-        while x is not self.head and locked(x):
-            x = self.prev[x]
-        return None if x is self.head else x
-
-    def order(self):
-        """MRU first."""
-        out, x = [], self.next[self.head]
-        while x is not self.tail:
-            out.append(x)
-            x = self.next[x]
-        return out
 
 
 class _Request:
@@ -248,8 +172,10 @@ class _Request:
         self.prev_track = None  # mamba_prev_track_seqlen
 
 
-class UnifiedRadix:
-    """SGLang 0.5.23's UnifiedRadixCache with FULL and SWA and / or MAMBA components."""
+class UnifiedRadix(RadixTree):
+    """SGLang 0.5.23's UnifiedRadixCache with FULL and SWA and / or MAMBA components: its tree
+    (radix_tree.py) over its pools (pools.py, self.pools), and what moves pages between them:
+    insert, eviction, and a request's life."""
 
     def __init__(self, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
                  mamba_slots: int | None = None, chunk_tokens: int | None = 8192, mamba_strategy: str = "extra_buffer"):
@@ -269,172 +195,24 @@ class UnifiedRadix:
             raise ValueError("a sliding-window (or chunked-local) group needs a positive window (chunk)")
         if block_size < 1 or full_pages < 1:
             raise ValueError("block_size and full_pages must be positive")
-        self.P = P = block_size
-        self.has_swa = bool(windows)
-        self.W = windows.pop() if windows else None
-        self.has_mamba = "mamba" in kinds
+        P = block_size
+        has_swa, has_mamba = bool(windows), "mamba" in kinds
+        W = windows.pop() if windows else None
         if mamba_strategy not in ("extra_buffer", "no_buffer"):
             raise ValueError(f"mamba_strategy must be extra_buffer or no_buffer, got {mamba_strategy!r}")
-        if self.has_mamba and mamba_strategy == "no_buffer" and P != 1:
+        if has_mamba and mamba_strategy == "no_buffer" and P != 1:
             raise ValueError("SGLang's no_buffer Mamba cache needs page size 1 (components/mamba.py:77-80)")
-        self.extra_buffer = self.has_mamba and mamba_strategy == "extra_buffer"
+        self.extra_buffer = has_mamba and mamba_strategy == "extra_buffer"
         if chunk_tokens is not None and chunk_tokens < P:
             raise ValueError(f"chunk_tokens ({chunk_tokens}) must hold at least one page ({P})")
         self.chunk_tokens = chunk_tokens
-        self.full_pages = full_pages
-        if swa_pages is None:
-            swa_pages = int(full_pages * P * SWA_FULL_TOKENS_RATIO) // P
-        self.swa_pages = swa_pages if self.has_swa else 0
-        if mamba_slots is None:
-            mamba_slots = full_pages + 4  # more than the tree (<= 1 state per page) and a request can hold
-        # a running request holds its slot (+ the ping-pong pair), the state it hit (locked) and, at a
-        # checkpoint, one more: with fewer, SGLang's allocation asserts (mamba.py:527-553)
-        least = 1 + (PING_PONG_SLOTS if mamba_strategy == "extra_buffer" else 0) + 2
-        if self.has_mamba and mamba_slots < least:
-            raise ValueError(f"{mamba_slots} Mamba state slots cannot serve one request ({mamba_strategy}: {least})")
-        self.mamba_slots_total = mamba_slots if self.has_mamba else 0
+        self.pools = Pools(P, full_pages, swa_pages, mamba_slots, has_swa, has_mamba, mamba_strategy)
         # checkpoint grid (runtime_context.py:1958-1979)
         self.mamba_chunk = max(MAMBA_CHUNK_SIZE, P)
         self.grid = math.lcm(self.mamba_chunk, P)
         self.track_grid = math.lcm(self.grid, MAMBA_TRACK_INTERVAL)
-        self.full_free = full_pages
-        self.swa_free = self.swa_pages
-        self.mamba_free = self.mamba_slots_total
-        self.clock = 0.0
-        self.serials = 0
-        self.uuids = 0
+        super().__init__(P, W, has_swa, has_mamba)
         self.requests = 0
-        self.root = self._node([], None)
-        self.root.full_lock = self.root.swa_lock = self.root.mamba_lock = 1  # unified_tree_core.py:500-506
-        self.swa_lru = LRU()
-        self.mamba_lru = LRU()
-        self.tree_pages = 0
-        self.leaves = set()  # every node but the root without a child (kept at each insert and delete)
-        self.stats = dict.fromkeys(COUNTERS, 0)
-
-    # ---- small helpers ---------------------------------------------------------------------------
-
-    def _tick(self) -> float:
-        """get_and_increase_time_counter (components/base.py:161-165)."""
-        t = self.clock
-        self.clock += 1.0
-        return t
-
-    def _node(self, key, parent):
-        node = Node(key, parent, self._tick(), self.serials)  # last_access_time ...
-        self._tick()  # ... and creation_time, two reads (unified_tree_core.py:126-127)
-        self.serials += 1
-        return node
-
-    def _ceil_page(self, tokens: int) -> int:
-        return -(-tokens // self.P) * self.P
-
-    def _evictable_leaf(self, node) -> bool:
-        """_is_device_leaf (unified_tree_core.py:2348-2364): no lock in any component, no child."""
-        return (node is not self.root and not node.children and node.full_lock == 0 and node.swa_lock == 0
-                and node.mamba_lock == 0)
-
-    def resident_count(self) -> int:
-        """Pages in the tree (each holds its full-attention KV)."""
-        return self.tree_pages
-
-    def swa_resident_count(self) -> int:
-        """Pages of the tree with live SWA KV."""
-        return sum(len(n.key) for n in self.swa_lru.order())
-
-    def mamba_state_count(self) -> int:
-        return len(self.mamba_lru)
-
-    def nodes(self):
-        """Every node but the root, depth first, with its start position in pages."""
-        stack = [(c, 0) for c in self.root.children.values()]
-        while stack:
-            node, start = stack.pop()
-            yield node, start
-            stack.extend((c, start + len(node.key)) for c in node.children.values())
-
-    # ---- the tree: split, match, insert ----------------------------------------------------------
-
-    def _split(self, child, k: int):
-        """_split_node (unified_tree_core.py:1467-1530): a new node takes child's first k pages."""
-        self.stats["node_splits"] += 1
-        new = self._node(child.key[:k], child.parent)
-        new.full_lock = child.full_lock  # full.py:150 ...
-        new.swa_lock, new.swa, new.swa_uuid = child.swa_lock, child.swa, child.swa_uuid  # swa.py:626-692
-        child.swa_uuid = None  # the window boundary is the older edge: it moves up
-        # Mamba: the new upper part has no state and no lock (mamba.py:322-332)
-        child.key = child.key[k:]
-        child.parent = new
-        new.children = {child.key[0]: child}
-        new.parent.children[new.key[0]] = new
-        if new.swa:
-            self.swa_lru.insert_after(child, new)  # beside its child, just colder
-        child.time = self._tick()
-        return new
-
-    def _common(self, node_key, key, start, stop=None) -> int:
-        """How many of node_key's pages equal key[start:stop], from the first (floored to pages:
-        keys are pages already)."""
-        n, limit = 0, min(len(node_key), (len(key) if stop is None else stop) - start)
-        while n < limit and node_key[n] == key[start + n]:
-            n += 1
-        return n
-
-    def _refresh_swa(self, node) -> None:
-        """reset_node_and_window_ancestors_mru over W + P tokens (swa.py:332-355)."""
-        prev, covered = self.swa_lru.head, 0
-        while node is not self.root and covered < self.W + self.P:
-            if node.swa:
-                self.swa_lru.move_after(prev, node)
-                prev = node
-            covered += len(node.key) * self.P
-            node = node.parent
-
-    def _match(self, key):
-        """(best node, hit pages, full-KV match pages): _match_prefix_helper and its post-processing."""
-        if not key:
-            return self.root, 0, 0  # an empty (page-aligned) key: the empty match, nothing touched
-        P, W = self.P, self.W
-        run = INF  # the SWA validator's state (swa.py:357-377)
-
-        def acceptable(n) -> bool:
-            nonlocal run
-            ok = True
-            if self.has_swa:
-                if not n.swa:
-                    run, ok = 0, False
-                else:
-                    run += len(n.key) * P
-                    ok = run >= W
-            if self.has_mamba and not n.mamba:
-                ok = False
-            return ok
-
-        node, best, best_len, full_hit, pos = self.root, self.root, 0, 0, 0
-        while pos < len(key) and key[pos] in node.children:
-            child = node.children[key[pos]]
-            m = self._common(child.key, key, pos)
-            full_hit += m
-            if m < len(child.key):
-                child = self._split(child, m)
-                if acceptable(child):
-                    best, best_len = child, pos + m
-                break
-            node = child
-            if acceptable(child):
-                best, best_len = child, pos + m
-            pos += m
-        if self.has_swa:
-            self._refresh_swa(best)
-        if self.has_mamba and best.mamba:
-            self.mamba_lru.move_after(self.mamba_lru.head, best)
-        t = self._tick()  # _match_post_processor (unified_tree_core.py:1030-1034)
-        n = best
-        while n is not None:
-            n.time = t
-            t -= 0.00001
-            n = n.parent
-        return best, best_len, full_hit
 
     def _insert(self, req, n: int):
         """Insert the request's first n pages (unified_tree_core.py:1129-1465).
@@ -459,16 +237,16 @@ class UnifiedRadix:
                         self._split(child, live - t)  # _clip_to_window: the upper part stays a tombstone
                     # _recover_from_incoming (swa.py:454-469): the node keeps one full copy (its own, or
                     # the request's), the request's SWA KV becomes the node's
-                    self.full_free += t + m - live
+                    self.pools.full_free += t + m - live
                     child.swa = True
                     self.swa_lru.insert_mru(child)  # SWARebuild / RecoverSWAWithLockedFull
                     consumed = live - t
             dup = max(0, protected - t)  # the request's own pages there are duplicates (1348-1365)
             if dup < consumed:
                 lo, hi = t + dup, t + consumed
-                self.full_free += hi - lo
+                self.pools.full_free += hi - lo
                 if self.has_swa:
-                    self.swa_free += max(0, hi - max(lo, cursor))  # below the cursor: full only
+                    self.pools.swa_free += max(0, hi - max(lo, cursor))  # below the cursor: full only
             node, t = child, t + m
         leaf = None
         if t < n:  # COMMIT (1383-1421): the rest is a new leaf
@@ -506,69 +284,24 @@ class UnifiedRadix:
             self._refresh_swa(target)
         return target, exist
 
-    # ---- locks -------------------------------------------------------------------------------------
-
-    def _lock(self, node):
-        """inc_lock_ref (unified_tree_core.py:730-743): a receipt (node, SWA boundary uuid)."""
-        n = node
-        while n is not self.root:  # FULL: the path to the root
-            n.full_lock += 1
-            n = n.parent
-        uuid = None
-        if self.has_swa:  # SWA: the nodes covering the last W tokens, tombstones too
-            n, covered = node, 0
-            while n is not self.root and covered < self.W:
-                n.swa_lock += 1
-                covered += len(n.key) * self.P
-                if covered >= self.W:
-                    if n.swa_uuid is None:
-                        self.uuids += 1
-                        n.swa_uuid = self.uuids
-                    uuid = n.swa_uuid
-                n = n.parent
-        if self.has_mamba and node is not self.root:  # MAMBA: the node itself
-            node.mamba_lock += 1
-        return node, uuid
-
-    def _unlock(self, receipt) -> None:
-        """dec_lock_ref (unified_tree_core.py:783-796)."""
-        node, uuid = receipt
-        if self.has_swa:  # swa.py:904-950: down to the boundary mark
-            n = node
-            while n is not self.root:
-                n.swa_lock -= 1
-                if uuid is not None and n.swa_uuid == uuid:
-                    break
-                n = n.parent
-        if self.has_mamba and node is not self.root:
-            node.mamba_lock -= 1
-        n = node
-        while n is not self.root:
-            n.full_lock -= 1
-            n = n.parent
-
     # ---- eviction ----------------------------------------------------------------------------------
-
-    def _available(self, ct: str) -> int:
-        """_component_available_size: tokens for FULL / SWA, slots for MAMBA."""
-        return {"full": self.full_free * self.P, "swa": self.swa_free * self.P, "mamba": self.mamba_free}[ct]
 
     def _delete_leaf(self, node, freed) -> None:
         """_delete_unbacked_device_leaf (unified_tree_core.py:1903-1929): all of its data goes."""
         pages = len(node.key)
-        self.full_free += pages
+        self.pools.full_free += pages
         self.tree_pages -= pages
         freed["full"] += pages * self.P
         self.stats["evictions"] += pages
         self.stats["evicted_nodes"] += 1
         if node.swa:
             self.swa_lru.remove(node)
-            self.swa_free += pages
+            self.pools.swa_free += pages
             freed["swa"] += pages * self.P
             self.stats["swa_evictions"] += pages
         if node.mamba:
             self.mamba_lru.remove(node)
-            self.mamba_free += 1
+            self.pools.mamba_free += 1
             freed["mamba"] += 1
             self.stats["mamba_evictions"] += 1
         del node.parent.children[node.key[0]]
@@ -579,7 +312,7 @@ class UnifiedRadix:
     def _drop_mamba(self, node, freed) -> None:
         node.mamba = False
         self.mamba_lru.remove(node)
-        self.mamba_free += 1
+        self.pools.mamba_free += 1
         freed["mamba"] += 1
         self.stats["mamba_evictions"] += 1
 
@@ -591,7 +324,7 @@ class UnifiedRadix:
             pages = len(node.key)
             node.swa = False
             self.swa_lru.remove(node)
-            self.swa_free += pages
+            self.pools.swa_free += pages
             freed["swa"] += pages * self.P
             self.stats["swa_evictions"] += pages
             if node.mamba:
@@ -602,11 +335,11 @@ class UnifiedRadix:
     def _evict(self, full_tokens: int = 0, swa_tokens: int = 0, mamba: int = 0) -> None:
         """evict_for_alloc with component shortfalls (unified_radix_cache.py:697-1058)."""
         request = {"full": full_tokens, "swa": swa_tokens, "mamba": mamba}
-        target = {ct: self._available(ct) + r for ct, r in request.items() if r > 0}
+        target = {ct: self.pools.available(ct) + r for ct, r in request.items() if r > 0}
         freed = {"full": 0, "swa": 0, "mamba": 0}
 
         def reached(ct):
-            return ct in target and self._available(ct) >= target[ct]
+            return ct in target and self.pools.available(ct) >= target[ct]
 
         for ct in ["full"] + (["swa"] if self.has_swa else []) + (["mamba"] if self.has_mamba else []):
             to_target = ct == "full" and request[ct] > 0
@@ -666,7 +399,7 @@ class UnifiedRadix:
         self.requests += 1
         if L <= 0:
             return 0
-        if -(-L // P) > self.full_pages:  # can never fit: refused (managers/utils.py:260-290)
+        if -(-L // P) > self.pools.full_pages:  # can never fit: refused (managers/utils.py:260-290)
             self.stats["rejected"] += 1
             return 0
         if out_len > 1 and not (self.has_swa or self.has_mamba):
@@ -685,14 +418,14 @@ class UnifiedRadix:
             if aligned > hit * P:
                 req.mamba_branch = aligned
             if best.mamba:  # copy-on-write into a fresh slot (mamba.py:196-225)
-                if self.mamba_free == 0:
+                if self.pools.mamba_free == 0:
                     receipt = self._lock(best)
                     self._evict(mamba=1)
                     self._unlock(receipt)
-                if self.mamba_free == 0:
+                if self.pools.mamba_free == 0:
                     self.stats["oversize_requests"] += 1
                     return hit
-                self.mamba_free -= 1
+                self.pools.mamba_free -= 1
                 req.mamba_slots += 1
                 req.has_own_slot = True
         req.protected = req.computed = hit * P
@@ -736,28 +469,28 @@ class UnifiedRadix:
             needed = (0 if req.has_own_slot else 1)
             if self.extra_buffer and not req.has_ping_pong:
                 needed += PING_PONG_SLOTS
-            if self.mamba_free < needed:
-                self._evict(mamba=needed - self.mamba_free)
-            if self.mamba_free < needed:
+            if self.pools.mamba_free < needed:
+                self._evict(mamba=needed - self.pools.mamba_free)
+            if self.pools.mamba_free < needed:
                 return False
-            self.mamba_free -= needed
+            self.pools.mamba_free -= needed
             req.mamba_slots += needed
             req.has_own_slot = True
             req.has_ping_pong = req.has_ping_pong or self.extra_buffer
         self._make_room((end - start) + (P if P > 1 else 0))
         new = -(-end // P) - -(-start // P)
-        if new > self.full_free or (self.has_swa and new > self.swa_free):
+        if new > self.pools.full_free or (self.has_swa and new > self.pools.swa_free):
             return False
-        self.full_free -= new
+        self.pools.full_free -= new
         if self.has_swa:
-            self.swa_free -= new
+            self.pools.swa_free -= new
         return True
 
     def _make_room(self, demand: int) -> None:
         """evict_to_free_tokens: each pool's shortfall of `demand` tokens (allocator/swa.py:210-220,
         allocator/base.py:155-169)."""
-        full_short = max(0, demand - self.full_free * self.P)
-        swa_short = max(0, demand - self.swa_free * self.P) if self.has_swa else 0
+        full_short = max(0, demand - self.pools.full_free * self.P)
+        swa_short = max(0, demand - self.pools.swa_free * self.P) if self.has_swa else 0
         if full_short or swa_short:
             self._evict(full_tokens=full_short, swa_tokens=swa_short)
 
@@ -789,11 +522,11 @@ class UnifiedRadix:
         committed = req.computed
         self._make_room(P)
         if committed % P == 0:
-            if self.full_free < 1 or (self.has_swa and self.swa_free < 1):
+            if self.pools.full_free < 1 or (self.has_swa and self.pools.swa_free < 1):
                 return False
-            self.full_free -= 1
+            self.pools.full_free -= 1
             if self.has_swa:
-                self.swa_free -= 1
+                self.pools.swa_free -= 1
         req.computed = committed + 1
         if self.extra_buffer and req.computed % self.track_grid == 0:  # batch_result_processor.py:1650-1668
             req.prev_track, req.track = req.track, req.computed
@@ -814,7 +547,7 @@ class UnifiedRadix:
             threshold = min(threshold, req.track - W)
         new = max(cursor, threshold) // P * P
         if new > cursor:
-            self.swa_free += (new - cursor) // P
+            self.pools.swa_free += (new - cursor) // P
             req.swa_cursor = new
 
     def _checkpoint(self, req, up_to: int, *, finished: bool) -> None:
@@ -861,11 +594,11 @@ class UnifiedRadix:
 
     def _take_slot(self) -> None:
         """_alloc_mamba_slot (mamba.py:527-553): evict one state if none is free."""
-        if self.mamba_free == 0:
+        if self.pools.mamba_free == 0:
             self._evict(mamba=1)
-        if self.mamba_free == 0:
+        if self.pools.mamba_free == 0:
             raise RuntimeError("no Mamba state slot can be freed (SGLang asserts here too)")
-        self.mamba_free -= 1
+        self.pools.mamba_free -= 1
 
     def _finished_checkpoint(self, req, owned: int):
         """_select_finished_checkpoint (mamba.py:582-602): the tracked length, or None."""
@@ -883,14 +616,14 @@ class UnifiedRadix:
         if finished:
             if self.extra_buffer:  # free_mamba_cache(keep the donated one if it went in)
                 kept = 1 if inserted else 0
-                self.mamba_free += req.mamba_slots - kept
+                self.pools.mamba_free += req.mamba_slots - kept
             elif not inserted:
-                self.mamba_free += req.mamba_slots
+                self.pools.mamba_free += req.mamba_slots
             req.mamba_slots = 0
             req.has_own_slot = req.has_ping_pong = False
         else:
             if mamba_value and not inserted:
-                self.mamba_free += 1
+                self.pools.mamba_free += 1
             req.track = req.prev_track = None
 
     def _release(self, req) -> None:
@@ -898,9 +631,9 @@ class UnifiedRadix:
         owned = req.computed
         self._checkpoint(req, owned, finished=True)
         held = -(-owned // self.P) - req.protected // self.P
-        self.full_free += held  # free_kv_row: [protected, owned)
+        self.pools.full_free += held  # free_kv_row: [protected, owned)
         if self.has_swa:  # ... full only below the SWA cursor
-            self.swa_free += max(0, -(-owned // self.P) - max(req.protected, req.swa_cursor) // self.P)
+            self.pools.swa_free += max(0, -(-owned // self.P) - max(req.protected, req.swa_cursor) // self.P)
         self._unlock(req.lock)
         req.lock = None
 
@@ -908,10 +641,10 @@ class UnifiedRadix:
         """Give back what the request holds, inserting nothing more (the pages it could not get)."""
         self.stats["oversize_requests"] += 1
         owned = req.computed
-        self.full_free += max(0, -(-owned // self.P) - req.protected // self.P)
+        self.pools.full_free += max(0, -(-owned // self.P) - req.protected // self.P)
         if self.has_swa:
-            self.swa_free += max(0, -(-owned // self.P) - max(req.protected, req.swa_cursor) // self.P)
-        self.mamba_free += req.mamba_slots
+            self.pools.swa_free += max(0, -(-owned // self.P) - max(req.protected, req.swa_cursor) // self.P)
+        self.pools.mamba_free += req.mamba_slots
         req.mamba_slots = 0
         if req.lock is not None:
             self._unlock(req.lock)
@@ -927,9 +660,9 @@ class UnifiedRadix:
             pages += len(node.key)
             live += len(node.key) if node.swa else 0
             states += node.mamba
-        assert pages == self.tree_pages and self.full_free + pages == self.full_pages, "full pages leaked"
-        assert self.swa_free + live == self.swa_pages, "SWA pages leaked"
-        assert self.mamba_free + states == self.mamba_slots_total, "Mamba slots leaked"
+        assert pages == self.tree_pages and self.pools.full_free + pages == self.pools.full_pages, "full pages leaked"
+        assert self.pools.swa_free + live == self.pools.swa_pages, "SWA pages leaked"
+        assert self.pools.mamba_free + states == self.pools.mamba_slots_total, "Mamba slots leaked"
         assert live == sum(len(n.key) for n in self.swa_lru.order()) and states == len(self.mamba_lru)
         assert self.leaves == {n for n, _ in self.nodes() if not n.children}, "the leaf set is stale"
 
@@ -959,18 +692,19 @@ _FAILURES = {-1: (MemoryError, "the compiled replay could not allocate its state
 
 
 def compiled_settings(spec: UnifiedRadix):
-    """radix_hybrid.h's RH_SETTINGS for the compiled tree, from a UnifiedRadix's checked sizes."""
+    """unified_radix.h's RH_SETTINGS for the compiled tree, from a UnifiedRadix's checked sizes."""
     import numpy as np
 
-    return np.array([spec.P, spec.W if spec.has_swa else 0, spec.has_mamba, spec.extra_buffer, spec.full_pages,
-                     spec.swa_pages, spec.mamba_slots_total, -1 if spec.chunk_tokens is None else spec.chunk_tokens,
+    pools = spec.pools
+    return np.array([spec.P, spec.W if spec.has_swa else 0, spec.has_mamba, spec.extra_buffer, pools.full_pages,
+                     pools.swa_pages, pools.mamba_slots_total, -1 if spec.chunk_tokens is None else spec.chunk_tokens,
                      spec.grid, spec.mamba_chunk], dtype=np.int64)
 
 
 def replay_radix_hybrid_compiled(trace, groups, block_size: int, *, full_pages: int, swa_pages: int | None = None,
                                  mamba_slots: int | None = None, chunk_tokens: int | None = 8192,
                                  mamba_strategy: str = "extra_buffer", outputs=None):
-    """replay_radix_hybrid compiled (radix_hybrid.c), the same replay request by request: (hit
+    """replay_radix_hybrid compiled (unified_radix.c), the same replay request by request: (hit
     blocks, the counters as UnifiedRadix.stats, and the tree's pages, live SWA pages and Mamba
     states after it)."""
     import ctypes
@@ -1016,6 +750,6 @@ def replay_groups(trace, capacity: int, groups, block_size: int, engine: str, re
         hits, cache = replay_radix_hybrid(trace, groups, block_size, full_pages=capacity, chunk_tokens=chunk)
         final, counters = cache.resident_count(), dict(cache.stats)
     about = {"engine": "sglang", "swa_full_tokens_ratio": 0.8,
-             "source": "SGLang 0.5.23 UnifiedRadixCache (policies/radix_hybrid.py, compiled in radix_hybrid.c); "
+             "source": "SGLang 0.5.23 UnifiedRadixCache (hybrid/unified_radix.py, compiled in unified_radix.c); "
                        "capacity: its full-attention pool in pages"}
     return hits, counters, final, about
