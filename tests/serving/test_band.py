@@ -162,6 +162,16 @@ def test_cli_prints_the_band_columns(tmp_path):
                                     timeout=120).stdout)
     band = doc["summary"]["latency_band_s"] if "summary" in doc else doc["latency_band_s"]
     assert np.all(np.diff(band["ttft"]["p50"]) > 0)
+    # the prediction band's p90s, printed under the table: each end the farther of the band's and the
+    # point x the measured scatter's factor
+    pred, point = band["prediction"], doc["summary"]["latency_s"] if "summary" in doc else doc["latency_s"]
+    lo, hi = pred["factors"]["ttft"]
+    expect = (min(band["ttft"]["p90"][0], point["ttft"]["p90"] * lo), max(band["ttft"]["p90"][1], point["ttft"]["p90"] * hi))
+    assert pred["ttft"]["p90"] == pytest.approx(expect)
+    from kvreplay.output.serving import seconds_text
+    line = next(x for x in out.stdout.splitlines() if x.startswith("(prediction band"))
+    assert f"TTFT p90 {seconds_text(expect[0])} - {seconds_text(expect[1])}" in line
+    assert f"TTFT x{lo:.2f}-{hi:.2f}" in line
 
 
 def test_sweep_csv_has_the_band_columns(tmp_path):

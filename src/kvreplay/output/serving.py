@@ -302,7 +302,21 @@ def _latency_lines(s: dict, band: dict | None) -> list[str]:
     if band is not None:
         lines.append("(band: the same run with every step at the low / high end of the calibrated roofline's "
                      "measured/predicted step-time ratios, 5th-95th percentile; see the time line above)")
+    if band is not None and band.get("prediction"):
+        lines.append(_prediction_line(band["prediction"]))
     return lines
+
+
+def _prediction_line(pred: dict) -> str:
+    """The prediction band's p90s: how far measured vLLM runs scatter around a run like this one."""
+    names = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "end to end"))
+    ranges = ", ".join(f"{label} p90 {seconds_text(pred[k]['p90'][0])} - {seconds_text(pred[k]['p90'][1])}"
+                       for k, label in names if k in pred and "p90" in pred[k])
+    factors = ", ".join(f"{label} x{pred['factors'][k][0]:.2f}-{pred['factors'][k][1]:.2f}"
+                        for k, label in names if k in pred.get("factors", {}))
+    return (f"(prediction band, where measured vLLM runs fall around such a run: {ranges}; each end the point "
+            f"x the 5th / 95th percentile of measured / simulated over measured serving runs, {factors}; "
+            "docs/timing.md, 'Outside the engine')")
 
 
 def _throughput_lines(s: dict) -> list[str]:
