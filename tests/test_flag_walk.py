@@ -275,6 +275,7 @@ CASES.update({
     ("simulate", "--max-num-batched-tokens"): changes("--max-num-batched-tokens", "32", context=("--speedup", "50")),
     ("simulate", "--max-num-seqs"): changes("--max-num-seqs", "1"),
     ("simulate", "--n"): changes("--n", "2"),  # every request served as 2 children (serving/samples.py)
+    ("simulate", "--beam-width"): changes("--beam-width", "2"),  # rounds of 1-token requests (serving/beam.py)
     ("simulate", "--no-chunked-prefill"): changes("--no-chunked-prefill", context=("--max-num-batched-tokens", "256")),
     ("simulate", "--chunked-prefill-size"): changes("--chunked-prefill-size", "32", context=("--engine-style", "sglang")),
     ("simulate", "--max-prefill-tokens"): changes("--max-prefill-tokens", "64", context=("--engine-style", "sglang",

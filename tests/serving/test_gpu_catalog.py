@@ -337,4 +337,33 @@ def test_a_pcie_gpu_beyond_a_pair_is_warned_of_its_all_reduce(tmp_path):
 
     (w,) = warned("L4", 4)
     assert "TP 4 runs at PCIe's 32 GB/s" in w and "22.6x" in w
-    assert warned("L40S", 8) and not warned("L40S", 2) and not warned("L4", 1) and not warned("H100", 8)
+    assert not warned("L4", 2) and not warned("L4", 1) and not warned("H100", 8)
+    # the L40S runs its own all-reduce fit at every degree instead (test_the_l40s_runs_its_pcie_all_reduce_fit)
+    assert not warned("L40S", 8) and not warned("L40S", 4)
+
+
+def test_the_l40s_runs_its_pcie_all_reduce_fit():
+    # catalog/gpus.py PCIE_ALLREDUCE (benchmarks/fit_pcie_allreduce.py on aiconfigurator's L40S tables):
+    # a bus bandwidth of 19.99 GB/s over 2 GPUs, 5.12 over 4 and 1.85 over 8, where the A100's
+    # calibration scaled to PCIe's 32 GB/s gives 20.6 at every degree
+    from kvreplay.catalog.gpus import PCIE_ALLREDUCE, pcie_allreduce
+    from kvreplay.serving.timing.roofline import allreduce_time
+
+    assert pcie_allreduce("L40S", 1) is None and pcie_allreduce("H100", 4) is None and pcie_allreduce("L4", 4) is None
+    assert [pcie_allreduce("L40S", tp)[0] for tp in (2, 3, 4, 6, 8, 16)] == [2, 4, 4, 8, 8, 8]
+    for tp, bus in ((2, 19.9898e9), (4, 5.12127e9), (8, 1.85126e9)):
+        tm = CalibratedRooflineTimeModel("Llama-3.1-8B", "L40S", tp)
+        assert tm.c["allreduce_bus_bytes_per_s"] == bus and tm.describe()["pcie_allreduce_tp"] == tp
+        assert tm.allreduce_latency_s == pytest.approx(PCIE_ALLREDUCE["L40S"][tp]["allreduce_latency_s"]
+                                                       + tm.c["allreduce_skew_s"] * math.log2(tp))
+    # a 4 MiB bf16 all-reduce over 4 L40S (vLLM's custom kernel, two stages above 512 KiB):
+    # latency + kernel latency + 2 x 3/4 x 4 MiB / 5.12127 GB/s = 818.9 us + 2 x 13.14 us
+    c = CalibratedRooflineTimeModel("Llama-3.1-8B", "L40S", 4).c
+    assert allreduce_time(4, 4 * 2 ** 20, c["allreduce_latency_s"], c) == pytest.approx(
+        2 * 13.1407e-6 + 1.5 * 4 * 2 ** 20 / 5.12127e9)
+    # the band is widened to the L40S's own steps composed at that degree (TP 8 prefill from 0.5963)
+    assert CalibratedRooflineTimeModel("Llama-3.1-8B", "L40S", 8).band("prefill")[0] == 0.5963
+    # the L4 (no measured all-reduce) keeps the A100's scaled to its link
+    l4 = CalibratedRooflineTimeModel("Llama-3.1-8B", "L4", 4)
+    a100 = CalibratedRooflineTimeModel("Llama-3.1-8B", "A100-80GB", 4)
+    assert l4.c["allreduce_bus_bytes_per_s"] == pytest.approx(a100.c["allreduce_bus_bytes_per_s"] * 32 / 300)

@@ -186,15 +186,19 @@ def test_the_groups_ttft_carries_the_calibrated_rooflines_band():
     assert s["median_ttft_last_child_s"] == s["median_ttft_first_child_s"]
 
 
-def test_beam_search_in_a_trace_is_refused_with_the_reason(tmp_path):
-    trace = write(tmp_path, "t.jsonl", jsonl(
+def test_a_trace_beam_width_is_read_and_checked(tmp_path):
+    # (serving/beam.py serves it; tests/serving/test_beam.py)
+    trace = load(str(write(tmp_path, "t.jsonl", jsonl(
         {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 1},
-        {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 4}))
-    with pytest.raises(TraceError, match=r"t.jsonl:2: beam_width: beam search \(4\) is not modelled: vLLM 0.33.0 "
-                                         r"serves it as one 1-token request per beam per output token"):
-        load(str(trace))
-    assert load(str(write(tmp_path, "one.jsonl", jsonl(
-        {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 1})))).samples is None
+        {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 4},
+        {"timestamp": 0, "input_length": 40, "hash_ids": [1, 2, 3]}))))
+    assert trace.beam_width.tolist() == [1, 4, 0] and trace.samples is None
+    with pytest.raises(TraceError, match=r"t2.jsonl:1: beam_width: expected a whole number of beams in 1..10 "
+                                         r"\(vLLM asks the engine for 2 x W logprobs"):
+        load(str(write(tmp_path, "t2.jsonl", jsonl({"input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 11}))))
+    with pytest.raises(TraceError, match=r"t3.jsonl:1: beam_width: give n or beam_width, not both"):
+        load(str(write(tmp_path, "t3.jsonl", jsonl({"input_length": 40, "hash_ids": [1, 2, 3], "beam_width": 2,
+                                                     "n": 2}))))
 
 
 def test_the_documented_run(tmp_path):

@@ -175,3 +175,46 @@ def get_gpu(name) -> GPUSpec:
     hint = did_you_mean(key, index, n=6, cutoff=0.4)
     known = ", ".join(g.name for g in gpu_catalog())
     raise ConfigError(f"unknown GPU {name!r}{hint} (known: {known})")
+
+
+#: PCIe GPUs' all-reduce, fitted per TP degree on measured kernels: a GPU without NVLink exchanges
+#: over PCIe, and the bus bandwidth a group sustains falls with its size (traffic between PCIe
+#: switches crosses the host), so one set of coefficients cannot serve every degree. Each degree's
+#: three terms of roofline.allreduce_time (latency; the one-stage kernel's link and the two-stage /
+#: ring kernel's bus bandwidth, bytes/s) were fitted by benchmarks/fit_pcie_allreduce.py on
+#: aiconfigurator's tables (PCIE_ALLREDUCE_SOURCE), and ``band`` is measured / predicted over the
+#: degree's messages, 5th-95th percentile; ``steps`` the same per phase over the dense models' bf16
+#: steps composed from the GPU's own measured kernels (its GEMMs, attention and all-reduce) under
+#: the roofline with this fit (fit_pcie_allreduce.py --steps), which widens the run's band. A GPU
+#: listed here runs them instead of its calibration's (or its relative's scaled to its link). A degree between two measured ones takes the next
+#: larger one's (its bandwidth is no higher); beyond the largest (8: one PCIe server), the largest's.
+PCIE_ALLREDUCE = {
+    "L40S": {
+        2: {"allreduce_latency_s": 5.29485e-06, "allreduce_link_bytes_per_s": 1.90816e+10,
+            "allreduce_bus_bytes_per_s": 1.99898e+10, "band": (0.9499, 1.0587),
+            "steps": {"prefill": (0.8711, 1.2844), "decode": (0.8059, 0.9987), "mixed": (0.8706, 1.3199)}},
+        4: {"allreduce_latency_s": 1.31407e-05, "allreduce_link_bytes_per_s": 8.26613e+09,
+            "allreduce_bus_bytes_per_s": 5.12127e+09, "band": (0.9198, 1.3139),
+            "steps": {"prefill": (0.9532, 1.2838), "decode": (0.7585, 1.1522), "mixed": (0.9926, 1.2962)}},
+        8: {"allreduce_latency_s": 2.48086e-05, "allreduce_link_bytes_per_s": 1.09831e+10,
+            "allreduce_bus_bytes_per_s": 1.85126e+09, "band": (0.7003, 1.2795),
+            "steps": {"prefill": (0.5963, 1.2818), "decode": (0.595, 0.9929), "mixed": (0.6814, 1.2558)}},
+    },
+}
+PCIE_ALLREDUCE_SOURCE = {
+    "L40S": "NVIDIA aiconfigurator's kernel database (github.com/ai-dynamo/aiconfigurator, Apache-2.0), PyPI wheel "
+            "aiconfigurator-core==0.12.0: systems/data/l40s/comm/vllm/0.22.0/custom_allreduce_perf.parquet (vLLM's "
+            "custom all-reduce, bf16, CUDA graphs, up to 8 MiB) and systems/data/l40s/comm/nccl/2.27.3/nccl_perf.parquet "
+            "(NCCL all_reduce above 8 MiB); 22 messages per degree",
+}
+
+
+def pcie_allreduce(gpu, tp: int) -> tuple[int, dict] | None:
+    """(the measured degree used, its fitted all-reduce terms) for `gpu` (a GPUSpec or name) at TP
+    `tp`; None when the GPU has no such fit or `tp` is 1 (no all-reduce)."""
+    table = PCIE_ALLREDUCE.get(get_gpu(gpu).name)
+    if table is None or tp <= 1:
+        return None
+    degrees = sorted(table)
+    degree = next((d for d in degrees if d >= tp), degrees[-1])
+    return degree, table[degree]

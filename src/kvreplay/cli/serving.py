@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..policies.registry import get_policy
 from ..serving import routing
 from . import common
+from ..serving.beam import check_beam_width
 from ..serving.samples import check_n
 from .sessions import add_closed_options, check_single, closed_of
 from .warmup import add_warmup_options, warmup_of
@@ -240,6 +241,10 @@ def _output_arguments(sim) -> None:
                      help="parallel sampling: N completions for every request whose record gives no n (default 1), "
                           "served as vLLM serves them, N child requests sharing the prompt's KV (vLLM style, one "
                           "instance)")
+    sim.add_argument("--beam-width", type=int, default=None, metavar="W",
+                     help="beam search of width W (2..10) for every request whose record gives no beam_width, served "
+                          "as vLLM's API server runs it: rounds of one-token requests, one per live beam, the beams "
+                          "chosen by seeded synthetic logprobs (vLLM style, one instance; default 1: none)")
     sim.add_argument("--no-output-kv", action="store_true",
                      help="generated tokens take no KV blocks (the sequential replay's assumption)")
     common.add_param_options(sim)
@@ -311,13 +316,14 @@ def _options(args, trace) -> dict:
                 mem_fraction_static=args.mem_fraction_static, host=args.host_cpu,
                 router_options=_router_options(args.router_option), **closed_of(args),
                 speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
-                acceptance=args.acceptance, n=args.n, **params)
+                acceptance=args.acceptance, n=args.n, beam_width=args.beam_width, **params)
 
 
 def _cmd_simulate(args) -> int:
     """simulate: parse (the trace, simulate()'s keywords), then one run or a load sweep, printed."""
     common.check_table_outputs(args)
     check_n(args.n)  # (an argument error before the trace is read)
+    check_beam_width(args.beam_width)
     routers = {args.router, *(r.strip() for r in (args.routers or "").split(","))}
     random = [what for what, used in (("--rate/--rates (Poisson arrivals)", args.rate or args.rates),
                                       ("--router random", "random" in routers)) if used]
@@ -430,6 +436,10 @@ def _print_one(args, trace, report, checked) -> int:
             from ..output.samples import samples_lines
 
             print("\n".join(samples_lines(report.samples)))
+        if report.beam is not None:
+            from ..output.beam import lines as beam_lines
+
+            print("\n".join(beam_lines(report.beam)))
         served_headroom = _served_headroom(args, trace, report)
         if served_headroom is not None:
             from ..output.misses import headroom_lines
@@ -446,7 +456,7 @@ def _served_headroom(args, trace, report):
     from ..engine.replay import replay
 
     if report.misses is None or report.instances > 1 or get_policy(report.policy).bound or \
-            report.closed is not None or report.samples is not None:
+            report.closed is not None or report.samples is not None or report.beam is not None:
         # (a closed loop serves its requests out of trace order, or copies them; n > 1 serves the fanned-out trace)
         return None
     sequential = replay(trace, report.policy, report.capacity_blocks, report.block_size, miss_account=False,

@@ -54,6 +54,9 @@ def _describe_time(tm: dict) -> str:
         band = ", ".join(f"{p} x{lo:.2f}-{hi:.2f}" for p, (lo, hi) in bands.items())
         moe = f"; routed experts as vLLM's fused MoE kernel ({tm['moe_kernel']})" if tm.get("moe_kernel") else ""
         moe += "; MLA layers fitted on vLLM's measured MLA modules" if tm.get("mla") else ""
+        if tm.get("pcie_allreduce_tp"):
+            moe += (f"; all-reduce over PCIe fitted on {tm.get('gpu')}'s own measured all-reduces at "
+                    f"{tm['pcie_allreduce_tp']} GPUs")
         pp = (f"; {tm['pp']} pipeline stages, one batch at a time through them, each step's tokens crossing "
               f"{tm['pp'] - 1} stage-to-stage send(s) of {1e9 * tm['pp_hop_s_per_token']:.0f} ns a token"
               if tm.get("pp", 1) > 1 else "")

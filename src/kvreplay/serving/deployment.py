@@ -92,7 +92,7 @@ class Deployment:
 class ArrivalConfig:
     """When requests arrive: the trace's timestamps / `speedup`, a Poisson `rate` (seeded), reshaped
     by `rate_profile`; an open or closed loop (`arrivals`, `think_time`, `sessions`); the `warmup`
-    not judged; `n` completions per request."""
+    not judged; `n` completions per request; `beam_width`, beam search's width per request."""
 
     speedup: float | None = None
     rate: float | None = None
@@ -103,6 +103,7 @@ class ArrivalConfig:
     sessions: int | None = None
     warmup: object = None
     n: int | None = None
+    beam_width: int | None = None
 
 
 @dataclass(frozen=True)

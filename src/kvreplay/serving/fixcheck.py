@@ -31,7 +31,7 @@ def check_fix(trace, options: dict, report, progress=None) -> dict | None:
     out = {}
     load = fix.get("load")
     disaggregated = options.get("prefill_instances") is not None
-    sampled = report.samples is not None  # (n > 1 is served on one instance: serving/samples.py)
+    sampled = report.samples is not None or report.beam is not None  # (n > 1, beam search: one instance)
     by_instances = not disaggregated and not sampled and fix["instances"] <= MAX_INSTANCES
     total = (load is not None) + by_instances
     tell(progress, 0, total, STAGE)

@@ -27,6 +27,7 @@ import numpy as np
 from . import closed_stats
 from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
 from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
+from .beam import to_json as beam_json
 from .samples import to_json as samples_json
 from .timing.host import prediction_factors, widen_band
 from .warmup import JudgedSpan
@@ -111,6 +112,8 @@ class SimReport(JudgedSpan):
     #: parallel sampling (serving/samples.py summarize): the groups' shared and divergent KV and TTFT;
     #: None when every request samples one completion
     samples: dict | None = None
+    #: beam search (serving/beam.py summarize): the groups' rounds, requests, hits, KV and time to the answer
+    beam: dict | None = None
 
     def misses_summary(self) -> dict | None:
         """The served miss account's totals over the finished judged requests (`counted`), what is not measured, and
@@ -357,6 +360,7 @@ class SimReport(JudgedSpan):
             "closed": None if self.closed is None else closed_stats.summary(self),
             "misses": self.misses_summary(),
             **({} if self.samples is None else {"samples": samples_json(self.samples, per_group=False)}),
+            **({} if self.beam is None else {"beam": beam_json(self.beam, per_group=False)}),
         }
 
     def window(self) -> dict:
@@ -435,6 +439,8 @@ class SimReport(JudgedSpan):
             doc["per_instance"] = self.per_instance()
         if self.samples is not None:
             doc["samples"] = samples_json(self.samples, per_group=per_request)
+        if self.beam is not None:
+            doc["beam"] = beam_json(self.beam, per_group=per_request)
         if per_request:
             cols = self.request_columns()
             doc["per_request"] = {k: [None if isinstance(x, float) and math.isnan(x) else x for x in v.tolist()]

@@ -24,6 +24,7 @@ from .config import resolve
 from .deployment import Deployment, SimConfig
 from .report import FINISHED, SimReport
 from .run import KernelRun, decode_blocks, run_once
+from . import beam as beam_search
 from .samples import check_applies, fan_out, private_tails, release_links, samples_per_request, summarize
 from .semantics import choose
 from .speculative import resolve as resolve_speculative
@@ -254,14 +255,20 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
         a request with n > 1 is served as vLLM 0.33.0 serves it, n child requests that share its
         prompt (serving/samples.py; the vLLM style and one instance only); the report's samples
         says the groups' shared and divergent KV and their TTFT.
+    beam_width: beam search: the width of every request whose record gives no ``beam_width``
+        (default 1: none); a request with width W > 1 is served as vLLM 0.33.0's API server runs
+        it, rounds of one-token requests, one per live beam, the beams chosen by seeded synthetic
+        logprobs (serving/beam.py; the vLLM style and one instance only); the report's beam says
+        each group's rounds, requests, prompt tokens sent and hit, shared and divergent KV and its
+        time to the final answer.
     """
     return serve(trace, SimConfig.from_keywords(policy, capacity, block_size, **options))
 
 
 @dataclass
 class Served:
-    """One simulation, resolved (``_prepare``): the trace as served (samples fanned out, a
-    closed loop's lanes), the policy, scheduler and Deployment, the time model and host terms,
+    """One simulation, resolved (``_prepare``): the trace as served (samples fanned out, beam
+    search's rounds, a closed loop's lanes), the policy, scheduler and Deployment, the time model and host terms,
     the arrivals and warm-up, and run_once's keywords. Its arrivals and warm-up are the clients'
     once a closed loop's run has timed them."""
 
@@ -297,6 +304,8 @@ class Served:
     delay_s: np.ndarray | None = None
     releases: bool = False
     run: KernelRun | None = None
+    widths: np.ndarray | None = None  # each request's beam width (beam.py; 0 or 1: none)
+    beams: object = None  # beam.BeamRun: the rounds of one-token requests served
 
     @property
     def block_size(self) -> int:
@@ -318,6 +327,8 @@ def serve(trace, config: SimConfig) -> SimReport:
     tell(progress, 0, runs, "runs")
     raw = run_once(s.trace, s.run)
     tell(progress, 1, runs, "runs")
+    if s.beams is not None:  # a later round's request: sent by the API server when the last round ended
+        s.arrival_s = np.where(s.beams.round > 0, raw.arrival_s - _round_trip_s(s.host_terms), s.arrival_s)
     if s.closed_run:  # the clients' send times (the engine sees each one the host's delay later), the warm-up on them
         s.arrival_s = raw.arrival_s - s.delay_s
         s.warm = resolve_warmup(config.arrival.warmup, s.trace, s.arrival_s, s.block_size)
@@ -333,6 +344,8 @@ def serve(trace, config: SimConfig) -> SimReport:
         report.band = _band_section(s, report, band)
     if s.fan is not None:
         report.samples = summarize(s.fan, report, s.block_size, s.output_kv)
+    if s.beams is not None:
+        report.beam = beam_search.summarize(s.beams, report, s.block_size)
     if config.check:
         report.check_invariants()
         _check_tokens(report, raw)
@@ -344,6 +357,7 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
     looked up once), the time model, the arrivals, the semantics, the routing and the host."""
     s = _checked(trace, c)
     _resolve_deployment(s)
+    _expand_beams(s)
     _resolve_arrivals(s)
     a, cl = c.arrival, c.cluster
     d = s.deployment
@@ -372,7 +386,7 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
         assigned = np.full(len(s.trace), -1, dtype=np.int64)  # (round-robin in the order requests arrive: the kernel's)
     routing.parameters(cl.router, cl.router_options)  # checked before the run
     _resolve_host(s)
-    engine_arrival_s = _engine_arrivals(s.host_terms, s.arrival_s, np.asarray(s.trace.input_length), s.fan)
+    engine_arrival_s = _engine_arrivals(s.host_terms, s.arrival_s, np.asarray(s.trace.input_length), s.fan or s.beams)
     if s.spec_decode is not None and s.spec_decode.method == "draft" and _is_roofline(c.time.time_model):
         s.draft_tm = load_time_model(c.time.time_model, model=s.spec_decode.draft_model, gpu=d.gpu_spec,
                                      tp=c.deployment.tp, kv_dtype=d.kv_dtype, dtype=d.weights_dtype)
@@ -388,6 +402,8 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
                       draft_time_model=s.draft_tm)
     if s.releases:
         s.run = replace(s.run, closed=release_links(s.fan, engine_arrival_s), prefill_only=s.fan.prefill_only)
+    if s.beams is not None:  # each round sent when the last one has ended (beam.py)
+        s.run = replace(s.run, closed=s.beams.release_links(engine_arrival_s, _round_trip_s(s.host_terms)))
     return s
 
 
@@ -403,6 +419,12 @@ def _checked(trace: Trace, c: SimConfig) -> Served:
                       or a.sessions is not None)
         parents, fan = trace, fan_out(trace, per_request_n, style)
         trace = fan.trace
+    widths = beam_search.widths_per_request(trace, a.beam_width)
+    if (widths > 1).any():
+        beam_search.check_applies(style, cl.instances, cl.prefill_instances is not None or cl.decode_instances is not None,
+                                  closed.check_options(trace, a.arrivals, sessions=a.sessions, think_time=a.think_time,
+                                                       speedup=a.speedup, rate=a.rate)[0] == closed.CLOSED
+                                  or a.sessions is not None, fan is not None, c.speculative.speculative is not None)
     sp = c.speculative
     spec_decode = resolve_speculative(sp.speculative, sp.num_speculative_tokens, model=c.deployment.model,
                                       acceptance=sp.acceptance)
@@ -438,7 +460,7 @@ def _checked(trace: Trace, c: SimConfig) -> Served:
     output_kv = limits.check_flag(c.output_kv, "output_kv")
     return Served(config=c, trace=trace, fan=fan, parents=parents, spec=spec, scheduler=scheduler, deployment=None,
                   spec_decode=spec_decode, router_lag_ms=router_lag_ms, output_kv=output_kv, tier_overlap=tier_overlap,
-                  instances=instances, **slo)
+                  instances=instances, widths=widths, **slo)
 
 
 def _served_policy(c: SimConfig):
@@ -504,14 +526,15 @@ def _resolve_arrivals(s: Served) -> None:
                                  chunk=prefill_chunk(s.scheduler))
     s.closed_run = loop is not None and loop.open_arrival_s is None  # (else N sessions sent at their recorded times)
     load = dict(speedup=a.speedup, rate=a.rate, seed=a.seed, rate_profile=a.rate_profile)
-    if loop is None and s.fan is None:
+    if loop is None and s.fan is None and s.beams is None:
         s.arrival_s, s.profile_name = arrival_times(s.trace, **load)
         s.warm = resolve_warmup(warmup, s.trace, s.arrival_s, bs)
     elif loop is None:  # n > 1: the parents arrive, their children with them; the warm-up is the parents' own
-        # (a child's reuse of its sibling's prompt is no lookback)
+        # (a child's reuse of its sibling's prompt is no lookback; beam search: a group's first round
+        # arrives with its request, the later rounds' times come from the run)
         arrival_s, s.profile_name = arrival_times(s.parents, **load)
         s.warm = resolve_warmup(warmup, s.parents, arrival_s, bs)
-        s.arrival_s = arrival_s[s.fan.parent]
+        s.arrival_s = arrival_s[(s.fan or s.beams).parent]
     else:
         if a.rate_profile is not None:
             raise ConfigError("rate_profile (--rate-profile) reshapes open-loop arrivals; a closed loop's arrivals "
@@ -550,11 +573,12 @@ def _band_runs(s: Served, progress, runs: int) -> dict:
     for k, end in enumerate(("low", "high")):
         host_end = host_band(host_terms, end)
         end_delay_s = host_end.arrival_delay(prompts)
-        engine_arrival_s = _engine_arrivals(host_end, s.arrival_s, prompts, s.fan)
+        engine_arrival_s = _engine_arrivals(host_end, s.arrival_s, prompts, s.fan or s.beams)
         band[end] = run_once(s.trace, replace(
             s.run, time_model=tm.at_band(end), host=host_end, arrival_s=engine_arrival_s,
             closed=s.loop.kernel_arrays(end_delay_s) if s.closed_run else
-            release_links(s.fan, engine_arrival_s) if s.releases else None,
+            release_links(s.fan, engine_arrival_s) if s.releases else
+            s.beams.release_links(engine_arrival_s, _round_trip_s(host_end)) if s.beams is not None else None,
             draft_time_model=s.draft_tm.at_band(end) if hasattr(s.draft_tm, "at_band") else s.draft_tm))
         band[end + "_delay_s"] = end_delay_s
         tell(progress, 2 + k, runs, "runs")
@@ -649,12 +673,34 @@ def _band_section(s: Served, report: SimReport, band: dict) -> dict:
             own = resolve_warmup(warmup, s.trace, sent, s.block_size)
             fields = dict(arrival_s=sent, warmup=None if own.cold and warmup is None else own.to_dict(),
                           judged_until_s=closed_stats.steady_until(report.closed, sent, other.finish_s))
+        elif s.beams is not None:  # (its later rounds sent when its own earlier rounds ended)
+            fields = dict(arrival_s=np.where(s.beams.round > 0,
+                                             other.arrival_s - _round_trip_s(host_band(s.host_terms, end)),
+                                             report.arrival_s))
         band["runs"][end] = replace(report, scheduled_s=other.scheduled_s, first_token_s=other.first_token_s,
                                     finish_s=other.finish_s, status=other.status, itl_histogram=other.itl,
                                     band=None, **fields)
         band[end] = band["runs"][end].latencies()
     band["warnings"] = _calibration_warnings(s.tm, s.trace, report)
     return band
+
+
+def _expand_beams(s: Served) -> None:
+    """Beam search's requests (beam.py): each group's rounds of one-token requests, one per live
+    beam, in place of the group's request; its parents are the trace's requests."""
+    if s.widths is None or not (s.widths > 1).any():
+        return
+    s.parents, s.beams = s.trace, beam_search.expand(s.trace, s.widths, s.block_size, s.config.arrival.seed)
+    s.trace = s.beams.trace
+    if s.spec.capacity == "ignored":  # (the rounds' own blocks: one per request beyond the trace's)
+        s.capacity = max(s.capacity, s.trace.num_blocks + len(s.trace) + 2)
+    limits.check_requests(s.trace, s.block_size, s.output_kv)
+
+
+def _round_trip_s(host_terms) -> float:
+    """What passes between a beam-search round's end and the engine seeing the next round's
+    requests, less their own arrival delay: the API server's response and its next request."""
+    return host_terms.request_s + host_terms.latency_s
 
 
 def _engine_arrivals(host_terms, arrival_s, prompts, fan):
@@ -810,8 +856,8 @@ def calibration_warnings(tm, trace) -> list[str]:
                    "checks: the band covers the attention and GEMM terms only")
     if rng.get("tp") and tm.tp not in rng["tp"]:
         out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
-    if tm.gpu.link_topology == "pcie" and tm.tp > 2:
-        out.append(_pcie_warning(tm))
+    if tm.gpu.link_topology == "pcie" and tm.tp > 2 and getattr(tm, "pcie_allreduce", None) is None:
+        out.append(_pcie_warning(tm))  # (a GPU with its own PCIe all-reduce fit runs it: catalog/gpus.py)
     context = np.asarray(trace.input_length) + np.asarray(trace.output_length)
     longest = int(context.max()) if len(trace) else 0
     # an MLA run with its fitted term: the MLA modules were measured to longer prompts than the steps

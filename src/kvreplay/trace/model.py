@@ -98,6 +98,8 @@ class Trace:
             when the source records none.
         samples: int64[n] or None: the completions each request asks for (the record's ``n``,
             serving/samples.py), 0 where the record gives none; None when no record gives one.
+        beam_width: int64[n] or None: each request's beam-search width (the record's
+            ``beam_width``, serving/beam.py), 0 where the record gives none; None when no record gives one.
     """
 
     offsets: np.ndarray
@@ -115,6 +117,7 @@ class Trace:
     retention: object | None = None  # trace.retention.Retention
     dependencies: object | None = None  # trace.dependencies.Dependencies
     samples: np.ndarray | None = None
+    beam_width: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -154,6 +157,14 @@ class Trace:
                 raise ConfigError("every per-request column must have one entry per request")
             if n and self.samples.min() < 0:
                 raise ConfigError("samples (n) must be non-negative (0: not given)")
+        if self.beam_width is not None:
+            if np.asarray(self.beam_width).size and np.asarray(self.beam_width).dtype.kind not in "iu":
+                raise ConfigError("beam_width must be whole numbers")
+            set_(self, "beam_width", _frozen(self.beam_width, np.int64))
+            if self.beam_width.shape != (n,):
+                raise ConfigError("every per-request column must have one entry per request")
+            if n and self.beam_width.min() < 0:
+                raise ConfigError("beam_width must be non-negative (0: not given)")
         if self.retention is not None and self.retention.num_requests != n:
             raise ConfigError("retention ranges must be given for every request (an empty list for none)")
         if self.dependencies is not None and self.dependencies.num_requests != n:
@@ -264,6 +275,7 @@ class Trace:
             retention=None if self.retention is None else self.retention.take(order),
             dependencies=None if self.dependencies is None else self.dependencies.take(order),
             samples=None if self.samples is None else self.samples[order],
+            beam_width=None if self.beam_width is None else self.beam_width[order],
         )
 
     def summary(self) -> dict:

@@ -7,7 +7,8 @@ size; kvreplay's hash, synth and convert write it in every record), ``priority``
 ``priority_ranges`` (optional KV retention priorities, trace/retention.py: ``priority`` P is one
 range over the whole prompt; ``priority_ranges`` is ``[[start, end or null, P, duration_ms or
 null], ...]``), ``n`` (optional: the completions the request samples from its prompt, 1..1024,
-serving/samples.py); ``beam_width`` above 1 is refused (serving/samples.py says why). Unknown fields are ignored; blank lines are skipped. Requests keep file order.
+serving/samples.py), ``beam_width`` (optional: the request's beam-search width, 1..10, served as
+vLLM's online beam search, serving/beam.py; 1 is ordinary decoding). Unknown fields are ignored; blank lines are skipped. Requests keep file order.
 
 Two paths produce the same result. The fast path decodes a chunk of lines as
 one JSON array with msgspec, keeps ``hash_ids`` as raw bytes and parses all of
@@ -30,6 +31,7 @@ from .model import MAX_BLOCK_SIZE, Reader, Trace, frozen
 from .retention import Retention, check_range
 
 MAX_SAMPLES = 1024  # the bound on n (serving/samples.py)
+MAX_BEAM_WIDTH = 10  # the bound on beam_width (serving/beam.py: vLLM's --max-logprobs default of 20 over 2)
 
 class _FastRecord(msgspec.Struct, gc=False):
     input_length: int
@@ -39,19 +41,20 @@ class _FastRecord(msgspec.Struct, gc=False):
     priority: msgspec.Raw | None = None  # (a record with priorities takes the slow path)
     priority_ranges: msgspec.Raw | None = None
     n: int | None = None  # (a value out of 1..MAX_SAMPLES takes the slow path, which names it)
-    beam_width: msgspec.Raw | None = None  # (any takes the slow path, which refuses a width above 1)
+    beam_width: msgspec.Raw | None = None  # (any takes the slow path, which checks it)
 
 
 class _Chunk(Chunk):
     """A chunk's columns plus each record's retention ranges and ``n`` (None: no record in it has
     any; 0 in `samples`: this record has none)."""
 
-    __slots__ = ("ranges", "samples")
+    __slots__ = ("ranges", "samples", "beams")
 
-    def __init__(self, ids, counts, lengths, stamps, outs, ranges=None, samples=None):
+    def __init__(self, ids, counts, lengths, stamps, outs, ranges=None, samples=None, beams=None):
         super().__init__(ids, counts, lengths, stamps, outs)
         self.ranges = ranges
         self.samples = samples
+        self.beams = beams
 
 
 _fast_decoder = msgspec.json.Decoder(_FastRecord)
@@ -78,8 +81,8 @@ def _ranges(path: str, line: int, obj: dict) -> list:
 
 
 def _check_record(path: str, line: int, text: bytes):
-    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length, ranges, n)
-    (n 0: not given)."""
+    """Decode and validate one line; return (hash_ids, input_length, timestamp, output_length, ranges, n,
+    beam_width) (n, beam_width 0: not given)."""
     obj = decode_object(path, line, text)
     if "input_length" not in obj and "hash_ids" not in obj:
         tokens = next((k for k in ("token_ids", "prompt_token_ids") if k in obj), None)
@@ -107,12 +110,16 @@ def _check_record(path: str, line: int, text: bytes):
         raise TraceError(path, f"expected a whole number of completions in 1..{MAX_SAMPLES}, got {describe(samples)}",
                          line, "n")
     beam = obj.get("beam_width")
-    if beam is not None and not (is_int(beam) and beam == 1):
-        raise TraceError(path, f"beam search ({describe(beam)}) is not modelled: vLLM 0.33.0 serves it as one 1-token "
-                         "request per beam per output token, each round sent when the last one returns "
-                         "(entrypoints/generate/beam_search/online.py:93-117), arrivals that depend on the run "
-                         "(parallel sampling, n, is modelled)", line, "beam_width")
-    return ids, length, float(stamp), out, _ranges(path, line, obj), int(samples)
+    if beam is None:
+        beam = 0
+    elif not is_int(beam) or not 1 <= beam <= MAX_BEAM_WIDTH:
+        raise TraceError(path, f"expected a whole number of beams in 1..{MAX_BEAM_WIDTH} (vLLM asks the engine for "
+                         f"2 x W logprobs, at most its --max-logprobs default of 20), got {describe(beam)}",
+                         line, "beam_width")
+    if beam > 1 and samples > 1:
+        raise TraceError(path, "give n or beam_width, not both: vLLM takes a beam-search request's n as its beam "
+                         "width", line, "beam_width")
+    return ids, length, float(stamp), out, _ranges(path, line, obj), int(samples), int(beam)
 
 
 def _fast_chunk(data: bytes) -> Chunk | None:
@@ -166,9 +173,10 @@ def _fast_chunk(data: bytes) -> Chunk | None:
 
 def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invalid: list[int]) -> Chunk:
     ids: list = []
-    counts, lengths, stamps, outs, ranges, samples = [], [], [], [], [], []
-    for _, (rec_ids, length, stamp, out, rec_ranges, rec_n) in checked_lines(path, first_line, data, on_invalid,
-                                                                             invalid, _check_record):
+    counts, lengths, stamps, outs, ranges, samples, beams = [], [], [], [], [], [], []
+    for _, (rec_ids, length, stamp, out, rec_ranges, rec_n, rec_beam) in checked_lines(path, first_line, data,
+                                                                                       on_invalid, invalid,
+                                                                                       _check_record):
         ids.extend(rec_ids)
         counts.append(len(rec_ids))
         lengths.append(length)
@@ -176,9 +184,11 @@ def _slow_chunk(path: str, first_line: int, data: bytes, on_invalid: str, invali
         outs.append(out)
         ranges.append(rec_ranges)
         samples.append(rec_n)
+        beams.append(rec_beam)
     return _Chunk(ids, np.array(counts, dtype=np.int64), np.array(lengths, dtype=np.int64),
                   np.array(stamps, dtype=np.float64), np.array(outs, dtype=np.int64),
-                  ranges if any(ranges) else None, np.array(samples, dtype=np.int64) if any(samples) else None)
+                  ranges if any(ranges) else None, np.array(samples, dtype=np.int64) if any(samples) else None,
+                  np.array(beams, dtype=np.int64) if any(beams) else None)
 
 
 def _retention(chunks: list) -> Retention | None:
@@ -192,11 +202,11 @@ def _retention(chunks: list) -> Retention | None:
     return Retention.from_lists(per_request)
 
 
-def _samples(chunks: list) -> np.ndarray | None:
-    """The trace's ``n`` column (None when no record gives one)."""
-    if all(getattr(c, "samples", None) is None for c in chunks):
+def _samples(chunks: list, field: str = "samples") -> np.ndarray | None:
+    """The trace's ``n`` column (field "beams": its ``beam_width``; None when no record gives one)."""
+    if all(getattr(c, field, None) is None for c in chunks):
         return None
-    return frozen(np.concatenate([c.samples if getattr(c, "samples", None) is not None
+    return frozen(np.concatenate([getattr(c, field) if getattr(c, field, None) is not None
                                   else np.zeros(c.lengths.shape[0], dtype=np.int64) for c in chunks]))
 
 
@@ -252,6 +262,7 @@ def read_mooncake(path: str, *, on_invalid: str = "error", keep_ids: bool = Fals
         invalid_records={"count": len(invalid), "first_lines": invalid[:MAX_REPORTED_LINES]} if invalid else None,
         retention=_retention(chunks),
         samples=_samples(chunks),
+        beam_width=_samples(chunks, "beams"),
     )
 
 

@@ -516,6 +516,12 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             relative = get_gpu(self.calibration.measured_on)
             for k in ("allreduce_bus_bytes_per_s", "allreduce_link_bytes_per_s"):
                 c[k] = c.get(k, 0.0) * self.gpu.link_bytes_per_s / relative.link_bytes_per_s
+        from ...catalog.gpus import pcie_allreduce
+
+        # a PCIe GPU's all-reduce: its own fit at this degree (catalog/gpus.py PCIE_ALLREDUCE)
+        self.pcie_allreduce = None if self.calibration.measured_on == "given" else pcie_allreduce(self.gpu, self.tp)
+        if self.pcie_allreduce is not None:
+            c.update({k: v for k, v in self.pcie_allreduce[1].items() if k.startswith("allreduce_")})
         c.update(coefficients)
         return {**SHAPE_COEFFICIENTS, **c}
 
@@ -791,6 +797,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             lo, hi = cal.band(phase, self.fp8)
             if moe:
                 lo, hi = min(lo, moe[0]), max(hi, moe[1])
+        if getattr(self, "pcie_allreduce", None) is not None:  # widened to its own composed steps' at this degree
+            ar_lo, ar_hi = self.pcie_allreduce[1]["steps"][phase]
+            lo, hi = min(lo, ar_lo), max(hi, ar_hi)
         if self.gdn and cal.bands_gdn:  # widened to the Gated DeltaNet layers' spread (a mixed step: both phases')
             for p in (("prefill", "decode") if phase == "mixed" else (phase,)):
                 lo, hi = min(lo, cal.bands_gdn[p][0]), max(hi, cal.bands_gdn[p][1])
@@ -810,6 +819,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
                 "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel, "mla": self.mla,
+                **({"pcie_allreduce_tp": self.pcie_allreduce[0]} if getattr(self, "pcie_allreduce", None) else {}),
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
                     "mamba_term": ("Gated DeltaNet kernels, fitted on measured ones" if self.gdn else
                                    "unmeasured: state read and write per request, update per token")}
