@@ -22,7 +22,6 @@ ALLOWED = {
     "trace/synth.py:synth": PUBLIC + " (Knobs; the core is synth_from)",
     "serving/simulate.py:simulate": PUBLIC + " (SimConfig.from_keywords; the core is serve; 83 of its lines "
                                              "are the keywords' documentation)",
-    "serving/routing/__init__.py:rule": "a test hook: the C rule's arguments, one to one (kv_route_rule)",
 }
 
 

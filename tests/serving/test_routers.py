@@ -26,9 +26,8 @@ ROUTER_DYNAMO, ROUTER_SGLANG, ROUTER_LLMD, ROUTER_MOONCAKE = "kv-aware", "sglang
 
 def pick(router, view, overlap, depth=None, prompt_blocks=4, prompt_tokens=64, block_size=16, fetch=None,
          time_model=TM, **options):
-    return routing.rule(router, view, overlap, depth=depth, fetch=fetch, prompt_blocks=prompt_blocks,
-                        prompt_tokens=prompt_tokens, block_size=block_size, time_model=time_model, capacity=100,
-                        options=options)
+    return routing.rule(router, view, overlap, routing.Prompt(prompt_blocks, prompt_tokens, block_size), depth=depth,
+                        fetch=fetch, time_model=time_model, capacity=100, options=options)
 
 
 def row(**cols):

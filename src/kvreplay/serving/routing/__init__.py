@@ -15,6 +15,8 @@ Ties go to the lowest instance index, or at random (kv-aware, llm-d: seeded, so 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import ctypes
 from functools import lru_cache
 
@@ -109,10 +111,19 @@ def route(trace, arrival_s: np.ndarray, instances: int, router: str, seed: int =
     return FIXED[router](trace, arrival_s, instances, seed)
 
 
-def rule(router: str, view, overlap, *, depth=None, fetch=None, prompt_blocks: int, prompt_tokens: int,
-         block_size: int, time_model: np.ndarray, capacity: float = 100.0, seed: int = 0, options=None) -> int:
+class Prompt(NamedTuple):
+    """The request a router's rule places: its prompt's blocks and tokens, and the block size."""
+
+    blocks: int
+    tokens: int
+    block_size: int
+
+
+def rule(router: str, view, overlap, prompt: Prompt, *, depth=None, fetch=None, time_model: np.ndarray,
+         capacity: float = 100.0, seed: int = 0, options=None) -> int:
     """A state-aware router's rule on given inputs (for tests that work it by hand): view (a row
     per instance of the kernel's view columns), overlap / depth / fetch per instance."""
+    prompt_blocks, prompt_tokens, block_size = prompt
     index = state_aware()[router][0]
     view = np.ascontiguousarray(view, dtype=np.float64)
     n = view.shape[0]
