@@ -501,8 +501,8 @@ def test_hand_cases(real, core, name):
     ours = UnifiedRadix(groups, P, **config)  # its resolved pools (defaults included)
     numbers = {}
     requests = [([numbers.setdefault(x, len(numbers)) for x in ids], L) for ids, L in requests]
-    compare(real, core, requests, groups, P, full_pages=ours.full_pages, swa_pages=ours.swa_pages,
-            mamba_slots=ours.mamba_slots_total, chunk=ours.chunk_tokens,
+    compare(real, core, requests, groups, P, full_pages=ours.pools.full_pages, swa_pages=ours.pools.swa_pages,
+            mamba_slots=ours.pools.mamba_slots_total, chunk=ours.chunk_tokens,
             strategy="extra_buffer" if ours.extra_buffer or not ours.has_mamba else "no_buffer")
 
 
