@@ -163,9 +163,9 @@ def test_gpus_lists_the_catalog():
 def test_conversation_trace_as_the_issue_asks():
     path = shared_path(MOONCAKE / "conversation_trace.jsonl")
     out = ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--policy", "vllm")
-    # vLLM 0.33.0's budget on one H100 (tests/serving/test_config.py works it): 53.35 GiB left over
-    # 512 x 131,072 B = 64 MiB blocks -> 853 blocks
-    assert "pool       853 blocks of 512 tokens (436,736 tokens): what vLLM 0.33.0 leaves for KV on each of 1 x H100" in out
+    # vLLM 0.33.0's budget on one H100 (tests/serving/test_config.py works it): 54.90 GiB left over
+    # 512 x 131,072 B = 64 MiB blocks -> 878 blocks
+    assert "pool       878 blocks of 512 tokens (449,536 tokens): what vLLM 0.33.0 leaves for KV on each of 1 x H100" in out
     # the first 522 s (1,524 requests) warm the cache: the other 10,507 are judged, and finish
     assert "after the warm-up: the 10,507 requests arriving from 522 s (the first 1,524 of 12,031" in out
     assert "10,507 finished" in out
