@@ -1,8 +1,9 @@
 """The KV pool kvreplay predicts against the pool vLLM measured, on public start-up logs.
 
     python benchmarks/kv_pool.py          # the error tables (docs/memory.md)
-    python benchmarks/kv_pool.py --fit    # refit the one fitted constant on the points marked "fit"
-    python benchmarks/kv_pool.py --terms  # vLLM 0.33.0's non-torch term instead of the fitted constant
+    python benchmarks/kv_pool.py --fit    # the comparison: a non-torch constant fitted on the points
+                                          # marked "fit" (the median of what they leave) in place of
+                                          # vLLM's term, timing/memory.py's NON_TORCH_BYTES
 
 Each point of benchmarks/data/vllm_kv_pool_points.csv is a public vLLM log (URL and quoted
 lines in the file) with its configuration and the settings the source leaves unstated (assumed
@@ -72,12 +73,6 @@ SORT_BYTES_PER_LOGIT = 38
 #: The last vLLM release whose start-up snapshot preceded NCCL's buffers and whose wheel left
 #: FlashInfer an extra (both changed in 0.11.0; module docstring)
 LAST_PRE_011 = (0, 10)
-#: vLLM 0.33.0's non-torch memory inside the budget, term by term (``--terms``): what the profile
-#: adds outside PyTorch after the start-up snapshot, which follows the CUDA context, NCCL's and
-#: custom all-reduce's buffers and the cuBLAS handles (gpu_worker.py:500-544; mem_utils.py:312-321).
-#: The two V1 logs that print it at TP 1 say 0.02 and 0.06 GiB: their mean. timing/memory.py still
-#: carries the fitted NON_TORCH_BYTES (1.59 GiB); docs/memory.md compares the two.
-TERM_NON_TORCH_BYTES = int(0.04 * GiB)
 
 
 def sorts_logits(p: dict) -> bool:
@@ -151,9 +146,10 @@ def constants() -> dict:
 
 
 def fit(rows: list[tuple[dict, dict]]) -> dict:
-    """The non-torch constant (bytes) over the V1 fit points: the median of what each leaves once
-    the other terms are taken (>= 0; the median, since two fit points leave their configuration
-    unstated and pull 3-4 GiB either way). Nothing else is fitted."""
+    """A fitted non-torch constant (bytes) over the V1 fit points, the comparison for vLLM's term
+    (timing/memory.py's NON_TORCH_BYTES): the median of what each leaves once the other terms are
+    taken (>= 0; the median, since two fit points leave their configuration unstated and pull 3-4
+    GiB either way)."""
     rest = [t["requested"] - t["weights"] - t["peak"] - memory.CUDAGRAPH_BYTES_PER_GRAPH * t["graphs"]
             - NCCL_BYTES * t["nccl"] - t["measured"] for _, t in rows]
     return {**constants(), "non_torch": max(float(np.median(rest)), 0.0)}
@@ -238,16 +234,12 @@ def print_term_checks(points, non_torch: float) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fit", action="store_true", help="refit the non-torch constant on the 'fit' points and use it")
-    ap.add_argument("--terms", action="store_true",
-                    help="take vLLM 0.33.0's non-torch term (TERM_NON_TORCH_BYTES) instead of the fitted constant")
+    ap.add_argument("--fit", action="store_true",
+                    help="fit the non-torch constant on the 'fit' points and use it instead of vLLM's term (the comparison)")
     args = ap.parse_args(argv)
     points = load_points()
     rows = [(p, t) for p in points if (t := terms(p)) is not None]
     c = constants()
-    if args.terms:
-        c = {**c, "non_torch": TERM_NON_TORCH_BYTES}
-        print(f"term by term: non-torch {TERM_NON_TORCH_BYTES / GiB:.2f} GiB\n")
     if args.fit:
         c = fit([(p, t) for p, t in rows if p["split"] == "fit" and t["engine"] == "V1"
                  and abs(t["measured"]) >= SMALL_POOL])

@@ -24,27 +24,27 @@ def trace_file(tmp_path):
 def test_simulate_prints_and_reports_the_budget(trace_file):
     out = ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--block-size", "16",
              "--time-model", "instant")
-    assert "85,374 blocks of 16 tokens" in out  # docs/timing.md's worked example (tests/serving/test_timing.py)
+    assert "87,914 blocks of 16 tokens" in out  # docs/timing.md's worked example (tests/serving/test_timing.py)
     # the profile's peak is the sampler's 593,887,232 B (0.55 GiB) over the forward pass's 0.41 GiB;
-    # 55,951,284,028 B = 52.11 GiB left
+    # 57,615,583,856 B = 53.66 GiB left
     for line in ("total memory, as the device reports it", "x gpu_memory_utilization 0.9", "- weights, Llama-3.1-70B",
                  "- profile peak, the larger of the forward pass (0.41 GiB, 8,192 tokens) and the sampler "
                  "(0.55 GiB, 256 rows)", "- CUDA graphs, 86 graphs",
-                 "- non-torch memory", "= KV left by the profile", "52.11 GiB"):
+                 "- non-torch memory", "= KV left by the profile", "53.66 GiB"):
         assert line in out
     doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8",
                         "--block-size", "16", "--time-model", "instant", "--json", "--summary-only",
                         "--kv-cache-memory", "20GiB", "--num-gpu-blocks-override", "1000"))
     src = doc["config"]["capacity_source"]
     assert (src["kv_cache_memory_bytes"], src["num_gpu_blocks_override"], src["blocks"]) == (20 * 2**30, 1000, 1000)
-    assert src["profiled_kv_bytes"] == 55_951_284_028 and src["cudagraph_graphs"] == 86
+    assert src["profiled_kv_bytes"] == 57_615_583_856 and src["cudagraph_graphs"] == 86
 
 
 def test_enforce_eager_leaves_the_cuda_graphs_out(trace_file):
-    # 55,951,284,028 + the 86 graphs' 631,242,752 B = 56,582,526,780 // 655,360 = 86,338 blocks
+    # 57,615,583,856 + the 86 graphs' 631,242,752 B = 58,246,826,608 // 655,360 = 88,877 blocks
     out = ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--block-size", "16",
              "--time-model", "instant", "--enforce-eager")
-    assert "86,338 blocks of 16 tokens" in out and "- CUDA graphs (enforce_eager: none)" in out
+    assert "88,877 blocks of 16 tokens" in out and "- CUDA graphs (enforce_eager: none)" in out
     assert "--enforce-eager" in fails("simulate", trace_file, "--time-model", "instant", "--block-size", "16",
                                       "--capacity", "100", "--enforce-eager")
 
@@ -76,26 +76,25 @@ def test_the_benchmark_docs_memory_quotes_runs():
 
 def test_the_fitted_constant_comparison_docs_memory_quotes():
     # docs/memory.md, "The fitted constant and vLLM's term": the budget as timing/memory.py has it
-    # (the fitted 1.59 GiB), --terms (vLLM 0.33.0's term, 0.04 GiB) and --fit (the refit: 1.592 GiB)
+    # (vLLM 0.33.0's term, 0.04 GiB) and --fit (the constant it replaced, refitted: 1.592 GiB)
     def run(*args):
         r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py"), *args], capture_output=True,
                            text=True, cwd=ROOT, timeout=120)
         assert r.returncode == 0, r.stderr
         return r.stdout
 
-    fitted, terms, refit = run(), run("--terms"), run("--fit")
-    assert "V1 test points: 6, median abs error 11.1%, max 18.2%, within 5%: 1 of 6" in fitted
-    assert "V1 fit points: 4, median abs error 7.6%, max 26.4%, within 5%: 2 of 4" in fitted
+    terms, refit = run(), run("--fit")
     assert refit.startswith("fitted: NON_TORCH_BYTES=1.592 GiB")
-    assert terms.startswith("term by term: non-torch 0.04 GiB")
+    assert "V1 test points: 6, median abs error 11.1%, max 18.2%, within 5%: 1 of 6" in refit
+    assert "V1 fit points: 4, median abs error 7.6%, max 26.4%, within 5%: 2 of 4" in refit
     assert "V1 test points: 6, median abs error 2.0%, max 8.6%, within 5%: 4 of 6" in terms
     assert "V1 fit points: 4, median abs error 10.6%, max 22.6%, within 5%: 1 of 4" in terms
     # the Qwen3-8B-FP8 log's terms all match with vLLM's: 18.82 - 8.81 - 1.39 - 0.04 = 8.59 GiB
     assert "| 8.60 | 8.59 | -0.01 | -0.2% |" in terms and "| qwen3-8b-fp8-24gb-v0102 | non-torch | 0.02 | 0.04 |" in terms
     doc = (ROOT / "docs" / "memory.md").read_text()
-    assert ("| fitted 1.59 GiB with the version terms (timing/memory.py today) | `python benchmarks/kv_pool.py` | "
+    assert ("| fitted 1.59 GiB with the version terms | `python benchmarks/kv_pool.py --fit` | "
             "11.1% / 18.2% / 1 of 6 | 7.6% / 26.4% / 2 of 4 |") in doc
-    assert ("| term by term: 0.04 GiB with the version terms | `python benchmarks/kv_pool.py --terms` | "
+    assert ("| term by term: 0.04 GiB with the version terms (timing/memory.py) | `python benchmarks/kv_pool.py` | "
             "2.0% / 8.6% / 4 of 6 | 10.6% / 22.6% / 1 of 4 |") in doc
 
 
@@ -111,13 +110,13 @@ def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from
     assert "| qwen3next-h200-tp2-v0102 | profile peak (forward 0.70, sampler 5.54) | 5.58 | 5.54 |" in r.stdout
     # a log naming no GPU is sized from the total it prints: ceil(23.53 GiB x 0.8) = 18.82 GiB less the
     # fp8 weights 8.81, the sampler's 1.39 (0.10.2 sorts: 256 x 151,936 x 38 B + 2,048 x 4,096 x 2 B)
-    # and the fitted non-torch 1.59: 7.04 GiB
+    # and the non-torch 0.04: 8.59 GiB
     assert 256 * 151_936 * 38 + 2048 * 4096 * 2 == 1_494_810_624  # 1.39 GiB
     row = next(line for line in r.stdout.splitlines() if line.startswith("| qwen3-8b-fp8-24gb-v0102 | unnamed (23.53 GiB) |"))
-    assert row.endswith("| 8.60 | 7.04 | -1.56 | -18.2% |")
+    assert row.endswith("| 8.60 | 8.59 | -0.01 | -0.2% |")
     assert "| qwen3-8b-fp8-24gb-v0102 | profile peak (forward 0.17, sampler 1.39) | 1.40 | 1.39 |" in r.stdout
-    # vLLM up to 0.10 held NCCL inside the budget over NVLink (1.79 GiB beside the fitted 1.59), not over PCIe
-    assert "| qwen3next-h200-tp2-v0102 | non-torch (with NCCL) | 1.38 | 3.38 |" in r.stdout
-    assert "| l40s-qwen3-235b-fp8-tp8-ep | non-torch | 0.21 | 1.59 |" in r.stdout
+    # vLLM up to 0.10 held NCCL inside the budget over NVLink (1.79 GiB beside the 0.04), not over PCIe
+    assert "| qwen3next-h200-tp2-v0102 | non-torch (with NCCL) | 1.38 | 1.83 |" in r.stdout
+    assert "| l40s-qwen3-235b-fp8-tp8-ep | non-torch | 0.21 | 0.04 |" in r.stdout
     # the RTX 3090, now in the GPU catalog, makes its V0 log computable
     assert "| i10517-llama31-8b-3090 | RTX 3090 | 1 | Llama-3.1-8B |" in r.stdout

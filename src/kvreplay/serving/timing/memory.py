@@ -41,10 +41,15 @@ vLLM sizes the pool once, at start-up, in ``Worker.determine_available_memory``
    ``gpus.datacenter_blackwell``) (vllm/config/vllm.py:2403-2411, 2463-2465), PIECEWISE
    for each and FULL for those up to ``max_num_seqs`` (FULL_AND_PIECEWISE, the default). Here:
    ``CUDAGRAPH_BYTES_PER_GRAPH x graphs``.
-6. **Non-torch memory** inside the budget: what ``total_consumed`` (init free - free after the
-   profile, mem_utils.py:312-317) holds beyond the weights (kernels' modules, workspaces, the
-   attention backend's buffers): ``NON_TORCH_BYTES``. NCCL's buffers grow with TP but sit before
-   the snapshot (point 2): outside the budget in 0.33.0.
+6. **Non-torch memory** inside the budget: ``non_kv_cache_memory = total_consumed +
+   transient_peak_headroom`` (mem_utils.py:312-321), ``total_consumed`` being the free memory the
+   init snapshot saw less the free memory after the profile. The snapshot is taken after the CUDA
+   context, NCCL's and custom all-reduce's buffers and the cuBLAS handles exist
+   (gpu_worker.py:500-544), so none of those is in the budget at any TP; what is left beyond the
+   weights (point 3) and the profile's peak (point 4) is what the profile loads outside PyTorch
+   (CUDA modules, attention workspaces) and the runner's persistent buffers: ``NON_TORCH_BYTES``,
+   0.04 GiB. (vLLM up to 0.10 took the snapshot before NCCL, so its logs' non-torch line holds
+   NCCL's buffers at TP > 1.)
 7. **KV left** = budget - weights - activation peak - CUDA graphs - non-torch
    (gpu_worker.py:753-757), in whole pages: ``num_blocks = available // bytes_per_block``
    (vllm/v1/core/kv_cache_planning.py:681); a hybrid model's block id costs its layout's page
@@ -57,9 +62,9 @@ profile, then reserves exactly that, ignoring ``gpu_memory_utilization``, gpu_wo
 bytes_per_block``); with both, vLLM applies the override last, and so does this module.
 
 Every term but two is derived from vLLM 0.33.0's code: CUDAGRAPH_BYTES_PER_GRAPH is read off a
-public log's capture (0.72 GiB for 102 graphs) and NON_TORCH_BYTES is the one constant fitted,
-on the V1 fit points of benchmarks/data/vllm_kv_pool_points.csv by
-``python benchmarks/kv_pool.py --fit`` (docs/memory.md has the error tables). Multimodal models
+public log's capture (0.72 GiB for 102 graphs) and NON_TORCH_BYTES off the non-torch line of the
+V1 logs at TP 1 (benchmarks/data/vllm_kv_pool_points.csv; nothing is fitted to a KV figure;
+docs/memory.md has the error tables and the fitted constant this replaced). Multimodal models
 (ModelSpec.vision): the vision tower's bf16 weights join point 3, and point 4's peak becomes the
 largest of the tower's forward pass on the dummy images and the text peak with their outputs
 held (``encoder_bytes``); ``language_model_only`` (vLLM's ``--language-model-only``, or every
@@ -87,10 +92,15 @@ SAMPLER_BYTES_PER_LOGIT = 14
 #: A CUDA graph's share of the estimate (one PIECEWISE or FULL graph), from vLLM 0.21+ logs'
 #: "Estimated CUDA graph memory" lines (benchmarks/data/vllm_kv_pool_points.csv).
 CUDAGRAPH_BYTES_PER_GRAPH = 7 * MiB
-#: What the profile leaves allocated besides the weights (CUDA modules, cuBLAS/FlashInfer
-#: workspaces, the runner's persistent buffers): the median of what the four V1 fit points leave
-#: once the terms above are taken (benchmarks/kv_pool.py --fit: 1.592 GiB; docs/memory.md).
-NON_TORCH_BYTES = int(1.59 * GiB)
+#: What the profile leaves allocated outside PyTorch after the start-up snapshot (CUDA modules
+#: loaded lazily, attention workspaces) with the runner's persistent buffers. The snapshot vLLM
+#: subtracts from is taken after the CUDA context, NCCL's and custom all-reduce's buffers and the
+#: cuBLAS handles (gpu_worker.py:500-544; ``non_kv_cache_memory``, mem_utils.py:312-321; the CUDA
+#: graphs apart, gpu_worker.py:707-757), so none of them is in the budget. The V1 logs that print
+#: it at TP 1 say 0.02 and 0.06 GiB ("... GiB for non-torch memory"): their mean, 0.04 GiB.
+#: (It replaced a constant fitted on four logs, 1.59 GiB, that absorbed what they left unexplained:
+#: ``python benchmarks/kv_pool.py --fit``; docs/memory.md compares the two.)
+NON_TORCH_BYTES = int(0.04 * GiB)
 
 VOCAB_PADDING = 64  # vocab_parallel_embedding.py:36
 FP8_BLOCK_SCALE = 4 / (128 * 128)  # a float32 scale per 128 x 128 block, per weight
