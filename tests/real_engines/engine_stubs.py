@@ -11,7 +11,9 @@ allowed list)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 import types
 
 
@@ -119,3 +121,28 @@ class StubModule(types.ModuleType):
             value = self.stubs.cls(full)
         setattr(self, name, value)
         return value
+
+
+@contextlib.contextmanager
+def engine_modules(owner, owned, front, fallback=None, path=None):
+    """While the block runs, the engine's modules are `owner.saved` (kept there between blocks, so
+    lazy imports inside the engine keep working) and `front` (and `fallback`, last) find the rest;
+    `path` (a folder) is first on sys.path. Whatever `owned(name, module)` claims that was loaded
+    before is set aside and put back after."""
+    clashes = {n: sys.modules.pop(n) for n in list(sys.modules) if owned(n, sys.modules[n])}
+    sys.modules.update(owner.saved)
+    sys.meta_path.insert(0, front)
+    if fallback is not None:
+        sys.meta_path.append(fallback)
+    if path is not None:
+        sys.path.insert(0, str(path))
+    try:
+        yield
+    finally:
+        if path is not None:
+            sys.path.remove(str(path))
+        if fallback is not None:
+            sys.meta_path.remove(fallback)
+        sys.meta_path.remove(front)
+        owner.saved = {n: sys.modules.pop(n) for n in list(sys.modules) if owned(n, sys.modules[n])}
+        sys.modules.update(clashes)

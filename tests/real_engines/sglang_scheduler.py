@@ -213,7 +213,7 @@ from types import SimpleNamespace
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # (engine_stubs and wheel_files beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_stubs import NOT_OVERRIDDEN, StubMeta, StubModule, Stubs  # noqa: E402
+from engine_stubs import NOT_OVERRIDDEN, StubMeta, StubModule, Stubs, engine_modules  # noqa: E402
 from wheel_files import extract_once  # noqa: E402
 
 VERSION = os.environ.get("KVREPLAY_SGLANG_VERSION", "0.5.23")
@@ -710,21 +710,9 @@ class RealSGLang:
         if bad:
             raise SGLangMissing(f"classes of the loaded modules derive from stubs: {', '.join(sorted(bad))}")
 
-    @contextlib.contextmanager
     def active(self):
         """sglang.* resolves to this copy (and lazy imports inside SGLang keep working) meanwhile."""
-        clashes = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-        sys.modules.update(self.saved)
-        front, fallback = _Finder(self.root), _Finder(None)
-        sys.meta_path.insert(0, front)
-        sys.meta_path.append(fallback)
-        try:
-            yield
-        finally:
-            sys.meta_path.remove(front)
-            sys.meta_path.remove(fallback)
-            self.saved = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-            sys.modules.update(clashes)
+        return engine_modules(self, _owned, _Finder(self.root), _Finder(None))
 
 
 _REAL: dict = {}

@@ -43,7 +43,6 @@ after every event, the final tree and its leaves' LRU order.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery

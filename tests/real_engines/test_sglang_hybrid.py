@@ -65,7 +65,6 @@ layouts at two pool sizes. Each on the Python and on the Rust tree core.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -83,7 +82,7 @@ from kvreplay.hybrid.coordinator import Group
 from kvreplay.hybrid.unified_radix import UnifiedRadix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pytest runs with --import-mode=importlib
-from engine_stubs import StubModule  # noqa: E402
+from engine_stubs import StubModule, engine_modules  # noqa: E402
 from sglang_scheduler import SGLangMissing, extracted_root, hybrid_req_to_token_pool  # noqa: E402
 from hybrid_workloads import BS, mooncake, multi_turn  # noqa: E402
 from test_radix_engine import VERSION, synth_tokens  # noqa: E402
@@ -190,21 +189,9 @@ class RealSGLang:
         finally:
             torch.compile = compile_
 
-    @contextlib.contextmanager
     def active(self):
         """sglang.* resolves to this copy (and lazy imports inside SGLang keep working) meanwhile."""
-        clashes = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-        sys.modules.update(self.saved)
-        finder = _Finder()
-        sys.meta_path.insert(0, finder)
-        sys.path.insert(0, str(self.root))
-        try:
-            yield
-        finally:
-            sys.path.remove(str(self.root))
-            sys.meta_path.remove(finder)
-            self.saved = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-            sys.modules.update(clashes)
+        return engine_modules(self, _owned, _Finder(), path=self.root)
 
     def set_page_size(self, P: int) -> None:
         """mamba_cache_chunk_size / mamba_checkpoint_grid as the published ServerArgs give them."""

@@ -29,16 +29,13 @@ refusals, blocks each request holds, and the free queue after every event.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
 import os
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +50,7 @@ from conftest import MOONCAKE, shared_path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_stubs import StubModule  # noqa: E402
+from engine_stubs import StubModule, engine_modules  # noqa: E402
 from wheel_files import extract_once  # noqa: E402
 
 pytestmark = pytest.mark.engines
@@ -124,21 +121,9 @@ class RealVLLM:
             self.hashing = importlib.import_module("vllm.utils.hashing")
             self.utils.init_none_hash(self.hashing.sha256)
 
-    @contextlib.contextmanager
     def active(self):
         """vllm.* resolves to this version (and lazy imports inside vLLM keep working) meanwhile."""
-        clashes = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-        sys.modules.update(self.saved)
-        front, fallback = _Finder(self.root), _Finder(None)
-        sys.meta_path.insert(0, front)
-        sys.meta_path.append(fallback)
-        try:
-            yield
-        finally:
-            sys.meta_path.remove(front)
-            sys.meta_path.remove(fallback)
-            self.saved = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-            sys.modules.update(clashes)
+        return engine_modules(self, _owned, _Finder(self.root), _Finder(None))
 
     def new_manager(self, capacity: int, block_size: int, max_model_len: int):
         """A KVCacheManager over ``capacity`` usable blocks (plus vLLM's null block), one

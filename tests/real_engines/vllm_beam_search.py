@@ -24,7 +24,6 @@ What is stubbed, and why the path never needs more:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -36,7 +35,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_scheduler  # noqa: E402
-from engine_stubs import StubModule  # noqa: E402
+from engine_stubs import StubModule, engine_modules  # noqa: E402
 
 REAL = {
     "vllm.envs", "vllm.logger", "vllm.exceptions", "vllm.utils", "vllm.utils.async_utils", "vllm.sampling_params",
@@ -92,20 +91,9 @@ class RealBeamSearch:
             self.sampling = importlib.import_module("vllm.sampling_params")
             self.logprobs = importlib.import_module("vllm.logprobs")
 
-    @contextlib.contextmanager
     def active(self):
-        clashes = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-        sys.modules.update(self.saved)
-        front, fallback = _Finder(self.root), _Finder(None)
-        sys.meta_path.insert(0, front)
-        sys.meta_path.append(fallback)
-        try:
-            yield
-        finally:
-            sys.meta_path.remove(front)
-            sys.meta_path.remove(fallback)
-            self.saved = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-            sys.modules.update(clashes)
+        """vllm.* resolves to this copy meanwhile."""
+        return engine_modules(self, _owned, _Finder(self.root), _Finder(None))
 
     def run(self, prompt_tokens: list, width: int, max_tokens: int, logprobs_of) -> tuple[list, list]:
         """vLLM's loop on one prompt: (every request it sent, in order: (request_id, prompt tokens,

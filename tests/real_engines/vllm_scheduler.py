@@ -123,7 +123,6 @@ the prompt or ``check_stop`` would cut its outputs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib
 import importlib.abc
@@ -139,7 +138,7 @@ from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # (the stubs beside it; pytest runs with --import-mode=importlib)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_stubs import StubModule  # noqa: E402
+from engine_stubs import StubModule, engine_modules  # noqa: E402
 from wheel_files import extract_once  # noqa: E402
 
 VERSION = "0.33.0"
@@ -300,21 +299,9 @@ class RealVLLM:
             self.cache_config = importlib.import_module("vllm.config.cache")
             self.utils.init_none_hash(self.hashing.sha256)
 
-    @contextlib.contextmanager
     def active(self):
         """vllm.* resolves to this copy (and lazy imports inside vLLM keep working) meanwhile."""
-        clashes = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-        sys.modules.update(self.saved)
-        front, fallback = _Finder(self.root), _Finder(None)
-        sys.meta_path.insert(0, front)
-        sys.meta_path.append(fallback)
-        try:
-            yield
-        finally:
-            sys.meta_path.remove(front)
-            sys.meta_path.remove(fallback)
-            self.saved = {n: sys.modules.pop(n) for n in list(sys.modules) if _owned(n, sys.modules[n])}
-            sys.modules.update(clashes)
+        return engine_modules(self, _owned, _Finder(self.root), _Finder(None))
 
 
 _REAL: dict = {}
