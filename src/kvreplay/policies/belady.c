@@ -58,6 +58,45 @@ static inline void belady_heap_pop(Belady *st) {
     hb[i] = b;
 }
 
+/* A push into a full heap first drops its stale entries and keeps one live entry per resident block
+ * (a served request pinned again, after a preemption, pushes its positions' keys again), so at most
+ * `capacity` are left; then it rebuilds the heap. belady.py sizes it about twice the capacity, so
+ * this costs O(1) a push amortised. The victim is the resident block with the largest key, wherever
+ * entries sit. Called with no entry set aside. */
+static void belady_make_room(Belady *st) {
+    i64 *m = st->meta;
+    if (KV_LIKELY(m[HEAP_SIZE] < st->heap_key_n)) return;
+    u32 *hk = st->heap_key;
+    i32 *hb = st->heap_block;
+    i64 kept = 0;
+    for (i64 i = 0; i < m[HEAP_SIZE]; i++) {
+        if (st->key[hb[i]] == hk[i]) {
+            hk[kept] = hk[i];
+            hb[kept] = hb[i];
+            st->key[hb[i]] = BELADY_ABSENT; /* until the loop ends: a copy of this entry is not kept */
+            kept++;
+        }
+    }
+    for (i64 i = 0; i < kept; i++) st->key[hb[i]] = hk[i];
+    m[HEAP_SIZE] = kept;
+    for (i64 i = kept / 2 - 1; i >= 0; i--) { /* heapify, bottom-up */
+        u32 key = hk[i];
+        i32 b = hb[i];
+        i64 at = i;
+        for (;;) {
+            i64 child = 2 * at + 1;
+            if (child >= kept) break;
+            if (child + 1 < kept && hk[child + 1] > hk[child]) child++;
+            if (hk[child] <= key) break;
+            hk[at] = hk[child];
+            hb[at] = hb[child];
+            at = child;
+        }
+        hk[at] = key;
+        hb[at] = b;
+    }
+}
+
 static inline void belady_drop_stale(Belady *st) {
     while (st->key[st->heap_block[0]] != st->heap_key[0]) belady_heap_pop(st);
 }
@@ -90,6 +129,7 @@ static inline void belady_access_request(Belady *st, i64 request, const i32 *blo
             m[ADMISSIONS] += 1;
         }
         key_of[b] = key;
+        belady_make_room(st);
         belady_heap_push(st, key, b);
     }
 }
@@ -160,6 +200,7 @@ static i64 belady_pin_request(Belady *st, i64 request, const i32 *blocks, i64 st
             m[ADMISSIONS] += 1;
         }
         st->key[b] = key;
+        belady_make_room(st);
         belady_heap_push(st, key, b);
         kv_pin(&st->h, (i32)b);
         handles[base + n] = b;

@@ -180,8 +180,11 @@ BeladyState = namedtuple("BeladyState", ["key", "next_use", "heap_key", "heap_bl
 def make_state(capacity: int, trace, admit_bypass: int = 0) -> BeladyState:
     meta = np.zeros(7, dtype=np.int64)
     meta[CAPACITY], meta[BYPASS] = capacity, admit_bypass
-    # One push per access at most, so the heap never needs more slots than accesses.
-    slots = max(1, trace.num_accesses)
+    # One push per access at most, so the heap never needs more slots than accesses; at most
+    # `capacity` entries are live, so a push into a full heap drops the stale ones (belady.c
+    # belady_make_room): twice the capacity keeps that rare, and a held block set aside takes the slot
+    # its heap entry left.
+    slots = max(1, min(trace.num_accesses, 2 * capacity + 2))
     return BeladyState(
         key=np.full(trace.num_blocks, ABSENT, dtype=np.uint32),  # ABSENT: not resident
         next_use=compiled_next_use(trace),
