@@ -48,7 +48,7 @@ from .errors import ConfigError
 PACKAGE = Path(__file__).resolve().parent
 #: a development tree (setup.py above src/kvreplay): its build of the core must be of its C sources
 DEVELOPMENT = (PACKAGE.parent.parent / "setup.py").is_file()
-DTYPES = {"i1": np.int8, "i4": np.int32, "i8": np.int64, "f8": np.float64}
+DTYPES = {"i1": np.int8, "i4": np.int32, "u4": np.uint32, "i8": np.int64, "f8": np.float64}
 POINTER, COUNT = ctypes.c_void_p, ctypes.c_int64  # the two argument types of the core's functions
 #: a pass's progress callback, void (*)(i64 done, i64 total) (include/progress.h)
 PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)

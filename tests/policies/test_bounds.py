@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import kvreplay
 from conftest import MOONCAKE, shared_path
 from kvreplay.engine.lifecycle import replay_lifecycle
+from kvreplay.policies import belady
 from strategies import hold_checks, lifecycles_agree, overlapping_events, requests
 
 
@@ -94,6 +95,35 @@ def test_belady_matches_brute_force_and_engines_agree(trace_and_size, capacity, 
         assert r.hit_tokens.tolist() == expected
         assert r.final_cache_blocks == final
 
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests(max_requests=30), st.integers(1, 5))
+def test_next_use_numpy_and_compiled_agree_with_the_definition(trace_and_size, chunk):
+    """Belady's next uses (uint32): the reference's numpy sort, scattered in chunks of `chunk`
+    positions, and the core's one pass from the end, against a scan of the future."""
+    reqs, _ = trace_and_size
+    flat = [b for ids, _ in reqs for b in ids]
+    n = len(flat)
+    expected = [next((q for q in range(p + 1, n) if flat[q] == flat[p]), n + p) for p in range(n)]
+    trace = trace_of([ids for ids, _ in reqs])
+    saved, belady._CHUNK = belady._CHUNK, chunk
+    try:
+        ours = belady.next_use(trace)
+    finally:
+        belady._CHUNK = saved
+    compiled = belady.compiled_next_use(trace)
+    assert ours.dtype == compiled.dtype == np.uint32
+    assert ours.tolist() == compiled.tolist() == expected
+
+
+def test_belady_refuses_two_to_the_31_accesses():
+    """Next uses run to 2 * num_accesses - 1, under the uint32 ABSENT key until 2**31 accesses."""
+    assert 2 * belady.MAX_ACCESSES - 1 < belady.ABSENT
+    too_many = type("Huge", (), {"num_accesses": 2**31, "num_blocks": 1})()
+    for make in (belady.next_use, belady.compiled_next_use, lambda t: belady.make_state(1, t)):
+        with pytest.raises(kvreplay.ConfigError, match="2,147,483,648 block accesses"):
+            make(too_many)
 
 @settings(max_examples=100, deadline=None)
 @given(requests(max_requests=40), st.integers(1, 30))

@@ -16,6 +16,7 @@
 
 typedef int8_t i8;
 typedef int32_t i32;
+typedef uint32_t u32;
 typedef int64_t i64;
 typedef double f64;
 
@@ -25,6 +26,7 @@ typedef double f64;
 
 #define KV_DTYPE_i8 "i1"
 #define KV_DTYPE_i32 "i4"
+#define KV_DTYPE_u32 "u4"
 #define KV_DTYPE_i64 "i8"
 #define KV_DTYPE_f64 "f8"
 

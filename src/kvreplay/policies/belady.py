@@ -42,18 +42,50 @@ from collections import namedtuple
 
 import numpy as np
 
+from .. import native
+from ..errors import ConfigError
 from .base import Param, PolicySpec, ReferencePolicy, in_range, hold_arrays, meta_slots
+
+#: next uses, heap keys and block keys are uint32 (4 bytes per access, not 8): a next use is below
+#: 2 * num_accesses, so under ABSENT (a block's key when it is not resident) below 2**31 accesses.
+MAX_ACCESSES = 2**31 - 1
+ABSENT = np.iinfo(np.uint32).max
+_CHUNK = 1 << 22  # positions per step of next_use's scatter (its temporaries stay small)
+
+
+def _accesses(trace) -> int:
+    n = trace.num_accesses
+    if n > MAX_ACCESSES:
+        raise ConfigError(f"belady: the trace has {n:,} block accesses; at most 2**31 - 1 = {MAX_ACCESSES:,} "
+                          "(its next uses are 32-bit positions)")
+    return n
 
 
 def next_use(trace) -> np.ndarray:
-    """int64[num_accesses]: for each flat access position p, the position of the same block's next
-    access, or num_accesses + p when there is none."""
-    n = trace.num_accesses
-    out = np.arange(n, 2 * n, dtype=np.int64)
+    """uint32[num_accesses]: for each flat access position p, the position of the same block's next
+    access, or num_accesses + p when there is none. In numpy (the reference engine's; the compiled
+    engine's is belady.c's kv_belady_next_use, one pass from the end, see compiled_next_use)."""
+    n = _accesses(trace)
+    out = np.arange(n, 2 * n, dtype=np.uint32)
     if n:
-        order = np.argsort(trace.blocks, kind="stable")  # positions grouped by block, ascending
-        same = trace.blocks[order[1:]] == trace.blocks[order[:-1]]
-        out[order[:-1][same]] = order[1:][same]
+        blocks = trace.blocks
+        order = np.argsort(blocks, kind="stable").astype(np.uint32)  # positions grouped by block, ascending
+        for start in range(0, n - 1, _CHUNK):
+            here = order[start:start + _CHUNK + 1]
+            same = blocks[here[1:]] == blocks[here[:-1]]
+            out[here[:-1][same]] = here[1:][same]
+    return out
+
+
+def compiled_next_use(trace) -> np.ndarray:
+    """next_use(trace), by the core in one pass: 4 bytes per access and per id, no sort."""
+    n = _accesses(trace)
+    out = np.empty(n, dtype=np.uint32)
+    if n:
+        blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
+        last = np.full(int(blocks.max()) + 1, ABSENT, dtype=np.uint32)
+        p, i = native.POINTER, native.COUNT
+        native.function("kv_belady_next_use", None, p, i, p, p)(blocks.ctypes.data, n, last.ctypes.data, out.ctypes.data)
     return out
 
 
@@ -148,12 +180,15 @@ BeladyState = namedtuple("BeladyState", ["key", "next_use", "heap_key", "heap_bl
 def make_state(capacity: int, trace, admit_bypass: int = 0) -> BeladyState:
     meta = np.zeros(7, dtype=np.int64)
     meta[CAPACITY], meta[BYPASS] = capacity, admit_bypass
-    # One push per access at most, so the heap never needs more slots than accesses.
-    slots = max(1, trace.num_accesses)
+    # One push per access at most, so the heap never needs more slots than accesses; at most
+    # `capacity` entries are live, so a push into a full heap drops the stale ones (belady.c
+    # belady_make_room): twice the capacity keeps that rare, and a held block set aside takes the slot
+    # its heap entry left.
+    slots = max(1, min(trace.num_accesses, 2 * capacity + 2))
     return BeladyState(
-        key=np.full(trace.num_blocks, -1, dtype=np.int64),  # -1: not resident
-        next_use=next_use(trace),
-        heap_key=np.zeros(slots, dtype=np.int64),
+        key=np.full(trace.num_blocks, ABSENT, dtype=np.uint32),  # ABSENT: not resident
+        next_use=compiled_next_use(trace),
+        heap_key=np.zeros(slots, dtype=np.uint32),
         heap_block=np.zeros(slots, dtype=np.int32),
         meta=meta,
         **hold_arrays(trace.num_blocks),
@@ -177,7 +212,7 @@ POLICY = PolicySpec(
     reference=Belady,
     make_state=make_state,
     read_state=read_state,
-    resident_mask=lambda state: state.key >= 0,
+    resident_mask=lambda state: state.key != ABSENT,
     params=(Param("admit_bypass", 0, int, "1: do not admit a block whose next use is farther than every resident block's", in_range(0, 1)),),
     bound=True,
     sized_per_call=True,
