@@ -335,15 +335,3 @@ def summarize(run: BeamRun, report, block_size: int) -> dict:
             "median_time_to_answer_s": median(per["time_to_answer_s"]),
             "median_time_to_answer_band_s": band,
             "per_group": per}
-
-
-def to_json(s: dict | None, per_group: bool) -> dict | None:
-    """The summary as JSON (per_group as lists, NaN as None, only with per_group=True)."""
-    if s is None:
-        return None
-    doc = {k: v for k, v in s.items() if k != "per_group"}
-    if per_group:
-        doc["per_group"] = {k: [None if isinstance(x, float) and x != x else x for x in np.asarray(v).tolist()]
-                            for k, v in s["per_group"].items()}
-    return doc
-

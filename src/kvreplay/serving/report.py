@@ -27,8 +27,7 @@ import numpy as np
 from . import closed_stats
 from .kernel import ITL, ITL_HEAD, ITL_MIN_S, ITL_RATIO, SERIES, STATUS
 from .stats import PERCENTILES, latency_stats, nearest_rank  # noqa: F401 (re-exported)
-from .beam import to_json as beam_json
-from .samples import to_json as samples_json
+from .samples import to_json as samples_json  # (also a beam search's summary: the same shape)
 from .timing.host import prediction_factors, widen_band
 from .warmup import JudgedSpan
 
@@ -360,7 +359,7 @@ class SimReport(JudgedSpan):
             "closed": None if self.closed is None else closed_stats.summary(self),
             "misses": self.misses_summary(),
             **({} if self.samples is None else {"samples": samples_json(self.samples, per_group=False)}),
-            **({} if self.beam is None else {"beam": beam_json(self.beam, per_group=False)}),
+            **({} if self.beam is None else {"beam": samples_json(self.beam, per_group=False)}),
         }
 
     def window(self) -> dict:
@@ -440,7 +439,7 @@ class SimReport(JudgedSpan):
         if self.samples is not None:
             doc["samples"] = samples_json(self.samples, per_group=per_request)
         if self.beam is not None:
-            doc["beam"] = beam_json(self.beam, per_group=per_request)
+            doc["beam"] = samples_json(self.beam, per_group=per_request)
         if per_request:
             cols = self.request_columns()
             doc["per_request"] = {k: [None if isinstance(x, float) and math.isnan(x) else x for x in v.tolist()]
