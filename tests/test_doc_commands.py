@@ -35,6 +35,7 @@ import pytest
 
 import kvreplay
 from kvreplay.cli import main
+from vllm_bench import bench_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -129,20 +130,6 @@ def inputs(where: Path) -> None:
         for i, (c, t, g) in enumerate(zip(rng.integers(1, 4, 60), rng.integers(1, 4000, 60), rng.integers(1, 64, 60)))))
     (where / "bench.jsonl").write_text("".join(json.dumps(bench_result(b, ttft, tpot)) + "\n" for b, ttft, tpot in
                                                [(1, 50.0, 10.0), (8, 120.0, 17.0), (32, 400.0, 41.0), (64, 700.0, 70.0)]))
-
-
-def bench_result(concurrency, ttft, tpot):
-    """One `vllm bench serve --save-result` record (its fields, vllm/benchmarks/serve.py): 100 prompts of
-    1,000 tokens in and 200 out."""
-    n = 100
-    return {"date": "20250501-100000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
-            "num_prompts": n, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": concurrency, "duration": 60.0,
-            "completed": n, "failed": 0, "total_input_tokens": 1000 * n, "total_output_tokens": 200 * n,
-            "request_throughput": 1.6, "output_throughput": 333.3, "total_token_throughput": 2000.0,
-            "mean_ttft_ms": ttft, "median_ttft_ms": ttft, "std_ttft_ms": 1.0, "p99_ttft_ms": 2 * ttft,
-            "mean_tpot_ms": tpot, "median_tpot_ms": tpot, "std_tpot_ms": 0.1, "p99_tpot_ms": 1.2 * tpot,
-            "mean_itl_ms": tpot, "median_itl_ms": tpot, "std_itl_ms": 0.5, "p99_itl_ms": 2 * tpot,
-            "mean_e2el_ms": ttft + 199 * tpot}
 
 
 @pytest.fixture(scope="module")

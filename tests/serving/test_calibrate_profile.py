@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import jsonl, write
+from vllm_bench import bench_result
 from test_cli import fails, kv, no_temp_files, ok
 
 from kvreplay.serving.timing import PolynomialProfile, StepBatch, load_time_model
@@ -213,18 +214,6 @@ def test_vllm_log_is_sniffed(tmp_path):
 # and osl 200 on average. Hand-worked with the terms 1, prefill_tokens, decode_batch: the decode
 # steps (B = 1, 8, 32; TPOT 10, 17, 41 ms) give 9 + 1 x B; the prefill step of the concurrency-1
 # result (1000 tokens, TTFT 50 ms) gives 9 + 1000 x 0.041.
-def bench_result(b, ttft, tpot, **extra):
-    n = 100
-    return dict({"date": "20250501-100000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
-                 "num_prompts": n, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": b, "duration": 60.0,
-                 "completed": n, "failed": 0, "total_input_tokens": 1000 * n, "total_output_tokens": 200 * n,
-                 "request_throughput": 1.6, "output_throughput": 333.3, "total_token_throughput": 2000.0,
-                 "mean_ttft_ms": ttft, "median_ttft_ms": ttft, "std_ttft_ms": 1.0, "p99_ttft_ms": 2 * ttft,
-                 "mean_tpot_ms": tpot, "median_tpot_ms": tpot, "std_tpot_ms": 0.1, "p99_tpot_ms": 1.2 * tpot,
-                 "mean_itl_ms": tpot, "median_itl_ms": tpot, "std_itl_ms": 0.5, "p99_itl_ms": 2 * tpot,
-                 "mean_e2el_ms": ttft + 199 * tpot}, **extra)
-
-
 def test_benchmark_serving_results_are_accepted_as_approximate_steps(tmp_path):
     results = [bench_result(1, 50.0, 10.0), bench_result(8, 120.0, 17.0), bench_result(32, 400.0, 41.0)]
     for name, text in (("bench.json", json.dumps(results)),                       # a list
