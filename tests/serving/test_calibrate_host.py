@@ -61,6 +61,31 @@ def test_the_fit_recovers_the_terms_that_made_the_measurements():
     assert scales[("H100", "m", "bf16")] == pytest.approx(FACTOR, rel=1e-6)
 
 
+def test_the_fits_mean_error_is_what_its_optimum_leaves():
+    """lad_fit.mean_error (what --fit-launch compares across the grid): 0 on exact data; on data
+    with one TTFT 10% above the model, that run's share of the mean over every fitted figure."""
+    pytest.importorskip("scipy")
+    H = load()
+    runs, base, slopes = synthetic()
+    H.lad_fit(runs, dict.fromkeys(TRUTH, 0.0), {("H100", "m", "bf16"): (1.0, 1.0)}, base, slopes)
+    assert H.lad_fit.mean_error == pytest.approx(0.0, abs=1e-9)
+    runs[5] = {**runs[5], "ttft_s": runs[5]["ttft_s"] * 1.1}
+    H.lad_fit(runs, dict.fromkeys(TRUTH, 0.0), {("H100", "m", "bf16"): (1.0, 1.0)}, base, slopes)
+    # the least absolute fit leaves the outlier alone: |1.1 x - x| / (1.1 x) over 2 x 27 figures
+    assert H.lad_fit.mean_error == pytest.approx((0.1 / 1.1) / (2 * len(runs)), rel=1e-6)
+
+
+@pytest.mark.parametrize("scores, verdict", [
+    ((0.2175, 0.2175, 0.2144, 0.2126), (0.0008, False)),  # the least at the grid's end: not a fit
+    ((0.10412, 0.10412, 0.10406, 0.10636), (0.0004, False)),  # 0.006 points better than none: not evidence
+    ((0.1041, 0.1020, 0.0990, 0.1010), (0.0004, True)),  # 0.51 points better, inside the grid: the fit
+])
+def test_a_launch_term_ships_only_when_the_runs_pin_it_down(scores, verdict):
+    H = load()
+    best, pinned = H.launch_verdict((0.0, 200e-6, 400e-6, 800e-6), scores)
+    assert (best, pinned) == (pytest.approx(verdict[0]), verdict[1])
+
+
 def test_the_band_is_as_wide_as_the_evidence_leaves_the_terms():
     # the band: refits on the runs resampled within each source, its ends the refits whose mean
     # effect on the fitted latencies is at the 5th and 95th percentile. Measurements the model
