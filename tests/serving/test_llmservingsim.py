@@ -82,3 +82,31 @@ def test_the_engine_host_drops_only_the_api_servers_terms(bench):
     assert all(getattr(engine, k) == 0 for k in bench.API_TERMS)
     assert (engine.step_s, engine.step_request_s, engine.async_scheduling) == (full.step_s, full.step_request_s, True)
     assert engine.name == "vllm"  # so its band and prediction band are the calibrated ones
+
+
+def test_the_benchmark_prints_the_figures_docs_fidelity_quotes():
+    # docs/fidelity.md, "LLMServingSim's per-request vLLM runs", and docs/timing.md's error table
+    import subprocess
+
+    root = BENCH.parent
+    command = "python benchmarks/llmservingsim.py"  # as the page prints it
+    r = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {}  # each run's first row: the run table's
+    for line in r.stdout.splitlines():
+        if line.startswith("| rtx"):
+            rows.setdefault(line.split("|")[1].strip(), line)
+    llama = rows["rtxpro6000-llama31-8b"]
+    for cell in ("| 300 of 300 | 35,762 | 10.1% | 7097.2 / 7918.3 ms, +11.6% | 0.90 [0.86-1.11] | yes / yes | 6.8% |",
+                 "32.5 / 34.6 ms, +6.7% | 0.94 [0.91-0.96]", "| 7.6% | 28200.7 / 30424.0 ms, +7.9% |"):
+        assert cell in llama, cell
+    assert "| 41.7% | 36905.2 / 26091.8 ms, -29.3% | 1.41 [1.32-3.89] |" in rows["rtxpro6000-qwen3-32b-tp2"]
+    assert "80.3 / 65.8 ms, -18.0%" in rows["rtxpro6000-qwen3-32b-tp2"]
+    assert "| 2,588 | 124.1% |" in rows["rtx4090-llama31-8b-seqs128"]
+    assert "32.4 / 37.8 ms, +16.4%" in rows["rtx4090-llama31-8b-seqs256"]
+    assert "| rtxpro6000-qwen3-32b-tp2 | 256-511 | 89 | 33635.9 / 23736.6 | 550.7 / 205.6 | 1.43 |" in r.stdout
+    doc = (root / "docs" / "fidelity.md").read_text()
+    assert ("| RTX PRO 6000, Llama-3.1-8B | 10.1%, +11.6% | 0.90 [0.86-1.11] | 6.8%, +6.7% | 0.94 [0.91-0.96] "
+            "| 7.6%, +7.9% | yes (all three) |") in doc
+    assert "| RTX-PRO-6000 | 1 (300 requests) | held back | 11.6% | 0.90 [0.86-1.11] | 6.7% | 7.9% |" in (
+        root / "docs" / "timing.md").read_text()
