@@ -104,9 +104,13 @@ def test_the_benchmark_prints_the_figures_docs_fidelity_quotes():
     assert "80.3 / 65.8 ms, -18.0%" in rows["rtxpro6000-qwen3-32b-tp2"]
     assert "| 2,588 | 124.1% |" in rows["rtx4090-llama31-8b-seqs128"]
     assert "32.4 / 37.8 ms, +16.4%" in rows["rtx4090-llama31-8b-seqs256"]
-    assert "| rtxpro6000-qwen3-32b-tp2 | 256-511 | 89 | 33635.9 / 23736.6 | 550.7 / 205.6 | 1.43 |" in r.stdout
+    # light load inside the run: the requests vLLM scheduled at once
+    assert "| rtxpro6000-llama31-8b | 118 | 808 | 104.3 / 104.3, -0.1% | 8.3% | 0.99 [0.80-1.18] | 169.5 / 106.3 |" in r.stdout
+    assert "| rtxpro6000-qwen3-32b-tp2 | 11 | 1188 | 744.8 / 376.0, -49.5% |" in r.stdout
+    assert "| rtxpro6000-llama31-8b | >= 2048 | 10 | 4554.8 / 5040.2 | +10.7% | 5 | 246.6 / 223.7 | -9.3% |" in r.stdout
     doc = (root / "docs" / "fidelity.md").read_text()
     assert ("| RTX PRO 6000, Llama-3.1-8B | 10.1%, +11.6% | 0.90 [0.86-1.11] | 6.8%, +6.7% | 0.94 [0.91-0.96] "
             "| 7.6%, +7.9% | yes (all three) |") in doc
+    assert "118 requests, TTFT\n  104.3 ms measured and 104.3 simulated, per-request MAPE 8.3%" in doc
     assert "| RTX-PRO-6000 | 1 (300 requests) | held back | 11.6% | 0.90 [0.86-1.11] | 6.7% | 7.9% |" in (
         root / "docs" / "timing.md").read_text()
