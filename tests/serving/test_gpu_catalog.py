@@ -76,6 +76,7 @@ def test_the_rtx_pro_6000_is_what_its_sources_print():
     assert 0.95 * 96e9 <= g.total_memory_bytes <= 96 * GiB
     assert (g.link_gbps, g.link_topology, g.compute_capability) == (64, "pcie", "12.0")
     assert "417.34 TFLOPS" in g.corroborated_by  # a measured BF16 GEMM: 83% of the dense peak
+    assert '"mem_bw": 1597' in g.corroborated_by  # the Server Edition's bandwidth in LLMServingSim's own config
     # sm_120 is not data-centre Blackwell: vLLM's CUDA graph ceiling stays 512 (the runs' meta.json
     # print max_cudagraph_capture_size 256 at max_num_seqs 128, min(2 x 128, 512))
     assert not datacenter_blackwell(g) and graph_ceiling(128, g.name) == 256 and graph_ceiling(512, g.name) == 512
