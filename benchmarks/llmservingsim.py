@@ -27,8 +27,9 @@ frontend's path (in process, token ids: a few ms, ``frontend_ms`` below) nor the
 **The simulation** runs each request at its engine arrival (queued_ts), with its prompt and output
 length, its prompt's blocks shared with earlier prompts exactly as the token ids share full 16-token
 blocks (the extract's ``prefix_of`` / ``prefix_blocks``; vLLM's prefix caching is on), vLLM's scheduler
-at the run's max_num_seqs and max_num_batched_tokens (2048; chunked prefill), the run's KV pool (its
-recorded num_gpu_blocks where the meta records one, else kvreplay's budget at vLLM 0.19's default
+at the run's max_num_seqs and max_num_batched_tokens (2048; chunked prefill), the run's KV pool (the
+RTX 4090's num_gpu_blocks as its 256-seq run's meta.json records it, 2,588, for both RTX 4090 runs:
+the 128-seq run records none; the RTX PRO 6000 runs' kvreplay's budget at vLLM 0.19's default
 utilization 0.9), the calibrated roofline on the run's GPU and TP (bf16), and the shipped host terms
 (serving/timing/host.py, async scheduling as vLLM 0.19 defaults) without their API-server terms
 (request_s, prompt_token_s, latency_s, output_request_s: outside what these clocks measure).
