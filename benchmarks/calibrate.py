@@ -105,7 +105,8 @@ SILICON_PROXY = {"GB200": "B200", "GB300": "B200", "B300": "B200"}
 #: CDNA 3 MI325X and CDNA 4 MI355X what the MI300X borrows, H200's, the measured GPU nearest in
 #: bandwidth and compute); docs/gpus.md, "GPU catalog"
 RELATIVES = {"MI300X": "H200", "L40S": "A100-80GB", "A100-40GB": "A100-80GB", "H20": "H100", "L4": "A100-80GB",
-             "MI325X": "H200", "MI355X": "H200", "RTX-4090": "A100-80GB", "RTX-3090": "A100-80GB"}
+             "MI325X": "H200", "MI355X": "H200", "RTX-4090": "A100-80GB", "RTX-3090": "A100-80GB",
+             "RTX-PRO-6000": "A100-80GB"}
 FIT_GPU = "H100"
 #: MoE models with GQA attention (head_dim 128) whose fused MoE kernel the tables time at their
 #: exact shape, at the TP degrees tried (a degree without the shape is skipped)

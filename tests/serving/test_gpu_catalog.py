@@ -14,6 +14,7 @@ import pytest
 from kvreplay.errors import ConfigError
 from kvreplay.serving.timing import gpu_catalog, kv_capacity
 from kvreplay.catalog.gpus import datacenter_blackwell, get_gpu
+from kvreplay.serving.timing.host import graph_ceiling
 from kvreplay.serving.timing.memory import capture_sizes, weight_parts
 from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel, calibration_data, calibration_for
 
@@ -58,6 +59,27 @@ def test_the_rtx_3090_runs_fp32_accumulate_at_half_its_printed_fp16_rate():
     assert (g.link_gbps, g.link_topology, g.compute_capability) == (32, "pcie", "8.6")
     with pytest.raises(ConfigError, match="RTX-3090 has no fp8 tensor cores"):
         CalibratedRooflineTimeModel("Llama-3.1-8B", "RTX-3090", 1, dtype="fp8")
+
+
+def test_the_rtx_pro_6000_is_what_its_sources_print():
+    # spec page: 503.8 dense BF16 and "1.01 PFLOPS" dense FP8 at FP32 accumulate (held as 2 x 503.8),
+    # "2.02 PFLOPS" FP4 (2 x 1,007.6); the Server Edition's 1,597 GB/s; PCIe Gen5 x16: 128 GB/s both
+    # ways, 64 each; memory: the exact bytes LLMServingSim's vLLM runs recorded (94.97 GiB)
+    g = get_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    assert g.name == "RTX-PRO-6000" and get_gpu("rtxpro6000") is g
+    assert "503.8 TFLOPS Tensor" in g.source and g.bf16_tflops == 503.8
+    assert "1.01 PFLOPS Tensor (FP32 Accumulate)" in g.source and g.fp8_tflops == pytest.approx(2 * 503.8)
+    assert "2.02 PFLOPS Tensor" in g.source and g.fp4_tflops == pytest.approx(4 * 503.8)
+    assert "'1597 GB/s'" in g.source and (g.bandwidth_gbps, g.memory_gb) == (1597, 96)
+    assert "'device_total_memory_bytes': 101976440832" in g.total_memory_source
+    assert g.total_memory_bytes == 101_976_440_832 and f"{g.total_memory_bytes / GiB:.2f}" == "94.97"
+    assert 0.95 * 96e9 <= g.total_memory_bytes <= 96 * GiB
+    assert (g.link_gbps, g.link_topology, g.compute_capability) == (64, "pcie", "12.0")
+    assert "417.34 TFLOPS" in g.corroborated_by  # a measured BF16 GEMM: 83% of the dense peak
+    assert '"mem_bw": 1597' in g.corroborated_by  # the Server Edition's bandwidth in LLMServingSim's own config
+    # sm_120 is not data-centre Blackwell: vLLM's CUDA graph ceiling stays 512 (the runs' meta.json
+    # print max_cudagraph_capture_size 256 at max_num_seqs 128, min(2 x 128, 512))
+    assert not datacenter_blackwell(g) and graph_ceiling(128, g.name) == 256 and graph_ceiling(512, g.name) == 512
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
@@ -172,7 +194,8 @@ def test_compute_capability_10_picks_vllms_blackwell_defaults():
 # name -> (whose coefficients, checked on its own measured kernels?)
 CALIBRATION = {"GB200": ("H200", True), "GB300": ("H200", True), "B300": ("H200", True), "H20": ("H100", False),
                "A100-40GB": ("A100-80GB", False), "L4": ("A100-80GB", False), "MI325X": ("H200", False),
-               "MI355X": ("H200", False), "RTX-4090": ("A100-80GB", False), "RTX-3090": ("A100-80GB", False)}
+               "MI355X": ("H200", False), "RTX-4090": ("A100-80GB", False), "RTX-3090": ("A100-80GB", False),
+               "RTX-PRO-6000": ("A100-80GB", False)}
 
 
 @pytest.mark.parametrize("name", sorted(CALIBRATION))
@@ -217,7 +240,7 @@ def test_new_names_as_users_type_them():
 def test_fp4_is_listed_not_used():
     # the Blackwell and CDNA 4 parts list their dense FP4; no weights dtype computes at it
     assert {g.name: g.fp4_tflops for g in gpu_catalog() if g.fp4_tflops} == {
-        "B200": 9000, "GB200": 10000, "GB300": 15000, "B300": 13125, "MI355X": 10066.3}
+        "B200": 9000, "GB200": 10000, "GB300": 15000, "B300": 13125, "MI355X": 10066.3, "RTX-PRO-6000": 2015.2}
     with pytest.raises(ConfigError, match="unknown compute dtype 'fp4'"):
         get_gpu("GB200").peak_flops("fp4")
 
@@ -238,7 +261,7 @@ def test_kvreplay_gpus_lists_the_new_rows():
     for name, cells in (("RTX-4090", ("165.15", "330.3", "1,008", "23.65", "pcie")), ("RTX-3090", ("71", "936", "23.69"))):
         assert all(cell in rows[name] for cell in cells) and "A100-80GB's (nothing measured)" in rows[name], name
     doc = {g["name"]: g for g in json.loads(ok("gpus", "--json"))["gpus"]}
-    assert len(doc) == len(gpu_catalog()) == 16
+    assert len(doc) == len(gpu_catalog()) == 17
     b300 = doc["B300"]
     assert (b300["fp4_tflops"], b300["total_memory_bytes"], b300["compute_capability"]) == (13125, 287_429_948_867, "10.3")
     assert b300["roofline_calibration"]["stream_bandwidth_source"] == "measured on this GPU"
