@@ -1,5 +1,5 @@
 """`kvreplay calibrate-profile` and serving/timing/fit.py: step measurements -> the JSON polynomial
-profile (docs/timing.md, "Your own measurements: kvreplay calibrate-profile")."""
+profile (docs/profiles.md, "Your own measurements: kvreplay calibrate-profile")."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def test_the_engine_host_drops_only_the_api_servers_terms(bench):
 
 
 def test_the_benchmark_prints_the_figures_docs_fidelity_quotes():
-    # docs/fidelity.md, "LLMServingSim's per-request vLLM runs", and docs/timing.md's error table
+    # docs/fidelity.md, "LLMServingSim's per-request vLLM runs", and docs/host.md's error table
     import subprocess
 
     root = BENCH.parent
@@ -113,4 +113,4 @@ def test_the_benchmark_prints_the_figures_docs_fidelity_quotes():
             "| 7.6%, +7.9% | yes (all three) |") in doc
     assert "118 requests, TTFT\n  104.3 ms measured and 104.3 simulated, per-request MAPE 8.3%" in doc
     assert "| RTX-PRO-6000 | 1 (300 requests) | held back | 11.6% | 0.90 [0.86-1.11] | 6.7% | 7.9% |" in (
-        root / "docs" / "timing.md").read_text()
+        root / "docs" / "host.md").read_text()

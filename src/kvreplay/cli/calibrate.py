@@ -1,5 +1,5 @@
 """calibrate-profile: fit the JSON polynomial time profile to your own step-time measurements
-(the fit is serving/timing/fit.py; docs/timing.md, "Your own measurements")."""
+(the fit is serving/timing/fit.py; docs/profiles.md, "Your own measurements")."""
 
 from __future__ import annotations
 

@@ -316,7 +316,7 @@ def _prediction_line(pred: dict) -> str:
                         for k, label in names if k in pred.get("factors", {}))
     return (f"(prediction band, where measured vLLM runs fall around such a run: {ranges}; each end the point "
             f"x the 5th / 95th percentile of measured / simulated over measured serving runs, {factors}; "
-            "docs/timing.md, 'Outside the engine')")
+            "docs/host.md)")
 
 
 def _throughput_lines(s: dict) -> list[str]:

@@ -3,7 +3,7 @@
 simulate() resolves the configuration (config.resolve: block size, KV and weights dtypes, pool,
 tiers), the time model, the arrivals and the router, runs the compiled loop (run.py) and returns a
 SimReport (report.py); load_sweep() runs a grid of them. The rules (arrivals, schedulers, the pool,
-time) are in docs/serving.md, docs/timing.md and docs/engines.md.
+time) are in docs/serving.md, docs/timing.md, docs/host.md and docs/engines.md.
 """
 
 from __future__ import annotations
@@ -845,7 +845,7 @@ def calibration_warnings(tm, trace) -> list[str]:
                    + _extrapolated(tm))
     if getattr(tm, "moe", None):
         out.append("end to end, the silicon serving runs of an MoE (MiniMax-M2.5 on H200 and B200, vLLM 0.16-0.19) "
-                   "measured TTFT well above the simulated while TPOT held (docs/timing.md, 'Outside the engine'): read its "
+                   "measured TTFT well above the simulated while TPOT held (docs/host.md): read its "
                    "TTFT as a lower bound")
     if getattr(tm, "gdn", None):
         out.append(f"{spec.name}'s {tm.mamba_layers} Gated DeltaNet layers run vLLM's GDN kernels as fitted on measured "

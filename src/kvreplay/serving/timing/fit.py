@@ -1,5 +1,5 @@
 """Fit the polynomial step-time profile (profiles.PolynomialProfile) to your own measurements:
-``kvreplay calibrate-profile`` (docs/timing.md, "Your own measurements: kvreplay
+``kvreplay calibrate-profile`` (docs/profiles.md, "Your own measurements: kvreplay
 calibrate-profile").
 
 Inputs (``read_steps``), one row per engine step:

@@ -1,5 +1,5 @@
 """What the host CPU adds to a request's latency, outside the GPU's steps: a vLLM server as its
-client measures it (docs/timing.md, "Outside the engine"; the terms are fitted on measured serving
+client measures it (docs/host.md; the terms are fitted on measured serving
 runs by benchmarks/calibrate_host.py and shipped in kvreplay/data/host_calibration.json).
 
 Each term follows vLLM 0.33.0's code (file:line in that wheel's ``vllm/`` tree):

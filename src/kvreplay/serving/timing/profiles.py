@@ -1,4 +1,4 @@
-"""Measured time profiles: NVIDIA Dynamo's NPZ profile and a fitted polynomial (docs/timing.md,
+"""Measured time profiles: NVIDIA Dynamo's NPZ profile and a fitted polynomial (docs/profiles.md,
 "Measured profile")."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class ProfileError(ConfigError):
 
 # Dynamo's NPZ profile
 
-#: Where the NPZ rules below were read (docs/timing.md cites them too).
+#: Where the NPZ rules below were read (docs/profiles.md cites them too).
 DYNAMO_SOURCES = {
     "perf_model": "ai-dynamo/dynamo lib/mocker/src/common/perf_model.rs @ f80944a4c0c32d6e8ba9ab7a58a399eae18a053a",
     "scheduler": "ai-dynamo/dynamo lib/mocker/src/scheduler/vllm/core.rs @ 04cc7029664ffeaa071d15a2b0f1d6566f045f4d "
@@ -246,7 +246,7 @@ MAX_EXPONENT = 8  # a step-time polynomial past degree 8 in tokens overflows flo
 class PolynomialProfile(TimeModel):
     """A step time fitted as a polynomial in the step's aggregates (a ``.json`` file).
 
-    Schema (docs/timing.md has an example)::
+    Schema (docs/profiles.md has an example)::
 
         {"format": "kvreplay-step-polynomial", "version": 1, "unit": "ms",
          "terms": [{"coef": 4.2},
