@@ -77,7 +77,7 @@ def test_the_benchmark_docs_memory_quotes_runs():
 
 def test_the_fitted_constant_comparison_docs_memory_quotes():
     # docs/memory.md, "The fitted constant and vLLM's term": the budget as timing/memory.py has it
-    # (vLLM 0.33.0's term, 0.04 GiB) and --fit (the constant it replaced, refitted: 1.592 GiB)
+    # (vLLM 0.33.0's term, 0.04 GiB) and --fit (the constant it replaced, refitted: 1.006 GiB)
     def run(*args):
         r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py"), *args], capture_output=True,
                            text=True, cwd=ROOT, timeout=120)
@@ -85,18 +85,18 @@ def test_the_fitted_constant_comparison_docs_memory_quotes():
         return r.stdout
 
     terms, refit = run(), run("--fit")
-    assert refit.startswith("fitted: NON_TORCH_BYTES=1.592 GiB")
-    assert "V1 test points: 18, median abs error 5.0%, max 30.8%, within 5%: 9 of 18" in refit
-    assert "V1 fit points: 4, median abs error 7.6%, max 26.4%, within 5%: 2 of 4" in refit
-    assert "V1 test points: 18, median abs error 1.6%, max 8.6%, within 5%: 17 of 18" in terms
+    assert refit.startswith("fitted: NON_TORCH_BYTES=1.006 GiB")
+    assert "V1 test points: 18, median abs error 3.3%, max 19.1%, within 5%: 12 of 18" in refit
+    assert "V1 fit points: 4, median abs error 9.8%, max 22.1%, within 5%: 2 of 4" in refit
+    assert "V1 test points: 18, median abs error 0.6%, max 8.6%, within 5%: 17 of 18" in terms
     assert "V1 fit points: 4, median abs error 10.6%, max 22.6%, within 5%: 1 of 4" in terms
     # the Qwen3-8B-FP8 log's terms all match with vLLM's: 18.82 - 8.81 - 1.39 - 0.04 = 8.59 GiB
     assert "| 8.60 | 8.59 | -0.01 | -0.2% |" in terms and "| qwen3-8b-fp8-24gb-v0102 | non-torch | 0.02 | 0.04 |" in terms
     doc = (ROOT / "docs" / "memory.md").read_text()
-    assert ("| fitted 1.59 GiB with the version terms | `python benchmarks/kv_pool.py --fit` | "
-            "5.0% / 30.8% / 9 of 18 | 7.6% / 26.4% / 2 of 4 |") in doc
+    assert ("| refitted constant (1.006 GiB) with the version terms | `python benchmarks/kv_pool.py --fit` | "
+            "3.3% / 19.1% / 12 of 18 | 9.8% / 22.1% / 2 of 4 |") in doc
     assert ("| term by term: 0.04 GiB with the version terms (timing/memory.py) | `python benchmarks/kv_pool.py` | "
-            "1.6% / 8.6% / 17 of 18 | 10.6% / 22.6% / 1 of 4 |") in doc
+            "0.6% / 8.6% / 17 of 18 | 10.6% / 22.6% / 1 of 4 |") in doc
 
 
 def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total():
