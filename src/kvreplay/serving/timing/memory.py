@@ -131,8 +131,9 @@ def mxfp4_alignment(gpu_name: str) -> tuple[int, int]:
     by the backend vLLM 0.33.0 picks for gpt-oss (``_get_priority_backends_for_gpt_oss``,
     fused_moe/oracle/mxfp4.py:402-436; the rounding, 837-916):
 
-    - compute capability 10.x (B200, GB200, B300, GB300): 128 and 128 (the FlashInfer/CUTLASS
-      kernels);
+    - compute capability 10.x (B200, GB200, B300, GB300): 128 and 256, FlashInfer's TRT-LLM MoE
+      being first in that order and supported on the 10.x family (experts/trtllm_mxfp4_moe.py:
+      121-123; its rounding, oracle/mxfp4.py:871-873);
     - 9.x (H100, H200, H20): the TRITON backend (triton_kernels' matmul_ogs, which supports SM90
       to SM12x: experts/gpt_oss_triton_kernels_moe.py:41-53) rounds the intermediate size to 64
       (oracle/mxfp4.py:915-916), and the Hopper weight layout it swizzles into
@@ -145,8 +146,6 @@ def mxfp4_alignment(gpu_name: str) -> tuple[int, int]:
     name = str(gpu_name).strip().lower()
     cc = next((g.compute_capability for g in gpu_catalog()
                if name in (g.name.lower(), *(a.lower() for a in g.aliases))), "")
-    if datacenter_blackwell(gpu_name):
-        return 128, 128
     if cc.startswith("9."):
         return 64, 256
     return 128, 256
