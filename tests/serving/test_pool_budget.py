@@ -70,7 +70,7 @@ def test_the_benchmark_docs_memory_quotes_runs():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "47 points, 32 computed, 15 skipped" in r.stdout
+    assert "49 points, 34 computed, 15 skipped" in r.stdout
     assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in r.stdout
     assert (ROOT / "docs" / "memory.md").read_text().count("| pr10511-llama3-8b-tp1 | H100 | 1 |") == 1
 
@@ -86,17 +86,17 @@ def test_the_fitted_constant_comparison_docs_memory_quotes():
 
     terms, refit = run(), run("--fit")
     assert refit.startswith("fitted: NON_TORCH_BYTES=1.006 GiB")
-    assert "V1 test points: 18, median abs error 3.3%, max 19.1%, within 5%: 12 of 18" in refit
+    assert "V1 test points: 20, median abs error 3.3%, max 19.1%, within 5%: 14 of 20" in refit
     assert "V1 fit points: 4, median abs error 9.8%, max 22.1%, within 5%: 2 of 4" in refit
-    assert "V1 test points: 18, median abs error 0.6%, max 8.6%, within 5%: 17 of 18" in terms
+    assert "V1 test points: 20, median abs error 1.0%, max 8.6%, within 5%: 19 of 20" in terms
     assert "V1 fit points: 4, median abs error 10.6%, max 22.6%, within 5%: 1 of 4" in terms
     # the Qwen3-8B-FP8 log's terms all match with vLLM's: 18.82 - 8.81 - 1.39 - 0.04 = 8.59 GiB
     assert "| 8.60 | 8.59 | -0.01 | -0.2% |" in terms and "| qwen3-8b-fp8-24gb-v0102 | non-torch | 0.02 | 0.04 |" in terms
     doc = (ROOT / "docs" / "memory.md").read_text()
     assert ("| refitted constant (1.006 GiB) with the version terms | `python benchmarks/kv_pool.py --fit` | "
-            "3.3% / 19.1% / 12 of 18 | 9.8% / 22.1% / 2 of 4 |") in doc
+            "3.3% / 19.1% / 14 of 20 | 9.8% / 22.1% / 2 of 4 |") in doc
     assert ("| term by term: 0.04 GiB with the version terms (timing/memory.py) | `python benchmarks/kv_pool.py` | "
-            "0.6% / 8.6% / 17 of 18 | 10.6% / 22.6% / 1 of 4 |") in doc
+            "1.0% / 8.6% / 19 of 20 | 10.6% / 22.6% / 1 of 4 |") in doc
 
 
 def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total():
