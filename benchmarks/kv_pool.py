@@ -30,6 +30,10 @@ the budget has had:
   say "custom all-reduce disabled"): NCCL then runs over shared memory or the network with the
   buffers of PCIe (dennislee22's A100 logs at TP 2: 0.65 GiB of non-KV memory in all).
 - V1 before 0.21: the CUDA graphs were captured after the pool was sized (not in the budget).
+- V1 up to 0.8 (not modelled): the budget took the device's whole non-torch use (total less free,
+  less what PyTorch holds: the CUDA context and anything else on the GPU, gpu_worker.py:195-210 of
+  0.8.5); 0.9.2 measures from the start-up snapshot (gpu_worker.py:206-224). The CUDA context's
+  size is not in vLLM's code, and the one 0.8 point leaves its configuration unstated.
 - V1 up to 0.16 sorted in its dummy sampler run (PyTorch-native top-k/top-p: ``logits.sort``,
   topk_topp_sampler.py:145 of 0.10.2, 171 of 0.11.1, 262 of 0.16.0): SORT_BYTES_PER_LOGIT a
   logit instead of 0.33.0's 14. Up to 0.11.0 FlashInfer sampled when installed, but it was only
@@ -200,21 +204,34 @@ def print_points(errs) -> None:
               + ("(pool < 5 GiB)" if small else f"{100 * err:+.1f}%") + " |")
 
 
+def version_label(p: dict) -> str:
+    v = version_tuple(p["vllm_version"])
+    return "unstated" if v[0] == 99 else ".".join(map(str, v))
+
+
 def print_groups(errs) -> None:
+    """By GPU, model family and vLLM version: the computed points (any engine, any pool), the V1
+    points with a pool of at least 5 GiB (fit / test), how many of those test points are within 5 %,
+    and the median and largest absolute error of the V1 points."""
     v1 = [(p, e) for p, t, _, e, small in errs if t["engine"] == "V1" and not small]
-    for label, key in (("GPU", gpu_label), ("model family", family),
-                       ("vLLM version", lambda p: "unstated" if version_tuple(p["vllm_version"])[0] == 99
-                        else ".".join(map(str, version_tuple(p["vllm_version"]))))):
+    for label, key in (("GPU", gpu_label), ("model family", family), ("vLLM version", version_label)):
+        computed: dict = {}
+        for p, *_ in errs:
+            computed[key(p)] = computed.get(key(p), 0) + 1
         groups: dict = {}
         for p, e in v1:
             groups.setdefault(key(p), []).append((p["split"], abs(e)))
-        print(f"| {label} | V1 points (fit / test) | median abs error | max abs error |")
-        print("|---|---:|---:|---:|")
-        for k in sorted(groups):
-            v = [e for _, e in groups[k]]
-            n_fit = sum(1 for s, _ in groups[k] if s == "fit")
-            print(f"| {k} | {len(v)} ({n_fit} / {len(v) - n_fit}) | {100 * statistics.median(v):.1f}% | "
-                  f"{100 * max(v):.1f}% |")
+        print(f"| {label} | computed points | V1 points (fit / test) | test within 5% | median abs error | "
+              "max abs error |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for k in sorted(computed, key=lambda k: (tuple(int(x) for x in k.split(".")) if label == "vLLM version"
+                                                  and k != "unstated" else (99,), k)):
+            v = [e for _, e in groups.get(k, [])]
+            test = [e for s, e in groups.get(k, []) if s == "test"]
+            n_fit = len(v) - len(test)
+            stats = f"{100 * statistics.median(v):.1f}% | {100 * max(v):.1f}%" if v else "- | -"
+            within = f"{sum(x <= 0.05 for x in test)} of {len(test)}" if test else "-"
+            print(f"| {k} | {computed[k]} | {len(v)} ({n_fit} / {len(test)}) | {within} | {stats} |")
         print()
     for split in ("fit", "test"):
         v = [abs(e) for p, e in v1 if p["split"] == split]
@@ -265,7 +282,8 @@ def main(argv=None) -> int:
     print(f"{len(points)} points, {len(rows)} computed, {len(points) - len(rows)} skipped\n")
     errs = error_rows(rows, c)
     print_points(errs)
-    print("\nV1 points whose measured pool is at least 5 GiB (relative error):\n")
+    print("\nBy GPU, model family and vLLM version: the computed points, and the V1 points whose measured pool is at "
+          "least 5 GiB (relative error):\n")
     print_groups(errs)
     print_term_checks(points, c["non_torch"])
     skipped = [p for p in points if p["skip_reason"] or all(p is not q for q, _ in rows)]
