@@ -30,6 +30,9 @@ the budget has had:
   say "custom all-reduce disabled"): NCCL then runs over shared memory or the network with the
   buffers of PCIe (dennislee22's A100 logs at TP 2: 0.65 GiB of non-KV memory in all).
 - V1 before 0.21: the CUDA graphs were captured after the pool was sized (not in the budget).
+- The default gpu_memory_utilization is 0.92 from 0.20.0 (config/cache.py:66 of 0.20.0; 0.9 up to
+  0.19.0, config/cache.py:41): a point whose log leaves the flag at its default takes its version's
+  (column gpu_memory_utilization, with settings_assumed saying so).
 - V1 up to 0.8 (not modelled): the budget took the device's whole non-torch use (total less free,
   less what PyTorch holds: the CUDA context and anything else on the GPU, gpu_worker.py:195-210 of
   0.8.5); 0.9.2 measures from the start-up snapshot (gpu_worker.py:206-224). The CUDA context's
