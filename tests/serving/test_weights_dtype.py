@@ -281,6 +281,7 @@ def test_mxfp4_experts_pad_the_rank_width_and_leave_attention_bf16():
     # on an A100 Marlin pads the intermediate size to 128 as well: 2,944 x 3,072 (13.66 GiB; 13.72 printed)
     assert mxfp4_alignment("A100-80GB") == (128, 256) and mxfp4_alignment("H100") == (64, 256)
     assert mxfp4_alignment("B200") == (128, 256) and mxfp4_alignment("") == (128, 256)
+    assert mxfp4_alignment("MI300X") == (256, 256)  # ROCm rounds both to 256 for a SwiGLU-OAI MoE
     # gpt-oss-120b over 4 A100s: a rank's intermediate size is 2,880 / 4 = 720, padded to 768 (not
     # 2,880 to 2,944): 114,661,785,600 x 0.53125 / 4 x (768 x 3,072) / (720 x 2,880) = 17,326,669,824 B;
     # with the bf16 attention a quarter each: 17.17 GiB against the 17.22 vLLM 0.10.1.1 printed

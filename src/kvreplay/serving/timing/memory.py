@@ -141,6 +141,8 @@ def mxfp4_alignment(gpu_name: str) -> tuple[int, int]:
       256: gpt-oss-120b loads 64.38 GiB on one H100 and gpt-oss-20b 13.47 in vLLM 0.14.1
       (benchmarks/data/vllm_kv_pool_points.csv: 2,880 -> 3,072 on the experts; this module
       gives 64.51 and 13.43);
+    - AMD (MI300X, MI325X, MI355X): 256 and 256, the ROCm rounding for an activation other than
+      SiLU/SiTU (gpt-oss's is SwiGLU-OAI; oracle/mxfp4.py:880-910);
     - older or unknown (A100, L40S, L4, RTX cards: Marlin, oracle/mxfp4.py:867-872): 128 and 256
       (gpt-oss-20b on an A100: 13.72 GiB printed, 13.66 here)."""
     name = str(gpu_name).strip().lower()
@@ -148,6 +150,8 @@ def mxfp4_alignment(gpu_name: str) -> tuple[int, int]:
                if name in (g.name.lower(), *(a.lower() for a in g.aliases))), "")
     if cc.startswith("9."):
         return 64, 256
+    if cc.startswith("gfx"):
+        return 256, 256
     return 128, 256
 
 
