@@ -156,7 +156,7 @@ def test_a_pool_on_a_gb200_by_hand():
 
 def test_compute_capability_10_picks_vllms_blackwell_defaults():
     # vLLM 0.33.0 raises the CUDA graph capture ceiling to 1,024 on the 10.x family (B200, GB200,
-    # B300, GB300), and its MXFP4 MoE kernels pad the hidden size to 128 there (256 elsewhere)
+    # B300, GB300), where its MXFP4 MoE runs FlashInfer's TRT-LLM kernel (128 x 256, not Hopper's 64 x 256)
     for name in ("B200", "GB200", "B300", "GB300"):
         assert datacenter_blackwell(name) and capture_sizes(512, name)[-1] == 1024
     for name in ("H100", "H20", "L4", "L40S", "MI355X", "A100-40GB", "", "TPU"):
