@@ -25,14 +25,29 @@ the budget has had:
   2025-09-22, in 0.11.0) moved the snapshot after them, where 0.33.0 takes it (gpu_worker.py:500-544).
   On TP > 1 over NVLink: NCCL_BYTES a rank; over PCIe (no custom all-reduce beyond 2 GPUs,
   fewer NCCL channels): none (the one PCIe log, 8 x L40S in 0.10.2, printed 0.21 GiB of non-torch
-  memory in all).
+  memory in all). Nor where the log says custom all-reduce is disabled because the ranks have no
+  P2P path or span nodes (custom_all_reduce.py:85 and 147 of the 0.10.1.1 logs; the point's notes
+  say "custom all-reduce disabled"): NCCL then runs over shared memory or the network with the
+  buffers of PCIe (dennislee22's A100 logs at TP 2: 0.65 GiB of non-KV memory in all).
 - V1 before 0.21: the CUDA graphs were captured after the pool was sized (not in the budget).
-- V1 up to 0.10 sorted in its dummy sampler run: FlashInfer was only an extra of the wheel
-  (vLLM 0.10.2's METADATA: ``flashinfer-python==0.3.0; extra == "flashinfer"``), so a pip install
-  took the PyTorch-native top-k/top-p path (topk_topp_sampler.py:41-76 of 0.10.2), which sorts
-  the logits: SORT_BYTES_PER_LOGIT a logit instead of 0.33.0's 14. A point whose log says
-  FlashInfer sampled (column sampler "flashinfer") keeps 14; column sampler "sort" marks a log
-  that states the fallback.
+- The default gpu_memory_utilization is 0.92 from 0.20.0 (config/cache.py:66 of 0.20.0; 0.9 up to
+  0.19.0, config/cache.py:41): a point whose log leaves the flag at its default takes its version's
+  (column gpu_memory_utilization, with settings_assumed saying so).
+- V1 up to 0.8 (not modelled): the budget took the device's whole non-torch use (total less free,
+  less what PyTorch holds: the CUDA context and anything else on the GPU, gpu_worker.py:195-210 of
+  0.8.5); 0.9.2 measures from the start-up snapshot (gpu_worker.py:206-224). The CUDA context's
+  size is not in vLLM's code, and the one 0.8 point leaves its configuration unstated.
+- V1 up to 0.16 sorted in its dummy sampler run (PyTorch-native top-k/top-p: ``logits.sort``,
+  topk_topp_sampler.py:145 of 0.10.2, 171 of 0.11.1, 262 of 0.16.0): SORT_BYTES_PER_LOGIT a
+  logit instead of 0.33.0's 14. Up to 0.11.0 FlashInfer sampled when installed, but it was only
+  an extra of the wheel (0.10.2's METADATA ``flashinfer-python==0.3.0; extra == "flashinfer"``,
+  0.11.0's ``flashinfer-python==0.3.1; extra == "flashinfer"``), so a pip install sorted
+  (topk_topp_sampler.py:41-76 of 0.10.2); from 0.11.1 FlashInfer's sampler is opt-in
+  (``if envs.VLLM_USE_FLASHINFER_SAMPLER:``, default None, topk_topp_sampler.py:34 of 0.11.1 and
+  35 of 0.16.0), so every install sorted, vLLM's image too; 0.17.0 filters in place in Triton for
+  8 rows or more (``apply_top_k_top_p_triton``, topk_topp_sampler.py:251 of 0.17.0), as 0.33.0
+  does. A point whose log says FlashInfer sampled (column sampler "flashinfer") keeps 14; column
+  sampler "sort" marks a log that states the fallback or prints a peak of the sort's size.
 
 Points whose model or GPU the catalogs lack are listed as skipped with the reason. The error is
 (predicted - measured) / measured KV memory, reported for pools of at least 5 GiB (a relative
@@ -70,22 +85,32 @@ SMALL_POOL = 5 * GiB
 #: not read). 38 B; the logs that print the peak give 38.6 (256 and 1,024 rows of 151,936 logits).
 #: A point's column ``sampler`` says "sort" where its log states that fallback.
 SORT_BYTES_PER_LOGIT = 38
-#: The last vLLM release whose start-up snapshot preceded NCCL's buffers and whose wheel left
-#: FlashInfer an extra (both changed in 0.11.0; module docstring)
+#: The last vLLM release whose start-up snapshot preceded NCCL's buffers (PR 25359 moved it in
+#: 0.11.0; module docstring)
 LAST_PRE_011 = (0, 10)
+#: The last vLLM release whose dummy sampler run sorted the logits by default (0.17.0 filters in
+#: Triton; module docstring)
+LAST_SORTING = (0, 16)
 
 
 def sorts_logits(p: dict) -> bool:
     """Whether the point's dummy sampler run took the sort path (module docstring)."""
     if p["sampler"] in ("sort", "flashinfer"):
         return p["sampler"] == "sort"
-    return engine(p) == "V1" and version_tuple(p["vllm_version"]) <= LAST_PRE_011
+    return engine(p) == "V1" and version_tuple(p["vllm_version"]) <= LAST_SORTING
+
+
+def p2p_ranks(p: dict, gpu) -> bool:
+    """Whether the point's TP ranks reach each other over NVLink (custom all-reduce on): not on a
+    PCIe GPU, nor where the log says custom all-reduce was disabled (no P2P, or ranks on several
+    nodes; module docstring)."""
+    return gpu is not None and gpu.link_topology != "pcie" and "custom all-reduce disabled" not in p["notes"]
 
 
 def nccl_in_budget(p: dict, gpu) -> bool:
     """Whether NCCL's buffers (NCCL_BYTES a rank) sit inside the point's budget (module docstring)."""
     early = engine(p) == "V0" or version_tuple(p["vllm_version"]) <= LAST_PRE_011
-    return int(p["tp"]) > 1 and early and gpu is not None and gpu.link_topology != "pcie"
+    return int(p["tp"]) > 1 and early and p2p_ranks(p, gpu)
 
 
 def version_tuple(text: str) -> tuple:
@@ -182,21 +207,34 @@ def print_points(errs) -> None:
               + ("(pool < 5 GiB)" if small else f"{100 * err:+.1f}%") + " |")
 
 
+def version_label(p: dict) -> str:
+    v = version_tuple(p["vllm_version"])
+    return "unstated" if v[0] == 99 else ".".join(map(str, v))
+
+
 def print_groups(errs) -> None:
+    """By GPU, model family and vLLM version: the computed points (any engine, any pool), the V1
+    points with a pool of at least 5 GiB (fit / test), how many of those test points are within 5 %,
+    and the median and largest absolute error of the V1 points."""
     v1 = [(p, e) for p, t, _, e, small in errs if t["engine"] == "V1" and not small]
-    for label, key in (("GPU", gpu_label), ("model family", family),
-                       ("vLLM version", lambda p: "unstated" if version_tuple(p["vllm_version"])[0] == 99
-                        else ".".join(map(str, version_tuple(p["vllm_version"]))))):
+    for label, key in (("GPU", gpu_label), ("model family", family), ("vLLM version", version_label)):
+        computed: dict = {}
+        for p, *_ in errs:
+            computed[key(p)] = computed.get(key(p), 0) + 1
         groups: dict = {}
         for p, e in v1:
             groups.setdefault(key(p), []).append((p["split"], abs(e)))
-        print(f"| {label} | V1 points (fit / test) | median abs error | max abs error |")
-        print("|---|---:|---:|---:|")
-        for k in sorted(groups):
-            v = [e for _, e in groups[k]]
-            n_fit = sum(1 for s, _ in groups[k] if s == "fit")
-            print(f"| {k} | {len(v)} ({n_fit} / {len(v) - n_fit}) | {100 * statistics.median(v):.1f}% | "
-                  f"{100 * max(v):.1f}% |")
+        print(f"| {label} | computed points | V1 points (fit / test) | test within 5% | median abs error | "
+              "max abs error |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for k in sorted(computed, key=lambda k: (tuple(int(x) for x in k.split(".")) if label == "vLLM version"
+                                                  and k != "unstated" else (99,), k)):
+            v = [e for _, e in groups.get(k, [])]
+            test = [e for s, e in groups.get(k, []) if s == "test"]
+            n_fit = len(v) - len(test)
+            stats = f"{100 * statistics.median(v):.1f}% | {100 * max(v):.1f}%" if v else "- | -"
+            within = f"{sum(x <= 0.05 for x in test)} of {len(test)}" if test else "-"
+            print(f"| {k} | {computed[k]} | {len(v)} ({n_fit} / {len(test)}) | {within} | {stats} |")
         print()
     for split in ("fit", "test"):
         v = [abs(e) for p, e in v1 if p["split"] == split]
@@ -247,7 +285,8 @@ def main(argv=None) -> int:
     print(f"{len(points)} points, {len(rows)} computed, {len(points) - len(rows)} skipped\n")
     errs = error_rows(rows, c)
     print_points(errs)
-    print("\nV1 points whose measured pool is at least 5 GiB (relative error):\n")
+    print("\nBy GPU, model family and vLLM version: the computed points, and the V1 points whose measured pool is at "
+          "least 5 GiB (relative error):\n")
     print_groups(errs)
     print_term_checks(points, c["non_torch"])
     skipped = [p for p in points if p["skip_reason"] or all(p is not q for q, _ in rows)]

@@ -178,7 +178,7 @@ def test_a_pool_on_a_gb200_by_hand():
 
 def test_compute_capability_10_picks_vllms_blackwell_defaults():
     # vLLM 0.33.0 raises the CUDA graph capture ceiling to 1,024 on the 10.x family (B200, GB200,
-    # B300, GB300), and its MXFP4 MoE kernels pad the hidden size to 128 there (256 elsewhere)
+    # B300, GB300), where its MXFP4 MoE runs FlashInfer's TRT-LLM kernel (128 x 256, not Hopper's 64 x 256)
     for name in ("B200", "GB200", "B300", "GB300"):
         assert datacenter_blackwell(name) and capture_sizes(512, name)[-1] == 1024
     for name in ("H100", "H20", "L4", "L40S", "MI355X", "A100-40GB", "", "TPU"):
@@ -186,9 +186,12 @@ def test_compute_capability_10_picks_vllms_blackwell_defaults():
         assert name == "" or name == "TPU" or capture_sizes(512, name)[-1] == 512
     from kvreplay.analysis.models import get_model
 
-    spec = get_model("gpt-oss-120b")  # hidden 2,880: 2,944 (128) vs 3,072 (256)
-    gb200, h100 = (sum(weight_parts(spec, "int4", 1, g).values()) for g in ("GB200", "H100"))
-    assert gb200 == sum(weight_parts(spec, "int4", 1, "B200").values()) and gb200 < h100
+    # gpt-oss-120b's experts (2,880 x 2,880): FlashInfer's TRT-LLM MoE on the 10.x family pads them to
+    # 2,944 x 3,072, Hopper's Triton MoE to 2,880 x 3,072 (memory.mxfp4_alignment)
+    spec = get_model("gpt-oss-120b")
+    gb200, h100 = (weight_parts(spec, "int4", 1, g)["experts"] for g in ("GB200", "H100"))
+    assert gb200 == weight_parts(spec, "int4", 1, "B200")["experts"]
+    assert gb200 / h100 == 2944 / 2880
 
 
 # name -> (whose coefficients, checked on its own measured kernels?)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -69,14 +70,14 @@ def test_the_benchmark_docs_memory_quotes_runs():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "37 points, 20 computed, 17 skipped" in r.stdout
+    assert "53 points, 36 computed, 17 skipped" in r.stdout
     assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in r.stdout
     assert (ROOT / "docs" / "memory.md").read_text().count("| pr10511-llama3-8b-tp1 | H100 | 1 |") == 1
 
 
 def test_the_fitted_constant_comparison_docs_memory_quotes():
     # docs/memory.md, "The fitted constant and vLLM's term": the budget as timing/memory.py has it
-    # (vLLM 0.33.0's term, 0.04 GiB) and --fit (the constant it replaced, refitted: 1.592 GiB)
+    # (vLLM 0.33.0's term, 0.04 GiB) and --fit (the constant it replaced, refitted: 1.006 GiB)
     def run(*args):
         r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py"), *args], capture_output=True,
                            text=True, cwd=ROOT, timeout=120)
@@ -84,18 +85,18 @@ def test_the_fitted_constant_comparison_docs_memory_quotes():
         return r.stdout
 
     terms, refit = run(), run("--fit")
-    assert refit.startswith("fitted: NON_TORCH_BYTES=1.592 GiB")
-    assert "V1 test points: 8, median abs error 11.1%, max 18.2%, within 5%: 2 of 8" in refit
-    assert "V1 fit points: 4, median abs error 7.6%, max 26.4%, within 5%: 2 of 4" in refit
-    assert "V1 test points: 8, median abs error 2.2%, max 15.0%, within 5%: 5 of 8" in terms
+    assert refit.startswith("fitted: NON_TORCH_BYTES=1.006 GiB")
+    assert "V1 test points: 22, median abs error 3.3%, max 19.1%, within 5%: 16 of 22" in refit
+    assert "V1 fit points: 4, median abs error 9.8%, max 22.1%, within 5%: 2 of 4" in refit
+    assert "V1 test points: 22, median abs error 1.3%, max 15.0%, within 5%: 20 of 22" in terms
     assert "V1 fit points: 4, median abs error 10.6%, max 22.6%, within 5%: 1 of 4" in terms
     # the Qwen3-8B-FP8 log's terms all match with vLLM's: 18.82 - 8.81 - 1.39 - 0.04 = 8.59 GiB
     assert "| 8.60 | 8.59 | -0.01 | -0.2% |" in terms and "| qwen3-8b-fp8-24gb-v0102 | non-torch | 0.02 | 0.04 |" in terms
     doc = (ROOT / "docs" / "memory.md").read_text()
-    assert ("| fitted 1.59 GiB with the version terms | `python benchmarks/kv_pool.py --fit` | "
-            "11.1% / 18.2% / 2 of 8 | 7.6% / 26.4% / 2 of 4 |") in doc
+    assert ("| refitted constant (1.006 GiB) with the version terms | `python benchmarks/kv_pool.py --fit` | "
+            "3.3% / 19.1% / 16 of 22 | 9.8% / 22.1% / 2 of 4 |") in doc
     assert ("| term by term: 0.04 GiB with the version terms (timing/memory.py) | `python benchmarks/kv_pool.py` | "
-            "2.2% / 15.0% / 5 of 8 | 10.6% / 22.6% / 1 of 4 |") in doc
+            "1.3% / 15.0% / 20 of 22 | 10.6% / 22.6% / 1 of 4 |") in doc
 
 
 def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total():
@@ -120,3 +121,62 @@ def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from
     assert "| l40s-qwen3-235b-fp8-tp8-ep | non-torch | 0.21 | 0.04 |" in r.stdout
     # the RTX 3090, now in the GPU catalog, makes its V0 log computable
     assert "| i10517-llama31-8b-3090 | RTX 3090 | 1 | Llama-3.1-8B |" in r.stdout
+
+
+def kv_pool_module():
+    spec = importlib.util.spec_from_file_location("kv_pool", ROOT / "benchmarks" / "kv_pool.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dummy_sampler_sorted_up_to_vllm_016():
+    # vLLM up to 0.11.0 sampled with FlashInfer only when the wheel's extra was installed; 0.11.1-0.16
+    # made it opt-in (VLLM_USE_FLASHINFER_SAMPLER, default None) and sorted on every install; 0.17.0
+    # filters in Triton from 8 rows (topk_topp_sampler.py:251): 0.33.0's 14 B a logit
+    kv_pool = kv_pool_module()
+    point = lambda version, sampler="": {"vllm_version": version, "sampler": sampler}
+    assert [kv_pool.sorts_logits(point(v)) for v in ("0.8.5", "0.10.2", "0.11.1", "0.16.0", "0.17.0", "0.19.0")] == [
+        True, True, True, True, False, False]
+    assert not kv_pool.sorts_logits(point("0.10.1.1", "flashinfer"))  # the log says FlashInfer sampled
+    assert kv_pool.sorts_logits(point("0.19.0", "sort"))
+    assert not kv_pool.sorts_logits(point("0.6.5.dev (V0)"))
+    # llm-d's Qwen3-0.6B on an H100 (Jan 2026 image; the printed peak 5.56 GiB is the sort's): 1,024
+    # rows x 151,936 logits x 38 B + the held hidden states 8,192 x 1,024 x 2 B = 5,928,910,848 B
+    # = 5.52 GiB; the pool: ceil(85,061,827,297 x 0.9) = 76,555,644,568 B less the weights
+    # 1,202,585,600 (embedding 311,164,928 tied + layers 880,934,912 + rotary 10,485,760), the peak
+    # and the non-torch 42,949,672: 69,381,198,448 B = 64.62 GiB against the 64.45 printed
+    assert 1024 * 151_936 * 38 + 8192 * 1024 * 2 == 5_928_910_848
+    assert 311_164_928 + 880_934_912 + 10_485_760 == 1_202_585_600
+    assert 76_555_644_568 - 1_202_585_600 - 5_928_910_848 - 42_949_672 == 69_381_198_448
+    assert f"{69_381_198_448 / (1 << 30):.2f}" == "64.62"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "| llmd-qwen3-0.6b-h100 | H100 | 1 | Qwen3-0.6B |" in r.stdout
+    assert "| 64.45 | 64.62 | +0.17 | +0.3% |" in r.stdout
+    assert "| llmd-qwen3-0.6b-h100 | profile peak (forward 0.17, sampler 5.52) | 5.56 | 5.52 |" in r.stdout
+
+
+def test_nccl_stays_out_of_an_early_budget_without_p2p():
+    # up to 0.10 the snapshot preceded NCCL (1.79 GiB a rank over NVLink); where the log says custom
+    # all-reduce is disabled (no P2P, or ranks on several nodes) NCCL's buffers are PCIe-sized: none
+    from kvreplay.catalog.gpus import get_gpu
+
+    kv_pool = kv_pool_module()
+    a100, l40s = get_gpu("A100-80GB"), get_gpu("L40S")
+    point = lambda version, notes="", tp=2: {"vllm_version": version, "notes": notes, "tp": str(tp)}
+    assert kv_pool.nccl_in_budget(point("0.10.1.1"), a100)
+    assert not kv_pool.nccl_in_budget(point("0.10.1.1", "two GPUs: custom all-reduce disabled (no P2P)"), a100)
+    assert not kv_pool.nccl_in_budget(point("0.10.2"), l40s)
+    assert not kv_pool.nccl_in_budget(point("0.11.0"), a100)
+    assert not kv_pool.nccl_in_budget(point("0.10.1.1", tp=1), a100)
+    # dennislee22's Qwen2-7B at TP 2 on two A100 80GB without P2P at utilization 0.25: ceil(84,986,665,370
+    # x 0.25) = 21,246,666,343 B, 19.79 GiB, less 7.12 GiB of weights, FlashInfer's sampler (256 x
+    # 152,064 x 14 B + 2,048 x 3,584 x 2 B = 559,677,440 B, 0.52 GiB) and 0.04: 12.11 GiB against
+    # the 12.02 printed (10.32 with NCCL's 1.79 GiB)
+    assert -(-84_986_665_370 // 4) == 21_246_666_343
+    assert 256 * 152_064 * 14 + 2048 * 3584 * 2 == 559_677_440
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert "| dl22-qwen2-7b-a100-tp2-u025 | A100-80GB | 2 | Qwen2.5-7B | 0.10.1.1 | V1 | test | 12.02 | 12.11 | +0.09 | +0.7% |" in r.stdout

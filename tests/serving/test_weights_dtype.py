@@ -236,14 +236,14 @@ def test_checkpoint_weights_name_the_nearest_weights_dtype():
 
 def test_weights_that_do_not_fit_name_the_checkpoints_dtype():
     # gpt-oss-120b at bf16: 217.6 GiB against 79.22 GiB x 0.9 = 71.3 GiB on one H100; its checkpoint
-    # is MXFP4, which the refusal says (int4: the experts at 4.25 bits, padded to 2,944 x 3,072 as
-    # vLLM's Marlin kernel pads them, the rest bf16: 68,778,754,048 B = 64.06 GiB, against the
-    # 64.38 GiB vLLM 0.14.1 printed on one H100, vllm-project/vllm issue 33155)
+    # is MXFP4, which the refusal says (int4: the experts at 4.25 bits, their hidden size padded to
+    # 3,072 by the Triton MoE kernel's Hopper layout, attention bf16: 69,268,217,856 B = 64.51 GiB,
+    # against the 64.38 GiB vLLM 0.14.1 printed on one H100, vllm-project/vllm issue 33155)
     with pytest.raises(ConfigError) as e:
         kv_capacity("gpt-oss-120b", "H100", 1)
     assert "needs 217.6 GiB of weights per GPU, more than the 71.3 GiB" in str(e.value)
     assert "checkpoint stores its weights as mxfp4" in str(e.value) and "nearest --weights-dtype is int4" in str(e.value)
-    assert kv_capacity("gpt-oss-120b", "H100", 1, dtype="int4").weight_bytes_per_gpu == 68_778_754_048
+    assert kv_capacity("gpt-oss-120b", "H100", 1, dtype="int4").weight_bytes_per_gpu == 69_268_217_856
     # a bf16 checkpoint says nothing of it
     with pytest.raises(ConfigError) as e:
         kv_capacity("Llama-3.1-405B", "H100", 1)
@@ -262,3 +262,30 @@ def test_simulate_warns_when_the_weights_are_not_the_checkpoints():
     assert not any("checkpoint stores" in w for w in fp8)
     assert any("fitted on per-tensor W8A8 kernels; DeepSeek-V3's block-scaled fp8 weights" in w for w in fp8)
     assert not any("checkpoint" in w or "W8A8" in w for w in warnings("Llama-3.1-8B", "fp8", 1))
+
+
+def test_mxfp4_experts_pad_the_rank_width_and_leave_attention_bf16():
+    # gpt-oss-20b (24 layers, 32 experts of 2,880 x 2,880 x 3, hidden 2,880, vocab 201,088, 20.9e9
+    # parameters): the experts 19,110,297,600 parameters at 0.53125 B = 10,152,345,600 B; on an H100
+    # the Triton MoE kernel pads the hidden size to 3,072 (x 3,072 / 2,880 = 10,829,168,640 B); the
+    # parameters outside the experts, the embeddings and the router stay bf16: attention
+    # 20.9e9 - 2 x 201,088 x 2,880 - 19,110,297,600 - 32 x 24 x 2,880 = 629,223,680 x 2 B
+    from kvreplay.analysis.models import get_model
+    from kvreplay.serving.timing.memory import mxfp4_alignment, weight_parts
+
+    assert 19_110_297_600 * 0.53125 * 3072 / 2880 == 10_829_168_640
+    assert 20_900_000_000 - 2 * 201_088 * 2880 - 19_110_297_600 - 32 * 24 * 2880 == 629_223_680
+    small = weight_parts(get_model("gpt-oss-20b"), "int4", 1, "H100")
+    assert small["experts"] == 10_829_168_640 and small["dense"] == 2 * 629_223_680
+    assert f"{sum(small.values()) / (1 << 30):.2f}" == "13.43"  # vLLM 0.14.1 printed 13.47 (llm-d's H100 run)
+    # on an A100 Marlin pads the intermediate size to 128 as well: 2,944 x 3,072 (13.66 GiB; 13.72 printed)
+    assert mxfp4_alignment("A100-80GB") == (128, 256) and mxfp4_alignment("H100") == (64, 256)
+    assert mxfp4_alignment("B200") == (128, 256) and mxfp4_alignment("") == (128, 256)
+    assert mxfp4_alignment("MI300X") == (256, 256)  # ROCm rounds both to 256 for a SwiGLU-OAI MoE
+    # gpt-oss-120b over 4 A100s: a rank's intermediate size is 2,880 / 4 = 720, padded to 768 (not
+    # 2,880 to 2,944): 114,661,785,600 x 0.53125 / 4 x (768 x 3,072) / (720 x 2,880) = 17,326,669,824 B;
+    # with the bf16 attention a quarter each: 17.17 GiB against the 17.22 vLLM 0.10.1.1 printed
+    assert 114_661_785_600 * 0.53125 / 4 * (768 * 3072) / (720 * 2880) == 17_326_669_824
+    big = weight_parts(get_model("gpt-oss-120b"), "int4", 4, "A100-80GB")
+    assert big["experts"] == 17_326_669_824
+    assert f"{sum(big.values()) / (1 << 30):.2f}" == "17.17"

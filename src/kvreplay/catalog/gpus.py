@@ -125,7 +125,7 @@ def datacenter_blackwell(gpu) -> bool:
     """Whether `gpu` (a GPUSpec or catalog name; "" or an unknown name: False) has compute capability
     10.x (B200, GB200, B300, GB300), the family vLLM 0.33.0 tests with
     ``current_platform.is_device_capability_family(100)`` for its CUDA graph capture ceiling
-    (vllm/config/vllm.py:2463-2465) and whose MXFP4 MoE kernels pad the hidden size to 128."""
+    (vllm/config/vllm.py:2463-2465)."""
     if not isinstance(gpu, GPUSpec):
         gpu = _by_name().get(str(gpu).strip().lower())
     return gpu is not None and gpu.compute_capability.split(".")[0] == "10"

@@ -79,7 +79,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
-from ...catalog.gpus import datacenter_blackwell
+from ...catalog.gpus import datacenter_blackwell, gpu_catalog
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -126,11 +126,42 @@ def attention_params(spec) -> int:
     return layers * (spec.hidden_size or 0) * (2 * q + 2 * kv)
 
 
+def mxfp4_alignment(gpu_name: str) -> tuple[int, int]:
+    """What an mxfp4 MoE's (intermediate size per rank, hidden size) are rounded up to on `gpu_name`,
+    by the backend vLLM 0.33.0 picks for gpt-oss (``_get_priority_backends_for_gpt_oss``,
+    fused_moe/oracle/mxfp4.py:402-436; the rounding, 837-916):
+
+    - compute capability 10.x (B200, GB200, B300, GB300): 128 and 256, FlashInfer's TRT-LLM MoE
+      being first in that order and supported on the 10.x family (experts/trtllm_mxfp4_moe.py:
+      121-123; its rounding, oracle/mxfp4.py:871-873);
+    - 9.x (H100, H200, H20): the TRITON backend (triton_kernels' matmul_ogs, which supports SM90
+      to SM12x: experts/gpt_oss_triton_kernels_moe.py:41-53) rounds the intermediate size to 64
+      (oracle/mxfp4.py:915-916), and the Hopper weight layout it swizzles into
+      (``_swizzle_mxfp4``, quantization/utils/mxfp4_utils.py:65-140) pads the hidden size to
+      256: gpt-oss-120b loads 64.38 GiB on one H100 and gpt-oss-20b 13.47 in vLLM 0.14.1
+      (benchmarks/data/vllm_kv_pool_points.csv: 2,880 -> 3,072 on the experts; this module
+      gives 64.51 and 13.43);
+    - AMD (MI300X, MI325X, MI355X): 256 and 256, the ROCm rounding for an activation other than
+      SiLU/SiTU (gpt-oss's is SwiGLU-OAI; oracle/mxfp4.py:880-910);
+    - older or unknown (A100, L40S, L4, RTX cards: Marlin, oracle/mxfp4.py:867-872): 128 and 256
+      (gpt-oss-20b on an A100: 13.72 GiB printed, 13.66 here)."""
+    name = str(gpu_name).strip().lower()
+    cc = next((g.compute_capability for g in gpu_catalog()
+               if name in (g.name.lower(), *(a.lower() for a in g.aliases))), "")
+    if cc.startswith("9."):
+        return 64, 256
+    if cc.startswith("gfx"):
+        return 256, 256
+    return 128, 256
+
+
 def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_only: bool = False) -> dict:
     """The weights one TP rank loads, in bytes, by part (see the module docstring, point 3). An
-    mxfp4 checkpoint's experts are padded for the MoE kernel: the intermediate size to 128 and the
-    hidden size to 256 (Marlin, Hopper and older) or 128 (Blackwell's CUTLASS/FlashInfer kernels)
-    (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py:837-879). A multimodal model's vision
+    mxfp4 checkpoint's experts are padded for the MoE kernel (``mxfp4_alignment``) from the
+    intermediate size of a rank (``intermediate_size_per_partition``, the width over the TP
+    ranks: 720 at TP 4 for gpt-oss; ``maybe_roundup_sizes``, quantization/mxfp4.py:183-198); the
+    padding is memory the experts take, not parameters taken from the rest of the model
+    (attention and the router stay bf16). A multimodal model's vision
     tower is loaded in bf16 (vLLM builds it without the quant config) and split over the ranks
     (``mm_encoder_tp_mode`` "weights", the default), unless ``language_model_only``, which skips it
     (``_mark_tower_model``, models/interfaces.py:347-395). A model whose quantized checkpoints keep
@@ -143,18 +174,19 @@ def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_o
     body = max(spec.total_params - (spec.vocab_size or 0) * hidden * (1 if spec.tie_word_embeddings else 2)
                - (vision if spec.vision_in_total_params else 0), 0)
     experts = spec.stored_expert_params
-    if experts and dtype == "int4" and spec.checkpoint_weights == "mxfp4":
-        inter, align = spec.moe["expert_intermediate"], 128 if datacenter_blackwell(gpu_name) else 256
-        experts *= (math.ceil(inter / 128) * 128 * math.ceil(hidden / align) * align) / (inter * hidden)
     router = spec.moe["experts"] * spec.moe["layers"] * hidden if spec.moe else 0
     replicated = spec.num_layers * spec.mla_gemm_shapes(1)[0][0] * hidden if spec.mla and hidden else 0
+    dense = max(body - experts - router - replicated, 0)
+    if experts and dtype == "int4" and spec.checkpoint_weights == "mxfp4":
+        inter, (inter_align, hidden_align) = spec.moe["expert_intermediate"] / tp, mxfp4_alignment(gpu_name)
+        experts *= (math.ceil(inter / inter_align) * inter_align * math.ceil(hidden / hidden_align) * hidden_align
+                    / (inter * hidden))
     kv_heads = spec.num_kv_heads if spec.attention != "mla" else 0
     kv_extra = (spec.num_layers * 2 * spec.head_dim * hidden * (max(1, kv_heads / tp) - kv_heads / tp)
                 if kv_heads and tp > kv_heads else 0.0)
     per_weight = linear_bytes(dtype, spec.checkpoint_weights)
     # gpt-oss's mxfp4 checkpoint quantises its experts only (attention, router stay bf16)
     dense_bytes = 2.0 if (dtype == "int4" and spec.checkpoint_weights == "mxfp4") else per_weight
-    dense = max(body - experts - router - replicated, 0)
     kept = attention_params(spec) if dtype in ("fp8", "int4") and "attention" in spec.quantized_keeps_bf16 else 0
     return {
         "embedding": 2.0 * math.ceil(embedding / tp),
