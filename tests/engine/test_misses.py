@@ -29,6 +29,20 @@ def causes(report, i):
     return {c: t for c, t in report.to_dict()["per_request"][i]["misses"].items() if t}
 
 
+
+def test_gone_kept_for_evicted_accesses_only(engine):
+    # lru of 3 blocks over a cycle of 4 (one block per request): from request 4 on, every access
+    # is evicted, the block having left at the request before (which evicted the least recent).
+    # 196 of 200 accesses evicted: the compiled record of `gone` (a sixteenth of the accesses at
+    # first) grows five times on the way, in the middle of the stranded samples' spans.
+    trace = kvreplay.Trace.from_requests([([i % 4], 16) for i in range(200)])
+    r = kvreplay.replay(trace, "lru", 3, 16, engine=engine)
+    evicted = CAUSES.index("evicted") + 1
+    assert r.misses.cause.tolist() == [1] * 4 + [evicted] * 196
+    assert r.misses.evicted_gone.tolist() == list(range(3, 199))
+    assert r.misses.gone.tolist() == [-1] * 4 + list(range(3, 199))
+    assert r.misses.evicted["gone_requests"] == {"p50": 1.0, "p90": 1.0}
+
 def test_hand_worked_lru(engine):
     # lru, 2 blocks of 4 tokens.
     # r0 [a b c] L=12: all first uses (12 tokens); c's admission evicts a: {b, c}.

@@ -6,10 +6,12 @@
 
 #include "holds.h"
 
-/* Request indices (last_seen, evicted_at, gone) are i32: engine/account.py refuses 2^31 requests. */
+/* Request indices (last_seen, evicted_at, gone) are i32: engine/account.py refuses 2^31 requests.
+ * gone holds the evicted accesses only, in trace order (gone_used[0] of them so far): the caller
+ * grows it when a request might not fit (kv_replay_account returns where it stopped). */
 #define KV_ACCOUNT_FIELDS(F)                                                                               \
-    F(i32, last_seen) F(i32, evicted_at) F(i8, cause) F(i32, gone) F(i64, tokens) F(i32, content)        \
-    F(i64, content_offsets) F(i32, content_members)
+    F(i32, last_seen) F(i32, evicted_at) F(i8, cause) F(i32, gone) F(i64, gone_used) F(i64, tokens)      \
+    F(i32, content) F(i64, content_offsets) F(i32, content_members)
 #define KV_CAUSE_SLOTS(S) S(HIT) S(FIRST_USE) S(EVICTED) S(BEHIND_HOLE) S(PARTIAL_BLOCK) S(NAMESPACE)
 typedef struct { KV_ACCOUNT_FIELDS(KV_FIELD) } KvAccount;
 enum { KV_CAUSE_SLOTS(KV_SLOT_ENUM) KV_NUM_CAUSES };
