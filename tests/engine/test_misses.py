@@ -317,6 +317,39 @@ def test_scan_distances_by_hand():
     assert scan_distances(trace).tolist() == [-1, -1, -1, 2, 3]
 
 
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(requests(max_requests=30), st.data())
+def test_distances_at_are_the_scans(case, data):
+    # distances_at (a tree of a few slots per block, renumbered when they run out) gives the one-pass
+    # scan's distances at any ascending positions: with its default slots and with the fewest
+    # (one more than the blocks: renumbered after nearly every access), the reference scan's
+    # without the core.
+    from kvreplay.engine import distances
+
+    trace = kvreplay.Trace.from_requests(case[0])
+    at = np.flatnonzero(data.draw(st.lists(st.booleans(), min_size=trace.num_accesses, max_size=trace.num_accesses)))
+    fresh = distances.weakref.WeakKeyDictionary
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(distances, "_CACHE", fresh())
+        expected = distances._CACHE.setdefault(trace, distances.scan_distances(trace))[at].tolist()
+        m.setattr(distances, "_CACHE", fresh())  # not kept: distances_at computes
+        for slots in (None, max(1, trace.num_blocks) + 1):
+            assert distances.distances_at(trace, at, slots).tolist() == expected
+        m.setattr(distances.native, "use_core", lambda: False)
+        assert distances.distances_at(trace, at).tolist() == expected
+
+
+def test_distances_at_by_hand():
+    from kvreplay.engine.distances import distances_at
+
+    # a b | c a | b | a, 4 slots for 3 blocks: a, b, c, a take slots 1 to 4 (a's first unmarked);
+    # b's mark (request 2, after its distance 3 is read) finds them all used: renumbered b 1, c 2,
+    # a 3, then b at 4. Request 3 reads a at slot 3 after the renumbering: {b} since, 2.
+    trace = kvreplay.Trace.from_requests([(list("ab"), 8), (list("ca"), 8), (list("b"), 4), (list("a"), 4)])
+    assert distances_at(trace, np.array([3, 4, 5]), slots=4).tolist() == [2, 3, 2]
+    assert distances_at(trace, np.array([0, 5]), slots=4).tolist() == [-1, 2]
+
 def test_a_gap_below_zero_is_said_as_what_it_gives_back():
     from kvreplay.analysis.headroom import headroom_sentence
 

@@ -94,7 +94,7 @@ def sample_points(n: int, samples: int = NUM_STRANDED_SAMPLES) -> np.ndarray:
 _ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _chain_order(trace) -> tuple[np.ndarray, np.ndarray]:
+def chain_order(trace) -> tuple[np.ndarray, np.ndarray]:
     """(the blocks the trace uses, int32, in the order of their first access, so each comes after
     its chain predecessor; per request r, how many of them requests before r first accessed)."""
     found = _ORDERS.get(trace)
@@ -112,7 +112,7 @@ def stranded(trace, mask: np.ndarray, after: int | None = None) -> int:
     replayed so far (only blocks seen by then can be resident: the scan stops there)."""
     resident = np.ascontiguousarray(mask, dtype=np.int8)
     pred = np.ascontiguousarray(trace.predecessors, dtype=np.int32)
-    order, seen_before = _chain_order(trace)
+    order, seen_before = chain_order(trace)
     n = order.shape[0] if after is None else int(seen_before[after + 1])
     reach = np.zeros(max(1, resident.shape[0]), dtype=np.int8)
     if not native.available():

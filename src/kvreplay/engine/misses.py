@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InvariantError
 from ..trace.model import exact_sum
-from .distances import scan_distances
+from .distances import distances_at
 
 CAUSES = ("first_use", "evicted", "behind_hole", "partial_block", "namespace", "layer_groups", "concurrency")
 HIT = 0  # cause codes per access: 0 hit, 1 + the index in CAUSES
@@ -149,7 +149,7 @@ def evicted_detail(trace, block_size: int, cause: np.ndarray, evicted_gone: np.n
     pick, gone_at = pick[in_window], evicted_gone[in_window]
     request = request_of(trace, pick)
     tokens = block_tokens(trace, block_size, pick)
-    distance = scan_distances(trace)[pick]
+    distance = distances_at(trace, pick)
     gone_requests = request - gone_at
     stamps = np.asarray(trace.timestamp, dtype=np.float64)
     gone_s = (stamps[request] - stamps[np.maximum(gone_at, 0)]) / 1000.0
