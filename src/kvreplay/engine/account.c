@@ -20,7 +20,8 @@
  * full blocks only) to PARTIAL_BLOCK: hit tokens + every cause = L exactly.
  *
  * Then the access phase, then the eviction log (the policy state's, turned on by the caller) is
- * drained into evicted_at, and every block of the request gets last_seen = i. */
+ * drained, its blocks' left = i, and every block of the request gets left = i too (left: the last
+ * request that accessed or evicted the block; gone = left, the stamps coming in order). */
 #include "../include/policy.h"
 
 KV_EXPORT const char kv_layout_account[] = KV_ACCOUNT_FIELDS(KV_FIELD_SPEC) " | cause=" KV_CAUSE_SLOTS(KV_SLOT_SPEC);

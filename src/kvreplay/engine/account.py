@@ -25,7 +25,9 @@ hash id, ``L - n*B`` when positive (a trace of full blocks only), are ``partial_
 
 After the access phase the eviction log (policies/base.py) is drained into per-block eviction
 stamps, and every block of the request is stamped with its last access: the account costs the
-driver one store per access and one probe per missed block, no policy code.
+driver one store per access and one probe per missed block, no policy code. (The compiled record
+keeps one stamp per block, the later of the two: a block is evicted only after an access, and
+the stamps come in request order. The loop below keeps both, as the rule says.)
 """
 
 from __future__ import annotations
@@ -138,8 +140,7 @@ def _arrays(trace, content):
     content, content_offsets, members = content_groups(content, trace.num_blocks)
     if n >= 2**31:
         raise ConfigError(f"the miss account counts requests in 32 bits: {n:,} requests are too many (miss_account=False)")
-    return {"last_seen": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
-            "evicted_at": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
+    return {"left": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
             "cause": np.zeros(max(1, accesses), dtype=np.int8), "gone": np.empty(_gone_size(trace), dtype=np.int32),
             "gone_used": np.zeros(1, dtype=np.int64),
             "tokens": np.zeros(max(1, n * len(RECORDED)), dtype=np.int64), "content": content,
