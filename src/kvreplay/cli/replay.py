@@ -57,7 +57,7 @@ def _cmd_run(args) -> int:
     hybrid = semantics == "hybrid"
     sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity], hybrid=hybrid)
     capacity = sized[0] if sized else None
-    bounds = _early_bounds(args, trace, capacity, hybrid)
+    bounds = _early_bounds(args, trace, capacity, hybrid, params)
     tell(args.progress, 0, 1, "replays")  # one compiled call: its stage shows the time it takes
     report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
                     warmup_fraction=args.warmup_fraction, **_run_options(args, trace, hybrid), **params)
@@ -191,21 +191,26 @@ def _emit_run(args, trace, out: RunOutput) -> None:
         print(explained_text(report, out.explained))
 
 
-def _early_bounds(args, trace, capacity, hybrid: bool):
+def _early_bounds(args, trace, capacity, hybrid: bool, params: dict):
     """The headroom's bounds (analysis/headroom.bound_hits) with what they were computed for:
     (capacity, block size, engine) -> hit tokens of the ceiling and belady, or None where the run
     has no headroom or its capacity is the replay's to choose. Computed before the run's replay,
-    so that belady's arrays and the miss account's are never resident together."""
+    so that belady's arrays and the miss account's are never resident together; the replay's
+    arguments are checked first (an error never waits for the bounds)."""
     from ..analysis.headroom import bound_hits
-    from ..engine.replay import resolve_engine
+    from ..engine.replay import check_capacity, resolve_engine, warmup_count
     from ..policies.registry import get_policy
     from ..trace.model import resolve_block_size
 
     spec = get_policy(args.policy)
     if args.tiers or hybrid or spec.bound or capacity is None or spec.capacity == "ignored":
         return None
-    engine = resolve_engine(args.engine) if spec.native else "reference"
     block_size = resolve_block_size(args.block_size, trace)
+    check_capacity(capacity)
+    spec.check_block_size(block_size)
+    spec.resolve(params)
+    warmup_count(len(trace), args.warmup_fraction)
+    engine = resolve_engine(args.engine) if spec.native else "reference"
     return (capacity, block_size, engine), bound_hits(trace, block_size, capacity, engine)
 
 
