@@ -261,3 +261,22 @@ def function(name: str, restype, *argtypes):
     fn.restype = restype
     fn.argtypes = list(argtypes)
     return fn
+
+
+#: The allocations the command line gives pages of their own (fix_mmap_threshold): 4 MiB and more.
+MMAP_THRESHOLD = 4 << 20
+
+
+def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> None:
+    """Allocations of `nbytes` and more get pages of their own, returned when freed (glibc; native.c
+    says why: freed arrays under glibc's moving threshold stay resident). A process setting: the
+    command line makes it, before it reads a trace; nothing without the core."""
+    if available():
+        function("kv_fix_mmap_threshold", COUNT, COUNT)(nbytes)
+
+
+def release_free_memory() -> None:
+    """The heap's free pages back to the system (glibc; after a trace is read); nothing without
+    the core."""
+    if available():
+        function("kv_release_free_memory", COUNT)()

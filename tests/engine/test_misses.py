@@ -29,6 +29,20 @@ def causes(report, i):
     return {c: t for c, t in report.to_dict()["per_request"][i]["misses"].items() if t}
 
 
+
+def test_gone_kept_for_evicted_accesses_only(engine):
+    # lru of 3 blocks over a cycle of 4 (one block per request): from request 4 on, every access
+    # is evicted, the block having left at the request before (which evicted the least recent).
+    # 196 of 200 accesses evicted: the compiled record of `gone` (a sixteenth of the accesses at
+    # first) grows five times on the way, in the middle of the stranded samples' spans.
+    trace = kvreplay.Trace.from_requests([([i % 4], 16) for i in range(200)])
+    r = kvreplay.replay(trace, "lru", 3, 16, engine=engine)
+    evicted = CAUSES.index("evicted") + 1
+    assert r.misses.cause.tolist() == [1] * 4 + [evicted] * 196
+    assert r.misses.evicted_gone.tolist() == list(range(3, 199))
+    assert r.misses.gone.tolist() == [-1] * 4 + list(range(3, 199))
+    assert r.misses.evicted["gone_requests"] == {"p50": 1.0, "p90": 1.0}
+
 def test_hand_worked_lru(engine):
     # lru, 2 blocks of 4 tokens.
     # r0 [a b c] L=12: all first uses (12 tokens); c's admission evicts a: {b, c}.
@@ -302,6 +316,39 @@ def test_scan_distances_by_hand():
     trace = kvreplay.Trace.from_requests([(list("ab"), 8), (list("ca"), 8), (list("b"), 4)])
     assert scan_distances(trace).tolist() == [-1, -1, -1, 2, 3]
 
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(requests(max_requests=30), st.data())
+def test_distances_at_are_the_scans(case, data):
+    # distances_at (a tree of a few slots per block, renumbered when they run out) gives the one-pass
+    # scan's distances at any ascending positions: with its default slots and with the fewest
+    # (one more than the blocks: renumbered after nearly every access), the reference scan's
+    # without the core.
+    from kvreplay.engine import distances
+
+    trace = kvreplay.Trace.from_requests(case[0])
+    at = np.flatnonzero(data.draw(st.lists(st.booleans(), min_size=trace.num_accesses, max_size=trace.num_accesses)))
+    fresh = distances.weakref.WeakKeyDictionary
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(distances, "_CACHE", fresh())
+        expected = distances._CACHE.setdefault(trace, distances.scan_distances(trace))[at].tolist()
+        m.setattr(distances, "_CACHE", fresh())  # not kept: distances_at computes
+        for slots in (None, max(1, trace.num_blocks) + 1):
+            assert distances.distances_at(trace, at, slots).tolist() == expected
+        m.setattr(distances.native, "use_core", lambda: False)
+        assert distances.distances_at(trace, at).tolist() == expected
+
+
+def test_distances_at_by_hand():
+    from kvreplay.engine.distances import distances_at
+
+    # a b | c a | b | a, 4 slots for 3 blocks: a, b, c, a take slots 1 to 4 (a's first unmarked);
+    # b's mark (request 2, after its distance 3 is read) finds them all used: renumbered b 1, c 2,
+    # a 3, then b at 4. Request 3 reads a at slot 3 after the renumbering: {b} since, 2.
+    trace = kvreplay.Trace.from_requests([(list("ab"), 8), (list("ca"), 8), (list("b"), 4), (list("a"), 4)])
+    assert distances_at(trace, np.array([3, 4, 5]), slots=4).tolist() == [2, 3, 2]
+    assert distances_at(trace, np.array([0, 5]), slots=4).tolist() == [-1, 2]
 
 def test_a_gap_below_zero_is_said_as_what_it_gives_back():
     from kvreplay.analysis.headroom import headroom_sentence

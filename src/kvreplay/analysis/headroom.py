@@ -33,8 +33,9 @@ def bound_hits(trace, block_size: int, capacity: int, engine: str = "compiled") 
     """Per request, the hit tokens of the ceiling and of belady at `capacity` (the whole trace):
     headroom()'s `bounds`, computed once for several policies at one capacity."""
     common = dict(block_size=block_size, engine=engine, miss_account=False)
-    return {"ceiling": replay(trace, "infinite", None, **common).hit_tokens,
-            "belady": replay(trace, "belady", capacity, **common).hit_tokens}
+    # belady first: its next uses are never resident beside the trace's indexes the checks keep
+    belady = replay(trace, "belady", capacity, **common).hit_tokens
+    return {"ceiling": replay(trace, "infinite", None, **common).hit_tokens, "belady": belady}
 
 
 def headroom(trace, report, *, served_hit_tokens=None, requests=None, cost=None, engine: str = "compiled",

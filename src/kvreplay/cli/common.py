@@ -418,10 +418,12 @@ def load(args, path=None, *, sessions_used: str | None = None, seed_used: str | 
     ids (unless --no-token-id-check), and that they fit the block size in use: a block size that
     most requests misfit stops the command (exit 2) with the size they fit. The session options
     are refused where they cannot apply (check_session_options)."""
+    from .. import native
     from ..trace import load_trace
     from ..trace.model import check_block_size, check_not_token_ids, resolve_block_size
 
     check_session_options(args, sessions_used, seed_used)
+    native.fix_mmap_threshold()  # the trace's arrays and what a run frees go back to the system
     trace = load_trace(args.trace if path is None else path, format=args.format, on_invalid=args.on_invalid,
                        sort_by_time=args.sort_by_time, session_arrivals=args.session_arrivals,
                        session_spacing=args.session_spacing, seed=args.seed, subagent_sessions=args.subagent_sessions,

@@ -57,6 +57,7 @@ def _cmd_run(args) -> int:
     hybrid = semantics == "hybrid"
     sized, budget = common.resolve_budget(args, trace, [] if capacity is None else [capacity], hybrid=hybrid)
     capacity = sized[0] if sized else None
+    bounds = _early_bounds(args, trace, capacity, hybrid, params)
     tell(args.progress, 0, 1, "replays")  # one compiled call: its stage shows the time it takes
     report = replay(trace, args.policy, capacity, args.block_size, engine=args.engine,
                     warmup_fraction=args.warmup_fraction, **_run_options(args, trace, hybrid), **params)
@@ -66,7 +67,8 @@ def _cmd_run(args) -> int:
     from ..analysis import metrics
 
     summary = metrics.summarize(report, active_params=common.active_params(args), price_hit=args.price_hit, price_miss=args.price_miss)
-    explained = explain(args, trace, report)
+    explained = explain(args, trace, report, bounds)
+    del bounds  # (their arrays: not held beside the explanation's reuse distances)
     windows = None
     if args.over_time:
         unit, value = args.over_time
@@ -189,9 +191,33 @@ def _emit_run(args, trace, out: RunOutput) -> None:
         print(explained_text(report, out.explained))
 
 
-def explain(args, trace, report) -> dict:
+def _early_bounds(args, trace, capacity, hybrid: bool, params: dict):
+    """The headroom's bounds (analysis/headroom.bound_hits) with what they were computed for:
+    (capacity, block size, engine) -> hit tokens of the ceiling and belady, or None where the run
+    has no headroom or its capacity is the replay's to choose. Computed before the run's replay,
+    so that belady's arrays and the miss account's are never resident together; the replay's
+    arguments are checked first (an error never waits for the bounds)."""
+    from ..analysis.headroom import bound_hits
+    from ..engine.replay import check_capacity, resolve_engine, warmup_count
+    from ..policies.registry import get_policy
+    from ..trace.model import resolve_block_size
+
+    spec = get_policy(args.policy)
+    if args.tiers or hybrid or spec.bound or capacity is None or spec.capacity == "ignored":
+        return None
+    block_size = resolve_block_size(args.block_size, trace)
+    check_capacity(capacity)
+    spec.check_block_size(block_size)
+    spec.resolve(params)
+    warmup_count(len(trace), args.warmup_fraction)
+    engine = resolve_engine(args.engine) if spec.native else "reference"
+    return (capacity, block_size, engine), bound_hits(trace, block_size, capacity, engine)
+
+
+def explain(args, trace, report, bounds=None) -> dict:
     """Why the cache missed, for run: the headroom (with --model/--gpu, in GPU-seconds of
-    prefill too) and the advice that follows ({} where the replay has no miss account)."""
+    prefill too) and the advice that follows ({} where the replay has no miss account).
+    bounds: _early_bounds(), used when they are this report's (capacity, block size, engine)."""
     from ..analysis.advice import advice, stranded_mean
     from ..analysis.headroom import headroom
 
@@ -204,7 +230,9 @@ def explain(args, trace, report) -> dict:
             from ..serving.prefill_cost import PrefillCost
 
             cost = PrefillCost(args.model, args.gpu, args.tp, kv_dtype=args.kv_dtype or "bf16")
-        out["headroom"] = headroom(trace, report, cost=cost, engine=report.engine)
+        key = (report.cache_capacity_blocks, report.block_size, report.engine)
+        out["headroom"] = headroom(trace, report, cost=cost, engine=report.engine,
+                                   bounds=bounds[1] if bounds is not None and bounds[0] == key else None)
         if cost is not None:
             out["headroom"]["cost_note"] = cost.note
     out["advice"] = advice(trace, report, headroom=out["headroom"], engine=report.engine,

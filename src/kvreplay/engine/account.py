@@ -17,7 +17,7 @@ first that applies:
 5. ``evicted``: an earlier request accessed it and it is gone: evicted (the policy's eviction log
    says when), or never kept (belady's bypass; vllm and radix never cache a prompt's partial
    tail). ``gone``: the request it left at, its last eviction if after its last access, else its
-   last access.
+   last access (kept for the evicted accesses only, in trace order: most accesses hit).
 
 Tokens: block j carries ``min(B, L - j*B)`` tokens (at least 0), and the tokens past the last
 hash id, ``L - n*B`` when positive (a trace of full blocks only), are ``partial_block`` too, so
@@ -25,7 +25,9 @@ hash id, ``L - n*B`` when positive (a trace of full blocks only), are ``partial_
 
 After the access phase the eviction log (policies/base.py) is drained into per-block eviction
 stamps, and every block of the request is stamped with its last access: the account costs the
-driver one store per access and one probe per missed block, no policy code.
+driver one store per access and one probe per missed block, no policy code. (The compiled record
+keeps one stamp per block, the later of the two: a block is evicted only after an access, and
+the stamps come in request order. The loop below keeps both, as the rule says.)
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ NUM_STRANDED_SAMPLES = 32
 class Recorded:
     """What one replay recorded (trace order).
 
-    cause: int8 per access (index into RECORDED; HIT for a hit block); gone: int32 per access,
-    the request an ``evicted`` block left at (-1 otherwise); tokens: int64 [requests, causes],
-    hit tokens then each cause's; stranded: the samples of stranded_over_time(), or None.
+    cause: int8 per access (index into RECORDED; HIT for a hit block); gone: int32 per ``evicted``
+    access (those of `cause`, in trace order), the request the block left at; tokens: int64
+    [requests, causes], hit tokens then each cause's; stranded: the samples of
+    stranded_over_time(), or None.
     """
 
     cause: np.ndarray
@@ -93,14 +96,15 @@ def sample_points(n: int, samples: int = NUM_STRANDED_SAMPLES) -> np.ndarray:
 _ORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _chain_order(trace) -> tuple[np.ndarray, np.ndarray]:
-    """(block ids in the order of their first access, each after its chain predecessor; those
-    first accesses' positions, ascending)."""
+def chain_order(trace) -> tuple[np.ndarray, np.ndarray]:
+    """(the blocks the trace uses, int32, in the order of their first access, so each comes after
+    its chain predecessor; per request r, how many of them requests before r first accessed)."""
     found = _ORDERS.get(trace)
     if found is None:
-        first = np.where(trace.first_seen < 0, np.iinfo(np.int64).max, trace.first_seen)
-        order = np.ascontiguousarray(np.argsort(first, kind="stable"), dtype=np.int64)
-        found = _ORDERS[trace] = (order, first[order])
+        positions = trace.first_seen[trace.first_seen >= 0]
+        positions.sort()
+        order = np.ascontiguousarray(trace.blocks[positions], dtype=np.int32)
+        found = _ORDERS[trace] = (order, np.searchsorted(positions, trace.offsets))
     return found
 
 
@@ -110,8 +114,8 @@ def stranded(trace, mask: np.ndarray, after: int | None = None) -> int:
     replayed so far (only blocks seen by then can be resident: the scan stops there)."""
     resident = np.ascontiguousarray(mask, dtype=np.int8)
     pred = np.ascontiguousarray(trace.predecessors, dtype=np.int32)
-    order, first = _chain_order(trace)
-    n = order.shape[0] if after is None else int(np.searchsorted(first, trace.offsets[after + 1]))
+    order, seen_before = chain_order(trace)
+    n = order.shape[0] if after is None else int(seen_before[after + 1])
     reach = np.zeros(max(1, resident.shape[0]), dtype=np.int8)
     if not native.available():
         return stranded_reference(resident, pred, order[:n], reach)
@@ -136,16 +140,30 @@ def _arrays(trace, content):
     content, content_offsets, members = content_groups(content, trace.num_blocks)
     if n >= 2**31:
         raise ConfigError(f"the miss account counts requests in 32 bits: {n:,} requests are too many (miss_account=False)")
-    return {"last_seen": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
-            "evicted_at": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
-            "cause": np.zeros(max(1, accesses), dtype=np.int8), "gone": np.full(max(1, accesses), -1, dtype=np.int32),
+    return {"left": np.full(max(1, trace.num_blocks), -1, dtype=np.int32),
+            "cause": np.zeros(max(1, accesses), dtype=np.int8), "gone": np.empty(_gone_size(trace), dtype=np.int32),
+            "gone_used": np.zeros(1, dtype=np.int64),
             "tokens": np.zeros(max(1, n * len(RECORDED)), dtype=np.int64), "content": content,
             "content_offsets": content_offsets, "content_members": members}
 
 
+def _gone_size(trace) -> int:
+    """gone's first size (it grows as needed): a sixteenth of the accesses, and the longest request."""
+    return max(1, trace.num_accesses // 16, int(np.diff(trace.offsets).max(initial=0)))
+
+
+def _grow_gone(arrays: dict, request_blocks: int) -> None:
+    """gone twice as large, or large enough for one more request of `request_blocks` blocks (a
+    fresh array: its pages past what is written are never touched)."""
+    used = int(arrays["gone_used"][0])
+    grown = np.empty(max(2 * arrays["gone"].shape[0], used + request_blocks), dtype=np.int32)
+    grown[:used] = arrays["gone"][:used]
+    arrays["gone"] = grown
+
+
 def _recorded(trace, arrays, samples) -> Recorded:
     accesses = trace.num_accesses
-    return Recorded(cause=arrays["cause"][:accesses], gone=arrays["gone"][:accesses],
+    return Recorded(cause=arrays["cause"][:accesses], gone=arrays["gone"][:int(arrays["gone_used"][0])],
                     tokens=arrays["tokens"][:len(trace) * len(RECORDED)].reshape(len(trace), len(RECORDED)),
                     stranded=samples)
 
@@ -176,8 +194,6 @@ def replay_compiled(spec, state, trace, block_size: int, hit_blocks, hit_tokens,
     same_causes_as_the_core()
     state = with_eviction_log(state, log_size(trace, capacity))
     arrays = _arrays(trace, content)
-    record = native.bind(arrays, native.layout("account"), "the miss account", inputs=("content", "content_offsets",
-                                                                                       "content_members"))
     table, policy_record = spec.compiled(state)
     offsets, blocks, lengths = trace_arrays(trace.offsets, trace.blocks, trace.input_length)
     p, i = ctypes.c_void_p, ctypes.c_int64
@@ -185,12 +201,16 @@ def replay_compiled(spec, state, trace, block_size: int, hit_blocks, hit_tokens,
     points = sample_points(len(trace), stranded_samples) if stranded_samples else np.zeros(0, dtype=np.int64)
     counts, resident, first = [], [], 0
     for last in [*(int(x) + 1 for x in points), len(trace)]:
-        if last > first:
-            rc = fn(table, native.ptr(policy_record), native.ptr(record), native.ptr(offsets), native.ptr(blocks),
-                    native.ptr(lengths), first, last, block_size, native.ptr(hit_blocks), native.ptr(hit_tokens))
-            if rc != 0:
+        while first < last:
+            record = native.bind(arrays, native.layout("account"), "the miss account",
+                                 inputs=("content", "content_offsets", "content_members"))
+            stop = fn(table, native.ptr(policy_record), native.ptr(record), native.ptr(offsets), native.ptr(blocks),
+                      native.ptr(lengths), first, last, block_size, native.ptr(hit_blocks), native.ptr(hit_tokens))
+            if stop < 0:
                 raise RuntimeError(f"the miss account's eviction log overflowed ({spec.name}): a bug")
-            first = last
+            if stop < last:  # gone might not hold request `stop`'s evicted blocks
+                _grow_gone(arrays, int(offsets[stop + 1] - offsets[stop]))
+            first = stop
         if len(counts) < points.size:
             mask = spec.resident_mask(state)
             counts.append(stranded(trace, mask, int(points[len(counts)])))
@@ -207,7 +227,7 @@ def replay_reference(trace, block_size: int, policy, hit_blocks, hit_tokens, *, 
     offsets, blocks, lengths = trace.offsets.tolist(), trace.blocks.tolist(), trace.input_length.tolist()
     n = len(lengths)
     cause = np.zeros(len(blocks), dtype=np.int8)
-    gone = np.full(len(blocks), -1, dtype=np.int32)
+    gone: list = []
     tokens = np.zeros((n, len(RECORDED)), dtype=np.int64)
     last_seen: dict = {}
     evicted_at: dict = {}
@@ -243,7 +263,7 @@ def replay_reference(trace, block_size: int, policy, hit_blocks, hit_tokens, *, 
                 c = FIRST_USE
             else:
                 c = EVICTED
-                gone[start + j] = max(last_seen[b], evicted_at.get(b, -1))
+                gone.append(max(last_seen[b], evicted_at.get(b, -1)))
             cause[start + j] = c
             tokens[i, c] += max(0, min(block_size, L - j * block_size))
         tokens[i, PARTIAL_BLOCK] += max(0, L - len(request) * block_size)
@@ -262,4 +282,4 @@ def replay_reference(trace, block_size: int, policy, hit_blocks, hit_tokens, *, 
     policy.evicted = None
     stranded_samples_out = _samples(trace, samples["points"], samples["counts"], samples["resident"]) \
         if stranded_samples else None
-    return Recorded(cause=cause, gone=gone, tokens=tokens, stranded=stranded_samples_out)
+    return Recorded(cause=cause, gone=np.array(gone, dtype=np.int32), tokens=tokens, stranded=stranded_samples_out)

@@ -6,7 +6,8 @@ distinct blocks that requests before i used since b's previous use (-1: no reque
 b). It is the smallest LRU cache that still holds b when request i arrives: an LRU cache of C
 blocks holds b then exactly when ``distance <= C`` (LRU's inclusion property; analysis/mrc.py
 builds its curve on the same distances). The miss account gives it for every evicted block, so
-a reader sees which capacity would have kept it.
+a reader sees which capacity would have kept it: distances_at computes those alone, with a tree of
+1.5 times the blocks instead of arrays per access (on a 60M-access trace, 131 MiB instead of 524).
 """
 
 from __future__ import annotations
@@ -44,6 +45,32 @@ def scan_distances(trace) -> np.ndarray:
         out.flags.writeable = False
         _CACHE[trace] = out
     return out
+
+
+def distances_at(trace, at: np.ndarray, slots: int | None = None) -> np.ndarray:
+    """int32 per flat position of `at` (ascending): ``scan_distances(trace)[at]`` without an array
+    per access (kv_distances_at: a tree of `slots` time slots, default 1.5 times the trace's blocks,
+    renumbered when they run out); what the miss account's evicted detail reads. Without the
+    core, or when the trace's scan is kept already: that scan, indexed."""
+    at = np.ascontiguousarray(at, dtype=np.int64)
+    scanned = _CACHE.get(trace)
+    if scanned is not None or not native.use_core():
+        return (scanned if scanned is not None else scan_distances(trace))[at]
+    blocks_used = max(1, trace.num_blocks)
+    size = min(blocks_used + blocks_used // 2 + 1, 2**31 - 1) if slots is None else int(slots)
+    if size <= blocks_used:
+        raise ValueError(f"distances_at needs more slots than the trace's {blocks_used:,} blocks, not {size:,}")
+    out = np.empty(max(1, at.size), dtype=np.int32)
+    tree = np.zeros(size + 1, dtype=np.int32)
+    owner = np.full(size + 1, -1, dtype=np.int32)
+    last = np.zeros(blocks_used, dtype=np.int32)
+    offsets = np.ascontiguousarray(trace.offsets, dtype=np.int64)
+    blocks = np.ascontiguousarray(trace.blocks, dtype=np.int32)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    native.function("kv_distances_at", None, p, i, p, p, i, p, p, p, i, p)(
+        native.ptr(offsets), len(trace), native.ptr(blocks), native.ptr(at), at.size, native.ptr(out), native.ptr(tree),
+        native.ptr(owner), size, native.ptr(last))
+    return out[:at.size]
 
 
 def _scan_distances_reference(offsets: list, blocks: list, out: np.ndarray, tree: list, last: list) -> None:

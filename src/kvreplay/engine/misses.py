@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InvariantError
 from ..trace.model import exact_sum
-from .distances import scan_distances
+from .distances import distances_at
 
 CAUSES = ("first_use", "evicted", "behind_hole", "partial_block", "namespace", "layer_groups", "concurrency")
 HIT = 0  # cause codes per access: 0 hit, 1 + the index in CAUSES
@@ -72,7 +72,8 @@ class MissAccount:
 
     tokens: int64 [requests, len(CAUSES)]: each request's missed tokens per cause.
     cause: int8 per access (trace order): 0 for a hit block, else 1 + the index in CAUSES.
-    gone: int32 per access: for an ``evicted`` block, the request it left the cache at (-1 otherwise).
+    evicted_gone: int32 per ``evicted`` access (those of `cause`, in trace order): the request the
+    block left the cache at. gone (a property): the same per access, -1 where the cause is another.
     not_measured: cause -> why this run cannot see it (its tokens are then 0).
     stranded: the cache's stranded blocks over time (engine/account.py), or None.
     evicted (a property): for the window, the evicted tokens by reuse distance and by time gone
@@ -81,7 +82,7 @@ class MissAccount:
 
     tokens: np.ndarray
     cause: np.ndarray
-    gone: np.ndarray
+    evicted_gone: np.ndarray
     warmup_requests: int
     capacity: int
     not_measured: dict = field(default_factory=dict)
@@ -89,11 +90,20 @@ class MissAccount:
     detail: tuple | None = field(default=None, repr=False)  # (trace, block_size): what evicted_detail needs, computed on first use
 
     @property
+    def gone(self) -> np.ndarray:
+        """int32 per access: for an ``evicted`` block, the request it left the cache at (-1 otherwise);
+        expanded from evicted_gone on each call (the account keeps the evicted accesses' only)."""
+        out = np.full(self.cause.shape[0], -1, dtype=np.int32)
+        out[self.cause == CODE["evicted"]] = self.evicted_gone
+        return out
+
+    @property
     def evicted(self) -> dict:
         """evicted_detail() of this account (computed once, when first asked for)."""
         if not isinstance(self.detail, dict):
             trace, block_size = self.detail
-            self.detail = evicted_detail(trace, block_size, self.cause, self.gone, self.warmup_requests, self.capacity)
+            self.detail = evicted_detail(trace, block_size, self.cause, self.evicted_gone, self.warmup_requests,
+                                         self.capacity)
         return self.detail
 
     def totals(self) -> dict:
@@ -128,16 +138,18 @@ class MissAccount:
         return out
 
 
-def evicted_detail(trace, block_size: int, cause: np.ndarray, gone: np.ndarray, warmup: int, capacity: int) -> dict:
+def evicted_detail(trace, block_size: int, cause: np.ndarray, evicted_gone: np.ndarray, warmup: int,
+                   capacity: int) -> dict:
     """The window's evicted tokens: by reuse distance (engine/distances.py: the smallest LRU cache
     that would have kept the block), summed within 1, 2, 4 and 8 times the capacity, and by how
-    long they had been gone (requests and seconds of trace time, token-weighted percentiles)."""
+    long they had been gone (requests and seconds of trace time, token-weighted percentiles).
+    evicted_gone: per ``evicted`` access of `cause` (trace order), the request it left at."""
     pick = np.flatnonzero(cause == CODE["evicted"])
-    pick = pick[pick >= trace.offsets[warmup]]
+    in_window = pick >= trace.offsets[warmup]
+    pick, gone_at = pick[in_window], evicted_gone[in_window]
     request = request_of(trace, pick)
     tokens = block_tokens(trace, block_size, pick)
-    distance = scan_distances(trace)[pick]
-    gone_at = gone[pick]
+    distance = distances_at(trace, pick)
     gone_requests = request - gone_at
     stamps = np.asarray(trace.timestamp, dtype=np.float64)
     gone_s = (stamps[request] - stamps[np.maximum(gone_at, 0)]) / 1000.0
@@ -157,7 +169,7 @@ def from_recorded(recorded, trace, block_size: int, warmup: int, capacity: int, 
     not_measured = {"layer_groups": NO_GROUPS, "concurrency": SEQUENTIAL}
     if not namespaces:
         not_measured["namespace"] = NO_NAMESPACES
-    return MissAccount(tokens=tokens, cause=recorded.cause, gone=recorded.gone, warmup_requests=warmup,
+    return MissAccount(tokens=tokens, cause=recorded.cause, evicted_gone=recorded.gone, warmup_requests=warmup,
                        capacity=capacity, not_measured=dict(sorted(not_measured.items(), key=lambda kv: CAUSES.index(kv[0]))),
                        stranded=recorded.stranded, detail=(trace, block_size))
 
@@ -218,7 +230,7 @@ def hybrid_account(trace, block_size: int, hit_blocks: np.ndarray, in_full: np.n
     np.add.at(tokens, (request[miss], code[miss].astype(np.int64) - 1),
               np.clip(lengths[request] - position * block_size, 0, block_size)[miss])
     tokens[:, CAUSES.index("partial_block")] += np.maximum(0, lengths - counts * block_size)
-    gone = np.where(code == CODE["evicted"], earlier, -1).astype(np.int32)
-    return MissAccount(tokens=tokens, cause=code, gone=gone, warmup_requests=warmup, capacity=capacity,
+    gone = earlier[code == CODE["evicted"]].astype(np.int32)
+    return MissAccount(tokens=tokens, cause=code, evicted_gone=gone, warmup_requests=warmup, capacity=capacity,
                        not_measured={"namespace": NO_NAMESPACES, "concurrency": SEQUENTIAL}, stranded=None,
                        detail=(trace, block_size))

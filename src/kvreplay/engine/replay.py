@@ -263,6 +263,8 @@ def _run_tiers(trace, spec, capacity: int, block_size: int, params: dict, engine
 def _run_compiled(trace, spec, capacity: int, block_size: int, params: dict, options: ReplayOptions) -> _Run:
     """The compiled engine (C), recording the miss account as it goes unless told not to."""
     n = len(trace)
+    if options.miss_account:  # its stranded samples' chain order (kept per trace), before the replay's arrays
+        account.chain_order(trace)
     hit_blocks, hit_tokens = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     state = spec.make_state(capacity, trace, **params)
     recorded = None

@@ -68,7 +68,8 @@ typedef struct KvPolicy {
     /* SGLang's radix tree, as its scheduler drives it (NULL: no such tree) */
     const struct KvTree *tree;
     /* requests [first, last) of the sequential replay with the miss account (KV_REPLAY_ACCOUNT,
-     * `record` a KvAccount): 0, or -1 when the eviction log overflowed */
+     * `record` a KvAccount): the request it stopped before (last, or earlier when the record's gone
+     * might overflow), or -1 when the eviction log overflowed */
     i64 (*replay_account)(void *st, i64 *record, const i64 *offsets, const i32 *blocks, const i64 *input_length,
                           i64 first, i64 last, i64 block_size, i64 *hit_blocks, i64 *hit_tokens);
     /* a running request whose prompt is computed stores it for reuse while it still holds its n
@@ -151,8 +152,10 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
         State local = *(State *)vst;                                                                           \
         State *st = &local;                                                                                    \
         KvAccount *a = (KvAccount *)record;                                                                    \
-        for (i64 i = first; i < last; i++) {                                                                   \
+        i64 used = a->gone_used[0], i = first;                                                                 \
+        for (; i < last; i++) {                                                                                \
             i64 start = offsets[i], end = offsets[i + 1], n = end - start, L = input_length[i];                \
+            if (used + n > a->gone_n) break; /* gone might overflow: the caller grows it, goes on from i */    \
             i64 limit = HIT_LIMIT(st, n, L, block_size);                                                        \
             i64 k = 0;                                                                                         \
             while (k < limit && RESIDENT(st, blocks[start + k])) k++;                                          \
@@ -174,14 +177,15 @@ static inline i64 kv_prefix(const KvPolicy *p, void *st, const i32 *blocks, i64 
                 }                                                                                              \
                 if (cause < 0) cause = kv_account_gone(a, b, &gone);                                           \
                 a->cause[start + j] = (i8)cause;                                                               \
-                a->gone[start + j] = (i32)gone;                                                                \
+                if (cause == EVICTED) a->gone[used++] = (i32)gone;                                             \
                 row[cause] += kv_max(0, kv_min(block_size, L - j * block_size));                               \
             }                                                                                                  \
             row[PARTIAL_BLOCK] += kv_max(0, L - n * block_size);                                               \
             ACCESS_REQUEST(st, i, blocks, start, end, k, L, block_size);                                       \
             if (kv_account_stamp(a, &st->h, i, blocks, start, end) < 0) return -1;                             \
         }                                                                                                      \
-        return 0;                                                                                              \
+        a->gone_used[0] = used;                                                                                \
+        return i;                                                                                              \
     }
 
 /* A block-level policy from RESIDENT(st, b) and ACCESS(st, b, holds): ``holds`` is a constant,

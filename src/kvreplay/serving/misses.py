@@ -64,7 +64,8 @@ def served_account(trace, block_size: int, parts, served_hit_blocks, finished, s
     if not np.array_equal(total, lengths[ok]):
         i = int(np.flatnonzero(ok)[np.flatnonzero(total != lengths[ok])[0]])
         raise InvariantError(f"the served miss account of request {i} does not add up to its prompt tokens")
-    account = MissAccount(tokens=tokens, cause=code, gone=np.full(trace.num_accesses, -1, dtype=np.int64),
+    account = MissAccount(tokens=tokens, cause=code,
+                          evicted_gone=np.full(int(np.count_nonzero(code == CODE["evicted"])), -1, dtype=np.int32),
                           warmup_requests=0, capacity=0, not_measured={})
     return account, split
 

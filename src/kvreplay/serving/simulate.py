@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..checks import items, number
+from ..engine.misses import CODE
 from ..engine.replay import as_trace
 from ..errors import ConfigError
 from ..policies.registry import get_policy
@@ -972,9 +973,9 @@ def _served_misses(trace, report, raw, parts, block_size, instances, order=None)
         _, index = ragged_take(ordered.offsets, back)
         tokens = np.empty_like(account.tokens)
         tokens[by] = account.tokens
-        gone = account.gone[index]
-        account = replace(account, tokens=tokens, cause=account.cause[index],
-                          gone=np.where(gone >= 0, by[np.maximum(gone, 0)], -1))
+        gone, cause = account.gone[index], account.cause[index]
+        gone = np.where(gone >= 0, by[np.maximum(gone, 0)], -1)[cause == CODE["evicted"]].astype(np.int32)
+        account = replace(account, tokens=tokens, cause=cause, evicted_gone=gone)
     not_measured = dict(parts[0][1].misses.not_measured)
     not_measured.pop("concurrency", None)
     account.not_measured = not_measured

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import native
 from ..errors import ConfigError
 from ..progress import tell
 from ..units import seconds_arg
@@ -194,6 +195,7 @@ def load_paths(path, *, format: str = "auto", on_invalid: str = "error", keep_id
                 e.msg += f" (no format recognised the first record: tried {tried()}; read as {fmt}; see --format)"
             raise
         tell(progress, before + sizes[k], sum(sizes), "bytes read")
+    native.release_free_memory()  # what the readers' parsed chunks freed
     if len(traces) == 1:
         return traces[0]
     merged = merge(traces, namespace=True, offsets_ms=start_offsets_ms(traces, session_arrivals, session_spacing, seed))
