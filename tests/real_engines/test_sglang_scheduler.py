@@ -150,9 +150,12 @@ DEPARTURES = (
     "kvreplay's sglang style departs from SGLang 0.5.23 where docs/engines.md's SGLang table says it "
     "does not model it: a chunked prompt held whole from its first chunk (SGLang allocates chunk by chunk: "
     "schedule_policy.py add_chunked_req, allocation.py alloc_for_extend), so a second request may find no "
-    "room for two steps (conversation 0-299, tight, lpm, at 97.33 s); a finished request's output pages "
-    "are pages of their own where SGLang appends them to its path (radix_cache.py cache_finished_req), so "
-    "eviction frees other leaves (conversation 2000-2299, light, fcfs: request 279)")
+    "room for two steps (conversation 0-299, tight, lpm, at 97.33 s); and SGLang's tree caches a chunked "
+    "prompt a node per chunk (radix_cache.py checkpoint at every chunk: batch_result_processor.py:394) and "
+    "evicts whole leaves, so a long prompt's last chunks go first, where kvreplay's tree evicts the prompt's "
+    "node whole; kvreplay, allocating a long prompt whole at admission, evicts ahead of SGLang "
+    "(conversation 2000-2299, light, fcfs: request 279 finds 4,608 tokens in SGLang, 512 in kvreplay, "
+    "where request 116's prompt went after its output leaf; SGLang evicted only the output leaf)")
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -266,6 +269,17 @@ STEPS = {
     "retraction-tie": (
         [([1], 16, 0.0, 300), ([2], 16, 10.0, 300)], small(num_pages=36, chunked_prefill_size=256), 1,
         [(1, 0, 16)], None),
+    # request 0 finishes with 40 + 25 - 1 = 64 tokens in KV: SGLang's tree takes all 4 pages, the 2
+    # pages past its prompt's 2 full ones (the prompt's last 8 tokens filled by outputs, then 16
+    # outputs) as one leaf below its prompt (mem_cache/common.py:431 release_kv_cache ->
+    # radix_cache.py:510 checkpoint, :450 _insert_cache); request 1's 64 tokens + a page find 64
+    # free, so the allocator evicts 16 tokens (allocation.py:192 conservative_num_tokens,
+    # allocator/base.py:166 evict_to_free_tokens): the whole output leaf, the least recent leaf,
+    # and request 2 still hits the prompt's 32 tokens (kvreplay: requests.c req_finish, radix.c
+    # radix_cache_finished)
+    "finished-output-pages-on-path": (
+        [([1, 2, 3], 40, 0.0, 25), ([5, 6, 7, 8], 64, 1000.0, 1), ([1, 2, 9], 40, 2000.0, 1)],
+        small(num_pages=8, chunked_prefill_size=256), 26, [(2, 32, 8)], None),
     # where the two agree
     "lpm-order": (
         [([1, 2, 3, 4], 64, 0.0, 1), ([5, 6], 32, 0.0, 1), ([9, 10, 11], 40, 1000.0, 2), ([5, 6, 7], 40, 1000.0, 2),
@@ -344,6 +358,9 @@ def test_prefill_step_sglang(real, name):
         assert before["rem_total"] > 32 + 70 + 16 > before["rem_total"] - 64
     if name == "batch-is-full":
         assert engine.requests[1].scheduled_s == pytest.approx(engine.requests[0].finish_s)
+    if name == "finished-output-pages-on-path":  # the output leaf (2 pages) went, the prompt's 2 stayed
+        assert (engine.steps[24]["evictable"], engine.steps[24]["protected"]) == (0, 32)
+        assert (engine.steps[25]["evictable"], engine.steps[25]["available"]) == (32, 32)
     if name == "retraction-tie":
         assert [r.preemptions for r in engine.requests] == [0, 1]
 

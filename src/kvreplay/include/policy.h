@@ -92,6 +92,15 @@ typedef struct KvTree {
     i64 (*touch_prefix)(void *st, const i32 *blocks, i64 start, i64 n, i64 *new_nodes);
     /* evict until `blocks` blocks are free, or nothing evictable is left */
     void (*evict_to_free)(void *st, i64 blocks);
+    /* a running request's decode page, held outside the tree until it finishes (the shortfall
+     * evicted first): 0 when every page is held */
+    int (*hold_page)(void *st, i64 block_size);
+    /* n pages held outside the tree are free again */
+    void (*free_pages)(void *st, i64 n);
+    /* a finished request's output pages (whole ones: `own` pages of the negative id `own_id`,
+     * which no request matches, then ids[0:n]) join the tree as one unlocked leaf below node
+     * `parent` (its prompt's locked node, or the root, handle 0); returns the leaf */
+    i64 (*cache_finished)(void *st, i64 parent, i64 own, i64 own_id, const i32 *ids, i64 n);
 } KvTree;
 
 /* The blocks a request's access phase caches (the ones that enter the cache, so leave the tiers

@@ -214,6 +214,7 @@ static void radix_evict(Radix *st, i64 need) {
         i32 *page_count = st->page_count;
         for (i64 j = start; j < start + length; j++) { /* first to last; a block id goes with its last page */
             i64 b = arena[j];
+            if (b < 0) continue; /* a finished request's private page (radix_cache_finished) */
             page_count[b] -= 1;
             if (page_count[b] == 0) kv_log_eviction(&st->h, b);
         }
@@ -451,7 +452,61 @@ static void radix_evict_to_free(void *vst, i64 blocks) {
     if (need > 0) radix_evict(st, need);
 }
 
-static const KvTree radix_tree = {radix_unheld_prefix, radix_touch_prefix, radix_evict_to_free};
+/* A running request's decode page, outside the tree (SGLang's allocator hands it to the request's
+ * row; the tree gets it when the request finishes): the shortfall evicted first, as pin_request
+ * does for a page it inserts. 0 when every page is held. */
+static int radix_hold_page(void *vst, i64 block_size) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta;
+    if (1 > m[CAPACITY] - st->h.hold[HELD]) {
+        kv_refuse(&st->h);
+        return 0;
+    }
+    i64 need = 1 + (block_size > 1 ? 1 : 0) - (m[CAPACITY] - m[TREE_PAGES] - m[OUTSIDE]);
+    if (need > 0) radix_evict(st, need);
+    m[OUTSIDE] += 1;
+    st->h.hold[HELD] += 1;
+    return 1;
+}
+
+/* n pages a request held outside the tree are free again */
+static void radix_free_pages(void *vst, i64 n) {
+    Radix *st = (Radix *)vst;
+    st->meta[OUTSIDE] -= n;
+    st->h.hold[HELD] -= n;
+}
+
+/* A finished request's checkpoint (radix_cache.py checkpoint via release_kv_cache(checkpoint=True),
+ * mem_cache/common.py:400-431): the whole pages of its prompt and outputs join the tree, the
+ * output pages as one new leaf below its prompt's path (`parent`: the node its admission locked,
+ * or the root), stamped with its path; the leaf is evictable at once, its ancestors once its
+ * request unlocks them. The leaf's pages: `own` pages of id `own_id` (negative: pages no other
+ * request can match, the prompt's partial page filled by outputs; outside page_count), then
+ * ids[0:n]. Returns the leaf. */
+static i64 radix_cache_finished(void *vst, i64 parent, i64 own, i64 own_id, const i32 *ids, i64 n) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta;
+    if (own + n <= 0) return parent;
+    m[CLOCK] += 1;
+    i64 top = m[ARENA_TOP];
+    for (i64 q = 0; q < own; q++) st->arena[top + q] = (i32)own_id;
+    for (i64 q = 0; q < n; q++) {
+        st->arena[top + own + q] = ids[q];
+        st->page_count[ids[q]] += 1;
+    }
+    m[ARENA_TOP] = top + own + n;
+    i64 leaf = radix_new_node(st, top, own + n, parent);
+    st->node_children[parent] += 1;
+    radix_set_child(st, parent, st->arena[top], leaf);
+    m[TREE_PAGES] += own + n;
+    m[ADMISSIONS] += own + n;
+    radix_stamp_path(st, leaf);
+    radix_push_if_evictable(st, leaf);
+    return leaf;
+}
+
+static const KvTree radix_tree = {radix_unheld_prefix, radix_touch_prefix, radix_evict_to_free, radix_hold_page,
+                                  radix_free_pages, radix_cache_finished};
 
 KV_REQUEST_POLICY(radix, Radix, KV_LAYOUT(FIELDS, SLOTS), radix_resident, radix_hit_limit, radix_access_request,
                   radix_pin_request, radix_unpin_request, radix_in_hbm, 0, NULL, radix_cached_blocks, &radix_tree)

@@ -148,7 +148,8 @@ i64 spec_draw(const Sim *s, i64 i, i64 drafted) {
  * there; a handover waits for its KV transfer. */
 static void leave(Sim *s, i64 j, i64 i, f64 out) {
     SimIO *io = s->io;
-    req_release(s, j, i);
+    if (s->generated[i] >= s->outputs[i]) req_finish(s, j, i);
+    else req_release(s, j, i);
     if (s->generated[i] >= s->outputs[i]) {
         io->status[i] = FINISHED;
         io->finish_s[i] = s->now + out;

@@ -86,6 +86,13 @@ static inline i64 kv_tokens(const Sim *s, i64 i, i64 tokens) {
     return s->output_kv ? tokens : kv_min(tokens, s->io->L[i]);
 }
 
+/* The SGLang style's radix tree with output KV: a running request's decode pages are its own,
+ * outside the tree, and join its path when it finishes (req_finish), as SGLang's tree takes a
+ * request's pages only at its checkpoints (mem_cache/common.py release_kv_cache) */
+static inline int outputs_join_tree(const Sim *s) {
+    return s->mode == MODE_WHOLE && s->io->cfg[STYLE] == STYLE_SGLANG && s->policy->tree != NULL && s->output_kv;
+}
+
 /* Count one more pin_request of `positions` blocks, or say no (and stop the run) when the policy
  * state was sized for fewer: radix and belady allocate per call and per position (Python sizes
  * them, and runs again with more room when this says no). */
@@ -396,6 +403,13 @@ int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
     /* WHOLE: decode blocks one at a time */
     while (s->base_len[i] + s->dec_pinned[i] < want) {
         if (h->hold[HELD] >= s->capacity) return 0;
+        if (outputs_join_tree(s)) {
+            if (!s->policy->tree->hold_page(st, s->bs)) return 0;
+            drain(s, j);
+            s->dec_pinned[i] += 1;
+            ctr(s, j)[decode_blocks] += 1;
+            continue;
+        }
         i64 q = s->base_len[i] + s->dec_pinned[i];
         if (!room(s, j, 1)) return 0;
         i64 refusals = h->hold[REFUSALS];
@@ -418,6 +432,10 @@ void req_release(Sim *s, i64 j, i64 i) {
         sgh_release(s, j, i);
     } else if (s->mode == MODE_PAGED) {
         s->policy->paged->release(st, s->io->handles, base, s->base_n[i], s->base_len[i] - s->base_n[i]);
+    } else if (outputs_join_tree(s)) {
+        s->policy->tree->free_pages(st, s->dec_pinned[i]);
+        s->policy->unpin_request(st, i, ids, start, start + s->base_len[i], s->base_input[i], s->bs, s->io->handles,
+                                 base, s->base_n[i]);
     } else {
         /* its decode singles tail first, then its admitted range */
         for (i64 q = s->base_len[i] + s->dec_pinned[i] - 1; q >= s->base_len[i]; q--)
@@ -431,6 +449,28 @@ void req_release(Sim *s, i64 j, i64 i) {
     s->dec_pinned[i] = 0;
     s->base_n[i] = 0;
     s->base_len[i] = 0;
+}
+
+/* Request i finished on instance j: under the SGLang style its tree first takes the whole pages of
+ * its prompt and outputs (release_kv_cache(checkpoint=True), mem_cache/common.py:400-431; radix_cache.py
+ * checkpoint, _insert_cache): the tokens in KV (the prompt and every output but the last), page
+ * aligned, the pages beyond its admitted path as one leaf below it. The prompt's partial page,
+ * filled by outputs, is the request's own (no other request has those tokens); the outputs'
+ * pages have ids no prompt has. Then it is released. */
+void req_finish(Sim *s, i64 j, i64 i) {
+    if (outputs_join_tree(s) && !s->failed) {
+        i64 start = s->io->offsets[i], bs = s->bs;
+        i64 from = kv_min(s->base_len[i], s->base_input[i] / bs);
+        i64 to = kv_min(s->computed[i] / bs, s->base_len[i] + s->dec_pinned[i]);
+        if (to > from && room(s, j, to - from)) {
+            i64 parent = s->base_n[i] > 0 && from > 0 ? s->io->handles[start + i] : 0;
+            i64 own = kv_max(0, kv_min(to, s->io->P[i]) - from);
+            s->policy->tree->cache_finished(s->inst[j].state, parent, own, -(1 + i),
+                                            policy_ids(s, j) + start + from + own, to - from - own);
+            drain(s, j);
+        }
+    }
+    req_release(s, j, i);
 }
 
 void req_store(Sim *s, i64 j, i64 i) {

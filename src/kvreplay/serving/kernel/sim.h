@@ -207,6 +207,8 @@ i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits);
 int req_grow(Sim *s, i64 j, i64 i, i64 tokens);
 /* release request i's blocks (finished, preempted or handed over) */
 void req_release(Sim *s, i64 j, i64 i);
+/* request i finished: the SGLang style's tree takes its output pages first (requests.c), then req_release */
+void req_finish(Sim *s, i64 j, i64 i);
 /* request i's prompt is computed: its full blocks are stored for reuse while it runs (a policy
  * with store_request: TensorRT-LLM's storeContextBlocks) */
 void req_store(Sim *s, i64 j, i64 i);

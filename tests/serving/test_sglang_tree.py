@@ -1,0 +1,30 @@
+"""The SGLang style's radix tree as SGLang 0.5.23's scheduler drives it (serving/kernel/sglang.c,
+requests.c, policies/radix.c): hand-worked runs. Every step takes 1 s (sim_cases.ONE_SECOND);
+pages of 4 tokens."""
+
+from __future__ import annotations
+
+from kvreplay.serving.simulate import simulate
+
+from sim_cases import ONE_SECOND, trace_of
+
+
+def test_finished_output_pages_join_the_path_and_go_first():
+    # A: [1, 2, 3], 10 tokens, 7 outputs, at 0 s: prefill 0-1 s, 6 decode steps, finished at 7 s with
+    #   10 + 7 - 1 = 16 tokens in KV: 4 pages, one decode page beyond its prompt's 3. SGLang's tree
+    #   takes all 4 (release_kv_cache(checkpoint=True)): its prompt's full pages [1, 2], then one
+    #   leaf below them of 2 pages, the prompt's partial page (2 prompt tokens + 2 outputs: no other
+    #   request has it) and the decode page. Tree: 4 pages, 2 nodes.
+    # B: [5, 6, 7, 8], 16 tokens, at 10 s: 4 pages + 1 page of slack against 8 - 4 free: 1 page to
+    #   evict. The least recent leaf is A's output leaf (its prompt node is not a leaf): both its
+    #   pages go (whole leaves), and [1, 2] stays.
+    # C: [1, 2, 9], 10 tokens, at 20 s, hits [1, 2]: 8 tokens.
+    t = trace_of(([1, 2, 3], 10, 0, 7), ([5, 6, 7, 8], 16, 10000, 1), ([1, 2, 9], 10, 20000, 1))
+    r = simulate(t, "radix", 8, engine_style="sglang", time_model=ONE_SECOND)
+    assert r.finish_s.tolist() == [7.0, 11.0, 21.0]
+    assert r.hit_tokens.tolist() == [0, 0, 8]
+    assert r.counters["decode_blocks"] == 1
+    # pages that entered the tree: A's 2 + 2, B's 4 (C's are hit or its partial page)
+    assert r.policy_counters["admissions"] == 8
+    assert (r.policy_counters["evictions"], r.policy_counters["evicted_nodes"]) == (2, 1)
+
