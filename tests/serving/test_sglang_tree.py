@@ -4,7 +4,7 @@ pages of 4 tokens."""
 
 from __future__ import annotations
 
-from kvreplay.serving.simulate import simulate
+from kvreplay.serving.simulate import Scheduler, simulate
 
 from sim_cases import ONE_SECOND, trace_of
 
@@ -28,3 +28,28 @@ def test_finished_output_pages_join_the_path_and_go_first():
     assert r.policy_counters["admissions"] == 8
     assert (r.policy_counters["evictions"], r.policy_counters["evicted_nodes"]) == (2, 1)
 
+
+
+def test_a_chunked_prompt_holds_its_chunks_as_they_come_and_its_last_chunk_goes_first():
+    # chunks of 8 tokens (2 pages), a pool of 9 pages.
+    # A: [1..6], 24 tokens, 1 output, at 0 s: 3 chunks. It holds 2 pages at its admission, 2 more at
+    #   each later chunk (SGLang's alloc_for_extend), each chunk's pages entering the tree after its
+    #   step (checkpoint_kv_cache), a node each: at the step ends it holds 2, then 4 pages (the
+    #   prompt held whole would be 6 from the first step); it finishes at 3 s, its tree path
+    #   [1, 2] -> [3, 4] -> [5, 6].
+    # B: [7, 8, 10, 11], 16 tokens, at 10 s: 2 chunks; at its second 2 + a page of slack against
+    #   9 - 6 - 2 = 1 free: 2 pages to evict, the least recent leaf, A's last chunk [5, 6], whole
+    #   (the prompt as one node would go whole: 6 pages).
+    # C: [1, 2, 3, 4, 9], 20 tokens, at 20 s: hits A's first two chunks, 16 tokens; its own page
+    #   (1 + slack against 9 - 8 free) evicts B's last chunk [10, 11].
+    t = trace_of(([1, 2, 3, 4, 5, 6], 24, 0, 1), ([7, 8, 10, 11], 16, 10000, 1), ([1, 2, 3, 4, 9], 20, 20000, 1))
+    r = simulate(t, "radix", 9, engine_style="sglang", time_model=ONE_SECOND,
+                 scheduler=Scheduler(style="sglang", chunked_prefill_size=8))
+    series = r.series_columns()
+    assert series["time_s"].tolist() == [1.0, 2.0, 3.0, 11.0, 12.0, 21.0]
+    assert series["running_kv_blocks"].tolist()[:2] == [2, 4]
+    assert r.hit_tokens.tolist() == [0, 0, 16]
+    assert r.finish_s.tolist() == [3.0, 12.0, 21.0]
+    # pages into the tree: A's 6, B's 4, C's fifth; out of it: [5, 6] and [10, 11]
+    assert r.policy_counters["admissions"] == 11
+    assert (r.policy_counters["evictions"], r.policy_counters["evicted_nodes"]) == (4, 2)

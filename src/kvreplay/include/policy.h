@@ -92,15 +92,20 @@ typedef struct KvTree {
     i64 (*touch_prefix)(void *st, const i32 *blocks, i64 start, i64 n, i64 *new_nodes);
     /* evict until `blocks` blocks are free, or nothing evictable is left */
     void (*evict_to_free)(void *st, i64 blocks);
-    /* a running request's decode page, held outside the tree until it finishes (the shortfall
-     * evicted first): 0 when every page is held */
-    int (*hold_page)(void *st, i64 block_size);
-    /* n pages held outside the tree are free again */
+    /* ---- a request as SGLang's scheduler holds it: its matched path locked, its other pages
+     * its own (outside the tree) until a checkpoint puts the computed ones in ---- */
+    /* admit a request whose scan just matched `hits` blocks: the path locked (handles[base]),
+     * `pages` - hits blocks of its own (the shortfall evicted); 0 when they can never fit */
+    i64 (*hold_request)(void *st, i64 hits, i64 pages, i64 block_size, i64 *handles, i64 base);
+    /* n more blocks of its own (the shortfall evicted): 0 when they do not fit */
+    int (*hold_pages)(void *st, i64 n, i64 block_size);
+    /* n blocks of its own are free again */
     void (*free_pages)(void *st, i64 n);
-    /* a finished request's output pages (whole ones: `own` pages of the negative id `own_id`,
-     * which no request matches, then ids[0:n]) join the tree as one unlocked leaf below node
-     * `parent` (its prompt's locked node, or the root, handle 0); returns the leaf */
-    i64 (*cache_finished)(void *st, i64 parent, i64 own, i64 own_id, const i32 *ids, i64 n);
+    /* its key ids[0:n] (a negative id matches no other request's) enters the tree and its lock
+     * moves from handles[base] to the key's end */
+    void (*checkpoint)(void *st, const i32 *ids, i64 n, i64 *handles, i64 base);
+    /* its lock (handles[base]) is dropped */
+    void (*release)(void *st, const i64 *handles, i64 base);
 } KvTree;
 
 /* The blocks a request's access phase caches (the ones that enter the cache, so leave the tiers

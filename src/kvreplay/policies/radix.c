@@ -264,7 +264,7 @@ static i64 radix_insert(Radix *st, const i32 *blocks, i64 start, i64 end) {
         i32 *restrict page_count = st->page_count;
         for (i64 j = i; j < end; j++) {
             arena[top + j - i] = blocks[j];
-            page_count[blocks[j]] += 1;
+            if (blocks[j] >= 0) page_count[blocks[j]] += 1; /* (a negative id: radix_checkpoint) */
         }
         m[ARENA_TOP] = top + end - i;
         i64 leaf = radix_new_node(st, top, end - i, node);
@@ -452,20 +452,60 @@ static void radix_evict_to_free(void *vst, i64 blocks) {
     if (need > 0) radix_evict(st, need);
 }
 
-/* A running request's decode page, outside the tree (SGLang's allocator hands it to the request's
- * row; the tree gets it when the request finishes): the shortfall evicted first, as pin_request
- * does for a page it inserts. 0 when every page is held. */
-static int radix_hold_page(void *vst, i64 block_size) {
+/* ---- the SGLang scheduler's own use of its tree (serving/kernel/requests.c): a request holds its
+ * matched path locked and its other pages in its own row, outside the tree, until a checkpoint
+ * puts the computed ones in (mem_cache/common.py checkpoint_kv_cache, release_kv_cache) ---- */
+
+/* The allocator's shortfall for n more pages, evicted (allocation.py alloc_paged_token_slots_*:
+ * a page more than asked for, as pin_request does) */
+static void radix_make_room(Radix *st, i64 n, i64 block_size) {
+    i64 *m = st->meta;
+    i64 need = n + (block_size > 1 ? 1 : 0) - (m[CAPACITY] - m[TREE_PAGES] - m[OUTSIDE]);
+    if (need > 0) radix_evict(st, need);
+}
+
+/* Admit a request whose scan has just matched `hits` pages (the cursor is after them): its match
+ * is split where it ends, stamped and locked (handles[base]: the node); it takes `pages` - hits
+ * pages of its own, the shortfall evicted. 0 (nothing held, the path stamped) when they can never
+ * fit beside what is held. */
+static i64 radix_hold_request(void *vst, i64 hits, i64 pages, i64 block_size, i64 *handles, i64 base) {
     Radix *st = (Radix *)vst;
     i64 *m = st->meta;
-    if (1 > m[CAPACITY] - st->h.hold[HELD]) {
+    m[CLOCK] += 1;
+    i64 matched = hits > 0 ? m[CURSOR_NODE] : ROOT;
+    if (hits > 0 && m[CURSOR_OFFSET] < st->node_len[matched]) {
+        st->node_time[matched] = m[CLOCK];
+        i64 tail = matched;
+        matched = radix_split(st, tail, m[CURSOR_OFFSET]);
+        radix_push_if_evictable(st, tail);
+    }
+    if (hits > 0) radix_stamp_path(st, matched);
+    radix_lock_path(st, matched, 1);
+    if (pages - hits > m[CAPACITY] - st->h.hold[HELD]) {
+        radix_lock_path(st, matched, -1);
+        radix_push_if_evictable(st, matched);
         kv_refuse(&st->h);
         return 0;
     }
-    i64 need = 1 + (block_size > 1 ? 1 : 0) - (m[CAPACITY] - m[TREE_PAGES] - m[OUTSIDE]);
-    if (need > 0) radix_evict(st, need);
-    m[OUTSIDE] += 1;
-    st->h.hold[HELD] += 1;
+    radix_make_room(st, pages - hits, block_size);
+    m[OUTSIDE] += pages - hits;
+    st->h.hold[HELD] += pages - hits;
+    handles[base] = matched;
+    return pages;
+}
+
+/* n more pages of a running request's own (a chunk, a decode page), the shortfall evicted: 0 when
+ * they do not fit beside what is held */
+static int radix_hold_pages(void *vst, i64 n, i64 block_size) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta;
+    if (n > m[CAPACITY] - st->h.hold[HELD]) {
+        kv_refuse(&st->h);
+        return 0;
+    }
+    radix_make_room(st, n, block_size);
+    m[OUTSIDE] += n;
+    st->h.hold[HELD] += n;
     return 1;
 }
 
@@ -476,37 +516,34 @@ static void radix_free_pages(void *vst, i64 n) {
     st->h.hold[HELD] -= n;
 }
 
-/* A finished request's checkpoint (radix_cache.py checkpoint via release_kv_cache(checkpoint=True),
- * mem_cache/common.py:400-431): the whole pages of its prompt and outputs join the tree, the
- * output pages as one new leaf below its prompt's path (`parent`: the node its admission locked,
- * or the root), stamped with its path; the leaf is evictable at once, its ancestors once its
- * request unlocks them. The leaf's pages: `own` pages of id `own_id` (negative: pages no other
- * request can match, the prompt's partial page filled by outputs; outside page_count), then
- * ids[0:n]. Returns the leaf. */
-static i64 radix_cache_finished(void *vst, i64 parent, i64 own, i64 own_id, const i32 *ids, i64 n) {
+/* A checkpoint (radix_cache.py checkpoint, _insert_cache): the request's key ids[0:n] (its
+ * computed whole pages; a negative id is a page no other request has: outside page_count) is
+ * inserted, its path stamped, and the request's lock moves from handles[base] to the key's end
+ * node. The caller frees the pages of its own that the tree now has (duplicates too). */
+static void radix_checkpoint(void *vst, const i32 *ids, i64 n, i64 *handles, i64 base) {
     Radix *st = (Radix *)vst;
     i64 *m = st->meta;
-    if (own + n <= 0) return parent;
     m[CLOCK] += 1;
-    i64 top = m[ARENA_TOP];
-    for (i64 q = 0; q < own; q++) st->arena[top + q] = (i32)own_id;
-    for (i64 q = 0; q < n; q++) {
-        st->arena[top + own + q] = ids[q];
-        st->page_count[ids[q]] += 1;
-    }
-    m[ARENA_TOP] = top + own + n;
-    i64 leaf = radix_new_node(st, top, own + n, parent);
-    st->node_children[parent] += 1;
-    radix_set_child(st, parent, st->arena[top], leaf);
-    m[TREE_PAGES] += own + n;
-    m[ADMISSIONS] += own + n;
-    radix_stamp_path(st, leaf);
-    radix_push_if_evictable(st, leaf);
-    return leaf;
+    i64 last = radix_insert(st, ids, 0, n);
+    m[CLOCK] += 1;
+    radix_stamp_path(st, last);
+    radix_lock_path(st, last, 1);
+    i64 old = handles[base];
+    radix_lock_path(st, old, -1);
+    radix_push_if_evictable(st, old);
+    handles[base] = last;
 }
 
-static const KvTree radix_tree = {radix_unheld_prefix, radix_touch_prefix, radix_evict_to_free, radix_hold_page,
-                                  radix_free_pages, radix_cache_finished};
+/* the request's lock on its path is dropped (release_kv_cache's unlock) */
+static void radix_release(void *vst, const i64 *handles, i64 base) {
+    Radix *st = (Radix *)vst;
+    i64 node = handles[base];
+    radix_lock_path(st, node, -1);
+    radix_push_if_evictable(st, node);
+}
+
+static const KvTree radix_tree = {radix_unheld_prefix, radix_touch_prefix,  radix_evict_to_free, radix_hold_request,
+                                  radix_hold_pages,    radix_free_pages,    radix_checkpoint,    radix_release};
 
 KV_REQUEST_POLICY(radix, Radix, KV_LAYOUT(FIELDS, SLOTS), radix_resident, radix_hit_limit, radix_access_request,
                   radix_pin_request, radix_unpin_request, radix_in_hbm, 0, NULL, radix_cached_blocks, &radix_tree)

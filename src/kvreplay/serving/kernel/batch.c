@@ -225,6 +225,8 @@ void batch_end(Sim *s, i64 j) {
             /* SGLang's tree takes what a prefill step computed of a request that stays */
             int goes_on = s->computed[i] < s->target[i] || s->generated[i] + 1 < s->outputs[i];
             if (!sgh_prefilled(s, j, i, goes_on)) return;
+        } else if (!s->decoding[i] && (s->computed[i] < s->target[i] || s->generated[i] + 1 < s->outputs[i])) {
+            req_prefilled(s, j, i); /* (the SGLang style's checkpoint_kv_cache: requests.c) */
         }
         if (s->computed[i] < s->target[i]) continue;
         if (s->io->cfg[STYLE] == STYLE_TRTLLM && !s->decoding[i]) req_store(s, j, i); /* (storeContextBlocks) */
