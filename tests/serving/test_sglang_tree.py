@@ -53,3 +53,24 @@ def test_a_chunked_prompt_holds_its_chunks_as_they_come_and_its_last_chunk_goes_
     # pages into the tree: A's 6, B's 4, C's fifth; out of it: [5, 6] and [10, 11]
     assert r.policy_counters["admissions"] == 11
     assert (r.policy_counters["evictions"], r.policy_counters["evicted_nodes"]) == (4, 2)
+
+
+def test_a_retracted_request_caches_no_output_page():
+    # Pages of 16 tokens, a pool of 36. A: [1], 16 tokens, 300 outputs, at 0 s; B: [2], the same, at
+    # 10 ms (tests/real_engines/test_sglang_scheduler.py's retraction-tie, which SGLang agrees with).
+    # Both decode until the pool runs out: B is retracted (release_kv_cache(checkpoint=False)): its
+    # prompt page stays in the tree, its decode pages are freed, none cached. A finishes at 301 s
+    # with 16 + 300 - 1 = 315 tokens in KV: 19 pages in the tree, [1] and an 18-page output leaf.
+    # B recomputes its prompt and 273 outputs (289 tokens, 19 pages: [2] hit, 18 of its own + a
+    # page of slack against 36 - 19 - 1 = 16 free): A's output leaf goes, whole.
+    t = trace_of(([1], 16, 0, 300), ([2], 16, 10, 300), block_size=16)
+    r = simulate(t, "radix", 36, block_size=16, engine_style="sglang", time_model=ONE_SECOND,
+                 scheduler=Scheduler(style="sglang", chunked_prefill_size=64, max_prefill_tokens=128),
+                 compare_sequential=False)
+    assert r.preemptions.tolist() == [0, 1]
+    assert r.counters["recomputed_tokens"] == 273
+    assert r.finish_s.tolist() == [301.0, 332.0]
+    # pages into the tree: A's 19, B's 19 (its prompt page at its first prefill, 18 when recomputed
+    # and finished); its retracted decode pages never
+    assert r.policy_counters["admissions"] == 38
+    assert (r.policy_counters["evictions"], r.policy_counters["evicted_nodes"]) == (18, 1)

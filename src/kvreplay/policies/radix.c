@@ -214,7 +214,7 @@ static void radix_evict(Radix *st, i64 need) {
         i32 *page_count = st->page_count;
         for (i64 j = start; j < start + length; j++) { /* first to last; a block id goes with its last page */
             i64 b = arena[j];
-            if (b < 0) continue; /* a finished request's private page (radix_cache_finished) */
+            if (b < 0) continue; /* a page of one request's own (radix_checkpoint) */
             page_count[b] -= 1;
             if (page_count[b] == 0) kv_log_eviction(&st->h, b);
         }

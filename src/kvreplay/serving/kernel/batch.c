@@ -148,13 +148,13 @@ i64 spec_draw(const Sim *s, i64 i, i64 drafted) {
  * there; a handover waits for its KV transfer. */
 static void leave(Sim *s, i64 j, i64 i, f64 out) {
     SimIO *io = s->io;
-    if (s->generated[i] >= s->outputs[i]) req_finish(s, j, i);
-    else req_release(s, j, i);
     if (s->generated[i] >= s->outputs[i]) {
+        req_finish(s, j, i); /* (its tree may take its pages first: requests.c) */
         io->status[i] = FINISHED;
         io->finish_s[i] = s->now + out;
         release_ended_at(s, i, s->now + out);  /* (the client has the last token then) */
     } else {
+        req_release(s, j, i);
         io->status[i] = WAITING_ARRIVAL;
         s->target[i] = s->computed[i] + 1;
         s->inst[j].counters[handoffs] += 1;
