@@ -444,7 +444,8 @@ static i64 radix_unheld_prefix(void *vst, const i32 *blocks, i64 start, i64 k) {
     return n;
 }
 
-/* evict_to_free_tokens: the allocator's shortfall of `blocks` free pages */
+/* evict_to_free_tokens: the allocator's shortfall of `blocks` free pages (pages a request took of
+ * its own and not yet found room for count as taken: free may be negative until then) */
 static void radix_evict_to_free(void *vst, i64 blocks) {
     Radix *st = (Radix *)vst;
     i64 *m = st->meta;
@@ -456,19 +457,11 @@ static void radix_evict_to_free(void *vst, i64 blocks) {
  * matched path locked and its other pages in its own row, outside the tree, until a checkpoint
  * puts the computed ones in (mem_cache/common.py checkpoint_kv_cache, release_kv_cache) ---- */
 
-/* The allocator's shortfall for n more pages, evicted (allocation.py alloc_paged_token_slots_*:
- * a page more than asked for, as pin_request does) */
-static void radix_make_room(Radix *st, i64 n, i64 block_size) {
-    i64 *m = st->meta;
-    i64 need = n + (block_size > 1 ? 1 : 0) - (m[CAPACITY] - m[TREE_PAGES] - m[OUTSIDE]);
-    if (need > 0) radix_evict(st, need);
-}
-
 /* Admit a request whose scan has just matched `hits` pages (the cursor is after them): its match
  * is split where it ends, stamped and locked (handles[base]: the node); it takes `pages` - hits
- * pages of its own, the shortfall evicted. 0 (nothing held, the path stamped) when they can never
- * fit beside what is held. */
-static i64 radix_hold_request(void *vst, i64 hits, i64 pages, i64 block_size, i64 *handles, i64 base) {
+ * pages of its own (the caller evicts the allocator's shortfall: evict_to_free). 0 (nothing held,
+ * the path stamped) when they can never fit beside what is held. */
+static i64 radix_hold_request(void *vst, i64 hits, i64 pages, i64 *handles, i64 base) {
     Radix *st = (Radix *)vst;
     i64 *m = st->meta;
     m[CLOCK] += 1;
@@ -487,23 +480,21 @@ static i64 radix_hold_request(void *vst, i64 hits, i64 pages, i64 block_size, i6
         kv_refuse(&st->h);
         return 0;
     }
-    radix_make_room(st, pages - hits, block_size);
     m[OUTSIDE] += pages - hits;
     st->h.hold[HELD] += pages - hits;
     handles[base] = matched;
     return pages;
 }
 
-/* n more pages of a running request's own (a chunk, a decode page), the shortfall evicted: 0 when
- * they do not fit beside what is held */
-static int radix_hold_pages(void *vst, i64 n, i64 block_size) {
+/* n more pages of a running request's own (a chunk, a decode page; the caller evicts the
+ * shortfall): 0 when they do not fit beside what is held */
+static int radix_hold_pages(void *vst, i64 n) {
     Radix *st = (Radix *)vst;
     i64 *m = st->meta;
     if (n > m[CAPACITY] - st->h.hold[HELD]) {
         kv_refuse(&st->h);
         return 0;
     }
-    radix_make_room(st, n, block_size);
     m[OUTSIDE] += n;
     st->h.hold[HELD] += n;
     return 1;

@@ -381,8 +381,8 @@ void req_finish(Sim *s, i64 j, i64 i) {
 
 /* Request i starts on instance j under the SGLang style (req_tree_held): its scan (at most
  * max_hits blocks: negative, no bound) locks its match, and it holds its pages up to `tokens`
- * tokens (its first chunk's end, or its whole sequence). 0 when they can never fit beside what
- * is held. */
+ * tokens (its first chunk's end, or its whole sequence); the room for them is evicted once for
+ * the whole prefill batch (req_batch_room). 0 when they can never fit beside what is held. */
 static int tree_start(Sim *s, i64 j, i64 i, i64 max_hits, i64 tokens) {
     void *st = s->inst[j].state;
     const i32 *ids = policy_ids(s, j);
@@ -394,7 +394,7 @@ static int tree_start(Sim *s, i64 j, i64 i, i64 max_hits, i64 tokens) {
     if (s->kv_in[i]) tokens = target;
     i64 pages = kv_max(kv_ceil_div(kv_tokens(s, i, tokens), bs), k);
     s->io->handles[start + i] = 0;
-    if (s->policy->tree->hold_request(st, k, pages, bs, s->io->handles, start + i) == 0) {
+    if (s->policy->tree->hold_request(st, k, pages, s->io->handles, start + i) == 0) {
         drain(s, j);
         return 0;
     }
@@ -408,15 +408,22 @@ static int tree_start(Sim *s, i64 j, i64 i, i64 max_hits, i64 tokens) {
     return 1;
 }
 
-/* the next chunk of request i: its pages up to `tokens` tokens (0: they do not fit) */
+/* the next chunk of request i: its pages up to `tokens` tokens (0: they do not fit; the room for
+ * them is evicted with the batch's, req_batch_room) */
 int req_extend(Sim *s, i64 j, i64 i, i64 tokens) {
     if (!req_tree_held(s)) return 1; /* (held whole from its admission) */
     i64 more = kv_ceil_div(kv_tokens(s, i, tokens), s->bs) - s->base_len[i];
     if (more <= 0) return 1;
-    if (!s->policy->tree->hold_pages(s->inst[j].state, more, s->bs)) return 0;
-    drain(s, j);
+    if (!s->policy->tree->hold_pages(s->inst[j].state, more)) return 0;
     s->base_len[i] += more;
     return 1;
+}
+
+/* A prefill batch of `requests` requests was formed: the allocator evicts once for all their new
+ * pages and a page each (allocation.py alloc_paged_token_slots_extend, conservative_num_tokens;
+ * allocator/base.py evict_to_free_tokens), after the batch's admissions locked their matches */
+void req_batch_room(Sim *s, i64 j, i64 requests) {
+    if (req_tree_held(s) && requests > 0) req_evict_ahead(s, j, requests);
 }
 
 /* ---- what the schedulers call ---- */
@@ -493,7 +500,9 @@ int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
     if (req_tree_held(s)) { /* its own pages, one at a time */
         want = kv_ceil_div(kv_tokens(s, i, tokens), s->bs);
         while (s->base_len[i] < want) {
-            if (!s->policy->tree->hold_pages(st, 1, s->bs)) return 0;
+            if (h->hold[HELD] >= s->capacity) return 0;
+            s->policy->tree->evict_to_free(st, 1 + (s->bs > 1)); /* (its shortfall and a page, as pin_request) */
+            if (!s->policy->tree->hold_pages(st, 1)) return 0;
             drain(s, j);
             s->base_len[i] += 1;
             if (s->base_len[i] > s->io->P[i]) ctr(s, j)[decode_blocks] += 1;

@@ -403,6 +403,7 @@ static i64 prefill_batch(Sim *s, i64 j) {
         if (res == NO_TOKEN) q->batch_full = npre > 0 || running > 0;
         break;
     }
+    req_batch_room(s, j, npre); /* (its tree without tiers: requests.c) */
     if (s->mode == MODE_RADIX_HYBRID && npre > 0) {
         /* the batch: the continuing chunk first, then the admitted requests (can_run_list) */
         i64 *batch = s->batch_scratch, n = 0;

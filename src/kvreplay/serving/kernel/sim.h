@@ -217,6 +217,8 @@ int req_tree_held(const Sim *s);
 void req_prefilled(Sim *s, i64 j, i64 i);
 /* the next chunk of request i, up to `tokens` tokens: its pages (0: they do not fit now) */
 int req_extend(Sim *s, i64 j, i64 i, i64 tokens);
+/* the SGLang style: a prefill batch of `requests` requests evicts once for their new pages */
+void req_batch_room(Sim *s, i64 j, i64 requests);
 /* request i's prompt is computed: its full blocks are stored for reuse while it runs (a policy
  * with store_request: TensorRT-LLM's storeContextBlocks) */
 void req_store(Sim *s, i64 j, i64 i);
