@@ -101,20 +101,12 @@ def test_eight_samples_hit_the_prefill_only_requests_992_tokens_in_sglang(real):
 SETTINGS = {"light": dict(num_pages=4000), "tight": dict(num_pages=300),
             "tight-lpm": dict(num_pages=300, schedule_policy="lpm"),
             "tight-no-chunk": dict(num_pages=300, chunked_prefill_size=None)}
-#: rows (of 657: 537 samples and 120 requests or prefill-only ones) agreeing on all five fields
-#: when this test was written; a case below it fails, one below 657 is an expected failure with
-#: the departure that starts it (DEPARTURES)
-EXPECTED = {"light": 657, "tight": 647, "tight-lpm": 113, "tight-no-chunk": 657}
-DEPARTURES = {
-    "tight": "at 37.78 s a sample hits 6,144 tokens in kvreplay, 7,680 in SGLang: its siblings that computed "
-             "the pages have just finished, and kvreplay cuts a match at the first page a request in flight "
-             "has still to compute unless a running request computed it (kernel/sglang.c computed_prefix); "
-             "the pages of a finished one are not told apart from uncomputed ones",
-    "tight-lpm": "at 13.09 s a retracted group's sample hits 16,896 tokens in SGLang, 512 in kvreplay: SGLang's "
-                 "tree splits a chunked prompt's node at every chunk it caches (cache_unfinished_req) and evicts "
-                 "whole leaf nodes, so the first chunks outlive the rest; kvreplay's tree holds an admitted "
-                 "prompt as one node",
-}
+#: rows: 657 (537 samples and 120 requests or prefill-only ones); every one agrees on all five
+#: fields. When this test was written 647 agreed in "tight" and 113 in "tight-lpm": kvreplay held an
+#: admitted prompt whole as one node of its tree (SGLang caches a chunked prompt a node per chunk
+#: and evicts whole leaves, so the first chunks outlive the rest) and cut a match at pages a request
+#: in flight had still to compute, a finished sibling's pages among them; it now holds a request's
+#: KV as SGLang's scheduler does (serving/kernel/requests.c req_tree_held)
 
 
 @pytest.mark.parametrize("pool", list(SETTINGS))
@@ -132,7 +124,4 @@ def test_mooncake_groups_as_sglang_schedules_them(real, pool):
     result = {"agreement": agreement, "fields": share, "diffs": diffs, "n": len(engine.requests)}
     rows = len(engine.requests)
     assert rows == len(ours.hit_tokens) == sum(samples) + sum(n > 1 for n in samples) == 657
-    agreed = round(agreement * rows)
-    assert agreed >= EXPECTED[pool], per_request.report(result, "SGLang")
-    if agreed < rows:
-        pytest.xfail(f"{agreed} of {rows} agree; {DEPARTURES[pool]}")
+    assert agreement == 1.0, per_request.report(result, "SGLang")

@@ -22,15 +22,15 @@ schedule, first token time, finish time, preemptions:
 
 Cases (``test_same_requests_as_sglang``): requests 0-299 and 2000-2299 of ../shared's Mooncake
 conversation trace, a light pool (4000 pages) and a tight one (300 pages; the largest request
-needs 237), fcfs and lpm, and fcfs without chunked prefill. A case fails if fewer requests agree
-than ``EXPECTED`` and is an expected failure while any disagrees; ``KVREPLAY_SGLANG_STRICT=1``
-asks for full agreement. Requests agreeing on all five fields, when this test was written (e779a1f)
-and after the rules the step tests isolate were adopted (docs/fidelity.md, "Against SGLang's own
-scheduler"):
+needs 237), fcfs and lpm, and fcfs without chunked prefill. A case fails unless every request
+agrees. Requests agreeing on all five fields, when this test was written (e779a1f), after the rules
+the step tests isolate were adopted (docs/fidelity.md, "Against SGLang's own scheduler"), and now
+that a request holds its KV as SGLang's scheduler does (chunk by chunk, its computed pages
+checkpointed into the tree, a finished request's whole pages taken by it):
 
-    case (of 300)                 light fcfs  light lpm  tight fcfs  tight lpm  light no-chunk  tight no-chunk
-    conversation 0-299            272 -> 300  270 -> 300  20 -> 300   20 -> 223  299 -> 300      159 -> 300
-    conversation 2000-2299        248 -> 290  275 -> 300  36 -> 300   36 -> 300  300 -> 300      116 -> 300
+    case (of 300)                 light fcfs        light lpm         tight fcfs       tight lpm        light no-chunk    tight no-chunk
+    conversation 0-299            272 -> 300 -> 300 270 -> 300 -> 300 20 -> 300 -> 300 20 -> 223 -> 300 299 -> 300 -> 300 159 -> 300 -> 300
+    conversation 2000-2299        248 -> 290 -> 300 275 -> 300 -> 300 36 -> 300 -> 300 36 -> 300 -> 300 300 -> 300 -> 300 116 -> 300 -> 300
 
 The focused tests (``test_prefill_step_*``, ``STEPS``) give SGLang's PrefillAdder one waiting
 queue and state (built by a short trace) and compare the requests it admits and the tokens it
@@ -44,7 +44,6 @@ charged its raw tokens; a chunked request's whole prompt counted as taken; no ba
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -62,7 +61,6 @@ pytestmark = pytest.mark.engines
 PAGE = 512
 STEP_S = 0.010
 FIELDS = ("scheduled_s", "hit_tokens", "first_token_s", "finish_s", "preemptions")
-STRICT = os.environ.get("KVREPLAY_SGLANG_STRICT") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -133,27 +131,6 @@ for _slice in SLICES:
     for _pool, _pages in (("light", LIGHT), ("tight", TIGHT)):
         CASES[f"{_slice}-{_pool}-fcfs-no-chunked-prefill"] = (_slice, dict(num_pages=_pages, chunked_prefill_size=None))
 
-#: The agreement measured when this test was written (share of requests agreeing on all five
-#: fields): a case that agrees less fails; one that agrees on fewer than all requests is an
-#: expected failure (kvreplay's departures, DEPARTURES) until kvreplay agrees on all.
-EXPECTED = {  # requests agreeing on all five fields, of 300
-    "conversation-0-300-light-fcfs": 300, "conversation-0-300-light-lpm": 300,
-    "conversation-0-300-tight-fcfs": 300, "conversation-0-300-tight-lpm": 223,
-    "conversation-0-300-light-fcfs-no-chunked-prefill": 300, "conversation-0-300-tight-fcfs-no-chunked-prefill": 300,
-    "conversation-2000-2300-light-fcfs": 290, "conversation-2000-2300-light-lpm": 300,
-    "conversation-2000-2300-tight-fcfs": 300, "conversation-2000-2300-tight-lpm": 300,
-    "conversation-2000-2300-light-fcfs-no-chunked-prefill": 300,
-    "conversation-2000-2300-tight-fcfs-no-chunked-prefill": 300,
-}
-
-DEPARTURES = (
-    "kvreplay's sglang style departs from SGLang 0.5.23 where docs/engines.md's SGLang table says it "
-    "does not model it: a chunked prompt held whole from its first chunk (SGLang allocates chunk by chunk: "
-    "schedule_policy.py add_chunked_req, allocation.py alloc_for_extend), so a second request may find no "
-    "room for two steps (conversation 0-299, tight, lpm, at 97.33 s); a finished request's output pages "
-    "are pages of their own where SGLang appends them to its path (radix_cache.py cache_finished_req), so "
-    "eviction frees other leaves (conversation 2000-2299, light, fcfs: request 279)")
-
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_same_requests_as_sglang(real, case):
@@ -162,12 +139,7 @@ def test_same_requests_as_sglang(real, case):
     result = compare(real, slice_rows(*SLICES[kind]), settings)
     rejected_sglang = [i for i, r in enumerate(result["engine"].requests) if r.status != "finished"]
     assert rejected_sglang == [], "SGLang finishes every request of these traces"
-    if STRICT:
-        assert result["agreement"] == 1.0, report(result)
-    agreeing = round(result["agreement"] * result["n"])
-    assert agreeing >= EXPECTED.get(case, result["n"]), f"fewer requests agree than before: {report(result)}"
-    if result["agreement"] < 1.0:
-        pytest.xfail(DEPARTURES + "\n" + report(result))
+    assert result["agreement"] == 1.0, report(result)
 
 
 # ---- one prefill step: SGLang's PrefillAdder against the same step in kvreplay --------------------
@@ -203,8 +175,8 @@ STEPS = {
     # request 1 shares page 1 with request 0, admitted in the same batch: SGLang matches it against the
     # tree before admission (scheduler.py:4260 init_next_round_input) and a prefix enters the tree only
     # once computed (batch_result_processor.py:394 checkpoint_kv_cache), so it hits 0 and computes 48
-    # tokens (kvreplay, whose tree holds an admitted prompt whole, cuts the hit there: sglang.c
-    # computed_prefix)
+    # tokens (kvreplay too: its tree takes a prompt's pages at the same checkpoint, requests.c
+    # req_prefilled)
     "same-batch-prefix": (
         [([1, 2, 3], 48, 0.0, 2), ([1, 4, 5], 48, 0.0, 2)], small(chunked_prefill_size=256), 0,
         [(0, 0, 48), (1, 0, 48)], None),
@@ -221,8 +193,7 @@ STEPS = {
         [(0, 64, 60)], None),
     # SGLang allocates a chunked request chunk by chunk: its last chunk (36) is still free KV and is
     # reserved once, ceil(36) + a page + its outputs (schedule_policy.py:1207, prefill_budget.py:156-168 reserve), leaving 62 > 30 +
-    # 2 + 16 for request 1 (kvreplay, which holds the prompt whole, counts its uncomputed pages as room:
-    # sglang.c start_budget)
+    # 2 + 16 for request 1 (kvreplay too: requests.c tree_start, req_extend)
     "chunked-prompt-not-held": (
         [(list(range(1, 8)), 100, 0.0, 2), ([11, 12], 30, 0.0, 2)], small(num_pages=12), 1,
         [(0, 64, 36), (1, 0, 16)], None),
@@ -266,6 +237,28 @@ STEPS = {
     "retraction-tie": (
         [([1], 16, 0.0, 300), ([2], 16, 10.0, 300)], small(num_pages=36, chunked_prefill_size=256), 1,
         [(1, 0, 16)], None),
+    # request 0 finishes with 40 + 25 - 1 = 64 tokens in KV: SGLang's tree takes all 4 pages, the 2
+    # pages past its prompt's 2 full ones (the prompt's last 8 tokens filled by outputs, then 16
+    # outputs) as one leaf below its prompt (mem_cache/common.py:431 release_kv_cache ->
+    # radix_cache.py:510 checkpoint, :450 _insert_cache); request 1's 64 tokens + a page find 64
+    # free, so the allocator evicts 16 tokens (allocation.py:192 conservative_num_tokens,
+    # allocator/base.py:166 evict_to_free_tokens): the whole output leaf, the least recent leaf,
+    # and request 2 still hits the prompt's 32 tokens (kvreplay: requests.c req_finish, radix.c
+    # radix_cache_finished)
+    "finished-output-pages-on-path": (
+        [([1, 2, 3], 40, 0.0, 25), ([5, 6, 7, 8], 64, 1000.0, 1), ([1, 2, 9], 40, 2000.0, 1)],
+        small(num_pages=8, chunked_prefill_size=256), 26, [(2, 32, 8)], None),
+    # request 0's 96 tokens in 3 chunks of 32: SGLang takes each chunk's 2 pages when it schedules it
+    # (allocation.py:374 alloc_for_extend) and caches the computed ones after each step, a node per
+    # chunk (batch_result_processor.py:394 checkpoint_kv_cache, radix_cache.py:510 checkpoint), so
+    # after its first step it holds 2 pages locked and 2 of its own, 80 tokens free; finished, its 6
+    # pages are 3 nodes. Request 1 (64 tokens, 2 chunks) needs 2 pages evicted at its second chunk:
+    # the least recent leaf, request 0's last chunk (radix_cache.py:552 evict: whole leaves), and
+    # request 2 hits the first two chunks' 64 tokens (kvreplay: requests.c tree_start, req_extend,
+    # req_prefilled)
+    "chunk-nodes-evicted-last-first": (
+        [(list(range(1, 7)), 96, 0.0, 1), ([7, 8, 10, 11], 64, 1000.0, 1), ([1, 2, 3, 4, 9], 80, 2000.0, 1)],
+        small(num_pages=9, chunked_prefill_size=32), 5, [(2, 64, 16)], None),
     # where the two agree
     "lpm-order": (
         [([1, 2, 3, 4], 64, 0.0, 1), ([5, 6], 32, 0.0, 1), ([9, 10, 11], 40, 1000.0, 2), ([5, 6, 7], 40, 1000.0, 2),
@@ -344,6 +337,12 @@ def test_prefill_step_sglang(real, name):
         assert before["rem_total"] > 32 + 70 + 16 > before["rem_total"] - 64
     if name == "batch-is-full":
         assert engine.requests[1].scheduled_s == pytest.approx(engine.requests[0].finish_s)
+    if name == "finished-output-pages-on-path":  # the output leaf (2 pages) went, the prompt's 2 stayed
+        assert (engine.steps[24]["evictable"], engine.steps[24]["protected"]) == (0, 32)
+        assert (engine.steps[25]["evictable"], engine.steps[25]["available"]) == (32, 32)
+    if name == "chunk-nodes-evicted-last-first":  # 2 pages locked, 2 its own; then [5, 6] evicted
+        assert (engine.steps[1]["protected"], engine.steps[1]["available"]) == (32, 80)
+        assert (engine.steps[3]["evictable"], engine.steps[4]["evictable"]) == (96, 64)
     if name == "retraction-tie":
         assert [r.preemptions for r in engine.requests] == [0, 1]
 

@@ -91,8 +91,24 @@ typedef struct KvTree {
     /* match_prefix of a waiting request's first n blocks, which stamps the path it follows
      * (splitting where it ends inside a node): the blocks matched, *new_nodes the nodes made */
     i64 (*touch_prefix)(void *st, const i32 *blocks, i64 start, i64 n, i64 *new_nodes);
-    /* evict until `blocks` blocks are free, or nothing evictable is left */
+    /* evict until `blocks` blocks are free, or nothing evictable is left (blocks requests took
+     * of their own count as taken) */
     void (*evict_to_free)(void *st, i64 blocks);
+    /* ---- a request as SGLang's scheduler holds it: its matched path locked, its other pages
+     * its own (outside the tree) until a checkpoint puts the computed ones in ---- */
+    /* admit a request whose scan just matched `hits` blocks: the path locked (handles[base]),
+     * `pages` - hits blocks of its own (the caller evicts the shortfall: evict_to_free); 0 when
+     * they can never fit */
+    i64 (*hold_request)(void *st, i64 hits, i64 pages, i64 *handles, i64 base);
+    /* n more blocks of its own (the caller evicts the shortfall): 0 when they do not fit */
+    int (*hold_pages)(void *st, i64 n);
+    /* n blocks of its own are free again */
+    void (*free_pages)(void *st, i64 n);
+    /* its key ids[0:n] (a negative id matches no other request's) enters the tree and its lock
+     * moves from handles[base] to the key's end */
+    void (*checkpoint)(void *st, const i32 *ids, i64 n, i64 *handles, i64 base);
+    /* its lock (handles[base]) is dropped */
+    void (*release)(void *st, const i64 *handles, i64 base);
 } KvTree;
 
 /* The blocks a request's access phase caches (the ones that enter the cache, so leave the tiers

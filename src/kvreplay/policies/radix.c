@@ -214,6 +214,7 @@ static void radix_evict(Radix *st, i64 need) {
         i32 *page_count = st->page_count;
         for (i64 j = start; j < start + length; j++) { /* first to last; a block id goes with its last page */
             i64 b = arena[j];
+            if (b < 0) continue; /* a page of one request's own (radix_checkpoint) */
             page_count[b] -= 1;
             if (page_count[b] == 0) kv_log_eviction(&st->h, b);
         }
@@ -263,7 +264,7 @@ static i64 radix_insert(Radix *st, const i32 *blocks, i64 start, i64 end) {
         i32 *restrict page_count = st->page_count;
         for (i64 j = i; j < end; j++) {
             arena[top + j - i] = blocks[j];
-            page_count[blocks[j]] += 1;
+            if (blocks[j] >= 0) page_count[blocks[j]] += 1; /* (a negative id: radix_checkpoint) */
         }
         m[ARENA_TOP] = top + end - i;
         i64 leaf = radix_new_node(st, top, end - i, node);
@@ -443,7 +444,8 @@ static i64 radix_unheld_prefix(void *vst, const i32 *blocks, i64 start, i64 k) {
     return n;
 }
 
-/* evict_to_free_tokens: the allocator's shortfall of `blocks` free pages */
+/* evict_to_free_tokens: the allocator's shortfall of `blocks` free pages (pages a request took of
+ * its own and not yet found room for count as taken: free may be negative until then) */
 static void radix_evict_to_free(void *vst, i64 blocks) {
     Radix *st = (Radix *)vst;
     i64 *m = st->meta;
@@ -451,7 +453,88 @@ static void radix_evict_to_free(void *vst, i64 blocks) {
     if (need > 0) radix_evict(st, need);
 }
 
-static const KvTree radix_tree = {radix_unheld_prefix, radix_touch_prefix, radix_evict_to_free};
+/* ---- the SGLang scheduler's own use of its tree (serving/kernel/requests.c): a request holds its
+ * matched path locked and its other pages in its own row, outside the tree, until a checkpoint
+ * puts the computed ones in (mem_cache/common.py checkpoint_kv_cache, release_kv_cache) ---- */
+
+/* Admit a request whose scan has just matched `hits` pages (the cursor is after them): its match
+ * is split where it ends, stamped and locked (handles[base]: the node); it takes `pages` - hits
+ * pages of its own (the caller evicts the allocator's shortfall: evict_to_free). 0 (nothing held,
+ * the path stamped) when they can never fit beside what is held. */
+static i64 radix_hold_request(void *vst, i64 hits, i64 pages, i64 *handles, i64 base) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta;
+    m[CLOCK] += 1;
+    i64 matched = hits > 0 ? m[CURSOR_NODE] : ROOT;
+    if (hits > 0 && m[CURSOR_OFFSET] < st->node_len[matched]) {
+        st->node_time[matched] = m[CLOCK];
+        i64 tail = matched;
+        matched = radix_split(st, tail, m[CURSOR_OFFSET]);
+        radix_push_if_evictable(st, tail);
+    }
+    if (hits > 0) radix_stamp_path(st, matched);
+    radix_lock_path(st, matched, 1);
+    if (pages - hits > m[CAPACITY] - st->h.hold[HELD]) {
+        radix_lock_path(st, matched, -1);
+        radix_push_if_evictable(st, matched);
+        kv_refuse(&st->h);
+        return 0;
+    }
+    m[OUTSIDE] += pages - hits;
+    st->h.hold[HELD] += pages - hits;
+    handles[base] = matched;
+    return pages;
+}
+
+/* n more pages of a running request's own (a chunk, a decode page; the caller evicts the
+ * shortfall): 0 when they do not fit beside what is held */
+static int radix_hold_pages(void *vst, i64 n) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta;
+    if (n > m[CAPACITY] - st->h.hold[HELD]) {
+        kv_refuse(&st->h);
+        return 0;
+    }
+    m[OUTSIDE] += n;
+    st->h.hold[HELD] += n;
+    return 1;
+}
+
+/* n pages a request held outside the tree are free again */
+static void radix_free_pages(void *vst, i64 n) {
+    Radix *st = (Radix *)vst;
+    st->meta[OUTSIDE] -= n;
+    st->h.hold[HELD] -= n;
+}
+
+/* A checkpoint (radix_cache.py checkpoint, _insert_cache): the request's key ids[0:n] (its
+ * computed whole pages; a negative id is a page no other request has: outside page_count) is
+ * inserted, its path stamped, and the request's lock moves from handles[base] to the key's end
+ * node. The caller frees the pages of its own that the tree now has (duplicates too). */
+static void radix_checkpoint(void *vst, const i32 *ids, i64 n, i64 *handles, i64 base) {
+    Radix *st = (Radix *)vst;
+    i64 *m = st->meta;
+    m[CLOCK] += 1;
+    i64 last = radix_insert(st, ids, 0, n);
+    m[CLOCK] += 1;
+    radix_stamp_path(st, last);
+    radix_lock_path(st, last, 1);
+    i64 old = handles[base];
+    radix_lock_path(st, old, -1);
+    radix_push_if_evictable(st, old);
+    handles[base] = last;
+}
+
+/* the request's lock on its path is dropped (release_kv_cache's unlock) */
+static void radix_release(void *vst, const i64 *handles, i64 base) {
+    Radix *st = (Radix *)vst;
+    i64 node = handles[base];
+    radix_lock_path(st, node, -1);
+    radix_push_if_evictable(st, node);
+}
+
+static const KvTree radix_tree = {radix_unheld_prefix, radix_touch_prefix,  radix_evict_to_free, radix_hold_request,
+                                  radix_hold_pages,    radix_free_pages,    radix_checkpoint,    radix_release};
 
 KV_REQUEST_POLICY(radix, Radix, KV_LAYOUT(FIELDS, SLOTS), radix_resident, radix_hit_limit, radix_access_request,
                   radix_pin_request, radix_unpin_request, radix_in_hbm, 0, NULL, radix_cached_blocks, &radix_tree)

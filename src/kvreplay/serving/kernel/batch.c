@@ -148,12 +148,13 @@ i64 spec_draw(const Sim *s, i64 i, i64 drafted) {
  * there; a handover waits for its KV transfer. */
 static void leave(Sim *s, i64 j, i64 i, f64 out) {
     SimIO *io = s->io;
-    req_release(s, j, i);
     if (s->generated[i] >= s->outputs[i]) {
+        req_finish(s, j, i); /* (its tree may take its pages first: requests.c) */
         io->status[i] = FINISHED;
         io->finish_s[i] = s->now + out;
         release_ended_at(s, i, s->now + out);  /* (the client has the last token then) */
     } else {
+        req_release(s, j, i);
         io->status[i] = WAITING_ARRIVAL;
         s->target[i] = s->computed[i] + 1;
         s->inst[j].counters[handoffs] += 1;
@@ -224,6 +225,8 @@ void batch_end(Sim *s, i64 j) {
             /* SGLang's tree takes what a prefill step computed of a request that stays */
             int goes_on = s->computed[i] < s->target[i] || s->generated[i] + 1 < s->outputs[i];
             if (!sgh_prefilled(s, j, i, goes_on)) return;
+        } else if (!s->decoding[i] && (s->computed[i] < s->target[i] || s->generated[i] + 1 < s->outputs[i])) {
+            req_prefilled(s, j, i); /* (the SGLang style's checkpoint_kv_cache: requests.c) */
         }
         if (s->computed[i] < s->target[i]) continue;
         if (s->io->cfg[STYLE] == STYLE_TRTLLM && !s->decoding[i]) req_store(s, j, i); /* (storeContextBlocks) */

@@ -353,6 +353,9 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     i64 max_prompt = 1;
     for (i64 i = 0; i < n; i++) max_prompt = kv_max(max_prompt, io->P[i]);
     s->route_scratch = zeros(max_prompt, sizeof(i32));
+    i64 max_positions = 1;
+    for (i64 i = 0; i < n; i++) max_positions = kv_max(max_positions, io->offsets[i + 1] - io->offsets[i]);
+    s->key_scratch = zeros(max_positions, sizeof(i32));
     s->view = zeros(s->N * NUM_VIEW, sizeof(f64));
     s->seen = zeros(s->N * NUM_VIEW, sizeof(f64));
     s->heap_t = zeros(n + 1, sizeof(f64));
@@ -418,7 +421,7 @@ static void teardown(Sim *s) {
     void *owned[] = {s->computed, s->target, s->generated, s->new_tokens, s->base_len, s->base_input, s->base_n,
                      s->dec_pinned, s->decoding, s->kv_in, s->outputs, s->prefill_only, s->load_s, s->last_token, s->joined, s->qnext,
                      s->qprev, s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->trt,
-                     s->route_scratch,
+                     s->route_scratch, s->key_scratch,
                      s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst, s->res_bits, s->bit_scratch,
                      s->route_prefix, s->route_limit};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);

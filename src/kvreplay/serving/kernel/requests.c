@@ -16,7 +16,9 @@
  * - WHOLE (SGLang style; policies whose pin_request does not compose: radix, ttl, lru-tail,
  *   belady): a request's prompt (and what a recomputation needs) is held at admission, base_len[i]
  *   positions in one pin_request of base_n[i] handles; decode blocks then one at a time
- *   (dec_pinned[i]), released tail first before the admitted range.
+ *   (dec_pinned[i]), released tail first before the admitted range. Under the SGLang style the
+ *   radix tree without tiers is held as SGLang's scheduler holds it instead (req_tree_held):
+ *   its matched path locked, its other pages its own until a checkpoint.
  *
  * A fourth, HYBRID (vLLM style, the vllm policy, a hybrid model's layer groups), is vLLM's hybrid
  * KV cache manager: hybrid.c holds those requests' blocks.
@@ -84,6 +86,17 @@ i64 req_needed_positions(const Sim *s, i64 i, i64 tokens) {
 /* tokens that take room in KV (generated ones do not without output KV) */
 static inline i64 kv_tokens(const Sim *s, i64 i, i64 tokens) {
     return s->output_kv ? tokens : kv_min(tokens, s->io->L[i]);
+}
+
+/* The SGLang style over the radix tree, without tiers: a request is held as SGLang's scheduler
+ * holds it (sglang.c): its matched path locked, its other pages (each chunk's as it is scheduled,
+ * then each decode page) its own, outside the tree, until a checkpoint after each prefill step and
+ * its finish puts the computed whole pages in (mem_cache/common.py checkpoint_kv_cache,
+ * release_kv_cache). base_n[i]: the pages of its locked path (handles[offsets[i] + i]: its end
+ * node); base_len[i]: the pages it holds, path and own. (With tiers a prompt is held whole from
+ * its admission, its decode pages each a leaf of its own: the tiers' loads count on that.) */
+int req_tree_held(const Sim *s) {
+    return s->mode == MODE_WHOLE && s->io->cfg[STYLE] == STYLE_SGLANG && s->policy->tree != NULL && s->T == 0;
 }
 
 /* Count one more pin_request of `positions` blocks, or say no (and stop the run) when the policy
@@ -327,6 +340,92 @@ static int paged_grow(Sim *s, i64 j, i64 i, i64 tokens) {
     return 1;
 }
 
+/* ---- the SGLang style's tree (req_tree_held) ---- */
+
+/* The key of request i's first n pages as its tree has them: its ids, but the page its prompt
+ * ends inside (filled by its outputs: no other request has those tokens) its own, -(1 + i) */
+static const i32 *tree_key(Sim *s, i64 j, i64 i, i64 n) {
+    const i32 *ids = policy_ids(s, j) + s->io->offsets[i];
+    i64 partial = s->io->L[i] % s->bs != 0 ? s->io->L[i] / s->bs : -1;
+    if (partial < 0 || partial >= n) return ids;
+    memcpy(s->key_scratch, ids, (size_t)n * sizeof(i32));
+    s->key_scratch[partial] = (i32)(-(1 + i));
+    return s->key_scratch;
+}
+
+/* A checkpoint of request i (checkpoint_kv_cache after a prefill step, release_kv_cache(checkpoint=
+ * True) when it finishes): the whole pages of its tokens in KV enter the tree (radix_cache.py
+ * checkpoint, _insert_cache; its path is stamped even when none is new), its lock moves to their
+ * end, and the pages of its own the tree now has are freed (duplicates too). */
+static void tree_checkpoint(Sim *s, i64 j, i64 i) {
+    i64 n = kv_max(kv_min(kv_tokens(s, i, s->computed[i]) / s->bs, s->base_len[i]), s->base_n[i]);
+    if (s->failed || (n > s->base_n[i] && !room(s, j, n - s->base_n[i]))) return; /* (none new: it stamps its path) */
+    void *st = s->inst[j].state;
+    s->policy->tree->checkpoint(st, tree_key(s, j, i, n), n, s->io->handles, s->io->offsets[i] + i);
+    s->policy->tree->free_pages(st, n - s->base_n[i]);
+    s->base_n[i] = n;
+    settle(s, j, i, 0, n);
+}
+
+void req_prefilled(Sim *s, i64 j, i64 i) {
+    if (req_tree_held(s)) tree_checkpoint(s, j, i);
+}
+
+/* Request i finished on instance j: under the SGLang style its tree first takes the whole pages of
+ * its prompt and outputs (every output but the last is in KV), the ones past its path as a leaf
+ * below it; then it is released. */
+void req_finish(Sim *s, i64 j, i64 i) {
+    if (req_tree_held(s)) tree_checkpoint(s, j, i);
+    req_release(s, j, i);
+}
+
+/* Request i starts on instance j under the SGLang style (req_tree_held): its scan (at most
+ * max_hits blocks: negative, no bound) locks its match, and it holds its pages up to `tokens`
+ * tokens (its first chunk's end, or its whole sequence); the room for them is evicted once for
+ * the whole prefill batch (req_batch_room). 0 when they can never fit beside what is held. */
+static int tree_start(Sim *s, i64 j, i64 i, i64 max_hits, i64 tokens) {
+    void *st = s->inst[j].state;
+    const i32 *ids = policy_ids(s, j);
+    i64 start = s->io->offsets[i], target = s->target[i], bs = s->bs;
+    i64 limit = s->policy->hit_limit(st, req_needed_positions(s, i, target), target, bs);
+    if (max_hits >= 0 && max_hits < limit) limit = max_hits;
+    i64 k = 0;
+    while (k < limit && s->policy->resident(st, ids[start + k])) k++;
+    if (s->kv_in[i]) tokens = target;
+    i64 pages = kv_max(kv_ceil_div(kv_tokens(s, i, tokens), bs), k);
+    s->io->handles[start + i] = 0;
+    if (s->policy->tree->hold_request(st, k, pages, s->io->handles, start + i) == 0) {
+        drain(s, j);
+        return 0;
+    }
+    drain(s, j);
+    s->base_n[i] = k;
+    s->base_len[i] = pages;
+    s->base_input[i] = target;
+    s->dec_pinned[i] = 0;
+    req_started(s, j, i, kv_min(k * bs, target), k);
+    if (s->computed[i] > k * bs) tree_checkpoint(s, j, i); /* (its KV came from a prefill instance) */
+    return 1;
+}
+
+/* the next chunk of request i: its pages up to `tokens` tokens (0: they do not fit; the room for
+ * them is evicted with the batch's, req_batch_room) */
+int req_extend(Sim *s, i64 j, i64 i, i64 tokens) {
+    if (!req_tree_held(s)) return 1; /* (held whole from its admission) */
+    i64 more = kv_ceil_div(kv_tokens(s, i, tokens), s->bs) - s->base_len[i];
+    if (more <= 0) return 1;
+    if (!s->policy->tree->hold_pages(s->inst[j].state, more)) return 0;
+    s->base_len[i] += more;
+    return 1;
+}
+
+/* A prefill batch of `requests` requests was formed: the allocator evicts once for all their new
+ * pages and a page each (allocation.py alloc_paged_token_slots_extend, conservative_num_tokens;
+ * allocator/base.py evict_to_free_tokens), after the batch's admissions locked their matches */
+void req_batch_room(Sim *s, i64 j, i64 requests) {
+    if (req_tree_held(s) && requests > 0) req_evict_ahead(s, j, requests);
+}
+
 /* ---- what the schedulers call ---- */
 
 i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
@@ -358,7 +457,12 @@ i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial) {
     return kv_min(target - s->computed[i], budget);
 }
 
-i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits) {
+i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits, i64 tokens) {
+    if (req_tree_held(s)) {
+        if (tree_start(s, j, i, max_hits, tokens)) return 1;
+        ctr(s, j)[refused_admissions] += 1;
+        return 0;
+    }
     i64 target = s->target[i];
     i64 full = req_needed_positions(s, i, target), hit_blocks = 0;
     i64 got = fits(s, j, i, 0, full) ? start_positions(s, j, i, full, max_hits, &hit_blocks) : -1;
@@ -393,6 +497,18 @@ int req_grow(Sim *s, i64 j, i64 i, i64 tokens) {
         if (want > decode_from) ctr(s, j)[decode_blocks] += want - decode_from;
         return 1;
     }
+    if (req_tree_held(s)) { /* its own pages, one at a time */
+        want = kv_ceil_div(kv_tokens(s, i, tokens), s->bs);
+        while (s->base_len[i] < want) {
+            if (h->hold[HELD] >= s->capacity) return 0;
+            s->policy->tree->evict_to_free(st, 1 + (s->bs > 1)); /* (its shortfall and a page, as pin_request) */
+            if (!s->policy->tree->hold_pages(st, 1)) return 0;
+            drain(s, j);
+            s->base_len[i] += 1;
+            if (s->base_len[i] > s->io->P[i]) ctr(s, j)[decode_blocks] += 1;
+        }
+        return 1;
+    }
     /* WHOLE: decode blocks one at a time */
     while (s->base_len[i] + s->dec_pinned[i] < want) {
         if (h->hold[HELD] >= s->capacity) return 0;
@@ -418,6 +534,11 @@ void req_release(Sim *s, i64 j, i64 i) {
         sgh_release(s, j, i);
     } else if (s->mode == MODE_PAGED) {
         s->policy->paged->release(st, s->io->handles, base, s->base_n[i], s->base_len[i] - s->base_n[i]);
+    } else if (req_tree_held(s)) {
+        if (s->base_len[i] > 0) {
+            s->policy->tree->free_pages(st, s->base_len[i] - s->base_n[i]);
+            s->policy->tree->release(st, s->io->handles, base);
+        }
     } else {
         /* its decode singles tail first, then its admitted range */
         for (i64 q = s->base_len[i] + s->dec_pinned[i] - 1; q >= s->base_len[i]; q--)

@@ -21,10 +21,11 @@ static void sort_by_key_desc(i64 *order, i64 count, const i64 *key) {
 }
 
 /* The pages a prompt still to compute shares with the ones in flight (Pending: requests admitted
- * in this pass and the one being chunked). SGLang matches a prefix against its tree, which a page
- * enters once computed (batch_result_processor.py checkpoint_kv_cache, cache_unfinished_req);
- * kvreplay's tree holds an admitted prompt whole. So a prefix of k pages is cut at the first page
- * a request in flight has still to compute (prompts share positions: ids are chained). */
+ * in this pass and the one being chunked), with tiers. SGLang matches a prefix against its tree,
+ * which a page enters once computed (batch_result_processor.py checkpoint_kv_cache); so does
+ * kvreplay's without tiers (requests.c req_tree_held), but with tiers its tree holds an admitted
+ * prompt whole. So there a prefix of k pages is cut at the first page a request in flight has
+ * still to compute (prompts share positions: ids are chained). */
 typedef struct {
     i64 chunk;      /* the request being chunked when the pass began, or -1 */
     i64 first_new;  /* the pass's admissions: the running list from here on */
@@ -68,6 +69,7 @@ static i64 cut_by_pending(Sim *s, i64 j, i64 i, i64 k, const Pending *p, i64 cov
 }
 
 static i64 computed_prefix(Sim *s, i64 j, i64 i, i64 k, const Pending *p) {
+    if (req_tree_held(s)) return k; /* (its tree has computed pages only, as SGLang's) */
     i64 cut = cut_by_pending(s, j, i, k, p, 0);
     if (cut == k) return k;
     i64 covered = covered_pages(s, j, i, k); /* (only where a request in flight cuts it) */
@@ -197,8 +199,9 @@ static void charge(Budget *b, i64 extend, i64 outputs, i64 bs) {
     b->rem_chunk -= paged;
 }
 
-/* The pass's starting budget. kvreplay holds a chunked prompt whole from its first chunk; SGLang
- * has allocated only the pages of its computed tokens, so the rest counts as room here. */
+/* The pass's starting budget. With tiers kvreplay holds a chunked prompt whole from its first
+ * chunk; SGLang has allocated only the pages of its computed tokens, so there the rest counts as
+ * room here. */
 static Budget start_budget(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
     const i64 *cfg = s->io->cfg;
@@ -216,7 +219,7 @@ static Budget start_budget(Sim *s, i64 j) {
     b.rem_chunk = b.chunking ? cfg[CHUNK_SIZE] : (i64)1 << 62;
     for (i64 r = 0; r < q->nrun; r++)
         if (q->running[r] != q->chunk_req) b.rem_total -= (f64)reserved(s, q->running[r]) * q->ratio;
-    if (q->chunk_req >= 0 && s->mode != MODE_RADIX_HYBRID) {
+    if (q->chunk_req >= 0 && s->mode != MODE_RADIX_HYBRID && !req_tree_held(s)) {
         /* (not the pages another running request computed: SGLang's tree holds them, for it) */
         i64 i = q->chunk_req, done = kv_ceil_div(s->computed[i], bs);
         if (done < s->base_len[i]) done = kv_max(done, covered_pages(s, j, i, s->base_len[i]));
@@ -242,7 +245,8 @@ static void next_chunk(Sim *s, i64 j, Budget *b) {
     if (room <= 0) room = b->rem_chunk;
     int last = m <= room;
     if (!last) m = room;
-    else q->chunk_req = -1;
+    if (!req_extend(s, j, i, s->computed[i] + m)) return; /* (its pages do not fit: no chunk this pass) */
+    if (last) q->chunk_req = -1;
     s->new_tokens[i] = m;
     charge(b, m, last ? reserved_at_last_chunk(s, i) : 0, s->bs);
 }
@@ -269,7 +273,8 @@ static int add_one(Sim *s, i64 j, Budget *b, Pending *p, i64 *npre) {
         return res;
     }
     if (chunked) outputs = 0;
-    if (!req_schedule(s, j, i, cut)) return OTHER;  /* kvreplay holds the whole prompt: it may not fit yet */
+    /* (its pages up to this pass's tokens; held whole, with tiers: it may not fit yet) */
+    if (!req_schedule(s, j, i, cut, kv_min(hit + n, s->target[i]))) return OTHER;
     queue_pop_front(s, q);
     q->running[q->nrun++] = i;
     *npre += 1;
@@ -398,6 +403,7 @@ static i64 prefill_batch(Sim *s, i64 j) {
         if (res == NO_TOKEN) q->batch_full = npre > 0 || running > 0;
         break;
     }
+    req_batch_room(s, j, npre); /* (its tree without tiers: requests.c) */
     if (s->mode == MODE_RADIX_HYBRID && npre > 0) {
         /* the batch: the continuing chunk first, then the admitted requests (can_run_list) */
         i64 *batch = s->batch_scratch, n = 0;

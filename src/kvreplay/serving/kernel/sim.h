@@ -150,6 +150,7 @@ typedef struct Sim {
     i64 *tier_scratch; /* T + 1 */
     /* routing */
     i32 *route_scratch; /* a prompt's ids on an instance it is not routed to yet */
+    i32 *key_scratch;   /* a request's key in the SGLang style's tree (requests.c tree_key) */
     i64 *ids_cap;       /* per instance: how many ids its state and tables hold */
     i32 **router_tables;
     uint64_t rng;
@@ -202,11 +203,22 @@ i64 req_needed_positions(const Sim *s, i64 i, i64 tokens);
 i64 req_admit(Sim *s, i64 j, i64 i, i64 budget, int partial);
 /* admit waiting request i with all it needs held at once (SGLang), its hit at most max_hits blocks
  * (negative: no bound): 1, or 0 when it waits */
-i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits);
+i64 req_schedule(Sim *s, i64 j, i64 i, i64 max_hits, i64 tokens);
 /* hold what request i needs with `tokens` tokens in KV: 0 when the pool is out of room */
 int req_grow(Sim *s, i64 j, i64 i, i64 tokens);
 /* release request i's blocks (finished, preempted or handed over) */
 void req_release(Sim *s, i64 j, i64 i);
+/* request i finished: the SGLang style's tree takes its pages first (requests.c), then req_release */
+void req_finish(Sim *s, i64 j, i64 i);
+/* the SGLang style over the radix tree without tiers: a request holds its path and its own pages
+ * as SGLang's scheduler does (requests.c req_tree_held) */
+int req_tree_held(const Sim *s);
+/* a prefill step of request i ended and it goes on: the SGLang style's checkpoint */
+void req_prefilled(Sim *s, i64 j, i64 i);
+/* the next chunk of request i, up to `tokens` tokens: its pages (0: they do not fit now) */
+int req_extend(Sim *s, i64 j, i64 i, i64 tokens);
+/* the SGLang style: a prefill batch of `requests` requests evicts once for their new pages */
+void req_batch_room(Sim *s, i64 j, i64 requests);
 /* request i's prompt is computed: its full blocks are stored for reuse while it runs (a policy
  * with store_request: TensorRT-LLM's storeContextBlocks) */
 void req_store(Sim *s, i64 j, i64 i);

@@ -348,7 +348,7 @@ void trtllm_schedule(Sim *s, i64 j) {
         i64 a = sched[k], i = idx[a], m = tokens[a];
         if (m <= 0) continue;
         if (kind[a] == TRT_CONTEXT_NEW) {
-            if (!req_schedule(s, j, i, -1)) continue; /* (its blocks did not fit after all: it waits) */
+            if (!req_schedule(s, j, i, -1, s->target[i])) continue; /* (its blocks did not fit after all: it waits) */
             q->qlen -= 1;                              /* out of the queue, into the running list */
             i64 before = s->qprev[i], after = s->qnext[i];
             if (before < 0) q->qhead = after;
