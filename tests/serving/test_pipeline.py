@@ -226,8 +226,8 @@ def test_the_commands_docs_memory_md_runs():
         tpot = next(line for line in text.splitlines() if line.startswith("TPOT")).split()
         row = f"| {ttft[3]} s ({ttft[5]}-{ttft[8]}) | {tpot[3]} ms ({tpot[5]}-{tpot[8]}) |"
         assert row in doc, row
-    assert pools == {("--weights-dtype", "fp8"): "718", ("--pp", "2", "--weights-dtype", "fp8"): "2,955",
-                     ("--pp", "2"): "1,435"}
+    assert pools == {("--weights-dtype", "fp8"): "769", ("--pp", "2", "--weights-dtype", "fp8"): "3,059",
+                     ("--pp", "2"): "1,538"}
     assert "kvreplay simulate conversation_trace.jsonl --gpu H100 --model Llama-3.1-405B --tp 8 --pp 2 " in doc
     text = ok("plan", trace, "--model", "Llama-3.1-405B", "--slo-tpot-p90", "500ms", "--loads", 0.05,
               "--max-instances", 4, "--block-size", 512)
