@@ -158,8 +158,9 @@ def _given_pool(a: DeploymentConfig, capacity, pool: dict, at: dict) -> tuple[in
         # how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if;
         # vLLM's budget, which TensorRT-LLM's pool is not)
         try:
-            fits = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], vllm_utilization(a.gpu_memory_utilization),
-                               dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool).blocks
+            util = vllm_utilization(a.gpu_memory_utilization)
+            fits = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], util, dtype=at["weights_dtype"],
+                               kv_dtype=at["kv_dtype"], **pool).blocks
         except ConfigError:  # the weights leave no room: the given pool is a what-if
             fits = 0
         source.update(gpu_memory_blocks=int(fits), gpu=str(a.gpu), model=str(a.model), tp=a.tp,
@@ -179,8 +180,9 @@ def _gpu_pool(a: DeploymentConfig, pool: dict, at: dict) -> tuple[int, dict]:
         kv = sglang_capacity(at["model"], at["gpu"], a.tp, at["block_size"], a.mem_fraction_static,
                              dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool)
         return int(kv.blocks), {"kind": "sglang_memory", **kv.to_dict(), "kv_dtype": at["kv_dtype"]}
-    kv = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], vllm_utilization(a.gpu_memory_utilization),
-                     dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool)
+    util = vllm_utilization(a.gpu_memory_utilization)  # (None: vLLM 0.33.0's default)
+    kv = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], util, dtype=at["weights_dtype"],
+                     kv_dtype=at["kv_dtype"], **pool)
     return int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": at["kv_dtype"]}
 
 

@@ -160,8 +160,9 @@ def _mem_fraction_static(g: dict, s: dict) -> float:
     from .timing.sglang_memory import sglang_capacity
 
     best, opts = g["best"], g["opts"]
-    return sglang_capacity(g["model"], best["gpu"], best["tp"], max_num_batched_tokens=s.get("chunked_prefill_size"),
-                           dtype=opts.get("weights_dtype", "bf16"), kv_dtype=opts.get("kv_dtype") or "bf16").mem_fraction_static
+    pool = sglang_capacity(g["model"], best["gpu"], best["tp"], max_num_batched_tokens=s.get("chunked_prefill_size"),
+                           dtype=opts.get("weights_dtype", "bf16"), kv_dtype=opts.get("kv_dtype") or "bf16")
+    return pool.mem_fraction_static
 
 
 def sglang_args(g: dict) -> tuple[list[str], list[str]]:
