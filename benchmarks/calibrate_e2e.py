@@ -69,6 +69,12 @@ def source_of(raw: str) -> str:
     return "gap-analysis (vLLM 0.12)" if "aic-auto-gap-analysis" in raw and "dynamo" not in raw else "dynamo 0.8"
 
 
+#: the pool's budget the runs are simulated at: vLLM's default up to 0.19 (config/cache.py:41 of
+#: 0.19.0; 0.92 from 0.20.0), the versions the runs record (0.11-0.19), given since kvreplay's own
+#: default is vLLM 0.33.0's 0.92
+RUNS_UTILIZATION = 0.9
+
+
 def scheduled_async(version: str | None) -> bool:
     """Whether a run's vLLM scheduled asynchronously by default: its version (``backend_version``,
     or a nightly: after 0.19); none recorded (the 2025 runs, vLLM 0.11-0.12): no."""
@@ -142,6 +148,7 @@ def serve(run, time_model, arrivals_s, host=None):
     trace = kvreplay.Trace.from_requests(requests, block_size=16)
     return kvreplay.simulate(trace, "vllm", None, 16, time_model=time_model, model=run["model"], gpu=run["gpu"],
                              tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["kv"],
+                             gpu_memory_utilization=RUNS_UTILIZATION,
                              scheduler=Scheduler(style="vllm", max_num_seqs=run["concurrency"]),
                              compare_sequential=False, check=False, band_runs=False,
                              host=host_of(run) if host is None else host)

@@ -68,12 +68,14 @@ def open_cases():
 #: calibrated host terms on, every roofline case's digest moves (the API server's delay, the
 #: engine's CPU per step, the output delay). The vLLM-style pools sized from the GPU moved with the
 #: non-torch term (1.59 -> 0.04 GiB, 853 -> 878 blocks of 512 on one H100): vllm was 71b62daf8bb24124,
-#: kv_aware_3 33d86e42ca555e46, rr_2_dram be4bfea19459ecb5, disagg a95f8e333b09828e. sglang_lpm was
-#: 150a2d4c029ffdb7 until its requests held their KV as SGLang's scheduler does (chunk by chunk,
-#: checkpointed into the tree): no request's times, hits or preemptions moved, only the state's room
-#: counters (pin_calls 5,125 -> 8,475, positions_pinned 82,834 -> 76,494).
-OPEN_DIGESTS = {"vllm": "8a55c78ea551f8bb", "sglang_lpm": "88ab9be477fe5361", "kv_aware_3": "cc7c5151cd39e06a",
-                "rr_2_dram": "4f0b4739f6017a8b", "disagg": "5b814e8071bfd869", "instant_lru": "601b1c6cf87e807d"}
+#: kv_aware_3 33d86e42ca555e46, rr_2_dram be4bfea19459ecb5, disagg a95f8e333b09828e; and again with
+#: the default gpu_memory_utilization 0.9 -> 0.92 (vLLM 0.33.0's; 878 -> 903 blocks): vllm was
+#: 8a55c78ea551f8bb, kv_aware_3 cc7c5151cd39e06a, rr_2_dram 4f0b4739f6017a8b, disagg 5b814e8071bfd869.
+#: sglang_lpm was 150a2d4c029ffdb7 until its requests held their KV as SGLang's scheduler does (chunk
+#: by chunk, checkpointed into the tree): no request's times, hits or preemptions moved, only the
+#: state's room counters (pin_calls 5,125 -> 8,475, positions_pinned 82,834 -> 76,494).
+OPEN_DIGESTS = {"vllm": "aaee4da6b2e67405", "sglang_lpm": "88ab9be477fe5361", "kv_aware_3": "104777591293b2ca",
+                "rr_2_dram": "326268fed154150c", "disagg": "c5a445097e2a6a36", "instant_lru": "601b1c6cf87e807d"}
 
 
 @pytest.fixture(scope="module")

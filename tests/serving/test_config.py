@@ -29,11 +29,12 @@ def test_an_fp8_pool_and_its_dram_tier_are_sized_alike():
     # the GPU pool after the weights doubles at fp8 too (vLLM's sizing, at the KV dtype)
     gpu8 = resolve(TRACE, model="Llama-3.1-8B", gpu="H100", kv_dtype="fp8")
     assert gpu8.capacity == kv_capacity("Llama-3.1-8B", "H100", 1, 512, kv_dtype="fp8").blocks
-    # ceil(85,061,827,297 x 0.9) = 76,555,644,568 - weights 16,094,076,928 - the profile's peak (the
-    # forward pass: 8,192 x (2 x 4,096 + 3 x 14,336) x 2 = 838,860,800 > the sampler's 526,778,368)
-    # - 86 CUDA graphs 631,242,752 - non-torch 42,949,672 = 58,948,514,416 B left for KV:
-    # 878 blocks of 64 MiB (bf16), 1,756 of 32 MiB (fp8) (853 and 1,707 under the fitted non-torch 1.59 GiB)
-    assert resolve(TRACE, model="Llama-3.1-8B", gpu="H100").capacity == 878 and gpu8.capacity == 1756
+    # ceil(85,061,827,297 x 0.92, vLLM 0.33.0's default) = 78,256,881,114 - weights 16,094,076,928 - the
+    # profile's peak (the forward pass: 8,192 x (2 x 4,096 + 3 x 14,336) x 2 = 838,860,800 > the
+    # sampler's 526,778,368) - 86 CUDA graphs 631,242,752 - non-torch 42,949,672 = 60,649,750,962 B
+    # left for KV: 903 blocks of 64 MiB (bf16), 1,807 of 32 MiB (fp8) (878 and 1,756 at 0.9)
+    assert resolve(TRACE, model="Llama-3.1-8B", gpu="H100").capacity == 903 and gpu8.capacity == 1807
+    assert resolve(TRACE, model="Llama-3.1-8B", gpu="H100", gpu_memory_utilization=0.9).capacity == 878
 
 
 def test_the_fp8_case_from_the_command_line(tmp_path, capsys):

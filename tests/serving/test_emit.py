@@ -50,7 +50,7 @@ def test_the_vllm_command_by_hand():
     engine, argv = commands(text, kind)[0]
     assert engine == "vllm"
     assert argv == ["--model", "meta-llama/Llama-3.1-8B", "--tensor-parallel-size", "2", "--max-num-batched-tokens",
-                    "8192", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
+                    "8192", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.92", "--enable-prefix-caching",
                     "--enable-chunked-prefill", "--max-model-len", "32768", "--dtype", "bfloat16", "--quantization",
                     "fp8", "--kv-cache-dtype", "fp8", "--kv-offloading-size", "256", "--kv-offloading-backend", "native"]
     # two instances (one line each) and the router over both, with what its policy approximates
@@ -58,6 +58,20 @@ def test_the_vllm_command_by_hand():
     assert ("--worker-urls http://llama-3-1-8b-h100-tp2-x1-0:8000 http://llama-3-1-8b-h100-tp2-x1-1:8000 --policy "
             "cache_aware --backend openai") in text
     assert "# router: kvreplay's kv-aware is NVIDIA Dynamo's KV router" in text
+
+
+def test_the_memory_flags_state_the_values_the_plan_sized_its_pool_with():
+    # vLLM: the plan's utilization when it was given, else vLLM 0.33.0's default (0.92)
+    for case, value in (("vllm 70B tp4 least-loaded", "0.85"), ("vllm plain", "0.92")):
+        kind, plan = CASES[case]
+        engine, argv = commands(emit(plan, kind), kind)[0]
+        assert argv[argv.index("--gpu-memory-utilization") + 1] == value
+    # SGLang: its own default for an H100 at TP 2 (timing/sglang_memory.py): reserved 512 + 8,192 x 1.5
+    # + 2 / 8 x 1,024 + 256 decode graphs x 2 + 58 prefill graphs x 8 = 14,032 MiB of the
+    # 81,121.28 MiB the device reports: round(67,089.28 / 81,121.28, 3) = 0.827, not vLLM's figure
+    kind, plan = CASES["sglang dram fp8 tp2 sglang-router"]
+    engine, argv = commands(emit(plan, kind), kind)[0]
+    assert engine == "sglang" and argv[argv.index("--mem-fraction-static") + 1] == "0.827"
 
 
 def test_what_no_flag_says_is_a_comment():

@@ -160,20 +160,20 @@ def test_every_catalog_entry_reports_its_memory_in_bytes_within_its_datasheet():
 
 def test_a_pool_on_a_gb200_by_hand():
     # Llama-3.1-8B, TP 1, vLLM 0.33.0's defaults on one GB200 (the H100's case in test_config.py):
-    # ceil(197,901,355,581 x 0.9) = 178,111,220,023 budget - weights 16,094,076,928 - the profile's
+    # ceil(197,901,355,581 x 0.92) = 182,069,247,135 budget - weights 16,094,076,928 - the profile's
     # peak 838,860,800 (8,192 x (2 x 4,096 + 3 x 14,336) x 2) - 86 CUDA graphs of 7 MiB 631,242,752
     # (max_num_seqs 256: capture sizes up to min(512, 1024) = 512 on compute capability 10.x as
-    # elsewhere) - non-torch 42,949,672 (0.04 GiB) = 160,504,089,871 B: 2,391 blocks of 64 MiB (512 tokens)
-    assert math.ceil(197_901_355_581 * 0.9) == 178_111_220_023
-    assert 178_111_220_023 - 16_094_076_928 - 838_860_800 - 631_242_752 - 42_949_672 == 160_504_089_871
-    assert 160_504_089_871 // (64 << 20) == 2391
+    # elsewhere) - non-torch 42,949,672 (0.04 GiB) = 164,462,116,983 B: 2,450 blocks of 64 MiB (512 tokens)
+    assert math.ceil(197_901_355_581 * 0.92) == 182_069_247_135
+    assert 182_069_247_135 - 16_094_076_928 - 838_860_800 - 631_242_752 - 42_949_672 == 164_462_116_983
+    assert 164_462_116_983 // (64 << 20) == 2450
     cap = kv_capacity("Llama-3.1-8B", "GB200", 1, 512)
-    assert (cap.total_memory_bytes, cap.usable_bytes, cap.weight_bytes_per_gpu) == (197_901_355_581, 178_111_220_023,
+    assert (cap.total_memory_bytes, cap.usable_bytes, cap.weight_bytes_per_gpu) == (197_901_355_581, 182_069_247_135,
                                                                                     16_094_076_928)
-    assert (cap.cudagraph_graphs, cap.kv_bytes_available, cap.blocks) == (86, 160_504_089_871, 2391)
-    # the same on an L4: 23,654,532,383 x 0.9 leaves 3,681,948,993 B, 54 blocks
-    assert kv_capacity("Llama-3.1-8B", "L4", 1, 512).blocks == (math.ceil(23_654_532_383 * 0.9) - 16_094_076_928
-                                                               - 838_860_800 - 631_242_752 - 42_949_672) // (64 << 20) == 54
+    assert (cap.cudagraph_graphs, cap.kv_bytes_available, cap.blocks) == (86, 164_462_116_983, 2450)
+    # the same on an L4: 23,654,532,383 x 0.92 leaves 4,155,039,641 B, 61 blocks
+    assert kv_capacity("Llama-3.1-8B", "L4", 1, 512).blocks == (math.ceil(23_654_532_383 * 0.92) - 16_094_076_928
+                                                               - 838_860_800 - 631_242_752 - 42_949_672) // (64 << 20) == 61
 
 
 def test_compute_capability_10_picks_vllms_blackwell_defaults():
@@ -319,19 +319,19 @@ def test_the_documented_gpu_table_is_the_catalog():
 def test_plan_meets_prices_and_gpus_typed_in_any_case(tmp_path):
     # eight 4-token requests at t=0 and a 1 s step (a profile): one prefill step, TTFT 1 s on any GPU.
     # --gpus and --price name the same GPUs differently; each row names the catalog's GPU. The L4
-    # cannot start Llama-3.1-8B: 3,681,948,993 B of KV (test_a_pool_on_a_gb200_by_hand) over
-    # 131,072 B per token (32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B) = 28,091 tokens < 131,072
+    # cannot start Llama-3.1-8B: 4,155,039,641 B of KV (test_a_pool_on_a_gb200_by_hand) over
+    # 131,072 B per token (32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B) = 31,700 tokens < 131,072
     trace = tmp_path / "eight.jsonl"
     trace.write_text("".join(json.dumps({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [k]}) + "\n"
                              for k in range(8)))
     profile = tmp_path / "one.json"
     profile.write_text(json.dumps({"format": "kvreplay-step-polynomial", "unit": "s", "terms": [{"coef": 1.0}]}))
-    assert 3_681_948_993 // (32 * 8 * 128 * 2 * 2) == 28_091
+    assert 4_155_039_641 // (32 * 8 * 128 * 2 * 2) == 31_700
     out = ok("plan", trace, "--model", "Llama-3.1-8B", "--slo-ttft-p90", "2s", "--block-size", "4", "--time-model", profile,
              "--gpus", "gb200-nvl72,Mi355x,l4", "--tp", "1", "--price", "GB200=6/h", "--price", "instinct-mi355x=3/h",
              "--price", "L4-24GB=0.7/h")
     assert "best  chosen   1 x 1 x MI355X" in out and "pruned   1 x 1 x GB200" in out
-    assert "unfit    - x 1 x L4" in out and "holds 28,091 tokens" in out and "no price" not in out
+    assert "unfit    - x 1 x L4" in out and "holds 31,700 tokens" in out and "no price" not in out
 
 
 def test_a_gpu_without_measurements_streams_at_its_datasheet_times_its_relatives_share():

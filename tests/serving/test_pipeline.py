@@ -61,16 +61,16 @@ def test_405b_tp8_pp2_bf16_by_hand():
     assert last["peak_bytes"] == pytest.approx(peak)
     available = one.usable_bytes - last["weight_bytes"] - peak - one.cudagraph_bytes - one.non_torch_bytes
     assert last["kv_bytes_available"] == pytest.approx(available)
-    assert last["blocks"] == int(available // (32256 * 16)) == 45951
+    assert last["blocks"] == int(available // (32256 * 16)) == 49247
     # the first stage has no sampler: a smaller peak, more blocks; the pool is the smaller (kv_cache_planning.py:1583)
-    assert cap.stages[0]["blocks"] == 46991 > last["blocks"]
-    assert cap.blocks == 45951 and cap.pp == 2 and cap.weight_bytes_per_gpu == last["weight_bytes"]
+    assert cap.stages[0]["blocks"] == 50287 > last["blocks"]
+    assert cap.blocks == 49247 and cap.pp == 2 and cap.weight_bytes_per_gpu == last["weight_bytes"]
 
 
 def test_70b_tp4_pp2_holds_more_than_tp4_alone():
     alone = kv_capacity("Llama-3.1-70B", "H100", 4, 16)
     two = kv_capacity("Llama-3.1-70B", "H100", 4, 16, pp=2)
-    assert (alone.blocks, two.blocks) == (30479, 87463)
+    assert (alone.blocks, two.blocks) == (31777, 90059)
     # each stage holds half the layers' weights and KV: its token takes half the bytes
     assert two.kv_bytes_per_token_per_gpu == alone.kv_bytes_per_token_per_gpu / 2
     assert two.weight_bytes_per_gpu < alone.weight_bytes_per_gpu / 2 + 2 * 128256 * 8192 / 4 + 1
@@ -143,10 +143,10 @@ def test_cli_pipeline_parallel_size(tmp_path):
     ok("simulate", trace, "--gpu", "H100", "--model", "Llama-3.1-405B", "--tp", 8, "--pipeline-parallel-size", 2,
        "--weights-dtype", "fp8", "--time-model", "roofline", "-o", out)
     src = json.loads(out.read_text())["config"]["capacity_source"]
-    assert (src["pp"], src["tp"], src["blocks"]) == (2, 8, 94591)
+    assert (src["pp"], src["tp"], src["blocks"]) == (2, 8, 97888)
     ok("simulate", trace, "--gpu", "H100", "--model", "Llama-3.1-405B", "--tp", 8, "--pp", 2,
        "--time-model", "roofline", "-o", out)
-    assert json.loads(out.read_text())["config"]["capacity_source"]["blocks"] == 45951
+    assert json.loads(out.read_text())["config"]["capacity_source"]["blocks"] == 49247
     assert fails("simulate", trace, "--gpu", "H100", "--model", "Llama-3.1-405B", "--tp", 8, "--time-model",
                  "roofline").startswith("kvreplay: Llama-3.1-405B at bf16 over tp=8 needs")
     assert "--pp" in fails("simulate", trace, "--capacity", 100, "--pp", 2, "--time-model", "instant")
@@ -159,7 +159,7 @@ def test_cli_text_names_the_stages(tmp_path):
     text = ok("simulate", tmp_path / "one.jsonl", "--gpu", "H100", "--model", "Llama-3.1-405B", "--tp", 8, "--pp", 2,
               "--time-model", "roofline")
     assert "leaves for KV on each of 2 stages x 8 x H100" in text
-    assert "over tp=8 x pp=2: stage 1's 63 of 126 layers (blocks by stage: 46,991, 45,951)" in text
+    assert "over tp=8 x pp=2: stage 1's 63 of 126 layers (blocks by stage: 50,287, 49,247)" in text
     assert "2 pipeline stages, one batch at a time through them, each step's tokens crossing 1 stage-to-stage " \
            "send(s) of 291 ns a token" in text
 
@@ -226,8 +226,8 @@ def test_the_commands_docs_memory_md_runs():
         tpot = next(line for line in text.splitlines() if line.startswith("TPOT")).split()
         row = f"| {ttft[3]} s ({ttft[5]}-{ttft[8]}) | {tpot[3]} ms ({tpot[5]}-{tpot[8]}) |"
         assert row in doc, row
-    assert pools == {("--weights-dtype", "fp8"): "718", ("--pp", "2", "--weights-dtype", "fp8"): "2,955",
-                     ("--pp", "2"): "1,435"}
+    assert pools == {("--weights-dtype", "fp8"): "769", ("--pp", "2", "--weights-dtype", "fp8"): "3,059",
+                     ("--pp", "2"): "1,538"}
     assert "kvreplay simulate conversation_trace.jsonl --gpu H100 --model Llama-3.1-405B --tp 8 --pp 2 " in doc
     text = ok("plan", trace, "--model", "Llama-3.1-405B", "--slo-tpot-p90", "500ms", "--loads", 0.05,
               "--max-instances", 4, "--block-size", 512)

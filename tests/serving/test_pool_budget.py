@@ -25,27 +25,56 @@ def trace_file(tmp_path):
 def test_simulate_prints_and_reports_the_budget(trace_file):
     out = ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--block-size", "16",
              "--time-model", "instant")
-    assert "87,914 blocks of 16 tokens" in out  # docs/timing.md's worked example (tests/serving/test_timing.py)
+    assert "90,510 blocks of 16 tokens" in out  # docs/timing.md's worked example (tests/serving/test_timing.py)
     # the profile's peak is the sampler's 593,887,232 B (0.55 GiB) over the forward pass's 0.41 GiB;
-    # 57,615,583,856 B = 53.66 GiB left
-    for line in ("total memory, as the device reports it", "x gpu_memory_utilization 0.9", "- weights, Llama-3.1-70B",
+    # 59,316,820,402 B = 55.24 GiB left
+    for line in ("total memory, as the device reports it", "x gpu_memory_utilization 0.92", "- weights, Llama-3.1-70B",
                  "- profile peak, the larger of the forward pass (0.41 GiB, 8,192 tokens) and the sampler "
                  "(0.55 GiB, 256 rows)", "- CUDA graphs, 86 graphs",
-                 "- non-torch memory", "= KV left by the profile", "53.66 GiB"):
+                 "- non-torch memory", "= KV left by the profile", "55.24 GiB"):
         assert line in out
     doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8",
                         "--block-size", "16", "--time-model", "instant", "--json", "--summary-only",
                         "--kv-cache-memory", "20GiB", "--num-gpu-blocks-override", "1000"))
     src = doc["config"]["capacity_source"]
     assert (src["kv_cache_memory_bytes"], src["num_gpu_blocks_override"], src["blocks"]) == (20 * 2**30, 1000, 1000)
-    assert src["profiled_kv_bytes"] == 57_615_583_856 and src["cudagraph_graphs"] == 86
+    assert src["profiled_kv_bytes"] == 59_316_820_402 and src["cudagraph_graphs"] == 86
+
+
+def test_the_default_utilization_is_vllms_0_92(trace_file):
+    # vLLM 0.33.0's default (vllm/config/cache.py:215): Llama-3.1-8B on one H100, by hand from the
+    # terms simulate prints: ceil(85,061,827,297 B x 0.92) = 78,256,881,114 B; - weights 16,094,076,928
+    # - profile peak (the forward pass) 838,860,800 - 86 CUDA graphs 631,242,752 - non-torch 42,949,672
+    # = 60,649,750,962 B // 2,097,152 B a block (131,072 B a token x 16) = 28,920 blocks
+    base = ("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--block-size", "16",
+            "--time-model", "instant")
+    out = ok(*base)
+    assert "x gpu_memory_utilization 0.92" in out and "28,920 blocks of 16 tokens" in out
+    src = json.loads(ok(*base, "--json", "--summary-only"))["config"]["capacity_source"]
+    assert (src["gpu_memory_utilization"], src["usable_bytes"], src["kv_bytes_available"], src["blocks"]) == \
+        (0.92, 78_256_881_114, 60_649_750_962, 28_920)
+    # the flag given as 0.9 (vLLM before 0.20.0): ceil(85,061,827,297 x 0.9) = 76,555,644,568 B, the
+    # same terms off: 58,948,514,416 B // 2,097,152 = 28,108 blocks
+    old = json.loads(ok(*base, "--gpu-memory-utilization", "0.9", "--json", "--summary-only"))
+    src = old["config"]["capacity_source"]
+    assert (src["gpu_memory_utilization"], src["usable_bytes"], src["blocks"]) == (0.9, 76_555_644_568, 28_108)
+    assert "default 0.92, as vLLM 0.33.0" in " ".join(ok("simulate", "--help").split())
+
+
+def test_an_explicit_utilization_is_refused_where_it_cannot_apply(trace_file):
+    # given, even at a value that was once the default, the flag is vLLM's: the SGLang style's pool
+    # takes --mem-fraction-static and the TensorRT-LLM style's is given as --capacity
+    base = ("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--block-size", "16",
+            "--time-model", "instant", "--gpu-memory-utilization", "0.9")
+    assert "--mem-fraction-static" in fails(*base, "--engine-style", "sglang")
+    assert "--gpu-memory-utilization" in fails(*base, "--engine-style", "trtllm", "--capacity", "100")
 
 
 def test_enforce_eager_leaves_the_cuda_graphs_out(trace_file):
-    # 57,615,583,856 + the 86 graphs' 631,242,752 B = 58,246,826,608 // 655,360 = 88,877 blocks
+    # 59,316,820,402 + the 86 graphs' 631,242,752 B = 59,948,063,154 // 655,360 = 91,473 blocks
     out = ok("simulate", trace_file, "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--block-size", "16",
              "--time-model", "instant", "--enforce-eager")
-    assert "88,877 blocks of 16 tokens" in out and "- CUDA graphs (enforce_eager: none)" in out
+    assert "91,473 blocks of 16 tokens" in out and "- CUDA graphs (enforce_eager: none)" in out
     assert "--enforce-eager" in fails("simulate", trace_file, "--time-model", "instant", "--block-size", "16",
                                       "--capacity", "100", "--enforce-eager")
 

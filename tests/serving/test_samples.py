@@ -219,14 +219,14 @@ def test_the_documented_run(tmp_path):
     assert len(quoted) == 4 and all(line in out.splitlines() for line in quoted), quoted
     rows = {line.split("  ")[0]: line.split() for line in out.splitlines()}
     assert rows["TTFT"][3:9] == ["1.79", "s", "1.75", "s", "-", "2.06"] and rows["TTFT"][-1] == "2,040"
-    assert "peak held by running requests 878 blocks (100% of the pool); peak 84 running" in out
+    assert "peak held by running requests 903 blocks (100% of the pool); peak 80 running" in out
     assert "0 preemptions of 0 requests" in out and "74.44% of prompt tokens" in out
     base = ok(*args[:-2])
     rows = {line.split("  ")[0]: line.split() for line in base.splitlines()}
     assert rows["TTFT"][3:9] == ["1.67", "s", "1.64", "s", "-", "1.89"]
-    assert "peak held by running requests 689 blocks (78% of the pool); peak 17 running" in base
-    for figure in ("689 of the pool's 878 blocks with 17 requests running and TTFT p50 1.67 s",
-                   "(band 1.64-1.89 s)", "(878 blocks, 84 running, no preemption)",
+    assert "peak held by running requests 689 blocks (76% of the pool); peak 17 running" in base
+    for figure in ("689 of the pool's 903 blocks with 17 requests running and TTFT p50 1.67 s",
+                   "(band 1.64-1.89 s)", "(903 blocks, 80 running, no preemption)",
                    "children's TTFT p50 is 1.79 s (band 1.75-2.06 s)", "74.44% here",
                    "with `--host-cpu none` both are 1.82 s"):
         assert figure in " ".join(section.split()), figure

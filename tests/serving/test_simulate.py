@@ -328,7 +328,7 @@ def test_load_sweep_rows():
 def test_gpu_sizes_the_pool():
     t = trace_of((["a"], 4, 0, 1), block_size=16)
     r = simulate(t, "vllm", None, 16, time_model="roofline", model="Llama-3.1-70B", gpu="H100", tp=8)
-    assert r.capacity_blocks == 87914  # docs/timing.md's worked example (tests/serving/test_timing.py)
+    assert r.capacity_blocks == 90510  # docs/timing.md's worked example (tests/serving/test_timing.py)
     assert r.capacity_source["kind"] == "gpu_memory"
     assert r.first_token_s[0] > 0
 

@@ -163,9 +163,9 @@ def test_gpus_lists_the_catalog():
 def test_conversation_trace_as_the_issue_asks():
     path = shared_path(MOONCAKE / "conversation_trace.jsonl")
     out = ok("simulate", path, "--model", "Llama-3.1-8B", "--gpu", "H100", "--policy", "vllm")
-    # vLLM 0.33.0's budget on one H100 (tests/serving/test_config.py works it): 54.90 GiB left over
-    # 512 x 131,072 B = 64 MiB blocks -> 878 blocks
-    assert "pool       878 blocks of 512 tokens (449,536 tokens): what vLLM 0.33.0 leaves for KV on each of 1 x H100" in out
+    # vLLM 0.33.0's budget on one H100 (tests/serving/test_config.py works it): 56.48 GiB left over
+    # 512 x 131,072 B = 64 MiB blocks -> 903 blocks
+    assert "pool       903 blocks of 512 tokens (462,336 tokens): what vLLM 0.33.0 leaves for KV on each of 1 x H100" in out
     # the first 522 s (1,524 requests) warm the cache: the other 10,507 are judged, and finish
     assert "after the warm-up: the 10,507 requests arriving from 522 s (the first 1,524 of 12,031" in out
     assert "10,507 finished" in out
@@ -206,14 +206,14 @@ def test_report_has_a_serving_section_with_gpu(files):
     assert r.returncode == 0 and "wrote" in r.stderr.decode()
     page = (d / "r.html").read_text()
     assert "<h2>Serving on 1 &times; H100 (Llama-3.1-8B)</h2>" in page
-    # vLLM 0.33.0's budget on one H100 leaves 58,948,514,416 B (tests/serving/test_weights_dtype.py);
-    # 131,072 B per token x 4 tokens = 524,288 B per block: 112,435.4, so 112,435 blocks
-    assert "a pool of 112,435 blocks of 4 tokens" in page
+    # vLLM 0.33.0's budget on one H100 leaves 60,649,750,962 B (tests/serving/test_weights_dtype.py);
+    # 131,072 B per token x 4 tokens = 524,288 B per block: 115,680.2, so 115,680 blocks
+    assert "a pool of 115,680 blocks of 4 tokens" in page
     assert page.count("<td>&times;1</td>") == 1 and page.count("<td>&times;2</td>") == 1
     assert "needs --model" in fails("report", trace, "--gpu", "H100", "-o", d / "x.html")
     # the operating point is that pool, and the curves carry vllm, the serving section's policy
     assert "Why this capacity: the KV pool of the serving section&#x27;s deployment: 1 x H100" in page
-    assert 'data-kpi="at 112,435 blocks' in page and "<code>vllm</code>" in page
+    assert 'data-kpi="at 115,680 blocks' in page and "<code>vllm</code>" in page
 
 
 def test_report_serving_section_as_a_cluster(files):

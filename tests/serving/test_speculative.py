@@ -286,29 +286,29 @@ def test_the_summary_states_the_acceptance_and_the_tpot_change(small_trace):
 
 
 def test_the_drafter_takes_its_weights_and_kv_out_of_the_pool():
-    # Llama-3.1-70B on 4 x H100 at 512-token blocks: 39,950,287,472 bytes left for KV per GPU,
-    # 81,920 KV bytes per token per GPU (80 layers): 952 blocks. An EAGLE head as one layer: its
+    # Llama-3.1-70B on 4 x H100 at 512-token blocks: 41,651,524,018 bytes left for KV per GPU,
+    # 81,920 KV bytes per token per GPU (80 layers): 993 blocks. An EAGLE head as one layer: its
     # weights (35,310,407,680 / 80 = 441,380,096 bytes per GPU) out, its KV (1,024 bytes a token)
-    # in: floor((39,950,287,472 - 441,380,096) / (82,944 x 512)) = 930
+    # in: floor((41,651,524,018 - 441,380,096) / (82,944 x 512)) = 970
     from kvreplay.serving.config import resolve as resolve_sizes
     from kvreplay.serving.speculative import pool_with_drafter
 
     src = resolve_sizes(None, block_size=512, model="Llama-3.1-70B", gpu="H100", tp=4).capacity_source
-    assert (src["blocks"], src["kv_bytes_available"], src["weight_bytes_per_gpu"]) == (952, 39950287472, 35310407680)
+    assert (src["blocks"], src["kv_bytes_available"], src["weight_bytes_per_gpu"]) == (993, 41651524018, 35310407680)
     eagle = pool_with_drafter(resolve("eagle", 3, model="Llama-3.1-70B"), src, "bf16", "bf16")
-    assert eagle[0] == (39950287472 - 441380096) // (82944 * 512) == 930
+    assert eagle[0] == (41651524018 - 441380096) // (82944 * 512) == 970
     assert pool_with_drafter(resolve("ngram", 3, acceptance="0.5"), src, "bf16", "bf16") is None
     # a draft model: Llama-3.2-1B-Instruct's weights / 4 and its KV per token per GPU join (16
     # layers x 2 of its 8 KV heads per GPU x 64 x 2 (K and V) x 2 bytes = 8,192)
     draft = pool_with_drafter(resolve("draft:Llama-3.2-1B-Instruct", 3, acceptance="0.5"), src, "bf16", "bf16")
     w, kv = draft[1]["drafter_weight_bytes_per_gpu"], draft[1]["drafter_kv_bytes_per_token_per_gpu"]
     assert kv == 8192
-    assert draft[0] == int((39950287472 - w) // ((81920 + kv) * 512)) < 930
+    assert draft[0] == int((41651524018 - w) // ((81920 + kv) * 512)) < 970
     # the run uses it
     t = trace_of((["a"], 4, 0, 4), block_size=512)
     r = simulate(t, model="Llama-3.1-70B", gpu="H100", tp=4, time_model="roofline-raw", compare_sequential=False,
                  speculative="eagle", num_speculative_tokens=3, acceptance="0.5")
-    assert r.capacity_blocks == 930 and r.speculative["pool"]["blocks_without_drafter"] == 952
+    assert r.capacity_blocks == 970 and r.speculative["pool"]["blocks_without_drafter"] == 993
 
 
 def test_a_request_whose_last_verification_cannot_fit_is_rejected():

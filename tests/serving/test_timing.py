@@ -198,7 +198,8 @@ def test_roofline_bad_inputs():
 
 def test_kv_capacity_llama70b_on_8x_h100_tp8():
     # per GPU (timing/memory.py; vLLM 0.33.0's budget):
-    #   total 79.22 GiB = 85,061,827,297 B (as the device reports it) x 0.9 -> ceil 76,555,644,568 B
+    #   total 79.22 GiB = 85,061,827,297 B (as the device reports it) x 0.92 (vLLM 0.33.0's default)
+    #     -> ceil 78,256,881,114 B
     #   weights 17,671,981,056 B: embedding and LM head 128,256 x 8,192 x 2 / 8 = 262,668,288 each,
     #     the rest (70,553,706,496 - 2 x 1,050,673,152) x 2 / 8 = 17,113,090,048, rotary cache
     #     131,072 x 128 x 2 = 33,554,432
@@ -207,35 +208,38 @@ def test_kv_capacity_llama70b_on_8x_h100_tp8():
     #     134,217,728 -> 593,887,232: the larger of the two is the profile's peak
     #   CUDA graphs 86 (51 PIECEWISE + 35 FULL) x 7 MiB = 631,242,752
     #   non-torch int(0.04 GiB) = 42,949,672
-    #   left 76,555,644,568 - 17,671,981,056 - 593,887,232 - 631,242,752 - 42,949,672
-    #     = 57,615,583,856 B; 40,960 B/token (1 of 8 KV heads), 655,360 B a block -> 87,914 blocks
-    #   (85,374 under the fitted non-torch constant, 1.59 GiB; 84,342 under the former fitted
-    #   activation + sampler 0.42 GiB and non-torch 2.38 GiB)
+    #   left 78,256,881,114 - 17,671,981,056 - 593,887,232 - 631,242,752 - 42,949,672
+    #     = 59,316,820,402 B; 40,960 B/token (1 of 8 KV heads), 655,360 B a block -> 90,510 blocks
+    #   (at 0.9, vLLM's default before 0.20: ceil 76,555,644,568 B, 57,615,583,856 B left, 87,914
+    #   blocks; there 85,374 under the fitted non-torch constant, 1.59 GiB, and 84,342 under the
+    #   former fitted activation + sampler 0.42 GiB and non-torch 2.38 GiB)
     c = kv_capacity("Llama-3.1-70B", "H100", tp=8, block_size=16)
-    assert c.total_memory_bytes == 85_061_827_297 and c.usable_bytes == 76_555_644_568
+    assert c.total_memory_bytes == 85_061_827_297 and c.usable_bytes == 78_256_881_114
+    assert c.gpu_memory_utilization == 0.92
     assert c.weight_bytes_per_gpu == 17_671_981_056
     assert (c.activation_peak_bytes, c.sampler_peak_bytes) == (444_596_224, 593_887_232)
     assert (c.cudagraph_graphs, c.cudagraph_bytes, c.non_torch_bytes) == (86, 631_242_752, 42_949_672)
-    assert c.kv_bytes_available == 57_615_583_856
+    assert c.kv_bytes_available == 59_316_820_402
     assert c.kv_bytes_per_token_per_gpu == 40_960
-    assert c.blocks == 87_914 and c.tokens == 87_914 * 16
+    assert c.blocks == 90_510 and c.tokens == 90_510 * 16
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, 0.92) == 90_510
     assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, 0.9) == 87_914
-    # with the 81,559 MiB nvidia-smi shows: 85,520,809,984 x 0.9 -> 76,968,728,986; minus the same
-    # 18,940,060,712 B of terms = 58,028,668,274 -> // 655,360 = 88,544
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, total_memory_bytes=81_559 * 2**20) == 88_544
-    # enforce_eager: no CUDA graphs, 631,242,752 B more -> 58,246,826,608 // 655,360 = 88,877
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, enforce_eager=True) == 88_877
+    # with the 81,559 MiB nvidia-smi shows: 85,520,809,984 x 0.92 -> 78,679,145,186; minus the same
+    # 18,940,060,712 B of terms = 59,739,084,474 -> // 655,360 = 91,154
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, total_memory_bytes=81_559 * 2**20) == 91_154
+    # enforce_eager: no CUDA graphs, 631,242,752 B more -> 59,948,063,154 // 655,360 = 91,473
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, enforce_eager=True) == 91_473
     # max_num_seqs 1,024 (vLLM serve's H100 default): sampler 1,024 x 128,256 x 14 + 134,217,728 =
     # 1,972,895,744 (+1,379,008,512 B), and 102 graphs (51 + 51): 16 x 7 MiB = 117,440,512 B more
-    # -> 56,119,134,832 // 655,360 = 85,631 blocks
-    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, max_num_seqs=1024) == 85_631
+    # -> 57,820,371,378 // 655,360 = 88,226 blocks
+    assert kv_capacity_blocks("Llama-3.1-70B", "H100", 8, 16, max_num_seqs=1024) == 88_226
 
 
 def test_kv_cache_memory_and_the_block_override_replace_the_profile():
     # kv_cache_memory replaces what the profile leaves (and ignores the utilization)
     c = kv_capacity("Llama-3.1-70B", "H100", 8, 16, kv_cache_memory="20GiB")
     assert c.kv_bytes_available == 20 * 2**30 and c.blocks == 20 * 2**30 // 655_360 == 32_768
-    assert c.profiled_kv_bytes == 57_615_583_856
+    assert c.profiled_kv_bytes == 59_316_820_402
     # the override wins over both, as vLLM applies it last
     c = kv_capacity("Llama-3.1-70B", "H100", 8, 16, kv_cache_memory="20GiB", num_gpu_blocks_override=1000)
     assert c.blocks == 1000 and c.kv_bytes_available == 20 * 2**30

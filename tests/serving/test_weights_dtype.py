@@ -44,24 +44,25 @@ def test_bytes_and_compute_dtype_of_each_weights_dtype():
 # The pool after the weights
 
 
-def test_llama_8b_on_h100_at_fp8_leaves_31436_blocks():
+def test_llama_8b_on_h100_at_fp8_leaves_32248_blocks():
     # Llama-3.1-8B at fp8 (timing/memory.py): embedding and LM head stay bf16, 128,256 x 4,096 x 2 B
     # = 1,050,673,152 B each; the other 8,030,261,248 - 2 x 525,336,576 = 6,979,588,096 weights at
     # 1 B; the rotary cache 131,072 x 128 x 2 = 33,554,432 B: 9,114,488,832 B.
-    # H100: ceil(85,061,827,297 x 0.9) = 76,555,644,568 B; minus the weights, the profile's peak (the
+    # H100: ceil(85,061,827,297 x 0.92) = 78,256,881,114 B; minus the weights, the profile's peak (the
     # forward pass 8,192 x (2 x 4,096 + 3 x 14,336) x 2 = 838,860,800 over the sampler's 256 x 128,256
     # x 14 + 8,192 x 4,096 x 2 = 526,778,368), 86 CUDA graphs (631,242,752) and non-torch
-    # (42,949,672): 65,928,102,512 B. 131,072 B/token x 16 = 2,097,152 B/block -> 31,436 blocks
-    # (30,643 under the fitted non-torch constant, 1.59 GiB).
+    # (42,949,672): 67,629,339,058 B. 131,072 B/token x 16 = 2,097,152 B/block -> 32,248 blocks
+    # (31,436 at a utilization of 0.9).
     c = kv_capacity("Llama-3.1-8B", "H100", 1, 16, dtype="fp8")
     assert c.weight_bytes_per_gpu == 9_114_488_832
-    assert c.kv_bytes_available == 65_928_102_512
-    assert c.blocks == 31_436 and c.weights_dtype == "fp8"
-    # bf16: 6,979,588,096 more bytes of weights -> 58,948,514,416 B left: 28,108 blocks
-    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16) == 28_108
-    # int4 (group-128: 0.5 + 2.5 / 128 B a weight): 3,353,473,968 B fewer than fp8 -> 69,281,576,480
-    # // 2,097,152 = 33,036 blocks
-    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16, dtype="int4") == 33_036
+    assert c.kv_bytes_available == 67_629_339_058
+    assert c.blocks == 32_248 and c.weights_dtype == "fp8"
+    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16, 0.9, dtype="fp8") == 31_436
+    # bf16: 6,979,588,096 more bytes of weights -> 60,649,750,962 B left: 28,920 blocks
+    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16) == 28_920
+    # int4 (group-128: 0.5 + 2.5 / 128 B a weight): 3,353,473,968 B fewer than fp8 -> 70,982,813,026
+    # // 2,097,152 = 33,847 blocks
+    assert kv_capacity_blocks("Llama-3.1-8B", "H100", 1, 16, dtype="int4") == 33_847
 
 
 def test_quantised_weights_keep_the_embedding_and_lm_head_at_bf16():
@@ -80,22 +81,22 @@ def test_quantised_weights_keep_the_embedding_and_lm_head_at_bf16():
 
 
 def test_deepseek_v3_on_8_h200_fits_at_fp8_not_at_bf16():
-    # H200: ceil(150,119,844,413 x 0.9) B = 125.8 GiB per GPU. bf16 needs 157.9 GiB: refused.
+    # H200: ceil(150,119,844,413 x 0.92) B = 128.6 GiB per GPU. bf16 needs 157.9 GiB: refused.
     with pytest.raises(ConfigError, match=r"needs 157\.9 GiB of weights per GPU.*--weights-dtype fp8 or int4"):
         kv_capacity("DeepSeek-V3", "H200", 8, 16)
     # fp8 (block-scaled: + 4 / 16,384 B a weight), the q_a / kv_a projections and the router
-    # replicated, embedding and LM head bf16: 85,155,847,465 B per GPU. ceil(150,119,844,413 x 0.9)
-    # = 135,107,859,972 B, less the weights, the forward pass's peak (MLA 10,240 elements a token,
+    # replicated, embedding and LM head bf16: 85,155,847,465 B per GPU. ceil(150,119,844,413 x 0.92)
+    # = 138,110,256,860 B, less the weights, the forward pass's peak (MLA 10,240 elements a token,
     # the MoE's workspaces 8 x 7,168 x 2 + 2 x 256 + the fp8 copies 4,608 = 119,808:
     # 8,192 x (2 x 7,168 + 119,808) x 2 = 2,197,815,296 over the sampler's 580,780,032), 86 CUDA
-    # graphs 631,242,752 and non-torch 42,949,672: 47,080,004,787 B. MLA's latent is replicated
-    # on every rank: 61 layers x 576 x 2 B = 70,272 B/token, 1,124,352 B a block -> 41,873 blocks
-    # (40,392 under the fitted non-torch constant, 1.59 GiB).
+    # graphs 631,242,752 and non-torch 42,949,672: 50,082,401,675 B. MLA's latent is replicated
+    # on every rank: 61 layers x 576 x 2 B = 70,272 B/token, 1,124,352 B a block -> 44,543 blocks
+    # (41,873 at a utilization of 0.9).
     c = kv_capacity("DeepSeek-V3", "H200", 8, 16, dtype="fp8")
     assert round(c.weight_bytes_per_gpu) == 85_155_847_465
-    assert (c.kv_bytes_per_token_per_gpu, c.blocks) == (70_272, 41_873)
+    assert (c.kv_bytes_per_token_per_gpu, c.blocks) == (70_272, 44_543)
     r = kvreplay.simulate(TRACE, model="DeepSeek-V3", gpu="H200", tp=8, time_model="roofline", weights_dtype="fp8")
-    assert r.capacity_blocks == 41_873
+    assert r.capacity_blocks == 44_543
     assert r.capacity_source["weights_dtype"] == "fp8" and r.time_model["dtype"] == "fp8"
     assert r.summary()["finished"] == 2
 
@@ -178,20 +179,20 @@ def test_cli_sizes_the_pool_and_the_roofline_at_the_weights_dtype(trace_file):
     doc = json.loads(ok("simulate", trace_file, "--model", "DeepSeek-V3", "--gpu", "H200", "--tp", "8",
                         "--weights-dtype", "FP8", "--json", "--summary-only"))
     cfg = doc["config"]
-    assert cfg["capacity_blocks"] == 41_873
+    assert cfg["capacity_blocks"] == 44_543
     assert cfg["capacity_source"]["weights_dtype"] == "fp8"
     assert round(cfg["capacity_source"]["weight_bytes_per_gpu"]) == 85_155_847_465
     assert cfg["time_model"]["dtype"] == "fp8" and cfg["time_model"]["peak_tflops"] == 1979
     # the roofline built from --mfu takes it too
     doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--weights-dtype",
                         "int4", "--mfu", "0.4", "--json", "--summary-only"))
-    assert doc["config"]["time_model"]["dtype"] == "int4" and doc["config"]["capacity_blocks"] == 33_036
+    assert doc["config"]["time_model"]["dtype"] == "int4" and doc["config"]["capacity_blocks"] == 33_847
 
 
 def test_a_load_sweep_carries_the_weights_dtype(trace_file):
     doc = json.loads(ok("simulate", trace_file, "--model", "Llama-3.1-8B", "--gpu", "H100", "--weights-dtype", "fp8",
                         "--speedups", "1,2", "--json"))
-    assert [row["capacity_blocks"] for row in doc["rows"]] == [31_436, 31_436]
+    assert [row["capacity_blocks"] for row in doc["rows"]] == [32_248, 32_248]
 
 
 # ------------------------------------------------------------------------------------------
@@ -235,13 +236,13 @@ def test_checkpoint_weights_name_the_nearest_weights_dtype():
 
 
 def test_weights_that_do_not_fit_name_the_checkpoints_dtype():
-    # gpt-oss-120b at bf16: 217.6 GiB against 79.22 GiB x 0.9 = 71.3 GiB on one H100; its checkpoint
+    # gpt-oss-120b at bf16: 217.6 GiB against 79.22 GiB x 0.92 = 72.9 GiB on one H100; its checkpoint
     # is MXFP4, which the refusal says (int4: the experts at 4.25 bits, their hidden size padded to
     # 3,072 by the Triton MoE kernel's Hopper layout, attention bf16: 69,268,217,856 B = 64.51 GiB,
     # against the 64.38 GiB vLLM 0.14.1 printed on one H100, vllm-project/vllm issue 33155)
     with pytest.raises(ConfigError) as e:
         kv_capacity("gpt-oss-120b", "H100", 1)
-    assert "needs 217.6 GiB of weights per GPU, more than the 71.3 GiB" in str(e.value)
+    assert "needs 217.6 GiB of weights per GPU, more than the 72.9 GiB" in str(e.value)
     assert "checkpoint stores its weights as mxfp4" in str(e.value) and "nearest --weights-dtype is int4" in str(e.value)
     assert kv_capacity("gpt-oss-120b", "H100", 1, dtype="int4").weight_bytes_per_gpu == 69_268_217_856
     # a bf16 checkpoint says nothing of it

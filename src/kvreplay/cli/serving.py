@@ -90,9 +90,9 @@ def _deployment_arguments(sim) -> None:
                      help="with --gpu and --model: pipeline stages per instance, each on --tp GPUs holding its layers' "
                           "weights and KV, as vLLM's --pipeline-parallel-size (default 1); the pool is the smallest "
                           "stage's and a step crosses pp - 1 stage-to-stage sends")
-    sim.add_argument("--gpu-memory-utilization", type=unit_fraction, default=0.9,
+    sim.add_argument("--gpu-memory-utilization", type=unit_fraction, default=None,
                      help="fraction of the GPU's memory (as the device reports it) vLLM may use for weights, "
-                          "the profile run's peak, CUDA graphs and KV, as vLLM's flag (default 0.9)")
+                          "the profile run's peak, CUDA graphs and KV, as vLLM's flag (default 0.92, as vLLM 0.33.0)")
     sim.add_argument("--kv-cache-memory", type=_size, default=None, metavar="SIZE",
                      help="with --gpu and --model: the KV memory per GPU (e.g. 20GiB, 21474836480), instead of what "
                           "the profile leaves; ignores --gpu-memory-utilization, as vLLM's --kv-cache-memory-bytes")

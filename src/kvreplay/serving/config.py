@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..trace.model import resolve_block_size
 from .deployment import Deployment, DeploymentConfig
 from .timing import kv_capacity
+from .timing.memory import vllm_utilization
 from .timing.pipeline import check_pp
 from .timing.sglang_memory import sglang_capacity
 
@@ -51,7 +52,8 @@ def resolve(trace=None, asked: DeploymentConfig | None = None, **given) -> Deplo
 
     block_size: tokens per block (default: what the trace declares, else 512). capacity: the GPU
     pool in blocks, or a size ("80GiB", needs `model`); None: what `gpu` x `tp` hold after
-    `model`'s weights at `gpu_memory_utilization` (as vLLM sizes its pool), or `--tiers hbm=`.
+    `model`'s weights at `gpu_memory_utilization` (as vLLM sizes its pool; None: vLLM 0.33.0's default,
+    0.92, timing/memory.py VLLM_GPU_MEMORY_UTILIZATION), or `--tiers hbm=`.
     kv_dtype / kv_layers: how the model's KV is stored (bf16, all layers by default). weights_dtype:
     the model's weights (bf16 default, fp16, fp8, int4), which the pool `gpu` holds is sized after;
     refused on a `gpu` that cannot run it (fp8 without FP8 tensor cores). tiers /
@@ -156,8 +158,9 @@ def _given_pool(a: DeploymentConfig, capacity, pool: dict, at: dict) -> tuple[in
         # how the given pool compares with what the GPUs hold (a pool no GPU has is a what-if;
         # vLLM's budget, which TensorRT-LLM's pool is not)
         try:
-            fits = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], a.gpu_memory_utilization,
-                               dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool).blocks
+            util = vllm_utilization(a.gpu_memory_utilization)
+            fits = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], util, dtype=at["weights_dtype"],
+                               kv_dtype=at["kv_dtype"], **pool).blocks
         except ConfigError:  # the weights leave no room: the given pool is a what-if
             fits = 0
         source.update(gpu_memory_blocks=int(fits), gpu=str(a.gpu), model=str(a.model), tp=a.tp,
@@ -171,14 +174,15 @@ def _gpu_pool(a: DeploymentConfig, pool: dict, at: dict) -> tuple[int, dict]:
         raise ConfigError("give the KV pool: --capacity BLOCKS, or --gpu NAME --model NAME (the memory left after "
                           "the weights, as vLLM sizes it)")
     if a.engine_style == "sglang":
-        if a.gpu_memory_utilization != 0.9:
+        if a.gpu_memory_utilization is not None:
             raise ConfigError("gpu_memory_utilization (--gpu-memory-utilization) is vLLM's; the SGLang-style pool "
                               "is sized by mem_fraction_static (--mem-fraction-static)")
         kv = sglang_capacity(at["model"], at["gpu"], a.tp, at["block_size"], a.mem_fraction_static,
                              dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool)
         return int(kv.blocks), {"kind": "sglang_memory", **kv.to_dict(), "kv_dtype": at["kv_dtype"]}
-    kv = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], a.gpu_memory_utilization,
-                     dtype=at["weights_dtype"], kv_dtype=at["kv_dtype"], **pool)
+    util = vllm_utilization(a.gpu_memory_utilization)  # (None: vLLM 0.33.0's default)
+    kv = kv_capacity(at["model"], at["gpu"], a.tp, at["block_size"], util, dtype=at["weights_dtype"],
+                     kv_dtype=at["kv_dtype"], **pool)
     return int(kv.blocks), {"kind": "gpu_memory", **kv.to_dict(), "kv_dtype": at["kv_dtype"]}
 
 

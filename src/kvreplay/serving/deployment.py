@@ -29,7 +29,8 @@ DERIVED = ("max_num_batched_tokens", "max_num_seqs", "engine_style", "unbounded_
 @dataclass(frozen=True)
 class DeploymentConfig:
     """The deployment asked for, as given (names and sizes): config.resolve turns it into a
-    Deployment. capacity: blocks or a size; None: what `gpu` x `tp` hold after `model`'s weights."""
+    Deployment. capacity: blocks or a size; None: what `gpu` x `tp` hold after `model`'s weights.
+    gpu_memory_utilization: the vLLM style's; None (not given): vLLM 0.33.0's default, 0.92."""
 
     block_size: int | None = None
     capacity: object = None
@@ -39,7 +40,7 @@ class DeploymentConfig:
     gpu: object = None
     tp: int = 1
     pp: int = 1
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # None: vLLM 0.33.0's default (config.resolve)
     tiers: object = None
     global_store: object = None
     weights_dtype: str | None = None

@@ -32,6 +32,7 @@ import re
 import shlex
 
 from ..errors import ConfigError
+from .timing.memory import vllm_utilization
 
 KINDS = ("vllm", "sglang", "k8s")
 VLLM_PORT, SGLANG_PORT, ROUTER_PORT = 8000, 30000, 8080
@@ -120,7 +121,7 @@ def vllm_args(g: dict) -> tuple[list[str], list[str]]:
         notes.append(f"each instance is {best['pp']} pipeline stages of {best['tp']} GPUs ({best['pp'] * best['tp']} "
                      f"GPUs): over 8 GPUs it spans hosts, run as vLLM's multi-node serving")
     args += ["--max-num-batched-tokens", str(s["max_num_batched_tokens"]), "--max-num-seqs", str(s["max_num_seqs"]),
-            "--gpu-memory-utilization", f"{opts.get('gpu_memory_utilization', 0.9):g}",
+            "--gpu-memory-utilization", f"{vllm_utilization(opts.get('gpu_memory_utilization')):g}",
             "--enable-prefix-caching", "--enable-chunked-prefill" if s["chunked_prefill"] else "--no-enable-chunked-prefill"]
     limit = _max_model_len(g)
     if limit is not None:
@@ -153,6 +154,17 @@ def _vllm_dtypes(opts: dict, notes: list) -> list[str]:
     return out
 
 
+def _mem_fraction_static(g: dict, s: dict) -> float:
+    """The mem_fraction_static the plan's SGLang-style pool was sized with: SGLang 0.5.23's default
+    for the model, GPU, TP and chunked prefill size (timing/sglang_memory.py), as simulate sizes it."""
+    from .timing.sglang_memory import sglang_capacity
+
+    best, opts = g["best"], g["opts"]
+    pool = sglang_capacity(g["model"], best["gpu"], best["tp"], max_num_batched_tokens=s.get("chunked_prefill_size"),
+                           dtype=opts.get("weights_dtype", "bf16"), kv_dtype=opts.get("kv_dtype") or "bf16")
+    return pool.mem_fraction_static
+
+
 def sglang_args(g: dict) -> tuple[list[str], list[str]]:
     """`python -m sglang.launch_server`'s arguments for one instance of group `g`, and comments."""
     best, opts, notes = g["best"], g["opts"], []
@@ -160,7 +172,7 @@ def sglang_args(g: dict) -> tuple[list[str], list[str]]:
     chunk = s.get("chunked_prefill_size", 8192) if s["chunked_prefill"] else -1
     args = ["--model-path", repository(g["model"]), "--tp-size", str(best["tp"]),
             "--chunked-prefill-size", str(chunk), "--max-running-requests", str(s["max_num_seqs"]),
-            "--mem-fraction-static", f"{opts.get('gpu_memory_utilization', 0.9):g}",
+            "--mem-fraction-static", f"{_mem_fraction_static(g, s):g}",
             "--schedule-policy", s.get("schedule_policy", "fcfs")]
     limit = _max_model_len(g)
     if limit is not None:

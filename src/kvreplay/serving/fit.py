@@ -29,10 +29,13 @@ PP_DEGREES = (2, 4)
 
 
 def unfit_reason(model, gpu: str, tp: int, *, weights_dtype: str = "bf16", kv_dtype: str | None = None,
-                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, pp: int = 1) -> str | None:
+                 gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
+                 pp: int = 1) -> str | None:
     """None when vLLM would start `model` on `pp` stages of `tp` x `gpu`, else why it would not (in
-    words); with stages, the KV checks are the smallest stage's (timing/pipeline.py)."""
+    words); with stages, the KV checks are the smallest stage's (timing/pipeline.py).
+    gpu_memory_utilization: None (not given) is vLLM 0.33.0's default."""
     from .timing.capacity import kv_capacity
+    from .timing.memory import vllm_utilization
 
     spec = get_model(model)
     heads = spec.num_attention_heads
@@ -40,7 +43,7 @@ def unfit_reason(model, gpu: str, tp: int, *, weights_dtype: str = "bf16", kv_dt
         return (f"{spec.name}'s {heads} attention heads do not divide among {tp} GPUs (vLLM requires it: "
                 "vllm/config/model.py)")
     try:
-        cap = kv_capacity(spec.name, gpu, tp, 1, gpu_memory_utilization, dtype=weights_dtype,
+        cap = kv_capacity(spec.name, gpu, tp, 1, vllm_utilization(gpu_memory_utilization), dtype=weights_dtype,
                           kv_dtype=kv_dtype or "bf16", pp=pp)
     except ConfigError as e:
         return str(e)

@@ -380,7 +380,7 @@ def _configs(s: Search, gpus, tps, pps, tiers, routers, policies) -> tuple[list,
     from .fit import PP_DEGREES, TP_DEGREES, unfit_reason
 
     kw = dict(weights_dtype=s.options.get("weights_dtype", "bf16"), kv_dtype=s.options.get("kv_dtype"),
-              gpu_memory_utilization=s.options.get("gpu_memory_utilization", 0.9),
+              gpu_memory_utilization=s.options.get("gpu_memory_utilization"),
               max_model_len=s.options.get("max_model_len"))
     searched, unfit = [], []
     for g in gpus:

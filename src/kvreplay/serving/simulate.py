@@ -721,7 +721,7 @@ def _check_trtllm(**given) -> None:
                 "which is not modelled: give the pool with capacity (--capacity BLOCKS, or a size with --model)")
     checks = (
         ("capacity", "--capacity", given["capacity"] is None, why_pool),
-        ("gpu_memory_utilization", "--gpu-memory-utilization", given["gpu_memory_utilization"] != 0.9, why_pool),
+        ("gpu_memory_utilization", "--gpu-memory-utilization", given["gpu_memory_utilization"] is not None, why_pool),
         ("kv_cache_memory", "--kv-cache-memory", given["kv_cache_memory"] is not None, why_pool),
         ("num_gpu_blocks_override", "--num-gpu-blocks-override", given["num_gpu_blocks_override"] is not None, why_pool),
         ("enforce_eager", "--enforce-eager", bool(given["enforce_eager"]), why_pool),
@@ -1220,7 +1220,7 @@ class ServingSection:
     speedups: object = (0.25, 0.5, 1.0)
     policy: str = "vllm"
     block_size: int | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # None: vLLM 0.33.0's default
     weights_dtype: str = "bf16"
     instances: int = 1
     router: str = "round-robin"
@@ -1296,7 +1296,7 @@ def deployment_focus(trace, collect_options: dict, serving: dict) -> dict:
     out = dict(collect_options)
     sizes = resolve(trace, block_size=out.get("block_size"), model=serving["model"], gpu=serving["gpu"],
                     tp=serving.get("tp", 1), pp=serving.get("pp", 1),
-                    gpu_memory_utilization=serving.get("gpu_memory_utilization", 0.9),
+                    gpu_memory_utilization=serving.get("gpu_memory_utilization"),
                     weights_dtype=serving.get("weights_dtype", "bf16"))
     if out.get("focus_capacity") is None:
         src = sizes.capacity_source

@@ -10,7 +10,7 @@ from ...analysis.models import get_model
 from ...errors import ConfigError
 from ...units import parse_size
 from ...catalog.gpus import check_weights_dtype, get_gpu
-from .memory import GiB, ProfileRun, check_positive_int, memory_budget
+from .memory import VLLM_GPU_MEMORY_UTILIZATION, GiB, ProfileRun, check_positive_int, memory_budget
 from .pipeline import check_pp, stages
 from .models import _check_fraction, _check_tp, _weight_bytes, kv_bytes_per_token_per_gpu
 
@@ -106,8 +106,8 @@ class PoolOptions:
         return cls(**options)
 
 
-def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9,
-                **options) -> KVCapacity:
+def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16,
+                gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION, **options) -> KVCapacity:
     """The KV pool vLLM 0.33.0 allocates per GPU, as ``KVCapacity`` (memory.py has the budget:
     total memory x utilization - weights - activation peak - CUDA graphs - non-torch); keyword
     options: PoolOptions' fields (an unknown one is refused, named). `dtype` is
@@ -185,8 +185,8 @@ def _check_room(spec, g, where, util, dtype, b) -> None:
                           f"budget: raise tp or pp or the utilization, or lower --max-num-batched-tokens / --max-num-seqs")
 
 
-def kv_capacity_blocks(model, gpu, tp: int = 1, block_size: int = 16, gpu_memory_utilization: float = 0.9,
-                       **options) -> int:
+def kv_capacity_blocks(model, gpu, tp: int = 1, block_size: int = 16,
+                       gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION, **options) -> int:
     """KV blocks vLLM 0.33.0 allocates on each GPU: ``floor(KV left / (kv_bytes_per_token_per_gpu x
     block_size))``, KV left being the budget of memory.py (total memory as the device reports it x
     gpu_memory_utilization - weights per rank - the profile run's activation and sampler peaks -

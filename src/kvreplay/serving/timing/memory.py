@@ -84,6 +84,17 @@ from ...catalog.gpus import datacenter_blackwell, gpu_catalog
 GiB = 1 << 30
 MiB = 1 << 20
 
+#: vLLM 0.33.0's default ``gpu_memory_utilization`` (vllm/config/cache.py:215, ``Field(default=0.92,
+#: gt=0, le=1)``; 0.92 since vLLM 0.20.0, config/cache.py:66 there, 0.9 before): the budget of a
+#: vLLM-style pool whose utilization is not given (config.resolve).
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+
+
+def vllm_utilization(value: float | None) -> float:
+    """The utilization a vLLM-style pool is sized at: `value`, or vLLM 0.33.0's default when None
+    (not given)."""
+    return VLLM_GPU_MEMORY_UTILIZATION if value is None else value
+
 #: The dummy sampler run's bytes per logit in vLLM 0.33.0: the model's bf16 logits (2), the
 #: sampler's fp32 copy (4, v1/sample/sampler.py:158), the probabilities (4) and the exponential
 #: noise (4) of the PyTorch-native path its second call takes (topk_topp_sampler.py:292-313,
