@@ -327,6 +327,21 @@ static void radix_stamp_path(Radix *st, i64 node) {
     }
 }
 
+/* The node the scan before this call matched, split where the match ends (the cut-off tail keeps
+ * the match's time, m[CLOCK]); without hits, the root (a decode page is pinned without a scan: the
+ * cursor is then a later scan's, of another request). */
+static i64 radix_split_at_cursor(Radix *st, i64 hits) {
+    i64 *m = st->meta;
+    i64 matched = hits > 0 ? m[CURSOR_NODE] : ROOT;
+    if (hits > 0 && m[CURSOR_OFFSET] < st->node_len[matched]) {
+        st->node_time[matched] = m[CLOCK];
+        i64 tail = matched;
+        matched = radix_split(st, tail, m[CURSOR_OFFSET]);
+        radix_push_if_evictable(st, tail);
+    }
+    return matched;
+}
+
 /* Admit one request and keep its path locked; handles[base] = the locked node. The driver's scan
  * has just left the cursor after the `hits` matched pages. */
 static i64 radix_pin_request(Radix *st, i64 request, const i32 *blocks, i64 start, i64 end, i64 hits,
@@ -344,15 +359,7 @@ static i64 radix_pin_request(Radix *st, i64 request, const i32 *blocks, i64 star
      * re-match below stamps it again, so no eviction can see those stamps: they are skipped (and
      * applied only when the start is refused). */
     m[CLOCK] += 1;
-    /* the path the scan before this call matched; without hits, nothing (a decode page is pinned
-     * without a scan: the cursor is then a later scan's, of another request) */
-    i64 matched = hits > 0 ? m[CURSOR_NODE] : ROOT;
-    if (hits > 0 && m[CURSOR_OFFSET] < st->node_len[matched]) {
-        st->node_time[matched] = m[CLOCK];
-        i64 tail = matched;
-        matched = radix_split(st, tail, m[CURSOR_OFFSET]);
-        radix_push_if_evictable(st, tail);
-    }
+    i64 matched = radix_split_at_cursor(st, hits);
     /* Lock the matched path; admit if the rest fits beside what running requests hold. */
     radix_lock_path(st, matched, 1);
     if (pages - hits > m[CAPACITY] - st->h.hold[HELD]) {
@@ -465,13 +472,7 @@ static i64 radix_hold_request(void *vst, i64 hits, i64 pages, i64 *handles, i64 
     Radix *st = (Radix *)vst;
     i64 *m = st->meta;
     m[CLOCK] += 1;
-    i64 matched = hits > 0 ? m[CURSOR_NODE] : ROOT;
-    if (hits > 0 && m[CURSOR_OFFSET] < st->node_len[matched]) {
-        st->node_time[matched] = m[CLOCK];
-        i64 tail = matched;
-        matched = radix_split(st, tail, m[CURSOR_OFFSET]);
-        radix_push_if_evictable(st, tail);
-    }
+    i64 matched = radix_split_at_cursor(st, hits);
     if (hits > 0) radix_stamp_path(st, matched);
     radix_lock_path(st, matched, 1);
     if (pages - hits > m[CAPACITY] - st->h.hold[HELD]) {
