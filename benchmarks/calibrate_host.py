@@ -453,19 +453,28 @@ def band_table(rows) -> dict:
                             for m in ("ttft", "tpot", "e2e")} for k, v in covered.items()}
 
 
+def kept_fit() -> dict | None:
+    """What the last fit kept (benchmarks/.cache/host_fit.pkl: its runs, linearisation and terms), or None."""
+    try:
+        with open(CACHE / "host_fit.pkl", "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def fit_of(kept: dict, terms: dict) -> bool:
+    """Whether `kept` is the fit that gave `terms`."""
+    return all(abs(kept["terms"][t] - terms[t]) <= 1e-15 for t in TERMS)
+
+
 def kept_linearisation(mine, workers: int):
     """The linearisation the shipped terms were fitted at (benchmarks/.cache/host_fit.pkl, which the
     fit keeps): (at, at_scales, slopes); when it is missing or not the shipped terms' fit, one is
     computed at the shipped terms (GPU factors 1): 8 simulations a run."""
     shipped = {k: float(calibration()["terms"][k]) for k in TERMS}
-    try:
-        with open(CACHE / "host_fit.pkl", "rb") as f:
-            kept = pickle.load(f)
-        if [r["id"] for r in kept["runs"]] == [r["id"] for r in mine] and all(
-                abs(kept["terms"][t] - shipped[t]) <= 1e-15 for t in TERMS):
-            return kept["at"], kept["at_scales"], kept["slopes"]
-    except FileNotFoundError:
-        pass
+    kept = kept_fit()
+    if kept is not None and [r["id"] for r in kept["runs"]] == [r["id"] for r in mine] and fit_of(kept, shipped):
+        return kept["at"], kept["at_scales"], kept["slopes"]
     scales = {group_of(r): (1.0, 1.0) for r in mine}
     _, slopes = linear_rows(mine, shipped, scales, workers)
     return shipped, scales, slopes
@@ -595,13 +604,11 @@ def main(argv=None) -> int:
 
 def band_only() -> int:
     """The band of the shipped terms again, from the linearisation their fit kept (no simulation)."""
-    try:
-        with open(CACHE / "host_fit.pkl", "rb") as f:
-            kept = pickle.load(f)
-    except FileNotFoundError:
-        raise SystemExit(f"--band-only: no {CACHE / 'host_fit.pkl'} (run the fit first)") from None
+    kept = kept_fit()
+    if kept is None:
+        raise SystemExit(f"--band-only: no {CACHE / 'host_fit.pkl'} (run the fit first)")
     data = json.loads(OUT.read_text())
-    if any(abs(kept["terms"][t] - data["terms"][t]) > 1e-15 for t in TERMS):
+    if not fit_of(kept, data["terms"]):
         raise SystemExit("--band-only: the kept linearisation is not the shipped terms' fit (run the fit again)")
     data["band"] = band(kept["runs"], kept["at"], kept["at_scales"], kept["base"], kept["slopes"])
     data["fit"]["band"] = BAND_RULE
