@@ -815,7 +815,14 @@ def _extrapolated(tm) -> str:
 
 
 def _pcie_warning(tm) -> str:
-    """A PCIe GPU's all-reduce over more than a pair: what the L40S's measured kernels showed."""
+    """A PCIe GPU's all-reduce with no fit of its own: over a pair, what LLMServingSim's held-out
+    RTX PRO 6000 run showed; over more, what the L40S's measured kernels showed."""
+    if tm.tp == 2:
+        return (f"{tm.gpu.name} has no GPU link and no measured all-reduce of its own: the all-reduce of TP 2 runs "
+                f"at PCIe's {tm.gpu.link_gbps:g} GB/s each way, which a measured pair of PCIe cards did not reach "
+                "(LLMServingSim's vLLM run of Qwen3-32B at TP 2 on two RTX PRO 6000s decoded 18% and prefilled about "
+                "2x slower than simulated): read this run's times as short, beyond its band (docs/fidelity.md, "
+                "\"LLMServingSim's per-request vLLM runs\")")
     return (f"{tm.gpu.name} has no GPU link: the all-reduce of TP {tm.tp} runs at PCIe's {tm.gpu.link_gbps:g} GB/s "
             "each way, which measured PCIe platforms sustain between 2 GPUs only (aiconfigurator's L40S kernels: "
             "a bus bandwidth of 18-20 GB/s over 2 GPUs, 4-5 over 4, 2 over 8; its prefill steps at TP 4 and 8 ran "
@@ -857,7 +864,7 @@ def calibration_warnings(tm, trace) -> list[str]:
                    "checks: the band covers the attention and GEMM terms only")
     if rng.get("tp") and tm.tp not in rng["tp"]:
         out.append(f"tp={tm.tp} is outside the calibrated TP degrees {rng['tp']}")
-    if tm.gpu.link_topology == "pcie" and tm.tp > 2 and getattr(tm, "pcie_allreduce", None) is None:
+    if tm.gpu.link_topology == "pcie" and tm.tp > 1 and getattr(tm, "pcie_allreduce", None) is None:
         out.append(_pcie_warning(tm))  # (a GPU with its own PCIe all-reduce fit runs it: catalog/gpus.py)
     context = np.asarray(trace.input_length) + np.asarray(trace.output_length)
     longest = int(context.max()) if len(trace) else 0
