@@ -135,3 +135,13 @@ def test_cli_emit(tmp_path):
     r = kv(*base, "--emit", "sglang", "--engine-style", "sglang")
     assert r.returncode == 0 and "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B" in \
         r.stdout.decode()
+
+
+def test_a_plan_without_its_utilization_is_deployed_with_a_comment_saying_so():
+    # "vllm plain" records no utilization (a plan of an older kvreplay): the flag is today's default
+    # and a comment says the plan's pools may have been sized at another
+    kind, plan = CASES["vllm plain"]
+    text = emit(plan, kind)
+    assert "# note: the plan does not record the GPU memory utilization its pools were sized at" in text
+    kind, plan = CASES["vllm 70B tp4 least-loaded"]
+    assert "does not record the GPU memory utilization" not in emit(plan, kind)

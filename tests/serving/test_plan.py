@@ -444,3 +444,53 @@ def test_a_closed_loop_is_judged_at_the_worst_of_its_band():
         s.cache[(c, 1, ("speedup", 1.0), end)] = {"meets": ratio <= 1.0, "verdict": {"binding": {"ratio": ratio}},
                                                   "judged_at": end, "report": None}
     assert evaluate(s, c, 1, ("speedup", 1.0))["meets"]
+
+
+def test_a_plan_records_the_utilization_its_pools_were_sized_at(tmp_path, monkeypatch):
+    # A vLLM-style plan sizes each instance's pool at vLLM 0.33.0's default utilization (0.92) when
+    # none is given, and records it: its JSON, its text and its runs' cache keys say that budget, so
+    # a kvreplay with another default reuses no run and serves or deploys the plan at the same pool
+    import kvreplay.serving.plan as plan_module
+    import kvreplay.serving.timing.memory as memory
+    from kvreplay.output.plan import plan_text
+
+    kw = dict(model="Llama-3.1-8B", slo=SLO(ttft_p90_s=2.0), prices=Prices({"H100": 2.0}), cache_dir=str(tmp_path),
+              **TP1)
+    first = plan(EIGHT, **kw)
+    assert first["run_options"]["gpu_memory_utilization"] == 0.92 and first["disk_hits"] == 0
+    assert ("pools      each instance's KV pool as vLLM 0.33.0 sizes it at --gpu-memory-utilization 0.92 (its default)"
+            in plan_text(EIGHT, first))
+    # the same budget given: the very same runs, read back
+    assert plan(EIGHT, gpu_memory_utilization=0.92, **kw)["disk_hits"] == first["runs"]
+    given = plan(EIGHT, gpu_memory_utilization=0.8, **kw)
+    assert given["disk_hits"] == 0 and given["run_options"]["gpu_memory_utilization"] == 0.8
+    assert "--gpu-memory-utilization 0.8\n" in plan_text(EIGHT, given) + "\n"
+    # another default (as 0.9 was before): the default-sized runs are not reused
+    monkeypatch.setattr(memory, "VLLM_GPU_MEMORY_UTILIZATION", 0.9)
+    again = plan(EIGHT, **kw)
+    assert again["run_options"]["gpu_memory_utilization"] == 0.9 and again["disk_hits"] == 0
+    # SGLang sizes its pool by mem_fraction_static: no utilization recorded (it would refuse one)
+    monkeypatch.undo()
+    sglang = plan(EIGHT, engine_style="sglang", **{**kw, "cache_dir": None,
+                                                   "scheduler": Scheduler(style="sglang", max_num_seqs=1)})
+    assert "gpu_memory_utilization" not in sglang["run_options"]
+    assert "pools      " not in plan_text(EIGHT, sglang)
+    assert plan_module.sized_options({"engine_style": "sglang"}) == {"engine_style": "sglang"}
+
+
+def test_a_plan_that_does_not_record_its_utilization_says_so_where_it_is_served_again():
+    # a plan of a kvreplay before plans recorded it: its report and its engine flags say the pool
+    # is served at today's default, not silently
+    import kvreplay
+    from kvreplay.serving.plan_check import unrecorded_utilization
+
+    out = plan(EIGHT, model="Llama-3.1-8B", slo=SLO(ttft_p90_s=60.0), prices=Prices({"H100": 2.0}), block_size=4,
+               max_instances=1, tps=(1,))
+    assert unrecorded_utilization(out) is None
+    old = {**out, "run_options": {k: v for k, v in out["run_options"].items() if k != "gpu_memory_utilization"}}
+    why = unrecorded_utilization(old)
+    assert why.startswith("the plan does not record the GPU memory utilization") and "at 0.92" in why
+    page = kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2], block_size=4, plan=old)
+    assert 'data-note="plan-utilization"><b>Pools.</b> The plan does not record' in page
+    assert 'data-note="plan-utilization"' not in kvreplay.report_html(EIGHT, policies=["lru"], capacities=[1, 2],
+                                                                       block_size=4, plan=out)

@@ -4,6 +4,7 @@ the instances it needs at each end of the time model's band, the binding window 
 from __future__ import annotations
 
 from ..serving.plan_rows import load_text
+from ..serving.timing.memory import VLLM_GPU_MEMORY_UTILIZATION
 from .serving import seconds_text, trace_name
 from .table import format_table
 
@@ -113,6 +114,10 @@ def plan_text(trace, result: dict) -> str:
                 f"{len(result['monotonicity_violations'])} monotonicity violations: "
                 + "; ".join(f"{v['config']} at {v['load']:g} ({v['load_kind']}) passes at {v['passes_at']} but fails at {v['fails_at']}"
                             for v in result["monotonicity_violations"][:3]))]
+    util = (result.get("run_options") or {}).get("gpu_memory_utilization")
+    if util is not None:
+        lines.append(f"pools      each instance's KV pool as vLLM 0.33.0 sizes it at --gpu-memory-utilization {util:g}"
+                     + (" (its default)" if util == VLLM_GPU_MEMORY_UTILIZATION else ""))
     note = result.get("kv_semantics")
     if note:  # a hybrid model: its configurations' semantics (a warning when they serve it as full attention)
         lines.append(("semantics  " if note["semantics"] == "hybrid" else "warning    KV semantics: ") + note["text"])

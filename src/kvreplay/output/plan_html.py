@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 
+from ..serving.plan_check import unrecorded_utilization
 from ..serving.plan_rows import load_text
 from .plan import WHERE, band_cell, binding_cell, counts_text, tier_verdict
 from .serving import denominators, keeps_up_cell, seconds_text
@@ -42,6 +43,9 @@ def plan_section(result: dict, svg, table, served: list | None = None, not_serve
     if result.get("calibration_warnings"):
         out.append("<p class=\"note\" data-note=\"plan-calibration\"><b>Time model.</b> Where the calibrated roofline "
                    "leaves what it was checked on: " + "; ".join(esc(w) for w in result["calibration_warnings"]) + ".</p>")
+    unrecorded = unrecorded_utilization(result)
+    if unrecorded:
+        out.append(f"<p class=\"note\" data-note=\"plan-utilization\"><b>Pools.</b> {esc(unrecorded[0].upper() + unrecorded[1:])}.</p>")
     if served:
         out += _served_block(served, table)
     elif not_served:

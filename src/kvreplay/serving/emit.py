@@ -32,6 +32,7 @@ import re
 import shlex
 
 from ..errors import ConfigError
+from .plan_check import unrecorded_utilization
 from .timing.memory import vllm_utilization
 
 KINDS = ("vllm", "sglang", "k8s")
@@ -127,6 +128,9 @@ def vllm_args(g: dict) -> tuple[list[str], list[str]]:
     if limit is not None:
         args += ["--max-model-len", str(limit)]
     args += _vllm_dtypes(opts, notes)
+    unrecorded = unrecorded_utilization({"run_options": opts})
+    if unrecorded:
+        notes.append(unrecorded)
     tiers = _tiers(best)
     if tiers.get("dram"):
         args += ["--kv-offloading-size", f"{tiers['dram']:g}", "--kv-offloading-backend", "native"]

@@ -209,6 +209,7 @@ def plan(trace, config: PlanConfig | None = None, *, progress=None, **options):
     from .semantics import one_semantics
 
     options, semantics_note = one_semantics(c.model, options, checked["tiers"], checked["policies"])
+    options = sized_options(options)
     s = Search(trace=trace, model=c.model, slo=checked["slo"], prices=checked["prices"] or Prices(),
                window_s=checked["window_s"], judge=c.judge_at, options=options, max_instances=checked["max_instances"],
                cache_dir=c.cache_dir, warmup=c.warmup, min_requests=int(c.min_window_requests))
@@ -343,6 +344,20 @@ def capacity_text(best: dict, up_to: int | None, slo: SLO, served: list) -> str:
 #: deployment again exactly as the plan did (JSON values only)
 RUN_OPTIONS = ("time_model", "weights_dtype", "kv_dtype", "block_size", "max_model_len", "rate_profile",
                "kv_semantics", "gpu_memory_utilization", "engine_style", "seed", "arrivals", "think_time")
+
+
+def sized_options(options: dict) -> dict:
+    """`options` with the vLLM-style pools' GPU memory utilization resolved (vLLM 0.33.0's default
+    when not given), so that the plan's JSON and its runs' cache keys say the budget its pools were
+    sized at: a kvreplay with another default neither reuses those runs nor serves the plan again,
+    or emits its engine flags, at another pool. Other styles size their pools otherwise (SGLang by
+    mem_fraction_static), and refuse a utilization."""
+    from .timing.memory import vllm_utilization
+
+    style = options.get("engine_style") or getattr(options.get("scheduler"), "style", None) or "vllm"
+    if style != "vllm" or options.get("gpu_memory_utilization") is not None:
+        return options
+    return {**options, "gpu_memory_utilization": vllm_utilization(None)}
 
 
 def run_options(options: dict) -> dict:
@@ -719,8 +734,10 @@ def _worst_end(s: Search, c: Config, n: int, load: tuple) -> dict:
 #: what a cached run's meaning depends on beyond its inputs: 2 since auto KV semantics serve a
 #: hybrid model with vLLM's hybrid manager (runs cached before served it as full attention); 3
 #: since they serve Mamba hybrids with it too; 4 since a run carries its warm-up; 5 since Claude
-#: Code traces are served closed-loop by default
-CACHE_VERSION = 5
+#: Code traces are served closed-loop by default; 6 since a vLLM-style run's key holds the GPU memory
+#: utilization its pool was sized at, the default resolved (runs cached before were keyed without it,
+#: whatever default sized them: 0.9 until vLLM 0.33.0's 0.92 was followed)
+CACHE_VERSION = 6
 
 
 @lru_cache(maxsize=1)

@@ -24,6 +24,21 @@ def deployment_of(plan: dict, best: dict) -> dict:
                 **opts)
 
 
+def unrecorded_utilization(plan: dict) -> str | None:
+    """Why a vLLM-style plan's pools may differ when served again: it does not record the GPU memory
+    utilization they were sized at (a plan of a kvreplay before plans recorded it, sized at that
+    kvreplay's default, 0.9 before vLLM 0.33.0's 0.92 was followed); None when it does, or for
+    another style."""
+    from .timing.memory import vllm_utilization
+
+    opts = plan.get("run_options") or {}
+    if opts.get("engine_style", "vllm") != "vllm" or opts.get("gpu_memory_utilization") is not None:
+        return None
+    return (f"the plan does not record the GPU memory utilization its pools were sized at (a plan of an older "
+            f"kvreplay, sized at its default, 0.9 before vLLM 0.33.0's 0.92 was followed): served again and deployed "
+            f"at {vllm_utilization(None):g}, so its pools may be larger than the plan's; plan again to judge them")
+
+
 def serve_plan(trace, plan: dict, progress=None) -> list[dict]:
     """Per load of `plan`: its chosen deployment served again (None where no configuration met the
     SLOs), the run's summary over the judged requests, and the SLO verdict at the band end the plan
