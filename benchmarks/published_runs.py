@@ -1,0 +1,342 @@
+"""Held-out check: vLLM serving benchmarks published in public docs, against kvreplay's simulation
+of each run as its benchmark ran it.
+
+    python benchmarks/published_runs.py                  # the tables (docs/fidelity.md, docs/host.md)
+    python benchmarks/published_runs.py --extract GIT    # rebuild the csv from a clone of
+                                                         # gpustack/gpustack (its git directory)
+
+**The runs** (benchmarks/data/published_runs.csv; its .md gives the sources): ``vllm bench serve``
+result blocks that GPUStack's performance lab publishes (``docs/performance-lab/<model>/<gpu>.md``,
+Apache-2.0), the "Other Benchmark Cases" of each page: vLLM with no flags but the ones its serving
+command gives (the page's "Baseline serving script"), on H100 SXM, A100 SXM 80GB or H200 SXM, at
+the version the page names (0.10.2 or 0.11.0), four random-dataset cases each: 32,000 input tokens
+and 100 output (100 prompts), 4,000 / 200 (500 prompts), 2,000 / 100 (500), 128 / 4 (1,000), the
+page's command (``--backend openai-chat --endpoint /v1/chat/completions --dataset-name random
+--seed 42``; request rate inf, no max concurrency, no ``--ignore-eos``). Each row keeps the quoted
+figures (requests, duration, total input and generated tokens, mean / median / p99 TTFT, mean TPOT,
+mean ITL) and the configuration. Nothing in kvreplay is fitted on them.
+
+**What the benchmark did.** At request rate inf, ``vllm bench serve`` sends every request at once
+(no max concurrency: no semaphore), so each run is the whole batch arriving at t = 0 and the mean
+TTFT is mostly queueing: the runs check the pool (how many requests run at once), the prefill
+throughput and the decode of a full batch, not the light-load latency. The random dataset at range
+ratio 0 asks every request for the same lengths; the prompt re-tokenised drifts by a few tokens
+(the quoted totals: 1,999,249 input tokens for 500 prompts of 4,000) and, without ``--ignore-eos``,
+a request may stop early (gpt-oss's 4,000 / 200 case generates 134 tokens a request on average).
+The per-request lengths are not published, only the totals: each run is simulated with the totals
+spread evenly (every request within one token of the mean input and output length). The chat
+endpoint's template tokens (a few for Qwen, a system message for gpt-oss's harmony format) are not
+in the quoted input totals and are not added.
+
+**The simulation**: the calibrated roofline on the run's GPU and TP, the weights as the checkpoint
+ships them (gpt-oss's MXFP4 experts as kvreplay's int4, KV bf16; DeepSeek-R1's fp8), the host terms
+as the run's vLLM scheduled (synchronous before 0.14: ``calibrate_e2e.scheduled_async``), vLLM's
+API-server defaults of the version for the GPU (``engine/arg_utils.py``
+``_set_default_max_num_seqs_and_batched_tokens_args``: max_num_seqs 1024 and
+max_num_batched_tokens 8192 on a GPU of >= 70 GiB other than the A100, 256 and 2048 on the A100),
+the pool at vLLM's default utilization of those versions (0.9, ``calibrate_e2e.RUNS_UTILIZATION``),
+the serving command's max_model_len where it gives one. TTFT and TPOT / ITL are compared as the
+benchmark computes them (TPOT per request, excluding the first token; ITL over every gap, so
+token-weighted), and E2E as the mean TTFT + the mean TPOT x (mean output - 1), derived alike for
+the measurement and the simulation (vLLM prints no E2E unless asked), beside the benchmark's
+duration (the last request's end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from calibrate_e2e import RUNS_UTILIZATION, host_of, scheduled_async
+from calibrate_stats import print_table
+from kv_pool import constants, predict, terms
+
+import kvreplay
+from kvreplay.serving.simulate import Scheduler
+from kvreplay.serving.timing.models import get_model, kv_bytes_per_token_per_gpu
+
+DATA = Path(__file__).parent / "data" / "published_runs.csv"
+BLOCK = 16
+REPO = "https://github.com/gpustack/gpustack"
+#: GPUStack performance-lab pages: page -> kvreplay's model, GPU, checkpoint weights, KV dtype, and
+#: the checkpoint's context (config.json max_position_embeddings: vLLM's max_model_len unless the
+#: command sets it; Qwen3-235B-A22B-Instruct-2507's is 262,144 where the catalog's Qwen3-235B-A22B
+#: has 40,960; DeepSeek-R1-0528's 163,840 as the catalog's R1)
+PAGES = {
+    "qwen3-32b/h100": ("Qwen3-32B", "H100", "bf16", "bf16", 40960),
+    "qwen3-32b/a100": ("Qwen3-32B", "A100-80GB", "bf16", "bf16", 40960),
+    "gpt-oss-20b/h100": ("gpt-oss-20b", "H100", "int4", "bf16", 131072),
+    "gpt-oss-20b/a100": ("gpt-oss-20b", "A100-80GB", "int4", "bf16", 131072),
+    "gpt-oss-120b/h100": ("gpt-oss-120b", "H100", "int4", "bf16", 131072),
+    "gpt-oss-120b/a100": ("gpt-oss-120b", "A100-80GB", "int4", "bf16", 131072),
+    "qwen3-235b-a22b/h100": ("Qwen3-235B-A22B", "H100", "bf16", "bf16", 262144),
+    "qwen3-235b-a22b/a100": ("Qwen3-235B-A22B", "A100-80GB", "bf16", "bf16", 262144),
+    "deepseek-r1/h200": ("DeepSeek-R1", "H200", "fp8", "bf16", 163840),
+}
+#: the pages' random cases: label -> (input, output) tokens asked (their "Benchmark Dataset" list) and
+#: the prompts sent (each case's "Successful requests" where none failed)
+CASES = {"32K": (32000, 100, 100), "4K": (4000, 200, 500), "2K": (2000, 100, 500), "128": (128, 4, 1000)}
+#: vLLM's API-server defaults by GPU (module docstring): max_num_seqs, max_num_batched_tokens
+API_DEFAULTS = {"A100-80GB": (256, 2048)}
+LARGE_GPU_DEFAULTS = (1024, 8192)
+COLUMNS = ("run", "source_url", "commit", "page_date", "gpu", "tp", "model", "checkpoint", "weights", "kv_dtype",
+           "vllm_version", "serve_command", "max_model_len", "dataset", "input_len", "output_len", "range_ratio",
+           "num_prompts", "request_rate", "max_concurrency", "ignore_eos", "seed", "successful_requests",
+           "duration_s", "total_input_tokens", "total_generated_tokens", "mean_ttft_ms", "median_ttft_ms",
+           "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms")
+FIGURES = {"Successful requests": "successful_requests", "Benchmark duration (s)": "duration_s",
+           "Total input tokens": "total_input_tokens", "Total generated tokens": "total_generated_tokens",
+           "Mean TTFT (ms)": "mean_ttft_ms", "Median TTFT (ms)": "median_ttft_ms", "P99 TTFT (ms)": "p99_ttft_ms",
+           "Mean TPOT (ms)": "mean_tpot_ms", "Mean ITL (ms)": "mean_itl_ms"}
+INTS = {"tp", "max_model_len", "input_len", "output_len", "num_prompts", "seed", "successful_requests",
+        "total_input_tokens", "total_generated_tokens"}
+FLOATS = {"range_ratio", "duration_s", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms"}
+
+
+# ---- the extract (from a clone of gpustack/gpustack) ----
+
+def _git(gitdir: str, *args: str) -> str:
+    return subprocess.run(["git", "--git-dir", gitdir, *args], check=True, capture_output=True, text=True).stdout
+
+
+def _section(text: str, start: str, stop: str) -> str:
+    i = text.index(start)
+    j = text.find(stop, i)
+    return text[i:j if j >= 0 else len(text)]
+
+
+def parse_page(text: str) -> dict:
+    """One performance-lab page: its vLLM version, the baseline serving command and its random
+    cases' quoted figures (label -> {field: value})."""
+    version = re.search(r"- vLLM: v([0-9.]+)", text).group(1)
+    other = _section(text, "### Other Benchmark Cases", "Optimized serving script")
+    serve = re.search(r"(vllm serve [^\n]+)", _section(other, "Baseline serving script", "Baseline benchmark results"))
+    cases = {}
+    for label, block in re.findall(r"# random (\w+) input\n(.*?)={40,}\n", other, flags=re.S):
+        figures = {}
+        for line in block.splitlines():
+            key, _, value = line.strip().partition(":")
+            if key in FIGURES:
+                figures[FIGURES[key]] = value.strip()
+        cases[label] = figures
+    return {"version": version, "serve": serve.group(1).strip(), "cases": cases}
+
+
+def serve_flags(command: str) -> tuple[int, int | None]:
+    """(tp, max_model_len or None) of a ``vllm serve`` command."""
+    tp = re.search(r"(?:-tp|--tensor-parallel-size)[ =](\d+)", command)
+    length = re.search(r"--max-model-len[ =](\d+)", command)
+    return (int(tp.group(1)) if tp else 1), (int(length.group(1)) if length else None)
+
+
+def extract(gitdir: str) -> None:
+    rows = []
+    for page, (model, gpu, weights, kv, context) in PAGES.items():
+        path = f"docs/performance-lab/{page}.md"
+        commit, date = _git(gitdir, "log", "-1", "--format=%H %cs", "HEAD", "--", path).split()
+        parsed = parse_page(_git(gitdir, "show", f"{commit}:{path}"))
+        tp, max_len = serve_flags(parsed["serve"])
+        checkpoint = re.search(r"vllm serve (\S+)", parsed["serve"]).group(1)
+        for label, (isl, osl, prompts) in CASES.items():
+            f = parsed["cases"][label]
+            rows.append({"run": f"{page.replace('/', '-')}-{label.lower()}", "source_url": f"{REPO}/blob/{commit}/{path}",
+                         "commit": commit, "page_date": date, "gpu": gpu, "tp": tp, "model": model,
+                         "checkpoint": checkpoint, "weights": weights, "kv_dtype": kv,
+                         "vllm_version": parsed["version"], "serve_command": parsed["serve"],
+                         "max_model_len": max_len or context, "dataset": "random", "input_len": isl, "output_len": osl,
+                         "range_ratio": 0.0, "num_prompts": prompts, "request_rate": "inf",
+                         "max_concurrency": "", "ignore_eos": "no", "seed": 42, **f})
+    with open(DATA, "w", newline="") as out:
+        w = csv.DictWriter(out, COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {DATA} ({len(rows)} runs)")
+
+
+# ---- the check ----
+
+def load_runs(path: Path = DATA) -> list[dict]:
+    """The committed runs, typed (an empty cell: None)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        out.append({k: (None if v == "" else int(v) if k in INTS else float(v) if k in FLOATS else v)
+                    for k, v in r.items()})
+    return out
+
+
+def spread_evenly(total: int, n: int) -> np.ndarray:
+    """n whole lengths within one of each other that sum to `total` (the first total % n longer)."""
+    base, extra = divmod(int(total), int(n))
+    return np.full(n, base) + (np.arange(n) < extra)
+
+
+def lengths(run: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Each successful request's input and output tokens (module docstring: the quoted totals, spread
+    evenly; the totals and the means count the successful requests only)."""
+    n = run["successful_requests"]
+    return spread_evenly(run["total_input_tokens"], n), spread_evenly(run["total_generated_tokens"], n)
+
+
+def arrivals_s(run: dict) -> np.ndarray:
+    """When the benchmark sent each request: at request rate inf with no max concurrency, all at once."""
+    if run["request_rate"] != "inf" or run["max_concurrency"] is not None:
+        raise ValueError(f"{run['run']}: only request rate inf without max concurrency is simulated here")
+    return np.zeros(run["successful_requests"])
+
+
+def limits(run: dict) -> tuple[int, int]:
+    """vLLM's API-server max_num_seqs and max_num_batched_tokens on the run's GPU (module docstring)."""
+    return API_DEFAULTS.get(run["gpu"], LARGE_GPU_DEFAULTS)
+
+
+def trace_of(run: dict):
+    """The run as a trace: every prompt its own random tokens (no shared blocks)."""
+    inputs, outputs = lengths(run)
+    t = arrivals_s(run)
+    requests, first = [], 0
+    for i in range(run["successful_requests"]):
+        blocks = -(-int(inputs[i]) // BLOCK)
+        requests.append((list(range(first, first + blocks)), int(inputs[i]), float(t[i]) * 1e3, int(outputs[i])))
+        first += blocks
+    return kvreplay.Trace.from_requests(requests, block_size=BLOCK)
+
+
+def pool_bytes(run: dict) -> tuple[float, bool]:
+    """The KV memory a GPU of the run gets, bytes, and whether it is vLLM's start-up minimum: the
+    budget as the run's vLLM version computed it (kv_pool.py's terms: the sampler's sort up to 0.16,
+    the CUDA graphs outside the budget before 0.21, NCCL inside it up to 0.10), at the utilization
+    and limits it ran with; where that cannot hold one request of max_model_len tokens, vLLM would
+    have refused to start (its "To serve at least one request with the models's max seq len" check),
+    so the run had more than the command says: the minimum it needs (max_model_len tokens' KV)."""
+    seqs, tokens = limits(run)
+    point = {"skip_reason": "", "catalog_model": run["model"], "gpu": run["gpu"], "measured_total_gib": "",
+             "tp": run["tp"], "weights_dtype": run["weights"], "kv_dtype": run["kv_dtype"],
+             "max_num_batched_tokens": tokens, "max_num_seqs": seqs, "enforce_eager": "False",
+             "vllm_version": run["vllm_version"], "sampler": "", "measured_kv_gib": "0", "measured_tokens": "",
+             "gpu_memory_utilization": RUNS_UTILIZATION, "notes": ""}
+    budget = predict(terms(point), constants())
+    need = run["max_model_len"] * kv_bytes_per_token_per_gpu(get_model(run["model"]), run["tp"], run["kv_dtype"])
+    return (budget, False) if budget >= need else (need, True)
+
+
+def simulate_run(run: dict):
+    seqs, tokens = limits(run)
+    kv, _ = pool_bytes(run)
+    return kvreplay.simulate(trace_of(run), "vllm", None, BLOCK, time_model="roofline", model=run["model"],
+                             gpu=run["gpu"], tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["kv_dtype"],
+                             kv_cache_memory=int(kv), max_model_len=run["max_model_len"],
+                             scheduler=Scheduler(style="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens),
+                             host=host_of({"async": scheduled_async(run["vllm_version"])}),
+                             compare_sequential=False, check=False, band_runs=False)
+
+
+def simulated(rep) -> dict:
+    """The benchmark's figures of a simulated run (module docstring), ms and s."""
+    ok = rep.finished
+    out = rep.output_tokens[ok]
+    ttft = rep.first_token_s[ok] - rep.arrival_s[ok]
+    decode = rep.finish_s[ok] - rep.first_token_s[ok]
+    many = out > 1
+    tpot = decode[many] / (out[many] - 1)
+    return {"requests": int(ok.sum()), "of": len(ok), "ttft_ms": 1e3 * float(ttft.mean()),
+            "tpot_ms": 1e3 * float(tpot.mean()), "itl_ms": 1e3 * float(decode[many].sum() / (out[many] - 1).sum()),
+            "e2e_ms": 1e3 * float(ttft.mean() + tpot.mean() * (out.mean() - 1)),
+            "duration_s": float(rep.finish_s[ok].max() - rep.arrival_s.min()), "pool_blocks": int(rep.capacity_blocks)}
+
+
+def measured(run: dict) -> dict:
+    out = run["total_generated_tokens"] / run["successful_requests"]
+    return {"ttft_ms": run["mean_ttft_ms"], "tpot_ms": run["mean_tpot_ms"], "itl_ms": run["mean_itl_ms"],
+            "e2e_ms": run["mean_ttft_ms"] + run["mean_tpot_ms"] * (out - 1), "duration_s": run["duration_s"]}
+
+
+KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "duration_s")
+
+
+def check_run(run: dict) -> dict:
+    sim = simulated(simulate_run(run))
+    meas = measured(run)
+    return {"run": run, "sim": sim, "meas": meas, "error": {k: sim[k] / meas[k] - 1 for k in KEYS},
+            "pool_floor": pool_bytes(run)[1]}
+
+
+def source_of(run: dict) -> str:
+    return f"GPUStack performance lab, vLLM {run['vllm_version']}"
+
+
+def family_of(model: str) -> str:
+    return {"Qwen3-32B": "Qwen3 dense", "gpt-oss-20b": "gpt-oss (MoE, MXFP4)", "gpt-oss-120b": "gpt-oss (MoE, MXFP4)",
+            "Qwen3-235B-A22B": "Qwen3 MoE", "DeepSeek-R1": "DeepSeek (MLA MoE, fp8)"}.get(model, model)
+
+
+def run_table(results) -> None:
+    columns = [("run", False), ("GPU x TP", False), ("in / out tokens", False), ("requests", True),
+               ("pool (blocks)", True)] + [(f"{k} meas / sim, error", False) for k in ("TTFT ms", "TPOT ms", "ITL ms")] + [
+               ("E2E error", True), ("duration meas / sim s", False)]
+    rows = []
+    for c in results:
+        r, s, m, e = c["run"], c["sim"], c["meas"], c["error"]
+        inputs, outputs = lengths(r)
+        rows.append([r["run"], f"{r['gpu']} x {r['tp']}", f"{inputs.mean():.0f} / {outputs.mean():.1f}",
+                     f"{s['requests']} of {s['of']}", f"{s['pool_blocks']:,}" + (" (min)" if c["pool_floor"] else "")]
+                    + [f"{m[k]:.1f} / {s[k]:.1f}, {100 * e[k]:+.1f}%" for k in ("ttft_ms", "tpot_ms", "itl_ms")]
+                    + [f"{100 * e['e2e_ms']:+.1f}%", f"{m['duration_s']:.1f} / {s['duration_s']:.1f}"])
+    print_table("Published vLLM runs (GPUStack performance lab) against kvreplay: means, error = simulated / measured - 1",
+                columns, rows)
+
+
+def group_rows(results, key) -> list[list[str]]:
+    groups = {}
+    for c in results:
+        groups.setdefault(key(c["run"]), []).append(c)
+    rows = []
+    for name, cs in groups.items():
+        cells = [name, str(len(cs))]
+        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            e = np.array([c["error"][k] for c in cs])
+            cells.append(f"{100 * np.mean(np.abs(e)):.1f}% / {100 * np.median(e):+.1f}%")
+        rows.append(cells)
+    return rows
+
+
+def group_table(results) -> None:
+    columns = [("group", False), ("runs", True)] + [(f"{k} mean abs error / median error", False)
+                                                    for k in ("TTFT", "TPOT", "ITL", "E2E")]
+    rows = (group_rows(results, lambda r: "all") + group_rows(results, source_of) + group_rows(results, lambda r: r["gpu"])
+            + group_rows(results, lambda r: family_of(r["model"]))
+            + group_rows(results, lambda r: f"{r['input_len']} / {r['output_len']} tokens"))
+    print_table("by source, GPU, model family and case (each run's mean against the simulated mean)", columns, rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--extract", metavar="GIT", help="rebuild the csv from gpustack/gpustack's git directory")
+    ap.add_argument("--runs", help="comma-separated run names (default: all)")
+    args = ap.parse_args(argv)
+    if args.extract:
+        extract(args.extract)
+        return 0
+    runs = load_runs()
+    if args.runs:
+        names = args.runs.split(",")
+        unknown = sorted(set(names) - {r["run"] for r in runs})
+        if unknown:
+            print(f"--runs: unknown run {', '.join(unknown)} (known: {', '.join(r['run'] for r in runs)})",
+                  file=sys.stderr)
+            return 2
+        runs = [r for r in runs if r["run"] in names]
+    results = [check_run(r) for r in runs]
+    run_table(results)
+    group_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
