@@ -311,8 +311,29 @@ def group_table(results) -> None:
                                                     for k in ("TTFT", "TPOT", "ITL", "E2E")]
     rows = (group_rows(results, lambda r: "all") + group_rows(results, source_of) + group_rows(results, lambda r: r["gpu"])
             + group_rows(results, lambda r: family_of(r["model"]))
+            + group_rows(results, lambda r: f"{r['model']}, {r['gpu']} x {r['tp']}")
             + group_rows(results, lambda r: f"{r['input_len']} / {r['output_len']} tokens"))
-    print_table("by source, GPU, model family and case (each run's mean against the simulated mean)", columns, rows)
+    print_table("by source, GPU, model family, page (model and GPU) and case (each run's mean against the simulated mean)", columns, rows)
+
+
+def host_table(results) -> None:
+    """docs/host.md's error-table rows: by GPU, each run's mean error (simulated over measured) as
+    an absolute mean, and the TTFT ratio measured / simulated, median [5-95%] over the runs."""
+    columns = [("source", False), ("GPU", False), ("runs", True), ("role", False), ("TTFT", True),
+               ("TTFT measured / simulated, median [5-95%]", False), ("TPOT (ITL)", True), ("E2E", True)]
+    groups = {}
+    for c in results:
+        groups.setdefault(c["run"]["gpu"], []).append(c)
+    rows = []
+    for gpu, cs in groups.items():
+        r = np.array([c["meas"]["ttft_ms"] / c["sim"]["ttft_ms"] for c in cs])
+        mean_abs = {k: 100 * np.mean([abs(c["error"][k]) for c in cs]) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+        versions = "/".join(sorted({c["run"]["vllm_version"] for c in cs}))
+        rows.append([f"GPUStack performance lab (published; random, all at once), vLLM {versions}", gpu, str(len(cs)),
+                     "held back", f"{mean_abs['ttft_ms']:.1f}%",
+                     f"{np.median(r):.2f} [{np.percentile(r, 5):.2f}-{np.percentile(r, 95):.2f}]",
+                     f"{mean_abs['tpot_ms']:.1f}%", f"{mean_abs['e2e_ms']:.1f}%"])
+    print_table("docs/host.md's rows (mean absolute error of the runs' means)", columns, rows)
 
 
 def main(argv=None) -> int:
@@ -335,6 +356,7 @@ def main(argv=None) -> int:
     results = [check_run(r) for r in runs]
     run_table(results)
     group_table(results)
+    host_table(results)
     return 0
 
 

@@ -1,0 +1,126 @@
+"""benchmarks/published_runs.py: vLLM bench serve results quoted from GPUStack's performance lab (the
+committed csv) and their simulation. Hand values from the page gpustack/gpustack
+docs/performance-lab/qwen3-32b/a100.md at 1f37f1b: vLLM v0.11.0, one A100 SXM 80GB, ``vllm serve
+Qwen/Qwen3-32B``, its "random 2K input" block: 500 successful requests, 998175 input and 50000
+generated tokens, mean TTFT 208397.03 ms, mean TPOT 143.23 ms, mean ITL 142.07 ms, 415.71 s."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+RUN = "qwen3-32b-a100-2k"
+GiB = 1 << 30
+
+pytestmark = pytest.mark.skipif(not (BENCH / "data" / "published_runs.csv").exists(),
+                                reason="benchmarks/data/published_runs.csv absent")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))  # its siblings calibrate_e2e, calibrate_stats, kv_pool
+    try:
+        spec = importlib.util.spec_from_file_location("published_runs", BENCH / "published_runs.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+@pytest.fixture(scope="module")
+def runs(bench):
+    return {r["run"]: r for r in bench.load_runs()}
+
+
+def test_the_csv_holds_each_pages_four_cases_with_their_configuration(bench, runs):
+    assert len(runs) == 36 and len({r["source_url"] for r in runs.values()}) == 9
+    r = runs[RUN]
+    assert (r["gpu"], r["tp"], r["model"], r["weights"], r["vllm_version"]) == ("A100-80GB", 1, "Qwen3-32B", "bf16", "0.11.0")
+    assert r["serve_command"] == "vllm serve Qwen/Qwen3-32B" and r["max_model_len"] == 40960
+    assert (r["input_len"], r["output_len"], r["num_prompts"], r["request_rate"], r["max_concurrency"]) == (
+        2000, 100, 500, "inf", None)
+    assert (r["successful_requests"], r["total_input_tokens"], r["total_generated_tokens"]) == (500, 998175, 50000)
+    assert (r["mean_ttft_ms"], r["mean_tpot_ms"], r["mean_itl_ms"], r["duration_s"]) == (208397.03, 143.23, 142.07, 415.71)
+    # the serving command's flags: -tp 8 and --max-model-len where given
+    assert runs["qwen3-235b-a22b-h100-4k"]["tp"] == 8 and runs["gpt-oss-120b-h100-4k"]["max_model_len"] == 32768
+    assert runs["gpt-oss-120b-h100-4k"]["vllm_version"] == "0.10.2" and runs["gpt-oss-120b-h100-4k"]["tp"] == 1
+    # 16 of the 1,000 requests failed in one case: its means are the 984 successful ones'
+    assert runs["qwen3-235b-a22b-h100-128"]["num_prompts"] == 1000
+    assert runs["qwen3-235b-a22b-h100-128"]["successful_requests"] == 984
+
+
+def test_the_page_parser_reads_a_result_block_and_the_serving_flags(bench):
+    page = "\n".join([
+        "- vLLM: v0.9.9", "### Other Benchmark Cases", '??? info "Baseline serving script"', "    ```bash",
+        "    vllm serve org/model -tp 4 --max-model-len 8192", "    ```", '??? info "Baseline benchmark results"',
+        "    ```bash", "    # random 2K input", "    " + "=" * 12 + " Serving Benchmark Result " + "=" * 12,
+        "    Successful requests:                     7", "    Total input tokens:                      14000",
+        "    Mean TTFT (ms):                          12.50", "    Mean TPOT (ms):                          3.25",
+        "    " + "=" * 50, "    ```", '??? info "Optimized serving script"', "    vllm serve other"])
+    parsed = bench.parse_page(page)
+    assert parsed["version"] == "0.9.9" and parsed["serve"] == "vllm serve org/model -tp 4 --max-model-len 8192"
+    assert parsed["cases"] == {"2K": {"successful_requests": "7", "total_input_tokens": "14000",
+                                      "mean_ttft_ms": "12.50", "mean_tpot_ms": "3.25"}}
+    assert bench.serve_flags(parsed["serve"]) == (4, 8192)
+    assert bench.serve_flags("vllm serve Qwen/Qwen3-32B") == (1, None)
+
+
+def test_a_runs_requests_all_arrive_at_once_with_the_quoted_totals(bench, runs):
+    r = runs["qwen3-32b-h100-4k"]
+    inputs, outputs = bench.lengths(r)
+    # 1,997,942 input tokens over 500 prompts: 442 of 3,996 and 58 of 3,995; 99,790 generated: 290 of 200, 210 of 199
+    assert (inputs == 3996).sum() == 442 and (inputs == 3995).sum() == 58 and inputs.sum() == 1_997_942
+    assert (outputs == 200).sum() == 290 and (outputs == 199).sum() == 210 and outputs.sum() == 99_790
+    assert not bench.arrivals_s(r).any() and len(bench.arrivals_s(r)) == 500
+    trace = bench.trace_of(r)
+    assert trace.num_requests == 500 and len(np.unique(trace.blocks)) == len(trace.blocks)  # random prompts share nothing
+    assert bench.limits(r) == (1024, 8192) and bench.limits(runs[RUN]) == (256, 2048)  # vLLM's API-server defaults
+
+
+def test_the_pool_is_the_start_up_minimum_where_the_commands_budget_cannot_start(bench, runs):
+    # vLLM 0.11 on one A100-80GB (79.15 GiB) at 0.9: 71.235 GiB less the weights (61.105 GiB) and the
+    # dummy sampler's sort (256 rows x 151,936 logits x 38 B = 1.376 GiB) and 0.04 GiB: 8.71 GiB, less
+    # than one 40,960-token request's KV (x 262,144 B = 10 GiB): vLLM would not have started
+    kv, floor = bench.pool_bytes(runs[RUN])
+    assert floor and kv == 40960 * 262_144
+    kv, floor = bench.pool_bytes(runs["qwen3-235b-a22b-a100-4k"])
+    assert not floor and kv > 262_144 * 192_512 / 8
+
+
+def test_one_run_simulated_as_it_ran(bench, runs):
+    r = runs[RUN]
+    rep = bench.simulate_run(r)
+    assert int(rep.finished.sum()) == 500 and rep.capacity_blocks == 40960 // 16
+    assert int(rep.prompt_tokens.sum()) == 998_175 and int(rep.output_tokens.sum()) == 50_000
+    assert not rep.arrival_s.any()
+    sim, meas = bench.simulated(rep), bench.measured(r)
+    assert meas["e2e_ms"] == pytest.approx(208397.03 + 143.23 * 99)  # TTFT + TPOT x (100 - 1)
+    # the shipped model on this run (docs/fidelity.md quotes them): within 15% of the measured means
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert 0.85 < sim[key] / meas[key] < 1.15, key
+
+
+def test_the_benchmark_prints_the_figures_the_docs_quote():
+    root = BENCH.parent
+    command = "python benchmarks/published_runs.py"  # docs/fidelity.md
+    r = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "| qwen3-32b-a100-2k | A100-80GB x 1 | 1996 / 100.0 | 500 of 500 | 2,560 (min) |" in r.stdout
+    doc = (root / "docs" / "fidelity.md").read_text()
+    host = (root / "docs" / "host.md").read_text()
+    quoted = 0
+    for line in r.stdout.splitlines():
+        if line.startswith(("| all |", "| A100-80GB |", "| H100 |", "| H200 |", "| Qwen3-32B, ", "| 128 / 4 ")):
+            assert line in doc, line
+            quoted += 1
+        if line.startswith("| GPUStack performance lab (published"):
+            assert line in host, line
+            quoted += 1
+    assert quoted == 10
