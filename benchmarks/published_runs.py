@@ -63,39 +63,44 @@ from kvreplay.serving.timing.models import get_model, kv_bytes_per_token_per_gpu
 DATA = Path(__file__).parent / "data" / "published_runs.csv"
 BLOCK = 16
 REPO = "https://github.com/gpustack/gpustack"
-#: GPUStack performance-lab pages: page -> kvreplay's model, GPU, checkpoint weights, KV dtype, and
-#: the checkpoint's context (config.json max_position_embeddings: vLLM's max_model_len unless the
-#: command sets it; Qwen3-235B-A22B-Instruct-2507's is 262,144 where the catalog's Qwen3-235B-A22B
-#: has 40,960; DeepSeek-R1-0528's 163,840 as the catalog's R1)
-PAGES = {
-    "qwen3-32b/h100": ("Qwen3-32B", "H100", "bf16", "bf16", 40960),
-    "qwen3-32b/a100": ("Qwen3-32B", "A100-80GB", "bf16", "bf16", 40960),
-    "gpt-oss-20b/h100": ("gpt-oss-20b", "H100", "int4", "bf16", 131072),
-    "gpt-oss-20b/a100": ("gpt-oss-20b", "A100-80GB", "int4", "bf16", 131072),
-    "gpt-oss-120b/h100": ("gpt-oss-120b", "H100", "int4", "bf16", 131072),
-    "gpt-oss-120b/a100": ("gpt-oss-120b", "A100-80GB", "int4", "bf16", 131072),
-    "qwen3-235b-a22b/h100": ("Qwen3-235B-A22B", "H100", "bf16", "bf16", 262144),
-    "qwen3-235b-a22b/a100": ("Qwen3-235B-A22B", "A100-80GB", "bf16", "bf16", 262144),
-    "deepseek-r1/h200": ("DeepSeek-R1", "H200", "fp8", "bf16", 163840),
+#: GPUStack performance-lab pages: page -> the GPU it ran on
+PAGES = {"qwen3-32b/h100": "H100", "qwen3-32b/a100": "A100-80GB", "gpt-oss-20b/h100": "H100",
+         "gpt-oss-20b/a100": "A100-80GB", "gpt-oss-120b/h100": "H100", "gpt-oss-120b/a100": "A100-80GB",
+         "qwen3-235b-a22b/h100": "H100", "qwen3-235b-a22b/a100": "A100-80GB", "deepseek-r1/h200": "H200"}
+#: the checkpoints the pages serve with vLLM: kvreplay's catalog model, the weights as kvreplay
+#: simulates them (gpt-oss's MXFP4 experts: int4; fp8 checkpoints: fp8) and the checkpoint's context
+#: (config.json max_position_embeddings: vLLM's max_model_len unless the command sets it;
+#: Qwen3-235B-A22B-Instruct-2507's is 262,144 where the catalog's Qwen3-235B-A22B has 40,960;
+#: DeepSeek-R1-0528's 163,840 as the catalog's R1). KV: bf16, vLLM's default.
+CHECKPOINTS = {
+    "Qwen/Qwen3-32B": ("Qwen3-32B", "bf16", 40960),
+    "openai/gpt-oss-20b": ("gpt-oss-20b", "int4", 131072),
+    "openai/gpt-oss-120b": ("gpt-oss-120b", "int4", 131072),
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": ("Qwen3-235B-A22B", "bf16", 262144),
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": ("Qwen3-235B-A22B", "fp8", 262144),
+    "deepseek-ai/DeepSeek-R1-0528": ("DeepSeek-R1", "fp8", 163840),
 }
 #: the pages' random cases: label -> (input, output) tokens asked (their "Benchmark Dataset" list) and
 #: the prompts sent (each case's "Successful requests" where none failed)
 CASES = {"32K": (32000, 100, 100), "4K": (4000, 200, 500), "2K": (2000, 100, 500), "128": (128, 4, 1000)}
+#: the case whose 1,000 requests at once the API server bounds (docs/fidelity.md): grouped apart too
+API_BOUND_INPUT = 128
 #: vLLM's API-server defaults by GPU (module docstring): max_num_seqs, max_num_batched_tokens
 API_DEFAULTS = {"A100-80GB": (256, 2048)}
 LARGE_GPU_DEFAULTS = (1024, 8192)
-COLUMNS = ("run", "source_url", "commit", "page_date", "gpu", "tp", "model", "checkpoint", "weights", "kv_dtype",
-           "vllm_version", "serve_command", "max_model_len", "dataset", "input_len", "output_len", "range_ratio",
-           "num_prompts", "request_rate", "max_concurrency", "ignore_eos", "seed", "successful_requests",
+COLUMNS = ("run", "source_url", "commit", "page_date", "config", "gpu", "tp", "model", "checkpoint", "weights",
+           "kv_dtype", "vllm_version", "serve_command", "max_model_len", "async_scheduling", "max_num_batched_tokens",
+           "max_num_seqs", "dataset", "input_len", "output_len", "range_ratio",
+           "num_prompts", "request_rate", "burstiness", "max_concurrency", "ignore_eos", "seed", "successful_requests",
            "duration_s", "total_input_tokens", "total_generated_tokens", "mean_ttft_ms", "median_ttft_ms",
            "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms")
 FIGURES = {"Successful requests": "successful_requests", "Benchmark duration (s)": "duration_s",
            "Total input tokens": "total_input_tokens", "Total generated tokens": "total_generated_tokens",
            "Mean TTFT (ms)": "mean_ttft_ms", "Median TTFT (ms)": "median_ttft_ms", "P99 TTFT (ms)": "p99_ttft_ms",
            "Mean TPOT (ms)": "mean_tpot_ms", "Mean ITL (ms)": "mean_itl_ms"}
-INTS = {"tp", "max_model_len", "input_len", "output_len", "num_prompts", "seed", "successful_requests",
+INTS = {"tp", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "input_len", "output_len", "num_prompts", "seed", "successful_requests",
         "total_input_tokens", "total_generated_tokens"}
-FLOATS = {"range_ratio", "duration_s", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms"}
+FLOATS = {"range_ratio", "burstiness", "duration_s", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms"}
 
 
 # ---- the extract (from a clone of gpustack/gpustack) ----
@@ -110,47 +115,87 @@ def _section(text: str, start: str, stop: str) -> str:
     return text[i:j if j >= 0 else len(text)]
 
 
-def parse_page(text: str) -> dict:
-    """One performance-lab page: its vLLM version, the baseline serving command and its random
-    cases' quoted figures (label -> {field: value})."""
-    version = re.search(r"- vLLM: v([0-9.]+)", text).group(1)
-    other = _section(text, "### Other Benchmark Cases", "Optimized serving script")
-    serve = re.search(r"(vllm serve [^\n]+)", _section(other, "Baseline serving script", "Baseline benchmark results"))
+def _cases(block: str) -> dict:
+    """A results block's random cases: label -> {field: quoted value}."""
     cases = {}
-    for label, block in re.findall(r"# random (\w+) input\n(.*?)={40,}\n", other, flags=re.S):
-        figures = {}
-        for line in block.splitlines():
+    for label, figures in re.findall(r"# random (\w+) input\n(.*?)={40,}\n", block, flags=re.S):
+        cases[label] = {}
+        for line in figures.splitlines():
             key, _, value = line.strip().partition(":")
             if key in FIGURES:
-                figures[FIGURES[key]] = value.strip()
-        cases[label] = figures
-    return {"version": version, "serve": serve.group(1).strip(), "cases": cases}
+                cases[label][FIGURES[key]] = value.strip()
+    return cases
 
 
-def serve_flags(command: str) -> tuple[int, int | None]:
-    """(tp, max_model_len or None) of a ``vllm serve`` command."""
-    tp = re.search(r"(?:-tp|--tensor-parallel-size)[ =](\d+)", command)
-    length = re.search(r"--max-model-len[ =](\d+)", command)
-    return (int(tp.group(1)) if tp else 1), (int(length.group(1)) if length else None)
+def parse_page(text: str) -> dict:
+    """One performance-lab page: its vLLM version and, of its "Other Benchmark Cases", each
+    configuration served by vLLM (baseline, optimized): its serving command and its random cases'
+    quoted figures (label -> {field: value})."""
+    version = re.search(r"- vLLM: v([0-9.]+)", text).group(1)
+    other = _section(text, "### Other Benchmark Cases", "\n## ")
+    configs = {}
+    for name, title in (("baseline", "Baseline"), ("optimized", "Optimized")):
+        if f"{title} serving script" not in other:
+            continue
+        script = _section(other, f"{title} serving script", f"{title} benchmark results")
+        serve = re.search(r"(vllm serve [^\n]+)", script)
+        if serve:  # (an optimized configuration on SGLang or TensorRT-LLM: not vLLM's)
+            results = _section(other, f"{title} benchmark results", "??? info")
+            configs[name] = {"serve": serve.group(1).strip(), "cases": _cases(results)}
+    return {"version": version, "configs": configs}
+
+
+#: the ``vllm serve`` flags the pages use and how they are read; any other flag refuses the extract
+SERVE_FLAGS = {"-tp": "tp", "--tensor-parallel-size": "tp", "--max-model-len": "max_model_len",
+               "--max-num-batched-tokens": "max_num_batched_tokens", "--max-num-seqs": "max_num_seqs"}
+
+
+def serve_flags(command: str) -> dict:
+    """A ``vllm serve CHECKPOINT FLAGS`` command: its checkpoint, tp (1 unless given), and each of
+    max_model_len, max_num_batched_tokens, max_num_seqs and async_scheduling given (else None).
+    A flag this does not read raises ValueError: no flag is dropped unread."""
+    words = command.split()
+    out = {"checkpoint": words[2], "tp": 1, "max_model_len": None, "max_num_batched_tokens": None,
+           "max_num_seqs": None, "async_scheduling": None}
+    i = 3
+    while i < len(words):
+        flag, _, value = words[i].partition("=")
+        if flag == "--async-scheduling":
+            out["async_scheduling"] = True
+        elif flag in SERVE_FLAGS:
+            if not value:
+                i += 1
+                value = words[i]
+            out[SERVE_FLAGS[flag]] = int(value)
+        else:
+            raise ValueError(f"{command!r}: flag {flag} is not read")
+        i += 1
+    return out
 
 
 def extract(gitdir: str) -> None:
     rows = []
-    for page, (model, gpu, weights, kv, context) in PAGES.items():
+    for page, gpu in PAGES.items():
         path = f"docs/performance-lab/{page}.md"
         commit, date = _git(gitdir, "log", "-1", "--format=%H %cs", "HEAD", "--", path).split()
         parsed = parse_page(_git(gitdir, "show", f"{commit}:{path}"))
-        tp, max_len = serve_flags(parsed["serve"])
-        checkpoint = re.search(r"vllm serve (\S+)", parsed["serve"]).group(1)
-        for label, (isl, osl, prompts) in CASES.items():
-            f = parsed["cases"][label]
-            rows.append({"run": f"{page.replace('/', '-')}-{label.lower()}", "source_url": f"{REPO}/blob/{commit}/{path}",
-                         "commit": commit, "page_date": date, "gpu": gpu, "tp": tp, "model": model,
-                         "checkpoint": checkpoint, "weights": weights, "kv_dtype": kv,
-                         "vllm_version": parsed["version"], "serve_command": parsed["serve"],
-                         "max_model_len": max_len or context, "dataset": "random", "input_len": isl, "output_len": osl,
-                         "range_ratio": 0.0, "num_prompts": prompts, "request_rate": "inf",
-                         "max_concurrency": "", "ignore_eos": "no", "seed": 42, **f})
+        for config, c in parsed["configs"].items():
+            flags = serve_flags(c["serve"])
+            model, weights, context = CHECKPOINTS[flags["checkpoint"]]
+            prefix = page.replace("/", "-") + ("" if config == "baseline" else "-opt")
+            for label, (isl, osl, prompts) in CASES.items():
+                f = c["cases"][label]
+                rows.append({"run": f"{prefix}-{label.lower()}", "source_url": f"{REPO}/blob/{commit}/{path}",
+                             "commit": commit, "page_date": date, "config": config, "gpu": gpu, "tp": flags["tp"],
+                             "model": model, "checkpoint": flags["checkpoint"], "weights": weights, "kv_dtype": "bf16",
+                             "vllm_version": parsed["version"], "serve_command": c["serve"],
+                             "max_model_len": flags["max_model_len"] or context,
+                             "async_scheduling": "on" if flags["async_scheduling"] else "default",
+                             "max_num_batched_tokens": flags["max_num_batched_tokens"] or "",
+                             "max_num_seqs": flags["max_num_seqs"] or "", "dataset": "random", "input_len": isl,
+                             "output_len": osl, "range_ratio": 0.0, "num_prompts": prompts, "request_rate": "inf",
+                             "burstiness": 1.0,
+                             "max_concurrency": "", "ignore_eos": "no", "seed": 42, **f})
     with open(DATA, "w", newline="") as out:
         w = csv.DictWriter(out, COLUMNS, lineterminator="\n")
         w.writeheader()
@@ -184,22 +229,61 @@ def lengths(run: dict) -> tuple[np.ndarray, np.ndarray]:
     return spread_evenly(run["total_input_tokens"], n), spread_evenly(run["total_generated_tokens"], n)
 
 
-def arrivals_s(run: dict) -> np.ndarray:
-    """When the benchmark sent each request: at request rate inf with no max concurrency, all at once."""
-    if run["request_rate"] != "inf" or run["max_concurrency"] is not None:
-        raise ValueError(f"{run['run']}: only request rate inf without max concurrency is simulated here")
-    return np.zeros(run["successful_requests"])
+def schedule_s(run: dict) -> np.ndarray:
+    """When the benchmark means to send each request, before any max concurrency: at request rate
+    inf all at once; else vLLM 0.33.0's schedule (benchmarks/serve.py:478-527): gamma intervals of
+    shape burstiness and mean 1 / rate (burstiness 1: Poisson; inf: evenly spaced) drawn from numpy's
+    legacy generator seeded as the benchmark seeds it (``np.random.seed(args.seed)``, serve.py:2061;
+    the same draws if nothing drew from it first), summed, then scaled so the last is sent at
+    requests / rate. (Earlier releases sent the first at once and did not rescale.)"""
+    n = run["successful_requests"]
+    if run["request_rate"] == "inf":
+        return np.zeros(n)
+    rate, shape = float(run["request_rate"]), float(run["burstiness"])
+    if np.isinf(shape):
+        delays = np.full(n, 1.0 / rate)
+    else:
+        delays = np.random.RandomState(run["seed"]).gamma(shape, 1.0 / (rate * shape), n)
+    sends = np.cumsum(delays)
+    return sends * (n / rate) / sends[-1]
+
+
+def semaphore_sends(schedule: np.ndarray, finish_s: np.ndarray, clients: int) -> np.ndarray:
+    """When each request is sent under ``--max-concurrency clients``: at its scheduled time, or, if
+    all clients are busy then, when one frees (vLLM's benchmark holds an asyncio semaphore: the
+    k-th request past the first `clients` takes the slot of the k-th request to finish)."""
+    sends = schedule.astype(float).copy()
+    done = np.sort(finish_s)
+    for i in range(clients, len(sends)):
+        sends[i] = max(schedule[i], done[i - clients])
+    return sends
 
 
 def limits(run: dict) -> tuple[int, int]:
-    """vLLM's API-server max_num_seqs and max_num_batched_tokens on the run's GPU (module docstring)."""
-    return API_DEFAULTS.get(run["gpu"], LARGE_GPU_DEFAULTS)
+    """max_num_seqs and max_num_batched_tokens: the serving command's, else vLLM's API-server
+    defaults on the run's GPU (module docstring)."""
+    seqs, tokens = API_DEFAULTS.get(run["gpu"], LARGE_GPU_DEFAULTS)
+    return run["max_num_seqs"] or seqs, run["max_num_batched_tokens"] or tokens
 
 
-def trace_of(run: dict):
-    """The run as a trace: every prompt its own random tokens (no shared blocks)."""
+def scheduled_async_run(run: dict) -> bool:
+    """Whether the run's vLLM scheduled asynchronously: --async-scheduling, else its version's default."""
+    return run["async_scheduling"] == "on" or scheduled_async(run["vllm_version"])
+
+
+def not_simulated(run: dict) -> str | None:
+    """Why a run is not simulated (None: it is): fp8 weights on an A100, which has no FP8 tensor
+    cores: vLLM runs them weight-only (Marlin, 8-bit weights into bf16 GEMMs), and kvreplay has no
+    8-bit weight-only dtype (its fp8 is fp8 GEMMs, refused on the A100)."""
+    if run["weights"] == "fp8" and run["gpu"].startswith("A100"):
+        return "fp8 weights on A100 (vLLM: weight-only Marlin; kvreplay: none)"
+    return None
+
+
+def trace_of(run: dict, t: np.ndarray):
+    """The run as a trace, each request sent at `t` (seconds): every prompt its own random tokens
+    (no shared blocks)."""
     inputs, outputs = lengths(run)
-    t = arrivals_s(run)
     requests, first = [], 0
     for i in range(run["successful_requests"]):
         blocks = -(-int(inputs[i]) // BLOCK)
@@ -227,13 +311,33 @@ def pool_bytes(run: dict) -> tuple[float, bool]:
 
 
 def simulate_run(run: dict):
+    """The run as its benchmark sent it: its schedule (schedule_s); under a max concurrency, the
+    clients' loop (semaphore_sends) to its fixed point, each round simulated at the sends the last
+    one's finishes give, until the sends stop moving: each round settles at least the next
+    `clients` requests, and one more round finds nothing moved: requests / clients + 4 rounds at
+    most (more raises)."""
+    schedule = sends = schedule_s(run)
+    rep = serve_at(run, sends)
+    clients = run["max_concurrency"]
+    if clients:
+        for _ in range(-(-len(sends) // clients) + 4):
+            nxt = semaphore_sends(schedule, rep.finish_s, clients)
+            if np.allclose(nxt, sends, rtol=0, atol=1e-9):
+                return rep
+            sends = nxt
+            rep = serve_at(run, sends)
+        raise RuntimeError(f"{run['run']}: the clients' loop did not settle")
+    return rep
+
+
+def serve_at(run: dict, sends: np.ndarray):
     seqs, tokens = limits(run)
     kv, _ = pool_bytes(run)
-    return kvreplay.simulate(trace_of(run), "vllm", None, BLOCK, time_model="roofline", model=run["model"],
+    return kvreplay.simulate(trace_of(run, sends), "vllm", None, BLOCK, time_model="roofline", model=run["model"],
                              gpu=run["gpu"], tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["kv_dtype"],
                              kv_cache_memory=int(kv), max_model_len=run["max_model_len"],
                              scheduler=Scheduler(style="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens),
-                             host=host_of({"async": scheduled_async(run["vllm_version"])}),
+                             host=host_of({"async": scheduled_async_run(run)}),
                              compare_sequential=False, check=False, band_runs=False)
 
 
@@ -268,7 +372,7 @@ def check_run(run: dict) -> dict:
 
 
 def source_of(run: dict) -> str:
-    return f"GPUStack performance lab, vLLM {run['vllm_version']}"
+    return f"GPUStack performance lab, vLLM {run['vllm_version']}, {run['config']}"
 
 
 def family_of(model: str) -> str:
@@ -309,9 +413,12 @@ def group_rows(results, key) -> list[list[str]]:
 def group_table(results) -> None:
     columns = [("group", False), ("runs", True)] + [(f"{k} mean abs error / median error", False)
                                                     for k in ("TTFT", "TPOT", "ITL", "E2E")]
-    rows = (group_rows(results, lambda r: "all") + group_rows(results, source_of) + group_rows(results, lambda r: r["gpu"])
+    larger = [c for c in results if c["run"]["input_len"] > API_BOUND_INPUT]
+    rows = (group_rows(results, lambda r: "all") + group_rows(larger, lambda r: "all but the 128 / 4 case")
+            + group_rows(results, source_of) + group_rows(results, lambda r: r["gpu"])
             + group_rows(results, lambda r: family_of(r["model"]))
-            + group_rows(results, lambda r: f"{r['model']}, {r['gpu']} x {r['tp']}")
+            + group_rows(results, lambda r: f"{r['model']} {r['weights']}, {r['gpu']} x {r['tp']}"
+                         + (", async" if scheduled_async_run(r) else ""))
             + group_rows(results, lambda r: f"{r['input_len']} / {r['output_len']} tokens"))
     print_table("by source, GPU, model family, page (model and GPU) and case (each run's mean against the simulated mean)", columns, rows)
 
@@ -353,10 +460,13 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         runs = [r for r in runs if r["run"] in names]
-    results = [check_run(r) for r in runs]
+    results = [check_run(r) for r in runs if not not_simulated(r)]
     run_table(results)
     group_table(results)
     host_table(results)
+    left = [(r["run"], not_simulated(r)) for r in runs if not_simulated(r)]
+    if left:
+        print(f"\nnot simulated ({len(left)}): " + "; ".join(f"{name}: {why}" for name, why in left))
     return 0
 
 
