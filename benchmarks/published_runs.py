@@ -7,14 +7,16 @@ of each run as its benchmark ran it.
 
 **The runs** (benchmarks/data/published_runs.csv; its .md gives the sources): ``vllm bench serve``
 result blocks that GPUStack's performance lab publishes (``docs/performance-lab/<model>/<gpu>.md``,
-Apache-2.0), the "Other Benchmark Cases" of each page: vLLM with no flags but the ones its serving
-command gives (the page's "Baseline serving script"), on H100 SXM, A100 SXM 80GB or H200 SXM, at
-the version the page names (0.10.2 or 0.11.0), four random-dataset cases each: 32,000 input tokens
-and 100 output (100 prompts), 4,000 / 200 (500 prompts), 2,000 / 100 (500), 128 / 4 (1,000), the
-page's command (``--backend openai-chat --endpoint /v1/chat/completions --dataset-name random
---seed 42``; request rate inf, no max concurrency, no ``--ignore-eos``). Each row keeps the quoted
-figures (requests, duration, total input and generated tokens, mean / median / p99 TTFT, mean TPOT,
-mean ITL) and the configuration. Nothing in kvreplay is fitted on them.
+Apache-2.0), the "Other Benchmark Cases" of each page: each configuration served by vLLM, the
+baseline (no flags but the ones its serving command gives) and, where the page's best was vLLM's,
+the optimized one (its flags: ``--async-scheduling``, ``-tp``, ``--max-num-batched-tokens``, an FP8
+checkpoint), on H100 SXM, A100 SXM 80GB or H200 SXM, at the version the page names (0.10.2 or
+0.11.0), four random-dataset cases each: 32,000 input tokens and 100 output (100 prompts), 4,000 /
+200 (500 prompts), 2,000 / 100 (500), 128 / 4 (1,000), the page's command (``--backend openai-chat
+--endpoint /v1/chat/completions --dataset-name random --seed 42``; request rate inf, no max
+concurrency, no ``--ignore-eos``). Each row keeps the quoted figures (requests, duration, total input
+and generated tokens, mean / median / p99 TTFT, mean TPOT, mean ITL) and the configuration. Nothing
+in kvreplay is fitted on them. FP8 checkpoints on the A100 are not simulated (``not_simulated``).
 
 **What the benchmark did.** At request rate inf, ``vllm bench serve`` sends every request at once
 (no max concurrency: no semaphore), so each run is the whole batch arriving at t = 0 and the mean
@@ -28,14 +30,19 @@ spread evenly (every request within one token of the mean input and output lengt
 endpoint's template tokens (a few for Qwen, a system message for gpt-oss's harmony format) are not
 in the quoted input totals and are not added.
 
-**The simulation**: the calibrated roofline on the run's GPU and TP, the weights as the checkpoint
-ships them (gpt-oss's MXFP4 experts as kvreplay's int4, KV bf16; DeepSeek-R1's fp8), the host terms
-as the run's vLLM scheduled (synchronous before 0.14: ``calibrate_e2e.scheduled_async``), vLLM's
-API-server defaults of the version for the GPU (``engine/arg_utils.py``
+**The simulation**: each request sent as the benchmark sent it (``schedule_s``: all at once at rate
+inf, else vLLM's gamma schedule; under ``--max-concurrency`` its clients' semaphore, ``simulate_run``;
+the committed runs all at once), the calibrated roofline on the run's GPU and TP, the weights as the
+checkpoint ships them (gpt-oss's MXFP4 experts as kvreplay's int4, KV bf16; DeepSeek-R1's and the FP8
+checkpoints' fp8), the host terms as the run's vLLM scheduled (``--async-scheduling``, else
+synchronous before 0.14: ``calibrate_e2e.scheduled_async``), the serving command's limits, else
+vLLM's API-server defaults of the version for the GPU (``engine/arg_utils.py``
 ``_set_default_max_num_seqs_and_batched_tokens_args``: max_num_seqs 1024 and
 max_num_batched_tokens 8192 on a GPU of >= 70 GiB other than the A100, 256 and 2048 on the A100),
-the pool at vLLM's default utilization of those versions (0.9, ``calibrate_e2e.RUNS_UTILIZATION``),
-the serving command's max_model_len where it gives one. TTFT and TPOT / ITL are compared as the
+the pool as the version budgeted it at its default utilization (0.9,
+``calibrate_e2e.RUNS_UTILIZATION``; ``pool_bytes``: kv_pool.py's version terms, or vLLM's start-up
+minimum where those leave less than one max_model_len request), the serving command's
+max_model_len, else the checkpoint's. TTFT and TPOT / ITL are compared as the
 benchmark computes them (TPOT per request, excluding the first token; ITL over every gap, so
 token-weighted), and E2E as the mean TTFT + the mean TPOT x (mean output - 1), derived alike for
 the measurement and the simulation (vLLM prints no E2E unless asked), beside the benchmark's
@@ -98,9 +105,11 @@ FIGURES = {"Successful requests": "successful_requests", "Benchmark duration (s)
            "Total input tokens": "total_input_tokens", "Total generated tokens": "total_generated_tokens",
            "Mean TTFT (ms)": "mean_ttft_ms", "Median TTFT (ms)": "median_ttft_ms", "P99 TTFT (ms)": "p99_ttft_ms",
            "Mean TPOT (ms)": "mean_tpot_ms", "Mean ITL (ms)": "mean_itl_ms"}
-INTS = {"tp", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "input_len", "output_len", "num_prompts", "seed", "successful_requests",
+INTS = {"tp", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "input_len", "output_len", "num_prompts",
+        "seed", "successful_requests",
         "total_input_tokens", "total_generated_tokens"}
-FLOATS = {"range_ratio", "burstiness", "duration_s", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms"}
+FLOATS = {"range_ratio", "burstiness", "duration_s", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+          "mean_itl_ms"}
 
 
 # ---- the extract (from a clone of gpustack/gpustack) ----
@@ -420,7 +429,8 @@ def group_table(results) -> None:
             + group_rows(results, lambda r: f"{r['model']} {r['weights']}, {r['gpu']} x {r['tp']}"
                          + (", async" if scheduled_async_run(r) else ""))
             + group_rows(results, lambda r: f"{r['input_len']} / {r['output_len']} tokens"))
-    print_table("by source, GPU, model family, page (model and GPU) and case (each run's mean against the simulated mean)", columns, rows)
+    print_table("by source, GPU, model family, page (model and GPU) and case (each run's mean against the simulated "
+                "mean)", columns, rows)
 
 
 def host_table(results) -> None:
