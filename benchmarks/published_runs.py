@@ -307,7 +307,8 @@ def pool_bytes(run: dict) -> tuple[float, bool]:
     the CUDA graphs outside the budget before 0.21, NCCL inside it up to 0.10), at the utilization
     and limits it ran with; where that cannot hold one request of max_model_len tokens, vLLM would
     have refused to start (its "To serve at least one request with the models's max seq len" check),
-    so the run had more than the command says: the minimum it needs (max_model_len tokens' KV)."""
+    so the run had more than the command says: the minimum it needs (max_model_len tokens' KV,
+    startup_bytes_per_token)."""
     seqs, tokens = limits(run)
     point = {"skip_reason": "", "catalog_model": run["model"], "gpu": run["gpu"], "measured_total_gib": "",
              "tp": run["tp"], "weights_dtype": run["weights"], "kv_dtype": run["kv_dtype"],
@@ -315,8 +316,18 @@ def pool_bytes(run: dict) -> tuple[float, bool]:
              "vllm_version": run["vllm_version"], "sampler": "", "measured_kv_gib": "0", "measured_tokens": "",
              "gpu_memory_utilization": RUNS_UTILIZATION, "notes": ""}
     budget = predict(terms(point), constants())
-    need = run["max_model_len"] * kv_bytes_per_token_per_gpu(get_model(run["model"]), run["tp"], run["kv_dtype"])
+    need = run["max_model_len"] * startup_bytes_per_token(run)
     return (budget, False) if budget >= need else (need, True)
+
+
+def startup_bytes_per_token(run: dict) -> float:
+    """KV bytes a GPU needs per token of one max_model_len request for vLLM to start, as the
+    simulated pool must hold it: every layer's. For a hybrid model (gpt-oss's sliding windows) that
+    is more than vLLM's check asks (its full-attention layers and a window: serving/fit.py's lower
+    bound), but kvreplay's hybrid pool at that lower bound (gpt-oss-120b on one H100 at 32,768
+    tokens: 2,048 blocks) finishes none of the 32K case's requests, so the minimum a run is given is
+    every layer's: an upper bound of vLLM's for these models."""
+    return kv_bytes_per_token_per_gpu(get_model(run["model"]), run["tp"], run["kv_dtype"])
 
 
 def simulate_run(run: dict):
