@@ -325,8 +325,9 @@ def startup_bytes_per_token(run: dict) -> float:
     simulated pool must hold it: every layer's. For a hybrid model (gpt-oss's sliding windows) that
     is more than vLLM's check asks (its full-attention layers and a window: serving/fit.py's lower
     bound), but kvreplay's hybrid pool at that lower bound (gpt-oss-120b on one H100 at 32,768
-    tokens: 2,048 blocks) finishes none of the 32K case's requests, so the minimum a run is given is
-    every layer's: an upper bound of vLLM's for these models."""
+    tokens: 2,048 blocks) finishes none of the 32K case's requests (the sliding-window layers also
+    hold the blocks of the chunk being prefilled, which vLLM's check counts and that bound does not),
+    so the minimum a run is given is every layer's: an upper bound of vLLM's for these models."""
     return kv_bytes_per_token_per_gpu(get_model(run["model"]), run["tp"], run["kv_dtype"])
 
 
