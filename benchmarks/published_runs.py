@@ -336,22 +336,25 @@ def simulate_run(run: dict):
     clients' loop (semaphore_sends) to its fixed point, each round simulated at the sends the last
     one's finishes give, until the sends stop moving: each round settles at least the next
     `clients` requests, and one more round finds nothing moved: requests / clients + 4 rounds at
-    most (more raises)."""
+    most (more raises). The run at the sends found is simulated with its band (`band`)."""
     schedule = sends = schedule_s(run)
-    rep = serve_at(run, sends)
     clients = run["max_concurrency"]
     if clients:
+        rep = serve_at(run, sends)
         for _ in range(-(-len(sends) // clients) + 4):
             nxt = semaphore_sends(schedule, rep.finish_s, clients)
             if np.allclose(nxt, sends, rtol=0, atol=1e-9):
-                return rep
+                break
             sends = nxt
             rep = serve_at(run, sends)
-        raise RuntimeError(f"{run['run']}: the clients' loop did not settle")
-    return rep
+        else:
+            raise RuntimeError(f"{run['run']}: the clients' loop did not settle")
+    return serve_at(run, sends, band=True)
 
 
-def serve_at(run: dict, sends: np.ndarray):
+def serve_at(run: dict, sends: np.ndarray, band: bool = False):
+    """The run's requests sent at `sends`, simulated (with `band`: also at both ends of the
+    calibrated roofline's and the host terms' bands, the report's latency_band_s)."""
     seqs, tokens = limits(run)
     kv, _ = pool_bytes(run)
     return kvreplay.simulate(trace_of(run, sends), "vllm", None, BLOCK, time_model="roofline", model=run["model"],
@@ -359,7 +362,7 @@ def serve_at(run: dict, sends: np.ndarray):
                              kv_cache_memory=int(kv), max_model_len=run["max_model_len"],
                              scheduler=Scheduler(style="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens),
                              host=host_of({"async": scheduled_async_run(run)}),
-                             compare_sequential=False, check=False, band_runs=False)
+                             compare_sequential=False, check=False, band_runs=band)
 
 
 def simulated(rep) -> dict:
@@ -385,11 +388,23 @@ def measured(run: dict) -> dict:
 KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "duration_s")
 
 
+def covers(rep, meas: dict) -> dict:
+    """TTFT and TPOT: whether the measured mean lies in the simulated mean's parameter band (the run at
+    both ends of the GPU steps' and the host terms' bands) and in its prediction band (widened by the
+    measured scatter of calibrate_host.py's runs): the report's latency_band_s, as a user sees it."""
+    band = rep.summary()["latency_band_s"]
+    out = {}
+    for key in ("ttft", "tpot"):
+        value = meas[f"{key}_ms"] / 1e3
+        out[key] = tuple(lo <= value <= hi for lo, hi in (band[key]["mean"], band["prediction"][key]["mean"]))
+    return out
+
+
 def check_run(run: dict) -> dict:
-    sim = simulated(simulate_run(run))
-    meas = measured(run)
+    rep = simulate_run(run)
+    sim, meas = simulated(rep), measured(run)
     return {"run": run, "sim": sim, "meas": meas, "error": {k: sim[k] / meas[k] - 1 for k in KEYS},
-            "pool_floor": pool_bytes(run)[1]}
+            "pool_floor": pool_bytes(run)[1], "covers": covers(rep, meas)}
 
 
 def source_of(run: dict) -> str:
@@ -404,7 +419,7 @@ def family_of(model: str) -> str:
 def run_table(results) -> None:
     columns = [("run", False), ("GPU x TP", False), ("in / out tokens", False), ("requests", True),
                ("pool (blocks)", True)] + [(f"{k} meas / sim, error", False) for k in ("TTFT ms", "TPOT ms", "ITL ms")] + [
-               ("E2E error", True), ("duration meas / sim s", False)]
+               ("E2E error", True), ("duration meas / sim s", False), ("TTFT, TPOT in band (param / pred)", False)]
     rows = []
     for c in results:
         r, s, m, e = c["run"], c["sim"], c["meas"], c["error"]
@@ -412,7 +427,8 @@ def run_table(results) -> None:
         rows.append([r["run"], f"{r['gpu']} x {r['tp']}", f"{inputs.mean():.0f} / {outputs.mean():.1f}",
                      f"{s['requests']} of {s['of']}", f"{s['pool_blocks']:,}" + (" (min)" if c["pool_floor"] else "")]
                     + [f"{m[k]:.1f} / {s[k]:.1f}, {100 * e[k]:+.1f}%" for k in ("ttft_ms", "tpot_ms", "itl_ms")]
-                    + [f"{100 * e['e2e_ms']:+.1f}%", f"{m['duration_s']:.1f} / {s['duration_s']:.1f}"])
+                    + [f"{100 * e['e2e_ms']:+.1f}%", f"{m['duration_s']:.1f} / {s['duration_s']:.1f}",
+                       ", ".join("/".join("yes" if x else "no" for x in c["covers"][k]) for k in ("ttft", "tpot"))])
     print_table("Published vLLM runs (GPUStack performance lab) against kvreplay: means, error = simulated / measured - 1",
                 columns, rows)
 
@@ -429,6 +445,14 @@ def group_rows(results, key) -> list[list[str]]:
             cells.append(f"{100 * np.mean(np.abs(e)):.1f}% / {100 * np.median(e):+.1f}%")
         rows.append(cells)
     return rows
+
+
+def band_line(results) -> None:
+    n = len(results)
+    counts = {f"{k} {end}": sum(c["covers"][k][i] for c in results) for k in ("ttft", "tpot")
+              for i, end in enumerate(("parameter", "prediction"))}
+    print(f"\nthe measured mean in the simulated band, of {n} runs: " + ", ".join(
+        f"{name.replace('ttft', 'TTFT').replace('tpot', 'TPOT')} band {v}" for name, v in counts.items()))
 
 
 def group_table(results) -> None:
@@ -484,6 +508,7 @@ def main(argv=None) -> int:
         runs = [r for r in runs if r["run"] in names]
     results = [check_run(r) for r in runs if not not_simulated(r)]
     run_table(results)
+    band_line(results)
     group_table(results)
     host_table(results)
     left = [(r["run"], not_simulated(r)) for r in runs if not_simulated(r)]
