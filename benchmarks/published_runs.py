@@ -71,7 +71,7 @@ DATA = Path(__file__).parent / "data" / "published_runs.csv"
 BLOCK = 16
 REPO = "https://github.com/gpustack/gpustack"
 #: GPUStack performance-lab pages: page -> the GPU it ran on
-PAGES = {"qwen3-32b/h100": "H100", "qwen3-32b/a100": "A100-80GB", "gpt-oss-20b/h100": "H100",
+PAGES = {"qwen3-14b/h100": "H100", "qwen3-32b/h100": "H100", "qwen3-32b/a100": "A100-80GB", "gpt-oss-20b/h100": "H100",
          "gpt-oss-20b/a100": "A100-80GB", "gpt-oss-120b/h100": "H100", "gpt-oss-120b/a100": "A100-80GB",
          "qwen3-235b-a22b/h100": "H100", "qwen3-235b-a22b/a100": "A100-80GB", "deepseek-r1/h200": "H200"}
 #: the checkpoints the pages serve with vLLM: kvreplay's catalog model, the weights as kvreplay
@@ -80,6 +80,7 @@ PAGES = {"qwen3-32b/h100": "H100", "qwen3-32b/a100": "A100-80GB", "gpt-oss-20b/h
 #: Qwen3-235B-A22B-Instruct-2507's is 262,144 where the catalog's Qwen3-235B-A22B has 40,960;
 #: DeepSeek-R1-0528's 163,840 as the catalog's R1). KV: bf16, vLLM's default.
 CHECKPOINTS = {
+    "Qwen/Qwen3-14B": ("Qwen3-14B", "bf16", 40960),
     "Qwen/Qwen3-32B": ("Qwen3-32B", "bf16", 40960),
     "openai/gpt-oss-20b": ("gpt-oss-20b", "int4", 131072),
     "openai/gpt-oss-120b": ("gpt-oss-120b", "int4", 131072),
@@ -87,6 +88,9 @@ CHECKPOINTS = {
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": ("Qwen3-235B-A22B", "fp8", 262144),
     "deepseek-ai/DeepSeek-R1-0528": ("DeepSeek-R1", "fp8", 163840),
 }
+#: models the catalog lacks: their config.json (data/published_configs/, the Hugging Face file's
+#: values; kvreplay reads any config.json as --model does)
+CONFIG_MODELS = {"Qwen3-14B": DATA.parent / "published_configs" / "Qwen--Qwen3-14B.json"}
 #: the pages' random cases: label -> (input, output) tokens asked (their "Benchmark Dataset" list) and
 #: the prompts sent (each case's "Successful requests" where none failed)
 CASES = {"32K": (32000, 100, 100), "4K": (4000, 200, 500), "2K": (2000, 100, 500), "128": (128, 4, 1000)}
@@ -268,6 +272,11 @@ def semaphore_sends(schedule: np.ndarray, finish_s: np.ndarray, clients: int) ->
     return sends
 
 
+def model_of(run: dict) -> str:
+    """What kvreplay takes as the run's model: its catalog name, or its config.json (CONFIG_MODELS)."""
+    return str(CONFIG_MODELS.get(run["model"], run["model"]))
+
+
 def limits(run: dict) -> tuple[int, int]:
     """max_num_seqs and max_num_batched_tokens: the serving command's, else vLLM's API-server
     defaults on the run's GPU (module docstring)."""
@@ -310,7 +319,7 @@ def pool_bytes(run: dict) -> tuple[float, bool]:
     so the run had more than the command says: the minimum it needs (max_model_len tokens' KV,
     startup_bytes_per_token)."""
     seqs, tokens = limits(run)
-    point = {"skip_reason": "", "catalog_model": run["model"], "gpu": run["gpu"], "measured_total_gib": "",
+    point = {"skip_reason": "", "catalog_model": model_of(run), "gpu": run["gpu"], "measured_total_gib": "",
              "tp": run["tp"], "weights_dtype": run["weights"], "kv_dtype": run["kv_dtype"],
              "max_num_batched_tokens": tokens, "max_num_seqs": seqs, "enforce_eager": "False",
              "vllm_version": run["vllm_version"], "sampler": "", "measured_kv_gib": "0", "measured_tokens": "",
@@ -328,7 +337,7 @@ def startup_bytes_per_token(run: dict) -> float:
     tokens: 2,048 blocks) finishes none of the 32K case's requests (the sliding-window layers also
     hold the blocks of the chunk being prefilled, which vLLM's check counts and that bound does not),
     so the minimum a run is given is every layer's: an upper bound of vLLM's for these models."""
-    return kv_bytes_per_token_per_gpu(get_model(run["model"]), run["tp"], run["kv_dtype"])
+    return kv_bytes_per_token_per_gpu(get_model(model_of(run)), run["tp"], run["kv_dtype"])
 
 
 def simulate_run(run: dict):
@@ -357,7 +366,7 @@ def serve_at(run: dict, sends: np.ndarray, band: bool = False):
     calibrated roofline's and the host terms' bands, the report's latency_band_s)."""
     seqs, tokens = limits(run)
     kv, _ = pool_bytes(run)
-    return kvreplay.simulate(trace_of(run, sends), "vllm", None, BLOCK, time_model="roofline", model=run["model"],
+    return kvreplay.simulate(trace_of(run, sends), "vllm", None, BLOCK, time_model="roofline", model=model_of(run),
                              gpu=run["gpu"], tp=run["tp"], weights_dtype=run["weights"], kv_dtype=run["kv_dtype"],
                              kv_cache_memory=int(kv), max_model_len=run["max_model_len"],
                              scheduler=Scheduler(style="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens),
@@ -412,7 +421,7 @@ def source_of(run: dict) -> str:
 
 
 def family_of(model: str) -> str:
-    return {"Qwen3-32B": "Qwen3 dense", "gpt-oss-20b": "gpt-oss (MoE, MXFP4)", "gpt-oss-120b": "gpt-oss (MoE, MXFP4)",
+    return {"Qwen3-14B": "Qwen3 dense", "Qwen3-32B": "Qwen3 dense", "gpt-oss-20b": "gpt-oss (MoE, MXFP4)", "gpt-oss-120b": "gpt-oss (MoE, MXFP4)",
             "Qwen3-235B-A22B": "Qwen3 MoE", "DeepSeek-R1": "DeepSeek (MLA MoE, fp8)"}.get(model, model)
 
 

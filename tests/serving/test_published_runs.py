@@ -40,7 +40,7 @@ def runs(bench):
 
 
 def test_the_csv_holds_each_configurations_four_cases(bench, runs):
-    assert len(runs) == 60 and len({r["source_url"] for r in runs.values()}) == 9
+    assert len(runs) == 64 and len({r["source_url"] for r in runs.values()}) == 10
     assert sum(r["config"] == "optimized" for r in runs.values()) == 24  # 6 pages optimized on vLLM
     r = runs[RUN]
     assert (r["gpu"], r["tp"], r["model"], r["weights"], r["vllm_version"]) == ("A100-80GB", 1, "Qwen3-32B", "bf16", "0.11.0")
@@ -60,6 +60,18 @@ def test_the_csv_holds_each_configurations_four_cases(bench, runs):
     # 16 of the 1,000 requests failed in one case: its means are the 984 successful ones'
     assert runs["qwen3-235b-a22b-h100-128"]["num_prompts"] == 1000
     assert runs["qwen3-235b-a22b-h100-128"]["successful_requests"] == 984
+
+
+def test_a_model_the_catalog_lacks_is_read_from_its_committed_config(bench, runs):
+    r = runs["qwen3-14b-h100-4k"]
+    assert (r["model"], r["checkpoint"], r["max_model_len"]) == ("Qwen3-14B", "Qwen/Qwen3-14B", 40960)
+    from kvreplay.serving.timing.models import get_model, kv_bytes_per_token_per_gpu
+
+    spec = get_model(bench.model_of(r))
+    # config.json: 40 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 163,840 B a token; 14.8B parameters
+    assert kv_bytes_per_token_per_gpu(spec, 1, "bf16") == 40 * 8 * 128 * 2 * 2
+    assert round(spec.total_params / 1e9, 1) == 14.8
+    assert bench.model_of(runs[RUN]) == "Qwen3-32B"  # a catalog model is named
 
 
 def test_the_page_parser_reads_each_configurations_results_and_flags(bench):
@@ -167,14 +179,14 @@ def test_the_benchmark_prints_the_figures_the_docs_quote():
     host = (root / "docs" / "host.md").read_text()
     quoted = 0
     for line in r.stdout.splitlines():
-        if line.startswith(("| all |", "| all but ", "| A100-80GB |", "| H100 |", "| H200 |", "| Qwen3-32B ",
-                            "| Qwen3-235B-A22B ", "| 128 / 4 ")):
+        if line.startswith(("| all |", "| all but ", "| A100-80GB |", "| H100 |", "| H200 |", "| Qwen3-14B ",
+                            "| Qwen3-32B ", "| Qwen3-235B-A22B ", "| 128 / 4 ")):
             assert line in doc, line
             quoted += 1
         if line.startswith("| GPUStack performance lab (published"):
             assert line in host, line
             quoted += 1
-    assert quoted == 14  # 11 rows of docs/fidelity.md, 3 of docs/host.md
+    assert quoted == 15  # 12 rows of docs/fidelity.md, 3 of docs/host.md
     assert "not simulated (4): qwen3-235b-a22b-a100-opt-32k: fp8 weights on A100" in r.stdout
     band = next(line for line in r.stdout.splitlines() if line.startswith("the measured mean in the simulated band"))
     assert band.split(": ", 1)[1] in doc.replace("\n  ", " ")
