@@ -98,6 +98,15 @@ def _stage(src: dict) -> str:
             f"(blocks by stage: {blocks})")
 
 
+def _expert_rows(src: dict) -> list[tuple]:
+    """Under data or expert parallelism, the routed experts' part of the weights (one row)."""
+    if not src.get("expert_gpus"):
+        return []
+    how = "whole experts" if src["expert_parallel"] else "each expert's width"
+    return [(f"  of which the routed experts, 1/{src['expert_gpus']} of them ({how} over dp={src['dp']} x "
+             f"tp={src['tp']} GPUs)", src["expert_bytes_per_gpu"])]
+
+
 def pool_budget_lines(src: dict) -> list[str]:
     """The pool's budget on one GPU, a term a line (timing/memory.py; `src` is KVCapacity.to_dict())."""
     gib = lambda v: f"{v / 2**30:9.2f} GiB"  # noqa: E731
@@ -105,6 +114,7 @@ def pool_budget_lines(src: dict) -> list[str]:
             (f"x gpu_memory_utilization {src['gpu_memory_utilization']:g}", src["usable_bytes"]),
             (f"- weights, {src['model']} at {src.get('weights_dtype', 'bf16')} over tp={src['tp']}" + _stage(src),
              -src["weight_bytes_per_gpu"]),
+            *_expert_rows(src),
             (f"- profile peak, the larger of the forward pass ({src['activation_peak_bytes'] / 2**30:.2f} GiB, "
              f"{src['max_num_batched_tokens']:,} tokens) and the sampler ({src['sampler_peak_bytes'] / 2**30:.2f} GiB, "
              f"{min(src['max_num_seqs'], src['max_num_batched_tokens']):,} rows)" + (
@@ -254,9 +264,23 @@ def _cluster_line(report, s: dict) -> str:
     x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
     spread = ("" if b["hit_rate_min"] is None else
               f", hit rates {100 * b['hit_rate_min']:.2f}% to {100 * b['hit_rate_max']:.2f}%")
+    balance_text = (f"load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
+                    f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
+    dp = report.time_model.get("data_parallel")
+    if dp is not None:
+        return f"cluster    {_data_parallel_text(dp, report)}; {balance_text}"
     return (f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
-            f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
-            f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
+            f"{report.router}{lag}; {balance_text}")
+
+
+def _data_parallel_text(dp: dict, report) -> str:
+    """vLLM's data-parallel ranks (serving/dataparallel.py): how they share the work."""
+    ep = ", expert parallel" if dp["enable_expert_parallel"] else ""
+    how = (f"in lockstep (an MoE: a step lasts the longest rank's, a rank without work runs a dummy batch: "
+           f"{int(report.counters.get('dummy_steps', 0)):,} of them; the experts over every rank's tokens{ep})"
+           if dp["lockstep"] else "independent (a dense model's replicas)")
+    return (f"{dp['data_parallel_size']} data-parallel ranks (--dp, each with the pool above) behind one API server "
+            f"that picks each request's rank ({report.router}, on counts {report.router_lag_ms:g} ms old), {how}")
 
 
 def _window_line(report, s: dict) -> str:
