@@ -33,7 +33,10 @@ the 128-seq run records none; the RTX PRO 6000 runs' kvreplay's budget at vLLM 0
 utilization 0.9), the calibrated roofline on the run's GPU and TP (bf16), and the shipped host terms
 (serving/timing/host.py, async scheduling as vLLM 0.19 defaults) without their API-server terms
 (request_s, prompt_token_s, latency_s, output_request_s: outside what these clocks measure).
-The band is the simulation's own (report ``latency_band_s``: the parameter band, each end with the
+The data-parallel run is simulated as vLLM runs it (``dp=2, enable_expert_parallel=True``: two ranks
+in lockstep behind vLLM's rank choice, each GPU holding half the experts, which run over both ranks'
+tokens; serving/dataparallel.py, docs/clusters.md "Data parallelism"; before 2026-12-07 it was two
+independent replicas behind the least-loaded router). The band is the simulation's own (report ``latency_band_s``: the parameter band, each end with the
 host terms at that end, and the prediction band), less each end's API-server delay.
 """
 

@@ -94,7 +94,7 @@ def _deployment_arguments(sim) -> None:
                      help="data-parallel ranks, each an engine with its own scheduler and pool on --tp GPUs behind "
                           "one API server that picks each request's rank, as vLLM's --data-parallel-size (default 1); "
                           "an MoE's ranks step in lockstep, its experts split over every rank's GPUs "
-                          "(docs/serving.md, \"Data parallelism\")")
+                          "(docs/clusters.md, \"Data parallelism\")")
     sim.add_argument("--enable-expert-parallel", action="store_true",
                      help="with --model (an MoE) and --dp or --tp: whole experts on each GPU instead of each expert "
                           "split over them, as vLLM's flag (the same weights per GPU; the experts' time changes)")

@@ -198,7 +198,9 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
         lines.append(f"warning    KV semantics: {report.kv_semantics['text']}")
     for text in (band or {}).get("warnings", []):
         lines.append(f"warning    calibration: {text}")
-    lines.append(verdict_text(s["keeps_up"], instances=report.instances, checked=checked))
+    dp = report.time_model.get("data_parallel")
+    lines.append(verdict_text(s["keeps_up"], instances=report.instances, checked=checked,
+                              flag="--dp" if dp and dp["data_parallel_size"] > 1 else "--instances"))
     return "\n".join(lines)
 
 
@@ -398,7 +400,7 @@ def _instance_lines(report) -> list[str]:
     return lines
 
 
-def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str:
+def verdict_text(v: dict, *, instances: int, checked: dict | None = None, flag: str = "--instances") -> str:
     """The summary's keeps-up line: yes (at the band's pessimistic end where there is a band), only
     at the centre, or no with its worst window; and what would keep up, as estimated and, with
     `checked` (fixcheck.check_fix), as the runs it suggests found."""
@@ -424,13 +426,14 @@ def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str
                 f"(allowed {seconds_text(v['backlog_limit_s'])})")
     fix = v.get("fix")
     if fix and checked is not None:
-        text += "\n" + _checked_text(fix, checked, instances)
+        text += "\n" + _checked_text(fix, checked, instances, flag)
     elif fix:
         options = []
         if fix["load"] is not None:
             options.append(f"about {fix['load']['value']:.3g} ({fix['load']['flag']} {fix['load']['value']:.3g}, "
                            f"x{fix['load_scale']:.2g} of this load)")
-        options.append(f"about {fix['instances']} instances (--instances {fix['instances']}, now {instances})")
+        what = "data-parallel ranks" if flag == "--dp" else "instances"
+        options.append(f"about {fix['instances']} {what} ({flag} {fix['instances']}, now {instances})")
         text += ("\n           estimated, not checked, to keep up at " + " or ".join(options) + "; sweep around it: "
                  "--speedups / --instances-list")
     return text
@@ -441,7 +444,7 @@ def _share(ratio: float) -> str:
     return f"{ratio:.0%} of" if ratio <= 1 else f"{ratio:,.1f} times"
 
 
-def _checked_text(fix: dict, checked: dict, instances: int) -> str:
+def _checked_text(fix: dict, checked: dict, instances: int, flag: str = "--instances") -> str:
     """The verdict's estimates as the runs they suggest found them."""
     why = (f"the busiest window needs {_share(fix['busiest_window_utilisation'])} the instances' measured rate"
            if fix["basis"] == "work" else "bursts within a window queue for longer than the allowance")
@@ -450,7 +453,7 @@ def _checked_text(fix: dict, checked: dict, instances: int) -> str:
         c = checked.get(key)
         if c is None:
             continue
-        what = (f"{c['flag']} {c['value']:.3g}" if key == "load" else f"--instances {c['value']} (now {instances})")
+        what = (f"{c['flag']} {c['value']:.3g}" if key == "load" else f"{flag} {c['value']} (now {instances})")
         if c["keeps_up"]:
             parts.append(f"{what}: checked, it keeps up (worst p90 queueing {seconds_text(c['worst_queue_p90_s'])})")
         else:

@@ -1,6 +1,6 @@
 """Data parallelism as vLLM 0.33.0 runs it (``--data-parallel-size N``, ``--enable-expert-parallel``):
 N engine cores (ranks), each with its own scheduler and KV pool on its own ``--tp`` GPUs, behind
-one API server that picks a rank for each request (docs/serving.md, "Data parallelism"):
+one API server that picks a rank for each request (docs/clusters.md, "Data parallelism"):
 
 - **The rank a request gets**: the API server's load balancer (routing/vllm_dp.c, the router
   ``vllm-dp``: DPLBAsyncMPClient.get_core_engine_for_request, v1/engine/core_client.py:1751-1812),
@@ -173,7 +173,7 @@ def warning(dp: DataParallel | None, gpu_name: str) -> str | None:
         return None
     return (f"data parallelism over an MoE: the {dp.size} ranks' token exchange at each MoE layer (an all-gather and "
             f"a reduce-scatter over {dp.expert_gpus} {gpu_name} GPUs) is not priced, nor held in the band: read the "
-            "step times as short by it (docs/serving.md, \"Data parallelism\")")
+            "step times as short by it (docs/clusters.md, \"Data parallelism\")")
 
 
 __all__ = ["COORDINATOR_INTERVAL_MS", "DP_ROUTER", "DP_SYNC_INTERVAL", "DataParallel", "check_cluster", "check_dp",

@@ -154,7 +154,7 @@ static f64 rank_tokens(const f64 *agg) {
     return t > 0 ? t : 1.0;
 }
 
-/* Data parallelism for an MoE, as vLLM 0.33.0 runs it (docs/serving.md, "Data parallelism"): the
+/* Data parallelism for an MoE, as vLLM 0.33.0 runs it (docs/clusters.md, "Data parallelism"): the
  * ranks step together, since every MoE layer exchanges tokens between them (DPEngineCoreProc, only
  * for MoE models, v1/engine/core.py:1546 and 2295): a rank without work runs a dummy batch while
  * any rank works (run_busy_loop, core.py:2499-2507). Before each forward the ranks agree on their
