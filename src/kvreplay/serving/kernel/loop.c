@@ -243,7 +243,7 @@ static int schedule_lockstep(Sim *s) {
         if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
         i64 preempted = c[preemptions], aborted_before = c[aborted];
         i64 first, last = q->qtail, hidden = hide_late(s, q, &first);
-        vllm_schedule(s, j);
+        if (q->nrun > 0 || q->qlen > 0) vllm_schedule(s, j); /* (one without requests does not: core.py:675) */
         unhide(s, q, first, hidden, last);
         if (s->failed) return 0;
         q->view[V_WAITING] = (f64)q->qlen;
