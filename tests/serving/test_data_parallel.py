@@ -82,6 +82,14 @@ def test_an_arrival_in_the_waves_tail_waits_for_the_dummy_step():
     assert r.instance.tolist() == [0, 1] and r.counters["dummy_steps"] == 3 + 2 * 3 + 1
     # without the tail (a wave ending at once) it would have started at its arrival
     assert r.scheduled_s[1] > at
+    # arriving after the tail (13 dummy steps: the wave's steps 4 to 16), it starts at its arrival, and
+    # the ranks ran 2 x 13 dummy batches in between
+    late = end + 20 * dummy
+    trace = kvreplay.Trace.from_requests([([(0, b) for b in range(4)], 64, 0.0, 3),
+                                          ([(1, b) for b in range(4)], 64, late * 1e3, 1)], block_size=16)
+    r = run_dp(trace, tm, enable_expert_parallel=True)
+    assert r.scheduled_s[1] == pytest.approx(late, rel=1e-12)
+    assert r.counters["dummy_steps"] == 3 + 2 * 13 + 1
 
 
 def test_the_rank_vllm_picks_by_hand():
