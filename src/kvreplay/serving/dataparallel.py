@@ -119,8 +119,8 @@ def time_model(tm, dp: DataParallel | None):
     """`tm` for one rank of `dp`: an MoE's routed experts over DP x TP GPUs (each expert's width
     split over them, or whole experts under expert parallelism, 1 / (DP x TP) of the routings
     each), run over the gathered tokens the kernel gives it (AGG_EXPERT_TOKENS). Ranks in lockstep
-    need the calibrated roofline with the routed experts apart (or the instant model); a dense
-    model's replicas take any."""
+    need the calibrated roofline (its MoE kernel's term, or the experts out of the body's GEMM where
+    the GPU has none calibrated: _apart) or the instant model; a dense model's replicas take any."""
     if dp is None:
         return tm
     moe = getattr(tm, "moe", None)

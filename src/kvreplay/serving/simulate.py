@@ -205,6 +205,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     instances / router / router_lag_ms / router_options: a cluster (routing/).
     pp: pipeline stages (vLLM's --pipeline-parallel-size), each on `tp` GPUs: the pool is the
         smallest stage's, a step crosses pp - 1 stage-to-stage hops (timing/pipeline.py).
+    dp / enable_expert_parallel: vLLM's --data-parallel-size and --enable-expert-parallel
+        (dataparallel.py): `dp` ranks of `tp` GPUs behind vLLM's rank choice (the vllm-dp router),
+        an MoE's in lockstep with its experts split over the DP x TP GPUs; excludes instances,
+        router, router_lag_ms, pp and disaggregation.
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
         tier_copies "move" | "keep"; tier_overlap: loads overlap compute (engine/tiers.py).
