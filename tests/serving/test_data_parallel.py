@@ -187,3 +187,19 @@ def test_the_warning_says_the_exchange_is_not_priced():
     assert any("not priced" in w for w in r.band["warnings"])
     assert r.config()["time_model"]["data_parallel"] == {"data_parallel_size": 2, "enable_expert_parallel": True,
                                                           "lockstep": True, "router": "vllm-dp"}
+
+
+def test_the_printed_pool_and_cluster_lines(capsys):
+    from pathlib import Path
+
+    from kvreplay.cli import main
+
+    walk = str(Path(__file__).resolve().parents[1] / "data" / "walk.jsonl")
+    assert main(["simulate", walk, "--model", MOE, "--gpu", "H100", "--dp", "2", "--enable-expert-parallel"]) == 0
+    out = capsys.readouterr().out
+    assert "28,581 blocks of 16 tokens" in out and "in each of the 2 data-parallel ranks (a pool each)" in out
+    # the budget, line by line: the weights with the experts' half out, and that half's own line
+    assert "- weights, Qwen3-30B-A3B at bf16 over tp=1" in out and "29.82 GiB" in out
+    assert "of which the routed experts, 1/2 of them (whole experts over dp=2 x tp=1 GPUs)" in out and "27.00 GiB" in out
+    assert "2 data-parallel ranks (--dp, each with the pool above)" in out and "in lockstep" in out
+    assert "is not priced, nor held in the band" in out

@@ -223,6 +223,8 @@ def _pool_lines(report, src: dict, hybrid: dict | None) -> list[str]:
     if src.get("kind") == "gpu_memory":
         gpus = f"{src['tp']} x {src['gpu']}" if src.get("pp", 1) == 1 else (
             f"{src['pp']} stages x {src['tp']} x {src['gpu']} (the smallest stage's pool, the GPU's budget below)")
+        if src.get("dp", 1) > 1:  # (data parallelism: each rank its own pool)
+            gpus += f", in each of the {src['dp']} data-parallel ranks (a pool each)"
         pool += (f": what vLLM 0.33.0 leaves for KV on each of {gpus}, "
                  f"{src['kv_bytes_per_token_per_gpu']:,.0f} KV bytes per token per GPU")
         budget = pool_budget_lines(src)
