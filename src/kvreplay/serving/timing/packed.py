@@ -18,7 +18,7 @@ from ... import native
 from ...errors import ConfigError
 from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
-from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel
+from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_ROUTING_KNOTS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel
 
 AGG = native.slots("timing", "agg")  # (native.Absent without the core: the catalog still loads)
 KIND = native.slots("timing", "kind")
@@ -112,6 +112,9 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
                            model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
         values[name] = _p(value) if name == "C_MOE_P" else value
     values["C_MOE_TILE_ABOVE"] = MOE_TILE_ABOVE
+    # served routing's factor at each knot (all 1: balanced routing)
+    for i, f in enumerate(model.moe_route if moe and model.moe_route else (1.0,) * MOE_ROUTING_KNOTS):
+        values["C_MOE_ROUTE" + (f"_{i}" if i else "")] = f
     gdn = model.gdn is not None  # Gated DeltaNet layers on their fitted kernel
     values.update({"C_GDN": 1.0 if gdn else 0.0, "C_GDN_ACT": model.gdn_act if gdn else 0.0,
                    "C_GDN_VHEADS": model.gdn_v_heads if gdn else 1.0})

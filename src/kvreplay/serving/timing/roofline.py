@@ -143,6 +143,37 @@ MOE_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int4": "int4"}  # w
 MOE_WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5, "mxfp4": 0.5}
 
 
+#: served routing: the MoE kernel terms are fitted on tables whose tokens are routed as evenly as
+#: they can be, while a served model routes them unevenly, which the same kernels run at another
+#: speed (fewer experts active in a small step: faster; a few experts holding most of a prefill's
+#: rows: slower, 1.4x for gpt-oss's MXFP4 kernel at 1,024 tokens). Each kernel's time under the
+#: routing aiconfigurator models a served model with (power law, alpha 1.01) over its time under
+#: balanced routing, both measured on H100 (``moe/vllm/0.24.0/moe_perf.parquet``: the same kernel,
+#: shape and tokens; benchmarks/calibrate_moe.py served_routing), at MOE_ROUTING_KNOTS knots of
+#: 2^0 .. 2^14 tokens, each the median within half an octave; linear in log2(tokens) between them,
+#: the last knot's beyond. Applied to the Hopper-era kernels these coefficients describe (a GPU whose
+#: MoE terms are its own fit on other kernels, Blackwell's FlashInfer ones, keeps balanced routing)
+MOE_ROUTING_KNOTS = 15
+SERVED_ROUTING = {
+    "bf16": (0.983, 0.985, 0.992, 0.981, 0.783, 0.792, 0.854, 0.9, 0.933, 0.966, 1.003, 1.08, 1.087, 1.08, 1.055),
+    "fp8": (0.98, 0.982, 0.989, 0.993, 0.901, 0.776, 0.813, 0.862, 0.893, 0.925, 1.002, 1.05, 1.027, 1.044, 1.023),
+    "int4": (0.994, 0.995, 1.0, 0.999, 0.922, 0.734, 0.69, 0.802, 1.011, 1.028, 1.107, 1.265, 1.164, 1.124, 1.037),
+    "mxfp4": (0.987, 0.986, 0.981, 0.903, 0.961, 0.877, 0.959, 1.003, 1.111, 1.229, 1.366, 1.339, 1.285, 1.097, 1.069),
+}
+
+
+def served_routing(kernel: str, tokens) -> float:
+    """The served-routing factor of MoE kernel `kernel` at a step of `tokens` tokens (SERVED_ROUTING;
+    1 for a kernel without one)."""
+    import numpy as np
+
+    knots = SERVED_ROUTING.get(kernel)
+    if knots is None or tokens <= 0:
+        return 1.0
+    x = min(max(math.log2(tokens), 0.0), MOE_ROUTING_KNOTS - 1.0)
+    return float(np.interp(x, np.arange(MOE_ROUTING_KNOTS), knots))
+
+
 def moe_kernel(weights_dtype: str, checkpoint_weights: str | None) -> str | None:
     """The MoE kernel vLLM runs for these weights (None: no calibrated one)."""
     kernel = MOE_DTYPES.get(weights_dtype)
@@ -479,11 +510,17 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     launch_layer_s, eager_above = 0.0, math.inf
 
     def __init__(self, model, gpu, tp: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
-                 coefficients: dict | None = None, stream_bytes_per_s: float | None = None):
+                 coefficients: dict | None = None, stream_bytes_per_s: float | None = None,
+                 moe_routing: str = "served"):
         """`coefficients`: every one of COEFFICIENTS given (benchmarks/calibrate.py) replaces the
         shipped calibration, some of them override it. `stream_bytes_per_s`: the memory bandwidth
         the terms run at (default: stream_bandwidth of the GPU and its calibration; every
-        coefficient given and no bandwidth: the datasheet peak)."""
+        coefficient given and no bandwidth: the datasheet peak). `moe_routing`: an MoE's tokens
+        routed as a served model routes them ("served": SERVED_ROUTING, where the GPU's MoE terms
+        are the Hopper kernels') or as evenly as they can be ("balanced", as the MoE tables time them)."""
+        if moe_routing not in ("served", "balanced"):
+            raise ConfigError(f"moe_routing must be served or balanced, got {moe_routing!r}")
+        self.moe_routing = moe_routing
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         c = self.c = self._resolve_coefficients(dict(coefficients or {}))
         self._resolve_bandwidth(stream_bytes_per_s)
@@ -625,11 +662,15 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         kernel = moe_kernel(self.dtype, spec.checkpoint_weights)
         self.moe = spec.moe if spec.moe and self.hidden and kernel and set(moe_names(kernel)) <= set(c) else None
         self.moe_kernel = kernel if self.moe else None
+        self.moe_route = None
         if self.moe:
             self.moe_c = tuple(c[k] for k in moe_names(kernel))
             self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # int4, mxfp4: bf16 math
             self.moe_weight_bytes = MOE_WEIGHT_BYTES[kernel]
             self.moe_inter = self.moe["expert_intermediate"] / self.tp
+            # served routing on the kernels SERVED_ROUTING was measured on (not a GPU's own MoE fit)
+            served = self.moe_routing == "served" and "moe" not in self.calibration.own_fitted
+            self.moe_route = SERVED_ROUTING.get(kernel) if served else None
             self.body_params -= spec.routed_expert_params
             self.body_weight_bytes = self.body_params * wbytes
 
@@ -746,6 +787,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, tokens, self.hidden, self.moe_inter, m["experts"],
                                                             m["experts_per_token"], self.moe_weight_bytes,
                                                             self.moe_peak, bw))
+            if self.moe_route:
+                out["moe"] *= served_routing(self.moe_kernel, tokens)
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
@@ -819,6 +862,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
                 "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel, "mla": self.mla,
+                **({"moe_routing": "served" if self.moe_route else "balanced"} if self.moe else {}),
                 **({"pcie_allreduce_tp": self.pcie_allreduce[0]} if getattr(self, "pcie_allreduce", None) else {}),
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
                     "mamba_term": ("Gated DeltaNet kernels, fitted on measured ones" if self.gdn else

@@ -60,6 +60,16 @@ static f64 layer_gemms(const f64 *tm, f64 tokens) {
                 + tm[C_BODY_GEMMS] * layers * tm[C_GEMM_FLOOR]);
 }
 
+/* the served-routing factor of a step of `tokens` tokens (roofline.py served_routing): linear in
+ * log2(tokens) between the knots at 2^0 .. 2^14, the end knots' beyond */
+static f64 moe_routing(const f64 *tm, f64 tokens) {
+    f64 x = tokens > 1.0 ? log2(tokens) : 0.0;
+    if (x >= MOE_ROUTING_KNOTS - 1) return tm[C_MOE_ROUTE + MOE_ROUTING_KNOTS - 1];
+    int i = (int)x;
+    f64 f = x - i;
+    return tm[C_MOE_ROUTE + i] * (1.0 - f) + tm[C_MOE_ROUTE + i + 1] * f;
+}
+
 /* an MoE's routed experts (roofline.py moe_layer_time), over its MoE layers */
 static f64 moe_experts(const f64 *tm, f64 tokens) {
     f64 h = tm[C_HIDDEN], inter = tm[C_MOE_INTER], k0 = tm[C_MOE_K0];
@@ -69,7 +79,8 @@ static f64 moe_experts(const f64 *tm, f64 tokens) {
     f64 flops = 2.0 * moe_rows * (2.0 * (h + k0) * inter + (inter + k0) * h);
     f64 weights = active * 3.0 * h * inter * tm[C_MOE_W_BYTES];
     return tm[C_MOE_LAYERS] * (soft_max(flops / (tm[C_MOE_PEAK] * tm[C_MOE_E_GEMM]), weights / (tm[C_BW] * tm[C_MOE_E_WEIGHTS]),
-                                        tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed);
+                                        tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed)
+           * moe_routing(tm, tokens);
 }
 
 /* the prefills' attention over the attention layers (roofline.py terms()) */
