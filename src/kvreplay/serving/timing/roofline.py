@@ -20,7 +20,9 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - an MoE's routed experts (the catalog's ``moe``; since 2026-12-04 (5)), apart from the body
   above when the calibration has the fused MoE kernel for the weights (``moe_kernel``): per MoE
   layer ``moe_layer_time``, the kernel's compute (at least a tile of rows per active expert) and
-  its active experts' weights, a floor and a cost per routed token, fitted on measured MoE kernels;
+  its active experts' weights, a floor and a cost per routed token, fitted on measured MoE kernels
+  under balanced routing, times the served-routing factor of the step's tokens (SERVED_ROUTING:
+  the same kernels under a served model's uneven routing, where the GPU's MoE terms are Hopper's);
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
   GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
@@ -164,14 +166,13 @@ SERVED_ROUTING = {
 
 def served_routing(kernel: str, tokens) -> float:
     """The served-routing factor of MoE kernel `kernel` at a step of `tokens` tokens (SERVED_ROUTING;
-    1 for a kernel without one)."""
-    import numpy as np
-
+    1 for a kernel without one), as step.c's moe_routing computes it."""
     knots = SERVED_ROUTING.get(kernel)
     if knots is None or tokens <= 0:
         return 1.0
     x = min(max(math.log2(tokens), 0.0), MOE_ROUTING_KNOTS - 1.0)
-    return float(np.interp(x, np.arange(MOE_ROUTING_KNOTS), knots))
+    i = min(int(x), MOE_ROUTING_KNOTS - 2)
+    return knots[i] * (1.0 - (x - i)) + knots[i + 1] * (x - i)
 
 
 def moe_kernel(weights_dtype: str, checkpoint_weights: str | None) -> str | None:
