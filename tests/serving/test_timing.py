@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -1180,3 +1181,26 @@ def test_served_routing_only_on_the_kernels_it_was_measured_on():
     assert "moe_routing" not in CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").describe()  # a dense model
     with pytest.raises(ConfigError, match="moe_routing"):
         CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 2, dtype="int4", moe_routing="even")
+
+
+def test_a_q_k_norm_over_every_head_all_reduces_once_more_a_layer():
+    from kvreplay.analysis.models import get_model
+    from kvreplay.serving.timing.packed import aggregates, packed, step_seconds
+    from kvreplay.serving.timing.roofline import QK_NORM_BYTES_PER_TOKEN, allreduce_time
+
+    # vLLM norms MiniMax-M2's q and k over all 48 (8) heads: at TP 4 each of its 62 layers all-reduces
+    # every token's two fp32 variances, 8 bytes a token, besides the attention's and the experts' all-reduces
+    spec = get_model("MiniMax-M2.5")
+    assert spec.qk_norm_all_reduce and not get_model("gpt-oss-120b").qk_norm_all_reduce
+    m = CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 4, dtype="fp8")
+    plain = CalibratedRooflineTimeModel(dataclasses.replace(spec, qk_norm_all_reduce=False), "H200", 4, dtype="fp8")
+    assert m.qk_norm_allreduces == 62 and plain.qk_norm_allreduces == 0
+    assert QK_NORM_BYTES_PER_TOKEN == 8.0
+    batch = StepBatch(prefill_new=(1000,), prefill_cached=(0,), decode_context=(500,) * 3)
+    extra = m.terms(batch)["allreduce"] - plain.terms(batch)["allreduce"]
+    # 1,003 tokens x 8 bytes = 8,024 bytes: the custom all-reduce's one stage, latency-bound
+    assert extra == pytest.approx(62 * float(allreduce_time(4, 1003 * 8.0, m.allreduce_latency_s, m.c)))
+    assert extra == pytest.approx(62 * (m.allreduce_latency_s + 3 * 8024 / m.c["allreduce_link_bytes_per_s"]))
+    assert step_seconds(packed(m), aggregates(batch)) == pytest.approx(m.step_time(batch), rel=1e-9)
+    # no tensor parallelism, no all-reduce
+    assert CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 1, dtype="fp8").qk_norm_allreduces == 0

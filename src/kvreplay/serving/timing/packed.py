@@ -112,6 +112,7 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
                            model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
         values[name] = _p(value) if name == "C_MOE_P" else value
     values["C_MOE_TILE_ABOVE"] = MOE_TILE_ABOVE
+    values["C_QK_NORM_ALLREDUCES"] = model.qk_norm_allreduces  # one more all-reduce a layer (MiniMax-M2's q/k norm)
     # served routing's factor at each knot (all 1: balanced routing)
     for i, f in enumerate(model.moe_route if moe and model.moe_route else (1.0,) * MOE_ROUTING_KNOTS):
         values["C_MOE_ROUTE" + (f"_{i}" if i else "")] = f

@@ -306,6 +306,14 @@ def allreduce_time(tp, nbytes, latency, c):
                               ring + np.where(custom, c["allreduce_latency_s"], 0.0))
 
 
+#: the all-reduce of a layer whose q and k vLLM RMS-norms over every head (ModelSpec.qk_norm_all_reduce,
+#: MiniMax-M2): each token's q and k variances, two fp32 (vLLM 0.19.0
+#: model_executor/layers/mamba/linear_attn.py:82-101, MiniMaxText01RMSNormTP.forward_qk:
+#: ``torch.cat([q_var, k_var], dim=-1)`` all-reduced; 0.33.0 fuses it with the norm,
+#: minimax_rms_norm/rms_norm_tp.py _minimax_qk_norm_fusion, still an all-reduce a layer)
+QK_NORM_BYTES_PER_TOKEN = 8.0
+
+
 def allreduce_floor(tp, nbytes, latency, c):
     """A lower bound of allreduce_time for `nbytes` or more: the cheaper of the one-stage and ring
     formulas (the custom two-stage kernel is the ring plus a latency), each growing with the bytes.
@@ -654,6 +662,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.ew_kernels = float(sum(n for n, _ in kinds))
         self.ew_bytes_per_token = sum(n * b for n, b in kinds)
         self.kv_heads_gpu = 0.0 if self.mla else float(max(1, spec.num_kv_heads // self.tp))
+        # a model whose q and k vLLM norms over every head: one all-reduce more per layer under TP
+        self.qk_norm_allreduces = spec.num_layers if spec.qk_norm_all_reduce and self.tp > 1 else 0
 
     def _split_experts(self, c: dict, wbytes: float):
         """An MoE with its experts in the catalog and a calibrated MoE kernel for its weights: its
@@ -795,6 +805,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         if tp > 1 and self.hidden:
             cost = allreduce_time if floor_decodes is None else allreduce_floor
             out["allreduce"] = 2 * layers * float(cost(tp, tokens * self.hidden * 2.0, self.allreduce_latency_s, c))
+            if self.qk_norm_allreduces:  # q and k normed over every head: their variances, 2 fp32 a token
+                out["allreduce"] += self.qk_norm_allreduces * float(cost(tp, tokens * QK_NORM_BYTES_PER_TOKEN,
+                                                                         self.allreduce_latency_s, c))
         if self.ew_kernels:
             out["elementwise"] = self.ew_kernels * c["ew_floor_s"] + tokens * self.ew_bytes_per_token / (bw * c["e_ew"])
         out["overhead"] = layers * c["per_layer_s"] + c["per_step_s"]

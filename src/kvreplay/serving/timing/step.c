@@ -164,6 +164,8 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
                                   + tm[C_MLA_CONTEXT_FLOPS] * agg[AGG_PREFILL_CACHED] / (tm[C_PEAK] * tm[C_E_GEMM]));
     if (tm[C_MAMBA_LAYERS] > 0) t += linear_layers(tm, tokens, rows, prefill_reqs > 0);
     if (tp > 1 && tm[C_HIDDEN] > 0) t += 2.0 * layers * allreduce(tm, tokens * tm[C_HIDDEN] * 2.0);
+    if (tm[C_QK_NORM_ALLREDUCES] > 0)  /* q and k normed over every head: their variances, 8 bytes a token */
+        t += tm[C_QK_NORM_ALLREDUCES] * allreduce(tm, tokens * 8.0);
     if (tm[C_EW_KERNELS] > 0)  /* the elementwise kernels (roofline.py elementwise_work) */
         t += tm[C_EW_KERNELS] * tm[C_EW_FLOOR] + tokens * tm[C_EW_BYTES] / (bw * tm[C_E_EW]);
     t += layers * tm[C_PER_LAYER] + tm[C_PER_STEP];
