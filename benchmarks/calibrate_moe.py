@@ -73,7 +73,7 @@ def served_routing(balanced, served) -> tuple[float, ...]:
     """The fused MoE kernel's time under served routing over its time under balanced routing, the
     same kernel at the same shape (hidden, width, top-k, experts, TP) and tokens: at each of
     roofline.MOE_ROUTING_KNOTS (tokens 2^0 .. 2^14) the median over every shape and token count
-    within half an octave of the knot (rounded to 3 decimals)."""
+    within half an octave of the knot (rounded to 3 decimals; nan where no row is)."""
     from kvreplay.serving.timing.roofline import MOE_ROUTING_KNOTS
 
     keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "num_tokens"]
@@ -81,8 +81,8 @@ def served_routing(balanced, served) -> tuple[float, ...]:
     octave = np.log2(r.index.get_level_values("num_tokens").to_numpy(float))
     out = []
     for k in range(MOE_ROUTING_KNOTS):
-        near = (octave >= k - 0.5) & (octave < k + 0.5)
-        out.append(round(float(np.median(r.to_numpy()[near])), 3))
+        near = r.to_numpy()[(octave >= k - 0.5) & (octave < k + 0.5)]
+        out.append(round(float(np.median(near)), 3) if near.size else float("nan"))  # nan: no row near the knot
     return tuple(out)
 
 
