@@ -741,8 +741,9 @@ def step_table(meas: Measured, gpu_name: str, coefficients: dict, bw: float, dty
         for tp in tps:
             if not meas.has_allreduce(tp):
                 continue
+            # composed from the MoE tables' balanced routing: the experts predicted as they were timed
             model = CalibratedRooflineTimeModel(predicted_spec, gpu_name, tp, dtype=dtype,
-                                                coefficients=coefficients, stream_bytes_per_s=bw)
+                                                coefficients=coefficients, stream_bytes_per_s=bw, moe_routing="balanced")
             for phase, prefill, b, ctx in step_shapes():
                 measured = (composed_moe_step if moe else composed_step)(meas, spec, tp, prefill, b, ctx, head=head)
                 if measured is None:
@@ -874,7 +875,7 @@ def mla_step_rows(tabs: dict, meas, meas8, gpu_name: str, coefficients: dict, bw
     spec, rows = get_model(MLA_MODEL), []
     for tp in (tp for tp in MLA_TPS if meas.has_allreduce(tp)):
         model = CalibratedRooflineTimeModel(spec, gpu_name, tp, dtype="fp8", coefficients=kernel_terms(coefficients, meas.ew is not None),
-                                            stream_bytes_per_s=bw)
+                                            stream_bytes_per_s=bw, moe_routing="balanced")
         for phase, prefill, b, ctx in step_shapes():
             measured = composed_mla_step(tabs["mla"], meas, meas8, spec, tp, prefill, b, ctx)
             if measured is not None:

@@ -45,6 +45,47 @@ def moe_kernels(t, gpu_dir: str) -> dict:
     return out
 
 
+def routing_rows(t, gpu_dir: str) -> dict:
+    """Each weights dtype's kernel (MOE_KERNELS) timed under both routings, experts split by TP:
+    {kernel: (balanced rows, power_law_1.01 rows)}; {} without a table."""
+    prefix = f"aiconfigurator_core/systems/data/{gpu_dir}/moe/vllm/"
+    if not any(n.startswith(prefix) and n.endswith("/moe_perf.parquet") for n in t.names):
+        return {}
+    m = t.read(gpu_dir, "moe", "moe_perf.parquet")
+    m = m[m.moe_ep_size == 1]
+    out = {}
+    for kernel, (dtype, sources) in MOE_KERNELS.items():
+        rows = m[m.moe_dtype == dtype]
+        for src in sources:
+            pick = rows[rows.kernel_source.str.contains(src)]
+            if len(pick):
+                out[kernel] = (pick[pick.distribution == "balanced"], pick[pick.distribution == SERVED_DISTRIBUTION])
+                break
+    return out
+
+
+#: the routing a served model's tokens take, as aiconfigurator models it (its ModelConfig's
+#: workload_distribution "power_law" at alpha 1.01, sdk/config.py and sdk/models/*.py)
+SERVED_DISTRIBUTION = "power_law_1.01"
+
+
+def served_routing(balanced, served) -> tuple[float, ...]:
+    """The fused MoE kernel's time under served routing over its time under balanced routing, the
+    same kernel at the same shape (hidden, width, top-k, experts, TP) and tokens: at each of
+    roofline.MOE_ROUTING_KNOTS (tokens 2^0 .. 2^14) the median over every shape and token count
+    within half an octave of the knot (rounded to 3 decimals; nan where no row is)."""
+    from kvreplay.serving.timing.roofline import MOE_ROUTING_KNOTS
+
+    keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "num_tokens"]
+    r = (served.groupby(keys).latency.min() / balanced.groupby(keys).latency.min()).dropna()
+    octave = np.log2(r.index.get_level_values("num_tokens").to_numpy(float))
+    out = []
+    for k in range(MOE_ROUTING_KNOTS):
+        near = r.to_numpy()[(octave >= k - 0.5) & (octave < k + 0.5)]
+        out.append(round(float(np.median(near)), 3) if near.size else float("nan"))  # nan: no row near the knot
+    return tuple(out)
+
+
 def moe_args(table):
     """A MoE table's columns as moe_model takes them: tokens, hidden, expert width, topk, experts, tp."""
     return [table[x].to_numpy(float) for x in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")]

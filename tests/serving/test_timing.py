@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -986,7 +988,8 @@ def test_calibrated_moe_times_its_routed_experts_apart_from_the_body():
 
     spec = get_model("Qwen3-30B-A3B")  # 48 MoE layers of 128 experts, top 8, 768 wide; hidden 2048
     assert spec.routed_expert_params == 3 * 48 * 8 * 2048 * 768
-    m = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients={**ROUND, **_moe_coefficients("bf16")})
+    m = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients={**ROUND, **_moe_coefficients("bf16")},
+                                    moe_routing="balanced")
     bw = m.bandwidth
     t = m.terms(StepBatch(decode_context=(1000,)))
     # one token: 8 experts of 3 x 2048 x 384 (768 / tp 2) bf16 weights each layer, memory-bound, + floor + 8 routed
@@ -1147,3 +1150,71 @@ def test_the_profile_peak_is_the_larger_of_the_forward_pass_and_the_sampler():
     # expert parallelism keeps each expert whole: Qwen3-235B-A22B at 8 ranks, I = 1,536 (not 192)
     big = get_model("Qwen3-235B-A22B")
     assert memory.layer_width(big, 8, ep=True) == 8 * 4_096 + 8 * 4_096 + 256
+
+
+def test_served_routing_scales_the_routed_experts_between_its_knots():
+    from kvreplay.serving.timing.roofline import MOE_ROUTING_KNOTS, SERVED_ROUTING, served_routing
+
+    # the knots sit at 2^0 .. 2^14 tokens; between them linear in log2(tokens), beyond them the end's
+    mx = SERVED_ROUTING["mxfp4"]
+    assert len(mx) == MOE_ROUTING_KNOTS
+    assert served_routing("mxfp4", 1024) == pytest.approx(1.366)  # knot 10 (gpt-oss's MXFP4 kernel 1.37x)
+    assert served_routing("mxfp4", 1536) == pytest.approx(1.366 + (1.339 - 1.366) * (math.log2(1536) - 10))
+    assert served_routing("mxfp4", 100_000) == pytest.approx(1.069) and served_routing("mxfp4", 1) == pytest.approx(0.987)
+    assert served_routing("bf16", 0) == 1.0 and served_routing("no-such-kernel", 512) == 1.0
+
+
+def test_calibrated_moe_under_served_routing_in_python_and_in_c():
+    from kvreplay.serving.timing.packed import aggregates, packed, step_seconds
+
+    coefficients = {**ROUND, **_moe_coefficients("bf16")}
+    served = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients=coefficients)
+    balanced = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients=coefficients, moe_routing="balanced")
+    # a prefill of 3,000 tokens and 5 decodes: 3,005 tokens, between the knots at 2,048 (1.08) and 4,096 (1.087)
+    batch = StepBatch(prefill_new=(3000,), prefill_cached=(0,), decode_context=(100,) * 5)
+    factor = 1.08 + (1.087 - 1.08) * (math.log2(3005) - 11)
+    ts, tb = served.terms(batch), balanced.terms(batch)
+    assert ts["moe"] == pytest.approx(tb["moe"] * factor)
+    assert {k: v for k, v in ts.items() if k != "moe"} == {k: v for k, v in tb.items() if k != "moe"}
+    assert served.describe()["moe_routing"] == "served" and balanced.describe()["moe_routing"] == "balanced"
+    for m in (served, balanced):  # the compiled loop's step is the same
+        assert step_seconds(packed(m), aggregates(batch)) == pytest.approx(m.step_time(batch), rel=1e-9)
+    # one decode token: fewer experts active under served routing (0.983 at 1 token)
+    one = StepBatch(decode_context=(1000,))
+    assert served.terms(one)["moe"] == pytest.approx(balanced.terms(one)["moe"] * 0.983)
+    assert step_seconds(packed(served), aggregates(one)) == pytest.approx(served.step_time(one), rel=1e-9)
+
+
+def test_served_routing_only_on_the_kernels_it_was_measured_on():
+    # B200's MoE terms are its own fit of FlashInfer's TRT-LLM kernels: balanced routing stays
+    b200 = CalibratedRooflineTimeModel("gpt-oss-120b", "B200", 2, dtype="int4")
+    h100 = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 2, dtype="int4")
+    assert "moe" in b200.calibration.own_fitted and b200.moe_route is None
+    assert b200.describe()["moe_routing"] == "balanced"
+    assert h100.moe_kernel == "mxfp4" and h100.describe()["moe_routing"] == "served"
+    assert "moe_routing" not in CalibratedRooflineTimeModel("Llama-3.1-8B", "H100").describe()  # a dense model
+    with pytest.raises(ConfigError, match="moe_routing"):
+        CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 2, dtype="int4", moe_routing="even")
+
+
+def test_a_q_k_norm_over_every_head_all_reduces_once_more_a_layer():
+    from kvreplay.analysis.models import get_model
+    from kvreplay.serving.timing.packed import aggregates, packed, step_seconds
+    from kvreplay.serving.timing.roofline import QK_NORM_BYTES_PER_TOKEN, allreduce_time
+
+    # vLLM norms MiniMax-M2's q and k over all 48 (8) heads: at TP 4 each of its 62 layers all-reduces
+    # every token's two fp32 variances, 8 bytes a token, besides the attention's and the experts' all-reduces
+    spec = get_model("MiniMax-M2.5")
+    assert spec.qk_norm_all_reduce and not get_model("gpt-oss-120b").qk_norm_all_reduce
+    m = CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 4, dtype="fp8")
+    plain = CalibratedRooflineTimeModel(dataclasses.replace(spec, qk_norm_all_reduce=False), "H200", 4, dtype="fp8")
+    assert m.qk_norm_allreduces == 62 and plain.qk_norm_allreduces == 0
+    assert QK_NORM_BYTES_PER_TOKEN == 8.0
+    batch = StepBatch(prefill_new=(1000,), prefill_cached=(0,), decode_context=(500,) * 3)
+    extra = m.terms(batch)["allreduce"] - plain.terms(batch)["allreduce"]
+    # 1,003 tokens x 8 bytes = 8,024 bytes: the custom all-reduce's one stage, latency-bound
+    assert extra == pytest.approx(62 * float(allreduce_time(4, 1003 * 8.0, m.allreduce_latency_s, m.c)))
+    assert extra == pytest.approx(62 * (m.allreduce_latency_s + 3 * 8024 / m.c["allreduce_link_bytes_per_s"]))
+    assert step_seconds(packed(m), aggregates(batch)) == pytest.approx(m.step_time(batch), rel=1e-9)
+    # no tensor parallelism, no all-reduce
+    assert CalibratedRooflineTimeModel("MiniMax-M2.5", "H200", 1, dtype="fp8").qk_norm_allreduces == 0

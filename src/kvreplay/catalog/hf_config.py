@@ -137,6 +137,9 @@ def read_config(raw: dict, path: str) -> Reading:
         "mla": _mla_field(arch),
         "mla_source": arch.text_fields.get("mla") if _mla_field(arch) else None,
         "notes": _notes(arch),
+        # vLLM 0.19-0.33's MiniMaxM2Attention norms q and k over all heads, an all-reduce a layer under TP
+        # (models/minimax_m2.py: MiniMaxText01RMSNormTP forward_qk / forward_qkv), whatever the config says
+        "qk_norm_all_reduce": model_type == "minimax_m2",
         **_vision(top, arch),
     }
     total, active = param_counts.count(arch)

@@ -119,6 +119,10 @@ class ModelSpec:
     #: attention projections and the router), with its source; () for none
     quantized_keeps_bf16: tuple = ()
     quantized_keeps_bf16_source: str | None = None
+    #: whether vLLM RMS-norms q and k over every head of the layer, not per head (MiniMax-M2:
+    #: ``MiniMaxText01RMSNormTP``), so that under TP each layer all-reduces every token's q and k
+    #: variances (two fp32 a token) before its attention
+    qk_norm_all_reduce: bool = False
 
     @property
     def checkpoint_weights_dtype(self) -> str:

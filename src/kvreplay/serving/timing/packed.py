@@ -18,7 +18,7 @@ from ... import native
 from ...errors import ConfigError
 from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
-from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel
+from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_ROUTING_KNOTS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel
 
 AGG = native.slots("timing", "agg")  # (native.Absent without the core: the catalog still loads)
 KIND = native.slots("timing", "kind")
@@ -118,6 +118,10 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
         values.update(C_MOE_EXPERTS=model.moe_experts, C_MOE_EP=model.moe_ep if model.moe_ep > 1 else 0.0)
     else:
         values["C_MOE_EP"] = 0.0
+    values["C_QK_NORM_ALLREDUCES"] = model.qk_norm_allreduces  # one more all-reduce a layer (MiniMax-M2's q/k norm)
+    # served routing's factor at each knot (all 1: balanced routing)
+    for i, f in enumerate(model.moe_route if moe and model.moe_route else (1.0,) * MOE_ROUTING_KNOTS):
+        values["C_MOE_ROUTE" + (f"_{i}" if i else "")] = f
     gdn = model.gdn is not None  # Gated DeltaNet layers on their fitted kernel
     values.update({"C_GDN": 1.0 if gdn else 0.0, "C_GDN_ACT": model.gdn_act if gdn else 0.0,
                    "C_GDN_VHEADS": model.gdn_v_heads if gdn else 1.0})

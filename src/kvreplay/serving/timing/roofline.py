@@ -20,7 +20,9 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - an MoE's routed experts (the catalog's ``moe``; since 2026-12-04 (5)), apart from the body
   above when the calibration has the fused MoE kernel for the weights (``moe_kernel``): per MoE
   layer ``moe_layer_time``, the kernel's compute (at least a tile of rows per active expert) and
-  its active experts' weights, a floor and a cost per routed token, fitted on measured MoE kernels;
+  its active experts' weights, a floor and a cost per routed token, fitted on measured MoE kernels
+  under balanced routing, times the served-routing factor of the step's tokens (SERVED_ROUTING:
+  the same kernels under a served model's uneven routing, where the GPU's MoE terms are Hopper's);
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
   GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
@@ -141,6 +143,36 @@ MOE_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int4": "int4"}  # w
 #: each MoE kernel's bytes per weight; mxfp4: int4 weights of an MXFP4 checkpoint (gpt-oss), which
 #: vLLM runs with OpenAI's Triton MoE kernel, not Marlin (its scales, a byte per 32, left out as int4's)
 MOE_WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5, "mxfp4": 0.5}
+
+
+#: served routing: the MoE kernel terms are fitted on tables whose tokens are routed as evenly as
+#: they can be, while a served model routes them unevenly, which the same kernels run at another
+#: speed (fewer experts active in a small step: faster; a few experts holding most of a prefill's
+#: rows: slower, 1.4x for gpt-oss's MXFP4 kernel at 1,024 tokens). Each kernel's time under the
+#: routing aiconfigurator models a served model with (power law, alpha 1.01) over its time under
+#: balanced routing, both measured on H100 (``moe/vllm/0.24.0/moe_perf.parquet``: the same kernel,
+#: shape and tokens; benchmarks/calibrate_moe.py served_routing), at MOE_ROUTING_KNOTS knots of
+#: 2^0 .. 2^14 tokens, each the median within half an octave; linear in log2(tokens) between them,
+#: the last knot's beyond. Applied to the Hopper-era kernels these coefficients describe (a GPU whose
+#: MoE terms are its own fit on other kernels, Blackwell's FlashInfer ones, keeps balanced routing)
+MOE_ROUTING_KNOTS = 15
+SERVED_ROUTING = {
+    "bf16": (0.983, 0.985, 0.992, 0.981, 0.783, 0.792, 0.854, 0.9, 0.933, 0.966, 1.003, 1.08, 1.087, 1.08, 1.055),
+    "fp8": (0.98, 0.982, 0.989, 0.993, 0.901, 0.776, 0.813, 0.862, 0.893, 0.925, 1.002, 1.05, 1.027, 1.044, 1.023),
+    "int4": (0.994, 0.995, 1.0, 0.999, 0.922, 0.734, 0.69, 0.802, 1.011, 1.028, 1.107, 1.265, 1.164, 1.124, 1.037),
+    "mxfp4": (0.987, 0.986, 0.981, 0.903, 0.961, 0.877, 0.959, 1.003, 1.111, 1.229, 1.366, 1.339, 1.285, 1.097, 1.069),
+}
+
+
+def served_routing(kernel: str, tokens) -> float:
+    """The served-routing factor of MoE kernel `kernel` at a step of `tokens` tokens (SERVED_ROUTING;
+    1 for a kernel without one), as step.c's moe_routing computes it."""
+    knots = SERVED_ROUTING.get(kernel)
+    if knots is None or tokens <= 0:
+        return 1.0
+    x = min(max(math.log2(tokens), 0.0), MOE_ROUTING_KNOTS - 1.0)
+    i = min(int(x), MOE_ROUTING_KNOTS - 2)
+    return knots[i] * (1.0 - (x - i)) + knots[i + 1] * (x - i)
 
 
 def moe_kernel(weights_dtype: str, checkpoint_weights: str | None) -> str | None:
@@ -274,6 +306,14 @@ def allreduce_time(tp, nbytes, latency, c):
     one = (tp == 2) | ((tp <= 4) & (nbytes < ONE_STAGE_BELOW[4])) | ((tp <= 8) & (nbytes < ONE_STAGE_BELOW[8]))
     return latency + np.where(custom & one, (tp - 1) * nbytes / link,
                               ring + np.where(custom, c["allreduce_latency_s"], 0.0))
+
+
+#: the all-reduce of a layer whose q and k vLLM RMS-norms over every head (ModelSpec.qk_norm_all_reduce,
+#: MiniMax-M2): each token's q and k variances, two fp32 (vLLM 0.19.0
+#: model_executor/layers/mamba/linear_attn.py:82-101, MiniMaxText01RMSNormTP.forward_qk:
+#: ``torch.cat([q_var, k_var], dim=-1)`` all-reduced; 0.33.0 fuses it with the norm,
+#: minimax_rms_norm/rms_norm_tp.py _minimax_qk_norm_fusion, still an all-reduce a layer)
+QK_NORM_BYTES_PER_TOKEN = 8.0
 
 
 def allreduce_floor(tp, nbytes, latency, c):
@@ -481,11 +521,17 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     launch_layer_s, eager_above = 0.0, math.inf
 
     def __init__(self, model, gpu, tp: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
-                 coefficients: dict | None = None, stream_bytes_per_s: float | None = None):
+                 coefficients: dict | None = None, stream_bytes_per_s: float | None = None,
+                 moe_routing: str = "served"):
         """`coefficients`: every one of COEFFICIENTS given (benchmarks/calibrate.py) replaces the
         shipped calibration, some of them override it. `stream_bytes_per_s`: the memory bandwidth
         the terms run at (default: stream_bandwidth of the GPU and its calibration; every
-        coefficient given and no bandwidth: the datasheet peak)."""
+        coefficient given and no bandwidth: the datasheet peak). `moe_routing`: an MoE's tokens
+        routed as a served model routes them ("served": SERVED_ROUTING, where the GPU's MoE terms
+        are the Hopper kernels') or as evenly as they can be ("balanced", as the MoE tables time them)."""
+        if moe_routing not in ("served", "balanced"):
+            raise ConfigError(f"moe_routing must be served or balanced, got {moe_routing!r}")
+        self.moe_routing = moe_routing
         super().__init__(model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype)
         c = self.c = self._resolve_coefficients(dict(coefficients or {}))
         self._resolve_bandwidth(stream_bytes_per_s)
@@ -618,6 +664,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.ew_kernels = float(sum(n for n, _ in kinds))
         self.ew_bytes_per_token = sum(n * b for n, b in kinds)
         self.kv_heads_gpu = 0.0 if self.mla else float(max(1, spec.num_kv_heads // self.tp))
+        # a model whose q and k vLLM norms over every head: one all-reduce more per layer under TP
+        self.qk_norm_allreduces = spec.num_layers if spec.qk_norm_all_reduce and self.tp > 1 else 0
 
     def _split_experts(self, c: dict, wbytes: float):
         """An MoE with its experts in the catalog and a calibrated MoE kernel for its weights: its
@@ -628,12 +676,16 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.moe = spec.moe if spec.moe and self.hidden and kernel and set(moe_names(kernel)) <= set(c) else None
         self.moe_kernel = kernel if self.moe else None
         self.dp_experts = None  # (data parallelism's experts out of the body: serving/dataparallel.py)
+        self.moe_route = None
         if self.moe:
             self.moe_c = tuple(c[k] for k in moe_names(kernel))
             self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # int4, mxfp4: bf16 math
             self.moe_weight_bytes = MOE_WEIGHT_BYTES[kernel]
             self.moe_inter = self.moe["expert_intermediate"] / self.tp
             self.moe_experts, self.moe_ep = self.moe["experts"], 1  # (data parallelism: dataparallel.py)
+            # served routing on the kernels SERVED_ROUTING was measured on (not a GPU's own MoE fit)
+            served = self.moe_routing == "served" and "moe" not in self.calibration.own_fitted
+            self.moe_route = SERVED_ROUTING.get(kernel) if served else None
             self.body_params -= spec.routed_expert_params
             self.body_weight_bytes = self.body_params * wbytes
 
@@ -766,11 +818,16 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, gathered, self.hidden, self.moe_inter,
                                                             self.moe_experts, m["experts_per_token"],
                                                             self.moe_weight_bytes, self.moe_peak, bw, self.moe_ep))
+            if self.moe_route:
+                out["moe"] *= served_routing(self.moe_kernel, gathered)
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
             cost = allreduce_time if floor_decodes is None else allreduce_floor
             out["allreduce"] = 2 * layers * float(cost(tp, tokens * self.hidden * 2.0, self.allreduce_latency_s, c))
+            if self.qk_norm_allreduces:  # q and k normed over every head: their variances, 2 fp32 a token
+                out["allreduce"] += self.qk_norm_allreduces * float(cost(tp, tokens * QK_NORM_BYTES_PER_TOKEN,
+                                                                         self.allreduce_latency_s, c))
         if self.ew_kernels:
             out["elementwise"] = self.ew_kernels * c["ew_floor_s"] + tokens * self.ew_bytes_per_token / (bw * c["e_ew"])
         out["overhead"] = layers * c["per_layer_s"] + c["per_step_s"]
@@ -839,6 +896,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
                 "coefficients": {k: (None if v == float("inf") else v) for k, v in self.c.items()}, "peak_tflops": self.peak_flops / 1e12,
                 "bandwidth_gbps": self.gpu.bandwidth_gbps, "stream_bandwidth_gbps": self.bandwidth / 1e9,
                 "stream_bandwidth_source": self.bandwidth_source, "moe_kernel": self.moe_kernel, "mla": self.mla,
+                **({"moe_routing": "served" if self.moe_route else "balanced"} if self.moe else {}),
                 **({"pcie_allreduce_tp": self.pcie_allreduce[0]} if getattr(self, "pcie_allreduce", None) else {}),
                 **({"mamba_layers": self.mamba_layers, "mamba_state_bytes_per_layer": self.state_bytes,
                     "mamba_term": ("Gated DeltaNet kernels, fitted on measured ones" if self.gdn else

@@ -60,6 +60,16 @@ static f64 layer_gemms(const f64 *tm, f64 tokens) {
                 + tm[C_BODY_GEMMS] * layers * tm[C_GEMM_FLOOR]);
 }
 
+/* the served-routing factor of a step of `tokens` tokens (roofline.py served_routing): linear in
+ * log2(tokens) between the knots at 2^0 .. 2^14, the end knots' beyond */
+static f64 moe_routing(const f64 *tm, f64 tokens) {
+    f64 x = tokens > 1.0 ? log2(tokens) : 0.0;
+    if (x >= MOE_ROUTING_KNOTS - 1) return tm[C_MOE_ROUTE + MOE_ROUTING_KNOTS - 1];
+    int i = (int)x;
+    f64 f = x - i;
+    return tm[C_MOE_ROUTE + i] * (1.0 - f) + tm[C_MOE_ROUTE + i + 1] * f;
+}
+
 /* an MoE's routed experts (roofline.py moe_layer_time), over its MoE layers: `tokens` the ones
  * gathered to them; under expert parallelism a rank's experts take 1 / C_MOE_EP of their routings */
 static f64 moe_experts(const f64 *tm, f64 tokens) {
@@ -70,7 +80,8 @@ static f64 moe_experts(const f64 *tm, f64 tokens) {
     f64 flops = 2.0 * moe_rows * (2.0 * (h + k0) * inter + (inter + k0) * h);
     f64 weights = active * 3.0 * h * inter * tm[C_MOE_W_BYTES];
     return tm[C_MOE_LAYERS] * (soft_max(flops / (tm[C_MOE_PEAK] * tm[C_MOE_E_GEMM]), weights / (tm[C_BW] * tm[C_MOE_E_WEIGHTS]),
-                                        tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed);
+                                        tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed)
+           * moe_routing(tm, tokens);
 }
 
 /* an MoE's routed experts as one GEMM of their own over `tokens` gathered tokens, split over
@@ -169,6 +180,8 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
                                   + tm[C_MLA_CONTEXT_FLOPS] * agg[AGG_PREFILL_CACHED] / (tm[C_PEAK] * tm[C_E_GEMM]));
     if (tm[C_MAMBA_LAYERS] > 0) t += linear_layers(tm, tokens, rows, prefill_reqs > 0);
     if (tp > 1 && tm[C_HIDDEN] > 0) t += 2.0 * layers * allreduce(tm, tokens * tm[C_HIDDEN] * 2.0);
+    if (tm[C_QK_NORM_ALLREDUCES] > 0)  /* q and k normed over every head: their variances, 8 bytes a token */
+        t += tm[C_QK_NORM_ALLREDUCES] * allreduce(tm, tokens * 8.0);
     if (tm[C_EW_KERNELS] > 0)  /* the elementwise kernels (roofline.py elementwise_work) */
         t += tm[C_EW_KERNELS] * tm[C_EW_FLOOR] + tokens * tm[C_EW_BYTES] / (bw * tm[C_E_EW]);
     t += layers * tm[C_PER_LAYER] + tm[C_PER_STEP];

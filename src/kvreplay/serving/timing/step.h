@@ -42,7 +42,12 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * tokens are split over (C_MOE_EP, 0 or 1: none; each rank then holds C_MOE_EXPERTS of them whole); an
  * MoE whose experts are not apart, under data parallelism: its routed experts out of the body's GEMM
  * into one GEMM of their own over the gathered tokens, split over C_DPX_GPUS GPUs (C_DPX_PARAMS the
- * active ones a token, C_DPX_BYTES all their bytes, C_DPX_ACTIVE_BYTES a token's; roofline.py dp_experts) */
+ * active ones a token, C_DPX_BYTES all their bytes, C_DPX_ACTIVE_BYTES a token's; roofline.py dp_experts);
+ * an MoE's experts under served routing,
+ * their time x a factor linear in log2(tokens) between knots at 2^0 .. 2^14 tokens (C_MOE_ROUTE and
+ * the 14 slots after it; all 1: balanced routing, as the MoE tables time it; roofline.py served_routing);
+ * C_QK_NORM_ALLREDUCES all-reduces of 8 bytes a token more per step (q and k normed over every head:
+ * roofline.py QK_NORM_BYTES_PER_TOKEN, one a layer under TP; 0: none) */
 #define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
     S(C_BODY_PARAMS) S(C_BODY_WEIGHT_BYTES) S(C_ACTIVE_BODY_WEIGHT_BYTES) S(C_HEAD_PARAMS) S(C_HEAD_WEIGHT_BYTES) \
     S(C_HIDDEN) S(C_ATTN_WIDTH) S(C_KV_LAYER_TOKEN) S(C_PEAK) S(C_ATTN_PEAK) S(C_BW)                           \
@@ -62,7 +67,12 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_MLA_FLOOR) S(C_MLA_PER_TOKEN) S(C_MLA_CONTEXT_FLOPS) S(C_MOE_TILE_ROWS_LARGE) S(C_MOE_TILE_ABOVE)    \
     S(C_AR_LATENCY2) S(C_AR_LINK) S(C_ATTN_SPLIT) S(C_KV_HEADS_GPU) S(C_EW_KERNELS) S(C_EW_BYTES) S(C_EW_FLOOR)  \
     S(C_E_EW) S(C_LAUNCH_LAYER_S) S(C_EAGER_ABOVE) S(C_MOE_EP) \
-    S(C_DPX_PARAMS) S(C_DPX_BYTES) S(C_DPX_ACTIVE_BYTES) S(C_DPX_GPUS)
+    S(C_DPX_PARAMS) S(C_DPX_BYTES) S(C_DPX_ACTIVE_BYTES) S(C_DPX_GPUS) S(C_MOE_ROUTE)                          \
+    S(C_MOE_ROUTE_1) S(C_MOE_ROUTE_2) S(C_MOE_ROUTE_3) S(C_MOE_ROUTE_4) S(C_MOE_ROUTE_5) S(C_MOE_ROUTE_6)        \
+    S(C_MOE_ROUTE_7) S(C_MOE_ROUTE_8) S(C_MOE_ROUTE_9) S(C_MOE_ROUTE_10) S(C_MOE_ROUTE_11) S(C_MOE_ROUTE_12)     \
+    S(C_MOE_ROUTE_13) S(C_MOE_ROUTE_14) S(C_QK_NORM_ALLREDUCES)
+/* an MoE's served-routing factor at 2^0 .. 2^14 tokens (roofline.py SERVED_ROUTING), from C_MOE_ROUTE on */
+#define MOE_ROUTING_KNOTS 15
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
 
 f64 kv_step_seconds(const f64 *tm, const f64 *agg);
