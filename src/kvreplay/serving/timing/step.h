@@ -32,7 +32,8 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * prefill attention at its own width (C_ATTN_WIDTH_PREFILL) and the MLA module's floor and cost
  * per token per layer (C_MLA_FLOOR, C_MLA_PER_TOKEN: roofline.py _mla_apart), and the kv_b FLOPs
  * per cached token per layer a prefill decompresses (C_MLA_CONTEXT_FLOPS); vLLM's custom all-reduce's
- * one stage (C_AR_LINK > 0: roofline.py allreduce_time; C_AR_LATENCY2 its second stage's barrier),
+ * one stage (C_AR_LINK > 0: roofline.py allreduce_time; C_AR_LATENCY2 its second stage's barrier) and
+ * NCCL's terms at the group's degree above it (C_AR_NCCL_LATENCY, C_AR_NCCL_BUS: roofline.py nccl_terms),
  * the decode attention's split over (request, KV head) pairs (C_ATTN_SPLIT, C_KV_HEADS_GPU) and the
  * elementwise kernels (C_EW_KERNELS a step, C_EW_BYTES a token: roofline.py elementwise_work); the
  * host's kernel launches of a step vLLM runs without a CUDA graph, more than C_EAGER_ABOVE tokens
@@ -55,7 +56,7 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_GDN_PER_REQ_DECODE) S(C_ATTN_WIDTH_PREFILL) S(C_BODY_BESIDE) S(C_BODY_GEMMS)                             \
     S(C_MLA_FLOOR) S(C_MLA_PER_TOKEN) S(C_MLA_CONTEXT_FLOPS) S(C_MOE_TILE_ROWS_LARGE) S(C_MOE_TILE_ABOVE)    \
     S(C_AR_LATENCY2) S(C_AR_LINK) S(C_ATTN_SPLIT) S(C_KV_HEADS_GPU) S(C_EW_KERNELS) S(C_EW_BYTES) S(C_EW_FLOOR)  \
-    S(C_E_EW) S(C_LAUNCH_LAYER_S) S(C_EAGER_ABOVE)
+    S(C_E_EW) S(C_LAUNCH_LAYER_S) S(C_EAGER_ABOVE) S(C_AR_NCCL_LATENCY) S(C_AR_NCCL_BUS)
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
 
 f64 kv_step_seconds(const f64 *tm, const f64 *agg);
