@@ -30,6 +30,23 @@ the budget has had:
   say "custom all-reduce disabled"): NCCL then runs over shared memory or the network with the
   buffers of PCIe (dennislee22's A100 logs at TP 2: 0.65 GiB of non-KV memory in all).
 - V1 before 0.21: the CUDA graphs were captured after the pool was sized (not in the budget).
+- V1 0.19-0.20: the CUDA graph memory profile (``profile_cudagraph_memory``: a minimal KV cache,
+  the first two graphs of each mode captured and freed) runs inside the ``memory_profiling``
+  window (gpu_worker.py:366-381 of 0.19.0; 0.24.0 still does, 434-453; 0.28.0 profiles after the
+  window closes, 515-532, as 0.33.0 does), and its estimate is not taken from the budget
+  (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 0 before 0.21). Their pools still come
+  out 0.3-0.6 GiB smaller than the terms leave, on an A100 40GB, an A100 80GB and an RTX 4090
+  alike, with graphs captured: WINDOW_VERSIONS points that capture graphs (their version stated,
+  not approximate or assumed) lose a constant fitted
+  on the V1 fit points of those versions (``fit_window``: their median residue; it is not derived
+  from the code, which frees what it captures before the window closes). No point of 0.21-0.26
+  (estimate applied, profile still inside the window) is public with its configuration.
+- KV connectors: LMCache's vLLM connector (``LMCacheConnectorV1``, in the Qwen3-235B point) takes
+  one GPU staging buffer, ``VLLMPagedMemGPUConnectorV2``'s ``[2, layers, chunk_size, kv_heads / tp x
+  head_dim]`` in the KV dtype (lmcache/v1/gpu_connector.py; chunk 256): 94 x 2 x 256 x 128 x 2 B =
+  12 MB a rank for Qwen3-235B at TP 4, and host (pinned CPU) memory for its cache. It is not modelled,
+  and it is not what that point misses (+0.69 GiB): the budget there also holds NCCL's buffers at TP 4
+  (0.9.2's snapshot preceded them), taken at the size PR 10511 measured at TP 2 (NCCL_BYTES).
 - The default gpu_memory_utilization is 0.92 from 0.20.0 (config/cache.py:66 of 0.20.0; 0.9 up to
   0.19.0, config/cache.py:41): a point whose log leaves the flag at its default takes its version's
   (column gpu_memory_utilization, with settings_assumed saying so).
@@ -91,6 +108,9 @@ LAST_PRE_011 = (0, 10)
 #: The last vLLM release whose dummy sampler run sorted the logits by default (0.17.0 filters in
 #: Triton; module docstring)
 LAST_SORTING = (0, 16)
+#: The vLLM releases whose CUDA graph memory profile ran inside the memory-profiling window without
+#: its estimate being applied (0.21 applies it by default; module docstring)
+WINDOW_VERSIONS = ((0, 19), (0, 20))
 
 
 def sorts_logits(p: dict) -> bool:
@@ -116,6 +136,11 @@ def nccl_in_budget(p: dict, gpu) -> bool:
 def version_tuple(text: str) -> tuple:
     m = re.search(r"(\d+)\.(\d+)", text or "")
     return (int(m.group(1)), int(m.group(2))) if m else (99, 0)  # unstated: a recent V1
+
+
+def stated(p: dict) -> bool:
+    """Whether the point's log states its vLLM version (not approximate, inferred or assumed)."""
+    return not re.search(r"~|unstated|inferred|assumed|or later", p["vllm_version"])
 
 
 def engine(p: dict) -> str:
@@ -155,7 +180,8 @@ def terms(p: dict) -> dict | None:
     measured = (float(p["measured_kv_gib"]) * GiB if p["measured_kv_gib"]
                 else int(p["measured_tokens"]) * per_token)
     nccl = 1.0 if nccl_in_budget(p, gpu) else 0.0
-    return {"requested": np.ceil(total * float(p["gpu_memory_utilization"])), "nccl": nccl,
+    window = 1.0 if engine(p) == "V1" and version in WINDOW_VERSIONS and stated(p) and not eager else 0.0
+    return {"requested": np.ceil(total * float(p["gpu_memory_utilization"])), "nccl": nccl, "window": window,
             "weights": sum(memory.weight_parts(spec, dtype, tp, gpu_name).values()),
             "peak": max(forward, sampler), "forward": forward, "sampler": sampler, "graphs": graphs,
             "measured": measured, "engine": engine(p)}
@@ -163,21 +189,32 @@ def terms(p: dict) -> dict | None:
 
 def predict(t: dict, c: dict) -> float:
     return (t["requested"] - t["weights"] - t["peak"] - c["graph"] * t["graphs"] - c["non_torch"]
-            - c["nccl"] * t["nccl"])
+            - c["nccl"] * t["nccl"] - c["window"] * t["window"])
 
 
-def constants() -> dict:
-    return {"graph": memory.CUDAGRAPH_BYTES_PER_GRAPH, "non_torch": memory.NON_TORCH_BYTES, "nccl": NCCL_BYTES}
+def constants(window: float = 0.0) -> dict:
+    return {"graph": memory.CUDAGRAPH_BYTES_PER_GRAPH, "non_torch": memory.NON_TORCH_BYTES, "nccl": NCCL_BYTES,
+            "window": window}
 
 
-def fit(rows: list[tuple[dict, dict]]) -> dict:
+def fit_window(rows: list[tuple[dict, dict]]) -> tuple[float, int]:
+    """The 0.19-0.20 window's residue (bytes) and the number of points it is fitted on: the median of
+    what the V1 fit points of WINDOW_VERSIONS that capture graphs leave once every other term is
+    taken (module docstring), 0 without such a point."""
+    c = constants()
+    rest = [predict(t, c) - t["measured"] for p, t in rows
+            if t["window"] and p["split"] == "fit" and abs(t["measured"]) >= SMALL_POOL]
+    return (float(np.median(rest)), len(rest)) if rest else (0.0, 0)
+
+
+def fit(rows: list[tuple[dict, dict]], window: float = 0.0) -> dict:
     """A fitted non-torch constant (bytes) over the V1 fit points, the comparison for vLLM's term
     (timing/memory.py's NON_TORCH_BYTES): the median of what each leaves once the other terms are
     taken (>= 0; the median, since two fit points leave their configuration unstated and pull 3-4
     GiB either way)."""
     rest = [t["requested"] - t["weights"] - t["peak"] - memory.CUDAGRAPH_BYTES_PER_GRAPH * t["graphs"]
-            - NCCL_BYTES * t["nccl"] - t["measured"] for _, t in rows]
-    return {**constants(), "non_torch": max(float(np.median(rest)), 0.0)}
+            - NCCL_BYTES * t["nccl"] - window * t["window"] - t["measured"] for _, t in rows]
+    return {**constants(window), "non_torch": max(float(np.median(rest)), 0.0)}
 
 
 def gpu_label(p: dict) -> str:
@@ -277,12 +314,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     points = load_points()
     rows = [(p, t) for p in points if (t := terms(p)) is not None]
-    c = constants()
+    window, n_window = fit_window(rows)
+    c = constants(window)
     if args.fit:
         c = fit([(p, t) for p, t in rows if p["split"] == "fit" and t["engine"] == "V1"
-                 and abs(t["measured"]) >= SMALL_POOL])
+                 and abs(t["measured"]) >= SMALL_POOL], window)
         print(f"fitted: NON_TORCH_BYTES={c['non_torch'] / GiB:.3f} GiB\n")
     print(f"{len(points)} points, {len(rows)} computed, {len(points) - len(rows)} skipped\n")
+    print(f"vLLM 0.19-0.20 window residue (fitted on {n_window} fit point{'s' * (n_window != 1)}, taken from "
+          f"{sum(t['window'] > 0 for _, t in rows)} points): {window / GiB:.2f} GiB\n")
     errs = error_rows(rows, c)
     print_points(errs)
     print("\nBy GPU, model family and vLLM version: the computed points, and the V1 points whose measured pool is at "

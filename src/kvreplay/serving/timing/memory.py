@@ -69,8 +69,10 @@ docs/memory.md has the error tables and the fitted constant this replaced). Mult
 largest of the tower's forward pass on the dummy images and the text peak with their outputs
 held (``encoder_bytes``); ``language_model_only`` (vLLM's ``--language-model-only``, or every
 ``--limit-mm-per-prompt`` modality at 0) drops both. Not modelled: speculative drafters, KV
-connectors' buffers, the frontend's multimodal GPU reservation (``mm_ipc_gpu_memory_gb``, 0 by
-default: vllm/multimodal/gpu_ipc_memory.py:155-260).
+connectors' buffers (LMCache's vLLM connector stages chunks in one GPU buffer of ``2 x layers x
+256 tokens x KV heads per rank x head_dim`` in the KV dtype, tens of MB: lmcache/v1/
+gpu_connector.py, ``VLLMPagedMemGPUConnectorV2``), the frontend's multimodal GPU reservation
+(``mm_ipc_gpu_memory_gb``, 0 by default: vllm/multimodal/gpu_ipc_memory.py:155-260).
 """
 
 from __future__ import annotations
