@@ -33,7 +33,10 @@ the 128-seq run records none; the RTX PRO 6000 runs' kvreplay's budget at vLLM 0
 utilization 0.9), the calibrated roofline on the run's GPU and TP (bf16), and the shipped host terms
 (serving/timing/host.py, async scheduling as vLLM 0.19 defaults) without their API-server terms
 (request_s, prompt_token_s, latency_s, output_request_s: outside what these clocks measure).
-The band is the simulation's own (report ``latency_band_s``: the parameter band, each end with the
+The data-parallel run is simulated as vLLM runs it (``dp=2, enable_expert_parallel=True``: two ranks
+in lockstep behind vLLM's rank choice, each GPU holding half the experts, which run over both ranks'
+tokens; serving/dataparallel.py, docs/clusters.md "Data parallelism"; before 2026-12-07 it was two
+independent replicas behind the least-loaded router). The band is the simulation's own (report ``latency_band_s``: the parameter band, each end with the
 host terms at that end, and the prediction band), less each end's API-server delay.
 """
 
@@ -71,7 +74,7 @@ RUNS = {
     "rtxpro6000-qwen3-30b-a3b-dp2ep": dict(
         commit="5daddb21a545658d5150b535712d0494584b5278", path="examples/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/vllm",
         workload="sharegpt-qwen3-30b-a3b-300-sps10.jsonl", gpu="RTX-PRO-6000", model="Qwen3-30B-A3B", tp=1,
-        max_num_seqs=128, blocks=None, dp=2),
+        max_num_seqs=128, blocks=None, dp=2, expert_parallel=True),
     "rtx4090-llama31-8b-seqs128": dict(
         commit="5bae11f9799dd59de86daa6412a3b465b80418c3", path="results/rtx4090-llama8b-tp1",
         workload="sharegpt-llama-3.1-8b-300-sps10.jsonl", gpu="RTX-4090", model="Llama-3.1-8B", tp=1,
@@ -170,7 +173,7 @@ def engine_host():
 def simulate_run(run: str, r: dict):
     cfg = RUNS[run]
     pool = {"num_gpu_blocks_override": cfg["blocks"]} if cfg["blocks"] else {"gpu_memory_utilization": 0.9}
-    cluster = {"instances": cfg["dp"], "router": "least-loaded"} if cfg.get("dp") else {}
+    cluster = {"dp": cfg["dp"], "enable_expert_parallel": cfg["expert_parallel"]} if cfg.get("dp") else {}
     return kvreplay.simulate(trace_of(r), "vllm", None, BLOCK, time_model="roofline", model=cfg["model"],
                              gpu=cfg["gpu"], tp=cfg["tp"], weights_dtype="bf16", kv_dtype="bf16",
                              scheduler=Scheduler(style="vllm", max_num_seqs=cfg["max_num_seqs"],

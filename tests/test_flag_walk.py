@@ -326,6 +326,11 @@ CASES.update({
     ("simulate", "--host-cpu"): changes("--host-cpu", "vllm"),  # (none is roofline-raw's default)
     ("simulate", "--pp"): changes("--pp", "2", base=("simulate", "TRACE", "--model", "Llama-3.1-8B", "--gpu", "H100",
                                                      "--capacity", "40")),  # (the calibrated roofline)
+    # two ranks behind vLLM's API server (a dense model: replicas), and an MoE's experts whole on each GPU
+    ("simulate", "--dp"): changes("--dp", "2", base=("simulate", "TRACE", "--model", "Llama-3.1-8B", "--gpu", "H100",
+                                                     "--capacity", "40")),
+    ("simulate", "--enable-expert-parallel"): changes("--enable-expert-parallel", base=(
+        "simulate", "TRACE", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--dp", "2")),
     ("simulate", "--speculative"): changes("--speculative", "ngram", context=("--num-speculative-tokens", "3"),
                                            base=("simulate", "TRACE", *SIM, "--capacity", "40")),
     ("simulate", "--num-speculative-tokens"): changes("--num-speculative-tokens", "3", context=("--speculative",
@@ -492,6 +497,11 @@ NO_PART = {
     "simulate --acceptance without --speculative": ("simulate", refused("--acceptance", "0.9", names="--speculative")),
     "simulate --num-speculative-tokens without --speculative": ("simulate", refused("--num-speculative-tokens", "2",
                                                                                     names="--speculative")),
+    "simulate --dp with the SGLang style": ("simulate", refused("--dp", "2", context=("--engine-style", "sglang"))),
+    "simulate --dp with --instances": ("simulate", refused("--dp", "2", context=("--instances", "2"),
+                                                           names="--instances")),
+    "simulate --enable-expert-parallel on a dense model": ("simulate", refused("--enable-expert-parallel",
+                                                                              context=("--dp", "2"))),
     "simulate --pp without the calibrated roofline": ("simulate", refused("--pp", "2", names="--time-model roofline")),
     "plan --warmup-fraction at its default": ("plan", refused("--warmup-fraction", "0")),
     "simulate --warmup-fraction at its default": ("simulate", refused("--warmup-fraction", "0")),

@@ -158,7 +158,7 @@ def test_router_configuration_errors():
     with pytest.raises(ConfigError, match="lag"):
         simulate(t, "vllm", 10, time_model=ONE_SECOND, instances=2, router="kv-aware", router_lag_ms=-1)
     # the registry is the core's (serving/routing/registry.c), aliases included
-    assert set(routing.state_aware()) == {"least-loaded", "kv-aware", "dynamo", "sglang", "llm-d", "mooncake"}
+    assert set(routing.state_aware()) == {"least-loaded", "kv-aware", "dynamo", "sglang", "llm-d", "mooncake", "vllm-dp"}
     assert routing.state_aware()["dynamo"] == routing.state_aware()["kv-aware"]
     assert routing.names()[:3] == ("round-robin", "random", "session")
 

@@ -474,7 +474,19 @@ def _models(tmp_path):
             CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8, coefficients=STEP_ON),
             CalibratedRooflineTimeModel("Qwen3-32B", "H200", 4, dtype="fp8", coefficients=STEP_ON).at_band("high"),
             CalibratedRooflineTimeModel("gemma-2-9b", "A100", 2, coefficients=STEP_ON),
-            CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients=STEP_ON)]
+            CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2, coefficients=STEP_ON),
+            # a data-parallel rank (serving/dataparallel.py): the experts over DP x TP GPUs, whole or split,
+            # and out of the body's GEMM where its GPU has no MoE kernel calibrated (A100)
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1), 2, 1, True),
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2).at_band("high"), 2, 2, False),
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "A100", 1), 4, 1, True),
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "A100", 2).at_band("low"), 2, 2, False)]
+
+
+def _dp_rank(tm, dp, tp, expert_parallel):
+    from kvreplay.serving import dataparallel
+
+    return dataparallel.time_model(tm, dataparallel.DataParallel(dp, tp, expert_parallel, lockstep=True))
 
 
 #: the step terms (roofline.STEP_COEFFICIENTS) on, round
@@ -491,9 +503,11 @@ def test_compiled_step_time_matches_each_model(tmp_path):
 
     @settings(max_examples=200, deadline=None)
     @given(prefill=st.lists(st.tuples(st.integers(1, 9000), st.integers(0, 60000)), max_size=4),
-           decode=st.lists(st.integers(1, 130000), max_size=40))
-    def check(prefill, decode):
-        batch = StepBatch(tuple(n for n, _ in prefill), tuple(c for _, c in prefill), tuple(decode))
+           decode=st.lists(st.integers(1, 130000), max_size=40), gathered=st.integers(0, 40000))
+    def check(prefill, decode, gathered):
+        # gathered: the tokens an MoE's experts run over under data parallelism (0: the step's own)
+        batch = StepBatch(tuple(n for n, _ in prefill), tuple(c for _, c in prefill), tuple(decode),
+                          expert_tokens=gathered or None)
         for m in models:
             tm = packed(m)
             got = step_seconds(tm, aggregates(batch, roofline_window(tm)))

@@ -90,6 +90,14 @@ def _deployment_arguments(sim) -> None:
                      help="with --gpu and --model: pipeline stages per instance, each on --tp GPUs holding its layers' "
                           "weights and KV, as vLLM's --pipeline-parallel-size (default 1); the pool is the smallest "
                           "stage's and a step crosses pp - 1 stage-to-stage sends")
+    sim.add_argument("--dp", "--data-parallel-size", dest="dp", type=common.positive_int, default=1,
+                     help="data-parallel ranks, each an engine with its own scheduler and pool on --tp GPUs behind "
+                          "one API server that picks each request's rank, as vLLM's --data-parallel-size (default 1); "
+                          "an MoE's ranks step in lockstep, its experts split over every rank's GPUs "
+                          "(docs/clusters.md, \"Data parallelism\")")
+    sim.add_argument("--enable-expert-parallel", action="store_true",
+                     help="with --model (an MoE) and --dp or --tp: whole experts on each GPU instead of each expert "
+                          "split over them, as vLLM's flag (the same weights per GPU; the experts' time changes)")
     sim.add_argument("--gpu-memory-utilization", type=unit_fraction, default=None,
                      help="fraction of the GPU's memory (as the device reports it) vLLM may use for weights, "
                           "the profile run's peak, CUDA graphs and KV, as vLLM's flag (default 0.92, as vLLM 0.33.0)")
@@ -302,6 +310,7 @@ def _options(args, trace) -> dict:
                           "parameters in the list (name:key=value, e.g. s3fifo:small_ratio=0.2)")
     return dict(policy=policy, capacity=capacity, block_size=args.block_size, engine_style=args.engine_style,
                 time_model=time_model, model=args.model, gpu=args.gpu, tp=args.tp, pp=getattr(args, "pp", 1),
+                dp=getattr(args, "dp", 1), enable_expert_parallel=getattr(args, "enable_expert_parallel", False),
                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, scheduler=scheduler,
                 slo_ttft_ms=_ms(args.slo_ttft), slo_tpot_ms=_ms(args.slo_tpot), output_kv=not args.no_output_kv,
                 instances=args.instances, router=args.router, router_lag_ms=args.router_lag_ms,

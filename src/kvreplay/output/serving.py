@@ -98,6 +98,15 @@ def _stage(src: dict) -> str:
             f"(blocks by stage: {blocks})")
 
 
+def _expert_rows(src: dict) -> list[tuple]:
+    """Under data or expert parallelism, the routed experts' part of the weights (one row)."""
+    if not src.get("expert_gpus"):
+        return []
+    how = "whole experts" if src["expert_parallel"] else "each expert's width"
+    return [(f"  of which the routed experts, 1/{src['expert_gpus']} of them ({how} over dp={src['dp']} x "
+             f"tp={src['tp']} GPUs)", src["expert_bytes_per_gpu"])]
+
+
 def pool_budget_lines(src: dict) -> list[str]:
     """The pool's budget on one GPU, a term a line (timing/memory.py; `src` is KVCapacity.to_dict())."""
     gib = lambda v: f"{v / 2**30:9.2f} GiB"  # noqa: E731
@@ -105,6 +114,7 @@ def pool_budget_lines(src: dict) -> list[str]:
             (f"x gpu_memory_utilization {src['gpu_memory_utilization']:g}", src["usable_bytes"]),
             (f"- weights, {src['model']} at {src.get('weights_dtype', 'bf16')} over tp={src['tp']}" + _stage(src),
              -src["weight_bytes_per_gpu"]),
+            *_expert_rows(src),
             (f"- profile peak, the larger of the forward pass ({src['activation_peak_bytes'] / 2**30:.2f} GiB, "
              f"{src['max_num_batched_tokens']:,} tokens) and the sampler ({src['sampler_peak_bytes'] / 2**30:.2f} GiB, "
              f"{min(src['max_num_seqs'], src['max_num_batched_tokens']):,} rows)" + (
@@ -188,7 +198,9 @@ def simulate_summary(trace, report, checked: dict | None = None) -> str:
         lines.append(f"warning    KV semantics: {report.kv_semantics['text']}")
     for text in (band or {}).get("warnings", []):
         lines.append(f"warning    calibration: {text}")
-    lines.append(verdict_text(s["keeps_up"], instances=report.instances, checked=checked))
+    dp = report.time_model.get("data_parallel")
+    lines.append(verdict_text(s["keeps_up"], instances=report.instances, checked=checked,
+                              flag="--dp" if dp and dp["data_parallel_size"] > 1 else "--instances"))
     return "\n".join(lines)
 
 
@@ -211,6 +223,8 @@ def _pool_lines(report, src: dict, hybrid: dict | None) -> list[str]:
     if src.get("kind") == "gpu_memory":
         gpus = f"{src['tp']} x {src['gpu']}" if src.get("pp", 1) == 1 else (
             f"{src['pp']} stages x {src['tp']} x {src['gpu']} (the smallest stage's pool, the GPU's budget below)")
+        if src.get("dp", 1) > 1:  # (data parallelism: each rank its own pool)
+            gpus += f", in each of the {src['dp']} data-parallel ranks (a pool each)"
         pool += (f": what vLLM 0.33.0 leaves for KV on each of {gpus}, "
                  f"{src['kv_bytes_per_token_per_gpu']:,.0f} KV bytes per token per GPU")
         budget = pool_budget_lines(src)
@@ -254,9 +268,23 @@ def _cluster_line(report, s: dict) -> str:
     x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
     spread = ("" if b["hit_rate_min"] is None else
               f", hit rates {100 * b['hit_rate_min']:.2f}% to {100 * b['hit_rate_max']:.2f}%")
+    balance_text = (f"load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
+                    f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
+    dp = report.time_model.get("data_parallel")
+    if dp is not None:
+        return f"cluster    {_data_parallel_text(dp, report)}; {balance_text}"
     return (f"cluster    {report.instances} identical instances{roles} (each with the pool above), router "
-            f"{report.router}{lag}; load balance (busiest / mean): requests {x(b['requests_max_over_mean'])}, "
-            f"prefill tokens {x(b['prefill_tokens_max_over_mean'])}, busy time {x(balance)}{spread}")
+            f"{report.router}{lag}; {balance_text}")
+
+
+def _data_parallel_text(dp: dict, report) -> str:
+    """vLLM's data-parallel ranks (serving/dataparallel.py): how they share the work."""
+    ep = ", expert parallel" if dp["enable_expert_parallel"] else ""
+    how = (f"in lockstep (an MoE: a step lasts the longest rank's, a rank without work runs a dummy batch: "
+           f"{int(report.counters.get('dummy_steps', 0)):,} of them; the experts over every rank's tokens{ep})"
+           if dp["lockstep"] else "independent (a dense model's replicas)")
+    return (f"{dp['data_parallel_size']} data-parallel ranks (--dp, each with the pool above) behind one API server "
+            f"that picks each request's rank ({report.router}, on counts {report.router_lag_ms:g} ms old), {how}")
 
 
 def _window_line(report, s: dict) -> str:
@@ -374,7 +402,7 @@ def _instance_lines(report) -> list[str]:
     return lines
 
 
-def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str:
+def verdict_text(v: dict, *, instances: int, checked: dict | None = None, flag: str = "--instances") -> str:
     """The summary's keeps-up line: yes (at the band's pessimistic end where there is a band), only
     at the centre, or no with its worst window; and what would keep up, as estimated and, with
     `checked` (fixcheck.check_fix), as the runs it suggests found."""
@@ -400,13 +428,14 @@ def verdict_text(v: dict, *, instances: int, checked: dict | None = None) -> str
                 f"(allowed {seconds_text(v['backlog_limit_s'])})")
     fix = v.get("fix")
     if fix and checked is not None:
-        text += "\n" + _checked_text(fix, checked, instances)
+        text += "\n" + _checked_text(fix, checked, instances, flag)
     elif fix:
         options = []
         if fix["load"] is not None:
             options.append(f"about {fix['load']['value']:.3g} ({fix['load']['flag']} {fix['load']['value']:.3g}, "
                            f"x{fix['load_scale']:.2g} of this load)")
-        options.append(f"about {fix['instances']} instances (--instances {fix['instances']}, now {instances})")
+        what = "data-parallel ranks" if flag == "--dp" else "instances"
+        options.append(f"about {fix['instances']} {what} ({flag} {fix['instances']}, now {instances})")
         text += ("\n           estimated, not checked, to keep up at " + " or ".join(options) + "; sweep around it: "
                  "--speedups / --instances-list")
     return text
@@ -417,7 +446,7 @@ def _share(ratio: float) -> str:
     return f"{ratio:.0%} of" if ratio <= 1 else f"{ratio:,.1f} times"
 
 
-def _checked_text(fix: dict, checked: dict, instances: int) -> str:
+def _checked_text(fix: dict, checked: dict, instances: int, flag: str = "--instances") -> str:
     """The verdict's estimates as the runs they suggest found them."""
     why = (f"the busiest window needs {_share(fix['busiest_window_utilisation'])} the instances' measured rate"
            if fix["basis"] == "work" else "bursts within a window queue for longer than the allowance")
@@ -426,7 +455,7 @@ def _checked_text(fix: dict, checked: dict, instances: int) -> str:
         c = checked.get(key)
         if c is None:
             continue
-        what = (f"{c['flag']} {c['value']:.3g}" if key == "load" else f"--instances {c['value']} (now {instances})")
+        what = (f"{c['flag']} {c['value']:.3g}" if key == "load" else f"{flag} {c['value']} (now {instances})")
         if c["keeps_up"]:
             parts.append(f"{what}: checked, it keeps up (worst p90 queueing {seconds_text(c['worst_queue_p90_s'])})")
         else:

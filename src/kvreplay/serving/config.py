@@ -16,6 +16,7 @@ from ..engine.replay import check_capacity
 from ..engine.tiers import Tier, resolve_tiers
 from ..errors import ConfigError
 from ..trace.model import resolve_block_size
+from .dataparallel import resolve as data_parallel
 from .deployment import Deployment, DeploymentConfig
 from .timing import kv_capacity
 from .timing.memory import vllm_utilization
@@ -71,6 +72,8 @@ def resolve(trace=None, asked: DeploymentConfig | None = None, **given) -> Deplo
     `mem_fraction_static` (None: SGLang's default for the GPU and TP), which only that style takes.
     pp: pipeline stages (vLLM's --pipeline-parallel-size), each on `tp` GPUs holding its layers'
     weights and KV; the pool is the smallest stage's (timing/pipeline.py). vLLM style, on a GPU.
+    dp / enable_expert_parallel: vLLM's --data-parallel-size and --enable-expert-parallel
+    (dataparallel.py): the pool is one rank's, an MoE's experts split over the DP x TP GPUs.
     """
     a = DeploymentConfig(**given) if asked is None else replace(asked, **given)
     block_size = resolve_block_size(a.block_size, trace)
@@ -94,7 +97,8 @@ def resolve(trace=None, asked: DeploymentConfig | None = None, **given) -> Deplo
     pp = _check(a)
     if a.gpu is not None:
         gpu = get_gpu(a.gpu)
-    pool = _pool_options(a, capacity, pp)
+    dp = data_parallel(a.dp, a.enable_expert_parallel, a.tp, model, a.engine_style)
+    pool = _pool_options(a, capacity, pp, dp)
     at = dict(block_size=block_size, kv_dtype=kv_dtype, weights_dtype=weights_dtype, model=model, gpu=gpu, pp=pp)
     budget = None
     if a.unbounded_ids is not None:
@@ -107,7 +111,7 @@ def resolve(trace=None, asked: DeploymentConfig | None = None, **given) -> Deplo
                       model=None if a.model is None else str(a.model), kv_dtype=kv_dtype,
                       bytes_per_token=bytes_per_token, block_bytes=block_bytes,
                       gpu=None if a.gpu is None else str(a.gpu), tp=a.tp, budget=budget, weights_dtype=weights_dtype,
-                      pp=pp, model_spec=model, gpu_spec=gpu)
+                      pp=pp, data_parallel=dp, model_spec=model, gpu_spec=gpu)
 
 
 def _check(a: DeploymentConfig) -> int:
@@ -131,11 +135,12 @@ def _check(a: DeploymentConfig) -> int:
     return pp
 
 
-def _pool_options(a: DeploymentConfig, capacity, pp: int) -> dict:
+def _pool_options(a: DeploymentConfig, capacity, pp: int, dp=None) -> dict:
     """The engine settings the pool on a GPU is sized with (timing/memory.py)."""
     pool = dict(max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
                 enforce_eager=a.enforce_eager, language_model_only=a.language_model_only,
-                **({"pp": pp} if pp > 1 else {}))
+                **({"pp": pp} if pp > 1 else {}),
+                **({"dp": dp.size, "expert_parallel": dp.expert_parallel} if dp is not None else {}))
     for name, flag, value in (("kv_cache_memory", "--kv-cache-memory", a.kv_cache_memory),
                               ("num_gpu_blocks_override", "--num-gpu-blocks-override", a.num_gpu_blocks_override)):
         if value is None:

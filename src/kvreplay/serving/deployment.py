@@ -40,6 +40,8 @@ class DeploymentConfig:
     gpu: object = None
     tp: int = 1
     pp: int = 1
+    dp: int = 1  # data-parallel ranks (vLLM's --data-parallel-size), each on `tp` GPUs: serving/dataparallel.py
+    enable_expert_parallel: bool = False
     gpu_memory_utilization: float | None = None  # None: vLLM 0.33.0's default (config.resolve)
     tiers: object = None
     global_store: object = None
@@ -76,6 +78,7 @@ class Deployment:
     budget: dict | None = field(default=None, compare=False)
     weights_dtype: str = "bf16"
     pp: int = 1  # pipeline stages, each on `tp` GPUs (timing/pipeline.py)
+    data_parallel: object = None  # dataparallel.DataParallel (None: one rank, no expert parallelism)
     model_spec: object = field(default=None, compare=False, repr=False)
     gpu_spec: object = field(default=None, compare=False, repr=False)
 

@@ -41,7 +41,8 @@ def check_fix(trace, options: dict, report, progress=None) -> dict | None:
         out["load"] = {**load, **_outcome(r)}
         tell(progress, 1, total, STAGE)
     if by_instances:
-        r = simulate(trace, **dict(base, instances=fix["instances"]),
+        ranks = "dp" if options.get("dp", 1) > 1 else "instances"  # (data parallelism: more ranks, not instances)
+        r = simulate(trace, **dict(base, **{ranks: fix["instances"]}),
                      **{k: options[k] for k in loads if options.get(k) is not None})
         out["instances"] = {"value": fix["instances"], **_outcome(r)}
         tell(progress, total, total, STAGE)

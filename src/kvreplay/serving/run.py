@@ -25,6 +25,7 @@ from . import kernel, routing
 from .timing import KIND_INSTANT, TimeModel, packed, roofline_window
 from .timing.host import NONE as NO_HOST
 from .timing.host import HostTerms
+from .dataparallel import DP_SYNC_INTERVAL
 from .styles import ENGINE_STYLES
 
 #: True: routers scan every instance for every prompt on its own, through its ids and its cache, as
@@ -363,6 +364,8 @@ class KernelRun:
     speculative: object = None
     draft_time_model: TimeModel | None = None
     prefill_only: np.ndarray | None = None
+    lockstep: bool = False  # data parallelism: an MoE's DP ranks (the instances) step together (dataparallel.py)
+    graph_tokens: int = 0  # with lockstep: the largest step a CUDA graph runs (the ranks pad to the largest count up to it)
 
 
 def run_once(trace: Trace, run: KernelRun | None = None, **keywords) -> RawRun:
@@ -473,6 +476,7 @@ def _settings(r: KernelRun, k: _Inputs) -> tuple[np.ndarray, np.ndarray]:
         "SPEC_K": k.spec_k, "SPEC_LOOKAHEAD": k.spec_lookahead,
         "SPEC_DRAFT_SLOTS": 0 if speculative is None else speculative.draft_slots,
         "SPEC_EAGLE_DROP": int(speculative is not None and speculative.method in ("eagle", "mtp")),
+        "DP_LOCKSTEP": int(r.lockstep), "DP_SYNC_INTERVAL": DP_SYNC_INTERVAL, "DP_GRAPH_TOKENS": r.graph_tokens,
     }, "cfg", np.int64)
     fcfg = kernel.settings({
         "RATIO_INIT": scheduler.init_new_token_ratio, "RATIO_MIN": scheduler.min_new_token_ratio,
@@ -641,7 +645,9 @@ def _read_back(r: KernelRun, k: _Inputs, io: dict, room: _Room, states: list, po
     inv[k.order] = np.arange(n)
     back = lambda a: a[inv]  # noqa: E731 - arrival order back to trace order
     counters = io["counters"].reshape(N, len(names))
-    per_instance = [dict(zip(names, row.tolist())) for row in counters]
+    per_instance = [{key: value for key, value in zip(names, row.tolist()) if r.lockstep or key != "dummy_steps"}
+                    for row in counters]
+    names = [key for key in names if r.lockstep or key != "dummy_steps"]  # (only DP ranks in lockstep run dummy batches)
     merged = {key: (max if key in PEAKS else sum)(c[key] for c in per_instance) for key in names}
     meta = io["series_meta"]
     return RawRun(

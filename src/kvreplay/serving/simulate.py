@@ -20,7 +20,7 @@ from ..policies.registry import get_policy
 from ..progress import labelled, tell
 from ..units import ms_arg
 from ..trace.model import Trace, ragged_take
-from . import closed, closed_stats, limits, routing
+from . import closed, closed_stats, dataparallel, limits, routing
 from .config import resolve
 from .deployment import Deployment, SimConfig
 from .report import FINISHED, SimReport
@@ -34,7 +34,7 @@ from .speculative import summary as speculative_summary
 from .timing import load_time_model
 from .timing.host import band_end as host_band
 from .timing.host import resolve as host_resolve
-from .timing.host import with_cuda_graphs
+from .timing.host import graph_ceiling, with_cuda_graphs
 from .timing.models import RooflineTimeModel
 from .timing.profiles import DynamoNpzProfile, PolynomialProfile
 from .warmup import judged_mask
@@ -205,6 +205,10 @@ def simulate(trace, policy: str | None = None, capacity=None, block_size: int | 
     instances / router / router_lag_ms / router_options: a cluster (routing/).
     pp: pipeline stages (vLLM's --pipeline-parallel-size), each on `tp` GPUs: the pool is the
         smallest stage's, a step crosses pp - 1 stage-to-stage hops (timing/pipeline.py).
+    dp / enable_expert_parallel: vLLM's --data-parallel-size and --enable-expert-parallel
+        (dataparallel.py): `dp` ranks of `tp` GPUs behind vLLM's rank choice (the vllm-dp router),
+        an MoE's in lockstep with its experts split over the DP x TP GPUs; excludes instances,
+        router, router_lag_ms, pp and disaggregation.
     tiers: tiers below HBM ("dram=64GiB@64GB/s,ssd=2TiB@7GB/s", "hbm=..." sets the pool; or a
         list of tiers.Tier); global_store: "SIZE@BANDWIDTH", a tier every instance shares;
         tier_copies "move" | "keep"; tier_overlap: loads overlap compute (engine/tiers.py).
@@ -287,6 +291,7 @@ class Served:
     output_kv: bool
     tier_overlap: bool
     instances: int = 1
+    router: str = "round-robin"  # the router the instances are behind (data parallelism: vLLM's own)
     capacity: int = 0
     drafter_pool: tuple | None = None
     tm: object = None
@@ -363,6 +368,11 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
     a, cl = c.arrival, c.cluster
     d = s.deployment
     s.max_model_len, s.max_len_source = _max_model_len(c.max_model_len, d.model_spec)
+    dp = d.data_parallel
+    if dp is not None:  # vLLM's ranks behind one API server (dataparallel.py): the instances, its router
+        dataparallel.check_cluster(dp, s.instances, cl.router, s.router_lag_ms, cl.prefill_instances is not None
+                                   or cl.decode_instances is not None, d.pp)
+        s.instances = dp.size
     s.disagg, s.instances, s.transfer_s = _disaggregation(s.trace, s.instances, cl.prefill_instances,
                                                           cl.decode_instances, cl.kv_link, c.engine_style,
                                                           d.block_bytes, d.block_size)
@@ -380,7 +390,10 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
         raise ConfigError("speculative decoding's verification steps are priced by the roofline (a Dynamo profile or "
                           "polynomial has no multi-token decode): use --time-model roofline or instant")
     routed = cl.prefill_instances if s.disagg else s.instances
-    fixed = routed == 1 or cl.router in routing.FIXED
+    s.router = dataparallel.DP_ROUTER if dp is not None and dp.size > 1 else cl.router
+    if s.router == dataparallel.DP_ROUTER and dp is not None:
+        s.router_lag_ms = dataparallel.COORDINATOR_INTERVAL_MS
+    fixed = routed == 1 or s.router in routing.FIXED
     assigned = routing.route(s.trace, s.arrival_s, routed, cl.router if cl.router in routing.FIXED else "round-robin",
                              a.seed) if fixed else None
     if s.closed_run and fixed and routed > 1 and cl.router == "round-robin":
@@ -393,14 +406,15 @@ def _prepare(trace: Trace, c: SimConfig) -> Served:
                                      tp=c.deployment.tp, kv_dtype=d.kv_dtype, dtype=d.weights_dtype)
     s.run = KernelRun(policy=s.spec.name, capacity=s.capacity, block_size=d.block_size, time_model=s.tm,
                       scheduler=s.scheduler, arrival_s=engine_arrival_s, output_kv=s.output_kv, params=c.params,
-                      instances=s.instances, router=None if fixed else cl.router, router_options=cl.router_options,
+                      instances=s.instances, router=None if fixed else s.router, router_options=cl.router_options,
                       router_lag_ms=s.router_lag_ms, seed=a.seed, assigned=assigned, tiers=s.tiers,
                       tier_copies=cl.tier_copies, tier_overlap=s.tier_overlap, block_bytes=d.block_bytes,
                       prefill_instances=cl.prefill_instances if s.disagg else 0, transfer_s=s.transfer_s,
                       max_model_len=s.max_model_len, kv_groups=list(s.semantics.groups) or None,
                       kv_engine=s.semantics.engine, host=s.host_terms,
                       closed=s.loop.kernel_arrays(s.delay_s) if s.closed_run else None, speculative=s.spec_decode,
-                      draft_time_model=s.draft_tm)
+                      draft_time_model=s.draft_tm, lockstep=dp is not None and dp.lockstep,
+                      graph_tokens=_graph_tokens(s) if dp is not None and dp.lockstep else 0)
     if s.releases:
         s.run = replace(s.run, closed=release_links(s.fan, engine_arrival_s), prefill_only=s.fan.prefill_only)
     if s.beams is not None:  # each round sent when the last one has ended (beam.py)
@@ -512,7 +526,7 @@ def _resolve_deployment(s: Served) -> None:
     tm = (load_time_model(time_model, model=d.model_spec, gpu=d.gpu_spec, tp=tp, kv_dtype=d.kv_dtype,
                           dtype=d.weights_dtype)
           if _is_roofline(time_model) else load_time_model(time_model, model=d.model_spec, gpu=d.gpu_spec, tp=tp))
-    s.tm = pipelined(tm, d.pp)
+    s.tm = dataparallel.time_model(pipelined(tm, d.pp), d.data_parallel)
     tm_dtype = getattr(s.tm, "dtype", None)
     if d.gpu is not None and isinstance(tm_dtype, str) and tm_dtype != d.weights_dtype:
         raise ConfigError(f"the time model runs {tm_dtype} weights but the pool is sized for weights_dtype="
@@ -548,6 +562,14 @@ def _resolve_arrivals(s: Served) -> None:
         if not s.closed_run:
             s.arrival_s = loop.open_arrival_s
             s.warm = resolve_warmup(warmup, s.trace, s.arrival_s, bs)
+
+
+def _graph_tokens(s: Served) -> int:
+    """The largest step vLLM runs in a CUDA graph (timing/host.py graph_ceiling): DP ranks whose
+    steps all fit one pad to the largest of them (kernel/batch.c batch_start_lockstep)."""
+    k = 1 + (s.spec_decode.k if s.spec_decode is not None else 0)
+    return graph_ceiling(s.scheduler.max_num_seqs, s.deployment.gpu_spec or "", k, s.config.deployment.enforce_eager,
+                         s.scheduler.max_num_batched_tokens)
 
 
 def _resolve_host(s: Served) -> None:
@@ -623,7 +645,8 @@ def _report(s: Served, raw, sequential: tuple) -> SimReport:
     instances, disagg, warmup = s.instances, s.disagg, c.arrival.warmup
     report = SimReport(
         policy=s.spec.name, params=s.spec.resolve(c.params), capacity_blocks=s.capacity, block_size=bs,
-        scheduler=s.scheduler.to_dict(), time_model={**s.tm.describe(), "host": s.host_terms.describe()},
+        scheduler=s.scheduler.to_dict(), time_model={**s.tm.describe(), "host": s.host_terms.describe(),
+                                                     **_data_parallel_info(s.deployment.data_parallel)},
         arrivals=_arrival_info(s), output_kv=s.output_kv,
         trace_source=trace.source, arrival_s=np.asarray(s.arrival_s, dtype=np.float64), scheduled_s=raw.scheduled_s,
         first_token_s=raw.first_token_s, finish_s=raw.finish_s,
@@ -632,7 +655,7 @@ def _report(s: Served, raw, sequential: tuple) -> SimReport:
         status=raw.status, counters=raw.counters, policy_counters=raw.policy_counters, series=raw.series,
         end_s=raw.end_s, itl_histogram=raw.itl, sequential_hit_rate=seq_hit_rate, sequential_evictions=seq_evictions,
         capacity_source=s.deployment.capacity_source, instances=instances,
-        router=c.cluster.router if instances > 1 else None, instance=raw.instance if instances > 1 else None,
+        router=s.router if instances > 1 else None, instance=raw.instance if instances > 1 else None,
         instance_busy_s=[k["busy_us"] / 1e6 for k in raw.per_instance], router_lag_ms=s.router_lag_ms,
         prefill_instances=c.cluster.prefill_instances if disagg else None,
         decode_instance=raw.decode_instance if disagg else None,
@@ -648,6 +671,10 @@ def _report(s: Served, raw, sequential: tuple) -> SimReport:
     )
     report.misses = _served_misses(trace, report, raw, parts, bs, instances, order)
     return report
+
+
+def _data_parallel_info(dp) -> dict:
+    return {} if dp is None else {"data_parallel": dp.describe()}
 
 
 def _speculative_section(s: Served, report: SimReport, raw) -> None:
@@ -683,6 +710,9 @@ def _band_section(s: Served, report: SimReport, band: dict) -> dict:
                                     band=None, **fields)
         band[end] = band["runs"][end].latencies()
     band["warnings"] = _calibration_warnings(s.tm, s.trace, report)
+    dp_note = dataparallel.warning(s.deployment.data_parallel, s.deployment.gpu or "")
+    if dp_note:
+        band["warnings"].append(dp_note)
     return band
 
 

@@ -39,18 +39,18 @@ static f64 draft_seconds(const Sim *s, const f64 *agg) {
     return (f64)k * pass;
 }
 
-/* Price instance j's step (its requests' new_tokens); 0 when the step is empty. */
-int batch_start(Sim *s, i64 j) {
+/* Instance j's step's aggregates (its requests' new_tokens) into agg, and the KV its requests load
+ * from the tiers (*load, seconds, taken from them): the requests in the step (0: it is empty). */
+static i64 batch_aggregate(Sim *s, i64 j, f64 *agg, f64 *load) {
     Inst *q = &s->inst[j];
-    f64 *agg = s->agg;
     i64 window = s->io->cfg[WINDOW], nbatch = 0;
-    f64 load = 0.0;
+    *load = 0.0;
     for (int a = 0; a < NUM_AGG; a++) agg[a] = 0.0;
     for (i64 r = 0; r < q->nrun; r++) {
         i64 i = q->running[r], m = s->new_tokens[i];
         if (m <= 0) continue;
         nbatch++;
-        load += s->load_s[i];
+        *load += s->load_s[i];
         s->load_s[i] = 0.0;
         i64 c = s->computed[i];
         if (!s->decoding[i]) {
@@ -90,10 +90,15 @@ int batch_start(Sim *s, i64 j) {
             }
         }
     }
-    if (nbatch == 0) return 0;
     agg[AGG_ACTIVE_KV] = agg[AGG_DECODE_CTX];  /* the decoding requests' tokens (Dynamo's decode input) */
+    return nbatch;
+}
+
+/* The duration of instance j's step of `nbatch` requests with aggregates agg: the time model's,
+ * the drafter's and the tiers' loads (counted on j), then the host's. */
+static f64 batch_seconds(Sim *s, i64 j, const f64 *agg, f64 load, i64 nbatch) {
     f64 dt = kv_step_seconds(s->io->tm, agg);
-    i64 *c = q->counters;
+    i64 *c = s->inst[j].counters;
     f64 draft = draft_seconds(s, agg);
     if (draft > 0.0) {
         c[draft_us] += (i64)(draft * 1e6 + 0.5);
@@ -104,16 +109,25 @@ int batch_start(Sim *s, i64 j) {
         c[load_us] += (i64)(load * 1e6 + 0.5);
         dt = s->io->cfg[TIER_OVERLAP] ? (dt > load ? dt : load) : dt + load;
     }
-    dt = host_step(s->io, dt, nbatch);
+    return host_step(s->io, dt, nbatch);
+}
+
+/* Instance j runs a step of `dt` seconds from now (its work agg; NULL: a dummy batch): 0 when no
+ * clock or counter can hold it (the run stops, and Python refuses it naming the inputs). */
+static int batch_commit(Sim *s, i64 j, const f64 *agg, f64 dt) {
+    Inst *q = &s->inst[j];
+    i64 *c = q->counters;
     if (!(dt >= 0.0) || dt > SIM_MAX_STEP_S || s->now + dt > SIM_MAX_TIME_S) {
-        /* a step time no clock or counter can hold (a time model's huge overhead or latency):
-         * the run stops, and Python refuses it naming the inputs */
         c[time_overflow] = 1;
         s->failed = 1;
-        return 1;
+        return 0;
     }
     q->end_t = s->now + dt;
     q->busy = 1;
+    if (agg == NULL) {
+        c[dummy_steps] += 1;
+        return 1;
+    }
     c[busy_us] += (i64)(dt * 1e6 + 0.5);
     c[steps] += 1;
     if (agg[AGG_PREFILL_REQS] > 0) c[prefill_steps] += 1;
@@ -121,6 +135,66 @@ int batch_start(Sim *s, i64 j) {
     c[decode_tokens] += (i64)agg[AGG_DECODE_REQS];  /* (batch_end adds the accepted draft tokens) */
     if (agg[AGG_SPEC_TOKENS] > 0) c[spec_drafted] += (i64)agg[AGG_SPEC_TOKENS];
     metrics_peaks(s, j);
+    return 1;
+}
+
+/* Price instance j's step (its requests' new_tokens); 0 when the step is empty. */
+int batch_start(Sim *s, i64 j) {
+    f64 load;
+    i64 nbatch = batch_aggregate(s, j, s->agg, &load);
+    if (nbatch == 0) return 0;
+    batch_commit(s, j, s->agg, batch_seconds(s, j, s->agg, load, nbatch));
+    return 1;
+}
+
+/* The tokens rank j's forward runs (its step's, or a dummy batch's one: execute_dummy_batch runs
+ * uniform_decode_query_len = 1 token, v1/worker/gpu_worker.py:1466-1472) */
+static f64 rank_tokens(const f64 *agg) {
+    f64 t = agg[AGG_PREFILL_NEW] + agg[AGG_DECODE_REQS] + agg[AGG_SPEC_TOKENS];
+    return t > 0 ? t : 1.0;
+}
+
+/* Data parallelism for an MoE, as vLLM 0.33.0 runs it (docs/clusters.md, "Data parallelism"): the
+ * ranks step together, since every MoE layer exchanges tokens between them (DPEngineCoreProc, only
+ * for MoE models, v1/engine/core.py:1546 and 2295): a rank without work runs a dummy batch while
+ * any rank works (run_busy_loop, core.py:2499-2507). Before each forward the ranks agree on their
+ * token counts (coordinate_batch_across_dp, v1/worker/dp_utils.py:190): when every rank's step
+ * fits a CUDA graph (at most DP_GRAPH_TOKENS tokens) all pad to the largest count (dp_utils.py:
+ * 175-185 and 99-111), else each runs its own. The routed experts run over every rank's tokens,
+ * gathered (all2all_backend allgather_reducescatter, the default, config/parallel.py:220), each
+ * rank holding its share (the time model's C_MOE_EP / C_MOE_INTER: dataparallel.py); the
+ * gather and scatter themselves are not priced. Each rank's time is its own step's (its attention,
+ * its dense layers, its host CPU) with the experts over the gathered tokens; the step lasts the
+ * longest rank's. A dummy batch is priced as one decode of one token over no context. */
+int batch_start_lockstep(Sim *s, int dummy) {
+    i64 N = s->N, work = 0;
+    f64 most = 0.0, sum = 0.0;
+    for (i64 j = 0; j < N; j++) {
+        f64 *agg = s->rank_agg + j * NUM_AGG;
+        s->rank_batch[j] = batch_aggregate(s, j, agg, &s->rank_load[j]);
+        work += s->rank_batch[j];
+        if (s->rank_batch[j] == 0) { /* a dummy batch: one token, its KV nothing */
+            agg[AGG_DECODE_REQS] = 1;
+            agg[AGG_DECODE_CTX] = agg[AGG_KEYS_FULL] = agg[AGG_TOUCHED_FULL] = agg[AGG_ACTIVE_KV] = 1;
+            if (s->io->cfg[WINDOW] > 0) agg[AGG_DECODE_SW] = agg[AGG_KEYS_SW] = agg[AGG_TOUCHED_SW] = 1;
+        }
+        f64 t = rank_tokens(agg);
+        most = t > most ? t : most;
+        sum += t;
+    }
+    if (work == 0 && !dummy) return 0;
+    f64 graphs = (f64)s->io->cfg[DP_GRAPH_TOKENS];
+    f64 gathered = most <= graphs ? most * (f64)N : sum;
+    f64 dt = 0.0;
+    for (i64 j = 0; j < N; j++) {
+        f64 *agg = s->rank_agg + j * NUM_AGG;
+        agg[AGG_EXPERT_TOKENS] = gathered;
+        f64 t = s->rank_batch[j] > 0 ? batch_seconds(s, j, agg, s->rank_load[j], s->rank_batch[j])
+                                     : host_step(s->io, kv_step_seconds(s->io->tm, agg), 0);
+        dt = t > dt ? t : dt;
+    }
+    for (i64 j = 0; j < N; j++)
+        if (!batch_commit(s, j, s->rank_batch[j] > 0 ? s->rank_agg + j * NUM_AGG : NULL, dt)) return 1;
     return 1;
 }
 

@@ -160,6 +160,24 @@ static void unhide(Sim *s, Inst *q, i64 first, i64 k, i64 last) {
     q->qlen += k;
 }
 
+/* The requests no instance can ever start are rejected once nothing runs and nothing will arrive
+ * (schedule() and schedule_lockstep() call it for instance j): 0 when some are stuck running (a bug). */
+static int settle_stalled(Sim *s, i64 j) {
+    Inst *q = &s->inst[j];
+    i64 *c = q->counters;
+    while (q->qlen > 0) {
+        i64 i = queue_pop_front(s, q);
+        s->io->status[i] = REJECTED;
+        c[rejected] += 1;
+        c[never_admitted] += 1;
+        release_ended(s, i);
+        q->view[V_REQUESTS] -= 1;
+    }
+    if (q->nrun == 0) return 1;
+    c[stuck] = q->nrun;  /* running requests that can no longer be scheduled: a bug */
+    return 0;
+}
+
 /* Instance j schedules a step: 0 when the run must stop (a state out of room, or a stall). */
 static int schedule(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
@@ -201,17 +219,67 @@ static int schedule(Sim *s, i64 j) {
     /* nothing runs, nothing will arrive, and the waiting requests do not fit an empty instance
      * (the arrival rule catches all but SGLang's retracted requests whose outputs outgrow its
      * reservation clip): they are rejected and counted */
-    while (q->qlen > 0) {
-        i64 i = queue_pop_front(s, q);
-        s->io->status[i] = REJECTED;
-        c[rejected] += 1;
-        c[never_admitted] += 1;
-        release_ended(s, i);
-        q->view[V_REQUESTS] -= 1;
-    }
-    if (q->nrun == 0) return 1;
-    c[stuck] = q->nrun;  /* running requests that can no longer be scheduled: a bug */
+    return settle_stalled(s, j);
+}
+
+/* Does any DP rank hold a request (running or waiting)? (vLLM's has_unfinished_requests) */
+static int group_unfinished(const Sim *s) {
+    for (i64 j = 0; j < s->N; j++)
+        if (s->inst[j].nrun > 0 || s->inst[j].qlen > 0) return 1;
     return 0;
+}
+
+/* The DP ranks in lockstep (cfg DP_LOCKSTEP, batch.c batch_start_lockstep) schedule together: each
+ * rank's scheduler, then one step of them all. A wave (DPEngineCoreProc.run_busy_loop, v1/engine/
+ * core.py:2465-2552) runs from the first step after idle until, at a step whose count is 1 or a
+ * multiple of dp_sync_interval (16, config/parallel.py:163; _has_global_unfinished_reqs, core.py:
+ * 2554-2559), no rank holds a request: until then every rank keeps stepping, dummy batches when it
+ * has nothing to run. 0 when the run must stop. */
+static int schedule_lockstep(Sim *s) {
+    i64 N = s->N, redo = 0;
+    for (i64 j = 0; j < N; j++) {
+        Inst *q = &s->inst[j];
+        i64 *c = q->counters;
+        if (q->qlen > c[peak_waiting]) c[peak_waiting] = q->qlen;
+        i64 preempted = c[preemptions], aborted_before = c[aborted];
+        i64 first, last = q->qtail, hidden = hide_late(s, q, &first);
+        if (q->nrun > 0 || q->qlen > 0) vllm_schedule(s, j); /* (one without requests does not: core.py:675) */
+        unhide(s, q, first, hidden, last);
+        if (s->failed) return 0;
+        q->view[V_WAITING] = (f64)q->qlen;
+        q->view[V_RUNNING] = (f64)q->nrun;
+        q->view[V_HELD] = (f64)req_held(s, j);
+        q->scheduled_at = s->now;
+        /* schedule again at once when the step scheduled ahead hid requests, or only preempted or aborted */
+        redo += hidden > 0 || c[preemptions] != preempted || c[aborted] != aborted_before;
+    }
+    int unfinished = group_unfinished(s);
+    if (batch_start_lockstep(s, s->wave && !unfinished)) {
+        s->wave = 1;
+        for (i64 j = 0; j < N; j++) s->inst[j].ahead = s->rank_batch[j] > 0; /* (a dummy batch schedules nothing ahead) */
+        return 1;
+    }
+    for (i64 j = 0; j < N; j++) {
+        s->inst[j].ahead = 0;
+        s->inst[j].end_t = redo > 0 ? s->now : INFINITY;
+    }
+    if (redo > 0 || !unfinished) return 1; /* (nothing held: the ranks idle until an arrival) */
+    for (i64 j = 0; j < N; j++) s->inst[j].counters[stalls] += s->inst[j].qlen > 0;
+    if (s->arrived < s->n) return 1;  /* they wait for a request routed to them */
+    for (i64 j = 0; j < N; j++)
+        if (!settle_stalled(s, j)) return 0;
+    return 1;
+}
+
+/* The DP ranks' step ends (all at once): each rank's batch ends, and the wave's step is counted */
+static void lockstep_end(Sim *s) {
+    for (i64 j = 0; j < s->N; j++) batch_end(s, j);
+    s->wave_steps += 1;
+    i64 every = s->io->cfg[DP_SYNC_INTERVAL];
+    if ((s->wave_steps == 1 || s->wave_steps % every == 0) && !group_unfinished(s)) {
+        s->wave = 0;  /* the ranks agree none holds a request: the wave ends */
+        s->wave_steps = 0;
+    }
 }
 
 static void run(Sim *s) {
@@ -243,6 +311,7 @@ static void run(Sim *s) {
             for (i64 q = 0; q < s->N; q++)
                 memcpy(s->seen + q * NUM_VIEW + V_REPORTED, s->view + q * NUM_VIEW + V_REPORTED,
                        (NUM_VIEW - V_REPORTED) * sizeof(f64));
+            s->snapshots += 1;
             f64 nxt = ta < te ? ta : te;
             if (nxt == INFINITY) {
                 next_snap = INFINITY;
@@ -255,7 +324,8 @@ static void run(Sim *s) {
         }
         if (j >= 0 && s->inst[j].busy && te <= ta) {
             s->now = last_now = te;
-            batch_end(s, j);
+            if (io->cfg[DP_LOCKSTEP]) lockstep_end(s);
+            else batch_end(s, j);
             continue;
         }
         if (ta < INFINITY && ta <= te) {
@@ -284,7 +354,7 @@ static void run(Sim *s) {
             continue;
         }
         s->now = last_now = te;
-        if (!schedule(s, j) || s->failed) break;
+        if (!(io->cfg[DP_LOCKSTEP] ? schedule_lockstep(s) : schedule(s, j)) || s->failed) break;
     }
     io->series_meta[0] = s->nseries;
     io->series_meta[1] = s->stride;
@@ -362,6 +432,9 @@ static void setup(Sim *s, SimIO *io, const KvPolicy *policy, KvTiers *tiers, con
     s->heap_i = zeros(n + 1, sizeof(i64));
     s->ids_cap = zeros(s->N, sizeof(i64));
     s->inst = zeros(s->N, sizeof(Inst));
+    s->rank_agg = zeros(s->N * NUM_AGG, sizeof(f64));
+    s->rank_load = zeros(s->N, sizeof(f64));
+    s->rank_batch = zeros(s->N, sizeof(i64));
     i64 rcap = (n < cfg[MAX_SEQS] ? n : cfg[MAX_SEQS]) + 1;
     for (i64 q = 0; q < s->N; q++) {
         Inst *in = &s->inst[q];
@@ -423,7 +496,7 @@ static void teardown(Sim *s) {
                      s->qprev, s->routed_overlap, s->lblocks, s->lpm_key, s->order, s->tier_scratch, s->trt,
                      s->route_scratch, s->key_scratch,
                      s->view, s->seen, s->heap_t, s->heap_i, s->ids_cap, s->inst, s->res_bits, s->bit_scratch,
-                     s->route_prefix, s->route_limit};
+                     s->route_prefix, s->route_limit, s->rank_agg, s->rank_load, s->rank_batch};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++) free(owned[k]);
 }
 

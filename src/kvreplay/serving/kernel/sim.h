@@ -34,7 +34,8 @@
     S(OUTPUT_KV) S(LPM) S(CHUNK_SIZE) S(LPM_FCFS_ABOVE) S(MAX_PREFILL) S(WINDOW) S(ROUTER) S(TIER_OVERLAP) \
     S(PREFILL_INSTANCES) S(INSTANCES) S(REQUESTS) S(CLIP_MAX_NEW) S(SEED) S(LOCAL_IDS) S(MAX_MODEL_LEN) \
     S(HYBRID_GROUPS) S(RETENTION) S(RADIX_HYBRID) S(TRACE_IDS) S(ROUTE_BITS) S(TRT_POLICY) S(ASYNC_SCHEDULING) \
-    S(CLOSED) S(SPEC_K) S(SPEC_LOOKAHEAD) S(SPEC_DRAFT_SLOTS) S(SPEC_EAGLE_DROP)
+    S(CLOSED) S(SPEC_K) S(SPEC_LOOKAHEAD) S(SPEC_DRAFT_SLOTS) S(SPEC_EAGLE_DROP) \
+    S(DP_LOCKSTEP) S(DP_SYNC_INTERVAL) S(DP_GRAPH_TOKENS)
 /* HOST_*: what the host CPU adds (serving/timing/host.py): the engine core's CPU per step and per
  * request in it, and a token's delay out of the engine per request out that step */
 #define SIM_FCFG_SLOTS(S) S(RATIO_INIT) S(RATIO_MIN) S(RATIO_DECAY) S(ROUTER_LAG_S) S(HOST_STEP_S) \
@@ -53,7 +54,7 @@ enum { MODE_WHOLE, MODE_PIECEWISE, MODE_PAGED, MODE_HYBRID, MODE_RADIX_HYBRID };
     S(refused_admissions) S(pin_calls) S(positions_pinned) S(state_out_of_room) S(max_pin_calls)       \
     S(max_positions) S(first_hit_tokens) S(first_prompt_tokens) S(busy_us) S(never_admitted) S(stuck)  \
     S(load_us) S(handoffs) S(transfer_us) S(ids_out_of_room) S(refused_context) S(time_overflow)           \
-    S(hybrid_error) S(aborted) S(spec_steps) S(spec_drafted) S(spec_accepted) S(draft_us)
+    S(hybrid_error) S(aborted) S(spec_steps) S(spec_drafted) S(spec_accepted) S(draft_us) S(dummy_steps)
 enum { SIM_COUNTER_SLOTS(KV_SLOT_ENUM) NUM_SIM_COUNTERS };
 
 /* the longest step and the latest simulated time a run may reach (seconds): beyond them the
@@ -193,6 +194,14 @@ typedef struct Sim {
     i64 *session_left; /* per session: its requests not ended yet (lanes) */
     i64 lane_next;     /* the next entry of lane_queue a freed lane takes */
     i64 turn;          /* the next instance of a round-robin made at arrival (assigned < 0) */
+    /* data parallelism in lockstep (cfg DP_LOCKSTEP: an MoE's DP ranks, the instances; batch.c
+     * batch_start_lockstep): the wave's steps so far (vLLM's step_counter), whether a wave runs,
+     * each rank's step aggregates, requests and KV load seconds while the group's step is priced */
+    i64 wave_steps;
+    int wave;
+    f64 *rank_agg, *rank_load;
+    i64 *rank_batch;
+    i64 snapshots;     /* the router's snapshots taken so far (a lagged router's state knows a new one) */
 } Sim;
 
 /* ---- requests.c ---- */
@@ -345,6 +354,10 @@ i64 spec_draw(const Sim *s, i64 i, i64 drafted);
 /* ---- batch.c ---- */
 int batch_start(Sim *s, i64 j);
 void batch_end(Sim *s, i64 j);
+/* the DP ranks' step in lockstep, every rank scheduled (new_tokens set): its duration the longest
+ * rank's, ranks without work running a dummy batch; dummy: a step of dummy batches only (the wave's
+ * tail). 0: no rank has work and dummy is 0 (nothing priced) */
+int batch_start_lockstep(Sim *s, int dummy);
 
 /* ---- metrics.c ---- */
 void metrics_token_gap(Sim *s, f64 gap);

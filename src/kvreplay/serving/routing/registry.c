@@ -3,7 +3,7 @@
 #include "router.h"
 
 extern const KvRouterKind kv_router_least_loaded, kv_router_kv_aware, kv_router_sglang, kv_router_llm_d,
-    kv_router_mooncake;
+    kv_router_mooncake, kv_router_vllm_dp;
 
 const KvRouterKind *const kv_routers[] = {
     &kv_router_least_loaded,
@@ -11,6 +11,7 @@ const KvRouterKind *const kv_routers[] = {
     &kv_router_sglang,
     &kv_router_llm_d,
     &kv_router_mooncake,
+    &kv_router_vllm_dp,
     NULL,
 };
 

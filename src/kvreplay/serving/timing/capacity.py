@@ -10,7 +10,7 @@ from ...analysis.models import get_model
 from ...errors import ConfigError
 from ...units import parse_size
 from ...catalog.gpus import check_weights_dtype, get_gpu
-from .memory import VLLM_GPU_MEMORY_UTILIZATION, GiB, ProfileRun, check_positive_int, memory_budget
+from .memory import VLLM_GPU_MEMORY_UTILIZATION, GiB, ProfileRun, check_positive_int, memory_budget, weight_parts
 from .pipeline import check_pp, stages
 from .models import _check_fraction, _check_tp, _weight_bytes, kv_bytes_per_token_per_gpu
 
@@ -50,6 +50,10 @@ class KVCapacity:
     peak_bytes: float = 0.0  # the profile run's one peak (memory.MemoryBudget.peak_bytes)
     pp: int = 1  # pipeline stages: with pp > 1 every figure above is the limiting stage's
     stages: tuple = ()  # pp > 1: each stage's figures (pipeline.Stage.to_dict)
+    dp: int = 1  # data-parallel ranks (each with this pool on its own tp GPUs)
+    expert_parallel: bool = False
+    expert_gpus: int = 0  # an MoE's routed experts split over these GPUs (0: no MoE)
+    expert_bytes_per_gpu: float = 0.0  # of weight_bytes_per_gpu, the routed experts'
 
     @property
     def tokens(self) -> int:
@@ -59,6 +63,9 @@ class KVCapacity:
         out = {**asdict(self), "tokens": self.tokens}
         if self.pp == 1:  # (a pool without stages reads as before pipeline parallelism existed)
             del out["pp"], out["stages"]
+        if self.dp == 1 and not self.expert_parallel:  # (nor one without data or expert parallelism)
+            for key in ("dp", "expert_parallel", "expert_gpus", "expert_bytes_per_gpu"):
+                del out[key]
         return out
 
 
@@ -96,6 +103,8 @@ class PoolOptions:
     num_gpu_blocks_override: int | None = None
     language_model_only: bool = False
     pp: int = 1
+    dp: int = 1
+    expert_parallel: bool = False
 
     @classmethod
     def of(cls, options: dict, what: str = "kv_capacity") -> "PoolOptions":
@@ -135,8 +144,14 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16,
         raise ConfigError(f"language_model_only (--language-model-only) turns a multimodal model's vision tower off; "
                           f"{spec.name} has none")
     total = None if o.total_memory_bytes is None else check_positive_int("total_memory_bytes", o.total_memory_bytes)
+    dp = check_positive_int("dp (--dp, --data-parallel-size)", o.dp)
+    if not isinstance(o.expert_parallel, bool):
+        raise ConfigError(f"expert_parallel must be True or False, got {o.expert_parallel!r}")
+    if dp > 1 and pp > 1:
+        raise ConfigError("dp (--dp) with pipeline stages (--pp) is not simulated: drop one of them")
+    expert_gpus = dp * tp if spec.moe else 0  # (data parallelism splits the experts over every rank's GPUs)
     b = memory_budget(spec, g, tp, util, ProfileRun(dtype, tokens, seqs, enforce_eager, kv_memory, total,
-                                                    language_model_only))
+                                                    language_model_only, expert_gpus or None, o.expert_parallel))
     per_token = kv_bytes_per_token_per_gpu(spec, tp, o.kv_dtype)
     parts = stages(b, spec, dtype, tp, pp, g.name, per_token, block_size, kv_memory) if pp > 1 else ()
     where = f"tp={tp}" + (f" x pp={pp}" if pp > 1 else "")
@@ -160,7 +175,9 @@ def kv_capacity(model, gpu, tp: int = 1, block_size: int = 16,
                       b.cudagraph_bytes, b.cudagraph_graphs, b.non_torch_bytes, tokens, seqs, bool(enforce_eager),
                       kv_memory, override, b.profiled_kv_bytes, b.encoder_bytes, b.encoder_output_bytes,
                       b.encoder_items, bool(language_model_only), b.peak_bytes, pp,
-                      tuple(s.to_dict() for s in parts))
+                      tuple(s.to_dict() for s in parts), dp, o.expert_parallel, expert_gpus,
+                      weight_parts(spec, dtype, tp, g.name, language_model_only, expert_gpus or None,
+                                   o.expert_parallel)["experts"])
 
 
 def _check_room(spec, g, where, util, dtype, b) -> None:

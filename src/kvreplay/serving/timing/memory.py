@@ -168,7 +168,8 @@ def mxfp4_alignment(gpu_name: str) -> tuple[int, int]:
     return 128, 256
 
 
-def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_only: bool = False) -> dict:
+def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_only: bool = False,
+                 expert_gpus: int | None = None, expert_parallel: bool = False) -> dict:
     """The weights one TP rank loads, in bytes, by part (see the module docstring, point 3). An
     mxfp4 checkpoint's experts are padded for the MoE kernel (``mxfp4_alignment``) from the
     intermediate size of a rank (``intermediate_size_per_partition``, the width over the TP
@@ -178,7 +179,10 @@ def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_o
     tower is loaded in bf16 (vLLM builds it without the quant config) and split over the ranks
     (``mm_encoder_tp_mode`` "weights", the default), unless ``language_model_only``, which skips it
     (``_mark_tower_model``, models/interfaces.py:347-395). A model whose quantized checkpoints keep
-    attention in bf16 (ModelSpec.quantized_keeps_bf16) has its attention at 2 bytes a weight."""
+    attention in bf16 (ModelSpec.quantized_keeps_bf16) has its attention at 2 bytes a weight.
+    Data parallelism splits the routed experts over its DP x TP GPUs (`expert_gpus`; None: tp),
+    each expert's width or, under `expert_parallel`, whole experts (serving/dataparallel.py)."""
+    expert_gpus = expert_gpus or tp
     hidden = spec.hidden_size or 0
     vocab = math.ceil((spec.vocab_size or 0) / VOCAB_PADDING) * VOCAB_PADDING
     embedding = vocab * hidden
@@ -191,7 +195,8 @@ def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_o
     replicated = spec.num_layers * spec.mla_gemm_shapes(1)[0][0] * hidden if spec.mla and hidden else 0
     dense = max(body - experts - router - replicated, 0)
     if experts and dtype == "int4" and spec.checkpoint_weights == "mxfp4":
-        inter, (inter_align, hidden_align) = spec.moe["expert_intermediate"] / tp, mxfp4_alignment(gpu_name)
+        inter = spec.moe["expert_intermediate"] / (1 if expert_parallel else expert_gpus)
+        inter_align, hidden_align = mxfp4_alignment(gpu_name)
         experts *= (math.ceil(inter / inter_align) * inter_align * math.ceil(hidden / hidden_align) * hidden_align
                     / (inter * hidden))
     kv_heads = spec.num_kv_heads if spec.attention != "mla" else 0
@@ -204,7 +209,7 @@ def weight_parts(spec, dtype: str, tp: int, gpu_name: str = "", language_model_o
     return {
         "embedding": 2.0 * math.ceil(embedding / tp),
         "lm_head": 2.0 * math.ceil(lm_head / tp),
-        "experts": per_weight * experts / tp,
+        "experts": per_weight * experts / expert_gpus,
         "dense": (dense_bytes * (dense - kept) + 2.0 * kept) / tp + (2.0 if kept else dense_bytes) * kv_extra,
         "vision": 0.0 if language_model_only else 2.0 * vision / tp,
         "replicated": dense_bytes * replicated + 2.0 * router,
@@ -380,6 +385,8 @@ class ProfileRun:
     kv_cache_memory: int | None = None
     total_memory_bytes: int | None = None
     language_model_only: bool = False
+    expert_gpus: int | None = None  # data parallelism: the GPUs an MoE's experts are split over (None: tp)
+    expert_parallel: bool = False
 
 
 def memory_budget(spec, gpu, tp: int, gpu_memory_utilization: float, run: ProfileRun) -> MemoryBudget:
@@ -387,7 +394,7 @@ def memory_budget(spec, gpu, tp: int, gpu_memory_utilization: float, run: Profil
     total = int(gpu.memory_bytes if run.total_memory_bytes is None else run.total_memory_bytes)
     requested = math.ceil(total * gpu_memory_utilization)
     tokens, seqs, text_only = run.max_num_batched_tokens, run.max_num_seqs, run.language_model_only
-    weights = sum(weight_parts(spec, run.dtype, tp, gpu.name, text_only).values())
+    weights = sum(weight_parts(spec, run.dtype, tp, gpu.name, text_only, run.expert_gpus, run.expert_parallel).values())
     forward, sampler = activation_bytes(spec, tp, tokens, seqs, run.dtype)
     items, encoder, outputs = encoder_bytes(spec, tp, tokens, seqs, text_only)
     graphs = cudagraph_graphs(seqs, gpu.name, run.enforce_eager)

@@ -46,6 +46,7 @@ class StepBatch:
     prefill_cached: tuple = ()
     decode_context: tuple = ()
     active_kv_tokens: int | None = None
+    expert_tokens: int | None = None  # the tokens an MoE's routed experts run over (None: the step's own)
 
     def __post_init__(self):
         if len(self.prefill_new) != len(self.prefill_cached):

@@ -113,6 +113,12 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
                            model.moe_c if moe else (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)):
         values[name] = _p(value) if name == "C_MOE_P" else value
     values["C_MOE_TILE_ABOVE"] = MOE_TILE_ABOVE
+    dpx = model.dp_experts or (0.0, 0.0, 0.0, 0.0)  # (data parallelism, the experts not apart: dataparallel.py)
+    values.update(C_DPX_PARAMS=dpx[0], C_DPX_BYTES=dpx[1], C_DPX_ACTIVE_BYTES=dpx[2], C_DPX_GPUS=dpx[3])
+    if moe:  # (data parallelism: a rank's share of the experts, dataparallel.py)
+        values.update(C_MOE_EXPERTS=model.moe_experts, C_MOE_EP=model.moe_ep if model.moe_ep > 1 else 0.0)
+    else:
+        values["C_MOE_EP"] = 0.0
     gdn = model.gdn is not None  # Gated DeltaNet layers on their fitted kernel
     values.update({"C_GDN": 1.0 if gdn else 0.0, "C_GDN_ACT": model.gdn_act if gdn else 0.0,
                    "C_GDN_VHEADS": model.gdn_v_heads if gdn else 1.0})
@@ -175,4 +181,5 @@ def aggregates(batch: StepBatch, window: int = 0) -> np.ndarray:
             agg[AGG.AGG_TOUCHED_SW] += min(x, window)
             agg[AGG.AGG_DECODE_SW] += min(x, window)
     agg[AGG.AGG_ACTIVE_KV] = agg[AGG.AGG_DECODE_CTX] if batch.active_kv_tokens is None else batch.active_kv_tokens
+    agg[AGG.AGG_EXPERT_TOKENS] = batch.expert_tokens or 0
     return agg

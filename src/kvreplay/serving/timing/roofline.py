@@ -217,18 +217,20 @@ def soft_max(compute, memory, p):
     return (compute ** p + memory ** p) ** (1.0 / p)
 
 
-def moe_layer_time(c, tokens, hidden, inter, experts, topk, wbytes, peak, bw):
+def moe_layer_time(c, tokens, hidden, inter, experts, topk, wbytes, peak, bw, ep=1):
     """One MoE layer's routed experts on one GPU of a TP group (each expert's width split by tp:
     `inter` is its share), `c` the kernel's coefficients in MOE_TERMS' order. Routing as balanced
     as it can be (each of the tokens x topk routed tokens to a distinct expert until every expert
     has some, as the kernels were timed): ``active = min(experts, tokens x topk)`` experts each
     read their ``3 x hidden x inter`` weights and compute at least a tile of rows (``tile_rows``,
     ``tile_rows_large`` above MOE_TILE_ABOVE tokens); the gate/up and down GEMMs' FLOPs with k0 more
-    of K. Scalars or numpy arrays (benchmarks/calibrate.py)."""
+    of K. Under expert parallelism over `ep` GPUs (data parallelism's gathered tokens: `tokens` all
+    the ranks'), a GPU holds `experts` of them whole and takes 1 / ep of the routings. Scalars or
+    numpy arrays (benchmarks/calibrate.py)."""
     import numpy as np
 
     e, ew, floor, p, per_token, tile_rows, k0, tile_large = c
-    routed = tokens * topk
+    routed = tokens * topk / max(1, ep)
     active = np.minimum(experts, routed)
     rows = np.maximum(routed, active * np.where(tokens > MOE_TILE_ABOVE, tile_large, tile_rows))
     flops = 2.0 * rows * (2.0 * (hidden + k0) * inter + (inter + k0) * hidden)
@@ -658,11 +660,13 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         kernel = moe_kernel(self.dtype, spec.checkpoint_weights)
         self.moe = spec.moe if spec.moe and self.hidden and kernel and set(moe_names(kernel)) <= set(c) else None
         self.moe_kernel = kernel if self.moe else None
+        self.dp_experts = None  # (data parallelism's experts out of the body: serving/dataparallel.py)
         if self.moe:
             self.moe_c = tuple(c[k] for k in moe_names(kernel))
             self.moe_peak = self.gpu.peak_flops("fp8" if kernel == "fp8" else "bf16")  # int4, mxfp4: bf16 math
             self.moe_weight_bytes = MOE_WEIGHT_BYTES[kernel]
             self.moe_inter = self.moe["expert_intermediate"] / self.tp
+            self.moe_experts, self.moe_ep = self.moe["experts"], 1  # (data parallelism: dataparallel.py)
             self.body_params -= spec.routed_expert_params
             self.body_weight_bytes = self.body_params * wbytes
 
@@ -727,6 +731,19 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         body = soft_max(flops / (peak * e_gemm), weights / (bw * e_weights), self.gemm_p)
         return self.model.num_layers * (layer + self.body_gemms * floor) + body
 
+    def dp_expert_gemm(self, tokens: int) -> float:
+        """An MoE whose routed experts are not apart (no MoE kernel calibrated), under data
+        parallelism (serving/dataparallel.py): the experts out of the body's GEMM into one GEMM of
+        their own over `tokens` gathered tokens, split over the DP x TP GPUs, at the dense GEMMs'
+        coefficients: ``soft_max(2 x active params x rows / gpus / (peak x e_gemm), min(all their
+        bytes, a token's x tokens) / gpus / (bw x e_weights))``."""
+        params, nbytes, active_bytes, gpus = self.dp_experts
+        e_gemm, e_weights, _ = self.gemm_c
+        rows = fp8_gemm_rows(tokens, self.c["fp8_partial_rows"]) if self.fp8 else tokens
+        flops = 2.0 * params * rows / gpus
+        weights = min(nbytes, active_bytes * tokens) / gpus
+        return soft_max(flops / (self.peak_flops * e_gemm), weights / (self.bandwidth * e_weights), self.gemm_p)
+
     def terms(self, batch: StepBatch, floor_decodes: int | None = None) -> dict:
         """Each term of the step's time, seconds (their sum is step_time). `floor_decodes`: the terms
         of step_floor instead, a bound for any step holding this one's work with up to that many
@@ -774,11 +791,14 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             cached = sum(int(k) for n, k in zip(batch.prefill_new, batch.prefill_cached) if int(n) > 0)
             out["mla"] = self.attn_layers * (self.mla_floor_s + self.mla_per_token_s * tokens
                                              + self.mla_context_flops * cached / (self.peak_flops * self.gemm_c[0]))
+        gathered = batch.expert_tokens or tokens  # (data parallelism: every rank's tokens, serving/dataparallel.py)
+        if self.dp_experts:
+            out["moe"] = self.dp_expert_gemm(gathered)
         if self.moe:
             m = self.moe
-            out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, tokens, self.hidden, self.moe_inter, m["experts"],
-                                                            m["experts_per_token"], self.moe_weight_bytes,
-                                                            self.moe_peak, bw))
+            out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, gathered, self.hidden, self.moe_inter,
+                                                            self.moe_experts, m["experts_per_token"],
+                                                            self.moe_weight_bytes, self.moe_peak, bw, self.moe_ep))
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:

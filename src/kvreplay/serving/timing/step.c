@@ -60,16 +60,30 @@ static f64 layer_gemms(const f64 *tm, f64 tokens) {
                 + tm[C_BODY_GEMMS] * layers * tm[C_GEMM_FLOOR]);
 }
 
-/* an MoE's routed experts (roofline.py moe_layer_time), over its MoE layers */
+/* an MoE's routed experts (roofline.py moe_layer_time), over its MoE layers: `tokens` the ones
+ * gathered to them; under expert parallelism a rank's experts take 1 / C_MOE_EP of their routings */
 static f64 moe_experts(const f64 *tm, f64 tokens) {
     f64 h = tm[C_HIDDEN], inter = tm[C_MOE_INTER], k0 = tm[C_MOE_K0];
-    f64 routed = tokens * tm[C_MOE_TOPK], active = kv_fmin(tm[C_MOE_EXPERTS], routed);
+    f64 routed = tokens * tm[C_MOE_TOPK] / kv_fmax(1.0, tm[C_MOE_EP]), active = kv_fmin(tm[C_MOE_EXPERTS], routed);
     f64 tile = tokens > tm[C_MOE_TILE_ABOVE] ? tm[C_MOE_TILE_ROWS_LARGE] : tm[C_MOE_TILE_ROWS];
     f64 moe_rows = kv_fmax(routed, active * tile);
     f64 flops = 2.0 * moe_rows * (2.0 * (h + k0) * inter + (inter + k0) * h);
     f64 weights = active * 3.0 * h * inter * tm[C_MOE_W_BYTES];
     return tm[C_MOE_LAYERS] * (soft_max(flops / (tm[C_MOE_PEAK] * tm[C_MOE_E_GEMM]), weights / (tm[C_BW] * tm[C_MOE_E_WEIGHTS]),
                                         tm[C_MOE_P]) + tm[C_MOE_FLOOR] + tm[C_MOE_PER_TOKEN] * routed);
+}
+
+/* an MoE's routed experts as one GEMM of their own over `tokens` gathered tokens, split over
+ * C_DPX_GPUS GPUs (data parallelism, the experts not apart: roofline.py dp_expert_gemm) */
+static f64 dp_expert_gemm(const f64 *tm, f64 tokens) {
+    f64 rows = tokens, gpus = tm[C_DPX_GPUS];
+    if (tm[C_TILE_ROWS] > 0 && tokens > tm[C_TILE_ABOVE]) {
+        rows = ceil(tokens / tm[C_TILE_ROWS]) * tm[C_TILE_ROWS];
+        rows += (rows - tokens) / (tm[C_TILE_ROWS] - 1.0) * tm[C_TILE_PARTIAL];
+    }
+    f64 flops = 2.0 * tm[C_DPX_PARAMS] * rows / gpus;
+    f64 weights = kv_fmin(tm[C_DPX_BYTES], tm[C_DPX_ACTIVE_BYTES] * tokens) / gpus;
+    return soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (tm[C_BW] * tm[C_E_WEIGHTS]), tm[C_GEMM_P]);
 }
 
 /* the prefills' attention over the attention layers (roofline.py terms()) */
@@ -141,7 +155,9 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     /* (a verification pass's draft tokens run the GEMMs and the LM head as more rows) */
     f64 tokens = agg[AGG_PREFILL_NEW] + decodes + agg[AGG_SPEC_TOKENS], rows = prefill_reqs + decodes + agg[AGG_SPEC_TOKENS];
     f64 t = layer_gemms(tm, tokens);
-    if (tm[C_MOE_LAYERS] > 0) t += moe_experts(tm, tokens);
+    f64 gathered = agg[AGG_EXPERT_TOKENS] > 0 ? agg[AGG_EXPERT_TOKENS] : tokens;
+    if (tm[C_MOE_LAYERS] > 0) t += moe_experts(tm, gathered);
+    if (tm[C_DPX_GPUS] > 0) t += dp_expert_gemm(tm, gathered);
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
         t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)

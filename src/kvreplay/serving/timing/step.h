@@ -7,10 +7,12 @@
 #include "../../include/kv.h"
 
 /* a step's aggregates (batch.c accumulates them over the requests in the step); AGG_SPEC_TOKENS:
- * the draft tokens the decoding requests' verification passes add to the step's GEMMs */
+ * the draft tokens the decoding requests' verification passes add to the step's GEMMs;
+ * AGG_EXPERT_TOKENS: the tokens an MoE's routed experts run over when the step's own are not all
+ * (data parallelism: every DP rank's, gathered; 0: the step's own) */
 #define AGG_SLOTS(S) S(AGG_PREFILL_REQS) S(AGG_PREFILL_NEW) S(AGG_PREFILL_CACHED) S(AGG_DECODE_REQS) \
     S(AGG_DECODE_CTX) S(AGG_ACTIVE_KV) S(AGG_KEYS_FULL) S(AGG_TOUCHED_FULL) S(AGG_KEYS_SW) S(AGG_TOUCHED_SW) \
-    S(AGG_DECODE_SW) S(AGG_SPEC_TOKENS)
+    S(AGG_DECODE_SW) S(AGG_SPEC_TOKENS) S(AGG_EXPERT_TOKENS)
 enum { AGG_SLOTS(KV_SLOT_ENUM) NUM_AGG };
 
 /* tm[0]: the model's kind */
@@ -37,7 +39,11 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * the decode attention's split over (request, KV head) pairs (C_ATTN_SPLIT, C_KV_HEADS_GPU) and the
  * elementwise kernels (C_EW_KERNELS a step, C_EW_BYTES a token: roofline.py elementwise_work); the
  * host's kernel launches of a step vLLM runs without a CUDA graph, more than C_EAGER_ABOVE tokens
- * (C_LAUNCH_LAYER_S per layer, 0: none; models.py eager_step) */
+ * (C_LAUNCH_LAYER_S per layer, 0: none; models.py eager_step); the expert-parallel group the routed
+ * tokens are split over (C_MOE_EP, 0 or 1: none; each rank then holds C_MOE_EXPERTS of them whole); an
+ * MoE whose experts are not apart, under data parallelism: its routed experts out of the body's GEMM
+ * into one GEMM of their own over the gathered tokens, split over C_DPX_GPUS GPUs (C_DPX_PARAMS the
+ * active ones a token, C_DPX_BYTES all their bytes, C_DPX_ACTIVE_BYTES a token's; roofline.py dp_experts) */
 #define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
     S(C_BODY_PARAMS) S(C_BODY_WEIGHT_BYTES) S(C_ACTIVE_BODY_WEIGHT_BYTES) S(C_HEAD_PARAMS) S(C_HEAD_WEIGHT_BYTES) \
     S(C_HIDDEN) S(C_ATTN_WIDTH) S(C_KV_LAYER_TOKEN) S(C_PEAK) S(C_ATTN_PEAK) S(C_BW)                           \
@@ -56,7 +62,8 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_GDN_PER_REQ_DECODE) S(C_ATTN_WIDTH_PREFILL) S(C_BODY_BESIDE) S(C_BODY_GEMMS)                             \
     S(C_MLA_FLOOR) S(C_MLA_PER_TOKEN) S(C_MLA_CONTEXT_FLOPS) S(C_MOE_TILE_ROWS_LARGE) S(C_MOE_TILE_ABOVE)    \
     S(C_AR_LATENCY2) S(C_AR_LINK) S(C_ATTN_SPLIT) S(C_KV_HEADS_GPU) S(C_EW_KERNELS) S(C_EW_BYTES) S(C_EW_FLOOR)  \
-    S(C_E_EW) S(C_LAUNCH_LAYER_S) S(C_EAGER_ABOVE) S(C_AR_NCCL_LATENCY) S(C_AR_NCCL_BUS)
+    S(C_E_EW) S(C_LAUNCH_LAYER_S) S(C_EAGER_ABOVE) S(C_MOE_EP) \
+    S(C_DPX_PARAMS) S(C_DPX_BYTES) S(C_DPX_ACTIVE_BYTES) S(C_DPX_GPUS) S(C_AR_NCCL_LATENCY) S(C_AR_NCCL_BUS)
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
 
 f64 kv_step_seconds(const f64 *tm, const f64 *agg);
