@@ -267,6 +267,40 @@ def elementwise_table(t: Tables, gpu_dir: str):
     return q.assign(nbytes=3.0 * q.m.to_numpy(float) * q.k.to_numpy(float))
 
 
+def allreduce_table(t: Tables, gpu_dir: str):
+    """The GPU's bf16 all-reduces: vLLM's custom kernel (CUDA-graph mode) up to 8 MiB, NCCL's table
+    above (vllm/distributed/device_communicators/custom_all_reduce.py, max_size 8 MiB), the faster
+    of the two where both time a message."""
+    import pandas as pd
+
+    ar = t.read(gpu_dir, "comm", "custom_allreduce_perf.parquet")
+    ar = ar[(ar.op_name == "all_reduce") & ar.kernel_source.str.contains("graph") & (ar.message_size * 2 <= CUSTOM_AR_MAX)]
+    nccl = t.read_nccl(gpu_dir)
+    nccl = nccl[(nccl.op_name == "all_reduce") & (nccl.nccl_dtype == "half") & (nccl.message_size * 2 > CUSTOM_AR_MAX)]
+    ar = pd.concat([ar[["num_gpus", "message_size", "latency"]], nccl[["num_gpus", "message_size", "latency"]]])
+    return ar.groupby(["num_gpus", "message_size"], as_index=False).latency.min()
+
+
+def refit_allreduce(t: Tables) -> int:
+    """`--allreduce`: each measured GPU's NCCL terms fitted (fit_allreduce), every other coefficient
+    as shipped (the custom kernel's too: fit_gpu fits them as before); the shipped file rewritten
+    with them."""
+    from kvreplay.serving.timing.roofline import SHAPE_COEFFICIENTS
+
+    data = json.loads(OUT.read_text())
+    for name, gpu_dir in GPUS.items():
+        c = {**SHAPE_COEFFICIENTS, **data["gpus"][name]["coefficients"]}
+        fitted, errs = fit_allreduce(allreduce_table(t, gpu_dir), c, custom=False)
+        data["gpus"][name]["coefficients"].update(fitted)
+        print(f"{name}: all-reduce {100 * errs['allreduce']:.1f}% (custom kernel {100 * errs['allreduce_custom']:.1f}%, "
+              f"NCCL {100 * errs['allreduce_nccl']:.1f}%); " + ", ".join(
+                  f"TP {tp} NCCL {fitted[f'allreduce_nccl_latency_tp{tp}_s'] * 1e6:.1f} us + ring / "
+                  f"{fitted[f'allreduce_nccl_bus_tp{tp}_bytes_per_s'] / 1e9:.0f} GB/s" for tp in (2, 4, 8)))
+    write(data)
+    print(f"wrote {OUT.relative_to(REPO)}")
+    return 0
+
+
 def kernels(t: Tables, gpu_dir: str) -> dict:
     g_all = t.read(gpu_dir, "gemm", "gemm_perf.parquet")
     g = g_all[(g_all.gemm_dtype == "bfloat16")]
@@ -282,17 +316,7 @@ def kernels(t: Tables, gpu_dir: str) -> dict:
         return a[keep]
     ctx, gen = sel(ctx), sel(gen)
     ctx, gen = ctx[ctx.kernel_source == attention_kernel(ctx, "prefill")], gen[gen.kernel_source == attention_kernel(gen, "decode")]
-    # vLLM all-reduces up to 8 MiB with its custom kernel and above with NCCL
-    # (vllm/distributed/device_communicators/custom_all_reduce.py, max_size 8 MiB)
-    ar = t.read(gpu_dir, "comm", "custom_allreduce_perf.parquet")
-    ar = ar[(ar.op_name == "all_reduce") & ar.kernel_source.str.contains("graph") & (ar.message_size * 2 <= CUSTOM_AR_MAX)]
-    nccl = t.read_nccl(gpu_dir)
-    nccl = nccl[(nccl.op_name == "all_reduce") & (nccl.nccl_dtype == "half") & (nccl.message_size * 2 > CUSTOM_AR_MAX)]
-    import pandas as pd
-
-    ar = pd.concat([ar[["num_gpus", "message_size", "latency"]], nccl[["num_gpus", "message_size", "latency"]]])
-    ar = ar.groupby(["num_gpus", "message_size"], as_index=False).latency.min()
-    out = {"gemm": g, "ctx": ctx, "gen": gen, "ar": ar}
+    out = {"gemm": g, "ctx": ctx, "gen": gen, "ar": allreduce_table(t, gpu_dir)}
     ew = elementwise_table(t, gpu_dir)
     if ew is not None:
         out["ew"] = ew
@@ -468,6 +492,37 @@ def fit_gemms(tables: dict, gpu, c: dict) -> tuple[dict, dict]:
     return {k: float(c[k]) for k in GEMM_TERMS + (tuple(START_FP8) if "gemm_fp8" in tables else ())}, errs
 
 
+AR_TERMS = ("allreduce_latency_s", "allreduce_link_bytes_per_s", "allreduce_bus_bytes_per_s")
+
+
+def fit_allreduce(ar, c: dict, custom: bool = True) -> tuple[dict, dict]:
+    """The all-reduce's coefficients on a GPU's all-reduce table (roofline.allreduce_time): vLLM's
+    custom kernel's latency, one-stage link and two-stage bus over every message (the ring formula
+    above CUSTOM_AR_MAX, as fitted before NCCL had terms of its own; `custom` False: as `c` has them),
+    then NCCL's latency and bus at each TP degree (NCCL_TPS) on the messages from CUSTOM_AR_MAX, by
+    least relative squares (linear in the latency and the bus's inverse); and their errors (mean
+    relative, over every message, the custom kernel's and NCCL's)."""
+    from kvreplay.serving.timing.roofline import NCCL_COEFFICIENTS, NCCL_TPS
+
+    nn, size, y = ar.num_gpus.to_numpy(float), ar.message_size.to_numpy(float), ar.latency.to_numpy(float) / 1e3
+    c, fitted = {**c, **dict.fromkeys(NCCL_COEFFICIENTS, 0.0)}, {}
+    if custom:
+        fitted, _ = fit_family(list(AR_TERMS), c, lambda cc: ar_model(cc, nn, size), y)
+        c.update(fitted)
+    small = size * 2.0 < CUSTOM_AR_MAX
+    for tp in NCCL_TPS:
+        at = ~small & (nn == tp)
+        ring = 2.0 * (tp - 1) / tp * size[at] * 2.0
+        a = np.vstack([np.ones_like(ring), ring]).T / y[at][:, None]
+        latency, inverse = np.linalg.lstsq(a, (y[at] - c["allreduce_latency_s"]) / y[at], rcond=None)[0]
+        fitted[f"allreduce_nccl_latency_tp{tp}_s"] = float(max(latency, 0.0))
+        fitted[f"allreduce_nccl_bus_tp{tp}_bytes_per_s"] = float(1.0 / inverse)
+    c.update(fitted)
+    rel = np.abs(ar_model(c, nn, size) - y) / y
+    return fitted, {"allreduce": float(rel.mean()), "allreduce_custom": float(rel[small].mean()),
+                    "allreduce_nccl": float(rel[~small].mean())}
+
+
 def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
     gemms, errs = fit_gemms(tables, gpu, START)
     c = {**START, **gemms}
@@ -483,13 +538,9 @@ def fit_gpu(tables: dict, gpu) -> tuple[dict, dict]:
                                               "attn_per_request_decode_s", "attn_split_decode"], c,
                                              lambda cc: gen_model(cc, gpu, *args), x.latency.to_numpy(float) / 1e3)
     c.update(fitted)
-    # the all-reduce's latency, one-stage link and two-stage / ring bus bandwidths, over every message
-    # (vLLM's custom kernel below 8 MiB, NCCL above: roofline.allreduce_time)
-    x = tables["ar"]
-    nn, size, y = x.num_gpus.to_numpy(float), x.message_size.to_numpy(float), x.latency.to_numpy(float) / 1e3
-    fitted, errs["allreduce"] = fit_family(["allreduce_latency_s", "allreduce_link_bytes_per_s", "allreduce_bus_bytes_per_s"],
-                                           c, lambda cc: ar_model(cc, nn, size), y)
+    fitted, ar_errs = fit_allreduce(tables["ar"], c)
     c.update(fitted)
+    errs.update(ar_errs)
     if "ew" in tables:  # the elementwise kernels' floor and efficiency (else START's, replaced by FIT_GPU's)
         fitted, errs["elementwise"] = fit_elementwise(tables["ew"], gpu, c)
         c.update(fitted)
@@ -1170,7 +1221,11 @@ def main() -> int:
     ap.add_argument("--calibration", type=Path, default=OUT, metavar="FILE",
                     help="with --check: the coefficients to check (default: the shipped file; --e2e always simulates "
                          "the shipped one)")
+    ap.add_argument("--allreduce", action="store_true",
+                    help="refit only each measured GPU's all-reduce coefficients (the others as shipped) and write them")
     args = ap.parse_args()
+    if args.allreduce:
+        return refit_allreduce(Tables(wheel()))
     if args.calibration != OUT and not args.check:
         ap.error("--calibration needs --check (a fit writes the shipped file)")
     from kvreplay.catalog.gpus import get_gpu

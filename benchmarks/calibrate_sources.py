@@ -266,9 +266,10 @@ ALLREDUCE_SOURCES = {"vLLM 0.14.0 (aiconfigurator)": ("aic", "comm/vllm/0.14.0")
 
 
 def allreduce_check(fit_tables, shipped: dict) -> dict:
-    """Each ALLREDUCE_SOURCES table's CUDA-graph all-reduces (bf16, 2-8 GPUs, below vLLM's 8 MiB
-    custom-kernel limit) against roofline.allreduce_time at the GPU's shipped coefficients, by source,
-    GPU and TP: error and median measured / predicted, small (< 64 KiB) and larger messages."""
+    """Each ALLREDUCE_SOURCES table's CUDA-graph all-reduces (bf16, 2-8 GPUs) against
+    roofline.allreduce_time at the GPU's shipped coefficients, by source, GPU and TP: error and median
+    measured / predicted, small (< 64 KiB) messages, larger ones below vLLM's 8 MiB custom-kernel
+    limit, and NCCL's from it."""
     import io
 
     import pyarrow.parquet as pq
@@ -285,18 +286,18 @@ def allreduce_check(fit_tables, shipped: dict) -> dict:
                 continue
             a = pq.read_table(io.BytesIO(z.read(member))).to_pandas()
             graph = a.kernel_source.str.contains("graph", case=False)
-            a = a[(graph if graph.any() else True) & a.num_gpus.isin([2, 4, 8]) & (a.message_size * 2 < 8 * 2 ** 20)]
+            a = a[(graph if graph.any() else True) & a.num_gpus.isin([2, 4, 8])]
             c = {**SHAPE_COEFFICIENTS, **shipped["gpus"][name]["coefficients"]}  # (an older calibration: terms off)
             for tp in (2, 4, 8):
                 part = a[a.num_gpus == tp]
                 nbytes = part.message_size.to_numpy(float) * 2.0
                 ratio = part.latency.to_numpy(float) / 1e3 / allreduce_time(tp, nbytes, c["allreduce_latency_s"], c)
-                small = nbytes < 64 * 1024
-                s, big = ratio_stats(ratio[small]), ratio_stats(ratio[~small])
-                out[f"{label} {name} TP{tp}"] = {"small": s, "large": big}
-                lines.append([label, name, str(tp), f"{100 * s['mape']:.1f}% ({s['median_ratio']:.2f})",
-                              f"{100 * big['mape']:.1f}% ({big['median_ratio']:.2f})"])
+                small, nccl = nbytes < 64 * 1024, nbytes >= 8 * 2 ** 20
+                parts = [ratio_stats(ratio[m]) for m in (small, ~small & ~nccl, nccl)]
+                out[f"{label} {name} TP{tp}"] = dict(zip(("small", "large", "nccl"), parts))
+                lines.append([label, name, str(tp)] + [f"{100 * p['mape']:.1f}% ({p['median_ratio']:.2f})" for p in parts])
     print_table("all-reduce kernels of other versions and frameworks against the shipped all-reduce "
                 "(error, median measured / predicted)",
-                (("source", False), ("GPU", False), ("TP", True), ("< 64 KiB", False), ("64 KiB - 8 MiB", False)), lines)
+                (("source", False), ("GPU", False), ("TP", True), ("< 64 KiB", False), ("64 KiB - 8 MiB", False),
+                 ("8 MiB - 1 GiB (NCCL)", False)), lines)
     return out

@@ -710,6 +710,55 @@ def test_calibrated_all_reduce_runs_vllms_custom_kernel_one_or_two_stage_and_ncc
     assert m.terms(StepBatch(decode_context=(1000,) * 4))["allreduce"] == pytest.approx(160 * (5e-6 + 7 * 65536 / 1e11))
 
 
+def test_calibrated_all_reduce_runs_nccls_own_terms_per_degree_from_8_mib():
+    # NCCL's latency and bus at TP 2, 4 and 8 (fitted per degree), between them log2-interpolated,
+    # outside them clamped; without them (0) the custom kernel's ring, as before
+    from kvreplay.serving.timing.roofline import allreduce_floor, allreduce_time, nccl_terms
+
+    nccl = {"allreduce_nccl_latency_tp2_s": 10e-6, "allreduce_nccl_bus_tp2_bytes_per_s": 2e11,
+            "allreduce_nccl_latency_tp4_s": 20e-6, "allreduce_nccl_bus_tp4_bytes_per_s": 3e11,
+            "allreduce_nccl_latency_tp8_s": 30e-6, "allreduce_nccl_bus_tp8_bytes_per_s": 4e11}
+    c = {**ROUND, "allreduce_link_bytes_per_s": 1e11, **nccl}
+    mib128 = 128 * 2 ** 20
+    # 128 MiB on 8 GPUs: 5 us first barrier + 30 us + 2 x 7/8 x 128 MiB / 400 GB/s = 622.2 us
+    assert allreduce_time(8, mib128, 5e-6, c) == pytest.approx(5e-6 + 30e-6 + 1.75 * mib128 / 4e11)
+    assert allreduce_time(2, mib128, 5e-6, c) == pytest.approx(5e-6 + 10e-6 + mib128 / 2e11)
+    # TP 6: halfway in log2 between 4 and 8 is log2(6) = 2.585 -> 58.5% of the way
+    w = np.log2(6) - 2
+    lat, bus = nccl_terms(6, c)
+    assert lat == pytest.approx(20e-6 + w * 10e-6) and bus == pytest.approx(3e11 + w * 1e11)
+    assert nccl_terms(16, c) == pytest.approx((30e-6, 4e11))  # clamped at the largest degree fitted
+    # below 8 MiB the custom kernel, whatever NCCL's terms
+    assert allreduce_time(8, 2 ** 20, 5e-6, c) == pytest.approx(2 * 5e-6 + 1.75 * 2 ** 20 / 1e11)
+    # no NCCL terms: the ring at the custom kernel's bus (as before 2026-12-07)
+    assert allreduce_time(8, mib128, 5e-6, ROUND | {"allreduce_link_bytes_per_s": 1e11}) == pytest.approx(
+        5e-6 + 1.75 * mib128 / 1e11)
+    # the floor stays below the time at every size from 8 MiB
+    for size in (8 * 2 ** 20, 2 ** 25, mib128, 2 ** 30):
+        for tp in (2, 4, 8):
+            assert allreduce_floor(tp, size, 5e-6, c) <= allreduce_time(tp, size, 5e-6, c) + 1e-12
+    # the compiled step prices it the same: a 4,096-token prefill of Llama-3.1-70B at TP 8 (64 MiB a message)
+    from kvreplay.serving.timing.packed import aggregates, packed, roofline_window, step_seconds
+
+    m = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8, coefficients=c)
+    batch = StepBatch(prefill_new=(4096,), prefill_cached=(0,))
+    assert m.terms(batch)["allreduce"] == pytest.approx(160 * (m.allreduce_latency_s + 30e-6 + 1.75 * 4096 * 8192 * 2 / 4e11))
+    tm = packed(m)
+    assert step_seconds(tm, aggregates(batch, roofline_window(tm))) == pytest.approx(m.step_time(batch), rel=1e-9)
+
+
+def test_the_shipped_nccl_terms_are_measured_gpus_own_and_off_on_another_link():
+    from kvreplay.serving.timing.roofline import nccl_terms
+
+    h100 = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 8)
+    lat, bus = nccl_terms(8, h100.c)
+    assert 5e-6 < lat < 50e-6 and 3.5e11 < bus < 4.5e11  # (NCCL on 8 H100s: 410 GB/s in the ring's form)
+    assert nccl_terms(2, h100.c)[1] < bus  # TP 2 runs slower than the ring at TP 8's bus
+    # the B200 borrows H200's all-reduce at its own NVLink: NCCL's per-degree terms are off there
+    b200 = CalibratedRooflineTimeModel("Llama-3.1-70B", "B200", 8)
+    assert nccl_terms(8, b200.c) == (0.0, b200.c["allreduce_bus_bytes_per_s"])
+
+
 def test_calibrated_elementwise_kernels_of_a_llama_layer_by_hand():
     from kvreplay.serving.timing.roofline import elementwise_kernels
 

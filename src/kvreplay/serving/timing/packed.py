@@ -18,7 +18,8 @@ from ... import native
 from ...errors import ConfigError
 from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
-from .roofline import FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_ROUTING_KNOTS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel
+from .roofline import (FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_ROUTING_KNOTS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel,
+                       nccl_terms)
 
 AGG = native.slots("timing", "agg")  # (native.Absent without the core: the catalog still loads)
 KIND = native.slots("timing", "kind")
@@ -102,7 +103,8 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_KV_HEADS_GPU": model.kv_heads_gpu, "C_EW_KERNELS": model.ew_kernels, "C_EW_BYTES": model.ew_bytes_per_token,
               "C_EW_FLOOR": c["ew_floor_s"], "C_E_EW": c["e_ew"] or 1.0,
               "C_LAUNCH_LAYER_S": model.launch_layer_s if math.isfinite(model.eager_above) else 0.0,
-              "C_EAGER_ABOVE": model.eager_above if math.isfinite(model.eager_above) else 0.0}
+              "C_EAGER_ABOVE": model.eager_above if math.isfinite(model.eager_above) else 0.0,
+              **dict(zip(("C_AR_NCCL_LATENCY", "C_AR_NCCL_BUS"), map(float, nccl_terms(model.tp, c))))}
     moe = model.moe or {}  # an MoE's routed experts (0 layers: none apart)
     values.update({"C_MOE_LAYERS": moe.get("layers", 0), "C_MOE_EXPERTS": moe.get("experts", 0),
                    "C_MOE_TOPK": moe.get("experts_per_token", 0), "C_MOE_INTER": model.moe_inter if moe else 0.0,

@@ -105,12 +105,20 @@ COEFFICIENTS = ("e_gemm", "e_weights", "gemm_floor_s", "e_attn_prefill", "e_kv_p
                 "allreduce_bus_bytes_per_s", "per_layer_s", "per_step_s")
 #: the fp8 GEMMs' coefficients (a GPU with FP8 tensor cores and measured fp8 GEMMs)
 FP8_COEFFICIENTS = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s", "e_quant_fp8")
+#: NCCL's all-reduce above vLLM's custom kernel (messages of 8 MiB and more: a prefill's), per TP
+#: degree measured (since 2026-12-07): its latency beyond the first barrier and its bus bandwidth in
+#: the ring's form. NCCL does not run the ring at every degree (on NVSwitch a 128 MiB message takes
+#: 0.47 ms on 2 H100s, 0.62 on 4, 0.58 on 8), so one bus bandwidth for every degree put TP 2 too fast
+#: and TP 8 too slow (roofline.allreduce_time; nccl_terms interpolates between the degrees)
+NCCL_TPS = (2, 4, 8)
+NCCL_COEFFICIENTS = tuple(f"allreduce_nccl_{what}_tp{tp}{unit}" for tp in NCCL_TPS
+                          for what, unit in (("latency", "_s"), ("bus", "_bytes_per_s")))
 #: the GEMMs' shape terms (fitted; absent, each is off: no tile term, no partial-block cost, the
 #: plain max of compute and memory)
 SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_fp8": 0.0,
                       "fp8_partial_rows": 0.0, "gemm_overlap_p_fp8": float("inf"), "attn_per_request_decode_s": 0.0,
                       "allreduce_skew_s": 0.0, **dict.fromkeys(("attn_split_decode",
-                      "allreduce_link_bytes_per_s", "ew_floor_s", "e_ew"), 0.0)}
+                      "allreduce_link_bytes_per_s", "ew_floor_s", "e_ew") + NCCL_COEFFICIENTS, 0.0)}
 #: the step's kernels no GEMM, attention or all-reduce table holds (since 2026-12-07): the decode
 #: attention's slowdown with few (request, KV head) pairs to spread its KV read over
 #: (``attn_split_decode``), the one-stage all-reduce's read of every peer's buffer
@@ -289,23 +297,40 @@ CUSTOM_AR_MAX = 8 * 2 ** 20
 ONE_STAGE_BELOW = {4: 512 * 1024, 8: 256 * 1024}  # bytes, at most that many GPUs (2: always)
 
 
+def nccl_terms(tp, c):
+    """NCCL's all-reduce at `tp` GPUs: (its latency beyond the first barrier, its bus bandwidth),
+    interpolated over log2(tp) between the degrees fitted (NCCL_TPS; clamped outside them). Without
+    them (an older calibration, a PCIe GPU's own fit: 0) no latency of its own and the custom
+    kernel's two-stage bus, the ring formula as before 2026-12-07. Scalars or numpy arrays."""
+    import numpy as np
+
+    buses = [c.get(f"allreduce_nccl_bus_tp{t}_bytes_per_s", 0.0) for t in NCCL_TPS]
+    if min(buses) <= 0:
+        return 0.0, c["allreduce_bus_bytes_per_s"]
+    x, xs = np.log2(np.maximum(tp, 1)), np.log2(NCCL_TPS)
+    return (np.interp(x, xs, [c[f"allreduce_nccl_latency_tp{t}_s"] for t in NCCL_TPS]), np.interp(x, xs, buses))
+
+
 def allreduce_time(tp, nbytes, latency, c):
     """One all-reduce of `nbytes` over `tp` GPUs: vLLM's custom all-reduce below CUSTOM_AR_MAX, its
     one stage ``latency + (tp - 1) x nbytes / link`` (every peer's buffer read over NVLink) or its
-    two ``latency + allreduce_latency + 2 (tp - 1) / tp x nbytes / bus``; NCCL's ring above,
-    ``latency + 2 (tp - 1) / tp x nbytes / bus``. `latency` is the first barrier's (with the
-    serving skew), `c` the coefficients (``allreduce_link_bytes_per_s`` 0: every message on the ring
-    formula, as before 2026-12-07). Scalars or numpy arrays (benchmarks/calibrate.py)."""
+    two ``latency + allreduce_latency + 2 (tp - 1) / tp x nbytes / bus``; NCCL above, ``latency +
+    nccl_latency + 2 (tp - 1) / tp x nbytes / nccl_bus`` at the degree's own terms (nccl_terms).
+    `latency` is the first barrier's (with the serving skew), `c` the coefficients
+    (``allreduce_link_bytes_per_s`` 0: every message on the ring formula, as before 2026-12-07).
+    Scalars or numpy arrays (benchmarks/calibrate.py)."""
     import numpy as np
 
     ring = 2.0 * (tp - 1) / tp * nbytes / c["allreduce_bus_bytes_per_s"]
     link = c["allreduce_link_bytes_per_s"]
     if not link:
         return latency + ring
+    nccl_latency, nccl_bus = nccl_terms(tp, c)
+    nccl = nccl_latency + 2.0 * (tp - 1) / tp * nbytes / nccl_bus
     custom = (tp <= 8) & (nbytes < CUSTOM_AR_MAX)
     one = (tp == 2) | ((tp <= 4) & (nbytes < ONE_STAGE_BELOW[4])) | ((tp <= 8) & (nbytes < ONE_STAGE_BELOW[8]))
     return latency + np.where(custom & one, (tp - 1) * nbytes / link,
-                              ring + np.where(custom, c["allreduce_latency_s"], 0.0))
+                              np.where(custom, ring + c["allreduce_latency_s"], nccl))
 
 
 #: the all-reduce of a layer whose q and k vLLM RMS-norms over every head (ModelSpec.qk_norm_all_reduce,
@@ -317,13 +342,16 @@ QK_NORM_BYTES_PER_TOKEN = 8.0
 
 
 def allreduce_floor(tp, nbytes, latency, c):
-    """A lower bound of allreduce_time for `nbytes` or more: the cheaper of the one-stage and ring
-    formulas (the custom two-stage kernel is the ring plus a latency), each growing with the bytes.
+    """A lower bound of allreduce_time for `nbytes` or more: the cheapest of the one-stage, ring and
+    NCCL formulas (the custom two-stage kernel is the ring plus a latency), each growing with the bytes.
     The algorithm vLLM picks switches at sizes (CUSTOM_AR_MAX, ONE_STAGE_BELOW), so a larger
     all-reduce can take less time than a smaller one; this does not."""
     ring = 2.0 * (tp - 1) / tp * nbytes / c["allreduce_bus_bytes_per_s"]
     link = c["allreduce_link_bytes_per_s"]
-    return latency + (min(ring, (tp - 1) * nbytes / link) if link else ring)
+    if not link:
+        return latency + ring
+    nccl_latency, nccl_bus = nccl_terms(tp, c)
+    return latency + min(ring, (tp - 1) * nbytes / link, float(nccl_latency + 2.0 * (tp - 1) / tp * nbytes / nccl_bus))
 
 
 def elementwise_kernels(spec, tp: int, kv_per_token_gpu: float, kv_bytes: float, mla: bool, mamba_layers: int):
@@ -562,14 +590,19 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             from ...catalog.gpus import get_gpu
 
             relative = get_gpu(self.calibration.measured_on)
+            ratio = self.gpu.link_bytes_per_s / relative.link_bytes_per_s
             for k in ("allreduce_bus_bytes_per_s", "allreduce_link_bytes_per_s"):
-                c[k] = c.get(k, 0.0) * self.gpu.link_bytes_per_s / relative.link_bytes_per_s
+                c[k] = c.get(k, 0.0) * ratio
+            if ratio != 1.0:  # NCCL's per-degree terms are its interconnect's (B200's own NVLink 5 table at TP 8:
+                # 659 GB/s, not H200's 421 x 2): another link keeps the ring at the scaled bus
+                c.update(dict.fromkeys(NCCL_COEFFICIENTS, 0.0))
         from ...catalog.gpus import pcie_allreduce
 
         # a PCIe GPU's all-reduce: its own fit at this degree (catalog/gpus.py PCIE_ALLREDUCE)
         self.pcie_allreduce = None if self.calibration.measured_on == "given" else pcie_allreduce(self.gpu, self.tp)
-        if self.pcie_allreduce is not None:
-            c.update({k: v for k, v in self.pcie_allreduce[1].items() if k.startswith("allreduce_")})
+        if self.pcie_allreduce is not None:  # (its own fit over every message: no NVSwitch NCCL terms)
+            c.update({**dict.fromkeys(NCCL_COEFFICIENTS, 0.0),
+                      **{k: v for k, v in self.pcie_allreduce[1].items() if k.startswith("allreduce_")}})
         c.update(coefficients)
         return {**SHAPE_COEFFICIENTS, **c}
 

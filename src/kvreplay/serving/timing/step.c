@@ -121,7 +121,7 @@ static f64 decode_attention(const f64 *tm, const f64 *agg) {
 }
 
 /* one all-reduce of `bytes` (roofline.py allreduce_time): vLLM's custom all-reduce in one stage or
-   two below 8 MiB, NCCL's ring above (C_AR_LINK 0: the ring for every message) */
+   two below 8 MiB, NCCL above at the degree's own terms (C_AR_LINK 0: the ring for every message) */
 static f64 allreduce(const f64 *tm, f64 bytes) {
     f64 tp = tm[C_TP];
     f64 ring = 2.0 * (tp - 1.0) / tp * bytes / tm[C_AR_BUS];
@@ -129,7 +129,8 @@ static f64 allreduce(const f64 *tm, f64 bytes) {
     int custom = tp <= 8 && bytes < 8.0 * 1048576.0;
     int one = tp == 2 || (tp <= 4 && bytes < 512.0 * 1024.0) || (tp <= 8 && bytes < 256.0 * 1024.0);
     if (custom && one) return tm[C_AR_LATENCY] + (tp - 1.0) * bytes / tm[C_AR_LINK];
-    return tm[C_AR_LATENCY] + (ring + (custom ? tm[C_AR_LATENCY2] : 0.0));
+    if (custom) return tm[C_AR_LATENCY] + ring + tm[C_AR_LATENCY2];
+    return tm[C_AR_LATENCY] + tm[C_AR_NCCL_LATENCY] + 2.0 * (tp - 1.0) / tp * bytes / tm[C_AR_NCCL_BUS];
 }
 
 /* Mamba / linear-attention layers: Gated DeltaNet on its fitted kernel (roofline.py gdn_layer_time)

@@ -34,7 +34,8 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * prefill attention at its own width (C_ATTN_WIDTH_PREFILL) and the MLA module's floor and cost
  * per token per layer (C_MLA_FLOOR, C_MLA_PER_TOKEN: roofline.py _mla_apart), and the kv_b FLOPs
  * per cached token per layer a prefill decompresses (C_MLA_CONTEXT_FLOPS); vLLM's custom all-reduce's
- * one stage (C_AR_LINK > 0: roofline.py allreduce_time; C_AR_LATENCY2 its second stage's barrier),
+ * one stage (C_AR_LINK > 0: roofline.py allreduce_time; C_AR_LATENCY2 its second stage's barrier) and
+ * NCCL's terms at the group's degree above it (C_AR_NCCL_LATENCY, C_AR_NCCL_BUS: roofline.py nccl_terms),
  * the decode attention's split over (request, KV head) pairs (C_ATTN_SPLIT, C_KV_HEADS_GPU) and the
  * elementwise kernels (C_EW_KERNELS a step, C_EW_BYTES a token: roofline.py elementwise_work); the
  * host's kernel launches of a step vLLM runs without a CUDA graph, more than C_EAGER_ABOVE tokens
@@ -70,7 +71,7 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_DPX_PARAMS) S(C_DPX_BYTES) S(C_DPX_ACTIVE_BYTES) S(C_DPX_GPUS) S(C_MOE_ROUTE)                          \
     S(C_MOE_ROUTE_1) S(C_MOE_ROUTE_2) S(C_MOE_ROUTE_3) S(C_MOE_ROUTE_4) S(C_MOE_ROUTE_5) S(C_MOE_ROUTE_6)        \
     S(C_MOE_ROUTE_7) S(C_MOE_ROUTE_8) S(C_MOE_ROUTE_9) S(C_MOE_ROUTE_10) S(C_MOE_ROUTE_11) S(C_MOE_ROUTE_12)     \
-    S(C_MOE_ROUTE_13) S(C_MOE_ROUTE_14) S(C_QK_NORM_ALLREDUCES)
+    S(C_MOE_ROUTE_13) S(C_MOE_ROUTE_14) S(C_QK_NORM_ALLREDUCES) S(C_AR_NCCL_LATENCY) S(C_AR_NCCL_BUS)
 /* an MoE's served-routing factor at 2^0 .. 2^14 tokens (roofline.py SERVED_ROUTING), from C_MOE_ROUTE on */
 #define MOE_ROUTING_KNOTS 15
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
