@@ -18,8 +18,9 @@ one API server that picks a rank for each request (docs/clusters.md, "Data paral
   So a GPU's weights hold ``1 / (DP x TP)`` of the experts (timing/memory.py weight_parts), and its
   experts run over the tokens of every rank, gathered (all2all_backend ``allgather_reducescatter``,
   the default, config/parallel.py:220), :func:`time_model` below.
-- **Not modelled**: the gather and scatter's own time (no measured all-gather or reduce-scatter on
-  any GPU here: the times are short by it, and the band does not hold it: a warning says so), the
+- **Not modelled**: the gather and scatter's own time (the calibration has no all-gather or
+  reduce-scatter term yet, though aiconfigurator's NCCL tables measure both: the times are short by
+  it, and the band does not hold it: a warning says so), the
   dense layers' padding on the smaller ranks of a CUDA-graph step, EPLB, DeepEP's kernels.
 """
 
