@@ -218,20 +218,20 @@ def test_the_documented_run(tmp_path):
     quoted = section.split("```")[3].strip().splitlines()  # the second block: the output
     assert len(quoted) == 4 and all(line in out.splitlines() for line in quoted), quoted
     rows = {line.split("  ")[0]: line.split() for line in out.splitlines()}
-    assert rows["TTFT"][3:9] == ["1.79", "s", "1.75", "s", "-", "2.06"] and rows["TTFT"][-1] == "2,040"
+    assert rows["TTFT"][3:9] == ["1.79", "s", "1.72", "s", "-", "2.12"] and rows["TTFT"][-1] == "2,040"
     assert "peak held by running requests 903 blocks (100% of the pool); peak 80 running" in out
     assert "0 preemptions of 0 requests" in out and "74.44% of prompt tokens" in out
     base = ok(*args[:-2])
     rows = {line.split("  ")[0]: line.split() for line in base.splitlines()}
-    assert rows["TTFT"][3:9] == ["1.67", "s", "1.64", "s", "-", "1.89"]
+    assert rows["TTFT"][3:9] == ["1.67", "s", "1.60", "s", "-", "1.91"]
     assert "peak held by running requests 689 blocks (76% of the pool); peak 17 running" in base
     for figure in ("689 of the pool's 903 blocks with 17 requests running and TTFT p50 1.67 s",
-                   "(band 1.64-1.89 s)", "(903 blocks, 80 running, no preemption)",
-                   "children's TTFT p50 is 1.79 s (band 1.75-2.06 s)", "74.44% here",
+                   "(band 1.60-1.91 s)", "(903 blocks, 80 running, no preemption)",
+                   "children's TTFT p50 is 1.79 s (band 1.72-2.12 s)", "74.44% here",
                    "with `--host-cpu none` both are 1.82 s"):
         assert figure in " ".join(section.split()), figure
     none = ok(*args, "--host-cpu", "none")
-    assert "first child 1.82 s (band 1.78 s - 2.06 s), last child 1.82 s" in none
+    assert "first child 1.82 s (band 1.74 s - 2.08 s), last child 1.82 s" in none
     sglang = "kvreplay simulate conv1000.jsonl --gpu H100 --model Llama-3.1-8B --speedup 0.1 --n 4 --engine-style sglang"
     assert sglang in section
     args = [conv if a == "conv1000.jsonl" else a for a in sglang.split()[1:]]
@@ -242,9 +242,9 @@ def test_the_documented_run(tmp_path):
     assert "4 preemptions of 4 requests" in out
     base = ok(*args[:-4], *args[-2:])
     rows = {line.split("  ")[0]: line.split() for line in base.splitlines()}
-    assert rows["TTFT"][3:9] == ["1.63", "s", "1.53", "s", "-", "1.80"]
+    assert rows["TTFT"][3:9] == ["1.63", "s", "1.51", "s", "-", "1.81"]
     assert "peak held by running requests 701 blocks" in base
-    for figure in ("TTFT p50 1.63 s (band 1.53-1.80 s) and peaks at 701 of its 801 blocks",
+    for figure in ("TTFT p50 1.63 s (band 1.51-1.81 s) and peaks at 701 of its 801 blocks",
                    "(801 blocks, 91 running, 4 preemptions)", "3.55 s after the parent's arrival, against 1.79 s"):
         assert figure in " ".join(section.split()), figure
 
