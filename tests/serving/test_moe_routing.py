@@ -61,3 +61,16 @@ def test_the_shipped_factors_are_finite_and_one_per_knot():
     assert set(SERVED_ROUTING) == set(MOE_WEIGHT_BYTES)
     for knots in SERVED_ROUTING.values():
         assert len(knots) == MOE_ROUTING_KNOTS and all(0.5 < x < 2.0 for x in knots)
+
+
+def test_the_floor_takes_the_least_factor_at_as_many_tokens_or_more():
+    # a step's floor bounds every step with more work: under served routing the factor falls with the
+    # tokens at small counts, so the floor's factor is the least at this count or any larger one
+    from kvreplay.serving.timing.roofline import SERVED_ROUTING, served_routing, served_routing_floor
+
+    for kernel in SERVED_ROUTING:
+        for tokens in (1, 3, 5, 16, 100, 1000, 20000):
+            ahead = [served_routing(kernel, t) for t in range(tokens, 40000, 7)]
+            assert served_routing_floor(kernel, tokens) == pytest.approx(min(ahead), abs=0.02)
+            assert served_routing_floor(kernel, tokens) <= min(ahead) + 1e-12
+    assert served_routing_floor("no such kernel", 5) == 1.0

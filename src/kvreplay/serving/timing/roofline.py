@@ -183,6 +183,17 @@ def served_routing(kernel: str, tokens) -> float:
     return knots[i] * (1.0 - (x - i)) + knots[i + 1] * (x - i)
 
 
+def served_routing_floor(kernel: str, tokens) -> float:
+    """The least served-routing factor at `tokens` tokens or more: the factor falls with the tokens
+    at small counts (fewer experts active), so a step with more tokens can take less time, and a
+    floor of every larger step takes the least factor ahead (step_floor)."""
+    knots = SERVED_ROUTING.get(kernel)
+    if knots is None:
+        return 1.0
+    x = min(max(math.log2(tokens), 0.0), MOE_ROUTING_KNOTS - 1.0) if tokens > 0 else 0.0
+    return min([served_routing(kernel, tokens)] + list(knots[int(x) + 1:]))
+
+
 def moe_kernel(weights_dtype: str, checkpoint_weights: str | None) -> str | None:
     """The MoE kernel vLLM runs for these weights (None: no calibrated one)."""
     kernel = MOE_DTYPES.get(weights_dtype)
@@ -851,8 +862,9 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             out["moe"] = m["layers"] * float(moe_layer_time(self.moe_c, gathered, self.hidden, self.moe_inter,
                                                             self.moe_experts, m["experts_per_token"],
                                                             self.moe_weight_bytes, self.moe_peak, bw, self.moe_ep))
-            if self.moe_route:
-                out["moe"] *= served_routing(self.moe_kernel, gathered)
+            if self.moe_route:  # (a floor: the least factor of this step or any with more tokens)
+                route = served_routing if floor_decodes is None else served_routing_floor
+                out["moe"] *= route(self.moe_kernel, gathered)
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
