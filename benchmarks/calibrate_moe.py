@@ -33,15 +33,18 @@ def moe_kernels(t, gpu_dir: str) -> dict:
     if not any(n.startswith(prefix) and n.endswith("/moe_perf.parquet") for n in t.names):
         return {}
     m = t.read(gpu_dir, "moe", "moe_perf.parquet")
-    m = m[(m.moe_ep_size == 1) & (m.distribution == "balanced")]
+    return kernel_rows(m[(m.moe_ep_size == 1) & (m.distribution == "balanced")])
+
+
+def kernel_rows(m) -> dict:
+    """{kernel: its rows}: each weights dtype's kernel (MOE_KERNELS), the first of its kernel
+    sources the table times."""
     out = {}
     for kernel, (dtype, sources) in MOE_KERNELS.items():
         rows = m[m.moe_dtype == dtype]
-        for src in sources:
-            pick = rows[rows.kernel_source.str.contains(src)]
-            if len(pick):
-                out[kernel] = pick
-                break
+        pick = next((p for p in (rows[rows.kernel_source.str.contains(src)] for src in sources) if len(p)), None)
+        if pick is not None:
+            out[kernel] = pick
     return out
 
 
@@ -52,16 +55,8 @@ def routing_rows(t, gpu_dir: str) -> dict:
     if not any(n.startswith(prefix) and n.endswith("/moe_perf.parquet") for n in t.names):
         return {}
     m = t.read(gpu_dir, "moe", "moe_perf.parquet")
-    m = m[m.moe_ep_size == 1]
-    out = {}
-    for kernel, (dtype, sources) in MOE_KERNELS.items():
-        rows = m[m.moe_dtype == dtype]
-        for src in sources:
-            pick = rows[rows.kernel_source.str.contains(src)]
-            if len(pick):
-                out[kernel] = (pick[pick.distribution == "balanced"], pick[pick.distribution == SERVED_DISTRIBUTION])
-                break
-    return out
+    return {kernel: (pick[pick.distribution == "balanced"], pick[pick.distribution == SERVED_DISTRIBUTION])
+            for kernel, pick in kernel_rows(m[m.moe_ep_size == 1]).items()}
 
 
 #: the routing a served model's tokens take, as aiconfigurator models it (its ModelConfig's

@@ -178,6 +178,14 @@ static int settle_stalled(Sim *s, i64 j) {
     return 0;
 }
 
+/* what instance j reports once it has scheduled (waiting, running, blocks held), and when */
+static void scheduled(Sim *s, Inst *q, i64 j) {
+    q->view[V_WAITING] = (f64)q->qlen;
+    q->view[V_RUNNING] = (f64)q->nrun;
+    q->view[V_HELD] = (f64)req_held(s, j);
+    q->scheduled_at = s->now;
+}
+
 /* Instance j schedules a step: 0 when the run must stop (a state out of room, or a stall). */
 static int schedule(Sim *s, i64 j) {
     Inst *q = &s->inst[j];
@@ -196,10 +204,7 @@ static int schedule(Sim *s, i64 j) {
     else vllm_schedule(s, j);
     unhide(s, q, first, hidden, last);
     if (s->failed) return 0;
-    q->view[V_WAITING] = (f64)q->qlen;
-    q->view[V_RUNNING] = (f64)q->nrun;
-    q->view[V_HELD] = (f64)req_held(s, j);
-    q->scheduled_at = s->now;
+    scheduled(s, q, j);
     q->ahead = batch_start(s, j);
     if (q->ahead) return 1;
     if (hidden > 0) {
@@ -246,10 +251,7 @@ static int schedule_lockstep(Sim *s) {
         if (q->nrun > 0 || q->qlen > 0) vllm_schedule(s, j); /* (one without requests does not: core.py:675) */
         unhide(s, q, first, hidden, last);
         if (s->failed) return 0;
-        q->view[V_WAITING] = (f64)q->qlen;
-        q->view[V_RUNNING] = (f64)q->nrun;
-        q->view[V_HELD] = (f64)req_held(s, j);
-        q->scheduled_at = s->now;
+        scheduled(s, q, j);
         /* schedule again at once when the step scheduled ahead hid requests, or only preempted or aborted */
         redo += hidden > 0 || c[preemptions] != preempted || c[aborted] != aborted_before;
     }
