@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ MOONCAKE = SHARED / "traces" / "mooncake"
 CLAUDE_CODE = SHARED / "traces" / "claude-code-samples"
 GOLDEN = SHARED / "golden" / "mooncake_totals.json"
 DATA = Path(__file__).resolve().parent / "data"
+BENCHMARKS = ROOT / "benchmarks"
 
 ENGINES = ["reference", "compiled"]
 
@@ -26,6 +28,19 @@ def shared_path(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not available (../shared is optional)")
     return path
+
+
+def benchmark_module(name: str):
+    """benchmarks/NAME.py imported as a module, benchmarks/ on the path while it loads (for the
+    siblings it imports: calibrate_stats, calibrate_e2e, kv_pool ...)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
 
 
 def write(tmp_path: Path, name: str, content) -> Path:

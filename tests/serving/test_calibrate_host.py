@@ -4,19 +4,15 @@ model the fit assumes)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import benchmark_module
+
 
 def load():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate_host.py"
-    spec = importlib.util.spec_from_file_location("calibrate_host", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("calibrate_host")
 
 
 TRUTH = {"request_s": 0.004, "prompt_token_s": 1.5e-6, "latency_s": 0.004, "step_s": 0.0005,

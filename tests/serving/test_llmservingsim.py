@@ -6,27 +6,20 @@ bench/examples/RTXPRO6000/Llama-3.1-8B/vllm): bench-0 queued_ts 479748.340626232
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from conftest import BENCHMARKS, benchmark_module
+
+BENCH = BENCHMARKS
 RUN = "rtxpro6000-llama31-8b"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))  # its sibling calibrate_stats
-    try:
-        spec = importlib.util.spec_from_file_location("llmservingsim", BENCH / "llmservingsim.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return benchmark_module("llmservingsim")
 
 
 @pytest.fixture(scope="module")

@@ -5,26 +5,16 @@ tables, hand-worked medians."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def moe():
-    sys.path.insert(0, str(BENCH))  # its sibling calibrate_stats
-    try:
-        spec = importlib.util.spec_from_file_location("calibrate_moe", BENCH / "calibrate_moe.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return benchmark_module("calibrate_moe")
 
 
 def table(rows):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import jsonl, write
+from conftest import benchmark_module, jsonl, write
 from test_cli import fails, kv, ok
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,10 +153,7 @@ def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from
 
 
 def kv_pool_module():
-    spec = importlib.util.spec_from_file_location("kv_pool", ROOT / "benchmarks" / "kv_pool.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("kv_pool")
 
 
 def test_the_dummy_sampler_sorted_up_to_vllm_016():

@@ -6,15 +6,15 @@ generated tokens, mean TTFT 208397.03 ms, mean TPOT 143.23 ms, mean ITL 142.07 m
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from conftest import BENCHMARKS, benchmark_module
+
+BENCH = BENCHMARKS
 RUN = "qwen3-32b-a100-2k"
 GiB = 1 << 30
 
@@ -24,14 +24,7 @@ pytestmark = pytest.mark.skipif(not (BENCH / "data" / "published_runs.csv").exis
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))  # its siblings calibrate_e2e, calibrate_stats, kv_pool
-    try:
-        spec = importlib.util.spec_from_file_location("published_runs", BENCH / "published_runs.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return benchmark_module("published_runs")
 
 
 @pytest.fixture(scope="module")
