@@ -95,12 +95,18 @@ def test_the_pool_flags_need_a_gpu_and_a_model(trace_file):
                                               "--kv-cache-memory", "20GiB")
 
 
-def test_the_benchmark_docs_memory_quotes_runs():
+@pytest.fixture(scope="module")
+def kv_pool_stdout():
+    """What `python benchmarks/kv_pool.py` prints, run once for the tests that read its tables."""
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "55 points, 38 computed, 17 skipped" in r.stdout
-    assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in r.stdout
+    return r.stdout
+
+
+def test_the_benchmark_docs_memory_quotes_runs(kv_pool_stdout):
+    assert "55 points, 38 computed, 17 skipped" in kv_pool_stdout
+    assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in kv_pool_stdout
     assert (ROOT / "docs" / "memory.md").read_text().count("| pr10511-llama3-8b-tp1 | H100 | 1 |") == 1
 
 
@@ -128,35 +134,32 @@ def test_the_fitted_constant_comparison_docs_memory_quotes():
             "0.7% / 8.6% / 23 of 24 | 10.6% / 22.6% / 1 of 4 |") in doc
 
 
-def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total():
+def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total(kv_pool_stdout):
     # Qwen3-Next at TP 2 on H200, whose 0.10.2 log states the PyTorch-native sampler: 1,024 rows x
     # 151,936 logits (a multiple of 64: no padding) x 38 B = 5,912,133,632 B, plus the held hidden
     # states 8,192 x 2,048 x 2 B = 33,554,432 B: 5,945,688,064 B = 5.54 GiB against the 5.58 printed
     assert 1024 * 151_936 * 38 + 8192 * 2048 * 2 == 5_945_688_064
     assert f"{5_945_688_064 / (1 << 30):.2f}" == "5.54"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "| qwen3next-h200-tp2-v0102 | profile peak (forward 0.70, sampler 5.54) | 5.58 | 5.54 |" in r.stdout
+    assert "| qwen3next-h200-tp2-v0102 | profile peak (forward 0.70, sampler 5.54) | 5.58 | 5.54 |" in kv_pool_stdout
     # a log naming no GPU is sized from the total it prints: ceil(23.53 GiB x 0.8) = 18.82 GiB less the
     # fp8 weights 8.81, the sampler's 1.39 (0.10.2 sorts: 256 x 151,936 x 38 B + 2,048 x 4,096 x 2 B)
     # and the non-torch 0.04: 8.59 GiB
     assert 256 * 151_936 * 38 + 2048 * 4096 * 2 == 1_494_810_624  # 1.39 GiB
-    row = next(line for line in r.stdout.splitlines() if line.startswith("| qwen3-8b-fp8-24gb-v0102 | unnamed (23.53 GiB) |"))
+    row = next(line for line in kv_pool_stdout.splitlines() if line.startswith("| qwen3-8b-fp8-24gb-v0102 | unnamed (23.53 GiB) |"))
     assert row.endswith("| 8.60 | 8.59 | -0.01 | -0.2% |")
-    assert "| qwen3-8b-fp8-24gb-v0102 | profile peak (forward 0.17, sampler 1.39) | 1.40 | 1.39 |" in r.stdout
+    assert "| qwen3-8b-fp8-24gb-v0102 | profile peak (forward 0.17, sampler 1.39) | 1.40 | 1.39 |" in kv_pool_stdout
     # vLLM up to 0.10 held NCCL inside the budget over NVLink (1.79 GiB beside the 0.04), not over PCIe
-    assert "| qwen3next-h200-tp2-v0102 | non-torch (with NCCL) | 1.38 | 1.83 |" in r.stdout
-    assert "| l40s-qwen3-235b-fp8-tp8-ep | non-torch | 0.21 | 0.04 |" in r.stdout
+    assert "| qwen3next-h200-tp2-v0102 | non-torch (with NCCL) | 1.38 | 1.83 |" in kv_pool_stdout
+    assert "| l40s-qwen3-235b-fp8-tp8-ep | non-torch | 0.21 | 0.04 |" in kv_pool_stdout
     # the RTX 3090, now in the GPU catalog, makes its V0 log computable
-    assert "| i10517-llama31-8b-3090 | RTX 3090 | 1 | Llama-3.1-8B |" in r.stdout
+    assert "| i10517-llama31-8b-3090 | RTX 3090 | 1 | Llama-3.1-8B |" in kv_pool_stdout
 
 
 def kv_pool_module():
     return benchmark_module("kv_pool")
 
 
-def test_the_dummy_sampler_sorted_up_to_vllm_016():
+def test_the_dummy_sampler_sorted_up_to_vllm_016(kv_pool_stdout):
     # vLLM up to 0.11.0 sampled with FlashInfer only when the wheel's extra was installed; 0.11.1-0.16
     # made it opt-in (VLLM_USE_FLASHINFER_SAMPLER, default None) and sorted on every install; 0.17.0
     # filters in Triton from 8 rows (topk_topp_sampler.py:251): 0.33.0's 14 B a logit
@@ -176,15 +179,12 @@ def test_the_dummy_sampler_sorted_up_to_vllm_016():
     assert 311_164_928 + 880_934_912 + 10_485_760 == 1_202_585_600
     assert 76_555_644_568 - 1_202_585_600 - 5_928_910_848 - 42_949_672 == 69_381_198_448
     assert f"{69_381_198_448 / (1 << 30):.2f}" == "64.62"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "| llmd-qwen3-0.6b-h100 | H100 | 1 | Qwen3-0.6B |" in r.stdout
-    assert "| 64.45 | 64.62 | +0.17 | +0.3% |" in r.stdout
-    assert "| llmd-qwen3-0.6b-h100 | profile peak (forward 0.17, sampler 5.52) | 5.56 | 5.52 |" in r.stdout
+    assert "| llmd-qwen3-0.6b-h100 | H100 | 1 | Qwen3-0.6B |" in kv_pool_stdout
+    assert "| 64.45 | 64.62 | +0.17 | +0.3% |" in kv_pool_stdout
+    assert "| llmd-qwen3-0.6b-h100 | profile peak (forward 0.17, sampler 5.52) | 5.56 | 5.52 |" in kv_pool_stdout
 
 
-def test_nccl_stays_out_of_an_early_budget_without_p2p():
+def test_nccl_stays_out_of_an_early_budget_without_p2p(kv_pool_stdout):
     # up to 0.10 the snapshot preceded NCCL (1.79 GiB a rank over NVLink); where the log says custom
     # all-reduce is disabled (no P2P, or ranks on several nodes) NCCL's buffers are PCIe-sized: none
     from kvreplay.catalog.gpus import get_gpu
@@ -203,12 +203,10 @@ def test_nccl_stays_out_of_an_early_budget_without_p2p():
     # the 12.02 printed (10.32 with NCCL's 1.79 GiB)
     assert -(-84_986_665_370 // 4) == 21_246_666_343
     assert 256 * 152_064 * 14 + 2048 * 3584 * 2 == 559_677_440
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
-    assert "| dl22-qwen2-7b-a100-tp2-u025 | A100-80GB | 2 | Qwen2.5-7B | 0.10.1.1 | V1 | test | 12.02 | 12.11 | +0.09 | +0.7% |" in r.stdout
+    assert "| dl22-qwen2-7b-a100-tp2-u025 | A100-80GB | 2 | Qwen2.5-7B | 0.10.1.1 | V1 | test | 12.02 | 12.11 | +0.09 | +0.7% |" in kv_pool_stdout
 
 
-def test_the_019_window_residue_is_fitted_on_the_fit_point_and_checked_on_the_rest():
+def test_the_019_window_residue_is_fitted_on_the_fit_point_and_checked_on_the_rest(kv_pool_stdout):
     # vLLM 0.19-0.20 profiled the CUDA graphs inside the memory-profiling window (estimate not applied).
     # The one fit point of those versions, gpt-oss-20b on an A100 80GB at 0.65 (2,048 tokens, 256 seqs):
     # ceil(84,986,665,370 x 0.65) = 55,241,332,491 B less the mxfp4 weights 14,665,998,848, the sampler
@@ -233,15 +231,12 @@ def test_the_019_window_residue_is_fitted_on_the_fit_point_and_checked_on_the_re
     # only 0.19-0.20 points that state their version and capture graphs take it
     inside = sorted(p["id"] for p, t in rows if t["window"])
     assert inside == ["llmservingsim-rtx4090-llama31-8b", "myoceane-gptoss20b-a100", "tokenkaki-qwen3-8b-a100-40gb-v0191"]
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "vLLM 0.19-0.20 window residue (fitted on 1 fit point, taken from 3 points): 0.51 GiB" in r.stdout
-    assert "| llmservingsim-rtx4090-llama31-8b | RTX-4090 | 1 | Llama-3.1-8B | 0.19.0 | V1 | test | 5.05 | 5.19 | +0.13 | +2.6% |" in r.stdout
-    assert "| tokenkaki-qwen3-8b-a100-40gb-v0191 | A100-40GB | 1 | Qwen3-8B | 0.19.1 | V1 | test | 19.36 | 19.19 | -0.17 | -0.9% |" in r.stdout
+    assert "vLLM 0.19-0.20 window residue (fitted on 1 fit point, taken from 3 points): 0.51 GiB" in kv_pool_stdout
+    assert "| llmservingsim-rtx4090-llama31-8b | RTX-4090 | 1 | Llama-3.1-8B | 0.19.0 | V1 | test | 5.05 | 5.19 | +0.13 | +2.6% |" in kv_pool_stdout
+    assert "| tokenkaki-qwen3-8b-a100-40gb-v0191 | A100-40GB | 1 | Qwen3-8B | 0.19.1 | V1 | test | 19.36 | 19.19 | -0.17 | -0.9% |" in kv_pool_stdout
 
 
-def test_the_workstation_and_a100_40gb_points_by_hand():
+def test_the_workstation_and_a100_40gb_points_by_hand(kv_pool_stdout):
     # 1 x A100 40GB (GCP a2-highgpu-1g), vLLM 0.15.1, LLM(..., enforce_eager=True): 8,192 tokens and 256
     # seqs (the LLM class's defaults below 70 GiB), 0.9: ceil(42,402,064,630 x 0.9) = 38,161,858,167 B less
     # 16,094,076,928 of weights, the sorting sampler (256 x 128,256 x 38 + 8,192 x 4,096 x 2 =
@@ -258,7 +253,5 @@ def test_the_workstation_and_a100_40gb_points_by_hand():
     assert 128 * 151_936 * 14 + 2048 * 5120 * 2 == 293_240_832
     assert 93_818_325_566 - 32_810_485_760 - 293_240_832 - 54 * 7 * (1 << 20) - 42_949_672 == 60_275_287_574
     assert 28_884 * 16 * 131_072 == 60_574_138_368
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kv_pool.py")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
-    assert "| gce-llama31-8b-a100-40gb-v0151 | A100-40GB | 1 | Llama-3.1-8B | 0.15.1 | V1 | test | 19.28 | 19.29 | +0.01 | +0.0% |" in r.stdout
-    assert "| llmservingsim-rtxpro6000-qwen3-32b-tp2 | RTX-PRO-6000 | 2 | Qwen3-32B | 0.28.0 | V1 | test | 56.41 | 56.14 | -0.28 | -0.5% |" in r.stdout
+    assert "| gce-llama31-8b-a100-40gb-v0151 | A100-40GB | 1 | Llama-3.1-8B | 0.15.1 | V1 | test | 19.28 | 19.29 | +0.01 | +0.0% |" in kv_pool_stdout
+    assert "| llmservingsim-rtxpro6000-qwen3-32b-tp2 | RTX-PRO-6000 | 2 | Qwen3-32B | 0.28.0 | V1 | test | 56.41 | 56.14 | -0.28 | -0.5% |" in kv_pool_stdout
