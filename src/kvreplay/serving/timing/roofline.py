@@ -322,6 +322,13 @@ def nccl_terms(tp, c):
     return (np.interp(x, xs, [c[f"allreduce_nccl_latency_tp{t}_s"] for t in NCCL_TPS]), np.interp(x, xs, buses))
 
 
+def nccl_time(tp, nbytes, c):
+    """NCCL's all-reduce of `nbytes` over `tp` GPUs beyond the first barrier: its latency and the
+    ring's bytes at its bus (nccl_terms)."""
+    nccl_latency, nccl_bus = nccl_terms(tp, c)
+    return nccl_latency + 2.0 * (tp - 1) / tp * nbytes / nccl_bus
+
+
 def allreduce_time(tp, nbytes, latency, c):
     """One all-reduce of `nbytes` over `tp` GPUs: vLLM's custom all-reduce below CUSTOM_AR_MAX, its
     one stage ``latency + (tp - 1) x nbytes / link`` (every peer's buffer read over NVLink) or its
@@ -336,8 +343,7 @@ def allreduce_time(tp, nbytes, latency, c):
     link = c["allreduce_link_bytes_per_s"]
     if not link:
         return latency + ring
-    nccl_latency, nccl_bus = nccl_terms(tp, c)
-    nccl = nccl_latency + 2.0 * (tp - 1) / tp * nbytes / nccl_bus
+    nccl = nccl_time(tp, nbytes, c)
     custom = (tp <= 8) & (nbytes < CUSTOM_AR_MAX)
     one = (tp == 2) | ((tp <= 4) & (nbytes < ONE_STAGE_BELOW[4])) | ((tp <= 8) & (nbytes < ONE_STAGE_BELOW[8]))
     return latency + np.where(custom & one, (tp - 1) * nbytes / link,
@@ -361,8 +367,7 @@ def allreduce_floor(tp, nbytes, latency, c):
     link = c["allreduce_link_bytes_per_s"]
     if not link:
         return latency + ring
-    nccl_latency, nccl_bus = nccl_terms(tp, c)
-    return latency + min(ring, (tp - 1) * nbytes / link, float(nccl_latency + 2.0 * (tp - 1) / tp * nbytes / nccl_bus))
+    return latency + min(ring, (tp - 1) * nbytes / link, float(nccl_time(tp, nbytes, c)))
 
 
 def elementwise_kernels(spec, tp: int, kv_per_token_gpu: float, kv_bytes: float, mla: bool, mamba_layers: int):
