@@ -276,3 +276,21 @@ def test_the_printed_pool_and_cluster_lines(capsys):
     assert "2 data-parallel ranks (--dp, each with the pool above)" in out and "in lockstep" in out
     assert "their exchange at each MoE layer priced, an all-gather and a reduce-scatter timed from NCCL" in out
     assert "not priced" not in out
+
+
+def test_the_shipped_exchange_terms_are_the_fit_on_the_h100s_nccl_table():
+    # benchmarks/fit_dp_exchange.py on aiconfigurator's H100 table (the wheel calibrate.py reads;
+    # skipped where it is not downloaded): the shipped EXCHANGE is its fit, to the 4 digits printed
+    from conftest import BENCHMARKS, benchmark_module
+
+    if not sorted((BENCHMARKS / ".cache" / "aiconfigurator").glob("aiconfigurator_core-*.whl")):
+        pytest.skip("aiconfigurator's wheel not downloaded (benchmarks/.cache/aiconfigurator)")
+    pytest.importorskip("pyarrow")
+    fit = benchmark_module("fit_dp_exchange")
+    op, n, nbytes, seconds = fit.table(*fit.FIT[1:])
+    for o in fit.OPS:
+        for g in (2, 4, 8):
+            keep = (op == o) & (n == g)
+            assert keep.sum() == 21
+            latency, bus = fit.fit(g, nbytes[keep], seconds[keep])
+            assert EXCHANGE["terms"][o][g] == (float(f"{latency:.4g}"), float(f"{bus:.4g}"))
