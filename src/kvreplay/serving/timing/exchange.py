@@ -4,10 +4,10 @@ back, as vLLM 0.33.0 runs it by default (docs/clusters.md, "Data parallelism"):
 
 - **The backend**: ``all2all_backend`` defaults to ``allgather_reducescatter`` (config/parallel.py:220;
   the removed ``naive`` and ``pplx`` fall back to it, :537-543); with DP > 1 vLLM uses it whether or
-  not the experts are expert-parallel (``use_all2all``, config/parallel.py:786-791; without
+  not the experts are expert-parallel (``use_all2all``, config/parallel.py:787-793; without
   --enable-expert-parallel the MoE kernel's prepare/finalize is the same all-gather / reduce-scatter,
   fused_moe/all2all_utils.py:217-230, and with it :420).
-- **Dispatch** (prepare/naive_dp_ep.py:175-235, AgRsAll2AllManager.dispatch,
+- **Dispatch** (prepare/naive_dp_ep.py:173-235, AgRsAll2AllManager.dispatch,
   device_communicators/all2all.py:116-149): one grouped all-gather over the DP group of each rank's
   MoE input (``hidden`` values at the activation dtype: bf16, or fp8 with a 4-byte scale per 128
   values under an fp8 MoE kernel), its top-k weights (fp32) and top-k ids (int32): ``hidden x
@@ -15,7 +15,9 @@ back, as vLLM 0.33.0 runs it by default (docs/clusters.md, "Data parallelism"):
   (``dp_metadata.get_chunk_sizes_across_dp_rank``, all2all.py:76-85): equal when the ranks pad to a
   CUDA graph's count (dp_utils.py:175-185), an ``ncclAllGather``; unequal, one ``ncclBroadcast`` per
   rank in one NCCL group (cuda_communicator.py:884-944, pynccl.py all_gatherv), priced as the
-  all-gather of the same gathered bytes.
+  all-gather of the same gathered bytes. (A monolithic MoE kernel's prepare gathers the router's
+  logits instead of the top-k, naive_dp_ep.py:319-331: ``experts x 2`` bytes a token; not priced
+  apart.)
 - **Combine** (AgRsAll2AllManager.combine, all2all.py:151-161): a reduce-scatter of the experts'
   bf16 output over the gathered tokens, ``hidden x 2`` bytes a token (``ncclReduceScatter``, or one
   ``ncclReduce`` per rank when the counts differ, cuda_communicator.py:533-600).
@@ -130,7 +132,7 @@ class Exchange:
 
 def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool) -> Exchange:
     """The exchange of MoE `spec` between `group` DP ranks on `gpu_name` GPUs; `fp8_kernel`: its
-    MoE kernel quantises its inputs to fp8 before the dispatch (prepare/naive_dp_ep.py:189-191)."""
+    MoE kernel quantises its inputs to fp8 before the dispatch (prepare/naive_dp_ep.py:192-194)."""
     m, hidden = spec.moe, float(spec.hidden_size)
     act = hidden * (1.0 + 4.0 / FP8_GROUP) if fp8_kernel else hidden * 2.0
     return Exchange(int(m["layers"]), int(group), act + TOPK_BYTES * m["experts_per_token"], hidden * 2.0,
