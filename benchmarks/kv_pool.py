@@ -65,6 +65,10 @@ the budget has had:
   8 rows or more (``apply_top_k_top_p_triton``, topk_topp_sampler.py:251 of 0.17.0), as 0.33.0
   does. A point whose log says FlashInfer sampled (column sampler "flashinfer") keeps 14; column
   sampler "sort" marks a log that states the fallback or prints a peak of the sort's size.
+- Data parallelism (column dp, empty: 1): an MoE's routed experts split over its DP x TP GPUs
+  (``flatten_tp_across_dp_and_pcp``, fused_moe/config.py:1106-1114 and 1198-1245 of 0.33.0), so a
+  GPU loads ``1 / (DP x TP)`` of them (memory.weight_parts' ``expert_gpus``, as ``kv_capacity(...,
+  dp=)`` budgets it); the measured pool is one rank's.
 
 Points whose model or GPU the catalogs lack are listed as skipped with the reason. The error is
 (predicted - measured) / measured KV memory, reported for pools of at least 5 GiB (a relative
@@ -170,6 +174,7 @@ def terms(p: dict) -> dict | None:
     total = gpu.memory_bytes if gpu is not None else round(float(p["measured_total_gib"]) * GiB)
     gpu_name = gpu.name if gpu is not None else ""
     tp, dtype = int(p["tp"]), p["weights_dtype"]
+    dp = int(p.get("dp") or 1)  # (data parallelism: the experts over dp x tp GPUs, module doc)
     tokens, seqs = int(p["max_num_batched_tokens"]), int(p["max_num_seqs"])
     eager = p["enforce_eager"] == "True"
     version = version_tuple(p["vllm_version"])
@@ -182,7 +187,7 @@ def terms(p: dict) -> dict | None:
     nccl = 1.0 if nccl_in_budget(p, gpu) else 0.0
     window = 1.0 if engine(p) == "V1" and version in WINDOW_VERSIONS and stated(p) and not eager else 0.0
     return {"requested": np.ceil(total * float(p["gpu_memory_utilization"])), "nccl": nccl, "window": window,
-            "weights": sum(memory.weight_parts(spec, dtype, tp, gpu_name).values()),
+            "weights": sum(memory.weight_parts(spec, dtype, tp, gpu_name, expert_gpus=dp * tp).values()),
             "peak": max(forward, sampler), "forward": forward, "sampler": sampler, "graphs": graphs,
             "measured": measured, "engine": engine(p)}
 

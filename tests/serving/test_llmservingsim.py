@@ -95,6 +95,11 @@ def test_the_benchmark_prints_the_figures_docs_fidelity_quotes():
         assert cell in llama, cell
     assert "| 41.8% | 36905.2 / 26042.6 ms, -29.4% | 1.41 [1.32-3.91] |" in rows["rtxpro6000-qwen3-32b-tp2"]
     assert "80.3 / 65.7 ms, -18.2%" in rows["rtxpro6000-qwen3-32b-tp2"]
+    # DP 2 + EP: the ranks in lockstep, the experts split, their token exchange priced (timing/exchange.py)
+    dp = rows["rtxpro6000-qwen3-30b-a3b-dp2ep"]
+    for cell in ("| 24.3% | 1086.0 / 471.1 ms, -56.6% | 1.16 [0.79-3.64] |", "| 10.2% | 47.3 / 43.0 ms, -9.1% |",
+                 "| 10.6% | 32344.6 / 28929.5 ms, -10.6% |"):
+        assert cell in dp, cell
     assert "| 2,588 | 124.1% |" in rows["rtx4090-llama31-8b-seqs128"]
     assert "32.4 / 37.8 ms, +16.4%" in rows["rtx4090-llama31-8b-seqs256"]
     # light load inside the run: the requests vLLM scheduled at once
@@ -105,5 +110,8 @@ def test_the_benchmark_prints_the_figures_docs_fidelity_quotes():
     assert ("| RTX PRO 6000, Llama-3.1-8B | 10.1%, +11.6% | 0.90 [0.86-1.11] | 6.8%, +6.7% | 0.94 [0.91-0.96] "
             "| 7.6%, +7.9% | yes (all three) |") in doc
     assert "118 requests, TTFT\n  104.3 ms measured and 104.3 simulated, per-request MAPE 8.3%" in doc
+    assert ("| RTX PRO 6000, Qwen3-30B-A3B DP 2 + EP | 24.3%, -56.6% | 1.16 [0.79-3.64] | 10.2%, -9.1% "
+            "| 1.12 [0.93-1.18] | 10.6%, -10.6% | yes |") in doc
+    assert "| held back | 56.6% | 1.16 [0.79-3.64] | 9.1% | 10.6% |" in (root / "docs" / "host.md").read_text()
     assert "| RTX-PRO-6000 | 1 (300 requests) | held back | 11.6% | 0.90 [0.86-1.11] | 6.7% | 7.9% |" in (
         root / "docs" / "host.md").read_text()

@@ -105,8 +105,11 @@ def kv_pool_stdout():
 
 
 def test_the_benchmark_docs_memory_quotes_runs(kv_pool_stdout):
-    assert "55 points, 38 computed, 17 skipped" in kv_pool_stdout
+    assert "55 points, 39 computed, 16 skipped" in kv_pool_stdout
     assert "| pr10511-llama3-8b-tp1 | H100 | 1 | Llama-3.1-8B |" in kv_pool_stdout
+    # the data-parallel point (dp 2, the experts over 2 GPUs): kvreplay's kv_capacity(..., dp=2), +2.7%
+    assert ("| llmservingsim-rtxpro6000-qwen3-30b-a3b-dp2ep | RTX-PRO-6000 | 1 | Qwen3-30B-A3B | 0.28.0 | V1 | test "
+            "| 55.40 | 56.88 | +1.49 | +2.7% |") in kv_pool_stdout
     assert (ROOT / "docs" / "memory.md").read_text().count("| pr10511-llama3-8b-tp1 | H100 | 1 |") == 1
 
 
@@ -121,17 +124,17 @@ def test_the_fitted_constant_comparison_docs_memory_quotes():
 
     terms, refit = run(), run("--fit")
     assert refit.startswith("fitted: NON_TORCH_BYTES=0.753 GiB")
-    assert "V1 test points: 24, median abs error 2.9%, max 14.0%, within 5%: 19 of 24" in refit
+    assert "V1 test points: 25, median abs error 2.7%, max 14.0%, within 5%: 20 of 25" in refit
     assert "V1 fit points: 4, median abs error 11.0%, max 20.3%, within 5%: 2 of 4" in refit
-    assert "V1 test points: 24, median abs error 0.7%, max 8.6%, within 5%: 23 of 24" in terms
+    assert "V1 test points: 25, median abs error 0.7%, max 8.6%, within 5%: 24 of 25" in terms
     assert "V1 fit points: 4, median abs error 10.6%, max 22.6%, within 5%: 1 of 4" in terms
     # the Qwen3-8B-FP8 log's terms all match with vLLM's: 18.82 - 8.81 - 1.39 - 0.04 = 8.59 GiB
     assert "| 8.60 | 8.59 | -0.01 | -0.2% |" in terms and "| qwen3-8b-fp8-24gb-v0102 | non-torch | 0.02 | 0.04 |" in terms
     doc = (ROOT / "docs" / "memory.md").read_text()
     assert ("| refitted constant (0.753 GiB) with the version terms | `python benchmarks/kv_pool.py --fit` | "
-            "2.9% / 14.0% / 19 of 24 | 11.0% / 20.3% / 2 of 4 |") in doc
+            "2.7% / 14.0% / 20 of 25 | 11.0% / 20.3% / 2 of 4 |") in doc
     assert ("| term by term: 0.04 GiB with the version terms (timing/memory.py) | `python benchmarks/kv_pool.py` | "
-            "0.7% / 8.6% / 23 of 24 | 10.6% / 22.6% / 1 of 4 |") in doc
+            "0.7% / 8.6% / 24 of 25 | 10.6% / 22.6% / 1 of 4 |") in doc
 
 
 def test_the_benchmark_counts_vllm_0102s_sort_path_and_sizes_a_gpu_less_log_from_its_printed_total(kv_pool_stdout):

@@ -482,7 +482,14 @@ def _models(tmp_path):
             _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1), 2, 1, True),
             _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2).at_band("high"), 2, 2, False),
             _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "A100", 1), 4, 1, True),
-            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "A100", 2).at_band("low"), 2, 2, False)]
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "A100", 2).at_band("low"), 2, 2, False),
+            # the ranks' token exchange (timing/exchange.py): over PCIe (the bus scaled to its link), an fp8
+            # MoE kernel's quantised dispatch at 3 ranks (interpolated) and 16 (clamped), and the
+            # sequence-parallel case (EP at TP 2) it does not price
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "RTX-PRO-6000", 1), 2, 1, True),
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1, dtype="fp8"), 3, 1, True),
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H200", 1, dtype="fp8").at_band("high"), 16, 1, False),
+            _dp_rank(CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 2), 2, 2, True)]
 
 
 def _dp_rank(tm, dp, tp, expert_parallel):

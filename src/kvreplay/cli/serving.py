@@ -93,7 +93,8 @@ def _deployment_arguments(sim) -> None:
     sim.add_argument("--dp", "--data-parallel-size", dest="dp", type=common.positive_int, default=1,
                      help="data-parallel ranks, each an engine with its own scheduler and pool on --tp GPUs behind "
                           "one API server that picks each request's rank, as vLLM's --data-parallel-size (default 1); "
-                          "an MoE's ranks step in lockstep, its experts split over every rank's GPUs "
+                          "an MoE's ranks step in lockstep, its experts split over every rank's GPUs, their tokens "
+                          "exchanged at each MoE layer (an all-gather and a reduce-scatter, timed from NCCL) "
                           "(docs/clusters.md, \"Data parallelism\")")
     sim.add_argument("--enable-expert-parallel", action="store_true",
                      help="with --model (an MoE) and --dp or --tp: whole experts on each GPU instead of each expert "

@@ -281,7 +281,9 @@ def _data_parallel_text(dp: dict, report) -> str:
     """vLLM's data-parallel ranks (serving/dataparallel.py): how they share the work."""
     ep = ", expert parallel" if dp["enable_expert_parallel"] else ""
     how = (f"in lockstep (an MoE: a step lasts the longest rank's, a rank without work runs a dummy batch: "
-           f"{int(report.counters.get('dummy_steps', 0)):,} of them; the experts over every rank's tokens{ep})"
+           f"{int(report.counters.get('dummy_steps', 0)):,} of them; the experts over every rank's tokens{ep}; "
+           f"their exchange at each MoE layer {dp.get('token_exchange', 'not priced')}"
+           f"{', an all-gather and a reduce-scatter timed from NCCL' if dp.get('token_exchange') == 'priced' else ''})"
            if dp["lockstep"] else "independent (a dense model's replicas)")
     return (f"{dp['data_parallel_size']} data-parallel ranks (--dp, each with the pool above) behind one API server "
             f"that picks each request's rank ({report.router}, on counts {report.router_lag_ms:g} ms old), {how}")

@@ -18,10 +18,12 @@ one API server that picks a rank for each request (docs/clusters.md, "Data paral
   So a GPU's weights hold ``1 / (DP x TP)`` of the experts (timing/memory.py weight_parts), and its
   experts run over the tokens of every rank, gathered (all2all_backend ``allgather_reducescatter``,
   the default, config/parallel.py:220), :func:`time_model` below.
-- **Not modelled**: the gather and scatter's own time (the calibration has no all-gather or
-  reduce-scatter term yet, though aiconfigurator's NCCL tables measure both: the times are short by
-  it, and the band does not hold it: a warning says so), the
-  dense layers' padding on the smaller ranks of a CUDA-graph step, EPLB, DeepEP's kernels.
+- **The exchange**: at each MoE layer an all-gather of the ranks' tokens and a reduce-scatter of
+  the experts' output over the DP group, priced from NCCL's measured tables (timing/exchange.py),
+  over the gathered tokens (an idle rank's dummy token among them).
+- **Not modelled**: the exchange when vLLM runs the MoE sequence-parallel (expert parallelism with
+  TP > 1: a warning says so, :func:`priced`), the ranks' agreement on their counts before each
+  forward, the dense layers' padding on the smaller ranks of a CUDA-graph step, EPLB, DeepEP's kernels.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import copy
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .timing.exchange import exchange
 
 #: the steps between the ranks' agreement on whether any holds a request (config/parallel.py:163)
 DP_SYNC_INTERVAL = 16
@@ -55,8 +58,11 @@ class DataParallel:
         return self.size * self.tp
 
     def describe(self) -> dict:
-        return {"data_parallel_size": self.size, "enable_expert_parallel": self.expert_parallel,
-                "lockstep": self.lockstep, "router": DP_ROUTER}
+        out = {"data_parallel_size": self.size, "enable_expert_parallel": self.expert_parallel,
+               "lockstep": self.lockstep, "router": DP_ROUTER}
+        if self.lockstep:  # (the ranks' token exchange at each MoE layer: timing/exchange.py, or not, priced())
+            out["token_exchange"] = "priced" if priced(self) else "not priced"
+        return out
 
 
 def check_dp(dp) -> int:
@@ -134,9 +140,17 @@ def time_model(tm, dp: DataParallel | None):
     if not hasattr(tm, "dp_experts"):
         raise ConfigError(f"dp (--dp) over an MoE runs its ranks in lockstep, its experts over every rank's tokens: "
                           f"that needs the calibrated roofline (--time-model roofline), not {getattr(tm, 'name', tm)!r}")
-    if not moe:
-        return _apart(tm, dp.expert_gpus)
-    return _split(tm, dp.expert_gpus, dp.expert_parallel)
+    other = _apart(tm, dp.expert_gpus) if not moe else _split(tm, dp.expert_gpus, dp.expert_parallel)
+    if priced(dp):  # the ranks' token exchange at each MoE layer (timing/exchange.py)
+        other.dp_exchange = exchange(tm.model, dp.size, tm.gpu.name, tm.moe_kernel == "fp8" if moe else tm.fp8)
+    return other
+
+
+def priced(dp: DataParallel | None) -> bool:
+    """Whether the ranks' token exchange is priced: lockstep ranks, unless vLLM runs the MoE
+    sequence-parallel (expert parallelism with TP > 1: the tokens split over TP and gathered over
+    the DP x TP expert group, config/parallel.py:767-784), which timing/exchange.py does not model."""
+    return dp is not None and dp.lockstep and not (dp.expert_parallel and dp.tp > 1)
 
 
 def _apart(tm, gpus: int):
@@ -170,12 +184,13 @@ def _split(tm, gpus: int, expert_parallel: bool):
 
 def warning(dp: DataParallel | None, gpu_name: str) -> str | None:
     """What the user must know of a lockstep run's times (None: nothing)."""
-    if dp is None or not dp.lockstep:
+    if dp is None or not dp.lockstep or priced(dp):
         return None
-    return (f"data parallelism over an MoE: the {dp.size} ranks' token exchange at each MoE layer (an all-gather and "
-            f"a reduce-scatter over {dp.expert_gpus} {gpu_name} GPUs) is not priced, nor held in the band: read the "
-            "step times as short by it (docs/clusters.md, \"Data parallelism\")")
+    return (f"data parallelism over an MoE with --enable-expert-parallel and --tp {dp.tp}: vLLM runs the experts "
+            f"sequence-parallel (the tokens split over TP, gathered over the {dp.expert_gpus} {gpu_name} GPUs of the "
+            "expert group, the outputs gathered back over TP), whose exchange is not priced, nor held in the band: "
+            "read the step times as short by it (docs/clusters.md, \"Data parallelism\")")
 
 
 __all__ = ["COORDINATOR_INTERVAL_MS", "DP_ROUTER", "DP_SYNC_INTERVAL", "DataParallel", "check_cluster", "check_dp",
-           "resolve", "time_model", "warning"]
+           "priced", "resolve", "time_model", "warning"]

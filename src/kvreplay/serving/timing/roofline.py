@@ -560,6 +560,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
     """The roofline with each kernel at its fitted efficiency (the module docstring has the terms)."""
 
     name = "roofline"
+    #: data parallelism over an MoE: the ranks' token exchange (timing/exchange.py; serving/dataparallel.py sets it)
+    dp_exchange = None
     #: the host's kernel launches per layer of a step run without a CUDA graph, and the steps that
     #: are (more tokens than this): none unless host.with_cuda_graphs sets them (models.eager_step)
     launch_layer_s, eager_above = 0.0, math.inf
@@ -870,6 +872,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             if self.moe_route:  # (a floor: the least factor of this step or any with more tokens)
                 route = served_routing if floor_decodes is None else served_routing_floor
                 out["moe"] *= route(self.moe_kernel, gathered)
+        if self.dp_exchange is not None:  # (the DP ranks' tokens to every rank's experts and back)
+            out["exchange"] = self.dp_exchange.seconds(gathered)
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:

@@ -133,6 +133,14 @@ static f64 allreduce(const f64 *tm, f64 bytes) {
     return tm[C_AR_LATENCY] + tm[C_AR_NCCL_LATENCY] + 2.0 * (tp - 1.0) / tp * bytes / tm[C_AR_NCCL_BUS];
 }
 
+/* the DP ranks' token exchange over `gathered` tokens (timing/exchange.py Exchange.seconds): at each
+   MoE layer an all-gather and a reduce-scatter over C_XCH_GROUP GPUs, latency + (n - 1) / n x bytes / bus */
+static f64 dp_exchange(const f64 *tm, f64 gathered) {
+    f64 g = tm[C_XCH_GROUP], ring = (g - 1.0) / g * gathered;
+    return tm[C_XCH_LAYERS] * (tm[C_XCH_AG_LATENCY] + ring * tm[C_XCH_DISPATCH_BYTES] / tm[C_XCH_AG_BUS]
+                               + tm[C_XCH_RS_LATENCY] + ring * tm[C_XCH_COMBINE_BYTES] / tm[C_XCH_RS_BUS]);
+}
+
 /* Mamba / linear-attention layers: Gated DeltaNet on its fitted kernel (roofline.py gdn_layer_time)
    or the state term (mamba_term) */
 static f64 linear_layers(const f64 *tm, f64 tokens, f64 rows, int prefill) {
@@ -169,6 +177,7 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     f64 gathered = agg[AGG_EXPERT_TOKENS] > 0 ? agg[AGG_EXPERT_TOKENS] : tokens;
     if (tm[C_MOE_LAYERS] > 0) t += moe_experts(tm, gathered);
     if (tm[C_DPX_GPUS] > 0) t += dp_expert_gemm(tm, gathered);
+    if (tm[C_XCH_LAYERS] > 0) t += dp_exchange(tm, gathered);
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
         t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)

@@ -1,0 +1,142 @@
+"""The token exchange of vLLM's data parallelism over an MoE (serving/dataparallel.py): at every
+MoE layer the DP ranks gather their tokens to every rank's experts and scatter the experts' sums
+back, as vLLM 0.33.0 runs it by default (docs/clusters.md, "Data parallelism"):
+
+- **The backend**: ``all2all_backend`` defaults to ``allgather_reducescatter`` (config/parallel.py:220;
+  the removed ``naive`` and ``pplx`` fall back to it, :537-543); with DP > 1 vLLM uses it whether or
+  not the experts are expert-parallel (``use_all2all``, config/parallel.py:787-793; without
+  --enable-expert-parallel the MoE kernel's prepare/finalize is the same all-gather / reduce-scatter,
+  fused_moe/all2all_utils.py:217-230, and with it :420).
+- **Dispatch** (prepare/naive_dp_ep.py:173-235, AgRsAll2AllManager.dispatch,
+  device_communicators/all2all.py:116-149): one grouped all-gather over the DP group of each rank's
+  MoE input (``hidden`` values at the activation dtype: bf16, or fp8 with a 4-byte scale per 128
+  values under an fp8 MoE kernel), its top-k weights (fp32) and top-k ids (int32): ``hidden x
+  act_bytes + 8 x top-k`` bytes a token. The ranks' counts are the step's
+  (``dp_metadata.get_chunk_sizes_across_dp_rank``, all2all.py:76-85): equal when the ranks pad to a
+  CUDA graph's count (dp_utils.py:175-185), an ``ncclAllGather``; unequal, one ``ncclBroadcast`` per
+  rank in one NCCL group (cuda_communicator.py:884-944, pynccl.py all_gatherv), priced as the
+  all-gather of the same gathered bytes. (A monolithic MoE kernel's prepare gathers the router's
+  logits instead of the top-k, naive_dp_ep.py:319-331: ``experts x 2`` bytes a token; not priced
+  apart.)
+- **Combine** (AgRsAll2AllManager.combine, all2all.py:151-161): a reduce-scatter of the experts'
+  bf16 output over the gathered tokens, ``hidden x 2`` bytes a token (``ncclReduceScatter``, or one
+  ``ncclReduce`` per rank when the counts differ, cuda_communicator.py:533-600).
+- **Who takes part**: every rank, an idle one with its dummy batch's token (its forward runs the
+  same MoE layers, core.py:2499-2507); the gathered count is batch.c batch_start_lockstep's.
+- **The group**: the DP group (all2all.py:64-74), ``dp`` GPUs; with tensor parallelism and no expert
+  parallelism each of a rank's TP GPUs gathers over its own DP group the rank's whole (replicated)
+  tokens, so a GPU's messages are the same as at TP 1. With --enable-expert-parallel, TP > 1 and
+  DP > 1 vLLM runs the MoE sequence-parallel (``use_sequence_parallel_moe``, config/parallel.py:
+  767-784: the tokens split over TP, gathered over the DP x TP expert group, the outputs all-gathered
+  over TP): that is not priced here (dataparallel.warning says so).
+- **vLLM 0.19** (LLMServingSim's runs) has the same default and the same group; its bf16 MoE gathers
+  the router's logits instead of the top-k (fused_moe/runner/default_moe_runner.py:575-595:
+  ``dispatch_router_logits``, ``experts x 2`` bytes a token instead of ``8 x top-k``).
+
+Each collective of ``nbytes`` (the whole gathered buffer) over a group of ``n`` GPUs takes
+``latency + (n - 1) / n x nbytes / bus``, the terms fitted per group size on aiconfigurator's NCCL
+tables of the H100 (EXCHANGE; benchmarks/fit_dp_exchange.py), log2-interpolated between the sizes
+fitted and clamped outside them. **Assumption**: another GPU runs the H100's latency and its bus
+bandwidth scaled by its own link over the H100's (the catalog's ``link_gbps``: an RTX PRO 6000's
+PCIe 5 x16, 64 GB/s each way, runs 64 / 450 of the H100's), as a relative's all-reduce is scaled
+(roofline.py _resolve_coefficients). fit_dp_exchange.py --check reports it against the H200's and
+the RTX PRO 6000 Server's own tables, held out. Not priced: vLLM's agreement on the ranks' counts
+before each forward (a small all-reduce, dp_utils.py coordinate_batch_across_dp), the
+sequence-parallel case above.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: the all-gather's and reduce-scatter's (latency s, bus bytes/s) per group size, fitted on the
+#: H100's NCCL tables (benchmarks/fit_dp_exchange.py, which prints these)
+EXCHANGE = {
+    "measured_on": "H100",
+    "source": "NVIDIA aiconfigurator's kernel database (github.com/ai-dynamo/aiconfigurator, Apache-2.0), PyPI wheel "
+              "aiconfigurator-core==0.12.0: systems/data/h100_sxm/comm/nccl/2.29.2/nccl_perf.parquet (nccl-tests' "
+              "all_gather_perf and reduce_scatter_perf, half, 2, 4 and 8 H100 SXM, 512 B to 512 MiB)",
+    "terms": {
+        "all_gather": {2: (6.024e-06, 2.092e+11), 4: (8.159e-06, 2.632e+11), 8: (1.178e-05, 2.889e+11)},
+        "reduce_scatter": {2: (6.012e-06, 2.024e+11), 4: (7.853e-06, 2.656e+11), 8: (1.101e-05, 2.997e+11)},
+    },
+}
+#: bytes a token of the dispatch's top-k weights (fp32) and ids (int32), per expert a token routes to
+TOPK_BYTES = 8.0
+#: an fp8 MoE kernel's inputs: one byte a value and a 4-byte scale per 128 values
+FP8_GROUP = 128
+
+
+def exchange_terms(op: str, group: int, gpu_name: str) -> tuple[float, float]:
+    """(latency s, bus bytes/s) of `op` ("all_gather" or "reduce_scatter") over `group` GPUs of
+    `gpu_name`: EXCHANGE's, log2-interpolated between the sizes fitted (clamped outside), the bus
+    scaled by the GPU's link over the measured GPU's (module doc)."""
+    from ...catalog.gpus import get_gpu
+
+    table = EXCHANGE["terms"][op]
+    sizes = sorted(table)
+    x = math.log2(max(group, 1))
+    xs = [math.log2(s) for s in sizes]
+    if x <= xs[0]:
+        latency, bus = table[sizes[0]]
+    elif x >= xs[-1]:
+        latency, bus = table[sizes[-1]]
+    else:
+        i = max(k for k in range(len(xs) - 1) if xs[k] <= x)
+        f = (x - xs[i]) / (xs[i + 1] - xs[i])
+        (l0, b0), (l1, b1) = table[sizes[i]], table[sizes[i + 1]]
+        latency, bus = l0 + f * (l1 - l0), b0 + f * (b1 - b0)
+    ratio = get_gpu(gpu_name).link_bytes_per_s / get_gpu(EXCHANGE["measured_on"]).link_bytes_per_s
+    return latency, bus * ratio
+
+
+def collective_time(terms: tuple[float, float], group: int, nbytes: float) -> float:
+    """One all-gather or reduce-scatter of `nbytes` (the whole gathered buffer) over `group` GPUs."""
+    latency, bus = terms
+    return latency + (group - 1) / group * nbytes / bus
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """An MoE's per-step token exchange between `group` DP ranks: `layers` MoE layers, each an
+    all-gather of `dispatch_bytes` a gathered token and a reduce-scatter of `combine_bytes`
+    (module doc); `gather` / `scatter` the collectives' (latency s, bus bytes/s)."""
+
+    layers: int
+    group: int
+    dispatch_bytes: float
+    combine_bytes: float
+    gather: tuple[float, float]
+    scatter: tuple[float, float]
+
+    def seconds(self, gathered: float) -> float:
+        """The step's exchange over `gathered` tokens (every rank's, padded as the step runs them)."""
+        return self.layers * (collective_time(self.gather, self.group, gathered * self.dispatch_bytes)
+                              + collective_time(self.scatter, self.group, gathered * self.combine_bytes))
+
+    def packed(self) -> dict:
+        """Its slots in the C time model (timing/step.h C_XCH_*)."""
+        return {"C_XCH_LAYERS": float(self.layers), "C_XCH_GROUP": float(self.group),
+                "C_XCH_DISPATCH_BYTES": self.dispatch_bytes, "C_XCH_COMBINE_BYTES": self.combine_bytes,
+                "C_XCH_AG_LATENCY": self.gather[0], "C_XCH_AG_BUS": self.gather[1],
+                "C_XCH_RS_LATENCY": self.scatter[0], "C_XCH_RS_BUS": self.scatter[1]}
+
+    def describe(self) -> dict:
+        return {"backend": "allgather_reducescatter", "group": self.group, "moe_layers": self.layers,
+                "dispatch_bytes_per_token": self.dispatch_bytes, "combine_bytes_per_token": self.combine_bytes,
+                "all_gather": {"latency_s": self.gather[0], "bus_bytes_per_s": self.gather[1]},
+                "reduce_scatter": {"latency_s": self.scatter[0], "bus_bytes_per_s": self.scatter[1]},
+                "terms_from": EXCHANGE["measured_on"]}
+
+
+def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool) -> Exchange:
+    """The exchange of MoE `spec` between `group` DP ranks on `gpu_name` GPUs; `fp8_kernel`: its
+    MoE kernel quantises its inputs to fp8 before the dispatch (prepare/naive_dp_ep.py:192-194)."""
+    m, hidden = spec.moe, float(spec.hidden_size)
+    act = hidden * (1.0 + 4.0 / FP8_GROUP) if fp8_kernel else hidden * 2.0
+    return Exchange(int(m["layers"]), int(group), act + TOPK_BYTES * m["experts_per_token"], hidden * 2.0,
+                    exchange_terms("all_gather", group, gpu_name), exchange_terms("reduce_scatter", group, gpu_name))
+
+
+__all__ = ["EXCHANGE", "Exchange", "collective_time", "exchange", "exchange_terms"]
