@@ -47,8 +47,9 @@ sequence-parallel case above.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from ...catalog.gpus import get_gpu
 
 #: the all-gather's and reduce-scatter's (latency s, bus bytes/s) per group size, fitted on the
 #: H100's NCCL tables (benchmarks/fit_dp_exchange.py, which prints these)
@@ -72,21 +73,13 @@ def exchange_terms(op: str, group: int, gpu_name: str) -> tuple[float, float]:
     """(latency s, bus bytes/s) of `op` ("all_gather" or "reduce_scatter") over `group` GPUs of
     `gpu_name`: EXCHANGE's, log2-interpolated between the sizes fitted (clamped outside), the bus
     scaled by the GPU's link over the measured GPU's (module doc)."""
-    from ...catalog.gpus import get_gpu
+    import numpy as np
 
     table = EXCHANGE["terms"][op]
     sizes = sorted(table)
-    x = math.log2(max(group, 1))
-    xs = [math.log2(s) for s in sizes]
-    if x <= xs[0]:
-        latency, bus = table[sizes[0]]
-    elif x >= xs[-1]:
-        latency, bus = table[sizes[-1]]
-    else:
-        i = max(k for k in range(len(xs) - 1) if xs[k] <= x)
-        f = (x - xs[i]) / (xs[i + 1] - xs[i])
-        (l0, b0), (l1, b1) = table[sizes[i]], table[sizes[i + 1]]
-        latency, bus = l0 + f * (l1 - l0), b0 + f * (b1 - b0)
+    x, xs = np.log2(max(group, 1)), np.log2(sizes)
+    latency = float(np.interp(x, xs, [table[s][0] for s in sizes]))
+    bus = float(np.interp(x, xs, [table[s][1] for s in sizes]))
     ratio = get_gpu(gpu_name).link_bytes_per_s / get_gpu(EXCHANGE["measured_on"]).link_bytes_per_s
     return latency, bus * ratio
 
