@@ -1088,6 +1088,28 @@ def test_calibrated_moe_kernel_by_weights_dtype():
     assert dense.moe is None and dense.band("decode") == dense.calibration.band("decode")
 
 
+def test_gpt_oss_body_is_its_attention_and_router_in_bf16():
+    # gpt-oss-120b's card counts 5.1e9 active parameters without the input embedding (config.json's
+    # shapes: 5.71e9 with it), so the body is 5.1e9 less the LM head only (vocab 201,088 x 2,880)
+    from kvreplay.analysis.models import get_model
+
+    spec = get_model("gpt-oss-120b")
+    assert spec.active_excludes_embedding and not spec.tie_word_embeddings
+    assert spec.body_params == 5_100_000_000 - 201_088 * 2_880 == 4_520_866_560
+    # less the routed experts (36 layers x 4 experts x 3 x 2,880 x 2,880): 937,685,760, near the
+    # attention projections and router its shapes give, 36 x (2,880 x (4,096 + 2 x 512) + 4,096 x
+    # 2,880 + 2,880 x 128) = 968,785,920 (the card's 5.1e9 is rounded)
+    m = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 4, dtype="int4")
+    assert m.body_params == 4_520_866_560 - 36 * 4 * 3 * 2_880 * 2_880 == 937_685_760
+    assert abs(m.body_params / 968_785_920 - 1) < 0.04
+    # ... read in bf16: the MXFP4 checkpoint quantises the experts only (vLLM runs the other linear
+    # layers unquantised), 2 bytes a weight, not int4's half byte
+    assert m.body_weight_bytes == m.active_body_weight_bytes == 2 * 937_685_760
+    # a dense int4 model's body stays at half a byte
+    q = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1, dtype="int4")
+    assert q.body_weight_bytes == 0.5 * q.body_params
+
+
 def test_calibrated_moe_prefill_is_slower_than_the_experts_as_gemms():
     # the fused MoE kernels run far below the dense GEMMs' efficiency (the fit: benchmarks/calibrate.py)
     import dataclasses

@@ -643,9 +643,10 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.body_params = spec.body_params if head else spec.active_params
         stored_body = spec.total_params - head - (0 if spec.tie_word_embeddings else head)
         self.body_weight_bytes = (stored_body if head else spec.total_params) * wbytes
+        self.body_wbytes = wbytes  # (an MXFP4 checkpoint's body apart from its experts: bf16, _split_experts)
         self._split_experts(c, wbytes)
         self._mla_apart(c, wbytes)
-        self.active_body_weight_bytes = self.body_params * wbytes
+        self.active_body_weight_bytes = self.body_params * self.body_wbytes
         self.head_weight_bytes = head * (_weight_bytes("bf16") if self.fp8 else wbytes)  # fp8: lm_head kept bf16
         self.attn_peak = self.gpu.peak_flops("bf16")  # attention's, and the LM head's
 
@@ -736,7 +737,13 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             served = self.moe_routing == "served" and "moe" not in self.calibration.own_fitted
             self.moe_route = SERVED_ROUTING.get(kernel) if served else None
             self.body_params -= spec.routed_expert_params
-            self.body_weight_bytes = self.body_params * wbytes
+            # an MXFP4 checkpoint (gpt-oss) quantises its experts only: vLLM runs every other linear
+            # layer (attention's projections, the router) unquantised, in bf16 (vLLM 0.18.0
+            # quantization/mxfp4.py:212-230, Mxfp4Config.get_quant_method: UnquantizedLinearMethod
+            # for LinearBase; memory.weight_parts loads them so)
+            if kernel == "mxfp4":
+                self.body_wbytes = _weight_bytes("bf16")
+            self.body_weight_bytes = self.body_params * self.body_wbytes
 
     def _mla_apart(self, c: dict, wbytes: float):
         """An MLA model with its projections in the catalog and a calibrated MLA term: the projections
