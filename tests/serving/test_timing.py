@@ -1110,6 +1110,29 @@ def test_gpt_oss_body_is_its_attention_and_router_in_bf16():
     assert q.body_weight_bytes == 0.5 * q.body_params
 
 
+def test_prefill_attention_at_64_wide_heads():
+    from kvreplay.serving.timing.roofline import ATTN_PREFILL_HEAD64, attn_head_efficiency
+
+    # H100's FlashAttention 3 table: 64-wide heads at 0.769 of the 128-wide efficiency
+    assert ATTN_PREFILL_HEAD64 == 0.769
+    assert attn_head_efficiency(64) == attn_head_efficiency(32) == 0.769
+    assert attn_head_efficiency(128) == attn_head_efficiency(256) == attn_head_efficiency(None) == 1.0
+    # 96 = 2^6.585: 0.769 + 0.231 x 0.585 = 0.904
+    assert attn_head_efficiency(96) == pytest.approx(0.769 + 0.231 * (math.log2(96) - 6))
+    gpt = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 4, dtype="int4")
+    llama = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1)
+    c = gpt.calibration.coefficients
+    assert gpt.e_attn == (c["e_attn_prefill"] * 0.769, c["e_attn_decode"])
+    assert llama.e_attn == (c["e_attn_prefill"], c["e_attn_decode"])
+    # one 8,192-token prefill at TP 4: 18 full layers of 8,192 x 8,193 / 2 keys and 18 of the 128-token
+    # window (128 x 129 / 2 + 8,064 x 128 keys), 16 heads x 64 = 1,024 wide, 4 FLOPs a key and width
+    keys = 18 * 8192 * 8193 // 2 + 18 * (128 * 129 // 2 + 8064 * 128)
+    compute = 4.0 * 1024 * keys / (gpt.attn_peak * c["e_attn_prefill"] * 0.769)
+    t = gpt.terms(StepBatch((8192,), (0,)))["attn_prefill"]
+    assert t == pytest.approx(36 * c["attn_floor_prefill_s"] + compute)  # compute-bound: 6.44 ms
+    assert t == pytest.approx(6.44e-3, rel=0.01)
+
+
 def test_calibrated_moe_prefill_is_slower_than_the_experts_as_gemms():
     # the fused MoE kernels run far below the dense GEMMs' efficiency (the fit: benchmarks/calibrate.py)
     import dataclasses

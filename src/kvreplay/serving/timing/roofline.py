@@ -172,6 +172,22 @@ SERVED_ROUTING = {
 }
 
 
+#: prefill attention at 64-wide heads (gpt-oss): FlashAttention's compute efficiency at head_dim 64 over
+#: the 128-wide heads ``e_attn_prefill`` is fitted on (half the FLOPs per (query, key) pair, not half
+#: the softmax and per-tile work), fitted on H100's FlashAttention 3 table (benchmarks/attention_heads.py;
+#: since 2026-12-07); between 64 and 128 linear in log2(head_dim) (attn_head_efficiency)
+ATTN_PREFILL_HEAD64 = 0.769
+
+
+def attn_head_efficiency(head_dim) -> float:
+    """The factor on ``e_attn_prefill`` at `head_dim`: ATTN_PREFILL_HEAD64 at 64 or less, 1 at 128 or
+    more, linear in log2(head_dim) between (no table times the widths between)."""
+    if not head_dim or head_dim >= 128:
+        return 1.0
+    x = min(max(math.log2(head_dim) - 6.0, 0.0), 1.0)
+    return ATTN_PREFILL_HEAD64 + (1.0 - ATTN_PREFILL_HEAD64) * x
+
+
 def served_routing(kernel: str, tokens) -> float:
     """The served-routing factor of MoE kernel `kernel` at a step of `tokens` tokens (SERVED_ROUTING;
     1 for a kernel without one), as step.c's moe_routing computes it."""
@@ -753,7 +769,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         body's one GEMM), the attention widths and efficiencies of each phase."""
         spec, tp = self.model, self.tp
         self.attn_width_prefill = self.attn_width
-        self.e_attn = (c["e_attn_prefill"], c["e_attn_decode"])
+        # (narrower heads than the 128 it is fitted on: a smaller share at the tensor cores, ATTN_PREFILL_HEAD64)
+        self.e_attn = (c["e_attn_prefill"] * attn_head_efficiency(spec.head_dim), c["e_attn_decode"])
         self.body_beside, self.body_gemms = False, 4
         self.mla = bool(spec.mla and self.hidden and set(MLA_COEFFICIENTS) <= set(c))
         self.mla_shapes = spec.mla_gemm_shapes(tp) if self.mla else ()
