@@ -15,8 +15,9 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - layer GEMMs of another model (MoE, MLA, Mamba hybrids, whose layers are not those four): one
   GEMM of the body, ``soft_max(2 x (body / tp + k0 x n) x T / (peak x e_gemm), weights / tp / (bw
   x e_weights)) + 4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding
-  and LM head left out; an MoE reads at most the experts its tokens route to; n: the GEMMs'
-  output columns per token, ``gemm_outputs_per_token``);
+  and LM head left out; an MoE reads at most the experts its tokens route to, and with its
+  experts apart reads the rest in bf16 under an MXFP4 checkpoint, which quantises its experts only;
+  n: the GEMMs' output columns per token, ``gemm_outputs_per_token``);
 - an MoE's routed experts (the catalog's ``moe``; since 2026-12-04 (5)), apart from the body
   above when the calibration has the fused MoE kernel for the weights (``moe_kernel``): per MoE
   layer ``moe_layer_time``, the kernel's compute (at least a tile of rows per active expert) and
@@ -33,8 +34,9 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   vocab x hidden x bytes / tp / (bw x e_weights)) + gemm_floor``, at bf16 whatever the weights
   (fp8 checkpoints keep lm_head in bf16: e.g. nvidia/Llama-3.1-8B-Instruct-FP8's
   hf_quant_config.json excludes it);
-- prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e), (KV read + q/o)
-  / (bw x e_kv))``, causal keys as the raw roofline counts them;
+- prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e x h), (KV read + q/o)
+  / (bw x e_kv))``, causal keys as the raw roofline counts them, ``h`` the efficiency at the model's
+  head width over the 128-wide heads ``e`` is fitted on (attn_head_efficiency: 0.769 at 64);
 - decode attention: the same with its own floor and efficiencies, over the decodes' contexts,
   plus ``layers x decodes x attn_per_request_decode_s`` (a cost per request per layer); its KV read
   ``x (1 + attn_split_decode / (decodes x KV heads per GPU))``: with few (request, KV head) pairs
