@@ -4,6 +4,8 @@ at a known efficiency; the fit recovers it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -47,3 +49,29 @@ def test_the_ratio_is_the_64_wide_efficiency_over_the_fitted_one(heads):
     e0, m0, e1, m1 = heads.errors(r, C, gpu, 0.7)
     assert e1 == pytest.approx(0.0, abs=1e-9) and m1 == pytest.approx(1.0)
     assert m0 == pytest.approx(0.5 / 0.35) and e0 == pytest.approx(1 - 0.35 / 0.5)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEELS = sorted((ROOT / "benchmarks" / ".cache" / "aiconfigurator").glob("aiconfigurator_core-*.whl"))
+
+
+@pytest.mark.skipif(not WHEELS, reason="aiconfigurator's wheel is not in benchmarks/.cache/aiconfigurator "
+                                       "(python benchmarks/calibrate.py downloads it)")
+def test_the_script_ships_h100s_ratio_and_prints_the_figures_the_docs_quote():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "benchmarks/attention_heads.py"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr  # the shipped constant is H100's fit
+    doc = (ROOT / "docs" / "timing.md").read_text()
+    rows = {line.split(" | ")[0].strip("| ").split(" (")[0]: line.split(" | ") for line in r.stdout.splitlines()
+            if line.startswith(("| H100 ", "| H200 ", "| B200 "))}
+    assert set(rows) == {"H100", "H200", "B200"}
+    for gpu, cells in rows.items():
+        errors, medians = cells[4], cells[5].rstrip(" |")
+        assert errors in doc, (gpu, errors)  # e.g. "23.3% -> 18.6%"
+        if gpu != "H200":
+            assert medians in doc, (gpu, medians)
+        if gpu != "H100":
+            assert f"{gpu}'s" in doc and cells[3] in doc, (gpu, cells[3])  # its own ratio, held back
