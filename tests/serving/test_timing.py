@@ -1095,6 +1095,51 @@ def test_calibrated_moe_kernel_by_weights_dtype():
     assert dense.moe is None and dense.band("decode") == dense.calibration.band("decode")
 
 
+def test_gpt_oss_body_is_its_attention_and_router_in_bf16():
+    # gpt-oss-120b's card counts 5.1e9 active parameters without the input embedding (config.json's
+    # shapes: 5.71e9 with it), so the body is 5.1e9 less the LM head only (vocab 201,088 x 2,880)
+    from kvreplay.analysis.models import get_model
+
+    spec = get_model("gpt-oss-120b")
+    assert spec.active_excludes_embedding and not spec.tie_word_embeddings
+    assert spec.body_params == 5_100_000_000 - 201_088 * 2_880 == 4_520_866_560
+    # less the routed experts (36 layers x 4 experts x 3 x 2,880 x 2,880): 937,685,760, near the
+    # attention projections and router its shapes give, 36 x (2,880 x (4,096 + 2 x 512) + 4,096 x
+    # 2,880 + 2,880 x 128) = 968,785,920 (the card's 5.1e9 is rounded)
+    m = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 4, dtype="int4")
+    assert m.body_params == 4_520_866_560 - 36 * 4 * 3 * 2_880 * 2_880 == 937_685_760
+    assert abs(m.body_params / 968_785_920 - 1) < 0.04
+    # ... read in bf16: the MXFP4 checkpoint quantises the experts only (vLLM runs the other linear
+    # layers unquantised), 2 bytes a weight, not int4's half byte
+    assert m.body_weight_bytes == m.active_body_weight_bytes == 2 * 937_685_760
+    # a dense int4 model's body stays at half a byte
+    q = CalibratedRooflineTimeModel("Qwen3-30B-A3B", "H100", 1, dtype="int4")
+    assert q.body_weight_bytes == 0.5 * q.body_params
+
+
+def test_prefill_attention_at_64_wide_heads():
+    from kvreplay.serving.timing.roofline import ATTN_PREFILL_HEAD64, attn_head_efficiency
+
+    # H100's FlashAttention 3 table: 64-wide heads at 0.769 of the 128-wide efficiency
+    assert ATTN_PREFILL_HEAD64 == 0.769
+    assert attn_head_efficiency(64) == attn_head_efficiency(32) == 0.769
+    assert attn_head_efficiency(128) == attn_head_efficiency(256) == attn_head_efficiency(None) == 1.0
+    # 96 = 2^6.585: 0.769 + 0.231 x 0.585 = 0.904
+    assert attn_head_efficiency(96) == pytest.approx(0.769 + 0.231 * (math.log2(96) - 6))
+    gpt = CalibratedRooflineTimeModel("gpt-oss-120b", "H100", 4, dtype="int4")
+    llama = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1)
+    c = gpt.calibration.coefficients
+    assert gpt.e_attn == (c["e_attn_prefill"] * 0.769, c["e_attn_decode"])
+    assert llama.e_attn == (c["e_attn_prefill"], c["e_attn_decode"])
+    # one 8,192-token prefill at TP 4: 18 full layers of 8,192 x 8,193 / 2 keys and 18 of the 128-token
+    # window (128 x 129 / 2 + 8,064 x 128 keys), 16 heads x 64 = 1,024 wide, 4 FLOPs a key and width
+    keys = 18 * 8192 * 8193 // 2 + 18 * (128 * 129 // 2 + 8064 * 128)
+    compute = 4.0 * 1024 * keys / (gpt.attn_peak * c["e_attn_prefill"] * 0.769)
+    t = gpt.terms(StepBatch((8192,), (0,)))["attn_prefill"]
+    assert t == pytest.approx(36 * c["attn_floor_prefill_s"] + compute)  # compute-bound: 6.44 ms
+    assert t == pytest.approx(6.44e-3, rel=0.01)
+
+
 def test_calibrated_moe_prefill_is_slower_than_the_experts_as_gemms():
     # the fused MoE kernels run far below the dense GEMMs' efficiency (the fit: benchmarks/calibrate.py)
     import dataclasses

@@ -123,6 +123,10 @@ class ModelSpec:
     #: ``MiniMaxText01RMSNormTP``), so that under TP each layer all-reduces every token's q and k
     #: variances (two fp32 a token) before its attention
     qk_norm_all_reduce: bool = False
+    #: whether active_params leaves out the input embedding (a published count that does: gpt-oss's
+    #: model card, configs/catalog.json "active_excludes_embedding"), so that body_params does not
+    #: take it out twice
+    active_excludes_embedding: bool = False
 
     @property
     def checkpoint_weights_dtype(self) -> str:
@@ -144,9 +148,11 @@ class ModelSpec:
     @property
     def body_params(self) -> int:
         """Active parameters a token multiplies through in the layers: active_params less the
-        embedding table (a lookup) and the LM head (charged apart, on logits rows only)."""
+        embedding table (a lookup; unless active_params already leaves it out) and the LM head
+        (charged apart, on logits rows only)."""
         embedding = self.lm_head_params
-        return self.active_params - embedding - (0 if self.tie_word_embeddings else embedding)
+        lookup = 0 if self.active_excludes_embedding else embedding
+        return self.active_params - lookup - (0 if self.tie_word_embeddings else embedding)
 
     @property
     def routed_expert_params(self) -> int:
@@ -235,7 +241,8 @@ def _catalog_spec(entry: dict, source: dict | None, config) -> ModelSpec:
                "params_source": reading.params_source}
     if entry.get("params") == "published":
         counted = {"total_params": published["total"], "active_params": published["active"],
-                   "params_source": published["source"]}
+                   "params_source": published["source"],
+                   "active_excludes_embedding": bool(published.get("active_excludes_embedding", False))}
     fields.update(counted, name=entry["name"], hf_id=entry["hf_id"], aliases=tuple(entry.get("aliases", ())),
                   source=entry.get("source", source["url"]))
     if "notes" in entry:

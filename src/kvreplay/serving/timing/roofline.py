@@ -15,8 +15,9 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - layer GEMMs of another model (MoE, MLA, Mamba hybrids, whose layers are not those four): one
   GEMM of the body, ``soft_max(2 x (body / tp + k0 x n) x T / (peak x e_gemm), weights / tp / (bw
   x e_weights)) + 4 x layers x gemm_floor`` (body: the layers' active parameters, the embedding
-  and LM head left out; an MoE reads at most the experts its tokens route to; n: the GEMMs'
-  output columns per token, ``gemm_outputs_per_token``);
+  and LM head left out; an MoE reads at most the experts its tokens route to, and with its
+  experts apart reads the rest in bf16 under an MXFP4 checkpoint, which quantises its experts only;
+  n: the GEMMs' output columns per token, ``gemm_outputs_per_token``);
 - an MoE's routed experts (the catalog's ``moe``; since 2026-12-04 (5)), apart from the body
   above when the calibration has the fused MoE kernel for the weights (``moe_kernel``): per MoE
   layer ``moe_layer_time``, the kernel's compute (at least a tile of rows per active expert) and
@@ -33,8 +34,9 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
   vocab x hidden x bytes / tp / (bw x e_weights)) + gemm_floor``, at bf16 whatever the weights
   (fp8 checkpoints keep lm_head in bf16: e.g. nvidia/Llama-3.1-8B-Instruct-FP8's
   hf_quant_config.json excludes it);
-- prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e), (KV read + q/o)
-  / (bw x e_kv))``, causal keys as the raw roofline counts them;
+- prefill attention: ``layers x floor + max(4 x width / tp x keys / (peak x e x h), (KV read + q/o)
+  / (bw x e_kv))``, causal keys as the raw roofline counts them, ``h`` the efficiency at the model's
+  head width over the 128-wide heads ``e`` is fitted on (attn_head_efficiency: 0.769 at 64);
 - decode attention: the same with its own floor and efficiencies, over the decodes' contexts,
   plus ``layers x decodes x attn_per_request_decode_s`` (a cost per request per layer); its KV read
   ``x (1 + attn_split_decode / (decodes x KV heads per GPU))``: with few (request, KV head) pairs
@@ -170,6 +172,22 @@ SERVED_ROUTING = {
     "int4": (0.994, 0.995, 1.0, 0.999, 0.922, 0.734, 0.69, 0.802, 1.011, 1.028, 1.107, 1.265, 1.164, 1.124, 1.037),
     "mxfp4": (0.987, 0.986, 0.981, 0.903, 0.961, 0.877, 0.959, 1.003, 1.111, 1.229, 1.366, 1.339, 1.285, 1.097, 1.069),
 }
+
+
+#: prefill attention at 64-wide heads (gpt-oss): FlashAttention's compute efficiency at head_dim 64 over
+#: the 128-wide heads ``e_attn_prefill`` is fitted on (half the FLOPs per (query, key) pair, not half
+#: the softmax and per-tile work), fitted on H100's FlashAttention 3 table (benchmarks/attention_heads.py;
+#: since 2026-12-07); between 64 and 128 linear in log2(head_dim) (attn_head_efficiency)
+ATTN_PREFILL_HEAD64 = 0.769
+
+
+def attn_head_efficiency(head_dim) -> float:
+    """The factor on ``e_attn_prefill`` at `head_dim`: ATTN_PREFILL_HEAD64 at 64 or less, 1 at 128 or
+    more, linear in log2(head_dim) between (no table times the widths between)."""
+    if not head_dim or head_dim >= 128:
+        return 1.0
+    x = min(max(math.log2(head_dim) - 6.0, 0.0), 1.0)
+    return ATTN_PREFILL_HEAD64 + (1.0 - ATTN_PREFILL_HEAD64) * x
 
 
 def served_routing(kernel: str, tokens) -> float:
@@ -645,9 +663,10 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         self.body_params = spec.body_params if head else spec.active_params
         stored_body = spec.total_params - head - (0 if spec.tie_word_embeddings else head)
         self.body_weight_bytes = (stored_body if head else spec.total_params) * wbytes
+        self.body_wbytes = wbytes  # (an MXFP4 checkpoint's body apart from its experts: bf16, _split_experts)
         self._split_experts(c, wbytes)
         self._mla_apart(c, wbytes)
-        self.active_body_weight_bytes = self.body_params * wbytes
+        self.active_body_weight_bytes = self.body_params * self.body_wbytes
         self.head_weight_bytes = head * (_weight_bytes("bf16") if self.fp8 else wbytes)  # fp8: lm_head kept bf16
         self.attn_peak = self.gpu.peak_flops("bf16")  # attention's, and the LM head's
 
@@ -738,7 +757,13 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             served = self.moe_routing == "served" and "moe" not in self.calibration.own_fitted
             self.moe_route = SERVED_ROUTING.get(kernel) if served else None
             self.body_params -= spec.routed_expert_params
-            self.body_weight_bytes = self.body_params * wbytes
+            # an MXFP4 checkpoint (gpt-oss) quantises its experts only: vLLM runs every other linear
+            # layer (attention's projections, the router) unquantised, in bf16 (vLLM 0.18.0
+            # quantization/mxfp4.py:212-230, Mxfp4Config.get_quant_method: UnquantizedLinearMethod
+            # for LinearBase; memory.weight_parts loads them so)
+            if kernel == "mxfp4":
+                self.body_wbytes = _weight_bytes("bf16")
+            self.body_weight_bytes = self.body_params * self.body_wbytes
 
     def _mla_apart(self, c: dict, wbytes: float):
         """An MLA model with its projections in the catalog and a calibrated MLA term: the projections
@@ -748,7 +773,8 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         body's one GEMM), the attention widths and efficiencies of each phase."""
         spec, tp = self.model, self.tp
         self.attn_width_prefill = self.attn_width
-        self.e_attn = (c["e_attn_prefill"], c["e_attn_decode"])
+        # (narrower heads than the 128 it is fitted on: a smaller share at the tensor cores, ATTN_PREFILL_HEAD64)
+        self.e_attn = (c["e_attn_prefill"] * attn_head_efficiency(spec.head_dim), c["e_attn_decode"])
         self.body_beside, self.body_gemms = False, 4
         self.mla = bool(spec.mla and self.hidden and set(MLA_COEFFICIENTS) <= set(c))
         self.mla_shapes = spec.mla_gemm_shapes(tp) if self.mla else ()
