@@ -48,7 +48,9 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * their time x a factor linear in log2(tokens) between knots at 2^0 .. 2^14 tokens (C_MOE_ROUTE and
  * the 14 slots after it; all 1: balanced routing, as the MoE tables time it; roofline.py served_routing);
  * C_QK_NORM_ALLREDUCES all-reduces of 8 bytes a token more per step (q and k normed over every head:
- * roofline.py QK_NORM_BYTES_PER_TOKEN, one a layer under TP; 0: none) */
+ * roofline.py QK_NORM_BYTES_PER_TOKEN, one a layer under TP; 0: none); an fp8 GEMM's compute efficiency
+ * C_E_GEMM up to C_LARGE_FROM rows, C_E_GEMM_LARGE from C_LARGE_AT, linear between (0: C_E_GEMM at
+ * every size; roofline.py fp8_gemm_efficiency) */
 #define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
     S(C_BODY_PARAMS) S(C_BODY_WEIGHT_BYTES) S(C_ACTIVE_BODY_WEIGHT_BYTES) S(C_HEAD_PARAMS) S(C_HEAD_WEIGHT_BYTES) \
     S(C_HIDDEN) S(C_ATTN_WIDTH) S(C_KV_LAYER_TOKEN) S(C_PEAK) S(C_ATTN_PEAK) S(C_BW)                           \
@@ -71,7 +73,8 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_DPX_PARAMS) S(C_DPX_BYTES) S(C_DPX_ACTIVE_BYTES) S(C_DPX_GPUS) S(C_MOE_ROUTE)                          \
     S(C_MOE_ROUTE_1) S(C_MOE_ROUTE_2) S(C_MOE_ROUTE_3) S(C_MOE_ROUTE_4) S(C_MOE_ROUTE_5) S(C_MOE_ROUTE_6)        \
     S(C_MOE_ROUTE_7) S(C_MOE_ROUTE_8) S(C_MOE_ROUTE_9) S(C_MOE_ROUTE_10) S(C_MOE_ROUTE_11) S(C_MOE_ROUTE_12)     \
-    S(C_MOE_ROUTE_13) S(C_MOE_ROUTE_14) S(C_QK_NORM_ALLREDUCES) S(C_AR_NCCL_LATENCY) S(C_AR_NCCL_BUS)
+    S(C_MOE_ROUTE_13) S(C_MOE_ROUTE_14) S(C_QK_NORM_ALLREDUCES) S(C_AR_NCCL_LATENCY) S(C_AR_NCCL_BUS)    \
+    S(C_E_GEMM_LARGE) S(C_LARGE_FROM) S(C_LARGE_AT)
 /* an MoE's served-routing factor at 2^0 .. 2^14 tokens (roofline.py SERVED_ROUTING), from C_MOE_ROUTE on */
 #define MOE_ROUTING_KNOTS 15
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
