@@ -26,7 +26,8 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
   GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
-  128-row tiles in clusters of 2, so T rounds up to a multiple of 256), plus the activations'
+  128-row tiles in clusters of 2, so T rounds up to a multiple of 256), at ``e_gemm_fp8_large``
+  from 8,192 rows where fitted (``fp8_gemm_efficiency``), plus the activations'
   quantisation before each GEMM, ``3 bytes x T x inputs / (bw x e_quant_fp8)`` (a bf16 read and an
   fp8 write of every GEMM input element; inputs per token: ``quant_inputs_per_token``);
 - the LM head on the R logits rows only: ``max(2 x vocab x hidden x R / tp / (peak x e_gemm),
