@@ -673,6 +673,37 @@ def test_calibrated_fp8_partial_row_block_costs_fall_linearly_to_the_next_bounda
     assert t["gemm"] == pytest.approx(80 * (2 * 2354 * 213_909_504 / (1979e12 * 0.5) + 4 * 2e-6) + 2049 * quant)
 
 
+def test_calibrated_fp8_gemms_of_8192_rows_and_more_compute_at_their_own_efficiency():
+    from kvreplay.serving.timing.packed import aggregates, packed, step_seconds
+    from kvreplay.serving.timing.roofline import fp8_gemm_efficiency
+
+    # e_gemm_fp8 0.5 up to 4,353 rows (the tables' last rows below the step), 0.8 from 8,192, linear between
+    assert fp8_gemm_efficiency(4353, 0.5, 0.8) == 0.5 and fp8_gemm_efficiency(100, 0.5, 0.8) == 0.5
+    assert fp8_gemm_efficiency(8192, 0.5, 0.8) == pytest.approx(0.8) and fp8_gemm_efficiency(32768, 0.5, 0.8) == 0.8
+    assert fp8_gemm_efficiency(6272, 0.5, 0.8) == pytest.approx(0.5 + 0.3 * 1919 / 3839)
+    assert fp8_gemm_efficiency(8192, 0.5, 0.0) == 0.5  # 0: none
+    on = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8",
+                                     coefficients={**ROUND, **FP8, "e_gemm_fp8_large": 0.8})
+    off = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", coefficients={**ROUND, **FP8})
+    quant = 3 * 2_048_000 / (3.35e12 * 0.25)  # a token's inputs quantised (unchanged)
+    # 8,192 rows (32 whole tiles), compute-bound: every layer GEMM at 0.8 where it was at 0.5
+    big = StepBatch(prefill_new=(8192,), prefill_cached=(0,))
+    assert on.terms(big)["gemm"] == pytest.approx(80 * (2 * 8192 * 213_909_504 / (1979e12 * 0.8) + 4 * 2e-6)
+                                                  + 8192 * quant)
+    assert off.terms(big)["gemm"] == pytest.approx(80 * (2 * 8192 * 213_909_504 / (1979e12 * 0.5) + 4 * 2e-6)
+                                                   + 8192 * quant)
+    # up to 4,353 rows nothing changes; bf16 weights never take it
+    small = StepBatch(prefill_new=(2048,), prefill_cached=(0,), decode_context=(900,))
+    assert on.terms(small)["gemm"] == off.terms(small)["gemm"]
+    bf16 = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, coefficients={**ROUND, **FP8, "e_gemm_fp8_large": 0.8})
+    assert bf16.gemm_e_large == 0.0
+    # the compiled step prices the three regions the same
+    for batch in (small, big, StepBatch(prefill_new=(6000,), prefill_cached=(0,), decode_context=(900,) * 3)):
+        assert step_seconds(packed(on), aggregates(batch)) == pytest.approx(on.step_time(batch), rel=1e-9)
+    assert on.step_time(StepBatch(prefill_new=(6000,), prefill_cached=(0,))) < off.step_time(
+        StepBatch(prefill_new=(6000,), prefill_cached=(0,)))
+
+
 def test_calibrated_decode_attention_pays_a_cost_per_request_per_layer():
     m = CalibratedRooflineTimeModel("Llama-3.1-8B", "H100", 1,
                                     coefficients={**ROUND, "attn_per_request_decode_s": 1e-7})

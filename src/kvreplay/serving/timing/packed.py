@@ -18,7 +18,7 @@ from ... import native
 from ...errors import ConfigError
 from .models import InstantTimeModel, RooflineTimeModel, StepBatch, TimeModel, _sum_min
 from .profiles import POLY_VARIABLES, DynamoNpzProfile, PolynomialProfile
-from .roofline import (FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_ROUTING_KNOTS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel,
+from .roofline import (FP8_LARGE_AT, FP8_LARGE_FROM, FP8_TILE_ABOVE, FP8_TILE_ROWS, MOE_ROUTING_KNOTS, MOE_TILE_ABOVE, CalibratedRooflineTimeModel,
                        nccl_terms)
 
 AGG = native.slots("timing", "agg")  # (native.Absent without the core: the catalog still loads)
@@ -92,7 +92,8 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
               "C_PER_LAYER": c["per_layer_s"], "C_PER_STEP": c["per_step_s"], "C_SCALE_PREFILL": scale["prefill"],
               "C_SCALE_DECODE": scale["decode"], "C_SCALE_MIXED": scale["mixed"], "C_ATTN_LAYERS": model.attn_layers,
               "C_MAMBA_LAYERS": model.mamba_layers, "C_STATE_BYTES": model.state_bytes if model.mamba_layers else 0.0,
-              "C_TILE_PARTIAL": c["fp8_partial_rows"] if model.fp8 else 0.0,
+              "C_TILE_PARTIAL": c["fp8_partial_rows"] if model.fp8 else 0.0, "C_E_GEMM_LARGE": model.gemm_e_large,
+              "C_LARGE_FROM": FP8_LARGE_FROM, "C_LARGE_AT": FP8_LARGE_AT,
               "C_GEMM_P": _p(model.gemm_p), "C_HEAD_P": _p(c["gemm_overlap_p"]),
               "C_ATTN_PER_REQ_DECODE": c["attn_per_request_decode_s"], "C_GEMMS": len(model.gemm_shapes),
               "C_GEMM_K0": model.gemm_k0, "C_GEMM_IN_BYTES": model.gemm_bytes[0], "C_GEMM_W_BYTES": model.gemm_bytes[1],

@@ -27,7 +27,8 @@ Per GPU of a TP group, for a step of T tokens (prefill tokens + one per decode) 
 - fp8 weights (W8A8, per-tensor scales as vLLM's Fp8LinearMethod runs them): the GEMMs at the fp8
   coefficients (``e_gemm_fp8``, ``e_weights_fp8``, ``gemm_floor_fp8_s``, fitted on the measured fp8
   GEMMs), their compute on ``fp8_gemm_rows(T)`` rows (above 128 rows, vLLM's sm90 fp8 kernel runs
-  128-row tiles in clusters of 2, so T rounds up to a multiple of 256), plus the activations'
+  128-row tiles in clusters of 2, so T rounds up to a multiple of 256), at ``e_gemm_fp8_large``
+  from 8,192 rows where fitted (``fp8_gemm_efficiency``), plus the activations'
   quantisation before each GEMM, ``3 bytes x T x inputs / (bw x e_quant_fp8)`` (a bf16 read and an
   fp8 write of every GEMM input element; inputs per token: ``quant_inputs_per_token``);
 - the LM head on the R logits rows only: ``max(2 x vocab x hidden x R / tp / (peak x e_gemm),
@@ -119,6 +120,7 @@ NCCL_COEFFICIENTS = tuple(f"allreduce_nccl_{what}_tp{tp}{unit}" for tp in NCCL_T
 #: plain max of compute and memory)
 SHAPE_COEFFICIENTS = {"gemm_k0": 0.0, "gemm_overlap_p": float("inf"), "gemm_k0_fp8": 0.0,
                       "fp8_partial_rows": 0.0, "gemm_overlap_p_fp8": float("inf"), "attn_per_request_decode_s": 0.0,
+                      "e_gemm_fp8_large": 0.0,
                       "allreduce_skew_s": 0.0, **dict.fromkeys(("attn_split_decode",
                       "allreduce_link_bytes_per_s", "ew_floor_s", "e_ew") + NCCL_COEFFICIENTS, 0.0)}
 #: the step's kernels no GEMM, attention or all-reduce table holds (since 2026-12-07): the decode
@@ -267,6 +269,25 @@ def fp8_gemm_rows(tokens, partial_rows=0.0):
     tiled = tokens > FP8_TILE_ABOVE
     empty = (whole - tokens) / (FP8_TILE_ROWS - 1.0)  # 1 at 256 j + 1 rows, 0 at 256 (j + 1)
     return tokens + tiled * (whole - tokens) + tiled * empty * partial_rows
+
+
+#: the fp8 GEMM tables' rows either side of a step in throughput: H100's table runs its compute-bound
+#: GEMMs of 8,192 rows and more at 0.82-0.87x the time of the efficiency fitted over every row (1,300-1,380
+#: TFLOP/s at Llama-3.1-70B's shapes against 1,080-1,150 up to 4,353 rows); the tables hold no rows
+#: between 4,353 and 8,192
+FP8_LARGE_FROM, FP8_LARGE_AT = 4353, 8192
+
+
+def fp8_gemm_efficiency(tokens, e_gemm, e_large):
+    """An fp8 GEMM's compute efficiency at `tokens` rows: ``e_gemm_fp8`` up to FP8_LARGE_FROM rows,
+    ``e_gemm_fp8_large`` (fitted on the rows from FP8_LARGE_AT; 0: none, e_gemm everywhere) from
+    FP8_LARGE_AT, linear between the two measured points. Scalars or numpy arrays."""
+    import numpy as np
+
+    if not e_large:
+        return e_gemm
+    w = np.clip((tokens - FP8_LARGE_FROM) / (FP8_LARGE_AT - FP8_LARGE_FROM), 0.0, 1.0)
+    return e_gemm + w * (e_large - e_gemm)
 
 
 def soft_max(compute, memory, p):
@@ -683,6 +704,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         g = ("e_gemm_fp8", "e_weights_fp8", "gemm_floor_fp8_s") if self.fp8 else ("e_gemm", "e_weights", "gemm_floor_s")
         self.gemm_p = c["gemm_overlap_p_fp8" if self.fp8 else "gemm_overlap_p"]
         self.gemm_c = tuple(c[k] for k in g)
+        self.gemm_e_large = c["e_gemm_fp8_large"] if self.fp8 else 0.0  # (fp8_gemm_efficiency; 0: none)
         # (the routed experts' fp8 kernel quantises its inputs itself, in its measured time)
         quant = quant_inputs_per_token(spec, self.tp) / (2.0 if self.moe else 1.0)
         if self.mla:  # the four projections' inputs and the shared expert's (hidden)
@@ -813,6 +835,7 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
         parameters (the module docstring)."""
         peak, bw, tp = self.peak_flops, self.bandwidth, self.tp
         e_gemm, e_weights, floor = self.gemm_c
+        e_gemm = float(fp8_gemm_efficiency(tokens, e_gemm, self.gemm_e_large))
         rows = fp8_gemm_rows(tokens, self.c["fp8_partial_rows"]) if self.fp8 else tokens
         act, wbytes, out_bytes = self.gemm_bytes
         layer = 0.0

@@ -43,10 +43,16 @@ static f64 layer_gemms(const f64 *tm, f64 tokens) {
         rows_computed = ceil(tokens / tm[C_TILE_ROWS]) * tm[C_TILE_ROWS];
         rows_computed += (rows_computed - tokens) / (tm[C_TILE_ROWS] - 1.0) * tm[C_TILE_PARTIAL];
     }
+    /* fp8: the compute efficiency at these rows (roofline.py fp8_gemm_efficiency) */
+    f64 e_gemm = tm[C_E_GEMM];
+    if (tm[C_E_GEMM_LARGE] > 0) {
+        f64 w = kv_fmin(kv_fmax((tokens - tm[C_LARGE_FROM]) / (tm[C_LARGE_AT] - tm[C_LARGE_FROM]), 0.0), 1.0);
+        e_gemm += w * (tm[C_E_GEMM_LARGE] - e_gemm);
+    }
     f64 layer = 0.0;
     for (i64 g = 0; g < (i64)tm[C_GEMMS]; g++) {
         f64 n = tm[C_G1_N + 2 * g], k = tm[C_G1_K + 2 * g];
-        f64 compute = 2.0 * rows_computed * n * (k + tm[C_GEMM_K0]) / (tm[C_PEAK] * tm[C_E_GEMM]);
+        f64 compute = 2.0 * rows_computed * n * (k + tm[C_GEMM_K0]) / (tm[C_PEAK] * e_gemm);
         f64 memory = (tm[C_GEMM_IN_BYTES] * tokens * k + tm[C_GEMM_W_BYTES] * k * n + 2.0 * tokens * n)
                      / (bw * tm[C_E_WEIGHTS]);
         layer += soft_max(compute, memory, tm[C_GEMM_P]) + tm[C_GEMM_FLOOR];
@@ -56,7 +62,7 @@ static f64 layer_gemms(const f64 *tm, f64 tokens) {
     /* one GEMM of the body (beside an MLA's projections) */
     f64 flops = 2.0 * tm[C_BODY_PARAMS] * rows_computed / tm[C_TP];
     f64 weights = kv_fmin(tm[C_BODY_WEIGHT_BYTES], tm[C_ACTIVE_BODY_WEIGHT_BYTES] * tokens) / tm[C_TP];
-    return t + (soft_max(flops / (tm[C_PEAK] * tm[C_E_GEMM]), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
+    return t + (soft_max(flops / (tm[C_PEAK] * e_gemm), weights / (bw * tm[C_E_WEIGHTS]), tm[C_GEMM_P])
                 + tm[C_BODY_GEMMS] * layers * tm[C_GEMM_FLOOR]);
 }
 
