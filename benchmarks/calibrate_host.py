@@ -43,9 +43,10 @@ at each value (fit_launch); then the fit again with it in place.
 model's terms at its load (tpot_terms: a decode step of its B requests at their mean context ISL +
 OSL / 2, split into its decode attention and the rest, and the prefills that stall a request's
 decode: in the closed loop each of the other B - 1 clients sends one prompt a cycle, (B - 1) x a
-lone ISL prefill / (OSL - 1)); the measured TPOT is fitted on them, a factor each and a constant,
-by least absolute relative error over the fit GPU's checked runs only (fit_tpot_terms), and that
-fit's error is set beside the simulation's on every group: where a factor is far from 1 on runs
+lone ISL prefill / (OSL - 1)); each source's measured TPOT is fitted on them, a factor each and a
+constant, by least absolute relative error over its runs on the fit's GPU only (fit_tpot_terms; a
+source with fewer than TPOT_TERMS_MIN_RUNS there is left out),
+and that fit's error is set beside the simulation's on the source's other GPUs: where a factor is far from 1 on runs
 the fit never saw as well, that term, not the scheduler, is what misses.
 
 **The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
@@ -358,6 +359,8 @@ def band_rows(rows, out, n):
 
 #: --tpot-terms: the parts of a run's TPOT (tpot_terms), each given a factor by fit_tpot_terms
 TPOT_PARTS = ("decode_rest", "decode_attention", "prefill_share")
+#: the least runs on the fit's GPU a source's --tpot-terms fit takes (three per unknown: fewer pin nothing down)
+TPOT_TERMS_MIN_RUNS = 3 * (len(TPOT_PARTS) + 1)
 
 
 def tpot_terms(run) -> dict:
@@ -398,31 +401,38 @@ def fit_tpot_terms(rows) -> dict:
 
 
 def tpot_terms_table(rows) -> dict:
-    """--tpot-terms: the parts of every checked row's TPOT, their fit over the fit GPU's rows, and
-    by source and GPU the fit's TPOT error beside the simulation's; returns the fit and that table."""
+    """--tpot-terms: the parts of every checked row's TPOT; for each source with runs on the fit's
+    GPU, their fit on those runs (one model and vLLM, the factors its kernels and host get), and by
+    GPU that fit's TPOT error beside the simulation's; returns {source: {"fit": ..., GPU: ...}}."""
     for r in rows:
         r["parts"] = tpot_terms(r)
-    mine = [r for r in rows if r["gpu"] == FIT_GPU]
-    if not mine:
-        raise SystemExit(f"--tpot-terms: none of the checked runs is on {FIT_GPU}, the fit's GPU (see --only)")
-    fit = fit_tpot_terms(mine)
-    groups = {}
+    by_source = {}
     for r in rows:
-        groups.setdefault((r["source"], r["gpu"]), []).append(r)
-    table = {}
-    for g, v in sorted(groups.items()):
-        fitted = [sum(fit[p] * r["parts"][p] for p in TPOT_PARTS) + fit["constant_s"] for r in v]
-        table[g] = {"runs": len(v), "fit": float(np.mean([abs(f / r["tpot_s"] - 1) for f, r in zip(fitted, v)])),
-                    "simulated": float(np.mean([abs(r["sim_tpot"] / r["tpot_s"] - 1) for r in v])),
-                    "attention": float(np.median([r["parts"]["decode_attention"] / r["sim_tpot"] for r in v]))}
-    print_table(f"TPOT as the time model's terms, fitted on {FIT_GPU}'s {len(mine)} checked runs (least absolute relative "
-                "error): " + ", ".join(f"{p} x{fit[p]:.2f}" for p in TPOT_PARTS)
-                + f", constant {fit['constant_s'] * 1e3:.2f} ms; its TPOT error by source and GPU beside the simulation's",
-                (("source", False), ("GPU", False), ("runs", True), ("TPOT error, the terms' fit", True),
-                 ("TPOT error, simulated", True), ("decode attention / simulated TPOT, median", True)),
-                [[g[0], g[1], str(t["runs"]), f"{100 * t['fit']:.1f}%", f"{100 * t['simulated']:.1f}%",
-                  f"{100 * t['attention']:.0f}%"] for g, t in table.items()])
-    return {"fit": fit, "groups": {" / ".join(g): t for g, t in table.items()}}
+        by_source.setdefault(r["source"], {}).setdefault(r["gpu"], []).append(r)
+    out, lines = {}, []
+    for source, gpus in sorted(by_source.items()):
+        if len(gpus.get(FIT_GPU, ())) < TPOT_TERMS_MIN_RUNS:
+            continue
+        fit = fit_tpot_terms(gpus[FIT_GPU])
+        out[source] = {"fit": fit}
+        for gpu, v in sorted(gpus.items()):
+            fitted = [sum(fit[p] * r["parts"][p] for p in TPOT_PARTS) + fit["constant_s"] for r in v]
+            t = out[source][gpu] = {
+                "runs": len(v), "fit": float(np.mean([abs(f / r["tpot_s"] - 1) for f, r in zip(fitted, v)])),
+                "simulated": float(np.mean([abs(r["sim_tpot"] / r["tpot_s"] - 1) for r in v])),
+                "attention": float(np.median([r["parts"]["decode_attention"] / r["sim_tpot"] for r in v]))}
+            lines.append([source, gpu, str(len(v)), " ".join(f"{fit[p]:.2f}" for p in TPOT_PARTS)
+                          + f" {round(fit['constant_s'] * 1e3, 2) + 0.0:+.2f} ms", f"{100 * t['fit']:.1f}%", f"{100 * t['simulated']:.1f}%",
+                          f"{100 * t['attention']:.0f}%"])
+    if not out:
+        raise SystemExit(f"--tpot-terms: no checked source has {TPOT_TERMS_MIN_RUNS} runs on {FIT_GPU}, the fit's GPU "
+                         "(see --only)")
+    print_table(f"TPOT as the time model's terms: each source's factors ({', '.join(TPOT_PARTS)}, constant) fitted on its "
+                f"{FIT_GPU} runs (least absolute relative error), that fit's TPOT error by GPU beside the simulation's",
+                (("source", False), ("GPU", False), ("runs", True), (f"factors (fitted on {FIT_GPU})", False),
+                 ("TPOT error, the terms' fit", True), ("TPOT error, simulated", True),
+                 ("decode attention / simulated TPOT, median", True)), lines)
+    return out
 
 
 RUN_COLUMNS = ("id", "source", "gpu", "model", "weights", "tp", "concurrency", "isl", "osl", "role",
@@ -647,8 +657,8 @@ def main(argv=None) -> int:
                     help="with --check: also write each run's measured and simulated TTFT, TPOT and E2E (seconds) to CSV")
     ap.add_argument("--tpot-terms", action="store_true",
                     help=f"with --check: each run's TPOT as the time model's terms (decode attention, the rest of the "
-                         f"decode step, the prefills' share), fitted on {FIT_GPU}'s checked runs; that fit's error by "
-                         "source and GPU beside the simulation's")
+                         f"decode step, the prefills' share), fitted on each source's {FIT_GPU} runs; that fit's error "
+                         "by GPU beside the simulation's")
     ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
                     help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
                          "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")

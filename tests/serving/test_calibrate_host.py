@@ -216,3 +216,29 @@ def test_the_tpot_terms_fit_recovers_the_factors_that_made_the_measurements():
     fit = H.fit_tpot_terms(rows)
     assert fit["decode_attention"] == pytest.approx(2.2, rel=1e-6)
     assert fit["mean_error"] == pytest.approx((0.1 / 1.1) / 24, rel=1e-6)
+
+
+def test_tpot_terms_fit_each_source_on_its_own_fit_gpu_runs(capsys):
+    # each source is fitted on its own H100 runs and judged on its other GPUs with those factors;
+    # a source with fewer than TPOT_TERMS_MIN_RUNS runs on H100 is left out (four unknowns)
+    pytest.importorskip("scipy")
+    H = load()
+    base = {"model": "Llama-3.1-70B", "weights": "fp8", "kv": "fp8", "osl": 1024}
+    rows = []
+    for gpu in ("H100", "H200"):
+        for tp in (2, 4, 8):
+            for b in (4, 16, 64):
+                for isl in (1024, 8192):
+                    rows.append({**base, "source": "a", "gpu": gpu, "tp": tp, "concurrency": b, "isl": isl})
+    rows += [{**base, "source": "b", "gpu": "H100", "tp": 4, "concurrency": 8, "isl": 1024}] * (H.TPOT_TERMS_MIN_RUNS - 1)
+    for r in rows:  # measured: attention x2, the rest x0.9, prefills x1; the simulation took them at 1
+        p = H.tpot_terms(r)
+        r["tpot_s"] = 0.9 * p["decode_rest"] + 2.0 * p["decode_attention"] + p["prefill_share"]
+        r["sim_tpot"] = sum(p.values())
+    out = H.tpot_terms_table(rows)
+    assert list(out) == ["a"]
+    fit = out["a"]["fit"]
+    assert (fit["decode_rest"], fit["decode_attention"], fit["prefill_share"]) == pytest.approx((0.9, 2.0, 1.0), rel=1e-5)
+    assert out["a"]["H200"]["fit"] == pytest.approx(0.0, abs=1e-6)  # the H100 factors hold on H200 here
+    assert out["a"]["H200"]["simulated"] > 0.0
+    assert "| a | H200 | 18 | 0.90 2.00 1.00 +0.00 ms | 0.0% |" in capsys.readouterr().out
