@@ -44,9 +44,9 @@ model's terms at its load (tpot_terms: a decode step of its B requests at their 
 OSL / 2, split into its decode attention and the rest, and the prefills that stall a request's
 decode: in the closed loop each of the other B - 1 clients sends one prompt a cycle, (B - 1) x a
 lone ISL prefill / (OSL - 1)); each source's measured TPOT is fitted on them, a factor each and a
-constant, by least absolute relative error over its runs on the fit's GPU only (fit_tpot_terms; a
-source with fewer than TPOT_TERMS_MIN_RUNS there is left out),
-and that fit's error is set beside the simulation's on the source's other GPUs: where a factor is far from 1 on runs
+constant, by least absolute relative error over its runs of one model on the fit's GPU only
+(fit_tpot_terms; a source and model with fewer than TPOT_TERMS_MIN_RUNS there is left out), and
+that fit's error is set beside the simulation's on the same model's other GPUs: where a factor is far from 1 on runs
 the fit never saw as well, that term, not the scheduler, is what misses.
 
 **The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
@@ -401,16 +401,18 @@ def fit_tpot_terms(rows) -> dict:
 
 
 def tpot_terms_table(rows) -> dict:
-    """--tpot-terms: the parts of every checked row's TPOT; for each source with runs on the fit's
-    GPU, their fit on those runs (one model and vLLM, the factors its kernels and host get), and by
-    GPU that fit's TPOT error beside the simulation's; returns {source: {"fit": ..., GPU: ...}}."""
+    """--tpot-terms: the parts of every checked row's TPOT; for each source and model with runs on
+    the fit's GPU, their fit on those runs (one model and vLLM, the factors its kernels and host
+    get), and by GPU that fit's TPOT error beside the simulation's; returns {"source (model)":
+    {"fit": ..., GPU: ...}} (the model left out of the name when the source names it)."""
     for r in rows:
         r["parts"] = tpot_terms(r)
-    by_source = {}
+    by_source = {}  # (source, model): a source's runs of one model (gap-analysis holds two)
     for r in rows:
-        by_source.setdefault(r["source"], {}).setdefault(r["gpu"], []).append(r)
+        by_source.setdefault((r["source"], r["model"]), {}).setdefault(r["gpu"], []).append(r)
     out, lines = {}, []
-    for source, gpus in sorted(by_source.items()):
+    for (source, model), gpus in sorted(by_source.items()):
+        source = f"{source} ({model})" if model not in source else source
         if len(gpus.get(FIT_GPU, ())) < TPOT_TERMS_MIN_RUNS:
             continue
         fit = fit_tpot_terms(gpus[FIT_GPU])
@@ -427,7 +429,7 @@ def tpot_terms_table(rows) -> dict:
     if not out:
         raise SystemExit(f"--tpot-terms: no checked source has {TPOT_TERMS_MIN_RUNS} runs on {FIT_GPU}, the fit's GPU "
                          "(see --only)")
-    print_table(f"TPOT as the time model's terms: each source's factors ({', '.join(TPOT_PARTS)}, constant) fitted on its "
+    print_table(f"TPOT as the time model's terms: each source and model's factors ({', '.join(TPOT_PARTS)}, constant) fitted on its "
                 f"{FIT_GPU} runs (least absolute relative error), that fit's TPOT error by GPU beside the simulation's",
                 (("source", False), ("GPU", False), ("runs", True), (f"factors (fitted on {FIT_GPU})", False),
                  ("TPOT error, the terms' fit", True), ("TPOT error, simulated", True),

@@ -219,8 +219,8 @@ def test_the_tpot_terms_fit_recovers_the_factors_that_made_the_measurements():
 
 
 def test_tpot_terms_fit_each_source_on_its_own_fit_gpu_runs(capsys):
-    # each source is fitted on its own H100 runs and judged on its other GPUs with those factors;
-    # a source with fewer than TPOT_TERMS_MIN_RUNS runs on H100 is left out (four unknowns)
+    # each source and model is fitted on its own H100 runs and judged on its other GPUs with those
+    # factors; one with fewer than TPOT_TERMS_MIN_RUNS runs on H100 is left out (four unknowns)
     pytest.importorskip("scipy")
     H = load()
     base = {"model": "Llama-3.1-70B", "weights": "fp8", "kv": "fp8", "osl": 1024}
@@ -236,9 +236,9 @@ def test_tpot_terms_fit_each_source_on_its_own_fit_gpu_runs(capsys):
         r["tpot_s"] = 0.9 * p["decode_rest"] + 2.0 * p["decode_attention"] + p["prefill_share"]
         r["sim_tpot"] = sum(p.values())
     out = H.tpot_terms_table(rows)
-    assert list(out) == ["a"]
-    fit = out["a"]["fit"]
+    assert list(out) == ["a (Llama-3.1-70B)"]
+    fit = out["a (Llama-3.1-70B)"]["fit"]
     assert (fit["decode_rest"], fit["decode_attention"], fit["prefill_share"]) == pytest.approx((0.9, 2.0, 1.0), rel=1e-5)
-    assert out["a"]["H200"]["fit"] == pytest.approx(0.0, abs=1e-6)  # the H100 factors hold on H200 here
-    assert out["a"]["H200"]["simulated"] > 0.0
-    assert "| a | H200 | 18 | 0.90 2.00 1.00 +0.00 ms | 0.0% |" in capsys.readouterr().out
+    assert out["a (Llama-3.1-70B)"]["H200"]["fit"] == pytest.approx(0.0, abs=1e-6)  # the H100 factors hold on H200 here
+    assert out["a (Llama-3.1-70B)"]["H200"]["simulated"] > 0.0
+    assert "| a (Llama-3.1-70B) | H200 | 18 | 0.90 2.00 1.00 +0.00 ms | 0.0% |" in capsys.readouterr().out
