@@ -8,6 +8,8 @@ measured serving runs, and their error on the runs the fit never saw, by source,
     python benchmarks/calibrate_host.py --band-only       # the shipped terms' band again, from the fit's linearisation
     python benchmarks/calibrate_host.py --check --write-prediction   # and ship the prediction band's factors
     python benchmarks/calibrate_host.py --fit-launch      # the kernel launches of a step without a CUDA graph
+    python benchmarks/calibrate_host.py --check --only 2026-04-06 --runs runs.csv   # and each run's figures
+    python benchmarks/calibrate_host.py --check --only 2026-04-06 --tpot-terms   # and TPOT by the step's terms
 
 **The runs.** NVIDIA aiconfigurator's silicon vLLM serving runs (``systems/silicon_sample.csv`` in
 aiconfigurator-core 0.12.0, the same file, byte for byte, in the aisimulate wheels 0.13.0.dev55 and
@@ -36,6 +38,16 @@ a run's band widens (host.widen_band); checked leave-one-group-out (interval_tab
 **The launch term** (--fit-launch): the host's kernel launches per layer of a step vLLM runs
 without a CUDA graph (models.eager_step), on a grid, the terms and each group's GPU factors refitted
 at each value (fit_launch); then the fit again with it in place.
+
+**TPOT by the step's terms** (--check --tpot-terms): each run's TPOT written as the shipped time
+model's terms at its load (tpot_terms: a decode step of its B requests at their mean context ISL +
+OSL / 2, split into its decode attention and the rest, and the prefills that stall a request's
+decode: in the closed loop each of the other B - 1 clients sends one prompt a cycle, (B - 1) x a
+lone ISL prefill / (OSL - 1)); each source's measured TPOT is fitted on them, a factor each and a
+constant, by least absolute relative error over its runs of one model on the fit's GPU only
+(fit_tpot_terms; a source and model with fewer than TPOT_TERMS_MIN_RUNS there is left out), and
+that fit's error is set beside the simulation's on the same model's other GPUs: where a factor is far from 1 on runs
+the fit never saw as well, that term, not the scheduler, is what misses.
 
 **The check** (--check, and after a fit): every run simulated with the shipped terms, TTFT, TPOT and
 end-to-end latency (TTFT + TPOT x (OSL - 1), as the benchmarks define it), measured against
@@ -345,6 +357,110 @@ def band_rows(rows, out, n):
             r[f"band_{m}"] = (lo <= measured <= hi, (hi - lo) / centre, plo <= measured <= phi, (phi - plo) / centre)
 
 
+#: --tpot-terms: the parts of a run's TPOT (tpot_terms), each given a factor by fit_tpot_terms
+TPOT_PARTS = ("decode_rest", "decode_attention", "prefill_share")
+#: the least runs on the fit's GPU a source's --tpot-terms fit takes (three per unknown: fewer pin nothing down)
+TPOT_TERMS_MIN_RUNS = 3 * (len(TPOT_PARTS) + 1)
+
+
+def tpot_terms(run) -> dict:
+    """The parts of `run`'s TPOT by the shipped time model, seconds (module docstring, "TPOT by the
+    step's terms"): the decode step of its B requests at their mean context, its attention and the
+    rest (their sum the step's time), and (B - 1) lone ISL-token prefills over OSL - 1 tokens."""
+    from kvreplay.serving.timing.models import StepBatch
+
+    tm = time_model(run)
+    b = run["concurrency"]
+    decode = StepBatch(decode_context=(run["isl"] + run["osl"] // 2,) * b)
+    terms = tm.terms(decode)
+    step = tm.step_time(decode)
+    attention = step * terms["attn_decode"] / sum(terms.values())
+    prefill = tm.step_time(StepBatch(prefill_new=(run["isl"],), prefill_cached=(0,)))
+    return {"decode_rest": step - attention, "decode_attention": attention,
+            "prefill_share": (b - 1) * prefill / max(run["osl"] - 1, 1)}
+
+
+def fit_tpot_terms(rows) -> dict:
+    """The measured TPOT of `rows` (each with "tpot_s" and its tpot_terms under "parts") as
+    sum(factor x part) + constant, by least absolute relative error (a linear program):
+    {part: factor, "constant_s": seconds, "mean_error": the fit's mean |relative error|}."""
+    try:
+        from scipy.optimize import linprog
+    except ImportError:  # (a benchmark's need, not kvreplay's)
+        raise SystemExit("--tpot-terms solves a linear program with scipy: pip install scipy") from None
+    measured = np.array([r["tpot_s"] for r in rows])
+    A = np.array([[r["parts"][p] for p in TPOT_PARTS] + [1.0] for r in rows]) / measured[:, None]
+    m, k = A.shape
+    # min sum(u + v) s.t. A x - 1 = u - v, u, v >= 0 (the factors and the constant free)
+    res = linprog(np.concatenate([np.zeros(k), np.ones(2 * m)]), A_eq=np.hstack([A, -np.eye(m), np.eye(m)]),
+                  b_eq=np.ones(m), bounds=[(None, None)] * k + [(0, None)] * (2 * m), method="highs")
+    if not res.success:
+        raise SystemExit(f"--tpot-terms: the linear program failed: {res.message}")
+    x = res.x[:k]
+    return {**{p: float(v) for p, v in zip(TPOT_PARTS, x)}, "constant_s": float(x[-1]), "mean_error": float(res.fun) / m}
+
+
+def tpot_terms_table(rows) -> dict:
+    """--tpot-terms: the parts of every checked row's TPOT; for each source and model with runs on
+    the fit's GPU, their fit on those runs (one model and vLLM, the factors its kernels and host
+    get), and by GPU that fit's TPOT error beside the simulation's; returns {"source (model)":
+    {"fit": ..., GPU: ...}} (the model left out of the name when the source names it)."""
+    for r in rows:
+        r["parts"] = tpot_terms(r)
+    by_source = {}  # (source, model): a source's runs of one model (gap-analysis holds two)
+    for r in rows:
+        by_source.setdefault((r["source"], r["model"]), {}).setdefault(r["gpu"], []).append(r)
+    out, lines = {}, []
+    for (source, model), gpus in sorted(by_source.items()):
+        source = f"{source} ({model})" if model not in source else source
+        if len(gpus.get(FIT_GPU, ())) < TPOT_TERMS_MIN_RUNS:
+            continue
+        fit = fit_tpot_terms(gpus[FIT_GPU])
+        out[source] = {"fit": fit}
+        for gpu, v in sorted(gpus.items()):
+            fitted = [sum(fit[p] * r["parts"][p] for p in TPOT_PARTS) + fit["constant_s"] for r in v]
+            t = out[source][gpu] = {
+                "runs": len(v), "fit": float(np.mean([abs(f / r["tpot_s"] - 1) for f, r in zip(fitted, v)])),
+                "simulated": float(np.mean([abs(r["sim_tpot"] / r["tpot_s"] - 1) for r in v])),
+                "attention": float(np.median([r["parts"]["decode_attention"] / r["sim_tpot"] for r in v]))}
+            lines.append([source, gpu, str(len(v)), " ".join(f"{fit[p]:.2f}" for p in TPOT_PARTS)
+                          + f" {round(fit['constant_s'] * 1e3, 2) + 0.0:+.2f} ms", f"{100 * t['fit']:.1f}%", f"{100 * t['simulated']:.1f}%",
+                          f"{100 * t['attention']:.0f}%"])
+    if not out:
+        raise SystemExit(f"--tpot-terms: no checked source has {TPOT_TERMS_MIN_RUNS} runs on {FIT_GPU}, the fit's GPU "
+                         "(see --only)")
+    print_table(f"TPOT as the time model's terms: each source and model's factors ({', '.join(TPOT_PARTS)}, constant) fitted on its "
+                f"{FIT_GPU} runs (least absolute relative error), that fit's TPOT error by GPU beside the simulation's",
+                (("source", False), ("GPU", False), ("runs", True), (f"factors (fitted on {FIT_GPU})", False),
+                 ("TPOT error, the terms' fit", True), ("TPOT error, simulated", True),
+                 ("decode attention / simulated TPOT, median", True)), lines)
+    return out
+
+
+RUN_COLUMNS = ("id", "source", "gpu", "model", "weights", "tp", "concurrency", "isl", "osl", "role",
+               "measured_ttft", "sim_ttft", "ttft", "measured_tpot", "sim_tpot", "tpot", "measured_e2e", "sim_e2e", "e2e")
+
+
+def write_runs(rows, path: Path) -> None:
+    """Each checked run's measured and simulated figures (seconds) and measured / simulated, one CSV
+    row a run (--runs), written whole or not at all."""
+    import csv
+    import io
+    import os
+    import tempfile
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(RUN_COLUMNS)
+    for r in rows:
+        r = {**r, "role": role(r)}
+        w.writerow([f"{r[c]:.6g}" if isinstance(r[c], float) else r[c] for c in RUN_COLUMNS])
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(buf.getvalue())
+    os.replace(tmp, path)
+
+
 def check(runs, terms, workers: int, bands: bool = False) -> dict:
     """Every run at `terms` (GPU factors 1): the error tables, and {group: stats}. With `bands`,
     also each run at both ends of its band: the share of runs whose measured TTFT, TPOT and E2E the
@@ -393,6 +509,7 @@ def check(runs, terms, workers: int, bands: bool = False) -> dict:
     if bands:
         band_rows(rows, out, n)
         tables["band"] = band_table(rows)
+    tables["rows"] = rows
     held = [r for r in rows if not in_fit(r)]
     tables["held back"] = {m: ratio_stats([r[m] for r in held])["mape"] for m in ("ttft", "tpot", "e2e")} if held else {}
     return tables
@@ -538,12 +655,24 @@ def main(argv=None) -> int:
                     help="fit only the kernel launches per layer of an eager step (the other terms as shipped), write it")
     ap.add_argument("--write-prediction", action="store_true",
                     help="with --check: write the prediction band's residual quantiles into the shipped calibration")
+    ap.add_argument("--runs", type=Path, default=None, metavar="CSV",
+                    help="with --check: also write each run's measured and simulated TTFT, TPOT and E2E (seconds) to CSV")
+    ap.add_argument("--tpot-terms", action="store_true",
+                    help=f"with --check: each run's TPOT as the time model's terms (decode attention, the rest of the "
+                         f"decode step, the prefills' share), fitted on each source's {FIT_GPU} runs; that fit's error "
+                         "by GPU beside the simulation's")
     ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
                     help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
                          "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")
     args = ap.parse_args(argv)
     if args.host_cpu == "none" and (not args.check or args.bands):
         ap.error("--host-cpu none needs --check and no --bands (it checks the steps alone)")
+    if args.runs is not None and not args.check:
+        ap.error("--runs needs --check (it writes the checked runs)")
+    if args.tpot_terms and not args.check:
+        ap.error("--tpot-terms needs --check (it splits the checked runs' TPOT)")
+    if args.runs is not None and not args.runs.parent.is_dir():
+        ap.error(f"--runs: {args.runs.parent} is not a directory")
     if args.band_only:
         return band_only()
     from calibrate import Tables, wheel
@@ -592,6 +721,11 @@ def main(argv=None) -> int:
     if args.only:
         runs = [r for r in runs if any(text in r["source"] for text in args.only.split(","))]
     tables = check(runs, terms, args.jobs, args.bands)
+    if args.tpot_terms:
+        tables["tpot_terms"] = tpot_terms_table(tables["rows"])
+    if args.runs is not None:
+        write_runs(tables["rows"], args.runs)
+        print(f"wrote {len(tables['rows'])} runs to {args.runs}")
     if args.write_prediction:
         if args.only or args.no_launch or args.host_cpu == "none":
             ap.error("--write-prediction takes every run at the shipped terms (no --only, --no-launch, --host-cpu none)")

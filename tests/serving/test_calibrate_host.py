@@ -141,3 +141,104 @@ def test_the_prediction_bands_quantiles_leave_out_what_does_not_follow_its_proto
     assert table["2026-04-06 / H200"]["tpot"][0] == 1.0  # judged by the other group's [1.0, 1.1]: all
     # TTFT judged by no other group (the other's is left out): the point estimate alone, 1.0 of 21
     assert table["2026-04-06 / H200"]["ttft"] == [pytest.approx(1 / 21), 0.0]
+
+
+def test_runs_and_tpot_terms_need_check(capsys, tmp_path):
+    # --runs writes the checked runs and --tpot-terms splits their TPOT: both refused without
+    # --check before any table is read, as is a --runs file in a directory that does not exist
+    H = load()
+    for argv, message in ((["--runs", str(tmp_path / "r.csv")], "--runs needs --check"),
+                          (["--tpot-terms"], "--tpot-terms needs --check"),
+                          (["--check", "--runs", str(tmp_path / "no" / "r.csv")], "is not a directory")):
+        with pytest.raises(SystemExit) as e:
+            H.main(argv)
+        assert e.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_write_runs_writes_each_run_whole(tmp_path):
+    # one row a run, floats to 6 significant digits, the role as the tables say it; no temporary
+    # file left beside it
+    H = load()
+    row = {"id": "r1", "source": "2026-04-06", "gpu": "H200", "model": "Llama-3.1-70B", "weights": "fp8", "tp": 4,
+           "concurrency": 32, "isl": 8192, "osl": 1024, "measured_ttft": 1.11709, "sim_ttft": 1.27503,
+           "ttft": 1.11709 / 1.27503, "measured_tpot": 0.0286204, "sim_tpot": 0.0247298, "tpot": 0.0286204 / 0.0247298,
+           "measured_e2e": 30.3957, "sim_e2e": 26.5734, "e2e": 30.3957 / 26.5734}
+    out = tmp_path / "runs.csv"
+    H.write_runs([row], out)
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",") == list(H.RUN_COLUMNS)
+    assert lines[1] == ("r1,2026-04-06,H200,Llama-3.1-70B,fp8,4,32,8192,1024,held back,1.11709,1.27503,0.876128,"
+                        "0.0286204,0.0247298,1.15732,30.3957,26.5734,1.14384")
+    assert [p.name for p in tmp_path.iterdir()] == ["runs.csv"]
+
+
+def test_tpot_terms_split_the_decode_step_and_count_the_other_clients_prefills():
+    # a run's TPOT parts: the decode step of its B requests at the mean context ISL + OSL / 2
+    # (attention and the rest adding up to the step's time), and the other B - 1 clients' prompts,
+    # one each a cycle, over its OSL - 1 tokens; a lone client (B = 1) is stalled by no prefill
+    from kvreplay.serving.timing.models import StepBatch
+    from kvreplay.serving.timing.roofline import CalibratedRooflineTimeModel
+
+    H = load()
+    run = {"model": "Llama-3.1-70B", "gpu": "H100", "tp": 4, "weights": "fp8", "kv": "fp8",
+           "concurrency": 32, "isl": 8192, "osl": 1025}
+    parts = H.tpot_terms(run)
+    tm = CalibratedRooflineTimeModel("Llama-3.1-70B", "H100", 4, dtype="fp8", kv_dtype="fp8")
+    decode = StepBatch(decode_context=(8192 + 512,) * 32)
+    assert parts["decode_rest"] + parts["decode_attention"] == pytest.approx(tm.step_time(decode), rel=1e-12)
+    terms = tm.terms(decode)
+    assert parts["decode_attention"] == pytest.approx(terms["attn_decode"], rel=1e-12)  # (the factors are 1)
+    lone = tm.step_time(StepBatch(prefill_new=(8192,), prefill_cached=(0,)))
+    assert parts["prefill_share"] == pytest.approx(31 * lone / 1024, rel=1e-12)
+    assert H.tpot_terms({**run, "concurrency": 1})["prefill_share"] == 0.0
+
+
+def test_the_tpot_terms_fit_recovers_the_factors_that_made_the_measurements():
+    # measured TPOT made as 0.9 x the decode step's rest + 2.2 x its attention + 0.8 x the
+    # prefills' share + 0.2 ms, over parts that vary independently: the least absolute relative
+    # error fit gets them back, with no error left; one run 10% off is left alone (its share of
+    # the mean error: (0.1 / 1.1) / runs)
+    pytest.importorskip("scipy")
+    H = load()
+    rng = np.random.default_rng(7)
+    rows = []
+    for _ in range(24):
+        parts = {"decode_rest": rng.uniform(0.006, 0.02), "decode_attention": rng.uniform(0.0005, 0.01),
+                 "prefill_share": rng.uniform(0.0, 0.03)}
+        tpot = 0.9 * parts["decode_rest"] + 2.2 * parts["decode_attention"] + 0.8 * parts["prefill_share"] + 2e-4
+        rows.append({"parts": parts, "tpot_s": tpot})
+    fit = H.fit_tpot_terms(rows)
+    assert (fit["decode_rest"], fit["decode_attention"], fit["prefill_share"]) == pytest.approx((0.9, 2.2, 0.8), rel=1e-6)
+    assert fit["constant_s"] == pytest.approx(2e-4, rel=1e-5)
+    assert fit["mean_error"] == pytest.approx(0.0, abs=1e-9)
+    rows[3] = {**rows[3], "tpot_s": rows[3]["tpot_s"] * 1.1}
+    fit = H.fit_tpot_terms(rows)
+    assert fit["decode_attention"] == pytest.approx(2.2, rel=1e-6)
+    assert fit["mean_error"] == pytest.approx((0.1 / 1.1) / 24, rel=1e-6)
+
+
+def test_tpot_terms_fit_each_source_on_its_own_fit_gpu_runs(capsys):
+    # each source and model is fitted on its own H100 runs and judged on its other GPUs with those
+    # factors; one with fewer than TPOT_TERMS_MIN_RUNS runs on H100 is left out (four unknowns)
+    pytest.importorskip("scipy")
+    H = load()
+    base = {"model": "Llama-3.1-70B", "weights": "fp8", "kv": "fp8", "osl": 1024}
+    rows = []
+    for gpu in ("H100", "H200"):
+        for tp in (2, 4, 8):
+            for b in (4, 16, 64):
+                for isl in (1024, 8192):
+                    rows.append({**base, "source": "a", "gpu": gpu, "tp": tp, "concurrency": b, "isl": isl})
+    rows += [{**base, "source": "b", "gpu": "H100", "tp": 4, "concurrency": 8, "isl": 1024}] * (H.TPOT_TERMS_MIN_RUNS - 1)
+    for r in rows:  # measured: attention x2, the rest x0.9, prefills x1; the simulation took them at 1
+        p = H.tpot_terms(r)
+        r["tpot_s"] = 0.9 * p["decode_rest"] + 2.0 * p["decode_attention"] + p["prefill_share"]
+        r["sim_tpot"] = sum(p.values())
+    out = H.tpot_terms_table(rows)
+    assert list(out) == ["a (Llama-3.1-70B)"]
+    fit = out["a (Llama-3.1-70B)"]["fit"]
+    assert (fit["decode_rest"], fit["decode_attention"], fit["prefill_share"]) == pytest.approx((0.9, 2.0, 1.0), rel=1e-5)
+    assert out["a (Llama-3.1-70B)"]["H200"]["fit"] == pytest.approx(0.0, abs=1e-6)  # the H100 factors hold on H200 here
+    assert out["a (Llama-3.1-70B)"]["H200"]["simulated"] > 0.0
+    assert "| a (Llama-3.1-70B) | H200 | 18 | 0.90 2.00 1.00 +0.00 ms | 0.0% |" in capsys.readouterr().out
