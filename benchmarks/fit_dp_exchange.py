@@ -1,5 +1,7 @@
 """The token exchange of vLLM's data parallelism over an MoE: NCCL's all-gather and reduce-scatter,
-fitted per group size on aiconfigurator's measured H100 tables (the fit's GPU).
+fitted per group size on aiconfigurator's measured H100 tables (the fit's GPU), and on the RTX PRO
+6000 Server Edition's own (PCIe 5, where the H100's terms scaled to its link are 1.6-1.8x fast over
+4 and 8 GPUs).
 
 Source: NVIDIA aiconfigurator's kernel database (Apache-2.0), in the PyPI wheel
 ``aiconfigurator-core==0.12.0`` (github.com/ai-dynamo/aiconfigurator), the same wheel
@@ -12,14 +14,13 @@ the out-of-place time, ms.
 
 Each (operation, group size) gets ``latency + (n - 1) / n x bytes / bus``, the ring's form (the
 bus bandwidth nccl-tests prints as busbw), fitted minimising the squared relative error over every
-message: serving/timing/exchange.py EXCHANGE ships the figures this prints. A GPU other than the H100
-runs them with the bus bandwidth scaled to its own link (the catalog's ``link_gbps``), as a
+message: serving/timing/exchange.py EXCHANGE (and OWN_EXCHANGE) ship the figures this prints. Any
+other GPU runs the H100's with the bus bandwidth scaled to its own link (the catalog's ``link_gbps``), as a
 relative's all-reduce is (roofline.py _resolve_coefficients).
 
-    python benchmarks/fit_dp_exchange.py            # fit on the H100's tables, print the constant
-    python benchmarks/fit_dp_exchange.py --check    # the shipped figures against the H100's tables,
-                                                    # and, held out (checked, never fitted), against
-                                                    # the H200's and the RTX PRO 6000 Server's tables
+    python benchmarks/fit_dp_exchange.py            # fit on the H100's and RTX PRO 6000's tables, print them
+    python benchmarks/fit_dp_exchange.py --check    # the shipped figures against those tables, and,
+                                                    # held out (checked, never fitted), the H200's
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ sys.path.insert(0, str(HERE))
 from calibrate import wheel  # noqa: E402
 
 FIT = ("H100", "h100_sxm", "2.29.2")
-#: checked, never fitted: the H200 (held back) and the RTX PRO 6000 Server Edition (PCIe)
-CHECK = (("H200", "h200_sxm", "2.29.2"), ("RTX-PRO-6000", "rtx_pro_6000_server", "2.29.2"))
+#: GPUs fitted on their own table (exchange.py OWN_EXCHANGE): the RTX PRO 6000 Server Edition (PCIe 5)
+OWN = (("RTX-PRO-6000", "rtx_pro_6000_server", "2.29.2"),)
+#: checked, never fitted: the H200 (held back)
+CHECK = (("H200", "h200_sxm", "2.29.2"),)
 OPS = ("all_gather", "reduce_scatter")
 
 
@@ -81,24 +84,31 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="the shipped figures against the tables (module doc)")
     args = ap.parse_args(argv)
-    from kvreplay.serving.timing.exchange import EXCHANGE, exchange_terms
+    from kvreplay.serving.timing.exchange import EXCHANGE, OWN_EXCHANGE, exchange_terms
 
-    rows = table(*FIT[1:])
+    fitted = (FIT, *OWN)
     if args.check:
-        report("fit", FIT[0], rows, lambda o, g: exchange_terms(o, g, FIT[0]))
+        for gpu, gpu_dir, version in fitted:
+            report("fit", gpu, table(gpu_dir, version), lambda o, g, gpu=gpu: exchange_terms(o, g, gpu))
         for gpu, gpu_dir, version in CHECK:
             report("held out", gpu, table(gpu_dir, version), lambda o, g, gpu=gpu: exchange_terms(o, g, gpu))
         return 0
-    op, n, nbytes, seconds = rows
-    print(f"fitted on {FIT[0]} ({FIT[1]}, NCCL {FIT[2]}); shipped now: {EXCHANGE['terms']}")
-    for o in OPS:
-        print(f'    "{o}": {{')
-        for g in sorted(set(n.tolist())):
-            keep = (op == o) & (n == g)
-            latency, bus = fit(g, nbytes[keep], seconds[keep])
-            print(f"        {g}: ({latency:.4g}, {bus:.4g}),")
-        print("    },")
+    for gpu, gpu_dir, version in fitted:
+        shipped = (EXCHANGE if gpu == FIT[0] else OWN_EXCHANGE[gpu])["terms"]
+        print(f"fitted on {gpu} ({gpu_dir}, NCCL {version}); shipped now: {shipped}")
+        for o, terms in fit_terms(table(gpu_dir, version)).items():
+            print(f'    "{o}": {{')
+            for g, (latency, bus) in terms.items():
+                print(f"        {g}: ({latency:.4g}, {bus:.4g}),")
+            print("    },")
     return 0
+
+
+def fit_terms(rows) -> dict:
+    """op -> group size -> (latency s, bus bytes/s), each fitted on its messages (fit)."""
+    op, n, nbytes, seconds = rows
+    return {o: {g: fit(g, nbytes[(op == o) & (n == g)], seconds[(op == o) & (n == g)])
+                for g in sorted(set(n.tolist()))} for o in OPS}
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from kvreplay.serving.kernel import slots
 from kvreplay.serving.simulate import simulate
 from kvreplay.serving.timing import (CalibratedRooflineTimeModel, StepBatch, aggregates, kv_capacity, packed,
                                      roofline_window, step_seconds)
-from kvreplay.serving.timing.exchange import EXCHANGE, exchange_terms
+from kvreplay.serving.timing.exchange import EXCHANGE, OWN_EXCHANGE, exchange_terms
 
 from sim_cases import ONE_SECOND
 
@@ -227,10 +227,18 @@ def test_the_exchange_by_hand():
     # the C step model prices the same (timing/step.c dp_exchange)
     assert c_step(rank, batch) == pytest.approx(rank.step_time(batch), rel=1e-12)
     assert c_step(without, batch) == pytest.approx(without.step_time(batch), rel=1e-12)
-    # on an RTX PRO 6000 (PCIe 5 x16, 64 GB/s each way) the bus is the H100's x 64 / 450
+    # an L40S (PCIe 4 x16, 32 GB/s each way, no NCCL table of its own): the H100's bus x 32 / 450
+    l40s = dataparallel.time_model(CalibratedRooflineTimeModel(MOE, "L40S", 1),
+                                   dataparallel.DataParallel(2, 1, True, lockstep=True)).dp_exchange
+    assert l40s.gather == pytest.approx((ag_l, ag_b * 32 / 450)) and l40s.scatter == pytest.approx((rs_l, rs_b * 32 / 450))
+    assert l40s.describe()["terms_from"] == "H100"
+    # an RTX PRO 6000 runs its own table's terms: over 4 GPUs its all-gather's bus is 22.6 GB/s, where
+    # the H100's scaled to its PCIe 5 (64 / 450) would be 37.4
     pro = dataparallel.time_model(CalibratedRooflineTimeModel(MOE, "RTX-PRO-6000", 1),
-                                  dataparallel.DataParallel(2, 1, True, lockstep=True)).dp_exchange
-    assert pro.gather == pytest.approx((ag_l, ag_b * 64 / 450)) and pro.scatter == pytest.approx((rs_l, rs_b * 64 / 450))
+                                  dataparallel.DataParallel(4, 1, True, lockstep=True)).dp_exchange
+    assert pro.gather == OWN_EXCHANGE["RTX-PRO-6000"]["terms"]["all_gather"][4] == (9.863e-06, 2.261e+10)
+    assert EXCHANGE["terms"]["all_gather"][4][1] * 64 / 450 == pytest.approx(3.743e10, rel=1e-3)
+    assert pro.describe()["terms_from"] == "RTX-PRO-6000"
     # a group between the sizes fitted: log2-interpolated (3 GPUs: 0.585 of the way from 2 to 4)
     f = math.log2(3) - 1
     (l2, b2), (l4, b4) = EXCHANGE["terms"]["all_gather"][2], EXCHANGE["terms"]["all_gather"][4]
@@ -287,10 +295,11 @@ def test_the_shipped_exchange_terms_are_the_fit_on_the_h100s_nccl_table():
         pytest.skip("aiconfigurator's wheel not downloaded (benchmarks/.cache/aiconfigurator)")
     pytest.importorskip("pyarrow")
     fit = benchmark_module("fit_dp_exchange")
-    op, n, nbytes, seconds = fit.table(*fit.FIT[1:])
-    for o in fit.OPS:
-        for g in (2, 4, 8):
-            keep = (op == o) & (n == g)
-            assert keep.sum() == 21
-            latency, bus = fit.fit(g, nbytes[keep], seconds[keep])
-            assert EXCHANGE["terms"][o][g] == (float(f"{latency:.4g}"), float(f"{bus:.4g}"))
+    for (gpu, gpu_dir, version), shipped in ((fit.FIT, EXCHANGE), *((o, OWN_EXCHANGE[o[0]]) for o in fit.OWN)):
+        op, n, nbytes, seconds = fit.table(gpu_dir, version)
+        for o in fit.OPS:
+            for g in (2, 4, 8):
+                keep = (op == o) & (n == g)
+                assert keep.sum() == 21, gpu
+                latency, bus = fit.fit(g, nbytes[keep], seconds[keep])
+                assert shipped["terms"][o][g] == (float(f"{latency:.4g}"), float(f"{bus:.4g}")), gpu

@@ -93,25 +93,25 @@ def test_the_benchmark_prints_the_figures_docs_fidelity_quotes():
     for cell in ("| 300 of 300 | 35,762 | 10.1% | 7097.2 / 7918.3 ms, +11.6% | 0.90 [0.86-1.11] | yes / yes | 6.8% |",
                  "32.5 / 34.6 ms, +6.7% | 0.94 [0.91-0.96]", "| 7.6% | 28200.7 / 30424.0 ms, +7.9% |"):
         assert cell in llama, cell
-    assert "| 41.8% | 36905.2 / 26042.6 ms, -29.4% | 1.41 [1.32-3.91] |" in rows["rtxpro6000-qwen3-32b-tp2"]
-    assert "80.3 / 65.7 ms, -18.2%" in rows["rtxpro6000-qwen3-32b-tp2"]
+    assert "| 41.8% | 36905.2 / 26045.5 ms, -29.4% | 1.41 [1.32-3.91] |" in rows["rtxpro6000-qwen3-32b-tp2"]
+    assert "80.3 / 65.7 ms, -18.1%" in rows["rtxpro6000-qwen3-32b-tp2"]
     # DP 2 + EP: the ranks in lockstep, the experts split, their token exchange priced (timing/exchange.py)
     dp = rows["rtxpro6000-qwen3-30b-a3b-dp2ep"]
-    for cell in ("| 24.3% | 1086.0 / 471.1 ms, -56.6% | 1.16 [0.79-3.64] |", "| 10.2% | 47.3 / 43.0 ms, -9.1% |",
-                 "| 10.6% | 32344.6 / 28929.5 ms, -10.6% |"):
+    for cell in ("| 23.8% | 1086.0 / 472.0 ms, -56.5% | 1.17 [0.84-3.51] |", "| 10.1% | 47.3 / 43.0 ms, -9.0% |",
+                 "| 10.5% | 32344.6 / 28957.0 ms, -10.5% |"):
         assert cell in dp, cell
     assert "| 2,588 | 124.1% |" in rows["rtx4090-llama31-8b-seqs128"]
     assert "32.4 / 37.8 ms, +16.4%" in rows["rtx4090-llama31-8b-seqs256"]
     # light load inside the run: the requests vLLM scheduled at once
     assert "| rtxpro6000-llama31-8b | 118 | 808 | 104.3 / 104.3, -0.1% | 8.3% | 0.99 [0.80-1.18] | 169.5 / 106.3 |" in r.stdout
-    assert "| rtxpro6000-qwen3-32b-tp2 | 11 | 1188 | 744.8 / 374.8, -49.7% |" in r.stdout
+    assert "| rtxpro6000-qwen3-32b-tp2 | 11 | 1188 | 744.8 / 374.9, -49.7% |" in r.stdout
     assert "| rtxpro6000-llama31-8b | >= 2048 | 10 | 4554.8 / 5040.2 | +10.7% | 5 | 246.6 / 223.7 | -9.3% |" in r.stdout
     doc = (root / "docs" / "fidelity.md").read_text()
     assert ("| RTX PRO 6000, Llama-3.1-8B | 10.1%, +11.6% | 0.90 [0.86-1.11] | 6.8%, +6.7% | 0.94 [0.91-0.96] "
             "| 7.6%, +7.9% | yes (all three) |") in doc
     assert "118 requests, TTFT\n  104.3 ms measured and 104.3 simulated, per-request MAPE 8.3%" in doc
-    assert ("| RTX PRO 6000, Qwen3-30B-A3B DP 2 + EP | 24.3%, -56.6% | 1.16 [0.79-3.64] | 10.2%, -9.1% "
-            "| 1.12 [0.93-1.18] | 10.6%, -10.6% | yes |") in doc
-    assert "| held back | 56.6% | 1.16 [0.79-3.64] | 9.1% | 10.6% |" in (root / "docs" / "host.md").read_text()
+    assert ("| RTX PRO 6000, Qwen3-30B-A3B DP 2 + EP | 23.8%, -56.5% | 1.17 [0.84-3.51] | 10.1%, -9.0% "
+            "| 1.12 [0.93-1.17] | 10.5%, -10.5% | yes |") in doc
+    assert "| held back | 56.5% | 1.17 [0.84-3.51] | 9.0% | 10.5% |" in (root / "docs" / "host.md").read_text()
     assert "| RTX-PRO-6000 | 1 (300 requests) | held back | 11.6% | 0.90 [0.86-1.11] | 6.7% | 7.9% |" in (
         root / "docs" / "host.md").read_text()

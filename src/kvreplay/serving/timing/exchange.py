@@ -36,11 +36,13 @@ back, as vLLM 0.33.0 runs it by default (docs/clusters.md, "Data parallelism"):
 Each collective of ``nbytes`` (the whole gathered buffer) over a group of ``n`` GPUs takes
 ``latency + (n - 1) / n x nbytes / bus``, the terms fitted per group size on aiconfigurator's NCCL
 tables of the H100 (EXCHANGE; benchmarks/fit_dp_exchange.py), log2-interpolated between the sizes
-fitted and clamped outside them. **Assumption**: another GPU runs the H100's latency and its bus
-bandwidth scaled by its own link over the H100's (the catalog's ``link_gbps``: an RTX PRO 6000's
-PCIe 5 x16, 64 GB/s each way, runs 64 / 450 of the H100's), as a relative's all-reduce is scaled
-(roofline.py _resolve_coefficients). fit_dp_exchange.py --check reports it against the H200's and
-the RTX PRO 6000 Server's own tables, held out. Not priced: vLLM's agreement on the ranks' counts
+fitted and clamped outside them. A GPU with an NCCL table of its own (OWN_EXCHANGE: the RTX PRO 6000
+Server Edition's) runs its own terms, fitted the same way. **Assumption**: any other GPU runs the
+H100's latency and its bus bandwidth scaled by its own link over the H100's (the catalog's
+``link_gbps``), as a relative's all-reduce is scaled (roofline.py _resolve_coefficients): on the
+RTX PRO 6000 that scaling is 1% off NCCL's own table over 2 GPUs but 1.6-1.8x fast over 4 and 8
+(PCIe's all-gather slows as the group grows), which is why its own table is used.
+fit_dp_exchange.py --check reports the H100's terms against the H200's table, held out. Not priced: vLLM's agreement on the ranks' counts
 before each forward (a small all-reduce, dp_utils.py coordinate_batch_across_dp), the
 sequence-parallel case above.
 """
@@ -63,6 +65,19 @@ EXCHANGE = {
         "reduce_scatter": {2: (6.012e-06, 2.024e+11), 4: (7.853e-06, 2.656e+11), 8: (1.101e-05, 2.997e+11)},
     },
 }
+#: GPUs with an NCCL table of their own, whose terms replace the H100's scaled ones: the RTX PRO 6000
+#: Server Edition's PCIe 5 (no NVLink), where NCCL's all-gather runs at 30 GB/s on 2 GPUs but 22 on 4
+#: and 8 (the link-scaled H100 terms: 30, 37 and 41), fitted as EXCHANGE is (benchmarks/fit_dp_exchange.py)
+OWN_EXCHANGE = {
+    "RTX-PRO-6000": {
+        "source": "aiconfigurator-core==0.12.0: systems/data/rtx_pro_6000_server/comm/nccl/2.29.2/nccl_perf.parquet "
+                  "(nccl-tests' all_gather_perf and reduce_scatter_perf, half, 2, 4 and 8 RTX PRO 6000 Server Edition)",
+        "terms": {
+            "all_gather": {2: (6.34e-06, 2.952e+10), 4: (9.863e-06, 2.261e+10), 8: (1.614e-05, 2.148e+10)},
+            "reduce_scatter": {2: (5.962e-06, 2.858e+10), 4: (9.948e-06, 2.249e+10), 8: (1.653e-05, 2.176e+10)},
+        },
+    },
+}
 #: bytes a token of the dispatch's top-k weights (fp32) and ids (int32), per expert a token routes to
 TOPK_BYTES = 8.0
 #: an fp8 MoE kernel's inputs: one byte a value and a 4-byte scale per 128 values
@@ -71,15 +86,18 @@ FP8_GROUP = 128
 
 def exchange_terms(op: str, group: int, gpu_name: str) -> tuple[float, float]:
     """(latency s, bus bytes/s) of `op` ("all_gather" or "reduce_scatter") over `group` GPUs of
-    `gpu_name`: EXCHANGE's, log2-interpolated between the sizes fitted (clamped outside), the bus
-    scaled by the GPU's link over the measured GPU's (module doc)."""
+    `gpu_name`: its own table's (OWN_EXCHANGE) or EXCHANGE's with the bus scaled by the GPU's link
+    over the measured GPU's (module doc), log2-interpolated between the sizes fitted (clamped outside)."""
     import numpy as np
 
-    table = EXCHANGE["terms"][op]
+    own = OWN_EXCHANGE.get(get_gpu(gpu_name).name)
+    table = (own or EXCHANGE)["terms"][op]
     sizes = sorted(table)
     x, xs = np.log2(max(group, 1)), np.log2(sizes)
     latency = float(np.interp(x, xs, [table[s][0] for s in sizes]))
     bus = float(np.interp(x, xs, [table[s][1] for s in sizes]))
+    if own:
+        return latency, bus
     ratio = get_gpu(gpu_name).link_bytes_per_s / get_gpu(EXCHANGE["measured_on"]).link_bytes_per_s
     return latency, bus * ratio
 
@@ -102,6 +120,7 @@ class Exchange:
     combine_bytes: float
     gather: tuple[float, float]
     scatter: tuple[float, float]
+    terms_from: str = "H100"
 
     def seconds(self, gathered: float) -> float:
         """The step's exchange over `gathered` tokens (every rank's, padded as the step runs them)."""
@@ -120,7 +139,7 @@ class Exchange:
                 "dispatch_bytes_per_token": self.dispatch_bytes, "combine_bytes_per_token": self.combine_bytes,
                 "all_gather": {"latency_s": self.gather[0], "bus_bytes_per_s": self.gather[1]},
                 "reduce_scatter": {"latency_s": self.scatter[0], "bus_bytes_per_s": self.scatter[1]},
-                "terms_from": EXCHANGE["measured_on"]}
+                "terms_from": self.terms_from}
 
 
 def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool) -> Exchange:
@@ -129,7 +148,8 @@ def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool) -> Exchange:
     m, hidden = spec.moe, float(spec.hidden_size)
     act = hidden * (1.0 + 4.0 / FP8_GROUP) if fp8_kernel else hidden * 2.0
     return Exchange(int(m["layers"]), int(group), act + TOPK_BYTES * m["experts_per_token"], hidden * 2.0,
-                    exchange_terms("all_gather", group, gpu_name), exchange_terms("reduce_scatter", group, gpu_name))
+                    exchange_terms("all_gather", group, gpu_name), exchange_terms("reduce_scatter", group, gpu_name),
+                    get_gpu(gpu_name).name if get_gpu(gpu_name).name in OWN_EXCHANGE else EXCHANGE["measured_on"])
 
 
-__all__ = ["EXCHANGE", "Exchange", "collective_time", "exchange", "exchange_terms"]
+__all__ = ["EXCHANGE", "OWN_EXCHANGE", "Exchange", "collective_time", "exchange", "exchange_terms"]
