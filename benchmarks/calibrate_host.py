@@ -640,7 +640,7 @@ refit without launches (else 0 is shipped: the runs do not pin the launches down
                       "step under --enforce-eager)"}
 
 
-def main(argv=None) -> int:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only the error tables, from the shipped terms")
     ap.add_argument("--jobs", type=int, default=2, help="processes simulating runs (default 2)")
@@ -664,7 +664,11 @@ def main(argv=None) -> int:
     ap.add_argument("--host-cpu", choices=("vllm", "none"), default="vllm",
                     help="with --check: the shipped terms as each run's vLLM scheduled (default), or none: no host "
                          "term and synchronous scheduling, the steps alone (kvreplay before the host terms)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def refuse(ap: argparse.ArgumentParser, args) -> None:
+    """Each combination of options that cannot run, refused before any run is simulated."""
     if args.host_cpu == "none" and (not args.check or args.bands):
         ap.error("--host-cpu none needs --check and no --bands (it checks the steps alone)")
     if args.runs is not None and not args.check:
@@ -673,6 +677,14 @@ def main(argv=None) -> int:
         ap.error("--tpot-terms needs --check (it splits the checked runs' TPOT)")
     if args.runs is not None and not args.runs.parent.is_dir():
         ap.error(f"--runs: {args.runs.parent} is not a directory")
+    if args.write_prediction and (not args.check or args.only or args.no_launch or args.host_cpu == "none"):
+        ap.error("--write-prediction takes every run at the shipped terms (--check; no --only, --no-launch, --host-cpu none)")
+
+
+def main(argv=None) -> int:
+    ap = arguments()
+    args = ap.parse_args(argv)
+    refuse(ap, args)
     if args.band_only:
         return band_only()
     from calibrate import Tables, wheel
@@ -684,40 +696,14 @@ def main(argv=None) -> int:
         terms = {**dict.fromkeys(TERMS, 0.0), "launch_layer_s": 0.0}
         runs = [{**r, "async": False} for r in runs]
     elif args.fit_launch:
-        data = json.loads(OUT.read_text())
-        data["launch"] = fit_launch(runs, args.jobs)
-        OUT.write_text(json.dumps(data, indent=1) + "\n")
-        launch = data["launch"]
-        verdict = "" if launch["pinned"] else (
-            f": not pinned down (at the grid's end, or within {100 * LAUNCH_EVIDENCE:g} points of none), 0 shipped")
-        print(f"launch: {launch['layer_s'] * 1e6:.2f} us a layer (least on the grid "
-              f"{launch['least_on_grid_s'] * 1e6:.2f} us{verdict}); wrote {OUT.relative_to(REPO)}")
-        return 0
+        return write_launch(runs, args.jobs)
     elif args.check:
         shipped = calibration()["terms"]
         terms = {k: float(shipped[k]) for k in TERMS}
         if args.no_launch:
             terms["launch_layer_s"] = 0.0
     else:
-        terms, scales, n, spread = fit(runs, args.jobs)
-        data = {
-            "_comment": "Written by benchmarks/calibrate_host.py: what the host CPU adds to a vLLM server's latency "
-                        "(serving/timing/host.py), fitted on measured serving runs; seconds.",
-            "terms": terms,
-            "band": spread,
-            "fit": {"runs": n, "gpu": FIT_GPU, "sources": {k: list(v) for k, v in FIT_SOURCES.items()},
-                    "gpu_factors": {" ".join(g): list(s) for g, s in scales.items()},
-                    "method": "least absolute relative error of TTFT and TPOT, linearised twice; each group's GPU "
-                              "steps x two fitted factors (not shipped)",
-                    "band": BAND_RULE},
-            "sources": [{"name": "NVIDIA aiconfigurator silicon serving runs (systems/silicon_sample.csv)",
-                         "package": f"aiconfigurator-core=={e2e_wheel_version()} (PyPI)", "license": "Apache-2.0"}],
-        }
-        kept = json.loads(OUT.read_text())  # (the launch term's fit and the prediction band: their own options)
-        data.update({k: kept[k] for k in ("launch", "prediction") if k in kept})
-        OUT.write_text(json.dumps(data, indent=1) + "\n")
-        calibration.cache_clear()
-        print(f"wrote {OUT.relative_to(REPO)}")
+        terms = write_fit(runs, args.jobs)
     if args.only:
         runs = [r for r in runs if any(text in r["source"] for text in args.only.split(","))]
     tables = check(runs, terms, args.jobs, args.bands)
@@ -727,13 +713,49 @@ def main(argv=None) -> int:
         write_runs(tables["rows"], args.runs)
         print(f"wrote {len(tables['rows'])} runs to {args.runs}")
     if args.write_prediction:
-        if args.only or args.no_launch or args.host_cpu == "none":
-            ap.error("--write-prediction takes every run at the shipped terms (no --only, --no-launch, --host-cpu none)")
         data = json.loads(OUT.read_text())
         data["prediction"] = tables["prediction"]
         OUT.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote the prediction band into {OUT.relative_to(REPO)}")
     return 0
+
+
+def write_launch(runs, jobs: int) -> int:
+    """`--fit-launch`: the kernel launches per layer of an eager step fitted (fit_launch) and written."""
+    data = json.loads(OUT.read_text())
+    data["launch"] = fit_launch(runs, jobs)
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    launch = data["launch"]
+    verdict = "" if launch["pinned"] else (
+        f": not pinned down (at the grid's end, or within {100 * LAUNCH_EVIDENCE:g} points of none), 0 shipped")
+    print(f"launch: {launch['layer_s'] * 1e6:.2f} us a layer (least on the grid "
+          f"{launch['least_on_grid_s'] * 1e6:.2f} us{verdict}); wrote {OUT.relative_to(REPO)}")
+    return 0
+
+
+def write_fit(runs, jobs: int) -> dict:
+    """The host terms fitted on `runs` (fit) and written with their band, keeping the launch term's fit and
+    the prediction band (their own options); returns the terms."""
+    terms, scales, n, spread = fit(runs, jobs)
+    data = {
+        "_comment": "Written by benchmarks/calibrate_host.py: what the host CPU adds to a vLLM server's latency "
+                    "(serving/timing/host.py), fitted on measured serving runs; seconds.",
+        "terms": terms,
+        "band": spread,
+        "fit": {"runs": n, "gpu": FIT_GPU, "sources": {k: list(v) for k, v in FIT_SOURCES.items()},
+                "gpu_factors": {" ".join(g): list(s) for g, s in scales.items()},
+                "method": "least absolute relative error of TTFT and TPOT, linearised twice; each group's GPU "
+                          "steps x two fitted factors (not shipped)",
+                "band": BAND_RULE},
+        "sources": [{"name": "NVIDIA aiconfigurator silicon serving runs (systems/silicon_sample.csv)",
+                     "package": f"aiconfigurator-core=={e2e_wheel_version()} (PyPI)", "license": "Apache-2.0"}],
+    }
+    kept = json.loads(OUT.read_text())
+    data.update({k: kept[k] for k in ("launch", "prediction") if k in kept})
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    calibration.cache_clear()
+    print(f"wrote {OUT.relative_to(REPO)}")
+    return terms
 
 
 def band_only() -> int:

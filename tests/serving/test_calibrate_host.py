@@ -149,7 +149,10 @@ def test_runs_and_tpot_terms_need_check(capsys, tmp_path):
     H = load()
     for argv, message in ((["--runs", str(tmp_path / "r.csv")], "--runs needs --check"),
                           (["--tpot-terms"], "--tpot-terms needs --check"),
-                          (["--check", "--runs", str(tmp_path / "no" / "r.csv")], "is not a directory")):
+                          (["--check", "--runs", str(tmp_path / "no" / "r.csv")], "is not a directory"),
+                          # (refused before the 14 minutes of runs it would otherwise throw away)
+                          (["--check", "--only", "H200", "--write-prediction"], "--write-prediction takes every run"),
+                          (["--write-prediction"], "--write-prediction takes every run")):
         with pytest.raises(SystemExit) as e:
             H.main(argv)
         assert e.value.code == 2
