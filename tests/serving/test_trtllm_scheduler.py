@@ -447,9 +447,9 @@ def test_documented_figures():
     trace = shared_path(MOONCAKE / "conversation_trace.jsonl")
     base = ("simulate", trace, "--engine-style", "trtllm", "--capacity", "300", "--model", "llama-3.1-8b", "--gpu",
             "h100", "--speedup", "0.2", "--context-chunking", "first_come_first_served")
-    rows = {"guaranteed_no_evict": ("1.90 s   1.79 s - 2.50 s    9.49 s   8.69 s - 13.94 s",
-                                    "14.2 ms  13.4 ms - 17.8 ms", "299 blocks", "0 preemptions of 0 requests"),
-            "max_utilization": ("1.89 s   1.78 s - 2.48 s    9.29 s   8.49 s - 13.70 s", "14.3 ms  13.5 ms - 18.0 ms",
+    rows = {"guaranteed_no_evict": ("1.90 s   1.79 s - 2.53 s    9.49 s   8.69 s - 14.26 s",
+                                    "14.2 ms  13.4 ms - 18.2 ms", "299 blocks", "0 preemptions of 0 requests"),
+            "max_utilization": ("1.89 s   1.78 s - 2.51 s    9.29 s   8.49 s - 14.11 s", "14.3 ms  13.5 ms - 18.3 ms",
                                 "300 blocks", "37 preemptions of 36 requests (30,210 tokens recomputed)")}
     for policy, (ttft, tpot, held, pauses) in rows.items():
         out = ok(*base, "--capacity-scheduler-policy", policy)
