@@ -702,6 +702,14 @@ def test_calibrated_fp8_gemms_of_8192_rows_and_more_compute_at_their_own_efficie
         assert step_seconds(packed(on), aggregates(batch)) == pytest.approx(on.step_time(batch), rel=1e-9)
     assert on.step_time(StepBatch(prefill_new=(6000,), prefill_cached=(0,))) < off.step_time(
         StepBatch(prefill_new=(6000,), prefill_cached=(0,)))
+    # shipped: H100's own key; a GPU borrowing H100's coefficients (H20) takes it with them; a GPU that
+    # borrows H200's but fits its GEMMs on its own tables (B200, GB200) does not take H200's, which
+    # belongs with H200's e_gemm_fp8 (GB200's own e_gemm_fp8 would fall at 8,192 rows otherwise)
+    h100, h20 = (CalibratedRooflineTimeModel("Llama-3.1-70B", g, 4, dtype="fp8") for g in ("H100", "H20"))
+    assert h100.gemm_e_large > h100.gemm_c[0] and h20.gemm_e_large == h100.gemm_e_large
+    for g in ("B200", "GB200"):
+        own = CalibratedRooflineTimeModel("Llama-3.1-70B", g, 4, dtype="fp8")
+        assert "gemm" in own.calibration.own_fitted and own.gemm_e_large == 0.0
 
 
 def test_calibrated_decode_attention_pays_a_cost_per_request_per_layer():

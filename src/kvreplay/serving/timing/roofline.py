@@ -491,6 +491,10 @@ def calibration_for(gpu_name: str) -> Calibration:
     if checked:  # borrowed, and checked on this GPU's own measured kernels: their spread
         coefficients.update(checked.get("coefficients", {}))  # its GEMMs, MoE, GDN and MLA terms: its own fits
         own = tuple(f for f, (_, names) in OWN_FAMILIES.items() if set(names) & set(checked.get("coefficients", {})))
+        if "gemm" in own and "e_gemm_fp8_large" not in checked["coefficients"]:
+            # (the relative's large-row efficiency belongs with the relative's e_gemm_fp8, not this GPU's own:
+            # GB200's own 0.987 would fall to H200's 0.941 at 8,192 rows)
+            coefficients["e_gemm_fp8_large"] = 0.0
         bands = {p: tuple(v) for p, v in checked["bands"].items()}
         bands_fp8 = {p: tuple(v) for p, v in checked.get("bands_fp8", {}).items()} or None
         bands_moe = checked.get("bands_moe", data.get("transfer_bands_moe"))
