@@ -34,10 +34,10 @@ def test_the_documented_report(tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     page = text_of(out.read_text())
     # the same runs as `simulate --sessions-list` (docs/sessions.md's table at 4 and 8)
-    assert "4 sessions 164.4 ms [174.7 ms - 196.2 ms] 661.0 ms [656.0 ms - 734.2 ms] 88.98%" in page
-    assert "8 sessions 205.0 ms [174.7 ms - 228.2 ms] 2.80 s [2.72 s - 3.23 s] 84.55%" in page
+    assert "4 sessions 164.4 ms [174.7 ms - 187.9 ms] 661.0 ms [661.5 ms - 638.6 ms] 88.98%" in page
+    assert "8 sessions 205.0 ms [174.7 ms - 228.2 ms] 2.80 s [2.72 s - 3.28 s] 84.55%" in page
     assert ("up to 4 concurrent sessions at TTFT p90 <= 2.00 s (at the worst of the band's ends and its centre): "
-            "734.2 ms there; above it at 8") in page
+            "661.5 ms there; above it at 8") in page
     assert "2 2 of 6 3,065.73 s 3,065.73 s 1.27 98.35%" in page
     assert "2 sessions 186.7 ms [174.7 ms - 208.5 ms] 661.0 ms [615.7 ms - 734.2 ms] 89.60%" in page
     assert "8 14 of 24 1,295.37 s 3,066.83 s 4.34 97.18%" in page  # sessions complete, session time p50 / p90, ...
