@@ -8,6 +8,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,3 +205,29 @@ def test_the_same_arrays_at_another_block_size_are_not_reused(tmp_path):
     assert plan(EIGHT, cache_dir=str(tmp_path), **kw)["runs"] == 4
     assert plan(EIGHT, cache_dir=str(tmp_path), **kw)["disk_hits"] == 4
     assert plan(coarse, cache_dir=str(tmp_path), **kw)["disk_hits"] == 0
+
+
+def test_a_writer_killed_mid_write_leaves_a_temporary_file_the_next_sweep_removes(tmp_path):
+    # a plan's worker process dies of SIGTERM at once: killed between its entry's temporary file and the
+    # rename, it leaves the file (named with its process id) and no entry; plan_cache.sweep, which a
+    # plan runs when it stops and when it starts, removes a dead writer's file and leaves a live one's
+    from kvreplay.serving import plan_cache
+
+    code = textwrap.dedent(f"""
+        import os, signal
+        import numpy as np
+        from kvreplay.serving import plan_cache
+        os.replace = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)
+        arrays = {{k: np.arange(3.0) for k in ("arrival_s", "ttft_s", "tpot_s", "e2e_s")}}
+        plan_cache.write({str(tmp_path / "entry.npz")!r}, "k", {{**arrays, "finished": np.ones(3, bool)}}, {{}})
+    """)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == -9, r.stderr
+    (left,) = os.listdir(tmp_path)
+    assert left.startswith(".kvreplay-") and left.endswith(".tmp") and left != "entry.npz"
+    live = tmp_path / f".kvreplay-{os.getpid()}-abc.tmp"  # (this process: a writer still running)
+    live.write_bytes(b"")
+    plan_cache.sweep(str(tmp_path))
+    assert os.listdir(tmp_path) == [live.name]
+    assert plan_cache.prepare(str(tmp_path)) == str(tmp_path) and os.listdir(tmp_path) == [live.name]

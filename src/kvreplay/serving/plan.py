@@ -483,8 +483,14 @@ def _plan_load_parallel(s: Search, configs: list, load: tuple, jobs: int, execut
                   options=(("config", c), ("load", load), ("search", shared))) for c in configs]
     block = {"results": [], "pruned": [], "unreachable": [], "skipped": [], "probes": []}
     done = tracker.done
-    for (out,) in run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address,
-                      progress=lambda k, _: tracker.advance(done + k - tracker.done)):
+    try:
+        outs = run(tasks, [s.trace], executor=executor, jobs=jobs, ray_address=ray_address,
+                   progress=lambda k, _: tracker.advance(done + k - tracker.done))
+    except BaseException:
+        if s.cache_dir is not None:  # (workers stopped mid-write leave their temporary files: plan_cache.sweep)
+            plan_cache.sweep(s.cache_dir)
+        raise
+    for (out,) in outs:
         for kind in ("skipped", "unreachable"):
             if kind in out:
                 block[kind].append(out[kind])

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import pickle
+import re
 import stat
 import tempfile
 import warnings
@@ -52,7 +53,41 @@ def prepare(cache_dir) -> str:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--cache {path}: cannot create the directory: {e.strerror or e}") from None
+    sweep(path)
     return path
+
+
+#: an entry's temporary file while it is written: its writer's process id in its name (write)
+TEMPORARY = re.compile(r"\.kvreplay-(\d+)-.*\.tmp")
+
+
+def sweep(cache_dir: str) -> None:
+    """Remove the temporary files of writers that are no longer running: a plan's worker process dies
+    of SIGTERM at once (no cleanup runs there), so one stopped between creating its entry's temporary
+    file and renaming it leaves the file behind; the plan sweeps them when it stops and when it starts.
+    A live writer's (another plan on the same cache) is left alone."""
+    try:
+        names = os.listdir(cache_dir)
+    except OSError:
+        return
+    for name in names:
+        m = TEMPORARY.fullmatch(name)
+        if m and not _running(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(cache_dir, name))
+            except OSError:
+                pass
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists (a zombie counts: its parent has not collected it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's: it exists)
+        return True
+    return True
 
 
 def content(value: Any):
@@ -195,7 +230,7 @@ def write(path: str, key: str, arrays: dict, doc: dict) -> None:
     directory = os.path.dirname(path)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".kvreplay-", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".kvreplay-{os.getpid()}-", suffix=".tmp", dir=directory)  # (sweep)
         with os.fdopen(fd, "wb") as f:
             f.write(buf.getvalue())
         if os.path.isdir(path) and not os.path.islink(path):
