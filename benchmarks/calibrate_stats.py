@@ -46,3 +46,27 @@ def print_table(title: str, columns, rows):
     print("| " + " | ".join("---:" if right else "---" for _, right in columns) + " |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+def run_arguments(argv, doc: str, extract_help: str):
+    """A held-out runs benchmark's options (benchmarks/llmservingsim.py, published_runs.py): --extract
+    (rebuild its data from the source's git directory) and --runs (a comma-separated selection)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--extract", metavar="GIT", help=extract_help)
+    ap.add_argument("--runs", help="comma-separated run names (default: all)")
+    return ap.parse_args(argv)
+
+
+def selected_runs(asked: str | None, known: list) -> list | None:
+    """The run names --runs asks for, in its order (every one of `known` without it); None, the
+    unknown ones named on stderr, when it asks for a run `known` lacks."""
+    import sys
+
+    names = asked.split(",") if asked else list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"--runs: unknown run {', '.join(unknown)} (known: {', '.join(known)})", file=sys.stderr)
+        return None
+    return names

@@ -42,7 +42,6 @@ host terms at that end, and the prediction band), less each end's API-server del
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import subprocess
@@ -50,7 +49,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from calibrate_stats import print_table, ratio_stats
+from calibrate_stats import print_table, ratio_stats, run_arguments, selected_runs
 
 import kvreplay
 from kvreplay.serving.simulate import Scheduler
@@ -331,18 +330,13 @@ def at_once_table(results) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--extract", metavar="GIT", help="rebuild the extract from LLMServingSim's git directory")
-    ap.add_argument("--runs", help="comma-separated run names (default: all)")
-    args = ap.parse_args(argv)
+    args = run_arguments(argv, __doc__, "rebuild the extract from LLMServingSim's git directory")
     if args.extract:
         extract(args.extract)
         return 0
     runs = load_runs()
-    names = args.runs.split(",") if args.runs else list(RUNS)
-    unknown = [n for n in names if n not in runs]
-    if unknown:
-        print(f"--runs: unknown run {', '.join(unknown)} (known: {', '.join(runs)})", file=sys.stderr)
+    names = selected_runs(args.runs, list(runs))
+    if names is None:
         return 2
     results = [check_run(n, runs[n]) for n in names]
     run_table(results)

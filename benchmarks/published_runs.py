@@ -51,7 +51,6 @@ duration (the last request's end).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import re
 import subprocess
@@ -60,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 from calibrate_e2e import RUNS_UTILIZATION, host_of, scheduled_async
-from calibrate_stats import print_table
+from calibrate_stats import print_table, run_arguments, selected_runs
 from kv_pool import constants, predict, terms
 
 import kvreplay
@@ -499,22 +498,15 @@ def host_table(results) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--extract", metavar="GIT", help="rebuild the csv from gpustack/gpustack's git directory")
-    ap.add_argument("--runs", help="comma-separated run names (default: all)")
-    args = ap.parse_args(argv)
+    args = run_arguments(argv, __doc__, "rebuild the csv from gpustack/gpustack's git directory")
     if args.extract:
         extract(args.extract)
         return 0
     runs = load_runs()
-    if args.runs:
-        names = args.runs.split(",")
-        unknown = sorted(set(names) - {r["run"] for r in runs})
-        if unknown:
-            print(f"--runs: unknown run {', '.join(unknown)} (known: {', '.join(r['run'] for r in runs)})",
-                  file=sys.stderr)
-            return 2
-        runs = [r for r in runs if r["run"] in names]
+    names = selected_runs(args.runs, [r["run"] for r in runs])
+    if names is None:
+        return 2
+    runs = [r for r in runs if r["run"] in names]
     results = [check_run(r) for r in runs if not not_simulated(r)]
     run_table(results)
     band_line(results)
