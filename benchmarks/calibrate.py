@@ -1261,17 +1261,20 @@ def write(data: dict):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="print the held-back tables from the shipped coefficients")
+    what = ap.add_mutually_exclusive_group()  # (one of them, or the full fit: none is ignored for another)
+    what.add_argument("--check", action="store_true", help="print the held-back tables from the shipped coefficients")
     ap.add_argument("--json", default=None, help="also write every table as JSON here")
     ap.add_argument("--e2e", action="store_true", help="also simulate aiconfigurator's silicon vLLM serving runs")
     ap.add_argument("--calibration", type=Path, default=OUT, metavar="FILE",
                     help="with --check: the coefficients to check (default: the shipped file; --e2e always simulates "
                          "the shipped one)")
-    ap.add_argument("--allreduce", action="store_true",
+    what.add_argument("--allreduce", action="store_true",
                     help="refit only each measured GPU's all-reduce coefficients (the others as shipped) and write them")
-    ap.add_argument("--fp8-large", action="store_true",
+    what.add_argument("--fp8-large", action="store_true",
                     help=f"fit only {FIT_GPU}'s fp8 GEMM efficiency from 8,192 rows (the others as shipped) and write it")
     args = ap.parse_args()
+    if (args.allreduce or args.fp8_large) and (args.e2e or args.json or args.calibration != OUT):
+        ap.error("--allreduce and --fp8-large refit one family and write it: no --e2e, --json or --calibration")
     if args.allreduce:
         return refit_allreduce(Tables(wheel()))
     if args.fp8_large:
