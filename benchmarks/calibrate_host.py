@@ -677,6 +677,12 @@ def refuse(ap: argparse.ArgumentParser, args) -> None:
         ap.error("--tpot-terms needs --check (it splits the checked runs' TPOT)")
     if args.runs is not None and not args.runs.parent.is_dir():
         ap.error(f"--runs: {args.runs.parent} is not a directory")
+    checking = (args.check, args.bands, args.only, args.no_launch, args.runs, args.tpot_terms, args.write_prediction,
+                args.host_cpu != "vllm")
+    if args.band_only and (args.fit_launch or any(checking)):
+        ap.error("--band-only recomputes the band alone: no other option")
+    if args.fit_launch and any(checking):
+        ap.error("--fit-launch fits the launch term over every run and writes it: no --check or its options")
     if args.write_prediction and (not args.check or args.only or args.no_launch or args.host_cpu == "none"):
         ap.error("--write-prediction takes every run at the shipped terms (--check; no --only, --no-launch, --host-cpu none)")
 

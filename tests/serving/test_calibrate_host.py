@@ -152,7 +152,10 @@ def test_runs_and_tpot_terms_need_check(capsys, tmp_path):
                           (["--check", "--runs", str(tmp_path / "no" / "r.csv")], "is not a directory"),
                           # (refused before the 14 minutes of runs it would otherwise throw away)
                           (["--check", "--only", "H200", "--write-prediction"], "--write-prediction takes every run"),
-                          (["--write-prediction"], "--write-prediction takes every run")):
+                          (["--write-prediction"], "--write-prediction takes every run"),
+                          # (each was accepted and ignored: the band or the launch fit ran alone)
+                          (["--band-only", "--check"], "--band-only recomputes the band alone"),
+                          (["--fit-launch", "--only", "H200"], "--fit-launch fits the launch term over every run")):
         with pytest.raises(SystemExit) as e:
             H.main(argv)
         assert e.value.code == 2
