@@ -568,6 +568,12 @@ def argv(case: Case, command: str, out: Path, with_flag: bool) -> list[str]:
 RUNS: dict[tuple, tuple] = {}  # outcomes by command line (with OUT/ for the output directory)
 
 
+def neutral_file(data: bytes, out: Path) -> bytes:
+    """A written file with the output directory and the report's minute stamp ("Generated ... on
+    2026-12-08 01:40 UTC") made neutral: two runs either side of a minute are the same output."""
+    return re.sub(rb"on \d{4}-\d\d-\d\d \d\d:\d\d UTC", b"on <now>", data.replace(str(out).encode(), b"OUT"))
+
+
 def outcome(capsys, words: list[str], out: Path) -> tuple:
     """(exit code, stdout, stderr, every file written) of one in-process run, paths made neutral;
     a command line already run in this process is not run again (the plain runs are shared)."""
@@ -583,7 +589,7 @@ def outcome(capsys, words: list[str], out: Path) -> tuple:
         except SystemExit as e:
             code = e.code
     captured = capsys.readouterr()
-    files = {str(p.relative_to(out)): (p.read_bytes().replace(str(out).encode(), b"OUT") if p.is_file() else b"<dir>")
+    files = {str(p.relative_to(out)): (neutral_file(p.read_bytes(), out) if p.is_file() else b"<dir>")
              for p in sorted(out.rglob("*"))}
     neutral = lambda text: re.sub(r"in \d+\.\d\d s\.", "in T s.", text.replace(str(out), "OUT"))  # noqa: E731
     RUNS[key] = code, neutral(captured.out), neutral(captured.err), files
