@@ -184,9 +184,9 @@ def test_what_data_parallelism_refuses_naming_the_flag():
         simulate(trace, "vllm", 4000, 16, model="Llama-3.1-8B", time_model="instant", dp=2, enable_expert_parallel=True)
 
 
-def test_the_exchange_is_priced_and_the_sequence_parallel_one_warned():
+def test_the_exchange_is_priced_sequence_parallel_or_not():
     # DP 2 at TP 1 (with or without expert parallelism): the exchange is priced, no warning; with
-    # --enable-expert-parallel at TP 2 vLLM runs the MoE sequence-parallel, which is not priced
+    # --enable-expert-parallel at TP 2 vLLM runs the MoE sequence-parallel: priced too, and said so
     for ep in (True, False):
         r = simulate(one_request(64), "vllm", 4000, 16, time_model="roofline", model=MOE, gpu="H100", dp=2,
                      enable_expert_parallel=ep, compare_sequential=False)
@@ -196,13 +196,25 @@ def test_the_exchange_is_priced_and_the_sequence_parallel_one_warned():
                                                               "token_exchange": "priced"}
     r = simulate(one_request(64), "vllm", 4000, 16, time_model="roofline", model=MOE, gpu="H100", dp=2, tp=2,
                  enable_expert_parallel=True, compare_sequential=False)
-    assert any("sequence-parallel" in w and "not priced" in w for w in r.band["warnings"])
-    assert r.config()["time_model"]["data_parallel"]["token_exchange"] == "not priced"
-    # without expert parallelism at TP 2 each TP GPU gathers over its own DP group: priced
+    assert not any("not priced" in w for w in r.band["warnings"])
+    dp = r.config()["time_model"]["data_parallel"]
+    assert dp["token_exchange"] == "priced" and dp["sequence_parallel_moe"] == {"tp": 2, "expert_group_gpus": 4}
+    # without expert parallelism at TP 2 each TP GPU gathers over its own DP group: priced, not sequence-parallel
     r = simulate(one_request(64), "vllm", 4000, 16, time_model="roofline", model=MOE, gpu="H100", dp=2, tp=2,
                  compare_sequential=False)
     assert r.config()["time_model"]["data_parallel"]["token_exchange"] == "priced"
+    assert "sequence_parallel_moe" not in r.config()["time_model"]["data_parallel"]
     assert not any("not priced" in w for w in r.band["warnings"])
+
+
+def test_an_exchange_group_beyond_one_node_is_priced_at_the_largest_fitted_and_warned():
+    # DP 2 x TP 8 sequence-parallel: 16 GPUs, beyond the 8 fitted: the 8-GPU terms, and a warning
+    dp = dataparallel.DataParallel(2, 8, True, lockstep=True)
+    x = dataparallel.time_model(CalibratedRooflineTimeModel(MOE, "H100", 8), dp).dp_exchange
+    assert x.group == 16 and x.gather == EXCHANGE["terms"]["all_gather"][8]
+    assert "spans more than one 8-GPU node" in dataparallel.warning(dp, "H100")
+    assert "spans more than one 8-GPU node" in x.describe()["assumption"]
+    assert dataparallel.warning(dataparallel.DataParallel(2, 4, True, lockstep=True), "H100") is None
 
 
 def test_the_exchange_by_hand():

@@ -283,10 +283,20 @@ def _data_parallel_text(dp: dict, report) -> str:
     how = (f"in lockstep (an MoE: a step lasts the longest rank's, a rank without work runs a dummy batch: "
            f"{int(report.counters.get('dummy_steps', 0)):,} of them; the experts over every rank's tokens{ep}; "
            f"their exchange at each MoE layer {dp.get('token_exchange', 'not priced')}"
-           f"{', an all-gather and a reduce-scatter timed from NCCL' if dp.get('token_exchange') == 'priced' else ''})"
+           f"{', an all-gather and a reduce-scatter timed from NCCL' if dp.get('token_exchange') == 'priced' else ''}"
+           f"{_sequence_parallel_text(dp.get('sequence_parallel_moe'))})"
            if dp["lockstep"] else "independent (a dense model's replicas)")
     return (f"{dp['data_parallel_size']} data-parallel ranks (--dp, each with the pool above) behind one API server "
             f"that picks each request's rank ({report.router}, on counts {report.router_lag_ms:g} ms old), {how}")
+
+
+def _sequence_parallel_text(sp: dict | None) -> str:
+    """vLLM's sequence-parallel MoE (serving/dataparallel.py sequence_parallel), as priced."""
+    if not sp:
+        return ""
+    return (f", sequence-parallel: each rank's tokens split over its {sp['tp']} TP GPUs, exchanged over the "
+            f"{sp['expert_group_gpus']} GPUs of the expert group, the MoE output all-gathered over TP in place of "
+            "its TP all-reduce")
 
 
 def _window_line(report, s: dict) -> str:

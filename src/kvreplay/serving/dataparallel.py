@@ -19,11 +19,15 @@ one API server that picks a rank for each request (docs/clusters.md, "Data paral
   experts run over the tokens of every rank, gathered (all2all_backend ``allgather_reducescatter``,
   the default, config/parallel.py:220), :func:`time_model` below.
 - **The exchange**: at each MoE layer an all-gather of the ranks' tokens and a reduce-scatter of
-  the experts' output over the DP group, priced from NCCL's measured tables (timing/exchange.py),
+  the experts' output over the DP group (the DP x TP group when sequence-parallel), priced from NCCL's measured tables (timing/exchange.py),
   over the gathered tokens (an idle rank's dummy token among them).
-- **Not modelled**: the exchange when vLLM runs the MoE sequence-parallel (expert parallelism with
-  TP > 1: a warning says so, :func:`priced`), the ranks' agreement on their counts before each
-  forward, the dense layers' padding on the smaller ranks of a CUDA-graph step, EPLB, DeepEP's kernels.
+- **Sequence-parallel MoE** (expert parallelism with TP > 1, :func:`sequence_parallel`,
+  config/parallel.py:767-785): each rank's tokens split over its TP GPUs, exchanged over the DP x TP
+  expert group, the MoE output all-gathered over TP in place of its TP all-reduce: priced too
+  (timing/exchange.py, its module doc); a group beyond 8 GPUs spans nodes and is priced at the
+  8-GPU terms, with a warning (:func:`warning`).
+- **Not modelled**: the ranks' agreement on their counts before each forward, the dense layers'
+  padding on the smaller ranks of a CUDA-graph step, EPLB, DeepEP's kernels.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import copy
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .timing.exchange import exchange
+from .timing.exchange import EXCHANGE, exchange, spans_nodes
 
 #: the steps between the ranks' agreement on whether any holds a request (config/parallel.py:163)
 DP_SYNC_INTERVAL = 16
@@ -62,6 +66,8 @@ class DataParallel:
                "lockstep": self.lockstep, "router": DP_ROUTER}
         if self.lockstep:  # (the ranks' token exchange at each MoE layer: timing/exchange.py, or not, priced())
             out["token_exchange"] = "priced" if priced(self) else "not priced"
+            if sequence_parallel(self):  # (over DP x TP GPUs, the MoE output all-gathered over TP: timing/exchange.py)
+                out["sequence_parallel_moe"] = {"tp": self.tp, "expert_group_gpus": self.expert_gpus}
         return out
 
 
@@ -142,15 +148,22 @@ def time_model(tm, dp: DataParallel | None):
                           f"that needs the calibrated roofline (--time-model roofline), not {getattr(tm, 'name', tm)!r}")
     other = _apart(tm, dp.expert_gpus) if not moe else _split(tm, dp.expert_gpus, dp.expert_parallel)
     if priced(dp):  # the ranks' token exchange at each MoE layer (timing/exchange.py)
-        other.dp_exchange = exchange(tm.model, dp.size, tm.gpu.name, tm.moe_kernel == "fp8" if moe else tm.fp8)
+        other.dp_exchange = exchange(tm.model, dp.size, tm.gpu.name, tm.moe_kernel == "fp8" if moe else tm.fp8,
+                                     sp=dp.tp if sequence_parallel(dp) else 1)
     return other
 
 
 def priced(dp: DataParallel | None) -> bool:
-    """Whether the ranks' token exchange is priced: lockstep ranks, unless vLLM runs the MoE
-    sequence-parallel (expert parallelism with TP > 1: the tokens split over TP and gathered over
-    the DP x TP expert group, config/parallel.py:767-784), which timing/exchange.py does not model."""
-    return dp is not None and dp.lockstep and not (dp.expert_parallel and dp.tp > 1)
+    """Whether the ranks' token exchange is priced: lockstep ranks (timing/exchange.py), the
+    sequence-parallel MoE among them (:func:`sequence_parallel`)."""
+    return dp is not None and dp.lockstep
+
+
+def sequence_parallel(dp: DataParallel | None) -> bool:
+    """Whether vLLM runs the MoE sequence-parallel (``use_sequence_parallel_moe``, config/parallel.py:
+    767-785: the default all2all backend, expert parallelism, TP > 1 and DP > 1): each rank's tokens
+    split over its TP GPUs, gathered over the DP x TP expert group, the outputs all-gathered over TP."""
+    return dp is not None and dp.lockstep and dp.expert_parallel and dp.tp > 1
 
 
 def _apart(tm, gpus: int):
@@ -183,14 +196,16 @@ def _split(tm, gpus: int, expert_parallel: bool):
 
 
 def warning(dp: DataParallel | None, gpu_name: str) -> str | None:
-    """What the user must know of a lockstep run's times (None: nothing)."""
-    if dp is None or not dp.lockstep or priced(dp):
+    """What the user must know of a lockstep run's times (None: nothing): an exchange group beyond
+    the largest fitted (more than one node's GPUs), priced at that group's terms (timing/exchange.py)."""
+    if not priced(dp):
         return None
-    return (f"data parallelism over an MoE with --enable-expert-parallel and --tp {dp.tp}: vLLM runs the experts "
-            f"sequence-parallel (the tokens split over TP, gathered over the {dp.expert_gpus} {gpu_name} GPUs of the "
-            "expert group, the outputs gathered back over TP), whose exchange is not priced, nor held in the band: "
-            "read the step times as short by it (docs/clusters.md, \"Data parallelism\")")
+    group = dp.size * (dp.tp if sequence_parallel(dp) else 1)
+    if group <= max(EXCHANGE["terms"]["all_gather"]):
+        return None
+    return (f"data parallelism over an MoE: the token exchange at each MoE layer runs over {group} {gpu_name} GPUs; "
+            f"{spans_nodes(group)} (docs/clusters.md, \"Data parallelism\")")
 
 
 __all__ = ["COORDINATOR_INTERVAL_MS", "DP_ROUTER", "DP_SYNC_INTERVAL", "DataParallel", "check_cluster", "check_dp",
-           "priced", "resolve", "time_model", "warning"]
+           "priced", "resolve", "sequence_parallel", "time_model", "warning"]

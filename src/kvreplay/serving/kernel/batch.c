@@ -162,13 +162,15 @@ static f64 rank_tokens(const f64 *agg) {
  * fits a CUDA graph (at most DP_GRAPH_TOKENS tokens) all pad to the largest count (dp_utils.py:
  * 175-185 and 99-111), else each runs its own. The routed experts run over every rank's tokens,
  * gathered (all2all_backend allgather_reducescatter, the default, config/parallel.py:220), each
- * rank holding its share (the time model's C_MOE_EP / C_MOE_INTER: dataparallel.py); the
- * gather and scatter themselves are not priced. Each rank's time is its own step's (its attention,
+ * rank holding its share (the time model's C_MOE_EP / C_MOE_INTER: dataparallel.py); the gather
+ * and scatter are priced in the step (timing/step.c dp_exchange). Sequence-parallel (C_XCH_SP > 1:
+ * expert parallelism at TP > 1) each rank's count is its TP GPUs' chunks, padded to equal ones
+ * (forward_context.py:60-77). Each rank's time is its own step's (its attention,
  * its dense layers, its host CPU) with the experts over the gathered tokens; the step lasts the
  * longest rank's. A dummy batch is priced as one decode of one token over no context. */
 int batch_start_lockstep(Sim *s, int dummy) {
     i64 N = s->N, work = 0;
-    f64 most = 0.0, sum = 0.0;
+    f64 most = 0.0, sum = 0.0, sp = (i64)s->io->tm[0] == KIND_CALIBRATED ? s->io->tm[C_XCH_SP] : 0.0;
     for (i64 j = 0; j < N; j++) {
         f64 *agg = s->rank_agg + j * NUM_AGG;
         s->rank_batch[j] = batch_aggregate(s, j, agg, &s->rank_load[j]);
@@ -179,6 +181,7 @@ int batch_start_lockstep(Sim *s, int dummy) {
             if (s->io->cfg[WINDOW] > 0) agg[AGG_DECODE_SW] = agg[AGG_KEYS_SW] = agg[AGG_TOUCHED_SW] = 1;
         }
         f64 t = rank_tokens(agg);
+        if (sp > 1) t = sp * ceil(t / sp);  /* (sequence-parallel: its TP GPUs' equal chunks, exchange.py sp_padded) */
         most = t > most ? t : most;
         sum += t;
     }

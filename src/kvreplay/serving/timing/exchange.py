@@ -25,10 +25,30 @@ back, as vLLM 0.33.0 runs it by default (docs/clusters.md, "Data parallelism"):
   same MoE layers, core.py:2499-2507); the gathered count is batch.c batch_start_lockstep's.
 - **The group**: the DP group (all2all.py:64-74), ``dp`` GPUs; with tensor parallelism and no expert
   parallelism each of a rank's TP GPUs gathers over its own DP group the rank's whole (replicated)
-  tokens, so a GPU's messages are the same as at TP 1. With --enable-expert-parallel, TP > 1 and
-  DP > 1 vLLM runs the MoE sequence-parallel (``use_sequence_parallel_moe``, config/parallel.py:
-  767-784: the tokens split over TP, gathered over the DP x TP expert group, the outputs all-gathered
-  over TP): that is not priced here (dataparallel.warning says so).
+  tokens, so a GPU's messages are the same as at TP 1.
+- **Sequence-parallel** (``sp`` > 1): with --enable-expert-parallel, TP > 1 and DP > 1 vLLM runs the
+  MoE sequence-parallel (``use_sequence_parallel_moe``, config/parallel.py:767-785). At each MoE
+  layer (qwen3_moe.py:219-240, likewise gpt_oss.py:407-419, deepseek_v2.py:411-434) each TP GPU
+  takes its ``1 / TP`` chunk of the rank's (replicated) tokens, the rank's count padded to a
+  multiple of TP (models/utils.py:1140-1158 sequence_parallel_chunk_impl); the dispatch and combine
+  above run over the EP group (all2all.py:64-66, ``_get_comm_group``), all DP x TP GPUs, each GPU's
+  count its chunk (forward_context.py:60-77 _compute_sp_num_tokens: ``ceil(n / TP)`` repeated TP
+  times a rank), so the gathered tokens are every rank's padded count (kernel/batch.c
+  batch_start_lockstep, :func:`sp_padded`), the bytes a token as above; then the chunks' output
+  (bf16, ``hidden x 2`` bytes a token) is all-gathered over the rank's TP GPUs
+  (``tensor_model_parallel_all_gather``, qwen3_moe.py:234-238: ``ncclAllGather``,
+  cuda_communicator.py:460-490), priced as the all-gather above over ``TP`` GPUs of the padded
+  tokens. The MoE's own TP all-reduce is skipped in this mode (fused_moe/runner/moe_runner.py:
+  508-515, and the shared experts' at :445-450), so the roofline's one all-reduce a MoE layer
+  (roofline.py terms, step.c calibrated: two a layer at TP > 1) is dropped
+  (:attr:`Exchange.replaced_allreduces`). **Assumption**: DeepSeek-V2's decoder layer (deepseek_v2.py:
+  1360-1410) also reduce-scatters its attention output instead of all-reducing it and all-gathers the
+  next layer's input; that is priced as the pattern above (attention's all-reduce kept), up to a
+  TP reduce-scatter a MoE layer long.
+- **Groups beyond one node**: the terms are fitted on 2, 4 and 8 GPUs of one NVLink node; a larger
+  group (DP 2 x TP 8 sequence-parallel: 16 GPUs) spans nodes, and the catalog holds no inter-node
+  link: **assumption**: it is priced at the 8-GPU group's terms, which reads it short, and the run
+  says so (dataparallel.warning, :func:`spans_nodes`; :meth:`Exchange.describe` ``assumption``).
 - **vLLM 0.19** (LLMServingSim's runs) has the same default and the same group; its bf16 MoE gathers
   the router's logits instead of the top-k (fused_moe/runner/default_moe_runner.py:575-595:
   ``dispatch_router_logits``, ``experts x 2`` bytes a token instead of ``8 x top-k``).
@@ -43,12 +63,12 @@ H100's latency and its bus bandwidth scaled by its own link over the H100's (the
 RTX PRO 6000 that scaling is 1% off NCCL's own table over 2 GPUs but 1.6-1.8x fast over 4 and 8
 (PCIe's all-gather slows as the group grows), which is why its own table is used.
 fit_dp_exchange.py --check reports the H100's terms against the H200's table, held out. Not priced: vLLM's agreement on the ranks' counts
-before each forward (a small all-reduce, dp_utils.py coordinate_batch_across_dp), the
-sequence-parallel case above.
+before each forward (a small all-reduce, dp_utils.py coordinate_batch_across_dp).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...catalog.gpus import get_gpu
@@ -108,11 +128,20 @@ def collective_time(terms: tuple[float, float], group: int, nbytes: float) -> fl
     return latency + (group - 1) / group * nbytes / bus
 
 
+def sp_padded(tokens: float, sp: int) -> float:
+    """A rank's `tokens` as its `sp` TP GPUs split them, the last chunk padded: ``sp x ceil(tokens / sp)``
+    (models/utils.py:1140-1158 sequence_parallel_chunk_impl; forward_context.py:60-77
+    _compute_sp_num_tokens); `tokens` itself when `sp` is 1."""
+    return float(sp * math.ceil(tokens / sp)) if sp > 1 else float(tokens)
+
+
 @dataclass(frozen=True)
 class Exchange:
-    """An MoE's per-step token exchange between `group` DP ranks: `layers` MoE layers, each an
-    all-gather of `dispatch_bytes` a gathered token and a reduce-scatter of `combine_bytes`
-    (module doc); `gather` / `scatter` the collectives' (latency s, bus bytes/s)."""
+    """An MoE's per-step token exchange over `group` GPUs: `layers` MoE layers, each an all-gather
+    of `dispatch_bytes` a gathered token and a reduce-scatter of `combine_bytes` (module doc);
+    `gather` / `scatter` the collectives' (latency s, bus bytes/s). `sp` > 1: the MoE runs
+    sequence-parallel over a rank's `sp` TP GPUs (module doc): `group` is DP x TP, and each MoE
+    layer's output is all-gathered over TP (`tp_gather` its terms) in place of its TP all-reduce."""
 
     layers: int
     group: int
@@ -121,35 +150,71 @@ class Exchange:
     gather: tuple[float, float]
     scatter: tuple[float, float]
     terms_from: str = "H100"
+    sp: int = 1
+    tp_gather: tuple[float, float] = (0.0, 1.0)
 
     def seconds(self, gathered: float) -> float:
-        """The step's exchange over `gathered` tokens (every rank's, padded as the step runs them)."""
+        """The step's exchange over `gathered` tokens (every GPU's chunk, padded as the step runs them)."""
         return self.layers * (collective_time(self.gather, self.group, gathered * self.dispatch_bytes)
                               + collective_time(self.scatter, self.group, gathered * self.combine_bytes))
+
+    def output_gather_seconds(self, tokens: float) -> float:
+        """Sequence-parallel: the step's all-gathers of the MoE output over the rank's `sp` TP GPUs,
+        its `tokens` padded to sp chunks (0 otherwise)."""
+        if self.sp <= 1:
+            return 0.0
+        return self.layers * collective_time(self.tp_gather, self.sp, sp_padded(tokens, self.sp) * self.combine_bytes)
+
+    @property
+    def replaced_allreduces(self) -> int:
+        """The TP all-reduces a step no longer runs: one a MoE layer when sequence-parallel."""
+        return self.layers if self.sp > 1 else 0
 
     def packed(self) -> dict:
         """Its slots in the C time model (timing/step.h C_XCH_*)."""
         return {"C_XCH_LAYERS": float(self.layers), "C_XCH_GROUP": float(self.group),
                 "C_XCH_DISPATCH_BYTES": self.dispatch_bytes, "C_XCH_COMBINE_BYTES": self.combine_bytes,
                 "C_XCH_AG_LATENCY": self.gather[0], "C_XCH_AG_BUS": self.gather[1],
-                "C_XCH_RS_LATENCY": self.scatter[0], "C_XCH_RS_BUS": self.scatter[1]}
+                "C_XCH_RS_LATENCY": self.scatter[0], "C_XCH_RS_BUS": self.scatter[1],
+                "C_XCH_SP": float(self.sp if self.sp > 1 else 0), "C_XCH_TPG_LATENCY": self.tp_gather[0],
+                "C_XCH_TPG_BUS": self.tp_gather[1]}
 
     def describe(self) -> dict:
-        return {"backend": "allgather_reducescatter", "group": self.group, "moe_layers": self.layers,
-                "dispatch_bytes_per_token": self.dispatch_bytes, "combine_bytes_per_token": self.combine_bytes,
-                "all_gather": {"latency_s": self.gather[0], "bus_bytes_per_s": self.gather[1]},
-                "reduce_scatter": {"latency_s": self.scatter[0], "bus_bytes_per_s": self.scatter[1]},
-                "terms_from": self.terms_from}
+        out = {"backend": "allgather_reducescatter", "group": self.group, "moe_layers": self.layers,
+               "dispatch_bytes_per_token": self.dispatch_bytes, "combine_bytes_per_token": self.combine_bytes,
+               "all_gather": {"latency_s": self.gather[0], "bus_bytes_per_s": self.gather[1]},
+               "reduce_scatter": {"latency_s": self.scatter[0], "bus_bytes_per_s": self.scatter[1]},
+               "terms_from": self.terms_from}
+        if self.sp > 1:
+            out["sequence_parallel"] = {"tp": self.sp, "output_all_gather": {"latency_s": self.tp_gather[0],
+                                                                             "bus_bytes_per_s": self.tp_gather[1]},
+                                        "replaces_tp_all_reduces_per_step": self.replaced_allreduces}
+        if self.group > max(EXCHANGE["terms"]["all_gather"]):
+            out["assumption"] = spans_nodes(self.group)
+        return out
 
 
-def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool) -> Exchange:
+def spans_nodes(group: int) -> str:
+    """The assumption a group beyond the largest fitted runs under (module doc)."""
+    most = max(EXCHANGE["terms"]["all_gather"])
+    return (f"a group of {group} GPUs spans more than one {most}-GPU node: its all-gather and reduce-scatter are "
+            f"priced at the {most}-GPU group's NCCL terms (NVLink within a node), no inter-node link modelled: "
+            "read them as short")
+
+
+def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool, sp: int = 1) -> Exchange:
     """The exchange of MoE `spec` between `group` DP ranks on `gpu_name` GPUs; `fp8_kernel`: its
-    MoE kernel quantises its inputs to fp8 before the dispatch (prepare/naive_dp_ep.py:192-194)."""
+    MoE kernel quantises its inputs to fp8 before the dispatch (prepare/naive_dp_ep.py:192-194);
+    `sp` > 1: sequence-parallel over each rank's `sp` TP GPUs, the group DP x TP (module doc)."""
     m, hidden = spec.moe, float(spec.hidden_size)
     act = hidden * (1.0 + 4.0 / FP8_GROUP) if fp8_kernel else hidden * 2.0
-    return Exchange(int(m["layers"]), int(group), act + TOPK_BYTES * m["experts_per_token"], hidden * 2.0,
-                    exchange_terms("all_gather", group, gpu_name), exchange_terms("reduce_scatter", group, gpu_name),
-                    get_gpu(gpu_name).name if get_gpu(gpu_name).name in OWN_EXCHANGE else EXCHANGE["measured_on"])
+    gpus = int(group) * max(int(sp), 1)
+    own = get_gpu(gpu_name).name if get_gpu(gpu_name).name in OWN_EXCHANGE else EXCHANGE["measured_on"]
+    tp_gather = exchange_terms("all_gather", sp, gpu_name) if sp > 1 else (0.0, 1.0)
+    return Exchange(int(m["layers"]), gpus, act + TOPK_BYTES * m["experts_per_token"], hidden * 2.0,
+                    exchange_terms("all_gather", gpus, gpu_name), exchange_terms("reduce_scatter", gpus, gpu_name),
+                    own, max(int(sp), 1), tp_gather)
 
 
-__all__ = ["EXCHANGE", "OWN_EXCHANGE", "Exchange", "collective_time", "exchange", "exchange_terms"]
+__all__ = ["EXCHANGE", "OWN_EXCHANGE", "Exchange", "collective_time", "exchange", "exchange_terms", "sp_padded",
+           "spans_nodes"]

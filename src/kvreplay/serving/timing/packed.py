@@ -124,7 +124,8 @@ def _calibrated(model: CalibratedRooflineTimeModel) -> np.ndarray:
     xch = model.dp_exchange  # (data parallelism over an MoE: the ranks' token exchange, timing/exchange.py)
     values.update(xch.packed() if xch is not None else {
         "C_XCH_LAYERS": 0.0, "C_XCH_GROUP": 1.0, "C_XCH_DISPATCH_BYTES": 0.0, "C_XCH_COMBINE_BYTES": 0.0,
-        "C_XCH_AG_LATENCY": 0.0, "C_XCH_AG_BUS": 1.0, "C_XCH_RS_LATENCY": 0.0, "C_XCH_RS_BUS": 1.0})
+        "C_XCH_AG_LATENCY": 0.0, "C_XCH_AG_BUS": 1.0, "C_XCH_RS_LATENCY": 0.0, "C_XCH_RS_BUS": 1.0,
+        "C_XCH_SP": 0.0, "C_XCH_TPG_LATENCY": 0.0, "C_XCH_TPG_BUS": 1.0})
     values["C_QK_NORM_ALLREDUCES"] = model.qk_norm_allreduces  # one more all-reduce a layer (MiniMax-M2's q/k norm)
     # served routing's factor at each knot (all 1: balanced routing)
     for i, f in enumerate(model.moe_route if moe and model.moe_route else (1.0,) * MOE_ROUTING_KNOTS):

@@ -925,13 +925,15 @@ class CalibratedRooflineTimeModel(RooflineTimeModel):
             if self.moe_route:  # (a floor: the least factor of this step or any with more tokens)
                 route = served_routing if floor_decodes is None else served_routing_floor
                 out["moe"] *= route(self.moe_kernel, gathered)
-        if self.dp_exchange is not None:  # (the DP ranks' tokens to every rank's experts and back)
-            out["exchange"] = self.dp_exchange.seconds(gathered)
+        xch = self.dp_exchange
+        if xch is not None:  # (the DP ranks' tokens to every rank's experts and back; sequence-parallel: and over TP)
+            out["exchange"] = xch.seconds(gathered) + xch.output_gather_seconds(tokens)
         if self.mamba_layers:
             out["mamba"] = self.mamba_term(tokens, rows, prefill_reqs > 0)
         if tp > 1 and self.hidden:
             cost = allreduce_time if floor_decodes is None else allreduce_floor
-            out["allreduce"] = 2 * layers * float(cost(tp, tokens * self.hidden * 2.0, self.allreduce_latency_s, c))
+            reduces = 2 * layers - (xch.replaced_allreduces if xch is not None else 0)  # (sequence-parallel MoE: exchange.py)
+            out["allreduce"] = reduces * float(cost(tp, tokens * self.hidden * 2.0, self.allreduce_latency_s, c))
             if self.qk_norm_allreduces:  # q and k normed over every head: their variances, 2 fp32 a token
                 out["allreduce"] += self.qk_norm_allreduces * float(cost(tp, tokens * QK_NORM_BYTES_PER_TOKEN,
                                                                          self.allreduce_latency_s, c))

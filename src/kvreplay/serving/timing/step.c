@@ -140,11 +140,19 @@ static f64 allreduce(const f64 *tm, f64 bytes) {
 }
 
 /* the DP ranks' token exchange over `gathered` tokens (timing/exchange.py Exchange.seconds): at each
-   MoE layer an all-gather and a reduce-scatter over C_XCH_GROUP GPUs, latency + (n - 1) / n x bytes / bus */
-static f64 dp_exchange(const f64 *tm, f64 gathered) {
+   MoE layer an all-gather and a reduce-scatter over C_XCH_GROUP GPUs, latency + (n - 1) / n x bytes / bus;
+   sequence-parallel (C_XCH_SP > 1, Exchange.output_gather_seconds), the MoE output of the rank's own
+   `tokens` all-gathered over its C_XCH_SP TP GPUs too, padded to C_XCH_SP equal chunks */
+static f64 dp_exchange(const f64 *tm, f64 gathered, f64 tokens) {
     f64 g = tm[C_XCH_GROUP], ring = (g - 1.0) / g * gathered;
-    return tm[C_XCH_LAYERS] * (tm[C_XCH_AG_LATENCY] + ring * tm[C_XCH_DISPATCH_BYTES] / tm[C_XCH_AG_BUS]
-                               + tm[C_XCH_RS_LATENCY] + ring * tm[C_XCH_COMBINE_BYTES] / tm[C_XCH_RS_BUS]);
+    f64 t = tm[C_XCH_AG_LATENCY] + ring * tm[C_XCH_DISPATCH_BYTES] / tm[C_XCH_AG_BUS]
+            + tm[C_XCH_RS_LATENCY] + ring * tm[C_XCH_COMBINE_BYTES] / tm[C_XCH_RS_BUS];
+    f64 sp = tm[C_XCH_SP];
+    if (sp > 1) {
+        f64 padded = sp * ceil(tokens / sp);
+        t += tm[C_XCH_TPG_LATENCY] + (sp - 1.0) / sp * padded * tm[C_XCH_COMBINE_BYTES] / tm[C_XCH_TPG_BUS];
+    }
+    return tm[C_XCH_LAYERS] * t;
 }
 
 /* Mamba / linear-attention layers: Gated DeltaNet on its fitted kernel (roofline.py gdn_layer_time)
@@ -183,7 +191,7 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
     f64 gathered = agg[AGG_EXPERT_TOKENS] > 0 ? agg[AGG_EXPERT_TOKENS] : tokens;
     if (tm[C_MOE_LAYERS] > 0) t += moe_experts(tm, gathered);
     if (tm[C_DPX_GPUS] > 0) t += dp_expert_gemm(tm, gathered);
-    if (tm[C_XCH_LAYERS] > 0) t += dp_exchange(tm, gathered);
+    if (tm[C_XCH_LAYERS] > 0) t += dp_exchange(tm, gathered, tokens);
     if (tm[C_QUANT_BYTES_PER_TOKEN] > 0)  /* fp8: the GEMM inputs' quantisation */
         t += tokens * tm[C_QUANT_BYTES_PER_TOKEN] / (bw * tm[C_E_QUANT]);
     if (tm[C_HEAD_PARAMS] > 0)
@@ -195,7 +203,10 @@ static f64 calibrated(const f64 *tm, const f64 *agg) {
         t += tm[C_ATTN_LAYERS] * (tm[C_MLA_FLOOR] + tm[C_MLA_PER_TOKEN] * tokens
                                   + tm[C_MLA_CONTEXT_FLOPS] * agg[AGG_PREFILL_CACHED] / (tm[C_PEAK] * tm[C_E_GEMM]));
     if (tm[C_MAMBA_LAYERS] > 0) t += linear_layers(tm, tokens, rows, prefill_reqs > 0);
-    if (tp > 1 && tm[C_HIDDEN] > 0) t += 2.0 * layers * allreduce(tm, tokens * tm[C_HIDDEN] * 2.0);
+    if (tp > 1 && tm[C_HIDDEN] > 0) {  /* (sequence-parallel MoE: its layers' all-reduce replaced, exchange.py) */
+        f64 reduces = 2.0 * layers - (tm[C_XCH_SP] > 1 ? tm[C_XCH_LAYERS] : 0.0);
+        t += reduces * allreduce(tm, tokens * tm[C_HIDDEN] * 2.0);
+    }
     if (tm[C_QK_NORM_ALLREDUCES] > 0)  /* q and k normed over every head: their variances, 8 bytes a token */
         t += tm[C_QK_NORM_ALLREDUCES] * allreduce(tm, tokens * 8.0);
     if (tm[C_EW_KERNELS] > 0)  /* the elementwise kernels (roofline.py elementwise_work) */

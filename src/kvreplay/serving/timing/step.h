@@ -51,7 +51,10 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
  * roofline.py QK_NORM_BYTES_PER_TOKEN, one a layer under TP; 0: none); the DP ranks' token exchange
  * at each of C_XCH_LAYERS MoE layers (0: none; timing/exchange.py): an all-gather of C_XCH_DISPATCH_BYTES
  * and a reduce-scatter of C_XCH_COMBINE_BYTES a gathered token over C_XCH_GROUP GPUs, each at its
- * latency and bus bandwidth (C_XCH_AG_*, C_XCH_RS_*); an fp8 GEMM's compute efficiency
+ * latency and bus bandwidth (C_XCH_AG_*, C_XCH_RS_*); C_XCH_SP > 1: the MoE sequence-parallel over
+ * that many TP GPUs (C_XCH_GROUP is DP x TP, the gathered tokens each GPU's chunk padded: kernel/batch.c
+ * batch_start_lockstep), each MoE layer's output all-gathered over them (C_XCH_TPG_* its latency and
+ * bus) in place of its TP all-reduce (0: not sequence-parallel); an fp8 GEMM's compute efficiency
  * C_E_GEMM up to C_LARGE_FROM rows, C_E_GEMM_LARGE from C_LARGE_AT, linear between (0: C_E_GEMM at
  * every size; roofline.py fp8_gemm_efficiency) */
 #define CALIBRATED_SLOTS(S) S(C_KIND) S(C_LAYERS) S(C_LAYERS_FULL) S(C_LAYERS_SW) S(C_WINDOW) S(C_TP)            \
@@ -78,7 +81,8 @@ enum { ROOFLINE_SLOTS(KV_SLOT_ENUM) NUM_ROOFLINE };
     S(C_MOE_ROUTE_7) S(C_MOE_ROUTE_8) S(C_MOE_ROUTE_9) S(C_MOE_ROUTE_10) S(C_MOE_ROUTE_11) S(C_MOE_ROUTE_12)     \
     S(C_MOE_ROUTE_13) S(C_MOE_ROUTE_14) S(C_QK_NORM_ALLREDUCES) S(C_AR_NCCL_LATENCY) S(C_AR_NCCL_BUS)      \
     S(C_XCH_LAYERS) S(C_XCH_GROUP) S(C_XCH_DISPATCH_BYTES) S(C_XCH_COMBINE_BYTES) S(C_XCH_AG_LATENCY) S(C_XCH_AG_BUS) \
-    S(C_XCH_RS_LATENCY) S(C_XCH_RS_BUS) S(C_E_GEMM_LARGE) S(C_LARGE_FROM) S(C_LARGE_AT)
+    S(C_XCH_RS_LATENCY) S(C_XCH_RS_BUS) S(C_E_GEMM_LARGE) S(C_LARGE_FROM) S(C_LARGE_AT)                     \
+    S(C_XCH_SP) S(C_XCH_TPG_LATENCY) S(C_XCH_TPG_BUS)
 /* an MoE's served-routing factor at 2^0 .. 2^14 tokens (roofline.py SERVED_ROUTING), from C_MOE_ROUTE on */
 #define MOE_ROUTING_KNOTS 15
 enum { CALIBRATED_SLOTS(KV_SLOT_ENUM) NUM_CALIBRATED };
