@@ -20,7 +20,14 @@ relative's all-reduce is (roofline.py _resolve_coefficients).
 
     python benchmarks/fit_dp_exchange.py            # fit on the H100's and RTX PRO 6000's tables, print them
     python benchmarks/fit_dp_exchange.py --check    # the shipped figures against those tables, and,
-                                                    # held out (checked, never fitted), the H200's
+                                                    # held out (checked, never fitted), the H200's;
+                                                    # the catalog's networks between servers against
+                                                    # the wheel's system specs (NETWORKS)
+
+No table of the wheel holds more than 8 GPUs (2 and 4 on GB200 / GB300), so a group over more than
+one server is priced from the catalog's network (``scale_out_gbps``, ``node_gpus``: the system
+specs' ``inter_node_bw`` and ``num_gpus_per_node``) as NCCL's ring over the servers
+(exchange.py across_servers): an assumption, with nothing measured to fit or check it on.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ OWN = (("RTX-PRO-6000", "rtx_pro_6000_server", "2.29.2"),)
 #: checked, never fitted: the H200 (held back)
 CHECK = (("H200", "h200_sxm", "2.29.2"),)
 OPS = ("all_gather", "reduce_scatter")
+#: catalog GPU -> the wheel's system spec its network between servers is read from (gpus.json scale_out_source)
+NETWORKS = {"A100-40GB": "a100_sxm", "A100-80GB": "a100_sxm", "L4": "l4", "L40S": "l40s", "H100": "h100_sxm",
+            "H200": "h200_sxm", "B200": "b200_sxm", "B300": "b300_sxm", "RTX-PRO-6000": "rtx_pro_6000_server"}
 
 
 def table(gpu_dir: str, version: str):
@@ -92,7 +102,7 @@ def main(argv=None) -> int:
             report("fit", gpu, table(gpu_dir, version), lambda o, g, gpu=gpu: exchange_terms(o, g, gpu))
         for gpu, gpu_dir, version in CHECK:
             report("held out", gpu, table(gpu_dir, version), lambda o, g, gpu=gpu: exchange_terms(o, g, gpu))
-        return 0
+        return check_networks()
     for gpu, gpu_dir, version in fitted:
         shipped = (EXCHANGE if gpu == FIT[0] else OWN_EXCHANGE[gpu])["terms"]
         print(f"fitted on {gpu} ({gpu_dir}, NCCL {version}); shipped now: {shipped}")
@@ -102,6 +112,26 @@ def main(argv=None) -> int:
                 print(f"        {g}: ({latency:.4g}, {bus:.4g}),")
             print("    },")
     return 0
+
+
+def check_networks() -> int:
+    """The catalog's network between servers against the wheel's system specs (NETWORKS): 1 on a mismatch."""
+    import re
+
+    from kvreplay.catalog.gpus import get_gpu
+
+    bad = 0
+    for gpu, system in NETWORKS.items():
+        text = zipfile.ZipFile(wheel()).read(f"aiconfigurator_core/systems/{system}.yaml").decode()
+        spec = {k: float(re.search(rf"^\s*{k}:\s*([0-9.e+]+)", text, re.M).group(1))
+                for k in ("inter_node_bw", "num_gpus_per_node")}
+        g = get_gpu(gpu)
+        ok = (g.scale_out_gbps * 1e9, g.node_gpus) == (spec["inter_node_bw"], spec["num_gpus_per_node"])
+        bad += not ok
+        print(f"network {gpu} ({system}.yaml): inter_node_bw {spec['inter_node_bw']:.4g} B/s x "
+              f"{spec['num_gpus_per_node']:g} a server; catalog {g.scale_out_gbps:g} GB/s x {g.node_gpus}: "
+              f"{'same' if ok else 'DIFFERENT'}")
+    return 1 if bad else 0
 
 
 def fit_terms(rows) -> dict:

@@ -207,16 +207,6 @@ def test_the_exchange_is_priced_sequence_parallel_or_not():
     assert not any("not priced" in w for w in r.band["warnings"])
 
 
-def test_an_exchange_group_beyond_one_node_is_priced_at_the_largest_fitted_and_warned():
-    # DP 2 x TP 8 sequence-parallel: 16 GPUs, beyond the 8 fitted: the 8-GPU terms, and a warning
-    dp = dataparallel.DataParallel(2, 8, True, lockstep=True)
-    x = dataparallel.time_model(CalibratedRooflineTimeModel(MOE, "H100", 8), dp).dp_exchange
-    assert x.group == 16 and x.gather == EXCHANGE["terms"]["all_gather"][8]
-    assert "spans more than one 8-GPU node" in dataparallel.warning(dp, "H100")
-    assert "spans more than one 8-GPU node" in x.describe()["assumption"]
-    assert dataparallel.warning(dataparallel.DataParallel(2, 4, True, lockstep=True), "H100") is None
-
-
 def test_the_exchange_by_hand():
     # Qwen3-30B-A3B (hidden 2,048, 48 MoE layers, 8 experts a token) over 2 H100 ranks: at each MoE
     # layer an all-gather of 2,048 x 2 + 8 x 8 = 4,160 bytes a gathered token and a reduce-scatter of

@@ -412,3 +412,18 @@ def test_the_l40s_runs_its_pcie_all_reduce_fit():
     l4 = CalibratedRooflineTimeModel("Llama-3.1-8B", "L4", 4)
     a100 = CalibratedRooflineTimeModel("Llama-3.1-8B", "A100-80GB", 4)
     assert l4.c["allreduce_bus_bytes_per_s"] == pytest.approx(a100.c["allreduce_bus_bytes_per_s"] * 32 / 300)
+
+
+def test_the_networks_between_servers_quote_their_system_spec():
+    # scale_out_gbps (GB/s per direction per GPU) and node_gpus are aiconfigurator's inter_node_bw (bytes/s)
+    # and num_gpus_per_node, quoted; a part without them has neither (the NVL72 racks among them)
+    given = {g.name: g for g in gpu_catalog() if g.scale_out_gbps}
+    assert set(given) == {"A100-40GB", "A100-80GB", "L4", "L40S", "H100", "H200", "B200", "B300", "RTX-PRO-6000"}
+    for g in given.values():
+        assert f"inter_node_bw: {int(g.scale_out_gbps * 1e9)}" in g.scale_out_source, g.name
+        assert f"num_gpus_per_node: {g.node_gpus}" in g.scale_out_source, g.name
+        assert "aiconfigurator-core==0.12.0" in g.scale_out_source, g.name
+    assert get_gpu("H100").scale_out_gbps == 50 and get_gpu("B200").scale_out_gbps == 100
+    for g in gpu_catalog():
+        if g.name not in given:
+            assert g.node_gpus is None and g.scale_out_source is None, g.name

@@ -19,6 +19,12 @@ catalog holds half of their figure. ``link_topology`` says how the GPUs of one s
 a pair gets ``link_gbps / peers``; MI300X) or ``pcie``. ``link_source`` quotes the datasheet. An
 NVL72 rack (GB200, GB300) is one NVLink Switch domain of 72 GPUs: ``switch`` too.
 
+``scale_out_gbps`` is the network between servers of ``node_gpus`` GPUs each (InfiniBand or RoCE
+NICs), in GB/s per direction per GPU, the system's one NIC a GPU at its line rate (a 400 Gb/s NDR
+ConnectX-7: 50); ``scale_out_source`` quotes the system spec it comes from. None where no source
+gives one (and on an NVL72 rack, whose 72 GPUs share NVLink). Only an MoE's token exchange over
+more than one server reads it (serving/timing/exchange.py).
+
 ``fp4_tflops`` (dense FP4 / MXFP4; None where the part has none) is listed for reference only: the
 roofline runs no FP4 GEMMs (``COMPUTE_DTYPES``). ``compute_capability`` is CUDA's major.minor (AMD:
 the gfx target); ``datacenter_blackwell`` reads it where vLLM picks defaults by architecture.
@@ -85,6 +91,9 @@ class GPUSpec:
     notes: str | None = None
     compute_capability: str = ""
     fp4_tflops: float | None = None
+    node_gpus: int | None = None
+    scale_out_gbps: float | None = None
+    scale_out_source: str | None = None
 
     @property
     def memory_bytes(self) -> int:

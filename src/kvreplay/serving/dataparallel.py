@@ -24,8 +24,9 @@ one API server that picks a rank for each request (docs/clusters.md, "Data paral
 - **Sequence-parallel MoE** (expert parallelism with TP > 1, :func:`sequence_parallel`,
   config/parallel.py:767-785): each rank's tokens split over its TP GPUs, exchanged over the DP x TP
   expert group, the MoE output all-gathered over TP in place of its TP all-reduce: priced too
-  (timing/exchange.py, its module doc); a group beyond 8 GPUs spans nodes and is priced at the
-  8-GPU terms, with a warning (:func:`warning`).
+  (timing/exchange.py, its module doc). A group beyond 8 GPUs spans servers: priced as NCCL's ring
+  over them from the catalog's network between servers, an assumption the run states, or at the
+  8-GPU terms, warned as short, for a GPU without one (:func:`warning`).
 - **Not modelled**: the ranks' agreement on their counts before each forward, the dense layers'
   padding on the smaller ranks of a CUDA-graph step, EPLB, DeepEP's kernels.
 """
@@ -36,7 +37,7 @@ import copy
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .timing.exchange import EXCHANGE, exchange, spans_nodes
+from .timing.exchange import exchange, spans_nodes
 
 #: the steps between the ranks' agreement on whether any holds a request (config/parallel.py:163)
 DP_SYNC_INTERVAL = 16
@@ -197,14 +198,16 @@ def _split(tm, gpus: int, expert_parallel: bool):
 
 def warning(dp: DataParallel | None, gpu_name: str) -> str | None:
     """What the user must know of a lockstep run's times (None: nothing): an exchange group beyond
-    the largest fitted (more than one node's GPUs), priced at that group's terms (timing/exchange.py)."""
+    the largest fitted (more than one server's GPUs), priced as NCCL's ring over servers, or at the
+    largest fitted group's terms where the catalog holds no network (timing/exchange.py spans_nodes)."""
     if not priced(dp):
         return None
     group = dp.size * (dp.tp if sequence_parallel(dp) else 1)
-    if group <= max(EXCHANGE["terms"]["all_gather"]):
+    note = spans_nodes(group, gpu_name)
+    if note is None:
         return None
     return (f"data parallelism over an MoE: the token exchange at each MoE layer runs over {group} {gpu_name} GPUs; "
-            f"{spans_nodes(group)} (docs/clusters.md, \"Data parallelism\")")
+            f"{note} (docs/clusters.md, \"Data parallelism\")")
 
 
 __all__ = ["COORDINATOR_INTERVAL_MS", "DP_ROUTER", "DP_SYNC_INTERVAL", "DataParallel", "check_cluster", "check_dp",

@@ -45,10 +45,18 @@ back, as vLLM 0.33.0 runs it by default (docs/clusters.md, "Data parallelism"):
   1360-1410) also reduce-scatters its attention output instead of all-reducing it and all-gathers the
   next layer's input; that is priced as the pattern above (attention's all-reduce kept), up to a
   TP reduce-scatter a MoE layer long.
-- **Groups beyond one node**: the terms are fitted on 2, 4 and 8 GPUs of one NVLink node; a larger
-  group (DP 2 x TP 8 sequence-parallel: 16 GPUs) spans nodes, and the catalog holds no inter-node
-  link: **assumption**: it is priced at the 8-GPU group's terms, which reads it short, and the run
-  says so (dataparallel.warning, :func:`spans_nodes`; :meth:`Exchange.describe` ``assumption``).
+- **Groups beyond one server**: the terms are fitted on 2, 4 and 8 GPUs of one NVLink server (no
+  table of aiconfigurator's holds more); a larger group (DP 2 x TP 8 sequence-parallel: 16 GPUs)
+  spans ``ceil(n / node_gpus)`` servers where the catalog gives the GPU's network between servers
+  (``scale_out_gbps``, ``node_gpus``: aiconfigurator's system specs, one NIC a GPU). **Assumption**:
+  it runs as NCCL's ring over the servers (:func:`across_servers`; NVIDIA/nccl src/graph/tuning.cc
+  ncclTopoTuneModel): of its ``n - 1`` steps ``servers - 1`` cross the network at
+  SERVER_HOP_LATENCY each, the rest within a server at the slope of the fitted latencies, on top of
+  the 8-GPU latency's 7; its channels run through every NIC, so the bus is the lesser of the
+  8-GPU bus and ``node_gpus x scale_out_gbps`` (NVLink-bound on every GPU the catalog gives a
+  network: 8 NICs of 25-100 GB/s). A GPU without a network in the catalog runs the 8-GPU terms,
+  which reads it short. Either way the run says so (dataparallel.warning, :func:`spans_nodes`;
+  :attr:`Exchange.assumption`, in :meth:`Exchange.describe`).
 - **vLLM 0.19** (LLMServingSim's runs) has the same default and the same group; its bf16 MoE gathers
   the router's logits instead of the top-k (fused_moe/runner/default_moe_runner.py:575-595:
   ``dispatch_router_logits``, ``experts x 2`` bytes a token instead of ``8 x top-k``).
@@ -98,6 +106,10 @@ OWN_EXCHANGE = {
         },
     },
 }
+#: one ring step between servers, s: aiconfigurator's ``p2p_latency`` (every system spec of aiconfigurator-core==0.12.0,
+#: "10us some nonofficial correction based on observations"); NCCL's own tuning model puts a ring step over the
+#: network at 2.7 (LL) to 9.6 us (Simple) (NVIDIA/nccl src/graph/tuning.cc, ``hwLat``, NET / Ring)
+SERVER_HOP_LATENCY = 10e-6
 #: bytes a token of the dispatch's top-k weights (fp32) and ids (int32), per expert a token routes to
 TOPK_BYTES = 8.0
 #: an fp8 MoE kernel's inputs: one byte a value and a 4-byte scale per 128 values
@@ -107,19 +119,45 @@ FP8_GROUP = 128
 def exchange_terms(op: str, group: int, gpu_name: str) -> tuple[float, float]:
     """(latency s, bus bytes/s) of `op` ("all_gather" or "reduce_scatter") over `group` GPUs of
     `gpu_name`: its own table's (OWN_EXCHANGE) or EXCHANGE's with the bus scaled by the GPU's link
-    over the measured GPU's (module doc), log2-interpolated between the sizes fitted (clamped outside)."""
+    over the measured GPU's (module doc), log2-interpolated between the sizes fitted (clamped outside);
+    a group over more than one server of a GPU with a network in the catalog: :func:`across_servers`."""
     import numpy as np
 
-    own = OWN_EXCHANGE.get(get_gpu(gpu_name).name)
+    spec = get_gpu(gpu_name)
+    own = OWN_EXCHANGE.get(spec.name)
     table = (own or EXCHANGE)["terms"][op]
     sizes = sorted(table)
     x, xs = np.log2(max(group, 1)), np.log2(sizes)
     latency = float(np.interp(x, xs, [table[s][0] for s in sizes]))
     bus = float(np.interp(x, xs, [table[s][1] for s in sizes]))
-    if own:
-        return latency, bus
-    ratio = get_gpu(gpu_name).link_bytes_per_s / get_gpu(EXCHANGE["measured_on"]).link_bytes_per_s
-    return latency, bus * ratio
+    if not own:
+        bus *= spec.link_bytes_per_s / get_gpu(EXCHANGE["measured_on"]).link_bytes_per_s
+    if servers(group, gpu_name) > 1:
+        return across_servers(table, group, spec, latency, bus)
+    return latency, bus
+
+
+def servers(group: int, gpu_name: str) -> int:
+    """The servers a group of `group` GPUs spans: ``ceil(group / node_gpus)`` where the catalog
+    gives the GPU's network (``scale_out_gbps``), else 1 (a group beyond the largest fitted is then
+    clamped to it: :func:`spans_nodes`)."""
+    spec = get_gpu(gpu_name)
+    if not spec.scale_out_gbps or not spec.node_gpus:
+        return 1
+    return max(1, math.ceil(group / spec.node_gpus))
+
+
+def across_servers(table: dict, group: int, spec, latency: float, bus: float) -> tuple[float, float]:
+    """(latency s, bus bytes/s) of a ring over `group` GPUs on ``ceil(group / node_gpus)`` servers,
+    from `latency` and `bus`, the in-server terms at the largest size in `table` (module doc): of
+    NCCL's ``group - 1`` ring steps ``servers - 1`` cross the network (SERVER_HOP_LATENCY each), the
+    rest run within a server at the slope of the fitted latencies; its channels run through every
+    NIC of a server, so the bus is the lesser of the in-server bus and ``node_gpus x scale_out_gbps``."""
+    sizes = sorted(table)
+    step = (table[sizes[-1]][0] - table[sizes[0]][0]) / (sizes[-1] - sizes[0])
+    hops = math.ceil(group / spec.node_gpus) - 1
+    latency += (group - 1 - hops - (sizes[-1] - 1)) * step + hops * SERVER_HOP_LATENCY
+    return latency, min(bus, spec.node_gpus * spec.scale_out_gbps * 1e9)
 
 
 def collective_time(terms: tuple[float, float], group: int, nbytes: float) -> float:
@@ -141,7 +179,9 @@ class Exchange:
     of `dispatch_bytes` a gathered token and a reduce-scatter of `combine_bytes` (module doc);
     `gather` / `scatter` the collectives' (latency s, bus bytes/s). `sp` > 1: the MoE runs
     sequence-parallel over a rank's `sp` TP GPUs (module doc): `group` is DP x TP, and each MoE
-    layer's output is all-gathered over TP (`tp_gather` its terms) in place of its TP all-reduce."""
+    layer's output is all-gathered over TP (`tp_gather` its terms) in place of its TP all-reduce.
+    `assumption`: what a group beyond the largest fitted is priced under (:func:`spans_nodes`), None
+    within it."""
 
     layers: int
     group: int
@@ -152,6 +192,7 @@ class Exchange:
     terms_from: str = "H100"
     sp: int = 1
     tp_gather: tuple[float, float] = (0.0, 1.0)
+    assumption: str | None = None
 
     def seconds(self, gathered: float) -> float:
         """The step's exchange over `gathered` tokens (every GPU's chunk, padded as the step runs them)."""
@@ -189,17 +230,27 @@ class Exchange:
             out["sequence_parallel"] = {"tp": self.sp, "output_all_gather": {"latency_s": self.tp_gather[0],
                                                                              "bus_bytes_per_s": self.tp_gather[1]},
                                         "replaces_tp_all_reduces_per_step": self.replaced_allreduces}
-        if self.group > max(EXCHANGE["terms"]["all_gather"]):
-            out["assumption"] = spans_nodes(self.group)
+        if self.assumption:
+            out["assumption"] = self.assumption
         return out
 
 
-def spans_nodes(group: int) -> str:
-    """The assumption a group beyond the largest fitted runs under (module doc)."""
+def spans_nodes(group: int, gpu_name: str) -> str | None:
+    """The assumption a group beyond the largest fitted runs under (module doc), None within it."""
     most = max(EXCHANGE["terms"]["all_gather"])
-    return (f"a group of {group} GPUs spans more than one {most}-GPU node: its all-gather and reduce-scatter are "
-            f"priced at the {most}-GPU group's NCCL terms (NVLink within a node), no inter-node link modelled: "
-            "read them as short")
+    if group <= most:
+        return None
+    spec, count = get_gpu(gpu_name), servers(group, gpu_name)
+    if count <= 1:
+        return (f"a group of {group} GPUs spans more than one {most}-GPU node: its all-gather and reduce-scatter are "
+                f"priced at the {most}-GPU group's NCCL terms (NVLink within a node), and the catalog holds no network "
+                f"between {spec.name} servers: read them as short")
+    return (f"a group of {group} GPUs spans {count} servers of {spec.node_gpus} and no NCCL table is measured beyond "
+            f"{most} GPUs: its all-gather and reduce-scatter are priced as NCCL's ring over the servers, the "
+            f"{most}-GPU terms' latency grown by the ring's further steps within a server and {count - 1} network "
+            f"step(s) of {SERVER_HOP_LATENCY * 1e6:g} us, the bus bandwidth the lesser of the {most}-GPU bus and "
+            f"{spec.node_gpus} NICs of {spec.scale_out_gbps:g} GB/s a server (catalog scale_out_gbps, one a GPU): "
+            "an assumption, not a measurement")
 
 
 def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool, sp: int = 1) -> Exchange:
@@ -213,8 +264,8 @@ def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool, sp: int = 1) -> 
     tp_gather = exchange_terms("all_gather", sp, gpu_name) if sp > 1 else (0.0, 1.0)
     return Exchange(int(m["layers"]), gpus, act + TOPK_BYTES * m["experts_per_token"], hidden * 2.0,
                     exchange_terms("all_gather", gpus, gpu_name), exchange_terms("reduce_scatter", gpus, gpu_name),
-                    own, max(int(sp), 1), tp_gather)
+                    own, max(int(sp), 1), tp_gather, spans_nodes(gpus, gpu_name))
 
 
-__all__ = ["EXCHANGE", "OWN_EXCHANGE", "Exchange", "collective_time", "exchange", "exchange_terms", "sp_padded",
-           "spans_nodes"]
+__all__ = ["EXCHANGE", "OWN_EXCHANGE", "SERVER_HOP_LATENCY", "Exchange", "across_servers", "collective_time",
+           "exchange", "exchange_terms", "servers", "sp_padded", "spans_nodes"]
