@@ -242,9 +242,10 @@ def spans_nodes(group: int, gpu_name: str) -> str | None:
         return None
     spec, count = get_gpu(gpu_name), servers(group, gpu_name)
     if count <= 1:
-        return (f"a group of {group} GPUs spans more than one {most}-GPU node: its all-gather and reduce-scatter are "
-                f"priced at the {most}-GPU group's NCCL terms (NVLink within a node), and the catalog holds no network "
-                f"between {spec.name} servers: read them as short")
+        return (f"a group of {group} GPUs is beyond the {most} GPUs NCCL's measured tables hold: its all-gather and "
+                f"reduce-scatter are priced at the {most}-GPU group's terms, without the ring's further steps, and the "
+                f"catalog holds no network between {spec.name} servers (a rack of one NVLink domain, or servers of "
+                f"{most}): read them as short")
     return (f"a group of {group} GPUs spans {count} servers of {spec.node_gpus} and no NCCL table is measured beyond "
             f"{most} GPUs: its all-gather and reduce-scatter are priced as NCCL's ring over the servers, the "
             f"{most}-GPU terms' latency grown by the ring's further steps within a server and {count - 1} network "
