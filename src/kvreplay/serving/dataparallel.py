@@ -150,7 +150,7 @@ def time_model(tm, dp: DataParallel | None):
     other = _apart(tm, dp.expert_gpus) if not moe else _split(tm, dp.expert_gpus, dp.expert_parallel)
     if priced(dp):  # the ranks' token exchange at each MoE layer (timing/exchange.py)
         other.dp_exchange = exchange(tm.model, dp.size, tm.gpu.name, tm.moe_kernel == "fp8" if moe else tm.fp8,
-                                     sp=dp.tp if sequence_parallel(dp) else 1)
+                                     sp=sp_degree(dp))
     return other
 
 
@@ -165,6 +165,12 @@ def sequence_parallel(dp: DataParallel | None) -> bool:
     767-785: the default all2all backend, expert parallelism, TP > 1 and DP > 1): each rank's tokens
     split over its TP GPUs, gathered over the DP x TP expert group, the outputs all-gathered over TP."""
     return dp is not None and dp.lockstep and dp.expert_parallel and dp.tp > 1
+
+
+def sp_degree(dp: DataParallel) -> int:
+    """The TP GPUs a rank's MoE tokens split over: its TP when sequence-parallel, else 1 (the exchange's
+    group is then ``dp.size x`` this: timing/exchange.py exchange)."""
+    return dp.tp if sequence_parallel(dp) else 1
 
 
 def _apart(tm, gpus: int):
@@ -202,7 +208,7 @@ def warning(dp: DataParallel | None, gpu_name: str) -> str | None:
     largest fitted group's terms where the catalog holds no network (timing/exchange.py spans_nodes)."""
     if not priced(dp):
         return None
-    group = dp.size * (dp.tp if sequence_parallel(dp) else 1)
+    group = dp.size * sp_degree(dp)
     note = spans_nodes(group, gpu_name)
     if note is None:
         return None
@@ -211,4 +217,4 @@ def warning(dp: DataParallel | None, gpu_name: str) -> str | None:
 
 
 __all__ = ["COORDINATOR_INTERVAL_MS", "DP_ROUTER", "DP_SYNC_INTERVAL", "DataParallel", "check_cluster", "check_dp",
-           "priced", "resolve", "sequence_parallel", "time_model", "warning"]
+           "priced", "resolve", "sequence_parallel", "sp_degree", "time_model", "warning"]

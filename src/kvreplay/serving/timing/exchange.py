@@ -260,12 +260,13 @@ def exchange(spec, group: int, gpu_name: str, fp8_kernel: bool, sp: int = 1) -> 
     `sp` > 1: sequence-parallel over each rank's `sp` TP GPUs, the group DP x TP (module doc)."""
     m, hidden = spec.moe, float(spec.hidden_size)
     act = hidden * (1.0 + 4.0 / FP8_GROUP) if fp8_kernel else hidden * 2.0
-    gpus = int(group) * max(int(sp), 1)
-    own = get_gpu(gpu_name).name if get_gpu(gpu_name).name in OWN_EXCHANGE else EXCHANGE["measured_on"]
+    sp = max(int(sp), 1)
+    gpus, name = int(group) * sp, get_gpu(gpu_name).name
+    terms_from = name if name in OWN_EXCHANGE else EXCHANGE["measured_on"]
     tp_gather = exchange_terms("all_gather", sp, gpu_name) if sp > 1 else (0.0, 1.0)
     return Exchange(int(m["layers"]), gpus, act + TOPK_BYTES * m["experts_per_token"], hidden * 2.0,
                     exchange_terms("all_gather", gpus, gpu_name), exchange_terms("reduce_scatter", gpus, gpu_name),
-                    own, max(int(sp), 1), tp_gather, spans_nodes(gpus, gpu_name))
+                    terms_from, sp, tp_gather, spans_nodes(gpus, gpu_name))
 
 
 __all__ = ["EXCHANGE", "OWN_EXCHANGE", "SERVER_HOP_LATENCY", "Exchange", "across_servers", "collective_time",
